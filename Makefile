@@ -1,0 +1,39 @@
+# Machina build. `make demo` runs the main job; `make test` runs every test.
+GO        ?= go
+BIN       := bin
+PKGS      := ./...
+# FUZZTIME bounds each fuzz target in `make test` (CI runs a short fuzz).
+FUZZTIME  ?= 10s
+
+.PHONY: all build test unit fuzz lint demo clean
+
+all: build
+
+build:
+	$(GO) build -o $(BIN)/ ./cmd/...
+
+# test: vet, the race-enabled suite, then a bounded fuzz of every fuzz target.
+test: unit fuzz
+
+unit:
+	$(GO) vet $(PKGS)
+	$(GO) test -race -count=1 -timeout 20m $(PKGS)
+
+fuzz:
+	@for t in $$(scripts/fuzz-targets.sh); do \
+		pkg=$${t%%:*}; name=$${t##*:}; \
+		echo "fuzz $$pkg $$name for $(FUZZTIME)"; \
+		$(GO) test -run '^$$' -fuzz "^$$name$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; \
+	done
+
+lint:
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt: files above need formatting"; exit 1; }
+	$(GO) vet $(PKGS)
+	$(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 $(PKGS)
+
+demo: build
+	$(BIN)/machinactl validate inventory-example
+	$(BIN)/machinactl inventory show inventory-example
+
+clean:
+	rm -rf $(BIN)

@@ -1,0 +1,230 @@
+// Package bmc defines the contract every BMC driver implements: power, boot
+// override, virtual media and a read model, with typed errors the reconciler
+// sorts into transient, unsupported and needs-a-human.
+//
+// bmc is a leaf: it imports no other Machina package. Protocol drivers live in
+// bmc/redfish (DMTF Redfish, DSP0266) and bmc/ipmi (IPMI v2.0 over RMCP+);
+// bmc/bmcsim is an emulator used by tests and the simulated lab.
+package bmc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// PowerState is the chassis power as the BMC reports it.
+type PowerState string
+
+// Power states. PowerUnknown is returned when the BMC reports something
+// outside the Redfish PowerState enum (Resource.PowerState) or IPMI chassis
+// status byte 1 bit 0 cannot be read.
+const (
+	PowerOn      PowerState = "on"
+	PowerOff     PowerState = "off"
+	PowerUnknown PowerState = "unknown"
+)
+
+// PowerAction is an operator-level power request, mapped by each driver to
+// the protocol's own vocabulary (Redfish ResetType, IPMI chassis control).
+type PowerAction string
+
+// Power actions. All are idempotent at the driver level: PowerActionOn on a
+// running machine and PowerActionOff on a stopped one send nothing;
+// PowerActionReset and PowerActionCycle on a stopped machine power it on.
+const (
+	PowerActionOn      PowerAction = "on"       // Redfish On/ForceOn; IPMI chassis control 01h
+	PowerActionOff     PowerAction = "off"      // hard off: Redfish ForceOff; IPMI chassis control 00h
+	PowerActionSoftOff PowerAction = "soft-off" // Redfish GracefulShutdown, bounded wait, then ForceOff; IPMI 05h
+	PowerActionReset   PowerAction = "reset"    // warm reset: Redfish ForceRestart; IPMI chassis control 03h
+	PowerActionCycle   PowerAction = "cycle"    // off then on: Redfish PowerCycle; IPMI chassis control 02h
+)
+
+// ParsePowerAction returns the PowerAction named s, or an error naming s.
+func ParsePowerAction(s string) (PowerAction, error) {
+	switch a := PowerAction(s); a {
+	case PowerActionOn, PowerActionOff, PowerActionSoftOff, PowerActionReset, PowerActionCycle:
+		return a, nil
+	}
+	return "", fmt.Errorf("bmc: unknown power action %q (want on, off, soft-off, reset or cycle)", s)
+}
+
+// BootDevice is a boot override target.
+type BootDevice string
+
+// Boot devices, mapped to Redfish BootSourceOverrideTarget (Pxe, Hdd, Cd,
+// BiosSetup) and IPMI boot-option parameter 5 data byte 2 device selectors
+// (04h PXE, 08h disk, 14h CD/DVD, 18h BIOS setup).
+const (
+	BootPXE       BootDevice = "pxe"
+	BootDisk      BootDevice = "disk"
+	BootCD        BootDevice = "cd"
+	BootBIOSSetup BootDevice = "bios-setup"
+)
+
+// ParseBootDevice returns the BootDevice named s, or an error naming s.
+func ParseBootDevice(s string) (BootDevice, error) {
+	switch d := BootDevice(s); d {
+	case BootPXE, BootDisk, BootCD, BootBIOSSetup:
+		return d, nil
+	}
+	return "", fmt.Errorf("bmc: unknown boot device %q (want pxe, disk, cd or bios-setup)", s)
+}
+
+// BootMode is the firmware interface the override applies to.
+type BootMode string
+
+// Boot modes. BootModeUnset leaves the BMC's current mode alone.
+const (
+	BootModeUnset  BootMode = ""
+	BootModeUEFI   BootMode = "uefi"
+	BootModeLegacy BootMode = "bios"
+)
+
+// BootOverride is a request to boot from Device next time (Persistent false,
+// Redfish BootSourceOverrideEnabled=Once) or every time (Continuous).
+type BootOverride struct {
+	Device     BootDevice
+	Persistent bool
+	// Mode is the firmware mode; BootModeUnset keeps what the BMC has.
+	Mode BootMode
+}
+
+// Driver is one BMC. Implementations MUST be safe for concurrent use by one
+// caller at a time per BMC (the reconciler serialises actions per server) and
+// MUST verify every write by reading it back: a BMC that acknowledges a change
+// it did not make yields an error that names the wanted and the read value.
+//
+// Every method bounds its own I/O with the context and the driver's timeouts.
+// Errors wrap one of the sentinels below, or are *BMCError.
+type Driver interface {
+	// PowerState reads the current chassis power.
+	PowerState(ctx context.Context) (PowerState, error)
+	// Power performs a, idempotently, and polls until the BMC reports the
+	// expected state or the driver's power timeout passes (ErrTimeout).
+	Power(ctx context.Context, a PowerAction) error
+	// SetBootOverride sets the next (or every) boot device and reads it back.
+	// A BMC with no boot-override support returns ErrUnsupported before any
+	// write is sent.
+	SetBootOverride(ctx context.Context, o BootOverride) error
+	// BootOverride reads the current override; Device is "" when none is set.
+	BootOverride(ctx context.Context) (BootOverride, error)
+	// InsertMedia mounts the image at url as a virtual CD, ejecting what is
+	// inserted first. ErrUnsupported when the BMC has no virtual CD.
+	InsertMedia(ctx context.Context, url string) error
+	// EjectMedia unmounts the virtual CD; nil when nothing is inserted.
+	EjectMedia(ctx context.Context) error
+	// Info returns the read model. Sections the BMC does not report are
+	// listed in Info.Missing rather than returned as errors.
+	Info(ctx context.Context) (*Info, error)
+	// Close releases sessions held on the BMC (Redfish sessions exhaust a
+	// small table on iDRAC if leaked). Safe to call more than once.
+	Close(ctx context.Context) error
+}
+
+// Info is the read model of one BMC and its system.
+type Info struct {
+	Manufacturer string `json:"manufacturer,omitempty"`
+	Model        string `json:"model,omitempty"`
+	Serial       string `json:"serial,omitempty"`
+	UUID         string `json:"uuid,omitempty"`
+	BIOSVersion  string `json:"biosVersion,omitempty"`
+	BMCFirmware  string `json:"bmcFirmware,omitempty"`
+	// NICMACs are the system's NIC MAC addresses, lower-case colon form,
+	// candidates for the boot MAC.
+	NICMACs []string `json:"nicMACs,omitempty"`
+	// Health is the rollup: "OK", "Warning", "Critical" or "" when unknown.
+	Health       string        `json:"health,omitempty"`
+	Power        PowerState    `json:"power,omitempty"`
+	Temperatures []Temperature `json:"temperatures,omitempty"`
+	// PowerWatts is the consumed power; nil when the BMC does not report it.
+	PowerWatts *float64        `json:"powerWatts,omitempty"`
+	Firmware   []FirmwareEntry `json:"firmware,omitempty"`
+	Logs       []LogEntry      `json:"logs,omitempty"`
+	// Missing names the sections the BMC did not report: "identity",
+	// "health", "temperatures", "power", "firmware", "logs", "nics".
+	Missing []string `json:"missing,omitempty"`
+}
+
+// Temperature is one sensor reading.
+type Temperature struct {
+	Name    string  `json:"name"`
+	Celsius float64 `json:"celsius"`
+	Health  string  `json:"health,omitempty"`
+}
+
+// FirmwareEntry is one firmware inventory item.
+type FirmwareEntry struct {
+	Name    string `json:"name"`
+	Version string `json:"version"`
+}
+
+// LogEntry is one BMC log entry (Redfish LogEntry, IPMI SEL).
+type LogEntry struct {
+	Created  time.Time `json:"created"`
+	Severity string    `json:"severity,omitempty"`
+	Message  string    `json:"message"`
+}
+
+// Sentinel errors. Drivers wrap them; callers use errors.Is.
+var (
+	// ErrAuth: the BMC refused the credentials (HTTP 401/403 on login,
+	// IPMI RAKP failure). Not retried: it needs a human.
+	ErrAuth = errors.New("bmc: authentication failed")
+	// ErrUnreachable: no answer (connection refused, DNS, no route, UDP
+	// silence). Transient.
+	ErrUnreachable = errors.New("bmc: unreachable")
+	// ErrUnsupported: the BMC lacks the feature (no boot override, no
+	// virtual media, no allowed ResetType for the action).
+	ErrUnsupported = errors.New("bmc: not supported by this BMC")
+	// ErrTransient: the BMC is busy (503, 502, IPMI 0xC0 node busy);
+	// retry with backoff.
+	ErrTransient = errors.New("bmc: transient failure")
+	// ErrTimeout: the BMC accepted a command but never reached the state.
+	ErrTimeout = errors.New("bmc: timed out waiting for state")
+	// ErrRefused: the BMC refused the request in its present state (IPMI
+	// completion code 0xD5).
+	ErrRefused = errors.New("bmc: refused in present state")
+	// ErrMismatch: a write was acknowledged but reading back shows another
+	// value. The error text names both.
+	ErrMismatch = errors.New("bmc: read back does not match")
+)
+
+// BMCError is an error the BMC reported in its own words: the Redfish error
+// body's MessageId and Message (DSP0266 §9.6 error responses), or an IPMI
+// completion code.
+type BMCError struct {
+	// Op names the operation, e.g. "set boot override".
+	Op string
+	// Status is the HTTP status (Redfish) or 0.
+	Status int
+	// Code is the Redfish MessageId or the IPMI completion code as "0xD5".
+	Code string
+	// Message is the BMC's text, sanitised of credentials by the driver.
+	Message string
+	// Kind is one of the sentinels above when the error is classified, else nil.
+	Kind error
+}
+
+func (e *BMCError) Error() string {
+	s := "bmc: " + e.Op
+	if e.Status != 0 {
+		s += fmt.Sprintf(": HTTP %d", e.Status)
+	}
+	if e.Code != "" {
+		s += ": " + e.Code
+	}
+	if e.Message != "" {
+		s += ": " + e.Message
+	}
+	return s
+}
+
+// Unwrap returns the classified sentinel, so errors.Is(err, ErrTransient) works.
+func (e *BMCError) Unwrap() error { return e.Kind }
+
+// IsTransient reports whether err is worth retrying with backoff.
+func IsTransient(err error) bool {
+	return errors.Is(err, ErrTransient) || errors.Is(err, ErrUnreachable) || errors.Is(err, ErrTimeout)
+}
