@@ -1,6 +1,6 @@
 module github.com/machina-metal/machina
 
-go 1.26
+go 1.26.0
 
 require (
 	github.com/google/go-cmp v0.7.0 // indirect
@@ -9,6 +9,7 @@ require (
 	github.com/spf13/cobra v1.10.2 // indirect
 	github.com/spf13/pflag v1.0.9 // indirect
 	go.yaml.in/yaml/v2 v2.4.2 // indirect
+	golang.org/x/crypto v0.59.0 // indirect
 	gopkg.in/yaml.v3 v3.0.1 // indirect
 	sigs.k8s.io/yaml v1.6.0 // indirect
 )

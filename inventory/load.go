@@ -1,0 +1,287 @@
+package inventory
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"sort"
+	"strings"
+
+	"sigs.k8s.io/yaml"
+
+	"github.com/machina-metal/machina/schema"
+)
+
+// Limits bound what Load reads, so a hostile or broken revision cannot
+// exhaust the controller or a CI runner.
+type Limits struct {
+	// MaxFileBytes refuses any inventory file larger than this; zero means
+	// 16 MiB (an inventory of 10,000 servers is about 3 MiB).
+	MaxFileBytes int64
+	// MinAliasBudget is how many nodes YAML aliases may add to a document
+	// beyond those written, at least; the budget is the larger of this and
+	// the written node count. Zero means 10,000.
+	MinAliasBudget int
+}
+
+func (l Limits) withDefaults() Limits {
+	if l.MaxFileBytes <= 0 {
+		l.MaxFileBytes = 16 << 20
+	}
+	if l.MinAliasBudget <= 0 {
+		l.MinAliasBudget = 10000
+	}
+	return l
+}
+
+// Result is a valid revision and the warnings it raised.
+type Result struct {
+	Inventory *Inventory
+	Warnings  []FieldError
+}
+
+// fileSpec ties an inventory file to its schema and top-level key.
+type fileSpec struct {
+	name     string
+	kind     schema.Kind
+	required bool
+}
+
+var fileSpecs = []fileSpec{
+	{ServersFile, schema.Servers, true},
+	{ProfilesFile, schema.Profiles, false},
+	{ImagesFile, schema.Images, false},
+}
+
+// Load reads servers.yaml (required), profiles.yaml and images.yaml (each
+// optional: a missing file means an empty list) at the root of fsys, parses
+// them strictly, validates them against the embedded schemas and checks them
+// against each other.
+//
+// A valid revision returns a Result with the normalised Inventory. An
+// invalid one returns a nil Result and a *ValidationError listing every
+// problem at once, sorted. A file that cannot be read returns another error
+// (callers map it to an I/O failure, exit code 2 in machinactl).
+func Load(fsys fs.FS, lim Limits) (*Result, error) {
+	lim = lim.withDefaults()
+	v, err := schema.Default()
+	if err != nil {
+		return nil, err
+	}
+	var problems []FieldError
+	docs := map[string]*doc{}
+	inv := &Inventory{}
+	for _, spec := range fileSpecs {
+		data, err := readLimited(fsys, spec.name, lim.MaxFileBytes)
+		if errors.Is(err, fs.ErrNotExist) {
+			if spec.required {
+				problems = append(problems, FieldError{File: spec.name, Msg: "file is missing; the inventory needs a " + spec.name + " at the repository root", Severity: SeverityError})
+			}
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("inventory: read %s: %w", spec.name, err)
+		}
+		d, errs := loadFile(v, spec, data, lim, inv)
+		problems = append(problems, errs...)
+		if d != nil {
+			docs[spec.name] = d
+		}
+	}
+	if !hasErrors(problems) {
+		normalise(inv)
+		problems = append(problems, crossCheck(inv, docs)...)
+	}
+	problems = sortProblems(problems)
+	var errs, warns []FieldError
+	for _, p := range problems {
+		if p.Severity == SeverityWarning {
+			warns = append(warns, p)
+		} else {
+			errs = append(errs, p)
+		}
+	}
+	if len(errs) > 0 {
+		return nil, &ValidationError{Errors: errs, Warnings: warns}
+	}
+	inv.Digest = digest(inv)
+	return &Result{Inventory: inv, Warnings: warns}, nil
+}
+
+// readLimited reads name, refusing to read more than limit+1 bytes so a
+// huge file is measured without being loaded.
+func readLimited(fsys fs.FS, name string, limit int64) ([]byte, error) {
+	f, err := fsys.Open(name)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	if st, err := f.Stat(); err == nil && st.IsDir() {
+		return nil, fmt.Errorf("%s is a directory", name)
+	}
+	return io.ReadAll(io.LimitReader(f, limit+1))
+}
+
+// loadFile runs every per-file check and, when they pass, decodes the file
+// into inv. It returns the parsed document (for positions) when parsing got
+// that far.
+func loadFile(v *schema.Validator, spec fileSpec, data []byte, lim Limits, inv *Inventory) (*doc, []FieldError) {
+	d, errs := parseYAML(spec.name, data, lim)
+	if d == nil || len(errs) > 0 {
+		return d, errs
+	}
+	yerrs, flagged := d.checkYAML11(spec.kind)
+	errs = append(errs, yerrs...)
+
+	js, err := yaml.YAMLToJSONStrict(d.data)
+	if err != nil {
+		return d, append(errs, syntaxError(spec.name, err)...)
+	}
+	var generic any
+	dec := json.NewDecoder(bytes.NewReader(js))
+	dec.UseNumber()
+	if err := dec.Decode(&generic); err != nil {
+		return d, append(errs, FieldError{File: spec.name, Msg: "decode: " + err.Error(), Severity: SeverityError})
+	}
+	for _, viol := range v.Validate(spec.kind, generic) {
+		if flagged[viol.Pointer] {
+			continue
+		}
+		errs = append(errs, d.violationError(spec.kind, viol, generic)...)
+	}
+	if len(errs) > 0 {
+		return d, errs
+	}
+	dec = json.NewDecoder(bytes.NewReader(js))
+	dec.DisallowUnknownFields()
+	switch spec.kind {
+	case schema.Servers:
+		var f struct {
+			Servers []Server `json:"servers"`
+		}
+		err = dec.Decode(&f)
+		inv.Servers = f.Servers
+	case schema.Profiles:
+		var f struct {
+			Profiles []Profile `json:"profiles"`
+		}
+		err = dec.Decode(&f)
+		inv.Profiles = f.Profiles
+	case schema.Images:
+		var f struct {
+			Images []Image `json:"images"`
+		}
+		err = dec.Decode(&f)
+		inv.Images = f.Images
+	}
+	if err != nil {
+		// The schema and the Go types disagree: a defect, but reported, not panicked.
+		errs = append(errs, FieldError{File: spec.name, Msg: "decode: " + err.Error(), Severity: SeverityError})
+	}
+	return d, errs
+}
+
+// violationError turns a schema violation into located messages. Values are
+// repeated only where they cannot be a secret.
+func (d *doc) violationError(kind schema.Kind, viol schema.Violation, generic any) []FieldError {
+	switch viol.Keyword {
+	case "additionalProperties":
+		var out []FieldError
+		known := expectAt(kind, viol.Pointer).props
+		for _, f := range viol.Fields {
+			child := viol.Pointer + "/" + escapePointer(f)
+			msg := fmt.Sprintf("unknown field %q", f)
+			if hint := fieldHint(viol.Pointer, f, known); hint != "" {
+				msg += " " + hint
+			}
+			fe := d.errAt(d.keyAt(child), viol.Pointer, msg)
+			out = append(out, fe)
+		}
+		return out
+	case "required":
+		var out []FieldError
+		for _, f := range viol.Fields {
+			out = append(out, d.errAt(d.at(viol.Pointer), viol.Pointer, fmt.Sprintf("missing required field %q", f)))
+		}
+		return out
+	case "pattern", "format":
+		val, _ := lookup(generic, viol.Pointer).(string)
+		var msg string
+		switch {
+		case strings.Contains(val, "PRIVATE KEY"):
+			msg = "holds a private key (value not shown); only public keys belong in the inventory, and this key must now be considered leaked"
+		case viol.Def == "credentialName" || sensitivePointer(viol.Pointer):
+			msg = "value not shown: " + viol.Detail
+		case strings.Contains(val, "@") && (viol.Def == "httpURL" || viol.Def == "hostPort"):
+			msg = "value not shown: an address must not carry user:password@; put credentials in the controller's secret store and name them in bmc.credentials"
+		default:
+			msg = fmt.Sprintf("%q %s", val, viol.Detail)
+		}
+		return []FieldError{d.errAt(d.at(viol.Pointer), viol.Pointer, msg)}
+	}
+	return []FieldError{d.errAt(d.at(viol.Pointer), viol.Pointer, viol.Detail)}
+}
+
+// fieldHint suggests the known field an unknown one was probably meant to be.
+func fieldHint(pointer, field string, known []string) string {
+	if strings.HasSuffix(pointer, "/rootDevice") && (field == "name" || field == "device" || field == "path") {
+		return "(kernel names such as /dev/sda change between boots; use serial, wwn or byPath)"
+	}
+	if strings.EqualFold(field, "password") || strings.EqualFold(field, "username") || strings.EqualFold(field, "user") {
+		return "(credentials live in the controller's secret store: `machinactl secret set NAME`; name them in bmc.credentials)"
+	}
+	sort.Strings(known)
+	for _, k := range known {
+		if strings.EqualFold(k, field) {
+			return fmt.Sprintf("(did you mean %q?)", k)
+		}
+	}
+	return ""
+}
+
+// lookup returns the value at an RFC 6901 pointer in a decoded JSON document.
+func lookup(v any, pointer string) any {
+	if pointer == "" {
+		return v
+	}
+	for _, seg := range strings.Split(pointer[1:], "/") {
+		seg = strings.ReplaceAll(strings.ReplaceAll(seg, "~1", "/"), "~0", "~")
+		switch t := v.(type) {
+		case map[string]any:
+			v = t[seg]
+		case []any:
+			var i int
+			if _, err := fmt.Sscanf(seg, "%d", &i); err != nil || i < 0 || i >= len(t) {
+				return nil
+			}
+			v = t[i]
+		default:
+			return nil
+		}
+	}
+	return v
+}
+
+func hasErrors(p []FieldError) bool {
+	for _, e := range p {
+		if e.Severity != SeverityWarning {
+			return true
+		}
+	}
+	return false
+}
+
+// digest hashes the canonical JSON of the normalised lists.
+func digest(inv *Inventory) string {
+	b, err := json.Marshal(inv)
+	if err != nil {
+		panic("inventory: marshal for digest: " + err.Error()) // plain structs: cannot fail
+	}
+	sum := sha256.Sum256(b)
+	return "sha256:" + hex.EncodeToString(sum[:])
+}

@@ -1,0 +1,199 @@
+// Package inventory holds the Go types of Machina's desired state, the strict
+// parser of an inventory repository snapshot (servers.yaml, profiles.yaml,
+// images.yaml) that keeps the file, line and column of every field, and the
+// cross-file checks a JSON Schema cannot express.
+//
+// A revision is either wholly valid ([Load] returns an [Inventory]) or
+// rejected with every problem at once ([*ValidationError]); nothing is ever
+// half-applied. inventory imports only package schema.
+package inventory
+
+// File names of the inventory inside a repository (at its root).
+const (
+	ServersFile  = "servers.yaml"
+	ProfilesFile = "profiles.yaml"
+	ImagesFile   = "images.yaml"
+)
+
+// Inventory is one validated, normalised revision of the desired state.
+type Inventory struct {
+	Servers  []Server  `json:"servers"`
+	Profiles []Profile `json:"profiles"`
+	Images   []Image   `json:"images"`
+	// Digest is "sha256:" and the hex SHA-256 of the canonical JSON of the
+	// three lists. Two revisions with the same desired state share a digest,
+	// whatever their commits, comments or formatting.
+	Digest string `json:"-"`
+}
+
+// Server returns the server named name, or nil.
+func (inv *Inventory) Server(name string) *Server {
+	for i := range inv.Servers {
+		if inv.Servers[i].Name == name {
+			return &inv.Servers[i]
+		}
+	}
+	return nil
+}
+
+// Profile returns the profile named name, or nil.
+func (inv *Inventory) Profile(name string) *Profile {
+	for i := range inv.Profiles {
+		if inv.Profiles[i].Name == name {
+			return &inv.Profiles[i]
+		}
+	}
+	return nil
+}
+
+// Image returns the image named name, or nil.
+func (inv *Inventory) Image(name string) *Image {
+	for i := range inv.Images {
+		if inv.Images[i].Name == name {
+			return &inv.Images[i]
+		}
+	}
+	return nil
+}
+
+// Want is the desired lifecycle of a server.
+type Want string
+
+// Desired lifecycles. The zero value in a file means WantReady.
+const (
+	WantReady    Want = "ready"
+	WantDeployed Want = "deployed"
+	WantRetired  Want = "retired"
+)
+
+// BootMode is the server's firmware interface.
+type BootMode string
+
+// Boot modes. The zero value in a file means BootUEFI.
+const (
+	BootUEFI BootMode = "uefi"
+	BootBIOS BootMode = "bios"
+)
+
+// BMCDriver is the BMC protocol.
+type BMCDriver string
+
+// BMC drivers.
+const (
+	DriverRedfish BMCDriver = "redfish"
+	DriverIPMI    BMCDriver = "ipmi"
+)
+
+// Server is one machine of servers.yaml, normalised: BootMAC in lower-case
+// colon form, BootMode and Want defaulted.
+type Server struct {
+	Name       string      `json:"name"`
+	Zone       string      `json:"zone"`
+	Site       string      `json:"site,omitempty"`
+	Rack       string      `json:"rack,omitempty"`
+	Tags       []string    `json:"tags,omitempty"`
+	BootMAC    string      `json:"bootMAC"`
+	BootMode   BootMode    `json:"bootMode,omitempty"`
+	BMC        BMC         `json:"bmc"`
+	Want       Want        `json:"want,omitempty"`
+	Profile    string      `json:"profile,omitempty"`
+	RootDevice *RootDevice `json:"rootDevice,omitempty"`
+	Actions    Actions     `json:"actions,omitempty"`
+}
+
+// BMC says how to reach a server's baseboard management controller. Address
+// is a Redfish base URL or an IPMI host[:port]; Credentials names a secret in
+// the controller's store and never holds one.
+type BMC struct {
+	Driver      BMCDriver `json:"driver"`
+	Address     string    `json:"address"`
+	Credentials string    `json:"credentials"`
+	SystemID    string    `json:"systemID,omitempty"`
+	InsecureTLS bool      `json:"insecureTLS,omitempty"`
+}
+
+// RootDevice names the deploy disk by stable identifiers only.
+type RootDevice struct {
+	Serial     string `json:"serial,omitempty"`
+	WWN        string `json:"wwn,omitempty"`
+	ByPath     string `json:"byPath,omitempty"`
+	MinSizeGiB int64  `json:"minSizeGiB,omitempty"`
+}
+
+// Actions are one-off action counters: the reconciler performs an action
+// once each time its desired counter exceeds the observed one.
+type Actions struct {
+	Commission int64 `json:"commission,omitempty"`
+	PowerCycle int64 `json:"powerCycle,omitempty"`
+	PowerOn    int64 `json:"powerOn,omitempty"`
+	PowerOff   int64 `json:"powerOff,omitempty"`
+}
+
+// DeployMethod is how a profile installs its OS.
+type DeployMethod string
+
+// Deploy methods. The zero value in a file means DeployImage.
+const (
+	DeployImage       DeployMethod = "image"
+	DeployAutoinstall DeployMethod = "autoinstall"
+	DeployKickstart   DeployMethod = "kickstart"
+)
+
+// Profile is one kind of machine of profiles.yaml.
+type Profile struct {
+	Name    string       `json:"name"`
+	Image   string       `json:"image"`
+	Deploy  DeployMethod `json:"deploy,omitempty"`
+	SSHKeys []string     `json:"sshKeys,omitempty"`
+	// Zone restricts allocation to servers of this zone; "" means any.
+	Zone  string `json:"zone,omitempty"`
+	Min   Min    `json:"min,omitempty"`
+	Count int    `json:"count,omitempty"`
+	Join  Join   `json:"join,omitempty"`
+}
+
+// Min is the smallest machine a profile accepts. Zero fields mean no minimum.
+type Min struct {
+	Cores     int   `json:"cores,omitempty"`
+	MemoryGiB int64 `json:"memoryGiB,omitempty"`
+	DiskGiB   int64 `json:"diskGiB,omitempty"`
+}
+
+// Join is what a profile's hosts carry into the fleet on their enrolment token.
+type Join struct {
+	Site         string        `json:"site,omitempty"`
+	Tags         []string      `json:"tags,omitempty"`
+	Networks     []Network     `json:"networks,omitempty"`
+	StoragePools []StoragePool `json:"storagePools,omitempty"`
+	// Require lists the host checks that must pass: "kvm", "virt", "memory".
+	Require []string `json:"require,omitempty"`
+}
+
+// Network is a Linux bridge over a NIC, optionally on an 802.1Q VLAN.
+type Network struct {
+	Name   string `json:"name"`
+	Bridge string `json:"bridge"`
+	NIC    string `json:"nic"`
+	VLAN   int    `json:"vlan,omitempty"`
+	CIDR   string `json:"cidr,omitempty"`
+}
+
+// StoragePool is a directory pool (Path) or an LVM volume group (Disks).
+type StoragePool struct {
+	Name  string   `json:"name"`
+	Type  string   `json:"type"`
+	Path  string   `json:"path,omitempty"`
+	Disks []string `json:"disks,omitempty"`
+}
+
+// Image is one entry of images.yaml: a catalog entry, or a URL with a
+// checksum ("sha256:..."/"sha512:...", lower-case hex) or checksum-file URL.
+type Image struct {
+	Name        string `json:"name"`
+	Catalog     string `json:"catalog,omitempty"`
+	Arch        string `json:"arch,omitempty"`
+	Mirror      string `json:"mirror,omitempty"`
+	URL         string `json:"url,omitempty"`
+	Checksum    string `json:"checksum,omitempty"`
+	ChecksumURL string `json:"checksumURL,omitempty"`
+}

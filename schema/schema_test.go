@@ -1,0 +1,101 @@
+package schema
+
+import (
+	"encoding/json"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func TestValidate(t *testing.T) {
+	v, err := New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name string
+		kind Kind
+		doc  string
+		want []Violation
+	}{
+		{"valid server", Servers, `{"servers":[{"name":"r1-n01","zone":"zone-a","bootMAC":"52:54:00:00:01:01","bmc":{"driver":"redfish","address":"https://10.0.0.1","credentials":"bmc-default"}}]}`, nil},
+		{"bare and dot MACs", Servers, `{"servers":[{"name":"a","zone":"z","bootMAC":"525400000101","bmc":{"driver":"ipmi","address":"10.0.0.1:623","credentials":"c"}},{"name":"b","zone":"z","bootMAC":"5254.0000.0102","bmc":{"driver":"ipmi","address":"bmc-b","credentials":"c"}}]}`, nil},
+		{"bad mac", Servers, `{"servers":[{"name":"a","zone":"z","bootMAC":"52:54:00:zz:00:01","bmc":{"driver":"ipmi","address":"h","credentials":"c"}}]}`,
+			[]Violation{{Pointer: "/servers/0/bootMAC", Keyword: "format", Def: "mac", Detail: "is not a MAC address"}}},
+		{"unknown field and missing", Servers, `{"servers":[{"name":"a","zone":"z","bootMac":"x","bmc":{"driver":"ipmi","address":"h","credentials":"c"}}]}`,
+			[]Violation{
+				{Pointer: "/servers/0", Keyword: "additionalProperties", Def: "server", Detail: `unknown field "bootMac"`, Fields: []string{"bootMac"}},
+				{Pointer: "/servers/0", Keyword: "required", Def: "server", Detail: `missing required field "bootMAC"`, Fields: []string{"bootMAC"}},
+			}},
+		{"ipmi address must be host:port", Servers, `{"servers":[{"name":"a","zone":"z","bootMAC":"525400000101","bmc":{"driver":"ipmi","address":"https://x","credentials":"c"}}]}`,
+			[]Violation{{Pointer: "/servers/0/bmc/address", Keyword: "pattern", Def: "hostPort", Detail: "is not a host[:port] address"}}},
+		{"image needs one source", Images, `{"images":[{"name":"x","catalog":"debian-12","url":"http://m/x.img"}]}`,
+			[]Violation{{Pointer: "/images/0", Keyword: "oneOf", Def: "image", Detail: choiceDetails["image"]}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := v.ValidateJSON(tt.kind, []byte(tt.doc))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("Validate(%s) mismatch (-want +got):\n%s", tt.doc, diff)
+			}
+		})
+	}
+}
+
+// TestFilesAreValidJSONWithDescriptions checks that every property in every
+// schema carries a description, as editors show them on hover.
+func TestFilesAreValidJSONWithDescriptions(t *testing.T) {
+	for _, k := range Kinds {
+		b, err := files.ReadFile(k.FileName())
+		if err != nil {
+			t.Fatal(err)
+		}
+		var doc map[string]any
+		if err := json.Unmarshal(b, &doc); err != nil {
+			t.Fatalf("%s: %v", k.FileName(), err)
+		}
+		if doc["$schema"] != "https://json-schema.org/draft/2020-12/schema" {
+			t.Errorf("%s: $schema = %v, want draft 2020-12", k.FileName(), doc["$schema"])
+		}
+		checkDescriptions(t, k.FileName(), "", doc)
+	}
+}
+
+func checkDescriptions(t *testing.T, file, path string, node map[string]any) {
+	t.Helper()
+	if obj, ok := node["properties"].(map[string]any); ok {
+		if node["additionalProperties"] != false {
+			t.Errorf("%s %s: object without additionalProperties: false", file, path)
+		}
+		for name, p := range obj {
+			pm := p.(map[string]any)
+			_, hasDesc := pm["description"]
+			ref, hasRef := pm["$ref"].(string)
+			if !hasDesc && !(hasRef && refHasDescription(file, ref)) {
+				t.Errorf("%s %s/properties/%s: no description", file, path, name)
+			}
+			checkDescriptions(t, file, path+"/properties/"+name, pm)
+		}
+	}
+	if defs, ok := node["$defs"].(map[string]any); ok {
+		for name, d := range defs {
+			checkDescriptions(t, file, path+"/$defs/"+name, d.(map[string]any))
+		}
+	}
+}
+
+func refHasDescription(file, ref string) bool {
+	b, _ := files.ReadFile(file)
+	var doc map[string]any
+	_ = json.Unmarshal(b, &doc)
+	defs := doc["$defs"].(map[string]any)
+	d, ok := defs[ref[len("#/$defs/"):]].(map[string]any)
+	if !ok {
+		return false
+	}
+	_, has := d["description"]
+	return has
+}
