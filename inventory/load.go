@@ -84,6 +84,11 @@ func Load(fsys fs.FS, lim Limits) (*Result, error) {
 			}
 			continue
 		}
+		var tl *tooLargeError
+		if errors.As(err, &tl) {
+			problems = append(problems, FieldError{File: spec.name, Msg: tl.Error(), Severity: SeverityError})
+			continue
+		}
 		if err != nil {
 			return nil, fmt.Errorf("inventory: read %s: %w", spec.name, err)
 		}
@@ -121,10 +126,21 @@ func readLimited(fsys fs.FS, name string, limit int64) ([]byte, error) {
 		return nil, err
 	}
 	defer f.Close()
-	if st, err := f.Stat(); err == nil && st.IsDir() {
+	st, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if st.IsDir() {
 		return nil, fmt.Errorf("%s is a directory", name)
 	}
-	return io.ReadAll(io.LimitReader(f, limit+1))
+	if st.Size() > limit {
+		return nil, &tooLargeError{size: st.Size(), limit: limit}
+	}
+	b, err := io.ReadAll(io.LimitReader(f, limit+1))
+	if err == nil && int64(len(b)) > limit {
+		return nil, &tooLargeError{size: int64(len(b)), limit: limit}
+	}
+	return b, err
 }
 
 // loadFile runs every per-file check and, when they pass, decodes the file
@@ -137,8 +153,9 @@ func loadFile(v *schema.Validator, spec fileSpec, data []byte, lim Limits, inv *
 	}
 	yerrs, flagged := d.checkYAML11(spec.kind)
 	errs = append(errs, yerrs...)
+	data, d.root, d.data = d.data, nil, nil // the node tree is no longer needed: let it go before the next parse
 
-	js, err := yaml.YAMLToJSONStrict(d.data)
+	js, err := yaml.YAMLToJSONStrict(data)
 	if err != nil {
 		return d, append(errs, syntaxError(spec.name, err)...)
 	}
@@ -284,4 +301,11 @@ func digest(inv *Inventory) string {
 	}
 	sum := sha256.Sum256(b)
 	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
+// tooLargeError is a file over Limits.MaxFileBytes.
+type tooLargeError struct{ size, limit int64 }
+
+func (e *tooLargeError) Error() string {
+	return fmt.Sprintf("file is %d bytes, over the limit of %d bytes; split the inventory or raise --max-file-size", e.size, e.limit)
 }

@@ -144,6 +144,18 @@ func expectAt(kind schema.Kind, pointer string) expected {
 func (d *doc) checkYAML11(kind schema.Kind) ([]FieldError, map[string]bool) {
 	var errs []FieldError
 	flagged := map[string]bool{}
+	// The schema rule depends only on the pointer's shape (indexes as "*"),
+	// so look each shape up once per file.
+	cache := map[string]expected{}
+	expect := func(pointer string) expected {
+		shape := shapeOf(pointer)
+		e, ok := cache[shape]
+		if !ok {
+			e = expectAt(kind, pointer)
+			cache[shape] = e
+		}
+		return e
+	}
 	var walk func(n *yamlv3.Node, pointer string)
 	walk = func(n *yamlv3.Node, pointer string) {
 		switch n.Kind {
@@ -164,7 +176,7 @@ func (d *doc) checkYAML11(kind schema.Kind) ([]FieldError, map[string]bool) {
 		if n.Style&(yamlv3.DoubleQuotedStyle|yamlv3.SingleQuotedStyle|yamlv3.LiteralStyle|yamlv3.FoldedStyle|yamlv3.TaggedStyle) != 0 {
 			return
 		}
-		e := expectAt(kind, pointer)
+		e := expect(pointer)
 		msg := ""
 		switch e.typ {
 		case "string":
@@ -204,4 +216,25 @@ func (d *doc) checkYAML11(kind schema.Kind) ([]FieldError, map[string]bool) {
 // someone pasted by mistake, so messages must not repeat it.
 func sensitivePointer(pointer string) bool {
 	return strings.HasSuffix(pointer, "/credentials") || strings.Contains(pointer, "/sshKeys/")
+}
+
+// shapeOf replaces the array indexes of a pointer with "*".
+func shapeOf(pointer string) string {
+	b := []byte(pointer)
+	out := b[:0]
+	for i := 0; i < len(b); i++ {
+		if b[i] >= '0' && b[i] <= '9' && i > 0 && b[i-1] == '/' {
+			j := i
+			for j < len(b) && b[j] >= '0' && b[j] <= '9' {
+				j++
+			}
+			if j == len(b) || b[j] == '/' {
+				out = append(out, '*')
+				i = j - 1
+				continue
+			}
+		}
+		out = append(out, b[i])
+	}
+	return string(out)
 }

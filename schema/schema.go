@@ -230,9 +230,13 @@ var defDetails = map[string]string{
 	"sshKey":         "is not an OpenSSH public key (ssh-ed25519, ecdsa-sha2-nistp256/384/521 or ssh-rsa, then the base64 key)",
 	"ifname":         "is not a Linux interface name (1 to 15 letters, digits, '.', '_', '-')",
 	"cidr":           "is not a CIDR prefix such as 10.20.0.0/24",
-	"image":          "is not valid",
-	"storagePool":    "is not a valid path",
-	"rootDevice":     "is not a stable disk identifier",
+	"checksum":       "is not a checksum (sha256: and 64 hex digits, or sha512: and 128 hex digits; MD5 and SHA-1 are refused)",
+	"absPath":        "is not an absolute path of plain segments",
+	"diskPath":       "is not a stable disk name (/dev/disk/by-id/... or /dev/disk/by-path/...)",
+	"diskSerial":     "is not a disk serial number",
+	"wwn":            "is not a World Wide Name (0x and 8 to 32 hex digits)",
+	"byPath":         "is not a /dev/disk/by-path name",
+	"systemID":       "is not a Redfish resource Id",
 }
 
 var choiceDetails = map[string]string{
