@@ -42,6 +42,8 @@ func newRoot(e *env) *cobra.Command {
 	root.AddCommand(
 		// one line per verb; each constructor lives in command_<verb>.go
 		newValidateCmd(e),
+		newInventoryCmd(e),
+		newSchemaCmd(e),
 	)
 	return root
 }
