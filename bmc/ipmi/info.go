@@ -126,7 +126,7 @@ func (d *Driver) Info(ctx context.Context) (*bmc.Info, error) {
 			if s.NotPresent || !s.ReadingAvailable || s.ScanningDisabled {
 				continue
 			}
-			h := sensorHealth(s.Status())
+			h := sensorHealth(s)
 			health = worse(health, h)
 			if s.SensorType == types.SensorTypeTemperature && s.HasAnalogReading {
 				info.Temperatures = append(info.Temperatures, bmc.Temperature{Name: s.Name, Celsius: s.Value, Health: h})
@@ -173,13 +173,19 @@ func (d *Driver) Info(ctx context.Context) (*bmc.Info, error) {
 	return info, nil
 }
 
-func sensorHealth(status string) string {
-	switch status {
-	case types.SensorStatusOK:
+// sensorHealth maps a threshold sensor's status (IPMI v2.0 §35.14, Get
+// Sensor Reading byte 3) to the rollup vocabulary; "" for other sensors.
+func sensorHealth(s *types.Sensor) string {
+	if !s.IsThreshold() {
+		return ""
+	}
+	switch s.Threshold.ThresholdStatus {
+	case types.SensorThresholdStatus_OK:
 		return "OK"
-	case types.SensorStatusNonCritical:
+	case types.SensorThresholdStatus_LNC, types.SensorThresholdStatus_UNC:
 		return "Warning"
-	case types.SensorStatusCritical, types.SensorStatusNonRecoverable:
+	case types.SensorThresholdStatus_LCR, types.SensorThresholdStatus_UCR,
+		types.SensorThresholdStatus_LNR, types.SensorThresholdStatus_UNR:
 		return "Critical"
 	}
 	return ""

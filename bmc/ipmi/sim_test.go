@@ -148,6 +148,7 @@ set_working_mc 0x20
   user 2 true "admin" "password" admin 10 md5
   user 3 true "reader" "readerpw" user 10 md5
   user 4 false "disabled" "disabledpw" admin 10 md5
+  user 5 true "solop" "S3cret-SOL-pw" admin 10 md5
 `, s.port, filepath.Join(s.dir, "chassis.sh"), freeUDPPort(t))
 	if err := os.WriteFile(filepath.Join(s.dir, "lan.conf"), []byte(conf), 0o644); err != nil {
 		t.Fatal(err)
@@ -254,6 +255,19 @@ func (s *sim) ipmitool(args ...string) string {
 	full := append([]string{"-I", "lanplus", "-C", "3", "-H", "127.0.0.1", "-p", strconv.Itoa(s.port), "-U", "admin", "-E"}, args...)
 	cmd := exec.Command("ipmitool", full...)
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "IPMI_PASSWORD=password"}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		s.t.Fatalf("ipmitool %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+// ipmitoolEnv is ipmitool with extra environment entries.
+func (s *sim) ipmitoolEnv(env string, args ...string) string {
+	s.t.Helper()
+	full := append([]string{"-I", "lanplus", "-C", "3", "-H", "127.0.0.1", "-p", strconv.Itoa(s.port), "-U", "admin", "-E"}, args...)
+	cmd := exec.Command("ipmitool", full...)
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "IPMI_PASSWORD=password", env}
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		s.t.Fatalf("ipmitool %s: %v\n%s", strings.Join(args, " "), err, out)

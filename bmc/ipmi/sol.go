@@ -68,7 +68,14 @@ func (d *Driver) startSOL(ctx context.Context, suite uint8) (*SOLConsole, error)
 			return nil, errors.New("ipmi: open console: username contains control characters")
 		}
 	}
-	cmd := exec.Command(d.cfg.IPMITool, d.solArgs(suite, "activate")...)
+	// ipmitool writes console output with stdio, fully buffered on a pipe:
+	// stdbuf (coreutils) makes it unbuffered, and execs ipmitool in place so
+	// the PID stays ipmitool's.
+	name, args := d.cfg.IPMITool, d.solArgs(suite, "activate")
+	if sb, err := exec.LookPath("stdbuf"); err == nil {
+		name, args = sb, append([]string{"-o0", "-e0", d.cfg.IPMITool}, args...)
+	}
+	cmd := exec.Command(name, args...)
 	cmd.Env = d.solEnv()
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
