@@ -19,7 +19,6 @@ const (
 
 // Device selectors, data byte 2 bits 5:2 (table 28-14).
 const (
-	selectorNone      uint8 = 0x00
 	selectorPXE       uint8 = 0x04
 	selectorDisk      uint8 = 0x08
 	selectorCD        uint8 = 0x14

@@ -3,7 +3,6 @@ package ipmi
 import (
 	"context"
 	"errors"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -101,5 +100,4 @@ func TestSOLRoundTripOverWebSocket(t *testing.T) {
 	if e := <-events; e.Action != "console.close" {
 		t.Errorf("close event = %+v", e)
 	}
-	_ = io.EOF
 }

@@ -139,24 +139,6 @@ func isAuthError(err error) bool {
 	return false
 }
 
-// isCipherMismatch reports that the BMC refused the proposed cipher suite:
-// an RMCP+ status naming the algorithms, or (ipmi_sim, go-ipmi v0.9.1) a
-// short error reply to Open Session that go-ipmi cannot unpack.
-func isCipherMismatch(err error) bool {
-	var rs *types.RmcpStatusError
-	if errors.As(err, &rs) {
-		switch rs.StatusCode() {
-		case types.RmcpStatusCodeInvalidAuthAlg, types.RmcpStatusCodeInvalidIntegrityAlg,
-			types.RmcpStatusCodeNoMatchingAuthPayload, types.RmcpStatusCodeNoMatchingIntegrityPayload,
-			types.RmcpStatusCodeInvalidConfidentAlg, types.RmcpStatusCodeNoCipherSuiteMatch,
-			types.RmcpStatusCodeIllegalParameter, types.RmcpStatusCodeInvalidPayloadType:
-			return true
-		}
-	}
-	s := err.Error()
-	return strings.Contains(s, "Open Session failed") || strings.Contains(s, "not valid cipher suite")
-}
-
 // isTimeout reports that no answer arrived: a UDP read deadline, or
 // go-ipmi's "no datagram matched" after all retransmissions.
 func isTimeout(err error) bool {

@@ -1,7 +1,6 @@
 package ipmi
 
 import (
-	"bytes"
 	"context"
 	"crypto/hmac"
 	"crypto/sha1"
@@ -21,8 +20,6 @@ import (
 
 	"github.com/bougou/go-ipmi/pkg/crypto"
 	"github.com/bougou/go-ipmi/pkg/types"
-
-	"github.com/machina-metal/machina/bmc"
 )
 
 // requireTools skips (or fails in CI) when ipmi_sim or ipmitool is missing.
@@ -262,19 +259,6 @@ func (s *sim) ipmitool(args ...string) string {
 	return string(out)
 }
 
-// ipmitoolEnv is ipmitool with extra environment entries.
-func (s *sim) ipmitoolEnv(env string, args ...string) string {
-	s.t.Helper()
-	full := append([]string{"-I", "lanplus", "-C", "3", "-H", "127.0.0.1", "-p", strconv.Itoa(s.port), "-U", "admin", "-E"}, args...)
-	cmd := exec.Command("ipmitool", full...)
-	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "IPMI_PASSWORD=password", env}
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		s.t.Fatalf("ipmitool %s: %v\n%s", strings.Join(args, " "), err, out)
-	}
-	return string(out)
-}
-
 // newDriver returns a driver for addr with short test timeouts.
 func newDriver(t *testing.T, addr, user, pass string, mod func(*Config)) *Driver {
 	t.Helper()
@@ -491,16 +475,3 @@ func (p *proxy) sent(netFn, cmd uint8) [][]byte {
 	}
 	return out
 }
-
-func hexBytes(b []byte) string {
-	var buf bytes.Buffer
-	for i, x := range b {
-		if i > 0 {
-			buf.WriteByte(' ')
-		}
-		fmt.Fprintf(&buf, "%02X", x)
-	}
-	return buf.String()
-}
-
-var _ = bmc.PowerOn
