@@ -3,6 +3,8 @@ package ipmi
 import (
 	"context"
 	"errors"
+	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -100,4 +102,70 @@ func TestSOLRoundTripOverWebSocket(t *testing.T) {
 	if e := <-events; e.Action != "console.close" {
 		t.Errorf("close event = %+v", e)
 	}
+}
+
+// TestSOLRoundTripThroughIPMISim is the end-to-end console: bytes typed on
+// the WebSocket go through the console handler, ipmitool's SOL session
+// (password via IPMI_PASSWORD), ipmi_sim's SOL, and the simulated host's
+// serial port (a TCP listener here that echoes like a getty), and come back.
+func TestSOLRoundTripThroughIPMISim(t *testing.T) {
+	t.Parallel()
+	requireTools(t)
+	serial, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer serial.Close()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		c, err := serial.Accept()
+		if err != nil {
+			return
+		}
+		accepted <- c
+		_, _ = io.Copy(c, c) // echo, like a terminal with echo on
+	}()
+	s := startSimSerial(t, serial.Addr().String())
+	// ipmi_sim connects at start (and retries about every 10 s).
+	var host net.Conn
+	select {
+	case host = <-accepted:
+		defer host.Close()
+	case <-time.After(30 * time.Second):
+		t.Fatal("ipmi_sim did not connect to the serial port within 30s")
+	}
+
+	d := newDriver(t, s.addr(), "admin", "password", nil)
+	h, err := console.New(console.Config{
+		Opener:       console.DriverOpener(func(ctx context.Context, name string) (bmc.Driver, error) { return d, nil }),
+		Authenticate: func(r *http.Request) (string, error) { return "ops", nil },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle(console.Pattern, h)
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	c, _, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(srv.URL, "http")+"/api/v1/servers/node-9/console", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.CloseNow()
+	const typed = "echo machina\r"
+	if err := c.Write(ctx, websocket.MessageBinary, []byte(typed)); err != nil {
+		t.Fatal(err)
+	}
+	var got []byte
+	for !strings.Contains(string(got), typed) {
+		_, b, err := c.Read(ctx)
+		if err != nil {
+			t.Fatalf("read after %q: %v", got, err)
+		}
+		got = append(got, b...)
+	}
+	t.Logf("console output: %q", got)
+	c.Close(websocket.StatusNormalClosure, "")
 }

@@ -310,3 +310,45 @@ func TestBootOverrideDefaultSuite(t *testing.T) {
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }
+
+// TestCipherSuiteFallbackAndCache: a BMC that ignores suite 17 costs about
+// one short handshake timeout before suite 3 is used; the suite is cached,
+// so the next session (after Close) proposes suite 3 only.
+func TestCipherSuiteFallbackAndCache(t *testing.T) {
+	s := startSim(t)
+	ctx := testCtx(t)
+	p := startProxy(t, s.port, "admin", "password")
+	p.set(func(p *proxy) { p.silenceSHA256 = true })
+	d := newDriver(t, "127.0.0.1:"+itoa(p.port()), "admin", "password", nil) // HandshakeTimeout 300ms, 1 retry
+	start := time.Now()
+	if _, err := d.PowerState(ctx); err != nil {
+		t.Fatalf("PowerState = %v", err)
+	}
+	took := time.Since(start)
+	t.Logf("first session with suite 17 silenced took %v", took)
+	if took > 2*time.Second {
+		t.Errorf("fallback to suite 3 took %v, want about 2 handshake timeouts (600ms)", took)
+	}
+	if d.CipherSuite() != CipherSuite3 {
+		t.Errorf("CipherSuite() = %d, want 3", d.CipherSuite())
+	}
+	p.mu.Lock()
+	first := append([]uint8(nil), p.openSessionAlgs...)
+	p.openSessionAlgs = nil
+	p.mu.Unlock()
+	if len(first) < 2 || first[0] != 0x03 || first[len(first)-1] != 0x01 {
+		t.Errorf("first session proposed auth algorithms %v, want SHA256 (17) first, then SHA1 (3)", first)
+	}
+	if err := d.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.PowerState(ctx); err != nil {
+		t.Fatal(err)
+	}
+	p.mu.Lock()
+	second := append([]uint8(nil), p.openSessionAlgs...)
+	p.mu.Unlock()
+	if diff := cmp.Diff([]uint8{0x01}, second); diff != "" {
+		t.Errorf("second session auth algorithms (-want +got):\n%s", diff)
+	}
+}

@@ -114,8 +114,20 @@ type sim struct {
 // directory and starts ipmi_sim on a free UDP port.
 func startSim(t *testing.T) *sim {
 	t.Helper()
+	return startSimSerial(t, "")
+}
+
+// startSimSerial is startSim with the SOL serial port of the simulated host
+// at serialAddr ("host:port" of a TCP listener the test owns; ipmi_sim
+// connects to it at start and retries about every 10 s). "" points it at an
+// unused port.
+func startSimSerial(t *testing.T, serialAddr string) *sim {
+	t.Helper()
 	requireTools(t)
 	s := &sim{t: t, dir: t.TempDir(), port: freeUDPPort(t)}
+	if serialAddr == "" {
+		serialAddr = "127.0.0.1:" + strconv.Itoa(freeUDPPort(t))
+	}
 	if err := os.MkdirAll(filepath.Join(s.dir, "state"), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -141,12 +153,12 @@ set_working_mc 0x20
     guid a123456789abcdefa123456789abcdef
   endlan
   chassis_control "%s"
-  sol "tcp:127.0.0.1:%d" 115200
+  sol "tcp:%s" 115200
   user 2 true "admin" "password" admin 10 md5
   user 3 true "reader" "readerpw" user 10 md5
   user 4 false "disabled" "disabledpw" admin 10 md5
   user 5 true "solop" "S3cret-SOL-pw" admin 10 md5
-`, s.port, filepath.Join(s.dir, "chassis.sh"), freeUDPPort(t))
+`, s.port, filepath.Join(s.dir, "chassis.sh"), serialAddr)
 	if err := os.WriteFile(filepath.Join(s.dir, "lan.conf"), []byte(conf), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -306,6 +318,14 @@ type proxy struct {
 	requests      []ipmiMsg
 	client        *net.UDPAddr
 
+	// openSessionAlgs records the authentication algorithm of every RMCP+
+	// Open Session Request (01h = RAKP-HMAC-SHA1, suite 3; 03h =
+	// RAKP-HMAC-SHA256, suite 17).
+	openSessionAlgs []uint8
+	// silenceSHA256 drops Open Session Requests proposing RAKP-HMAC-SHA256,
+	// like a BMC that ignores cipher suite 17.
+	silenceSHA256 bool
+
 	rc, rm []byte // console and BMC random numbers of the current RAKP exchange
 	role   uint8
 	k1, k2 []byte
@@ -392,6 +412,12 @@ func (p *proxy) onPacket(pkt []byte, toBMC bool) []byte {
 	}
 	payload := pkt[16 : 16+n]
 	switch {
+	case ptype == 0x10 && toBMC && n >= 32: // RMCP+ Open Session Request (table 13-9)
+		p.openSessionAlgs = append(p.openSessionAlgs, payload[12])
+		if p.silenceSHA256 && payload[12] == 0x03 {
+			return nil
+		}
+		return pkt
 	case ptype == 0x12 && toBMC && n >= 28: // RAKP Message 1
 		p.rc = append([]byte(nil), payload[8:24]...)
 		p.role = payload[24]
