@@ -157,6 +157,9 @@ func splitAddress(addr string) (string, int, error) {
 	if host == "" {
 		return "", 0, fmt.Errorf("ipmi: address %q has no host", addr)
 	}
+	if host[0] == '-' {
+		return "", 0, fmt.Errorf("ipmi: address %q: host starts with '-'", addr)
+	}
 	for _, r := range host {
 		if !(r == '.' || r == '-' || r == ':' || r == '_' || r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r == '%') {
 			return "", 0, fmt.Errorf("ipmi: address %q: invalid character %q in host", addr, r)

@@ -16,8 +16,10 @@ import (
 )
 
 // CompletionError is a non-zero IPMI completion code (IPMI v2.0 §5.2,
-// table 5-2) returned for a command. It unwraps to the bmc sentinel it is
-// classified as (see [ClassifyCompletionCode]), or to nothing.
+// table 5-2) returned for a command. It unwraps to a *bmc.BMCError (Code
+// "0xD5", Message the code's meaning) whose Kind is the sentinel the code is
+// classified as (see [ClassifyCompletionCode]), so both
+// errors.As(err, new(*bmc.BMCError)) and errors.Is(err, bmc.ErrRefused) work.
 type CompletionError struct {
 	// Op names the operation, e.g. "chassis control cycle".
 	Op string
@@ -29,8 +31,11 @@ func (e *CompletionError) Error() string {
 	return fmt.Sprintf("ipmi: %s: completion code 0x%02X (%s)", e.Op, e.Code, ccText(e.Code))
 }
 
-// Unwrap returns the classified sentinel, so errors.Is(err, bmc.ErrRefused) works.
-func (e *CompletionError) Unwrap() error { return ClassifyCompletionCode(e.Code) }
+// Unwrap returns the code as a *bmc.BMCError, which unwraps to the
+// classified sentinel (nil Kind when the code is not classified).
+func (e *CompletionError) Unwrap() error {
+	return &bmc.BMCError{Op: e.Op, Code: fmt.Sprintf("0x%02X", e.Code), Message: ccText(e.Code), Kind: ClassifyCompletionCode(e.Code)}
+}
 
 // ClassifyCompletionCode maps an IPMI completion code to a bmc sentinel:
 //

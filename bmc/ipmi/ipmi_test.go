@@ -145,6 +145,15 @@ func TestCompletionCodeClassification(t *testing.T) {
 	if !errors.As(err, &ce) || ce.Code != 0xC0 || !errors.Is(err, bmc.ErrTransient) || !bmc.IsTransient(err) {
 		t.Fatalf("Power(on) answered 0xC0 = %v, want *CompletionError 0xC0 wrapping ErrTransient", err)
 	}
+	var be *bmc.BMCError
+	if !errors.As(err, &be) || be.Code != "0xC0" || be.Kind != bmc.ErrTransient || be.Message != "node busy" {
+		t.Errorf("errors.As(*bmc.BMCError) = %+v, want Code 0xC0, Kind ErrTransient", be)
+	}
+	p.set(func(p *proxy) { p.reject = map[uint8]uint8{0x01: 0xFF} })
+	err = d.Power(ctx, bmc.PowerActionOn)
+	if !errors.As(err, &ce) || ce.Code != 0xFF || bmc.IsTransient(err) || errors.Is(err, bmc.ErrRefused) || errors.Is(err, bmc.ErrUnsupported) || errors.Is(err, bmc.ErrAuth) {
+		t.Errorf("Power(on) answered 0xFF = %v, want an unclassified *CompletionError", err)
+	}
 	p.set(func(p *proxy) { p.reject = map[uint8]uint8{0x01: 0xD5} })
 	if err := d.Power(ctx, bmc.PowerActionOn); !errors.Is(err, bmc.ErrRefused) {
 		t.Fatalf("Power(on) answered 0xD5 = %v, want ErrRefused", err)
@@ -350,5 +359,28 @@ func TestCipherSuiteFallbackAndCache(t *testing.T) {
 	p.mu.Unlock()
 	if diff := cmp.Diff([]uint8{0x01}, second); diff != "" {
 		t.Errorf("second session auth algorithms (-want +got):\n%s", diff)
+	}
+}
+
+// TestSoftOffFallsBackToHardOff: the OS ignores the ACPI power button (the
+// chassis_control program ignores "set shutdown"); after SoftOffTimeout the
+// driver powers off hard.
+func TestSoftOffFallsBackToHardOff(t *testing.T) {
+	s := startSim(t)
+	ctx := testCtx(t)
+	s.ipmitool("chassis", "power", "on")
+	if err := os.WriteFile(filepath.Join(s.dir, "ignore-shutdown"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	d := newDriver(t, s.addr(), "admin", "password", func(c *Config) { c.SoftOffTimeout = 300 * time.Millisecond })
+	s.resetCalls()
+	if err := d.Power(ctx, bmc.PowerActionSoftOff); err != nil {
+		t.Fatalf("Power(soft-off) = %v", err)
+	}
+	if diff := cmp.Diff([]string{"set shutdown 1", "set power 0"}, s.setCalls()); diff != "" {
+		t.Errorf("chassis_control set calls (-want +got):\n%s", diff)
+	}
+	if out := s.ipmitool("chassis", "power", "status"); !strings.Contains(out, "Chassis Power is off") {
+		t.Errorf("ipmitool: %q", out)
 	}
 }

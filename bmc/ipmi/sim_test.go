@@ -70,7 +70,8 @@ func freeUDPPort(t *testing.T) int {
 // "<prog> get power|boot" and "<prog> set power 1|0 / reset 1 / boot X /
 // shutdown 1". State lives in files next to it; every call is logged to
 // calls.log. A file "stuck" makes "set power" a no-op that still succeeds,
-// like a BMC that acknowledges and does nothing.
+// like a BMC that acknowledges and does nothing; "ignore-shutdown" makes the
+// soft shutdown a no-op, like an OS ignoring the ACPI power button.
 const chassisScript = `#!/bin/sh
 D=$(dirname "$0")
 echo "$*" >> "$D/calls.log"
@@ -91,7 +92,7 @@ set)
       power) [ -e "$D/stuck" ] || echo "$v" > "$D/power" ;;
       reset) ;;
       boot) echo "$v" > "$D/boot" ;;
-      shutdown) [ -e "$D/stuck" ] || echo 0 > "$D/power" ;;
+      shutdown) [ -e "$D/stuck" ] || [ -e "$D/ignore-shutdown" ] || echo 0 > "$D/power" ;;
       identify) shift ;;
       *) echo "Invalid parameter: $p"; exit 1 ;;
     esac

@@ -47,6 +47,31 @@ func TestEscapeFilter(t *testing.T) {
 	}
 }
 
+// FuzzEscapeFilter: the result does not depend on how input is split into
+// reads (one chunk or byte by byte).
+func FuzzEscapeFilter(f *testing.F) {
+	f.Add([]byte("ls\r~.x"))
+	f.Add([]byte("~~\n~a"))
+	f.Fuzz(func(t *testing.T, in []byte) {
+		whole := &escapeFilter{atLineStart: true}
+		out1, leave1 := whole.filter(in)
+		bytewise := &escapeFilter{atLineStart: true}
+		var out2 []byte
+		leave2 := false
+		for _, c := range in {
+			o, l := bytewise.filter([]byte{c})
+			out2 = append(out2, o...)
+			if l {
+				leave2 = true
+				break
+			}
+		}
+		if string(out1) != string(out2) || leave1 != leave2 {
+			t.Errorf("filter(%q): whole = %q,%v; byte-wise = %q,%v", in, out1, leave1, out2, leave2)
+		}
+	})
+}
+
 // echo is a stand-in console stream.
 type echo struct {
 	pr *io.PipeReader
