@@ -223,20 +223,22 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // attach returns the server's session, opening the console if none is
-// active, and the role the new client gets.
+// active, and the role the new client gets. The console is opened without
+// holding the handler's lock, so a slow BMC delays only its own clients;
+// clients arriving meanwhile wait for that open and share its result.
 func (h *Handler) attach(ctx context.Context, name string) (*session, string, error) {
 	h.mu.Lock()
-	defer h.mu.Unlock()
 	s := h.sessions[name]
-	if s == nil {
-		// The stream outlives this request: it is closed when the last client goes.
-		stream, err := h.cfg.Opener.OpenConsole(context.WithoutCancel(ctx), name)
-		if err != nil {
-			return nil, "", err
-		}
-		s = &session{name: name, stream: stream, clients: map[*client]bool{}, ended: make(chan struct{})}
+	if s != nil && s.isEnded() {
+		// The console stream ended (the BMC dropped SOL); its clients are
+		// leaving. A new client gets a fresh session.
+		delete(h.sessions, name)
+		s = nil
+	}
+	opener := s == nil
+	if opener {
+		s = &session{name: name, clients: map[*client]bool{}, ready: make(chan struct{}), ended: make(chan struct{})}
 		h.sessions[name] = s
-		go s.pump(h.log)
 	}
 	s.refs++
 	role := RoleReader
@@ -244,10 +246,37 @@ func (h *Handler) attach(ctx context.Context, name string) (*session, string, er
 		s.hasWriter = true
 		role = RoleWriter
 	}
+	h.mu.Unlock()
+
+	if opener {
+		// The stream outlives this request: it is closed when the last client goes.
+		stream, err := h.cfg.Opener.OpenConsole(context.WithoutCancel(ctx), name)
+		h.mu.Lock()
+		s.stream, s.openErr = stream, err
+		if err != nil && h.sessions[name] == s {
+			delete(h.sessions, name)
+		}
+		h.mu.Unlock()
+		close(s.ready)
+		if err == nil {
+			go s.pump(h.log)
+		}
+	}
+	select {
+	case <-s.ready:
+	case <-ctx.Done():
+		h.detach(s, nil, role)
+		return nil, "", ctx.Err()
+	}
+	if s.openErr != nil {
+		h.detach(s, nil, role)
+		return nil, "", s.openErr
+	}
 	return s, role, nil
 }
 
-// detach removes c; the last client closes the console stream.
+// detach removes c (nil when the client never got a WebSocket); the last
+// client closes the console stream.
 func (h *Handler) detach(s *session, c *client, role string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -258,8 +287,13 @@ func (h *Handler) detach(s *session, c *client, role string) {
 		s.hasWriter = false
 	}
 	s.refs--
-	if s.refs == 0 {
+	if s.refs > 0 {
+		return
+	}
+	if h.sessions[s.name] == s {
 		delete(h.sessions, s.name)
+	}
+	if s.stream != nil {
 		if err := s.stream.Close(); err != nil {
 			h.log.Warn("console stream close", "server", s.name, "err", err)
 		}
@@ -341,9 +375,13 @@ func (h *Handler) serve(ctx context.Context, s *session, c *client) string {
 
 // session is one open console shared by its clients.
 type session struct {
-	name   string
-	stream io.ReadWriteCloser
-	ended  chan struct{} // closed when the stream's Read fails
+	name string
+	// ready is closed once the open finished; stream and openErr are set
+	// before and read only after.
+	ready   chan struct{}
+	stream  io.ReadWriteCloser
+	openErr error
+	ended   chan struct{} // closed when the stream's Read fails
 
 	// guarded by Handler.mu
 	refs      int
@@ -351,6 +389,15 @@ type session struct {
 
 	cmu     sync.Mutex
 	clients map[*client]bool
+}
+
+func (s *session) isEnded() bool {
+	select {
+	case <-s.ended:
+		return true
+	default:
+		return false
+	}
 }
 
 func (s *session) add(c *client) {

@@ -266,3 +266,90 @@ func TestHTTPErrors(t *testing.T) {
 		t.Errorf("New without Opener succeeded")
 	}
 }
+
+// TestConsoleEndedAndReopen: when the console stream ends (the BMC dropped
+// SOL), clients are closed with 1001 and the next client gets a fresh stream.
+func TestConsoleEndedAndReopen(t *testing.T) {
+	f := newFixture(t, time.Minute)
+	c, _ := f.dial(t, "node-3")
+	f.audit.next(t)
+	f.mu.Lock()
+	first := f.streams[0]
+	f.mu.Unlock()
+	first.Close() // the console side goes away
+	_, _, err := c.Read(t.Context())
+	if got := websocket.CloseStatus(err); got != websocket.StatusGoingAway {
+		t.Errorf("close status = %v (%v), want going away", got, err)
+	}
+	if e := f.audit.next(t); e.Reason != "console ended" {
+		t.Errorf("close event = %+v, want reason console ended", e)
+	}
+	c2, role := f.dial(t, "node-3")
+	if role != RoleWriter {
+		t.Errorf("role after reopen = %q", role)
+	}
+	f.audit.next(t)
+	if err := c2.Write(t.Context(), websocket.MessageBinary, []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	if got := readN(t, c2, 1); got != "x" {
+		t.Errorf("echo after reopen = %q", got)
+	}
+	f.mu.Lock()
+	n := len(f.streams)
+	f.mu.Unlock()
+	if n != 2 {
+		t.Errorf("%d streams opened, want 2", n)
+	}
+}
+
+// TestSlowOpenDoesNotBlockOtherServers: while one BMC takes its time to open
+// SOL, another server's console attaches; an open error answers 502.
+func TestSlowOpenDoesNotBlockOtherServers(t *testing.T) {
+	release := make(chan struct{})
+	opening := make(chan struct{}, 2)
+	h, err := New(Config{
+		Opener: OpenerFunc(func(ctx context.Context, server string) (io.ReadWriteCloser, error) {
+			if server == "slow" {
+				opening <- struct{}{}
+				<-release
+				return nil, errors.New("sol activation failed")
+			}
+			return newEchoStream(), nil
+		}),
+		Authenticate: func(r *http.Request) (string, error) { return "alice", nil },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle(Pattern, h)
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	slowDone := make(chan int, 2)
+	for range 2 {
+		go func() {
+			resp, err := http.Get(srv.URL + "/api/v1/servers/slow/console")
+			if err != nil {
+				slowDone <- 0
+				return
+			}
+			resp.Body.Close()
+			slowDone <- resp.StatusCode
+		}()
+	}
+	<-opening // the slow BMC's open is in progress
+	url := "ws" + strings.TrimPrefix(srv.URL, "http") + "/api/v1/servers/fast/console"
+	c, _, err := websocket.Dial(t.Context(), url, nil)
+	if err != nil {
+		t.Fatalf("dial fast while slow is opening: %v", err)
+	}
+	c.Close(websocket.StatusNormalClosure, "")
+	close(release)
+	for range 2 {
+		if code := <-slowDone; code != http.StatusBadGateway {
+			t.Errorf("slow open failure answered %d, want 502", code)
+		}
+	}
+
+}
