@@ -277,7 +277,9 @@ func newDriver(t *testing.T, addr, user, pass string, mod func(*Config)) *Driver
 	t.Helper()
 	cfg := Config{
 		Address: addr, Username: user, Password: pass,
-		HandshakeTimeout: 300 * time.Millisecond, Timeout: 300 * time.Millisecond, Retries: 1,
+		// 1s like the defaults: the machine is shared and ipmi_sim runs the
+		// chassis_control program synchronously.
+		HandshakeTimeout: time.Second, Timeout: time.Second, Retries: 1,
 		PowerTimeout: 5 * time.Second, SoftOffTimeout: 2 * time.Second, PollInterval: 50 * time.Millisecond,
 		Logger: slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug})),
 	}
