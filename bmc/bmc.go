@@ -11,6 +11,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"time"
 )
 
@@ -123,6 +124,18 @@ type Driver interface {
 	Close(ctx context.Context) error
 }
 
+// Console is an optional capability of a Driver whose BMC offers a serial
+// console (IPMI Serial-over-LAN, IPMI v2.0 §15). Callers type-assert a
+// Driver to Console; a Driver without it has no console, and callers answer
+// ErrUnsupported ("not supported by this BMC").
+type Console interface {
+	// OpenConsole attaches to the system's serial console. Reads return the
+	// system's serial output, writes are typed on its serial input, Close
+	// detaches and releases the BMC's console session (it MUST be called,
+	// and MAY be called more than once). Errors wrap the sentinels above.
+	OpenConsole(ctx context.Context) (io.ReadWriteCloser, error)
+}
+
 // Info is the read model of one BMC and its system.
 type Info struct {
 	Manufacturer string `json:"manufacturer,omitempty"`
@@ -143,7 +156,8 @@ type Info struct {
 	Firmware   []FirmwareEntry `json:"firmware,omitempty"`
 	Logs       []LogEntry      `json:"logs,omitempty"`
 	// Missing names the sections the BMC did not report: "identity",
-	// "health", "temperatures", "power", "firmware", "logs", "nics".
+	// "health", "temperatures", "power", "firmware", "logs", "nics",
+	// "uuid", "biosVersion".
 	Missing []string `json:"missing,omitempty"`
 }
 

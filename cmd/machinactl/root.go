@@ -44,6 +44,7 @@ func newRoot(e *env) *cobra.Command {
 		newValidateCmd(e),
 		newInventoryCmd(e),
 		newSchemaCmd(e),
+		newConsoleCmd(e),
 	)
 	return root
 }

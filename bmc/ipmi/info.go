@@ -1,0 +1,221 @@
+package ipmi
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/bougou/go-ipmi/pkg/client"
+	"github.com/bougou/go-ipmi/pkg/types"
+
+	"github.com/machina-metal/machina/bmc"
+)
+
+// Info returns what IPMI reports:
+//
+//   - BMCFirmware and Firmware["BMC"] from Get Device ID (App 01h): major.minor
+//     firmware revision;
+//   - Manufacturer, Model, Serial from FRU device 0 (product area, else board
+//     area; IPMI Platform Management FRU Information Storage Definition v1.0);
+//   - UUID from Get System GUID (App 37h) when answered;
+//   - Power from Get Chassis Status;
+//   - Temperatures (sensor type 01h) and PowerWatts (the first sensor whose
+//     unit is watts) from the SDR repository and Get Sensor Reading;
+//     Health is the worst threshold status of all readable sensors;
+//   - Logs from the SEL.
+//
+// "biosVersion" and "nics" are always listed in Missing (IPMI has neither);
+// any other section the BMC does not answer is listed there too. Only a
+// failure to reach the BMC at all (power state) is an error.
+func (d *Driver) Info(ctx context.Context) (*bmc.Info, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	info := &bmc.Info{}
+	missing := []string{}
+	miss := func(section string, err error) {
+		d.log.Debug("ipmi info section missing", "section", section, "err", err)
+		missing = append(missing, section)
+	}
+
+	p, err := d.powerState(ctx)
+	if err != nil {
+		return nil, err
+	}
+	info.Power = p
+
+	var dev *struct{ major, minor uint8 }
+	err = d.call(ctx, "get device id", func(c *client.Client) error {
+		r, err := c.GetDeviceID(ctx)
+		if err != nil {
+			return err
+		}
+		dev = &struct{ major, minor uint8 }{r.MajorFirmwareRevision, r.MinorFirmwareRevision}
+		return nil
+	})
+	if err != nil {
+		miss("firmware", err)
+	} else {
+		// Minor revision is BCD (IPMI v2.0 table 20-2).
+		info.BMCFirmware = fmt.Sprintf("%d.%02x", dev.major, dev.minor)
+		info.Firmware = []bmc.FirmwareEntry{{Name: "BMC", Version: info.BMCFirmware}}
+	}
+
+	var fru *types.FRU
+	err = d.call(ctx, "get fru 0", func(c *client.Client) error {
+		f, err := c.GetFRU(ctx, 0, "")
+		fru = f
+		return err
+	})
+	switch {
+	case err != nil:
+		miss("identity", err)
+	case fru == nil || !fru.Present():
+		miss("identity", errors.New("fru 0 not present"))
+	default:
+		if pa := fru.ProductInfoArea; pa != nil {
+			info.Manufacturer = clean(pa.Manufacturer)
+			info.Model = clean(pa.Name)
+			info.Serial = clean(pa.SerialNumber)
+		}
+		if ba := fru.BoardInfoArea; ba != nil {
+			if info.Manufacturer == "" {
+				info.Manufacturer = clean(ba.Manufacturer)
+			}
+			if info.Model == "" {
+				info.Model = clean(ba.ProductName)
+			}
+			if info.Serial == "" {
+				info.Serial = clean(ba.SerialNumber)
+			}
+		}
+		if info.Manufacturer == "" && info.Model == "" && info.Serial == "" {
+			miss("identity", errors.New("fru 0 has no board or product area"))
+		}
+	}
+
+	err = d.call(ctx, "get system guid", func(c *client.Client) error {
+		r, err := c.GetSystemGUID(ctx)
+		if err != nil {
+			return err
+		}
+		u, err := types.ParseGUID(r.GUID[:], types.GUIDModeSMBIOS)
+		if err != nil {
+			return err
+		}
+		info.UUID = u.String()
+		return nil
+	})
+	if err != nil {
+		miss("uuid", err)
+	}
+
+	var sensors []*types.Sensor
+	err = d.call(ctx, "get sensors", func(c *client.Client) error {
+		s, err := c.GetSensors(ctx)
+		sensors = s
+		return err
+	})
+	if err != nil {
+		miss("temperatures", err)
+		miss("power", err)
+		miss("health", err)
+	} else {
+		health := ""
+		for _, s := range sensors {
+			if s.NotPresent || !s.ReadingAvailable || s.ScanningDisabled {
+				continue
+			}
+			h := sensorHealth(s)
+			health = worse(health, h)
+			if s.SensorType == types.SensorTypeTemperature && s.HasAnalogReading {
+				info.Temperatures = append(info.Temperatures, bmc.Temperature{Name: s.Name, Celsius: s.Value, Health: h})
+			}
+			if s.SensorUnit.BaseUnit == types.SensorUnitType_Watts && info.PowerWatts == nil && s.HasAnalogReading {
+				w := s.Value
+				info.PowerWatts = &w
+			}
+		}
+		info.Health = health
+		if len(info.Temperatures) == 0 {
+			miss("temperatures", errors.New("no temperature sensor"))
+		}
+		if info.PowerWatts == nil {
+			miss("power", errors.New("no watts sensor"))
+		}
+		if health == "" {
+			miss("health", errors.New("no readable sensor"))
+		}
+	}
+
+	var sels []*types.SEL
+	err = d.call(ctx, "get sel entries", func(c *client.Client) error {
+		s, err := c.GetSELEntries(ctx, 0)
+		sels = s
+		return err
+	})
+	if err != nil {
+		miss("logs", err)
+	} else {
+		for _, e := range sels {
+			if e == nil || e.Standard == nil {
+				continue
+			}
+			info.Logs = append(info.Logs, bmc.LogEntry{
+				Created:  e.Standard.Timestamp,
+				Severity: string(e.Standard.EventSeverity()),
+				Message:  fmt.Sprintf("%s #%d: %s", e.Standard.SensorType, e.Standard.SensorNumber, e.Standard.EventString()),
+			})
+		}
+	}
+	missing = append(missing, "biosVersion", "nics")
+	info.Missing = dedupe(missing)
+	return info, nil
+}
+
+// sensorHealth maps a threshold sensor's status (IPMI v2.0 §35.14, Get
+// Sensor Reading byte 3) to the rollup vocabulary; "" for other sensors.
+func sensorHealth(s *types.Sensor) string {
+	if !s.IsThreshold() {
+		return ""
+	}
+	switch s.Threshold.ThresholdStatus {
+	case types.SensorThresholdStatus_OK:
+		return "OK"
+	case types.SensorThresholdStatus_LNC, types.SensorThresholdStatus_UNC:
+		return "Warning"
+	case types.SensorThresholdStatus_LCR, types.SensorThresholdStatus_UCR,
+		types.SensorThresholdStatus_LNR, types.SensorThresholdStatus_UNR:
+		return "Critical"
+	}
+	return ""
+}
+
+func worse(a, b string) string {
+	rank := map[string]int{"": 0, "OK": 1, "Warning": 2, "Critical": 3}
+	if rank[b] > rank[a] {
+		return b
+	}
+	return a
+}
+
+func clean(b []byte) string {
+	return strings.TrimSpace(strings.Map(func(r rune) rune {
+		if r < 0x20 || r == 0x7f {
+			return -1
+		}
+		return r
+	}, string(b)))
+}
+
+func dedupe(s []string) []string {
+	seen := map[string]bool{}
+	out := s[:0]
+	for _, x := range s {
+		if !seen[x] {
+			seen[x] = true
+			out = append(out, x)
+		}
+	}
+	return out
+}

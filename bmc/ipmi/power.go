@@ -1,0 +1,184 @@
+package ipmi
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/bougou/go-ipmi/pkg/types"
+
+	"github.com/machina-metal/machina/bmc"
+)
+
+// Chassis Control data byte 1 values (IPMI v2.0 §28.3, table 28-4).
+const (
+	ctlPowerDown  uint8 = 0x00
+	ctlPowerUp    uint8 = 0x01
+	ctlPowerCycle uint8 = 0x02
+	ctlHardReset  uint8 = 0x03
+	ctlSoftOff    uint8 = 0x05
+)
+
+var ctlNames = map[uint8]string{
+	ctlPowerDown: "power down", ctlPowerUp: "power up", ctlPowerCycle: "power cycle",
+	ctlHardReset: "hard reset", ctlSoftOff: "soft shutdown",
+}
+
+// PowerState reads Get Chassis Status (NetFn 00h, Cmd 01h) byte 1 bit 0.
+func (d *Driver) PowerState(ctx context.Context) (bmc.PowerState, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.powerState(ctx)
+}
+
+func (d *Driver) powerState(ctx context.Context) (bmc.PowerState, error) {
+	res, err := d.raw(ctx, "get chassis status", types.NetFnChassisRequest, 0x01, nil)
+	if err != nil {
+		return bmc.PowerUnknown, err
+	}
+	if len(res) < 1 {
+		return bmc.PowerUnknown, fmt.Errorf("ipmi: get chassis status: %d data bytes, want at least 1", len(res))
+	}
+	if res[0]&0x01 != 0 {
+		return bmc.PowerOn, nil
+	}
+	return bmc.PowerOff, nil
+}
+
+// chassisControl sends Chassis Control (NetFn 00h, Cmd 02h) with value ctl.
+func (d *Driver) chassisControl(ctx context.Context, ctl uint8) error {
+	d.log.Info("ipmi chassis control", "action", ctlNames[ctl])
+	_, err := d.raw(ctx, "chassis control "+ctlNames[ctl], types.NetFnChassisRequest, 0x02, []byte{ctl})
+	return err
+}
+
+// Power performs a idempotently and verifies it by reading chassis status:
+//
+//   - on/off/soft-off in the wanted state already send nothing;
+//   - reset and cycle of a powered-off chassis send power up;
+//   - cycle rejected with 0xD5, 0xCC, 0xC1, 0xC9 or 0xD6 falls back to hard
+//     reset, and if that is rejected too, to power down + power up;
+//   - soft-off waits SoftOffTimeout for the chassis to go off, then powers
+//     it down hard.
+//
+// It returns nil once the chassis reports the wanted state, an error
+// wrapping bmc.ErrTimeout (naming wanted and read state) after
+// PowerTimeout, or the classified BMC error.
+func (d *Driver) Power(ctx context.Context, a bmc.PowerAction) error {
+	if _, err := bmc.ParsePowerAction(string(a)); err != nil {
+		return fmt.Errorf("ipmi: power: %w", err)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	cur, err := d.powerState(ctx)
+	if err != nil {
+		return err
+	}
+	switch a {
+	case bmc.PowerActionOn:
+		if cur == bmc.PowerOn {
+			return nil
+		}
+		return d.controlAndWait(ctx, ctlPowerUp, bmc.PowerOn, d.cfg.PowerTimeout)
+	case bmc.PowerActionOff:
+		if cur == bmc.PowerOff {
+			return nil
+		}
+		return d.controlAndWait(ctx, ctlPowerDown, bmc.PowerOff, d.cfg.PowerTimeout)
+	case bmc.PowerActionSoftOff:
+		if cur == bmc.PowerOff {
+			return nil
+		}
+		err := d.controlAndWait(ctx, ctlSoftOff, bmc.PowerOff, d.cfg.SoftOffTimeout)
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, bmc.ErrTimeout) && !isRejected(err) {
+			return err
+		}
+		d.log.Info("ipmi soft shutdown did not power off; forcing off", "err", err)
+		return d.controlAndWait(ctx, ctlPowerDown, bmc.PowerOff, d.cfg.PowerTimeout)
+	case bmc.PowerActionReset:
+		if cur == bmc.PowerOff {
+			// Some BMCs ack a reset of an off host and do nothing (bmclib#211).
+			return d.controlAndWait(ctx, ctlPowerUp, bmc.PowerOn, d.cfg.PowerTimeout)
+		}
+		return d.controlAndWait(ctx, ctlHardReset, bmc.PowerOn, d.cfg.PowerTimeout)
+	case bmc.PowerActionCycle:
+		if cur == bmc.PowerOff {
+			return d.controlAndWait(ctx, ctlPowerUp, bmc.PowerOn, d.cfg.PowerTimeout)
+		}
+		return d.cycle(ctx)
+	}
+	return fmt.Errorf("ipmi: power %s: %w", a, bmc.ErrUnsupported)
+}
+
+// cycle runs power cycle with its fallbacks; the chassis is on.
+func (d *Driver) cycle(ctx context.Context) error {
+	err := d.controlAndWait(ctx, ctlPowerCycle, bmc.PowerOn, d.cfg.PowerTimeout)
+	if !isRejected(err) {
+		return err
+	}
+	d.log.Info("ipmi power cycle rejected; trying hard reset", "err", err)
+	err = d.controlAndWait(ctx, ctlHardReset, bmc.PowerOn, d.cfg.PowerTimeout)
+	if !isRejected(err) {
+		return err
+	}
+	d.log.Info("ipmi hard reset rejected; powering down and up", "err", err)
+	if err := d.controlAndWait(ctx, ctlPowerDown, bmc.PowerOff, d.cfg.PowerTimeout); err != nil {
+		return err
+	}
+	return d.controlAndWait(ctx, ctlPowerUp, bmc.PowerOn, d.cfg.PowerTimeout)
+}
+
+// isRejected reports a completion code that means "not this way" rather than
+// "broken": the fallbacks of cycle apply to these.
+func isRejected(err error) bool {
+	var ce *CompletionError
+	if !errors.As(err, &ce) {
+		return false
+	}
+	switch ce.Code {
+	case 0xD5, 0xCC, 0xC1, 0xC9, 0xD6:
+		return true
+	}
+	return false
+}
+
+// controlAndWait sends ctl and polls chassis status until want is read or
+// timeout passes.
+func (d *Driver) controlAndWait(ctx context.Context, ctl uint8, want bmc.PowerState, timeout time.Duration) error {
+	if err := d.chassisControl(ctx, ctl); err != nil {
+		return err
+	}
+	return d.waitPower(ctx, ctlNames[ctl], want, timeout)
+}
+
+func (d *Driver) waitPower(ctx context.Context, op string, want bmc.PowerState, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	t := time.NewTimer(0)
+	defer t.Stop()
+	var last bmc.PowerState = bmc.PowerUnknown
+	for {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("ipmi: %s: wait for power %s (read %s): %w", op, want, last, ctx.Err())
+		case <-t.C:
+		}
+		got, err := d.powerState(ctx)
+		if err != nil && !bmc.IsTransient(err) {
+			return err
+		}
+		if err == nil {
+			last = got
+			if got == want {
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("ipmi: %s: %w: wanted power %s, read %s after %s", op, bmc.ErrTimeout, want, last, timeout)
+		}
+		t.Reset(d.cfg.PollInterval)
+	}
+}
