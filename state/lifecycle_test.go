@@ -14,7 +14,7 @@ import (
 // designMoves is DESIGN.md's "Allowed lifecycle moves", typed out again
 // independently of the package's table.
 var designMoves = map[string]bool{
-	"new→commissioning": true,
+	"new→commissioning":   true,
 	"commissioning→ready": true, "commissioning→failed": true, "commissioning→new": true,
 	"ready→allocated": true, "ready→commissioning": true, "ready→retired": true,
 	"allocated→deploying": true, "allocated→ready": true,

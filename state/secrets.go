@@ -54,7 +54,9 @@ func (c Credential) redact() map[string]any {
 }
 
 // String returns the username with the password redacted.
-func (c Credential) String() string { return fmt.Sprintf("Credential{Username:%q Password:%s}", c.Username, redacted) }
+func (c Credential) String() string {
+	return fmt.Sprintf("Credential{Username:%q Password:%s}", c.Username, redacted)
+}
 
 // GoString is String, for %#v.
 func (c Credential) GoString() string { return c.String() }
