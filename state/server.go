@@ -211,8 +211,8 @@ func (s *Store) ListServers(opts ListOptions) (ServerPage, error) {
 			}
 		}
 		for ; k != nil; k, v = c.Next() {
-			var srv Server
-			if err := json.Unmarshal(v, &srv); err != nil {
+			srv, err := s.servers.decode(k, v)
+			if err != nil {
 				return fmt.Errorf("decode server %s: %w", k, err)
 			}
 			if opts.Zone != "" && srv.Zone != opts.Zone {
@@ -240,10 +240,8 @@ func (s *Store) CountServers() (map[Lifecycle]int, error) {
 	counts := map[Lifecycle]int{}
 	err := s.view(func(tx *bolt.Tx) error {
 		return tx.Bucket(bucketServers).ForEach(func(k, v []byte) error {
-			var srv struct {
-				Lifecycle Lifecycle `json:"lifecycle"`
-			}
-			if err := json.Unmarshal(v, &srv); err != nil {
+			srv, err := s.servers.decode(k, v)
+			if err != nil {
 				return fmt.Errorf("decode server %s: %w", k, err)
 			}
 			counts[srv.Lifecycle]++

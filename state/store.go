@@ -108,6 +108,8 @@ type Store struct {
 
 	mu      sync.Mutex
 	waiters map[chan struct{}]struct{}
+
+	servers serverCache
 }
 
 // migrations[v] upgrades a version-v file to v+1 inside one transaction.
