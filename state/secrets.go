@@ -243,7 +243,7 @@ func (s *Store) PutSecret(name string, c Credential, actor string) (SecretInfo, 
 	if err := checkName("secret", name); err != nil {
 		return SecretInfo{}, fmt.Errorf("state: put secret: %w", err)
 	}
-	plain, err := json.Marshal(credPlain{Username: c.Username, Password: c.Password, Extra: c.Extra})
+	plain, err := json.Marshal(credPlain(c))
 	if err != nil {
 		return SecretInfo{}, fmt.Errorf("state: put secret %s: %w", name, err)
 	}
@@ -285,7 +285,7 @@ func (s *Store) Secret(name string) (Credential, error) {
 	if err := json.Unmarshal(plain, &p); err != nil {
 		return Credential{}, fmt.Errorf("state: get secret %s: decode: %w", name, err)
 	}
-	return Credential{Username: p.Username, Password: p.Password, Extra: p.Extra}, nil
+	return Credential(p), nil
 }
 
 // DeleteSecret removes the named secret and writes an EventSecretDeleted

@@ -145,7 +145,7 @@ func TestCredentialRedacts(t *testing.T) {
 	slog.New(slog.NewJSONHandler(&logs, nil)).Info("cred", "c", c)
 	js, _ := json.Marshal(c)
 	for name, out := range map[string]string{
-		"%v": fmt.Sprintf("%v", c), "%+v": fmt.Sprintf("%+v", c), "%#v": fmt.Sprintf("%#v", c), "%s": fmt.Sprintf("%s", c),
+		"%v": fmt.Sprintf("%v", c), "%+v": fmt.Sprintf("%+v", c), "%#v": fmt.Sprintf("%#v", c), "%q": fmt.Sprintf("%q", c),
 		"json": string(js), "slog": logs.String(),
 	} {
 		if strings.Contains(out, testPassword) {
