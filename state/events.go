@@ -256,7 +256,7 @@ type PruneResult struct {
 // have expired. Safe to call periodically; each call is one transaction.
 func (s *Store) Prune() (PruneResult, error) {
 	var res PruneResult
-	err := s.db.Update(func(tx *bolt.Tx) error {
+	err := s.update(func(tx *bolt.Tx) error {
 		n, err := s.pruneOld(tx, 0)
 		if err != nil {
 			return err

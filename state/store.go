@@ -137,7 +137,7 @@ func Open(path string, opts Options) (*Store, error) {
 			return nil, fmt.Errorf("state: open %s: %w", path, err)
 		}
 	}
-	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: opts.Timeout, NoSync: opts.NoSync, FreelistType: bolt.FreelistMapType})
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: opts.Timeout, NoSync: opts.NoSync, FreelistType: bolt.FreelistMapType, NoFreelistSync: true})
 	if err != nil {
 		if errors.Is(err, berrors.ErrTimeout) {
 			return nil, fmt.Errorf("state: open %s: %w", path, ErrLocked)

@@ -146,8 +146,14 @@ func setIf(q url.Values, k, v string) {
 const maxResponse = 64 << 20
 
 func (c *Client) do(ctx context.Context, method, path string, q url.Values, in, out any) error {
+	// path arrives with its segments already escaped (url.PathEscape).
 	u := *c.base
-	u.Path += path
+	u.RawPath = c.base.EscapedPath() + path
+	unescaped, err := url.PathUnescape(u.RawPath)
+	if err != nil {
+		return fmt.Errorf("api: %s %s: %w", method, path, err)
+	}
+	u.Path = unescaped
 	u.RawQuery = q.Encode()
 	var body io.Reader
 	if in != nil {
