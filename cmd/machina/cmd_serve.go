@@ -48,6 +48,11 @@ type ServeConfig struct {
 	PruneInterval time.Duration
 	// Logger receives the controller's logs; nil discards.
 	Logger *slog.Logger
+	// Setup, if set, runs after the store is open and the admin API built,
+	// before anything is served: the place to mount more handlers
+	// (srv.HandleAdmin, srv.HandlePublic) and build components that need
+	// the store. An error aborts start-up.
+	Setup func(st *state.Store, srv *api.Server) error
 	// OnReady, if set, is called with the admin API's bound address once it
 	// accepts connections (tests use it with Listen "127.0.0.1:0").
 	OnReady func(apiAddr net.Addr)
@@ -90,6 +95,11 @@ func (c ServeConfig) Run(ctx context.Context) error {
 	srv, err := api.New(api.Config{Store: st, Logger: log.With("component", "api")})
 	if err != nil {
 		return fmt.Errorf("serve: %w", err)
+	}
+	if c.Setup != nil {
+		if err := c.Setup(st, srv); err != nil {
+			return fmt.Errorf("serve: setup: %w", err)
+		}
 	}
 	ln, err := net.Listen("tcp", c.Listen)
 	if err != nil {

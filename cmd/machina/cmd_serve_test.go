@@ -3,13 +3,16 @@ package main
 import (
 	"bytes"
 	"context"
+	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 
+	"github.com/machina-metal/machina/api"
 	v1 "github.com/machina-metal/machina/api/v1"
 	"github.com/machina-metal/machina/state"
 )
@@ -54,7 +57,12 @@ func TestServeRunsAPIAndStops(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	cfg := ServeConfig{StatePath: path, Listen: "127.0.0.1:0", Logger: slog.New(slog.NewTextHandler(logs, nil)),
-		OnReady: func(a net.Addr) { ready <- a }}
+		OnReady: func(a net.Addr) { ready <- a },
+		Setup: func(st *state.Store, srv *api.Server) error {
+			return srv.HandleAdmin("GET /api/v1/whoami", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				io.WriteString(w, api.Actor(r))
+			}))
+		}}
 	go func() { done <- cfg.Run(ctx) }()
 	var addr net.Addr
 	select {
@@ -66,6 +74,17 @@ func TestServeRunsAPIAndStops(t *testing.T) {
 	srv, err := c.Server(context.Background(), "r1-n01")
 	if err != nil || srv.Lifecycle != "new" {
 		t.Fatalf("Server = %+v, %v", srv, err)
+	}
+	req, _ := http.NewRequest("GET", "http://"+addr.String()+"/api/v1/whoami", nil)
+	req.Header.Set("Authorization", "Bearer "+tok)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	who, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if string(who) != "ops" {
+		t.Errorf("handler mounted in Setup answered %q", who)
 	}
 	// A second controller on the same file fails at once with a clear message.
 	var errb bytes.Buffer
