@@ -70,6 +70,7 @@ type TransitionError struct {
 	Err      error // ErrIllegalTransition or ErrStaleTransition
 }
 
+// Error names the refused move and the current lifecycle.
 func (e *TransitionError) Error() string {
 	return fmt.Sprintf("%v: server %s %s→%s (current %s)", e.Err, e.Server, e.From, e.To, e.Current)
 }

@@ -28,6 +28,7 @@ type APIError struct {
 	Body       Error
 }
 
+// Error names the status, code and message, and the current lifecycle on a 409.
 func (e *APIError) Error() string {
 	if e.Body.Lifecycle != "" {
 		return fmt.Sprintf("api: %d %s: %s (current lifecycle %s)", e.StatusCode, e.Body.Code, e.Body.Message, e.Body.Lifecycle)
