@@ -3,6 +3,7 @@ package state
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -79,6 +80,9 @@ func (s *Store) Events(q EventQuery) ([]Event, error) {
 		q.Limit = MaxPageSize
 	}
 	var out []Event
+	if q.After == math.MaxUint64 {
+		return nil, nil
+	}
 	err := s.view(func(tx *bolt.Tx) error {
 		events := tx.Bucket(bucketEvents)
 		var c *bolt.Cursor
@@ -240,10 +244,18 @@ func (s *Store) deleteEvent(tx *bolt.Tx, k []byte) error {
 		}
 	}
 	counts := tx.Bucket(bucketEventCounts)
-	if n := btoi(counts.Get([]byte(e.Server))); n > 0 {
+	switch n := btoi(counts.Get([]byte(e.Server))); {
+	case n > 1:
 		return counts.Put([]byte(e.Server), u64(n-1))
+	default: // the server's last event: drop its empty index and counter
+		if err := counts.Delete([]byte(e.Server)); err != nil {
+			return err
+		}
+		if tx.Bucket(bucketServerEvents).Bucket([]byte(e.Server)) != nil {
+			return tx.Bucket(bucketServerEvents).DeleteBucket([]byte(e.Server))
+		}
+		return nil
 	}
-	return nil
 }
 
 // PruneResult counts what Prune removed.

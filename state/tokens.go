@@ -150,7 +150,8 @@ func (s *Store) ConsumeToken(value string, claim TokenClaim) (Token, error) {
 		refuse := func(t Token, why error) error {
 			refused = why
 			server := t.Server
-			if server == "" && ValidName(claim.Server) {
+			if server == "" && tx.Bucket(bucketServers).Get([]byte(claim.Server)) != nil {
+				// Only a registered server: claimed names must not grow the index.
 				server = claim.Server
 			}
 			return s.appendEvent(tx, &Event{Server: server, Kind: EventTokenRefused, Actor: ActorController,
