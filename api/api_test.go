@@ -52,7 +52,11 @@ type fixture struct {
 func newFixture(t testing.TB, opts state.Options) *fixture {
 	t.Helper()
 	logs := &syncBuffer{}
-	log := slog.New(slog.NewTextHandler(io.MultiWriter(logs, t.Output()), &slog.HandlerOptions{Level: slog.LevelDebug}))
+	var sink io.Writer = logs
+	if _, fuzzing := t.(*testing.F); !fuzzing { // fuzz workers would print every request
+		sink = io.MultiWriter(logs, t.Output())
+	}
+	log := slog.New(slog.NewTextHandler(sink, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	if opts.Logger == nil {
 		opts.Logger = log
 	}
