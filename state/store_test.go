@@ -314,3 +314,32 @@ func TestHostsAndJoinLog(t *testing.T) {
 		t.Errorf("Hosts = %+v", hosts)
 	}
 }
+
+func TestSnapshot(t *testing.T) {
+	s := openTest(t, state.Options{})
+	mustCreate(t, s, state.Server{Name: "s1", Zone: "z"})
+	mustCreate(t, s, state.Server{Name: "s2"})
+	if _, err := s.UpdateServer("s1", func(srv *state.Server) error {
+		srv.Hardware = &state.Hardware{Cores: 8, Disks: []state.Disk{{Name: "sda"}}}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.PutHost(state.Host{Name: "h1", Server: "s1"}); err != nil {
+		t.Fatal(err)
+	}
+	snap, err := s.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	last, _ := s.LastEventSeq()
+	if len(snap.Servers) != 2 || len(snap.Hosts) != 1 || snap.LastEventSeq != last || snap.Servers["s1"].Hardware.Cores != 8 {
+		t.Fatalf("Snapshot = %+v", snap)
+	}
+	// Values are copies: changing one does not change the store or a later snapshot.
+	snap.Servers["s1"].Hardware.Disks[0].Name = "changed"
+	again, _ := s.Snapshot()
+	if again.Servers["s1"].Hardware.Disks[0].Name != "sda" {
+		t.Errorf("snapshot shares memory with the store's cache")
+	}
+}
