@@ -2,6 +2,7 @@ package state_test
 
 import (
 	"fmt"
+	"runtime"
 	"sync/atomic"
 	"testing"
 
@@ -24,26 +25,30 @@ func BenchmarkTransition(b *testing.B) {
 }
 
 // BenchmarkTransitionBatched measures moves with fsync through bbolt's
-// Batch from 32×GOMAXPROCS concurrent callers (each on its own server),
-// which share commits. Reports transitions/s.
+// Batch from 64 and 256 concurrent callers (each on its own server), which
+// share commits. Reports transitions/s.
 func BenchmarkTransitionBatched(b *testing.B) {
-	s := openTest(b, state.Options{})
-	var next atomic.Int64
-	b.SetParallelism(32)
-	b.RunParallel(func(pb *testing.PB) {
-		name := fmt.Sprintf("b%d", next.Add(1))
-		if _, err := s.CreateServer(state.Server{Name: name, Lifecycle: state.LifecycleReady}); err != nil {
-			b.Error(err)
-			return
-		}
-		cur, to := state.LifecycleReady, state.LifecycleAllocated
-		for pb.Next() {
-			if _, err := s.ApplyBatched(state.Move{Server: name, From: cur, To: to, Reason: "bench"}); err != nil {
-				b.Error(err)
-				return
-			}
-			cur, to = to, cur
-		}
-	})
-	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "transitions/s")
+	for _, callers := range []int{64, 256} {
+		b.Run(fmt.Sprintf("callers=%d", callers), func(b *testing.B) {
+			s := openTest(b, state.Options{})
+			var next atomic.Int64
+			b.SetParallelism((callers + runtime.GOMAXPROCS(0) - 1) / runtime.GOMAXPROCS(0))
+			b.RunParallel(func(pb *testing.PB) {
+				name := fmt.Sprintf("b%d", next.Add(1))
+				if _, err := s.CreateServer(state.Server{Name: name, Lifecycle: state.LifecycleReady}); err != nil {
+					b.Error(err)
+					return
+				}
+				cur, to := state.LifecycleReady, state.LifecycleAllocated
+				for pb.Next() {
+					if _, err := s.ApplyBatched(state.Move{Server: name, From: cur, To: to, Reason: "bench"}); err != nil {
+						b.Error(err)
+						return
+					}
+					cur, to = to, cur
+				}
+			})
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "transitions/s")
+		})
+	}
 }
