@@ -439,3 +439,29 @@ func TestServeStopsOnCancel(t *testing.T) {
 		t.Logf("stream ended: %v", err)
 	}
 }
+
+// TestStreamEndsOnRevoke: revoking the token closes its open streams.
+func TestStreamEndsOnRevoke(t *testing.T) {
+	f := newFixture(t, state.Options{})
+	req, _ := http.NewRequest("GET", f.srv.URL+"/api/v1/events/stream", nil)
+	req.Header.Set("Authorization", "Bearer "+f.token)
+	resp, err := f.srv.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	br := bufio.NewReader(resp.Body)
+	if _, err := br.ReadString('\n'); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.store.RevokeAdminToken("ops", "test"); err != nil { // writes an event: wakes the stream
+		t.Fatal(err)
+	}
+	rest, err := io.ReadAll(br)
+	if err != nil {
+		t.Fatalf("stream after revoke: %v", err)
+	}
+	if strings.Contains(string(rest), "admin_token.revoked") {
+		t.Errorf("revoked stream delivered further events: %q", rest)
+	}
+}

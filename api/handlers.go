@@ -242,7 +242,8 @@ func (s *Server) handleDeleteSecret(w http.ResponseWriter, r *http.Request) {
 // "id: <seq>", "event: <kind>", "data: <v1.Event JSON>". A reconnecting
 // client's Last-Event-ID header resumes after that seq; without it or
 // after= the stream starts with the next new event. Comment lines keep
-// idle connections alive every Config.Heartbeat.
+// idle connections alive every Config.Heartbeat. The stream ends when the
+// request's token is revoked (checked on every wake-up and heartbeat).
 func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) {
 	server := r.URL.Query().Get("server")
 	afterStr := r.URL.Query().Get("after")
@@ -304,6 +305,9 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) {
 				return
 			}
 			flusher.Flush()
+		}
+		if !s.stillAuthorized(r) { // a revoked token ends its streams
+			return
 		}
 	}
 }

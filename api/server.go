@@ -199,6 +199,17 @@ func Actor(r *http.Request) string { return actor(r) }
 
 type ctxKey struct{}
 
+// tokenKey holds the presented bearer token in the request context, so
+// long-lived handlers (SSE) can notice a revocation. Never logged.
+type tokenKey struct{}
+
+// stillAuthorized reports whether r's bearer token is still valid.
+func (s *Server) stillAuthorized(r *http.Request) bool {
+	tok, _ := r.Context().Value(tokenKey{}).(string)
+	_, err := s.store.AuthenticateAdmin(tok)
+	return err == nil
+}
+
 // actor returns the authenticated admin token's name, or "".
 func actor(r *http.Request) string {
 	if a, ok := r.Context().Value(ctxKey{}).(*string); ok {
@@ -232,7 +243,7 @@ func (s *Server) authenticate(next http.HandlerFunc) http.HandlerFunc {
 		if p, ok := r.Context().Value(ctxKey{}).(*string); ok {
 			*p = at.Name
 		}
-		next(w, r)
+		next(w, r.WithContext(context.WithValue(r.Context(), tokenKey{}, strings.TrimSpace(tok))))
 	}
 }
 
