@@ -45,6 +45,7 @@ func newRoot(e *env) *cobra.Command {
 		newInventoryCmd(e),
 		newSchemaCmd(e),
 		newConsoleCmd(e),
+		newSecretCmd(e),
 	)
 	return root
 }

@@ -1,0 +1,53 @@
+package api
+
+import (
+	v1 "github.com/machina-metal/machina/api/v1"
+	"github.com/machina-metal/machina/state"
+)
+
+// toServer maps a state record to its wire form. BMC.Credentials is the
+// secret's name only.
+func toServer(s state.Server) v1.Server {
+	out := v1.Server{
+		Name: s.Name, Zone: s.Zone, Site: s.Site, Rack: s.Rack, BootMAC: s.BootMAC,
+		Lifecycle: string(s.Lifecycle), LifecycleAt: s.LifecycleAt,
+		Power: v1.PowerStatus{State: string(s.Power.State), Source: string(s.Power.Source), At: s.Power.At},
+		BMC: v1.BMC{Driver: s.BMC.Driver, Address: s.BMC.Address, Credentials: s.BMC.Credentials,
+			Manufacturer: s.BMC.Manufacturer, Model: s.BMC.Model, SerialNumber: s.BMC.SerialNumber, FirmwareVersion: s.BMC.FirmwareVersion},
+		Actions: s.Actions, LastError: s.LastError, Revision: s.Revision, CreatedAt: s.CreatedAt, UpdatedAt: s.UpdatedAt,
+	}
+	if h := s.Hardware; h != nil {
+		hw := &v1.Hardware{Cores: h.Cores, MemoryBytes: h.MemoryBytes, Vendor: h.Vendor, Product: h.Product, Serial: h.Serial, ObservedAt: h.ObservedAt}
+		for _, d := range h.Disks {
+			hw.Disks = append(hw.Disks, v1.Disk{Name: d.Name, SizeBytes: d.SizeBytes, Model: d.Model, Serial: d.Serial, Rotational: d.Rotational})
+		}
+		for _, n := range h.NICs {
+			hw.NICs = append(hw.NICs, v1.NIC{Name: n.Name, MAC: n.MAC, SpeedMbps: n.SpeedMbps, Link: n.Link})
+		}
+		out.Hardware = hw
+	}
+	if a := s.Allocation; a != nil {
+		out.Allocation = &v1.Allocation{Profile: a.Profile, Image: a.Image, At: a.At}
+	}
+	return out
+}
+
+func toEvent(e state.Event) v1.Event {
+	return v1.Event{Seq: e.Seq, At: e.At, Server: e.Server, Kind: string(e.Kind), Actor: e.Actor,
+		From: string(e.From), To: string(e.To), Power: string(e.Power), Message: e.Message}
+}
+
+func toEventList(evs []state.Event, limit int) v1.EventList {
+	out := v1.EventList{Events: make([]v1.Event, 0, len(evs))}
+	for _, e := range evs {
+		out.Events = append(out.Events, toEvent(e))
+	}
+	if len(evs) == limit && limit > 0 {
+		out.Next = evs[len(evs)-1].Seq
+	}
+	return out
+}
+
+func toSecret(i state.SecretInfo) v1.Secret {
+	return v1.Secret{Name: i.Name, Sealed: i.Sealed, UpdatedAt: i.UpdatedAt, UpdatedBy: i.UpdatedBy}
+}

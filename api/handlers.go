@@ -1,0 +1,313 @@
+package api
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+
+	v1 "github.com/machina-metal/machina/api/v1"
+	"github.com/machina-metal/machina/state"
+)
+
+// maxReason bounds TransitionRequest.Reason in bytes.
+const maxReason = 1024
+
+func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
+	if _, err := s.store.LastEventSeq(); err != nil {
+		writeError(w, http.StatusServiceUnavailable, v1.Error{Message: "state store unavailable", Code: v1.CodeUnavailable})
+		return
+	}
+	writeJSON(w, http.StatusOK, v1.Health{Status: "ok"})
+}
+
+func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request) {
+	counts, err := s.store.CountServers()
+	if err != nil {
+		s.storeError(w, r, err)
+		return
+	}
+	sec, err := s.store.SecretsStatus()
+	if err != nil {
+		s.storeError(w, r, err)
+		return
+	}
+	seq, err := s.store.LastEventSeq()
+	if err != nil {
+		s.storeError(w, r, err)
+		return
+	}
+	out := v1.Status{Servers: map[string]int{}, LastEventSeq: seq,
+		Secrets: v1.SecretsStatus{Sealing: sec.Sealing, Sealed: sec.Sealed, Unsealed: sec.Unsealed}}
+	for _, l := range state.Lifecycles() {
+		out.Servers[string(l)] = counts[l]
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// parseLimit reads ?limit= (1..state.MaxPageSize; absent means def).
+func parseLimit(r *http.Request, def int) (int, error) {
+	v := r.URL.Query().Get("limit")
+	if v == "" {
+		return def, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 || n > state.MaxPageSize {
+		return 0, fmt.Errorf("limit must be an integer from 1 to %d", state.MaxPageSize)
+	}
+	return n, nil
+}
+
+func parseAfterSeq(v string) (uint64, error) {
+	if v == "" {
+		return 0, nil
+	}
+	n, err := strconv.ParseUint(v, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("after must be an event sequence number")
+	}
+	return n, nil
+}
+
+// handleListServers answers GET /api/v1/servers?zone=&lifecycle=&after=&limit=.
+func (s *Server) handleListServers(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	opts := state.ListOptions{Zone: q.Get("zone"), After: q.Get("after")}
+	if l := q.Get("lifecycle"); l != "" {
+		lc, err := state.ParseLifecycle(l)
+		if err != nil {
+			badRequest(w, "unknown lifecycle (want new, commissioning, ready, allocated, deploying, deployed, failed or retired)")
+			return
+		}
+		opts.Lifecycle = lc
+	}
+	limit, err := parseLimit(r, 100)
+	if err != nil {
+		badRequest(w, "%v", err)
+		return
+	}
+	opts.Limit = limit
+	page, err := s.store.ListServers(opts)
+	if err != nil {
+		s.storeError(w, r, err)
+		return
+	}
+	// Assembled from per-server cached JSON; the bytes equal
+	// json.Marshal(v1.ServerList{...}) plus a newline.
+	var buf bytes.Buffer
+	buf.Grow(len(page.Servers) * 512)
+	buf.WriteString(`{"servers":[`)
+	for i, srv := range page.Servers {
+		data, err := s.encoded.get(srv)
+		if err != nil {
+			s.internal(w, r, err)
+			return
+		}
+		if i > 0 {
+			buf.WriteByte(',')
+		}
+		buf.Write(data)
+	}
+	buf.WriteByte(']')
+	if page.Next != "" {
+		next, _ := json.Marshal(page.Next)
+		buf.WriteString(`,"next":`)
+		buf.Write(next)
+	}
+	buf.WriteString("}\n")
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(buf.Bytes()) // the client went away; nothing to do
+}
+
+func (s *Server) handleGetServer(w http.ResponseWriter, r *http.Request) {
+	srv, err := s.store.Server(r.PathValue("name"))
+	if err != nil {
+		s.storeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, toServer(srv))
+}
+
+func (s *Server) handleServerEvents(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("name")
+	if _, err := s.store.Server(name); err != nil {
+		s.storeError(w, r, err)
+		return
+	}
+	s.listEvents(w, r, name)
+}
+
+func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) { s.listEvents(w, r, "") }
+
+func (s *Server) listEvents(w http.ResponseWriter, r *http.Request, server string) {
+	after, err := parseAfterSeq(r.URL.Query().Get("after"))
+	if err != nil {
+		badRequest(w, "%v", err)
+		return
+	}
+	limit, err := parseLimit(r, 100)
+	if err != nil {
+		badRequest(w, "%v", err)
+		return
+	}
+	evs, err := s.store.Events(state.EventQuery{Server: server, After: after, Limit: limit})
+	if err != nil {
+		s.storeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, toEventList(evs, limit))
+}
+
+// handleTransition answers POST /api/v1/servers/{name}/transitions: 200
+// with the server after the move; 409 with the current lifecycle when the
+// move is illegal or stale; 400 for unknown lifecycles; 404.
+func (s *Server) handleTransition(w http.ResponseWriter, r *http.Request) {
+	var req v1.TransitionRequest
+	if !decodeBody(w, r, &req) {
+		return
+	}
+	from, err1 := state.ParseLifecycle(req.From)
+	to, err2 := state.ParseLifecycle(req.To)
+	if err1 != nil || err2 != nil {
+		badRequest(w, "from and to must be lifecycles (new, commissioning, ready, allocated, deploying, deployed, failed, retired)")
+		return
+	}
+	if len(req.Reason) > maxReason {
+		badRequest(w, "reason longer than %d bytes", maxReason)
+		return
+	}
+	srv, err := s.store.Apply(state.Move{Server: r.PathValue("name"), From: from, To: to, Reason: req.Reason, Actor: actor(r)})
+	if err != nil {
+		s.storeError(w, r, err)
+		return
+	}
+	s.log.Info("lifecycle moved", "machine", srv.Name, "from", from, "to", to, "actor", actor(r))
+	writeJSON(w, http.StatusOK, toServer(srv))
+}
+
+func (s *Server) handleListSecrets(w http.ResponseWriter, r *http.Request) {
+	list, err := s.store.Secrets()
+	if err != nil {
+		s.storeError(w, r, err)
+		return
+	}
+	out := v1.SecretList{Secrets: make([]v1.Secret, 0, len(list))}
+	for _, i := range list {
+		out.Secrets = append(out.Secrets, toSecret(i))
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// handlePutSecret answers PUT /api/v1/secrets/{name} with the stored
+// secret's description (never its value).
+func (s *Server) handlePutSecret(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("name")
+	if !state.ValidName(name) {
+		badRequest(w, "secret name is not an RFC 1123 label (lower-case letters, digits and inner hyphens, at most 63)")
+		return
+	}
+	var req v1.SecretRequest
+	if !decodeBody(w, r, &req) {
+		return
+	}
+	if req.Username == "" || req.Password == "" {
+		badRequest(w, "username and password are required")
+		return
+	}
+	info, err := s.store.PutSecret(name, state.Credential{Username: req.Username, Password: req.Password, Extra: req.Extra}, actor(r))
+	if err != nil {
+		s.storeError(w, r, err)
+		return
+	}
+	s.log.Info("secret set", "secret", name, "sealed", info.Sealed, "actor", actor(r))
+	writeJSON(w, http.StatusOK, toSecret(info))
+}
+
+func (s *Server) handleDeleteSecret(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("name")
+	if err := s.store.DeleteSecret(name, actor(r)); err != nil {
+		s.storeError(w, r, err)
+		return
+	}
+	s.log.Info("secret deleted", "secret", name, "actor", actor(r))
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// handleStream answers GET /api/v1/events/stream[?server=][&after=] as
+// Server-Sent Events (WHATWG HTML "Server-sent events"): each event is
+// "id: <seq>", "event: <kind>", "data: <v1.Event JSON>". A reconnecting
+// client's Last-Event-ID header resumes after that seq; without it or
+// after= the stream starts with the next new event. Comment lines keep
+// idle connections alive every Config.Heartbeat. The stream ends when the
+// request's token is revoked (checked on every wake-up and heartbeat).
+func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) {
+	server := r.URL.Query().Get("server")
+	afterStr := r.URL.Query().Get("after")
+	if id := r.Header.Get("Last-Event-ID"); id != "" {
+		afterStr = id
+	}
+	var after uint64
+	var err error
+	if afterStr != "" {
+		if after, err = parseAfterSeq(afterStr); err != nil {
+			badRequest(w, "%v", err)
+			return
+		}
+	} else if after, err = s.store.LastEventSeq(); err != nil {
+		s.storeError(w, r, err)
+		return
+	}
+	flusher, ok := w.(http.Flusher)
+	if !ok {
+		s.internal(w, r, fmt.Errorf("response writer cannot flush"))
+		return
+	}
+	wake, stop := s.store.Notify()
+	defer stop()
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	fmt.Fprintf(w, "retry: 2000\n\n")
+	flusher.Flush()
+	tick := time.NewTicker(s.cfg.Heartbeat)
+	defer tick.Stop()
+	for {
+		for {
+			evs, err := s.store.Events(state.EventQuery{Server: server, After: after, Limit: 500})
+			if err != nil {
+				s.log.Error("event stream read", "err", err)
+				return
+			}
+			for _, e := range evs {
+				data, _ := json.Marshal(toEvent(e))
+				if _, err := fmt.Fprintf(w, "id: %d\nevent: %s\ndata: %s\n\n", e.Seq, e.Kind, data); err != nil {
+					return
+				}
+				after = e.Seq
+			}
+			flusher.Flush()
+			if len(evs) < 500 {
+				break
+			}
+		}
+		select {
+		case <-r.Context().Done():
+			return
+		case <-wake:
+		case <-tick.C:
+			if _, err := fmt.Fprint(w, ": keep-alive\n\n"); err != nil {
+				return
+			}
+			flusher.Flush()
+		}
+		if !s.stillAuthorized(r) { // a revoked token ends its streams
+			return
+		}
+	}
+}

@@ -1,0 +1,81 @@
+package api
+
+import (
+	"github.com/machina-metal/machina/state"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+type metrics struct {
+	requests     *prometheus.CounterVec
+	duration     *prometheus.HistogramVec
+	authFailures prometheus.Counter
+}
+
+// newMetrics registers:
+//   - machina_api_requests_total{route,code}
+//   - machina_api_request_duration_seconds{route}
+//   - machina_api_auth_failures_total
+//   - machina_servers{lifecycle} (read from the store at scrape time)
+//   - machina_secrets{form="sealed"|"unsealed"} and machina_secrets_sealing (1 when a master key is set)
+//   - machina_events_last_seq
+func newMetrics(reg prometheus.Registerer, st *state.Store) (*metrics, error) {
+	m := &metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "machina_api_requests_total", Help: "HTTP requests answered, by route pattern and status code.",
+		}, []string{"route", "code"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "machina_api_request_duration_seconds", Help: "HTTP request latency by route pattern.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 4, 8),
+		}, []string{"route"}),
+		authFailures: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "machina_api_auth_failures_total", Help: "Requests refused for an invalid or revoked admin token.",
+		}),
+	}
+	for _, c := range []prometheus.Collector{m.requests, m.duration, m.authFailures, &storeCollector{st: st}} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+// storeCollector reads counts from the store at scrape time.
+type storeCollector struct{ st *state.Store }
+
+var (
+	descServers  = prometheus.NewDesc("machina_servers", "Servers by lifecycle.", []string{"lifecycle"}, nil)
+	descSecrets  = prometheus.NewDesc("machina_secrets", "Stored secrets by form.", []string{"form"}, nil)
+	descSealing  = prometheus.NewDesc("machina_secrets_sealing", "1 when secrets are sealed with a master key, else 0.", nil, nil)
+	descLastSeq  = prometheus.NewDesc("machina_events_last_seq", "Sequence number of the newest event.", nil, nil)
+	descScrapeOK = prometheus.NewDesc("machina_state_up", "1 when the state store answered the scrape.", nil, nil)
+)
+
+func (c *storeCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- descServers
+	ch <- descSecrets
+	ch <- descSealing
+	ch <- descLastSeq
+	ch <- descScrapeOK
+}
+
+func (c *storeCollector) Collect(ch chan<- prometheus.Metric) {
+	counts, err1 := c.st.CountServers()
+	sec, err2 := c.st.SecretsStatus()
+	seq, err3 := c.st.LastEventSeq()
+	if err1 != nil || err2 != nil || err3 != nil {
+		ch <- prometheus.MustNewConstMetric(descScrapeOK, prometheus.GaugeValue, 0)
+		return
+	}
+	ch <- prometheus.MustNewConstMetric(descScrapeOK, prometheus.GaugeValue, 1)
+	for _, l := range state.Lifecycles() {
+		ch <- prometheus.MustNewConstMetric(descServers, prometheus.GaugeValue, float64(counts[l]), string(l))
+	}
+	ch <- prometheus.MustNewConstMetric(descSecrets, prometheus.GaugeValue, float64(sec.Sealed), "sealed")
+	ch <- prometheus.MustNewConstMetric(descSecrets, prometheus.GaugeValue, float64(sec.Unsealed), "unsealed")
+	sealing := 0.0
+	if sec.Sealing {
+		sealing = 1
+	}
+	ch <- prometheus.MustNewConstMetric(descSealing, prometheus.GaugeValue, sealing)
+	ch <- prometheus.MustNewConstMetric(descLastSeq, prometheus.CounterValue, float64(seq))
+}

@@ -1,0 +1,373 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	v1 "github.com/machina-metal/machina/api/v1"
+	"github.com/machina-metal/machina/state"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Config configures New. Every zero value except Store is usable.
+type Config struct {
+	// Store is the open state store; required.
+	Store *state.Store
+	// Logger receives one Debug line per request and Error lines for
+	// failures answered 500; nil discards.
+	Logger *slog.Logger
+	// Registry receives the API's metrics and is served at /metrics; nil
+	// means a new registry with the Go and process collectors.
+	Registry *prometheus.Registry
+	// Heartbeat is the interval of SSE keep-alive comments; zero means 15s.
+	Heartbeat time.Duration
+	// ShutdownTimeout bounds the graceful drain in Serve; zero means 5s.
+	ShutdownTimeout time.Duration
+}
+
+// Server is the admin API. Create with New; serve Handler or call Serve.
+type Server struct {
+	cfg     Config
+	log     *slog.Logger
+	store   *state.Store
+	mux     *http.ServeMux
+	handler http.Handler
+	metrics *metrics
+	encoded encodedServers
+}
+
+// maxBody bounds request bodies (64 KiB); larger bodies answer 413.
+const maxBody = 64 << 10
+
+// New builds the server and registers its metrics on cfg.Registry.
+func New(cfg Config) (*Server, error) {
+	if cfg.Store == nil {
+		return nil, errors.New("api: new: Config.Store is nil")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Registry == nil {
+		cfg.Registry = prometheus.NewRegistry()
+		cfg.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	}
+	if cfg.Heartbeat <= 0 {
+		cfg.Heartbeat = 15 * time.Second
+	}
+	if cfg.ShutdownTimeout <= 0 {
+		cfg.ShutdownTimeout = 5 * time.Second
+	}
+	m, err := newMetrics(cfg.Registry, cfg.Store)
+	if err != nil {
+		return nil, fmt.Errorf("api: new: %w", err)
+	}
+	s := &Server{cfg: cfg, log: cfg.Logger, store: cfg.Store, mux: http.NewServeMux(), metrics: m}
+	for _, r := range s.routes() {
+		h := r.h
+		if r.auth {
+			h = s.authenticate(h)
+		}
+		s.mux.Handle(r.pattern, s.instrument(r.pattern, h))
+	}
+	s.handler = http.HandlerFunc(s.serveHTTP)
+	return s, nil
+}
+
+type route struct {
+	pattern string
+	auth    bool
+	h       http.HandlerFunc
+}
+
+// routes is the full route table (Go 1.22 ServeMux patterns).
+func (s *Server) routes() []route {
+	return []route{
+		{"GET /healthz", false, s.handleHealth},
+		{"GET /metrics", false, promhttp.HandlerFor(s.cfg.Registry, promhttp.HandlerOpts{}).ServeHTTP},
+		{"GET /api/v1/status", true, s.handleStatus},
+		{"GET /api/v1/servers", true, s.handleListServers},
+		{"GET /api/v1/servers/{name}", true, s.handleGetServer},
+		{"GET /api/v1/servers/{name}/events", true, s.handleServerEvents},
+		{"POST /api/v1/servers/{name}/transitions", true, s.handleTransition},
+		{"GET /api/v1/events", true, s.handleEvents},
+		{"GET /api/v1/events/stream", true, s.handleStream},
+		{"GET /api/v1/secrets", true, s.handleListSecrets},
+		{"PUT /api/v1/secrets/{name}", true, s.handlePutSecret},
+		{"DELETE /api/v1/secrets/{name}", true, s.handleDeleteSecret},
+	}
+}
+
+// Routes returns the route patterns the server handles, for tests and docs.
+func (s *Server) Routes() []string {
+	var out []string
+	for _, r := range s.routes() {
+		out = append(out, r.pattern)
+	}
+	return out
+}
+
+// Handler returns the HTTP handler. Unknown paths answer 404 and known
+// paths with another method 405, both as JSON errors.
+func (s *Server) Handler() http.Handler { return s.handler }
+
+func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
+	if _, pattern := s.mux.Handler(r); pattern != "" {
+		s.mux.ServeHTTP(w, r)
+		return
+	}
+	var allow []string
+	for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodDelete} {
+		probe := r.Clone(r.Context())
+		probe.Method = m
+		if _, p := s.mux.Handler(probe); p != "" {
+			allow = append(allow, m)
+		}
+	}
+	if len(allow) > 0 {
+		w.Header().Set("Allow", strings.Join(allow, ", "))
+		writeError(w, http.StatusMethodNotAllowed, v1.Error{Message: "method " + r.Method + " not allowed", Code: v1.CodeMethodNotAllowed})
+		return
+	}
+	writeError(w, http.StatusNotFound, v1.Error{Message: "no such endpoint", Code: v1.CodeNotFound})
+}
+
+// Serve answers on ln until ctx is done, then drains for at most
+// Config.ShutdownTimeout, closes ln and returns nil. Request contexts
+// (including SSE streams) are cancelled when ctx is done.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	hs := &http.Server{
+		Handler:           s.handler,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute, // no WriteTimeout: SSE streams are long-lived
+		BaseContext:       func(net.Listener) context.Context { return ctx },
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("api: serve %s: %w", ln.Addr(), err)
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)
+	defer cancel()
+	if err := hs.Shutdown(sctx); err != nil {
+		hs.Close()
+	}
+	<-errc
+	return nil
+}
+
+// HandleAdmin mounts h at pattern (a Go 1.22 ServeMux pattern such as
+// "POST /api/v1/reconcile") behind admin-token authentication, with the
+// same metrics, logging and JSON 401s as the built-in routes; Actor(r)
+// gives h the token's name for audit events. Call before serving. Errors:
+// a pattern that conflicts with a registered one.
+func (s *Server) HandleAdmin(pattern string, h http.Handler) error {
+	return s.mount(pattern, s.authenticate(h.ServeHTTP))
+}
+
+// HandlePublic mounts h at pattern without authentication, for
+// machine-facing endpoints (boot, report, plan, image) that gate
+// themselves with single-use state tokens. Call before serving.
+func (s *Server) HandlePublic(pattern string, h http.Handler) error {
+	return s.mount(pattern, h)
+}
+
+func (s *Server) mount(pattern string, h http.Handler) (err error) {
+	defer func() {
+		if r := recover(); r != nil { // ServeMux panics on conflicting patterns
+			err = fmt.Errorf("api: mount %s: %v", pattern, r)
+		}
+	}()
+	s.mux.Handle(pattern, s.instrument(pattern, h))
+	return nil
+}
+
+// Actor returns the name of the admin token that authenticated r, or ""
+// for unauthenticated routes. Use it as the Actor of audit events.
+func Actor(r *http.Request) string { return actor(r) }
+
+type ctxKey struct{}
+
+// tokenKey holds the presented bearer token in the request context, so
+// long-lived handlers (SSE) can notice a revocation. Never logged.
+type tokenKey struct{}
+
+// stillAuthorized reports whether r's bearer token is still valid.
+func (s *Server) stillAuthorized(r *http.Request) bool {
+	tok, _ := r.Context().Value(tokenKey{}).(string)
+	_, err := s.store.AuthenticateAdmin(tok)
+	return err == nil
+}
+
+// actor returns the authenticated admin token's name, or "".
+func actor(r *http.Request) string {
+	if a, ok := r.Context().Value(ctxKey{}).(*string); ok {
+		return *a
+	}
+	return ""
+}
+
+// authenticate requires "Authorization: Bearer <admin token>" (RFC 6750
+// section 2.1) and puts the token's name in the request context.
+func (s *Server) authenticate(next http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		h := r.Header.Get("Authorization")
+		scheme, tok, ok := strings.Cut(h, " ")
+		if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(tok) == "" {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="machina"`)
+			writeError(w, http.StatusUnauthorized, v1.Error{Message: "missing bearer token", Code: v1.CodeUnauthorized})
+			return
+		}
+		at, err := s.store.AuthenticateAdmin(strings.TrimSpace(tok))
+		if err != nil {
+			if !errors.Is(err, state.ErrTokenUnknown) {
+				s.internal(w, r, err)
+				return
+			}
+			s.metrics.authFailures.Inc()
+			w.Header().Set("WWW-Authenticate", `Bearer realm="machina", error="invalid_token"`)
+			writeError(w, http.StatusUnauthorized, v1.Error{Message: "invalid or revoked token", Code: v1.CodeUnauthorized})
+			return
+		}
+		if p, ok := r.Context().Value(ctxKey{}).(*string); ok {
+			*p = at.Name
+		}
+		next(w, r.WithContext(context.WithValue(r.Context(), tokenKey{}, strings.TrimSpace(tok))))
+	}
+}
+
+// statusWriter records the status code for metrics; it forwards Flush so
+// SSE works through it.
+type statusWriter struct {
+	http.ResponseWriter
+	code int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.code == 0 {
+		w.code = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.code == 0 {
+		w.code = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+func (w *statusWriter) Flush() {
+	if f, ok := w.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+func (s *Server) instrument(pattern string, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		sw := &statusWriter{ResponseWriter: w}
+		name := new(string) // filled by authenticate
+		r = r.WithContext(context.WithValue(r.Context(), ctxKey{}, name))
+		next.ServeHTTP(sw, r)
+		if sw.code == 0 {
+			sw.code = http.StatusOK
+		}
+		d := time.Since(start)
+		s.metrics.requests.WithLabelValues(pattern, fmt.Sprint(sw.code)).Inc()
+		s.metrics.duration.WithLabelValues(pattern).Observe(d.Seconds())
+		s.log.Debug("http request", "route", pattern, "status", sw.code, "duration", d, "actor", actor(r))
+	})
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(code)
+	enc := json.NewEncoder(w)
+	_ = enc.Encode(v) // the client went away; nothing to do
+}
+
+func writeError(w http.ResponseWriter, code int, e v1.Error) { writeJSON(w, code, e) }
+
+func badRequest(w http.ResponseWriter, format string, args ...any) {
+	writeError(w, http.StatusBadRequest, v1.Error{Message: fmt.Sprintf(format, args...), Code: v1.CodeBadRequest})
+}
+
+// internal logs err (which never holds a secret: state errors name records,
+// not values) and answers 500 without details.
+func (s *Server) internal(w http.ResponseWriter, r *http.Request, err error) {
+	s.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
+	writeError(w, http.StatusInternalServerError, v1.Error{Message: "internal error", Code: v1.CodeInternal})
+}
+
+// storeError maps a state error to an answer.
+func (s *Server) storeError(w http.ResponseWriter, r *http.Request, err error) {
+	var te *state.TransitionError
+	switch {
+	case errors.As(err, &te):
+		writeError(w, http.StatusConflict, v1.Error{Message: te.Error(), Code: v1.CodeConflict, Lifecycle: string(te.Current)})
+	case errors.Is(err, state.ErrNotFound):
+		writeError(w, http.StatusNotFound, v1.Error{Message: "not found", Code: v1.CodeNotFound})
+	case errors.Is(err, state.ErrInvalid):
+		// Request values are not echoed back: a mistyped secret could be one.
+		badRequest(w, "invalid name, MAC or lifecycle")
+	case errors.Is(err, state.ErrClosed):
+		writeError(w, http.StatusServiceUnavailable, v1.Error{Message: "store closed", Code: v1.CodeUnavailable})
+	default:
+		s.internal(w, r, err)
+	}
+}
+
+// decodeBody decodes a JSON body strictly (unknown fields are errors) into
+// v, answering 400 or 413 itself when it returns false.
+func decodeBody(w http.ResponseWriter, r *http.Request, v any) bool {
+	r.Body = http.MaxBytesReader(w, r.Body, maxBody)
+	dec := json.NewDecoder(r.Body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			writeError(w, http.StatusRequestEntityTooLarge, v1.Error{Message: fmt.Sprintf("body larger than %d bytes", maxBody), Code: v1.CodeTooLarge})
+			return false
+		}
+		badRequest(w, "decode body: %v", sanitizeJSONErr(err))
+		return false
+	}
+	if dec.More() {
+		badRequest(w, "decode body: trailing data after the JSON object")
+		return false
+	}
+	return true
+}
+
+// sanitizeJSONErr keeps decoder errors short and value-free: syntax and
+// type errors name an offset or field, never the value.
+func sanitizeJSONErr(err error) string {
+	var se *json.SyntaxError
+	var te *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &se):
+		return fmt.Sprintf("invalid JSON at offset %d", se.Offset)
+	case errors.As(err, &te):
+		return fmt.Sprintf("field %q: want %s", te.Field, te.Type)
+	case strings.HasPrefix(err.Error(), "json: unknown field"):
+		return strings.TrimPrefix(err.Error(), "json: ")
+	case errors.Is(err, context.Canceled):
+		return "request cancelled"
+	}
+	return "invalid JSON body"
+}

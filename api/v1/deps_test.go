@@ -1,0 +1,29 @@
+package v1
+
+import (
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+// TestStdlibOnly: api/v1 is linked into the ramdisk agent and the node
+// agent, so it imports the standard library only.
+func TestStdlibOnly(t *testing.T) {
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("go not in PATH")
+		}
+		t.Skip("go not in PATH")
+	}
+	out, err := exec.Command(goBin, "list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}", ".").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	for _, p := range strings.Fields(string(out)) {
+		if p != "github.com/machina-metal/machina/api/v1" {
+			t.Errorf("api/v1 imports non-standard package %s", p)
+		}
+	}
+}

@@ -1,0 +1,195 @@
+// Package v1 holds the JSON wire types of Machina's HTTP API under /api/v1
+// and a small net/http client for them, shared by the server (package api),
+// machinactl, the ramdisk agent and the node agent.
+//
+// v1 imports only the standard library: it is the whole trust boundary the
+// agents link against.
+package v1
+
+import (
+	"fmt"
+	"time"
+)
+
+// Server is a server's observed state as the API returns it
+// (GET /api/v1/servers, GET /api/v1/servers/{name}). It never holds a
+// secret: BMC.Credentials is the name of a stored credential.
+type Server struct {
+	Name        string           `json:"name"`
+	Zone        string           `json:"zone,omitempty"`
+	Site        string           `json:"site,omitempty"`
+	Rack        string           `json:"rack,omitempty"`
+	BootMAC     string           `json:"bootMAC,omitempty"`
+	Lifecycle   string           `json:"lifecycle"` // new | commissioning | ready | allocated | deploying | deployed | failed | retired
+	LifecycleAt time.Time        `json:"lifecycleAt"`
+	Power       PowerStatus      `json:"power"`
+	BMC         BMC              `json:"bmc"`
+	Hardware    *Hardware        `json:"hardware,omitempty"`
+	Allocation  *Allocation      `json:"allocation,omitempty"`
+	Actions     map[string]int64 `json:"actions,omitempty"`
+	LastError   string           `json:"lastError,omitempty"`
+	Revision    uint64           `json:"revision"`
+	CreatedAt   time.Time        `json:"createdAt"`
+	UpdatedAt   time.Time        `json:"updatedAt"`
+}
+
+// PowerStatus is a power state (registered | powered_on | powered_off |
+// rebooting) with its source (bmc | command) and time.
+type PowerStatus struct {
+	State  string    `json:"state"`
+	Source string    `json:"source,omitempty"`
+	At     time.Time `json:"at"`
+}
+
+// BMC is what Machina knows about a server's BMC.
+type BMC struct {
+	Driver          string `json:"driver,omitempty"`
+	Address         string `json:"address,omitempty"`
+	Credentials     string `json:"credentials,omitempty"` // a secret's name, never a password
+	Manufacturer    string `json:"manufacturer,omitempty"`
+	Model           string `json:"model,omitempty"`
+	SerialNumber    string `json:"serialNumber,omitempty"`
+	FirmwareVersion string `json:"firmwareVersion,omitempty"`
+}
+
+// Hardware summarises a commissioning report.
+type Hardware struct {
+	Cores       int       `json:"cores"`
+	MemoryBytes int64     `json:"memoryBytes"`
+	Disks       []Disk    `json:"disks,omitempty"`
+	NICs        []NIC     `json:"nics,omitempty"`
+	Vendor      string    `json:"vendor,omitempty"`
+	Product     string    `json:"product,omitempty"`
+	Serial      string    `json:"serial,omitempty"`
+	ObservedAt  time.Time `json:"observedAt"`
+}
+
+// Disk is one block device.
+type Disk struct {
+	Name       string `json:"name"`
+	SizeBytes  int64  `json:"sizeBytes"`
+	Model      string `json:"model,omitempty"`
+	Serial     string `json:"serial,omitempty"`
+	Rotational bool   `json:"rotational,omitempty"`
+}
+
+// NIC is one network interface.
+type NIC struct {
+	Name      string `json:"name"`
+	MAC       string `json:"mac"`
+	SpeedMbps int    `json:"speedMbps,omitempty"`
+	Link      bool   `json:"link,omitempty"`
+}
+
+// Allocation is the profile a server is allocated to.
+type Allocation struct {
+	Profile string    `json:"profile"`
+	Image   string    `json:"image,omitempty"`
+	At      time.Time `json:"at"`
+}
+
+// ServerList is one page of GET /api/v1/servers. Next, when non-empty, is
+// the after= value for the following page.
+type ServerList struct {
+	Servers []Server `json:"servers"`
+	Next    string   `json:"next,omitempty"`
+}
+
+// Event is one entry of the event log; in the SSE stream it is the data of
+// an event whose id is Seq and whose event type is Kind.
+type Event struct {
+	Seq     uint64    `json:"seq"`
+	At      time.Time `json:"at"`
+	Server  string    `json:"server,omitempty"`
+	Kind    string    `json:"kind"`
+	Actor   string    `json:"actor,omitempty"` // an admin token's name, "controller" or "local"
+	From    string    `json:"from,omitempty"`
+	To      string    `json:"to,omitempty"`
+	Power   string    `json:"power,omitempty"`
+	Message string    `json:"message,omitempty"`
+}
+
+// EventList is one page of events in ascending Seq. Next, when non-zero, is
+// the after= value for the following page.
+type EventList struct {
+	Events []Event `json:"events"`
+	Next   uint64  `json:"next,omitempty"`
+}
+
+// TransitionRequest is the body of POST /api/v1/servers/{name}/transitions.
+// The move is compare-and-set: it succeeds only if the server is in From.
+type TransitionRequest struct {
+	From   string `json:"from"`
+	To     string `json:"to"`
+	Reason string `json:"reason,omitempty"` // at most 1024 bytes
+}
+
+// SecretRequest is the body of PUT /api/v1/secrets/{name}. It is a request
+// only: no response carries a password. String redacts it.
+type SecretRequest struct {
+	Username string            `json:"username"`
+	Password string            `json:"password"`
+	Extra    map[string]string `json:"extra,omitempty"`
+}
+
+// String returns the request with the password and extra values redacted.
+func (r SecretRequest) String() string {
+	return fmt.Sprintf("SecretRequest{Username:%q Password:[redacted] Extra:%d fields}", r.Username, len(r.Extra))
+}
+
+// GoString is String, for %#v.
+func (r SecretRequest) GoString() string { return r.String() }
+
+// Secret describes a stored credential without its value.
+type Secret struct {
+	Name      string    `json:"name"`
+	Sealed    bool      `json:"sealed"` // encrypted at rest with the master key
+	UpdatedAt time.Time `json:"updatedAt"`
+	UpdatedBy string    `json:"updatedBy,omitempty"`
+}
+
+// SecretList is GET /api/v1/secrets.
+type SecretList struct {
+	Secrets []Secret `json:"secrets"`
+}
+
+// SecretsStatus says whether the controller seals secrets at rest
+// (MACHINA_API_KEY_MASTER_KEY set) and how many records are in each form.
+type SecretsStatus struct {
+	Sealing  bool `json:"sealing"`
+	Sealed   int  `json:"sealed"`
+	Unsealed int  `json:"unsealed"`
+}
+
+// Status is GET /api/v1/status: counts per lifecycle and the secrets'
+// protection, for `machinactl status`.
+type Status struct {
+	Servers      map[string]int `json:"servers"` // lifecycle → count
+	Secrets      SecretsStatus  `json:"secrets"`
+	LastEventSeq uint64         `json:"lastEventSeq"`
+}
+
+// Health is GET /healthz.
+type Health struct {
+	Status string `json:"status"` // "ok"
+}
+
+// Error codes in Error.Code.
+const (
+	CodeBadRequest       = "bad_request"        // 400
+	CodeUnauthorized     = "unauthorized"       // 401
+	CodeNotFound         = "not_found"          // 404
+	CodeMethodNotAllowed = "method_not_allowed" // 405
+	CodeConflict         = "conflict"           // 409: illegal or stale lifecycle move
+	CodeTooLarge         = "too_large"          // 413
+	CodeInternal         = "internal"           // 500
+	CodeUnavailable      = "unavailable"        // 503
+)
+
+// Error is the body of every non-2xx answer. Lifecycle is set on 409
+// answers to a transition: the server's current lifecycle.
+type Error struct {
+	Message   string `json:"error"`
+	Code      string `json:"code"`
+	Lifecycle string `json:"lifecycle,omitempty"`
+}

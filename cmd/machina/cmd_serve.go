@@ -1,0 +1,208 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/machina-metal/machina/api"
+	"github.com/machina-metal/machina/state"
+	"github.com/spf13/cobra"
+)
+
+// Environment variables read by machina serve and machina token.
+const (
+	envMasterKey = "MACHINA_API_KEY_MASTER_KEY" // secret: read from the environment only, never a flag
+	envState     = "MACHINA_STATE"
+	envListen    = "MACHINA_LISTEN"
+	envLogFormat = "MACHINA_LOG_FORMAT"
+	envLogLevel  = "MACHINA_LOG_LEVEL"
+)
+
+// defaultStatePath is the state file when neither --state nor
+// MACHINA_STATE is given.
+const defaultStatePath = "/var/lib/machina/state.db"
+
+// ServeConfig is machina serve's configuration. Zero values are usable
+// except StatePath. The lead wires further servers (DHCP, TFTP, boot, join,
+// reconciler) into Run next to the admin API.
+type ServeConfig struct {
+	// StatePath is the bbolt state file; required.
+	StatePath string
+	// Listen is the admin API's TCP address; empty means 127.0.0.1:8080.
+	Listen string
+	// MasterKey seals secrets (MACHINA_API_KEY_MASTER_KEY); empty stores
+	// them unsealed, with a warning at start-up.
+	MasterKey []byte
+	// LockTimeout bounds the wait for the state file's lock; zero means 1s.
+	LockTimeout time.Duration
+	// PruneInterval is how often expired tokens and old events are pruned;
+	// zero means 10 minutes.
+	PruneInterval time.Duration
+	// Logger receives the controller's logs; nil discards.
+	Logger *slog.Logger
+	// Setup, if set, runs after the store is open and the admin API built,
+	// before anything is served: the place to mount more handlers
+	// (srv.HandleAdmin, srv.HandlePublic) and build components that need
+	// the store. An error aborts start-up.
+	Setup func(st *state.Store, srv *api.Server) error
+	// OnReady, if set, is called with the admin API's bound address once it
+	// accepts connections (tests use it with Listen "127.0.0.1:0").
+	OnReady func(apiAddr net.Addr)
+}
+
+// Run opens the store and serves until ctx is done, then returns nil. It
+// fails at once if another process holds the state file, if the master key
+// is wrong, or if sealed secrets exist but no master key is set.
+func (c ServeConfig) Run(ctx context.Context) error {
+	if c.StatePath == "" {
+		return errors.New("serve: no state file (--state or " + envState + ")")
+	}
+	if c.Listen == "" {
+		c.Listen = "127.0.0.1:8080"
+	}
+	if c.PruneInterval <= 0 {
+		c.PruneInterval = 10 * time.Minute
+	}
+	log := c.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	st, err := state.Open(c.StatePath, state.Options{Timeout: c.LockTimeout, MasterKey: c.MasterKey, Logger: log.With("component", "state")})
+	if err != nil {
+		return fmt.Errorf("serve: %w", explainOpen(c.StatePath, err))
+	}
+	defer st.Close()
+	sec, err := st.SecretsStatus()
+	if err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
+	switch {
+	case !sec.Sealing && sec.Sealed > 0:
+		return fmt.Errorf("serve: the state file holds %d sealed secrets but %s is not set", sec.Sealed, envMasterKey)
+	case !sec.Sealing:
+		log.Warn("secrets are stored unsealed: set "+envMasterKey+" to encrypt them at rest", "unsealed", sec.Unsealed)
+	default:
+		log.Info("secrets are sealed with AES-256-GCM", "sealed", sec.Sealed)
+	}
+	srv, err := api.New(api.Config{Store: st, Logger: log.With("component", "api")})
+	if err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
+	if c.Setup != nil {
+		if err := c.Setup(st, srv); err != nil {
+			return fmt.Errorf("serve: setup: %w", err)
+		}
+	}
+	ln, err := net.Listen("tcp", c.Listen)
+	if err != nil {
+		return fmt.Errorf("serve: listen %s: %w", c.Listen, err)
+	}
+	log.Info("admin API listening", "addr", ln.Addr().String(), "state", c.StatePath)
+	if c.OnReady != nil {
+		c.OnReady(ln.Addr())
+	}
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		prune(ctx, st, c.PruneInterval, log)
+	}()
+	err = srv.Serve(ctx, ln)
+	wg.Wait()
+	if err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
+	log.Info("stopped")
+	return nil
+}
+
+// prune removes expired tokens and old events every interval until ctx is done.
+func prune(ctx context.Context, st *state.Store, every time.Duration, log *slog.Logger) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			res, err := st.Prune()
+			if err != nil {
+				log.Error("prune state", "err", err)
+				continue
+			}
+			if res.Events+res.Tokens > 0 {
+				log.Debug("pruned state", "events", res.Events, "tokens", res.Tokens)
+			}
+		}
+	}
+}
+
+// explainOpen adds the operator's next step to state.Open errors.
+func explainOpen(path string, err error) error {
+	switch {
+	case errors.Is(err, state.ErrLocked):
+		return fmt.Errorf("state file %s is in use by another process (another machina serve, or a machina command still running): %w", path, err)
+	case errors.Is(err, state.ErrWrongMasterKey):
+		return fmt.Errorf("%s does not open this state file's secrets; use the key they were sealed with: %w", envMasterKey, err)
+	}
+	return err
+}
+
+// newLogger builds the process logger: format json (default) or text,
+// level debug, info (default), warn or error.
+func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("log level %q: want debug, info, warn or error", level)
+	}
+	opts := &slog.HandlerOptions{Level: lv}
+	switch strings.ToLower(format) {
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	}
+	return nil, fmt.Errorf("log format %q: want json or text", format)
+}
+
+func envOrDefault(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
+}
+
+// newServeCmd is `machina serve`.
+func newServeCmd(e *env) *cobra.Command {
+	var c ServeConfig
+	var logFormat, logLevel string
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Run the controller: state store and admin API (more servers join later)",
+		Long: "Run the controller until interrupted. The master key for sealing secrets is read from " +
+			envMasterKey + " only; it is never a flag.",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log, err := newLogger(e.stderr, logFormat, logLevel)
+			if err != nil {
+				return err
+			}
+			c.Logger = log
+			c.MasterKey = []byte(os.Getenv(envMasterKey))
+			return c.Run(cmd.Context())
+		},
+	}
+	cmd.Flags().StringVar(&c.StatePath, "state", envOrDefault(envState, defaultStatePath), "bbolt state file (env "+envState+")")
+	cmd.Flags().StringVar(&c.Listen, "listen", envOrDefault(envListen, "127.0.0.1:8080"), "admin API address (env "+envListen+")")
+	cmd.Flags().StringVar(&logFormat, "log-format", envOrDefault(envLogFormat, "json"), "log format: json or text (env "+envLogFormat+")")
+	cmd.Flags().StringVar(&logLevel, "log-level", envOrDefault(envLogLevel, "info"), "log level: debug, info, warn, error (env "+envLogLevel+")")
+	return cmd
+}

@@ -1,0 +1,134 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/machina-metal/machina/api"
+	v1 "github.com/machina-metal/machina/api/v1"
+	"github.com/machina-metal/machina/state"
+)
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// TestServeRunsAPIAndStops: serve opens the store, warns that secrets are
+// unsealed, answers the admin API on a loopback port, and returns nil when
+// ctx is done.
+func TestServeRunsAPIAndStops(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "state.db")
+	st, err := state.Open(path, state.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, _, err := st.CreateAdminToken("ops", state.ActorLocal)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.CreateServer(state.Server{Name: "r1-n01"}); err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+
+	logs := &lockedBuffer{}
+	ready := make(chan net.Addr, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	cfg := ServeConfig{StatePath: path, Listen: "127.0.0.1:0", Logger: slog.New(slog.NewTextHandler(logs, nil)),
+		OnReady: func(a net.Addr) { ready <- a },
+		Setup: func(st *state.Store, srv *api.Server) error {
+			return srv.HandleAdmin("GET /api/v1/whoami", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				io.WriteString(w, api.Actor(r))
+			}))
+		}}
+	go func() { done <- cfg.Run(ctx) }()
+	var addr net.Addr
+	select {
+	case addr = <-ready:
+	case err := <-done:
+		t.Fatalf("Run returned early: %v", err)
+	}
+	c, _ := v1.NewClient("http://"+addr.String(), tok)
+	srv, err := c.Server(context.Background(), "r1-n01")
+	if err != nil || srv.Lifecycle != "new" {
+		t.Fatalf("Server = %+v, %v", srv, err)
+	}
+	req, _ := http.NewRequest("GET", "http://"+addr.String()+"/api/v1/whoami", nil)
+	req.Header.Set("Authorization", "Bearer "+tok)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	who, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if string(who) != "ops" {
+		t.Errorf("handler mounted in Setup answered %q", who)
+	}
+	// A second controller on the same file fails at once with a clear message.
+	var errb bytes.Buffer
+	if code := run(context.Background(), []string{"serve", "--state", path, "--listen", "127.0.0.1:0"}, nil, &errb, &errb); code == 0 ||
+		!strings.Contains(errb.String(), "in use by another process") {
+		t.Errorf("second serve: exit %d, %q", code, errb.String())
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("Run = %v, want nil after cancel", err)
+	}
+	if !strings.Contains(logs.String(), "secrets are stored unsealed") {
+		t.Errorf("no unsealed warning in logs:\n%s", logs.String())
+	}
+}
+
+func TestServeKeyChecks(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "state.db")
+	st, err := state.Open(path, state.Options{MasterKey: []byte("the-right-master-key")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.PutSecret("bmc", state.Credential{Username: "u", Password: "p"}, "t"); err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+	ctx := context.Background()
+	err = ServeConfig{StatePath: path, Listen: "127.0.0.1:0", MasterKey: []byte("the-wrong-master-key")}.Run(ctx)
+	if err == nil || !strings.Contains(err.Error(), "does not open this state file's secrets") {
+		t.Errorf("wrong key: %v", err)
+	}
+	err = ServeConfig{StatePath: path, Listen: "127.0.0.1:0"}.Run(ctx)
+	if err == nil || !strings.Contains(err.Error(), "sealed secrets but MACHINA_API_KEY_MASTER_KEY is not set") {
+		t.Errorf("missing key: %v", err)
+	}
+	// The right key starts, logs sealing, and stops on a done ctx.
+	logs := &lockedBuffer{}
+	cctx, cancel := context.WithCancel(ctx)
+	cfg := ServeConfig{StatePath: path, Listen: "127.0.0.1:0", MasterKey: []byte("the-right-master-key"),
+		Logger: slog.New(slog.NewTextHandler(logs, nil)), OnReady: func(net.Addr) { cancel() }}
+	if err := cfg.Run(cctx); err != nil {
+		t.Errorf("right key: %v", err)
+	}
+	if !strings.Contains(logs.String(), "secrets are sealed") {
+		t.Errorf("logs: %s", logs.String())
+	}
+}

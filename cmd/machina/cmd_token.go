@@ -1,0 +1,102 @@
+package main
+
+import (
+	"fmt"
+	"text/tabwriter"
+	"time"
+
+	"github.com/machina-metal/machina/state"
+	"github.com/spf13/cobra"
+)
+
+// newTokenCmd is `machina token create|list|revoke`: admin API bearer
+// tokens, managed by opening the state file directly (so the controller
+// must not be running on it).
+func newTokenCmd(e *env) *cobra.Command {
+	var statePath string
+	cmd := &cobra.Command{
+		Use:   "token",
+		Short: "Manage admin API tokens (opens the state file directly)",
+	}
+	cmd.PersistentFlags().StringVar(&statePath, "state", envOrDefault(envState, defaultStatePath), "bbolt state file (env "+envState+")")
+	open := func() (*state.Store, error) {
+		st, err := state.Open(statePath, state.Options{Timeout: time.Second})
+		if err != nil {
+			return nil, explainOpen(statePath, err)
+		}
+		return st, nil
+	}
+
+	var name string
+	create := &cobra.Command{
+		Use:   "create --name NAME",
+		Short: "Create an admin token and print it once",
+		Args:  cobra.NoArgs,
+		RunE: func(*cobra.Command, []string) error {
+			if !state.ValidName(name) {
+				return fmt.Errorf("token create: --name must be an RFC 1123 label (lower-case letters, digits, inner hyphens)")
+			}
+			st, err := open()
+			if err != nil {
+				return fmt.Errorf("token create: %w", err)
+			}
+			defer st.Close()
+			value, _, err := st.CreateAdminToken(name, state.ActorLocal)
+			if err != nil {
+				return fmt.Errorf("token create: %w", err)
+			}
+			fmt.Fprintln(e.stdout, value)
+			fmt.Fprintf(e.stderr, "admin token %q created; it is shown only this once (use it as MACHINA_TOKEN)\n", name)
+			return nil
+		},
+	}
+	create.Flags().StringVar(&name, "name", "", "token name, recorded as the actor of every change made with it")
+	_ = create.MarkFlagRequired("name")
+
+	list := &cobra.Command{
+		Use:   "list",
+		Short: "List admin tokens (names only)",
+		Args:  cobra.NoArgs,
+		RunE: func(*cobra.Command, []string) error {
+			st, err := open()
+			if err != nil {
+				return fmt.Errorf("token list: %w", err)
+			}
+			defer st.Close()
+			toks, err := st.AdminTokens()
+			if err != nil {
+				return fmt.Errorf("token list: %w", err)
+			}
+			tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "NAME\tID\tCREATED")
+			for _, t := range toks {
+				fmt.Fprintf(tw, "%s\t%s\t%s\n", t.Name, t.ID, t.CreatedAt.Format(time.RFC3339))
+			}
+			return tw.Flush()
+		},
+	}
+
+	var revokeName string
+	revoke := &cobra.Command{
+		Use:   "revoke --name NAME",
+		Short: "Revoke an admin token",
+		Args:  cobra.NoArgs,
+		RunE: func(*cobra.Command, []string) error {
+			st, err := open()
+			if err != nil {
+				return fmt.Errorf("token revoke: %w", err)
+			}
+			defer st.Close()
+			if err := st.RevokeAdminToken(revokeName, state.ActorLocal); err != nil {
+				return fmt.Errorf("token revoke: %w", err)
+			}
+			fmt.Fprintf(e.stderr, "admin token %q revoked\n", revokeName)
+			return nil
+		},
+	}
+	revoke.Flags().StringVar(&revokeName, "name", "", "token name")
+	_ = revoke.MarkFlagRequired("name")
+
+	cmd.AddCommand(create, list, revoke)
+	return cmd
+}

@@ -1,0 +1,112 @@
+package main
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	v1 "github.com/machina-metal/machina/api/v1"
+	"github.com/spf13/cobra"
+)
+
+// Environment variables for talking to the controller's admin API.
+const (
+	envAPI   = "MACHINA_API"   // base URL of the admin API
+	envToken = "MACHINA_TOKEN" // admin bearer token: environment only, never a flag
+)
+
+// defaultAPI is the admin API when neither --api nor MACHINA_API is given.
+const defaultAPI = "http://127.0.0.1:8080"
+
+// maxPasswordBytes bounds what --password-stdin reads.
+const maxPasswordBytes = 4096
+
+// apiClient builds a client for --api (or MACHINA_API) with the token from
+// MACHINA_TOKEN.
+func apiClient(apiURL string) (*v1.Client, error) {
+	tok := os.Getenv(envToken)
+	if tok == "" {
+		return nil, fmt.Errorf("%s is not set: create a token with `machina token create --name NAME` and export it", envToken)
+	}
+	return v1.NewClient(apiURL, tok)
+}
+
+// readPassword reads one password from r: everything up to the first
+// newline (a trailing "\r" is dropped), at most maxPasswordBytes.
+func readPassword(r io.Reader) (string, error) {
+	br := bufio.NewReader(io.LimitReader(r, maxPasswordBytes+1))
+	line, err := br.ReadString('\n')
+	if err != nil && !errors.Is(err, io.EOF) {
+		return "", fmt.Errorf("read password from stdin: %w", err)
+	}
+	if len(line) > maxPasswordBytes {
+		return "", fmt.Errorf("password on stdin is longer than %d bytes", maxPasswordBytes)
+	}
+	line = strings.TrimSuffix(strings.TrimSuffix(line, "\n"), "\r")
+	if line == "" {
+		return "", errors.New("empty password on stdin")
+	}
+	return line, nil
+}
+
+// newSecretCmd is `machinactl secret set NAME --username U --password-stdin`.
+// The password is read from stdin only, never from argv; the token from
+// MACHINA_TOKEN only.
+func newSecretCmd(e *env) *cobra.Command {
+	var apiURL string
+	cmd := &cobra.Command{
+		Use:   "secret",
+		Short: "Store credentials in the controller's secret store",
+	}
+	cmd.PersistentFlags().StringVar(&apiURL, "api", getenvDefault(envAPI, defaultAPI), "admin API base URL (env "+envAPI+"); the token comes from "+envToken)
+
+	var username string
+	var fromStdin bool
+	set := &cobra.Command{
+		Use:     "set NAME --username USER --password-stdin",
+		Short:   "Create or replace a named credential (password read from stdin)",
+		Example: "  printf '%s\\n' \"$BMC_PASSWORD\" | MACHINA_TOKEN=... machinactl secret set bmc-default --username admin --password-stdin",
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			name := args[0]
+			if !fromStdin {
+				return &exitError{code: 2, err: errors.New("secret set: pass --password-stdin; the password is never taken from the command line")}
+			}
+			if username == "" {
+				return &exitError{code: 2, err: errors.New("secret set: --username is required")}
+			}
+			c, err := apiClient(apiURL)
+			if err != nil {
+				return &exitError{code: 2, err: fmt.Errorf("secret set: %w", err)}
+			}
+			pw, err := readPassword(e.stdin)
+			if err != nil {
+				return &exitError{code: 2, err: fmt.Errorf("secret set: %w", err)}
+			}
+			info, err := c.PutSecret(cmd.Context(), name, v1.SecretRequest{Username: username, Password: pw})
+			if err != nil {
+				return &exitError{code: 2, err: fmt.Errorf("secret set %s: %w", name, err)}
+			}
+			if info.Sealed {
+				fmt.Fprintf(e.stdout, "secret %s stored, sealed at rest\n", info.Name)
+			} else {
+				fmt.Fprintf(e.stdout, "secret %s stored UNSEALED: the controller has no master key (set MACHINA_API_KEY_MASTER_KEY)\n", info.Name)
+			}
+			return nil
+		},
+	}
+	set.Flags().StringVar(&username, "username", "", "user name of the credential")
+	set.Flags().BoolVar(&fromStdin, "password-stdin", false, "read the password from stdin (the only way to pass it)")
+	cmd.AddCommand(set)
+	return cmd
+}
+
+func getenvDefault(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
+}

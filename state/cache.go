@@ -1,0 +1,65 @@
+package state
+
+import (
+	"bytes"
+	"encoding/json"
+	"maps"
+	"sync"
+)
+
+// serverCache memoises decoded server records keyed by name and validated
+// by their exact stored bytes, so a record is decoded again only after it
+// changed. Validation by bytes (not by revision) keeps it correct across
+// rolled-back transactions and files edited by other tools.
+type serverCache struct {
+	mu sync.RWMutex
+	m  map[string]cachedServer
+}
+
+type cachedServer struct {
+	raw []byte
+	srv Server
+}
+
+// maxCachedServers bounds the cache; past it the cache is reset.
+const maxCachedServers = 200_000
+
+// decode returns the Server stored as v under key k. The result is a deep
+// copy: callers may modify it freely.
+func (c *serverCache) decode(k, v []byte) (Server, error) {
+	c.mu.RLock()
+	e, ok := c.m[string(k)]
+	c.mu.RUnlock()
+	if ok && bytes.Equal(e.raw, v) {
+		return e.srv.clone(), nil
+	}
+	var srv Server
+	if err := json.Unmarshal(v, &srv); err != nil {
+		return Server{}, err
+	}
+	c.mu.Lock()
+	if c.m == nil || len(c.m) >= maxCachedServers {
+		c.m = map[string]cachedServer{}
+	}
+	c.m[string(k)] = cachedServer{raw: bytes.Clone(v), srv: srv.clone()}
+	c.mu.Unlock()
+	return srv, nil
+}
+
+// clone returns a deep copy of s.
+func (s Server) clone() Server {
+	if s.Hardware != nil {
+		h := *s.Hardware
+		h.Disks = append([]Disk(nil), h.Disks...)
+		h.NICs = append([]NIC(nil), h.NICs...)
+		s.Hardware = &h
+	}
+	if s.Allocation != nil {
+		a := *s.Allocation
+		s.Allocation = &a
+	}
+	if s.Actions != nil {
+		s.Actions = maps.Clone(s.Actions)
+	}
+	return s
+}

@@ -1,0 +1,284 @@
+package state
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// EventKind classifies an event.
+type EventKind string
+
+// Event kinds.
+const (
+	EventCreated       EventKind = "server.created"      // CreateServer
+	EventTransition    EventKind = "lifecycle"           // a lifecycle move (From, To)
+	EventPower         EventKind = "power"               // a power state change (Power)
+	EventTokenRefused  EventKind = "token.refused"       // a machine token was refused (Message says why)
+	EventSecretSet     EventKind = "secret.set"          // PutSecret (Message names the secret, never its value)
+	EventSecretDeleted EventKind = "secret.deleted"      // DeleteSecret
+	EventAdminCreated  EventKind = "admin_token.created" // CreateAdminToken (Message names the token)
+	EventAdminRevoked  EventKind = "admin_token.revoked" // RevokeAdminToken
+	EventNote          EventKind = "note"                // AppendEvent: free-form
+)
+
+// Actors that are not admin tokens.
+const (
+	ActorController = "controller" // the controller itself (reconciler, boot endpoints)
+	ActorLocal      = "local"      // a local command that opened the state file directly
+)
+
+// Event is one entry of the append-only log. Seq is global, strictly
+// increasing and never reused; At is UTC. Server is empty for events not
+// about one server. Messages never hold secrets or token values.
+type Event struct {
+	Seq     uint64    `json:"seq"`
+	At      time.Time `json:"at"`
+	Server  string    `json:"server,omitempty"`
+	Kind    EventKind `json:"kind"`
+	Actor   string    `json:"actor,omitempty"` // admin token name, ActorController or ActorLocal
+	From    Lifecycle `json:"from,omitempty"`
+	To      Lifecycle `json:"to,omitempty"`
+	Power   Power     `json:"power,omitempty"`
+	Message string    `json:"message,omitempty"`
+}
+
+// EventQuery selects events in ascending Seq order.
+type EventQuery struct {
+	Server string // only this server's events; empty means all
+	After  uint64 // only events with Seq > After
+	Limit  int    // zero means 100, at most MaxPageSize
+}
+
+// AppendEvent writes e (Seq and At are assigned; Kind defaults to
+// EventNote) and returns it as stored.
+func (s *Store) AppendEvent(e Event) (Event, error) {
+	if e.Kind == "" {
+		e.Kind = EventNote
+	}
+	if e.Server != "" {
+		if err := checkName("server", e.Server); err != nil {
+			return Event{}, fmt.Errorf("state: append event: %w", err)
+		}
+	}
+	err := s.update(func(tx *bolt.Tx) error { return s.appendEvent(tx, &e) })
+	if err != nil {
+		return Event{}, fmt.Errorf("state: append event: %w", err)
+	}
+	return e, nil
+}
+
+// Events returns events matching q in ascending Seq order.
+func (s *Store) Events(q EventQuery) ([]Event, error) {
+	if q.Limit <= 0 {
+		q.Limit = 100
+	}
+	if q.Limit > MaxPageSize {
+		q.Limit = MaxPageSize
+	}
+	var out []Event
+	if q.After == math.MaxUint64 {
+		return nil, nil
+	}
+	err := s.view(func(tx *bolt.Tx) error {
+		events := tx.Bucket(bucketEvents)
+		var c *bolt.Cursor
+		if q.Server == "" {
+			c = events.Cursor()
+		} else {
+			sb := tx.Bucket(bucketServerEvents).Bucket([]byte(q.Server))
+			if sb == nil {
+				return nil
+			}
+			c = sb.Cursor()
+		}
+		for k, v := c.Seek(u64(q.After + 1)); k != nil && len(out) < q.Limit; k, v = c.Next() {
+			if q.Server != "" {
+				v = events.Get(k)
+				if v == nil {
+					continue // pruned concurrently within this tx cannot happen; defensive
+				}
+			}
+			var e Event
+			if err := json.Unmarshal(v, &e); err != nil {
+				return fmt.Errorf("decode event %d: %w", btoi(k), err)
+			}
+			out = append(out, e)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("state: events: %w", err)
+	}
+	return out, nil
+}
+
+// LastEventSeq returns the highest Seq ever assigned (0 for an empty log).
+func (s *Store) LastEventSeq() (uint64, error) {
+	var seq uint64
+	err := s.view(func(tx *bolt.Tx) error {
+		seq = tx.Bucket(bucketEvents).Sequence()
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("state: last event seq: %w", err)
+	}
+	return seq, nil
+}
+
+// appendEvent assigns e.Seq and e.At, stores e and its per-server index
+// entry, and prunes by count and age, all inside tx.
+func (s *Store) appendEvent(tx *bolt.Tx, e *Event) error {
+	events := tx.Bucket(bucketEvents)
+	seq, err := events.NextSequence()
+	if err != nil {
+		return err
+	}
+	e.Seq = seq
+	e.At = s.nowUTC()
+	data, err := json.Marshal(e)
+	if err != nil {
+		return err
+	}
+	key := u64(seq)
+	if err := events.Put(key, data); err != nil {
+		return err
+	}
+	meta := tx.Bucket(bucketMeta)
+	total := btoi(meta.Get(keyEventsN)) + 1
+	if err := meta.Put(keyEventsN, u64(total)); err != nil {
+		return err
+	}
+	if e.Server != "" {
+		sb, err := tx.Bucket(bucketServerEvents).CreateBucketIfNotExists([]byte(e.Server))
+		if err != nil {
+			return err
+		}
+		if err := sb.Put(key, nil); err != nil {
+			return err
+		}
+		counts := tx.Bucket(bucketEventCounts)
+		n := btoi(counts.Get([]byte(e.Server))) + 1
+		if err := counts.Put([]byte(e.Server), u64(n)); err != nil {
+			return err
+		}
+		for ; n > uint64(s.retention.MaxPerServer); n-- {
+			k, _ := sb.Cursor().First()
+			if err := s.deleteEvent(tx, k); err != nil {
+				return err
+			}
+		}
+	}
+	total = btoi(meta.Get(keyEventsN))
+	for ; total > uint64(s.retention.MaxEvents); total-- {
+		k, _ := events.Cursor().First()
+		if err := s.deleteEvent(tx, k); err != nil {
+			return err
+		}
+	}
+	// Age: a bounded sweep per append keeps each write small; Prune sweeps
+	// everything.
+	_, err = s.pruneOld(tx, 64)
+	return err
+}
+
+// pruneOld deletes up to max (≤0: unbounded) events older than MaxAge.
+func (s *Store) pruneOld(tx *bolt.Tx, max int) (int, error) {
+	cutoff := s.nowUTC().Add(-s.retention.MaxAge)
+	c := tx.Bucket(bucketEvents).Cursor()
+	n := 0
+	for k, v := c.First(); k != nil && (max <= 0 || n < max); k, v = c.First() {
+		var e struct {
+			At time.Time `json:"at"`
+		}
+		if err := json.Unmarshal(v, &e); err != nil {
+			return n, fmt.Errorf("decode event %d: %w", btoi(k), err)
+		}
+		if !e.At.Before(cutoff) {
+			break
+		}
+		if err := s.deleteEvent(tx, k); err != nil {
+			return n, err
+		}
+		n++
+	}
+	return n, nil
+}
+
+// deleteEvent removes the event with key k from the log, its server index
+// and both counters.
+func (s *Store) deleteEvent(tx *bolt.Tx, k []byte) error {
+	if k == nil {
+		return nil
+	}
+	k = append([]byte(nil), k...) // cursor keys are invalid after Delete
+	events := tx.Bucket(bucketEvents)
+	v := events.Get(k)
+	if v == nil {
+		return nil
+	}
+	var e struct {
+		Server string `json:"server"`
+	}
+	if err := json.Unmarshal(v, &e); err != nil {
+		return fmt.Errorf("decode event %d: %w", btoi(k), err)
+	}
+	if err := events.Delete(k); err != nil {
+		return err
+	}
+	meta := tx.Bucket(bucketMeta)
+	if n := btoi(meta.Get(keyEventsN)); n > 0 {
+		if err := meta.Put(keyEventsN, u64(n-1)); err != nil {
+			return err
+		}
+	}
+	if e.Server == "" {
+		return nil
+	}
+	if sb := tx.Bucket(bucketServerEvents).Bucket([]byte(e.Server)); sb != nil {
+		if err := sb.Delete(k); err != nil {
+			return err
+		}
+	}
+	counts := tx.Bucket(bucketEventCounts)
+	switch n := btoi(counts.Get([]byte(e.Server))); {
+	case n > 1:
+		return counts.Put([]byte(e.Server), u64(n-1))
+	default: // the server's last event: drop its empty index and counter
+		if err := counts.Delete([]byte(e.Server)); err != nil {
+			return err
+		}
+		if tx.Bucket(bucketServerEvents).Bucket([]byte(e.Server)) != nil {
+			return tx.Bucket(bucketServerEvents).DeleteBucket([]byte(e.Server))
+		}
+		return nil
+	}
+}
+
+// PruneResult counts what Prune removed.
+type PruneResult struct {
+	Events int // events older than Retention.MaxAge
+	Tokens int // machine tokens past their expiry
+}
+
+// Prune deletes events older than Retention.MaxAge and machine tokens that
+// have expired. Safe to call periodically; each call is one transaction.
+func (s *Store) Prune() (PruneResult, error) {
+	var res PruneResult
+	err := s.update(func(tx *bolt.Tx) error {
+		n, err := s.pruneOld(tx, 0)
+		if err != nil {
+			return err
+		}
+		res.Events = n
+		res.Tokens, err = s.pruneTokens(tx)
+		return err
+	})
+	if err != nil {
+		return PruneResult{}, fmt.Errorf("state: prune: %w", err)
+	}
+	return res, nil
+}

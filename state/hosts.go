@@ -1,0 +1,127 @@
+package state
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// Host is a joined hypervisor host (DESIGN.md "Flow" step 5).
+type Host struct {
+	Name            string    `json:"name"`             // RFC 1123 label
+	Server          string    `json:"server,omitempty"` // the server it runs on, when known
+	Site            string    `json:"site,omitempty"`
+	Rack            string    `json:"rack,omitempty"`
+	Tags            []string  `json:"tags,omitempty"`
+	CertFingerprint string    `json:"certFingerprint,omitempty"` // SHA-256 of the node certificate, hex
+	JoinedAt        time.Time `json:"joinedAt"`
+	LastSeen        time.Time `json:"lastSeen,omitzero"`
+}
+
+// JoinLogEntry is one line of a host's join log (networks and storage
+// pools applied, validation results).
+type JoinLogEntry struct {
+	Seq     uint64    `json:"seq"` // per host, assigned by AppendJoinLog
+	At      time.Time `json:"at"`  // assigned by AppendJoinLog (UTC)
+	Level   string    `json:"level,omitempty"`
+	Step    string    `json:"step,omitempty"`
+	Message string    `json:"message"`
+}
+
+// PutHost creates or replaces a host record. A zero JoinedAt is set to now.
+// Errors: ErrInvalid.
+func (s *Store) PutHost(h Host) (Host, error) {
+	if err := checkName("host", h.Name); err != nil {
+		return Host{}, fmt.Errorf("state: put host: %w", err)
+	}
+	if h.JoinedAt.IsZero() {
+		h.JoinedAt = s.nowUTC()
+	}
+	err := s.update(func(tx *bolt.Tx) error { return putJSON(tx.Bucket(bucketHosts), h.Name, &h) })
+	if err != nil {
+		return Host{}, fmt.Errorf("state: put host %s: %w", h.Name, err)
+	}
+	return h, nil
+}
+
+// Host returns the named host, or ErrNotFound.
+func (s *Store) Host(name string) (Host, error) {
+	var h Host
+	err := s.view(func(tx *bolt.Tx) error { return getJSON(tx.Bucket(bucketHosts), name, &h) })
+	if err != nil {
+		return Host{}, fmt.Errorf("state: get host %s: %w", name, err)
+	}
+	return h, nil
+}
+
+// Hosts lists every host ordered by name.
+func (s *Store) Hosts() ([]Host, error) {
+	var out []Host
+	err := s.view(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketHosts).ForEach(func(k, v []byte) error {
+			var h Host
+			if err := json.Unmarshal(v, &h); err != nil {
+				return fmt.Errorf("decode host %s: %w", k, err)
+			}
+			out = append(out, h)
+			return nil
+		})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("state: list hosts: %w", err)
+	}
+	return out, nil
+}
+
+// AppendJoinLog appends e to the named host's join log, assigning Seq and
+// At. The host need not exist yet (logging starts before the record).
+func (s *Store) AppendJoinLog(host string, e JoinLogEntry) (JoinLogEntry, error) {
+	if err := checkName("host", host); err != nil {
+		return JoinLogEntry{}, fmt.Errorf("state: append join log: %w", err)
+	}
+	err := s.update(func(tx *bolt.Tx) error {
+		b, err := tx.Bucket(bucketJoinLogs).CreateBucketIfNotExists([]byte(host))
+		if err != nil {
+			return err
+		}
+		seq, err := b.NextSequence()
+		if err != nil {
+			return err
+		}
+		e.Seq, e.At = seq, s.nowUTC()
+		data, err := json.Marshal(&e)
+		if err != nil {
+			return err
+		}
+		return b.Put(u64(seq), data)
+	})
+	if err != nil {
+		return JoinLogEntry{}, fmt.Errorf("state: append join log %s: %w", host, err)
+	}
+	return e, nil
+}
+
+// JoinLog returns the named host's join log in order (empty if none).
+func (s *Store) JoinLog(host string) ([]JoinLogEntry, error) {
+	var out []JoinLogEntry
+	err := s.view(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketJoinLogs).Bucket([]byte(host))
+		if b == nil {
+			return nil
+		}
+		return b.ForEach(func(_, v []byte) error {
+			var e JoinLogEntry
+			if err := json.Unmarshal(v, &e); err != nil {
+				return err
+			}
+			out = append(out, e)
+			return nil
+		})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("state: join log %s: %w", host, err)
+	}
+	return out, nil
+}

@@ -1,0 +1,113 @@
+package state
+
+import (
+	"fmt"
+	"time"
+)
+
+// Lifecycle is a server's provisioning phase (DESIGN.md "Lifecycle and
+// power"). It changes only through Store.Transition.
+type Lifecycle string
+
+// Lifecycle values.
+const (
+	LifecycleNew           Lifecycle = "new"
+	LifecycleCommissioning Lifecycle = "commissioning"
+	LifecycleReady         Lifecycle = "ready"
+	LifecycleAllocated     Lifecycle = "allocated"
+	LifecycleDeploying     Lifecycle = "deploying"
+	LifecycleDeployed      Lifecycle = "deployed"
+	LifecycleFailed        Lifecycle = "failed"
+	LifecycleRetired       Lifecycle = "retired"
+)
+
+// Lifecycles lists every lifecycle in table order.
+func Lifecycles() []Lifecycle {
+	return []Lifecycle{LifecycleNew, LifecycleCommissioning, LifecycleReady, LifecycleAllocated,
+		LifecycleDeploying, LifecycleDeployed, LifecycleFailed, LifecycleRetired}
+}
+
+// moves is the complete table of allowed moves, exactly as DESIGN.md lists:
+// new→commissioning; commissioning→ready|failed|new;
+// ready→allocated|commissioning|retired; allocated→deploying|ready;
+// deploying→deployed|failed; deployed→ready|retired;
+// failed→commissioning|new|retired; retired→new.
+var moves = map[Lifecycle][]Lifecycle{
+	LifecycleNew:           {LifecycleCommissioning},
+	LifecycleCommissioning: {LifecycleReady, LifecycleFailed, LifecycleNew},
+	LifecycleReady:         {LifecycleAllocated, LifecycleCommissioning, LifecycleRetired},
+	LifecycleAllocated:     {LifecycleDeploying, LifecycleReady},
+	LifecycleDeploying:     {LifecycleDeployed, LifecycleFailed},
+	LifecycleDeployed:      {LifecycleReady, LifecycleRetired},
+	LifecycleFailed:        {LifecycleCommissioning, LifecycleNew, LifecycleRetired},
+	LifecycleRetired:       {LifecycleNew},
+}
+
+// CanTransition reports whether from→to is an allowed move. A move to the
+// same lifecycle is never allowed.
+func CanTransition(from, to Lifecycle) bool {
+	for _, l := range moves[from] {
+		if l == to {
+			return true
+		}
+	}
+	return false
+}
+
+// NextLifecycles returns the lifecycles reachable from l in one move, or nil
+// for an unknown l. The slice is a copy.
+func NextLifecycles(l Lifecycle) []Lifecycle {
+	return append([]Lifecycle(nil), moves[l]...)
+}
+
+// Valid reports whether l is one of the eight lifecycles.
+func (l Lifecycle) Valid() bool {
+	_, ok := moves[l]
+	return ok
+}
+
+// ParseLifecycle returns the Lifecycle named s, or an error wrapping
+// ErrInvalid.
+func ParseLifecycle(s string) (Lifecycle, error) {
+	if l := Lifecycle(s); l.Valid() {
+		return l, nil
+	}
+	return "", fmt.Errorf("parse lifecycle %q: %w", s, ErrInvalid)
+}
+
+// Power is a server's observed power state, tracked separately from its
+// lifecycle.
+type Power string
+
+// Power states (DESIGN.md "Lifecycle and power").
+const (
+	PowerRegistered Power = "registered" // known, never read or commanded
+	PowerOn         Power = "powered_on"
+	PowerOff        Power = "powered_off"
+	PowerRebooting  Power = "rebooting"
+)
+
+// Valid reports whether p is one of the four power states.
+func (p Power) Valid() bool {
+	switch p {
+	case PowerRegistered, PowerOn, PowerOff, PowerRebooting:
+		return true
+	}
+	return false
+}
+
+// PowerSource says where a power state came from.
+type PowerSource string
+
+// Power sources.
+const (
+	PowerSourceBMC     PowerSource = "bmc"     // read from the BMC
+	PowerSourceCommand PowerSource = "command" // the last command Machina sent
+)
+
+// PowerStatus is a power state with its source and observation time (UTC).
+type PowerStatus struct {
+	State  Power       `json:"state"`
+	Source PowerSource `json:"source,omitempty"`
+	At     time.Time   `json:"at"`
+}

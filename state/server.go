@@ -1,0 +1,436 @@
+package state
+
+import (
+	"encoding/json"
+	"fmt"
+	"net"
+	"regexp"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// Server is one machine's observed state. Name is the key; everything else
+// is what Machina last saw or did.
+type Server struct {
+	Name    string `json:"name"`              // RFC 1123 label, unique
+	Zone    string `json:"zone,omitempty"`    // copied from the inventory for filtering
+	Site    string `json:"site,omitempty"`    // copied from the inventory
+	Rack    string `json:"rack,omitempty"`    // copied from the inventory
+	BootMAC string `json:"bootMAC,omitempty"` // lower-case colon form
+
+	Lifecycle   Lifecycle   `json:"lifecycle"`
+	LifecycleAt time.Time   `json:"lifecycleAt"` // time of the last lifecycle move (UTC)
+	Power       PowerStatus `json:"power"`
+
+	BMC        BMCFacts         `json:"bmc"`
+	Hardware   *Hardware        `json:"hardware,omitempty"`   // nil until commissioned
+	Allocation *Allocation      `json:"allocation,omitempty"` // nil unless allocated or deployed
+	Actions    map[string]int64 `json:"actions,omitempty"`    // observed action counters (commission, powerCycle, ...)
+	LastError  string           `json:"lastError,omitempty"`  // sanitised; never a secret
+
+	// Revision increases by one on every committed change of this record.
+	Revision  uint64    `json:"revision"`
+	CreatedAt time.Time `json:"createdAt"`
+	UpdatedAt time.Time `json:"updatedAt"`
+}
+
+// BMCFacts is what Machina knows about a server's BMC. Credentials is the
+// name of a secret in the store, never a password.
+type BMCFacts struct {
+	Driver          string `json:"driver,omitempty"`  // redfish | ipmi
+	Address         string `json:"address,omitempty"` // Redfish URL or IPMI host[:port]
+	Credentials     string `json:"credentials,omitempty"`
+	Manufacturer    string `json:"manufacturer,omitempty"`
+	Model           string `json:"model,omitempty"`
+	SerialNumber    string `json:"serialNumber,omitempty"`
+	FirmwareVersion string `json:"firmwareVersion,omitempty"`
+}
+
+// Hardware is the commissioning report's summary.
+type Hardware struct {
+	Cores       int       `json:"cores"`
+	MemoryBytes int64     `json:"memoryBytes"`
+	Disks       []Disk    `json:"disks,omitempty"`
+	NICs        []NIC     `json:"nics,omitempty"`
+	Vendor      string    `json:"vendor,omitempty"`
+	Product     string    `json:"product,omitempty"`
+	Serial      string    `json:"serial,omitempty"`
+	ObservedAt  time.Time `json:"observedAt"`
+}
+
+// Disk is one block device from the commissioning report.
+type Disk struct {
+	Name       string `json:"name"` // kernel name, e.g. nvme0n1
+	SizeBytes  int64  `json:"sizeBytes"`
+	Model      string `json:"model,omitempty"`
+	Serial     string `json:"serial,omitempty"`
+	Rotational bool   `json:"rotational,omitempty"`
+}
+
+// NIC is one network interface from the commissioning report.
+type NIC struct {
+	Name      string `json:"name"`
+	MAC       string `json:"mac"` // lower-case colon form
+	SpeedMbps int    `json:"speedMbps,omitempty"`
+	Link      bool   `json:"link,omitempty"`
+}
+
+// Allocation records the profile a server was allocated to.
+type Allocation struct {
+	Profile string    `json:"profile"`
+	Image   string    `json:"image,omitempty"`
+	At      time.Time `json:"at"`
+}
+
+var nameRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
+
+// ValidName reports whether s is an RFC 1123 label (lower case, 1–63
+// characters, letters, digits and inner hyphens): the rule for server,
+// host, secret and admin-token names.
+func ValidName(s string) bool { return nameRE.MatchString(s) }
+
+func checkName(kind, s string) error {
+	if !ValidName(s) {
+		return fmt.Errorf("%s name %q is not an RFC 1123 label: %w", kind, s, ErrInvalid)
+	}
+	return nil
+}
+
+// NormalizeMAC returns mac in lower-case colon form, or an error wrapping
+// ErrInvalid. Only 6-byte (EUI-48) addresses are accepted.
+func NormalizeMAC(mac string) (string, error) {
+	hw, err := net.ParseMAC(mac)
+	if err != nil || len(hw) != 6 {
+		return "", fmt.Errorf("mac %q: %w", mac, ErrInvalid)
+	}
+	return hw.String(), nil
+}
+
+// CreateServer adds a server. An empty Lifecycle means LifecycleNew; an
+// empty Power.State means PowerRegistered. It writes an EventCreated event.
+// Errors: ErrInvalid (name, MAC, lifecycle), ErrExists.
+func (s *Store) CreateServer(srv Server) (Server, error) {
+	if err := checkName("server", srv.Name); err != nil {
+		return Server{}, fmt.Errorf("state: create server: %w", err)
+	}
+	if srv.BootMAC != "" {
+		m, err := NormalizeMAC(srv.BootMAC)
+		if err != nil {
+			return Server{}, fmt.Errorf("state: create server %s: %w", srv.Name, err)
+		}
+		srv.BootMAC = m
+	}
+	if srv.Lifecycle == "" {
+		srv.Lifecycle = LifecycleNew
+	}
+	if !srv.Lifecycle.Valid() {
+		return Server{}, fmt.Errorf("state: create server %s: lifecycle %q: %w", srv.Name, srv.Lifecycle, ErrInvalid)
+	}
+	if srv.Power.State == "" {
+		srv.Power.State = PowerRegistered
+	}
+	if !srv.Power.State.Valid() {
+		return Server{}, fmt.Errorf("state: create server %s: power %q: %w", srv.Name, srv.Power.State, ErrInvalid)
+	}
+	err := s.update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketServers)
+		if b.Get([]byte(srv.Name)) != nil {
+			return ErrExists
+		}
+		now := s.nowUTC()
+		srv.Revision = 1
+		srv.CreatedAt, srv.UpdatedAt, srv.LifecycleAt = now, now, now
+		if srv.Power.At.IsZero() {
+			srv.Power.At = now
+		}
+		if err := putJSON(b, srv.Name, &srv); err != nil {
+			return err
+		}
+		return s.appendEvent(tx, &Event{Server: srv.Name, Kind: EventCreated, Actor: ActorController, To: srv.Lifecycle,
+			Message: "server registered"})
+	})
+	if err != nil {
+		return Server{}, fmt.Errorf("state: create server %s: %w", srv.Name, err)
+	}
+	return srv, nil
+}
+
+// Server returns the named server, or ErrNotFound.
+func (s *Store) Server(name string) (Server, error) {
+	var srv Server
+	err := s.view(func(tx *bolt.Tx) error {
+		return getJSON(tx.Bucket(bucketServers), name, &srv)
+	})
+	if err != nil {
+		return Server{}, fmt.Errorf("state: get server %s: %w", name, err)
+	}
+	return srv, nil
+}
+
+// ListOptions filter and page ListServers. Zero values mean no filter and
+// the default page size.
+type ListOptions struct {
+	Zone      string    // only servers in this zone
+	Lifecycle Lifecycle // only servers in this lifecycle
+	After     string    // resume after this server name (the previous page's Next)
+	Limit     int       // page size; zero means 100, at most 10,000
+}
+
+// ServerPage is one page of ListServers, ordered by name. Next is the
+// cursor for the following page, empty on the last page.
+type ServerPage struct {
+	Servers []Server
+	Next    string
+}
+
+// MaxPageSize bounds ListOptions.Limit and EventQuery.Limit.
+const MaxPageSize = 10_000
+
+// ListServers returns servers ordered by name, filtered and paged by opts.
+func (s *Store) ListServers(opts ListOptions) (ServerPage, error) {
+	if opts.Limit <= 0 {
+		opts.Limit = 100
+	}
+	if opts.Limit > MaxPageSize {
+		opts.Limit = MaxPageSize
+	}
+	if opts.Lifecycle != "" && !opts.Lifecycle.Valid() {
+		return ServerPage{}, fmt.Errorf("state: list servers: lifecycle %q: %w", opts.Lifecycle, ErrInvalid)
+	}
+	var page ServerPage
+	err := s.view(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketServers)
+		// Sizing the page up front avoids regrowing a slice of large
+		// structs; for big pages, Stats (a page walk without decoding,
+		// about 1 ms for 10,000 records) bounds it by the record count.
+		size := opts.Limit
+		if size > 1024 {
+			size = min(size, b.Stats().KeyN)
+		}
+		page.Servers = make([]Server, 0, size)
+		c := b.Cursor()
+		var k, v []byte
+		if opts.After == "" {
+			k, v = c.First()
+		} else {
+			k, v = c.Seek([]byte(opts.After))
+			if k != nil && string(k) == opts.After {
+				k, v = c.Next()
+			}
+		}
+		for ; k != nil; k, v = c.Next() {
+			srv, err := s.servers.decode(k, v)
+			if err != nil {
+				return fmt.Errorf("decode server %s: %w", k, err)
+			}
+			if opts.Zone != "" && srv.Zone != opts.Zone {
+				continue
+			}
+			if opts.Lifecycle != "" && srv.Lifecycle != opts.Lifecycle {
+				continue
+			}
+			if len(page.Servers) == opts.Limit {
+				page.Next = page.Servers[len(page.Servers)-1].Name
+				break
+			}
+			page.Servers = append(page.Servers, srv)
+		}
+		return nil
+	})
+	if err != nil {
+		return ServerPage{}, fmt.Errorf("state: list servers: %w", err)
+	}
+	return page, nil
+}
+
+// CountServers returns the number of servers per lifecycle.
+func (s *Store) CountServers() (map[Lifecycle]int, error) {
+	counts := map[Lifecycle]int{}
+	err := s.view(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketServers).ForEach(func(k, v []byte) error {
+			srv, err := s.servers.decode(k, v)
+			if err != nil {
+				return fmt.Errorf("decode server %s: %w", k, err)
+			}
+			counts[srv.Lifecycle]++
+			return nil
+		})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("state: count servers: %w", err)
+	}
+	return counts, nil
+}
+
+// UpdateServer applies fn to the named server inside one transaction and
+// stores the result. fn must not change Name or Lifecycle (ErrLifecycleField;
+// use Transition); Revision, CreatedAt and UpdatedAt are maintained by the
+// store. An error from fn aborts the update and is returned wrapped.
+func (s *Store) UpdateServer(name string, fn func(*Server) error) (Server, error) {
+	var out Server
+	err := s.update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketServers)
+		var srv Server
+		if err := getJSON(b, name, &srv); err != nil {
+			return err
+		}
+		orig := srv
+		if err := fn(&srv); err != nil {
+			return err
+		}
+		if srv.Name != orig.Name {
+			return fmt.Errorf("rename to %q: %w", srv.Name, ErrInvalid)
+		}
+		if srv.Lifecycle != orig.Lifecycle || !srv.LifecycleAt.Equal(orig.LifecycleAt) {
+			return ErrLifecycleField
+		}
+		if srv.BootMAC != orig.BootMAC && srv.BootMAC != "" {
+			m, err := NormalizeMAC(srv.BootMAC)
+			if err != nil {
+				return err
+			}
+			srv.BootMAC = m
+		}
+		if !srv.Power.State.Valid() {
+			return fmt.Errorf("power %q: %w", srv.Power.State, ErrInvalid)
+		}
+		srv.Revision = orig.Revision + 1
+		srv.CreatedAt = orig.CreatedAt
+		srv.UpdatedAt = s.nowUTC()
+		out = srv
+		return putJSON(b, name, &srv)
+	})
+	if err != nil {
+		return Server{}, fmt.Errorf("state: update server %s: %w", name, err)
+	}
+	return out, nil
+}
+
+// SetPower records a power state with its source. It writes an EventPower
+// event when the state changes; setting the same state only refreshes the
+// time. Errors: ErrNotFound, ErrInvalid.
+func (s *Store) SetPower(name string, p Power, src PowerSource) (Server, error) {
+	if !p.Valid() {
+		return Server{}, fmt.Errorf("state: set power %s: power %q: %w", name, p, ErrInvalid)
+	}
+	var out Server
+	err := s.update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketServers)
+		var srv Server
+		if err := getJSON(b, name, &srv); err != nil {
+			return err
+		}
+		now := s.nowUTC()
+		changed := srv.Power.State != p
+		prev := srv.Power.State
+		srv.Power = PowerStatus{State: p, Source: src, At: now}
+		srv.Revision++
+		srv.UpdatedAt = now
+		out = srv
+		if err := putJSON(b, name, &srv); err != nil {
+			return err
+		}
+		if !changed {
+			return nil
+		}
+		return s.appendEvent(tx, &Event{Server: name, Kind: EventPower, Actor: ActorController, Power: p,
+			Message: fmt.Sprintf("power %s→%s (%s)", prev, p, src)})
+	})
+	if err != nil {
+		return Server{}, fmt.Errorf("state: set power %s: %w", name, err)
+	}
+	return out, nil
+}
+
+// Move is one requested lifecycle change. Actor names who asked (an admin
+// token's name, ActorController); Reason is free text kept in the event.
+type Move struct {
+	Server   string
+	From, To Lifecycle
+	Reason   string
+	Actor    string // empty means ActorController
+}
+
+// Transition moves the named server from→to as ActorController. See Apply.
+func (s *Store) Transition(name string, from, to Lifecycle, reason string) (Server, error) {
+	return s.Apply(Move{Server: name, From: from, To: to, Reason: reason})
+}
+
+// Apply performs m as a compare-and-set inside one read-write transaction
+// and writes its EventTransition event in the same transaction, then
+// fsyncs. Of any number of concurrent callers with the same From, at most
+// one succeeds. Errors: *TransitionError (wrapping ErrIllegalTransition or
+// ErrStaleTransition, with the current lifecycle), ErrNotFound.
+func (s *Store) Apply(m Move) (Server, error) {
+	return s.apply(m, s.update)
+}
+
+// ApplyBatched is Apply through bbolt's DB.Batch: concurrent callers share
+// one commit and one fsync, trading a few milliseconds of latency for
+// throughput. Same guarantees as Apply.
+func (s *Store) ApplyBatched(m Move) (Server, error) {
+	return s.apply(m, s.batch)
+}
+
+func (s *Store) apply(m Move, run func(func(*bolt.Tx) error) error) (Server, error) {
+	if m.Actor == "" {
+		m.Actor = ActorController
+	}
+	var out Server
+	var refused *TransitionError
+	err := run(func(tx *bolt.Tx) error {
+		refused = nil
+		b := tx.Bucket(bucketServers)
+		var srv Server
+		if err := getJSON(b, m.Server, &srv); err != nil {
+			return err
+		}
+		if !CanTransition(m.From, m.To) {
+			refused = &TransitionError{Server: m.Server, From: m.From, To: m.To, Current: srv.Lifecycle, Err: ErrIllegalTransition}
+			return refused
+		}
+		if srv.Lifecycle != m.From {
+			refused = &TransitionError{Server: m.Server, From: m.From, To: m.To, Current: srv.Lifecycle, Err: ErrStaleTransition}
+			return refused
+		}
+		now := s.nowUTC()
+		srv.Lifecycle = m.To
+		srv.LifecycleAt = now
+		srv.Revision++
+		srv.UpdatedAt = now
+		if err := putJSON(b, m.Server, &srv); err != nil {
+			return err
+		}
+		out = srv
+		return s.appendEvent(tx, &Event{Server: m.Server, Kind: EventTransition, Actor: m.Actor,
+			From: m.From, To: m.To, Message: m.Reason})
+	})
+	if refused != nil {
+		return Server{}, refused
+	}
+	if err != nil {
+		return Server{}, fmt.Errorf("state: transition %s %s→%s: %w", m.Server, m.From, m.To, err)
+	}
+	return out, nil
+}
+
+func putJSON(b *bolt.Bucket, key string, v any) error {
+	data, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	return b.Put([]byte(key), data)
+}
+
+// getJSON decodes key from b into v, or returns ErrNotFound.
+func getJSON(b *bolt.Bucket, key string, v any) error {
+	data := b.Get([]byte(key))
+	if data == nil {
+		return ErrNotFound
+	}
+	if err := json.Unmarshal(data, v); err != nil {
+		return fmt.Errorf("decode %s: %w", key, err)
+	}
+	return nil
+}

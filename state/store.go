@@ -1,0 +1,320 @@
+package state
+
+import (
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+	berrors "go.etcd.io/bbolt/errors"
+)
+
+// SchemaVersion is the layout version this package writes. Open migrates
+// older files forward one version at a time and refuses newer ones.
+//
+// Version history:
+//   - 1: servers stored power as a bare string ("powered_on"); no hosts,
+//     join-log or admin-token buckets.
+//   - 2: power is a PowerStatus {state, source, at}; hosts, join logs,
+//     admin tokens; a per-file HKDF salt for sealing secrets.
+const SchemaVersion = 2
+
+// Bucket names. Private: callers use Store methods only.
+var (
+	bucketMeta         = []byte("meta")
+	bucketServers      = []byte("servers")
+	bucketEvents       = []byte("events")        // seq(8 BE) → Event JSON
+	bucketServerEvents = []byte("server_events") // server name → nested bucket seq → ""
+	bucketEventCounts  = []byte("event_counts")  // server name → uint64 BE
+	bucketTokens       = []byte("tokens")        // sha256(token) → tokenRecord JSON
+	bucketAdminTokens  = []byte("admin_tokens")  // sha256(token) → adminRecord JSON
+	bucketAdminNames   = []byte("admin_names")   // name → sha256(token)
+	bucketSecrets      = []byte("secrets")       // name → secretRecord JSON
+	bucketHosts        = []byte("hosts")         // name → Host JSON
+	bucketJoinLogs     = []byte("join_logs")     // host name → nested bucket seq → JoinLogEntry JSON
+
+	keyVersion  = []byte("schema_version")
+	keySalt     = []byte("hkdf_salt")
+	keyKeyCheck = []byte("key_check")
+	keyEventsN  = []byte("events_n")
+)
+
+var allBuckets = [][]byte{bucketMeta, bucketServers, bucketEvents, bucketServerEvents, bucketEventCounts,
+	bucketTokens, bucketAdminTokens, bucketAdminNames, bucketSecrets, bucketHosts, bucketJoinLogs}
+
+// Options configure Open. Every zero value is usable.
+type Options struct {
+	// Timeout bounds the wait for the file lock; after it Open returns
+	// ErrLocked. Zero means 1s. A second process never waits indefinitely.
+	Timeout time.Duration
+	// MasterKey is the raw value of MACHINA_API_KEY_MASTER_KEY. Non-empty:
+	// secrets are sealed with AES-256-GCM under a key derived with
+	// HKDF-SHA256, existing unsealed secrets are sealed at Open, and a key
+	// that does not match the file's key-check record fails Open with
+	// ErrWrongMasterKey. Empty: secrets are stored unsealed.
+	MasterKey []byte
+	// Retention bounds the event log; see Retention for zero values.
+	Retention Retention
+	// NoSync skips fsync after each commit (bbolt DB.NoSync). Only for
+	// tests and benchmarks: a crash may lose committed transactions.
+	NoSync bool
+	// Logger receives Info lines for migrations and sealing; nil discards.
+	Logger *slog.Logger
+	// Now is the clock for event times, token expiry and retention; nil
+	// means time.Now. Times are stored in UTC.
+	Now func() time.Time
+}
+
+// Retention bounds the event log. Pruning runs inside every write that
+// appends events and in Store.Prune.
+type Retention struct {
+	// MaxEvents caps the global log; zero means 100,000.
+	MaxEvents int
+	// MaxPerServer caps one server's events; zero means 1,000.
+	MaxPerServer int
+	// MaxAge drops events older than this; zero means 30 days.
+	MaxAge time.Duration
+}
+
+func (r Retention) withDefaults() Retention {
+	if r.MaxEvents <= 0 {
+		r.MaxEvents = 100_000
+	}
+	if r.MaxPerServer <= 0 {
+		r.MaxPerServer = 1_000
+	}
+	if r.MaxAge <= 0 {
+		r.MaxAge = 30 * 24 * time.Hour
+	}
+	return r
+}
+
+// Store is the open state file. Its methods are safe for concurrent use;
+// bbolt serialises writers and readers see consistent snapshots.
+type Store struct {
+	db        *bolt.DB
+	path      string
+	log       *slog.Logger
+	now       func() time.Time
+	retention Retention
+	sealKey   []byte // nil when unsealed
+	salt      []byte
+
+	mu      sync.Mutex
+	waiters map[chan struct{}]struct{}
+
+	servers serverCache
+}
+
+// migrations[v] upgrades a version-v file to v+1 inside one transaction.
+// Open runs them in order; a failure leaves the file at its old version.
+var migrations = map[int]func(tx *bolt.Tx) error{
+	1: migrate1to2,
+}
+
+// Open opens (creating if needed, mode 0600) the state file at path,
+// migrates it to SchemaVersion, and checks the master key. Errors:
+// ErrLocked when another process holds the file, ErrSchemaVersion for a
+// newer file, ErrWrongMasterKey for a key that does not match.
+func Open(path string, opts Options) (*Store, error) {
+	if opts.Timeout <= 0 {
+		opts.Timeout = time.Second
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if dir := filepath.Dir(path); dir != "" {
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return nil, fmt.Errorf("state: open %s: %w", path, err)
+		}
+	}
+	// NoFreelistSync: the freelist is rebuilt by scanning at open instead
+	// of being written on every commit (as etcd does); commits stay
+	// durable, TestCrashSIGKILL covers it.
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: opts.Timeout, NoSync: opts.NoSync,
+		FreelistType: bolt.FreelistMapType, NoFreelistSync: true})
+	if err != nil {
+		if errors.Is(err, berrors.ErrTimeout) {
+			return nil, fmt.Errorf("state: open %s: %w", path, ErrLocked)
+		}
+		return nil, fmt.Errorf("state: open %s: %w", path, err)
+	}
+	s := &Store{db: db, path: path, log: opts.Logger, now: opts.Now, retention: opts.Retention.withDefaults(),
+		waiters: map[chan struct{}]struct{}{}}
+	if err := s.init(opts.MasterKey); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("state: open %s: %w", path, err)
+	}
+	return s, nil
+}
+
+// init creates buckets, runs migrations and sets up sealing.
+func (s *Store) init(masterKey []byte) error {
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		meta, err := tx.CreateBucketIfNotExists(bucketMeta)
+		if err != nil {
+			return err
+		}
+		v := meta.Get(keyVersion)
+		version := SchemaVersion
+		if v == nil {
+			if tx.Bucket(bucketServers) != nil {
+				// Pre-versioning files never existed; treat as corrupt.
+				return fmt.Errorf("servers bucket without schema version: %w", ErrSchemaVersion)
+			}
+		} else {
+			if len(v) != 8 {
+				return fmt.Errorf("schema version record: %w", ErrSchemaVersion)
+			}
+			version = int(binary.BigEndian.Uint64(v))
+		}
+		if version > SchemaVersion {
+			return fmt.Errorf("file is version %d, this build reads up to %d: %w", version, SchemaVersion, ErrSchemaVersion)
+		}
+		for ; version < SchemaVersion; version++ {
+			m, ok := migrations[version]
+			if !ok {
+				return fmt.Errorf("no migration from version %d: %w", version, ErrSchemaVersion)
+			}
+			if err := m(tx); err != nil {
+				return fmt.Errorf("migrate version %d to %d: %w", version, version+1, err)
+			}
+			s.log.Info("state schema migrated", "from", version, "to", version+1)
+		}
+		for _, b := range allBuckets {
+			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
+				return err
+			}
+		}
+		if err := meta.Put(keyVersion, u64(SchemaVersion)); err != nil {
+			return err
+		}
+		if meta.Get(keySalt) == nil {
+			salt := make([]byte, 32)
+			if _, err := rand.Read(salt); err != nil {
+				return err
+			}
+			if err := meta.Put(keySalt, salt); err != nil {
+				return err
+			}
+		}
+		s.salt = append([]byte(nil), meta.Get(keySalt)...)
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if len(masterKey) > 0 {
+		return s.initSealing(masterKey)
+	}
+	return nil
+}
+
+// Path returns the file path the store was opened with.
+func (s *Store) Path() string { return s.path }
+
+// Close releases the file and its lock.
+func (s *Store) Close() error {
+	if err := s.db.Close(); err != nil {
+		return fmt.Errorf("state: close: %w", err)
+	}
+	return nil
+}
+
+// Check runs bbolt's consistency check over the whole file and returns
+// every problem found, joined.
+func (s *Store) Check() error {
+	return s.db.View(func(tx *bolt.Tx) error {
+		var errs []error
+		for err := range tx.Check() {
+			errs = append(errs, err)
+		}
+		return errors.Join(errs...)
+	})
+}
+
+// Notify returns a channel that receives a value (coalesced, capacity 1)
+// after every committed write that appended events, and a stop function
+// that unregisters it. Readers then fetch with Events(after=last seen), so
+// a slow reader misses no event that retention still holds.
+func (s *Store) Notify() (<-chan struct{}, func()) {
+	ch := make(chan struct{}, 1)
+	s.mu.Lock()
+	s.waiters[ch] = struct{}{}
+	s.mu.Unlock()
+	return ch, func() {
+		s.mu.Lock()
+		delete(s.waiters, ch)
+		s.mu.Unlock()
+	}
+}
+
+func (s *Store) wake() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for ch := range s.waiters {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// update runs fn in a read-write transaction and wakes Notify listeners
+// after a successful commit.
+func (s *Store) update(fn func(tx *bolt.Tx) error) error {
+	err := s.db.Update(fn)
+	if err == nil {
+		s.wake()
+	}
+	if errors.Is(err, berrors.ErrDatabaseNotOpen) {
+		return ErrClosed
+	}
+	return err
+}
+
+// batch is update through bolt.DB.Batch: concurrent callers share one
+// commit and one fsync. fn may run more than once and must be idempotent
+// given the same starting state.
+func (s *Store) batch(fn func(tx *bolt.Tx) error) error {
+	err := s.db.Batch(fn)
+	if err == nil {
+		s.wake()
+	}
+	if errors.Is(err, berrors.ErrDatabaseNotOpen) {
+		return ErrClosed
+	}
+	return err
+}
+
+func (s *Store) view(fn func(tx *bolt.Tx) error) error {
+	err := s.db.View(fn)
+	if errors.Is(err, berrors.ErrDatabaseNotOpen) {
+		return ErrClosed
+	}
+	return err
+}
+
+func (s *Store) nowUTC() time.Time { return s.now().UTC() }
+
+func u64(v uint64) []byte {
+	b := make([]byte, 8)
+	binary.BigEndian.PutUint64(b, v)
+	return b
+}
+
+func btoi(b []byte) uint64 {
+	if len(b) != 8 {
+		return 0
+	}
+	return binary.BigEndian.Uint64(b)
+}

@@ -1,0 +1,260 @@
+package state
+
+import (
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// Purpose is what a machine token may be used for. A token is accepted only
+// for its own purpose.
+type Purpose string
+
+// Token purposes (DESIGN.md "Flow" and "Security").
+const (
+	PurposeBoot   Purpose = "boot"   // GET /boot/... scripts for one boot
+	PurposeReport Purpose = "report" // POST of a commissioning report
+	PurposePlan   Purpose = "plan"   // GET of a deploy plan
+	PurposeImage  Purpose = "image"  // GET of an image (usually Reusable, for Range requests)
+	PurposeJoin   Purpose = "join"   // first-boot enrolment over the join listener
+)
+
+// Valid reports whether p is one of the five purposes.
+func (p Purpose) Valid() bool {
+	switch p {
+	case PurposeBoot, PurposeReport, PurposePlan, PurposeImage, PurposeJoin:
+		return true
+	}
+	return false
+}
+
+// DefaultTokenTTL is the lifetime of a machine token whose spec has no TTL.
+const DefaultTokenTTL = 30 * time.Minute
+
+// TokenSpec describes a machine token to issue.
+type TokenSpec struct {
+	Purpose Purpose
+	Server  string        // the server it is bound to (RFC 1123 label); required
+	MAC     string        // optional: the MAC it is bound to (any form net.ParseMAC reads)
+	TTL     time.Duration // lifetime; zero means DefaultTokenTTL
+	// Reusable tokens are accepted any number of times until they expire
+	// (short-lived rather than single-use), e.g. image downloads resumed
+	// with Range requests. Default: single-use.
+	Reusable bool
+}
+
+// Token is a machine token's stored record. The token value itself is never
+// stored, only its SHA-256; ID is the first 12 hex digits of that hash, safe
+// to log.
+type Token struct {
+	ID        string    `json:"id"`
+	Purpose   Purpose   `json:"purpose"`
+	Server    string    `json:"server"`
+	MAC       string    `json:"mac,omitempty"`
+	IssuedAt  time.Time `json:"issuedAt"`
+	ExpiresAt time.Time `json:"expiresAt"`
+	Reusable  bool      `json:"reusable,omitempty"`
+	Uses      int       `json:"uses"`
+	UsedAt    time.Time `json:"usedAt,omitzero"`
+}
+
+// TokenClaim is what a request presenting a token says about itself.
+// Purpose is always checked; Server is checked when non-empty; MAC is
+// checked when both the claim and the token carry one (a token issued
+// before the MAC was known binds to the server only).
+type TokenClaim struct {
+	Purpose Purpose
+	Server  string
+	MAC     string
+}
+
+// newSecret returns a random 256-bit token value with prefix, and its hash.
+func newSecret(prefix string) (string, [32]byte, error) {
+	raw := make([]byte, 32)
+	if _, err := rand.Read(raw); err != nil {
+		return "", [32]byte{}, err
+	}
+	v := prefix + base64.RawURLEncoding.EncodeToString(raw)
+	return v, sha256.Sum256([]byte(v)), nil
+}
+
+func tokenID(h [32]byte) string { return hex.EncodeToString(h[:6]) }
+
+// IssueToken creates a machine token and returns its value (43 URL-safe
+// characters, shown once, never stored) and its record. Errors: ErrInvalid.
+func (s *Store) IssueToken(spec TokenSpec) (string, Token, error) {
+	if !spec.Purpose.Valid() {
+		return "", Token{}, fmt.Errorf("state: issue token: purpose %q: %w", spec.Purpose, ErrInvalid)
+	}
+	if err := checkName("server", spec.Server); err != nil {
+		return "", Token{}, fmt.Errorf("state: issue token: %w", err)
+	}
+	if spec.MAC != "" {
+		m, err := NormalizeMAC(spec.MAC)
+		if err != nil {
+			return "", Token{}, fmt.Errorf("state: issue token: %w", err)
+		}
+		spec.MAC = m
+	}
+	if spec.TTL <= 0 {
+		spec.TTL = DefaultTokenTTL
+	}
+	value, h, err := newSecret("")
+	if err != nil {
+		return "", Token{}, fmt.Errorf("state: issue token: %w", err)
+	}
+	now := s.nowUTC()
+	t := Token{ID: tokenID(h), Purpose: spec.Purpose, Server: spec.Server, MAC: spec.MAC,
+		IssuedAt: now, ExpiresAt: now.Add(spec.TTL), Reusable: spec.Reusable}
+	err = s.update(func(tx *bolt.Tx) error {
+		data, err := json.Marshal(&t)
+		if err != nil {
+			return err
+		}
+		return tx.Bucket(bucketTokens).Put(h[:], data)
+	})
+	if err != nil {
+		return "", Token{}, fmt.Errorf("state: issue token: %w", err)
+	}
+	return value, t, nil
+}
+
+// ConsumeToken checks value against claim and, for a single-use token,
+// marks it used, atomically: of any number of concurrent calls with the
+// same single-use value exactly one succeeds. Refusals return
+// ErrTokenUnknown, ErrTokenExpired, ErrTokenUsed or ErrTokenMismatch, and
+// each writes an EventTokenRefused event (naming the token ID, never the
+// value) in the same transaction.
+func (s *Store) ConsumeToken(value string, claim TokenClaim) (Token, error) {
+	if claim.MAC != "" {
+		m, err := NormalizeMAC(claim.MAC)
+		if err != nil {
+			return Token{}, fmt.Errorf("state: consume token: %w", err)
+		}
+		claim.MAC = m
+	}
+	h := sha256.Sum256([]byte(value))
+	var out Token
+	var refused error
+	err := s.update(func(tx *bolt.Tx) error {
+		refused = nil
+		b := tx.Bucket(bucketTokens)
+		data := b.Get(h[:])
+		refuse := func(t Token, why error) error {
+			refused = why
+			server := t.Server
+			if server == "" && tx.Bucket(bucketServers).Get([]byte(claim.Server)) != nil {
+				// Only a registered server: claimed names must not grow the index.
+				server = claim.Server
+			}
+			return s.appendEvent(tx, &Event{Server: server, Kind: EventTokenRefused, Actor: ActorController,
+				Message: fmt.Sprintf("%s token %s refused: %v", claim.Purpose, tokenOrUnknown(t.ID), why)})
+		}
+		if data == nil {
+			return refuse(Token{}, ErrTokenUnknown)
+		}
+		var t Token
+		if err := json.Unmarshal(data, &t); err != nil {
+			return fmt.Errorf("decode token %s: %w", tokenID(h), err)
+		}
+		now := s.nowUTC()
+		switch {
+		case subtle.ConstantTimeCompare([]byte(t.Purpose), []byte(claim.Purpose)) != 1,
+			claim.Server != "" && claim.Server != t.Server,
+			claim.MAC != "" && t.MAC != "" && claim.MAC != t.MAC:
+			return refuse(t, ErrTokenMismatch)
+		case !now.Before(t.ExpiresAt):
+			return refuse(t, ErrTokenExpired)
+		case !t.Reusable && t.Uses > 0:
+			return refuse(t, ErrTokenUsed)
+		}
+		t.Uses++
+		t.UsedAt = now
+		out = t
+		data, err := json.Marshal(&t)
+		if err != nil {
+			return err
+		}
+		return b.Put(h[:], data)
+	})
+	if err != nil {
+		return Token{}, fmt.Errorf("state: consume token: %w", err)
+	}
+	if refused != nil {
+		return Token{}, fmt.Errorf("state: consume token: %w", refused)
+	}
+	return out, nil
+}
+
+func tokenOrUnknown(id string) string {
+	if id == "" {
+		return "(unknown)"
+	}
+	return id
+}
+
+// RevokeTokens deletes the machine tokens bound to server, for one purpose
+// or for all when purpose is empty, and returns how many were deleted.
+func (s *Store) RevokeTokens(server string, purpose Purpose) (int, error) {
+	n := 0
+	err := s.update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketTokens)
+		var dead [][]byte
+		err := b.ForEach(func(k, v []byte) error {
+			var t Token
+			if err := json.Unmarshal(v, &t); err != nil {
+				return fmt.Errorf("decode token: %w", err)
+			}
+			if t.Server == server && (purpose == "" || t.Purpose == purpose) {
+				dead = append(dead, append([]byte(nil), k...))
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		for _, k := range dead {
+			if err := b.Delete(k); err != nil {
+				return err
+			}
+		}
+		n = len(dead)
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("state: revoke tokens %s: %w", server, err)
+	}
+	return n, nil
+}
+
+// pruneTokens deletes expired machine tokens inside tx.
+func (s *Store) pruneTokens(tx *bolt.Tx) (int, error) {
+	now := s.nowUTC()
+	var dead [][]byte
+	err := tx.Bucket(bucketTokens).ForEach(func(k, v []byte) error {
+		var t Token
+		if err := json.Unmarshal(v, &t); err != nil {
+			return fmt.Errorf("decode token: %w", err)
+		}
+		if !now.Before(t.ExpiresAt) {
+			dead = append(dead, append([]byte(nil), k...))
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	for _, k := range dead {
+		if err := tx.Bucket(bucketTokens).Delete(k); err != nil {
+			return 0, err
+		}
+	}
+	return len(dead), nil
+}
