@@ -29,6 +29,19 @@ type Server struct {
 	Actions    map[string]int64 `json:"actions,omitempty"`    // observed action counters (commission, powerCycle, ...)
 	LastError  string           `json:"lastError,omitempty"`  // sanitised; never a secret
 
+	// InFlight is the action the controller started and has not finished
+	// (the action journal): a controller that stops mid-action finds it on
+	// start and resumes or fails it cleanly. Nil when idle.
+	InFlight *InFlight `json:"inFlight,omitempty"`
+	// Stalled holds the key of a disruptive action that failed and is not
+	// retried until the desired state or counter changes; "" when not stalled.
+	Stalled string `json:"stalled,omitempty"`
+	// NeedsWipe is set on release: the ramdisk wipes the disk's partition
+	// tables and signatures before the server is reused.
+	NeedsWipe bool `json:"needsWipe,omitempty"`
+	// Health is the BMC's health rollup ("OK", "Warning", "Critical"), "" when unknown.
+	Health string `json:"health,omitempty"`
+
 	// Revision increases by one on every committed change of this record.
 	Revision  uint64    `json:"revision"`
 	CreatedAt time.Time `json:"createdAt"`
@@ -81,6 +94,18 @@ type Allocation struct {
 	Profile string    `json:"profile"`
 	Image   string    `json:"image,omitempty"`
 	At      time.Time `json:"at"`
+	// Reason says why: "pinned" (want: deployed), "count" (a profile's
+	// count) or "provision" (the provision API).
+	Reason string `json:"reason,omitempty"`
+}
+
+// InFlight is one started action of the reconciler's executor.
+type InFlight struct {
+	Action  string    `json:"action"`            // reconciler action name, e.g. "commission"
+	Key     string    `json:"key"`               // identifies the desired state the action serves
+	Started time.Time `json:"started"`           // when it started (UTC)
+	Attempt int       `json:"attempt"`           // 1 for the first try
+	Counter int64     `json:"counter,omitempty"` // desired action counter it satisfies, if any
 }
 
 var nameRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)

@@ -1,0 +1,514 @@
+package reconciler
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/machina-metal/machina/inventory"
+	"github.com/machina-metal/machina/state"
+)
+
+// Action is one kind of step the executor can take on a server.
+type Action string
+
+// Actions, in the order Plan emits them for one server.
+const (
+	ActRegister       Action = "register"        // create the observed record (lifecycle new)
+	ActUpdateIdentity Action = "update-identity" // copy zone, site, rack, boot MAC and BMC settings
+	ActUnretire       Action = "unretire"        // retired → new
+	ActRetire         Action = "retire"          // power off, → retired
+	ActTimeout        Action = "timeout"         // commissioning or deploying past its deadline → failed (powered off)
+	ActCommission     Action = "commission"      // new|ready|failed → commissioning: PXE boot override, power on/reset
+	ActRelease        Action = "release"         // deployed → ready: wipe by the ramdisk, power off
+	ActAllocate       Action = "allocate"        // ready → allocated to a profile
+	ActDeploy         Action = "deploy"          // allocated → deploying: PXE boot override, power on/reset
+	ActPowerOn        Action = "power-on"        // actions.powerOn counter
+	ActPowerOff       Action = "power-off"       // actions.powerOff counter
+	ActPowerCycle     Action = "power-cycle"     // actions.powerCycle counter
+)
+
+// Disruptive reports whether a failed a is not retried blindly: the server
+// stalls until its desired state or counter changes.
+func (a Action) Disruptive() bool {
+	switch a {
+	case ActCommission, ActDeploy, ActRelease, ActRetire, ActPowerCycle, ActPowerOff:
+		return true
+	}
+	return false
+}
+
+// Allocation reasons recorded in state.Allocation.Reason.
+const (
+	ReasonPinned    = "pinned"    // want: deployed with a profile
+	ReasonCount     = "count"     // a profile's count
+	ReasonProvision = "provision" // POST /api/v1/provision
+)
+
+// Step is one action on one server.
+type Step struct {
+	Server string `json:"server"`
+	Action Action `json:"action"`
+	// Profile is the profile for ActAllocate and ActDeploy.
+	Profile string `json:"profile,omitempty"`
+	// AllocReason is the allocation reason for ActAllocate.
+	AllocReason string `json:"allocReason,omitempty"`
+	// Counter is the desired action counter for the counter-driven actions
+	// (ActCommission when recommissioning, ActPower*); the executor records
+	// it as observed once the action finished.
+	Counter int64 `json:"counter,omitempty"`
+	// CounterName is the inventory counter the step satisfies ("commission",
+	// "powerCycle", ...), or "".
+	CounterName string `json:"counterName,omitempty"`
+	// Why is a short human reason, shown in plans and events.
+	Why string `json:"why"`
+}
+
+func (s Step) String() string {
+	out := fmt.Sprintf("%s %s", s.Server, s.Action)
+	if s.Profile != "" {
+		out += " " + s.Profile
+	}
+	return out + ": " + s.Why
+}
+
+// Condition is a fact about a server or profile that status shows and that
+// needs no action, or needs a human.
+type Condition struct {
+	// Subject is "server/NAME", "profile/NAME" or "inventory".
+	Subject string `json:"subject"`
+	// Type is CamelCase: Orphaned, InsufficientCapacity, Waiting, Held.
+	Type    string `json:"type"`
+	Reason  string `json:"reason"`
+	Message string `json:"message"`
+}
+
+// PlanOptions are the inputs of Plan besides desired and observed state.
+type PlanOptions struct {
+	// Now is the time deadlines are measured against.
+	Now time.Time
+	// CommissionTimeout fails a server still commissioning after this long
+	// since it entered commissioning; zero means 30 minutes.
+	CommissionTimeout time.Duration
+	// DeployTimeout fails a deploy after this long; zero means 60 minutes.
+	DeployTimeout time.Duration
+	// BrakeShare is the share of the fleet (servers not retired) a revision
+	// may release or retire before it is held; zero means 0.2 (20%).
+	BrakeShare float64
+	// Approved says the operator approved the held steps of this revision
+	// (machinactl approve REV).
+	Approved bool
+}
+
+func (o PlanOptions) withDefaults() PlanOptions {
+	if o.CommissionTimeout <= 0 {
+		o.CommissionTimeout = 30 * time.Minute
+	}
+	if o.DeployTimeout <= 0 {
+		o.DeployTimeout = 60 * time.Minute
+	}
+	if o.BrakeShare <= 0 {
+		o.BrakeShare = 0.2
+	}
+	return o
+}
+
+// Result is a plan: the steps to take now, in order, the steps the safety
+// brake holds, and conditions to show in status.
+type Result struct {
+	Steps      []Step      `json:"steps"`
+	Held       []Step      `json:"held,omitempty"`
+	Conditions []Condition `json:"conditions,omitempty"`
+	// Brake explains why Held is not empty; "" otherwise.
+	Brake string `json:"brake,omitempty"`
+}
+
+// Plan works out what must change for the observed state have to match the
+// desired inventory want. It is pure: same inputs, same plan, sorted by
+// server name and by the action order above. want may be nil (no valid
+// revision yet): every observed server is then left alone.
+//
+// Allocation order (documented contract, tested): among ready servers that
+// are not retired, pinned to no other profile, in the profile's zone and at
+// least its minimum size, the smallest wins: fewest cores, then least
+// memory, then smallest fitting disk, then name.
+func Plan(want *inventory.Inventory, have state.Snapshot, opts PlanOptions) Result {
+	opts = opts.withDefaults()
+	var res Result
+	if want == nil {
+		return res
+	}
+	desired := map[string]*inventory.Server{}
+	for i := range want.Servers {
+		desired[want.Servers[i].Name] = &want.Servers[i]
+	}
+	// Orphans: observed but no longer desired. Never touched.
+	for _, name := range sortedKeys(have.Servers) {
+		if _, ok := desired[name]; !ok && have.Servers[name].Lifecycle != state.LifecycleRetired {
+			res.Conditions = append(res.Conditions, Condition{Subject: "server/" + name, Type: "Orphaned", Reason: "NotInInventory",
+				Message: "server is not in servers.yaml any more; left as it is (" + string(have.Servers[name].Lifecycle) + ")"})
+		}
+	}
+
+	var disruptive []Step
+	allocated := map[string]string{} // server → profile, planned this pass
+	for i := range want.Servers {
+		ws := &want.Servers[i]
+		obs, ok := have.Servers[ws.Name]
+		if !ok {
+			res.Steps = append(res.Steps, Step{Server: ws.Name, Action: ActRegister, Why: "new in servers.yaml"})
+			continue
+		}
+		if identityChanged(ws, obs) {
+			res.Steps = append(res.Steps, Step{Server: ws.Name, Action: ActUpdateIdentity, Why: "zone, rack, boot MAC or BMC changed in servers.yaml"})
+		}
+		steps, disr := serverSteps(ws, obs, opts)
+		res.Steps = append(res.Steps, steps...)
+		disruptive = append(disruptive, disr...)
+		for _, s := range steps {
+			if s.Action == ActAllocate {
+				allocated[s.Server] = s.Profile
+			}
+		}
+		if ws.Want == inventory.WantRetired && obs.Lifecycle == state.LifecycleNew {
+			res.Conditions = append(res.Conditions, Condition{Subject: "server/" + ws.Name, Type: "Waiting", Reason: "NeverCommissioned",
+				Message: "want: retired on a server that was never commissioned: nothing to do"})
+		}
+	}
+
+	// Profiles' counts: top up or release the surplus of count allocations.
+	for _, p := range want.Profiles {
+		steps, disr, conds := profileSteps(p, want, have, allocated)
+		res.Steps = append(res.Steps, steps...)
+		disruptive = append(disruptive, disr...)
+		res.Conditions = append(res.Conditions, conds...)
+	}
+
+	// Safety brake over the disruptive steps of this revision.
+	if why := brake(disruptive, res.Steps, want, have, opts); why != "" && !opts.Approved {
+		res.Brake = why
+		held := map[string]bool{}
+		for _, s := range disruptive {
+			held[s.Server+"\x00"+string(s.Action)] = true
+		}
+		kept := res.Steps[:0]
+		for _, s := range res.Steps {
+			if held[s.Server+"\x00"+string(s.Action)] {
+				res.Held = append(res.Held, s)
+				continue
+			}
+			kept = append(kept, s)
+		}
+		res.Steps = kept
+		res.Conditions = append(res.Conditions, Condition{Subject: "inventory", Type: "Held", Reason: "SafetyBrake", Message: why})
+	}
+	sortSteps(res.Steps)
+	sortSteps(res.Held)
+	sort.SliceStable(res.Conditions, func(i, j int) bool {
+		if res.Conditions[i].Subject != res.Conditions[j].Subject {
+			return res.Conditions[i].Subject < res.Conditions[j].Subject
+		}
+		return res.Conditions[i].Type < res.Conditions[j].Type
+	})
+	return res
+}
+
+// serverSteps plans one desired server against its observed record. It
+// returns the steps and, separately, those the safety brake counts.
+func serverSteps(ws *inventory.Server, obs state.Server, opts PlanOptions) (steps, disruptive []Step) {
+	add := func(s Step) { s.Server = ws.Name; steps = append(steps, s) }
+	lc := obs.Lifecycle
+	observed := func(k string) int64 { return obs.Actions[k] }
+
+	switch {
+	case ws.Want != inventory.WantRetired && lc == state.LifecycleRetired:
+		add(Step{Action: ActUnretire, Why: "want is " + string(ws.Want) + " again"})
+		return steps, nil
+	case ws.Want == inventory.WantRetired:
+		switch lc {
+		case state.LifecycleReady, state.LifecycleDeployed, state.LifecycleFailed:
+			s := Step{Server: ws.Name, Action: ActRetire, Why: "want: retired"}
+			add(s)
+			disruptive = append(disruptive, s)
+		}
+		return steps, disruptive
+	}
+
+	// Deadlines of the phases that wait for the ramdisk.
+	switch {
+	case lc == state.LifecycleCommissioning && opts.Now.Sub(obs.LifecycleAt) > opts.CommissionTimeout:
+		add(Step{Action: ActTimeout, Why: fmt.Sprintf("no commissioning report within %s", opts.CommissionTimeout)})
+		return steps, nil
+	case lc == state.LifecycleDeploying && opts.Now.Sub(obs.LifecycleAt) > opts.DeployTimeout:
+		add(Step{Action: ActTimeout, Why: fmt.Sprintf("deploy did not report within %s", opts.DeployTimeout)})
+		return steps, nil
+	}
+
+	// Commissioning: first time, or asked for again by the counter.
+	switch want := ws.Actions.Commission; {
+	case lc == state.LifecycleNew:
+		add(Step{Action: ActCommission, Counter: want, CounterName: "commission", Why: "never commissioned"})
+	case want > observed("commission") && (lc == state.LifecycleReady || lc == state.LifecycleFailed):
+		add(Step{Action: ActCommission, Counter: want, CounterName: "commission", Why: fmt.Sprintf("actions.commission %d > observed %d", want, observed("commission"))})
+	}
+
+	// Pinned deploys and their release.
+	pinnedHere := obs.Allocation != nil && obs.Allocation.Reason == ReasonPinned
+	switch {
+	case ws.Want == inventory.WantDeployed && ws.Profile != "" && lc == state.LifecycleReady && !hasAction(steps, ActCommission):
+		add(Step{Action: ActAllocate, Profile: ws.Profile, AllocReason: ReasonPinned, Why: "want: deployed with profile " + ws.Profile})
+		add(Step{Action: ActDeploy, Profile: ws.Profile, Why: "want: deployed"})
+	case lc == state.LifecycleAllocated && obs.Allocation != nil:
+		add(Step{Action: ActDeploy, Profile: obs.Allocation.Profile, Why: "allocated to " + obs.Allocation.Profile})
+	case lc == state.LifecycleDeployed && pinnedHere && ws.Want != inventory.WantDeployed:
+		s := Step{Server: ws.Name, Action: ActRelease, Why: "want is " + string(ws.Want) + ", no longer deployed"}
+		add(s)
+		disruptive = append(disruptive, s)
+	case lc == state.LifecycleDeployed && pinnedHere && ws.Profile != obs.Allocation.Profile:
+		s := Step{Server: ws.Name, Action: ActRelease, Why: fmt.Sprintf("profile changed from %s to %s; released to redeploy", obs.Allocation.Profile, ws.Profile)}
+		add(s)
+		disruptive = append(disruptive, s)
+	}
+
+	// Power counters.
+	for _, pc := range []struct {
+		name string
+		want int64
+		act  Action
+	}{{"powerOn", ws.Actions.PowerOn, ActPowerOn}, {"powerOff", ws.Actions.PowerOff, ActPowerOff}, {"powerCycle", ws.Actions.PowerCycle, ActPowerCycle}} {
+		if pc.want > observed(pc.name) {
+			add(Step{Action: pc.act, Counter: pc.want, CounterName: pc.name, Why: fmt.Sprintf("actions.%s %d > observed %d", pc.name, pc.want, observed(pc.name))})
+		}
+	}
+	return steps, disruptive
+}
+
+// profileSteps keeps a profile's count of count-allocated servers: it
+// allocates the smallest fitting ready servers when short and releases the
+// newest count allocations when over.
+func profileSteps(p inventory.Profile, want *inventory.Inventory, have state.Snapshot, planned map[string]string) (steps, disruptive []Step, conds []Condition) {
+	var holding []state.Server // count allocations of p, any active lifecycle
+	for _, name := range sortedKeys(have.Servers) {
+		s := have.Servers[name]
+		if s.Allocation == nil || s.Allocation.Profile != p.Name || s.Allocation.Reason != ReasonCount {
+			continue
+		}
+		switch s.Lifecycle {
+		case state.LifecycleAllocated, state.LifecycleDeploying, state.LifecycleDeployed:
+			holding = append(holding, s)
+		}
+	}
+	switch n := len(holding); {
+	case n < p.Count:
+		cands := Candidates(p, want, have, planned)
+		short := p.Count - n
+		for _, c := range cands {
+			if short == 0 {
+				break
+			}
+			planned[c.Name] = p.Name
+			steps = append(steps,
+				Step{Server: c.Name, Action: ActAllocate, Profile: p.Name, AllocReason: ReasonCount, Why: fmt.Sprintf("profile %s count %d, %d held", p.Name, p.Count, n)},
+				Step{Server: c.Name, Action: ActDeploy, Profile: p.Name, Why: "allocated to " + p.Name})
+			short--
+		}
+		if short > 0 {
+			conds = append(conds, Condition{Subject: "profile/" + p.Name, Type: "InsufficientCapacity", Reason: "NotEnoughReadyServers",
+				Message: fmt.Sprintf("count %d wants %d more servers; %d ready servers fit (zone %s, min %d cores, %d GiB memory, %d GiB disk)",
+					p.Count, p.Count-n, p.Count-n-short, zoneOrAny(p.Zone), p.Min.Cores, p.Min.MemoryGiB, p.Min.DiskGiB)})
+		}
+	case n > p.Count:
+		// Release the newest count allocations first; only deployed ones
+		// are released here (allocated and deploying ones finish first).
+		sort.SliceStable(holding, func(i, j int) bool {
+			if !holding[i].Allocation.At.Equal(holding[j].Allocation.At) {
+				return holding[i].Allocation.At.After(holding[j].Allocation.At)
+			}
+			return holding[i].Name > holding[j].Name
+		})
+		for _, s := range holding[:n-p.Count] {
+			if s.Lifecycle != state.LifecycleDeployed {
+				continue
+			}
+			st := Step{Server: s.Name, Action: ActRelease, Why: fmt.Sprintf("profile %s count lowered to %d", p.Name, p.Count)}
+			steps = append(steps, st)
+			disruptive = append(disruptive, st)
+		}
+	}
+	return steps, disruptive, conds
+}
+
+// Candidates lists the ready servers profile p may allocate, smallest first
+// (fewest cores, least memory, smallest fitting disk, name). planned holds
+// servers already taken in this pass.
+func Candidates(p inventory.Profile, want *inventory.Inventory, have state.Snapshot, planned map[string]string) []state.Server {
+	var out []state.Server
+	for _, ws := range want.Servers {
+		if ws.Want == inventory.WantRetired || ws.Want == inventory.WantDeployed {
+			continue // retired, or deployed through its own pin
+		}
+		if ws.Profile != "" && ws.Profile != p.Name {
+			continue
+		}
+		if p.Zone != "" && ws.Zone != p.Zone {
+			continue
+		}
+		if _, taken := planned[ws.Name]; taken {
+			continue
+		}
+		obs, ok := have.Servers[ws.Name]
+		if !ok || obs.Lifecycle != state.LifecycleReady || !Fits(p.Min, obs.Hardware) {
+			continue
+		}
+		if ws.Actions.Commission > obs.Actions["commission"] {
+			continue // about to be recommissioned
+		}
+		out = append(out, obs)
+	}
+	sort.SliceStable(out, func(i, j int) bool {
+		a, b := out[i].Hardware, out[j].Hardware
+		if a.Cores != b.Cores {
+			return a.Cores < b.Cores
+		}
+		if a.MemoryBytes != b.MemoryBytes {
+			return a.MemoryBytes < b.MemoryBytes
+		}
+		da, db := smallestFittingDisk(a, p.Min.DiskGiB), smallestFittingDisk(b, p.Min.DiskGiB)
+		if da != db {
+			return da < db
+		}
+		return out[i].Name < out[j].Name
+	})
+	return out
+}
+
+// Fits reports whether commissioned hardware meets min. Unknown hardware
+// (never commissioned) fits nothing.
+func Fits(min inventory.Min, hw *state.Hardware) bool {
+	if hw == nil {
+		return false
+	}
+	if hw.Cores < min.Cores || hw.MemoryBytes < min.MemoryGiB<<30 {
+		return false
+	}
+	return smallestFittingDisk(hw, min.DiskGiB) >= 0
+}
+
+// smallestFittingDisk returns the size of the smallest disk of at least
+// minGiB, or -1 when none fits.
+func smallestFittingDisk(hw *state.Hardware, minGiB int64) int64 {
+	best := int64(-1)
+	for _, d := range hw.Disks {
+		if d.SizeBytes >= minGiB<<30 && (best < 0 || d.SizeBytes < best) {
+			best = d.SizeBytes
+		}
+	}
+	return best
+}
+
+// brake returns why the disruptive steps must wait for approval, or "".
+// Source: issue 10's safety brake (default share 20%; a profile brought to
+// zero always holds).
+func brake(disruptive, all []Step, want *inventory.Inventory, have state.Snapshot, opts PlanOptions) string {
+	if len(disruptive) == 0 {
+		return ""
+	}
+	fleet := 0
+	for _, s := range have.Servers {
+		if s.Lifecycle != state.LifecycleRetired {
+			fleet++
+		}
+	}
+	var reasons []string
+	if fleet > 0 {
+		share := float64(len(disruptive)) / float64(fleet)
+		if share > opts.BrakeShare {
+			reasons = append(reasons, fmt.Sprintf("it would release or retire %d of %d servers (%.0f%%, limit %.0f%%)", len(disruptive), fleet, share*100, opts.BrakeShare*100))
+		}
+	}
+	// A profile brought to zero deployed servers.
+	releasing := map[string]bool{}
+	for _, s := range disruptive {
+		releasing[s.Server] = true
+	}
+	deployedBy := map[string]int{}
+	remaining := map[string]int{}
+	for name, s := range have.Servers {
+		if s.Allocation == nil || s.Lifecycle != state.LifecycleDeployed {
+			continue
+		}
+		deployedBy[s.Allocation.Profile]++
+		if !releasing[name] {
+			remaining[s.Allocation.Profile]++
+		}
+	}
+	for _, s := range all {
+		if s.Action == ActAllocate {
+			remaining[s.Profile]++ // a replacement is on its way
+		}
+	}
+	for _, p := range sortedKeys(deployedBy) {
+		if remaining[p] == 0 {
+			reasons = append(reasons, fmt.Sprintf("it would bring profile %s from %d deployed servers to zero", p, deployedBy[p]))
+		}
+	}
+	if len(reasons) == 0 {
+		return ""
+	}
+	return "held until approved (machinactl approve " + shortDigest(want.Digest) + "): " + strings.Join(reasons, "; ")
+}
+
+func identityChanged(ws *inventory.Server, obs state.Server) bool {
+	return ws.Zone != obs.Zone || ws.Site != obs.Site || ws.Rack != obs.Rack || ws.BootMAC != obs.BootMAC ||
+		string(ws.BMC.Driver) != obs.BMC.Driver || ws.BMC.Address != obs.BMC.Address || ws.BMC.Credentials != obs.BMC.Credentials
+}
+
+func hasAction(steps []Step, a Action) bool {
+	for _, s := range steps {
+		if s.Action == a {
+			return true
+		}
+	}
+	return false
+}
+
+var actionOrder = map[Action]int{
+	ActRegister: 0, ActUpdateIdentity: 1, ActUnretire: 2, ActRetire: 3, ActTimeout: 4, ActCommission: 5,
+	ActRelease: 6, ActAllocate: 7, ActDeploy: 8, ActPowerOn: 9, ActPowerOff: 10, ActPowerCycle: 11,
+}
+
+func sortSteps(s []Step) {
+	sort.SliceStable(s, func(i, j int) bool {
+		if s[i].Server != s[j].Server {
+			return s[i].Server < s[j].Server
+		}
+		return actionOrder[s[i].Action] < actionOrder[s[j].Action]
+	})
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+func zoneOrAny(z string) string {
+	if z == "" {
+		return "any"
+	}
+	return z
+}
+
+// shortDigest returns the first 12 hex digits of an inventory digest, the
+// form `machinactl approve` takes.
+func shortDigest(d string) string {
+	d = strings.TrimPrefix(d, "sha256:")
+	if len(d) > 12 {
+		return d[:12]
+	}
+	return d
+}

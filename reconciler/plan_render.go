@@ -1,0 +1,87 @@
+package reconciler
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Text renders a plan for a terminal or a golden file: one line per step,
+// then held steps and conditions. Deterministic.
+func (r Result) Text() string {
+	var b strings.Builder
+	if len(r.Steps) == 0 && len(r.Held) == 0 {
+		b.WriteString("no changes\n")
+	}
+	for _, s := range r.Steps {
+		fmt.Fprintf(&b, "  %-14s %-16s %s\n", s.Action, s.Server, stepDetail(s))
+	}
+	if r.Brake != "" {
+		fmt.Fprintf(&b, "HELD: %s\n", r.Brake)
+		for _, s := range r.Held {
+			fmt.Fprintf(&b, "  %-14s %-16s %s\n", s.Action, s.Server, stepDetail(s))
+		}
+	}
+	for _, c := range r.Conditions {
+		fmt.Fprintf(&b, "! %s %s (%s): %s\n", c.Subject, c.Type, c.Reason, c.Message)
+	}
+	return b.String()
+}
+
+// Markdown renders a plan as a pull-request comment. Comments over maxBytes
+// (GitHub allows 65,536 characters) are split into several, each under the
+// limit; zero means 60,000.
+func (r Result) Markdown(maxBytes int) []string {
+	if maxBytes <= 0 {
+		maxBytes = 60000
+	}
+	var parts []string
+	header := "### Machina plan\n\n"
+	var cur strings.Builder
+	flush := func() {
+		if cur.Len() > 0 {
+			parts = append(parts, cur.String())
+			cur.Reset()
+		}
+	}
+	write := func(line string) {
+		if cur.Len()+len(line) > maxBytes {
+			flush()
+		}
+		if cur.Len() == 0 {
+			cur.WriteString(header)
+			if len(parts) > 0 {
+				cur.WriteString(fmt.Sprintf("_(continued, part %d)_\n\n", len(parts)+1))
+			}
+			cur.WriteString("| action | server | detail |\n|---|---|---|\n")
+		}
+		cur.WriteString(line)
+	}
+	if len(r.Steps) == 0 && len(r.Held) == 0 {
+		write("| - | - | no changes |\n")
+	}
+	for _, s := range r.Steps {
+		write(fmt.Sprintf("| %s | `%s` | %s |\n", s.Action, s.Server, mdEscape(stepDetail(s))))
+	}
+	for _, s := range r.Held {
+		write(fmt.Sprintf("| **held** %s | `%s` | %s |\n", s.Action, s.Server, mdEscape(stepDetail(s))))
+	}
+	for _, c := range r.Conditions {
+		write(fmt.Sprintf("| %s | %s | %s: %s |\n", c.Type, c.Subject, c.Reason, mdEscape(c.Message)))
+	}
+	if r.Brake != "" {
+		write(fmt.Sprintf("\n> **Safety brake:** %s\n", mdEscape(r.Brake)))
+	}
+	flush()
+	return parts
+}
+
+func stepDetail(s Step) string {
+	if s.Profile != "" && !strings.Contains(s.Why, s.Profile) {
+		return s.Profile + ": " + s.Why
+	}
+	return s.Why
+}
+
+func mdEscape(s string) string {
+	return strings.NewReplacer("|", `\|`, "\n", " ", "<", "&lt;", ">", "&gt;").Replace(s)
+}

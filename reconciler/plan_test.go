@@ -1,0 +1,264 @@
+package reconciler
+
+import (
+	"flag"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/machina-metal/machina/inventory"
+	"github.com/machina-metal/machina/state"
+)
+
+var updatePlans = flag.Bool("update-plans", false, "rewrite testdata/plan/*.golden")
+
+var t0 = time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC)
+
+func exampleInventory(t testing.TB) *inventory.Inventory {
+	t.Helper()
+	res, err := inventory.Load(os.DirFS("../inventory-example"), inventory.Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res.Inventory
+}
+
+// observe builds a snapshot with every desired server at lifecycle lc.
+func observe(inv *inventory.Inventory, lc state.Lifecycle, hw func(name string) *state.Hardware) state.Snapshot {
+	snap := state.Snapshot{Servers: map[string]state.Server{}}
+	for _, s := range inv.Servers {
+		o := state.Server{Name: s.Name, Zone: s.Zone, Site: s.Site, Rack: s.Rack, BootMAC: s.BootMAC, Lifecycle: lc, LifecycleAt: t0,
+			BMC: state.BMCFacts{Driver: string(s.BMC.Driver), Address: s.BMC.Address, Credentials: s.BMC.Credentials}}
+		if s.Want == inventory.WantRetired && lc != state.LifecycleNew {
+			o.Lifecycle = state.LifecycleRetired
+		}
+		if hw != nil {
+			o.Hardware = hw(s.Name)
+		}
+		snap.Servers[s.Name] = o
+	}
+	return snap
+}
+
+func hwOf(cores int, memGiB int64, disksGiB ...int64) *state.Hardware {
+	h := &state.Hardware{Cores: cores, MemoryBytes: memGiB << 30}
+	for i, d := range disksGiB {
+		h.Disks = append(h.Disks, state.Disk{Name: "d" + string(rune('a'+i)), SizeBytes: d << 30})
+	}
+	return h
+}
+
+// bigHW gives every server enough for every example profile, larger by name
+// so allocation order is visible.
+func bigHW(name string) *state.Hardware {
+	extra := int(name[len(name)-1] - '0')
+	return hwOf(16+extra, 256, 500)
+}
+
+func setLC(snap state.Snapshot, name string, lc state.Lifecycle, alloc *state.Allocation) {
+	s := snap.Servers[name]
+	s.Lifecycle, s.Allocation = lc, alloc
+	snap.Servers[name] = s
+}
+
+func TestPlanGolden(t *testing.T) {
+	inv := exampleInventory(t)
+	tests := []struct {
+		name string
+		want func() *inventory.Inventory
+		have func(*inventory.Inventory) state.Snapshot
+		opts PlanOptions
+	}{
+		{name: "empty-state-registers-all", have: func(*inventory.Inventory) state.Snapshot { return state.Snapshot{} }},
+		{name: "new-servers-commission", have: func(inv *inventory.Inventory) state.Snapshot { return observe(inv, state.LifecycleNew, nil) }},
+		{name: "ready-fleet-fills-profile-counts", have: func(inv *inventory.Inventory) state.Snapshot {
+			return observe(inv, state.LifecycleReady, bigHW)
+		}},
+		{name: "steady-fleet-no-changes", have: func(inv *inventory.Inventory) state.Snapshot {
+			snap := observe(inv, state.LifecycleReady, bigHW)
+			setLC(snap, "r1-n01", state.LifecycleDeployed, &state.Allocation{Profile: "hypervisor", Reason: ReasonCount, At: t0})
+			setLC(snap, "r1-n02", state.LifecycleDeployed, &state.Allocation{Profile: "hypervisor", Reason: ReasonCount, At: t0})
+			setLC(snap, "r2-n01", state.LifecycleDeployed, &state.Allocation{Profile: "storage", Reason: ReasonCount, At: t0})
+			return snap
+		}},
+		{name: "count-lowered-releases-newest", want: func() *inventory.Inventory {
+			c := cloneInv(inv)
+			c.Profile("hypervisor").Count = 1
+			return c
+		}, have: func(inv *inventory.Inventory) state.Snapshot {
+			snap := observe(inv, state.LifecycleReady, bigHW)
+			setLC(snap, "r1-n01", state.LifecycleDeployed, &state.Allocation{Profile: "hypervisor", Reason: ReasonCount, At: t0})
+			setLC(snap, "r1-n02", state.LifecycleDeployed, &state.Allocation{Profile: "hypervisor", Reason: ReasonCount, At: t0.Add(time.Minute)})
+			setLC(snap, "r1-n03", state.LifecycleDeployed, &state.Allocation{Profile: "hypervisor", Reason: ReasonCount, At: t0.Add(time.Minute)})
+			setLC(snap, "r1-n04", state.LifecycleDeployed, &state.Allocation{Profile: "hypervisor", Reason: ReasonCount, At: t0.Add(-time.Minute)})
+			setLC(snap, "r2-n01", state.LifecycleDeployed, &state.Allocation{Profile: "storage", Reason: ReasonCount, At: t0})
+			return snap
+		}},
+		{name: "too-few-servers", want: func() *inventory.Inventory {
+			c := cloneInv(inv)
+			c.Profile("hypervisor").Count = 9
+			return c
+		}, have: func(inv *inventory.Inventory) state.Snapshot { return observe(inv, state.LifecycleReady, bigHW) }},
+		{name: "failed-mid-deploy-replaced", have: func(inv *inventory.Inventory) state.Snapshot {
+			snap := observe(inv, state.LifecycleReady, bigHW)
+			setLC(snap, "r1-n01", state.LifecycleFailed, nil)
+			setLC(snap, "r1-n02", state.LifecycleDeploying, &state.Allocation{Profile: "hypervisor", Reason: ReasonCount, At: t0})
+			setLC(snap, "r2-n01", state.LifecycleDeployed, &state.Allocation{Profile: "storage", Reason: ReasonCount, At: t0})
+			return snap
+		}},
+		{name: "retire-half-held", want: func() *inventory.Inventory {
+			c := cloneInv(inv)
+			for i := range c.Servers[:6] {
+				c.Servers[i].Want = inventory.WantRetired
+			}
+			return c
+		}, have: func(inv *inventory.Inventory) state.Snapshot { return observe(exampleInventory(t), state.LifecycleReady, bigHW) }},
+		{name: "retire-half-approved", opts: PlanOptions{Approved: true}, want: func() *inventory.Inventory {
+			c := cloneInv(inv)
+			for i := range c.Servers[:6] {
+				c.Servers[i].Want = inventory.WantRetired
+			}
+			return c
+		}, have: func(inv *inventory.Inventory) state.Snapshot { return observe(exampleInventory(t), state.LifecycleReady, bigHW) }},
+		{name: "profile-to-zero-held", want: func() *inventory.Inventory {
+			c := cloneInv(inv)
+			c.Profile("storage").Count = 0
+			return c
+		}, have: func(inv *inventory.Inventory) state.Snapshot {
+			snap := observe(inv, state.LifecycleReady, bigHW)
+			setLC(snap, "r1-n01", state.LifecycleDeployed, &state.Allocation{Profile: "hypervisor", Reason: ReasonCount, At: t0})
+			setLC(snap, "r1-n02", state.LifecycleDeployed, &state.Allocation{Profile: "hypervisor", Reason: ReasonCount, At: t0})
+			setLC(snap, "r2-n01", state.LifecycleDeployed, &state.Allocation{Profile: "storage", Reason: ReasonCount, At: t0})
+			return snap
+		}},
+		{name: "orphan-and-counters-and-timeout", want: func() *inventory.Inventory {
+			c := cloneInv(inv)
+			c.Servers[0].Actions.PowerCycle = 2
+			c.Servers[1].Actions.Commission = 1
+			return c
+		}, have: func(inv *inventory.Inventory) state.Snapshot {
+			snap := observe(inv, state.LifecycleReady, bigHW)
+			snap.Servers["old-n09"] = state.Server{Name: "old-n09", Lifecycle: state.LifecycleDeployed, LifecycleAt: t0}
+			s := snap.Servers["r1-n01"]
+			s.Actions = map[string]int64{"powerCycle": 1}
+			snap.Servers["r1-n01"] = s
+			setLC(snap, "r2-n02", state.LifecycleCommissioning, nil)
+			return snap
+		}, opts: PlanOptions{Now: t0.Add(31 * time.Minute)}},
+		{name: "pinned-deploy-and-release", want: func() *inventory.Inventory {
+			c := cloneInv(inv)
+			c.Server("r3-n01").Want, c.Server("r3-n01").Profile = inventory.WantDeployed, "gpu"
+			c.Server("r3-n02").Profile = "gpu"
+			return c
+		}, have: func(inv *inventory.Inventory) state.Snapshot {
+			snap := observe(inv, state.LifecycleReady, bigHW)
+			setLC(snap, "r1-n01", state.LifecycleDeployed, &state.Allocation{Profile: "hypervisor", Reason: ReasonCount, At: t0})
+			setLC(snap, "r1-n02", state.LifecycleDeployed, &state.Allocation{Profile: "hypervisor", Reason: ReasonCount, At: t0})
+			setLC(snap, "r2-n01", state.LifecycleDeployed, &state.Allocation{Profile: "storage", Reason: ReasonCount, At: t0})
+			setLC(snap, "r3-n02", state.LifecycleDeployed, &state.Allocation{Profile: "gpu", Reason: ReasonPinned, At: t0})
+			return snap
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			want := inv
+			if tt.want != nil {
+				want = tt.want()
+			}
+			if tt.opts.Now.IsZero() {
+				tt.opts.Now = t0.Add(time.Minute)
+			}
+			got := Plan(want, tt.have(want), tt.opts).Text()
+			golden := filepath.Join("testdata", "plan", tt.name+".golden")
+			if *updatePlans {
+				if err := os.WriteFile(golden, []byte(got), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			b, err := os.ReadFile(golden)
+			if err != nil {
+				t.Fatalf("%v (run with -update-plans)", err)
+			}
+			if got != string(b) {
+				t.Errorf("Plan(%s) =\n%s\nwant\n%s", tt.name, got, b)
+			}
+		})
+	}
+}
+
+func cloneInv(inv *inventory.Inventory) *inventory.Inventory {
+	c := *inv
+	c.Servers = append([]inventory.Server(nil), inv.Servers...)
+	c.Profiles = append([]inventory.Profile(nil), inv.Profiles...)
+	c.Images = append([]inventory.Image(nil), inv.Images...)
+	return &c
+}
+
+// TestCandidatesOrder: fewest cores, then least memory, then smallest
+// fitting disk, then name; servers below the minimum or in other zones or
+// pinned elsewhere are never candidates.
+func TestCandidatesOrder(t *testing.T) {
+	inv := &inventory.Inventory{}
+	add := func(name, zone, pin string) {
+		inv.Servers = append(inv.Servers, inventory.Server{Name: name, Zone: zone, Profile: pin, Want: inventory.WantReady})
+	}
+	for _, n := range []string{"a", "b", "c", "d", "e", "f", "g", "h"} {
+		add(n, "z1", "")
+	}
+	add("other-zone", "z2", "")
+	add("pinned-elsewhere", "z1", "q")
+	p := inventory.Profile{Name: "p", Zone: "z1", Min: inventory.Min{Cores: 8, MemoryGiB: 32, DiskGiB: 100}}
+	hw := map[string]*state.Hardware{
+		"a":                hwOf(16, 64, 200),
+		"b":                hwOf(8, 64, 200),
+		"c":                hwOf(8, 32, 1000, 120), // smallest fitting disk 120
+		"d":                hwOf(8, 32, 150),
+		"e":                hwOf(8, 32, 150), // ties d: name decides
+		"f":                hwOf(4, 256, 500),     // too few cores
+		"g":                hwOf(8, 32, 50),       // no disk fits
+		"h":                nil,                   // never commissioned
+		"other-zone":       hwOf(8, 32, 100),
+		"pinned-elsewhere": hwOf(8, 32, 100),
+	}
+	snap := state.Snapshot{Servers: map[string]state.Server{}}
+	for name, h := range hw {
+		snap.Servers[name] = state.Server{Name: name, Lifecycle: state.LifecycleReady, Hardware: h}
+	}
+	var got []string
+	for _, s := range Candidates(p, inv, snap, map[string]string{}) {
+		got = append(got, s.Name)
+	}
+	want := []string{"c", "d", "e", "b", "a"}
+	if len(got) != len(want) {
+		t.Fatalf("Candidates = %v, want %v", got, want)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("Candidates = %v, want %v", got, want)
+		}
+	}
+}
+
+func TestPlanNilInventoryDoesNothing(t *testing.T) {
+	snap := observe(exampleInventory(t), state.LifecycleReady, bigHW)
+	if r := Plan(nil, snap, PlanOptions{}); len(r.Steps)+len(r.Held) != 0 {
+		t.Errorf("Plan(nil) = %+v, want nothing", r)
+	}
+}
+
+func TestMarkdownSplits(t *testing.T) {
+	var r Result
+	for i := 0; i < 500; i++ {
+		r.Steps = append(r.Steps, Step{Server: "s" + string(rune('a'+i%26)), Action: ActRegister, Why: "new in servers.yaml"})
+	}
+	parts := r.Markdown(4000)
+	if len(parts) < 2 {
+		t.Fatalf("got %d parts, want a split", len(parts))
+	}
+	for i, p := range parts {
+		if len(p) > 4000 {
+			t.Errorf("part %d is %d bytes, over 4000", i, len(p))
+		}
+	}
+}
