@@ -113,14 +113,18 @@ func TestPlanGolden(t *testing.T) {
 				c.Servers[i].Want = inventory.WantRetired
 			}
 			return c
-		}, have: func(inv *inventory.Inventory) state.Snapshot { return observe(exampleInventory(t), state.LifecycleReady, bigHW) }},
+		}, have: func(inv *inventory.Inventory) state.Snapshot {
+			return observe(exampleInventory(t), state.LifecycleReady, bigHW)
+		}},
 		{name: "retire-half-approved", opts: PlanOptions{Approved: true}, want: func() *inventory.Inventory {
 			c := cloneInv(inv)
 			for i := range c.Servers[:6] {
 				c.Servers[i].Want = inventory.WantRetired
 			}
 			return c
-		}, have: func(inv *inventory.Inventory) state.Snapshot { return observe(exampleInventory(t), state.LifecycleReady, bigHW) }},
+		}, have: func(inv *inventory.Inventory) state.Snapshot {
+			return observe(exampleInventory(t), state.LifecycleReady, bigHW)
+		}},
 		{name: "profile-to-zero-held", want: func() *inventory.Inventory {
 			c := cloneInv(inv)
 			c.Profile("storage").Count = 0
@@ -214,10 +218,10 @@ func TestCandidatesOrder(t *testing.T) {
 		"b":                hwOf(8, 64, 200),
 		"c":                hwOf(8, 32, 1000, 120), // smallest fitting disk 120
 		"d":                hwOf(8, 32, 150),
-		"e":                hwOf(8, 32, 150), // ties d: name decides
-		"f":                hwOf(4, 256, 500),     // too few cores
-		"g":                hwOf(8, 32, 50),       // no disk fits
-		"h":                nil,                   // never commissioned
+		"e":                hwOf(8, 32, 150),  // ties d: name decides
+		"f":                hwOf(4, 256, 500), // too few cores
+		"g":                hwOf(8, 32, 50),   // no disk fits
+		"h":                nil,               // never commissioned
 		"other-zone":       hwOf(8, 32, 100),
 		"pinned-elsewhere": hwOf(8, 32, 100),
 	}

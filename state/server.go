@@ -375,6 +375,11 @@ type Move struct {
 	From, To Lifecycle
 	Reason   string
 	Actor    string // empty means ActorController
+	// Update, when set, changes other fields of the record in the same
+	// transaction as the move (an allocation with ready→allocated, the
+	// hardware facts with commissioning→ready). It must not change Name or
+	// Lifecycle; an error aborts the whole move.
+	Update func(*Server) error
 }
 
 // Transition moves the named server from→to as ActorController. See Apply.
@@ -418,6 +423,15 @@ func (s *Store) apply(m Move, run func(func(*bolt.Tx) error) error) (Server, err
 		if srv.Lifecycle != m.From {
 			refused = &TransitionError{Server: m.Server, From: m.From, To: m.To, Current: srv.Lifecycle, Err: ErrStaleTransition}
 			return refused
+		}
+		if m.Update != nil {
+			name, lc := srv.Name, srv.Lifecycle
+			if err := m.Update(&srv); err != nil {
+				return err
+			}
+			if srv.Name != name || srv.Lifecycle != lc {
+				return ErrLifecycleField
+			}
 		}
 		now := s.nowUTC()
 		srv.Lifecycle = m.To

@@ -1,0 +1,254 @@
+package reconciler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"regexp"
+
+	"github.com/machina-metal/machina/bmc"
+	"github.com/machina-metal/machina/inventory"
+	"github.com/machina-metal/machina/state"
+)
+
+// run performs one step. Every handler is idempotent, so a step resumed
+// from the journal after a restart or a failure can simply run again: it
+// skips the lifecycle move already made and repeats the BMC calls, each of
+// which reads back before it writes.
+func (c *Controller) run(ctx context.Context, step Step, desired *inventory.Inventory, log *slog.Logger) error {
+	st := c.cfg.Store
+	var ws *inventory.Server
+	if desired != nil {
+		ws = desired.Server(step.Server)
+	}
+	switch step.Action {
+	case ActRegister:
+		if ws == nil {
+			return nil
+		}
+		_, err := st.CreateServer(observedFrom(ws))
+		if errors.Is(err, state.ErrExists) {
+			return nil
+		}
+		if err == nil {
+			log.Info("registered", "zone", ws.Zone, "bmc", ws.BMC.Address)
+		}
+		return err
+	case ActUpdateIdentity:
+		if ws == nil {
+			return nil
+		}
+		o := observedFrom(ws)
+		_, err := st.UpdateServer(step.Server, func(s *state.Server) error {
+			s.Zone, s.Site, s.Rack, s.BootMAC = o.Zone, o.Site, o.Rack, o.BootMAC
+			s.BMC.Driver, s.BMC.Address, s.BMC.Credentials = o.BMC.Driver, o.BMC.Address, o.BMC.Credentials
+			s.Stalled = "" // new BMC settings deserve a new try
+			return nil
+		})
+		return err
+	case ActAllocate:
+		image := ""
+		if p := desired.Profile(step.Profile); p != nil {
+			image = p.Image
+			if c.cfg.ImageOf != nil {
+				image = c.cfg.ImageOf(step.Profile)
+			}
+		}
+		now := c.cfg.Now().UTC()
+		_, err := st.Apply(state.Move{Server: step.Server, From: state.LifecycleReady, To: state.LifecycleAllocated, Reason: step.Why,
+			Update: func(s *state.Server) error {
+				s.Allocation = &state.Allocation{Profile: step.Profile, Image: image, At: now, Reason: step.AllocReason}
+				return nil
+			}})
+		if err == nil {
+			log.Info("allocated", "profile", step.Profile, "reason", step.AllocReason)
+		}
+		return staleOK(err)
+	case ActUnretire:
+		_, err := st.Transition(step.Server, state.LifecycleRetired, state.LifecycleNew, step.Why)
+		return staleOK(err)
+	}
+
+	// Everything below talks to the BMC: journal it first.
+	obs, err := c.journal(step)
+	if err != nil {
+		return err
+	}
+	drv, err := c.cfg.Drivers.Driver(ctx, obs)
+	if err != nil {
+		return fmt.Errorf("open BMC: %w", err)
+	}
+	mode := bmc.BootModeUEFI
+	if ws != nil && ws.BootMode == inventory.BootBIOS {
+		mode = bmc.BootModeLegacy
+	}
+
+	switch step.Action {
+	case ActCommission, ActDeploy:
+		from, to := obs.Lifecycle, state.LifecycleCommissioning
+		if step.Action == ActDeploy {
+			to = state.LifecycleDeploying
+		}
+		if from != to {
+			_, err := st.Apply(state.Move{Server: step.Server, From: from, To: to, Reason: step.Why, Update: func(s *state.Server) error {
+				if to == state.LifecycleCommissioning {
+					s.Allocation = nil
+				}
+				s.LastError = ""
+				return nil
+			}})
+			if err != nil {
+				return err
+			}
+			log.Info("lifecycle", "from", from, "to", to)
+		}
+		if err := c.netboot(ctx, drv, mode, log); err != nil {
+			return err
+		}
+		if _, err := st.SetPower(step.Server, state.PowerOn, state.PowerSourceCommand); err != nil {
+			return err
+		}
+	case ActRelease:
+		if err := drv.Power(ctx, bmc.PowerActionOff); err != nil {
+			return err
+		}
+		_, _ = st.SetPower(step.Server, state.PowerOff, state.PowerSourceCommand)
+		if obs.Lifecycle == state.LifecycleDeployed {
+			_, err := st.Apply(state.Move{Server: step.Server, From: state.LifecycleDeployed, To: state.LifecycleReady, Reason: step.Why,
+				Update: func(s *state.Server) error { s.Allocation, s.NeedsWipe = nil, true; return nil }})
+			if err != nil {
+				return err
+			}
+			log.Info("released", "wipe", "at next boot into the ramdisk")
+		}
+	case ActRetire:
+		if err := drv.Power(ctx, bmc.PowerActionOff); err != nil {
+			return err
+		}
+		_, _ = st.SetPower(step.Server, state.PowerOff, state.PowerSourceCommand)
+		if obs.Lifecycle != state.LifecycleRetired {
+			_, err := st.Apply(state.Move{Server: step.Server, From: obs.Lifecycle, To: state.LifecycleRetired, Reason: step.Why,
+				Update: func(s *state.Server) error { s.Allocation = nil; return nil }})
+			if err != nil {
+				return err
+			}
+			log.Info("retired")
+		}
+	case ActTimeout:
+		// Power off first so a machine stuck in the ramdisk stops; a BMC
+		// that cannot do it does not keep the server from failing.
+		if err := drv.Power(ctx, bmc.PowerActionOff); err != nil {
+			log.Warn("power off after deadline", "err", sanitize(err.Error()))
+		} else {
+			_, _ = st.SetPower(step.Server, state.PowerOff, state.PowerSourceCommand)
+		}
+		if obs.Lifecycle == state.LifecycleCommissioning || obs.Lifecycle == state.LifecycleDeploying {
+			_, err := st.Apply(state.Move{Server: step.Server, From: obs.Lifecycle, To: state.LifecycleFailed, Reason: step.Why,
+				Update: func(s *state.Server) error { s.LastError = step.Why; s.Allocation = nil; return nil }})
+			if err != nil {
+				return staleOK(err)
+			}
+			log.Info("failed", "reason", step.Why)
+		}
+	case ActPowerOn, ActPowerOff, ActPowerCycle:
+		a := map[Action]bmc.PowerAction{ActPowerOn: bmc.PowerActionOn, ActPowerOff: bmc.PowerActionOff, ActPowerCycle: bmc.PowerActionCycle}[step.Action]
+		if err := drv.Power(ctx, a); err != nil {
+			return err
+		}
+		p := state.PowerOn
+		if a == bmc.PowerActionOff {
+			p = state.PowerOff
+		}
+		_, _ = st.SetPower(step.Server, p, state.PowerSourceCommand)
+		log.Info("power", "action", string(a))
+	default:
+		return fmt.Errorf("unknown action %q", step.Action)
+	}
+	return c.done(step)
+}
+
+// netboot sets a one-time PXE boot override and starts the machine: power
+// on when off, reset when on. A BMC without boot override support boots the
+// iPXE ISO from virtual media instead, when ISOURL is configured.
+func (c *Controller) netboot(ctx context.Context, drv bmc.Driver, mode bmc.BootMode, log *slog.Logger) error {
+	err := drv.SetBootOverride(ctx, bmc.BootOverride{Device: bmc.BootPXE, Mode: mode})
+	if errors.Is(err, bmc.ErrUnsupported) && c.cfg.ISOURL != "" {
+		log.Info("no PXE boot override; booting the iPXE ISO from virtual media")
+		if err = drv.InsertMedia(ctx, c.cfg.ISOURL); err == nil {
+			err = drv.SetBootOverride(ctx, bmc.BootOverride{Device: bmc.BootCD, Mode: mode})
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("set boot override: %w", err)
+	}
+	ps, err := drv.PowerState(ctx)
+	if err != nil {
+		return fmt.Errorf("read power: %w", err)
+	}
+	action := bmc.PowerActionOn
+	if ps == bmc.PowerOn {
+		action = bmc.PowerActionReset
+	}
+	if err := drv.Power(ctx, action); err != nil {
+		return fmt.Errorf("power %s: %w", action, err)
+	}
+	log.Info("netboot", "power", string(action))
+	return nil
+}
+
+// journal records step as in flight and returns the server record.
+func (c *Controller) journal(step Step) (state.Server, error) {
+	return c.cfg.Store.UpdateServer(step.Server, func(s *state.Server) error {
+		attempt := 1
+		if s.InFlight != nil && s.InFlight.Action == string(step.Action) {
+			attempt = s.InFlight.Attempt + 1
+		}
+		s.InFlight = &state.InFlight{Action: string(step.Action), Key: fmt.Sprintf("%s/%d", step.Action, step.Counter), Started: c.cfg.Now().UTC(), Attempt: attempt, Counter: step.Counter}
+		return nil
+	})
+}
+
+// done clears the journal and records the action counter as observed.
+func (c *Controller) done(step Step) error {
+	counter := map[Action]string{ActCommission: "commission", ActPowerOn: "powerOn", ActPowerOff: "powerOff", ActPowerCycle: "powerCycle"}[step.Action]
+	_, err := c.cfg.Store.UpdateServer(step.Server, func(s *state.Server) error {
+		s.InFlight, s.Stalled, s.LastError = nil, "", ""
+		if counter != "" && step.Counter > 0 {
+			if s.Actions == nil {
+				s.Actions = map[string]int64{}
+			}
+			if step.Counter > s.Actions[counter] {
+				s.Actions[counter] = step.Counter
+			}
+		}
+		return nil
+	})
+	return err
+}
+
+func observedFrom(ws *inventory.Server) state.Server {
+	return state.Server{Name: ws.Name, Zone: ws.Zone, Site: ws.Site, Rack: ws.Rack, BootMAC: ws.BootMAC,
+		BMC: state.BMCFacts{Driver: string(ws.BMC.Driver), Address: ws.BMC.Address, Credentials: ws.BMC.Credentials}}
+}
+
+// staleOK turns a stale transition (someone else already moved the server)
+// into success: the plan is recomputed from the new state next pass.
+func staleOK(err error) error {
+	if errors.Is(err, state.ErrStaleTransition) {
+		return nil
+	}
+	return err
+}
+
+var (
+	userinfoRE = regexp.MustCompile(`://[^/\s:@]+:[^/\s@]+@`)
+	secretKVRE = regexp.MustCompile(`(?i)\b(password|passwd|token|secret|authorization)\s*[=:]\s*\S+`)
+)
+
+// sanitize removes credentials from a message before it reaches a log,
+// an event or status: user:password@ in URLs and key=value secrets.
+func sanitize(s string) string {
+	s = userinfoRE.ReplaceAllString(s, "://REDACTED@")
+	return secretKVRE.ReplaceAllString(s, "$1=REDACTED")
+}

@@ -1,0 +1,350 @@
+package reconciler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/machina-metal/machina/bmc"
+	"github.com/machina-metal/machina/inventory"
+	"github.com/machina-metal/machina/state"
+)
+
+// Drivers opens the BMC driver of a server from its observed BMC facts
+// (driver, address, credential name). Implementations own and cache the
+// drivers (one Redfish session per BMC) and MUST be safe for concurrent use.
+type Drivers interface {
+	Driver(ctx context.Context, srv state.Server) (bmc.Driver, error)
+}
+
+// Config configures a Controller. Every zero value is usable.
+type Config struct {
+	// Store is the observed state. Required.
+	Store *state.Store
+	// Drivers opens BMC drivers. Required.
+	Drivers Drivers
+	// Logger receives Info lines for hardware actions and phase changes;
+	// nil discards.
+	Logger *slog.Logger
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+	// Workers bounds actions running at once; zero means 8.
+	Workers int
+	// PerBMC bounds actions at once against one BMC address (several
+	// servers may share a chassis BMC); zero means 1.
+	PerBMC int
+	// PerRack bounds actions at once in one rack (power draw, switch
+	// ports); zero means 4.
+	PerRack int
+	// BackoffBase is the first retry delay after a failed action; zero
+	// means 10 s. Each further failure doubles it, with ±20% jitter.
+	BackoffBase time.Duration
+	// BackoffCap caps the retry delay; zero means 10 minutes.
+	BackoffCap time.Duration
+	// ActionTimeout bounds one action (all its BMC calls); zero means 5 minutes.
+	ActionTimeout time.Duration
+	// Interval is how often the controller plans without a trigger; zero
+	// means 5 s.
+	Interval time.Duration
+	// Plan holds the plan options (deadlines, brake share); Now and
+	// Approved are filled by the controller.
+	Plan PlanOptions
+	// ImageOf resolves a profile's image name to the image recorded on the
+	// allocation; nil records the name as given.
+	ImageOf func(profile string) string
+	// ISOURL is the iPXE ISO's URL for BMCs without a PXE boot override
+	// (virtual media path); "" disables that fallback.
+	ISOURL string
+	// OnPass, when set, is called after every planning pass with the plan
+	// (for status write-back and metrics). It must not block for long.
+	OnPass func(Result)
+	// Metrics, when set, counts actions and passes.
+	Metrics *Metrics
+}
+
+// Controller is the executor: it plans desired against observed state and
+// runs the steps with a bounded worker pool, one action at a time per
+// server, per-BMC and per-rack limits, timeouts and per-server exponential
+// backoff. Every outcome is an event in the store.
+type Controller struct {
+	cfg     Config
+	log     *slog.Logger
+	trigger chan struct{}
+
+	mu       sync.Mutex
+	desired  *inventory.Inventory
+	busy     map[string]bool      // server → an action is running
+	retryAt  map[string]time.Time // server → not before
+	failures map[string]int       // server → consecutive failures
+	bmcUse   map[string]int       // BMC address → running actions
+	rackUse  map[string]int       // rack → running actions
+	running  int
+	last     Result
+	wg       sync.WaitGroup
+}
+
+// New checks cfg and returns a Controller. It starts nothing; call Run.
+func New(cfg Config) (*Controller, error) {
+	if cfg.Store == nil || cfg.Drivers == nil {
+		return nil, errors.New("reconciler: Config.Store and Config.Drivers are required")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Workers <= 0 {
+		cfg.Workers = 8
+	}
+	if cfg.PerBMC <= 0 {
+		cfg.PerBMC = 1
+	}
+	if cfg.PerRack <= 0 {
+		cfg.PerRack = 4
+	}
+	if cfg.BackoffBase <= 0 {
+		cfg.BackoffBase = 10 * time.Second
+	}
+	if cfg.BackoffCap <= 0 {
+		cfg.BackoffCap = 10 * time.Minute
+	}
+	if cfg.ActionTimeout <= 0 {
+		cfg.ActionTimeout = 5 * time.Minute
+	}
+	if cfg.Interval <= 0 {
+		cfg.Interval = 5 * time.Second
+	}
+	return &Controller{
+		cfg: cfg, log: cfg.Logger, trigger: make(chan struct{}, 1),
+		busy: map[string]bool{}, retryAt: map[string]time.Time{}, failures: map[string]int{},
+		bmcUse: map[string]int{}, rackUse: map[string]int{},
+	}, nil
+}
+
+// SetDesired installs a new valid inventory revision and plans at once.
+// nil means "no valid revision yet": nothing is acted on.
+func (c *Controller) SetDesired(inv *inventory.Inventory) {
+	c.mu.Lock()
+	c.desired = inv
+	c.mu.Unlock()
+	c.Trigger()
+}
+
+// Desired returns the inventory the controller acts on, or nil.
+func (c *Controller) Desired() *inventory.Inventory {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.desired
+}
+
+// Trigger asks for a planning pass now. Never blocks.
+func (c *Controller) Trigger() {
+	select {
+	case c.trigger <- struct{}{}:
+	default:
+	}
+}
+
+// LastPlan returns the plan of the latest pass.
+func (c *Controller) LastPlan() Result {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.last
+}
+
+// Run plans and executes until ctx is done, then waits for running actions
+// to finish (each bounded by ActionTimeout) and returns nil. Store changes
+// (a report moving a server to ready, say) trigger a pass.
+func (c *Controller) Run(ctx context.Context) error {
+	notify, stop := c.cfg.Store.Notify()
+	defer stop()
+	tick := time.NewTicker(c.cfg.Interval)
+	defer tick.Stop()
+	for {
+		c.Pass(ctx)
+		select {
+		case <-ctx.Done():
+			c.wg.Wait()
+			return nil
+		case <-tick.C:
+		case <-c.trigger:
+		case <-notify:
+		}
+	}
+}
+
+// Pass runs one planning pass: snapshot, plan, dispatch what can start now.
+// Exported for tests that step the controller by hand.
+func (c *Controller) Pass(ctx context.Context) Result {
+	start := time.Now()
+	snap, err := c.cfg.Store.Snapshot()
+	if err != nil {
+		c.log.Error("snapshot", "err", err)
+		return Result{}
+	}
+	desired := c.Desired()
+	opts := c.cfg.Plan
+	opts.Now = c.cfg.Now()
+	if desired != nil {
+		if ok, err := c.cfg.Store.Approved(desired.Digest); err == nil {
+			opts.Approved = ok
+		}
+	}
+	res := Plan(desired, snap, opts)
+	c.mu.Lock()
+	c.last = res
+	c.mu.Unlock()
+	if c.cfg.Metrics != nil {
+		c.cfg.Metrics.observePass(snap, time.Since(start))
+	}
+
+	// One step per server: an action in flight (resumed after a restart
+	// or a failure) comes before anything the plan says.
+	first := map[string]Step{}
+	var order []string
+	for _, name := range sortedKeys(snap.Servers) {
+		if f := snap.Servers[name].InFlight; f != nil {
+			first[name] = Step{Server: name, Action: Action(f.Action), Counter: f.Counter, Why: "resume " + f.Action}
+			order = append(order, name)
+		}
+	}
+	for _, s := range res.Steps {
+		if _, ok := first[s.Server]; ok {
+			continue
+		}
+		first[s.Server] = s
+		order = append(order, s.Server)
+	}
+	now := c.cfg.Now()
+	for _, name := range order {
+		step := first[name]
+		obs, known := snap.Servers[name]
+		if known && obs.Stalled != "" && obs.Stalled == stepKey(step, desired) && obs.InFlight == nil {
+			continue
+		}
+		if !c.tryStart(step, obs, now) {
+			continue
+		}
+		c.wg.Add(1)
+		go func() {
+			defer c.wg.Done()
+			c.execute(ctx, step, desired)
+		}()
+	}
+	if c.cfg.OnPass != nil {
+		c.cfg.OnPass(res)
+	}
+	return res
+}
+
+// tryStart reserves the limits for step, or reports false.
+func (c *Controller) tryStart(step Step, obs state.Server, now time.Time) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.busy[step.Server] || now.Before(c.retryAt[step.Server]) || c.running >= c.cfg.Workers {
+		return false
+	}
+	addr, rack := obs.BMC.Address, obs.Rack
+	if step.Action != ActRegister {
+		if addr != "" && c.bmcUse[addr] >= c.cfg.PerBMC {
+			return false
+		}
+		if rack != "" && c.rackUse[rack] >= c.cfg.PerRack {
+			return false
+		}
+	}
+	c.busy[step.Server] = true
+	c.running++
+	if step.Action != ActRegister {
+		c.bmcUse[addr]++
+		c.rackUse[rack]++
+	}
+	return true
+}
+
+func (c *Controller) finish(step Step, obs state.Server, err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.busy, step.Server)
+	c.running--
+	if step.Action != ActRegister {
+		c.bmcUse[obs.BMC.Address]--
+		c.rackUse[obs.Rack]--
+	}
+	if err == nil {
+		delete(c.failures, step.Server)
+		delete(c.retryAt, step.Server)
+		return
+	}
+	n := c.failures[step.Server] + 1
+	c.failures[step.Server] = n
+	c.retryAt[step.Server] = c.cfg.Now().Add(Backoff(c.cfg.BackoffBase, c.cfg.BackoffCap, n))
+}
+
+// Backoff returns the delay before retry n (1-based): base·2^(n-1), capped,
+// with ±20% jitter so a rack of failing BMCs does not retry in lockstep.
+func Backoff(base, maxDelay time.Duration, n int) time.Duration {
+	d := base
+	for i := 1; i < n && d < maxDelay; i++ {
+		d *= 2
+	}
+	d = min(d, maxDelay)
+	jitter := 0.8 + 0.4*rand.Float64()
+	return time.Duration(float64(d) * jitter)
+}
+
+// stepKey identifies the desired state a step serves; a stalled server is
+// retried only when it changes (a counter bump, another want or profile).
+func stepKey(s Step, desired *inventory.Inventory) string {
+	key := fmt.Sprintf("%s/%d/%s", s.Action, s.Counter, s.Profile)
+	if desired != nil {
+		if ws := desired.Server(s.Server); ws != nil {
+			key += fmt.Sprintf("/%s/%s/%s", ws.Want, ws.Profile, ws.BMC.Credentials)
+		}
+	}
+	return key
+}
+
+// execute runs one step with its timeout, journals it, and sorts the outcome.
+func (c *Controller) execute(ctx context.Context, step Step, desired *inventory.Inventory) {
+	obs, _ := c.cfg.Store.Server(step.Server)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.ActionTimeout)
+	defer cancel()
+	log := c.log.With("machine", step.Server, "action", string(step.Action))
+	err := c.run(ctx, step, desired, log)
+	c.finish(step, obs, err)
+	if c.cfg.Metrics != nil {
+		c.cfg.Metrics.observeAction(step.Action, err)
+	}
+	if err == nil {
+		return
+	}
+	stall := !bmc.IsTransient(err) && (step.Action.Disruptive() || errors.Is(err, bmc.ErrAuth) || errors.Is(err, bmc.ErrUnsupported))
+	msg := sanitize(err.Error())
+	if stall {
+		log.Error("action failed; stalled until the desired state or counter changes", "err", msg)
+	} else {
+		log.Warn("action failed; will retry with backoff", "err", msg)
+	}
+	_, uerr := c.cfg.Store.UpdateServer(step.Server, func(s *state.Server) error {
+		s.LastError = fmt.Sprintf("%s: %s", step.Action, msg)
+		if stall {
+			s.Stalled = stepKey(step, desired)
+			s.InFlight = nil
+		}
+		return nil
+	})
+	if errors.Is(uerr, state.ErrNotFound) {
+		return
+	}
+	kind := "action.failed"
+	if stall {
+		kind = "action.stalled"
+	}
+	_, _ = c.cfg.Store.AppendEvent(state.Event{Server: step.Server, Kind: state.EventKind(kind), Message: fmt.Sprintf("%s: %s", step.Action, msg)})
+}

@@ -1,0 +1,58 @@
+package reconciler
+
+import (
+	"errors"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/machina-metal/machina/bmc"
+	"github.com/machina-metal/machina/state"
+)
+
+// Metrics are the controller's Prometheus metrics. Register them with
+// NewMetrics on the registry the admin API's /metrics serves.
+type Metrics struct {
+	servers  *prometheus.GaugeVec
+	actions  *prometheus.CounterVec
+	duration prometheus.Histogram
+}
+
+// NewMetrics creates the metrics and registers them on reg:
+// machina_servers{lifecycle}, machina_actions_total{action,result} and
+// machina_reconcile_duration_seconds.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		servers: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "machina_servers", Help: "Servers by lifecycle."}, []string{"lifecycle"}),
+		actions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "machina_actions_total", Help: "Executor actions by action and result (ok, transient, failed)."}, []string{"action", "result"}),
+		duration: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "machina_reconcile_duration_seconds", Help: "Time to snapshot and plan one pass.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 14)}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.servers, m.actions, m.duration)
+	}
+	return m
+}
+
+func (m *Metrics) observePass(snap state.Snapshot, d time.Duration) {
+	counts := map[state.Lifecycle]int{}
+	for _, s := range snap.Servers {
+		counts[s.Lifecycle]++
+	}
+	for _, lc := range state.Lifecycles() {
+		m.servers.WithLabelValues(string(lc)).Set(float64(counts[lc]))
+	}
+	m.duration.Observe(d.Seconds())
+}
+
+func (m *Metrics) observeAction(a Action, err error) {
+	result := "ok"
+	switch {
+	case err == nil:
+	case bmc.IsTransient(err) || errors.Is(err, bmc.ErrUnreachable):
+		result = "transient"
+	default:
+		result = "failed"
+	}
+	m.actions.WithLabelValues(string(a), result).Inc()
+}
