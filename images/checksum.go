@@ -133,8 +133,10 @@ func digestFrom(algo, hx string) (Digest, error) {
 func normAlgo(s string) string {
 	s = strings.ToLower(strings.TrimSpace(s))
 	s = strings.TrimSuffix(s, "sum")
+	if rest, ok := strings.CutPrefix(s, "sha2-"); ok {
+		s = "sha" + rest
+	}
 	s = strings.ReplaceAll(s, "-", "")
-	s = strings.Replace(s, "sha2", "sha", 1)
 	switch s {
 	case "sha256", "sha512", "md5", "sha1", "":
 		return s

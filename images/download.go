@@ -115,14 +115,14 @@ type partMeta struct {
 
 // transfer is one download of a URL into a partial file, resumable.
 type transfer struct {
-	im     *Importer
-	url    string
-	f      *os.File // positioned at off
-	off    int64
-	hashes []hash.Hash
-	meta   *partMeta
+	im       *Importer
+	url      string
+	f        *os.File // positioned at off
+	off      int64
+	hashes   []hash.Hash
+	meta     *partMeta
 	saveMeta func() error
-	prog   *progressMeter
+	prog     *progressMeter
 }
 
 // errRestart: the server ignored or mismatched our Range; start over.
