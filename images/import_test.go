@@ -142,7 +142,11 @@ func TestImportRetries(t *testing.T) {
 		fault{path: "/x.raw", code: 503, retryAfter: date},
 		fault{path: "/x.raw", code: 429, retryAfter: "100000"},
 	)
-	e := newTestEnv(t, func(c *Config) { c.BackoffBase = time.Second; c.BackoffMax = 4 * time.Second; c.MaxRetryAfter = time.Hour })
+	e := newTestEnv(t, func(c *Config) {
+		c.BackoffBase = time.Second
+		c.BackoffMax = 4 * time.Second
+		c.MaxRetryAfter = time.Hour
+	})
 	if _, err := e.im.Import(t.Context(), Request{Name: "x", URL: srv.URL + "/x.raw", Checksum: sha256Of(raw).String()}); err != nil {
 		t.Fatalf("Import() = %v", err)
 	}
