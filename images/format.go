@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 )
 
 // Format is a disk image format detected from magic bytes, never from a name.
@@ -145,18 +144,4 @@ func CheckQCOW2(f io.ReaderAt) error {
 		return &UnsupportedFormatError{Format: FormatQCOW2, Reason: "image uses an external data file"}
 	}
 	return nil
-}
-
-// detectFile opens path and detects its format.
-func detectFile(path string) (Format, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return "", fmt.Errorf("detect format: %w", err)
-	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return "", fmt.Errorf("detect format: %w", err)
-	}
-	return DetectFormat(f, st.Size())
 }

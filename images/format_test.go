@@ -117,3 +117,24 @@ func equalStrings(a, b []string) bool {
 	}
 	return true
 }
+
+// FuzzDetectFormat feeds arbitrary image headers to format detection and the
+// qcow2 header check: no panics, and CheckQCOW2 accepts only qcow2 magic.
+func FuzzDetectFormat(f *testing.F) {
+	f.Add([]byte("QFI\xfb\x00\x00\x00\x03"))
+	f.Add([]byte("KDMV"))
+	f.Add([]byte("conectix"))
+	f.Add(make([]byte, 600))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if len(b) > 1<<20 {
+			return
+		}
+		fm, err := DetectFormat(bytes.NewReader(b), int64(len(b)))
+		if err != nil {
+			t.Fatalf("DetectFormat() = %v", err)
+		}
+		if err := CheckQCOW2(bytes.NewReader(b)); err == nil && (fm != FormatQCOW2 || !bytes.HasPrefix(b, []byte("QFI\xfb"))) {
+			t.Fatalf("CheckQCOW2 accepted a %s image", fm)
+		}
+	})
+}

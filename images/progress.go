@@ -45,12 +45,11 @@ type progressMeter struct {
 	interval time.Duration
 	now      func() time.Time
 
-	total    int64
-	lastT    time.Time
-	lastB    int64
-	rate     float64
-	lastPct  int
-	lastSent time.Time
+	total   int64
+	lastT   time.Time
+	lastB   int64
+	rate    float64
+	lastPct int
 }
 
 func newProgressMeter(image string, phase Phase, fn func(Progress), percent func(float64), interval time.Duration) *progressMeter {
