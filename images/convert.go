@@ -1,17 +1,17 @@
 package images
 
 import (
-	"bufio"
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"strconv"
 	"strings"
 	"time"
 )
@@ -24,82 +24,115 @@ var ErrConvert = errors.New("qemu-img convert failed")
 // JSON ("json:{...}"), nor as an option.
 var safePathRE = regexp.MustCompile(`^/[A-Za-z0-9._/-]+$`)
 
-// convertArgs builds the qemu-img argument vector after validating both
-// paths: absolute, clean, inside dir, no characters qemu treats specially.
-func convertArgs(dir, src, dst string) ([]string, error) {
-	for _, p := range []string{src, dst} {
-		if !safePathRE.MatchString(p) || filepath.Clean(p) != p {
-			return nil, fmt.Errorf("convert: unsafe path %q", truncate(p, 200))
-		}
-		if rel, err := filepath.Rel(dir, p); err != nil || strings.HasPrefix(rel, "..") || rel == "." {
-			return nil, fmt.Errorf("convert: path %q outside %s", truncate(p, 200), dir)
-		}
+// convertArgs builds the qemu-img argument vector after validating the
+// source (absolute, clean, inside dir, no characters qemu treats specially)
+// and the NBD socket path the raw output goes to.
+func convertArgs(dir, src, sock string) ([]string, error) {
+	if !safePathRE.MatchString(src) || filepath.Clean(src) != src {
+		return nil, fmt.Errorf("convert: unsafe path %q", truncate(src, 200))
 	}
-	if src == dst {
-		return nil, fmt.Errorf("convert: source and destination are the same file")
+	if rel, err := filepath.Rel(dir, src); err != nil || strings.HasPrefix(rel, "..") || rel == "." {
+		return nil, fmt.Errorf("convert: path %q outside %s", truncate(src, 200), dir)
+	}
+	if !safePathRE.MatchString(sock) || filepath.Clean(sock) != sock || len(sock) > 100 {
+		return nil, fmt.Errorf("convert: unsafe socket path %q", truncate(sock, 200))
 	}
 	// -f qcow2: never let qemu-img probe the format of an untrusted file.
-	// -p: progress on stdout, parsed for the progress bar.
-	return []string{"convert", "-p", "-f", "qcow2", "-O", "raw", src, dst}, nil
+	// -n: the NBD target exists already. No -W: writes stay in order.
+	return []string{"convert", "-n", "-f", "qcow2", "-O", "raw", src, "nbd+unix:///?socket=" + sock}, nil
 }
 
-var convProgressRE = regexp.MustCompile(`\(([0-9]+(?:\.[0-9]+)?)/100%\)`)
+// qcow2VirtualSize reads the virtual disk size (header offset 24).
+func qcow2VirtualSize(f io.ReaderAt) (int64, error) {
+	b := make([]byte, 8)
+	if _, err := f.ReadAt(b, 24); err != nil {
+		return 0, fmt.Errorf("read qcow2 size: %w", err)
+	}
+	n := binary.BigEndian.Uint64(b)
+	if n == 0 || n > maxVirtualSize {
+		return 0, &UnsupportedFormatError{Format: FormatQCOW2, Reason: fmt.Sprintf("virtual size %d bytes", n)}
+	}
+	return int64(n), nil
+}
+
+// maxVirtualSize bounds a qcow2's virtual size (16 TiB).
+const maxVirtualSize = 16 << 40
 
 // convert runs qemu-img (no shell, minimal environment) to turn the qcow2 at
-// src into a raw file at dst, both inside the store's tmp directory. The
-// qcow2 header must already have passed [CheckQCOW2].
-func (im *Importer) convert(ctx context.Context, src, dst string, prog *progressMeter) error {
-	args, err := convertArgs(im.store.tmpDir(), src, dst)
+// src into the raw file dst. qemu-img writes to an NBD export served by this
+// process on a private unix socket; the export writes dst and hashes the
+// bytes as they arrive, so the returned raw digest is computed during the
+// conversion. The qcow2 header must already have passed [CheckQCOW2].
+func (im *Importer) convert(ctx context.Context, src, dst string, size int64, prog *progressMeter) (Digest, error) {
+	sockDir, err := os.MkdirTemp("", "machina-nbd-")
 	if err != nil {
-		return err
+		return Digest{}, fmt.Errorf("convert: %w", err)
+	}
+	defer os.RemoveAll(sockDir)
+	sock := filepath.Join(sockDir, "s")
+	args, err := convertArgs(im.store.tmpDir(), src, sock)
+	if err != nil {
+		return Digest{}, err
 	}
 	bin := im.qemuImg
 	if bin == "" {
 		if bin, err = exec.LookPath("qemu-img"); err != nil {
-			return fmt.Errorf("convert: %w", err)
+			return Digest{}, fmt.Errorf("convert: %w", err)
 		}
 	}
+	out, err := os.OpenFile(dst, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o640)
+	if err != nil {
+		return Digest{}, fmt.Errorf("convert: %w", err)
+	}
+	defer out.Close()
+	if err := out.Truncate(size); err != nil {
+		return Digest{}, fmt.Errorf("convert: %w", err)
+	}
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		return Digest{}, fmt.Errorf("convert: listen: %w", err)
+	}
+	defer ln.Close()
+	prog.setTotal(size)
+	sink := &nbdSink{f: out, size: size, h: SHA256.New(), prog: prog}
+	served := make(chan error, 1)
+	go func() {
+		c, err := ln.Accept()
+		ln.Close() // exactly one client
+		if err != nil {
+			served <- err
+			return
+		}
+		served <- serveNBD(c, sink)
+	}()
+
 	cmd := exec.CommandContext(ctx, bin, args...)
 	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL=C"}
-	cmd.Stdin = nil
 	var stderr bytes.Buffer
-	cmd.Stderr = &limitedBuffer{buf: &stderr, max: 4096}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		return fmt.Errorf("convert: %w", err)
-	}
+	cmd.Stdout = &limitedBuffer{buf: &stderr, max: 4096}
+	cmd.Stderr = cmd.Stdout
 	cmd.WaitDelay = 5 * time.Second
 	im.log.Debug("qemu-img", "args", args)
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("convert: start qemu-img: %w", err)
+	runErr := cmd.Run()
+	ln.Close()
+	srvErr := <-served
+	if runErr != nil {
+		return Digest{}, fmt.Errorf("%w: %w: %s", ErrConvert, runErr, strings.TrimSpace(stderr.String()))
 	}
-	prog.setTotal(1000)
-	sc := bufio.NewScanner(stdout)
-	sc.Split(scanCR)
-	for sc.Scan() {
-		if m := convProgressRE.FindStringSubmatch(sc.Text()); m != nil {
-			if v, err := strconv.ParseFloat(m[1], 64); err == nil {
-				prog.update(int64(v * 10))
-			}
-		}
+	if srvErr != nil {
+		return Digest{}, fmt.Errorf("%w: nbd target: %w", ErrConvert, srvErr)
 	}
-	io.Copy(io.Discard, stdout)
-	if err := cmd.Wait(); err != nil {
-		return fmt.Errorf("%w: %w: %s", ErrConvert, err, strings.TrimSpace(stderr.String()))
+	if err := out.Sync(); err != nil {
+		return Digest{}, fmt.Errorf("convert: %w", err)
 	}
-	prog.finish(1000)
-	return nil
-}
-
-// scanCR splits qemu-img's progress output on \r or \n.
-func scanCR(data []byte, atEOF bool) (int, []byte, error) {
-	if i := bytes.IndexAny(data, "\r\n"); i >= 0 {
-		return i + 1, data[:i], nil
+	prog.finish(sink.next)
+	if d, ok := sink.digest(); ok {
+		return d, nil
 	}
-	if atEOF && len(data) > 0 {
-		return len(data), data, nil
-	}
-	return 0, nil, nil
+	im.log.Warn("qemu-img wrote out of order; hashing the raw file after conversion")
+	hm := newProgressMeter(prog.image, PhaseHash, prog.fn, nil, im.interval)
+	d, _, err := hashFile(ctx, dst, hm)
+	return d, err
 }
 
 // limitedBuffer keeps the first max bytes written to it.

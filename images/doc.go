@@ -15,8 +15,11 @@
 //
 // PGP clear-signed checksum files are unwrapped but their signatures are not
 // verified: Machina carries no distribution keyrings. The checksum itself is
-// always verified. The raw checksum of a converted image is computed over the
-// converted file right after qemu-img exits and before the file enters the
-// store (qemu-img cannot write raw output to a pipe), so every byte served to
-// the ramdisk is covered by it.
+// always verified.
+//
+// qemu-img cannot write raw output to a pipe, so conversion writes to a small
+// NBD export served by this package on a private unix socket (nbd.go): the
+// export writes the raw file and hashes the bytes as qemu-img sends them, in
+// order, so the raw checksum is computed during conversion. Should qemu-img
+// ever write out of order, the raw file is hashed after conversion instead.
 package images

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"strings"
 	"testing"
 )
 
@@ -82,23 +83,24 @@ func TestCheckQCOW2(t *testing.T) {
 
 func TestConvertArgs(t *testing.T) {
 	dir := "/store/tmp"
-	got, err := convertArgs(dir, "/store/tmp/a.part", "/store/tmp/a.raw")
+	got, err := convertArgs(dir, "/store/tmp/a.part", "/tmp/machina-nbd-1/s")
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"convert", "-p", "-f", "qcow2", "-O", "raw", "/store/tmp/a.part", "/store/tmp/a.raw"}
+	want := []string{"convert", "-n", "-f", "qcow2", "-O", "raw", "/store/tmp/a.part", "nbd+unix:///?socket=/tmp/machina-nbd-1/s"}
 	if !equalStrings(got, want) {
 		t.Errorf("convertArgs = %q, want %q", got, want)
 	}
 	for _, bad := range [][2]string{
-		{"/store/tmp/../../etc/shadow", "/store/tmp/a.raw"},
-		{"/other/a.part", "/store/tmp/a.raw"},
-		{"/store/tmp/json:{}", "/store/tmp/a.raw"},
-		{"/store/tmp/a,b", "/store/tmp/a.raw"},
-		{"relative", "/store/tmp/a.raw"},
-		{"/store/tmp/a.part", "/store/tmp/a.part"},
-		{"/store/tmp/a part", "/store/tmp/a.raw"},
-		{"/store/tmp", "/store/tmp/a.raw"},
+		{"/store/tmp/../../etc/shadow", "/tmp/s"},
+		{"/other/a.part", "/tmp/s"},
+		{"/store/tmp/json:{}", "/tmp/s"},
+		{"/store/tmp/a,b", "/tmp/s"},
+		{"relative", "/tmp/s"},
+		{"/store/tmp/a part", "/tmp/s"},
+		{"/store/tmp", "/tmp/s"},
+		{"/store/tmp/a.part", "/tmp/s&export=x"},
+		{"/store/tmp/a.part", "/tmp/" + strings.Repeat("s", 100)},
 	} {
 		if _, err := convertArgs(dir, bad[0], bad[1]); err == nil {
 			t.Errorf("convertArgs(%q, %q) accepted", bad[0], bad[1])

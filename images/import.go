@@ -406,23 +406,20 @@ func (im *Importer) run(ctx context.Context, rec Record, src source, req Request
 			discard()
 			return rec, err
 		}
+		vsize, err := qcow2VirtualSize(part)
+		if err != nil {
+			discard()
+			return rec, err
+		}
 		im.setStatus(ctx, rec.Name, Status{State: StateConverting, Percent: 0})
 		cm := newProgressMeter(rec.Name, PhaseConvert, req.Progress, func(p float64) {
 			im.setStatus(ctx, rec.Name, Status{State: StateConverting, Percent: p})
 		}, im.interval)
-		if err := im.convert(ctx, partPath, rawPath, cm); err != nil {
+		if raw, err = im.convert(ctx, partPath, rawPath, vsize, cm); err != nil {
 			os.Remove(rawPath)
 			return rec, err
 		}
-		hm := newProgressMeter(rec.Name, PhaseHash, req.Progress, nil, im.interval)
-		if raw, size, err = hashFile(ctx, rawPath, hm); err != nil {
-			os.Remove(rawPath)
-			return rec, err
-		}
-		if err := syncFile(rawPath); err != nil {
-			os.Remove(rawPath)
-			return rec, err
-		}
+		size = vsize
 		rawFile = rawPath
 	default:
 		discard()
@@ -447,18 +444,6 @@ func (im *Importer) run(ctx context.Context, rec Record, src source, req Request
 func partID(url string, want Digest) string {
 	h := sha256.Sum256([]byte(url + "\n" + want.String()))
 	return hex.EncodeToString(h[:16])
-}
-
-func syncFile(p string) error {
-	f, err := os.OpenFile(p, os.O_RDWR, 0)
-	if err != nil {
-		return fmt.Errorf("sync: %w", err)
-	}
-	defer f.Close()
-	if err := f.Sync(); err != nil {
-		return fmt.Errorf("sync: %w", err)
-	}
-	return nil
 }
 
 func (im *Importer) setStatus(ctx context.Context, name string, st Status) {
