@@ -21,6 +21,10 @@ var (
 	ErrTooManyRedirects = errors.New("too many redirects")
 	// ErrInsecureRedirect: an https URL redirected to plain http.
 	ErrInsecureRedirect = errors.New("redirect from https to http refused")
+	// ErrStalled: no body bytes arrived for Config.StallTimeout; retried.
+	ErrStalled = errors.New("download stalled")
+	// ErrFileURL: a file:// URL was given but Config.AllowFileURLs is false.
+	ErrFileURL = errors.New("file URLs not allowed")
 	// ErrTooLarge: a checksum file exceeded MaxChecksumFileBytes.
 	ErrTooLarge = errors.New("response too large")
 )
@@ -123,6 +127,7 @@ type transfer struct {
 	meta     *partMeta
 	saveMeta func() error
 	prog     *progressMeter
+	poke     func() // resets the stall timer; nil for local files
 }
 
 // errRestart: the server ignored or mismatched our Range; start over.
@@ -184,6 +189,14 @@ func (t *transfer) once(ctx context.Context) error {
 	if strings.HasPrefix(t.url, "file://") {
 		return t.onceFile()
 	}
+	// A body that stops moving for StallTimeout cancels this attempt only;
+	// the retry resumes with Range.
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	stall := time.AfterFunc(t.im.stallTimeout, func() { cancel(ErrStalled) })
+	defer stall.Stop()
+	t.poke = func() { stall.Reset(t.im.stallTimeout) }
+	defer func() { t.poke = nil }()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, t.url, nil)
 	if err != nil {
 		return fmt.Errorf("%w: build request: %w", errLocal, err)
@@ -248,7 +261,13 @@ func (t *transfer) once(ctx context.Context) error {
 		return fmt.Errorf("%w: %w", errLocal, err)
 	}
 	t.prog.setTotal(t.meta.Total)
-	return t.copy(resp.Body)
+	if err := t.copy(resp.Body); err != nil {
+		if cause := context.Cause(ctx); errors.Is(cause, ErrStalled) {
+			return fmt.Errorf("GET %s: %w after %v at byte %d", redact(t.url), ErrStalled, t.im.stallTimeout, t.off)
+		}
+		return err
+	}
+	return nil
 }
 
 // onceFile copies from a local file:// URL, resuming at t.off.
@@ -300,6 +319,9 @@ func (t *transfer) copy(r io.Reader) error {
 			}
 			t.off += int64(n)
 			t.prog.update(t.off)
+			if t.poke != nil {
+				t.poke()
+			}
 		}
 		if errors.Is(rerr, io.EOF) {
 			if t.meta.Total >= 0 && t.off < t.meta.Total {

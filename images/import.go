@@ -16,6 +16,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"strings"
 	"time"
 )
 
@@ -75,6 +76,13 @@ type Config struct {
 	Status StatusRecorder
 	// ProgressInterval is the minimum time between progress reports; zero means 250ms.
 	ProgressInterval time.Duration
+	// StallTimeout aborts (and retries) an attempt whose body delivers no
+	// bytes for this long; zero means 60s.
+	StallTimeout time.Duration
+	// AllowFileURLs permits file:// image, checksum and mirror URLs (the
+	// operator's CLI, benchmarks). Leave false in the controller, where URLs
+	// come from the inventory repository.
+	AllowFileURLs bool
 	// Logger logs retries and phase changes; nil discards.
 	Logger *slog.Logger
 	// Sleep waits between retries; nil means a timer that stops when ctx is
@@ -96,6 +104,8 @@ type Importer struct {
 	qemuImg       string
 	status        StatusRecorder
 	interval      time.Duration
+	stallTimeout  time.Duration
+	allowFile     bool
 	log           *slog.Logger
 	sleep         func(context.Context, time.Duration) error
 }
@@ -107,7 +117,8 @@ func New(cfg Config) (*Importer, error) {
 	}
 	im := &Importer{store: cfg.Store, catalog: cfg.Catalog, maxAttempts: cfg.MaxAttempts,
 		backoffBase: cfg.BackoffBase, backoffMax: cfg.BackoffMax, maxRetryAfter: cfg.MaxRetryAfter,
-		qemuImg: cfg.QemuImg, status: cfg.Status, interval: cfg.ProgressInterval, log: cfg.Logger, sleep: cfg.Sleep}
+		qemuImg: cfg.QemuImg, status: cfg.Status, interval: cfg.ProgressInterval, log: cfg.Logger, sleep: cfg.Sleep,
+		stallTimeout: cfg.StallTimeout, allowFile: cfg.AllowFileURLs}
 	if im.catalog == nil {
 		c, err := DefaultCatalog()
 		if err != nil {
@@ -137,6 +148,9 @@ func New(cfg Config) (*Importer, error) {
 	}
 	if im.log == nil {
 		im.log = slog.New(slog.DiscardHandler)
+	}
+	if im.stallTimeout <= 0 {
+		im.stallTimeout = time.Minute
 	}
 	if im.sleep == nil {
 		im.sleep = sleepCtx
@@ -248,6 +262,9 @@ func (im *Importer) resolve(req Request) (Record, source, error) {
 	if err := ValidateName(rec.Name); err != nil {
 		return rec, src, err
 	}
+	if !im.allowFile && (strings.HasPrefix(src.url, "file:") || strings.HasPrefix(src.checksumURL, "file:")) {
+		return rec, src, ErrFileURL
+	}
 	rec.Source = redact(src.url)
 	return rec, src, nil
 }
@@ -281,6 +298,15 @@ func (im *Importer) run(ctx context.Context, rec Record, src source, req Request
 		}
 		body, err := im.fetchSmall(ctx, src.checksumURL, MaxChecksumFileBytes)
 		if err != nil {
+			// Imported once while the mirror was reachable: keep serving it.
+			if old, lerr := im.store.Lookup(rec.Name); lerr == nil && old.State == StateVerified && old.Source == rec.Source && ctx.Err() == nil {
+				if f, _, oerr := im.store.OpenImage(rec.Name); oerr == nil {
+					f.Close()
+					log.Warn("checksum file unreachable; keeping the verified image", "err", err)
+					im.setStatus(ctx, rec.Name, Status{State: StateVerified, Percent: 100, Raw: old.Raw, SizeBytes: old.SizeBytes})
+					return old, nil
+				}
+			}
 			return rec, fmt.Errorf("checksum file: %w", err)
 		}
 		if want, err = FindChecksum(body, base); err != nil {

@@ -539,3 +539,65 @@ func TestImportQCOW2Variants(t *testing.T) {
 		})
 	}
 }
+
+func TestImportStalledBodyIsRetried(t *testing.T) {
+	srv := newFaultServer(t)
+	raw := randomRaw(t, mib)
+	srv.put("/x.raw", raw)
+	srv.inject(fault{path: "/x.raw", stall: 300_000})
+	e := newTestEnv(t, func(c *Config) { c.StallTimeout = 200 * time.Millisecond })
+	rec, err := e.im.Import(t.Context(), Request{Name: "x", URL: srv.URL + "/x.raw", Checksum: sha256Of(raw).String()})
+	if err != nil {
+		t.Fatalf("Import() = %v", err)
+	}
+	if !bytes.Equal(readBlob(t, e.store, rec), raw) {
+		t.Fatal("blob differs")
+	}
+	reqs := srv.requests("/x.raw")
+	if len(reqs) != 2 || !strings.HasPrefix(reqs[1], "/x.raw range=bytes=300000- ") {
+		t.Errorf("requests = %q, want a resume at 300000 after the stall", reqs)
+	}
+}
+
+func TestImportFileURLs(t *testing.T) {
+	raw := randomRaw(t, 100_000)
+	p := t.TempDir() + "/disk.raw"
+	if err := os.WriteFile(p, raw, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	req := Request{Name: "f", URL: "file://" + p, Checksum: sha256Of(raw).String()}
+	e := newTestEnv(t, nil)
+	if _, err := e.im.Import(t.Context(), req); !errors.Is(err, ErrFileURL) {
+		t.Fatalf("Import(file://) without AllowFileURLs = %v, want ErrFileURL", err)
+	}
+	e2 := newTestEnv(t, func(c *Config) { c.AllowFileURLs = true })
+	rec, err := e2.im.Import(t.Context(), req)
+	if err != nil {
+		t.Fatalf("Import(file://) = %v", err)
+	}
+	if !bytes.Equal(readBlob(t, e2.store, rec), raw) {
+		t.Fatal("blob differs")
+	}
+}
+
+func TestImportKeepsVerifiedImageWhenMirrorGone(t *testing.T) {
+	srv := newFaultServer(t)
+	raw := randomRaw(t, 100_000)
+	srv.put("/d/disk.raw", raw)
+	srv.put("/d/SHA256SUMS", []byte(sha256Of(raw).Hex+"  disk.raw\n"))
+	e := newTestEnv(t, func(c *Config) { c.MaxAttempts = 2 })
+	req := Request{Name: "disk", URL: srv.URL + "/d/disk.raw", ChecksumURL: srv.URL + "/d/SHA256SUMS"}
+	if _, err := e.im.Import(t.Context(), req); err != nil {
+		t.Fatal(err)
+	}
+	srv.Close()
+	rec, err := e.im.Import(t.Context(), req)
+	if err != nil || rec.State != StateVerified || rec.Raw != sha256Of(raw) {
+		t.Fatalf("Import() with mirror gone = %+v, %v; want the verified record", rec, err)
+	}
+	// A different source with the mirror gone is an error.
+	req.Name = "other"
+	if _, err := e.im.Import(t.Context(), req); err == nil {
+		t.Fatal("Import() of a new image with the mirror gone succeeded")
+	}
+}

@@ -15,8 +15,8 @@ const (
 )
 
 // Progress is one progress report. Bytes and Total are in bytes (Total is -1
-// when the server sent no length; for PhaseConvert both count per-mille of
-// qemu-img's progress). Rate is bytes per second, smoothed; ETA is -1 when
+// when the server sent no length; for PhaseConvert they count raw bytes
+// written of the virtual size). Rate is bytes per second, smoothed; ETA is -1 when
 // unknown. Done marks the last report of a phase.
 type Progress struct {
 	Image string

@@ -27,6 +27,7 @@ type fault struct {
 	code       int    // answer with this status
 	retryAfter string // Retry-After header for code
 	location   string // redirect target for 3xx codes
+	stall      int64  // send this many body bytes, then stop sending (connection kept open)
 }
 
 // faultServer is an httptest server serving in-memory files with Range
@@ -101,6 +102,14 @@ func (fs *faultServer) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	case !ok:
 		http.NotFound(w, r)
+		return
+	case f != nil && f.stall > 0:
+		w.Header().Set("ETag", etag)
+		w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+		w.WriteHeader(200)
+		w.Write(body[:f.stall])
+		w.(http.Flusher).Flush()
+		<-r.Context().Done() // until the client gives up
 		return
 	case f != nil && f.drop > 0:
 		start := int64(0)

@@ -67,7 +67,7 @@ unsupported format), 2 usage or I/O error.`,
 			if verbose {
 				logger = slog.New(slog.NewTextHandler(e.stderr, nil))
 			}
-			im, err := images.New(images.Config{Store: st, Logger: logger})
+			im, err := images.New(images.Config{Store: st, Logger: logger, AllowFileURLs: true})
 			if err != nil {
 				return err
 			}
@@ -201,14 +201,12 @@ func (b *progressBar) report(p images.Progress) {
 	} else {
 		line += "[" + strings.Repeat("?", cells) + "]"
 	}
-	if p.Phase != images.PhaseConvert {
-		line += " " + humanBytes(float64(p.Bytes))
-		if p.Total >= 0 {
-			line += "/" + humanBytes(float64(p.Total))
-		}
-		if p.Rate > 0 {
-			line += " " + humanBytes(p.Rate) + "/s"
-		}
+	line += " " + humanBytes(float64(p.Bytes))
+	if p.Total >= 0 {
+		line += "/" + humanBytes(float64(p.Total))
+	}
+	if p.Rate > 0 {
+		line += " " + humanBytes(p.Rate) + "/s"
 	}
 	if p.ETA >= 0 && !p.Done {
 		line += " ETA " + p.ETA.Round(time.Second).String()

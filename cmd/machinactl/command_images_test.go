@@ -103,7 +103,7 @@ func TestImagesImportFromLocalMirror(t *testing.T) {
 		!strings.Contains(stdout.String(), "raw sha256:"+hex.EncodeToString(rawSum[:])) {
 		t.Errorf("stdout = %q", stdout.String())
 	}
-	for _, want := range []string{"ubuntu-24.04 download", "100.0%", "ubuntu-24.04 convert", "ubuntu-24.04 hash"} {
+	for _, want := range []string{"ubuntu-24.04 download", "100.0%", "ubuntu-24.04 convert", "3.0 MiB/3.0 MiB"} {
 		if !strings.Contains(stderr.String(), want) {
 			t.Errorf("progress output lacks %q:\n%s", want, stderr.String())
 		}
