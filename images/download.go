@@ -305,23 +305,67 @@ func (t *transfer) onceFile() error {
 // enough that memory stays flat whatever the image size.
 const copyBufSize = 1 << 20
 
-// copy appends r to the part file, hashing exactly the bytes written.
-func (t *transfer) copy(r io.Reader) error {
-	buf := make([]byte, copyBufSize)
-	for {
-		n, rerr := r.Read(buf)
-		if n > 0 {
-			if _, err := t.f.Write(buf[:n]); err != nil {
-				return fmt.Errorf("%w: write part: %w", errLocal, err)
+// copyBuffers is how many chunks may be in flight between reading and
+// writing; memory use is copyBuffers × copyBufSize whatever the image size.
+const copyBuffers = 4
+
+// writebackChunk is how much is written before asking the kernel to start
+// writing it back (see startWriteback).
+const writebackChunk = 16 << 20
+
+// copy appends r to the part file and hashes the same bytes. Hashing (here)
+// and writing (a second goroutine) overlap, so an import runs at the speed
+// of the slower of the two rather than their sum. On return every hashed
+// byte has been handed to write(2), so t.off matches the file unless the
+// error wraps errLocal (not retried).
+func (t *transfer) copy(r io.Reader) (err error) {
+	type chunk struct{ b []byte }
+	free := make(chan []byte, copyBuffers)
+	for range copyBuffers {
+		free <- make([]byte, copyBufSize)
+	}
+	todo := make(chan chunk, copyBuffers)
+	var werr error
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		pos, flushed := t.off, t.off
+		for c := range todo {
+			if werr == nil {
+				if _, e := t.f.Write(c.b); e != nil {
+					werr = e
+				}
+				pos += int64(len(c.b))
+				if pos-flushed >= writebackChunk {
+					startWriteback(t.f, flushed, pos-flushed)
+					flushed = pos
+				}
 			}
+			free <- c.b[:cap(c.b)]
+		}
+	}()
+	defer func() {
+		close(todo)
+		<-done
+		if werr != nil {
+			err = fmt.Errorf("%w: write part: %w", errLocal, werr)
+		}
+	}()
+	for {
+		buf := <-free
+		n, rerr := fill(r, buf)
+		if n > 0 {
 			for _, h := range t.hashes {
 				h.Write(buf[:n])
 			}
+			todo <- chunk{buf[:n]}
 			t.off += int64(n)
 			t.prog.update(t.off)
 			if t.poke != nil {
 				t.poke()
 			}
+		} else {
+			free <- buf
 		}
 		if errors.Is(rerr, io.EOF) {
 			if t.meta.Total >= 0 && t.off < t.meta.Total {
@@ -333,6 +377,20 @@ func (t *transfer) copy(r io.Reader) error {
 			return fmt.Errorf("read body at %d: %w", t.off, rerr)
 		}
 	}
+}
+
+// fill reads into buf until it is full or r returns an error (io.EOF at the
+// end), so small network reads travel as large chunks.
+func fill(r io.Reader, buf []byte) (int, error) {
+	n := 0
+	for n < len(buf) {
+		k, err := r.Read(buf[n:])
+		n += k
+		if err != nil {
+			return n, err
+		}
+	}
+	return n, nil
 }
 
 // reset truncates the part file and hash state to zero bytes.

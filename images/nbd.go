@@ -158,7 +158,7 @@ func serveNBD(c net.Conn, s *nbdSink) error {
 	}
 	// Transmission.
 	req := make([]byte, 28)
-	buf := make([]byte, nbdMaxRequest)
+	var buf []byte // grows to the largest request seen (qemu-img convert: 2 MiB)
 	simple := func(errno uint32, handle []byte, data []byte) error {
 		b := make([]byte, 16)
 		be.PutUint32(b[0:], nbdSimpleReply)
@@ -186,6 +186,9 @@ func serveNBD(c net.Conn, s *nbdSink) error {
 		off := int64(be.Uint64(req[16:]))
 		n := int64(be.Uint32(req[24:]))
 		inRange := off >= 0 && n <= nbdMaxRequest && off+n <= s.size
+		if n <= nbdMaxRequest && int64(cap(buf)) < n {
+			buf = make([]byte, n)
+		}
 		switch typ {
 		case nbdCmdWrite:
 			if n > nbdMaxRequest {
