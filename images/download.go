@@ -327,9 +327,10 @@ func (t *transfer) copy(r io.Reader) (err error) {
 	todo := make(chan chunk, copyBuffers)
 	var werr error
 	done := make(chan struct{})
+	start := t.off
 	go func() {
 		defer close(done)
-		pos, flushed := t.off, t.off
+		pos, flushed := start, start
 		for c := range todo {
 			if werr == nil {
 				if _, e := t.f.Write(c.b); e != nil {
