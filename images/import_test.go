@@ -601,3 +601,44 @@ func TestImportKeepsVerifiedImageWhenMirrorGone(t *testing.T) {
 		t.Fatal("Import() of a new image with the mirror gone succeeded")
 	}
 }
+
+func TestImportResumedMismatchStartsOver(t *testing.T) {
+	srv := newFaultServer(t)
+	srv.noValidators = true
+	old, raw := randomRaw(t, mib), randomRaw(t, mib)
+	srv.put("/x.raw", old)
+	srv.inject(fault{path: "/x.raw", drop: 5000})
+	e := newTestEnv(t, func(c *Config) { c.MaxAttempts = 1 })
+	req := Request{Name: "x", URL: srv.URL + "/x.raw", Checksum: sha256Of(raw).String()}
+	e.im.Import(t.Context(), req) // keeps 5000 bytes of the old file
+	srv.put("/x.raw", raw)        // no validators: the resume splices old and new
+	rec, err := e.im.Import(t.Context(), req)
+	if err != nil {
+		t.Fatalf("Import() = %v", err)
+	}
+	if !bytes.Equal(readBlob(t, e.store, rec), raw) {
+		t.Fatal("blob differs")
+	}
+	reqs := srv.requests("/x.raw")
+	want := []string{"/x.raw range= if-range=", "/x.raw range=bytes=5000- if-range=", "/x.raw range= if-range="}
+	if diff := cmp.Diff(want, reqs); diff != "" {
+		t.Errorf("requests (-want +got):\n%s", diff)
+	}
+}
+
+func TestImportRawWithSHA512(t *testing.T) {
+	srv := newFaultServer(t)
+	raw := randomRaw(t, mib)
+	srv.put("/d/disk.raw", raw)
+	h := SHA512.New()
+	h.Write(raw)
+	srv.put("/d/SHA512SUMS", []byte(digestHex(h)+"  disk.raw\n"))
+	e := newTestEnv(t, nil)
+	rec, err := e.im.Import(t.Context(), Request{Name: "d", URL: srv.URL + "/d/disk.raw", ChecksumURL: srv.URL + "/d/SHA512SUMS"})
+	if err != nil {
+		t.Fatalf("Import() = %v", err)
+	}
+	if rec.Upstream.Algo != SHA512 || rec.Raw != sha256Of(raw) {
+		t.Errorf("record = %+v, want sha512 upstream and raw %v", rec, sha256Of(raw))
+	}
+}

@@ -39,6 +39,8 @@ type faultServer struct {
 	etags  map[string]string
 	faults []fault
 	log    []string // "PATH range=R if-range=I"
+	// noValidators: send no ETag, so If-Range cannot catch a changed file.
+	noValidators bool
 }
 
 func newFaultServer(t *testing.T) *faultServer {
@@ -89,6 +91,9 @@ func (fs *faultServer) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	body, ok := fs.files[r.URL.Path]
 	etag := fs.etags[r.URL.Path]
+	if fs.noValidators {
+		etag = ""
+	}
 	fs.mu.Unlock()
 	switch {
 	case f != nil && f.code != 0:
@@ -127,12 +132,17 @@ func (fs *faultServer) serve(w http.ResponseWriter, r *http.Request) {
 		} else {
 			fmt.Fprintf(buf, "HTTP/1.1 200 OK\r\n")
 		}
-		fmt.Fprintf(buf, "ETag: %s\r\nContent-Length: %d\r\n\r\n", etag, n-start)
+		if etag != "" {
+			fmt.Fprintf(buf, "ETag: %s\r\n", etag)
+		}
+		fmt.Fprintf(buf, "Content-Length: %d\r\n\r\n", n-start)
 		buf.Write(body[start:min(start+f.drop, n)])
 		buf.Flush()
 		return
 	}
-	w.Header().Set("ETag", etag)
+	if etag != "" {
+		w.Header().Set("ETag", etag)
+	}
 	http.ServeContent(w, r, "", time.Time{}, bytes.NewReader(body))
 }
 
