@@ -200,16 +200,26 @@ func (im *Importer) Import(ctx context.Context, req Request) (Record, error) {
 		return Record{}, fmt.Errorf("import image: %w", err)
 	}
 	log := im.log.With("image", rec.Name, "url", rec.Source)
-	im.setStatus(ctx, rec.Name, Status{State: StatePending, Percent: -1})
+	if _, ok := im.store.verified(rec.Name); !ok {
+		im.setStatus(ctx, rec.Name, Status{State: StatePending, Percent: -1})
+	}
 	out, err := im.run(ctx, rec, src, req, log)
 	if err != nil {
 		reason := err.Error()
 		if ctx.Err() == nil {
-			rec.State, rec.Reason = StateFailed, reason
+			st := Status{State: StateFailed, Percent: -1, Reason: reason}
+			if old, ok := im.store.verified(rec.Name); ok {
+				// A failed refresh keeps the verified image in service.
+				old.Reason = "refresh failed: " + reason
+				rec = old
+				st = Status{State: StateVerified, Percent: 100, Reason: old.Reason, Raw: old.Raw, SizeBytes: old.SizeBytes}
+			} else {
+				rec.State, rec.Reason = StateFailed, reason
+			}
 			if werr := im.store.putRecord(rec); werr != nil {
 				err = errors.Join(err, werr)
 			}
-			im.setStatus(context.WithoutCancel(ctx), rec.Name, Status{State: StateFailed, Percent: -1, Reason: reason})
+			im.setStatus(context.WithoutCancel(ctx), rec.Name, st)
 			log.Error("image import failed", "err", err)
 		}
 		return Record{}, fmt.Errorf("import image %s: %w", rec.Name, err)
@@ -299,13 +309,10 @@ func (im *Importer) run(ctx context.Context, rec Record, src source, req Request
 		body, err := im.fetchSmall(ctx, src.checksumURL, MaxChecksumFileBytes)
 		if err != nil {
 			// Imported once while the mirror was reachable: keep serving it.
-			if old, lerr := im.store.Lookup(rec.Name); lerr == nil && old.State == StateVerified && old.Source == rec.Source && ctx.Err() == nil {
-				if f, _, oerr := im.store.OpenImage(rec.Name); oerr == nil {
-					f.Close()
-					log.Warn("checksum file unreachable; keeping the verified image", "err", err)
-					im.setStatus(ctx, rec.Name, Status{State: StateVerified, Percent: 100, Raw: old.Raw, SizeBytes: old.SizeBytes})
-					return old, nil
-				}
+			if old, ok := im.store.verified(rec.Name); ok && old.Source == rec.Source && ctx.Err() == nil {
+				log.Warn("checksum file unreachable; keeping the verified image", "err", err)
+				im.setStatus(ctx, rec.Name, Status{State: StateVerified, Percent: 100, Raw: old.Raw, SizeBytes: old.SizeBytes})
+				return old, nil
 			}
 			return rec, fmt.Errorf("checksum file: %w", err)
 		}
@@ -317,13 +324,16 @@ func (im *Importer) run(ctx context.Context, rec Record, src source, req Request
 	log = log.With("want", want.String())
 
 	// 2. Idempotence: the same upstream bytes are already stored.
-	if old, err := im.store.Lookup(rec.Name); err == nil && old.State == StateVerified && old.Upstream == want {
-		if f, _, err := im.store.OpenImage(rec.Name); err == nil {
-			f.Close()
-			log.Debug("image already stored")
-			im.setStatus(ctx, rec.Name, Status{State: StateVerified, Percent: 100, Raw: old.Raw, SizeBytes: old.SizeBytes})
-			return old, nil
+	if old, ok := im.store.verified(rec.Name); ok && old.Upstream == want {
+		log.Debug("image already stored")
+		if old.Reason != "" { // an earlier refresh failure is over
+			old.Reason = ""
+			if err := im.store.putRecord(old); err != nil {
+				return rec, err
+			}
 		}
+		im.setStatus(ctx, rec.Name, Status{State: StateVerified, Percent: 100, Raw: old.Raw, SizeBytes: old.SizeBytes})
+		return im.store.Lookup(rec.Name)
 	}
 
 	// 3. Partial file, keyed by source URL and expected digest, locked.
@@ -460,14 +470,62 @@ func (im *Importer) run(ctx context.Context, rec Record, src source, req Request
 	if _, err := im.store.commitBlob(rawFile, raw); err != nil {
 		return rec, err
 	}
+	prev, hadPrev := im.store.verified(rec.Name)
 	rec.Raw, rec.SizeBytes, rec.State, rec.Reason = raw, size, StateVerified, ""
 	if err := im.store.putRecord(rec); err != nil {
 		return rec, err
+	}
+	if hadPrev && prev.Raw != raw {
+		// A refreshed image: drop the old blob unless another name uses it.
+		// Readers holding it open keep reading (unlinked inode).
+		if err := im.store.dropBlobIfUnused(prev.Raw); err != nil {
+			log.Warn("remove replaced blob", "err", err)
+		}
 	}
 	discard()
 	log.Info("image stored", "raw", raw.String(), "format", format, "bytes", size)
 	im.setStatus(ctx, rec.Name, Status{State: StateVerified, Percent: 100, Raw: raw, SizeBytes: size})
 	return im.store.Lookup(rec.Name)
+}
+
+// ImportAll imports every request in order, as the controller does for the
+// images named in images.yaml. Before the first download starts, each image
+// that has no record yet gets a pending record and a pending status, so
+// status lists all of them at once. It returns one error per request (nil on
+// success), in request order; a cancelled ctx stops the loop and the
+// remaining requests get ctx's error.
+func (im *Importer) ImportAll(ctx context.Context, reqs []Request) []error {
+	errs := make([]error, len(reqs))
+	resolved := make([]Record, len(reqs))
+	for i, req := range reqs {
+		rec, _, err := im.resolve(req)
+		if err != nil {
+			errs[i] = fmt.Errorf("import image: %w", err)
+			continue
+		}
+		resolved[i] = rec
+		if _, err := im.store.Lookup(rec.Name); errors.Is(err, ErrNotFound) {
+			rec.State = StatePending
+			if err := im.store.putRecord(rec); err != nil {
+				errs[i] = err
+				continue
+			}
+		}
+		if _, ok := im.store.verified(rec.Name); !ok {
+			im.setStatus(ctx, rec.Name, Status{State: StatePending, Percent: -1})
+		}
+	}
+	for i, req := range reqs {
+		if errs[i] != nil {
+			continue
+		}
+		if err := ctx.Err(); err != nil {
+			errs[i] = err
+			continue
+		}
+		_, errs[i] = im.Import(ctx, req)
+	}
+	return errs
 }
 
 // partID names the partial download of url expected to have digest want.
@@ -499,21 +557,29 @@ func (s *Store) Remove(name string) error {
 	if r.Raw.IsZero() {
 		return nil
 	}
-	all, err := s.List()
-	if err != nil {
+	if err := s.dropBlobIfUnused(r.Raw); err != nil {
 		return fmt.Errorf("remove image %s: %w", name, err)
 	}
+	return nil
+}
+
+// dropBlobIfUnused deletes the blob d unless a record refers to it.
+func (s *Store) dropBlobIfUnused(d Digest) error {
+	all, err := s.List()
+	if err != nil {
+		return err
+	}
 	for _, o := range all {
-		if o.Raw == r.Raw {
+		if o.Raw == d {
 			return nil
 		}
 	}
-	p, err := s.BlobPath(r.Raw)
+	p, err := s.BlobPath(d)
 	if err != nil {
-		return nil
+		return err
 	}
 	if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("remove image %s: %w", name, err)
+		return err
 	}
 	return nil
 }

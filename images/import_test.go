@@ -642,3 +642,95 @@ func TestImportRawWithSHA512(t *testing.T) {
 		t.Errorf("record = %+v, want sha512 upstream and raw %v", rec, sha256Of(raw))
 	}
 }
+
+func TestImportAll(t *testing.T) {
+	srv := newFaultServer(t)
+	good, bad := randomRaw(t, 200_000), randomRaw(t, 200_000)
+	srv.put("/good.raw", good)
+	srv.put("/bad.raw", bad)
+	e := newTestEnv(t, nil)
+	var firstStates []State
+	var mu = &e.status.mu
+	reqs := []Request{
+		{Name: "good", URL: srv.URL + "/good.raw", Checksum: sha256Of(good).String(),
+			Progress: func(Progress) {
+				mu.Lock()
+				if firstStates == nil {
+					for _, s := range e.status.log {
+						firstStates = append(firstStates, s.State)
+					}
+				}
+				mu.Unlock()
+			}},
+		{Name: "bad", URL: srv.URL + "/bad.raw", Checksum: sha256Of(good).String()},
+		{Name: "gone", URL: srv.URL + "/gone.raw", Checksum: sha256Of(good).String()},
+		{Name: "Bad Name", URL: srv.URL + "/good.raw", Checksum: sha256Of(good).String()},
+	}
+	errs := e.im.ImportAll(t.Context(), reqs)
+	if errs[0] != nil || !errors.Is(errs[1], ErrChecksumMismatch) || errs[2] == nil || !errors.Is(errs[3], ErrBadName) {
+		t.Fatalf("ImportAll() = %v", errs)
+	}
+	// All three valid images were pending before the first download began.
+	if diff := cmp.Diff([]State{StatePending, StatePending, StatePending, StatePending, StateDownloading}, firstStates); diff != "" {
+		t.Errorf("statuses before the first transfer (-want +got):\n%s", diff)
+	}
+	recs, err := e.store.List()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]State{}
+	for _, r := range recs {
+		got[r.Name] = r.State
+	}
+	if diff := cmp.Diff(map[string]State{"good": StateVerified, "bad": StateFailed, "gone": StateFailed}, got); diff != "" {
+		t.Errorf("store states (-want +got):\n%s", diff)
+	}
+	for name, reason := range map[string]string{"bad": "checksum mismatch: want " + sha256Of(good).String(), "gone": "HTTP 404"} {
+		if r, _ := e.store.Lookup(name); !strings.Contains(r.Reason, reason) {
+			t.Errorf("%s reason = %q, want it to contain %q", name, r.Reason, reason)
+		}
+	}
+}
+
+func TestImportRefresh(t *testing.T) {
+	srv := newFaultServer(t)
+	v1, v2 := randomRaw(t, 100_000), randomRaw(t, 100_000)
+	srv.put("/d/disk.raw", v1)
+	srv.put("/d/SUMS", []byte(sha256Of(v1).Hex+"  disk.raw\n"))
+	e := newTestEnv(t, func(c *Config) { c.MaxAttempts = 1 })
+	req := Request{Name: "disk", URL: srv.URL + "/d/disk.raw", ChecksumURL: srv.URL + "/d/SUMS"}
+	r1, err := e.im.Import(t.Context(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Upstream publishes v2 but the transfer fails: v1 stays in service.
+	srv.put("/d/SUMS", []byte(sha256Of(v2).Hex+"  disk.raw\n"))
+	srv.put("/d/disk.raw", v2)
+	srv.inject(fault{path: "/d/disk.raw", code: 500})
+	if _, err := e.im.Import(t.Context(), req); err == nil {
+		t.Fatal("refresh with a failing mirror succeeded")
+	}
+	f, r, err := e.store.OpenImage("disk")
+	if err != nil {
+		t.Fatalf("OpenImage() after failed refresh = %v", err)
+	}
+	f.Close()
+	if r.Raw != r1.Raw || !strings.HasPrefix(r.Reason, "refresh failed: ") {
+		t.Errorf("record after failed refresh = %+v", r)
+	}
+	if st := e.status.last(); st.State != StateVerified || !strings.HasPrefix(st.Reason, "refresh failed") {
+		t.Errorf("status after failed refresh = %+v", st)
+	}
+	// The refresh succeeds: v2 replaces v1 and v1's blob goes.
+	r2, err := e.im.Import(t.Context(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r2.Raw != sha256Of(v2) || r2.Reason != "" {
+		t.Errorf("refreshed record = %+v", r2)
+	}
+	p1, _ := e.store.BlobPath(r1.Raw)
+	if _, err := os.Stat(p1); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("old blob still present: %v", err)
+	}
+}

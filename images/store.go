@@ -188,6 +188,17 @@ func (s *Store) OpenImage(name string) (*os.File, Record, error) {
 	return f, r, nil
 }
 
+// verified returns name's record if it is verified and its blob is present
+// with the recorded size.
+func (s *Store) verified(name string) (Record, bool) {
+	f, r, err := s.OpenImage(name)
+	if err != nil {
+		return Record{}, false
+	}
+	f.Close()
+	return r, true
+}
+
 // putRecord writes r atomically.
 func (s *Store) putRecord(r Record) error {
 	if err := ValidateName(r.Name); err != nil {
