@@ -2,16 +2,20 @@
 # Benchmark for issue 7: import of a 2 GiB local file (verify-and-store)
 # against `sha256sum` of the same file in the same run, and peak memory.
 #
-#   bench/images-import.sh [SIZE_MIB]     (default 2048)
+#   bench/images-import.sh [SIZE_MIB] [ROUNDS]     (defaults 2048, 2)
 #
 # The file is generated (random bytes, so nothing is sparse) in a temp dir
-# under /tmp and deleted at the end, with the store. Both tools read the file
-# from the page cache (it is written just before), so the comparison is of
-# hashing and storing, not of the disk. The import includes writing the
-# 2 GiB copy into the content-addressed store and fsync(2) of it.
+# under /tmp, synced to disk before timing, and deleted at the end with the
+# store. sha256sum and the import alternate ROUNDS times; the best of each is
+# compared (this machine is shared, so single runs are noisy). Both read the
+# file from the page cache; the import also writes the 2 GiB copy into the
+# content-addressed store and fsyncs it, so it is bounded by the disk's write
+# speed, which sha256sum never touches. Peak memory is the import process's
+# maximum RSS (GNU time %M).
 set -eu
 cd "$(dirname "$0")/.."
 size_mib=${1:-2048}
+rounds=${2:-2}
 work=$(mktemp -d /tmp/machina-bench-i7.XXXXXX)
 trap 'rm -rf "$work"' EXIT INT TERM
 go build -o "$work/machinactl" ./cmd/machinactl
@@ -19,40 +23,48 @@ img="$work/disk.raw"
 echo "generating ${size_mib} MiB of random data in $img"
 head -c "$((size_mib * 1024 * 1024))" /dev/urandom > "$img"
 bytes=$(stat -c %s "$img")
+sum=$(sha256sum "$img" | cut -d' ' -f1)
+sync
 
 now() { date +%s.%N; }
-rate() { echo "$1 $2 $3" | awk '{ printf "%.1f", $1 / ($3 - $2) / 1048576 }'; }
+mibs() { echo "$1 $2" | awk '{ printf "%.1f", $1 / $2 / 1048576 }'; }
+best() { echo "$1 $2" | awk '{ print ($1 > $2) ? $1 : $2 }'; }
 
-# sha256sum twice around the import; the better run is the baseline.
-t0=$(now); sum=$(sha256sum "$img" | cut -d' ' -f1); t1=$(now)
-sha_a=$(rate "$bytes" "$t0" "$t1")
+sha=0 imp=0 kb_max=0 sha_all="" imp_all=""
+i=0
+while [ "$i" -lt "$rounds" ]; do
+	i=$((i + 1))
+	t0=$(now); sha256sum "$img" >/dev/null; t1=$(now)
+	r=$(echo "$bytes $t0 $t1" | awk '{ printf "%.1f", $1 / ($3 - $2) / 1048576 }')
+	sha_all="$sha_all $r"; sha=$(best "$sha" "$r")
 
-/usr/bin/time -f '%e %M' -o "$work/time" \
-	"$work/machinactl" images import "file://$img" --name bench \
-	--checksum "sha256:$sum" --store "$work/store" -q
-read -r imp_s imp_kb < "$work/time"
-imp=$(echo "$bytes $imp_s" | awk '{ printf "%.1f", $1 / $2 / 1048576 }')
-
-t0=$(now); sha256sum "$img" >/dev/null; t1=$(now)
-sha_b=$(rate "$bytes" "$t0" "$t1")
-sha=$(echo "$sha_a $sha_b" | awk '{ print ($1 > $2) ? $1 : $2 }')
-
-test -f "$work/store/blobs/sha256/$sum" || { echo "blob missing from store" >&2; exit 1; }
+	rm -rf "$work/store"
+	sync
+	/usr/bin/time -f '%e %M' -o "$work/time" \
+		"$work/machinactl" images import "file://$img" --name bench \
+		--checksum "sha256:$sum" --store "$work/store" -q >/dev/null
+	read -r s kb < "$work/time"
+	test -f "$work/store/blobs/sha256/$sum" || { echo "blob missing from store" >&2; exit 1; }
+	r=$(mibs "$bytes" "$s")
+	imp_all="$imp_all $r"; imp=$(best "$imp" "$r")
+	[ "$kb" -gt "$kb_max" ] && kb_max=$kb
+done
 
 # The same bytes as qcow2 (made by qemu-img): verify + convert through the
 # NBD target (raw sha256 computed during conversion) + store.
+rm -rf "$work/store"
 qemu-img convert -f raw -O qcow2 "$img" "$work/disk.qcow2"
 qsum=$(sha256sum "$work/disk.qcow2" | cut -d' ' -f1)
-rm -rf "$work/store"
+sync
 /usr/bin/time -f '%e %M' -o "$work/time2" \
 	"$work/machinactl" images import "file://$work/disk.qcow2" --name benchq \
-	--checksum "sha256:$qsum" --store "$work/store" -q
+	--checksum "sha256:$qsum" --store "$work/store" -q >/dev/null
 read -r q_s q_kb < "$work/time2"
 test -f "$work/store/blobs/sha256/$sum" || { echo "converted blob has the wrong raw digest" >&2; exit 1; }
-q=$(echo "$bytes $q_s" | awk '{ printf "%.1f", $1 / $2 / 1048576 }')
+
 echo "file:            $bytes bytes"
-echo "sha256sum:       $sha_a MiB/s, $sha_b MiB/s (baseline: $sha MiB/s)"
-echo "machina import:  $imp MiB/s ($imp_s s, verify + store + fsync)"
-echo "ratio:           $(echo "$imp $sha" | awk '{ printf "%.2f", $1 / $2 }')x sha256sum (target >= 0.9)"
-echo "peak RSS:        $((imp_kb / 1024)) MiB (target < 64)"
-echo "qcow2 import:    $q MiB/s of raw output ($q_s s, verify + qemu-img convert + raw hash + store), peak RSS $((q_kb / 1024)) MiB (largest of machinactl and qemu-img)"
+echo "sha256sum:      $sha_all MiB/s (best $sha)"
+echo "machina import: $imp_all MiB/s (best $imp; verify + store + fsync)"
+echo "ratio:           $(echo "$imp $sha" | awk '{ printf "%.2f", $1 / $2 }')x sha256sum, best vs best (target >= 0.9)"
+echo "peak RSS:        $((kb_max / 1024)) MiB (target < 64)"
+echo "qcow2 import:    $(mibs "$bytes" "$q_s") MiB/s of raw output ($q_s s: verify + qemu-img convert + raw hash + store), peak RSS $((q_kb / 1024)) MiB (largest of machinactl and qemu-img)"
