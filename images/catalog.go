@@ -167,11 +167,25 @@ func (c *Catalog) Resolve(name, arch string, m Mirrors) (Source, error) {
 // checkBaseURL validates a mirror root: absolute http, https or file URL,
 // no query or fragment.
 func checkBaseURL(s string) (*url.URL, error) {
+	u, err := checkURL(s)
+	if err != nil {
+		return nil, err
+	}
+	if u.RawQuery != "" {
+		return nil, fmt.Errorf("%w: mirror URL %q has a query", ErrBadURL, redact(s))
+	}
+	return u, nil
+}
+
+// checkURL validates an image or checksum URL: absolute http, https or file
+// URL without a fragment. A query is allowed (signed URLs) and is redacted
+// from records, logs and errors.
+func checkURL(s string) (*url.URL, error) {
 	u, err := url.Parse(s)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrBadURL, err)
+		return nil, fmt.Errorf("%w: %w", ErrBadURL, unwrapURLError(err))
 	}
-	if (u.Scheme != "http" && u.Scheme != "https" && u.Scheme != "file") || (u.Scheme != "file" && u.Host == "") || u.RawQuery != "" || u.Fragment != "" {
+	if (u.Scheme != "http" && u.Scheme != "https" && u.Scheme != "file") || (u.Scheme != "file" && u.Host == "") || u.Fragment != "" {
 		return nil, fmt.Errorf("%w: %q must be an absolute http(s) or file URL", ErrBadURL, redact(s))
 	}
 	return u, nil

@@ -60,6 +60,17 @@ func redact(raw string) string {
 	return u.String()
 }
 
+// unwrapURLError drops net/http's *url.Error wrapper, which repeats the
+// method and the unredacted URL (query included); callers name the redacted
+// URL themselves.
+func unwrapURLError(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return ue.Err
+	}
+	return err
+}
+
 // parseRetryAfter reads a Retry-After value: delay-seconds or an HTTP-date.
 func parseRetryAfter(v string, now time.Time) time.Duration {
 	v = strings.TrimSpace(v)
@@ -215,7 +226,7 @@ func (t *transfer) once(ctx context.Context) error {
 	}
 	resp, err := t.im.client.Do(req)
 	if err != nil {
-		return fmt.Errorf("GET %s: %w", redact(t.url), err)
+		return fmt.Errorf("GET %s: %w", redact(t.url), unwrapURLError(err))
 	}
 	defer resp.Body.Close()
 	switch resp.StatusCode {
@@ -516,7 +527,7 @@ func (im *Importer) fetchSmallOnce(ctx context.Context, rawURL string, limit int
 	req.Header.Set("User-Agent", "machina-images/1")
 	resp, err := im.client.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("fetch %s: %w", redact(rawURL), err)
+		return nil, fmt.Errorf("fetch %s: %w", redact(rawURL), unwrapURLError(err))
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {

@@ -250,14 +250,14 @@ func (im *Importer) resolve(req Request) (Record, source, error) {
 			rec.Name = req.Catalog
 		}
 	case req.URL != "":
-		if _, err := checkBaseURL(req.URL); err != nil {
+		if _, err := checkURL(req.URL); err != nil {
 			return rec, src, err
 		}
 		if req.Checksum == "" && req.ChecksumURL == "" {
 			return rec, src, fmt.Errorf("%w: a URL import needs a checksum or checksum URL", ErrBadChecksum)
 		}
 		if req.ChecksumURL != "" {
-			if _, err := checkBaseURL(req.ChecksumURL); err != nil {
+			if _, err := checkURL(req.ChecksumURL); err != nil {
 				return rec, src, fmt.Errorf("checksum URL: %w", err)
 			}
 		}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -732,5 +733,45 @@ func TestImportRefresh(t *testing.T) {
 	p1, _ := e.store.BlobPath(r1.Raw)
 	if _, err := os.Stat(p1); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("old blob still present: %v", err)
+	}
+}
+
+func TestOpenStoreCleansStaleParts(t *testing.T) {
+	dir := t.TempDir()
+	st, err := OpenStore(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := time.Now().Add(-PartMaxAge - time.Hour)
+	for _, n := range []string{"old.part", "old.json", "young.part", "young.json", "w-1.tmp"} {
+		p := filepath.Join(st.tmpDir(), n)
+		os.WriteFile(p, []byte("x"), 0o640)
+		if strings.HasPrefix(n, "old") || strings.HasPrefix(n, "w-") {
+			os.Chtimes(p, old, old)
+		}
+	}
+	if _, err := OpenStore(dir); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]string{"young.json", "young.part"}, tmpEntries(t, st)); diff != "" {
+		t.Errorf("tmp after reopen (-want +got):\n%s", diff)
+	}
+}
+
+func TestURLSecretsNotRecorded(t *testing.T) {
+	srv := newFaultServer(t)
+	e := newTestEnv(t, func(c *Config) { c.MaxAttempts = 2 })
+	u := strings.Replace(srv.URL, "http://", "http://user:pw-secret@", 1) + "/x.raw?sig=query-secret"
+	_, err1 := e.im.Import(t.Context(), Request{Name: "x", URL: u, Checksum: "sha256:" + hexA})
+	_, err2 := e.im.Import(t.Context(), Request{Name: "y", URL: "http://user:pw-secret@127.0.0.1:1/x.raw?sig=query-secret", Checksum: "sha256:" + hexA})
+	rx, _ := e.store.Lookup("x")
+	ry, _ := e.store.Lookup("y")
+	for _, s := range []string{err1.Error(), err2.Error(), rx.Source, rx.Reason, ry.Source, ry.Reason, e.status.last().Reason} {
+		if strings.Contains(s, "secret") {
+			t.Errorf("secret leaked: %q", s)
+		}
+	}
+	if rx.State != StateFailed || ry.State != StateFailed {
+		t.Errorf("states = %s, %s; want failed", rx.State, ry.State)
 	}
 }

@@ -84,8 +84,9 @@ type Store struct {
 
 // OpenStore creates (0750) or opens the store at dir and removes leftovers of
 // interrupted runs that cannot be resumed: conversion outputs and record
-// temp files whose import is not running. Partial downloads are kept so the
-// next import of the same source resumes them.
+// temp files whose import is not running, and partial downloads untouched
+// for [PartMaxAge]. Younger partial downloads are kept so the next import of
+// the same source resumes them.
 func OpenStore(dir string) (*Store, error) {
 	abs, err := filepath.Abs(dir)
 	if err != nil {
@@ -283,6 +284,10 @@ func lockFile(f *os.File) error {
 	return nil
 }
 
+// PartMaxAge is how long an untouched partial download is kept for a resume
+// before OpenStore deletes it.
+const PartMaxAge = 7 * 24 * time.Hour
+
 // cleanTmp removes conversion outputs and record temp files of imports that
 // are no longer running (their part file is not locked, or gone).
 func (s *Store) cleanTmp() error {
@@ -302,6 +307,14 @@ func (s *Store) cleanTmp() error {
 			id := strings.TrimSuffix(n, ".raw")
 			if s.partIdle(id) {
 				os.Remove(filepath.Join(s.tmpDir(), n))
+			}
+		case strings.HasSuffix(n, ".part"):
+			// A part nobody resumed for PartMaxAge belongs to a source that
+			// is gone (upstream moved on to a new digest).
+			id := strings.TrimSuffix(n, ".part")
+			if info, err := e.Info(); err == nil && time.Since(info.ModTime()) > PartMaxAge && s.partIdle(id) {
+				os.Remove(filepath.Join(s.tmpDir(), n))
+				os.Remove(filepath.Join(s.tmpDir(), id+".json"))
 			}
 		}
 	}
