@@ -141,6 +141,15 @@ func TestImagesImportFromLocalMirror(t *testing.T) {
 	if code := run(t.Context(), []string{"images", "list", "--store", store}, nil, &stdout, &stderr); code != 0 || !strings.Contains(stdout.String(), "ubuntu-24.04  verified  3.0 MiB") {
 		t.Errorf("images list = %d, %q", code, stdout.String())
 	}
+
+	// A per-family override (no --mirror) into a fresh store.
+	stderr.Reset()
+	if code := run(t.Context(), []string{"images", "import", "ubuntu-24.04", "--mirror-for", "ubuntu=" + srv.URL + "/", "--store", t.TempDir(), "-q"}, nil, &stdout, &stderr); code != 0 {
+		t.Fatalf("run(--mirror-for) = %d: %s", code, stderr.String())
+	}
+	if n := ml.count("/releases/24.04/release/ubuntu-24.04-server-cloudimg-amd64.img"); n != 2 {
+		t.Errorf("image fetched %d times, want 2 (one per store)", n)
+	}
 }
 
 func TestImagesImportURLAndErrors(t *testing.T) {
