@@ -172,7 +172,7 @@ func (t *transfer) run(ctx context.Context) error {
 		if !retryable {
 			return err
 		}
-		if t.off > before || errors.Is(err, errRestart) {
+		if t.off > before {
 			failures = 0
 		}
 		failures++
@@ -240,7 +240,11 @@ func (t *transfer) once(ctx context.Context) error {
 		t.meta.Total = resp.ContentLength
 	case http.StatusPartialContent:
 		start, total, ok := parseContentRange(resp.Header.Get("Content-Range"))
-		if !ok || start != t.off {
+		// A server that ignored If-Range but names a different ETag is
+		// sending bytes of another file.
+		et := resp.Header.Get("ETag")
+		changed := t.meta.ETag != "" && et != "" && et != t.meta.ETag
+		if !ok || start != t.off || changed {
 			if err := t.reset(); err != nil {
 				return err
 			}

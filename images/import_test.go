@@ -775,3 +775,28 @@ func TestURLSecretsNotRecorded(t *testing.T) {
 		t.Errorf("states = %s, %s; want failed", rx.State, ry.State)
 	}
 }
+
+func TestImportRestartsWhenServerIgnoresIfRange(t *testing.T) {
+	srv := newFaultServer(t)
+	old, raw := randomRaw(t, mib), randomRaw(t, mib)
+	srv.put("/x.raw", old)
+	srv.inject(fault{path: "/x.raw", drop: 1000})
+	e := newTestEnv(t, func(c *Config) { c.MaxAttempts = 1 })
+	req := Request{Name: "x", URL: srv.URL + "/x.raw", Checksum: sha256Of(raw).String()}
+	e.im.Import(t.Context(), req)
+	srv.put("/x.raw", raw)
+	srv.inject(fault{path: "/x.raw", ignoreIfRange: true}) // 206 of the new file, new ETag
+	e2 := newTestEnv(t, nil)
+	im2, _ := New(Config{Store: e.store, Sleep: e2.sleeps.sleep})
+	rec, err := im2.Import(t.Context(), req)
+	if err != nil {
+		t.Fatalf("Import() = %v", err)
+	}
+	if !bytes.Equal(readBlob(t, e.store, rec), raw) {
+		t.Fatal("blob splices two versions")
+	}
+	reqs := srv.requests("/x.raw")
+	if len(reqs) != 3 || !strings.HasPrefix(reqs[1], "/x.raw range=bytes=1000- ") || !strings.HasPrefix(reqs[2], "/x.raw range= ") {
+		t.Errorf("requests = %q, want drop, ignored If-Range, full restart", reqs)
+	}
+}

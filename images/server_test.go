@@ -28,6 +28,8 @@ type fault struct {
 	retryAfter string // Retry-After header for code
 	location   string // redirect target for 3xx codes
 	stall      int64  // send this many body bytes, then stop sending (connection kept open)
+	// ignoreIfRange: honour Range but ignore If-Range, as some servers do.
+	ignoreIfRange bool
 }
 
 // faultServer is an httptest server serving in-memory files with Range
@@ -142,6 +144,9 @@ func (fs *faultServer) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	if etag != "" {
 		w.Header().Set("ETag", etag)
+	}
+	if f != nil && f.ignoreIfRange {
+		r.Header.Del("If-Range")
 	}
 	http.ServeContent(w, r, "", time.Time{}, bytes.NewReader(body))
 }
