@@ -38,6 +38,7 @@ type StatusError struct {
 	RetryAfter time.Duration
 }
 
+// Error renders "GET <redacted url>: HTTP <code> <text>".
 func (e *StatusError) Error() string {
 	return fmt.Sprintf("GET %s: HTTP %d %s", e.URL, e.Code, http.StatusText(e.Code))
 }

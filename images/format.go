@@ -42,6 +42,7 @@ type UnsupportedFormatError struct {
 	Reason string
 }
 
+// Error renders "unsupported image format <format>: <reason>".
 func (e *UnsupportedFormatError) Error() string {
 	return fmt.Sprintf("unsupported image format %s: %s", e.Format, e.Reason)
 }

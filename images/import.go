@@ -44,6 +44,7 @@ type MismatchError struct {
 	Want, Got Digest
 }
 
+// Error renders "checksum mismatch: want <algo:hex>, got <algo:hex>".
 func (e *MismatchError) Error() string {
 	return fmt.Sprintf("checksum mismatch: want %s, got %s", e.Want, e.Got)
 }

@@ -68,6 +68,7 @@ func NewHandler(cfg HandlerConfig) (*Handler, error) {
 // ChecksumHeader carries the raw image's digest ("sha256:<hex>").
 const ChecksumHeader = "X-Machina-Checksum"
 
+// ServeHTTP implements http.Handler; see [Handler] for the contract.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		w.Header().Set("Allow", "GET, HEAD")
