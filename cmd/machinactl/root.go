@@ -46,6 +46,7 @@ func newRoot(e *env) *cobra.Command {
 		newSchemaCmd(e),
 		newConsoleCmd(e),
 		newSecretCmd(e),
+		newImagesCommand(e),
 	)
 	return root
 }

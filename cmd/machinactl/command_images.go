@@ -1,0 +1,248 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	"github.com/machina-metal/machina/images"
+	"github.com/spf13/cobra"
+)
+
+// newImagesCommand builds `machinactl images` with its import, list and
+// catalog verbs. For now they work directly on a local store directory
+// (--store, env MACHINA_IMAGE_STORE, default ./machina-images); once the
+// controller API exposes images they will go through api/v1.
+func newImagesCommand(e *env) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "images",
+		Short: "Import and list OS images",
+	}
+	var store string
+	cmd.PersistentFlags().StringVar(&store, "store", envOr("MACHINA_IMAGE_STORE", "./machina-images"), "image store directory (env MACHINA_IMAGE_STORE)")
+	cmd.AddCommand(newImagesImportCommand(e, &store), newImagesListCommand(e, &store), newImagesCatalogCommand(e))
+	return cmd
+}
+
+func envOr(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
+}
+
+func newImagesImportCommand(e *env, store *string) *cobra.Command {
+	var (
+		mirror, checksum, name, arch string
+		mirrorFor                    map[string]string
+		quiet, verbose               bool
+	)
+	cmd := &cobra.Command{
+		Use:   "import NAME|URL",
+		Short: "Import a catalog image or an image URL into the store",
+		Long: `Import a catalog image (e.g. ubuntu-24.04) or an image URL into the store.
+
+A catalog image is fetched from upstream, or from --mirror, a base URL laid out
+like upstream; --mirror-for NAME=URL overrides it for one catalog image or
+family (ubuntu, debian, rocky, almalinux). A URL import needs --checksum,
+either sha256:HEX / sha512:HEX or the URL of a checksum file (SHA256SUMS,
+SHA512SUMS, CHECKSUM). The image is kept only if its checksum matches; qcow2
+images are converted to raw.
+
+Exit status: 0 imported (or already present), 1 refused (checksum mismatch,
+unsupported format), 2 usage or I/O error.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			st, err := images.OpenStore(*store)
+			if err != nil {
+				return err
+			}
+			logger := slog.New(slog.DiscardHandler)
+			if verbose {
+				logger = slog.New(slog.NewTextHandler(e.stderr, nil))
+			}
+			im, err := images.New(images.Config{Store: st, Logger: logger, AllowFileURLs: true})
+			if err != nil {
+				return err
+			}
+			req := images.Request{Name: name, Arch: arch, Mirrors: images.Mirrors{Base: mirror, PerImage: mirrorFor}}
+			if strings.Contains(args[0], "://") {
+				req.URL = args[0]
+				if req.Name == "" {
+					return &exitError{code: 2, err: errors.New("images import: a URL import needs --name")}
+				}
+				if strings.Contains(checksum, "://") {
+					req.ChecksumURL = checksum
+				} else {
+					req.Checksum = checksum
+				}
+				if mirror != "" || len(mirrorFor) > 0 {
+					return &exitError{code: 2, err: errors.New("images import: --mirror applies to catalog images only")}
+				}
+			} else {
+				req.Catalog = args[0]
+				if strings.Contains(checksum, "://") {
+					return &exitError{code: 2, err: errors.New("images import: a catalog import takes its checksum file from the catalog; --checksum may only pin a digest")}
+				}
+				req.Checksum = checksum
+			}
+			var bar *progressBar
+			if !quiet {
+				bar = &progressBar{w: e.stderr}
+				req.Progress = bar.report
+			}
+			rec, err := im.Import(cmd.Context(), req)
+			if bar != nil {
+				bar.end()
+			}
+			if err != nil {
+				if errors.Is(err, images.ErrChecksumMismatch) || errors.Is(err, images.ErrUnsupportedFormat) {
+					return &exitError{code: 1, err: err}
+				}
+				return err
+			}
+			fmt.Fprintf(e.stdout, "%s: verified %s (%s, upstream %s) raw %s, %s\n",
+				rec.Name, rec.Source, rec.SourceFormat, rec.Upstream, rec.Raw, humanBytes(float64(rec.SizeBytes)))
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&mirror, "mirror", os.Getenv("MACHINA_MIRROR"), "base URL of a mirror laid out like upstream (env MACHINA_MIRROR)")
+	f.StringToStringVar(&mirrorFor, "mirror-for", nil, "per-image or per-family mirror override, NAME=URL (repeatable)")
+	f.StringVar(&checksum, "checksum", "", "sha256:HEX, sha512:HEX, or a checksum file URL")
+	f.StringVar(&name, "name", "", "image name in the store (default: the catalog name)")
+	f.StringVar(&arch, "arch", "amd64", "architecture for catalog images: amd64 or arm64")
+	f.BoolVarP(&quiet, "quiet", "q", false, "no progress bar")
+	f.BoolVarP(&verbose, "verbose", "v", false, "log retries and phases to stderr")
+	return cmd
+}
+
+func newImagesListCommand(e *env, store *string) *cobra.Command {
+	return &cobra.Command{
+		Use:   "list",
+		Short: "List images in the store with their state",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			st, err := images.OpenStore(*store)
+			if err != nil {
+				return err
+			}
+			recs, err := st.List()
+			if err != nil {
+				return err
+			}
+			tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "NAME\tSTATE\tSIZE\tRAW\tREASON")
+			for _, r := range recs {
+				raw := r.Raw.String()
+				if len(raw) > 19 {
+					raw = raw[:19]
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", r.Name, r.State, humanBytes(float64(r.SizeBytes)), raw, r.Reason)
+			}
+			return tw.Flush()
+		},
+	}
+}
+
+func newImagesCatalogCommand(e *env) *cobra.Command {
+	return &cobra.Command{
+		Use:   "catalog",
+		Short: "List the built-in image catalog",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := images.DefaultCatalog()
+			if err != nil {
+				return err
+			}
+			tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "NAME\tARCHES\tUPSTREAM (amd64)\tCHECKSUM FILE")
+			for _, n := range c.Names() {
+				en, _ := c.Entry(n)
+				s, err := c.Resolve(n, "", images.Mirrors{})
+				if err != nil {
+					return err
+				}
+				var arches []string
+				for _, a := range []string{"amd64", "arm64"} {
+					if _, ok := en.Arches[a]; ok {
+						arches = append(arches, a)
+					}
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", n, strings.Join(arches, ","), s.URL, en.ChecksumFile)
+			}
+			return tw.Flush()
+		},
+	}
+}
+
+// progressBar renders images.Progress reports on one terminal line.
+type progressBar struct {
+	mu    sync.Mutex
+	w     io.Writer
+	width int // length of the last line, to blank it
+	dirty bool
+}
+
+func (b *progressBar) report(p images.Progress) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	const cells = 30
+	line := fmt.Sprintf("%s %-8s ", p.Image, p.Phase)
+	if pct := p.Percent(); pct >= 0 {
+		n := int(pct / 100 * cells)
+		line += "[" + strings.Repeat("=", n) + strings.Repeat(" ", cells-n) + "]" + fmt.Sprintf(" %5.1f%%", pct)
+	} else {
+		line += "[" + strings.Repeat("?", cells) + "]"
+	}
+	line += " " + humanBytes(float64(p.Bytes))
+	if p.Total >= 0 {
+		line += "/" + humanBytes(float64(p.Total))
+	}
+	if p.Rate > 0 {
+		line += " " + humanBytes(p.Rate) + "/s"
+	}
+	if p.ETA >= 0 && !p.Done {
+		line += " ETA " + p.ETA.Round(time.Second).String()
+	}
+	pad := ""
+	if len(line) < b.width {
+		pad = strings.Repeat(" ", b.width-len(line))
+	}
+	b.width = len(line)
+	fmt.Fprint(b.w, "\r"+line+pad)
+	b.dirty = true
+	if p.Done {
+		fmt.Fprintln(b.w)
+		b.width, b.dirty = 0, false
+	}
+}
+
+func (b *progressBar) end() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.dirty {
+		fmt.Fprintln(b.w)
+		b.dirty = false
+	}
+}
+
+// humanBytes formats n bytes with binary units.
+func humanBytes(n float64) string {
+	units := []string{"B", "KiB", "MiB", "GiB", "TiB"}
+	i := 0
+	for n >= 1024 && i < len(units)-1 {
+		n /= 1024
+		i++
+	}
+	if i == 0 {
+		return fmt.Sprintf("%.0f %s", n, units[i])
+	}
+	return fmt.Sprintf("%.1f %s", n, units[i])
+}
