@@ -73,9 +73,9 @@ func (s Step) String() string {
 	return out + ": " + s.Why
 }
 
-// Condition is a fact about a server or profile that status shows and that
+// PlanCondition is a fact about a server or profile that status shows and that
 // needs no action, or needs a human.
-type Condition struct {
+type PlanCondition struct {
 	// Subject is "server/NAME", "profile/NAME" or "inventory".
 	Subject string `json:"subject"`
 	// Type is CamelCase: Orphaned, InsufficientCapacity, Waiting, Held.
@@ -119,7 +119,7 @@ func (o PlanOptions) withDefaults() PlanOptions {
 type Result struct {
 	Steps      []Step      `json:"steps"`
 	Held       []Step      `json:"held,omitempty"`
-	Conditions []Condition `json:"conditions,omitempty"`
+	Conditions []PlanCondition `json:"conditions,omitempty"`
 	// Brake explains why Held is not empty; "" otherwise.
 	Brake string `json:"brake,omitempty"`
 }
@@ -146,7 +146,7 @@ func Plan(want *inventory.Inventory, have state.Snapshot, opts PlanOptions) Resu
 	// Orphans: observed but no longer desired. Never touched.
 	for _, name := range sortedKeys(have.Servers) {
 		if _, ok := desired[name]; !ok && have.Servers[name].Lifecycle != state.LifecycleRetired {
-			res.Conditions = append(res.Conditions, Condition{Subject: "server/" + name, Type: "Orphaned", Reason: "NotInInventory",
+			res.Conditions = append(res.Conditions, PlanCondition{Subject: "server/" + name, Type: "Orphaned", Reason: "NotInInventory",
 				Message: "server is not in servers.yaml any more; left as it is (" + string(have.Servers[name].Lifecycle) + ")"})
 		}
 	}
@@ -172,7 +172,7 @@ func Plan(want *inventory.Inventory, have state.Snapshot, opts PlanOptions) Resu
 			}
 		}
 		if ws.Want == inventory.WantRetired && obs.Lifecycle == state.LifecycleNew {
-			res.Conditions = append(res.Conditions, Condition{Subject: "server/" + ws.Name, Type: "Waiting", Reason: "NeverCommissioned",
+			res.Conditions = append(res.Conditions, PlanCondition{Subject: "server/" + ws.Name, Type: "Waiting", Reason: "NeverCommissioned",
 				Message: "want: retired on a server that was never commissioned: nothing to do"})
 		}
 	}
@@ -201,7 +201,7 @@ func Plan(want *inventory.Inventory, have state.Snapshot, opts PlanOptions) Resu
 			kept = append(kept, s)
 		}
 		res.Steps = kept
-		res.Conditions = append(res.Conditions, Condition{Subject: "inventory", Type: "Held", Reason: "SafetyBrake", Message: why})
+		res.Conditions = append(res.Conditions, PlanCondition{Subject: "inventory", Type: "Held", Reason: "SafetyBrake", Message: why})
 	}
 	sortSteps(res.Steps)
 	sortSteps(res.Held)
@@ -287,7 +287,7 @@ func serverSteps(ws *inventory.Server, obs state.Server, opts PlanOptions) (step
 // profileSteps keeps a profile's count of count-allocated servers: it
 // allocates the smallest fitting ready servers when short and releases the
 // newest count allocations when over.
-func profileSteps(p inventory.Profile, want *inventory.Inventory, have state.Snapshot, planned map[string]string) (steps, disruptive []Step, conds []Condition) {
+func profileSteps(p inventory.Profile, want *inventory.Inventory, have state.Snapshot, planned map[string]string) (steps, disruptive []Step, conds []PlanCondition) {
 	var holding []state.Server // count allocations of p, any active lifecycle
 	for _, name := range sortedKeys(have.Servers) {
 		s := have.Servers[name]
@@ -314,7 +314,7 @@ func profileSteps(p inventory.Profile, want *inventory.Inventory, have state.Sna
 			short--
 		}
 		if short > 0 {
-			conds = append(conds, Condition{Subject: "profile/" + p.Name, Type: "InsufficientCapacity", Reason: "NotEnoughReadyServers",
+			conds = append(conds, PlanCondition{Subject: "profile/" + p.Name, Type: "InsufficientCapacity", Reason: "NotEnoughReadyServers",
 				Message: fmt.Sprintf("count %d wants %d more servers; %d ready servers fit (zone %s, min %d cores, %d GiB memory, %d GiB disk)",
 					p.Count, p.Count-n, p.Count-n-short, zoneOrAny(p.Zone), p.Min.Cores, p.Min.MemoryGiB, p.Min.DiskGiB)})
 		}
@@ -456,7 +456,7 @@ func brake(disruptive, all []Step, want *inventory.Inventory, have state.Snapsho
 	if len(reasons) == 0 {
 		return ""
 	}
-	return "held until approved (machinactl approve " + shortDigest(want.Digest) + "): " + strings.Join(reasons, "; ")
+	return "held until approved (machinactl approve " + digestPrefix(want.Digest) + "): " + strings.Join(reasons, "; ")
 }
 
 func identityChanged(ws *inventory.Server, obs state.Server) bool {
@@ -503,9 +503,9 @@ func zoneOrAny(z string) string {
 	return z
 }
 
-// shortDigest returns the first 12 hex digits of an inventory digest, the
+// digestPrefix returns the first 12 hex digits of an inventory digest, the
 // form `machinactl approve` takes.
-func shortDigest(d string) string {
+func digestPrefix(d string) string {
 	d = strings.TrimPrefix(d, "sha256:")
 	if len(d) > 12 {
 		return d[:12]
