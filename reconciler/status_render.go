@@ -25,14 +25,14 @@ func Redact(s string) string {
 		return s
 	}
 	s = urlPassword.ReplaceAllString(s, "${1}:***@")
-	s = keyValueSecret.ReplaceAllString(s, "${1}${2}***")
 	s = authScheme.ReplaceAllString(s, "${1} ***")
+	s = keyValueSecret.ReplaceAllString(s, "${1}${2}***")
 	return s
 }
 
 var (
 	urlPassword    = regexp.MustCompile(`([A-Za-z][A-Za-z0-9+.-]*://[^/\s:@]*):[^/\s@]+@`)
-	keyValueSecret = regexp.MustCompile(`(?i)\b(password|passwd|pwd|pass|secret|client_secret|token|access_token|refresh_token|api[_-]?key|apikey|authorization)(\s*[=:]\s*)("[^"]*"|'[^']*'|[^\s&,;"']+)`)
+	keyValueSecret = regexp.MustCompile(`(?i)\b(password|passwd|pwd|pass|secret|client_secret|token|access_token|refresh_token|api[_-]?key|apikey|authorization)(["']?\s*[=:]\s*)("[^"]*"|'[^']*'|[^\s&,;"']+)`)
 	authScheme     = regexp.MustCompile(`(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]{6,}`)
 )
 
@@ -189,8 +189,9 @@ var yamlReserved = map[string]bool{"y": true, "n": true, "yes": true, "no": true
 
 // yamlScalar returns v plain when it cannot be read as anything but that
 // string in YAML 1.1 or 1.2 (letters, digits, '.', '_', '/', '-', starting
-// with a letter or digit, with a letter, not a number or reserved word),
-// otherwise double-quoted (Go escapes are a subset of YAML's).
+// with a letter, not a reserved word like yes/off/null),
+// otherwise double-quoted (Go escapes are a subset of YAML's) with invalid
+// UTF-8 replaced by U+FFFD.
 func yamlScalar(v string) string {
 	plain := v != "" && len(v) < 200
 	letter := false
@@ -199,7 +200,7 @@ func yamlScalar(v string) string {
 		switch {
 		case c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z':
 			letter = true
-		case c >= '0' && c <= '9':
+		case c >= '0' && c <= '9' && i > 0:
 		case (c == '.' || c == '_' || c == '/' || c == '-') && i > 0:
 		default:
 			plain = false
@@ -212,7 +213,9 @@ func yamlScalar(v string) string {
 			}
 		}
 	}
-	return strconv.Quote(v)
+	// Invalid UTF-8 would come back as other characters ("\x92" is
+	// U+0092 in YAML), so it is replaced first.
+	return strconv.Quote(strings.ToValidUTF8(v, "\uFFFD"))
 }
 
 func renderServer(s ServerStatus, maxEvents int) []byte {

@@ -17,6 +17,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	git "github.com/go-git/go-git/v5"
 	gitconfig "github.com/go-git/go-git/v5/config"
@@ -120,6 +121,8 @@ type StatusWriter struct {
 	wake    chan struct{}
 	running atomic.Bool
 	writeFn func(context.Context, Snapshot) (WriteResult, error) // Write; replaced in tests
+	// beforePush, if set (tests only), runs between commit and push.
+	beforePush func(attempt int)
 
 	mu      sync.Mutex
 	pending *Snapshot
@@ -341,6 +344,7 @@ func (w *StatusWriter) write(ctx context.Context, s Snapshot) (WriteResult, erro
 	branch := w.cfg.target()
 	var res WriteResult
 	var lastErr error
+	var lastBase plumbing.Hash // base of the last commit attempted
 	delay := w.cfg.RetryDelay
 	for attempt := 1; attempt <= w.cfg.Attempts; attempt++ {
 		if attempt > 1 {
@@ -384,6 +388,10 @@ func (w *StatusWriter) write(ctx context.Context, s Snapshot) (WriteResult, erro
 			return res, nil
 		}
 		res.Attempts = attempt
+		lastBase = base
+		if w.beforePush != nil {
+			w.beforePush(attempt)
+		}
 		if err := w.push(ctx, o, branch, base, exists, commit); err != nil {
 			lastErr = err
 			w.log.Debug("status push rejected or failed, retrying over the new tip", "attempt", attempt, "err", Redact(err.Error()))
@@ -397,7 +405,7 @@ func (w *StatusWriter) write(ctx context.Context, s Snapshot) (WriteResult, erro
 	// Tell a lost race apart from a broken remote: did the tip move?
 	if lastErr != nil {
 		if o, err := w.cfg.Remote.options(); err == nil {
-			if tip, err := remoteTip(ctx, w.repo, o, branch); err == nil && res.Attempts > 0 {
+			if tip, err := remoteTip(ctx, w.repo, o, branch); err == nil && res.Attempts > 0 && tip != lastBase {
 				return res, fmt.Errorf("status write: %d attempts, tip now %s: %w (last: %w)", res.Attempts, short(tip), ErrNonFastForward, lastErr)
 			}
 		}
@@ -706,7 +714,7 @@ func (w *StatusWriter) message(oldStatus *object.Tree, oldHash plumbing.Hash, bl
 	var subject string
 	switch {
 	case len(items) > 0:
-		subject = summarise("status: ", items, 72)
+		subject = summarise("status: ", items, 80)
 	case invChanged && inv.Invalid != nil:
 		subject = "status: inventory invalid at " + shortID(inv.Invalid.Commit)
 	case invChanged:
@@ -746,8 +754,8 @@ func cmpOr(a, b string) string {
 	return a
 }
 
-// summarise joins items after prefix while the line stays within limit,
-// then adds " (+N more)".
+// summarise joins items after prefix while the line stays within limit
+// characters, then adds " (+N more)".
 func summarise(prefix string, items []string, limit int) string {
 	s := prefix
 	for i, it := range items {
@@ -760,7 +768,7 @@ func summarise(prefix string, items []string, limit int) string {
 		if rest > 0 {
 			tail = fmt.Sprintf(" (+%d more)", rest)
 		}
-		if i > 0 && len(s)+len(sep)+len(it)+len(tail) > limit {
+		if i > 0 && utf8.RuneCountInString(s+sep+it+tail) > limit {
 			return s + fmt.Sprintf(" (+%d more)", len(items)-i)
 		}
 		s += sep + it
