@@ -363,7 +363,7 @@ func (s *Source) poll(ctx context.Context) error {
 		return nil
 	}
 	if _, err := s.repo.CommitObject(tip); err != nil {
-		if err := fetchBranch(ctx, s.repo, o, s.cfg.Remote.branch()); err != nil {
+		if err := fetchBranch(ctx, s.repo, o, s.cfg.Remote.branch(), 0); err != nil {
 			return fmt.Errorf("git source: %w", err)
 		}
 	}
@@ -405,8 +405,9 @@ func remoteTip(ctx context.Context, repo *git.Repository, o transportOptions, br
 }
 
 // fetchBranch fetches the single branch into refs/remotes/origin/BRANCH,
-// accepting rewritten history.
-func fetchBranch(ctx context.Context, repo *git.Repository, o transportOptions, branch string) error {
+// accepting rewritten history; depth > 0 makes a shallow fetch of that many
+// commits.
+func fetchBranch(ctx context.Context, repo *git.Repository, o transportOptions, branch string, depth int) error {
 	rem, err := repo.Remote(remoteName)
 	if err != nil {
 		return fmt.Errorf("fetch: %w", err)
@@ -417,6 +418,7 @@ func fetchBranch(ctx context.Context, repo *git.Repository, o transportOptions, 
 		CABundle: o.caBundle,
 		Tags:     git.NoTags,
 		Force:    true,
+		Depth:    depth,
 	})
 	if err != nil && !errors.Is(err, git.NoErrAlreadyUpToDate) {
 		return fmt.Errorf("fetch %s from %s: %w", branch, Redact(o.url), err)

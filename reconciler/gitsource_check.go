@@ -3,6 +3,7 @@ package reconciler
 import (
 	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"strings"
 
@@ -132,8 +133,11 @@ func statusFiles(c *object.Commit) (map[string]plumbing.Hash, error) {
 	defer w.Close()
 	for {
 		name, ent, err := w.Next()
-		if err != nil {
+		if errors.Is(err, io.EOF) {
 			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("check status: walk status/: %w", err)
 		}
 		if ent.Mode != filemode.Dir {
 			out[statusDir+"/"+name] = ent.Hash

@@ -18,7 +18,7 @@ import (
 // testRepo is a bare "remote" in a temp dir and a working clone that plays
 // the operator, both made with go-git.
 type testRepo struct {
-	t    *testing.T
+	t    testing.TB
 	bare string
 	work string
 	repo *git.Repository
@@ -29,7 +29,7 @@ func testLogger(t *testing.T) *slog.Logger {
 }
 
 // exampleDir is inventory-example/ at the repository root.
-func exampleDir(t *testing.T) string {
+func exampleDir(t testing.TB) string {
 	t.Helper()
 	d, err := filepath.Abs(filepath.Join("..", "inventory-example"))
 	if err != nil {
@@ -40,7 +40,7 @@ func exampleDir(t *testing.T) string {
 
 // newTestRepo creates the bare remote seeded with inventory-example/ on
 // branch main.
-func newTestRepo(t *testing.T) *testRepo {
+func newTestRepo(t testing.TB) *testRepo {
 	t.Helper()
 	root := t.TempDir()
 	r := &testRepo{t: t, bare: filepath.Join(root, "remote.git"), work: filepath.Join(root, "work")}

@@ -21,13 +21,33 @@ import (
 // replaced by "***". It is a safety net: callers should not put secrets in
 // messages in the first place.
 func Redact(s string) string {
-	if s == "" {
+	if !mayHoldSecret(s) {
 		return s
 	}
 	s = urlPassword.ReplaceAllString(s, "${1}:***@")
 	s = authScheme.ReplaceAllString(s, "${1} ***")
 	s = keyValueSecret.ReplaceAllString(s, "${1}${2}***")
 	return s
+}
+
+// secretWords are lower-case substrings every pattern of Redact needs;
+// text with none of them (and no '@') is returned as is, without regexps.
+var secretWords = []string{"pass", "pwd", "secret", "token", "key", "authorization", "bearer", "basic"}
+
+func mayHoldSecret(s string) bool {
+	if s == "" {
+		return false
+	}
+	if strings.IndexByte(s, '@') >= 0 {
+		return true
+	}
+	l := strings.ToLower(s)
+	for _, w := range secretWords {
+		if strings.Contains(l, w) {
+			return true
+		}
+	}
+	return false
 }
 
 var (
@@ -472,14 +492,15 @@ func conditionSummary(cs []Condition) string {
 	return strings.Join(out, ", ")
 }
 
+var mdReplacer = strings.NewReplacer("|", `\|`, "\n", " ", "\r", " ", "<", "&lt;", ">", "&gt;", "`", "'")
+
 // mdCell makes s safe inside a Markdown table cell: one line, pipes and
 // HTML escaped.
 func mdCell(s string) string {
 	if s == "" {
 		return ""
 	}
-	r := strings.NewReplacer("|", `\|`, "\n", " ", "\r", " ", "<", "&lt;", ">", "&gt;", "`", "'")
-	return r.Replace(s)
+	return mdReplacer.Replace(s)
 }
 
 func truncate(s string, n int) string {

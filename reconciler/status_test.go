@@ -561,3 +561,36 @@ func TestOnlyStatusChanged(t *testing.T) {
 		}
 	}
 }
+
+// TestStatusCloneCompaction: the writer's clone is rebuilt once it holds
+// too many packfiles, and writing goes on correctly.
+func TestStatusCloneCompaction(t *testing.T) {
+	r := newTestRepo(t)
+	w := newTestWriter(t, r, nil)
+	w.maxPacks = 3
+	s := sampleSnapshot()
+	var last string
+	for i := range 8 {
+		s.Servers[0].LastError = fmt.Sprintf("round %d", i)
+		res, err := w.Write(t.Context(), s)
+		if err != nil {
+			t.Fatalf("round %d: %v", i, err)
+		}
+		if res.Commit == "" {
+			t.Fatalf("round %d: no commit", i)
+		}
+		if i > 0 && r.remoteCommit(plumbing.NewHash(res.Commit)).ParentHashes[0].String() != last {
+			t.Fatalf("round %d: commit not on top of the previous one", i)
+		}
+		last = res.Commit
+		packs, err := w.repo.Storer.(interface {
+			ObjectPacks() ([]plumbing.Hash, error)
+		}).ObjectPacks()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(packs) > 4 {
+			t.Fatalf("round %d: %d packs, want at most maxPacks+1", i, len(packs))
+		}
+	}
+}

@@ -9,7 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
-	"path"
+	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -20,10 +20,15 @@ import (
 	"unicode/utf8"
 
 	git "github.com/go-git/go-git/v5"
-	gitconfig "github.com/go-git/go-git/v5/config"
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/filemode"
+	"github.com/go-git/go-git/v5/plumbing/format/packfile"
 	"github.com/go-git/go-git/v5/plumbing/object"
+	"github.com/go-git/go-git/v5/plumbing/protocol/packp"
+	"github.com/go-git/go-git/v5/plumbing/storer"
+	"github.com/go-git/go-git/v5/plumbing/transport"
+	"github.com/go-git/go-git/v5/plumbing/transport/client"
+	"github.com/go-git/go-git/v5/storage/memory"
 )
 
 // Errors of the status writer. Compare with errors.Is.
@@ -123,6 +128,9 @@ type StatusWriter struct {
 	writeFn func(context.Context, Snapshot) (WriteResult, error) // Write; replaced in tests
 	// beforePush, if set (tests only), runs between commit and push.
 	beforePush func(attempt int)
+	// maxPacks is how many packfiles the clone may hold before it is
+	// rebuilt by a shallow fetch (each status commit adds one).
+	maxPacks int
 
 	mu      sync.Mutex
 	pending *Snapshot
@@ -178,6 +186,7 @@ func NewStatusWriter(cfg StatusConfig) (*StatusWriter, error) {
 	w := &StatusWriter{cfg: cfg, log: log.With("component", "statuswriter", "branch", cfg.target()), repo: repo,
 		wake: make(chan struct{}, 1)}
 	w.writeFn = w.Write
+	w.maxPacks = 64
 	return w, nil
 }
 
@@ -329,6 +338,9 @@ func cmp0(a, b string) string {
 }
 
 func (w *StatusWriter) write(ctx context.Context, s Snapshot) (WriteResult, error) {
+	if err := w.compact(); err != nil {
+		return WriteResult{}, fmt.Errorf("status write: %w", err)
+	}
 	files, rerrs := renderStatus(s, w.cfg.MaxEvents)
 	for _, e := range rerrs {
 		w.log.Warn("status entry skipped", "err", e)
@@ -373,17 +385,17 @@ func (w *StatusWriter) write(ctx context.Context, s Snapshot) (WriteResult, erro
 		}
 		if exists {
 			if _, err := w.repo.CommitObject(base); err != nil {
-				if err := fetchBranch(ctx, w.repo, o, branch); err != nil {
+				if err := fetchBranch(ctx, w.repo, o, branch, 1); err != nil {
 					lastErr = err
 					continue
 				}
 			}
 		}
-		commit, msg, err := w.commit(base, exists, blobs, lifecycles, s.Inventory)
+		bc, err := w.commit(base, exists, blobs, lifecycles, s.Inventory)
 		if err != nil {
 			return res, fmt.Errorf("status write: %w", err)
 		}
-		if commit.IsZero() {
+		if bc.hash.IsZero() {
 			w.noteSuccess(base, lifecycles)
 			return res, nil
 		}
@@ -392,14 +404,18 @@ func (w *StatusWriter) write(ctx context.Context, s Snapshot) (WriteResult, erro
 		if w.beforePush != nil {
 			w.beforePush(attempt)
 		}
-		if err := w.push(ctx, o, branch, base, exists, commit); err != nil {
+		if err := w.push(ctx, o, branch, base, exists, bc); err != nil {
 			lastErr = err
 			w.log.Debug("status push rejected or failed, retrying over the new tip", "attempt", attempt, "err", Redact(err.Error()))
 			continue
 		}
-		res.Commit, res.Message = commit.String(), msg
-		w.log.Info("status committed", "commit", commit.String(), "subject", firstLine(msg))
-		w.noteSuccess(commit, lifecycles)
+		res.Commit, res.Message = bc.hash.String(), bc.msg
+		w.log.Info("status committed", "commit", res.Commit, "subject", firstLine(bc.msg), "packBytes", len(bc.pack))
+		if err := w.storePack(bc.pack); err != nil {
+			// Pushed: the next write fetches what is missing.
+			w.log.Warn("status commit pushed but not kept locally", "err", err)
+		}
+		w.noteSuccess(bc.hash, lifecycles)
 		return res, nil
 	}
 	// Tell a lost race apart from a broken remote: did the tip move?
@@ -411,6 +427,33 @@ func (w *StatusWriter) write(ctx context.Context, s Snapshot) (WriteResult, erro
 		}
 	}
 	return res, fmt.Errorf("status write: %d attempts: %w", w.cfg.Attempts, lastErr)
+}
+
+// compact rebuilds the writer's clone when it holds more than maxPacks
+// packfiles: the writer needs only the branch tip, which the next write
+// fetches shallowly, so disk use and object lookups stay bounded.
+func (w *StatusWriter) compact() error {
+	pos, ok := w.repo.Storer.(storer.PackedObjectStorer)
+	if !ok {
+		return nil
+	}
+	packs, err := pos.ObjectPacks()
+	if err != nil || len(packs) <= w.maxPacks {
+		return nil
+	}
+	dir := filepath.Join(w.cfg.StateDir, "status.git")
+	w.log.Debug("rebuilding status clone", "packs", len(packs))
+	if err := os.RemoveAll(dir); err != nil {
+		return fmt.Errorf("compact clone: %w", err)
+	}
+	r := w.cfg.Remote
+	r.Branch = w.cfg.target()
+	repo, err := openBare(dir, r)
+	if err != nil {
+		return fmt.Errorf("compact clone: %w", err)
+	}
+	w.repo = repo
+	return nil
 }
 
 // noteSuccess caches the status tree of commit c and its lifecycles.
@@ -432,102 +475,135 @@ type renderedBlob struct {
 	hash plumbing.Hash
 }
 
-// commit builds and stores a commit of blobs as status/ over base (or an
-// orphan when !exists). It returns the zero hash when status/ would not
-// change.
-func (w *StatusWriter) commit(base plumbing.Hash, exists bool, blobs []renderedBlob, lifecycles map[string]string, inv InventoryStatus) (plumbing.Hash, string, error) {
-	st := w.repo.Storer
+// builtCommit is a status commit ready to push: its id, message and a
+// packfile of exactly the objects the base lacks.
+type builtCommit struct {
+	hash plumbing.Hash
+	msg  string
+	pack []byte
+}
+
+// commit builds a commit of blobs as status/ over base (or an orphan when
+// !exists) in memory and packs the new objects. It returns a zero hash
+// when status/ would not change. Nothing is stored locally until the push
+// succeeded (see storePack), so a lost race leaves no garbage.
+func (w *StatusWriter) commit(base plumbing.Hash, exists bool, blobs []renderedBlob, lifecycles map[string]string, inv InventoryStatus) (builtCommit, error) {
+	var none builtCommit
 	var baseTree *object.Tree
 	var parents []plumbing.Hash
 	if exists {
 		c, err := w.repo.CommitObject(base)
 		if err != nil {
-			return plumbing.ZeroHash, "", fmt.Errorf("read base commit %s: %w", base, err)
+			return none, fmt.Errorf("read base commit %s: %w", base, err)
 		}
 		if baseTree, err = c.Tree(); err != nil {
-			return plumbing.ZeroHash, "", fmt.Errorf("read base tree: %w", err)
+			return none, fmt.Errorf("read base tree: %w", err)
 		}
 		parents = []plumbing.Hash{base}
 	} else {
 		baseTree = &object.Tree{}
 	}
-	var oldStatus *object.Tree
+	// Old status/: its files (for the summary) and every object id in it
+	// (the remote has those; they are not sent again).
+	oldFiles := map[string]plumbing.Hash{}
+	have := map[plumbing.Hash]bool{}
 	var oldStatusHash plumbing.Hash
 	if e, err := baseTree.FindEntry(statusDir); err == nil && e.Mode == filemode.Dir {
 		oldStatusHash = e.Hash
-		oldStatus, _ = object.GetTree(st, e.Hash)
-	}
-
-	// Build the status/ trees bottom-up in memory, to know the hash
-	// before writing anything.
-	trees := map[string][]object.TreeEntry{}
-	for _, b := range blobs {
-		dir, name := path.Split(b.path)
-		dir = strings.TrimSuffix(dir, "/")
-		trees[dir] = append(trees[dir], object.TreeEntry{Name: name, Mode: filemode.Regular, Hash: b.hash})
-	}
-	dirs := make([]string, 0, len(trees))
-	for d := range trees {
-		dirs = append(dirs, d)
-	}
-	// deepest first, so children are hashed before parents
-	slices.SortFunc(dirs, func(a, b string) int { return strings.Count(b, "/") - strings.Count(a, "/") })
-	encoded := map[string]plumbing.EncodedObject{}
-	var hashTree func(d string) (plumbing.Hash, error)
-	hashTree = func(d string) (plumbing.Hash, error) {
-		entries := trees[d]
-		for _, sub := range dirs {
-			if p, n := path.Split(sub); strings.TrimSuffix(p, "/") == d {
-				h, err := hashTree(sub)
+		have[e.Hash] = true
+		if old, err := object.GetTree(w.repo.Storer, e.Hash); err == nil {
+			walker := object.NewTreeWalker(old, true, nil)
+			for {
+				name, te, err := walker.Next()
 				if err != nil {
-					return h, err
+					// io.EOF, or an unreadable old tree: its files
+					// then count as added and are sent again.
+					break
 				}
-				entries = append(entries, object.TreeEntry{Name: n, Mode: filemode.Dir, Hash: h})
+				have[te.Hash] = true
+				if te.Mode.IsFile() {
+					oldFiles[statusDir+"/"+name] = te.Hash
+				}
 			}
+			walker.Close()
 		}
+	}
+
+	mem := memory.NewStorage()
+	var send []plumbing.Hash
+	put := func(obj plumbing.EncodedObject) (plumbing.Hash, error) {
+		h, err := mem.SetEncodedObject(obj)
+		if err != nil {
+			return h, fmt.Errorf("build status commit: %w", err)
+		}
+		if !have[h] {
+			have[h] = true
+			send = append(send, h)
+		}
+		return h, nil
+	}
+	encodeTree := func(entries []object.TreeEntry) (plumbing.Hash, error) {
 		sortTreeEntries(entries)
-		obj := st.NewEncodedObject()
+		obj := mem.NewEncodedObject()
 		if err := (&object.Tree{Entries: entries}).Encode(obj); err != nil {
-			return plumbing.ZeroHash, fmt.Errorf("encode tree %s: %w", d, err)
+			return plumbing.ZeroHash, fmt.Errorf("encode tree: %w", err)
 		}
-		encoded[d] = obj
-		return obj.Hash(), nil
-	}
-	statusHash, err := hashTree(statusDir)
-	if err != nil {
-		return plumbing.ZeroHash, "", err
-	}
-	if statusHash == oldStatusHash {
-		return plumbing.ZeroHash, "", nil
+		return put(obj)
 	}
 
-	msg := w.message(oldStatus, oldStatusHash, blobs, lifecycles, inv)
-
-	// Store blobs and trees not yet present.
+	// status/ has one level of folders (servers, images, hosts): build
+	// them, then status/ itself.
+	sub := map[string][]object.TreeEntry{}
+	var top []object.TreeEntry
 	for _, b := range blobs {
-		if st.HasEncodedObject(b.hash) == nil {
+		rel := strings.TrimPrefix(b.path, statusDir+"/")
+		dir, name, nested := strings.Cut(rel, "/")
+		if !nested {
+			top = append(top, object.TreeEntry{Name: rel, Mode: filemode.Regular, Hash: b.hash})
+		} else {
+			sub[dir] = append(sub[dir], object.TreeEntry{Name: name, Mode: filemode.Regular, Hash: b.hash})
+		}
+	}
+	for dir, entries := range sub {
+		h, err := encodeTree(entries)
+		if err != nil {
+			return none, err
+		}
+		top = append(top, object.TreeEntry{Name: dir, Mode: filemode.Dir, Hash: h})
+	}
+	// Hash status/ without adding it to send yet: unchanged means done.
+	sortTreeEntries(top)
+	statusObj := mem.NewEncodedObject()
+	if err := (&object.Tree{Entries: top}).Encode(statusObj); err != nil {
+		return none, fmt.Errorf("encode status tree: %w", err)
+	}
+	if statusObj.Hash() == oldStatusHash {
+		return none, nil
+	}
+	statusHash, err := put(statusObj)
+	if err != nil {
+		return none, err
+	}
+	for _, b := range blobs {
+		if have[b.hash] {
 			continue
 		}
-		obj := st.NewEncodedObject()
+		obj := mem.NewEncodedObject()
 		obj.SetType(plumbing.BlobObject)
 		obj.SetSize(int64(len(b.data)))
 		wr, err := obj.Writer()
 		if err != nil {
-			return plumbing.ZeroHash, "", fmt.Errorf("store blob: %w", err)
+			return none, fmt.Errorf("build blob: %w", err)
 		}
 		if _, err := wr.Write(b.data); err != nil {
-			return plumbing.ZeroHash, "", fmt.Errorf("store blob: %w", err)
+			return none, fmt.Errorf("build blob: %w", err)
 		}
 		wr.Close()
-		if _, err := st.SetEncodedObject(obj); err != nil {
-			return plumbing.ZeroHash, "", fmt.Errorf("store blob %s: %w", b.path, err)
+		if _, err := put(obj); err != nil {
+			return none, err
 		}
 	}
-	for _, obj := range encoded {
-		if _, err := st.SetEncodedObject(obj); err != nil {
-			return plumbing.ZeroHash, "", fmt.Errorf("store tree: %w", err)
-		}
-	}
+
 	rootEntries := make([]object.TreeEntry, 0, len(baseTree.Entries)+1)
 	for _, e := range baseTree.Entries {
 		if e.Name != statusDir {
@@ -535,34 +611,54 @@ func (w *StatusWriter) commit(base plumbing.Hash, exists bool, blobs []renderedB
 		}
 	}
 	rootEntries = append(rootEntries, object.TreeEntry{Name: statusDir, Mode: filemode.Dir, Hash: statusHash})
-	sortTreeEntries(rootEntries)
-	root := &object.Tree{Entries: rootEntries}
-	robj := st.NewEncodedObject()
-	if err := root.Encode(robj); err != nil {
-		return plumbing.ZeroHash, "", fmt.Errorf("encode root tree: %w", err)
-	}
-	rootHash, err := st.SetEncodedObject(robj)
+	rootHash, err := encodeTree(rootEntries)
 	if err != nil {
-		return plumbing.ZeroHash, "", fmt.Errorf("store root tree: %w", err)
+		return none, err
 	}
-	newTree, err := object.GetTree(st, rootHash)
+	newTree, err := object.GetTree(mem, rootHash)
 	if err != nil {
-		return plumbing.ZeroHash, "", fmt.Errorf("read root tree: %w", err)
+		return none, fmt.Errorf("read back root tree: %w", err)
 	}
 	if err := onlyStatusChanged(baseTree, newTree); err != nil {
-		return plumbing.ZeroHash, "", err
+		return none, err
 	}
+
+	msg := w.message(oldFiles, oldStatusHash, blobs, lifecycles, inv)
 	sig := object.Signature{Name: BotName, Email: BotEmail, When: time.Now().UTC().Truncate(time.Second)}
 	c := &object.Commit{Author: sig, Committer: sig, Message: msg, TreeHash: rootHash, ParentHashes: parents}
-	cobj := st.NewEncodedObject()
+	cobj := mem.NewEncodedObject()
 	if err := c.Encode(cobj); err != nil {
-		return plumbing.ZeroHash, "", fmt.Errorf("encode commit: %w", err)
+		return none, fmt.Errorf("encode commit: %w", err)
 	}
-	h, err := st.SetEncodedObject(cobj)
+	ch, err := put(cobj)
 	if err != nil {
-		return plumbing.ZeroHash, "", fmt.Errorf("store commit: %w", err)
+		return none, err
 	}
-	return h, msg, nil
+	var pack bytes.Buffer
+	if _, err := packfile.NewEncoder(&pack, mem, false).Encode(send, 0); err != nil {
+		return none, fmt.Errorf("encode pack: %w", err)
+	}
+	return builtCommit{hash: ch, msg: msg, pack: pack.Bytes()}, nil
+}
+
+// storePack adds a pushed pack to the local clone as one packfile.
+func (w *StatusWriter) storePack(pack []byte) error {
+	pw, ok := w.repo.Storer.(storer.PackfileWriter)
+	if !ok {
+		return errors.New("store pack: storage cannot write packfiles")
+	}
+	wc, err := pw.PackfileWriter()
+	if err != nil {
+		return fmt.Errorf("store pack: %w", err)
+	}
+	if _, err := wc.Write(pack); err != nil {
+		wc.Close()
+		return fmt.Errorf("store pack: %w", err)
+	}
+	if err := wc.Close(); err != nil {
+		return fmt.Errorf("store pack: %w", err)
+	}
+	return nil
 }
 
 // sortTreeEntries orders entries as Git requires: by name, a directory
@@ -611,54 +707,68 @@ func onlyStatusChanged(base, next *object.Tree) error {
 	return nil
 }
 
-// push sends commit to branch, only if the branch is still at base (or
-// still absent), never forcing.
-func (w *StatusWriter) push(ctx context.Context, o transportOptions, branch string, base plumbing.Hash, exists bool, commit plumbing.Hash) error {
-	local := plumbing.ReferenceName("refs/machina/status")
-	if err := w.repo.Storer.SetReference(plumbing.NewHashReference(local, commit)); err != nil {
-		return fmt.Errorf("set local ref: %w", err)
+// errRemoteMoved is a push refused because the branch is no longer at the
+// base the commit was built on.
+var errRemoteMoved = fmt.Errorf("remote branch moved: %w", ErrNonFastForward)
+
+// push sends the pack and updates branch from base to the new commit in one
+// receive-pack request, never forcing: the command names base as the old
+// value (zero when the branch must not exist yet), and git-receive-pack
+// applies it only if the ref still holds that value under its ref lock.
+// The advertised value is checked first to fail fast.
+func (w *StatusWriter) push(ctx context.Context, o transportOptions, branch string, base plumbing.Hash, exists bool, bc builtCommit) error {
+	ep, err := transport.NewEndpoint(o.url)
+	if err != nil {
+		return fmt.Errorf("push: parse url: %w", err)
 	}
-	rem, err := w.repo.Remote(remoteName)
+	ep.CaBundle = o.caBundle
+	cl, err := client.NewClient(ep)
 	if err != nil {
 		return fmt.Errorf("push: %w", err)
 	}
+	sess, err := cl.NewReceivePackSession(ep, o.auth)
+	if err != nil {
+		return fmt.Errorf("push to %s: %w", Redact(o.url), err)
+	}
+	defer sess.Close()
+	ar, err := sess.AdvertisedReferencesContext(ctx)
+	if err != nil {
+		return fmt.Errorf("push to %s: advertised refs: %w", Redact(o.url), err)
+	}
 	dst := plumbing.NewBranchReferenceName(branch)
-	opts := &git.PushOptions{
-		RemoteName: remoteName,
-		RefSpecs:   []gitconfig.RefSpec{gitconfig.RefSpec(string(local) + ":" + string(dst))},
-		Auth:       o.auth,
-		CABundle:   o.caBundle,
-	}
+	old := plumbing.ZeroHash
 	if exists {
-		// Checked against the advertised refs; the server's receive-pack
-		// then updates the ref only if it still holds the advertised
-		// old value, under its ref lock.
-		opts.RequireRemoteRefs = []gitconfig.RefSpec{gitconfig.RefSpec(base.String() + ":" + string(dst))}
+		old = base
 	}
-	err = rem.PushContext(ctx, opts)
-	if err != nil && !errors.Is(err, git.NoErrAlreadyUpToDate) {
-		return fmt.Errorf("push %s to %s: %w", short(commit), Redact(o.url), err)
+	refs, err := ar.AllReferences()
+	if err != nil {
+		return fmt.Errorf("push: advertised refs: %w", err)
+	}
+	cur := plumbing.ZeroHash
+	if ref, err := refs.Reference(dst); err == nil {
+		cur = ref.Hash()
+	}
+	if cur != old {
+		return fmt.Errorf("push %s: %s is at %s, not %s: %w", short(bc.hash), branch, cur, old, errRemoteMoved)
+	}
+	req := packp.NewReferenceUpdateRequestFromCapabilities(ar.Capabilities)
+	req.Commands = []*packp.Command{{Name: dst, Old: old, New: bc.hash}}
+	req.Packfile = io.NopCloser(bytes.NewReader(bc.pack))
+	rs, err := sess.ReceivePack(ctx, req)
+	if err != nil {
+		return fmt.Errorf("push %s to %s: %w", short(bc.hash), Redact(o.url), err)
+	}
+	if rs != nil {
+		if err := rs.Error(); err != nil {
+			return fmt.Errorf("push %s to %s: refused: %w (%w)", short(bc.hash), Redact(o.url), err, errRemoteMoved)
+		}
 	}
 	return nil
 }
 
 // message summarises the change: lifecycle transitions of changed
 // servers, then trailers.
-func (w *StatusWriter) message(oldStatus *object.Tree, oldHash plumbing.Hash, blobs []renderedBlob, lifecycles map[string]string, inv InventoryStatus) string {
-	oldBlobs := map[string]plumbing.Hash{}
-	if oldStatus != nil {
-		walker := object.NewTreeWalker(oldStatus, true, nil)
-		for {
-			name, e, err := walker.Next()
-			if err != nil {
-				break
-			}
-			if e.Mode.IsFile() {
-				oldBlobs[statusDir+"/"+name] = e.Hash
-			}
-		}
-		walker.Close()
-	}
+func (w *StatusWriter) message(oldBlobs map[string]plumbing.Hash, oldHash plumbing.Hash, blobs []renderedBlob, lifecycles map[string]string, inv InventoryStatus) string {
 	useCache := !oldHash.IsZero() && oldHash == w.lastTree && w.lifecycles != nil
 	var transitions, added []string
 	updated := 0
