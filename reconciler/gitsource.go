@@ -363,7 +363,9 @@ func (s *Source) poll(ctx context.Context) error {
 		return nil
 	}
 	if _, err := s.repo.CommitObject(tip); err != nil {
-		if err := fetchBranch(ctx, s.repo, o, s.cfg.Remote.branch(), 0); err != nil {
+		// The branch may move again between list and fetch: go on with
+		// what the fetch brought.
+		if tip, err = fetchBranch(ctx, s.repo, o, s.cfg.Remote.branch(), 0); err != nil {
 			return fmt.Errorf("git source: %w", err)
 		}
 	}
@@ -405,15 +407,17 @@ func remoteTip(ctx context.Context, repo *git.Repository, o transportOptions, br
 }
 
 // fetchBranch fetches the single branch into refs/remotes/origin/BRANCH,
-// accepting rewritten history; depth > 0 makes a shallow fetch of that many
+// accepting rewritten history, and returns the commit fetched (the tip at
+// the time of the fetch); depth > 0 makes a shallow fetch of that many
 // commits.
-func fetchBranch(ctx context.Context, repo *git.Repository, o transportOptions, branch string, depth int) error {
+func fetchBranch(ctx context.Context, repo *git.Repository, o transportOptions, branch string, depth int) (plumbing.Hash, error) {
 	rem, err := repo.Remote(remoteName)
 	if err != nil {
-		return fmt.Errorf("fetch: %w", err)
+		return plumbing.ZeroHash, fmt.Errorf("fetch: %w", err)
 	}
+	local := plumbing.NewRemoteReferenceName(remoteName, branch)
 	err = rem.FetchContext(ctx, &git.FetchOptions{
-		RefSpecs: []gitconfig.RefSpec{gitconfig.RefSpec("+refs/heads/" + branch + ":refs/remotes/" + remoteName + "/" + branch)},
+		RefSpecs: []gitconfig.RefSpec{gitconfig.RefSpec("+refs/heads/" + branch + ":" + string(local))},
 		Auth:     o.auth,
 		CABundle: o.caBundle,
 		Tags:     git.NoTags,
@@ -421,9 +425,13 @@ func fetchBranch(ctx context.Context, repo *git.Repository, o transportOptions, 
 		Depth:    depth,
 	})
 	if err != nil && !errors.Is(err, git.NoErrAlreadyUpToDate) {
-		return fmt.Errorf("fetch %s from %s: %w", branch, Redact(o.url), err)
+		return plumbing.ZeroHash, fmt.Errorf("fetch %s from %s: %w", branch, Redact(o.url), err)
 	}
-	return nil
+	ref, err := repo.Reference(local, true)
+	if err != nil {
+		return plumbing.ZeroHash, fmt.Errorf("fetch %s from %s: %w", branch, Redact(o.url), err)
+	}
+	return ref.Hash(), nil
 }
 
 var inventoryFiles = []string{inventory.ServersFile, inventory.ProfilesFile, inventory.ImagesFile}

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/pem"
 	"errors"
+	"io"
+	"log"
 	"log/slog"
 	"net/http"
 	"net/http/cgi"
@@ -29,7 +31,7 @@ func startHTTPSGit(t *testing.T, root, token string) (url string, caFile string)
 		backend = filepath.Join(strings.TrimSpace(string(out)), "git-http-backend")
 	}
 	h := &cgi.Handler{Path: backend, Env: []string{"GIT_PROJECT_ROOT=" + root, "GIT_HTTP_EXPORT_ALL=1", "REMOTE_USER=machina"}}
-	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if _, pass, ok := r.BasicAuth(); !ok || pass != token {
 			w.Header().Set("WWW-Authenticate", `Basic realm="git"`)
 			http.Error(w, "unauthorised", http.StatusUnauthorized)
@@ -37,6 +39,9 @@ func startHTTPSGit(t *testing.T, root, token string) (url string, caFile string)
 		}
 		h.ServeHTTP(w, r)
 	}))
+	// The no-CA case makes the client abort handshakes on purpose.
+	srv.Config.ErrorLog = log.New(io.Discard, "", 0)
+	srv.StartTLS()
 	t.Cleanup(srv.Close)
 	caFile = filepath.Join(t.TempDir(), "ca.pem")
 	pemBytes := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})

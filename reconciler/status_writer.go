@@ -385,7 +385,9 @@ func (w *StatusWriter) write(ctx context.Context, s Snapshot) (WriteResult, erro
 		}
 		if exists {
 			if _, err := w.repo.CommitObject(base); err != nil {
-				if err := fetchBranch(ctx, w.repo, o, branch, 1); err != nil {
+				// Build on what the fetch brought, even if the
+				// branch moved again since the list.
+				if base, err = fetchBranch(ctx, w.repo, o, branch, 1); err != nil {
 					lastErr = err
 					continue
 				}
