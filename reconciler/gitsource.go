@@ -257,6 +257,13 @@ func (s *Source) Latest() (good Revision, invalid *InvalidRevision) {
 	return s.good, s.invalid
 }
 
+// InventoryStatus returns Latest in the form [Snapshot] carries, for the
+// status writer. Safe for concurrent use.
+func (s *Source) InventoryStatus() InventoryStatus {
+	good, invalid := s.Latest()
+	return InventoryStatus{Good: RevisionRef{Commit: good.Commit, Digest: good.Digest}, Invalid: invalid}
+}
+
 // Err returns the error of the last poll, nil if it succeeded. Safe for
 // concurrent use.
 func (s *Source) Err() error {
@@ -325,10 +332,13 @@ func backoffDelay(interval, maxBackoff time.Duration, failures int, r float64) t
 // moved, validate. Run calls it; it is exported for one-shot tools
 // (machinactl) and must not run concurrently with Run. The error is also
 // kept for Err.
-func (s *Source) Poll(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
+func (s *Source) Poll(parent context.Context) error {
+	ctx, cancel := context.WithTimeout(parent, s.cfg.Timeout)
 	defer cancel()
 	err := s.poll(ctx)
+	if err != nil && parent.Err() != nil {
+		return err // shutting down: not an outage
+	}
 	s.mu.Lock()
 	s.lastErr = err
 	s.mu.Unlock()

@@ -310,3 +310,40 @@ func TestHostKeyCallbackAlgorithms(t *testing.T) {
 		t.Errorf("missing known_hosts = %v, want ErrRemoteConfig", err)
 	}
 }
+
+// TestStatusWriterSSH pushes a status commit over SSH (git-receive-pack
+// behind the in-process server) and refuses a server with the wrong key.
+func TestStatusWriterSSH(t *testing.T) {
+	r := newTestRepo(t)
+	host := newSigner(t, "ed25519")
+	keyFile, khFile, client := sshFixture(t, "")
+	srv := startSSHGitServer(t, r.bare, client.PublicKey(), host)
+	write := func(listed ssh.PublicKey) (WriteResult, error) {
+		t.Helper()
+		if err := os.WriteFile(khFile, []byte(knownhosts.Line([]string{knownhosts.Normalize(srv.addr)}, listed)+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		w, err := NewStatusWriter(StatusConfig{
+			Remote:   Remote{URL: "ssh://git@" + srv.addr + r.bare, SSHKeyFile: keyFile, KnownHostsFile: khFile},
+			StateDir: t.TempDir(), Attempts: 1, Logger: testLogger(t),
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return w.Write(t.Context(), sampleSnapshot())
+	}
+	before := r.remoteHead("main")
+	if _, err := write(newSigner(t, "ed25519").PublicKey()); !errors.Is(err, ErrHostKeyMismatch) {
+		t.Fatalf("Write to a server with another key = %v, want ErrHostKeyMismatch", err)
+	}
+	if r.remoteHead("main") != before || srv.execs.Load() != 0 {
+		t.Fatal("refused server received something")
+	}
+	res, err := write(host.PublicKey())
+	if err != nil {
+		t.Fatalf("Write over ssh = %v", err)
+	}
+	if got := r.remoteHead("main").String(); got != res.Commit {
+		t.Errorf("remote main = %s, want %s", got, res.Commit)
+	}
+}
