@@ -1,9 +1,10 @@
 // Package reconciler turns the desired state in the inventory Git repository
 // into actions and writes what it observed back to Git.
 //
-// This file family holds the Git side: [Source] polls the inventory branch
-// and yields validated revisions identified by their inventory digest, and
-// [StatusWriter] renders a [Snapshot] of the fleet to status/ and commits it.
+// The Git side: [Source] polls the inventory branch and yields validated
+// revisions identified by their inventory digest; [StatusWriter] renders a
+// [Snapshot] of the fleet to status/ and commits it; [CheckStatusUntouched]
+// tells CI that a change edits status/ by hand.
 // The reconciler may import every lower package; nothing imports it except
 // api (through an interface) and cmd.
 package reconciler

@@ -594,3 +594,69 @@ func TestStatusCloneCompaction(t *testing.T) {
 		}
 	}
 }
+
+// TestInvalidRevisionReachesStatus: an invalid commit's errors, with
+// file:line, land in status/inventory.yaml while the good revision stays.
+func TestInvalidRevisionReachesStatus(t *testing.T) {
+	r := newTestRepo(t)
+	state := t.TempDir()
+	src, err := NewSource(SourceConfig{Remote: Remote{URL: r.url()}, StateDir: state, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := NewStatusWriter(StatusConfig{Remote: Remote{URL: r.url()}, StateDir: state, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustPoll(t, src)
+	good, _ := src.Latest()
+	r.edit("servers.yaml", `bootMAC: "52:54:00:01:00:03"`, `bootMAC: "52:54:00:01:00:01"`, "duplicate MAC")
+	r.push(false)
+	mustPoll(t, src)
+	_, inv := src.Latest()
+	if inv == nil {
+		t.Fatal("duplicate MAC not reported")
+	}
+	res, err := w.Write(t.Context(), Snapshot{Inventory: src.InventoryStatus()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "status: inventory invalid at " + inv.Commit[:12]; firstLine(res.Message) != want {
+		t.Errorf("subject = %q, want %q", firstLine(res.Message), want)
+	}
+	if !strings.Contains(res.Message, TrailerRevision+": "+good.Commit) {
+		t.Errorf("trailer does not name the good revision: %s", res.Message)
+	}
+	f, err := r.remoteCommit(plumbing.NewHash(res.Commit)).File("status/inventory.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := f.Contents()
+	var doc struct {
+		Valid    bool
+		ActingOn struct{ Commit, Digest string } `yaml:"actingOn"`
+		Newest   struct {
+			Commit string
+			Errors []struct {
+				File    string
+				Line    int
+				Message string
+			}
+		} `yaml:"newestInvalid"`
+	}
+	if err := yamlUnmarshal([]byte(body), &doc); err != nil {
+		t.Fatal(err)
+	}
+	if doc.Valid || doc.ActingOn.Commit != good.Commit || doc.Newest.Commit != inv.Commit || len(doc.Newest.Errors) == 0 {
+		t.Fatalf("status/inventory.yaml = %+v", doc)
+	}
+	e := doc.Newest.Errors[0]
+	if e.File != "servers.yaml" || e.Line != inv.Errors[0].Line || e.Line == 0 {
+		t.Errorf("first error %+v, want servers.yaml:%d", e, inv.Errors[0].Line)
+	}
+	// The status commit itself is no new revision, and the invalid one stays reported.
+	mustPoll(t, src)
+	if g, inv2 := src.Latest(); g.Commit != good.Commit || inv2 == nil {
+		t.Errorf("after status commit: good %s, invalid %v", g.Commit, inv2)
+	}
+}
