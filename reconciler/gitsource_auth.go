@@ -217,7 +217,7 @@ func (r Remote) sshAuth(rawURL string) (*gitssh.PublicKeys, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: parse ssh key %s: %w", ErrRemoteConfig, r.SSHKeyFile, err)
 	}
-	cb, algos, err := HostKeyCallback(r.KnownHostsFile, hostPort)
+	cb, algos, err := hostKeyCallback(r.KnownHostsFile, hostPort)
 	if err != nil {
 		return nil, err
 	}
@@ -231,7 +231,7 @@ func (r Remote) sshAuth(rawURL string) (*gitssh.PublicKeys, error) {
 	}, nil
 }
 
-// HostKeyCallback returns an ssh.HostKeyCallback that accepts only the keys
+// hostKeyCallback returns an ssh.HostKeyCallback that accepts only the keys
 // knownHostsFile lists for the server, and the host key algorithms to offer
 // for hostPort ("host:port") so that the server presents a key of a type
 // known_hosts has (ed25519, ECDSA nistp256/384/521, RSA with rsa-sha2-512,
@@ -239,7 +239,7 @@ func (r Remote) sshAuth(rawURL string) (*gitssh.PublicKeys, error) {
 // fails with ErrUnknownHostKey; a presented key that differs from the listed
 // ones fails with ErrHostKeyMismatch. Lookup follows OpenSSH: port 22 is
 // matched as "host", any other as "[host]:port"; hashed entries work.
-func HostKeyCallback(knownHostsFile, hostPort string) (ssh.HostKeyCallback, []string, error) {
+func hostKeyCallback(knownHostsFile, hostPort string) (ssh.HostKeyCallback, []string, error) {
 	base, err := knownhosts.New(knownHostsFile)
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w: read known_hosts: %w", ErrRemoteConfig, err)

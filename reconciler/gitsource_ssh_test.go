@@ -276,7 +276,7 @@ func TestHostKeyCallbackAlgorithms(t *testing.T) {
 	if err := os.WriteFile(kh, []byte(lines), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	_, algos, err := HostKeyCallback(kh, "git.example.org:22")
+	_, algos, err := hostKeyCallback(kh, "git.example.org:22")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -289,7 +289,7 @@ func TestHostKeyCallbackAlgorithms(t *testing.T) {
 			t.Errorf("unexpected algorithm %s", a)
 		}
 	}
-	cb, algos, err := HostKeyCallback(kh, "git.example.org:2222")
+	cb, algos, err := hostKeyCallback(kh, "git.example.org:2222")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -306,7 +306,7 @@ func TestHostKeyCallbackAlgorithms(t *testing.T) {
 	if err := cb("other.example.org:22", addr, ed.PublicKey()); !errors.Is(err, ErrUnknownHostKey) {
 		t.Errorf("callback(unknown host) = %v, want ErrUnknownHostKey", err)
 	}
-	if _, _, err := HostKeyCallback(filepath.Join(dir, "missing"), "h:22"); !errors.Is(err, ErrRemoteConfig) {
+	if _, _, err := hostKeyCallback(filepath.Join(dir, "missing"), "h:22"); !errors.Is(err, ErrRemoteConfig) {
 		t.Errorf("missing known_hosts = %v, want ErrRemoteConfig", err)
 	}
 }
