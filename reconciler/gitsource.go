@@ -151,6 +151,7 @@ type Source struct {
 	tip      plumbing.Hash
 	treeKey  string
 	failures int
+	pollHook func() // tests: called at the start of each Poll
 
 	mu      sync.Mutex
 	good    Revision
@@ -334,6 +335,9 @@ func backoffDelay(interval, maxBackoff time.Duration, failures int, r float64) t
 // (machinactl) and must not run concurrently with Run. The error is also
 // kept for Err.
 func (s *Source) Poll(parent context.Context) error {
+	if s.pollHook != nil {
+		s.pollHook()
+	}
 	ctx, cancel := context.WithTimeout(parent, s.cfg.Timeout)
 	defer cancel()
 	err := s.poll(ctx)
