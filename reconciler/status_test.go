@@ -7,6 +7,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -658,5 +659,58 @@ func TestInvalidRevisionReachesStatus(t *testing.T) {
 	mustPoll(t, src)
 	if g, inv2 := src.Latest(); g.Commit != good.Commit || inv2 == nil {
 		t.Errorf("after status commit: good %s, invalid %v", g.Commit, inv2)
+	}
+}
+
+// TestStatusLocalPack: the pack the writer builds by hand (and pushes) is
+// valid for the real git (verify-pack, fsck of both repositories) and is
+// read back by go-git from the writer's clone without a fetch.
+func TestStatusLocalPack(t *testing.T) {
+	r := newTestRepo(t)
+	state := t.TempDir()
+	w := newTestWriter(t, r, func(c *StatusConfig) { c.StateDir = state })
+	s := bigSnapshot(300, "ready")
+	res, err := w.Write(t.Context(), s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := w.repo.CommitObject(plumbing.NewHash(res.Commit))
+	if err != nil {
+		t.Fatalf("status commit not in the local clone: %v", err)
+	}
+	f, err := c.File("status/servers/r000-n01.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if body, _ := f.Contents(); !strings.Contains(body, "lifecycle: ready") {
+		t.Errorf("local blob = %q", body)
+	}
+	packs, err := filepath.Glob(filepath.Join(state, "status.git", "objects", "pack", "*.pack"))
+	if err != nil || len(packs) == 0 {
+		t.Fatalf("packs = %v, %v", packs, err)
+	}
+	for _, p := range packs {
+		if out, err := exec.Command("git", "verify-pack", p).CombinedOutput(); err != nil {
+			t.Errorf("git verify-pack %s: %v\n%s", p, err, out)
+		}
+	}
+	for _, dir := range []string{r.bare, filepath.Join(state, "status.git")} {
+		if out, err := exec.Command("git", "-C", dir, "fsck", "--no-dangling").CombinedOutput(); err != nil {
+			t.Errorf("git fsck %s: %v\n%s", dir, err, out)
+		}
+	}
+	// The next write builds on the local copy of its own commit: it adds
+	// exactly one pack (its own), no fetched one.
+	s.Servers[0].Lifecycle = "commissioning"
+	res2, err := w.Write(t.Context(), s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if firstLine(res2.Message) != "status: r000-n00 ready→commissioning" {
+		t.Errorf("subject = %q", firstLine(res2.Message))
+	}
+	packs2, _ := filepath.Glob(filepath.Join(state, "status.git", "objects", "pack", "*.pack"))
+	if len(packs2) != len(packs)+1 {
+		t.Errorf("packs %d → %d, want one more (no fetch)", len(packs), len(packs2))
 	}
 }

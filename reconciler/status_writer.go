@@ -3,9 +3,13 @@ package reconciler
 import (
 	"bufio"
 	"bytes"
+	"compress/zlib"
 	"context"
+	"crypto/sha1"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"log/slog"
 	"math/rand/v2"
@@ -22,7 +26,7 @@ import (
 	git "github.com/go-git/go-git/v5"
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/filemode"
-	"github.com/go-git/go-git/v5/plumbing/format/packfile"
+	"github.com/go-git/go-git/v5/plumbing/format/idxfile"
 	"github.com/go-git/go-git/v5/plumbing/object"
 	"github.com/go-git/go-git/v5/plumbing/protocol/packp"
 	"github.com/go-git/go-git/v5/plumbing/storer"
@@ -415,7 +419,7 @@ func (w *StatusWriter) write(ctx context.Context, s Snapshot) (WriteResult, erro
 			continue
 		}
 		res.Commit, res.Message = bc.hash.String(), bc.msg
-		w.log.Info("status committed", "commit", res.Commit, "subject", firstLine(bc.msg), "packBytes", len(bc.pack))
+		w.log.Info("status committed", "commit", res.Commit, "subject", firstLine(bc.msg), "packBytes", len(bc.pack.data))
 		if err := w.storePack(bc.pack); err != nil {
 			// Pushed: the next write fetches what is missing.
 			w.log.Warn("status commit pushed but not kept locally", "err", err)
@@ -485,7 +489,7 @@ type renderedBlob struct {
 type builtCommit struct {
 	hash plumbing.Hash
 	msg  string
-	pack []byte
+	pack builtPack
 }
 
 // commit builds a commit of blobs as status/ over base (or an orphan when
@@ -639,29 +643,120 @@ func (w *StatusWriter) commit(base plumbing.Hash, exists bool, blobs []renderedB
 	if err != nil {
 		return none, err
 	}
-	var pack bytes.Buffer
-	if _, err := packfile.NewEncoder(&pack, mem, false).Encode(send, 0); err != nil {
-		return none, fmt.Errorf("encode pack: %w", err)
+	pack, err := encodePack(mem, send)
+	if err != nil {
+		return none, err
 	}
-	return builtCommit{hash: ch, msg: msg, pack: pack.Bytes()}, nil
+	return builtCommit{hash: ch, msg: msg, pack: pack}, nil
 }
 
-// storePack adds a pushed pack to the local clone as one packfile.
-func (w *StatusWriter) storePack(pack []byte) error {
-	pw, ok := w.repo.Storer.(storer.PackfileWriter)
-	if !ok {
-		return errors.New("store pack: storage cannot write packfiles")
+// packedObject locates one object in a pack built by encodePack.
+type packedObject struct {
+	hash   plumbing.Hash
+	offset uint64
+	crc    uint32
+}
+
+// builtPack is a version 2 packfile (gitformat-pack) of whole objects, no
+// deltas, with what its index needs.
+type builtPack struct {
+	data    []byte
+	objects []packedObject
+	hash    plumbing.Hash // the trailing SHA-1
+}
+
+// encodePack writes the objects hs of st as a packfile, compressed with
+// zlib.BestSpeed: status blobs are small and many, and speed matters
+// more than a few percent of size. It records each object's offset and
+// CRC-32 so the index is built without re-reading the pack.
+func encodePack(st storer.EncodedObjectStorer, hs []plumbing.Hash) (builtPack, error) {
+	var p builtPack
+	var buf bytes.Buffer
+	buf.WriteString("PACK")
+	buf.Write(binary.BigEndian.AppendUint32(nil, 2))
+	buf.Write(binary.BigEndian.AppendUint32(nil, uint32(len(hs))))
+	zw, _ := zlib.NewWriterLevel(io.Discard, zlib.BestSpeed)
+	p.objects = make([]packedObject, 0, len(hs))
+	for _, h := range hs {
+		obj, err := st.EncodedObject(plumbing.AnyObject, h)
+		if err != nil {
+			return p, fmt.Errorf("encode pack: %w", err)
+		}
+		start := buf.Len()
+		// Object header: type in bits 4-6 of the first byte, size in
+		// 4 bits then 7 bits per continuation byte.
+		size := uint64(obj.Size())
+		c := byte(obj.Type())<<4 | byte(size&0x0f)
+		size >>= 4
+		for size > 0 {
+			buf.WriteByte(c | 0x80)
+			c = byte(size & 0x7f)
+			size >>= 7
+		}
+		buf.WriteByte(c)
+		r, err := obj.Reader()
+		if err != nil {
+			return p, fmt.Errorf("encode pack: %w", err)
+		}
+		zw.Reset(&buf)
+		_, err = io.Copy(zw, r)
+		r.Close()
+		if err == nil {
+			err = zw.Close()
+		}
+		if err != nil {
+			return p, fmt.Errorf("encode pack: %w", err)
+		}
+		p.objects = append(p.objects, packedObject{hash: h, offset: uint64(start), crc: crc32.ChecksumIEEE(buf.Bytes()[start:])})
 	}
-	wc, err := pw.PackfileWriter()
+	sum := sha1.Sum(buf.Bytes())
+	buf.Write(sum[:])
+	p.hash = plumbing.Hash(sum)
+	p.data = buf.Bytes()
+	return p, nil
+}
+
+// storePack adds a pushed pack and its index to the local clone
+// (objects/pack/pack-HASH.{pack,idx}, index written last) and makes the
+// storage see it.
+func (w *StatusWriter) storePack(p builtPack) error {
+	iw := new(idxfile.Writer)
+	if err := iw.OnHeader(uint32(len(p.objects))); err != nil {
+		return fmt.Errorf("store pack: %w", err)
+	}
+	for _, o := range p.objects {
+		iw.Add(o.hash, o.offset, o.crc)
+	}
+	if err := iw.OnFooter(p.hash); err != nil {
+		return fmt.Errorf("store pack: %w", err)
+	}
+	idx, err := iw.Index()
 	if err != nil {
+		return fmt.Errorf("store pack: index: %w", err)
+	}
+	var ib bytes.Buffer
+	if _, err := idxfile.NewEncoder(&ib).Encode(idx); err != nil {
+		return fmt.Errorf("store pack: encode index: %w", err)
+	}
+	dir := filepath.Join(w.cfg.StateDir, "status.git", "objects", "pack")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("store pack: %w", err)
 	}
-	if _, err := wc.Write(pack); err != nil {
-		wc.Close()
-		return fmt.Errorf("store pack: %w", err)
+	base := filepath.Join(dir, "pack-"+p.hash.String())
+	for _, f := range []struct {
+		ext  string
+		data []byte
+	}{{".pack", p.data}, {".idx", ib.Bytes()}} {
+		tmp := base + f.ext + ".tmp"
+		if err := os.WriteFile(tmp, f.data, 0o600); err != nil {
+			return fmt.Errorf("store pack: %w", err)
+		}
+		if err := os.Rename(tmp, base+f.ext); err != nil {
+			return fmt.Errorf("store pack: %w", err)
+		}
 	}
-	if err := wc.Close(); err != nil {
-		return fmt.Errorf("store pack: %w", err)
+	if ri, ok := w.repo.Storer.(interface{ Reindex() }); ok {
+		ri.Reindex()
 	}
 	return nil
 }
@@ -758,7 +853,7 @@ func (w *StatusWriter) push(ctx context.Context, o transportOptions, branch stri
 	}
 	req := packp.NewReferenceUpdateRequestFromCapabilities(ar.Capabilities)
 	req.Commands = []*packp.Command{{Name: dst, Old: old, New: bc.hash}}
-	req.Packfile = io.NopCloser(bytes.NewReader(bc.pack))
+	req.Packfile = io.NopCloser(bytes.NewReader(bc.pack.data))
 	rs, err := sess.ReceivePack(ctx, req)
 	if err != nil {
 		return fmt.Errorf("push %s to %s: %w", short(bc.hash), Redact(o.url), err)
