@@ -298,11 +298,10 @@ func (s *Source) Run(ctx context.Context) error {
 	}
 	defer s.running.Store(false)
 	for {
-		err := s.Poll(ctx)
+		_ = s.Poll(ctx) // kept for Err and reported as events by Poll
 		if ctx.Err() != nil {
 			return nil
 		}
-		_ = err // recorded and reported by Poll
 		t := time.NewTimer(backoffDelay(s.cfg.Interval, s.cfg.MaxBackoff, s.failures, rand.Float64()))
 		select {
 		case <-ctx.Done():

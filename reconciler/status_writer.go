@@ -3,6 +3,7 @@ package reconciler
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"compress/zlib"
 	"context"
 	"crypto/sha1"
@@ -333,15 +334,8 @@ func (w *StatusWriter) Write(parent context.Context, s Snapshot) (WriteResult, e
 	if w.health.Failing {
 		w.log.Info("status write-back recovered")
 	}
-	w.health = StatusHealth{LastCommit: cmp0(res.Commit, w.health.LastCommit), LastSuccess: time.Now()}
+	w.health = StatusHealth{LastCommit: cmp.Or(res.Commit, w.health.LastCommit), LastSuccess: time.Now()}
 	return res, nil
-}
-
-func cmp0(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
 }
 
 func (w *StatusWriter) write(ctx context.Context, s Snapshot) (WriteResult, error) {
@@ -953,15 +947,8 @@ func (w *StatusWriter) message(oldBlobs map[string]plumbing.Hash, oldHash plumbi
 	if b.String()[len(b.String())-2:] != "\n\n" {
 		b.WriteByte('\n')
 	}
-	fmt.Fprintf(&b, "%s: %s\n%s: %s\n", TrailerRevision, cmpOr(inv.Good.Commit, "none"), TrailerDigest, cmpOr(inv.Good.Digest, "none"))
+	fmt.Fprintf(&b, "%s: %s\n%s: %s\n", TrailerRevision, cmp.Or(inv.Good.Commit, "none"), TrailerDigest, cmp.Or(inv.Good.Digest, "none"))
 	return b.String()
-}
-
-func cmpOr(a, b string) string {
-	if a == "" {
-		return b
-	}
-	return a
 }
 
 // summarise joins items after prefix while the line stays within limit
