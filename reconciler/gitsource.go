@@ -397,8 +397,11 @@ func (s *Source) poll(ctx context.Context) error {
 			}
 		}
 	}
+	if err := s.evaluate(commit, false); err != nil {
+		return err
+	}
 	s.tip = tip
-	return s.evaluate(commit, false)
+	return nil
 }
 
 // remoteTip asks the remote for its branch tip (git ls-remote).
@@ -480,6 +483,12 @@ func (s *Source) evaluate(commit *object.Commit, restoring bool) error {
 	if ferr == nil {
 		res, ferr = inventory.Load(fsys, s.cfg.Limits)
 	}
+	var ve *inventory.ValidationError
+	if ferr != nil && !errors.As(ferr, &ve) {
+		// Reading the local clone failed: not the revision's fault;
+		// the poll fails and the commit is evaluated again next time.
+		return fmt.Errorf("git source: read inventory of %s: %w", short(commit.Hash), ferr)
+	}
 	s.treeKey = key.String()
 	id := commit.Hash.String()
 	if ferr != nil {
@@ -540,7 +549,7 @@ func (s *Source) readFiles(entries []*object.TreeEntry) (fs.FS, error) {
 		name := inventoryFiles[i]
 		blob, err := s.repo.BlobObject(e.Hash)
 		if err != nil {
-			return nil, &inventory.ValidationError{Errors: []inventory.FieldError{{File: name, Msg: "cannot read from git: " + err.Error(), Severity: inventory.SeverityError}}}
+			return nil, fmt.Errorf("read %s: %w", name, err)
 		}
 		if blob.Size > maxBytes {
 			return nil, &inventory.ValidationError{Errors: []inventory.FieldError{{File: name, Severity: inventory.SeverityError,
