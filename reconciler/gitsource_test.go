@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/machina-metal/machina/inventory"
 )
 
 func newTestSource(t *testing.T, r *testRepo, stateDir string, log *eventLog) *Source {
@@ -397,5 +399,24 @@ func TestRemoteParse(t *testing.T) {
 	// ssh without known_hosts is refused before any connection.
 	if _, err := (Remote{URL: "ssh://git@h/x", SSHKeyFile: tok}).options(); !errors.Is(err, ErrRemoteConfig) {
 		t.Errorf("ssh without known_hosts = %v, want ErrRemoteConfig", err)
+	}
+}
+
+// TestSourceOversizedFile: a file over Limits.MaxFileBytes is refused from
+// its blob size, before it is read, and reported as an invalid revision.
+func TestSourceOversizedFile(t *testing.T) {
+	r := newTestRepo(t)
+	s, err := NewSource(SourceConfig{Remote: Remote{URL: r.url()}, StateDir: t.TempDir(),
+		Limits: inventory.Limits{MaxFileBytes: 64 << 10}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustPoll(t, s)
+	r.commit("huge comment", map[string]string{"servers.yaml": r.read("servers.yaml") + "#" + strings.Repeat("x", 100<<10) + "\n"})
+	r.push(false)
+	mustPoll(t, s)
+	good, inv := s.Latest()
+	if good.Commit == "" || inv == nil || inv.Errors[0].File != "servers.yaml" || !strings.Contains(inv.Errors[0].Msg, "limit") {
+		t.Fatalf("Latest = %s, %+v; want the last good kept and a size error", good.Commit, inv)
 	}
 }
