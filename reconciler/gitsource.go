@@ -333,14 +333,14 @@ func backoffDelay(interval, maxBackoff time.Duration, failures int, r float64) t
 // moved, validate. Run calls it; it is exported for one-shot tools
 // (machinactl) and must not run concurrently with Run. The error is also
 // kept for Err.
-func (s *Source) Poll(parent context.Context) error {
+func (s *Source) Poll(ctx context.Context) error {
 	if s.pollHook != nil {
 		s.pollHook()
 	}
-	ctx, cancel := context.WithTimeout(parent, s.cfg.Timeout)
+	pctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
 	defer cancel()
-	err := s.poll(ctx)
-	if err != nil && parent.Err() != nil {
+	err := s.poll(pctx)
+	if err != nil && ctx.Err() != nil {
 		return err // shutting down: not an outage
 	}
 	s.mu.Lock()

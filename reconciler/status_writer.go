@@ -309,11 +309,11 @@ func (w *StatusWriter) Run(ctx context.Context) error {
 // is checked to change nothing outside status/ before each push. Errors:
 // ErrNonFastForward when every attempt lost a race, ErrOutsideStatus,
 // or a wrapped transport error. Health is updated either way.
-func (w *StatusWriter) Write(parent context.Context, s Snapshot) (WriteResult, error) {
-	ctx, cancel := context.WithTimeout(parent, w.cfg.Timeout)
+func (w *StatusWriter) Write(ctx context.Context, s Snapshot) (WriteResult, error) {
+	wctx, cancel := context.WithTimeout(ctx, w.cfg.Timeout)
 	defer cancel()
-	res, err := w.write(ctx, s)
-	if err != nil && parent.Err() != nil {
+	res, err := w.write(wctx, s)
+	if err != nil && ctx.Err() != nil {
 		return res, err // shutting down: not a write-back failure
 	}
 	w.mu.Lock()
