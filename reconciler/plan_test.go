@@ -13,7 +13,7 @@ import (
 
 var updatePlans = flag.Bool("update-plans", false, "rewrite testdata/plan/*.golden")
 
-var t0 = time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC)
+var planT0 = time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC)
 
 func exampleInventory(t testing.TB) *inventory.Inventory {
 	t.Helper()
@@ -28,7 +28,7 @@ func exampleInventory(t testing.TB) *inventory.Inventory {
 func observe(inv *inventory.Inventory, lc state.Lifecycle, hw func(name string) *state.Hardware) state.Snapshot {
 	snap := state.Snapshot{Servers: map[string]state.Server{}}
 	for _, s := range inv.Servers {
-		o := state.Server{Name: s.Name, Zone: s.Zone, Site: s.Site, Rack: s.Rack, BootMAC: s.BootMAC, Lifecycle: lc, LifecycleAt: t0,
+		o := state.Server{Name: s.Name, Zone: s.Zone, Site: s.Site, Rack: s.Rack, BootMAC: s.BootMAC, Lifecycle: lc, LifecycleAt: planT0,
 			BMC: state.BMCFacts{Driver: string(s.BMC.Driver), Address: s.BMC.Address, Credentials: s.BMC.Credentials}}
 		if s.Want == inventory.WantRetired && lc != state.LifecycleNew {
 			o.Lifecycle = state.LifecycleRetired
@@ -77,9 +77,9 @@ func TestPlanGolden(t *testing.T) {
 		}},
 		{name: "steady-fleet-no-changes", have: func(inv *inventory.Inventory) state.Snapshot {
 			snap := observe(inv, state.LifecycleReady, bigHW)
-			setLC(snap, "r1-n01", state.LifecycleDeployed, &state.Allocation{Profile: "hypervisor", Reason: ReasonCount, At: t0})
-			setLC(snap, "r1-n02", state.LifecycleDeployed, &state.Allocation{Profile: "hypervisor", Reason: ReasonCount, At: t0})
-			setLC(snap, "r2-n01", state.LifecycleDeployed, &state.Allocation{Profile: "storage", Reason: ReasonCount, At: t0})
+			setLC(snap, "r1-n01", state.LifecycleDeployed, &state.Allocation{Profile: "hypervisor", Reason: ReasonCount, At: planT0})
+			setLC(snap, "r1-n02", state.LifecycleDeployed, &state.Allocation{Profile: "hypervisor", Reason: ReasonCount, At: planT0})
+			setLC(snap, "r2-n01", state.LifecycleDeployed, &state.Allocation{Profile: "storage", Reason: ReasonCount, At: planT0})
 			return snap
 		}},
 		{name: "count-lowered-releases-newest", want: func() *inventory.Inventory {
@@ -88,11 +88,11 @@ func TestPlanGolden(t *testing.T) {
 			return c
 		}, have: func(inv *inventory.Inventory) state.Snapshot {
 			snap := observe(inv, state.LifecycleReady, bigHW)
-			setLC(snap, "r1-n01", state.LifecycleDeployed, &state.Allocation{Profile: "hypervisor", Reason: ReasonCount, At: t0})
-			setLC(snap, "r1-n02", state.LifecycleDeployed, &state.Allocation{Profile: "hypervisor", Reason: ReasonCount, At: t0.Add(time.Minute)})
-			setLC(snap, "r1-n03", state.LifecycleDeployed, &state.Allocation{Profile: "hypervisor", Reason: ReasonCount, At: t0.Add(time.Minute)})
-			setLC(snap, "r1-n04", state.LifecycleDeployed, &state.Allocation{Profile: "hypervisor", Reason: ReasonCount, At: t0.Add(-time.Minute)})
-			setLC(snap, "r2-n01", state.LifecycleDeployed, &state.Allocation{Profile: "storage", Reason: ReasonCount, At: t0})
+			setLC(snap, "r1-n01", state.LifecycleDeployed, &state.Allocation{Profile: "hypervisor", Reason: ReasonCount, At: planT0})
+			setLC(snap, "r1-n02", state.LifecycleDeployed, &state.Allocation{Profile: "hypervisor", Reason: ReasonCount, At: planT0.Add(time.Minute)})
+			setLC(snap, "r1-n03", state.LifecycleDeployed, &state.Allocation{Profile: "hypervisor", Reason: ReasonCount, At: planT0.Add(time.Minute)})
+			setLC(snap, "r1-n04", state.LifecycleDeployed, &state.Allocation{Profile: "hypervisor", Reason: ReasonCount, At: planT0.Add(-time.Minute)})
+			setLC(snap, "r2-n01", state.LifecycleDeployed, &state.Allocation{Profile: "storage", Reason: ReasonCount, At: planT0})
 			return snap
 		}},
 		{name: "too-few-servers", want: func() *inventory.Inventory {
@@ -103,8 +103,8 @@ func TestPlanGolden(t *testing.T) {
 		{name: "failed-mid-deploy-replaced", have: func(inv *inventory.Inventory) state.Snapshot {
 			snap := observe(inv, state.LifecycleReady, bigHW)
 			setLC(snap, "r1-n01", state.LifecycleFailed, nil)
-			setLC(snap, "r1-n02", state.LifecycleDeploying, &state.Allocation{Profile: "hypervisor", Reason: ReasonCount, At: t0})
-			setLC(snap, "r2-n01", state.LifecycleDeployed, &state.Allocation{Profile: "storage", Reason: ReasonCount, At: t0})
+			setLC(snap, "r1-n02", state.LifecycleDeploying, &state.Allocation{Profile: "hypervisor", Reason: ReasonCount, At: planT0})
+			setLC(snap, "r2-n01", state.LifecycleDeployed, &state.Allocation{Profile: "storage", Reason: ReasonCount, At: planT0})
 			return snap
 		}},
 		{name: "retire-half-held", want: func() *inventory.Inventory {
@@ -131,9 +131,9 @@ func TestPlanGolden(t *testing.T) {
 			return c
 		}, have: func(inv *inventory.Inventory) state.Snapshot {
 			snap := observe(inv, state.LifecycleReady, bigHW)
-			setLC(snap, "r1-n01", state.LifecycleDeployed, &state.Allocation{Profile: "hypervisor", Reason: ReasonCount, At: t0})
-			setLC(snap, "r1-n02", state.LifecycleDeployed, &state.Allocation{Profile: "hypervisor", Reason: ReasonCount, At: t0})
-			setLC(snap, "r2-n01", state.LifecycleDeployed, &state.Allocation{Profile: "storage", Reason: ReasonCount, At: t0})
+			setLC(snap, "r1-n01", state.LifecycleDeployed, &state.Allocation{Profile: "hypervisor", Reason: ReasonCount, At: planT0})
+			setLC(snap, "r1-n02", state.LifecycleDeployed, &state.Allocation{Profile: "hypervisor", Reason: ReasonCount, At: planT0})
+			setLC(snap, "r2-n01", state.LifecycleDeployed, &state.Allocation{Profile: "storage", Reason: ReasonCount, At: planT0})
 			return snap
 		}},
 		{name: "orphan-and-counters-and-timeout", want: func() *inventory.Inventory {
@@ -143,13 +143,13 @@ func TestPlanGolden(t *testing.T) {
 			return c
 		}, have: func(inv *inventory.Inventory) state.Snapshot {
 			snap := observe(inv, state.LifecycleReady, bigHW)
-			snap.Servers["old-n09"] = state.Server{Name: "old-n09", Lifecycle: state.LifecycleDeployed, LifecycleAt: t0}
+			snap.Servers["old-n09"] = state.Server{Name: "old-n09", Lifecycle: state.LifecycleDeployed, LifecycleAt: planT0}
 			s := snap.Servers["r1-n01"]
 			s.Actions = map[string]int64{"powerCycle": 1}
 			snap.Servers["r1-n01"] = s
 			setLC(snap, "r2-n02", state.LifecycleCommissioning, nil)
 			return snap
-		}, opts: PlanOptions{Now: t0.Add(31 * time.Minute)}},
+		}, opts: PlanOptions{Now: planT0.Add(31 * time.Minute)}},
 		{name: "pinned-deploy-and-release", want: func() *inventory.Inventory {
 			c := cloneInv(inv)
 			c.Server("r3-n01").Want, c.Server("r3-n01").Profile = inventory.WantDeployed, "gpu"
@@ -157,10 +157,10 @@ func TestPlanGolden(t *testing.T) {
 			return c
 		}, have: func(inv *inventory.Inventory) state.Snapshot {
 			snap := observe(inv, state.LifecycleReady, bigHW)
-			setLC(snap, "r1-n01", state.LifecycleDeployed, &state.Allocation{Profile: "hypervisor", Reason: ReasonCount, At: t0})
-			setLC(snap, "r1-n02", state.LifecycleDeployed, &state.Allocation{Profile: "hypervisor", Reason: ReasonCount, At: t0})
-			setLC(snap, "r2-n01", state.LifecycleDeployed, &state.Allocation{Profile: "storage", Reason: ReasonCount, At: t0})
-			setLC(snap, "r3-n02", state.LifecycleDeployed, &state.Allocation{Profile: "gpu", Reason: ReasonPinned, At: t0})
+			setLC(snap, "r1-n01", state.LifecycleDeployed, &state.Allocation{Profile: "hypervisor", Reason: ReasonCount, At: planT0})
+			setLC(snap, "r1-n02", state.LifecycleDeployed, &state.Allocation{Profile: "hypervisor", Reason: ReasonCount, At: planT0})
+			setLC(snap, "r2-n01", state.LifecycleDeployed, &state.Allocation{Profile: "storage", Reason: ReasonCount, At: planT0})
+			setLC(snap, "r3-n02", state.LifecycleDeployed, &state.Allocation{Profile: "gpu", Reason: ReasonPinned, At: planT0})
 			return snap
 		}},
 	}
@@ -171,7 +171,7 @@ func TestPlanGolden(t *testing.T) {
 				want = tt.want()
 			}
 			if tt.opts.Now.IsZero() {
-				tt.opts.Now = t0.Add(time.Minute)
+				tt.opts.Now = planT0.Add(time.Minute)
 			}
 			got := Plan(want, tt.have(want), tt.opts).Text()
 			golden := filepath.Join("testdata", "plan", tt.name+".golden")
