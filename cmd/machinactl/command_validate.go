@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/machina-metal/machina/inventory"
+	"github.com/machina-metal/machina/reconciler"
 )
 
 // newValidateCmd is `machinactl validate [DIR]`: exit 0 valid, 1 invalid
@@ -20,6 +21,7 @@ func newValidateCmd(e *env) *cobra.Command {
 	var format string
 	var strict bool
 	var maxFile int64
+	var base string
 	cmd := &cobra.Command{
 		Use:   "validate [DIR]",
 		Short: "Validate an inventory repository (servers.yaml, profiles.yaml, images.yaml)",
@@ -53,7 +55,21 @@ Exit status: 0 valid, 1 invalid (or warnings with --strict), 2 usage or I/O erro
 			rep := report{Dir: dir}
 			if verr != nil {
 				rep.Errors, rep.Warnings = verr.Errors, verr.Warnings
-			} else {
+			}
+			if base != "" {
+				// status/ belongs to the controller: a change that edits it
+				// by hand is refused (issue 9).
+				var sed *reconciler.StatusEditError
+				switch err := reconciler.CheckStatusUntouched(dir, base, "HEAD"); {
+				case errors.As(err, &sed):
+					for _, p := range sed.Paths {
+						rep.Errors = append(rep.Errors, inventory.FieldError{File: p, Msg: "edited by hand; status/ is written by the controller only", Severity: inventory.SeverityError})
+					}
+				case err != nil:
+					return &exitError{code: 2, err: fmt.Errorf("--base %s: %w", base, err)}
+				}
+			}
+			if len(rep.Errors) == 0 && res != nil {
 				rep.Valid = true
 				rep.Warnings = res.Warnings
 				rep.Digest = res.Inventory.Digest
@@ -70,6 +86,7 @@ Exit status: 0 valid, 1 invalid (or warnings with --strict), 2 usage or I/O erro
 	}
 	cmd.Flags().StringVar(&format, "format", "text", "output format: text, json or github (GitHub Actions annotations, then the plain list)")
 	cmd.Flags().BoolVar(&strict, "strict", false, "fail on warnings too")
+	cmd.Flags().StringVar(&base, "base", "", "also refuse hand edits of status/ between this revision (e.g. origin/main) and HEAD")
 	cmd.Flags().Int64Var(&maxFile, "max-file-size", 16<<20, "refuse inventory files larger than this many bytes")
 	return cmd
 }

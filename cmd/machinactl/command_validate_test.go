@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"flag"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -162,5 +163,57 @@ func TestValidateNeverEchoesSecrets(t *testing.T) {
 				t.Errorf("%s (%s): output repeats the secret:\n%s", c, format, stdout)
 			}
 		}
+	}
+}
+
+// TestValidateBaseRefusesStatusEdits: with --base, a change that edits
+// status/ by hand fails validation; one that leaves it alone passes.
+func TestValidateBaseRefusesStatusEdits(t *testing.T) {
+	if _, err := exec.LookPath("git"); err != nil {
+		t.Skip("git not installed")
+	}
+	dir := t.TempDir()
+	git := func(args ...string) {
+		t.Helper()
+		cmd := exec.Command("git", append([]string{"-c", "user.name=t", "-c", "user.email=t@t", "-c", "init.defaultBranch=main"}, args...)...)
+		cmd.Dir = dir
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("git %v: %v\n%s", args, err, out)
+		}
+	}
+	for _, f := range []string{"servers.yaml", "profiles.yaml", "images.yaml"} {
+		b, err := os.ReadFile(filepath.Join("../../inventory-example", f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, f), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.MkdirAll(filepath.Join(dir, "status", "servers"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "status", "servers", "r1-n01.yaml"), []byte("lifecycle: ready\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	git("init", "-q")
+	git("add", "-A")
+	git("commit", "-qm", "base")
+	git("checkout", "-qb", "change")
+	if err := os.WriteFile(filepath.Join(dir, "README.md"), []byte("notes\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	git("add", "-A")
+	git("commit", "-qm", "readme")
+	if _, _, code := runCLI(t, "validate", "--base", "main", dir); code != 0 {
+		t.Fatalf("README-only change: exit %d, want 0", code)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "status", "servers", "r1-n01.yaml"), []byte("lifecycle: deployed\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	git("commit", "-qam", "hand edit")
+	stdout, _, code := runCLI(t, "validate", "--base", "main", dir)
+	if code != 1 || !strings.Contains(stdout, "status/servers/r1-n01.yaml: edited by hand") {
+		t.Errorf("status edit: exit %d, output:\n%s", code, stdout)
 	}
 }
