@@ -1,0 +1,160 @@
+package reconciler
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/machina-metal/machina/inventory"
+	"github.com/machina-metal/machina/state"
+)
+
+// StatusBuilder turns the store, the latest plan and the Git source's view
+// into the status writer's Snapshot. It keeps the few most recent events of
+// each server in memory, read incrementally from the store, and the time
+// each condition was first seen, so repeated builds of an unchanged fleet
+// render identical bytes. Safe for concurrent use.
+type StatusBuilder struct {
+	// Store is read for servers, hosts and events. Required.
+	Store *state.Store
+	// EventsPerServer is how many recent events each server's status
+	// shows; zero means 5.
+	EventsPerServer int
+
+	mu      sync.Mutex
+	lastSeq uint64
+	recent  map[string][]state.Event
+	since   map[string]time.Time // server/condition type/status → first seen
+}
+
+// Build returns the status snapshot of the fleet. inv is the Git source's
+// inventory status; images the image states; plan the latest plan (its
+// conditions become server conditions).
+func (b *StatusBuilder) Build(inv InventoryStatus, images []ImageStatus, plan Result) (Snapshot, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.recent == nil {
+		b.recent, b.since = map[string][]state.Event{}, map[string]time.Time{}
+	}
+	keep := b.EventsPerServer
+	if keep <= 0 {
+		keep = 5
+	}
+	for {
+		evs, err := b.Store.Events(state.EventQuery{After: b.lastSeq, Limit: state.MaxPageSize})
+		if err != nil {
+			return Snapshot{}, fmt.Errorf("status: read events: %w", err)
+		}
+		for _, e := range evs {
+			b.lastSeq = e.Seq
+			if e.Server == "" {
+				continue
+			}
+			r := append(b.recent[e.Server], e)
+			if len(r) > keep {
+				r = r[len(r)-keep:]
+			}
+			b.recent[e.Server] = r
+		}
+		if len(evs) < state.MaxPageSize {
+			break
+		}
+	}
+	snap, err := b.Store.Snapshot()
+	if err != nil {
+		return Snapshot{}, fmt.Errorf("status: snapshot: %w", err)
+	}
+	planConds := map[string][]PlanCondition{}
+	for _, c := range plan.Conditions {
+		if name, ok := strings.CutPrefix(c.Subject, "server/"); ok {
+			planConds[name] = append(planConds[name], c)
+		}
+	}
+	out := Snapshot{Inventory: inv, Images: images}
+	seen := map[string]bool{}
+	for _, name := range sortedKeys(snap.Servers) {
+		s := snap.Servers[name]
+		ss := ServerStatus{Name: name, Lifecycle: string(s.Lifecycle), Power: string(s.Power.State), Health: s.Health, LastError: s.LastError}
+		if s.Allocation != nil {
+			ss.Profile, ss.Allocation = s.Allocation.Profile, s.Allocation.Reason
+		}
+		if hw := s.Hardware; hw != nil {
+			ss.Hardware = Hardware{Vendor: hw.Vendor, Model: hw.Product, Serial: hw.Serial, Cores: hw.Cores, MemoryGiB: hw.MemoryBytes >> 30}
+			for _, d := range hw.Disks {
+				ss.Hardware.Disks = append(ss.Hardware.Disks, Disk{Name: d.Name, Model: d.Model, Serial: d.Serial, SizeGiB: d.SizeBytes >> 30})
+			}
+			for _, n := range hw.NICs {
+				ss.Hardware.NICs = append(ss.Hardware.NICs, NIC{Name: n.Name, MAC: n.MAC, SpeedMbps: n.SpeedMbps})
+			}
+		}
+		ss.ObservedActions = inventory.Actions{Commission: s.Actions["commission"], PowerCycle: s.Actions["powerCycle"], PowerOn: s.Actions["powerOn"], PowerOff: s.Actions["powerOff"]}
+		add := func(typ, status, reason, msg string) {
+			key := name + "/" + typ + "/" + status
+			seen[key] = true
+			at, ok := b.since[key]
+			if !ok {
+				at = s.UpdatedAt.UTC().Truncate(time.Second)
+				b.since[key] = at
+			}
+			ss.Conditions = append(ss.Conditions, Condition{Type: typ, Status: status, Reason: reason, Message: msg, LastTransitionTime: at})
+		}
+		ready := "False"
+		switch s.Lifecycle {
+		case state.LifecycleReady, state.LifecycleDeployed:
+			ready = "True"
+		}
+		add("Ready", ready, camel(string(s.Lifecycle)), "lifecycle "+string(s.Lifecycle))
+		if s.Stalled != "" {
+			add("Stalled", "True", "ActionFailed", "not retried until the desired state or counter changes: "+s.LastError)
+		}
+		if s.InFlight != nil {
+			add("Progressing", "True", camel(s.InFlight.Action), fmt.Sprintf("%s, attempt %d", s.InFlight.Action, s.InFlight.Attempt))
+		}
+		for _, c := range planConds[name] {
+			add(c.Type, "True", c.Reason, c.Message)
+		}
+		for _, e := range b.recent[name] {
+			typ := "Normal"
+			if strings.Contains(string(e.Kind), "failed") || strings.Contains(string(e.Kind), "stalled") || strings.Contains(string(e.Kind), "refused") || e.To == state.LifecycleFailed {
+				typ = "Warning"
+			}
+			msg := e.Message
+			if e.From != "" || e.To != "" {
+				msg = fmt.Sprintf("%s→%s: %s", e.From, e.To, e.Message)
+			}
+			ss.Events = append(ss.Events, StatusEvent{Time: e.At.UTC(), Type: typ, Reason: camel(string(e.Kind)), Message: msg})
+		}
+		out.Servers = append(out.Servers, ss)
+	}
+	for k := range b.since {
+		if !seen[k] {
+			delete(b.since, k)
+		}
+	}
+	for _, name := range sortedKeys(snap.Hosts) {
+		h := snap.Hosts[name]
+		out.Hosts = append(out.Hosts, HostStatus{Name: h.Name, Server: h.Server, Site: h.Site, Rack: h.Rack, Tags: h.Tags, State: "joined"})
+	}
+	sort.Slice(out.Images, func(i, j int) bool { return out.Images[i].Name < out.Images[j].Name })
+	return out, nil
+}
+
+// camel turns "power-cycle" or "server.created" into "PowerCycle", "ServerCreated".
+func camel(s string) string {
+	var b strings.Builder
+	up := true
+	for _, r := range s {
+		switch {
+		case r == '-' || r == '_' || r == '.' || r == ' ':
+			up = true
+		case up:
+			b.WriteString(strings.ToUpper(string(r)))
+			up = false
+		default:
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
+}
