@@ -83,7 +83,7 @@ func TestCollectFactsSemantics(t *testing.T) {
 	}
 	checks := []struct {
 		name, byPath, serial, wwn, transport string
-		rot, removable, virtual           bool
+		rot, removable, virtual              bool
 	}{
 		{"nvme0n1", "pci-0000:3b:00.0-nvme-1", "S45NNE0M123456", "eui.0025388b91234567", "nvme", false, false, false},
 		{"sda", "pci-0000:00:17.0-ata-1", "ZC1ABCDE", "naa.5000c500a1b2c3d4", "sata", true, false, false},
