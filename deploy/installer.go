@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+	"unicode/utf8"
 )
 
 // JoinPlaceholder is the first-boot command used when InstallerConfig has no
@@ -93,7 +94,7 @@ func (c InstallerConfig) validate() (join string, err error) {
 	if join == "" {
 		join = JoinPlaceholder
 	}
-	if strings.ContainsAny(join, "\x00\r\n") || len(join) > 4096 || strings.Contains(join, "MACHINA_JOIN_EOF") {
+	if strings.ContainsAny(join, "\x00\r\n") || len(join) > 4096 || strings.Contains(join, "MACHINA_JOIN_EOF") || !utf8.ValidString(join) {
 		return "", fmt.Errorf("%w: join command must be one line under 4 KiB", ErrInvalidInstaller)
 	}
 	return join, nil

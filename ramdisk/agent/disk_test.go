@@ -482,3 +482,84 @@ func TestMakeFAT16ReadByMtools(t *testing.T) {
 		t.Error("MakeFAT16 is not deterministic")
 	}
 }
+
+// FuzzReadPartTable feeds arbitrary first sectors (an old disk's leftovers
+// are untrusted) to the partition-table reader and the signature wipe.
+func FuzzReadPartTable(f *testing.F) {
+	mbr := make([]byte, 4096)
+	mbr[510], mbr[511] = 0x55, 0xAA
+	mbr[446+4] = 0x83
+	f.Add(mbr)
+	gpt := make([]byte, 4096)
+	copy(gpt[512:], "EFI PART")
+	f.Add(gpt)
+	f.Fuzz(func(t *testing.T, head []byte) {
+		if len(head) > 64<<10 {
+			return
+		}
+		disk := make([]byte, 4<<20)
+		copy(disk, head)
+		dev := &memDev{b: disk}
+		tbl, err := readPartTable(dev, int64(len(disk)))
+		if err != nil {
+			return
+		}
+		for _, p := range tbl.parts {
+			if tbl.kind == "gpt" && (p[0] < 0 || p[1] < p[0]) {
+				t.Logf("odd bounds %v", p)
+			}
+		}
+		if err := WipeSignatures(dev, int64(len(disk)), 1<<20); err != nil {
+			t.Fatalf("WipeSignatures: %v", err)
+		}
+	})
+}
+
+// memDev is an in-memory BlockDevice.
+type memDev struct{ b []byte }
+
+func (m *memDev) ReadAt(p []byte, off int64) (int, error) {
+	if off < 0 || off >= int64(len(m.b)) {
+		return 0, io.EOF
+	}
+	n := copy(p, m.b[off:])
+	if n < len(p) {
+		return n, io.EOF
+	}
+	return n, nil
+}
+
+func (m *memDev) WriteAt(p []byte, off int64) (int, error) {
+	if off < 0 || off+int64(len(p)) > int64(len(m.b)) {
+		return 0, errors.New("write beyond end")
+	}
+	return copy(m.b[off:], p), nil
+}
+
+func (m *memDev) Sync() error { return nil }
+
+func FuzzRenderSeed(f *testing.F) {
+	f.Add("i-1", "host", testSeed.SSHKeys[0], "echo hi", "")
+	f.Fuzz(func(t *testing.T, id, host, key, join, nc string) {
+		files, err := RenderSeed(v1.Seed{InstanceID: id, Hostname: host, SSHKeys: []string{key}, JoinCommand: join, NetworkConfig: nc})
+		if err != nil {
+			return
+		}
+		var cfg struct {
+			Users []struct {
+				Keys []string `json:"ssh_authorized_keys"`
+			} `json:"users"`
+			SSHPwauth bool       `json:"ssh_pwauth"`
+			Runcmd    [][]string `json:"runcmd"`
+		}
+		if err := yaml.Unmarshal(files[2].Data, &cfg); err != nil {
+			t.Fatalf("user-data does not parse: %v\n%s", err, files[2].Data)
+		}
+		if cfg.SSHPwauth || len(cfg.Users) != 1 || len(cfg.Users[0].Keys) != 1 || cfg.Users[0].Keys[0] != key {
+			t.Fatalf("input changed the user-data structure: %+v", cfg)
+		}
+		if join != "" && cfg.Runcmd[0][2] != join {
+			t.Fatalf("join command altered")
+		}
+	})
+}

@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"strings"
 	"unicode/utf16"
+	"unicode/utf8"
 
 	v1 "github.com/machina-metal/machina/api/v1"
 )
@@ -64,10 +65,10 @@ func RenderSeed(s v1.Seed) ([]SeedFile, error) {
 	if join == "" {
 		join = JoinPlaceholder
 	}
-	if strings.ContainsAny(join, "\x00\n\r") || len(join) > 4096 {
+	if strings.ContainsAny(join, "\x00\n\r") || len(join) > 4096 || !utf8.ValidString(join) {
 		return nil, fmt.Errorf("render seed: %w: join command must be one line under 4 KiB", ErrSeedInvalid)
 	}
-	if len(s.NetworkConfig) > 64<<10 || strings.ContainsRune(s.NetworkConfig, 0) {
+	if len(s.NetworkConfig) > 64<<10 || strings.ContainsRune(s.NetworkConfig, 0) || !utf8.ValidString(s.NetworkConfig) {
 		return nil, fmt.Errorf("render seed: %w: network-config too large or binary", ErrSeedInvalid)
 	}
 	q := func(v string) string {
