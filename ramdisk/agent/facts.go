@@ -252,13 +252,18 @@ func ParseDMIMemoryDevice(raw []byte) (d v1.DIMM, ok bool, err error) {
 	switch {
 	case size == 0 || size == 0xFFFF:
 		return d, false, nil
-	case size == 0x7FFF && ln >= 0x20:
+	case size == 0x7FFF && ln < 0x20:
+		return d, false, nil // extended size announced but the structure lacks it
+	case size == 0x7FFF:
 		ext := int64(raw[0x1C]) | int64(raw[0x1D])<<8 | int64(raw[0x1E])<<16 | int64(raw[0x1F]&0x7F)<<24
 		d.SizeBytes = ext << 20
 	case size&0x8000 != 0:
 		d.SizeBytes = int64(size&0x7FFF) << 10
 	default:
 		d.SizeBytes = int64(size) << 20
+	}
+	if d.SizeBytes <= 0 {
+		return d, false, nil
 	}
 	d.Locator = str(0x10)
 	d.Type = dmiMemoryType(raw[0x12])
