@@ -29,7 +29,13 @@ for tool in apt-get apt-cache dpkg-deb depmod modprobe cpio gzip sha256sum; do
 	command -v "$tool" >/dev/null 2>&1 || { echo "build-ramdisk: $tool not found" >&2; exit 1; }
 done
 
-PKG=${KERNEL_PKG:-$(apt-cache depends linux-image-amd64 | awk '/Depends: linux-image-/{print $2; exit}')}
+resolve() { apt-cache depends linux-image-amd64 2>/dev/null | awk '/Depends: linux-image-/{print $2; exit}'; }
+PKG=${KERNEL_PKG:-$(resolve)}
+if [ -z "$PKG" ] && [ "$(id -u)" = 0 ]; then
+	# fresh machines (CI containers) have empty apt lists
+	apt-get update -qq >/dev/null
+	PKG=$(resolve)
+fi
 case $PKG in linux-image-[0-9]*) ;; *) echo "build-ramdisk: cannot resolve kernel package (got '$PKG')" >&2; exit 1 ;; esac
 KVER=${PKG#linux-image-}
 

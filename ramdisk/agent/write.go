@@ -104,19 +104,19 @@ func WriteImage(ctx context.Context, dev BlockDevice, diskSize int64, cfg WriteC
 			return res, fmt.Errorf("write image: open: %w", err)
 		}
 		buf = make([]byte, cfg.SizeBytes)
-		_, err = io.ReadFull(rc, buf)
-		if err == nil {
-			err = expectEOF(rc)
-		}
+		// Hash while downloading: the reader fills buf in chunks and the
+		// hasher follows it (disjoint regions, ordered by the channel).
+		h := sha256.New()
+		err = pipeRead(ctx, rc, cfg.SizeBytes, chunk, buf, func(p piece) error {
+			h.Write(p.b)
+			return nil
+		})
 		rc.Close()
-		if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
-			err = fmt.Errorf("%w: image shorter than announced %d bytes", ErrImageSize, cfg.SizeBytes)
-		}
 		if err != nil {
 			return res, fmt.Errorf("write image: read: %w", err)
 		}
-		if got := sha256.Sum256(buf); hex.EncodeToString(got[:]) != want {
-			return res, fmt.Errorf("write image: %w: got %x", ErrChecksum, got)
+		if got := hex.EncodeToString(h.Sum(nil)); got != want {
+			return res, fmt.Errorf("write image: %w: got %s", ErrChecksum, got)
 		}
 	} else {
 		res.Mode = "two-pass"
@@ -124,8 +124,15 @@ func WriteImage(ctx context.Context, dev BlockDevice, diskSize int64, cfg WriteC
 		if err != nil {
 			return res, fmt.Errorf("write image: open hash pass: %w", err)
 		}
-		sums, got, err := hashChunks(rc, cfg.SizeBytes, chunk)
+		total := sha256.New()
+		var sums [][32]byte
+		err = pipeRead(ctx, rc, cfg.SizeBytes, chunk, nil, func(p piece) error {
+			sums = append(sums, sha256.Sum256(p.b))
+			total.Write(p.b)
+			return nil
+		})
 		rc.Close()
+		got := hex.EncodeToString(total.Sum(nil))
 		if err != nil {
 			return res, fmt.Errorf("write image: hash pass: %w", err)
 		}
@@ -158,23 +165,21 @@ func WriteImage(ctx context.Context, dev BlockDevice, diskSize int64, cfg WriteC
 			return res, fmt.Errorf("write image: open write pass: %w", err)
 		}
 		defer rc.Close()
-		cb := make([]byte, chunk)
 		total := sha256.New()
-		for i, off := 0, int64(0); off < cfg.SizeBytes; i, off = i+1, off+int64(chunk) {
-			n := int(min(int64(chunk), cfg.SizeBytes-off))
-			if _, err := io.ReadFull(rc, cb[:n]); err != nil {
-				return res, fmt.Errorf("write image: write pass read at %d: %w", off, err)
+		i := 0
+		err = pipeRead(ctx, rc, cfg.SizeBytes, chunk, nil, func(p piece) error {
+			if i >= len(chunkSums) || sha256.Sum256(p.b) != chunkSums[i] {
+				return fmt.Errorf("%w: chunk at offset %d", ErrSourceChanged, p.off)
 			}
-			if sha256.Sum256(cb[:n]) != chunkSums[i] {
-				return res, fmt.Errorf("write image: %w: chunk at offset %d", ErrSourceChanged, off)
+			i++
+			total.Write(p.b)
+			if _, err := dev.WriteAt(p.b, p.off); err != nil {
+				return fmt.Errorf("write at %d: %w", p.off, err)
 			}
-			total.Write(cb[:n])
-			if _, err := dev.WriteAt(cb[:n], off); err != nil {
-				return res, fmt.Errorf("write image: write at %d: %w", off, err)
-			}
-			res.BytesWritten = off + int64(n)
-		}
-		if err := expectEOF(rc); err != nil {
+			res.BytesWritten = p.off + int64(len(p.b))
+			return nil
+		})
+		if err != nil {
 			return res, fmt.Errorf("write image: write pass: %w", err)
 		}
 		if hex.EncodeToString(total.Sum(nil)) != want {
@@ -198,24 +203,74 @@ func WriteImage(ctx context.Context, dev BlockDevice, diskSize int64, cfg WriteC
 	return res, nil
 }
 
-// hashChunks reads exactly size bytes from r and returns the SHA-256 of each
-// chunk and of the whole stream.
-func hashChunks(r io.Reader, size int64, chunk int) ([][32]byte, string, error) {
-	total := sha256.New()
-	cb := make([]byte, chunk)
-	var sums [][32]byte
-	for off := int64(0); off < size; off += int64(chunk) {
-		n := int(min(int64(chunk), size-off))
-		if _, err := io.ReadFull(r, cb[:n]); err != nil {
-			return nil, "", fmt.Errorf("%w: short image at %d: %v", ErrImageSize, off, err)
+// piece is one chunk of the image stream at byte offset off.
+type piece struct {
+	off int64
+	b   []byte
+}
+
+// pipeRead reads exactly size bytes from r in a goroutine, chunk bytes at a
+// time, and calls consume for each chunk in order on the caller's goroutine,
+// so reading the next chunk overlaps consuming this one. With mem (len size)
+// the chunks are slices of mem; otherwise a pool of four buffers is reused,
+// and consume must not keep p.b. A short or long stream is ErrImageSize; an
+// error from consume stops the reader and is returned (the caller then
+// closes r, which ends a read in flight; mem must then be discarded).
+func pipeRead(ctx context.Context, r io.Reader, size int64, chunk int, mem []byte, consume func(piece) error) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	const nbuf = 4
+	free := make(chan []byte, nbuf)
+	if mem == nil {
+		for range nbuf {
+			free <- make([]byte, chunk)
 		}
-		sums = append(sums, sha256.Sum256(cb[:n]))
-		total.Write(cb[:n])
 	}
-	if err := expectEOF(r); err != nil {
-		return nil, "", err
+	out := make(chan piece, nbuf)
+	errc := make(chan error, 1)
+	go func() {
+		defer close(out)
+		for off := int64(0); off < size; off += int64(chunk) {
+			n := int(min(int64(chunk), size-off))
+			var b []byte
+			if mem != nil {
+				b = mem[off : off+int64(n)]
+			} else {
+				select {
+				case b = <-free:
+				case <-ctx.Done():
+					errc <- ctx.Err()
+					return
+				}
+				b = b[:n]
+			}
+			if _, err := io.ReadFull(r, b); err != nil {
+				if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+					err = fmt.Errorf("%w: image shorter than announced %d bytes", ErrImageSize, size)
+				}
+				errc <- err
+				return
+			}
+			select {
+			case out <- piece{off: off, b: b}:
+			case <-ctx.Done():
+				errc <- ctx.Err()
+				return
+			}
+		}
+		errc <- expectEOF(r)
+	}()
+	for p := range out {
+		if err := consume(p); err != nil {
+			// The reader stops at its next send, or when the caller closes r.
+			cancel()
+			return err
+		}
+		if mem == nil {
+			free <- p.b[:cap(p.b)]
+		}
 	}
-	return sums, hex.EncodeToString(total.Sum(nil)), nil
+	return <-errc
 }
 
 // expectEOF fails if r has more bytes: the image is larger than announced.

@@ -37,17 +37,18 @@ func needTools(t *testing.T, tools ...string) {
 	}
 }
 
-func repoRoot(t *testing.T) string {
-	out, err := exec.Command("git", "rev-parse", "--show-toplevel").Output()
+// repoRoot is two levels up from this package (go test runs in the package dir).
+func repoRoot(t testing.TB) string {
+	root, err := filepath.Abs(filepath.Join("..", ".."))
 	if err != nil {
-		t.Fatalf("git rev-parse: %v", err)
+		t.Fatal(err)
 	}
-	return strings.TrimSpace(string(out))
+	return root
 }
 
 // buildRamdisk runs the real build script (what `make ramdisk` runs) into
 // out/ramdisk of the repository, reusing its kernel package cache.
-func buildRamdisk(t *testing.T) (kernel, initrd string) {
+func buildRamdisk(t testing.TB) (kernel, initrd string) {
 	t.Helper()
 	root := repoRoot(t)
 	out := filepath.Join(root, "out", "ramdisk")
@@ -79,7 +80,7 @@ func controller(t *testing.T, cfg agenttest.ControllerConfig) (*agenttest.Contro
 // waits for the guest to power off (the agent's machina.final=poweroff).
 // The guest reaches the controller at 10.0.2.100:8080 through a guestfwd
 // to 127.0.0.1:port; restrict=on cuts every other path out of the VM.
-func bootVM(t *testing.T, kernel, initrd, disk string, port int, args string) string {
+func bootVM(t testing.TB, kernel, initrd, disk string, port int, args string) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
@@ -200,7 +201,7 @@ func lineWith(s, sub string) string {
 	return ""
 }
 
-func gptImage(t *testing.T, dir string, size int64) []byte {
+func gptImage(t testing.TB, dir string, size int64) []byte {
 	t.Helper()
 	p := filepath.Join(dir, "os.img")
 	f, _ := os.Create(p)
