@@ -21,6 +21,7 @@ import (
 //	machina.final=poweroff|reboot|wait what to do at the end (default:
 //	                                   poweroff after commission, reboot after deploy)
 //	machina.entropy_wait=10s           bound on waiting for the kernel CRNG
+//	machina.timeout=2h                 bound on the whole session after DHCP
 type bootConfig struct {
 	URL         string
 	Token       string
@@ -28,6 +29,7 @@ type bootConfig struct {
 	MAC         net.HardwareAddr
 	Final       string
 	EntropyWait time.Duration
+	Timeout     time.Duration
 }
 
 // errCmdline is wrapped by every parseCmdline error.
@@ -38,7 +40,7 @@ var tokenRe = regexp.MustCompile(`^[A-Za-z0-9._~-]{8,256}$`)
 // parseCmdline parses the kernel command line. Unknown words are ignored
 // (the kernel's own parameters share the line); known ones are validated.
 func parseCmdline(s string) (bootConfig, error) {
-	c := bootConfig{Mode: "commission", EntropyWait: 10 * time.Second}
+	c := bootConfig{Mode: "commission", EntropyWait: 10 * time.Second, Timeout: 2 * time.Hour}
 	if len(s) > 4096 {
 		return c, fmt.Errorf("%w: longer than 4096 bytes", errCmdline)
 	}
@@ -72,6 +74,12 @@ func parseCmdline(s string) (bootConfig, error) {
 				return c, fmt.Errorf("%w: machina.entropy_wait %q", errCmdline, v)
 			}
 			c.EntropyWait = d
+		case "machina.timeout":
+			d, err := time.ParseDuration(v)
+			if err != nil || d < time.Minute || d > 24*time.Hour {
+				return c, fmt.Errorf("%w: machina.timeout %q (1m..24h)", errCmdline, v)
+			}
+			c.Timeout = d
 		case "machina.mac", "BOOTIF":
 			m := v
 			if k == "BOOTIF" {

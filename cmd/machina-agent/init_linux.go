@@ -63,8 +63,17 @@ func run(ctx context.Context, out io.Writer) error {
 			mac = l.HardwareAddr.String()
 		}
 	}
+	// Bound the whole session so a stalled controller cannot hold the
+	// machine forever; each request is bounded again inside the Runner.
+	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
+	defer cancel()
+	tr := &http.Transport{
+		DialContext:           (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		ResponseHeaderTimeout: 60 * time.Second,
+		IdleConnTimeout:       90 * time.Second,
+	}
 	r := &agent.Runner{
-		Client:  &v1.AgentClient{BaseURL: cfg.URL, HTTP: &http.Client{Timeout: 0}},
+		Client:  &v1.AgentClient{BaseURL: cfg.URL, HTTP: &http.Client{Transport: tr}},
 		Token:   cfg.Token,
 		BootMAC: mac,
 		Version: version,

@@ -15,6 +15,9 @@ import (
 	v1 "github.com/machina-metal/machina/api/v1"
 )
 
+// callTimeout bounds each small controller call (report, plan, done).
+const callTimeout = 60 * time.Second
+
 // Runner drives one ramdisk session against the controller: Commission
 // (facts, tests, report) or Deploy (plan, disk choice, verified write, seed,
 // done). cmd/machina-agent builds it from the kernel command line.
@@ -75,7 +78,9 @@ func (r *Runner) Commission(ctx context.Context) (v1.ReportAck, error) {
 	}
 	tests := RunCommissioning(ctx, facts, cc)
 	rep := v1.AgentReport{BootMAC: r.BootMAC, AgentVersion: r.Version, Facts: facts, Tests: tests, StartedToReport: uptime(r.root())}
-	ack, err := r.Client.Report(ctx, r.Token, rep)
+	rctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
+	ack, err := r.Client.Report(rctx, r.Token, rep)
 	if err != nil {
 		return ack, fmt.Errorf("commission: %w", err)
 	}
@@ -99,7 +104,9 @@ func uptime(root string) time.Duration {
 // post it.
 func (r *Runner) Deploy(ctx context.Context) (v1.DeployResult, error) {
 	t0 := time.Now()
-	plan, err := r.Client.Plan(ctx, r.Token)
+	pctx, cancel := context.WithTimeout(ctx, callTimeout)
+	plan, err := r.Client.Plan(pctx, r.Token)
+	cancel()
 	if err != nil {
 		return v1.DeployResult{}, fmt.Errorf("deploy: %w", err)
 	}
@@ -111,7 +118,9 @@ func (r *Runner) Deploy(ctx context.Context) (v1.DeployResult, error) {
 		res.Reason = derr.Error()
 		r.log().Error("deploy failed", "err", derr)
 	}
-	if err := r.Client.Done(ctx, plan.DoneToken, res); err != nil {
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), callTimeout)
+	defer cancel()
+	if err := r.Client.Done(dctx, plan.DoneToken, res); err != nil {
 		return res, errors.Join(derr, fmt.Errorf("deploy: %w", err))
 	}
 	return res, derr

@@ -118,7 +118,7 @@ func BenchmarkDeployVsShellPipelineInVM(b *testing.B) {
 		srv := &http.Server{Handler: mux}
 		go srv.Serve(ln)
 		port := ln.Addr().(*net.TCPAddr).Port
-		serial := bootVM(b, kernel, bench, disk, port, "machina.mode=deploy machina.token=deploy-bench-1 machina.final=poweroff bench.url=http://10.0.2.100:8080/bench/os.img")
+		serial := bootVM(b, kernel, bench, disk, port, "machina.mode=deploy machina.token=deploy-bench-1 machina.final=poweroff bench.url=http://10.0.2.100:8080/bench/os.img", vmOpts{})
 		srv.Close()
 		m := regexp.MustCompile(`BASELINE t0=([0-9.]+) t1=([0-9.]+) sha=([0-9a-f]+)`).FindStringSubmatch(serial)
 		if m == nil || m[3] != hex.EncodeToString(sum[:]) {

@@ -80,14 +80,25 @@ func controller(t *testing.T, cfg agenttest.ControllerConfig) (*agenttest.Contro
 // waits for the guest to power off (the agent's machina.final=poweroff).
 // The guest reaches the controller at 10.0.2.100:8080 through a guestfwd
 // to 127.0.0.1:port; restrict=on cuts every other path out of the VM.
-func bootVM(t testing.TB, kernel, initrd, disk string, port int, args string) string {
+// vmOpts varies the VM between runs.
+type vmOpts struct {
+	// NoRNG leaves out virtio-rng and uses a CPU model without RDRAND, so
+	// the kernel CRNG may not be ready when the agent starts.
+	NoRNG bool
+}
+
+func bootVM(t testing.TB, kernel, initrd, disk string, port int, args string, opt vmOpts) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
 	mac := strings.ReplaceAll(vmMAC, ":", "-")
 	appendArgs := "console=ttyS0 panic=-1 loglevel=4 machina.url=http://10.0.2.100:8080 BOOTIF=01-" + mac + " machina.final=poweroff " + args
-	cmd := exec.CommandContext(ctx, "qemu-system-x86_64",
-		"-accel", "tcg", "-cpu", "max", "-m", "768", "-smp", "2",
+	cpu, rng := "max", []string{"-device", "virtio-rng-pci"}
+	if opt.NoRNG {
+		cpu, rng = "qemu64", nil
+	}
+	qargs := []string{
+		"-accel", "tcg", "-cpu", cpu, "-m", "768", "-smp", "2",
 		"-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
 		"-serial", "stdio", "-uuid", "6a1f0e3c-1111-4222-8333-444455556666",
 		"-kernel", kernel, "-initrd", initrd, "-append", appendArgs,
@@ -95,8 +106,8 @@ func bootVM(t testing.TB, kernel, initrd, disk string, port int, args string) st
 		"-device", "virtio-net-pci,netdev=n0,mac="+vmMAC,
 		"-drive", "file="+disk+",format=raw,if=none,id=d0,cache=unsafe",
 		"-device", "virtio-blk-pci,drive=d0,serial=machina-vm0",
-		"-device", "virtio-rng-pci",
-	)
+	}
+	cmd := exec.CommandContext(ctx, "qemu-system-x86_64", append(qargs, rng...)...)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	t0 := time.Now()
@@ -122,9 +133,18 @@ func TestRamdiskCommissionAndDeployInQemu(t *testing.T) {
 	f.Truncate(diskSize)
 	f.Close()
 
-	// 1. commissioning
+	// 1. commissioning, on a VM without an RNG device or RDRAND: the agent
+	// must not block on entropy (bounded wait, then a console message).
 	ctl, port := controller(t, agenttest.ControllerConfig{CommissionToken: "commission-tok-1"})
-	serial := bootVM(t, kernel, initrd, disk, port, "machina.mode=commission machina.token=commission-tok-1")
+	serial := bootVM(t, kernel, initrd, disk, port, "machina.mode=commission machina.token=commission-tok-1 random.trust_cpu=off machina.entropy_wait=3s", vmOpts{NoRNG: true})
+	switch {
+	case strings.Contains(serial, "kernel CRNG still not initialised"):
+		t.Log("CRNG was not ready after the bounded wait; the agent continued")
+	case strings.Contains(serial, "waiting for kernel CRNG"):
+		t.Log("CRNG became ready during the bounded wait")
+	default:
+		t.Log("CRNG was ready before the agent asked")
+	}
 	if strings.Contains(serial, "commission-tok-1") {
 		t.Errorf("token leaked to the console")
 	}
@@ -161,7 +181,7 @@ func TestRamdiskCommissionAndDeployInQemu(t *testing.T) {
 		}},
 	})
 	ctl2.SetBaseURL("http://10.0.2.100:8080")
-	serial = bootVM(t, kernel, initrd, disk, port2, "machina.mode=deploy machina.token=deploy-tok-1")
+	serial = bootVM(t, kernel, initrd, disk, port2, "machina.mode=deploy machina.token=deploy-tok-1", vmOpts{})
 	done := ctl2.Done()
 	if len(done) != 1 || !done[0].OK {
 		t.Fatalf("done = %+v\nserial:\n%s", done, serial)
