@@ -103,8 +103,8 @@ func bootVM(t testing.TB, kernel, initrd, disk string, port int, args string, op
 		"-serial", "stdio", "-uuid", "6a1f0e3c-1111-4222-8333-444455556666",
 		"-kernel", kernel, "-initrd", initrd, "-append", appendArgs,
 		"-netdev", fmt.Sprintf("user,id=n0,restrict=on,guestfwd=tcp:10.0.2.100:8080-cmd:socat - TCP:127.0.0.1:%d", port),
-		"-device", "virtio-net-pci,netdev=n0,mac="+vmMAC,
-		"-drive", "file="+disk+",format=raw,if=none,id=d0,cache=unsafe",
+		"-device", "virtio-net-pci,netdev=n0,mac=" + vmMAC,
+		"-drive", "file=" + disk + ",format=raw,if=none,id=d0,cache=unsafe",
 		"-device", "virtio-blk-pci,drive=d0,serial=machina-vm0",
 	}
 	cmd := exec.CommandContext(ctx, "qemu-system-x86_64", append(qargs, rng...)...)
