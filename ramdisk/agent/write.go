@@ -9,7 +9,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -191,6 +193,7 @@ func WriteImage(ctx context.Context, dev BlockDevice, diskSize int64, cfg WriteC
 	}
 	res.Write = time.Since(t1)
 	if cfg.ReadBack {
+		dropCache(dev)
 		h := sha256.New()
 		if _, err := io.Copy(h, io.NewSectionReader(dev, 0, cfg.SizeBytes)); err != nil {
 			return res, fmt.Errorf("write image: read back: %w", err)
@@ -289,4 +292,23 @@ func expectEOF(r io.Reader) error {
 // FileOpener returns an ImageOpener over an in-memory image (tests, local files).
 func FileOpener(b []byte) ImageOpener {
 	return func(context.Context) (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(b)), nil }
+}
+
+// dropCache asks the kernel to write back and drop the page cache of a block
+// device (BLKFLSBUF, linux/fs.h _IO(0x12, 97)), so that the read-back reads
+// the medium rather than the pages just written. Files and devices without
+// a descriptor are left alone; failure only weakens the read-back.
+func dropCache(dev BlockDevice) {
+	f, ok := dev.(interface {
+		Fd() uintptr
+		Stat() (os.FileInfo, error)
+	})
+	if !ok {
+		return
+	}
+	if st, err := f.Stat(); err != nil || st.Mode()&os.ModeDevice == 0 {
+		return
+	}
+	const blkflsbuf = 0x1261
+	_, _, _ = syscall.Syscall(syscall.SYS_IOCTL, f.Fd(), blkflsbuf, 0)
 }

@@ -2,6 +2,7 @@ package agenttest
 
 import (
 	"bytes"
+	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/hex"
@@ -105,8 +106,7 @@ func (c *Controller) Events() []string {
 
 func (c *Controller) mint(scope string, reusable bool) string {
 	var b [16]byte
-	s := sha256.Sum256([]byte(fmt.Sprintf("%s-%d-%d", scope, len(c.tokens), len(c.events))))
-	copy(b[:], s[:])
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails on Linux (Go 1.24+)
 	tok := hex.EncodeToString(b[:])
 	c.tokens[sha256.Sum256([]byte(tok))] = tokenUse{scope: scope, reusable: reusable}
 	return tok
