@@ -258,3 +258,38 @@ func seedOffset(t *testing.T, disk string) int64 {
 	}
 	return found[0]
 }
+
+// TestRamdiskBuildReproducible builds the ramdisk twice into separate
+// folders (sharing the kernel package cache) and compares the bytes.
+func TestRamdiskBuildReproducible(t *testing.T) {
+	needTools(t, "apt-get", "dpkg-deb", "cpio", "depmod", "modprobe")
+	root := repoRoot(t)
+	cache := filepath.Join(root, "out", "ramdisk", "cache")
+	var sums [2]string
+	for i := range sums {
+		out := filepath.Join(t.TempDir(), "ramdisk")
+		cmd := exec.Command(filepath.Join(root, "scripts", "build-ramdisk.sh"))
+		cmd.Env = append(os.Environ(), "OUT="+out, "CACHE="+cache)
+		if b, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("build %d: %v\n%s", i, err, b)
+		}
+		man, err := os.ReadFile(filepath.Join(out, "manifest.txt"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range []string{"vmlinuz", "initrd.cpio.gz"} {
+			b, err := os.ReadFile(filepath.Join(out, f))
+			if err != nil {
+				t.Fatal(err)
+			}
+			s := sha256.Sum256(b)
+			if !strings.Contains(string(man), hex.EncodeToString(s[:])+"  "+f) {
+				t.Errorf("manifest lacks the SHA-256 of %s:\n%s", f, man)
+			}
+			sums[i] += f + "=" + hex.EncodeToString(s[:]) + " "
+		}
+	}
+	if sums[0] != sums[1] {
+		t.Errorf("two builds differ:\n%s\n%s", sums[0], sums[1])
+	}
+}
