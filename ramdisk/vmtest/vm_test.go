@@ -169,6 +169,9 @@ func TestRamdiskCommissionAndDeployInQemu(t *testing.T) {
 		t.Logf("test %s passed=%v %.2fs %v", tr.Name, tr.Passed, tr.Duration.Seconds(), tr.Metrics)
 	}
 	t.Logf("kernel start to report: %v", rep.StartedToReport)
+	if os.Getenv("VMTEST_SERIAL") != "" {
+		t.Logf("serial:\n%s", serial)
+	}
 
 	// 2. deploy: a 64 MiB GPT image (ESP + root), random root content
 	img := gptImage(t, dir, 64<<20)
