@@ -440,6 +440,15 @@ func TestDeployMBRWithSeed(t *testing.T) {
 	if out := run(t, "sfdisk", "-d", f.Name()); !strings.Contains(out, "type=e") {
 		t.Errorf("no FAT16 LBA partition:\n%s", out)
 	}
+	// The old layout was GPT: its backup header at the end of the disk must
+	// be gone, or tools would offer to "restore" the stale GPT.
+	after, _ := os.ReadFile(f.Name())
+	if bytes.Contains(after[diskSize-(1<<20):], []byte("EFI PART")) {
+		t.Error("stale backup GPT header survived at the end of the disk")
+	}
+	if out := run(t, "blkid", "-p", "-o", "export", f.Name()); !strings.Contains(out, "PTTYPE=dos") {
+		t.Errorf("blkid sees %s, want PTTYPE=dos", out)
+	}
 }
 
 func TestRenderSeedRejects(t *testing.T) {
@@ -607,4 +616,57 @@ func BenchmarkWriteImage(b *testing.B) {
 			}
 		}
 	})
+}
+
+// TestWipeSignatures checks the wipe on its own (in a deploy the image and
+// seed overwrite some of the same bytes, which would hide a gap): after it,
+// the backup GPT header is gone, the old cidata filesystem is gone, and the
+// bytes below keepBelow are untouched.
+func TestWipeSignatures(t *testing.T) {
+	need(t, "sgdisk", "blkid")
+	const size = 64 << 20
+	f, before := newTarget(t, size)
+	if !bytes.Contains(before[size-512:], []byte("EFI PART")) {
+		t.Fatal("test layout has no backup GPT header")
+	}
+	if err := WipeSignatures(f, size, 4<<20); err != nil {
+		t.Fatal(err)
+	}
+	after, _ := os.ReadFile(f.Name())
+	if !bytes.Equal(before[:4<<20], after[:4<<20]) {
+		t.Error("bytes below keepBelow changed")
+	}
+	if bytes.Contains(after[size-(1<<20):], []byte("EFI PART")) {
+		t.Error("backup GPT header survived")
+	}
+	// old partition starts, from the layout before the wipe
+	p := filepath.Join(t.TempDir(), "before")
+	os.WriteFile(p, before, 0o644)
+	var tbl struct {
+		PartitionTable struct {
+			Partitions []struct {
+				Start int64 `json:"start"`
+			} `json:"partitions"`
+		} `json:"partitiontable"`
+	}
+	if err := json.Unmarshal([]byte(run(t, "sfdisk", "--json", p)), &tbl); err != nil {
+		t.Fatal(err)
+	}
+	probe := func(file string, off int64) string {
+		out, _ := exec.Command("blkid", "-p", "-O", strconv.FormatInt(off, 10), "-o", "export", file).Output()
+		return string(out)
+	}
+	sawSeed := false
+	for _, part := range tbl.PartitionTable.Partitions {
+		off := part.Start * 512
+		if strings.Contains(probe(p, off), "LABEL=CIDATA") {
+			sawSeed = true
+		}
+		if off >= 4<<20 && strings.Contains(probe(f.Name(), off), "TYPE=") {
+			t.Errorf("signature at %d survived: %s", off, probe(f.Name(), off))
+		}
+	}
+	if !sawSeed {
+		t.Error("probe does not see the old seed before the wipe; the test proves nothing")
+	}
 }
