@@ -37,3 +37,9 @@ demo: build
 
 clean:
 	rm -rf $(BIN)
+
+# ramdisk: kernel from Debian's linux-image-amd64 + initrd with the static agent
+# and its modules; writes out/ramdisk/{vmlinuz,initrd.cpio.gz,manifest.txt}.
+.PHONY: ramdisk
+ramdisk:
+	scripts/build-ramdisk.sh

@@ -64,22 +64,8 @@ type Hardware struct {
 	ObservedAt  time.Time `json:"observedAt"`
 }
 
-// Disk is one block device.
-type Disk struct {
-	Name       string `json:"name"`
-	SizeBytes  int64  `json:"sizeBytes"`
-	Model      string `json:"model,omitempty"`
-	Serial     string `json:"serial,omitempty"`
-	Rotational bool   `json:"rotational,omitempty"`
-}
-
-// NIC is one network interface.
-type NIC struct {
-	Name      string `json:"name"`
-	MAC       string `json:"mac"`
-	SpeedMbps int    `json:"speedMbps,omitempty"`
-	Link      bool   `json:"link,omitempty"`
-}
+// Disk and NIC (agent.go) describe the hardware in both the agent report
+// and the admin API.
 
 // Allocation is the profile a server is allocated to.
 type Allocation struct {

@@ -1,0 +1,263 @@
+// Package v1 holds the JSON wire types of Machina's HTTP API and a small
+// net/http client for them. It is shared by the controller (`api`), the
+// ramdisk agent (`ramdisk/agent`, `cmd/machina-agent`), the node agent and
+// machinactl, so it imports nothing but the standard library.
+//
+// This file holds the machine-facing endpoints the ramdisk agent uses:
+//
+//	POST PathAgentReport   commissioning report (facts + test results)
+//	GET  PathAgentPlan     deploy plan (image URL, checksum, disk rule, seed)
+//	GET  Plan.ImageURL     the raw image (Range-capable)
+//	POST PathAgentDone     deploy outcome
+//	GET  PathAgentPayload  bytes for the network throughput test
+//
+// Every request carries a token in "Authorization: Bearer <token>". The
+// controller hands the first token to the ramdisk on the kernel command line
+// (machina.token=) and stores only its hash. In commissioning that token
+// authorises PathAgentPayload (without being consumed) and is consumed by the
+// single POST to PathAgentReport. In deploy it is consumed by the GET of
+// PathAgentPlan, whose Plan carries a short-lived ImageToken (reusable for a
+// second image pass) and a single-use DoneToken.
+package v1
+
+import "time"
+
+// Machine-facing endpoint paths, relative to the controller base URL.
+const (
+	// PathAgentReport takes an AgentReport (POST, JSON) and answers ReportAck.
+	PathAgentReport = "/v1/agent/report"
+	// PathAgentPlan answers a Plan (GET).
+	PathAgentPlan = "/v1/agent/plan"
+	// PathAgentDone takes a DeployResult (POST, JSON) and answers 204.
+	PathAgentDone = "/v1/agent/done"
+	// PathAgentPayload answers N pseudo-random bytes (GET ?bytes=N, N at most
+	// MaxPayloadBytes) for the commissioning network throughput test.
+	PathAgentPayload = "/v1/agent/payload"
+)
+
+// Limits the controller enforces on machine-facing requests; the agent stays
+// below them.
+const (
+	// MaxReportBytes bounds an AgentReport body (1 MiB); larger bodies get 413.
+	MaxReportBytes = 1 << 20
+	// MaxDoneBytes bounds a DeployResult body (64 KiB).
+	MaxDoneBytes = 64 << 10
+	// MaxPayloadBytes bounds one payload response (64 MiB).
+	MaxPayloadBytes = 64 << 20
+)
+
+// AgentReport is the commissioning report the ramdisk posts to PathAgentReport.
+type AgentReport struct {
+	// BootMAC is the MAC of the NIC the ramdisk booted from, lower-case colon form.
+	BootMAC string `json:"bootMAC"`
+	// AgentVersion is the agent build (git describe or "dev").
+	AgentVersion string `json:"agentVersion,omitempty"`
+	// Facts is the hardware inventory read from sysfs, procfs and DMI.
+	Facts Facts `json:"facts"`
+	// Tests holds one result per commissioning test, in run order.
+	Tests []TestResult `json:"tests"`
+	// StartedToReport is the time from kernel start (/proc/uptime) to the report.
+	StartedToReport time.Duration `json:"startedToReportNs,omitempty"`
+}
+
+// Passed reports whether every test in r passed (and at least one ran).
+func (r AgentReport) Passed() bool {
+	if len(r.Tests) == 0 {
+		return false
+	}
+	for _, t := range r.Tests {
+		if !t.Passed {
+			return false
+		}
+	}
+	return true
+}
+
+// ReportAck is the controller's answer to a report.
+type ReportAck struct {
+	// Lifecycle is the state the server moved to: "ready" or "failed".
+	Lifecycle string `json:"lifecycle"`
+	// Reason is set when Lifecycle is "failed" (the first failed test).
+	Reason string `json:"reason,omitempty"`
+}
+
+// Facts is the hardware inventory of one machine.
+type Facts struct {
+	CPU    CPU    `json:"cpu"`
+	Memory Memory `json:"memory"`
+	Disks  []Disk `json:"disks"`
+	NICs   []NIC  `json:"nics"`
+	DMI    DMI    `json:"dmi"`
+}
+
+// CPU is read from /proc/cpuinfo and /sys/devices/system/cpu.
+type CPU struct {
+	// Model is the "model name" line of the first processor.
+	Model string `json:"model"`
+	// Sockets is the number of distinct physical package ids.
+	Sockets int `json:"sockets"`
+	// Cores is the number of distinct (package, core) pairs over all sockets.
+	Cores int `json:"cores"`
+	// Threads is the number of logical CPUs listed in /proc/cpuinfo.
+	Threads int `json:"threads"`
+	// Online is the number of CPUs in /sys/devices/system/cpu/online.
+	Online int `json:"online"`
+	// Flags are the flags of the first processor, sorted.
+	Flags []string `json:"flags,omitempty"`
+	// Virtualization is "vmx" (Intel VT-x), "svm" (AMD-V) or "" if neither flag is set.
+	Virtualization string `json:"virtualization,omitempty"`
+}
+
+// Memory is read from /proc/meminfo (MemTotal) and DMI type 17 entries.
+type Memory struct {
+	// TotalBytes is MemTotal in bytes (kernel-visible, below installed size).
+	TotalBytes int64 `json:"totalBytes"`
+	// DIMMs lists populated DMI memory devices; empty when DMI has none.
+	DIMMs []DIMM `json:"dimms,omitempty"`
+}
+
+// DIMM is one populated DMI type 17 (Memory Device) entry, SMBIOS 3.x §7.18.
+type DIMM struct {
+	Locator      string `json:"locator,omitempty"`
+	SizeBytes    int64  `json:"sizeBytes"`
+	Type         string `json:"type,omitempty"`
+	SpeedMTs     int    `json:"speedMTs,omitempty"`
+	Manufacturer string `json:"manufacturer,omitempty"`
+	Serial       string `json:"serial,omitempty"`
+	PartNumber   string `json:"partNumber,omitempty"`
+}
+
+// Disk is one whole block device from /sys/block (partitions excluded).
+type Disk struct {
+	// Name is the kernel name (sda, nvme0n1). Not stable across boots: never
+	// use it as a root-device hint.
+	Name      string `json:"name"`
+	SizeBytes int64  `json:"sizeBytes"`
+	Model     string `json:"model,omitempty"`
+	Serial    string `json:"serial,omitempty"`
+	// WWN is the World Wide Name (device/wwid or device/wwn), e.g. "naa.5000c500a1b2c3d4".
+	WWN        string `json:"wwn,omitempty"`
+	Rotational bool   `json:"rotational"`
+	ReadOnly   bool   `json:"readOnly,omitempty"`
+	Removable  bool   `json:"removable,omitempty"`
+	// Transport is "nvme", "sata", "sas", "usb", "virtio", "scsi" or "".
+	Transport string `json:"transport,omitempty"`
+	// ByPath is the /dev/disk/by-path name (without the directory), e.g.
+	// "pci-0000:00:1f.2-ata-1". Derived from the sysfs device path.
+	ByPath string `json:"byPath,omitempty"`
+	// Virtual is true for BMC virtual media and other emulated installer
+	// devices (vendor strings like "Virtual", "iDRAC", "Virtual_Media").
+	Virtual bool `json:"virtual,omitempty"`
+}
+
+// NIC is one physical network interface from /sys/class/net (virtual ones excluded).
+type NIC struct {
+	Name   string `json:"name"`
+	MAC    string `json:"mac"`
+	Driver string `json:"driver,omitempty"`
+	// Link is true when operstate is "up" or carrier is 1.
+	Link bool `json:"link"`
+	// SpeedMbps is /sys/class/net/<if>/speed; 0 when unknown or link down.
+	SpeedMbps int `json:"speedMbps,omitempty"`
+}
+
+// DMI is the SMBIOS identity from /sys/class/dmi/id; empty when the machine has no DMI.
+type DMI struct {
+	SystemVendor  string `json:"systemVendor,omitempty"`
+	SystemProduct string `json:"systemProduct,omitempty"`
+	SystemSerial  string `json:"systemSerial,omitempty"`
+	SystemUUID    string `json:"systemUUID,omitempty"`
+	BoardVendor   string `json:"boardVendor,omitempty"`
+	BoardProduct  string `json:"boardProduct,omitempty"`
+	BoardSerial   string `json:"boardSerial,omitempty"`
+	BIOSVendor    string `json:"biosVendor,omitempty"`
+	BIOSVersion   string `json:"biosVersion,omitempty"`
+	BIOSDate      string `json:"biosDate,omitempty"`
+}
+
+// Commissioning test names used in TestResult.Name.
+const (
+	TestMemory  = "memory"
+	TestDisk    = "disk"
+	TestNetwork = "network"
+	TestCPU     = "cpu"
+)
+
+// TestResult is the outcome of one commissioning test.
+type TestResult struct {
+	// Name is one of TestMemory, TestDisk, TestNetwork, TestCPU.
+	Name   string `json:"name"`
+	Passed bool   `json:"passed"`
+	// Reason says why the test failed; empty when it passed.
+	Reason string `json:"reason,omitempty"`
+	// Duration is the wall-clock time the test took.
+	Duration time.Duration `json:"durationNs"`
+	// Metrics are test-specific numbers, e.g. "bytes", "MBps", "disks".
+	Metrics map[string]float64 `json:"metrics,omitempty"`
+}
+
+// Plan is the deploy plan answered by PathAgentPlan.
+type Plan struct {
+	// ImageURL is an absolute http(s) URL of the raw disk image.
+	ImageURL string `json:"imageURL"`
+	// ImageToken authorises GETs of ImageURL (short-lived, reusable for the
+	// second pass of a two-pass deploy).
+	ImageToken string `json:"imageToken,omitempty"`
+	// ImageSHA256 is the lower-case hex SHA-256 of the raw image bytes.
+	ImageSHA256 string `json:"imageSHA256"`
+	// ImageSizeBytes is the raw image size; the agent refuses a body of any other length.
+	ImageSizeBytes int64 `json:"imageSizeBytes"`
+	// RootDevice picks the target disk; the zero value means "smallest disk that fits".
+	RootDevice RootDeviceHint `json:"rootDevice"`
+	// ReadBack asks for a read-back verification after the write.
+	ReadBack bool `json:"readBack,omitempty"`
+	// Seed is the cloud-init NoCloud seed written after the image.
+	Seed Seed `json:"seed"`
+	// DoneToken authorises the single POST to PathAgentDone.
+	DoneToken string `json:"doneToken,omitempty"`
+}
+
+// RootDeviceHint names the target disk, after metal3's rootDeviceHints. All
+// set fields must match. A kernel name (DeviceName like "/dev/sda") is
+// refused: it is not stable across boots.
+type RootDeviceHint struct {
+	Serial string `json:"serial,omitempty"`
+	WWN    string `json:"wwn,omitempty"`
+	// ByPath is a /dev/disk/by-path name, with or without the directory.
+	ByPath string `json:"byPath,omitempty"`
+	// MinSizeBytes is the smallest acceptable disk size.
+	MinSizeBytes int64 `json:"minSizeBytes,omitempty"`
+	// DeviceName is accepted on the wire only to be refused with a clear error.
+	DeviceName string `json:"deviceName,omitempty"`
+}
+
+// Seed is the content of the NoCloud seed (cloud-init "nocloud" datasource).
+type Seed struct {
+	// InstanceID is meta-data instance-id; a new value makes cloud-init run again.
+	InstanceID string `json:"instanceID"`
+	// Hostname is meta-data local-hostname (RFC 1123 label).
+	Hostname string `json:"hostname"`
+	// SSHKeys are the authorized keys of user "machina" (one OpenSSH public key each).
+	SSHKeys []string `json:"sshKeys"`
+	// NetworkConfig is a network-config v2 document (YAML); empty means DHCP on all NICs.
+	NetworkConfig string `json:"networkConfig,omitempty"`
+	// JoinCommand is the first-boot join command run by runcmd. Until the join
+	// issue lands the controller sends a placeholder (see ramdisk/agent.JoinPlaceholder).
+	JoinCommand string `json:"joinCommand,omitempty"`
+}
+
+// DeployResult is posted to PathAgentDone after a deploy attempt.
+type DeployResult struct {
+	BootMAC string `json:"bootMAC"`
+	OK      bool   `json:"ok"`
+	// Reason says why the deploy failed; empty when OK.
+	Reason string `json:"reason,omitempty"`
+	// Disk is the target's stable identity (by-path, serial or WWN), never only its kernel name.
+	Disk         string        `json:"disk,omitempty"`
+	DiskName     string        `json:"diskName,omitempty"`
+	BytesWritten int64         `json:"bytesWritten"`
+	SHA256       string        `json:"sha256,omitempty"`
+	Duration     time.Duration `json:"durationNs"`
+	// Mode is "memory" (image buffered then written) or "two-pass".
+	Mode string `json:"mode,omitempty"`
+}

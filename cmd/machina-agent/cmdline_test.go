@@ -1,0 +1,46 @@
+package main
+
+import (
+	"errors"
+	"testing"
+	"time"
+)
+
+func TestParseCmdline(t *testing.T) {
+	c, err := parseCmdline("console=ttyS0 quiet machina.url=http://10.0.2.100:8080/ machina.token=abcDEF123456 machina.mode=deploy BOOTIF=01-52-54-00-12-34-56 machina.entropy_wait=3s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.URL != "http://10.0.2.100:8080" || c.Token != "abcDEF123456" || c.Mode != "deploy" || c.MAC.String() != "52:54:00:12:34:56" || c.Final != "reboot" || c.EntropyWait != 3*time.Second {
+		t.Errorf("parseCmdline = %+v", c)
+	}
+	c, err = parseCmdline("machina.url=https://ctl machina.token=abcdefgh machina.mac=52:54:00:AA:bb:cc")
+	if err != nil || c.Mode != "commission" || c.Final != "poweroff" || c.MAC.String() != "52:54:00:aa:bb:cc" {
+		t.Errorf("parseCmdline = %+v, %v", c, err)
+	}
+	for _, bad := range []string{
+		"",
+		"machina.url=http://x",
+		"machina.url=ftp://x machina.token=abcdefgh",
+		"machina.url=http://u:p@x machina.token=abcdefgh",
+		"machina.url=http://x machina.token=a;rm",
+		"machina.url=http://x machina.token=abcdefgh machina.mode=shell",
+		"machina.url=http://x machina.token=abcdefgh BOOTIF=52-54-00-12-34-56",
+		"machina.url=http://x machina.token=abcdefgh machina.mac=zz",
+		"machina.url=http://x machina.token=abcdefgh machina.entropy_wait=1h",
+	} {
+		if _, err := parseCmdline(bad); !errors.Is(err, errCmdline) {
+			t.Errorf("parseCmdline(%q) err = %v, want errCmdline", bad, err)
+		}
+	}
+}
+
+func FuzzParseCmdline(f *testing.F) {
+	f.Add("machina.url=http://10.0.2.100:8080 machina.token=abcdefgh BOOTIF=01-52-54-00-12-34-56")
+	f.Fuzz(func(t *testing.T, s string) {
+		c, err := parseCmdline(s)
+		if err == nil && (c.URL == "" || c.Token == "") {
+			t.Errorf("accepted without url/token: %q", s)
+		}
+	})
+}

@@ -1,0 +1,299 @@
+package agent
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+	"unicode/utf16"
+	"unicode/utf8"
+
+	v1 "github.com/machina-metal/machina/api/v1"
+)
+
+// JoinPlaceholder is the first-boot command written when the plan carries no
+// join command. It only records that the join step is still missing; the join
+// issue replaces it with the real enrolment command sent in Plan.Seed.
+const JoinPlaceholder = "echo 'machina: join command placeholder, replaced by the join issue' >> /var/log/machina-join.log"
+
+// SeedLabel is the FAT volume label of the seed. cloud-init's NoCloud source
+// looks for a filesystem labelled "cidata", compared case-insensitively
+// (cloudinit/sources/DataSourceNoCloud.py, fs_label).
+const SeedLabel = "CIDATA"
+
+// SeedSizeBytes is the size of the seed partition and its FAT16 filesystem (8 MiB).
+const SeedSizeBytes = 8 << 20
+
+// ErrSeedInvalid is returned (wrapped) when a seed field fails validation.
+var ErrSeedInvalid = errors.New("invalid seed")
+
+var (
+	hostnameRe   = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
+	instanceIDRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
+	sshKeyRe     = regexp.MustCompile(`^(ssh-ed25519|ssh-rsa|ecdsa-sha2-nistp(256|384|521)|sk-ssh-ed25519@openssh\.com|sk-ecdsa-sha2-nistp256@openssh\.com) [A-Za-z0-9+/]+={0,3}( [^\x00-\x1f\x7f]{1,200})?$`)
+)
+
+// SeedFile is one file of the NoCloud seed.
+type SeedFile struct {
+	Name string
+	Data []byte
+}
+
+// RenderSeed validates s and renders the NoCloud files user-data, meta-data
+// and network-config. user-data creates user "machina" with passwordless
+// sudo and only s.SSHKeys for login, sets ssh_pwauth false and disable_root
+// true, and runs the join command (or JoinPlaceholder) once via runcmd.
+// Strings are emitted as JSON strings, which YAML 1.2 reads verbatim.
+func RenderSeed(s v1.Seed) ([]SeedFile, error) {
+	if !hostnameRe.MatchString(s.Hostname) {
+		return nil, fmt.Errorf("render seed: %w: hostname %q is not an RFC 1123 label", ErrSeedInvalid, s.Hostname)
+	}
+	if !instanceIDRe.MatchString(s.InstanceID) {
+		return nil, fmt.Errorf("render seed: %w: instance-id %q", ErrSeedInvalid, s.InstanceID)
+	}
+	if len(s.SSHKeys) == 0 {
+		return nil, fmt.Errorf("render seed: %w: no ssh keys (password login is disabled, the host would be unreachable)", ErrSeedInvalid)
+	}
+	for i, k := range s.SSHKeys {
+		if !sshKeyRe.MatchString(k) {
+			return nil, fmt.Errorf("render seed: %w: ssh key %d is not an OpenSSH public key line", ErrSeedInvalid, i)
+		}
+	}
+	join := s.JoinCommand
+	if join == "" {
+		join = JoinPlaceholder
+	}
+	if strings.ContainsAny(join, "\x00\n\r") || len(join) > 4096 || !utf8.ValidString(join) {
+		return nil, fmt.Errorf("render seed: %w: join command must be one line under 4 KiB", ErrSeedInvalid)
+	}
+	if len(s.NetworkConfig) > 64<<10 || strings.ContainsRune(s.NetworkConfig, 0) || !utf8.ValidString(s.NetworkConfig) {
+		return nil, fmt.Errorf("render seed: %w: network-config too large or binary", ErrSeedInvalid)
+	}
+	q := func(v string) string {
+		var b strings.Builder
+		enc := json.NewEncoder(&b)
+		enc.SetEscapeHTML(false)
+		_ = enc.Encode(v) // a string always encodes
+		return strings.TrimSuffix(b.String(), "\n")
+	}
+	var ud strings.Builder
+	ud.WriteString("#cloud-config\n")
+	ud.WriteString("# Written by the Machina ramdisk (NoCloud seed).\n")
+	ud.WriteString("users:\n  - name: machina\n    gecos: Machina operator\n    shell: /bin/bash\n")
+	ud.WriteString("    sudo: \"ALL=(ALL) NOPASSWD:ALL\"\n    lock_passwd: true\n    ssh_authorized_keys:\n")
+	for _, k := range s.SSHKeys {
+		ud.WriteString("      - " + q(k) + "\n")
+	}
+	ud.WriteString("ssh_pwauth: false\ndisable_root: true\n")
+	ud.WriteString("runcmd:\n  - [sh, -c, " + q(join) + "]\n")
+	md := "instance-id: " + q(s.InstanceID) + "\nlocal-hostname: " + q(s.Hostname) + "\n"
+	nc := s.NetworkConfig
+	if nc == "" {
+		nc = "version: 2\nethernets:\n  all:\n    match:\n      name: \"e*\"\n    dhcp4: true\n"
+	}
+	return []SeedFile{
+		{Name: "meta-data", Data: []byte(md)},
+		{Name: "network-config", Data: []byte(nc)},
+		{Name: "user-data", Data: []byte(ud.String())},
+	}, nil
+}
+
+// FAT16 layout constants for MakeFAT16.
+const (
+	fatSector      = 512
+	fatRootEntries = 512
+	fatReserved    = 1
+	fatCount       = 2
+)
+
+// fatDate is the fixed timestamp of every entry (2026-01-01 00:00), so the
+// seed is byte-for-byte reproducible.
+const fatDate = uint16((2026-1980)<<9 | 1<<5 | 1)
+
+// MakeFAT16 builds a FAT16 filesystem image of size bytes (a multiple of 512,
+// at least 4 MiB so the cluster count is in FAT16 range) with volume label
+// label (at most 11 bytes, stored upper-case as DOS does) and files in the
+// root directory under VFAT long names (Microsoft FAT specification 1.03:
+// BPB §3, FAT §4, directory entries §6, long names §7). hiddenSectors is the
+// partition's start LBA, recorded in the BPB. Cluster size is one sector.
+func MakeFAT16(size int64, label string, hiddenSectors uint32, files []SeedFile) ([]byte, error) {
+	if size%fatSector != 0 || size < 4<<20 || size > 32<<20 {
+		return nil, fmt.Errorf("make fat16: size %d out of range", size)
+	}
+	if len(label) == 0 || len(label) > 11 {
+		return nil, fmt.Errorf("make fat16: label %q must be 1..11 bytes", label)
+	}
+	total := int(size / fatSector)
+	rootSecs := fatRootEntries * 32 / fatSector
+	// FAT size: solve fatSecs >= (clusters+2)*2/512 with clusters = total-reserved-root-2*fatSecs.
+	fatSecs := 1
+	for {
+		clusters := total - fatReserved - rootSecs - fatCount*fatSecs
+		need := ((clusters+2)*2 + fatSector - 1) / fatSector
+		if need <= fatSecs {
+			break
+		}
+		fatSecs = need
+	}
+	clusters := total - fatReserved - rootSecs - fatCount*fatSecs
+	if clusters < 4085 || clusters >= 65525 {
+		return nil, fmt.Errorf("make fat16: %d clusters not in FAT16 range", clusters)
+	}
+	img := make([]byte, size)
+	bs := img[:fatSector]
+	copy(bs[0:], []byte{0xEB, 0x3C, 0x90})
+	copy(bs[3:11], "MACHINA ")
+	le := binary.LittleEndian
+	le.PutUint16(bs[11:], fatSector)
+	bs[13] = 1 // sectors per cluster
+	le.PutUint16(bs[14:], fatReserved)
+	bs[16] = fatCount
+	le.PutUint16(bs[17:], fatRootEntries)
+	if total < 65536 {
+		le.PutUint16(bs[19:], uint16(total))
+	} else {
+		le.PutUint32(bs[32:], uint32(total))
+	}
+	bs[21] = 0xF8
+	le.PutUint16(bs[22:], uint16(fatSecs))
+	le.PutUint16(bs[24:], 32) // sectors per track
+	le.PutUint16(bs[26:], 64) // heads
+	le.PutUint32(bs[28:], hiddenSectors)
+	bs[36] = 0x80
+	bs[38] = 0x29
+	le.PutUint32(bs[39:], 0x4d414348) // volume serial "MACH"
+	lbl := padName(strings.ToUpper(label), 11)
+	copy(bs[43:54], lbl)
+	copy(bs[54:62], "FAT16   ")
+	bs[510], bs[511] = 0x55, 0xAA
+
+	fat := make([]uint16, clusters+2)
+	fat[0], fat[1] = 0xFFF8, 0xFFFF
+	dataStart := (fatReserved + fatCount*fatSecs + rootSecs) * fatSector
+	root := img[(fatReserved+fatCount*fatSecs)*fatSector : dataStart]
+	var ents [][]byte
+	vol := make([]byte, 32)
+	copy(vol, lbl)
+	vol[11] = 0x08
+	le.PutUint16(vol[24:], fatDate)
+	ents = append(ents, vol)
+	next := 2
+	used := map[string]bool{}
+	for _, f := range files {
+		if f.Name == "" || len(f.Name) > 64 || strings.ContainsAny(f.Name, "/\\:*?\"<>|") {
+			return nil, fmt.Errorf("make fat16: bad file name %q", f.Name)
+		}
+		short := shortName(f.Name, used)
+		n := (len(f.Data) + fatSector - 1) / fatSector
+		first := 0
+		if n > 0 {
+			if next+n > len(fat) {
+				return nil, fmt.Errorf("make fat16: %w: files do not fit in %d bytes", ErrSeedInvalid, size)
+			}
+			first = next
+			for i := 0; i < n; i++ {
+				c := next + i
+				if i == n-1 {
+					fat[c] = 0xFFFF
+				} else {
+					fat[c] = uint16(c + 1)
+				}
+			}
+			copy(img[dataStart+(first-2)*fatSector:], f.Data)
+			next += n
+		}
+		ents = append(ents, lfnEntries(f.Name, short)...)
+		e := make([]byte, 32)
+		copy(e, short)
+		e[11] = 0x20
+		le.PutUint16(e[16:], fatDate) // created
+		le.PutUint16(e[18:], fatDate) // accessed
+		le.PutUint16(e[24:], fatDate) // modified
+		le.PutUint16(e[26:], uint16(first))
+		le.PutUint32(e[28:], uint32(len(f.Data)))
+		ents = append(ents, e)
+	}
+	if len(ents) > fatRootEntries {
+		return nil, fmt.Errorf("make fat16: too many root entries")
+	}
+	for i, e := range ents {
+		copy(root[i*32:], e)
+	}
+	for k := 0; k < fatCount; k++ {
+		off := (fatReserved + k*fatSecs) * fatSector
+		for i, v := range fat {
+			le.PutUint16(img[off+2*i:], v)
+		}
+	}
+	return img, nil
+}
+
+func padName(s string, n int) []byte {
+	b := []byte(strings.Repeat(" ", n))
+	copy(b, s)
+	return b
+}
+
+// shortName makes a unique 8.3 alias "BASIS~N" for a long name (FAT spec §7.4,
+// simplified: the long name always carries the real name).
+func shortName(long string, used map[string]bool) []byte {
+	var basis []byte
+	for _, r := range strings.ToUpper(long) {
+		if len(basis) == 6 {
+			break
+		}
+		if (r >= 'A' && r <= 'Z') || (r >= '0' && r <= '9') || r == '-' || r == '_' {
+			basis = append(basis, byte(r))
+		}
+	}
+	if len(basis) == 0 {
+		basis = []byte("FILE")
+	}
+	for i := 1; ; i++ {
+		s := fmt.Sprintf("%s~%d", basis, i)
+		if len(s) > 8 {
+			s = s[len(s)-8:]
+		}
+		if !used[s] {
+			used[s] = true
+			return padName(s, 11)
+		}
+	}
+}
+
+// lfnEntries returns the VFAT long-name entries for long, in on-disk order
+// (last part first), each carrying the checksum of the 11-byte short name.
+func lfnEntries(long string, short []byte) [][]byte {
+	var sum byte
+	for _, c := range short[:11] {
+		sum = (sum>>1 | sum<<7) + c
+	}
+	u := utf16.Encode([]rune(long))
+	if len(u)%13 != 0 {
+		u = append(u, 0)
+		for len(u)%13 != 0 {
+			u = append(u, 0xFFFF)
+		}
+	}
+	n := len(u) / 13
+	out := make([][]byte, n)
+	for i := 0; i < n; i++ {
+		e := make([]byte, 32)
+		seq := byte(i + 1)
+		if i == n-1 {
+			seq |= 0x40
+		}
+		e[0] = seq
+		e[11] = 0x0F
+		e[13] = sum
+		part := u[i*13 : i*13+13]
+		offs := []int{1, 3, 5, 7, 9, 14, 16, 18, 20, 22, 24, 28, 30}
+		for j, o := range offs {
+			binary.LittleEndian.PutUint16(e[o:], part[j])
+		}
+		out[n-1-i] = e
+	}
+	return out
+}

@@ -1,0 +1,314 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Errors from WriteImage. In every case but ErrSourceChanged and
+// ErrReadBack not a byte of the target has been written.
+var (
+	// ErrChecksum: the image's SHA-256 differs from the plan.
+	ErrChecksum = errors.New("image checksum mismatch")
+	// ErrImageSize: the image is not the announced size, or larger than the disk.
+	ErrImageSize = errors.New("image size mismatch")
+	// ErrSourceChanged: in two-pass mode a chunk of the write pass differs
+	// from the verified hash pass; the chunk was not written (the disk holds
+	// a partial image after the wiped signatures).
+	ErrSourceChanged = errors.New("image changed between hash pass and write pass")
+	// ErrReadBack: the read-back verification found different bytes on disk.
+	ErrReadBack = errors.New("read-back verification failed")
+)
+
+// ImageOpener opens a fresh stream of the image; WriteImage calls it once
+// (memory mode) or twice (two-pass mode).
+type ImageOpener func(ctx context.Context) (io.ReadCloser, error)
+
+// WriteConfig configures WriteImage. Zero values are usable except for
+// Open, SizeBytes and SHA256.
+type WriteConfig struct {
+	Open ImageOpener
+	// SizeBytes is the exact image size.
+	SizeBytes int64
+	// SHA256 is the expected lower-case hex digest of the image.
+	SHA256 string
+	// MemoryLimit is the largest image buffered in memory (one pass); larger
+	// images use two passes. Zero means 256 MiB; negative forces two passes.
+	MemoryLimit int64
+	// ChunkBytes is the write size and chunk-hash granularity; zero means
+	// 4 MiB. Must be a multiple of 4096.
+	ChunkBytes int
+	// ReadBack re-reads the written range and compares its SHA-256.
+	ReadBack bool
+	Logger   *slog.Logger
+}
+
+// WriteResult describes a finished write.
+type WriteResult struct {
+	Mode         string // "memory" or "two-pass"
+	BytesWritten int64
+	SHA256       string
+	// Verify is the time spent downloading and hashing before the first write.
+	Verify time.Duration
+	// Write is the time from the first write to the end of fsync.
+	Write time.Duration
+}
+
+// WriteImage writes a verified image to dev (diskSize bytes). No byte of
+// dev changes before the whole image has been hashed and matched against
+// cfg.SHA256: an image that fits in cfg.MemoryLimit is buffered and written
+// from memory; a larger one is hashed in a first pass that also records the
+// SHA-256 of every chunk, and the second pass writes a chunk only after its
+// hash matches the recorded one. After verification it wipes old signatures
+// beyond the image (WipeSignatures), writes in ChunkBytes-aligned chunks,
+// fsyncs, and optionally reads back.
+func WriteImage(ctx context.Context, dev BlockDevice, diskSize int64, cfg WriteConfig) (WriteResult, error) {
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	chunk := cfg.ChunkBytes
+	if chunk == 0 {
+		chunk = 4 << 20
+	}
+	if chunk%4096 != 0 || chunk <= 0 {
+		return WriteResult{}, fmt.Errorf("write image: chunk size %d not a multiple of 4096", chunk)
+	}
+	memLimit := cfg.MemoryLimit
+	if memLimit == 0 {
+		memLimit = 256 << 20
+	}
+	want := strings.ToLower(cfg.SHA256)
+	if len(want) != 64 {
+		return WriteResult{}, fmt.Errorf("write image: %w: expected checksum is not a sha256 hex digest", ErrChecksum)
+	}
+	if cfg.SizeBytes <= 0 || cfg.SizeBytes > diskSize {
+		return WriteResult{}, fmt.Errorf("write image: %w: image %d bytes, disk %d bytes", ErrImageSize, cfg.SizeBytes, diskSize)
+	}
+	res := WriteResult{SHA256: want}
+	t0 := time.Now()
+	var buf []byte
+	var chunkSums [][32]byte
+	if cfg.SizeBytes <= memLimit {
+		res.Mode = "memory"
+		rc, err := cfg.Open(ctx)
+		if err != nil {
+			return res, fmt.Errorf("write image: open: %w", err)
+		}
+		buf = make([]byte, cfg.SizeBytes)
+		// Hash while downloading: the reader fills buf in chunks and the
+		// hasher follows it (disjoint regions, ordered by the channel).
+		h := sha256.New()
+		err = pipeRead(ctx, rc, cfg.SizeBytes, chunk, buf, func(p piece) error {
+			h.Write(p.b)
+			return nil
+		})
+		rc.Close()
+		if err != nil {
+			return res, fmt.Errorf("write image: read: %w", err)
+		}
+		if got := hex.EncodeToString(h.Sum(nil)); got != want {
+			return res, fmt.Errorf("write image: %w: got %s", ErrChecksum, got)
+		}
+	} else {
+		res.Mode = "two-pass"
+		rc, err := cfg.Open(ctx)
+		if err != nil {
+			return res, fmt.Errorf("write image: open hash pass: %w", err)
+		}
+		total := sha256.New()
+		var sums [][32]byte
+		err = pipeRead(ctx, rc, cfg.SizeBytes, chunk, nil, func(p piece) error {
+			sums = append(sums, sha256.Sum256(p.b))
+			total.Write(p.b)
+			return nil
+		})
+		rc.Close()
+		got := hex.EncodeToString(total.Sum(nil))
+		if err != nil {
+			return res, fmt.Errorf("write image: hash pass: %w", err)
+		}
+		if got != want {
+			return res, fmt.Errorf("write image: %w: got %s", ErrChecksum, got)
+		}
+		chunkSums = sums
+	}
+	res.Verify = time.Since(t0)
+	log.Info("image verified", "mode", res.Mode, "bytes", cfg.SizeBytes, "seconds", res.Verify.Seconds())
+
+	t1 := time.Now()
+	if err := WipeSignatures(dev, diskSize, cfg.SizeBytes); err != nil {
+		return res, fmt.Errorf("write image: %w", err)
+	}
+	if buf != nil {
+		for off := int64(0); off < cfg.SizeBytes; off += int64(chunk) {
+			if err := ctx.Err(); err != nil {
+				return res, fmt.Errorf("write image: %w", err)
+			}
+			end := min(off+int64(chunk), cfg.SizeBytes)
+			if _, err := dev.WriteAt(buf[off:end], off); err != nil {
+				return res, fmt.Errorf("write image: write at %d: %w", off, err)
+			}
+			res.BytesWritten = end
+		}
+	} else {
+		rc, err := cfg.Open(ctx)
+		if err != nil {
+			return res, fmt.Errorf("write image: open write pass: %w", err)
+		}
+		defer rc.Close()
+		total := sha256.New()
+		i := 0
+		err = pipeRead(ctx, rc, cfg.SizeBytes, chunk, nil, func(p piece) error {
+			if i >= len(chunkSums) || sha256.Sum256(p.b) != chunkSums[i] {
+				return fmt.Errorf("%w: chunk at offset %d", ErrSourceChanged, p.off)
+			}
+			i++
+			total.Write(p.b)
+			if _, err := dev.WriteAt(p.b, p.off); err != nil {
+				return fmt.Errorf("write at %d: %w", p.off, err)
+			}
+			res.BytesWritten = p.off + int64(len(p.b))
+			return nil
+		})
+		if err != nil {
+			return res, fmt.Errorf("write image: write pass: %w", err)
+		}
+		if hex.EncodeToString(total.Sum(nil)) != want {
+			return res, fmt.Errorf("write image: %w", ErrSourceChanged)
+		}
+	}
+	if err := dev.Sync(); err != nil {
+		return res, fmt.Errorf("write image: fsync: %w", err)
+	}
+	res.Write = time.Since(t1)
+	if cfg.ReadBack {
+		dropCache(dev)
+		h := sha256.New()
+		if _, err := io.Copy(h, io.NewSectionReader(dev, 0, cfg.SizeBytes)); err != nil {
+			return res, fmt.Errorf("write image: read back: %w", err)
+		}
+		if got := hex.EncodeToString(h.Sum(nil)); got != want {
+			return res, fmt.Errorf("write image: %w: got %s", ErrReadBack, got)
+		}
+	}
+	log.Info("image written", "bytes", res.BytesWritten, "seconds", res.Write.Seconds(), "readBack", cfg.ReadBack)
+	return res, nil
+}
+
+// piece is one chunk of the image stream at byte offset off.
+type piece struct {
+	off int64
+	b   []byte
+}
+
+// pipeRead reads exactly size bytes from r in a goroutine, chunk bytes at a
+// time, and calls consume for each chunk in order on the caller's goroutine,
+// so reading the next chunk overlaps consuming this one. With mem (len size)
+// the chunks are slices of mem; otherwise a pool of four buffers is reused,
+// and consume must not keep p.b. A short or long stream is ErrImageSize; an
+// error from consume stops the reader and is returned (the caller then
+// closes r, which ends a read in flight; mem must then be discarded).
+func pipeRead(ctx context.Context, r io.Reader, size int64, chunk int, mem []byte, consume func(piece) error) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	const nbuf = 4
+	free := make(chan []byte, nbuf)
+	if mem == nil {
+		for range nbuf {
+			free <- make([]byte, chunk)
+		}
+	}
+	out := make(chan piece, nbuf)
+	errc := make(chan error, 1)
+	go func() {
+		defer close(out)
+		for off := int64(0); off < size; off += int64(chunk) {
+			n := int(min(int64(chunk), size-off))
+			var b []byte
+			if mem != nil {
+				b = mem[off : off+int64(n)]
+			} else {
+				select {
+				case b = <-free:
+				case <-ctx.Done():
+					errc <- ctx.Err()
+					return
+				}
+				b = b[:n]
+			}
+			if _, err := io.ReadFull(r, b); err != nil {
+				if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+					err = fmt.Errorf("%w: image shorter than announced %d bytes", ErrImageSize, size)
+				}
+				errc <- err
+				return
+			}
+			select {
+			case out <- piece{off: off, b: b}:
+			case <-ctx.Done():
+				errc <- ctx.Err()
+				return
+			}
+		}
+		errc <- expectEOF(r)
+	}()
+	for p := range out {
+		if err := consume(p); err != nil {
+			// The reader stops at its next send, or when the caller closes r.
+			cancel()
+			return err
+		}
+		if mem == nil {
+			free <- p.b[:cap(p.b)]
+		}
+	}
+	return <-errc
+}
+
+// expectEOF fails if r has more bytes: the image is larger than announced.
+func expectEOF(r io.Reader) error {
+	var b [1]byte
+	n, err := io.ReadFull(r, b[:])
+	if n > 0 {
+		return fmt.Errorf("%w: image longer than announced", ErrImageSize)
+	}
+	if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) {
+		return err
+	}
+	return nil
+}
+
+// FileOpener returns an ImageOpener over an in-memory image (tests, local files).
+func FileOpener(b []byte) ImageOpener {
+	return func(context.Context) (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(b)), nil }
+}
+
+// dropCache asks the kernel to write back and drop the page cache of a block
+// device (BLKFLSBUF, linux/fs.h _IO(0x12, 97)), so that the read-back reads
+// the medium rather than the pages just written. Files and devices without
+// a descriptor are left alone; failure only weakens the read-back.
+func dropCache(dev BlockDevice) {
+	f, ok := dev.(interface {
+		Fd() uintptr
+		Stat() (os.FileInfo, error)
+	})
+	if !ok {
+		return
+	}
+	if st, err := f.Stat(); err != nil || st.Mode()&os.ModeDevice == 0 {
+		return
+	}
+	const blkflsbuf = 0x1261
+	_, _, _ = syscall.Syscall(syscall.SYS_IOCTL, f.Fd(), blkflsbuf, 0)
+}

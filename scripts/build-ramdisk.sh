@@ -1,0 +1,94 @@
+#!/bin/sh
+# Builds the Machina ramdisk: Debian's kernel (linux-image-amd64, extracted with
+# apt-get download + dpkg-deb -x, nothing installed), and a gzip'd newc cpio
+# whose /init is the static Go agent (cmd/machina-agent) plus the kernel
+# modules it loads, with their dependencies in load order. Writes
+#   $OUT/vmlinuz  $OUT/initrd.cpio.gz  $OUT/manifest.txt (SHA-256 sums, versions, modules)
+# Reproducible: same kernel package + same source + same Go => same bytes
+# (sorted cpio, fixed mtimes and owners, gzip -n, go build -trimpath).
+# Environment: OUT (default out/ramdisk), CACHE (default $OUT/cache),
+# KERNEL_PKG (default: what linux-image-amd64 depends on), SOURCE_DATE_EPOCH,
+# EXTRA_MODULES (space-separated module names to add).
+set -eu
+cd "$(dirname "$0")/.."
+REPO=$(pwd)
+OUT=${OUT:-$REPO/out/ramdisk}
+mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)
+CACHE=${CACHE:-$OUT/cache}
+mkdir -p "$CACHE"
+CACHE=$(cd "$CACHE" && pwd)
+GO=${GO:-go}
+
+# Drivers for the machines Machina provisions (virtual lab + common server hardware).
+MODULES="virtio_pci virtio_net virtio_blk virtio_scsi virtio_rng
+  e1000 e1000e igb ixgbe i40e ice bnxt_en mlx5_core tg3
+  nvme ahci ata_piix sd_mod megaraid_sas mpt3sas ${EXTRA_MODULES:-}"
+
+for tool in apt-get apt-cache dpkg-deb depmod modprobe cpio gzip sha256sum; do
+	command -v "$tool" >/dev/null 2>&1 || { echo "build-ramdisk: $tool not found" >&2; exit 1; }
+done
+
+resolve() { apt-cache depends linux-image-amd64 2>/dev/null | awk '/Depends: linux-image-/{print $2; exit}'; }
+PKG=${KERNEL_PKG:-$(resolve)}
+if [ -z "$PKG" ] && [ "$(id -u)" = 0 ]; then
+	# fresh machines (CI containers) have empty apt lists
+	apt-get update -qq >/dev/null
+	PKG=$(resolve)
+fi
+case $PKG in linux-image-[0-9]*) ;; *) echo "build-ramdisk: cannot resolve kernel package (got '$PKG')" >&2; exit 1 ;; esac
+KVER=${PKG#linux-image-}
+
+DEB=$(ls "$CACHE"/"$PKG"_*.deb 2>/dev/null | head -n1 || true)
+if [ -z "$DEB" ]; then
+	(cd "$CACHE" && apt-get download "$PKG" >/dev/null)
+	DEB=$(ls "$CACHE"/"$PKG"_*.deb | head -n1)
+fi
+DEBVER=$(dpkg-deb -f "$DEB" Version)
+ROOT=$CACHE/root-$DEBVER
+if [ ! -f "$ROOT/.done" ]; then
+	rm -rf "$ROOT"
+	dpkg-deb -x "$DEB" "$ROOT"
+	depmod -b "$ROOT" "$KVER"   # the .deb ships no modules.dep (postinst runs depmod)
+	touch "$ROOT/.done"
+fi
+
+SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct 2>/dev/null || echo 0)}
+VERSION=$(git describe --always --dirty 2>/dev/null || echo dev)
+
+STAGE=$OUT/stage
+rm -rf "$STAGE"
+mkdir -p "$STAGE/modules" "$STAGE/proc" "$STAGE/sys" "$STAGE/dev" "$STAGE/tmp"
+CGO_ENABLED=0 GOOS=linux GOARCH=amd64 "$GO" build -trimpath -buildvcs=false \
+	-ldflags "-s -w -X main.version=$VERSION" -o "$STAGE/init" ./cmd/machina-agent
+
+# Dependency order from modprobe; first appearance wins, so dependencies come first.
+: > "$STAGE/modules/order.txt"
+for m in $MODULES; do
+	modprobe -d "$ROOT" -S "$KVER" --show-depends "$m" 2>/dev/null || { echo "build-ramdisk: module $m not in $PKG" >&2; exit 1; }
+done | awk '$1=="insmod"{print $2}' | awk '!seen[$0]++' | while read -r ko; do
+	case $ko in *.ko) ;; *) echo "build-ramdisk: compressed module $ko not supported (kernel lacks MODULE_DECOMPRESS)" >&2; exit 1 ;; esac
+	name=$(basename "$ko")
+	cp "$ko" "$STAGE/modules/$name"
+	echo "$name" >> "$STAGE/modules/order.txt"
+done
+
+find "$STAGE" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} +
+(cd "$STAGE" && find . -mindepth 1 | LC_ALL=C sort | cpio -o -H newc --reproducible --owner=0:0 --quiet) | gzip -9n > "$OUT/initrd.cpio.gz.tmp"
+mv "$OUT/initrd.cpio.gz.tmp" "$OUT/initrd.cpio.gz"
+cp "$ROOT/boot/vmlinuz-$KVER" "$OUT/vmlinuz"
+
+{
+	echo "# Machina ramdisk manifest"
+	echo "kernel-package: $PKG $DEBVER"
+	echo "kernel-release: $KVER"
+	echo "agent-version: $VERSION"
+	echo "go: $("$GO" env GOVERSION)"
+	echo "source-date-epoch: $SOURCE_DATE_EPOCH"
+	echo "modules: $(wc -l < "$STAGE/modules/order.txt")"
+	echo "sha256:"
+	(cd "$OUT" && sha256sum vmlinuz initrd.cpio.gz)
+} > "$OUT/manifest.txt"
+rm -rf "$STAGE"
+echo "ramdisk: $OUT/initrd.cpio.gz $(wc -c < "$OUT/initrd.cpio.gz") bytes, kernel $PKG $DEBVER ($(wc -c < "$OUT/vmlinuz") bytes)"
+echo "manifest: $OUT/manifest.txt"
