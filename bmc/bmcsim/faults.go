@@ -26,8 +26,12 @@ const (
 	// FaultSlow waits Fault.Delay (or until the client goes away) before
 	// handling the request normally.
 	FaultSlow
-	// FaultDrop closes the TCP connection without an answer.
+	// FaultDrop closes the TCP connection without an answer; the request
+	// is not performed.
 	FaultDrop
+	// FaultDropAfter performs the request, then closes the connection
+	// without an answer (the client cannot know it was applied).
+	FaultDropAfter
 	// FaultExpireSession invalidates every session before handling the
 	// request, so a token-authenticated request gets 401.
 	FaultExpireSession

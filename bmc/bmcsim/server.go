@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strconv"
 	"strings"
@@ -53,6 +54,10 @@ type Quirks struct {
 	// NoSessions answers 405 on POST to the Sessions collection, so
 	// clients must use Basic auth.
 	NoSessions bool
+	// RefuseResetTypes are ResetType values answered with 400
+	// ActionParameterValueNotInList even where the tree lists no
+	// AllowableValues (BMCs that do not advertise what they accept).
+	RefuseResetTypes []string
 	// StoreContinuousForOnce stores BootSourceOverrideEnabled=Continuous
 	// when Once is requested, answering 204 (a lying BMC; read-back tests).
 	StoreContinuousForOnce bool
@@ -278,11 +283,21 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				}
 			}
 			panic(http.ErrAbortHandler)
+		case FaultDropAfter:
+			s.serve(httptest.NewRecorder(), r, decoded)
+			if hj, ok := w.(http.Hijacker); ok {
+				if c, _, err := hj.Hijack(); err == nil {
+					c.Close()
+					return
+				}
+			}
+			panic(http.ErrAbortHandler)
 		case FaultSlow:
 			t := time.NewTimer(f.Delay)
 			select {
 			case <-r.Context().Done():
 				t.Stop()
+				s.record(r, decoded, "", 0) // client gave up; not performed
 				return
 			case <-t.C:
 			}

@@ -109,3 +109,27 @@ func (l *lab) writes() []string {
 	}
 	return out
 }
+
+// simLab is an emulator on loopback for tests that make several drivers.
+type simLab struct {
+	sim *bmcsim.Server
+	url string
+}
+
+func newLabWith(t *testing.T, sim *bmcsim.Server) *simLab {
+	t.Helper()
+	ts := httptest.NewServer(sim)
+	t.Cleanup(ts.Close)
+	return &simLab{sim: sim, url: ts.URL}
+}
+
+func (l *simLab) driver(t *testing.T, password string) *redfish.Driver {
+	t.Helper()
+	drv, err := redfish.New(redfish.Config{Endpoint: l.url, Username: "admin", Password: password,
+		PollInterval: time.Millisecond, RetryBase: time.Millisecond, Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = drv.Close(context.Background()) })
+	return drv
+}
