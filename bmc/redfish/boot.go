@@ -202,11 +202,16 @@ func (d *Driver) BootOverride(ctx context.Context) (bmc.BootOverride, error) {
 	if err != nil {
 		return bmc.BootOverride{}, err
 	}
+	return bootFrom(sys), nil
+}
+
+// bootFrom decodes ComputerSystem.Boot.
+func bootFrom(sys map[string]any) bmc.BootOverride {
 	boot := obj(sys, "Boot")
 	var o bmc.BootOverride
 	en := strv(boot, "BootSourceOverrideEnabled")
 	if en == "Disabled" || en == "" {
-		return o, nil
+		return o
 	}
 	o.Persistent = en == "Continuous"
 	t := strv(boot, "BootSourceOverrideTarget")
@@ -220,7 +225,7 @@ func (d *Driver) BootOverride(ctx context.Context) (bmc.BootOverride, error) {
 			o.Mode = m
 		}
 	}
-	return o, nil
+	return o
 }
 
 // parseRef turns an absolute URL or a path into a path with query.

@@ -144,7 +144,12 @@ func (d *Driver) chassis(ctx context.Context, sys, root map[string]any) map[stri
 }
 
 func (d *Driver) temperatures(ctx context.Context, chassis map[string]any) []bmc.Temperature {
-	th := d.tryGet(ctx, link(chassis, "Thermal"))
+	return tempsFrom(d.tryGet(ctx, link(chassis, "Thermal")))
+}
+
+// tempsFrom reads Thermal.Temperatures[].ReadingCelsius; readings that are
+// not numbers are skipped.
+func tempsFrom(th map[string]any) []bmc.Temperature {
 	ts, _ := th["Temperatures"].([]any)
 	var out []bmc.Temperature
 	for _, t := range ts {
@@ -159,19 +164,28 @@ func (d *Driver) temperatures(ctx context.Context, chassis map[string]any) []bmc
 }
 
 func (d *Driver) powerDraw(ctx context.Context, chassis map[string]any) *float64 {
-	if p := d.tryGet(ctx, link(chassis, "Power")); p != nil {
-		if pcs, ok := p["PowerControl"].([]any); ok && len(pcs) > 0 {
-			if m, ok := pcs[0].(map[string]any); ok {
-				if w, ok := num(m, "PowerConsumedWatts"); ok {
-					return &w
-				}
+	if w := powerControlWatts(d.tryGet(ctx, link(chassis, "Power"))); w != nil {
+		return w
+	}
+	return envWatts(d.tryGet(ctx, link(chassis, "EnvironmentMetrics")))
+}
+
+// powerControlWatts reads Power.PowerControl[0].PowerConsumedWatts.
+func powerControlWatts(p map[string]any) *float64 {
+	if pcs, ok := p["PowerControl"].([]any); ok && len(pcs) > 0 {
+		if m, ok := pcs[0].(map[string]any); ok {
+			if w, ok := num(m, "PowerConsumedWatts"); ok {
+				return &w
 			}
 		}
 	}
-	if em := d.tryGet(ctx, link(chassis, "EnvironmentMetrics")); em != nil {
-		if w, ok := num(obj(em, "PowerWatts"), "Reading"); ok {
-			return &w
-		}
+	return nil
+}
+
+// envWatts reads EnvironmentMetrics.PowerWatts.Reading.
+func envWatts(em map[string]any) *float64 {
+	if w, ok := num(obj(em, "PowerWatts"), "Reading"); ok {
+		return &w
 	}
 	return nil
 }
@@ -229,17 +243,24 @@ func (d *Driver) entries(ctx context.Context, coll map[string]any) []bmc.LogEntr
 		if _, inline := m["Message"]; !inline && len(m) <= 1 {
 			m = d.tryGet(ctx, strv(m, "@odata.id"))
 		}
-		msg := strv(m, "Message")
-		if msg == "" {
-			continue
+		if e, ok := entryFrom(m); ok {
+			out = append(out, e)
 		}
-		out = append(out, bmc.LogEntry{Created: parseTime(strv(m, "Created")), Severity: strv(m, "Severity"), Message: sanitize(msg)})
 	}
 	sort.SliceStable(out, func(i, j int) bool { return out[i].Created.After(out[j].Created) })
 	if len(out) > d.cfg.LogEntries {
 		out = out[:d.cfg.LogEntries]
 	}
 	return out
+}
+
+// entryFrom decodes one LogEntry; ok is false without a Message.
+func entryFrom(m map[string]any) (bmc.LogEntry, bool) {
+	msg := strv(m, "Message")
+	if msg == "" {
+		return bmc.LogEntry{}, false
+	}
+	return bmc.LogEntry{Created: parseTime(strv(m, "Created")), Severity: strv(m, "Severity"), Message: sanitize(msg)}, true
 }
 
 // parseTime parses Redfish DateTime leniently: RFC 3339, without a UTC
