@@ -109,7 +109,7 @@ func (s *Server) accept(w http.ResponseWriter, r *http.Request, f *Fault, decode
 	t := &task{polls: f.TaskPolls, fails: f.TaskFails}
 	if !f.TaskFails {
 		rec := httptest.NewRecorder()
-		s.serve(rec, r, decoded)
+		s.serve(s.recorder(rec, r, decoded), r, decoded)
 		if rec.Code >= 300 {
 			for k, v := range rec.Header() {
 				w.Header()[k] = v

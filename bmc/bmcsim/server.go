@@ -97,6 +97,9 @@ type Config struct {
 	// Power is the machine behind the BMC; nil means a [MemoryPower]
 	// starting in the tree's PowerState.
 	Power PowerBackend
+	// RecordLimit caps the recorded requests, dropping the oldest; zero
+	// means 4096.
+	RecordLimit int
 	// Logger receives one Debug line per request; nil discards.
 	Logger *slog.Logger
 }
@@ -136,14 +139,17 @@ type Server struct {
 	log    *slog.Logger
 
 	mu       sync.Mutex
-	over     map[string]*node // copy-on-write overlay, same keys as Tree.nodes
+	over     map[string]*node  // copy-on-write overlay, same keys as Tree.nodes
 	sessions map[string]string // token -> session URL path
 	failed   int
 	lockedAt time.Time
 	faults   []*Fault
-	reqs     []Request
 	tasks    map[string]*task
 	seq      int
+
+	// recMu guards reqs only, so handlers holding mu can still record.
+	recMu sync.Mutex
+	reqs  []Request
 }
 
 // New returns an emulator serving cfg.Tree. It copies nothing from the tree
@@ -157,6 +163,9 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.Password == "" {
 		cfg.Password = "password"
+	}
+	if cfg.RecordLimit <= 0 {
+		cfg.RecordLimit = 4096
 	}
 	if cfg.LockoutDuration == 0 {
 		cfg.LockoutDuration = 5 * time.Minute
@@ -183,16 +192,16 @@ func New(cfg Config) (*Server, error) {
 
 // Requests returns a copy of the requests recorded so far.
 func (s *Server) Requests() []Request {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.recMu.Lock()
+	defer s.recMu.Unlock()
 	return slices.Clone(s.reqs)
 }
 
 // ClearRequests forgets the recorded requests.
 func (s *Server) ClearRequests() {
-	s.mu.Lock()
+	s.recMu.Lock()
 	s.reqs = nil
-	s.mu.Unlock()
+	s.recMu.Unlock()
 }
 
 // Sessions returns the number of live sessions.
@@ -268,7 +277,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	var decoded map[string]any
 	if len(body) > 0 {
 		if err := json.Unmarshal(body, &decoded); err != nil {
-			s.finish(w, r, nil, "", writeError(w, http.StatusBadRequest, "Base.1.8.MalformedJSON", "The request body submitted was malformed JSON."))
+			writeError(s.recorder(w, r, nil), http.StatusBadRequest, "Base.1.8.MalformedJSON", "The request body submitted was malformed JSON.")
 			return
 		}
 	}
@@ -284,7 +293,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			}
 			panic(http.ErrAbortHandler)
 		case FaultDropAfter:
-			s.serve(httptest.NewRecorder(), r, decoded)
+			s.serve(s.recorder(httptest.NewRecorder(), r, decoded), r, decoded)
 			if hj, ok := w.(http.Hijacker); ok {
 				if c, _, err := hj.Hijack(); err == nil {
 					c.Close()
@@ -305,10 +314,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			if f.RetryAfter > 0 {
 				w.Header().Set("Retry-After", strconv.Itoa(int((f.RetryAfter+time.Second-1)/time.Second)))
 			}
-			s.finish(w, r, decoded, "", writeError(w, http.StatusServiceUnavailable, "Base.1.8.ServiceTemporarilyUnavailable", "The service is temporarily unavailable."))
+			writeError(s.recorder(w, r, decoded), http.StatusServiceUnavailable, "Base.1.8.ServiceTemporarilyUnavailable", "The service is temporarily unavailable.")
 			return
 		case FaultBadGateway:
-			s.finish(w, r, decoded, "", writeError(w, http.StatusBadGateway, "Base.1.8.GeneralError", "Bad gateway."))
+			writeError(s.recorder(w, r, decoded), http.StatusBadGateway, "Base.1.8.GeneralError", "Bad gateway.")
 			return
 		case FaultExpireSession:
 			s.ExpireSessions()
@@ -317,30 +326,55 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	s.serve(w, r, decoded)
+	s.serve(s.recorder(w, r, decoded), r, decoded)
 }
 
-// serve authenticates and routes one request, then records it.
-func (s *Server) serve(w http.ResponseWriter, r *http.Request, decoded map[string]any) {
-	auth := ""
+// recWriter records its request when the status is written, before any
+// byte reaches the client, so Requests() after a reply always includes it.
+type recWriter struct {
+	http.ResponseWriter
+	s    *Server
+	r    *http.Request
+	body map[string]any
+	auth string
+	done bool
+}
+
+func (s *Server) recorder(w http.ResponseWriter, r *http.Request, body map[string]any) *recWriter {
+	return &recWriter{ResponseWriter: w, s: s, r: r, body: body}
+}
+
+// WriteHeader implements http.ResponseWriter.
+func (w *recWriter) WriteHeader(code int) {
+	if !w.done {
+		w.done = true
+		w.s.record(w.r, w.body, w.auth, code)
+		w.s.log.Debug("bmcsim request", "method", w.r.Method, "path", w.r.URL.Path, "status", code)
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+// Write implements http.ResponseWriter.
+func (w *recWriter) Write(b []byte) (int, error) {
+	if !w.done {
+		w.WriteHeader(http.StatusOK)
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+// serve authenticates and routes one request; w records it.
+func (s *Server) serve(w *recWriter, r *http.Request, decoded map[string]any) {
 	p := normPath(r.URL.Path)
 	public := p == "/redfish" || p == "/redfish/v1" || (p == "/redfish/v1/sessionservice/sessions" && r.Method == http.MethodPost)
 	if !public {
-		var ok bool
-		var status int
-		auth, ok, status = s.authenticate(r)
+		auth, ok, status := s.authenticate(r)
+		w.auth = auth
 		if !ok {
-			s.finish(w, r, decoded, auth, writeError(w, status, "Base.1.8.InsufficientPrivilege", "There are insufficient privileges for the account or credentials associated with the current session to perform the requested operation."))
+			writeError(w, status, "Base.1.8.InsufficientPrivilege", "There are insufficient privileges for the account or credentials associated with the current session to perform the requested operation.")
 			return
 		}
 	}
-	status := s.route(w, r, p, decoded)
-	s.finish(w, r, decoded, auth, status)
-}
-
-func (s *Server) finish(_ http.ResponseWriter, r *http.Request, body map[string]any, auth string, status int) {
-	s.record(r, body, auth, status)
-	s.log.Debug("bmcsim request", "method", r.Method, "path", r.URL.Path, "status", status)
+	s.route(w, r, p, decoded)
 }
 
 func (s *Server) record(r *http.Request, body map[string]any, auth string, status int) {
@@ -350,9 +384,12 @@ func (s *Server) record(r *http.Request, body map[string]any, auth string, statu
 			body["Password"] = "<redacted>"
 		}
 	}
-	s.mu.Lock()
+	s.recMu.Lock()
+	if len(s.reqs) >= s.cfg.RecordLimit {
+		s.reqs = slices.Delete(s.reqs, 0, len(s.reqs)-s.cfg.RecordLimit+1)
+	}
 	s.reqs = append(s.reqs, Request{Method: r.Method, Path: r.URL.Path, Body: body, Auth: auth, IfMatch: r.Header.Get("If-Match"), Status: status})
-	s.mu.Unlock()
+	s.recMu.Unlock()
 }
 
 // authenticate checks X-Auth-Token or Basic credentials. It returns the

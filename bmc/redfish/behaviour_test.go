@@ -520,7 +520,7 @@ func multiSystemTree(n int, noBoot bool) map[string]any {
 		ms = append(ms, map[string]any{"@odata.id": p})
 		sys := map[string]any{"@odata.id": p, "@odata.type": "#ComputerSystem.v1_13_0.ComputerSystem", "Id": id,
 			"Manufacturer": 42, "Model": "Synthetic", "PowerState": "Off",
-			"Status": map[string]any{"Health": "Warning"},
+			"Status":  map[string]any{"Health": "Warning"},
 			"Actions": map[string]any{"#ComputerSystem.Reset": map[string]any{"target": p + "/Actions/ComputerSystem.Reset"}},
 		}
 		if !noBoot {

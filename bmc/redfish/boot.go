@@ -237,4 +237,6 @@ func parseRef(s string) (string, error) {
 	return u.RequestURI(), nil
 }
 
-func containsFold(s, sub string) bool { return strings.Contains(strings.ToLower(s), strings.ToLower(sub)) }
+func containsFold(s, sub string) bool {
+	return strings.Contains(strings.ToLower(s), strings.ToLower(sub))
+}

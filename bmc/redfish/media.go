@@ -173,7 +173,9 @@ func (d *Driver) insertAction(ctx context.Context, target, info, imageURL, schem
 			if !known || (params != nil && !slices.Contains(params, a)) {
 				continue
 			}
-			if _, has := body[a]; !has && slices.ContainsFunc(se.ids, func(id string) bool { return containsFold(id, "ParameterMissing") || containsFold(id, "PropertyMissing") }) {
+			if _, has := body[a]; !has && slices.ContainsFunc(se.ids, func(id string) bool {
+				return containsFold(id, "ParameterMissing") || containsFold(id, "PropertyMissing")
+			}) {
 				body[a] = v
 				added = true
 			}
