@@ -27,7 +27,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.AddCommand(
-	// one line per subcommand; each constructor lives in cmd_<name>.go and takes e
+		// one line per subcommand; each constructor lives in cmd_<name>.go and takes e
+		newBmcsimCmd(e),
 	)
 	root.SetArgs(args)
 	if err := root.ExecuteContext(ctx); err != nil {

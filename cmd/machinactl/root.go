@@ -40,7 +40,8 @@ func newRoot(e *env) *cobra.Command {
 	root.SetOut(e.stdout)
 	root.SetErr(e.stderr)
 	root.AddCommand(
-	// one line per verb; each constructor lives in command_<verb>.go
+		// one line per verb; each constructor lives in command_<verb>.go
+		newBMCCmd(e),
 	)
 	return root
 }
