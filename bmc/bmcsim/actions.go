@@ -273,6 +273,9 @@ func (s *Server) patchBootLocked(w http.ResponseWriter, sysPath, patchedPath str
 			}
 		})
 	}
+	if s.quirks.BootPatchAnswers400 {
+		return writeError(w, http.StatusBadRequest, "Base.1.8.GeneralError", "A general error has occurred.")
+	}
 	w.WriteHeader(http.StatusNoContent)
 	return http.StatusNoContent
 }

@@ -58,6 +58,9 @@ type Quirks struct {
 	// ActionParameterValueNotInList even where the tree lists no
 	// AllowableValues (BMCs that do not advertise what they accept).
 	RefuseResetTypes []string
+	// BootPatchAnswers400 applies a valid boot PATCH but answers 400 with
+	// a GeneralError body (a BMC whose error path is wrong; read-back tests).
+	BootPatchAnswers400 bool
 	// StoreContinuousForOnce stores BootSourceOverrideEnabled=Continuous
 	// when Once is requested, answering 204 (a lying BMC; read-back tests).
 	StoreContinuousForOnce bool

@@ -2,8 +2,10 @@ package redfish_test
 
 import (
 	"context"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -501,6 +503,129 @@ func TestNoBootOverrideIsUnsupportedUpFront(t *testing.T) {
 	}
 	if w := l.writes(); len(w) != 0 {
 		t.Errorf("writes = %v, want none", w)
+	}
+}
+
+func TestSoftOffFallsBackToForceOff(t *testing.T) {
+	l := newLab(t, treeLenovo, labOpts{on: true})
+	l.power.IgnoreGraceful = true // the OS ignores the ACPI request
+	if err := l.drv.Power(context.Background(), bmc.PowerActionSoftOff); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		`POST /redfish/v1/Systems/1/Actions/ComputerSystem.Reset {"ResetType":"GracefulShutdown"}`,
+		`POST /redfish/v1/Systems/1/Actions/ComputerSystem.Reset {"ResetType":"ForceOff"}`,
+	}
+	if diff := cmp.Diff(want, l.writes()); diff != "" {
+		t.Errorf("writes (-want +got):\n%s", diff)
+	}
+	if l.power.On() {
+		t.Error("machine still on")
+	}
+}
+
+func TestCycleWithoutRestartTypes(t *testing.T) {
+	// A BMC that lists only On and ForceOff: cycle is ForceOff, wait for
+	// Off, then On. No other ResetType is sent.
+	dir := t.TempDir()
+	files := multiSystemTree(1, false)
+	sys := files["redfish/v1/Systems/s0"].(map[string]any)
+	sys["Actions"].(map[string]any)["#ComputerSystem.Reset"].(map[string]any)["ResetType@Redfish.AllowableValues"] = []any{"On", "ForceOff"}
+	writeTree(t, dir, files)
+	tr, err := bmcsim.LoadTree(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := newLab(t, "", labOpts{on: true, tree: tr})
+	l.power.Lag = 2 // power changes show after two reads
+	if err := l.drv.Power(context.Background(), bmc.PowerActionCycle); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		`POST /redfish/v1/Systems/s0/Actions/ComputerSystem.Reset {"ResetType":"ForceOff"}`,
+		`POST /redfish/v1/Systems/s0/Actions/ComputerSystem.Reset {"ResetType":"On"}`,
+	}
+	if diff := cmp.Diff(want, l.writes()); diff != "" {
+		t.Errorf("writes (-want +got):\n%s", diff)
+	}
+	if !l.power.On() {
+		t.Error("machine not on after cycle")
+	}
+	// Soft-off has no GracefulShutdown here: straight to ForceOff.
+	l.sim.ClearRequests()
+	if err := l.drv.Power(context.Background(), bmc.PowerActionSoftOff); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]string{want[0]}, l.writes()); diff != "" {
+		t.Errorf("soft-off writes (-want +got):\n%s", diff)
+	}
+}
+
+func TestPowerTimeout(t *testing.T) {
+	l := newLab(t, treeDell, labOpts{on: false, tune: func(c *redfish.Config) { c.PowerTimeout = 30 * time.Millisecond }})
+	l.power.Lag = 1 << 30 // the BMC never reports the new state
+	err := l.drv.Power(context.Background(), bmc.PowerActionOn)
+	if !errors.Is(err, bmc.ErrTimeout) || !strings.Contains(err.Error(), "want on, still off") {
+		t.Fatalf("err = %v, want ErrTimeout naming both states", err)
+	}
+}
+
+func TestBootPatch400ButApplied(t *testing.T) {
+	q := bmcsim.DefaultQuirks("Dell")
+	q.BootPatchAnswers400 = true
+	l := newLab(t, treeDell, labOpts{on: true, quirks: &q})
+	if err := l.drv.SetBootOverride(context.Background(), bmc.BootOverride{Device: bmc.BootDisk}); err != nil {
+		t.Fatalf("read back matched, yet: %v", err)
+	}
+}
+
+func TestSessionsUnavailableFallsBackToBasic(t *testing.T) {
+	l := newLab(t, treeDMTF, labOpts{on: true})
+	l.sim.Inject(bmcsim.Fault{Method: "POST", PathSuffix: "/SessionService/Sessions", Kind: bmcsim.FaultUnavailable})
+	if _, err := l.drv.PowerState(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	last := l.sim.Requests()[len(l.sim.Requests())-1]
+	if last.Auth != "basic" {
+		t.Errorf("last request auth = %q, want basic", last.Auth)
+	}
+}
+
+func TestPinnedCA(t *testing.T) {
+	tr := loadTree(t, treeOpenBMC)
+	sim, err := bmcsim.New(bmcsim.Config{Tree: tr, Username: "admin", Password: "pw"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewTLSServer(sim)
+	defer ts.Close()
+	pool := x509.NewCertPool()
+	pool.AddCert(ts.Certificate())
+	for _, tc := range []struct {
+		name string
+		cfg  redfish.Config
+		ok   bool
+	}{
+		{"verified by default", redfish.Config{}, false},
+		{"pinned CA", redfish.Config{RootCAs: pool}, true},
+		{"insecure opt-out", redfish.Config{Insecure: true}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := tc.cfg
+			c.Endpoint, c.Username, c.Password, c.Retries = ts.URL, "admin", "pw", -1
+			drv, err := redfish.New(c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer drv.Close(context.Background())
+			_, err = drv.PowerState(context.Background())
+			if (err == nil) != tc.ok {
+				t.Fatalf("err = %v, want ok=%v", err, tc.ok)
+			}
+			if err != nil && (!errors.Is(err, redfish.ErrTLS) || bmc.IsTransient(err)) {
+				t.Errorf("TLS failure = %v, want ErrTLS, not transient", err)
+			}
+		})
 	}
 }
 

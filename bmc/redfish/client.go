@@ -3,6 +3,7 @@ package redfish
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -281,6 +282,13 @@ func classify(op string, err error, hdr http.Header) error {
 	}
 	if errors.Is(err, context.Canceled) {
 		return fmt.Errorf("redfish: %s: %w", op, err)
+	}
+	var cve *tls.CertificateVerificationError
+	var uae x509.UnknownAuthorityError
+	var hne x509.HostnameError
+	var cie x509.CertificateInvalidError
+	if errors.As(err, &cve) || errors.As(err, &uae) || errors.As(err, &hne) || errors.As(err, &cie) {
+		return fmt.Errorf("redfish: %s: %w: %s", op, ErrTLS, sanitize(err.Error()))
 	}
 	return fmt.Errorf("redfish: %s: %w: %s", op, bmc.ErrUnreachable, sanitize(err.Error()))
 }

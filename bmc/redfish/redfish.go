@@ -31,6 +31,9 @@ var (
 	ErrAmbiguousSystem = errors.New("redfish: several systems and no system ID given")
 	// ErrNoSuchSystem: Config.SystemID matches no member of Systems.
 	ErrNoSuchSystem = errors.New("redfish: no system with the given ID")
+	// ErrTLS: the BMC's certificate did not verify against the system pool
+	// or Config.RootCAs. Not transient: a human pins the CA or opts out.
+	ErrTLS = errors.New("redfish: TLS certificate not trusted")
 )
 
 // Event is something the read model noticed that an operator should see,
