@@ -105,6 +105,14 @@ func (p *MemoryPower) Reset(_ context.Context, resetType string) error {
 	return nil
 }
 
+// Set puts the machine on or off at once, as if someone pressed the
+// button behind the BMC's back. It does not count as a Reset.
+func (p *MemoryPower) Set(on bool) {
+	p.mu.Lock()
+	p.on, p.pending = on, nil
+	p.mu.Unlock()
+}
+
 // On reports the current (settled) power.
 func (p *MemoryPower) On() bool {
 	p.mu.Lock()
