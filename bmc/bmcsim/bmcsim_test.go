@@ -377,3 +377,27 @@ func BenchmarkLoadTree(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkInstanceWithBootWrite measures one emulator instance that has
+// had one boot-override PATCH (its copy-on-write overlay holds the System).
+func BenchmarkInstanceWithBootWrite(b *testing.B) {
+	dir, err := bmcsim.TreeDir("", "dell-poweredge-r750-idrac9")
+	if err != nil {
+		b.Fatal(err)
+	}
+	body := []byte(`{"Boot":{"BootSourceOverrideTarget":"Pxe","BootSourceOverrideEnabled":"Once"}}`)
+	b.ReportAllocs()
+	for b.Loop() {
+		s, err := trees.New(dir, bmcsim.Config{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		req := httptest.NewRequest("PATCH", "/redfish/v1/Systems/System.Embedded.1", bytes.NewReader(body))
+		req.SetBasicAuth("admin", "password")
+		w := httptest.NewRecorder()
+		s.ServeHTTP(w, req)
+		if w.Code != 204 {
+			b.Fatal(w.Code)
+		}
+	}
+}

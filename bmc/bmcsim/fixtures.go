@@ -82,3 +82,14 @@ func (c *Trees) Load(dir string) (*Tree, error) {
 	c.m[abs] = t
 	return t, nil
 }
+
+// New returns an emulator serving the tree in dir, parsed once and shared
+// with every other emulator made through c; cfg.Tree is overwritten.
+func (c *Trees) New(dir string, cfg Config) (*Server, error) {
+	t, err := c.Load(dir)
+	if err != nil {
+		return nil, err
+	}
+	cfg.Tree = t
+	return New(cfg)
+}

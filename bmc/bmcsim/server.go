@@ -495,9 +495,7 @@ func (s *Server) get(w http.ResponseWriter, r *http.Request, p string) int {
 	raw := n.raw
 	if isSystem(n.body) {
 		if ps, err := s.power.PowerState(r.Context()); err == nil {
-			b := deepCopy(n.body).(map[string]any)
-			b["PowerState"] = ps
-			raw, _ = json.Marshal(b)
+			raw = n.rawWithPower(ps)
 		}
 	}
 	if live != nil || p == "/redfish/v1/sessionservice/sessions" {

@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"hash/fnv"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 )
 
 // Tree is one parsed Redfish mockup: every `index.json` below
@@ -28,6 +30,28 @@ type node struct {
 	raw  []byte
 	body map[string]any
 	etag string // ETag header value: the body's @odata.etag or a hash
+
+	// withPower caches raw with PowerState replaced, per PowerState value;
+	// nodes are immutable, so the cache is valid for every Server sharing it.
+	mu        sync.Mutex
+	withPower map[string][]byte
+}
+
+// rawWithPower returns the body with PowerState set to ps.
+func (n *node) rawWithPower(ps string) []byte {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if b, ok := n.withPower[ps]; ok {
+		return b
+	}
+	m := maps.Clone(n.body)
+	m["PowerState"] = ps
+	b, _ := json.Marshal(m)
+	if n.withPower == nil {
+		n.withPower = map[string][]byte{}
+	}
+	n.withPower[ps] = b
+	return b
 }
 
 // LoadTree reads a mockup folder laid out as `<dir>/redfish/v1/.../index.json`
