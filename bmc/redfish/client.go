@@ -1,6 +1,7 @@
 package redfish
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -9,7 +10,9 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -41,8 +44,35 @@ func (t captureTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 		if h, ok := r.Context().Value(captureKey{}).(*http.Header); ok {
 			*h = resp.Header.Clone()
 		}
+		if r.Context().Value(loginKey{}) != nil && r.Method == http.MethodGet && strings.TrimRight(r.URL.Path, "/") == "/redfish/v1" && resp.StatusCode == http.StatusOK {
+			projectServiceRoot(resp)
+		}
 	}
 	return resp, err
+}
+
+// loginKey marks the context of a login, whose service-root GET gofish
+// decodes strictly into its own struct.
+type loginKey struct{}
+
+// projectServiceRoot replaces the service root gofish reads during login by
+// the one link it needs (Links.Sessions, DSP0266 §13.3.4; the standard path
+// when absent or of the wrong type), so a wrong-typed property elsewhere in
+// the root cannot make login fail. The driver reads the real root itself.
+func projectServiceRoot(resp *http.Response) {
+	raw, _ := io.ReadAll(io.LimitReader(resp.Body, maxBody))
+	resp.Body.Close()
+	var root map[string]any
+	_ = json.Unmarshal(raw, &root)
+	sessions := link(obj(root, "Links"), "Sessions")
+	if sessions == "" || !strings.HasPrefix(sessions, "/") {
+		sessions = "/redfish/v1/SessionService/Sessions"
+	}
+	b, _ := json.Marshal(map[string]any{"@odata.id": "/redfish/v1", "Links": map[string]any{"Sessions": map[string]any{"@odata.id": sessions}}})
+	resp.Body = io.NopCloser(bytes.NewReader(b))
+	resp.ContentLength = int64(len(b))
+	resp.Header.Set("Content-Length", strconv.Itoa(len(b)))
+	resp.Header.Del("Content-Encoding")
 }
 
 // conn is the authenticated gofish client for one BMC: one session, reused,
@@ -76,6 +106,7 @@ func newConn(cfg *Config) *conn {
 func (c *conn) login(ctx context.Context) (*gofish.APIClient, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
 	defer cancel()
+	ctx = context.WithValue(ctx, loginKey{}, true)
 	gc := gofish.ClientConfig{
 		Endpoint: c.cfg.Endpoint, Username: c.cfg.Username, Password: c.cfg.Password,
 		HTTPClient: c.http, NoModifyTransport: true, ReuseConnections: true, BasicAuth: c.basic,
@@ -290,7 +321,12 @@ func classify(op string, err error, hdr http.Header) error {
 	if errors.As(err, &cve) || errors.As(err, &uae) || errors.As(err, &hne) || errors.As(err, &cie) {
 		return fmt.Errorf("redfish: %s: %w: %s", op, ErrTLS, sanitize(err.Error()))
 	}
-	return fmt.Errorf("redfish: %s: %w: %s", op, bmc.ErrUnreachable, sanitize(err.Error()))
+	var ne net.Error
+	var ue *url.Error
+	if errors.As(err, &ne) || errors.As(err, &ue) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("redfish: %s: %w: %s", op, bmc.ErrUnreachable, sanitize(err.Error()))
+	}
+	return fmt.Errorf("redfish: %s: %s", op, sanitize(err.Error()))
 }
 
 // statusError is a *bmc.BMCError with what the driver needs from the
