@@ -3,7 +3,11 @@ package redfish_test
 import (
 	"context"
 	"errors"
+	"flag"
+	"os"
+	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -226,6 +230,9 @@ func TestVendorMatrix(t *testing.T) {
 				if diff := cmp.Diff(o.want(v), l.writes()); diff != "" {
 					t.Errorf("writes (-want +got):\n%s", diff)
 				}
+				// The full exchange, reads included, against a reviewed
+				// golden file (refresh with -update).
+				golden(t, filepath.Join("testdata", "golden", v.tree, o.name+".txt"), l.transcript())
 				assertResetTypesAllowed(t, v, l.sim)
 				if o.wantOn != nil && l.power.On() != *o.wantOn {
 					t.Errorf("power on = %v, want %v", l.power.On(), *o.wantOn)
@@ -261,4 +268,55 @@ func assertResetTypesAllowed(t *testing.T, v vendor, sim *bmcsim.Server) {
 			t.Errorf("sent ResetType %q, tree allows %v", rt, v.allowed)
 		}
 	}
+}
+
+var update = flag.Bool("update", false, "rewrite golden files")
+
+// golden compares got with the file at path, or rewrites it with -update.
+func golden(t *testing.T, path, got string) {
+	t.Helper()
+	if *update {
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run go test -update and review)", err)
+	}
+	if diff := cmp.Diff(strings.Split(string(want), "\n"), strings.Split(got, "\n")); diff != "" {
+		t.Errorf("requests differ from %s (-want +got):\n%s", path, diff)
+	}
+}
+
+// transcript renders every request the emulator saw, one per line:
+// "METHOD path status auth [If-Match] [body]".
+func (l *lab) transcript() string {
+	var b strings.Builder
+	for _, r := range l.sim.Requests() {
+		line := r.Method + " " + r.Path + " " + itoa(r.Status) + authOf(r.Auth) + ifMatchOf(r.IfMatch)
+		if r.Body != nil {
+			line += strings.TrimPrefix(r.String(), r.Method+" "+r.Path) // " {json}"
+		}
+		b.WriteString(line + "\n")
+	}
+	return b.String()
+}
+
+func authOf(a string) string {
+	if a == "" {
+		return ""
+	}
+	return " " + a
+}
+
+func ifMatchOf(s string) string {
+	if s == "" {
+		return ""
+	}
+	return " If-Match"
 }
