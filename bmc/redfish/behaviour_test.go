@@ -155,6 +155,36 @@ func TestSlowGETRetried(t *testing.T) {
 	}
 }
 
+func TestDroppedGETRetried(t *testing.T) {
+	l := newLab(t, treeOpenBMC, labOpts{on: false})
+	l.sim.Inject(bmcsim.Fault{Method: "GET", PathSuffix: "/Systems/system", Kind: bmcsim.FaultDrop, Times: 2})
+	ps, err := l.drv.PowerState(context.Background())
+	if err != nil || ps != bmc.PowerOff {
+		t.Fatalf("PowerState() = %v, %v; want off after two dropped connections", ps, err)
+	}
+}
+
+func TestConcurrentUse(t *testing.T) {
+	// One driver used from several goroutines (the reconciler serialises
+	// per server, but status reads may overlap): one session, no races.
+	l := newLab(t, treeDell, labOpts{on: true})
+	errc := make(chan error, 8)
+	for range 8 {
+		go func() {
+			_, err := l.drv.PowerState(context.Background())
+			errc <- err
+		}()
+	}
+	for range 8 {
+		if err := <-errc; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := l.sim.Sessions(); n != 1 {
+		t.Errorf("sessions = %d, want 1", n)
+	}
+}
+
 func TestUnreachable(t *testing.T) {
 	drv, err := redfish.New(redfish.Config{Endpoint: "http://127.0.0.1:1", Username: "a", Password: "b", Retries: -1, Timeout: time.Second})
 	if err != nil {

@@ -160,6 +160,12 @@ func (c *conn) relogin(ctx context.Context, stale *gofish.APIClient) (*gofish.AP
 	return api, nil
 }
 
+func (c *conn) usingBasic() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.basic
+}
+
 // close deletes the session, if any.
 func (c *conn) close(ctx context.Context) {
 	c.mu.Lock()
@@ -217,7 +223,7 @@ func (c *conn) do(ctx context.Context, op, method, path string, body any, o reqO
 		lastErr = err
 		var be *bmc.BMCError
 		switch {
-		case errors.As(err, &be) && be.Status == http.StatusUnauthorized && !relogged && !c.basic:
+		case errors.As(err, &be) && be.Status == http.StatusUnauthorized && !relogged && !c.usingBasic():
 			relogged = true
 			if _, lerr := c.relogin(ctx, api); lerr != nil {
 				return nil, lerr

@@ -157,7 +157,9 @@ func New(cfg Config) (*Driver, error) {
 		return nil, err
 	}
 	cfg.Logger = cfg.Logger.With("bmc", cfg.Endpoint)
-	return &Driver{cfg: cfg, conn: newConn(&cfg)}, nil
+	d := &Driver{cfg: cfg}
+	d.conn = newConn(&d.cfg)
+	return d, nil
 }
 
 // Close deletes the session on the BMC. Safe to call more than once.
