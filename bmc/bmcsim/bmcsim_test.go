@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -399,5 +400,48 @@ func BenchmarkInstanceWithBootWrite(b *testing.B) {
 		if w.Code != 204 {
 			b.Fatal(w.Code)
 		}
+	}
+}
+
+// clock is a settable time source.
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *clock) now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+
+func (c *clock) add(d time.Duration) { c.mu.Lock(); c.t = c.t.Add(d); c.mu.Unlock() }
+
+func TestSessionTimeoutFromTreeAndLockoutExpiry(t *testing.T) {
+	clk := &clock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	// The Lenovo tree's SessionService.SessionTimeout is 300 (seconds).
+	s, c := start(t, bmcsim.Config{Tree: tree(t, "lenovo-thinksystem-sr670v2-xcc"), Now: clk.now, LockoutThreshold: 2, LockoutDuration: time.Minute})
+	if st := c.login("admin", "pw"); st != 201 {
+		t.Fatal(st)
+	}
+	clk.add(299 * time.Second)
+	if st, _, _ := c.do("GET", "/redfish/v1/Systems/1", nil); st != 200 {
+		t.Fatalf("within timeout: %d", st)
+	}
+	clk.add(299 * time.Second) // idle time counts from the last use
+	if st, _, _ := c.do("GET", "/redfish/v1/Systems/1", nil); st != 200 {
+		t.Fatalf("used again within timeout: %d", st)
+	}
+	clk.add(301 * time.Second)
+	if st, _, _ := c.do("GET", "/redfish/v1/Systems/1", nil); st != 401 {
+		t.Fatalf("after 301s idle: %d, want 401", st)
+	}
+	if n := s.Sessions(); n != 0 {
+		t.Errorf("expired session still listed: %d", n)
+	}
+	c.login("admin", "x")
+	c.login("admin", "x")
+	if st := c.login("admin", "pw"); st != 401 || !s.Locked() {
+		t.Fatalf("locked: login %d locked %v", st, s.Locked())
+	}
+	clk.add(61 * time.Second)
+	if st := c.login("admin", "pw"); st != 201 {
+		t.Errorf("after lockout expiry: %d, want 201", st)
 	}
 }

@@ -100,6 +100,12 @@ type Config struct {
 	// Power is the machine behind the BMC; nil means a [MemoryPower]
 	// starting in the tree's PowerState.
 	Power PowerBackend
+	// SessionTimeout expires sessions idle this long; zero means the tree's
+	// SessionService.SessionTimeout (seconds; Dell 1800, Lenovo 300), and
+	// no expiry when the tree has none. Negative disables expiry.
+	SessionTimeout time.Duration
+	// Now is the clock for session expiry and lockout; nil means time.Now.
+	Now func() time.Time
 	// RecordLimit caps the recorded requests, dropping the oldest; zero
 	// means 4096.
 	RecordLimit int
@@ -141,9 +147,11 @@ type Server struct {
 	power  PowerBackend
 	log    *slog.Logger
 
+	sessionTimeout time.Duration
+
 	mu       sync.Mutex
-	over     map[string]*node  // copy-on-write overlay, same keys as Tree.nodes
-	sessions map[string]string // token -> session URL path
+	over     map[string]*node    // copy-on-write overlay, same keys as Tree.nodes
+	sessions map[string]*session // by token
 	failed   int
 	lockedAt time.Time
 	faults   []*Fault
@@ -153,6 +161,19 @@ type Server struct {
 	// recMu guards reqs only, so handlers holding mu can still record.
 	recMu sync.Mutex
 	reqs  []Request
+}
+
+// session is one login.
+type session struct {
+	url      string
+	lastUsed time.Time
+}
+
+func (s *Server) now() time.Time {
+	if s.cfg.Now != nil {
+		return s.cfg.Now()
+	}
+	return time.Now()
 }
 
 // New returns an emulator serving cfg.Tree. It copies nothing from the tree
@@ -173,7 +194,7 @@ func New(cfg Config) (*Server, error) {
 	if cfg.LockoutDuration == 0 {
 		cfg.LockoutDuration = 5 * time.Minute
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, over: map[string]*node{}, sessions: map[string]string{}, tasks: map[string]*task{}}
+	s := &Server{cfg: cfg, log: cfg.Logger, over: map[string]*node{}, sessions: map[string]*session{}, tasks: map[string]*task{}}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
@@ -181,6 +202,16 @@ func New(cfg Config) (*Server, error) {
 		s.quirks = *cfg.Quirks
 	} else {
 		s.quirks = DefaultQuirks(cfg.Tree.Manufacturer)
+	}
+	switch {
+	case cfg.SessionTimeout > 0:
+		s.sessionTimeout = cfg.SessionTimeout
+	case cfg.SessionTimeout == 0:
+		if ss := cfg.Tree.lookup("/redfish/v1/SessionService"); ss != nil {
+			if sec, ok := ss.body["SessionTimeout"].(float64); ok && sec > 0 {
+				s.sessionTimeout = time.Duration(sec) * time.Second
+			}
+		}
 	}
 	s.power = cfg.Power
 	if s.power == nil {
@@ -400,7 +431,15 @@ func (s *Server) record(r *http.Request, body map[string]any, auth string, statu
 func (s *Server) authenticate(r *http.Request) (string, bool, int) {
 	if tok := r.Header.Get("X-Auth-Token"); tok != "" {
 		s.mu.Lock()
-		_, ok := s.sessions[tok]
+		ss, ok := s.sessions[tok]
+		now := s.now()
+		if ok && s.sessionTimeout > 0 && now.Sub(ss.lastUsed) > s.sessionTimeout {
+			delete(s.sessions, tok) // idle too long, as SessionService.SessionTimeout says
+			ok = false
+		}
+		if ok {
+			ss.lastUsed = now
+		}
 		s.mu.Unlock()
 		return "session", ok, http.StatusUnauthorized
 	}
@@ -418,7 +457,7 @@ func (s *Server) checkLogin(user, pass string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if !s.lockedAt.IsZero() {
-		if time.Since(s.lockedAt) < s.cfg.LockoutDuration {
+		if s.now().Sub(s.lockedAt) < s.cfg.LockoutDuration {
 			return false
 		}
 		s.lockedAt, s.failed = time.Time{}, 0
@@ -431,7 +470,7 @@ func (s *Server) checkLogin(user, pass string) bool {
 	}
 	s.failed++
 	if s.cfg.LockoutThreshold > 0 && s.failed >= s.cfg.LockoutThreshold {
-		s.lockedAt = time.Now()
+		s.lockedAt = s.now()
 	}
 	return false
 }
@@ -440,7 +479,7 @@ func (s *Server) checkLogin(user, pass string) bool {
 func (s *Server) Locked() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return !s.lockedAt.IsZero() && time.Since(s.lockedAt) < s.cfg.LockoutDuration
+	return !s.lockedAt.IsZero() && s.now().Sub(s.lockedAt) < s.cfg.LockoutDuration
 }
 
 func newToken() string {
@@ -484,8 +523,8 @@ func (s *Server) get(w http.ResponseWriter, r *http.Request, p string) int {
 	n := s.nodeLocked(p)
 	var live []string
 	if p == "/redfish/v1/sessionservice/sessions" {
-		for _, u := range s.sessions {
-			live = append(live, u)
+		for _, ss := range s.sessions {
+			live = append(live, ss.url)
 		}
 	}
 	s.mu.Unlock()
@@ -537,7 +576,7 @@ func (s *Server) login(w http.ResponseWriter, body map[string]any) int {
 	s.mu.Lock()
 	s.seq++
 	loc := fmt.Sprintf("/redfish/v1/SessionService/Sessions/sim%d", s.seq)
-	s.sessions[tok] = loc
+	s.sessions[tok] = &session{url: loc, lastUsed: s.now()}
 	s.mu.Unlock()
 	w.Header().Set("X-Auth-Token", tok)
 	w.Header().Set("Location", loc)
@@ -549,8 +588,8 @@ func (s *Server) login(w http.ResponseWriter, body map[string]any) int {
 func (s *Server) logout(w http.ResponseWriter, r *http.Request, p string) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for tok, u := range s.sessions {
-		if normPath(u) == p {
+	for tok, ss := range s.sessions {
+		if normPath(ss.url) == p {
 			delete(s.sessions, tok)
 			w.WriteHeader(http.StatusNoContent)
 			return http.StatusNoContent
