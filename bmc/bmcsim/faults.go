@@ -44,7 +44,8 @@ type Fault struct {
 	// PathSuffix matches the end of the URL path, case-insensitively,
 	// e.g. "/Actions/ComputerSystem.Reset"; "" matches any path.
 	PathSuffix string
-	Kind       FaultKind
+	// Kind is what the fault does.
+	Kind FaultKind
 	// Times is how many matching requests the fault hits; zero means all.
 	Times int
 	// RetryAfter is sent with FaultUnavailable; zero omits the header.
@@ -120,7 +121,14 @@ func (s *Server) accept(w http.ResponseWriter, r *http.Request, f *Fault, decode
 		}
 		t.message = "The task completed successfully."
 	} else {
-		s.record(r, decoded, "", http.StatusAccepted)
+		auth, ok, status := s.authenticate(r)
+		if !ok {
+			rw := s.recorder(w, r, decoded)
+			rw.auth = auth
+			writeError(rw, status, "Base.1.8.InsufficientPrivilege", "There are insufficient privileges for the account or credentials associated with the current session to perform the requested operation.")
+			return
+		}
+		s.record(r, decoded, auth, http.StatusAccepted)
 		t.message = "The operation failed in the emulated task."
 	}
 	s.mu.Lock()
