@@ -66,19 +66,33 @@ type Quirks struct {
 	StoreContinuousForOnce bool
 }
 
+// vendorQuirks is the emulator's behaviour per manufacturer prefix
+// (lower case), first match wins. Each row names what it models.
+var vendorQuirks = []struct {
+	prefix string
+	q      Quirks
+}{
+	// iLO 5: 400 on any PATCH carrying BootSourceOverrideMode.
+	{"hpe", Quirks{RejectBootModeInPatch: true}},
+	{"hp", Quirks{RejectBootModeInPatch: true}},
+	// X12/X13: the mode reverts when omitted; InsertMedia takes only Image.
+	{"supermicro", Quirks{BootModeWhenOmitted: "Legacy", RejectInsertParams: []string{"Inserted", "WriteProtected", "TransferProtocolType", "TransferMethod"}}},
+	// iDRAC: InsertMedia refuses WriteProtected=false.
+	{"dell", Quirks{RejectWriteProtectedFalse: true}},
+	// XCC: If-Match required on PATCH (strong @odata.etag everywhere).
+	{"lenovo", Quirks{RequireIfMatch: true}},
+}
+
 // DefaultQuirks returns the quirks the emulator applies to a tree from
-// manufacturer (the first System's Manufacturer).
+// manufacturer (the first System's Manufacturer); none for others.
 func DefaultQuirks(manufacturer string) Quirks {
 	m := strings.ToLower(manufacturer)
-	switch {
-	case strings.HasPrefix(m, "hpe"), strings.HasPrefix(m, "hp"):
-		return Quirks{RejectBootModeInPatch: true}
-	case strings.HasPrefix(m, "supermicro"):
-		return Quirks{BootModeWhenOmitted: "Legacy", RejectInsertParams: []string{"Inserted", "WriteProtected", "TransferProtocolType", "TransferMethod"}}
-	case strings.HasPrefix(m, "dell"):
-		return Quirks{RejectWriteProtectedFalse: true}
-	case strings.HasPrefix(m, "lenovo"):
-		return Quirks{RequireIfMatch: true}
+	for _, v := range vendorQuirks {
+		if strings.HasPrefix(m, v.prefix) {
+			q := v.q
+			q.RejectInsertParams = slices.Clone(q.RejectInsertParams)
+			return q
+		}
 	}
 	return Quirks{}
 }
