@@ -39,6 +39,7 @@ func FuzzTolerantDecode(f *testing.F) {
 		}
 		_ = powerOf(m)
 		_ = tempsFrom(m)
+		_ = thermalMetricsFrom(m)
 		_ = powerControlWatts(m)
 		_ = envWatts(m)
 		_ = members(m)

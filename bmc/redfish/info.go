@@ -25,7 +25,8 @@ const (
 
 // Info returns the read model: identity (Manufacturer, Model, SerialNumber,
 // UUID, BiosVersion; Manager FirmwareVersion), Status.HealthRollup (or
-// Health), EthernetInterfaces MACs, Chassis Thermal temperatures, power draw
+// Health), EthernetInterfaces MACs, Chassis Thermal temperatures (else
+// ThermalSubsystem/ThermalMetrics), power draw
 // from Power.PowerControl[0].PowerConsumedWatts or
 // EnvironmentMetrics.PowerWatts.Reading, UpdateService FirmwareInventory
 // versions, and the newest Config.LogEntries log entries. A section the BMC
@@ -144,7 +145,28 @@ func (d *Driver) chassis(ctx context.Context, sys, root map[string]any) map[stri
 }
 
 func (d *Driver) temperatures(ctx context.Context, chassis map[string]any) []bmc.Temperature {
-	return tempsFrom(d.tryGet(ctx, link(chassis, "Thermal")))
+	if ts := tempsFrom(d.tryGet(ctx, link(chassis, "Thermal"))); len(ts) > 0 {
+		return ts
+	}
+	// Redfish 2020.4+: ThermalSubsystem/ThermalMetrics.TemperatureReadingsCelsius.
+	tm := d.tryGet(ctx, link(d.tryGet(ctx, link(chassis, "ThermalSubsystem")), "ThermalMetrics"))
+	return thermalMetricsFrom(tm)
+}
+
+// thermalMetricsFrom reads ThermalMetrics.TemperatureReadingsCelsius[]
+// (DeviceName, Reading); non-numeric readings are skipped.
+func thermalMetricsFrom(tm map[string]any) []bmc.Temperature {
+	rs, _ := tm["TemperatureReadingsCelsius"].([]any)
+	var out []bmc.Temperature
+	for _, r := range rs {
+		m, _ := r.(map[string]any)
+		c, ok := num(m, "Reading")
+		if !ok {
+			continue
+		}
+		out = append(out, bmc.Temperature{Name: strv(m, "DeviceName"), Celsius: c})
+	}
+	return out
 }
 
 // tempsFrom reads Thermal.Temperatures[].ReadingCelsius; readings that are

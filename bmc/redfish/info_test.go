@@ -6,6 +6,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/machina-metal/machina/bmc"
 	"github.com/machina-metal/machina/bmc/bmcsim"
 	"github.com/machina-metal/machina/bmc/redfish"
 )
@@ -113,5 +114,30 @@ func TestTolerantDecoding(t *testing.T) {
 	}
 	if in.Health != "Warning" {
 		t.Errorf("Health = %q", in.Health)
+	}
+}
+
+func TestTemperaturesFromThermalMetrics(t *testing.T) {
+	// A chassis with only the newer ThermalSubsystem model.
+	dir := t.TempDir()
+	files := multiSystemTree(1, false)
+	files["redfish/v1/Systems/s0"].(map[string]any)["Links"] = map[string]any{"Chassis": []any{map[string]any{"@odata.id": "/redfish/v1/Chassis/c"}}}
+	files["redfish/v1/Chassis/c"] = map[string]any{"ThermalSubsystem": map[string]any{"@odata.id": "/redfish/v1/Chassis/c/ThermalSubsystem"}}
+	files["redfish/v1/Chassis/c/ThermalSubsystem"] = map[string]any{"ThermalMetrics": map[string]any{"@odata.id": "/redfish/v1/Chassis/c/ThermalSubsystem/ThermalMetrics"}}
+	files["redfish/v1/Chassis/c/ThermalSubsystem/ThermalMetrics"] = map[string]any{"TemperatureReadingsCelsius": []any{
+		map[string]any{"DeviceName": "Intake", "Reading": 24.8}, map[string]any{"DeviceName": "Exhaust", "Reading": "N/A"},
+	}}
+	writeTree(t, dir, files)
+	tr, err := bmcsim.LoadTree(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := newLab(t, "", labOpts{on: true, tree: tr})
+	in, err := l.drv.Info(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]bmc.Temperature{{Name: "Intake", Celsius: 24.8}}, in.Temperatures); diff != "" {
+		t.Errorf("Temperatures (-want +got):\n%s", diff)
 	}
 }
