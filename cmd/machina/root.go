@@ -30,6 +30,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		// one line per subcommand; each constructor lives in cmd_<name>.go and takes e
 		newServeCmd(e),
 		newTokenCmd(e),
+		newBmcsimCmd(e),
 	)
 	root.SetArgs(args)
 	if err := root.ExecuteContext(ctx); err != nil {

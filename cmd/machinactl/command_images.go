@@ -30,13 +30,6 @@ func newImagesCommand(e *env) *cobra.Command {
 	return cmd
 }
 
-func envOr(key, def string) string {
-	if v := os.Getenv(key); v != "" {
-		return v
-	}
-	return def
-}
-
 func newImagesImportCommand(e *env, store *string) *cobra.Command {
 	var (
 		mirror, checksum, name, arch string

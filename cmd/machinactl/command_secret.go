@@ -61,7 +61,7 @@ func newSecretCmd(e *env) *cobra.Command {
 		Use:   "secret",
 		Short: "Store credentials in the controller's secret store",
 	}
-	cmd.PersistentFlags().StringVar(&apiURL, "api", getenvDefault(envAPI, defaultAPI), "admin API base URL (env "+envAPI+"); the token comes from "+envToken)
+	cmd.PersistentFlags().StringVar(&apiURL, "api", envOr(envAPI, defaultAPI), "admin API base URL (env "+envAPI+"); the token comes from "+envToken)
 
 	var username string
 	var fromStdin bool
@@ -104,9 +104,3 @@ func newSecretCmd(e *env) *cobra.Command {
 	return cmd
 }
 
-func getenvDefault(key, def string) string {
-	if v := os.Getenv(key); v != "" {
-		return v
-	}
-	return def
-}

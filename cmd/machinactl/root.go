@@ -47,6 +47,7 @@ func newRoot(e *env) *cobra.Command {
 		newConsoleCmd(e),
 		newSecretCmd(e),
 		newImagesCommand(e),
+		newBMCCmd(e),
 	)
 	return root
 }

@@ -1,0 +1,18 @@
+// Package bmcsim is a stateful Redfish emulator (DSP0266) that serves real
+// vendor resource trees (the fixtures' `redfish/v1/.../index.json` mockups)
+// as an [http.Handler].
+//
+// It models what the Machina drivers act on: ComputerSystem.Reset honouring
+// the tree's ResetType AllowableValues (inline or through
+// @Redfish.ActionInfo) and rejecting others with a Redfish error body; PATCH
+// of the boot override (also through a System's @Redfish.Settings object);
+// VirtualMedia InsertMedia/EjectMedia and PATCH-style media; sessions
+// (X-Auth-Token) and Basic auth with account lockout; ETag checks (If-Match,
+// 412/428) where the tree has @odata.etag. Vendor behaviours are [Quirks];
+// failures are injected with [Server.Inject]; every request is recorded for
+// tests ([Server.Requests]); power is delegated to a [PowerBackend].
+//
+// A parsed [Tree] is immutable and shared; each [Server] keeps only the
+// resources it has changed (copy-on-write), so a simulated lab can run many
+// BMCs in one process. bmcsim imports no Machina package.
+package bmcsim

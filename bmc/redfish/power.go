@@ -1,0 +1,273 @@
+package redfish
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"time"
+
+	"github.com/stmcginnis/gofish/schemas"
+
+	"github.com/machina-metal/machina/bmc"
+)
+
+// resetAction is the ComputerSystem.Reset action of one System.
+type resetAction struct {
+	target string
+	// allowed are the ResetType values the BMC lists; known is false when it
+	// lists none (neither inline nor in an ActionInfo): unknown, not all.
+	allowed []string
+	known   bool
+}
+
+// resetInfo reads the Reset target and its allowed ResetTypes, inline
+// (`ResetType@Redfish.AllowableValues`) or from `@Redfish.ActionInfo`
+// (ActionInfo.Parameters[Name=ResetType].AllowableValues).
+func (d *Driver) resetInfo(ctx context.Context, sys map[string]any) (resetAction, error) {
+	act := obj(obj(sys, "Actions"), "#ComputerSystem.Reset")
+	ra := resetAction{target: strv(act, "target")}
+	if ra.target == "" {
+		return ra, fmt.Errorf("redfish: power: system has no ComputerSystem.Reset action: %w", bmc.ErrUnsupported)
+	}
+	if v, ok := strList(act, "ResetType@Redfish.AllowableValues"); ok {
+		ra.allowed, ra.known = v, true
+		return ra, nil
+	}
+	if ai := strv(act, "@Redfish.ActionInfo"); ai != "" {
+		info, err := d.get(ctx, "power: read reset action info", ai)
+		if err != nil {
+			return ra, err
+		}
+		ps, _ := info["Parameters"].([]any)
+		for _, p := range ps {
+			pm, _ := p.(map[string]any)
+			if strv(pm, "Name") == "ResetType" {
+				if v, ok := strList(pm, "AllowableValues"); ok {
+					ra.allowed, ra.known = v, true
+				}
+			}
+		}
+	}
+	return ra, nil
+}
+
+// candidates are the ResetTypes for each step, most preferred first.
+var (
+	rtOn      = []schemas.ResetType{schemas.OnResetType, schemas.ForceOnResetType, schemas.PushPowerButtonResetType}
+	rtOff     = []schemas.ResetType{schemas.ForceOffResetType, schemas.PushPowerButtonResetType}
+	rtSoftOff = []schemas.ResetType{schemas.GracefulShutdownResetType}
+	rtRestart = []schemas.ResetType{schemas.ForceRestartResetType, schemas.GracefulRestartResetType}
+	rtCycle   = []schemas.ResetType{schemas.PowerCycleResetType, schemas.ForceRestartResetType}
+)
+
+// choose returns the candidates the BMC allows, in preference order. With
+// no AllowableValues every candidate is returned: they are tried in turn,
+// falling back when the BMC says the value is not supported.
+func (ra resetAction) choose(cands []schemas.ResetType) []string {
+	var out []string
+	for _, c := range cands {
+		if !ra.known || slices.Contains(ra.allowed, string(c)) {
+			out = append(out, string(c))
+		}
+	}
+	return out
+}
+
+// Power performs a idempotently: on for a running machine and off for a
+// stopped one send nothing; reset and cycle of a stopped machine power it
+// on. After a command it polls PowerState until it matches or
+// Config.PowerTimeout passes (bmc.ErrTimeout). A reset whose answer was lost
+// is never repeated without re-reading PowerState.
+func (d *Driver) Power(ctx context.Context, a bmc.PowerAction) error {
+	if _, err := bmc.ParsePowerAction(string(a)); err != nil {
+		return err
+	}
+	_, sys, err := d.system(ctx, "power "+string(a))
+	if err != nil {
+		return err
+	}
+	ra, err := d.resetInfo(ctx, sys)
+	if err != nil {
+		return err
+	}
+	cur := powerOf(sys)
+	log := d.cfg.Logger.With("action", string(a))
+	switch a {
+	case bmc.PowerActionOn:
+		if cur == bmc.PowerOn {
+			log.Debug("redfish power: already on")
+			return nil
+		}
+		return d.resetTo(ctx, ra, rtOn, bmc.PowerOn, d.cfg.PowerTimeout)
+	case bmc.PowerActionOff:
+		if cur == bmc.PowerOff {
+			log.Debug("redfish power: already off")
+			return nil
+		}
+		return d.resetTo(ctx, ra, rtOff, bmc.PowerOff, d.cfg.PowerTimeout)
+	case bmc.PowerActionSoftOff:
+		if cur == bmc.PowerOff {
+			return nil
+		}
+		if len(ra.choose(rtSoftOff)) > 0 {
+			err := d.resetTo(ctx, ra, rtSoftOff, bmc.PowerOff, d.cfg.SoftOffTimeout)
+			if err == nil || !errors.Is(err, bmc.ErrTimeout) && !errors.Is(err, bmc.ErrUnsupported) {
+				return err
+			}
+			log.Info("redfish power: graceful shutdown did not finish, forcing off", "waited", d.cfg.SoftOffTimeout)
+		}
+		return d.resetTo(ctx, ra, rtOff, bmc.PowerOff, d.cfg.PowerTimeout)
+	case bmc.PowerActionReset, bmc.PowerActionCycle:
+		if cur == bmc.PowerOff {
+			log.Debug("redfish power: machine is off, powering on instead")
+			return d.resetTo(ctx, ra, rtOn, bmc.PowerOn, d.cfg.PowerTimeout)
+		}
+		cands := rtRestart
+		if a == bmc.PowerActionCycle {
+			cands = rtCycle
+		}
+		if len(ra.choose(cands)) > 0 {
+			err := d.resetTo(ctx, ra, cands, bmc.PowerOn, d.cfg.PowerTimeout)
+			if !errors.Is(err, bmc.ErrUnsupported) {
+				return err
+			}
+		}
+		// No restart type: ForceOff, wait for Off, then On.
+		if err := d.resetTo(ctx, ra, rtOff, bmc.PowerOff, d.cfg.PowerTimeout); err != nil {
+			return err
+		}
+		return d.resetTo(ctx, ra, rtOn, bmc.PowerOn, d.cfg.PowerTimeout)
+	}
+	return nil
+}
+
+// resetTo sends the first allowed ResetType of cands and waits for want.
+// A value the BMC rejects as not supported moves on to the next candidate.
+// A lost answer (connection dropped, timeout) re-reads PowerState before
+// anything is sent again.
+func (d *Driver) resetTo(ctx context.Context, ra resetAction, cands []schemas.ResetType, want bmc.PowerState, wait time.Duration) error {
+	choices := ra.choose(cands)
+	if len(choices) == 0 {
+		return fmt.Errorf("redfish: power: none of %v allowed (BMC allows %v): %w", cands, ra.allowed, bmc.ErrUnsupported)
+	}
+	var lastErr error
+	for _, rt := range choices {
+		for attempt := 0; attempt <= d.cfg.Retries; attempt++ {
+			d.cfg.Logger.Info("redfish reset", "resetType", rt, "want", want)
+			r, err := d.conn.do(ctx, "reset "+rt, http.MethodPost, ra.target, map[string]any{"ResetType": rt}, reqOpts{once: true})
+			if err == nil {
+				if err := d.followTask(ctx, "reset "+rt, r); err != nil {
+					return err
+				}
+				return d.waitPower(ctx, want, wait)
+			}
+			lastErr = err
+			if notSupported(err) && !ra.known {
+				d.cfg.Logger.Debug("redfish reset type refused, trying next", "resetType", rt)
+				break
+			}
+			if !errors.Is(err, bmc.ErrUnreachable) {
+				return err
+			}
+			// The answer was lost: the BMC may have acted. Re-read first.
+			ps, perr := d.PowerState(ctx)
+			if perr == nil && ps == want {
+				return nil
+			}
+		}
+		if !notSupported(lastErr) {
+			return lastErr
+		}
+	}
+	return fmt.Errorf("redfish: power: no ResetType of %v accepted: %w", choices, errors.Join(bmc.ErrUnsupported, lastErr))
+}
+
+// notSupported reports a 400 whose message says the parameter value is not
+// allowed (Base ActionParameterValueNotInList / ...NotSupported).
+func notSupported(err error) bool {
+	var se *statusError
+	if !errors.As(err, &se) || se.Status != http.StatusBadRequest {
+		return false
+	}
+	for _, id := range append(se.ids, se.Code) {
+		for _, m := range []string{"ActionParameterValueNotInList", "ActionParameterNotSupported", "PropertyValueNotInList", "ActionParameterValueError", "ActionNotSupported"} {
+			if containsFold(id, m) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// waitPower polls PowerState until want, or returns bmc.ErrTimeout after wait.
+func (d *Driver) waitPower(ctx context.Context, want bmc.PowerState, wait time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	last := bmc.PowerUnknown
+	for {
+		ps, err := d.PowerState(ctx)
+		if err == nil {
+			last = ps
+			if ps == want {
+				return nil
+			}
+		}
+		t := time.NewTimer(d.cfg.PollInterval)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("redfish: power: want %s, still %s after %s: %w", want, last, wait, bmc.ErrTimeout)
+		case <-t.C:
+		}
+	}
+}
+
+// followTask follows a 202 Accepted task monitor (DSP0266 §12.2: GET the
+// Location until it stops answering 202) until the task completes, fails
+// (error with the task's message) or Config.TaskTimeout passes.
+func (d *Driver) followTask(ctx context.Context, op string, r *response) error {
+	if r == nil || r.status != http.StatusAccepted {
+		return nil
+	}
+	mon := r.header.Get("Location")
+	if mon == "" {
+		mon = strv(r.body, "@odata.id")
+	}
+	if mon == "" {
+		return nil
+	}
+	if u, err := parseRef(mon); err == nil {
+		mon = u
+	}
+	ctx, cancel := context.WithTimeout(ctx, d.cfg.TaskTimeout)
+	defer cancel()
+	for {
+		tr, err := d.conn.do(ctx, op+": task", http.MethodGet, mon, nil, reqOpts{})
+		if err != nil {
+			return err
+		}
+		state := strv(tr.body, "TaskState")
+		switch state {
+		case "Completed":
+			return nil
+		case "Exception", "Killed", "Cancelled", "Interrupted":
+			msg := ""
+			if ms, ok := tr.body["Messages"].([]any); ok && len(ms) > 0 {
+				msg = strv(ms[0].(map[string]any), "Message")
+			}
+			return &bmc.BMCError{Op: op, Status: tr.status, Code: "Task" + state, Message: sanitize(msg)}
+		}
+		if tr.status != http.StatusAccepted && state == "" {
+			return nil // the operation's own answer
+		}
+		t := time.NewTimer(d.cfg.PollInterval)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("redfish: %s: task %s still %s: %w", op, mon, state, bmc.ErrTimeout)
+		case <-t.C:
+		}
+	}
+}

@@ -1,0 +1,57 @@
+package main
+
+import (
+	"fmt"
+	"net/url"
+	"path"
+	"strings"
+
+	"github.com/machina-metal/machina/bmc"
+	"github.com/machina-metal/machina/bmc/redfish"
+)
+
+// newDriver returns the bmc.Driver for driver ("redfish" or "ipmi") talking
+// to address with the given credentials. insecure skips TLS verification
+// (Redfish only).
+//
+// For redfish, address is "host[:port]", "https://host[:port]", or the URL
+// of one ComputerSystem ("https://host/redfish/v1/Systems/<ID>"), which
+// selects that system on a BMC with several. For ipmi it will be
+// "host[:port]" (bmc/ipmi plugs in here).
+func newDriver(driver, address, user, pass string, insecure bool) (bmc.Driver, error) {
+	switch driver {
+	case "redfish":
+		endpoint, system, err := splitRedfishAddress(address)
+		if err != nil {
+			return nil, err
+		}
+		return redfish.New(redfish.Config{Endpoint: endpoint, SystemID: system, Username: user, Password: pass, Insecure: insecure})
+	case "ipmi":
+		return nil, fmt.Errorf("bmc driver ipmi: not built into this machinactl yet: %w", bmc.ErrUnsupported)
+	}
+	return nil, fmt.Errorf("unknown bmc driver %q (want redfish or ipmi)", driver)
+}
+
+// splitRedfishAddress returns the base URL and the system ID named by a
+// /redfish/v1/Systems/<ID> path, if any.
+func splitRedfishAddress(address string) (endpoint, system string, err error) {
+	if address == "" {
+		return "", "", fmt.Errorf("--address is required")
+	}
+	if !strings.Contains(address, "://") {
+		address = "https://" + address
+	}
+	u, err := url.Parse(address)
+	if err != nil || u.Host == "" || (u.Scheme != "https" && u.Scheme != "http") || u.User != nil || u.RawQuery != "" {
+		return "", "", fmt.Errorf("--address %q: want host[:port] or an http(s) URL without credentials or query", address)
+	}
+	p := strings.TrimRight(u.Path, "/")
+	switch {
+	case p == "" || strings.EqualFold(p, "/redfish/v1"):
+	case strings.HasPrefix(strings.ToLower(p), "/redfish/v1/systems/") && strings.Count(p, "/") == 4:
+		system = path.Base(p)
+	default:
+		return "", "", fmt.Errorf("--address %q: path must be empty or /redfish/v1/Systems/<ID>", address)
+	}
+	return u.Scheme + "://" + u.Host, system, nil
+}

@@ -1,0 +1,125 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/machina-metal/machina/bmc"
+	"github.com/machina-metal/machina/bmc/bmcsim"
+)
+
+func startSim(t *testing.T, tree string, on bool) (*bmcsim.Server, *bmcsim.MemoryPower, string) {
+	t.Helper()
+	dir, err := bmcsim.TreeDir("", tree)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, err := bmcsim.LoadTree(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pw := bmcsim.NewMemoryPower(on)
+	sim, err := bmcsim.New(bmcsim.Config{Tree: tr, Username: "ops", Password: "pa ss:word", Power: pw})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer(sim)
+	t.Cleanup(ts.Close)
+	return sim, pw, ts.URL
+}
+
+func runCtl(t *testing.T, stdin string, args ...string) (int, string, string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code := run(context.Background(), args, strings.NewReader(stdin), &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+func TestBMCPowerBootMediaInfo(t *testing.T) {
+	sim, pw, url := startSim(t, "dell-poweredge-r750-idrac9", false)
+	t.Setenv("MACHINA_BMC_PASSWORD", "pa ss:word")
+	base := []string{"bmc", "--address", url, "--username", "ops"}
+	steps := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"power", "status"}, "off\n"},
+		{[]string{"power", "on"}, "power on: done, now on\n"},
+		{[]string{"power", "on"}, "power on: done, now on\n"},
+		{[]string{"boot", "pxe", "--persistent", "--mode", "uefi"}, "boot override set: pxe persistent uefi\n"},
+		{[]string{"boot", "status"}, "pxe persistent uefi\n"},
+		{[]string{"media", "insert", "http://10.0.0.1/x.iso", "--boot"}, "media inserted\nboot override set: cd once\n"},
+		{[]string{"media", "eject"}, "media ejected\n"},
+		{[]string{"power", "cycle"}, "power cycle: done, now on\n"},
+	}
+	for _, s := range steps {
+		code, out, errs := runCtl(t, "", append(base, s.args...)...)
+		if code != 0 || out != s.want {
+			t.Fatalf("%v: exit %d, stdout %q, stderr %q; want 0, %q", s.args, code, out, errs, s.want)
+		}
+	}
+	if !pw.On() || pw.Resets["On"] != 1 || pw.Resets["PowerCycle"] != 1 {
+		t.Errorf("backend resets = %v, want one On and one PowerCycle", pw.Resets)
+	}
+	if n := sim.Sessions(); n != 0 {
+		t.Errorf("sessions left on the BMC: %d", n)
+	}
+	code, out, _ := runCtl(t, "", append(base, "info", "--json")...)
+	var in bmc.Info
+	if code != 0 || json.Unmarshal([]byte(out), &in) != nil || in.Serial != "CNIVC0014M0388" || in.Power != bmc.PowerOn {
+		t.Fatalf("info --json: exit %d, %+v", code, in)
+	}
+	code, out, _ = runCtl(t, "", append(base, "info")...)
+	if code != 0 || !strings.Contains(out, "serial") || !strings.Contains(out, "CNIVC0014M0388") {
+		t.Fatalf("info table: exit %d\n%s", code, out)
+	}
+}
+
+func TestBMCPasswordStdin(t *testing.T) {
+	_, _, url := startSim(t, "openbmc-bmcweb-stock", true)
+	t.Setenv("MACHINA_BMC_PASSWORD", "")
+	code, out, errs := runCtl(t, "pa ss:word\n", "bmc", "--address", url, "--username", "ops", "--password-stdin", "power", "status")
+	if code != 0 || out != "on\n" {
+		t.Fatalf("exit %d, %q, %q", code, out, errs)
+	}
+	code, _, errs = runCtl(t, "", "bmc", "--address", url, "--username", "ops", "power", "status")
+	if code != 2 || !strings.Contains(errs, "no password") {
+		t.Errorf("no password: exit %d, %q", code, errs)
+	}
+	code, _, errs = runCtl(t, "", "bmc", "--address", url, "--username", "ops", "--password", "x", "power", "status")
+	if code == 0 || !strings.Contains(errs, "unknown flag: --password") {
+		t.Errorf("--password flag accepted: exit %d, %q", code, errs)
+	}
+	code, _, errs = runCtl(t, "wrong\n", "bmc", "--address", url, "--username", "ops", "--password-stdin", "power", "status")
+	if code == 0 || !strings.Contains(errs, "HTTP 401") || strings.Contains(errs, "wrong") {
+		t.Errorf("wrong password: exit %d, %q", code, errs)
+	}
+}
+
+func TestBMCDriverFactory(t *testing.T) {
+	if _, err := newDriver("ipmi", "10.0.0.1", "u", "p", false); err == nil {
+		t.Error("ipmi: want an error until bmc/ipmi is wired")
+	}
+	if _, err := newDriver("snmp", "10.0.0.1", "u", "p", false); err == nil {
+		t.Error("unknown driver accepted")
+	}
+	for _, tc := range []struct{ in, endpoint, system string }{
+		{"10.0.0.5", "https://10.0.0.5", ""},
+		{"https://10.0.0.5:8443/", "https://10.0.0.5:8443", ""},
+		{"https://bmc/redfish/v1/Systems/System.Embedded.1", "https://bmc", "System.Embedded.1"},
+	} {
+		ep, sys, err := splitRedfishAddress(tc.in)
+		if err != nil || ep != tc.endpoint || sys != tc.system {
+			t.Errorf("splitRedfishAddress(%q) = %q, %q, %v; want %q, %q", tc.in, ep, sys, err, tc.endpoint, tc.system)
+		}
+	}
+	for _, bad := range []string{"", "https://u:p@bmc", "https://bmc/other", "ftp://bmc", "https://bmc/?x=1"} {
+		if _, _, err := splitRedfishAddress(bad); err == nil {
+			t.Errorf("splitRedfishAddress(%q) accepted", bad)
+		}
+	}
+}
