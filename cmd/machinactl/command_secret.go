@@ -103,4 +103,3 @@ func newSecretCmd(e *env) *cobra.Command {
 	cmd.AddCommand(set)
 	return cmd
 }
-
