@@ -5,15 +5,9 @@ import (
 	"crypto/hmac"
 	"crypto/sha1"
 	"encoding/binary"
-	"errors"
-	"fmt"
+	"github.com/machina-metal/machina/bmc/ipmi/ipmisim"
 	"log/slog"
 	"net"
-	"os"
-	"os/exec"
-	"path/filepath"
-	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -22,254 +16,25 @@ import (
 	"github.com/bougou/go-ipmi/pkg/types"
 )
 
-// requireTools skips (or fails in CI) when ipmi_sim or ipmitool is missing.
-func requireTools(t *testing.T) {
-	t.Helper()
-	for _, bin := range []string{"ipmi_sim", "ipmitool"} {
-		if _, err := exec.LookPath(bin); err != nil {
-			if os.Getenv("CI") == "true" {
-				t.Fatalf("%s not found in PATH: CI must install Debian packages openipmi and ipmitool (.ci/run)", bin)
-			}
-			t.Skipf("%s not found in PATH (install Debian packages openipmi and ipmitool)", bin)
-		}
-	}
-}
-
-// fixturesDir finds the shared fixtures: $MACHINA_FIXTURES, else the copy in
-// <repo>/testdata/fixtures (scripts/sync-fixtures.sh), else <repo>/../shared/fixtures.
-func fixturesDir(t *testing.T) string {
-	t.Helper()
-	if d := os.Getenv("MACHINA_FIXTURES"); d != "" {
-		return d
-	}
-	root, err := filepath.Abs("../..")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, d := range []string{filepath.Join(root, "testdata", "fixtures"), filepath.Join(root, "..", "shared", "fixtures")} {
-		if _, err := os.Stat(filepath.Join(d, "ipmi", "sim.emu")); err == nil {
-			return d
-		}
-	}
-	t.Fatalf("ipmi fixtures not found: set MACHINA_FIXTURES or run scripts/sync-fixtures.sh")
-	return ""
-}
-
-// freeUDPPort returns a port nothing listens on at the moment of the call.
-func freeUDPPort(t *testing.T) int {
-	t.Helper()
-	pc, err := net.ListenPacket("udp4", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pc.Close()
-	return pc.LocalAddr().(*net.UDPAddr).Port
-}
-
-// chassisScript is the chassis_control program ipmi_sim runs (LAB-NOTES §3.1):
-// "<prog> get power|boot" and "<prog> set power 1|0 / reset 1 / boot X /
-// shutdown 1". State lives in files next to it; every call is logged to
-// calls.log. A file "stuck" makes "set power" a no-op that still succeeds,
-// like a BMC that acknowledges and does nothing; "ignore-shutdown" makes the
-// soft shutdown a no-op, like an OS ignoring the ACPI power button.
-const chassisScript = `#!/bin/sh
-D=$(dirname "$0")
-echo "$*" >> "$D/calls.log"
-op=$1; shift
-case $op in
-get)
-  for p in "$@"; do
-    case $p in
-      power) echo "power:$(cat "$D/power" 2>/dev/null || echo 0)" ;;
-      boot) echo "boot:$(cat "$D/boot" 2>/dev/null || echo default)" ;;
-      *) echo "Invalid parameter: $p"; exit 1 ;;
-    esac
-  done ;;
-set)
-  while [ $# -gt 0 ]; do
-    p=$1; v=$2; shift 2
-    case $p in
-      power) [ -e "$D/stuck" ] || echo "$v" > "$D/power" ;;
-      reset) ;;
-      boot) echo "$v" > "$D/boot" ;;
-      shutdown) [ -e "$D/stuck" ] || [ -e "$D/ignore-shutdown" ] || echo 0 > "$D/power" ;;
-      identify) shift ;;
-      *) echo "Invalid parameter: $p"; exit 1 ;;
-    esac
-  done ;;
-check) exit 1 ;;
-*) echo "Unknown operation: $op"; exit 1 ;;
-esac
-exit 0
-`
-
-// sim is one ipmi_sim process on 127.0.0.1:port.
+// sim wraps ipmisim.Sim with the short names these tests use.
 type sim struct {
-	t    *testing.T
+	*ipmisim.Sim
 	dir  string
 	port int
-	cmd  *exec.Cmd
 }
 
-// startSim writes lan.conf and the chassis_control script into a fresh
-// directory and starts ipmi_sim on a free UDP port.
-func startSim(t *testing.T) *sim {
-	t.Helper()
-	return startSimSerial(t, "")
-}
-
-// startSimSerial is startSim with the SOL serial port of the simulated host
-// at serialAddr ("host:port" of a TCP listener the test owns; ipmi_sim
-// connects to it at start and retries about every 10 s). "" points it at an
-// unused port.
+func wrapSim(s *ipmisim.Sim) *sim          { return &sim{Sim: s, dir: s.Dir, port: s.Port} }
+func startSim(t *testing.T) *sim           { return wrapSim(ipmisim.Start(t)) }
+func requireTools(t *testing.T)            { ipmisim.RequireTools(t) }
+func freeUDPPort(t *testing.T) int         { return ipmisim.FreeUDPPort(t) }
+func (s *sim) calls() []string             { return s.Calls() }
+func (s *sim) resetCalls()                 { s.ResetCalls() }
+func (s *sim) setCalls() []string          { return s.SetCalls() }
+func (s *sim) restart()                    { s.Restart() }
+func (s *sim) addr() string                { return s.Addr() }
+func (s *sim) ipmitool(a ...string) string { return s.Ipmitool(a...) }
 func startSimSerial(t *testing.T, serialAddr string) *sim {
-	t.Helper()
-	requireTools(t)
-	s := &sim{t: t, dir: t.TempDir(), port: freeUDPPort(t)}
-	if serialAddr == "" {
-		serialAddr = "127.0.0.1:" + strconv.Itoa(freeUDPPort(t))
-	}
-	if err := os.MkdirAll(filepath.Join(s.dir, "state"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(s.dir, "chassis.sh"), []byte(chassisScript), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	emu, err := os.ReadFile(filepath.Join(fixturesDir(t), "ipmi", "sim.emu"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(s.dir, "sim.emu"), emu, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	conf := fmt.Sprintf(`name "machina-test"
-set_working_mc 0x20
-  startlan 1
-    addr 127.0.0.1 %d
-    priv_limit admin
-    allowed_auths_callback none
-    allowed_auths_user md5
-    allowed_auths_operator md5
-    allowed_auths_admin md5
-    guid a123456789abcdefa123456789abcdef
-  endlan
-  chassis_control "%s"
-  sol "tcp:%s" 115200
-  user 2 true "admin" "password" admin 10 md5
-  user 3 true "reader" "readerpw" user 10 md5
-  user 4 false "disabled" "disabledpw" admin 10 md5
-  user 5 true "solop" "S3cret-SOL-pw" admin 10 md5
-`, s.port, filepath.Join(s.dir, "chassis.sh"), serialAddr)
-	if err := os.WriteFile(filepath.Join(s.dir, "lan.conf"), []byte(conf), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	s.start()
-	t.Cleanup(s.stop)
-	return s
-}
-
-// start runs ipmi_sim and waits until it answers an RMCP presence ping.
-func (s *sim) start() {
-	t := s.t
-	t.Helper()
-	log, err := os.OpenFile(filepath.Join(s.dir, "sim.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command("ipmi_sim", "-c", filepath.Join(s.dir, "lan.conf"), "-f", filepath.Join(s.dir, "sim.emu"),
-		"-s", filepath.Join(s.dir, "state"), "-n")
-	cmd.Stdout, cmd.Stderr, cmd.Dir = log, log, s.dir
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start ipmi_sim: %v", err)
-	}
-	log.Close()
-	s.cmd = cmd
-	if err := rmcpPing(s.port, 5*time.Second); err != nil {
-		s.stop()
-		b, _ := os.ReadFile(filepath.Join(s.dir, "sim.log"))
-		t.Fatalf("ipmi_sim on port %d not answering: %v\n%s", s.port, err, b)
-	}
-}
-
-// stop ends ipmi_sim by its own PID.
-func (s *sim) stop() {
-	if s.cmd == nil {
-		return
-	}
-	_ = s.cmd.Process.Kill()
-	_ = s.cmd.Wait()
-	s.cmd = nil
-}
-
-// restart stops ipmi_sim and starts a new one on the same port and state:
-// a BMC reboot, after which old RMCP+ sessions are unknown.
-func (s *sim) restart() {
-	s.stop()
-	s.start()
-}
-
-// rmcpPing sends ASF presence pings (DSP0136 §3.2.4.1) until a pong arrives.
-func rmcpPing(port int, within time.Duration) error {
-	conn, err := net.Dial("udp4", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
-	if err != nil {
-		return err
-	}
-	defer conn.Close()
-	ping := []byte{0x06, 0x00, 0xff, 0x06, 0x00, 0x00, 0x11, 0xbe, 0x80, 0x00, 0x00, 0x00}
-	deadline := time.Now().Add(within)
-	buf := make([]byte, 512)
-	for time.Now().Before(deadline) {
-		if _, err := conn.Write(ping); err != nil {
-			// ICMP refused until ipmi_sim binds: try again after the read wait.
-			_ = err
-		}
-		_ = conn.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
-		n, err := conn.Read(buf)
-		if err == nil && n >= 12 && buf[8] == 0x40 {
-			return nil
-		}
-		if err != nil && !isTimeout(err) {
-			// Refused: ipmi_sim not bound yet; wait on the deadline instead of spinning.
-			time.Sleep(20 * time.Millisecond)
-		}
-	}
-	return errors.New("no RMCP presence pong")
-}
-
-// calls returns the chassis_control invocations logged so far.
-func (s *sim) calls() []string {
-	b, _ := os.ReadFile(filepath.Join(s.dir, "calls.log"))
-	return strings.Split(strings.TrimSpace(string(b)), "\n")
-}
-
-// resetCalls clears the invocation log.
-func (s *sim) resetCalls() {
-	_ = os.Remove(filepath.Join(s.dir, "calls.log"))
-}
-
-// setCalls returns only the "set ..." invocations.
-func (s *sim) setCalls() []string {
-	var out []string
-	for _, c := range s.calls() {
-		if strings.HasPrefix(c, "set ") {
-			out = append(out, c)
-		}
-	}
-	return out
-}
-
-// ipmitool runs ipmitool as a second client; the password goes through the
-// environment (-E).
-func (s *sim) ipmitool(args ...string) string {
-	s.t.Helper()
-	full := append([]string{"-I", "lanplus", "-C", "3", "-H", "127.0.0.1", "-p", strconv.Itoa(s.port), "-U", "admin", "-E"}, args...)
-	cmd := exec.Command("ipmitool", full...)
-	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "IPMI_PASSWORD=password"}
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		s.t.Fatalf("ipmitool %s: %v\n%s", strings.Join(args, " "), err, out)
-	}
-	return string(out)
+	return wrapSim(ipmisim.StartSerial(t, serialAddr))
 }
 
 // newDriver returns a driver for addr with short test timeouts.
@@ -293,8 +58,6 @@ func newDriver(t *testing.T, addr, user, pass string, mod func(*Config)) *Driver
 	t.Cleanup(func() { _ = d.Close(context.Background()) })
 	return d
 }
-
-func (s *sim) addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port)) }
 
 // ---- UDP proxy that decrypts, reads and rewrites RMCP+ IPMI messages ----
 

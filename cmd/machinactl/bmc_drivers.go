@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/machina-metal/machina/bmc"
+	"github.com/machina-metal/machina/bmc/ipmi"
 	"github.com/machina-metal/machina/bmc/redfish"
 )
 
@@ -16,8 +17,8 @@ import (
 //
 // For redfish, address is "host[:port]", "https://host[:port]", or the URL
 // of one ComputerSystem ("https://host/redfish/v1/Systems/<ID>"), which
-// selects that system on a BMC with several. For ipmi it will be
-// "host[:port]" (bmc/ipmi plugs in here).
+// selects that system on a BMC with several. For ipmi it is "host[:port]"
+// (IPMI v2.0 lanplus, default port 623).
 func newDriver(driver, address, user, pass string, insecure bool) (bmc.Driver, error) {
 	switch driver {
 	case "redfish":
@@ -27,7 +28,10 @@ func newDriver(driver, address, user, pass string, insecure bool) (bmc.Driver, e
 		}
 		return redfish.New(redfish.Config{Endpoint: endpoint, SystemID: system, Username: user, Password: pass, Insecure: insecure})
 	case "ipmi":
-		return nil, fmt.Errorf("bmc driver ipmi: not built into this machinactl yet: %w", bmc.ErrUnsupported)
+		if strings.Contains(address, "://") || strings.Contains(address, "@") {
+			return nil, fmt.Errorf("--address: ipmi wants host[:port] (default port 623), without scheme or credentials")
+		}
+		return ipmi.New(ipmi.Config{Address: address, Username: user, Password: pass})
 	}
 	return nil, fmt.Errorf("unknown bmc driver %q (want redfish or ipmi)", driver)
 }
@@ -42,7 +46,10 @@ func splitRedfishAddress(address string) (endpoint, system string, err error) {
 		address = "https://" + address
 	}
 	u, err := url.Parse(address)
-	if err != nil || u.Host == "" || (u.Scheme != "https" && u.Scheme != "http") || u.User != nil || u.RawQuery != "" {
+	if err == nil && u.User != nil {
+		return "", "", fmt.Errorf("--address must not carry credentials (value not shown); use --username and --password-stdin")
+	}
+	if err != nil || u.Host == "" || (u.Scheme != "https" && u.Scheme != "http") || u.RawQuery != "" {
 		return "", "", fmt.Errorf("--address %q: want host[:port] or an http(s) URL without credentials or query", address)
 	}
 	p := strings.TrimRight(u.Path, "/")

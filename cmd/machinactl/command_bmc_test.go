@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"github.com/machina-metal/machina/bmc/ipmi/ipmisim"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -101,8 +102,8 @@ func TestBMCPasswordStdin(t *testing.T) {
 }
 
 func TestBMCDriverFactory(t *testing.T) {
-	if _, err := newDriver("ipmi", "10.0.0.1", "u", "p", false); err == nil {
-		t.Error("ipmi: want an error until bmc/ipmi is wired")
+	if _, err := newDriver("ipmi", "https://u:secret@10.0.0.1", "u", "p", false); err == nil || strings.Contains(err.Error(), "secret") {
+		t.Errorf("ipmi with a URL: err = %v, want a refusal that does not repeat the address", err)
 	}
 	if _, err := newDriver("snmp", "10.0.0.1", "u", "p", false); err == nil {
 		t.Error("unknown driver accepted")
@@ -118,8 +119,34 @@ func TestBMCDriverFactory(t *testing.T) {
 		}
 	}
 	for _, bad := range []string{"", "https://u:p@bmc", "https://bmc/other", "ftp://bmc", "https://bmc/?x=1"} {
-		if _, _, err := splitRedfishAddress(bad); err == nil {
+		_, _, err := splitRedfishAddress(bad)
+		if err == nil {
 			t.Errorf("splitRedfishAddress(%q) accepted", bad)
+		} else if strings.Contains(bad, "u:p@") && strings.Contains(err.Error(), "u:p") {
+			t.Errorf("splitRedfishAddress(%q) error repeats the credentials: %v", bad, err)
 		}
+	}
+}
+
+// TestBMCIPMIAgainstIpmiSim: machinactl bmc --driver ipmi against OpenIPMI's
+// ipmi_sim on loopback, cross-checked with ipmitool.
+func TestBMCIPMIAgainstIpmiSim(t *testing.T) {
+	sim := ipmisim.Start(t)
+	t.Setenv("MACHINA_BMC_PASSWORD", "password")
+	base := []string{"bmc", "--driver", "ipmi", "--address", sim.Addr(), "--username", "admin"}
+	for _, args := range [][]string{{"power", "on"}, {"boot", "pxe", "--mode", "uefi"}} {
+		if out, errOut, code := runCLI(t, append(append([]string{}, base...), args...)...); code != 0 {
+			t.Fatalf("machinactl bmc %v: exit %d\n%s%s", args, code, out, errOut)
+		}
+	}
+	out, errOut, code := runCLI(t, append(append([]string{}, base...), "power", "status")...)
+	if code != 0 || !strings.Contains(out, "on") {
+		t.Fatalf("power status: exit %d, output %q %s", code, out, errOut)
+	}
+	if got := sim.Ipmitool("chassis", "power", "status"); !strings.Contains(got, "Chassis Power is on") {
+		t.Errorf("ipmitool says %q after machinactl bmc power on", got)
+	}
+	if got := sim.Ipmitool("chassis", "bootparam", "get", "5"); !strings.Contains(got, "PXE") {
+		t.Errorf("ipmitool bootparam 5 = %q, want PXE", got)
 	}
 }
