@@ -35,7 +35,7 @@ goto retry
 // CheckURL returns an error unless s is an absolute http or https URL with a
 // host, no user info, no fragment, and no character that iPXE's script parser
 // or a kernel command line would interpret: whitespace, control characters,
-// '$' (setting expansion), '"', '\'' and '\\'. Use it on every URL before it
+// '$' (setting expansion), quotes and backslashes. Use it on every URL before it
 // goes into a script.
 func CheckURL(s string) error {
 	for _, r := range s {
