@@ -97,8 +97,9 @@ type Server struct {
 	log  *slog.Logger
 	net  Network
 	now  func() time.Time
-	mu   sync.Mutex // guards pool and lease writes
-	pool *pool
+	mu    sync.Mutex // guards pool, lease writes and conns
+	pool  *pool
+	conns []*net.UDPConn
 
 	received, malformed, ignored, offers, acks, naks, releases, declines, informs, errs atomic.Uint64
 }
@@ -201,10 +202,17 @@ func (s *Server) Stats() Stats {
 // ServerIP returns the address the server answers as.
 func (s *Server) ServerIP() netip.Addr { return s.cfg.ServerIP }
 
-// Serve loads the leases, opens one socket per interface (port 67, and 4011
-// in proxy mode) and answers until ctx is done; then it closes the sockets
-// and returns nil. A socket error ends Serve with that error.
-func (s *Server) Serve(ctx context.Context) error {
+// Listen loads the leases and opens one socket per interface (port 67, and
+// 4011 in proxy mode), in the calling thread's network namespace. Serve calls
+// it when it has not been called; call it first to learn about bind errors
+// before starting Serve, or to open the sockets in another namespace.
+func (s *Server) Listen(ctx context.Context) error {
+	s.mu.Lock()
+	opened := s.conns != nil
+	s.mu.Unlock()
+	if opened {
+		return errors.New("dhcp: listen: already listening")
+	}
 	if s.pool != nil {
 		leases, err := s.cfg.Leases.Leases(ctx)
 		if err != nil {
@@ -219,25 +227,43 @@ func (s *Server) Serve(ctx context.Context) error {
 		}
 		s.mu.Unlock()
 	}
-	var conns []*net.UDPConn
-	closeAll := func() {
-		for _, c := range conns {
-			c.Close()
-		}
-	}
 	ports := []int{s.cfg.Port}
 	if s.cfg.Mode == ModeProxy {
 		ports = append(ports, s.cfg.ProxyPort)
 	}
+	var conns []*net.UDPConn
 	for _, ifname := range s.cfg.Interfaces {
 		for _, port := range ports {
 			c, err := server4.NewIPv4UDPConn(ifname, &net.UDPAddr{Port: port})
 			if err != nil {
-				closeAll()
+				for _, c := range conns {
+					c.Close()
+				}
 				return fmt.Errorf("dhcp: listen on %s:%d: %w", ifname, port, err)
 			}
 			conns = append(conns, c)
 		}
+	}
+	s.mu.Lock()
+	s.conns = conns
+	s.mu.Unlock()
+	return nil
+}
+
+// Serve answers on the sockets opened by [Server.Listen] (calling it first
+// if needed) until ctx is done; then it closes the sockets and returns nil. A
+// socket error ends Serve with that error.
+func (s *Server) Serve(ctx context.Context) error {
+	s.mu.Lock()
+	conns := s.conns
+	s.mu.Unlock()
+	if conns == nil {
+		if err := s.Listen(ctx); err != nil {
+			return err
+		}
+		s.mu.Lock()
+		conns = s.conns
+		s.mu.Unlock()
 	}
 	s.log.Info("dhcp serving", "mode", s.cfg.Mode, "interfaces", s.cfg.Interfaces, "server_ip", s.cfg.ServerIP.String())
 	ctx, cancel := context.WithCancel(ctx)
@@ -246,10 +272,20 @@ func (s *Server) Serve(ctx context.Context) error {
 	for _, c := range conns {
 		go func() { errc <- s.loop(ctx, c) }()
 	}
-	<-ctx.Done()
-	closeAll()
 	var first error
-	for range conns {
+	select {
+	case <-ctx.Done():
+	case first = <-errc:
+		cancel()
+	}
+	for _, c := range conns {
+		c.Close()
+	}
+	n := len(conns)
+	if first != nil {
+		n--
+	}
+	for range n {
 		if err := <-errc; err != nil && first == nil {
 			first = err
 		}
