@@ -93,10 +93,10 @@ type Stats struct {
 // Server is a DHCPv4 server. Create it with [New] and run it with
 // [Server.Serve].
 type Server struct {
-	cfg  Config
-	log  *slog.Logger
-	net  Network
-	now  func() time.Time
+	cfg   Config
+	log   *slog.Logger
+	net   Network
+	now   func() time.Time
 	mu    sync.Mutex // guards pool, lease writes and conns
 	pool  *pool
 	conns []*net.UDPConn
