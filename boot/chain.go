@@ -6,8 +6,9 @@ import (
 	"strings"
 )
 
-// ChainScript returns the iPXE script that retries DHCP until it gets an
-// address and then chains to scriptURL with the boot NIC's MAC (iPXE's
+// ChainScript returns the iPXE script that runs DHCP unless net0 already has
+// an address (iPXE's autoboot got one: repeating it costs seconds), retrying
+// until it gets one, and then chains to scriptURL with the boot NIC's MAC (iPXE's
 // ${net0/mac:hexhyp}), firmware platform (${platform}: pcbios or efi) and
 // build architecture (${buildarch}) as query parameters. TFTP serves it as
 // `autoexec.ipxe` and the iPXE handler returns it when called without a MAC.
@@ -23,7 +24,7 @@ func ChainScript(scriptURL string) ([]byte, error) {
 	return fmt.Appendf(nil, `#!ipxe
 # Machina: get an address (retrying), then fetch this machine's script.
 :retry
-dhcp || goto wait
+isset ${net0/ip} || dhcp || goto wait
 chain --autofree %s%smac=${net0/mac:hexhyp}&platform=${platform}&arch=${buildarch} || goto wait
 :wait
 echo Machina: boot script not available, retrying in 5 s

@@ -152,6 +152,9 @@ func (s *Server) Addr() *net.UDPAddr {
 
 // Serve answers read requests until ctx is done, then stops accepting,
 // waits for running transfers (bounded by Timeout × Retries) and returns nil.
+// Each transfer gets its own UDP socket (a new TID, RFC 1350 §4), opened by
+// the goroutine that called Serve, so it lands in that thread's network
+// namespace.
 func (s *Server) Serve(ctx context.Context) error {
 	if s.Addr() == nil {
 		if err := s.Listen(); err != nil {
@@ -162,19 +165,28 @@ func (s *Server) Serve(ctx context.Context) error {
 	srv.SetTimeout(s.cfg.Timeout)
 	srv.SetRetries(s.cfg.Retries)
 	srv.SetHook(hook{s})
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(s.conn) }()
+	done := make(chan struct{})
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		select {
+		case <-ctx.Done():
+			srv.Shutdown()
+		case <-done:
+		}
+	}()
 	s.log.Info("tftp serving", "addr", s.conn.LocalAddr().String())
-	select {
-	case <-ctx.Done():
-		srv.Shutdown()
-		<-errc
-		s.root.Close()
+	err := srv.Serve(s.conn) // returns nil after Shutdown
+	close(done)
+	<-stopped
+	s.root.Close()
+	if ctx.Err() != nil {
 		return nil
-	case err := <-errc:
-		s.root.Close()
-		return fmt.Errorf("tftp: serve: %w", err)
 	}
+	if err == nil {
+		err = errors.New("stopped unexpectedly")
+	}
+	return fmt.Errorf("tftp: serve: %w", err)
 }
 
 // CleanPath checks a requested file name and returns it relative to the

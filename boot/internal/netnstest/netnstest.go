@@ -150,6 +150,29 @@ func Do(ns string, fn func() error) error {
 	return ferr
 }
 
+// Go runs fn in a new goroutine on an OS thread switched into namespace ns
+// and left there: the goroutine never unlocks the thread, so the runtime
+// discards it when fn returns. Use it for servers that open sockets while
+// serving (TFTP opens one per transfer).
+func Go(ns string, fn func()) error {
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread dies with the goroutine
+		target, err := os.Open("/run/netns/" + ns)
+		if err != nil {
+			errc <- fmt.Errorf("open netns %s: %w", ns, err)
+			return
+		}
+		err = unix.Setns(int(target.Fd()), unix.CLONE_NEWNET)
+		target.Close()
+		errc <- err
+		if err == nil {
+			fn()
+		}
+	}()
+	return <-errc
+}
+
 // Command returns an exec.Cmd running name inside namespace ns.
 func Command(ns, name string, args ...string) *exec.Cmd {
 	return exec.Command("ip", append([]string{"netns", "exec", ns, name}, args...)...)

@@ -1,0 +1,294 @@
+package boot_test
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/machina-metal/machina/boot"
+	"github.com/machina-metal/machina/boot/dhcp"
+	"github.com/machina-metal/machina/boot/internal/netnstest"
+	"github.com/machina-metal/machina/boot/ipxe"
+	"github.com/machina-metal/machina/boot/tftp"
+)
+
+// lab is one network namespace with a bridge and a tap, running our DHCP
+// (full mode), TFTP (Debian's ipxe binaries) and the iPXE HTTP handler, all
+// bound inside the namespace.
+type lab struct {
+	ns       string
+	httpURL  string
+	requests chan string // every HTTP request path+query, in order
+	look     *boot.MemLookup
+	dhcp     *dhcp.Server
+	tftp     *tftp.Server
+}
+
+const (
+	labMAC    = "52:54:00:12:34:56"
+	ipxeDir   = "/usr/lib/ipxe"
+	serverIP  = "10.67.0.1"
+	serverNet = "10.67.0.1/24"
+)
+
+func newLab(t *testing.T, lifecycle boot.Lifecycle) *lab {
+	t.Helper()
+	netnstest.RequireCommand(t, "qemu-system-x86_64")
+	if _, err := os.Stat(filepath.Join(ipxeDir, "snponly.efi")); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("Debian package ipxe missing: %v", err)
+		}
+		t.Skipf("Debian package ipxe not installed: %v", err)
+	}
+	br := netnstest.NewBridge(t, serverNet, 1)
+	l := &lab{ns: br.NS, requests: make(chan string, 256), look: &boot.MemLookup{}}
+	mac, _ := boot.ParseMAC(labMAC)
+	if err := l.look.Set(boot.Assignment{MAC: mac, Name: "vm1", Lifecycle: lifecycle}); err != nil {
+		t.Fatal(err)
+	}
+	logger := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug}))
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	t.Cleanup(func() { cancel(); wg.Wait() })
+
+	var httpLn net.Listener
+	err := netnstest.Do(l.ns, func() error {
+		var err error
+		httpLn, err = net.Listen("tcp4", serverIP+":0")
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.httpURL = "http://" + httpLn.Addr().String()
+	h, err := ipxe.New(ipxe.Config{Lookup: l.look, Tokens: boot.NewMemTokens(), ControllerURL: l.httpURL, Logger: logger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/boot/ipxe", h)
+	mux.HandleFunc("/boot/ramdisk/", func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, "no ramdisk in this test", http.StatusNotFound)
+	})
+	hs := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case l.requests <- r.URL.RequestURI():
+		default:
+		}
+		mux.ServeHTTP(w, r)
+	})}
+	wg.Go(func() { _ = hs.Serve(httpLn) })
+	t.Cleanup(func() { _ = hs.Close() })
+
+	dcfg := dhcp.Config{
+		Interfaces: []string{"br0"}, Subnet: netip.MustParsePrefix(serverNet), PoolStart: netip.MustParseAddr("10.67.0.100"),
+		PoolEnd: netip.MustParseAddr("10.67.0.150"), LeaseTime: time.Hour, Lookup: l.look, Logger: logger,
+		Boot: dhcp.BootFiles{ScriptURL: l.httpURL + ipxe.ScriptPath},
+	}
+	l.tftp, err = tftp.New(tftp.Config{Root: ipxeDir, Addr: serverIP + ":69", ScriptURL: l.httpURL + ipxe.ScriptPath, Logger: logger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = netnstest.Do(l.ns, func() error {
+		var err error
+		if l.dhcp, err = dhcp.New(dcfg); err != nil { // finds br0's address inside the namespace
+			return err
+		}
+		if err := l.dhcp.Listen(ctx); err != nil {
+			return err
+		}
+		return l.tftp.Listen()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wg.Go(func() {
+		if err := l.dhcp.Serve(ctx); err != nil {
+			t.Errorf("dhcp Serve: %v", err)
+		}
+	})
+	wg.Add(1)
+	// TFTP opens a socket per transfer from its serving goroutine: serve
+	// from a thread inside the namespace.
+	if err := netnstest.Go(l.ns, func() {
+		defer wg.Done()
+		if err := l.tftp.Serve(ctx); err != nil {
+			t.Errorf("tftp Serve: %v", err)
+		}
+	}); err != nil {
+		wg.Done()
+		t.Fatal(err)
+	}
+	return l
+}
+
+var ansi = regexp.MustCompile(`\x1b\[[0-9;?]*[A-Za-z]|\x1b[()][A-Z0-9]|[\x00-\x08\x0b-\x1f\x7f]`)
+
+// runVM starts qemu (TCG) in the lab namespace and streams its serial
+// console lines, cleaned of terminal escapes.
+func runVM(t *testing.T, l *lab, args ...string) (lines <-chan string, console func() string) {
+	t.Helper()
+	base := []string{"-accel", "tcg", "-m", "512", "-smp", "2", "-nodefaults", "-no-user-config", "-display", "none",
+		"-serial", "stdio", "-no-reboot", "-netdev", "tap,id=n0,ifname=tap0,script=no,downscript=no"}
+	cmd := netnstest.Command(l.ns, "qemu-system-x86_64", append(base, args...)...)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = cmd.Stdout
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill() // our own child, by PID
+		_ = cmd.Wait()
+	})
+	ch := make(chan string, 1024)
+	var mu sync.Mutex
+	var all strings.Builder
+	go func() {
+		defer close(ch)
+		r := bufio.NewReader(out)
+		var cur []byte
+		for {
+			b, err := r.ReadByte()
+			if err != nil {
+				if err != io.EOF && !errors.Is(err, os.ErrClosed) {
+					t.Logf("serial read: %v", err)
+				}
+				return
+			}
+			if b == '\n' || b == '\r' {
+				line := strings.TrimSpace(ansi.ReplaceAllString(string(cur), ""))
+				cur = cur[:0]
+				if line != "" {
+					mu.Lock()
+					all.WriteString(line + "\n")
+					mu.Unlock()
+					select {
+					case ch <- line:
+					default:
+					}
+				}
+				continue
+			}
+			cur = append(cur, b)
+		}
+	}()
+	return ch, func() string { mu.Lock(); defer mu.Unlock(); return all.String() }
+}
+
+// waitSerial waits for a console line containing want.
+func waitSerial(t *testing.T, lines <-chan string, console func() string, want string, d time.Duration) string {
+	t.Helper()
+	deadline := time.After(d)
+	for {
+		select {
+		case l, ok := <-lines:
+			if !ok {
+				t.Fatalf("qemu exited before %q; console:\n%s", want, console())
+			}
+			if strings.Contains(l, want) {
+				return l
+			}
+		case <-deadline:
+			t.Fatalf("no %q on the serial console within %v; console:\n%s", want, d, console())
+		}
+	}
+}
+
+// waitRequest waits for an HTTP request whose URI starts with prefix.
+func waitRequest(t *testing.T, l *lab, prefix string, d time.Duration, console func() string) string {
+	t.Helper()
+	deadline := time.After(d)
+	for {
+		select {
+		case r := <-l.requests:
+			t.Logf("http: GET %s", r)
+			if strings.HasPrefix(r, prefix) {
+				return r
+			}
+		case <-deadline:
+			t.Fatalf("no HTTP request %q within %v; console:\n%s", prefix, d, console())
+		}
+	}
+}
+
+// TestQEMUBIOSiPXEROM boots a SeaBIOS VM whose virtio NIC carries qemu's
+// iPXE option ROM. iPXE's DHCP (user class "iPXE") gets the script URL from
+// our DHCP server, fetches the chain script, comes back with its MAC and
+// runs the commissioning script, which fetches the ramdisk kernel.
+func TestQEMUBIOSiPXEROM(t *testing.T) {
+	l := newLab(t, boot.LifecycleCommissioning)
+	lines, console := runVM(t, l, "-machine", "pc,graphics=off", "-boot", "order=n",
+		"-device", "virtio-net-pci,netdev=n0,mac="+labMAC)
+	start := time.Now()
+	first := waitRequest(t, l, "/boot/ipxe", 120*time.Second, console)
+	if first != "/boot/ipxe" {
+		t.Fatalf("first request %q, want the bare script URL from DHCP", first)
+	}
+	second := waitRequest(t, l, "/boot/ipxe?mac=", 60*time.Second, console)
+	if !strings.Contains(second, "mac=52-54-00-12-34-56") || !strings.Contains(second, "platform=pcbios") {
+		t.Fatalf("chained request %q", second)
+	}
+	waitSerial(t, lines, console, "Machina: "+labMAC+" (vm1) lifecycle=commissioning platform=pcbios", 60*time.Second)
+	waitRequest(t, l, "/boot/ramdisk/vmlinuz", 60*time.Second, console)
+	t.Logf("BIOS iPXE ROM: DHCP → script → kernel request in %v", time.Since(start).Round(time.Millisecond))
+	if st := l.dhcp.Stats(); st.Acks < 1 || st.Malformed != 0 {
+		t.Fatalf("dhcp stats %+v", st)
+	}
+}
+
+// TestQEMUUEFINativePXE boots OVMF with the NIC's option ROM removed, so
+// EDK2's own PXE client (option 93 arch 7) runs: it gets snponly.efi over
+// our TFTP (asking tsize first), which starts iPXE; iPXE's DHCP gets the
+// script URL; the script carries initrd=NAME on the kernel line (UEFI).
+func TestQEMUUEFINativePXE(t *testing.T) {
+	l := newLab(t, boot.LifecycleDeploying)
+	code := "/usr/share/OVMF/OVMF_CODE_4M.fd"
+	vars := "/usr/share/OVMF/OVMF_VARS_4M.fd"
+	for _, f := range []string{code, vars} {
+		if _, err := os.Stat(f); err != nil {
+			if os.Getenv("CI") == "true" {
+				t.Fatalf("ovmf missing: %v", err)
+			}
+			t.Skipf("ovmf not installed: %v", err)
+		}
+	}
+	v, err := os.ReadFile(vars)
+	if err != nil {
+		t.Fatal(err)
+	}
+	myVars := filepath.Join(t.TempDir(), "vars.fd")
+	if err := os.WriteFile(myVars, v, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	lines, console := runVM(t, l, "-machine", "q35",
+		"-drive", "if=pflash,format=raw,readonly=on,file="+code, "-drive", "if=pflash,format=raw,file="+myVars,
+		"-device", "virtio-net-pci,netdev=n0,mac="+labMAC+",romfile=")
+	start := time.Now()
+	second := waitRequest(t, l, "/boot/ipxe?mac=", 240*time.Second, console)
+	if !strings.Contains(second, "mac=52-54-00-12-34-56") || !strings.Contains(second, "platform=efi") {
+		t.Fatalf("chained request %q", second)
+	}
+	waitSerial(t, lines, console, "Machina: "+labMAC+" (vm1) lifecycle=deploying platform=efi", 60*time.Second)
+	waitRequest(t, l, "/boot/ramdisk/vmlinuz", 60*time.Second, console)
+	t.Logf("UEFI native PXE: DHCP → TFTP snponly.efi → DHCP → script → kernel request in %v", time.Since(start).Round(time.Millisecond))
+	if st := l.tftp.Stats(); st.Served < 1 {
+		t.Fatalf("tftp stats %+v: snponly.efi was not served", st)
+	}
+	fmt.Fprint(io.Discard, console())
+}
