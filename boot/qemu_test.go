@@ -4,13 +4,13 @@ import (
 	"bufio"
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -45,6 +45,11 @@ const (
 )
 
 func newLab(t *testing.T, lifecycle boot.Lifecycle) *lab {
+	return newLabFiles(t, lifecycle, dhcp.BootFiles{})
+}
+
+// newLabFiles is newLab with DHCP boot files (ScriptURL is filled in).
+func newLabFiles(t *testing.T, lifecycle boot.Lifecycle, files dhcp.BootFiles) *lab {
 	t.Helper()
 	netnstest.RequireCommand(t, "qemu-system-x86_64")
 	if _, err := os.Stat(filepath.Join(ipxeDir, "snponly.efi")); err != nil {
@@ -96,8 +101,9 @@ func newLab(t *testing.T, lifecycle boot.Lifecycle) *lab {
 	dcfg := dhcp.Config{
 		Interfaces: []string{"br0"}, Subnet: netip.MustParsePrefix(serverNet), PoolStart: netip.MustParseAddr("10.67.0.100"),
 		PoolEnd: netip.MustParseAddr("10.67.0.150"), LeaseTime: time.Hour, Lookup: l.look, Logger: logger,
-		Boot: dhcp.BootFiles{ScriptURL: l.httpURL + ipxe.ScriptPath},
+		Boot: files,
 	}
+	dcfg.Boot.ScriptURL = l.httpURL + ipxe.ScriptPath
 	l.tftp, err = tftp.New(tftp.Config{Root: ipxeDir, Addr: serverIP + ":69", ScriptURL: l.httpURL + ipxe.ScriptPath, Logger: logger})
 	if err != nil {
 		t.Fatal(err)
@@ -258,24 +264,7 @@ func TestQEMUBIOSiPXEROM(t *testing.T) {
 // script URL; the script carries initrd=NAME on the kernel line (UEFI).
 func TestQEMUUEFINativePXE(t *testing.T) {
 	l := newLab(t, boot.LifecycleDeploying)
-	code := "/usr/share/OVMF/OVMF_CODE_4M.fd"
-	vars := "/usr/share/OVMF/OVMF_VARS_4M.fd"
-	for _, f := range []string{code, vars} {
-		if _, err := os.Stat(f); err != nil {
-			if os.Getenv("CI") == "true" {
-				t.Fatalf("ovmf missing: %v", err)
-			}
-			t.Skipf("ovmf not installed: %v", err)
-		}
-	}
-	v, err := os.ReadFile(vars)
-	if err != nil {
-		t.Fatal(err)
-	}
-	myVars := filepath.Join(t.TempDir(), "vars.fd")
-	if err := os.WriteFile(myVars, v, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	code, myVars := ovmf(t)
 	lines, console := runVM(t, l, "-machine", "q35",
 		"-drive", "if=pflash,format=raw,readonly=on,file="+code, "-drive", "if=pflash,format=raw,file="+myVars,
 		"-device", "virtio-net-pci,netdev=n0,mac="+labMAC+",romfile=")
@@ -290,5 +279,92 @@ func TestQEMUUEFINativePXE(t *testing.T) {
 	if st := l.tftp.Stats(); st.Served < 1 {
 		t.Fatalf("tftp stats %+v: snponly.efi was not served", st)
 	}
-	fmt.Fprint(io.Discard, console())
+}
+
+// buildISOs runs scripts/metal/build-ipxe-iso.sh for the lab's controller URL
+// and checks that the embedded script is boot.ChainScript's text.
+func buildISOs(t *testing.T, l *lab) string {
+	t.Helper()
+	netnstest.RequireCommand(t, "xorriso")
+	netnstest.RequireCommand(t, "mformat")
+	dir := t.TempDir()
+	out, err := exec.Command("sh", "../scripts/metal/build-ipxe-iso.sh", l.httpURL, dir).CombinedOutput()
+	if err != nil {
+		t.Fatalf("build-ipxe-iso.sh: %v\n%s", err, out)
+	}
+	want, err := boot.ChainScript(l.httpURL + ipxe.ScriptPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, iso := range []string{"machina-ipxe-bios.iso", "machina-ipxe-uefi.iso"} {
+		got := filepath.Join(t.TempDir(), "machina.ipxe")
+		if out, err := exec.Command("xorriso", "-indev", filepath.Join(dir, iso), "-osirrox", "on", "-extract", "/machina.ipxe", got).CombinedOutput(); err != nil {
+			t.Fatalf("extract script from %s: %v\n%s", iso, err, out)
+		}
+		b, _ := os.ReadFile(got)
+		if string(b) != string(want) {
+			t.Fatalf("%s embeds %q, want boot.ChainScript's %q", iso, b, want)
+		}
+	}
+	return dir
+}
+
+// TestQEMUBIOSISO boots SeaBIOS from the BIOS ISO (no NIC option ROM):
+// ISOLINUX starts ipxe.lkrn, which runs the embedded script, so the very
+// first HTTP request already carries the MAC.
+func TestQEMUBIOSISO(t *testing.T) {
+	l := newLab(t, boot.LifecycleReady)
+	dir := buildISOs(t, l)
+	lines, console := runVM(t, l, "-machine", "pc,graphics=off", "-boot", "order=d",
+		"-drive", "file="+filepath.Join(dir, "machina-ipxe-bios.iso")+",media=cdrom,readonly=on",
+		"-device", "virtio-net-pci,netdev=n0,mac="+labMAC+",romfile=")
+	start := time.Now()
+	first := waitRequest(t, l, "/boot/ipxe", 120*time.Second, console)
+	if !strings.HasPrefix(first, "/boot/ipxe?mac=52-54-00-12-34-56&platform=pcbios") {
+		t.Fatalf("first request %q, want the embedded script's chain with the MAC", first)
+	}
+	waitSerial(t, lines, console, "Machina: "+labMAC+" (vm1) lifecycle=ready platform=pcbios", 60*time.Second)
+	t.Logf("BIOS ISO: boot → embedded script → lifecycle script in %v", time.Since(start).Round(time.Millisecond))
+}
+
+// TestQEMUUEFIISO boots OVMF from the UEFI ISO. The DHCP server names a
+// UEFI PXE file that does not exist, so only the ISO's ipxe.efi can reach
+// the script (through DHCP's iPXE user-class answer).
+func TestQEMUUEFIISO(t *testing.T) {
+	l := newLabFiles(t, boot.LifecycleReady, dhcp.BootFiles{UEFI: "absent.efi"})
+	dir := buildISOs(t, l)
+	code, myVars := ovmf(t)
+	lines, console := runVM(t, l, "-machine", "q35",
+		"-drive", "if=pflash,format=raw,readonly=on,file="+code, "-drive", "if=pflash,format=raw,file="+myVars,
+		"-drive", "file="+filepath.Join(dir, "machina-ipxe-uefi.iso")+",media=cdrom,readonly=on,if=none,id=cd0",
+		"-device", "ide-cd,drive=cd0,bootindex=0",
+		"-device", "virtio-net-pci,netdev=n0,mac="+labMAC+",romfile=")
+	start := time.Now()
+	waitRequest(t, l, "/boot/ipxe?mac=52-54-00-12-34-56&platform=efi", 240*time.Second, console)
+	waitSerial(t, lines, console, "Machina: "+labMAC+" (vm1) lifecycle=ready platform=efi", 60*time.Second)
+	t.Logf("UEFI ISO: boot → iPXE DHCP → script in %v", time.Since(start).Round(time.Millisecond))
+}
+
+// ovmf returns OVMF's code image and a private copy of its variable store.
+func ovmf(t *testing.T) (code, vars string) {
+	t.Helper()
+	code = "/usr/share/OVMF/OVMF_CODE_4M.fd"
+	src := "/usr/share/OVMF/OVMF_VARS_4M.fd"
+	for _, f := range []string{code, src} {
+		if _, err := os.Stat(f); err != nil {
+			if os.Getenv("CI") == "true" {
+				t.Fatalf("ovmf missing: %v", err)
+			}
+			t.Skipf("ovmf not installed: %v", err)
+		}
+	}
+	v, err := os.ReadFile(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	vars = filepath.Join(t.TempDir(), "vars.fd")
+	if err := os.WriteFile(vars, v, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return code, vars
 }
