@@ -34,6 +34,7 @@ type lab struct {
 	requests chan string // every HTTP request path+query, in order
 	look     *boot.MemLookup
 	dhcp     *dhcp.Server
+	ra       *dhcp.Advertiser
 	tftp     *tftp.Server
 }
 
@@ -116,11 +117,22 @@ func newLabFiles(t *testing.T, lifecycle boot.Lifecycle, files dhcp.BootFiles) *
 		if err := l.dhcp.Listen(ctx); err != nil {
 			return err
 		}
+		if l.ra, err = dhcp.NewAdvertiser(dhcp.RAConfig{Interfaces: []string{"br0"}, Interval: 2 * time.Second, Logger: logger}); err != nil {
+			return err
+		}
+		if err := l.ra.Listen(); err != nil {
+			return err
+		}
 		return l.tftp.Listen()
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
+	wg.Go(func() {
+		if err := l.ra.Serve(ctx); err != nil {
+			t.Errorf("advertiser Serve: %v", err)
+		}
+	})
 	wg.Go(func() {
 		if err := l.dhcp.Serve(ctx); err != nil {
 			t.Errorf("dhcp Serve: %v", err)

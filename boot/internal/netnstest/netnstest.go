@@ -15,6 +15,7 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -80,6 +81,8 @@ func NewPair(t testing.TB, serverCIDR string) *Pair {
 	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", p.Server).Run() })
 	Run(t, "ip", "netns", "add", p.Client)
 	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", p.Client).Run() })
+	noDAD(t, p.Server)
+	noDAD(t, p.Client)
 	Run(t, "ip", "-n", p.Server, "link", "add", p.ServerIf, "type", "veth", "peer", "name", p.ClientIf, "netns", p.Client)
 	Run(t, "ip", "-n", p.Server, "addr", "add", serverCIDR, "dev", p.ServerIf)
 	for _, c := range [][]string{
@@ -89,6 +92,16 @@ func NewPair(t testing.TB, serverCIDR string) *Pair {
 		Run(t, "ip", c...)
 	}
 	return p
+}
+
+// noDAD turns off IPv6 duplicate address detection for links created later
+// in ns, so link-local addresses are usable as soon as a link has carrier
+// (no waiting in tests; nothing else shares these private segments).
+func noDAD(t testing.TB, ns string) {
+	t.Helper()
+	for _, k := range []string{"net.ipv6.conf.all.accept_dad=0", "net.ipv6.conf.default.accept_dad=0"} {
+		Run(t, "ip", "netns", "exec", ns, "sysctl", "-q", "-w", k)
+	}
 }
 
 // Bridge is one namespace with bridge "br0" (address BridgeCIDR) and taps
@@ -107,6 +120,7 @@ func NewBridge(t testing.TB, bridgeCIDR string, taps int) *Bridge {
 	b := &Bridge{NS: "m6-" + suffix() + "-b"}
 	Run(t, "ip", "netns", "add", b.NS)
 	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", b.NS).Run() })
+	noDAD(t, b.NS)
 	Run(t, "ip", "-n", b.NS, "link", "set", "lo", "up")
 	Run(t, "ip", "-n", b.NS, "link", "add", "br0", "type", "bridge")
 	Run(t, "ip", "-n", b.NS, "addr", "add", bridgeCIDR, "dev", "br0")
@@ -171,6 +185,26 @@ func Go(ns string, fn func()) error {
 		}
 	}()
 	return <-errc
+}
+
+// WaitLinkLocal waits (up to 10 s, checking every 20 ms) until ifname in ns
+// has a usable IPv6 link-local address; the kernel adds it asynchronously
+// once the link has carrier.
+func WaitLinkLocal(t testing.TB, ns, ifname string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		out, err := exec.Command("ip", "-n", ns, "-6", "addr", "show", "dev", ifname, "scope", "link").CombinedOutput()
+		if err == nil && strings.Contains(string(out), "inet6 fe80:") && !strings.Contains(string(out), "tentative") {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s in %s has no link-local address: %s", ifname, ns, out)
+		}
+		<-tick.C
+	}
 }
 
 // Command returns an exec.Cmd running name inside namespace ns.
