@@ -80,12 +80,13 @@ func newLabFiles(t *testing.T, lifecycle boot.Lifecycle, files dhcp.BootFiles) *
 		t.Fatal(err)
 	}
 	l.httpURL = "http://" + httpLn.Addr().String()
-	h, err := ipxe.New(ipxe.Config{Lookup: l.look, Tokens: boot.NewMemTokens(), ControllerURL: l.httpURL, Logger: logger})
+	h, err := ipxe.New(ipxe.Config{Lookup: l.look, Tokens: boot.NewMemTokens(), ControllerURL: l.httpURL, BinDir: ipxeDir, Logger: logger})
 	if err != nil {
 		t.Fatal(err)
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/boot/ipxe", h)
+	mux.Handle("/boot/bin/", h)
 	mux.HandleFunc("/boot/ramdisk/", func(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "no ramdisk in this test", http.StatusNotFound)
 	})
@@ -105,6 +106,9 @@ func newLabFiles(t *testing.T, lifecycle boot.Lifecycle, files dhcp.BootFiles) *
 		Boot: files,
 	}
 	dcfg.Boot.ScriptURL = l.httpURL + ipxe.ScriptPath
+	if dcfg.Boot.HTTPx64 == "auto" {
+		dcfg.Boot.HTTPx64 = l.httpURL + "/boot/bin/snponly.efi"
+	}
 	l.tftp, err = tftp.New(tftp.Config{Root: ipxeDir, Addr: serverIP + ":69", ScriptURL: l.httpURL + ipxe.ScriptPath, Logger: logger})
 	if err != nil {
 		t.Fatal(err)
@@ -379,4 +383,25 @@ func ovmf(t *testing.T) (code, vars string) {
 		t.Fatal(err)
 	}
 	return code, vars
+}
+
+// TestQEMUUEFIHTTPBoot boots OVMF with native networking only and no usable
+// PXE file, so it falls through to UEFI HTTP boot (option 93 arch 16): our
+// DHCP answers with option 60 "HTTPClient" and the URL of snponly.efi, which
+// the firmware downloads over HTTP and runs; iPXE then fetches the script.
+func TestQEMUUEFIHTTPBoot(t *testing.T) {
+	l := newLabFiles(t, boot.LifecycleReady, dhcp.BootFiles{UEFI: "absent.efi", HTTPx64: "auto"})
+	code, myVars := ovmf(t)
+	// OVMF's fw_cfg knobs switch its PXE clients off (the IPv6 one alone
+	// waits ~100 s for DHCPv6), leaving HTTP boot.
+	lines, console := runVM(t, l, "-machine", "q35",
+		"-drive", "if=pflash,format=raw,readonly=on,file="+code, "-drive", "if=pflash,format=raw,file="+myVars,
+		"-fw_cfg", "name=opt/org.tianocore/IPv4PXESupport,string=n",
+		"-fw_cfg", "name=opt/org.tianocore/IPv6PXESupport,string=n",
+		"-device", "virtio-net-pci,netdev=n0,mac="+labMAC+",romfile=")
+	start := time.Now()
+	waitRequest(t, l, "/boot/bin/snponly.efi", 240*time.Second, console)
+	waitRequest(t, l, "/boot/ipxe?mac=52-54-00-12-34-56&platform=efi", 120*time.Second, console)
+	waitSerial(t, lines, console, "Machina: "+labMAC+" (vm1) lifecycle=ready platform=efi", 60*time.Second)
+	t.Logf("UEFI HTTP boot: DHCP (HTTPClient) → HTTP snponly.efi → DHCP → script in %v", time.Since(start).Round(time.Millisecond))
 }

@@ -49,6 +49,12 @@ type Config struct {
 	// ISODir, when set, is served read-only at /boot/iso/NAME (Range
 	// supported, as qemu's curl block driver and BMC virtual media need).
 	ISODir string
+	// BinDir, when set, is served read-only at /boot/bin/NAME: the iPXE
+	// binaries for UEFI HTTP boot clients (DHCP option 93 arch 16/19 get a URL
+	// such as ControllerURL + "/boot/bin/snponly.efi"). Symlinks leading out
+	// of the directory are refused: Debian's /usr/lib/ipxe/ipxe.efi is a
+	// symlink to /boot, snponly.efi is a regular file.
+	BinDir string
 	// OnEvent receives security-relevant events (token rejected, rate
 	// limited, MAC discovered). Called synchronously: it must not block.
 	// Nil: events are only logged.
@@ -90,6 +96,7 @@ type Handler struct {
 	macLim *limiter
 	mux    *http.ServeMux
 	isos   *os.Root
+	bins   *os.Root
 }
 
 // ScriptPath is the path the handler serves scripts on.
@@ -141,7 +148,20 @@ func New(cfg Config) (*Handler, error) {
 			return nil, fmt.Errorf("ipxe: new handler: open iso dir: %w", err)
 		}
 		h.isos = r
-		h.mux.HandleFunc("GET /boot/iso/{name}", h.serveISO)
+		h.mux.HandleFunc("GET /boot/iso/{name}", func(w http.ResponseWriter, r *http.Request) {
+			serveFile(w, r, h.isos, ".iso", "application/x-iso9660-image")
+		})
+	}
+	if cfg.BinDir != "" {
+		r, err := os.OpenRoot(cfg.BinDir)
+		if err != nil {
+			h.Close()
+			return nil, fmt.Errorf("ipxe: new handler: open bin dir: %w", err)
+		}
+		h.bins = r
+		h.mux.HandleFunc("GET /boot/bin/{name}", func(w http.ResponseWriter, r *http.Request) {
+			serveFile(w, r, h.bins, "", "application/octet-stream")
+		})
 	}
 	return h, nil
 }
@@ -260,13 +280,15 @@ func (h *Handler) event(e Event) {
 	}
 }
 
-func (h *Handler) serveISO(w http.ResponseWriter, r *http.Request) {
+// serveFile serves the single path element {name} from root when it ends in
+// ext (any when empty) and is a regular file, with Range support.
+func serveFile(w http.ResponseWriter, r *http.Request, root *os.Root, ext, ctype string) {
 	name := r.PathValue("name")
-	if name != path.Base(name) || !strings.HasSuffix(name, ".iso") || strings.HasPrefix(name, ".") {
+	if name != path.Base(name) || !strings.HasSuffix(name, ext) || strings.HasPrefix(name, ".") {
 		http.NotFound(w, r)
 		return
 	}
-	f, err := h.isos.Open(name)
+	f, err := root.Open(name)
 	if err != nil {
 		http.NotFound(w, r)
 		return
@@ -277,16 +299,19 @@ func (h *Handler) serveISO(w http.ResponseWriter, r *http.Request) {
 		http.NotFound(w, r)
 		return
 	}
-	w.Header().Set("Content-Type", "application/x-iso9660-image")
+	w.Header().Set("Content-Type", ctype)
 	http.ServeContent(w, r, name, st.ModTime(), f)
 }
 
-// Close releases the ISO directory handle.
+// Close releases the ISO and binary directory handles.
 func (h *Handler) Close() error {
-	if h.isos != nil {
-		return h.isos.Close()
+	var errs []error
+	for _, r := range []*os.Root{h.isos, h.bins} {
+		if r != nil {
+			errs = append(errs, r.Close())
+		}
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 type tokenCtxKey struct{}

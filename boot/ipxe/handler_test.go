@@ -343,7 +343,7 @@ func TestServeISO(t *testing.T) {
 		t.Fatal(err)
 	}
 	var look boot.MemLookup
-	h, srv := newTestHandler(t, Config{Lookup: &look, Tokens: &seqTokens{}, ISODir: dir})
+	h, srv := newTestHandler(t, Config{Lookup: &look, Tokens: &seqTokens{}, ISODir: dir, BinDir: dir})
 	defer h.Close()
 	req, _ := http.NewRequest("GET", srv.URL+"/boot/iso/machina-bios.iso", nil)
 	req.Header.Set("Range", "bytes=2-4")
@@ -356,7 +356,10 @@ func TestServeISO(t *testing.T) {
 	if resp.StatusCode != 206 || string(b) != "234" {
 		t.Fatalf("range GET = %d %q, want 206 \"234\"", resp.StatusCode, b)
 	}
-	for _, p := range []string{"/boot/iso/evil.iso", "/boot/iso/..%2F..%2Fetc%2Fpasswd", "/boot/iso/missing.iso"} {
+	if c, body := get(t, srv.URL+"/boot/bin/machina-bios.iso"); c != 200 || body != "0123456789" {
+		t.Fatalf("GET /boot/bin/ = %d %q", c, body)
+	}
+	for _, p := range []string{"/boot/iso/evil.iso", "/boot/iso/..%2F..%2Fetc%2Fpasswd", "/boot/iso/missing.iso", "/boot/bin/evil.iso", "/boot/bin/.hidden"} {
 		if c, _ := get(t, srv.URL+p); c != 404 {
 			t.Errorf("GET %s = %d, want 404", p, c)
 		}
