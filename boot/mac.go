@@ -29,7 +29,7 @@ func ParseMAC(s string) (net.HardwareAddr, error) {
 				return nil, fmt.Errorf("parse mac: %w: mixed separators", ErrInvalidMAC)
 			}
 		}
-		hex = strings.NewReplacer(":", "", "-", "").Replace(s)
+		hex = s[0:2] + s[3:5] + s[6:8] + s[9:11] + s[12:14] + s[15:17]
 	case len(s) == 14 && s[4] == '.' && s[9] == '.':
 		hex = s[0:4] + s[5:9] + s[10:14]
 	default:

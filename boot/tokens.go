@@ -21,6 +21,7 @@ type MemTokens struct {
 	mu      sync.Mutex
 	entries map[[sha256.Size]byte]*tokenEntry
 	now     func() time.Time
+	sweepAt int // sweep expired entries when the map reaches this size
 }
 
 type tokenEntry struct {
@@ -33,7 +34,7 @@ type tokenEntry struct {
 // NewMemTokens returns an empty token store that reads the clock with
 // time.Now (so testing/synctest controls it).
 func NewMemTokens() *MemTokens {
-	return &MemTokens{entries: map[[sha256.Size]byte]*tokenEntry{}, now: time.Now}
+	return &MemTokens{entries: map[[sha256.Size]byte]*tokenEntry{}, now: time.Now, sweepAt: 1024}
 }
 
 // Issue implements [Tokens]. ttl must be positive.
@@ -52,10 +53,13 @@ func (m *MemTokens) Issue(_ context.Context, mac net.HardwareAddr, purpose strin
 	now := m.now()
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	for k, e := range m.entries { // bounded housekeeping: drop expired entries
-		if now.After(e.expires) {
-			delete(m.entries, k)
+	if len(m.entries) >= m.sweepAt { // amortised housekeeping: O(1) per Issue
+		for k, e := range m.entries {
+			if now.After(e.expires) {
+				delete(m.entries, k)
+			}
 		}
+		m.sweepAt = max(1024, 2*len(m.entries))
 	}
 	m.entries[sha256.Sum256([]byte(tok))] = &tokenEntry{mac: mac.String(), purpose: purpose, expires: now.Add(ttl)}
 	return tok, nil

@@ -30,6 +30,7 @@ import (
 	"github.com/insomniacslk/dhcp/dhcpv4"
 	"github.com/insomniacslk/dhcp/dhcpv4/server4"
 	"github.com/machina-metal/machina/boot"
+	"golang.org/x/sys/unix"
 )
 
 // Mode selects full DHCP or proxyDHCP.
@@ -241,6 +242,9 @@ func (s *Server) Listen(ctx context.Context) error {
 				}
 				return fmt.Errorf("dhcp: listen on %s:%d: %w", ifname, port, err)
 			}
+			// A boot storm sends hundreds of DISCOVERs at once; the default
+			// receive buffer (~200 KiB) would drop them into 2 s retransmits.
+			growReadBuffer(c, 4<<20)
 			conns = append(conns, c)
 		}
 	}
@@ -650,4 +654,19 @@ func (s *Server) releaseOrDecline(ctx context.Context, log *slog.Logger, req *dh
 		s.errs.Add(1)
 		log.Error("dhcp delete lease", "err", err)
 	}
+}
+
+// growReadBuffer sets the socket receive buffer to n bytes, beyond
+// net.core.rmem_max when we have CAP_NET_ADMIN (SO_RCVBUFFORCE), else as far
+// as rmem_max allows.
+func growReadBuffer(c *net.UDPConn, n int) {
+	if rc, err := c.SyscallConn(); err == nil {
+		var serr error
+		if err := rc.Control(func(fd uintptr) {
+			serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, n)
+		}); err == nil && serr == nil {
+			return
+		}
+	}
+	_ = c.SetReadBuffer(n)
 }

@@ -32,6 +32,26 @@ type fixture struct {
 // symlink inside the root and symlinks pointing out of it.
 func newFixture(t *testing.T, cfg Config) *fixture {
 	t.Helper()
+	cfg.Logger = slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug}))
+	return newFixtureTB(t, cfg)
+}
+
+func newFixtureB(b *testing.B) *fixture { return newFixtureTB(b, Config{MaxPerClient: 1000}) }
+
+func clientB(b *testing.B, addr string) *ptftp.Client {
+	c, err := ptftp.NewClient(addr)
+	must(b, err)
+	c.SetBlockSize(1428)
+	c.RequestTSize(true)
+	return c
+}
+
+type discard struct{}
+
+func (discard) Write(p []byte) (int, error) { return len(p), nil }
+
+func newFixtureTB(t testing.TB, cfg Config) *fixture {
+	t.Helper()
 	base := t.TempDir()
 	root := filepath.Join(base, "root")
 	must(t, os.MkdirAll(filepath.Join(root, "efi"), 0o755))
@@ -50,7 +70,6 @@ func newFixture(t *testing.T, cfg Config) *fixture {
 		cfg.Addr = "127.0.0.1:0"
 	}
 	cfg.ScriptURL = scriptURL
-	cfg.Logger = slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug}))
 	s, err := New(cfg)
 	must(t, err)
 	must(t, s.Listen())
