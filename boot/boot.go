@@ -58,7 +58,8 @@ type Assignment struct {
 	// IP is a DHCP reservation for this MAC; the zero Addr means "from the
 	// pool".
 	IP netip.Addr
-	// Hostname is sent as DHCP option 12 when not empty.
+	// Hostname is sent as DHCP option 12; empty means Name (none when both
+	// are empty).
 	Hostname string
 }
 

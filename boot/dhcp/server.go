@@ -17,6 +17,7 @@
 package dhcp
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -496,7 +497,8 @@ func (s *Server) full(ctx context.Context, log *slog.Logger, req *dhcpv4.DHCPv4)
 	if !bootOK {
 		b = Boot{}
 	}
-	d := Decision{Hostname: a.Hostname, Boot: b, NoPXEDHCP: b.File != "" && Classify(req) != ClientHTTP}
+	// option 12: the inventory name is an RFC 1123 label
+	d := Decision{Hostname: cmp.Or(a.Hostname, a.Name), Boot: b, NoPXEDHCP: b.File != "" && Classify(req) != ClientHTTP}
 	switch mt {
 	case dhcpv4.MessageTypeInform: // RFC 2131 §4.3.5: options only, no lease
 		d.Type = dhcpv4.MessageTypeAck
@@ -615,7 +617,7 @@ func (s *Server) ack(ctx context.Context, req *dhcpv4.DHCPv4, a boot.Assignment)
 		return netip.Addr{}, "address not offered to client", nil
 	}
 	exp := now.Add(s.cfg.LeaseTime)
-	if err := s.cfg.Leases.PutLease(ctx, Lease{MAC: req.ClientHWAddr, IP: want, Expires: exp, Hostname: a.Hostname}); err != nil {
+	if err := s.cfg.Leases.PutLease(ctx, Lease{MAC: req.ClientHWAddr, IP: want, Expires: exp, Hostname: cmp.Or(a.Hostname, a.Name)}); err != nil {
 		return netip.Addr{}, "", fmt.Errorf("put lease: %w", err)
 	}
 	s.pool.bind(key, want, exp, false)
