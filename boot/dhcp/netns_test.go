@@ -363,3 +363,50 @@ func TestProxyDHCPInNetns(t *testing.T) {
 		t.Fatalf("stats %+v, want 1 offer and 1 ack", st)
 	}
 }
+
+// TestDhclientDORA runs ISC dhclient (a second real client implementation)
+// for one lease in the client namespace and reads the lease it recorded.
+func TestDhclientDORA(t *testing.T) {
+	dhclient := netnstest.RequireCommand(t, "dhclient")
+	p := netnstest.NewPair(t, "10.66.0.1/24")
+	mac := clientMAC(t, p)
+	var look boot.MemLookup
+	_ = look.Set(boot.Assignment{MAC: mac, Name: "r1-n02", Lifecycle: boot.LifecycleReady, IP: netip.MustParseAddr("10.66.0.20")})
+	leases := newNotifyLeases()
+	startServer(t, p, fullConfig(&look, leases))
+	dir := t.TempDir()
+	lf, pf := filepath.Join(dir, "leases"), filepath.Join(dir, "pid")
+	// -1: try once and exit; -sf /bin/true: record the lease, configure nothing.
+	cmd := netnstest.Command(p.Client, dhclient, "-1", "-d", "-sf", "/bin/true", "-lf", lf, "-pf", pf, p.ClientIf)
+	done := make(chan error, 1)
+	var out strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); <-done })
+	go func() { done <- cmd.Wait() }()
+	// With -d dhclient stays in the foreground after binding; the stored
+	// lease tells us the ACK went out, then we check what dhclient recorded.
+	if l := waitLease(t, leases.puts, "dhclient ack"); l.IP.String() != "10.66.0.20" || l.Hostname != "r1-n02" {
+		t.Fatalf("stored lease %+v, want the reservation 10.66.0.20", l)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		b, _ := os.ReadFile(lf)
+		if strings.Contains(string(b), "fixed-address 10.66.0.20;") {
+			for _, want := range []string{"option subnet-mask 255.255.255.0;", "option routers 10.66.0.1;", "option host-name \"r1-n02\";", "option dhcp-server-identifier 10.66.0.1;"} {
+				if !strings.Contains(string(b), want) {
+					t.Errorf("dhclient lease lacks %q:\n%s", want, b)
+				}
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("dhclient recorded no lease; output:\n%s\nlease file:\n%s", out.String(), b)
+		}
+		<-tick.C
+	}
+}

@@ -48,7 +48,9 @@ type Config struct {
 	// Mode: zero means ModeFull.
 	Mode Mode
 	// Interfaces are the names of the interfaces to serve; the sockets are
-	// bound to them (SO_BINDTODEVICE). Required: at least one.
+	// bound to them (SO_BINDTODEVICE). Required: at least one. All of them
+	// answer as ServerIP from one pool: name several only when they are
+	// ports of one segment; run one Server per provisioning subnet.
 	Interfaces []string
 	// ServerIP is our address on the segment (option 54, siaddr). Zero: the
 	// first IPv4 address of Interfaces[0].
