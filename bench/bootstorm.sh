@@ -73,19 +73,6 @@ SP=$!; PIDS="$PIDS $SP"
 wait_ready "$W/s.out"
 until ip netns exec "$S" ss -uln | grep -q '10.66.0.1:69\|\*:69\|0.0.0.0:69'; do sleep 0.1; done
 storm dnsmasq -stepwise=false > "$W/dnsmasq.json"
-rm -f "$W/dnsmasq.leases"; kill -HUP "$(cat "$W/dnsmasq.pid")" 2>/dev/null || true
 storm dnsmasq -stepwise=true > "$W/dnsmasq-step.json"
 
-python3 - "$W/machina.json" "$W/dnsmasq.json" "$W/machina-step.json" "$W/dnsmasq-step.json" <<'PY'
-import json, sys
-m, d, ms, ds = (json.load(open(p)) for p in sys.argv[1:5])
-for title, a, b in (("free run: each client runs its steps back to back", m, d),
-                    ("stepwise: all clients finish a step before the next starts", ms, ds)):
-    print(f"boot storm, {a['clients']} concurrent clients, {title} (ms)")
-    print(f"{'step':8} {'machina p50':>12} {'p99':>9} {'dnsmasq p50':>12} {'p99':>9}")
-    for s in ("dhcp", "tftp", "script", "total"):
-        print(f"{s:8} {a[s+'_p50_ms']:12.1f} {a[s+'_p99_ms']:9.1f} {b[s+'_p50_ms']:12.1f} {b[s+'_p99_ms']:9.1f}")
-    print(f"{'wall':8} {a['wall_ms']:12.1f} {'':9} {b['wall_ms']:12.1f}")
-    print(f"failed clients: machina {a['failed']} {a.get('first_error','')} | dnsmasq {b['failed']} {b.get('first_error','')}")
-    print()
-PY
+"$W/bootstorm" table "$W/machina.json" "$W/dnsmasq.json" "$W/machina-step.json" "$W/dnsmasq-step.json"

@@ -12,6 +12,8 @@
 //	    tsize), and a GET of the per-MAC script. Prints p50/p99 per step as JSON.
 //	    With -stepwise, every client finishes a step before any starts the next,
 //	    so each step is measured under the full concurrency of N clients.
+//	bootstorm table MACHINA.json DNSMASQ.json [MACHINA-STEP.json DNSMASQ-STEP.json]
+//	    prints the results side by side.
 package main
 
 import (
@@ -53,7 +55,7 @@ func main() {
 
 func run(ctx context.Context, args []string) error {
 	if len(args) == 0 {
-		return errors.New("usage: bootstorm serve|static|storm [flags]")
+		return errors.New("usage: bootstorm serve|static|storm|table [flags]")
 	}
 	switch args[0] {
 	case "serve":
@@ -62,6 +64,8 @@ func run(ctx context.Context, args []string) error {
 		return static(ctx, args[1:])
 	case "storm":
 		return storm(ctx, args[1:])
+	case "table":
+		return table(os.Stdout, args[1:])
 	}
 	return fmt.Errorf("unknown mode %q", args[0])
 }
@@ -423,3 +427,47 @@ func pct(d []time.Duration, p int) time.Duration {
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// table prints storm results pairwise: (machina, dnsmasq) per shape.
+func table(w io.Writer, files []string) error {
+	if len(files) == 0 || len(files)%2 != 0 {
+		return errors.New("table: want pairs of result files")
+	}
+	load := func(p string) (map[string]any, error) {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return nil, err
+		}
+		m := map[string]any{}
+		return m, json.Unmarshal(b, &m)
+	}
+	for i := 0; i < len(files); i += 2 {
+		a, err := load(files[i])
+		if err != nil {
+			return err
+		}
+		b, err := load(files[i+1])
+		if err != nil {
+			return err
+		}
+		shape := "free run: each client runs its steps back to back"
+		if a["stepwise"] == true {
+			shape = "stepwise: all clients finish a step before the next starts"
+		}
+		fmt.Fprintf(w, "boot storm, %v concurrent clients, %s (ms)\n", a["clients"], shape)
+		fmt.Fprintf(w, "%-8s %12s %9s %12s %9s\n", "step", a["label"].(string)+" p50", "p99", b["label"].(string)+" p50", "p99")
+		for _, s := range []string{"dhcp", "tftp", "script", "total"} {
+			fmt.Fprintf(w, "%-8s %12.1f %9.1f %12.1f %9.1f\n", s, a[s+"_p50_ms"], a[s+"_p99_ms"], b[s+"_p50_ms"], b[s+"_p99_ms"])
+		}
+		fmt.Fprintf(w, "%-8s %12.1f %9s %12.1f\n", "wall", a["wall_ms"], "", b["wall_ms"])
+		fmt.Fprintf(w, "failed clients: %s %v %v | %s %v %v\n\n", a["label"], a["failed"], orEmpty(a["first_error"]), b["label"], b["failed"], orEmpty(b["first_error"]))
+	}
+	return nil
+}
+
+func orEmpty(v any) any {
+	if v == nil {
+		return ""
+	}
+	return v
+}

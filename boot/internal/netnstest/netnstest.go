@@ -99,9 +99,9 @@ func NewPair(t testing.TB, serverCIDR string) *Pair {
 // (no waiting in tests; nothing else shares these private segments).
 func noDAD(t testing.TB, ns string) {
 	t.Helper()
-	for _, k := range []string{"net.ipv6.conf.all.accept_dad=0", "net.ipv6.conf.default.accept_dad=0"} {
-		Run(t, "ip", "netns", "exec", ns, "sysctl", "-q", "-w", k)
-	}
+	// /proc/sys/net is per network namespace; no dependency on procps' sysctl.
+	Run(t, "ip", "netns", "exec", ns, "sh", "-c",
+		"echo 0 > /proc/sys/net/ipv6/conf/all/accept_dad && echo 0 > /proc/sys/net/ipv6/conf/default/accept_dad")
 }
 
 // Bridge is one namespace with bridge "br0" (address BridgeCIDR) and taps
