@@ -316,7 +316,10 @@ type plainConn struct{ net.PacketConn }
 
 type hook struct{ s *Server }
 
+// OnSuccess counts a completed transfer.
 func (h hook) OnSuccess(ptftp.TransferStats) { h.s.served.Add(1) }
+
+// OnFailure counts a failed transfer, except refusals the handler counted.
 func (h hook) OnFailure(st ptftp.TransferStats, err error) {
 	if st.Filename != "" && !errors.Is(err, ErrBadPath) && !errors.Is(err, ErrNotFound) && !errors.Is(err, ErrBusy) {
 		h.s.failed.Add(1)
