@@ -35,6 +35,7 @@ type lab struct {
 	look     *boot.MemLookup
 	dhcp     *dhcp.Server
 	ra       *dhcp.Advertiser
+	isoDir   string // served at /boot/iso/
 	tftp     *tftp.Server
 }
 
@@ -60,7 +61,7 @@ func newLabFiles(t *testing.T, lifecycle boot.Lifecycle, files dhcp.BootFiles) *
 		t.Skipf("Debian package ipxe not installed: %v", err)
 	}
 	br := netnstest.NewBridge(t, serverNet, 1)
-	l := &lab{ns: br.NS, requests: make(chan string, 256), look: &boot.MemLookup{}}
+	l := &lab{ns: br.NS, requests: make(chan string, 4096), look: &boot.MemLookup{}}
 	mac, _ := boot.ParseMAC(labMAC)
 	if err := l.look.Set(boot.Assignment{MAC: mac, Name: "vm1", Lifecycle: lifecycle}); err != nil {
 		t.Fatal(err)
@@ -80,13 +81,15 @@ func newLabFiles(t *testing.T, lifecycle boot.Lifecycle, files dhcp.BootFiles) *
 		t.Fatal(err)
 	}
 	l.httpURL = "http://" + httpLn.Addr().String()
-	h, err := ipxe.New(ipxe.Config{Lookup: l.look, Tokens: boot.NewMemTokens(), ControllerURL: l.httpURL, BinDir: ipxeDir, Logger: logger})
+	l.isoDir = t.TempDir()
+	h, err := ipxe.New(ipxe.Config{Lookup: l.look, Tokens: boot.NewMemTokens(), ControllerURL: l.httpURL, BinDir: ipxeDir, ISODir: l.isoDir, Logger: logger})
 	if err != nil {
 		t.Fatal(err)
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/boot/ipxe", h)
 	mux.Handle("/boot/bin/", h)
+	mux.Handle("/boot/iso/", h)
 	mux.HandleFunc("/boot/ramdisk/", func(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "no ramdisk in this test", http.StatusNotFound)
 	})
@@ -298,12 +301,13 @@ func TestQEMUUEFINativePXE(t *testing.T) {
 }
 
 // buildISOs runs scripts/metal/build-ipxe-iso.sh for the lab's controller URL
-// and checks that the embedded script is boot.ChainScript's text.
+// into the directory the handler serves at /boot/iso/, and checks that the
+// embedded script is boot.ChainScript's text.
 func buildISOs(t *testing.T, l *lab) string {
 	t.Helper()
 	netnstest.RequireCommand(t, "xorriso")
 	netnstest.RequireCommand(t, "mformat")
-	dir := t.TempDir()
+	dir := l.isoDir
 	out, err := exec.Command("sh", "../scripts/metal/build-ipxe-iso.sh", l.httpURL, dir).CombinedOutput()
 	if err != nil {
 		t.Fatalf("build-ipxe-iso.sh: %v\n%s", err, out)
@@ -325,14 +329,17 @@ func buildISOs(t *testing.T, l *lab) string {
 	return dir
 }
 
-// TestQEMUBIOSISO boots SeaBIOS from the BIOS ISO (no NIC option ROM):
-// ISOLINUX starts ipxe.lkrn, which runs the embedded script, so the very
-// first HTTP request already carries the MAC.
+// TestQEMUBIOSISO boots SeaBIOS from the BIOS ISO (no NIC option ROM),
+// read by qemu's curl block driver from the controller's /boot/iso/ URL with
+// Range requests, as a BMC's virtual media (Redfish InsertMedia) would:
+// ISOLINUX starts ipxe.lkrn, which runs the embedded script, so the first
+// script request already carries the MAC.
 func TestQEMUBIOSISO(t *testing.T) {
 	l := newLab(t, boot.LifecycleReady)
-	dir := buildISOs(t, l)
+	buildISOs(t, l)
+	isoURL := l.httpURL + "/boot/iso/machina-ipxe-bios.iso"
 	lines, console := runVM(t, l, "-machine", "pc,graphics=off", "-boot", "order=d",
-		"-drive", "file="+filepath.Join(dir, "machina-ipxe-bios.iso")+",media=cdrom,readonly=on",
+		"-drive", "file="+isoURL+",media=cdrom,readonly=on",
 		"-device", "virtio-net-pci,netdev=n0,mac="+labMAC+",romfile=")
 	start := time.Now()
 	first := waitRequest(t, l, "/boot/ipxe", 120*time.Second, console)
