@@ -13,6 +13,7 @@ import (
 	"errors"
 	"net"
 	"net/netip"
+	"strings"
 	"time"
 )
 
@@ -123,3 +124,18 @@ var (
 	// ErrTokenUsed: the token was consumed before.
 	ErrTokenUsed = errors.New("token already used")
 )
+
+// AutoEnrollEnv names the environment variable that turns auto-enrolment on
+// for the DHCP server and the iPXE handler (their Config.AutoEnroll).
+const AutoEnrollEnv = "MACHINA_METAL_AUTO_ENROLL"
+
+// AutoEnrollFromEnv reports whether getenv(AutoEnrollEnv) asks for
+// auto-enrolment: "1", "true", "yes" or "on", in any case. Anything else,
+// including unset, is off. cmd passes os.Getenv; tests pass a map lookup.
+func AutoEnrollFromEnv(getenv func(string) string) bool {
+	switch strings.ToLower(strings.TrimSpace(getenv(AutoEnrollEnv))) {
+	case "1", "true", "yes", "on":
+		return true
+	}
+	return false
+}

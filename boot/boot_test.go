@@ -157,3 +157,17 @@ func TestMemLookupDiscovered(t *testing.T) {
 		t.Fatalf("Discovered(multicast) = %v, want ErrInvalidMAC", err)
 	}
 }
+
+func TestAutoEnrollFromEnv(t *testing.T) {
+	for v, want := range map[string]bool{"1": true, "true": true, " ON ": true, "yes": true, "": false, "0": false, "false": false, "2": false} {
+		got := AutoEnrollFromEnv(func(k string) string {
+			if k != "MACHINA_METAL_AUTO_ENROLL" {
+				t.Fatalf("looked up %q", k)
+			}
+			return v
+		})
+		if got != want {
+			t.Errorf("AutoEnrollFromEnv(%q) = %v, want %v", v, got, want)
+		}
+	}
+}
