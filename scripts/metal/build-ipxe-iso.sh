@@ -13,11 +13,12 @@
 #                          script: DHCP, then chain to CONTROLLER_URL/boot/ipxe?mac=... . Needs no
 #                          DHCP boot options on the network. Hybrid: also boots as a USB disk image.
 #   machina-ipxe-uefi.iso  El Torito EFI boot image (FAT, built with mtools) holding Debian's
-#                          ipxe.efi as EFI/BOOT/BOOTX64.EFI, plus machina.ipxe at the root.
-#                          Debian 12's iPXE (git 2019-01-25) has no embedded script, no
-#                          autoexec.ipxe and no EFI command line, so this iPXE gets the script URL
-#                          from DHCP: it sends user class "iPXE", which Machina's DHCP answers with
-#                          the script URL in full mode and in proxyDHCP mode (boot/dhcp).
+#                          ipxe.efi as EFI/BOOT/BOOTX64.EFI, plus the script as machina.ipxe and
+#                          autoexec.ipxe at the image root. Debian 12's iPXE (git 2019-01-25) has
+#                          no embedded script, no autoexec.ipxe and no EFI command line, so this
+#                          iPXE gets the script URL from DHCP: it sends user class "iPXE", which
+#                          Machina's DHCP answers with the script URL in full mode and in proxyDHCP
+#                          mode (boot/dhcp). iPXE 1.21.1+ (Debian 13) runs autoexec.ipxe itself.
 #   SHA256SUMS             checksums of both.
 #
 # The controller serves OUTDIR at /boot/iso/NAME (boot/ipxe Config.ISODir) for BMC InsertMedia.
@@ -107,6 +108,9 @@ mformat -i "$EFIIMG" -C -T $((SIZE_KB * 2)) -h 2 -s 16 -v MACHINAEFI ::
 mmd -i "$EFIIMG" ::EFI ::EFI/BOOT
 mcopy -i "$EFIIMG" "$IPXEEFI" ::EFI/BOOT/BOOTX64.EFI
 mcopy -i "$EFIIMG" "$U/machina.ipxe" ::machina.ipxe
+# iPXE 1.21.1 and later (Debian 13) run autoexec.ipxe from the filesystem they were loaded
+# from; Debian 12's 2019 build ignores it and takes the script URL from DHCP instead.
+mcopy -i "$EFIIMG" "$U/machina.ipxe" ::autoexec.ipxe
 xorriso -as mkisofs -quiet -o "$OUT/machina-ipxe-uefi.iso" -V MACHINA_IPXE_EFI -R -J \
 	-e efiboot.img -no-emul-boot -isohybrid-gpt-basdat "$U"
 
