@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -52,6 +53,14 @@ func newLab(t *testing.T, lifecycle boot.Lifecycle) *lab {
 
 // newLabFiles is newLab with DHCP boot files (ScriptURL is filled in).
 func newLabFiles(t *testing.T, lifecycle boot.Lifecycle, files dhcp.BootFiles) *lab {
+	return newLabMode(t, lifecycle, files, dhcp.ModeFull)
+}
+
+// newLabMode is newLabFiles with a DHCP mode. In ModeProxy the lab also
+// runs "the network's own" DHCP server, dnsmasq giving addresses only, in a
+// second namespace whose veth is a port of the bridge (10.67.0.2), as on a
+// site network whose DHCP is not Machina's.
+func newLabMode(t *testing.T, lifecycle boot.Lifecycle, files dhcp.BootFiles, mode dhcp.Mode) *lab {
 	t.Helper()
 	netnstest.RequireCommand(t, "qemu-system-x86_64")
 	if _, err := os.Stat(filepath.Join(ipxeDir, "snponly.efi")); err != nil {
@@ -103,8 +112,11 @@ func newLabFiles(t *testing.T, lifecycle boot.Lifecycle, files dhcp.BootFiles) *
 	wg.Go(func() { _ = hs.Serve(httpLn) })
 	t.Cleanup(func() { _ = hs.Close() })
 
+	if mode == dhcp.ModeProxy {
+		otherDHCP(t, br.NS)
+	}
 	dcfg := dhcp.Config{
-		Interfaces: []string{"br0"}, Subnet: netip.MustParsePrefix(serverNet), PoolStart: netip.MustParseAddr("10.67.0.100"),
+		Mode: mode, Interfaces: []string{"br0"}, Subnet: netip.MustParsePrefix(serverNet), PoolStart: netip.MustParseAddr("10.67.0.100"),
 		PoolEnd: netip.MustParseAddr("10.67.0.150"), LeaseTime: time.Hour, Lookup: l.look, Logger: logger,
 		Boot: files,
 	}
@@ -411,4 +423,68 @@ func TestQEMUUEFIHTTPBoot(t *testing.T) {
 	waitRequest(t, l, "/boot/ipxe?mac=52-54-00-12-34-56&platform=efi", 120*time.Second, console)
 	waitSerial(t, lines, console, "Machina: "+labMAC+" (vm1) lifecycle=ready platform=efi", 60*time.Second)
 	t.Logf("UEFI HTTP boot: DHCP (HTTPClient) → HTTP snponly.efi → DHCP → script in %v", time.Since(start).Round(time.Millisecond))
+}
+
+// otherDHCP starts dnsmasq as a plain DHCP server (addresses only, no boot
+// options) in its own namespace, attached to the lab bridge.
+func otherDHCP(t *testing.T, labNS string) {
+	t.Helper()
+	dnsmasq := netnstest.RequireCommand(t, "dnsmasq")
+	p := netnstest.NewPair(t, "10.67.0.2/24") // Server side runs dnsmasq; the Client end joins the bridge
+	netnstest.Run(t, "ip", "-n", p.Client, "link", "set", p.ClientIf, "netns", labNS)
+	netnstest.Run(t, "ip", "-n", labNS, "link", "set", p.ClientIf, "master", "br0")
+	netnstest.Run(t, "ip", "-n", labNS, "link", "set", p.ClientIf, "up")
+	dir := t.TempDir()
+	conf := filepath.Join(dir, "dnsmasq.conf")
+	if err := os.WriteFile(conf, []byte(fmt.Sprintf(`port=0
+no-resolv
+no-hosts
+interface=%s
+bind-interfaces
+dhcp-range=10.67.0.160,10.67.0.199,255.255.255.0,1h
+dhcp-leasefile=%s/leases
+`, p.ServerIf, dir)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := netnstest.Command(p.Server, dnsmasq, "--keep-in-foreground", "--user=root", "--conf-file="+conf, "--pid-file="+dir+"/pid", "--log-facility=-")
+	cmd.Stdout, cmd.Stderr = t.Output(), t.Output()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+}
+
+// TestQEMUBIOSProxyDHCP boots the iPXE NIC ROM on a segment whose addresses
+// come from dnsmasq; Machina runs proxyDHCP only. iPXE combines dnsmasq's
+// address with our ProxyDHCP offer (and its request to port 4011) and
+// fetches the script from us.
+func TestQEMUBIOSProxyDHCP(t *testing.T) {
+	l := newLabMode(t, boot.LifecycleCommissioning, dhcp.BootFiles{}, dhcp.ModeProxy)
+	lines, console := runVM(t, l, "-machine", "pc,graphics=off", "-boot", "order=n",
+		"-device", "virtio-net-pci,netdev=n0,mac="+labMAC)
+	start := time.Now()
+	waitRequest(t, l, "/boot/ipxe?mac=52-54-00-12-34-56&platform=pcbios", 120*time.Second, console)
+	waitSerial(t, lines, console, "Machina: "+labMAC+" (vm1) lifecycle=commissioning platform=pcbios", 60*time.Second)
+	t.Logf("BIOS via proxyDHCP: dnsmasq address + our ProxyDHCP → script in %v", time.Since(start).Round(time.Millisecond))
+	if st := l.dhcp.Stats(); st.Offers < 1 {
+		t.Fatalf("proxy stats %+v: no ProxyDHCP offer sent", st)
+	}
+	t.Logf("proxy stats %+v", l.dhcp.Stats())
+}
+
+// TestQEMUUEFIISOProxyDHCP boots the UEFI ISO (Debian 12 iPXE, no embedded
+// script) on that segment: the script URL comes only from our proxyDHCP.
+func TestQEMUUEFIISOProxyDHCP(t *testing.T) {
+	l := newLabMode(t, boot.LifecycleReady, dhcp.BootFiles{}, dhcp.ModeProxy)
+	dir := buildISOs(t, l)
+	code, myVars := ovmf(t)
+	lines, console := runVM(t, l, "-machine", "q35",
+		"-drive", "if=pflash,format=raw,readonly=on,file="+code, "-drive", "if=pflash,format=raw,file="+myVars,
+		"-drive", "file="+filepath.Join(dir, "machina-ipxe-uefi.iso")+",media=cdrom,readonly=on,if=none,id=cd0",
+		"-device", "ide-cd,drive=cd0,bootindex=0",
+		"-device", "virtio-net-pci,netdev=n0,mac="+labMAC+",romfile=")
+	start := time.Now()
+	waitRequest(t, l, "/boot/ipxe?mac=52-54-00-12-34-56&platform=efi", 240*time.Second, console)
+	waitSerial(t, lines, console, "Machina: "+labMAC+" (vm1) lifecycle=ready platform=efi", 60*time.Second)
+	t.Logf("UEFI ISO via proxyDHCP: script in %v", time.Since(start).Round(time.Millisecond))
 }
