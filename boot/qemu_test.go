@@ -488,3 +488,23 @@ func TestQEMUUEFIISOProxyDHCP(t *testing.T) {
 	waitSerial(t, lines, console, "Machina: "+labMAC+" (vm1) lifecycle=ready platform=efi", 60*time.Second)
 	t.Logf("UEFI ISO via proxyDHCP: script in %v", time.Since(start).Round(time.Millisecond))
 }
+
+// TestQEMUUEFINativePXEProxyDHCP runs OVMF's own PXE client (no iPXE ROM) on
+// the proxyDHCP segment: address from dnsmasq, boot file from our
+// ProxyDHCP offer, snponly.efi over our TFTP, then iPXE takes the script URL
+// from our proxy too.
+func TestQEMUUEFINativePXEProxyDHCP(t *testing.T) {
+	l := newLabMode(t, boot.LifecycleDeploying, dhcp.BootFiles{}, dhcp.ModeProxy)
+	code, myVars := ovmf(t)
+	lines, console := runVM(t, l, "-machine", "q35",
+		"-drive", "if=pflash,format=raw,readonly=on,file="+code, "-drive", "if=pflash,format=raw,file="+myVars,
+		"-fw_cfg", "name=opt/org.tianocore/IPv6PXESupport,string=n",
+		"-device", "virtio-net-pci,netdev=n0,mac="+labMAC+",romfile=")
+	start := time.Now()
+	waitRequest(t, l, "/boot/ipxe?mac=52-54-00-12-34-56&platform=efi", 240*time.Second, console)
+	waitSerial(t, lines, console, "Machina: "+labMAC+" (vm1) lifecycle=deploying platform=efi", 60*time.Second)
+	t.Logf("UEFI native PXE via proxyDHCP: script in %v; dhcp %+v; tftp %+v", time.Since(start).Round(time.Millisecond), l.dhcp.Stats(), l.tftp.Stats())
+	if st := l.tftp.Stats(); st.Served < 1 {
+		t.Fatalf("tftp stats %+v: snponly.efi not served", st)
+	}
+}

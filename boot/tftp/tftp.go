@@ -60,7 +60,9 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-// Stats are transfer counters since New.
+// Stats are transfer counters since New. Failed includes transfers the
+// client abandons on purpose: EDK2's PXE opens each file once only to read
+// tsize and then aborts (TFTP error 8).
 type Stats struct {
 	Served, Refused, Limited, Failed uint64
 }
