@@ -43,3 +43,9 @@ clean:
 .PHONY: ramdisk
 ramdisk:
 	scripts/build-ramdisk.sh
+# ipxe-iso: the virtual-media boot ISOs (BIOS: embedded script; UEFI: iPXE + DHCP
+# user class) pointing at MACHINA_CONTROLLER_URL, written to bin/iso/.
+MACHINA_CONTROLLER_URL ?= http://10.99.0.1:8080
+.PHONY: ipxe-iso
+ipxe-iso:
+	sh scripts/metal/build-ipxe-iso.sh "$(MACHINA_CONTROLLER_URL)" $(BIN)/iso

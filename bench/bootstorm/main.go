@@ -1,0 +1,473 @@
+// Command bootstorm measures a PXE boot storm against Machina's boot servers
+// and against dnsmasq, driven by bench/bootstorm.sh (which creates the
+// network namespaces and runs each mode inside one).
+//
+//	bootstorm serve  -iface vs0 -http 10.66.0.1:8080 -root /usr/lib/ipxe -clients 1000
+//	    Machina's DHCP (full mode), TFTP and iPXE handler, with the N storm MACs known.
+//	bootstorm static -http 10.66.0.1:8080 -script URL
+//	    a plain HTTP server returning the chain script (the HTTP side next to dnsmasq).
+//	bootstorm storm  -server 10.66.0.1 -relay 10.66.0.2 -clients 1000 -http URL -file undionly.kpxe -label NAME
+//	    N concurrent clients, each: DHCP DISCOVER/OFFER/REQUEST/ACK (as a relay agent,
+//	    so one socket carries every client), a TFTP download of -file (blksize 1428,
+//	    tsize), and a GET of the per-MAC script. Prints p50/p99 per step as JSON.
+//	    With -stepwise, every client finishes a step before any starts the next,
+//	    so each step is measured under the full concurrency of N clients.
+//	bootstorm table MACHINA.json DNSMASQ.json [MACHINA-STEP.json DNSMASQ-STEP.json]
+//	    prints the results side by side.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"os/signal"
+	"sort"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/insomniacslk/dhcp/dhcpv4"
+	"github.com/insomniacslk/dhcp/iana"
+	"github.com/machina-metal/machina/boot"
+	"github.com/machina-metal/machina/boot/dhcp"
+	"github.com/machina-metal/machina/boot/ipxe"
+	"github.com/machina-metal/machina/boot/tftp"
+	ptftp "github.com/pin/tftp/v3"
+	"golang.org/x/sys/unix"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "bootstorm:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, args []string) error {
+	if len(args) == 0 {
+		return errors.New("usage: bootstorm serve|static|storm|table [flags]")
+	}
+	switch args[0] {
+	case "serve":
+		return serve(ctx, args[1:])
+	case "static":
+		return static(ctx, args[1:])
+	case "storm":
+		return storm(ctx, args[1:])
+	case "table":
+		return table(os.Stdout, args[1:])
+	}
+	return fmt.Errorf("unknown mode %q", args[0])
+}
+
+// stormMAC is the deterministic MAC of client i (locally administered).
+func stormMAC(i int) net.HardwareAddr {
+	return net.HardwareAddr{0x52, 0x54, 0x01, byte(i >> 16), byte(i >> 8), byte(i)}
+}
+
+func serve(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	iface := fs.String("iface", "vs0", "interface to serve DHCP on")
+	httpAddr := fs.String("http", "10.66.0.1:8080", "HTTP listen address")
+	root := fs.String("root", "/usr/lib/ipxe", "TFTP root")
+	n := fs.Int("clients", 1000, "storm clients (known MACs)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	var look boot.MemLookup
+	for i := range *n {
+		if err := look.Set(boot.Assignment{MAC: stormMAC(i), Lifecycle: boot.LifecycleCommissioning}); err != nil {
+			return err
+		}
+	}
+	base := "http://" + *httpAddr
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	// Every simulated client shares the relay's IP, so the per-IP limits
+	// are raised to the storm size; per-MAC limits stay at their defaults.
+	h, err := ipxe.New(ipxe.Config{Lookup: &look, Tokens: boot.NewMemTokens(), ControllerURL: base, Logger: log,
+		PerIP: ipxe.Limit{Burst: 4 * *n, Every: time.Millisecond}})
+	if err != nil {
+		return err
+	}
+	d, err := dhcp.New(dhcp.Config{Interfaces: []string{*iface}, Subnet: netip.MustParsePrefix("10.66.0.0/21"),
+		PoolStart: netip.MustParseAddr("10.66.1.0"), PoolEnd: netip.MustParseAddr("10.66.7.250"), Lookup: &look, Logger: log,
+		Boot: dhcp.BootFiles{ScriptURL: base + ipxe.ScriptPath}})
+	if err != nil {
+		return err
+	}
+	host, _, _ := net.SplitHostPort(*httpAddr)
+	t, err := tftp.New(tftp.Config{Root: *root, Addr: host + ":69", ScriptURL: base + ipxe.ScriptPath, Logger: log,
+		MaxPerClient: *n, MaxTransfers: 2 * *n})
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp4", *httpAddr)
+	if err != nil {
+		return err
+	}
+	hs := &http.Server{Handler: h}
+	errc := make(chan error, 3)
+	go func() { errc <- d.Serve(ctx) }()
+	go func() { errc <- t.Serve(ctx) }()
+	go func() {
+		if err := hs.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			errc <- err
+		}
+	}()
+	fmt.Println("ready")
+	select {
+	case <-ctx.Done():
+	case err := <-errc:
+		return err
+	}
+	_ = hs.Close()
+	st := d.Stats()
+	fmt.Fprintf(os.Stderr, "machina dhcp stats: %+v tftp stats: %+v\n", st, t.Stats())
+	return nil
+}
+
+func static(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("static", flag.ContinueOnError)
+	httpAddr := fs.String("http", "10.66.0.1:8080", "HTTP listen address")
+	script := fs.String("script", "http://10.66.0.1:8080/boot/ipxe", "script URL the chain script points at")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	body, err := boot.ChainScript(*script)
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp4", *httpAddr)
+	if err != nil {
+		return err
+	}
+	hs := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain")
+		_, _ = w.Write(body)
+	})}
+	go func() { <-ctx.Done(); _ = hs.Close() }()
+	fmt.Println("ready")
+	if err := hs.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+// relay carries every client's DHCP exchange over one UDP socket, as a relay
+// agent (giaddr) would; replies are routed to the waiting client by xid.
+type relay struct {
+	conn   *net.UDPConn
+	server *net.UDPAddr
+	gi     net.IP
+	mu     sync.Mutex
+	wait   map[dhcpv4.TransactionID]chan *dhcpv4.DHCPv4
+}
+
+func (r *relay) loop() {
+	buf := make([]byte, 1500)
+	for {
+		n, _, err := r.conn.ReadFromUDP(buf)
+		if err != nil {
+			return
+		}
+		m, err := dhcpv4.FromBytes(buf[:n])
+		if err != nil {
+			continue
+		}
+		r.mu.Lock()
+		ch := r.wait[m.TransactionID]
+		r.mu.Unlock()
+		if ch != nil {
+			select {
+			case ch <- m:
+			default:
+			}
+		}
+	}
+}
+
+// exchange sends m and waits for a reply of type want, retransmitting after
+// 2 s up to 4 times (RFC 2131 §4.1 backoff, simplified).
+func (r *relay) exchange(m *dhcpv4.DHCPv4, want dhcpv4.MessageType) (*dhcpv4.DHCPv4, error) {
+	ch := make(chan *dhcpv4.DHCPv4, 4)
+	r.mu.Lock()
+	r.wait[m.TransactionID] = ch
+	r.mu.Unlock()
+	defer func() { r.mu.Lock(); delete(r.wait, m.TransactionID); r.mu.Unlock() }()
+	b := m.ToBytes()
+	for range 4 {
+		if _, err := r.conn.WriteToUDP(b, r.server); err != nil {
+			return nil, err
+		}
+		t := time.NewTimer(2 * time.Second)
+	wait:
+		for {
+			select {
+			case rep := <-ch:
+				if rep.MessageType() == want {
+					t.Stop()
+					return rep, nil
+				}
+				if rep.MessageType() == dhcpv4.MessageTypeNak {
+					t.Stop()
+					return nil, errors.New("nak")
+				}
+			case <-t.C:
+				break wait
+			}
+		}
+	}
+	return nil, fmt.Errorf("no %s", want)
+}
+
+type result struct {
+	dhcp, tftp, script, total time.Duration
+	err                       error
+}
+
+func storm(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("storm", flag.ContinueOnError)
+	server := fs.String("server", "10.66.0.1", "DHCP/TFTP server address")
+	relayIP := fs.String("relay", "10.66.0.2", "our address (giaddr)")
+	n := fs.Int("clients", 1000, "concurrent clients")
+	httpURL := fs.String("http", "http://10.66.0.1:8080/boot/ipxe", "script URL")
+	file := fs.String("file", "undionly.kpxe", "TFTP file")
+	label := fs.String("label", "machina", "label for the output")
+	stepwise := fs.Bool("stepwise", false, "run each step for all clients before the next (per-step latency under full concurrency)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	conn, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.ParseIP(*relayIP), Port: 67})
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	if rc, err := conn.SyscallConn(); err == nil {
+		_ = rc.Control(func(fd uintptr) { _ = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, 8<<20) })
+	}
+	r := &relay{conn: conn, server: &net.UDPAddr{IP: net.ParseIP(*server), Port: 67}, gi: net.ParseIP(*relayIP), wait: map[dhcpv4.TransactionID]chan *dhcpv4.DHCPv4{}}
+	go r.loop()
+	hc := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: *n, MaxConnsPerHost: 0}}
+
+	results := make([]result, *n)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	t0 := time.Now()
+	if *stepwise {
+		close(start) // nobody waits on it; the phases below replace the free run
+		phase := func(f func(i int)) {
+			var pw sync.WaitGroup
+			for i := range *n {
+				if results[i].err == nil {
+					pw.Go(func() { f(i) })
+				}
+			}
+			pw.Wait()
+		}
+		phase(func(i int) { results[i].dhcp, results[i].err = dhcpStep(r, stormMAC(i), *file) })
+		phase(func(i int) { results[i].tftp, results[i].err = tftpStep(*server, *file) })
+		phase(func(i int) { results[i].script, results[i].err = scriptStep(ctx, hc, stormMAC(i), *httpURL) })
+		for i := range results {
+			results[i].total = results[i].dhcp + results[i].tftp + results[i].script
+		}
+	} else {
+		for i := range *n {
+			wg.Go(func() {
+				<-start
+				results[i] = client(ctx, r, hc, stormMAC(i), *server, *httpURL, *file)
+			})
+		}
+		close(start)
+		wg.Wait()
+	}
+	wall := time.Since(t0)
+
+	var dh, tf, sc, tot []time.Duration
+	failed := 0
+	var firstErr error
+	for _, res := range results {
+		if res.err != nil {
+			failed++
+			if firstErr == nil {
+				firstErr = res.err
+			}
+			continue
+		}
+		dh, tf, sc, tot = append(dh, res.dhcp), append(tf, res.tftp), append(sc, res.script), append(tot, res.total)
+	}
+	out := map[string]any{
+		"label": *label, "stepwise": *stepwise, "clients": *n, "failed": failed, "wall_ms": ms(wall),
+		"dhcp_p50_ms": ms(pct(dh, 50)), "dhcp_p99_ms": ms(pct(dh, 99)),
+		"tftp_p50_ms": ms(pct(tf, 50)), "tftp_p99_ms": ms(pct(tf, 99)),
+		"script_p50_ms": ms(pct(sc, 50)), "script_p99_ms": ms(pct(sc, 99)),
+		"total_p50_ms": ms(pct(tot, 50)), "total_p99_ms": ms(pct(tot, 99)),
+	}
+	if firstErr != nil {
+		out["first_error"] = firstErr.Error()
+	}
+	return json.NewEncoder(os.Stdout).Encode(out)
+}
+
+func client(ctx context.Context, r *relay, hc *http.Client, mac net.HardwareAddr, server, scriptURL, file string) (res result) {
+	t0 := time.Now()
+	if res.dhcp, res.err = dhcpStep(r, mac, file); res.err != nil {
+		return res
+	}
+	if res.tftp, res.err = tftpStep(server, file); res.err != nil {
+		return res
+	}
+	if res.script, res.err = scriptStep(ctx, hc, mac, scriptURL); res.err != nil {
+		return res
+	}
+	res.total = time.Since(t0)
+	return res
+}
+
+// dhcpStep runs DISCOVER/OFFER/REQUEST/ACK for mac, shaped like a BIOS PXE
+// ROM (option 60 PXEClient, option 93 arch 0), and checks the boot file.
+func dhcpStep(r *relay, mac net.HardwareAddr, file string) (time.Duration, error) {
+	t0 := time.Now()
+	pxe := []dhcpv4.Modifier{
+		dhcpv4.WithHwAddr(mac), dhcpv4.WithGatewayIP(r.gi), dhcpv4.WithOption(dhcpv4.OptClassIdentifier("PXEClient:Arch:00000:UNDI:002001")),
+		dhcpv4.WithOption(dhcpv4.OptClientArch(iana.INTEL_X86PC)),
+	}
+	disc, err := dhcpv4.New(append(pxe, dhcpv4.WithMessageType(dhcpv4.MessageTypeDiscover))...)
+	if err != nil {
+		return 0, err
+	}
+	disc.HopCount = 1
+	offer, err := r.exchange(disc, dhcpv4.MessageTypeOffer)
+	if err != nil {
+		return 0, fmt.Errorf("dhcp discover: %w", err)
+	}
+	req, err := dhcpv4.New(append(pxe, dhcpv4.WithTransactionID(disc.TransactionID), dhcpv4.WithMessageType(dhcpv4.MessageTypeRequest),
+		dhcpv4.WithOption(dhcpv4.OptRequestedIPAddress(offer.YourIPAddr)), dhcpv4.WithOption(dhcpv4.OptServerIdentifier(offer.ServerIdentifier())))...)
+	if err != nil {
+		return 0, err
+	}
+	req.HopCount = 1
+	ack, err := r.exchange(req, dhcpv4.MessageTypeAck)
+	if err != nil {
+		return 0, fmt.Errorf("dhcp request: %w", err)
+	}
+	if ack.BootFileName != file {
+		return 0, fmt.Errorf("boot file %q, want %q", ack.BootFileName, file)
+	}
+	return time.Since(t0), nil
+}
+
+// tftpStep downloads file with blksize 1428 and tsize, as iPXE's PXE
+// chainload does.
+func tftpStep(server, file string) (time.Duration, error) {
+	t0 := time.Now()
+	c, err := ptftp.NewClient(net.JoinHostPort(server, "69"))
+	if err != nil {
+		return 0, err
+	}
+	c.SetBlockSize(1428)
+	c.RequestTSize(true)
+	c.SetTimeout(time.Second)
+	c.SetRetries(5)
+	wt, err := c.Receive(file, "octet")
+	if err != nil {
+		return 0, fmt.Errorf("tftp: %w", err)
+	}
+	if _, err := wt.WriteTo(io.Discard); err != nil {
+		return 0, fmt.Errorf("tftp: %w", err)
+	}
+	return time.Since(t0), nil
+}
+
+// scriptStep GETs the per-MAC iPXE script.
+func scriptStep(ctx context.Context, hc *http.Client, mac net.HardwareAddr, scriptURL string) (time.Duration, error) {
+	t0 := time.Now()
+	hreq, err := http.NewRequestWithContext(ctx, "GET", fmt.Sprintf("%s?mac=%s&platform=pcbios&arch=i386", scriptURL, hyphen(mac)), nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := hc.Do(hreq)
+	if err != nil {
+		return 0, fmt.Errorf("script: %w", err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		return 0, fmt.Errorf("script: status %d", resp.StatusCode)
+	}
+	return time.Since(t0), nil
+}
+
+func hyphen(mac net.HardwareAddr) string {
+	s := []byte(mac.String())
+	for i := range s {
+		if s[i] == ':' {
+			s[i] = '-'
+		}
+	}
+	return string(s)
+}
+
+func pct(d []time.Duration, p int) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	s := append([]time.Duration(nil), d...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	return s[(len(s)-1)*p/100]
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// table prints storm results pairwise: (machina, dnsmasq) per shape.
+func table(w io.Writer, files []string) error {
+	if len(files) == 0 || len(files)%2 != 0 {
+		return errors.New("table: want pairs of result files")
+	}
+	load := func(p string) (map[string]any, error) {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return nil, err
+		}
+		m := map[string]any{}
+		return m, json.Unmarshal(b, &m)
+	}
+	for i := 0; i < len(files); i += 2 {
+		a, err := load(files[i])
+		if err != nil {
+			return err
+		}
+		b, err := load(files[i+1])
+		if err != nil {
+			return err
+		}
+		shape := "free run: each client runs its steps back to back"
+		if a["stepwise"] == true {
+			shape = "stepwise: all clients finish a step before the next starts"
+		}
+		fmt.Fprintf(w, "boot storm, %v concurrent clients, %s (ms)\n", a["clients"], shape)
+		fmt.Fprintf(w, "%-8s %12s %9s %12s %9s\n", "step", a["label"].(string)+" p50", "p99", b["label"].(string)+" p50", "p99")
+		for _, s := range []string{"dhcp", "tftp", "script", "total"} {
+			fmt.Fprintf(w, "%-8s %12.1f %9.1f %12.1f %9.1f\n", s, a[s+"_p50_ms"], a[s+"_p99_ms"], b[s+"_p50_ms"], b[s+"_p99_ms"])
+		}
+		fmt.Fprintf(w, "%-8s %12.1f %9s %12.1f\n", "wall", a["wall_ms"], "", b["wall_ms"])
+		fmt.Fprintf(w, "failed clients: %s %v %v | %s %v %v\n\n", a["label"], a["failed"], orEmpty(a["first_error"]), b["label"], b["failed"], orEmpty(b["first_error"]))
+	}
+	return nil
+}
+
+func orEmpty(v any) any {
+	if v == nil {
+		return ""
+	}
+	return v
+}

@@ -1,0 +1,173 @@
+package boot
+
+import (
+	"context"
+	"errors"
+	"net"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+)
+
+func TestParseMAC(t *testing.T) {
+	tests := []struct {
+		in   string
+		want string
+		err  bool
+	}{
+		{"52:54:00:12:34:56", "52:54:00:12:34:56", false},
+		{"52:54:00:AB:cd:EF", "52:54:00:ab:cd:ef", false},
+		{"52-54-00-12-34-56", "52:54:00:12:34:56", false},
+		{"525400123456", "52:54:00:12:34:56", false},
+		{"5254.0012.3456", "52:54:00:12:34:56", false},
+		{"00:00:00:00:00:00", "", true},
+		{"01:00:5e:00:00:01", "", true}, // IPv4 multicast
+		{"ff:ff:ff:ff:ff:ff", "", true}, // broadcast
+		{"33:33:00:00:00:01", "", true}, // IPv6 multicast
+		{"52:54:00-12:34:56", "", true}, // mixed separators
+		{"52:54:00:12:34", "", true},
+		{"52:54:00:12:34:5g", "", true},
+		{"", "", true},
+		{"../../etc/passwd", "", true},
+		{"52:54:00:12:34:56\x00", "", true},
+		{"52:54:00:12:34:56:78:9a", "", true}, // 64-bit
+		{"52%3A54%3A00", "", true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.in, func(t *testing.T) {
+			got, err := ParseMAC(tt.in)
+			if tt.err {
+				if !errors.Is(err, ErrInvalidMAC) {
+					t.Fatalf("ParseMAC(%q) = %v, %v; want ErrInvalidMAC", tt.in, got, err)
+				}
+				return
+			}
+			if err != nil || got.String() != tt.want {
+				t.Fatalf("ParseMAC(%q) = %v, %v; want %s", tt.in, got, err, tt.want)
+			}
+		})
+	}
+}
+
+func FuzzParseMAC(f *testing.F) {
+	for _, s := range []string{"52:54:00:12:34:56", "52-54-00-12-34-56", "525400123456", "5254.0012.3456", "ff:ff:ff:ff:ff:ff", ""} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		mac, err := ParseMAC(s)
+		if err != nil {
+			if !errors.Is(err, ErrInvalidMAC) {
+				t.Fatalf("ParseMAC(%q) error %v does not wrap ErrInvalidMAC", s, err)
+			}
+			return
+		}
+		if CheckMAC(mac) != nil {
+			t.Fatalf("ParseMAC(%q) = %v, which CheckMAC refuses", s, mac)
+		}
+		again, err := ParseMAC(mac.String())
+		if err != nil || again.String() != mac.String() {
+			t.Fatalf("round trip of %q: %v, %v", s, again, err)
+		}
+	})
+}
+
+func TestMemTokens(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		tk := NewMemTokens()
+		mac, _ := ParseMAC("52:54:00:00:00:01")
+		other, _ := ParseMAC("52:54:00:00:00:02")
+		tok, err := tk.Issue(ctx, mac, "commission", time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(tok) != 43 {
+			t.Fatalf("token length %d, want 43", len(tok))
+		}
+		for k := range tk.entries {
+			if string(k[:]) == tok {
+				t.Fatal("token stored in clear")
+			}
+		}
+		if err := tk.Consume(ctx, other, "commission", tok); !errors.Is(err, ErrTokenInvalid) {
+			t.Fatalf("Consume(other mac) = %v, want ErrTokenInvalid", err)
+		}
+		if err := tk.Consume(ctx, mac, "deploy", tok); !errors.Is(err, ErrTokenInvalid) {
+			t.Fatalf("Consume(other purpose) = %v, want ErrTokenInvalid", err)
+		}
+		if err := tk.Consume(ctx, mac, "commission", tok); err != nil {
+			t.Fatalf("first Consume = %v", err)
+		}
+		if err := tk.Consume(ctx, mac, "commission", tok); !errors.Is(err, ErrTokenUsed) {
+			t.Fatalf("second Consume = %v, want ErrTokenUsed", err)
+		}
+		tok2, _ := tk.Issue(ctx, mac, "commission", time.Minute)
+		time.Sleep(time.Minute + time.Second) // fake clock under synctest
+		if err := tk.Consume(ctx, mac, "commission", tok2); !errors.Is(err, ErrTokenExpired) {
+			t.Fatalf("Consume after ttl = %v, want ErrTokenExpired", err)
+		}
+		if err := tk.Consume(ctx, mac, "commission", "nope"); !errors.Is(err, ErrTokenInvalid) {
+			t.Fatalf("Consume(unknown) = %v, want ErrTokenInvalid", err)
+		}
+	})
+}
+
+func TestMemTokensConcurrentConsume(t *testing.T) {
+	ctx := context.Background()
+	tk := NewMemTokens()
+	mac := net.HardwareAddr{0x52, 0x54, 0, 0, 0, 3}
+	tok, _ := tk.Issue(ctx, mac, "p", time.Minute)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	wins := 0
+	for range 16 {
+		wg.Go(func() {
+			if tk.Consume(ctx, mac, "p", tok) == nil {
+				mu.Lock()
+				wins++
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	if wins != 1 {
+		t.Fatalf("%d concurrent Consume calls succeeded, want 1", wins)
+	}
+}
+
+func TestMemLookupDiscovered(t *testing.T) {
+	ctx := context.Background()
+	var l MemLookup
+	mac := net.HardwareAddr{0x52, 0x54, 0, 0, 0, 9}
+	if _, err := l.Lookup(ctx, mac); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("Lookup(unknown) = %v, want ErrNotFound", err)
+	}
+	a, err := l.Discovered(ctx, Discovery{MAC: mac, Source: "dhcp", Arch: 7})
+	if err != nil || a.Lifecycle != LifecycleCommissioning {
+		t.Fatalf("Discovered = %+v, %v", a, err)
+	}
+	if _, err := l.Discovered(ctx, Discovery{MAC: mac, Source: "ipxe"}); err != nil {
+		t.Fatal(err)
+	}
+	if got := l.DiscoveredMACs(); len(got) != 1 || got[0].Source != "dhcp" {
+		t.Fatalf("DiscoveredMACs = %+v, want one dhcp discovery", got)
+	}
+	if _, err := l.Discovered(ctx, Discovery{MAC: net.HardwareAddr{1, 0, 0x5e, 0, 0, 1}}); !errors.Is(err, ErrInvalidMAC) {
+		t.Fatalf("Discovered(multicast) = %v, want ErrInvalidMAC", err)
+	}
+}
+
+func TestAutoEnrollFromEnv(t *testing.T) {
+	for v, want := range map[string]bool{"1": true, "true": true, " ON ": true, "yes": true, "": false, "0": false, "false": false, "2": false} {
+		got := AutoEnrollFromEnv(func(k string) string {
+			if k != "MACHINA_METAL_AUTO_ENROLL" {
+				t.Fatalf("looked up %q", k)
+			}
+			return v
+		})
+		if got != want {
+			t.Errorf("AutoEnrollFromEnv(%q) = %v, want %v", v, got, want)
+		}
+	}
+}

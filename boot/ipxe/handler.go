@@ -1,0 +1,398 @@
+package ipxe
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"path"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/machina-metal/machina/boot"
+)
+
+// Config configures a [Handler]. Zero values are documented per field.
+type Config struct {
+	// Lookup gives each MAC's lifecycle and boot mode. Required.
+	Lookup boot.Lookup
+	// Tokens mints the ramdisk tokens and checks them in [Handler.RequireToken]. Required.
+	Tokens boot.Tokens
+	// Enroller records unknown MACs when AutoEnroll is set. Nil with
+	// AutoEnroll set is a configuration error.
+	Enroller boot.Enroller
+	// AutoEnroll (MACHINA_METAL_AUTO_ENROLL=1) answers unknown MACs with the
+	// assignment the Enroller returns; false answers them with `exit`.
+	AutoEnroll bool
+	// ControllerURL is the controller's base URL as machines reach it, e.g.
+	// "http://10.99.0.1:8080". Required; checked with boot.CheckURL.
+	ControllerURL string
+	// KernelURL and InitrdURL locate the ramdisk. Zero: ControllerURL +
+	// "/boot/ramdisk/vmlinuz" and "/boot/ramdisk/initrd.cpio.gz".
+	KernelURL, InitrdURL string
+	// KernelArgs are prepended to Machina's own kernel arguments. Zero:
+	// "console=tty0 console=ttyS0". Allowed characters: A-Z a-z 0-9 space
+	// and ._,:=/@+-.
+	KernelArgs string
+	// TokenTTL bounds a ramdisk token's life. Zero: 30 minutes (a TCG boot
+	// reaches the agent in well under a minute; real servers POST for minutes).
+	TokenTTL time.Duration
+	// PerIP and PerMAC limit script requests. Zero: PerIP 20 burst refilling
+	// one per 100ms; PerMAC 6 burst refilling one per 2s.
+	PerIP, PerMAC Limit
+	// ISODir, when set, is served read-only at /boot/iso/NAME (Range
+	// supported, as qemu's curl block driver and BMC virtual media need).
+	ISODir string
+	// BinDir, when set, is served read-only at /boot/bin/NAME: the iPXE
+	// binaries for UEFI HTTP boot clients (DHCP option 93 arch 16/19 get a URL
+	// such as ControllerURL + "/boot/bin/snponly.efi"). Symlinks leading out
+	// of the directory are refused: Debian's /usr/lib/ipxe/ipxe.efi is a
+	// symlink to /boot, snponly.efi is a regular file.
+	BinDir string
+	// OnEvent receives security-relevant events (token rejected, rate
+	// limited, MAC discovered). Called synchronously: it must not block.
+	// Nil: events are only logged.
+	OnEvent func(Event)
+	// Logger receives Debug per request and Warn for rejected tokens. Nil: discard.
+	Logger *slog.Logger
+}
+
+// Limit is a token bucket: Burst requests at once, refilled one per Every.
+type Limit struct {
+	Burst int
+	Every time.Duration
+}
+
+// EventKind names an [Event].
+type EventKind string
+
+// Event kinds.
+const (
+	EventTokenRejected EventKind = "token-rejected" // expired, reused or unknown token (HTTP 403)
+	EventRateLimited   EventKind = "rate-limited"   // HTTP 429
+	EventDiscovered    EventKind = "discovered"     // unknown MAC auto-enrolled
+)
+
+// Event is reported through [Config.OnEvent]. It never contains a token.
+type Event struct {
+	Kind   EventKind
+	MAC    string     // canonical, may be empty
+	IP     netip.Addr // the HTTP peer
+	Reason string     // e.g. "token already used", "per-mac"
+}
+
+// Handler serves `GET /boot/ipxe` (scripts) and, when ISODir is set,
+// `GET /boot/iso/NAME`. Safe for concurrent use.
+type Handler struct {
+	cfg    Config
+	log    *slog.Logger
+	ipLim  *limiter
+	macLim *limiter
+	mux    *http.ServeMux
+	isos   *os.Root
+	bins   *os.Root
+}
+
+// ScriptPath is the path the handler serves scripts on.
+const ScriptPath = "/boot/ipxe"
+
+// New validates cfg and returns a Handler.
+func New(cfg Config) (*Handler, error) {
+	if cfg.Lookup == nil || cfg.Tokens == nil {
+		return nil, errors.New("ipxe: new handler: Lookup and Tokens are required")
+	}
+	if cfg.AutoEnroll && cfg.Enroller == nil {
+		return nil, errors.New("ipxe: new handler: AutoEnroll needs an Enroller")
+	}
+	cfg.ControllerURL = strings.TrimSuffix(cfg.ControllerURL, "/")
+	if cfg.KernelURL == "" {
+		cfg.KernelURL = cfg.ControllerURL + "/boot/ramdisk/vmlinuz"
+	}
+	if cfg.InitrdURL == "" {
+		cfg.InitrdURL = cfg.ControllerURL + "/boot/ramdisk/initrd.cpio.gz"
+	}
+	for _, u := range []string{cfg.ControllerURL, cfg.KernelURL, cfg.InitrdURL} {
+		if err := boot.CheckURL(u); err != nil {
+			return nil, fmt.Errorf("ipxe: new handler: %w", err)
+		}
+	}
+	if cfg.KernelArgs == "" {
+		cfg.KernelArgs = "console=tty0 console=ttyS0"
+	}
+	if !safeArgs.MatchString(cfg.KernelArgs) {
+		return nil, errors.New("ipxe: new handler: KernelArgs has characters outside A-Za-z0-9 ._,:=/@+-")
+	}
+	if cfg.TokenTTL <= 0 {
+		cfg.TokenTTL = 30 * time.Minute
+	}
+	if cfg.PerIP.Burst <= 0 || cfg.PerIP.Every <= 0 {
+		cfg.PerIP = Limit{Burst: 20, Every: 100 * time.Millisecond}
+	}
+	if cfg.PerMAC.Burst <= 0 || cfg.PerMAC.Every <= 0 {
+		cfg.PerMAC = Limit{Burst: 6, Every: 2 * time.Second}
+	}
+	h := &Handler{cfg: cfg, log: cfg.Logger, ipLim: newLimiter(cfg.PerIP), macLim: newLimiter(cfg.PerMAC), mux: http.NewServeMux()}
+	if h.log == nil {
+		h.log = slog.New(slog.DiscardHandler)
+	}
+	h.mux.HandleFunc("GET "+ScriptPath, h.serveScript)
+	if cfg.ISODir != "" {
+		r, err := os.OpenRoot(cfg.ISODir)
+		if err != nil {
+			return nil, fmt.Errorf("ipxe: new handler: open iso dir: %w", err)
+		}
+		h.isos = r
+		h.mux.HandleFunc("GET /boot/iso/{name}", func(w http.ResponseWriter, r *http.Request) {
+			serveFile(w, r, h.isos, ".iso", "application/x-iso9660-image")
+		})
+	}
+	if cfg.BinDir != "" {
+		r, err := os.OpenRoot(cfg.BinDir)
+		if err != nil {
+			h.Close()
+			return nil, fmt.Errorf("ipxe: new handler: open bin dir: %w", err)
+		}
+		h.bins = r
+		h.mux.HandleFunc("GET /boot/bin/{name}", func(w http.ResponseWriter, r *http.Request) {
+			serveFile(w, r, h.bins, "", "application/octet-stream")
+		})
+	}
+	return h, nil
+}
+
+// ServeHTTP implements http.Handler.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.ServeHTTP(w, r) }
+
+var safeArch = regexp.MustCompile(`^[a-z0-9_]{0,16}$`)
+
+func (h *Handler) serveScript(w http.ResponseWriter, r *http.Request) {
+	ip := peerIP(r)
+	if ok, wait := h.ipLim.allow(ip.String()); !ok {
+		h.limited(w, "", ip, "per-ip", wait)
+		return
+	}
+	q := r.URL.Query()
+	macParam := q.Get("mac")
+	if macParam == "" {
+		// First hop (DHCP filename or autoexec.ipxe without the MAC): send
+		// the chain script that comes back with ?mac=.
+		b, err := boot.ChainScript(h.cfg.ControllerURL + ScriptPath)
+		if err != nil {
+			http.Error(w, "script unavailable", http.StatusInternalServerError)
+			return
+		}
+		writeScript(w, b)
+		return
+	}
+	mac, err := boot.ParseMAC(macParam)
+	if err != nil {
+		http.Error(w, "bad mac", http.StatusBadRequest)
+		return
+	}
+	log := h.log.With("mac", mac.String(), "ip", ip.String())
+	if ok, wait := h.macLim.allow(mac.String()); !ok {
+		h.limited(w, mac.String(), ip, "per-mac", wait)
+		return
+	}
+	if a := q.Get("arch"); !safeArch.MatchString(a) {
+		http.Error(w, "bad arch", http.StatusBadRequest)
+		return
+	}
+	ctx := r.Context()
+	a, err := h.cfg.Lookup.Lookup(ctx, mac)
+	switch {
+	case errors.Is(err, boot.ErrNotFound) && h.cfg.AutoEnroll:
+		a, err = h.cfg.Enroller.Discovered(ctx, boot.Discovery{MAC: mac, Source: "ipxe", Arch: -1, IP: ip})
+		if err != nil {
+			log.Error("auto-enrol", "err", err)
+			http.Error(w, "enrol failed", http.StatusServiceUnavailable)
+			return
+		}
+		h.event(Event{Kind: EventDiscovered, MAC: mac.String(), IP: ip, Reason: "ipxe"})
+	case errors.Is(err, boot.ErrNotFound):
+		log.Debug("unknown mac: exit")
+		writeScript(w, fmt.Appendf(nil, "#!ipxe\necho Machina: unknown machine %s, not enrolled\nexit\n", mac))
+		return
+	case err != nil:
+		log.Error("lookup", "err", err)
+		http.Error(w, "lookup failed", http.StatusServiceUnavailable)
+		return
+	}
+	p := ScriptParams{
+		MAC: mac.String(), Name: a.Name, Lifecycle: a.Lifecycle, Platform: platform(q.Get("platform"), a.Mode),
+		Controller: h.cfg.ControllerURL, KernelURL: h.cfg.KernelURL, InitrdURL: h.cfg.InitrdURL, KernelArgs: h.cfg.KernelArgs,
+	}
+	if mode := modeFor(a.Lifecycle); mode != "" {
+		p.Token, err = h.cfg.Tokens.Issue(ctx, mac, mode, h.cfg.TokenTTL)
+		if err != nil {
+			log.Error("issue token", "err", err)
+			http.Error(w, "token unavailable", http.StatusServiceUnavailable)
+			return
+		}
+	}
+	b, err := Render(p)
+	if err != nil {
+		log.Error("render", "err", err)
+		http.Error(w, "script unavailable", http.StatusInternalServerError)
+		return
+	}
+	log.Debug("script served", "lifecycle", a.Lifecycle, "platform", p.Platform)
+	writeScript(w, b)
+}
+
+// platform prefers what iPXE reports (${platform}: the firmware actually
+// running), then the inventory's boot mode, then BIOS.
+func platform(reported string, m boot.Mode) Platform {
+	switch {
+	case reported == string(PlatformEFI):
+		return PlatformEFI
+	case reported == string(PlatformBIOS):
+		return PlatformBIOS
+	case m == boot.ModeUEFI:
+		return PlatformEFI
+	}
+	return PlatformBIOS
+}
+
+func writeScript(w http.ResponseWriter, b []byte) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
+	_, _ = w.Write(b)
+}
+
+func (h *Handler) limited(w http.ResponseWriter, mac string, ip netip.Addr, why string, wait time.Duration) {
+	h.event(Event{Kind: EventRateLimited, MAC: mac, IP: ip, Reason: why})
+	w.Header().Set("Retry-After", strconv.Itoa(int(wait/time.Second)+1))
+	http.Error(w, "rate limited", http.StatusTooManyRequests)
+}
+
+func (h *Handler) event(e Event) {
+	h.log.Debug("event", "kind", e.Kind, "mac", e.MAC, "ip", e.IP.String(), "reason", e.Reason)
+	if h.cfg.OnEvent != nil {
+		h.cfg.OnEvent(e)
+	}
+}
+
+// serveFile serves the single path element {name} from root when it ends in
+// ext (any when empty) and is a regular file, with Range support.
+func serveFile(w http.ResponseWriter, r *http.Request, root *os.Root, ext, ctype string) {
+	name := r.PathValue("name")
+	if name != path.Base(name) || !strings.HasSuffix(name, ext) || strings.HasPrefix(name, ".") {
+		http.NotFound(w, r)
+		return
+	}
+	f, err := root.Open(name)
+	if err != nil {
+		http.NotFound(w, r)
+		return
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil || !st.Mode().IsRegular() {
+		http.NotFound(w, r)
+		return
+	}
+	w.Header().Set("Content-Type", ctype)
+	http.ServeContent(w, r, name, st.ModTime(), f)
+}
+
+// Close releases the ISO and binary directory handles.
+func (h *Handler) Close() error {
+	var errs []error
+	for _, r := range []*os.Root{h.isos, h.bins} {
+		if r != nil {
+			errs = append(errs, r.Close())
+		}
+	}
+	return errors.Join(errs...)
+}
+
+type tokenCtxKey struct{}
+
+// Grant is what [Handler.RequireToken] proved about a request, available to
+// the wrapped handler through [GrantFrom].
+type Grant struct {
+	MAC     net.HardwareAddr
+	Purpose string
+}
+
+// GrantFrom returns the grant RequireToken attached to ctx.
+func GrantFrom(ctx context.Context) (Grant, bool) {
+	g, ok := ctx.Value(tokenCtxKey{}).(Grant)
+	return g, ok
+}
+
+// RequireToken wraps next (a machine-facing ramdisk endpoint) so that it runs
+// only for a request carrying a valid token for one of purposes: the MAC in
+// the `mac` query parameter or X-Machina-MAC header, the token in
+// "Authorization: Bearer TOKEN". The token is consumed (single use). A
+// missing, unknown, expired or reused token gets 403 and an
+// [EventTokenRejected]; a bad MAC gets 400. Requests are rate-limited like
+// script requests.
+func (h *Handler) RequireToken(next http.Handler, purposes ...string) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ip := peerIP(r)
+		if ok, wait := h.ipLim.allow(ip.String()); !ok {
+			h.limited(w, "", ip, "per-ip", wait)
+			return
+		}
+		ms := r.URL.Query().Get("mac")
+		if ms == "" {
+			ms = r.Header.Get("X-Machina-MAC")
+		}
+		mac, err := boot.ParseMAC(ms)
+		if err != nil {
+			http.Error(w, "bad mac", http.StatusBadRequest)
+			return
+		}
+		tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		if !ok || tok == "" {
+			h.reject(w, mac, ip, errors.New("no bearer token"))
+			return
+		}
+		var cerr error
+		for _, p := range purposes {
+			if cerr = h.cfg.Tokens.Consume(r.Context(), mac, p, tok); cerr == nil {
+				next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), tokenCtxKey{}, Grant{MAC: mac, Purpose: p})))
+				return
+			}
+			if !errors.Is(cerr, boot.ErrTokenInvalid) {
+				break // expired or used: no other purpose can match the same token
+			}
+		}
+		if cerr == nil {
+			cerr = errors.New("no purpose allowed")
+		}
+		h.reject(w, mac, ip, cerr)
+	})
+}
+
+func (h *Handler) reject(w http.ResponseWriter, mac net.HardwareAddr, ip netip.Addr, err error) {
+	reason := "token invalid"
+	switch {
+	case errors.Is(err, boot.ErrTokenExpired):
+		reason = "token expired"
+	case errors.Is(err, boot.ErrTokenUsed):
+		reason = "token already used"
+	case !errors.Is(err, boot.ErrTokenInvalid):
+		reason = err.Error()
+	}
+	h.log.Warn("token rejected", "mac", mac.String(), "ip", ip.String(), "reason", reason)
+	h.event(Event{Kind: EventTokenRejected, MAC: mac.String(), IP: ip, Reason: reason})
+	http.Error(w, "forbidden", http.StatusForbidden)
+}
+
+func peerIP(r *http.Request) netip.Addr {
+	ap, err := netip.ParseAddrPort(r.RemoteAddr)
+	if err != nil {
+		return netip.Addr{}
+	}
+	return ap.Addr().Unmap()
+}

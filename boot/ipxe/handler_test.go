@@ -1,0 +1,367 @@
+package ipxe
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/machina-metal/machina/boot"
+)
+
+var update = flag.Bool("update", false, "rewrite testdata/*.golden")
+
+// seqTokens issues deterministic tokens so scripts can be golden-tested; the
+// real single-use behaviour is tested with boot.MemTokens below.
+type seqTokens struct {
+	mu     sync.Mutex
+	n      int
+	issued []string
+}
+
+func (s *seqTokens) Issue(_ context.Context, mac net.HardwareAddr, purpose string, ttl time.Duration) (string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.n++
+	s.issued = append(s.issued, fmt.Sprintf("%s/%s/%v", mac, purpose, ttl))
+	return fmt.Sprintf("TOKEN-%d", s.n), nil
+}
+
+func (s *seqTokens) Consume(context.Context, net.HardwareAddr, string, string) error {
+	return boot.ErrTokenInvalid
+}
+
+func mustMAC(t testing.TB, s string) net.HardwareAddr {
+	t.Helper()
+	m, err := boot.ParseMAC(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func newTestHandler(t *testing.T, cfg Config) (*Handler, *httptest.Server) {
+	t.Helper()
+	if cfg.ControllerURL == "" {
+		cfg.ControllerURL = "http://10.99.0.1:8080"
+	}
+	cfg.Logger = slog.New(slog.NewTextHandler(t.Output(), nil))
+	h, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	return h, srv
+}
+
+func get(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+func golden(t *testing.T, name, got string) {
+	t.Helper()
+	p := filepath.Join("testdata", name+".golden")
+	if *update {
+		if err := os.WriteFile(p, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatalf("read golden (run with -update to create): %v", err)
+	}
+	if d := cmp.Diff(string(want), got); d != "" {
+		t.Errorf("script %s differs from golden (-want +got):\n%s", name, d)
+	}
+}
+
+func TestScriptsGolden(t *testing.T) {
+	var look boot.MemLookup
+	lifecycles := []boot.Lifecycle{boot.LifecycleCommissioning, boot.LifecycleDeploying, boot.LifecycleReady,
+		boot.LifecycleAllocated, boot.LifecycleDeployed, boot.LifecycleNew, boot.LifecycleFailed, boot.LifecycleRetired}
+	for i, l := range lifecycles {
+		if err := look.Set(boot.Assignment{MAC: net.HardwareAddr{0x52, 0x54, 0, 0, 0, byte(i + 1)}, Name: fmt.Sprintf("r1-n%02d", i+1), Lifecycle: l}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	toks := &seqTokens{}
+	_, srv := newTestHandler(t, Config{Lookup: &look, Tokens: toks, TokenTTL: 10 * time.Minute})
+	for i, l := range lifecycles {
+		for _, pf := range []Platform{PlatformBIOS, PlatformEFI} {
+			t.Run(string(l)+"-"+string(pf), func(t *testing.T) {
+				// iPXE's ${net0/mac:hexhyp} form, upper case: normalised by the handler.
+				mac := fmt.Sprintf("52-54-00-00-00-%02X", i+1)
+				code, body := get(t, srv.URL+"/boot/ipxe?mac="+mac+"&platform="+string(pf)+"&arch=x86_64")
+				if code != 200 {
+					t.Fatalf("GET = %d %q", code, body)
+				}
+				// token numbers depend on order; normalise them for the golden file
+				body = normaliseTokens(body)
+				golden(t, string(l)+"-"+string(pf), body)
+			})
+		}
+	}
+	if len(toks.issued) != 4 {
+		t.Fatalf("issued %d tokens (%v), want 4 (commissioning and deploying, BIOS and EFI)", len(toks.issued), toks.issued)
+	}
+	if toks.issued[0] != "52:54:00:00:00:01/commission/10m0s" || toks.issued[2] != "52:54:00:00:00:02/deploy/10m0s" {
+		t.Fatalf("issued = %v", toks.issued)
+	}
+}
+
+func normaliseTokens(s string) string {
+	i := strings.Index(s, "machina.token=TOKEN-")
+	if i < 0 {
+		return s
+	}
+	j := i + len("machina.token=TOKEN-")
+	k := j
+	for k < len(s) && s[k] >= '0' && s[k] <= '9' {
+		k++
+	}
+	return s[:j] + "N" + s[k:]
+}
+
+func TestInventoryModeUsedWithoutPlatform(t *testing.T) {
+	var look boot.MemLookup
+	_ = look.Set(boot.Assignment{MAC: mustMAC(t, "52:54:00:00:01:01"), Lifecycle: boot.LifecycleReady, Mode: boot.ModeUEFI})
+	_, srv := newTestHandler(t, Config{Lookup: &look, Tokens: &seqTokens{}})
+	_, body := get(t, srv.URL+"/boot/ipxe?mac=52:54:00:00:01:01")
+	if !strings.HasSuffix(body, "\nexit\n") {
+		t.Fatalf("uefi inventory mode script = %q, want exit", body)
+	}
+}
+
+func TestChainAndUnknown(t *testing.T) {
+	var look boot.MemLookup
+	_, srv := newTestHandler(t, Config{Lookup: &look, Tokens: &seqTokens{}})
+	code, body := get(t, srv.URL+"/boot/ipxe")
+	if code != 200 {
+		t.Fatalf("GET without mac = %d", code)
+	}
+	golden(t, "chain", body)
+	code, body = get(t, srv.URL+"/boot/ipxe?mac=52:54:00:aa:bb:cc&platform=efi")
+	if code != 200 {
+		t.Fatalf("GET unknown = %d", code)
+	}
+	golden(t, "unknown", body)
+	if got := look.DiscoveredMACs(); len(got) != 0 {
+		t.Fatalf("auto-enrol off but discovered %v", got)
+	}
+}
+
+func TestAutoEnroll(t *testing.T) {
+	var look boot.MemLookup
+	var events []Event
+	var mu sync.Mutex
+	_, srv := newTestHandler(t, Config{Lookup: &look, Tokens: &seqTokens{}, Enroller: &look, AutoEnroll: true,
+		OnEvent: func(e Event) { mu.Lock(); events = append(events, e); mu.Unlock() }})
+	code, body := get(t, srv.URL+"/boot/ipxe?mac=52-54-00-AA-BB-CC&platform=pcbios")
+	if code != 200 || !strings.Contains(body, "machina.mode=commission") {
+		t.Fatalf("auto-enrolled script = %d %q, want commissioning ramdisk", code, body)
+	}
+	d := look.DiscoveredMACs()
+	if len(d) != 1 || d[0].MAC.String() != "52:54:00:aa:bb:cc" || d[0].Source != "ipxe" || !d[0].IP.IsLoopback() {
+		t.Fatalf("discovered = %+v", d)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(events) != 1 || events[0].Kind != EventDiscovered {
+		t.Fatalf("events = %+v", events)
+	}
+}
+
+func TestBadInput(t *testing.T) {
+	var look boot.MemLookup
+	_, srv := newTestHandler(t, Config{Lookup: &look, Tokens: &seqTokens{}})
+	for _, q := range []string{
+		"mac=00:00:00:00:00:00", "mac=ff:ff:ff:ff:ff:ff", "mac=01:00:5e:00:00:01", "mac=..%2F..%2Fetc",
+		"mac=52:54:00:00:00:01%0Aboot", "mac=52:54:00:00:00:01&arch=$%7Bx%7D", "mac=" + strings.Repeat("a", 4096),
+	} {
+		code, _ := get(t, srv.URL+"/boot/ipxe?"+q)
+		if code != http.StatusBadRequest {
+			t.Errorf("GET ?%s = %d, want 400", q, code)
+		}
+	}
+	resp, err := http.Post(srv.URL+"/boot/ipxe?mac=52:54:00:00:00:01", "text/plain", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusMethodNotAllowed {
+		t.Fatalf("POST = %d, want 405", resp.StatusCode)
+	}
+}
+
+func TestNewRejectsUnsafeConfig(t *testing.T) {
+	var look boot.MemLookup
+	for _, c := range []Config{
+		{Lookup: &look, Tokens: &seqTokens{}, ControllerURL: "http://x/${evil}"},
+		{Lookup: &look, Tokens: &seqTokens{}, ControllerURL: "ftp://x"},
+		{Lookup: &look, Tokens: &seqTokens{}, ControllerURL: "http://x", KernelArgs: "a\nshell"},
+		{Lookup: &look, Tokens: &seqTokens{}, ControllerURL: "http://x", KernelURL: "http://x/a b"},
+		{Lookup: &look, Tokens: &seqTokens{}, ControllerURL: "http://x", AutoEnroll: true},
+		{Tokens: &seqTokens{}, ControllerURL: "http://x"},
+	} {
+		if _, err := New(c); err == nil {
+			t.Errorf("New(%+v) = nil error", c)
+		}
+	}
+}
+
+func TestRateLimits(t *testing.T) {
+	var look boot.MemLookup
+	for i := 1; i <= 3; i++ {
+		_ = look.Set(boot.Assignment{MAC: net.HardwareAddr{0x52, 0x54, 0, 0, 2, byte(i)}, Lifecycle: boot.LifecycleReady})
+	}
+	var mu sync.Mutex
+	var events []Event
+	_, srv := newTestHandler(t, Config{Lookup: &look, Tokens: &seqTokens{},
+		PerMAC: Limit{Burst: 2, Every: time.Hour}, PerIP: Limit{Burst: 5, Every: time.Hour},
+		OnEvent: func(e Event) { mu.Lock(); events = append(events, e); mu.Unlock() }})
+	codes := []int{}
+	for _, m := range []string{"01", "01", "01", "02", "02", "03"} {
+		c, _ := get(t, srv.URL+"/boot/ipxe?mac=52:54:00:00:02:"+m)
+		codes = append(codes, c)
+	}
+	// 1st, 2nd ok; 3rd per-MAC limited (still costs an IP token); 4th, 5th ok;
+	// 6th: IP bucket of 5 is empty.
+	want := []int{200, 200, 429, 200, 200, 429}
+	if d := cmp.Diff(want, codes); d != "" {
+		t.Fatalf("status codes (-want +got):\n%s", d)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(events) != 2 || events[0].Reason != "per-mac" || events[1].Reason != "per-ip" {
+		t.Fatalf("events = %+v", events)
+	}
+}
+
+func TestRequireToken(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var look boot.MemLookup
+		mac := mustMAC(t, "52:54:00:00:03:01")
+		_ = look.Set(boot.Assignment{MAC: mac, Lifecycle: boot.LifecycleCommissioning})
+		toks := boot.NewMemTokens()
+		var events []Event
+		h, err := New(Config{Lookup: &look, Tokens: toks, ControllerURL: "http://10.99.0.1:8080", TokenTTL: time.Minute,
+			OnEvent: func(e Event) { events = append(events, e) }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var served []Grant
+		report := h.RequireToken(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			g, _ := GrantFrom(r.Context())
+			served = append(served, g)
+			w.WriteHeader(http.StatusNoContent)
+		}), PurposeCommission)
+		do := func(hd http.Handler, method, target, tok string) *httptest.ResponseRecorder {
+			req := httptest.NewRequest(method, target, nil)
+			req.RemoteAddr = "10.99.0.50:40000"
+			if tok != "" {
+				req.Header.Set("Authorization", "Bearer "+tok)
+			}
+			rec := httptest.NewRecorder()
+			hd.ServeHTTP(rec, req)
+			return rec
+		}
+		script := do(h, "GET", "/boot/ipxe?mac=52-54-00-00-03-01&platform=efi", "").Body.String()
+		_, after, ok := strings.Cut(script, "machina.token=")
+		if !ok {
+			t.Fatalf("no token in script %q", script)
+		}
+		tok := strings.Fields(after)[0]
+
+		if c := do(report, "POST", "/report?mac=52:54:00:00:03:02", tok).Code; c != 403 {
+			t.Fatalf("other mac = %d, want 403", c)
+		}
+		if c := do(report, "POST", "/report?mac=52:54:00:00:03:01", tok).Code; c != 204 {
+			t.Fatalf("first use = %d, want 204", c)
+		}
+		if c := do(report, "POST", "/report?mac=52:54:00:00:03:01", tok).Code; c != 403 {
+			t.Fatalf("reuse = %d, want 403", c)
+		}
+		script = do(h, "GET", "/boot/ipxe?mac=52-54-00-00-03-01&platform=efi", "").Body.String()
+		_, after, _ = strings.Cut(script, "machina.token=")
+		tok2 := strings.Fields(after)[0]
+		time.Sleep(2 * time.Minute) // synctest's fake clock
+		if c := do(report, "POST", "/report?mac=52:54:00:00:03:01", tok2).Code; c != 403 {
+			t.Fatalf("expired = %d, want 403", c)
+		}
+		if c := do(report, "POST", "/report?mac=52:54:00:00:03:01", "").Code; c != 403 {
+			t.Fatalf("no token = %d, want 403", c)
+		}
+		if c := do(report, "POST", "/report?mac=bogus", tok2).Code; c != 400 {
+			t.Fatalf("bad mac = %d, want 400", c)
+		}
+		if len(served) != 1 || served[0].MAC.String() != mac.String() || served[0].Purpose != PurposeCommission {
+			t.Fatalf("served = %+v", served)
+		}
+		var reasons []string
+		for _, e := range events {
+			if e.Kind != EventTokenRejected || e.IP.String() != "10.99.0.50" {
+				t.Fatalf("event %+v", e)
+			}
+			if strings.Contains(e.Reason, tok) || strings.Contains(e.Reason, tok2) {
+				t.Fatal("event leaks the token")
+			}
+			reasons = append(reasons, e.Reason)
+		}
+		want := []string{"token invalid", "token already used", "token expired", "no bearer token"}
+		if d := cmp.Diff(want, reasons); d != "" {
+			t.Fatalf("event reasons (-want +got):\n%s", d)
+		}
+	})
+}
+
+func TestServeISO(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "machina-bios.iso"), []byte("0123456789"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("/etc/passwd", filepath.Join(dir, "evil.iso")); err != nil {
+		t.Fatal(err)
+	}
+	var look boot.MemLookup
+	h, srv := newTestHandler(t, Config{Lookup: &look, Tokens: &seqTokens{}, ISODir: dir, BinDir: dir})
+	defer h.Close()
+	req, _ := http.NewRequest("GET", srv.URL+"/boot/iso/machina-bios.iso", nil)
+	req.Header.Set("Range", "bytes=2-4")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 206 || string(b) != "234" {
+		t.Fatalf("range GET = %d %q, want 206 \"234\"", resp.StatusCode, b)
+	}
+	if c, body := get(t, srv.URL+"/boot/bin/machina-bios.iso"); c != 200 || body != "0123456789" {
+		t.Fatalf("GET /boot/bin/ = %d %q", c, body)
+	}
+	for _, p := range []string{"/boot/iso/evil.iso", "/boot/iso/..%2F..%2Fetc%2Fpasswd", "/boot/iso/missing.iso", "/boot/bin/evil.iso", "/boot/bin/.hidden"} {
+		if c, _ := get(t, srv.URL+p); c != 404 {
+			t.Errorf("GET %s = %d, want 404", p, c)
+		}
+	}
+}

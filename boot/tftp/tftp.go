@@ -1,0 +1,344 @@
+// Package tftp is Machina's read-only TFTP server (RFC 1350) for the iPXE
+// binaries, on github.com/pin/tftp/v3. It honours the blksize (RFC 2348) and
+// tsize (RFC 2349) options: OVMF's PXE asks for the size first and aborts
+// the transfer without it. It serves files from one directory through an
+// os.Root, so "..", absolute paths, NUL bytes and symlinks leading out of the
+// directory are refused; it limits concurrent transfers per client and in
+// total; and it serves a generated `autoexec.ipxe` (iPXE asks for it first)
+// that retries DHCP and chains to the controller's script URL.
+//
+// tftp imports only boot.
+package tftp
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/machina-metal/machina/boot"
+	ptftp "github.com/pin/tftp/v3"
+	"golang.org/x/sys/unix"
+)
+
+// AutoexecName is the file iPXE requests from the TFTP server it was loaded
+// from before running its own DHCP-driven boot.
+const AutoexecName = "autoexec.ipxe"
+
+// Config configures a [Server]. Zero values are documented per field.
+type Config struct {
+	// Root is the directory served read-only, e.g. Debian's /usr/lib/ipxe
+	// (package ipxe: undionly.kpxe, ipxe.efi, snponly.efi). Required.
+	Root string
+	// Addr is the UDP listen address. Zero: ":69". Tests use "127.0.0.1:0".
+	Addr string
+	// ScriptURL is where the generated autoexec.ipxe chains to (the iPXE
+	// handler's /boot/ipxe URL). Required.
+	ScriptURL string
+	// MaxPerClient bounds concurrent transfers per client IP. Zero: 4.
+	MaxPerClient int
+	// MaxTransfers bounds concurrent transfers in total. Zero: 512.
+	MaxTransfers int
+	// Timeout is the retransmission timeout per packet. Zero: 1 second.
+	Timeout time.Duration
+	// Retries is the number of retransmissions before a transfer is
+	// abandoned. Zero: 5.
+	Retries int
+	// MaxBlockSize caps the negotiated blksize (RFC 2348). Zero: 1468, the
+	// largest block that fits a 1500-byte Ethernet MTU without IP
+	// fragmentation (1500 - 20 IP - 8 UDP - 4 TFTP).
+	MaxBlockSize int
+	// Logger: Debug per transfer, Warn per refused request. Nil: discard.
+	Logger *slog.Logger
+}
+
+// Stats are transfer counters since New. Failed includes transfers the
+// client abandons on purpose: EDK2's PXE opens each file once only to read
+// tsize and then aborts (TFTP error 8).
+type Stats struct {
+	Served, Refused, Limited, Failed uint64
+}
+
+// Errors returned to clients (as TFTP ERROR packets) and counted. They never
+// carry host paths.
+var (
+	ErrBadPath  = errors.New("access violation")
+	ErrNotFound = errors.New("file not found")
+	ErrBusy     = errors.New("too many transfers")
+)
+
+// Server is a read-only TFTP server.
+type Server struct {
+	cfg      Config
+	log      *slog.Logger
+	root     *os.Root
+	autoexec []byte
+
+	mu     sync.Mutex
+	active map[string]int
+	total  int
+	conn   *net.UDPConn
+
+	served, refused, limited, failed atomic.Uint64
+}
+
+// New validates cfg and opens the root directory.
+func New(cfg Config) (*Server, error) {
+	if cfg.Root == "" {
+		return nil, errors.New("tftp: new server: Root is required")
+	}
+	script, err := boot.ChainScript(cfg.ScriptURL)
+	if err != nil {
+		return nil, fmt.Errorf("tftp: new server: %w", err)
+	}
+	root, err := os.OpenRoot(cfg.Root)
+	if err != nil {
+		return nil, fmt.Errorf("tftp: new server: open root: %w", err)
+	}
+	if cfg.Addr == "" {
+		cfg.Addr = ":69"
+	}
+	if cfg.MaxPerClient <= 0 {
+		cfg.MaxPerClient = 4
+	}
+	if cfg.MaxTransfers <= 0 {
+		cfg.MaxTransfers = 512
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = time.Second
+	}
+	if cfg.Retries <= 0 {
+		cfg.Retries = 5
+	}
+	if cfg.MaxBlockSize <= 512 || cfg.MaxBlockSize > 65464 {
+		cfg.MaxBlockSize = 1468
+	}
+	s := &Server{cfg: cfg, log: cfg.Logger, root: root, autoexec: script, active: map[string]int{}}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	return s, nil
+}
+
+// Stats returns a snapshot of the counters.
+func (s *Server) Stats() Stats {
+	return Stats{Served: s.served.Load(), Refused: s.refused.Load(), Limited: s.limited.Load(), Failed: s.failed.Load()}
+}
+
+// Listen opens the UDP socket (in the calling thread's network namespace).
+// Serve calls it when needed.
+func (s *Server) Listen() error {
+	a, err := net.ResolveUDPAddr("udp4", s.cfg.Addr)
+	if err != nil {
+		return fmt.Errorf("tftp: listen %s: %w", s.cfg.Addr, err)
+	}
+	c, err := net.ListenUDP("udp4", a)
+	if err != nil {
+		return fmt.Errorf("tftp: listen %s: %w", s.cfg.Addr, err)
+	}
+	growReadBuffer(c, 4<<20) // a boot storm's read requests arrive at once
+	s.mu.Lock()
+	s.conn = c
+	s.mu.Unlock()
+	return nil
+}
+
+// Addr returns the bound address after Listen, or nil.
+func (s *Server) Addr() *net.UDPAddr {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.conn == nil {
+		return nil
+	}
+	return s.conn.LocalAddr().(*net.UDPAddr)
+}
+
+// Serve answers read requests until ctx is done, then stops accepting,
+// waits for running transfers (bounded by Timeout × Retries) and returns nil.
+// Each transfer gets its own UDP socket (a new TID, RFC 1350 §4), opened by
+// the goroutine that called Serve, so it lands in that thread's network
+// namespace.
+func (s *Server) Serve(ctx context.Context) error {
+	if s.Addr() == nil {
+		if err := s.Listen(); err != nil {
+			return err
+		}
+	}
+	srv := ptftp.NewServer(s.read, nil)
+	srv.SetTimeout(s.cfg.Timeout)
+	srv.SetRetries(s.cfg.Retries)
+	// The retransmit timeout has already passed when the library backs off;
+	// its default adds a random sleep of up to 1 s on top.
+	srv.SetBackoff(func(int) time.Duration { return 0 })
+	// Block size: honour the client's blksize up to MaxBlockSize. The
+	// library's MTU clamp needs the receiving interface per request, see
+	// plainConn.
+	srv.SetBlockSizeNegotiation(false)
+	srv.SetBlockSize(s.cfg.MaxBlockSize)
+	srv.SetHook(hook{s})
+	done := make(chan struct{})
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		select {
+		case <-ctx.Done():
+			srv.Shutdown()
+		case <-done:
+		}
+	}()
+	s.log.Info("tftp serving", "addr", s.conn.LocalAddr().String())
+	err := srv.Serve(plainConn{s.conn}) // returns nil after Shutdown
+	close(done)
+	<-stopped
+	s.root.Close()
+	if ctx.Err() != nil {
+		return nil
+	}
+	if err == nil {
+		err = errors.New("stopped unexpectedly")
+	}
+	return fmt.Errorf("tftp: serve: %w", err)
+}
+
+// CleanPath checks a requested file name and returns it relative to the
+// root. It refuses empty names, NUL bytes, backslashes, absolute paths and
+// any ".." element, wrapping ErrBadPath.
+func CleanPath(name string) (string, error) {
+	switch {
+	case name == "", len(name) > 255:
+		return "", fmt.Errorf("%w: bad length", ErrBadPath)
+	case strings.ContainsRune(name, 0):
+		return "", fmt.Errorf("%w: nul byte", ErrBadPath)
+	case strings.ContainsRune(name, '\\'):
+		return "", fmt.Errorf("%w: backslash", ErrBadPath)
+	case strings.HasPrefix(name, "/"):
+		return "", fmt.Errorf("%w: absolute path", ErrBadPath)
+	}
+	for _, el := range strings.Split(name, "/") {
+		if el == ".." || el == "." || el == "" {
+			return "", fmt.Errorf("%w: %q element", ErrBadPath, el)
+		}
+	}
+	return name, nil
+}
+
+func (s *Server) acquire(ip string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.total >= s.cfg.MaxTransfers || s.active[ip] >= s.cfg.MaxPerClient {
+		return false
+	}
+	s.total++
+	s.active[ip]++
+	return true
+}
+
+func (s *Server) release(ip string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.total--
+	if s.active[ip]--; s.active[ip] <= 0 {
+		delete(s.active, ip)
+	}
+}
+
+// read is the pin/tftp read handler. Returned errors become TFTP ERROR
+// packets, so they carry no host detail.
+func (s *Server) read(name string, rf io.ReaderFrom) error {
+	var peer net.UDPAddr
+	if ot, ok := rf.(ptftp.OutgoingTransfer); ok {
+		peer = ot.RemoteAddr()
+	}
+	ip := peer.IP.String()
+	log := s.log.With("peer", peer.String(), "file", strings.ToValidUTF8(name, "?"))
+	if !s.acquire(ip) {
+		s.limited.Add(1)
+		log.Warn("tftp refused: transfer limit")
+		return ErrBusy
+	}
+	defer s.release(ip)
+	clean, err := CleanPath(name)
+	if err != nil {
+		s.refused.Add(1)
+		log.Warn("tftp refused path", "err", err)
+		return ErrBadPath
+	}
+	var r io.ReadSeeker
+	var size int64
+	if clean == AutoexecName {
+		r, size = bytes.NewReader(s.autoexec), int64(len(s.autoexec))
+	} else {
+		f, err := s.root.Open(clean) // refuses symlinks and ".." leading out of the root
+		if err != nil {
+			s.refused.Add(1)
+			if errors.Is(err, os.ErrNotExist) {
+				log.Debug("tftp not found")
+				return ErrNotFound
+			}
+			log.Warn("tftp refused open", "err", err)
+			return ErrBadPath
+		}
+		defer f.Close()
+		st, err := f.Stat()
+		if err != nil || !st.Mode().IsRegular() {
+			s.refused.Add(1)
+			log.Warn("tftp refused: not a regular file")
+			return ErrNotFound
+		}
+		r, size = f, st.Size()
+	}
+	if ot, ok := rf.(ptftp.OutgoingTransfer); ok {
+		ot.SetSize(size) // tsize (RFC 2349)
+	}
+	n, err := rf.ReadFrom(r)
+	if err != nil {
+		log.Debug("tftp transfer ended", "err", err, "bytes", n)
+		return nil // the library already aborted the transfer; the hook counts it
+	}
+	log.Debug("tftp sent", "bytes", n)
+	return nil
+}
+
+// plainConn hides the *net.UDPConn from pin/tftp. Given a *net.UDPConn, the
+// library reads IP control messages and calls net.InterfaceByIndex (a
+// netlink dump of every interface) for each request in its single read
+// loop, which serialised a 1,000-client boot storm to ~3 ms per request
+// (bench/bootstorm.sh: TFTP p50 2.7 s). Without it, each transfer's socket is
+// bound to the wildcard address and the kernel picks the reply source by
+// route, the provisioning interface's own address on a single-homed segment.
+type plainConn struct{ net.PacketConn }
+
+type hook struct{ s *Server }
+
+// OnSuccess counts a completed transfer.
+func (h hook) OnSuccess(ptftp.TransferStats) { h.s.served.Add(1) }
+
+// OnFailure counts a failed transfer, except refusals the handler counted.
+func (h hook) OnFailure(st ptftp.TransferStats, err error) {
+	if st.Filename != "" && !errors.Is(err, ErrBadPath) && !errors.Is(err, ErrNotFound) && !errors.Is(err, ErrBusy) {
+		h.s.failed.Add(1)
+	}
+}
+
+// growReadBuffer sets the socket receive buffer to n bytes, beyond
+// net.core.rmem_max when we have CAP_NET_ADMIN (SO_RCVBUFFORCE), else as far
+// as rmem_max allows.
+func growReadBuffer(c *net.UDPConn, n int) {
+	if rc, err := c.SyscallConn(); err == nil {
+		var serr error
+		if err := rc.Control(func(fd uintptr) {
+			serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, n)
+		}); err == nil && serr == nil {
+			return
+		}
+	}
+	_ = c.SetReadBuffer(n)
+}
