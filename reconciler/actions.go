@@ -41,7 +41,7 @@ func (c *Controller) run(ctx context.Context, step Step, desired *inventory.Inve
 		}
 		o := observedFrom(ws)
 		_, err := st.UpdateServer(step.Server, func(s *state.Server) error {
-			s.Zone, s.Site, s.Rack, s.BootMAC = o.Zone, o.Site, o.Rack, o.BootMAC
+			s.Zone, s.Site, s.Rack, s.BootMAC, s.BootMode = o.Zone, o.Site, o.Rack, o.BootMAC, o.BootMode
 			s.BMC.Driver, s.BMC.Address, s.BMC.Credentials = o.BMC.Driver, o.BMC.Address, o.BMC.Credentials
 			s.Stalled = "" // new BMC settings deserve a new try
 			return nil
@@ -109,6 +109,14 @@ func (c *Controller) run(ctx context.Context, step Step, desired *inventory.Inve
 		if _, err := st.SetPower(step.Server, state.PowerOn, state.PowerSourceCommand); err != nil {
 			return err
 		}
+	case ActFinishDeploy:
+		if err := drv.SetBootOverride(ctx, bmc.BootOverride{Device: bmc.BootDisk, Persistent: true, Mode: mode}); err != nil {
+			return fmt.Errorf("set boot override to disk: %w", err)
+		}
+		if _, err := st.UpdateServer(step.Server, func(s *state.Server) error { s.FinishDeploy = false; return nil }); err != nil {
+			return err
+		}
+		log.Info("boot override set to disk (read back)")
 	case ActRelease:
 		if err := drv.Power(ctx, bmc.PowerActionOff); err != nil {
 			return err
@@ -228,7 +236,7 @@ func (c *Controller) done(step Step) error {
 }
 
 func observedFrom(ws *inventory.Server) state.Server {
-	return state.Server{Name: ws.Name, Zone: ws.Zone, Site: ws.Site, Rack: ws.Rack, BootMAC: ws.BootMAC,
+	return state.Server{Name: ws.Name, Zone: ws.Zone, Site: ws.Site, Rack: ws.Rack, BootMAC: ws.BootMAC, BootMode: string(ws.BootMode),
 		BMC: state.BMCFacts{Driver: string(ws.BMC.Driver), Address: ws.BMC.Address, Credentials: ws.BMC.Credentials}}
 }
 

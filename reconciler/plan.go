@@ -24,6 +24,7 @@ const (
 	ActRelease        Action = "release"         // deployed → ready: wipe by the ramdisk, power off
 	ActAllocate       Action = "allocate"        // ready → allocated to a profile
 	ActDeploy         Action = "deploy"          // allocated → deploying: PXE boot override, power on/reset
+	ActFinishDeploy   Action = "finish-deploy"   // deployed by the ramdisk: boot override to disk, read back
 	ActPowerOn        Action = "power-on"        // actions.powerOn counter
 	ActPowerOff       Action = "power-off"       // actions.powerOff counter
 	ActPowerCycle     Action = "power-cycle"     // actions.powerCycle counter
@@ -117,8 +118,8 @@ func (o PlanOptions) withDefaults() PlanOptions {
 // Result is a plan: the steps to take now, in order, the steps the safety
 // brake holds, and conditions to show in status.
 type Result struct {
-	Steps      []Step      `json:"steps"`
-	Held       []Step      `json:"held,omitempty"`
+	Steps      []Step          `json:"steps"`
+	Held       []Step          `json:"held,omitempty"`
 	Conditions []PlanCondition `json:"conditions,omitempty"`
 	// Brake explains why Held is not empty; "" otherwise.
 	Brake string `json:"brake,omitempty"`
@@ -243,6 +244,10 @@ func serverSteps(ws *inventory.Server, obs state.Server, opts PlanOptions) (step
 	case lc == state.LifecycleDeploying && opts.Now.Sub(obs.LifecycleAt) > opts.DeployTimeout:
 		add(Step{Action: ActTimeout, Why: fmt.Sprintf("deploy did not report within %s", opts.DeployTimeout)})
 		return steps, nil
+	}
+
+	if lc == state.LifecycleDeployed && obs.FinishDeploy {
+		add(Step{Action: ActFinishDeploy, Why: "image written: boot from disk from now on"})
 	}
 
 	// Commissioning: first time, or asked for again by the counter.
@@ -460,7 +465,7 @@ func brake(disruptive, all []Step, want *inventory.Inventory, have state.Snapsho
 }
 
 func identityChanged(ws *inventory.Server, obs state.Server) bool {
-	return ws.Zone != obs.Zone || ws.Site != obs.Site || ws.Rack != obs.Rack || ws.BootMAC != obs.BootMAC ||
+	return ws.Zone != obs.Zone || ws.Site != obs.Site || ws.Rack != obs.Rack || ws.BootMAC != obs.BootMAC || string(ws.BootMode) != obs.BootMode ||
 		string(ws.BMC.Driver) != obs.BMC.Driver || ws.BMC.Address != obs.BMC.Address || ws.BMC.Credentials != obs.BMC.Credentials
 }
 
@@ -475,7 +480,7 @@ func hasAction(steps []Step, a Action) bool {
 
 var actionOrder = map[Action]int{
 	ActRegister: 0, ActUpdateIdentity: 1, ActUnretire: 2, ActRetire: 3, ActTimeout: 4, ActCommission: 5,
-	ActRelease: 6, ActAllocate: 7, ActDeploy: 8, ActPowerOn: 9, ActPowerOff: 10, ActPowerCycle: 11,
+	ActRelease: 6, ActAllocate: 7, ActDeploy: 8, ActFinishDeploy: 9, ActPowerOn: 10, ActPowerOff: 11, ActPowerCycle: 12,
 }
 
 func sortSteps(s []Step) {

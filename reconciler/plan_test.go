@@ -28,7 +28,7 @@ func exampleInventory(t testing.TB) *inventory.Inventory {
 func observe(inv *inventory.Inventory, lc state.Lifecycle, hw func(name string) *state.Hardware) state.Snapshot {
 	snap := state.Snapshot{Servers: map[string]state.Server{}}
 	for _, s := range inv.Servers {
-		o := state.Server{Name: s.Name, Zone: s.Zone, Site: s.Site, Rack: s.Rack, BootMAC: s.BootMAC, Lifecycle: lc, LifecycleAt: planT0,
+		o := state.Server{Name: s.Name, Zone: s.Zone, Site: s.Site, Rack: s.Rack, BootMAC: s.BootMAC, BootMode: string(s.BootMode), Lifecycle: lc, LifecycleAt: planT0,
 			BMC: state.BMCFacts{Driver: string(s.BMC.Driver), Address: s.BMC.Address, Credentials: s.BMC.Credentials}}
 		if s.Want == inventory.WantRetired && lc != state.LifecycleNew {
 			o.Lifecycle = state.LifecycleRetired

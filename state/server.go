@@ -18,6 +18,8 @@ type Server struct {
 	Site    string `json:"site,omitempty"`    // copied from the inventory
 	Rack    string `json:"rack,omitempty"`    // copied from the inventory
 	BootMAC string `json:"bootMAC,omitempty"` // lower-case colon form
+	// BootMode is the firmware interface from the inventory: "uefi" or "bios".
+	BootMode string `json:"bootMode,omitempty"`
 
 	Lifecycle   Lifecycle   `json:"lifecycle"`
 	LifecycleAt time.Time   `json:"lifecycleAt"` // time of the last lifecycle move (UTC)
@@ -39,6 +41,9 @@ type Server struct {
 	// NeedsWipe is set on release: the ramdisk wipes the disk's partition
 	// tables and signatures before the server is reused.
 	NeedsWipe bool `json:"needsWipe,omitempty"`
+	// FinishDeploy is set when the ramdisk reported a good deploy: the
+	// executor still has to set the boot override to disk (read back).
+	FinishDeploy bool `json:"finishDeploy,omitempty"`
 	// Health is the BMC's health rollup ("OK", "Warning", "Critical"), "" when unknown.
 	Health string `json:"health,omitempty"`
 

@@ -24,12 +24,13 @@ const (
 	PurposePlan   Purpose = "plan"   // GET of a deploy plan
 	PurposeImage  Purpose = "image"  // GET of an image (usually Reusable, for Range requests)
 	PurposeJoin   Purpose = "join"   // first-boot enrolment over the join listener
+	PurposeDone   Purpose = "done"   // POST of a deploy outcome by the ramdisk
 )
 
-// Valid reports whether p is one of the five purposes.
+// Valid reports whether p is one of the six purposes.
 func (p Purpose) Valid() bool {
 	switch p {
-	case PurposeBoot, PurposeReport, PurposePlan, PurposeImage, PurposeJoin:
+	case PurposeBoot, PurposeReport, PurposePlan, PurposeImage, PurposeJoin, PurposeDone:
 		return true
 	}
 	return false
@@ -133,6 +134,18 @@ func (s *Store) IssueToken(spec TokenSpec) (string, Token, error) {
 // each writes an EventTokenRefused event (naming the token ID, never the
 // value) in the same transaction.
 func (s *Store) ConsumeToken(value string, claim TokenClaim) (Token, error) {
+	return s.useToken(value, claim, true)
+}
+
+// CheckToken validates a token like ConsumeToken but does not use it up:
+// for requests a single-use token authorises any number of times before
+// its one consuming request (the commissioning throughput test's payload
+// GETs before the report). Refusals leave an event like ConsumeToken's.
+func (s *Store) CheckToken(value string, claim TokenClaim) (Token, error) {
+	return s.useToken(value, claim, false)
+}
+
+func (s *Store) useToken(value string, claim TokenClaim, consume bool) (Token, error) {
 	if claim.MAC != "" {
 		m, err := NormalizeMAC(claim.MAC)
 		if err != nil {
@@ -174,6 +187,10 @@ func (s *Store) ConsumeToken(value string, claim TokenClaim) (Token, error) {
 			return refuse(t, ErrTokenExpired)
 		case !t.Reusable && t.Uses > 0:
 			return refuse(t, ErrTokenUsed)
+		}
+		if !consume {
+			out = t
+			return nil
 		}
 		t.Uses++
 		t.UsedAt = now
