@@ -43,6 +43,7 @@ func (c *Controller) run(ctx context.Context, step Step, desired *inventory.Inve
 		_, err := st.UpdateServer(step.Server, func(s *state.Server) error {
 			s.Zone, s.Site, s.Rack, s.BootMAC, s.BootMode = o.Zone, o.Site, o.Rack, o.BootMAC, o.BootMode
 			s.BMC.Driver, s.BMC.Address, s.BMC.Credentials = o.BMC.Driver, o.BMC.Address, o.BMC.Credentials
+			s.BMC.SystemID, s.BMC.InsecureTLS = o.BMC.SystemID, o.BMC.InsecureTLS
 			s.Stalled = "" // new BMC settings deserve a new try
 			return nil
 		})
@@ -237,7 +238,8 @@ func (c *Controller) done(step Step) error {
 
 func observedFrom(ws *inventory.Server) state.Server {
 	return state.Server{Name: ws.Name, Zone: ws.Zone, Site: ws.Site, Rack: ws.Rack, BootMAC: ws.BootMAC, BootMode: string(ws.BootMode),
-		BMC: state.BMCFacts{Driver: string(ws.BMC.Driver), Address: ws.BMC.Address, Credentials: ws.BMC.Credentials}}
+		BMC: state.BMCFacts{Driver: string(ws.BMC.Driver), Address: ws.BMC.Address, Credentials: ws.BMC.Credentials,
+			SystemID: ws.BMC.SystemID, InsecureTLS: ws.BMC.InsecureTLS}}
 }
 
 // staleOK turns a stale transition (someone else already moved the server)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"time"
 
@@ -84,7 +85,10 @@ type Controller struct {
 	rackUse  map[string]int       // rack → running actions
 	running  int
 	last     Result
-	wg       sync.WaitGroup
+	// holdDeploys is set while the newest inventory revision is invalid.
+	holdDeploys bool
+	provisionMu sync.Mutex
+	wg          sync.WaitGroup
 }
 
 // New checks cfg and returns a Controller. It starts nothing; call Run.
@@ -221,8 +225,12 @@ func (c *Controller) Pass(ctx context.Context) Result {
 		order = append(order, s.Server)
 	}
 	now := c.cfg.Now()
+	hold := c.deploysHeld()
 	for _, name := range order {
 		step := first[name]
+		if hold && (step.Action == ActDeploy || step.Action == ActAllocate) && !strings.HasPrefix(step.Why, "resume") {
+			continue // the newest revision is invalid: no new disk write starts
+		}
 		obs, known := snap.Servers[name]
 		if known && obs.Stalled != "" && obs.Stalled == stepKey(step, desired) && obs.InFlight == nil {
 			continue
@@ -347,4 +355,75 @@ func (c *Controller) execute(ctx context.Context, step Step, desired *inventory.
 		kind = "action.stalled"
 	}
 	_, _ = c.cfg.Store.AppendEvent(state.Event{Server: step.Server, Kind: state.EventKind(kind), Message: fmt.Sprintf("%s: %s", step.Action, msg)})
+}
+
+// SetHoldDeploys stops (true) or allows (false) new disk-writing operations:
+// the Git source sets it while the newest inventory revision is invalid, so
+// the controller keeps acting on the last good revision but starts no deploy.
+func (c *Controller) SetHoldDeploys(hold bool) {
+	c.mu.Lock()
+	changed := c.holdDeploys != hold
+	c.holdDeploys = hold
+	c.mu.Unlock()
+	if changed {
+		c.Trigger()
+	}
+}
+
+func (c *Controller) deploysHeld() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.holdDeploys
+}
+
+// ErrNoCapacity: a provision request asked for more servers than fit.
+var ErrNoCapacity = errors.New("not enough ready servers fit the profile")
+
+// Provision allocates n ready servers to profile at once (reason
+// "provision", POST /api/v1/provision) and returns their names; the deploys
+// follow in the next passes. It allocates nothing when fewer than n fit
+// (ErrNoCapacity, with how many do), so a request never half-succeeds.
+func (c *Controller) Provision(profile string, n int, actor string) ([]string, error) {
+	desired := c.Desired()
+	if desired == nil {
+		return nil, errors.New("reconciler: no valid inventory revision yet")
+	}
+	p := desired.Profile(profile)
+	if p == nil {
+		return nil, fmt.Errorf("reconciler: profile %q is not in profiles.yaml", profile)
+	}
+	if n <= 0 || n > 1000 {
+		return nil, fmt.Errorf("reconciler: count %d: want 1 to 1000", n)
+	}
+	c.provisionMu.Lock()
+	defer c.provisionMu.Unlock()
+	snap, err := c.cfg.Store.Snapshot()
+	if err != nil {
+		return nil, err
+	}
+	cands := Candidates(*p, desired, snap, map[string]string{})
+	if len(cands) < n {
+		return nil, fmt.Errorf("reconciler: profile %s: %d wanted, %d fit (zone %s): %w", profile, n, len(cands), zoneOrAny(p.Zone), ErrNoCapacity)
+	}
+	now := c.cfg.Now().UTC()
+	var names []string
+	for _, s := range cands[:n] {
+		_, err := c.cfg.Store.Apply(state.Move{Server: s.Name, From: state.LifecycleReady, To: state.LifecycleAllocated, Actor: actor,
+			Reason: fmt.Sprintf("provision %s (%d requested)", profile, n),
+			Update: func(srv *state.Server) error {
+				srv.Allocation = &state.Allocation{Profile: profile, Image: p.Image, At: now, Reason: ReasonProvision}
+				return nil
+			}})
+		if err != nil {
+			// Undo what this call allocated, so the request does not half-succeed.
+			for _, done := range names {
+				_, _ = c.cfg.Store.Apply(state.Move{Server: done, From: state.LifecycleAllocated, To: state.LifecycleReady, Actor: actor,
+					Reason: "provision rolled back", Update: func(srv *state.Server) error { srv.Allocation = nil; return nil }})
+			}
+			return nil, fmt.Errorf("reconciler: provision %s: allocate %s: %w", profile, s.Name, err)
+		}
+		names = append(names, s.Name)
+	}
+	c.Trigger()
+	return names, nil
 }

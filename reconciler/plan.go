@@ -466,7 +466,8 @@ func brake(disruptive, all []Step, want *inventory.Inventory, have state.Snapsho
 
 func identityChanged(ws *inventory.Server, obs state.Server) bool {
 	return ws.Zone != obs.Zone || ws.Site != obs.Site || ws.Rack != obs.Rack || ws.BootMAC != obs.BootMAC || string(ws.BootMode) != obs.BootMode ||
-		string(ws.BMC.Driver) != obs.BMC.Driver || ws.BMC.Address != obs.BMC.Address || ws.BMC.Credentials != obs.BMC.Credentials
+		string(ws.BMC.Driver) != obs.BMC.Driver || ws.BMC.Address != obs.BMC.Address || ws.BMC.Credentials != obs.BMC.Credentials ||
+		ws.BMC.SystemID != obs.BMC.SystemID || ws.BMC.InsecureTLS != obs.BMC.InsecureTLS
 }
 
 func hasAction(steps []Step, a Action) bool {

@@ -59,6 +59,8 @@ type BMCFacts struct {
 	Driver          string `json:"driver,omitempty"`  // redfish | ipmi
 	Address         string `json:"address,omitempty"` // Redfish URL or IPMI host[:port]
 	Credentials     string `json:"credentials,omitempty"`
+	SystemID        string `json:"systemID,omitempty"`    // Redfish ComputerSystem Id on multi-system BMCs
+	InsecureTLS     bool   `json:"insecureTLS,omitempty"` // Redfish: skip TLS verification (inventory opt-out)
 	Manufacturer    string `json:"manufacturer,omitempty"`
 	Model           string `json:"model,omitempty"`
 	SerialNumber    string `json:"serialNumber,omitempty"`

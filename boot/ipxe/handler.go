@@ -64,10 +64,7 @@ type Config struct {
 }
 
 // Limit is a token bucket: Burst requests at once, refilled one per Every.
-type Limit struct {
-	Burst int
-	Every time.Duration
-}
+type Limit = boot.Limit
 
 // EventKind names an [Event].
 type EventKind string
@@ -92,8 +89,8 @@ type Event struct {
 type Handler struct {
 	cfg    Config
 	log    *slog.Logger
-	ipLim  *limiter
-	macLim *limiter
+	ipLim  *boot.Limiter
+	macLim *boot.Limiter
 	mux    *http.ServeMux
 	isos   *os.Root
 	bins   *os.Root
@@ -137,7 +134,7 @@ func New(cfg Config) (*Handler, error) {
 	if cfg.PerMAC.Burst <= 0 || cfg.PerMAC.Every <= 0 {
 		cfg.PerMAC = Limit{Burst: 6, Every: 2 * time.Second}
 	}
-	h := &Handler{cfg: cfg, log: cfg.Logger, ipLim: newLimiter(cfg.PerIP), macLim: newLimiter(cfg.PerMAC), mux: http.NewServeMux()}
+	h := &Handler{cfg: cfg, log: cfg.Logger, ipLim: boot.NewLimiter(cfg.PerIP), macLim: boot.NewLimiter(cfg.PerMAC), mux: http.NewServeMux()}
 	if h.log == nil {
 		h.log = slog.New(slog.DiscardHandler)
 	}
@@ -173,7 +170,7 @@ var safeArch = regexp.MustCompile(`^[a-z0-9_]{0,16}$`)
 
 func (h *Handler) serveScript(w http.ResponseWriter, r *http.Request) {
 	ip := peerIP(r)
-	if ok, wait := h.ipLim.allow(ip.String()); !ok {
+	if ok, wait := h.ipLim.Allow(ip.String()); !ok {
 		h.limited(w, "", ip, "per-ip", wait)
 		return
 	}
@@ -196,7 +193,7 @@ func (h *Handler) serveScript(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	log := h.log.With("mac", mac.String(), "ip", ip.String())
-	if ok, wait := h.macLim.allow(mac.String()); !ok {
+	if ok, wait := h.macLim.Allow(mac.String()); !ok {
 		h.limited(w, mac.String(), ip, "per-mac", wait)
 		return
 	}
@@ -339,7 +336,7 @@ func GrantFrom(ctx context.Context) (Grant, bool) {
 func (h *Handler) RequireToken(next http.Handler, purposes ...string) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ip := peerIP(r)
-		if ok, wait := h.ipLim.allow(ip.String()); !ok {
+		if ok, wait := h.ipLim.Allow(ip.String()); !ok {
 			h.limited(w, "", ip, "per-ip", wait)
 			return
 		}

@@ -1,12 +1,21 @@
-package ipxe
+package boot
 
 import (
 	"sync"
 	"time"
 )
 
-// limiter is a set of token buckets keyed by string (IP or MAC).
-type limiter struct {
+// Limit is a token bucket: Burst requests at once, refilled one per Every.
+type Limit struct {
+	Burst int
+	Every time.Duration
+}
+
+// Limiter is a set of token buckets keyed by string (a client IP or MAC),
+// for the per-client rate limits of the machine-facing endpoints. Memory
+// is bounded: beyond 65,536 keys, idle buckets are dropped. Safe for
+// concurrent use.
+type Limiter struct {
 	lim Limit
 	now func() time.Time
 
@@ -22,13 +31,14 @@ type bucket struct {
 // maxBuckets bounds memory: beyond it, full (idle) buckets are dropped.
 const maxBuckets = 65536
 
-func newLimiter(l Limit) *limiter {
-	return &limiter{lim: l, now: time.Now, buckets: map[string]*bucket{}}
+// NewLimiter returns a Limiter applying l to each key.
+func NewLimiter(l Limit) *Limiter {
+	return &Limiter{lim: l, now: time.Now, buckets: map[string]*bucket{}}
 }
 
-// allow takes one token for key; when none is left it returns false and how
+// Allow takes one token for key; when none is left it returns false and how
 // long until the next one.
-func (l *limiter) allow(key string) (bool, time.Duration) {
+func (l *Limiter) Allow(key string) (bool, time.Duration) {
 	now := l.now()
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -52,7 +62,7 @@ func (l *limiter) allow(key string) (bool, time.Duration) {
 	return true, 0
 }
 
-func (l *limiter) sweep(now time.Time) {
+func (l *Limiter) sweep(now time.Time) {
 	full := time.Duration(l.lim.Burst) * l.lim.Every
 	for k, b := range l.buckets {
 		if now.Sub(b.last) >= full {

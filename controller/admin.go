@@ -1,0 +1,121 @@
+package controller
+
+import (
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+
+	"github.com/machina-metal/machina/api"
+	"github.com/machina-metal/machina/reconciler"
+	"github.com/machina-metal/machina/state"
+)
+
+// ProvisionRequest is the body of POST /api/v1/provision.
+type ProvisionRequest struct {
+	Profile string `json:"profile"`
+	Count   int    `json:"count"`
+}
+
+// ProvisionResponse names the servers allocated by a provision request.
+type ProvisionResponse struct {
+	Profile string   `json:"profile"`
+	Servers []string `json:"servers"`
+}
+
+// ApproveRequest is the body of POST /api/v1/approve: the first 12 or more
+// hex digits of the inventory digest whose held plan is approved.
+type ApproveRequest struct {
+	Revision string `json:"revision"`
+}
+
+// mountAdmin adds the reconciler's admin routes, each behind an admin
+// token and audited by the store's events:
+//
+//	POST /api/v1/reconcile   poll Git and plan now
+//	GET  /api/v1/plan        the latest plan (steps, held steps, conditions)
+//	GET  /api/v1/inventory   the acting and the newest invalid revision
+//	POST /api/v1/approve     approve the held plan of a revision
+//	POST /api/v1/provision   allocate and deploy N servers of a profile
+func mountAdmin(srv *api.Server, st *state.Store, ctrl *reconciler.Controller, src *reconciler.Source) error {
+	routes := map[string]http.HandlerFunc{
+		"POST /api/v1/reconcile": func(w http.ResponseWriter, r *http.Request) {
+			src.Trigger()
+			ctrl.Trigger()
+			writeJSON(w, http.StatusAccepted, map[string]string{"status": "reconcile requested"})
+		},
+		"GET /api/v1/plan": func(w http.ResponseWriter, r *http.Request) {
+			writeJSON(w, http.StatusOK, ctrl.LastPlan())
+		},
+		"GET /api/v1/inventory": func(w http.ResponseWriter, r *http.Request) {
+			writeJSON(w, http.StatusOK, src.InventoryStatus())
+		},
+		"POST /api/v1/approve": func(w http.ResponseWriter, r *http.Request) {
+			var req ApproveRequest
+			if !decode(w, r, &req) {
+				return
+			}
+			if err := st.Approve(req.Revision, api.Actor(r)); err != nil {
+				writeErr(w, http.StatusBadRequest, "invalid_revision", "revision must be 12 to 64 lower-case hex digits of an inventory digest")
+				return
+			}
+			ctrl.Trigger()
+			writeJSON(w, http.StatusOK, map[string]string{"approved": req.Revision})
+		},
+		"POST /api/v1/provision": func(w http.ResponseWriter, r *http.Request) {
+			var req ProvisionRequest
+			if !decode(w, r, &req) {
+				return
+			}
+			names, err := ctrl.Provision(req.Profile, req.Count, api.Actor(r))
+			switch {
+			case errors.Is(err, reconciler.ErrNoCapacity):
+				writeErr(w, http.StatusConflict, "insufficient_capacity", err.Error())
+			case err != nil:
+				writeErr(w, http.StatusBadRequest, "bad_request", err.Error())
+			default:
+				_, _ = st.AppendEvent(state.Event{Kind: "provision", Actor: api.Actor(r), Message: "provision " + req.Profile + ": " + strings.Join(names, ", ")})
+				writeJSON(w, http.StatusOK, ProvisionResponse{Profile: req.Profile, Servers: names})
+			}
+		},
+	}
+	for pattern, h := range routes {
+		if err := srv.HandleAdmin(pattern, h); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// decode reads a small strict JSON body into v, answering 400 on failure.
+func decode(w http.ResponseWriter, r *http.Request, v any) bool {
+	dec := json.NewDecoder(io.LimitReader(r.Body, 64<<10))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		writeErr(w, http.StatusBadRequest, "bad_request", "malformed JSON body")
+		return false
+	}
+	return true
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func writeErr(w http.ResponseWriter, code int, errCode, msg string) {
+	writeJSON(w, code, map[string]string{"error": msg, "code": errCode})
+}
+
+// redactURL drops user information and the query from a URL for logs.
+func redactURL(s string) string {
+	u, err := url.Parse(s)
+	if err != nil || u.Scheme == "" {
+		return s
+	}
+	u.User, u.RawQuery = nil, ""
+	return u.String()
+}

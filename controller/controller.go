@@ -1,0 +1,414 @@
+// Package controller wires Machina's components into the running
+// controller: the state store, the admin API and machine-facing endpoints,
+// the iPXE boot endpoints and the ramdisk files, the image store and its
+// importer, the Git source, the reconciler and the status writer. It is
+// what `machina serve` runs and what the simulated lab and the end-to-end
+// tests start in-process.
+//
+// controller holds no logic of its own beyond wiring and small adapters;
+// the rules live in the packages it connects.
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/machina-metal/machina/api"
+	"github.com/machina-metal/machina/boot"
+	"github.com/machina-metal/machina/boot/ipxe"
+	"github.com/machina-metal/machina/images"
+	"github.com/machina-metal/machina/inventory"
+	"github.com/machina-metal/machina/reconciler"
+	"github.com/machina-metal/machina/state"
+)
+
+// Config configures the controller. Zero values are usable except
+// StatePath, WorkDir and Repo.URL.
+type Config struct {
+	// StatePath is the bbolt state file. Required.
+	StatePath string
+	// MasterKey seals secrets (MACHINA_API_KEY_MASTER_KEY); nil stores them
+	// unsealed, with a warning.
+	MasterKey []byte
+	// Listen is the HTTP address of the admin API, the boot endpoints and
+	// the machine-facing endpoints; "" means 127.0.0.1:8080.
+	Listen string
+	// PublicURL is the controller's base URL as machines reach it (iPXE
+	// scripts, deploy plans); "" means http://<Listen's bound address>.
+	PublicURL string
+	// WorkDir holds the Git clones (WorkDir/git) and, unless ImagesDir is
+	// set, the image store (WorkDir/images). Required.
+	WorkDir string
+	// ImagesDir overrides the image store's folder.
+	ImagesDir string
+	// Mirrors re-roots catalog images at local mirrors.
+	Mirrors images.Mirrors
+	// AllowFileURLs lets images.yaml name file:// URLs (tests, the
+	// simulated lab); off in production.
+	AllowFileURLs bool
+	// RamdiskDir holds vmlinuz and initrd.cpio.gz (make ramdisk), served at
+	// /boot/ramdisk/; "" serves nothing there.
+	RamdiskDir string
+	// ISODir holds the iPXE ISOs (make ipxe-iso), served at /boot/iso/.
+	ISODir string
+	// Repo is the inventory repository.
+	Repo reconciler.Remote
+	// StatusBranch sends status commits to a separate branch.
+	StatusBranch string
+	// PollInterval is the Git poll interval; zero means 30 s.
+	PollInterval time.Duration
+	// StatusInterval is the least time between status commits; zero means 30 s.
+	StatusInterval time.Duration
+	// Reconciler tunes the executor (workers, limits, backoff, deadlines);
+	// Store, Drivers, Logger and OnPass are filled here.
+	Reconciler reconciler.Config
+	// Drivers opens BMC drivers; nil uses the store's secrets (StoreDrivers).
+	Drivers reconciler.Drivers
+	// Join renders first-boot join commands; nil writes the placeholder.
+	Join JoinCommander
+	// AutoEnroll answers unknown PXE MACs (MACHINA_METAL_AUTO_ENROLL=1).
+	AutoEnroll bool
+	// Logger receives every component's logs; nil discards.
+	Logger *slog.Logger
+	// OnReady is called once the HTTP listener accepts connections.
+	OnReady func(r *Running)
+}
+
+// Running is a started controller, handed to OnReady.
+type Running struct {
+	// Addr is the HTTP listener's address.
+	Addr net.Addr
+	// URL is the controller's base URL as machines reach it.
+	URL string
+	// Store is the open state store.
+	Store *state.Store
+	// Reconciler is the executor (for Trigger, LastPlan, Desired).
+	Reconciler *reconciler.Controller
+	// Source is the Git source.
+	Source *reconciler.Source
+	// Status is the status writer.
+	Status *reconciler.StatusWriter
+	// Images is the image store.
+	Images *images.Store
+}
+
+// Run starts every component and serves until ctx is done, then stops them
+// and returns nil. A component failing to start is returned at once.
+func Run(ctx context.Context, cfg Config) error {
+	if cfg.StatePath == "" || cfg.WorkDir == "" || cfg.Repo.URL == "" {
+		return errors.New("controller: StatePath, WorkDir and Repo.URL are required")
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Listen == "" {
+		cfg.Listen = "127.0.0.1:8080"
+	}
+	if err := os.MkdirAll(cfg.WorkDir, 0o750); err != nil {
+		return fmt.Errorf("controller: %w", err)
+	}
+	st, err := state.Open(cfg.StatePath, state.Options{MasterKey: cfg.MasterKey, Logger: log.With("component", "state")})
+	if err != nil {
+		return fmt.Errorf("controller: open state: %w", err)
+	}
+	defer st.Close()
+	if sec, err := st.SecretsStatus(); err == nil && !sec.Sealing {
+		if sec.Sealed > 0 {
+			return fmt.Errorf("controller: the state file holds %d sealed secrets but no master key is set", sec.Sealed)
+		}
+		log.Warn("secrets are stored unsealed: set MACHINA_API_KEY_MASTER_KEY to encrypt them at rest")
+	}
+
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("controller: listen %s: %w", cfg.Listen, err)
+	}
+	defer ln.Close()
+	publicURL := cfg.PublicURL
+	if publicURL == "" {
+		publicURL = "http://" + ln.Addr().String()
+	}
+
+	reg := prometheus.NewRegistry()
+	srv, err := api.New(api.Config{Store: st, Logger: log.With("component", "api"), Registry: reg})
+	if err != nil {
+		return fmt.Errorf("controller: %w", err)
+	}
+
+	imagesDir := cfg.ImagesDir
+	if imagesDir == "" {
+		imagesDir = filepath.Join(cfg.WorkDir, "images")
+	}
+	imgStore, err := images.OpenStore(imagesDir)
+	if err != nil {
+		return fmt.Errorf("controller: image store: %w", err)
+	}
+	imgStatus := &imageStatus{m: map[string]images.Status{}}
+	importer, err := images.New(images.Config{Store: imgStore, Status: imgStatus, AllowFileURLs: cfg.AllowFileURLs, Logger: log.With("component", "images")})
+	if err != nil {
+		return fmt.Errorf("controller: %w", err)
+	}
+	imgHandler, err := images.NewHandler(images.HandlerConfig{Store: imgStore, Tokens: imageTokens{st}, Logger: log.With("component", "images")})
+	if err != nil {
+		return fmt.Errorf("controller: %w", err)
+	}
+	if err := srv.HandlePublic("/images/", imgHandler); err != nil {
+		return err
+	}
+
+	drivers := cfg.Drivers
+	if drivers == nil {
+		sd := &StoreDrivers{Store: st, Logger: log.With("component", "bmc")}
+		defer sd.Close(context.Background())
+		drivers = sd
+	}
+	status := &statusFeed{}
+	rcfg := cfg.Reconciler
+	rcfg.Store, rcfg.Drivers, rcfg.Logger = st, drivers, log.With("component", "reconciler")
+	rcfg.Metrics = reconciler.NewMetrics(reg)
+	if cfg.ISODir != "" && rcfg.ISOURL == "" {
+		rcfg.ISOURL = publicURL + "/boot/iso/ipxe-bios.iso"
+	}
+	rcfg.OnPass = status.onPass
+	ctrl, err := reconciler.New(rcfg)
+	if err != nil {
+		return fmt.Errorf("controller: %w", err)
+	}
+
+	idx, err := api.NewBootIndex(st)
+	if err != nil {
+		return fmt.Errorf("controller: %w", err)
+	}
+	ipxeCfg := ipxe.Config{Lookup: idx, Tokens: idx, ControllerURL: publicURL, ISODir: cfg.ISODir, Logger: log.With("component", "ipxe"),
+		OnEvent: func(e ipxe.Event) {
+			_, _ = st.AppendEvent(state.Event{Kind: state.EventKind("boot." + string(e.Kind)), Message: fmt.Sprintf("%s mac=%s ip=%s: %s", e.Kind, e.MAC, e.IP, e.Reason)})
+		}}
+	if cfg.AutoEnroll {
+		ipxeCfg.AutoEnroll, ipxeCfg.Enroller = true, &enroller{st: st}
+	}
+	bootHandler, err := ipxe.New(ipxeCfg)
+	if err != nil {
+		return fmt.Errorf("controller: %w", err)
+	}
+	defer bootHandler.Close()
+	if err := srv.HandlePublic(ipxe.ScriptPath, bootHandler); err != nil {
+		return err
+	}
+	if cfg.ISODir != "" {
+		if err := srv.HandlePublic("/boot/iso/", bootHandler); err != nil {
+			return err
+		}
+	}
+	if cfg.RamdiskDir != "" {
+		if err := srv.HandlePublic("/boot/ramdisk/", http.StripPrefix("/boot/ramdisk/", http.FileServer(http.Dir(cfg.RamdiskDir)))); err != nil {
+			return err
+		}
+	}
+	machine, err := api.NewMachine(api.MachineConfig{Store: st, Planner: &planner{desired: ctrl.Desired, images: imgStore, baseURL: publicURL, join: cfg.Join},
+		Logger: log.With("component", "machine")})
+	if err != nil {
+		return fmt.Errorf("controller: %w", err)
+	}
+	if err := machine.Mount(srv); err != nil {
+		return err
+	}
+
+	gitDir := filepath.Join(cfg.WorkDir, "git")
+	src, err := reconciler.NewSource(reconciler.SourceConfig{Remote: cfg.Repo, StateDir: gitDir, Interval: cfg.PollInterval, Logger: log.With("component", "git"),
+		OnEvent: func(e reconciler.SourceEvent) {
+			_, _ = st.AppendEvent(state.Event{Kind: state.EventKind("inventory." + string(e.Kind)), Message: e.Message})
+		}})
+	if err != nil {
+		return fmt.Errorf("controller: %w", err)
+	}
+	writer, err := reconciler.NewStatusWriter(reconciler.StatusConfig{Remote: cfg.Repo, StatusBranch: cfg.StatusBranch, StateDir: gitDir,
+		Interval: cfg.StatusInterval, Logger: log.With("component", "status")})
+	if err != nil {
+		return fmt.Errorf("controller: %w", err)
+	}
+	builder := &reconciler.StatusBuilder{Store: st}
+	status.build = func(res reconciler.Result) {
+		snap, err := builder.Build(src.InventoryStatus(), imgStatus.list(), res)
+		if err != nil {
+			log.Error("build status", "err", err)
+			return
+		}
+		urgent := src.InventoryStatus().Invalid != nil
+		for _, s := range snap.Servers {
+			for _, c := range s.Conditions {
+				if c.Type == "Stalled" {
+					urgent = true
+				}
+			}
+		}
+		writer.Update(snap, urgent)
+	}
+	if err := mountAdmin(srv, st, ctrl, src); err != nil {
+		return err
+	}
+
+	run := &Running{Addr: ln.Addr(), URL: publicURL, Store: st, Reconciler: ctrl, Source: src, Status: writer, Images: imgStore}
+	log.Info("controller listening", "addr", ln.Addr().String(), "url", publicURL, "repo", redactURL(cfg.Repo.URL))
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	errc := make(chan error, 8)
+	goRun := func(name string, f func(context.Context) error) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := f(ctx); err != nil && !errors.Is(err, context.Canceled) {
+				errc <- fmt.Errorf("%s: %w", name, err)
+				cancel()
+			}
+		}()
+	}
+	goRun("api", func(ctx context.Context) error { return srv.Serve(ctx, ln) })
+	goRun("boot index", idx.Run)
+	goRun("git source", src.Run)
+	goRun("status writer", writer.Run)
+	goRun("reconciler", ctrl.Run)
+	goRun("prune", func(ctx context.Context) error { prune(ctx, st, 10*time.Minute, log); return nil })
+	goRun("revisions", func(ctx context.Context) error {
+		follow(ctx, src, ctrl, importer, cfg.Mirrors, log)
+		return nil
+	})
+	if cfg.OnReady != nil {
+		cfg.OnReady(run)
+	}
+	wg.Wait()
+	close(errc)
+	for err := range errc {
+		return err
+	}
+	log.Info("controller stopped")
+	return nil
+}
+
+// follow hands every new good revision to the reconciler and imports its
+// images; while the newest revision is invalid, nothing new is acted on
+// (the last good revision stays desired, and no new deploy starts).
+func follow(ctx context.Context, src *reconciler.Source, ctrl *reconciler.Controller, importer *images.Importer, mirrors images.Mirrors, log *slog.Logger) {
+	var lastDigest string
+	apply := func() {
+		good, invalid := src.Latest()
+		ctrl.SetHoldDeploys(invalid != nil)
+		if good.Inventory == nil || good.Digest == lastDigest {
+			return
+		}
+		lastDigest = good.Digest
+		ctrl.SetDesired(good.Inventory)
+		reqs := imageRequests(good.Inventory, mirrors)
+		go func() {
+			for i, err := range importer.ImportAll(ctx, reqs) {
+				if err != nil {
+					log.Warn("image import", "image", reqs[i].Name, "err", err)
+				}
+			}
+			ctrl.Trigger()
+		}()
+	}
+	apply()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-src.Changed():
+			apply()
+		}
+	}
+}
+
+// imageRequests turns images.yaml entries into import requests.
+func imageRequests(inv *inventory.Inventory, mirrors images.Mirrors) []images.Request {
+	var out []images.Request
+	for _, im := range inv.Images {
+		r := images.Request{Name: im.Name, Catalog: im.Catalog, Arch: im.Arch, URL: im.URL, Checksum: im.Checksum, ChecksumURL: im.ChecksumURL, Mirrors: mirrors}
+		if im.Mirror != "" {
+			r.Mirrors.Base = im.Mirror
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+// prune removes expired tokens and old events every interval until ctx is done.
+func prune(ctx context.Context, st *state.Store, every time.Duration, log *slog.Logger) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if _, err := st.Prune(); err != nil {
+				log.Error("prune state", "err", err)
+			}
+		}
+	}
+}
+
+// statusFeed passes each reconcile pass's plan to the status builder.
+type statusFeed struct {
+	mu    sync.Mutex
+	build func(reconciler.Result)
+}
+
+func (f *statusFeed) onPass(res reconciler.Result) {
+	f.mu.Lock()
+	b := f.build
+	f.mu.Unlock()
+	if b != nil {
+		b(res)
+	}
+}
+
+// imageStatus keeps the importer's latest status per image for status/.
+type imageStatus struct {
+	mu sync.Mutex
+	m  map[string]images.Status
+}
+
+// RecordImageStatus implements images.StatusRecorder.
+func (s *imageStatus) RecordImageStatus(_ context.Context, name string, st images.Status) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.m[name] = st
+	return nil
+}
+
+func (s *imageStatus) list() []reconciler.ImageStatus {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []reconciler.ImageStatus
+	for name, st := range s.m {
+		is := reconciler.ImageStatus{Name: name, State: string(st.State), SizeBytes: st.SizeBytes, Message: st.Reason}
+		if st.Raw.Hex != "" {
+			is.Checksum = string(st.Raw.Algo) + ":" + st.Raw.Hex
+		}
+		out = append(out, is)
+	}
+	return out
+}
+
+// enroller records unknown PXE MACs as discovered (auto-enrol hook).
+type enroller struct{ st *state.Store }
+
+// Discovered implements boot.Enroller: it records the MAC as an event and
+// answers with no assignment (enrolment into Git is a later step).
+func (e *enroller) Discovered(_ context.Context, d boot.Discovery) (boot.Assignment, error) {
+	_, _ = e.st.AppendEvent(state.Event{Kind: "boot.discovered", Message: "unknown machine PXE-booted: " + boot.FormatMAC(d.MAC)})
+	return boot.Assignment{}, fmt.Errorf("discovered %s: %w", boot.FormatMAC(d.MAC), boot.ErrNotFound)
+}

@@ -1,0 +1,98 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	v1 "github.com/machina-metal/machina/api/v1"
+	"github.com/machina-metal/machina/images"
+	"github.com/machina-metal/machina/inventory"
+	"github.com/machina-metal/machina/ramdisk/agent"
+	"github.com/machina-metal/machina/state"
+)
+
+// JoinCommander renders the first-boot join command a deployed host's
+// NoCloud seed runs (the join listener's URL, pinned CA fingerprint and
+// script checksum, and a fresh enrolment token for srv).
+type JoinCommander interface {
+	JoinCommand(ctx context.Context, srv state.Server, p inventory.Profile) (string, error)
+}
+
+// planner makes deploy plans from the desired inventory and the image store.
+type planner struct {
+	desired func() *inventory.Inventory
+	images  *images.Store
+	baseURL string
+	join    JoinCommander
+}
+
+// DeployPlan implements api.DeployPlanner.
+func (p *planner) DeployPlan(ctx context.Context, srv state.Server) (v1.Plan, error) {
+	inv := p.desired()
+	if inv == nil {
+		return v1.Plan{}, errors.New("no valid inventory revision")
+	}
+	if srv.Allocation == nil {
+		return v1.Plan{}, fmt.Errorf("server %s has no allocation", srv.Name)
+	}
+	prof := inv.Profile(srv.Allocation.Profile)
+	if prof == nil {
+		return v1.Plan{}, fmt.Errorf("profile %q is not in the inventory any more", srv.Allocation.Profile)
+	}
+	if prof.Deploy != inventory.DeployImage {
+		return v1.Plan{}, fmt.Errorf("profile %s deploys with %s: the installer path does not use an image plan", prof.Name, prof.Deploy)
+	}
+	rec, err := p.images.Lookup(prof.Image)
+	if err != nil {
+		return v1.Plan{}, fmt.Errorf("image %s: %w", prof.Image, err)
+	}
+	if rec.State != images.StateVerified {
+		return v1.Plan{}, fmt.Errorf("image %s is %s, not verified yet", prof.Image, rec.State)
+	}
+	plan := v1.Plan{
+		ImageURL:       strings.TrimRight(p.baseURL, "/") + "/images/" + prof.Image,
+		ImageSHA256:    rec.Raw.Hex,
+		ImageSizeBytes: rec.SizeBytes,
+		Seed: v1.Seed{
+			InstanceID: fmt.Sprintf("%s-%d", srv.Name, srv.Allocation.At.Unix()),
+			Hostname:   srv.Name,
+			SSHKeys:    prof.SSHKeys,
+			NetworkConfig: fmt.Sprintf("version: 2\nethernets:\n  boot:\n    match:\n      macaddress: \"%s\"\n    dhcp4: true\n",
+				srv.BootMAC),
+			JoinCommand: agent.JoinPlaceholder,
+		},
+	}
+	if ws := inv.Server(srv.Name); ws != nil && ws.RootDevice != nil {
+		plan.RootDevice = v1.RootDeviceHint{Serial: ws.RootDevice.Serial, WWN: ws.RootDevice.WWN, ByPath: ws.RootDevice.ByPath, MinSizeBytes: ws.RootDevice.MinSizeGiB << 30}
+	}
+	if p.join != nil {
+		cmd, err := p.join.JoinCommand(ctx, srv, *prof)
+		if err != nil {
+			return v1.Plan{}, fmt.Errorf("join command: %w", err)
+		}
+		plan.Seed.JoinCommand = cmd
+	}
+	return plan, nil
+}
+
+// imageTokens checks the ramdisk's image tokens against the store: the
+// reusable image token of a deploying server whose allocation uses image.
+type imageTokens struct{ st *state.Store }
+
+// CheckImageToken implements images.TokenChecker.
+func (t imageTokens) CheckImageToken(_ context.Context, token, image string) error {
+	tok, err := t.st.CheckToken(token, state.TokenClaim{Purpose: state.PurposeImage})
+	if err != nil {
+		return fmt.Errorf("%w: %v", images.ErrTokenRejected, err)
+	}
+	srv, err := t.st.Server(tok.Server)
+	if err != nil {
+		return fmt.Errorf("%w: server %s: %v", images.ErrTokenRejected, tok.Server, err)
+	}
+	if srv.Allocation == nil || srv.Allocation.Image != image {
+		return fmt.Errorf("%w: server %s is not deploying image %s", images.ErrTokenRejected, srv.Name, image)
+	}
+	return nil
+}
