@@ -76,6 +76,10 @@ type Config struct {
 	Drivers reconciler.Drivers
 	// Join renders first-boot join commands; nil writes the placeholder.
 	Join JoinCommander
+	// MachinePerIP limits the boot and machine-facing requests per client IP;
+	// zero means the packages' defaults (a burst of 20-30, 10 a second). The
+	// simulated lab, where every machine is 127.0.0.1, raises it.
+	MachinePerIP boot.Limit
 	// AutoEnroll answers unknown PXE MACs (MACHINA_METAL_AUTO_ENROLL=1).
 	AutoEnroll bool
 	// Logger receives every component's logs; nil discards.
@@ -190,7 +194,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("controller: %w", err)
 	}
-	ipxeCfg := ipxe.Config{Lookup: idx, Tokens: idx, ControllerURL: publicURL, ISODir: cfg.ISODir, Logger: log.With("component", "ipxe"),
+	ipxeCfg := ipxe.Config{Lookup: idx, Tokens: idx, ControllerURL: publicURL, ISODir: cfg.ISODir, Logger: log.With("component", "ipxe"), PerIP: cfg.MachinePerIP,
 		OnEvent: func(e ipxe.Event) {
 			_, _ = st.AppendEvent(state.Event{Kind: state.EventKind("boot." + string(e.Kind)), Message: fmt.Sprintf("%s mac=%s ip=%s: %s", e.Kind, e.MAC, e.IP, e.Reason)})
 		}}
@@ -216,7 +220,7 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 	}
 	machine, err := api.NewMachine(api.MachineConfig{Store: st, Planner: &planner{desired: ctrl.Desired, images: imgStore, baseURL: publicURL, join: cfg.Join},
-		Logger: log.With("component", "machine")})
+		PerIP: cfg.MachinePerIP, Logger: log.With("component", "machine")})
 	if err != nil {
 		return fmt.Errorf("controller: %w", err)
 	}

@@ -111,7 +111,15 @@ func (c *Controller) run(ctx context.Context, step Step, desired *inventory.Inve
 			return err
 		}
 	case ActFinishDeploy:
-		if err := drv.SetBootOverride(ctx, bmc.BootOverride{Device: bmc.BootDisk, Persistent: true, Mode: mode}); err != nil {
+		err := drv.SetBootOverride(ctx, bmc.BootOverride{Device: bmc.BootDisk, Persistent: true, Mode: mode})
+		if errors.Is(err, bmc.ErrUnsupported) {
+			// Some BMCs offer only one-time overrides (Lenovo XCC lists
+			// Once and Disabled): boot the disk next time, and let the
+			// firmware's boot order do the rest.
+			log.Info("no persistent boot override on this BMC; setting disk once")
+			err = drv.SetBootOverride(ctx, bmc.BootOverride{Device: bmc.BootDisk, Mode: mode})
+		}
+		if err != nil {
 			return fmt.Errorf("set boot override to disk: %w", err)
 		}
 		if _, err := st.UpdateServer(step.Server, func(s *state.Server) error { s.FinishDeploy = false; return nil }); err != nil {

@@ -12,36 +12,27 @@ import (
 
 // Metrics are the controller's Prometheus metrics. Register them with
 // NewMetrics on the registry the admin API's /metrics serves.
+// Servers by lifecycle are the admin API's machina_servers gauge.
 type Metrics struct {
-	servers  *prometheus.GaugeVec
 	actions  *prometheus.CounterVec
 	duration prometheus.Histogram
 }
 
 // NewMetrics creates the metrics and registers them on reg:
-// machina_servers{lifecycle}, machina_actions_total{action,result} and
-// machina_reconcile_duration_seconds.
+// machina_actions_total{action,result} and machina_reconcile_duration_seconds.
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
-		servers: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "machina_servers", Help: "Servers by lifecycle."}, []string{"lifecycle"}),
 		actions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "machina_actions_total", Help: "Executor actions by action and result (ok, transient, failed)."}, []string{"action", "result"}),
 		duration: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "machina_reconcile_duration_seconds", Help: "Time to snapshot and plan one pass.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 14)}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.servers, m.actions, m.duration)
+		reg.MustRegister(m.actions, m.duration)
 	}
 	return m
 }
 
-func (m *Metrics) observePass(snap state.Snapshot, d time.Duration) {
-	counts := map[state.Lifecycle]int{}
-	for _, s := range snap.Servers {
-		counts[s.Lifecycle]++
-	}
-	for _, lc := range state.Lifecycles() {
-		m.servers.WithLabelValues(string(lc)).Set(float64(counts[lc]))
-	}
+func (m *Metrics) observePass(_ state.Snapshot, d time.Duration) {
 	m.duration.Observe(d.Seconds())
 }
 

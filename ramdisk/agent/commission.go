@@ -23,6 +23,10 @@ type CommissionConfig struct {
 	DevDir string
 	// MemoryTestBytes bounds the memory pattern test; zero means 64 MiB.
 	MemoryTestBytes int64
+	// MemoryFault, when set, is called after each pattern is written and
+	// before it is checked: the simulated lab's failing-DIMM injection.
+	// Nil (always, outside the simulated lab) tests the real memory only.
+	MemoryFault func(words []uint64)
 	// DiskReadBytes is read at the start, middle and end of each disk; zero means 8 MiB.
 	DiskReadBytes int64
 	// NetworkTestBytes is fetched from the controller; zero means 8 MiB.
@@ -49,7 +53,7 @@ func RunCommissioning(ctx context.Context, f v1.Facts, cfg CommissionConfig) []v
 		fn   func() (map[string]float64, error)
 	}{
 		{v1.TestCPU, func() (map[string]float64, error) { return CPUTest(cfg.Root, f.CPU) }},
-		{v1.TestMemory, func() (map[string]float64, error) { return MemoryTest(ctx, cfg.MemoryTestBytes) }},
+		{v1.TestMemory, func() (map[string]float64, error) { return memoryTest(ctx, cfg.MemoryTestBytes, cfg.MemoryFault) }},
 		{v1.TestDisk, func() (map[string]float64, error) { return DiskReadTest(ctx, cfg.DevDir, f.Disks, cfg.DiskReadBytes) }},
 		{v1.TestNetwork, func() (map[string]float64, error) {
 			return NetworkTest(ctx, cfg.Payload, cfg.NetworkTestBytes, cfg.MinNetworkMBps)
@@ -113,6 +117,10 @@ var ErrMemoryPattern = errors.New("memory pattern mismatch")
 // tests only the pages the allocator hands out; it is a smoke test for bad
 // DIMMs and wrong sizes, not memtest86.
 func MemoryTest(ctx context.Context, n int64) (map[string]float64, error) {
+	return memoryTest(ctx, n, nil)
+}
+
+func memoryTest(ctx context.Context, n int64, fault func([]uint64)) (map[string]float64, error) {
 	if n <= 0 {
 		n = 64 << 20
 	}
@@ -130,6 +138,9 @@ func MemoryTest(ctx context.Context, n int64) (map[string]float64, error) {
 			} else {
 				words[i] = p
 			}
+		}
+		if fault != nil {
+			fault(words)
 		}
 		for i := range words {
 			want := p

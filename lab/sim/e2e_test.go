@@ -1,0 +1,241 @@
+package sim_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-git/go-git/v5"
+	"github.com/go-git/go-git/v5/plumbing/object"
+
+	"github.com/machina-metal/machina/boot"
+	"github.com/machina-metal/machina/controller"
+	"github.com/machina-metal/machina/lab/sim"
+	"github.com/machina-metal/machina/reconciler"
+	"github.com/machina-metal/machina/state"
+)
+
+// harness is the simulated lab with a controller running in-process.
+type harness struct {
+	t   *testing.T
+	lab *sim.Lab
+	run *controller.Running
+}
+
+func startHarness(t *testing.T, cfg sim.Config) *harness {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	dir := t.TempDir()
+	cfg.Dir = filepath.Join(dir, "lab")
+	log := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelInfo}))
+	cfg.Logger = log.With("lab", "sim")
+	lab, err := sim.Start(ctx, cfg)
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	h := &harness{t: t, lab: lab}
+	ready := make(chan *controller.Running, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- controller.Run(ctx, controller.Config{
+			StatePath: filepath.Join(dir, "state.db"), WorkDir: filepath.Join(dir, "work"), Listen: "127.0.0.1:0",
+			Repo: reconciler.Remote{URL: lab.RepoURL}, PollInterval: 200 * time.Millisecond, StatusInterval: 300 * time.Millisecond,
+			MachinePerIP: boot.Limit{Burst: 1000, Every: time.Millisecond},
+			Reconciler:   reconciler.Config{Interval: 200 * time.Millisecond, BackoffBase: 200 * time.Millisecond, BackoffCap: 2 * time.Second},
+			Logger:       log.With("lab", "controller"),
+			OnReady: func(r *controller.Running) {
+				user, pass := lab.Credentials()
+				for _, name := range []string{"bmc-redfish", "bmc-ipmi"} {
+					if _, err := r.Store.PutSecret(name, state.Credential{Username: user, Password: pass}, "test"); err != nil {
+						t.Errorf("put secret: %v", err)
+					}
+				}
+				lab.SetController(r.URL)
+				ready <- r
+			},
+		})
+	}()
+	select {
+	case h.run = <-ready:
+	case err := <-done:
+		cancel()
+		lab.Close()
+		t.Fatalf("controller did not start: %v", err)
+	}
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("controller: %v", err)
+		}
+		lab.Close()
+	})
+	return h
+}
+
+// waitFor polls cond until it holds or the deadline passes.
+func (h *harness) waitFor(what string, d time.Duration, cond func(state.Snapshot) bool) state.Snapshot {
+	h.t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		snap, err := h.run.Store.Snapshot()
+		if err != nil {
+			h.t.Fatal(err)
+		}
+		if cond(snap) {
+			return snap
+		}
+		if time.Now().After(deadline) {
+			var lines []string
+			for name, s := range snap.Servers {
+				lines = append(lines, fmt.Sprintf("%s=%s(%s)", name, s.Lifecycle, s.LastError))
+			}
+			h.t.Fatalf("timed out after %s waiting for %s; servers: %s\nplan:\n%s", d, what, strings.Join(lines, " "), h.run.Reconciler.LastPlan().Text())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func count(snap state.Snapshot, lc state.Lifecycle) int {
+	n := 0
+	for _, s := range snap.Servers {
+		if s.Lifecycle == lc {
+			n++
+		}
+	}
+	return n
+}
+
+// push edits the operator's clone with edit, commits and pushes.
+func (h *harness) push(msg string, edit func(dir string)) {
+	h.t.Helper()
+	edit(h.lab.Clone)
+	repo, err := git.PlainOpen(h.lab.Clone)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	// The controller pushes status commits: pull them first, as an operator does.
+	wt, _ := repo.Worktree()
+	if err := wt.Pull(&git.PullOptions{RemoteName: "origin"}); err != nil && err != git.NoErrAlreadyUpToDate {
+		h.t.Fatalf("pull: %v", err)
+	}
+	edit(h.lab.Clone)
+	if err := wt.AddGlob("."); err != nil {
+		h.t.Fatal(err)
+	}
+	sig := &object.Signature{Name: "op", Email: "op@sim.invalid", When: time.Now()}
+	if _, err := wt.Commit(msg, &git.CommitOptions{Author: sig, Committer: sig}); err != nil {
+		h.t.Fatal(err)
+	}
+	if err := repo.Push(&git.PushOptions{RemoteName: "origin"}); err != nil {
+		h.t.Fatalf("push: %v", err)
+	}
+	h.run.Source.Trigger()
+}
+
+func replaceIn(t *testing.T, path, old, new string) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(b)
+	if !strings.Contains(s, old) && !strings.Contains(s, new) {
+		t.Fatalf("%s does not contain %q", path, old)
+	}
+	if err := os.WriteFile(path, []byte(strings.Replace(s, old, new, 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestExampleSiteEndToEnd: the example site goes new → commissioning →
+// ready, the profiles' counts are deployed through the real agent with
+// verify-before-write, and status commits record it.
+func TestExampleSiteEndToEnd(t *testing.T) {
+	h := startHarness(t, sim.Config{})
+	// 11 servers commission (r3-n03 is retired in the example).
+	h.waitFor("11 servers ready or deployed", 3*time.Minute, func(s state.Snapshot) bool {
+		return count(s, state.LifecycleReady)+count(s, state.LifecycleAllocated)+count(s, state.LifecycleDeploying)+count(s, state.LifecycleDeployed) == 11
+	})
+	// hypervisor count 2 (zone-a) and storage count 1 (zone-b) deploy.
+	snap := h.waitFor("3 servers deployed", 3*time.Minute, func(s state.Snapshot) bool {
+		n := 0
+		for _, srv := range s.Servers {
+			if srv.Lifecycle == state.LifecycleDeployed && !srv.FinishDeploy {
+				n++
+			}
+		}
+		return n == 3
+	})
+	byProfile := map[string]int{}
+	for _, s := range snap.Servers {
+		if s.Lifecycle == state.LifecycleDeployed {
+			byProfile[s.Allocation.Profile]++
+			if m := h.lab.Machine(s.Name); m.Phase() != sim.PhaseOS {
+				// the machine rebooted after the write and booted its disk
+				h.waitMachine(m, sim.PhaseOS)
+			}
+		}
+		if s.Lifecycle == state.LifecycleReady && s.Hardware == nil {
+			t.Errorf("%s is ready without hardware facts", s.Name)
+		}
+	}
+	if byProfile["hypervisor"] != 2 || byProfile["storage"] != 1 {
+		t.Errorf("deployed by profile = %v, want hypervisor 2, storage 1", byProfile)
+	}
+	h.waitStatus("status/servers/r1-n01.yaml", "lifecycle:")
+	h.waitStatus("status/README.md", "r2-n01")
+}
+
+func (h *harness) waitMachine(m *sim.Machine, p sim.Phase) {
+	h.t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for m.Phase() != p {
+		if time.Now().After(deadline) {
+			h.t.Fatalf("%s: phase %s, want %s", m.Name, m.Phase(), p)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// waitStatus waits until the bare repository's main branch has path with
+// text in it (a status commit from the controller).
+func (h *harness) waitStatus(path, text string) string {
+	h.t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		if body, ok := readHead(h.lab.RepoURL, path); ok && strings.Contains(body, text) {
+			return body
+		}
+		if time.Now().After(deadline) {
+			h.t.Fatalf("no status commit with %s containing %q", path, text)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func readHead(repoURL, path string) (string, bool) {
+	repo, err := git.PlainOpen(strings.TrimPrefix(repoURL, "file://"))
+	if err != nil {
+		return "", false
+	}
+	ref, err := repo.Head()
+	if err != nil {
+		return "", false
+	}
+	c, err := repo.CommitObject(ref.Hash())
+	if err != nil {
+		return "", false
+	}
+	f, err := c.File(path)
+	if err != nil {
+		return "", false
+	}
+	s, err := f.Contents()
+	return s, err == nil
+}

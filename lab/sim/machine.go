@@ -1,0 +1,316 @@
+package sim
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	v1 "github.com/machina-metal/machina/api/v1"
+	"github.com/machina-metal/machina/ramdisk/agent"
+)
+
+// Phase is what a simulated machine is doing.
+type Phase string
+
+// Phases of a simulated machine.
+const (
+	PhaseOff           Phase = "off"
+	PhaseFirmware      Phase = "firmware"      // powered on, PXE-booting
+	PhaseCommissioning Phase = "commissioning" // ramdisk running the agent's commissioning
+	PhaseDeploying     Phase = "deploying"     // ramdisk writing the image
+	PhaseOS            Phase = "os"            // booted the deployed OS from disk
+	PhaseNoOS          Phase = "no-os"         // nothing bootable: firmware waits
+)
+
+// Machine is one simulated server behind a bmcsim BMC. It implements
+// bmcsim.PowerBackend: power on runs firmware that network-boots first (as
+// the VM lab's BIOS machines do with -boot order=nc), fetches the
+// controller's real iPXE script for its MAC and follows it: the ramdisk's
+// kernel line (with a real single-use token) runs the real agent code
+// (ramdisk/agent.Runner) against a generated sysfs tree and sparse disk
+// files; "exit"/"sanboot" boots the local disk, which counts as an OS when
+// the deployed image is on it.
+type Machine struct {
+	Name string
+	MAC  string
+	HW   Hardware
+
+	root, devDir string
+	lab          *Lab
+	log          *slog.Logger
+
+	mu       sync.Mutex
+	on       bool
+	phase    Phase
+	gen      int // increments on every power change; a stale boot stops
+	cancel   context.CancelFunc
+	boots    int
+	lastSeed *v1.Seed
+	// failMemory makes the commissioning memory test fail (fault injection).
+	failMemory bool
+}
+
+// FailMemory injects (or clears) a failing DIMM: the commissioning memory
+// test finds a flipped bit.
+func (m *Machine) FailMemory(fail bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.failMemory = fail
+}
+
+func (m *Machine) failing() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.failMemory
+}
+
+// PowerState implements bmcsim.PowerBackend.
+func (m *Machine) PowerState(context.Context) (string, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.on {
+		return "On", nil
+	}
+	return "Off", nil
+}
+
+// Reset implements bmcsim.PowerBackend with the ResetTypes bmcsim already
+// checked against the tree's allowed values.
+func (m *Machine) Reset(_ context.Context, resetType string) error {
+	switch resetType {
+	case "On", "ForceOn":
+		m.power(true, false)
+	case "ForceOff", "GracefulShutdown":
+		m.power(false, false)
+	case "ForceRestart", "GracefulRestart", "PowerCycle":
+		m.power(true, true)
+	case "PushPowerButton":
+		m.mu.Lock()
+		on := m.on
+		m.mu.Unlock()
+		m.power(!on, false)
+	case "Nmi":
+	default:
+		return fmt.Errorf("sim: unknown ResetType %q", resetType)
+	}
+	return nil
+}
+
+// power switches the machine; restart forces a new boot even when on.
+func (m *Machine) power(on, restart bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.on == on && !restart {
+		return
+	}
+	if m.cancel != nil {
+		m.cancel()
+		m.cancel = nil
+	}
+	m.gen++
+	m.on = on
+	if !on {
+		m.phase = PhaseOff
+		return
+	}
+	ctx, cancel := context.WithCancel(m.lab.ctx)
+	m.cancel = cancel
+	gen := m.gen
+	m.phase = PhaseFirmware
+	go m.run(ctx, gen)
+}
+
+// Phase returns what the machine is doing now.
+func (m *Machine) Phase() Phase {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.phase
+}
+
+// Boots counts power-ons and reboots.
+func (m *Machine) Boots() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.boots
+}
+
+func (m *Machine) setPhase(gen int, p Phase) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if gen != m.gen {
+		return false
+	}
+	m.phase = p
+	return true
+}
+
+// run is the firmware and what it boots, until the machine powers off or
+// the boot's context ends.
+func (m *Machine) run(ctx context.Context, gen int) {
+	for {
+		m.mu.Lock()
+		m.boots++
+		m.mu.Unlock()
+		if !sleep(ctx, m.lab.cfg.BootDelay) {
+			return
+		}
+		script, err := m.fetchScript(ctx)
+		if err != nil {
+			if ctx.Err() == nil {
+				m.log.Warn("PXE: no script; retrying", "err", err)
+				if !sleep(ctx, time.Second) {
+					return
+				}
+				continue
+			}
+			return
+		}
+		args, isRamdisk := kernelArgs(script)
+		if !isRamdisk {
+			m.bootDisk(ctx, gen)
+			return
+		}
+		mode := args["machina.mode"]
+		client := &v1.AgentClient{BaseURL: args["machina.url"], HTTP: m.lab.http}
+		r := &agent.Runner{Client: client, Token: args["machina.token"], BootMAC: m.MAC, Root: m.root, DevDir: m.devDir,
+			Tests: agent.CommissionConfig{MemoryTestBytes: 1 << 20, DiskReadBytes: 64 << 10, NetworkTestBytes: 256 << 10},
+			MemoryLimit: 64 << 20, Version: "sim", Logger: m.log}
+		switch mode {
+		case "commission":
+			m.setPhase(gen, PhaseCommissioning)
+			if m.failing() {
+				r.Tests.MemoryFault = func(words []uint64) { words[len(words)/2] ^= 1 << 7 } // a stuck bit
+			}
+			ack, err := r.Commission(ctx)
+			if err != nil {
+				m.log.Warn("commissioning failed", "err", err)
+			} else {
+				m.log.Info("commissioned", "lifecycle", ack.Lifecycle, "reason", ack.Reason)
+			}
+			// The agent powers off after commissioning.
+			m.powerOffFrom(gen)
+			return
+		case "deploy":
+			m.setPhase(gen, PhaseDeploying)
+			res, err := r.Deploy(ctx)
+			if err != nil {
+				m.log.Warn("deploy failed", "err", err)
+				if !sleep(ctx, 100*time.Millisecond) {
+					return
+				}
+				m.powerOffFrom(gen) // the ramdisk halts; the controller decides
+				return
+			}
+			m.log.Info("deployed", "disk", res.DiskName, "bytes", res.BytesWritten)
+			// The agent reboots after a deploy: firmware again.
+			continue
+		default:
+			m.log.Warn("unknown ramdisk mode", "mode", mode)
+			return
+		}
+	}
+}
+
+func (m *Machine) powerOffFrom(gen int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if gen == m.gen {
+		m.on, m.phase = false, PhaseOff
+		m.gen++
+	}
+}
+
+// fetchScript GETs the iPXE script for the machine's MAC, as iPXE does
+// after the chain script.
+func (m *Machine) fetchScript(ctx context.Context) (string, error) {
+	u := strings.TrimRight(m.lab.controllerURL(), "/") + "/boot/ipxe?mac=" + url.QueryEscape(m.MAC) + "&platform=efi"
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return "", err
+	}
+	resp, err := m.lab.http.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	if err != nil {
+		return "", err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("GET /boot/ipxe: HTTP %d: %s", resp.StatusCode, bytes.TrimSpace(b))
+	}
+	return string(b), nil
+}
+
+// kernelArgs finds the ramdisk kernel line of an iPXE script and returns
+// its key=value arguments.
+func kernelArgs(script string) (map[string]string, bool) {
+	for _, line := range strings.Split(script, "\n") {
+		f := strings.Fields(line)
+		if len(f) < 2 || f[0] != "kernel" {
+			continue
+		}
+		args := map[string]string{}
+		for _, a := range f[2:] {
+			if k, v, ok := strings.Cut(a, "="); ok {
+				args[k] = v
+			}
+		}
+		return args, args["machina.token"] != ""
+	}
+	return nil, false
+}
+
+// bootDisk boots the first disk: an OS when it holds the deployed image
+// and its NoCloud seed; otherwise the firmware finds nothing to boot.
+func (m *Machine) bootDisk(ctx context.Context, gen int) {
+	f, err := os.Open(filepath.Join(m.devDir, "sda"))
+	if err != nil {
+		m.setPhase(gen, PhaseNoOS)
+		return
+	}
+	head := make([]byte, len(osMarker))
+	_, err = f.ReadAt(head, 0)
+	f.Close()
+	if err != nil || !bytes.Equal(head, []byte(osMarker)) {
+		m.log.Info("no bootable OS on disk")
+		m.setPhase(gen, PhaseNoOS)
+		return
+	}
+	m.setPhase(gen, PhaseOS)
+	m.log.Info("booted the deployed OS from disk")
+	if m.lab.cfg.OnOSBoot != nil {
+		m.lab.cfg.OnOSBoot(ctx, m)
+	}
+}
+
+// osMarker starts the simulated OS image, so a disk boot can tell a
+// deployed disk from an empty one.
+const osMarker = "MACHINA-SIM-OS-IMAGE\n"
+
+func sleep(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+var errStopped = errors.New("sim: lab stopped")

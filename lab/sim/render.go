@@ -1,0 +1,123 @@
+package sim
+
+import (
+	"fmt"
+	"strings"
+
+	inventoryexample "github.com/machina-metal/machina/inventory-example"
+	"github.com/machina-metal/machina/inventory"
+)
+
+// exampleFS is the embedded example site.
+var exampleFS = inventoryexample.FS
+
+// q quotes a YAML scalar (JSON string syntax is valid YAML).
+func q(s string) string { return fmt.Sprintf("%q", s) }
+
+// renderServers writes servers.yaml with each BMC pointing at its
+// simulated BMC. Every simulated BMC speaks Redfish (bmcsim).
+func renderServers(inv *inventory.Inventory, addrs map[string]string) string {
+	var b strings.Builder
+	b.WriteString("# yaml-language-server: $schema=https://machina-metal.github.io/schema/v1/servers.schema.json\n")
+	b.WriteString("# Simulated site: every BMC is a bmcsim Redfish emulator on 127.0.0.1.\nservers:\n")
+	for _, s := range inv.Servers {
+		fmt.Fprintf(&b, "  - name: %s\n    zone: %s\n", s.Name, s.Zone)
+		if s.Site != "" {
+			fmt.Fprintf(&b, "    site: %s\n", s.Site)
+		}
+		if s.Rack != "" {
+			fmt.Fprintf(&b, "    rack: %s\n", q(s.Rack))
+		}
+		if len(s.Tags) > 0 {
+			fmt.Fprintf(&b, "    tags: [%s]\n", strings.Join(s.Tags, ", "))
+		}
+		fmt.Fprintf(&b, "    bootMAC: %s\n    bootMode: %s\n", q(s.BootMAC), orDefault(string(s.BootMode), "uefi"))
+		fmt.Fprintf(&b, "    bmc:\n      driver: redfish\n      address: %s\n      credentials: %s\n", addrs[s.Name], s.BMC.Credentials)
+		if s.Want != "" && s.Want != inventory.WantReady {
+			fmt.Fprintf(&b, "    want: %s\n", s.Want)
+		}
+		if s.Profile != "" {
+			fmt.Fprintf(&b, "    profile: %s\n", s.Profile)
+		}
+		if a := s.Actions; a != (inventory.Actions{}) {
+			fmt.Fprintf(&b, "    actions: {commission: %d, powerCycle: %d, powerOn: %d, powerOff: %d}\n", a.Commission, a.PowerCycle, a.PowerOn, a.PowerOff)
+		}
+	}
+	return b.String()
+}
+
+// renderProfiles writes profiles.yaml unchanged in meaning.
+func renderProfiles(inv *inventory.Inventory) string {
+	var b strings.Builder
+	b.WriteString("# yaml-language-server: $schema=https://machina-metal.github.io/schema/v1/profiles.schema.json\nprofiles:\n")
+	for _, p := range inv.Profiles {
+		// The simulated lab writes images; installers are not simulated, so
+		// every profile deploys an image here.
+		fmt.Fprintf(&b, "  - name: %s\n    image: %s\n    deploy: image\n", p.Name, p.Image)
+		if len(p.SSHKeys) > 0 {
+			b.WriteString("    sshKeys:\n")
+			for _, k := range p.SSHKeys {
+				fmt.Fprintf(&b, "      - %s\n", q(k))
+			}
+		}
+		if p.Zone != "" {
+			fmt.Fprintf(&b, "    zone: %s\n", p.Zone)
+		}
+		fmt.Fprintf(&b, "    min: {cores: %d, memoryGiB: %d, diskGiB: %d}\n    count: %d\n", max(p.Min.Cores, 1), max(p.Min.MemoryGiB, 1), max(p.Min.DiskGiB, 1), p.Count)
+		if j := p.Join; j.Site != "" || len(j.Tags) > 0 || len(j.Networks) > 0 || len(j.StoragePools) > 0 {
+			b.WriteString("    join:\n")
+			if j.Site != "" {
+				fmt.Fprintf(&b, "      site: %s\n", j.Site)
+			}
+			if len(j.Tags) > 0 {
+				fmt.Fprintf(&b, "      tags: [%s]\n", strings.Join(j.Tags, ", "))
+			}
+			if len(j.Networks) > 0 {
+				b.WriteString("      networks:\n")
+				for _, n := range j.Networks {
+					fmt.Fprintf(&b, "        - {name: %s, bridge: %s, nic: %s", n.Name, n.Bridge, n.NIC)
+					if n.VLAN > 0 {
+						fmt.Fprintf(&b, ", vlan: %d", n.VLAN)
+					}
+					if n.CIDR != "" {
+						fmt.Fprintf(&b, ", cidr: %s", n.CIDR)
+					}
+					b.WriteString("}\n")
+				}
+			}
+			if len(j.StoragePools) > 0 {
+				b.WriteString("      storagePools:\n")
+				for _, sp := range j.StoragePools {
+					fmt.Fprintf(&b, "        - {name: %s, type: %s", sp.Name, sp.Type)
+					if sp.Path != "" {
+						fmt.Fprintf(&b, ", path: %s", sp.Path)
+					}
+					if len(sp.Disks) > 0 {
+						fmt.Fprintf(&b, ", disks: [%s]", strings.Join(sp.Disks, ", "))
+					}
+					b.WriteString("}\n")
+				}
+			}
+		}
+	}
+	return b.String()
+}
+
+// renderImages points every image at the lab's mirror, verified through
+// its SHA256SUMS file.
+func renderImages(inv *inventory.Inventory, mirror string) string {
+	var b strings.Builder
+	b.WriteString("# yaml-language-server: $schema=https://machina-metal.github.io/schema/v1/images.schema.json\n")
+	b.WriteString("# Simulated images from the lab's local mirror, verified through its SHA256SUMS.\nimages:\n")
+	for _, im := range inv.Images {
+		fmt.Fprintf(&b, "  - name: %s\n    url: %s/%s.raw\n    checksumURL: %s/SHA256SUMS\n", im.Name, mirror, im.Name, mirror)
+	}
+	return b.String()
+}
+
+func orDefault(s, d string) string {
+	if s == "" {
+		return d
+	}
+	return s
+}

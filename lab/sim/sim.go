@@ -1,0 +1,359 @@
+// Package sim is the simulated lab: N simulated servers, each behind a
+// bmcsim Redfish BMC serving a real vendor tree, with a simulated machine
+// that PXE-boots through the controller's real HTTP boot endpoints with real
+// tokens and runs the real agent code (ramdisk/agent) against generated
+// hardware and sparse disk files. It also lays out the inventory repository
+// (a bare repository plus a working clone, as an operator has) and a local
+// image mirror, so the controller runs exactly as in production, on
+// loopback only.
+//
+// It is the embedded default behind `machina sim` and `make demo`, the
+// harness of the end-to-end tests, and the load generator of bench/scale.
+package sim
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-git/go-git/v5"
+	gitconfig "github.com/go-git/go-git/v5/config"
+	"github.com/go-git/go-git/v5/plumbing/object"
+
+	"github.com/machina-metal/machina/bmc/bmcsim"
+	"github.com/machina-metal/machina/inventory"
+)
+
+// Config configures a Lab. Zero values are usable except Dir.
+type Config struct {
+	// Dir is the lab's folder: repo.git (bare), inventory (working clone),
+	// mirror, machines. Required; created if missing.
+	Dir string
+	// Inventory is the example site to simulate; nil means the embedded
+	// inventory-example (12 servers). Ignored when Servers is set.
+	Inventory fs.FS
+	// Servers, when > 0, generates a site of that many servers in three
+	// zones instead (scale runs), with profile counts of 10% of them.
+	Servers int
+	// BootDelay is the simulated firmware time before each network boot;
+	// zero boots at once (tests, scale runs).
+	BootDelay time.Duration
+	// ImageBytes is the size of the simulated OS image; zero means 4 MiB.
+	ImageBytes int
+	// Credentials is the BMC account every simulated BMC accepts; zero
+	// means admin / "sim-password".
+	Username, Password string
+	// OnOSBoot is called when a machine boots its deployed OS from disk
+	// (the join issue's first boot).
+	OnOSBoot func(ctx context.Context, m *Machine)
+	// Logger: nil discards.
+	Logger *slog.Logger
+}
+
+// Lab is a running simulated lab.
+type Lab struct {
+	cfg      Config
+	ctx      context.Context
+	cancel   context.CancelFunc
+	log      *slog.Logger
+	http     *http.Client
+	machines map[string]*Machine
+	bmcs     map[string]*bmcsim.Server
+	servers  []*http.Server
+	wg       sync.WaitGroup
+
+	// RepoURL is the bare inventory repository (file URL) the controller polls.
+	RepoURL string
+	// Clone is the operator's working clone: edit, commit, push.
+	Clone string
+	// MirrorURL serves the simulated images and their SHA256SUMS.
+	MirrorURL string
+
+	mu   sync.Mutex
+	ctrl string
+}
+
+// Start lays out the lab and starts its BMCs and mirror on 127.0.0.1. The
+// machines stay powered off until the controller acts through the BMCs.
+// Call SetController with the controller's URL before they boot, and
+// Close when done.
+func Start(ctx context.Context, cfg Config) (*Lab, error) {
+	if cfg.Dir == "" {
+		return nil, errors.New("sim: Config.Dir is required")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.ImageBytes <= 0 {
+		cfg.ImageBytes = 4 << 20
+	}
+	if cfg.Username == "" {
+		cfg.Username, cfg.Password = "admin", "sim-password"
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	l := &Lab{cfg: cfg, ctx: ctx, cancel: cancel, log: cfg.Logger, machines: map[string]*Machine{}, bmcs: map[string]*bmcsim.Server{},
+		http: &http.Client{Timeout: 5 * time.Minute, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}}
+	if err := l.start(); err != nil {
+		l.Close()
+		return nil, err
+	}
+	return l, nil
+}
+
+func (l *Lab) start() error {
+	if err := os.MkdirAll(l.cfg.Dir, 0o755); err != nil {
+		return err
+	}
+	site, err := l.site()
+	if err != nil {
+		return err
+	}
+	mirror, err := l.startMirror(site)
+	if err != nil {
+		return err
+	}
+	l.MirrorURL = mirror
+
+	fixtures, err := bmcsim.FixturesDir()
+	if err != nil {
+		return fmt.Errorf("sim: redfish fixtures: %w", err)
+	}
+	var trees bmcsim.Trees
+	addrs := map[string]string{}
+	for i := range site.Servers {
+		s := &site.Servers[i]
+		treeName := simTrees[i%len(simTrees)]
+		if s.BootMode == inventory.BootBIOS && treeName == "hpe-proliant-dl385gen10plusv2-ilo5" {
+			// iLO 5 refuses a boot mode in a PATCH: a legacy-BIOS server
+			// cannot be switched from the tree's UEFI mode over Redfish.
+			treeName = simTrees[(i+1)%len(simTrees)]
+		}
+		dir, err := bmcsim.TreeDir(fixtures, treeName)
+		if err != nil {
+			return err
+		}
+		m := &Machine{Name: s.Name, MAC: s.BootMAC, HW: hardwareFor(s.Zone, i), lab: l, phase: PhaseOff,
+			root: filepath.Join(l.cfg.Dir, "machines", s.Name, "root"), devDir: filepath.Join(l.cfg.Dir, "machines", s.Name, "dev"),
+			log: l.log.With("sim", s.Name)}
+		if err := m.HW.writeTree(m.root, m.devDir, m.MAC); err != nil {
+			return fmt.Errorf("sim: %s hardware: %w", s.Name, err)
+		}
+		srv, err := trees.New(dir, bmcsim.Config{Username: l.cfg.Username, Password: l.cfg.Password, Power: m, SessionTimeout: -1})
+		if err != nil {
+			return fmt.Errorf("sim: %s BMC: %w", s.Name, err)
+		}
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return err
+		}
+		hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second}
+		l.servers = append(l.servers, hs)
+		l.wg.Add(1)
+		go func() { defer l.wg.Done(); _ = hs.Serve(ln) }()
+		l.machines[s.Name], l.bmcs[s.Name] = m, srv
+		addrs[s.Name] = "http://" + ln.Addr().String()
+	}
+	return l.writeRepo(site, addrs)
+}
+
+// simTrees are the vendor trees the simulated BMCs serve, round robin.
+var simTrees = []string{"dell-poweredge-r750-idrac9", "hpe-proliant-dl385gen10plusv2-ilo5", "lenovo-thinksystem-sr670v2-xcc",
+	"supermicro-sys821ge-tnhr-x13", "dmtf-public-rackmount1", "openbmc-bmcweb-stock"}
+
+// site returns the inventory to simulate.
+func (l *Lab) site() (*inventory.Inventory, error) {
+	if l.cfg.Servers > 0 {
+		return generated(l.cfg.Servers), nil
+	}
+	fsys := l.cfg.Inventory
+	if fsys == nil {
+		fsys = exampleFS
+	}
+	res, err := inventory.Load(fsys, inventory.Limits{})
+	if err != nil {
+		return nil, fmt.Errorf("sim: example inventory: %w", err)
+	}
+	return res.Inventory, nil
+}
+
+// generated makes a site of n servers in three zones with the example's
+// profiles, each keeping 10% of its zone deployed.
+func generated(n int) *inventory.Inventory {
+	inv := &inventory.Inventory{}
+	zones := []string{"zone-a", "zone-b", "zone-c"}
+	for i := 0; i < n; i++ {
+		inv.Servers = append(inv.Servers, inventory.Server{Name: fmt.Sprintf("s%05d", i), Zone: zones[i%3], Site: "sim", Rack: fmt.Sprintf("r%d", i/40),
+			BootMAC: fmt.Sprintf("52:54:%02x:%02x:%02x:%02x", (i>>24)&0xff, (i>>16)&0xff, (i>>8)&0xff, i&0xff), BootMode: inventory.BootUEFI,
+			BMC: inventory.BMC{Driver: inventory.DriverRedfish, Credentials: "bmc-redfish"}, Want: inventory.WantReady})
+	}
+	per := max(n/30, 1) // 10% of each zone
+	inv.Profiles = []inventory.Profile{
+		{Name: "hypervisor", Image: "ubuntu-24.04", Zone: "zone-a", Count: per, Min: inventory.Min{Cores: 8, MemoryGiB: 32, DiskGiB: 100}, SSHKeys: []string{simKey}},
+		{Name: "storage", Image: "debian-12", Zone: "zone-b", Count: per, Min: inventory.Min{Cores: 8, MemoryGiB: 64, DiskGiB: 200}, SSHKeys: []string{simKey}},
+		{Name: "gpu", Image: "rocky-9", Zone: "zone-c", Count: per, Min: inventory.Min{Cores: 16, MemoryGiB: 128, DiskGiB: 400}, SSHKeys: []string{simKey}},
+	}
+	inv.Images = []inventory.Image{{Name: "ubuntu-24.04"}, {Name: "debian-12"}, {Name: "rocky-9"}}
+	return inv
+}
+
+const simKey = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIO4VqFGm2ahY3KSc9k9lrQMD0j2/tR46oEgCPUxiE9s7 ops@lab1"
+
+// startMirror serves one copy of the simulated OS image per image name, and
+// a SHA256SUMS listing them, as a site mirror does.
+func (l *Lab) startMirror(site *inventory.Inventory) (string, error) {
+	img := simImage(l.cfg.ImageBytes)
+	sum := sha256.Sum256(img)
+	dir := filepath.Join(l.cfg.Dir, "mirror")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	var sums strings.Builder
+	for _, im := range site.Images {
+		name := im.Name + ".raw"
+		if err := os.WriteFile(filepath.Join(dir, name), img, 0o644); err != nil {
+			return "", err
+		}
+		fmt.Fprintf(&sums, "%s *%s\n", hex.EncodeToString(sum[:]), name)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "SHA256SUMS"), []byte(sums.String()), 0o644); err != nil {
+		return "", err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	hs := &http.Server{Handler: http.FileServer(http.Dir(dir)), ReadHeaderTimeout: 10 * time.Second}
+	l.servers = append(l.servers, hs)
+	l.wg.Add(1)
+	go func() { defer l.wg.Done(); _ = hs.Serve(ln) }()
+	return "http://" + ln.Addr().String(), nil
+}
+
+// simImage is a deterministic raw disk image that starts with osMarker.
+func simImage(n int) []byte {
+	b := make([]byte, n)
+	copy(b, osMarker)
+	x := uint32(2463534242)
+	for i := len(osMarker); i < n; i++ {
+		x ^= x << 13
+		x ^= x >> 17
+		x ^= x << 5
+		b[i] = byte(x)
+	}
+	// A real MBR partition table: one Linux partition from sector 2048 to
+	// the end of the image, so the agent places the seed after it.
+	for i := 446; i < 510; i++ {
+		b[i] = 0
+	}
+	e := b[446:462]
+	e[0], e[4] = 0x80, 0x83
+	binary.LittleEndian.PutUint32(e[8:], 2048)
+	binary.LittleEndian.PutUint32(e[12:], uint32(n/512-2048))
+	b[510], b[511] = 0x55, 0xaa
+	return b
+}
+
+// writeRepo creates the bare repository and the operator's working clone
+// holding the site's inventory with the simulated BMC addresses and the
+// mirror's image URLs, committed and pushed.
+func (l *Lab) writeRepo(site *inventory.Inventory, addrs map[string]string) error {
+	bare := filepath.Join(l.cfg.Dir, "repo.git")
+	clone := filepath.Join(l.cfg.Dir, "inventory")
+	_ = os.RemoveAll(bare)
+	_ = os.RemoveAll(clone)
+	if _, err := git.PlainInitWithOptions(bare, &git.PlainInitOptions{Bare: true, InitOptions: git.InitOptions{DefaultBranch: "refs/heads/main"}}); err != nil {
+		return fmt.Errorf("sim: init repo: %w", err)
+	}
+	repo, err := git.PlainInitWithOptions(clone, &git.PlainInitOptions{InitOptions: git.InitOptions{DefaultBranch: "refs/heads/main"}})
+	if err != nil {
+		return fmt.Errorf("sim: init clone: %w", err)
+	}
+	l.RepoURL, l.Clone = "file://"+bare, clone
+	if _, err := repo.CreateRemote(&gitconfig.RemoteConfig{Name: "origin", URLs: []string{l.RepoURL}}); err != nil {
+		return err
+	}
+	files := map[string]string{
+		inventory.ServersFile:  renderServers(site, addrs),
+		inventory.ProfilesFile: renderProfiles(site),
+		inventory.ImagesFile:   renderImages(site, l.MirrorURL),
+		"README.md":            "# Simulated site\n\nThe inventory of the simulated lab. Edit, commit and push; the controller\nreconciles and writes what it observed under status/.\n",
+	}
+	for name, body := range files {
+		if err := os.WriteFile(filepath.Join(clone, name), []byte(body), 0o644); err != nil {
+			return err
+		}
+	}
+	if _, err := inventory.Load(os.DirFS(clone), inventory.Limits{}); err != nil {
+		return fmt.Errorf("sim: generated inventory is invalid (a bug): %w", err)
+	}
+	wt, err := repo.Worktree()
+	if err != nil {
+		return err
+	}
+	if err := wt.AddGlob("."); err != nil {
+		return err
+	}
+	sig := &object.Signature{Name: "Sim Operator", Email: "operator@sim.invalid", When: time.Now()}
+	if _, err := wt.Commit("inventory: simulated site", &git.CommitOptions{Author: sig, Committer: sig}); err != nil {
+		return err
+	}
+	return repo.Push(&git.PushOptions{RemoteName: "origin", RefSpecs: []gitconfig.RefSpec{"refs/heads/main:refs/heads/main"}})
+}
+
+// SetController tells the machines where the controller is (its URL as
+// machines reach it): they fetch their iPXE script there.
+func (l *Lab) SetController(url string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.ctrl = url
+}
+
+func (l *Lab) controllerURL() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.ctrl
+}
+
+// Machine returns the simulated machine called name, or nil.
+func (l *Lab) Machine(name string) *Machine { return l.machines[name] }
+
+// BMC returns the emulated BMC of name (for fault injection), or nil.
+func (l *Lab) BMC(name string) *bmcsim.Server { return l.bmcs[name] }
+
+// Machines returns every machine, sorted by name.
+func (l *Lab) Machines() []*Machine {
+	out := make([]*Machine, 0, len(l.machines))
+	for _, m := range l.machines {
+		out = append(out, m)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// Credentials returns the BMC account of the simulated BMCs, to store
+// under the credential names the inventory uses.
+func (l *Lab) Credentials() (user, password string) { return l.cfg.Username, l.cfg.Password }
+
+// Close powers every machine off and stops the BMCs and the mirror.
+func (l *Lab) Close() {
+	l.cancel()
+	for _, hs := range l.servers {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_ = hs.Shutdown(ctx)
+		cancel()
+	}
+	l.wg.Wait()
+}
