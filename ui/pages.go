@@ -101,7 +101,9 @@ func (u *UI) render(w http.ResponseWriter, r *http.Request, name string, code in
 }
 
 // titled page views name their title, nav entry and script.
-type titled interface{ title() (title, nav, script string) }
+type titled interface {
+	title() (title, nav, script string)
+}
 
 func (u *UI) fail(w http.ResponseWriter, r *http.Request, code int, msg string) {
 	u.render(w, r, "error", code, errorView{Code: code, Message: msg})
@@ -355,7 +357,7 @@ func (u *UI) handleServer(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	v.LastSeq = seq
-	evs, err := u.serverEvents(name, seq)
+	evs, err := u.serverEvents(name)
 	if err != nil {
 		u.storeFail(w, r, err)
 		return
@@ -409,7 +411,7 @@ func (u *UI) handleServer(w http.ResponseWriter, r *http.Request) {
 
 // serverEvents returns up to maxTimeline of the newest events of server,
 // ascending.
-func (u *UI) serverEvents(server string, seq uint64) ([]state.Event, error) {
+func (u *UI) serverEvents(server string) ([]state.Event, error) {
 	var all []state.Event
 	after := uint64(0)
 	for {
