@@ -196,8 +196,17 @@ func poll(js string) chromedp.Action[chromedp.Void] {
 // page, approve the held plan, type on a serial console and see the echo,
 // watch read-only from a second tab; then check that every request stayed
 // on the test server and that no CSP violation happened.
+//
+// With MACHINA_UI_E2E_URL and MACHINA_UI_E2E_TOKEN set, it runs against
+// that controller instead (e.g. `machina sim` serving the same seed),
+// driving transitions through the admin API (uitest.APITarget); the checks
+// that read the store directly are then left out.
 func TestBrowserEndToEnd(t *testing.T) {
 	ctx := browser(t)
+	if u := os.Getenv("MACHINA_UI_E2E_URL"); u != "" {
+		runE2E(t, ctx, &uitest.APITarget{BaseURL: u, AdminToken: os.Getenv("MACHINA_UI_E2E_TOKEN")}, nil)
+		return
+	}
 	l := newLab(t, uitest.Options{})
 	runE2E(t, ctx, l, l)
 }

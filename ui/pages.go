@@ -653,7 +653,9 @@ func (u *UI) handleConsoleWS(w http.ResponseWriter, r *http.Request) {
 	}
 	s := sessionOf(r)
 	name := r.PathValue("name")
-	r2 := r.Clone(context.WithValue(r.Context(), principalKey{}, s.actor))
+	ctx, cancel := s.bind(r.Context()) // logout or expiry closes the console
+	defer cancel()
+	r2 := r.Clone(context.WithValue(ctx, principalKey{}, s.actor))
 	r2.URL.Path = "/api/v1/servers/" + name + "/console"
 	r2.URL.RawPath = ""
 	r2.RequestURI = r2.URL.RequestURI()
@@ -711,7 +713,9 @@ func (u *UI) handleAPIProxy(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s := sessionOf(r)
-	r2 := r.Clone(r.Context())
+	ctx, cancel := s.bind(r.Context()) // logout or expiry ends the event stream
+	defer cancel()
+	r2 := r.Clone(ctx)
 	r2.URL.Path = path
 	r2.URL.RawPath = ""
 	r2.RequestURI = r2.URL.RequestURI()

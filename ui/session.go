@@ -11,6 +11,8 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"path"
+	"strings"
 	"sync"
 	"time"
 
@@ -35,6 +37,27 @@ type session struct {
 	csrf    string
 	created time.Time
 	expires time.Time
+	// done is closed when the session ends early (logout, eviction,
+	// revocation noticed); long-lived requests (event stream, console) end
+	// with it or at expires, whichever comes first.
+	done     chan struct{}
+	doneOnce sync.Once
+}
+
+func (s *session) end() { s.doneOnce.Do(func() { close(s.done) }) }
+
+// bind returns a context that ends with ctx, at the session's expiry, or
+// when the session ends.
+func (s *session) bind(ctx context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithDeadline(ctx, s.expires)
+	go func() {
+		select {
+		case <-s.done:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, cancel
 }
 
 // sessions is the server-side session table, keyed by the SHA-256 of the
@@ -62,11 +85,12 @@ func randomString() string {
 func (ss *sessions) create(actor, token string) (string, *session) {
 	id := randomString()
 	now := ss.now()
-	s := &session{actor: actor, token: token, csrf: randomString(), created: now, expires: now.Add(ss.ttl)}
+	s := &session{actor: actor, token: token, csrf: randomString(), created: now, expires: now.Add(ss.ttl), done: make(chan struct{})}
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	for k, v := range ss.m {
 		if !now.Before(v.expires) {
+			v.end()
 			delete(ss.m, k)
 		}
 	}
@@ -78,6 +102,7 @@ func (ss *sessions) create(actor, token string) (string, *session) {
 				oldest, at = k, v.created
 			}
 		}
+		ss.m[oldest].end()
 		delete(ss.m, oldest)
 	}
 	ss.m[sha256.Sum256([]byte(id))] = s
@@ -97,6 +122,7 @@ func (ss *sessions) get(id string) *session {
 		return nil
 	}
 	if !ss.now().Before(s.expires) {
+		s.end()
 		delete(ss.m, k)
 		return nil
 	}
@@ -106,7 +132,11 @@ func (ss *sessions) get(id string) *session {
 func (ss *sessions) delete(id string) {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
-	delete(ss.m, sha256.Sum256([]byte(id)))
+	k := sha256.Sum256([]byte(id))
+	if s := ss.m[k]; s != nil {
+		s.end()
+	}
+	delete(ss.m, k)
 }
 
 func (ss *sessions) len() int {
@@ -265,7 +295,10 @@ type loginView struct {
 // safeNext keeps a post-login redirect inside the UI.
 func safeNext(n string) string {
 	if len(n) > 1 && len(n) < 512 && n[0] == '/' && n[1] != '/' && n[1] != '\\' {
-		if p, err := url.Parse(n); err == nil && p.Host == "" && p.Scheme == "" && len(p.Path) >= 4 && p.Path[:4] == "/ui/" {
+		// Clean resolves dot segments as the browser will (%2e%2e included:
+		// Parse decodes it), so "/ui/../api" does not pass.
+		if p, err := url.Parse(n); err == nil && p.Host == "" && p.Scheme == "" && p.User == nil &&
+			strings.HasPrefix(path.Clean(p.Path)+"/", "/ui/") && !strings.ContainsAny(n, "\\\r\n\t") {
 			return n
 		}
 	}

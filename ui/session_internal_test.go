@@ -1,6 +1,9 @@
 package ui
 
 import (
+	"net/url"
+	"path"
+	"strings"
 	"testing"
 	"time"
 )
@@ -42,17 +45,40 @@ func TestSessionsEvictOldestAndExpire(t *testing.T) {
 
 func TestSafeNext(t *testing.T) {
 	for in, want := range map[string]string{
-		"/ui/servers/r1-n01":  "/ui/servers/r1-n01",
-		"/ui/?q=1":            "/ui/?q=1",
-		"//evil/ui/":          "/ui/",
-		"/\\evil":             "/ui/",
-		"https://evil/ui/":    "/ui/",
-		"/api/v1/secrets":     "/ui/",
-		"":                    "/ui/",
-		"javascript:alert(1)": "/ui/",
+		"/ui/servers/r1-n01":    "/ui/servers/r1-n01",
+		"/ui/?q=1":              "/ui/?q=1",
+		"//evil/ui/":            "/ui/",
+		"/\\evil":               "/ui/",
+		"https://evil/ui/":      "/ui/",
+		"/api/v1/secrets":       "/ui/",
+		"":                      "/ui/",
+		"javascript:alert(1)":   "/ui/",
+		"/ui/../api/v1/secrets": "/ui/",
+		"/ui/%2e%2e/metrics":    "/ui/",
 	} {
 		if got := safeNext(in); got != want {
 			t.Errorf("safeNext(%q) = %q, want %q", in, got, want)
 		}
 	}
+}
+
+// FuzzSafeNext: whatever the login form's next= holds, the redirect stays
+// a path under /ui/ on this host.
+func FuzzSafeNext(f *testing.F) {
+	for _, s := range []string{"/ui/", "/ui/servers/a", "//evil/ui/", "/\\evil", "/ui/../api", "/ui/%2f%2fevil", "https://x/ui/"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, in string) {
+		out := safeNext(in)
+		if out == "/ui/" {
+			return
+		}
+		if out != in {
+			t.Fatalf("safeNext(%q) = %q: neither the input nor the default", in, out)
+		}
+		u, err := url.Parse(out)
+		if err != nil || u.Host != "" || u.Scheme != "" || !strings.HasPrefix(path.Clean(u.Path)+"/", "/ui/") || strings.HasPrefix(out, "//") || strings.ContainsRune(out, '\\') {
+			t.Fatalf("safeNext(%q) = %q leaves the UI", in, out)
+		}
+	})
 }

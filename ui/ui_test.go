@@ -471,3 +471,61 @@ func TestConsoleRolesAndEcho(t *testing.T) {
 	}
 	conn.CloseNow()
 }
+
+// TestLogoutEndsStreams: the event stream and the console WebSocket a
+// session opened end when the session does.
+func TestLogoutEndsStreams(t *testing.T) {
+	l := newLab(t, uitest.Options{})
+	c := client(t)
+	csrf := login(t, l, c)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, l.URL()+"/ui/api/v1/events/stream", nil)
+	sc := &http.Client{Jar: c.Jar} // no client timeout: the stream is long-lived
+	resp, err := sc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != "text/event-stream" {
+		t.Fatalf("stream = %d %s", resp.StatusCode, resp.Header.Get("Content-Type"))
+	}
+	buf := make([]byte, 64)
+	if n, err := resp.Body.Read(buf); err != nil || !strings.HasPrefix(string(buf[:n]), "retry:") {
+		t.Fatalf("first stream bytes %q, %v", buf[:n], err)
+	}
+	conn, _, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(l.URL(), "http")+"/ui/servers/r1-n01/console/ws",
+		&websocket.DialOptions{HTTPClient: c, HTTPHeader: http.Header{"Origin": {l.URL()}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.CloseNow()
+
+	if resp := postForm(t, c, l.URL()+"/ui/logout", url.Values{"csrf": {csrf}}, l.URL()); resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("logout = %d", resp.StatusCode)
+	}
+	if _, err := io.ReadAll(resp.Body); err != nil && ctx.Err() != nil {
+		t.Fatalf("event stream still open after logout: %v", err)
+	}
+	if _, _, err := conn.Read(ctx); err == nil || ctx.Err() != nil {
+		t.Fatalf("console still open after logout: %v", err)
+	}
+}
+
+// TestAPITarget: the remote Target drives transitions through the admin
+// API, and reports the API's refusals.
+func TestAPITarget(t *testing.T) {
+	l := newLab(t, uitest.Options{})
+	a := &uitest.APITarget{BaseURL: l.URL(), AdminToken: l.Token()}
+	ctx := context.Background()
+	if err := a.Transition(ctx, "r1-n02", "commissioning", "ready", "via api"); err != nil {
+		t.Fatal(err)
+	}
+	srv, err := l.Store.Server("r1-n02")
+	if err != nil || srv.Lifecycle != state.LifecycleReady {
+		t.Fatalf("after APITarget.Transition: %v, %v", srv.Lifecycle, err)
+	}
+	if err := a.Transition(ctx, "r1-n02", "commissioning", "ready", "again"); err == nil || !strings.Contains(err.Error(), "409") {
+		t.Errorf("stale transition error = %v, want HTTP 409", err)
+	}
+}
