@@ -332,6 +332,9 @@ func runE2E(t *testing.T, ctx context.Context, target uitest.Target, lab *uitest
 		t.Errorf("ubuntu-24.04 progress = %v, want 42", v)
 	}
 	shot(t, ctx, dir, "images")
+	// The page polls while an import runs: the bar fills and the state turns verified, no reload.
+	do(t, ctx, "import progress", poll(`document.querySelector('tr[data-image="ubuntu-24.04"] [data-field="state"] .st').textContent === "verified"`),
+		poll(`document.querySelector('tr[data-image="ubuntu-24.04"] progress').value === 100`))
 	do(t, ctx, "hosts", chromedp.Navigate(base+"/ui/hosts"), chromedp.WaitVisible(chromedp.CSS(`tr[data-host="hv-r1-n03"]`)))
 	shot(t, ctx, dir, "hosts")
 

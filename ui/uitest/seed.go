@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/machina-metal/machina/bmc"
@@ -159,14 +160,29 @@ func (fakeBMC) BMCInfo(_ context.Context, server string) (*bmc.Info, error) {
 	return info, nil
 }
 
-type fakeImages struct{}
+// fakeImages is the image store's view: ubuntu-24.04 is downloading at
+// 42% on the first call and verified from the second on, so the images
+// page's progress polling has something to show.
+type fakeImages struct {
+	mu    sync.Mutex
+	calls int
+}
 
-func (fakeImages) ImageStatuses(context.Context) ([]ui.ImageStatus, error) {
+func (f *fakeImages) ImageStatuses(context.Context) ([]ui.ImageStatus, error) {
+	f.mu.Lock()
+	f.calls++
+	n := f.calls
+	f.mu.Unlock()
+	ubuntu := ui.ImageStatus{Name: "ubuntu-24.04", State: "downloading", Percent: 42}
+	if n > 1 {
+		ubuntu = ui.ImageStatus{Name: "ubuntu-24.04", State: "verified", Percent: 100, SizeBytes: 3758096384,
+			Digest: "sha256:0d8f1e2a3b4c5d6e7f8091a2b3c4d5e6f708192a3b4c5d6e7f8091a2b3c4d5e6"}
+	}
 	return []ui.ImageStatus{
+		{Name: "custom", State: "pending", Percent: -1},
 		{Name: "debian-12", State: "verified", Percent: 100, SizeBytes: 2 << 30, Digest: "sha256:7c1e0b4f9a2d3e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7"},
 		{Name: "rocky-9", State: "failed", Percent: 0, Reason: "checksum mismatch: got sha256:1f2e…, want sha256:9a8b…"},
-		{Name: "ubuntu-24.04", State: "downloading", Percent: 42},
-		{Name: "custom", State: "pending", Percent: -1},
+		ubuntu,
 	}, nil
 }
 

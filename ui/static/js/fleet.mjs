@@ -98,6 +98,7 @@ async function refreshRow(name, e) {
   lc.textContent = s.lifecycle;
   lc.className = "lc lc-" + s.lifecycle;
   tr.querySelector('[data-field="power"]').textContent = s.power.state;
+  // Health is not in the API's server record (api/v1.Server); it refreshes on reload.
   const ev = tr.querySelector('[data-field="event"]');
   ev.textContent = "";
   ev.appendChild(el("time", {}, ts(e.at)));
