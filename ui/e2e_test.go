@@ -65,7 +65,7 @@ func browser(t *testing.T) context.Context {
 		chromedp.WindowSize(1280, 860),
 	}
 	actx, cancelA := chromedp.NewExecAllocator(context.Background(), opts...)
-	ctx, cancelB := chromedp.NewContext(actx, chromedp.WithLogf(t.Logf))
+	ctx, cancelB := chromedp.NewContext(actx)
 	t.Cleanup(func() {
 		cancelB()
 		cancelA()

@@ -183,8 +183,8 @@ type UI struct {
 	cspReports atomic.Int64
 }
 
-// New builds the UI handler for the routes under Prefix. Errors: a nil
-// Store or API, or a template that does not parse.
+// New builds the UI handler for the routes under Prefix; the handler is a
+// *UI. Errors: a nil Store or API, or a template that does not parse.
 func New(cfg Config) (http.Handler, error) { return newUI(cfg) }
 
 func newUI(cfg Config) (*UI, error) {

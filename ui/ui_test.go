@@ -454,6 +454,9 @@ func TestConsoleRolesAndEcho(t *testing.T) {
 	}
 	readUntil(w, "root")
 	readUntil(r, "root")
+	if n := l.ConsoleStreams(); n != 1 {
+		t.Errorf("console streams opened = %d, want 1 shared by writer and reader", n)
+	}
 	audit := l.Audit()
 	if len(audit) < 2 || audit[0].Principal != "ui:operator" || audit[0].Action != "console.open" {
 		t.Errorf("audit = %+v, want console.open by ui:operator", audit)

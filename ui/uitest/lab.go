@@ -46,16 +46,16 @@ const HeldDigest = "sha256:3f9a1c0d2b7e4f5a6c8d9e0f1a2b3c4d5e6f708192a3b4c5d6e7f
 
 // Lab is the in-process controller. Create it with New; Close it.
 type Lab struct {
-	Store   *state.Store
-	API     *api.Server
-	UI      *ui.UI
-	Console *console.Handler
-	Server  *httptest.Server
+	Store   *state.Store     // the real store, in the directory given to New
+	API     *api.Server      // the real admin API; the UI and console are mounted on it
+	UI      *ui.UI           // the UI under test
+	Console *console.Handler // the console handler shared by the API route and the UI
+	Server  *httptest.Server // serves API.Handler() on 127.0.0.1
 	token   string
 
 	mu      sync.Mutex
 	audit   []console.Event
-	Streams int // console streams opened
+	streams int
 }
 
 // Options tune New. The zero value is usable.
@@ -161,6 +161,14 @@ func (l *Lab) Close() {
 	}
 }
 
+// ConsoleStreams returns how many console streams the lab's opener has
+// opened (one per console session, shared by its clients).
+func (l *Lab) ConsoleStreams() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.streams
+}
+
 // Audit returns the console audit events so far.
 func (l *Lab) Audit() []console.Event {
 	l.mu.Lock()
@@ -190,7 +198,7 @@ func (l *Lab) openConsole(_ context.Context, server string) (io.ReadWriteCloser,
 		return nil, fmt.Errorf("uitest: %s: %w", server, bmc.ErrUnsupported)
 	}
 	l.mu.Lock()
-	l.Streams++
+	l.streams++
 	l.mu.Unlock()
 	return newEcho("Debian GNU/Linux 12 " + server + " ttyS0\r\n\r\n" + server + " login: "), nil
 }
