@@ -532,3 +532,39 @@ func TestAPITarget(t *testing.T) {
 		t.Errorf("stale transition error = %v, want HTTP 409", err)
 	}
 }
+
+// TestMinimalConfig: with only Store and API, every page renders and says
+// which source is missing; New refuses a config without them.
+func TestMinimalConfig(t *testing.T) {
+	if _, err := ui.New(ui.Config{}); err == nil {
+		t.Error("New without Store succeeded")
+	}
+	l := newLab(t, uitest.Options{})
+	if _, err := ui.New(ui.Config{Store: l.Store}); err == nil {
+		t.Error("New without API succeeded")
+	}
+	h, err := ui.New(ui.Config{Store: l.Store, API: l.API.Handler()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	c := client(t)
+	if resp := postForm(t, c, srv.URL+"/ui/login", url.Values{"token": {l.Token()}}, srv.URL); resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("login = %d", resp.StatusCode)
+	}
+	for p, want := range map[string]string{
+		"/ui/servers/r1-n01":         "no BMC read model source is configured",
+		"/ui/images":                 "no image status source is configured",
+		"/ui/inventory":              "no inventory status source is configured",
+		"/ui/servers/r1-n01/console": "no console handler is configured",
+	} {
+		resp, body := get(t, c, srv.URL+p)
+		if resp.StatusCode != http.StatusOK || !strings.Contains(body, want) {
+			t.Errorf("GET %s = %d, want a page saying %q", p, resp.StatusCode, want)
+		}
+	}
+	if resp, _ := get(t, c, srv.URL+"/ui/servers/r1-n01/console/ws"); resp.StatusCode != http.StatusNotImplemented {
+		t.Errorf("console ws without a handler = %d, want 501", resp.StatusCode)
+	}
+}
