@@ -1,0 +1,330 @@
+package ui
+
+import (
+	"context"
+	"embed"
+	"errors"
+	"fmt"
+	"html/template"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/machina-metal/machina/bmc"
+	"github.com/machina-metal/machina/state"
+)
+
+//go:embed templates/*.html
+var templateFS embed.FS
+
+//go:embed static
+var staticFS embed.FS
+
+// Prefix is the path every UI route lives under. Mount the handler New
+// returns at this prefix with no method, e.g.
+// apiServer.HandlePublic(ui.Prefix, h): the UI authenticates by its own
+// session cookie, not by bearer token.
+const Prefix = "/ui/"
+
+// BMCInfoSource returns the BMC read model of a server (bmc.Driver.Info of
+// the server's driver). Implementations MUST bound the call (the UI passes
+// a context with Config.BMCTimeout) and MAY return an error wrapping
+// bmc.ErrUnsupported or bmc.ErrUnreachable; the page then shows the error
+// instead of the section.
+type BMCInfoSource interface {
+	BMCInfo(ctx context.Context, server string) (*bmc.Info, error)
+}
+
+// ImageStatus is one image's state as the images page shows it; it mirrors
+// images.Status plus the image's name.
+type ImageStatus struct {
+	Name string `json:"name"`
+	// State is pending | downloading | converting | verified | failed.
+	State string `json:"state"`
+	// Percent is 0–100 while downloading or converting, -1 when the size
+	// is unknown.
+	Percent float64 `json:"percent"`
+	// Reason says why State is failed; "" otherwise.
+	Reason string `json:"reason,omitempty"`
+	// SizeBytes is the raw image's size once verified; 0 before.
+	SizeBytes int64 `json:"sizeBytes,omitempty"`
+	// Digest is the verified raw image's digest ("sha256:..."), "" before.
+	Digest string `json:"digest,omitempty"`
+}
+
+// ImageSource lists the images of the acting inventory with their import
+// status, ordered by name.
+type ImageSource interface {
+	ImageStatuses(ctx context.Context) ([]ImageStatus, error)
+}
+
+// Revision identifies one inventory revision.
+type Revision struct {
+	Commit  string    `json:"commit"`            // Git commit hash (hex)
+	Digest  string    `json:"digest"`            // inventory digest, "sha256:<hex>"
+	Message string    `json:"message,omitempty"` // the commit's subject line
+	At      time.Time `json:"at,omitzero"`       // commit time
+}
+
+// ValidationError is one problem of an invalid revision
+// (inventory.FieldError), shown as FILE:LINE:COL: PATH: MESSAGE.
+type ValidationError struct {
+	File    string `json:"file"`
+	Line    int    `json:"line"`
+	Column  int    `json:"column,omitempty"`
+	Path    string `json:"path,omitempty"`
+	Message string `json:"message"`
+}
+
+// String renders e as `machinactl validate` does.
+func (e ValidationError) String() string {
+	pos := fmt.Sprintf("%s:%d", e.File, e.Line)
+	if e.Column > 0 {
+		pos += fmt.Sprintf(":%d", e.Column)
+	}
+	if e.Path != "" {
+		return pos + ": " + e.Path + ": " + e.Message
+	}
+	return pos + ": " + e.Message
+}
+
+// PlanStep is one step of a plan (reconciler.Step).
+type PlanStep struct {
+	Server  string `json:"server"`
+	Action  string `json:"action"`            // reconciler action, e.g. "retire"
+	Profile string `json:"profile,omitempty"` // for allocate and deploy
+	Why     string `json:"why"`
+}
+
+// Condition is a fact status shows (reconciler.Condition).
+type Condition struct {
+	Subject string `json:"subject"` // "server/NAME", "profile/NAME" or "inventory"
+	Type    string `json:"type"`    // CamelCase: Orphaned, InsufficientCapacity, Waiting, Held
+	Reason  string `json:"reason"`
+	Message string `json:"message"`
+}
+
+// InventoryStatus is what the inventory page shows.
+type InventoryStatus struct {
+	// Acting is the revision the controller acts on (the last good one);
+	// zero before the first valid revision.
+	Acting Revision `json:"acting"`
+	// Newest is the newest revision fetched; equal to Acting when it is valid.
+	Newest Revision `json:"newest"`
+	// Errors are Newest's validation errors; empty when it is valid.
+	Errors []ValidationError `json:"errors,omitempty"`
+	// Held are the steps of Acting the safety brake holds until approved
+	// (reconciler.Result.Held); Brake says why.
+	Held  []PlanStep `json:"held,omitempty"`
+	Brake string     `json:"brake,omitempty"`
+	// Conditions of the acting plan (reconciler.Result.Conditions).
+	Conditions []Condition `json:"conditions,omitempty"`
+}
+
+// InventorySource reports the reconciler's view of the inventory. The UI's
+// approve button calls state.Store.Approve with a prefix of Acting.Digest;
+// the source is expected to re-plan with PlanOptions.Approved once
+// Store.Approved(Acting.Digest) is true.
+type InventorySource interface {
+	InventoryStatus(ctx context.Context) (InventoryStatus, error)
+}
+
+// Config configures New. Only Store and API are required; every other zero
+// value is usable (the page section it feeds says "not available").
+type Config struct {
+	// Store is the open state store: servers, events, hosts, join logs,
+	// admin tokens (login) and approvals.
+	Store *state.Store
+	// API is the admin API handler (api.Server.Handler()). The UI forwards
+	// its browser's reads of /ui/api/v1/... (servers, events and the
+	// event stream) to it with the session's admin token, so the page and
+	// machinactl read the same answers. Required.
+	API http.Handler
+	// Console is the console WebSocket handler (console.Handler) shared with
+	// the API, so one writer is enforced across machinactl and browsers.
+	// Its Config.Authenticate must accept UI sessions: wrap the bearer check
+	// with ConsoleAuthenticate. nil: the console page says unavailable.
+	Console http.Handler
+	// BMC feeds the server page's BMC section; nil: "not available".
+	BMC BMCInfoSource
+	// BMCTimeout bounds one BMCInfo call; zero means 5s.
+	BMCTimeout time.Duration
+	// Images feeds the images page; nil: "not available".
+	Images ImageSource
+	// Inventory feeds the inventory page and server conditions; nil: "not available".
+	Inventory InventorySource
+	// SessionTTL is a session's lifetime from login (absolute, not
+	// sliding); zero means 30 minutes.
+	SessionTTL time.Duration
+	// MaxSessions bounds live sessions; a login beyond it evicts the oldest.
+	// Zero means 256.
+	MaxSessions int
+	// Logger receives Info lines for logins, logouts and approvals and Warn
+	// lines for refused changes and CSP reports; nil discards.
+	Logger *slog.Logger
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+}
+
+// UI is the web console. Create it with New (which returns it as an
+// http.Handler); it is safe for concurrent use.
+type UI struct {
+	cfg      Config
+	log      *slog.Logger
+	store    *state.Store
+	mux      *http.ServeMux
+	tmpl     map[string]*template.Template
+	static   http.Handler
+	sessions *sessions
+	// cspReports counts Content-Security-Policy violation reports received.
+	cspReports atomic.Int64
+}
+
+// New builds the UI handler for the routes under Prefix; the handler is a
+// *UI. Errors: a nil Store or API, or a template that does not parse.
+func New(cfg Config) (http.Handler, error) { return newUI(cfg) }
+
+func newUI(cfg Config) (*UI, error) {
+	if cfg.Store == nil {
+		return nil, errors.New("ui: new: Config.Store is nil")
+	}
+	if cfg.API == nil {
+		return nil, errors.New("ui: new: Config.API is nil")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.SessionTTL <= 0 {
+		cfg.SessionTTL = 30 * time.Minute
+	}
+	if cfg.MaxSessions <= 0 {
+		cfg.MaxSessions = 256
+	}
+	if cfg.BMCTimeout <= 0 {
+		cfg.BMCTimeout = 5 * time.Second
+	}
+	tmpl, err := parseTemplates()
+	if err != nil {
+		return nil, fmt.Errorf("ui: new: %w", err)
+	}
+	sub, err := fs.Sub(staticFS, "static")
+	if err != nil {
+		return nil, fmt.Errorf("ui: new: %w", err)
+	}
+	u := &UI{cfg: cfg, log: cfg.Logger, store: cfg.Store, mux: http.NewServeMux(), tmpl: tmpl,
+		static:   http.StripPrefix("/ui/static/", http.FileServerFS(sub)),
+		sessions: newSessions(cfg.SessionTTL, cfg.MaxSessions, cfg.Now)}
+	u.routes()
+	return u, nil
+}
+
+// routes registers every UI route. Pages and reads are GET; every change
+// is a POST checked for the session's CSRF token and a same-origin Origin.
+func (u *UI) routes() {
+	m := u.mux
+	m.HandleFunc("GET /ui/{$}", u.page(u.handleFleet))
+	m.HandleFunc("GET /ui/login", u.handleLoginForm)
+	m.HandleFunc("POST /ui/login", u.handleLogin)
+	m.HandleFunc("POST /ui/logout", u.change(u.handleLogout))
+	m.HandleFunc("GET /ui/servers/{name}", u.page(u.handleServer))
+	m.HandleFunc("GET /ui/servers/{name}/console", u.page(u.handleConsolePage))
+	m.HandleFunc("GET /ui/servers/{name}/console/ws", u.authed(u.handleConsoleWS))
+	m.HandleFunc("GET /ui/images", u.page(u.handleImages))
+	m.HandleFunc("GET /ui/hosts", u.page(u.handleHosts))
+	m.HandleFunc("GET /ui/inventory", u.page(u.handleInventory))
+	m.HandleFunc("GET /ui/inventory/approve", u.page(u.handleApproveConfirm))
+	m.HandleFunc("POST /ui/inventory/approve", u.change(u.handleApprove))
+	m.HandleFunc("GET /ui/data/history", u.authed(u.handleHistory))
+	m.HandleFunc("GET /ui/data/images", u.authed(u.handleImagesData))
+	m.HandleFunc("GET /ui/api/v1/", u.authed(u.handleAPIProxy))
+	m.HandleFunc("POST /ui/csp-report", u.handleCSPReport)
+	m.Handle("GET /ui/static/", u.staticHandler())
+}
+
+// ServeHTTP sets the security headers on every answer and dispatches.
+func (u *UI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h := w.Header()
+	h.Set("Content-Security-Policy", cspFor(r.URL.Path))
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("X-Frame-Options", "DENY")
+	h.Set("Referrer-Policy", "same-origin")
+	h.Set("Cross-Origin-Opener-Policy", "same-origin")
+	h.Set("Cross-Origin-Resource-Policy", "same-origin")
+	if r.URL.Path == "/ui" {
+		http.Redirect(w, r, Prefix, http.StatusSeeOther)
+		return
+	}
+	u.mux.ServeHTTP(w, r)
+}
+
+// csp is the Content-Security-Policy of every UI answer (CSP Level 3):
+// scripts only from the UI's own files, so no inline script or event
+// handler attribute runs, no eval; connections only to the same origin
+// (fetch, EventSource, WebSocket); nothing may frame the UI. Violations
+// are reported to /ui/csp-report.
+const csp = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; " +
+	"connect-src 'self'; font-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'; " +
+	"report-uri /ui/csp-report"
+
+// cspConsole relaxes style-src for the console page only: xterm.js's DOM
+// renderer inserts <style> elements for its theme and cell widths. Scripts
+// stay as strict as everywhere else.
+const cspConsole = "default-src 'none'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; " +
+	"connect-src 'self'; font-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'; " +
+	"report-uri /ui/csp-report"
+
+func cspFor(path string) string {
+	if strings.HasPrefix(path, "/ui/servers/") && strings.HasSuffix(path, "/console") {
+		return cspConsole
+	}
+	return csp
+}
+
+// staticHandler serves the embedded assets with a short cache lifetime
+// (they change with the binary) and no directory listings.
+func (u *UI) staticHandler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasSuffix(r.URL.Path, "/") {
+			http.NotFound(w, r)
+			return
+		}
+		w.Header().Set("Cache-Control", "private, max-age=300")
+		u.static.ServeHTTP(w, r)
+	})
+}
+
+// CSPReports returns how many Content-Security-Policy violation reports the
+// UI has received since New; tests assert it stays zero.
+func (u *UI) CSPReports() int64 { return u.cspReports.Load() }
+
+// handleCSPReport accepts a browser's violation report
+// (application/csp-report, CSP Level 2 report-uri), counts and logs it.
+// Unauthenticated by design (browsers send no credentials choice); the
+// body is bounded and only its directive and blocked URI are logged.
+func (u *UI) handleCSPReport(w http.ResponseWriter, r *http.Request) {
+	var rep struct {
+		Report struct {
+			Directive  string `json:"violated-directive"`
+			BlockedURI string `json:"blocked-uri"`
+			Document   string `json:"document-uri"`
+		} `json:"csp-report"`
+	}
+	_ = decodeJSON(w, r, 16<<10, &rep) // a malformed report still counts
+	u.cspReports.Add(1)
+	u.log.Warn("csp violation", "directive", rep.Report.Directive, "blocked", truncate(rep.Report.BlockedURI, 200),
+		"document", truncate(rep.Report.Document, 200))
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n]
+}
