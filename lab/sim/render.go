@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"strings"
 
-	inventoryexample "github.com/machina-metal/machina/inventory-example"
 	"github.com/machina-metal/machina/inventory"
+	inventoryexample "github.com/machina-metal/machina/inventory-example"
 )
 
 // exampleFS is the embedded example site.
