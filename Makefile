@@ -31,9 +31,11 @@ lint:
 	$(GO) vet $(PKGS)
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 $(PKGS)
 
+# demo: the main job on the embedded default: the controller against the
+# simulated lab (example site, loopback only, no root). Ctrl-C stops it.
 demo: build
 	$(BIN)/machinactl validate inventory-example
-	$(BIN)/machinactl inventory show inventory-example
+	$(BIN)/machina sim $(DEMO_FLAGS)
 
 clean:
 	rm -rf $(BIN)

@@ -104,7 +104,13 @@ type Running struct {
 	Status *reconciler.StatusWriter
 	// Images is the image store.
 	Images *images.Store
+
+	flush func(ctx context.Context) error
 }
+
+// FlushStatus builds the status of the fleet now and commits it at once,
+// waiting for the push (the status writer otherwise batches commits).
+func (r *Running) FlushStatus(ctx context.Context) error { return r.flush(ctx) }
 
 // Run starts every component and serves until ctx is done, then stops them
 // and returns nil. A component failing to start is returned at once.
@@ -262,7 +268,15 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 
-	run := &Running{Addr: ln.Addr(), URL: publicURL, Store: st, Reconciler: ctrl, Source: src, Status: writer, Images: imgStore}
+	run := &Running{Addr: ln.Addr(), URL: publicURL, Store: st, Reconciler: ctrl, Source: src, Status: writer, Images: imgStore,
+		flush: func(ctx context.Context) error {
+			snap, err := builder.Build(src.InventoryStatus(), imgStatus.list(), ctrl.LastPlan())
+			if err != nil {
+				return err
+			}
+			_, err = writer.Write(ctx, snap)
+			return err
+		}}
 	log.Info("controller listening", "addr", ln.Addr().String(), "url", publicURL, "repo", redactURL(cfg.Repo.URL))
 
 	ctx, cancel := context.WithCancel(ctx)

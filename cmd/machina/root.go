@@ -31,6 +31,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		newServeCmd(e),
 		newTokenCmd(e),
 		newBmcsimCmd(e),
+		newSimCmd(e),
 	)
 	root.SetArgs(args)
 	if err := root.ExecuteContext(ctx); err != nil {

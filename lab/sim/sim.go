@@ -285,6 +285,10 @@ func (l *Lab) writeRepo(site *inventory.Inventory, addrs map[string]string) erro
 	if _, err := repo.CreateRemote(&gitconfig.RemoteConfig{Name: "origin", URLs: []string{l.RepoURL}}); err != nil {
 		return err
 	}
+	// Track origin/main, so `git pull` in the clone brings the status commits.
+	if err := repo.CreateBranch(&gitconfig.Branch{Name: "main", Remote: "origin", Merge: "refs/heads/main"}); err != nil {
+		return err
+	}
 	files := map[string]string{
 		inventory.ServersFile:  renderServers(site, addrs),
 		inventory.ProfilesFile: renderProfiles(site),

@@ -1,0 +1,272 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/machina-metal/machina/boot"
+	"github.com/machina-metal/machina/controller"
+	"github.com/machina-metal/machina/lab/sim"
+	"github.com/machina-metal/machina/reconciler"
+	"github.com/machina-metal/machina/state"
+)
+
+// simOptions are machina sim's flags.
+type simOptions struct {
+	dir          string
+	servers      int
+	bootDelay    time.Duration
+	listen       string
+	untilDone    bool
+	timeout      time.Duration
+	logFile      string
+	pollInterval time.Duration
+}
+
+// newSimCmd is `machina sim`: the controller against the simulated lab,
+// the embedded default behind `make demo`.
+func newSimCmd(e *env) *cobra.Command {
+	var o simOptions
+	cmd := &cobra.Command{
+		Use:   "sim",
+		Short: "Run the controller against a simulated lab (the embedded example site; loopback only, no root)",
+		Long: `Run the whole controller against a simulated lab on 127.0.0.1: a local inventory
+repository made from the embedded example site (a bare repository plus a working
+clone), a simulated Redfish BMC per server serving a real vendor tree, simulated
+machines that PXE-boot through the controller's real boot endpoints and run the
+real ramdisk agent, and a local image mirror. Progress is printed as servers go
+new → commissioning → ready → deployed. Ctrl-C stops everything.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runSim(cmd.Context(), e, o)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.dir, "dir", "", "folder for the lab (repository, state, images, disks); empty means a new folder under the system temp dir")
+	f.IntVar(&o.servers, "servers", 0, "simulate this many generated servers instead of the example site (scale runs)")
+	f.DurationVar(&o.bootDelay, "boot-delay", 2*time.Second, "simulated firmware time before each network boot")
+	f.StringVar(&o.listen, "listen", "127.0.0.1:0", "controller HTTP address (loopback)")
+	f.BoolVar(&o.untilDone, "until-deployed", false, "exit 0 once every profile's count is deployed (CI smoke runs)")
+	f.DurationVar(&o.timeout, "timeout", 0, "give up after this long (exit 1); zero means run until Ctrl-C")
+	f.StringVar(&o.logFile, "log", "", "controller log file; empty means DIR/controller.log")
+	f.DurationVar(&o.pollInterval, "poll", 2*time.Second, "how often the controller polls the inventory repository")
+	return cmd
+}
+
+func runSim(ctx context.Context, e *env, o simOptions) error {
+	dir := o.dir
+	if dir == "" {
+		d, err := os.MkdirTemp("", "machina-sim-")
+		if err != nil {
+			return err
+		}
+		dir = d
+	}
+	dir, _ = filepath.Abs(dir)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	logPath := o.logFile
+	if logPath == "" {
+		logPath = filepath.Join(dir, "controller.log")
+	}
+	lf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return err
+	}
+	defer lf.Close()
+	log := slog.New(slog.NewTextHandler(lf, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	if o.timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, o.timeout)
+		defer cancel()
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+
+	fmt.Fprintf(e.stdout, "Machina simulated lab in %s\n", dir)
+	lab, err := sim.Start(ctx, sim.Config{Dir: filepath.Join(dir, "lab"), Servers: o.servers, BootDelay: o.bootDelay, Logger: log.With("component", "sim")})
+	if err != nil {
+		return err
+	}
+	defer lab.Close()
+	fmt.Fprintf(e.stdout, "  %d simulated servers behind bmcsim Redfish BMCs (vendor trees from the fixtures)\n", len(lab.Machines()))
+	fmt.Fprintf(e.stdout, "  inventory repository: %s\n  your working clone:   %s\n  image mirror:         %s\n  controller log:       %s\n\n",
+		strings.TrimPrefix(lab.RepoURL, "file://"), lab.Clone, lab.MirrorURL, logPath)
+
+	var (
+		runMu sync.Mutex
+		run   *controller.Running
+	)
+	ready := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- controller.Run(ctx, controller.Config{
+			StatePath: filepath.Join(dir, "state.db"), WorkDir: filepath.Join(dir, "work"), Listen: o.listen,
+			Repo: reconciler.Remote{URL: lab.RepoURL}, PollInterval: o.pollInterval, StatusInterval: 3 * time.Second,
+			MachinePerIP: boot.Limit{Burst: 10000, Every: time.Millisecond},
+			Reconciler:   reconciler.Config{Interval: time.Second, BackoffBase: time.Second, BackoffCap: 30 * time.Second, Workers: 16, PerRack: 16},
+			Logger:       log.With("component", "controller"),
+			OnReady: func(r *controller.Running) {
+				user, pass := lab.Credentials()
+				for _, name := range []string{"bmc-redfish", "bmc-ipmi"} {
+					if _, err := r.Store.PutSecret(name, state.Credential{Username: user, Password: pass}, state.ActorLocal); err != nil {
+						log.Error("store simulated BMC credential", "err", err)
+					}
+				}
+				lab.SetController(r.URL)
+				runMu.Lock()
+				run = r
+				runMu.Unlock()
+				close(ready)
+			},
+		})
+	}()
+	select {
+	case <-ready:
+	case err := <-done:
+		return fmt.Errorf("controller: %w", err)
+	}
+	runMu.Lock()
+	r := run
+	runMu.Unlock()
+	tokenPath := filepath.Join(dir, "admin-token")
+	if tok, _, err := r.Store.CreateAdminToken("sim", state.ActorLocal); err == nil {
+		_ = os.WriteFile(tokenPath, []byte(tok+"\n"), 0o600)
+	}
+	fmt.Fprintf(e.stdout, "Controller at %s (admin API token in %s)\n", r.URL, tokenPath)
+	fmt.Fprintf(e.stdout, "Watching servers go new → commissioning → ready → deployed...\n\n")
+
+	err = watchSim(ctx, e.stdout, r, o.untilDone, func() { printSimHelp(e.stdout, lab) })
+	if errors.Is(err, errSimDone) {
+		fmt.Fprintf(e.stdout, "\nEvery profile's count is deployed.\n")
+		fctx, fcancel := context.WithTimeout(ctx, 30*time.Second)
+		if err := r.FlushStatus(fctx); err != nil {
+			fmt.Fprintf(e.stderr, "machina sim: final status commit: %v\n", err)
+		}
+		fcancel()
+		printSimHelp(e.stdout, lab)
+		cancel()
+		<-done
+		return nil
+	}
+	cancel()
+	cerr := <-done
+	if ctx.Err() != nil && o.timeout > 0 && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return fmt.Errorf("sim: not done within %s (see %s)", o.timeout, logPath)
+	}
+	fmt.Fprintln(e.stdout, "\nStopped.")
+	return cerr
+}
+
+var errSimDone = errors.New("sim: done")
+
+// watchSim prints every lifecycle move as it happens and a one-line
+// summary when the counts change, until ctx ends (or, with untilDone,
+// until every profile's count is deployed).
+func watchSim(ctx context.Context, w io.Writer, r *controller.Running, untilDone bool, help func()) error {
+	var after uint64
+	lastSummary := ""
+	helped := false
+	t := time.NewTicker(300 * time.Millisecond)
+	defer t.Stop()
+	for {
+		evs, err := r.Store.Events(state.EventQuery{After: after, Limit: 1000})
+		if err == nil {
+			for _, ev := range evs {
+				after = ev.Seq
+				if ev.Kind == state.EventTransition {
+					fmt.Fprintf(w, "  %s  %-8s %s → %s  %s\n", ev.At.Local().Format("15:04:05"), ev.Server, ev.From, ev.To, trim(ev.Message, 70))
+				}
+			}
+		}
+		snap, err := r.Store.Snapshot()
+		if err == nil {
+			if s := summary(snap); s != lastSummary {
+				fmt.Fprintf(w, "  -- %s\n", s)
+				lastSummary = s
+			}
+			if deployedAll(r, snap) {
+				if untilDone {
+					return errSimDone
+				}
+				if !helped {
+					fmt.Fprintf(w, "\nEvery profile's count is deployed. The lab keeps running (Ctrl-C stops it).\n")
+					help()
+					helped = true
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+// deployedAll reports whether the acting plan has nothing left to do and
+// every profile's count is deployed.
+func deployedAll(r *controller.Running, snap state.Snapshot) bool {
+	inv := r.Reconciler.Desired()
+	if inv == nil {
+		return false
+	}
+	got := map[string]int{}
+	for _, s := range snap.Servers {
+		if s.Lifecycle == state.LifecycleDeployed && !s.FinishDeploy && s.Allocation != nil {
+			got[s.Allocation.Profile]++
+		}
+	}
+	for _, p := range inv.Profiles {
+		if got[p.Name] < p.Count {
+			return false
+		}
+	}
+	return true
+}
+
+func summary(snap state.Snapshot) string {
+	counts := map[state.Lifecycle]int{}
+	for _, s := range snap.Servers {
+		counts[s.Lifecycle]++
+	}
+	var parts []string
+	for _, lc := range state.Lifecycles() {
+		if counts[lc] > 0 {
+			parts = append(parts, fmt.Sprintf("%s %d", lc, counts[lc]))
+		}
+	}
+	sort.Strings(parts)
+	return strings.Join(parts, ", ")
+}
+
+func printSimHelp(w io.Writer, lab *sim.Lab) {
+	fmt.Fprintf(w, `
+Change the fleet the GitOps way, in your working clone:
+  cd %s
+  git pull                                  # the controller's status commits
+  $EDITOR profiles.yaml                     # e.g. raise hypervisor's count
+  git commit -am "more hypervisors" && git push
+Read what the controller observed:
+  git pull && cat status/README.md && git log --oneline
+`, lab.Clone)
+}
+
+func trim(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n-1] + "…"
+}
