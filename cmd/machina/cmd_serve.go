@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/machina-metal/machina/api"
+	"github.com/machina-metal/machina/boot"
+	"github.com/machina-metal/machina/controller"
 	"github.com/machina-metal/machina/state"
 	"github.com/spf13/cobra"
 )
@@ -184,11 +186,16 @@ func envOrDefault(key, def string) string {
 func newServeCmd(e *env) *cobra.Command {
 	var c ServeConfig
 	var logFormat, logLevel string
+	var cc controller.Config
 	cmd := &cobra.Command{
 		Use:   "serve",
-		Short: "Run the controller: state store and admin API (more servers join later)",
-		Long: "Run the controller until interrupted. The master key for sealing secrets is read from " +
-			envMasterKey + " only; it is never a flag.",
+		Short: "Run the controller: reconciler, admin API, boot and machine endpoints, images, Git source and status",
+		Long: "Run the controller until interrupted. With --repo it runs everything: Git source, reconciler,\n" +
+			"status writer, iPXE boot and machine-facing endpoints, image store. Without --repo only the\n" +
+			"state store and admin API run (to store BMC credentials before the first reconcile).\n" +
+			"The master key for sealing secrets is read from " + envMasterKey + " only; it is never a flag.\n" +
+			"An HTTPS Git token is read from the file or environment variable named by --repo-token-file or\n" +
+			"--repo-token-env, never from a flag value.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log, err := newLogger(e.stderr, logFormat, logLevel)
@@ -197,12 +204,31 @@ func newServeCmd(e *env) *cobra.Command {
 			}
 			c.Logger = log
 			c.MasterKey = []byte(os.Getenv(envMasterKey))
-			return c.Run(cmd.Context())
+			if cc.Repo.URL == "" {
+				return c.Run(cmd.Context())
+			}
+			cc.StatePath, cc.Listen, cc.MasterKey, cc.Logger = c.StatePath, c.Listen, c.MasterKey, log
+			cc.AutoEnroll = boot.AutoEnrollFromEnv(os.Getenv)
+			return controller.Run(cmd.Context(), cc)
 		},
 	}
-	cmd.Flags().StringVar(&c.StatePath, "state", envOrDefault(envState, defaultStatePath), "bbolt state file (env "+envState+")")
-	cmd.Flags().StringVar(&c.Listen, "listen", envOrDefault(envListen, "127.0.0.1:8080"), "admin API address (env "+envListen+")")
-	cmd.Flags().StringVar(&logFormat, "log-format", envOrDefault(envLogFormat, "json"), "log format: json or text (env "+envLogFormat+")")
-	cmd.Flags().StringVar(&logLevel, "log-level", envOrDefault(envLogLevel, "info"), "log level: debug, info, warn, error (env "+envLogLevel+")")
+	f := cmd.Flags()
+	f.StringVar(&cc.Repo.URL, "repo", os.Getenv("MACHINA_REPO"), "inventory repository URL: file://, https:// or ssh:// (env MACHINA_REPO)")
+	f.StringVar(&cc.Repo.Branch, "branch", envOrDefault("MACHINA_BRANCH", "main"), "inventory branch (env MACHINA_BRANCH)")
+	f.StringVar(&cc.Repo.TokenFile, "repo-token-file", os.Getenv("MACHINA_REPO_TOKEN_FILE"), "file holding the HTTPS Git token")
+	f.StringVar(&cc.Repo.TokenEnv, "repo-token-env", "", "environment variable holding the HTTPS Git token")
+	f.StringVar(&cc.Repo.SSHKeyFile, "ssh-key", os.Getenv("MACHINA_SSH_KEY"), "SSH private key file for ssh:// repositories")
+	f.StringVar(&cc.Repo.KnownHostsFile, "known-hosts", os.Getenv("MACHINA_KNOWN_HOSTS"), "known_hosts file (required for ssh://)")
+	f.StringVar(&cc.StatusBranch, "status-branch", os.Getenv("MACHINA_STATUS_BRANCH"), "write status commits to this branch instead of the inventory branch")
+	f.StringVar(&cc.WorkDir, "work-dir", envOrDefault("MACHINA_WORK_DIR", "/var/lib/machina"), "folder for Git clones and the image store")
+	f.StringVar(&cc.PublicURL, "public-url", os.Getenv("MACHINA_PUBLIC_URL"), "the controller's URL as machines reach it (iPXE scripts, deploy plans)")
+	f.StringVar(&cc.RamdiskDir, "ramdisk-dir", os.Getenv("MACHINA_RAMDISK_DIR"), "folder with vmlinuz and initrd.cpio.gz (make ramdisk), served at /boot/ramdisk/")
+	f.StringVar(&cc.ISODir, "iso-dir", os.Getenv("MACHINA_ISO_DIR"), "folder with the iPXE ISOs (make ipxe-iso), served at /boot/iso/")
+	f.StringVar(&cc.Mirrors.Base, "mirror", os.Getenv("MACHINA_MIRROR"), "base URL of a local mirror for catalog images")
+	f.DurationVar(&cc.PollInterval, "poll-interval", 30*time.Second, "how often the inventory branch tip is polled")
+	f.StringVar(&c.StatePath, "state", envOrDefault(envState, defaultStatePath), "bbolt state file (env "+envState+")")
+	f.StringVar(&c.Listen, "listen", envOrDefault(envListen, "127.0.0.1:8080"), "admin API address (env "+envListen+")")
+	f.StringVar(&logFormat, "log-format", envOrDefault(envLogFormat, "json"), "log format: json or text (env "+envLogFormat+")")
+	f.StringVar(&logLevel, "log-level", envOrDefault(envLogLevel, "info"), "log level: debug, info, warn, error (env "+envLogLevel+")")
 	return cmd
 }
