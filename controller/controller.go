@@ -267,6 +267,9 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := mountAdmin(srv, st, ctrl, src); err != nil {
 		return err
 	}
+	if err := mountConsoleAndUI(srv, st, drivers, src, ctrl, imgStatus); err != nil {
+		return fmt.Errorf("controller: console and UI: %w", err)
+	}
 
 	run := &Running{Addr: ln.Addr(), URL: publicURL, Store: st, Reconciler: ctrl, Source: src, Status: writer, Images: imgStore,
 		flush: func(ctx context.Context) error {

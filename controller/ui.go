@@ -1,0 +1,130 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+
+	"github.com/machina-metal/machina/api"
+	"github.com/machina-metal/machina/bmc"
+	"github.com/machina-metal/machina/console"
+	"github.com/machina-metal/machina/reconciler"
+	"github.com/machina-metal/machina/state"
+	"github.com/machina-metal/machina/ui"
+)
+
+// mountConsoleAndUI mounts the serial console WebSocket (one handler shared
+// by machinactl and browsers, so one writer holds across both) and the web
+// console under /ui/.
+func mountConsoleAndUI(srv *api.Server, st *state.Store, drivers reconciler.Drivers, src *reconciler.Source, ctrl *reconciler.Controller,
+	imgs *imageStatus) error {
+	bearer := func(r *http.Request) (string, error) {
+		tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		if !ok || tok == "" {
+			return "", ui.ErrNoSession
+		}
+		at, err := st.AuthenticateAdmin(tok)
+		if err != nil {
+			return "", err
+		}
+		return at.Name, nil
+	}
+	lookup := func(ctx context.Context, name string) (bmc.Driver, error) {
+		s, err := st.Server(name)
+		if errors.Is(err, state.ErrNotFound) {
+			return nil, fmt.Errorf("%s: %w", name, console.ErrServerNotFound)
+		}
+		if err != nil {
+			return nil, err
+		}
+		return drivers.Driver(ctx, s)
+	}
+	con, err := console.New(console.Config{Opener: console.DriverOpener(lookup), Authenticate: ui.ConsoleAuthenticate(bearer),
+		Audit: func(_ context.Context, e console.Event) {
+			_, _ = st.AppendEvent(state.Event{Server: e.Server, Kind: state.EventKind(e.Action), Actor: e.Principal,
+				Message: fmt.Sprintf("%s from %s as %s %s", e.Action, e.Remote, e.Role, e.Reason)})
+		}})
+	if err != nil {
+		return err
+	}
+	if err := srv.HandlePublic(console.Pattern, con); err != nil {
+		return err
+	}
+	h, err := ui.New(ui.Config{Store: st, API: srv.Handler(), Console: con, BMC: bmcInfo{st: st, drivers: drivers},
+		Images: uiImages{imgs}, Inventory: uiInventory{src: src, ctrl: ctrl}})
+	if err != nil {
+		return err
+	}
+	return srv.HandlePublic(ui.Prefix, h)
+}
+
+// bmcInfo reads a server's BMC read model through its driver.
+type bmcInfo struct {
+	st      *state.Store
+	drivers reconciler.Drivers
+}
+
+func (b bmcInfo) BMCInfo(ctx context.Context, server string) (*bmc.Info, error) {
+	s, err := b.st.Server(server)
+	if err != nil {
+		return nil, err
+	}
+	d, err := b.drivers.Driver(ctx, s)
+	if err != nil {
+		return nil, err
+	}
+	return d.Info(ctx)
+}
+
+type uiImages struct{ s *imageStatus }
+
+func (u uiImages) ImageStatuses(context.Context) ([]ui.ImageStatus, error) {
+	u.s.mu.Lock()
+	defer u.s.mu.Unlock()
+	var out []ui.ImageStatus
+	for name, st := range u.s.m {
+		is := ui.ImageStatus{Name: name, State: string(st.State), Percent: st.Percent, Reason: st.Reason, SizeBytes: st.SizeBytes}
+		if st.Raw.Hex != "" {
+			is.Digest = string(st.Raw.Algo) + ":" + st.Raw.Hex
+		}
+		out = append(out, is)
+	}
+	sortImages(out)
+	return out, nil
+}
+
+func sortImages(s []ui.ImageStatus) {
+	for i := 1; i < len(s); i++ {
+		for j := i; j > 0 && s[j].Name < s[j-1].Name; j-- {
+			s[j], s[j-1] = s[j-1], s[j]
+		}
+	}
+}
+
+type uiInventory struct {
+	src  *reconciler.Source
+	ctrl *reconciler.Controller
+}
+
+func (u uiInventory) InventoryStatus(context.Context) (ui.InventoryStatus, error) {
+	good, invalid := u.src.Latest()
+	out := ui.InventoryStatus{Acting: ui.Revision{Commit: good.Commit, Digest: good.Digest}}
+	out.Newest = out.Acting
+	if invalid != nil {
+		out.Newest = ui.Revision{Commit: invalid.Commit}
+		for _, e := range invalid.Errors {
+			out.Errors = append(out.Errors, ui.ValidationError{File: e.File, Line: e.Line, Column: e.Col, Path: e.Path, Message: e.Msg})
+		}
+	}
+	plan := u.ctrl.LastPlan()
+	for _, s := range plan.Held {
+		out.Held = append(out.Held, ui.PlanStep{Server: s.Server, Action: string(s.Action), Profile: s.Profile, Why: s.Why})
+	}
+	out.Brake = plan.Brake
+	for _, c := range plan.Conditions {
+		out.Conditions = append(out.Conditions, ui.Condition{Subject: c.Subject, Type: c.Type, Reason: c.Reason, Message: c.Message})
+	}
+	return out, nil
+}
