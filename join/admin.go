@@ -62,6 +62,7 @@ type AdminMux interface {
 //
 //	POST /api/v1/join/tokens  body v1.EnrolmentRequest → 201 v1.EnrolmentToken
 //	GET  /api/v1/hosts        → 200 v1.HostList (online from heartbeats)
+//	GET  /api/v1/join/info    → 200 v1.JoinInfo (URL, pins, CA PEM)
 //
 // actor(r), when non-nil, names the admin token for the token record
 // (pass api.Actor).
@@ -99,6 +100,13 @@ func RegisterAdmin(mux AdminMux, s *Server, actor func(*http.Request) string) er
 		return fmt.Errorf("join: register admin: %w", err)
 	}
 	if err := mux.HandleAdmin("GET /api/v1/hosts", list); err != nil {
+		return fmt.Errorf("join: register admin: %w", err)
+	}
+	info := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, v1.JoinInfo{JoinURL: s.cfg.URL, CAFingerprint: s.cfg.CA.Fingerprint(),
+			ScriptSHA256: ScriptSHA256(), CA: string(s.cfg.CA.PEM())})
+	})
+	if err := mux.HandleAdmin("GET /api/v1/join/info", info); err != nil {
 		return fmt.Errorf("join: register admin: %w", err)
 	}
 	return nil

@@ -76,6 +76,15 @@ type EnrolmentToken struct {
 	ScriptSHA256  string    `json:"scriptSHA256"`
 }
 
+// JoinInfo answers GET /api/v1/join/info: what an installer pins, and the
+// CA certificate (PEM) itself, over the authenticated admin API.
+type JoinInfo struct {
+	JoinURL       string `json:"joinURL"`
+	CAFingerprint string `json:"caFingerprint"`
+	ScriptSHA256  string `json:"scriptSHA256"`
+	CA            string `json:"ca"`
+}
+
 // HostFacts is what a joining host says about itself.
 type HostFacts struct {
 	Hostname string `json:"hostname"`
@@ -160,5 +169,12 @@ func (c *Client) CreateEnrolmentToken(ctx context.Context, req EnrolmentRequest)
 func (c *Client) Hosts(ctx context.Context) (HostList, error) {
 	var out HostList
 	err := c.do(ctx, http.MethodGet, "/api/v1/hosts", nil, nil, &out)
+	return out, err
+}
+
+// JoinInfo calls GET /api/v1/join/info.
+func (c *Client) JoinInfo(ctx context.Context) (JoinInfo, error) {
+	var out JoinInfo
+	err := c.do(ctx, http.MethodGet, "/api/v1/join/info", nil, nil, &out)
 	return out, err
 }

@@ -25,7 +25,8 @@ const (
 
 const usage = `usage: machina-node COMMAND [flags]
   join --url URL --fingerprint HEX [--dir DIR] [--token-file FILE]
-       enrol this host (token from $MACHINA_JOIN_TOKEN or --token-file),
+       enrol this host (token from $MACHINA_JOIN_TOKEN or --token-file;
+       host name from $MACHINA_NODE_HOSTNAME, default the kernel's),
        then apply the networks and storage pools named on the token
   run [--dir DIR]           heartbeat to the controller over mutual TLS
   install-unit [--dir DIR] [--unit-dir DIR] [--no-enable]
@@ -103,6 +104,9 @@ func cmdJoin(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	facts, err := node.Facts("")
 	if err != nil {
 		return err
+	}
+	if hn := os.Getenv("MACHINA_NODE_HOSTNAME"); hn != "" {
+		facts.Hostname = hn // validated by the controller like any hostname
 	}
 	resp, err := node.Join(ctx, node.JoinConfig{URL: *url, Fingerprint: *fp, Token: tok, Dir: *dir, Facts: facts})
 	if err != nil {

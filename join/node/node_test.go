@@ -2,10 +2,10 @@ package node_test
 
 import (
 	"context"
-	"net"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
