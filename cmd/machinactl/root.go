@@ -47,6 +47,9 @@ func newRoot(e *env) *cobra.Command {
 		newConsoleCmd(e),
 		newSecretCmd(e),
 		newImagesCommand(e),
+		newTokenCmd(e),
+		newHostCmd(e),
+		newBundleCmd(e),
 	)
 	return root
 }
