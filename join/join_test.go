@@ -20,6 +20,7 @@ import (
 	"time"
 
 	v1 "github.com/machina-metal/machina/api/v1"
+	"github.com/machina-metal/machina/inventory"
 	"github.com/machina-metal/machina/join"
 	"github.com/machina-metal/machina/join/node"
 	"github.com/machina-metal/machina/state"
@@ -419,5 +420,61 @@ tags:
 `
 	if string(out) != want {
 		t.Fatalf("HostStatusYAML =\n%s\nwant\n%s", out, want)
+	}
+}
+
+func TestDeployEnrolmentFromProfile(t *testing.T) {
+	f := startListener(t, "")
+	p := inventory.Profile{Name: "hypervisor", Min: inventory.Min{MemoryGiB: 32}, Join: inventory.Join{Site: "lab1", Tags: []string{"kvm"},
+		Require:      []string{"virt", "memory"},
+		Networks:     []inventory.Network{{Name: "prod", Bridge: "br-prod", NIC: "eno1", VLAN: 20}},
+		StoragePools: []inventory.StoragePool{{Name: "vg0", Type: "lvm", Disks: []string{"/dev/nvme1n1"}}}}}
+	s := inventory.Server{Name: "r1-n01", Site: "other", Rack: "r1", Tags: []string{"nvme", "kvm"}}
+	req := join.DeployEnrolment(p, s, 45*time.Minute)
+	tok := f.token(t, req)
+	// Bound to the server's name: another host cannot use it.
+	_, err := node.Join(t.Context(), node.JoinConfig{URL: f.url, Fingerprint: tok.CAFingerprint, Token: tok.Token, Dir: t.TempDir(), Facts: facts("r1-n02")})
+	var re *node.RefusedError
+	if !errors.As(err, &re) || re.Body.Code != join.CodeTokenHost {
+		t.Fatalf("other host = %v, want token_host", err)
+	}
+	tok = f.token(t, req)
+	fa := facts("r1-n01")
+	fa.MemoryBytes = 31 << 30 // MemTotal of a 32 GiB machine
+	dir := t.TempDir()
+	resp, err := node.Join(t.Context(), node.JoinConfig{URL: f.url, Fingerprint: tok.CAFingerprint, Token: tok.Token, Dir: dir, Facts: fa})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.Networks) != 1 || resp.Networks[0].VLAN != 20 || len(resp.Pools) != 1 || resp.Pools[0].Disks[0] != "/dev/nvme1n1" {
+		t.Fatalf("join response networks %+v pools %+v", resp.Networks, resp.Pools)
+	}
+	h, _ := f.store.Host("r1-n01")
+	if h.Site != "lab1" || h.Rack != "r1" || strings.Join(h.Tags, ",") != "nvme,kvm" || h.Server != "r1-n01" || h.JoinStatus != "joining" {
+		t.Fatalf("host = %+v", h)
+	}
+	// The node reports its steps and outcome over mutual TLS; a failed
+	// step marks the join failed with the reason.
+	c, err := node.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Step(t.Context(), v1.JoinStep{Step: "network prod", OK: true, Message: "created bridge br-prod"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Step(t.Context(), v1.JoinStep{Step: "pool vg0", OK: false, Message: "vgcreate: no such device"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Done(t.Context(), v1.JoinDone{OK: false, Reason: "pool vg0: vgcreate: no such device"}); err != nil {
+		t.Fatal(err)
+	}
+	h, _ = f.store.Host("r1-n01")
+	if h.JoinStatus != "failed" || h.JoinReason != "pool vg0: vgcreate: no such device" || h.LastSeen.IsZero() {
+		t.Fatalf("host after failed step = %+v", h)
+	}
+	log, _ := f.store.JoinLog("r1-n01")
+	last := log[len(log)-1]
+	if last.Level != "error" || last.Message != "join failed: pool vg0: vgcreate: no such device" || log[len(log)-2].Step != "pool vg0" {
+		t.Fatalf("join log tail = %+v", log[len(log)-3:])
 	}
 }
