@@ -51,6 +51,11 @@ type fixture struct {
 // 127.0.0.1:0 until the test ends.
 func startListener(t *testing.T, nodeBinary string) *fixture {
 	t.Helper()
+	return startListenerRate(t, nodeBinary, 1000)
+}
+
+func startListenerRate(t *testing.T, nodeBinary string, rate float64) *fixture {
+	t.Helper()
 	clk := &clock{t: time.Now().UTC()}
 	st, err := state.Open(filepath.Join(t.TempDir(), "state.db"), state.Options{NoSync: true, Now: clk.Now,
 		MasterKey: []byte("0123456789abcdef0123456789abcdef")})
@@ -68,7 +73,7 @@ func startListener(t *testing.T, nodeBinary string) *fixture {
 	}
 	url := "https://" + ln.Addr().String()
 	srv, err := join.New(join.Config{Store: st, CA: ca, URL: url, NodeBinary: nodeBinary, Now: clk.Now,
-		Heartbeat: 10 * time.Second, JoinRate: 1000, Logger: slog.New(slog.NewTextHandler(t.Output(), nil))})
+		Heartbeat: 10 * time.Second, JoinRate: rate, Logger: slog.New(slog.NewTextHandler(t.Output(), nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -476,5 +481,22 @@ func TestDeployEnrolmentFromProfile(t *testing.T) {
 	last := log[len(log)-1]
 	if last.Level != "error" || last.Message != "join failed: pool vg0: vgcreate: no such device" || log[len(log)-2].Step != "pool vg0" {
 		t.Fatalf("join log tail = %+v", log[len(log)-3:])
+	}
+}
+
+func TestJoinRateLimited(t *testing.T) {
+	f := startListenerRate(t, "", 0.25) // burst 1, one more every 4s of the fake clock
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	tok := f.token(t, v1.EnrolmentRequest{})
+	if code, e := postJoin(t, f, v1.JoinRequest{Token: tok.Token, CSR: csrPEM(t, key), Facts: facts("r1")}); code != 200 {
+		t.Fatalf("first join = %d %+v", code, e)
+	}
+	tok2 := f.token(t, v1.EnrolmentRequest{})
+	if code, e := postJoin(t, f, v1.JoinRequest{Token: tok2.Token, CSR: csrPEM(t, key), Facts: facts("r2")}); code != 429 || e.Code != join.CodeRateLimited {
+		t.Fatalf("second join at once = %d %+v, want 429 rate_limited", code, e)
+	}
+	f.clock.Add(4 * time.Second)
+	if code, e := postJoin(t, f, v1.JoinRequest{Token: tok2.Token, CSR: csrPEM(t, key), Facts: facts("r2")}); code != 200 {
+		t.Fatalf("join after refill = %d %+v (a rate-limited request must not burn the token)", code, e)
 	}
 }

@@ -54,7 +54,7 @@ type Config struct {
 	// than 3 intervals.
 	Heartbeat time.Duration
 	// JoinRate bounds POST /hosts/join per second (token bucket, burst
-	// 4×); zero means 5.
+	// 4× but at least 1); zero means 5. Excess requests answer 429.
 	JoinRate float64
 	// Logger receives one Info line per join and Warn lines for refusals;
 	// nil discards.
@@ -123,7 +123,7 @@ func New(cfg Config) (*Server, error) {
 		cfg.Names = []string{strings.Trim(host, "[]"), "localhost", "127.0.0.1"}
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger, mux: http.NewServeMux(),
-		limit: &bucket{rate: cfg.JoinRate, burst: 4 * cfg.JoinRate, tokens: 4 * cfg.JoinRate, last: cfg.Now()}}
+		limit: &bucket{rate: cfg.JoinRate, burst: max(1, 4*cfg.JoinRate), tokens: max(1, 4*cfg.JoinRate), last: cfg.Now()}}
 	s.mux.HandleFunc("GET /join/ca.pem", s.handleCA)
 	s.mux.HandleFunc("GET /join/install.sh", s.handleScript)
 	s.mux.HandleFunc("GET /join/machina-node", s.handleBinary)
