@@ -47,8 +47,8 @@ func CheckJoinURL(joinURL string) (string, error) {
 	return strings.TrimSuffix(joinURL, "/"), nil
 }
 
-// FirstBootCommand renders the POSIX sh the deployed host runs once at
-// first boot (cloud-init runcmd) to join: it fetches the CA from
+// FirstBootCommand renders the one-line POSIX sh command (under 4 KiB) the
+// deployed host runs once at first boot (cloud-init runcmd) to join: it fetches the CA from
 // joinURL/join/ca.pem, refuses to go on unless the SHA-256 of its
 // SubjectPublicKeyInfo is caFingerprint, fetches joinURL/join/install.sh
 // over TLS verified against that CA, refuses to run it unless its SHA-256
@@ -75,13 +75,38 @@ func FirstBootCommand(joinURL, caFingerprint, scriptSHA256, token string) (strin
 	if !tokenRE.MatchString(token) {
 		return "", fmt.Errorf("%w: token is not URL-safe base64 of 16-128 characters", ErrFirstBoot)
 	}
-	r := strings.NewReplacer("@URL@", u, "@FP@", caFingerprint, "@SHA@", scriptSHA256, "@TOKEN@", token)
-	return r.Replace(firstBootTemplate), nil
+	return render(u, caFingerprint, scriptSHA256, "MACHINA_JOIN_TOKEN='"+token+"'"), nil
+}
+
+func render(u, fp, sha, tokenSrc string) string {
+	return strings.NewReplacer("@URL@", u, "@FP@", fp, "@SHA@", sha, "@TOKENSRC@", tokenSrc).Replace(firstBootTemplate)
+}
+
+var tokenFileRE = regexp.MustCompile(`^/[A-Za-z0-9._/-]+$`)
+
+// FirstBootCommandFromFile is FirstBootCommand reading the token from
+// tokenFile (an absolute path, e.g. a 0600 file written by cloud-init
+// write_files) instead of carrying it, so the token never appears in a
+// command line: runcmd runs [sh, -c, CMD], whose argv any local user can
+// read while the join runs. Errors wrap ErrFirstBoot.
+func FirstBootCommandFromFile(joinURL, caFingerprint, scriptSHA256, tokenFile string) (string, error) {
+	u, err := CheckJoinURL(joinURL)
+	if err != nil {
+		return "", err
+	}
+	if !hex64RE.MatchString(caFingerprint) || !hex64RE.MatchString(scriptSHA256) {
+		return "", fmt.Errorf("%w: CA fingerprint and script SHA-256 must be 64 lower-case hex digits", ErrFirstBoot)
+	}
+	if !tokenFileRE.MatchString(tokenFile) || strings.Contains(tokenFile, "..") {
+		return "", fmt.Errorf("%w: token file %q is not a clean absolute path", ErrFirstBoot, tokenFile)
+	}
+	return render(u, caFingerprint, scriptSHA256, `MACHINA_JOIN_TOKEN="$(cat '`+tokenFile+`')"`), nil
 }
 
 // RunCmd returns FirstBootCommand as cloud-init runcmd entries (NoCloud
 // user-data "runcmd:"): one string entry, which cloud-init writes into its
-// root-only runcmd script and runs with sh.
+// root-only runcmd script and runs with sh (so the token is not in argv,
+// unlike an [sh, -c, CMD] list entry).
 func RunCmd(joinURL, caFingerprint, scriptSHA256, token string) ([]string, error) {
 	c, err := FirstBootCommand(joinURL, caFingerprint, scriptSHA256, token)
 	if err != nil {
@@ -90,18 +115,14 @@ func RunCmd(joinURL, caFingerprint, scriptSHA256, token string) ([]string, error
 	return []string{c}, nil
 }
 
-const firstBootTemplate = `(
-set -eu
-umask 077
-u='@URL@'
-d="$(mktemp -d /tmp/machina-join.XXXXXX)"
-trap 'rm -rf "$d"' EXIT
-curl -fsS -k --max-time 30 -o "$d/ca.pem" "$u/join/ca.pem" || { echo "machina-join: fetch CA from $u failed" >&2; exit 1; }
-fp="$(openssl x509 -in "$d/ca.pem" -noout -pubkey | openssl pkey -pubin -outform DER | sha256sum | cut -d' ' -f1)"
-if [ "$fp" != '@FP@' ]; then echo "machina-join: CA fingerprint mismatch: got $fp, want @FP@; refusing to talk to $u" >&2; exit 1; fi
-curl -fsS --cacert "$d/ca.pem" --max-time 60 -o "$d/install.sh" "$u/join/install.sh" || { echo "machina-join: fetch install script from $u failed" >&2; exit 1; }
-sum="$(sha256sum "$d/install.sh" | cut -d' ' -f1)"
-if [ "$sum" != '@SHA@' ]; then echo "machina-join: install script checksum mismatch: got $sum, want @SHA@; refusing to run it" >&2; exit 1; fi
-MACHINA_JOIN_TOKEN='@TOKEN@' sh "$d/install.sh" --join "$u" --ca "$d/ca.pem" --fingerprint '@FP@'
-)
-`
+// firstBootTemplate is one line: the NoCloud seed runs it as runcmd
+// [sh, -c, CMD] and the autoinstall/kickstart installers embed it in a
+// script, and both accept one line under 4 KiB.
+const firstBootTemplate = `(set -eu; umask 077; u='@URL@'; d="$(mktemp -d /tmp/machina-join.XXXXXX)"; trap 'rm -rf "$d"' EXIT; ` +
+	`curl -fsS -k --max-time 30 -o "$d/ca.pem" "$u/join/ca.pem" || { echo "machina-join: fetch CA from $u failed" >&2; exit 1; }; ` +
+	`fp="$(openssl x509 -in "$d/ca.pem" -noout -pubkey | openssl pkey -pubin -outform DER | sha256sum | cut -d' ' -f1)"; ` +
+	`if [ "$fp" != '@FP@' ]; then echo "machina-join: CA fingerprint mismatch: got $fp, want @FP@; refusing to talk to $u" >&2; exit 1; fi; ` +
+	`curl -fsS --cacert "$d/ca.pem" --max-time 60 -o "$d/install.sh" "$u/join/install.sh" || { echo "machina-join: fetch install script from $u failed" >&2; exit 1; }; ` +
+	`sum="$(sha256sum "$d/install.sh" | cut -d' ' -f1)"; ` +
+	`if [ "$sum" != '@SHA@' ]; then echo "machina-join: install script checksum mismatch: got $sum, want @SHA@; refusing to run it" >&2; exit 1; fi; ` +
+	`@TOKENSRC@ sh "$d/install.sh" --join "$u" --ca "$d/ca.pem" --fingerprint '@FP@')`

@@ -11,6 +11,7 @@ import (
 	"github.com/machina-metal/machina/api"
 	v1 "github.com/machina-metal/machina/api/v1"
 	"github.com/machina-metal/machina/join"
+	"github.com/machina-metal/machina/join/node"
 )
 
 func needTools(t *testing.T, tools ...string) {
@@ -85,6 +86,19 @@ func TestFirstBootCommandArgumentValidation(t *testing.T) {
 	if err != nil || len(lines) != 1 || !strings.Contains(lines[0], "u='https://10.0.0.1:8443'") {
 		t.Fatalf("RunCmd = %q, %v", lines, err)
 	}
+	// The seed and the installers take one line under 4 KiB.
+	if strings.ContainsAny(lines[0], "\n\r") || len(lines[0]) >= 4096 {
+		t.Fatalf("first-boot command is %d bytes with newlines=%v", len(lines[0]), strings.ContainsAny(lines[0], "\n\r"))
+	}
+	for _, bad := range []string{"relative/tok", "/run/../etc/shadow", "/run/tok'x", ""} {
+		if _, err := join.FirstBootCommandFromFile("https://10.0.0.1", fp, sha, bad); err == nil {
+			t.Errorf("FirstBootCommandFromFile(%q) = nil error", bad)
+		}
+	}
+	c, err := join.FirstBootCommandFromFile("https://10.0.0.1", fp, sha, "/run/machina/join-token")
+	if err != nil || strings.Contains(c, "\n") || !strings.Contains(c, "cat '/run/machina/join-token'") {
+		t.Fatalf("FirstBootCommandFromFile = %q, %v", c, err)
+	}
 }
 
 // buildNode builds cmd/machina-node into a temp dir.
@@ -143,7 +157,32 @@ func TestFirstBootJoinsEndToEnd(t *testing.T) {
 			t.Fatalf("%s: %v mode %v, want 0600", name, err, fi.Mode().Perm())
 		}
 	}
-	// The installed node agent heartbeats over mutual TLS.
+	// The token-file variant joins another host the same way, with the
+	// token never on a command line.
+	tok2 := f.token(t, v1.EnrolmentRequest{Site: "lab1"})
+	tokFile := filepath.Join(t.TempDir(), "join-token")
+	os.WriteFile(tokFile, []byte(tok2.Token+"\n"), 0o600)
+	script2, err := join.FirstBootCommandFromFile(tok2.JoinURL, tok2.CAFingerprint, tok2.ScriptSHA256, tokFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.CommandContext(t.Context(), "sh", "-c", script2)
+	cmd.Env = append(os.Environ(), "MACHINA_PREFIX="+t.TempDir(), "MACHINA_NODE_HOSTNAME=e2e-file")
+	if out, err := cmd.CombinedOutput(); err != nil || !strings.Contains(string(out), "joined as e2e-file") {
+		t.Fatalf("first boot from token file: %v\n%s", err, out)
+	}
+	// The installed node's key and certificate heartbeat over mutual TLS.
+	nc, err := node.Load(filepath.Join(prefix, "var/lib/machina-node"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Beat(t.Context()); err != nil {
+		t.Fatalf("heartbeat with the installed certificate: %v", err)
+	}
+	if views := f.srv.HostViews(mustHosts(t, f.store)); !views[0].Online && !views[1].Online {
+		t.Fatalf("no host online after a heartbeat: %+v", views)
+	}
+	// The installed machina-node writes its systemd unit.
 	mn := filepath.Join(prefix, "usr/local/bin/machina-node")
 	unitDir := t.TempDir()
 	if out, err := exec.Command(mn, "install-unit", "--dir", filepath.Join(prefix, "var/lib/machina-node"), "--unit-dir", unitDir, "--no-enable").CombinedOutput(); err != nil {
