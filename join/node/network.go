@@ -9,6 +9,7 @@ import (
 	v1 "github.com/machina-metal/machina/api/v1"
 	"github.com/machina-metal/machina/join/spec"
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 )
 
 // ErrLinkConflict: a link with the bridge's or VLAN's name exists but is of
@@ -27,7 +28,9 @@ func ApplyNetwork(h *netlink.Handle, n v1.JoinNetwork) (string, error) {
 	}
 	if h == nil {
 		var err error
-		if h, err = netlink.NewHandle(); err != nil {
+		// Route sockets only: NewHandle() with no families also opens XFRM
+		// and netfilter sockets, which fail on kernels without those modules.
+		if h, err = netlink.NewHandle(unix.NETLINK_ROUTE); err != nil {
 			return "", fmt.Errorf("node: network %s: %w", n.Name, err)
 		}
 		defer h.Close()
