@@ -58,7 +58,7 @@ func newBundleCmd(e *env) *cobra.Command {
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&apiURL, "api", getenvDefault(envAPI, defaultAPI), "admin API base URL (env "+envAPI+"); the token comes from "+envToken)
+	cmd.Flags().StringVar(&apiURL, "api", apiFlagDefault(), "admin API base URL (env "+envAPI+"); the token comes from "+envToken)
 	cmd.Flags().StringVar(&nodeBinary, "node-binary", "", "the machina-node executable to ship")
 	cmd.Flags().StringVarP(&out, "output", "o", "machina-bundle.tar.gz", "tarball to write")
 	return cmd

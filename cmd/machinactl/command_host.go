@@ -278,7 +278,7 @@ func lastLine(s string) string {
 func newHostCmd(e *env) *cobra.Command {
 	var apiURL string
 	cmd := &cobra.Command{Use: "host", Short: "Join existing machines to the fleet"}
-	cmd.PersistentFlags().StringVar(&apiURL, "api", getenvDefault(envAPI, defaultAPI), "admin API base URL (env "+envAPI+"); the token comes from "+envToken)
+	cmd.PersistentFlags().StringVar(&apiURL, "api", apiFlagDefault(), "admin API base URL (env "+envAPI+"); the token comes from "+envToken)
 	var tf tokenFlags
 	var file, identity, knownHosts string
 	var parallel int

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"strconv"
 	"strings"
 
@@ -96,7 +97,7 @@ func (f *tokenFlags) request() (v1.EnrolmentRequest, error) {
 func newTokenCmd(e *env) *cobra.Command {
 	var apiURL string
 	cmd := &cobra.Command{Use: "token", Short: "Create enrolment tokens for joining hosts"}
-	cmd.PersistentFlags().StringVar(&apiURL, "api", getenvDefault(envAPI, defaultAPI), "admin API base URL (env "+envAPI+"); the token comes from "+envToken)
+	cmd.PersistentFlags().StringVar(&apiURL, "api", apiFlagDefault(), "admin API base URL (env "+envAPI+"); the token comes from "+envToken)
 	var tf tokenFlags
 	var asJSON bool
 	create := &cobra.Command{
@@ -143,3 +144,12 @@ func newTokenCmd(e *env) *cobra.Command {
 }
 
 var errNoHosts = errors.New("no hosts: give USER@HOST arguments or --file")
+
+// apiFlagDefault is the --api default of the join verbs: MACHINA_API, else
+// defaultAPI.
+func apiFlagDefault() string {
+	if v := os.Getenv(envAPI); v != "" {
+		return v
+	}
+	return defaultAPI
+}
