@@ -120,7 +120,7 @@ func (s *Server) HostViews(hs []state.Host) []v1.Host {
 	for _, h := range hs {
 		out = append(out, v1.Host{Name: h.Name, Server: h.Server, Site: h.Site, Rack: h.Rack, Tags: h.Tags,
 			Online: Online(h, now, s.cfg.Heartbeat), JoinedAt: h.JoinedAt, LastSeen: h.LastSeen,
-			JoinStatus: h.JoinStatus, JoinReason: h.JoinReason})
+			JoinStatus: h.JoinStatus, JoinReason: h.JoinReason, Networks: h.Networks, StoragePools: h.StoragePools})
 	}
 	return out
 }

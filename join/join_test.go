@@ -474,6 +474,9 @@ func TestDeployEnrolmentFromProfile(t *testing.T) {
 		t.Fatal(err)
 	}
 	h, _ = f.store.Host("r1-n01")
+	if strings.Join(h.Networks, ",") != "prod" || len(h.StoragePools) != 0 {
+		t.Fatalf("applied networks %v pools %v, want [prod] and none", h.Networks, h.StoragePools)
+	}
 	if h.JoinStatus != "failed" || h.JoinReason != "pool vg0: vgcreate: no such device" || h.LastSeen.IsZero() {
 		t.Fatalf("host after failed step = %+v", h)
 	}

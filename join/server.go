@@ -441,6 +441,24 @@ func (s *Server) handleStep(w http.ResponseWriter, r *http.Request, h state.Host
 		level = "error"
 	}
 	s.joinLog(h.Name, level, st.Step, st.Message)
+	if st.OK {
+		kind, name, _ := strings.Cut(st.Step, " ")
+		if kind == "network" || kind == "pool" {
+			_, err := s.cfg.Store.UpdateHost(h.Name, func(x *state.Host) error {
+				list := &x.Networks
+				if kind == "pool" {
+					list = &x.StoragePools
+				}
+				if !slices.Contains(*list, name) {
+					*list = append(*list, name)
+				}
+				return nil
+			})
+			if err != nil {
+				s.log.Error("record applied step", "host", h.Name, "err", err)
+			}
+		}
+	}
 	w.WriteHeader(http.StatusNoContent)
 }
 

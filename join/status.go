@@ -20,6 +20,8 @@ type HostStatus struct {
 	Online     bool           `json:"online"`
 	JoinStatus string         `json:"joinStatus,omitempty"`
 	JoinReason string         `json:"joinReason,omitempty"`
+	Networks   []string       `json:"networks,omitempty"`
+	Pools      []string       `json:"storagePools,omitempty"`
 	JoinedAt   time.Time      `json:"joinedAt"`
 	LastSeen   time.Time      `json:"lastSeen,omitzero"`
 	JoinLog    []HostLogEntry `json:"joinLog,omitempty"`
@@ -40,7 +42,7 @@ type HostLogEntry struct {
 func HostStatusYAML(h state.Host, log []state.JoinLogEntry, now time.Time, heartbeat time.Duration) ([]byte, error) {
 	st := HostStatus{Name: h.Name, Server: h.Server, Site: h.Site, Rack: h.Rack, Tags: h.Tags,
 		Online: Online(h, now, heartbeat), JoinStatus: h.JoinStatus, JoinReason: h.JoinReason,
-		JoinedAt: h.JoinedAt, LastSeen: h.LastSeen.Truncate(time.Minute)}
+		Networks: h.Networks, Pools: h.StoragePools, JoinedAt: h.JoinedAt, LastSeen: h.LastSeen.Truncate(time.Minute)}
 	if len(log) > 50 {
 		log = log[len(log)-50:]
 	}

@@ -23,6 +23,10 @@ type Host struct {
 	JoinStatus string `json:"joinStatus,omitempty"`
 	// JoinReason says why the last join failed (empty otherwise).
 	JoinReason string `json:"joinReason,omitempty"`
+	// Networks and StoragePools are the names the node reported applied
+	// in its last join, in report order.
+	Networks     []string `json:"networks,omitempty"`
+	StoragePools []string `json:"storagePools,omitempty"`
 }
 
 // JoinLogEntry is one line of a host's join log (networks and storage

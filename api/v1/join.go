@@ -151,6 +151,9 @@ type Host struct {
 	LastSeen   time.Time `json:"lastSeen,omitzero"`
 	JoinStatus string    `json:"joinStatus,omitempty"`
 	JoinReason string    `json:"joinReason,omitempty"`
+	// Networks and StoragePools the node reported applied in its last join.
+	Networks     []string `json:"networks,omitempty"`
+	StoragePools []string `json:"storagePools,omitempty"`
 }
 
 // HostList answers GET /api/v1/hosts.
