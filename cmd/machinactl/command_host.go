@@ -371,6 +371,42 @@ func newHostCmd(e *env) *cobra.Command {
 	add.Flags().StringVar(&identity, "identity", "", "SSH private key file (unencrypted; else ssh-agent)")
 	add.Flags().StringVar(&knownHosts, "known-hosts", filepath.Join(home, ".ssh", "known_hosts"), "known_hosts file the host keys must match")
 	add.Flags().DurationVar(&timeout, "timeout", 10*time.Minute, "per-host limit for connecting and installing")
-	cmd.AddCommand(add)
+	list := &cobra.Command{
+		Use:   "list",
+		Short: "List joined hosts: site, rack, join status and online/offline from heartbeats",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := apiClient(apiURL)
+			if err != nil {
+				return &exitError{code: 2, err: fmt.Errorf("host list: %w", err)}
+			}
+			hs, err := c.Hosts(cmd.Context())
+			if err != nil {
+				return &exitError{code: 2, err: fmt.Errorf("host list: %w", err)}
+			}
+			tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "HOST\tSITE\tRACK\tJOIN\tSTATE\tLAST SEEN\tTAGS")
+			for _, h := range hs.Items {
+				online, seen := "offline", "-"
+				if h.Online {
+					online = "online"
+				}
+				if !h.LastSeen.IsZero() {
+					seen = h.LastSeen.UTC().Format(time.RFC3339)
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", h.Name, hostCell(h.Site), hostCell(h.Rack), hostCell(h.JoinStatus), online, seen, hostCell(strings.Join(h.Tags, ",")))
+			}
+			return tw.Flush()
+		},
+	}
+	cmd.AddCommand(add, list)
 	return cmd
+}
+
+// hostCell is s, or "-" when empty.
+func hostCell(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
 }

@@ -309,6 +309,22 @@ func TestHostAddOverSSH(t *testing.T) {
 	if strings.Contains(out.String()+errb.String(), "mj_") {
 		t.Error("an enrolment token leaked into the output")
 	}
+	// host list shows the joined hosts online (the join's last report
+	// counts as a heartbeat).
+	out.Reset()
+	if code := run(t.Context(), []string{"host", "list", "--api", lab.api}, nil, &out, &errb); code != 0 {
+		t.Fatalf("host list: exit %d %s", code, errb.String())
+	}
+	rows := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(rows) != 4 {
+		t.Fatalf("host list:\n%s\nwant header and 3 hosts", out.String())
+	}
+	for _, r := range rows[1:] {
+		f := strings.Fields(r)
+		if len(f) != 7 || f[1] != "lab1" || f[2] != "r7" || f[3] != "joined" || f[4] != "online" || f[6] != "kvm,ssd" {
+			t.Errorf("host list row %q", r)
+		}
+	}
 }
 
 func TestTokenCreate(t *testing.T) {
