@@ -232,6 +232,19 @@ func TestJoinHeartbeatRejoin(t *testing.T) {
 	if err := c2.Beat(t.Context()); err != nil {
 		t.Fatalf("heartbeat with new cert: %v", err)
 	}
+	// A re-join that fails a required check marks the host failed but
+	// keeps the certificate of the last good join.
+	tok3 := f.token(t, v1.EnrolmentRequest{Require: []string{"kvm"}})
+	_, err = node.Join(t.Context(), node.JoinConfig{URL: tok3.JoinURL, Fingerprint: tok3.CAFingerprint, Token: tok3.Token, Dir: t.TempDir(), Facts: facts("hv1")})
+	if !errors.As(err, &re) || re.Body.Code != join.CodeChecksFailed {
+		t.Fatalf("re-join without /dev/kvm = %v, want checks_failed", err)
+	}
+	if h, _ := f.store.Host("hv1"); h.JoinStatus != "failed" || h.CertFingerprint != hosts[0].CertFingerprint {
+		t.Fatalf("after failed re-join host = %+v", h)
+	}
+	if err := c2.Beat(t.Context()); err != nil {
+		t.Fatalf("heartbeat after a failed re-join: %v", err)
+	}
 }
 
 func mustHosts(t *testing.T, st *state.Store) []state.Host {

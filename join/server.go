@@ -321,7 +321,8 @@ func (s *Server) handleJoin(w http.ResponseWriter, r *http.Request) {
 	}
 	now := s.cfg.Now().UTC()
 	rec := state.Host{Name: host, Server: p.Server, Site: p.Site, Rack: p.Rack, Tags: p.Tags, JoinedAt: now}
-	if old, err := s.cfg.Store.Host(host); err == nil {
+	old, oldErr := s.cfg.Store.Host(host)
+	if oldErr == nil {
 		rec.LastSeen = old.LastSeen
 		if rec.Server == "" {
 			rec.Server = old.Server
@@ -330,6 +331,11 @@ func (s *Server) handleJoin(w http.ResponseWriter, r *http.Request) {
 	if len(failed) > 0 {
 		reason := "required checks failed: " + strings.Join(failed, ", ")
 		rec.JoinStatus, rec.JoinReason = "failed", reason
+		if oldErr == nil {
+			// A failed re-join keeps the certificate of the last good join
+			// (the node keeps heartbeating) and what it applied.
+			rec.CertFingerprint, rec.Networks, rec.StoragePools = old.CertFingerprint, old.Networks, old.StoragePools
+		}
 		if _, err := s.cfg.Store.PutHost(rec); err != nil {
 			log.Error("record failed join", "err", err)
 		}
