@@ -9,5 +9,13 @@
 //
 // The node side (facts, CSR, applying networks and pools, heartbeats) is
 // join/node; validation shared by both is join/spec. join imports state,
-// api/v1 and join/spec; it must not import api, reconciler or deploy.
+// inventory (profiles' join settings), api/v1 and join/spec; it must not
+// import api, reconciler or deploy (api's admin server is reached through
+// the AdminMux interface).
+//
+// Wiring in the controller: LoadOrCreateCA(store, nil) once the store is
+// open; New(Config{Store, CA, URL, NodeBinary}) and Serve(ctx, ln) on its
+// own TCP listener; RegisterAdmin(apiServer, joinServer, api.Actor) for
+// the admin routes; per deploy, IssueToken(DeployEnrolment(profile,
+// server, ttl), "controller") then FirstBootCommand for the seed.
 package join
