@@ -1,13 +1,13 @@
 package join
 
 import (
-	"crypto"
 	"crypto/ecdsa"
 	"crypto/ed25519"
 	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/rsa"
 	"crypto/sha256"
+	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/hex"
@@ -142,13 +142,13 @@ func (c *CA) Pool() *x509.CertPool {
 // ServerCertificate makes a fresh serving certificate for the join
 // listener, valid one year, with names as DNS or IP SANs (at least one
 // required), and the CA in its chain so clients can pin it.
-func (c *CA) ServerCertificate(names []string) (*tlsPair, error) {
+func (c *CA) ServerCertificate(names []string) (tls.Certificate, error) {
 	if len(names) == 0 {
-		return nil, errors.New("join: server certificate: no names")
+		return tls.Certificate{}, errors.New("join: server certificate: no names")
 	}
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
-		return nil, fmt.Errorf("join: server certificate: %w", err)
+		return tls.Certificate{}, fmt.Errorf("join: server certificate: %w", err)
 	}
 	now := c.now()
 	tmpl := &x509.Certificate{
@@ -168,14 +168,9 @@ func (c *CA) ServerCertificate(names []string) (*tlsPair, error) {
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, c.Cert, &key.PublicKey, c.key)
 	if err != nil {
-		return nil, fmt.Errorf("join: server certificate: %w", err)
+		return tls.Certificate{}, fmt.Errorf("join: server certificate: %w", err)
 	}
-	return &tlsPair{chain: [][]byte{der, c.Cert.Raw}, key: key}, nil
-}
-
-type tlsPair struct {
-	chain [][]byte
-	key   crypto.Signer
+	return tls.Certificate{Certificate: [][]byte{der, c.Cert.Raw}, PrivateKey: key}, nil
 }
 
 // Errors of SignNode.

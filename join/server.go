@@ -150,7 +150,7 @@ func (s *Server) TLSConfig() (*tls.Config, error) {
 	}
 	return &tls.Config{
 		MinVersion:   tls.VersionTLS12,
-		Certificates: []tls.Certificate{{Certificate: pair.chain, PrivateKey: pair.key}},
+		Certificates: []tls.Certificate{pair},
 		ClientAuth:   tls.VerifyClientCertIfGiven,
 		ClientCAs:    s.cfg.CA.Pool(),
 	}, nil
