@@ -18,6 +18,15 @@ type Host struct {
 	CertFingerprint string    `json:"certFingerprint,omitempty"` // SHA-256 of the node certificate, hex
 	JoinedAt        time.Time `json:"joinedAt"`
 	LastSeen        time.Time `json:"lastSeen,omitzero"`
+	// JoinStatus is the outcome of the last join: "joining" while the node
+	// applies networks and pools, then "joined" or "failed" (issue 11).
+	JoinStatus string `json:"joinStatus,omitempty"`
+	// JoinReason says why the last join failed (empty otherwise).
+	JoinReason string `json:"joinReason,omitempty"`
+	// Networks and StoragePools are the names the node reported applied
+	// in its last join, in report order.
+	Networks     []string `json:"networks,omitempty"`
+	StoragePools []string `json:"storagePools,omitempty"`
 }
 
 // JoinLogEntry is one line of a host's join log (networks and storage

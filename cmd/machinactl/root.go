@@ -48,6 +48,9 @@ func newRoot(e *env) *cobra.Command {
 		newSecretCmd(e),
 		newImagesCommand(e),
 		newBMCCmd(e),
+		newTokenCmd(e),
+		newHostCmd(e),
+		newBundleCmd(e),
 	)
 	return root
 }

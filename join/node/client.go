@@ -1,0 +1,343 @@
+// Package node is the host side of joining (cmd/machina-node): host facts,
+// a key and CSR, the pinned join request, applying networks (netlink) and
+// storage pools (directories, lvm2), reporting each step over mutual TLS,
+// and heartbeats. It imports api/v1 and join/spec only (no state, no
+// controller code), so the node binary stays small.
+package node
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/hex"
+	"encoding/json"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	v1 "github.com/machina-metal/machina/api/v1"
+)
+
+// Files under the node's state directory (mode 0600, directory 0700).
+const (
+	KeyFile    = "node.key" // PKCS #8 PEM
+	CertFile   = "node.crt" // PEM
+	CAFile     = "ca.pem"
+	ConfigFile = "node.json" // url, host, heartbeat
+)
+
+// Errors the join client returns; inspect with errors.Is.
+var (
+	// ErrPinMismatch: the listener's chain carries no CA whose public-key
+	// SHA-256 is the pinned fingerprint (a wrong or impostor controller).
+	ErrPinMismatch = errors.New("controller CA does not match the pinned fingerprint")
+	// ErrRefused: the controller answered the join with an error.
+	ErrRefused = errors.New("join refused by the controller")
+)
+
+// RefusedError carries the controller's answer to a refused join.
+type RefusedError struct {
+	Status int
+	Body   v1.Error
+}
+
+// Error is "join refused by the controller: STATUS CODE: MESSAGE".
+func (e *RefusedError) Error() string {
+	return fmt.Sprintf("%v: %d %s: %s", ErrRefused, e.Status, e.Body.Code, e.Body.Message)
+}
+
+// Unwrap returns ErrRefused.
+func (e *RefusedError) Unwrap() error { return ErrRefused }
+
+// Facts gathers a host's facts: the kernel host name (first label,
+// lower-cased), virtualisation CPU flags from root/proc/cpuinfo, whether
+// root/dev/kvm exists, and MemTotal from root/proc/meminfo. root "" means /.
+func Facts(root string) (v1.HostFacts, error) {
+	if root == "" {
+		root = "/"
+	}
+	var f v1.HostFacts
+	hn, err := os.Hostname()
+	if err != nil {
+		return f, fmt.Errorf("node: facts: hostname: %w", err)
+	}
+	f.Hostname = strings.ToLower(strings.SplitN(hn, ".", 2)[0])
+	if data, err := os.ReadFile(filepath.Join(root, "proc/cpuinfo")); err == nil {
+		seen := map[string]bool{}
+		sc := bufio.NewScanner(bytes.NewReader(data))
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		for sc.Scan() {
+			k, v, ok := strings.Cut(sc.Text(), ":")
+			if !ok || strings.TrimSpace(k) != "flags" {
+				continue
+			}
+			for _, fl := range strings.Fields(v) {
+				if (fl == "vmx" || fl == "svm") && !seen[fl] {
+					seen[fl] = true
+					f.CPUFlags = append(f.CPUFlags, fl)
+				}
+			}
+		}
+	}
+	if _, err := os.Stat(filepath.Join(root, "dev/kvm")); err == nil {
+		f.KVM = true
+	}
+	if data, err := os.ReadFile(filepath.Join(root, "proc/meminfo")); err == nil {
+		for line := range strings.SplitSeq(string(data), "\n") {
+			if rest, ok := strings.CutPrefix(line, "MemTotal:"); ok {
+				fs := strings.Fields(rest)
+				if len(fs) >= 1 {
+					kb, _ := strconv.ParseInt(fs[0], 10, 64)
+					f.MemoryBytes = kb << 10
+				}
+			}
+		}
+	}
+	return f, nil
+}
+
+// PinnedTLS returns a TLS client config that accepts the listener only if
+// its presented chain contains a CA certificate whose SubjectPublicKeyInfo
+// SHA-256 is fingerprint (hex) and the leaf verifies against that CA for
+// serverName. The error on mismatch wraps ErrPinMismatch.
+func PinnedTLS(fingerprint, serverName string) *tls.Config {
+	return &tls.Config{
+		MinVersion:         tls.VersionTLS12,
+		InsecureSkipVerify: true, // replaced by VerifyConnection below: chain to the pinned CA
+		VerifyConnection: func(cs tls.ConnectionState) error {
+			var ca *x509.Certificate
+			for _, c := range cs.PeerCertificates {
+				s := sha256.Sum256(c.RawSubjectPublicKeyInfo)
+				if c.IsCA && hex.EncodeToString(s[:]) == fingerprint {
+					ca = c
+				}
+			}
+			if ca == nil || len(cs.PeerCertificates) == 0 {
+				return fmt.Errorf("node: %w (want %s)", ErrPinMismatch, fingerprint)
+			}
+			pool := x509.NewCertPool()
+			pool.AddCert(ca)
+			_, err := cs.PeerCertificates[0].Verify(x509.VerifyOptions{Roots: pool, DNSName: serverName})
+			if err != nil {
+				return fmt.Errorf("node: listener certificate: %w", err)
+			}
+			return nil
+		},
+	}
+}
+
+// JoinConfig configures Join.
+type JoinConfig struct {
+	URL         string // the join listener, https://HOST[:PORT]
+	Fingerprint string // pinned CA public-key SHA-256, hex
+	Token       string // enrolment token
+	Dir         string // state directory for key, certificate and CA
+	Facts       v1.HostFacts
+	// HTTPTimeout bounds the join request; zero means 60s.
+	HTTPTimeout time.Duration
+}
+
+// Join generates an ECDSA P-256 key (kept in Dir), posts a CSR with the
+// facts and token to URL/hosts/join over TLS pinned to Fingerprint, and
+// stores the node certificate, the CA and the config in Dir. Running it
+// again with a new token re-joins: a new key and certificate replace the
+// old ones. Errors wrap ErrPinMismatch or a *RefusedError.
+func Join(ctx context.Context, cfg JoinConfig) (v1.JoinResponse, error) {
+	u, err := url.Parse(cfg.URL)
+	if err != nil || u.Scheme != "https" || u.Host == "" {
+		return v1.JoinResponse{}, fmt.Errorf("node: join: URL %q is not https://host[:port]", cfg.URL)
+	}
+	if cfg.HTTPTimeout <= 0 {
+		cfg.HTTPTimeout = 60 * time.Second
+	}
+	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
+		return v1.JoinResponse{}, fmt.Errorf("node: join: %w", err)
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return v1.JoinResponse{}, fmt.Errorf("node: join: key: %w", err)
+	}
+	csrDER, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{
+		Subject: pkix.Name{CommonName: cfg.Facts.Hostname}, DNSNames: []string{cfg.Facts.Hostname}}, key)
+	if err != nil {
+		return v1.JoinResponse{}, fmt.Errorf("node: join: csr: %w", err)
+	}
+	req := v1.JoinRequest{Token: cfg.Token, Facts: cfg.Facts,
+		CSR: string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: csrDER}))}
+	hc := &http.Client{Timeout: cfg.HTTPTimeout, Transport: &http.Transport{TLSClientConfig: PinnedTLS(cfg.Fingerprint, u.Hostname())}}
+	var resp v1.JoinResponse
+	if err := post(ctx, hc, strings.TrimSuffix(cfg.URL, "/")+"/hosts/join", req, &resp); err != nil {
+		return v1.JoinResponse{}, fmt.Errorf("node: join: %w", err)
+	}
+	kder, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		return v1.JoinResponse{}, fmt.Errorf("node: join: %w", err)
+	}
+	nc := nodeConfig{URL: strings.TrimSuffix(cfg.URL, "/"), Host: resp.Host, HeartbeatSeconds: resp.HeartbeatSeconds}
+	ncData, _ := json.Marshal(nc)
+	files := []struct {
+		name string
+		data []byte
+	}{
+		{KeyFile, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kder})},
+		{CertFile, []byte(resp.Certificate)},
+		{CAFile, []byte(resp.CA)},
+		{ConfigFile, ncData},
+	}
+	for _, f := range files {
+		if err := writeFileAtomic(filepath.Join(cfg.Dir, f.name), f.data); err != nil {
+			return v1.JoinResponse{}, fmt.Errorf("node: join: save %s: %w", f.name, err)
+		}
+	}
+	return resp, nil
+}
+
+type nodeConfig struct {
+	URL              string `json:"url"`
+	Host             string `json:"host"`
+	HeartbeatSeconds int    `json:"heartbeatSeconds"`
+}
+
+func writeFileAtomic(path string, data []byte) error {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, data, 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+func post(ctx context.Context, hc *http.Client, u string, in, out any) error {
+	data, err := json.Marshal(in)
+	if err != nil {
+		return err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, bytes.NewReader(data))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := hc.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode/100 != 2 {
+		e := &RefusedError{Status: resp.StatusCode}
+		if json.Unmarshal(body, &e.Body) != nil {
+			e.Body = v1.Error{Code: "http_" + strconv.Itoa(resp.StatusCode), Message: http.StatusText(resp.StatusCode)}
+		}
+		return e
+	}
+	if out == nil {
+		return nil
+	}
+	return json.Unmarshal(body, out)
+}
+
+// Client talks to the join listener over mutual TLS with the node
+// certificate stored by Join. Safe for concurrent use.
+type Client struct {
+	cfg nodeConfig
+	hc  *http.Client
+}
+
+// Load reads the node's key, certificate, CA and config from dir.
+func Load(dir string) (*Client, error) {
+	var nc nodeConfig
+	data, err := os.ReadFile(filepath.Join(dir, ConfigFile))
+	if err != nil {
+		return nil, fmt.Errorf("node: load: %w (has this host joined?)", err)
+	}
+	if err := json.Unmarshal(data, &nc); err != nil {
+		return nil, fmt.Errorf("node: load: %s: %w", ConfigFile, err)
+	}
+	pair, err := tls.LoadX509KeyPair(filepath.Join(dir, CertFile), filepath.Join(dir, KeyFile))
+	if err != nil {
+		return nil, fmt.Errorf("node: load: certificate: %w", err)
+	}
+	caPEM, err := os.ReadFile(filepath.Join(dir, CAFile))
+	if err != nil {
+		return nil, fmt.Errorf("node: load: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(caPEM) {
+		return nil, fmt.Errorf("node: load: %s holds no certificate", CAFile)
+	}
+	tc := &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: pool, Certificates: []tls.Certificate{pair}}
+	return &Client{cfg: nc, hc: &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: tc}}}, nil
+}
+
+// Host returns the host name the controller recorded.
+func (c *Client) Host() string { return c.cfg.Host }
+
+// Heartbeat returns the interval the controller asked for (default 30s).
+func (c *Client) Heartbeat() time.Duration {
+	if c.cfg.HeartbeatSeconds <= 0 {
+		return 30 * time.Second
+	}
+	return time.Duration(c.cfg.HeartbeatSeconds) * time.Second
+}
+
+func (c *Client) path(p string) string {
+	return c.cfg.URL + "/hosts/" + url.PathEscape(c.cfg.Host) + "/" + p
+}
+
+// Step reports one step's outcome (POST /hosts/NAME/steps).
+func (c *Client) Step(ctx context.Context, s v1.JoinStep) error {
+	if err := post(ctx, c.hc, c.path("steps"), s, nil); err != nil {
+		return fmt.Errorf("node: report step %s: %w", s.Step, err)
+	}
+	return nil
+}
+
+// Done reports the join's outcome (POST /hosts/NAME/done).
+func (c *Client) Done(ctx context.Context, d v1.JoinDone) error {
+	if err := post(ctx, c.hc, c.path("done"), d, nil); err != nil {
+		return fmt.Errorf("node: report join outcome: %w", err)
+	}
+	return nil
+}
+
+// Beat sends one heartbeat (POST /hosts/NAME/heartbeat).
+func (c *Client) Beat(ctx context.Context) error {
+	if err := post(ctx, c.hc, c.path("heartbeat"), struct{}{}, nil); err != nil {
+		return fmt.Errorf("node: heartbeat: %w", err)
+	}
+	return nil
+}
+
+// Run heartbeats every Heartbeat() until ctx is done, then returns nil.
+// Failures are passed to onErr (nil ignores them) and retried next tick.
+func (c *Client) Run(ctx context.Context, onErr func(error)) error {
+	t := time.NewTicker(c.Heartbeat())
+	defer t.Stop()
+	for {
+		if err := c.Beat(ctx); err != nil && ctx.Err() == nil && onErr != nil {
+			onErr(err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}

@@ -1,0 +1,538 @@
+package join
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	v1 "github.com/machina-metal/machina/api/v1"
+	"github.com/machina-metal/machina/join/spec"
+	"github.com/machina-metal/machina/state"
+)
+
+// Store is the part of *state.Store the join listener and admin routes use.
+type Store interface {
+	IssueEnrolmentToken(ttl time.Duration, payload json.RawMessage, actor string) (string, state.EnrolmentToken, error)
+	ConsumeEnrolmentToken(value, host string) (state.EnrolmentToken, error)
+	PutHost(h state.Host) (state.Host, error)
+	Host(name string) (state.Host, error)
+	Hosts() ([]state.Host, error)
+	UpdateHost(name string, fn func(*state.Host) error) (state.Host, error)
+	AppendJoinLog(host string, e state.JoinLogEntry) (state.JoinLogEntry, error)
+}
+
+// Config configures New. Store, CA and URL are required; every other zero
+// value is usable.
+type Config struct {
+	Store Store
+	CA    *CA
+	// URL is the listener's public base URL ("https://10.0.0.1:8443"),
+	// written into enrolment answers and first-boot commands.
+	URL string
+	// Names are the DNS names and IPs of the serving certificate; nil means
+	// the host of URL plus "localhost" and 127.0.0.1.
+	Names []string
+	// NodeBinary is the machina-node executable served at
+	// /join/machina-node; "" answers 404 there (bundle installs only).
+	NodeBinary string
+	// NodeCertTTL is the node certificate lifetime; zero means 1 year.
+	NodeCertTTL time.Duration
+	// Heartbeat is the interval nodes are told to heartbeat at; zero
+	// means 30s. A host is online while its last heartbeat is younger
+	// than 3 intervals.
+	Heartbeat time.Duration
+	// JoinRate bounds POST /hosts/join per second (token bucket, burst
+	// 4× but at least 1); zero means 5. Excess requests answer 429.
+	JoinRate float64
+	// Logger receives one Info line per join and Warn lines for refusals;
+	// nil discards.
+	Logger *slog.Logger
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+}
+
+// Server is the join listener: a TLS server (its certificate signed by the
+// CA) serving GET /join/ca.pem, GET /join/install.sh, GET /join/machina-node
+// and POST /hosts/join to anyone, and, to nodes presenting their node
+// certificate (mutual TLS), POST /hosts/{name}/steps, /hosts/{name}/done
+// and /hosts/{name}/heartbeat.
+type Server struct {
+	cfg   Config
+	log   *slog.Logger
+	mux   *http.ServeMux
+	limit *bucket
+}
+
+// Join errors answered with these v1.Error codes.
+const (
+	CodeTokenUnknown = "token_unknown" // 401
+	CodeTokenExpired = "token_expired" // 401
+	CodeTokenUsed    = "token_used"    // 401
+	CodeTokenHost    = "token_host"    // 403: the token is bound to another host name
+	CodeChecksFailed = "checks_failed" // 403: a required host check failed
+	CodeBadCSR       = "bad_csr"       // 400
+	CodeRateLimited  = "rate_limited"  // 429
+	CodeForbidden    = "forbidden"     // 403: missing or stale node certificate
+)
+
+// New validates cfg and builds the server.
+func New(cfg Config) (*Server, error) {
+	if cfg.Store == nil || cfg.CA == nil {
+		return nil, errors.New("join: new: Store and CA are required")
+	}
+	u, err := CheckJoinURL(cfg.URL)
+	if err != nil {
+		return nil, fmt.Errorf("join: new: %w", err)
+	}
+	cfg.URL = u
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.NodeCertTTL <= 0 {
+		cfg.NodeCertTTL = 365 * 24 * time.Hour
+	}
+	if cfg.Heartbeat <= 0 {
+		cfg.Heartbeat = 30 * time.Second
+	}
+	if cfg.JoinRate <= 0 {
+		cfg.JoinRate = 5
+	}
+	if len(cfg.Names) == 0 {
+		host := strings.TrimPrefix(u, "https://")
+		if i := strings.IndexByte(host, '/'); i >= 0 {
+			host = host[:i]
+		}
+		if h, _, err := net.SplitHostPort(host); err == nil {
+			host = h
+		}
+		cfg.Names = []string{strings.Trim(host, "[]"), "localhost", "127.0.0.1"}
+	}
+	s := &Server{cfg: cfg, log: cfg.Logger, mux: http.NewServeMux(),
+		limit: &bucket{rate: cfg.JoinRate, burst: max(1, 4*cfg.JoinRate), tokens: max(1, 4*cfg.JoinRate), last: cfg.Now()}}
+	s.mux.HandleFunc("GET /join/ca.pem", s.handleCA)
+	s.mux.HandleFunc("GET /join/install.sh", s.handleScript)
+	s.mux.HandleFunc("GET /join/machina-node", s.handleBinary)
+	s.mux.HandleFunc("POST /hosts/join", s.handleJoin)
+	s.mux.HandleFunc("POST /hosts/{name}/steps", s.node(s.handleStep))
+	s.mux.HandleFunc("POST /hosts/{name}/done", s.node(s.handleDone))
+	s.mux.HandleFunc("POST /hosts/{name}/heartbeat", s.node(s.handleHeartbeat))
+	return s, nil
+}
+
+// URL returns the listener's public base URL.
+func (s *Server) URL() string { return s.cfg.URL }
+
+// Handler returns the HTTP handler (for tests; Serve adds TLS).
+func (s *Server) Handler() http.Handler { return s.mux }
+
+// TLSConfig returns the listener's TLS configuration: a fresh serving
+// certificate for Config.Names chained to the CA, TLS 1.2 or later, and
+// client certificates verified against the CA when presented.
+func (s *Server) TLSConfig() (*tls.Config, error) {
+	pair, err := s.cfg.CA.ServerCertificate(s.cfg.Names)
+	if err != nil {
+		return nil, err
+	}
+	return &tls.Config{
+		MinVersion:   tls.VersionTLS12,
+		Certificates: []tls.Certificate{pair},
+		ClientAuth:   tls.VerifyClientCertIfGiven,
+		ClientCAs:    s.cfg.CA.Pool(),
+	}, nil
+}
+
+// Serve answers TLS on ln until ctx is done, then drains for up to 5s,
+// closes ln and returns nil.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	tc, err := s.TLSConfig()
+	if err != nil {
+		return fmt.Errorf("join: serve: %w", err)
+	}
+	hs := &http.Server{
+		Handler:           s.mux,
+		TLSConfig:         tc,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		BaseContext:       func(net.Listener) context.Context { return ctx },
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- hs.ServeTLS(ln, "", "") }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("join: serve %s: %w", ln.Addr(), err)
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := hs.Shutdown(sctx); err != nil {
+		hs.Close()
+	}
+	<-errc
+	return nil
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func fail(w http.ResponseWriter, code int, c, format string, args ...any) {
+	writeJSON(w, code, v1.Error{Code: c, Message: fmt.Sprintf(format, args...)})
+}
+
+func decode(w http.ResponseWriter, r *http.Request, v any) bool {
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<10))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		fail(w, http.StatusBadRequest, v1.CodeBadRequest, "decode request body: %v", err)
+		return false
+	}
+	return true
+}
+
+func (s *Server) handleCA(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "application/x-pem-file")
+	_, _ = w.Write(s.cfg.CA.PEM())
+}
+
+func (s *Server) handleScript(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "text/x-shellscript")
+	_, _ = w.Write(installScript)
+}
+
+func (s *Server) handleBinary(w http.ResponseWriter, r *http.Request) {
+	if s.cfg.NodeBinary == "" {
+		fail(w, http.StatusNotFound, v1.CodeNotFound, "this controller serves no machina-node binary; install from a bundle")
+		return
+	}
+	f, err := os.Open(s.cfg.NodeBinary)
+	if err != nil {
+		s.log.Error("open machina-node binary", "err", err)
+		fail(w, http.StatusInternalServerError, v1.CodeInternal, "machina-node binary unavailable")
+		return
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		fail(w, http.StatusInternalServerError, v1.CodeInternal, "machina-node binary unavailable")
+		return
+	}
+	w.Header().Set("Content-Type", "application/octet-stream")
+	http.ServeContent(w, r, "machina-node", fi.ModTime(), f)
+}
+
+// payload is what an enrolment token carries (state.EnrolmentToken.Payload).
+type payload struct {
+	Site           string           `json:"site,omitempty"`
+	Rack           string           `json:"rack,omitempty"`
+	Tags           []string         `json:"tags,omitempty"`
+	Networks       []v1.JoinNetwork `json:"networks,omitempty"`
+	Pools          []v1.JoinPool    `json:"pools,omitempty"`
+	Require        []string         `json:"require,omitempty"`
+	MinMemoryBytes int64            `json:"minMemoryBytes,omitempty"`
+	Host           string           `json:"host,omitempty"`
+	Server         string           `json:"server,omitempty"`
+}
+
+func (s *Server) handleJoin(w http.ResponseWriter, r *http.Request) {
+	if !s.limit.allow(s.cfg.Now()) {
+		fail(w, http.StatusTooManyRequests, CodeRateLimited, "too many join requests; retry shortly")
+		return
+	}
+	var req v1.JoinRequest
+	if !decode(w, r, &req) {
+		return
+	}
+	host := req.Facts.Hostname
+	if err := spec.Hostname(host); err != nil {
+		fail(w, http.StatusBadRequest, v1.CodeBadRequest, "join: %v", err)
+		return
+	}
+	log := s.log.With("host", host, "remote", r.RemoteAddr)
+	csr, err := ParseCSR(req.CSR)
+	if err != nil {
+		log.Warn("join refused", "err", err)
+		fail(w, http.StatusBadRequest, CodeBadCSR, "join: %v", err)
+		return
+	}
+	tok, err := s.cfg.Store.ConsumeEnrolmentToken(req.Token, host)
+	if err != nil {
+		log.Warn("join refused", "err", err)
+		switch {
+		case errors.Is(err, state.ErrTokenUsed):
+			fail(w, http.StatusUnauthorized, CodeTokenUsed, "join: enrolment token already used; create a new one")
+		case errors.Is(err, state.ErrTokenExpired):
+			fail(w, http.StatusUnauthorized, CodeTokenExpired, "join: enrolment token expired; create a new one")
+		case errors.Is(err, state.ErrTokenUnknown):
+			fail(w, http.StatusUnauthorized, CodeTokenUnknown, "join: unknown enrolment token")
+		default:
+			log.Error("consume enrolment token", "err", err)
+			fail(w, http.StatusInternalServerError, v1.CodeInternal, "join: internal error")
+		}
+		return
+	}
+	var p payload
+	if len(tok.Payload) > 0 {
+		if err := json.Unmarshal(tok.Payload, &p); err != nil {
+			log.Error("decode token payload", "token", tok.ID, "err", err)
+			fail(w, http.StatusInternalServerError, v1.CodeInternal, "join: internal error")
+			return
+		}
+	}
+	if p.Host != "" && p.Host != host {
+		log.Warn("join refused: token bound to another host", "token", tok.ID, "want", p.Host)
+		fail(w, http.StatusForbidden, CodeTokenHost, "join: enrolment token is for host %s, not %s", p.Host, host)
+		return
+	}
+	s.joinLog(host, "info", "join", fmt.Sprintf("join started with enrolment token %s from %s", tok.ID, r.RemoteAddr))
+	checks := Checks(req.Facts, p.Require, p.MinMemoryBytes)
+	var failed []string
+	for _, c := range checks {
+		level, word := "info", "passed"
+		if !c.OK {
+			word = "failed"
+			if c.Required {
+				level = "error"
+				failed = append(failed, c.Name)
+			} else {
+				level = "warn"
+				word = "failed (not required)"
+			}
+		}
+		s.joinLog(host, level, "check "+c.Name, fmt.Sprintf("check %s %s: %s", c.Name, word, c.Detail))
+	}
+	now := s.cfg.Now().UTC()
+	rec := state.Host{Name: host, Server: p.Server, Site: p.Site, Rack: p.Rack, Tags: p.Tags, JoinedAt: now}
+	old, oldErr := s.cfg.Store.Host(host)
+	if oldErr == nil {
+		rec.LastSeen = old.LastSeen
+		if rec.Server == "" {
+			rec.Server = old.Server
+		}
+	}
+	if len(failed) > 0 {
+		reason := "required checks failed: " + strings.Join(failed, ", ")
+		rec.JoinStatus, rec.JoinReason = "failed", reason
+		if oldErr == nil {
+			// A failed re-join keeps the certificate of the last good join
+			// (the node keeps heartbeating) and what it applied.
+			rec.CertFingerprint, rec.Networks, rec.StoragePools = old.CertFingerprint, old.Networks, old.StoragePools
+		}
+		if _, err := s.cfg.Store.PutHost(rec); err != nil {
+			log.Error("record failed join", "err", err)
+		}
+		s.joinLog(host, "error", "join", "join failed: "+reason)
+		log.Warn("join refused", "reason", reason)
+		writeJSON(w, http.StatusForbidden, v1.Error{Code: CodeChecksFailed, Message: "join: " + reason})
+		return
+	}
+	der, err := s.cfg.CA.SignNode(csr, host, s.cfg.NodeCertTTL)
+	if err != nil {
+		log.Error("sign node certificate", "err", err)
+		fail(w, http.StatusInternalServerError, v1.CodeInternal, "join: internal error")
+		return
+	}
+	rec.CertFingerprint = CertFingerprint(der)
+	rec.JoinStatus = "joined"
+	if len(p.Networks)+len(p.Pools) > 0 {
+		rec.JoinStatus = "joining"
+	}
+	if _, err := s.cfg.Store.PutHost(rec); err != nil {
+		log.Error("record host", "err", err)
+		fail(w, http.StatusInternalServerError, v1.CodeInternal, "join: internal error")
+		return
+	}
+	s.joinLog(host, "info", "certificate", "node certificate issued, SHA-256 "+rec.CertFingerprint)
+	if rec.JoinStatus == "joined" {
+		s.joinLog(host, "info", "join", "joined")
+	}
+	log.Info("host joined", "site", p.Site, "rack", p.Rack, "networks", len(p.Networks), "pools", len(p.Pools))
+	writeJSON(w, http.StatusOK, v1.JoinResponse{
+		Host:             host,
+		Certificate:      string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})),
+		CA:               string(s.cfg.CA.PEM()),
+		Checks:           checks,
+		Networks:         p.Networks,
+		Pools:            p.Pools,
+		HeartbeatSeconds: int(s.cfg.Heartbeat / time.Second),
+	})
+}
+
+// Checks evaluates a host's facts: hostname (always required), virt (vmx
+// or svm among CPUFlags), kvm (/dev/kvm present) and memory (at least
+// minMemory bytes; zero means 1 GiB). A check is Required when named in
+// require.
+func Checks(f v1.HostFacts, require []string, minMemory int64) []v1.JoinCheck {
+	if minMemory <= 0 {
+		minMemory = 1 << 30
+	}
+	req := func(n string) bool { return slices.Contains(require, n) }
+	out := []v1.JoinCheck{{Name: v1.CheckHostname, OK: spec.Hostname(f.Hostname) == nil, Required: true, Detail: fmt.Sprintf("hostname %q", f.Hostname)}}
+	virt := slices.Contains(f.CPUFlags, "vmx") || slices.Contains(f.CPUFlags, "svm")
+	vd := "no vmx or svm CPU flag"
+	if virt {
+		vd = "CPU virtualisation flag present"
+	}
+	out = append(out, v1.JoinCheck{Name: v1.CheckVirt, OK: virt, Required: req(v1.CheckVirt), Detail: vd})
+	kd := "/dev/kvm missing"
+	if f.KVM {
+		kd = "/dev/kvm present"
+	}
+	out = append(out, v1.JoinCheck{Name: v1.CheckKVM, OK: f.KVM, Required: req(v1.CheckKVM), Detail: kd})
+	out = append(out, v1.JoinCheck{Name: v1.CheckMemory, OK: f.MemoryBytes >= minMemory, Required: req(v1.CheckMemory),
+		Detail: fmt.Sprintf("%d MiB, want at least %d MiB", f.MemoryBytes>>20, minMemory>>20)})
+	return out
+}
+
+func (s *Server) joinLog(host, level, step, msg string) {
+	if _, err := s.cfg.Store.AppendJoinLog(host, state.JoinLogEntry{Level: level, Step: step, Message: msg}); err != nil {
+		s.log.Error("append join log", "host", host, "err", err)
+	}
+}
+
+// node wraps handlers of node endpoints: the client must present a node
+// certificate verified against the CA whose CommonName is {name} and whose
+// SHA-256 is the one recorded at the host's last join (so a re-join
+// retires the old certificate).
+func (s *Server) node(h func(http.ResponseWriter, *http.Request, state.Host)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		name := r.PathValue("name")
+		if r.TLS == nil || len(r.TLS.VerifiedChains) == 0 {
+			fail(w, http.StatusForbidden, CodeForbidden, "a node certificate is required")
+			return
+		}
+		leaf := r.TLS.VerifiedChains[0][0]
+		if leaf.Subject.CommonName != name {
+			fail(w, http.StatusForbidden, CodeForbidden, "certificate is for %s, not %s", leaf.Subject.CommonName, name)
+			return
+		}
+		hr, err := s.cfg.Store.Host(name)
+		if err != nil || hr.CertFingerprint != CertFingerprint(leaf.Raw) {
+			fail(w, http.StatusForbidden, CodeForbidden, "certificate is not the current one for %s; join again", name)
+			return
+		}
+		h(w, r, hr)
+	}
+}
+
+func (s *Server) handleStep(w http.ResponseWriter, r *http.Request, h state.Host) {
+	var st v1.JoinStep
+	if !decode(w, r, &st) {
+		return
+	}
+	if len(st.Step) > 200 || len(st.Message) > 4000 {
+		fail(w, http.StatusBadRequest, v1.CodeBadRequest, "step or message too long")
+		return
+	}
+	level := "info"
+	if !st.OK {
+		level = "error"
+	}
+	s.joinLog(h.Name, level, st.Step, st.Message)
+	if st.OK {
+		kind, name, _ := strings.Cut(st.Step, " ")
+		if kind == "network" || kind == "pool" {
+			_, err := s.cfg.Store.UpdateHost(h.Name, func(x *state.Host) error {
+				list := &x.Networks
+				if kind == "pool" {
+					list = &x.StoragePools
+				}
+				if !slices.Contains(*list, name) {
+					*list = append(*list, name)
+				}
+				return nil
+			})
+			if err != nil {
+				s.log.Error("record applied step", "host", h.Name, "err", err)
+			}
+		}
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *Server) handleDone(w http.ResponseWriter, r *http.Request, h state.Host) {
+	var d v1.JoinDone
+	if !decode(w, r, &d) {
+		return
+	}
+	if len(d.Reason) > 4000 {
+		d.Reason = d.Reason[:4000]
+	}
+	now := s.cfg.Now().UTC()
+	_, err := s.cfg.Store.UpdateHost(h.Name, func(x *state.Host) error {
+		x.LastSeen = now
+		if d.OK {
+			x.JoinStatus, x.JoinReason = "joined", ""
+		} else {
+			x.JoinStatus, x.JoinReason = "failed", d.Reason
+		}
+		return nil
+	})
+	if err != nil {
+		s.log.Error("record join outcome", "host", h.Name, "err", err)
+		fail(w, http.StatusInternalServerError, v1.CodeInternal, "internal error")
+		return
+	}
+	if d.OK {
+		s.joinLog(h.Name, "info", "join", "joined: networks and storage pools applied")
+	} else {
+		s.joinLog(h.Name, "error", "join", "join failed: "+d.Reason)
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *Server) handleHeartbeat(w http.ResponseWriter, r *http.Request, h state.Host) {
+	_, _ = io.Copy(io.Discard, io.LimitReader(r.Body, 4096))
+	now := s.cfg.Now().UTC()
+	if _, err := s.cfg.Store.UpdateHost(h.Name, func(x *state.Host) error { x.LastSeen = now; return nil }); err != nil {
+		s.log.Error("heartbeat", "host", h.Name, "err", err)
+		fail(w, http.StatusInternalServerError, v1.CodeInternal, "internal error")
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// Online reports whether h heartbeated within 3 intervals before now.
+func Online(h state.Host, now time.Time, interval time.Duration) bool {
+	if interval <= 0 {
+		interval = 30 * time.Second
+	}
+	return !h.LastSeen.IsZero() && now.Sub(h.LastSeen) < 3*interval
+}
+
+// bucket is a token-bucket rate limiter.
+type bucket struct {
+	mu                  sync.Mutex
+	rate, burst, tokens float64
+	last                time.Time
+}
+
+func (b *bucket) allow(now time.Time) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.tokens = min(b.burst, b.tokens+now.Sub(b.last).Seconds()*b.rate)
+	b.last = now
+	if b.tokens < 1 {
+		return false
+	}
+	b.tokens--
+	return true
+}
