@@ -28,6 +28,7 @@ import (
 	"github.com/machina-metal/machina/boot/ipxe"
 	"github.com/machina-metal/machina/images"
 	"github.com/machina-metal/machina/inventory"
+	"github.com/machina-metal/machina/join"
 	"github.com/machina-metal/machina/reconciler"
 	"github.com/machina-metal/machina/state"
 )
@@ -74,8 +75,18 @@ type Config struct {
 	Reconciler reconciler.Config
 	// Drivers opens BMC drivers; nil uses the store's secrets (StoreDrivers).
 	Drivers reconciler.Drivers
-	// Join renders first-boot join commands; nil writes the placeholder.
-	Join JoinCommander
+	// JoinListen is the TLS join listener's address (install script,
+	// POST /hosts/join, node heartbeats); "" means 127.0.0.1:8443.
+	JoinListen string
+	// JoinURL is the join listener's base URL as hosts reach it; "" means
+	// https://<JoinListen's bound address>.
+	JoinURL string
+	// NodeBinary is the machina-node executable the install script fetches;
+	// "" serves none (bundle installs only).
+	NodeBinary string
+	// JoinTokenTTL bounds a deploy's enrolment token; zero means 24 hours
+	// (a deploy plus an OS first boot; the token is single-use).
+	JoinTokenTTL time.Duration
 	// MachinePerIP limits the boot and machine-facing requests per client IP;
 	// zero means the packages' defaults (a burst of 20-30, 10 a second). The
 	// simulated lab, where every machine is 127.0.0.1, raises it.
@@ -104,6 +115,8 @@ type Running struct {
 	Status *reconciler.StatusWriter
 	// Images is the image store.
 	Images *images.Store
+	// JoinURL is the join listener's base URL.
+	JoinURL string
 
 	flush func(ctx context.Context) error
 }
@@ -225,7 +238,36 @@ func Run(ctx context.Context, cfg Config) error {
 			return err
 		}
 	}
-	machine, err := api.NewMachine(api.MachineConfig{Store: st, Planner: &planner{desired: ctrl.Desired, images: imgStore, baseURL: publicURL, join: cfg.Join},
+	// The join listener: its own TLS port, certificate signed by the
+	// controller CA (made on first start, key sealed in the store).
+	ca, err := join.LoadOrCreateCA(st, nil)
+	if err != nil {
+		return fmt.Errorf("controller: join CA: %w", err)
+	}
+	if cfg.JoinListen == "" {
+		cfg.JoinListen = "127.0.0.1:8443"
+	}
+	joinLn, err := net.Listen("tcp", cfg.JoinListen)
+	if err != nil {
+		return fmt.Errorf("controller: join listen %s: %w", cfg.JoinListen, err)
+	}
+	defer joinLn.Close()
+	joinURL := cfg.JoinURL
+	if joinURL == "" {
+		joinURL = "https://" + joinLn.Addr().String()
+	}
+	joinSrv, err := join.New(join.Config{Store: st, CA: ca, URL: joinURL, NodeBinary: cfg.NodeBinary, Logger: log.With("component", "join")})
+	if err != nil {
+		return fmt.Errorf("controller: %w", err)
+	}
+	if err := join.RegisterAdmin(srv, joinSrv, api.Actor); err != nil {
+		return err
+	}
+	if cfg.JoinTokenTTL <= 0 {
+		cfg.JoinTokenTTL = 24 * time.Hour
+	}
+	jc := joinCommander{srv: joinSrv, desired: ctrl.Desired, ttl: cfg.JoinTokenTTL}
+	machine, err := api.NewMachine(api.MachineConfig{Store: st, Planner: &planner{desired: ctrl.Desired, images: imgStore, baseURL: publicURL, join: jc},
 		PerIP: cfg.MachinePerIP, Logger: log.With("component", "machine")})
 	if err != nil {
 		return fmt.Errorf("controller: %w", err)
@@ -271,7 +313,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("controller: console and UI: %w", err)
 	}
 
-	run := &Running{Addr: ln.Addr(), URL: publicURL, Store: st, Reconciler: ctrl, Source: src, Status: writer, Images: imgStore,
+	run := &Running{Addr: ln.Addr(), URL: publicURL, Store: st, Reconciler: ctrl, Source: src, Status: writer, Images: imgStore, JoinURL: joinURL,
 		flush: func(ctx context.Context) error {
 			snap, err := builder.Build(src.InventoryStatus(), imgStatus.list(), ctrl.LastPlan())
 			if err != nil {
@@ -297,6 +339,7 @@ func Run(ctx context.Context, cfg Config) error {
 		}()
 	}
 	goRun("api", func(ctx context.Context) error { return srv.Serve(ctx, ln) })
+	goRun("join", func(ctx context.Context) error { return joinSrv.Serve(ctx, joinLn) })
 	goRun("boot index", idx.Run)
 	goRun("git source", src.Run)
 	goRun("status writer", writer.Run)

@@ -126,3 +126,21 @@ const firstBootTemplate = `(set -eu; umask 077; u='@URL@'; d="$(mktemp -d /tmp/m
 	`sum="$(sha256sum "$d/install.sh" | cut -d' ' -f1)"; ` +
 	`if [ "$sum" != '@SHA@' ]; then echo "machina-join: install script checksum mismatch: got $sum, want @SHA@; refusing to run it" >&2; exit 1; fi; ` +
 	`@TOKENSRC@ sh "$d/install.sh" --join "$u" --ca "$d/ca.pem" --fingerprint '@FP@')`
+
+var (
+	parseURLRE   = regexp.MustCompile(`u='(https://[A-Za-z0-9._:\[\]/-]+)'`)
+	parseFPRE    = regexp.MustCompile(`if \[ "\$fp" != '([0-9a-f]{64})' \]`)
+	parseTokenRE = regexp.MustCompile(`MACHINA_JOIN_TOKEN='([A-Za-z0-9_-]{16,128})'`)
+)
+
+// ParseFirstBootCommand reads the join URL, pinned CA fingerprint and token
+// back out of a command made by FirstBootCommand, for the simulated lab's
+// first boot, which joins in-process instead of running the command with
+// sh, curl and openssl. Errors wrap ErrFirstBoot.
+func ParseFirstBootCommand(cmd string) (joinURL, caFingerprint, token string, err error) {
+	u, fp, tok := parseURLRE.FindStringSubmatch(cmd), parseFPRE.FindStringSubmatch(cmd), parseTokenRE.FindStringSubmatch(cmd)
+	if u == nil || fp == nil || tok == nil {
+		return "", "", "", fmt.Errorf("%w: not a first-boot join command", ErrFirstBoot)
+	}
+	return u[1], fp[1], tok[1], nil
+}

@@ -230,3 +230,18 @@ func TestAdminRoutes(t *testing.T) {
 		t.Fatalf("Hosts = %+v, %v", list, err)
 	}
 }
+
+func TestParseFirstBootCommandRoundTrip(t *testing.T) {
+	fp := strings.Repeat("ab", 32)
+	cmd, err := join.FirstBootCommand("https://10.0.0.1:8443", fp, join.ScriptSHA256(), "tok_0123456789abcdefXYZ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	u, gotFP, tok, err := join.ParseFirstBootCommand(cmd)
+	if err != nil || u != "https://10.0.0.1:8443" || gotFP != fp || tok != "tok_0123456789abcdefXYZ" {
+		t.Errorf("ParseFirstBootCommand = %q, %q, %q, %v", u, gotFP, tok, err)
+	}
+	if _, _, _, err := join.ParseFirstBootCommand("echo hello"); err == nil {
+		t.Error("ParseFirstBootCommand accepted a command without join values")
+	}
+}

@@ -135,7 +135,14 @@ func (b *StatusBuilder) Build(inv InventoryStatus, images []ImageStatus, plan Re
 	}
 	for _, name := range sortedKeys(snap.Hosts) {
 		h := snap.Hosts[name]
-		out.Hosts = append(out.Hosts, HostStatus{Name: h.Name, Server: h.Server, Site: h.Site, Rack: h.Rack, Tags: h.Tags, State: "joined"})
+		st := h.JoinStatus
+		if st == "" {
+			st = "joined"
+		}
+		// Online/offline changes with every heartbeat gap, so it stays out
+		// of status/ (deterministic files); the API and the UI show it.
+		out.Hosts = append(out.Hosts, HostStatus{Name: h.Name, Server: h.Server, Site: h.Site, Rack: h.Rack, Tags: h.Tags, State: st,
+			Networks: h.Networks, StoragePools: h.StoragePools, Message: h.JoinReason})
 	}
 	sort.Slice(out.Images, func(i, j int) bool { return out.Images[i].Name < out.Images[j].Name })
 	return out, nil

@@ -113,7 +113,7 @@ func runSim(ctx context.Context, e *env, o simOptions) error {
 	done := make(chan error, 1)
 	go func() {
 		done <- controller.Run(ctx, controller.Config{
-			StatePath: filepath.Join(dir, "state.db"), WorkDir: filepath.Join(dir, "work"), Listen: o.listen,
+			StatePath: filepath.Join(dir, "state.db"), WorkDir: filepath.Join(dir, "work"), Listen: o.listen, JoinListen: "127.0.0.1:0",
 			Repo: reconciler.Remote{URL: lab.RepoURL}, PollInterval: o.pollInterval, StatusInterval: 3 * time.Second,
 			MachinePerIP: boot.Limit{Burst: 10000, Every: time.Millisecond},
 			Reconciler:   reconciler.Config{Interval: time.Second, BackoffBase: time.Second, BackoffCap: 30 * time.Second, Workers: 16, PerRack: 16},
@@ -178,6 +178,7 @@ var errSimDone = errors.New("sim: done")
 func watchSim(ctx context.Context, w io.Writer, r *controller.Running, untilDone bool, help func()) error {
 	var after uint64
 	lastSummary := ""
+	joined := map[string]bool{}
 	helped := false
 	t := time.NewTicker(300 * time.Millisecond)
 	defer t.Stop()
@@ -191,13 +192,22 @@ func watchSim(ctx context.Context, w io.Writer, r *controller.Running, untilDone
 				}
 			}
 		}
+		if hosts, err := r.Store.Hosts(); err == nil {
+			for _, h := range hosts {
+				if h.JoinStatus == "joined" && !joined[h.Name] {
+					joined[h.Name] = true
+					fmt.Fprintf(w, "  %s  %-8s joined the fleet over pinned TLS (site %s, tags %s; networks %s; pools %s)\n",
+						time.Now().Format("15:04:05"), h.Name, h.Site, strings.Join(h.Tags, ","), strings.Join(h.Networks, ","), strings.Join(h.StoragePools, ","))
+				}
+			}
+		}
 		snap, err := r.Store.Snapshot()
 		if err == nil {
 			if s := summary(snap); s != lastSummary {
 				fmt.Fprintf(w, "  -- %s\n", s)
 				lastSummary = s
 			}
-			if deployedAll(r, snap) {
+			if deployedAll(r, snap) && allJoined(snap, joined) {
 				if untilDone {
 					return errSimDone
 				}
@@ -231,6 +241,16 @@ func deployedAll(r *controller.Running, snap state.Snapshot) bool {
 	}
 	for _, p := range inv.Profiles {
 		if got[p.Name] < p.Count {
+			return false
+		}
+	}
+	return true
+}
+
+// allJoined reports whether every deployed server's host has joined.
+func allJoined(snap state.Snapshot, joined map[string]bool) bool {
+	for name, s := range snap.Servers {
+		if s.Lifecycle == state.LifecycleDeployed && !joined[name] {
 			return false
 		}
 	}

@@ -17,7 +17,7 @@ func TestSimUntilDeployed(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("machina sim: exit %d\n%s\n%s", code, out.String(), errOut.String())
 	}
-	for _, want := range []string{"new → commissioning", "commissioning → ready", "deploying → deployed", "Every profile's count is deployed"} {
+	for _, want := range []string{"new → commissioning", "commissioning → ready", "deploying → deployed", "joined the fleet", "Every profile's count is deployed"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q:\n%s", want, out.String())
 		}

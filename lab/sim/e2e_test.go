@@ -44,7 +44,7 @@ func startHarness(t *testing.T, cfg sim.Config) *harness {
 	done := make(chan error, 1)
 	go func() {
 		done <- controller.Run(ctx, controller.Config{
-			StatePath: filepath.Join(dir, "state.db"), WorkDir: filepath.Join(dir, "work"), Listen: "127.0.0.1:0",
+			StatePath: filepath.Join(dir, "state.db"), WorkDir: filepath.Join(dir, "work"), Listen: "127.0.0.1:0", JoinListen: "127.0.0.1:0",
 			Repo: reconciler.Remote{URL: lab.RepoURL}, PollInterval: 200 * time.Millisecond, StatusInterval: 300 * time.Millisecond,
 			MachinePerIP: boot.Limit{Burst: 1000, Every: time.Millisecond},
 			Reconciler:   reconciler.Config{Interval: 200 * time.Millisecond, BackoffBase: 200 * time.Millisecond, BackoffCap: 2 * time.Second},
@@ -188,6 +188,28 @@ func TestExampleSiteEndToEnd(t *testing.T) {
 	if byProfile["hypervisor"] != 2 || byProfile["storage"] != 1 {
 		t.Errorf("deployed by profile = %v, want hypervisor 2, storage 1", byProfile)
 	}
+	// Each deployed machine booted its OS, which joined over pinned TLS.
+	deadline := time.Now().Add(time.Minute)
+	for {
+		hosts, err := h.run.Store.Hosts()
+		if err != nil {
+			t.Fatal(err)
+		}
+		joined := 0
+		for _, host := range hosts {
+			if host.JoinStatus == "joined" {
+				joined++
+			}
+		}
+		if joined == 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d hosts joined, want 3: %+v", joined, hosts)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	h.waitStatus("status/hosts/r1-n01.yaml", "joined")
 	h.waitStatus("status/servers/r1-n01.yaml", "lifecycle:")
 	h.waitStatus("status/README.md", "r2-n01")
 }

@@ -56,6 +56,8 @@ type Machine struct {
 	cancel   context.CancelFunc
 	boots    int
 	lastSeed *v1.Seed
+	joined   bool
+	client   *http.Client
 	// failMemory makes the commissioning memory test fail (fault injection).
 	failMemory bool
 }
@@ -181,7 +183,7 @@ func (m *Machine) run(ctx context.Context, gen int) {
 			return
 		}
 		mode := args["machina.mode"]
-		client := &v1.AgentClient{BaseURL: args["machina.url"], HTTP: m.lab.http}
+		client := &v1.AgentClient{BaseURL: args["machina.url"], HTTP: m.client}
 		r := &agent.Runner{Client: client, Token: args["machina.token"], BootMAC: m.MAC, Root: m.root, DevDir: m.devDir,
 			Tests:       agent.CommissionConfig{MemoryTestBytes: 1 << 20, DiskReadBytes: 64 << 10, NetworkTestBytes: 256 << 10},
 			MemoryLimit: 64 << 20, Version: "sim", Logger: m.log}
@@ -290,6 +292,9 @@ func (m *Machine) bootDisk(ctx context.Context, gen int) {
 	}
 	m.setPhase(gen, PhaseOS)
 	m.log.Info("booted the deployed OS from disk")
+	if err := m.firstBoot(ctx); err != nil && ctx.Err() == nil {
+		m.log.Warn("first boot: join failed", "err", err)
+	}
 	if m.lab.cfg.OnOSBoot != nil {
 		m.lab.cfg.OnOSBoot(ctx, m)
 	}

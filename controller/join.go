@@ -1,0 +1,37 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/machina-metal/machina/inventory"
+	"github.com/machina-metal/machina/join"
+	"github.com/machina-metal/machina/state"
+)
+
+// joinCommander issues a single-use enrolment token for each deploy and
+// renders the first-boot join command that pins the join listener's CA and
+// install script (issue 11), for the NoCloud seed.
+type joinCommander struct {
+	srv     *join.Server
+	desired func() *inventory.Inventory
+	ttl     time.Duration
+}
+
+// JoinCommand implements JoinCommander.
+func (j joinCommander) JoinCommand(_ context.Context, srv state.Server, p inventory.Profile) (string, error) {
+	inv := j.desired()
+	if inv == nil {
+		return "", fmt.Errorf("no valid inventory revision")
+	}
+	ws := inv.Server(srv.Name)
+	if ws == nil {
+		return "", fmt.Errorf("server %s is not in the inventory", srv.Name)
+	}
+	tok, err := j.srv.IssueToken(join.DeployEnrolment(p, *ws, j.ttl), state.ActorController)
+	if err != nil {
+		return "", err
+	}
+	return join.FirstBootCommand(tok.JoinURL, tok.CAFingerprint, tok.ScriptSHA256, tok.Token)
+}
