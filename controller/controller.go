@@ -87,6 +87,9 @@ type Config struct {
 	// JoinTokenTTL bounds a deploy's enrolment token; zero means 24 hours
 	// (a deploy plus an OS first boot; the token is single-use).
 	JoinTokenTTL time.Duration
+	// Netboot runs DHCP, TFTP and the IPv6 RA on the provisioning segment;
+	// the zero value runs none of them.
+	Netboot NetbootConfig
 	// MachinePerIP limits the boot and machine-facing requests per client IP;
 	// zero means the packages' defaults (a burst of 20-30, 10 a second). The
 	// simulated lab, where every machine is 127.0.0.1, raises it.
@@ -217,8 +220,13 @@ func Run(ctx context.Context, cfg Config) error {
 		OnEvent: func(e ipxe.Event) {
 			_, _ = st.AppendEvent(state.Event{Kind: state.EventKind("boot." + string(e.Kind)), Message: fmt.Sprintf("%s mac=%s ip=%s: %s", e.Kind, e.MAC, e.IP, e.Reason)})
 		}}
+	enr := &enroller{st: st}
 	if cfg.AutoEnroll {
-		ipxeCfg.AutoEnroll, ipxeCfg.Enroller = true, &enroller{st: st}
+		ipxeCfg.AutoEnroll, ipxeCfg.Enroller = true, enr
+	}
+	netRuns, err := startNetboot(cfg.Netboot, idx, publicURL, cfg.AutoEnroll, enr, log)
+	if err != nil {
+		return fmt.Errorf("controller: %w", err)
 	}
 	bootHandler, err := ipxe.New(ipxeCfg)
 	if err != nil {
@@ -341,6 +349,9 @@ func Run(ctx context.Context, cfg Config) error {
 	goRun("api", func(ctx context.Context) error { return srv.Serve(ctx, ln) })
 	goRun("join", func(ctx context.Context) error { return joinSrv.Serve(ctx, joinLn) })
 	goRun("boot index", idx.Run)
+	for i, r := range netRuns {
+		goRun(fmt.Sprintf("netboot %d", i), r)
+	}
 	goRun("git source", src.Run)
 	goRun("status writer", writer.Run)
 	goRun("reconciler", ctrl.Run)

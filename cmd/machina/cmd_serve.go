@@ -12,6 +12,8 @@ import (
 	"sync"
 	"time"
 
+	"net/netip"
+
 	"github.com/machina-metal/machina/api"
 	"github.com/machina-metal/machina/boot"
 	"github.com/machina-metal/machina/controller"
@@ -226,6 +228,26 @@ func newServeCmd(e *env) *cobra.Command {
 	f.StringVar(&cc.ISODir, "iso-dir", os.Getenv("MACHINA_ISO_DIR"), "folder with the iPXE ISOs (make ipxe-iso), served at /boot/iso/")
 	f.StringVar(&cc.Mirrors.Base, "mirror", os.Getenv("MACHINA_MIRROR"), "base URL of a local mirror for catalog images")
 	f.DurationVar(&cc.PollInterval, "poll-interval", 30*time.Second, "how often the inventory branch tip is polled")
+	f.StringVar(&cc.JoinListen, "join-listen", envOrDefault("MACHINA_JOIN_LISTEN", "127.0.0.1:8443"), "TLS join listener address")
+	f.StringVar(&cc.JoinURL, "join-url", os.Getenv("MACHINA_JOIN_URL"), "the join listener's URL as hosts reach it")
+	f.StringVar(&cc.NodeBinary, "node-binary", os.Getenv("MACHINA_NODE_BINARY"), "machina-node executable served to installing hosts")
+	f.StringSliceVar(&cc.Netboot.Interfaces, "dhcp-interface", nil, "serve DHCP (and the IPv6 RA) on this provisioning interface (repeatable)")
+	f.StringVar((*string)(&cc.Netboot.Mode), "dhcp-mode", "full", "DHCP mode: full (addresses from --dhcp-pool) or proxy (PXE options only)")
+	f.Func("dhcp-subnet", "provisioning subnet, e.g. 10.99.0.0/24", func(v string) (err error) { cc.Netboot.Subnet, err = netip.ParsePrefix(v); return })
+	f.Func("dhcp-pool", "dynamic pool FIRST-LAST, e.g. 10.99.0.100-10.99.0.199", func(v string) error {
+		a, b, ok := strings.Cut(v, "-")
+		if !ok {
+			return errors.New("want FIRST-LAST")
+		}
+		var err error
+		if cc.Netboot.PoolStart, err = netip.ParseAddr(a); err != nil {
+			return err
+		}
+		cc.Netboot.PoolEnd, err = netip.ParseAddr(b)
+		return err
+	})
+	f.StringVar(&cc.Netboot.TFTPRoot, "tftp-root", os.Getenv("MACHINA_TFTP_ROOT"), "serve TFTP from this folder (iPXE binaries, e.g. /usr/lib/ipxe)")
+	f.BoolVar(&cc.Netboot.RouterAdvert, "router-advert", true, "send an IPv6 RA (router lifetime 0) on the DHCP interfaces; iPXE then skips a 13 s IPv6 wait")
 	f.StringVar(&c.StatePath, "state", envOrDefault(envState, defaultStatePath), "bbolt state file (env "+envState+")")
 	f.StringVar(&c.Listen, "listen", envOrDefault(envListen, "127.0.0.1:8080"), "admin API address (env "+envListen+")")
 	f.StringVar(&logFormat, "log-format", envOrDefault(envLogFormat, "json"), "log format: json or text (env "+envLogFormat+")")

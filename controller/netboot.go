@@ -1,0 +1,79 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/netip"
+
+	"github.com/machina-metal/machina/boot"
+	"github.com/machina-metal/machina/boot/dhcp"
+	"github.com/machina-metal/machina/boot/ipxe"
+	"github.com/machina-metal/machina/boot/tftp"
+)
+
+// NetbootConfig turns on the network boot servers of the provisioning
+// segment: DHCP (full or proxyDHCP), TFTP with the iPXE binaries, and the
+// IPv6 router advertisement that ends iPXE's IPv6 wait. Zero value: none
+// run (the simulated lab, or a site whose DHCP and TFTP are elsewhere).
+type NetbootConfig struct {
+	// Interfaces are the provisioning interfaces; empty disables DHCP.
+	Interfaces []string
+	// Mode is dhcp.ModeFull (our addresses) or dhcp.ModeProxy (PXE
+	// options only, beside the site's DHCP server); zero means full.
+	Mode dhcp.Mode
+	// Subnet, PoolStart, PoolEnd, Router and DNS are the full-mode pool.
+	Subnet             netip.Prefix
+	PoolStart, PoolEnd netip.Addr
+	Router             netip.Addr
+	DNS                []netip.Addr
+	// ServerIP is our address on the segment; zero: the first IPv4 address
+	// of Interfaces[0].
+	ServerIP netip.Addr
+	// TFTPRoot holds undionly.kpxe and snponly.efi (Debian's ipxe package:
+	// /usr/lib/ipxe); empty disables TFTP.
+	TFTPRoot string
+	// TFTPAddr is the TFTP listen address; zero means ":69".
+	TFTPAddr string
+	// RouterAdvert sends the IPv6 RA with router lifetime 0 on Interfaces.
+	RouterAdvert bool
+}
+
+// startNetboot builds the DHCP, TFTP and RA servers; run starts them.
+func startNetboot(cfg NetbootConfig, lookup boot.Lookup, publicURL string, autoEnroll bool, enr boot.Enroller, log *slog.Logger) ([]func(context.Context) error, error) {
+	var runs []func(context.Context) error
+	script := publicURL + ipxe.ScriptPath
+	if len(cfg.Interfaces) > 0 {
+		d, err := dhcp.New(dhcp.Config{Mode: cfg.Mode, Interfaces: cfg.Interfaces, ServerIP: cfg.ServerIP, Subnet: cfg.Subnet,
+			PoolStart: cfg.PoolStart, PoolEnd: cfg.PoolEnd, Router: cfg.Router, DNS: cfg.DNS,
+			Boot: dhcp.BootFiles{ScriptURL: script}, Lookup: lookup, AutoEnroll: autoEnroll, Enroller: enr, Logger: log.With("component", "dhcp")})
+		if err != nil {
+			return nil, fmt.Errorf("dhcp: %w", err)
+		}
+		if err := d.Listen(context.Background()); err != nil {
+			return nil, fmt.Errorf("dhcp: %w", err)
+		}
+		runs = append(runs, d.Serve)
+		if cfg.RouterAdvert {
+			ra, err := dhcp.NewAdvertiser(dhcp.RAConfig{Interfaces: cfg.Interfaces, Logger: log.With("component", "ra")})
+			if err != nil {
+				return nil, fmt.Errorf("router advertisement: %w", err)
+			}
+			if err := ra.Listen(); err != nil {
+				return nil, fmt.Errorf("router advertisement: %w", err)
+			}
+			runs = append(runs, ra.Serve)
+		}
+	}
+	if cfg.TFTPRoot != "" {
+		t, err := tftp.New(tftp.Config{Root: cfg.TFTPRoot, Addr: cfg.TFTPAddr, ScriptURL: script, Logger: log.With("component", "tftp")})
+		if err != nil {
+			return nil, fmt.Errorf("tftp: %w", err)
+		}
+		if err := t.Listen(); err != nil {
+			return nil, fmt.Errorf("tftp: %w", err)
+		}
+		runs = append(runs, t.Serve)
+	}
+	return runs, nil
+}
