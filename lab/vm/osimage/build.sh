@@ -19,7 +19,9 @@ ESP_START=2048
 ESP_SECTORS=196608 # 96 MiB
 ROOT_START=$((ESP_START + ESP_SECTORS))
 ROOT_UUID=6d616368-696e-4120-8f73-696d61676521 # fixed, so fstab and the kernel command line agree
-INCLUDE=linux-image-amd64,initramfs-tools,systemd-sysv,udev,dbus,cloud-init,cloud-guest-utils,openssh-server,sudo,curl,ca-certificates,ifupdown,isc-dhcp-client,iproute2,netbase,procps,less
+# Installed with apt inside the chroot (debootstrap's own resolver does not follow virtual packages).
+PACKAGES="linux-image-amd64 initramfs-tools systemd-sysv udev dbus cloud-init cloud-guest-utils openssh-server
+  sudo curl ca-certificates ifupdown isc-dhcp-client iproute2 netbase procps less"
 
 [ "$(id -u)" = 0 ] || { echo "build.sh: must run as root (debootstrap, chroot)" >&2; exit 1; }
 for t in debootstrap sfdisk mkfs.vfat mkfs.ext4 syslinux mcopy mmd; do
@@ -41,8 +43,10 @@ fi
 [ -n "$MIRROR" ] || { echo "build.sh: no Debian mirror found in apt sources; set MACHINA_DEBIAN_MIRROR" >&2; exit 1; }
 
 mkdir -p "$OUT"
+OUT=$(realpath "$OUT")
 WORK=$(mktemp -d "$OUT/.work.XXXXXX")
 R="$WORK/root"
+case $R in /?*/.work.*/root) ;; *) echo "build.sh: refusing chroot path $R" >&2; exit 1 ;; esac
 cleanup() {
 	for m in "$R/dev/pts" "$R/dev" "$R/sys" "$R/proc"; do
 		if mountpoint -q "$m" 2>/dev/null; then umount "$m" || umount -l "$m"; fi
@@ -52,11 +56,29 @@ cleanup() {
 trap cleanup EXIT INT TERM
 
 echo "build.sh: debootstrap $SUITE from $MIRROR"
-debootstrap --variant=minbase --include="$INCLUDE" "$SUITE" "$R" "$MIRROR" >"$WORK/debootstrap.log" 2>&1 || {
+debootstrap --variant=minbase "$SUITE" "$R" "$MIRROR" >"$WORK/debootstrap.log" 2>&1 || {
 	tail -n 40 "$WORK/debootstrap.log" >&2
 	tail -n 40 "$R/debootstrap/debootstrap.log" >&2 2>/dev/null || true
 	exit 1
 }
+
+mount -t proc proc "$R/proc"
+mount -t sysfs sysfs "$R/sys"
+# No service may start inside the chroot: the chroot's own policy-rc.d, removed again below.
+printf '#!/bin/sh\nexit 101\n' >"$R/usr/sbin/policy-rc.d"
+chmod 755 "$R/usr/sbin/policy-rc.d"
+# Small initrd: only the drivers a lab VM (and common servers) need to reach the root disk. Set before
+# the kernel is installed so its postinst builds the initrd once.
+mkdir -p "$R/etc/initramfs-tools/conf.d"
+echo MODULES=list >"$R/etc/initramfs-tools/conf.d/machina.conf"
+printf '%s\n' virtio_pci virtio_blk virtio_scsi sd_mod sr_mod ata_piix ahci nvme ext4 >>"$R/etc/initramfs-tools/modules"
+echo "build.sh: apt-get install" $PACKAGES
+# shellcheck disable=SC2086
+if ! chroot "$R" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $PACKAGES >"$WORK/apt.log" 2>&1; then
+	tail -n 60 "$WORK/apt.log" >&2
+	exit 1
+fi
+rm -f "$R/usr/sbin/policy-rc.d"
 
 # --- configuration of the guest ---
 echo machina-os >"$R/etc/hostname"
@@ -70,26 +92,11 @@ cat >"$R/etc/cloud/cloud.cfg.d/90-machina.cfg" <<'EOF'
 # Machina lab image: the NoCloud seed (a drive labelled CIDATA, or ds=nocloud on the command line) first.
 datasource_list: [ NoCloud, None ]
 EOF
-# Small initrd: only the drivers a lab VM (and common servers) need to reach the root disk.
-sed -i 's/^MODULES=.*/MODULES=list/' "$R/etc/initramfs-tools/initramfs.conf"
-cat >>"$R/etc/initramfs-tools/modules" <<'EOF'
-virtio_pci
-virtio_blk
-virtio_scsi
-sd_mod
-sr_mod
-ata_piix
-ahci
-nvme
-ext4
-EOF
-mount -t proc proc "$R/proc"
-mount -t sysfs sysfs "$R/sys"
 KVER=$(basename "$(ls -d "$R"/lib/modules/* | head -n1)")
-chroot "$R" update-initramfs -u -k "$KVER" >"$WORK/initramfs.log" 2>&1 || { cat "$WORK/initramfs.log" >&2; exit 1; }
-umount "$R/sys" "$R/proc"
+[ -f "$R/boot/initrd.img-$KVER" ] || { echo "build.sh: no initrd for $KVER" >&2; exit 1; }
 # Trim what a lab OS never reads.
 chroot "$R" apt-get clean
+umount "$R/sys" "$R/proc"
 rm -rf "$R"/var/lib/apt/lists/* "$R"/usr/share/doc/* "$R"/usr/share/man/* "$R"/usr/share/info/* \
 	"$R"/var/cache/debconf/*-old "$R"/var/log/*.log "$R"/tmp/*
 find "$R/usr/share/locale" -mindepth 1 -maxdepth 1 ! -name 'en*' ! -name locale.alias -exec rm -rf {} +
