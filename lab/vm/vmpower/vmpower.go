@@ -140,17 +140,17 @@ type Config struct {
 
 // State file names inside Config.Dir.
 const (
-	ConfigFile  = "vm.json"
-	PIDFile     = "qemu.pid"
-	QMPSocket   = "qmp.sock"
+	ConfigFile = "vm.json"
+	PIDFile    = "qemu.pid"
+	QMPSocket  = "qmp.sock"
 	// MonitorSocket is a second QMP monitor for callers ([VM.QMP]): a qemu
 	// socket monitor serves one client at a time, and QMPSocket is kept
 	// for this package's short control sessions.
 	MonitorSocket = "monitor.sock"
-	SerialLog   = "serial.log"
-	BootDevFile = "bootdev"
-	MediaFile   = "media"
-	VarsFile    = "vars.fd"
+	SerialLog     = "serial.log"
+	BootDevFile   = "bootdev"
+	MediaFile     = "media"
+	VarsFile      = "vars.fd"
 	// StartedBootFile records the boot device the running qemu started with.
 	StartedBootFile = "bootdev.started"
 	// CDROMID is the qdev id of the removable CD-ROM every VM gets.
