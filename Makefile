@@ -37,3 +37,8 @@ demo: build
 
 clean:
 	rm -rf $(BIN)
+
+# os-image: the VM lab's Debian 12 disk image (debootstrap; root), built once and cached outside the repo.
+.PHONY: os-image
+os-image:
+	scripts/lab/build-os-image.sh

@@ -266,6 +266,23 @@ func TestIPMISimDrivesQEMU(t *testing.T) {
 	if dev, _ := vm.BootDevice(); dev != vmpower.BootDisk {
 		t.Fatalf("after ipmitool bootdev disk: BootDevice = %s", dev)
 	}
+
+	// Power cycle: ipmi_sim runs `set power 0`, then `set power 1` from its
+	// own 1 s timer, so the new qemu (booting disk first) appears later.
+	mustIPMI("Up/On", "chassis", "power", "on")
+	before := vm.Pid()
+	mustIPMI("Cycle", "chassis", "power", "cycle")
+	deadline = time.Now().Add(20 * time.Second)
+	for p := vm.Pid(); p == 0 || p == before; p = vm.Pid() {
+		if time.Now().After(deadline) {
+			t.Fatalf("no new qemu within 20s of power cycle (pid before %d, now %d)", before, p)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if args := strings.Join(vmArgs(t, vm.Pid()), " "); !strings.Contains(args, "id=cdrom0,bus=ide.1,bootindex=2") {
+		t.Fatalf("after bootdev disk + cycle, boot order is not disk first: %s", args)
+	}
+	mustIPMI("Down/Off", "chassis", "power", "off")
 }
 
 func vmArgs(t *testing.T, pid int) []string {

@@ -375,3 +375,33 @@ func TestConfigValidation(t *testing.T) {
 		t.Error("SetBootDevice(floppy) accepted")
 	}
 }
+
+func TestSetBootOverride(t *testing.T) {
+	v, err := New(Config{Name: "ovr", Dir: t.TempDir()}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for _, c := range []struct {
+		target, enabled string
+		dev             BootDevice
+		persistent      bool
+	}{
+		{"Pxe", "Once", BootPXE, false},
+		{"Cd", "Continuous", BootCD, true},
+		{"Hdd", "Once", BootDisk, false},
+		{"Pxe", "Disabled", BootDisk, true},
+	} {
+		if err := v.SetBootOverride(ctx, c.target, c.enabled); err != nil {
+			t.Fatal(err)
+		}
+		if dev, p := v.BootDevice(); dev != c.dev || p != c.persistent {
+			t.Errorf("SetBootOverride(%s, %s): BootDevice = %s,%v; want %s,%v", c.target, c.enabled, dev, p, c.dev, c.persistent)
+		}
+	}
+	for _, bad := range [][2]string{{"Floppy", "Once"}, {"Pxe", "Sometimes"}} {
+		if err := v.SetBootOverride(ctx, bad[0], bad[1]); !errors.Is(err, ErrInvalidConfig) {
+			t.Errorf("SetBootOverride(%v) = %v, want ErrInvalidConfig", bad, err)
+		}
+	}
+}
