@@ -5,6 +5,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -27,7 +28,7 @@ func main() {
 
 func run(ctx context.Context, args []string, stdout io.Writer) error {
 	if len(args) < 3 {
-		return fmt.Errorf("usage: lab-chassis-control VMDIR get|set PARAM [VALUE]...")
+		return errors.New("usage: lab-chassis-control VMDIR get|set PARAM [VALUE]")
 	}
 	vm, err := vmpower.Open(args[0], nil)
 	if err != nil {
