@@ -83,7 +83,7 @@ func mustState(t *testing.T, v *VM, want string) {
 func TestPowerLifecycle(t *testing.T) {
 	needQEMU(t)
 	ctx := context.Background()
-	v := startVM(t, Config{Paused: true, MemoryMiB: 128, CPUs: 1})
+	v := startVM(t, Config{Paused: true, MemoryMiB: 128, CPUs: 1, GracefulTimeout: time.Second})
 	mustState(t, v, "Off")
 	if err := v.Reset(ctx, "ForceOff"); err != nil {
 		t.Fatalf("ForceOff while off: %v", err)
@@ -142,6 +142,15 @@ func TestPowerLifecycle(t *testing.T) {
 	}
 	if v.Pid() == pid || v.Pid() == 0 {
 		t.Fatalf("PowerCycle: pid %d -> %d, want a new process", pid, v.Pid())
+	}
+	// A paused guest ignores the ACPI button: GracefulRestart forces it off
+	// after GracefulTimeout and starts a new process.
+	pid = v.Pid()
+	if err := v.Reset(ctx, "GracefulRestart"); err != nil {
+		t.Fatal(err)
+	}
+	if v.Pid() == pid || v.Pid() == 0 {
+		t.Fatalf("GracefulRestart: pid %d -> %d, want a new process", pid, v.Pid())
 	}
 	old := v.Pid()
 	if err := v.Reset(ctx, "ForceOff"); err != nil {
