@@ -29,6 +29,7 @@ import (
 	"regexp"
 	"strings"
 	"syscall"
+	"time"
 )
 
 //go:embed build.sh
@@ -132,17 +133,21 @@ func Ensure(ctx context.Context, cacheDir string) (path, sha256hex string, err e
 	return path, sum, nil
 }
 
-// flock takes an exclusive lock, giving up when ctx ends.
+// flock takes an exclusive lock, retrying a non-blocking flock every
+// 250ms (a build holds it for minutes) until ctx ends.
 func flock(ctx context.Context, f *os.File) error {
-	done := make(chan error, 1)
-	go func() { done <- syscall.Flock(int(f.Fd()), syscall.LOCK_EX) }()
-	select {
-	case err := <-done:
-		return err
-	case <-ctx.Done():
-		// Closing the file (deferred by the caller) releases a lock the
-		// goroutine may still obtain.
-		return ctx.Err()
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		if !errors.Is(err, syscall.EWOULDBLOCK) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+		}
 	}
 }
 

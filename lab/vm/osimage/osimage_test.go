@@ -198,3 +198,41 @@ func waitFor(t *testing.T, path, want string, d time.Duration) {
 		}
 	}
 }
+
+// TestEnsureWaitsForLock: a second caller blocks on the cache entry's lock
+// and gives up when its ctx ends, and a cached entry is returned without
+// building (no root needed).
+func TestEnsureWaitsForLock(t *testing.T) {
+	cache := t.TempDir()
+	dir := filepath.Join(cache, Key())
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	sum := strings.Repeat("ef", 32)
+	if err := os.WriteFile(filepath.Join(dir, ImageFile), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, SumsFile), []byte(sum+"  os.img\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	lock, err := os.OpenFile(dir+".lock", os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Close()
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 600*time.Millisecond)
+	defer cancel()
+	if _, _, err := Ensure(ctx, cache); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Ensure while locked = %v, want DeadlineExceeded", err)
+	}
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_UN); err != nil {
+		t.Fatal(err)
+	}
+	path, got, err := Ensure(context.Background(), cache)
+	if err != nil || got != sum || path != filepath.Join(dir, ImageFile) {
+		t.Fatalf("Ensure on a cached entry = %s %s %v; want %s", path, got, err, sum)
+	}
+}
