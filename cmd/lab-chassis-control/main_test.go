@@ -10,7 +10,7 @@ import (
 
 func TestRun(t *testing.T) {
 	dir := t.TempDir()
-	if _, err := vmpower.New(vmpower.Config{Name: "cc", Dir: dir}, nil); err != nil {
+	if _, err := vmpower.New(vmpower.Config{Name: "cc", Dir: dir}); err != nil {
 		t.Fatal(err)
 	}
 	var out bytes.Buffer

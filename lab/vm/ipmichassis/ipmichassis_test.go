@@ -58,7 +58,7 @@ func need(t *testing.T, bins ...string) {
 func TestRunProtocol(t *testing.T) {
 	need(t, "qemu-system-x86_64")
 	ctx := context.Background()
-	vm, err := vmpower.New(vmpower.Config{Name: "chassis14", Dir: t.TempDir(), Paused: true, MemoryMiB: 128, CPUs: 1}, nil)
+	vm, err := vmpower.New(vmpower.Config{Name: "chassis14", Dir: t.TempDir(), Paused: true, MemoryMiB: 128, CPUs: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -159,8 +159,8 @@ func TestIPMISimDrivesQEMU(t *testing.T) {
 	need(t, "ipmi_sim", "ipmitool", "qemu-system-x86_64")
 	dir := t.TempDir()
 	vmDir := filepath.Join(dir, "vm")
-	vm, err := vmpower.New(vmpower.Config{Name: "ipmi14", Dir: vmDir, MemoryMiB: 128, CPUs: 1},
-		slog.New(slog.NewTextHandler(t.Output(), nil)))
+	vm, err := vmpower.New(vmpower.Config{Name: "ipmi14", Dir: vmDir, MemoryMiB: 128, CPUs: 1,
+		Logger: slog.New(slog.NewTextHandler(t.Output(), nil))})
 	if err != nil {
 		t.Fatal(err)
 	}

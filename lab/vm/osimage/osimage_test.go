@@ -146,7 +146,8 @@ func bootToMarker(t *testing.T, image string, fw vmpower.Firmware) {
 		Name: "os14-" + string(fw), Dir: filepath.Join(dir, "vm"), Firmware: fw,
 		Disk: overlay, MemoryMiB: 1024, CPUs: 2, BootDevice: vmpower.BootDisk,
 		ExtraArgs: []string{"-drive", "file=" + seed + ",format=raw,if=virtio,readonly=on"},
-	}, slog.New(slog.NewTextHandler(t.Output(), nil)))
+		Logger:    slog.New(slog.NewTextHandler(t.Output(), nil)),
+	})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -136,6 +136,9 @@ type Config struct {
 	// GracefulTimeout bounds GracefulRestart's wait for the guest to power
 	// off after the ACPI button before it is forced; zero means 60s.
 	GracefulTimeout time.Duration `json:"gracefulTimeout,omitempty"`
+	// Logger gets one Info line per power, boot or media change; nil
+	// discards. Not stored in vm.json.
+	Logger *slog.Logger `json:"-"`
 }
 
 // State file names inside Config.Dir.
@@ -279,8 +282,8 @@ type VM struct {
 }
 
 // New validates cfg, creates cfg.Dir and writes cfg to Dir/vm.json (so
-// Open in another process sees the same VM). logger may be nil.
-func New(cfg Config, logger *slog.Logger) (*VM, error) {
+// Open in another process sees the same VM).
+func New(cfg Config) (*VM, error) {
 	cfg.setDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
@@ -295,10 +298,11 @@ func New(cfg Config, logger *slog.Logger) (*VM, error) {
 	if err := writeFileAtomic(filepath.Join(cfg.Dir, ConfigFile), append(b, '\n')); err != nil {
 		return nil, fmt.Errorf("vmpower: new %s: %w", cfg.Name, err)
 	}
-	return newVM(cfg, logger), nil
+	return newVM(cfg, cfg.Logger), nil
 }
 
-// Open loads the VM whose state directory is dir (written by New).
+// Open loads the VM whose state directory is dir (written by New); logger
+// may be nil.
 func Open(dir string, logger *slog.Logger) (*VM, error) {
 	b, err := os.ReadFile(filepath.Join(dir, ConfigFile))
 	if err != nil {

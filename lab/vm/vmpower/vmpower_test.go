@@ -36,7 +36,8 @@ func startVM(t *testing.T, cfg Config) *VM {
 	if cfg.Name == "" {
 		cfg.Name = "vm14"
 	}
-	v, err := New(cfg, slog.New(slog.NewTextHandler(t.Output(), nil)))
+	cfg.Logger = slog.New(slog.NewTextHandler(t.Output(), nil))
+	v, err := New(cfg)
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
@@ -364,12 +365,12 @@ func TestConfigValidation(t *testing.T) {
 		"firmware":   {Name: "a", Dir: dir, Firmware: "coreboot"},
 		"uuid":       {Name: "a", Dir: dir, UUID: "nope"},
 	} {
-		if _, err := New(c, nil); !errors.Is(err, ErrInvalidConfig) {
+		if _, err := New(c); !errors.Is(err, ErrInvalidConfig) {
 			t.Errorf("%s: New = %v, want ErrInvalidConfig", name, err)
 		}
 	}
 	v, err := New(Config{Name: "args", Dir: dir, Disk: "/images/os.qcow2", BootDevice: BootPXE,
-		NICs: []NIC{{Tap: "tap0", MAC: "52:54:00:00:00:01"}}}, nil)
+		NICs: []NIC{{Tap: "tap0", MAC: "52:54:00:00:00:01"}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -386,7 +387,7 @@ func TestConfigValidation(t *testing.T) {
 }
 
 func TestSetBootOverride(t *testing.T) {
-	v, err := New(Config{Name: "ovr", Dir: t.TempDir()}, nil)
+	v, err := New(Config{Name: "ovr", Dir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
