@@ -51,3 +51,7 @@ MACHINA_CONTROLLER_URL ?= http://10.99.0.1:8080
 .PHONY: ipxe-iso
 ipxe-iso:
 	sh scripts/metal/build-ipxe-iso.sh "$(MACHINA_CONTROLLER_URL)" $(BIN)/iso
+# os-image: the VM lab's Debian 12 disk image (debootstrap; root), built once and cached outside the repo.
+.PHONY: os-image
+os-image:
+	scripts/lab/build-os-image.sh

@@ -1,0 +1,144 @@
+#!/bin/sh
+# build.sh OUTDIR : builds the Machina lab OS image into OUTDIR/os.img and OUTDIR/SHA256SUMS.
+#
+# A minimal Debian 12 (bookworm) made with debootstrap from Debian's packages: linux-image-amd64,
+# systemd, cloud-init (NoCloud datasource first), openssh-server, sudo, curl. Layout of the 1 GiB
+# sparse raw image (MBR, no loop devices, no host mounts of the image):
+#   p1  sectors 2048..198655 (96 MiB)  type ef, active  FAT16 "MACHINA-ESP": syslinux (BIOS, via the
+#       syslinux MBR code) and EFI/BOOT/BOOTX64.EFI = syslinux.efi (UEFI removable-media path), each
+#       with a syslinux.cfg, plus the kernel and the initrd.
+#   p2  sectors 198656..end            type 83         ext4 "machina-root", filled with mkfs.ext4 -d.
+# The host's /boot and bootloader are never touched: nothing runs grub-install or update-grub.
+# Needs root (debootstrap, chroot). Writes only below OUTDIR and a scratch folder it removes.
+set -eu
+
+OUT=${1:?usage: build.sh OUTDIR}
+SUITE=bookworm
+IMG_MIB=1024
+ESP_START=2048
+ESP_SECTORS=196608 # 96 MiB
+ROOT_START=$((ESP_START + ESP_SECTORS))
+ROOT_UUID=6d616368-696e-4120-8f73-696d61676521 # fixed, so fstab and the kernel command line agree
+# Installed with apt inside the chroot (debootstrap's own resolver does not follow virtual packages).
+PACKAGES="linux-image-amd64 initramfs-tools systemd-sysv udev dbus cloud-init cloud-guest-utils openssh-server
+  sudo curl ca-certificates ifupdown isc-dhcp-client iproute2 netbase procps less"
+
+[ "$(id -u)" = 0 ] || { echo "build.sh: must run as root (debootstrap, chroot)" >&2; exit 1; }
+for t in debootstrap sfdisk mkfs.vfat mkfs.ext4 syslinux mcopy mmd; do
+	command -v "$t" >/dev/null 2>&1 || { echo "build.sh: $t not found" >&2; exit 1; }
+done
+pkgfile() { dpkg -L "$1" | grep "$2\$" | head -n1; }
+MBR=$(pkgfile syslinux-common /mbr/mbr.bin)
+LDLINUX_E64=$(pkgfile syslinux-common /efi64/ldlinux.e64)
+SYSLINUX_EFI=$(pkgfile syslinux-efi /efi64/syslinux.efi)
+
+# The Debian mirror this host's apt already uses (deb822 or one-line sources).
+MIRROR=${MACHINA_DEBIAN_MIRROR:-}
+if [ -z "$MIRROR" ]; then
+	MIRROR=$(cat /etc/apt/sources.list.d/*.sources 2>/dev/null | awk '/^URIs:/{print $2}' | grep -v security | head -n1)
+fi
+if [ -z "$MIRROR" ]; then
+	MIRROR=$(grep -hs '^deb ' /etc/apt/sources.list /etc/apt/sources.list.d/*.list | awk '{print $2}' | grep -v security | head -n1)
+fi
+[ -n "$MIRROR" ] || { echo "build.sh: no Debian mirror found in apt sources; set MACHINA_DEBIAN_MIRROR" >&2; exit 1; }
+
+mkdir -p "$OUT"
+OUT=$(realpath "$OUT")
+WORK=$(mktemp -d "$OUT/.work.XXXXXX")
+R="$WORK/root"
+case $R in /?*/.work.*/root) ;; *) echo "build.sh: refusing chroot path $R" >&2; exit 1 ;; esac
+cleanup() {
+	for m in "$R/dev/pts" "$R/dev" "$R/sys" "$R/proc"; do
+		if mountpoint -q "$m" 2>/dev/null; then umount "$m" || umount -l "$m"; fi
+	done
+	rm -rf "$WORK"
+}
+trap cleanup EXIT INT TERM
+
+echo "build.sh: debootstrap $SUITE from $MIRROR"
+debootstrap --variant=minbase "$SUITE" "$R" "$MIRROR" >"$WORK/debootstrap.log" 2>&1 || {
+	tail -n 40 "$WORK/debootstrap.log" >&2
+	tail -n 40 "$R/debootstrap/debootstrap.log" >&2 2>/dev/null || true
+	exit 1
+}
+
+mount -t proc proc "$R/proc"
+mount -t sysfs sysfs "$R/sys"
+# No service may start inside the chroot: the chroot's own policy-rc.d, removed again below.
+printf '#!/bin/sh\nexit 101\n' >"$R/usr/sbin/policy-rc.d"
+chmod 755 "$R/usr/sbin/policy-rc.d"
+# Small initrd: only the drivers a lab VM (and common servers) need to reach the root disk. Set before
+# the kernel is installed so its postinst builds the initrd once.
+mkdir -p "$R/etc/initramfs-tools/conf.d"
+echo MODULES=list >"$R/etc/initramfs-tools/conf.d/machina.conf"
+printf '%s\n' virtio_pci virtio_blk virtio_scsi sd_mod sr_mod ata_piix ahci nvme ext4 >>"$R/etc/initramfs-tools/modules"
+echo "build.sh: apt-get install" $PACKAGES
+# shellcheck disable=SC2086
+if ! chroot "$R" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $PACKAGES >"$WORK/apt.log" 2>&1; then
+	tail -n 60 "$WORK/apt.log" >&2
+	exit 1
+fi
+rm -f "$R/usr/sbin/policy-rc.d"
+
+# --- configuration of the guest ---
+echo machina-os >"$R/etc/hostname"
+printf '127.0.0.1 localhost\n127.0.1.1 machina-os\n::1 localhost ip6-localhost ip6-loopback\n' >"$R/etc/hosts"
+printf 'UUID=%s / ext4 errors=remount-ro 0 1\n' "$ROOT_UUID" >"$R/etc/fstab"
+printf 'auto lo\niface lo inet loopback\nsource /etc/network/interfaces.d/*\n' >"$R/etc/network/interfaces"
+mkdir -p "$R/etc/network/interfaces.d"
+: >"$R/etc/machine-id" # systemd generates one on first boot
+rm -f "$R/var/lib/dbus/machine-id" "$R"/etc/ssh/ssh_host_* # per-machine, regenerated (cloud-init cc_ssh)
+cat >"$R/etc/cloud/cloud.cfg.d/90-machina.cfg" <<'EOF'
+# Machina lab image: the NoCloud seed (a drive labelled CIDATA, or ds=nocloud on the command line) first.
+datasource_list: [ NoCloud, None ]
+EOF
+KVER=$(basename "$(ls -d "$R"/lib/modules/* | head -n1)")
+[ -f "$R/boot/initrd.img-$KVER" ] || { echo "build.sh: no initrd for $KVER" >&2; exit 1; }
+# Trim what a lab OS never reads.
+chroot "$R" apt-get clean
+umount "$R/sys" "$R/proc"
+rm -rf "$R"/var/lib/apt/lists/* "$R"/usr/share/doc/* "$R"/usr/share/man/* "$R"/usr/share/info/* \
+	"$R"/var/cache/debconf/*-old "$R"/var/log/*.log "$R"/tmp/*
+find "$R/usr/share/locale" -mindepth 1 -maxdepth 1 ! -name 'en*' ! -name locale.alias -exec rm -rf {} +
+
+CMDLINE="root=UUID=$ROOT_UUID ro console=tty0 console=ttyS0,115200n8 net.ifnames=0"
+cat >"$WORK/syslinux.cfg" <<EOF
+DEFAULT debian
+PROMPT 0
+TIMEOUT 0
+LABEL debian
+  KERNEL /vmlinuz
+  INITRD /initrd.img
+  APPEND $CMDLINE
+EOF
+
+# --- disk image ---
+IMG="$WORK/os.img"
+truncate -s "${IMG_MIB}M" "$IMG"
+sfdisk --quiet "$IMG" <<EOF
+label: dos
+label-id: 0x4d414348
+start=$ESP_START, size=$ESP_SECTORS, type=ef, bootable
+start=$ROOT_START, type=83
+EOF
+mkfs.vfat -F 16 -n MACHINA-ESP -i 4d414348 --offset=$ESP_START "$IMG" $((ESP_SECTORS / 2)) >"$WORK/mkfs.log" 2>&1
+syslinux --install --offset $((ESP_START * 512)) "$IMG"
+dd if="$MBR" of="$IMG" bs=440 count=1 conv=notrunc status=none
+E="$IMG@@$((ESP_START * 512))"
+mmd -i "$E" ::EFI ::EFI/BOOT
+mcopy -i "$E" "$R/boot/vmlinuz-$KVER" ::vmlinuz
+mcopy -i "$E" "$R/boot/initrd.img-$KVER" ::initrd.img
+mcopy -i "$E" "$WORK/syslinux.cfg" ::syslinux.cfg
+mcopy -i "$E" "$WORK/syslinux.cfg" ::EFI/BOOT/syslinux.cfg
+mcopy -i "$E" "$SYSLINUX_EFI" ::EFI/BOOT/BOOTX64.EFI
+mcopy -i "$E" "$LDLINUX_E64" ::EFI/BOOT/ldlinux.e64
+ROOT_KIB=$(((IMG_MIB * 2048 - ROOT_START) / 2))
+mkfs.ext4 -q -F -L machina-root -U "$ROOT_UUID" -E offset=$((ROOT_START * 512)) -d "$R" "$IMG" "${ROOT_KIB}k"
+
+SUM=$(sha256sum "$IMG" | cut -d' ' -f1)
+printf '%s  os.img\n' "$SUM" >"$WORK/SHA256SUMS"
+printf '%s\n' "$KVER" >"$WORK/kernel-version"
+mv "$IMG" "$OUT/os.img"
+mv "$WORK/kernel-version" "$OUT/kernel-version"
+mv "$WORK/SHA256SUMS" "$OUT/SHA256SUMS" # last: its presence marks a complete build
+echo "build.sh: $OUT/os.img sha256 $SUM kernel $KVER"
