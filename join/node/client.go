@@ -22,12 +22,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	mrand "math/rand/v2"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	v1 "github.com/machina-metal/machina/api/v1"
@@ -150,6 +153,9 @@ type JoinConfig struct {
 	Facts       v1.HostFacts
 	// HTTPTimeout bounds the join request; zero means 60s.
 	HTTPTimeout time.Duration
+	// MaxWait bounds the retries of a rate-limited (429), unavailable (503)
+	// or unreachable listener; zero means 10 minutes.
+	MaxWait time.Duration
 }
 
 // Join generates an ECDSA P-256 key (kept in Dir), posts a CSR with the
@@ -181,8 +187,34 @@ func Join(ctx context.Context, cfg JoinConfig) (v1.JoinResponse, error) {
 		CSR: string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: csrDER}))}
 	hc := &http.Client{Timeout: cfg.HTTPTimeout, Transport: &http.Transport{TLSClientConfig: PinnedTLS(cfg.Fingerprint, u.Hostname())}}
 	var resp v1.JoinResponse
-	if err := post(ctx, hc, strings.TrimSuffix(cfg.URL, "/")+"/hosts/join", req, &resp); err != nil {
-		return v1.JoinResponse{}, fmt.Errorf("node: join: %w", err)
+	if cfg.MaxWait <= 0 {
+		cfg.MaxWait = 10 * time.Minute
+	}
+	// A fleet deploying at once meets the listener's rate limit (429), and
+	// a first boot may come before the listener is reachable: both are
+	// retried with capped, jittered backoff. A refused join does not use up
+	// the token, so retrying is safe; other refusals (bad token, failed
+	// check, pin mismatch) are final.
+	deadline := time.Now().Add(cfg.MaxWait)
+	for attempt := 0; ; attempt++ {
+		err = post(ctx, hc, strings.TrimSuffix(cfg.URL, "/")+"/hosts/join", req, &resp)
+		if err == nil {
+			break
+		}
+		var re *RefusedError
+		var ne net.Error
+		retry := (errors.As(err, &re) && (re.Status == http.StatusTooManyRequests || re.Status == http.StatusServiceUnavailable)) ||
+			errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) || (errors.As(err, &ne) && ne.Timeout())
+		if !retry || time.Now().After(deadline) {
+			return v1.JoinResponse{}, fmt.Errorf("node: join: %w", err)
+		}
+		wait := min(time.Second<<min(attempt, 5), 30*time.Second)
+		wait = wait/2 + time.Duration(mrand.Int64N(int64(wait)))
+		select {
+		case <-ctx.Done():
+			return v1.JoinResponse{}, fmt.Errorf("node: join: %w", ctx.Err())
+		case <-time.After(wait):
+		}
 	}
 	kder, err := x509.MarshalPKCS8PrivateKey(key)
 	if err != nil {
