@@ -247,6 +247,12 @@ func newServeCmd(e *env) *cobra.Command {
 		return err
 	})
 	f.StringVar(&cc.Netboot.TFTPRoot, "tftp-root", os.Getenv("MACHINA_TFTP_ROOT"), "serve TFTP from this folder (iPXE binaries, e.g. /usr/lib/ipxe)")
+	f.IntVar(&cc.Reconciler.Workers, "workers", 8, "actions running at once")
+	f.IntVar(&cc.Reconciler.PerRack, "per-rack", 4, "actions at once in one rack")
+	f.DurationVar(&cc.Reconciler.Interval, "reconcile-interval", 5*time.Second, "planning pass interval without a trigger")
+	f.DurationVar(&cc.StatusInterval, "status-interval", 30*time.Second, "least time between status commits")
+	f.IntVar(&cc.MachinePerIP.Burst, "machine-burst", 0, "boot and machine-facing requests per client IP at once (0: 20)")
+	f.DurationVar(&cc.MachinePerIP.Every, "machine-refill", 0, "one more request per client IP after this long (0: 100ms)")
 	f.BoolVar(&cc.Netboot.RouterAdvert, "router-advert", true, "send an IPv6 RA (router lifetime 0) on the DHCP interfaces; iPXE then skips a 13 s IPv6 wait")
 	f.StringVar(&c.StatePath, "state", envOrDefault(envState, defaultStatePath), "bbolt state file (env "+envState+")")
 	f.StringVar(&c.Listen, "listen", envOrDefault(envListen, "127.0.0.1:8080"), "admin API address (env "+envListen+")")

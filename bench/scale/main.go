@@ -1,0 +1,258 @@
+// Command scale measures how far one controller scales on the simulated
+// lab: `go run ./bench/scale -servers 100,1000`. The controller runs as its
+// own process (`machina serve`, built from this tree), so its CPU time and
+// peak memory are read from /proc apart from the simulated lab's, which
+// runs in this process. For each size it reports the time from the
+// inventory commit to every server ready, the time to deploy each
+// profile's count (10% of the servers), the controller's CPU seconds and
+// peak RSS, the status commit count and the repository's growth per 1,000
+// lifecycle transitions.
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/machina-metal/machina/lab/sim"
+)
+
+func main() {
+	sizes := flag.String("servers", "100,1000", "comma-separated lab sizes")
+	bin := flag.String("machina", "bin/machina", "machina binary (make build)")
+	timeout := flag.Duration("timeout", 15*time.Minute, "per size")
+	workers := flag.Int("workers", 64, "controller --workers")
+	flag.Parse()
+	fmt.Printf("| servers | commit → all ready | commit → counts deployed | controller CPU s | controller peak RSS MiB | lab (sim) CPU s | transitions | status commits | repo growth per 1,000 transitions |\n|---|---|---|---|---|---|---|---|---|\n")
+	for _, f := range strings.Split(*sizes, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n <= 0 {
+			fmt.Fprintln(os.Stderr, "scale: bad size", f)
+			os.Exit(2)
+		}
+		row, err := measure(n, *bin, *workers, *timeout)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "scale: %d servers: %v\n", n, err)
+			os.Exit(1)
+		}
+		fmt.Println(row)
+	}
+}
+
+func measure(n int, bin string, workers int, timeout time.Duration) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	dir, err := os.MkdirTemp("", "machina-scale-")
+	if err != nil {
+		return "", err
+	}
+	defer os.RemoveAll(dir)
+	labCPU0 := selfCPU()
+	lab, err := sim.Start(ctx, sim.Config{Dir: filepath.Join(dir, "lab"), Servers: n, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		return "", err
+	}
+	defer lab.Close()
+	commitAt := time.Now() // the lab pushed the inventory commit just now
+
+	state := filepath.Join(dir, "state.db")
+	out, err := exec.Command(bin, "token", "create", "--name", "bench", "--state", state).Output()
+	if err != nil {
+		return "", fmt.Errorf("token create: %w", err)
+	}
+	token := lastField(string(out))
+	port, err := freePort()
+	if err != nil {
+		return "", err
+	}
+	api := "http://127.0.0.1:" + strconv.Itoa(port)
+	logf, _ := os.Create(filepath.Join(dir, "controller.log"))
+	defer logf.Close()
+	cmd := exec.CommandContext(ctx, bin, "serve", "--repo", lab.RepoURL, "--state", state, "--listen", "127.0.0.1:"+strconv.Itoa(port),
+		"--join-listen", "127.0.0.1:0", "--work-dir", filepath.Join(dir, "work"), "--poll-interval", "500ms", "--status-interval", "5s",
+		"--workers", strconv.Itoa(workers), "--per-rack", "40", "--reconcile-interval", "500ms", "--machine-burst", "100000", "--machine-refill", "1ms",
+		"--log-format", "text")
+	cmd.Stderr, cmd.Stdout = logf, logf
+	if err := cmd.Start(); err != nil {
+		return "", err
+	}
+	defer func() { _ = cmd.Process.Signal(os.Interrupt); _ = cmd.Wait() }()
+	if err := waitHTTP(ctx, api+"/healthz"); err != nil {
+		return "", err
+	}
+	for _, name := range []string{"bmc-redfish", "bmc-ipmi"} {
+		user, pass := lab.Credentials()
+		body, _ := json.Marshal(map[string]string{"username": user, "password": pass})
+		if err := call(ctx, http.MethodPut, api+"/api/v1/secrets/"+name, token, body, nil); err != nil {
+			return "", fmt.Errorf("store secret: %w", err)
+		}
+	}
+	lab.SetController(api)
+
+	var readyAt, deployedAt time.Duration
+	want := 3 * max(n/30, 1)
+	for readyAt == 0 || deployedAt == 0 {
+		var st struct {
+			Servers map[string]int `json:"servers"`
+		}
+		if err := call(ctx, http.MethodGet, api+"/api/v1/status", token, nil, &st); err != nil {
+			return "", err
+		}
+		up := st.Servers["ready"] + st.Servers["allocated"] + st.Servers["deploying"] + st.Servers["deployed"]
+		if readyAt == 0 && up == n {
+			readyAt = time.Since(commitAt)
+		}
+		if deployedAt == 0 && st.Servers["deployed"] >= want {
+			deployedAt = time.Since(commitAt)
+		}
+		select {
+		case <-ctx.Done():
+			return "", fmt.Errorf("timed out: %v", st.Servers)
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+	cpu, rss := procCPU(cmd.Process.Pid), procHWM(cmd.Process.Pid)
+	transitions := 0
+	for after := uint64(0); ; {
+		var page struct {
+			Events []struct{ Kind string }
+			Next   uint64
+		}
+		if err := call(ctx, http.MethodGet, fmt.Sprintf("%s/api/v1/events?limit=10000&after=%d", api, after), token, nil, &page); err != nil {
+			return "", err
+		}
+		for _, e := range page.Events {
+			if e.Kind == "lifecycle" {
+				transitions++
+			}
+		}
+		if page.Next == 0 || len(page.Events) == 0 {
+			break
+		}
+		after = page.Next
+	}
+	time.Sleep(6 * time.Second) // let the status writer commit what it saw
+	commits, size := repoStats(strings.TrimPrefix(lab.RepoURL, "file://"))
+	growth := "n/a"
+	if transitions > 0 {
+		growth = fmt.Sprintf("%.0f KiB", float64(size)/1024/float64(transitions)*1000)
+	}
+	return fmt.Sprintf("| %d | %.1f s | %.1f s | %.1f | %.0f | %.1f | %d | %d | %s |", n, readyAt.Seconds(), deployedAt.Seconds(), cpu, rss, selfCPU()-labCPU0, transitions, commits, growth), nil
+}
+
+func lastField(s string) string {
+	f := strings.Fields(s)
+	for _, x := range f {
+		if strings.HasPrefix(x, "mna_") {
+			return x
+		}
+	}
+	if len(f) == 0 {
+		return ""
+	}
+	return f[len(f)-1]
+}
+
+func freePort() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+func waitHTTP(ctx context.Context, url string) error {
+	for {
+		resp, err := http.Get(url)
+		if err == nil {
+			resp.Body.Close()
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+func call(ctx context.Context, method, url, token string, body []byte, out any) error {
+	req, err := http.NewRequestWithContext(ctx, method, url, bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode >= 300 {
+		return fmt.Errorf("%s %s: HTTP %d: %s", method, url, resp.StatusCode, b)
+	}
+	if out != nil {
+		return json.Unmarshal(b, out)
+	}
+	return nil
+}
+
+// procCPU is a process's user+system CPU seconds (/proc/PID/stat fields 14, 15).
+func procCPU(pid int) float64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return -1
+	}
+	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+2:]))
+	u, _ := strconv.ParseFloat(f[11], 64)
+	s, _ := strconv.ParseFloat(f[12], 64)
+	return (u + s) / 100 // USER_HZ
+}
+
+// procHWM is a process's peak resident set in MiB (/proc/PID/status VmHWM).
+func procHWM(pid int) float64 {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return -1
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if fs := strings.Fields(sc.Text()); len(fs) >= 2 && fs[0] == "VmHWM:" {
+			kb, _ := strconv.ParseFloat(fs[1], 64)
+			return kb / 1024
+		}
+	}
+	return -1
+}
+
+func selfCPU() float64 { return procCPU(os.Getpid()) }
+
+// repoStats counts commits on main and the repository's size in bytes.
+func repoStats(bare string) (int, int64) {
+	out, _ := exec.Command("git", "--git-dir", bare, "rev-list", "--count", "main").Output()
+	n, _ := strconv.Atoi(strings.TrimSpace(string(out)))
+	var size int64
+	_ = filepath.Walk(bare, func(_ string, fi os.FileInfo, err error) error {
+		if err == nil && !fi.IsDir() {
+			size += fi.Size()
+		}
+		return nil
+	})
+	return n, size
+}
