@@ -48,6 +48,10 @@ func newRoot(e *env) *cobra.Command {
 		newSecretCmd(e),
 		newImagesCommand(e),
 		newBMCCmd(e),
+		newPlanCmd(e),
+		newStatusCmd(e),
+		newProvisionCmd(e),
+		newApproveCmd(e),
 	)
 	return root
 }
