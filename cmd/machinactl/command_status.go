@@ -16,6 +16,10 @@ import (
 // attention, to keep the overview on one screen.
 const maxAttentionLines = 15
 
+// maxConditionLines bounds the plan conditions (orphaned servers, short
+// capacity) status lists.
+const maxConditionLines = 5
+
 // lifecycleOrder is the order status prints lifecycle counts in.
 var lifecycleOrder = []string{"new", "commissioning", "ready", "allocated", "deploying", "deployed", "failed", "retired"}
 
@@ -133,11 +137,17 @@ func writeStatus(w io.Writer, apiURL string, counts map[string]int, sealing bool
 	if plan.Brake != "" {
 		fmt.Fprintf(w, "HELD:       %d steps: %s\n", len(plan.Held), plan.Brake)
 	}
+	shown := 0
 	for _, c := range plan.Conditions {
 		if c.Type == "Held" {
 			continue // shown above
 		}
-		fmt.Fprintf(w, "            %s %s: %s\n", c.Subject, c.Type, c.Message)
+		if shown == maxConditionLines {
+			fmt.Fprintf(w, "            ... more conditions: machinactl plan\n")
+			break
+		}
+		shown++
+		fmt.Fprintf(w, "            %s %s: %s\n", c.Subject, c.Type, oneLine(c.Message, 120))
 	}
 
 	// Servers that need a human.
@@ -193,7 +203,7 @@ func short12(s string) string {
 func oneLine(s string, n int) string {
 	s = strings.Join(strings.Fields(s), " ")
 	if len(s) > n {
-		s = s[:n-3] + "..."
+		s = strings.ToValidUTF8(s[:n-3], "") + "..."
 	}
 	return s
 }
