@@ -61,7 +61,8 @@ Without --base the working tree's servers.yaml, profiles.yaml and images.yaml
 are planned. With --base REV (a branch, tag or commit, e.g. origin/main) the
 change merged into the base is planned: HEAD of --repo must contain REV
 (check out the pull request's merge commit, or rebase), and the inventory
-files are read from HEAD's commit.
+files are read from HEAD's commit (at --repo's folder when --repo is a
+folder inside the repository); uncommitted edits are ignored.
 
 The observed state comes from --observed: an http(s):// URL is the
 controller's admin API (token from MACHINA_TOKEN); anything else is a
@@ -218,9 +219,15 @@ func loadPlanSource(dir, base string) (*planSource, error) {
 		}
 		return src, nil
 	}
-	repo, err := git.PlainOpenWithOptions(dir, &git.PlainOpenOptions{DetectDotGit: true})
+	repo, err := git.PlainOpenWithOptions(dir, &git.PlainOpenOptions{DetectDotGit: true, EnableDotGitCommonDir: true})
 	if err != nil {
 		return nil, fmt.Errorf("open repository %s: %w", dir, err)
+	}
+	// --repo may be a folder inside the repository (DetectDotGit): the
+	// inventory files are read at that folder of each commit.
+	sub, err := repoSubdir(repo, dir)
+	if err != nil {
+		return nil, err
 	}
 	baseHash, err := repo.ResolveRevision(plumbing.Revision(base))
 	if err != nil {
@@ -245,7 +252,7 @@ func loadPlanSource(dir, base string) (*planSource, error) {
 	if !ok {
 		return nil, fmt.Errorf("HEAD (%s) does not contain --base %s (%s): rebase the change or check out its merge commit", headC.Hash.String()[:12], base, baseC.Hash.String()[:12])
 	}
-	headFS, err := commitFS(headC, inventoryFiles, "")
+	headFS, err := commitFS(headC, sub, inventoryFiles, "")
 	if err != nil {
 		return nil, err
 	}
@@ -254,7 +261,7 @@ func loadPlanSource(dir, base string) (*planSource, error) {
 		return nil, err
 	}
 	src := &planSource{want: want, baseCommit: baseC.Hash.String(), headCommit: headC.Hash.String()}
-	baseFS, err := commitFS(baseC, inventoryFiles, "status/servers/")
+	baseFS, err := commitFS(baseC, sub, inventoryFiles, "status/servers/")
 	if err != nil {
 		return nil, err
 	}
@@ -285,12 +292,46 @@ func loadInventory(fsys fs.FS, where string) (*inventory.Inventory, error) {
 	return res.Inventory, nil
 }
 
-// commitFS copies the named root files of c's tree, and every file under
-// prefix (when not ""), into memory, each capped at 16 MiB.
-func commitFS(c *object.Commit, files []string, prefix string) (fs.FS, error) {
+// repoSubdir returns dir's path inside repo's worktree in slash form, ""
+// for the root.
+func repoSubdir(repo *git.Repository, dir string) (string, error) {
+	wt, err := repo.Worktree()
+	if err != nil {
+		return "", fmt.Errorf("open worktree: %w", err)
+	}
+	root, err := filepath.EvalSymlinks(wt.Filesystem.Root())
+	if err != nil {
+		return "", fmt.Errorf("resolve worktree root: %w", err)
+	}
+	abs, err := filepath.Abs(dir)
+	if err == nil {
+		abs, err = filepath.EvalSymlinks(abs)
+	}
+	if err != nil {
+		return "", fmt.Errorf("resolve --repo %s: %w", dir, err)
+	}
+	rel, err := filepath.Rel(root, abs)
+	if err != nil || rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
+		return "", fmt.Errorf("--repo %s is outside its repository %s", dir, root)
+	}
+	if rel == "." {
+		return "", nil
+	}
+	return filepath.ToSlash(rel), nil
+}
+
+// commitFS copies the named files of the folder sub ("" for the root) of
+// c's tree, and every file under prefix of that folder (when not ""), into
+// memory, each capped at 16 MiB; names in the result are relative to sub.
+func commitFS(c *object.Commit, sub string, files []string, prefix string) (fs.FS, error) {
 	tree, err := c.Tree()
 	if err != nil {
 		return nil, fmt.Errorf("read tree of %s: %w", c.Hash.String()[:12], err)
+	}
+	if sub != "" {
+		if tree, err = tree.Tree(sub); err != nil {
+			return nil, fmt.Errorf("read folder %s at %s: %w", sub, c.Hash.String()[:12], err)
+		}
 	}
 	const limit = 16 << 20
 	out := fstest.MapFS{}

@@ -191,6 +191,29 @@ func TestPlanModes(t *testing.T) {
 			t.Errorf("base is HEAD: exit %d, stdout %q, stderr %q", code, out, errOut)
 		}
 	})
+	t.Run("--repo is a folder inside the repository", func(t *testing.T) {
+		dir := t.TempDir()
+		repo, err := git.PlainInit(dir, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		site := filepath.Join(dir, "sites", "lab1")
+		if err := os.CopyFS(site, os.DirFS(r.dir)); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.RemoveAll(filepath.Join(site, ".git")); err != nil {
+			t.Fatal(err)
+		}
+		editFile(t, filepath.Join(site, "profiles.yaml"), "count: 3", "count: 2")
+		sub := &planRepo{dir: dir, repo: repo}
+		sub.commit(t, "base", 0)
+		editFile(t, filepath.Join(site, "profiles.yaml"), "count: 2", "count: 3")
+		sub.commit(t, "change", 1)
+		code, out, errOut := runPlan(t, "--repo", site, "--base", "HEAD~1")
+		if code != 1 || !strings.Contains(out, "allocate       r1-n04") || !strings.Contains(out, "observed from the status tree") {
+			t.Errorf("exit %d, stdout %q, stderr %q", code, out, errOut)
+		}
+	})
 	t.Run("invalid inventory: exit 2 with file:line", func(t *testing.T) {
 		p := filepath.Join(r.dir, "servers.yaml")
 		editFile(t, p, "zone: zone-a", "zone: 17")
