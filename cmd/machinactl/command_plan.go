@@ -52,6 +52,7 @@ type planReport struct {
 func newPlanCmd(e *env) *cobra.Command {
 	var repoDir, base, observed, format string
 	var maxComment int
+	var brakeShare float64
 	cmd := &cobra.Command{
 		Use:   "plan [--repo DIR] [--base REV] [--observed URL|STATUS_DIR] [--format text|json|markdown]",
 		Short: "Print what merging an inventory change would do",
@@ -74,6 +75,9 @@ with --base, from the working tree without).
 Exit code: 0 no change, 1 changes, 2 an error.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if brakeShare < 0 || brakeShare > 1 {
+				return &exitError{code: 2, err: fmt.Errorf("plan: --brake-share %v: want 0 to 1", brakeShare)}
+			}
 			switch format {
 			case "text", "json", "markdown":
 			default:
@@ -122,7 +126,7 @@ Exit code: 0 no change, 1 changes, 2 an error.`,
 				from = "status"
 			}
 
-			res := reconciler.Plan(src.want, have, reconciler.PlanOptions{Now: now})
+			res := reconciler.Plan(src.want, have, reconciler.PlanOptions{Now: now, BrakeShare: brakeShare})
 			changes := len(res.Steps) > 0 || len(res.Held) > 0
 			rep := planReport{Inventory: src.want.Digest, Base: src.baseCommit, Head: src.headCommit, Observed: from, Servers: len(have.Servers), Changes: changes, Result: res}
 			switch format {
@@ -156,6 +160,7 @@ Exit code: 0 no change, 1 changes, 2 an error.`,
 	cmd.Flags().StringVar(&base, "base", "", "plan the change merged into this revision (HEAD must contain it)")
 	cmd.Flags().StringVar(&observed, "observed", "", "observed state: admin API URL or status tree folder (default $"+envAPI+", else the repository's status/)")
 	cmd.Flags().StringVar(&format, "format", "text", "output: text, json or markdown (a pull-request comment)")
+	cmd.Flags().Float64Var(&brakeShare, "brake-share", 0, "safety brake: share of the fleet a revision may release or retire before it is held, as the controller is configured; 0 means 0.2")
 	cmd.Flags().IntVar(&maxComment, "max-comment-bytes", 60000, "markdown: split into comments of at most this many bytes (GitHub allows 65,536 characters)")
 	return cmd
 }

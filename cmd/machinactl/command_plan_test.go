@@ -214,6 +214,23 @@ func TestPlanModes(t *testing.T) {
 			t.Errorf("exit %d, stdout %q, stderr %q", code, out, errOut)
 		}
 	})
+	t.Run("safety brake: held steps shown, exit 1", func(t *testing.T) {
+		p := filepath.Join(r.dir, "profiles.yaml")
+		editFile(t, p, "count: 1", "count: 0")
+		defer editFile(t, p, "count: 0", "count: 1")
+		code, out, errOut := runPlan(t, "--repo", r.dir, "--observed", statusFixture)
+		if code != 1 || !strings.Contains(out, "HELD: held until approved (machinactl approve ") ||
+			!strings.Contains(out, "release        r2-n03") || !strings.Contains(out, "profile storage from 1 deployed servers to zero") {
+			t.Errorf("exit %d, stdout %q, stderr %q", code, out, errOut)
+		}
+		_, md, _ := runPlan(t, "--repo", r.dir, "--observed", statusFixture, "--format", "markdown")
+		if !strings.Contains(md, "| **held** release | `r2-n03` |") || !strings.Contains(md, "**Safety brake:**") {
+			t.Errorf("markdown:\n%s", md)
+		}
+		if code, _, _ := runPlan(t, "--repo", r.dir, "--observed", statusFixture, "--brake-share", "2"); code != 2 {
+			t.Errorf("--brake-share 2: exit %d, want 2", code)
+		}
+	})
 	t.Run("invalid inventory: exit 2 with file:line", func(t *testing.T) {
 		p := filepath.Join(r.dir, "servers.yaml")
 		editFile(t, p, "zone: zone-a", "zone: 17")
