@@ -9,12 +9,14 @@ import (
 // secret's name only.
 func toServer(s state.Server) v1.Server {
 	out := v1.Server{
-		Name: s.Name, Zone: s.Zone, Site: s.Site, Rack: s.Rack, BootMAC: s.BootMAC,
+		Name: s.Name, Zone: s.Zone, Site: s.Site, Rack: s.Rack, BootMAC: s.BootMAC, BootMode: s.BootMode,
 		Lifecycle: string(s.Lifecycle), LifecycleAt: s.LifecycleAt,
 		Power: v1.PowerStatus{State: string(s.Power.State), Source: string(s.Power.Source), At: s.Power.At},
 		BMC: v1.BMC{Driver: s.BMC.Driver, Address: s.BMC.Address, Credentials: s.BMC.Credentials,
+			SystemID: s.BMC.SystemID, InsecureTLS: s.BMC.InsecureTLS,
 			Manufacturer: s.BMC.Manufacturer, Model: s.BMC.Model, SerialNumber: s.BMC.SerialNumber, FirmwareVersion: s.BMC.FirmwareVersion},
 		Actions: s.Actions, LastError: s.LastError, Revision: s.Revision, CreatedAt: s.CreatedAt, UpdatedAt: s.UpdatedAt,
+		Health: s.Health, Stalled: s.Stalled, FinishDeploy: s.FinishDeploy,
 	}
 	if h := s.Hardware; h != nil {
 		hw := &v1.Hardware{Cores: h.Cores, MemoryBytes: h.MemoryBytes, Vendor: h.Vendor, Product: h.Product, Serial: h.Serial, ObservedAt: h.ObservedAt}
@@ -27,7 +29,7 @@ func toServer(s state.Server) v1.Server {
 		out.Hardware = hw
 	}
 	if a := s.Allocation; a != nil {
-		out.Allocation = &v1.Allocation{Profile: a.Profile, Image: a.Image, At: a.At}
+		out.Allocation = &v1.Allocation{Profile: a.Profile, Image: a.Image, At: a.At, Reason: a.Reason}
 	}
 	return out
 }

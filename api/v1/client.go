@@ -120,6 +120,35 @@ func (c *Client) Status(ctx context.Context) (Status, error) {
 	return out, c.do(ctx, http.MethodGet, "/api/v1/status", nil, nil, &out)
 }
 
+// Provision calls POST /api/v1/provision. Too few fitting ready servers is
+// an *APIError with StatusCode 409 and Code CodeInsufficientCapacity.
+func (c *Client) Provision(ctx context.Context, req ProvisionRequest) (ProvisionResponse, error) {
+	var out ProvisionResponse
+	return out, c.do(ctx, http.MethodPost, "/api/v1/provision", nil, req, &out)
+}
+
+// Approve calls POST /api/v1/approve for the held plan of an inventory
+// revision (its digest's first 12 to 64 hex digits).
+func (c *Client) Approve(ctx context.Context, revision string) error {
+	return c.do(ctx, http.MethodPost, "/api/v1/approve", nil, ApproveRequest{Revision: revision}, nil)
+}
+
+// Reconcile calls POST /api/v1/reconcile: poll Git and plan now.
+func (c *Client) Reconcile(ctx context.Context) error {
+	return c.do(ctx, http.MethodPost, "/api/v1/reconcile", nil, nil, nil)
+}
+
+// GetJSON calls GET on an admin route whose answer type lives outside v1
+// (GET /api/v1/plan, GET /api/v1/inventory: the reconciler's types) and
+// decodes the JSON answer into out. path starts with "/api/v1/" and is
+// used as is (no query).
+func (c *Client) GetJSON(ctx context.Context, path string, out any) error {
+	if !strings.HasPrefix(path, "/api/v1/") {
+		return fmt.Errorf("api: GET %s: path must start with /api/v1/", path)
+	}
+	return c.do(ctx, http.MethodGet, path, nil, nil, out)
+}
+
 // Health calls GET /healthz (no token needed).
 func (c *Client) Health(ctx context.Context) (Health, error) {
 	var out Health

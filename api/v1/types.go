@@ -15,11 +15,13 @@ import (
 // (GET /api/v1/servers, GET /api/v1/servers/{name}). It never holds a
 // secret: BMC.Credentials is the name of a stored credential.
 type Server struct {
-	Name        string           `json:"name"`
-	Zone        string           `json:"zone,omitempty"`
-	Site        string           `json:"site,omitempty"`
-	Rack        string           `json:"rack,omitempty"`
-	BootMAC     string           `json:"bootMAC,omitempty"`
+	Name    string `json:"name"`
+	Zone    string `json:"zone,omitempty"`
+	Site    string `json:"site,omitempty"`
+	Rack    string `json:"rack,omitempty"`
+	BootMAC string `json:"bootMAC,omitempty"`
+	// BootMode is the firmware interface from the inventory: uefi | bios.
+	BootMode    string           `json:"bootMode,omitempty"`
 	Lifecycle   string           `json:"lifecycle"` // new | commissioning | ready | allocated | deploying | deployed | failed | retired
 	LifecycleAt time.Time        `json:"lifecycleAt"`
 	Power       PowerStatus      `json:"power"`
@@ -28,9 +30,17 @@ type Server struct {
 	Allocation  *Allocation      `json:"allocation,omitempty"`
 	Actions     map[string]int64 `json:"actions,omitempty"`
 	LastError   string           `json:"lastError,omitempty"`
-	Revision    uint64           `json:"revision"`
-	CreatedAt   time.Time        `json:"createdAt"`
-	UpdatedAt   time.Time        `json:"updatedAt"`
+	// Health is the BMC's health rollup: OK | Warning | Critical, "" when unknown.
+	Health string `json:"health,omitempty"`
+	// Stalled is the key of a disruptive action that failed and is not
+	// retried until the desired state or counter changes; "" when not stalled.
+	Stalled string `json:"stalled,omitempty"`
+	// FinishDeploy says the ramdisk reported a good deploy and the boot
+	// override to disk is still to be set and read back.
+	FinishDeploy bool      `json:"finishDeploy,omitempty"`
+	Revision     uint64    `json:"revision"`
+	CreatedAt    time.Time `json:"createdAt"`
+	UpdatedAt    time.Time `json:"updatedAt"`
 }
 
 // PowerStatus is a power state (registered | powered_on | powered_off |
@@ -46,6 +56,8 @@ type BMC struct {
 	Driver          string `json:"driver,omitempty"`
 	Address         string `json:"address,omitempty"`
 	Credentials     string `json:"credentials,omitempty"` // a secret's name, never a password
+	SystemID        string `json:"systemID,omitempty"`    // Redfish ComputerSystem Id on multi-system BMCs
+	InsecureTLS     bool   `json:"insecureTLS,omitempty"` // Redfish: TLS verification skipped (inventory opt-out)
 	Manufacturer    string `json:"manufacturer,omitempty"`
 	Model           string `json:"model,omitempty"`
 	SerialNumber    string `json:"serialNumber,omitempty"`
@@ -72,6 +84,9 @@ type Allocation struct {
 	Profile string    `json:"profile"`
 	Image   string    `json:"image,omitempty"`
 	At      time.Time `json:"at"`
+	// Reason says why: pinned (want: deployed), count (a profile's count)
+	// or provision (POST /api/v1/provision); "" from older controllers.
+	Reason string `json:"reason,omitempty"`
 }
 
 // ServerList is one page of GET /api/v1/servers. Next, when non-empty, is
@@ -154,6 +169,31 @@ type Status struct {
 	Secrets      SecretsStatus  `json:"secrets"`
 	LastEventSeq uint64         `json:"lastEventSeq"`
 }
+
+// ProvisionRequest is the body of POST /api/v1/provision: allocate and
+// deploy Count (1 to 1000) servers of Profile.
+type ProvisionRequest struct {
+	Profile string `json:"profile"`
+	Count   int    `json:"count"`
+}
+
+// ProvisionResponse names the servers a provision request allocated.
+type ProvisionResponse struct {
+	Profile string   `json:"profile"`
+	Servers []string `json:"servers"`
+}
+
+// ApproveRequest is the body of POST /api/v1/approve: 12 to 64 lower-case
+// hex digits of the inventory digest whose held plan is approved.
+type ApproveRequest struct {
+	Revision string `json:"revision"`
+}
+
+// Error codes of the reconciler's admin routes.
+const (
+	CodeInsufficientCapacity = "insufficient_capacity" // 409 from POST /api/v1/provision
+	CodeInvalidRevision      = "invalid_revision"      // 400 from POST /api/v1/approve
+)
 
 // Health is GET /healthz.
 type Health struct {

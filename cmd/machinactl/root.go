@@ -51,6 +51,10 @@ func newRoot(e *env) *cobra.Command {
 		newTokenCmd(e),
 		newHostCmd(e),
 		newBundleCmd(e),
+		newPlanCmd(e),
+		newStatusCmd(e),
+		newProvisionCmd(e),
+		newApproveCmd(e),
 	)
 	return root
 }

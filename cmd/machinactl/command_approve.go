@@ -1,0 +1,47 @@
+package main
+
+import (
+	"fmt"
+	"regexp"
+
+	"github.com/spf13/cobra"
+)
+
+// revisionPattern is what POST /api/v1/approve accepts: 12 to 64
+// lower-case hex digits of an inventory digest (the form `machinactl plan`
+// and status print in "machinactl approve REV").
+var revisionPattern = regexp.MustCompile(`^[0-9a-f]{12,64}$`)
+
+// newApproveCmd is `machinactl approve REV`: approve the plan the safety
+// brake holds for inventory revision REV (its digest's hex prefix) through
+// POST /api/v1/approve. The controller records the approval under the
+// token's name as an event. Exit 0 approved, 2 an error.
+func newApproveCmd(e *env) *cobra.Command {
+	var apiURL string
+	cmd := &cobra.Command{
+		Use:     "approve REV",
+		Short:   "Approve the held plan of an inventory revision (safety brake)",
+		Example: "  MACHINA_TOKEN=... machinactl approve 3f2a9c01d4e5",
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			rev := args[0]
+			if len(rev) > 7 && rev[:7] == "sha256:" {
+				rev = rev[7:]
+			}
+			if !revisionPattern.MatchString(rev) {
+				return &exitError{code: 2, err: fmt.Errorf("approve: revision %q: want 12 to 64 lower-case hex digits of the inventory digest", args[0])}
+			}
+			c, err := apiClient(apiURL)
+			if err != nil {
+				return &exitError{code: 2, err: fmt.Errorf("approve: %w", err)}
+			}
+			if err := c.Approve(cmd.Context(), rev); err != nil {
+				return &exitError{code: 2, err: fmt.Errorf("approve %s: %w", rev, err)}
+			}
+			fmt.Fprintf(e.stdout, "approved the held plan of inventory revision %s\n", rev)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&apiURL, "api", envOr(envAPI, defaultAPI), "admin API base URL (env "+envAPI+"); the token comes from "+envToken)
+	return cmd
+}

@@ -1,0 +1,209 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/machina-metal/machina/reconciler"
+	"github.com/machina-metal/machina/state"
+)
+
+// maxAttentionLines bounds the servers `machinactl status` lists as needing
+// attention, to keep the overview on one screen.
+const maxAttentionLines = 15
+
+// maxConditionLines bounds the plan conditions (orphaned servers, short
+// capacity) status lists.
+const maxConditionLines = 5
+
+// lifecycleOrder is the order status prints lifecycle counts in.
+var lifecycleOrder = []string{"new", "commissioning", "ready", "allocated", "deploying", "deployed", "failed", "retired"}
+
+// newStatusCmd is `machinactl status`: a one-screen overview of the fleet
+// from GET /api/v1/status, /api/v1/servers (every page), /api/v1/inventory
+// and /api/v1/plan: inventory validity, counts by lifecycle, whether
+// secrets are sealed at rest (it says so when they are not), the pending
+// and held plan, and failed or stalled servers with their last error.
+// Exit 0, or 2 when the API cannot be read.
+func newStatusCmd(e *env) *cobra.Command {
+	var apiURL string
+	cmd := &cobra.Command{
+		Use:   "status",
+		Short: "One-screen overview of the fleet and the controller",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := apiClient(apiURL)
+			if err != nil {
+				return &exitError{code: 2, err: fmt.Errorf("status: %w", err)}
+			}
+			ctx := cmd.Context()
+			st, err := c.Status(ctx)
+			if err != nil {
+				return &exitError{code: 2, err: fmt.Errorf("status: %w", err)}
+			}
+			var inv reconciler.InventoryStatus
+			if err := c.GetJSON(ctx, "/api/v1/inventory", &inv); err != nil {
+				return &exitError{code: 2, err: fmt.Errorf("status: inventory: %w", err)}
+			}
+			var plan reconciler.Result
+			if err := c.GetJSON(ctx, "/api/v1/plan", &plan); err != nil {
+				return &exitError{code: 2, err: fmt.Errorf("status: plan: %w", err)}
+			}
+			snap, err := snapshotFromAPI(ctx, c)
+			if err != nil {
+				return &exitError{code: 2, err: fmt.Errorf("status: %w", err)}
+			}
+			writeStatus(e.stdout, apiURL, st.Servers, st.Secrets.Sealing, st.Secrets.Sealed, st.Secrets.Unsealed, inv, plan, snap)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&apiURL, "api", envOr(envAPI, defaultAPI), "admin API base URL (env "+envAPI+"); the token comes from "+envToken)
+	return cmd
+}
+
+// writeStatus renders the overview.
+func writeStatus(w io.Writer, apiURL string, counts map[string]int, sealing bool, sealed, unsealed int,
+	inv reconciler.InventoryStatus, plan reconciler.Result, snap state.Snapshot) {
+	fmt.Fprintf(w, "Machina at %s\n", apiURL)
+
+	// Inventory.
+	switch {
+	case inv.Invalid != nil:
+		fmt.Fprintf(w, "Inventory:  INVALID at commit %s (%d errors); no new disk-writing operation starts\n", short12(inv.Invalid.Commit), len(inv.Invalid.Errors))
+		for i, fe := range inv.Invalid.Errors {
+			if i == 3 {
+				fmt.Fprintf(w, "            ... %d more in status/inventory.yaml\n", len(inv.Invalid.Errors)-3)
+				break
+			}
+			fmt.Fprintf(w, "            %s\n", fe.Error())
+		}
+		if inv.Good.Commit != "" {
+			fmt.Fprintf(w, "            acting on the last good commit %s (inventory %s)\n", short12(inv.Good.Commit), shortDigest(inv.Good.Digest))
+		} else {
+			fmt.Fprintln(w, "            no good revision yet")
+		}
+	case inv.Good.Commit != "":
+		fmt.Fprintf(w, "Inventory:  valid, acting on commit %s (inventory %s)\n", short12(inv.Good.Commit), shortDigest(inv.Good.Digest))
+	default:
+		fmt.Fprintln(w, "Inventory:  no revision read yet")
+	}
+
+	// Servers by lifecycle.
+	total := 0
+	var parts []string
+	seen := map[string]bool{}
+	for _, lc := range lifecycleOrder {
+		seen[lc] = true
+		if n := counts[lc]; n > 0 {
+			parts = append(parts, fmt.Sprintf("%d %s", n, lc))
+			total += n
+		}
+	}
+	var other []string
+	for lc, n := range counts {
+		if !seen[lc] && n > 0 {
+			other = append(other, fmt.Sprintf("%d %s", n, lc))
+			total += n
+		}
+	}
+	sort.Strings(other)
+	parts = append(parts, other...)
+	if total == 0 {
+		fmt.Fprintln(w, "Servers:    none registered")
+	} else {
+		fmt.Fprintf(w, "Servers:    %d: %s\n", total, strings.Join(parts, ", "))
+	}
+
+	// Secrets.
+	switch {
+	case !sealing:
+		fmt.Fprintf(w, "Secrets:    UNSEALED: the controller has no master key (MACHINA_API_KEY_MASTER_KEY); %d stored in clear in the state file\n", sealed+unsealed)
+	case unsealed > 0:
+		fmt.Fprintf(w, "Secrets:    sealing on, but %d of %d still UNSEALED (stored before the master key was set): set them again\n", unsealed, sealed+unsealed)
+	default:
+		fmt.Fprintf(w, "Secrets:    sealed at rest (%d)\n", sealed)
+	}
+
+	// Plan.
+	if len(plan.Steps) == 0 {
+		fmt.Fprintln(w, "Plan:       nothing pending")
+	} else {
+		fmt.Fprintf(w, "Plan:       %d steps pending\n", len(plan.Steps))
+	}
+	if plan.Brake != "" {
+		fmt.Fprintf(w, "HELD:       %d steps: %s\n", len(plan.Held), plan.Brake)
+	}
+	shown := 0
+	for _, c := range plan.Conditions {
+		if c.Type == "Held" {
+			continue // shown above
+		}
+		if shown == maxConditionLines {
+			fmt.Fprintf(w, "            ... more conditions: machinactl plan\n")
+			break
+		}
+		shown++
+		fmt.Fprintf(w, "            %s %s: %s\n", c.Subject, c.Type, oneLine(c.Message, 120))
+	}
+
+	// Servers that need a human.
+	var attn []string
+	for _, name := range sortedNames(snap.Servers) {
+		s := snap.Servers[name]
+		what := ""
+		switch {
+		case s.Lifecycle == state.LifecycleFailed:
+			what = "failed"
+		case s.Stalled != "":
+			what = "stalled (" + string(s.Lifecycle) + ")"
+		default:
+			continue
+		}
+		msg := s.LastError
+		if msg == "" {
+			msg = "no error recorded"
+		}
+		attn = append(attn, fmt.Sprintf("  %-16s %-22s %s", name, what, oneLine(msg, 100)))
+	}
+	if len(attn) == 0 {
+		fmt.Fprintln(w, "Attention:  no failed or stalled servers")
+		return
+	}
+	fmt.Fprintf(w, "Attention:  %d failed or stalled servers\n", len(attn))
+	for i, l := range attn {
+		if i == maxAttentionLines {
+			fmt.Fprintf(w, "  ... %d more: machinactl plan, status/README.md\n", len(attn)-maxAttentionLines)
+			break
+		}
+		fmt.Fprintln(w, l)
+	}
+}
+
+func sortedNames(m map[string]state.Server) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func short12(s string) string {
+	if len(s) > 12 {
+		return s[:12]
+	}
+	return s
+}
+
+// oneLine flattens s to one line of at most n bytes.
+func oneLine(s string, n int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if len(s) > n {
+		s = strings.ToValidUTF8(s[:n-3], "") + "..."
+	}
+	return s
+}

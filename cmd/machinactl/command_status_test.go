@@ -1,0 +1,49 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+
+	"github.com/machina-metal/machina/inventory"
+	"github.com/machina-metal/machina/reconciler"
+	"github.com/machina-metal/machina/state"
+)
+
+// TestWriteStatusCases covers what the simulated lab does not reach:
+// sealed secrets, an invalid newest revision, failed and stalled servers.
+func TestWriteStatusCases(t *testing.T) {
+	snap := state.Snapshot{Servers: map[string]state.Server{
+		"a": {Name: "a", Lifecycle: state.LifecycleFailed, LastError: "deploy: ramdisk reported\nno disk"},
+		"b": {Name: "b", Lifecycle: state.LifecycleDeployed, Stalled: "release:1", LastError: "bmc: 503"},
+		"c": {Name: "c", Lifecycle: state.LifecycleReady},
+	}}
+	inv := reconciler.InventoryStatus{
+		Good:    reconciler.RevisionRef{Commit: "0123456789abcdef0123", Digest: "sha256:fedcba9876543210"},
+		Invalid: &reconciler.InvalidRevision{Commit: "89abcdef0123456789ab", Errors: []inventory.FieldError{{File: "servers.yaml", Line: 14, Col: 7, Path: "servers[2].bootMAC", Msg: "not a MAC"}}},
+	}
+	var b bytes.Buffer
+	writeStatus(&b, "http://c", map[string]int{"failed": 1, "deployed": 1, "ready": 1}, true, 3, 0, inv, reconciler.Result{}, snap)
+	out := b.String()
+	for _, want := range []string{
+		"Inventory:  INVALID at commit 89abcdef0123 (1 errors)",
+		"servers.yaml:14:7",
+		"acting on the last good commit 0123456789ab (inventory fedcba987654)",
+		"Servers:    3: 1 ready, 1 deployed, 1 failed",
+		"Secrets:    sealed at rest (3)",
+		"Attention:  2 failed or stalled servers",
+		"a                failed                 deploy: ramdisk reported no disk",
+		"b                stalled (deployed)     bmc: 503",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("status lacks %q:\n%s", want, out)
+		}
+	}
+	b.Reset()
+	writeStatus(&b, "http://c", nil, true, 1, 2, reconciler.InventoryStatus{}, reconciler.Result{}, state.Snapshot{})
+	for _, want := range []string{"sealing on, but 2 of 3 still UNSEALED", "Servers:    none registered", "Inventory:  no revision read yet"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("status lacks %q:\n%s", want, b.String())
+		}
+	}
+}

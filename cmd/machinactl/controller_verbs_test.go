@@ -1,0 +1,412 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-git/go-git/v5"
+	"github.com/go-git/go-git/v5/plumbing/object"
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/machina-metal/machina/boot"
+	"github.com/machina-metal/machina/controller"
+	"github.com/machina-metal/machina/lab/sim"
+	"github.com/machina-metal/machina/reconciler"
+	"github.com/machina-metal/machina/state"
+)
+
+// writeStatusFixture, when set, copies the status tree the controller
+// committed in TestVerbsAgainstController into that folder (how
+// testdata/plan/status was made).
+var writeStatusFixture = flag.String("write-status-fixture", "", "copy the simulated lab's committed status/ tree to this folder")
+
+// ctlHarness is the simulated lab (lab/sim) with the whole controller
+// running in-process through controller.Run, as lab/sim's end-to-end test
+// starts it, plus an admin token for machinactl.
+type ctlHarness struct {
+	t     *testing.T
+	lab   *sim.Lab
+	run   *controller.Running
+	token string
+}
+
+func startController(t *testing.T) *ctlHarness {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	dir := t.TempDir()
+	log := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelInfo}))
+	lab, err := sim.Start(ctx, sim.Config{Dir: filepath.Join(dir, "lab"), Logger: log.With("lab", "sim")})
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	h := &ctlHarness{t: t, lab: lab}
+	ready := make(chan *controller.Running, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- controller.Run(ctx, controller.Config{
+			StatePath: filepath.Join(dir, "state.db"), WorkDir: filepath.Join(dir, "work"), Listen: "127.0.0.1:0",
+			Repo: reconciler.Remote{URL: lab.RepoURL}, PollInterval: 200 * time.Millisecond, StatusInterval: 300 * time.Millisecond,
+			MachinePerIP: boot.Limit{Burst: 1000, Every: time.Millisecond},
+			Reconciler:   reconciler.Config{Interval: 200 * time.Millisecond, BackoffBase: 200 * time.Millisecond, BackoffCap: 2 * time.Second},
+			Logger:       log.With("lab", "controller"),
+			OnReady: func(r *controller.Running) {
+				user, pass := lab.Credentials()
+				for _, name := range []string{"bmc-redfish", "bmc-ipmi"} {
+					if _, err := r.Store.PutSecret(name, state.Credential{Username: user, Password: pass}, "test"); err != nil {
+						t.Errorf("put secret: %v", err)
+					}
+				}
+				tok, _, err := r.Store.CreateAdminToken("ops", state.ActorLocal)
+				if err != nil {
+					t.Errorf("admin token: %v", err)
+				}
+				h.token = tok
+				lab.SetController(r.URL)
+				ready <- r
+			},
+		})
+	}()
+	select {
+	case h.run = <-ready:
+	case err := <-done:
+		cancel()
+		lab.Close()
+		t.Fatalf("controller did not start: %v", err)
+	}
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("controller: %v", err)
+		}
+		lab.Close()
+	})
+	return h
+}
+
+// waitFor polls the store until cond holds or d passes.
+func (h *ctlHarness) waitFor(what string, d time.Duration, cond func(state.Snapshot) bool) state.Snapshot {
+	h.t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		snap, err := h.run.Store.Snapshot()
+		if err != nil {
+			h.t.Fatal(err)
+		}
+		if cond(snap) {
+			return snap
+		}
+		if time.Now().After(deadline) {
+			var lines []string
+			for name, s := range snap.Servers {
+				lines = append(lines, fmt.Sprintf("%s=%s(%s)", name, s.Lifecycle, s.LastError))
+			}
+			h.t.Fatalf("timed out after %s waiting for %s; servers: %s\nplan:\n%s", d, what, strings.Join(lines, " "), h.run.Reconciler.LastPlan().Text())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// ctl runs machinactl with the harness's API and token.
+func (h *ctlHarness) ctl(args ...string) (code int, stdout, stderr string) {
+	h.t.Helper()
+	h.t.Setenv(envToken, h.token)
+	h.t.Setenv(envAPI, h.run.URL)
+	var out, errb bytes.Buffer
+	code = run(context.Background(), args, strings.NewReader(""), &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+// pull brings the operator's clone up to date with the controller's status commits.
+func (h *ctlHarness) pull() {
+	h.t.Helper()
+	repo, err := git.PlainOpen(h.lab.Clone)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	wt, _ := repo.Worktree()
+	if err := wt.Pull(&git.PullOptions{RemoteName: "origin"}); err != nil && err != git.NoErrAlreadyUpToDate {
+		h.t.Fatalf("pull: %v", err)
+	}
+}
+
+// push pulls, applies edit to the clone, commits and pushes; when a
+// status commit of the controller lands in between (non-fast-forward), the
+// commit is undone and the whole step retried on the new tip.
+func (h *ctlHarness) push(msg string, edit func()) {
+	h.t.Helper()
+	repo, err := git.PlainOpen(h.lab.Clone)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	wt, _ := repo.Worktree()
+	for attempt := 0; ; attempt++ {
+		h.pull()
+		edit()
+		if err := wt.AddGlob("."); err != nil {
+			h.t.Fatal(err)
+		}
+		sig := &object.Signature{Name: "op", Email: "op@sim.invalid", When: time.Now()}
+		c, err := wt.Commit(msg, &git.CommitOptions{Author: sig, Committer: sig})
+		if err != nil {
+			h.t.Fatal(err)
+		}
+		err = repo.Push(&git.PushOptions{RemoteName: "origin"})
+		if err == nil {
+			break
+		}
+		// go-git's push returns an unwrapped fmt.Errorf("non-fast-forward
+		// update: %s") (remote.go), so the message is all there is to match.
+		if !strings.HasPrefix(err.Error(), "non-fast-forward update") || attempt == 20 {
+			h.t.Fatalf("push: %v", err)
+		}
+		commit, err := repo.CommitObject(c)
+		if err != nil {
+			h.t.Fatal(err)
+		}
+		if err := wt.Reset(&git.ResetOptions{Commit: commit.ParentHashes[0], Mode: git.HardReset}); err != nil {
+			h.t.Fatal(err)
+		}
+	}
+	h.run.Source.Trigger()
+}
+
+// waitStatusTree pulls the clone until the status tree the controller
+// committed shows every server in the lifecycle and allocation the store
+// has (the status writer commits on its own interval).
+func (h *ctlHarness) waitStatusTree(d time.Duration) {
+	h.t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		h.pull()
+		want, err := h.run.Store.Snapshot()
+		if err != nil {
+			h.t.Fatal(err)
+		}
+		got, err := snapshotFromStatus(os.DirFS(h.lab.Clone), "status", nil, time.Now())
+		if err == nil && sameFleet(want, got) {
+			return
+		}
+		if time.Now().After(deadline) {
+			h.t.Fatalf("status tree did not catch up within %s (last error %v)", d, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func sameFleet(a, b state.Snapshot) bool {
+	if len(a.Servers) != len(b.Servers) {
+		return false
+	}
+	for name, x := range a.Servers {
+		y, ok := b.Servers[name]
+		if !ok || x.Lifecycle != y.Lifecycle || (x.Allocation == nil) != (y.Allocation == nil) {
+			return false
+		}
+		if x.Allocation != nil && (x.Allocation.Profile != y.Allocation.Profile || x.Allocation.Reason != y.Allocation.Reason) {
+			return false
+		}
+	}
+	return true
+}
+
+func lifecycleCount(snap state.Snapshot, lc state.Lifecycle) int {
+	n := 0
+	for _, s := range snap.Servers {
+		if s.Lifecycle == lc {
+			n++
+		}
+	}
+	return n
+}
+
+func steady(s state.Snapshot) bool {
+	deployed := 0
+	for _, srv := range s.Servers {
+		switch {
+		case srv.Lifecycle == state.LifecycleDeployed && !srv.FinishDeploy:
+			deployed++
+		case srv.Lifecycle == state.LifecycleReady:
+		case srv.Name == "r3-n03" && srv.Lifecycle == state.LifecycleNew: // want: retired, never commissioned
+		default:
+			return false
+		}
+	}
+	return deployed == 3 && len(s.Servers) == 12
+}
+
+func editFile(t *testing.T, path, old, new string) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(b, []byte(old)) {
+		t.Fatalf("%s does not contain %q", path, old)
+	}
+	if err := os.WriteFile(path, bytes.Replace(b, []byte(old), []byte(new), 1), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestVerbsAgainstController runs plan, status, provision and approve
+// against the whole controller (controller.Run) over the simulated lab of
+// the example site: bmcsim BMCs and machines running the real agent.
+func TestVerbsAgainstController(t *testing.T) {
+	if testing.Short() {
+		t.Skip("simulated lab end to end; skipped with -short")
+	}
+	h := startController(t)
+	h.waitFor("11 servers ready or deployed, 3 deployed", 3*time.Minute, steady)
+
+	// status: counts, inventory, unsealed secrets (no master key here).
+	code, out, errOut := h.ctl("status")
+	if code != 0 {
+		t.Fatalf("status: exit %d: %s", code, errOut)
+	}
+	t.Logf("machinactl status:\n%s", out)
+	for _, want := range []string{"Inventory:  valid, acting on commit", "Servers:    12: 1 new, 8 ready, 3 deployed",
+		"Secrets:    UNSEALED", "Plan:       nothing pending", "Attention:  no failed or stalled servers"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("status output lacks %q:\n%s", want, out)
+		}
+	}
+
+	// plan of the unchanged working tree against the API: no changes, exit 0.
+	// (The status writer commits on its own; Running.FlushStatus is not
+	// used because it races with the writer's loop on the same go-git
+	// repository under -race.)
+	h.waitStatusTree(time.Minute)
+	code, out, errOut = h.ctl("plan", "--repo", h.lab.Clone)
+	if code != 0 || !strings.Contains(out, "no changes") {
+		t.Fatalf("plan unchanged: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+
+	// The sample change, uncommitted: hypervisor count 2 → 3.
+	profiles := filepath.Join(h.lab.Clone, "profiles.yaml")
+	editFile(t, profiles, "count: 2", "count: 3")
+	code, apiJSON, errOut := h.ctl("plan", "--repo", h.lab.Clone, "--format", "json")
+	if code != 1 {
+		t.Fatalf("plan change via API: exit %d, want 1; stderr %q", code, errOut)
+	}
+	var fromAPI planReport
+	if err := json.Unmarshal([]byte(apiJSON), &fromAPI); err != nil {
+		t.Fatal(err)
+	}
+	if len(fromAPI.Steps) != 2 || fromAPI.Steps[0].Action != reconciler.ActAllocate || fromAPI.Steps[1].Action != reconciler.ActDeploy ||
+		fromAPI.Steps[0].Profile != "hypervisor" || fromAPI.Observed != "api" || fromAPI.Servers != 12 {
+		t.Fatalf("plan via API = %+v, want allocate+deploy of one hypervisor", fromAPI)
+	}
+	// The same change planned against the status tree the controller
+	// committed (flushed and pulled above) gives the same steps: the status parser reads what the
+	// status writer writes.
+	code, statusJSON, errOut := h.ctl("plan", "--repo", h.lab.Clone, "--observed", filepath.Join(h.lab.Clone, "status"), "--format", "json")
+	if code != 1 {
+		t.Fatalf("plan change via status: exit %d, want 1; stderr %q", code, errOut)
+	}
+	var fromStatus planReport
+	if err := json.Unmarshal([]byte(statusJSON), &fromStatus); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(fromAPI.Result, fromStatus.Result); diff != "" || fromStatus.Observed != "status" || fromStatus.Servers != 12 {
+		t.Errorf("plan from status tree differs from plan from API (-api +status):\n%s", diff)
+	}
+	if *writeStatusFixture != "" {
+		if err := os.CopyFS(*writeStatusFixture, os.DirFS(filepath.Join(h.lab.Clone, "status"))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	editFile(t, profiles, "count: 3", "count: 2")
+
+	// provision: one more hypervisor, named in the answer and deployed.
+	code, out, errOut = h.ctl("provision", "hypervisor", "1")
+	if code != 0 {
+		t.Fatalf("provision: exit %d: %s", code, errOut)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 2 || !strings.HasPrefix(lines[0], "allocated 1 servers to profile hypervisor") {
+		t.Fatalf("provision output %q", out)
+	}
+	name := lines[1]
+	h.waitFor(name+" deployed by provision", 3*time.Minute, func(s state.Snapshot) bool {
+		srv := s.Servers[name]
+		return srv.Lifecycle == state.LifecycleDeployed && !srv.FinishDeploy && srv.Allocation != nil && srv.Allocation.Reason == reconciler.ReasonProvision
+	})
+	// Not enough capacity: a clear message, exit 1, nothing allocated.
+	before, _ := h.run.Store.Snapshot()
+	code, out, errOut = h.ctl("provision", "hypervisor", "50")
+	if code != 1 || !strings.Contains(errOut, "not enough capacity, nothing allocated") {
+		t.Fatalf("provision 50: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	after, _ := h.run.Store.Snapshot()
+	if a, b := lifecycleCount(before, state.LifecycleReady), lifecycleCount(after, state.LifecycleReady); a != b {
+		t.Errorf("ready servers %d → %d after a refused provision", a, b)
+	}
+
+	// Safety brake: storage's count to zero brings the profile from 1
+	// deployed server to zero, so the release is held until approved.
+	h.push("storage: count 0", func() { editFile(t, profiles, "count: 1", "count: 0") })
+	var brake string
+	deadline := time.Now().Add(time.Minute)
+	for brake == "" {
+		if time.Now().After(deadline) {
+			t.Fatalf("no held plan; plan:\n%s", h.run.Reconciler.LastPlan().Text())
+		}
+		if p := h.run.Reconciler.LastPlan(); p.Brake != "" {
+			brake = p.Brake
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	code, out, _ = h.ctl("status")
+	t.Logf("machinactl status with a held plan:\n%s", out)
+	if code != 0 || !strings.Contains(out, "HELD:       1 steps:") {
+		t.Errorf("status does not show the held plan:\n%s", out)
+	}
+	h.pull()
+	code, out, errOut = h.ctl("plan", "--repo", h.lab.Clone)
+	if code != 1 || !strings.Contains(out, "HELD: held until approved") || !strings.Contains(out, "release") {
+		t.Errorf("plan of the held revision: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	rev := regexp.MustCompile(`machinactl approve ([0-9a-f]{12})`).FindStringSubmatch(brake)
+	if rev == nil {
+		t.Fatalf("brake %q names no revision", brake)
+	}
+	if code, _, errOut := h.ctl("approve", "NOT-HEX"); code != 2 || !strings.Contains(errOut, "hex digits") {
+		t.Errorf("approve NOT-HEX: exit %d, %q", code, errOut)
+	}
+	code, out, errOut = h.ctl("approve", rev[1])
+	if code != 0 || !strings.Contains(out, "approved the held plan of inventory revision "+rev[1]) {
+		t.Fatalf("approve: exit %d, %q %q", code, out, errOut)
+	}
+	h.waitFor("storage server released after approval", 3*time.Minute, func(s state.Snapshot) bool {
+		for _, srv := range s.Servers {
+			if srv.Allocation != nil && srv.Allocation.Profile == "storage" {
+				return false
+			}
+		}
+		return true
+	})
+	evs, err := h.run.Store.Events(state.EventQuery{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	audited := false
+	for _, e := range evs {
+		if e.Kind == state.EventApproval && e.Actor == "ops" && strings.Contains(e.Message, rev[1]) {
+			audited = true
+		}
+	}
+	if !audited {
+		t.Error("no approval event by ops")
+	}
+}

@@ -1,0 +1,253 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"path"
+	"sort"
+	"strings"
+	"time"
+
+	"sigs.k8s.io/yaml"
+
+	v1 "github.com/machina-metal/machina/api/v1"
+	"github.com/machina-metal/machina/inventory"
+	"github.com/machina-metal/machina/state"
+)
+
+// maxStatusFileBytes bounds one status/servers/NAME.yaml the plan reads
+// (the writer's files are about 1 KiB; 1 MiB leaves room for long errors).
+const maxStatusFileBytes = 1 << 20
+
+// maxListPages bounds how many pages of GET /api/v1/servers the plan reads
+// (1,000 per page: a million servers), so a misbehaving API cannot loop.
+const maxListPages = 1000
+
+// snapshotFromAPI reads every server from GET /api/v1/servers, page by page
+// (1,000 a page), into a state.Snapshot for reconciler.Plan.
+func snapshotFromAPI(ctx context.Context, c *v1.Client) (state.Snapshot, error) {
+	snap := state.Snapshot{Servers: map[string]state.Server{}, Hosts: map[string]state.Host{}}
+	after := ""
+	for range maxListPages {
+		page, err := c.ListServers(ctx, v1.ListServersOptions{After: after, Limit: state.MaxPageSize})
+		if err != nil {
+			return state.Snapshot{}, fmt.Errorf("list servers: %w", err)
+		}
+		for _, s := range page.Servers {
+			snap.Servers[s.Name] = fromWire(s)
+		}
+		if page.Next == "" {
+			return snap, nil
+		}
+		if page.Next <= after {
+			return state.Snapshot{}, fmt.Errorf("list servers: page cursor went backwards (%q after %q)", page.Next, after)
+		}
+		after = page.Next
+	}
+	return state.Snapshot{}, fmt.Errorf("list servers: more than %d pages", maxListPages)
+}
+
+// fromWire maps the API's server to the observed record Plan reads: identity,
+// lifecycle, hardware, allocation, observed action counters, stall and
+// finish-deploy flags.
+func fromWire(s v1.Server) state.Server {
+	out := state.Server{
+		Name: s.Name, Zone: s.Zone, Site: s.Site, Rack: s.Rack, BootMAC: s.BootMAC, BootMode: s.BootMode,
+		Lifecycle: state.Lifecycle(s.Lifecycle), LifecycleAt: s.LifecycleAt,
+		Power: state.PowerStatus{State: state.Power(s.Power.State), Source: state.PowerSource(s.Power.Source), At: s.Power.At},
+		BMC: state.BMCFacts{Driver: s.BMC.Driver, Address: s.BMC.Address, Credentials: s.BMC.Credentials, SystemID: s.BMC.SystemID,
+			InsecureTLS: s.BMC.InsecureTLS, Manufacturer: s.BMC.Manufacturer, Model: s.BMC.Model, SerialNumber: s.BMC.SerialNumber,
+			FirmwareVersion: s.BMC.FirmwareVersion},
+		Actions: s.Actions, LastError: s.LastError, Stalled: s.Stalled, FinishDeploy: s.FinishDeploy, Health: s.Health,
+		Revision: s.Revision, CreatedAt: s.CreatedAt, UpdatedAt: s.UpdatedAt,
+	}
+	if h := s.Hardware; h != nil {
+		hw := &state.Hardware{Cores: h.Cores, MemoryBytes: h.MemoryBytes, Vendor: h.Vendor, Product: h.Product, Serial: h.Serial, ObservedAt: h.ObservedAt}
+		for _, d := range h.Disks {
+			hw.Disks = append(hw.Disks, state.Disk{Name: d.Name, SizeBytes: d.SizeBytes, Model: d.Model, Serial: d.Serial, Rotational: d.Rotational})
+		}
+		for _, n := range h.NICs {
+			hw.NICs = append(hw.NICs, state.NIC{Name: n.Name, MAC: n.MAC, SpeedMbps: n.SpeedMbps, Link: n.Link})
+		}
+		out.Hardware = hw
+	}
+	if a := s.Allocation; a != nil {
+		out.Allocation = &state.Allocation{Profile: a.Profile, Image: a.Image, At: a.At, Reason: a.Reason}
+	}
+	return out
+}
+
+// statusServer is status/servers/NAME.yaml as reconciler's status writer
+// renders it (reconciler/status_render.go renderServer). Fields the plan
+// does not need (events, NIC details) are still listed so the file
+// decodes strictly and a format change is noticed.
+type statusServer struct {
+	Name       string          `json:"name"`
+	Lifecycle  string          `json:"lifecycle"`
+	Power      string          `json:"power"`
+	Health     string          `json:"health"`
+	Profile    string          `json:"profile"`
+	Allocation string          `json:"allocation"`
+	Hardware   *statusHardware `json:"hardware"`
+	Conditions []struct {
+		Type               string `json:"type"`
+		Status             string `json:"status"`
+		Reason             string `json:"reason"`
+		Message            string `json:"message"`
+		LastTransitionTime string `json:"lastTransitionTime"`
+	} `json:"conditions"`
+	ObservedActions map[string]int64 `json:"observedActions"`
+	LastError       string           `json:"lastError"`
+	Events          []struct {
+		Time    *string `json:"time"`
+		Type    string  `json:"type"`
+		Reason  string  `json:"reason"`
+		Message string  `json:"message"`
+	} `json:"events"`
+}
+
+type statusHardware struct {
+	Vendor    string `json:"vendor"`
+	Model     string `json:"model"`
+	Serial    string `json:"serial"`
+	CPUModel  string `json:"cpuModel"`
+	Cores     int    `json:"cores"`
+	MemoryGiB int64  `json:"memoryGiB"`
+	Disks     []struct {
+		Name    string `json:"name"`
+		Model   string `json:"model"`
+		Serial  string `json:"serial"`
+		SizeGiB int64  `json:"sizeGiB"`
+	} `json:"disks"`
+	NICs []struct {
+		Name      string `json:"name"`
+		MAC       string `json:"mac"`
+		SpeedMbps int    `json:"speedMbps"`
+	} `json:"nics"`
+}
+
+// parseStatusServer decodes one status/servers/NAME.yaml strictly (unknown
+// fields are errors) and maps it to an observed record. The status tree
+// does not carry everything the store holds, so:
+//   - memory and disk sizes are whole GiB (rounded down by the writer);
+//   - LifecycleAt is now (the plan predicts no deadline timeouts) and
+//     Allocation.At is zero (ties among count releases fall to the name);
+//   - identity (zone, rack, boot MAC, BMC) is filled in by the caller.
+func parseStatusServer(data []byte, now time.Time) (state.Server, error) {
+	var ss statusServer
+	if err := yaml.UnmarshalStrict(data, &ss); err != nil {
+		return state.Server{}, err
+	}
+	if ss.Name == "" {
+		return state.Server{}, errors.New("no name")
+	}
+	lc, err := state.ParseLifecycle(ss.Lifecycle)
+	if err != nil {
+		return state.Server{}, fmt.Errorf("server %s: %w", ss.Name, err)
+	}
+	out := state.Server{
+		Name: ss.Name, Lifecycle: lc, LifecycleAt: now,
+		Power:  state.PowerStatus{State: state.Power(ss.Power)},
+		Health: ss.Health, LastError: ss.LastError,
+	}
+	for k, v := range ss.ObservedActions {
+		if v < 0 {
+			return state.Server{}, fmt.Errorf("server %s: observedActions.%s is negative", ss.Name, k)
+		}
+		if v != 0 {
+			if out.Actions == nil {
+				out.Actions = map[string]int64{}
+			}
+			out.Actions[k] = v
+		}
+	}
+	if h := ss.Hardware; h != nil {
+		if h.Cores < 0 || h.MemoryGiB < 0 || h.MemoryGiB > 1<<32 {
+			return state.Server{}, fmt.Errorf("server %s: hardware sizes out of range", ss.Name)
+		}
+		hw := &state.Hardware{Cores: h.Cores, MemoryBytes: h.MemoryGiB << 30, Vendor: h.Vendor, Product: h.Model, Serial: h.Serial}
+		for _, d := range h.Disks {
+			if d.SizeGiB < 0 || d.SizeGiB > 1<<32 {
+				return state.Server{}, fmt.Errorf("server %s: disk %s size out of range", ss.Name, d.Name)
+			}
+			hw.Disks = append(hw.Disks, state.Disk{Name: d.Name, SizeBytes: d.SizeGiB << 30, Model: d.Model, Serial: d.Serial})
+		}
+		for _, n := range h.NICs {
+			hw.NICs = append(hw.NICs, state.NIC{Name: n.Name, MAC: n.MAC, SpeedMbps: n.SpeedMbps})
+		}
+		out.Hardware = hw
+	}
+	if ss.Profile != "" {
+		out.Allocation = &state.Allocation{Profile: ss.Profile, Reason: ss.Allocation}
+	}
+	for _, c := range ss.Conditions {
+		if c.Type == "Stalled" && c.Status == "True" {
+			out.Stalled = "stalled" // the action key is not in status; any non-empty value means stalled
+		}
+	}
+	return out, nil
+}
+
+// snapshotFromStatus reads the status tree under dir of fsys (the folder
+// holding servers/, i.e. "status" of a repository) into a snapshot.
+// identity, when non-nil, supplies each server's zone, site, rack, boot MAC,
+// boot mode and BMC settings (status files do not carry them): pass the
+// inventory the controller acts on, so the plan shows identity changes of
+// the planned revision against it.
+func snapshotFromStatus(fsys fs.FS, dir string, identity *inventory.Inventory, now time.Time) (state.Snapshot, error) {
+	snap := state.Snapshot{Servers: map[string]state.Server{}, Hosts: map[string]state.Host{}}
+	sdir := path.Join(dir, "servers")
+	entries, err := fs.ReadDir(fsys, sdir)
+	if err != nil {
+		return state.Snapshot{}, fmt.Errorf("read status tree %s: %w", sdir, err)
+	}
+	names := make([]string, 0, len(entries))
+	for _, e := range entries {
+		if !e.IsDir() && strings.HasSuffix(e.Name(), ".yaml") {
+			names = append(names, e.Name())
+		}
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		data, err := readCapped(fsys, path.Join(sdir, n), maxStatusFileBytes)
+		if err != nil {
+			return state.Snapshot{}, fmt.Errorf("read status %s: %w", n, err)
+		}
+		srv, err := parseStatusServer(data, now)
+		if err != nil {
+			return state.Snapshot{}, fmt.Errorf("parse status %s: %w", path.Join(sdir, n), err)
+		}
+		if srv.Name+".yaml" != n {
+			return state.Snapshot{}, fmt.Errorf("parse status %s: names server %q", path.Join(sdir, n), srv.Name)
+		}
+		if identity != nil {
+			if ws := identity.Server(srv.Name); ws != nil {
+				srv.Zone, srv.Site, srv.Rack, srv.BootMAC, srv.BootMode = ws.Zone, ws.Site, ws.Rack, ws.BootMAC, string(ws.BootMode)
+				srv.BMC = state.BMCFacts{Driver: string(ws.BMC.Driver), Address: ws.BMC.Address, Credentials: ws.BMC.Credentials,
+					SystemID: ws.BMC.SystemID, InsecureTLS: ws.BMC.InsecureTLS}
+			}
+		}
+		snap.Servers[srv.Name] = srv
+	}
+	return snap, nil
+}
+
+// readCapped reads name from fsys, refusing files over limit bytes.
+func readCapped(fsys fs.FS, name string, limit int64) ([]byte, error) {
+	f, err := fsys.Open(name)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, limit+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(data)) > limit {
+		return nil, fmt.Errorf("larger than %d bytes", limit)
+	}
+	return data, nil
+}
