@@ -9,27 +9,10 @@ import (
 	"strings"
 
 	"github.com/machina-metal/machina/api"
+	v1 "github.com/machina-metal/machina/api/v1"
 	"github.com/machina-metal/machina/reconciler"
 	"github.com/machina-metal/machina/state"
 )
-
-// ProvisionRequest is the body of POST /api/v1/provision.
-type ProvisionRequest struct {
-	Profile string `json:"profile"`
-	Count   int    `json:"count"`
-}
-
-// ProvisionResponse names the servers allocated by a provision request.
-type ProvisionResponse struct {
-	Profile string   `json:"profile"`
-	Servers []string `json:"servers"`
-}
-
-// ApproveRequest is the body of POST /api/v1/approve: the first 12 or more
-// hex digits of the inventory digest whose held plan is approved.
-type ApproveRequest struct {
-	Revision string `json:"revision"`
-}
 
 // mountAdmin adds the reconciler's admin routes, each behind an admin
 // token and audited by the store's events:
@@ -53,7 +36,7 @@ func mountAdmin(srv *api.Server, st *state.Store, ctrl *reconciler.Controller, s
 			writeJSON(w, http.StatusOK, src.InventoryStatus())
 		},
 		"POST /api/v1/approve": func(w http.ResponseWriter, r *http.Request) {
-			var req ApproveRequest
+			var req v1.ApproveRequest
 			if !decode(w, r, &req) {
 				return
 			}
@@ -65,7 +48,7 @@ func mountAdmin(srv *api.Server, st *state.Store, ctrl *reconciler.Controller, s
 			writeJSON(w, http.StatusOK, map[string]string{"approved": req.Revision})
 		},
 		"POST /api/v1/provision": func(w http.ResponseWriter, r *http.Request) {
-			var req ProvisionRequest
+			var req v1.ProvisionRequest
 			if !decode(w, r, &req) {
 				return
 			}
@@ -77,7 +60,7 @@ func mountAdmin(srv *api.Server, st *state.Store, ctrl *reconciler.Controller, s
 				writeErr(w, http.StatusBadRequest, "bad_request", err.Error())
 			default:
 				_, _ = st.AppendEvent(state.Event{Kind: "provision", Actor: api.Actor(r), Message: "provision " + req.Profile + ": " + strings.Join(names, ", ")})
-				writeJSON(w, http.StatusOK, ProvisionResponse{Profile: req.Profile, Servers: names})
+				writeJSON(w, http.StatusOK, v1.ProvisionResponse{Profile: req.Profile, Servers: names})
 			}
 		},
 	}

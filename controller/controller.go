@@ -323,12 +323,26 @@ func Run(ctx context.Context, cfg Config) error {
 
 	run := &Running{Addr: ln.Addr(), URL: publicURL, Store: st, Reconciler: ctrl, Source: src, Status: writer, Images: imgStore, JoinURL: joinURL,
 		flush: func(ctx context.Context) error {
+			// Hand the snapshot to the writer's own loop (urgent) and wait
+			// for its next successful write: calling Write here would race
+			// with the loop on the same clone.
 			snap, err := builder.Build(src.InventoryStatus(), imgStatus.list(), ctrl.LastPlan())
 			if err != nil {
 				return err
 			}
-			_, err = writer.Write(ctx, snap)
-			return err
+			since := time.Now()
+			writer.Update(snap, true)
+			for {
+				h := writer.Health()
+				if h.LastSuccess.After(since) {
+					return nil
+				}
+				select {
+				case <-ctx.Done():
+					return fmt.Errorf("status flush: %w (last error: %s)", ctx.Err(), h.LastError)
+				case <-time.After(50 * time.Millisecond):
+				}
+			}
 		}}
 	log.Info("controller listening", "addr", ln.Addr().String(), "url", publicURL, "repo", redactURL(cfg.Repo.URL))
 

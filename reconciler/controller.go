@@ -79,6 +79,7 @@ type Controller struct {
 	mu       sync.Mutex
 	desired  *inventory.Inventory
 	busy     map[string]bool      // server → an action is running
+	inflight map[string]Step      // server → the step running (for the plan's view of in-flight allocations)
 	retryAt  map[string]time.Time // server → not before
 	failures map[string]int       // server → consecutive failures
 	bmcUse   map[string]int       // BMC address → running actions
@@ -125,7 +126,7 @@ func New(cfg Config) (*Controller, error) {
 	}
 	return &Controller{
 		cfg: cfg, log: cfg.Logger, trigger: make(chan struct{}, 1),
-		busy: map[string]bool{}, retryAt: map[string]time.Time{}, failures: map[string]int{},
+		busy: map[string]bool{}, inflight: map[string]Step{}, retryAt: map[string]time.Time{}, failures: map[string]int{},
 		bmcUse: map[string]int{}, rackUse: map[string]int{},
 	}, nil
 }
@@ -186,12 +187,33 @@ func (c *Controller) Run(ctx context.Context) error {
 // Exported for tests that step the controller by hand.
 func (c *Controller) Pass(ctx context.Context) Result {
 	start := time.Now()
+	allocating := map[string]Step{}
+	c.mu.Lock()
+	for name, st := range c.inflight {
+		if st.Action == ActAllocate {
+			allocating[name] = st
+		}
+	}
+	c.mu.Unlock()
 	snap, err := c.cfg.Store.Snapshot()
 	if err != nil {
 		c.log.Error("snapshot", "err", err)
 		return Result{}
 	}
 	desired := c.Desired()
+	// Allocations still being written may not be in the snapshot yet: plan
+	// as if they were done, or a server that became ready meanwhile would
+	// be allocated too and the profile would end up over its count. The
+	// running steps are read before the snapshot (no step starts between
+	// the two: passes run one at a time), so a step that finished in
+	// between is in the snapshot.
+	for name, st := range allocating {
+		if s, ok := snap.Servers[name]; ok && s.Lifecycle == state.LifecycleReady {
+			s.Lifecycle = state.LifecycleAllocated
+			s.Allocation = &state.Allocation{Profile: st.Profile, Reason: st.AllocReason, At: c.cfg.Now().UTC()}
+			snap.Servers[name] = s
+		}
+	}
 	opts := c.cfg.Plan
 	opts.Now = c.cfg.Now()
 	if desired != nil {
@@ -267,6 +289,7 @@ func (c *Controller) tryStart(step Step, obs state.Server, now time.Time) bool {
 		}
 	}
 	c.busy[step.Server] = true
+	c.inflight[step.Server] = step
 	c.running++
 	if step.Action != ActRegister {
 		c.bmcUse[addr]++
@@ -279,6 +302,7 @@ func (c *Controller) finish(step Step, obs state.Server, err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	delete(c.busy, step.Server)
+	delete(c.inflight, step.Server)
 	c.running--
 	if step.Action != ActRegister {
 		c.bmcUse[obs.BMC.Address]--
