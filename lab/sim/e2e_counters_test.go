@@ -240,10 +240,11 @@ func TestReadmeOnlyCommitIsNoop(t *testing.T) {
 
 // TestRestartMidCommissioning (issue 9): the controller is stopped while a
 // machine runs its commissioning in the ramdisk and started again on the
-// same state file, work folder and address. Every server ends ready or, if
-// its report was lost with the controller, failed by the commissioning
-// deadline with the reason, powered off, and a recommission brings it
-// back: none is left commissioning or with an action in flight.
+// same state file, work folder and address. Every server ends ready or
+// failed with its reason (a test that could not reach the stopped
+// controller, reported once it is back; or the commissioning deadline),
+// powered off, and a recommission brings it back: none is left
+// commissioning or with an action in flight.
 func TestRestartMidCommissioning(t *testing.T) {
 	r := startRig(t, rigOptions{plan: reconciler.PlanOptions{CommissionTimeout: 8 * time.Second}})
 	var caught string
@@ -276,8 +277,10 @@ func TestRestartMidCommissioning(t *testing.T) {
 			stoppedCommissioning[name] = true
 		}
 	}
-	if !stoppedCommissioning[caught] && snap.Servers[caught].Lifecycle != state.LifecycleReady {
-		t.Errorf("%s was commissioning at the stop; after restart it is %s", caught, snap.Servers[caught].Lifecycle)
+	switch lc := snap.Servers[caught].Lifecycle; lc {
+	case state.LifecycleCommissioning, state.LifecycleReady, state.LifecycleFailed:
+	default:
+		t.Errorf("%s was commissioning at the stop; after restart it is %s", caught, lc)
 	}
 	t.Logf("caught %s commissioning; %d servers commissioning at restart", caught, len(stoppedCommissioning))
 
@@ -299,8 +302,11 @@ func TestRestartMidCommissioning(t *testing.T) {
 			continue
 		}
 		failed = append(failed, name)
-		if !strings.Contains(s.LastError, "no commissioning report") {
-			t.Errorf("%s failed without the deadline's reason: %q; events %v", name, s.LastError, r.events(name, 0))
+		// Failed cleanly: by the deadline, or by its report (delivered
+		// after the restart) of a test that could not reach the stopped
+		// controller.
+		if !strings.Contains(s.LastError, "no commissioning report") && !strings.Contains(s.LastError, "test failed") {
+			t.Errorf("%s failed without a reason: %q; events %v", name, s.LastError, r.events(name, 0))
 		}
 		if m := r.lab.Machine(name); m.Phase() != sim.PhaseOff {
 			t.Errorf("%s failed but its machine is %s, not off", name, m.Phase())
