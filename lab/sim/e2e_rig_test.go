@@ -360,12 +360,6 @@ func (r *rig) admin(method, path string, body any) (int, []byte) {
 	return resp.StatusCode, b
 }
 
-// statusOf returns status/servers/NAME.yaml at the bare repository's head.
-func (r *rig) statusOf(name string) string {
-	body, _ := readHead(r.lab.RepoURL, "status/servers/"+name+".yaml")
-	return body
-}
-
 // seenByController reports whether the controller's Git clone holds commit.
 func (r *rig) seenByController(commit string) bool {
 	repo, err := git.PlainOpen(filepath.Join(r.dir, "work", "git", "inventory.git"))
