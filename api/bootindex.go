@@ -16,39 +16,40 @@ import (
 // BootIndex adapts the state store to the boot servers: boot.Lookup (MAC →
 // server, lifecycle, boot mode) and boot.Tokens (the ramdisk's single-use
 // tokens, stored hashed in the store and bound to the server and its MAC).
-// The MAC index is rebuilt when the store changes, so a DHCP packet costs a
-// map lookup. Safe for concurrent use.
+// The MAC index is rebuilt on the first lookup after the store changed, so
+// a DHCP packet costs a map lookup and an answer never predates a change
+// committed before the request (a machine that reboots the moment its
+// deploy is recorded gets the deployed server's script, not the deploy
+// ramdisk again). Safe for concurrent use.
 type BootIndex struct {
 	st *state.Store
+	// changed is the store's change subscription; a pending value means
+	// the index is stale. Only server drains it.
+	changed <-chan struct{}
+	stop    func()
+	refresh sync.Mutex // serialises the staleness check and the rebuild
 
 	mu    sync.RWMutex
 	byMAC map[string]state.Server
-	dirty bool
 }
 
-// NewBootIndex builds the index from st. Call Run to keep it fresh.
+// NewBootIndex builds the index from st and subscribes to its changes.
+// Run releases the subscription when its ctx is done.
 func NewBootIndex(st *state.Store) (*BootIndex, error) {
-	b := &BootIndex{st: st}
+	ch, stop := st.Notify()
+	b := &BootIndex{st: st, changed: ch, stop: stop}
 	if err := b.rebuild(); err != nil {
+		stop()
 		return nil, err
 	}
 	return b, nil
 }
 
-// Run marks the index stale whenever the store changes, until ctx is done.
+// Run waits until ctx is done, then drops the store subscription.
 func (b *BootIndex) Run(ctx context.Context) error {
-	ch, stop := b.st.Notify()
-	defer stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-ch:
-			b.mu.Lock()
-			b.dirty = true
-			b.mu.Unlock()
-		}
-	}
+	<-ctx.Done()
+	b.stop()
+	return nil
 }
 
 func (b *BootIndex) rebuild() error {
@@ -63,20 +64,24 @@ func (b *BootIndex) rebuild() error {
 		}
 	}
 	b.mu.Lock()
-	b.byMAC, b.dirty = m, false
+	b.byMAC = m
 	b.mu.Unlock()
 	return nil
 }
 
 func (b *BootIndex) server(mac net.HardwareAddr) (state.Server, bool, error) {
-	b.mu.RLock()
-	dirty := b.dirty
-	b.mu.RUnlock()
-	if dirty {
+	// The store fills the subscription before a write returns, so a change
+	// committed before this request is pending here.
+	b.refresh.Lock()
+	select {
+	case <-b.changed:
 		if err := b.rebuild(); err != nil {
+			b.refresh.Unlock()
 			return state.Server{}, false, err
 		}
+	default:
 	}
+	b.refresh.Unlock()
 	b.mu.RLock()
 	defer b.mu.RUnlock()
 	s, ok := b.byMAC[boot.FormatMAC(mac)]

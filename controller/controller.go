@@ -207,6 +207,21 @@ func Run(ctx context.Context, cfg Config) error {
 		rcfg.ISOURL = publicURL + "/boot/iso/ipxe-bios.iso"
 	}
 	rcfg.OnPass = status.onPass
+	if rcfg.DeployReady == nil {
+		rcfg.DeployReady = func(p inventory.Profile) error {
+			if p.Deploy != inventory.DeployImage {
+				return nil // the installer path serves no image plan
+			}
+			rec, err := imgStore.Lookup(p.Image)
+			if err != nil {
+				return fmt.Errorf("image %s: %w", p.Image, err)
+			}
+			if rec.State != images.StateVerified {
+				return fmt.Errorf("image %s is %s, not verified yet", p.Image, rec.State)
+			}
+			return nil
+		}
+	}
 	ctrl, err := reconciler.New(rcfg)
 	if err != nil {
 		return fmt.Errorf("controller: %w", err)

@@ -230,7 +230,11 @@ func (c *Controller) journal(step Step) (state.Server, error) {
 func (c *Controller) done(step Step) error {
 	counter := map[Action]string{ActCommission: "commission", ActPowerOn: "powerOn", ActPowerOff: "powerOff", ActPowerCycle: "powerCycle"}[step.Action]
 	_, err := c.cfg.Store.UpdateServer(step.Server, func(s *state.Server) error {
-		s.InFlight, s.Stalled, s.LastError = nil, "", ""
+		s.InFlight, s.Stalled = nil, ""
+		if step.Action != ActTimeout {
+			// A timeout's outcome is the failure it records as LastError.
+			s.LastError = ""
+		}
 		if counter != "" && step.Counter > 0 {
 			if s.Actions == nil {
 				s.Actions = map[string]int64{}

@@ -57,6 +57,13 @@ type Config struct {
 	// ImageOf resolves a profile's image name to the image recorded on the
 	// allocation; nil records the name as given.
 	ImageOf func(profile string) string
+	// DeployReady, when set, says whether a deploy with profile p can
+	// start now (nil) or must wait (an error saying why, e.g. its image is
+	// still being imported). A waiting deploy is not attempted and not
+	// counted as a failure; it is planned again on the next pass. Without
+	// it, a deploy started before its image is verified boots a ramdisk
+	// that gets no plan and the server sits in deploying until the deadline.
+	DeployReady func(p inventory.Profile) error
 	// ISOURL is the iPXE ISO's URL for BMCs without a PXE boot override
 	// (virtual media path); "" disables that fallback.
 	ISOURL string
@@ -253,12 +260,32 @@ func (c *Controller) Pass(ctx context.Context) Result {
 		if hold && (step.Action == ActDeploy || step.Action == ActAllocate) && !strings.HasPrefix(step.Why, "resume") {
 			continue // the newest revision is invalid: no new disk write starts
 		}
+		if step.Action == ActDeploy && c.cfg.DeployReady != nil && desired != nil {
+			if p := desired.Profile(step.Profile); p != nil {
+				if err := c.cfg.DeployReady(*p); err != nil {
+					c.log.Debug("deploy waits", "machine", name, "profile", p.Name, "reason", err)
+					continue
+				}
+			}
+		}
 		obs, known := snap.Servers[name]
 		if known && obs.Stalled != "" && obs.Stalled == stepKey(step, desired) && obs.InFlight == nil {
 			continue
 		}
 		if !c.tryStart(step, obs, now) {
 			continue
+		}
+		if known {
+			// The plan is only as fresh as the snapshot: an action on this
+			// server that finished after the snapshot (its lifecycle moved,
+			// its journal cleared) makes the step stale, and running it
+			// again would, say, reset a machine that is already writing
+			// its image. Replan from the current record instead.
+			if cur, err := c.cfg.Store.Server(name); err != nil || cur.Revision != obs.Revision {
+				c.unreserve(step, obs)
+				c.Trigger()
+				continue
+			}
 		}
 		c.wg.Add(1)
 		go func() {
@@ -296,6 +323,18 @@ func (c *Controller) tryStart(step Step, obs state.Server, now time.Time) bool {
 		c.rackUse[rack]++
 	}
 	return true
+}
+
+// unreserve gives back what tryStart reserved for a step that did not run.
+func (c *Controller) unreserve(step Step, obs state.Server) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.busy, step.Server)
+	c.running--
+	if step.Action != ActRegister {
+		c.bmcUse[obs.BMC.Address]--
+		c.rackUse[obs.Rack]--
+	}
 }
 
 func (c *Controller) finish(step Step, obs state.Server, err error) {

@@ -30,6 +30,19 @@ type InventoryStatus struct {
 	// Invalid is the newest invalid revision, nil when the branch tip is
 	// valid. While it is set no new disk-writing operation starts.
 	Invalid *InvalidRevision
+	// Held is what the safety brake holds back in the acting revision
+	// until an operator approves it (issue 10), nil when nothing is held.
+	Held *HeldPlan
+}
+
+// HeldPlan is the part of a plan the safety brake holds: why, and the
+// steps it would take ("SERVER ACTION: why"), rendered under held: in
+// status/inventory.yaml.
+type HeldPlan struct {
+	// Reason is Result.Brake, naming the `machinactl approve` revision.
+	Reason string
+	// Steps are the held steps in plan order.
+	Steps []string
 }
 
 // RevisionRef names a revision by commit and digest.

@@ -383,6 +383,15 @@ func renderInventory(inv InventoryStatus) []byte {
 			w.text(2, "message", e.Msg)
 		}
 	}
+	if inv.Held != nil {
+		w.key(0, "held")
+		w.text(1, "reason", inv.Held.Reason)
+		steps := make([]string, len(inv.Held.Steps))
+		for i, st := range inv.Held.Steps {
+			steps[i] = Redact(st)
+		}
+		w.list(1, "steps", steps)
+	}
 	return w.b.Bytes()
 }
 

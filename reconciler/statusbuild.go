@@ -73,6 +73,13 @@ func (b *StatusBuilder) Build(inv InventoryStatus, images []ImageStatus, plan Re
 		}
 	}
 	out := Snapshot{Inventory: inv, Images: images}
+	if plan.Brake != "" {
+		held := &HeldPlan{Reason: plan.Brake}
+		for _, s := range plan.Held {
+			held.Steps = append(held.Steps, s.String())
+		}
+		out.Inventory.Held = held
+	}
 	seen := map[string]bool{}
 	for _, name := range sortedKeys(snap.Servers) {
 		s := snap.Servers[name]

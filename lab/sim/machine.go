@@ -49,18 +49,82 @@ type Machine struct {
 	lab          *Lab
 	log          *slog.Logger
 
-	mu       sync.Mutex
-	on       bool
-	phase    Phase
-	gen      int // increments on every power change; a stale boot stops
-	cancel   context.CancelFunc
-	boots    int
-	lastSeed *v1.Seed
-	joined   bool
-	client   *http.Client
+	mu        sync.Mutex
+	on        bool
+	phase     Phase
+	gen       int // increments on every power change; a stale boot stops
+	cancel    context.CancelFunc
+	boots     int
+	lastSeed  *v1.Seed
+	joined    bool
+	agentHTTP *http.Client // the ramdisk's client, keeping the deploy plan's seed
 	// failMemory makes the commissioning memory test fail (fault injection).
 	failMemory bool
+	// corruptImages flips a byte of every image download in transit
+	// (fault injection).
+	corruptImages bool
 }
+
+// CorruptImages injects (or clears) a corrupting network path: every image
+// the machine's ramdisk downloads from the controller (/images/...) arrives
+// with one byte flipped, so its SHA-256 does not match the deploy plan's.
+func (m *Machine) CorruptImages(corrupt bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.corruptImages = corrupt
+}
+
+// DiskPath returns the file backing the machine's disk name ("sda",
+// "sdb", ...), to compare its bytes before and after a deploy.
+func (m *Machine) DiskPath(name string) string { return filepath.Join(m.devDir, name) }
+
+// client returns the HTTP client the machine's ramdisk uses: the lab's,
+// or one that corrupts image downloads when CorruptImages is set.
+func (m *Machine) client() *http.Client {
+	m.mu.Lock()
+	corrupt := m.corruptImages
+	m.mu.Unlock()
+	if !corrupt {
+		return m.agentHTTP
+	}
+	c := *m.agentHTTP
+	base := c.Transport
+	if base == nil {
+		base = http.DefaultTransport
+	}
+	c.Transport = corruptTransport{base: base}
+	return &c
+}
+
+// corruptTransport flips one byte of every successful image download.
+type corruptTransport struct{ base http.RoundTripper }
+
+func (t corruptTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	resp, err := t.base.RoundTrip(r)
+	if err != nil || resp.StatusCode != http.StatusOK || !strings.HasPrefix(r.URL.Path, "/images/") {
+		return resp, err
+	}
+	resp.Body = &flipReader{rc: resp.Body, at: 4096}
+	return resp, nil
+}
+
+// flipReader inverts the byte at offset at of the stream.
+type flipReader struct {
+	rc  io.ReadCloser
+	off int64
+	at  int64
+}
+
+func (f *flipReader) Read(p []byte) (int, error) {
+	n, err := f.rc.Read(p)
+	if f.at >= f.off && f.at < f.off+int64(n) {
+		p[f.at-f.off] ^= 0xff
+	}
+	f.off += int64(n)
+	return n, err
+}
+
+func (f *flipReader) Close() error { return f.rc.Close() }
 
 // FailMemory injects (or clears) a failing DIMM: the commissioning memory
 // test finds a flipped bit.
@@ -183,7 +247,7 @@ func (m *Machine) run(ctx context.Context, gen int) {
 			return
 		}
 		mode := args["machina.mode"]
-		client := &v1.AgentClient{BaseURL: args["machina.url"], HTTP: m.client}
+		client := &v1.AgentClient{BaseURL: args["machina.url"], HTTP: m.client()}
 		r := &agent.Runner{Client: client, Token: args["machina.token"], BootMAC: m.MAC, Root: m.root, DevDir: m.devDir,
 			Tests:       agent.CommissionConfig{MemoryTestBytes: 1 << 20, DiskReadBytes: 64 << 10, NetworkTestBytes: 256 << 10},
 			MemoryLimit: 64 << 20, Version: "sim", Logger: m.log}

@@ -148,7 +148,7 @@ func (l *Lab) start() error {
 		m := &Machine{Name: s.Name, MAC: s.BootMAC, HW: hardwareFor(s.Zone, i), lab: l, phase: PhaseOff,
 			root: filepath.Join(l.cfg.Dir, "machines", s.Name, "root"), devDir: filepath.Join(l.cfg.Dir, "machines", s.Name, "dev"),
 			log: l.log.With("sim", s.Name)}
-		m.client = &http.Client{Timeout: 5 * time.Minute, Transport: planCapture{base: l.http.Transport, m: m}}
+		m.agentHTTP = &http.Client{Timeout: 5 * time.Minute, Transport: planCapture{base: l.http.Transport, m: m}}
 		if err := m.HW.writeTree(m.root, m.devDir, m.MAC); err != nil {
 			return fmt.Errorf("sim: %s hardware: %w", s.Name, err)
 		}

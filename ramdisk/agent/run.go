@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -78,14 +79,60 @@ func (r *Runner) Commission(ctx context.Context) (v1.ReportAck, error) {
 	}
 	tests := RunCommissioning(ctx, facts, cc)
 	rep := v1.AgentReport{BootMAC: r.BootMAC, AgentVersion: r.Version, Facts: facts, Tests: tests, StartedToReport: uptime(r.root())}
-	rctx, cancel := context.WithTimeout(ctx, callTimeout)
-	defer cancel()
-	ack, err := r.Client.Report(rctx, r.Token, rep)
+	var ack v1.ReportAck
+	err = call(ctx, r.log(), "report", func(ctx context.Context) (err error) {
+		ack, err = r.Client.Report(ctx, r.Token, rep)
+		return err
+	})
 	if err != nil {
 		return ack, fmt.Errorf("commission: %w", err)
 	}
 	r.log().Info("report accepted", "lifecycle", ack.Lifecycle, "reason", ack.Reason, "sinceBoot", rep.StartedToReport.String())
 	return ack, nil
+}
+
+// retryBase and retryMax pace the retries of call.
+const (
+	retryBase = 250 * time.Millisecond
+	retryMax  = 5 * time.Second
+)
+
+// call runs f, the controller call op, until it succeeds, fails for good,
+// or callTimeout has passed. A controller that is unreachable or answers
+// 502, 503 or 504 (restarting, or its image still importing) is retried
+// with doubling delays, so a controller restart of a few seconds does not
+// lose a commissioning report or a deploy outcome; any other answer (a
+// refused or used-up token, a conflict) is final. The token is consumed
+// only by a call the controller accepted, so a retry never applies a
+// report twice.
+func call(ctx context.Context, log *slog.Logger, op string, f func(context.Context) error) error {
+	ctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
+	delay := retryBase
+	for {
+		err := f(ctx)
+		if err == nil || !retryable(err) || ctx.Err() != nil {
+			return err
+		}
+		log.Warn("controller call failed; retrying", "op", op, "err", err, "delay", delay.String())
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+		delay = min(delay*2, retryMax)
+	}
+}
+
+// retryable reports whether a controller call's error is worth repeating.
+func retryable(err error) bool {
+	var se *v1.AgentStatusError
+	if errors.As(err, &se) {
+		return se.Code == http.StatusBadGateway || se.Code == http.StatusServiceUnavailable || se.Code == http.StatusGatewayTimeout
+	}
+	return !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded)
 }
 
 // uptime reads /proc/uptime (seconds since kernel start); 0 when unreadable.
@@ -104,9 +151,11 @@ func uptime(root string) time.Duration {
 // post it.
 func (r *Runner) Deploy(ctx context.Context) (v1.DeployResult, error) {
 	t0 := time.Now()
-	pctx, cancel := context.WithTimeout(ctx, callTimeout)
-	plan, err := r.Client.Plan(pctx, r.Token)
-	cancel()
+	var plan v1.Plan
+	err := call(ctx, r.log(), "plan", func(ctx context.Context) (err error) {
+		plan, err = r.Client.Plan(ctx, r.Token)
+		return err
+	})
 	if err != nil {
 		return v1.DeployResult{}, fmt.Errorf("deploy: %w", err)
 	}
@@ -118,9 +167,9 @@ func (r *Runner) Deploy(ctx context.Context) (v1.DeployResult, error) {
 		res.Reason = derr.Error()
 		r.log().Error("deploy failed", "err", derr)
 	}
-	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), callTimeout)
-	defer cancel()
-	if err := r.Client.Done(dctx, plan.DoneToken, res); err != nil {
+	if err := call(context.WithoutCancel(ctx), r.log(), "done", func(ctx context.Context) error {
+		return r.Client.Done(ctx, plan.DoneToken, res)
+	}); err != nil {
 		return res, errors.Join(derr, fmt.Errorf("deploy: %w", err))
 	}
 	return res, derr

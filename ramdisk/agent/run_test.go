@@ -13,7 +13,9 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	v1 "github.com/machina-metal/machina/api/v1"
 	"github.com/machina-metal/machina/ramdisk/agent/agenttest"
@@ -224,4 +226,52 @@ func fileSum(t *testing.T, p string) string {
 		t.Fatal(err)
 	}
 	return hex.EncodeToString(h.Sum(nil))
+}
+
+// TestRunnerReportSurvivesControllerRestart: the controller answers the
+// report with 503 twice and then drops the connection once (a restart)
+// before accepting it; the agent retries and the report lands exactly once.
+// A refused token is final at once.
+func TestRunnerReportSurvivesControllerRestart(t *testing.T) {
+	root, dev := qemuMachine(t)
+	ctl := agenttest.NewController(agenttest.ControllerConfig{CommissionToken: "tok"})
+	var mu sync.Mutex
+	reports := 0
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if strings.HasSuffix(req.URL.Path, "/report") {
+			mu.Lock()
+			reports++
+			n := reports
+			mu.Unlock()
+			switch n {
+			case 1, 2:
+				http.Error(w, "restarting", http.StatusServiceUnavailable)
+				return
+			case 3:
+				hj, ok := w.(http.Hijacker)
+				if !ok {
+					t.Error("no hijacker")
+					return
+				}
+				c, _, _ := hj.Hijack()
+				c.Close()
+				return
+			}
+		}
+		ctl.ServeHTTP(w, req)
+	}))
+	defer srv.Close()
+	r := &Runner{Client: &v1.AgentClient{BaseURL: srv.URL}, Token: "tok", Root: root, DevDir: dev, Logger: testLogger(t),
+		Tests: CommissionConfig{MemoryTestBytes: 1 << 20, NetworkTestBytes: 1 << 10}}
+	ack, err := r.Commission(context.Background())
+	if err != nil {
+		t.Fatalf("Commission: %v", err)
+	}
+	if len(ctl.Reports()) != 1 || ack.Lifecycle == "" || reports != 4 {
+		t.Errorf("reports stored %d, attempts %d, ack %+v; want 1 stored after 4 attempts", len(ctl.Reports()), reports, ack)
+	}
+	t0 := time.Now()
+	if _, err := r.Commission(context.Background()); !errors.Is(err, v1.ErrAgentTokenRefused) || time.Since(t0) > 5*time.Second {
+		t.Errorf("used-up token: err %v after %s, want ErrAgentTokenRefused at once", err, time.Since(t0))
+	}
 }

@@ -1,0 +1,273 @@
+package sim_test
+
+import (
+	"encoding/json"
+	v1 "github.com/machina-metal/machina/api/v1"
+	"net/http"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/machina-metal/machina/inventory"
+	"github.com/machina-metal/machina/lab/sim"
+	"github.com/machina-metal/machina/reconciler"
+	"github.com/machina-metal/machina/state"
+)
+
+// holding returns the servers holding a count allocation of profile in
+// any active lifecycle, sorted.
+func holding(s state.Snapshot, profile, reason string) []string {
+	var out []string
+	for name, srv := range s.Servers {
+		if srv.Allocation != nil && srv.Allocation.Profile == profile && srv.Allocation.Reason == reason {
+			out = append(out, name)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// TestProfileCountUpAndDown (issue 10): raising hypervisor's count from 2
+// to 4 deploys two more zone-a servers through the real agent; lowering it
+// to 2 releases the two newest (deployed → ready, powered off, marked for
+// a wipe), within the safety brake's 20% of 12 servers.
+func TestProfileCountUpAndDown(t *testing.T) {
+	r := startRig(t, rigOptions{})
+	first := r.steady()
+	orig := holding(first, "hypervisor", reconciler.ReasonCount)
+	if len(orig) != 2 {
+		t.Fatalf("hypervisor holds %v, want 2 servers", orig)
+	}
+
+	r.commit("hypervisor count 4", func(dir string) { r.setCount(dir, "hypervisor", 4) })
+	snap := r.waitFor("4 hypervisors deployed", time.Minute, func(s state.Snapshot) bool { return deployedBy(s, "hypervisor") == 4 })
+	four := holding(snap, "hypervisor", reconciler.ReasonCount)
+	if len(four) != 4 {
+		t.Fatalf("hypervisor holds %v, want 4", four)
+	}
+	var added []string
+	for _, name := range four {
+		srv := snap.Servers[name]
+		if srv.Zone != "zone-a" || srv.Lifecycle != state.LifecycleDeployed {
+			t.Errorf("%s: zone %s lifecycle %s, want zone-a deployed", name, srv.Zone, srv.Lifecycle)
+		}
+		if !slices.Contains(orig, name) {
+			added = append(added, name)
+		}
+		r.waitMachine(r.lab.Machine(name), sim.PhaseOS)
+	}
+	if len(added) != 2 {
+		t.Fatalf("added %v, want 2 new servers", added)
+	}
+	r.waitStatus("status/servers/"+added[0]+".yaml", "lifecycle: deployed")
+
+	r.commit("hypervisor count 2", func(dir string) { r.setCount(dir, "hypervisor", 2) })
+	snap = r.waitFor("2 hypervisors released", time.Minute, func(s state.Snapshot) bool {
+		return deployedBy(s, "hypervisor") == 2 && s.Servers[added[0]].Lifecycle == state.LifecycleReady && s.Servers[added[1]].Lifecycle == state.LifecycleReady
+	})
+	if got := holding(snap, "hypervisor", reconciler.ReasonCount); !slices.Equal(got, orig) {
+		t.Errorf("after lowering, hypervisor holds %v, want the first two %v", got, orig)
+	}
+	for _, name := range added {
+		srv := snap.Servers[name]
+		if srv.Allocation != nil || !srv.NeedsWipe || srv.Power.State != state.PowerOff {
+			t.Errorf("%s released: allocation %v, needsWipe %v, power %s; want none, true, off", name, srv.Allocation, srv.NeedsWipe, srv.Power.State)
+		}
+		if p := r.lab.Machine(name).Phase(); p != sim.PhaseOff {
+			t.Errorf("%s released but its machine is %s", name, p)
+		}
+		r.waitStatus("status/servers/"+name+".yaml", "lifecycle: ready")
+	}
+	if res := r.run.Reconciler.LastPlan(); len(res.Held) != 0 {
+		t.Errorf("lowering by 2 of 12 was held: %s", res.Brake)
+	}
+}
+
+// TestRetireAndUnretire (issue 10): want: retired on a deployed server
+// powers it off through its BMC and retires it; the profile's count is
+// topped up by another server; want: ready again brings it back through
+// new → commissioning → ready.
+func TestRetireAndUnretire(t *testing.T) {
+	r := startRig(t, rigOptions{})
+	snap := r.steady()
+	name := holding(snap, "hypervisor", reconciler.ReasonCount)[0]
+	m := r.lab.Machine(name)
+	if m.Phase() != sim.PhaseOS {
+		t.Fatalf("%s is %s, want running its OS", name, m.Phase())
+	}
+	r.lab.BMC(name).ClearRequests()
+
+	r.commit("retire "+name, func(dir string) { r.setServer(dir, name, "want", "retired") })
+	srv := r.waitServer(name, "retired", time.Minute, func(s state.Server) bool { return s.Lifecycle == state.LifecycleRetired && s.InFlight == nil })
+	if m.Phase() != sim.PhaseOff {
+		t.Errorf("%s retired but its machine is %s", name, m.Phase())
+	}
+	if srv.Power.State != state.PowerOff || srv.Allocation != nil {
+		t.Errorf("%s: power %s allocation %v, want off and none", name, srv.Power.State, srv.Allocation)
+	}
+	if n := r.resets(name); n != 1 {
+		t.Errorf("%s: %d power actions, want 1 (off): %v", name, n, r.bmcWrites(name))
+	}
+	r.waitStatus("status/servers/"+name+".yaml", "lifecycle: retired")
+	r.waitFor("hypervisor topped up to 2", time.Minute, func(s state.Snapshot) bool { return deployedBy(s, "hypervisor") == 2 })
+
+	r.commit("unretire "+name, func(dir string) { r.setServer(dir, name, "want", "ready") })
+	r.waitServer(name, "commissioned again", time.Minute, func(s state.Server) bool { return s.Lifecycle == state.LifecycleReady })
+}
+
+// TestDeletedServerOrphaned (issue 10): a server deleted from servers.yaml
+// is left as it is: same lifecycle, no BMC write, flagged Orphaned in
+// status/servers/NAME.yaml.
+func TestDeletedServerOrphaned(t *testing.T) {
+	r := startRig(t, rigOptions{})
+	before := r.steady()
+	const name = "r3-n02"
+	r.lab.BMC(name).ClearRequests()
+	r.commit("delete "+name, func(dir string) { r.editBlock(dir, inventory.ServersFile, name, func(string) string { return "" }) })
+	body := r.waitStatus("status/servers/"+name+".yaml", "Orphaned")
+	if !strings.Contains(body, "lifecycle: ready") || !strings.Contains(body, "reason: NotInInventory") {
+		t.Errorf("status/servers/%s.yaml:\n%s", name, body)
+	}
+	r.settled(name, "Orphaned")
+	srv, err := r.run.Store.Server(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if srv.Lifecycle != before.Servers[name].Lifecycle || srv.Power.State != before.Servers[name].Power.State {
+		t.Errorf("%s changed: %s/%s → %s/%s", name, before.Servers[name].Lifecycle, before.Servers[name].Power.State, srv.Lifecycle, srv.Power.State)
+	}
+	if w := r.bmcWrites(name); len(w) != 0 {
+		t.Errorf("orphan %s got BMC writes %v", name, w)
+	}
+	if p := r.lab.Machine(name).Phase(); p != sim.PhaseOff {
+		t.Errorf("orphan %s machine is %s", name, p)
+	}
+}
+
+// TestSafetyBrakeHoldsMassRetire (issue 10): a revision retiring 6 of the
+// 12 servers is held: nothing retired, no BMC write, the hold visible in
+// the plan (admin API) and in status/inventory.yaml; after POST
+// /api/v1/approve of the revision, all six are powered off and retired.
+func TestSafetyBrakeHoldsMassRetire(t *testing.T) {
+	r := startRig(t, rigOptions{})
+	snap := r.steady()
+	var victims []string
+	for _, name := range []string{"r1-n01", "r1-n02", "r1-n03", "r1-n04", "r1-n05", "r2-n01", "r2-n02", "r2-n03", "r2-n04", "r3-n01", "r3-n02"} {
+		if snap.Servers[name].Lifecycle == state.LifecycleReady && len(victims) < 6 {
+			victims = append(victims, name)
+		}
+	}
+	if len(victims) != 6 {
+		t.Fatalf("only %d ready servers", len(victims))
+	}
+	for _, v := range victims {
+		r.lab.BMC(v).ClearRequests()
+	}
+	r.commit("retire half the fleet", func(dir string) {
+		for _, v := range victims {
+			r.setServer(dir, v, "want", "retired")
+		}
+	})
+	r.waitFor("retirements held", time.Minute, func(state.Snapshot) bool { return len(r.run.Reconciler.LastPlan().Held) == 6 })
+	digest := r.run.Reconciler.Desired().Digest
+	code, body := r.admin(http.MethodGet, "/api/v1/plan", nil)
+	var plan reconciler.Result
+	if code != http.StatusOK || json.Unmarshal(body, &plan) != nil {
+		t.Fatalf("GET /api/v1/plan: %d %s", code, body)
+	}
+	if len(plan.Held) != 6 || !strings.Contains(plan.Brake, "retire 6 of 12") {
+		t.Errorf("plan: held %v brake %q", plan.Held, plan.Brake)
+	}
+	for _, h := range plan.Held {
+		if h.Action != reconciler.ActRetire || !slices.Contains(victims, h.Server) {
+			t.Errorf("held step %v", h)
+		}
+	}
+	inv := r.waitStatus("status/inventory.yaml", "held:")
+	if !strings.Contains(inv, strings.TrimPrefix(digest, "sha256:")[:12]) || !strings.Contains(inv, "retire") {
+		t.Errorf("status/inventory.yaml does not show the hold:\n%s", inv)
+	}
+	snap, err := r.run.Store.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range victims {
+		if snap.Servers[v].Lifecycle != state.LifecycleReady {
+			t.Errorf("%s is %s while held", v, snap.Servers[v].Lifecycle)
+		}
+		if w := r.bmcWrites(v); len(w) != 0 {
+			t.Errorf("%s got BMC writes while held: %v", v, w)
+		}
+	}
+
+	code, body = r.admin(http.MethodPost, "/api/v1/approve", v1.ApproveRequest{Revision: strings.TrimPrefix(digest, "sha256:")[:12]})
+	if code != http.StatusOK {
+		t.Fatalf("approve: %d %s", code, body)
+	}
+	r.waitFor("6 retired", time.Minute, func(s state.Snapshot) bool { return count(s, state.LifecycleRetired) == 6 })
+	for _, v := range victims {
+		r.waitMachine(r.lab.Machine(v), sim.PhaseOff)
+		r.waitStatus("status/servers/"+v+".yaml", "lifecycle: retired")
+	}
+	r.waitStatus("status/inventory.yaml", "valid: true")
+	if inv, _ := readHead(r.lab.RepoURL, "status/inventory.yaml"); strings.Contains(inv, "held:") {
+		t.Errorf("hold still shown after approval:\n%s", inv)
+	}
+}
+
+// TestProvisionAPI (issue 10): POST /api/v1/provision {"profile":
+// "hypervisor","count":2} answers two server names that both reach
+// deployed; asking for more than fit answers 409 and allocates nothing.
+func TestProvisionAPI(t *testing.T) {
+	r := startRig(t, rigOptions{})
+	r.steady()
+	code, body := r.admin(http.MethodPost, "/api/v1/provision", v1.ProvisionRequest{Profile: "hypervisor", Count: 2})
+	var resp v1.ProvisionResponse
+	if code != http.StatusOK || json.Unmarshal(body, &resp) != nil || len(resp.Servers) != 2 {
+		t.Fatalf("provision: %d %s", code, body)
+	}
+	snap := r.waitFor("provisioned servers deployed", time.Minute, func(s state.Snapshot) bool {
+		for _, name := range resp.Servers {
+			if srv := s.Servers[name]; srv.Lifecycle != state.LifecycleDeployed || srv.FinishDeploy {
+				return false
+			}
+		}
+		return true
+	})
+	for _, name := range resp.Servers {
+		srv := snap.Servers[name]
+		if srv.Allocation == nil || srv.Allocation.Profile != "hypervisor" || srv.Allocation.Reason != reconciler.ReasonProvision || srv.Zone != "zone-a" {
+			t.Errorf("%s: allocation %+v zone %s", name, srv.Allocation, srv.Zone)
+		}
+		r.waitMachine(r.lab.Machine(name), sim.PhaseOS)
+		r.waitStatus("status/servers/"+name+".yaml", "allocation: provision")
+	}
+	if n := deployedBy(snap, "hypervisor"); n != 4 {
+		t.Errorf("%d hypervisors deployed, want 2 by count + 2 provisioned", n)
+	}
+
+	// zone-a has 5 servers: 4 are deployed, one is left; ask for 2.
+	before, err := r.run.Store.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, body = r.admin(http.MethodPost, "/api/v1/provision", v1.ProvisionRequest{Profile: "hypervisor", Count: 2})
+	if code != http.StatusConflict || !strings.Contains(string(body), "insufficient_capacity") {
+		t.Errorf("provision beyond capacity: %d %s, want 409 insufficient_capacity", code, body)
+	}
+	after, err := r.run.Store.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, s := range after.Servers {
+		b := before.Servers[name]
+		if s.Lifecycle != b.Lifecycle || (s.Allocation == nil) != (b.Allocation == nil) {
+			t.Errorf("%s changed by a refused provision: %s → %s", name, b.Lifecycle, s.Lifecycle)
+		}
+	}
+	if n := count(after, state.LifecycleAllocated); n != 0 {
+		t.Errorf("%d servers allocated after a refused provision", n)
+	}
+}

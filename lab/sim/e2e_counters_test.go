@@ -1,0 +1,335 @@
+package sim_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/machina-metal/machina/inventory"
+	"github.com/machina-metal/machina/lab/sim"
+	"github.com/machina-metal/machina/reconciler"
+	"github.com/machina-metal/machina/state"
+)
+
+// stepsFor returns the plan's steps (and held steps) on server.
+func stepsFor(res reconciler.Result, server string) []reconciler.Step {
+	var out []reconciler.Step
+	for _, s := range append(append([]reconciler.Step(nil), res.Steps...), res.Held...) {
+		if s.Server == server {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// settled waits until a fresh planning pass has nothing to do on server
+// and the status commit shows text in its status file, and returns that
+// pass's plan.
+func (r *rig) settled(server, text string) reconciler.Result {
+	r.t.Helper()
+	r.waitStatus("status/servers/"+server+".yaml", text)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		res := r.run.Reconciler.Pass(context.Background())
+		srv, err := r.run.Store.Server(server)
+		if err != nil {
+			r.t.Fatal(err)
+		}
+		if len(stepsFor(res, server)) == 0 && srv.InFlight == nil {
+			return res
+		}
+		if time.Now().After(deadline) {
+			r.t.Fatalf("%s: still planned: %v (in flight %v)", server, stepsFor(res, server), srv.InFlight)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestPowerCycleCounterRunsOnce (issue 9): bumping actions.powerCycle on
+// one server resets it through its BMC exactly once, the counter is then
+// observed in status, and later passes plan nothing more for it.
+func TestPowerCycleCounterRunsOnce(t *testing.T) {
+	r := startRig(t, rigOptions{})
+	r.steady()
+	const name = "r3-n01" // zone-c: no profile deploys it, so it stays ready
+	m := r.lab.Machine(name)
+	r.lab.BMC(name).ClearRequests()
+	boots := m.Boots()
+	for _, other := range []string{"r3-n02", "r2-n02"} {
+		r.lab.BMC(other).ClearRequests()
+	}
+
+	r.commit("power-cycle r3-n01", func(dir string) { r.setActions(dir, name, inventory.Actions{PowerCycle: 1}) })
+	srv := r.waitServer(name, "powerCycle observed", time.Minute, func(s state.Server) bool { return s.Actions["powerCycle"] == 1 })
+	body := r.waitStatus("status/servers/"+name+".yaml", "powerCycle: 1")
+	r.settled(name, "powerCycle: 1")
+
+	if n := r.resets(name); n != 1 {
+		t.Errorf("%s BMC accepted %d resets, want exactly 1: %v", name, n, r.bmcWrites(name))
+	}
+	if got := m.Boots() - boots; got != 1 {
+		t.Errorf("%s booted %d times after the bump, want 1", name, got)
+	}
+	if srv.Lifecycle != state.LifecycleReady || srv.LastError != "" {
+		t.Errorf("%s: lifecycle %s, last error %q; want ready and no error", name, srv.Lifecycle, srv.LastError)
+	}
+	if !strings.Contains(body, "observedActions:\n  commission: 0\n  powerCycle: 1\n") {
+		t.Errorf("status/servers/%s.yaml observedActions:\n%s", name, body)
+	}
+	for _, other := range []string{"r3-n02", "r2-n02"} {
+		if w := r.bmcWrites(other); len(w) != 0 {
+			t.Errorf("%s (not bumped) got BMC writes %v", other, w)
+		}
+	}
+}
+
+// TestCommissionCounterRunsOnce (issue 9): bumping actions.commission on a
+// ready server recommissions it exactly once (one boot, one
+// ready→commissioning move) and status shows the observed counter.
+func TestCommissionCounterRunsOnce(t *testing.T) {
+	r := startRig(t, rigOptions{})
+	r.steady()
+	const name = "r3-n02"
+	m := r.lab.Machine(name)
+	boots := m.Boots()
+	seq := r.lastSeq()
+
+	r.commit("recommission r3-n02", func(dir string) { r.setActions(dir, name, inventory.Actions{Commission: 1}) })
+	srv := r.waitServer(name, "recommissioned", time.Minute, func(s state.Server) bool {
+		return s.Actions["commission"] == 1 && s.Lifecycle == state.LifecycleReady
+	})
+	body := r.waitStatus("status/servers/"+name+".yaml", "commission: 1")
+	r.settled(name, "commission: 1")
+
+	evs := r.events(name, seq)
+	if n := moves(evs, state.LifecycleCommissioning); n != 1 {
+		t.Errorf("%s moved into commissioning %d times, want 1: %v", name, n, evs)
+	}
+	if n := moves(evs, state.LifecycleReady); n != 1 {
+		t.Errorf("%s moved into ready %d times, want 1", name, n)
+	}
+	if got := m.Boots() - boots; got != 1 {
+		t.Errorf("%s booted %d times, want 1", name, got)
+	}
+	if srv.Hardware == nil || srv.Hardware.Cores == 0 {
+		t.Errorf("%s has no hardware facts after recommissioning", name)
+	}
+	if !strings.Contains(body, "lifecycle: ready") || !strings.Contains(body, "observedActions:\n  commission: 1\n") {
+		t.Errorf("status/servers/%s.yaml:\n%s", name, body)
+	}
+}
+
+// TestInvalidCommitKeepsLastGood (issue 9): a commit with a malformed MAC
+// (which also bumps a power counter and raises a profile count) is not
+// applied at all: no power action, no new deploy, the controller keeps
+// acting on the last good digest, and status/inventory.yaml names the file
+// and line. Fixing the MAC applies the rest once.
+func TestInvalidCommitKeepsLastGood(t *testing.T) {
+	r := startRig(t, rigOptions{})
+	r.steady()
+	good := r.run.Reconciler.Desired().Digest
+	for _, m := range r.lab.Machines() {
+		r.lab.BMC(m.Name).ClearRequests()
+	}
+	const bump, broken = "r3-n01", "r3-n02"
+
+	bad := r.commit("break a MAC", func(dir string) {
+		r.setActions(dir, bump, inventory.Actions{PowerCycle: 1})
+		r.setServer(dir, broken, "bootMAC", `"52:54:00:zz:00:02"`)
+		r.setCount(dir, "hypervisor", 3)
+	})
+	line := lineOf(t, filepath.Join(r.lab.Clone, inventory.ServersFile), "52:54:00:zz:00:02")
+	inv := r.waitStatus("status/inventory.yaml", bad)
+	if !strings.Contains(inv, "valid: false") || !strings.Contains(inv, "file: servers.yaml") || !strings.Contains(inv, fmt.Sprintf("line: %d\n", line)) {
+		t.Errorf("status/inventory.yaml does not carry servers.yaml:%d:\n%s", line, inv)
+	}
+	if !strings.Contains(inv, good) {
+		t.Errorf("status/inventory.yaml does not act on the last good digest %s:\n%s", good, inv)
+	}
+	// Passes after the invalid commit plan from the last good revision.
+	res := r.run.Reconciler.Pass(context.Background())
+	if d := r.run.Reconciler.Desired().Digest; d != good {
+		t.Errorf("desired digest %s, want the last good %s", d, good)
+	}
+	if s := stepsFor(res, bump); len(s) != 0 {
+		t.Errorf("plan on the invalid revision has steps for %s: %v", bump, s)
+	}
+	if len(res.Steps) != 0 {
+		t.Errorf("plan after an invalid commit is not empty: %v", res.Steps)
+	}
+	snap, err := r.run.Store.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range r.lab.Machines() {
+		if w := r.bmcWrites(m.Name); len(w) != 0 {
+			t.Errorf("%s got BMC writes after an invalid commit: %v", m.Name, w)
+		}
+	}
+	if n := count(snap, state.LifecycleAllocated) + count(snap, state.LifecycleDeploying); n != 0 {
+		t.Errorf("%d servers allocated or deploying after an invalid commit", n)
+	}
+	if snap.Servers[broken].BootMAC != "52:54:00:03:00:02" {
+		t.Errorf("%s boot MAC changed to %q", broken, snap.Servers[broken].BootMAC)
+	}
+
+	// Fixing the MAC makes the revision valid: the counter runs once and
+	// the count is raised.
+	r.commit("fix the MAC", func(dir string) { r.setServer(dir, broken, "bootMAC", `"52:54:00:03:00:02"`) })
+	r.waitServer(bump, "powerCycle observed", time.Minute, func(s state.Server) bool { return s.Actions["powerCycle"] == 1 })
+	r.waitStatus("status/inventory.yaml", "valid: true")
+	r.settled(bump, "powerCycle: 1")
+	if n := r.resets(bump); n != 1 {
+		t.Errorf("%s: %d resets after the fix, want 1", bump, n)
+	}
+	r.waitFor("3 hypervisors deployed", time.Minute, func(s state.Snapshot) bool { return deployedBy(s, "hypervisor") == 3 })
+}
+
+// TestReadmeOnlyCommitIsNoop (issue 9): a commit that changes only
+// README.md is fetched but is no new revision: no NewRevision event, the
+// same desired inventory, nothing planned, no BMC call that writes.
+func TestReadmeOnlyCommitIsNoop(t *testing.T) {
+	r := startRig(t, rigOptions{})
+	r.steady()
+	before := r.run.Reconciler.Desired()
+	seq := r.lastSeq()
+	for _, m := range r.lab.Machines() {
+		r.lab.BMC(m.Name).ClearRequests()
+	}
+	id := r.commit("docs only", func(dir string) {
+		if err := os.WriteFile(filepath.Join(dir, "README.md"), []byte("# Simulated site\n\nOnly the docs changed.\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	})
+	deadline := time.Now().Add(30 * time.Second)
+	for !r.seenByController(id) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the controller never fetched %s", id)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	res := r.run.Reconciler.Pass(context.Background())
+	if after := r.run.Reconciler.Desired(); after != before {
+		t.Errorf("desired inventory replaced: digest %s → %s", before.Digest, after.Digest)
+	}
+	if len(res.Steps) != 0 || len(res.Held) != 0 {
+		t.Errorf("README commit planned steps %v held %v", res.Steps, res.Held)
+	}
+	evs, err := r.run.Store.Events(state.EventQuery{After: seq, Limit: state.MaxPageSize})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range evs {
+		if strings.HasPrefix(string(e.Kind), "inventory.") || strings.HasPrefix(string(e.Kind), "action.") || e.To != "" {
+			t.Errorf("event after a README-only commit: %+v", e)
+		}
+	}
+	if inv, _ := readHead(r.lab.RepoURL, "status/inventory.yaml"); !strings.Contains(inv, before.Digest) {
+		t.Errorf("status/inventory.yaml does not act on %s:\n%s", before.Digest, inv)
+	}
+	for _, m := range r.lab.Machines() {
+		if w := r.bmcWrites(m.Name); len(w) != 0 {
+			t.Errorf("%s got BMC writes after a README-only commit: %v", m.Name, w)
+		}
+	}
+}
+
+// TestRestartMidCommissioning (issue 9): the controller is stopped while a
+// machine runs its commissioning in the ramdisk and started again on the
+// same state file, work folder and address. Every server ends ready or
+// failed with its reason (a test that could not reach the stopped
+// controller, reported once it is back; or the commissioning deadline),
+// powered off, and a recommission brings it back: none is left
+// commissioning or with an action in flight.
+func TestRestartMidCommissioning(t *testing.T) {
+	r := startRig(t, rigOptions{plan: reconciler.PlanOptions{CommissionTimeout: 8 * time.Second}})
+	var caught string
+	deadline := time.Now().Add(time.Minute)
+	for caught == "" {
+		for _, m := range r.lab.Machines() {
+			if m.Phase() == sim.PhaseCommissioning {
+				caught = m.Name
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no machine seen commissioning")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	r.stopController()
+	snap, err := r.run.Store.Snapshot()
+	if err == nil {
+		t.Logf("stopped with %d commissioning", count(snap, state.LifecycleCommissioning))
+	}
+	stoppedCommissioning := map[string]bool{}
+	r.startController()
+	snap, err = r.run.Store.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, s := range snap.Servers {
+		if s.Lifecycle == state.LifecycleCommissioning {
+			stoppedCommissioning[name] = true
+		}
+	}
+	switch lc := snap.Servers[caught].Lifecycle; lc {
+	case state.LifecycleCommissioning, state.LifecycleReady, state.LifecycleFailed:
+	default:
+		t.Errorf("%s was commissioning at the stop; after restart it is %s", caught, lc)
+	}
+	t.Logf("caught %s commissioning; %d servers commissioning at restart", caught, len(stoppedCommissioning))
+
+	snap = r.waitFor("every server ready or failed, none in flight", time.Minute, func(s state.Snapshot) bool {
+		for name, srv := range s.Servers {
+			if name == "r3-n03" {
+				continue
+			}
+			if srv.InFlight != nil || (srv.Lifecycle != state.LifecycleReady && srv.Lifecycle != state.LifecycleFailed &&
+				srv.Lifecycle != state.LifecycleAllocated && srv.Lifecycle != state.LifecycleDeploying && srv.Lifecycle != state.LifecycleDeployed) {
+				return false
+			}
+		}
+		return true
+	})
+	var failed []string
+	for name, s := range snap.Servers {
+		if s.Lifecycle != state.LifecycleFailed {
+			continue
+		}
+		failed = append(failed, name)
+		// Failed cleanly: by the deadline, or by its report (delivered
+		// after the restart) of a test that could not reach the stopped
+		// controller.
+		if !strings.Contains(s.LastError, "no commissioning report") && !strings.Contains(s.LastError, "test failed") {
+			t.Errorf("%s failed without a reason: %q; events %v", name, s.LastError, r.events(name, 0))
+		}
+		if m := r.lab.Machine(name); m.Phase() != sim.PhaseOff {
+			t.Errorf("%s failed but its machine is %s, not off", name, m.Phase())
+		}
+	}
+	t.Logf("after restart: failed cleanly %v", failed)
+	if len(failed) > 0 {
+		r.commit("recommission after the restart", func(dir string) {
+			for _, name := range failed {
+				r.setActions(dir, name, inventory.Actions{Commission: 1})
+			}
+		})
+	}
+	r.steady()
+}
+
+// deployedBy counts the servers deployed (and finished) with profile.
+func deployedBy(s state.Snapshot, profile string) int {
+	n := 0
+	for _, srv := range s.Servers {
+		if srv.Lifecycle == state.LifecycleDeployed && !srv.FinishDeploy && srv.Allocation != nil && srv.Allocation.Profile == profile {
+			n++
+		}
+	}
+	return n
+}

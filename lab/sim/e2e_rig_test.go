@@ -1,0 +1,421 @@
+package sim_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-git/go-git/v5"
+	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/object"
+
+	"github.com/machina-metal/machina/boot"
+	"github.com/machina-metal/machina/controller"
+	"github.com/machina-metal/machina/inventory"
+	"github.com/machina-metal/machina/lab/sim"
+	"github.com/machina-metal/machina/reconciler"
+	"github.com/machina-metal/machina/state"
+)
+
+// rig is the harness with a controller that can be stopped and started
+// again on the same state file, work folder and address (a restart), and
+// with a hook to inject faults into the lab before the controller acts.
+type rig struct {
+	*harness
+	dir    string
+	listen string
+	log    *slog.Logger
+	plan   reconciler.PlanOptions
+
+	cancel context.CancelFunc // the running controller's
+	done   chan error
+}
+
+type rigOptions struct {
+	lab sim.Config
+	// before runs after the lab started and before the controller does.
+	before func(*sim.Lab)
+	// plan overrides the reconciler's plan options (deadlines).
+	plan reconciler.PlanOptions
+}
+
+func startRig(t *testing.T, o rigOptions) *rig {
+	t.Helper()
+	labCtx, labCancel := context.WithCancel(context.Background())
+	dir := t.TempDir()
+	cfg := o.lab
+	cfg.Dir = filepath.Join(dir, "lab")
+	log := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelInfo}))
+	cfg.Logger = log.With("lab", "sim")
+	lab, err := sim.Start(labCtx, cfg)
+	if err != nil {
+		labCancel()
+		t.Fatal(err)
+	}
+	r := &rig{harness: &harness{t: t, lab: lab}, dir: dir, listen: "127.0.0.1:0", log: log, plan: o.plan}
+	t.Cleanup(func() {
+		if r.cancel != nil {
+			r.stopController()
+		}
+		labCancel()
+		lab.Close()
+	})
+	if o.before != nil {
+		o.before(lab)
+	}
+	r.startController()
+	return r
+}
+
+// startController runs controller.Run on the rig's state file and work
+// folder; after the first start it listens on the same address again, as a
+// restarted controller does (the machines' ramdisks hold its URL).
+func (r *rig) startController() {
+	r.t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	ready := make(chan *controller.Running, 1)
+	done := make(chan error, 1)
+	lab := r.lab
+	go func() {
+		done <- controller.Run(ctx, controller.Config{
+			StatePath: filepath.Join(r.dir, "state.db"), WorkDir: filepath.Join(r.dir, "work"), Listen: r.listen,
+			Repo: reconciler.Remote{URL: lab.RepoURL}, PollInterval: 200 * time.Millisecond, StatusInterval: 300 * time.Millisecond,
+			MachinePerIP: boot.Limit{Burst: 1000, Every: time.Millisecond},
+			Reconciler: reconciler.Config{Interval: 200 * time.Millisecond, BackoffBase: 200 * time.Millisecond, BackoffCap: 2 * time.Second,
+				Plan: r.plan},
+			Logger: r.log.With("lab", "controller"),
+			OnReady: func(run *controller.Running) {
+				user, pass := lab.Credentials()
+				for _, name := range []string{"bmc-redfish", "bmc-ipmi"} {
+					if _, err := run.Store.PutSecret(name, state.Credential{Username: user, Password: pass}, "test"); err != nil {
+						r.t.Errorf("put secret: %v", err)
+					}
+				}
+				lab.SetController(run.URL)
+				ready <- run
+			},
+		})
+	}()
+	select {
+	case r.run = <-ready:
+	case err := <-done:
+		cancel()
+		r.t.Fatalf("controller did not start: %v", err)
+	}
+	r.cancel, r.done, r.listen = cancel, done, r.run.Addr.String()
+}
+
+// stopController ends controller.Run through its ctx and waits for it.
+func (r *rig) stopController() {
+	r.t.Helper()
+	r.cancel()
+	if err := <-r.done; err != nil {
+		r.t.Errorf("controller: %v", err)
+	}
+	r.cancel = nil
+}
+
+// steady waits for the example site to settle: 11 servers commissioned (one
+// is retired in the example), hypervisor 2 and storage 1 deployed and
+// booted from disk, nothing in flight.
+func (r *rig) steady() state.Snapshot {
+	r.t.Helper()
+	r.t.Cleanup(func() {
+		if r.t.Failed() {
+			for _, m := range r.lab.Machines() {
+				r.t.Logf("machine %s: phase %s, boots %d", m.Name, m.Phase(), m.Boots())
+			}
+		}
+	})
+	return r.waitFor("example site steady", time.Minute, func(s state.Snapshot) bool {
+		deployed := 0
+		for _, srv := range s.Servers {
+			switch srv.Lifecycle {
+			case state.LifecycleReady:
+			case state.LifecycleDeployed:
+				if srv.FinishDeploy || r.lab.Machine(srv.Name).Phase() != sim.PhaseOS {
+					return false
+				}
+				deployed++
+			case state.LifecycleNew:
+				if srv.Name != "r3-n03" {
+					return false
+				}
+			default:
+				return false
+			}
+			if srv.InFlight != nil {
+				return false
+			}
+		}
+		return len(s.Servers) == 12 && deployed == 3
+	})
+}
+
+// commit brings the operator's clone to the remote's tip (the controller
+// pushes status commits), applies edit, commits and pushes, and asks the
+// controller to poll now. A push that loses the race with a status commit
+// is redone on the new tip, as an operator would. It returns the commit id.
+func (r *rig) commit(msg string, edit func(dir string)) string {
+	r.t.Helper()
+	repo, err := git.PlainOpen(r.lab.Clone)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	wt, err := repo.Worktree()
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	for attempt := 1; ; attempt++ {
+		if err := repo.Fetch(&git.FetchOptions{RemoteName: "origin"}); err != nil && err != git.NoErrAlreadyUpToDate {
+			r.t.Fatalf("fetch: %v", err)
+		}
+		tip, err := repo.Reference(plumbing.NewRemoteReferenceName("origin", "main"), true)
+		if err != nil {
+			r.t.Fatal(err)
+		}
+		if err := wt.Reset(&git.ResetOptions{Commit: tip.Hash(), Mode: git.HardReset}); err != nil {
+			r.t.Fatal(err)
+		}
+		edit(r.lab.Clone)
+		if err := wt.AddGlob("."); err != nil {
+			r.t.Fatal(err)
+		}
+		sig := &object.Signature{Name: "op", Email: "op@sim.invalid", When: time.Now()}
+		id, err := wt.Commit(msg, &git.CommitOptions{Author: sig, Committer: sig})
+		if err != nil {
+			r.t.Fatal(err)
+		}
+		err = repo.Push(&git.PushOptions{RemoteName: "origin"})
+		if err == nil {
+			r.run.Source.Trigger()
+			return id.String()
+		}
+		if attempt == 10 {
+			r.t.Fatalf("push: %v", err)
+		}
+		r.t.Logf("push lost a race (%v); redoing the commit on the new tip", err)
+	}
+}
+
+// editBlock rewrites the YAML list item "  - name: NAME" of file in dir.
+func (r *rig) editBlock(dir, file, name string, f func(block string) string) {
+	r.t.Helper()
+	path := filepath.Join(dir, file)
+	b, err := os.ReadFile(path)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	s := string(b)
+	start := strings.Index(s, "  - name: "+name+"\n")
+	if start < 0 {
+		r.t.Fatalf("%s has no item %s", file, name)
+	}
+	end := strings.Index(s[start+1:], "\n  - name: ")
+	if end < 0 {
+		end = len(s)
+	} else {
+		end += start + 2
+	}
+	s = s[:start] + f(s[start:end]) + s[end:]
+	if err := os.WriteFile(path, []byte(s), 0o644); err != nil {
+		r.t.Fatal(err)
+	}
+}
+
+// setField sets "    key: value" in a list item, replacing the line when
+// the key is there.
+func setField(block, key, value string) string {
+	lines := strings.SplitAfter(block, "\n")
+	for i, l := range lines {
+		if strings.HasPrefix(l, "    "+key+":") {
+			lines[i] = "    " + key + ": " + value + "\n"
+			return strings.Join(lines, "")
+		}
+	}
+	return strings.TrimSuffix(block, "\n") + "\n    " + key + ": " + value + "\n"
+}
+
+// setServer sets a field of server name in servers.yaml.
+func (r *rig) setServer(dir, name, key, value string) {
+	r.editBlock(dir, inventory.ServersFile, name, func(b string) string { return setField(b, key, value) })
+}
+
+// setActions sets the action counters of server name.
+func (r *rig) setActions(dir, name string, a inventory.Actions) {
+	r.setServer(dir, name, "actions", fmt.Sprintf("{commission: %d, powerCycle: %d, powerOn: %d, powerOff: %d}", a.Commission, a.PowerCycle, a.PowerOn, a.PowerOff))
+}
+
+// setCount sets profile's count in profiles.yaml.
+func (r *rig) setCount(dir, profile string, n int) {
+	r.editBlock(dir, inventory.ProfilesFile, profile, func(b string) string { return setField(b, "count", fmt.Sprint(n)) })
+}
+
+// waitServer waits until server name satisfies cond.
+func (r *rig) waitServer(name, what string, d time.Duration, cond func(state.Server) bool) state.Server {
+	r.t.Helper()
+	snap := r.waitFor(name+" "+what, d, func(s state.Snapshot) bool {
+		srv, ok := s.Servers[name]
+		return ok && cond(srv)
+	})
+	return snap.Servers[name]
+}
+
+// bmcWrites returns the non-GET requests name's BMC answered (session
+// logins excluded), formatted "METHOD path".
+func (r *rig) bmcWrites(name string) []string {
+	var out []string
+	for _, q := range r.lab.BMC(name).Requests() {
+		if q.Method == http.MethodGet || strings.HasSuffix(q.Path, "/SessionService/Sessions") {
+			continue
+		}
+		out = append(out, q.Method+" "+q.Path)
+	}
+	return out
+}
+
+// resets counts the ComputerSystem.Reset actions name's BMC accepted.
+func (r *rig) resets(name string) int {
+	n := 0
+	for _, q := range r.lab.BMC(name).Requests() {
+		if q.Method == http.MethodPost && strings.HasSuffix(q.Path, "ComputerSystem.Reset") && q.Status < 300 {
+			n++
+		}
+	}
+	return n
+}
+
+// events returns server name's events after seq.
+func (r *rig) events(name string, after uint64) []state.Event {
+	r.t.Helper()
+	evs, err := r.run.Store.Events(state.EventQuery{Server: name, After: after, Limit: state.MaxPageSize})
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return evs
+}
+
+// lastSeq returns the sequence number of the newest event.
+func (r *rig) lastSeq() uint64 {
+	r.t.Helper()
+	var seq uint64
+	for {
+		evs, err := r.run.Store.Events(state.EventQuery{After: seq, Limit: state.MaxPageSize})
+		if err != nil {
+			r.t.Fatal(err)
+		}
+		if len(evs) == 0 {
+			return seq
+		}
+		seq = evs[len(evs)-1].Seq
+	}
+}
+
+// moves counts name's lifecycle events into to.
+func moves(evs []state.Event, to state.Lifecycle) int {
+	n := 0
+	for _, e := range evs {
+		if e.To == to && e.From != to {
+			n++
+		}
+	}
+	return n
+}
+
+// admin calls the admin API with a fresh admin token and returns the
+// status code and body.
+func (r *rig) admin(method, path string, body any) (int, []byte) {
+	r.t.Helper()
+	tok, _, err := r.run.Store.CreateAdminToken(fmt.Sprintf("e2e-%d", time.Now().UnixNano()), "test")
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	var rd io.Reader
+	if body != nil {
+		b, _ := json.Marshal(body)
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequest(method, r.run.URL+path, rd)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+tok)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, b
+}
+
+// seenByController reports whether the controller's Git clone holds commit.
+func (r *rig) seenByController(commit string) bool {
+	repo, err := git.PlainOpen(filepath.Join(r.dir, "work", "git", "inventory.git"))
+	if err != nil {
+		return false
+	}
+	_, err = repo.CommitObject(plumbing.NewHash(commit))
+	return err == nil
+}
+
+// diskPrint is what the tests compare of a disk file: size, modification
+// time and a hash of its first 16 MiB and last 1 MiB (the image, the seed
+// and the signature areas the agent writes or wipes).
+type diskPrint struct {
+	size  int64
+	mod   time.Time
+	head  [32]byte
+	tail  [32]byte
+	valid bool
+}
+
+func printDisk(t *testing.T, path string) diskPrint {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		t.Fatal(err)
+	}
+	head := make([]byte, min(16<<20, st.Size()))
+	if _, err := f.ReadAt(head, 0); err != nil {
+		t.Fatal(err)
+	}
+	tail := make([]byte, min(1<<20, st.Size()))
+	if _, err := f.ReadAt(tail, st.Size()-int64(len(tail))); err != nil {
+		t.Fatal(err)
+	}
+	return diskPrint{size: st.Size(), mod: st.ModTime(), head: sha256.Sum256(head), tail: sha256.Sum256(tail), valid: true}
+}
+
+// lineOf returns the 1-based line of the first line of file in dir that
+// contains text.
+func lineOf(t *testing.T, path, text string) int {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, l := range strings.Split(string(b), "\n") {
+		if strings.Contains(l, text) {
+			return i + 1
+		}
+	}
+	t.Fatalf("%s has no line with %q", path, text)
+	return 0
+}
