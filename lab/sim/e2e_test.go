@@ -4,14 +4,12 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/go-git/go-git/v5"
-	"github.com/go-git/go-git/v5/plumbing/object"
 
 	"github.com/machina-metal/machina/boot"
 	"github.com/machina-metal/machina/controller"
@@ -109,48 +107,6 @@ func count(snap state.Snapshot, lc state.Lifecycle) int {
 		}
 	}
 	return n
-}
-
-// push edits the operator's clone with edit, commits and pushes.
-func (h *harness) push(msg string, edit func(dir string)) {
-	h.t.Helper()
-	edit(h.lab.Clone)
-	repo, err := git.PlainOpen(h.lab.Clone)
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	// The controller pushes status commits: pull them first, as an operator does.
-	wt, _ := repo.Worktree()
-	if err := wt.Pull(&git.PullOptions{RemoteName: "origin"}); err != nil && err != git.NoErrAlreadyUpToDate {
-		h.t.Fatalf("pull: %v", err)
-	}
-	edit(h.lab.Clone)
-	if err := wt.AddGlob("."); err != nil {
-		h.t.Fatal(err)
-	}
-	sig := &object.Signature{Name: "op", Email: "op@sim.invalid", When: time.Now()}
-	if _, err := wt.Commit(msg, &git.CommitOptions{Author: sig, Committer: sig}); err != nil {
-		h.t.Fatal(err)
-	}
-	if err := repo.Push(&git.PushOptions{RemoteName: "origin"}); err != nil {
-		h.t.Fatalf("push: %v", err)
-	}
-	h.run.Source.Trigger()
-}
-
-func replaceIn(t *testing.T, path, old, new string) {
-	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := string(b)
-	if !strings.Contains(s, old) && !strings.Contains(s, new) {
-		t.Fatalf("%s does not contain %q", path, old)
-	}
-	if err := os.WriteFile(path, []byte(strings.Replace(s, old, new, 1)), 0o644); err != nil {
-		t.Fatal(err)
-	}
 }
 
 // TestExampleSiteEndToEnd: the example site goes new → commissioning →

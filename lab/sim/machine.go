@@ -3,7 +3,6 @@ package sim
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -382,4 +381,3 @@ func sleep(ctx context.Context, d time.Duration) bool {
 	}
 }
 
-var errStopped = errors.New("sim: lab stopped")
