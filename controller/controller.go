@@ -76,7 +76,8 @@ type Config struct {
 	// Drivers opens BMC drivers; nil uses the store's secrets (StoreDrivers).
 	Drivers reconciler.Drivers
 	// JoinListen is the TLS join listener's address (install script,
-	// POST /hosts/join, node heartbeats); "" means 127.0.0.1:8443.
+	// POST /hosts/join, node heartbeats); "" means a free port on 127.0.0.1
+	// (machina serve's --join-listen defaults to 127.0.0.1:8443).
 	JoinListen string
 	// JoinURL is the join listener's base URL as hosts reach it; "" means
 	// https://<JoinListen's bound address>.
@@ -268,7 +269,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("controller: join CA: %w", err)
 	}
 	if cfg.JoinListen == "" {
-		cfg.JoinListen = "127.0.0.1:8443"
+		cfg.JoinListen = "127.0.0.1:0"
 	}
 	joinLn, err := net.Listen("tcp", cfg.JoinListen)
 	if err != nil {

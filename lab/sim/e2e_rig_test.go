@@ -55,6 +55,9 @@ func startRig(t *testing.T, o rigOptions) *rig {
 	dir := t.TempDir()
 	cfg := o.lab
 	cfg.Dir = filepath.Join(dir, "lab")
+	// These tests read and clear BMC requests of any server: Redfish
+	// BMCs everywhere (IPMI is covered by TestExampleSiteEndToEnd).
+	cfg.RedfishOnly = true
 	log := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelInfo}))
 	cfg.Logger = log.With("lab", "sim")
 	lab, err := sim.Start(labCtx, cfg)

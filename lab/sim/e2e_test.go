@@ -91,7 +91,11 @@ func (h *harness) waitFor(what string, d time.Duration, cond func(state.Snapshot
 		if time.Now().After(deadline) {
 			var lines []string
 			for name, s := range snap.Servers {
-				lines = append(lines, fmt.Sprintf("%s=%s(%s)", name, s.Lifecycle, s.LastError))
+				inflight := ""
+				if s.InFlight != nil {
+					inflight = " inflight=" + s.InFlight.Action
+				}
+				lines = append(lines, fmt.Sprintf("%s=%s(%s%s)", name, s.Lifecycle, s.LastError, inflight))
 			}
 			h.t.Fatalf("timed out after %s waiting for %s; servers: %s\nplan:\n%s", d, what, strings.Join(lines, " "), h.run.Reconciler.LastPlan().Text())
 		}
@@ -128,6 +132,15 @@ func TestExampleSiteEndToEnd(t *testing.T) {
 		}
 		return n == 3
 	})
+	ipmiReady := 0
+	for _, s := range snap.Servers {
+		if s.BMC.Driver == "ipmi" && s.Hardware != nil {
+			ipmiReady++ // commissioned through OpenIPMI's ipmi_sim
+		}
+	}
+	if ipmiReady < 3 {
+		t.Errorf("%d IPMI servers commissioned, want the example's 3 (r1-n04, r1-n05, r2-n03) through ipmi_sim", ipmiReady)
+	}
 	byProfile := map[string]int{}
 	for _, s := range snap.Servers {
 		if s.Lifecycle == state.LifecycleDeployed {

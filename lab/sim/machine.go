@@ -57,6 +57,7 @@ type Machine struct {
 	lastSeed  *v1.Seed
 	joined    bool
 	agentHTTP *http.Client // the ramdisk's client, keeping the deploy plan's seed
+	powerFile string       // IPMI machines: ipmi_sim's chassis_control power file
 	// failMemory makes the commissioning memory test fail (fault injection).
 	failMemory bool
 	// corruptImages flips a byte of every image download in transit
@@ -292,6 +293,7 @@ func (m *Machine) powerOffFrom(gen int) {
 	if gen == m.gen {
 		m.on, m.phase = false, PhaseOff
 		m.gen++
+		m.syncPowerFile(false)
 	}
 }
 

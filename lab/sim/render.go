@@ -19,7 +19,7 @@ func q(s string) string { return fmt.Sprintf("%q", s) }
 func renderServers(inv *inventory.Inventory, addrs map[string]string) string {
 	var b strings.Builder
 	b.WriteString("# yaml-language-server: $schema=https://machina-metal.github.io/schema/v1/servers.schema.json\n")
-	b.WriteString("# Simulated site: every BMC is a bmcsim Redfish emulator on 127.0.0.1.\nservers:\n")
+	b.WriteString("# Simulated site: Redfish BMCs are bmcsim emulators over real vendor trees, IPMI BMCs\n# are OpenIPMI's ipmi_sim, all on 127.0.0.1.\nservers:\n")
 	for _, s := range inv.Servers {
 		fmt.Fprintf(&b, "  - name: %s\n    zone: %s\n", s.Name, s.Zone)
 		if s.Site != "" {
@@ -32,7 +32,12 @@ func renderServers(inv *inventory.Inventory, addrs map[string]string) string {
 			fmt.Fprintf(&b, "    tags: [%s]\n", strings.Join(s.Tags, ", "))
 		}
 		fmt.Fprintf(&b, "    bootMAC: %s\n    bootMode: %s\n", q(s.BootMAC), orDefault(string(s.BootMode), "uefi"))
-		fmt.Fprintf(&b, "    bmc:\n      driver: redfish\n      address: %s\n      credentials: %s\n", addrs[s.Name], s.BMC.Credentials)
+		addr := addrs[s.Name]
+		if strings.HasPrefix(addr, "http") {
+			fmt.Fprintf(&b, "    bmc:\n      driver: redfish\n      address: %s\n      credentials: %s\n", addr, s.BMC.Credentials)
+		} else {
+			fmt.Fprintf(&b, "    bmc:\n      driver: ipmi\n      address: %s\n      credentials: %s\n", q(addr), s.BMC.Credentials)
+		}
 		if s.Want != "" && s.Want != inventory.WantReady {
 			fmt.Fprintf(&b, "    want: %s\n", s.Want)
 		}

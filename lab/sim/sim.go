@@ -34,6 +34,7 @@ import (
 	"github.com/go-git/go-git/v5/plumbing/object"
 
 	"github.com/machina-metal/machina/bmc/bmcsim"
+	"github.com/machina-metal/machina/bmc/ipmi/ipmisim"
 	"github.com/machina-metal/machina/inventory"
 )
 
@@ -56,6 +57,10 @@ type Config struct {
 	// Credentials is the BMC account every simulated BMC accepts; zero
 	// means admin / "sim-password".
 	Username, Password string
+	// RedfishOnly gives every server a bmcsim Redfish BMC, IPMI ones too
+	// (tests that read BMC requests); by default servers whose inventory
+	// says ipmi get OpenIPMI's ipmi_sim when it is installed.
+	RedfishOnly bool
 	// OnOSBoot is called when a machine boots its deployed OS from disk
 	// (the join issue's first boot).
 	OnOSBoot func(ctx context.Context, m *Machine)
@@ -73,6 +78,7 @@ type Lab struct {
 	machines map[string]*Machine
 	bmcs     map[string]*bmcsim.Server
 	servers  []*http.Server
+	ipmiSims []*ipmisim.Sim
 	wg       sync.WaitGroup
 
 	// RepoURL is the bare inventory repository (file URL) the controller polls.
@@ -151,6 +157,15 @@ func (l *Lab) start() error {
 		m.agentHTTP = &http.Client{Timeout: 5 * time.Minute, Transport: planCapture{base: l.http.Transport, m: m}}
 		if err := m.HW.writeTree(m.root, m.devDir, m.MAC); err != nil {
 			return fmt.Errorf("sim: %s hardware: %w", s.Name, err)
+		}
+		if s.BMC.Driver == inventory.DriverIPMI && !l.cfg.RedfishOnly && ipmiAvailable() {
+			addr, err := l.startIPMI(m)
+			if err != nil {
+				return fmt.Errorf("sim: %s IPMI BMC: %w", s.Name, err)
+			}
+			l.machines[s.Name] = m
+			addrs[s.Name] = addr
+			continue
 		}
 		srv, err := trees.New(dir, bmcsim.Config{Username: l.cfg.Username, Password: l.cfg.Password, Power: m, SessionTimeout: -1})
 		if err != nil {
@@ -355,6 +370,9 @@ func (l *Lab) Credentials() (user, password string) { return l.cfg.Username, l.c
 // Close powers every machine off and stops the BMCs and the mirror.
 func (l *Lab) Close() {
 	l.cancel()
+	for _, s := range l.ipmiSims {
+		s.Stop()
+	}
 	for _, hs := range l.servers {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		_ = hs.Shutdown(ctx)

@@ -130,22 +130,74 @@ func Start(t testing.TB) *Sim {
 func StartSerial(t testing.TB, serialAddr string) *Sim {
 	t.Helper()
 	RequireTools(t)
-	s := &Sim{t: t, Dir: t.TempDir(), Port: FreeUDPPort(t)}
-	if serialAddr == "" {
-		serialAddr = "127.0.0.1:" + strconv.Itoa(FreeUDPPort(t))
-	}
-	if err := os.MkdirAll(filepath.Join(s.Dir, "state"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(s.Dir, "chassis.sh"), []byte(chassisScript), 0o755); err != nil {
-		t.Fatal(err)
-	}
 	emu, err := os.ReadFile(filepath.Join(fixturesDir(t), "ipmi", "sim.emu"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(s.Dir, "sim.emu"), emu, 0o644); err != nil {
+	s, err := Launch(LaunchConfig{Dir: t.TempDir(), Port: FreeUDPPort(t), SerialAddr: serialAddr, Emu: emu})
+	if err != nil {
 		t.Fatal(err)
+	}
+	s.t = t
+	t.Cleanup(s.Stop)
+	return s
+}
+
+// LaunchConfig configures Launch.
+type LaunchConfig struct {
+	// Dir receives lan.conf, the chassis_control script, its state files
+	// and the simulator's log. Required.
+	Dir string
+	// Port is the UDP port on 127.0.0.1; zero picks a free one.
+	Port int
+	// SerialAddr is the simulated host's SOL serial port ("host:port" of a
+	// TCP listener); "" points it at an unused port.
+	SerialAddr string
+	// Emu is the sim.emu content (the fixtures' ipmi/sim.emu). Required.
+	Emu []byte
+	// Password is the admin user's password (at most 16 bytes, IPMI v2.0
+	// §13.20); "" means "password".
+	Password string
+}
+
+// Launch starts ipmi_sim outside a test (the simulated lab): same
+// lan.conf, users and chassis_control program as Start. The caller stops
+// it with Stop. Errors: ipmi_sim missing, a port that does not answer.
+func Launch(cfg LaunchConfig) (*Sim, error) {
+	if _, err := exec.LookPath("ipmi_sim"); err != nil {
+		return nil, fmt.Errorf("ipmisim: %w (Debian package openipmi)", err)
+	}
+	if cfg.Port == 0 {
+		pc, err := net.ListenPacket("udp4", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		cfg.Port = pc.LocalAddr().(*net.UDPAddr).Port
+		pc.Close()
+	}
+	if cfg.SerialAddr == "" {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		cfg.SerialAddr = ln.Addr().String()
+		ln.Close()
+	}
+	if cfg.Password == "" {
+		cfg.Password = "password"
+	}
+	if len(cfg.Password) > 16 || strings.ContainsAny(cfg.Password, "\"\n") {
+		return nil, errors.New("ipmisim: password must be at most 16 bytes without quotes or newlines")
+	}
+	s := &Sim{Dir: cfg.Dir, Port: cfg.Port}
+	if err := os.MkdirAll(filepath.Join(s.Dir, "state"), 0o755); err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(filepath.Join(s.Dir, "chassis.sh"), []byte(chassisScript), 0o755); err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(filepath.Join(s.Dir, "sim.emu"), cfg.Emu, 0o644); err != nil {
+		return nil, err
 	}
 	conf := fmt.Sprintf(`name "machina-test"
 set_working_mc 0x20
@@ -160,40 +212,48 @@ set_working_mc 0x20
   endlan
   chassis_control "%s"
   sol "tcp:%s" 115200
-  user 2 true "admin" "password" admin 10 md5
+  user 2 true "admin" "%s" admin 10 md5
   user 3 true "reader" "readerpw" user 10 md5
   user 4 false "disabled" "disabledpw" admin 10 md5
   user 5 true "solop" "S3cret-SOL-pw" admin 10 md5
-`, s.Port, filepath.Join(s.Dir, "chassis.sh"), serialAddr)
-	if err := os.WriteFile(filepath.Join(s.Dir, "lan.conf"), []byte(conf), 0o644); err != nil {
-		t.Fatal(err)
+`, s.Port, filepath.Join(s.Dir, "chassis.sh"), cfg.SerialAddr, cfg.Password)
+	if err := os.WriteFile(filepath.Join(s.Dir, "lan.conf"), []byte(conf), 0o600); err != nil {
+		return nil, err
 	}
-	s.start()
-	t.Cleanup(s.Stop)
-	return s
+	if err := s.launch(); err != nil {
+		return nil, err
+	}
+	return s, nil
 }
 
-// start runs ipmi_sim and waits until it answers an RMCP presence ping.
+// start runs ipmi_sim again (Restart) and fails the test on error.
 func (s *Sim) start() {
-	t := s.t
-	t.Helper()
+	if err := s.launch(); err != nil {
+		s.t.Fatal(err)
+	}
+}
+
+// launch runs ipmi_sim and waits until it answers an RMCP presence ping.
+func (s *Sim) launch() error {
 	log, err := os.OpenFile(filepath.Join(s.Dir, "sim.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
 	cmd := exec.Command("ipmi_sim", "-c", filepath.Join(s.Dir, "lan.conf"), "-f", filepath.Join(s.Dir, "sim.emu"),
 		"-s", filepath.Join(s.Dir, "state"), "-n")
 	cmd.Stdout, cmd.Stderr, cmd.Dir = log, log, s.Dir
 	if err := cmd.Start(); err != nil {
-		t.Fatalf("start ipmi_sim: %v", err)
+		log.Close()
+		return fmt.Errorf("start ipmi_sim: %w", err)
 	}
 	log.Close()
 	s.cmd = cmd
 	if err := rmcpPing(s.Port, 5*time.Second); err != nil {
 		s.Stop()
 		b, _ := os.ReadFile(filepath.Join(s.Dir, "sim.log"))
-		t.Fatalf("ipmi_sim on port %d not answering: %v\n%s", s.Port, err, b)
+		return fmt.Errorf("ipmi_sim on port %d not answering: %v\n%s", s.Port, err, b)
 	}
+	return nil
 }
 
 // Stop ends ipmi_sim by its own PID. Safe to call twice.
