@@ -76,7 +76,17 @@ func RenderSeed(s v1.Seed) ([]SeedFile, error) {
 		enc := json.NewEncoder(&b)
 		enc.SetEscapeHTML(false)
 		_ = enc.Encode(v) // a string always encodes
-		return strings.TrimSuffix(b.String(), "\n")
+		// JSON leaves DEL and the C1 controls as they are, but YAML's
+		// printable set excludes them (YAML 1.2 §5.1): escape them too.
+		var out strings.Builder
+		for _, r := range strings.TrimSuffix(b.String(), "\n") {
+			if r == 0x7f || (r >= 0x80 && r <= 0x9f) {
+				fmt.Fprintf(&out, "\\u%04x", r)
+				continue
+			}
+			out.WriteRune(r)
+		}
+		return out.String()
 	}
 	var ud strings.Builder
 	ud.WriteString("#cloud-config\n")
