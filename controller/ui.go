@@ -52,12 +52,29 @@ func mountConsoleAndUI(srv *api.Server, st *state.Store, drivers reconciler.Driv
 	if err := srv.HandlePublic(console.Pattern, con); err != nil {
 		return err
 	}
-	h, err := ui.New(ui.Config{Store: st, API: srv.Handler(), Console: con, BMC: bmcInfo{st: st, drivers: drivers},
+	h, err := ui.New(ui.Config{Store: st, API: srv.Handler(), Console: con, ConsoleSupport: consoleSupport(lookup),
+		BMC:    bmcInfo{st: st, drivers: drivers},
 		Images: uiImages{imgs}, Inventory: uiInventory{src: src, ctrl: ctrl}})
 	if err != nil {
 		return err
 	}
 	return srv.HandlePublic(ui.Prefix, h)
+}
+
+// consoleSupport answers whether a server's driver offers a serial console:
+// the check console.DriverOpener makes before opening one (bmc.Console), so
+// the console page and the WebSocket agree.
+type consoleSupport func(ctx context.Context, server string) (bmc.Driver, error)
+
+func (c consoleSupport) ConsoleSupported(ctx context.Context, server string) error {
+	d, err := c(ctx, server)
+	if err != nil {
+		return err
+	}
+	if _, ok := d.(bmc.Console); !ok {
+		return fmt.Errorf("console: server %s: %w", server, bmc.ErrUnsupported)
+	}
+	return nil
 }
 
 // bmcInfo reads a server's BMC read model through its driver.
