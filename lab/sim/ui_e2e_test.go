@@ -1,37 +1,20 @@
 package sim_test
 
 import (
-	"context"
 	"fmt"
 	"net/url"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/chromedp/cdproto/cdp"
-	"github.com/chromedp/cdproto/network"
-	"github.com/chromedp/cdproto/page"
-	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 
 	"github.com/machina-metal/machina/inventory"
 	"github.com/machina-metal/machina/lab/sim"
 	"github.com/machina-metal/machina/state"
+	"github.com/machina-metal/machina/ui/uitest"
 )
-
-// chromiumPath is Debian's chromium (installed by .ci/run); no browser is
-// downloaded.
-const chromiumPath = "/usr/bin/chromium"
-
-// cspWatch runs in every document before the page's scripts
-// (Page.addScriptToEvaluateOnNewDocument is outside the page's CSP) and
-// records securitypolicyviolation events in window.__csp.
-const cspWatch = `window.__csp = []; document.addEventListener("securitypolicyviolation",
-  (e) => window.__csp.push(e.violatedDirective + " " + e.blockedURI + " " + e.sourceFile + ":" + e.lineNumber));`
 
 // TestBrowserAgainstController drives the web console in headless Chromium
 // against the real controller (controller.Run, the code `machina sim`
@@ -46,31 +29,28 @@ const cspWatch = `window.__csp = []; document.addEventListener("securitypolicyvi
 // and check that every request stayed on the controller and that no CSP
 // violation happened (with an injected inline script as the control).
 func TestBrowserAgainstController(t *testing.T) {
-	ctx := uiBrowser(t)
+	ctx := uitest.Browser(t)
 	r := startRig(t, rigOptions{lab: sim.Config{BootDelay: time.Second}})
 	snap := r.steady()
 	tok, _, err := r.run.Store.CreateAdminToken(fmt.Sprintf("ui-e2e-%d", time.Now().UnixNano()), "test")
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec := &uiRecorder{}
-	rec.listen(t, ctx)
-	dir := t.TempDir()
-	if d := os.Getenv("MACHINA_UI_SCREENSHOTS"); d != "" {
-		dir = d
-	}
+	rec := &uitest.Recorder{}
+	rec.Listen(t, ctx)
+	dir := uitest.ScreenshotDir(t)
 	base := r.run.URL
 
 	// Log in through the real login form; the fleet page goes live.
-	uiDo(t, ctx, "login",
+	uitest.Do(t, ctx, "login",
 		chromedp.Navigate(base+"/ui/"),
 		chromedp.WaitVisible(chromedp.CSS("#token")),
 		chromedp.SendKeys(chromedp.CSS("#token"), tok),
 		chromedp.Click(chromedp.CSS("#login")),
 		chromedp.WaitVisible(chromedp.CSS(`#live[data-state="live"]`)),
-		uiPoll(`document.querySelectorAll("tr[data-name]").length === 12`),
+		uitest.Poll(`document.querySelectorAll("tr[data-name]").length === 12`),
 	)
-	if got := uiEval[string](t, ctx, `document.cookie`); got != "" {
+	if got := uitest.Eval[string](t, ctx, `document.cookie`); got != "" {
 		t.Errorf("document.cookie = %q: the session cookie must be HttpOnly", got)
 	}
 
@@ -79,35 +59,35 @@ func TestBrowserAgainstController(t *testing.T) {
 	if snap.Servers[name].Lifecycle != state.LifecycleReady {
 		t.Fatalf("%s is %s, want ready", name, snap.Servers[name].Lifecycle)
 	}
-	uiEval[bool](t, ctx, `window.__marker = "same page"; window.__seen = [];
+	uitest.Eval[bool](t, ctx, `window.__marker = "same page"; window.__seen = [];
 	  { const cell = document.querySelector('#srv-`+name+` [data-field="lifecycle"]');
 	    new MutationObserver(() => window.__seen.push(cell.textContent)).observe(cell, {childList: true, characterData: true, subtree: true}); }
 	  true`)
 	r.commit("recommission "+name, func(dir string) { r.setActions(dir, name, inventory.Actions{Commission: 1}) })
-	uiDo(t, ctx, "watch "+name+" commission",
-		uiPoll(`window.__seen.includes("commissioning")`),
-		uiPoll(`window.__seen.indexOf("ready") > window.__seen.indexOf("commissioning")`),
+	uitest.Do(t, ctx, "watch "+name+" commission",
+		uitest.Poll(`window.__seen.includes("commissioning")`),
+		uitest.Poll(`window.__seen.indexOf("ready") > window.__seen.indexOf("commissioning")`),
 	)
-	if m := uiEval[string](t, ctx, `window.__marker || ""`); m != "same page" {
+	if m := uitest.Eval[string](t, ctx, `window.__marker || ""`); m != "same page" {
 		t.Fatal("the fleet page reloaded to show the change")
 	}
-	seen := uiEval[[]string](t, ctx, `window.__seen`)
+	seen := uitest.Eval[[]string](t, ctx, `window.__seen`)
 	t.Logf("%s lifecycle cell showed %q", name, seen)
 	if srv, _ := r.run.Store.Server(name); srv.Lifecycle != state.LifecycleReady {
 		t.Errorf("the page shows ready but the store has %s", srv.Lifecycle)
 	}
-	uiShot(t, ctx, dir, "sim-fleet")
+	uitest.Shot(t, ctx, dir, "sim-fleet")
 
 	// Server page: hardware facts from the commissioning report, BMC read model.
 	srv, err := r.run.Store.Server(name)
 	if err != nil || srv.Hardware == nil {
 		t.Fatalf("%s has no hardware facts: %v", name, err)
 	}
-	uiDo(t, ctx, "open the server page",
+	uitest.Do(t, ctx, "open the server page",
 		chromedp.Click(chromedp.CSS(`a[href="/ui/servers/`+name+`"]`)),
 		chromedp.WaitVisible(chromedp.CSS("#bmc")),
 	)
-	body := uiEval[string](t, ctx, `document.body.innerText`)
+	body := uitest.Eval[string](t, ctx, `document.body.innerText`)
 	wants := []string{srv.Hardware.Serial, fmt.Sprint(srv.Hardware.Cores), "ready → commissioning", "commissioning → ready"}
 	for _, d := range srv.Hardware.Disks {
 		wants = append(wants, d.Name)
@@ -123,13 +103,13 @@ func TestBrowserAgainstController(t *testing.T) {
 	if strings.Contains(body, "Not commissioned yet") {
 		t.Error("server page says not commissioned")
 	}
-	if n := uiEval[int](t, ctx, `document.querySelectorAll("#bmc dl").length`); n != 1 {
-		t.Errorf("server page shows no BMC read model:\n%s", uiEval[string](t, ctx, `document.getElementById("bmc").innerText`))
+	if n := uitest.Eval[int](t, ctx, `document.querySelectorAll("#bmc dl").length`); n != 1 {
+		t.Errorf("server page shows no BMC read model:\n%s", uitest.Eval[string](t, ctx, `document.getElementById("bmc").innerText`))
 	}
-	if n := uiEval[int](t, ctx, `document.querySelectorAll("#open-console").length`); n != 0 {
+	if n := uitest.Eval[int](t, ctx, `document.querySelectorAll("#open-console").length`); n != 0 {
 		t.Error("server page offers a serial console its Redfish BMC does not have")
 	}
-	uiShot(t, ctx, dir, "sim-server")
+	uitest.Shot(t, ctx, dir, "sim-server")
 
 	// The safety brake: retiring 6 of 12 is held; approve it in the browser.
 	snap, err = r.run.Store.Snapshot()
@@ -152,32 +132,32 @@ func TestBrowserAgainstController(t *testing.T) {
 	})
 	r.waitFor("retirements held", time.Minute, func(state.Snapshot) bool { return len(r.run.Reconciler.LastPlan().Held) == 6 })
 	digest := r.run.Reconciler.Desired().Digest
-	uiDo(t, ctx, "open the held plan",
+	uitest.Do(t, ctx, "open the held plan",
 		chromedp.Navigate(base+"/ui/inventory"),
 		chromedp.WaitVisible(chromedp.CSS("#held")),
 	)
-	if n := uiEval[int](t, ctx, `document.querySelectorAll("#held tbody tr").length`); n != 6 {
+	if n := uitest.Eval[int](t, ctx, `document.querySelectorAll("#held tbody tr").length`); n != 6 {
 		t.Errorf("inventory page lists %d held steps, want 6", n)
 	}
-	if b := uiEval[string](t, ctx, `document.body.innerText`); !strings.Contains(b, "retire 6 of 12") {
+	if b := uitest.Eval[string](t, ctx, `document.body.innerText`); !strings.Contains(b, "retire 6 of 12") {
 		t.Errorf("inventory page does not show the brake's reason")
 	}
-	uiShot(t, ctx, dir, "sim-inventory")
-	uiDo(t, ctx, "approve button",
+	uitest.Shot(t, ctx, dir, "sim-inventory")
+	uitest.Do(t, ctx, "approve button",
 		chromedp.Click(chromedp.CSS("#approve")),
 		chromedp.WaitVisible(chromedp.CSS("#will-happen")),
 	)
-	shown := uiEval[string](t, ctx, `[...document.querySelectorAll("#will-happen tbody tr")].map(r => r.cells[0].textContent + " " + r.cells[1].textContent).join(",")`)
+	shown := uitest.Eval[string](t, ctx, `[...document.querySelectorAll("#will-happen tbody tr")].map(r => r.cells[0].textContent + " " + r.cells[1].textContent).join(",")`)
 	for _, v := range victims {
 		if !strings.Contains(shown, v+" retire") {
 			t.Errorf("confirmation page lacks %s retire: %q", v, shown)
 		}
 	}
-	uiDo(t, ctx, "submit unconfirmed", chromedp.Click(chromedp.CSS("#do-approve")))
+	uitest.Do(t, ctx, "submit unconfirmed", chromedp.Click(chromedp.CSS("#do-approve")))
 	if ok, err := r.run.Store.Approved(digest); ok || err != nil {
 		t.Fatalf("approved (%v, %v) before the confirmation was ticked", ok, err)
 	}
-	uiDo(t, ctx, "confirm",
+	uitest.Do(t, ctx, "confirm",
 		chromedp.Click(chromedp.CSS("#confirm")),
 		chromedp.Click(chromedp.CSS("#do-approve")),
 		chromedp.WaitVisible(chromedp.CSS("#approved-flash")),
@@ -199,23 +179,23 @@ func TestBrowserAgainstController(t *testing.T) {
 	if !strings.HasPrefix(approvedBy, "ui-e2e-") {
 		t.Errorf("approval event actor = %q, want the browser session's token name", approvedBy)
 	}
-	uiShot(t, ctx, dir, "sim-approved")
+	uitest.Shot(t, ctx, dir, "sim-approved")
 
 	// Serial console: the simulated Redfish BMCs offer none; the page says so.
-	uiDo(t, ctx, "console page",
+	uitest.Do(t, ctx, "console page",
 		chromedp.Navigate(base+"/ui/servers/r3-n01/console"),
 		chromedp.WaitVisible(chromedp.CSS("#console-unsupported")),
 	)
-	if b := uiEval[string](t, ctx, `document.getElementById("console-unsupported").textContent`); !strings.Contains(b, "not supported by this BMC") {
+	if b := uitest.Eval[string](t, ctx, `document.getElementById("console-unsupported").textContent`); !strings.Contains(b, "not supported by this BMC") {
 		t.Errorf("console page says %q", b)
 	}
-	if n := uiEval[int](t, ctx, `document.querySelectorAll("#terminal").length`); n != 0 {
+	if n := uitest.Eval[int](t, ctx, `document.querySelectorAll("#terminal").length`); n != 0 {
 		t.Error("console page opened a terminal for a BMC without a serial console")
 	}
-	uiShot(t, ctx, dir, "sim-console")
+	uitest.Shot(t, ctx, dir, "sim-console")
 
 	// Nothing left the host, no page error, no CSP violation.
-	urls, exc := rec.snapshot()
+	urls, exc := rec.Snapshot()
 	if len(urls) < 20 {
 		t.Errorf("recorded only %d requests; the recorder is not working", len(urls))
 	}
@@ -229,136 +209,17 @@ func TestBrowserAgainstController(t *testing.T) {
 	if len(exc) > 0 {
 		t.Errorf("page errors: %q", exc)
 	}
-	if v := uiEval[[]string](t, ctx, `window.__csp`); len(v) > 0 {
+	if v := uitest.Eval[[]string](t, ctx, `window.__csp`); len(v) > 0 {
 		t.Errorf("CSP violations: %q", v)
 	}
 	// Control: an inline script is blocked and reported, so zero means something.
-	uiEval[bool](t, ctx, `const s = document.createElement("script"); s.textContent = "window.__ran = 1"; document.body.appendChild(s); true`)
-	uiDo(t, ctx, "inline script blocked", uiPoll(`window.__csp.length === 1`))
-	if ran := uiEval[bool](t, ctx, `window.__ran === 1`); ran {
+	uitest.Eval[bool](t, ctx, `const s = document.createElement("script"); s.textContent = "window.__ran = 1"; document.body.appendChild(s); true`)
+	uitest.Do(t, ctx, "inline script blocked", uitest.Poll(`window.__csp.length === 1`))
+	if ran := uitest.Eval[bool](t, ctx, `window.__ran === 1`); ran {
 		t.Error("an inline script ran")
 	}
 	if !slices.ContainsFunc(urls, func(s string) bool { return strings.Contains(s, "/ui/api/v1/events/stream") }) {
 		t.Error("the fleet page never opened the event stream")
 	}
 	t.Logf("%d requests, all to %s; screenshots in %s", len(urls), base, dir)
-}
-
-// uiBrowser starts headless Chromium with a fresh profile and the flags
-// that keep it off the network. Without Chromium it skips, except in CI.
-func uiBrowser(t *testing.T) context.Context {
-	t.Helper()
-	if _, err := os.Stat(chromiumPath); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("%s missing in CI: .ci/run installs Debian's chromium", chromiumPath)
-		}
-		t.Skipf("%s not installed (apt-get install chromium)", chromiumPath)
-	}
-	opts := []chromedp.ExecAllocatorOption{
-		chromedp.ExecPath(chromiumPath),
-		chromedp.Headless,
-		chromedp.NoSandbox,
-		chromedp.DisableGPU,
-		chromedp.NoFirstRun,
-		chromedp.NoDefaultBrowserCheck,
-		chromedp.Flag("disable-quic", true),
-		chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true),
-		chromedp.Flag("disable-extensions", true),
-		chromedp.Flag("disable-default-apps", true),
-		chromedp.Flag("disable-dev-shm-usage", true),
-		chromedp.Flag("disable-features", "Translate,OptimizationHints,MediaRouter"),
-		chromedp.Flag("metrics-recording-only", true),
-		chromedp.UserDataDir(t.TempDir()),
-		chromedp.WindowSize(1280, 860),
-	}
-	actx, cancelA := chromedp.NewExecAllocator(context.Background(), opts...)
-	ctx, cancelB := chromedp.NewContext(actx)
-	t.Cleanup(func() {
-		cancelB()
-		cancelA()
-	})
-	return ctx
-}
-
-// uiRecorder keeps every URL the page asked for (HTTP and WebSocket) and
-// the page's uncaught exceptions and console errors.
-type uiRecorder struct {
-	mu         sync.Mutex
-	urls       []string
-	exceptions []string
-}
-
-func (r *uiRecorder) listen(t *testing.T, ctx context.Context) {
-	t.Helper()
-	err := chromedp.Listen(ctx, func(ev any) {
-		r.mu.Lock()
-		defer r.mu.Unlock()
-		switch ev := ev.(type) {
-		case *network.EventRequestWillBeSent:
-			r.urls = append(r.urls, ev.Request.URL)
-		case *network.EventWebSocketCreated:
-			r.urls = append(r.urls, ev.URL)
-		case *runtime.EventExceptionThrown:
-			r.exceptions = append(r.exceptions, ev.ExceptionDetails.Text+" "+ev.ExceptionDetails.URL)
-		case *runtime.EventConsoleAPICalled:
-			if ev.Type == runtime.ConsoleAPICalledTypeError {
-				r.exceptions = append(r.exceptions, "console.error")
-			}
-		}
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := chromedp.Call(ctx, network.Enable, network.EnableParams{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := chromedp.Call(ctx, runtime.Enable, cdp.Empty{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := chromedp.Call(ctx, page.AddScriptToEvaluateOnNewDocument, page.AddScriptToEvaluateOnNewDocumentParams{Source: cspWatch}); err != nil {
-		t.Fatal(err)
-	}
-}
-
-func (r *uiRecorder) snapshot() ([]string, []string) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return append([]string(nil), r.urls...), append([]string(nil), r.exceptions...)
-}
-
-func uiShot(t *testing.T, ctx context.Context, dir, name string) {
-	t.Helper()
-	png, err := chromedp.Run(ctx, chromedp.CaptureScreenshot())
-	if err != nil {
-		t.Fatalf("screenshot %s: %v", name, err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, name+".png"), png, 0o644); err != nil {
-		t.Fatal(err)
-	}
-}
-
-func uiDo(t *testing.T, ctx context.Context, what string, steps ...chromedp.Action[chromedp.Void]) {
-	t.Helper()
-	sctx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
-	if err := chromedp.Do(sctx, steps...); err != nil {
-		loc, _ := chromedp.Run(ctx, chromedp.Location())
-		text, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`document.body.innerText.slice(0, 800) + "\nCSP: " + JSON.stringify(window.__csp)`))
-		t.Fatalf("%s: %v (at %s)\n%s", what, err, loc, text)
-	}
-}
-
-func uiEval[T any](t *testing.T, ctx context.Context, js string) T {
-	t.Helper()
-	v, err := chromedp.Run(ctx, chromedp.Evaluate[T](js))
-	if err != nil {
-		t.Fatalf("evaluate %s: %v", js, err)
-	}
-	return v
-}
-
-func uiPoll(js string) chromedp.Action[chromedp.Void] {
-	return chromedp.Poll[chromedp.Void](js, chromedp.WithPollingTimeout(time.Minute), chromedp.WithPollingInterval(50*time.Millisecond))
 }
