@@ -22,7 +22,9 @@ import (
 // /ui/ with a fresh admin token, watch a recommissioned server go ready →
 // commissioning → ready on the fleet page through the event stream without
 // a reload, open its server page (hardware facts from the commissioning
-// report, the Redfish BMC's read model), hold a revision retiring 6 of 12
+// report, the Redfish BMC's read model), see every image of the inventory
+// verified on the images page and every joined host on the hosts page,
+// hold a revision retiring 6 of 12
 // servers and approve it through the inventory page's approve button and
 // confirmation (the six then retire), open a serial console page (the
 // simulated Redfish BMCs have no serial console: the page must say so),
@@ -110,6 +112,45 @@ func TestBrowserAgainstController(t *testing.T) {
 		t.Error("server page offers a serial console its Redfish BMC does not have")
 	}
 	uitest.Shot(t, ctx, dir, "sim-server")
+
+	// Images page: every image of the acting inventory, verified by the
+	// controller's image store, at 100%.
+	inv := r.run.Reconciler.Desired()
+	uitest.Do(t, ctx, "images page", chromedp.Navigate(base+"/ui/images"), chromedp.WaitVisible(chromedp.CSS("#images")))
+	if n := uitest.Eval[int](t, ctx, `document.querySelectorAll("tr[data-image]").length`); n != len(inv.Images) || n == 0 {
+		t.Errorf("images page lists %d images, the inventory has %d", n, len(inv.Images))
+	}
+	for _, im := range inv.Images {
+		sel := `tr[data-image="` + im.Name + `"]`
+		if st := uitest.Eval[string](t, ctx, `(document.querySelector('`+sel+` [data-field="state"] .st') || {}).textContent || ""`); st != "verified" {
+			t.Errorf("images page: %s is %q, want verified", im.Name, st)
+		}
+		if v := uitest.Eval[float64](t, ctx, `(document.querySelector('`+sel+` progress') || {}).value || 0`); v != 100 {
+			t.Errorf("images page: %s progress %v, want 100", im.Name, v)
+		}
+	}
+
+	// Hosts page: the deployed machines joined as hosts; each has a row.
+	r.waitFor("deployed machines joined", time.Minute, func(s state.Snapshot) bool {
+		for n, srv := range s.Servers {
+			if srv.Lifecycle == state.LifecycleDeployed && !r.lab.Machine(n).Joined() {
+				return false
+			}
+		}
+		return true
+	})
+	hosts, err := r.run.Store.Hosts()
+	if err != nil || len(hosts) == 0 {
+		t.Fatalf("no joined hosts: %v", err)
+	}
+	uitest.Do(t, ctx, "hosts page", chromedp.Navigate(base+"/ui/hosts"), chromedp.WaitVisible(chromedp.CSS(`tr[data-host]`)))
+	rows := uitest.Eval[[]string](t, ctx, `[...document.querySelectorAll("tr[data-host]")].map(r => r.dataset.host)`)
+	for _, h := range hosts {
+		if !slices.Contains(rows, h.Name) {
+			t.Errorf("hosts page lacks joined host %s (rows %q)", h.Name, rows)
+		}
+	}
+	uitest.Shot(t, ctx, dir, "sim-hosts")
 
 	// The safety brake: retiring 6 of 12 is held; approve it in the browser.
 	snap, err = r.run.Store.Snapshot()
