@@ -183,6 +183,9 @@ func TestBrowserAgainstController(t *testing.T) {
 	if b := uitest.Eval[string](t, ctx, `document.body.innerText`); !strings.Contains(b, "retire 6 of 12") {
 		t.Errorf("inventory page does not show the brake's reason")
 	}
+	if a := uitest.Eval[string](t, ctx, `document.getElementById("acting").innerText`); !strings.Contains(a, "retire half the fleet") || strings.Contains(a, "—") {
+		t.Errorf("acting revision lacks its commit subject or time:\n%s", a)
+	}
 	uitest.Shot(t, ctx, dir, "sim-inventory")
 	uitest.Do(t, ctx, "approve button",
 		chromedp.Click(chromedp.CSS("#approve")),
