@@ -333,7 +333,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := mountAdmin(srv, st, ctrl, src); err != nil {
 		return err
 	}
-	if err := mountConsoleAndUI(srv, st, drivers, src, ctrl, imgStatus); err != nil {
+	if err := mountConsoleAndUI(srv, st, drivers, src, ctrl, imgStatus, gitDir); err != nil {
 		return fmt.Errorf("controller: console and UI: %w", err)
 	}
 

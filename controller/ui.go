@@ -5,7 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"path/filepath"
 	"strings"
+
+	"github.com/go-git/go-git/v5"
+	"github.com/go-git/go-git/v5/plumbing"
 
 	"github.com/machina-metal/machina/api"
 	"github.com/machina-metal/machina/bmc"
@@ -19,7 +23,7 @@ import (
 // by machinactl and browsers, so one writer holds across both) and the web
 // console under /ui/.
 func mountConsoleAndUI(srv *api.Server, st *state.Store, drivers reconciler.Drivers, src *reconciler.Source, ctrl *reconciler.Controller,
-	imgs *imageStatus) error {
+	imgs *imageStatus, gitDir string) error {
 	bearer := func(r *http.Request) (string, error) {
 		tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 		if !ok || tok == "" {
@@ -52,12 +56,29 @@ func mountConsoleAndUI(srv *api.Server, st *state.Store, drivers reconciler.Driv
 	if err := srv.HandlePublic(console.Pattern, con); err != nil {
 		return err
 	}
-	h, err := ui.New(ui.Config{Store: st, API: srv.Handler(), Console: con, BMC: bmcInfo{st: st, drivers: drivers},
-		Images: uiImages{imgs}, Inventory: uiInventory{src: src, ctrl: ctrl}})
+	h, err := ui.New(ui.Config{Store: st, API: srv.Handler(), Console: con, ConsoleSupport: consoleSupport(lookup),
+		BMC:    bmcInfo{st: st, drivers: drivers},
+		Images: uiImages{imgs}, Inventory: uiInventory{src: src, ctrl: ctrl, repoDir: filepath.Join(gitDir, "inventory.git")}})
 	if err != nil {
 		return err
 	}
 	return srv.HandlePublic(ui.Prefix, h)
+}
+
+// consoleSupport answers whether a server's driver offers a serial console:
+// the check console.DriverOpener makes before opening one (bmc.Console), so
+// the console page and the WebSocket agree.
+type consoleSupport func(ctx context.Context, server string) (bmc.Driver, error)
+
+func (c consoleSupport) ConsoleSupported(ctx context.Context, server string) error {
+	d, err := c(ctx, server)
+	if err != nil {
+		return err
+	}
+	if _, ok := d.(bmc.Console); !ok {
+		return fmt.Errorf("console: server %s: %w", server, bmc.ErrUnsupported)
+	}
+	return nil
 }
 
 // bmcInfo reads a server's BMC read model through its driver.
@@ -106,14 +127,37 @@ func sortImages(s []ui.ImageStatus) {
 type uiInventory struct {
 	src  *reconciler.Source
 	ctrl *reconciler.Controller
+	// repoDir is the Source's bare clone, read for commit subjects and times.
+	repoDir string
+}
+
+// describe fills rev's Message (the subject line) and At (committer time)
+// from the controller's clone; a commit it cannot read leaves them empty
+// (the page shows "—").
+func (u uiInventory) describe(rev *ui.Revision) {
+	if rev.Commit == "" {
+		return
+	}
+	repo, err := git.PlainOpen(u.repoDir)
+	if err != nil {
+		return
+	}
+	c, err := repo.CommitObject(plumbing.NewHash(rev.Commit))
+	if err != nil {
+		return
+	}
+	rev.Message, _, _ = strings.Cut(strings.TrimSpace(c.Message), "\n")
+	rev.At = c.Committer.When
 }
 
 func (u uiInventory) InventoryStatus(context.Context) (ui.InventoryStatus, error) {
 	good, invalid := u.src.Latest()
 	out := ui.InventoryStatus{Acting: ui.Revision{Commit: good.Commit, Digest: good.Digest}}
+	u.describe(&out.Acting)
 	out.Newest = out.Acting
 	if invalid != nil {
 		out.Newest = ui.Revision{Commit: invalid.Commit}
+		u.describe(&out.Newest)
 		for _, e := range invalid.Errors {
 			out.Errors = append(out.Errors, ui.ValidationError{File: e.File, Line: e.Line, Column: e.Col, Path: e.Path, Message: e.Msg})
 		}

@@ -346,7 +346,7 @@ func (u *UI) handleServer(w http.ResponseWriter, r *http.Request) {
 		u.storeFail(w, r, err)
 		return
 	}
-	v := serverView{Server: srv, HasConsole: u.cfg.Console != nil}
+	v := serverView{Server: srv, HasConsole: u.consoleSupported(r.Context(), name)}
 	for _, l := range state.NextLifecycles(srv.Lifecycle) {
 		v.Next = append(v.Next, string(l))
 	}
@@ -622,6 +622,9 @@ func (u *UI) handleApprove(w http.ResponseWriter, r *http.Request) {
 type consoleView struct {
 	Server    string
 	Available bool
+	// Unsupported is set when Config.ConsoleSupport said the server's BMC
+	// has no serial console.
+	Unsupported bool
 }
 
 func (consoleView) title() (string, string, string) { return "Console", "fleet", "console.mjs" }
@@ -632,7 +635,29 @@ func (u *UI) handleConsolePage(w http.ResponseWriter, r *http.Request) {
 		u.storeFail(w, r, err)
 		return
 	}
-	u.render(w, r, "console", http.StatusOK, consoleView{Server: name, Available: u.cfg.Console != nil})
+	v := consoleView{Server: name, Available: u.consoleSupported(r.Context(), name)}
+	v.Unsupported = u.cfg.Console != nil && !v.Available
+	u.render(w, r, "console", http.StatusOK, v)
+}
+
+// consoleSupported reports whether the console page of server can open a
+// terminal: a console handler is configured and Config.ConsoleSupport (if
+// set) did not answer bmc.ErrUnsupported. Other errors from the check are
+// logged and answer true (the WebSocket then reports what happens).
+func (u *UI) consoleSupported(ctx context.Context, server string) bool {
+	if u.cfg.Console == nil {
+		return false
+	}
+	if u.cfg.ConsoleSupport == nil {
+		return true
+	}
+	ctx, cancel := context.WithTimeout(ctx, u.cfg.BMCTimeout)
+	defer cancel()
+	err := u.cfg.ConsoleSupport.ConsoleSupported(ctx, server)
+	if err != nil && !errors.Is(err, bmc.ErrUnsupported) {
+		u.log.Warn("console support check failed", "server", server, "err", err)
+	}
+	return !errors.Is(err, bmc.ErrUnsupported)
 }
 
 // Console subprotocols: the page offers both; the UI selects the one that

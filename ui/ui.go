@@ -38,6 +38,18 @@ type BMCInfoSource interface {
 	BMCInfo(ctx context.Context, server string) (*bmc.Info, error)
 }
 
+// ConsoleSource says whether a server's BMC offers a serial console, so the
+// console page can say "not supported by this BMC" instead of opening a
+// WebSocket the console handler refuses (a browser sees only an abnormal
+// close, code 1006, with no status or reason). The UI passes a context
+// bounded by Config.BMCTimeout.
+type ConsoleSource interface {
+	// ConsoleSupported returns nil when server's BMC driver offers a serial
+	// console (bmc.Console), an error wrapping bmc.ErrUnsupported when it
+	// does not, and other errors when it cannot tell (the page then tries).
+	ConsoleSupported(ctx context.Context, server string) error
+}
+
 // ImageStatus is one image's state as the images page shows it; it mirrors
 // images.Status plus the image's name.
 type ImageStatus struct {
@@ -148,6 +160,9 @@ type Config struct {
 	// Its Config.Authenticate must accept UI sessions: wrap the bearer check
 	// with ConsoleAuthenticate. nil: the console page says unavailable.
 	Console http.Handler
+	// ConsoleSupport tells the console page whether the server's BMC has a
+	// serial console; nil: the page always opens the WebSocket.
+	ConsoleSupport ConsoleSource
 	// BMC feeds the server page's BMC section; nil: "not available".
 	BMC BMCInfoSource
 	// BMCTimeout bounds one BMCInfo call; zero means 5s.

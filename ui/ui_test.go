@@ -3,6 +3,7 @@ package ui_test
 import (
 	"context"
 	"crypto/tls"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -18,6 +19,7 @@ import (
 	"github.com/coder/websocket"
 	"golang.org/x/net/html"
 
+	"github.com/machina-metal/machina/bmc"
 	"github.com/machina-metal/machina/state"
 	"github.com/machina-metal/machina/ui"
 	"github.com/machina-metal/machina/ui/uitest"
@@ -566,5 +568,54 @@ func TestMinimalConfig(t *testing.T) {
 	}
 	if resp, _ := get(t, c, srv.URL+"/ui/servers/r1-n01/console/ws"); resp.StatusCode != http.StatusNotImplemented {
 		t.Errorf("console ws without a handler = %d, want 501", resp.StatusCode)
+	}
+}
+
+// consoleProbe is a ui.ConsoleSource: r2-n02's BMC has no serial console
+// (as the uitest opener answers), r3-n01's cannot be asked.
+type consoleProbe struct{}
+
+func (consoleProbe) ConsoleSupported(_ context.Context, server string) error {
+	switch server {
+	case "r2-n02":
+		return fmt.Errorf("probe %s: %w", server, bmc.ErrUnsupported)
+	case "r3-n01":
+		return fmt.Errorf("probe %s: %w", server, bmc.ErrUnreachable)
+	}
+	return nil
+}
+
+// TestConsoleUnsupportedPage: with Config.ConsoleSupport, a server whose
+// BMC has no serial console gets a console page saying "not supported by
+// this BMC" without a terminal (no WebSocket the handler would refuse with
+// a status the browser never shows) and a server page without the console
+// button; a BMC that cannot be asked, and one with a console, get the
+// terminal.
+func TestConsoleUnsupportedPage(t *testing.T) {
+	l := newLab(t, uitest.Options{})
+	h, err := ui.New(ui.Config{Store: l.Store, API: l.API.Handler(), Console: l.Console, ConsoleSupport: consoleProbe{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	c := client(t)
+	if resp := postForm(t, c, srv.URL+"/ui/login", url.Values{"token": {l.Token()}}, srv.URL); resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("login = %d", resp.StatusCode)
+	}
+	for name, supported := range map[string]bool{"r1-n01": true, "r2-n02": false, "r3-n01": true} {
+		resp, body := get(t, c, srv.URL+"/ui/servers/"+name+"/console")
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("console page %s = %d", name, resp.StatusCode)
+		}
+		hasTerm := strings.Contains(body, `id="terminal"`)
+		says := strings.Contains(body, `id="console-unsupported"`) && strings.Contains(body, "not supported by this BMC")
+		if hasTerm != supported || says == supported {
+			t.Errorf("console page %s: terminal %v, says unsupported %v; want terminal %v", name, hasTerm, says, supported)
+		}
+		_, body = get(t, c, srv.URL+"/ui/servers/"+name)
+		if btn := strings.Contains(body, `id="open-console"`); btn != supported {
+			t.Errorf("server page %s: console button %v, want %v", name, btn, supported)
+		}
 	}
 }

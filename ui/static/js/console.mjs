@@ -15,7 +15,9 @@ if (box) {
   ws.binaryType = "arraybuffer";
   const enc = new TextEncoder();
   const set = (s, text) => { badge.dataset.state = s; badge.textContent = text || s; };
+  let opened = false;
   ws.addEventListener("open", () => {
+    opened = true;
     const writer = ws.protocol === "machina.console.writer";
     set(writer ? "writer" : "reader", writer ? "writer" : "read-only: another session is typing");
     term.options.disableStdin = !writer;
@@ -23,6 +25,9 @@ if (box) {
     term.focus();
   });
   ws.addEventListener("message", (m) => term.write(new Uint8Array(m.data)));
-  ws.addEventListener("close", (c) => set("closed", "closed" + (c.reason ? ": " + c.reason : "")));
+  // A refused handshake (no console on this BMC, BMC unreachable) reaches
+  // the page only as an abnormal close without a status: say so.
+  ws.addEventListener("close", (c) => set("closed", opened ? "closed" + (c.reason ? ": " + c.reason : "")
+    : "closed: the console could not be opened (the BMC refused or is unreachable; see the controller's log)"));
   window.machinaTerminal = term; // for tests and the browser console
 }

@@ -1,0 +1,269 @@
+package sim_test
+
+import (
+	"fmt"
+	"net/url"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/machina-metal/machina/inventory"
+	"github.com/machina-metal/machina/lab/sim"
+	"github.com/machina-metal/machina/state"
+	"github.com/machina-metal/machina/ui/uitest"
+)
+
+// TestBrowserAgainstController drives the web console in headless Chromium
+// against the real controller (controller.Run, the code `machina sim`
+// runs) on the simulated lab with a 1 s firmware boot delay: log in at
+// /ui/ with a fresh admin token, watch a recommissioned server go ready →
+// commissioning → ready on the fleet page through the event stream without
+// a reload, open its server page (hardware facts from the commissioning
+// report, the Redfish BMC's read model), see every image of the inventory
+// verified on the images page and every joined host on the hosts page,
+// hold a revision retiring 6 of 12
+// servers and approve it through the inventory page's approve button and
+// confirmation (the six then retire), open a serial console page (the
+// simulated Redfish BMCs have no serial console: the page must say so),
+// and check that every request stayed on the controller and that no CSP
+// violation happened (with an injected inline script as the control).
+func TestBrowserAgainstController(t *testing.T) {
+	ctx := uitest.Browser(t)
+	r := startRig(t, rigOptions{lab: sim.Config{BootDelay: time.Second}})
+	snap := r.steady()
+	tok, _, err := r.run.Store.CreateAdminToken(fmt.Sprintf("ui-e2e-%d", time.Now().UnixNano()), "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := &uitest.Recorder{}
+	rec.Listen(t, ctx)
+	dir := uitest.ScreenshotDir(t)
+	base := r.run.URL
+
+	// Log in through the real login form; the fleet page goes live.
+	uitest.Do(t, ctx, "login",
+		chromedp.Navigate(base+"/ui/"),
+		chromedp.WaitVisible(chromedp.CSS("#token")),
+		chromedp.SendKeys(chromedp.CSS("#token"), tok),
+		chromedp.Click(chromedp.CSS("#login")),
+		chromedp.WaitVisible(chromedp.CSS(`#live[data-state="live"]`)),
+		uitest.Poll(`document.querySelectorAll("tr[data-name]").length === 12`),
+	)
+	if got := uitest.Eval[string](t, ctx, `document.cookie`); got != "" {
+		t.Errorf("document.cookie = %q: the session cookie must be HttpOnly", got)
+	}
+
+	// Recommission a ready server and watch its row change without a reload.
+	const name = "r3-n02"
+	if snap.Servers[name].Lifecycle != state.LifecycleReady {
+		t.Fatalf("%s is %s, want ready", name, snap.Servers[name].Lifecycle)
+	}
+	uitest.Eval[bool](t, ctx, `window.__marker = "same page"; window.__seen = [];
+	  { const cell = document.querySelector('#srv-`+name+` [data-field="lifecycle"]');
+	    new MutationObserver(() => window.__seen.push(cell.textContent)).observe(cell, {childList: true, characterData: true, subtree: true}); }
+	  true`)
+	r.commit("recommission "+name, func(dir string) { r.setActions(dir, name, inventory.Actions{Commission: 1}) })
+	uitest.Do(t, ctx, "watch "+name+" commission",
+		uitest.Poll(`window.__seen.includes("commissioning")`),
+		uitest.Poll(`window.__seen.indexOf("ready") > window.__seen.indexOf("commissioning")`),
+	)
+	if m := uitest.Eval[string](t, ctx, `window.__marker || ""`); m != "same page" {
+		t.Fatal("the fleet page reloaded to show the change")
+	}
+	seen := uitest.Eval[[]string](t, ctx, `window.__seen`)
+	t.Logf("%s lifecycle cell showed %q", name, seen)
+	if srv, _ := r.run.Store.Server(name); srv.Lifecycle != state.LifecycleReady {
+		t.Errorf("the page shows ready but the store has %s", srv.Lifecycle)
+	}
+	uitest.Shot(t, ctx, dir, "sim-fleet")
+
+	// Server page: hardware facts from the commissioning report, BMC read model.
+	srv, err := r.run.Store.Server(name)
+	if err != nil || srv.Hardware == nil {
+		t.Fatalf("%s has no hardware facts: %v", name, err)
+	}
+	uitest.Do(t, ctx, "open the server page",
+		chromedp.Click(chromedp.CSS(`a[href="/ui/servers/`+name+`"]`)),
+		chromedp.WaitVisible(chromedp.CSS("#bmc")),
+	)
+	body := uitest.Eval[string](t, ctx, `document.body.innerText`)
+	wants := []string{srv.Hardware.Serial, fmt.Sprint(srv.Hardware.Cores), "ready → commissioning", "commissioning → ready"}
+	for _, d := range srv.Hardware.Disks {
+		wants = append(wants, d.Name)
+	}
+	for _, n := range srv.Hardware.NICs {
+		wants = append(wants, n.MAC)
+	}
+	for _, want := range wants {
+		if !strings.Contains(body, want) {
+			t.Errorf("server page lacks %q", want)
+		}
+	}
+	if strings.Contains(body, "Not commissioned yet") {
+		t.Error("server page says not commissioned")
+	}
+	if n := uitest.Eval[int](t, ctx, `document.querySelectorAll("#bmc dl").length`); n != 1 {
+		t.Errorf("server page shows no BMC read model:\n%s", uitest.Eval[string](t, ctx, `document.getElementById("bmc").innerText`))
+	}
+	if n := uitest.Eval[int](t, ctx, `document.querySelectorAll("#open-console").length`); n != 0 {
+		t.Error("server page offers a serial console its Redfish BMC does not have")
+	}
+	uitest.Shot(t, ctx, dir, "sim-server")
+
+	// Images page: every image of the acting inventory, verified by the
+	// controller's image store, at 100%.
+	inv := r.run.Reconciler.Desired()
+	uitest.Do(t, ctx, "images page", chromedp.Navigate(base+"/ui/images"), chromedp.WaitVisible(chromedp.CSS("#images")))
+	if n := uitest.Eval[int](t, ctx, `document.querySelectorAll("tr[data-image]").length`); n != len(inv.Images) || n == 0 {
+		t.Errorf("images page lists %d images, the inventory has %d", n, len(inv.Images))
+	}
+	for _, im := range inv.Images {
+		sel := `tr[data-image="` + im.Name + `"]`
+		if st := uitest.Eval[string](t, ctx, `(document.querySelector('`+sel+` [data-field="state"] .st') || {}).textContent || ""`); st != "verified" {
+			t.Errorf("images page: %s is %q, want verified", im.Name, st)
+		}
+		if v := uitest.Eval[float64](t, ctx, `(document.querySelector('`+sel+` progress') || {}).value || 0`); v != 100 {
+			t.Errorf("images page: %s progress %v, want 100", im.Name, v)
+		}
+	}
+
+	// Hosts page: the deployed machines joined as hosts; each has a row.
+	r.waitFor("deployed machines joined", time.Minute, func(s state.Snapshot) bool {
+		for n, srv := range s.Servers {
+			if srv.Lifecycle == state.LifecycleDeployed && !r.lab.Machine(n).Joined() {
+				return false
+			}
+		}
+		return true
+	})
+	hosts, err := r.run.Store.Hosts()
+	if err != nil || len(hosts) == 0 {
+		t.Fatalf("no joined hosts: %v", err)
+	}
+	uitest.Do(t, ctx, "hosts page", chromedp.Navigate(base+"/ui/hosts"), chromedp.WaitVisible(chromedp.CSS(`tr[data-host]`)))
+	rows := uitest.Eval[[]string](t, ctx, `[...document.querySelectorAll("tr[data-host]")].map(r => r.dataset.host)`)
+	for _, h := range hosts {
+		if !slices.Contains(rows, h.Name) {
+			t.Errorf("hosts page lacks joined host %s (rows %q)", h.Name, rows)
+		}
+	}
+	uitest.Shot(t, ctx, dir, "sim-hosts")
+
+	// The safety brake: retiring 6 of 12 is held; approve it in the browser.
+	snap, err = r.run.Store.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var victims []string
+	for _, n := range []string{"r1-n01", "r1-n02", "r1-n03", "r1-n04", "r1-n05", "r2-n01", "r2-n02", "r2-n03", "r2-n04", "r3-n01", "r3-n02"} {
+		if snap.Servers[n].Lifecycle == state.LifecycleReady && len(victims) < 6 {
+			victims = append(victims, n)
+		}
+	}
+	if len(victims) != 6 {
+		t.Fatalf("only %d ready servers", len(victims))
+	}
+	r.commit("retire half the fleet", func(dir string) {
+		for _, v := range victims {
+			r.setServer(dir, v, "want", "retired")
+		}
+	})
+	r.waitFor("retirements held", time.Minute, func(state.Snapshot) bool { return len(r.run.Reconciler.LastPlan().Held) == 6 })
+	digest := r.run.Reconciler.Desired().Digest
+	uitest.Do(t, ctx, "open the held plan",
+		chromedp.Navigate(base+"/ui/inventory"),
+		chromedp.WaitVisible(chromedp.CSS("#held")),
+	)
+	if n := uitest.Eval[int](t, ctx, `document.querySelectorAll("#held tbody tr").length`); n != 6 {
+		t.Errorf("inventory page lists %d held steps, want 6", n)
+	}
+	if b := uitest.Eval[string](t, ctx, `document.body.innerText`); !strings.Contains(b, "retire 6 of 12") {
+		t.Errorf("inventory page does not show the brake's reason")
+	}
+	if a := uitest.Eval[string](t, ctx, `document.getElementById("acting").innerText`); !strings.Contains(a, "retire half the fleet") || strings.Contains(a, "—") {
+		t.Errorf("acting revision lacks its commit subject or time:\n%s", a)
+	}
+	uitest.Shot(t, ctx, dir, "sim-inventory")
+	uitest.Do(t, ctx, "approve button",
+		chromedp.Click(chromedp.CSS("#approve")),
+		chromedp.WaitVisible(chromedp.CSS("#will-happen")),
+	)
+	shown := uitest.Eval[string](t, ctx, `[...document.querySelectorAll("#will-happen tbody tr")].map(r => r.cells[0].textContent + " " + r.cells[1].textContent).join(",")`)
+	for _, v := range victims {
+		if !strings.Contains(shown, v+" retire") {
+			t.Errorf("confirmation page lacks %s retire: %q", v, shown)
+		}
+	}
+	uitest.Do(t, ctx, "submit unconfirmed", chromedp.Click(chromedp.CSS("#do-approve")))
+	if ok, err := r.run.Store.Approved(digest); ok || err != nil {
+		t.Fatalf("approved (%v, %v) before the confirmation was ticked", ok, err)
+	}
+	uitest.Do(t, ctx, "confirm",
+		chromedp.Click(chromedp.CSS("#confirm")),
+		chromedp.Click(chromedp.CSS("#do-approve")),
+		chromedp.WaitVisible(chromedp.CSS("#approved-flash")),
+	)
+	if ok, err := r.run.Store.Approved(digest); !ok || err != nil {
+		t.Fatalf("Store.Approved = %v, %v after the browser approved", ok, err)
+	}
+	r.waitFor("6 retired", time.Minute, func(s state.Snapshot) bool { return count(s, state.LifecycleRetired) == 6 })
+	evs, err := r.run.Store.Events(state.EventQuery{Limit: state.MaxPageSize})
+	if err != nil {
+		t.Fatal(err)
+	}
+	approvedBy := ""
+	for _, e := range evs {
+		if e.Kind == state.EventApproval {
+			approvedBy = e.Actor
+		}
+	}
+	if !strings.HasPrefix(approvedBy, "ui-e2e-") {
+		t.Errorf("approval event actor = %q, want the browser session's token name", approvedBy)
+	}
+	uitest.Shot(t, ctx, dir, "sim-approved")
+
+	// Serial console: the simulated Redfish BMCs offer none; the page says so.
+	uitest.Do(t, ctx, "console page",
+		chromedp.Navigate(base+"/ui/servers/r3-n01/console"),
+		chromedp.WaitVisible(chromedp.CSS("#console-unsupported")),
+	)
+	if b := uitest.Eval[string](t, ctx, `document.getElementById("console-unsupported").textContent`); !strings.Contains(b, "not supported by this BMC") {
+		t.Errorf("console page says %q", b)
+	}
+	if n := uitest.Eval[int](t, ctx, `document.querySelectorAll("#terminal").length`); n != 0 {
+		t.Error("console page opened a terminal for a BMC without a serial console")
+	}
+	uitest.Shot(t, ctx, dir, "sim-console")
+
+	// Nothing left the host, no page error, no CSP violation.
+	urls, exc := rec.Snapshot()
+	if len(urls) < 20 {
+		t.Errorf("recorded only %d requests; the recorder is not working", len(urls))
+	}
+	bu, _ := url.Parse(base)
+	for _, raw := range urls {
+		u, err := url.Parse(raw)
+		if err != nil || (u.Scheme != "data" && u.Host != bu.Host) {
+			t.Errorf("request left the controller: %s", raw)
+		}
+	}
+	if len(exc) > 0 {
+		t.Errorf("page errors: %q", exc)
+	}
+	if v := uitest.Eval[[]string](t, ctx, `window.__csp`); len(v) > 0 {
+		t.Errorf("CSP violations: %q", v)
+	}
+	// Control: an inline script is blocked and reported, so zero means something.
+	uitest.Eval[bool](t, ctx, `const s = document.createElement("script"); s.textContent = "window.__ran = 1"; document.body.appendChild(s); true`)
+	uitest.Do(t, ctx, "inline script blocked", uitest.Poll(`window.__csp.length === 1`))
+	if ran := uitest.Eval[bool](t, ctx, `window.__ran === 1`); ran {
+		t.Error("an inline script ran")
+	}
+	if !slices.ContainsFunc(urls, func(s string) bool { return strings.Contains(s, "/ui/api/v1/events/stream") }) {
+		t.Error("the fleet page never opened the event stream")
+	}
+	t.Logf("%d requests, all to %s; screenshots in %s", len(urls), base, dir)
+}
