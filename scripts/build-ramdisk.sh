@@ -25,33 +25,15 @@ MODULES="virtio_pci virtio_net virtio_blk virtio_scsi virtio_rng
   e1000 e1000e igb ixgbe i40e ice bnxt_en mlx5_core tg3
   nvme ahci ata_piix sd_mod megaraid_sas mpt3sas ${EXTRA_MODULES:-}"
 
-for tool in apt-get apt-cache dpkg-deb depmod modprobe cpio gzip sha256sum; do
+for tool in modprobe cpio gzip sha256sum; do
 	command -v "$tool" >/dev/null 2>&1 || { echo "build-ramdisk: $tool not found" >&2; exit 1; }
 done
 
-resolve() { apt-cache depends linux-image-amd64 2>/dev/null | awk '/Depends: linux-image-/{print $2; exit}'; }
-PKG=${KERNEL_PKG:-$(resolve)}
-if [ -z "$PKG" ] && [ "$(id -u)" = 0 ]; then
-	# fresh machines (CI containers) have empty apt lists
-	apt-get update -qq >/dev/null
-	PKG=$(resolve)
-fi
-case $PKG in linux-image-[0-9]*) ;; *) echo "build-ramdisk: cannot resolve kernel package (got '$PKG')" >&2; exit 1 ;; esac
-KVER=${PKG#linux-image-}
-
-DEB=$(ls "$CACHE"/"$PKG"_*.deb 2>/dev/null | head -n1 || true)
-if [ -z "$DEB" ]; then
-	(cd "$CACHE" && apt-get download "$PKG" >/dev/null)
-	DEB=$(ls "$CACHE"/"$PKG"_*.deb | head -n1)
-fi
-DEBVER=$(dpkg-deb -f "$DEB" Version)
-ROOT=$CACHE/root-$DEBVER
-if [ ! -f "$ROOT/.done" ]; then
-	rm -rf "$ROOT"
-	dpkg-deb -x "$DEB" "$ROOT"
-	depmod -b "$ROOT" "$KVER"   # the .deb ships no modules.dep (postinst runs depmod)
-	touch "$ROOT/.done"
-fi
+# The kernel package, extracted into the cache (scripts/fetch-kernel.sh).
+ROOT=$(CACHE="$CACHE" sh "$REPO/scripts/fetch-kernel.sh")
+DEBVER=${ROOT##*/root-}
+KVER=$(ls "$ROOT/lib/modules" | head -n1)
+PKG=linux-image-$KVER
 
 SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct 2>/dev/null || echo 0)}
 VERSION=$(git describe --always --dirty 2>/dev/null || echo dev)

@@ -8,7 +8,7 @@
 set -eu
 cd "$(dirname "$0")/.."
 REPO=$(pwd)
-for c in "$REPO"/out/ramdisk/cache/root-*/.done "${CACHE:-$REPO/out/kernel}"/root-*/.done; do
+for c in "${CACHE:-$REPO/out/kernel}"/root-*/.done "$REPO"/out/ramdisk/cache/root-*/.done; do
 	if [ -f "$c" ]; then dirname "$c"; exit 0; fi
 done
 CACHE=${CACHE:-$REPO/out/kernel}
