@@ -151,8 +151,8 @@ func TestRegisterRefusesInvalidResult(t *testing.T) {
 func TestAppendEntries(t *testing.T) {
 	e := Entry{Name: "n1", Zone: "z", Tags: []string{"a", "b"}, BootMAC: "52:54:00:00:00:01", BMC: inventory.BMC{Driver: "redfish", Address: "https://10.0.0.1", Credentials: "c"}}
 	for in, want := range map[string]string{
-		"":                        "servers:\n  - name: \"n1\"\n",
-		"servers: []\n":           "servers:\n  - name: \"n1\"\n",
+		"":                         "servers:\n  - name: \"n1\"\n",
+		"servers: []\n":            "servers:\n  - name: \"n1\"\n",
 		"# c\nservers:\n- name: x": "# c\nservers:\n- name: x\n- name: \"n1\"\n",
 		"servers:\n    - name: x\n      zone: y\n": "servers:\n    - name: x\n      zone: y\n    - name: \"n1\"\n      zone: \"z\"\n",
 	} {
