@@ -185,3 +185,17 @@ func FuzzParseRows(f *testing.F) {
 		}
 	})
 }
+
+func TestDiff(t *testing.T) {
+	for _, tc := range []struct{ old, new, want string }{
+		{"a\nb\n", "a\nb\n", ""},
+		{"a\nb\n", "a\nb\nc\nd\n", "--- a/f\n+++ b/f\n@@ -2,0 +3,2 @@\n+c\n+d\n"},
+		{"servers: []\n", "servers:\n  - x\n", "--- a/f\n+++ b/f\n@@ -1,1 +1,2 @@\n-servers: []\n+servers:\n+  - x\n"},
+		{"", "a\n", "--- a/f\n+++ b/f\n@@ -0,0 +1,1 @@\n+a\n"},
+		{"a", "a\nb\n", "--- a/f\n+++ b/f\n@@ -1,1 +1,2 @@\n-a\n\\ No newline at end of file\n+a\n+b\n"},
+	} {
+		if got := Diff("f", []byte(tc.old), []byte(tc.new)); got != tc.want {
+			t.Errorf("Diff(%q, %q):\n%s\nwant\n%s", tc.old, tc.new, got, tc.want)
+		}
+	}
+}

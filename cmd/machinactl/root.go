@@ -55,6 +55,8 @@ func newRoot(e *env) *cobra.Command {
 		newStatusCmd(e),
 		newProvisionCmd(e),
 		newApproveCmd(e),
+		newScanCmd(e),
+		newImportCmd(e),
 	)
 	return root
 }
