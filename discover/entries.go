@@ -52,16 +52,7 @@ func (e Entry) render(b *bytes.Buffer, indent string) {
 	if e.BootMode != "" {
 		fmt.Fprintf(b, "%sbootMode: %s\n", in, yq(e.BootMode))
 	}
-	fmt.Fprintf(b, "%sbmc:\n", in)
-	fmt.Fprintf(b, "%s  driver: %s\n", in, yq(string(e.BMC.Driver)))
-	fmt.Fprintf(b, "%s  address: %s\n", in, yq(e.BMC.Address))
-	fmt.Fprintf(b, "%s  credentials: %s\n", in, yq(e.BMC.Credentials))
-	if e.BMC.SystemID != "" {
-		fmt.Fprintf(b, "%s  systemID: %s\n", in, yq(e.BMC.SystemID))
-	}
-	if e.BMC.InsecureTLS {
-		fmt.Fprintf(b, "%s  insecureTLS: true\n", in)
-	}
+	e.renderBMC(b, in)
 }
 
 var (

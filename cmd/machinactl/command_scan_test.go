@@ -212,3 +212,34 @@ func TestImportVerb(t *testing.T) {
 		t.Errorf("missing file: %d", code)
 	}
 }
+
+func TestServerBMCSetVerb(t *testing.T) {
+	repo := exampleClone(t)
+	args := []string{"server", "bmc-set", "r1-n04", "--driver", "redfish", "--address", "https://10.10.9.14", "--credentials", "bmc-new", "--repo", repo}
+	code, out, errs := runScanCtl(t, append(args, "--dry-run")...)
+	if code != 0 || !strings.Contains(out, `+      address: "https://10.10.9.14"`) || !strings.Contains(out, "-      address: 10.10.1.14:623") {
+		t.Fatalf("dry-run: %d\n%s\n%s", code, out, errs)
+	}
+	code, out, errs = runScanCtl(t, args...)
+	if code != 0 || !strings.Contains(out, "committed") {
+		t.Fatalf("bmc-set: %d\n%s\n%s", code, out, errs)
+	}
+	_, inv, err := discover.ReadInventory(repo, "main")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := inv.Server("r1-n04"); s == nil || s.BMC.Address != "https://10.10.9.14" || s.BMC.Driver != "redfish" || s.BMC.Credentials != "bmc-new" {
+		t.Fatalf("r1-n04: %+v", s)
+	}
+	// Another server's address: the result is invalid, nothing committed.
+	r, _ := git.PlainOpen(repo)
+	h0, _ := r.Head()
+	code, _, errs = runScanCtl(t, "server", "bmc-set", "r1-n05", "--driver", "redfish", "--address", "https://10.10.9.14", "--credentials", "bmc-new", "--repo", repo)
+	h1, _ := r.Head()
+	if code != 1 || h1.Hash() != h0.Hash() {
+		t.Errorf("duplicate address: exit %d, %s", code, errs)
+	}
+	if code, _, _ := runScanCtl(t, "server", "bmc-set", "nope", "--driver", "redfish", "--address", "https://10.10.9.99", "--credentials", "x", "--repo", repo); code != 1 {
+		t.Errorf("unknown server: exit %d", code)
+	}
+}

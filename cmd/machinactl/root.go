@@ -57,6 +57,7 @@ func newRoot(e *env) *cobra.Command {
 		newApproveCmd(e),
 		newScanCmd(e),
 		newImportCmd(e),
+		newServerCmd(e),
 	)
 	return root
 }
