@@ -306,3 +306,25 @@ func TestScanConfigRefusals(t *testing.T) {
 		}
 	}
 }
+
+func TestScanCancelled(t *testing.T) {
+	hang := hangListener(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	var rep *Report
+	var err error
+	go func() {
+		defer close(done)
+		rep, err = Scan(ctx, Config{Targets: []string{hang, hang, hang}, AllowLoopback: true, Credentials: creds, Timeout: time.Hour, Concurrency: 1})
+	}()
+	cancel()
+	<-done
+	if !errors.Is(err, context.Canceled) || rep == nil {
+		t.Fatalf("rep %+v err %v", rep, err)
+	}
+	for _, r := range rep.Results {
+		if r.Status == StatusAuthenticated {
+			t.Errorf("result after cancel: %+v", r)
+		}
+	}
+}
