@@ -80,6 +80,22 @@ func TestScanRoute(t *testing.T) {
 	if sim.Locked() {
 		t.Error("locked")
 	}
+	evs, err := st.Events(state.EventQuery{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	audited := false
+	for _, e := range evs {
+		if e.Kind == "scan" && e.Actor == "ops" && strings.Contains(e.Message, "1 authenticated") {
+			audited = true
+		}
+		if strings.Contains(e.Message, "s3cret") {
+			t.Error("password in an event")
+		}
+	}
+	if !audited {
+		t.Errorf("no scan event: %+v", evs)
+	}
 	// Unknown credential: 404 before any probe.
 	err = c.Scan(context.Background(), v1.ScanRequest{CIDR: "10.0.0.0/30", Credentials: []string{"nope"}}, &rep)
 	if !v1.IsCode(err, "not_found") {
