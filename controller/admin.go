@@ -10,6 +10,7 @@ import (
 
 	"github.com/machina-metal/machina/api"
 	v1 "github.com/machina-metal/machina/api/v1"
+	"github.com/machina-metal/machina/discover"
 	"github.com/machina-metal/machina/reconciler"
 	"github.com/machina-metal/machina/state"
 )
@@ -22,6 +23,7 @@ import (
 //	GET  /api/v1/inventory   the acting and the newest invalid revision
 //	POST /api/v1/approve     approve the held plan of a revision
 //	POST /api/v1/provision   allocate and deploy N servers of a profile
+//	POST /api/v1/scan        scan a BMC subnet (mountDiscovery)
 func mountAdmin(srv *api.Server, st *state.Store, ctrl *reconciler.Controller, src *reconciler.Source) error {
 	routes := map[string]http.HandlerFunc{
 		"POST /api/v1/reconcile": func(w http.ResponseWriter, r *http.Request) {
@@ -69,7 +71,7 @@ func mountAdmin(srv *api.Server, st *state.Store, ctrl *reconciler.Controller, s
 			return err
 		}
 	}
-	return nil
+	return mountDiscovery(srv, st, discover.Scan)
 }
 
 // decode reads a small strict JSON body into v, answering 400 on failure.

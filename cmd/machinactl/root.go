@@ -55,6 +55,9 @@ func newRoot(e *env) *cobra.Command {
 		newStatusCmd(e),
 		newProvisionCmd(e),
 		newApproveCmd(e),
+		newScanCmd(e),
+		newImportCmd(e),
+		newServerCmd(e),
 	)
 	return root
 }
