@@ -167,7 +167,10 @@ func (h *ctlHarness) push(msg string, edit func()) {
 		}
 		// go-git's push returns an unwrapped fmt.Errorf("non-fast-forward
 		// update: %s") (remote.go), so the message is all there is to match.
-		if !strings.HasPrefix(err.Error(), "non-fast-forward update") || attempt == 20 {
+		// A push racing the controller's status push on the same file
+		// remote can also lose the ref lock ("failed to update ref").
+		retry := strings.HasPrefix(err.Error(), "non-fast-forward update") || strings.Contains(err.Error(), "failed to update ref")
+		if !retry || attempt == 20 {
 			h.t.Fatalf("push: %v", err)
 		}
 		commit, err := repo.CommitObject(c)
