@@ -330,6 +330,7 @@ func (c *Controller) unreserve(step Step, obs state.Server) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	delete(c.busy, step.Server)
+	delete(c.inflight, step.Server) // or the next pass plans as if this step ran
 	c.running--
 	if step.Action != ActRegister {
 		c.bmcUse[obs.BMC.Address]--
