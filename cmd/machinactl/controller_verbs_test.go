@@ -8,14 +8,13 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/go-git/go-git/v5"
-	"github.com/go-git/go-git/v5/plumbing/object"
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/machina-metal/machina/boot"
@@ -130,58 +129,47 @@ func (h *ctlHarness) ctl(args ...string) (code int, stdout, stderr string) {
 // pull brings the operator's clone up to date with the controller's status commits.
 func (h *ctlHarness) pull() {
 	h.t.Helper()
-	repo, err := git.PlainOpen(h.lab.Clone)
-	if err != nil {
-		h.t.Fatal(err)
+	// The clone holds nothing unpushed here: fetch and move to the
+	// remote's tip (what a pull does), with the git CLI as an operator has.
+	var out []byte
+	var err error
+	for attempt := 0; attempt < 20; attempt++ {
+		if out, err = h.git("fetch", "-q", "origin"); err == nil {
+			if out, err = h.git("reset", "-q", "--hard", "origin/main"); err == nil {
+				return
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
-	wt, _ := repo.Worktree()
-	if err := wt.Pull(&git.PullOptions{RemoteName: "origin"}); err != nil && err != git.NoErrAlreadyUpToDate {
-		h.t.Fatalf("pull: %v", err)
-	}
+	h.t.Fatalf("pull: %v\n%s", err, out)
 }
 
-// push pulls, applies edit to the clone, commits and pushes; when a
-// status commit of the controller lands in between (non-fast-forward), the
-// commit is undone and the whole step retried on the new tip.
+// git runs the git CLI in the operator's clone.
+func (h *ctlHarness) git(args ...string) ([]byte, error) {
+	cmd := exec.Command("git", append([]string{"-C", h.lab.Clone, "-c", "user.name=op", "-c", "user.email=op@sim.invalid"}, args...)...)
+	return cmd.CombinedOutput()
+}
+
+// push pulls, applies edit to the clone, commits and pushes; when the
+// controller's status push lands in between, the whole step is retried on
+// the new tip.
 func (h *ctlHarness) push(msg string, edit func()) {
 	h.t.Helper()
-	repo, err := git.PlainOpen(h.lab.Clone)
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	wt, _ := repo.Worktree()
-	for attempt := 0; ; attempt++ {
+	var out []byte
+	var err error
+	for attempt := 0; attempt < 20; attempt++ {
 		h.pull()
 		edit()
-		if err := wt.AddGlob("."); err != nil {
-			h.t.Fatal(err)
+		if out, err = h.git("commit", "-qam", msg); err != nil {
+			h.t.Fatalf("commit: %v\n%s", err, out)
 		}
-		sig := &object.Signature{Name: "op", Email: "op@sim.invalid", When: time.Now()}
-		c, err := wt.Commit(msg, &git.CommitOptions{Author: sig, Committer: sig})
-		if err != nil {
-			h.t.Fatal(err)
+		if out, err = h.git("push", "-q", "origin", "HEAD:main"); err == nil {
+			h.run.Source.Trigger()
+			return
 		}
-		err = repo.Push(&git.PushOptions{RemoteName: "origin"})
-		if err == nil {
-			break
-		}
-		// go-git's push returns an unwrapped fmt.Errorf("non-fast-forward
-		// update: %s") (remote.go), so the message is all there is to match.
-		// A push racing the controller's status push on the same file
-		// remote can also lose the ref lock ("failed to update ref").
-		retry := strings.HasPrefix(err.Error(), "non-fast-forward update") || strings.Contains(err.Error(), "failed to update ref")
-		if !retry || attempt == 20 {
-			h.t.Fatalf("push: %v", err)
-		}
-		commit, err := repo.CommitObject(c)
-		if err != nil {
-			h.t.Fatal(err)
-		}
-		if err := wt.Reset(&git.ResetOptions{Commit: commit.ParentHashes[0], Mode: git.HardReset}); err != nil {
-			h.t.Fatal(err)
-		}
+		time.Sleep(50 * time.Millisecond)
 	}
-	h.run.Source.Trigger()
+	h.t.Fatalf("push: %v\n%s", err, out)
 }
 
 // waitStatusTree pulls the clone until the status tree the controller
