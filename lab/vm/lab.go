@@ -104,6 +104,7 @@ type Step struct {
 // machine is one lab VM and its BMC.
 type machine struct {
 	name   string
+	zone   string
 	mac    string
 	fw     vmpower.Firmware
 	driver string // "redfish" or "ipmi"
@@ -330,9 +331,9 @@ func (l *lab) setup(ctx context.Context, img, sum string) error {
 
 	// Machines and BMCs.
 	l.ms = []*machine{
-		{name: "vm-bios", mac: "52:54:00:14:00:01", fw: vmpower.BIOS, driver: "redfish", tree: "dell-poweredge-r750-idrac9"},
-		{name: "vm-uefi", mac: "52:54:00:14:00:02", fw: vmpower.UEFI, driver: "redfish", tree: "dmtf-public-rackmount1"},
-		{name: "vm-ipmi", mac: "52:54:00:14:00:03", fw: vmpower.BIOS, driver: "ipmi"},
+		{name: "vm-bios", zone: "lab", mac: "52:54:00:14:00:01", fw: vmpower.BIOS, driver: "redfish", tree: "dell-poweredge-r750-idrac9"},
+		{name: "vm-uefi", zone: "lab-uefi", mac: "52:54:00:14:00:02", fw: vmpower.UEFI, driver: "redfish", tree: "dmtf-public-rackmount1"},
+		{name: "vm-ipmi", zone: "lab", mac: "52:54:00:14:00:03", fw: vmpower.BIOS, driver: "ipmi"},
 	}
 	fixtures, err := bmcsim.FixturesDir()
 	if err != nil {
@@ -713,8 +714,8 @@ func (l *lab) writeRepo(mirror string) error {
 		if m.driver == "ipmi" {
 			cred = "bmc-ipmi"
 		}
-		fmt.Fprintf(&sb, "  - name: %s\n    zone: lab\n    bootMAC: %q\n    bootMode: %s\n    bmc:\n      driver: %s\n      address: %q\n      credentials: %s\n",
-			m.name, m.mac, mode, m.driver, m.addr, cred)
+		fmt.Fprintf(&sb, "  - name: %s\n    zone: %s\n    bootMAC: %q\n    bootMode: %s\n    bmc:\n      driver: %s\n      address: %q\n      credentials: %s\n",
+			m.name, m.zone, m.mac, mode, m.driver, m.addr, cred)
 	}
 	files := map[string]string{
 		"servers.yaml": sb.String(),
@@ -755,8 +756,10 @@ func (l *lab) writeRepo(mirror string) error {
 	return repo.Push(&git.PushOptions{RemoteName: "origin", RefSpecs: []gitconfig.RefSpec{"refs/heads/main:refs/heads/main"}})
 }
 
-// GuestNIC is the name the Debian image's kernel gives the VM's virtio NIC
-// (predictable naming, PCI slot 3 on the pc machine).
+// GuestNIC is the name the Debian image gives the BIOS VMs' virtio NIC
+// (systemd predictable naming: hotplug slot 3 of the pc machine, after the
+// virtio disk in slot 2). The q35 UEFI VM names its NIC differently, so it
+// is in zone lab-uefi, outside the profile's zone "lab".
 const GuestNIC = "ens3"
 
 // push pulls the controller's status commits into the clone, applies edit,
