@@ -332,7 +332,7 @@ func (l *lab) setup(ctx context.Context, img, sum string) error {
 	// Machines and BMCs.
 	l.ms = []*machine{
 		{name: "vm-bios", zone: "lab", mac: "52:54:00:14:00:01", fw: vmpower.BIOS, driver: "redfish", tree: "dell-poweredge-r750-idrac9"},
-		{name: "vm-uefi", zone: "lab-uefi", mac: "52:54:00:14:00:02", fw: vmpower.UEFI, driver: "redfish", tree: "dmtf-public-rackmount1"},
+		{name: "vm-uefi", zone: "lab", mac: "52:54:00:14:00:02", fw: vmpower.UEFI, driver: "redfish", tree: "dmtf-public-rackmount1"},
 		{name: "vm-ipmi", zone: "lab", mac: "52:54:00:14:00:03", fw: vmpower.BIOS, driver: "ipmi"},
 	}
 	fixtures, err := bmcsim.FixturesDir()
@@ -756,11 +756,10 @@ func (l *lab) writeRepo(mirror string) error {
 	return repo.Push(&git.PushOptions{RemoteName: "origin", RefSpecs: []gitconfig.RefSpec{"refs/heads/main:refs/heads/main"}})
 }
 
-// GuestNIC is the name the Debian image gives the BIOS VMs' virtio NIC
-// (systemd predictable naming: hotplug slot 3 of the pc machine, after the
-// virtio disk in slot 2). The q35 UEFI VM names its NIC differently, so it
-// is in zone lab-uefi, outside the profile's zone "lab".
-const GuestNIC = "ens3"
+// GuestNIC is the name the lab OS image gives every VM's virtio NIC: its
+// kernel command line has net.ifnames=0 (lab/vm/osimage/build.sh), on BIOS
+// and UEFI alike.
+const GuestNIC = "eth0"
 
 // push pulls the controller's status commits into the clone, applies edit,
 // commits and pushes, then asks the controller to reconcile now.
