@@ -109,6 +109,10 @@ type machine struct {
 	fw     vmpower.Firmware
 	driver string // "redfish" or "ipmi"
 	tree   string
+	// vmedia: the BMC's tree offers no Pxe boot override, so the controller
+	// boots the iPXE ISO from virtual media instead.
+	vmedia bool
+	bmc    *bmcsim.Server
 	vm     *vmpower.VM
 	addr   string // BMC address as the controller reaches it
 }
@@ -222,7 +226,12 @@ func (l *lab) run(ctx context.Context) error {
 			return err
 		}
 	}
-	l.step("commission: 3 servers ready (BIOS Redfish, UEFI Redfish, BIOS IPMI), status commits written", t0)
+	for _, m := range l.ms {
+		if m.vmedia && !l.insertedMedia(m) {
+			return fmt.Errorf("vm lab: %s commissioned without a VirtualMedia.InsertMedia request to its BMC", m.name)
+		}
+	}
+	l.step("commission: 3 servers ready (BIOS Redfish via virtual media, UEFI Redfish PXE, BIOS ipmi_sim PXE), status commits written", t0)
 	if l.cfg.Stage < StageDeploy {
 		return nil
 	}
@@ -331,7 +340,7 @@ func (l *lab) setup(ctx context.Context, img, sum string) error {
 
 	// Machines and BMCs.
 	l.ms = []*machine{
-		{name: "vm-bios", zone: "lab", mac: "52:54:00:14:00:01", fw: vmpower.BIOS, driver: "redfish", tree: "dell-poweredge-r750-idrac9"},
+		{name: "vm-bios", zone: "lab", mac: "52:54:00:14:00:01", fw: vmpower.BIOS, driver: "redfish", tree: "dell-poweredge-r750-idrac9", vmedia: true},
 		{name: "vm-uefi", zone: "lab", mac: "52:54:00:14:00:02", fw: vmpower.UEFI, driver: "redfish", tree: "dmtf-public-rackmount1"},
 		{name: "vm-ipmi", zone: "lab", mac: "52:54:00:14:00:03", fw: vmpower.BIOS, driver: "ipmi"},
 	}
@@ -364,10 +373,16 @@ func (l *lab) setup(ctx context.Context, img, sum string) error {
 			if err != nil {
 				return fmt.Errorf("vm lab: %s: %w", m.name, err)
 			}
+			if m.vmedia {
+				if td, err = noPXETree(td, filepath.Join(l.dir, "trees", m.tree+"-nopxe")); err != nil {
+					return fmt.Errorf("vm lab: %s: %w", m.name, err)
+				}
+			}
 			srv, err := trees.New(td, bmcsim.Config{Username: "admin", Password: l.bmcPass, Power: m.vm, SessionTimeout: -1})
 			if err != nil {
 				return fmt.Errorf("vm lab: %s bmc: %w", m.name, err)
 			}
+			m.bmc = srv
 			if m.addr, err = l.serveHTTP(srv); err != nil {
 				return err
 			}
@@ -424,7 +439,17 @@ func (l *lab) setup(ctx context.Context, img, sum string) error {
 			return err
 		}
 	}
-	return l.startServe(ctx, []string{"--state", state, "--work-dir", filepath.Join(l.dir, "work"),
+	isoDir := filepath.Join(l.dir, "iso")
+	if out, err := exec.CommandContext(ctx, "sh", filepath.Join(l.cfg.Root, "scripts", "metal", "build-ipxe-iso.sh"), base, isoDir).CombinedOutput(); err != nil {
+		return fmt.Errorf("vm lab: build iPXE ISOs: %w: %s", err, out)
+	}
+	// The controller's default ISO URL is /boot/iso/ipxe-bios.iso.
+	for _, fw := range []string{"bios", "uefi"} {
+		if err := os.Link(filepath.Join(isoDir, "machina-ipxe-"+fw+".iso"), filepath.Join(isoDir, "ipxe-"+fw+".iso")); err != nil {
+			return fmt.Errorf("vm lab: iso: %w", err)
+		}
+	}
+	return l.startServe(ctx, []string{"--state", state, "--work-dir", filepath.Join(l.dir, "work"), "--iso-dir", isoDir,
 		"--repo", "file://" + l.bare, "--poll-interval", "2s",
 		"--listen", fmt.Sprintf("%s:%d", BridgeAddr, APIPort), "--public-url", base,
 		"--join-listen", fmt.Sprintf("%s:%d", BridgeAddr, JoinPort), "--join-url", fmt.Sprintf("https://%s:%d", BridgeAddr, JoinPort),
@@ -553,7 +578,7 @@ func (l *lab) close() {
 	}
 }
 
-func (l *lab) servers_() ([]v1.Server, error) {
+func (l *lab) listServers() ([]v1.Server, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	list, err := l.api.ListServers(ctx, v1.ListServersOptions{})
@@ -566,7 +591,7 @@ func (l *lab) waitServers(ctx context.Context, what string, d time.Duration, con
 	deadline := time.Now().Add(d)
 	var last error
 	for {
-		ss, err := l.servers_()
+		ss, err := l.listServers()
 		if err == nil {
 			if last = cond(ss); last == nil {
 				return nil
@@ -794,4 +819,52 @@ func (l *lab) push(ctx context.Context, msg string, edit func() error) error {
 		resp.Body.Close()
 	}
 	return nil
+}
+
+// insertedMedia reports whether m's emulated BMC accepted an InsertMedia.
+func (l *lab) insertedMedia(m *machine) bool {
+	for _, r := range m.bmc.Requests() {
+		if r.Method == http.MethodPost && strings.HasSuffix(r.Path, "/Actions/VirtualMedia.InsertMedia") {
+			return true
+		}
+	}
+	return false
+}
+
+// noPXETree copies the Redfish tree at src to dst with "Pxe" removed from
+// the System's Boot.BootSourceOverrideTarget@Redfish.AllowableValues: a BMC
+// that cannot PXE-boot its host, which the controller must boot from the
+// iPXE ISO over virtual media instead (reconciler netboot).
+func noPXETree(src, dst string) (string, error) {
+	if err := os.MkdirAll(dst, 0o755); err != nil {
+		return "", err
+	}
+	if out, err := exec.Command("cp", "-a", src+"/.", dst).CombinedOutput(); err != nil {
+		return "", fmt.Errorf("copy tree: %w: %s", err, out)
+	}
+	sys, err := filepath.Glob(filepath.Join(dst, "redfish", "v1", "Systems", "*", "index.json"))
+	if err != nil || len(sys) == 0 {
+		return "", fmt.Errorf("copy tree: no System in %s", dst)
+	}
+	const pxe = "\"Pxe\","
+	for _, f := range sys {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return "", err
+		}
+		i := bytes.Index(b, []byte("\"BootSourceOverrideTarget@Redfish.AllowableValues\""))
+		if i < 0 {
+			return "", fmt.Errorf("copy tree: %s has no boot target list", f)
+		}
+		j := bytes.Index(b[i:], []byte(pxe))
+		k := bytes.IndexByte(b[i:], ']')
+		if j < 0 || j > k {
+			return "", fmt.Errorf("copy tree: %s lists no Pxe target", f)
+		}
+		b = append(b[:i+j:i+j], b[i+j+len(pxe):]...)
+		if err := os.WriteFile(f, b, 0o644); err != nil {
+			return "", err
+		}
+	}
+	return dst, nil
 }

@@ -4,10 +4,16 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/machina-metal/machina/bmc"
+	"github.com/machina-metal/machina/bmc/bmcsim"
+	"github.com/machina-metal/machina/bmc/redfish"
 )
 
 // TestVMLab runs the whole lab on qemu VMs (TCG). It needs root, qemu,
@@ -44,4 +50,45 @@ func TestVMLab(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("VM lab: %d steps in %s", len(steps), time.Since(start).Round(time.Second))
+}
+
+// TestNoPXETree: the copied Dell tree no longer offers Pxe as a boot
+// override target, so the Redfish driver reports ErrUnsupported for PXE and
+// the controller falls back to virtual media; the original tree is intact.
+func TestNoPXETree(t *testing.T) {
+	fixtures, err := bmcsim.FixturesDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, err := bmcsim.TreeDir(fixtures, "dell-poweredge-r750-idrac9")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dst, err := noPXETree(src, filepath.Join(t.TempDir(), "nopxe"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var trees bmcsim.Trees
+	srv, err := trees.New(dst, bmcsim.Config{Username: "admin", Password: "pw"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer(srv)
+	defer ts.Close()
+	drv, err := redfish.New(redfish.Config{Endpoint: ts.URL, Username: "admin", Password: "pw"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	defer drv.Close(ctx)
+	if err := drv.SetBootOverride(ctx, bmc.BootOverride{Device: bmc.BootPXE, Mode: bmc.BootModeLegacy}); !errors.Is(err, bmc.ErrUnsupported) {
+		t.Fatalf("PXE override on the no-PXE tree: %v, want ErrUnsupported", err)
+	}
+	if err := drv.SetBootOverride(ctx, bmc.BootOverride{Device: bmc.BootCD, Mode: bmc.BootModeLegacy}); err != nil {
+		t.Fatalf("CD override: %v", err)
+	}
+	orig, err := os.ReadFile(filepath.Join(src, "redfish", "v1", "Systems", "System.Embedded.1", "index.json"))
+	if err != nil || !strings.Contains(string(orig), `"Pxe",`) {
+		t.Fatalf("original tree changed: %v", err)
+	}
 }
