@@ -59,6 +59,10 @@ const (
 	ImageName   = "lab-os"
 )
 
+// Budget is the time a whole run (StageRelease) must stay under on a
+// 2-core machine under TCG (issue 14).
+const Budget = 15 * time.Minute
+
 // Stage selects how far Run goes.
 type Stage int
 
