@@ -20,6 +20,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -43,6 +44,7 @@ import (
 	"github.com/machina-metal/machina/lab/vm/ipmichassis"
 	"github.com/machina-metal/machina/lab/vm/netns"
 	"github.com/machina-metal/machina/lab/vm/osimage"
+	"github.com/machina-metal/machina/lab/vm/qmp"
 	"github.com/machina-metal/machina/lab/vm/vmpower"
 )
 
@@ -139,6 +141,8 @@ type lab struct {
 	bmcPass string
 	ipmPass string
 	wg      sync.WaitGroup
+	// stopWatch ends the reset watchers (watchResets).
+	stopWatch context.CancelFunc
 }
 
 // Run runs the VM lab up to cfg.Stage and returns the timed steps. It needs
@@ -371,6 +375,16 @@ func (l *lab) setup(ctx context.Context, img, sum string) error {
 		if err != nil {
 			return fmt.Errorf("vm lab: %s: %w", m.name, err)
 		}
+		wctx, cancel := context.WithCancel(context.Background())
+		prev := l.stopWatch
+		l.stopWatch = func() {
+			cancel()
+			if prev != nil {
+				prev()
+			}
+		}
+		l.wg.Add(1)
+		go func() { defer l.wg.Done(); l.watchResets(wctx, m) }()
 		switch m.driver {
 		case "redfish":
 			td, err := bmcsim.TreeDir(fixtures, m.tree)
@@ -563,6 +577,9 @@ func (l *lab) stopServe() error {
 func (l *lab) close() {
 	if err := l.stopServe(); err != nil {
 		l.log.Warn("stop controller", "err", err)
+	}
+	if l.stopWatch != nil {
+		l.stopWatch()
 	}
 	for _, m := range l.ms {
 		if m.vm != nil {
@@ -871,4 +888,69 @@ func noPXETree(src, dst string) (string, error) {
 		}
 	}
 	return dst, nil
+}
+
+// watchResets makes m's BMC apply a changed boot device at the guest's own
+// reboot, as a physical BMC's boot override does: qemu fixes its boot
+// order at process start, so on a guest-initiated RESET (QMP event, data
+// {"guest": true}) whose stored boot device differs from the one the
+// process started with, it restarts the VM (vmpower ForceRestart, which
+// restarts the process in that case). Without it a VM deployed after a
+// one-time PXE boot would reboot into PXE again; OVMF's iPXE cannot "exit"
+// to the disk from there.
+func (l *lab) watchResets(ctx context.Context, m *machine) {
+	log := l.log.With("vm", m.name)
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		if m.vm.Pid() == 0 {
+			continue
+		}
+		c, err := m.vm.QMP(ctx)
+		if err != nil {
+			continue
+		}
+		l.followResets(ctx, m, c, log)
+		c.Close()
+	}
+}
+
+func (l *lab) followResets(ctx context.Context, m *machine, c *qmp.Client, log *slog.Logger) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-c.Done():
+			return
+		case ev, ok := <-c.Events():
+			if !ok {
+				return
+			}
+			if ev.Name != "RESET" {
+				continue
+			}
+			var data struct {
+				Guest bool `json:"guest"`
+			}
+			_ = json.Unmarshal(ev.Data, &data)
+			started, _ := os.ReadFile(filepath.Join(m.vm.Config().Dir, vmpower.StartedBootFile))
+			dev, _ := m.vm.BootDevice()
+			if !data.Guest || vmpower.BootDevice(strings.TrimSpace(string(started))) == dev {
+				continue
+			}
+			log.Info("guest reboot with a changed boot device: restarting the VM", "started", strings.TrimSpace(string(started)), "now", dev)
+			c.Close()
+			rctx, cancel := context.WithTimeout(ctx, time.Minute)
+			if err := m.vm.Reset(rctx, "ForceRestart"); err != nil {
+				log.Warn("restart after guest reboot", "err", err)
+			}
+			cancel()
+			return
+		}
+	}
 }
