@@ -292,12 +292,17 @@ func (l *lab) run(ctx context.Context) error {
 	}); err != nil {
 		return err
 	}
+	// Two of three servers is more than the 20% a revision may release or
+	// retire: the brake holds the plan until an operator approves it.
+	if err := l.approveHeld(ctx); err != nil {
+		return err
+	}
 	if err := l.waitServers(ctx, "release and retire", 8*time.Minute, func(ss []v1.Server) error {
 		return l.lifecycles(ss, map[string]string{release: "ready", retire: "retired"}, false)
 	}); err != nil {
 		return err
 	}
-	l.step("release "+release+" → ready, retire "+retire+" → retired", t0)
+	l.step("release "+release+" → ready (wiped by the ramdisk), retire "+retire+" → retired, after approving the braked plan", t0)
 	return nil
 }
 
@@ -951,6 +956,61 @@ func (l *lab) followResets(ctx context.Context, m *machine, c *qmp.Client, log *
 			}
 			cancel()
 			return
+		}
+	}
+}
+
+// approveHeld waits until the controller's plan holds steps behind the
+// brake, then approves the current inventory revision (POST /api/v1/approve
+// with its digest), as an operator does.
+func (l *lab) approveHeld(ctx context.Context) error {
+	base := fmt.Sprintf("http://%s:%d", BridgeAddr, APIPort)
+	get := func(path string, v any) error {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, base+path, nil)
+		req.Header.Set("Authorization", "Bearer "+l.token)
+		resp, err := l.hc.Do(req)
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("GET %s: %s", path, resp.Status)
+		}
+		return json.NewDecoder(resp.Body).Decode(v)
+	}
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		var plan struct {
+			Held  []json.RawMessage `json:"held"`
+			Brake string            `json:"brake"`
+		}
+		if err := get("/api/v1/plan", &plan); err == nil && len(plan.Held) > 0 {
+			var inv struct{ Good struct{ Commit, Digest string } }
+			if err := get("/api/v1/inventory", &inv); err != nil {
+				return fmt.Errorf("vm lab: inventory status: %w", err)
+			}
+			l.log.Info("plan held by the brake; approving", "held", len(plan.Held), "brake", plan.Brake, "digest", inv.Good.Digest)
+			body, _ := json.Marshal(map[string]string{"revision": inv.Good.Digest})
+			req, _ := http.NewRequestWithContext(ctx, http.MethodPost, base+"/api/v1/approve", bytes.NewReader(body))
+			req.Header.Set("Authorization", "Bearer "+l.token)
+			req.Header.Set("Content-Type", "application/json")
+			resp, err := l.hc.Do(req)
+			if err != nil {
+				return fmt.Errorf("vm lab: approve: %w", err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				return fmt.Errorf("vm lab: approve: %s", resp.Status)
+			}
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return errors.New("vm lab: release and retire: the plan was never held by the brake (expected for 2 of 3 servers)")
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Second):
 		}
 	}
 }
