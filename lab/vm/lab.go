@@ -985,7 +985,9 @@ func (l *lab) approveHeld(ctx context.Context) error {
 			Brake string            `json:"brake"`
 		}
 		if err := get("/api/v1/plan", &plan); err == nil && len(plan.Held) > 0 {
-			var inv struct{ Good struct{ Commit, Digest string } }
+			var inv struct {
+				Good struct{ Commit, Digest string }
+			}
 			if err := get("/api/v1/inventory", &inv); err != nil {
 				return fmt.Errorf("vm lab: inventory status: %w", err)
 			}
