@@ -302,7 +302,20 @@ func (l *lab) run(ctx context.Context) error {
 	}); err != nil {
 		return err
 	}
-	l.step("release "+release+" → ready (wiped by the ramdisk), retire "+retire+" → retired, after approving the braked plan", t0)
+	// Both are powered off by their BMCs (release: the wipe runs at the
+	// server's next boot into the ramdisk; retire: off for good).
+	for _, m := range l.ms {
+		if m.name != release && m.name != retire {
+			continue
+		}
+		wctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+		err := m.vm.WaitOff(wctx)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("vm lab: %s still powered on after release/retire: %w", m.name, err)
+		}
+	}
+	l.step("release "+release+" → ready (wipe deferred to its next ramdisk boot), retire "+retire+" → retired, both powered off, after approving the braked plan", t0)
 	return nil
 }
 
