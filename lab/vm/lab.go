@@ -1,14 +1,21 @@
 // Package vm is the VM lab: the whole Machina flow on qemu virtual machines
 // that really boot. Run creates a network namespace with a bridge
 // (10.99.0.1/24, fd99::1/64) and three taps, runs the real controller
-// (`machina serve`, with DHCP, TFTP, the IPv6 RA, HTTP boot, the image store
-// and the join listener) inside it, and starts three qemu VMs (TCG only)
-// with empty disks: two BIOS (SeaBIOS) behind bmcsim Redfish BMCs whose
-// power, boot-override and virtual-media backend is lab/vm/vmpower, and
-// one BIOS VM behind OpenIPMI's ipmi_sim driving it through
-// cmd/lab-chassis-control, and one UEFI (OVMF) VM. It commits the inventory
-// to a bare Git repository the controller polls, and asserts each step
-// from the admin API and the controller's status commits, timing it.
+// (`machina serve`, with DHCP, TFTP, the IPv6 RA, HTTP boot, the iPXE ISOs,
+// the image store and the join listener) inside it, and starts three qemu
+// VMs (TCG only) with empty disks, each with a BMC:
+//
+//   - vm-bios: SeaBIOS, bmcsim Redfish (Dell tree with Pxe removed from the
+//     boot override targets) over lab/vm/vmpower, so the controller boots it
+//     from the iPXE ISO through virtual media;
+//   - vm-uefi: OVMF, bmcsim Redfish over vmpower, PXE;
+//   - vm-ipmi: SeaBIOS, OpenIPMI ipmi_sim driving the VM through
+//     cmd/lab-chassis-control, PXE.
+//
+// It commits the inventory to a bare Git repository the controller polls,
+// and asserts each step from the admin API and the controller's status
+// commits, timing it: commission → deploy (profile count 2) → first boot
+// and join → release and retire.
 //
 // Everything stays inside the namespace or on loopback. On failure the
 // lab folder (serial logs, controller log, inventory repository) is kept
