@@ -1,6 +1,7 @@
 package bmcsim
 
 import (
+	"context"
 	"net/http"
 	"path"
 	"slices"
@@ -89,7 +90,7 @@ func (s *Server) reset(w http.ResponseWriter, r *http.Request, p string, body ma
 	return http.StatusNoContent
 }
 
-func (s *Server) insertMedia(w http.ResponseWriter, p string, body map[string]any) int {
+func (s *Server) insertMedia(ctx context.Context, w http.ResponseWriter, p string, body map[string]any) int {
 	slot := parentOfAction(p)
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -122,6 +123,9 @@ func (s *Server) insertMedia(w http.ResponseWriter, p string, body map[string]an
 	if n.body["Inserted"] == true {
 		return writeError(w, http.StatusBadRequest, "Base.1.8.ResourceInUse", "The change to the requested resource failed because the resource is in use or in transition.")
 	}
+	if code := s.mediaHookLocked(ctx, w, img); code != 0 {
+		return code
+	}
 	s.mutateLocked(slot, func(b map[string]any) {
 		b["Image"], b["ImageName"], b["Inserted"], b["ConnectedVia"] = img, path.Base(img), true, "URI"
 		if wp, ok := body["WriteProtected"].(bool); ok {
@@ -134,7 +138,7 @@ func (s *Server) insertMedia(w http.ResponseWriter, p string, body map[string]an
 	return http.StatusNoContent
 }
 
-func (s *Server) ejectMedia(w http.ResponseWriter, p string) int {
+func (s *Server) ejectMedia(ctx context.Context, w http.ResponseWriter, p string) int {
 	slot := parentOfAction(p)
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -145,6 +149,9 @@ func (s *Server) ejectMedia(w http.ResponseWriter, p string) int {
 	acts, _ := n.body["Actions"].(map[string]any)
 	if _, has := acts["#VirtualMedia.EjectMedia"]; !has {
 		return writeError(w, http.StatusMethodNotAllowed, "Base.1.8.ActionNotSupported", "The action VirtualMedia.EjectMedia is not supported by the resource.", "VirtualMedia.EjectMedia")
+	}
+	if code := s.mediaHookLocked(ctx, w, ""); code != 0 {
+		return code
 	}
 	s.ejectLocked(slot)
 	w.WriteHeader(http.StatusNoContent)
@@ -190,9 +197,9 @@ func (s *Server) patch(w http.ResponseWriter, r *http.Request, p string, body ma
 	tn := s.nodeLocked(target)
 	switch {
 	case isSystem(tn.body):
-		return s.patchBootLocked(w, target, p, body)
+		return s.patchBootLocked(r.Context(), w, target, p, body)
 	case strings.Contains(strings.ToLower(stringOf(tn.body["@odata.type"])), "virtualmedia."):
-		return s.patchMediaLocked(w, target, body)
+		return s.patchMediaLocked(r.Context(), w, target, body)
 	}
 	return writeError(w, http.StatusMethodNotAllowed, "Base.1.8.OperationNotAllowed", "PATCH is not modelled for this resource.")
 }
@@ -214,7 +221,7 @@ func (s *Server) systemForSettingsLocked(p string) string {
 	return ""
 }
 
-func (s *Server) patchBootLocked(w http.ResponseWriter, sysPath, patchedPath string, body map[string]any) int {
+func (s *Server) patchBootLocked(ctx context.Context, w http.ResponseWriter, sysPath, patchedPath string, body map[string]any) int {
 	cur := s.nodeLocked(sysPath)
 	boot, _ := cur.body["Boot"].(map[string]any)
 	req, _ := body["Boot"].(map[string]any)
@@ -273,6 +280,12 @@ func (s *Server) patchBootLocked(w http.ResponseWriter, sysPath, patchedPath str
 			}
 		})
 	}
+	if bb, ok := s.power.(BootBackend); ok {
+		b, _ := s.nodeLocked(sysPath).body["Boot"].(map[string]any)
+		if err := bb.SetBootOverride(ctx, stringOf(b["BootSourceOverrideTarget"]), stringOf(b["BootSourceOverrideEnabled"])); err != nil {
+			return writeError(w, http.StatusInternalServerError, "Base.1.8.InternalError", "The request failed due to an internal service error: "+err.Error())
+		}
+	}
 	if s.quirks.BootPatchAnswers400 {
 		return writeError(w, http.StatusBadRequest, "Base.1.8.GeneralError", "A general error has occurred.")
 	}
@@ -282,7 +295,7 @@ func (s *Server) patchBootLocked(w http.ResponseWriter, sysPath, patchedPath str
 
 func anySlice(v any) []any { s, _ := v.([]any); return s }
 
-func (s *Server) patchMediaLocked(w http.ResponseWriter, slot string, body map[string]any) int {
+func (s *Server) patchMediaLocked(ctx context.Context, w http.ResponseWriter, slot string, body map[string]any) int {
 	for k := range body {
 		if !slices.Contains([]string{"Image", "Inserted", "WriteProtected"}, k) {
 			return writeError(w, http.StatusBadRequest, "Base.1.8.PropertyNotWritable", "The property "+k+" is a read only property and cannot be assigned a value.", k)
@@ -290,6 +303,9 @@ func (s *Server) patchMediaLocked(w http.ResponseWriter, slot string, body map[s
 	}
 	img, hasImg := body["Image"]
 	if hasImg && (img == nil || img == "") || body["Inserted"] == false {
+		if code := s.mediaHookLocked(ctx, w, ""); code != 0 {
+			return code
+		}
 		s.ejectLocked(slot)
 		w.WriteHeader(http.StatusNoContent)
 		return http.StatusNoContent
@@ -297,6 +313,9 @@ func (s *Server) patchMediaLocked(w http.ResponseWriter, slot string, body map[s
 	si, ok := img.(string)
 	if !ok {
 		return writeError(w, http.StatusBadRequest, "Base.1.8.PropertyValueTypeError", "The value for the property Image is of a different type than the property can accept.", "", "Image")
+	}
+	if code := s.mediaHookLocked(ctx, w, si); code != 0 {
+		return code
 	}
 	s.mutateLocked(slot, func(b map[string]any) {
 		b["Image"], b["ImageName"], b["Inserted"], b["ConnectedVia"] = si, path.Base(si), true, "URI"
@@ -306,4 +325,24 @@ func (s *Server) patchMediaLocked(w http.ResponseWriter, slot string, body map[s
 	})
 	w.WriteHeader(http.StatusNoContent)
 	return http.StatusNoContent
+}
+
+// mediaHookLocked forwards an accepted media change to the backend when it
+// is a [MediaBackend]: image "" ejects. It returns 0 on success (or without
+// such a backend), else the status it wrote.
+func (s *Server) mediaHookLocked(ctx context.Context, w http.ResponseWriter, image string) int {
+	mb, ok := s.power.(MediaBackend)
+	if !ok {
+		return 0
+	}
+	var err error
+	if image == "" {
+		err = mb.EjectMedia(ctx)
+	} else {
+		err = mb.InsertMedia(ctx, image)
+	}
+	if err != nil {
+		return writeError(w, http.StatusInternalServerError, "Base.1.8.InternalError", "The request failed due to an internal service error: "+err.Error())
+	}
+	return 0
 }

@@ -2,6 +2,7 @@ package bmcsim_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -443,5 +444,66 @@ func TestSessionTimeoutFromTreeAndLockoutExpiry(t *testing.T) {
 	clk.add(61 * time.Second)
 	if st := c.login("admin", "pw"); st != 201 {
 		t.Errorf("after lockout expiry: %d, want 201", st)
+	}
+}
+
+// hookBackend records the boot and media calls bmcsim forwards.
+type hookBackend struct {
+	bmcsim.MemoryPower
+	mu    sync.Mutex
+	calls []string
+	fail  bool
+}
+
+func (h *hookBackend) record(s string) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.calls = append(h.calls, s)
+	if h.fail {
+		return io.ErrUnexpectedEOF
+	}
+	return nil
+}
+
+func (h *hookBackend) SetBootOverride(_ context.Context, target, enabled string) error {
+	return h.record("boot " + target + " " + enabled)
+}
+func (h *hookBackend) InsertMedia(_ context.Context, image string) error {
+	return h.record("insert " + image)
+}
+func (h *hookBackend) EjectMedia(context.Context) error { return h.record("eject") }
+
+// TestBootAndMediaBackendHooks: an accepted boot PATCH and InsertMedia /
+// EjectMedia reach a backend implementing BootBackend / MediaBackend, with
+// the stored (quirk-applied) values; a rejected request does not; a failing
+// backend turns the answer into 500.
+func TestBootAndMediaBackendHooks(t *testing.T) {
+	be := &hookBackend{}
+	_, c := start(t, bmcsim.Config{Tree: tree(t, "dell-poweredge-r750-idrac9"), Power: be})
+	c.login("admin", "pw")
+	sys := "/redfish/v1/Systems/System.Embedded.1"
+	if st, _, _ := c.do("PATCH", sys, map[string]any{"Boot": map[string]any{"BootSourceOverrideTarget": 5}}); st != 400 {
+		t.Fatalf("bad target: %d", st)
+	}
+	if st, _, _ := c.do("PATCH", sys, map[string]any{"Boot": map[string]any{"BootSourceOverrideTarget": "Pxe", "BootSourceOverrideEnabled": "Once"}}); st != 204 {
+		t.Fatalf("boot patch: %d", st)
+	}
+	act := sys + "/VirtualMedia/1/Actions/VirtualMedia."
+	if st, _, _ := c.do("POST", act+"InsertMedia", map[string]any{"Image": "http://10.0.0.1/x.iso"}); st != 204 {
+		t.Fatalf("insert: %d", st)
+	}
+	if st, _, _ := c.do("POST", act+"EjectMedia", map[string]any{}); st != 204 {
+		t.Fatalf("eject: %d", st)
+	}
+	want := []string{"boot Pxe Once", "insert http://10.0.0.1/x.iso", "eject"}
+	if strings.Join(be.calls, "|") != strings.Join(want, "|") {
+		t.Fatalf("backend calls = %q, want %q", be.calls, want)
+	}
+	be.fail = true
+	if st, _, _ := c.do("POST", act+"InsertMedia", map[string]any{"Image": "http://10.0.0.1/y.iso"}); st != 500 {
+		t.Fatalf("failing backend insert: %d, want 500", st)
+	}
+	if _, _, vm := c.do("GET", sys+"/VirtualMedia/1", nil); vm["Inserted"] == true {
+		t.Fatal("slot shows inserted after the backend failed")
 	}
 }

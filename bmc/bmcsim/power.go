@@ -23,6 +23,27 @@ type PowerBackend interface {
 	Reset(ctx context.Context, resetType string) error
 }
 
+// BootBackend is optionally implemented by a [PowerBackend] that models the
+// boot device (the VM lab's vmpower.VM). After the emulator accepts a PATCH of
+// ComputerSystem.Boot it calls SetBootOverride with the stored
+// BootSourceOverrideTarget ("Pxe", "Hdd", "Cd", "None", ...) and
+// BootSourceOverrideEnabled ("Once", "Continuous", "Disabled"), i.e. the
+// values after vendor quirks. An error fails the PATCH with 500 and the
+// emulator's state keeps the new values (as a BMC whose host side failed).
+type BootBackend interface {
+	SetBootOverride(ctx context.Context, target, enabled string) error
+}
+
+// MediaBackend is optionally implemented by a [PowerBackend] that models
+// virtual media. The emulator calls InsertMedia with the Image URI after it
+// accepted VirtualMedia.InsertMedia (or a PATCH setting Image), and
+// EjectMedia after VirtualMedia.EjectMedia (or a PATCH clearing it). An
+// error fails the request with 500 and leaves the slot unchanged.
+type MediaBackend interface {
+	InsertMedia(ctx context.Context, image string) error
+	EjectMedia(ctx context.Context) error
+}
+
 // MemoryPower is an in-memory [PowerBackend]. The zero value is a machine
 // that is off. Safe for concurrent use.
 type MemoryPower struct {

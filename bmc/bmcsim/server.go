@@ -513,9 +513,9 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request, p string, body ma
 		case strings.HasSuffix(p, "/actions/computersystem.reset"):
 			return s.reset(w, r, p, body)
 		case strings.HasSuffix(p, "/actions/virtualmedia.insertmedia"):
-			return s.insertMedia(w, p, body)
+			return s.insertMedia(r.Context(), w, p, body)
 		case strings.HasSuffix(p, "/actions/virtualmedia.ejectmedia"):
-			return s.ejectMedia(w, p)
+			return s.ejectMedia(r.Context(), w, p)
 		}
 		return writeError(w, http.StatusMethodNotAllowed, "Base.1.8.OperationNotAllowed", "The HTTP method is not allowed for this resource.")
 	case http.MethodPatch:

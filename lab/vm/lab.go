@@ -1,0 +1,1038 @@
+// Package vm is the VM lab: the whole Machina flow on qemu virtual machines
+// that really boot. Run creates a network namespace with a bridge
+// (10.99.0.1/24, fd99::1/64) and three taps, runs the real controller
+// (`machina serve`, with DHCP, TFTP, the IPv6 RA, HTTP boot, the iPXE ISOs,
+// the image store and the join listener) inside it, and starts three qemu
+// VMs (TCG only) with empty disks, each with a BMC:
+//
+//   - vm-bios: SeaBIOS, bmcsim Redfish (Dell tree with Pxe removed from the
+//     boot override targets) over lab/vm/vmpower, so the controller boots it
+//     from the iPXE ISO through virtual media;
+//   - vm-uefi: OVMF, bmcsim Redfish over vmpower, PXE;
+//   - vm-ipmi: SeaBIOS, OpenIPMI ipmi_sim driving the VM through
+//     cmd/lab-chassis-control, PXE.
+//
+// It commits the inventory to a bare Git repository the controller polls,
+// and asserts each step from the admin API and the controller's status
+// commits, timing it: commission → deploy (profile count 2) → first boot
+// and join → release and retire.
+//
+// Everything stays inside the namespace or on loopback. On failure the
+// lab folder (serial logs, controller log, inventory repository) is kept
+// and its path is in the error.
+package vm
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/go-git/go-git/v5"
+	gitconfig "github.com/go-git/go-git/v5/config"
+	"github.com/go-git/go-git/v5/plumbing/object"
+
+	v1 "github.com/machina-metal/machina/api/v1"
+	"github.com/machina-metal/machina/bmc/bmcsim"
+	"github.com/machina-metal/machina/lab/vm/ipmichassis"
+	"github.com/machina-metal/machina/lab/vm/netns"
+	"github.com/machina-metal/machina/lab/vm/osimage"
+	"github.com/machina-metal/machina/lab/vm/qmp"
+	"github.com/machina-metal/machina/lab/vm/vmpower"
+)
+
+// Lab network facts: the bridge inside the namespace and the controller's
+// fixed ports on it (the namespace is private, so fixed ports cannot clash).
+const (
+	BridgeAddr  = "10.99.0.1"
+	Subnet      = "10.99.0.0/24"
+	Pool        = "10.99.0.100-10.99.0.199"
+	APIPort     = 8080
+	JoinPort    = 8443
+	IPMIPort    = 623
+	ProfileName = "lab"
+	ImageName   = "lab-os"
+)
+
+// Budget is the time a whole run (StageRelease) must stay under on a
+// 2-core machine under TCG (issue 14).
+const Budget = 15 * time.Minute
+
+// Stage selects how far Run goes.
+type Stage int
+
+// Stages, in order; each includes the ones before it.
+const (
+	// StageCommission: inventory committed, all three VMs commission to ready.
+	StageCommission Stage = iota + 1
+	// StageDeploy: profile count 2, two VMs deploy, boot their disk and join.
+	StageDeploy
+	// StageRelease: one deployed VM released (want: ready), the other retired.
+	StageRelease
+)
+
+// ErrPrereq is returned when a binary or file the lab needs is missing.
+var ErrPrereq = errors.New("vm lab: missing prerequisite")
+
+// Config configures Run.
+type Config struct {
+	// Root is the repository root: bin/{machina,machinactl,machina-node,
+	// lab-chassis-control} and out/ramdisk/{vmlinuz,initrd.cpio.gz} must
+	// exist (make build ramdisk). Required.
+	Root string
+	// Dir is the lab folder; zero makes one under os.TempDir(). It is removed
+	// after a passing run unless Keep is set.
+	Dir  string
+	Keep bool
+	// ImageCache is osimage.Ensure's cache directory; zero means its default.
+	ImageCache string
+	// Stage is how far to go; zero means StageRelease (everything).
+	Stage Stage
+	// Logger receives progress lines; nil discards.
+	Logger *slog.Logger
+	// OnStep is called after each asserted step with its name and duration.
+	OnStep func(name string, d time.Duration)
+}
+
+// Step is one asserted step of a run and how long it took.
+type Step struct {
+	Name     string
+	Duration time.Duration
+}
+
+// machine is one lab VM and its BMC.
+type machine struct {
+	name   string
+	zone   string
+	mac    string
+	fw     vmpower.Firmware
+	driver string // "redfish" or "ipmi"
+	tree   string
+	// vmedia: the BMC's tree offers no Pxe boot override, so the controller
+	// boots the iPXE ISO from virtual media instead.
+	vmedia bool
+	bmc    *bmcsim.Server
+	vm     *vmpower.VM
+	addr   string // BMC address as the controller reaches it
+}
+
+type lab struct {
+	cfg     Config
+	log     *slog.Logger
+	dir     string
+	ns      *netns.Namespace
+	token   string
+	api     *v1.Client
+	hc      *http.Client
+	bare    string
+	clone   string
+	ms      []*machine
+	servers []*http.Server
+	serve   *netns.Process
+	steps   []Step
+	start   time.Time
+	bmcPass string
+	ipmPass string
+	wg      sync.WaitGroup
+	// stopWatch ends the reset watchers (watchResets).
+	stopWatch context.CancelFunc
+}
+
+// Run runs the VM lab up to cfg.Stage and returns the timed steps. It needs
+// root, qemu-system-x86_64, ipmi_sim, ovmf and the built binaries.
+func Run(ctx context.Context, cfg Config) (steps []Step, err error) {
+	if cfg.Stage == 0 {
+		cfg.Stage = StageRelease
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	l := &lab{cfg: cfg, log: cfg.Logger, start: time.Now()}
+	if err := l.prereqs(); err != nil {
+		return nil, err
+	}
+	l.dir = cfg.Dir
+	if l.dir == "" {
+		if l.dir, err = os.MkdirTemp("", "machina-vm-lab-"); err != nil {
+			return nil, fmt.Errorf("vm lab: %w", err)
+		}
+	} else if err := os.MkdirAll(l.dir, 0o755); err != nil {
+		return nil, fmt.Errorf("vm lab: %w", err)
+	}
+	defer func() {
+		l.close()
+		if err != nil {
+			err = fmt.Errorf("%w (serial logs, controller log and inventory repository kept in %s)", err, l.dir)
+		} else if !cfg.Keep && cfg.Dir == "" {
+			_ = os.RemoveAll(l.dir)
+		}
+	}()
+	err = l.run(ctx)
+	return l.steps, err
+}
+
+func (l *lab) bin(name string) string { return filepath.Join(l.cfg.Root, "bin", name) }
+
+func (l *lab) prereqs() error {
+	for _, b := range []string{"qemu-system-x86_64", "ipmi_sim", "ip"} {
+		if _, err := exec.LookPath(b); err != nil {
+			return fmt.Errorf("%w: %s not in PATH", ErrPrereq, b)
+		}
+	}
+	for _, f := range []string{l.bin("machina"), l.bin("machinactl"), l.bin("machina-node"), l.bin("lab-chassis-control"),
+		filepath.Join(l.cfg.Root, "out", "ramdisk", "vmlinuz"), filepath.Join(l.cfg.Root, "out", "ramdisk", "initrd.cpio.gz"),
+		"/usr/lib/ipxe/undionly.kpxe", "/usr/lib/ipxe/snponly.efi"} {
+		if _, err := os.Stat(f); err != nil {
+			return fmt.Errorf("%w: %s (run make build ramdisk; apt-get install ipxe ovmf)", ErrPrereq, f)
+		}
+	}
+	if os.Geteuid() != 0 {
+		return fmt.Errorf("%w: root (network namespaces, taps)", ErrPrereq)
+	}
+	return nil
+}
+
+func (l *lab) step(name string, t0 time.Time) {
+	d := time.Since(t0)
+	l.steps = append(l.steps, Step{Name: name, Duration: d})
+	l.log.Info("step done", "step", name, "took", d.Round(100*time.Millisecond), "total", time.Since(l.start).Round(time.Second))
+	if l.cfg.OnStep != nil {
+		l.cfg.OnStep(name, d)
+	}
+}
+
+func (l *lab) run(ctx context.Context) error {
+	t0 := time.Now()
+	img, sum, err := osimage.Ensure(ctx, l.cfg.ImageCache)
+	if err != nil {
+		return fmt.Errorf("vm lab: os image: %w", err)
+	}
+	l.step("os image (cached: "+filepath.Base(filepath.Dir(img))+")", t0)
+
+	t0 = time.Now()
+	if err := l.setup(ctx, img, sum); err != nil {
+		return err
+	}
+	l.step("setup: netns, BMCs, repository, controller", t0)
+
+	// Commissioning: every VM PXE-boots the ramdisk, reports and powers off.
+	t0 = time.Now()
+	if err := l.waitServers(ctx, "all commission to ready", 8*time.Minute, func(ss []v1.Server) error {
+		return l.lifecycles(ss, map[string]string{"vm-bios": "ready", "vm-uefi": "ready", "vm-ipmi": "ready"}, true)
+	}); err != nil {
+		return err
+	}
+	for _, m := range l.ms {
+		if err := l.waitStatus(ctx, "status/servers/"+m.name+".yaml", "lifecycle: ready"); err != nil {
+			return err
+		}
+	}
+	for _, m := range l.ms {
+		if m.vmedia && !l.insertedMedia(m) {
+			return fmt.Errorf("vm lab: %s commissioned without a VirtualMedia.InsertMedia request to its BMC", m.name)
+		}
+	}
+	l.step("commission: 3 servers ready (BIOS Redfish via virtual media, UEFI Redfish PXE, BIOS ipmi_sim PXE), status commits written", t0)
+	if l.cfg.Stage < StageDeploy {
+		return nil
+	}
+
+	t0 = time.Now()
+	if err := l.push(ctx, "profile lab: count 2", func() error {
+		return replaceFile(filepath.Join(l.clone, "profiles.yaml"), "count: 0", "count: 2")
+	}); err != nil {
+		return err
+	}
+	var deployed []string
+	if err := l.waitServers(ctx, "two deployed", 10*time.Minute, func(ss []v1.Server) error {
+		deployed = deployed[:0]
+		for _, s := range ss {
+			if s.Lifecycle == "deployed" {
+				deployed = append(deployed, s.Name)
+			}
+			if s.Lifecycle == "failed" {
+				return fmt.Errorf("%s failed: %s", s.Name, s.LastError)
+			}
+		}
+		if len(deployed) != 2 {
+			return fmt.Errorf("%d deployed", len(deployed))
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	l.step("deploy: 2 servers deployed ("+strings.Join(deployed, ", ")+")", t0)
+
+	t0 = time.Now()
+	if err := l.waitHosts(ctx, deployed, 8*time.Minute); err != nil {
+		return err
+	}
+	l.step("first boot: cloud-init seed applied, hosts joined over pinned TLS with bridge network", t0)
+	if l.cfg.Stage < StageRelease {
+		return nil
+	}
+
+	t0 = time.Now()
+	release, retire := deployed[0], deployed[1]
+	if err := l.push(ctx, "release "+release+", retire "+retire, func() error {
+		if err := replaceFile(filepath.Join(l.clone, "profiles.yaml"), "count: 2", "count: 0"); err != nil {
+			return err
+		}
+		if err := replaceFile(filepath.Join(l.clone, "servers.yaml"), "  - name: "+retire+"\n", "  - name: "+retire+"\n    want: retired\n"); err != nil {
+			return err
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	// Two of three servers is more than the 20% a revision may release or
+	// retire: the brake holds the plan until an operator approves it.
+	if err := l.approveHeld(ctx); err != nil {
+		return err
+	}
+	if err := l.waitServers(ctx, "release and retire", 8*time.Minute, func(ss []v1.Server) error {
+		return l.lifecycles(ss, map[string]string{release: "ready", retire: "retired"}, false)
+	}); err != nil {
+		return err
+	}
+	// Both are powered off by their BMCs (release: the wipe runs at the
+	// server's next boot into the ramdisk; retire: off for good).
+	for _, m := range l.ms {
+		if m.name != release && m.name != retire {
+			continue
+		}
+		wctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+		err := m.vm.WaitOff(wctx)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("vm lab: %s still powered on after release/retire: %w", m.name, err)
+		}
+	}
+	l.step("release "+release+" → ready (wipe deferred to its next ramdisk boot), retire "+retire+" → retired, both powered off, after approving the braked plan", t0)
+	return nil
+}
+
+// lifecycles checks that each named server has the wanted lifecycle; with
+// hw, ready servers must carry hardware facts.
+func (l *lab) lifecycles(ss []v1.Server, want map[string]string, hw bool) error {
+	var bad []string
+	for _, s := range ss {
+		w, ok := want[s.Name]
+		if !ok {
+			continue
+		}
+		if s.Lifecycle == "failed" {
+			return fmt.Errorf("%s failed: %s", s.Name, s.LastError)
+		}
+		if s.Lifecycle != w || (hw && w == "ready" && s.Hardware == nil) {
+			bad = append(bad, fmt.Sprintf("%s=%s(%s)", s.Name, s.Lifecycle, s.LastError))
+		}
+	}
+	if len(bad) > 0 {
+		return errors.New(strings.Join(bad, " "))
+	}
+	return nil
+}
+
+func randHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+func (l *lab) setup(ctx context.Context, img, sum string) error {
+	var err error
+	l.ns, err = netns.Create(ctx, netns.Config{Prefix: "m14", Bridge: "br0", Taps: 3, Logger: l.log,
+		BridgeAddrs: []netip.Prefix{netip.MustParsePrefix(BridgeAddr + "/24"), netip.MustParsePrefix("fd99::1/64")}})
+	if err != nil {
+		return fmt.Errorf("vm lab: %w", err)
+	}
+	l.hc = nsHTTPClient(l.ns.Name)
+	l.bmcPass, l.ipmPass = randHex(8), randHex(6)
+
+	// The OS image mirror: os.img and its SHA256SUMS over HTTP on the bridge.
+	mirror, err := l.serveHTTP(http.FileServer(http.Dir(filepath.Dir(img))))
+	if err != nil {
+		return err
+	}
+	l.log.Info("os image mirror", "url", mirror, "sha256", sum)
+
+	// Machines and BMCs.
+	l.ms = []*machine{
+		{name: "vm-bios", zone: "lab", mac: "52:54:00:14:00:01", fw: vmpower.BIOS, driver: "redfish", tree: "dell-poweredge-r750-idrac9", vmedia: true},
+		{name: "vm-uefi", zone: "lab", mac: "52:54:00:14:00:02", fw: vmpower.UEFI, driver: "redfish", tree: "dmtf-public-rackmount1"},
+		{name: "vm-ipmi", zone: "lab", mac: "52:54:00:14:00:03", fw: vmpower.BIOS, driver: "ipmi"},
+	}
+	fixtures, err := bmcsim.FixturesDir()
+	if err != nil {
+		fixtures = filepath.Join(l.cfg.Root, "testdata", "fixtures")
+	}
+	var trees bmcsim.Trees
+	for i, m := range l.ms {
+		dir := filepath.Join(l.dir, "vms", m.name)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return err
+		}
+		disk := filepath.Join(dir, "disk.raw")
+		if err := os.WriteFile(disk, nil, 0o644); err != nil {
+			return err
+		}
+		if err := os.Truncate(disk, 4<<30); err != nil {
+			return err
+		}
+		m.vm, err = vmpower.New(vmpower.Config{Name: m.name, Dir: dir, Firmware: m.fw, MemoryMiB: 1536, CPUs: 1,
+			UUID: fmt.Sprintf("6a1f0e3c-1414-4222-8333-%012d", i+1), Disk: disk, Netns: l.ns.Name,
+			NICs: []vmpower.NIC{{Tap: l.ns.Taps[i], MAC: m.mac}}, Logger: l.log.With("vm", m.name)})
+		if err != nil {
+			return fmt.Errorf("vm lab: %s: %w", m.name, err)
+		}
+		wctx, cancel := context.WithCancel(context.Background())
+		prev := l.stopWatch
+		l.stopWatch = func() {
+			cancel()
+			if prev != nil {
+				prev()
+			}
+		}
+		l.wg.Add(1)
+		go func() { defer l.wg.Done(); l.watchResets(wctx, m) }()
+		switch m.driver {
+		case "redfish":
+			td, err := bmcsim.TreeDir(fixtures, m.tree)
+			if err != nil {
+				return fmt.Errorf("vm lab: %s: %w", m.name, err)
+			}
+			if m.vmedia {
+				if td, err = noPXETree(td, filepath.Join(l.dir, "trees", m.tree+"-nopxe")); err != nil {
+					return fmt.Errorf("vm lab: %s: %w", m.name, err)
+				}
+			}
+			srv, err := trees.New(td, bmcsim.Config{Username: "admin", Password: l.bmcPass, Power: m.vm, SessionTimeout: -1})
+			if err != nil {
+				return fmt.Errorf("vm lab: %s bmc: %w", m.name, err)
+			}
+			m.bmc = srv
+			if m.addr, err = l.serveHTTP(srv); err != nil {
+				return err
+			}
+		case "ipmi":
+			if err := l.startIPMISim(m); err != nil {
+				return err
+			}
+		}
+	}
+
+	// The inventory repository.
+	if err := l.writeRepo(mirror); err != nil {
+		return err
+	}
+
+	// Controller: an admin token before serve starts, the BMC credentials
+	// through the API of a repo-less serve, then the full controller.
+	state := filepath.Join(l.dir, "state.db")
+	out, err := exec.CommandContext(ctx, l.bin("machina"), "token", "create", "--name", "lab", "--state", state).Output()
+	if err != nil {
+		return fmt.Errorf("vm lab: token create: %w", err)
+	}
+	l.token = strings.TrimSpace(string(out))
+	base := fmt.Sprintf("http://%s:%d", BridgeAddr, APIPort)
+	if l.api, err = v1.NewClient(base, l.token); err != nil {
+		return err
+	}
+	l.api.HTTP = l.hc
+	if err := l.startServe(ctx, []string{"--state", state, "--listen", fmt.Sprintf("%s:%d", BridgeAddr, APIPort)}, "serve-secrets.log"); err != nil {
+		return err
+	}
+	for name, pw := range map[string]string{"bmc-redfish": l.bmcPass, "bmc-ipmi": l.ipmPass} {
+		cmd := l.ns.Command(ctx, l.bin("machinactl"), "--api", base, "secret", "set", name, "--username", "admin", "--password-stdin")
+		cmd.Env = append(os.Environ(), "MACHINA_TOKEN="+l.token)
+		cmd.Stdin = strings.NewReader(pw + "\n")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("vm lab: machinactl secret set %s: %w: %s", name, err, out)
+		}
+	}
+	if err := l.stopServe(); err != nil {
+		return err
+	}
+
+	tftp := filepath.Join(l.dir, "tftp")
+	if err := os.MkdirAll(tftp, 0o755); err != nil {
+		return err
+	}
+	for _, f := range []string{"undionly.kpxe", "snponly.efi"} {
+		b, err := os.ReadFile(filepath.Join("/usr/lib/ipxe", f))
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(tftp, f), b, 0o644); err != nil {
+			return err
+		}
+	}
+	isoDir := filepath.Join(l.dir, "iso")
+	if out, err := exec.CommandContext(ctx, "sh", filepath.Join(l.cfg.Root, "scripts", "metal", "build-ipxe-iso.sh"), base, isoDir).CombinedOutput(); err != nil {
+		return fmt.Errorf("vm lab: build iPXE ISOs: %w: %s", err, out)
+	}
+	// The controller's default ISO URL is /boot/iso/ipxe-bios.iso.
+	for _, fw := range []string{"bios", "uefi"} {
+		if err := os.Link(filepath.Join(isoDir, "machina-ipxe-"+fw+".iso"), filepath.Join(isoDir, "ipxe-"+fw+".iso")); err != nil {
+			return fmt.Errorf("vm lab: iso: %w", err)
+		}
+	}
+	return l.startServe(ctx, []string{"--state", state, "--work-dir", filepath.Join(l.dir, "work"), "--iso-dir", isoDir,
+		"--repo", "file://" + l.bare, "--poll-interval", "2s",
+		"--listen", fmt.Sprintf("%s:%d", BridgeAddr, APIPort), "--public-url", base,
+		"--join-listen", fmt.Sprintf("%s:%d", BridgeAddr, JoinPort), "--join-url", fmt.Sprintf("https://%s:%d", BridgeAddr, JoinPort),
+		"--node-binary", l.bin("machina-node"),
+		"--dhcp-interface", l.ns.Bridge, "--dhcp-subnet", Subnet, "--dhcp-pool", Pool, "--tftp-root", tftp,
+		"--ramdisk-dir", filepath.Join(l.cfg.Root, "out", "ramdisk")}, "controller.log")
+}
+
+// serveHTTP serves h on an ephemeral port of the bridge address inside the
+// namespace and returns its base URL.
+func (l *lab) serveHTTP(h http.Handler) (string, error) {
+	ln, err := listenIn(l.ns.Name, BridgeAddr+":0")
+	if err != nil {
+		return "", fmt.Errorf("vm lab: listen in namespace: %w", err)
+	}
+	hs := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	l.servers = append(l.servers, hs)
+	l.wg.Add(1)
+	go func() { defer l.wg.Done(); _ = hs.Serve(ln) }()
+	return "http://" + ln.Addr().String(), nil
+}
+
+func (l *lab) startIPMISim(m *machine) error {
+	dir := filepath.Join(l.dir, "ipmi", m.name)
+	if err := os.MkdirAll(filepath.Join(dir, "state"), 0o700); err != nil {
+		return err
+	}
+	addr := netip.AddrPortFrom(netip.MustParseAddr(BridgeAddr), IPMIPort)
+	lan, err := ipmichassis.LanConf(ipmichassis.LanConfig{Name: "lab" + strings.ReplaceAll(m.name, "-", ""), Addr: addr, User: "admin", Password: l.ipmPass,
+		Program: l.bin("lab-chassis-control"), VMDir: m.vm.Config().Dir})
+	if err != nil {
+		return fmt.Errorf("vm lab: ipmi_sim config: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "lan.conf"), lan, 0o600); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "bmc.emu"), ipmichassis.EmuConf(), 0o600); err != nil {
+		return err
+	}
+	logf, err := os.Create(filepath.Join(l.dir, "ipmi_sim-"+m.name+".log"))
+	if err != nil {
+		return err
+	}
+	cmd := l.ns.Command(context.Background(), "ipmi_sim", "-c", filepath.Join(dir, "lan.conf"), "-f", filepath.Join(dir, "bmc.emu"), "-s", filepath.Join(dir, "state"), "-n")
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if _, err := l.ns.Start(cmd); err != nil {
+		return fmt.Errorf("vm lab: ipmi_sim: %w", err)
+	}
+	m.addr = addr.String()
+	return nil
+}
+
+// startServe runs `machina serve args...` inside the namespace, logging to
+// file, and waits until its API answers /healthz.
+func (l *lab) startServe(ctx context.Context, args []string, logName string) error {
+	logf, err := os.OpenFile(filepath.Join(l.dir, logName), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	cmd := l.ns.Command(context.Background(), l.bin("machina"), append([]string{"serve", "--log-format", "text"}, args...)...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	p, err := l.ns.Start(cmd)
+	if err != nil {
+		return fmt.Errorf("vm lab: machina serve: %w", err)
+	}
+	l.serve = p
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		resp, err := l.hc.Get(fmt.Sprintf("http://%s:%d/healthz", BridgeAddr, APIPort))
+		if err == nil {
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return nil
+			}
+		}
+		select {
+		case <-p.Done():
+			return fmt.Errorf("vm lab: machina serve exited: %v (see %s)", p.Err(), logName)
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("vm lab: machina serve not answering within 60s (see %s)", logName)
+		}
+	}
+}
+
+func (l *lab) stopServe() error {
+	if l.serve == nil {
+		return nil
+	}
+	p := l.serve
+	l.serve = nil
+	_ = p.Cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.Done():
+		return nil
+	case <-time.After(20 * time.Second):
+		_ = p.Cmd.Process.Kill()
+		<-p.Done()
+		return errors.New("vm lab: machina serve did not stop on SIGTERM within 20s")
+	}
+}
+
+func (l *lab) close() {
+	if err := l.stopServe(); err != nil {
+		l.log.Warn("stop controller", "err", err)
+	}
+	if l.stopWatch != nil {
+		l.stopWatch()
+	}
+	for _, m := range l.ms {
+		if m.vm != nil {
+			_ = m.vm.Reset(context.Background(), "ForceOff")
+		}
+	}
+	for _, hs := range l.servers {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_ = hs.Shutdown(ctx)
+		cancel()
+	}
+	l.wg.Wait()
+	if l.ns != nil {
+		if err := l.ns.Close(); err != nil {
+			l.log.Warn("delete namespace", "err", err)
+		}
+	}
+}
+
+func (l *lab) listServers() ([]v1.Server, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	list, err := l.api.ListServers(ctx, v1.ListServersOptions{})
+	return list.Servers, err
+}
+
+// waitServers polls the API until cond holds, the deadline passes or the
+// controller exits.
+func (l *lab) waitServers(ctx context.Context, what string, d time.Duration, cond func([]v1.Server) error) error {
+	deadline := time.Now().Add(d)
+	var last error
+	for {
+		ss, err := l.listServers()
+		if err == nil {
+			if last = cond(ss); last == nil {
+				return nil
+			}
+			if strings.Contains(last.Error(), "failed") {
+				return fmt.Errorf("vm lab: %s: %w", what, last)
+			}
+		} else {
+			last = err
+		}
+		if l.serve != nil {
+			select {
+			case <-l.serve.Done():
+				return fmt.Errorf("vm lab: %s: controller exited: %v", what, l.serve.Err())
+			default:
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("vm lab: %s: not reached within %s: %v", what, d, last)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+func (l *lab) waitHosts(ctx context.Context, names []string, d time.Duration) error {
+	deadline := time.Now().Add(d)
+	var last string
+	for {
+		c, cancel := context.WithTimeout(ctx, 20*time.Second)
+		hosts, err := l.api.Hosts(c)
+		cancel()
+		if err == nil {
+			ok := 0
+			var st []string
+			for _, h := range hosts.Items {
+				st = append(st, fmt.Sprintf("%s:%s(%s)nets=%v", h.Server, h.JoinStatus, h.JoinReason, h.Networks))
+				for _, n := range names {
+					if (h.Server == n || h.Name == n) && h.JoinStatus == "joined" && len(h.Networks) > 0 {
+						ok++
+					}
+				}
+			}
+			if ok == len(names) {
+				for _, n := range names {
+					if err := l.waitStatus(ctx, "status/hosts/"+n+".yaml", "joined"); err != nil {
+						return err
+					}
+				}
+				return nil
+			}
+			last = strings.Join(st, " ")
+		} else {
+			last = err.Error()
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("vm lab: hosts joined: not within %s: %s", d, last)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(2 * time.Second):
+		}
+	}
+}
+
+// waitStatus waits until the bare repository's main branch has path
+// containing text (a status commit of the controller).
+func (l *lab) waitStatus(ctx context.Context, path, text string) error {
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		if body, ok := readHead(l.bare, path); ok && strings.Contains(body, text) {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("vm lab: no status commit with %s containing %q", path, text)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+func readHead(bare, path string) (string, bool) {
+	repo, err := git.PlainOpen(bare)
+	if err != nil {
+		return "", false
+	}
+	ref, err := repo.Head()
+	if err != nil {
+		return "", false
+	}
+	c, err := repo.CommitObject(ref.Hash())
+	if err != nil {
+		return "", false
+	}
+	f, err := c.File(path)
+	if err != nil {
+		return "", false
+	}
+	s, err := f.Contents()
+	return s, err == nil
+}
+
+func replaceFile(path, old, new string) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	if !bytes.Contains(b, []byte(old)) {
+		return fmt.Errorf("vm lab: %s does not contain %q", path, old)
+	}
+	return os.WriteFile(path, bytes.Replace(b, []byte(old), []byte(new), 1), 0o644)
+}
+
+// writeRepo creates the bare inventory repository and the operator's clone
+// with the three servers, the lab profile (count 0) and the lab-os image.
+func (l *lab) writeRepo(mirror string) error {
+	l.bare, l.clone = filepath.Join(l.dir, "repo.git"), filepath.Join(l.dir, "inventory")
+	if _, err := git.PlainInitWithOptions(l.bare, &git.PlainInitOptions{Bare: true, InitOptions: git.InitOptions{DefaultBranch: "refs/heads/main"}}); err != nil {
+		return fmt.Errorf("vm lab: init repo: %w", err)
+	}
+	repo, err := git.PlainInitWithOptions(l.clone, &git.PlainInitOptions{InitOptions: git.InitOptions{DefaultBranch: "refs/heads/main"}})
+	if err != nil {
+		return fmt.Errorf("vm lab: init clone: %w", err)
+	}
+	if _, err := repo.CreateRemote(&gitconfig.RemoteConfig{Name: "origin", URLs: []string{"file://" + l.bare}}); err != nil {
+		return err
+	}
+	if err := repo.CreateBranch(&gitconfig.Branch{Name: "main", Remote: "origin", Merge: "refs/heads/main"}); err != nil {
+		return err
+	}
+	var sb strings.Builder
+	sb.WriteString("# The VM lab: qemu VMs on the lab bridge.\nservers:\n")
+	for _, m := range l.ms {
+		mode, cred := "bios", "bmc-redfish"
+		if m.fw == vmpower.UEFI {
+			mode = "uefi"
+		}
+		if m.driver == "ipmi" {
+			cred = "bmc-ipmi"
+		}
+		fmt.Fprintf(&sb, "  - name: %s\n    zone: %s\n    bootMAC: %q\n    bootMode: %s\n    bmc:\n      driver: %s\n      address: %q\n      credentials: %s\n",
+			m.name, m.zone, m.mac, mode, m.driver, m.addr, cred)
+	}
+	files := map[string]string{
+		"servers.yaml": sb.String(),
+		"profiles.yaml": `profiles:
+  - name: ` + ProfileName + `
+    image: ` + ImageName + `
+    deploy: image
+    sshKeys:
+      - "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIO4VqFGm2ahY3KSc9k9lrQMD0j2/tR46oEgCPUxiE9s7 ops@lab"
+    zone: lab
+    min: {cores: 1, memoryGiB: 1, diskGiB: 2}
+    count: 0
+    join:
+      site: vmlab
+      tags: [vm]
+      networks:
+        - {name: lab, bridge: br-lab, nic: ` + GuestNIC + `, cidr: ` + Subnet + `}
+`,
+		"images.yaml": fmt.Sprintf("images:\n  - name: %s\n    url: %s/%s\n    checksumURL: %s/%s\n", ImageName, mirror, osimage.ImageFile, mirror, osimage.SumsFile),
+		"README.md":   "# VM lab inventory\n",
+	}
+	for name, body := range files {
+		if err := os.WriteFile(filepath.Join(l.clone, name), []byte(body), 0o644); err != nil {
+			return err
+		}
+	}
+	wt, err := repo.Worktree()
+	if err != nil {
+		return err
+	}
+	if err := wt.AddGlob("."); err != nil {
+		return err
+	}
+	sig := &object.Signature{Name: "Lab Operator", Email: "operator@lab.invalid", When: time.Now()}
+	if _, err := wt.Commit("inventory: VM lab", &git.CommitOptions{Author: sig, Committer: sig}); err != nil {
+		return err
+	}
+	return repo.Push(&git.PushOptions{RemoteName: "origin", RefSpecs: []gitconfig.RefSpec{"refs/heads/main:refs/heads/main"}})
+}
+
+// GuestNIC is the name the lab OS image gives every VM's virtio NIC: its
+// kernel command line has net.ifnames=0 (lab/vm/osimage/build.sh), on BIOS
+// and UEFI alike.
+const GuestNIC = "eth0"
+
+// push pulls the controller's status commits into the clone, applies edit,
+// commits and pushes, then asks the controller to reconcile now.
+func (l *lab) push(ctx context.Context, msg string, edit func() error) error {
+	repo, err := git.PlainOpen(l.clone)
+	if err != nil {
+		return err
+	}
+	wt, err := repo.Worktree()
+	if err != nil {
+		return err
+	}
+	if err := wt.Pull(&git.PullOptions{RemoteName: "origin"}); err != nil && !errors.Is(err, git.NoErrAlreadyUpToDate) {
+		return fmt.Errorf("vm lab: pull: %w", err)
+	}
+	if err := edit(); err != nil {
+		return err
+	}
+	if err := wt.AddGlob("."); err != nil {
+		return err
+	}
+	sig := &object.Signature{Name: "Lab Operator", Email: "operator@lab.invalid", When: time.Now()}
+	if _, err := wt.Commit(msg, &git.CommitOptions{Author: sig, Committer: sig}); err != nil {
+		return err
+	}
+	if err := repo.Push(&git.PushOptions{RemoteName: "origin"}); err != nil {
+		return fmt.Errorf("vm lab: push: %w", err)
+	}
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, fmt.Sprintf("http://%s:%d/api/v1/reconcile", BridgeAddr, APIPort), nil)
+	req.Header.Set("Authorization", "Bearer "+l.token)
+	if resp, err := l.hc.Do(req); err == nil {
+		resp.Body.Close()
+	}
+	return nil
+}
+
+// insertedMedia reports whether m's emulated BMC accepted an InsertMedia.
+func (l *lab) insertedMedia(m *machine) bool {
+	for _, r := range m.bmc.Requests() {
+		if r.Method == http.MethodPost && strings.HasSuffix(r.Path, "/Actions/VirtualMedia.InsertMedia") {
+			return true
+		}
+	}
+	return false
+}
+
+// noPXETree copies the Redfish tree at src to dst with "Pxe" removed from
+// the System's Boot.BootSourceOverrideTarget@Redfish.AllowableValues: a BMC
+// that cannot PXE-boot its host, which the controller must boot from the
+// iPXE ISO over virtual media instead (reconciler netboot).
+func noPXETree(src, dst string) (string, error) {
+	if err := os.MkdirAll(dst, 0o755); err != nil {
+		return "", err
+	}
+	if out, err := exec.Command("cp", "-a", src+"/.", dst).CombinedOutput(); err != nil {
+		return "", fmt.Errorf("copy tree: %w: %s", err, out)
+	}
+	sys, err := filepath.Glob(filepath.Join(dst, "redfish", "v1", "Systems", "*", "index.json"))
+	if err != nil || len(sys) == 0 {
+		return "", fmt.Errorf("copy tree: no System in %s", dst)
+	}
+	const pxe = "\"Pxe\","
+	for _, f := range sys {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return "", err
+		}
+		i := bytes.Index(b, []byte("\"BootSourceOverrideTarget@Redfish.AllowableValues\""))
+		if i < 0 {
+			return "", fmt.Errorf("copy tree: %s has no boot target list", f)
+		}
+		j := bytes.Index(b[i:], []byte(pxe))
+		k := bytes.IndexByte(b[i:], ']')
+		if j < 0 || j > k {
+			return "", fmt.Errorf("copy tree: %s lists no Pxe target", f)
+		}
+		b = append(b[:i+j:i+j], b[i+j+len(pxe):]...)
+		if err := os.WriteFile(f, b, 0o644); err != nil {
+			return "", err
+		}
+	}
+	return dst, nil
+}
+
+// watchResets makes m's BMC apply a changed boot device at the guest's own
+// reboot, as a physical BMC's boot override does: qemu fixes its boot
+// order at process start, so on a guest-initiated RESET (QMP event, data
+// {"guest": true}) whose stored boot device differs from the one the
+// process started with, it restarts the VM (vmpower ForceRestart, which
+// restarts the process in that case). Without it a VM deployed after a
+// one-time PXE boot would reboot into PXE again; OVMF's iPXE cannot "exit"
+// to the disk from there.
+func (l *lab) watchResets(ctx context.Context, m *machine) {
+	log := l.log.With("vm", m.name)
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		if m.vm.Pid() == 0 {
+			continue
+		}
+		c, err := m.vm.QMP(ctx)
+		if err != nil {
+			continue
+		}
+		l.followResets(ctx, m, c, log)
+		c.Close()
+	}
+}
+
+func (l *lab) followResets(ctx context.Context, m *machine, c *qmp.Client, log *slog.Logger) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-c.Done():
+			return
+		case ev, ok := <-c.Events():
+			if !ok {
+				return
+			}
+			if ev.Name != "RESET" {
+				continue
+			}
+			var data struct {
+				Guest bool `json:"guest"`
+			}
+			_ = json.Unmarshal(ev.Data, &data)
+			started, _ := os.ReadFile(filepath.Join(m.vm.Config().Dir, vmpower.StartedBootFile))
+			dev, _ := m.vm.BootDevice()
+			if !data.Guest || vmpower.BootDevice(strings.TrimSpace(string(started))) == dev {
+				continue
+			}
+			log.Info("guest reboot with a changed boot device: restarting the VM", "started", strings.TrimSpace(string(started)), "now", dev)
+			c.Close()
+			rctx, cancel := context.WithTimeout(ctx, time.Minute)
+			if err := m.vm.Reset(rctx, "ForceRestart"); err != nil {
+				log.Warn("restart after guest reboot", "err", err)
+			}
+			cancel()
+			return
+		}
+	}
+}
+
+// approveHeld waits until the controller's plan holds steps behind the
+// brake, then approves the current inventory revision (POST /api/v1/approve
+// with its digest), as an operator does.
+func (l *lab) approveHeld(ctx context.Context) error {
+	base := fmt.Sprintf("http://%s:%d", BridgeAddr, APIPort)
+	get := func(path string, v any) error {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, base+path, nil)
+		req.Header.Set("Authorization", "Bearer "+l.token)
+		resp, err := l.hc.Do(req)
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("GET %s: %s", path, resp.Status)
+		}
+		return json.NewDecoder(resp.Body).Decode(v)
+	}
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		var plan struct {
+			Held  []json.RawMessage `json:"held"`
+			Brake string            `json:"brake"`
+		}
+		if err := get("/api/v1/plan", &plan); err == nil && len(plan.Held) > 0 {
+			var inv struct {
+				Good struct{ Commit, Digest string }
+			}
+			if err := get("/api/v1/inventory", &inv); err != nil {
+				return fmt.Errorf("vm lab: inventory status: %w", err)
+			}
+			l.log.Info("plan held by the brake; approving", "held", len(plan.Held), "brake", plan.Brake, "digest", inv.Good.Digest)
+			body, _ := json.Marshal(map[string]string{"revision": inv.Good.Digest})
+			req, _ := http.NewRequestWithContext(ctx, http.MethodPost, base+"/api/v1/approve", bytes.NewReader(body))
+			req.Header.Set("Authorization", "Bearer "+l.token)
+			req.Header.Set("Content-Type", "application/json")
+			resp, err := l.hc.Do(req)
+			if err != nil {
+				return fmt.Errorf("vm lab: approve: %w", err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				return fmt.Errorf("vm lab: approve: %s", resp.Status)
+			}
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return errors.New("vm lab: release and retire: the plan was never held by the brake (expected for 2 of 3 servers)")
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
+}

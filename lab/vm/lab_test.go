@@ -1,0 +1,104 @@
+package vm
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/machina-metal/machina/bmc"
+	"github.com/machina-metal/machina/bmc/bmcsim"
+	"github.com/machina-metal/machina/bmc/redfish"
+)
+
+// TestVMLab runs the whole lab on qemu VMs (TCG). It needs root, qemu,
+// ipmi_sim and the built binaries (make build ramdisk); it runs when
+// MACHINA_VM_LAB=1 (set by .ci/run and make lab), because it takes minutes.
+// MACHINA_VM_LAB_STAGE=commission|deploy limits how far it goes.
+func TestVMLab(t *testing.T) {
+	if os.Getenv("MACHINA_VM_LAB") != "1" {
+		// Not a silent skip in CI: .ci/run runs the VM lab as its own
+		// step with MACHINA_VM_LAB=1 after make test.
+		t.Skip("the VM lab runs with MACHINA_VM_LAB=1 (make lab; .ci/run runs it after make test): minutes, root, qemu")
+	}
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stage := StageRelease
+	switch os.Getenv("MACHINA_VM_LAB_STAGE") {
+	case "commission":
+		stage = StageCommission
+	case "deploy":
+		stage = StageDeploy
+	}
+	// The budget is 15 minutes (asserted below); the context allows more so
+	// that a slow run still reports every step's time.
+	ctx, cancel := context.WithTimeout(context.Background(), 19*time.Minute) // make test: -timeout 20m
+	defer cancel()
+	start := time.Now()
+	steps, err := Run(ctx, Config{Root: root, Stage: stage, Logger: slog.New(slog.NewTextHandler(t.Output(), nil)),
+		OnStep: func(name string, d time.Duration) { t.Logf("STEP %-90s %6.1fs", name, d.Seconds()) }})
+	if errors.Is(err, ErrPrereq) && os.Getenv("CI") != "true" {
+		t.Skipf("VM lab prerequisites missing: %v", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	total := time.Since(start)
+	t.Logf("VM lab: %d steps in %s", len(steps), total.Round(time.Second))
+	// The OS image build (first step) is cached between runs and not part
+	// of the budget; .ci/run builds it before the tests.
+	if len(steps) > 0 {
+		total -= steps[0].Duration
+	}
+	if total > Budget {
+		t.Errorf("VM lab took %s, over the %s budget", total.Round(time.Second), Budget)
+	}
+}
+
+// TestNoPXETree: the copied Dell tree no longer offers Pxe as a boot
+// override target, so the Redfish driver reports ErrUnsupported for PXE and
+// the controller falls back to virtual media; the original tree is intact.
+func TestNoPXETree(t *testing.T) {
+	fixtures, err := bmcsim.FixturesDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, err := bmcsim.TreeDir(fixtures, "dell-poweredge-r750-idrac9")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dst, err := noPXETree(src, filepath.Join(t.TempDir(), "nopxe"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var trees bmcsim.Trees
+	srv, err := trees.New(dst, bmcsim.Config{Username: "admin", Password: "pw"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer(srv)
+	defer ts.Close()
+	drv, err := redfish.New(redfish.Config{Endpoint: ts.URL, Username: "admin", Password: "pw"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	defer drv.Close(ctx)
+	if err := drv.SetBootOverride(ctx, bmc.BootOverride{Device: bmc.BootPXE, Mode: bmc.BootModeLegacy}); !errors.Is(err, bmc.ErrUnsupported) {
+		t.Fatalf("PXE override on the no-PXE tree: %v, want ErrUnsupported", err)
+	}
+	if err := drv.SetBootOverride(ctx, bmc.BootOverride{Device: bmc.BootCD, Mode: bmc.BootModeLegacy}); err != nil {
+		t.Fatalf("CD override: %v", err)
+	}
+	orig, err := os.ReadFile(filepath.Join(src, "redfish", "v1", "Systems", "System.Embedded.1", "index.json"))
+	if err != nil || !strings.Contains(string(orig), `"Pxe",`) {
+		t.Fatalf("original tree changed: %v", err)
+	}
+}
