@@ -205,7 +205,7 @@ func Run(ctx context.Context, cfg Config) error {
 	rcfg.Store, rcfg.Drivers, rcfg.Logger = st, drivers, log.With("component", "reconciler")
 	rcfg.Metrics = reconciler.NewMetrics(reg)
 	if cfg.ISODir != "" && rcfg.ISOURL == "" {
-		rcfg.ISOURL = publicURL + "/boot/iso/ipxe-bios.iso"
+		rcfg.ISOURL = publicURL + "/boot/iso/machina-ipxe-bios.iso" // the name scripts/metal/build-ipxe-iso.sh writes
 	}
 	rcfg.OnPass = status.onPass
 	if rcfg.DeployReady == nil {

@@ -486,12 +486,6 @@ func (l *lab) setup(ctx context.Context, img, sum string) error {
 	if out, err := exec.CommandContext(ctx, "sh", filepath.Join(l.cfg.Root, "scripts", "metal", "build-ipxe-iso.sh"), base, isoDir).CombinedOutput(); err != nil {
 		return fmt.Errorf("vm lab: build iPXE ISOs: %w: %s", err, out)
 	}
-	// The controller's default ISO URL is /boot/iso/ipxe-bios.iso.
-	for _, fw := range []string{"bios", "uefi"} {
-		if err := os.Link(filepath.Join(isoDir, "machina-ipxe-"+fw+".iso"), filepath.Join(isoDir, "ipxe-"+fw+".iso")); err != nil {
-			return fmt.Errorf("vm lab: iso: %w", err)
-		}
-	}
 	return l.startServe(ctx, []string{"--state", state, "--work-dir", filepath.Join(l.dir, "work"), "--iso-dir", isoDir,
 		"--repo", "file://" + l.bare, "--poll-interval", "2s",
 		"--listen", fmt.Sprintf("%s:%d", BridgeAddr, APIPort), "--public-url", base,
