@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"regexp"
 
 	"github.com/machina-metal/machina/bmc"
 	"github.com/machina-metal/machina/inventory"
@@ -156,7 +155,7 @@ func (c *Controller) run(ctx context.Context, step Step, desired *inventory.Inve
 		// Power off first so a machine stuck in the ramdisk stops; a BMC
 		// that cannot do it does not keep the server from failing.
 		if err := drv.Power(ctx, bmc.PowerActionOff); err != nil {
-			log.Warn("power off after deadline", "err", sanitize(err.Error()))
+			log.Warn("power off after deadline", "err", Redact(err.Error()))
 		} else {
 			_, _ = st.SetPower(step.Server, state.PowerOff, state.PowerSourceCommand)
 		}
@@ -261,16 +260,4 @@ func staleOK(err error) error {
 		return nil
 	}
 	return err
-}
-
-var (
-	userinfoRE = regexp.MustCompile(`://[^/\s:@]+:[^/\s@]+@`)
-	secretKVRE = regexp.MustCompile(`(?i)\b(password|passwd|token|secret|authorization)\s*[=:]\s*\S+`)
-)
-
-// sanitize removes credentials from a message before it reaches a log,
-// an event or status: user:password@ in URLs and key=value secrets.
-func sanitize(s string) string {
-	s = userinfoRE.ReplaceAllString(s, "://REDACTED@")
-	return secretKVRE.ReplaceAllString(s, "$1=REDACTED")
 }

@@ -397,7 +397,7 @@ func (c *Controller) execute(ctx context.Context, step Step, desired *inventory.
 		return
 	}
 	stall := !bmc.IsTransient(err) && (step.Action.Disruptive() || errors.Is(err, bmc.ErrAuth) || errors.Is(err, bmc.ErrUnsupported))
-	msg := sanitize(err.Error())
+	msg := Redact(err.Error())
 	if stall {
 		log.Error("action failed; stalled until the desired state or counter changes", "err", msg)
 	} else {

@@ -360,9 +360,6 @@ func (m *Machine) bootDisk(ctx context.Context, gen int) {
 	if err := m.firstBoot(ctx); err != nil && ctx.Err() == nil {
 		m.log.Warn("first boot: join failed", "err", err)
 	}
-	if m.lab.cfg.OnOSBoot != nil {
-		m.lab.cfg.OnOSBoot(ctx, m)
-	}
 }
 
 // osMarker starts the simulated OS image, so a disk boot can tell a

@@ -61,9 +61,6 @@ type Config struct {
 	// (tests that read BMC requests); by default servers whose inventory
 	// says ipmi get OpenIPMI's ipmi_sim when it is installed.
 	RedfishOnly bool
-	// OnOSBoot is called when a machine boots its deployed OS from disk
-	// (the join issue's first boot).
-	OnOSBoot func(ctx context.Context, m *Machine)
 	// Logger: nil discards.
 	Logger *slog.Logger
 }
