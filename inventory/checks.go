@@ -153,11 +153,15 @@ func crossCheck(inv *Inventory, docs map[string]*doc) []FieldError {
 		} else {
 			macs[s.BootMAC] = i
 		}
-		addr := NormalizeBMCAddress(s.BMC.Driver, s.BMC.Address)
-		if j, dup := bmcs[addr]; dup && s.BMC.SystemID == inv.Servers[j].BMC.SystemID {
-			errAt(sd, base+"/bmc/address", SeverityError, fmt.Sprintf("BMC address %s is also servers[%d].bmc.address (%s); give each server on a shared BMC its own systemID", addr, j, where(sd, "/servers/"+strconv.Itoa(j)+"/bmc/address")))
-		} else if !dup {
-			bmcs[addr] = i
+		if s.BMC.IsZero() {
+			errAt(sd, base, SeverityWarning, "no BMC: Machina cannot power or boot-override this server; attach one with machinactl server bmc-set "+s.Name+" --driver ... --address ... --credentials ...")
+		} else {
+			addr := NormalizeBMCAddress(s.BMC.Driver, s.BMC.Address)
+			if j, dup := bmcs[addr]; dup && s.BMC.SystemID == inv.Servers[j].BMC.SystemID {
+				errAt(sd, base+"/bmc/address", SeverityError, fmt.Sprintf("BMC address %s is also servers[%d].bmc.address (%s); give each server on a shared BMC its own systemID", addr, j, where(sd, "/servers/"+strconv.Itoa(j)+"/bmc/address")))
+			} else if !dup {
+				bmcs[addr] = i
+			}
 		}
 		if s.Want != WantRetired {
 			zones[s.Zone]++

@@ -94,7 +94,7 @@ type Server struct {
 	Tags       []string    `json:"tags,omitempty"`
 	BootMAC    string      `json:"bootMAC"`
 	BootMode   BootMode    `json:"bootMode,omitempty"`
-	BMC        BMC         `json:"bmc"`
+	BMC        BMC         `json:"bmc,omitzero"`
 	Want       Want        `json:"want,omitempty"`
 	Profile    string      `json:"profile,omitempty"`
 	RootDevice *RootDevice `json:"rootDevice,omitempty"`
@@ -103,7 +103,9 @@ type Server struct {
 
 // BMC says how to reach a server's baseboard management controller. Address
 // is a Redfish base URL or an IPMI host[:port]; Credentials names a secret in
-// the controller's store and never holds one.
+// the controller's store and never holds one. The zero BMC (no `bmc` block,
+// as on an auto-enrolled server's proposed entry) means the server has none
+// Machina knows of: see [BMC.IsZero].
 type BMC struct {
 	Driver      BMCDriver `json:"driver"`
 	Address     string    `json:"address"`
@@ -111,6 +113,11 @@ type BMC struct {
 	SystemID    string    `json:"systemID,omitempty"`
 	InsecureTLS bool      `json:"insecureTLS,omitempty"`
 }
+
+// IsZero reports whether b is the zero BMC: the server has no `bmc` block,
+// so Machina cannot power it or set its boot device (validate warns; attach
+// one with `machinactl server bmc-set`).
+func (b BMC) IsZero() bool { return b == BMC{} }
 
 // RootDevice names the deploy disk by stable identifiers only.
 type RootDevice struct {

@@ -19,6 +19,7 @@ func TestValidate(t *testing.T) {
 		want []Violation
 	}{
 		{"valid server", Servers, `{"servers":[{"name":"r1-n01","zone":"zone-a","bootMAC":"52:54:00:00:01:01","bmc":{"driver":"redfish","address":"https://10.0.0.1","credentials":"bmc-default"}}]}`, nil},
+		{"server without bmc (auto-enrolled entry)", Servers, `{"servers":[{"name":"auto-525400aa0001","zone":"discovered","tags":["auto-enrolled"],"bootMAC":"52:54:00:aa:00:01","bootMode":"uefi"}]}`, nil},
 		{"bare and dot MACs", Servers, `{"servers":[{"name":"a","zone":"z","bootMAC":"525400000101","bmc":{"driver":"ipmi","address":"10.0.0.1:623","credentials":"c"}},{"name":"b","zone":"z","bootMAC":"5254.0000.0102","bmc":{"driver":"ipmi","address":"bmc-b","credentials":"c"}}]}`, nil},
 		{"bad mac", Servers, `{"servers":[{"name":"a","zone":"z","bootMAC":"52:54:00:zz:00:01","bmc":{"driver":"ipmi","address":"h","credentials":"c"}}]}`,
 			[]Violation{{Pointer: "/servers/0/bootMAC", Keyword: "format", Def: "mac", Detail: "is not a MAC address"}}},

@@ -58,6 +58,14 @@ func (s Server) clone() Server {
 		a := *s.Allocation
 		s.Allocation = &a
 	}
+	if s.Enrolled != nil {
+		e := *s.Enrolled
+		s.Enrolled = &e
+	}
+	if s.InFlight != nil {
+		f := *s.InFlight
+		s.InFlight = &f
+	}
 	if s.Actions != nil {
 		s.Actions = maps.Clone(s.Actions)
 	}

@@ -46,6 +46,11 @@ type Server struct {
 	FinishDeploy bool `json:"finishDeploy,omitempty"`
 	// Health is the BMC's health rollup ("OK", "Warning", "Critical"), "" when unknown.
 	Health string `json:"health,omitempty"`
+	// Enrolled is set on a server that enrolled itself by PXE-booting with
+	// a MAC no server had (auto-enrol, MACHINA_METAL_AUTO_ENROLL=1); nil for
+	// servers registered from servers.yaml. It stays set once the server is
+	// in servers.yaml, as its history.
+	Enrolled *Enrolment `json:"enrolled,omitempty"`
 
 	// Revision increases by one on every committed change of this record.
 	Revision  uint64    `json:"revision"`
@@ -65,6 +70,24 @@ type BMCFacts struct {
 	Model           string `json:"model,omitempty"`
 	SerialNumber    string `json:"serialNumber,omitempty"`
 	FirmwareVersion string `json:"firmwareVersion,omitempty"`
+}
+
+// Enrolment records how an auto-enrolled server came in and where its
+// proposed servers.yaml entry went. Times are UTC.
+type Enrolment struct {
+	// At is when the boot servers first saw the MAC.
+	At time.Time `json:"at"`
+	// Source is the boot server that saw it: "dhcp" or "ipxe".
+	Source string `json:"source,omitempty"`
+	// Branch and Commit locate the proposal in the inventory repository;
+	// both "" until it is pushed.
+	Branch string `json:"branch,omitempty"`
+	Commit string `json:"commit,omitempty"`
+	// ProposedAt is when the proposal was pushed; zero until then.
+	ProposedAt time.Time `json:"proposedAt,omitzero"`
+	// ProposalError is the last failed proposal attempt (sanitised), ""
+	// after a success.
+	ProposalError string `json:"proposalError,omitempty"`
 }
 
 // Hardware is the commissioning report's summary.
