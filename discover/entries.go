@@ -20,7 +20,29 @@ type Entry struct {
 	Tags     []string
 	BootMAC  string
 	BootMode string
-	BMC      inventory.BMC
+	// BMC is the server's BMC; the zero BMC renders no bmc block (an
+	// auto-enrolled machine's entry, attached later with SetBMC).
+	BMC inventory.BMC
+	// Comment lines are written as YAML comments above the entry (the
+	// hardware facts of an auto-enrolled machine, for the reviewer). Every
+	// character outside printable ASCII is replaced by '?', and a line is
+	// cut at 160 characters, so no value can leave its comment.
+	Comment []string
+}
+
+// commentLine makes s safe inside a YAML comment: printable ASCII only
+// (no line breaks), at most 160 characters.
+func commentLine(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if c < 0x20 || c > 0x7e {
+			b[i] = '?'
+		}
+	}
+	if len(b) > 160 {
+		b = b[:160]
+	}
+	return strings.TrimRight(string(b), " ")
 }
 
 // yq quotes s as a YAML double-quoted scalar (a JSON string is one), so no
@@ -33,6 +55,9 @@ func yq(s string) string {
 // render writes e as a list item indented by indent.
 func (e Entry) render(b *bytes.Buffer, indent string) {
 	in := indent + "  "
+	for _, c := range e.Comment {
+		fmt.Fprintf(b, "%s# %s\n", indent, commentLine(c))
+	}
 	fmt.Fprintf(b, "%s- name: %s\n", indent, yq(e.Name))
 	fmt.Fprintf(b, "%szone: %s\n", in, yq(e.Zone))
 	if e.Site != "" {
@@ -52,7 +77,9 @@ func (e Entry) render(b *bytes.Buffer, indent string) {
 	if e.BootMode != "" {
 		fmt.Fprintf(b, "%sbootMode: %s\n", in, yq(e.BootMode))
 	}
-	e.renderBMC(b, in)
+	if !e.BMC.IsZero() {
+		e.renderBMC(b, in)
+	}
 }
 
 var (

@@ -41,6 +41,17 @@ type Change struct {
 	Author object.Signature
 }
 
+// openRepo opens the repository at path: a bare repository or a working
+// tree's root, else the working tree path is inside (go-git's DetectDotGit
+// alone walks up past a bare repository and never finds it).
+func openRepo(path string) (*git.Repository, error) {
+	repo, err := git.PlainOpen(path)
+	if errors.Is(err, git.ErrRepositoryNotExists) {
+		repo, err = git.PlainOpenWithOptions(path, &git.PlainOpenOptions{DetectDotGit: true})
+	}
+	return repo, err
+}
+
 // baseFiles reads the inventory files of the head of branch base.
 func baseFiles(repo *git.Repository, base string) (*object.Commit, map[string][]byte, error) {
 	ref, err := repo.Reference(plumbing.NewBranchReferenceName(base), true)
@@ -77,7 +88,7 @@ func baseFiles(repo *git.Repository, base string) (*object.Commit, map[string][]
 // ReadInventory returns the raw servers.yaml of the head of branch base of
 // the clone at repoPath and the validated inventory it belongs to.
 func ReadInventory(repoPath, base string) ([]byte, *inventory.Inventory, error) {
-	repo, err := git.PlainOpenWithOptions(repoPath, &git.PlainOpenOptions{DetectDotGit: true})
+	repo, err := openRepo(repoPath)
 	if err != nil {
 		return nil, nil, fmt.Errorf("discover: open repository %s: %w", repoPath, err)
 	}
@@ -107,7 +118,7 @@ func mapFS(files map[string][]byte) fstest.MapFS {
 // servers, returning inventory.Load's *inventory.ValidationError when the
 // result would be invalid.
 func Validate(repoPath, base string, servers []byte) (*inventory.Inventory, error) {
-	repo, err := git.PlainOpenWithOptions(repoPath, &git.PlainOpenOptions{DetectDotGit: true})
+	repo, err := openRepo(repoPath)
 	if err != nil {
 		return nil, fmt.Errorf("discover: open repository %s: %w", repoPath, err)
 	}
@@ -148,7 +159,7 @@ func Commit(ch Change, servers []byte) (plumbing.Hash, error) {
 	if ch.Author.When.IsZero() {
 		ch.Author.When = time.Now()
 	}
-	repo, err := git.PlainOpenWithOptions(ch.Repo, &git.PlainOpenOptions{DetectDotGit: true})
+	repo, err := openRepo(ch.Repo)
 	if err != nil {
 		return plumbing.ZeroHash, fmt.Errorf("discover: open repository %s: %w", ch.Repo, err)
 	}

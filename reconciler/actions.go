@@ -68,6 +68,15 @@ func (c *Controller) run(ctx context.Context, step Step, desired *inventory.Inve
 	case ActUnretire:
 		_, err := st.Transition(step.Server, state.LifecycleRetired, state.LifecycleNew, step.Why)
 		return staleOK(err)
+	case ActAdopt:
+		_, err := st.AdoptServer(step.From, step.Server, state.ActorController)
+		if errors.Is(err, state.ErrNotFound) {
+			return nil // adopted already (a resumed step); the next pass sees it
+		}
+		if err == nil {
+			log.Info("adopted auto-enrolled server", "from", step.From)
+		}
+		return err
 	}
 
 	// Everything below talks to the BMC: journal it first.
@@ -75,8 +84,15 @@ func (c *Controller) run(ctx context.Context, step Step, desired *inventory.Inve
 	if err != nil {
 		return err
 	}
-	drv, err := c.cfg.Drivers.Driver(ctx, obs)
-	if err != nil {
+	// A server without a BMC (auto-enrolled, none attached yet) is only
+	// ever given the steps that merely power off on the way: they skip it.
+	var drv bmc.Driver
+	if obs.BMC.Driver == "" {
+		if step.Action.needsBMC() {
+			return fmt.Errorf("%s: %w", step.Action, ErrNoBMC)
+		}
+		log.Info("no BMC: skipping power off", "action", string(step.Action))
+	} else if drv, err = c.cfg.Drivers.Driver(ctx, obs); err != nil {
 		return fmt.Errorf("open BMC: %w", err)
 	}
 	mode := bmc.BootModeUEFI
@@ -139,10 +155,12 @@ func (c *Controller) run(ctx context.Context, step Step, desired *inventory.Inve
 			log.Info("released", "wipe", "at next boot into the ramdisk")
 		}
 	case ActRetire:
-		if err := drv.Power(ctx, bmc.PowerActionOff); err != nil {
-			return err
+		if drv != nil {
+			if err := drv.Power(ctx, bmc.PowerActionOff); err != nil {
+				return err
+			}
+			_, _ = st.SetPower(step.Server, state.PowerOff, state.PowerSourceCommand)
 		}
-		_, _ = st.SetPower(step.Server, state.PowerOff, state.PowerSourceCommand)
 		if obs.Lifecycle != state.LifecycleRetired {
 			_, err := st.Apply(state.Move{Server: step.Server, From: obs.Lifecycle, To: state.LifecycleRetired, Reason: step.Why,
 				Update: func(s *state.Server) error { s.Allocation = nil; return nil }})
@@ -154,7 +172,9 @@ func (c *Controller) run(ctx context.Context, step Step, desired *inventory.Inve
 	case ActTimeout:
 		// Power off first so a machine stuck in the ramdisk stops; a BMC
 		// that cannot do it does not keep the server from failing.
-		if err := drv.Power(ctx, bmc.PowerActionOff); err != nil {
+		if drv == nil {
+			// No BMC: nothing to power off with.
+		} else if err := drv.Power(ctx, bmc.PowerActionOff); err != nil {
 			log.Warn("power off after deadline", "err", Redact(err.Error()))
 		} else {
 			_, _ = st.SetPower(step.Server, state.PowerOff, state.PowerSourceCommand)

@@ -307,7 +307,7 @@ func (c *Controller) tryStart(step Step, obs state.Server, now time.Time) bool {
 		return false
 	}
 	addr, rack := obs.BMC.Address, obs.Rack
-	if step.Action != ActRegister {
+	if step.Action != ActRegister && step.Action != ActAdopt {
 		if addr != "" && c.bmcUse[addr] >= c.cfg.PerBMC {
 			return false
 		}
@@ -318,7 +318,7 @@ func (c *Controller) tryStart(step Step, obs state.Server, now time.Time) bool {
 	c.busy[step.Server] = true
 	c.inflight[step.Server] = step
 	c.running++
-	if step.Action != ActRegister {
+	if step.Action != ActRegister && step.Action != ActAdopt {
 		c.bmcUse[addr]++
 		c.rackUse[rack]++
 	}
@@ -332,7 +332,7 @@ func (c *Controller) unreserve(step Step, obs state.Server) {
 	delete(c.busy, step.Server)
 	delete(c.inflight, step.Server) // or the next pass plans as if this step ran
 	c.running--
-	if step.Action != ActRegister {
+	if step.Action != ActRegister && step.Action != ActAdopt {
 		c.bmcUse[obs.BMC.Address]--
 		c.rackUse[obs.Rack]--
 	}
@@ -344,7 +344,7 @@ func (c *Controller) finish(step Step, obs state.Server, err error) {
 	delete(c.busy, step.Server)
 	delete(c.inflight, step.Server)
 	c.running--
-	if step.Action != ActRegister {
+	if step.Action != ActRegister && step.Action != ActAdopt {
 		c.bmcUse[obs.BMC.Address]--
 		c.rackUse[obs.Rack]--
 	}
@@ -396,7 +396,7 @@ func (c *Controller) execute(ctx context.Context, step Step, desired *inventory.
 	if err == nil {
 		return
 	}
-	stall := !bmc.IsTransient(err) && (step.Action.Disruptive() || errors.Is(err, bmc.ErrAuth) || errors.Is(err, bmc.ErrUnsupported))
+	stall := !bmc.IsTransient(err) && (step.Action.Disruptive() || errors.Is(err, bmc.ErrAuth) || errors.Is(err, bmc.ErrUnsupported) || errors.Is(err, ErrNoBMC))
 	msg := Redact(err.Error())
 	if stall {
 		log.Error("action failed; stalled until the desired state or counter changes", "err", msg)
@@ -439,6 +439,11 @@ func (c *Controller) deploysHeld() bool {
 	defer c.mu.Unlock()
 	return c.holdDeploys
 }
+
+// ErrNoBMC: a step that needs the BMC reached a server that has none (an
+// auto-enrolled server before `machinactl server bmc-set`). Plan does not
+// plan such steps; this guards the executor.
+var ErrNoBMC = errors.New("server has no BMC")
 
 // ErrNoCapacity: a provision request asked for more servers than fit.
 var ErrNoCapacity = errors.New("not enough ready servers fit the profile")

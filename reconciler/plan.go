@@ -28,7 +28,19 @@ const (
 	ActPowerOn        Action = "power-on"        // actions.powerOn counter
 	ActPowerOff       Action = "power-off"       // actions.powerOff counter
 	ActPowerCycle     Action = "power-cycle"     // actions.powerCycle counter
+	ActAdopt          Action = "adopt"           // an auto-enrolled server renamed in review: move its record to the servers.yaml name
 )
+
+// needsBMC reports whether a talks to the server's BMC. ActTimeout and
+// ActRetire also do, but only to power off, which they skip on a server
+// without a BMC.
+func (a Action) needsBMC() bool {
+	switch a {
+	case ActCommission, ActDeploy, ActRelease, ActFinishDeploy, ActPowerOn, ActPowerOff, ActPowerCycle:
+		return true
+	}
+	return false
+}
 
 // Disruptive reports whether a failed a is not retried blindly: the server
 // stalls until its desired state or counter changes.
@@ -62,6 +74,8 @@ type Step struct {
 	// CounterName is the inventory counter the step satisfies ("commission",
 	// "powerCycle", ...), or "".
 	CounterName string `json:"counterName,omitempty"`
+	// From is the auto-enrolled server's current name for ActAdopt.
+	From string `json:"from,omitempty"`
 	// Why is a short human reason, shown in plans and events.
 	Why string `json:"why"`
 }
@@ -79,7 +93,8 @@ func (s Step) String() string {
 type PlanCondition struct {
 	// Subject is "server/NAME", "profile/NAME" or "inventory".
 	Subject string `json:"subject"`
-	// Type is CamelCase: Orphaned, InsufficientCapacity, Waiting, Held.
+	// Type is CamelCase: Orphaned, InsufficientCapacity, Waiting, Held,
+	// NoBMC.
 	Type    string `json:"type"`
 	Reason  string `json:"reason"`
 	Message string `json:"message"`
@@ -141,14 +156,34 @@ func Plan(want *inventory.Inventory, have state.Snapshot, opts PlanOptions) Resu
 		return res
 	}
 	desired := map[string]*inventory.Server{}
+	desiredMAC := map[string]*inventory.Server{}
 	for i := range want.Servers {
 		desired[want.Servers[i].Name] = &want.Servers[i]
+		desiredMAC[want.Servers[i].BootMAC] = &want.Servers[i]
 	}
+	// Auto-enrolled servers not in servers.yaml (yet), by boot MAC: an
+	// entry renamed in review adopts its record below.
+	pendingMAC := map[string]state.Server{}
 	// Orphans: observed but no longer desired. Never touched.
 	for _, name := range sortedKeys(have.Servers) {
-		if _, ok := desired[name]; !ok && have.Servers[name].Lifecycle != state.LifecycleRetired {
+		obs := have.Servers[name]
+		if _, ok := desired[name]; ok {
+			continue
+		}
+		if obs.Enrolled != nil {
+			if _, merged := desiredMAC[obs.BootMAC]; merged {
+				pendingMAC[obs.BootMAC] = obs
+				continue
+			}
+			res.Steps = append(res.Steps, pendingSteps(obs, opts)...)
+			if obs.Lifecycle != state.LifecycleRetired {
+				res.Conditions = append(res.Conditions, pendingCondition(obs))
+			}
+			continue
+		}
+		if obs.Lifecycle != state.LifecycleRetired {
 			res.Conditions = append(res.Conditions, PlanCondition{Subject: "server/" + name, Type: "Orphaned", Reason: "NotInInventory",
-				Message: "server is not in servers.yaml any more; left as it is (" + string(have.Servers[name].Lifecycle) + ")"})
+				Message: "server is not in servers.yaml any more; left as it is (" + string(obs.Lifecycle) + ")"})
 		}
 	}
 
@@ -158,6 +193,19 @@ func Plan(want *inventory.Inventory, have state.Snapshot, opts PlanOptions) Resu
 		ws := &want.Servers[i]
 		obs, ok := have.Servers[ws.Name]
 		if !ok {
+			if auto, found := pendingMAC[ws.BootMAC]; found {
+				// The proposal was merged under another name: adopt the
+				// enrolled record (its hardware, lifecycle and history)
+				// rather than register a second server with its MAC.
+				if auto.Lifecycle == state.LifecycleCommissioning || auto.Lifecycle == state.LifecycleDeploying {
+					res.Conditions = append(res.Conditions, PlanCondition{Subject: "server/" + ws.Name, Type: "Waiting", Reason: "AdoptionWaits",
+						Message: fmt.Sprintf("auto-enrolled as %s, which is %s: adopted once its ramdisk reports", auto.Name, auto.Lifecycle)})
+					continue
+				}
+				res.Steps = append(res.Steps, Step{Server: ws.Name, Action: ActAdopt, From: auto.Name,
+					Why: fmt.Sprintf("auto-enrolled as %s; servers.yaml names its boot MAC %s", auto.Name, ws.BootMAC)})
+				continue
+			}
 			res.Steps = append(res.Steps, Step{Server: ws.Name, Action: ActRegister, Why: "new in servers.yaml"})
 			continue
 		}
@@ -165,6 +213,10 @@ func Plan(want *inventory.Inventory, have state.Snapshot, opts PlanOptions) Resu
 			res.Steps = append(res.Steps, Step{Server: ws.Name, Action: ActUpdateIdentity, Why: "zone, rack, boot MAC or BMC changed in servers.yaml"})
 		}
 		steps, disr := serverSteps(ws, obs, opts)
+		if ws.BMC.IsZero() {
+			steps, disr = withoutBMC(steps), withoutBMC(disr)
+			res.Conditions = append(res.Conditions, noBMCCondition(ws, obs))
+		}
 		res.Steps = append(res.Steps, steps...)
 		disruptive = append(disruptive, disr...)
 		for _, s := range steps {
@@ -289,6 +341,49 @@ func serverSteps(ws *inventory.Server, obs state.Server, opts PlanOptions) (step
 	return steps, disruptive
 }
 
+// pendingSteps plans for an auto-enrolled server that is not in
+// servers.yaml yet: only its commissioning deadline (it has no BMC, so the
+// timeout just marks it failed).
+func pendingSteps(obs state.Server, opts PlanOptions) []Step {
+	if obs.Lifecycle == state.LifecycleCommissioning && opts.Now.Sub(obs.LifecycleAt) > opts.CommissionTimeout {
+		return []Step{{Server: obs.Name, Action: ActTimeout, Why: fmt.Sprintf("no commissioning report within %s", opts.CommissionTimeout)}}
+	}
+	return nil
+}
+
+// pendingCondition says where an auto-enrolled server's proposal is.
+func pendingCondition(obs state.Server) PlanCondition {
+	c := PlanCondition{Subject: "server/" + obs.Name, Type: "Waiting", Reason: "AwaitingReview"}
+	e := obs.Enrolled
+	switch {
+	case e.Branch != "":
+		c.Message = fmt.Sprintf("auto-enrolled; proposed on branch %s (commit %.12s): merge it into servers.yaml to manage this server", e.Branch, e.Commit)
+	case e.ProposalError != "":
+		c.Reason = "ProposalFailed"
+		c.Message = "auto-enrolled; proposing its servers.yaml entry failed, will retry: " + e.ProposalError
+	default:
+		c.Message = "auto-enrolled; its servers.yaml entry is proposed once commissioning ends (" + string(obs.Lifecycle) + ")"
+	}
+	return c
+}
+
+// withoutBMC drops the steps a server without a BMC cannot take, and its
+// allocation (its deploy could never start).
+func withoutBMC(steps []Step) []Step {
+	var out []Step
+	for _, s := range steps {
+		if !s.Action.needsBMC() && s.Action != ActAllocate {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func noBMCCondition(ws *inventory.Server, obs state.Server) PlanCondition {
+	return PlanCondition{Subject: "server/" + ws.Name, Type: "NoBMC", Reason: "NoBMC",
+		Message: fmt.Sprintf("no BMC: Machina cannot power or boot-override this server (%s); attach one with machinactl server bmc-set %s --driver ... --address ... --credentials ...", obs.Lifecycle, ws.Name)}
+}
+
 // profileSteps keeps a profile's count of count-allocated servers: it
 // allocates the smallest fitting ready servers when short and releases the
 // newest count allocations when over.
@@ -355,6 +450,9 @@ func Candidates(p inventory.Profile, want *inventory.Inventory, have state.Snaps
 		}
 		if ws.Profile != "" && ws.Profile != p.Name {
 			continue
+		}
+		if ws.BMC.IsZero() {
+			continue // cannot be booted into the deploy ramdisk
 		}
 		if p.Zone != "" && ws.Zone != p.Zone {
 			continue
@@ -480,7 +578,7 @@ func hasAction(steps []Step, a Action) bool {
 }
 
 var actionOrder = map[Action]int{
-	ActRegister: 0, ActUpdateIdentity: 1, ActUnretire: 2, ActRetire: 3, ActTimeout: 4, ActCommission: 5,
+	ActRegister: 0, ActAdopt: 0, ActUpdateIdentity: 1, ActUnretire: 2, ActRetire: 3, ActTimeout: 4, ActCommission: 5,
 	ActRelease: 6, ActAllocate: 7, ActDeploy: 8, ActFinishDeploy: 9, ActPowerOn: 10, ActPowerOff: 11, ActPowerCycle: 12,
 }
 

@@ -205,7 +205,8 @@ func cloneInv(inv *inventory.Inventory) *inventory.Inventory {
 func TestCandidatesOrder(t *testing.T) {
 	inv := &inventory.Inventory{}
 	add := func(name, zone, pin string) {
-		inv.Servers = append(inv.Servers, inventory.Server{Name: name, Zone: zone, Profile: pin, Want: inventory.WantReady})
+		inv.Servers = append(inv.Servers, inventory.Server{Name: name, Zone: zone, Profile: pin, Want: inventory.WantReady,
+			BMC: inventory.BMC{Driver: inventory.DriverIPMI, Address: "bmc-" + name, Credentials: "c"}})
 	}
 	for _, n := range []string{"a", "b", "c", "d", "e", "f", "g", "h"} {
 		add(n, "z1", "")

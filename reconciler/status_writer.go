@@ -811,6 +811,17 @@ var errRemoteMoved = fmt.Errorf("remote branch moved: %w", ErrNonFastForward)
 // applies it only if the ref still holds that value under its ref lock.
 // The advertised value is checked first to fail fast.
 func (w *StatusWriter) push(ctx context.Context, o transportOptions, branch string, base plumbing.Hash, exists bool, bc builtCommit) error {
+	old := plumbing.ZeroHash
+	if exists {
+		old = base
+	}
+	return pushPack(ctx, o, branch, old, bc.hash, bc.pack.data)
+}
+
+// pushPack sends pack and updates branch from old (zero: the branch must
+// not exist yet) to commit in one receive-pack request, never forcing.
+// A branch not at old fails with an error wrapping errRemoteMoved.
+func pushPack(ctx context.Context, o transportOptions, branch string, old, commit plumbing.Hash, pack []byte) error {
 	ep, err := transport.NewEndpoint(o.url)
 	if err != nil {
 		return fmt.Errorf("push: parse url: %w", err)
@@ -830,10 +841,6 @@ func (w *StatusWriter) push(ctx context.Context, o transportOptions, branch stri
 		return fmt.Errorf("push to %s: advertised refs: %w", Redact(o.url), err)
 	}
 	dst := plumbing.NewBranchReferenceName(branch)
-	old := plumbing.ZeroHash
-	if exists {
-		old = base
-	}
 	refs, err := ar.AllReferences()
 	if err != nil {
 		return fmt.Errorf("push: advertised refs: %w", err)
@@ -843,18 +850,18 @@ func (w *StatusWriter) push(ctx context.Context, o transportOptions, branch stri
 		cur = ref.Hash()
 	}
 	if cur != old {
-		return fmt.Errorf("push %s: %s is at %s, not %s: %w", short(bc.hash), branch, cur, old, errRemoteMoved)
+		return fmt.Errorf("push %s: %s is at %s, not %s: %w", short(commit), branch, cur, old, errRemoteMoved)
 	}
 	req := packp.NewReferenceUpdateRequestFromCapabilities(ar.Capabilities)
-	req.Commands = []*packp.Command{{Name: dst, Old: old, New: bc.hash}}
-	req.Packfile = io.NopCloser(bytes.NewReader(bc.pack.data))
+	req.Commands = []*packp.Command{{Name: dst, Old: old, New: commit}}
+	req.Packfile = io.NopCloser(bytes.NewReader(pack))
 	rs, err := sess.ReceivePack(ctx, req)
 	if err != nil {
-		return fmt.Errorf("push %s to %s: %w", short(bc.hash), Redact(o.url), err)
+		return fmt.Errorf("push %s to %s: %w", short(commit), Redact(o.url), err)
 	}
 	if rs != nil {
 		if err := rs.Error(); err != nil {
-			return fmt.Errorf("push %s to %s: refused: %w (%w)", short(bc.hash), Redact(o.url), err, errRemoteMoved)
+			return fmt.Errorf("push %s to %s: refused: %w (%w)", short(commit), Redact(o.url), err, errRemoteMoved)
 		}
 	}
 	return nil
