@@ -95,8 +95,21 @@ type Config struct {
 	// zero means the packages' defaults (a burst of 20-30, 10 a second). The
 	// simulated lab, where every machine is 127.0.0.1, raises it.
 	MachinePerIP boot.Limit
-	// AutoEnroll answers unknown PXE MACs (MACHINA_METAL_AUTO_ENROLL=1).
+	// AutoEnroll enrols machines that PXE-boot with a MAC no server has
+	// (MACHINA_METAL_AUTO_ENROLL=1; off by default): each becomes a server
+	// named auto-<MAC hex> with no BMC, is commissioned at once, and its
+	// servers.yaml entry is pushed to a discovered/DATE branch for review.
 	AutoEnroll bool
+	// AutoEnrollZone is the zone of auto-enrolled servers; "" means
+	// reconciler.DefaultEnrollZone ("discovered", which no profile selects
+	// until a reviewer changes it).
+	AutoEnrollZone string
+	// AutoEnrollMax bounds the auto-enrolled servers pending review; zero
+	// means reconciler.DefaultEnrollMax (16).
+	AutoEnrollMax int
+	// AutoEnrollCommitTo commits proposals straight onto this branch (it
+	// must be Repo's branch); "" pushes review branches discovered/DATE.
+	AutoEnrollCommitTo string
 	// Logger receives every component's logs; nil discards.
 	Logger *slog.Logger
 	// OnReady is called once the HTTP listener accepts connections.
@@ -236,11 +249,35 @@ func Run(ctx context.Context, cfg Config) error {
 		OnEvent: func(e ipxe.Event) {
 			_, _ = st.AppendEvent(state.Event{Kind: state.EventKind("boot." + string(e.Kind)), Message: fmt.Sprintf("%s mac=%s ip=%s: %s", e.Kind, e.MAC, e.IP, e.Reason)})
 		}}
-	enr := &enroller{st: st}
+	gitDir := filepath.Join(cfg.WorkDir, "git")
+	var enr *reconciler.Enroller
 	if cfg.AutoEnroll {
+		prop, err := reconciler.NewProposer(reconciler.ProposerConfig{Remote: cfg.Repo, StateDir: gitDir, CommitTo: cfg.AutoEnrollCommitTo,
+			Logger: log.With("component", "auto-enrol")})
+		if err != nil {
+			return fmt.Errorf("controller: %w", err)
+		}
+		enr, err = reconciler.NewEnroller(reconciler.EnrollConfig{Store: st, Desired: ctrl.Desired, Zone: cfg.AutoEnrollZone, Max: cfg.AutoEnrollMax,
+			Proposer: prop, OnEnrolled: func(string) { ctrl.Trigger() }, Logger: log.With("component", "auto-enrol")})
+		if err != nil {
+			return fmt.Errorf("controller: %w", err)
+		}
 		ipxeCfg.AutoEnroll, ipxeCfg.Enroller = true, enr
+		zone, maxPending := cfg.AutoEnrollZone, cfg.AutoEnrollMax
+		if zone == "" {
+			zone = reconciler.DefaultEnrollZone
+		}
+		if maxPending <= 0 {
+			maxPending = reconciler.DefaultEnrollMax
+		}
+		log.Warn("auto-enrol is on: any machine that PXE-boots on the provisioning network is commissioned and proposed into Git",
+			"zone", zone, "max_pending", maxPending)
 	}
-	netRuns, err := startNetboot(cfg.Netboot, idx, publicURL, cfg.AutoEnroll, enr, log)
+	var enrHook boot.Enroller
+	if enr != nil {
+		enrHook = enr
+	}
+	netRuns, err := startNetboot(cfg.Netboot, idx, publicURL, cfg.AutoEnroll, enrHook, log)
 	if err != nil {
 		return fmt.Errorf("controller: %w", err)
 	}
@@ -300,7 +337,6 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 
-	gitDir := filepath.Join(cfg.WorkDir, "git")
 	src, err := reconciler.NewSource(reconciler.SourceConfig{Remote: cfg.Repo, StateDir: gitDir, Interval: cfg.PollInterval, Logger: log.With("component", "git"),
 		OnEvent: func(e reconciler.SourceEvent) {
 			_, _ = st.AppendEvent(state.Event{Kind: state.EventKind("inventory." + string(e.Kind)), Message: e.Message})
@@ -385,6 +421,9 @@ func Run(ctx context.Context, cfg Config) error {
 	goRun("git source", src.Run)
 	goRun("status writer", writer.Run)
 	goRun("reconciler", ctrl.Run)
+	if enr != nil {
+		goRun("auto-enrol proposals", enr.Run)
+	}
 	goRun("prune", func(ctx context.Context) error { prune(ctx, st, 10*time.Minute, log); return nil })
 	goRun("revisions", func(ctx context.Context) error {
 		follow(ctx, src, ctrl, importer, cfg.Mirrors, log)
@@ -506,14 +545,4 @@ func (s *imageStatus) list() []reconciler.ImageStatus {
 		out = append(out, is)
 	}
 	return out
-}
-
-// enroller records unknown PXE MACs as discovered (auto-enrol hook).
-type enroller struct{ st *state.Store }
-
-// Discovered implements boot.Enroller: it records the MAC as an event and
-// answers with no assignment (enrolment into Git is a later step).
-func (e *enroller) Discovered(_ context.Context, d boot.Discovery) (boot.Assignment, error) {
-	_, _ = e.st.AppendEvent(state.Event{Kind: "boot.discovered", Message: "unknown machine PXE-booted: " + boot.FormatMAC(d.MAC)})
-	return boot.Assignment{}, fmt.Errorf("discovered %s: %w", boot.FormatMAC(d.MAC), boot.ErrNotFound)
 }

@@ -32,7 +32,12 @@ type cachedDriver struct {
 }
 
 // Driver implements reconciler.Drivers.
+// A server without a BMC (auto-enrolled, none attached yet) gets an error
+// wrapping bmc.ErrUnsupported (the console answers 501, the UI shows it).
 func (d *StoreDrivers) Driver(ctx context.Context, srv state.Server) (bmc.Driver, error) {
+	if srv.BMC.Driver == "" {
+		return nil, fmt.Errorf("server %s has no BMC (attach one with machinactl server bmc-set %s): %w", srv.Name, srv.Name, bmc.ErrUnsupported)
+	}
 	cred, err := d.Store.Secret(srv.BMC.Credentials)
 	if errors.Is(err, state.ErrNotFound) {
 		return nil, fmt.Errorf("credential %q is not in the secret store (machinactl secret set %s): %w", srv.BMC.Credentials, srv.BMC.Credentials, bmc.ErrAuth)

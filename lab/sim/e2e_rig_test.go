@@ -36,6 +36,7 @@ type rig struct {
 	listen string
 	log    *slog.Logger
 	plan   reconciler.PlanOptions
+	config func(*controller.Config)
 
 	cancel context.CancelFunc // the running controller's
 	done   chan error
@@ -47,6 +48,8 @@ type rigOptions struct {
 	before func(*sim.Lab)
 	// plan overrides the reconciler's plan options (deadlines).
 	plan reconciler.PlanOptions
+	// config, when set, edits the controller's configuration (auto-enrol).
+	config func(*controller.Config)
 }
 
 func startRig(t *testing.T, o rigOptions) *rig {
@@ -65,7 +68,7 @@ func startRig(t *testing.T, o rigOptions) *rig {
 		labCancel()
 		t.Fatal(err)
 	}
-	r := &rig{harness: &harness{t: t, lab: lab}, dir: dir, listen: "127.0.0.1:0", log: log, plan: o.plan}
+	r := &rig{harness: &harness{t: t, lab: lab}, dir: dir, listen: "127.0.0.1:0", log: log, plan: o.plan, config: o.config}
 	t.Cleanup(func() {
 		if r.cancel != nil {
 			r.stopController()
@@ -90,7 +93,7 @@ func (r *rig) startController() {
 	done := make(chan error, 1)
 	lab := r.lab
 	go func() {
-		done <- controller.Run(ctx, controller.Config{
+		cfg := controller.Config{
 			StatePath: filepath.Join(r.dir, "state.db"), WorkDir: filepath.Join(r.dir, "work"), Listen: r.listen,
 			Repo: reconciler.Remote{URL: lab.RepoURL}, PollInterval: 200 * time.Millisecond, StatusInterval: 300 * time.Millisecond,
 			MachinePerIP: boot.Limit{Burst: 1000, Every: time.Millisecond},
@@ -107,7 +110,11 @@ func (r *rig) startController() {
 				lab.SetController(run.URL)
 				ready <- run
 			},
-		})
+		}
+		if r.config != nil {
+			r.config(&cfg)
+		}
+		done <- controller.Run(ctx, cfg)
 	}()
 	select {
 	case r.run = <-ready:

@@ -196,6 +196,11 @@ func (m *Machine) power(on, restart bool) {
 	go m.run(ctx, gen)
 }
 
+// PowerOn presses the power button of a machine that is off, as a person
+// in the data centre does: the firmware network-boots at once. It does
+// nothing to a machine that is on.
+func (m *Machine) PowerOn() { m.power(true, false) }
+
 // Phase returns what the machine is doing now.
 func (m *Machine) Phase() Phase {
 	m.mu.Lock()

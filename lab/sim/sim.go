@@ -344,6 +344,54 @@ func (l *Lab) controllerURL() string {
 	return l.ctrl
 }
 
+// AddStray adds a machine servers.yaml does not name: someone racked it and
+// cabled its NIC (MAC mac, any form net.ParseMAC reads) to the provisioning
+// network, and nobody told Machina about it or its BMC. The BMC is a bmcsim
+// Redfish emulator on 127.0.0.1 serving the first vendor tree, with the
+// lab's credentials; its URL is returned, to attach it later (machinactl
+// server bmc-set). The machine stays off until [Machine.PowerOn]. name is
+// the lab's handle for it (Lab.Machine), not an inventory name. Call it
+// before the machines are read concurrently (before the controller acts).
+func (l *Lab) AddStray(name, mac string) (*Machine, string, error) {
+	hw, err := net.ParseMAC(mac)
+	if err != nil || len(hw) != 6 {
+		return nil, "", fmt.Errorf("sim: stray %s: bad MAC %q", name, mac)
+	}
+	if _, ok := l.machines[name]; ok {
+		return nil, "", fmt.Errorf("sim: machine %s exists", name)
+	}
+	m := &Machine{Name: name, MAC: hw.String(), HW: hardwareFor("zone-a", len(l.machines)), lab: l, phase: PhaseOff,
+		root: filepath.Join(l.cfg.Dir, "machines", name, "root"), devDir: filepath.Join(l.cfg.Dir, "machines", name, "dev"),
+		log: l.log.With("sim", name)}
+	m.agentHTTP = &http.Client{Timeout: 5 * time.Minute, Transport: planCapture{base: l.http.Transport, m: m}}
+	if err := m.HW.writeTree(m.root, m.devDir, m.MAC); err != nil {
+		return nil, "", fmt.Errorf("sim: %s hardware: %w", name, err)
+	}
+	fixtures, err := bmcsim.FixturesDir()
+	if err != nil {
+		return nil, "", fmt.Errorf("sim: redfish fixtures: %w", err)
+	}
+	dir, err := bmcsim.TreeDir(fixtures, simTrees[0])
+	if err != nil {
+		return nil, "", err
+	}
+	var trees bmcsim.Trees
+	srv, err := trees.New(dir, bmcsim.Config{Username: l.cfg.Username, Password: l.cfg.Password, Power: m, SessionTimeout: -1})
+	if err != nil {
+		return nil, "", fmt.Errorf("sim: %s BMC: %w", name, err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, "", err
+	}
+	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second}
+	l.servers = append(l.servers, hs)
+	l.wg.Add(1)
+	go func() { defer l.wg.Done(); _ = hs.Serve(ln) }()
+	l.machines[name], l.bmcs[name] = m, srv
+	return m, "http://" + ln.Addr().String(), nil
+}
+
 // Machine returns the simulated machine called name, or nil.
 func (l *Lab) Machine(name string) *Machine { return l.machines[name] }
 
