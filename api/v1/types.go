@@ -37,10 +37,26 @@ type Server struct {
 	Stalled string `json:"stalled,omitempty"`
 	// FinishDeploy says the ramdisk reported a good deploy and the boot
 	// override to disk is still to be set and read back.
-	FinishDeploy bool      `json:"finishDeploy,omitempty"`
-	Revision     uint64    `json:"revision"`
-	CreatedAt    time.Time `json:"createdAt"`
-	UpdatedAt    time.Time `json:"updatedAt"`
+	FinishDeploy bool `json:"finishDeploy,omitempty"`
+	// Enrolled is set on a server that enrolled itself by PXE-booting
+	// with an unknown MAC (MACHINA_METAL_AUTO_ENROLL=1); nil otherwise.
+	Enrolled  *Enrolment `json:"enrolled,omitempty"`
+	Revision  uint64     `json:"revision"`
+	CreatedAt time.Time  `json:"createdAt"`
+	UpdatedAt time.Time  `json:"updatedAt"`
+}
+
+// Enrolment says when an auto-enrolled server was first seen, by which
+// boot server (dhcp | ipxe), and where its proposed servers.yaml entry went
+// (Branch and Commit "" until pushed; ProposalError is the last failed
+// attempt). Times are UTC.
+type Enrolment struct {
+	At            time.Time `json:"at"`
+	Source        string    `json:"source,omitempty"`
+	Branch        string    `json:"branch,omitempty"`
+	Commit        string    `json:"commit,omitempty"`
+	ProposedAt    time.Time `json:"proposedAt,omitzero"`
+	ProposalError string    `json:"proposalError,omitempty"`
 }
 
 // PowerStatus is a power state (registered | powered_on | powered_off |

@@ -77,6 +77,9 @@ func fromWire(s v1.Server) state.Server {
 	if a := s.Allocation; a != nil {
 		out.Allocation = &state.Allocation{Profile: a.Profile, Image: a.Image, At: a.At, Reason: a.Reason}
 	}
+	if e := s.Enrolled; e != nil {
+		out.Enrolled = &state.Enrolment{At: e.At, Source: e.Source, Branch: e.Branch, Commit: e.Commit, ProposedAt: e.ProposedAt, ProposalError: e.ProposalError}
+	}
 	return out
 }
 

@@ -1,6 +1,7 @@
 package sim_test
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	"github.com/go-git/go-git/v5"
 	"github.com/go-git/go-git/v5/plumbing"
 
+	v1 "github.com/machina-metal/machina/api/v1"
 	"github.com/machina-metal/machina/controller"
 	"github.com/machina-metal/machina/discover"
 	"github.com/machina-metal/machina/inventory"
@@ -108,6 +110,12 @@ func TestAutoEnrolThroughLab(t *testing.T) {
 	mainRaw, mainInv, err := discover.ReadInventory(bare, "main")
 	if err != nil || mainInv.Server(auto) != nil {
 		t.Fatalf("main has the proposal (%v):\n%s", err, mainRaw)
+	}
+	// The admin API shows the enrolment and where it was proposed.
+	code, body := r.admin("GET", "/api/v1/servers/"+auto, nil)
+	var wire v1.Server
+	if err := json.Unmarshal(body, &wire); code != 200 || err != nil || wire.Enrolled == nil || wire.Enrolled.Branch != srv.Enrolled.Branch || wire.BMC.Driver != "" {
+		t.Errorf("GET /api/v1/servers/%s = %d %s", auto, code, body)
 	}
 	// The reconciler shows it waiting for review, not orphaned.
 	r.waitFor("awaiting review in the plan", 10*time.Second, func(state.Snapshot) bool {
