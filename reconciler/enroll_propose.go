@@ -30,7 +30,10 @@ func (e *Enroller) Run(ctx context.Context) error {
 	var notBefore time.Time
 	failures := 0
 	for {
-		if wait := time.Until(notBefore); wait <= 0 {
+		var retry <-chan time.Time
+		if wait := time.Until(notBefore); wait > 0 {
+			retry = time.After(wait)
+		} else {
 			_, err := e.ProposePending(ctx)
 			switch {
 			case err == nil:
@@ -48,6 +51,7 @@ func (e *Enroller) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-tick.C:
+		case <-retry:
 		case <-notify:
 			// Let the machines commissioning together finish, then
 			// propose them in one commit.

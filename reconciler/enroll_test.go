@@ -361,3 +361,95 @@ func mapFSOf(files map[string][]byte) fstest.MapFS {
 	}
 	return m
 }
+
+// flakyProposer fails its first n proposals, then succeeds.
+type flakyProposer struct {
+	mu      sync.Mutex
+	fails   int
+	calls   int
+	release chan struct{} // the first success waits for it
+}
+
+func (f *flakyProposer) Propose(ctx context.Context, _ string, edit func([]byte, *inventory.Inventory) ([]byte, error)) (Proposal, error) {
+	f.mu.Lock()
+	f.calls++
+	n := f.calls
+	f.mu.Unlock()
+	if n <= f.fails {
+		return Proposal{}, errors.New("push to https://git.example/site.git: connection refused")
+	}
+	select {
+	case <-f.release:
+	case <-ctx.Done():
+		return Proposal{}, ctx.Err()
+	}
+	out, err := edit([]byte("servers:\n"), &inventory.Inventory{})
+	if err != nil || out == nil {
+		return Proposal{}, fmt.Errorf("edit: %v", err)
+	}
+	return Proposal{Branch: "discovered/2026-11-29", Commit: strings.Repeat("ab", 20)}, nil
+}
+
+// TestEnrollerRunRetries: Run proposes once commissioning ends, records a
+// failed push on the server (status shows it) and retries with backoff
+// until the push succeeds.
+func TestEnrollerRunRetries(t *testing.T) {
+	st := openEnrolStore(t)
+	fp := &flakyProposer{fails: 2, release: make(chan struct{})}
+	e, err := NewEnroller(EnrollConfig{Store: st, Proposer: fp, ProposeDelay: time.Millisecond, RetryBase: 20 * time.Millisecond, RetryCap: 50 * time.Millisecond, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- e.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run = %v", err)
+		}
+	}()
+	a, err := e.Discovered(ctx, boot.Discovery{MAC: mustMAC(t, "52:54:00:aa:00:01"), Source: "ipxe", Arch: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	notify, stop := st.Notify()
+	defer stop()
+	if _, err := st.Transition(a.Name, state.LifecycleCommissioning, state.LifecycleReady, "report"); err != nil {
+		t.Fatal(err)
+	}
+	sawError := false
+	deadline := time.After(10 * time.Second)
+	for {
+		srv, err := st.Server(a.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if srv.Enrolled.ProposalError != "" && !sawError {
+			sawError = true
+			if !strings.Contains(srv.Enrolled.ProposalError, "connection refused") {
+				t.Errorf("ProposalError = %q", srv.Enrolled.ProposalError)
+			}
+			close(fp.release) // the error is visible: let a retry succeed
+		}
+		if srv.Enrolled.Branch != "" {
+			if !sawError || srv.Enrolled.ProposalError != "" || srv.Enrolled.Commit != strings.Repeat("ab", 20) {
+				t.Errorf("after retries: %+v (saw error %v)", srv.Enrolled, sawError)
+			}
+			break
+		}
+		select {
+		case <-notify:
+		case <-deadline:
+			fp.mu.Lock()
+			calls := fp.calls
+			fp.mu.Unlock()
+			t.Fatalf("not proposed after retries: %+v, %d calls", srv.Enrolled, calls)
+		}
+	}
+	fp.mu.Lock()
+	defer fp.mu.Unlock()
+	if fp.calls != 3 {
+		t.Errorf("%d proposal attempts, want 3", fp.calls)
+	}
+}
