@@ -70,3 +70,40 @@ func TestAutoEnrolEntry(t *testing.T) {
 		t.Errorf("SetBMC output ends:\n%s", withBMC[len(withBMC)-200:])
 	}
 }
+
+// FuzzEntryComment: whatever a machine reports as its hardware facts, the
+// comment lines of its entry never change the parsed inventory: the
+// servers.yaml with comments loads to the same servers as without.
+func FuzzEntryComment(f *testing.F) {
+	for _, s := range []string{"QEMU Standard PC", "x\nservers: []", "a\r\n- name: evil", "\x00\x85\u2028# b", "\"'{}[]&*!|>%@`"} {
+		f.Add(s)
+	}
+	base := []byte("servers:\n  - name: a\n    zone: z\n    bootMAC: \"52:54:00:00:00:01\"\n")
+	e := Entry{Name: "auto-525400aa0001", Zone: "z", BootMAC: "52:54:00:aa:00:01", BootMode: "uefi"}
+	plain, err := AppendEntries(base, []Entry{e})
+	if err != nil {
+		f.Fatal(err)
+	}
+	want, err := inventory.Load(mapFS(map[string][]byte{inventory.ServersFile: plain}), inventory.Limits{})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, fact string) {
+		if len(fact) > 4096 {
+			return
+		}
+		c := e
+		c.Comment = []string{"hardware: " + fact, fact}
+		out, err := AppendEntries(base, []Entry{c})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := inventory.Load(mapFS(map[string][]byte{inventory.ServersFile: out}), inventory.Limits{})
+		if err != nil {
+			t.Fatalf("comment %q broke servers.yaml: %v\n%s", fact, err, out)
+		}
+		if got.Inventory.Digest != want.Inventory.Digest {
+			t.Fatalf("comment %q changed the inventory:\n%s", fact, out)
+		}
+	})
+}
