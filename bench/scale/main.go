@@ -35,6 +35,7 @@ func main() {
 	bin := flag.String("machina", "bin/machina", "machina binary (make build)")
 	timeout := flag.Duration("timeout", 15*time.Minute, "per size")
 	workers := flag.Int("workers", 64, "controller --workers")
+	flag.StringVar(&cpuProfileDir, "cpuprofile", "", "write the controller's CPU profile for each size to DIR/controller-N.pprof")
 	flag.Parse()
 	fmt.Printf("| servers | commit → all ready | commit → counts deployed | controller CPU s | controller peak RSS MiB | lab (sim) CPU s | transitions | status commits | repo growth per 1,000 transitions |\n|---|---|---|---|---|---|---|---|---|\n")
 	for _, f := range strings.Split(*sizes, ",") {
@@ -51,6 +52,9 @@ func main() {
 		fmt.Println(row)
 	}
 }
+
+// cpuProfileDir is the -cpuprofile flag: empty means no profile.
+var cpuProfileDir string
 
 func measure(n int, bin string, workers int, timeout time.Duration) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
@@ -85,6 +89,9 @@ func measure(n int, bin string, workers int, timeout time.Duration) (string, err
 		"--join-listen", "127.0.0.1:0", "--work-dir", filepath.Join(dir, "work"), "--poll-interval", "500ms", "--status-interval", "5s",
 		"--workers", strconv.Itoa(workers), "--per-rack", "40", "--reconcile-interval", "500ms", "--machine-burst", "100000", "--machine-refill", "1ms",
 		"--log-format", "text")
+	if cpuProfileDir != "" {
+		cmd.Args = append(cmd.Args, "--cpu-profile", filepath.Join(cpuProfileDir, fmt.Sprintf("controller-%d.pprof", n)))
+	}
 	cmd.Stderr, cmd.Stdout = logf, logf
 	if err := cmd.Start(); err != nil {
 		return "", err

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"runtime/pprof"
 	"strings"
 	"sync"
 	"time"
@@ -160,6 +161,22 @@ func explainOpen(path string, err error) error {
 	return err
 }
 
+// startCPUProfile starts the runtime's CPU profiler writing to path
+// (created with mode 0600, truncated) and returns the function that stops it
+// and closes the file. It is a diagnostics aid for bench/scale; the profile
+// holds stack samples only, no request data.
+func startCPUProfile(path string) (stop func(), err error) {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("cpu profile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("cpu profile: %w", err)
+	}
+	return func() { pprof.StopCPUProfile(); _ = f.Close() }, nil
+}
+
 // newLogger builds the process logger: format json (default) or text,
 // level debug, info (default), warn or error.
 func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
@@ -187,7 +204,7 @@ func envOrDefault(key, def string) string {
 // newServeCmd is `machina serve`.
 func newServeCmd(e *env) *cobra.Command {
 	var c ServeConfig
-	var logFormat, logLevel string
+	var logFormat, logLevel, cpuProfile string
 	var cc controller.Config
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -206,6 +223,13 @@ func newServeCmd(e *env) *cobra.Command {
 			}
 			c.Logger = log
 			c.MasterKey = []byte(os.Getenv(envMasterKey))
+			if cpuProfile != "" {
+				stop, err := startCPUProfile(cpuProfile)
+				if err != nil {
+					return err
+				}
+				defer stop()
+			}
 			if cc.Repo.URL == "" {
 				return c.Run(cmd.Context())
 			}
@@ -256,6 +280,7 @@ func newServeCmd(e *env) *cobra.Command {
 	f.BoolVar(&cc.Netboot.RouterAdvert, "router-advert", true, "send an IPv6 RA (router lifetime 0) on the DHCP interfaces; iPXE then skips a 13 s IPv6 wait")
 	f.StringVar(&c.StatePath, "state", envOrDefault(envState, defaultStatePath), "bbolt state file (env "+envState+")")
 	f.StringVar(&c.Listen, "listen", envOrDefault(envListen, "127.0.0.1:8080"), "admin API address (env "+envListen+")")
+	f.StringVar(&cpuProfile, "cpu-profile", "", "diagnostics: write a Go CPU profile (pprof format) of the whole run to this file, closed on exit")
 	f.StringVar(&logFormat, "log-format", envOrDefault(envLogFormat, "json"), "log format: json or text (env "+envLogFormat+")")
 	f.StringVar(&logLevel, "log-level", envOrDefault(envLogLevel, "info"), "log level: debug, info, warn, error (env "+envLogLevel+")")
 	return cmd
