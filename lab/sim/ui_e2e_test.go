@@ -3,7 +3,6 @@ package sim_test
 import (
 	"context"
 	"fmt"
-	"maps"
 	"net/url"
 	"slices"
 	"strings"
@@ -162,6 +161,90 @@ func TestBrowserAgainstController(t *testing.T) {
 	}
 	uitest.Shot(t, ctx, dir, "sim-hosts")
 
+	// Serial console of an IPMI server deployed and booted to its OS: a
+	// real byte stream through ipmitool's SOL session and ipmi_sim to the
+	// machine's serial port, where the simulated getty echoes.
+	const con = "r2-n03" // IPMI in the example inventory, zone-b: pin it to storage
+	if srv, err := r.run.Store.Server(con); err != nil || srv.BMC.Driver != string(inventory.DriverIPMI) || srv.Lifecycle != state.LifecycleReady {
+		t.Fatalf("%s: BMC driver %q, %s (%v); want an IPMI server ready", con, srv.BMC.Driver, srv.Lifecycle, err)
+	}
+	r.commit("deploy "+con+" (storage)", func(dir string) {
+		r.setServer(dir, con, "want", "deployed")
+		r.setServer(dir, con, "profile", "storage")
+	})
+	r.waitFor(con+" deployed and booted", time.Minute, func(s state.Snapshot) bool {
+		srv := s.Servers[con]
+		return srv.Lifecycle == state.LifecycleDeployed && !srv.FinishDeploy && r.lab.Machine(con).Phase() == sim.PhaseOS
+	})
+	typed := fmt.Sprintf("typed-in-chromium-%d", time.Now().UnixNano()%1e6)
+	term := `document.querySelector(".xterm-rows").textContent`
+	uitest.Do(t, ctx, "open the console of "+con,
+		chromedp.Navigate(base+"/ui/servers/"+con),
+		chromedp.WaitVisible(chromedp.CSS("#open-console")),
+		chromedp.Click(chromedp.CSS("#open-console")),
+		chromedp.WaitVisible(chromedp.CSS(".xterm-helper-textarea"), chromedp.NodeReady),
+		uitest.Poll(`document.getElementById("role").dataset.state === "writer"`),
+		chromedp.Click(chromedp.CSS(".xterm-screen")),
+		uitest.PressEnter(),
+		uitest.Poll(term+`.includes("`+con+` login:")`),
+		uitest.TypeText(typed),
+		uitest.Poll(term+`.includes("`+typed+`")`),
+	)
+	if in := string(r.lab.Machine(con).SerialInput()); !strings.Contains(in, "\r"+typed) {
+		t.Errorf("%s's serial line received %q, want Enter then %q", con, in, typed)
+	}
+	uitest.Shot(t, ctx, dir, "sim-console")
+
+	// A second tab (same session cookie) attaches read-only; what it types
+	// never reaches the machine, and it sees what the writer types.
+	tab, cancelTab := chromedp.NewContext(ctx)
+	defer cancelTab()
+	rec2 := &uitest.Recorder{}
+	rec2.Listen(t, tab)
+	uitest.Do(t, tab, "second console tab",
+		chromedp.Navigate(base+"/ui/servers/"+con+"/console"),
+		uitest.Poll(`document.getElementById("role").dataset.state === "reader"`),
+		chromedp.Click(chromedp.CSS(".xterm-screen")),
+		uitest.TypeText("reader-typed-this"),
+	)
+	if role := uitest.Eval[string](t, tab, `document.getElementById("role").textContent`); !strings.Contains(role, "read-only") {
+		t.Errorf("second tab role badge = %q", role)
+	}
+	// The writer types more and presses Enter: the getty's answer starts
+	// a new row at column 0 (the typed CR came back as CR LF).
+	uitest.Do(t, ctx, "writer types again",
+		uitest.TypeText(" second-line"),
+		uitest.Poll(term+`.includes("second-line")`),
+		uitest.PressEnter(),
+		uitest.Poll(`[...document.querySelectorAll(".xterm-rows > div")].some(d => d.textContent.startsWith("Login incorrect"))`),
+	)
+	uitest.Do(t, tab, "reader sees the writer", uitest.Poll(term+`.includes("second-line")`), uitest.Poll(term+`.includes("Login incorrect")`))
+	in := string(r.lab.Machine(con).SerialInput())
+	if !strings.Contains(in, "\r"+typed+" second-line\r") {
+		t.Errorf("%s's serial line received %q, want %q", con, in, "\r"+typed+" second-line\r")
+	}
+	if strings.Contains(in, "reader-typed-this") || strings.Contains(uitest.Eval[string](t, ctx, term), "reader-typed-this") {
+		t.Error("the read-only tab's typing reached the console")
+	}
+	roles := map[string]string{}
+	evs, err := r.run.Store.Events(state.EventQuery{Server: con, Limit: state.MaxPageSize})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range evs {
+		if e.Kind == "console.open" {
+			for _, role := range []string{"writer", "reader"} {
+				if strings.Contains(e.Message, " as "+role) {
+					roles[role] = e.Actor
+				}
+			}
+		}
+	}
+	if !strings.HasPrefix(roles["writer"], "ui:ui-e2e-") || !strings.HasPrefix(roles["reader"], "ui:ui-e2e-") { // ui: a browser session of that token
+		t.Errorf("console.open audit events of %s by role: %q, want writer and reader by the browser session's token", con, roles)
+	}
+	t.Logf("console of %s (IPMI SOL through ipmi_sim): typed %q, echoed; serial line received %q", con, typed, in)
+
 	// The safety brake: retiring 6 of 12 is held; approve it in the browser.
 	snap, err = r.run.Store.Snapshot()
 	if err != nil {
@@ -220,7 +303,7 @@ func TestBrowserAgainstController(t *testing.T) {
 		t.Fatalf("Store.Approved = %v, %v after the browser approved", ok, err)
 	}
 	r.waitFor("6 retired", time.Minute, func(s state.Snapshot) bool { return count(s, state.LifecycleRetired) == 6 })
-	evs, err := r.run.Store.Events(state.EventQuery{Limit: state.MaxPageSize})
+	evs, err = r.run.Store.Events(state.EventQuery{Limit: state.MaxPageSize})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -247,89 +330,6 @@ func TestBrowserAgainstController(t *testing.T) {
 		t.Error("console page opened a terminal for a BMC without a serial console")
 	}
 	uitest.Shot(t, ctx, dir, "sim-console-unsupported")
-
-	// Serial console of a deployed IPMI server, booted to its OS: a real
-	// byte stream through ipmitool's SOL session and ipmi_sim to the
-	// machine's serial port, where the simulated getty echoes.
-	con := ""
-	snap, err = r.run.Store.Snapshot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, n := range slices.Sorted(maps.Keys(snap.Servers)) {
-		s := snap.Servers[n]
-		if s.BMC.Driver == string(inventory.DriverIPMI) && s.Lifecycle == state.LifecycleDeployed && r.lab.Machine(n).Phase() == sim.PhaseOS {
-			con = n
-			break
-		}
-	}
-	if con == "" {
-		t.Fatal("no deployed IPMI server booted to its OS to open a console on")
-	}
-	typed := fmt.Sprintf("typed-in-chromium-%d", time.Now().UnixNano()%1e6)
-	term := `document.querySelector(".xterm-rows").textContent`
-	uitest.Do(t, ctx, "open the console of "+con,
-		chromedp.Navigate(base+"/ui/servers/"+con),
-		chromedp.WaitVisible(chromedp.CSS("#open-console")),
-		chromedp.Click(chromedp.CSS("#open-console")),
-		chromedp.WaitVisible(chromedp.CSS(".xterm-helper-textarea"), chromedp.NodeReady),
-		uitest.Poll(`document.getElementById("role").dataset.state === "writer"`),
-		chromedp.Click(chromedp.CSS(".xterm-screen")),
-		uitest.PressEnter(),
-		uitest.Poll(term+`.includes("`+con+` login:")`),
-		uitest.TypeText(typed),
-		uitest.Poll(term+`.includes("`+typed+`")`),
-	)
-	if in := string(r.lab.Machine(con).SerialInput()); !strings.Contains(in, "\r"+typed) {
-		t.Errorf("%s's serial line received %q, want Enter then %q", con, in, typed)
-	}
-	uitest.Shot(t, ctx, dir, "sim-console")
-
-	// A second tab (same session cookie) attaches read-only; what it types
-	// never reaches the machine, and it sees what the writer types.
-	tab, cancelTab := chromedp.NewContext(ctx)
-	defer cancelTab()
-	rec2 := &uitest.Recorder{}
-	rec2.Listen(t, tab)
-	uitest.Do(t, tab, "second console tab",
-		chromedp.Navigate(base+"/ui/servers/"+con+"/console"),
-		uitest.Poll(`document.getElementById("role").dataset.state === "reader"`),
-		chromedp.Click(chromedp.CSS(".xterm-screen")),
-		uitest.TypeText("reader-typed-this"),
-	)
-	if role := uitest.Eval[string](t, tab, `document.getElementById("role").textContent`); !strings.Contains(role, "read-only") {
-		t.Errorf("second tab role badge = %q", role)
-	}
-	uitest.Do(t, ctx, "writer types again",
-		uitest.TypeText(" second-line"),
-		uitest.Poll(term+`.includes("second-line")`),
-	)
-	uitest.Do(t, tab, "reader sees the writer", uitest.Poll(term+`.includes("second-line")`))
-	in := string(r.lab.Machine(con).SerialInput())
-	if !strings.Contains(in, typed+" second-line") {
-		t.Errorf("%s's serial line received %q, want %q", con, in, typed+" second-line")
-	}
-	if strings.Contains(in, "reader-typed-this") || strings.Contains(uitest.Eval[string](t, ctx, term), "reader-typed-this") {
-		t.Error("the read-only tab's typing reached the console")
-	}
-	roles := map[string]string{}
-	evs, err = r.run.Store.Events(state.EventQuery{Server: con, Limit: state.MaxPageSize})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, e := range evs {
-		if e.Kind == "console.open" {
-			for _, role := range []string{"writer", "reader"} {
-				if strings.Contains(e.Message, " as "+role) {
-					roles[role] = e.Actor
-				}
-			}
-		}
-	}
-	if !strings.HasPrefix(roles["writer"], "ui-e2e-") || !strings.HasPrefix(roles["reader"], "ui-e2e-") {
-		t.Errorf("console.open audit events of %s by role: %q, want writer and reader by the browser session's token", con, roles)
-	}
-	t.Logf("console of %s (IPMI SOL through ipmi_sim): typed %q, echoed; serial line received %q", con, typed, in)
 
 	// Nothing left the host, no page error, no CSP violation, in either tab.
 	bu, _ := url.Parse(base)
