@@ -13,10 +13,12 @@ import (
 )
 
 // TestSerialPortIsATerminal plays ipmi_sim on the machine's serial port
-// over TCP: powered off nothing answers and input is lost; once the OS is
-// up the getty's banner arrives and typed bytes echo (CR as CR LF, DEL
-// erasing), a line gets "Login incorrect" and a new prompt; a second
-// connection (ipmi_sim reconnecting) takes over from the first.
+// over TCP: powered off nothing answers and input is lost; in the ramdisk
+// its line is printed and input is lost; once the OS is up the getty's
+// banner arrives and typed bytes echo (CR as CR LF, DEL erasing), a line
+// gets "Login incorrect" and a new prompt; a second connection (ipmi_sim
+// reconnecting) takes over from the first; powering off prints Linux's
+// last line.
 func TestSerialPortIsATerminal(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
@@ -35,10 +37,18 @@ func TestSerialPortIsATerminal(t *testing.T) {
 	}
 	waitInput(t, m, "lost\r")
 
-	// The OS boots: banner and prompt.
+	// Powered on, the ramdisk prints its line and reads nothing.
 	m.mu.Lock()
 	m.on, m.gen = true, 1
 	m.mu.Unlock()
+	m.setPhase(1, PhaseCommissioning)
+	expect(t, rd, "machina ramdisk: commissioning\r\n")
+	if _, err := bmc.Write([]byte("ignored")); err != nil {
+		t.Fatal(err)
+	}
+	waitInput(t, m, "ignored")
+
+	// The OS boots: banner and prompt (nothing of the input before).
 	if !m.setPhase(1, PhaseOS) {
 		t.Fatal("setPhase refused the current generation")
 	}
@@ -63,10 +73,15 @@ func TestSerialPortIsATerminal(t *testing.T) {
 	if _, err := bmc2.Write([]byte("hi")); err != nil {
 		t.Fatal(err)
 	}
-	expect(t, bufio.NewReader(bmc2), "hi")
-	if got := string(m.SerialInput()); got != "lost\rrootx\x7f\r\rhi" {
+	rd2 := bufio.NewReader(bmc2)
+	expect(t, rd2, "hi")
+	if got := string(m.SerialInput()); got != "lost\rignoredrootx\x7f\r\rhi" {
 		t.Errorf("SerialInput = %q", got)
 	}
+
+	// The OS powers off: Linux's last line.
+	m.powerOffFrom(1)
+	expect(t, rd2, "reboot: Power down\r\n")
 }
 
 // dialSerial connects to the serial port as ipmi_sim does and waits until
