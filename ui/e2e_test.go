@@ -234,8 +234,10 @@ func runE2E(t *testing.T, ctx context.Context, target uitest.Target, lab *uitest
 	if lab != nil {
 		deadline := time.Now().Add(10 * time.Second)
 		for lab.UI.CSPReports() == 0 && time.Now().Before(deadline) {
-			// One round trip to the server per check: polling, not sleeping.
-			uitest.Eval[bool](t, ctx, `fetch("/ui/static/app.css").then(() => true)`)
+			// One round trip to the server per check (awaited): polling, not sleeping.
+			if _, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`fetch("/ui/static/app.css").then(() => true)`, chromedp.EvalAwaitPromise)); err != nil {
+				t.Fatal(err)
+			}
 		}
 		if lab.UI.CSPReports() != 1 {
 			t.Errorf("server CSP reports after the control = %d, want 1", lab.UI.CSPReports())
