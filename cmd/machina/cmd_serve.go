@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"runtime"
 	"runtime/pprof"
 	"strings"
 	"sync"
@@ -177,6 +178,21 @@ func startCPUProfile(path string) (stop func(), err error) {
 	return func() { pprof.StopCPUProfile(); _ = f.Close() }, nil
 }
 
+// writeHeapProfile writes the runtime's heap profile to path (mode 0600)
+// after a garbage collection, logging instead of failing: it runs on exit.
+func writeHeapProfile(path string, log *slog.Logger) {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
+	if err != nil {
+		log.Error("heap profile", "err", err)
+		return
+	}
+	defer f.Close()
+	runtime.GC()
+	if err := pprof.WriteHeapProfile(f); err != nil {
+		log.Error("heap profile", "err", err)
+	}
+}
+
 // newLogger builds the process logger: format json (default) or text,
 // level debug, info (default), warn or error.
 func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
@@ -204,7 +220,7 @@ func envOrDefault(key, def string) string {
 // newServeCmd is `machina serve`.
 func newServeCmd(e *env) *cobra.Command {
 	var c ServeConfig
-	var logFormat, logLevel, cpuProfile string
+	var logFormat, logLevel, cpuProfile, memProfile string
 	var cc controller.Config
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -229,6 +245,9 @@ func newServeCmd(e *env) *cobra.Command {
 					return err
 				}
 				defer stop()
+			}
+			if memProfile != "" {
+				defer writeHeapProfile(memProfile, log)
 			}
 			if cc.Repo.URL == "" {
 				return c.Run(cmd.Context())
@@ -280,6 +299,7 @@ func newServeCmd(e *env) *cobra.Command {
 	f.BoolVar(&cc.Netboot.RouterAdvert, "router-advert", true, "send an IPv6 RA (router lifetime 0) on the DHCP interfaces; iPXE then skips a 13 s IPv6 wait")
 	f.StringVar(&c.StatePath, "state", envOrDefault(envState, defaultStatePath), "bbolt state file (env "+envState+")")
 	f.StringVar(&c.Listen, "listen", envOrDefault(envListen, "127.0.0.1:8080"), "admin API address (env "+envListen+")")
+	f.StringVar(&memProfile, "mem-profile", "", "diagnostics: write a Go heap profile (pprof format, in-use and allocated) to this file on exit")
 	f.StringVar(&cpuProfile, "cpu-profile", "", "diagnostics: write a Go CPU profile (pprof format) of the whole run to this file, closed on exit")
 	f.StringVar(&logFormat, "log-format", envOrDefault(envLogFormat, "json"), "log format: json or text (env "+envLogFormat+")")
 	f.StringVar(&logLevel, "log-level", envOrDefault(envLogLevel, "info"), "log level: debug, info, warn, error (env "+envLogLevel+")")
