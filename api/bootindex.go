@@ -16,21 +16,24 @@ import (
 // BootIndex adapts the state store to the boot servers: boot.Lookup (MAC →
 // server, lifecycle, boot mode) and boot.Tokens (the ramdisk's single-use
 // tokens, stored hashed in the store and bound to the server and its MAC).
-// The MAC index is rebuilt on the first lookup after the store changed, so
-// a DHCP packet costs a map lookup and an answer never predates a change
-// committed before the request (a machine that reboots the moment its
-// deploy is recorded gets the deployed server's script, not the deploy
-// ramdisk again). Safe for concurrent use.
+// It keeps a MAC → server name index and reads the named server from the
+// store on every lookup, so an answer never predates a change committed
+// before the request (a machine that reboots the moment its deploy is
+// recorded gets the deployed server's script, not the deploy ramdisk
+// again), while a lookup costs one store read, not a scan of the fleet.
+// The index is rebuilt only when a MAC is missing from it or names a
+// server whose boot MAC changed, and the store changed since the last
+// rebuild. Safe for concurrent use.
 type BootIndex struct {
 	st *state.Store
 	// changed is the store's change subscription; a pending value means
-	// the index is stale. Only server drains it.
+	// the index may be stale. Only server drains it.
 	changed <-chan struct{}
 	stop    func()
 	refresh sync.Mutex // serialises the staleness check and the rebuild
 
 	mu    sync.RWMutex
-	byMAC map[string]state.Server
+	byMAC map[string]string // canonical boot MAC → server name
 }
 
 // NewBootIndex builds the index from st and subscribes to its changes.
@@ -52,15 +55,16 @@ func (b *BootIndex) Run(ctx context.Context) error {
 	return nil
 }
 
+// rebuild replaces the MAC index with one read from a store snapshot.
 func (b *BootIndex) rebuild() error {
 	snap, err := b.st.Snapshot()
 	if err != nil {
 		return fmt.Errorf("boot index: %w", err)
 	}
-	m := make(map[string]state.Server, len(snap.Servers))
+	m := make(map[string]string, len(snap.Servers))
 	for _, s := range snap.Servers {
 		if s.BootMAC != "" {
-			m[s.BootMAC] = s
+			m[s.BootMAC] = s.Name
 		}
 	}
 	b.mu.Lock()
@@ -69,9 +73,12 @@ func (b *BootIndex) rebuild() error {
 	return nil
 }
 
+// server returns the server whose boot MAC is mac, read from the store now.
 func (b *BootIndex) server(mac net.HardwareAddr) (state.Server, bool, error) {
-	// The store fills the subscription before a write returns, so a change
-	// committed before this request is pending here.
+	key := boot.FormatMAC(mac)
+	if s, ok, err := b.indexed(key); ok || err != nil {
+		return s, ok, err
+	}
 	b.refresh.Lock()
 	select {
 	case <-b.changed:
@@ -82,10 +89,26 @@ func (b *BootIndex) server(mac net.HardwareAddr) (state.Server, bool, error) {
 	default:
 	}
 	b.refresh.Unlock()
+	return b.indexed(key)
+}
+
+// indexed reads the server the index names for key; ok is false when the
+// index has no entry or the server no longer has that boot MAC.
+func (b *BootIndex) indexed(key string) (state.Server, bool, error) {
 	b.mu.RLock()
-	defer b.mu.RUnlock()
-	s, ok := b.byMAC[boot.FormatMAC(mac)]
-	return s, ok, nil
+	name, ok := b.byMAC[key]
+	b.mu.RUnlock()
+	if !ok {
+		return state.Server{}, false, nil
+	}
+	s, err := b.st.Server(name)
+	switch {
+	case errors.Is(err, state.ErrNotFound):
+		return state.Server{}, false, nil
+	case err != nil:
+		return state.Server{}, false, fmt.Errorf("boot index: %w", err)
+	}
+	return s, s.BootMAC == key, nil
 }
 
 // Lookup implements boot.Lookup.

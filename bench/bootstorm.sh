@@ -8,6 +8,7 @@
 # carries all clients), a TFTP download of undionly.kpxe (Debian package ipxe; blksize 1428, tsize)
 # and a GET of its per-MAC iPXE script. Prints p50/p99 per step and for the whole sequence.
 # Needs root, iproute2, dnsmasq (dnsmasq-base), ipxe, Go. Cleans up its namespaces and processes.
+# BOOTSTORM_PROFILE=FILE writes a CPU profile of the Machina server (both runs) to FILE.
 set -eu
 N=${1:-1000}
 cd "$(dirname "$0")/.."
@@ -40,12 +41,13 @@ wait_ready() { until grep -q ready "$1" 2>/dev/null; do sleep 0.1; done; }
 storm() { ip netns exec "$C" "$W/bootstorm" storm -clients "$N" -label "$1" -http http://10.66.0.1:8080/boot/ipxe "$2"; }
 
 # --- Machina ---
-ip netns exec "$S" "$W/bootstorm" serve -iface vs0 -http 10.66.0.1:8080 -root "$ROOT" -clients "$N" > "$W/m.out" 2> "$W/m.err" &
+ip netns exec "$S" "$W/bootstorm" serve ${BOOTSTORM_PROFILE:+-cpuprofile "$BOOTSTORM_PROFILE"} -iface vs0 -http 10.66.0.1:8080 -root "$ROOT" -clients "$N" > "$W/m.out" 2> "$W/m.err" &
 MP=$!; PIDS="$PIDS $MP"
 wait_ready "$W/m.out"
 storm machina -stepwise=false > "$W/machina.json"
 storm machina -stepwise=true > "$W/machina-step.json"
 kill "$MP"; wait "$MP" 2>/dev/null || true
+grep 'server CPU' "$W/m.err" || true
 
 # --- dnsmasq (same pool, same file, same relay) ---
 cat > "$W/dnsmasq.conf" <<CONF

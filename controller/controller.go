@@ -213,7 +213,7 @@ func Run(ctx context.Context, cfg Config) error {
 		defer sd.Close(context.Background())
 		drivers = sd
 	}
-	status := &statusFeed{}
+	status := &statusFeed{gap: statusBuildGap(cfg.StatusInterval)}
 	rcfg := cfg.Reconciler
 	rcfg.Store, rcfg.Drivers, rcfg.Logger = st, drivers, log.With("component", "reconciler")
 	rcfg.Metrics = reconciler.NewMetrics(reg)
@@ -504,18 +504,49 @@ func prune(ctx context.Context, st *state.Store, every time.Duration, log *slog.
 	}
 }
 
-// statusFeed passes each reconcile pass's plan to the status builder.
+// statusFeed passes reconcile passes' plans to the status builder, at most
+// once per gap: building status/ reads and renders every server (about 5 ms
+// per 1,000 servers), while a busy reconciler runs several passes a second.
+// A pass that arrives inside the gap is kept and built when the gap ends,
+// so the newest pass is always the one that reaches the status writer.
 type statusFeed struct {
-	mu    sync.Mutex
-	build func(reconciler.Result)
+	mu      sync.Mutex
+	build   func(reconciler.Result)
+	gap     time.Duration // least time between builds; 0 builds every pass
+	last    time.Time     // start of the newest build
+	pending *reconciler.Result
+	timer   *time.Timer
 }
 
 func (f *statusFeed) onPass(res reconciler.Result) {
 	f.mu.Lock()
 	b := f.build
+	if b == nil {
+		f.mu.Unlock()
+		return
+	}
+	if wait := f.gap - time.Since(f.last); wait > 0 {
+		f.pending = &res
+		if f.timer == nil {
+			f.timer = time.AfterFunc(wait, f.flush)
+		}
+		f.mu.Unlock()
+		return
+	}
+	f.last = time.Now()
 	f.mu.Unlock()
-	if b != nil {
-		b(res)
+	b(res)
+}
+
+// flush builds the pass kept by onPass, if any.
+func (f *statusFeed) flush() {
+	f.mu.Lock()
+	res, b := f.pending, f.build
+	f.pending, f.timer = nil, nil
+	f.last = time.Now()
+	f.mu.Unlock()
+	if res != nil && b != nil {
+		b(*res)
 	}
 }
 
@@ -545,4 +576,16 @@ func (s *imageStatus) list() []reconciler.ImageStatus {
 		out = append(out, is)
 	}
 	return out
+}
+
+// statusBuildGap is the least time between status builds for a status
+// commit interval: a fifth of it, at most 1 s (a zero interval means the
+// 30 s default). A status commit then lags the newest pass by at most the
+// gap, and an urgent condition (a stalled server) reaches Git at most one
+// gap later than it would with a build per pass.
+func statusBuildGap(interval time.Duration) time.Duration {
+	if interval <= 0 {
+		interval = 30 * time.Second
+	}
+	return min(interval/5, time.Second)
 }

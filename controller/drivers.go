@@ -65,7 +65,7 @@ func (d *StoreDrivers) Driver(ctx context.Context, srv state.Server) (bmc.Driver
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	log = log.With("machine", srv.Name, "bmc", srv.BMC.Address)
+	log = log.With("machine", srv.Name) // the drivers add "bmc" themselves
 	var drv bmc.Driver
 	switch srv.BMC.Driver {
 	case "redfish":

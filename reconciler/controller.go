@@ -171,14 +171,21 @@ func (c *Controller) LastPlan() Result {
 
 // Run plans and executes until ctx is done, then waits for running actions
 // to finish (each bounded by ActionTimeout) and returns nil. Store changes
-// (a report moving a server to ready, say) trigger a pass.
+// (a report moving a server to ready, say) trigger a pass. Planning takes
+// at most a third of one CPU: a pass that took d is followed by at least 2d
+// (capped at Interval) before the next, so on a large, busy fleet (a pass
+// costs about 10 ms per 1,000 servers) the changes of many reports are
+// planned in one pass instead of one pass each.
 func (c *Controller) Run(ctx context.Context) error {
 	notify, stop := c.cfg.Store.Notify()
 	defer stop()
 	tick := time.NewTicker(c.cfg.Interval)
 	defer tick.Stop()
 	for {
+		t0 := time.Now()
 		c.Pass(ctx)
+		end := time.Now()
+		rest := min(2*end.Sub(t0), c.cfg.Interval)
 		select {
 		case <-ctx.Done():
 			c.wg.Wait()
@@ -186,6 +193,14 @@ func (c *Controller) Run(ctx context.Context) error {
 		case <-tick.C:
 		case <-c.trigger:
 		case <-notify:
+		}
+		if wait := time.Until(end.Add(rest)); wait > 0 {
+			select {
+			case <-ctx.Done():
+				c.wg.Wait()
+				return nil
+			case <-time.After(wait):
+			}
 		}
 	}
 }
@@ -238,7 +253,7 @@ func (c *Controller) Pass(ctx context.Context) Result {
 
 	// One step per server: an action in flight (resumed after a restart
 	// or a failure) comes before anything the plan says.
-	first := map[string]Step{}
+	first := make(map[string]Step, len(res.Steps))
 	var order []string
 	for _, name := range sortedKeys(snap.Servers) {
 		if f := snap.Servers[name].InFlight; f != nil {

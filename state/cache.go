@@ -71,3 +71,44 @@ func (s Server) clone() Server {
 	}
 	return s
 }
+
+// hostCache memoises decoded host records the way serverCache does
+// servers: Snapshot reads every host on every reconcile pass.
+type hostCache struct {
+	mu sync.RWMutex
+	m  map[string]cachedHost
+}
+
+type cachedHost struct {
+	raw  []byte
+	host Host
+}
+
+// decode returns the Host stored as v under key k, a deep copy.
+func (c *hostCache) decode(k, v []byte) (Host, error) {
+	c.mu.RLock()
+	e, ok := c.m[string(k)]
+	c.mu.RUnlock()
+	if ok && bytes.Equal(e.raw, v) {
+		return e.host.clone(), nil
+	}
+	var h Host
+	if err := json.Unmarshal(v, &h); err != nil {
+		return Host{}, err
+	}
+	c.mu.Lock()
+	if c.m == nil || len(c.m) >= maxCachedServers {
+		c.m = map[string]cachedHost{}
+	}
+	c.m[string(k)] = cachedHost{raw: bytes.Clone(v), host: h.clone()}
+	c.mu.Unlock()
+	return h, nil
+}
+
+// clone returns a deep copy of h.
+func (h Host) clone() Host {
+	h.Tags = append([]string(nil), h.Tags...)
+	h.Networks = append([]string(nil), h.Networks...)
+	h.StoragePools = append([]string(nil), h.StoragePools...)
+	return h
+}

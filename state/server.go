@@ -215,7 +215,16 @@ func (s *Store) CreateServer(srv Server) (Server, error) {
 func (s *Store) Server(name string) (Server, error) {
 	var srv Server
 	err := s.view(func(tx *bolt.Tx) error {
-		return getJSON(tx.Bucket(bucketServers), name, &srv)
+		data := tx.Bucket(bucketServers).Get([]byte(name))
+		if data == nil {
+			return ErrNotFound
+		}
+		var err error
+		srv, err = s.servers.decode([]byte(name), data)
+		if err != nil {
+			return fmt.Errorf("decode %s: %w", name, err)
+		}
+		return nil
 	})
 	if err != nil {
 		return Server{}, fmt.Errorf("state: get server %s: %w", name, err)

@@ -1,7 +1,6 @@
 package state
 
 import (
-	"encoding/json"
 	"fmt"
 
 	bolt "go.etcd.io/bbolt"
@@ -32,8 +31,8 @@ func (s *Store) Snapshot() (Snapshot, error) {
 			return err
 		}
 		err = tx.Bucket(bucketHosts).ForEach(func(k, v []byte) error {
-			var h Host
-			if err := json.Unmarshal(v, &h); err != nil {
+			h, err := s.hosts.decode(k, v)
+			if err != nil {
 				return fmt.Errorf("decode host %s: %w", k, err)
 			}
 			snap.Hosts[h.Name] = h

@@ -110,6 +110,7 @@ type Store struct {
 	waiters map[chan struct{}]struct{}
 
 	servers serverCache
+	hosts   hostCache
 }
 
 // migrations[v] upgrades a version-v file to v+1 inside one transaction.

@@ -8,34 +8,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/chromedp/cdproto/cdp"
-	"github.com/chromedp/cdproto/input"
 	"github.com/chromedp/chromedp"
 
 	"github.com/machina-metal/machina/ui/uitest"
 )
-
-// typeText types text into the focused element as the keyboard's text
-// input (Input.insertText), which xterm.js turns into one onData call.
-func typeText(text string) chromedp.Action[chromedp.Void] {
-	return chromedp.Func(func(ctx context.Context, t *chromedp.Target) error {
-		_, err := cdp.Call(ctx, t, input.InsertText, input.InsertTextParams{Text: text})
-		return err
-	})
-}
-
-// pressEnter sends one Enter key press (keyDown with its text, keyUp).
-func pressEnter() chromedp.Action[chromedp.Void] {
-	return chromedp.Func(func(ctx context.Context, t *chromedp.Target) error {
-		down := input.DispatchKeyEventParams{Type: input.DispatchKeyEventTypeKeyDown, Key: "Enter", Code: "Enter", WindowsVirtualKeyCode: 13, NativeVirtualKeyCode: 13, Text: "\r"}
-		if _, err := cdp.Call(ctx, t, input.DispatchKeyEvent, down); err != nil {
-			return err
-		}
-		up := input.DispatchKeyEventParams{Type: input.DispatchKeyEventTypeKeyUp, Key: "Enter", Code: "Enter", WindowsVirtualKeyCode: 13, NativeVirtualKeyCode: 13}
-		_, err := cdp.Call(ctx, t, input.DispatchKeyEvent, up)
-		return err
-	})
-}
 
 // TestBrowserEndToEnd drives the UI in headless Chromium against the
 // in-process lab (uitest, the stand-in for `machina sim`): log in, watch a
@@ -191,9 +167,9 @@ func runE2E(t *testing.T, ctx context.Context, target uitest.Target, lab *uitest
 		chromedp.WaitVisible(chromedp.CSS(".xterm-helper-textarea"), chromedp.NodeReady),
 		uitest.Poll(`document.getElementById("role").dataset.state === "writer"`),
 		chromedp.Click(chromedp.CSS(".xterm-screen")),
-		pressEnter(),
+		uitest.PressEnter(),
 		uitest.Poll(`document.querySelector(".xterm-rows").textContent.includes("r1-n01 login:")`),
-		typeText("operator-typed-this"),
+		uitest.TypeText("operator-typed-this"),
 		uitest.Poll(`document.querySelector(".xterm-rows").textContent.includes("operator-typed-this")`),
 	)
 	uitest.Shot(t, ctx, dir, "console")
@@ -207,14 +183,14 @@ func runE2E(t *testing.T, ctx context.Context, target uitest.Target, lab *uitest
 		chromedp.Navigate(base+"/ui/servers/r1-n01/console"),
 		uitest.Poll(`document.getElementById("role").dataset.state === "reader"`),
 		chromedp.Click(chromedp.CSS(".xterm-screen")),
-		typeText("reader-typed-this"),
+		uitest.TypeText("reader-typed-this"),
 	)
 	if role := uitest.Eval[string](t, tab, `document.getElementById("role").textContent`); !strings.Contains(role, "read-only") {
 		t.Errorf("second tab role badge = %q", role)
 	}
 	// The writer types once more; both see it, and the reader's text never reached the console.
 	uitest.Do(t, ctx, "writer types again",
-		typeText(" second-line"),
+		uitest.TypeText(" second-line"),
 		uitest.Poll(`document.querySelector(".xterm-rows").textContent.includes("second-line")`),
 	)
 	uitest.Do(t, tab, "reader sees the writer", uitest.Poll(`document.querySelector(".xterm-rows").textContent.includes("second-line")`))
@@ -258,8 +234,10 @@ func runE2E(t *testing.T, ctx context.Context, target uitest.Target, lab *uitest
 	if lab != nil {
 		deadline := time.Now().Add(10 * time.Second)
 		for lab.UI.CSPReports() == 0 && time.Now().Before(deadline) {
-			// One round trip to the server per check: polling, not sleeping.
-			uitest.Eval[bool](t, ctx, `fetch("/ui/static/app.css").then(() => true)`)
+			// One round trip to the server per check (awaited): polling, not sleeping.
+			if _, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`fetch("/ui/static/app.css").then(() => true)`, chromedp.EvalAwaitPromise)); err != nil {
+				t.Fatal(err)
+			}
 		}
 		if lab.UI.CSPReports() != 1 {
 			t.Errorf("server CSP reports after the control = %d, want 1", lab.UI.CSPReports())

@@ -23,6 +23,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"time"
@@ -35,6 +36,7 @@ func main() {
 	bin := flag.String("machina", "bin/machina", "machina binary (make build)")
 	timeout := flag.Duration("timeout", 15*time.Minute, "per size")
 	workers := flag.Int("workers", 64, "controller --workers")
+	flag.StringVar(&cpuProfileDir, "cpuprofile", "", "write the controller's CPU and heap profiles for each size to DIR/controller-N.pprof and .heap, and the lab's CPU profile to DIR/lab-N.pprof")
 	flag.Parse()
 	fmt.Printf("| servers | commit → all ready | commit → counts deployed | controller CPU s | controller peak RSS MiB | lab (sim) CPU s | transitions | status commits | repo growth per 1,000 transitions |\n|---|---|---|---|---|---|---|---|---|\n")
 	for _, f := range strings.Split(*sizes, ",") {
@@ -52,6 +54,9 @@ func main() {
 	}
 }
 
+// cpuProfileDir is the -cpuprofile flag: empty means no profile.
+var cpuProfileDir string
+
 func measure(n int, bin string, workers int, timeout time.Duration) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
@@ -60,13 +65,25 @@ func measure(n int, bin string, workers int, timeout time.Duration) (string, err
 		return "", err
 	}
 	defer os.RemoveAll(dir)
-	labCPU0 := selfCPU()
+	if cpuProfileDir != "" {
+		f, err := os.Create(filepath.Join(cpuProfileDir, fmt.Sprintf("lab-%d.pprof", n)))
+		if err != nil {
+			return "", err
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return "", err
+		}
+		defer func() { pprof.StopCPUProfile(); f.Close() }()
+	}
 	lab, err := sim.Start(ctx, sim.Config{Dir: filepath.Join(dir, "lab"), Servers: n, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		return "", err
 	}
 	defer lab.Close()
 	commitAt := time.Now() // the lab pushed the inventory commit just now
+	// The lab's CPU is counted from here: writing each machine's simulated
+	// sysfs tree in Start happens before the commit and is not measured.
+	labCPU0 := selfCPU()
 
 	state := filepath.Join(dir, "state.db")
 	out, err := exec.Command(bin, "token", "create", "--name", "bench", "--state", state).Output()
@@ -85,6 +102,10 @@ func measure(n int, bin string, workers int, timeout time.Duration) (string, err
 		"--join-listen", "127.0.0.1:0", "--work-dir", filepath.Join(dir, "work"), "--poll-interval", "500ms", "--status-interval", "5s",
 		"--workers", strconv.Itoa(workers), "--per-rack", "40", "--reconcile-interval", "500ms", "--machine-burst", "100000", "--machine-refill", "1ms",
 		"--log-format", "text")
+	if cpuProfileDir != "" {
+		cmd.Args = append(cmd.Args, "--cpu-profile", filepath.Join(cpuProfileDir, fmt.Sprintf("controller-%d.pprof", n)),
+			"--mem-profile", filepath.Join(cpuProfileDir, fmt.Sprintf("controller-%d.heap", n)))
+	}
 	cmd.Stderr, cmd.Stdout = logf, logf
 	if err := cmd.Start(); err != nil {
 		return "", err

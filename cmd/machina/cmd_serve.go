@@ -8,6 +8,8 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"runtime"
+	"runtime/pprof"
 	"strings"
 	"sync"
 	"time"
@@ -160,6 +162,37 @@ func explainOpen(path string, err error) error {
 	return err
 }
 
+// startCPUProfile starts the runtime's CPU profiler writing to path
+// (created with mode 0600, truncated) and returns the function that stops it
+// and closes the file. It is a diagnostics aid for bench/scale; the profile
+// holds stack samples only, no request data.
+func startCPUProfile(path string) (stop func(), err error) {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("cpu profile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("cpu profile: %w", err)
+	}
+	return func() { pprof.StopCPUProfile(); _ = f.Close() }, nil
+}
+
+// writeHeapProfile writes the runtime's heap profile to path (mode 0600)
+// after a garbage collection, logging instead of failing: it runs on exit.
+func writeHeapProfile(path string, log *slog.Logger) {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
+	if err != nil {
+		log.Error("heap profile", "err", err)
+		return
+	}
+	defer f.Close()
+	runtime.GC()
+	if err := pprof.WriteHeapProfile(f); err != nil {
+		log.Error("heap profile", "err", err)
+	}
+}
+
 // newLogger builds the process logger: format json (default) or text,
 // level debug, info (default), warn or error.
 func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
@@ -187,7 +220,7 @@ func envOrDefault(key, def string) string {
 // newServeCmd is `machina serve`.
 func newServeCmd(e *env) *cobra.Command {
 	var c ServeConfig
-	var logFormat, logLevel string
+	var logFormat, logLevel, cpuProfile, memProfile string
 	var cc controller.Config
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -206,6 +239,16 @@ func newServeCmd(e *env) *cobra.Command {
 			}
 			c.Logger = log
 			c.MasterKey = []byte(os.Getenv(envMasterKey))
+			if cpuProfile != "" {
+				stop, err := startCPUProfile(cpuProfile)
+				if err != nil {
+					return err
+				}
+				defer stop()
+			}
+			if memProfile != "" {
+				defer writeHeapProfile(memProfile, log)
+			}
 			if cc.Repo.URL == "" {
 				return c.Run(cmd.Context())
 			}
@@ -259,6 +302,8 @@ func newServeCmd(e *env) *cobra.Command {
 	f.StringVar(&cc.AutoEnrollCommitTo, "auto-enroll-commit-to", os.Getenv("MACHINA_AUTO_ENROLL_COMMIT_TO"), "commit auto-enrol proposals straight onto this branch (the inventory branch); empty pushes review branches discovered/DATE")
 	f.StringVar(&c.StatePath, "state", envOrDefault(envState, defaultStatePath), "bbolt state file (env "+envState+")")
 	f.StringVar(&c.Listen, "listen", envOrDefault(envListen, "127.0.0.1:8080"), "admin API address (env "+envListen+")")
+	f.StringVar(&memProfile, "mem-profile", "", "diagnostics: write a Go heap profile (pprof format, in-use and allocated) to this file on exit")
+	f.StringVar(&cpuProfile, "cpu-profile", "", "diagnostics: write a Go CPU profile (pprof format) of the whole run to this file, closed on exit")
 	f.StringVar(&logFormat, "log-format", envOrDefault(envLogFormat, "json"), "log format: json or text (env "+envLogFormat+")")
 	f.StringVar(&logLevel, "log-level", envOrDefault(envLogLevel, "info"), "log level: debug, info, warn, error (env "+envLogLevel+")")
 	return cmd

@@ -50,6 +50,10 @@ type rigOptions struct {
 	plan reconciler.PlanOptions
 	// config, when set, edits the controller's configuration (auto-enrol).
 	config func(*controller.Config)
+	// ipmi keeps OpenIPMI's ipmi_sim as the BMC of the inventory's IPMI
+	// servers (r1-n04, r1-n05, r2-n03, r3-n03), with their serial consoles;
+	// lab.BMC is then nil for those.
+	ipmi bool
 }
 
 func startRig(t *testing.T, o rigOptions) *rig {
@@ -59,8 +63,9 @@ func startRig(t *testing.T, o rigOptions) *rig {
 	cfg := o.lab
 	cfg.Dir = filepath.Join(dir, "lab")
 	// These tests read and clear BMC requests of any server: Redfish
-	// BMCs everywhere (IPMI is covered by TestExampleSiteEndToEnd).
-	cfg.RedfishOnly = true
+	// BMCs everywhere (IPMI is covered by TestExampleSiteEndToEnd), unless
+	// the test asks for ipmi_sim.
+	cfg.RedfishOnly = !o.ipmi
 	log := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelInfo}))
 	cfg.Logger = log.With("lab", "sim")
 	lab, err := sim.Start(labCtx, cfg)

@@ -19,7 +19,9 @@ import (
 // chassis_control program that records power and boot device in files and
 // logs every command. The machine follows the log (power on, off, reset,
 // soft shutdown) and writes its own power changes (the agent powering off
-// after commissioning) back, so chassis status tells the truth.
+// after commissioning) back, so chassis status tells the truth. The BMC's
+// Serial-over-LAN is wired to the machine's serial port (startSerial): a
+// SOL session shows what the machine prints and types on its console.
 func (l *Lab) startIPMI(m *Machine) (string, error) {
 	fixtures, err := bmcsim.FixturesDir()
 	if err != nil {
@@ -29,7 +31,11 @@ func (l *Lab) startIPMI(m *Machine) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("sim: ipmi_sim emulation file: %w", err)
 	}
-	s, err := ipmisim.Launch(ipmisim.LaunchConfig{Dir: filepath.Join(filepath.Dir(m.root), "bmc"), Emu: emu, Password: l.cfg.Password})
+	serial, err := m.startSerial(l.ctx, &l.wg)
+	if err != nil {
+		return "", fmt.Errorf("sim: serial port: %w", err)
+	}
+	s, err := ipmisim.Launch(ipmisim.LaunchConfig{Dir: filepath.Join(filepath.Dir(m.root), "bmc"), Emu: emu, Password: l.cfg.Password, SerialAddr: serial})
 	if err != nil {
 		return "", err
 	}

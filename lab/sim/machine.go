@@ -58,6 +58,8 @@ type Machine struct {
 	joined    bool
 	agentHTTP *http.Client // the ramdisk's client, keeping the deploy plan's seed
 	powerFile string       // IPMI machines: ipmi_sim's chassis_control power file
+	serial    *serialPort  // IPMI machines: the serial line behind the BMC's SOL
+	ttyLine   []byte       // the line being typed on the serial console (PhaseOS)
 	// failMemory makes the commissioning memory test fail (fault injection).
 	failMemory bool
 	// corruptImages flips a byte of every image download in transit
@@ -222,6 +224,17 @@ func (m *Machine) setPhase(gen int, p Phase) bool {
 		return false
 	}
 	m.phase = p
+	switch p {
+	case PhaseCommissioning:
+		m.consoleOut("machina ramdisk: commissioning\r\n")
+	case PhaseDeploying:
+		m.consoleOut("machina ramdisk: deploying\r\n")
+	case PhaseNoOS:
+		m.consoleOut("No bootable device.\r\n")
+	case PhaseOS:
+		m.ttyLine = m.ttyLine[:0]
+		m.consoleOut(m.osBanner())
+	}
 	return true
 }
 
@@ -231,6 +244,9 @@ func (m *Machine) run(ctx context.Context, gen int) {
 	for {
 		m.mu.Lock()
 		m.boots++
+		if gen == m.gen {
+			m.consoleOut("\r\nMachina simulated firmware: network boot from " + m.MAC + "\r\n")
+		}
 		m.mu.Unlock()
 		if !sleep(ctx, m.lab.cfg.BootDelay) {
 			return
@@ -296,6 +312,7 @@ func (m *Machine) powerOffFrom(gen int) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if gen == m.gen {
+		m.consoleOut("reboot: Power down\r\n")
 		m.on, m.phase = false, PhaseOff
 		m.gen++
 		m.syncPowerFile(false)

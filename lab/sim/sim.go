@@ -1,5 +1,7 @@
 // Package sim is the simulated lab: N simulated servers, each behind a
-// bmcsim Redfish BMC serving a real vendor tree, with a simulated machine
+// bmcsim Redfish BMC serving a real vendor tree (or, for the inventory's
+// IPMI servers when it is installed, OpenIPMI's ipmi_sim, whose
+// Serial-over-LAN is the machine's serial console), with a simulated machine
 // that PXE-boots through the controller's real HTTP boot endpoints with real
 // tokens and runs the real agent code (ramdisk/agent) against generated
 // hardware and sparse disk files. It also lays out the inventory repository

@@ -1,6 +1,7 @@
 package sim_test
 
 import (
+	"context"
 	"fmt"
 	"net/url"
 	"slices"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/machina-metal/machina/bmc/ipmi/ipmisim"
 	"github.com/machina-metal/machina/inventory"
 	"github.com/machina-metal/machina/lab/sim"
 	"github.com/machina-metal/machina/state"
@@ -26,13 +28,20 @@ import (
 // verified on the images page and every joined host on the hosts page,
 // hold a revision retiring 6 of 12
 // servers and approve it through the inventory page's approve button and
-// confirmation (the six then retire), open a serial console page (the
-// simulated Redfish BMCs have no serial console: the page must say so),
-// and check that every request stayed on the controller and that no CSP
-// violation happened (with an injected inline script as the control).
+// confirmation (the six then retire), open a serial console page of a
+// Redfish server (the simulated Redfish BMCs have no serial console: the
+// page must say so), open the serial console of a deployed IPMI server
+// and type on it: the keystrokes go through the controller's console
+// WebSocket, ipmitool's Serial-over-LAN session, OpenIPMI's ipmi_sim and
+// the simulated machine's serial port, whose getty echoes them back into
+// xterm.js; a second tab is read-only and its typing never reaches the
+// machine. Finally check that every request stayed on the controller and
+// that no CSP violation happened (with an injected inline script as the
+// control).
 func TestBrowserAgainstController(t *testing.T) {
 	ctx := uitest.Browser(t)
-	r := startRig(t, rigOptions{lab: sim.Config{BootDelay: time.Second}})
+	ipmisim.RequireTools(t)
+	r := startRig(t, rigOptions{lab: sim.Config{BootDelay: time.Second}, ipmi: true})
 	snap := r.steady()
 	tok, _, err := r.run.Store.CreateAdminToken(fmt.Sprintf("ui-e2e-%d", time.Now().UnixNano()), "test")
 	if err != nil {
@@ -152,6 +161,90 @@ func TestBrowserAgainstController(t *testing.T) {
 	}
 	uitest.Shot(t, ctx, dir, "sim-hosts")
 
+	// Serial console of an IPMI server deployed and booted to its OS: a
+	// real byte stream through ipmitool's SOL session and ipmi_sim to the
+	// machine's serial port, where the simulated getty echoes.
+	const con = "r2-n03" // IPMI in the example inventory, zone-b: pin it to storage
+	if srv, err := r.run.Store.Server(con); err != nil || srv.BMC.Driver != string(inventory.DriverIPMI) || srv.Lifecycle != state.LifecycleReady {
+		t.Fatalf("%s: BMC driver %q, %s (%v); want an IPMI server ready", con, srv.BMC.Driver, srv.Lifecycle, err)
+	}
+	r.commit("deploy "+con+" (storage)", func(dir string) {
+		r.setServer(dir, con, "want", "deployed")
+		r.setServer(dir, con, "profile", "storage")
+	})
+	r.waitFor(con+" deployed and booted", time.Minute, func(s state.Snapshot) bool {
+		srv := s.Servers[con]
+		return srv.Lifecycle == state.LifecycleDeployed && !srv.FinishDeploy && r.lab.Machine(con).Phase() == sim.PhaseOS
+	})
+	typed := fmt.Sprintf("typed-in-chromium-%d", time.Now().UnixNano()%1e6)
+	term := `document.querySelector(".xterm-rows").textContent`
+	uitest.Do(t, ctx, "open the console of "+con,
+		chromedp.Navigate(base+"/ui/servers/"+con),
+		chromedp.WaitVisible(chromedp.CSS("#open-console")),
+		chromedp.Click(chromedp.CSS("#open-console")),
+		chromedp.WaitVisible(chromedp.CSS(".xterm-helper-textarea"), chromedp.NodeReady),
+		uitest.Poll(`document.getElementById("role").dataset.state === "writer"`),
+		chromedp.Click(chromedp.CSS(".xterm-screen")),
+		uitest.PressEnter(),
+		uitest.Poll(term+`.includes("`+con+` login:")`),
+		uitest.TypeText(typed),
+		uitest.Poll(term+`.includes("`+typed+`")`),
+	)
+	if in := string(r.lab.Machine(con).SerialInput()); !strings.Contains(in, "\r"+typed) {
+		t.Errorf("%s's serial line received %q, want Enter then %q", con, in, typed)
+	}
+	uitest.Shot(t, ctx, dir, "sim-console")
+
+	// A second tab (same session cookie) attaches read-only; what it types
+	// never reaches the machine, and it sees what the writer types.
+	tab, cancelTab := chromedp.NewContext(ctx)
+	defer cancelTab()
+	rec2 := &uitest.Recorder{}
+	rec2.Listen(t, tab)
+	uitest.Do(t, tab, "second console tab",
+		chromedp.Navigate(base+"/ui/servers/"+con+"/console"),
+		uitest.Poll(`document.getElementById("role").dataset.state === "reader"`),
+		chromedp.Click(chromedp.CSS(".xterm-screen")),
+		uitest.TypeText("reader-typed-this"),
+	)
+	if role := uitest.Eval[string](t, tab, `document.getElementById("role").textContent`); !strings.Contains(role, "read-only") {
+		t.Errorf("second tab role badge = %q", role)
+	}
+	// The writer types more and presses Enter: the getty's answer starts
+	// a new row at column 0 (the typed CR came back as CR LF).
+	uitest.Do(t, ctx, "writer types again",
+		uitest.TypeText(" second-line"),
+		uitest.Poll(term+`.includes("second-line")`),
+		uitest.PressEnter(),
+		uitest.Poll(`[...document.querySelectorAll(".xterm-rows > div")].some(d => d.textContent.startsWith("Login incorrect"))`),
+	)
+	uitest.Do(t, tab, "reader sees the writer", uitest.Poll(term+`.includes("second-line")`), uitest.Poll(term+`.includes("Login incorrect")`))
+	in := string(r.lab.Machine(con).SerialInput())
+	if !strings.Contains(in, "\r"+typed+" second-line\r") {
+		t.Errorf("%s's serial line received %q, want %q", con, in, "\r"+typed+" second-line\r")
+	}
+	if strings.Contains(in, "reader-typed-this") || strings.Contains(uitest.Eval[string](t, ctx, term), "reader-typed-this") {
+		t.Error("the read-only tab's typing reached the console")
+	}
+	roles := map[string]string{}
+	evs, err := r.run.Store.Events(state.EventQuery{Server: con, Limit: state.MaxPageSize})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range evs {
+		if e.Kind == "console.open" {
+			for _, role := range []string{"writer", "reader"} {
+				if strings.Contains(e.Message, " as "+role) {
+					roles[role] = e.Actor
+				}
+			}
+		}
+	}
+	if !strings.HasPrefix(roles["writer"], "ui:ui-e2e-") || !strings.HasPrefix(roles["reader"], "ui:ui-e2e-") { // ui: a browser session of that token
+		t.Errorf("console.open audit events of %s by role: %q, want writer and reader by the browser session's token", con, roles)
+	}
+	t.Logf("console of %s (IPMI SOL through ipmi_sim): typed %q, echoed; serial line received %q", con, typed, in)
+
 	// The safety brake: retiring 6 of 12 is held; approve it in the browser.
 	snap, err = r.run.Store.Snapshot()
 	if err != nil {
@@ -210,7 +303,7 @@ func TestBrowserAgainstController(t *testing.T) {
 		t.Fatalf("Store.Approved = %v, %v after the browser approved", ok, err)
 	}
 	r.waitFor("6 retired", time.Minute, func(s state.Snapshot) bool { return count(s, state.LifecycleRetired) == 6 })
-	evs, err := r.run.Store.Events(state.EventQuery{Limit: state.MaxPageSize})
+	evs, err = r.run.Store.Events(state.EventQuery{Limit: state.MaxPageSize})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -236,26 +329,31 @@ func TestBrowserAgainstController(t *testing.T) {
 	if n := uitest.Eval[int](t, ctx, `document.querySelectorAll("#terminal").length`); n != 0 {
 		t.Error("console page opened a terminal for a BMC without a serial console")
 	}
-	uitest.Shot(t, ctx, dir, "sim-console")
+	uitest.Shot(t, ctx, dir, "sim-console-unsupported")
 
-	// Nothing left the host, no page error, no CSP violation.
-	urls, exc := rec.Snapshot()
-	if len(urls) < 20 {
-		t.Errorf("recorded only %d requests; the recorder is not working", len(urls))
-	}
+	// Nothing left the host, no page error, no CSP violation, in either tab.
 	bu, _ := url.Parse(base)
-	for _, raw := range urls {
-		u, err := url.Parse(raw)
-		if err != nil || (u.Scheme != "data" && u.Host != bu.Host) {
-			t.Errorf("request left the controller: %s", raw)
+	for i, rc := range []*uitest.Recorder{rec, rec2} {
+		urls, exc := rc.Snapshot()
+		if min := []int{20, 4}[i]; len(urls) < min {
+			t.Errorf("recorded only %d requests; the recorder is not working", len(urls))
+		}
+		for _, raw := range urls {
+			u, err := url.Parse(raw)
+			if err != nil || (u.Scheme != "data" && u.Host != bu.Host) {
+				t.Errorf("request left the controller: %s", raw)
+			}
+		}
+		if len(exc) > 0 {
+			t.Errorf("page errors: %q", exc)
 		}
 	}
-	if len(exc) > 0 {
-		t.Errorf("page errors: %q", exc)
+	for _, c := range []context.Context{ctx, tab} {
+		if v := uitest.Eval[[]string](t, c, `window.__csp`); len(v) > 0 {
+			t.Errorf("CSP violations: %q", v)
+		}
 	}
-	if v := uitest.Eval[[]string](t, ctx, `window.__csp`); len(v) > 0 {
-		t.Errorf("CSP violations: %q", v)
-	}
+	urls, _ := rec.Snapshot()
 	// Control: an inline script is blocked and reported, so zero means something.
 	uitest.Eval[bool](t, ctx, `const s = document.createElement("script"); s.textContent = "window.__ran = 1"; document.body.appendChild(s); true`)
 	uitest.Do(t, ctx, "inline script blocked", uitest.Poll(`window.__csp.length === 1`))

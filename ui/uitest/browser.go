@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/input"
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/cdproto/runtime"
@@ -180,4 +181,27 @@ func Eval[T any](t testing.TB, ctx context.Context, js string) T {
 // page: it polls the page's state, it does not sleep for a fixed time.
 func Poll(js string) chromedp.Action[chromedp.Void] {
 	return chromedp.Poll[chromedp.Void](js, chromedp.WithPollingTimeout(StepTimeout), chromedp.WithPollingInterval(50*time.Millisecond))
+}
+
+// TypeText types text into the focused element as the keyboard's text
+// input (Input.insertText), which xterm.js turns into one onData call.
+func TypeText(text string) chromedp.Action[chromedp.Void] {
+	return chromedp.Func(func(ctx context.Context, t *chromedp.Target) error {
+		_, err := cdp.Call(ctx, t, input.InsertText, input.InsertTextParams{Text: text})
+		return err
+	})
+}
+
+// PressEnter sends one Enter key press (keyDown with its text "\r", keyUp)
+// to the focused element.
+func PressEnter() chromedp.Action[chromedp.Void] {
+	return chromedp.Func(func(ctx context.Context, t *chromedp.Target) error {
+		down := input.DispatchKeyEventParams{Type: input.DispatchKeyEventTypeKeyDown, Key: "Enter", Code: "Enter", WindowsVirtualKeyCode: 13, NativeVirtualKeyCode: 13, Text: "\r"}
+		if _, err := cdp.Call(ctx, t, input.DispatchKeyEvent, down); err != nil {
+			return err
+		}
+		up := input.DispatchKeyEventParams{Type: input.DispatchKeyEventTypeKeyUp, Key: "Enter", Code: "Enter", WindowsVirtualKeyCode: 13, NativeVirtualKeyCode: 13}
+		_, err := cdp.Call(ctx, t, input.DispatchKeyEvent, up)
+		return err
+	})
 }

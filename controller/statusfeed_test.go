@@ -1,0 +1,64 @@
+package controller
+
+import (
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/machina-metal/machina/reconciler"
+)
+
+// TestStatusFeedCoalesces: passes arriving faster than the gap are
+// coalesced, and the newest one is always built in the end.
+func TestStatusFeedCoalesces(t *testing.T) {
+	var mu sync.Mutex
+	var built []string
+	done := make(chan struct{}, 100)
+	f := &statusFeed{gap: 20 * time.Millisecond, build: func(r reconciler.Result) {
+		mu.Lock()
+		built = append(built, r.Brake)
+		mu.Unlock()
+		done <- struct{}{}
+	}}
+	const passes = 200
+	for i := range passes {
+		f.onPass(reconciler.Result{Brake: string(rune('a' + i%26))})
+	}
+	last := string(rune('a' + (passes-1)%26))
+	deadline := time.After(10 * time.Second)
+	for {
+		mu.Lock()
+		n, tail := len(built), ""
+		if n > 0 {
+			tail = built[n-1]
+		}
+		mu.Unlock()
+		if tail == last && n >= 2 {
+			break
+		}
+		select {
+		case <-done:
+		case <-deadline:
+			t.Fatalf("newest pass never built: built %q", built)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(built) >= passes/2 {
+		t.Errorf("%d builds for %d back-to-back passes: not coalesced", len(built), passes)
+	}
+	if built[0] != "a" {
+		t.Errorf("first pass %q not built at once", built[0])
+	}
+}
+
+// TestStatusBuildGap: a fifth of the status interval, at most 1 s.
+func TestStatusBuildGap(t *testing.T) {
+	for _, c := range []struct{ in, want time.Duration }{
+		{0, time.Second}, {30 * time.Second, time.Second}, {time.Second, 200 * time.Millisecond}, {50 * time.Millisecond, 10 * time.Millisecond},
+	} {
+		if got := statusBuildGap(c.in); got != c.want {
+			t.Errorf("statusBuildGap(%v) = %v, want %v", c.in, got, c.want)
+		}
+	}
+}
