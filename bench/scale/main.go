@@ -29,6 +29,7 @@ import (
 	"time"
 
 	"github.com/machina-metal/machina/lab/sim"
+	"golang.org/x/sys/unix"
 )
 
 func main() {
@@ -38,6 +39,7 @@ func main() {
 	workers := flag.Int("workers", 64, "controller --workers")
 	flag.StringVar(&cpuProfileDir, "cpuprofile", "", "write the controller's CPU and heap profiles for each size to DIR/controller-N.pprof and .heap, and the lab's CPU profile to DIR/lab-N.pprof")
 	flag.Parse()
+	raiseFileLimit()
 	fmt.Printf("| servers | commit → all ready | commit → counts deployed | controller CPU s | controller peak RSS MiB | lab (sim) CPU s | transitions | status commits | repo growth per 1,000 transitions |\n|---|---|---|---|---|---|---|---|---|\n")
 	for _, f := range strings.Split(*sizes, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
@@ -276,4 +278,20 @@ func repoStats(bare string) (int, int64) {
 		return nil
 	})
 	return n, size
+}
+
+// raiseFileLimit lifts RLIMIT_NOFILE as far as this process may (root: to
+// 1<<20): at 10,000 servers the lab holds one listener per simulated BMC
+// plus the controller's keep-alive connections to them, and the controller
+// process, started from here, inherits the limit.
+func raiseFileLimit() {
+	var rl unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &rl); err != nil {
+		return
+	}
+	want := unix.Rlimit{Cur: 1 << 20, Max: 1 << 20}
+	if rl.Max >= want.Max || unix.Setrlimit(unix.RLIMIT_NOFILE, &want) != nil {
+		rl.Cur = rl.Max
+		_ = unix.Setrlimit(unix.RLIMIT_NOFILE, &rl)
+	}
 }

@@ -91,8 +91,12 @@ func newConn(cfg *Config) *conn {
 		Proxy:               nil,
 		TLSClientConfig:     &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: cfg.Insecure, RootCAs: cfg.RootCAs}, //nolint:gosec // per-server opt-out
 		TLSHandshakeTimeout: cfg.Timeout,
-		MaxIdleConnsPerHost: 2,
-		IdleConnTimeout:     time.Minute,
+		// BMC web servers have few connection slots, and a controller of
+		// 10,000 servers must not hold 10,000 idle sockets: one idle
+		// keep-alive connection per BMC, closed after 15 s unused (a
+		// deploy's calls come in bursts well inside that).
+		MaxIdleConnsPerHost: 1,
+		IdleConnTimeout:     15 * time.Second,
 	}
 	var rt http.RoundTripper = tr
 	if cfg.Transport != nil {
