@@ -101,7 +101,8 @@ func (b *BootIndex) Lookup(_ context.Context, mac net.HardwareAddr) (boot.Assign
 	if s.BootMode == "bios" {
 		mode = boot.ModeBIOS
 	}
-	return boot.Assignment{MAC: mac, Name: s.Name, Lifecycle: boot.Lifecycle(s.Lifecycle), Mode: mode}, nil
+	return boot.Assignment{MAC: mac, Name: s.Name, Lifecycle: boot.Lifecycle(s.Lifecycle), Mode: mode,
+		Wipe: s.Lifecycle == state.LifecycleReady && s.NeedsWipe}, nil
 }
 
 // purposeOf maps the iPXE script's token purposes to the store's.
@@ -111,6 +112,8 @@ func purposeOf(p string) (state.Purpose, error) {
 		return state.PurposeReport, nil
 	case ipxe.PurposeDeploy:
 		return state.PurposePlan, nil
+	case ipxe.PurposeWipe:
+		return state.PurposeWipe, nil
 	}
 	return "", fmt.Errorf("boot index: unknown token purpose %q", p)
 }

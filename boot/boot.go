@@ -54,6 +54,10 @@ type Assignment struct {
 	Name string
 	// Lifecycle decides the iPXE script (ramdisk or local disk).
 	Lifecycle Lifecycle
+	// Wipe is set for a released server (lifecycle ready) whose disks still
+	// wait for the release wipe: its iPXE script boots the ramdisk in wipe
+	// mode instead of the local disk.
+	Wipe bool
 	// Mode is the inventory boot mode; ModeUnknown when not set.
 	Mode Mode
 	// IP is a DHCP reservation for this MAC; the zero Addr means "from the

@@ -291,7 +291,8 @@ func Run(ctx context.Context, cfg Config) error {
 		cfg.JoinTokenTTL = 24 * time.Hour
 	}
 	jc := joinCommander{srv: joinSrv, desired: ctrl.Desired, ttl: cfg.JoinTokenTTL}
-	machine, err := api.NewMachine(api.MachineConfig{Store: st, Planner: &planner{desired: ctrl.Desired, images: imgStore, baseURL: publicURL, join: jc},
+	pl := &planner{desired: ctrl.Desired, images: imgStore, baseURL: publicURL, join: jc}
+	machine, err := api.NewMachine(api.MachineConfig{Store: st, Planner: pl, Wiper: pl,
 		PerIP: cfg.MachinePerIP, Logger: log.With("component", "machine")})
 	if err != nil {
 		return fmt.Errorf("controller: %w", err)

@@ -77,6 +77,20 @@ func (p *planner) DeployPlan(ctx context.Context, srv state.Server) (v1.Plan, er
 	return plan, nil
 }
 
+// WipeHint implements api.WipePlanner: the inventory's root device hint
+// of srv (the disk its deploy wrote), or the zero hint (every eligible
+// disk) when it has none or the server left the inventory.
+func (p *planner) WipeHint(_ context.Context, srv state.Server) (v1.RootDeviceHint, error) {
+	inv := p.desired()
+	if inv == nil {
+		return v1.RootDeviceHint{}, nil
+	}
+	if ws := inv.Server(srv.Name); ws != nil && ws.RootDevice != nil {
+		return v1.RootDeviceHint{Serial: ws.RootDevice.Serial, WWN: ws.RootDevice.WWN, ByPath: ws.RootDevice.ByPath, MinSizeBytes: ws.RootDevice.MinSizeGiB << 30}, nil
+	}
+	return v1.RootDeviceHint{}, nil
+}
+
 // imageTokens checks the ramdisk's image tokens against the store: the
 // reusable image token of a deploying server whose allocation uses image.
 type imageTokens struct{ st *state.Store }

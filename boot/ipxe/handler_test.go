@@ -365,3 +365,24 @@ func TestServeISO(t *testing.T) {
 		}
 	}
 }
+
+// TestWipeScriptGolden: a released server (ready, Wipe) boots the ramdisk
+// in wipe mode with a wipe-purpose token; without Wipe it boots its disk.
+func TestWipeScriptGolden(t *testing.T) {
+	var look boot.MemLookup
+	if err := look.Set(boot.Assignment{MAC: mustMAC(t, "52:54:00:00:00:21"), Name: "r1-n21", Lifecycle: boot.LifecycleReady, Wipe: true}); err != nil {
+		t.Fatal(err)
+	}
+	toks := &seqTokens{}
+	_, srv := newTestHandler(t, Config{Lookup: &look, Tokens: toks, TokenTTL: 10 * time.Minute})
+	for _, pf := range []Platform{PlatformBIOS, PlatformEFI} {
+		code, body := get(t, srv.URL+"/boot/ipxe?mac=52:54:00:00:00:21&platform="+string(pf))
+		if code != 200 {
+			t.Fatalf("GET = %d %q", code, body)
+		}
+		golden(t, "ready-wipe-"+string(pf), normaliseTokens(body))
+	}
+	if d := cmp.Diff([]string{"52:54:00:00:00:21/wipe/10m0s", "52:54:00:00:00:21/wipe/10m0s"}, toks.issued); d != "" {
+		t.Errorf("issued tokens (-want +got):\n%s", d)
+	}
+}

@@ -27,6 +27,7 @@ const (
 	PhaseFirmware      Phase = "firmware"      // powered on, PXE-booting
 	PhaseCommissioning Phase = "commissioning" // ramdisk running the agent's commissioning
 	PhaseDeploying     Phase = "deploying"     // ramdisk writing the image
+	PhaseWiping        Phase = "wiping"        // ramdisk wiping a released server's disks
 	PhaseOS            Phase = "os"            // booted the deployed OS from disk
 	PhaseNoOS          Phase = "no-os"         // nothing bootable: firmware waits
 )
@@ -280,6 +281,17 @@ func (m *Machine) run(ctx context.Context, gen int) {
 			m.log.Info("deployed", "disk", res.DiskName, "bytes", res.BytesWritten)
 			// The agent reboots after a deploy: firmware again.
 			continue
+		case "wipe":
+			m.setPhase(gen, PhaseWiping)
+			res, err := r.Wipe(ctx)
+			if err != nil {
+				m.log.Warn("release wipe failed", "err", err)
+			} else {
+				m.log.Info("release wipe done", "disks", res.Disks)
+			}
+			// The agent powers off after the wipe, good or bad.
+			m.powerOffFrom(gen)
+			return
 		default:
 			m.log.Warn("unknown ramdisk mode", "mode", mode)
 			return
