@@ -43,6 +43,9 @@ type MachineConfig struct {
 	Planner DeployPlanner
 	// Wiper names the disk of a release wipe; nil wipes every eligible disk.
 	Wiper WipePlanner
+	// Installer backs the installer path (autoinstall, kickstart); nil
+	// answers its routes 503.
+	Installer InstallerSource
 	// PerIP limits requests per client IP; zero means a burst of 30
 	// refilled one per 100 ms.
 	PerIP boot.Limit
@@ -98,7 +101,7 @@ func (m *Machine) Mount(srv *Server) error {
 			return err
 		}
 	}
-	return nil
+	return m.mountInstaller(srv)
 }
 
 func (m *Machine) limited(h http.HandlerFunc) http.HandlerFunc {
@@ -123,13 +126,15 @@ func bearer(r *http.Request) string {
 
 // refuse answers a token refusal; the store already wrote its event.
 func (m *Machine) refuse(w http.ResponseWriter, r *http.Request, err error) {
-	m.log.Warn("machine request refused", "path", r.URL.Path, "remote", r.RemoteAddr, "err", err)
+	// The route pattern, not the path: installer URLs carry their token
+	// in the path, and tokens never reach a log.
+	m.log.Warn("machine request refused", "route", r.Pattern, "remote", r.RemoteAddr, "err", err)
 	writeError(w, http.StatusForbidden, v1.Error{Message: "token refused", Code: "token_refused"})
 }
 
 func (m *Machine) bad(w http.ResponseWriter, r *http.Request, server string, code int, what string) {
 	_, _ = m.cfg.Store.AppendEvent(state.Event{Server: server, Kind: "machine.refused", Actor: state.ActorController,
-		Message: fmt.Sprintf("%s %s refused: %s", r.Method, r.URL.Path, what)})
+		Message: fmt.Sprintf("%s refused: %s", r.Pattern, what)})
 	writeError(w, code, v1.Error{Message: what, Code: "bad_request"})
 }
 

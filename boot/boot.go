@@ -58,6 +58,13 @@ type Assignment struct {
 	// wait for the release wipe: its iPXE script boots the ramdisk in wipe
 	// mode instead of the local disk.
 	Wipe bool
+	// Installer is the distribution installer a deploying server boots
+	// instead of the ramdisk: "autoinstall" (Ubuntu) or "kickstart" (RHEL
+	// family); "" means the ramdisk's image deploy.
+	Installer string
+	// InstallerImage is the installer ISO's image name (RFC 1123-ish:
+	// [a-z0-9._-]) when Installer is set.
+	InstallerImage string
 	// Mode is the inventory boot mode; ModeUnknown when not set.
 	Mode Mode
 	// IP is a DHCP reservation for this MAC; the zero Addr means "from the

@@ -49,9 +49,9 @@ func (c *Controller) run(ctx context.Context, step Step, desired *inventory.Inve
 		})
 		return err
 	case ActAllocate:
-		image := ""
+		image, deploy := "", ""
 		if p := desired.Profile(step.Profile); p != nil {
-			image = p.Image
+			image, deploy = p.Image, string(p.Deploy)
 			if c.cfg.ImageOf != nil {
 				image = c.cfg.ImageOf(step.Profile)
 			}
@@ -59,7 +59,7 @@ func (c *Controller) run(ctx context.Context, step Step, desired *inventory.Inve
 		now := c.cfg.Now().UTC()
 		_, err := st.Apply(state.Move{Server: step.Server, From: state.LifecycleReady, To: state.LifecycleAllocated, Reason: step.Why,
 			Update: func(s *state.Server) error {
-				s.Allocation = &state.Allocation{Profile: step.Profile, Image: image, At: now, Reason: step.AllocReason}
+				s.Allocation = &state.Allocation{Profile: step.Profile, Image: image, At: now, Reason: step.AllocReason, Deploy: deploy}
 				return nil
 			}})
 		if err == nil {

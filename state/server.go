@@ -112,6 +112,10 @@ type Allocation struct {
 	// Reason says why: "pinned" (want: deployed), "count" (a profile's
 	// count) or "provision" (the provision API).
 	Reason string `json:"reason,omitempty"`
+	// Deploy is the profile's deploy method at allocation: "" or "image"
+	// (the ramdisk writes Image), "autoinstall" or "kickstart" (the
+	// distribution installer booted from Image, an installer ISO).
+	Deploy string `json:"deploy,omitempty"`
 }
 
 // InFlight is one started action of the reconciler's executor.

@@ -222,10 +222,10 @@ func (h *Handler) serveScript(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	p := ScriptParams{
-		MAC: mac.String(), Name: a.Name, Lifecycle: a.Lifecycle, Wipe: a.Wipe, Platform: platform(q.Get("platform"), a.Mode),
+		MAC: mac.String(), Name: a.Name, Lifecycle: a.Lifecycle, Wipe: a.Wipe, Installer: a.Installer, InstallerImage: a.InstallerImage, Platform: platform(q.Get("platform"), a.Mode),
 		Controller: h.cfg.ControllerURL, KernelURL: h.cfg.KernelURL, InitrdURL: h.cfg.InitrdURL, KernelArgs: h.cfg.KernelArgs,
 	}
-	if mode := modeFor(a.Lifecycle, a.Wipe); mode != "" {
+	if mode := modeFor(a.Lifecycle, a.Wipe, a.Installer); mode != "" {
 		p.Token, err = h.cfg.Tokens.Issue(ctx, mac, mode, h.cfg.TokenTTL)
 		if err != nil {
 			log.Error("issue token", "err", err)

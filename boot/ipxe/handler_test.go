@@ -386,3 +386,43 @@ func TestWipeScriptGolden(t *testing.T) {
 		t.Errorf("issued tokens (-want +got):\n%s", d)
 	}
 }
+
+// TestInstallerScriptsGolden: a deploying server whose profile deploys with
+// the distribution installer boots the installer's kernel and initrd from
+// its ISO, with the install token in every URL, `initrd=NAME` on UEFI, and
+// the installer's arguments (Ubuntu: url= of the ISO, autoinstall,
+// ds=nocloud-net;s= unquoted; RHEL: inst.stage2, inst.repo, inst.ks).
+func TestInstallerScriptsGolden(t *testing.T) {
+	var look boot.MemLookup
+	for i, kind := range []string{InstallerAutoinstall, InstallerKickstart} {
+		img := map[string]string{InstallerAutoinstall: "ubuntu-24.04-live", InstallerKickstart: "rhel-9.4-dvd"}[kind]
+		if err := look.Set(boot.Assignment{MAC: net.HardwareAddr{0x52, 0x54, 0, 0, 0, byte(0x31 + i)}, Name: fmt.Sprintf("r1-n%02d", 31+i),
+			Lifecycle: boot.LifecycleDeploying, Installer: kind, InstallerImage: img}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	toks := &seqTokens{}
+	_, srv := newTestHandler(t, Config{Lookup: &look, Tokens: toks, TokenTTL: 10 * time.Minute})
+	n := 0
+	for i, kind := range []string{InstallerAutoinstall, InstallerKickstart} {
+		for _, pf := range []Platform{PlatformBIOS, PlatformEFI} {
+			n++
+			code, body := get(t, fmt.Sprintf("%s/boot/ipxe?mac=52:54:00:00:00:%02x&platform=%s", srv.URL, 0x31+i, pf))
+			if code != 200 {
+				t.Fatalf("GET = %d %q", code, body)
+			}
+			if want := fmt.Sprintf("/install/TOKEN-%d/", n); !strings.Contains(body, want) {
+				t.Errorf("%s %s: no %s in\n%s", kind, pf, want, body)
+			}
+			golden(t, "installer-"+kind+"-"+string(pf), body)
+		}
+	}
+	if len(toks.issued) != 4 || toks.issued[0] != "52:54:00:00:00:31/install/10m0s" {
+		t.Errorf("issued = %v, want 4 install tokens", toks.issued)
+	}
+	// Unsafe image names never reach a script.
+	if _, err := Render(ScriptParams{MAC: "52:54:00:00:00:01", Lifecycle: boot.LifecycleDeploying, Platform: PlatformEFI, Controller: "http://10.0.0.1",
+		Token: "abc", Installer: InstallerAutoinstall, InstallerImage: "x y${evil}"}); err == nil {
+		t.Error("Render accepted an unsafe installer image name")
+	}
+}

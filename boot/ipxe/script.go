@@ -55,8 +55,12 @@ type ScriptParams struct {
 	KernelURL, InitrdURL string
 	// KernelArgs are extra kernel arguments (see [Config.KernelArgs]).
 	KernelArgs string
-	// Token is the single-use token for ramdisk lifecycles; empty otherwise.
+	// Token is the single-use token for ramdisk lifecycles (the reusable
+	// install token for installer boots); empty otherwise.
 	Token string
+	// Installer and InstallerImage switch a deploying server to the
+	// distribution installer ([boot.Assignment.Installer]).
+	Installer, InstallerImage string
 }
 
 var scriptTmpl = template.Must(template.New("ipxe").Parse(`#!ipxe
@@ -78,10 +82,12 @@ sanboot --drive 0x80
 // (iPXE setting expansion), no quotes, no whitespace other than ' '.
 var safeArgs = regexp.MustCompile(`^[A-Za-z0-9 ._,:=/@+-]*$`)
 
-// modeFor maps a lifecycle (and the wipe flag) to the ramdisk mode, or ""
-// for local boot.
-func modeFor(l boot.Lifecycle, wipe bool) string {
+// modeFor maps a lifecycle (and the wipe flag and installer) to the token
+// purpose of its boot: a ramdisk mode, PurposeInstall, or "" for local boot.
+func modeFor(l boot.Lifecycle, wipe bool, installer string) string {
 	switch {
+	case l == boot.LifecycleDeploying && installer != "":
+		return PurposeInstall
 	case l == boot.LifecycleCommissioning:
 		return PurposeCommission
 	case l == boot.LifecycleDeploying:
@@ -107,7 +113,10 @@ func Render(p ScriptParams) ([]byte, error) {
 	if p.Platform != PlatformBIOS && p.Platform != PlatformEFI {
 		return nil, fmt.Errorf("render ipxe script: unknown platform %q", p.Platform)
 	}
-	mode := modeFor(p.Lifecycle, p.Wipe)
+	mode := modeFor(p.Lifecycle, p.Wipe, p.Installer)
+	if mode == PurposeInstall {
+		return renderInstaller(p)
+	}
 	data := struct {
 		ScriptParams
 		Ramdisk, EFI bool
