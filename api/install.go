@@ -35,15 +35,19 @@ type InstallerSource interface {
 const InstallDonePath = "/install/done/"
 
 // mountInstaller registers the installer routes (see ipxe.InstallPrefix).
+// The documents and the callback are rate-limited per IP like the other
+// machine endpoints; the tree and the ISO are not, like /images/: anaconda
+// fetches every package of the installation from the tree (inst.repo), and
+// a 429 there would fail the install. Every route checks its token first.
 func (m *Machine) mountInstaller(srv *Server) error {
 	for pattern, h := range map[string]http.HandlerFunc{
 		"GET " + ipxe.InstallPrefix + "{token}/tree/{path...}": m.installTree,
 		"GET " + ipxe.InstallPrefix + "{token}/iso/{name}":     m.installISO,
-		"GET " + ipxe.InstallPrefix + "{token}/nocloud/{doc}":  m.installNoCloud,
-		"GET " + ipxe.InstallPrefix + "{token}/ks.cfg":         m.installKickstart,
-		"POST " + InstallDonePath + "{token}":                  m.installDone,
+		"GET " + ipxe.InstallPrefix + "{token}/nocloud/{doc}":  m.limited(m.installNoCloud),
+		"GET " + ipxe.InstallPrefix + "{token}/ks.cfg":         m.limited(m.installKickstart),
+		"POST " + InstallDonePath + "{token}":                  m.limited(m.installDone),
 	} {
-		if err := srv.HandlePublic(pattern, m.limited(h)); err != nil {
+		if err := srv.HandlePublic(pattern, h); err != nil {
 			return err
 		}
 	}

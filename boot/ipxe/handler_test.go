@@ -402,7 +402,7 @@ func TestInstallerScriptsGolden(t *testing.T) {
 		}
 	}
 	toks := &seqTokens{}
-	_, srv := newTestHandler(t, Config{Lookup: &look, Tokens: toks, TokenTTL: 10 * time.Minute})
+	_, srv := newTestHandler(t, Config{Lookup: &look, Tokens: toks, TokenTTL: 10 * time.Minute, InstallTokenTTL: 90 * time.Minute})
 	n := 0
 	for i, kind := range []string{InstallerAutoinstall, InstallerKickstart} {
 		for _, pf := range []Platform{PlatformBIOS, PlatformEFI} {
@@ -417,7 +417,7 @@ func TestInstallerScriptsGolden(t *testing.T) {
 			golden(t, "installer-"+kind+"-"+string(pf), body)
 		}
 	}
-	if len(toks.issued) != 4 || toks.issued[0] != "52:54:00:00:00:31/install/10m0s" {
+	if len(toks.issued) != 4 || toks.issued[0] != "52:54:00:00:00:31/install/1h30m0s" {
 		t.Errorf("issued = %v, want 4 install tokens", toks.issued)
 	}
 	// Unsafe image names never reach a script.
