@@ -14,6 +14,7 @@ import (
 
 	"github.com/machina-metal/machina/inventory"
 	"github.com/machina-metal/machina/lab/sim"
+	"github.com/machina-metal/machina/reconciler"
 	"github.com/machina-metal/machina/state"
 )
 
@@ -132,5 +133,33 @@ func appendFile(t *testing.T, path, s string) {
 	}
 	if err := os.WriteFile(path, append(b, s...), 0o644); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestInstallerDeadline (issue 10): an installer that never calls back (its
+// ISO has no stage2 image, so the simulated anaconda stops) is failed by
+// the deploy deadline like an image deploy: failed with the reason,
+// allocation dropped, powered off through the BMC.
+func TestInstallerDeadline(t *testing.T) {
+	r := startRig(t, rigOptions{plan: reconciler.PlanOptions{DeployTimeout: 8 * time.Second}})
+	r.steady()
+	sum := buildInstallerISO(t, filepath.Join(r.dir, "lab", "mirror"), "rhel-broken", map[string]string{
+		"images/pxeboot/vmlinuz": "fake rhel kernel", "images/pxeboot/initrd.img": "fake rhel initrd", ".treeinfo": "[general]\n"})
+	r.commit("broken installer", func(dir string) {
+		appendFile(t, filepath.Join(dir, inventory.ImagesFile), fmt.Sprintf("  - name: rhel-broken\n    url: %s/rhel-broken.iso\n    checksum: sha256:%s\n", r.lab.MirrorURL, sum))
+		appendFile(t, filepath.Join(dir, inventory.ProfilesFile), fmt.Sprintf(
+			"  - name: rhel-broken\n    image: rhel-broken\n    deploy: kickstart\n    sshKeys:\n      - %q\n    min: {cores: 1, memoryGiB: 1, diskGiB: 1}\n", installerKey))
+		r.setServer(dir, "r3-n02", "want", "deployed")
+		r.setServer(dir, "r3-n02", "profile", "rhel-broken")
+	})
+	srv := r.waitServer("r3-n02", "failed by the deploy deadline", time.Minute, func(s state.Server) bool {
+		return s.Lifecycle == state.LifecycleFailed && s.InFlight == nil
+	})
+	if !strings.Contains(srv.LastError, "deploy did not report within 8s") || srv.Allocation != nil || srv.Power.State != state.PowerOff {
+		t.Errorf("r3-n02: lastError %q allocation %v power %s; want the deadline, none, off", srv.LastError, srv.Allocation, srv.Power.State)
+	}
+	r.waitMachine(r.lab.Machine("r3-n02"), sim.PhaseOff)
+	if kind, _ := r.lab.Machine("r3-n02").Installed(); kind != "" {
+		t.Errorf("r3-n02 reports an install by %q", kind)
 	}
 }
