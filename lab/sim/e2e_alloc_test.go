@@ -362,3 +362,63 @@ func probeSignature(t *testing.T, path string, off int64) string {
 	}
 	return ""
 }
+
+// TestReleaseWipeFailureRetried (issue 10): a release wipe that fails (the
+// released machine's disk cannot be opened) is never silent: the wipe.failed
+// event and LastError carry the agent's reason, status shows WipeFailed,
+// the server is not allocated meanwhile, and the wipe is retried after the
+// backoff; once the disk is back the retry wipes it and NeedsWipe clears.
+func TestReleaseWipeFailureRetried(t *testing.T) {
+	r := startRig(t, rigOptions{plan: reconciler.PlanOptions{WipeRetryBase: 2 * time.Second, WipeRetryCap: 4 * time.Second}})
+	snap := r.steady()
+	held := holding(snap, "hypervisor", reconciler.ReasonCount)
+	sort.Slice(held, func(i, j int) bool { return snap.Servers[held[i]].Allocation.At.After(snap.Servers[held[j]].Allocation.At) })
+	victim := held[0] // the newest count allocation is released first
+	if len(held) != 2 {
+		t.Fatalf("hypervisor holds %v", held)
+	}
+	// Break the victim's disk: its device node is no longer a disk.
+	disk := r.lab.Machine(victim).DiskPath("sda")
+	if err := os.Rename(disk, disk+".away"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(disk, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	seq := r.lastSeq()
+	r.commit("hypervisor count 1", func(dir string) { r.setCount(dir, "hypervisor", 1) })
+	srv := r.waitServer(victim, "wipe failed", time.Minute, func(s state.Server) bool { return s.WipeFailures >= 1 })
+	if !srv.NeedsWipe || srv.Lifecycle != state.LifecycleReady || !strings.Contains(srv.LastError, "release wipe failed") || !strings.Contains(srv.LastError, "sda") {
+		t.Errorf("%s after a failed wipe: lifecycle %s needsWipe %v lastError %q", victim, srv.Lifecycle, srv.NeedsWipe, srv.LastError)
+	}
+	body := r.waitStatus("status/servers/"+victim+".yaml", "WipeFailed")
+	if !strings.Contains(body, "ReleaseWipeFailed") {
+		t.Errorf("status/servers/%s.yaml:\n%s", victim, body)
+	}
+	var kinds []string
+	for _, e := range r.events(victim, seq) {
+		kinds = append(kinds, string(e.Kind))
+	}
+	if !slices.Contains(kinds, "wipe.failed") {
+		t.Errorf("no wipe.failed event: %v", kinds)
+	}
+	// Repair the disk: the retry after the backoff wipes it.
+	if err := os.Remove(disk); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(disk+".away", disk); err != nil {
+		t.Fatal(err)
+	}
+	srv = r.waitServer(victim, "wiped on retry", time.Minute, func(s state.Server) bool { return !s.NeedsWipe })
+	if srv.WipeFailures != 0 || srv.LastError != "" || srv.Lifecycle != state.LifecycleReady {
+		t.Errorf("%s after the retry: failures %d lastError %q lifecycle %s", victim, srv.WipeFailures, srv.LastError, srv.Lifecycle)
+	}
+	if left := diskLabels(t, disk, false); len(left) != 0 {
+		t.Errorf("%s: partition table survived the retried wipe: %v", victim, left)
+	}
+	for _, e := range r.events(victim, seq) {
+		if e.Kind == state.EventTransition && strings.Contains(e.Message, "allocated") {
+			t.Errorf("%s was allocated while its wipe was pending: %s", victim, e.Message)
+		}
+	}
+}
