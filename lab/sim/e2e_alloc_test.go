@@ -372,8 +372,12 @@ func TestReleaseWipeFailureRetried(t *testing.T) {
 	r := startRig(t, rigOptions{plan: reconciler.PlanOptions{WipeRetryBase: 2 * time.Second, WipeRetryCap: 4 * time.Second}})
 	snap := r.steady()
 	held := holding(snap, "hypervisor", reconciler.ReasonCount)
-	sort.Slice(held, func(i, j int) bool {
-		return snap.Servers[held[i]].Allocation.At.After(snap.Servers[held[j]].Allocation.At)
+	sort.Slice(held, func(i, j int) bool { // the plan's release order: newest first, then name descending
+		a, b := snap.Servers[held[i]].Allocation.At, snap.Servers[held[j]].Allocation.At
+		if !a.Equal(b) {
+			return a.After(b)
+		}
+		return held[i] > held[j]
 	})
 	victim := held[0] // the newest count allocation is released first
 	if len(held) != 2 {
