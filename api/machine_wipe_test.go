@@ -4,11 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/machina-metal/machina/api"
 	v1 "github.com/machina-metal/machina/api/v1"
+	"github.com/machina-metal/machina/boot"
 	"github.com/machina-metal/machina/state"
 )
 
@@ -20,7 +23,7 @@ func (f fixedWiper) WipeHint(context.Context, state.Server) (v1.RootDeviceHint, 
 
 // releasedServer creates a server walked to ready with NeedsWipe, as the
 // reconciler's release leaves it.
-func releasedServer(t *testing.T, f *fixture, name, mac string) {
+func releasedServer(t testing.TB, f *fixture, name, mac string) {
 	t.Helper()
 	if _, err := f.store.CreateServer(state.Server{Name: name, BootMAC: mac}); err != nil {
 		t.Fatal(err)
@@ -106,4 +109,58 @@ func TestWipeEndpoints(t *testing.T) {
 	if code, _, _ := f.do(t, http.MethodGet, v1.PathAgentWipe, issue(state.PurposeWipe), ""); code != http.StatusConflict {
 		t.Errorf("wipe plan for a wiped server: %d, want 409", code)
 	}
+}
+
+// FuzzWipedBody feeds arbitrary wipe outcomes to /v1/agent/wiped with a
+// fresh token each time: the answer is 204, 400 or 413; a refused body
+// changes nothing (NeedsWipe and the failure count stay), an accepted one
+// clears NeedsWipe (ok) or counts one failure.
+func FuzzWipedBody(f *testing.F) {
+	for _, s := range []string{`{"bootMAC":"52:54:00:00:00:09","ok":true,"disks":["sda"],"durationNs":5}`, `{"ok":false,"reason":"EIO"}`,
+		`{}`, `{"ok":"yes"}`, `[`, `{"ok":true} x`, `{"ok":true,"unknown":1}`, ""} {
+		f.Add(s)
+	}
+	fx := newFixture(f, state.Options{NoSync: true})
+	m, err := api.NewMachine(api.MachineConfig{Store: fx.store, PerIP: boot.Limit{Burst: 1 << 30, Every: time.Nanosecond}})
+	if err != nil {
+		f.Fatal(err)
+	}
+	if err := m.Mount(fx.api); err != nil {
+		f.Fatal(err)
+	}
+	releasedServer(f, fx, "fz", "52:54:00:00:00:09")
+	h := fx.api.Handler()
+	f.Fuzz(func(t *testing.T, body string) {
+		if len(body) > 1<<17 {
+			return
+		}
+		if _, err := fx.store.UpdateServer("fz", func(s *state.Server) error { s.NeedsWipe, s.WipeFailures = true, 0; return nil }); err != nil {
+			t.Fatal(err)
+		}
+		tok, _, err := fx.store.IssueToken(state.TokenSpec{Purpose: state.PurposeWiped, Server: "fz"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		req := httptest.NewRequest("POST", v1.PathAgentWiped, strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+tok)
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		s, _ := fx.store.Server("fz")
+		switch rec.Code {
+		case http.StatusNoContent:
+			var res v1.WipeResult
+			if json.Unmarshal([]byte(body), &res) != nil {
+				t.Fatalf("accepted an unparsable body %q", body)
+			}
+			if res.OK == s.NeedsWipe || (!res.OK && s.WipeFailures != 1) {
+				t.Fatalf("ok=%v: needsWipe %v failures %d", res.OK, s.NeedsWipe, s.WipeFailures)
+			}
+		case http.StatusBadRequest, http.StatusRequestEntityTooLarge:
+			if !s.NeedsWipe || s.WipeFailures != 0 {
+				t.Fatalf("refused body changed the server: needsWipe %v failures %d", s.NeedsWipe, s.WipeFailures)
+			}
+		default:
+			t.Fatalf("status %d for body %q: %s", rec.Code, body, rec.Body)
+		}
+	})
 }
