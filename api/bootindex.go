@@ -124,7 +124,15 @@ func (b *BootIndex) Lookup(_ context.Context, mac net.HardwareAddr) (boot.Assign
 	if s.BootMode == "bios" {
 		mode = boot.ModeBIOS
 	}
-	return boot.Assignment{MAC: mac, Name: s.Name, Lifecycle: boot.Lifecycle(s.Lifecycle), Mode: mode}, nil
+	a := boot.Assignment{MAC: mac, Name: s.Name, Lifecycle: boot.Lifecycle(s.Lifecycle), Mode: mode,
+		Wipe: s.Lifecycle == state.LifecycleReady && s.NeedsWipe}
+	if s.Lifecycle == state.LifecycleDeploying && s.Allocation != nil {
+		switch s.Allocation.Deploy {
+		case ipxe.InstallerAutoinstall, ipxe.InstallerKickstart:
+			a.Installer, a.InstallerImage = s.Allocation.Deploy, s.Allocation.Image
+		}
+	}
+	return a, nil
 }
 
 // purposeOf maps the iPXE script's token purposes to the store's.
@@ -134,6 +142,10 @@ func purposeOf(p string) (state.Purpose, error) {
 		return state.PurposeReport, nil
 	case ipxe.PurposeDeploy:
 		return state.PurposePlan, nil
+	case ipxe.PurposeWipe:
+		return state.PurposeWipe, nil
+	case ipxe.PurposeInstall:
+		return state.PurposeInstall, nil
 	}
 	return "", fmt.Errorf("boot index: unknown token purpose %q", p)
 }
@@ -151,7 +163,10 @@ func (b *BootIndex) Issue(_ context.Context, mac net.HardwareAddr, purpose strin
 	if !ok {
 		return "", fmt.Errorf("boot index: issue token for %s: %w", boot.FormatMAC(mac), boot.ErrNotFound)
 	}
-	tok, _, err := b.st.IssueToken(state.TokenSpec{Purpose: p, Server: s.Name, MAC: s.BootMAC, TTL: ttl})
+	// The install token is reusable (short-lived): the installer fetches
+	// its kernel, initrd, ISO or tree and documents with it, some more than
+	// once; every other boot token is single-use.
+	tok, _, err := b.st.IssueToken(state.TokenSpec{Purpose: p, Server: s.Name, MAC: s.BootMAC, TTL: ttl, Reusable: p == state.PurposeInstall})
 	return tok, err
 }
 

@@ -28,12 +28,24 @@ type DeployPlanner interface {
 	DeployPlan(ctx context.Context, srv state.Server) (v1.Plan, error)
 }
 
+// WipePlanner names the disk a release wipe clears: the server's root
+// device hint (the disk its deploy wrote). The zero hint means every
+// eligible disk. An error answers 503 and the ramdisk retries.
+type WipePlanner interface {
+	WipeHint(ctx context.Context, srv state.Server) (v1.RootDeviceHint, error)
+}
+
 // MachineConfig configures the machine-facing endpoints of api/v1/agent.go.
 type MachineConfig struct {
 	// Store holds servers and tokens. Required.
 	Store *state.Store
 	// Planner makes deploy plans. Required for deploys; nil answers 503.
 	Planner DeployPlanner
+	// Wiper names the disk of a release wipe; nil wipes every eligible disk.
+	Wiper WipePlanner
+	// Installer backs the installer path (autoinstall, kickstart); nil
+	// answers its routes 503.
+	Installer InstallerSource
 	// PerIP limits requests per client IP; zero means a burst of 30
 	// refilled one per 100 ms.
 	PerIP boot.Limit
@@ -45,7 +57,8 @@ type MachineConfig struct {
 }
 
 // Machine serves the machine-facing endpoints the ramdisk agent uses:
-// report, payload, plan and done (paths in api/v1). Each is gated by a
+// report, payload, plan and done, and the release wipe's wipe and wiped
+// (paths in api/v1). Each is gated by a
 // token from the store, bound to the server (and its boot MAC) and to a
 // purpose, single-use except the payload check and the image token. Bodies
 // are size-limited and strictly decoded; a refused request is answered 4xx
@@ -81,12 +94,14 @@ func (m *Machine) Mount(srv *Server) error {
 		"GET " + v1.PathAgentPayload: m.payload,
 		"GET " + v1.PathAgentPlan:    m.plan,
 		"POST " + v1.PathAgentDone:   m.done,
+		"GET " + v1.PathAgentWipe:    m.wipePlan,
+		"POST " + v1.PathAgentWiped:  m.wiped,
 	} {
 		if err := srv.HandlePublic(pattern, m.limited(h)); err != nil {
 			return err
 		}
 	}
-	return nil
+	return m.mountInstaller(srv)
 }
 
 func (m *Machine) limited(h http.HandlerFunc) http.HandlerFunc {
@@ -111,13 +126,15 @@ func bearer(r *http.Request) string {
 
 // refuse answers a token refusal; the store already wrote its event.
 func (m *Machine) refuse(w http.ResponseWriter, r *http.Request, err error) {
-	m.log.Warn("machine request refused", "path", r.URL.Path, "remote", r.RemoteAddr, "err", err)
+	// The route pattern, not the path: installer URLs carry their token
+	// in the path, and tokens never reach a log.
+	m.log.Warn("machine request refused", "route", r.Pattern, "remote", r.RemoteAddr, "err", err)
 	writeError(w, http.StatusForbidden, v1.Error{Message: "token refused", Code: "token_refused"})
 }
 
 func (m *Machine) bad(w http.ResponseWriter, r *http.Request, server string, code int, what string) {
 	_, _ = m.cfg.Store.AppendEvent(state.Event{Server: server, Kind: "machine.refused", Actor: state.ActorController,
-		Message: fmt.Sprintf("%s %s refused: %s", r.Method, r.URL.Path, what)})
+		Message: fmt.Sprintf("%s refused: %s", r.Pattern, what)})
 	writeError(w, code, v1.Error{Message: what, Code: "bad_request"})
 }
 
@@ -178,7 +195,8 @@ func (m *Machine) report(w http.ResponseWriter, r *http.Request) {
 		Reason: "commissioning report: " + orPassed(ack.Reason), Update: func(s *state.Server) error {
 			s.Hardware = hw
 			s.LastError = ack.Reason
-			s.NeedsWipe = false
+			// NeedsWipe stays: commissioning reads the disks but does not
+			// wipe them, so a released server still gets its wipe.
 			return nil
 		}})
 	if err != nil {
@@ -317,5 +335,96 @@ func (m *Machine) done(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	m.log.Info("deploy outcome", "machine", t.Server, "lifecycle", to, "reason", reason)
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// errNotWiping refuses a wipe request for a server that is not a released
+// server waiting for its wipe.
+var errNotWiping = errors.New("server is not waiting for a release wipe")
+
+// wipePlan answers the release wipe plan to the ramdisk booted in wipe
+// mode, consuming the wipe token and minting the single-use wiped token.
+func (m *Machine) wipePlan(w http.ResponseWriter, r *http.Request) {
+	t, err := m.cfg.Store.ConsumeToken(bearer(r), state.TokenClaim{Purpose: state.PurposeWipe})
+	if err != nil {
+		m.refuse(w, r, err)
+		return
+	}
+	srv, err := m.cfg.Store.Server(t.Server)
+	if err != nil || srv.Lifecycle != state.LifecycleReady || !srv.NeedsWipe {
+		writeError(w, http.StatusConflict, v1.Error{Message: errNotWiping.Error(), Code: "conflict", Lifecycle: string(srv.Lifecycle)})
+		return
+	}
+	var plan v1.WipePlan
+	if m.cfg.Wiper != nil {
+		if plan.RootDevice, err = m.cfg.Wiper.WipeHint(r.Context(), srv); err != nil {
+			m.log.Error("wipe plan", "machine", srv.Name, "err", err)
+			writeError(w, http.StatusServiceUnavailable, v1.Error{Message: "wipe plan unavailable: " + err.Error(), Code: "unavailable"})
+			return
+		}
+	}
+	plan.DoneToken, _, err = m.cfg.Store.IssueToken(state.TokenSpec{Purpose: state.PurposeWiped, Server: srv.Name, MAC: srv.BootMAC, TTL: m.cfg.ImageTokenTTL})
+	if err != nil {
+		m.log.Error("issue wiped token", "machine", srv.Name, "err", err)
+		writeError(w, http.StatusInternalServerError, v1.Error{Message: "internal error", Code: "internal"})
+		return
+	}
+	m.log.Info("wipe plan served", "machine", srv.Name)
+	writeJSON(w, http.StatusOK, plan)
+}
+
+// wiped takes the release wipe's outcome. A good wipe clears NeedsWipe (the
+// server may be allocated again) and records the power off the agent does
+// next; a failed one is counted (WipeFailures, WipeFailedAt, LastError) and
+// the plan retries it after a doubling delay.
+func (m *Machine) wiped(w http.ResponseWriter, r *http.Request) {
+	tok := bearer(r)
+	t, err := m.cfg.Store.CheckToken(tok, state.TokenClaim{Purpose: state.PurposeWiped})
+	if err != nil {
+		m.refuse(w, r, err)
+		return
+	}
+	var res v1.WipeResult
+	if code, err := decodeStrict(r, v1.MaxDoneBytes, &res); err != nil {
+		m.bad(w, r, t.Server, code, "wiped: "+err.Error())
+		return
+	}
+	if _, err := m.cfg.Store.ConsumeToken(tok, state.TokenClaim{Purpose: state.PurposeWiped, Server: t.Server}); err != nil {
+		m.refuse(w, r, err)
+		return
+	}
+	reason := fmt.Sprintf("release wipe done: partition tables and signatures cleared on %s", strings.Join(res.Disks, ", "))
+	if !res.OK {
+		reason = "release wipe failed: " + res.Reason
+	}
+	now := time.Now().UTC()
+	_, err = m.cfg.Store.UpdateServer(t.Server, func(s *state.Server) error {
+		if s.Lifecycle != state.LifecycleReady || !s.NeedsWipe {
+			return errNotWiping
+		}
+		s.WipeStartedAt = time.Time{}
+		if res.OK {
+			s.NeedsWipe, s.WipeFailures, s.WipeFailedAt, s.LastError = false, 0, time.Time{}, ""
+		} else {
+			s.WipeFailures++
+			s.WipeFailedAt, s.LastError = now, reason
+		}
+		return nil
+	})
+	if err != nil {
+		if errors.Is(err, errNotWiping) {
+			writeError(w, http.StatusConflict, v1.Error{Message: errNotWiping.Error(), Code: "conflict"})
+			return
+		}
+		writeError(w, http.StatusInternalServerError, v1.Error{Message: "internal error", Code: "internal"})
+		return
+	}
+	kind := state.EventKind("wipe.done")
+	if !res.OK {
+		kind = "wipe.failed"
+	}
+	_, _ = m.cfg.Store.AppendEvent(state.Event{Server: t.Server, Kind: kind, Actor: state.ActorController, Message: reason})
+	_, _ = m.cfg.Store.SetPower(t.Server, state.PowerOff, state.PowerSourceCommand) // the agent powers off after the wipe
+	m.log.Info("wipe outcome", "machine", t.Server, "ok", res.OK, "reason", reason)
 	w.WriteHeader(http.StatusNoContent)
 }

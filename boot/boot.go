@@ -54,6 +54,17 @@ type Assignment struct {
 	Name string
 	// Lifecycle decides the iPXE script (ramdisk or local disk).
 	Lifecycle Lifecycle
+	// Wipe is set for a released server (lifecycle ready) whose disks still
+	// wait for the release wipe: its iPXE script boots the ramdisk in wipe
+	// mode instead of the local disk.
+	Wipe bool
+	// Installer is the distribution installer a deploying server boots
+	// instead of the ramdisk: "autoinstall" (Ubuntu) or "kickstart" (RHEL
+	// family); "" means the ramdisk's image deploy.
+	Installer string
+	// InstallerImage is the installer ISO's image name (RFC 1123-ish:
+	// [a-z0-9._-]) when Installer is set.
+	InstallerImage string
 	// Mode is the inventory boot mode; ModeUnknown when not set.
 	Mode Mode
 	// IP is a DHCP reservation for this MAC; the zero Addr means "from the

@@ -223,8 +223,13 @@ func Run(ctx context.Context, cfg Config) error {
 	rcfg.OnPass = status.onPass
 	if rcfg.DeployReady == nil {
 		rcfg.DeployReady = func(p inventory.Profile) error {
-			if p.Deploy != inventory.DeployImage {
-				return nil // the installer path serves no image plan
+			if kind, ok := installerKind(string(p.Deploy)); ok {
+				// The installer boots from its ISO's kernel and initrd,
+				// extracted after the import (follow).
+				if _, err := imgStore.InstallerReady(p.Image, kind); err != nil {
+					return fmt.Errorf("installer image %s: %w", p.Image, err)
+				}
+				return nil
 			}
 			rec, err := imgStore.Lookup(p.Image)
 			if err != nil {
@@ -328,7 +333,8 @@ func Run(ctx context.Context, cfg Config) error {
 		cfg.JoinTokenTTL = 24 * time.Hour
 	}
 	jc := joinCommander{srv: joinSrv, desired: ctrl.Desired, ttl: cfg.JoinTokenTTL}
-	machine, err := api.NewMachine(api.MachineConfig{Store: st, Planner: &planner{desired: ctrl.Desired, images: imgStore, baseURL: publicURL, join: jc},
+	pl := &planner{desired: ctrl.Desired, images: imgStore, baseURL: publicURL, join: jc}
+	machine, err := api.NewMachine(api.MachineConfig{Store: st, Planner: pl, Wiper: pl, Installer: pl,
 		PerIP: cfg.MachinePerIP, Logger: log.With("component", "machine")})
 	if err != nil {
 		return fmt.Errorf("controller: %w", err)
@@ -426,7 +432,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	goRun("prune", func(ctx context.Context) error { prune(ctx, st, 10*time.Minute, log); return nil })
 	goRun("revisions", func(ctx context.Context) error {
-		follow(ctx, src, ctrl, importer, cfg.Mirrors, log)
+		follow(ctx, src, ctrl, importer, imgStore, cfg.Mirrors, log)
 		return nil
 	})
 	if cfg.OnReady != nil {
@@ -444,7 +450,7 @@ func Run(ctx context.Context, cfg Config) error {
 // follow hands every new good revision to the reconciler and imports its
 // images; while the newest revision is invalid, nothing new is acted on
 // (the last good revision stays desired, and no new deploy starts).
-func follow(ctx context.Context, src *reconciler.Source, ctrl *reconciler.Controller, importer *images.Importer, mirrors images.Mirrors, log *slog.Logger) {
+func follow(ctx context.Context, src *reconciler.Source, ctrl *reconciler.Controller, importer *images.Importer, store *images.Store, mirrors images.Mirrors, log *slog.Logger) {
 	var lastDigest string
 	apply := func() {
 		good, invalid := src.Latest()
@@ -459,6 +465,15 @@ func follow(ctx context.Context, src *reconciler.Source, ctrl *reconciler.Contro
 			for i, err := range importer.ImportAll(ctx, reqs) {
 				if err != nil {
 					log.Warn("image import", "image", reqs[i].Name, "err", err)
+				}
+			}
+			// Installer ISOs: extract the kernel and initrd (RHEL: the
+			// tree) now, so the first deploy does not wait for it.
+			for _, p := range good.Inventory.Profiles {
+				if kind, ok := installerKind(string(p.Deploy)); ok {
+					if _, err := store.InstallerTree(ctx, p.Image, kind); err != nil {
+						log.Warn("installer image", "image", p.Image, "profile", p.Name, "err", err)
+					}
 				}
 			}
 			ctrl.Trigger()
@@ -478,8 +493,15 @@ func follow(ctx context.Context, src *reconciler.Source, ctrl *reconciler.Contro
 // imageRequests turns images.yaml entries into import requests.
 func imageRequests(inv *inventory.Inventory, mirrors images.Mirrors) []images.Request {
 	var out []images.Request
+	installer := map[string]bool{}
+	for _, p := range inv.Profiles {
+		if _, ok := installerKind(string(p.Deploy)); ok {
+			installer[p.Image] = true
+		}
+	}
 	for _, im := range inv.Images {
-		r := images.Request{Name: im.Name, Catalog: im.Catalog, Arch: im.Arch, URL: im.URL, Checksum: im.Checksum, ChecksumURL: im.ChecksumURL, Mirrors: mirrors}
+		r := images.Request{Name: im.Name, Catalog: im.Catalog, Arch: im.Arch, URL: im.URL, Checksum: im.Checksum, ChecksumURL: im.ChecksumURL, Mirrors: mirrors,
+			Installer: installer[im.Name]}
 		if im.Mirror != "" {
 			r.Mirrors.Base = im.Mirror
 		}

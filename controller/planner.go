@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/machina-metal/machina/api"
 	v1 "github.com/machina-metal/machina/api/v1"
+	"github.com/machina-metal/machina/deploy"
 	"github.com/machina-metal/machina/images"
 	"github.com/machina-metal/machina/inventory"
 	"github.com/machina-metal/machina/ramdisk/agent"
@@ -75,6 +77,97 @@ func (p *planner) DeployPlan(ctx context.Context, srv state.Server) (v1.Plan, er
 		plan.Seed.JoinCommand = cmd
 	}
 	return plan, nil
+}
+
+// WipeHint implements api.WipePlanner: the inventory's root device hint
+// of srv (the disk its deploy wrote), or the zero hint (every eligible
+// disk) when it has none or the server left the inventory.
+func (p *planner) WipeHint(_ context.Context, srv state.Server) (v1.RootDeviceHint, error) {
+	inv := p.desired()
+	if inv == nil {
+		return v1.RootDeviceHint{}, nil
+	}
+	if ws := inv.Server(srv.Name); ws != nil && ws.RootDevice != nil {
+		return v1.RootDeviceHint{Serial: ws.RootDevice.Serial, WWN: ws.RootDevice.WWN, ByPath: ws.RootDevice.ByPath, MinSizeBytes: ws.RootDevice.MinSizeGiB << 30}, nil
+	}
+	return v1.RootDeviceHint{}, nil
+}
+
+// installerKind maps an installer profile's deploy method to the image
+// store's installer kind.
+func installerKind(d string) (images.InstallerKind, bool) {
+	switch d {
+	case string(inventory.DeployAutoinstall):
+		return images.InstallerAutoinstall, true
+	case string(inventory.DeployKickstart):
+		return images.InstallerKickstart, true
+	}
+	return "", false
+}
+
+// InstallerFiles implements api.InstallerSource: the extracted tree of the
+// allocation's installer ISO (extracted now if the import did not yet)
+// and the ISO blob's path.
+func (p *planner) InstallerFiles(ctx context.Context, srv state.Server) (string, string, error) {
+	if srv.Allocation == nil {
+		return "", "", fmt.Errorf("server %s has no allocation", srv.Name)
+	}
+	kind, ok := installerKind(srv.Allocation.Deploy)
+	if !ok {
+		return "", "", fmt.Errorf("server %s deploys with %q, not an installer", srv.Name, srv.Allocation.Deploy)
+	}
+	tree, err := p.images.InstallerTree(ctx, srv.Allocation.Image, kind)
+	if err != nil {
+		return "", "", err
+	}
+	rec, err := p.images.Lookup(srv.Allocation.Image)
+	if err != nil {
+		return "", "", err
+	}
+	iso, err := p.images.BlobPath(rec.Raw)
+	if err != nil {
+		return "", "", err
+	}
+	return tree, iso, nil
+}
+
+// InstallerDocument implements api.InstallerSource: the autoinstall
+// user-data or kickstart of srv's profile (hostname, SSH keys, the
+// inventory's root device hint), with the real first-boot join command and
+// the completion callback URL carrying callbackToken.
+func (p *planner) InstallerDocument(ctx context.Context, srv state.Server, callbackToken string) ([]byte, error) {
+	inv := p.desired()
+	if inv == nil {
+		return nil, errors.New("no valid inventory revision")
+	}
+	if srv.Allocation == nil {
+		return nil, fmt.Errorf("server %s has no allocation", srv.Name)
+	}
+	prof := inv.Profile(srv.Allocation.Profile)
+	if prof == nil {
+		return nil, fmt.Errorf("profile %q is not in the inventory any more", srv.Allocation.Profile)
+	}
+	cfg := deploy.InstallerConfig{Hostname: srv.Name, SSHKeys: prof.SSHKeys,
+		CompletionURL: strings.TrimRight(p.baseURL, "/") + api.InstallDonePath + callbackToken}
+	if ws := inv.Server(srv.Name); ws != nil && ws.RootDevice != nil {
+		cfg.Disk = deploy.DiskChoice{Serial: ws.RootDevice.Serial, WWN: ws.RootDevice.WWN, ByPath: ws.RootDevice.ByPath, MinSizeBytes: ws.RootDevice.MinSizeGiB << 30}
+	} else {
+		cfg.Disk.MinSizeBytes = prof.Min.DiskGiB << 30
+	}
+	if p.join != nil {
+		cmd, err := p.join.JoinCommand(ctx, srv, *prof)
+		if err != nil {
+			return nil, fmt.Errorf("join command: %w", err)
+		}
+		cfg.JoinCommand = cmd
+	}
+	switch prof.Deploy {
+	case inventory.DeployAutoinstall:
+		return deploy.RenderAutoinstall(cfg)
+	case inventory.DeployKickstart:
+		return deploy.RenderKickstart(cfg)
+	}
+	return nil, fmt.Errorf("profile %s deploys with %s, not an installer", prof.Name, prof.Deploy)
 }
 
 // imageTokens checks the ramdisk's image tokens against the store: the

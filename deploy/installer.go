@@ -49,6 +49,12 @@ type InstallerConfig struct {
 	Disk    DiskChoice
 	// JoinCommand runs once at first boot; one line. Empty means JoinPlaceholder.
 	JoinCommand string
+	// CompletionURL, when set, is POSTed (curl -fsS -X POST) by the
+	// installer as its very last step, before the reboot: the controller's
+	// single-use completion callback that moves the server deploying →
+	// deployed. An http or https URL of [A-Za-z0-9:/._~%-] only (no query,
+	// quotes or shell characters).
+	CompletionURL string
 }
 
 var (
@@ -57,6 +63,7 @@ var (
 	serialRe = regexp.MustCompile(`^[A-Za-z0-9._-]{1,64}$`)
 	wwnRe    = regexp.MustCompile(`^(0x|naa\.|eui\.)?[0-9a-fA-F]{16,32}$`)
 	byPathRe = regexp.MustCompile(`^[a-z0-9][a-z0-9:._-]{2,127}$`)
+	cbURLRe  = regexp.MustCompile(`^https?://[A-Za-z0-9.:\[\]-]+(/[A-Za-z0-9._~%-]*)*$`)
 )
 
 func (c InstallerConfig) validate() (join string, err error) {
@@ -89,6 +96,9 @@ func (c InstallerConfig) validate() (join string, err error) {
 		return "", fmt.Errorf("%w: byPath %q (a /dev/disk/by-path name without the directory)", ErrInvalidInstaller, d.ByPath)
 	case d.MinSizeBytes < 0:
 		return "", fmt.Errorf("%w: negative minimum size", ErrInvalidInstaller)
+	}
+	if c.CompletionURL != "" && (!cbURLRe.MatchString(c.CompletionURL) || len(c.CompletionURL) > 1024) {
+		return "", fmt.Errorf("%w: completion URL %q", ErrInvalidInstaller, c.CompletionURL)
 	}
 	join = c.JoinCommand
 	if join == "" {
@@ -150,8 +160,18 @@ func RenderAutoinstall(c InstallerConfig) ([]byte, error) {
 		// subiquity's match has no minimum size: refuse smaller disks in early-commands.
 		b.WriteString("  early-commands:\n    - [sh, -c, " + q(minSizeCheck(c.Disk.MinSizeBytes)) + "]\n")
 	}
+	if c.CompletionURL != "" {
+		// The last step before the reboot: tell the controller the install
+		// finished (it then boots the server from its disk).
+		b.WriteString("  late-commands:\n    - [sh, -c, " + q(callback(c.CompletionURL)) + "]\n")
+	}
 	b.WriteString("  shutdown: reboot\n")
 	return []byte(b.String()), nil
+}
+
+// callback is the shell command that reports the end of the install.
+func callback(url string) string {
+	return "curl -fsS -X POST --retry 10 --retry-delay 3 --retry-connrefused " + url
 }
 
 // minSizeCheck is a shell command that fails unless some non-removable disk
@@ -219,5 +239,11 @@ func RenderKickstart(c InstallerConfig) ([]byte, error) {
 	b.WriteString("chmod 0700 /usr/local/sbin/machina-join\n")
 	b.WriteString("cat > /etc/systemd/system/machina-join.service <<'MACHINA_UNIT_EOF'\n[Unit]\nDescription=Machina first-boot join\nWants=network-online.target\nAfter=network-online.target\nConditionPathExists=!/var/lib/machina/joined\n\n[Service]\nType=oneshot\nExecStart=/usr/local/sbin/machina-join\nExecStartPost=/bin/sh -c 'mkdir -p /var/lib/machina && touch /var/lib/machina/joined'\n\n[Install]\nWantedBy=multi-user.target\nMACHINA_UNIT_EOF\n")
 	b.WriteString("systemctl enable machina-join.service\n%end\n")
+	if c.CompletionURL != "" {
+		// Last: anaconda runs %post sections in order, this one in the
+		// installer's own environment (curl is in the RHEL installer image).
+		b.WriteString("\n%post --nochroot --interpreter=/bin/sh --erroronfail --log=/mnt/sysimage/root/machina-callback.log\n")
+		b.WriteString(callback(c.CompletionURL) + "\n%end\n")
+	}
 	return []byte(b.String()), nil
 }

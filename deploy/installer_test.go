@@ -69,6 +69,7 @@ type autoinstallDoc struct {
 			Runcmd      [][]string `json:"runcmd"`
 		} `json:"user-data"`
 		EarlyCommands [][]string `json:"early-commands"`
+		LateCommands  [][]string `json:"late-commands"`
 		Shutdown      string     `json:"shutdown"`
 	} `json:"autoinstall"`
 }
@@ -218,6 +219,9 @@ func TestRenderersValidate(t *testing.T) {
 		"bypath dot": {Hostname: "h", SSHKeys: baseCfg.SSHKeys, Disk: DiskChoice{ByPath: "pci-..-x"}},
 		"wwn":        {Hostname: "h", SSHKeys: baseCfg.SSHKeys, Disk: DiskChoice{WWN: "0x12; reboot"}},
 		"join":       {Hostname: "h", SSHKeys: baseCfg.SSHKeys, JoinCommand: "a\nMACHINA_JOIN_EOF\nrm -rf /"},
+		"callback":   {Hostname: "h", SSHKeys: baseCfg.SSHKeys, CompletionURL: "http://10.0.0.1/x; reboot"},
+		"callback q": {Hostname: "h", SSHKeys: baseCfg.SSHKeys, CompletionURL: "http://10.0.0.1/x?a=$(id)"},
+		"callback f": {Hostname: "h", SSHKeys: baseCfg.SSHKeys, CompletionURL: "file:///etc/passwd"},
 	} {
 		for rname, r := range map[string]func(InstallerConfig) ([]byte, error){"autoinstall": RenderAutoinstall, "kickstart": RenderKickstart} {
 			if _, err := r(c); !errors.Is(err, ErrInvalidInstaller) {
@@ -243,4 +247,50 @@ func FuzzRenderAutoinstall(f *testing.F) {
 			t.Fatalf("values changed in rendering")
 		}
 	})
+}
+
+// installJoin is a first-boot join command of the shape join renders (URL,
+// pinned fingerprint and script checksum, enrolment token).
+const installJoin = "curl -fsS --cacert /dev/null https://10.99.0.1:8443/install.sh -o /tmp/i.sh && MACHINA_JOIN_TOKEN=tok123 sh /tmp/i.sh"
+
+// TestRenderWithJoinAndCallback: the documents the controller serves carry
+// the real first-boot join command and, as the installer's last step, the
+// POST to the single-use completion callback.
+func TestRenderWithJoinAndCallback(t *testing.T) {
+	cfg := baseCfg
+	cfg.JoinCommand = installJoin
+	cfg.CompletionURL = "http://10.99.0.1:8080/install/done/cbTOKEN_abc-123"
+	want := "curl -fsS -X POST --retry 10 --retry-delay 3 --retry-connrefused " + cfg.CompletionURL
+
+	out, err := RenderAutoinstall(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	golden(t, "autoinstall-callback", out)
+	var doc autoinstallDoc
+	if err := yaml.UnmarshalStrict(out, &doc); err != nil {
+		t.Fatalf("autoinstall does not parse: %v", err)
+	}
+	a := doc.Autoinstall
+	if len(a.UserData.Runcmd) != 1 || a.UserData.Runcmd[0][2] != installJoin {
+		t.Errorf("runcmd = %v, want the join command", a.UserData.Runcmd)
+	}
+	if d := cmp.Diff([][]string{{"sh", "-c", want}}, a.LateCommands); d != "" {
+		t.Errorf("late-commands (-want +got):\n%s", d)
+	}
+
+	out, err = RenderKickstart(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	golden(t, "kickstart-callback", out)
+	ks := string(out)
+	checkKickstart(t, ks)
+	if !strings.Contains(ks, "#!/bin/sh\n"+installJoin+"\nMACHINA_JOIN_EOF\n") {
+		t.Error("kickstart lacks the join command in machina-join")
+	}
+	last := ks[strings.LastIndex(ks, "%post"):]
+	if !strings.HasPrefix(last, "%post --nochroot") || !strings.Contains(last, "\n"+want+"\n%end\n") || !strings.HasSuffix(ks, "%end\n") {
+		t.Errorf("the last section is not the callback:\n%s", last)
+	}
 }

@@ -181,6 +181,12 @@ type Request struct {
 	// ChecksumURL is the URL of a checksum file listing the image by its
 	// base name (URL imports).
 	ChecksumURL string
+	// Installer marks a distribution installer ISO (a profile with deploy:
+	// autoinstall or kickstart uses it): ISO 9660 is accepted and stored
+	// as is, to be served to the installer and to have its kernel and
+	// initrd extracted ([Store.InstallerTree]). Without it an ISO is
+	// refused like any other non-disk format.
+	Installer bool
 	// Progress receives progress reports; nil means none.
 	Progress func(Progress)
 }
@@ -431,8 +437,12 @@ func (im *Importer) run(ctx context.Context, rec Record, src source, req Request
 	var rawFile string
 	var raw Digest
 	var size int64
+	if format == FormatISO && !req.Installer {
+		discard()
+		return rec, &UnsupportedFormatError{Format: format, Reason: "an ISO is accepted only as an installer image (a profile with deploy: autoinstall or kickstart)"}
+	}
 	switch format {
-	case FormatRaw:
+	case FormatRaw, FormatISO:
 		rawFile, size = partPath, t.off
 		if want.Algo == SHA256 {
 			raw = want

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/machina-metal/machina/bmc"
 	"github.com/machina-metal/machina/inventory"
@@ -48,9 +49,9 @@ func (c *Controller) run(ctx context.Context, step Step, desired *inventory.Inve
 		})
 		return err
 	case ActAllocate:
-		image := ""
+		image, deploy := "", ""
 		if p := desired.Profile(step.Profile); p != nil {
-			image = p.Image
+			image, deploy = p.Image, string(p.Deploy)
 			if c.cfg.ImageOf != nil {
 				image = c.cfg.ImageOf(step.Profile)
 			}
@@ -58,7 +59,7 @@ func (c *Controller) run(ctx context.Context, step Step, desired *inventory.Inve
 		now := c.cfg.Now().UTC()
 		_, err := st.Apply(state.Move{Server: step.Server, From: state.LifecycleReady, To: state.LifecycleAllocated, Reason: step.Why,
 			Update: func(s *state.Server) error {
-				s.Allocation = &state.Allocation{Profile: step.Profile, Image: image, At: now, Reason: step.AllocReason}
+				s.Allocation = &state.Allocation{Profile: step.Profile, Image: image, At: now, Reason: step.AllocReason, Deploy: deploy}
 				return nil
 			}})
 		if err == nil {
@@ -111,6 +112,7 @@ func (c *Controller) run(ctx context.Context, step Step, desired *inventory.Inve
 				if to == state.LifecycleCommissioning {
 					s.Allocation = nil
 				}
+				s.WipeStartedAt = time.Time{} // a running release wipe is cut short by this boot
 				s.LastError = ""
 				return nil
 			}})
@@ -152,8 +154,32 @@ func (c *Controller) run(ctx context.Context, step Step, desired *inventory.Inve
 			if err != nil {
 				return err
 			}
-			log.Info("released", "wipe", "at next boot into the ramdisk")
+			log.Info("released", "wipe", "next: the ramdisk's release wipe")
 		}
+	case ActWipe:
+		// Mark the wipe as running first: a ramdisk that reports quickly
+		// then finds the record in the state it expects.
+		now := c.cfg.Now().UTC()
+		if _, err := st.UpdateServer(step.Server, func(s *state.Server) error {
+			if s.Lifecycle != state.LifecycleReady || !s.NeedsWipe {
+				return errWipeStale
+			}
+			s.WipeStartedAt = now
+			return nil
+		}); err != nil {
+			if errors.Is(err, errWipeStale) {
+				return c.done(step)
+			}
+			return err
+		}
+		if err := c.netboot(ctx, drv, mode, log); err != nil {
+			_, _ = st.UpdateServer(step.Server, func(s *state.Server) error { s.WipeStartedAt = time.Time{}; return nil })
+			return err
+		}
+		if _, err := st.SetPower(step.Server, state.PowerOn, state.PowerSourceCommand); err != nil {
+			return err
+		}
+		log.Info("release wipe started", "why", step.Why)
 	case ActRetire:
 		if drv != nil {
 			if err := drv.Power(ctx, bmc.PowerActionOff); err != nil {
@@ -163,7 +189,7 @@ func (c *Controller) run(ctx context.Context, step Step, desired *inventory.Inve
 		}
 		if obs.Lifecycle != state.LifecycleRetired {
 			_, err := st.Apply(state.Move{Server: step.Server, From: obs.Lifecycle, To: state.LifecycleRetired, Reason: step.Why,
-				Update: func(s *state.Server) error { s.Allocation = nil; return nil }})
+				Update: func(s *state.Server) error { s.Allocation, s.WipeStartedAt = nil, time.Time{}; return nil }})
 			if err != nil {
 				return err
 			}
@@ -178,6 +204,22 @@ func (c *Controller) run(ctx context.Context, step Step, desired *inventory.Inve
 			log.Warn("power off after deadline", "err", Redact(err.Error()))
 		} else {
 			_, _ = st.SetPower(step.Server, state.PowerOff, state.PowerSourceCommand)
+		}
+		if obs.Lifecycle == state.LifecycleReady && obs.NeedsWipe {
+			now := c.cfg.Now().UTC()
+			_, err := st.UpdateServer(step.Server, func(s *state.Server) error {
+				if !s.NeedsWipe || s.WipeStartedAt.IsZero() {
+					return nil // reported meanwhile
+				}
+				s.WipeStartedAt, s.WipeFailedAt, s.LastError = time.Time{}, now, step.Why
+				s.WipeFailures++
+				return nil
+			})
+			if err != nil {
+				return err
+			}
+			_, _ = st.AppendEvent(state.Event{Server: step.Server, Kind: "wipe.failed", Message: step.Why})
+			log.Warn("release wipe failed", "reason", step.Why)
 		}
 		if obs.Lifecycle == state.LifecycleCommissioning || obs.Lifecycle == state.LifecycleDeploying {
 			_, err := st.Apply(state.Move{Server: step.Server, From: obs.Lifecycle, To: state.LifecycleFailed, Reason: step.Why,
@@ -203,6 +245,9 @@ func (c *Controller) run(ctx context.Context, step Step, desired *inventory.Inve
 	}
 	return c.done(step)
 }
+
+// errWipeStale: the server no longer waits for a release wipe.
+var errWipeStale = errors.New("no release wipe pending")
 
 // netboot sets a one-time PXE boot override and starts the machine: power
 // on when off, reset when on. A BMC without boot override support boots the

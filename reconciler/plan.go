@@ -21,7 +21,8 @@ const (
 	ActRetire         Action = "retire"          // power off, → retired
 	ActTimeout        Action = "timeout"         // commissioning or deploying past its deadline → failed (powered off)
 	ActCommission     Action = "commission"      // new|ready|failed → commissioning: PXE boot override, power on/reset
-	ActRelease        Action = "release"         // deployed → ready: wipe by the ramdisk, power off
+	ActRelease        Action = "release"         // deployed → ready: power off, marked for the release wipe
+	ActWipe           Action = "wipe"            // ready and NeedsWipe: PXE boot override, power on/reset into the ramdisk's wipe mode
 	ActAllocate       Action = "allocate"        // ready → allocated to a profile
 	ActDeploy         Action = "deploy"          // allocated → deploying: PXE boot override, power on/reset
 	ActFinishDeploy   Action = "finish-deploy"   // deployed by the ramdisk: boot override to disk, read back
@@ -36,7 +37,7 @@ const (
 // without a BMC.
 func (a Action) needsBMC() bool {
 	switch a {
-	case ActCommission, ActDeploy, ActRelease, ActFinishDeploy, ActPowerOn, ActPowerOff, ActPowerCycle:
+	case ActCommission, ActDeploy, ActRelease, ActWipe, ActFinishDeploy, ActPowerOn, ActPowerOff, ActPowerCycle:
 		return true
 	}
 	return false
@@ -109,6 +110,13 @@ type PlanOptions struct {
 	CommissionTimeout time.Duration
 	// DeployTimeout fails a deploy after this long; zero means 60 minutes.
 	DeployTimeout time.Duration
+	// WipeTimeout fails a release wipe that has not reported after this
+	// long since the server was booted into it; zero means 30 minutes.
+	WipeTimeout time.Duration
+	// WipeRetryBase is the delay before retrying a failed release wipe,
+	// doubling with each further failure up to WipeRetryCap; zero means
+	// 1 minute (cap: 1 hour).
+	WipeRetryBase, WipeRetryCap time.Duration
 	// BrakeShare is the share of the fleet (servers not retired) a revision
 	// may release or retire before it is held; zero means 0.2 (20%).
 	BrakeShare float64
@@ -126,6 +134,15 @@ func (o PlanOptions) withDefaults() PlanOptions {
 	}
 	if o.BrakeShare <= 0 {
 		o.BrakeShare = 0.2
+	}
+	if o.WipeTimeout <= 0 {
+		o.WipeTimeout = 30 * time.Minute
+	}
+	if o.WipeRetryBase <= 0 {
+		o.WipeRetryBase = time.Minute
+	}
+	if o.WipeRetryCap <= 0 {
+		o.WipeRetryCap = time.Hour
 	}
 	return o
 }
@@ -224,6 +241,9 @@ func Plan(want *inventory.Inventory, have state.Snapshot, opts PlanOptions) Resu
 				allocated[s.Server] = s.Profile
 			}
 		}
+		if c, ok := wipeCondition(ws.Name, obs, opts); ok {
+			res.Conditions = append(res.Conditions, c)
+		}
 		if ws.Want == inventory.WantRetired && obs.Lifecycle == state.LifecycleNew {
 			res.Conditions = append(res.Conditions, PlanCondition{Subject: "server/" + ws.Name, Type: "Waiting", Reason: "NeverCommissioned",
 				Message: "want: retired on a server that was never commissioned: nothing to do"})
@@ -298,6 +318,26 @@ func serverSteps(ws *inventory.Server, obs state.Server, opts PlanOptions) (step
 		return steps, nil
 	}
 
+	// The release wipe: a released server's disks are wiped by the ramdisk
+	// before anything else happens to it (it is not allocated meanwhile).
+	if lc == state.LifecycleReady && obs.NeedsWipe {
+		switch {
+		case !obs.WipeStartedAt.IsZero() && opts.Now.Sub(obs.WipeStartedAt) > opts.WipeTimeout:
+			add(Step{Action: ActTimeout, Why: fmt.Sprintf("release wipe did not report within %s", opts.WipeTimeout)})
+			return steps, nil
+		case !obs.WipeStartedAt.IsZero():
+			// running: wait for the ramdisk's report
+		case obs.WipeFailures > 0 && opts.Now.Before(wipeRetryAt(obs, opts)):
+			// failed: wait for the retry time (wipeCondition shows it)
+		default:
+			why := "released: wipe partition tables and signatures before reuse"
+			if obs.WipeFailures > 0 {
+				why = fmt.Sprintf("retry release wipe (%d failed)", obs.WipeFailures)
+			}
+			add(Step{Action: ActWipe, Why: why})
+		}
+	}
+
 	if lc == state.LifecycleDeployed && obs.FinishDeploy {
 		add(Step{Action: ActFinishDeploy, Why: "image written: boot from disk from now on"})
 	}
@@ -313,7 +353,7 @@ func serverSteps(ws *inventory.Server, obs state.Server, opts PlanOptions) (step
 	// Pinned deploys and their release.
 	pinnedHere := obs.Allocation != nil && obs.Allocation.Reason == ReasonPinned
 	switch {
-	case ws.Want == inventory.WantDeployed && ws.Profile != "" && lc == state.LifecycleReady && !hasAction(steps, ActCommission):
+	case ws.Want == inventory.WantDeployed && ws.Profile != "" && lc == state.LifecycleReady && !obs.NeedsWipe && !hasAction(steps, ActCommission):
 		add(Step{Action: ActAllocate, Profile: ws.Profile, AllocReason: ReasonPinned, Why: "want: deployed with profile " + ws.Profile})
 		add(Step{Action: ActDeploy, Profile: ws.Profile, Why: "want: deployed"})
 	case lc == state.LifecycleAllocated && obs.Allocation != nil:
@@ -441,7 +481,8 @@ func profileSteps(p inventory.Profile, want *inventory.Inventory, have state.Sna
 
 // Candidates lists the ready servers profile p may allocate, smallest first
 // (fewest cores, least memory, smallest fitting disk, name). planned holds
-// servers already taken in this pass.
+// servers already taken in this pass. A released server whose release wipe
+// has not finished (NeedsWipe) is never a candidate.
 func Candidates(p inventory.Profile, want *inventory.Inventory, have state.Snapshot, planned map[string]string) []state.Server {
 	var out []state.Server
 	for _, ws := range want.Servers {
@@ -466,6 +507,9 @@ func Candidates(p inventory.Profile, want *inventory.Inventory, have state.Snaps
 		}
 		if ws.Actions.Commission > obs.Actions["commission"] {
 			continue // about to be recommissioned
+		}
+		if obs.NeedsWipe {
+			continue // released, its release wipe not done yet
 		}
 		out = append(out, obs)
 	}
@@ -579,7 +623,7 @@ func hasAction(steps []Step, a Action) bool {
 
 var actionOrder = map[Action]int{
 	ActRegister: 0, ActAdopt: 0, ActUpdateIdentity: 1, ActUnretire: 2, ActRetire: 3, ActTimeout: 4, ActCommission: 5,
-	ActRelease: 6, ActAllocate: 7, ActDeploy: 8, ActFinishDeploy: 9, ActPowerOn: 10, ActPowerOff: 11, ActPowerCycle: 12,
+	ActRelease: 6, ActWipe: 7, ActAllocate: 8, ActDeploy: 9, ActFinishDeploy: 10, ActPowerOn: 11, ActPowerOff: 12, ActPowerCycle: 13,
 }
 
 func sortSteps(s []Step) {
@@ -615,4 +659,34 @@ func digestPrefix(d string) string {
 		return d[:12]
 	}
 	return d
+}
+
+// wipeRetryAt is when a failed release wipe is tried again: WipeFailedAt
+// plus WipeRetryBase doubled per further failure, capped at WipeRetryCap
+// (no jitter: Plan is pure).
+func wipeRetryAt(obs state.Server, opts PlanOptions) time.Time {
+	d := opts.WipeRetryBase
+	for i := 1; i < obs.WipeFailures && d < opts.WipeRetryCap; i++ {
+		d *= 2
+	}
+	return obs.WipeFailedAt.Add(min(d, opts.WipeRetryCap))
+}
+
+// wipeCondition reports a released server's wipe in status: WipePending
+// while it waits or runs, WipeFailed (with the last reason and the retry
+// time) after a failure.
+func wipeCondition(name string, obs state.Server, opts PlanOptions) (PlanCondition, bool) {
+	if obs.Lifecycle != state.LifecycleReady || !obs.NeedsWipe {
+		return PlanCondition{}, false
+	}
+	if obs.WipeFailures > 0 {
+		return PlanCondition{Subject: "server/" + name, Type: "WipeFailed", Reason: "ReleaseWipeFailed",
+			Message: fmt.Sprintf("release wipe failed %d times (last: %s); next try after %s; not allocatable until wiped",
+				obs.WipeFailures, obs.LastError, wipeRetryAt(obs, opts).UTC().Format(time.RFC3339))}, true
+	}
+	msg := "released; release wipe not started yet; not allocatable until wiped"
+	if !obs.WipeStartedAt.IsZero() {
+		msg = "release wipe running since " + obs.WipeStartedAt.UTC().Format(time.RFC3339) + "; not allocatable until wiped"
+	}
+	return PlanCondition{Subject: "server/" + name, Type: "WipePending", Reason: "ReleaseWipe", Message: msg}, true
 }

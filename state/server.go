@@ -41,6 +41,14 @@ type Server struct {
 	// NeedsWipe is set on release: the ramdisk wipes the disk's partition
 	// tables and signatures before the server is reused.
 	NeedsWipe bool `json:"needsWipe,omitempty"`
+	// WipeStartedAt is when the controller PXE-booted the released server
+	// into the ramdisk's wipe mode; zero when no wipe is running.
+	WipeStartedAt time.Time `json:"wipeStartedAt,omitzero"`
+	// WipeFailures counts wipes that failed (reported failure or no report
+	// within the wipe deadline) since the last good one; WipeFailedAt is the
+	// last failure. The plan retries after a doubling delay.
+	WipeFailures int       `json:"wipeFailures,omitempty"`
+	WipeFailedAt time.Time `json:"wipeFailedAt,omitzero"`
 	// FinishDeploy is set when the ramdisk reported a good deploy: the
 	// executor still has to set the boot override to disk (read back).
 	FinishDeploy bool `json:"finishDeploy,omitempty"`
@@ -127,6 +135,10 @@ type Allocation struct {
 	// Reason says why: "pinned" (want: deployed), "count" (a profile's
 	// count) or "provision" (the provision API).
 	Reason string `json:"reason,omitempty"`
+	// Deploy is the profile's deploy method at allocation: "" or "image"
+	// (the ramdisk writes Image), "autoinstall" or "kickstart" (the
+	// distribution installer booted from Image, an installer ISO).
+	Deploy string `json:"deploy,omitempty"`
 }
 
 // InFlight is one started action of the reconciler's executor.

@@ -25,12 +25,22 @@ const (
 	PurposeImage  Purpose = "image"  // GET of an image (usually Reusable, for Range requests)
 	PurposeJoin   Purpose = "join"   // first-boot enrolment over the join listener
 	PurposeDone   Purpose = "done"   // POST of a deploy outcome by the ramdisk
+	// PurposeWipe: GET of a release wipe plan by the ramdisk (wipe mode).
+	PurposeWipe Purpose = "wipe"
+	// PurposeWiped: POST of a release wipe outcome by the ramdisk.
+	PurposeWiped Purpose = "wiped"
+	// PurposeInstall: GETs of an installer's documents (autoinstall
+	// user-data and meta-data, kickstart); usually Reusable, since the
+	// installer fetches several documents and may retry.
+	PurposeInstall Purpose = "install"
+	// PurposeInstalled: the installer's single completion callback.
+	PurposeInstalled Purpose = "installed"
 )
 
-// Valid reports whether p is one of the six purposes.
+// Valid reports whether p is one of the purposes above.
 func (p Purpose) Valid() bool {
 	switch p {
-	case PurposeBoot, PurposeReport, PurposePlan, PurposeImage, PurposeJoin, PurposeDone:
+	case PurposeBoot, PurposeReport, PurposePlan, PurposeImage, PurposeJoin, PurposeDone, PurposeWipe, PurposeWiped, PurposeInstall, PurposeInstalled:
 		return true
 	}
 	return false

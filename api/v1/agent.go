@@ -33,6 +33,11 @@ const (
 	// PathAgentPayload answers N pseudo-random bytes (GET ?bytes=N, N at most
 	// MaxPayloadBytes) for the commissioning network throughput test.
 	PathAgentPayload = "/v1/agent/payload"
+	// PathAgentWipe answers a WipePlan (GET) to the ramdisk booted in wipe
+	// mode (machina.mode=wipe) for a released server.
+	PathAgentWipe = "/v1/agent/wipe"
+	// PathAgentWiped takes a WipeResult (POST, JSON) and answers 204.
+	PathAgentWiped = "/v1/agent/wiped"
 )
 
 // Limits the controller enforces on machine-facing requests; the agent stays
@@ -244,6 +249,30 @@ type Seed struct {
 	// JoinCommand is the first-boot join command run by runcmd. Until the join
 	// issue lands the controller sends a placeholder (see ramdisk/agent.JoinPlaceholder).
 	JoinCommand string `json:"joinCommand,omitempty"`
+}
+
+// WipePlan is the release wipe plan answered by PathAgentWipe: which disks
+// to wipe and the token for the outcome.
+type WipePlan struct {
+	// RootDevice, when non-zero, names the one disk to wipe (the inventory's
+	// root device hint, the disk the deploy wrote). The zero value means
+	// every eligible disk (the disks a deploy may write: not read-only,
+	// removable, USB or virtual media, nor the ramdisk's own source).
+	RootDevice RootDeviceHint `json:"rootDevice"`
+	// DoneToken authorises the single POST to PathAgentWiped.
+	DoneToken string `json:"doneToken"`
+}
+
+// WipeResult is posted to PathAgentWiped after a wipe attempt.
+type WipeResult struct {
+	BootMAC string `json:"bootMAC"`
+	OK      bool   `json:"ok"`
+	// Reason says why the wipe failed; empty when OK.
+	Reason string `json:"reason,omitempty"`
+	// Disks are the wiped disks' stable identities (by-path, WWN, serial or
+	// kernel name, the first one known).
+	Disks    []string      `json:"disks,omitempty"`
+	Duration time.Duration `json:"durationNs"`
 }
 
 // DeployResult is posted to PathAgentDone after a deploy attempt.

@@ -118,6 +118,18 @@ func (c *AgentClient) Done(ctx context.Context, token string, r DeployResult) er
 	return c.do(ctx, "post done", http.MethodPost, c.URL(PathAgentDone), token, r, nil)
 }
 
+// WipePlan fetches the release wipe plan with the single-use wipe token.
+func (c *AgentClient) WipePlan(ctx context.Context, token string) (WipePlan, error) {
+	var p WipePlan
+	err := c.do(ctx, "get wipe plan", http.MethodGet, c.URL(PathAgentWipe), token, nil, &p)
+	return p, err
+}
+
+// Wiped posts the wipe outcome with the wipe plan's DoneToken.
+func (c *AgentClient) Wiped(ctx context.Context, token string, r WipeResult) error {
+	return c.do(ctx, "post wiped", http.MethodPost, c.URL(PathAgentWiped), token, r, nil)
+}
+
 // Payload opens a GET of n throughput-test bytes. The caller closes the body.
 func (c *AgentClient) Payload(ctx context.Context, token string, n int64) (io.ReadCloser, error) {
 	u := c.URL(PathAgentPayload) + "?bytes=" + strconv.FormatInt(n, 10)

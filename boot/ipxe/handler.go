@@ -43,6 +43,10 @@ type Config struct {
 	// TokenTTL bounds a ramdisk token's life. Zero: 30 minutes (a TCG boot
 	// reaches the agent in well under a minute; real servers POST for minutes).
 	TokenTTL time.Duration
+	// InstallTokenTTL bounds the reusable install token of an installer
+	// boot, which the installer uses for its whole run (anaconda reads its
+	// packages from the served tree). Zero: 2 hours.
+	InstallTokenTTL time.Duration
 	// PerIP and PerMAC limit script requests. Zero: PerIP 20 burst refilling
 	// one per 100ms; PerMAC 6 burst refilling one per 2s.
 	PerIP, PerMAC Limit
@@ -127,6 +131,9 @@ func New(cfg Config) (*Handler, error) {
 	}
 	if cfg.TokenTTL <= 0 {
 		cfg.TokenTTL = 30 * time.Minute
+	}
+	if cfg.InstallTokenTTL <= 0 {
+		cfg.InstallTokenTTL = 2 * time.Hour
 	}
 	if cfg.PerIP.Burst <= 0 || cfg.PerIP.Every <= 0 {
 		cfg.PerIP = Limit{Burst: 20, Every: 100 * time.Millisecond}
@@ -222,11 +229,15 @@ func (h *Handler) serveScript(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	p := ScriptParams{
-		MAC: mac.String(), Name: a.Name, Lifecycle: a.Lifecycle, Platform: platform(q.Get("platform"), a.Mode),
+		MAC: mac.String(), Name: a.Name, Lifecycle: a.Lifecycle, Wipe: a.Wipe, Installer: a.Installer, InstallerImage: a.InstallerImage, Platform: platform(q.Get("platform"), a.Mode),
 		Controller: h.cfg.ControllerURL, KernelURL: h.cfg.KernelURL, InitrdURL: h.cfg.InitrdURL, KernelArgs: h.cfg.KernelArgs,
 	}
-	if mode := modeFor(a.Lifecycle); mode != "" {
-		p.Token, err = h.cfg.Tokens.Issue(ctx, mac, mode, h.cfg.TokenTTL)
+	if mode := modeFor(a.Lifecycle, a.Wipe, a.Installer); mode != "" {
+		ttl := h.cfg.TokenTTL
+		if mode == PurposeInstall {
+			ttl = h.cfg.InstallTokenTTL
+		}
+		p.Token, err = h.cfg.Tokens.Issue(ctx, mac, mode, ttl)
 		if err != nil {
 			log.Error("issue token", "err", err)
 			http.Error(w, "token unavailable", http.StatusServiceUnavailable)

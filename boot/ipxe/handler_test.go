@@ -365,3 +365,64 @@ func TestServeISO(t *testing.T) {
 		}
 	}
 }
+
+// TestWipeScriptGolden: a released server (ready, Wipe) boots the ramdisk
+// in wipe mode with a wipe-purpose token; without Wipe it boots its disk.
+func TestWipeScriptGolden(t *testing.T) {
+	var look boot.MemLookup
+	if err := look.Set(boot.Assignment{MAC: mustMAC(t, "52:54:00:00:00:21"), Name: "r1-n21", Lifecycle: boot.LifecycleReady, Wipe: true}); err != nil {
+		t.Fatal(err)
+	}
+	toks := &seqTokens{}
+	_, srv := newTestHandler(t, Config{Lookup: &look, Tokens: toks, TokenTTL: 10 * time.Minute})
+	for _, pf := range []Platform{PlatformBIOS, PlatformEFI} {
+		code, body := get(t, srv.URL+"/boot/ipxe?mac=52:54:00:00:00:21&platform="+string(pf))
+		if code != 200 {
+			t.Fatalf("GET = %d %q", code, body)
+		}
+		golden(t, "ready-wipe-"+string(pf), normaliseTokens(body))
+	}
+	if d := cmp.Diff([]string{"52:54:00:00:00:21/wipe/10m0s", "52:54:00:00:00:21/wipe/10m0s"}, toks.issued); d != "" {
+		t.Errorf("issued tokens (-want +got):\n%s", d)
+	}
+}
+
+// TestInstallerScriptsGolden: a deploying server whose profile deploys with
+// the distribution installer boots the installer's kernel and initrd from
+// its ISO, with the install token in every URL, `initrd=NAME` on UEFI, and
+// the installer's arguments (Ubuntu: url= of the ISO, autoinstall,
+// ds=nocloud-net;s= unquoted; RHEL: inst.stage2, inst.repo, inst.ks).
+func TestInstallerScriptsGolden(t *testing.T) {
+	var look boot.MemLookup
+	for i, kind := range []string{InstallerAutoinstall, InstallerKickstart} {
+		img := map[string]string{InstallerAutoinstall: "ubuntu-24.04-live", InstallerKickstart: "rhel-9.4-dvd"}[kind]
+		if err := look.Set(boot.Assignment{MAC: net.HardwareAddr{0x52, 0x54, 0, 0, 0, byte(0x31 + i)}, Name: fmt.Sprintf("r1-n%02d", 31+i),
+			Lifecycle: boot.LifecycleDeploying, Installer: kind, InstallerImage: img}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	toks := &seqTokens{}
+	_, srv := newTestHandler(t, Config{Lookup: &look, Tokens: toks, TokenTTL: 10 * time.Minute, InstallTokenTTL: 90 * time.Minute})
+	n := 0
+	for i, kind := range []string{InstallerAutoinstall, InstallerKickstart} {
+		for _, pf := range []Platform{PlatformBIOS, PlatformEFI} {
+			n++
+			code, body := get(t, fmt.Sprintf("%s/boot/ipxe?mac=52:54:00:00:00:%02x&platform=%s", srv.URL, 0x31+i, pf))
+			if code != 200 {
+				t.Fatalf("GET = %d %q", code, body)
+			}
+			if want := fmt.Sprintf("/install/TOKEN-%d/", n); !strings.Contains(body, want) {
+				t.Errorf("%s %s: no %s in\n%s", kind, pf, want, body)
+			}
+			golden(t, "installer-"+kind+"-"+string(pf), body)
+		}
+	}
+	if len(toks.issued) != 4 || toks.issued[0] != "52:54:00:00:00:31/install/1h30m0s" {
+		t.Errorf("issued = %v, want 4 install tokens", toks.issued)
+	}
+	// Unsafe image names never reach a script.
+	if _, err := Render(ScriptParams{MAC: "52:54:00:00:00:01", Lifecycle: boot.LifecycleDeploying, Platform: PlatformEFI, Controller: "http://10.0.0.1",
+		Token: "abc", Installer: InstallerAutoinstall, InstallerImage: "x y${evil}"}); err == nil {
+		t.Error("Render accepted an unsafe installer image name")
+	}
+}

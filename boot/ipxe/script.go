@@ -36,6 +36,8 @@ const (
 const (
 	PurposeCommission = "commission"
 	PurposeDeploy     = "deploy"
+	// PurposeWipe is the release wipe of a ready server ([boot.Assignment.Wipe]).
+	PurposeWipe = "wipe"
 )
 
 // ScriptParams is everything a script depends on. Render is pure: the same
@@ -44,15 +46,21 @@ type ScriptParams struct {
 	MAC       string // canonical MAC
 	Name      string // inventory name, may be empty
 	Lifecycle boot.Lifecycle
-	Platform  Platform
+	// Wipe boots a ready server into the ramdisk's wipe mode ([boot.Assignment.Wipe]).
+	Wipe     bool
+	Platform Platform
 	// Controller is the controller's base URL (checked with boot.CheckURL).
 	Controller string
 	// KernelURL and InitrdURL locate the ramdisk (checked with boot.CheckURL).
 	KernelURL, InitrdURL string
 	// KernelArgs are extra kernel arguments (see [Config.KernelArgs]).
 	KernelArgs string
-	// Token is the single-use token for ramdisk lifecycles; empty otherwise.
+	// Token is the single-use token for ramdisk lifecycles (the reusable
+	// install token for installer boots); empty otherwise.
 	Token string
+	// Installer and InstallerImage switch a deploying server to the
+	// distribution installer ([boot.Assignment.Installer]).
+	Installer, InstallerImage string
 }
 
 var scriptTmpl = template.Must(template.New("ipxe").Parse(`#!ipxe
@@ -74,19 +82,24 @@ sanboot --drive 0x80
 // (iPXE setting expansion), no quotes, no whitespace other than ' '.
 var safeArgs = regexp.MustCompile(`^[A-Za-z0-9 ._,:=/@+-]*$`)
 
-// modeFor maps a lifecycle to the ramdisk mode, or "" for local boot.
-func modeFor(l boot.Lifecycle) string {
-	switch l {
-	case boot.LifecycleCommissioning:
+// modeFor maps a lifecycle (and the wipe flag and installer) to the token
+// purpose of its boot: a ramdisk mode, PurposeInstall, or "" for local boot.
+func modeFor(l boot.Lifecycle, wipe bool, installer string) string {
+	switch {
+	case l == boot.LifecycleDeploying && installer != "":
+		return PurposeInstall
+	case l == boot.LifecycleCommissioning:
 		return PurposeCommission
-	case boot.LifecycleDeploying:
+	case l == boot.LifecycleDeploying:
 		return PurposeDeploy
+	case l == boot.LifecycleReady && wipe:
+		return PurposeWipe
 	}
 	return ""
 }
 
-// Render returns the iPXE script for p. Commissioning and deploying boot the
-// ramdisk with `machina.url`, `machina.mac`, `machina.mode` and
+// Render returns the iPXE script for p. Commissioning, deploying and the
+// release wipe (ready with Wipe) boot the ramdisk with `machina.url`, `machina.mac`, `machina.mode` and
 // `machina.token` on the kernel command line; every other lifecycle boots
 // the local disk. It returns an error when a URL or argument would be unsafe
 // to place in a script.
@@ -100,7 +113,10 @@ func Render(p ScriptParams) ([]byte, error) {
 	if p.Platform != PlatformBIOS && p.Platform != PlatformEFI {
 		return nil, fmt.Errorf("render ipxe script: unknown platform %q", p.Platform)
 	}
-	mode := modeFor(p.Lifecycle)
+	mode := modeFor(p.Lifecycle, p.Wipe, p.Installer)
+	if mode == PurposeInstall {
+		return renderInstaller(p)
+	}
 	data := struct {
 		ScriptParams
 		Ramdisk, EFI bool

@@ -15,11 +15,11 @@ import (
 //
 //	machina.url=http://10.0.0.1:8080   controller base URL (http or https)
 //	machina.token=<token>              single-use token (never logged)
-//	machina.mode=commission|deploy     what to do (default commission)
+//	machina.mode=commission|deploy|wipe what to do (default commission)
 //	BOOTIF=01-52-54-00-12-34-56        boot NIC, pxelinux/iPXE form, or
 //	machina.mac=52:54:00:12:34:56      the same in colon form
 //	machina.final=poweroff|reboot|wait what to do at the end (default:
-//	                                   poweroff after commission, reboot after deploy)
+//	                                   poweroff after commission and wipe, reboot after deploy)
 //	machina.entropy_wait=10s           bound on waiting for the kernel CRNG
 //	machina.timeout=2h                 bound on the whole session after DHCP
 type bootConfig struct {
@@ -59,7 +59,7 @@ func parseCmdline(s string) (bootConfig, error) {
 			}
 			c.Token = v
 		case "machina.mode":
-			if v != "commission" && v != "deploy" {
+			if v != "commission" && v != "deploy" && v != "wipe" {
 				return c, fmt.Errorf("%w: machina.mode %q", errCmdline, v)
 			}
 			c.Mode = v
@@ -101,7 +101,7 @@ func parseCmdline(s string) (bootConfig, error) {
 		return c, fmt.Errorf("%w: machina.url and machina.token are required", errCmdline)
 	}
 	if c.Final == "" {
-		c.Final = map[string]string{"commission": "poweroff", "deploy": "reboot"}[c.Mode]
+		c.Final = map[string]string{"commission": "poweroff", "deploy": "reboot", "wipe": "poweroff"}[c.Mode]
 	}
 	return c, nil
 }

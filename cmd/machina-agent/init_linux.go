@@ -86,6 +86,12 @@ func run(ctx context.Context, out io.Writer) error {
 			return err
 		}
 		log.Info("DEPLOY OK", "disk", res.Disk, "bytes", res.BytesWritten, "mode", res.Mode, "seconds", res.Duration.Seconds())
+	case "wipe":
+		res, err := r.Wipe(ctx)
+		if err != nil {
+			return err
+		}
+		log.Info("WIPE OK", "disks", strings.Join(res.Disks, ","), "seconds", res.Duration.Seconds())
 	default:
 		ack, err := r.Commission(ctx)
 		if err != nil {

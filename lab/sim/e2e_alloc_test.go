@@ -1,15 +1,19 @@
 package sim_test
 
 import (
+	"encoding/binary"
 	"encoding/json"
-	v1 "github.com/machina-metal/machina/api/v1"
 	"net/http"
+	"os"
+	"os/exec"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	v1 "github.com/machina-metal/machina/api/v1"
 	"github.com/machina-metal/machina/inventory"
 	"github.com/machina-metal/machina/lab/sim"
 	"github.com/machina-metal/machina/reconciler"
@@ -31,8 +35,10 @@ func holding(s state.Snapshot, profile, reason string) []string {
 
 // TestProfileCountUpAndDown (issue 10): raising hypervisor's count from 2
 // to 4 deploys two more zone-a servers through the real agent; lowering it
-// to 2 releases the two newest (deployed → ready, powered off, marked for
-// a wipe), within the safety brake's 20% of 12 servers.
+// to 2 releases the two newest (deployed → ready, powered off), within the
+// safety brake's 20% of 12 servers; the controller then PXE-boots each into
+// the ramdisk's wipe mode, the real agent wipes the disk's partition table
+// and signatures, reports, powers off, and NeedsWipe is cleared.
 func TestProfileCountUpAndDown(t *testing.T) {
 	r := startRig(t, rigOptions{})
 	first := r.steady()
@@ -62,23 +68,51 @@ func TestProfileCountUpAndDown(t *testing.T) {
 		t.Fatalf("added %v, want 2 new servers", added)
 	}
 	r.waitStatus("status/servers/"+added[0]+".yaml", "lifecycle: deployed")
+	// The deployed disks hold the image's MBR, its partition and the
+	// NoCloud seed's FAT filesystem.
+	parts := map[string][][2]int64{}
+	for _, name := range added {
+		parts[name] = diskLabels(t, r.lab.Machine(name).DiskPath("sda"), true)
+	}
+	seq := r.lastSeq()
 
 	r.commit("hypervisor count 2", func(dir string) { r.setCount(dir, "hypervisor", 2) })
-	snap = r.waitFor("2 hypervisors released", time.Minute, func(s state.Snapshot) bool {
-		return deployedBy(s, "hypervisor") == 2 && s.Servers[added[0]].Lifecycle == state.LifecycleReady && s.Servers[added[1]].Lifecycle == state.LifecycleReady
+	snap = r.waitFor("2 hypervisors released and wiped", time.Minute, func(s state.Snapshot) bool {
+		for _, name := range added {
+			if srv := s.Servers[name]; srv.Lifecycle != state.LifecycleReady || srv.NeedsWipe || !srv.WipeStartedAt.IsZero() {
+				return false
+			}
+		}
+		return deployedBy(s, "hypervisor") == 2
 	})
 	if got := holding(snap, "hypervisor", reconciler.ReasonCount); !slices.Equal(got, orig) {
 		t.Errorf("after lowering, hypervisor holds %v, want the first two %v", got, orig)
 	}
 	for _, name := range added {
 		srv := snap.Servers[name]
-		if srv.Allocation != nil || !srv.NeedsWipe || srv.Power.State != state.PowerOff {
-			t.Errorf("%s released: allocation %v, needsWipe %v, power %s; want none, true, off", name, srv.Allocation, srv.NeedsWipe, srv.Power.State)
+		if srv.Allocation != nil || srv.NeedsWipe || srv.WipeFailures != 0 || srv.Power.State != state.PowerOff {
+			t.Errorf("%s released: allocation %v, needsWipe %v, wipe failures %d, power %s; want none, false, 0, off",
+				name, srv.Allocation, srv.NeedsWipe, srv.WipeFailures, srv.Power.State)
 		}
-		if p := r.lab.Machine(name).Phase(); p != sim.PhaseOff {
-			t.Errorf("%s released but its machine is %s", name, p)
-		}
+		r.waitMachine(r.lab.Machine(name), sim.PhaseOff)
 		r.waitStatus("status/servers/"+name+".yaml", "lifecycle: ready")
+		// The ramdisk wiped the partition table and every signature.
+		disk := r.lab.Machine(name).DiskPath("sda")
+		if left := diskLabels(t, disk, false); len(left) != 0 {
+			t.Errorf("%s: partition table still readable after the wipe: %v", name, left)
+		}
+		for _, p := range parts[name] {
+			if sig := probeSignature(t, disk, p[0]); sig != "" {
+				t.Errorf("%s: signature at byte %d survived the wipe: %s", name, p[0], sig)
+			}
+		}
+		var kinds []string
+		for _, e := range r.events(name, seq) {
+			kinds = append(kinds, string(e.Kind))
+		}
+		if !slices.Contains(kinds, "wipe.done") {
+			t.Errorf("%s: no wipe.done event after release: %v", name, kinds)
+		}
 	}
 	if res := r.run.Reconciler.LastPlan(); len(res.Held) != 0 {
 		t.Errorf("lowering by 2 of 12 was held: %s", res.Brake)
@@ -269,5 +303,128 @@ func TestProvisionAPI(t *testing.T) {
 	}
 	if n := count(after, state.LifecycleAllocated); n != 0 {
 		t.Errorf("%d servers allocated after a refused provision", n)
+	}
+}
+
+// diskLabels reads the MBR of a simulated disk file and returns its
+// partitions as [start, end) byte ranges; must says the table must be there
+// (with at least the image's partition and the seed's).
+func diskLabels(t *testing.T, path string, must bool) [][2]int64 {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	mbr := make([]byte, 512)
+	if _, err := f.ReadAt(mbr, 0); err != nil {
+		t.Fatal(err)
+	}
+	if mbr[510] != 0x55 || mbr[511] != 0xAA {
+		if must {
+			t.Fatalf("%s has no MBR before the release", path)
+		}
+		return nil
+	}
+	var out [][2]int64
+	for i := 0; i < 4; i++ {
+		e := mbr[446+16*i : 446+16*(i+1)]
+		if e[4] == 0 {
+			continue
+		}
+		start, n := int64(binary.LittleEndian.Uint32(e[8:])), int64(binary.LittleEndian.Uint32(e[12:]))
+		out = append(out, [2]int64{start * 512, (start + n) * 512})
+	}
+	if must && len(out) < 2 {
+		t.Fatalf("%s: %d partitions before the release, want the image's and the seed's", path, len(out))
+	}
+	if must && probeSignature(t, path, out[len(out)-1][0]) == "" {
+		t.Fatalf("%s: the seed partition has no filesystem signature before the release; the test proves nothing", path)
+	}
+	return out
+}
+
+// probeSignature asks util-linux's blkid for a filesystem or RAID signature
+// at byte off of the disk file; "" when none.
+func probeSignature(t *testing.T, path string, off int64) string {
+	t.Helper()
+	if _, err := exec.LookPath("blkid"); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("blkid not installed (required in CI)")
+		}
+		t.Skip("blkid not installed")
+	}
+	out, _ := exec.Command("blkid", "-p", "-O", strconv.FormatInt(off, 10), "-o", "export", path).Output()
+	for _, l := range strings.Split(string(out), "\n") {
+		if strings.HasPrefix(l, "TYPE=") || strings.HasPrefix(l, "PTTYPE=") {
+			return strings.TrimSpace(string(out))
+		}
+	}
+	return ""
+}
+
+// TestReleaseWipeFailureRetried (issue 10): a release wipe that fails (the
+// released machine's disk cannot be opened) is never silent: the wipe.failed
+// event and LastError carry the agent's reason, status shows WipeFailed,
+// the server is not allocated meanwhile, and the wipe is retried after the
+// backoff; once the disk is back the retry wipes it and NeedsWipe clears.
+func TestReleaseWipeFailureRetried(t *testing.T) {
+	r := startRig(t, rigOptions{plan: reconciler.PlanOptions{WipeRetryBase: 2 * time.Second, WipeRetryCap: 4 * time.Second}})
+	snap := r.steady()
+	held := holding(snap, "hypervisor", reconciler.ReasonCount)
+	sort.Slice(held, func(i, j int) bool { // the plan's release order: newest first, then name descending
+		a, b := snap.Servers[held[i]].Allocation.At, snap.Servers[held[j]].Allocation.At
+		if !a.Equal(b) {
+			return a.After(b)
+		}
+		return held[i] > held[j]
+	})
+	victim := held[0] // the newest count allocation is released first
+	if len(held) != 2 {
+		t.Fatalf("hypervisor holds %v", held)
+	}
+	// Break the victim's disk: its device node is no longer a disk.
+	disk := r.lab.Machine(victim).DiskPath("sda")
+	if err := os.Rename(disk, disk+".away"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(disk, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	seq := r.lastSeq()
+	r.commit("hypervisor count 1", func(dir string) { r.setCount(dir, "hypervisor", 1) })
+	srv := r.waitServer(victim, "wipe failed", time.Minute, func(s state.Server) bool { return s.WipeFailures >= 1 })
+	if !srv.NeedsWipe || srv.Lifecycle != state.LifecycleReady || !strings.Contains(srv.LastError, "release wipe failed") || !strings.Contains(srv.LastError, "sda") {
+		t.Errorf("%s after a failed wipe: lifecycle %s needsWipe %v lastError %q", victim, srv.Lifecycle, srv.NeedsWipe, srv.LastError)
+	}
+	body := r.waitStatus("status/servers/"+victim+".yaml", "WipeFailed")
+	if !strings.Contains(body, "ReleaseWipeFailed") {
+		t.Errorf("status/servers/%s.yaml:\n%s", victim, body)
+	}
+	var kinds []string
+	for _, e := range r.events(victim, seq) {
+		kinds = append(kinds, string(e.Kind))
+	}
+	if !slices.Contains(kinds, "wipe.failed") {
+		t.Errorf("no wipe.failed event: %v", kinds)
+	}
+	// Repair the disk: the retry after the backoff wipes it.
+	if err := os.Remove(disk); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(disk+".away", disk); err != nil {
+		t.Fatal(err)
+	}
+	srv = r.waitServer(victim, "wiped on retry", time.Minute, func(s state.Server) bool { return !s.NeedsWipe })
+	if srv.WipeFailures != 0 || srv.LastError != "" || srv.Lifecycle != state.LifecycleReady {
+		t.Errorf("%s after the retry: failures %d lastError %q lifecycle %s", victim, srv.WipeFailures, srv.LastError, srv.Lifecycle)
+	}
+	if left := diskLabels(t, disk, false); len(left) != 0 {
+		t.Errorf("%s: partition table survived the retried wipe: %v", victim, left)
+	}
+	for _, e := range r.events(victim, seq) {
+		if e.Kind == state.EventTransition && strings.Contains(e.Message, "allocated") {
+			t.Errorf("%s was allocated while its wipe was pending: %s", victim, e.Message)
+		}
 	}
 }

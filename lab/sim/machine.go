@@ -27,6 +27,8 @@ const (
 	PhaseFirmware      Phase = "firmware"      // powered on, PXE-booting
 	PhaseCommissioning Phase = "commissioning" // ramdisk running the agent's commissioning
 	PhaseDeploying     Phase = "deploying"     // ramdisk writing the image
+	PhaseWiping        Phase = "wiping"        // ramdisk wiping a released server's disks
+	PhaseInstalling    Phase = "installing"    // the distribution installer (autoinstall, kickstart) running
 	PhaseOS            Phase = "os"            // booted the deployed OS from disk
 	PhaseNoOS          Phase = "no-os"         // nothing bootable: firmware waits
 )
@@ -48,18 +50,20 @@ type Machine struct {
 	lab          *Lab
 	log          *slog.Logger
 
-	mu        sync.Mutex
-	on        bool
-	phase     Phase
-	gen       int // increments on every power change; a stale boot stops
-	cancel    context.CancelFunc
-	boots     int
-	lastSeed  *v1.Seed
-	joined    bool
-	agentHTTP *http.Client // the ramdisk's client, keeping the deploy plan's seed
-	powerFile string       // IPMI machines: ipmi_sim's chassis_control power file
-	serial    *serialPort  // IPMI machines: the serial line behind the BMC's SOL
-	ttyLine   []byte       // the line being typed on the serial console (PhaseOS)
+	mu            sync.Mutex
+	on            bool
+	phase         Phase
+	gen           int // increments on every power change; a stale boot stops
+	cancel        context.CancelFunc
+	boots         int
+	lastSeed      *v1.Seed
+	installed     string   // the installer that wrote the disk, "" for none
+	installerBoot []string // the installer kernel and initrd it booted
+	joined        bool
+	agentHTTP     *http.Client // the ramdisk's client, keeping the deploy plan's seed
+	powerFile     string       // IPMI machines: ipmi_sim's chassis_control power file
+	serial        *serialPort  // IPMI machines: the serial line behind the BMC's SOL
+	ttyLine       []byte       // the line being typed on the serial console (PhaseOS)
 	// failMemory makes the commissioning memory test fail (fault injection).
 	failMemory bool
 	// corruptImages flips a byte of every image download in transit
@@ -262,6 +266,15 @@ func (m *Machine) run(ctx context.Context, gen int) {
 			}
 			return
 		}
+		if ib, ok := parseInstallerScript(script); ok {
+			m.setPhase(gen, PhaseInstalling)
+			if err := m.install(ctx, ib); err != nil {
+				m.log.Warn("installer failed", "err", err)
+				m.powerOffFrom(gen) // the installer stops; the deploy deadline fails the server
+				return
+			}
+			continue // the installer reboots: firmware again
+		}
 		args, isRamdisk := kernelArgs(script)
 		if !isRamdisk {
 			m.bootDisk(ctx, gen)
@@ -301,6 +314,17 @@ func (m *Machine) run(ctx context.Context, gen int) {
 			m.log.Info("deployed", "disk", res.DiskName, "bytes", res.BytesWritten)
 			// The agent reboots after a deploy: firmware again.
 			continue
+		case "wipe":
+			m.setPhase(gen, PhaseWiping)
+			res, err := r.Wipe(ctx)
+			if err != nil {
+				m.log.Warn("release wipe failed", "err", err)
+			} else {
+				m.log.Info("release wipe done", "disks", res.Disks)
+			}
+			// The agent powers off after the wipe, good or bad.
+			m.powerOffFrom(gen)
+			return
 		default:
 			m.log.Warn("unknown ramdisk mode", "mode", mode)
 			return

@@ -46,18 +46,9 @@ func ChooseDisk(disks []v1.Disk, hint v1.RootDeviceHint, need int64, exclude map
 	var cands []v1.Disk
 	var skipped []string
 	for _, d := range disks {
-		why := ""
+		why := ineligible(d, exclude)
 		switch {
-		case exclude[d.Name]:
-			why = "ramdisk source"
-		case d.ReadOnly:
-			why = "read-only"
-		case d.Removable:
-			why = "removable"
-		case d.Transport == "usb":
-			why = "usb"
-		case d.Virtual:
-			why = "virtual media"
+		case why != "":
 		case d.SizeBytes < minSize:
 			why = fmt.Sprintf("too small (%d < %d bytes)", d.SizeBytes, minSize)
 		case hint.Serial != "" && !strings.EqualFold(d.Serial, hint.Serial):
@@ -94,6 +85,23 @@ func ChooseDisk(disks []v1.Disk, hint v1.RootDeviceHint, need int64, exclude map
 		return v1.Disk{}, fmt.Errorf("choose disk: %w: smallest fitting size %d bytes shared by %s; set a root device hint", ErrAmbiguousDisk, cands[0].SizeBytes, names(tie))
 	}
 	return cands[0], nil
+}
+
+// ineligible says why d may never be written (deployed or wiped), or "".
+func ineligible(d v1.Disk, exclude map[string]bool) string {
+	switch {
+	case exclude[d.Name]:
+		return "ramdisk source"
+	case d.ReadOnly:
+		return "read-only"
+	case d.Removable:
+		return "removable"
+	case d.Transport == "usb":
+		return "usb"
+	case d.Virtual:
+		return "virtual media"
+	}
+	return ""
 }
 
 func names(ds []v1.Disk) string {

@@ -1,0 +1,120 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"time"
+
+	v1 "github.com/machina-metal/machina/api/v1"
+)
+
+// WipeDisk removes the partition tables and the signatures a released
+// server's disk carries, so the next user of the server cannot find the
+// previous layout (or be confused by it): the first and last MiB of every
+// partition of the current MBR or GPT (filesystem superblocks, LVM, md,
+// ZFS and config-2/cidata labels at either end, as [WipeSignatures] does
+// before a deploy), then the disk's last MiB (the backup GPT header and
+// entries, UEFI 2.10 §5.3.2) and its first MiB (the MBR or protective MBR,
+// the primary GPT header and entries, and whole-disk signatures such as an
+// LVM label in sector 1). It fsyncs before returning. The rest of the data
+// is left in place: this is `wipefs -a` plus `sgdisk --zap-all`, not an
+// erase of the contents.
+func WipeDisk(dev BlockDevice, diskSize int64) error {
+	const mib = 1 << 20
+	if err := WipeSignatures(dev, diskSize, 0); err != nil {
+		return fmt.Errorf("wipe disk: %w", err)
+	}
+	if err := zeroRange(dev, 0, mib, 0, diskSize); err != nil {
+		return fmt.Errorf("wipe disk: head: %w", err)
+	}
+	if err := dev.Sync(); err != nil {
+		return fmt.Errorf("wipe disk: fsync: %w", err)
+	}
+	return nil
+}
+
+// WipeTargets picks the disks a release wipe clears: with a non-zero hint
+// exactly the disk ChooseDisk picks for it (any size); without one every
+// eligible disk (see ChooseDisk: never read-only, removable, USB, virtual
+// media or the ramdisk's source), since the released tenant may have used
+// any of them. Errors: ErrNoDisk, ErrAmbiguousDisk, ErrKernelNameHint.
+func WipeTargets(disks []v1.Disk, hint v1.RootDeviceHint, exclude map[string]bool) ([]v1.Disk, error) {
+	if hint != (v1.RootDeviceHint{}) {
+		d, err := ChooseDisk(disks, hint, 0, exclude)
+		if err != nil {
+			return nil, err
+		}
+		return []v1.Disk{d}, nil
+	}
+	var out []v1.Disk
+	for _, d := range disks {
+		if ineligible(d, exclude) == "" {
+			out = append(out, d)
+		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("wipe targets: %w (%d disks, none eligible)", ErrNoDisk, len(disks))
+	}
+	return out, nil
+}
+
+// Wipe runs the release wipe (machina.mode=wipe): it fetches the wipe plan
+// with the single-use wipe token, wipes the planned disks (WipeTargets,
+// WipeDisk) and posts the outcome, good or bad, with the plan's token. The
+// returned error is the wipe failure, if any, joined with a failure to post
+// it.
+func (r *Runner) Wipe(ctx context.Context) (v1.WipeResult, error) {
+	t0 := time.Now()
+	var plan v1.WipePlan
+	err := call(ctx, r.log(), "wipe plan", func(ctx context.Context) (err error) {
+		plan, err = r.Client.WipePlan(ctx, r.Token)
+		return err
+	})
+	if err != nil {
+		return v1.WipeResult{}, fmt.Errorf("wipe: %w", err)
+	}
+	res := v1.WipeResult{BootMAC: r.BootMAC}
+	disks, werr := r.wipe(plan)
+	res.Disks = disks
+	res.Duration = time.Since(t0)
+	res.OK = werr == nil
+	if werr != nil {
+		res.Reason = werr.Error()
+		r.log().Error("wipe failed", "err", werr)
+	}
+	if err := call(context.WithoutCancel(ctx), r.log(), "wiped", func(ctx context.Context) error {
+		return r.Client.Wiped(ctx, plan.DoneToken, res)
+	}); err != nil {
+		return res, errors.Join(werr, fmt.Errorf("wipe: %w", err))
+	}
+	return res, werr
+}
+
+func (r *Runner) wipe(plan v1.WipePlan) ([]string, error) {
+	facts, err := CollectFacts(r.root())
+	if err != nil {
+		return nil, err
+	}
+	targets, err := WipeTargets(facts.Disks, plan.RootDevice, MountedDisks(r.root()))
+	if err != nil {
+		return nil, err
+	}
+	var done []string
+	for _, d := range targets {
+		dev, size, err := openTarget(filepath.Join(r.devDir(), d.Name))
+		if err != nil {
+			return done, err
+		}
+		err = WipeDisk(dev, size)
+		dev.Close()
+		if err != nil {
+			return done, fmt.Errorf("%s: %w", d.Name, err)
+		}
+		id := firstNonEmpty(d.ByPath, d.WWN, d.Serial, d.Name)
+		r.log().Info("disk wiped", "disk", d.Name, "id", id, "sizeBytes", size)
+		done = append(done, id)
+	}
+	return done, nil
+}

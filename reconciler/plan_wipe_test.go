@@ -1,0 +1,118 @@
+package reconciler
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/machina-metal/machina/state"
+)
+
+// TestPlanReleaseWipe: a released server (ready, NeedsWipe) is wiped
+// before anything else: it is never allocated while its wipe is pending,
+// running or failed; a running wipe waits for its report until the wipe
+// deadline; a failed one is retried after a doubling delay, and status
+// shows why (WipePending, WipeFailed).
+func TestPlanReleaseWipe(t *testing.T) {
+	inv := exampleInventory(t)
+	const name = "r1-n01" // the smallest zone-a server: hypervisor's first pick
+	tests := []struct {
+		name     string
+		mod      func(*state.Server)
+		wantStep Action // the step for name, "" for none
+		wantCond string
+		wantMsg  string
+	}{
+		{name: "pending wipe starts", mod: func(s *state.Server) {}, wantStep: ActWipe, wantCond: "WipePending", wantMsg: "not started"},
+		{name: "running wipe waits", mod: func(s *state.Server) { s.WipeStartedAt = planT0.Add(-10 * time.Minute) }, wantCond: "WipePending", wantMsg: "running since"},
+		{name: "wipe past deadline fails", mod: func(s *state.Server) { s.WipeStartedAt = planT0.Add(-31 * time.Minute) }, wantStep: ActTimeout, wantCond: "WipePending"},
+		{name: "failed wipe waits for backoff", mod: func(s *state.Server) {
+			s.WipeFailures, s.WipeFailedAt, s.LastError = 3, planT0.Add(-3*time.Minute), "release wipe failed: sda: EIO"
+		}, wantCond: "WipeFailed", wantMsg: "failed 3 times (last: release wipe failed: sda: EIO); next try after 2026-11-01T12:01:00Z"},
+		{name: "failed wipe retried after backoff", mod: func(s *state.Server) {
+			s.WipeFailures, s.WipeFailedAt = 3, planT0.Add(-4*time.Minute)
+		}, wantStep: ActWipe, wantCond: "WipeFailed"},
+		{name: "backoff capped", mod: func(s *state.Server) {
+			s.WipeFailures, s.WipeFailedAt = 30, planT0.Add(-61*time.Minute)
+		}, wantStep: ActWipe, wantCond: "WipeFailed"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			snap := observe(inv, state.LifecycleReady, bigHW)
+			s := snap.Servers[name]
+			s.NeedsWipe = true
+			tc.mod(&s)
+			snap.Servers[name] = s
+			res := Plan(inv, snap, PlanOptions{Now: planT0})
+			var got []Action
+			for _, st := range res.Steps {
+				if st.Server == name {
+					got = append(got, st.Action)
+				}
+				if st.Action == ActAllocate && st.Server == name {
+					t.Errorf("allocated %s while its release wipe is not done: %v", name, st)
+				}
+			}
+			var want []Action
+			if tc.wantStep != "" {
+				want = []Action{tc.wantStep}
+			}
+			if d := cmp.Diff(want, got); d != "" {
+				t.Errorf("steps for %s (-want +got):\n%s", name, d)
+			}
+			var cond *PlanCondition
+			for i, c := range res.Conditions {
+				if c.Subject == "server/"+name {
+					cond = &res.Conditions[i]
+				}
+			}
+			if cond == nil || cond.Type != tc.wantCond || !strings.Contains(cond.Message, tc.wantMsg) {
+				t.Errorf("condition = %+v, want %s containing %q", cond, tc.wantCond, tc.wantMsg)
+			}
+			// The profile count is still met, by the next smallest server.
+			n := 0
+			for _, st := range res.Steps {
+				if st.Action == ActAllocate && st.Profile == "hypervisor" {
+					n++
+				}
+			}
+			if n != 2 {
+				t.Errorf("hypervisor allocations = %d, want 2 (from other servers)", n)
+			}
+		})
+	}
+	t.Run("wiped server is allocatable", func(t *testing.T) {
+		snap := observe(inv, state.LifecycleReady, bigHW)
+		res := Plan(inv, snap, PlanOptions{Now: planT0})
+		if !hasStep(res.Steps, name, ActAllocate) {
+			t.Errorf("%s not allocated once wiped: %v", name, res.Steps)
+		}
+	})
+	t.Run("pinned deploy waits for the wipe", func(t *testing.T) {
+		inv := cloneInv(inv)
+		for i := range inv.Servers {
+			if inv.Servers[i].Name == name {
+				inv.Servers[i].Want, inv.Servers[i].Profile = "deployed", "hypervisor"
+			}
+		}
+		snap := observe(inv, state.LifecycleReady, bigHW)
+		s := snap.Servers[name]
+		s.NeedsWipe = true
+		snap.Servers[name] = s
+		res := Plan(inv, snap, PlanOptions{Now: planT0})
+		if hasStep(res.Steps, name, ActAllocate) || !hasStep(res.Steps, name, ActWipe) {
+			t.Errorf("pinned %s with a pending wipe: steps %v, want a wipe and no allocation", name, res.Steps)
+		}
+	})
+}
+
+func hasStep(steps []Step, server string, a Action) bool {
+	for _, s := range steps {
+		if s.Server == server && s.Action == a {
+			return true
+		}
+	}
+	return false
+}
