@@ -38,6 +38,10 @@ type Server struct {
 	// FinishDeploy says the ramdisk reported a good deploy and the boot
 	// override to disk is still to be set and read back.
 	FinishDeploy bool `json:"finishDeploy,omitempty"`
+	// NeedsWipe says a release wipe (partition tables and signatures, by
+	// the ramdisk) is still to run or to succeed; such a server is not
+	// allocated.
+	NeedsWipe bool `json:"needsWipe,omitempty"`
 	// Enrolled is set on a server that enrolled itself by PXE-booting
 	// with an unknown MAC (MACHINA_METAL_AUTO_ENROLL=1); nil otherwise.
 	Enrolled  *Enrolment `json:"enrolled,omitempty"`

@@ -309,8 +309,20 @@ func (l *lab) run(ctx context.Context) error {
 	}); err != nil {
 		return err
 	}
-	// Both are powered off by their BMCs (release: the wipe runs at the
-	// server's next boot into the ramdisk; retire: off for good).
+	// The released server is netbooted into the ramdisk's wipe mode,
+	// which clears its partition tables and signatures and powers off.
+	if err := l.waitServers(ctx, "release wipe", 8*time.Minute, func(ss []v1.Server) error {
+		for _, s := range ss {
+			if s.Name == release && s.NeedsWipe {
+				return fmt.Errorf("%s: release wipe not done yet (power %s)", release, s.Power.State)
+			}
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	// Both are then powered off by their BMCs (release: after the wipe;
+	// retire: off for good).
 	for _, m := range l.ms {
 		if m.name != release && m.name != retire {
 			continue
@@ -322,7 +334,7 @@ func (l *lab) run(ctx context.Context) error {
 			return fmt.Errorf("vm lab: %s still powered on after release/retire: %w", m.name, err)
 		}
 	}
-	l.step("release "+release+" → ready (wipe deferred to its next ramdisk boot), retire "+retire+" → retired, both powered off, after approving the braked plan", t0)
+	l.step("release "+release+" → ready and wiped by the ramdisk, retire "+retire+" → retired, both powered off, after approving the braked plan", t0)
 	return nil
 }
 
