@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"time"
 
 	"github.com/machina-metal/machina/bmc"
 	"github.com/machina-metal/machina/bmc/ipmi"
@@ -16,19 +17,79 @@ import (
 
 // StoreDrivers opens BMC drivers with credentials from the store's secrets.
 // One driver per server is cached (one Redfish session per BMC) and
-// replaced when the server's BMC settings or the secret change. Safe for
-// concurrent use; Close ends every session.
+// replaced when the server's BMC settings or the secret change. The cache
+// is bounded: a driver unused for IdleTimeout is closed (its session logged
+// out) at the next call, and past MaxDrivers the least recently used one
+// is, so a controller of 10,000 servers holds neither 10,000 sessions on
+// the BMCs (which allow only a few each) nor their clients in memory
+// (about 50 KiB each). Safe for concurrent use; Close ends every session.
 type StoreDrivers struct {
 	Store  *state.Store
 	Logger *slog.Logger
+	// MaxDrivers bounds the cache; zero means 256 (more than the
+	// reconciler's workers and open consoles together).
+	MaxDrivers int
+	// IdleTimeout closes drivers unused this long; zero means 5 minutes.
+	IdleTimeout time.Duration
 
-	mu      sync.Mutex
-	drivers map[string]cachedDriver
+	mu        sync.Mutex
+	drivers   map[string]cachedDriver
+	lastSweep time.Time
 }
 
 type cachedDriver struct {
-	key string
-	drv bmc.Driver
+	key  string
+	drv  bmc.Driver
+	used time.Time
+}
+
+// evictLocked removes the drivers idle past IdleTimeout (at most once a
+// minute) and, while the cache holds MaxDrivers or more, the least recently
+// used one; it returns them for closing outside the lock.
+func (d *StoreDrivers) evictLocked(now time.Time) []bmc.Driver {
+	limit, idle := d.MaxDrivers, d.IdleTimeout
+	if limit <= 0 {
+		limit = 256
+	}
+	if idle <= 0 {
+		idle = 5 * time.Minute
+	}
+	var out []bmc.Driver
+	if now.Sub(d.lastSweep) >= time.Minute {
+		d.lastSweep = now
+		for name, c := range d.drivers {
+			if now.Sub(c.used) >= idle {
+				out = append(out, c.drv)
+				delete(d.drivers, name)
+			}
+		}
+	}
+	for len(d.drivers) >= limit {
+		oldest, at := "", now
+		for name, c := range d.drivers {
+			if !c.used.After(at) {
+				oldest, at = name, c.used
+			}
+		}
+		out = append(out, d.drivers[oldest].drv)
+		delete(d.drivers, oldest)
+	}
+	return out
+}
+
+// closeAll logs the evicted drivers out in the background, bounded by a
+// timeout: a BMC that does not answer must not hold up the caller.
+func closeAll(drvs []bmc.Driver) {
+	if len(drvs) == 0 {
+		return
+	}
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		for _, drv := range drvs {
+			_ = drv.Close(ctx)
+		}
+	}()
 }
 
 // Driver implements reconciler.Drivers.
@@ -54,13 +115,17 @@ func (d *StoreDrivers) Driver(ctx context.Context, srv state.Server) (bmc.Driver
 	if d.drivers == nil {
 		d.drivers = map[string]cachedDriver{}
 	}
+	now := time.Now()
 	if c, ok := d.drivers[srv.Name]; ok {
 		if c.key == key {
+			c.used = now
+			d.drivers[srv.Name] = c
 			return c.drv, nil
 		}
 		_ = c.drv.Close(ctx)
 		delete(d.drivers, srv.Name)
 	}
+	closeAll(d.evictLocked(now))
 	log := d.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -79,7 +144,7 @@ func (d *StoreDrivers) Driver(ctx context.Context, srv state.Server) (bmc.Driver
 	if err != nil {
 		return nil, err
 	}
-	d.drivers[srv.Name] = cachedDriver{key: key, drv: drv}
+	d.drivers[srv.Name] = cachedDriver{key: key, drv: drv, used: now}
 	return drv, nil
 }
 

@@ -178,16 +178,19 @@ func startCPUProfile(path string) (stop func(), err error) {
 	return func() { pprof.StopCPUProfile(); _ = f.Close() }, nil
 }
 
-// writeHeapProfile writes the runtime's heap profile to path (mode 0600)
-// after a garbage collection, logging instead of failing: it runs on exit.
-func writeHeapProfile(path string, log *slog.Logger) {
+// writeHeapProfile writes the runtime's heap profile to path (mode 0600),
+// after a garbage collection when gc is set (on exit), logging instead of
+// failing.
+func writeHeapProfile(path string, log *slog.Logger, gc bool) {
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
 	if err != nil {
 		log.Error("heap profile", "err", err)
 		return
 	}
 	defer f.Close()
-	runtime.GC()
+	if gc {
+		runtime.GC()
+	}
 	if err := pprof.WriteHeapProfile(f); err != nil {
 		log.Error("heap profile", "err", err)
 	}
@@ -247,7 +250,21 @@ func newServeCmd(e *env) *cobra.Command {
 				defer stop()
 			}
 			if memProfile != "" {
-				defer writeHeapProfile(memProfile, log)
+				defer writeHeapProfile(memProfile, log, true)
+				stop := make(chan struct{})
+				defer close(stop)
+				go func() { // rewritten every 10 s, so a running controller's heap can be read too
+					t := time.NewTicker(10 * time.Second)
+					defer t.Stop()
+					for {
+						select {
+						case <-stop:
+							return
+						case <-t.C:
+							writeHeapProfile(memProfile, log, false)
+						}
+					}
+				}()
 			}
 			if cc.Repo.URL == "" {
 				return c.Run(cmd.Context())
@@ -302,7 +319,7 @@ func newServeCmd(e *env) *cobra.Command {
 	f.StringVar(&cc.AutoEnrollCommitTo, "auto-enroll-commit-to", os.Getenv("MACHINA_AUTO_ENROLL_COMMIT_TO"), "commit auto-enrol proposals straight onto this branch (the inventory branch); empty pushes review branches discovered/DATE")
 	f.StringVar(&c.StatePath, "state", envOrDefault(envState, defaultStatePath), "bbolt state file (env "+envState+")")
 	f.StringVar(&c.Listen, "listen", envOrDefault(envListen, "127.0.0.1:8080"), "admin API address (env "+envListen+")")
-	f.StringVar(&memProfile, "mem-profile", "", "diagnostics: write a Go heap profile (pprof format, in-use and allocated) to this file on exit")
+	f.StringVar(&memProfile, "mem-profile", "", "diagnostics: write a Go heap profile (pprof format, in-use and allocated) to this file every 10 s and on exit")
 	f.StringVar(&cpuProfile, "cpu-profile", "", "diagnostics: write a Go CPU profile (pprof format) of the whole run to this file, closed on exit")
 	f.StringVar(&logFormat, "log-format", envOrDefault(envLogFormat, "json"), "log format: json or text (env "+envLogFormat+")")
 	f.StringVar(&logLevel, "log-level", envOrDefault(envLogLevel, "info"), "log level: debug, info, warn, error (env "+envLogLevel+")")
