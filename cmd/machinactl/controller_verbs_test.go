@@ -116,6 +116,24 @@ func (h *ctlHarness) waitFor(what string, d time.Duration, cond func(state.Snaps
 	}
 }
 
+// waitPlanIdle waits until the reconciler's newest pass planned no step:
+// the store can reach a steady state a pass before the plan says so.
+func (h *ctlHarness) waitPlanIdle(d time.Duration) {
+	h.t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		p := h.run.Reconciler.LastPlan()
+		if len(p.Steps) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			h.t.Fatalf("plan still has steps after %s:\n%s", d, p.Text())
+		}
+		h.run.Reconciler.Trigger()
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
 // ctl runs machinactl with the harness's API and token.
 func (h *ctlHarness) ctl(args ...string) (code int, stdout, stderr string) {
 	h.t.Helper()
@@ -259,6 +277,7 @@ func TestVerbsAgainstController(t *testing.T) {
 	}
 	h := startController(t)
 	h.waitFor("11 servers ready or deployed, 3 deployed", 3*time.Minute, steady)
+	h.waitPlanIdle(time.Minute)
 
 	// status: counts, inventory, unsealed secrets (no master key here).
 	code, out, errOut := h.ctl("status")
