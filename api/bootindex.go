@@ -20,38 +20,38 @@ import (
 // store on every lookup, so an answer never predates a change committed
 // before the request (a machine that reboots the moment its deploy is
 // recorded gets the deployed server's script, not the deploy ramdisk
-// again), while a lookup costs one store read, not a scan of the fleet.
-// The index is rebuilt only when a MAC is missing from it or names a
-// server whose boot MAC changed, and the store changed since the last
-// rebuild. Safe for concurrent use.
+// again), while a lookup costs one store read, not a scan of the fleet. A
+// MAC the index does not hold, or that now names another server, is looked
+// up with [state.Store.ServerByBootMAC] (a byte scan of the records, a few
+// milliseconds for 10,000 servers) and the index updated. Safe for
+// concurrent use.
 type BootIndex struct {
 	st *state.Store
-	// changed is the store's change subscription; a pending value means
-	// the index may be stale. Only server drains it.
-	changed <-chan struct{}
-	stop    func()
-	refresh sync.Mutex // serialises the staleness check and the rebuild
 
-	mu    sync.RWMutex
-	byMAC map[string]string // canonical boot MAC → server name
+	mu      sync.RWMutex
+	byMAC   map[string]string    // canonical boot MAC → server name
+	unknown map[string]time.Time // MACs no server has, and when that was seen
 }
 
-// NewBootIndex builds the index from st and subscribes to its changes.
-// Run releases the subscription when its ctx is done.
+// unknownTTL is how long a MAC found on no server is answered "not found"
+// without another scan: a flood of unknown MACs on the provisioning network
+// (DHCP asks once per packet) then costs one scan per MAC per second, and a
+// server registered meanwhile is found at its client's next retry.
+const unknownTTL = time.Second
+
+// NewBootIndex builds the index from st.
 func NewBootIndex(st *state.Store) (*BootIndex, error) {
-	ch, stop := st.Notify()
-	b := &BootIndex{st: st, changed: ch, stop: stop}
+	b := &BootIndex{st: st, unknown: map[string]time.Time{}}
 	if err := b.rebuild(); err != nil {
-		stop()
 		return nil, err
 	}
 	return b, nil
 }
 
-// Run waits until ctx is done, then drops the store subscription.
+// Run waits until ctx is done and returns nil; the index needs no
+// background work (it is kept for the callers that run it).
 func (b *BootIndex) Run(ctx context.Context) error {
 	<-ctx.Done()
-	b.stop()
 	return nil
 }
 
@@ -74,22 +74,39 @@ func (b *BootIndex) rebuild() error {
 }
 
 // server returns the server whose boot MAC is mac, read from the store now.
-func (b *BootIndex) server(mac net.HardwareAddr) (state.Server, bool, error) {
+// With cached, a MAC found on no server within unknownTTL is not looked up
+// again (Lookup only: a token is issued right after an auto-enrolment
+// created the server).
+func (b *BootIndex) server(mac net.HardwareAddr, cached bool) (state.Server, bool, error) {
 	key := boot.FormatMAC(mac)
 	if s, ok, err := b.indexed(key); ok || err != nil {
 		return s, ok, err
 	}
-	b.refresh.Lock()
-	select {
-	case <-b.changed:
-		if err := b.rebuild(); err != nil {
-			b.refresh.Unlock()
-			return state.Server{}, false, err
-		}
-	default:
+	now := time.Now()
+	b.mu.RLock()
+	seen, isUnknown := b.unknown[key]
+	b.mu.RUnlock()
+	if cached && isUnknown && now.Sub(seen) < unknownTTL {
+		return state.Server{}, false, nil
 	}
-	b.refresh.Unlock()
-	return b.indexed(key)
+	s, err := b.st.ServerByBootMAC(key)
+	switch {
+	case errors.Is(err, state.ErrNotFound):
+		b.mu.Lock()
+		if len(b.unknown) >= 4096 {
+			clear(b.unknown)
+		}
+		b.unknown[key] = now
+		b.mu.Unlock()
+		return state.Server{}, false, nil
+	case err != nil:
+		return state.Server{}, false, fmt.Errorf("boot index: %w", err)
+	}
+	b.mu.Lock()
+	b.byMAC[key] = s.Name
+	delete(b.unknown, key)
+	b.mu.Unlock()
+	return s, true, nil
 }
 
 // indexed reads the server the index names for key; ok is false when the
@@ -113,7 +130,7 @@ func (b *BootIndex) indexed(key string) (state.Server, bool, error) {
 
 // Lookup implements boot.Lookup.
 func (b *BootIndex) Lookup(_ context.Context, mac net.HardwareAddr) (boot.Assignment, error) {
-	s, ok, err := b.server(mac)
+	s, ok, err := b.server(mac, true)
 	if err != nil {
 		return boot.Assignment{}, err
 	}
@@ -156,7 +173,7 @@ func (b *BootIndex) Issue(_ context.Context, mac net.HardwareAddr, purpose strin
 	if err != nil {
 		return "", err
 	}
-	s, ok, err := b.server(mac)
+	s, ok, err := b.server(mac, false)
 	if err != nil {
 		return "", err
 	}

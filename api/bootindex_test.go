@@ -2,9 +2,11 @@ package api
 
 import (
 	"context"
+	"errors"
 	"net"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/machina-metal/machina/boot"
 	"github.com/machina-metal/machina/state"
@@ -52,5 +54,47 @@ func TestBootIndexFreshAfterWrite(t *testing.T) {
 		if a.Lifecycle != boot.Lifecycle(to) {
 			t.Fatalf("lookup right after the move to %s says %s", to, a.Lifecycle)
 		}
+	}
+}
+
+// TestBootIndexNewAndMovedMACs: a server created after the index was built
+// is found (Issue at once; Lookup once the short negative cache of an
+// earlier miss expires), a MAC moved to another server follows it, and a
+// deleted server's MAC is no longer found.
+func TestBootIndexNewAndMovedMACs(t *testing.T) {
+	st, err := state.Open(filepath.Join(t.TempDir(), "state.db"), state.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	idx, err := NewBootIndex(st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	mac, _ := net.ParseMAC("52:54:00:00:00:07")
+	if _, err := idx.Lookup(ctx, mac); !errors.Is(err, boot.ErrNotFound) {
+		t.Fatalf("unknown MAC: %v, want ErrNotFound", err)
+	}
+	if _, err := st.CreateServer(state.Server{Name: "late", BootMAC: "52:54:00:00:00:07"}); err != nil {
+		t.Fatal(err)
+	}
+	// The auto-enrol path: Lookup missed, the enroller created the server,
+	// the handler issues a token for it straight away.
+	if _, err := idx.Issue(ctx, mac, "commission", time.Minute); err != nil {
+		t.Fatalf("issue right after create: %v", err)
+	}
+	if a, err := idx.Lookup(ctx, mac); err != nil || a.Name != "late" {
+		t.Fatalf("lookup after create = %+v, %v; want late", a, err)
+	}
+	// Move the MAC to another server.
+	if _, err := st.UpdateServer("late", func(s *state.Server) error { s.BootMAC = "52:54:00:00:00:08"; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.CreateServer(state.Server{Name: "other", BootMAC: "52:54:00:00:00:07"}); err != nil {
+		t.Fatal(err)
+	}
+	if a, err := idx.Lookup(ctx, mac); err != nil || a.Name != "other" {
+		t.Fatalf("lookup after the move = %+v, %v; want other", a, err)
 	}
 }

@@ -46,6 +46,25 @@ func (c *serverCache) decode(k, v []byte) (Server, error) {
 	return srv, nil
 }
 
+// view calls fn with the decoded Server stored as v under key k, without
+// copying it: fn must neither modify nor retain it. For scans that read a
+// field or two of every server (counts, MAC lookups).
+func (c *serverCache) view(k, v []byte, fn func(*Server)) error {
+	c.mu.RLock()
+	e, ok := c.m[string(k)]
+	c.mu.RUnlock()
+	if ok && bytes.Equal(e.raw, v) {
+		fn(&e.srv)
+		return nil
+	}
+	srv, err := c.decode(k, v)
+	if err != nil {
+		return err
+	}
+	fn(&srv)
+	return nil
+}
+
 // clone returns a deep copy of s.
 func (s Server) clone() Server {
 	if s.Hardware != nil {

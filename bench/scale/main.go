@@ -40,7 +40,7 @@ func main() {
 	flag.StringVar(&cpuProfileDir, "cpuprofile", "", "write the controller's CPU and heap profiles for each size to DIR/controller-N.pprof and .heap, and the lab's CPU profile to DIR/lab-N.pprof")
 	flag.Parse()
 	raiseFileLimit()
-	fmt.Printf("| servers | commit → all ready | commit → counts deployed | controller CPU s | controller peak RSS MiB | lab (sim) CPU s | transitions | status commits | repo growth per 1,000 transitions |\n|---|---|---|---|---|---|---|---|---|\n")
+	fmt.Printf("| servers | commit → all ready | commit → counts deployed | controller CPU s | controller peak RSS MiB | lab (sim) CPU s | transitions | status commits | repo growth per 1,000 transitions | controller warnings, errors |\n|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, f := range strings.Split(*sizes, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
 		if err != nil || n <= 0 {
@@ -173,7 +173,8 @@ func measure(n int, bin string, workers int, timeout time.Duration) (string, err
 	if transitions > 0 {
 		growth = fmt.Sprintf("%.0f KiB", float64(size)/1024/float64(transitions)*1000)
 	}
-	return fmt.Sprintf("| %d | %.1f s | %.1f s | %.1f | %.0f | %.1f | %d | %d | %s |", n, readyAt.Seconds(), deployedAt.Seconds(), cpu, rss, selfCPU()-labCPU0, transitions, commits, growth), nil
+	warns, errs := logLevels(filepath.Join(dir, "controller.log"))
+	return fmt.Sprintf("| %d | %.1f s | %.1f s | %.1f | %.0f | %.1f | %d | %d | %s | %d, %d |", n, readyAt.Seconds(), deployedAt.Seconds(), cpu, rss, selfCPU()-labCPU0, transitions, commits, growth, warns, errs), nil
 }
 
 func lastField(s string) string {
@@ -294,4 +295,27 @@ func raiseFileLimit() {
 		rl.Cur = rl.Max
 		_ = unix.Setrlimit(unix.RLIMIT_NOFILE, &rl)
 	}
+}
+
+// logLevels counts the controller's WARN and ERROR lines up to now (before
+// it is stopped), leaving out the expected warning that the bench's secrets
+// are unsealed (it sets no master key).
+func logLevels(path string) (warns, errs int) {
+	f, err := os.Open(path)
+	if err != nil {
+		return -1, -1
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		l := sc.Text()
+		switch {
+		case strings.Contains(l, "level=ERROR"):
+			errs++
+		case strings.Contains(l, "level=WARN") && !strings.Contains(l, "unsealed"):
+			warns++
+		}
+	}
+	return warns, errs
 }
