@@ -153,7 +153,9 @@ func decodeStrict(r *http.Request, limit int64, v any) (int, error) {
 	if err := dec.Decode(v); err != nil {
 		return http.StatusBadRequest, errors.New("malformed JSON")
 	}
-	if dec.More() {
+	// dec.More is false before a stray '}' or ']': only io.EOF from the
+	// next token proves there is nothing after the value.
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return http.StatusBadRequest, errors.New("trailing data")
 	}
 	return 0, nil

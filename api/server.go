@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -347,7 +348,9 @@ func decodeBody(w http.ResponseWriter, r *http.Request, v any) bool {
 		badRequest(w, "decode body: %v", sanitizeJSONErr(err))
 		return false
 	}
-	if dec.More() {
+	// dec.More is false before a stray '}' or ']': only io.EOF from the
+	// next token proves there is nothing after the object.
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		badRequest(w, "decode body: trailing data after the JSON object")
 		return false
 	}
