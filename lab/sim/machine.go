@@ -199,7 +199,7 @@ func (m *Machine) power(on, restart bool) {
 	m.cancel = cancel
 	gen := m.gen
 	m.phase = PhaseFirmware
-	go m.run(ctx, gen)
+	m.lab.goRun(func() { m.run(ctx, gen) })
 }
 
 // PowerOn presses the power button of a machine that is off, as a person

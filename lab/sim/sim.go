@@ -80,6 +80,13 @@ type Lab struct {
 	ipmiSims []*ipmisim.Sim
 	wg       sync.WaitGroup
 
+	// runs counts the machines' boot goroutines; Close waits for them, so
+	// none logs after the lab (and a test's logger) is gone. closing, set
+	// under runMu, stops new ones starting once Close has begun.
+	runMu   sync.Mutex
+	closing bool
+	runs    sync.WaitGroup
+
 	// RepoURL is the bare inventory repository (file URL) the controller polls.
 	RepoURL string
 	// Clone is the operator's working clone: edit, commit, push.
@@ -416,6 +423,9 @@ func (l *Lab) Credentials() (user, password string) { return l.cfg.Username, l.c
 
 // Close powers every machine off and stops the BMCs and the mirror.
 func (l *Lab) Close() {
+	l.runMu.Lock()
+	l.closing = true
+	l.runMu.Unlock()
 	l.cancel()
 	for _, s := range l.ipmiSims {
 		s.Stop()
@@ -426,4 +436,19 @@ func (l *Lab) Close() {
 		cancel()
 	}
 	l.wg.Wait()
+	l.runs.Wait()
+}
+
+// goRun starts f as a machine's boot goroutine unless the lab is closing.
+func (l *Lab) goRun(f func()) {
+	l.runMu.Lock()
+	defer l.runMu.Unlock()
+	if l.closing {
+		return
+	}
+	l.runs.Add(1)
+	go func() {
+		defer l.runs.Done()
+		f()
+	}()
 }
