@@ -201,15 +201,19 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.Header().Set(RoleHeader, role)
+	// The client joins the session's fan-out before the 101 answer goes
+	// out: output that follows the answer (a writer's echo the moment this
+	// client's Dial returns) waits in its buffer instead of being missed.
+	c := &client{role: role, out: make(chan []byte, 64)}
+	sess.add(c)
 	conn, err := websocket.Accept(w, r, &websocket.AcceptOptions{OriginPatterns: h.cfg.OriginPatterns})
 	if err != nil {
-		h.detach(sess, nil, role)
+		h.detach(sess, c, role)
 		return
 	}
-	c := &client{conn: conn, role: role, out: make(chan []byte, 64)}
+	c.conn = conn
 	c.touch()
 	ev := Event{Server: name, Principal: principal, Remote: r.RemoteAddr, Role: role}
-	sess.add(c)
 	ev.Action, ev.Time = "console.open", time.Now()
 	h.cfg.Audit(r.Context(), ev)
 	h.log.Info("console attached", "server", name, "principal", principal, "role", role)
