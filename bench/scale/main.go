@@ -103,6 +103,31 @@ func measure(n int, bin string, workers int, timeout time.Duration) (string, err
 	api := "http://127.0.0.1:" + strconv.Itoa(port)
 	logf, _ := os.Create(filepath.Join(dir, "controller.log"))
 	defer logf.Close()
+	// The BMC secrets go into the state file first, through a controller
+	// started without --repo (state store and admin API only), as an
+	// operator does before the first reconcile: a controller that starts
+	// reconciling first stalls every server on the missing credential.
+	pre := exec.CommandContext(ctx, bin, "serve", "--state", state, "--listen", "127.0.0.1:"+strconv.Itoa(port), "--log-format", "text")
+	pre.Stderr, pre.Stdout = logf, logf
+	if err := pre.Start(); err != nil {
+		return "", err
+	}
+	err = waitHTTP(ctx, api+"/healthz")
+	for _, name := range []string{"bmc-redfish", "bmc-ipmi"} {
+		if err != nil {
+			break
+		}
+		user, pass := lab.Credentials()
+		body, _ := json.Marshal(map[string]string{"username": user, "password": pass})
+		if err = call(ctx, http.MethodPut, api+"/api/v1/secrets/"+name, token, body, nil); err != nil {
+			err = fmt.Errorf("store secret: %w", err)
+		}
+	}
+	_ = pre.Process.Signal(os.Interrupt)
+	_ = pre.Wait()
+	if err != nil {
+		return "", err
+	}
 	cmd := exec.CommandContext(ctx, bin, "serve", "--repo", lab.RepoURL, "--state", state, "--listen", "127.0.0.1:"+strconv.Itoa(port),
 		"--join-listen", "127.0.0.1:0", "--work-dir", filepath.Join(dir, "work"), "--poll-interval", "500ms", "--status-interval", "5s",
 		"--workers", strconv.Itoa(workers), "--per-rack", "40", "--reconcile-interval", "500ms", "--machine-burst", "100000", "--machine-refill", "1ms",
@@ -121,13 +146,6 @@ func measure(n int, bin string, workers int, timeout time.Duration) (string, err
 	defer func() { _ = cmd.Process.Signal(os.Interrupt); _ = cmd.Wait() }()
 	if err := waitHTTP(ctx, api+"/healthz"); err != nil {
 		return "", err
-	}
-	for _, name := range []string{"bmc-redfish", "bmc-ipmi"} {
-		user, pass := lab.Credentials()
-		body, _ := json.Marshal(map[string]string{"username": user, "password": pass})
-		if err := call(ctx, http.MethodPut, api+"/api/v1/secrets/"+name, token, body, nil); err != nil {
-			return "", fmt.Errorf("store secret: %w", err)
-		}
 	}
 	lab.SetController(api)
 
