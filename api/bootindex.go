@@ -48,13 +48,6 @@ func NewBootIndex(st *state.Store) (*BootIndex, error) {
 	return b, nil
 }
 
-// Run waits until ctx is done and returns nil; the index needs no
-// background work (it is kept for the callers that run it).
-func (b *BootIndex) Run(ctx context.Context) error {
-	<-ctx.Done()
-	return nil
-}
-
 // rebuild replaces the MAC index with one read from a store snapshot.
 func (b *BootIndex) rebuild() error {
 	snap, err := b.st.Snapshot()

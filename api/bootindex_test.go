@@ -28,9 +28,7 @@ func TestBootIndexFreshAfterWrite(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go idx.Run(ctx)
+	ctx := context.Background()
 	mac, _ := net.ParseMAC("52:54:00:00:00:01")
 	for _, to := range []state.Lifecycle{state.LifecycleCommissioning, state.LifecycleReady, state.LifecycleCommissioning, state.LifecycleFailed} {
 		for i := 0; i < 50; i++ {

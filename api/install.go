@@ -2,7 +2,6 @@ package api
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -230,21 +229,5 @@ func (m *Machine) installDone(w http.ResponseWriter, r *http.Request) {
 		m.refuse(w, r, err)
 		return
 	}
-	reason := "installer finished (completion callback)"
-	_, err = m.cfg.Store.Apply(state.Move{Server: t.Server, From: state.LifecycleDeploying, To: state.LifecycleDeployed, Reason: reason,
-		Update: func(s *state.Server) error {
-			s.FinishDeploy, s.NeedsWipe, s.LastError = true, false, ""
-			return nil
-		}})
-	if err != nil {
-		var te *state.TransitionError
-		if errors.As(err, &te) {
-			writeError(w, http.StatusConflict, v1.Error{Message: "server is not deploying", Code: "conflict", Lifecycle: string(te.Current)})
-			return
-		}
-		writeError(w, http.StatusInternalServerError, v1.Error{Message: "internal error", Code: "internal"})
-		return
-	}
-	m.log.Info("deploy outcome", "machine", t.Server, "lifecycle", state.LifecycleDeployed, "reason", reason)
-	w.WriteHeader(http.StatusNoContent)
+	m.deployOutcome(w, t.Server, true, "installer finished (completion callback)")
 }

@@ -315,12 +315,24 @@ func (m *Machine) done(w http.ResponseWriter, r *http.Request) {
 		m.refuse(w, r, err)
 		return
 	}
-	to, reason := state.LifecycleDeployed, fmt.Sprintf("image written to %s (%d bytes, sha256 %s)", res.DiskName, res.BytesWritten, res.SHA256)
+	reason := fmt.Sprintf("image written to %s (%d bytes, sha256 %s)", res.DiskName, res.BytesWritten, res.SHA256)
 	if !res.OK {
-		to, reason = state.LifecycleFailed, "deploy failed: "+res.Reason
+		reason = "deploy failed: " + res.Reason
 	}
-	_, err = m.cfg.Store.Apply(state.Move{Server: t.Server, From: state.LifecycleDeploying, To: to, Reason: reason, Update: func(s *state.Server) error {
-		if res.OK {
+	m.deployOutcome(w, t.Server, res.OK, reason)
+}
+
+// deployOutcome moves server deploying → deployed (ok: FinishDeploy set, so
+// the executor sets the boot override to disk and reads it back) or →
+// failed with reason, and answers 204; 409 when the server is no longer
+// deploying. The image deploy's done and the installer's callback share it.
+func (m *Machine) deployOutcome(w http.ResponseWriter, server string, ok bool, reason string) {
+	to := state.LifecycleDeployed
+	if !ok {
+		to = state.LifecycleFailed
+	}
+	_, err := m.cfg.Store.Apply(state.Move{Server: server, From: state.LifecycleDeploying, To: to, Reason: reason, Update: func(s *state.Server) error {
+		if ok {
 			s.FinishDeploy, s.NeedsWipe, s.LastError = true, false, ""
 		} else {
 			s.LastError, s.Allocation = reason, nil
@@ -336,7 +348,7 @@ func (m *Machine) done(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusInternalServerError, v1.Error{Message: "internal error", Code: "internal"})
 		return
 	}
-	m.log.Info("deploy outcome", "machine", t.Server, "lifecycle", to, "reason", reason)
+	m.log.Info("deploy outcome", "machine", server, "lifecycle", to, "reason", reason)
 	w.WriteHeader(http.StatusNoContent)
 }
 

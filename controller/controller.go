@@ -420,7 +420,6 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	goRun("api", func(ctx context.Context) error { return srv.Serve(ctx, ln) })
 	goRun("join", func(ctx context.Context) error { return joinSrv.Serve(ctx, joinLn) })
-	goRun("boot index", idx.Run)
 	for i, r := range netRuns {
 		goRun(fmt.Sprintf("netboot %d", i), r)
 	}
