@@ -22,8 +22,8 @@ import (
 // recorded gets the deployed server's script, not the deploy ramdisk
 // again), while a lookup costs one store read, not a scan of the fleet. A
 // MAC the index does not hold, or that now names another server, is looked
-// up with [state.Store.ServerByBootMAC] (a byte scan of the records, a few
-// milliseconds for 10,000 servers) and the index updated. Safe for
+// up with [state.Store.ServerByBootMAC] (a byte scan of the records, no
+// decoding) and the index updated. Safe for
 // concurrent use.
 type BootIndex struct {
 	st *state.Store

@@ -340,8 +340,8 @@ func (s *Store) CountServers() (map[Lifecycle]int, error) {
 
 // ServerByBootMAC returns the server whose boot MAC is mac (lower-case colon
 // form, as stored), or ErrNotFound. It scans the stored records' bytes for
-// the MAC before decoding any, so a lookup of 10,000 servers costs a few
-// milliseconds; boot servers use it for MACs their index does not hold yet.
+// the MAC before decoding any (one pass over the bytes, no JSON decoding of
+// non-matching records); boot servers use it for MACs their index does not hold yet.
 func (s *Store) ServerByBootMAC(mac string) (Server, error) {
 	needle := []byte(`"bootMAC":"` + mac + `"`)
 	var out Server

@@ -88,7 +88,11 @@ func TestAdvertiserInNetns(t *testing.T) {
 		}
 		break
 	}
-	if a.Sent() == 0 {
-		t.Fatal("Sent() = 0")
+	// The counter is bumped after the send returns, so the RA can arrive
+	// here first: wait for it.
+	for deadline := time.Now().Add(5 * time.Second); a.Sent() == 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("Sent() = 0 after an RA was received")
+		}
 	}
 }
