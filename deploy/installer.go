@@ -104,8 +104,9 @@ func (c InstallerConfig) validate() (join string, err error) {
 	if join == "" {
 		join = JoinPlaceholder
 	}
-	if strings.ContainsAny(join, "\x00\r\n") || len(join) > 4096 || strings.Contains(join, "MACHINA_JOIN_EOF") || !utf8.ValidString(join) {
-		return "", fmt.Errorf("%w: join command must be one line under 4 KiB", ErrInvalidInstaller)
+	hasCtrl := strings.ContainsFunc(join, func(r rune) bool { return r != '\t' && (r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0)) })
+	if hasCtrl || len(join) > 4096 || strings.Contains(join, "MACHINA_JOIN_EOF") || !utf8.ValidString(join) {
+		return "", fmt.Errorf("%w: join command must be one line under 4 KiB without control characters", ErrInvalidInstaller)
 	}
 	return join, nil
 }
