@@ -57,7 +57,9 @@ func RenderSeed(s v1.Seed) ([]SeedFile, error) {
 		return nil, fmt.Errorf("render seed: %w: no ssh keys (password login is disabled, the host would be unreachable)", ErrSeedInvalid)
 	}
 	for i, k := range s.SSHKeys {
-		if !sshKeyRe.MatchString(k) {
+		// Go's regexp reads an invalid UTF-8 byte as U+FFFD, which the
+		// comment class admits; the JSON encoder would then rewrite the key.
+		if !utf8.ValidString(k) || !sshKeyRe.MatchString(k) {
 			return nil, fmt.Errorf("render seed: %w: ssh key %d is not an OpenSSH public key line", ErrSeedInvalid, i)
 		}
 	}
