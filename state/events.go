@@ -20,6 +20,7 @@ const (
 	EventTokenRefused  EventKind = "token.refused"       // a machine token was refused (Message says why)
 	EventSecretSet     EventKind = "secret.set"          // PutSecret (Message names the secret, never its value)
 	EventSecretDeleted EventKind = "secret.deleted"      // DeleteSecret
+	EventUnstalled     EventKind = "server.unstalled"    // UnstallByCredential (a stalled server's credential was set)
 	EventAdminCreated  EventKind = "admin_token.created" // CreateAdminToken (Message names the token)
 	EventAdminRevoked  EventKind = "admin_token.revoked" // RevokeAdminToken
 	EventNote          EventKind = "note"                // AppendEvent: free-form

@@ -264,7 +264,63 @@ func (s *Store) PutSecret(name string, c Credential, actor string) (SecretInfo, 
 	if err != nil {
 		return SecretInfo{}, fmt.Errorf("state: put secret %s: %w", name, err)
 	}
+	// A new or changed credential deserves a new try, as new BMC settings
+	// do: servers stalled on a missing or refused credential would
+	// otherwise wait for a change of their desired state.
+	if _, err := s.UnstallByCredential(name, actor); err != nil {
+		return SecretInfo{}, fmt.Errorf("state: put secret %s: %w", name, err)
+	}
 	return SecretInfo{Name: name, Sealed: rec.Sealed, UpdatedAt: rec.UpdatedAt, UpdatedBy: actor}, nil
+}
+
+// errUnchanged aborts an UpdateServer whose fn found nothing to change.
+var errUnchanged = errors.New("unchanged")
+
+// UnstallByCredential clears Stalled on every server whose BMC uses the
+// named credential and records an EventUnstalled event for each; it returns
+// their names in name order. PutSecret calls it, so the reconciler retries
+// an action that stalled because the secret was missing or wrong (the
+// Driver reports both as bmc.ErrAuth, which stalls). A server updated
+// concurrently is skipped if it no longer matches. Errors are the store's.
+func (s *Store) UnstallByCredential(name, actor string) ([]string, error) {
+	var names []string
+	opts := ListOptions{Limit: MaxPageSize}
+	for {
+		page, err := s.ListServers(opts)
+		if err != nil {
+			return nil, err
+		}
+		for _, srv := range page.Servers {
+			if srv.Stalled != "" && srv.BMC.Credentials == name {
+				names = append(names, srv.Name)
+			}
+		}
+		if page.Next == "" {
+			break
+		}
+		opts.After = page.Next
+	}
+	var done []string
+	for _, n := range names {
+		_, err := s.UpdateServer(n, func(srv *Server) error {
+			if srv.Stalled == "" || srv.BMC.Credentials != name {
+				return errUnchanged
+			}
+			srv.Stalled = ""
+			return nil
+		})
+		if errors.Is(err, ErrNotFound) || errors.Is(err, errUnchanged) {
+			continue
+		}
+		if err != nil {
+			return done, err
+		}
+		done = append(done, n)
+		if _, err := s.AppendEvent(Event{Server: n, Kind: EventUnstalled, Actor: actor, Message: "credential " + name + " set: stalled action will be retried"}); err != nil {
+			return done, err
+		}
+	}
+	return done, nil
 }
 
 // Secret returns the named credential. Errors: ErrNotFound,

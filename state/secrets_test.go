@@ -168,3 +168,49 @@ func TestSecretNamesValidated(t *testing.T) {
 		t.Errorf("DeleteSecret missing = %v", err)
 	}
 }
+
+// A server stalled because its BMC credential was missing or refused is
+// retried once that credential is set: PutSecret clears Stalled on exactly
+// the servers using it, records one server.unstalled event each, and leaves
+// other servers (another credential, or not stalled) untouched.
+func TestPutSecretUnstallsItsServers(t *testing.T) {
+	s := openTest(t, state.Options{})
+	mk := func(name, cred, stalled string) {
+		mustCreate(t, s, state.Server{Name: name, BMC: state.BMCFacts{Driver: "redfish", Address: "https://127.0.0.1:1", Credentials: cred}})
+		if stalled != "" {
+			if _, err := s.UpdateServer(name, func(srv *state.Server) error { srv.Stalled = stalled; return nil }); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	mk("a1", "bmc-a", "power-on/1")
+	mk("a2", "bmc-a", "")
+	mk("a3", "bmc-a", "commission/2")
+	mk("b1", "bmc-b", "power-on/1")
+	before, _ := s.Server("a2")
+
+	if _, err := s.PutSecret("bmc-a", state.Credential{Username: "u", Password: testPassword}, "ops"); err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]string{"a1": "", "a3": "", "b1": "power-on/1"} {
+		got, err := s.Server(name)
+		if err != nil || got.Stalled != want {
+			t.Errorf("%s: Stalled = %q, %v; want %q", name, got.Stalled, err, want)
+		}
+	}
+	if after, _ := s.Server("a2"); after.Revision != before.Revision {
+		t.Errorf("a2 (not stalled) was rewritten: revision %d → %d", before.Revision, after.Revision)
+	}
+	var unstalled []string
+	for _, e := range allEvents(t, s, state.EventQuery{}) {
+		if e.Kind == state.EventUnstalled {
+			if e.Actor != "ops" || strings.Contains(e.Message, testPassword) {
+				t.Errorf("event %+v", e)
+			}
+			unstalled = append(unstalled, e.Server)
+		}
+	}
+	if fmt.Sprint(unstalled) != "[a1 a3]" {
+		t.Errorf("server.unstalled events for %v, want [a1 a3]", unstalled)
+	}
+}

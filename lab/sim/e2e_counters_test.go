@@ -3,6 +3,7 @@ package sim_test
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -332,4 +333,50 @@ func deployedBy(s state.Snapshot, profile string) int {
 		}
 	}
 	return n
+}
+
+// TestSecretSetUnstalls: a server whose servers.yaml names a credential
+// that is not in the secret store stalls on its first BMC action (the
+// power-cycle counter here) and, once the operator sets that secret through
+// the admin API, is retried without any change to its desired state: the
+// cycle runs exactly once and a server.unstalled event says why.
+func TestSecretSetUnstalls(t *testing.T) {
+	r := startRig(t, rigOptions{})
+	r.steady()
+	const name = "r3-n01" // zone-c: stays ready
+	r.lab.BMC(name).ClearRequests()
+	r.commit("r3-n01: own credential, power-cycle", func(dir string) {
+		r.editBlock(dir, inventory.ServersFile, name, func(b string) string {
+			return strings.Replace(b, "credentials: bmc-redfish", "credentials: bmc-r3n01", 1)
+		})
+		r.setActions(dir, name, inventory.Actions{PowerCycle: 1})
+	})
+	srv := r.waitServer(name, "stalled on the missing credential", time.Minute, func(s state.Server) bool {
+		return s.Stalled != "" && s.BMC.Credentials == "bmc-r3n01"
+	})
+	if !strings.Contains(srv.LastError, "bmc-r3n01") || srv.Actions["powerCycle"] != 0 {
+		t.Fatalf("stalled server: last error %q, actions %v", srv.LastError, srv.Actions)
+	}
+	if n := r.resets(name); n != 0 {
+		t.Fatalf("%d resets before the credential exists", n)
+	}
+	seq := r.lastSeq()
+	user, pass := r.lab.Credentials()
+	if code, body := r.admin(http.MethodPut, "/api/v1/secrets/bmc-r3n01", map[string]string{"username": user, "password": pass}); code != http.StatusOK {
+		t.Fatalf("PUT secret: %d %s", code, body)
+	}
+	srv = r.waitServer(name, "powerCycle observed after the secret was set", time.Minute, func(s state.Server) bool { return s.Actions["powerCycle"] == 1 })
+	if srv.Stalled != "" {
+		t.Errorf("still stalled: %q", srv.Stalled)
+	}
+	if n := r.resets(name); n != 1 {
+		t.Errorf("%d resets, want exactly 1: %v", n, r.bmcWrites(name))
+	}
+	found := false
+	for _, e := range r.events(name, seq) {
+		found = found || e.Kind == state.EventUnstalled
+	}
+	if !found {
+		t.Errorf("no %s event for %s", state.EventUnstalled, name)
+	}
 }
