@@ -9,6 +9,9 @@
 # and a GET of its per-MAC iPXE script. Prints p50/p99 per step and for the whole sequence.
 # Needs root, iproute2, dnsmasq (dnsmasq-base), ipxe, Go. Cleans up its namespaces and processes.
 # BOOTSTORM_PROFILE=FILE writes a CPU profile of the Machina server (both runs) to FILE.
+# BOOTSTORM_PIN=1 pins the load generator to the last CPU and the servers (Machina's, dnsmasq and
+# the static HTTP server alike) to the others (taskset, util-linux), as separate machines would be:
+# without it the clients' own CPU time (a TFTP client per transfer) is taken from the servers.
 set -eu
 N=${1:-1000}
 cd "$(dirname "$0")/.."
@@ -38,10 +41,16 @@ IPXE=$(dpkg -L ipxe | grep '/undionly.kpxe$' | head -n1); ROOT=$(dirname "$IPXE"
 # wait_ready FILE: block until the server prints "ready" (it does after binding).
 wait_ready() { until grep -q ready "$1" 2>/dev/null; do sleep 0.1; done; }
 
-storm() { ip netns exec "$C" "$W/bootstorm" storm -clients "$N" -label "$1" -http http://10.66.0.1:8080/boot/ipxe "$2"; }
+SRVPIN=""; CLIPIN=""
+if [ "${BOOTSTORM_PIN:-0}" = 1 ]; then
+	last=$(($(nproc) - 1))
+	[ "$last" -ge 1 ] || { echo "bootstorm: BOOTSTORM_PIN needs at least 2 CPUs" >&2; exit 1; }
+	SRVPIN="taskset -c 0-$((last - 1))"; CLIPIN="taskset -c $last"
+fi
+storm() { ip netns exec "$C" $CLIPIN "$W/bootstorm" storm -clients "$N" -label "$1" -http http://10.66.0.1:8080/boot/ipxe "$2"; }
 
 # --- Machina ---
-ip netns exec "$S" "$W/bootstorm" serve ${BOOTSTORM_PROFILE:+-cpuprofile "$BOOTSTORM_PROFILE"} -iface vs0 -http 10.66.0.1:8080 -root "$ROOT" -clients "$N" > "$W/m.out" 2> "$W/m.err" &
+ip netns exec "$S" $SRVPIN "$W/bootstorm" serve ${BOOTSTORM_PROFILE:+-cpuprofile "$BOOTSTORM_PROFILE"} -iface vs0 -http 10.66.0.1:8080 -root "$ROOT" -clients "$N" > "$W/m.out" 2> "$W/m.err" &
 MP=$!; PIDS="$PIDS $MP"
 wait_ready "$W/m.out"
 storm machina -stepwise=false > "$W/machina.json"
@@ -68,9 +77,9 @@ enable-tftp
 tftp-root=$ROOT
 tftp-max=$((N * 2))
 CONF
-ip netns exec "$S" dnsmasq --keep-in-foreground --user=root --conf-file="$W/dnsmasq.conf" --pid-file="$W/dnsmasq.pid" 2> "$W/d.err" &
+ip netns exec "$S" $SRVPIN dnsmasq --keep-in-foreground --user=root --conf-file="$W/dnsmasq.conf" --pid-file="$W/dnsmasq.pid" 2> "$W/d.err" &
 DP=$!; PIDS="$PIDS $DP"
-ip netns exec "$S" "$W/bootstorm" static -http 10.66.0.1:8080 > "$W/s.out" 2>&1 &
+ip netns exec "$S" $SRVPIN "$W/bootstorm" static -http 10.66.0.1:8080 > "$W/s.out" 2>&1 &
 SP=$!; PIDS="$PIDS $SP"
 wait_ready "$W/s.out"
 until ip netns exec "$S" ss -uln | grep -q '10.66.0.1:69\|\*:69\|0.0.0.0:69'; do sleep 0.1; done

@@ -356,21 +356,19 @@ func Run(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("controller: %w", err)
 	}
 	builder := &reconciler.StatusBuilder{Store: st}
+	var urg statusUrgency
 	status.build = func(res reconciler.Result) {
-		snap, err := builder.Build(src.InventoryStatus(), imgStatus.list(), res)
+		// The snapshot is built by the writer when it writes (see
+		// UpdateFrom): a 10,000-server snapshot is tens of MB, and a build
+		// per pass would mostly be garbage.
+		stalled, err := st.StalledServers()
 		if err != nil {
-			log.Error("build status", "err", err)
-			return
+			log.Error("status: stalled servers", "err", err)
 		}
-		urgent := src.InventoryStatus().Invalid != nil
-		for _, s := range snap.Servers {
-			for _, c := range s.Conditions {
-				if c.Type == "Stalled" {
-					urgent = true
-				}
-			}
-		}
-		writer.Update(snap, urgent)
+		urgent := urg.check(src.InventoryStatus().Invalid, stalled)
+		writer.UpdateFrom(func() (reconciler.Snapshot, error) {
+			return builder.Build(src.InventoryStatus(), imgStatus.list(), res)
+		}, urgent)
 	}
 	if err := mountAdmin(srv, st, ctrl, src); err != nil {
 		return err
@@ -384,12 +382,11 @@ func Run(ctx context.Context, cfg Config) error {
 			// Hand the snapshot to the writer's own loop (urgent) and wait
 			// for its next successful write: calling Write here would race
 			// with the loop on the same clone.
-			snap, err := builder.Build(src.InventoryStatus(), imgStatus.list(), ctrl.LastPlan())
-			if err != nil {
-				return err
-			}
+			plan := ctrl.LastPlan()
 			since := time.Now()
-			writer.Update(snap, true)
+			writer.UpdateFrom(func() (reconciler.Snapshot, error) {
+				return builder.Build(src.InventoryStatus(), imgStatus.list(), plan)
+			}, true)
 			for {
 				h := writer.Health()
 				if h.LastSuccess.After(since) {
@@ -597,6 +594,39 @@ func (s *imageStatus) list() []reconciler.ImageStatus {
 		out = append(out, is)
 	}
 	return out
+}
+
+// statusUrgency decides which status updates skip the commit interval:
+// those that bring news an operator waits for, a newly invalid inventory
+// revision or a newly stalled server. A revision that stays invalid or a
+// server that stays stalled is not news again at every pass (the status
+// file already says so), so it does not make a commit per pass.
+type statusUrgency struct {
+	mu      sync.Mutex
+	invalid string          // commit of the invalid revision last reported
+	stalled map[string]bool // servers stalled at the last check
+}
+
+// check returns true when inv names another invalid revision than the
+// last check or stalled names a server that was not stalled then.
+func (u *statusUrgency) check(inv *reconciler.InvalidRevision, stalled []string) bool {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	urgent := false
+	if inv != nil && inv.Commit != u.invalid {
+		urgent = true
+	}
+	u.invalid = ""
+	if inv != nil {
+		u.invalid = inv.Commit
+	}
+	now := make(map[string]bool, len(stalled))
+	for _, n := range stalled {
+		now[n] = true
+		urgent = urgent || !u.stalled[n]
+	}
+	u.stalled = now
+	return urgent
 }
 
 // statusBuildGap is the least time between status builds for a status

@@ -62,3 +62,31 @@ func TestStatusBuildGap(t *testing.T) {
 		}
 	}
 }
+
+// TestStatusUrgency: only news is urgent: a newly invalid revision (or
+// another invalid one), a newly stalled server; the same invalid revision
+// or the same stalled servers at the next pass are not.
+func TestStatusUrgency(t *testing.T) {
+	var u statusUrgency
+	bad := &reconciler.InvalidRevision{Commit: "aaaa"}
+	for i, c := range []struct {
+		inv     *reconciler.InvalidRevision
+		stalled []string
+		want    bool
+	}{
+		{nil, nil, false},
+		{bad, nil, true},
+		{bad, nil, false},
+		{&reconciler.InvalidRevision{Commit: "bbbb"}, nil, true},
+		{nil, []string{"s1"}, true},
+		{nil, []string{"s1"}, false},
+		{nil, []string{"s1", "s2"}, true},
+		{nil, []string{"s2"}, false},
+		{nil, []string{"s1", "s2"}, true}, // s1 stalled again after it was cleared
+		{bad, []string{"s1", "s2"}, true}, // invalid again after a valid tip
+	} {
+		if got := u.check(c.inv, c.stalled); got != c.want {
+			t.Errorf("check %d (%v, %v) = %v, want %v", i, c.inv, c.stalled, got, c.want)
+		}
+	}
+}

@@ -223,7 +223,11 @@ func openBare(dir string, r Remote) (*git.Repository, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("create clone dir: %w", err)
 	}
-	st := filesystem.NewStorage(osfs.New(dir), cache.NewObjectLRU(16*cache.MiByte))
+	// 4 MiB holds a 10,000-server servers.yaml (about 2 MiB) and the
+	// status trees a write reads; every clone has its own cache, and at
+	// 16 MiB the caches alone were a tenth of a 10,000-server controller's
+	// live heap.
+	st := filesystem.NewStorage(osfs.New(dir), cache.NewObjectLRU(4*cache.MiByte))
 	var repo *git.Repository
 	if _, err := os.Stat(filepath.Join(dir, "HEAD")); err == nil {
 		repo, err = git.Open(st, nil)

@@ -240,7 +240,7 @@ func yamlScalar(v string) string {
 
 func renderServer(s ServerStatus, maxEvents int) []byte {
 	var w yamlWriter
-	w.b.Grow(1024)
+	w.b.Grow(4096)
 	w.b.WriteString(fileHeader)
 	w.str(0, "name", s.Name)
 	w.str(0, "lifecycle", orUnknown(s.Lifecycle))
@@ -324,7 +324,9 @@ func renderServer(s ServerStatus, maxEvents int) []byte {
 			w.text(1, "message", e.Message)
 		}
 	}
-	return w.b.Bytes()
+	// Exact size: a fleet's server files are all held until the commit
+	// is pushed, and the buffer's spare capacity would be a third more.
+	return bytes.Clone(w.b.Bytes())
 }
 
 func renderImage(im ImageStatus) []byte {

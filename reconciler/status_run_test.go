@@ -3,6 +3,7 @@ package reconciler
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"strings"
 	"sync"
 	"testing"
@@ -88,6 +89,65 @@ func TestStatusRunBatching(t *testing.T) {
 		// After the successful retry nothing is pending.
 		if len(calls) != 5 {
 			t.Errorf("extra writes: %+v", calls[5:])
+		}
+	})
+}
+
+// TestStatusRunBuildsAtWriteTime: with UpdateFrom the snapshot is built
+// only when Run writes it: build functions replaced before the interval
+// ends are never called, the newest is called once per write, and a
+// failed build is logged and retried like a failed write.
+func TestStatusRunBuildsAtWriteTime(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := &StatusWriter{cfg: StatusConfig{Interval: 30 * time.Second}, wake: make(chan struct{}, 1), log: slog.New(slog.DiscardHandler)}
+		var mu sync.Mutex
+		var built, written []string
+		w.writeFn = func(_ context.Context, s Snapshot) (WriteResult, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			written = append(written, s.Servers[0].Lifecycle)
+			return WriteResult{Commit: "x"}, nil
+		}
+		failBuild := false
+		builder := func(tag string) func() (Snapshot, error) {
+			return func() (Snapshot, error) {
+				mu.Lock()
+				defer mu.Unlock()
+				built = append(built, tag)
+				if failBuild {
+					return Snapshot{}, errors.New("store closed")
+				}
+				return Snapshot{Servers: []ServerStatus{{Name: "n", Lifecycle: tag}}}, nil
+			}
+		}
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error)
+		go func() { done <- w.Run(ctx) }()
+
+		w.UpdateFrom(builder("a"), false) // t=0: built and written at once
+		synctest.Wait()
+		for _, tag := range []string{"b", "c", "d"} { // replaced before t=30s: only d is built
+			time.Sleep(time.Second)
+			w.UpdateFrom(builder(tag), false)
+		}
+		time.Sleep(40 * time.Second)
+		mu.Lock()
+		failBuild = true
+		mu.Unlock()
+		w.UpdateFrom(builder("e"), true) // build fails: retried after backoff
+		synctest.Wait()
+		mu.Lock()
+		failBuild = false
+		mu.Unlock()
+		time.Sleep(2 * time.Minute)
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run = %v", err)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if strings.Join(built, ",") != "a,d,e,e" || strings.Join(written, ",") != "a,d,e" {
+			t.Errorf("built %v, written %v; want built a,d,e,e and written a,d,e", built, written)
 		}
 	})
 }

@@ -138,7 +138,7 @@ type StatusWriter struct {
 	maxPacks int
 
 	mu      sync.Mutex
-	pending *Snapshot
+	pending func() (Snapshot, error) // builds the newest snapshot; nil when none
 	urgent  bool
 	health  StatusHealth
 
@@ -223,8 +223,19 @@ func validBranch(b string) bool {
 // turned invalid, a server stalled). Only the newest snapshot is kept. The
 // snapshot is not copied: do not modify it afterwards.
 func (w *StatusWriter) Update(s Snapshot, urgent bool) {
+	w.UpdateFrom(func() (Snapshot, error) { return s, nil }, urgent)
+}
+
+// UpdateFrom is Update with the snapshot built by build when Run is about
+// to write it (in Run's goroutine), not before: only the newest build
+// function is kept, so a fleet's snapshot exists once, while it is
+// written, however often passes hand in new ones. After a failed write
+// (or a failed build, logged) the same function is called again at the
+// retry, which then writes the state of that moment. build must be safe to
+// call more than once.
+func (w *StatusWriter) UpdateFrom(build func() (Snapshot, error), urgent bool) {
 	w.mu.Lock()
-	w.pending = &s
+	w.pending = build
 	w.urgent = w.urgent || urgent
 	w.mu.Unlock()
 	select {
@@ -253,20 +264,26 @@ func (w *StatusWriter) Run(ctx context.Context) error {
 	failures := 0
 	for {
 		w.mu.Lock()
-		snap, urgent := w.pending, w.urgent
+		build, urgent := w.pending, w.urgent
 		w.mu.Unlock()
 		var wait <-chan time.Time
 		var timer *time.Timer
-		if snap != nil {
+		if build != nil {
 			d := time.Until(next)
 			if urgent || d <= 0 {
 				w.mu.Lock()
-				if w.pending == snap {
-					w.pending = nil
+				if w.pending != nil {
+					build = w.pending // a newer one may have come in
 				}
+				w.pending = nil
 				w.urgent = false
 				w.mu.Unlock()
-				_, err := w.writeFn(ctx, *snap)
+				snap, err := build()
+				if err != nil {
+					w.log.Error("build status snapshot", "err", Redact(err.Error()))
+				} else {
+					_, err = w.writeFn(ctx, snap)
+				}
 				if ctx.Err() != nil {
 					return nil
 				}
@@ -274,7 +291,7 @@ func (w *StatusWriter) Run(ctx context.Context) error {
 					failures++
 					w.mu.Lock()
 					if w.pending == nil {
-						w.pending = snap
+						w.pending = build
 					}
 					w.mu.Unlock()
 					next = time.Now().Add(backoffDelay(w.cfg.Interval, 10*time.Minute, failures, rand.Float64()))
@@ -478,6 +495,26 @@ type renderedBlob struct {
 	hash plumbing.Hash
 }
 
+// blobObject is a rendered file as a go-git blob without copying its
+// bytes (plumbing.MemoryObject would copy every file of the fleet once
+// more while the commit is built). Read-only: Writer fails.
+type blobObject struct {
+	data []byte
+	hash plumbing.Hash // plumbing.ComputeHash(BlobObject, data)
+}
+
+func (o *blobObject) Hash() plumbing.Hash         { return o.hash }
+func (o *blobObject) Type() plumbing.ObjectType   { return plumbing.BlobObject }
+func (o *blobObject) SetType(plumbing.ObjectType) {}
+func (o *blobObject) Size() int64                 { return int64(len(o.data)) }
+func (o *blobObject) SetSize(int64)               {}
+func (o *blobObject) Reader() (io.ReadCloser, error) {
+	return io.NopCloser(bytes.NewReader(o.data)), nil
+}
+func (o *blobObject) Writer() (io.WriteCloser, error) {
+	return nil, errors.New("status blob is read-only")
+}
+
 // builtCommit is a status commit ready to push: its id, message and a
 // packfile of exactly the objects the base lacks.
 type builtCommit struct {
@@ -591,18 +628,7 @@ func (w *StatusWriter) commit(base plumbing.Hash, exists bool, blobs []renderedB
 		if have[b.hash] {
 			continue
 		}
-		obj := mem.NewEncodedObject()
-		obj.SetType(plumbing.BlobObject)
-		obj.SetSize(int64(len(b.data)))
-		wr, err := obj.Writer()
-		if err != nil {
-			return none, fmt.Errorf("build blob: %w", err)
-		}
-		if _, err := wr.Write(b.data); err != nil {
-			return none, fmt.Errorf("build blob: %w", err)
-		}
-		wr.Close()
-		if _, err := put(obj); err != nil {
+		if _, err := put(&blobObject{data: b.data, hash: b.hash}); err != nil {
 			return none, err
 		}
 	}

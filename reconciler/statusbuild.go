@@ -2,6 +2,7 @@ package reconciler
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -25,8 +26,8 @@ type StatusBuilder struct {
 
 	mu      sync.Mutex
 	lastSeq uint64
-	recent  map[string][]state.Event
-	since   map[string]time.Time // server/condition type/status → first seen
+	recent  map[string][]StatusEvent // newest last, at most EventsPerServer
+	since   map[string]time.Time     // server/condition type/status → first seen
 }
 
 // Build returns the status snapshot of the fleet. inv is the Git source's
@@ -36,7 +37,7 @@ func (b *StatusBuilder) Build(inv InventoryStatus, images []ImageStatus, plan Re
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.recent == nil {
-		b.recent, b.since = map[string][]state.Event{}, map[string]time.Time{}
+		b.recent, b.since = map[string][]StatusEvent{}, map[string]time.Time{}
 	}
 	keep := b.EventsPerServer
 	if keep <= 0 {
@@ -52,7 +53,10 @@ func (b *StatusBuilder) Build(inv InventoryStatus, images []ImageStatus, plan Re
 			if e.Server == "" {
 				continue
 			}
-			r := append(b.recent[e.Server], e)
+			// Kept in the rendered form: a fleet's worth of raw events
+			// is several times larger, and Build hands these slices out
+			// as they are (clipped, so no caller's append writes here).
+			r := append(b.recent[e.Server], statusEvent(e))
 			if len(r) > keep {
 				r = r[len(r)-keep:]
 			}
@@ -122,17 +126,7 @@ func (b *StatusBuilder) Build(inv InventoryStatus, images []ImageStatus, plan Re
 		for _, c := range planConds[name] {
 			add(c.Type, "True", c.Reason, c.Message)
 		}
-		for _, e := range b.recent[name] {
-			typ := "Normal"
-			if strings.Contains(string(e.Kind), "failed") || strings.Contains(string(e.Kind), "stalled") || strings.Contains(string(e.Kind), "refused") || e.To == state.LifecycleFailed {
-				typ = "Warning"
-			}
-			msg := e.Message
-			if e.From != "" || e.To != "" {
-				msg = fmt.Sprintf("%s→%s: %s", e.From, e.To, e.Message)
-			}
-			ss.Events = append(ss.Events, StatusEvent{Time: e.At.UTC(), Type: typ, Reason: camel(string(e.Kind)), Message: msg})
-		}
+		ss.Events = slices.Clip(b.recent[name])
 		out.Servers = append(out.Servers, ss)
 	}
 	for k := range b.since {
@@ -153,6 +147,21 @@ func (b *StatusBuilder) Build(inv InventoryStatus, images []ImageStatus, plan Re
 	}
 	sort.Slice(out.Images, func(i, j int) bool { return out.Images[i].Name < out.Images[j].Name })
 	return out, nil
+}
+
+// statusEvent renders a stored event for a server's status file: Warning
+// for failures, stalls, refusals and moves to failed; the lifecycle move,
+// if any, before the message.
+func statusEvent(e state.Event) StatusEvent {
+	typ := "Normal"
+	if strings.Contains(string(e.Kind), "failed") || strings.Contains(string(e.Kind), "stalled") || strings.Contains(string(e.Kind), "refused") || e.To == state.LifecycleFailed {
+		typ = "Warning"
+	}
+	msg := e.Message
+	if e.From != "" || e.To != "" {
+		msg = fmt.Sprintf("%s→%s: %s", e.From, e.To, e.Message)
+	}
+	return StatusEvent{Time: e.At.UTC(), Type: typ, Reason: camel(string(e.Kind)), Message: msg}
 }
 
 // camel turns "power-cycle" or "server.created" into "PowerCycle", "ServerCreated".

@@ -1,25 +1,39 @@
 package state
 
 import (
-	"bytes"
 	"encoding/json"
+	"hash/maphash"
 	"maps"
 	"sync"
 )
 
 // serverCache memoises decoded server records keyed by name and validated
-// by their exact stored bytes, so a record is decoded again only after it
-// changed. Validation by bytes (not by revision) keeps it correct across
-// rolled-back transactions and files edited by other tools.
+// by a digest of their stored bytes, so a record is decoded again only
+// after it changed. Validation by content (not by revision) keeps it
+// correct across rolled-back transactions and files edited by other tools.
+// The digest is the length plus a 64-bit hash/maphash under a per-process
+// random seed (no input can be chosen to collide with another), which keeps
+// the cache at the size of the decoded records instead of twice it.
 type serverCache struct {
 	mu sync.RWMutex
 	m  map[string]cachedServer
 }
 
 type cachedServer struct {
-	raw []byte
+	sum recordSum
 	srv Server
 }
+
+// recordSum identifies a stored record's bytes: length and seeded hash.
+type recordSum struct {
+	n int
+	h uint64
+}
+
+// cacheSeed seeds every record digest of this process.
+var cacheSeed = maphash.MakeSeed()
+
+func sumOf(v []byte) recordSum { return recordSum{n: len(v), h: maphash.Bytes(cacheSeed, v)} }
 
 // maxCachedServers bounds the cache; past it the cache is reset.
 const maxCachedServers = 200_000
@@ -27,10 +41,11 @@ const maxCachedServers = 200_000
 // decode returns the Server stored as v under key k. The result is a deep
 // copy: callers may modify it freely.
 func (c *serverCache) decode(k, v []byte) (Server, error) {
+	sum := sumOf(v)
 	c.mu.RLock()
 	e, ok := c.m[string(k)]
 	c.mu.RUnlock()
-	if ok && bytes.Equal(e.raw, v) {
+	if ok && e.sum == sum {
 		return e.srv.clone(), nil
 	}
 	var srv Server
@@ -41,7 +56,7 @@ func (c *serverCache) decode(k, v []byte) (Server, error) {
 	if c.m == nil || len(c.m) >= maxCachedServers {
 		c.m = map[string]cachedServer{}
 	}
-	c.m[string(k)] = cachedServer{raw: bytes.Clone(v), srv: srv.clone()}
+	c.m[string(k)] = cachedServer{sum: sum, srv: srv.clone()}
 	c.mu.Unlock()
 	return srv, nil
 }
@@ -53,7 +68,7 @@ func (c *serverCache) view(k, v []byte, fn func(*Server)) error {
 	c.mu.RLock()
 	e, ok := c.m[string(k)]
 	c.mu.RUnlock()
-	if ok && bytes.Equal(e.raw, v) {
+	if ok && e.sum == sumOf(v) {
 		fn(&e.srv)
 		return nil
 	}
@@ -99,16 +114,17 @@ type hostCache struct {
 }
 
 type cachedHost struct {
-	raw  []byte
+	sum  recordSum
 	host Host
 }
 
 // decode returns the Host stored as v under key k, a deep copy.
 func (c *hostCache) decode(k, v []byte) (Host, error) {
+	sum := sumOf(v)
 	c.mu.RLock()
 	e, ok := c.m[string(k)]
 	c.mu.RUnlock()
-	if ok && bytes.Equal(e.raw, v) {
+	if ok && e.sum == sum {
 		return e.host.clone(), nil
 	}
 	var h Host
@@ -119,7 +135,7 @@ func (c *hostCache) decode(k, v []byte) (Host, error) {
 	if c.m == nil || len(c.m) >= maxCachedServers {
 		c.m = map[string]cachedHost{}
 	}
-	c.m[string(k)] = cachedHost{raw: bytes.Clone(v), host: h.clone()}
+	c.m[string(k)] = cachedHost{sum: sum, host: h.clone()}
 	c.mu.Unlock()
 	return h, nil
 }

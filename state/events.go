@@ -130,10 +130,18 @@ func (s *Store) LastEventSeq() (uint64, error) {
 	return seq, nil
 }
 
+// appendFill is the page fill of append-only buckets (bbolt Bucket.FillPercent,
+// whose documentation recommends a high value for appends).
+const appendFill = 0.95
+
 // appendEvent assigns e.Seq and e.At, stores e and its per-server index
 // entry, and prunes by count and age, all inside tx.
 func (s *Store) appendEvent(tx *bolt.Tx, e *Event) error {
 	events := tx.Bucket(bucketEvents)
+	// Keys are increasing sequence numbers, so every insert is an append:
+	// bbolt's default split (FillPercent 0.5) would leave each full page
+	// half empty, doubling the file and the pages a scan maps in.
+	events.FillPercent = appendFill
 	seq, err := events.NextSequence()
 	if err != nil {
 		return err
@@ -158,6 +166,7 @@ func (s *Store) appendEvent(tx *bolt.Tx, e *Event) error {
 		if err != nil {
 			return err
 		}
+		sb.FillPercent = appendFill // per-server index: appends too
 		if err := sb.Put(key, nil); err != nil {
 			return err
 		}

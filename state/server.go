@@ -338,6 +338,29 @@ func (s *Store) CountServers() (map[Lifecycle]int, error) {
 	return counts, nil
 }
 
+// StalledServers returns the names of the servers whose Stalled is set, in
+// name order. It reads through the decode cache without copying records,
+// so a fleet-wide check costs little more than a scan of the bucket.
+func (s *Store) StalledServers() ([]string, error) {
+	var out []string
+	err := s.view(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketServers).ForEach(func(k, v []byte) error {
+			if err := s.servers.view(k, v, func(srv *Server) {
+				if srv.Stalled != "" {
+					out = append(out, srv.Name)
+				}
+			}); err != nil {
+				return fmt.Errorf("decode server %s: %w", k, err)
+			}
+			return nil
+		})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("state: stalled servers: %w", err)
+	}
+	return out, nil
+}
+
 // ServerByBootMAC returns the server whose boot MAC is mac (lower-case colon
 // form, as stored), or ErrNotFound. It scans the stored records' bytes for
 // the MAC before decoding any (one pass over the bytes, no JSON decoding of

@@ -248,6 +248,7 @@ func (r *relay) exchange(m *dhcpv4.DHCPv4, want dhcpv4.MessageType) (*dhcpv4.DHC
 
 type result struct {
 	dhcp, tftp, script, total time.Duration
+	connect                   time.Duration // the script step's TCP connect, part of script
 	err                       error
 }
 
@@ -292,7 +293,9 @@ func storm(ctx context.Context, args []string) error {
 		}
 		phase(func(i int) { results[i].dhcp, results[i].err = dhcpStep(r, stormMAC(i), *file) })
 		phase(func(i int) { results[i].tftp, results[i].err = tftpStep(*server, *file) })
-		phase(func(i int) { results[i].script, results[i].err = scriptStep(ctx, hc, stormMAC(i), *httpURL) })
+		phase(func(i int) {
+			results[i].script, results[i].connect, results[i].err = scriptStep(ctx, hc, stormMAC(i), *httpURL)
+		})
 		for i := range results {
 			results[i].total = results[i].dhcp + results[i].tftp + results[i].script
 		}
@@ -308,7 +311,7 @@ func storm(ctx context.Context, args []string) error {
 	}
 	wall := time.Since(t0)
 
-	var dh, tf, sc, tot []time.Duration
+	var dh, tf, sc, tot, cn []time.Duration
 	failed := 0
 	var firstErr error
 	for _, res := range results {
@@ -320,6 +323,7 @@ func storm(ctx context.Context, args []string) error {
 			continue
 		}
 		dh, tf, sc, tot = append(dh, res.dhcp), append(tf, res.tftp), append(sc, res.script), append(tot, res.total)
+		cn = append(cn, res.connect)
 	}
 	out := map[string]any{
 		"client_cpu_s": cpuSeconds(),
@@ -327,6 +331,7 @@ func storm(ctx context.Context, args []string) error {
 		"dhcp_p50_ms": ms(pct(dh, 50)), "dhcp_p99_ms": ms(pct(dh, 99)),
 		"tftp_p50_ms": ms(pct(tf, 50)), "tftp_p99_ms": ms(pct(tf, 99)),
 		"script_p50_ms": ms(pct(sc, 50)), "script_p99_ms": ms(pct(sc, 99)),
+		"connect_p50_ms": ms(pct(cn, 50)), "connect_p99_ms": ms(pct(cn, 99)),
 		"total_p50_ms": ms(pct(tot, 50)), "total_p99_ms": ms(pct(tot, 99)),
 	}
 	if firstErr != nil {
@@ -343,7 +348,7 @@ func client(ctx context.Context, r *relay, hc *http.Client, mac net.HardwareAddr
 	if res.tftp, res.err = tftpStep(server, file); res.err != nil {
 		return res
 	}
-	if res.script, res.err = scriptStep(ctx, hc, mac, scriptURL); res.err != nil {
+	if res.script, res.connect, res.err = scriptStep(ctx, hc, mac, scriptURL); res.err != nil {
 		return res
 	}
 	res.total = time.Since(t0)
@@ -410,36 +415,37 @@ func tftpStep(server, file string) (time.Duration, error) {
 // no http.Transport (connection pool, per-request goroutines): the load
 // generator shares the server's two vCPUs, and a heavier client would be
 // measured instead of the server.
-func scriptStep(ctx context.Context, _ *http.Client, mac net.HardwareAddr, scriptURL string) (time.Duration, error) {
+func scriptStep(ctx context.Context, _ *http.Client, mac net.HardwareAddr, scriptURL string) (total, connect time.Duration, err error) {
 	u, err := url.Parse(scriptURL)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	t0 := time.Now()
 	var d net.Dialer
 	conn, err := d.DialContext(ctx, "tcp4", u.Host)
 	if err != nil {
-		return 0, fmt.Errorf("script: %w", err)
+		return 0, 0, fmt.Errorf("script: %w", err)
 	}
+	connect = time.Since(t0)
 	defer conn.Close()
 	_ = conn.SetDeadline(time.Now().Add(30 * time.Second))
 	if _, err := fmt.Fprintf(conn, "GET %s?mac=%s&platform=pcbios&arch=i386 HTTP/1.1\r\nHost: %s\r\nUser-Agent: iPXE/1.21.1\r\nConnection: close\r\n\r\n",
 		u.Path, hyphen(mac), u.Host); err != nil {
-		return 0, fmt.Errorf("script: %w", err)
+		return 0, 0, fmt.Errorf("script: %w", err)
 	}
 	resp, err := http.ReadResponse(bufio.NewReaderSize(conn, 1024), nil)
 	if err != nil {
-		return 0, fmt.Errorf("script: %w", err)
+		return 0, 0, fmt.Errorf("script: %w", err)
 	}
 	body, err := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	if err != nil {
-		return 0, fmt.Errorf("script: %w", err)
+		return 0, 0, fmt.Errorf("script: %w", err)
 	}
 	if resp.StatusCode != 200 || !bytes.HasPrefix(body, []byte("#!ipxe")) {
-		return 0, fmt.Errorf("script: status %d", resp.StatusCode)
+		return 0, 0, fmt.Errorf("script: status %d", resp.StatusCode)
 	}
-	return time.Since(t0), nil
+	return time.Since(t0), connect, nil
 }
 
 func hyphen(mac net.HardwareAddr) string {
@@ -491,7 +497,7 @@ func table(w io.Writer, files []string) error {
 		}
 		fmt.Fprintf(w, "boot storm, %v concurrent clients, %s (ms)\n", a["clients"], shape)
 		fmt.Fprintf(w, "%-8s %12s %9s %12s %9s\n", "step", a["label"].(string)+" p50", "p99", b["label"].(string)+" p50", "p99")
-		for _, s := range []string{"dhcp", "tftp", "script", "total"} {
+		for _, s := range []string{"dhcp", "tftp", "script", "connect", "total"} {
 			fmt.Fprintf(w, "%-8s %12.1f %9.1f %12.1f %9.1f\n", s, a[s+"_p50_ms"], a[s+"_p99_ms"], b[s+"_p50_ms"], b[s+"_p99_ms"])
 		}
 		fmt.Fprintf(w, "%-8s %12.1f %9s %12.1f\n", "wall", a["wall_ms"], "", b["wall_ms"])

@@ -5,10 +5,13 @@ import (
 	"crypto/x509"
 	"encoding/json"
 	"errors"
+	"net"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -708,4 +711,55 @@ func indexOf(s []string, v string) int {
 		}
 	}
 	return -1
+}
+
+// TestCloseClosesKeepAlive: Close ends the driver's keep-alive connection
+// to the BMC at once (a controller with thousands of BMCs evicts drivers
+// from its cache and must not keep their sockets for IdleConnTimeout).
+// Before the fix the wrapping transport hid CloseIdleConnections.
+func TestCloseClosesKeepAlive(t *testing.T) {
+	for _, basic := range []bool{false, true} {
+		var quirks *bmcsim.Quirks
+		if basic {
+			quirks = &bmcsim.Quirks{NoSessions: true} // Basic auth fallback: no session to log out of
+		}
+		sim, err := bmcsim.New(bmcsim.Config{Tree: loadTree(t, treeDell), Username: "admin", Password: "s3cret", Power: bmcsim.NewMemoryPower(true), Quirks: quirks})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var mu sync.Mutex
+		open := map[net.Conn]bool{}
+		ts := httptest.NewUnstartedServer(sim)
+		ts.Config.ConnState = func(c net.Conn, s http.ConnState) {
+			mu.Lock()
+			defer mu.Unlock()
+			switch s {
+			case http.StateNew:
+				open[c] = true
+			case http.StateClosed, http.StateHijacked:
+				delete(open, c)
+			}
+		}
+		ts.Start()
+		t.Cleanup(ts.Close)
+		drv, err := redfish.New(redfish.Config{Endpoint: ts.URL, Username: "admin", Password: "s3cret", PollInterval: time.Millisecond, RetryBase: time.Millisecond, Timeout: 5 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := drv.PowerState(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		count := func() int { mu.Lock(); defer mu.Unlock(); return len(open) }
+		if count() == 0 {
+			t.Fatalf("basic=%v: no connection open after a call", basic)
+		}
+		_ = drv.Close(context.Background())
+		deadline := time.Now().Add(3 * time.Second) // IdleConnTimeout is 15 s
+		for count() > 0 {
+			if time.Now().After(deadline) {
+				t.Fatalf("basic=%v: %d connection(s) still open 3 s after Close", basic, count())
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
 }

@@ -51,6 +51,15 @@ func (t captureTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	return resp, err
 }
 
+// CloseIdleConnections passes http.Client.CloseIdleConnections on to the
+// wrapped transport: without it the client finds no closeIdler and a
+// closed driver's keep-alive connection lived on until IdleConnTimeout.
+func (t captureTransport) CloseIdleConnections() {
+	if c, ok := t.next.(interface{ CloseIdleConnections() }); ok {
+		c.CloseIdleConnections()
+	}
+}
+
 // loginKey marks the context of a login, whose service-root GET gofish
 // decodes strictly into its own struct.
 type loginKey struct{}
@@ -176,13 +185,13 @@ func (c *conn) close(ctx context.Context) {
 	api := c.api
 	c.api = nil
 	c.mu.Unlock()
+	defer c.http.CloseIdleConnections() // also after Basic auth or a failed login
 	if api == nil {
 		return
 	}
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
 	defer cancel()
 	api.WithContext(ctx).Logout()
-	c.http.CloseIdleConnections()
 }
 
 // reqOpts modify one request.

@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"runtime"
+	"runtime/metrics"
 	"runtime/pprof"
 	"strings"
 	"sync"
@@ -181,6 +182,35 @@ func startCPUProfile(path string) (stop func(), err error) {
 // writeHeapProfile writes the runtime's heap profile to path (mode 0600),
 // after a garbage collection when gc is set (on exit), logging instead of
 // failing.
+// watchHeapPeak samples the runtime's live heap and goroutine stack bytes
+// (runtime/metrics /gc/heap/live:bytes and /memory/classes/heap/stacks:bytes)
+// every second until stop is closed, and writes the heap profile to path
+// each time their sum exceeds the largest seen by more than 4 MiB, so path
+// ends up holding the heap at its peak, which is what a memory target is
+// about. It logs the peak on return.
+func watchHeapPeak(path string, log *slog.Logger, stop <-chan struct{}) {
+	samples := []metrics.Sample{{Name: "/gc/heap/live:bytes"}, {Name: "/memory/classes/heap/stacks:bytes"}, {Name: "/sched/goroutines:goroutines"}}
+	var peak, peakGoroutines uint64
+	defer func() {
+		log.Info("heap peak", "liveAndStacksMiB", peak>>20, "goroutinesAtPeak", peakGoroutines, "profile", path)
+	}()
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+		}
+		metrics.Read(samples)
+		cur := samples[0].Value.Uint64() + samples[1].Value.Uint64()
+		if cur > peak+4<<20 {
+			peak, peakGoroutines = cur, samples[2].Value.Uint64()
+			writeHeapProfile(path, log, false)
+		}
+	}
+}
+
 func writeHeapProfile(path string, log *slog.Logger, gc bool) {
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
 	if err != nil {
@@ -250,21 +280,10 @@ func newServeCmd(e *env) *cobra.Command {
 				defer stop()
 			}
 			if memProfile != "" {
-				defer writeHeapProfile(memProfile, log, true)
+				defer writeHeapProfile(memProfile+".exit", log, true)
 				stop := make(chan struct{})
 				defer close(stop)
-				go func() { // rewritten every 10 s, so a running controller's heap can be read too
-					t := time.NewTicker(10 * time.Second)
-					defer t.Stop()
-					for {
-						select {
-						case <-stop:
-							return
-						case <-t.C:
-							writeHeapProfile(memProfile, log, false)
-						}
-					}
-				}()
+				go watchHeapPeak(memProfile, log, stop)
 			}
 			if cc.Repo.URL == "" {
 				return c.Run(cmd.Context())
@@ -319,7 +338,7 @@ func newServeCmd(e *env) *cobra.Command {
 	f.StringVar(&cc.AutoEnrollCommitTo, "auto-enroll-commit-to", os.Getenv("MACHINA_AUTO_ENROLL_COMMIT_TO"), "commit auto-enrol proposals straight onto this branch (the inventory branch); empty pushes review branches discovered/DATE")
 	f.StringVar(&c.StatePath, "state", envOrDefault(envState, defaultStatePath), "bbolt state file (env "+envState+")")
 	f.StringVar(&c.Listen, "listen", envOrDefault(envListen, "127.0.0.1:8080"), "admin API address (env "+envListen+")")
-	f.StringVar(&memProfile, "mem-profile", "", "diagnostics: write a Go heap profile (pprof format, in-use and allocated) to this file every 10 s and on exit")
+	f.StringVar(&memProfile, "mem-profile", "", "diagnostics: write a Go heap profile (pprof format, in-use and allocated) to this file whenever the live heap plus goroutine stacks reach a new peak (checked every second), and to FILE.exit on exit")
 	f.StringVar(&cpuProfile, "cpu-profile", "", "diagnostics: write a Go CPU profile (pprof format) of the whole run to this file, closed on exit")
 	f.StringVar(&logFormat, "log-format", envOrDefault(envLogFormat, "json"), "log format: json or text (env "+envLogFormat+")")
 	f.StringVar(&logLevel, "log-level", envOrDefault(envLogLevel, "info"), "log level: debug, info, warn, error (env "+envLogLevel+")")
