@@ -226,11 +226,15 @@ func yamlScalar(v string) string {
 			plain = false
 		}
 	}
-	if plain && letter && !yamlReserved[strings.ToLower(v)] {
-		if _, err := strconv.ParseFloat(v, 64); err != nil {
-			if _, err := strconv.ParseInt(v, 0, 64); err != nil {
-				return v
-			}
+	if plain && letter {
+		// A plain candidate starts with a letter, so the only numbers it
+		// can spell are the ones strconv.ParseFloat reads from letters
+		// (inf, infinity, nan in any case); asking strconv instead
+		// allocated an error per string, a fleet's worth per status write.
+		switch l := strings.ToLower(v); {
+		case yamlReserved[l], l == "inf", l == "infinity", l == "nan":
+		default:
+			return v
 		}
 	}
 	// Invalid UTF-8 would come back as other characters ("\x92" is
