@@ -199,7 +199,9 @@ func (h *Handler) serveScript(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "bad mac", http.StatusBadRequest)
 		return
 	}
-	log := h.log.With("mac", mac.String(), "ip", ip.String())
+	// Built only when something is logged: With copies its attributes,
+	// and this runs for every machine of a boot storm.
+	log := func() *slog.Logger { return h.log.With("mac", mac.String(), "ip", ip.String()) }
 	if ok, wait := h.macLim.Allow(mac.String()); !ok {
 		h.limited(w, mac.String(), ip, "per-mac", wait)
 		return
@@ -214,17 +216,19 @@ func (h *Handler) serveScript(w http.ResponseWriter, r *http.Request) {
 	case errors.Is(err, boot.ErrNotFound) && h.cfg.AutoEnroll:
 		a, err = h.cfg.Enroller.Discovered(ctx, boot.Discovery{MAC: mac, Source: "ipxe", Arch: -1, IP: ip})
 		if err != nil {
-			log.Error("auto-enrol", "err", err)
+			log().Error("auto-enrol", "err", err)
 			http.Error(w, "enrol failed", http.StatusServiceUnavailable)
 			return
 		}
 		h.event(Event{Kind: EventDiscovered, MAC: mac.String(), IP: ip, Reason: "ipxe"})
 	case errors.Is(err, boot.ErrNotFound):
-		log.Debug("unknown mac: exit")
+		if h.log.Enabled(ctx, slog.LevelDebug) {
+			log().Debug("unknown mac: exit")
+		}
 		writeScript(w, fmt.Appendf(nil, "#!ipxe\necho Machina: unknown machine %s, not enrolled\nexit\n", mac))
 		return
 	case err != nil:
-		log.Error("lookup", "err", err)
+		log().Error("lookup", "err", err)
 		http.Error(w, "lookup failed", http.StatusServiceUnavailable)
 		return
 	}
@@ -239,18 +243,20 @@ func (h *Handler) serveScript(w http.ResponseWriter, r *http.Request) {
 		}
 		p.Token, err = h.cfg.Tokens.Issue(ctx, mac, mode, ttl)
 		if err != nil {
-			log.Error("issue token", "err", err)
+			log().Error("issue token", "err", err)
 			http.Error(w, "token unavailable", http.StatusServiceUnavailable)
 			return
 		}
 	}
 	b, err := Render(p)
 	if err != nil {
-		log.Error("render", "err", err)
+		log().Error("render", "err", err)
 		http.Error(w, "script unavailable", http.StatusInternalServerError)
 		return
 	}
-	log.Debug("script served", "lifecycle", a.Lifecycle, "platform", p.Platform)
+	if h.log.Enabled(ctx, slog.LevelDebug) {
+		log().Debug("script served", "lifecycle", a.Lifecycle, "platform", p.Platform)
+	}
 	writeScript(w, b)
 }
 

@@ -22,6 +22,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/machina-metal/machina/boot"
@@ -88,6 +89,75 @@ type Server struct {
 	conn   *net.UDPConn
 
 	served, refused, limited, failed atomic.Uint64
+
+	files fileCache
+}
+
+// fileCache keeps the contents of small served files (iPXE binaries are
+// 70 KB to 1 MB) so a transfer sends blocks from memory: pin/tftp reads
+// one block per io.Reader call, which from an *os.File is one pread per
+// 1,428-byte block, for every client of a boot storm. An entry is used
+// only while the file opened for the transfer still has the size, mtime,
+// device and inode it was read with; every transfer still opens the file
+// through the root, so a path is checked exactly as without the cache.
+type fileCache struct {
+	mu    sync.Mutex
+	m     map[string]cachedFile
+	bytes int64
+}
+
+type cachedFile struct {
+	id   fileID
+	data []byte
+}
+
+// fileID identifies a file version: size, mtime (ns), device and inode.
+type fileID struct {
+	size, mtime int64
+	dev, ino    uint64
+}
+
+// Cache bounds: files above maxCachedFile are read from disk per block;
+// past maxCacheBytes in total the cache is emptied and refilled.
+const (
+	maxCachedFile = 4 << 20
+	maxCacheBytes = 64 << 20
+)
+
+func idOf(st os.FileInfo) fileID {
+	id := fileID{size: st.Size(), mtime: st.ModTime().UnixNano()}
+	if sys, ok := st.Sys().(*syscall.Stat_t); ok {
+		id.dev, id.ino = uint64(sys.Dev), sys.Ino
+	}
+	return id
+}
+
+// reader returns a reader over f's contents (st is f's Stat): from the
+// cache when the entry for name matches st, else read whole into the
+// cache when small enough, else f itself.
+func (c *fileCache) reader(name string, f *os.File, st os.FileInfo) (io.ReadSeeker, error) {
+	if st.Size() > maxCachedFile {
+		return f, nil
+	}
+	id := idOf(st)
+	c.mu.Lock()
+	e, ok := c.m[name]
+	c.mu.Unlock()
+	if ok && e.id == id {
+		return bytes.NewReader(e.data), nil
+	}
+	data := make([]byte, st.Size())
+	if _, err := io.ReadFull(f, data); err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil || c.bytes+int64(len(data)) > maxCacheBytes {
+		c.m, c.bytes = map[string]cachedFile{}, 0
+	}
+	c.bytes += int64(len(data)) - int64(len(c.m[name].data))
+	c.m[name] = cachedFile{id: id, data: data}
+	return bytes.NewReader(data), nil
 }
 
 // New validates cfg and opens the root directory.
@@ -293,7 +363,12 @@ func (s *Server) read(name string, rf io.ReaderFrom) error {
 			log.Warn("tftp refused: not a regular file")
 			return ErrNotFound
 		}
-		r, size = f, st.Size()
+		if r, err = s.files.reader(clean, f, st); err != nil {
+			s.failed.Add(1)
+			log.Warn("tftp read failed", "err", err)
+			return ErrNotFound
+		}
+		size = st.Size()
 	}
 	if ot, ok := rf.(ptftp.OutgoingTransfer); ok {
 		ot.SetSize(size) // tsize (RFC 2349)

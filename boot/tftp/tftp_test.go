@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/machina-metal/machina/boot/internal/netnstest"
 	ptftp "github.com/pin/tftp/v3"
@@ -145,6 +146,49 @@ func TestLibraryClientBlksizeTsize(t *testing.T) {
 	got, _, err = fetch(t, client(t, f.addr, 0, false), "inside-link")
 	if err != nil || !bytes.Equal(got, f.big) {
 		t.Fatalf("symlink inside root: %d bytes, %v", len(got), err)
+	}
+}
+
+// TestCachedFileFollowsChanges: files are served from the in-memory cache
+// only while they are unchanged: a file rewritten in place (same size, new
+// bytes), replaced by rename, or grown is served with its new contents on
+// the next transfer, and a symlink swapped to point out of the root is
+// still refused (every transfer opens the path through the root).
+func TestCachedFileFollowsChanges(t *testing.T) {
+	f := newFixture(t, Config{})
+	c := client(t, f.addr, 1428, true)
+	for i := range 2 { // the second fetch comes from the cache
+		got, _, err := fetch(t, c, "undionly.kpxe")
+		if err != nil || !bytes.Equal(got, f.big) {
+			t.Fatalf("fetch %d: %d bytes, %v", i, len(got), err)
+		}
+	}
+	p := filepath.Join(f.root, "undionly.kpxe")
+	// Same size, new bytes, mtime forced to differ.
+	next := bytes.Clone(f.big)
+	next[0] ^= 0xff
+	next[len(next)-1] ^= 0xff
+	must(t, os.WriteFile(p, next, 0o644))
+	must(t, os.Chtimes(p, time.Now().Add(time.Hour), time.Now().Add(time.Hour)))
+	if got, _, err := fetch(t, c, "undionly.kpxe"); err != nil || !bytes.Equal(got, next) {
+		t.Fatalf("after rewrite: %v, same as new contents: %v", err, bytes.Equal(got, next))
+	}
+	// Replaced by rename (new inode), grown.
+	grown := append(bytes.Clone(next), []byte("tail")...)
+	tmp := filepath.Join(f.root, ".new")
+	must(t, os.WriteFile(tmp, grown, 0o644))
+	must(t, os.Rename(tmp, p))
+	if got, size, err := fetch(t, c, "undionly.kpxe"); err != nil || !bytes.Equal(got, grown) || size != int64(len(grown)) {
+		t.Fatalf("after rename: %d bytes (tsize %d), %v; want %d", len(got), size, err, len(grown))
+	}
+	// A cached name turned into a symlink out of the root is refused.
+	if _, _, err := fetch(t, c, "inside-link"); err != nil {
+		t.Fatal(err)
+	}
+	must(t, os.Remove(filepath.Join(f.root, "inside-link")))
+	must(t, os.Symlink(f.secret, filepath.Join(f.root, "inside-link")))
+	if got, _, err := fetch(t, c, "inside-link"); err == nil {
+		t.Fatalf("symlink out of the root served %q", got)
 	}
 }
 
