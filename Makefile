@@ -20,11 +20,7 @@ unit:
 	$(GO) test -race -count=1 -timeout 20m $(PKGS)
 
 fuzz:
-	@for t in $$(scripts/fuzz-targets.sh); do \
-		pkg=$${t%%:*}; name=$${t##*:}; \
-		echo "fuzz $$pkg $$name for $(FUZZTIME)"; \
-		$(GO) test -run '^$$' -fuzz "^$$name$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; \
-	done
+	GO=$(GO) sh scripts/fuzz.sh $(FUZZTIME)
 
 lint:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt: files above need formatting"; exit 1; }
