@@ -96,8 +96,13 @@ func normalise(inv *Inventory) {
 // crossCheck runs the checks a schema cannot express: uniqueness after
 // normalisation, references between files, zones that have servers, counts
 // that can be met, SSH keys that parse.
-func crossCheck(inv *Inventory, docs map[string]*doc) []FieldError {
+//
+// valid names the files that decoded cleanly; a check that reads a file
+// that did not is skipped (its data is missing, and "not defined" or "no
+// servers" would then be false alarms), every other check runs.
+func crossCheck(inv *Inventory, docs map[string]*doc, valid map[string]bool) []FieldError {
 	var out []FieldError
+	haveServers, haveProfiles, haveImages := valid[ServersFile], valid[ProfilesFile], valid[ImagesFile]
 	sd, pd, id := docs[ServersFile], docs[ProfilesFile], docs[ImagesFile]
 	errAt := func(d *doc, pointer string, sev Severity, msg string) {
 		if d == nil {
@@ -166,7 +171,7 @@ func crossCheck(inv *Inventory, docs map[string]*doc) []FieldError {
 		if s.Want != WantRetired {
 			zones[s.Zone]++
 		}
-		if s.Profile != "" {
+		if s.Profile != "" && haveProfiles {
 			if _, ok := profiles[s.Profile]; !ok {
 				errAt(sd, base+"/profile", SeverityError, fmt.Sprintf("profile %q is not defined in %s", s.Profile, ProfilesFile))
 			}
@@ -184,10 +189,10 @@ func crossCheck(inv *Inventory, docs map[string]*doc) []FieldError {
 
 	for i, p := range inv.Profiles {
 		base := "/profiles/" + strconv.Itoa(i)
-		if _, ok := images[p.Image]; !ok {
+		if _, ok := images[p.Image]; !ok && haveImages {
 			errAt(pd, base+"/image", SeverityError, fmt.Sprintf("image %q is not defined in %s", p.Image, ImagesFile))
 		}
-		if p.Zone != "" && zones[p.Zone] == 0 {
+		if p.Zone != "" && zones[p.Zone] == 0 && haveServers {
 			errAt(pd, base+"/zone", SeverityError, fmt.Sprintf("zone %q has no servers in %s", p.Zone, ServersFile))
 		}
 		for k, key := range p.SSHKeys {
@@ -195,7 +200,7 @@ func crossCheck(inv *Inventory, docs map[string]*doc) []FieldError {
 				errAt(pd, base+"/sshKeys/"+strconv.Itoa(k), SeverityError, "is not a valid OpenSSH public key (the base64 body does not decode to a key of the named type)")
 			}
 		}
-		if p.Count > 0 {
+		if p.Count > 0 && haveServers {
 			candidates := 0
 			for _, s := range inv.Servers {
 				if s.Want == WantRetired || (p.Zone != "" && s.Zone != p.Zone) || (s.Profile != "" && s.Profile != p.Name) {

@@ -3,6 +3,7 @@ package inventory
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"os"
 	"runtime"
 	"strings"
@@ -214,4 +215,42 @@ func FuzzLoad(f *testing.F) {
 			t.Fatalf("unexpected error type: %v", err)
 		}
 	})
+}
+
+// TestEveryFileReportedAtOnce: a schema error in servers.yaml does not hide
+// a cross-file error between profiles.yaml and images.yaml (every problem
+// at once), and checks that need the broken file are skipped rather than
+// reporting false alarms (the profile's zone has servers; they just did not
+// decode).
+func TestEveryFileReportedAtOnce(t *testing.T) {
+	fsys := fstest.MapFS{
+		ServersFile: {Data: []byte(`servers:
+  - name: n01
+    zone: z
+    bootMAC: "52:54:00:00:00:zz"
+    bmc: {driver: ipmi, address: "10.0.0.1", credentials: c}
+`)},
+		ProfilesFile: {Data: []byte(`profiles:
+  - name: hv
+    image: no-such-image
+    zone: z
+    count: 1
+`)},
+		ImagesFile: {Data: []byte(`images:
+  - {name: debian-12, catalog: debian-12}
+`)},
+	}
+	_, err := Load(fsys, Limits{})
+	var ve *ValidationError
+	if !errors.As(err, &ve) {
+		t.Fatalf("Load = %v, want a ValidationError", err)
+	}
+	var got []string
+	for _, e := range ve.Errors {
+		got = append(got, e.File+" "+e.Path)
+	}
+	want := []string{ServersFile + " servers[0].bootMAC", ProfilesFile + " profiles[0].image"}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("errors at %v, want %v:\n%v", got, want, ve)
+	}
 }

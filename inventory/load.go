@@ -76,11 +76,17 @@ func Load(fsys fs.FS, lim Limits) (*Result, error) {
 	var problems []FieldError
 	docs := map[string]*doc{}
 	inv := &Inventory{}
+	// valid names the files that decoded without an error: cross-file
+	// checks run for every pair of valid files, so one broken file does
+	// not hide the other files' problems.
+	valid := map[string]bool{}
 	for _, spec := range fileSpecs {
 		data, err := readLimited(fsys, spec.name, lim.MaxFileBytes)
 		if errors.Is(err, fs.ErrNotExist) {
 			if spec.required {
 				problems = append(problems, FieldError{File: spec.name, Msg: "file is missing; the inventory needs a " + spec.name + " at the repository root", Severity: SeverityError})
+			} else {
+				valid[spec.name] = true // a missing optional file is an empty list
 			}
 			continue
 		}
@@ -97,11 +103,10 @@ func Load(fsys fs.FS, lim Limits) (*Result, error) {
 		if d != nil {
 			docs[spec.name] = d
 		}
+		valid[spec.name] = d != nil && !hasErrors(errs)
 	}
-	if !hasErrors(problems) {
-		normalise(inv)
-		problems = append(problems, crossCheck(inv, docs)...)
-	}
+	normalise(inv)
+	problems = append(problems, crossCheck(inv, docs, valid)...)
 	problems = sortProblems(problems)
 	var errs, warns []FieldError
 	for _, p := range problems {

@@ -156,6 +156,10 @@ func (c *Controller) run(ctx context.Context, step Step, desired *inventory.Inve
 			}
 			log.Info("released", "wipe", "next: the ramdisk's release wipe")
 		}
+		// Outside the move: a retried release still forgets the host.
+		if _, err := st.ForgetHostsOf(step.Server, state.HostReleased, "server "+step.Server+" released: "+step.Why); err != nil {
+			return err
+		}
 	case ActWipe:
 		// Mark the wipe as running first: a ramdisk that reports quickly
 		// then finds the record in the state it expects.
@@ -194,6 +198,9 @@ func (c *Controller) run(ctx context.Context, step Step, desired *inventory.Inve
 				return err
 			}
 			log.Info("retired")
+		}
+		if _, err := st.ForgetHostsOf(step.Server, state.HostRetired, "server "+step.Server+" retired: "+step.Why); err != nil {
+			return err
 		}
 	case ActTimeout:
 		// Power off first so a machine stuck in the ramdisk stops; a BMC

@@ -424,6 +424,10 @@ func renderReadme(inv InventoryStatus, servers []ServerStatus, images []ImageSta
 	default:
 		b.WriteString("No inventory revision yet.\n\n")
 	}
+	if h := inv.Held; h != nil {
+		fmt.Fprintf(&b, "**Plan held by the safety brake**: %s. %d steps wait for approval, see [inventory.yaml](inventory.yaml).\n\n",
+			mdCell(truncate(strings.TrimSuffix(h.Reason, "."), 300)), len(h.Steps))
+	}
 	counts := map[string]int{}
 	for _, s := range servers {
 		counts[orUnknown(s.Lifecycle)]++

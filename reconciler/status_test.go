@@ -714,3 +714,24 @@ func TestStatusLocalPack(t *testing.T) {
 		t.Errorf("packs %d → %d, want one more (no fetch)", len(packs), len(packs2))
 	}
 }
+
+// TestReadmeShowsHeldPlan: a plan held by the safety brake is said on
+// status/README.md, the page the demo points people to, not only in
+// inventory.yaml; the reason is made safe for Markdown.
+func TestReadmeShowsHeldPlan(t *testing.T) {
+	s := sampleSnapshot()
+	s.Inventory.Invalid = nil
+	s.Inventory.Held = &HeldPlan{Reason: "held until approved (machinactl approve c4c0915ede48): releases 2 of 3 | <b>", Steps: []string{"r1-n01 release: x", "r1-n02 release: y"}}
+	files, _ := renderStatus(s, 10)
+	for _, f := range files {
+		if f.path != "status/README.md" {
+			continue
+		}
+		want := "**Plan held by the safety brake**: held until approved (machinactl approve c4c0915ede48): releases 2 of 3 \\| &lt;b&gt;. 2 steps wait for approval"
+		if !strings.Contains(string(f.data), want) {
+			t.Errorf("README.md lacks %q:\n%s", want, f.data)
+		}
+		return
+	}
+	t.Fatal("no status/README.md rendered")
+}

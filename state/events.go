@@ -21,6 +21,7 @@ const (
 	EventSecretSet     EventKind = "secret.set"          // PutSecret (Message names the secret, never its value)
 	EventSecretDeleted EventKind = "secret.deleted"      // DeleteSecret
 	EventUnstalled     EventKind = "server.unstalled"    // UnstallByCredential (a stalled server's credential was set)
+	EventHostForgotten EventKind = "host.forgotten"      // ForgetHostsOf (the server under a host was released or retired)
 	EventAdminCreated  EventKind = "admin_token.created" // CreateAdminToken (Message names the token)
 	EventAdminRevoked  EventKind = "admin_token.revoked" // RevokeAdminToken
 	EventNote          EventKind = "note"                // AppendEvent: free-form

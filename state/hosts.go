@@ -2,6 +2,7 @@ package state
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -133,4 +134,50 @@ func (s *Store) JoinLog(host string) ([]JoinLogEntry, error) {
 		return nil, fmt.Errorf("state: join log %s: %w", host, err)
 	}
 	return out, nil
+}
+
+// Host join statuses set by the controller when the server under a host
+// goes away (ForgetHostsOf): the disk was wiped on release, or the server
+// was retired.
+const (
+	HostReleased = "released"
+	HostRetired  = "retired"
+)
+
+// ForgetHostsOf marks every host running on server with status
+// (HostReleased or HostRetired) and reason, and forgets its node
+// certificate's fingerprint, so the join listener refuses that node's
+// certificate from then on (a wiped or retired machine's identity must not
+// come back); a new deploy joins afresh. It records one EventHostForgotten
+// event per host changed and returns their names. Hosts already in status
+// are left alone. Errors are the store's.
+func (s *Store) ForgetHostsOf(server, status, reason string) ([]string, error) {
+	if status != HostReleased && status != HostRetired {
+		return nil, fmt.Errorf("state: forget hosts of %s: status %q: %w", server, status, ErrInvalid)
+	}
+	hosts, err := s.Hosts()
+	if err != nil {
+		return nil, err
+	}
+	var done []string
+	for _, h := range hosts {
+		if h.Server != server || h.JoinStatus == status {
+			continue
+		}
+		_, err := s.UpdateHost(h.Name, func(x *Host) error {
+			x.JoinStatus, x.JoinReason, x.CertFingerprint = status, reason, ""
+			return nil
+		})
+		if errors.Is(err, ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return done, err
+		}
+		done = append(done, h.Name)
+		if _, err := s.AppendEvent(Event{Server: server, Kind: EventHostForgotten, Message: "host " + h.Name + " " + status + ": " + reason}); err != nil {
+			return done, err
+		}
+	}
+	return done, nil
 }

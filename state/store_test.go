@@ -343,3 +343,46 @@ func TestSnapshot(t *testing.T) {
 		t.Errorf("snapshot shares memory with the store's cache")
 	}
 }
+
+// TestForgetHostsOf: the hosts of a released server are marked released
+// with their certificate fingerprint cleared and one host.forgotten event
+// each; hosts of other servers are untouched; a second call changes
+// nothing; an unknown status is refused.
+func TestForgetHostsOf(t *testing.T) {
+	s := openTest(t, state.Options{})
+	for _, h := range []state.Host{
+		{Name: "h1", Server: "s1", CertFingerprint: "aa", JoinStatus: "joined"},
+		{Name: "h2", Server: "s2", CertFingerprint: "bb", JoinStatus: "joined"},
+	} {
+		if _, err := s.PutHost(h); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := s.ForgetHostsOf("s1", state.HostReleased, "server s1 released: count lowered")
+	if err != nil || len(got) != 1 || got[0] != "h1" {
+		t.Fatalf("ForgetHostsOf = %v, %v; want [h1]", got, err)
+	}
+	h1, _ := s.Host("h1")
+	h2, _ := s.Host("h2")
+	if h1.JoinStatus != state.HostReleased || h1.CertFingerprint != "" || h1.JoinReason != "server s1 released: count lowered" {
+		t.Errorf("h1 = %+v", h1)
+	}
+	if h2.JoinStatus != "joined" || h2.CertFingerprint != "bb" {
+		t.Errorf("h2 (other server) changed: %+v", h2)
+	}
+	if again, err := s.ForgetHostsOf("s1", state.HostReleased, "again"); err != nil || len(again) != 0 {
+		t.Errorf("second call = %v, %v; want nothing", again, err)
+	}
+	n := 0
+	for _, e := range allEvents(t, s, state.EventQuery{}) {
+		if e.Kind == state.EventHostForgotten {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Errorf("%d host.forgotten events, want 1", n)
+	}
+	if _, err := s.ForgetHostsOf("s2", "gone", "x"); !errors.Is(err, state.ErrInvalid) {
+		t.Errorf("unknown status: %v, want ErrInvalid", err)
+	}
+}

@@ -113,6 +113,25 @@ func TestProfileCountUpAndDown(t *testing.T) {
 		if !slices.Contains(kinds, "wipe.done") {
 			t.Errorf("%s: no wipe.done event after release: %v", name, kinds)
 		}
+		if !slices.Contains(kinds, string(state.EventHostForgotten)) {
+			t.Errorf("%s: no %s event after release: %v", name, state.EventHostForgotten, kinds)
+		}
+		// The host that ran on it is no longer listed as joined, and its
+		// node certificate is forgotten (the join listener refuses it).
+		hosts := 0
+		for _, h := range snap.Hosts {
+			if h.Server != name {
+				continue
+			}
+			hosts++
+			if h.JoinStatus != state.HostReleased || h.CertFingerprint != "" {
+				t.Errorf("host %s on released %s: join status %q, fingerprint %q; want released and none", h.Name, name, h.JoinStatus, h.CertFingerprint)
+			}
+		}
+		if hosts == 0 {
+			t.Errorf("no host record for %s (it joined when deployed)", name)
+		}
+		r.waitStatus("status/hosts/"+name+".yaml", "released")
 	}
 	if res := r.run.Reconciler.LastPlan(); len(res.Held) != 0 {
 		t.Errorf("lowering by 2 of 12 was held: %s", res.Brake)

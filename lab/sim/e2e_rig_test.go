@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -216,10 +217,13 @@ func (r *rig) commit(msg string, edit func(dir string)) string {
 			r.run.Source.Trigger()
 			return id.String()
 		}
-		if attempt == 10 {
+		if attempt == 20 {
 			r.t.Fatalf("push: %v", err)
 		}
 		r.t.Logf("push lost a race (%v); redoing the commit on the new tip", err)
+		// Back off (jittered) so a loaded machine's status writer, which
+		// pushes every few hundred ms here, cannot win every retry.
+		time.Sleep(time.Duration(attempt) * time.Duration(20+rand.IntN(40)) * time.Millisecond)
 	}
 }
 
