@@ -210,7 +210,13 @@ func Run(ctx context.Context, cfg Config) error {
 	drivers := cfg.Drivers
 	if drivers == nil {
 		sd := &StoreDrivers{Store: st, Logger: log.With("component", "bmc")}
-		defer sd.Close(context.Background())
+		defer func() {
+			// Logging out of every BMC is a courtesy (sessions also
+			// expire on the BMC): bounded so Ctrl-C stops promptly.
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+			defer cancel()
+			sd.Close(ctx)
+		}()
 		drivers = sd
 	}
 	status := &statusFeed{gap: statusBuildGap(cfg.StatusInterval)}

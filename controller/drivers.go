@@ -149,12 +149,35 @@ func (d *StoreDrivers) Driver(ctx context.Context, srv state.Server) (bmc.Driver
 	return drv, nil
 }
 
-// Close ends every cached driver's session.
+// Close ends every cached driver's session, at most 32 at a time, and
+// returns when all have returned or ctx is done, whichever is first: an
+// IPMI Close Session waits for the BMC's answer with the library's
+// retries, and one silent BMC after another must not hold a stopping
+// controller for seconds each (seen: 12 s for four ipmi_sim sessions).
 func (d *StoreDrivers) Close(ctx context.Context) {
 	d.mu.Lock()
-	defer d.mu.Unlock()
+	drvs := make([]bmc.Driver, 0, len(d.drivers))
 	for name, c := range d.drivers {
-		_ = c.drv.Close(ctx)
+		drvs = append(drvs, c.drv)
 		delete(d.drivers, name)
+	}
+	d.mu.Unlock()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		var wg sync.WaitGroup
+		sem := make(chan struct{}, 32)
+		for _, drv := range drvs {
+			sem <- struct{}{}
+			wg.Go(func() {
+				defer func() { <-sem }()
+				_ = drv.Close(ctx)
+			})
+		}
+		wg.Wait()
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
 	}
 }

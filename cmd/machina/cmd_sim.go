@@ -96,12 +96,17 @@ func runSim(ctx context.Context, e *env, o simOptions) error {
 	defer cancel()
 
 	fmt.Fprintf(e.stdout, "Machina simulated lab in %s\n", dir)
-	lab, err := sim.Start(ctx, sim.Config{Dir: filepath.Join(dir, "lab"), Servers: o.servers, BootDelay: o.bootDelay, Logger: log.With("component", "sim")})
+	// The lab outlives the controller: on Ctrl-C the controller stops
+	// first and logs out of BMCs (IPMI Close Session) that are still
+	// there to answer; lab.Close (deferred) then stops the lab.
+	labCtx, labCancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer labCancel()
+	lab, err := sim.Start(labCtx, sim.Config{Dir: filepath.Join(dir, "lab"), Servers: o.servers, BootDelay: o.bootDelay, Logger: log.With("component", "sim")})
 	if err != nil {
 		return err
 	}
 	defer lab.Close()
-	fmt.Fprintf(e.stdout, "  %d simulated servers behind bmcsim Redfish BMCs (vendor trees from the fixtures)\n", len(lab.Machines()))
+	fmt.Fprintf(e.stdout, "  %d simulated servers behind simulated BMCs (bmcsim Redfish with vendor trees from the fixtures; OpenIPMI's ipmi_sim for the IPMI ones when installed)\n", len(lab.Machines()))
 	fmt.Fprintf(e.stdout, "  inventory repository: %s\n  your working clone:   %s\n  image mirror:         %s\n  controller log:       %s\n\n",
 		strings.TrimPrefix(lab.RepoURL, "file://"), lab.Clone, lab.MirrorURL, logPath)
 
