@@ -103,7 +103,9 @@ func TestCommissionCounterRunsOnce(t *testing.T) {
 	srv := r.waitServer(name, "recommissioned", time.Minute, func(s state.Server) bool {
 		return s.Actions["commission"] == 1 && s.Lifecycle == state.LifecycleReady
 	})
-	body := r.waitStatus("status/servers/"+name+".yaml", "commission: 1")
+	// The counter is observed when commissioning starts: wait for the
+	// status commit that also shows the server ready again.
+	body := r.waitStatus("status/servers/"+name+".yaml", "commission: 1", "lifecycle: ready")
 	r.settled(name, "commission: 1")
 
 	evs := r.events(name, seq)

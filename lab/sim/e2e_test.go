@@ -199,18 +199,27 @@ func (h *harness) waitMachine(m *sim.Machine, p sim.Phase) {
 
 // waitStatus waits until the bare repository's main branch has path with
 // text in it (a status commit from the controller).
-func (h *harness) waitStatus(path, text string) string {
+func (h *harness) waitStatus(path string, texts ...string) string {
 	h.t.Helper()
 	deadline := time.Now().Add(time.Minute)
 	for {
-		if body, ok := readHead(h.lab.RepoURL, path); ok && strings.Contains(body, text) {
+		if body, ok := readHead(h.lab.RepoURL, path); ok && containsAll(body, texts) {
 			return body
 		}
 		if time.Now().After(deadline) {
-			h.t.Fatalf("no status commit with %s containing %q", path, text)
+			h.t.Fatalf("no status commit with %s containing all of %q", path, texts)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+func containsAll(s string, subs []string) bool {
+	for _, sub := range subs {
+		if !strings.Contains(s, sub) {
+			return false
+		}
+	}
+	return true
 }
 
 func readHead(repoURL, path string) (string, bool) {
