@@ -528,11 +528,12 @@ func prune(ctx context.Context, st *state.Store, every time.Duration, log *slog.
 	}
 }
 
-// statusFeed passes reconcile passes' plans to the status builder, at most
-// once per gap: building status/ reads and renders every server (30% of the
-// controller CPU at 1,000 servers in a bench/scale profile), while a busy reconciler runs several passes a second.
-// A pass that arrives inside the gap is kept and built when the gap ends,
-// so the newest pass is always the one that reaches the status writer.
+// statusFeed passes reconcile passes' plans to the status writer, at most
+// once per gap: each hand-over scans the store for stalled servers (to
+// decide urgency), while a busy reconciler runs several passes a second.
+// The snapshot itself is built by the writer when it writes. A pass that
+// arrives inside the gap is kept and handed over when the gap ends, so the
+// newest pass is always the one that reaches the status writer.
 type statusFeed struct {
 	mu      sync.Mutex
 	build   func(reconciler.Result)

@@ -22,8 +22,8 @@ import (
 // out) at the next call, and past MaxDrivers the least recently used one
 // is, so a controller of 10,000 servers holds neither 10,000 sessions on
 // the BMCs (which allow only a few each) nor their clients in memory
-// (capping it was one of the changes, with the boot index and GOMEMLIMIT,
-// that took the 10,000-server bench/scale peak from 958 MiB to 328 MiB). Safe for concurrent use; Close ends every session.
+// (see docs/performance.md). Safe for concurrent use; Close ends every
+// session.
 type StoreDrivers struct {
 	Store  *state.Store
 	Logger *slog.Logger

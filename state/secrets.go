@@ -283,22 +283,9 @@ var errUnchanged = errors.New("unchanged")
 // Driver reports both as bmc.ErrAuth, which stalls). A server updated
 // concurrently is skipped if it no longer matches. Errors are the store's.
 func (s *Store) UnstallByCredential(name, actor string) ([]string, error) {
-	var names []string
-	opts := ListOptions{Limit: MaxPageSize}
-	for {
-		page, err := s.ListServers(opts)
-		if err != nil {
-			return nil, err
-		}
-		for _, srv := range page.Servers {
-			if srv.Stalled != "" && srv.BMC.Credentials == name {
-				names = append(names, srv.Name)
-			}
-		}
-		if page.Next == "" {
-			break
-		}
-		opts.After = page.Next
+	names, err := s.serverNames(func(srv *Server) bool { return srv.Stalled != "" && srv.BMC.Credentials == name })
+	if err != nil {
+		return nil, err
 	}
 	var done []string
 	for _, n := range names {

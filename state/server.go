@@ -342,11 +342,22 @@ func (s *Store) CountServers() (map[Lifecycle]int, error) {
 // name order. It reads through the decode cache without copying records,
 // so a fleet-wide check costs little more than a scan of the bucket.
 func (s *Store) StalledServers() ([]string, error) {
+	out, err := s.serverNames(func(srv *Server) bool { return srv.Stalled != "" })
+	if err != nil {
+		return nil, fmt.Errorf("state: stalled servers: %w", err)
+	}
+	return out, nil
+}
+
+// serverNames returns, in name order, the names of the servers for which
+// match is true. match sees the cached record and must neither modify nor
+// retain it.
+func (s *Store) serverNames(match func(*Server) bool) ([]string, error) {
 	var out []string
 	err := s.view(func(tx *bolt.Tx) error {
 		return tx.Bucket(bucketServers).ForEach(func(k, v []byte) error {
 			if err := s.servers.view(k, v, func(srv *Server) {
-				if srv.Stalled != "" {
+				if match(srv) {
 					out = append(out, srv.Name)
 				}
 			}); err != nil {
@@ -355,10 +366,7 @@ func (s *Store) StalledServers() ([]string, error) {
 			return nil
 		})
 	})
-	if err != nil {
-		return nil, fmt.Errorf("state: stalled servers: %w", err)
-	}
-	return out, nil
+	return out, err
 }
 
 // ServerByBootMAC returns the server whose boot MAC is mac (lower-case colon

@@ -126,7 +126,7 @@ func New(cfg Config) (*Handler, error) {
 	if cfg.KernelArgs == "" {
 		cfg.KernelArgs = "console=tty0 console=ttyS0"
 	}
-	if !safeArgs.MatchString(cfg.KernelArgs) {
+	if !safeArg(cfg.KernelArgs) {
 		return nil, errors.New("ipxe: new handler: KernelArgs has characters outside A-Za-z0-9 ._,:=/@+-")
 	}
 	if cfg.TokenTTL <= 0 {

@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -424,5 +425,21 @@ func TestInstallerScriptsGolden(t *testing.T) {
 	if _, err := Render(ScriptParams{MAC: "52:54:00:00:00:01", Lifecycle: boot.LifecycleDeploying, Platform: PlatformEFI, Controller: "http://10.0.0.1",
 		Token: "abc", Installer: InstallerAutoinstall, InstallerImage: "x y${evil}"}); err == nil {
 		t.Error("Render accepted an unsafe installer image name")
+	}
+}
+
+// TestSafeArgMatchesCharacterClass: the byte loop that replaced the regexp
+// accepts exactly the strings `^[A-Za-z0-9 ._,:=/@+-]*$` accepts: every
+// single byte, and strings mixing allowed and refused ones.
+func TestSafeArgMatchesCharacterClass(t *testing.T) {
+	re := regexp.MustCompile(`^[A-Za-z0-9 ._,:=/@+-]*$`)
+	cases := []string{"", "console=ttyS0,115200 quiet", "a$b", "x\ny", "é", "tok-EN_1.2:3=4/5@6+7", "a\tb", "'q'", "\x00"}
+	for b := range 256 {
+		cases = append(cases, string([]byte{byte(b)}), "ok"+string([]byte{byte(b)})+"ok")
+	}
+	for _, s := range cases {
+		if got, want := safeArg(s), re.MatchString(s); got != want {
+			t.Errorf("safeArg(%q) = %v, the character class says %v", s, got, want)
+		}
 	}
 }

@@ -74,7 +74,7 @@ func renderInstaller(p ScriptParams) ([]byte, error) {
 	if err := boot.CheckURL(p.Controller); err != nil {
 		return nil, fmt.Errorf("render ipxe script: %w", err)
 	}
-	if !safeArgs.MatchString(p.Token) || p.Token == "" || strings.ContainsAny(p.Token, " /") {
+	if !safeArg(p.Token) || p.Token == "" || strings.ContainsAny(p.Token, " /") {
 		return nil, fmt.Errorf("render ipxe script: token missing or unsafe")
 	}
 	base := strings.TrimRight(p.Controller, "/") + strings.TrimSuffix(InstallPrefix, "/") + "/" + p.Token

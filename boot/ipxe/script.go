@@ -60,17 +60,11 @@ type ScriptParams struct {
 	Installer, InstallerImage string
 }
 
-// safeArgs is the character set allowed in KernelArgs and names: no '$'
-// (iPXE setting expansion), no quotes, no whitespace other than ' '. Its
-// MatchString is a byte loop (safeArgChars), not a regexp: it runs several
-// times for every script of a boot storm.
-var safeArgs safeArgChars
-
-// safeArgChars matches strings made only of A-Z a-z 0-9 and " ._,:=/@+-".
-type safeArgChars struct{}
-
-// MatchString reports whether every byte of s is in the allowed set.
-func (safeArgChars) MatchString(s string) bool {
+// safeArg reports whether s uses only the characters allowed in KernelArgs,
+// names and tokens: A-Z a-z 0-9 and " ._,:=/@+-" (no '$', which iPXE
+// expands, no quotes, no whitespace other than ' '). A byte loop, not a
+// regexp: it runs several times for every script of a boot storm.
+func safeArg(s string) bool {
 	for i := 0; i < len(s); i++ {
 		c := s[i]
 		switch {
@@ -108,7 +102,7 @@ func Render(p ScriptParams) ([]byte, error) {
 	if _, err := boot.ParseMAC(p.MAC); err != nil {
 		return nil, fmt.Errorf("render ipxe script: %w", err)
 	}
-	if !safeArgs.MatchString(p.KernelArgs) || !safeArgs.MatchString(p.Name) || strings.ContainsAny(p.Name, " ") {
+	if !safeArg(p.KernelArgs) || !safeArg(p.Name) || strings.ContainsAny(p.Name, " ") {
 		return nil, fmt.Errorf("render ipxe script: unsafe characters in name or kernel args")
 	}
 	if p.Platform != PlatformBIOS && p.Platform != PlatformEFI {
@@ -126,7 +120,7 @@ func Render(p ScriptParams) ([]byte, error) {
 				return nil, fmt.Errorf("render ipxe script: %w", err)
 			}
 		}
-		if !safeArgs.MatchString(p.Token) || p.Token == "" || strings.Contains(p.Token, " ") {
+		if !safeArg(p.Token) || p.Token == "" || strings.Contains(p.Token, " ") {
 			return nil, fmt.Errorf("render ipxe script: token missing or unsafe")
 		}
 		initrdName = path.Base(strings.SplitN(p.InitrdURL, "?", 2)[0])

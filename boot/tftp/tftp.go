@@ -134,24 +134,23 @@ func idOf(st os.FileInfo) fileID {
 
 // reader returns a reader over f's contents (st is f's Stat): from the
 // cache when the entry for name matches st, else read whole into the
-// cache when small enough, else f itself.
+// cache when small enough, else f itself. A miss is filled under the lock,
+// so the first transfers of a storm read the file once, not once each
+// (a thousand UEFI clients would otherwise allocate a gigabyte).
 func (c *fileCache) reader(name string, f *os.File, st os.FileInfo) (io.ReadSeeker, error) {
 	if st.Size() > maxCachedFile {
 		return f, nil
 	}
 	id := idOf(st)
 	c.mu.Lock()
-	e, ok := c.m[name]
-	c.mu.Unlock()
-	if ok && e.id == id {
+	defer c.mu.Unlock()
+	if e, ok := c.m[name]; ok && e.id == id {
 		return bytes.NewReader(e.data), nil
 	}
 	data := make([]byte, st.Size())
 	if _, err := io.ReadFull(f, data); err != nil {
 		return nil, err
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
 	if c.m == nil || c.bytes+int64(len(data)) > maxCacheBytes {
 		c.m, c.bytes = map[string]cachedFile{}, 0
 	}

@@ -179,9 +179,6 @@ func startCPUProfile(path string) (stop func(), err error) {
 	return func() { pprof.StopCPUProfile(); _ = f.Close() }, nil
 }
 
-// writeHeapProfile writes the runtime's heap profile to path (mode 0600),
-// after a garbage collection when gc is set (on exit), logging instead of
-// failing.
 // watchHeapPeak samples the runtime's live heap and goroutine stack bytes
 // (runtime/metrics /gc/heap/live:bytes and /memory/classes/heap/stacks:bytes)
 // every second until stop is closed, and writes the heap profile to path
@@ -211,6 +208,9 @@ func watchHeapPeak(path string, log *slog.Logger, stop <-chan struct{}) {
 	}
 }
 
+// writeHeapProfile writes the runtime's heap profile to path (mode 0600),
+// after a garbage collection when gc is set (on exit), logging instead of
+// failing.
 func writeHeapProfile(path string, log *slog.Logger, gc bool) {
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
 	if err != nil {
