@@ -154,7 +154,8 @@ type Result struct {
 
 // Report is the outcome of a scan.
 type Report struct {
-	// Range is the scanned CIDR, or "targets" in test mode.
+	// Range is the scanned range in canonical form (host bits cleared,
+	// see [Range]), or "targets" in test mode.
 	Range string `json:"range"`
 	// Probed is how many addresses were tried.
 	Probed int `json:"probed"`
@@ -166,18 +167,48 @@ type Report struct {
 // Addresses validates cidr and returns the host addresses to probe:
 // private IPv4 (10/8, 172.16/12, 192.168/16) or, with allowLoopback,
 // 127.0.0.0/8; at most MaxAddresses; network and broadcast addresses
-// dropped for prefixes shorter than /31. Errors wrap ErrRange or ErrTooLarge.
+// dropped for prefixes shorter than /31. Host bits are cleared, as nmap and
+// ipcalc do ("192.168.1.77/24" is 192.168.1.0/24; [Range] names the range
+// scanned). Errors wrap ErrRange or ErrTooLarge.
 func Addresses(cidr string, allowLoopback bool) ([]netip.Addr, error) {
+	p, err := parseRange(cidr, allowLoopback)
+	if err != nil {
+		return nil, err
+	}
+	size := uint64(1) << (32 - p.Bits())
+	var out []netip.Addr
+	for a, i := p.Addr(), uint64(0); i < size; a, i = a.Next(), i+1 {
+		if size > 2 && (i == 0 || i == size-1) {
+			continue
+		}
+		out = append(out, a)
+	}
+	return out, nil
+}
+
+// Range validates cidr as [Addresses] does and returns the range a scan of
+// it covers in canonical form, host bits cleared: "192.168.1.77/24" gives
+// "192.168.1.0/24", a bare address "10.0.0.5" gives "10.0.0.5/32".
+func Range(cidr string, allowLoopback bool) (string, error) {
+	p, err := parseRange(cidr, allowLoopback)
+	if err != nil {
+		return "", err
+	}
+	return p.String(), nil
+}
+
+// parseRange is the validation of Addresses and Range.
+func parseRange(cidr string, allowLoopback bool) (netip.Prefix, error) {
 	p, err := netip.ParsePrefix(strings.TrimSpace(cidr))
 	if err != nil {
 		if a, aerr := netip.ParseAddr(strings.TrimSpace(cidr)); aerr == nil && a.Is4() {
 			p = netip.PrefixFrom(a, 32)
 		} else {
-			return nil, fmt.Errorf("%w: %q is not an IPv4 CIDR", ErrRange, cidr)
+			return netip.Prefix{}, fmt.Errorf("%w: %q is not an IPv4 CIDR", ErrRange, cidr)
 		}
 	}
 	if !p.Addr().Is4() {
-		return nil, fmt.Errorf("%w: %q is not IPv4", ErrRange, cidr)
+		return netip.Prefix{}, fmt.Errorf("%w: %q is not IPv4", ErrRange, cidr)
 	}
 	p = p.Masked()
 	inside := func(set ...netip.Prefix) bool {
@@ -192,20 +223,12 @@ func Addresses(cidr string, allowLoopback bool) ([]netip.Addr, error) {
 	case inside(private...):
 	case allowLoopback && inside(loopback):
 	default:
-		return nil, fmt.Errorf("%w: %s is not inside 10.0.0.0/8, 172.16.0.0/12 or 192.168.0.0/16", ErrRange, p)
+		return netip.Prefix{}, fmt.Errorf("%w: %s is not inside 10.0.0.0/8, 172.16.0.0/12 or 192.168.0.0/16", ErrRange, p)
 	}
-	size := uint64(1) << (32 - p.Bits())
-	if size > MaxAddresses {
-		return nil, fmt.Errorf("%w: %s holds %d addresses, more than %d", ErrTooLarge, p, size, MaxAddresses)
+	if size := uint64(1) << (32 - p.Bits()); size > MaxAddresses {
+		return netip.Prefix{}, fmt.Errorf("%w: %s holds %d addresses, more than %d", ErrTooLarge, p, size, MaxAddresses)
 	}
-	var out []netip.Addr
-	for a, i := p.Addr(), uint64(0); i < size; a, i = a.Next(), i+1 {
-		if size > 2 && (i == 0 || i == size-1) {
-			continue
-		}
-		out = append(out, a)
-	}
-	return out, nil
+	return p, nil
 }
 
 // target is one host:port to probe.
@@ -289,9 +312,10 @@ func Scan(ctx context.Context, cfg Config) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	rep := &Report{Range: cfg.CIDR, Probed: len(ts)}
-	if len(cfg.Targets) > 0 {
-		rep.Range = "targets"
+	rep := &Report{Range: "targets", Probed: len(ts)}
+	if len(cfg.Targets) == 0 {
+		// Validated by targets: the canonical range actually scanned.
+		rep.Range, _ = Range(cfg.CIDR, cfg.AllowLoopback)
 	}
 	tr := &http.Transport{
 		DialContext:           (&net.Dialer{Timeout: cfg.Timeout}).DialContext,
