@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -16,9 +17,11 @@ import (
 // controller) and the result is printed as a table or JSON. With
 // --register the authenticated BMCs are proposed as new servers.yaml
 // entries in a commit on a new branch discovered/DATE of the local clone
-// --repo (or straight onto --commit-to main). Exit 0 done, 2 error.
+// --repo, started from --branch (default main), or straight onto that
+// branch with --commit-to BRANCH. Exit 0 done, 1 the proposal would be an
+// invalid inventory, 2 usage or other error.
 func newScanCmd(e *env) *cobra.Command {
-	var apiURL, creds, format, repo, zone, site, commitTo string
+	var apiURL, creds, format, repo, branch, zone, site, commitTo string
 	var threshold, port int
 	var insecure, register bool
 	cmd := &cobra.Command{
@@ -35,8 +38,20 @@ func newScanCmd(e *env) *cobra.Command {
 			if creds == "" {
 				return &exitError{code: 2, err: fmt.Errorf("scan: --credentials is required")}
 			}
+			if len(names) > discover.MaxCredentials || slices.Contains(names, "") {
+				return &exitError{code: 2, err: fmt.Errorf("scan: --credentials: give 1 to %d non-empty names separated by commas", discover.MaxCredentials)}
+			}
+			if threshold < 2 {
+				return &exitError{code: 2, err: fmt.Errorf("scan: --lockout-threshold %d leaves no failed login to spend; give 2 or more (and only the one right credential)", threshold)}
+			}
+			if port < 0 || port > 65535 {
+				return &exitError{code: 2, err: fmt.Errorf("scan: --port %d out of range", port)}
+			}
 			if register && zone == "" {
 				return &exitError{code: 2, err: fmt.Errorf("scan: --register needs --zone")}
+			}
+			if !register && (commitTo != "" || zone != "" || site != "") {
+				return &exitError{code: 2, err: fmt.Errorf("scan: --commit-to, --zone and --site only go with --register")}
 			}
 			// Refuse a bad range here too, before asking the controller.
 			if _, err := discover.Addresses(args[0], false); err != nil {
@@ -50,7 +65,7 @@ func newScanCmd(e *env) *cobra.Command {
 			if err := c.Scan(cmd.Context(), v1.ScanRequest{CIDR: args[0], Credentials: names, LockoutThreshold: threshold, Port: port, InsecureTLS: insecure}, &rep); err != nil {
 				return &exitError{code: 2, err: fmt.Errorf("scan %s: %w", args[0], err)}
 			}
-			return printAndRegister(e, &rep, format, register, discover.RegisterConfig{Repo: repo, CommitTo: commitTo, Zone: zone, Site: site})
+			return printAndRegister(e, &rep, format, register, discover.RegisterConfig{Repo: repo, Base: branch, CommitTo: commitTo, Zone: zone, Site: site})
 		},
 	}
 	f := cmd.Flags()
@@ -64,7 +79,8 @@ func newScanCmd(e *env) *cobra.Command {
 	f.StringVar(&repo, "repo", ".", "with --register: local clone of the inventory repository")
 	f.StringVar(&zone, "zone", "", "with --register: zone of the proposed servers")
 	f.StringVar(&site, "site", "", "with --register: site of the proposed servers")
-	f.StringVar(&commitTo, "commit-to", "", "with --register: commit straight onto this branch (main) instead of a new discovered/DATE branch")
+	f.StringVar(&branch, "branch", "main", "with --register: the inventory branch the proposal starts from")
+	f.StringVar(&commitTo, "commit-to", "", "with --register: commit straight onto the inventory branch (--commit-to main) instead of a new discovered/DATE branch")
 	return cmd
 }
 

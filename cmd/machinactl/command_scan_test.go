@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -93,7 +94,9 @@ func TestScanVerb(t *testing.T) {
 		t.Fatal(err)
 	}
 	var asked v1.ScanRequest
+	var calls atomic.Int32
 	err = srv.HandleAdmin("POST /api/v1/scan", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
 		_ = json.NewDecoder(r.Body).Decode(&asked)
 		var creds []discover.Credential
 		for _, n := range asked.Credentials {
@@ -166,15 +169,45 @@ func TestScanVerb(t *testing.T) {
 		t.Fatalf("branch %s: %v %v", got.Registered.Branch, ref, err)
 	}
 
+	// An inventory branch other than main: --branch is the base, and
+	// --commit-to may only name it.
+	head, _ := r.Head()
+	if err := r.Storer.SetReference(plumbing.NewHashReference(plumbing.NewBranchReferenceName("production"), head.Hash())); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errs = runScanCtl(t, "scan", "10.20.0.0/29", "--credentials", "bmc-dell,bmc-hpe", "--insecure-tls", "--api", hs.URL,
+		"--register", "--zone", "zone-b", "--repo", repo, "--branch", "production", "--commit-to", "main")
+	if code != 2 || !strings.Contains(errs, "only the base branch production") {
+		t.Errorf("--commit-to main from production: %d %s %s", code, out, errs)
+	}
+	code, out, errs = runScanCtl(t, "scan", "10.20.0.0/29", "--credentials", "bmc-dell,bmc-hpe", "--insecure-tls", "--api", hs.URL,
+		"--register", "--zone", "zone-b", "--repo", repo, "--branch", "production", "--commit-to", "production")
+	if code != 0 || !strings.Contains(out, "on branch production") {
+		t.Fatalf("--branch production --commit-to production: %d %s %s", code, out, errs)
+	}
+	prod, _ := r.Reference(plumbing.NewBranchReferenceName("production"), true)
+	if main, _ := r.Head(); prod.Hash() == head.Hash() || main.Hash() != head.Hash() {
+		t.Errorf("production %s, main %s, was %s: want production moved, main not", prod.Hash(), main.Hash(), head.Hash())
+	}
+
 	for _, bad := range [][]string{
+		{"scan", "10.0.0.0/30", "--credentials", "a,b,c,d", "--api", hs.URL},
+		{"scan", "10.0.0.0/30", "--credentials", "bmc-dell,,bmc-hpe", "--api", hs.URL},
+		{"scan", "10.0.0.0/30", "--credentials", "bmc-dell", "--lockout-threshold", "1", "--api", hs.URL},
+		{"scan", "10.0.0.0/30", "--credentials", "bmc-dell", "--port", "70000", "--api", hs.URL},
+		{"scan", "10.0.0.0/30", "--credentials", "bmc-dell", "--commit-to", "main", "--api", hs.URL},
 		{"scan", "8.8.8.0/24", "--credentials", "bmc-dell", "--api", hs.URL},
 		{"scan", "10.0.0.0/16", "--credentials", "bmc-dell", "--api", hs.URL},
 		{"scan", "10.0.0.0/30", "--api", hs.URL},
 		{"scan", "10.0.0.0/30", "--credentials", "bmc-dell", "--format", "xml", "--api", hs.URL},
 		{"scan", "10.0.0.0/30", "--credentials", "bmc-dell", "--register", "--api", hs.URL},
 	} {
+		before := calls.Load()
 		if code, _, _ := runScanCtl(t, bad...); code != 2 {
 			t.Errorf("%v: exit %d, want 2", bad, code)
+		}
+		if calls.Load() != before {
+			t.Errorf("%v: refused only by the controller, want refused before asking it", bad)
 		}
 	}
 }
