@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing/fstest"
 	"time"
 
@@ -24,6 +25,11 @@ var ErrBranchExists = errors.New("discover: branch exists")
 // ErrDirty reports a servers.yaml with uncommitted changes in the checked-out
 // worktree the commit would land on.
 var ErrDirty = errors.New("discover: servers.yaml has uncommitted changes")
+
+// ErrStaged reports other changes staged in the checked-out worktree the
+// commit would land on: a worktree commit records the whole index, so they
+// would be committed too, unvalidated, under the discovery's message.
+var ErrStaged = errors.New("discover: other changes are staged")
 
 // Change is one commit of a new servers.yaml onto an inventory repository.
 type Change struct {
@@ -140,7 +146,8 @@ func Validate(repoPath, base string, servers []byte) (*inventory.Inventory, erro
 // Commit validates servers (the whole new servers.yaml) against Base's
 // profiles.yaml and images.yaml with inventory.Load, then commits it. When
 // Branch is checked out in a working tree the commit goes through the
-// worktree (servers.yaml there must be unmodified, ErrDirty); otherwise the
+// worktree (servers.yaml there must be unmodified, ErrDirty, and nothing
+// else staged, ErrStaged); otherwise the
 // commit is written as objects and the branch ref set, leaving any checkout
 // untouched. It returns the new commit's hash.
 func Commit(ch Change, servers []byte) (plumbing.Hash, error) {
@@ -200,6 +207,16 @@ func commitInWorktree(wt *git.Worktree, ch Change, servers []byte) (plumbing.Has
 	// an Untracked entry for a clean one).
 	if fs, ok := st[inventory.ServersFile]; ok && (fs.Worktree != git.Unmodified || fs.Staging != git.Unmodified) {
 		return plumbing.ZeroHash, fmt.Errorf("%w (worktree %c, staging %c)", ErrDirty, fs.Worktree, fs.Staging)
+	}
+	var staged []string
+	for path, fs := range st {
+		if fs.Staging != git.Unmodified && fs.Staging != git.Untracked {
+			staged = append(staged, path)
+		}
+	}
+	if len(staged) > 0 {
+		slices.Sort(staged)
+		return plumbing.ZeroHash, fmt.Errorf("%w: %s (commit or unstage them first)", ErrStaged, strings.Join(staged, ", "))
 	}
 	path := filepath.Join(wt.Filesystem.Root(), inventory.ServersFile)
 	if err := os.WriteFile(path, servers, 0o644); err != nil {

@@ -1,6 +1,7 @@
 package discover
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io/fs"
@@ -170,5 +171,86 @@ func TestAppendEntries(t *testing.T) {
 	got, _ := AppendEntries(nil, []Entry{evil})
 	if strings.Count(string(got), "\n  - name:") != 1 {
 		t.Errorf("injection: %q", got)
+	}
+}
+
+// TestCommitRefusesDirtyOrStagedWorktree: a commit onto the checked-out
+// branch goes through the worktree, whose index go-git commits whole. An
+// edited servers.yaml (ErrDirty) or any other staged change (ErrStaged)
+// refuses the commit, so nothing unvalidated rides along; an untracked
+// file does not.
+func TestCommitRefusesDirtyOrStagedWorktree(t *testing.T) {
+	dir := newRepo(t)
+	raw, _, err := ReadInventory(dir, "main")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := AppendEntries(raw, []Entry{{Name: "r9-n01", Zone: "zone-a", BootMAC: "52:54:00:09:00:01",
+		BMC: inventory.BMC{Driver: inventory.DriverRedfish, Address: "https://10.10.9.11", Credentials: "bmc-redfish"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	repo, _ := git.PlainOpen(dir)
+	wt, _ := repo.Worktree()
+	head0, _ := repo.Head()
+	commit := func() error {
+		_, err := Commit(Change{Repo: dir, Branch: "main", Message: "add r9-n01"}, out)
+		return err
+	}
+
+	// servers.yaml edited by hand, not staged.
+	sp := filepath.Join(dir, inventory.ServersFile)
+	if err := os.WriteFile(sp, append(bytes.Clone(raw), "# local edit\n"...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := commit(); !errors.Is(err, ErrDirty) {
+		t.Fatalf("edited servers.yaml: %v, want ErrDirty", err)
+	}
+	if err := os.WriteFile(sp, raw, 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	// Another file staged: it would be committed with the servers.
+	pp := filepath.Join(dir, inventory.ProfilesFile)
+	prof, _ := os.ReadFile(pp)
+	if err := os.WriteFile(pp, append(bytes.Clone(prof), "# staged, not reviewed\n"...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := wt.Add(inventory.ProfilesFile); err != nil {
+		t.Fatal(err)
+	}
+	if err := commit(); !errors.Is(err, ErrStaged) || !strings.Contains(err.Error(), inventory.ProfilesFile) {
+		t.Fatalf("staged profiles.yaml: %v, want ErrStaged naming it", err)
+	}
+	if head, _ := repo.Head(); head.Hash() != head0.Hash() {
+		t.Fatal("a refused commit moved main")
+	}
+	// Unstaged again (edit kept in the worktree) and an untracked file:
+	// the commit goes through and records servers.yaml only.
+	if err := wt.Reset(&git.ResetOptions{Mode: git.MixedReset}); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "notes.txt"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	h, err := Commit(Change{Repo: dir, Branch: "main", Message: "add r9-n01"}, out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, _ := repo.CommitObject(h)
+	parent, _ := c.Parent(0)
+	changes, _ := parent.Patch(c)
+	var files []string
+	for _, fp := range changes.FilePatches() {
+		from, to := fp.Files()
+		switch {
+		case to != nil:
+			files = append(files, to.Path())
+		case from != nil:
+			files = append(files, from.Path())
+		}
+	}
+	if strings.Join(files, ",") != inventory.ServersFile {
+		t.Errorf("commit changed %v, want servers.yaml only", files)
 	}
 }
