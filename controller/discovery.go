@@ -24,8 +24,9 @@ const scanTimeout = 5 * time.Minute
 // mountDiscovery adds POST /api/v1/scan (admin token, audited): scan a
 // private IPv4 range for Redfish BMCs with named credentials read from the
 // secret store here, so passwords never leave the controller. Answers 200
-// with the discover.Report, 400 for a refused range or credential list,
-// 404 for an unknown credential name.
+// with the discover.Report (Incomplete set when the scan ran into
+// scanTimeout or the client went away), 400 for a refused range or
+// credential list, 404 for an unknown credential name.
 func mountDiscovery(srv *api.Server, st *state.Store, scan scanFunc) error {
 	return srv.HandleAdmin("POST /api/v1/scan", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var req v1.ScanRequest
@@ -67,8 +68,11 @@ func mountDiscovery(srv *api.Server, st *state.Store, scan scanFunc) error {
 				n++
 			}
 		}
-		_, _ = st.AppendEvent(state.Event{Kind: "scan", Actor: api.Actor(r),
-			Message: fmt.Sprintf("scan %s with %s: %d probed, %d answered, %d authenticated", rep.Range, strings.Join(req.Credentials, ","), rep.Probed, len(rep.Results), n)})
+		msg := fmt.Sprintf("scan %s with %s: %d probed, %d answered, %d authenticated", rep.Range, strings.Join(req.Credentials, ","), rep.Probed, len(rep.Results), n)
+		if rep.Incomplete != "" {
+			msg += " (incomplete: " + rep.Incomplete + ")"
+		}
+		_, _ = st.AppendEvent(state.Event{Kind: "scan", Actor: api.Actor(r), Message: msg})
 		writeJSON(w, http.StatusOK, rep)
 	}))
 }

@@ -116,3 +116,35 @@ func TestScanRouteRefusesRanges(t *testing.T) {
 		}
 	}
 }
+
+// TestScanRouteIncomplete: a scan cut short (here its context ends before
+// the first probe, as at scanTimeout) still answers 200 with what it
+// learnt, marked incomplete in the answer and the audit event.
+func TestScanRouteIncomplete(t *testing.T) {
+	stopped := func(ctx context.Context, cfg discover.Config) (*discover.Report, error) {
+		ctx, cancel := context.WithCancel(ctx)
+		cancel()
+		return discover.Scan(ctx, cfg)
+	}
+	c, st := newScanAPI(t, stopped)
+	if _, err := st.PutSecret("bmc-a", state.Credential{Username: "u", Password: "p"}, "test"); err != nil {
+		t.Fatal(err)
+	}
+	var rep discover.Report
+	if err := c.Scan(context.Background(), v1.ScanRequest{CIDR: "10.0.0.0/30", Credentials: []string{"bmc-a"}}, &rep); err != nil {
+		t.Fatal(err)
+	}
+	if rep.Incomplete == "" || rep.Range != "10.0.0.0/30" || len(rep.Results) != 0 {
+		t.Fatalf("report: %+v", rep)
+	}
+	evs, err := st.Events(state.EventQuery{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range evs {
+		if e.Kind == "scan" && strings.Contains(e.Message, "(incomplete: ") {
+			return
+		}
+	}
+	t.Errorf("no incomplete scan event: %+v", evs)
+}

@@ -27,6 +27,9 @@ func WriteTable(w io.Writer, rep *Report) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	if rep.Incomplete != "" {
+		fmt.Fprintf(w, "INCOMPLETE: %s\n", cell(rep.Incomplete))
+	}
 	_, err := fmt.Fprintf(w, "%s: %d probed, %d answered, %d authenticated, %d refused every credential, %d not Redfish, %d errors\n",
 		cell(rep.Range), rep.Probed, len(rep.Results), counts[StatusAuthenticated], counts[StatusAuthFailed], counts[StatusNotRedfish], counts[StatusError])
 	return err

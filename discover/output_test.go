@@ -42,3 +42,13 @@ func TestWriteTableNeutralisesControlCharacters(t *testing.T) {
 		t.Errorf("summary: %q", lines[3])
 	}
 }
+
+func TestWriteTableSaysIncomplete(t *testing.T) {
+	var b bytes.Buffer
+	if err := WriteTable(&b, &Report{Range: "10.0.0.0/24", Probed: 254, Incomplete: "the scan was stopped before it finished: context deadline exceeded"}); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), "INCOMPLETE: the scan was stopped before it finished: context deadline exceeded\n10.0.0.0/24: 254 probed") {
+		t.Errorf("table:\n%s", b.String())
+	}
+}

@@ -162,6 +162,11 @@ type Report struct {
 	// Results holds the addresses that accepted a TCP connection, in
 	// address order; silent addresses are only counted in Probed.
 	Results []Result `json:"results"`
+	// Incomplete, when set, says why the scan stopped early (its context
+	// ended: cancelled, or the controller's bound on one scan): addresses
+	// not yet probed are missing from Results and some results may be
+	// timeouts.
+	Incomplete string `json:"incomplete,omitempty"`
 }
 
 // Addresses validates cidr and returns the host addresses to probe:
@@ -272,7 +277,9 @@ func (cfg *Config) targets() ([]target, error) {
 // System's identity and EthernetInterfaces MACs. At most Concurrency
 // addresses are probed at once, each request bounded by Timeout. Only a
 // refused range or credential list is an error; per-address failures are
-// Results. A cancelled ctx returns what was learnt and ctx.Err().
+// Results. A cancelled ctx returns what was learnt, marked
+// Report.Incomplete, and ctx.Err(). At most maxNICs (64) NICs are read per
+// System.
 func Scan(ctx context.Context, cfg Config) (*Report, error) {
 	if len(cfg.Credentials) == 0 || len(cfg.Credentials) > MaxCredentials {
 		return nil, fmt.Errorf("%w: give 1 to %d credential names, got %d", ErrNoCredentials, MaxCredentials, len(cfg.Credentials))
@@ -353,6 +360,9 @@ func Scan(ctx context.Context, cfg Config) (*Report, error) {
 			rep.Results = append(rep.Results, *r)
 		}
 	}
+	if err := ctx.Err(); err != nil {
+		rep.Incomplete = "the scan was stopped before it finished: " + err.Error()
+	}
 	return rep, ctx.Err()
 }
 
@@ -432,7 +442,9 @@ func probe(ctx context.Context, client *http.Client, cfg *Config, t target) *Res
 	res.Serial, res.UUID = str(sys, "SerialNumber"), str(sys, "UUID")
 	if eth := link(sys, "EthernetInterfaces"); eth != "" {
 		if ec, st, err := getJSON(ctx, client, base, eth, cred); err == nil && st == http.StatusOK {
-			for _, m := range members(ec) {
+			ms := members(ec)
+			ms = ms[:min(len(ms), maxNICs)]
+			for _, m := range ms {
 				nic, st, err := getJSON(ctx, client, base, m, cred)
 				if err != nil || st != http.StatusOK {
 					continue
@@ -451,6 +463,11 @@ func probe(ctx context.Context, client *http.Client, cfg *Config, t target) *Res
 	log.Debug("scan: authenticated", "credential", cred.Name, "macs", len(res.MACs))
 	return res
 }
+
+// maxNICs bounds the EthernetInterfaces members read per System, so a
+// responder listing thousands of slow members cannot hold a scan slot for
+// thousands of request timeouts (servers have a handful of NICs).
+const maxNICs = 64
 
 // maxBody bounds any response body read during a scan.
 const maxBody = 1 << 20

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -425,9 +426,63 @@ func TestScanCancelled(t *testing.T) {
 	if !errors.Is(err, context.Canceled) || rep == nil {
 		t.Fatalf("rep %+v err %v", rep, err)
 	}
+	if !strings.Contains(rep.Incomplete, "stopped") {
+		t.Errorf("a cancelled scan's report is not marked incomplete: %+v", rep)
+	}
 	for _, r := range rep.Results {
 		if r.Status == StatusAuthenticated {
 			t.Errorf("result after cancel: %+v", r)
 		}
+	}
+}
+
+// TestScanBoundsNICs: a responder that lists thousands of
+// EthernetInterfaces gets at most maxNICs of them read.
+func TestScanBoundsNICs(t *testing.T) {
+	var mu sync.Mutex
+	nicReads := 0
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		p := r.URL.Path
+		switch {
+		case p == "/redfish/v1/":
+			_, _ = w.Write([]byte(`{"RedfishVersion":"1.6.0","Systems":{"@odata.id":"/redfish/v1/Systems"}}`))
+		case r.Header.Get("Authorization") == "":
+			w.WriteHeader(http.StatusUnauthorized)
+		case p == "/redfish/v1/Systems":
+			_, _ = w.Write([]byte(`{"Members":[{"@odata.id":"/redfish/v1/Systems/1"}]}`))
+		case p == "/redfish/v1/Systems/1":
+			_, _ = w.Write([]byte(`{"Id":"1","Manufacturer":"Many NICs","EthernetInterfaces":{"@odata.id":"/redfish/v1/Systems/1/EthernetInterfaces"}}`))
+		case p == "/redfish/v1/Systems/1/EthernetInterfaces":
+			var b strings.Builder
+			b.WriteString(`{"Members":[`)
+			for i := range 5000 {
+				if i > 0 {
+					b.WriteString(",")
+				}
+				b.WriteString(`{"@odata.id":"/redfish/v1/Systems/1/EthernetInterfaces/` + strconv.Itoa(i) + `"}`)
+			}
+			b.WriteString(`]}`)
+			_, _ = w.Write([]byte(b.String()))
+		case strings.HasPrefix(p, "/redfish/v1/Systems/1/EthernetInterfaces/"):
+			i, _ := strconv.Atoi(strings.TrimPrefix(p, "/redfish/v1/Systems/1/EthernetInterfaces/"))
+			mu.Lock()
+			nicReads++
+			mu.Unlock()
+			_, _ = w.Write([]byte(`{"MACAddress":"02:00:00:00:` + fmt.Sprintf("%02x:%02x", i/256, i%256) + `"}`))
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	t.Cleanup(ts.Close)
+	rep, err := Scan(context.Background(), Config{Targets: []string{ts.Listener.Addr().String()}, AllowLoopback: true, Credentials: creds[:1], Scheme: "http"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Results) != 1 || rep.Results[0].Status != StatusAuthenticated {
+		t.Fatalf("report: %+v", rep)
+	}
+	if got := len(rep.Results[0].MACs); got != maxNICs || nicReads != maxNICs {
+		t.Errorf("%d MACs from %d NIC reads, want %d", got, nicReads, maxNICs)
 	}
 }
