@@ -465,3 +465,57 @@ func TestStreamEndsOnRevoke(t *testing.T) {
 		t.Errorf("revoked stream delivered further events: %q", rest)
 	}
 }
+
+// TestEventStreamUnnamed: with unnamed=1 every event comes without an
+// "event:" line (a browser's EventSource then delivers any kind as
+// "message"), kinds outside the state package's constants included; a bad
+// value is a 400 naming the parameter.
+func TestEventStreamUnnamed(t *testing.T) {
+	f := newFixture(t, state.Options{})
+	if _, err := f.store.CreateServer(state.Server{Name: "s1"}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	open := func(q string) *http.Response {
+		req, _ := http.NewRequestWithContext(ctx, "GET", f.srv.URL+"/api/v1/events/stream?"+q, nil)
+		req.Header.Set("Authorization", "Bearer "+f.token)
+		resp, err := f.srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { resp.Body.Close() })
+		return resp
+	}
+	if resp := open("unnamed=yes"); resp.StatusCode != http.StatusBadRequest {
+		t.Errorf("unnamed=yes: %s, want 400", resp.Status)
+	} else if b, _ := io.ReadAll(resp.Body); !strings.Contains(string(b), "unnamed") {
+		t.Errorf("unnamed=yes: body %s does not name the parameter", b)
+	}
+	resp := open("server=s1&unnamed=1")
+	br := bufio.NewReader(resp.Body)
+	if line, _ := br.ReadString('\n'); !strings.HasPrefix(line, "retry:") {
+		t.Fatalf("preamble %q", line)
+	}
+	if _, err := f.store.AppendEvent(state.Event{Server: "s1", Kind: "wipe.done", Message: "wiped sda"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.store.ObserveBMC("s1", time.Now(), state.PowerOn, "Warning"); err != nil {
+		t.Fatal(err)
+	}
+	var kinds []string
+	for range 3 {
+		id, kind, data := readSSE(t, br)
+		var e v1.Event
+		if err := json.Unmarshal([]byte(data), &e); err != nil {
+			t.Fatal(err)
+		}
+		if kind != "" || id == "" {
+			t.Errorf("event id=%q has an event line %q", id, kind)
+		}
+		kinds = append(kinds, e.Kind)
+	}
+	if want := []string{"wipe.done", "power", "health"}; strings.Join(kinds, " ") != strings.Join(want, " ") {
+		t.Errorf("kinds %q, want %q", kinds, want)
+	}
+}

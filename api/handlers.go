@@ -237,9 +237,12 @@ func (s *Server) handleDeleteSecret(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
-// handleStream answers GET /api/v1/events/stream[?server=][&after=] as
-// Server-Sent Events (WHATWG HTML "Server-sent events"): each event is
-// "id: <seq>", "event: <kind>", "data: <v1.Event JSON>". A reconnecting
+// handleStream answers GET /api/v1/events/stream[?server=][&after=][&unnamed=1]
+// as Server-Sent Events (WHATWG HTML "Server-sent events"): each event is
+// "id: <seq>", "event: <kind>", "data: <v1.Event JSON>"; with unnamed=1 the
+// "event:" line is left out, so a browser's EventSource delivers every kind
+// (kinds are open-ended: wipe.done, console.open, boot.*) as "message"
+// instead of only those it registered a listener for. A reconnecting
 // client's Last-Event-ID header resumes after that seq; without it or
 // after= the stream starts with the next new event. Comment lines keep
 // idle connections alive every Config.Heartbeat. The stream ends when the
@@ -247,6 +250,15 @@ func (s *Server) handleDeleteSecret(w http.ResponseWriter, r *http.Request) {
 func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) {
 	server := r.URL.Query().Get("server")
 	afterStr := r.URL.Query().Get("after")
+	var unnamed bool
+	switch u := r.URL.Query().Get("unnamed"); u {
+	case "", "0", "false":
+	case "1", "true":
+		unnamed = true
+	default:
+		badRequest(w, "unnamed: %q is not 1, true, 0 or false", u)
+		return
+	}
 	if id := r.Header.Get("Last-Event-ID"); id != "" {
 		afterStr = id
 	}
@@ -286,7 +298,12 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) {
 			}
 			for _, e := range evs {
 				data, _ := json.Marshal(toEvent(e))
-				if _, err := fmt.Fprintf(w, "id: %d\nevent: %s\ndata: %s\n\n", e.Seq, e.Kind, data); err != nil {
+				if unnamed {
+					_, err = fmt.Fprintf(w, "id: %d\ndata: %s\n\n", e.Seq, data)
+				} else {
+					_, err = fmt.Fprintf(w, "id: %d\nevent: %s\ndata: %s\n\n", e.Seq, e.Kind, data)
+				}
+				if err != nil {
 					return
 				}
 				after = e.Seq

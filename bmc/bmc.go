@@ -124,6 +124,16 @@ type Driver interface {
 	Close(ctx context.Context) error
 }
 
+// HealthReader is an optional capability of a Driver that can read the
+// system's power state and health rollup in one cheap exchange (Redfish:
+// one GET of the ComputerSystem, its PowerState and Status.HealthRollup or
+// Status.Health, Redfish DSP0268 ComputerSystem and Resource.Status).
+// Periodic BMC sweeps use it instead of Info, which reads a dozen resources.
+// Health is "OK", "Warning", "Critical" or "" when the BMC reports none.
+type HealthReader interface {
+	Health(ctx context.Context) (power PowerState, health string, err error)
+}
+
 // Console is an optional capability of a Driver whose BMC offers a serial
 // console (IPMI Serial-over-LAN, IPMI v2.0 §15). Callers type-assert a
 // Driver to Console; a Driver without it has no console, and callers answer

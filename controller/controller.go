@@ -110,6 +110,11 @@ type Config struct {
 	// AutoEnrollCommitTo commits proposals straight onto this branch (it
 	// must be Repo's branch); "" pushes review branches discovered/DATE.
 	AutoEnrollCommitTo string
+	// BMCWatchInterval is how long one sweep of every BMC's power state
+	// and health rollup spans (reads paced evenly over it, the first sweep
+	// a tenth of it after start, at most a minute); zero means
+	// DefaultBMCWatchInterval (10 min), negative turns the sweep off.
+	BMCWatchInterval time.Duration
 	// Logger receives every component's logs; nil discards.
 	Logger *slog.Logger
 	// OnReady is called once the HTTP listener accepts connections.
@@ -431,6 +436,10 @@ func Run(ctx context.Context, cfg Config) error {
 	goRun("reconciler", ctrl.Run)
 	if enr != nil {
 		goRun("auto-enrol proposals", enr.Run)
+	}
+	if cfg.BMCWatchInterval >= 0 {
+		w := newBMCWatch(st, drivers, cfg.BMCWatchInterval, log.With("component", "bmc-sweep"))
+		goRun("bmc sweep", func(ctx context.Context) error { w.run(ctx); return nil })
 	}
 	goRun("prune", func(ctx context.Context) error { prune(ctx, st, 10*time.Minute, log); return nil })
 	goRun("revisions", func(ctx context.Context) error {

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/go-git/go-git/v5"
 	"github.com/go-git/go-git/v5/plumbing"
@@ -97,7 +98,16 @@ func (b bmcInfo) BMCInfo(ctx context.Context, server string) (*bmc.Info, error) 
 	if err != nil {
 		return nil, err
 	}
-	return d.Info(ctx)
+	at := time.Now()
+	in, err := d.Info(ctx)
+	if err != nil {
+		return nil, err
+	}
+	// What an operator just read is the freshest observation there is.
+	if _, err := b.st.ObserveBMC(server, at, statePower(in.Power), in.Health); err != nil {
+		return nil, err
+	}
+	return in, nil
 }
 
 type uiImages struct{ s *imageStatus }

@@ -25,6 +25,7 @@ const (
 	EventAdminCreated  EventKind = "admin_token.created" // CreateAdminToken (Message names the token)
 	EventAdminRevoked  EventKind = "admin_token.revoked" // RevokeAdminToken
 	EventNote          EventKind = "note"                // AppendEvent: free-form
+	EventHealth        EventKind = "health"              // ObserveBMC: the BMC's health rollup changed (Message: from→to)
 )
 
 // Actors that are not admin tokens.

@@ -586,3 +586,75 @@ func getJSON(b *bolt.Bucket, key string, v any) error {
 	}
 	return nil
 }
+
+// ObserveBMC records what a read of name's BMC found, started at readAt:
+// the power state p (recorded with PowerSourceBMC; ""
+// leaves the record's power alone) and the health rollup ("OK", "Warning",
+// "Critical"; "" when the BMC does not report one). The record is written
+// only when something changed, so a fleet-wide sweep costs no writes while
+// nothing changes; a change appends an EventPower or EventHealth event. A
+// power state recorded after readAt (a command Machina sent while the read
+// was in flight) is newer than the read and is kept. It returns whether the
+// record changed; ErrNotFound when name does not exist.
+func (s *Store) ObserveBMC(name string, readAt time.Time, p Power, health string) (bool, error) {
+	if p != "" && !p.Valid() {
+		return false, fmt.Errorf("state: observe bmc %s: power %q: %w", name, p, ErrInvalid)
+	}
+	changed := false
+	err := s.update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketServers)
+		var srv Server
+		if err := getJSON(b, name, &srv); err != nil {
+			return err
+		}
+		now := s.nowUTC()
+		var evs []*Event
+		if p != "" && srv.Power.State != p && !srv.Power.At.After(readAt) {
+			evs = append(evs, &Event{Server: name, Kind: EventPower, Actor: ActorController, Power: p,
+				Message: fmt.Sprintf("power %s→%s (%s)", srv.Power.State, p, PowerSourceBMC)})
+			srv.Power = PowerStatus{State: p, Source: PowerSourceBMC, At: now}
+		}
+		if srv.Health != health {
+			from, to := srv.Health, health
+			if from == "" {
+				from = "unknown"
+			}
+			if to == "" {
+				to = "unknown"
+			}
+			evs = append(evs, &Event{Server: name, Kind: EventHealth, Actor: ActorController, Message: fmt.Sprintf("health %s→%s", from, to)})
+			srv.Health = health
+		}
+		if len(evs) == 0 {
+			return nil
+		}
+		changed = true
+		srv.Revision++
+		srv.UpdatedAt = now
+		if err := putJSON(b, name, &srv); err != nil {
+			return err
+		}
+		for _, e := range evs {
+			if err := s.appendEvent(tx, e); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return false, fmt.Errorf("state: observe bmc %s: %w", name, err)
+	}
+	return changed, nil
+}
+
+// ServersWithBMC returns, in name order, the servers that have a BMC
+// (BMC.Driver set) and are not stalled: the ones a BMC sweep may read. A
+// stalled server is left alone until its stall is cleared (a refused
+// credential read again and again would lock the BMC account).
+func (s *Store) ServersWithBMC() ([]string, error) {
+	out, err := s.serverNames(func(srv *Server) bool { return srv.BMC.Driver != "" && srv.Stalled == "" })
+	if err != nil {
+		return nil, fmt.Errorf("state: servers with bmc: %w", err)
+	}
+	return out, nil
+}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -384,5 +385,78 @@ func TestForgetHostsOf(t *testing.T) {
 	}
 	if _, err := s.ForgetHostsOf("s2", "gone", "x"); !errors.Is(err, state.ErrInvalid) {
 		t.Errorf("unknown status: %v, want ErrInvalid", err)
+	}
+}
+
+// TestObserveBMC: a BMC read writes the record only when power or health
+// changed, with one event per change; a power state commanded after the
+// read started is kept; the sweep list leaves out servers without a BMC and
+// stalled ones.
+func TestObserveBMC(t *testing.T) {
+	s := openTest(t, state.Options{})
+	mustCreate(t, s, state.Server{Name: "s1", BMC: state.BMCFacts{Driver: "redfish", Address: "https://10.0.0.1", Credentials: "c"}})
+	mustCreate(t, s, state.Server{Name: "s2"})
+	mustCreate(t, s, state.Server{Name: "s3", BMC: state.BMCFacts{Driver: "ipmi", Address: "10.0.0.3", Credentials: "c"}})
+	if _, err := s.UpdateServer("s3", func(srv *state.Server) error { srv.Stalled = "credential refused"; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	names, err := s.ServersWithBMC()
+	if err != nil || len(names) != 1 || names[0] != "s1" {
+		t.Fatalf("ServersWithBMC = %q, %v; want [s1]", names, err)
+	}
+
+	before, _ := s.LastEventSeq()
+	rev0, _ := s.Server("s1")
+	changed, err := s.ObserveBMC("s1", time.Now(), state.PowerOn, "OK")
+	if err != nil || !changed {
+		t.Fatalf("first observation: changed %v, %v", changed, err)
+	}
+	srv, _ := s.Server("s1")
+	if srv.Power.State != state.PowerOn || srv.Power.Source != state.PowerSourceBMC || srv.Health != "OK" || srv.Revision != rev0.Revision+1 {
+		t.Fatalf("after observation: power %+v health %q revision %d", srv.Power, srv.Health, srv.Revision)
+	}
+	evs, _ := s.Events(state.EventQuery{Server: "s1", After: before})
+	var msgs []string
+	for _, e := range evs {
+		msgs = append(msgs, string(e.Kind)+" "+e.Message)
+	}
+	want := []string{"power power registered→powered_on (bmc)", "health health unknown→OK"}
+	if strings.Join(msgs, "|") != strings.Join(want, "|") {
+		t.Errorf("events %q, want %q", msgs, want)
+	}
+
+	// The same reading again writes nothing.
+	if changed, err := s.ObserveBMC("s1", time.Now(), state.PowerOn, "OK"); err != nil || changed {
+		t.Errorf("unchanged observation: changed %v, %v", changed, err)
+	}
+	if again, _ := s.Server("s1"); again.Revision != srv.Revision {
+		t.Errorf("unchanged observation wrote the record (revision %d → %d)", srv.Revision, again.Revision)
+	}
+
+	// A read that started before Machina's own command is older than it.
+	readAt := time.Now().Add(-time.Second)
+	if _, err := s.SetPower("s1", state.PowerOff, state.PowerSourceCommand); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.ObserveBMC("s1", readAt, state.PowerOn, "Critical"); err != nil {
+		t.Fatal(err)
+	}
+	srv, _ = s.Server("s1")
+	if srv.Power.State != state.PowerOff || srv.Power.Source != state.PowerSourceCommand || srv.Health != "Critical" {
+		t.Errorf("stale read: power %+v health %q; want the command's off kept and health Critical", srv.Power, srv.Health)
+	}
+	// A BMC that stops reporting health: unknown again.
+	if _, err := s.ObserveBMC("s1", time.Now(), "", ""); err != nil {
+		t.Fatal(err)
+	}
+	if srv, _ = s.Server("s1"); srv.Health != "" || srv.Power.State != state.PowerOff {
+		t.Errorf("no health, no power read: health %q power %s", srv.Health, srv.Power.State)
+	}
+
+	if _, err := s.ObserveBMC("nope", time.Now(), state.PowerOn, "OK"); !errors.Is(err, state.ErrNotFound) {
+		t.Errorf("unknown server: %v", err)
+	}
+	if _, err := s.ObserveBMC("s1", time.Now(), "sideways", "OK"); !errors.Is(err, state.ErrInvalid) {
+		t.Errorf("invalid power: %v", err)
 	}
 }

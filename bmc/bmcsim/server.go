@@ -284,6 +284,21 @@ func (s *Server) Get(path string) map[string]any {
 	return b
 }
 
+// Patch changes the resource at path the way f edits its body, as a
+// hardware change would (a failed power supply turning the System's
+// Status.HealthRollup to "Critical"); the change is kept in the overlay
+// with a new ETag, like a PATCH from a client. It reports false when the
+// tree has no resource at path.
+func (s *Server) Patch(path string, f func(body map[string]any)) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.nodeLocked(path) == nil {
+		return false
+	}
+	s.mutateLocked(path, f)
+	return true
+}
+
 func isSystem(b map[string]any) bool {
 	t, _ := b["@odata.type"].(string)
 	return strings.Contains(t, "ComputerSystem.")

@@ -296,3 +296,23 @@ func parseTime(s string) time.Time {
 	}
 	return time.Time{}
 }
+
+// Health implements bmc.HealthReader with one GET of the ComputerSystem:
+// its PowerState and Status.HealthRollup (else Status.Health; "" when
+// neither is reported). A health other than OK is sent to Config.OnEvent,
+// as Info does.
+func (d *Driver) Health(ctx context.Context) (bmc.PowerState, string, error) {
+	_, sys, err := d.system(ctx, "health")
+	if err != nil {
+		return bmc.PowerUnknown, "", err
+	}
+	st := obj(sys, "Status")
+	h := strv(st, "HealthRollup")
+	if h == "" {
+		h = strv(st, "Health")
+	}
+	if h != "" && h != "OK" && d.cfg.OnEvent != nil {
+		d.cfg.OnEvent(Event{Reason: "HealthNotOK", Message: "system health rollup is " + h})
+	}
+	return powerOf(sys), h, nil
+}

@@ -141,3 +141,38 @@ func TestTemperaturesFromThermalMetrics(t *testing.T) {
 		t.Errorf("Temperatures (-want +got):\n%s", diff)
 	}
 }
+
+// TestHealthPerTree: the cheap health read agrees with Info's health and
+// power on every vendor tree, and once the System is resolved it costs one
+// GET (besides a session login when the BMC's table expired it).
+func TestHealthPerTree(t *testing.T) {
+	for _, tr := range allTrees {
+		t.Run(tr, func(t *testing.T) {
+			l := newLab(t, tr, labOpts{on: true})
+			ctx := context.Background()
+			in, err := l.drv.Info(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var hr bmc.HealthReader = l.drv
+			l.sim.ClearRequests()
+			p, h, err := hr.Health(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if p != in.Power || h != in.Health {
+				t.Errorf("Health = %s %q; Info says %s %q", p, h, in.Power, in.Health)
+			}
+			var gets []string
+			for _, r := range l.sim.Requests() {
+				if r.Method != "GET" {
+					t.Errorf("Health sent %s %s", r.Method, r.Path)
+				}
+				gets = append(gets, r.Path)
+			}
+			if len(gets) != 1 {
+				t.Errorf("Health made %d requests, want one GET of the System: %q", len(gets), gets)
+			}
+		})
+	}
+}

@@ -330,6 +330,7 @@ func newServeCmd(e *env) *cobra.Command {
 	f.IntVar(&cc.Reconciler.PerRack, "per-rack", 4, "actions at once in one rack")
 	f.DurationVar(&cc.Reconciler.Interval, "reconcile-interval", 5*time.Second, "planning pass interval without a trigger")
 	f.DurationVar(&cc.StatusInterval, "status-interval", 30*time.Second, "least time between status commits")
+	f.DurationVar(&cc.BMCWatchInterval, "bmc-watch-interval", controller.DefaultBMCWatchInterval, "one sweep reading every BMC's power state and health spans this long (negative: off)")
 	f.IntVar(&cc.MachinePerIP.Burst, "machine-burst", 0, "boot and machine-facing requests per client IP at once (0: 20)")
 	f.DurationVar(&cc.MachinePerIP.Every, "machine-refill", 0, "one more request per client IP after this long (0: 100ms)")
 	f.BoolVar(&cc.Netboot.RouterAdvert, "router-advert", true, "send an IPv6 RA (router lifetime 0) on the DHCP interfaces; iPXE then skips a 13 s IPv6 wait")

@@ -105,7 +105,10 @@ func (r *rig) startController() {
 			MachinePerIP: boot.Limit{Burst: 1000, Every: time.Millisecond},
 			Reconciler: reconciler.Config{Interval: 200 * time.Millisecond, BackoffBase: 200 * time.Millisecond, BackoffCap: 2 * time.Second,
 				Plan: r.plan},
-			Logger: r.log.With("lab", "controller"),
+			// The BMC sweep's reads would show in the BMC request logs
+			// these tests check; TestBMCSweep turns it on.
+			BMCWatchInterval: -1,
+			Logger:           r.log.With("lab", "controller"),
 			OnReady: func(run *controller.Running) {
 				user, pass := lab.Credentials()
 				for _, name := range []string{"bmc-redfish", "bmc-ipmi"} {

@@ -98,7 +98,10 @@ async function refreshRow(name, e) {
   lc.textContent = s.lifecycle;
   lc.className = "lc lc-" + s.lifecycle;
   tr.querySelector('[data-field="power"]').textContent = s.power.state;
-  // Health is not in the API's server record (api/v1.Server); it refreshes on reload.
+  // Health is the BMC's rollup as the controller's BMC sweep last read it.
+  const hc = tr.querySelector('[data-field="health"]');
+  hc.textContent = s.health || "—";
+  hc.className = "health-" + (s.health || "");
   const ev = tr.querySelector('[data-field="event"]');
   ev.textContent = "";
   ev.appendChild(el("time", {}, ts(e.at)));

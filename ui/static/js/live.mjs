@@ -1,24 +1,21 @@
 // Shared helpers: the admin API's event stream (read through the UI's
 // session-authenticated /ui/api/v1 proxy) and small DOM utilities.
 
-// Event kinds the state store writes (state/events.go); the API names each
-// SSE event after its kind, so each needs its own listener.
-export const KINDS = ["server.created", "lifecycle", "power", "note", "approval", "token.refused",
-  "secret.set", "secret.deleted", "admin_token.created", "admin_token.revoked"];
-
 // stream opens the event stream after seq and calls onEvent(event) for each
-// event; badge (optional) shows "live" or "connecting". EventSource resends
-// Last-Event-ID on reconnect, so no event is lost across a drop.
+// event of any kind; badge (optional) shows "live" or "connecting". The
+// stream is asked for unnamed events (unnamed=1): event kinds are
+// open-ended (health, wipe.done, console.open, boot.*), and EventSource
+// delivers a named event only to a listener registered for that name.
+// EventSource resends Last-Event-ID on reconnect, so no event is lost
+// across a drop.
 export function stream(query, onEvent, badge) {
-  const es = new EventSource("/ui/api/v1/events/stream?" + new URLSearchParams(query));
+  const es = new EventSource("/ui/api/v1/events/stream?" + new URLSearchParams({ ...query, unnamed: "1" }));
   const set = (s) => { if (badge) { badge.dataset.state = s; badge.textContent = s; } };
   es.addEventListener("open", () => set("live"));
   es.addEventListener("error", () => set(es.readyState === EventSource.CLOSED ? "closed" : "connecting"));
-  for (const k of KINDS) {
-    es.addEventListener(k, (m) => {
-      try { onEvent(JSON.parse(m.data)); } catch (err) { console.error("event", err); }
-    });
-  }
+  es.addEventListener("message", (m) => {
+    try { onEvent(JSON.parse(m.data)); } catch (err) { console.error("event", err); }
+  });
   return es;
 }
 

@@ -1,0 +1,364 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	apiv1 "github.com/machina-metal/machina/api/v1"
+	"github.com/machina-metal/machina/ui/uitest"
+)
+
+// TestBrowserAgainstMachinaSim is the web console's end-to-end test against
+// the `machina sim` binary itself, started as a user starts it (built from
+// this package, default boot delay and intervals, its own folder): read
+// the controller's address and the admin token file from its banner, log
+// in at /ui/ in headless Chromium, wait until the example site is
+// deployed, then change the fleet the way the banner tells an operator to
+// (a commit in the working clone raising r3-n02's commission counter,
+// pushed with git) and watch r3-n02's row go ready → commissioning → ready
+// on the fleet page through the event stream with no reload, and its health
+// cell fill with what the controller's BMC sweep read from its BMC. Open the
+// server page from the row's link and check the hardware facts of the new
+// commissioning report (as the admin API reports them) and the BMC read
+// model. Every request the browser made went to the controller, no CSP
+// violation happened (an injected inline script is the control), and
+// SIGINT stops the binary with exit 0. The approval and console flows run
+// against the same controller code in lab/sim's TestBrowserAgainstController.
+func TestBrowserAgainstMachinaSim(t *testing.T) {
+	ctx := uitest.Browser(t)
+	gitBin, err := exec.LookPath("git")
+	if err != nil {
+		t.Fatalf("git is needed to change the fleet as an operator: %v", err)
+	}
+	bin := buildMachina(t)
+	dir := t.TempDir()
+	sim := startSim(t, bin, dir)
+	t.Cleanup(func() {
+		if t.Failed() {
+			if b, err := os.ReadFile(filepath.Join(dir, "controller.log")); err == nil {
+				t.Logf("controller log (last 8 KiB):\n%s", b[max(0, len(b)-8192):])
+			}
+		}
+	})
+
+	banner := sim.waitLine(t, regexp.MustCompile(`^Controller at (\S+) \(admin API token in (\S+)\)$`), 2*time.Minute)
+	base, tokenPath := banner[1], banner[2]
+	tokBytes, err := os.ReadFile(tokenPath)
+	if err != nil {
+		t.Fatalf("the banner's admin token file: %v", err)
+	}
+	if fi, err := os.Stat(tokenPath); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("admin token file mode %v (%v), want 0600", fi.Mode().Perm(), err)
+	}
+	tok := strings.TrimSpace(string(tokBytes))
+	clone := sim.waitLine(t, regexp.MustCompile(`^\s+your working clone:\s+(\S+)$`), 0)[1]
+
+	rec := &uitest.Recorder{}
+	rec.Listen(t, ctx)
+	shots := uitest.ScreenshotDir(t)
+	uitest.Do(t, ctx, "login",
+		chromedp.Navigate(base+"/ui/"),
+		chromedp.WaitVisible(chromedp.CSS("#token")),
+		chromedp.SendKeys(chromedp.CSS("#token"), tok),
+		chromedp.Click(chromedp.CSS("#login")),
+		chromedp.WaitVisible(chromedp.CSS(`#live[data-state="live"]`)),
+		uitest.Poll(`document.querySelectorAll("tr[data-name]").length === 12`),
+	)
+	if got := uitest.Eval[string](t, ctx, `document.cookie`); got != "" {
+		t.Errorf("document.cookie = %q: the session cookie must be HttpOnly", got)
+	}
+	sim.waitLine(t, regexp.MustCompile(`^Every profile's count is deployed`), 3*time.Minute)
+
+	const name = "r3-n02"
+	cell := `document.querySelector('#srv-` + name + ` [data-field="lifecycle"]')`
+	uitest.Do(t, ctx, name+" ready on the page", uitest.Poll(cell+`.textContent.trim() === "ready"`))
+	uitest.Eval[bool](t, ctx, `window.__marker = "same page"; window.__seen = [];
+	  { const cell = `+cell+`;
+	    new MutationObserver(() => window.__seen.push(cell.textContent.trim())).observe(cell, {childList: true, characterData: true, subtree: true}); }
+	  true`)
+	operatorCommit(t, gitBin, clone, name)
+	uitest.Do(t, ctx, "watch "+name+" commission",
+		uitest.Poll(`window.__seen.includes("commissioning")`),
+		uitest.Poll(`window.__seen.lastIndexOf("ready") > window.__seen.indexOf("commissioning")`),
+	)
+	// The BMC sweep's health reading reaches the row through the event
+	// stream too, and it is what the admin API says the BMC reported.
+	health := `document.querySelector('#srv-` + name + ` [data-field="health"]').textContent.trim()`
+	uitest.Do(t, ctx, name+" health from its BMC", uitest.Poll(health+` !== "—"`))
+	if got, api := uitest.Eval[string](t, ctx, health), getServer(t, base, tok, name).Health; got != api || api == "" {
+		t.Errorf("fleet page shows health %q, the admin API %q", got, api)
+	}
+	if m := uitest.Eval[string](t, ctx, `window.__marker || ""`); m != "same page" {
+		t.Fatal("the fleet page reloaded to show the change")
+	}
+	t.Logf("%s lifecycle cell showed %q", name, uitest.Eval[[]string](t, ctx, `window.__seen`))
+	uitest.Shot(t, ctx, shots, "machina-sim-fleet")
+
+	// The server page shows what the admin API says the new report found.
+	srv := getServer(t, base, tok, name)
+	if srv.Hardware == nil || srv.Lifecycle != "ready" {
+		t.Fatalf("admin API: %s is %s with hardware %v", name, srv.Lifecycle, srv.Hardware)
+	}
+	uitest.Do(t, ctx, "open the server page",
+		chromedp.Click(chromedp.CSS(`a[href="/ui/servers/`+name+`"]`)),
+		chromedp.WaitVisible(chromedp.CSS("#bmc")),
+		uitest.Poll(`document.querySelectorAll("#bmc dl").length === 1`),
+	)
+	body := uitest.Eval[string](t, ctx, `document.body.innerText`)
+	wants := []string{srv.Hardware.Serial, fmt.Sprint(srv.Hardware.Cores), "ready → commissioning", "commissioning → ready"}
+	for _, d := range srv.Hardware.Disks {
+		wants = append(wants, d.Name)
+	}
+	for _, n := range srv.Hardware.NICs {
+		wants = append(wants, n.MAC)
+	}
+	for _, want := range wants {
+		if want == "" || !strings.Contains(body, want) {
+			t.Errorf("server page lacks %q", want)
+		}
+	}
+	uitest.Shot(t, ctx, shots, "machina-sim-server")
+
+	// Nothing left the host; no page error; no CSP violation.
+	bu, _ := url.Parse(base)
+	urls, exc := rec.Snapshot()
+	if len(urls) < 10 {
+		t.Errorf("recorded only %d requests; the recorder is not working", len(urls))
+	}
+	for _, raw := range urls {
+		u, err := url.Parse(raw)
+		if err != nil || (u.Scheme != "data" && u.Host != bu.Host) {
+			t.Errorf("request left the controller: %s", raw)
+		}
+	}
+	if len(exc) > 0 {
+		t.Errorf("page errors: %q", exc)
+	}
+	if v := uitest.Eval[[]string](t, ctx, `window.__csp`); len(v) > 0 {
+		t.Errorf("CSP violations: %q", v)
+	}
+	uitest.Eval[bool](t, ctx, `const s = document.createElement("script"); s.textContent = "window.__ran = 1"; document.body.appendChild(s); true`)
+	uitest.Do(t, ctx, "inline script blocked", uitest.Poll(`window.__csp.length === 1`))
+	if ran := uitest.Eval[bool](t, ctx, `window.__ran === 1`); ran {
+		t.Error("an inline script ran")
+	}
+	t.Logf("%d requests, all to %s; screenshots in %s", len(urls), base, shots)
+
+	if code := sim.interrupt(t, time.Minute); code != 0 {
+		t.Errorf("machina sim exited %d after SIGINT\n%s", code, sim.output())
+	}
+	if out := sim.output(); !strings.Contains(out, "Stopped.") {
+		t.Errorf("machina sim did not say it stopped:\n%s", out)
+	}
+}
+
+// buildMachina builds this package's binary into a test folder with the go
+// command that runs the test.
+func buildMachina(t *testing.T) string {
+	t.Helper()
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
+	}
+	bin := filepath.Join(t.TempDir(), "machina")
+	cmd := exec.Command(goBin, "build", "-o", bin, ".")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// simProcess is a running `machina sim` and the lines it has printed.
+type simProcess struct {
+	cmd   *exec.Cmd
+	mu    sync.Mutex
+	lines []string
+	more  chan struct{} // closed and replaced on each new line
+	done  chan struct{} // closed when stdout ends
+	exit  chan int
+}
+
+// startSim starts bin sim in dir; t.Cleanup sends SIGINT and, if the
+// process is still there after a minute, kills it by its PID.
+func startSim(t *testing.T, bin, dir string) *simProcess {
+	t.Helper()
+	cmd := exec.Command(bin, "sim", "--dir", dir)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = cmd.Stdout
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p := &simProcess{cmd: cmd, more: make(chan struct{}), done: make(chan struct{}), exit: make(chan int, 1)}
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			p.mu.Lock()
+			p.lines = append(p.lines, sc.Text())
+			close(p.more)
+			p.more = make(chan struct{})
+			p.mu.Unlock()
+		}
+		close(p.done)
+		err := cmd.Wait()
+		code := 0
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		} else if err != nil {
+			code = -1
+		}
+		p.exit <- code
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-p.done:
+			return
+		default:
+		}
+		if code := p.interrupt(t, time.Minute); code != 0 {
+			t.Logf("machina sim exited %d at cleanup", code)
+		}
+	})
+	return p
+}
+
+// waitLine waits up to d (zero: only lines already printed) for a line
+// matching re and returns its submatches.
+func (p *simProcess) waitLine(t *testing.T, re *regexp.Regexp, d time.Duration) []string {
+	t.Helper()
+	deadline := time.After(d)
+	seen := 0
+	for {
+		p.mu.Lock()
+		for ; seen < len(p.lines); seen++ {
+			if m := re.FindStringSubmatch(p.lines[seen]); m != nil {
+				p.mu.Unlock()
+				return m
+			}
+		}
+		more := p.more
+		p.mu.Unlock()
+		if d == 0 {
+			t.Fatalf("machina sim printed no line matching %s:\n%s", re, p.output())
+		}
+		select {
+		case <-more:
+		case <-p.done:
+			t.Fatalf("machina sim ended before printing %s:\n%s", re, p.output())
+		case <-deadline:
+			t.Fatalf("machina sim printed no line matching %s within %s:\n%s", re, d, p.output())
+		}
+	}
+}
+
+func (p *simProcess) output() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return strings.Join(p.lines, "\n")
+}
+
+// interrupt sends SIGINT (what Ctrl-C sends) to the process by its PID and
+// returns its exit code; after d it kills it and fails.
+func (p *simProcess) interrupt(t *testing.T, d time.Duration) int {
+	t.Helper()
+	_ = p.cmd.Process.Signal(syscall.SIGINT)
+	select {
+	case code := <-p.exit:
+		return code
+	case <-time.After(d):
+		_ = p.cmd.Process.Kill()
+		<-p.exit
+		t.Errorf("machina sim (pid %d) did not stop within %s of SIGINT; killed", p.cmd.Process.Pid, d)
+		return -1
+	}
+}
+
+// operatorCommit does what the banner tells an operator: pull, edit
+// servers.yaml in the working clone (raise name's commission counter), commit
+// and push. A push that loses the race with a status commit is pulled again
+// (rebased) and retried.
+func operatorCommit(t *testing.T, gitBin, clone, name string) {
+	t.Helper()
+	git := func(args ...string) error {
+		cmd := exec.Command(gitBin, append([]string{"-C", clone}, args...)...)
+		cmd.Env = append(os.Environ(), "GIT_AUTHOR_NAME=Operator", "GIT_AUTHOR_EMAIL=op@example.invalid",
+			"GIT_COMMITTER_NAME=Operator", "GIT_COMMITTER_EMAIL=op@example.invalid", "GIT_TERMINAL_PROMPT=0")
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("git %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		return nil
+	}
+	if err := git("pull", "--rebase", "-q"); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(clone, "servers.yaml")
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	entry := "  - name: " + name + "\n"
+	if strings.Count(string(b), entry) != 1 {
+		t.Fatalf("servers.yaml has %d entries %q", strings.Count(string(b), entry), name)
+	}
+	edited := strings.Replace(string(b), entry, entry+"    actions: {commission: 1}\n", 1)
+	if err := os.WriteFile(path, []byte(edited), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := git("commit", "-q", "-am", "recommission "+name); err != nil {
+		t.Fatal(err)
+	}
+	for attempt := 1; ; attempt++ {
+		err := git("push", "-q")
+		if err == nil {
+			return
+		}
+		if attempt == 10 {
+			t.Fatal(err)
+		}
+		if err := git("pull", "--rebase", "-q"); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// getServer reads name from the admin API with the admin token.
+func getServer(t *testing.T, base, tok, name string) apiv1.Server {
+	t.Helper()
+	req, err := http.NewRequestWithContext(context.Background(), http.MethodGet, base+"/api/v1/servers/"+name, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+tok)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET /api/v1/servers/%s: %s", name, resp.Status)
+	}
+	var s apiv1.Server
+	if err := json.NewDecoder(resp.Body).Decode(&s); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}

@@ -1,0 +1,197 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/machina-metal/machina/bmc"
+	"github.com/machina-metal/machina/reconciler"
+	"github.com/machina-metal/machina/state"
+)
+
+// Defaults of the BMC sweep (Config.BMCWatchInterval).
+const (
+	// DefaultBMCWatchInterval is how long one sweep of every BMC spans: at
+	// 10,000 servers about 17 reads a second, each one GET on Redfish.
+	DefaultBMCWatchInterval = 10 * time.Minute
+	// bmcWatchWorkers bounds the reads in flight (a slow BMC holds one
+	// worker for at most bmcWatchTimeout).
+	bmcWatchWorkers = 8
+	// bmcWatchTimeout bounds one read.
+	bmcWatchTimeout = 20 * time.Second
+	// bmcWatchAuthRounds is how many sweeps skip a BMC that refused its
+	// credential: BMCs lock an account after a few failed logins, and the
+	// operator fixes the secret in the meantime.
+	bmcWatchAuthRounds = 3
+)
+
+// bmcWatch reads every BMC's power state and health rollup, paced evenly
+// over an interval, and records them in the store (Store.ObserveBMC):
+// power drift (someone pressed a power button or used the BMC's own UI) and
+// health changes show in the fleet page, the API and status/ without an
+// operator asking. Drivers that implement bmc.HealthReader are read with
+// it (Redfish: one GET of the System); others with Info.
+type bmcWatch struct {
+	st       *state.Store
+	drivers  reconciler.Drivers
+	interval time.Duration
+	first    time.Duration // delay before the first sweep
+	log      *slog.Logger
+
+	mu   sync.Mutex
+	skip map[string]time.Time // server → no read before (refused credential)
+}
+
+func newBMCWatch(st *state.Store, drivers reconciler.Drivers, interval time.Duration, log *slog.Logger) *bmcWatch {
+	if interval == 0 {
+		interval = DefaultBMCWatchInterval
+	}
+	return &bmcWatch{st: st, drivers: drivers, interval: interval, first: min(interval/10, time.Minute), log: log, skip: map[string]time.Time{}}
+}
+
+// run sweeps until ctx ends: the first sweep after w.first, then one every
+// w.interval (a sweep that takes longer is followed by the next at once).
+func (w *bmcWatch) run(ctx context.Context) {
+	t := time.NewTimer(w.first)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		start := time.Now()
+		n, changed := w.sweep(ctx)
+		w.log.Debug("bmc sweep", "servers", n, "changed", changed, "took", time.Since(start))
+		t.Reset(max(0, w.interval-time.Since(start)))
+	}
+}
+
+// sweep reads every server with a BMC that is not stalled, starting the
+// reads evenly over w.interval with at most bmcWatchWorkers in flight. It
+// returns how many it read and how many records changed.
+func (w *bmcWatch) sweep(ctx context.Context) (read, changed int) {
+	names, err := w.st.ServersWithBMC()
+	if err != nil {
+		w.log.Warn("bmc sweep: list servers", "err", err)
+		return 0, 0
+	}
+	if len(names) == 0 {
+		return 0, 0
+	}
+	pace := w.interval / time.Duration(len(names))
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		sem  = make(chan struct{}, bmcWatchWorkers)
+		next = time.Now()
+	)
+	for _, name := range names {
+		w.mu.Lock()
+		until, skipped := w.skip[name]
+		if skipped && time.Now().After(until) {
+			delete(w.skip, name)
+			skipped = false
+		}
+		w.mu.Unlock()
+		if skipped {
+			continue
+		}
+		if d := time.Until(next); d > 0 {
+			select {
+			case <-ctx.Done():
+				wg.Wait()
+				return read, changed
+			case <-time.After(d):
+			}
+		}
+		next = next.Add(pace)
+		select {
+		case <-ctx.Done():
+			wg.Wait()
+			return read, changed
+		case sem <- struct{}{}:
+		}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			ok, ch := w.read(ctx, name)
+			mu.Lock()
+			if ok {
+				read++
+			}
+			if ch {
+				changed++
+			}
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	return read, changed
+}
+
+// read reads one server's BMC and records what it found; ok is false when
+// the BMC could not be read (logged; a refused credential also skips the
+// server for bmcWatchAuthRounds sweeps).
+func (w *bmcWatch) read(ctx context.Context, name string) (ok, changed bool) {
+	srv, err := w.st.Server(name)
+	if err != nil || srv.Stalled != "" || srv.BMC.Driver == "" {
+		return false, false
+	}
+	log := w.log.With("server", name)
+	drv, err := w.drivers.Driver(ctx, srv)
+	if err != nil {
+		log.Debug("bmc sweep: open driver", "err", err)
+		return false, false
+	}
+	rctx, cancel := context.WithTimeout(ctx, bmcWatchTimeout)
+	defer cancel()
+	at := time.Now()
+	var (
+		p bmc.PowerState
+		h string
+	)
+	if hr, isHR := drv.(bmc.HealthReader); isHR {
+		p, h, err = hr.Health(rctx)
+	} else {
+		var in *bmc.Info
+		if in, err = drv.Info(rctx); err == nil {
+			p, h = in.Power, in.Health
+		}
+	}
+	if err != nil {
+		if ctx.Err() != nil {
+			return false, false
+		}
+		if errors.Is(err, bmc.ErrAuth) {
+			w.mu.Lock()
+			w.skip[name] = time.Now().Add(bmcWatchAuthRounds * w.interval)
+			w.mu.Unlock()
+		}
+		log.Warn("bmc sweep: read", "err", err)
+		return false, false
+	}
+	changed, err = w.st.ObserveBMC(name, at, statePower(p), h)
+	if err != nil {
+		log.Warn("bmc sweep: record", "err", err)
+		return true, false
+	}
+	if changed {
+		log.Info("bmc observed", "power", string(p), "health", h)
+	}
+	return true, changed
+}
+
+// statePower maps a BMC's power reading to the store's power state; ""
+// (leave the record alone) for PowerUnknown.
+func statePower(p bmc.PowerState) state.Power {
+	switch p {
+	case bmc.PowerOn:
+		return state.PowerOn
+	case bmc.PowerOff:
+		return state.PowerOff
+	}
+	return ""
+}
