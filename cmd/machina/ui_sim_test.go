@@ -92,7 +92,13 @@ func TestBrowserAgainstMachinaSim(t *testing.T) {
 	  { const cell = `+cell+`;
 	    new MutationObserver(() => window.__seen.push(cell.textContent.trim())).observe(cell, {childList: true, characterData: true, subtree: true}); }
 	  true`)
-	operatorCommit(t, gitBin, clone, name)
+	operatorCommit(t, gitBin, clone, "recommission "+name, func(servers string) string {
+		entry := "  - name: " + name + "\n"
+		if strings.Count(servers, entry) != 1 {
+			t.Fatalf("servers.yaml has %d entries %q", strings.Count(servers, entry), name)
+		}
+		return strings.Replace(servers, entry, entry+"    actions: {commission: 1}\n", 1)
+	})
 	uitest.Do(t, ctx, "watch "+name+" commission",
 		uitest.Poll(`window.__seen.includes("commissioning")`),
 		uitest.Poll(`window.__seen.lastIndexOf("ready") > window.__seen.indexOf("commissioning")`),
@@ -134,6 +140,36 @@ func TestBrowserAgainstMachinaSim(t *testing.T) {
 		}
 	}
 	uitest.Shot(t, ctx, shots, "machina-sim-server")
+
+	// A bad merge: the inventory page names the file, line and field the
+	// validator found, and says the controller stays on the last good
+	// revision.
+	operatorCommit(t, gitBin, clone, "typo in r1-n01's boot MAC", func(servers string) string {
+		old := `bootMAC: "52:54:00:01:00:01"`
+		if strings.Count(servers, old) != 1 {
+			t.Fatalf("servers.yaml has %d lines %s", strings.Count(servers, old), old)
+		}
+		return strings.Replace(servers, old, `bootMAC: "52:54:00:01:00"`, 1)
+	})
+	// The controller polls every 2 s; the page shows what it has when loaded.
+	for deadline := time.Now().Add(time.Minute); ; {
+		uitest.Do(t, ctx, "inventory page", chromedp.Navigate(base+"/ui/inventory"), chromedp.WaitVisible(chromedp.CSS("main")))
+		if uitest.Eval[bool](t, ctx, `document.getElementById("validation") !== null`) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the inventory page never showed the invalid revision:\n%s", uitest.Eval[string](t, ctx, `document.body.innerText`))
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	errs := uitest.Eval[string](t, ctx, `document.getElementById("validation").innerText`)
+	if !regexp.MustCompile(`servers\.yaml:\d+:\d+: servers\[0\]\.bootMAC`).MatchString(errs) {
+		t.Errorf("inventory page's validation errors do not name servers.yaml:LINE:COL and the field:\n%s", errs)
+	}
+	if body := uitest.Eval[string](t, ctx, `document.body.innerText`); !strings.Contains(body, "keeps acting on the last good one") || !strings.Contains(body, "typo in r1-n01") {
+		t.Errorf("inventory page does not show the newest (invalid) revision and the last good one:\n%s", body)
+	}
+	uitest.Shot(t, ctx, shots, "machina-sim-inventory")
 
 	// Nothing left the host; no page error; no CSP violation.
 	bu, _ := url.Parse(base)
@@ -292,10 +328,10 @@ func (p *simProcess) interrupt(t *testing.T, d time.Duration) int {
 }
 
 // operatorCommit does what the banner tells an operator: pull, edit
-// servers.yaml in the working clone (raise name's commission counter), commit
-// and push. A push that loses the race with a status commit is pulled again
-// (rebased) and retried.
-func operatorCommit(t *testing.T, gitBin, clone, name string) {
+// servers.yaml in the working clone, commit with message and push. A push
+// that loses the race with a status commit is pulled again (rebased) and
+// retried.
+func operatorCommit(t *testing.T, gitBin, clone, message string, edit func(servers string) string) {
 	t.Helper()
 	git := func(args ...string) error {
 		cmd := exec.Command(gitBin, append([]string{"-C", clone}, args...)...)
@@ -315,15 +351,10 @@ func operatorCommit(t *testing.T, gitBin, clone, name string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	entry := "  - name: " + name + "\n"
-	if strings.Count(string(b), entry) != 1 {
-		t.Fatalf("servers.yaml has %d entries %q", strings.Count(string(b), entry), name)
-	}
-	edited := strings.Replace(string(b), entry, entry+"    actions: {commission: 1}\n", 1)
-	if err := os.WriteFile(path, []byte(edited), 0o644); err != nil {
+	if err := os.WriteFile(path, []byte(edit(string(b))), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := git("commit", "-q", "-am", "recommission "+name); err != nil {
+	if err := git("commit", "-q", "-am", message); err != nil {
 		t.Fatal(err)
 	}
 	for attempt := 1; ; attempt++ {
