@@ -67,6 +67,22 @@ func TestProfileCountUpAndDown(t *testing.T) {
 	if len(added) != 2 {
 		t.Fatalf("added %v, want 2 new servers", added)
 	}
+	// Deployed means the boot override went back to disk: the Redfish
+	// BMCs (IPMI ones run in ipmi_sim) now hold Hdd, not the deploy's Pxe.
+	checked := 0
+	for _, name := range four {
+		target, enabled, ok := r.bootOverride(name)
+		if !ok {
+			continue
+		}
+		checked++
+		if target != "Hdd" || (enabled != "Continuous" && enabled != "Once") {
+			t.Errorf("%s deployed, but its BMC's boot override is %s/%s, want Hdd (Continuous, or Once where the BMC has no persistent override)", name, target, enabled)
+		}
+	}
+	if checked == 0 {
+		t.Fatalf("no Redfish BMC among the deployed %v: the boot override check proves nothing", four)
+	}
 	r.waitStatus("status/servers/"+added[0]+".yaml", "lifecycle: deployed")
 	// The deployed disks hold the image's MBR, its partition and the
 	// NoCloud seed's FAT filesystem.
@@ -166,8 +182,19 @@ func TestRetireAndUnretire(t *testing.T) {
 	r.waitStatus("status/servers/"+name+".yaml", "lifecycle: retired")
 	r.waitFor("hypervisor topped up to 2", time.Minute, func(s state.Snapshot) bool { return deployedBy(s, "hypervisor") == 2 })
 
+	seq := r.lastSeq()
 	r.commit("unretire "+name, func(dir string) { r.setServer(dir, name, "want", "ready") })
 	r.waitServer(name, "commissioned again", time.Minute, func(s state.Server) bool { return s.Lifecycle == state.LifecycleReady })
+	// The way back is retired → new, then commissioning as for a new server.
+	var moves []string
+	for _, e := range r.events(name, seq) {
+		if e.Kind == state.EventTransition {
+			moves = append(moves, string(e.From)+"→"+string(e.To))
+		}
+	}
+	if want := []string{"retired→new", "new→commissioning", "commissioning→ready"}; len(moves) < len(want) || !slices.Equal(moves[:len(want)], want) {
+		t.Errorf("%s unretired through %v, want %v", name, moves, want)
+	}
 }
 
 // TestDeletedServerOrphaned (issue 10): a server deleted from servers.yaml
