@@ -72,7 +72,13 @@ servers/, or a repository holding status/servers/). Without --observed:
 MACHINA_API when set, else the repository's status/ (read from REV's commit
 with --base, from the working tree without).
 
-Exit code: 0 no change, 1 changes, 2 an error.`,
+Steps the safety brake would hold (a revision releasing or retiring more
+than --brake-share of the fleet, or bringing a profile to zero deployed
+servers) are listed under HELD, with the "machinactl approve REV" that
+lets the controller run them; lines starting with "!" are conditions,
+e.g. a profile that too few ready servers fit.
+
+Exit code: 0 no change, 1 changes (held ones included), 2 an error.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if brakeShare < 0 || brakeShare > 1 {
