@@ -166,7 +166,7 @@ Exit code: 0 no change, 1 changes (held ones included), 2 an error.`,
 	cmd.Flags().StringVar(&base, "base", "", "plan the change merged into this revision (HEAD must contain it)")
 	cmd.Flags().StringVar(&observed, "observed", "", "observed state: admin API URL or status tree folder (default $"+envAPI+", else the repository's status/)")
 	cmd.Flags().StringVar(&format, "format", "text", "output: text, json or markdown (a pull-request comment)")
-	cmd.Flags().Float64Var(&brakeShare, "brake-share", 0, "safety brake: share of the fleet a revision may release or retire before it is held, as the controller is configured; 0 means 0.2")
+	cmd.Flags().Float64Var(&brakeShare, "brake-share", 0, "safety brake: share of the fleet a revision may release or retire before it is held, as the controller is configured (machina serve --brake-share); 0 means 0.2")
 	cmd.Flags().IntVar(&maxComment, "max-comment-bytes", 60000, "markdown: split into comments of at most this many bytes (GitHub allows 65,536 characters)")
 	return cmd
 }
