@@ -439,11 +439,16 @@ func TestReleaseWipeFailureRetried(t *testing.T) {
 	}
 	seq := r.lastSeq()
 	r.commit("hypervisor count 1", func(dir string) { r.setCount(dir, "hypervisor", 1) })
-	srv := r.waitServer(victim, "wipe failed", time.Minute, func(s state.Server) bool { return s.WipeFailures >= 1 })
+	// A failure with its reason: under load the retry (2 s backoff) may
+	// already have started and cleared LastError when the store is read;
+	// the retry fails the same way and records it again.
+	srv := r.waitServer(victim, "wipe failed", time.Minute, func(s state.Server) bool { return s.WipeFailures >= 1 && s.LastError != "" })
 	if !srv.NeedsWipe || srv.Lifecycle != state.LifecycleReady || !strings.Contains(srv.LastError, "release wipe failed") || !strings.Contains(srv.LastError, "sda") {
 		t.Errorf("%s after a failed wipe: lifecycle %s needsWipe %v lastError %q", victim, srv.Lifecycle, srv.NeedsWipe, srv.LastError)
 	}
-	body := r.waitStatus("status/servers/"+victim+".yaml", "WipeFailed")
+	// The condition, not the wipe.failed event (rendered with reason
+	// WipeFailed too, and committed a pass before the plan's condition).
+	body := r.waitStatus("status/servers/"+victim+".yaml", "type: WipeFailed", "reason: ReleaseWipeFailed")
 	if !strings.Contains(body, "ReleaseWipeFailed") {
 		t.Errorf("status/servers/%s.yaml:\n%s", victim, body)
 	}
