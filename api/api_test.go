@@ -242,6 +242,56 @@ func TestTransitionEndpoint(t *testing.T) {
 	}
 }
 
+// TestTransitionReleaseWipes: deployed → ready through the API is a
+// release like the reconciler's (issue 10): the allocation is dropped, the
+// server is marked for the release wipe (so it is not allocated before the
+// ramdisk wipes it), its host is marked released with its certificate
+// forgotten; hosts of other servers and other moves are untouched.
+func TestTransitionReleaseWipes(t *testing.T) {
+	f := newFixture(t, state.Options{})
+	ctx := context.Background()
+	for _, name := range []string{"d1", "d2"} {
+		if _, err := f.store.CreateServer(state.Server{Name: name}); err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range []state.Move{{From: state.LifecycleNew, To: state.LifecycleCommissioning}, {From: state.LifecycleCommissioning, To: state.LifecycleReady},
+			{From: state.LifecycleReady, To: state.LifecycleAllocated, Update: func(s *state.Server) error {
+				s.Allocation = &state.Allocation{Profile: "hypervisor", Reason: "provision", At: time.Now()}
+				return nil
+			}},
+			{From: state.LifecycleAllocated, To: state.LifecycleDeploying}, {From: state.LifecycleDeploying, To: state.LifecycleDeployed}} {
+			m.Server = name
+			if _, err := f.store.Apply(m); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := f.store.PutHost(state.Host{Name: "h-" + name, Server: name, CertFingerprint: "fp-" + name, JoinStatus: "joined"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := f.client.Transition(ctx, "d1", v1.TransitionRequest{From: "deployed", To: "ready", Reason: "give back provisioned server"})
+	if err != nil || got.Lifecycle != "ready" {
+		t.Fatalf("release = %+v, %v", got, err)
+	}
+	d1, _ := f.store.Server("d1")
+	if d1.Lifecycle != state.LifecycleReady || d1.Allocation != nil || !d1.NeedsWipe {
+		t.Errorf("d1 after release: lifecycle %s allocation %+v needsWipe %v; want ready, none, true", d1.Lifecycle, d1.Allocation, d1.NeedsWipe)
+	}
+	if h, _ := f.store.Host("h-d1"); h.JoinStatus != state.HostReleased || h.CertFingerprint != "" {
+		t.Errorf("host of released d1 = %+v, want released without a fingerprint", h)
+	}
+	// The other deployed server is untouched; retiring it is not a release.
+	if _, err := f.client.Transition(ctx, "d2", v1.TransitionRequest{From: "deployed", To: "retired"}); err != nil {
+		t.Fatal(err)
+	}
+	if d2, _ := f.store.Server("d2"); d2.NeedsWipe {
+		t.Errorf("d2 retired but marked for a release wipe")
+	}
+	if h, _ := f.store.Host("h-d2"); h.JoinStatus != "joined" || h.CertFingerprint != "fp-d2" {
+		t.Errorf("host of d2 changed by d1's release: %+v", h)
+	}
+}
+
 func TestJSONErrorsForUnknownRoutes(t *testing.T) {
 	f := newFixture(t, state.Options{})
 	cases := []struct {

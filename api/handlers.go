@@ -165,6 +165,14 @@ func (s *Server) listEvents(w http.ResponseWriter, r *http.Request, server strin
 // handleTransition answers POST /api/v1/servers/{name}/transitions: 200
 // with the server after the move; 409 with the current lifecycle when the
 // move is illegal or stale; 400 for unknown lifecycles; 404.
+//
+// deployed → ready is a release, as the reconciler's (issue 10): the
+// allocation is dropped, the server is marked for the release wipe
+// (NeedsWipe: the controller PXE-boots it into the ramdisk's wipe mode,
+// which wipes its disks' partition tables and signatures and powers off;
+// it is not allocated again before that), and its hosts are marked
+// released with their node certificates forgotten. This is how a server
+// taken by POST /api/v1/provision is given back.
 func (s *Server) handleTransition(w http.ResponseWriter, r *http.Request) {
 	var req v1.TransitionRequest
 	if !decodeBody(w, r, &req) {
@@ -180,10 +188,24 @@ func (s *Server) handleTransition(w http.ResponseWriter, r *http.Request) {
 		badRequest(w, "reason longer than %d bytes", maxReason)
 		return
 	}
-	srv, err := s.store.Apply(state.Move{Server: r.PathValue("name"), From: from, To: to, Reason: req.Reason, Actor: actor(r)})
+	release := from == state.LifecycleDeployed && to == state.LifecycleReady
+	m := state.Move{Server: r.PathValue("name"), From: from, To: to, Reason: req.Reason, Actor: actor(r)}
+	if release {
+		m.Update = func(srv *state.Server) error {
+			srv.Allocation, srv.NeedsWipe, srv.FinishDeploy = nil, true, false
+			return nil
+		}
+	}
+	srv, err := s.store.Apply(m)
 	if err != nil {
 		s.storeError(w, r, err)
 		return
+	}
+	if release {
+		if _, err := s.store.ForgetHostsOf(srv.Name, state.HostReleased, "server "+srv.Name+" released by "+actor(r)); err != nil {
+			s.storeError(w, r, err)
+			return
+		}
 	}
 	s.log.Info("lifecycle moved", "machine", srv.Name, "from", from, "to", to, "actor", actor(r))
 	writeJSON(w, http.StatusOK, toServer(srv))

@@ -68,6 +68,12 @@ func (p *planner) DeployPlan(ctx context.Context, srv state.Server) (v1.Plan, er
 	}
 	if ws := inv.Server(srv.Name); ws != nil && ws.RootDevice != nil {
 		plan.RootDevice = v1.RootDeviceHint{Serial: ws.RootDevice.Serial, WWN: ws.RootDevice.WWN, ByPath: ws.RootDevice.ByPath, MinSizeBytes: ws.RootDevice.MinSizeGiB << 30}
+	} else {
+		// The profile's disk rule, as for the installer documents: the
+		// smallest disk of at least min.diskGiB, the disk allocation
+		// counted when it found the server big enough (a smaller disk
+		// that merely holds the image is not it).
+		plan.RootDevice.MinSizeBytes = prof.Min.DiskGiB << 30
 	}
 	if p.join != nil {
 		cmd, err := p.join.JoinCommand(ctx, srv, *prof)

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"os"
 	"path/filepath"
@@ -11,6 +12,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	v1 "github.com/machina-metal/machina/api/v1"
+	"github.com/machina-metal/machina/images"
 	"github.com/machina-metal/machina/inventory"
 	"github.com/machina-metal/machina/state"
 )
@@ -73,5 +76,53 @@ func TestInstallerDocumentGolden(t *testing.T) {
 	srv := state.Server{Name: "r1-n01", Allocation: &state.Allocation{Profile: "hypervisor", Image: "ubuntu-24.04"}}
 	if _, err := p.InstallerDocument(context.Background(), srv, "x"); err == nil {
 		t.Error("InstallerDocument rendered an image profile")
+	}
+}
+
+// TestDeployPlanDiskRule: an image deploy's plan carries the disk rule
+// (issue 10: "the ramdisk's deploy plan with the image, disk rule and seed
+// from the profile"): without a rootDevice on the server, the smallest disk
+// of at least the profile's min.diskGiB (the disk allocation counted when
+// it found the server big enough), as the installer documents already
+// had; a server's rootDevice hint wins.
+func TestDeployPlanDiskRule(t *testing.T) {
+	res, err := inventory.Load(os.DirFS("../inventory-example"), inventory.Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inv := res.Inventory
+	dir := t.TempDir()
+	store, err := images.OpenStore(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := images.Record{Name: "ubuntu-24.04", Source: "http://mirror.invalid/ubuntu.img", State: images.StateVerified, SizeBytes: 3 << 30,
+		Raw: images.Digest{Algo: "sha256", Hex: strings.Repeat("ab", 32)}}
+	b, err := json.Marshal(rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "images", "ubuntu-24.04.json"), b, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	p := &planner{desired: func() *inventory.Inventory { return inv }, images: store, baseURL: "http://10.99.0.1:8080", join: fixedJoin{}}
+	srv := state.Server{Name: "r1-n01", BootMAC: "52:54:00:01:00:01", Lifecycle: state.LifecycleDeploying,
+		Allocation: &state.Allocation{Profile: "hypervisor", Image: "ubuntu-24.04", At: time.Unix(1700000000, 0)}}
+	plan, err := p.DeployPlan(context.Background(), srv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (v1.RootDeviceHint{MinSizeBytes: 100 << 30}); plan.RootDevice != want {
+		t.Errorf("plan disk rule %+v, want %+v (hypervisor's min.diskGiB 100)", plan.RootDevice, want)
+	}
+	if plan.ImageSHA256 != rec.Raw.Hex || plan.Seed.Hostname != "r1-n01" || !strings.Contains(plan.Seed.JoinCommand, "enrol-r1-n01-hypervisor") {
+		t.Errorf("plan %+v", plan)
+	}
+	inv.Server("r1-n01").RootDevice = &inventory.RootDevice{Serial: "S1", MinSizeGiB: 200}
+	if plan, err = p.DeployPlan(context.Background(), srv); err != nil {
+		t.Fatal(err)
+	}
+	if want := (v1.RootDeviceHint{Serial: "S1", MinSizeBytes: 200 << 30}); plan.RootDevice != want {
+		t.Errorf("plan disk rule with the server's rootDevice %+v, want %+v", plan.RootDevice, want)
 	}
 }

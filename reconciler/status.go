@@ -33,6 +33,13 @@ type InventoryStatus struct {
 	// Held is what the safety brake holds back in the acting revision
 	// until an operator approves it (issue 10), nil when nothing is held.
 	Held *HeldPlan
+	// Conditions are the acting plan's conditions about profiles rather
+	// than one server, e.g. "profile/hypervisor" InsufficientCapacity when
+	// too few ready servers fit a profile's count (issue 10); rendered under
+	// conditions: in status/inventory.yaml and listed on status/README.md.
+	// Server conditions go to the server files and the brake's hold to
+	// Held, not here.
+	Conditions []PlanCondition
 }
 
 // HeldPlan is the part of a plan the safety brake holds: why, and the

@@ -398,7 +398,26 @@ func renderInventory(inv InventoryStatus) []byte {
 		}
 		w.list(1, "steps", steps)
 	}
+	if len(inv.Conditions) > 0 {
+		w.key(0, "conditions")
+		for _, c := range sortedConditions(inv.Conditions) {
+			w.item(0)
+			w.text(0, "subject", orUnknown(c.Subject))
+			w.text(1, "type", orUnknown(c.Type))
+			w.text(1, "reason", c.Reason)
+			w.text(1, "message", c.Message)
+		}
+	}
 	return w.b.Bytes()
+}
+
+// sortedConditions returns cs sorted by subject, then type.
+func sortedConditions(cs []PlanCondition) []PlanCondition {
+	cs = slices.Clone(cs)
+	slices.SortStableFunc(cs, func(a, b PlanCondition) int {
+		return cmp.Or(cmp.Compare(a.Subject, b.Subject), cmp.Compare(a.Type, b.Type))
+	})
+	return cs
 }
 
 func compareFieldErrors(a, b inventory.FieldError) int {
@@ -427,6 +446,9 @@ func renderReadme(inv InventoryStatus, servers []ServerStatus, images []ImageSta
 	if h := inv.Held; h != nil {
 		fmt.Fprintf(&b, "**Plan held by the safety brake**: %s. %d steps wait for approval, see [inventory.yaml](inventory.yaml).\n\n",
 			mdCell(truncate(strings.TrimSuffix(h.Reason, "."), 300)), len(h.Steps))
+	}
+	for _, c := range sortedConditions(inv.Conditions) {
+		fmt.Fprintf(&b, "**%s %s** (%s): %s.\n\n", mdCell(c.Subject), mdCell(c.Type), mdCell(c.Reason), mdCell(truncate(Redact(c.Message), 300)))
 	}
 	counts := map[string]int{}
 	for _, s := range servers {

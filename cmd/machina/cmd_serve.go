@@ -285,6 +285,12 @@ func newServeCmd(e *env) *cobra.Command {
 				defer close(stop)
 				go watchHeapPeak(memProfile, log, stop)
 			}
+			if share := cc.Reconciler.Plan.BrakeShare; !(share > 0 && share <= 1) {
+				return fmt.Errorf("--brake-share %v: want a share above 0 and at most 1 (0.2 is 20%% of the fleet)", share)
+			}
+			if cc.Reconciler.Plan.DeployTimeout <= 0 {
+				return fmt.Errorf("--deploy-timeout %s: want a positive duration", cc.Reconciler.Plan.DeployTimeout)
+			}
 			if cc.Repo.URL == "" {
 				return c.Run(cmd.Context())
 			}
@@ -329,6 +335,8 @@ func newServeCmd(e *env) *cobra.Command {
 	f.IntVar(&cc.Reconciler.Workers, "workers", 8, "actions running at once")
 	f.IntVar(&cc.Reconciler.PerRack, "per-rack", 4, "actions at once in one rack")
 	f.DurationVar(&cc.Reconciler.Interval, "reconcile-interval", 5*time.Second, "planning pass interval without a trigger")
+	f.Float64Var(&cc.Reconciler.Plan.BrakeShare, "brake-share", 0.2, "safety brake: a revision that would release or retire more than this share of the fleet (servers not retired), above 0 and at most 1, is held until machinactl approve REV; one that brings a profile to zero is held at any share")
+	f.DurationVar(&cc.Reconciler.Plan.DeployTimeout, "deploy-timeout", time.Hour, "a deploy (image or installer) that has not reported after this long fails and its server is powered off")
 	f.DurationVar(&cc.StatusInterval, "status-interval", 30*time.Second, "least time between status commits")
 	f.DurationVar(&cc.BMCWatchInterval, "bmc-watch-interval", controller.DefaultBMCWatchInterval, "one sweep reading every BMC's power state and health spans this long (negative: off)")
 	f.IntVar(&cc.MachinePerIP.Burst, "machine-burst", 0, "boot and machine-facing requests per client IP at once (0: 20)")

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -130,5 +131,38 @@ func TestServeKeyChecks(t *testing.T) {
 	}
 	if !strings.Contains(logs.String(), "secrets are sealed") {
 		t.Errorf("logs: %s", logs.String())
+	}
+}
+
+// TestServeBrakeShareAndDeployTimeoutFlags: the safety brake's share and
+// the deploy deadline are operator settings (issue 10: "a configured share
+// of the fleet (default 20%)"); values that would disable the brake or the
+// deadline are refused before anything starts, naming the flag.
+func TestServeBrakeShareAndDeployTimeoutFlags(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "state.db")
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--brake-share", "1.5"}, "--brake-share 1.5: want a share above 0 and at most 1"},
+		{[]string{"--brake-share", "0"}, "--brake-share 0: want a share above 0 and at most 1"},
+		{[]string{"--brake-share", "-0.1"}, "--brake-share -0.1: want a share above 0 and at most 1"},
+		{[]string{"--brake-share", "NaN"}, "--brake-share NaN: want a share above 0 and at most 1"},
+		{[]string{"--deploy-timeout", "0s"}, "--deploy-timeout 0s: want a positive duration"},
+	} {
+		var errb bytes.Buffer
+		args := append([]string{"serve", "--state", path, "--listen", "127.0.0.1:0"}, c.args...)
+		if code := run(context.Background(), args, nil, &errb, &errb); code == 0 || !strings.Contains(errb.String(), c.want) {
+			t.Errorf("serve %v: exit %d, %q; want an error with %q", c.args, code, errb.String(), c.want)
+		}
+	}
+	if _, err := os.Stat(path); err == nil {
+		t.Errorf("a refused flag still opened the state file")
+	}
+	var out bytes.Buffer
+	if code := run(context.Background(), []string{"serve", "--help"}, nil, &out, &out); code != 0 ||
+		!strings.Contains(out.String(), "--brake-share float") || !strings.Contains(out.String(), "(default 0.2)") ||
+		!strings.Contains(out.String(), "--deploy-timeout duration") || !strings.Contains(out.String(), "(default 1h0m0s)") {
+		t.Errorf("serve --help: exit %d\n%s", code, out.String())
 	}
 }

@@ -19,8 +19,22 @@ var revisionPattern = regexp.MustCompile(`^[0-9a-f]{12,64}$`)
 func newApproveCmd(e *env) *cobra.Command {
 	var apiURL string
 	cmd := &cobra.Command{
-		Use:     "approve REV",
-		Short:   "Approve the held plan of an inventory revision (safety brake)",
+		Use:   "approve REV",
+		Short: "Approve the held plan of an inventory revision (safety brake)",
+		Long: `Approve the steps the safety brake holds for inventory revision REV: a
+revision that would release or retire more than the brake's share of the
+fleet (default 20%), or bring a profile to zero deployed servers. REV is
+the 12 (to 64) hex digits of the inventory digest printed after
+"machinactl approve" by machinactl plan, machinactl status and
+status/inventory.yaml.
+
+The controller records the approval as an approval event under the admin
+token's name, then runs the held steps. It applies to that revision only:
+a later commit that is held again needs its own approval. The approval is
+recorded whether or not the controller holds a plan of REV yet, so check
+the revision against the plan before approving.
+
+Exit code: 0 approved, 2 an error (REV not hex, API refused).`,
 		Example: "  MACHINA_TOKEN=... machinactl approve 3f2a9c01d4e5",
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {

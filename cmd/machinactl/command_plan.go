@@ -72,7 +72,13 @@ servers/, or a repository holding status/servers/). Without --observed:
 MACHINA_API when set, else the repository's status/ (read from REV's commit
 with --base, from the working tree without).
 
-Exit code: 0 no change, 1 changes, 2 an error.`,
+Steps the safety brake would hold (a revision releasing or retiring more
+than --brake-share of the fleet, or bringing a profile to zero deployed
+servers) are listed under HELD, with the "machinactl approve REV" that
+lets the controller run them; lines starting with "!" are conditions,
+e.g. a profile that too few ready servers fit.
+
+Exit code: 0 no change, 1 changes (held ones included), 2 an error.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if brakeShare < 0 || brakeShare > 1 {
@@ -160,7 +166,7 @@ Exit code: 0 no change, 1 changes, 2 an error.`,
 	cmd.Flags().StringVar(&base, "base", "", "plan the change merged into this revision (HEAD must contain it)")
 	cmd.Flags().StringVar(&observed, "observed", "", "observed state: admin API URL or status tree folder (default $"+envAPI+", else the repository's status/)")
 	cmd.Flags().StringVar(&format, "format", "text", "output: text, json or markdown (a pull-request comment)")
-	cmd.Flags().Float64Var(&brakeShare, "brake-share", 0, "safety brake: share of the fleet a revision may release or retire before it is held, as the controller is configured; 0 means 0.2")
+	cmd.Flags().Float64Var(&brakeShare, "brake-share", 0, "safety brake: share of the fleet a revision may release or retire before it is held, as the controller is configured (machina serve --brake-share); 0 means 0.2")
 	cmd.Flags().IntVar(&maxComment, "max-comment-bytes", 60000, "markdown: split into comments of at most this many bytes (GitHub allows 65,536 characters)")
 	return cmd
 }

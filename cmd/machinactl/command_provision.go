@@ -17,8 +17,24 @@ import (
 func newProvisionCmd(e *env) *cobra.Command {
 	var apiURL string
 	cmd := &cobra.Command{
-		Use:     "provision PROFILE N",
-		Short:   "Allocate and deploy N servers of a profile",
+		Use:   "provision PROFILE N",
+		Short: "Allocate and deploy N servers of a profile",
+		Long: `Allocate N ready servers that fit PROFILE (its zone and minimum cores,
+memory and disk; the smallest first: fewest cores, least memory, smallest
+fitting disk, name) and deploy them with the profile. Prints the servers'
+names, one a line, once they are allocated; the deploys then run (watch
+them with machinactl status).
+
+All or nothing: when fewer than N ready servers fit, nothing is allocated.
+
+Provisioned servers come on top of the profile's count: lowering the count
+never releases them. Give one back with POST
+/api/v1/servers/NAME/transitions {"from":"deployed","to":"ready"} (a
+release: the ramdisk wipes its disks before it is used again), or retire
+it with want: retired in servers.yaml.
+
+Exit code: 0 allocated, 1 not enough fitting ready servers (nothing
+allocated), 2 an error.`,
 		Example: "  MACHINA_TOKEN=... machinactl provision hypervisor 2",
 		Args:    cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {

@@ -338,19 +338,26 @@ func TestVerbsAgainstController(t *testing.T) {
 	}
 	editFile(t, profiles, "count: 3", "count: 2")
 
-	// provision: one more hypervisor, named in the answer and deployed.
-	code, out, errOut = h.ctl("provision", "hypervisor", "1")
+	// provision (issue 10: `machinactl provision hypervisor 2`): two more
+	// hypervisors, both named in the answer and both deployed.
+	code, out, errOut = h.ctl("provision", "hypervisor", "2")
 	if code != 0 {
 		t.Fatalf("provision: exit %d: %s", code, errOut)
 	}
 	lines := strings.Split(strings.TrimSpace(out), "\n")
-	if len(lines) != 2 || !strings.HasPrefix(lines[0], "allocated 1 servers to profile hypervisor") {
+	if len(lines) != 3 || !strings.HasPrefix(lines[0], "allocated 2 servers to profile hypervisor") || lines[1] == lines[2] {
 		t.Fatalf("provision output %q", out)
 	}
-	name := lines[1]
-	h.waitFor(name+" deployed by provision", 3*time.Minute, func(s state.Snapshot) bool {
-		srv := s.Servers[name]
-		return srv.Lifecycle == state.LifecycleDeployed && !srv.FinishDeploy && srv.Allocation != nil && srv.Allocation.Reason == reconciler.ReasonProvision
+	names := lines[1:]
+	h.waitFor(strings.Join(names, " and ")+" deployed by provision", 3*time.Minute, func(s state.Snapshot) bool {
+		for _, name := range names {
+			srv := s.Servers[name]
+			if srv.Lifecycle != state.LifecycleDeployed || srv.FinishDeploy || srv.Allocation == nil ||
+				srv.Allocation.Reason != reconciler.ReasonProvision || srv.Allocation.Profile != "hypervisor" || srv.Zone != "zone-a" {
+				return false
+			}
+		}
+		return true
 	})
 	// Not enough capacity: a clear message, exit 1, nothing allocated.
 	before, _ := h.run.Store.Snapshot()

@@ -67,6 +67,22 @@ func TestProfileCountUpAndDown(t *testing.T) {
 	if len(added) != 2 {
 		t.Fatalf("added %v, want 2 new servers", added)
 	}
+	// Deployed means the boot override went back to disk: the Redfish
+	// BMCs (IPMI ones run in ipmi_sim) now hold Hdd, not the deploy's Pxe.
+	checked := 0
+	for _, name := range four {
+		target, enabled, ok := r.bootOverride(name)
+		if !ok {
+			continue
+		}
+		checked++
+		if target != "Hdd" || (enabled != "Continuous" && enabled != "Once") {
+			t.Errorf("%s deployed, but its BMC's boot override is %s/%s, want Hdd (Continuous, or Once where the BMC has no persistent override)", name, target, enabled)
+		}
+	}
+	if checked == 0 {
+		t.Fatalf("no Redfish BMC among the deployed %v: the boot override check proves nothing", four)
+	}
 	r.waitStatus("status/servers/"+added[0]+".yaml", "lifecycle: deployed")
 	// The deployed disks hold the image's MBR, its partition and the
 	// NoCloud seed's FAT filesystem.
@@ -166,8 +182,19 @@ func TestRetireAndUnretire(t *testing.T) {
 	r.waitStatus("status/servers/"+name+".yaml", "lifecycle: retired")
 	r.waitFor("hypervisor topped up to 2", time.Minute, func(s state.Snapshot) bool { return deployedBy(s, "hypervisor") == 2 })
 
+	seq := r.lastSeq()
 	r.commit("unretire "+name, func(dir string) { r.setServer(dir, name, "want", "ready") })
 	r.waitServer(name, "commissioned again", time.Minute, func(s state.Server) bool { return s.Lifecycle == state.LifecycleReady })
+	// The way back is retired → new, then commissioning as for a new server.
+	var moves []string
+	for _, e := range r.events(name, seq) {
+		if e.Kind == state.EventTransition {
+			moves = append(moves, string(e.From)+"→"+string(e.To))
+		}
+	}
+	if want := []string{"retired→new", "new→commissioning", "commissioning→ready"}; len(moves) < len(want) || !slices.Equal(moves[:len(want)], want) {
+		t.Errorf("%s unretired through %v, want %v", name, moves, want)
+	}
 }
 
 // TestDeletedServerOrphaned (issue 10): a server deleted from servers.yaml
@@ -412,11 +439,16 @@ func TestReleaseWipeFailureRetried(t *testing.T) {
 	}
 	seq := r.lastSeq()
 	r.commit("hypervisor count 1", func(dir string) { r.setCount(dir, "hypervisor", 1) })
-	srv := r.waitServer(victim, "wipe failed", time.Minute, func(s state.Server) bool { return s.WipeFailures >= 1 })
+	// A failure with its reason: under load the retry (2 s backoff) may
+	// already have started and cleared LastError when the store is read;
+	// the retry fails the same way and records it again.
+	srv := r.waitServer(victim, "wipe failed", time.Minute, func(s state.Server) bool { return s.WipeFailures >= 1 && s.LastError != "" })
 	if !srv.NeedsWipe || srv.Lifecycle != state.LifecycleReady || !strings.Contains(srv.LastError, "release wipe failed") || !strings.Contains(srv.LastError, "sda") {
 		t.Errorf("%s after a failed wipe: lifecycle %s needsWipe %v lastError %q", victim, srv.Lifecycle, srv.NeedsWipe, srv.LastError)
 	}
-	body := r.waitStatus("status/servers/"+victim+".yaml", "WipeFailed")
+	// The condition, not the wipe.failed event (rendered with reason
+	// WipeFailed too, and committed a pass before the plan's condition).
+	body := r.waitStatus("status/servers/"+victim+".yaml", "type: WipeFailed", "reason: ReleaseWipeFailed")
 	if !strings.Contains(body, "ReleaseWipeFailed") {
 		t.Errorf("status/servers/%s.yaml:\n%s", victim, body)
 	}

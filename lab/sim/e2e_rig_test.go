@@ -306,6 +306,30 @@ func (r *rig) bmcWrites(name string) []string {
 	return out
 }
 
+// bootOverride reads the boot override name's bmcsim BMC holds now, from
+// the resource the controller last PATCHed a Boot object to (the System,
+// or its settings object); ok is false for a server without a bmcsim BMC
+// (IPMI servers run behind ipmi_sim) or one never PATCHed.
+func (r *rig) bootOverride(name string) (target, enabled string, ok bool) {
+	b := r.lab.BMC(name)
+	if b == nil {
+		return "", "", false
+	}
+	path := ""
+	for _, q := range b.Requests() {
+		if _, boot := q.Body["Boot"]; q.Method == http.MethodPatch && boot {
+			path = q.Path
+		}
+	}
+	if path == "" {
+		return "", "", false
+	}
+	boot, _ := b.Get(path)["Boot"].(map[string]any)
+	target, _ = boot["BootSourceOverrideTarget"].(string)
+	enabled, _ = boot["BootSourceOverrideEnabled"].(string)
+	return target, enabled, true
+}
+
 // resets counts the ComputerSystem.Reset actions name's BMC accepted.
 func (r *rig) resets(name string) int {
 	n := 0
