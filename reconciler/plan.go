@@ -680,9 +680,20 @@ func wipeCondition(name string, obs state.Server, opts PlanOptions) (PlanConditi
 		return PlanCondition{}, false
 	}
 	if obs.WipeFailures > 0 {
+		// A retry that is running has cleared LastError (the netboot
+		// step succeeded); say it runs instead of an empty reason.
+		if !obs.WipeStartedAt.IsZero() {
+			return PlanCondition{Subject: "server/" + name, Type: "WipeFailed", Reason: "ReleaseWipeFailed",
+				Message: fmt.Sprintf("release wipe failed %d times; retry running since %s; not allocatable until wiped",
+					obs.WipeFailures, obs.WipeStartedAt.UTC().Format(time.RFC3339))}, true
+		}
+		last := ""
+		if obs.LastError != "" {
+			last = " (last: " + obs.LastError + ")"
+		}
 		return PlanCondition{Subject: "server/" + name, Type: "WipeFailed", Reason: "ReleaseWipeFailed",
-			Message: fmt.Sprintf("release wipe failed %d times (last: %s); next try after %s; not allocatable until wiped",
-				obs.WipeFailures, obs.LastError, wipeRetryAt(obs, opts).UTC().Format(time.RFC3339))}, true
+			Message: fmt.Sprintf("release wipe failed %d times%s; next try after %s; not allocatable until wiped",
+				obs.WipeFailures, last, wipeRetryAt(obs, opts).UTC().Format(time.RFC3339))}, true
 	}
 	msg := "released; release wipe not started yet; not allocatable until wiped"
 	if !obs.WipeStartedAt.IsZero() {

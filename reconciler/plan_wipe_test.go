@@ -34,6 +34,10 @@ func TestPlanReleaseWipe(t *testing.T) {
 		{name: "failed wipe retried after backoff", mod: func(s *state.Server) {
 			s.WipeFailures, s.WipeFailedAt = 3, planT0.Add(-4*time.Minute)
 		}, wantStep: ActWipe, wantCond: "WipeFailed"},
+		{name: "retry running says so", mod: func(s *state.Server) {
+			// The retry's netboot step succeeded and cleared LastError.
+			s.WipeFailures, s.WipeFailedAt, s.WipeStartedAt = 2, planT0.Add(-10*time.Minute), planT0.Add(-time.Minute)
+		}, wantCond: "WipeFailed", wantMsg: "failed 2 times; retry running since 2026-11-01T11:59:00Z"},
 		{name: "backoff capped", mod: func(s *state.Server) {
 			s.WipeFailures, s.WipeFailedAt = 30, planT0.Add(-61*time.Minute)
 		}, wantStep: ActWipe, wantCond: "WipeFailed"},
