@@ -11,7 +11,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -209,8 +208,11 @@ func TestBrowserAgainstMachinaSim(t *testing.T) {
 func buildMachina(t *testing.T) string {
 	t.Helper()
 	goBin, err := exec.LookPath("go")
+	if err != nil && os.Getenv("GOROOT") != "" {
+		goBin, err = filepath.Join(os.Getenv("GOROOT"), "bin", "go"), nil
+	}
 	if err != nil {
-		goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
+		t.Fatalf("no go command on PATH to build machina: %v", err)
 	}
 	bin := filepath.Join(t.TempDir(), "machina")
 	cmd := exec.Command(goBin, "build", "-o", bin, ".")
