@@ -24,7 +24,7 @@ import (
 //	POST /api/v1/approve     approve the held plan of a revision
 //	POST /api/v1/provision   allocate and deploy N servers of a profile
 //	POST /api/v1/scan        scan a BMC subnet (mountDiscovery)
-func mountAdmin(srv *api.Server, st *state.Store, ctrl *reconciler.Controller, src *reconciler.Source) error {
+func mountAdmin(srv *api.Server, st *state.Store, ctrl *reconciler.Controller, src *reconciler.Source, propose proposeFunc, branch string) error {
 	routes := map[string]http.HandlerFunc{
 		"POST /api/v1/reconcile": func(w http.ResponseWriter, r *http.Request) {
 			src.Trigger()
@@ -71,7 +71,7 @@ func mountAdmin(srv *api.Server, st *state.Store, ctrl *reconciler.Controller, s
 			return err
 		}
 	}
-	return mountDiscovery(srv, st, discover.Scan)
+	return mountDiscovery(srv, st, discover.Scan, propose, branch)
 }
 
 // decode reads a small strict JSON body into v, answering 400 on failure.

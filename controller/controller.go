@@ -381,7 +381,7 @@ func Run(ctx context.Context, cfg Config) error {
 			return builder.Build(src.InventoryStatus(), imgStatus.list(), res)
 		}, urgent)
 	}
-	if err := mountAdmin(srv, st, ctrl, src); err != nil {
+	if err := mountAdmin(srv, st, ctrl, src, scanProposers(cfg.Repo, gitDir, log.With("component", "scan")), cfg.Repo.Branch); err != nil {
 		return err
 	}
 	if err := mountConsoleAndUI(srv, st, drivers, src, ctrl, imgStatus, gitDir); err != nil {

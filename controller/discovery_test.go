@@ -25,7 +25,7 @@ func newScanAPI(t *testing.T, scan scanFunc) (*v1.Client, *state.Store) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := mountDiscovery(srv, st, scan); err != nil {
+	if err := mountDiscovery(srv, st, scan, nil, ""); err != nil {
 		t.Fatal(err)
 	}
 	hs := httptest.NewServer(srv.Handler())

@@ -20,10 +20,24 @@ type ScanRequest struct {
 	Port int `json:"port,omitempty"`
 	// InsecureTLS accepts the BMCs' self-signed certificates.
 	InsecureTLS bool `json:"insecureTLS,omitempty"`
+	// Register proposes the authenticated BMCs as new servers.yaml entries
+	// (as `machinactl scan --register`): the controller commits them,
+	// validated, onto a new review branch "discovered/YYYY-MM-DD" of the
+	// inventory repository, or onto CommitTo. Zone is then required.
+	Register bool `json:"register,omitempty"`
+	// Zone is the zone of the proposed servers (Register only).
+	Zone string `json:"zone,omitempty"`
+	// Site, if set, is their site (Register only).
+	Site string `json:"site,omitempty"`
+	// CommitTo, if set, must be the inventory branch the controller
+	// follows: the entries are committed straight onto it instead of a
+	// review branch (Register only).
+	CommitTo string `json:"commitTo,omitempty"`
 }
 
 // Scan calls POST /api/v1/scan and decodes the report (the discover
-// package's Report: range, probed, results) into out.
+// package's Report: range, probed, results; with Register also
+// "registered": branch, commit, added, skipped) into out.
 func (c *Client) Scan(ctx context.Context, req ScanRequest, out any) error {
 	return c.do(ctx, http.MethodPost, "/api/v1/scan", nil, req, out)
 }
