@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -20,6 +21,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	apiv1 "github.com/machina-metal/machina/api/v1"
+	"github.com/machina-metal/machina/bmc/ipmi/ipmisim"
 	"github.com/machina-metal/machina/ui/uitest"
 )
 
@@ -32,15 +34,21 @@ import (
 // (a commit in the working clone raising r3-n02's commission counter,
 // pushed with git) and watch r3-n02's row go ready → commissioning → ready
 // on the fleet page through the event stream with no reload, and its health
-// cell fill with what the controller's BMC sweep read from its BMC. Open the
+// cell fill with what the controller's BMC sweep read from its BMC. Pin
+// IPMI server r2-n03 to storage with another commit and type on its serial
+// console (xterm.js → console WebSocket → ipmitool SOL → ipmi_sim → the
+// simulated serial port's getty, which echoes). Commit a revision retiring
+// 6 of 12 servers, see it held on the inventory page and approve it there
+// (the six then retire). Commit a typo and see the inventory page name
+// the file, line and field. Open the
 // server page from the row's link and check the hardware facts of the new
 // commissioning report (as the admin API reports them) and the BMC read
 // model. Every request the browser made went to the controller, no CSP
 // violation happened (an injected inline script is the control), and
-// SIGINT stops the binary with exit 0. The approval and console flows run
-// against the same controller code in lab/sim's TestBrowserAgainstController.
+// SIGINT stops the binary with exit 0.
 func TestBrowserAgainstMachinaSim(t *testing.T) {
 	ctx := uitest.Browser(t)
+	ipmisim.RequireTools(t) // the IPMI servers' serial consoles
 	gitBin, err := exec.LookPath("git")
 	if err != nil {
 		t.Fatalf("git is needed to change the fleet as an operator: %v", err)
@@ -140,6 +148,95 @@ func TestBrowserAgainstMachinaSim(t *testing.T) {
 	}
 	uitest.Shot(t, ctx, shots, "machina-sim-server")
 
+	// Serial console of IPMI server r2-n03, pinned to the storage profile
+	// by an operator commit: keystrokes typed in xterm.js go through the
+	// controller's console WebSocket, ipmitool's SOL session and ipmi_sim to
+	// the simulated machine's serial port, whose getty echoes them.
+	const con = "r2-n03"
+	if srv := getServer(t, base, tok, con); srv.Lifecycle == "ready" {
+		operatorCommit(t, gitBin, clone, "deploy "+con+" as storage", func(servers string) string {
+			entry := "  - name: " + con + "\n"
+			if strings.Count(servers, entry) != 1 {
+				t.Fatalf("servers.yaml has %d entries %q", strings.Count(servers, entry), con)
+			}
+			return strings.Replace(servers, entry, entry+"    want: deployed\n    profile: storage\n", 1)
+		})
+	}
+	waitAPI(t, base, tok, con+" deployed and joined", 2*time.Minute, func(list []apiv1.Server) bool {
+		for _, s := range list {
+			if s.Name == con {
+				return s.Lifecycle == "deployed" && !s.FinishDeploy
+			}
+		}
+		return false
+	})
+	typed := fmt.Sprintf("typed-in-chromium-%d", time.Now().UnixNano()%1e6)
+	term := `document.querySelector(".xterm-rows").textContent`
+	uitest.Do(t, ctx, "type on the console of "+con,
+		chromedp.Navigate(base+"/ui/servers/"+con),
+		chromedp.WaitVisible(chromedp.CSS("#open-console")),
+		chromedp.Click(chromedp.CSS("#open-console")),
+		chromedp.WaitVisible(chromedp.CSS(".xterm-helper-textarea"), chromedp.NodeReady),
+		uitest.Poll(`document.getElementById("role").dataset.state === "writer"`),
+		chromedp.Click(chromedp.CSS(".xterm-screen")),
+		uitest.PressEnter(),
+		uitest.Poll(term+`.includes("`+con+` login:")`),
+		uitest.TypeText(typed),
+		uitest.Poll(term+`.includes("`+typed+`")`),
+	)
+	uitest.Shot(t, ctx, shots, "machina-sim-console")
+
+	// The safety brake: an operator commit retiring 6 ready servers is
+	// held; the inventory page lists the held steps, the approve button's
+	// page lists each retirement, and the ticked confirmation approves it.
+	var victims []string
+	for _, s := range listServers(t, base, tok) {
+		if s.Lifecycle == "ready" && len(victims) < 6 {
+			victims = append(victims, s.Name)
+		}
+	}
+	if len(victims) != 6 {
+		t.Fatalf("only %d ready servers: %q", len(victims), victims)
+	}
+	operatorCommit(t, gitBin, clone, "retire half the fleet", func(servers string) string {
+		for _, v := range victims {
+			entry := "  - name: " + v + "\n"
+			if strings.Count(servers, entry) != 1 {
+				t.Fatalf("servers.yaml has %d entries %q", strings.Count(servers, entry), v)
+			}
+			servers = strings.Replace(servers, entry, entry+"    want: retired\n", 1)
+		}
+		return servers
+	})
+	reloadUntil(t, ctx, base+"/ui/inventory", `document.querySelectorAll("#held tbody tr").length === 6`)
+	if b := uitest.Eval[string](t, ctx, `document.body.innerText`); !strings.Contains(b, "retire 6 of 12") {
+		t.Errorf("inventory page does not give the brake's reason:\n%s", b)
+	}
+	uitest.Do(t, ctx, "approve button",
+		chromedp.Click(chromedp.CSS("#approve")),
+		chromedp.WaitVisible(chromedp.CSS("#will-happen")),
+	)
+	shown := uitest.Eval[string](t, ctx, `[...document.querySelectorAll("#will-happen tbody tr")].map(r => r.cells[0].textContent + " " + r.cells[1].textContent).join(",")`)
+	for _, v := range victims {
+		if !strings.Contains(shown, v+" retire") {
+			t.Errorf("confirmation page lacks %s retire: %q", v, shown)
+		}
+	}
+	uitest.Do(t, ctx, "confirm and approve",
+		chromedp.Click(chromedp.CSS("#confirm")),
+		chromedp.Click(chromedp.CSS("#do-approve")),
+		chromedp.WaitVisible(chromedp.CSS("#approved-flash")),
+	)
+	waitAPI(t, base, tok, "6 retired", 2*time.Minute, func(list []apiv1.Server) bool {
+		n := 0
+		for _, s := range list {
+			if slices.Contains(victims, s.Name) && s.Lifecycle == "retired" {
+				n++
+			}
+		}
+		return n == 6
+	})
+
 	// A bad merge: the inventory page names the file, line and field the
 	// validator found, and says the controller stays on the last good
 	// revision.
@@ -150,17 +247,7 @@ func TestBrowserAgainstMachinaSim(t *testing.T) {
 		}
 		return strings.Replace(servers, old, `bootMAC: "52:54:00:01:00"`, 1)
 	})
-	// The controller polls every 2 s; the page shows what it has when loaded.
-	for deadline := time.Now().Add(time.Minute); ; {
-		uitest.Do(t, ctx, "inventory page", chromedp.Navigate(base+"/ui/inventory"), chromedp.WaitVisible(chromedp.CSS("main")))
-		if uitest.Eval[bool](t, ctx, `document.getElementById("validation") !== null`) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the inventory page never showed the invalid revision:\n%s", uitest.Eval[string](t, ctx, `document.body.innerText`))
-		}
-		time.Sleep(500 * time.Millisecond)
-	}
+	reloadUntil(t, ctx, base+"/ui/inventory", `document.getElementById("validation") !== null`)
 	errs := uitest.Eval[string](t, ctx, `document.getElementById("validation").innerText`)
 	if !regexp.MustCompile(`servers\.yaml:\d+:\d+: servers\[0\]\.bootMAC`).MatchString(errs) {
 		t.Errorf("inventory page's validation errors do not name servers.yaml:LINE:COL and the field:\n%s", errs)
@@ -394,4 +481,65 @@ func getServer(t *testing.T, base, tok, name string) apiv1.Server {
 		t.Fatal(err)
 	}
 	return s
+}
+
+// reloadUntil loads url until js is true in it (the controller polls the
+// repository every 2 s; the inventory page shows what it has when loaded),
+// for at most a minute.
+func reloadUntil(t *testing.T, ctx context.Context, url, js string) {
+	t.Helper()
+	for deadline := time.Now().Add(time.Minute); ; {
+		uitest.Do(t, ctx, "load "+url, chromedp.Navigate(url), chromedp.WaitVisible(chromedp.CSS("main")))
+		if uitest.Eval[bool](t, ctx, js) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s never had %s:\n%s", url, js, uitest.Eval[string](t, ctx, `document.body.innerText`))
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+// listServers reads every server from the admin API.
+func listServers(t *testing.T, base, tok string) []apiv1.Server {
+	t.Helper()
+	req, err := http.NewRequestWithContext(context.Background(), http.MethodGet, base+"/api/v1/servers?limit=1000", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+tok)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET /api/v1/servers: %s", resp.Status)
+	}
+	var page apiv1.ServerList
+	if err := json.NewDecoder(resp.Body).Decode(&page); err != nil {
+		t.Fatal(err)
+	}
+	return page.Servers
+}
+
+// waitAPI polls the admin API's server list (every 200 ms, up to d) until
+// cond holds.
+func waitAPI(t *testing.T, base, tok, what string, d time.Duration, cond func([]apiv1.Server) bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		list := listServers(t, base, tok)
+		if cond(list) {
+			return
+		}
+		if time.Now().After(deadline) {
+			var b strings.Builder
+			for _, s := range list {
+				fmt.Fprintf(&b, "  %s %s\n", s.Name, s.Lifecycle)
+			}
+			t.Fatalf("not %s within %s:\n%s", what, d, b.String())
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 }
