@@ -47,7 +47,15 @@ func mountAdmin(srv *api.Server, st *state.Store, ctrl *reconciler.Controller, s
 				return
 			}
 			ctrl.Trigger()
-			writeJSON(w, http.StatusOK, map[string]string{"approved": req.Revision})
+			out := v1.ApproveResponse{Approved: req.Revision}
+			if d := ctrl.Desired(); d != nil {
+				out.Acting = strings.TrimPrefix(d.Digest, "sha256:")
+				out.Matches = strings.HasPrefix(out.Acting, req.Revision)
+				if out.Matches {
+					out.HeldSteps = len(ctrl.LastPlan().Held)
+				}
+			}
+			writeJSON(w, http.StatusOK, out)
 		},
 		"POST /api/v1/provision": func(w http.ResponseWriter, r *http.Request) {
 			var req v1.ProvisionRequest

@@ -129,8 +129,10 @@ func (c *Client) Provision(ctx context.Context, req ProvisionRequest) (Provision
 
 // Approve calls POST /api/v1/approve for the held plan of an inventory
 // revision (its digest's first 12 to 64 hex digits).
-func (c *Client) Approve(ctx context.Context, revision string) error {
-	return c.do(ctx, http.MethodPost, "/api/v1/approve", nil, ApproveRequest{Revision: revision}, nil)
+func (c *Client) Approve(ctx context.Context, revision string) (ApproveResponse, error) {
+	var out ApproveResponse
+	err := c.do(ctx, http.MethodPost, "/api/v1/approve", nil, ApproveRequest{Revision: revision}, &out)
+	return out, err
 }
 
 // Reconcile calls POST /api/v1/reconcile: poll Git and plan now.

@@ -209,6 +209,20 @@ type ApproveRequest struct {
 	Revision string `json:"revision"`
 }
 
+// ApproveResponse is POST /api/v1/approve's answer. The approval is
+// recorded in any case (it applies whenever a plan of that revision is
+// held); Acting is the digest (hex) of the revision the controller acts on
+// ("" before the first good revision), Matches whether Revision is a
+// prefix of it, and HeldSteps how many steps the brake holds in its plan
+// now: Matches with HeldSteps > 0 means the held steps run now, anything
+// else that nothing held is released by this approval yet.
+type ApproveResponse struct {
+	Approved  string `json:"approved"`
+	Acting    string `json:"acting,omitempty"`
+	Matches   bool   `json:"matches"`
+	HeldSteps int    `json:"heldSteps"`
+}
+
 // Error codes of the reconciler's admin routes.
 const (
 	CodeInsufficientCapacity = "insufficient_capacity" // 409 from POST /api/v1/provision

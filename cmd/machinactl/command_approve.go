@@ -31,8 +31,9 @@ status/inventory.yaml.
 The controller records the approval as an approval event under the admin
 token's name, then runs the held steps. It applies to that revision only:
 a later commit that is held again needs its own approval. The approval is
-recorded whether or not the controller holds a plan of REV yet, so check
-the revision against the plan before approving.
+recorded whether or not the controller holds a plan of REV yet; the output
+says which: "N held steps run now", or that the controller acts on another
+revision and nothing held is released yet.
 
 Exit code: 0 approved, 2 an error (REV not hex, API refused).`,
 		Example: "  MACHINA_TOKEN=... machinactl approve 3f2a9c01d4e5",
@@ -49,13 +50,33 @@ Exit code: 0 approved, 2 an error (REV not hex, API refused).`,
 			if err != nil {
 				return &exitError{code: 2, err: fmt.Errorf("approve: %w", err)}
 			}
-			if err := c.Approve(cmd.Context(), rev); err != nil {
+			out, err := c.Approve(cmd.Context(), rev)
+			if err != nil {
 				return &exitError{code: 2, err: fmt.Errorf("approve %s: %w", rev, err)}
 			}
-			fmt.Fprintf(e.stdout, "approved the held plan of inventory revision %s\n", rev)
+			switch {
+			case out.Matches && out.HeldSteps > 0:
+				fmt.Fprintf(e.stdout, "approved the held plan of inventory revision %s: %d held steps run now\n", rev, out.HeldSteps)
+			case out.Matches:
+				fmt.Fprintf(e.stdout, "approved inventory revision %s; the controller holds nothing in its plan now\n", rev)
+			default:
+				acting := out.Acting
+				if len(acting) > 12 {
+					acting = acting[:12]
+				}
+				fmt.Fprintf(e.stdout, "recorded the approval of inventory revision %s, but the controller acts on %s: nothing held is released until a plan of %s is held\n", rev, orNone(acting), rev)
+			}
 			return nil
 		},
 	}
 	cmd.Flags().StringVar(&apiURL, "api", envOr(envAPI, defaultAPI), "admin API base URL (env "+envAPI+"); the token comes from "+envToken)
 	return cmd
+}
+
+// orNone is s, or "no revision yet" when s is empty.
+func orNone(s string) string {
+	if s == "" {
+		return "no revision yet"
+	}
+	return s
 }
