@@ -42,19 +42,21 @@ func mountAdmin(srv *api.Server, st *state.Store, ctrl *reconciler.Controller, s
 			if !decode(w, r, &req) {
 				return
 			}
+			// What is held is read before the approval is recorded: a
+			// planning pass after it releases the held steps.
+			out := v1.ApproveResponse{Approved: req.Revision}
+			if d := ctrl.Desired(); d != nil {
+				out.Acting = strings.TrimPrefix(d.Digest, "sha256:")
+				out.Matches = req.Revision != "" && strings.HasPrefix(out.Acting, req.Revision)
+				if out.Matches {
+					out.HeldSteps = len(ctrl.LastPlan().Held)
+				}
+			}
 			if err := st.Approve(req.Revision, api.Actor(r)); err != nil {
 				writeErr(w, http.StatusBadRequest, "invalid_revision", "revision must be 12 to 64 lower-case hex digits of an inventory digest")
 				return
 			}
 			ctrl.Trigger()
-			out := v1.ApproveResponse{Approved: req.Revision}
-			if d := ctrl.Desired(); d != nil {
-				out.Acting = strings.TrimPrefix(d.Digest, "sha256:")
-				out.Matches = strings.HasPrefix(out.Acting, req.Revision)
-				if out.Matches {
-					out.HeldSteps = len(ctrl.LastPlan().Held)
-				}
-			}
 			writeJSON(w, http.StatusOK, out)
 		},
 		"POST /api/v1/provision": func(w http.ResponseWriter, r *http.Request) {

@@ -505,7 +505,7 @@ func (s *Source) evaluate(commit *object.Commit, restoring bool) error {
 		s.mu.Unlock()
 		s.log.Warn("inventory revision invalid, keeping last good", "commit", id, "errors", len(inv.Errors))
 		s.emit(SourceEvent{Kind: SourceInvalidRevision, Commit: id,
-			Message: fmt.Sprintf("%d errors, first: %s", len(inv.Errors), Redact(inv.Errors[0].Error()))})
+			Message: fmt.Sprintf("%s, first: %s", errorsCount(len(inv.Errors)), Redact(inv.Errors[0].Error()))})
 		s.notify()
 		return nil
 	}

@@ -432,7 +432,7 @@ func renderReadme(inv InventoryStatus, servers []ServerStatus, images []ImageSta
 	b.WriteString("# Fleet status\n\n<!-- Written by the Machina controller; do not edit by hand. -->\n\n")
 	switch {
 	case inv.Invalid != nil:
-		fmt.Fprintf(&b, "**Inventory invalid** at commit `%s`: %d errors, see [inventory.yaml](inventory.yaml). ", shortID(inv.Invalid.Commit), len(inv.Invalid.Errors))
+		fmt.Fprintf(&b, "**Inventory invalid** at commit `%s`: %s, see [inventory.yaml](inventory.yaml). ", shortID(inv.Invalid.Commit), errorsCount(len(inv.Invalid.Errors)))
 		if inv.Good.Commit != "" {
 			fmt.Fprintf(&b, "Acting on the last good revision `%s` (`%s`).\n\n", shortID(inv.Good.Commit), shortDigest(inv.Good.Digest))
 		} else {
@@ -573,4 +573,12 @@ func sortedStrings(v []string) []string {
 	out := slices.Clone(v)
 	slices.Sort(out)
 	return out
+}
+
+// errorsCount is "1 error" or "N errors".
+func errorsCount(n int) string {
+	if n == 1 {
+		return "1 error"
+	}
+	return strconv.Itoa(n) + " errors"
 }

@@ -975,7 +975,7 @@ func (w *StatusWriter) message(oldBlobs map[string]plumbing.Hash, oldHash plumbi
 		fmt.Fprintf(&b, "%d other entries updated\n", updated)
 	}
 	if invChanged && inv.Invalid != nil {
-		fmt.Fprintf(&b, "inventory invalid at %s: %d errors\n", shortID(inv.Invalid.Commit), len(inv.Invalid.Errors))
+		fmt.Fprintf(&b, "inventory invalid at %s: %s\n", shortID(inv.Invalid.Commit), errorsCount(len(inv.Invalid.Errors)))
 	}
 	if b.String()[len(b.String())-2:] != "\n\n" {
 		b.WriteByte('\n')

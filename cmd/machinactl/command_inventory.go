@@ -32,7 +32,7 @@ func newInventoryCmd(e *env) *cobra.Command {
 				for _, p := range verr.Errors {
 					fmt.Fprintln(e.stderr, p.Error())
 				}
-				return &exitError{code: 1, err: fmt.Errorf("%s: invalid inventory (%d errors); see machinactl validate", dir, len(verr.Errors))}
+				return &exitError{code: 1, err: fmt.Errorf("%s: invalid inventory (%s); see machinactl validate", dir, plural(len(verr.Errors), "error"))}
 			}
 			if err != nil {
 				return &exitError{code: 2, err: err}

@@ -73,7 +73,7 @@ func writeStatus(w io.Writer, apiURL string, counts map[string]int, sealing bool
 	// Inventory.
 	switch {
 	case inv.Invalid != nil:
-		fmt.Fprintf(w, "Inventory:  INVALID at commit %s (%d errors); no new disk-writing operation starts\n", short12(inv.Invalid.Commit), len(inv.Invalid.Errors))
+		fmt.Fprintf(w, "Inventory:  INVALID at commit %s (%s); no new disk-writing operation starts\n", short12(inv.Invalid.Commit), plural(len(inv.Invalid.Errors), "error"))
 		for i, fe := range inv.Invalid.Errors {
 			if i == 3 {
 				fmt.Fprintf(w, "            ... %d more in status/inventory.yaml\n", len(inv.Invalid.Errors)-3)

@@ -26,7 +26,7 @@ func TestWriteStatusCases(t *testing.T) {
 	writeStatus(&b, "http://c", map[string]int{"failed": 1, "deployed": 1, "ready": 1}, true, 3, 0, inv, reconciler.Result{}, snap)
 	out := b.String()
 	for _, want := range []string{
-		"Inventory:  INVALID at commit 89abcdef0123 (1 errors)",
+		"Inventory:  INVALID at commit 89abcdef0123 (1 error)",
 		"servers.yaml:14:7",
 		"acting on the last good commit 0123456789ab (inventory fedcba987654)",
 		"Servers:    3: 1 ready, 1 deployed, 1 failed",

@@ -136,9 +136,9 @@ func (r *report) write(w io.Writer, format string) error {
 		b.WriteString(p.Error() + "\n")
 	}
 	if r.Valid {
-		fmt.Fprintf(&b, "%s: valid: %d servers, %d profiles, %d images, %d warnings (digest %s)\n", r.Dir, r.Servers, r.Profiles, r.Images, len(r.Warnings), r.Digest)
+		fmt.Fprintf(&b, "%s: valid: %s, %s, %s, %s (digest %s)\n", r.Dir, plural(r.Servers, "server"), plural(r.Profiles, "profile"), plural(r.Images, "image"), plural(len(r.Warnings), "warning"), r.Digest)
 	} else {
-		fmt.Fprintf(&b, "%s: invalid: %d errors, %d warnings\n", r.Dir, len(r.Errors), len(r.Warnings))
+		fmt.Fprintf(&b, "%s: invalid: %s, %s\n", r.Dir, plural(len(r.Errors), "error"), plural(len(r.Warnings), "warning"))
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
@@ -160,4 +160,13 @@ func ghData(s string) string {
 // ghProp escapes a workflow-command property value (also ':' and ',').
 func ghProp(s string) string {
 	return strings.NewReplacer("%", "%25", "\r", "%0D", "\n", "%0A", ":", "%3A", ",", "%2C").Replace(s)
+}
+
+// plural is "1 error", "2 errors", "0 errors": n and the noun, with an s
+// unless n is 1.
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
 }
