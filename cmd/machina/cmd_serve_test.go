@@ -166,3 +166,21 @@ func TestServeBrakeShareAndDeployTimeoutFlags(t *testing.T) {
 		t.Errorf("serve --help: exit %d\n%s", code, out.String())
 	}
 }
+
+// TestUsageErrorsExit2: a command line cobra refuses exits 2 (as
+// machinactl), with the reason on stderr; a command that fails running
+// exits 1.
+func TestUsageErrorsExit2(t *testing.T) {
+	for _, args := range [][]string{{"serve", "--no-such-flag"}, {"nope"}, {"sim", "extra-arg"}, {"serve", "--bmc-watch-interval", "soon"}} {
+		var out, errOut bytes.Buffer
+		if code := run(context.Background(), args, strings.NewReader(""), &out, &errOut); code != 2 || errOut.Len() == 0 {
+			t.Errorf("machina %q: exit %d, stderr %q; want 2 and a reason", args, code, errOut.String())
+		}
+	}
+	var out, errOut bytes.Buffer
+	// A state file in a folder that does not exist: the command runs and fails.
+	code := run(context.Background(), []string{"token", "create", "--name", "ops", "--state", "/nonexistent/dir/state.db"}, strings.NewReader(""), &out, &errOut)
+	if code != 1 {
+		t.Errorf("machina token create with an unreadable state file: exit %d (%s), want 1", code, errOut.String())
+	}
+}
