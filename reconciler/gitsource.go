@@ -457,15 +457,44 @@ func fetchBranch(ctx context.Context, repo *git.Repository, o transportOptions, 
 
 var inventoryFiles = []string{inventory.ServersFile, inventory.ProfilesFile, inventory.ImagesFile}
 
-// evaluate validates commit's inventory and updates good/invalid.
-// restoring is true when re-reading the recorded last good commit at start.
-func (s *Source) evaluate(commit *object.Commit, restoring bool) error {
+// maxIntroWalk bounds introducedBy's walk along first parents.
+const maxIntroWalk = 64
+
+// introducedBy walks from commit along first parents while the parent's
+// inventory files (Dir's servers.yaml, profiles.yaml, images.yaml blob
+// ids, key's form) are the same, and returns the oldest such commit: the
+// one that brought this inventory content. It stops at a merge's first
+// parent chain end, a parent it cannot read, or after maxIntroWalk steps.
+func (s *Source) introducedBy(commit *object.Commit, key string) *object.Commit {
+	for range maxIntroWalk {
+		if commit.NumParents() == 0 {
+			return commit
+		}
+		parent, err := commit.Parent(0)
+		if err != nil || s.inventoryKey(parent) != key {
+			return commit
+		}
+		commit = parent
+	}
+	return commit
+}
+
+// inventoryKey is inventoryEntries' key of commit's tree; "" when the
+// tree is unreadable.
+func (s *Source) inventoryKey(commit *object.Commit) string {
 	tree, err := commit.Tree()
 	if err != nil {
-		return fmt.Errorf("git source: read tree of %s: %w", commit.Hash, err)
+		return ""
 	}
-	// The key is the blob ids of the inventory files: a commit that
-	// leaves them alone (README, status/) is a no-op without parsing.
+	_, key := s.inventoryEntries(tree)
+	return key
+}
+
+// inventoryEntries finds the inventory files (inventoryFiles under
+// Config.Dir) in tree: their entries (nil for a missing file) and a key of
+// their blob ids ("-" for a missing file), equal for two trees exactly
+// when their inventory files are byte for byte the same.
+func (s *Source) inventoryEntries(tree *object.Tree) ([]*object.TreeEntry, string) {
 	var key strings.Builder
 	entries := make([]*object.TreeEntry, len(inventoryFiles))
 	for i, name := range inventoryFiles {
@@ -478,9 +507,29 @@ func (s *Source) evaluate(commit *object.Commit, restoring bool) error {
 		}
 		key.WriteByte(' ')
 	}
-	if !restoring && key.String() == s.treeKey {
+	return entries, key.String()
+}
+
+// evaluate validates commit's inventory and updates good/invalid.
+// restoring is true when re-reading the recorded last good commit at start.
+func (s *Source) evaluate(commit *object.Commit, restoring bool) error {
+	tree, err := commit.Tree()
+	if err != nil {
+		return fmt.Errorf("git source: read tree of %s: %w", commit.Hash, err)
+	}
+	// The key is the blob ids of the inventory files: a commit that
+	// leaves them alone (README, status/) is a no-op without parsing.
+	entries, key := s.inventoryEntries(tree)
+	if !restoring && key == s.treeKey {
 		s.log.Debug("commit leaves the inventory unchanged", "commit", commit.Hash.String())
 		return nil
+	}
+	if !restoring {
+		// A poll sees only the branch tip: when an operator's commit and
+		// a status commit on top of it landed between two polls, the
+		// revision is named after the commit that brought its inventory,
+		// not the status commit.
+		commit = s.introducedBy(commit, key)
 	}
 	fsys, ferr := s.readFiles(entries)
 	var res *inventory.Result
@@ -493,7 +542,7 @@ func (s *Source) evaluate(commit *object.Commit, restoring bool) error {
 		// the poll fails and the commit is evaluated again next time.
 		return fmt.Errorf("git source: read inventory of %s: %w", short(commit.Hash), ferr)
 	}
-	s.treeKey = key.String()
+	s.treeKey = key
 	id := commit.Hash.String()
 	if ferr != nil {
 		inv := &InvalidRevision{Commit: id, Errors: fieldErrors(ferr)}

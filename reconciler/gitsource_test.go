@@ -420,3 +420,31 @@ func TestSourceOversizedFile(t *testing.T) {
 		t.Fatalf("Latest = %s, %+v; want the last good kept and a size error", good.Commit, inv)
 	}
 }
+
+// TestSourceNamesTheCommitThatBroughtTheInventory: when an operator's
+// commit and status-only commits on top of it land between two polls, the
+// revision (good or invalid) is named after the operator's commit, not
+// the branch tip that carried it.
+func TestSourceNamesTheCommitThatBroughtTheInventory(t *testing.T) {
+	r := newTestRepo(t)
+	var ev eventLog
+	s := newTestSource(t, r, "", &ev)
+	mustPoll(t, s)
+
+	op := r.edit("servers.yaml", "tags: [nvme, kvm]", "tags: [nvme, kvm, rack-a]", "tag r1 servers")
+	r.commit("status: 3 servers changed", map[string]string{"status/README.md": "# Fleet\n"})
+	r.commit("status: 1 server changed", map[string]string{"status/README.md": "# Fleet again\n"})
+	r.push(false)
+	mustPoll(t, s)
+	if good, _ := s.Latest(); good.Commit != op.String() {
+		t.Errorf("good revision named %s, want the operator's commit %s", good.Commit, op)
+	}
+
+	bad := r.edit("servers.yaml", `bootMAC: "52:54:00:01:00:01"`, `bootMAC: "52:54:00:01:00"`, "typo in a boot MAC")
+	r.commit("status: nothing new", map[string]string{"status/README.md": "# Fleet, third\n"})
+	r.push(false)
+	mustPoll(t, s)
+	if _, inv := s.Latest(); inv == nil || inv.Commit != bad.String() {
+		t.Errorf("invalid revision %+v, want it named after %s", inv, short(bad))
+	}
+}
