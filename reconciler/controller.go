@@ -255,8 +255,14 @@ func (c *Controller) Pass(ctx context.Context) Result {
 	// or a failure) comes before anything the plan says.
 	first := make(map[string]Step, len(res.Steps))
 	var order []string
+	// A stalled server keeps its journal: the action is resumed once the
+	// stall is cleared (its credential set again, its BMC settings
+	// changed), so a deploy that failed on a refused login after the move
+	// to deploying boots when the secret is fixed instead of waiting for
+	// the deploy deadline. While stalled, only a plan step for another
+	// desired state (a different stepKey) runs.
 	for _, name := range sortedKeys(snap.Servers) {
-		if f := snap.Servers[name].InFlight; f != nil {
+		if f := snap.Servers[name].InFlight; f != nil && snap.Servers[name].Stalled == "" {
 			first[name] = Step{Server: name, Action: Action(f.Action), Counter: f.Counter, Why: "resume " + f.Action}
 			order = append(order, name)
 		}
@@ -284,7 +290,7 @@ func (c *Controller) Pass(ctx context.Context) Result {
 			}
 		}
 		obs, known := snap.Servers[name]
-		if known && obs.Stalled != "" && obs.Stalled == stepKey(step, desired) && obs.InFlight == nil {
+		if known && obs.Stalled != "" && obs.Stalled == stepKey(step, desired) {
 			continue
 		}
 		if !c.tryStart(step, obs, now) {
@@ -421,8 +427,9 @@ func (c *Controller) execute(ctx context.Context, step Step, desired *inventory.
 	_, uerr := c.cfg.Store.UpdateServer(step.Server, func(s *state.Server) error {
 		s.LastError = fmt.Sprintf("%s: %s", step.Action, msg)
 		if stall {
+			// The journal (InFlight) stays: the action resumes when the
+			// stall is cleared.
 			s.Stalled = stepKey(step, desired)
-			s.InFlight = nil
 		}
 		return nil
 	})

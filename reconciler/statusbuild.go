@@ -122,9 +122,12 @@ func (b *StatusBuilder) Build(inv InventoryStatus, images []ImageStatus, plan Re
 		}
 		add("Ready", ready, camel(string(s.Lifecycle)), "lifecycle "+string(s.Lifecycle))
 		if s.Stalled != "" {
-			add("Stalled", "True", "ActionFailed", "not retried until the desired state or counter changes: "+s.LastError)
-		}
-		if s.InFlight != nil {
+			msg := "not retried until the desired state or counter changes, its BMC settings change, or its credential is set again: " + s.LastError
+			if s.InFlight != nil {
+				msg = fmt.Sprintf("%s waits (attempt %d); %s", s.InFlight.Action, s.InFlight.Attempt, msg)
+			}
+			add("Stalled", "True", "ActionFailed", msg)
+		} else if s.InFlight != nil {
 			add("Progressing", "True", camel(s.InFlight.Action), fmt.Sprintf("%s, attempt %d", s.InFlight.Action, s.InFlight.Attempt))
 		}
 		for _, c := range planConds[name] {

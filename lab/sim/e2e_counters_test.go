@@ -383,3 +383,67 @@ func TestSecretSetUnstalls(t *testing.T) {
 		t.Errorf("no %s event for %s", state.EventUnstalled, name)
 	}
 }
+
+// TestRefusedCredentialDeployResumes: a deploy whose BMC login is refused
+// after the server moved to deploying stalls without booting it; setting
+// the secret again resumes that deploy (the journaled action), which then
+// boots, writes the image and finishes, well before the deploy deadline.
+// Before, the journal was dropped on the stall, the plan has no deploy step
+// for a deploying server, and the server sat in deploying for an hour.
+func TestRefusedCredentialDeployResumes(t *testing.T) {
+	r := startRig(t, rigOptions{})
+	snap := r.steady()
+	for n := range snap.Servers {
+		r.lab.BMC(n).ClearRequests()
+	}
+	user, pass := r.lab.Credentials()
+	// Every BMC here is bmcsim Redfish, the IPMI servers' too (RedfishOnly),
+	// under the two credential names of the inventory.
+	secrets := []string{"bmc-redfish", "bmc-ipmi"}
+	for _, sec := range secrets {
+		if code, body := r.admin(http.MethodPut, "/api/v1/secrets/"+sec, map[string]string{"username": user, "password": "not-" + pass}); code != http.StatusOK {
+			t.Fatalf("PUT wrong secret %s: %d %s", sec, code, body)
+		}
+	}
+	deployed := 0
+	for _, s := range snap.Servers {
+		if s.Allocation != nil && s.Allocation.Profile == "hypervisor" {
+			deployed++
+		}
+	}
+	r.commit("one more hypervisor", func(dir string) { r.setCount(dir, "hypervisor", deployed+1) })
+	var name string
+	r.waitFor("a hypervisor deploy stalled on the refused login", time.Minute, func(s state.Snapshot) bool {
+		for n, srv := range s.Servers {
+			if srv.Lifecycle == state.LifecycleDeploying && srv.Stalled != "" {
+				name = n
+				return true
+			}
+		}
+		return false
+	})
+	srv, _ := r.run.Store.Server(name)
+	if !strings.Contains(srv.LastError, "401") && !strings.Contains(srv.LastError, "authentication") {
+		t.Errorf("%s stalled with %q, want the refused login", name, srv.LastError)
+	}
+	if srv.InFlight == nil || srv.InFlight.Action != string(reconciler.ActDeploy) {
+		t.Fatalf("%s lost its journal on the stall: %+v", name, srv.InFlight)
+	}
+	if n := r.resets(name); n != 0 {
+		t.Fatalf("%s was reset %d times with a refused credential", name, n)
+	}
+	for _, sec := range secrets {
+		if code, body := r.admin(http.MethodPut, "/api/v1/secrets/"+sec, map[string]string{"username": user, "password": pass}); code != http.StatusOK {
+			t.Fatalf("PUT secret %s: %d %s", sec, code, body)
+		}
+	}
+	srv = r.waitServer(name, "deployed after the secret was fixed", time.Minute, func(s state.Server) bool {
+		return s.Lifecycle == state.LifecycleDeployed && !s.FinishDeploy
+	})
+	if srv.Stalled != "" || srv.InFlight != nil {
+		t.Errorf("%s deployed but stalled %q, in flight %+v", name, srv.Stalled, srv.InFlight)
+	}
+	if r.lab.Machine(name).Phase() != sim.PhaseOS {
+		r.waitFor(name+" booted its OS", time.Minute, func(state.Snapshot) bool { return r.lab.Machine(name).Phase() == sim.PhaseOS })
+	}
+}
