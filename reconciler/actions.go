@@ -75,7 +75,7 @@ func (c *Controller) run(ctx context.Context, step Step, desired *inventory.Inve
 			return nil // adopted already (a resumed step); the next pass sees it
 		}
 		if err == nil {
-			log.Info("adopted auto-enrolled server", "from", step.From)
+			log.Info("adopted server record", "from", step.From)
 		}
 		return err
 	}

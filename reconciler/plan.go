@@ -178,14 +178,23 @@ func Plan(want *inventory.Inventory, have state.Snapshot, opts PlanOptions) Resu
 		desired[want.Servers[i].Name] = &want.Servers[i]
 		desiredMAC[want.Servers[i].BootMAC] = &want.Servers[i]
 	}
-	// Auto-enrolled servers not in servers.yaml (yet), by boot MAC: an
-	// entry renamed in review adopts its record below.
+	// Records not in servers.yaml under their name whose boot MAC it names
+	// under another name that has no record: an auto-enrolled server whose
+	// entry was renamed in review, or a server renamed in servers.yaml. The
+	// new name adopts the record below, rather than a second record with
+	// the same MAC (the boot endpoints would answer for the old one).
 	pendingMAC := map[string]state.Server{}
 	// Orphans: observed but no longer desired. Never touched.
 	for _, name := range sortedKeys(have.Servers) {
 		obs := have.Servers[name]
 		if _, ok := desired[name]; ok {
 			continue
+		}
+		if ws, renamed := desiredMAC[obs.BootMAC]; renamed && obs.BootMAC != "" && obs.Enrolled == nil {
+			if _, taken := have.Servers[ws.Name]; !taken {
+				pendingMAC[obs.BootMAC] = obs
+				continue
+			}
 		}
 		if obs.Enrolled != nil {
 			if _, merged := desiredMAC[obs.BootMAC]; merged {
@@ -211,16 +220,20 @@ func Plan(want *inventory.Inventory, have state.Snapshot, opts PlanOptions) Resu
 		obs, ok := have.Servers[ws.Name]
 		if !ok {
 			if auto, found := pendingMAC[ws.BootMAC]; found {
-				// The proposal was merged under another name: adopt the
-				// enrolled record (its hardware, lifecycle and history)
-				// rather than register a second server with its MAC.
+				// Merged or renamed under another name: adopt the record
+				// (its hardware, lifecycle and history) rather than
+				// register a second server with its MAC.
+				was := "auto-enrolled as"
+				if auto.Enrolled == nil {
+					was = "renamed from"
+				}
 				if auto.Lifecycle == state.LifecycleCommissioning || auto.Lifecycle == state.LifecycleDeploying {
 					res.Conditions = append(res.Conditions, PlanCondition{Subject: "server/" + ws.Name, Type: "Waiting", Reason: "AdoptionWaits",
-						Message: fmt.Sprintf("auto-enrolled as %s, which is %s: adopted once its ramdisk reports", auto.Name, auto.Lifecycle)})
+						Message: fmt.Sprintf("%s %s, which is %s: adopted once its ramdisk reports", was, auto.Name, auto.Lifecycle)})
 					continue
 				}
 				res.Steps = append(res.Steps, Step{Server: ws.Name, Action: ActAdopt, From: auto.Name,
-					Why: fmt.Sprintf("auto-enrolled as %s; servers.yaml names its boot MAC %s", auto.Name, ws.BootMAC)})
+					Why: fmt.Sprintf("%s %s; servers.yaml names its boot MAC %s", was, auto.Name, ws.BootMAC)})
 				continue
 			}
 			res.Steps = append(res.Steps, Step{Server: ws.Name, Action: ActRegister, Why: "new in servers.yaml"})

@@ -120,3 +120,49 @@ func hasStep(steps []Step, server string, a Action) bool {
 	}
 	return false
 }
+
+// TestPlanAdoptsRenamedServer: a server renamed in servers.yaml (same boot
+// MAC) is adopted under its new name (its record, lifecycle and history),
+// not registered as a second server with the same MAC while the old one is
+// an orphan; while it commissions the adoption waits.
+func TestPlanAdoptsRenamedServer(t *testing.T) {
+	inv := exampleInventory(t)
+	snap := observe(inv, state.LifecycleReady, bigHW)
+	for i := range inv.Servers {
+		if inv.Servers[i].Name == "r1-n05" {
+			inv.Servers[i].Name = "r1-n55"
+		}
+	}
+	res := Plan(inv, snap, PlanOptions{Now: planT0})
+	var got []Step
+	for _, s := range res.Steps {
+		if s.Server == "r1-n55" || s.Server == "r1-n05" {
+			got = append(got, s)
+		}
+	}
+	if len(got) != 1 || got[0].Action != ActAdopt || got[0].Server != "r1-n55" || got[0].From != "r1-n05" || !strings.Contains(got[0].Why, "renamed from r1-n05") {
+		t.Errorf("steps for the renamed server: %+v, want one adopt of r1-n05 as r1-n55", got)
+	}
+	for _, c := range res.Conditions {
+		if c.Subject == "server/r1-n05" && c.Type == "Orphaned" {
+			t.Errorf("the renamed server's record is called orphaned: %+v", c)
+		}
+	}
+
+	s := snap.Servers["r1-n05"]
+	s.Lifecycle = state.LifecycleCommissioning
+	snap.Servers["r1-n05"] = s
+	res = Plan(inv, snap, PlanOptions{Now: planT0})
+	for _, st := range res.Steps {
+		if st.Server == "r1-n55" {
+			t.Errorf("step for r1-n55 while its record commissions: %+v", st)
+		}
+	}
+	waits := false
+	for _, c := range res.Conditions {
+		waits = waits || c.Subject == "server/r1-n55" && c.Reason == "AdoptionWaits"
+	}
+	if !waits {
+		t.Errorf("no AdoptionWaits condition: %+v", res.Conditions)
+	}
+}

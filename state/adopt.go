@@ -1,6 +1,7 @@
 package state
 
 import (
+	"encoding/json"
 	"fmt"
 
 	bolt "go.etcd.io/bbolt"
@@ -10,16 +11,18 @@ import (
 // auto-enrolled server to its servers.yaml name.
 const EventAdopted EventKind = "server.adopted"
 
-// AdoptServer gives the auto-enrolled server from the name to (its entry in
-// servers.yaml after an operator renamed it in review): the record, with
-// its lifecycle, hardware and history fields, moves to the key to in one
-// transaction, and an EventAdopted event is written on both names. Events
-// already recorded keep the old name. Tokens are bound to a server name, so
-// a server with a token outstanding (commissioning or deploying) is refused:
-// the caller waits until the ramdisk has reported.
+// AdoptServer gives the record of server from to the name to, when
+// servers.yaml names its boot MAC under another name: an auto-enrolled
+// server whose entry an operator renamed in review, or a server renamed in
+// servers.yaml. The record, with its lifecycle, hardware and history
+// fields, moves to the key to in one transaction, the hosts that run on it
+// follow (Host.Server), and an EventAdopted event is written on both
+// names. Events already recorded keep the old name. Tokens are bound to a
+// server name, so a server with a token outstanding (commissioning or
+// deploying) is refused: the caller waits until the ramdisk has reported.
 //
-// Errors: ErrNotFound (from), ErrExists (to), ErrInvalid (to is not a label,
-// from was not auto-enrolled, or it is commissioning or deploying).
+// Errors: ErrNotFound (from), ErrExists (to), ErrInvalid (to is not a
+// label, or from is commissioning or deploying).
 func (s *Store) AdoptServer(from, to, actor string) (Server, error) {
 	if err := checkName("server", to); err != nil {
 		return Server{}, fmt.Errorf("state: adopt server %s: %w", from, err)
@@ -33,9 +36,6 @@ func (s *Store) AdoptServer(from, to, actor string) (Server, error) {
 		var srv Server
 		if err := getJSON(b, from, &srv); err != nil {
 			return err
-		}
-		if srv.Enrolled == nil {
-			return fmt.Errorf("%s was not auto-enrolled: %w", from, ErrInvalid)
 		}
 		if srv.Lifecycle == LifecycleCommissioning || srv.Lifecycle == LifecycleDeploying {
 			return fmt.Errorf("%s is %s (a token is outstanding): %w", from, srv.Lifecycle, ErrInvalid)
@@ -55,7 +55,31 @@ func (s *Store) AdoptServer(from, to, actor string) (Server, error) {
 			return err
 		}
 		out = srv
-		msg := fmt.Sprintf("auto-enrolled server %s adopted as %s (servers.yaml entry with boot MAC %s)", from, to, srv.BootMAC)
+		hb := tx.Bucket(bucketHosts)
+		var hosts []Host
+		if err := hb.ForEach(func(k, v []byte) error {
+			var h Host
+			if err := json.Unmarshal(v, &h); err != nil {
+				return fmt.Errorf("decode host %s: %w", k, err)
+			}
+			if h.Server == from {
+				hosts = append(hosts, h)
+			}
+			return nil
+		}); err != nil {
+			return err
+		}
+		for _, h := range hosts {
+			h.Server = to
+			if err := putJSON(hb, h.Name, &h); err != nil {
+				return err
+			}
+		}
+		kind := "auto-enrolled server"
+		if srv.Enrolled == nil {
+			kind = "server"
+		}
+		msg := fmt.Sprintf("%s %s adopted as %s (servers.yaml entry with boot MAC %s)", kind, from, to, srv.BootMAC)
 		if err := s.appendEvent(tx, &Event{Server: from, Kind: EventAdopted, Actor: actor, Message: msg}); err != nil {
 			return err
 		}

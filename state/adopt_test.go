@@ -33,7 +33,6 @@ func TestAdoptServer(t *testing.T) {
 		from, to string
 		want     error
 	}{
-		{"r1-n01", "r9-n02", state.ErrInvalid},           // not auto-enrolled
 		{"auto-525400aa0001", "r1-n01", state.ErrExists}, // taken
 		{"auto-525400aa0001", "Bad_Name", state.ErrInvalid},
 		{"nope", "r9-n03", state.ErrNotFound},
@@ -61,5 +60,37 @@ func TestAdoptServer(t *testing.T) {
 		if last := evs[len(evs)-1]; last.Kind != state.EventAdopted || last.Actor != "op" {
 			t.Errorf("%s last event = %+v, want %s by op", name, last, state.EventAdopted)
 		}
+	}
+}
+
+// TestAdoptRenamedServer: a server renamed in servers.yaml (same boot MAC)
+// keeps its record under the new name, and its hosts follow.
+func TestAdoptRenamedServer(t *testing.T) {
+	st := openTest(t, state.Options{})
+	if _, err := st.CreateServer(state.Server{Name: "r1-n05", BootMAC: "52:54:00:01:00:05"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.PutHost(state.Host{Name: "h-r1-n05", Server: "r1-n05"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.PutHost(state.Host{Name: "other", Server: "r1-n06"}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := st.AdoptServer("r1-n05", "r1-n55", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Name != "r1-n55" || got.BootMAC != "52:54:00:01:00:05" {
+		t.Errorf("adopted = %+v", got)
+	}
+	if h, _ := st.Host("h-r1-n05"); h.Server != "r1-n55" {
+		t.Errorf("host h-r1-n05 runs on %q, want r1-n55", h.Server)
+	}
+	if h, _ := st.Host("other"); h.Server != "r1-n06" {
+		t.Errorf("an unrelated host moved to %q", h.Server)
+	}
+	evs, _ := st.Events(state.EventQuery{Server: "r1-n55"})
+	if len(evs) == 0 || evs[len(evs)-1].Message != "server r1-n05 adopted as r1-n55 (servers.yaml entry with boot MAC 52:54:00:01:00:05)" {
+		t.Errorf("events %+v", evs)
 	}
 }

@@ -447,3 +447,53 @@ func TestRefusedCredentialDeployResumes(t *testing.T) {
 		r.waitFor(name+" booted its OS", time.Minute, func(state.Snapshot) bool { return r.lab.Machine(name).Phase() == sim.PhaseOS })
 	}
 }
+
+// TestRenameAdoptsRecord: renaming a server in servers.yaml moves its
+// record (lifecycle, hardware, history) to the new name instead of
+// registering a second server with the same boot MAC, and the machine
+// then answers to the new name: a commission counter on it boots the
+// ramdisk (whose iPXE script names the new server) back to ready.
+func TestRenameAdoptsRecord(t *testing.T) {
+	r := startRig(t, rigOptions{})
+	snap := r.steady()
+	const from, to = "r3-n01", "r3-n11" // zone-c: stays ready
+	before := snap.Servers[from]
+	if before.Lifecycle != state.LifecycleReady || before.Hardware == nil {
+		t.Fatalf("%s is %s (hardware %v), want ready and commissioned", from, before.Lifecycle, before.Hardware != nil)
+	}
+	rename := func(dir string) {
+		p := filepath.Join(dir, inventory.ServersFile)
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		old := "- name: " + from + "\n"
+		if strings.Count(string(b), old) != 1 {
+			t.Fatalf("servers.yaml has %d %q", strings.Count(string(b), old), old)
+		}
+		if err := os.WriteFile(p, []byte(strings.Replace(string(b), old, "- name: "+to+"\n", 1)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r.commit("rename "+from+" to "+to, rename)
+	got := r.waitFor(from+" adopted as "+to, time.Minute, func(s state.Snapshot) bool {
+		_, old := s.Servers[from]
+		_, renamed := s.Servers[to]
+		return renamed && !old
+	}).Servers[to]
+	if got.Lifecycle != state.LifecycleReady || got.BootMAC != before.BootMAC || got.Hardware == nil || got.Hardware.Serial != before.Hardware.Serial {
+		t.Errorf("%s after the rename: %s, MAC %s, hardware %+v; want the record of %s", to, got.Lifecycle, got.BootMAC, got.Hardware, from)
+	}
+	seq := r.lastSeq()
+	r.commit("recommission "+to, func(dir string) { r.setActions(dir, to, inventory.Actions{Commission: 1}) })
+	r.waitServer(to, "recommissioned under its new name", time.Minute, func(s state.Server) bool {
+		return s.Actions["commission"] == 1 && s.Lifecycle == state.LifecycleReady
+	})
+	commissioned := false
+	for _, e := range r.events(to, seq) {
+		commissioned = commissioned || e.Kind == state.EventTransition && e.To == state.LifecycleCommissioning
+	}
+	if !commissioned {
+		t.Errorf("%s never went through commissioning", to)
+	}
+}
