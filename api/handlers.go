@@ -350,3 +350,52 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 }
+
+// handleListAdminTokens answers GET /api/v1/admin-tokens: the admin
+// tokens' names, IDs and creation (never a value).
+func (s *Server) handleListAdminTokens(w http.ResponseWriter, r *http.Request) {
+	toks, err := s.store.AdminTokens()
+	if err != nil {
+		s.storeError(w, r, err)
+		return
+	}
+	out := v1.AdminTokenList{Tokens: []v1.AdminToken{}}
+	for _, t := range toks {
+		out.Tokens = append(out.Tokens, v1.AdminToken{Name: t.Name, ID: t.ID, CreatedAt: t.CreatedAt, CreatedBy: t.CreatedBy})
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// handleCreateAdminToken answers POST /api/v1/admin-tokens {"name"}: 201
+// with the new token's value, shown this once (the store keeps only its
+// hash); 409 when the name is taken, 400 when it is not an RFC 1123
+// label. The caller's token name is recorded as the creator (an
+// admin_token.created event). This lets an operator create and revoke
+// tokens while the controller holds the state file.
+func (s *Server) handleCreateAdminToken(w http.ResponseWriter, r *http.Request) {
+	var req v1.AdminTokenRequest
+	if !decodeBody(w, r, &req) {
+		return
+	}
+	value, tok, err := s.store.CreateAdminToken(req.Name, actor(r))
+	if err != nil {
+		s.storeError(w, r, err)
+		return
+	}
+	s.log.Info("admin token created", "token", tok.Name, "id", tok.ID, "actor", actor(r))
+	writeJSON(w, http.StatusCreated, v1.AdminTokenCreated{AdminToken: v1.AdminToken{Name: tok.Name, ID: tok.ID, CreatedAt: tok.CreatedAt, CreatedBy: tok.CreatedBy}, Token: value})
+}
+
+// handleRevokeAdminToken answers DELETE /api/v1/admin-tokens/{name}: 204;
+// the token's next request is refused and its event streams and web
+// console sessions end. A token may revoke itself. 404 for an unknown
+// name.
+func (s *Server) handleRevokeAdminToken(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("name")
+	if err := s.store.RevokeAdminToken(name, actor(r)); err != nil {
+		s.storeError(w, r, err)
+		return
+	}
+	s.log.Info("admin token revoked", "token", name, "actor", actor(r))
+	w.WriteHeader(http.StatusNoContent)
+}

@@ -240,3 +240,21 @@ func IsCode(err error, code string) bool {
 	var e *APIError
 	return errors.As(err, &e) && e.Body.Code == code
 }
+
+// AdminTokens calls GET /api/v1/admin-tokens.
+func (c *Client) AdminTokens(ctx context.Context) (AdminTokenList, error) {
+	var out AdminTokenList
+	return out, c.do(ctx, http.MethodGet, "/api/v1/admin-tokens", nil, nil, &out)
+}
+
+// CreateAdminToken calls POST /api/v1/admin-tokens; the answer holds the
+// token's value, shown this once.
+func (c *Client) CreateAdminToken(ctx context.Context, name string) (AdminTokenCreated, error) {
+	var out AdminTokenCreated
+	return out, c.do(ctx, http.MethodPost, "/api/v1/admin-tokens", nil, AdminTokenRequest{Name: name}, &out)
+}
+
+// RevokeAdminToken calls DELETE /api/v1/admin-tokens/NAME.
+func (c *Client) RevokeAdminToken(ctx context.Context, name string) error {
+	return c.do(ctx, http.MethodDelete, "/api/v1/admin-tokens/"+url.PathEscape(name), nil, nil, nil)
+}

@@ -253,3 +253,31 @@ type Error struct {
 	Code      string `json:"code"`
 	Lifecycle string `json:"lifecycle,omitempty"`
 }
+
+// AdminToken describes an admin API token (GET /api/v1/admin-tokens); its
+// value is never listed.
+type AdminToken struct {
+	Name      string    `json:"name"`
+	ID        string    `json:"id"`
+	CreatedAt time.Time `json:"createdAt"`
+	CreatedBy string    `json:"createdBy,omitempty"`
+}
+
+// AdminTokenList is GET /api/v1/admin-tokens.
+type AdminTokenList struct {
+	Tokens []AdminToken `json:"tokens"`
+}
+
+// AdminTokenRequest is the body of POST /api/v1/admin-tokens: the new
+// token's name (an RFC 1123 label, unique), recorded as the actor of
+// every change made with it.
+type AdminTokenRequest struct {
+	Name string `json:"name"`
+}
+
+// AdminTokenCreated is POST /api/v1/admin-tokens' answer: the record and
+// the token's value, shown this once.
+type AdminTokenCreated struct {
+	AdminToken
+	Token string `json:"token"`
+}

@@ -58,6 +58,7 @@ func newRoot(e *env) *cobra.Command {
 		newScanCmd(e),
 		newImportCmd(e),
 		newServerCmd(e),
+		newAdminTokenCmd(e),
 	)
 	return root
 }
