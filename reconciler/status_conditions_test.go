@@ -85,3 +85,44 @@ func TestStatusShowsProfileConditions(t *testing.T) {
 		t.Errorf("status/README.md lists a server condition or the hold as a profile condition:\n%s", readme)
 	}
 }
+
+// TestStatusServerRowShowsPlanConditions: a server's plan condition
+// (Orphaned after its deletion from servers.yaml) shows in its status/
+// README.md row, and its lastTransitionTime is when the builder first saw
+// it, not the record's last update (a deletion does not touch the record).
+func TestStatusServerRowShowsPlanConditions(t *testing.T) {
+	st, err := state.Open(filepath.Join(t.TempDir(), "state.db"), state.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if _, err := st.CreateServer(state.Server{Name: "r2-n04", BootMAC: "52:54:00:02:00:04"}); err != nil {
+		t.Fatal(err)
+	}
+	rec, _ := st.Server("r2-n04")
+	seen := rec.UpdatedAt.Add(3 * time.Hour).Truncate(time.Second)
+	b := &StatusBuilder{Store: st, Now: func() time.Time { return seen }}
+	plan := Result{Conditions: []PlanCondition{{Subject: "server/r2-n04", Type: "Orphaned", Reason: "NotInInventory", Message: "server is not in servers.yaml any more; left as it is (new)"}}}
+	out, err := b.Build(InventoryStatus{}, nil, plan)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var orphaned *Condition
+	for i, c := range out.Servers[0].Conditions {
+		if c.Type == "Orphaned" {
+			orphaned = &out.Servers[0].Conditions[i]
+		}
+	}
+	if orphaned == nil || !orphaned.LastTransitionTime.Equal(seen.UTC()) {
+		t.Fatalf("Orphaned condition %+v, want lastTransitionTime %s (first seen), not the record's %s", orphaned, seen, rec.UpdatedAt)
+	}
+	files, errs := renderStatus(out, 5)
+	if len(errs) != 0 {
+		t.Fatal(errs)
+	}
+	for _, f := range files {
+		if f.path == "status/README.md" && !strings.Contains(string(f.data), "Orphaned=True (NotInInventory)") {
+			t.Errorf("status/README.md's row for r2-n04 does not show Orphaned:\n%s", f.data)
+		}
+	}
+}

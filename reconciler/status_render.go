@@ -517,10 +517,11 @@ func renderReadme(inv InventoryStatus, servers []ServerStatus, images []ImageSta
 func conditionSummary(cs []Condition) string {
 	var out []string
 	for _, c := range cs {
-		bad := c.Status != "True"
-		if c.Type == "Stalled" || c.Type == "Degraded" || c.Type == "Failed" {
-			bad = c.Status == "True"
-		}
+		// Ready, Progressing and BMCReachable are good when True; every other type
+		// (Stalled, Orphaned, Waiting, WipeFailed, NoBMC...) says something
+		// needs a look when True.
+		positive := c.Type == "Ready" || c.Type == "Progressing" || c.Type == "BMCReachable"
+		bad := positive && c.Status != "True" || !positive && c.Status == "True"
 		if bad {
 			s := c.Type + "=" + c.Status
 			if c.Reason != "" {

@@ -23,6 +23,11 @@ type StatusBuilder struct {
 	// EventsPerServer is how many recent events each server's status
 	// shows; zero means 5.
 	EventsPerServer int
+	// Now is the clock of a plan condition's lastTransitionTime (when
+	// this builder first saw it); nil means time.Now. Conditions read
+	// from the server record (Ready, Stalled, Progressing) start at the
+	// record's last update.
+	Now func() time.Time
 
 	mu      sync.Mutex
 	lastSeq uint64
@@ -36,6 +41,10 @@ type StatusBuilder struct {
 func (b *StatusBuilder) Build(inv InventoryStatus, images []ImageStatus, plan Result) (Snapshot, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	now := time.Now()
+	if b.Now != nil {
+		now = b.Now()
+	}
 	if b.recent == nil {
 		b.recent, b.since = map[string][]StatusEvent{}, map[string]time.Time{}
 	}
@@ -105,16 +114,17 @@ func (b *StatusBuilder) Build(inv InventoryStatus, images []ImageStatus, plan Re
 			}
 		}
 		ss.ObservedActions = inventory.Actions{Commission: s.Actions["commission"], PowerCycle: s.Actions["powerCycle"], PowerOn: s.Actions["powerOn"], PowerOff: s.Actions["powerOff"]}
-		add := func(typ, status, reason, msg string) {
+		addAt := func(typ, status, reason, msg string, first time.Time) {
 			key := name + "/" + typ + "/" + status
 			seen[key] = true
 			at, ok := b.since[key]
 			if !ok {
-				at = s.UpdatedAt.UTC().Truncate(time.Second)
+				at = first.UTC().Truncate(time.Second)
 				b.since[key] = at
 			}
 			ss.Conditions = append(ss.Conditions, Condition{Type: typ, Status: status, Reason: reason, Message: msg, LastTransitionTime: at})
 		}
+		add := func(typ, status, reason, msg string) { addAt(typ, status, reason, msg, s.UpdatedAt) }
 		ready := "False"
 		switch s.Lifecycle {
 		case state.LifecycleReady, state.LifecycleDeployed:
@@ -130,8 +140,11 @@ func (b *StatusBuilder) Build(inv InventoryStatus, images []ImageStatus, plan Re
 		} else if s.InFlight != nil {
 			add("Progressing", "True", camel(s.InFlight.Action), fmt.Sprintf("%s, attempt %d", s.InFlight.Action, s.InFlight.Attempt))
 		}
+		// A plan condition (Orphaned, Waiting, WipeFailed...) often comes
+		// with no change of the record (a server deleted from servers.yaml):
+		// it starts when this builder first sees it.
 		for _, c := range planConds[name] {
-			add(c.Type, "True", c.Reason, c.Message)
+			addAt(c.Type, "True", c.Reason, c.Message, now)
 		}
 		ss.Events = slices.Clip(b.recent[name])
 		out.Servers = append(out.Servers, ss)
