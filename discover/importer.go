@@ -125,9 +125,12 @@ func parseJSON(data []byte) ([]Row, error) {
 		for off < int64(len(data)) && strings.ContainsRune(" \t\r\n,", rune(data[off])) {
 			off++
 		}
-		var obj map[string]any
-		if err := dec.Decode(&obj); err != nil {
-			return nil, fmt.Errorf("%w: json line %d: %w", ErrImportFormat, lineAt(off), err)
+		obj, err := decodeObject(dec)
+		if errors.Is(err, io.EOF) {
+			err = io.ErrUnexpectedEOF
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%w: json line %d: %w", ErrImportFormat, lineAt(min(off, int64(len(data)))), err)
 		}
 		if len(rows) >= MaxImportRows {
 			return nil, fmt.Errorf("%w: more than %d rows", ErrImportFormat, MaxImportRows)
@@ -143,6 +146,10 @@ func parseJSON(data []byte) ([]Row, error) {
 		for k, v := range obj {
 			switch v := v.(type) {
 			case string:
+				if k == "tags" {
+					row.Fields["\x00"] = "tags must be an array of strings"
+					continue
+				}
 				row.Fields[k] = strings.TrimSpace(v)
 			case []any:
 				if k != "tags" {
@@ -166,9 +173,45 @@ func parseJSON(data []byte) ([]Row, error) {
 		rows = append(rows, row)
 	}
 	if _, err := dec.Token(); err != nil {
-		return nil, fmt.Errorf("%w: json: %w", ErrImportFormat, err)
+		if errors.Is(err, io.EOF) {
+			err = io.ErrUnexpectedEOF
+		}
+		return nil, fmt.Errorf("%w: json line %d: %w", ErrImportFormat, lineAt(min(dec.InputOffset(), int64(len(data)))), err)
 	}
 	return rows, nil
+}
+
+// decodeObject reads one JSON object from dec key by key, refusing a key
+// given twice (encoding/json keeps the last one silently, so a row with
+// "zone" twice would import whichever came last).
+func decodeObject(dec *json.Decoder) (map[string]any, error) {
+	t, err := dec.Token()
+	if err != nil {
+		return nil, err
+	}
+	if t != json.Delim('{') {
+		return nil, fmt.Errorf("want an object, got %v", t)
+	}
+	obj := map[string]any{}
+	for dec.More() {
+		kt, err := dec.Token()
+		if err != nil {
+			return nil, err
+		}
+		k, _ := kt.(string)
+		if _, dup := obj[k]; dup {
+			return nil, fmt.Errorf("key %q given twice", k)
+		}
+		var v any
+		if err := dec.Decode(&v); err != nil {
+			return nil, err
+		}
+		obj[k] = v
+	}
+	if _, err := dec.Token(); err != nil { // the closing '}'
+		return nil, err
+	}
+	return obj, nil
 }
 
 // entry builds the row's entry, or says why it is not one.

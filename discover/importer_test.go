@@ -126,6 +126,24 @@ func TestParseRowsRefusals(t *testing.T) {
 	}
 }
 
+// TestParseJSONStrict: a key given twice in a JSON row is refused with its
+// line (encoding/json alone keeps the last value), tags must be an array,
+// and a truncated file names the line where it ends.
+func TestParseJSONStrict(t *testing.T) {
+	_, err := ParseRows("dup.json", []byte("[\n {\"name\":\"a\",\"zone\":\"zone-a\"},\n {\"name\":\"b\",\"zone\":\"zone-a\",\"zone\":\"zone-b\"}\n]"))
+	if !errors.Is(err, ErrImportFormat) || !strings.Contains(err.Error(), "line 3") || !strings.Contains(err.Error(), `key "zone" given twice`) {
+		t.Errorf("duplicate key: %v", err)
+	}
+	rows, err := ParseRows("tags.json", []byte(`[{"name":"a","tags":"notarray"}]`))
+	if err != nil || len(rows) != 1 || rows[0].Fields["\x00"] != "tags must be an array of strings" {
+		t.Errorf("tags as a string: rows %+v, %v", rows, err)
+	}
+	_, err = ParseRows("trunc.json", []byte("[\n {\"name\":\"a\"},\n"))
+	if !errors.Is(err, ErrImportFormat) || !strings.Contains(err.Error(), "line 3") || !strings.Contains(err.Error(), "unexpected EOF") {
+		t.Errorf("truncated: %v", err)
+	}
+}
+
 func TestImportIntoRepo(t *testing.T) {
 	dir := newRepo(t)
 	raw, inv, err := ReadInventory(dir, "main")
