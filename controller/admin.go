@@ -35,7 +35,7 @@ func mountAdmin(srv *api.Server, st *state.Store, ctrl *reconciler.Controller, s
 			writeJSON(w, http.StatusOK, ctrl.LastPlan())
 		},
 		"GET /api/v1/inventory": func(w http.ResponseWriter, r *http.Request) {
-			writeJSON(w, http.StatusOK, src.InventoryStatus())
+			writeJSON(w, http.StatusOK, src.InventoryStatus().WithPlan(ctrl.LastPlan()))
 		},
 		"POST /api/v1/approve": func(w http.ResponseWriter, r *http.Request) {
 			var req v1.ApproveRequest

@@ -62,11 +62,11 @@ type Revision struct {
 // InvalidRevision is the newest commit whose inventory failed validation.
 type InvalidRevision struct {
 	// Commit is the 40-hex commit id.
-	Commit string
+	Commit string `json:"commit"`
 	// Errors are every problem found, sorted by file and line (from
 	// *inventory.ValidationError); a file that could not be read at all is
 	// one entry with Line 0. Messages are redacted.
-	Errors []inventory.FieldError
+	Errors []inventory.FieldError `json:"errors"`
 }
 
 // SourceEventKind says what a [SourceEvent] reports.

@@ -1,6 +1,7 @@
 package reconciler
 
 import (
+	"strings"
 	"time"
 
 	"github.com/machina-metal/machina/inventory"
@@ -26,20 +27,20 @@ type Snapshot struct {
 // InventoryStatus is rendered to status/inventory.yaml.
 type InventoryStatus struct {
 	// Good is the revision the controller acts on (zero: none yet).
-	Good RevisionRef
+	Good RevisionRef `json:"good"`
 	// Invalid is the newest invalid revision, nil when the branch tip is
 	// valid. While it is set no new disk-writing operation starts.
-	Invalid *InvalidRevision
+	Invalid *InvalidRevision `json:"invalid"`
 	// Held is what the safety brake holds back in the acting revision
 	// until an operator approves it (issue 10), nil when nothing is held.
-	Held *HeldPlan
+	Held *HeldPlan `json:"held"`
 	// Conditions are the acting plan's conditions about profiles rather
 	// than one server, e.g. "profile/hypervisor" InsufficientCapacity when
 	// too few ready servers fit a profile's count (issue 10); rendered under
 	// conditions: in status/inventory.yaml and listed on status/README.md.
 	// Server conditions go to the server files and the brake's hold to
 	// Held, not here.
-	Conditions []PlanCondition
+	Conditions []PlanCondition `json:"conditions"`
 }
 
 // HeldPlan is the part of a plan the safety brake holds: why, and the
@@ -47,15 +48,15 @@ type InventoryStatus struct {
 // status/inventory.yaml.
 type HeldPlan struct {
 	// Reason is Result.Brake, naming the `machinactl approve` revision.
-	Reason string
+	Reason string `json:"reason"`
 	// Steps are the held steps in plan order.
-	Steps []string
+	Steps []string `json:"steps"`
 }
 
 // RevisionRef names a revision by commit and digest.
 type RevisionRef struct {
-	Commit string
-	Digest string
+	Commit string `json:"commit"`
+	Digest string `json:"digest"`
 }
 
 // ServerStatus is one server, rendered to status/servers/NAME.yaml.
@@ -158,4 +159,27 @@ type HostStatus struct {
 	Networks     []string
 	StoragePools []string
 	Message      string // redacted
+}
+
+// WithPlan returns inv with the plan's fleet-wide parts: Held from the
+// brake's hold (Reason and each held step as "SERVER ACTION: why"), and
+// Conditions from the conditions whose subject is not a server (server
+// conditions go to the server files, the hold to Held). Conditions is
+// empty, never nil, so JSON shows [].
+func (inv InventoryStatus) WithPlan(plan Result) InventoryStatus {
+	inv.Conditions = []PlanCondition{}
+	for _, c := range plan.Conditions {
+		if !strings.HasPrefix(c.Subject, "server/") && c.Type != "Held" {
+			inv.Conditions = append(inv.Conditions, c)
+		}
+	}
+	inv.Held = nil
+	if plan.Brake != "" {
+		held := &HeldPlan{Reason: plan.Brake}
+		for _, s := range plan.Held {
+			held.Steps = append(held.Steps, s.String())
+		}
+		inv.Held = held
+	}
+	return inv
 }

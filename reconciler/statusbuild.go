@@ -80,23 +80,12 @@ func (b *StatusBuilder) Build(inv InventoryStatus, images []ImageStatus, plan Re
 		return Snapshot{}, fmt.Errorf("status: snapshot: %w", err)
 	}
 	planConds := map[string][]PlanCondition{}
-	var fleetConds []PlanCondition
 	for _, c := range plan.Conditions {
 		if name, ok := strings.CutPrefix(c.Subject, "server/"); ok {
 			planConds[name] = append(planConds[name], c)
-		} else if c.Type != "Held" { // the hold is rendered as held:
-			fleetConds = append(fleetConds, c)
 		}
 	}
-	out := Snapshot{Inventory: inv, Images: images}
-	out.Inventory.Conditions = fleetConds
-	if plan.Brake != "" {
-		held := &HeldPlan{Reason: plan.Brake}
-		for _, s := range plan.Held {
-			held.Steps = append(held.Steps, s.String())
-		}
-		out.Inventory.Held = held
-	}
+	out := Snapshot{Inventory: inv.WithPlan(plan), Images: images}
 	seen := map[string]bool{}
 	for _, name := range sortedKeys(snap.Servers) {
 		s := snap.Servers[name]

@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -289,6 +290,20 @@ func TestVerbsAgainstController(t *testing.T) {
 		"Secrets:    UNSEALED", "Plan:       nothing pending", "Attention:  no failed or stalled servers"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("status output lacks %q:\n%s", want, out)
+		}
+	}
+
+	// GET /api/v1/inventory speaks the API's camelCase, conditions [] not null.
+	req, _ := http.NewRequest(http.MethodGet, h.run.URL+"/api/v1/inventory", nil)
+	req.Header.Set("Authorization", "Bearer "+h.token)
+	if resp, err := http.DefaultClient.Do(req); err != nil {
+		t.Fatal(err)
+	} else {
+		var raw map[string]json.RawMessage
+		err := json.NewDecoder(resp.Body).Decode(&raw)
+		resp.Body.Close()
+		if err != nil || !strings.Contains(string(raw["good"]), `"commit":"`) || string(raw["conditions"]) != "[]" || raw["Good"] != nil {
+			t.Errorf("GET /api/v1/inventory: %v %s", err, raw)
 		}
 	}
 
