@@ -475,9 +475,16 @@ type hostsView struct {
 type hostRow struct {
 	state.Host
 	Online   bool
-	Networks []string
-	Pools    []string
-	LastLog  string
+	Networks []applied // from the host record (what GET /api/v1/hosts returns)
+	Pools    []applied
+}
+
+// applied is one network or storage pool a host reported applied in its
+// last join: its name, and the join log's message for the step "network
+// NAME" or "pool NAME" (join/node.Apply), empty when the log has none.
+type applied struct {
+	Name   string
+	Detail string
 }
 
 func (hostsView) title() (string, string, string) { return "Hosts", "hosts", "" }
@@ -500,14 +507,15 @@ func (u *UI) handleHosts(w http.ResponseWriter, r *http.Request) {
 			u.storeFail(w, r, err)
 			return
 		}
+		detail := map[string]string{}
 		for _, e := range log {
-			switch e.Step {
-			case "network":
-				row.Networks = append(row.Networks, e.Message)
-			case "pool", "storagePool":
-				row.Pools = append(row.Pools, e.Message)
-			}
-			row.LastLog = e.Message
+			detail[e.Step] = e.Message // the last join's message wins
+		}
+		for _, n := range h.Networks {
+			row.Networks = append(row.Networks, applied{Name: n, Detail: detail["network "+n]})
+		}
+		for _, p := range h.StoragePools {
+			row.Pools = append(row.Pools, applied{Name: p, Detail: detail["pool "+p]})
 		}
 		v.Hosts = append(v.Hosts, row)
 	}
