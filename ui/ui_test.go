@@ -359,12 +359,12 @@ func TestPagesShowTheFeed(t *testing.T) {
 	login(t, l, c)
 	checks := map[string][]string{
 		"/ui/":               {"zone-a", "zone-b", "zone-c", "r1-n02", "commissioning", "powered_on", "Critical"},
-		"/ui/servers/r1-n01": {"PowerEdge R650", "CPU1 Temp", "312 W", "iDRAC", "Fan 3 RPM", "128.0 GiB", "nvme0n1"},
+		"/ui/servers/r1-n01": {"PowerEdge R650", "CPU1 Temp", "312 W", "iDRAC", "Fan 3 RPM", "128.0 GiB", "nvme0n1", "1.7 TiB", "447.1 GiB"},
 		"/ui/servers/r3-n03": {"Not reported by this BMC: power, firmware, logs"},
 		"/ui/servers/r2-n01": {"bmc: unreachable"},
 		"/ui/servers/r2-n02": {"SMART status FAILED", "Stalled", "bump actions.commission"},
 		"/ui/servers/r1-n03": {"hypervisor", "ubuntu-24.04", "hv-r1-n03", "br-mgmt: vlan 10", "deployed"},
-		"/ui/images":         {"ubuntu-24.04", `value="42"`, "checksum mismatch", "verified"},
+		"/ui/images":         {"ubuntu-24.04", `value="42"`, "checksum mismatch", "verified", "4.0 MiB", "2.0 GiB"},
 		"/ui/hosts":          {"hv-r1-n03", "online", "hv-r9-n01", "offline", "vmpool: lvm", "br-vm"},
 		"/ui/inventory":      {"9e1f2a3b4c5d", "servers.yaml:88:14: servers[12].bootMAC", "servers.yaml:95:11", "Approve held plan", "r3-n01", "more than the 20% brake"},
 	}

@@ -181,6 +181,7 @@ func (f *fakeImages) ImageStatuses(context.Context) ([]ui.ImageStatus, error) {
 			Digest: "sha256:0d8f1e2a3b4c5d6e7f8091a2b3c4d5e6f708192a3b4c5d6e7f8091a2b3c4d5e6"}
 	}
 	return []ui.ImageStatus{
+		{Name: "alpine-rescue", State: "verified", Percent: 100, SizeBytes: 4 << 20, Digest: "sha256:4a1b2c3d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e8f9"},
 		{Name: "custom", State: "pending", Percent: -1},
 		{Name: "debian-12", State: "verified", Percent: 100, SizeBytes: 2 << 30, Digest: "sha256:7c1e0b4f9a2d3e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7"},
 		{Name: "rocky-9", State: "failed", Percent: 0, Reason: "checksum mismatch: got sha256:1f2e…, want sha256:9a8b…"},
