@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"sort"
@@ -56,7 +57,7 @@ new → commissioning → ready → deployed. Ctrl-C stops everything.`,
 	f.StringVar(&o.dir, "dir", "", "folder for the lab (repository, state, images, disks); empty means a new folder under the system temp dir")
 	f.IntVar(&o.servers, "servers", 0, "simulate this many generated servers instead of the example site (scale runs)")
 	f.DurationVar(&o.bootDelay, "boot-delay", 2*time.Second, "simulated firmware time before each network boot")
-	f.StringVar(&o.listen, "listen", "127.0.0.1:0", "controller HTTP address (loopback)")
+	f.StringVar(&o.listen, "listen", "127.0.0.1:0", "controller HTTP address, HOST:PORT on loopback (127.0.0.1, ::1 or localhost); any other address is refused")
 	f.BoolVar(&o.untilDone, "until-deployed", false, "exit 0 once every profile's count is deployed (CI smoke runs)")
 	f.DurationVar(&o.timeout, "timeout", 0, "give up after this long (exit 1); zero means run until Ctrl-C")
 	f.StringVar(&o.logFile, "log", "", "controller log file; empty means DIR/controller.log")
@@ -64,7 +65,33 @@ new → commissioning → ready → deployed. Ctrl-C stops everything.`,
 	return cmd
 }
 
+// checkLoopbackListen accepts a HOST:PORT whose host is a loopback IP
+// (127.0.0.0/8, ::1) or "localhost": the simulated lab's controller serves
+// an admin API and unauthenticated boot endpoints, and its help says
+// loopback. An empty host (":8080"), 0.0.0.0, :: or any other address is
+// refused.
+func checkLoopbackListen(addr string) error {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("--listen %q: %w", addr, err)
+	}
+	if host == "localhost" {
+		return nil
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
+		return nil
+	}
+	what := host
+	if host == "" {
+		what = "an empty host (every interface)"
+	}
+	return fmt.Errorf("--listen %q: the simulated lab listens on loopback only (127.0.0.1, ::1 or localhost), not %s", addr, what)
+}
+
 func runSim(ctx context.Context, e *env, o simOptions) error {
+	if err := checkLoopbackListen(o.listen); err != nil {
+		return usageError{err}
+	}
 	dir := o.dir
 	if dir == "" {
 		d, err := os.MkdirTemp("", "machina-sim-")
