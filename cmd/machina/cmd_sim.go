@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net"
 	"os"
@@ -12,6 +13,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -47,7 +49,15 @@ repository made from the embedded example site (a bare repository plus a working
 clone), a simulated Redfish BMC per server serving a real vendor tree, simulated
 machines that PXE-boot through the controller's real boot endpoints and run the
 real ramdisk agent, and a local image mirror. Progress is printed as servers go
-new → commissioning → ready → deployed. Ctrl-C stops everything.`,
+new → commissioning → ready → deployed. Ctrl-C stops everything.
+
+--dir may name a folder an earlier run used: the run starts fresh. The lab
+(DIR/lab) is rebuilt, and the controller state starts empty, since the new
+lab's machines, disks, BMC ports and repository history do not match the old
+state: DIR/state.db is renamed DIR/state.db.previous and the controller's
+clones and image store (DIR/work/git, DIR/work/images) are removed.
+DIR/controller.log is appended to. A folder another machina sim is running on
+is refused.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runSim(cmd.Context(), e, o)
@@ -88,6 +98,36 @@ func checkLoopbackListen(addr string) error {
 	return fmt.Errorf("--listen %q: the simulated lab listens on loopback only (127.0.0.1, ::1 or localhost), not %s", addr, what)
 }
 
+// resetSimDir prepares a folder an earlier machina sim used for a fresh
+// run and reports whether it was one (DIR/state.db exists): it renames
+// state.db to state.db.previous and removes the controller's generated
+// DIR/work/git and DIR/work/images; the lab's own subfolders are rebuilt by
+// sim.Start. Nothing else in dir is touched. A state.db another process
+// holds (bbolt's flock) is refused.
+func resetSimDir(dir string) (bool, error) {
+	statePath := filepath.Join(dir, "state.db")
+	f, err := os.OpenFile(statePath, os.O_RDWR, 0)
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("sim: earlier state: %w", err)
+	}
+	defer f.Close()
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		return false, fmt.Errorf("sim: %s is in use (another machina sim on %s?): %w", statePath, dir, err)
+	}
+	if err := os.Rename(statePath, statePath+".previous"); err != nil {
+		return false, fmt.Errorf("sim: keep the earlier state: %w", err)
+	}
+	for _, sub := range []string{"git", "images"} {
+		if err := os.RemoveAll(filepath.Join(dir, "work", sub)); err != nil {
+			return false, fmt.Errorf("sim: remove the earlier controller's work/%s: %w", sub, err)
+		}
+	}
+	return true, nil
+}
+
 func runSim(ctx context.Context, e *env, o simOptions) error {
 	if err := checkLoopbackListen(o.listen); err != nil {
 		return usageError{err}
@@ -102,6 +142,10 @@ func runSim(ctx context.Context, e *env, o simOptions) error {
 	}
 	dir, _ = filepath.Abs(dir)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	restarted, err := resetSimDir(dir)
+	if err != nil {
 		return err
 	}
 	logPath := o.logFile
@@ -123,6 +167,11 @@ func runSim(ctx context.Context, e *env, o simOptions) error {
 	defer cancel()
 
 	fmt.Fprintf(e.stdout, "Machina simulated lab in %s\n", dir)
+	if restarted {
+		fmt.Fprintf(e.stdout, "  restarted on a folder an earlier run used: the lab and the controller state start fresh (the previous state is in %s)\n",
+			filepath.Join(dir, "state.db.previous"))
+	}
+	log.Info("machina sim starting", "dir", dir, "restarted", restarted)
 	// The lab outlives the controller: on Ctrl-C the controller stops
 	// first and logs out of BMCs (IPMI Close Session) that are still
 	// there to answer; lab.Close (deferred) then stops the lab.
