@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"path/filepath"
 	"sort"
@@ -23,9 +24,11 @@ import (
 
 // mountConsoleAndUI mounts the serial console WebSocket (one handler shared
 // by machinactl and browsers, so one writer holds across both) and the web
-// console under /ui/.
+// console under /ui/. log (non-nil) gets the console's attach/detach lines
+// as component=console and the web console's logins, refusals and
+// approvals as component=ui.
 func mountConsoleAndUI(srv *api.Server, st *state.Store, drivers reconciler.Drivers, src *reconciler.Source, ctrl *reconciler.Controller,
-	imgs *imageStatus, gitDir string) error {
+	imgs *imageStatus, gitDir string, log *slog.Logger) error {
 	bearer := func(r *http.Request) (string, error) {
 		tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 		if !ok || tok == "" {
@@ -48,6 +51,7 @@ func mountConsoleAndUI(srv *api.Server, st *state.Store, drivers reconciler.Driv
 		return drivers.Driver(ctx, s)
 	}
 	con, err := console.New(console.Config{Opener: console.DriverOpener(lookup), Authenticate: ui.ConsoleAuthenticate(bearer),
+		Logger: log.With("component", "console"),
 		Audit: func(_ context.Context, e console.Event) {
 			_, _ = st.AppendEvent(state.Event{Server: e.Server, Kind: state.EventKind(e.Action), Actor: e.Principal,
 				Message: fmt.Sprintf("%s from %s as %s %s", e.Action, e.Remote, e.Role, e.Reason)})
@@ -60,7 +64,8 @@ func mountConsoleAndUI(srv *api.Server, st *state.Store, drivers reconciler.Driv
 	}
 	h, err := ui.New(ui.Config{Store: st, API: srv.Handler(), Console: con, ConsoleSupport: consoleSupport(lookup),
 		BMC:    bmcInfo{st: st, drivers: drivers},
-		Images: uiImages{imgs}, Inventory: uiInventory{src: src, ctrl: ctrl, repoDir: filepath.Join(gitDir, "inventory.git")}})
+		Images: uiImages{imgs}, Inventory: uiInventory{src: src, ctrl: ctrl, repoDir: filepath.Join(gitDir, "inventory.git")},
+		Logger: log.With("component", "ui")})
 	if err != nil {
 		return err
 	}

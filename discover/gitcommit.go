@@ -1,6 +1,7 @@
 package discover
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -30,6 +31,10 @@ var ErrDirty = errors.New("discover: servers.yaml has uncommitted changes")
 // commit would land on: a worktree commit records the whole index, so they
 // would be committed too, unvalidated, under the discovery's message.
 var ErrStaged = errors.New("discover: other changes are staged")
+
+// ErrNoChange is returned by Commit when the new servers.yaml is the base
+// branch's, byte for byte: there is nothing to commit.
+var ErrNoChange = errors.New("discover: servers.yaml unchanged")
 
 // Change is one commit of a new servers.yaml onto an inventory repository.
 type Change struct {
@@ -149,7 +154,8 @@ func Validate(repoPath, base string, servers []byte) (*inventory.Inventory, erro
 // worktree (servers.yaml there must be unmodified, ErrDirty, and nothing
 // else staged, ErrStaged); otherwise the
 // commit is written as objects and the branch ref set, leaving any checkout
-// untouched. It returns the new commit's hash.
+// untouched. It returns the new commit's hash, or ErrNoChange when servers
+// is Base's servers.yaml unchanged.
 func Commit(ch Change, servers []byte) (plumbing.Hash, error) {
 	if ch.Base == "" {
 		ch.Base = "main"
@@ -173,6 +179,9 @@ func Commit(ch Change, servers []byte) (plumbing.Hash, error) {
 	baseCommit, files, err := baseFiles(repo, ch.Base)
 	if err != nil {
 		return plumbing.ZeroHash, err
+	}
+	if old, ok := files[inventory.ServersFile]; ok && bytes.Equal(old, servers) {
+		return plumbing.ZeroHash, fmt.Errorf("%w: %s on %s", ErrNoChange, inventory.ServersFile, ch.Base)
 	}
 	files[inventory.ServersFile] = servers
 	if _, err := inventory.Load(mapFS(files), inventory.Limits{}); err != nil {

@@ -254,3 +254,28 @@ func TestCommitRefusesDirtyOrStagedWorktree(t *testing.T) {
 		t.Errorf("commit changed %v, want servers.yaml only", files)
 	}
 }
+
+// TestCommitUnchangedIsErrNoChange: committing the base's servers.yaml
+// unchanged is ErrNoChange, through the worktree (the checked-out branch:
+// go-git said "cannot create empty commit") and as objects (another branch,
+// which would get a commit changing nothing); no ref moves.
+func TestCommitUnchangedIsErrNoChange(t *testing.T) {
+	dir := newRepo(t)
+	raw, _, err := ReadInventory(dir, "main")
+	if err != nil {
+		t.Fatal(err)
+	}
+	repo, _ := git.PlainOpen(dir)
+	head0, _ := repo.Head()
+	for _, branch := range []string{"main", "review/nothing"} {
+		if _, err := Commit(Change{Repo: dir, Base: "main", Branch: branch, Message: "no change"}, raw); !errors.Is(err, ErrNoChange) {
+			t.Errorf("branch %s: %v, want ErrNoChange", branch, err)
+		}
+	}
+	if head, _ := repo.Head(); head.Hash() != head0.Hash() {
+		t.Error("main moved")
+	}
+	if _, err := repo.Reference(plumbing.NewBranchReferenceName("review/nothing"), false); err == nil {
+		t.Error("a branch was made for no change")
+	}
+}

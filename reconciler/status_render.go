@@ -444,8 +444,8 @@ func renderReadme(inv InventoryStatus, servers []ServerStatus, images []ImageSta
 		b.WriteString("No inventory revision yet.\n\n")
 	}
 	if h := inv.Held; h != nil {
-		fmt.Fprintf(&b, "**Plan held by the safety brake**: %s. %d steps wait for approval, see [inventory.yaml](inventory.yaml).\n\n",
-			mdCell(truncate(strings.TrimSuffix(h.Reason, "."), 300)), len(h.Steps))
+		fmt.Fprintf(&b, "**Plan held by the safety brake**: %s. %s for approval, see [inventory.yaml](inventory.yaml).\n\n",
+			mdCell(truncate(strings.TrimSuffix(h.Reason, "."), 300)), count(len(h.Steps), "step waits", "steps wait"))
 	}
 	for _, c := range sortedConditions(inv.Conditions) {
 		fmt.Fprintf(&b, "**%s %s** (%s): %s.\n\n", mdCell(c.Subject), mdCell(c.Type), mdCell(c.Reason), mdCell(truncate(Redact(c.Message), 300)))
@@ -459,7 +459,7 @@ func renderReadme(inv InventoryStatus, servers []ServerStatus, images []ImageSta
 		keys = append(keys, k)
 	}
 	slices.Sort(keys)
-	fmt.Fprintf(&b, "%d servers", len(servers))
+	b.WriteString(count(len(servers), "server", "servers"))
 	for i, k := range keys {
 		if i == 0 {
 			b.WriteString(": ")
@@ -577,9 +577,12 @@ func sortedStrings(v []string) []string {
 }
 
 // errorsCount is "1 error" or "N errors".
-func errorsCount(n int) string {
+func errorsCount(n int) string { return count(n, "error", "errors") }
+
+// count is n and the noun: "1 step", "0 steps", "2 entries".
+func count(n int, one, many string) string {
 	if n == 1 {
-		return "1 error"
+		return "1 " + one
 	}
-	return strconv.Itoa(n) + " errors"
+	return strconv.Itoa(n) + " " + many
 }

@@ -731,7 +731,44 @@ func TestReadmeShowsHeldPlan(t *testing.T) {
 		if !strings.Contains(string(f.data), want) {
 			t.Errorf("README.md lacks %q:\n%s", want, f.data)
 		}
+		// One held step: singular.
+		s.Inventory.Held.Steps = s.Inventory.Held.Steps[:1]
+		one, _ := renderStatus(s, 10)
+		for _, f := range one {
+			if f.path == "status/README.md" && !strings.Contains(string(f.data), ". 1 step waits for approval") {
+				t.Errorf("README.md with one held step:\n%s", f.data)
+			}
+		}
 		return
 	}
 	t.Fatal("no status/README.md rendered")
+}
+
+// TestStatusSubjects checks the subjects of status commits that change no
+// server: the first one before any inventory revision names that (it was
+// "status: inventory revision " with nothing after it), then one with a
+// revision names its short commit, and one updated entry is "1 entry"
+// (it was "update 1 entries"), two are "2 entries".
+func TestStatusSubjects(t *testing.T) {
+	r := newTestRepo(t)
+	w := newTestWriter(t, r, nil)
+	s := Snapshot{Images: []ImageStatus{{Name: "ubuntu-24.04", State: "downloading"}}}
+	write := func(want string) {
+		t.Helper()
+		res, err := w.Write(t.Context(), s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := firstLine(res.Message); got != want {
+			t.Errorf("subject = %q, want %q\n%s", got, want, res.Message)
+		}
+	}
+	write("status: no inventory revision yet")
+	s.Inventory.Good = RevisionRef{Commit: "0123456789abcdef0123456789abcdef01234567", Digest: "sha256:aabbccddeeff00112233445566778899aabbccddeeff00112233445566778899"}
+	write("status: inventory revision 0123456789ab")
+	s.Images[0].State = "ready"
+	write("status: update 1 entry")
+	s.Images[0].State = "failed"
+	s.Hosts = []HostStatus{{Name: "hv-r1-n01", State: "joined"}}
+	write("status: update 2 entries")
 }

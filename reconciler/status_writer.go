@@ -954,10 +954,14 @@ func (w *StatusWriter) message(oldBlobs map[string]plumbing.Hash, oldHash plumbi
 		subject = summarise("status: ", items, 80)
 	case invChanged && inv.Invalid != nil:
 		subject = "status: inventory invalid at " + shortID(inv.Invalid.Commit)
-	case invChanged:
+	case invChanged && inv.Good.Commit != "":
 		subject = "status: inventory revision " + shortID(inv.Good.Commit)
-	default:
-		subject = fmt.Sprintf("status: update %d entries", max(updated, 1))
+	case invChanged:
+		subject = "status: no inventory revision yet"
+	case updated > 0:
+		subject = "status: update " + count(updated, "entry", "entries")
+	default: // only README.md changed
+		subject = "status: update the summary"
 	}
 	var b strings.Builder
 	b.WriteString(subject)
@@ -972,7 +976,7 @@ func (w *StatusWriter) message(oldBlobs map[string]plumbing.Hash, oldHash plumbi
 		b.WriteByte('\n')
 	}
 	if updated > 0 && len(items) > 0 {
-		fmt.Fprintf(&b, "%d other entries updated\n", updated)
+		fmt.Fprintf(&b, "%s updated\n", count(updated, "other entry", "other entries"))
 	}
 	if invChanged && inv.Invalid != nil {
 		fmt.Fprintf(&b, "inventory invalid at %s: %s\n", shortID(inv.Invalid.Commit), errorsCount(len(inv.Invalid.Errors)))

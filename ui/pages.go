@@ -30,7 +30,7 @@ func parseTemplates() (map[string]*template.Template, error) {
 			}
 			return t.UTC().Format("2006-01-02 15:04:05Z")
 		},
-		"gib":   func(b int64) string { return fmt.Sprintf("%.1f GiB", float64(b)/(1<<30)) },
+		"bytes": humanBytes,
 		"short": func(s string) string { return shortDigest(s) },
 		"pct": func(p float64) string {
 			if p < 0 {
@@ -54,6 +54,25 @@ func parseTemplates() (map[string]*template.Template, error) {
 		out[p] = t
 	}
 	return out, nil
+}
+
+// humanBytes formats a size in bytes with binary units: "512 B", "4.0 MiB",
+// "1.7 TiB" (one decimal, the largest unit the value reaches, up to TiB).
+// Negative sizes are shown in bytes.
+func humanBytes(b int64) string {
+	if b < 1024 {
+		return fmt.Sprintf("%d B", b)
+	}
+	units := []string{"KiB", "MiB", "GiB", "TiB"}
+	v := float64(b) / 1024
+	i := 0
+	// 1023.96 KiB would print as "1024.0 KiB": move up a unit when
+	// rounding to one decimal reaches 1024.
+	for i < len(units)-1 && v >= 1023.95 {
+		v /= 1024
+		i++
+	}
+	return fmt.Sprintf("%.1f %s", v, units[i])
 }
 
 // shortDigest returns the first 12 hex digits of a "sha256:..." digest or a
@@ -475,9 +494,16 @@ type hostsView struct {
 type hostRow struct {
 	state.Host
 	Online   bool
-	Networks []string
-	Pools    []string
-	LastLog  string
+	Networks []applied // from the host record (what GET /api/v1/hosts returns)
+	Pools    []applied
+}
+
+// applied is one network or storage pool a host reported applied in its
+// last join: its name, and the join log's message for the step "network
+// NAME" or "pool NAME" (join/node.Apply), empty when the log has none.
+type applied struct {
+	Name   string
+	Detail string
 }
 
 func (hostsView) title() (string, string, string) { return "Hosts", "hosts", "" }
@@ -500,14 +526,15 @@ func (u *UI) handleHosts(w http.ResponseWriter, r *http.Request) {
 			u.storeFail(w, r, err)
 			return
 		}
+		detail := map[string]string{}
 		for _, e := range log {
-			switch e.Step {
-			case "network":
-				row.Networks = append(row.Networks, e.Message)
-			case "pool", "storagePool":
-				row.Pools = append(row.Pools, e.Message)
-			}
-			row.LastLog = e.Message
+			detail[e.Step] = e.Message // the last join's message wins
+		}
+		for _, n := range h.Networks {
+			row.Networks = append(row.Networks, applied{Name: n, Detail: detail["network "+n]})
+		}
+		for _, p := range h.StoragePools {
+			row.Pools = append(row.Pools, applied{Name: p, Detail: detail["pool "+p]})
 		}
 		v.Hosts = append(v.Hosts, row)
 	}

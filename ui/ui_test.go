@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -358,12 +359,12 @@ func TestPagesShowTheFeed(t *testing.T) {
 	login(t, l, c)
 	checks := map[string][]string{
 		"/ui/":               {"zone-a", "zone-b", "zone-c", "r1-n02", "commissioning", "powered_on", "Critical"},
-		"/ui/servers/r1-n01": {"PowerEdge R650", "CPU1 Temp", "312 W", "iDRAC", "Fan 3 RPM", "128.0 GiB", "nvme0n1"},
+		"/ui/servers/r1-n01": {"PowerEdge R650", "CPU1 Temp", "312 W", "iDRAC", "Fan 3 RPM", "128.0 GiB", "nvme0n1", "1.7 TiB", "447.1 GiB"},
 		"/ui/servers/r3-n03": {"Not reported by this BMC: power, firmware, logs"},
 		"/ui/servers/r2-n01": {"bmc: unreachable"},
 		"/ui/servers/r2-n02": {"SMART status FAILED", "Stalled", "bump actions.commission"},
 		"/ui/servers/r1-n03": {"hypervisor", "ubuntu-24.04", "hv-r1-n03", "br-mgmt: vlan 10", "deployed"},
-		"/ui/images":         {"ubuntu-24.04", `value="42"`, "checksum mismatch", "verified"},
+		"/ui/images":         {"ubuntu-24.04", `value="42"`, "checksum mismatch", "verified", "4.0 MiB", "2.0 GiB"},
 		"/ui/hosts":          {"hv-r1-n03", "online", "hv-r9-n01", "offline", "vmpool: lvm", "br-vm"},
 		"/ui/inventory":      {"9e1f2a3b4c5d", "servers.yaml:88:14: servers[12].bootMAC", "servers.yaml:95:11", "Approve held plan", "r3-n01", "more than the 20% brake"},
 	}
@@ -617,5 +618,78 @@ func TestConsoleUnsupportedPage(t *testing.T) {
 		if btn := strings.Contains(body, `id="open-console"`); btn != supported {
 			t.Errorf("server page %s: console button %v, want %v", name, btn, supported)
 		}
+	}
+}
+
+// TestHostsPageShowsHostRecord checks that the hosts page's Networks and
+// Storage pools cells list exactly the names of the host record (what GET
+// /api/v1/hosts returns), each with the join log's message for its step
+// ("network NAME", "pool NAME", as join/node.Apply reports them) as title.
+func TestHostsPageShowsHostRecord(t *testing.T) {
+	l := newLab(t, uitest.Options{})
+	c := client(t)
+	login(t, l, c)
+	_, body := get(t, c, l.URL()+"/ui/hosts")
+	doc, err := html.Parse(strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	type cell struct{ names, titles []string }
+	cells := map[string]map[string]*cell{} // host → field → cell
+	var host, field string
+	var walk func(*html.Node)
+	walk = func(x *html.Node) {
+		if x.Type == html.ElementNode {
+			for _, a := range x.Attr {
+				switch {
+				case x.Data == "tr" && a.Key == "data-host":
+					host, cells[a.Val] = a.Val, map[string]*cell{}
+				case x.Data == "td" && a.Key == "data-field":
+					field = a.Val
+					cells[host][field] = &cell{names: []string{}, titles: []string{}}
+				}
+			}
+			if x.Data == "div" && field != "" && x.FirstChild != nil {
+				c := cells[host][field]
+				c.names = append(c.names, x.FirstChild.Data)
+				title := ""
+				for _, a := range x.Attr {
+					if a.Key == "title" {
+						title = a.Val
+					}
+				}
+				c.titles = append(c.titles, title)
+			}
+		}
+		for ch := x.FirstChild; ch != nil; ch = ch.NextSibling {
+			walk(ch)
+		}
+		if x.Type == html.ElementNode && x.Data == "td" {
+			field = ""
+		}
+	}
+	walk(doc)
+	hosts, err := l.Store.Hosts()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range hosts {
+		got := cells[h.Name]
+		if got == nil || got["networks"] == nil || got["pools"] == nil {
+			t.Fatalf("hosts page has no networks/pools cells for %s:\n%s", h.Name, body)
+		}
+		want := func(s []string) []string { return append([]string{}, s...) }
+		if g, w := got["networks"].names, want(h.Networks); !slices.Equal(g, w) {
+			t.Errorf("%s networks cell = %q, host record has %q", h.Name, g, w)
+		}
+		if g, w := got["pools"].names, want(h.StoragePools); !slices.Equal(g, w) {
+			t.Errorf("%s storage pools cell = %q, host record has %q", h.Name, g, w)
+		}
+	}
+	if g, w := cells["hv-r1-n03"]["networks"].titles, []string{"br-mgmt: vlan 10, 10.20.1.13/24", "br-vm: vlan 200, no address"}; !slices.Equal(g, w) {
+		t.Errorf("hv-r1-n03 network details = %q, want the join log's %q", g, w)
+	}
+	if g, w := cells["hv-r1-n03"]["pools"].titles, []string{"vmpool: lvm on nvme0n1 (1.7 TiB)"}; !slices.Equal(g, w) {
+		t.Errorf("hv-r1-n03 pool details = %q, want the join log's %q", g, w)
 	}
 }

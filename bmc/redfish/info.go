@@ -170,12 +170,17 @@ func thermalMetricsFrom(tm map[string]any) []bmc.Temperature {
 }
 
 // tempsFrom reads Thermal.Temperatures[].ReadingCelsius; readings that are
-// not numbers are skipped.
+// not numbers (null, missing, "N/A") are skipped, and so are sensors whose
+// Status.State is "Absent" (Redfish Resource.State: the sensor is not
+// populated; HPE iLO 5 reports those with ReadingCelsius 0).
 func tempsFrom(th map[string]any) []bmc.Temperature {
 	ts, _ := th["Temperatures"].([]any)
 	var out []bmc.Temperature
 	for _, t := range ts {
 		m, _ := t.(map[string]any)
+		if strv(obj(m, "Status"), "State") == "Absent" {
+			continue
+		}
 		c, ok := num(m, "ReadingCelsius")
 		if !ok {
 			continue // "N/A", null, absent: unknown

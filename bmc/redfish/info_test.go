@@ -54,6 +54,23 @@ func TestInfoPerTree(t *testing.T) {
 			if w.watts == 0 && in.PowerWatts != nil || w.watts != 0 && (in.PowerWatts == nil || *in.PowerWatts != w.watts) {
 				t.Errorf("PowerWatts = %v, want %v", in.PowerWatts, w.watts)
 			}
+			if tr == treeHPE {
+				// The HPE tree's Thermal lists unpopulated sensors
+				// ("25-HD Controller", ...) as State "Absent" with
+				// ReadingCelsius 0: not readings.
+				temps := map[string]float64{}
+				for _, tp := range in.Temperatures {
+					temps[tp.Name] = tp.Celsius
+				}
+				for _, absent := range []string{"25-HD Controller", "26-HD Cntlr Zone", "48-Mid HD Max", "66-Exp Bay Rear"} {
+					if c, ok := temps[absent]; ok {
+						t.Errorf("absent sensor %q shown as %v °C", absent, c)
+					}
+				}
+				if c, ok := temps["02-CPU 1"]; !ok || c != 40 {
+					t.Errorf("02-CPU 1 = %v (%v), want 40", c, ok)
+				}
+			}
 			for i := 1; i < len(in.Logs); i++ {
 				if in.Logs[i].Created.After(in.Logs[i-1].Created) {
 					t.Errorf("logs not newest first at %d", i)
@@ -88,6 +105,9 @@ func TestTolerantDecoding(t *testing.T) {
 		map[string]any{"Name": "Inlet", "ReadingCelsius": "N/A"},
 		map[string]any{"Name": "CPU", "ReadingCelsius": ""},
 		map[string]any{"Name": "DIMM", "ReadingCelsius": 33.5, "Status": "weird"},
+		map[string]any{"Name": "PSU", "ReadingCelsius": nil},
+		map[string]any{"Name": "Riser"},
+		map[string]any{"Name": "HD Controller", "ReadingCelsius": 0, "Status": map[string]any{"State": "Absent"}},
 	}}
 	files["redfish/v1/Chassis/c/Power"] = map[string]any{"PowerControl": []any{map[string]any{"PowerConsumedWatts": "N/A"}}}
 	writeTree(t, dir, files)

@@ -5,12 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -46,7 +49,15 @@ repository made from the embedded example site (a bare repository plus a working
 clone), a simulated Redfish BMC per server serving a real vendor tree, simulated
 machines that PXE-boot through the controller's real boot endpoints and run the
 real ramdisk agent, and a local image mirror. Progress is printed as servers go
-new → commissioning → ready → deployed. Ctrl-C stops everything.`,
+new → commissioning → ready → deployed. Ctrl-C stops everything.
+
+--dir may name a folder an earlier run used: the run starts fresh. The lab
+(DIR/lab) is rebuilt, and the controller state starts empty, since the new
+lab's machines, disks, BMC ports and repository history do not match the old
+state: DIR/state.db is renamed DIR/state.db.previous and the controller's
+clones and image store (DIR/work/git, DIR/work/images) are removed.
+DIR/controller.log is appended to. A folder another machina sim is running on
+is refused.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runSim(cmd.Context(), e, o)
@@ -56,7 +67,7 @@ new → commissioning → ready → deployed. Ctrl-C stops everything.`,
 	f.StringVar(&o.dir, "dir", "", "folder for the lab (repository, state, images, disks); empty means a new folder under the system temp dir")
 	f.IntVar(&o.servers, "servers", 0, "simulate this many generated servers instead of the example site (scale runs)")
 	f.DurationVar(&o.bootDelay, "boot-delay", 2*time.Second, "simulated firmware time before each network boot")
-	f.StringVar(&o.listen, "listen", "127.0.0.1:0", "controller HTTP address (loopback)")
+	f.StringVar(&o.listen, "listen", "127.0.0.1:0", "controller HTTP address, HOST:PORT on loopback (127.0.0.1, ::1 or localhost); any other address is refused")
 	f.BoolVar(&o.untilDone, "until-deployed", false, "exit 0 once every profile's count is deployed (CI smoke runs)")
 	f.DurationVar(&o.timeout, "timeout", 0, "give up after this long (exit 1); zero means run until Ctrl-C")
 	f.StringVar(&o.logFile, "log", "", "controller log file; empty means DIR/controller.log")
@@ -64,7 +75,63 @@ new → commissioning → ready → deployed. Ctrl-C stops everything.`,
 	return cmd
 }
 
+// checkLoopbackListen accepts a HOST:PORT whose host is a loopback IP
+// (127.0.0.0/8, ::1) or "localhost": the simulated lab's controller serves
+// an admin API and unauthenticated boot endpoints, and its help says
+// loopback. An empty host (":8080"), 0.0.0.0, :: or any other address is
+// refused.
+func checkLoopbackListen(addr string) error {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("--listen %q: %w", addr, err)
+	}
+	if host == "localhost" {
+		return nil
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
+		return nil
+	}
+	what := host
+	if host == "" {
+		what = "an empty host (every interface)"
+	}
+	return fmt.Errorf("--listen %q: the simulated lab listens on loopback only (127.0.0.1, ::1 or localhost), not %s", addr, what)
+}
+
+// resetSimDir prepares a folder an earlier machina sim used for a fresh
+// run and reports whether it was one (DIR/state.db exists): it renames
+// state.db to state.db.previous and removes the controller's generated
+// DIR/work/git and DIR/work/images; the lab's own subfolders are rebuilt by
+// sim.Start. Nothing else in dir is touched. A state.db another process
+// holds (bbolt's flock) is refused.
+func resetSimDir(dir string) (bool, error) {
+	statePath := filepath.Join(dir, "state.db")
+	f, err := os.OpenFile(statePath, os.O_RDWR, 0)
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("sim: earlier state: %w", err)
+	}
+	defer f.Close()
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		return false, fmt.Errorf("sim: %s is in use (another machina sim on %s?): %w", statePath, dir, err)
+	}
+	if err := os.Rename(statePath, statePath+".previous"); err != nil {
+		return false, fmt.Errorf("sim: keep the earlier state: %w", err)
+	}
+	for _, sub := range []string{"git", "images"} {
+		if err := os.RemoveAll(filepath.Join(dir, "work", sub)); err != nil {
+			return false, fmt.Errorf("sim: remove the earlier controller's work/%s: %w", sub, err)
+		}
+	}
+	return true, nil
+}
+
 func runSim(ctx context.Context, e *env, o simOptions) error {
+	if err := checkLoopbackListen(o.listen); err != nil {
+		return usageError{err}
+	}
 	dir := o.dir
 	if dir == "" {
 		d, err := os.MkdirTemp("", "machina-sim-")
@@ -75,6 +142,10 @@ func runSim(ctx context.Context, e *env, o simOptions) error {
 	}
 	dir, _ = filepath.Abs(dir)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	restarted, err := resetSimDir(dir)
+	if err != nil {
 		return err
 	}
 	logPath := o.logFile
@@ -96,6 +167,11 @@ func runSim(ctx context.Context, e *env, o simOptions) error {
 	defer cancel()
 
 	fmt.Fprintf(e.stdout, "Machina simulated lab in %s\n", dir)
+	if restarted {
+		fmt.Fprintf(e.stdout, "  restarted on a folder an earlier run used: the lab and the controller state start fresh (the previous state is in %s)\n",
+			filepath.Join(dir, "state.db.previous"))
+	}
+	log.Info("machina sim starting", "dir", dir, "restarted", restarted)
 	// The lab outlives the controller: on Ctrl-C the controller stops
 	// first and logs out of BMCs (IPMI Close Session) that are still
 	// there to answer; lab.Close (deferred) then stops the lab.

@@ -56,7 +56,7 @@ Exit code: 0 approved, 2 an error (REV not hex, API refused).`,
 			}
 			switch {
 			case out.Matches && out.HeldSteps > 0:
-				fmt.Fprintf(e.stdout, "approved the held plan of inventory revision %s: %d held steps run now\n", rev, out.HeldSteps)
+				fmt.Fprintf(e.stdout, "approved the held plan of inventory revision %s: %s now\n", rev, heldRun(out.HeldSteps))
 			case out.Matches:
 				fmt.Fprintf(e.stdout, "approved inventory revision %s; the controller holds nothing in its plan now\n", rev)
 			default:
@@ -79,4 +79,12 @@ func orNone(s string) string {
 		return "no revision yet"
 	}
 	return s
+}
+
+// heldRun is "1 held step runs", "3 held steps run".
+func heldRun(n int) string {
+	if n == 1 {
+		return "1 held step runs"
+	}
+	return fmt.Sprintf("%d held steps run", n)
 }

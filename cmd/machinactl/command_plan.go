@@ -185,7 +185,7 @@ func planHeader(r planReport, q string) string {
 		from = "the status tree"
 	}
 	n := len(r.Steps)
-	s := fmt.Sprintf("Plan for %s against %d servers observed from %s: %d steps", what, r.Servers, from, n)
+	s := fmt.Sprintf("Plan for %s against %s observed from %s: %s", what, plural(r.Servers, "server"), from, plural(n, "step"))
 	if len(r.Held) > 0 {
 		s += fmt.Sprintf(", %d held", len(r.Held))
 	}

@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -263,6 +264,19 @@ func TestServerBMCSetVerb(t *testing.T) {
 	}
 	if s := inv.Server("r1-n04"); s == nil || s.BMC.Address != "https://10.10.9.14" || s.BMC.Driver != "redfish" || s.BMC.Credentials != "bmc-new" {
 		t.Fatalf("r1-n04: %+v", s)
+	}
+	// The same again: nothing to change, exit 0, no commit (it failed
+	// with exit 2 and "cannot create empty commit: clean working tree").
+	rs, _ := git.PlainOpen(repo)
+	hs0, _ := rs.Head()
+	for _, again := range [][]string{args, append(slices.Clone(args), "--dry-run")} {
+		code, out, errs = runScanCtl(t, again...)
+		if code != 0 || !strings.Contains(out, "nothing to change: r1-n04 already has this bmc block on main") || errs != "" {
+			t.Errorf("bmc-set (dry-run %v) with no change: exit %d, %q %q", len(again) > len(args), code, out, errs)
+		}
+	}
+	if hs1, _ := rs.Head(); hs1.Hash() != hs0.Hash() {
+		t.Errorf("bmc-set with no change committed %s", hs1.Hash())
 	}
 	// Another server's address: the result is invalid, nothing committed.
 	r, _ := git.PlainOpen(repo)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 
@@ -14,7 +15,8 @@ import (
 // D --address A --credentials C`: replace (or add) the bmc block of server
 // NAME in servers.yaml of the local clone --repo, validated with
 // inventory.Load and committed with go-git on --branch (or printed as a
-// diff with --dry-run). Exit 0 done, 1 the result would be invalid (e.g.
+// diff with --dry-run). Exit 0 done (or nothing to change: NAME already has
+// that bmc block), 1 the result would be invalid (e.g.
 // an address another server uses), 2 usage or I/O error.
 func newServerCmd(e *env) *cobra.Command {
 	cmd := &cobra.Command{Use: "server", Short: "Edit one server of servers.yaml through a Git commit"}
@@ -40,6 +42,10 @@ func newServerCmd(e *env) *cobra.Command {
 			if err != nil {
 				return &exitError{code: 2, err: fmt.Errorf("server bmc-set: %w", err)}
 			}
+			if bytes.Equal(raw, out) {
+				fmt.Fprintf(e.stdout, "nothing to change: %s already has this bmc block on %s\n", args[0], branch)
+				return nil
+			}
 			if dryRun {
 				if _, err := discover.Validate(repo, branch, out); err != nil {
 					return importInvalid(fmt.Errorf("server bmc-set: %w", err))
@@ -48,6 +54,10 @@ func newServerCmd(e *env) *cobra.Command {
 				return nil
 			}
 			h, err := discover.Commit(discover.Change{Repo: repo, Base: branch, Branch: branch, Message: "server " + args[0] + ": bmc " + driver + " " + address}, out)
+			if errors.Is(err, discover.ErrNoChange) {
+				fmt.Fprintf(e.stdout, "nothing to change: %s already has this bmc block on %s\n", args[0], branch)
+				return nil
+			}
 			if err != nil {
 				return importInvalid(fmt.Errorf("server bmc-set: %w", err))
 			}

@@ -132,10 +132,10 @@ func writeStatus(w io.Writer, apiURL string, counts map[string]int, sealing bool
 	if len(plan.Steps) == 0 {
 		fmt.Fprintln(w, "Plan:       nothing pending")
 	} else {
-		fmt.Fprintf(w, "Plan:       %d steps pending\n", len(plan.Steps))
+		fmt.Fprintf(w, "Plan:       %s pending\n", plural(len(plan.Steps), "step"))
 	}
 	if plan.Brake != "" {
-		fmt.Fprintf(w, "HELD:       %d steps: %s\n", len(plan.Held), plan.Brake)
+		fmt.Fprintf(w, "HELD:       %s: %s\n", plural(len(plan.Held), "step"), plan.Brake)
 	}
 	shown := 0
 	for _, c := range plan.Conditions {
@@ -173,7 +173,7 @@ func writeStatus(w io.Writer, apiURL string, counts map[string]int, sealing bool
 		fmt.Fprintln(w, "Attention:  no failed or stalled servers")
 		return
 	}
-	fmt.Fprintf(w, "Attention:  %d failed or stalled servers\n", len(attn))
+	fmt.Fprintf(w, "Attention:  %s\n", plural(len(attn), "failed or stalled server"))
 	for i, l := range attn {
 		if i == maxAttentionLines {
 			fmt.Fprintf(w, "  ... %d more: machinactl plan, status/README.md\n", len(attn)-maxAttentionLines)

@@ -39,11 +39,32 @@ func TestWriteStatusCases(t *testing.T) {
 			t.Errorf("status lacks %q:\n%s", want, out)
 		}
 	}
+	// One of each: singular nouns ("1 steps" before).
+	b.Reset()
+	one := reconciler.Result{Steps: []reconciler.Step{{Server: "c", Action: "commission"}}, Held: []reconciler.Step{{Server: "b", Action: "release"}}, Brake: "releases 1 of 3"}
+	writeStatus(&b, "http://c", map[string]int{"failed": 1}, true, 3, 0, inv, one,
+		state.Snapshot{Servers: map[string]state.Server{"a": snap.Servers["a"]}})
+	for _, want := range []string{"Plan:       1 step pending\n", "HELD:       1 step: releases 1 of 3\n", "Attention:  1 failed or stalled server\n"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("status lacks %q:\n%s", want, b.String())
+		}
+	}
 	b.Reset()
 	writeStatus(&b, "http://c", nil, true, 1, 2, reconciler.InventoryStatus{}, reconciler.Result{}, state.Snapshot{})
 	for _, want := range []string{"sealing on, but 2 of 3 still UNSEALED", "Servers:    none registered", "Inventory:  no revision read yet"} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("status lacks %q:\n%s", want, b.String())
 		}
+	}
+}
+
+// TestHeldRun checks approve's count of released steps: "1 held step
+// runs", "2 held steps run".
+func TestHeldRun(t *testing.T) {
+	if got := heldRun(1); got != "1 held step runs" {
+		t.Errorf("heldRun(1) = %q", got)
+	}
+	if got := heldRun(2); got != "2 held steps run" {
+		t.Errorf("heldRun(2) = %q", got)
 	}
 }

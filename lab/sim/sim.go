@@ -43,7 +43,9 @@ import (
 // Config configures a Lab. Zero values are usable except Dir.
 type Config struct {
 	// Dir is the lab's folder: repo.git (bare), inventory (working clone),
-	// mirror, machines. Required; created if missing.
+	// mirror, machines. Required; created if missing. Start rebuilds the
+	// lab from scratch: it removes those four subfolders left by an
+	// earlier lab in Dir (and nothing else in Dir) before writing them.
 	Dir string
 	// Inventory is the example site to simulate; nil means the embedded
 	// inventory-example (12 servers). Ignored when Servers is set.
@@ -125,9 +127,19 @@ func Start(ctx context.Context, cfg Config) (*Lab, error) {
 	return l, nil
 }
 
+// labSubdirs are the folders Start generates in Config.Dir; an earlier
+// lab's are removed first (their symlinked sysfs trees and disk files
+// cannot be written over).
+var labSubdirs = []string{"repo.git", "inventory", "mirror", "machines"}
+
 func (l *Lab) start() error {
 	if err := os.MkdirAll(l.cfg.Dir, 0o755); err != nil {
 		return err
+	}
+	for _, sub := range labSubdirs {
+		if err := os.RemoveAll(filepath.Join(l.cfg.Dir, sub)); err != nil {
+			return fmt.Errorf("sim: remove the earlier lab's %s: %w", sub, err)
+		}
 	}
 	site, err := l.site()
 	if err != nil {
@@ -294,8 +306,6 @@ func simImage(n int) []byte {
 func (l *Lab) writeRepo(site *inventory.Inventory, addrs map[string]string) error {
 	bare := filepath.Join(l.cfg.Dir, "repo.git")
 	clone := filepath.Join(l.cfg.Dir, "inventory")
-	_ = os.RemoveAll(bare)
-	_ = os.RemoveAll(clone)
 	if _, err := git.PlainInitWithOptions(bare, &git.PlainInitOptions{Bare: true, InitOptions: git.InitOptions{DefaultBranch: "refs/heads/main"}}); err != nil {
 		return fmt.Errorf("sim: init repo: %w", err)
 	}

@@ -154,10 +154,26 @@ func TestBrowserAgainstController(t *testing.T) {
 	}
 	uitest.Do(t, ctx, "hosts page", chromedp.Navigate(base+"/ui/hosts"), chromedp.WaitVisible(chromedp.CSS(`tr[data-host]`)))
 	rows := uitest.Eval[[]string](t, ctx, `[...document.querySelectorAll("tr[data-host]")].map(r => r.dataset.host)`)
+	withBoth := 0 // joined hosts with networks and storage pools applied
 	for _, h := range hosts {
 		if !slices.Contains(rows, h.Name) {
 			t.Errorf("hosts page lacks joined host %s (rows %q)", h.Name, rows)
+			continue
 		}
+		// The Networks and Storage pools cells show the host record's
+		// names (what GET /api/v1/hosts returns), in report order.
+		if len(h.Networks) > 0 && len(h.StoragePools) > 0 {
+			withBoth++
+		}
+		for field, want := range map[string][]string{"networks": h.Networks, "pools": h.StoragePools} {
+			got := uitest.Eval[[]string](t, ctx, `[...document.querySelectorAll('tr[data-host="`+h.Name+`"] [data-field="`+field+`"] .name')].map(d => d.textContent)`)
+			if !slices.Equal(got, want) {
+				t.Errorf("hosts page: %s %s cell = %q, the store's host record has %q", h.Name, field, got, want)
+			}
+		}
+	}
+	if withBoth == 0 {
+		t.Errorf("no joined host has both networks and storage pools (the example's hypervisor profile applies both): %+v", hosts)
 	}
 	uitest.Shot(t, ctx, dir, "sim-hosts")
 

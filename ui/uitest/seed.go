@@ -89,7 +89,8 @@ func seed(st *state.Store) error {
 		}
 	}
 	if _, err := st.PutHost(state.Host{Name: "hv-r1-n03", Server: "r1-n03", Site: "lab1", Rack: "r1", Tags: []string{"kvm", "nvme"},
-		CertFingerprint: strings.Repeat("ab", 32), LastSeen: time.Now().UTC()}); err != nil {
+		CertFingerprint: strings.Repeat("ab", 32), LastSeen: time.Now().UTC(), JoinStatus: "joined",
+		Networks: []string{"br-mgmt", "br-vm"}, StoragePools: []string{"vmpool"}}); err != nil {
 		return err
 	}
 	if _, err := st.PutHost(state.Host{Name: "hv-r9-n01", Site: "lab1", Rack: "r9", Tags: []string{"kvm"},
@@ -98,9 +99,10 @@ func seed(st *state.Store) error {
 	}
 	for _, e := range []state.JoinLogEntry{
 		{Level: "info", Step: "join", Message: "node certificate issued (CN=hv-r1-n03)"},
-		{Level: "info", Step: "network", Message: "br-mgmt: vlan 10, 10.20.1.13/24"},
-		{Level: "info", Step: "network", Message: "br-vm: vlan 200, no address"},
-		{Level: "info", Step: "pool", Message: "vmpool: lvm on nvme0n1 (1.7 TiB)"},
+		// Steps as join/node.Apply reports them: "network NAME", "pool NAME".
+		{Level: "info", Step: "network br-mgmt", Message: "br-mgmt: vlan 10, 10.20.1.13/24"},
+		{Level: "info", Step: "network br-vm", Message: "br-vm: vlan 200, no address"},
+		{Level: "info", Step: "pool vmpool", Message: "vmpool: lvm on nvme0n1 (1.7 TiB)"},
 		{Level: "info", Step: "heartbeat", Message: "first heartbeat"},
 	} {
 		if _, err := st.AppendJoinLog("hv-r1-n03", e); err != nil {
@@ -179,6 +181,7 @@ func (f *fakeImages) ImageStatuses(context.Context) ([]ui.ImageStatus, error) {
 			Digest: "sha256:0d8f1e2a3b4c5d6e7f8091a2b3c4d5e6f708192a3b4c5d6e7f8091a2b3c4d5e6"}
 	}
 	return []ui.ImageStatus{
+		{Name: "alpine-rescue", State: "verified", Percent: 100, SizeBytes: 4 << 20, Digest: "sha256:4a1b2c3d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e8f9"},
 		{Name: "custom", State: "pending", Percent: -1},
 		{Name: "debian-12", State: "verified", Percent: 100, SizeBytes: 2 << 30, Digest: "sha256:7c1e0b4f9a2d3e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7"},
 		{Name: "rocky-9", State: "failed", Percent: 0, Reason: "checksum mismatch: got sha256:1f2e…, want sha256:9a8b…"},
