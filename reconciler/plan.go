@@ -610,7 +610,11 @@ func brake(disruptive, all []Step, want *inventory.Inventory, have state.Snapsho
 	}
 	for _, p := range sortedKeys(deployedBy) {
 		if remaining[p] == 0 {
-			reasons = append(reasons, fmt.Sprintf("it would bring profile %s from %d deployed servers to zero", p, deployedBy[p]))
+			servers := "servers"
+			if deployedBy[p] == 1 {
+				servers = "server"
+			}
+			reasons = append(reasons, fmt.Sprintf("it would bring profile %s from %d deployed %s to zero", p, deployedBy[p], servers))
 		}
 	}
 	if len(reasons) == 0 {

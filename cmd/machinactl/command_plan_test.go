@@ -221,7 +221,7 @@ func TestPlanModes(t *testing.T) {
 		defer editFile(t, p, "count: 0", "count: 1")
 		code, out, errOut := runPlan(t, "--repo", r.dir, "--observed", statusFixture)
 		if code != 1 || !strings.Contains(out, "HELD: held until approved (machinactl approve ") ||
-			!strings.Contains(out, "release        r2-n03") || !strings.Contains(out, "profile storage from 1 deployed servers to zero") {
+			!strings.Contains(out, "release        r2-n03") || !strings.Contains(out, "profile storage from 1 deployed server to zero") {
 			t.Errorf("exit %d, stdout %q, stderr %q", code, out, errOut)
 		}
 		_, md, _ := runPlan(t, "--repo", r.dir, "--observed", statusFixture, "--format", "markdown")

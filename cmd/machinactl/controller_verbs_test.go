@@ -401,7 +401,7 @@ func TestVerbsAgainstController(t *testing.T) {
 	}
 	code, out, _ = h.ctl("status")
 	t.Logf("machinactl status with a held plan:\n%s", out)
-	if code != 0 || !strings.Contains(out, "HELD:       1 steps:") {
+	if code != 0 || !strings.Contains(out, "HELD:       1 step:") {
 		t.Errorf("status does not show the held plan:\n%s", out)
 	}
 	h.pull()
