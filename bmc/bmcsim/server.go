@@ -370,7 +370,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			case <-r.Context().Done():
 				t.Stop()
 				s.record(r, decoded, "", 0) // client gave up; not performed
-				return
+				// No answer at all: a plain return would make net/http
+				// send an implicit empty 200, which a client still
+				// reading would take for a (non-Redfish) answer.
+				panic(http.ErrAbortHandler)
 			case <-t.C:
 			}
 		case FaultUnavailable:
