@@ -2,6 +2,7 @@ package discover
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -50,6 +51,10 @@ type Change struct {
 	Message string
 	// Author is the commit author; zero means "Machina discovery".
 	Author object.Signature
+	// Context, when set, is checked after validation and before anything
+	// is written: an interrupted command (Ctrl-C while a large import
+	// validates) commits nothing and gets its error.
+	Context context.Context
 }
 
 // openRepo opens the repository at path: a bare repository or a working
@@ -186,6 +191,11 @@ func Commit(ch Change, servers []byte) (plumbing.Hash, error) {
 	files[inventory.ServersFile] = servers
 	if _, err := inventory.Load(mapFS(files), inventory.Limits{}); err != nil {
 		return plumbing.ZeroHash, fmt.Errorf("discover: proposed inventory: %w", err)
+	}
+	if ch.Context != nil {
+		if err := ch.Context.Err(); err != nil {
+			return plumbing.ZeroHash, fmt.Errorf("discover: interrupted, nothing committed: %w", err)
+		}
 	}
 	target := plumbing.NewBranchReferenceName(ch.Branch)
 	if ch.Branch != ch.Base {

@@ -279,3 +279,29 @@ func TestCommitUnchangedIsErrNoChange(t *testing.T) {
 		t.Error("a branch was made for no change")
 	}
 }
+
+// TestCommitInterrupted: a Change whose Context has ended validates and
+// then writes nothing (no commit, no branch).
+func TestCommitInterrupted(t *testing.T) {
+	dir := newRepo(t)
+	raw, _, err := ReadInventory(dir, "main")
+	if err != nil {
+		t.Fatal(err)
+	}
+	changed := append([]byte("# a comment\n"), raw...)
+	repo, _ := git.PlainOpen(dir)
+	head0, _ := repo.Head()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	for _, branch := range []string{"main", "review/interrupted"} {
+		if _, err := Commit(Change{Repo: dir, Base: "main", Branch: branch, Message: "x", Context: ctx}, changed); !errors.Is(err, context.Canceled) {
+			t.Errorf("branch %s: %v, want context.Canceled", branch, err)
+		}
+	}
+	if head, _ := repo.Head(); head.Hash() != head0.Hash() {
+		t.Error("main moved")
+	}
+	if _, err := repo.Reference(plumbing.NewBranchReferenceName("review/interrupted"), false); err == nil {
+		t.Error("a branch was made by an interrupted commit")
+	}
+}

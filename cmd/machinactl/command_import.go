@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -72,8 +73,14 @@ func newImportCmd(e *env) *cobra.Command {
 				fmt.Fprint(e.stdout, discover.Diff(inventory.ServersFile, raw, out))
 				return nil
 			}
-			h, err := discover.Commit(discover.Change{Repo: repo, Base: branch, Branch: branch,
+			if err := cmd.Context().Err(); err != nil {
+				return &exitError{code: 2, err: fmt.Errorf("import: interrupted, nothing committed: %w", err)}
+			}
+			h, err := discover.Commit(discover.Change{Repo: repo, Base: branch, Branch: branch, Context: cmd.Context(),
 				Message: fmt.Sprintf("import: %d server(s) from %s", len(rep.Added), filepath.Base(file))}, out)
+			if errors.Is(err, context.Canceled) {
+				return &exitError{code: 2, err: fmt.Errorf("import: %w", err)}
+			}
 			if err != nil {
 				return importInvalid(err)
 			}

@@ -290,3 +290,27 @@ func TestServerBMCSetVerb(t *testing.T) {
 		t.Errorf("unknown server: exit %d", code)
 	}
 }
+
+// TestImportInterrupted: an import whose context ends (Ctrl-C) before the
+// commit commits nothing and exits 2 saying so; the branch and the
+// working tree are as they were.
+func TestImportInterrupted(t *testing.T) {
+	repo := exampleClone(t)
+	corpus := filepath.Join("..", "..", "discover", "testdata", "import")
+	r, _ := git.PlainOpen(repo)
+	head0, _ := r.Head()
+	before, _ := os.ReadFile(filepath.Join(repo, inventory.ServersFile))
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	var out, errb bytes.Buffer
+	code := run(ctx, []string{"import", filepath.Join(corpus, "rack5.json"), "--repo", repo, "--skip-invalid"}, strings.NewReader(""), &out, &errb)
+	if code != 2 || !strings.Contains(errb.String(), "interrupted, nothing committed") {
+		t.Errorf("interrupted import: exit %d\n%s\n%s", code, out.String(), errb.String())
+	}
+	if head1, _ := r.Head(); head1.Hash() != head0.Hash() {
+		t.Error("an interrupted import committed")
+	}
+	if after, _ := os.ReadFile(filepath.Join(repo, inventory.ServersFile)); !bytes.Equal(before, after) {
+		t.Error("an interrupted import changed servers.yaml")
+	}
+}
