@@ -254,3 +254,44 @@ func TestEveryFileReportedAtOnce(t *testing.T) {
 		t.Errorf("errors at %v, want %v:\n%v", got, want, ve)
 	}
 }
+
+// TestDuplicateKeyHidesNothing: a duplicate key in one server does not hide
+// the file's other problems (an unquoted MAC in another server, a bad
+// field); every one is reported in the same run.
+func TestDuplicateKeyHidesNothing(t *testing.T) {
+	fsys := fstest.MapFS{
+		ServersFile: {Data: []byte(`servers:
+  - name: n01
+    zone: z
+    bootMode: uefi
+    bootMode: bios
+    bootMAC: "52:54:00:00:00:01"
+    bmc: {driver: ipmi, address: "10.0.0.1", credentials: c}
+  - name: n02
+    zone: z
+    bootMAC: 52:54:00:00:00:02
+    bmc: {driver: ipmi, address: "10.0.0.2", credentials: c}
+  - name: n03
+    zone: z
+    bootMAC: "52:54:00:00:00:zz"
+    bmc: {driver: ipmi, address: "10.0.0.3", credentials: c}
+`)},
+		ProfilesFile: {Data: []byte("profiles: []\n")},
+		ImagesFile:   {Data: []byte("images: []\n")},
+	}
+	_, err := Load(fsys, Limits{})
+	var ve *ValidationError
+	if !errors.As(err, &ve) {
+		t.Fatalf("Load = %v, want a ValidationError", err)
+	}
+	var got []string
+	for _, e := range ve.Errors {
+		got = append(got, fmt.Sprintf("%d %s", e.Line, e.Msg))
+	}
+	all := strings.Join(got, "\n")
+	for _, want := range []string{`5 duplicate key "bootMode"`, "10 ", "14 "} {
+		if !strings.Contains(all, want) {
+			t.Errorf("errors lack line %q:\n%s", want, all)
+		}
+	}
+}

@@ -153,14 +153,22 @@ func readLimited(fsys fs.FS, name string, limit int64) ([]byte, error) {
 // that far.
 func loadFile(v *schema.Validator, spec fileSpec, data []byte, lim Limits, inv *Inventory) (*doc, []FieldError) {
 	d, errs := parseYAML(spec.name, data, lim)
-	if d == nil || len(errs) > 0 {
+	if d == nil {
 		return d, errs
+	}
+	// A document parsed; its only errors so far are duplicate keys (walk's).
+	// The other checks still run, on a conversion that keeps the last of
+	// each duplicate, so one duplicate does not hide the file's other
+	// problems; the file is not decoded into inv either way.
+	toJSON := yaml.YAMLToJSONStrict
+	if len(errs) > 0 {
+		toJSON = yaml.YAMLToJSON
 	}
 	yerrs, flagged := d.checkYAML11(spec.kind)
 	errs = append(errs, yerrs...)
 	data, d.root, d.data = d.data, nil, nil // the node tree is no longer needed: let it go before the next parse
 
-	js, err := yaml.YAMLToJSONStrict(data)
+	js, err := toJSON(data)
 	if err != nil {
 		return d, append(errs, syntaxError(spec.name, err)...)
 	}
