@@ -569,3 +569,28 @@ func TestEventStreamUnnamed(t *testing.T) {
 		t.Errorf("kinds %q, want %q", kinds, want)
 	}
 }
+
+// TestApprovalsRoute: GET /api/v1/approvals lists the recorded approvals
+// (prefix and actor), and ApprovalList.Approves matches a full digest by
+// any recorded prefix only.
+func TestApprovalsRoute(t *testing.T) {
+	f := newFixture(t, state.Options{})
+	ctx := context.Background()
+	if got, err := f.client.Approvals(ctx); err != nil || len(got.Approvals) != 0 {
+		t.Fatalf("no approvals yet: %+v, %v", got, err)
+	}
+	if err := f.store.Approve("c4c0915ede48", "ops"); err != nil {
+		t.Fatal(err)
+	}
+	got, err := f.client.Approvals(ctx)
+	if err != nil || len(got.Approvals) != 1 || got.Approvals[0] != (v1.Approval{Revision: "c4c0915ede48", Actor: "ops"}) {
+		t.Fatalf("approvals %+v, %v", got, err)
+	}
+	for digest, want := range map[string]bool{
+		"sha256:c4c0915ede48aa00": true, "c4c0915ede48ff": true, "sha256:c4c0915ede49": false, "": false,
+	} {
+		if got.Approves(digest) != want {
+			t.Errorf("Approves(%q) = %v, want %v", digest, !want, want)
+		}
+	}
+}

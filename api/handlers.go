@@ -399,3 +399,20 @@ func (s *Server) handleRevokeAdminToken(w http.ResponseWriter, r *http.Request) 
 	s.log.Info("admin token revoked", "token", name, "actor", actor(r))
 	w.WriteHeader(http.StatusNoContent)
 }
+
+// handleListApprovals answers GET /api/v1/approvals: every recorded
+// approval of a held plan (inventory digest prefix and who approved it),
+// so a client planning a revision itself (machinactl plan) knows the
+// safety brake will not hold it.
+func (s *Server) handleListApprovals(w http.ResponseWriter, r *http.Request) {
+	aps, err := s.store.Approvals()
+	if err != nil {
+		s.storeError(w, r, err)
+		return
+	}
+	out := v1.ApprovalList{Approvals: []v1.Approval{}}
+	for _, a := range aps {
+		out.Approvals = append(out.Approvals, v1.Approval{Revision: a.Revision, Actor: a.Actor})
+	}
+	writeJSON(w, http.StatusOK, out)
+}

@@ -104,6 +104,7 @@ func (s *Server) routes() []route {
 		{"GET /api/v1/secrets", true, s.handleListSecrets},
 		{"PUT /api/v1/secrets/{name}", true, s.handlePutSecret},
 		{"DELETE /api/v1/secrets/{name}", true, s.handleDeleteSecret},
+		{"GET /api/v1/approvals", true, s.handleListApprovals},
 		{"GET /api/v1/admin-tokens", true, s.handleListAdminTokens},
 		{"POST /api/v1/admin-tokens", true, s.handleCreateAdminToken},
 		{"DELETE /api/v1/admin-tokens/{name}", true, s.handleRevokeAdminToken},

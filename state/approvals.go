@@ -55,3 +55,26 @@ func (s *Store) Approved(digest string) (bool, error) {
 	})
 	return found, err
 }
+
+// Approval is a recorded approval: the digest prefix (hex) and who
+// approved it (an admin token's name, or ActorLocal).
+type Approval struct {
+	Revision string `json:"revision"`
+	Actor    string `json:"actor"`
+}
+
+// Approvals returns every recorded approval, ordered by prefix.
+func (s *Store) Approvals() ([]Approval, error) {
+	var out []Approval
+	err := s.view(func(tx *bolt.Tx) error {
+		c := tx.Bucket(bucketMeta).Cursor()
+		for k, v := c.Seek(approvalPrefix); k != nil && strings.HasPrefix(string(k), string(approvalPrefix)); k, v = c.Next() {
+			out = append(out, Approval{Revision: string(k[len(approvalPrefix):]), Actor: string(v)})
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("state: approvals: %w", err)
+	}
+	return out, nil
+}

@@ -258,3 +258,9 @@ func (c *Client) CreateAdminToken(ctx context.Context, name string) (AdminTokenC
 func (c *Client) RevokeAdminToken(ctx context.Context, name string) error {
 	return c.do(ctx, http.MethodDelete, "/api/v1/admin-tokens/"+url.PathEscape(name), nil, nil, nil)
 }
+
+// Approvals calls GET /api/v1/approvals.
+func (c *Client) Approvals(ctx context.Context) (ApprovalList, error) {
+	var out ApprovalList
+	return out, c.do(ctx, http.MethodGet, "/api/v1/approvals", nil, nil, &out)
+}

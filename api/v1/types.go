@@ -8,6 +8,7 @@ package v1
 
 import (
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -280,4 +281,28 @@ type AdminTokenRequest struct {
 type AdminTokenCreated struct {
 	AdminToken
 	Token string `json:"token"`
+}
+
+// Approval is one recorded approval (GET /api/v1/approvals): the 12 to 64
+// hex digits of an inventory digest and who approved it.
+type Approval struct {
+	Revision string `json:"revision"`
+	Actor    string `json:"actor"`
+}
+
+// ApprovalList is GET /api/v1/approvals.
+type ApprovalList struct {
+	Approvals []Approval `json:"approvals"`
+}
+
+// Approves reports whether one of the approvals covers the inventory
+// digest ("sha256:HEX" or bare hex): its revision is a prefix of it.
+func (l ApprovalList) Approves(digest string) bool {
+	hex := strings.TrimPrefix(digest, "sha256:")
+	for _, a := range l.Approvals {
+		if a.Revision != "" && strings.HasPrefix(hex, a.Revision) {
+			return true
+		}
+	}
+	return false
 }

@@ -76,7 +76,10 @@ Steps the safety brake would hold (a revision releasing or retiring more
 than --brake-share of the fleet, or bringing a profile to zero deployed
 servers) are listed under HELD, with the "machinactl approve REV" that
 lets the controller run them; lines starting with "!" are conditions,
-e.g. a profile that too few ready servers fit.
+e.g. a profile that too few ready servers fit. Approvals are recorded in
+the controller: with the admin API as observed state they count (an
+approved revision is planned, not held); a status tree does not carry
+them, so a plan from one still shows an approved revision as HELD.
 
 Exit code: 0 no change, 1 changes (held ones included), 2 an error.`,
 		Args: cobra.NoArgs,
@@ -99,6 +102,9 @@ Exit code: 0 no change, 1 changes (held ones included), 2 an error.`,
 			}
 			var have state.Snapshot
 			var from string
+			// Approvals live in the controller's store: known only when
+			// the observed state comes from the API.
+			var approved bool
 			identity := src.base
 			if identity == nil {
 				identity = src.want
@@ -112,6 +118,11 @@ Exit code: 0 no change, 1 changes (held ones included), 2 an error.`,
 				if have, err = snapshotFromAPI(cmd.Context(), c); err != nil {
 					return &exitError{code: 2, err: fmt.Errorf("plan: observed state from the API: %w", err)}
 				}
+				aps, err := c.Approvals(cmd.Context())
+				if err != nil {
+					return &exitError{code: 2, err: fmt.Errorf("plan: approvals from the API: %w", err)}
+				}
+				approved = aps.Approves(src.want.Digest)
 				from = "api"
 			case observed != "":
 				fsys, dir := os.DirFS(observed), "."
@@ -132,7 +143,7 @@ Exit code: 0 no change, 1 changes (held ones included), 2 an error.`,
 				from = "status"
 			}
 
-			res := reconciler.Plan(src.want, have, reconciler.PlanOptions{Now: now, BrakeShare: brakeShare})
+			res := reconciler.Plan(src.want, have, reconciler.PlanOptions{Now: now, BrakeShare: brakeShare, Approved: approved})
 			changes := len(res.Steps) > 0 || len(res.Held) > 0
 			rep := planReport{Inventory: src.want.Digest, Base: src.baseCommit, Head: src.headCommit, Observed: from, Servers: len(have.Servers), Changes: changes, Result: res}
 			switch format {

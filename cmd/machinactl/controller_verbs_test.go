@@ -422,6 +422,11 @@ func TestVerbsAgainstController(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "but the controller acts on "+rev[1]) || !strings.Contains(out, "nothing held is released") {
 		t.Errorf("approve of another revision: exit %d, %q %q", code, out, errOut)
 	}
+	// plan reads the approvals from the API: that one does not cover
+	// this revision, so the plan is still held.
+	if code, out, errOut := h.ctl("plan", "--repo", h.lab.Clone); code != 1 || !strings.Contains(out, "HELD: held until approved") {
+		t.Errorf("plan after an approval of another revision: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
 	code, out, errOut = h.ctl("approve", rev[1])
 	if code != 0 || !regexp.MustCompile(`approved the held plan of inventory revision `+rev[1]+`: (1 held step runs|[1-9][0-9]* held steps run) now`).MatchString(out) {
 		t.Fatalf("approve: exit %d, %q %q", code, out, errOut)
