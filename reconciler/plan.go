@@ -213,11 +213,24 @@ func Plan(want *inventory.Inventory, have state.Snapshot, opts PlanOptions) Resu
 		}
 	}
 
+	// A boot MAC moved onto a name whose record is another machine (two
+	// names swapped, or a name reused for a machine another record holds):
+	// the record under that name is not the machine servers.yaml now
+	// means. Rewriting its MAC and BMC would point a deployed record at
+	// an empty machine and the other way round, and its next commission
+	// or retire would hit the wrong host. Such names get a condition and
+	// no step until servers.yaml is untangled.
+	conflicted := macConflicts(want, have)
+
 	var disruptive []Step
 	allocated := map[string]string{} // server → profile, planned this pass
 	for i := range want.Servers {
 		ws := &want.Servers[i]
 		obs, ok := have.Servers[ws.Name]
+		if c, bad := conflicted[ws.Name]; bad {
+			res.Conditions = append(res.Conditions, c)
+			continue
+		}
 		if !ok {
 			if auto, found := pendingMAC[ws.BootMAC]; found {
 				// Merged or renamed under another name: adopt the record
@@ -269,6 +282,10 @@ func Plan(want *inventory.Inventory, have state.Snapshot, opts PlanOptions) Resu
 		res.Steps = append(res.Steps, steps...)
 		disruptive = append(disruptive, disr...)
 		res.Conditions = append(res.Conditions, conds...)
+	}
+	if len(conflicted) > 0 {
+		res.Steps = dropServers(res.Steps, conflicted)
+		disruptive = dropServers(disruptive, conflicted)
 	}
 
 	// Safety brake over the disruptive steps of this revision.
@@ -621,6 +638,49 @@ func brake(disruptive, all []Step, want *inventory.Inventory, have state.Snapsho
 		return ""
 	}
 	return "held until approved (machinactl approve " + digestPrefix(want.Digest) + "): " + strings.Join(reasons, "; ")
+}
+
+// macConflicts finds the desired servers whose record (same name) has
+// another boot MAC while the MAC servers.yaml now gives them is another
+// record's: the condition each gets, by name.
+func macConflicts(want *inventory.Inventory, have state.Snapshot) map[string]PlanCondition {
+	var out map[string]PlanCondition
+	owner := make(map[string]string, len(have.Servers))
+	for name, obs := range have.Servers {
+		if obs.BootMAC != "" {
+			owner[obs.BootMAC] = name
+		}
+	}
+	for i := range want.Servers {
+		ws := &want.Servers[i]
+		obs, ok := have.Servers[ws.Name]
+		if !ok || obs.BootMAC == ws.BootMAC {
+			continue
+		}
+		other, held := owner[ws.BootMAC]
+		if !held || other == ws.Name {
+			continue
+		}
+		if out == nil {
+			out = map[string]PlanCondition{}
+		}
+		out[ws.Name] = PlanCondition{Subject: "server/" + ws.Name, Type: "BootMACConflict", Reason: "MACOfAnotherRecord",
+			Message: fmt.Sprintf("servers.yaml gives %s the boot MAC %s, which is the machine recorded as %s (%s); %s's record is the machine with %s (%s). "+
+				"Names swapped or reused between machines are not applied: rename through a name no record has, one commit at a time",
+				ws.Name, ws.BootMAC, other, have.Servers[other].Lifecycle, ws.Name, obs.BootMAC, obs.Lifecycle)}
+	}
+	return out
+}
+
+// dropServers removes the steps of the named servers.
+func dropServers(steps []Step, names map[string]PlanCondition) []Step {
+	kept := steps[:0]
+	for _, s := range steps {
+		if _, drop := names[s.Server]; !drop {
+			kept = append(kept, s)
+		}
+	}
+	return kept
 }
 
 func identityChanged(ws *inventory.Server, obs state.Server) bool {

@@ -1,6 +1,8 @@
 package reconciler
 
 import (
+	"github.com/machina-metal/machina/inventory"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -164,5 +166,54 @@ func TestPlanAdoptsRenamedServer(t *testing.T) {
 	}
 	if !waits {
 		t.Errorf("no AdoptionWaits condition: %+v", res.Conditions)
+	}
+}
+
+// TestPlanRefusesSwappedNames: two names swapped in one commit (each now
+// has the other's boot MAC and BMC) are not applied: the records would
+// point at the wrong machines (a deployed record at an empty one), so
+// both get a BootMACConflict condition and no step at all, not even a
+// commission counter or a profile's allocation; other servers plan as
+// before.
+func TestPlanRefusesSwappedNames(t *testing.T) {
+	inv := exampleInventory(t)
+	snap := observe(inv, state.LifecycleReady, bigHW)
+	setLC(snap, "r2-n01", state.LifecycleDeployed, &state.Allocation{Profile: "storage"})
+	var a, b *inventory.Server
+	for i := range inv.Servers {
+		switch inv.Servers[i].Name {
+		case "r2-n01":
+			a = &inv.Servers[i]
+		case "r2-n04":
+			b = &inv.Servers[i]
+		}
+	}
+	a.Name, b.Name = "r2-n04", "r2-n01"
+	a.Actions.Commission, b.Actions.Commission = 5, 5
+	res := Plan(inv, snap, PlanOptions{Now: planT0})
+	for _, s := range append(res.Steps, res.Held...) {
+		if s.Server == "r2-n01" || s.Server == "r2-n04" {
+			t.Errorf("step for a swapped name: %+v", s)
+		}
+	}
+	got := map[string]string{}
+	for _, c := range res.Conditions {
+		if c.Type == "BootMACConflict" {
+			got[c.Subject] = c.Message
+		}
+	}
+	if len(got) != 2 || !strings.Contains(got["server/r2-n01"], "recorded as r2-n04") || !strings.Contains(got["server/r2-n04"], "recorded as r2-n01 (deployed)") {
+		t.Errorf("BootMACConflict conditions %q, want both names, each naming the other record", got)
+	}
+	// Control: without the swap, the same counter is planned.
+	inv = exampleInventory(t)
+	for i := range inv.Servers {
+		if inv.Servers[i].Name == "r2-n04" {
+			inv.Servers[i].Actions.Commission = 5
+		}
+	}
+	res = Plan(inv, snap, PlanOptions{Now: planT0})
+	if !slices.ContainsFunc(res.Steps, func(s Step) bool { return s.Server == "r2-n04" && s.Action == ActCommission }) {
+		t.Errorf("control: no commission step for r2-n04: %v", res.Steps)
 	}
 }
