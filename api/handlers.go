@@ -3,6 +3,7 @@ package api
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -377,7 +378,15 @@ func (s *Server) handleCreateAdminToken(w http.ResponseWriter, r *http.Request) 
 	if !decodeBody(w, r, &req) {
 		return
 	}
+	if !state.ValidName(req.Name) {
+		badRequest(w, "name: an admin token's name is an RFC 1123 label (lower-case letters, digits and '-', 1 to 63 characters)")
+		return
+	}
 	value, tok, err := s.store.CreateAdminToken(req.Name, actor(r))
+	if errors.Is(err, state.ErrExists) {
+		writeError(w, http.StatusConflict, v1.Error{Message: "an admin token named " + req.Name + " exists; revoke it first or pick another name", Code: v1.CodeConflict})
+		return
+	}
 	if err != nil {
 		s.storeError(w, r, err)
 		return
@@ -388,10 +397,20 @@ func (s *Server) handleCreateAdminToken(w http.ResponseWriter, r *http.Request) 
 
 // handleRevokeAdminToken answers DELETE /api/v1/admin-tokens/{name}: 204;
 // the token's next request is refused and its event streams and web
-// console sessions end. A token may revoke itself. 404 for an unknown
-// name.
+// console sessions end. A token may revoke itself, but not the last one:
+// with the controller running nothing else could create another (machina
+// token needs the state file), so that is a 409. 404 for an unknown name.
 func (s *Server) handleRevokeAdminToken(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
+	toks, err := s.store.AdminTokens()
+	if err != nil {
+		s.storeError(w, r, err)
+		return
+	}
+	if len(toks) == 1 && toks[0].Name == name {
+		writeError(w, http.StatusConflict, v1.Error{Message: "admin token " + name + " is the last one: create another first (machinactl admin-token create NAME), or stop the controller and use machina token", Code: v1.CodeConflict})
+		return
+	}
 	if err := s.store.RevokeAdminToken(name, actor(r)); err != nil {
 		s.storeError(w, r, err)
 		return

@@ -327,6 +327,8 @@ func (s *Server) storeError(w http.ResponseWriter, r *http.Request, err error) {
 		writeError(w, http.StatusConflict, v1.Error{Message: te.Error(), Code: v1.CodeConflict, Lifecycle: string(te.Current)})
 	case errors.Is(err, state.ErrNotFound):
 		writeError(w, http.StatusNotFound, v1.Error{Message: "not found", Code: v1.CodeNotFound})
+	case errors.Is(err, state.ErrExists):
+		writeError(w, http.StatusConflict, v1.Error{Message: "already exists", Code: v1.CodeConflict})
 	case errors.Is(err, state.ErrInvalid):
 		// Request values are not echoed back: a mistyped secret could be one.
 		badRequest(w, "invalid name, MAC or lifecycle")

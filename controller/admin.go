@@ -3,6 +3,7 @@ package controller
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/url"
@@ -40,6 +41,15 @@ func mountAdmin(srv *api.Server, st *state.Store, ctrl *reconciler.Controller, s
 		"POST /api/v1/approve": func(w http.ResponseWriter, r *http.Request) {
 			var req v1.ApproveRequest
 			if !decode(w, r, &req) {
+				return
+			}
+			// A commit id is not an inventory digest (machinactl status
+			// prints both side by side): an approval of one could never
+			// apply, so it is refused with the digest to use.
+			if good, invalid := src.Latest(); req.Revision != "" &&
+				(strings.HasPrefix(good.Commit, req.Revision) || invalid != nil && strings.HasPrefix(invalid.Commit, req.Revision)) {
+				writeErr(w, http.StatusBadRequest, "invalid_revision", fmt.Sprintf("%s is a commit id, not an inventory digest: approve the digest of the revision (acting revision: %s)",
+					req.Revision, digestPrefix(good.Digest)))
 				return
 			}
 			// What is held is read before the approval is recorded: a
@@ -113,4 +123,17 @@ func redactURL(s string) string {
 	}
 	u.User, u.RawQuery = nil, ""
 	return u.String()
+}
+
+// digestPrefix is the first 12 hex digits of an inventory digest
+// ("sha256:HEX"), the form machinactl approve takes; "none yet" when empty.
+func digestPrefix(d string) string {
+	d = strings.TrimPrefix(d, "sha256:")
+	if len(d) > 12 {
+		d = d[:12]
+	}
+	if d == "" {
+		return "none yet"
+	}
+	return d
 }

@@ -48,8 +48,11 @@ func TestAdminTokenThroughAPI(t *testing.T) {
 	if got, err := st.AuthenticateAdmin(newTok); err != nil || got.Name != "alice" || got.CreatedBy != "ops" {
 		t.Errorf("new token authenticates as %+v (%v), want alice created by ops", got, err)
 	}
-	if code, _, errOut := ctl("admin-token", "create", "alice"); code != 2 || !strings.Contains(errOut, "alice") {
-		t.Errorf("create a taken name: exit %d %q", code, errOut)
+	if code, _, errOut := ctl("admin-token", "create", "alice"); code != 2 || !strings.Contains(errOut, "409") || !strings.Contains(errOut, "exists") {
+		t.Errorf("create a taken name: exit %d %q, want a 409 saying it exists", code, errOut)
+	}
+	if code, _, errOut := ctl("admin-token", "create", "Bad_Name"); code != 2 || !strings.Contains(errOut, "RFC 1123") {
+		t.Errorf("create a bad name: exit %d %q", code, errOut)
 	}
 	code, out, _ = ctl("admin-token", "list")
 	if code != 0 || !strings.Contains(out, "alice") || !strings.Contains(out, "ops") || strings.Contains(out, newTok) || strings.Contains(out, tok) {
@@ -71,6 +74,14 @@ func TestAdminTokenThroughAPI(t *testing.T) {
 	}
 	if code, _, errOut := ctl("admin-token", "revoke", "nobody"); code != 2 || !strings.Contains(errOut, "nobody") {
 		t.Errorf("revoke an unknown name: exit %d %q", code, errOut)
+	}
+	// ops is now the only token: revoking it would lock the admin API out
+	// while the controller holds the state file.
+	if code, _, errOut := ctl("admin-token", "revoke", "ops"); code != 2 || !strings.Contains(errOut, "the last one") {
+		t.Errorf("revoke the last token: exit %d %q", code, errOut)
+	}
+	if _, err := st.AuthenticateAdmin(tok); err != nil {
+		t.Errorf("the last token was revoked: %v", err)
 	}
 	evs, _ := st.Events(state.EventQuery{Limit: state.MaxPageSize})
 	var kinds []string

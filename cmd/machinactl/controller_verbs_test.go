@@ -416,6 +416,11 @@ func TestVerbsAgainstController(t *testing.T) {
 	if code, _, errOut := h.ctl("approve", "NOT-HEX"); code != 2 || !strings.Contains(errOut, "hex digits") {
 		t.Errorf("approve NOT-HEX: exit %d, %q", code, errOut)
 	}
+	// The acting commit id instead of the digest: refused, naming the digest.
+	good, _ := h.run.Source.Latest()
+	if code, _, errOut := h.ctl("approve", good.Commit[:12]); code != 2 || !strings.Contains(errOut, "is a commit id, not an inventory digest") || !strings.Contains(errOut, rev[1]) {
+		t.Errorf("approve of a commit id: exit %d, %q", code, errOut)
+	}
 	// A revision the controller does not act on: recorded, but the
 	// operator is told nothing held is released.
 	code, out, errOut = h.ctl("approve", "0123456789ab")
