@@ -16,7 +16,7 @@ func toServer(s state.Server) v1.Server {
 			SystemID: s.BMC.SystemID, InsecureTLS: s.BMC.InsecureTLS,
 			Manufacturer: s.BMC.Manufacturer, Model: s.BMC.Model, SerialNumber: s.BMC.SerialNumber, FirmwareVersion: s.BMC.FirmwareVersion},
 		Actions: s.Actions, LastError: s.LastError, Revision: s.Revision, CreatedAt: s.CreatedAt, UpdatedAt: s.UpdatedAt,
-		Health: s.Health, Stalled: s.Stalled, FinishDeploy: s.FinishDeploy, NeedsWipe: s.NeedsWipe,
+		Health: s.Health, BMCError: s.BMCError, Stalled: s.Stalled, FinishDeploy: s.FinishDeploy, NeedsWipe: s.NeedsWipe,
 	}
 	if h := s.Hardware; h != nil {
 		hw := &v1.Hardware{Cores: h.Cores, MemoryBytes: h.MemoryBytes, Vendor: h.Vendor, Product: h.Product, Serial: h.Serial, ObservedAt: h.ObservedAt}

@@ -170,7 +170,11 @@ func (w *bmcWatch) read(ctx context.Context, name string) (ok, changed bool) {
 			w.skip[name] = time.Now().Add(bmcWatchAuthRounds * w.interval)
 			w.mu.Unlock()
 		}
-		log.Warn("bmc sweep: read", "err", err)
+		msg := reconciler.Redact(err.Error())
+		log.Warn("bmc sweep: read", "err", msg)
+		if _, err := w.st.BMCReadFailed(name, msg); err != nil {
+			log.Warn("bmc sweep: record", "err", err)
+		}
 		return false, false
 	}
 	changed, err = w.st.ObserveBMC(name, at, statePower(p), h)

@@ -99,6 +99,9 @@ func TestStatusServerRowShowsPlanConditions(t *testing.T) {
 	if _, err := st.CreateServer(state.Server{Name: "r2-n04", BootMAC: "52:54:00:02:00:04"}); err != nil {
 		t.Fatal(err)
 	}
+	if _, err := st.BMCReadFailed("r2-n04", "bmc: login: HTTP 401"); err != nil {
+		t.Fatal(err)
+	}
 	rec, _ := st.Server("r2-n04")
 	seen := rec.UpdatedAt.Add(3 * time.Hour).Truncate(time.Second)
 	b := &StatusBuilder{Store: st, Now: func() time.Time { return seen }}
@@ -121,7 +124,7 @@ func TestStatusServerRowShowsPlanConditions(t *testing.T) {
 		t.Fatal(errs)
 	}
 	for _, f := range files {
-		if f.path == "status/README.md" && !strings.Contains(string(f.data), "Orphaned=True (NotInInventory)") {
+		if f.path == "status/README.md" && (!strings.Contains(string(f.data), "Orphaned=True (NotInInventory)") || !strings.Contains(string(f.data), "BMCReachable=False (ReadFailed)")) {
 			t.Errorf("status/README.md's row for r2-n04 does not show Orphaned:\n%s", f.data)
 		}
 	}

@@ -120,6 +120,9 @@ func (b *StatusBuilder) Build(inv InventoryStatus, images []ImageStatus, plan Re
 			ready = "True"
 		}
 		add("Ready", ready, camel(string(s.Lifecycle)), "lifecycle "+string(s.Lifecycle))
+		if s.BMCError != "" {
+			add("BMCReachable", "False", "ReadFailed", "the controller's BMC sweep cannot read this BMC: "+s.BMCError)
+		}
 		if s.Stalled != "" {
 			msg := "not retried until the desired state or counter changes, its BMC settings change, or its credential is set again: " + s.LastError
 			if s.InFlight != nil {

@@ -26,6 +26,7 @@ const (
 	EventAdminRevoked  EventKind = "admin_token.revoked" // RevokeAdminToken
 	EventNote          EventKind = "note"                // AppendEvent: free-form
 	EventHealth        EventKind = "health"              // ObserveBMC: the BMC's health rollup changed (Message: from→to)
+	EventBMCRead       EventKind = "bmc.read"            // BMCReadFailed / ObserveBMC: the BMC sweep began or stopped failing to read it
 )
 
 // Actors that are not admin tokens.

@@ -55,6 +55,10 @@ type Server struct {
 	FinishDeploy bool `json:"finishDeploy,omitempty"`
 	// Health is the BMC's health rollup ("OK", "Warning", "Critical"), "" when unknown.
 	Health string `json:"health,omitempty"`
+	// BMCError is why the controller's last BMC sweep could not read this
+	// server's BMC (refused login, unreachable), "" when it could
+	// (ObserveBMC clears it; BMCReadFailed sets it).
+	BMCError string `json:"bmcError,omitempty"`
 	// Enrolled is set on a server that enrolled itself by PXE-booting with
 	// a MAC no server had (auto-enrol, MACHINA_METAL_AUTO_ENROLL=1); nil for
 	// servers registered from servers.yaml. It stays set once the server is
@@ -614,6 +618,10 @@ func (s *Store) ObserveBMC(name string, readAt time.Time, p Power, health string
 				Message: fmt.Sprintf("power %s→%s (%s)", srv.Power.State, p, PowerSourceBMC)})
 			srv.Power = PowerStatus{State: p, Source: PowerSourceBMC, At: now}
 		}
+		if srv.BMCError != "" {
+			evs = append(evs, &Event{Server: name, Kind: EventBMCRead, Actor: ActorController, Message: "BMC read again (was: " + srv.BMCError + ")"})
+			srv.BMCError = ""
+		}
 		if srv.Health != health {
 			from, to := srv.Health, health
 			if from == "" {
@@ -643,6 +651,37 @@ func (s *Store) ObserveBMC(name string, readAt time.Time, p Power, health string
 	})
 	if err != nil {
 		return false, fmt.Errorf("state: observe bmc %s: %w", name, err)
+	}
+	return changed, nil
+}
+
+// BMCReadFailed records that the BMC sweep could not read name's BMC, and
+// why (msg, already redacted by the caller: no credential in it). The
+// record is written, with an EventBMCRead event, only when msg differs from
+// the BMCError it holds; ObserveBMC clears it. ErrNotFound when name does
+// not exist.
+func (s *Store) BMCReadFailed(name, msg string) (bool, error) {
+	changed := false
+	err := s.update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketServers)
+		var srv Server
+		if err := getJSON(b, name, &srv); err != nil {
+			return err
+		}
+		if srv.BMCError == msg {
+			return nil
+		}
+		changed = true
+		srv.BMCError = msg
+		srv.Revision++
+		srv.UpdatedAt = s.nowUTC()
+		if err := putJSON(b, name, &srv); err != nil {
+			return err
+		}
+		return s.appendEvent(tx, &Event{Server: name, Kind: EventBMCRead, Actor: ActorController, Message: "BMC read failed: " + msg})
+	})
+	if err != nil {
+		return false, fmt.Errorf("state: bmc read failed %s: %w", name, err)
 	}
 	return changed, nil
 }

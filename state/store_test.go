@@ -453,6 +453,32 @@ func TestObserveBMC(t *testing.T) {
 		t.Errorf("no health, no power read: health %q power %s", srv.Health, srv.Power.State)
 	}
 
+	// A failed read is recorded once per distinct reason; a good read clears it.
+	for range 2 {
+		if _, err := s.BMCReadFailed("s1", "bmc: login: HTTP 401"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if srv, _ = s.Server("s1"); srv.BMCError != "bmc: login: HTTP 401" {
+		t.Errorf("BMCError = %q", srv.BMCError)
+	}
+	if changed, err := s.ObserveBMC("s1", time.Now(), "", ""); err != nil || !changed {
+		t.Errorf("good read after a failure: changed %v, %v", changed, err)
+	}
+	if srv, _ = s.Server("s1"); srv.BMCError != "" {
+		t.Errorf("BMCError after a good read = %q", srv.BMCError)
+	}
+	evs, _ = s.Events(state.EventQuery{Server: "s1", After: before})
+	reads := 0
+	for _, e := range evs {
+		if e.Kind == state.EventBMCRead {
+			reads++
+		}
+	}
+	if reads != 2 {
+		t.Errorf("%d bmc.read events, want 2 (failed once, read again)", reads)
+	}
+
 	if _, err := s.ObserveBMC("nope", time.Now(), state.PowerOn, "OK"); !errors.Is(err, state.ErrNotFound) {
 		t.Errorf("unknown server: %v", err)
 	}

@@ -33,6 +33,8 @@ type Server struct {
 	LastError   string           `json:"lastError,omitempty"`
 	// Health is the BMC's health rollup: OK | Warning | Critical, "" when unknown.
 	Health string `json:"health,omitempty"`
+	// BMCError is why the last BMC sweep could not read the BMC; "" when it could.
+	BMCError string `json:"bmcError,omitempty"`
 	// Stalled is the key of a disruptive action that failed and is not
 	// retried until the desired state or counter changes; "" when not stalled.
 	Stalled string `json:"stalled,omitempty"`

@@ -27,7 +27,8 @@ var lifecycleOrder = []string{"new", "commissioning", "ready", "allocated", "dep
 // from GET /api/v1/status, /api/v1/servers (every page), /api/v1/inventory
 // and /api/v1/plan: inventory validity, counts by lifecycle, whether
 // secrets are sealed at rest (it says so when they are not), the pending
-// and held plan, and failed or stalled servers with their last error.
+// and held plan, and failed or stalled servers with their last error and
+// servers whose BMC the controller's sweep cannot read.
 // Exit 0, or 2 when the API cannot be read.
 func newStatusCmd(e *env) *cobra.Command {
 	var apiURL string
@@ -160,20 +161,25 @@ func writeStatus(w io.Writer, apiURL string, counts map[string]int, sealing bool
 			what = "failed"
 		case s.Stalled != "":
 			what = "stalled (" + string(s.Lifecycle) + ")"
+		case s.BMCError != "":
+			what = "BMC unreadable"
 		default:
 			continue
 		}
 		msg := s.LastError
+		if what == "BMC unreadable" {
+			msg = s.BMCError
+		}
 		if msg == "" {
 			msg = "no error recorded"
 		}
 		attn = append(attn, fmt.Sprintf("  %-16s %-22s %s", name, what, oneLine(msg, 100)))
 	}
 	if len(attn) == 0 {
-		fmt.Fprintln(w, "Attention:  no failed or stalled servers")
+		fmt.Fprintln(w, "Attention:  no failed or stalled servers, no unreadable BMCs")
 		return
 	}
-	fmt.Fprintf(w, "Attention:  %s\n", plural(len(attn), "failed or stalled server"))
+	fmt.Fprintf(w, "Attention:  %s\n", plural(len(attn), "server"))
 	for i, l := range attn {
 		if i == maxAttentionLines {
 			fmt.Fprintf(w, "  ... %d more: machinactl plan, status/README.md\n", len(attn)-maxAttentionLines)

@@ -17,6 +17,7 @@ func TestWriteStatusCases(t *testing.T) {
 		"a": {Name: "a", Lifecycle: state.LifecycleFailed, LastError: "deploy: ramdisk reported\nno disk"},
 		"b": {Name: "b", Lifecycle: state.LifecycleDeployed, Stalled: "release:1", LastError: "bmc: 503"},
 		"c": {Name: "c", Lifecycle: state.LifecycleReady},
+		"d": {Name: "d", Lifecycle: state.LifecycleReady, BMCError: "bmc: login: HTTP 401"},
 	}}
 	inv := reconciler.InventoryStatus{
 		Good:    reconciler.RevisionRef{Commit: "0123456789abcdef0123", Digest: "sha256:fedcba9876543210"},
@@ -31,7 +32,8 @@ func TestWriteStatusCases(t *testing.T) {
 		"acting on the last good commit 0123456789ab (inventory fedcba987654)",
 		"Servers:    3: 1 ready, 1 deployed, 1 failed",
 		"Secrets:    sealed at rest (3)",
-		"Attention:  2 failed or stalled servers",
+		"Attention:  3 servers",
+		"d                BMC unreadable         bmc: login: HTTP 401",
 		"a                failed                 deploy: ramdisk reported no disk",
 		"b                stalled (deployed)     bmc: 503",
 	} {
@@ -44,7 +46,7 @@ func TestWriteStatusCases(t *testing.T) {
 	one := reconciler.Result{Steps: []reconciler.Step{{Server: "c", Action: "commission"}}, Held: []reconciler.Step{{Server: "b", Action: "release"}}, Brake: "releases 1 of 3"}
 	writeStatus(&b, "http://c", map[string]int{"failed": 1}, true, 3, 0, inv, one,
 		state.Snapshot{Servers: map[string]state.Server{"a": snap.Servers["a"]}})
-	for _, want := range []string{"Plan:       1 step pending\n", "HELD:       1 step: releases 1 of 3\n", "Attention:  1 failed or stalled server\n"} {
+	for _, want := range []string{"Plan:       1 step pending\n", "HELD:       1 step: releases 1 of 3\n", "Attention:  1 server\n"} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("status lacks %q:\n%s", want, b.String())
 		}

@@ -61,7 +61,7 @@ func fromWire(s v1.Server) state.Server {
 		BMC: state.BMCFacts{Driver: s.BMC.Driver, Address: s.BMC.Address, Credentials: s.BMC.Credentials, SystemID: s.BMC.SystemID,
 			InsecureTLS: s.BMC.InsecureTLS, Manufacturer: s.BMC.Manufacturer, Model: s.BMC.Model, SerialNumber: s.BMC.SerialNumber,
 			FirmwareVersion: s.BMC.FirmwareVersion},
-		Actions: s.Actions, LastError: s.LastError, Stalled: s.Stalled, FinishDeploy: s.FinishDeploy, Health: s.Health,
+		Actions: s.Actions, LastError: s.LastError, Stalled: s.Stalled, FinishDeploy: s.FinishDeploy, Health: s.Health, BMCError: s.BMCError,
 		Revision: s.Revision, CreatedAt: s.CreatedAt, UpdatedAt: s.UpdatedAt,
 	}
 	if h := s.Hardware; h != nil {

@@ -104,6 +104,23 @@ func TestBMCSweep(t *testing.T) {
 	if !health || !power {
 		t.Errorf("%s events lack the health (%v) or power (%v) change", victim, health, power)
 	}
+
+	// A refused credential: the sweep's failure shows on every Redfish
+	// server (BMCError, a BMCReachable=False condition in status), and is
+	// cleared once the secret is right again.
+	user, pass := r.lab.Credentials()
+	if _, err := r.run.Store.PutSecret("bmc-redfish", state.Credential{Username: user, Password: "not-" + pass}, "test"); err != nil {
+		t.Fatal(err)
+	}
+	srv = r.waitServer(victim, "BMC unreadable", time.Minute, func(s state.Server) bool { return strings.Contains(s.BMCError, "401") })
+	if strings.Contains(srv.BMCError, pass) {
+		t.Errorf("BMCError holds the password: %q", srv.BMCError)
+	}
+	if _, err := r.run.Store.PutSecret("bmc-redfish", state.Credential{Username: user, Password: pass}, "test"); err != nil {
+		t.Fatal(err)
+	}
+	// A refused login skips that BMC for 3 sweeps (3 s here).
+	r.waitServer(victim, "BMC read again", time.Minute, func(s state.Server) bool { return s.BMCError == "" })
 }
 
 // systemPath is the first member of the BMC's Systems collection.
