@@ -51,6 +51,10 @@ machines that PXE-boot through the controller's real boot endpoints and run the
 real ramdisk agent, and a local image mirror. Progress is printed as servers go
 new → commissioning → ready → deployed. Ctrl-C stops everything.
 
+The simulated BMCs serve the vendor Redfish trees of the repository's
+testdata/fixtures: run it from the repository checkout (any folder inside
+it), or set MACHINA_FIXTURES to that fixtures folder.
+
 --dir may name a folder an earlier run used: the run starts fresh. The lab
 (DIR/lab) is rebuilt, and the controller state starts empty, since the new
 lab's machines, disks, BMC ports and repository history do not match the old
