@@ -48,8 +48,12 @@ func mountAdmin(srv *api.Server, st *state.Store, ctrl *reconciler.Controller, s
 			// apply, so it is refused with the digest to use.
 			if good, invalid := src.Latest(); req.Revision != "" &&
 				(strings.HasPrefix(good.Commit, req.Revision) || invalid != nil && strings.HasPrefix(invalid.Commit, req.Revision)) {
+				acting := reconciler.DigestPrefix(good.Digest)
+				if acting == "" {
+					acting = "none yet"
+				}
 				writeErr(w, http.StatusBadRequest, "invalid_revision", fmt.Sprintf("%s is a commit id, not an inventory digest: approve the digest of the revision (acting revision: %s)",
-					req.Revision, digestPrefix(good.Digest)))
+					req.Revision, acting))
 				return
 			}
 			// What is held is read before the approval is recorded: a
@@ -123,17 +127,4 @@ func redactURL(s string) string {
 	}
 	u.User, u.RawQuery = nil, ""
 	return u.String()
-}
-
-// digestPrefix is the first 12 hex digits of an inventory digest
-// ("sha256:HEX"), the form machinactl approve takes; "none yet" when empty.
-func digestPrefix(d string) string {
-	d = strings.TrimPrefix(d, "sha256:")
-	if len(d) > 12 {
-		d = d[:12]
-	}
-	if d == "" {
-		return "none yet"
-	}
-	return d
 }

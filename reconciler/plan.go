@@ -637,7 +637,7 @@ func brake(disruptive, all []Step, want *inventory.Inventory, have state.Snapsho
 	if len(reasons) == 0 {
 		return ""
 	}
-	return "held until approved (machinactl approve " + digestPrefix(want.Digest) + "): " + strings.Join(reasons, "; ")
+	return "held until approved (machinactl approve " + DigestPrefix(want.Digest) + "): " + strings.Join(reasons, "; ")
 }
 
 // macConflicts finds the desired servers whose record (same name) has
@@ -728,9 +728,9 @@ func zoneOrAny(z string) string {
 	return z
 }
 
-// digestPrefix returns the first 12 hex digits of an inventory digest, the
-// form `machinactl approve` takes.
-func digestPrefix(d string) string {
+// DigestPrefix returns the first 12 hex digits of an inventory digest
+// ("sha256:HEX" or bare hex), the form `machinactl approve` takes.
+func DigestPrefix(d string) string {
 	d = strings.TrimPrefix(d, "sha256:")
 	if len(d) > 12 {
 		return d[:12]
