@@ -17,7 +17,6 @@ import (
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/object"
 
-	"github.com/machina-metal/machina/api"
 	v1 "github.com/machina-metal/machina/api/v1"
 	"github.com/machina-metal/machina/bmc/bmcsim"
 	"github.com/machina-metal/machina/discover"
@@ -166,33 +165,6 @@ func TestScanRouteRegisters(t *testing.T) {
 	if proposed != 2 {
 		t.Errorf("%d proposal events, want 2 (review branch, main)", proposed)
 	}
-}
-
-// newScanAPIWith is newScanAPI with a proposer for register.
-func newScanAPIWith(t *testing.T, scan scanFunc, propose proposeFunc, branch string) (*v1.Client, *state.Store) {
-	t.Helper()
-	st, err := state.Open(filepath.Join(t.TempDir(), "state.db"), state.Options{MasterKey: []byte("0123456789abcdef0123456789abcdef")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv, err := api.New(api.Config{Store: st, Heartbeat: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := mountDiscovery(srv, st, scan, propose, branch); err != nil {
-		t.Fatal(err)
-	}
-	hs := httptest.NewServer(srv.Handler())
-	t.Cleanup(func() { hs.Close(); st.Close() })
-	tok, _, err := st.CreateAdminToken("ops", state.ActorLocal)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := v1.NewClient(hs.URL, tok)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c, st
 }
 
 // inventoryRemote makes a bare repository whose main holds the example

@@ -15,7 +15,10 @@ import (
 	"github.com/machina-metal/machina/state"
 )
 
-func newScanAPI(t *testing.T, scan scanFunc) (*v1.Client, *state.Store) {
+// newScanAPIWith serves mountDiscovery over the admin API with scan and
+// propose (nil: register refused) on a fresh store, and returns a client
+// with an admin token named ops.
+func newScanAPIWith(t *testing.T, scan scanFunc, propose proposeFunc, branch string) (*v1.Client, *state.Store) {
 	t.Helper()
 	st, err := state.Open(filepath.Join(t.TempDir(), "state.db"), state.Options{MasterKey: []byte("0123456789abcdef0123456789abcdef")})
 	if err != nil {
@@ -25,7 +28,7 @@ func newScanAPI(t *testing.T, scan scanFunc) (*v1.Client, *state.Store) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := mountDiscovery(srv, st, scan, nil, ""); err != nil {
+	if err := mountDiscovery(srv, st, scan, propose, branch); err != nil {
 		t.Fatal(err)
 	}
 	hs := httptest.NewServer(srv.Handler())
@@ -39,6 +42,11 @@ func newScanAPI(t *testing.T, scan scanFunc) (*v1.Client, *state.Store) {
 		t.Fatal(err)
 	}
 	return c, st
+}
+
+func newScanAPI(t *testing.T, scan scanFunc) (*v1.Client, *state.Store) {
+	t.Helper()
+	return newScanAPIWith(t, scan, nil, "")
 }
 
 func TestScanRoute(t *testing.T) {

@@ -170,20 +170,7 @@ func TestBrowserAgainstMachinaSim(t *testing.T) {
 		}
 		return false
 	})
-	typed := fmt.Sprintf("typed-in-chromium-%d", time.Now().UnixNano()%1e6)
-	term := `document.querySelector(".xterm-rows").textContent`
-	uitest.Do(t, ctx, "type on the console of "+con,
-		chromedp.Navigate(base+"/ui/servers/"+con),
-		chromedp.WaitVisible(chromedp.CSS("#open-console")),
-		chromedp.Click(chromedp.CSS("#open-console")),
-		chromedp.WaitVisible(chromedp.CSS(".xterm-helper-textarea"), chromedp.NodeReady),
-		uitest.Poll(`document.getElementById("role").dataset.state === "writer"`),
-		chromedp.Click(chromedp.CSS(".xterm-screen")),
-		uitest.PressEnter(),
-		uitest.Poll(term+`.includes("`+con+` login:")`),
-		uitest.TypeText(typed),
-		uitest.Poll(term+`.includes("`+typed+`")`),
-	)
+	uitest.TypeOnConsole(t, ctx, base, con)
 	uitest.Shot(t, ctx, shots, "machina-sim-console")
 
 	// The safety brake: an operator commit retiring 6 ready servers is
@@ -463,7 +450,16 @@ func operatorCommit(t *testing.T, gitBin, clone, message string, edit func(serve
 // getServer reads name from the admin API with the admin token.
 func getServer(t *testing.T, base, tok, name string) apiv1.Server {
 	t.Helper()
-	req, err := http.NewRequestWithContext(context.Background(), http.MethodGet, base+"/api/v1/servers/"+name, nil)
+	var srv apiv1.Server
+	apiGet(t, base, tok, "/api/v1/servers/"+name, &srv)
+	return srv
+}
+
+// apiGet GETs path from the admin API with the admin token and decodes the
+// 200 answer into out.
+func apiGet(t *testing.T, base, tok, path string, out any) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(context.Background(), http.MethodGet, base+path, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -474,13 +470,11 @@ func getServer(t *testing.T, base, tok, name string) apiv1.Server {
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("GET /api/v1/servers/%s: %s", name, resp.Status)
+		t.Fatalf("GET %s: %s", path, resp.Status)
 	}
-	var s apiv1.Server
-	if err := json.NewDecoder(resp.Body).Decode(&s); err != nil {
-		t.Fatal(err)
+	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+		t.Fatalf("GET %s: %v", path, err)
 	}
-	return s
 }
 
 // reloadUntil loads url until js is true in it (the controller polls the
@@ -503,23 +497,8 @@ func reloadUntil(t *testing.T, ctx context.Context, url, js string) {
 // listServers reads every server from the admin API.
 func listServers(t *testing.T, base, tok string) []apiv1.Server {
 	t.Helper()
-	req, err := http.NewRequestWithContext(context.Background(), http.MethodGet, base+"/api/v1/servers?limit=1000", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Authorization", "Bearer "+tok)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("GET /api/v1/servers: %s", resp.Status)
-	}
 	var page apiv1.ServerList
-	if err := json.NewDecoder(resp.Body).Decode(&page); err != nil {
-		t.Fatal(err)
-	}
+	apiGet(t, base, tok, "/api/v1/servers?limit=1000", &page)
 	return page.Servers
 }
 

@@ -4,12 +4,9 @@ import (
 	"bytes"
 	"context"
 	"net/http"
-	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"testing"
 
-	"github.com/machina-metal/machina/api"
 	"github.com/machina-metal/machina/state"
 )
 
@@ -18,21 +15,7 @@ import (
 // the creator recorded), lists tokens (names only), and revokes the new
 // one: its next request is refused. A taken name or an unknown one exits 2.
 func TestAdminTokenThroughAPI(t *testing.T) {
-	st, err := state.Open(filepath.Join(t.TempDir(), "state.db"), state.Options{MasterKey: []byte("master-key-for-cli-test")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	a, err := api.New(api.Config{Store: st})
-	if err != nil {
-		t.Fatal(err)
-	}
-	hs := httptest.NewServer(a.Handler())
-	defer hs.Close()
-	tok, _, err := st.CreateAdminToken("ops", state.ActorLocal)
-	if err != nil {
-		t.Fatal(err)
-	}
+	st, hs, tok := newAPIFixture(t)
 	t.Setenv(envToken, tok)
 	ctl := func(args ...string) (int, string, string) {
 		var out, errb bytes.Buffer

@@ -12,22 +12,31 @@ import (
 	"github.com/machina-metal/machina/state"
 )
 
-func TestSecretSetThroughAPI(t *testing.T) {
+// newAPIFixture serves the admin API over a fresh sealed store and returns
+// the store, the server and an admin token named ops; both close at the
+// end of the test.
+func newAPIFixture(t *testing.T) (*state.Store, *httptest.Server, string) {
+	t.Helper()
 	st, err := state.Open(filepath.Join(t.TempDir(), "state.db"), state.Options{MasterKey: []byte("master-key-for-cli-test")})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer st.Close()
+	t.Cleanup(func() { st.Close() })
 	a, err := api.New(api.Config{Store: st})
 	if err != nil {
 		t.Fatal(err)
 	}
 	hs := httptest.NewServer(a.Handler())
-	defer hs.Close()
+	t.Cleanup(hs.Close)
 	tok, _, err := st.CreateAdminToken("ops", state.ActorLocal)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return st, hs, tok
+}
+
+func TestSecretSetThroughAPI(t *testing.T) {
+	st, hs, tok := newAPIFixture(t)
 	const pw = "s3cret-from-stdin"
 	ctx := context.Background()
 

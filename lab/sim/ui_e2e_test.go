@@ -199,20 +199,8 @@ func TestBrowserAgainstController(t *testing.T) {
 		srv := s.Servers[con]
 		return srv.Lifecycle == state.LifecycleDeployed && !srv.FinishDeploy && r.lab.Machine(con).Phase() == sim.PhaseOS
 	})
-	typed := fmt.Sprintf("typed-in-chromium-%d", time.Now().UnixNano()%1e6)
-	term := `document.querySelector(".xterm-rows").textContent`
-	uitest.Do(t, ctx, "open the console of "+con,
-		chromedp.Navigate(base+"/ui/servers/"+con),
-		chromedp.WaitVisible(chromedp.CSS("#open-console")),
-		chromedp.Click(chromedp.CSS("#open-console")),
-		chromedp.WaitVisible(chromedp.CSS(".xterm-helper-textarea"), chromedp.NodeReady),
-		uitest.Poll(`document.getElementById("role").dataset.state === "writer"`),
-		chromedp.Click(chromedp.CSS(".xterm-screen")),
-		uitest.PressEnter(),
-		uitest.Poll(term+`.includes("`+con+` login:")`),
-		uitest.TypeText(typed),
-		uitest.Poll(term+`.includes("`+typed+`")`),
-	)
+	typed := uitest.TypeOnConsole(t, ctx, base, con)
+	term := uitest.TermText
 	if in := string(r.lab.Machine(con).SerialInput()); !strings.Contains(in, "\r"+typed) {
 		t.Errorf("%s's serial line received %q, want Enter then %q", con, in, typed)
 	}

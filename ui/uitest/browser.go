@@ -2,6 +2,7 @@ package uitest
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -204,4 +205,31 @@ func PressEnter() chromedp.Action[chromedp.Void] {
 		_, err := cdp.Call(ctx, t, input.DispatchKeyEvent, up)
 		return err
 	})
+}
+
+// TermText is a JS expression for the text of the xterm.js terminal on the
+// console page.
+const TermText = `document.querySelector(".xterm-rows").textContent`
+
+// TypeOnConsole opens server's page at base, opens its serial console (it
+// must get the writer's seat), presses Enter, waits for the getty's
+// "SERVER login:" prompt and types a unique string, waiting for its echo;
+// it returns the string typed. The tests that drive a real console behind
+// ipmi_sim (lab/sim, cmd/machina) share it.
+func TypeOnConsole(t testing.TB, ctx context.Context, base, server string) string {
+	t.Helper()
+	typed := fmt.Sprintf("typed-in-chromium-%d", time.Now().UnixNano()%1e6)
+	Do(t, ctx, "type on the console of "+server,
+		chromedp.Navigate(base+"/ui/servers/"+server),
+		chromedp.WaitVisible(chromedp.CSS("#open-console")),
+		chromedp.Click(chromedp.CSS("#open-console")),
+		chromedp.WaitVisible(chromedp.CSS(".xterm-helper-textarea"), chromedp.NodeReady),
+		Poll(`document.getElementById("role").dataset.state === "writer"`),
+		chromedp.Click(chromedp.CSS(".xterm-screen")),
+		PressEnter(),
+		Poll(TermText+`.includes("`+server+` login:")`),
+		TypeText(typed),
+		Poll(TermText+`.includes("`+typed+`")`),
+	)
+	return typed
 }
