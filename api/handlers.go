@@ -402,16 +402,12 @@ func (s *Server) handleCreateAdminToken(w http.ResponseWriter, r *http.Request) 
 // token needs the state file), so that is a 409. 404 for an unknown name.
 func (s *Server) handleRevokeAdminToken(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
-	toks, err := s.store.AdminTokens()
-	if err != nil {
-		s.storeError(w, r, err)
-		return
-	}
-	if len(toks) == 1 && toks[0].Name == name {
+	err := s.store.RevokeAdminTokenKeepOne(name, actor(r))
+	if errors.Is(err, state.ErrLastAdminToken) {
 		writeError(w, http.StatusConflict, v1.Error{Message: "admin token " + name + " is the last one: create another first (machinactl admin-token create NAME), or stop the controller and use machina token", Code: v1.CodeConflict})
 		return
 	}
-	if err := s.store.RevokeAdminToken(name, actor(r)); err != nil {
+	if err != nil {
 		s.storeError(w, r, err)
 		return
 	}

@@ -3,6 +3,7 @@ package state
 import (
 	"crypto/sha256"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sort"
 	"time"
@@ -77,14 +78,38 @@ func (s *Store) AuthenticateAdmin(value string) (AdminToken, error) {
 	return t, nil
 }
 
+// ErrLastAdminToken: RevokeAdminTokenKeepOne would revoke the only admin
+// token.
+var ErrLastAdminToken = errors.New("the last admin token")
+
 // RevokeAdminToken deletes the named admin token; requests bearing it are
 // refused from the next request on. Errors: ErrNotFound.
 func (s *Store) RevokeAdminToken(name, actor string) error {
+	return s.revokeAdminToken(name, actor, false)
+}
+
+// RevokeAdminTokenKeepOne is RevokeAdminToken refusing, in the same
+// transaction, to revoke the only admin token (ErrLastAdminToken): the
+// admin API uses it, since while the controller holds the state file
+// nothing else could create another.
+func (s *Store) RevokeAdminTokenKeepOne(name, actor string) error {
+	return s.revokeAdminToken(name, actor, true)
+}
+
+func (s *Store) revokeAdminToken(name, actor string, keepOne bool) error {
 	err := s.update(func(tx *bolt.Tx) error {
 		names := tx.Bucket(bucketAdminNames)
 		h := names.Get([]byte(name))
 		if h == nil {
 			return ErrNotFound
+		}
+		if keepOne {
+			c := names.Cursor()
+			if first, _ := c.First(); first != nil {
+				if second, _ := c.Next(); second == nil {
+					return ErrLastAdminToken
+				}
+			}
 		}
 		if err := tx.Bucket(bucketAdminTokens).Delete(append([]byte(nil), h...)); err != nil {
 			return err

@@ -486,3 +486,26 @@ func TestObserveBMC(t *testing.T) {
 		t.Errorf("invalid power: %v", err)
 	}
 }
+
+// TestRevokeAdminTokenKeepOne: the API's revocation refuses the only admin
+// token (in the same transaction as the delete) and revokes any other.
+func TestRevokeAdminTokenKeepOne(t *testing.T) {
+	s := openTest(t, state.Options{})
+	for _, n := range []string{"a", "b"} {
+		if _, _, err := s.CreateAdminToken(n, "test"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.RevokeAdminTokenKeepOne("a", "test"); err != nil {
+		t.Fatalf("revoke one of two: %v", err)
+	}
+	if err := s.RevokeAdminTokenKeepOne("b", "test"); !errors.Is(err, state.ErrLastAdminToken) {
+		t.Errorf("revoke the last: %v, want ErrLastAdminToken", err)
+	}
+	if toks, _ := s.AdminTokens(); len(toks) != 1 || toks[0].Name != "b" {
+		t.Errorf("tokens left: %+v", toks)
+	}
+	if err := s.RevokeAdminToken("b", "test"); err != nil {
+		t.Errorf("machina token may still revoke the last one offline: %v", err)
+	}
+}
