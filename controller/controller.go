@@ -212,17 +212,25 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 
-	drivers := cfg.Drivers
+	drivers, sweepDrivers := cfg.Drivers, cfg.Drivers
 	if drivers == nil {
 		sd := &StoreDrivers{Store: st, Logger: log.With("component", "bmc")}
+		// The BMC sweep reads every BMC in turn: with its own small cache
+		// it does not evict the drivers (and BMC sessions) the reconciler
+		// keeps for the servers it is working on.
+		sw := &StoreDrivers{Store: st, Logger: log.With("component", "bmc-sweep"), MaxDrivers: 2 * bmcWatchWorkers, IdleTimeout: time.Minute}
 		defer func() {
 			// Logging out of every BMC is a courtesy (sessions also
 			// expire on the BMC): bounded so Ctrl-C stops promptly.
 			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 			defer cancel()
-			sd.Close(ctx)
+			var wg sync.WaitGroup
+			for _, d := range []*StoreDrivers{sd, sw} {
+				wg.Go(func() { d.Close(ctx) })
+			}
+			wg.Wait()
 		}()
-		drivers = sd
+		drivers, sweepDrivers = sd, sw
 	}
 	status := &statusFeed{gap: statusBuildGap(cfg.StatusInterval)}
 	rcfg := cfg.Reconciler
@@ -438,7 +446,7 @@ func Run(ctx context.Context, cfg Config) error {
 		goRun("auto-enrol proposals", enr.Run)
 	}
 	if cfg.BMCWatchInterval >= 0 {
-		w := newBMCWatch(st, drivers, cfg.BMCWatchInterval, log.With("component", "bmc-sweep"))
+		w := newBMCWatch(st, sweepDrivers, cfg.BMCWatchInterval, log.With("component", "bmc-sweep"))
 		goRun("bmc sweep", func(ctx context.Context) error { w.run(ctx); return nil })
 	}
 	goRun("prune", func(ctx context.Context) error { prune(ctx, st, 10*time.Minute, log); return nil })

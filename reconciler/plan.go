@@ -644,6 +644,18 @@ func brake(disruptive, all []Step, want *inventory.Inventory, have state.Snapsho
 // another boot MAC while the MAC servers.yaml now gives them is another
 // record's: the condition each gets, by name.
 func macConflicts(want *inventory.Inventory, have state.Snapshot) map[string]PlanCondition {
+	// Almost every pass has no boot MAC change at all: only then is the
+	// fleet-wide MAC index built.
+	changed := false
+	for i := range want.Servers {
+		if obs, ok := have.Servers[want.Servers[i].Name]; ok && obs.BootMAC != want.Servers[i].BootMAC {
+			changed = true
+			break
+		}
+	}
+	if !changed {
+		return nil
+	}
 	var out map[string]PlanCondition
 	owner := make(map[string]string, len(have.Servers))
 	for name, obs := range have.Servers {
