@@ -143,7 +143,9 @@ func (w *bmcWatch) read(ctx context.Context, name string) (ok, changed bool) {
 	log := w.log.With("server", name)
 	drv, err := w.drivers.Driver(ctx, srv)
 	if err != nil {
-		log.Debug("bmc sweep: open driver", "err", err)
+		// A credential missing from the secret store is as unreadable
+		// as a refused one, and the operator can act on it.
+		w.failed(ctx, name, log, err)
 		return false, false
 	}
 	rctx, cancel := context.WithTimeout(ctx, bmcWatchTimeout)
@@ -162,19 +164,7 @@ func (w *bmcWatch) read(ctx context.Context, name string) (ok, changed bool) {
 		}
 	}
 	if err != nil {
-		if ctx.Err() != nil {
-			return false, false
-		}
-		if errors.Is(err, bmc.ErrAuth) {
-			w.mu.Lock()
-			w.skip[name] = time.Now().Add(bmcWatchAuthRounds * w.interval)
-			w.mu.Unlock()
-		}
-		msg := reconciler.Redact(err.Error())
-		log.Warn("bmc sweep: read", "err", msg)
-		if _, err := w.st.BMCReadFailed(name, msg); err != nil {
-			log.Warn("bmc sweep: record", "err", err)
-		}
+		w.failed(ctx, name, log, err)
 		return false, false
 	}
 	changed, err = w.st.ObserveBMC(name, at, statePower(p), h)
@@ -186,6 +176,26 @@ func (w *bmcWatch) read(ctx context.Context, name string) (ok, changed bool) {
 		log.Info("bmc observed", "power", string(p), "health", h)
 	}
 	return true, changed
+}
+
+// failed records a read that failed (unless the sweep is stopping): the
+// redacted reason on the server (Store.BMCReadFailed) and in the log; a
+// refused or missing credential also skips the server for
+// bmcWatchAuthRounds sweeps.
+func (w *bmcWatch) failed(ctx context.Context, name string, log *slog.Logger, err error) {
+	if ctx.Err() != nil {
+		return
+	}
+	if errors.Is(err, bmc.ErrAuth) {
+		w.mu.Lock()
+		w.skip[name] = time.Now().Add(bmcWatchAuthRounds * w.interval)
+		w.mu.Unlock()
+	}
+	msg := reconciler.Redact(err.Error())
+	log.Warn("bmc sweep: read", "err", msg)
+	if _, err := w.st.BMCReadFailed(name, msg); err != nil {
+		log.Warn("bmc sweep: record", "err", err)
+	}
 }
 
 // statePower maps a BMC's power reading to the store's power state; ""

@@ -121,6 +121,19 @@ func TestBMCSweep(t *testing.T) {
 	}
 	// A refused login skips that BMC for 3 sweeps (3 s here).
 	r.waitServer(victim, "BMC read again", time.Minute, func(s state.Server) bool { return s.BMCError == "" })
+
+	// A credential missing from the secret store is said the same way,
+	// with what to do.
+	if err := r.run.Store.DeleteSecret("bmc-redfish", "test"); err != nil {
+		t.Fatal(err)
+	}
+	r.waitServer(victim, "BMC unreadable without its credential", time.Minute, func(s state.Server) bool {
+		return strings.Contains(s.BMCError, "not in the secret store")
+	})
+	if _, err := r.run.Store.PutSecret("bmc-redfish", state.Credential{Username: user, Password: pass}, "test"); err != nil {
+		t.Fatal(err)
+	}
+	r.waitServer(victim, "BMC read again", time.Minute, func(s state.Server) bool { return s.BMCError == "" })
 }
 
 // systemPath is the first member of the BMC's Systems collection.
