@@ -11,7 +11,6 @@ import (
 	"github.com/machina-metal/machina/deploy"
 	"github.com/machina-metal/machina/images"
 	"github.com/machina-metal/machina/inventory"
-	"github.com/machina-metal/machina/ramdisk/agent"
 	"github.com/machina-metal/machina/state"
 )
 
@@ -63,7 +62,7 @@ func (p *planner) DeployPlan(ctx context.Context, srv state.Server) (v1.Plan, er
 			SSHKeys:    prof.SSHKeys,
 			NetworkConfig: fmt.Sprintf("version: 2\nethernets:\n  boot:\n    match:\n      macaddress: \"%s\"\n    dhcp4: true\n",
 				srv.BootMAC),
-			JoinCommand: agent.JoinPlaceholder,
+			JoinCommand: v1.JoinPlaceholder,
 		},
 	}
 	if ws := inv.Server(srv.Name); ws != nil && ws.RootDevice != nil {

@@ -246,10 +246,18 @@ type Seed struct {
 	SSHKeys []string `json:"sshKeys"`
 	// NetworkConfig is a network-config v2 document (YAML); empty means DHCP on all NICs.
 	NetworkConfig string `json:"networkConfig,omitempty"`
-	// JoinCommand is the first-boot join command run by runcmd. Until the join
-	// issue lands the controller sends a placeholder (see ramdisk/agent.JoinPlaceholder).
+	// JoinCommand is the first-boot join command run by runcmd; one line.
+	// Empty means [JoinPlaceholder].
 	JoinCommand string `json:"joinCommand,omitempty"`
 }
+
+// JoinPlaceholder is the first-boot command written into a NoCloud seed
+// (Seed.JoinCommand) or an installer document when no join command is given.
+// It only records that the join step is missing. It lives here because the
+// controller (which sends it), deploy (installer documents) and the ramdisk
+// agent (the seed) all need it, and api/v1 is the one package all three may
+// import (docs/architecture.md).
+const JoinPlaceholder = "echo 'machina: join command placeholder, replaced by the join issue' >> /var/log/machina-join.log"
 
 // WipePlan is the release wipe plan answered by PathAgentWipe: which disks
 // to wipe and the token for the outcome.

@@ -374,7 +374,7 @@ func TestDeployGPTWithSeed(t *testing.T) {
 }
 
 // checkSeedContent parses the seed with a YAML parser and checks the
-// security-relevant settings. JoinPlaceholder stands in for the join
+// security-relevant settings. v1.JoinPlaceholder stands in for the join
 // command until the join issue provides it (this test says so on purpose).
 func checkSeedContent(t *testing.T, files map[string]string) {
 	t.Helper()
@@ -407,8 +407,8 @@ func checkSeedContent(t *testing.T, files map[string]string) {
 	if cfg.SSHPwauth == nil || *cfg.SSHPwauth || cfg.DisableRoot == nil || !*cfg.DisableRoot {
 		t.Errorf("ssh_pwauth/disable_root = %v/%v, want false/true", cfg.SSHPwauth, cfg.DisableRoot)
 	}
-	// Placeholder: the join issue replaces JoinPlaceholder with the real command.
-	if len(cfg.Runcmd) != 1 || len(cfg.Runcmd[0]) != 3 || cfg.Runcmd[0][2] != JoinPlaceholder {
+	// Placeholder: the join issue replaces v1.JoinPlaceholder with the real command.
+	if len(cfg.Runcmd) != 1 || len(cfg.Runcmd[0]) != 3 || cfg.Runcmd[0][2] != v1.JoinPlaceholder {
 		t.Errorf("runcmd = %v, want the join placeholder", cfg.Runcmd)
 	}
 	var md map[string]string

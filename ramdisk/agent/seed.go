@@ -13,11 +13,6 @@ import (
 	v1 "github.com/machina-metal/machina/api/v1"
 )
 
-// JoinPlaceholder is the first-boot command written when the plan carries no
-// join command. It only records that the join step is still missing; the join
-// issue replaces it with the real enrolment command sent in Plan.Seed.
-const JoinPlaceholder = "echo 'machina: join command placeholder, replaced by the join issue' >> /var/log/machina-join.log"
-
 // SeedLabel is the FAT volume label of the seed. cloud-init's NoCloud source
 // looks for a filesystem labelled "cidata", compared case-insensitively
 // (cloudinit/sources/DataSourceNoCloud.py, fs_label).
@@ -44,7 +39,7 @@ type SeedFile struct {
 // RenderSeed validates s and renders the NoCloud files user-data, meta-data
 // and network-config. user-data creates user "machina" with passwordless
 // sudo and only s.SSHKeys for login, sets ssh_pwauth false and disable_root
-// true, and runs the join command (or JoinPlaceholder) once via runcmd.
+// true, and runs the join command (or v1.JoinPlaceholder) once via runcmd.
 // Strings are emitted as JSON strings, which YAML 1.2 reads verbatim.
 func RenderSeed(s v1.Seed) ([]SeedFile, error) {
 	if !hostnameRe.MatchString(s.Hostname) {
@@ -65,7 +60,7 @@ func RenderSeed(s v1.Seed) ([]SeedFile, error) {
 	}
 	join := s.JoinCommand
 	if join == "" {
-		join = JoinPlaceholder
+		join = v1.JoinPlaceholder
 	}
 	if strings.ContainsAny(join, "\x00\n\r") || len(join) > 4096 || !utf8.ValidString(join) {
 		return nil, fmt.Errorf("render seed: %w: join command must be one line under 4 KiB", ErrSeedInvalid)
