@@ -24,6 +24,7 @@ import (
 	"github.com/machina-metal/machina/boot/internal/netnstest"
 	"github.com/machina-metal/machina/boot/ipxe"
 	"github.com/machina-metal/machina/boot/tftp"
+	"github.com/machina-metal/machina/macaddr"
 )
 
 // lab is one network namespace with a bridge and a tap, running our DHCP
@@ -71,7 +72,8 @@ func newLabMode(t *testing.T, lifecycle boot.Lifecycle, files dhcp.BootFiles, mo
 	}
 	br := netnstest.NewBridge(t, serverNet, 1)
 	l := &lab{ns: br.NS, requests: make(chan string, 4096), look: &boot.MemLookup{}}
-	mac, _ := boot.ParseMAC(labMAC)
+	parsed, _ := macaddr.Parse(labMAC)
+	mac := parsed.HardwareAddr()
 	if err := l.look.Set(boot.Assignment{MAC: mac, Name: "vm1", Lifecycle: lifecycle}); err != nil {
 		t.Fatal(err)
 	}

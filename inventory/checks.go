@@ -8,29 +8,9 @@ import (
 	"strings"
 
 	"golang.org/x/crypto/ssh"
-)
 
-// NormalizeMAC returns mac in lower-case colon form (52:54:00:aa:bb:cc). It
-// accepts colon, dash, dot (5254.00aa.bbcc) and bare (525400aabbcc) forms in
-// any case, and refuses anything that is not a 48-bit MAC.
-func NormalizeMAC(mac string) (string, error) {
-	s := strings.TrimSpace(mac)
-	if len(s) == 12 && !strings.ContainsAny(s, ":-.") {
-		var b strings.Builder
-		for i := 0; i < 12; i += 2 {
-			if i > 0 {
-				b.WriteByte(':')
-			}
-			b.WriteString(s[i : i+2])
-		}
-		s = b.String()
-	}
-	hw, err := net.ParseMAC(s)
-	if err != nil || len(hw) != 6 {
-		return "", fmt.Errorf("inventory: %q is not a MAC address", mac)
-	}
-	return hw.String(), nil
-}
+	"github.com/machina-metal/machina/macaddr"
+)
 
 // NormalizeBMCAddress returns the form two addresses of the same BMC share:
 // for redfish the scheme and host lower-cased, the default port (443 for
@@ -69,7 +49,7 @@ func NormalizeBMCAddress(driver BMCDriver, addr string) string {
 func normalise(inv *Inventory) {
 	for i := range inv.Servers {
 		s := &inv.Servers[i]
-		if m, err := NormalizeMAC(s.BootMAC); err == nil {
+		if m, err := macaddr.Normalize(strings.TrimSpace(s.BootMAC)); err == nil {
 			s.BootMAC = m
 		}
 		if s.BootMode == "" {
@@ -145,11 +125,11 @@ func crossCheck(inv *Inventory, docs map[string]*doc, valid map[string]bool) []F
 		} else {
 			names[s.Name] = i
 		}
-		if hw, err := net.ParseMAC(s.BootMAC); err == nil {
+		if m, err := macaddr.Parse(s.BootMAC); err == nil {
 			switch {
-			case isZero(hw):
+			case m.IsZero():
 				errAt(sd, base+"/bootMAC", SeverityError, "the all-zero MAC address is not a NIC's address")
-			case hw[0]&1 == 1:
+			case m.IsGroup():
 				errAt(sd, base+"/bootMAC", SeverityError, fmt.Sprintf("%s is a multicast address, not a NIC's address", s.BootMAC))
 			}
 		}
@@ -243,13 +223,4 @@ func zoneOrAny(z string) string {
 		return "any"
 	}
 	return z
-}
-
-func isZero(hw net.HardwareAddr) bool {
-	for _, b := range hw {
-		if b != 0 {
-			return false
-		}
-	}
-	return true
 }

@@ -4,11 +4,12 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"net"
 	"regexp"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/machina-metal/machina/macaddr"
 )
 
 // Server is one machine's observed state. Name is the key; everything else
@@ -169,14 +170,14 @@ func checkName(kind, s string) error {
 	return nil
 }
 
-// NormalizeMAC returns mac in lower-case colon form, or an error wrapping
-// ErrInvalid. Only 6-byte (EUI-48) addresses are accepted.
-func NormalizeMAC(mac string) (string, error) {
-	hw, err := net.ParseMAC(mac)
-	if err != nil || len(hw) != 6 {
+// normalizeMAC returns mac in canonical form ([macaddr.Normalize]: any
+// notation, 48-bit only), or an error wrapping ErrInvalid.
+func normalizeMAC(mac string) (string, error) {
+	m, err := macaddr.Normalize(mac)
+	if err != nil {
 		return "", fmt.Errorf("mac %q: %w", mac, ErrInvalid)
 	}
-	return hw.String(), nil
+	return m, nil
 }
 
 // CreateServer adds a server. An empty Lifecycle means LifecycleNew; an
@@ -187,7 +188,7 @@ func (s *Store) CreateServer(srv Server) (Server, error) {
 		return Server{}, fmt.Errorf("state: create server: %w", err)
 	}
 	if srv.BootMAC != "" {
-		m, err := NormalizeMAC(srv.BootMAC)
+		m, err := normalizeMAC(srv.BootMAC)
 		if err != nil {
 			return Server{}, fmt.Errorf("state: create server %s: %w", srv.Name, err)
 		}
@@ -428,7 +429,7 @@ func (s *Store) UpdateServer(name string, fn func(*Server) error) (Server, error
 			return ErrLifecycleField
 		}
 		if srv.BootMAC != orig.BootMAC && srv.BootMAC != "" {
-			m, err := NormalizeMAC(srv.BootMAC)
+			m, err := normalizeMAC(srv.BootMAC)
 			if err != nil {
 				return err
 			}

@@ -53,7 +53,7 @@ const DefaultTokenTTL = 30 * time.Minute
 type TokenSpec struct {
 	Purpose Purpose
 	Server  string        // the server it is bound to (RFC 1123 label); required
-	MAC     string        // optional: the MAC it is bound to (any form net.ParseMAC reads)
+	MAC     string        // optional: the MAC it is bound to (any notation macaddr.Parse reads)
 	TTL     time.Duration // lifetime; zero means DefaultTokenTTL
 	// Reusable tokens are accepted any number of times until they expire
 	// (short-lived rather than single-use), e.g. image downloads resumed
@@ -108,7 +108,7 @@ func (s *Store) IssueToken(spec TokenSpec) (string, Token, error) {
 		return "", Token{}, fmt.Errorf("state: issue token: %w", err)
 	}
 	if spec.MAC != "" {
-		m, err := NormalizeMAC(spec.MAC)
+		m, err := normalizeMAC(spec.MAC)
 		if err != nil {
 			return "", Token{}, fmt.Errorf("state: issue token: %w", err)
 		}
@@ -157,7 +157,7 @@ func (s *Store) CheckToken(value string, claim TokenClaim) (Token, error) {
 
 func (s *Store) useToken(value string, claim TokenClaim, consume bool) (Token, error) {
 	if claim.MAC != "" {
-		m, err := NormalizeMAC(claim.MAC)
+		m, err := normalizeMAC(claim.MAC)
 		if err != nil {
 			return Token{}, fmt.Errorf("state: consume token: %w", err)
 		}

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/machina-metal/machina/boot"
+	"github.com/machina-metal/machina/macaddr"
 )
 
 // Config configures a [Handler]. Zero values are documented per field.
@@ -194,11 +195,12 @@ func (h *Handler) serveScript(w http.ResponseWriter, r *http.Request) {
 		writeScript(w, b)
 		return
 	}
-	mac, err := boot.ParseMAC(macParam)
+	parsed, err := macaddr.ParseUnicast(macParam)
 	if err != nil {
 		http.Error(w, "bad mac", http.StatusBadRequest)
 		return
 	}
+	mac := parsed.HardwareAddr()
 	// Built only when something is logged: With copies its attributes,
 	// and this runs for every machine of a boot storm.
 	log := func() *slog.Logger { return h.log.With("mac", mac.String(), "ip", ip.String()) }
@@ -361,11 +363,12 @@ func (h *Handler) RequireToken(next http.Handler, purposes ...string) http.Handl
 		if ms == "" {
 			ms = r.Header.Get("X-Machina-MAC")
 		}
-		mac, err := boot.ParseMAC(ms)
+		parsed, err := macaddr.ParseUnicast(ms)
 		if err != nil {
 			http.Error(w, "bad mac", http.StatusBadRequest)
 			return
 		}
+		mac := parsed.HardwareAddr()
 		tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 		if !ok || tok == "" {
 			h.reject(w, mac, ip, errors.New("no bearer token"))

@@ -20,6 +20,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/machina-metal/machina/boot"
+	"github.com/machina-metal/machina/macaddr"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/*.golden")
@@ -46,11 +47,11 @@ func (s *seqTokens) Consume(context.Context, net.HardwareAddr, string, string) e
 
 func mustMAC(t testing.TB, s string) net.HardwareAddr {
 	t.Helper()
-	m, err := boot.ParseMAC(s)
+	m, err := macaddr.ParseUnicast(s)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return m
+	return m.HardwareAddr()
 }
 
 func newTestHandler(t *testing.T, cfg Config) (*Handler, *httptest.Server) {

@@ -14,6 +14,7 @@ import (
 	"strings"
 
 	"github.com/machina-metal/machina/boot"
+	"github.com/machina-metal/machina/macaddr"
 )
 
 // Platform is the firmware as iPXE reports it in ${platform}.
@@ -99,7 +100,7 @@ func modeFor(l boot.Lifecycle, wipe bool, installer string) string {
 // the local disk. It returns an error when a URL or argument would be unsafe
 // to place in a script.
 func Render(p ScriptParams) ([]byte, error) {
-	if _, err := boot.ParseMAC(p.MAC); err != nil {
+	if _, err := macaddr.ParseUnicast(p.MAC); err != nil {
 		return nil, fmt.Errorf("render ipxe script: %w", err)
 	}
 	if !safeArg(p.KernelArgs) || !safeArg(p.Name) || strings.ContainsAny(p.Name, " ") {
