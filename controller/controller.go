@@ -15,7 +15,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"sync"
@@ -58,7 +57,8 @@ type Config struct {
 	// simulated lab); off in production.
 	AllowFileURLs bool
 	// RamdiskDir holds vmlinuz and initrd.cpio.gz (make ramdisk), served at
-	// /boot/ramdisk/; "" serves nothing there.
+	// /boot/ramdisk/ by boot/ipxe (through an os.Root: symlinks out of it are
+	// refused); "" serves nothing there.
 	RamdiskDir string
 	// ISODir holds the iPXE ISOs (make ipxe-iso), served at /boot/iso/.
 	ISODir string
@@ -269,7 +269,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("controller: %w", err)
 	}
-	ipxeCfg := ipxe.Config{Lookup: idx, Tokens: idx, ControllerURL: publicURL, ISODir: cfg.ISODir, Logger: log.With("component", "ipxe"), PerIP: cfg.MachinePerIP,
+	ipxeCfg := ipxe.Config{Lookup: idx, Tokens: idx, ControllerURL: publicURL, ISODir: cfg.ISODir, RamdiskDir: cfg.RamdiskDir, Logger: log.With("component", "ipxe"), PerIP: cfg.MachinePerIP,
 		OnEvent: func(e ipxe.Event) {
 			_, _ = st.AppendEvent(state.Event{Kind: state.EventKind("boot." + string(e.Kind)), Message: fmt.Sprintf("%s mac=%s ip=%s: %s", e.Kind, e.MAC, e.IP, e.Reason)})
 		}}
@@ -319,7 +319,7 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 	}
 	if cfg.RamdiskDir != "" {
-		if err := srv.HandlePublic("/boot/ramdisk/", http.StripPrefix("/boot/ramdisk/", http.FileServer(http.Dir(cfg.RamdiskDir)))); err != nil {
+		if err := srv.HandlePublic("/boot/ramdisk/", bootHandler); err != nil {
 			return err
 		}
 	}

@@ -8,8 +8,6 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
-	"os"
-	"path"
 	"regexp"
 	"strconv"
 	"strings"
@@ -60,6 +58,11 @@ type Config struct {
 	// of the directory are refused: Debian's /usr/lib/ipxe/ipxe.efi is a
 	// symlink to /boot, snponly.efi is a regular file.
 	BinDir string
+	// RamdiskDir, when set, is served read-only at /boot/ramdisk/PATH: the
+	// ramdisk's vmlinuz and initrd.cpio.gz (make ramdisk), which the
+	// scripts' default KernelURL and InitrdURL name. Symlinks leading out of
+	// the folder are refused (issue 23).
+	RamdiskDir string
 	// OnEvent receives security-relevant events (token rejected, rate
 	// limited, MAC discovered). Called synchronously: it must not block.
 	// Nil: events are only logged.
@@ -89,16 +92,18 @@ type Event struct {
 	Reason string     // e.g. "token already used", "per-mac"
 }
 
-// Handler serves `GET /boot/ipxe` (scripts) and, when ISODir is set,
-// `GET /boot/iso/NAME`. Safe for concurrent use.
+// Handler serves `GET /boot/ipxe` (scripts) and, when their folders are
+// set, `GET /boot/iso/NAME`, `/boot/bin/NAME` and `/boot/ramdisk/PATH`
+// (through [boot.ServeFile]). Safe for concurrent use.
 type Handler struct {
-	cfg    Config
-	log    *slog.Logger
-	ipLim  *boot.Limiter
-	macLim *boot.Limiter
-	mux    *http.ServeMux
-	isos   *os.Root
-	bins   *os.Root
+	cfg     Config
+	log     *slog.Logger
+	ipLim   *boot.Limiter
+	macLim  *boot.Limiter
+	mux     *http.ServeMux
+	isos    *boot.Files
+	bins    *boot.Files
+	ramdisk *boot.Files
 }
 
 // ScriptPath is the path the handler serves scripts on.
@@ -147,26 +152,25 @@ func New(cfg Config) (*Handler, error) {
 		h.log = slog.New(slog.DiscardHandler)
 	}
 	h.mux.HandleFunc("GET "+ScriptPath, h.serveScript)
-	if cfg.ISODir != "" {
-		r, err := os.OpenRoot(cfg.ISODir)
-		if err != nil {
-			return nil, fmt.Errorf("ipxe: new handler: open iso dir: %w", err)
+	for _, d := range []struct {
+		dir, prefix string
+		files       **boot.Files
+		opt         boot.FileOptions
+	}{
+		{cfg.ISODir, "/boot/iso/", &h.isos, boot.FileOptions{Ext: ".iso", ContentType: "application/x-iso9660-image", Flat: true}},
+		{cfg.BinDir, "/boot/bin/", &h.bins, boot.FileOptions{Flat: true}},
+		{cfg.RamdiskDir, "/boot/ramdisk/", &h.ramdisk, boot.FileOptions{}},
+	} {
+		if d.dir == "" {
+			continue
 		}
-		h.isos = r
-		h.mux.HandleFunc("GET /boot/iso/{name}", func(w http.ResponseWriter, r *http.Request) {
-			serveFile(w, r, h.isos, ".iso", "application/x-iso9660-image")
-		})
-	}
-	if cfg.BinDir != "" {
-		r, err := os.OpenRoot(cfg.BinDir)
+		f, err := boot.OpenFiles(d.dir, d.opt)
 		if err != nil {
 			h.Close()
-			return nil, fmt.Errorf("ipxe: new handler: open bin dir: %w", err)
+			return nil, fmt.Errorf("ipxe: new handler: %s: %w", d.prefix, err)
 		}
-		h.bins = r
-		h.mux.HandleFunc("GET /boot/bin/{name}", func(w http.ResponseWriter, r *http.Request) {
-			serveFile(w, r, h.bins, "", "application/octet-stream")
-		})
+		*d.files = f
+		h.mux.Handle("GET "+d.prefix, http.StripPrefix(d.prefix, f))
 	}
 	return h, nil
 }
@@ -296,33 +300,10 @@ func (h *Handler) event(e Event) {
 	}
 }
 
-// serveFile serves the single path element {name} from root when it ends in
-// ext (any when empty) and is a regular file, with Range support.
-func serveFile(w http.ResponseWriter, r *http.Request, root *os.Root, ext, ctype string) {
-	name := r.PathValue("name")
-	if name != path.Base(name) || !strings.HasSuffix(name, ext) || strings.HasPrefix(name, ".") {
-		http.NotFound(w, r)
-		return
-	}
-	f, err := root.Open(name)
-	if err != nil {
-		http.NotFound(w, r)
-		return
-	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil || !st.Mode().IsRegular() {
-		http.NotFound(w, r)
-		return
-	}
-	w.Header().Set("Content-Type", ctype)
-	http.ServeContent(w, r, name, st.ModTime(), f)
-}
-
-// Close releases the ISO and binary directory handles.
+// Close releases the ISO, binary and ramdisk folders.
 func (h *Handler) Close() error {
 	var errs []error
-	for _, r := range []*os.Root{h.isos, h.bins} {
+	for _, r := range []*boot.Files{h.isos, h.bins, h.ramdisk} {
 		if r != nil {
 			errs = append(errs, r.Close())
 		}

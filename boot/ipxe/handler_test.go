@@ -368,6 +368,42 @@ func TestServeISO(t *testing.T) {
 	}
 }
 
+// TestServeRamdisk: /boot/ramdisk/ serves the ramdisk folder with Range,
+// and refuses symlinks out of it (issue 23 item 7: it followed them when it
+// was http.FileServer(http.Dir)).
+func TestServeRamdisk(t *testing.T) {
+	dir, outside := t.TempDir(), t.TempDir()
+	for name, body := range map[string]string{filepath.Join(dir, "vmlinuz"): "0123456789", filepath.Join(outside, "secret"): "secret"} {
+		if err := os.WriteFile(name, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for link, target := range map[string]string{"initrd.cpio.gz": filepath.Join(outside, "secret"), "out": outside} {
+		if err := os.Symlink(target, filepath.Join(dir, link)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var look boot.MemLookup
+	h, srv := newTestHandler(t, Config{Lookup: &look, Tokens: &seqTokens{}, RamdiskDir: dir})
+	defer h.Close()
+	req, _ := http.NewRequest("GET", srv.URL+"/boot/ramdisk/vmlinuz", nil)
+	req.Header.Set("Range", "bytes=2-4")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 206 || string(b) != "234" {
+		t.Fatalf("range GET = %d %q, want 206 \"234\"", resp.StatusCode, b)
+	}
+	for _, p := range []string{"/boot/ramdisk/initrd.cpio.gz", "/boot/ramdisk/out/secret", "/boot/ramdisk/", "/boot/ramdisk/..%2f" + filepath.Base(outside) + "%2fsecret"} {
+		if c, body := get(t, srv.URL+p); c != 404 || strings.Contains(body, "secret") {
+			t.Errorf("GET %s = %d %q, want 404", p, c, body)
+		}
+	}
+}
+
 // TestWipeScriptGolden: a released server (ready, Wipe) boots the ramdisk
 // in wipe mode with a wipe-purpose token; without Wipe it boots its disk.
 func TestWipeScriptGolden(t *testing.T) {
