@@ -22,7 +22,7 @@ import (
 )
 
 // Lifecycle is the provisioning lifecycle of a server as the controller
-// records it (DESIGN.md "Lifecycle and power"). The boot servers only read it
+// records it (docs/architecture.md "Lifecycle and power"). The boot servers only read it
 // to decide what a machine boots.
 type Lifecycle string
 

@@ -9,7 +9,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 )
 
-// Host is a joined hypervisor host (DESIGN.md "Flow" step 5).
+// Host is a joined hypervisor host (docs/architecture.md "Flow" step 5).
 type Host struct {
 	Name            string    `json:"name"`             // RFC 1123 label
 	Server          string    `json:"server,omitempty"` // the server it runs on, when known

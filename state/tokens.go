@@ -17,7 +17,7 @@ import (
 // for its own purpose.
 type Purpose string
 
-// Token purposes (DESIGN.md "Flow" and "Security").
+// Token purposes (docs/architecture.md "Flow" and "Security").
 const (
 	PurposeBoot   Purpose = "boot"   // GET /boot/... scripts for one boot
 	PurposeReport Purpose = "report" // POST of a commissioning report

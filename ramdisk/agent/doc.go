@@ -4,7 +4,7 @@
 // tests, picks the target disk, writes a verified image to it and adds a
 // cloud-init NoCloud seed partition.
 //
-// It imports only the standard library and api/v1 (see STYLE.md): the
+// It imports only the standard library and api/v1 (docs/architecture.md, rule "agent"): the
 // ramdisk's trust boundary is the wire types. The /init process that wires
 // this together (mounts, modules, DHCP) is cmd/machina-agent.
 //
