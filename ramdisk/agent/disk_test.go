@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -325,6 +326,74 @@ var testSeed = v1.Seed{
 	Hostname:    "r1-n01",
 	SSHKeys:     []string{"ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGkUjIg1YmN3qkI3QVh2dGZ1bHd0cWZ6eHJ0a2Z4 ops@site"},
 	JoinCommand: "",
+}
+
+// TestDeployReproducible: the same image and seed deployed to two identical
+// targets leave identical disks, byte for byte (the FAT16 seed, the GPT
+// go-diskfs rewrites with its relocated backup, the partition GUID derived
+// from the instance ID), for GPT and MBR images alike.
+func TestDeployReproducible(t *testing.T) {
+	need(t, "sgdisk", "sfdisk")
+	const diskSize = 96 << 20
+	for name, img := range map[string][]byte{"gpt": makeGPTImage(t, 16<<20), "mbr": makeMBRImage(t, 16<<20)} {
+		var disks [][]byte
+		for range 2 {
+			f, _ := newTarget(t, diskSize)
+			if _, err := Deploy(context.Background(), f, diskSize, DeployConfig{
+				Write: WriteConfig{Open: FileOpener(img), SizeBytes: int64(len(img)), SHA256: sum(img), ChunkBytes: 1 << 20},
+				Seed:  testSeed,
+			}); err != nil {
+				t.Fatalf("%s: Deploy: %v", name, err)
+			}
+			b, err := os.ReadFile(f.Name())
+			if err != nil {
+				t.Fatal(err)
+			}
+			disks = append(disks, b)
+		}
+		if !bytes.Equal(disks[0], disks[1]) {
+			t.Errorf("%s: two deploys of the same image and seed differ", name)
+		}
+	}
+}
+
+// TestAddSeedPartitionBeyond2TiB: on a disk past 2 TiB the protective MBR
+// says 0xFFFFFFFF (UEFI 2.10 §5.2.3), where go-diskfs alone would write the
+// last LBA truncated to 32 bits; sgdisk verifies the result. The disk is a
+// sparse file.
+func TestAddSeedPartitionBeyond2TiB(t *testing.T) {
+	need(t, "sgdisk")
+	const diskSize = 3 << 40
+	img := makeGPTImage(t, 16<<20)
+	p := filepath.Join(t.TempDir(), "big")
+	if err := os.WriteFile(p, img, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(p, diskSize); err != nil {
+		t.Fatalf("sparse file of %d bytes: %v", int64(diskSize), err)
+	}
+	f, err := os.OpenFile(p, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	fsImg, err := MakeFAT16(SeedSizeBytes, SeedLabel, 0, []SeedFile{{Name: "meta-data", Data: []byte("instance-id: i\n")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := AddSeedPartition(f, diskSize, int64(len(img)), fsImg, "i"); err != nil {
+		t.Fatal(err)
+	}
+	mbr := make([]byte, 512)
+	if _, err := f.ReadAt(mbr, 0); err != nil {
+		t.Fatal(err)
+	}
+	if mbr[446+4] != 0xEE || binary.LittleEndian.Uint32(mbr[446+12:]) != 0xFFFFFFFF {
+		t.Errorf("protective MBR entry % x, want type ee and size ffffffff", mbr[446:462])
+	}
+	if out := run(t, "sgdisk", "-v", p); !strings.Contains(out, "No problems found") {
+		t.Errorf("sgdisk -v:\n%s", out)
+	}
 }
 
 func TestDeployGPTWithSeed(t *testing.T) {
