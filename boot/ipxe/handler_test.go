@@ -336,6 +336,22 @@ func TestRequireToken(t *testing.T) {
 	})
 }
 
+// rangeGet asks url for bytes 2-4 of a file holding "0123456789".
+func rangeGet(t *testing.T, url string) {
+	t.Helper()
+	req, _ := http.NewRequest("GET", url, nil)
+	req.Header.Set("Range", "bytes=2-4")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 206 || string(b) != "234" {
+		t.Fatalf("range GET %s = %d %q, want 206 \"234\"", url, resp.StatusCode, b)
+	}
+}
+
 func TestServeISO(t *testing.T) {
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "machina-bios.iso"), []byte("0123456789"), 0o644); err != nil {
@@ -347,17 +363,7 @@ func TestServeISO(t *testing.T) {
 	var look boot.MemLookup
 	h, srv := newTestHandler(t, Config{Lookup: &look, Tokens: &seqTokens{}, ISODir: dir, BinDir: dir})
 	defer h.Close()
-	req, _ := http.NewRequest("GET", srv.URL+"/boot/iso/machina-bios.iso", nil)
-	req.Header.Set("Range", "bytes=2-4")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != 206 || string(b) != "234" {
-		t.Fatalf("range GET = %d %q, want 206 \"234\"", resp.StatusCode, b)
-	}
+	rangeGet(t, srv.URL+"/boot/iso/machina-bios.iso")
 	if c, body := get(t, srv.URL+"/boot/bin/machina-bios.iso"); c != 200 || body != "0123456789" {
 		t.Fatalf("GET /boot/bin/ = %d %q", c, body)
 	}
@@ -386,17 +392,7 @@ func TestServeRamdisk(t *testing.T) {
 	var look boot.MemLookup
 	h, srv := newTestHandler(t, Config{Lookup: &look, Tokens: &seqTokens{}, RamdiskDir: dir})
 	defer h.Close()
-	req, _ := http.NewRequest("GET", srv.URL+"/boot/ramdisk/vmlinuz", nil)
-	req.Header.Set("Range", "bytes=2-4")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != 206 || string(b) != "234" {
-		t.Fatalf("range GET = %d %q, want 206 \"234\"", resp.StatusCode, b)
-	}
+	rangeGet(t, srv.URL+"/boot/ramdisk/vmlinuz")
 	for _, p := range []string{"/boot/ramdisk/initrd.cpio.gz", "/boot/ramdisk/out/secret", "/boot/ramdisk/", "/boot/ramdisk/..%2f" + filepath.Base(outside) + "%2fsecret"} {
 		if c, body := get(t, srv.URL+p); c != 404 || strings.Contains(body, "secret") {
 			t.Errorf("GET %s = %d %q, want 404", p, c, body)
