@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"math/rand/v2"
 	"os"
@@ -393,6 +394,25 @@ func TestAddSeedPartitionBeyond2TiB(t *testing.T) {
 	}
 	if out := run(t, "sgdisk", "-v", p); !strings.Contains(out, "No problems found") {
 		t.Errorf("sgdisk -v:\n%s", out)
+	}
+}
+
+// TestReadPartTableRefusesAbsurdHeader: a CRC-valid GPT header (as a
+// previous tenant could leave) claiming 2^31 entries is refused before
+// go-diskfs would allocate 256 GiB for them.
+func TestReadPartTableRefusesAbsurdHeader(t *testing.T) {
+	need(t, "sgdisk")
+	img := makeGPTImage(t, 16<<20)
+	hdr := img[512 : 512+92]
+	binary.LittleEndian.PutUint32(hdr[80:], 1<<31)
+	binary.LittleEndian.PutUint32(hdr[16:], 0)
+	binary.LittleEndian.PutUint32(hdr[16:], crc32.ChecksumIEEE(hdr))
+	if _, err := readPartTable(bytes.NewReader(img), int64(len(img))); !errors.Is(err, ErrBadPartitionTable) {
+		t.Fatalf("readPartTable = %v, want ErrBadPartitionTable", err)
+	}
+	dev := &memDev{b: img}
+	if _, err := AddSeedPartition(dev, int64(len(img)), 1<<20, make([]byte, SeedSizeBytes), "i"); !errors.Is(err, ErrBadPartitionTable) {
+		t.Fatalf("AddSeedPartition = %v, want ErrBadPartitionTable", err)
 	}
 }
 

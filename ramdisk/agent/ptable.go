@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 
 	"github.com/diskfs/go-diskfs/partition/gpt"
 	"github.com/diskfs/go-diskfs/partition/mbr"
@@ -37,6 +38,7 @@ type partTable struct {
 	parts      [][2]int64 // [start, end) in bytes, clipped to the disk
 	gpt        *gpt.Table
 	gptEntries int64 // bytes of the GPT entry array
+	gptSlots   int   // entries in it
 	mbr        *mbr.Table
 }
 
@@ -50,18 +52,19 @@ func (readOnly) Sync() error                        { return nil }
 // go-diskfs reads it: go-diskfs allocates entry count × entry size as the
 // header says, and the header on an old disk is untrusted (a previous
 // tenant wrote it), so an absurd count must not reach it. It reports
-// whether there is a GPT signature, and the entry array's size in bytes.
-func gptHeader(dev io.ReaderAt, ss, diskSize int64) (bool, int64, error) {
+// whether there is a GPT signature, the entry count and the entry size.
+func gptHeader(dev io.ReaderAt, ss, diskSize int64) (ok bool, n, esz int64, err error) {
 	hdr := make([]byte, 92)
 	if _, err := dev.ReadAt(hdr, ss); err != nil || string(hdr[:8]) != "EFI PART" {
-		return false, 0, nil
+		return false, 0, 0, nil
 	}
 	le := binary.LittleEndian
-	lba, n, esz := int64(le.Uint64(hdr[72:])), int64(le.Uint32(hdr[80:])), int64(le.Uint32(hdr[84:]))
+	lba := int64(le.Uint64(hdr[72:]))
+	n, esz = int64(le.Uint32(hdr[80:])), int64(le.Uint32(hdr[84:]))
 	if n == 0 || n > 1024 || esz < 128 || esz > 1024 || lba < 2 || lba > diskSize/ss || lba*ss+n*esz > diskSize {
-		return true, 0, fmt.Errorf("%w: gpt entries %d x %d at LBA %d", ErrBadPartitionTable, n, esz, lba)
+		return true, 0, 0, fmt.Errorf("%w: gpt entries %d x %d at LBA %d", ErrBadPartitionTable, n, esz, lba)
 	}
-	return true, n * esz, nil
+	return true, n, esz, nil
 }
 
 func readPartTable(dev io.ReaderAt, diskSize int64) (partTable, error) {
@@ -71,7 +74,7 @@ func readPartTable(dev io.ReaderAt, diskSize int64) (partTable, error) {
 		return [2]int64{int64(min(start, lim)) * ss, int64(min(end, lim)) * ss}
 	}
 	for _, ss := range []int64{512, 4096} {
-		ok, size, err := gptHeader(dev, ss, diskSize)
+		ok, n, esz, err := gptHeader(dev, ss, diskSize)
 		if err != nil {
 			return partTable{}, err
 		}
@@ -82,7 +85,7 @@ func readPartTable(dev io.ReaderAt, diskSize int64) (partTable, error) {
 		if err != nil {
 			return partTable{}, fmt.Errorf("%w: %v", ErrBadPartitionTable, err)
 		}
-		pt := partTable{kind: "gpt", sectorSize: ss, gpt: t, gptEntries: size}
+		pt := partTable{kind: "gpt", sectorSize: ss, gpt: t, gptEntries: n * esz, gptSlots: int(n)}
 		for _, p := range t.Partitions {
 			pt.parts = append(pt.parts, clip(p.Start, p.End+1, ss))
 		}
@@ -185,48 +188,57 @@ func AddSeedPartition(dev BlockDevice, diskSize, imageSize int64, fsImage []byte
 	if start < used || start <= 0 {
 		return 0, fmt.Errorf("add seed partition: %w: disk %d bytes, image uses %d", ErrNoRoomForSeed, diskSize, used)
 	}
-	startLBA, endLBA := start/ss, (start+int64(len(fsImage)))/ss-1
-	f := &devFile{dev: dev, size: diskSize}
 	if t.kind == "mbr" {
-		if endLBA >= 1<<32 {
-			return 0, fmt.Errorf("add seed partition: %w: beyond 2 TiB on an MBR disk", ErrNoRoomForSeed)
-		}
-		slot := -1
-		for i, p := range t.mbr.Partitions {
-			if p.Type == mbr.Empty {
-				slot = i
-				break
-			}
-		}
-		if slot < 0 {
-			return 0, fmt.Errorf("add seed partition: %w: all four MBR slots used", ErrNoRoomForSeed)
-		}
-		if _, err := dev.WriteAt(fsImage, start); err != nil {
-			return 0, fmt.Errorf("add seed partition: write filesystem: %w", err)
-		}
-		t.mbr.Partitions[slot] = &mbr.Partition{Index: slot + 1, Type: mbr.Fat16bLBA, Start: uint32(startLBA), Size: uint32(endLBA - startLBA + 1),
-			StartHead: 0xFE, StartSector: 0xFF, StartCylinder: 0xFF, EndHead: 0xFE, EndSector: 0xFF, EndCylinder: 0xFF}
-		if err := t.mbr.Write(f, diskSize); err != nil {
-			return 0, fmt.Errorf("add seed partition: write mbr: %w", err)
-		}
-		return start, nil
+		return start, addMBRSeed(dev, diskSize, t, start, fsImage)
 	}
-	index := 0
+	return start, addGPTSeed(dev, diskSize, t, start, used, fsImage, guidSeed)
+}
+
+// addMBRSeed writes fsImage at start and describes it in the first free
+// primary slot (type 0x0E, FAT16 LBA; CHS fields "beyond 8 GiB").
+func addMBRSeed(dev BlockDevice, diskSize int64, t partTable, start int64, fsImage []byte) error {
+	startLBA, endLBA := start/512, (start+int64(len(fsImage)))/512-1
+	if endLBA >= 1<<32 {
+		return fmt.Errorf("add seed partition: %w: beyond 2 TiB on an MBR disk", ErrNoRoomForSeed)
+	}
+	slot := slices.IndexFunc(t.mbr.Partitions, func(p *mbr.Partition) bool { return p.Type == mbr.Empty })
+	if slot < 0 {
+		return fmt.Errorf("add seed partition: %w: all four MBR slots used", ErrNoRoomForSeed)
+	}
+	if _, err := dev.WriteAt(fsImage, start); err != nil {
+		return fmt.Errorf("add seed partition: write filesystem: %w", err)
+	}
+	t.mbr.Partitions[slot] = &mbr.Partition{Index: slot + 1, Type: mbr.Fat16bLBA, Start: uint32(startLBA), Size: uint32(endLBA - startLBA + 1),
+		StartHead: 0xFE, StartSector: 0xFF, StartCylinder: 0xFF, EndHead: 0xFE, EndSector: 0xFF, EndCylinder: 0xFF}
+	if err := t.mbr.Write(&devFile{dev: dev, size: diskSize}, diskSize); err != nil {
+		return fmt.Errorf("add seed partition: write mbr: %w", err)
+	}
+	return nil
+}
+
+// addGPTSeed writes fsImage at start, adds its "cidata" entry in the first
+// free slot, removes the image's stale backup header if it lies in the free
+// gap (between used and start), and writes the table with its backup at the
+// disk's end.
+func addGPTSeed(dev BlockDevice, diskSize int64, t partTable, start, used int64, fsImage []byte, guidSeed string) error {
+	ss := t.sectorSize
+	startLBA, endLBA := start/ss, (start+int64(len(fsImage)))/ss-1
 	taken := map[int]bool{}
 	for _, p := range t.gpt.Partitions {
 		taken[p.Index] = true
 	}
-	for i := 1; int64(i)*128 <= t.gptEntries; i++ { // entries are at least 128 bytes
+	index := 0
+	for i := 1; i <= t.gptSlots; i++ {
 		if !taken[i] {
 			index = i
 			break
 		}
 	}
-	if index == 0 || int64(index) > t.gptEntries/128 {
-		return 0, fmt.Errorf("add seed partition: %w: gpt has no free entry", ErrNoRoomForSeed)
+	if index == 0 {
+		return fmt.Errorf("add seed partition: %w: gpt has no free entry", ErrNoRoomForSeed)
 	}
 	if _, err := dev.WriteAt(fsImage, start); err != nil {
-		return 0, fmt.Errorf("add seed partition: write filesystem: %w", err)
+		return fmt.Errorf("add seed partition: write filesystem: %w", err)
 	}
 	g := sha256.Sum256([]byte("machina-seed:" + guidSeed))
 	id, _ := uuid.FromBytes(g[:16])
@@ -236,26 +248,26 @@ func AddSeedPartition(dev BlockDevice, diskSize, imageSize int64, fsImage []byte
 		Size: uint64(len(fsImage)), Type: gpt.MicrosoftBasicData, Name: "cidata", GUID: id.String()})
 	oldAlt, err := gptAltLBA(dev, ss)
 	if err != nil {
-		return 0, fmt.Errorf("add seed partition: %w", err)
+		return fmt.Errorf("add seed partition: %w", err)
 	}
 	if oldAlt > 1 && oldAlt*ss < start && oldAlt*ss >= used-ss {
 		// the image's own backup header, now in the free gap: remove it.
 		if err := zeroRange(dev, oldAlt*ss, ss, 0, diskSize); err != nil {
-			return 0, fmt.Errorf("add seed partition: %w", err)
+			return fmt.Errorf("add seed partition: %w", err)
 		}
 	}
 	t.gpt.Resize(uint64(diskSize))
-	if err := t.gpt.Write(f, diskSize); err != nil {
-		return 0, fmt.Errorf("add seed partition: write gpt: %w", err)
+	if err := t.gpt.Write(&devFile{dev: dev, size: diskSize}, diskSize); err != nil {
+		return fmt.Errorf("add seed partition: write gpt: %w", err)
 	}
 	// go-diskfs writes the protective MBR's size as a 32-bit truncation of
 	// the last LBA; UEFI 2.10 §5.2.3 says 0xFFFFFFFF when the disk is larger.
 	if lastLBA := diskSize/ss - 1; t.gpt.ProtectiveMBR && lastLBA > 0xFFFFFFFF {
 		if _, err := dev.WriteAt([]byte{0xFF, 0xFF, 0xFF, 0xFF}, 446+12); err != nil {
-			return 0, fmt.Errorf("add seed partition: write protective mbr: %w", err)
+			return fmt.Errorf("add seed partition: write protective mbr: %w", err)
 		}
 	}
-	return start, nil
+	return nil
 }
 
 // gptAltLBA reads the primary header's alternate (backup) LBA, which
