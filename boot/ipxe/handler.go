@@ -61,7 +61,8 @@ type Config struct {
 	// RamdiskDir, when set, is served read-only at /boot/ramdisk/PATH: the
 	// ramdisk's vmlinuz and initrd.cpio.gz (make ramdisk), which the
 	// scripts' default KernelURL and InitrdURL name. Symlinks leading out of
-	// the folder are refused (issue 23).
+	// the folder are refused (issue 23), and so are listings. Like ISODir
+	// and BinDir, a folder that cannot be opened is an error of New.
 	RamdiskDir string
 	// OnEvent receives security-relevant events (token rejected, rate
 	// limited, MAC discovered). Called synchronously: it must not block.
