@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 
 	v1 "github.com/machina-metal/machina/api/v1"
@@ -23,16 +22,6 @@ const defaultAPI = "http://127.0.0.1:8080"
 
 // maxPasswordBytes bounds what --password-stdin reads.
 const maxPasswordBytes = 4096
-
-// apiClient builds a client for --api (or MACHINA_API) with the token from
-// MACHINA_TOKEN.
-func apiClient(apiURL string) (*v1.Client, error) {
-	tok := os.Getenv(envToken)
-	if tok == "" {
-		return nil, fmt.Errorf("%s is not set: create a token with `machina token create --name NAME` and export it", envToken)
-	}
-	return v1.NewClient(apiURL, tok)
-}
 
 // readPassword reads one password from r: everything up to the first
 // newline (a trailing "\r" is dropped), at most maxPasswordBytes.
@@ -78,7 +67,7 @@ func newSecretCmd(e *env) *cobra.Command {
 			if username == "" {
 				return &exitError{code: 2, err: errors.New("secret set: --username is required")}
 			}
-			c, err := apiClient(apiURL)
+			c, err := e.apiClient(apiURL)
 			if err != nil {
 				return &exitError{code: 2, err: fmt.Errorf("secret set: %w", err)}
 			}
