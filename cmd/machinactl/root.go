@@ -61,6 +61,7 @@ func newRoot(e *env) *cobra.Command {
 		newImportCmd(e),
 		newServerCmd(e),
 		newAdminTokenCmd(e),
+		newStateCmd(e),
 	)
 	return root
 }
