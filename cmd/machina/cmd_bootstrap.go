@@ -48,6 +48,7 @@ type bootstrapConfig struct {
 	provIface, dhcpPool, publicURL        string
 	tftpRoot, ramdiskDir, nodeBinary      string
 	adminNames                            []string
+	printUnit                             bool
 }
 
 func (b *bootstrapConfig) configFile() string { return filepath.Join(b.configDir, "machina.yaml") }
@@ -108,6 +109,7 @@ It refuses to touch a host where any of these files exist.`,
 	f.StringVar(&b.ramdiskDir, "ramdisk-dir", "/usr/lib/machina/ramdisk", "folder with vmlinuz and initrd.cpio.gz")
 	f.StringVar(&b.nodeBinary, "node-binary", "/usr/bin/machina-node", "machina-node executable served to installing hosts")
 	f.StringSliceVar(&b.adminNames, "admin-name", nil, "extra DNS name or IP in the admin TLS certificate (repeatable)")
+	f.BoolVar(&b.printUnit, "print-unit", false, "print machina.service for these paths and exit, writing nothing (packaging/deb/machina.service is this with the defaults)")
 	return cmd
 }
 
@@ -126,6 +128,14 @@ func runBootstrap(e *env, b *bootstrapConfig) (err error) {
 	}
 	if b.stateDir == "" {
 		b.stateDir = under("/var/lib/machina")
+	}
+	if b.printUnit {
+		unit, err := renderUnit(b.binary, b.configFile(), b.user)
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprint(e.stdout, unit)
+		return err
 	}
 	writeUnit := true
 	if b.systemdDir == "" {

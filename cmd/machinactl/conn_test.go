@@ -21,8 +21,8 @@ import (
 // and records every byte in both directions: what a capture on the
 // management network would see.
 type recordingProxy struct {
-	ln  net.Listener
-	mu  sync.Mutex
+	ln    net.Listener
+	mu    sync.Mutex
 	buf   bytes.Buffer
 	wg    sync.WaitGroup
 	conns []net.Conn
