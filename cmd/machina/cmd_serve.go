@@ -321,6 +321,7 @@ func envOrDefault(key, def string) string {
 func newServeCmd(e *env) *cobra.Command {
 	var c ServeConfig
 	var logFormat, logLevel, cpuProfile, memProfile, configPath, masterKeyFile string
+	var printConfig bool
 	var cc controller.Config
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -333,8 +334,12 @@ func newServeCmd(e *env) *cobra.Command {
 			"--repo-token-env, never from a flag value.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := applySources(cmd.Flags(), configPath, os.Getenv, "config"); err != nil {
+			if err := applySources(cmd.Flags(), configPath, os.Getenv, "config", "print-config"); err != nil {
 				return usageError{err}
+			}
+			if printConfig {
+				_, err := io.WriteString(e.stdout, effectiveConfig(cmd.Flags(), "config", "print-config"))
+				return err
 			}
 			log, err := newLogger(e.stderr, logFormat, logLevel)
 			if err != nil {
@@ -376,6 +381,7 @@ func newServeCmd(e *env) *cobra.Command {
 	}
 	f := cmd.Flags()
 	f.StringVar(&configPath, "config", os.Getenv("MACHINA_CONFIG"), "YAML file whose keys are these flags' names (e.g. /etc/machina/machina.yaml from machina bootstrap); precedence: flag, env MACHINA_<FLAG>, file, default; an unknown key is an error")
+	f.BoolVar(&printConfig, "print-config", false, "print the configuration these flags, MACHINA_<FLAG> and --config give, as a --config file, and exit (it holds no secret: none is a flag)")
 	f.StringVar(&masterKeyFile, "master-key-file", "", "file holding the master key that seals secrets (machina bootstrap writes /etc/machina/master.key: 64 hex digits, mode 0600); "+envMasterKey+" wins when set")
 	f.StringVar(&c.AdminTLS.Listen, "admin-listen", "", "TLS address of the admin API and UI; empty: none when --listen is loopback, else --listen's host on port "+controller.DefaultAdminTLSPort)
 	f.StringVar(&c.AdminTLS.CertFile, "tls-cert", "", "PEM certificate (chain) of the admin TLS listener; empty: issued by the controller's CA")

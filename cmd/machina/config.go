@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/spf13/pflag"
@@ -153,4 +154,42 @@ func applySources(fs *pflag.FlagSet, path string, getenv func(string) string, sk
 		}
 	})
 	return errors.Join(errs...)
+}
+
+// effectiveConfig renders fs's flags (but skip) as a config file that
+// applySources reads back to the same values: each key with its help as a
+// comment; a flag with an empty value is a commented-out key.
+func effectiveConfig(fs *pflag.FlagSet, skip ...string) string {
+	skipped := map[string]bool{"help": true}
+	for _, s := range skip {
+		skipped[s] = true
+	}
+	var sb strings.Builder
+	sb.WriteString("# machina serve configuration (machina serve --print-config). Keys are serve's flag names;\n")
+	sb.WriteString("# precedence: flag, MACHINA_<FLAG>, this file, default. An unknown key is an error.\n")
+	fs.VisitAll(func(f *pflag.Flag) {
+		if skipped[f.Name] {
+			return
+		}
+		fmt.Fprintf(&sb, "\n# %s\n", strings.ReplaceAll(f.Usage, "\n", "\n# "))
+		if sv, ok := f.Value.(pflag.SliceValue); ok {
+			items := sv.GetSlice()
+			if len(items) == 0 {
+				fmt.Fprintf(&sb, "# %s: []\n", f.Name)
+				return
+			}
+			fmt.Fprintf(&sb, "%s:\n", f.Name)
+			for _, it := range items {
+				fmt.Fprintf(&sb, "  - %s\n", strconv.Quote(it))
+			}
+			return
+		}
+		v := f.Value.String()
+		if v == "" {
+			fmt.Fprintf(&sb, "# %s: \"\"\n", f.Name)
+			return
+		}
+		fmt.Fprintf(&sb, "%s: %s\n", f.Name, strconv.Quote(v))
+	})
+	return sb.String()
 }

@@ -67,3 +67,29 @@ func TestServeConfigPrecedence(t *testing.T) {
 		}
 	}
 }
+
+// TestPrintConfigRoundTrip: --print-config's output (the package's
+// /usr/share/machina/machina.yaml.default) is a config serve accepts and
+// that gives the same configuration back.
+func TestPrintConfigRoundTrip(t *testing.T) {
+	for _, k := range []string{"MACHINA_BRANCH", "MACHINA_LISTEN", "MACHINA_STATE", "MACHINA_WORK_DIR"} {
+		t.Setenv(k, "")
+	}
+	in := writeConfig(t, "workers: 5\ndhcp-interface: [eno2]\nbranch: site\n")
+	var first, second, errb bytes.Buffer
+	if code := run(context.Background(), []string{"serve", "--config", in, "--print-config"}, strings.NewReader(""), &first, &errb); code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	for _, want := range []string{"\nworkers: \"5\"\n", "\ndhcp-interface:\n  - \"eno2\"\n", "\nbranch: \"site\"\n", "\nlisten: \"127.0.0.1:8080\"\n"} {
+		if !strings.Contains(first.String(), want) {
+			t.Errorf("--print-config lacks %q", want)
+		}
+	}
+	out := writeConfig(t, first.String())
+	if code := run(context.Background(), []string{"serve", "--config", out, "--print-config"}, strings.NewReader(""), &second, &errb); code != 0 {
+		t.Fatalf("reading --print-config back: exit %d: %s", code, errb.String())
+	}
+	if first.String() != second.String() {
+		t.Error("--print-config output read back gives another configuration")
+	}
+}
