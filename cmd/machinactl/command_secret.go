@@ -57,7 +57,7 @@ func newSecretCmd(e *env) *cobra.Command {
 	set := &cobra.Command{
 		Use:     "set NAME --username USER --password-stdin",
 		Short:   "Create or replace a named credential (password read from stdin)",
-		Example: "  printf '%s\\n' \"$BMC_PASSWORD\" | MACHINA_TOKEN=... machinactl secret set bmc-default --username admin --password-stdin",
+		Example: "  export MACHINA_API=https://machina.example:8444 MACHINA_CA=/etc/machina/ca.pem MACHINA_TOKEN=...\n  printf '%s\\n' \"$BMC_PASSWORD\" | machinactl secret set bmc-default --username admin --password-stdin",
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			name := args[0]
