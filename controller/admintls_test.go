@@ -1,8 +1,11 @@
 package controller
 
 import (
+	"crypto/ecdsa"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/pem"
+	"os"
 	"path/filepath"
 	"testing"
 
@@ -76,4 +79,58 @@ func TestListenAdminTLS(t *testing.T) {
 	if _, _, err := ListenAdminTLS("127.0.0.1:0", AdminTLS{Listen: "127.0.0.1:0", CertFile: "x.pem"}, ca); err == nil {
 		t.Error("a certificate without a key was accepted")
 	}
+}
+
+// TestListenAdminTLSOperatorCertificate serves the operator's PEM
+// certificate and key instead of a CA-issued one.
+func TestListenAdminTLSOperatorCertificate(t *testing.T) {
+	st, err := state.Open(filepath.Join(t.TempDir(), "state.db"), state.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	ca, err := join.LoadOrCreateCA(st, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pair, err := ca.ServerCertificate([]string{"ops-cert.example"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, err := x509.MarshalECPrivateKey(pair.PrivateKey.(*ecdsa.PrivateKey))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	certFile, keyFile := filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	var chain []byte
+	for _, der := range pair.Certificate {
+		chain = append(chain, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})...)
+	}
+	if err := os.WriteFile(certFile, chain, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ln, _, err := ListenAdminTLS("127.0.0.1:0", AdminTLS{Listen: "127.0.0.1:0", CertFile: certFile, KeyFile: keyFile}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		c, err := ln.Accept()
+		if err == nil {
+			_ = c.(*tls.Conn).Handshake()
+			c.Close()
+		}
+	}()
+	c, err := tls.Dial("tcp", ln.Addr().String(), &tls.Config{RootCAs: ca.Pool(), ServerName: "ops-cert.example"})
+	if err != nil {
+		t.Fatalf("handshake with the operator's certificate: %v", err)
+	}
+	if got := c.ConnectionState().PeerCertificates[0].Subject.CommonName; got != "ops-cert.example" {
+		t.Errorf("served certificate %q", got)
+	}
+	c.Close()
 }

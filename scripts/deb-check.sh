@@ -35,6 +35,7 @@ fi
 DEB=$(cd "$(dirname "$DEB")" && pwd)/$(basename "$DEB")
 say "package $DEB"
 
+if getent passwd machina >/dev/null; then USER_BEFORE=1; else USER_BEFORE=0; fi
 WORK=$(mktemp -d /tmp/deb-check.XXXXXX)
 chmod 0755 "$WORK"
 SVC_PID=""
@@ -48,6 +49,9 @@ cleanup() {
 		dpkg --purge machina >/dev/null 2>&1
 	fi
 	rm -rf /etc/machina /var/lib/machina "$WORK"
+	# The package keeps the machina user (Debian practice); the user
+	# deb-check's install created goes with the rest.
+	if [ "$USER_BEFORE" = 0 ] && getent passwd machina >/dev/null; then userdel machina 2>/dev/null; getent group machina >/dev/null && groupdel machina 2>/dev/null; fi
 	[ $rc = 0 ] || echo "deb-check: failed (exit $rc); logs were in $WORK" >&2
 	exit $rc
 }
