@@ -331,7 +331,10 @@ func newServeCmd(e *env) *cobra.Command {
 			"state store and admin API run (to store BMC credentials before the first reconcile).\n" +
 			"The master key for sealing secrets is read from " + envMasterKey + " only; it is never a flag.\n" +
 			"An HTTPS Git token is read from the file or environment variable named by --repo-token-file or\n" +
-			"--repo-token-env, never from a flag value.",
+			"--repo-token-env, never from a flag value.\n" +
+			"Every flag is also read from MACHINA_<FLAG> (--join-listen: MACHINA_JOIN_LISTEN) and from the --config\n" +
+			"file (keys are the flag names; machina bootstrap writes /etc/machina/machina.yaml); precedence: flag,\n" +
+			"environment, file, default. Off loopback the admin API and UI answer only over TLS (--admin-listen).",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := applySources(cmd.Flags(), configPath, os.Getenv, "config", "print-config"); err != nil {
