@@ -36,7 +36,21 @@ DEB=$(cd "$(dirname "$DEB")" && pwd)/$(basename "$DEB")
 say "package $DEB"
 
 if getent passwd machina >/dev/null; then USER_BEFORE=1; else USER_BEFORE=0; fi
-WORK=$(mktemp -d /tmp/deb-check.XXXXXX)
+if [ "$(ps -p 1 -o comm=)" = systemd ]; then SYSTEMD=1; else SYSTEMD=0; fi
+DROPIN=/run/systemd/system/machina.service.d/deb-check.conf
+if [ "$SYSTEMD" = 1 ]; then
+	# Under systemd the unit's PrivateTmp and ProtectSystem=strict hide /tmp
+	# and make the rest read-only: the file:// inventory (which the status
+	# writer pushes to) lives in /srv, opened by a runtime drop-in.
+	# (This path has not run on the development machine, which has no
+	# systemd as PID 1.)
+	mkdir -p /srv
+	WORK=$(mktemp -d /srv/machina-deb-check.XXXXXX)
+	mkdir -p "$(dirname "$DROPIN")"
+	printf '[Service]\nReadWritePaths=%s\n' "$WORK" >"$DROPIN"
+else
+	WORK=$(mktemp -d /tmp/deb-check.XXXXXX)
+fi
 chmod 0755 "$WORK"
 SVC_PID=""
 BMC_PID=""
@@ -49,6 +63,7 @@ cleanup() {
 		dpkg --purge machina >/dev/null 2>&1
 	fi
 	rm -rf /etc/machina /var/lib/machina "$WORK"
+	if [ "$SYSTEMD" = 1 ]; then rm -f "$DROPIN"; systemctl daemon-reload; fi
 	# The package keeps the machina user (Debian practice); the user
 	# deb-check's install created goes with the rest.
 	if [ "$USER_BEFORE" = 0 ] && getent passwd machina >/dev/null; then userdel machina 2>/dev/null; getent group machina >/dev/null && groupdel machina 2>/dev/null; fi
@@ -104,8 +119,6 @@ svc_stop() {
 	fi
 }
 svc_logs() { tail -n 20 "$WORK/serve.log"; }
-
-if [ "$(ps -p 1 -o comm=)" = systemd ]; then SYSTEMD=1; else SYSTEMD=0; fi
 
 # Run the `sh` blocks of docs/operations.md in order, in this shell.
 awk '
@@ -225,6 +238,7 @@ for block in "$WORK"/block-*; do
 		grep -q '"PowerState": *"On"' "$WORK/system.json" && grep -q '"BootSourceOverrideTarget": *"Pxe"' "$WORK/system.json" ||
 			fail "the simulated BMC was not set to PXE and powered on: $(head -c 400 "$WORK/system.json"); $(tail -n 5 "$WORK/serve.log")"
 		say "sim-n01 commissioning: the controller set PXE and powered the simulated BMC on with the stored secret"
+		if [ "$SYSTEMD" = 1 ]; then journalctl -u machina --no-pager >"$WORK/serve.log" 2>&1 || true; fi
 		if grep -q "$BMC_PASSWORD" "$WORK/serve.log" || grep -q "$MACHINA_TOKEN" "$WORK/serve.log"; then fail "a secret is in the controller's log"; fi
 	fi
 	if grep -q '^machinactl state snapshot' "$run"; then
