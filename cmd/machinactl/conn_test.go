@@ -247,3 +247,43 @@ func (f *failReader) Read([]byte) (int, error) {
 	f.t.Error("stdin read before the plain-HTTP refusal")
 	return 0, io.EOF
 }
+
+// TestControllerServesAdminAndUIOverTLS runs the whole controller on the
+// simulated lab with its admin TLS listener: machinactl status answers
+// over TLS with the CA pinned, and the UI is served on the same listener
+// (its login page; the session cookie is Secure there).
+func TestControllerServesAdminAndUIOverTLS(t *testing.T) {
+	h := startControllerWith(t, func(c *controller.Config) { c.AdminTLS = controller.AdminTLS{Listen: "127.0.0.1:0"} })
+	if !strings.HasPrefix(h.run.AdminURL, "https://127.0.0.1:") {
+		t.Fatalf("AdminURL %q", h.run.AdminURL)
+	}
+	ca, err := join.LoadOrCreateCA(h.run.Store, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caFile := filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(caFile, ca.PEM(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(envToken, h.token)
+	var out, errb bytes.Buffer
+	if code := run(context.Background(), []string{"status", "--api", h.run.AdminURL, "--ca-file", caFile}, strings.NewReader(""), &out, &errb); code != 0 {
+		t.Fatalf("status over TLS: exit %d: %s", code, errb.String())
+	}
+	if !strings.Contains(out.String(), "Servers:") {
+		t.Errorf("status output %q", out.String())
+	}
+	hc, err := (&connFlags{caFile: caFile}).httpClient()
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := hc.Get(h.run.AdminURL + "/ui/")
+	if err != nil {
+		t.Fatalf("UI over TLS: %v", err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.Contains(strings.ToLower(string(body)), "<html") {
+		t.Errorf("GET /ui/ over TLS = %d %.200q", resp.StatusCode, body)
+	}
+}
