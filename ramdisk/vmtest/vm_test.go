@@ -19,22 +19,16 @@ import (
 	"time"
 
 	v1 "github.com/machina-metal/machina/api/v1"
+	"github.com/machina-metal/machina/internal/peertest"
 	"github.com/machina-metal/machina/ramdisk/agent/agenttest"
 )
 
 const vmMAC = "52:54:00:12:34:56"
 
-// needTools skips outside CI when a tool is missing; in CI it fails.
+// needTools fails naming the Debian package when a tool is missing.
 func needTools(t *testing.T, tools ...string) {
 	t.Helper()
-	for _, tool := range tools {
-		if _, err := exec.LookPath(tool); err != nil {
-			if os.Getenv("CI") == "true" {
-				t.Fatalf("%s not installed (required in CI)", tool)
-			}
-			t.Skipf("%s not installed; the qemu ramdisk test needs it", tool)
-		}
-	}
+	peertest.Commands(t, tools...)
 }
 
 // repoRoot is two levels up from this package (go test runs in the package dir).
