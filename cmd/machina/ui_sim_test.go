@@ -64,7 +64,7 @@ func TestBrowserAgainstMachinaSim(t *testing.T) {
 		}
 	})
 
-	banner := sim.waitLine(t, regexp.MustCompile(`^Controller at (\S+) \(admin API token in (\S+)\)$`), 2*time.Minute)
+	banner := sim.waitLine(t, regexp.MustCompile(`^  export PATH=\S+:\$PATH MACHINA_API=(\S+) MACHINA_TOKEN=\$\(cat (\S+)\)$`), 2*time.Minute)
 	base, tokenPath := banner[1], banner[2]
 	tokBytes, err := os.ReadFile(tokenPath)
 	if err != nil {

@@ -29,7 +29,8 @@ const maxPasswordBytes = 4096
 func apiClient(apiURL string) (*v1.Client, error) {
 	tok := os.Getenv(envToken)
 	if tok == "" {
-		return nil, fmt.Errorf("%s is not set: create a token with `machina token create --name NAME` and export it", envToken)
+		return nil, fmt.Errorf("%s is not set: export an admin token (machina sim prints the export line and keeps the token in its folder's admin-token file; "+
+			"on a site: machinactl admin-token create NAME with an existing token, or machina token create --name NAME --state FILE while no controller runs on FILE)", envToken)
 	}
 	return v1.NewClient(apiURL, tok)
 }
