@@ -11,7 +11,7 @@ TESTFLAGS ?= -race -count=1 -timeout 20m
 TESTSKIP  := -skip '^TestVMLab$$'
 SUMMARY   := $(GO) run ./scripts/testsummary
 
-.PHONY: all build deps test unit unit-quick fuzz vet lint demo clean
+.PHONY: all build deps prep test unit unit-quick fuzz vet lint demo clean
 
 all: build
 
@@ -32,6 +32,7 @@ deps:
 test:
 	@[ "$$(id -u)" = 0 ] || echo "make test: not root: the tests that need root (network namespaces, loop devices, LVM) will fail; run it as root (sudo make test), or make unit-quick for the quick mode"
 	@$(MAKE) --no-print-directory deps
+	@$(MAKE) --no-print-directory prep
 	@$(MAKE) --no-print-directory vet
 	@$(MAKE) --no-print-directory unit
 	@$(MAKE) --no-print-directory fuzz
@@ -39,6 +40,16 @@ test:
 
 vet:
 	$(GO) vet $(PKGS)
+
+# prep: the caches some tests read, built before the suite so that no test
+# writes outside its temporary folders: Debian's kernel package and the
+# ramdisk (out/ramdisk, apt-get download), and as root the VM lab's OS image
+# (make os-image: debootstrap, a few minutes the first time, cached in
+# ~/.cache/machina/os-image).
+prep:
+	@$(MAKE) --no-print-directory ramdisk
+	@if [ "$$(id -u)" = 0 ]; then $(MAKE) --no-print-directory os-image; \
+	else echo "make test: not root: the VM lab's OS image is not built (make os-image needs root); lab/vm/osimage TestEnsureAndBoot will fail"; fi
 
 # unit: the suite through scripts/testsummary (go test -json: plain
 # go test's output plus the summary line; fails on any skip), between the

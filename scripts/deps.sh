@@ -10,6 +10,8 @@
 # Then (test) the npm modules of the schema second opinion (scripts/ajv,
 # `npm ci`, from the npm registry). Nothing is installed when nothing is
 # missing, so a second run needs no network. `list` prints the package list.
+# DEPS_ADMINDIR names another dpkg database to consult (dpkg-query
+# --admindir), e.g. an empty folder to try the fresh-machine path here.
 # Every Debian package a test names when its peer is missing
 # (internal/peertest.Packages) is in TEST_PKGS (peertest's
 # TestPackagesInDepsScript).
@@ -21,7 +23,7 @@ mode=${1:-test}
 # second client the tests cross-check with.
 DEMO_PKGS="openipmi ipmitool"
 TEST_PKGS="$DEMO_PKGS
-  git make gcc ca-certificates iproute2 util-linux mount coreutils tar gzip dash dpkg apt
+  git make gcc ca-certificates iproute2 util-linux mount coreutils grep tar gzip dash dpkg apt
   qemu-system-x86 qemu-utils qemu-block-extra ovmf ipxe
   busybox-static udhcpc isc-dhcp-client tftp-hpa dnsmasq-base
   xorriso mtools syslinux-common isolinux syslinux-efi grub-efi-amd64-bin grub-pc-bin
@@ -45,7 +47,7 @@ fi
 
 missing=""
 for p in $PKGS; do
-	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing="$missing $p"
+	dpkg-query ${DEPS_ADMINDIR:+--admindir="$DEPS_ADMINDIR"} -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing="$missing $p"
 done
 missing=${missing# }
 if [ -n "$missing" ]; then

@@ -159,11 +159,12 @@ func runSim(ctx context.Context, e *env, o simOptions) error {
 		// Registered first, so it runs last: after the controller and the
 		// lab (deferred below) have stopped and closed their files.
 		defer func() {
+			used, _ := dirSize(dir)
 			if err := os.RemoveAll(dir); err != nil {
 				fmt.Fprintf(e.stderr, "machina sim: remove %s: %v\n", dir, err)
 				return
 			}
-			fmt.Fprintf(e.stdout, "Removed the lab folder %s.\n", dir)
+			fmt.Fprintf(e.stdout, "Removed the lab folder %s (%s).\n", dir, humanBytes(used))
 		}()
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -260,10 +261,15 @@ func runSim(ctx context.Context, e *env, o simOptions) error {
 	if tok, _, err := r.Store.CreateAdminToken("sim", state.ActorLocal); err == nil {
 		_ = os.WriteFile(tokenPath, []byte(tok+"\n"), 0o600)
 	}
-	printSimAccess(e.stdout, r.URL, tokenPath, lab, dir, created && !o.keep)
+	export := printSimAccess(e.stdout, r.URL, tokenPath, lab, dir, created && !o.keep)
 	fmt.Fprintf(e.stdout, "Watching servers go new → commissioning → ready → deployed (and invalid revisions, held plans, failed and stalled actions)...\n\n")
 
-	err = watchSim(ctx, e.stdout, r, o.untilDone, func() { printSimHelp(e.stdout, lab) })
+	help := func() {
+		printSimHelp(e.stdout, lab)
+		used, _ := dirSize(dir)
+		fmt.Fprintf(e.stdout, "Talk to the controller (another terminal):\n  %s\n  machinactl status\nLab folder %s: %s on disk.\n", export, dir, humanBytes(used))
+	}
+	err = watchSim(ctx, e.stdout, r, o.untilDone, help)
 	if errors.Is(err, errSimDone) {
 		fmt.Fprintf(e.stdout, "\nEvery profile's count is deployed.\n")
 		fctx, fcancel := context.WithTimeout(ctx, 30*time.Second)
@@ -271,7 +277,7 @@ func runSim(ctx context.Context, e *env, o simOptions) error {
 			fmt.Fprintf(e.stderr, "machina sim: final status commit: %v\n", err)
 		}
 		fcancel()
-		printSimHelp(e.stdout, lab)
+		help()
 		cancel()
 		<-done
 		return nil
@@ -520,13 +526,15 @@ func listOrEmpty(names []string) string {
 // printSimAccess prints the copy-paste lines to reach the controller with
 // machinactl, the simulated BMCs' account, and the lab folder with its size
 // and fate.
-func printSimAccess(w io.Writer, url, tokenPath string, lab *sim.Lab, dir string, removeOnExit bool) {
+// It returns the export line.
+func printSimAccess(w io.Writer, url, tokenPath string, lab *sim.Lab, dir string, removeOnExit bool) string {
 	binDir := "bin"
 	if exe, err := os.Executable(); err == nil {
 		binDir = filepath.Dir(exe)
 	}
 	fmt.Fprintf(w, "Controller at %s. In another terminal (copy-paste):\n", url)
-	fmt.Fprintf(w, "  export PATH=%s:$PATH MACHINA_API=%s MACHINA_TOKEN=$(cat %s)\n", binDir, url, tokenPath)
+	export := fmt.Sprintf("export PATH=%s:$PATH MACHINA_API=%s MACHINA_TOKEN=$(cat %s)", binDir, url, tokenPath)
+	fmt.Fprintf(w, "  %s\n", export)
 	fmt.Fprintf(w, "  machinactl status                 # the fleet: lifecycles, held plan, failed and stalled servers\n")
 	if ipmi := lab.IPMIServers(); len(ipmi) > 0 {
 		fmt.Fprintf(w, "  machinactl console %-14s # an IPMI server's serial console (Serial-over-LAN)\n", ipmi[0])
@@ -537,16 +545,17 @@ func printSimAccess(w io.Writer, url, tokenPath string, lab *sim.Lab, dir string
 	}
 	user, pass := lab.Credentials()
 	fmt.Fprintf(w, "Simulated BMCs (lab only, loopback): user %s, password %s\n", user, pass)
-	used, apparent := dirSize(dir)
+	used, _ := dirSize(dir)
 	fate := "Ctrl-C stops the lab and removes this folder (machina sim --keep, or make demo DEMO_FLAGS=--keep, keeps it)"
 	if !removeOnExit {
 		fate = "it is kept when the lab stops; remove it yourself with rm -rf " + dir
 	}
-	fmt.Fprintf(w, "Lab folder %s: %s on disk (%s of sparse disk files and images apparent); %s\n\n", dir, humanBytes(used), humanBytes(apparent), fate)
+	fmt.Fprintf(w, "Lab folder %s: %s on disk now, more as images are written (the simulated disks are sparse files); %s\n\n", dir, humanBytes(used), fate)
+	return export
 }
 
 // dirSize returns the disk space the files under dir use (allocated
-// blocks; sparse files count what is written) and their apparent size.
+// blocks; a sparse file counts what is written) and their apparent size.
 func dirSize(dir string) (used, apparent int64) {
 	_ = filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() {

@@ -76,6 +76,12 @@ var Packages = map[string]string{
 	"nginx":              "nginx-light",
 	"etcd":               "etcd-server",
 	"etcdctl":            "etcd-client",
+	"dirname":            "coreutils",
+	"id":                 "coreutils",
+	"cat":                "coreutils",
+	"grep":               "grep",
+	"dpkg-query":         "dpkg",
+	"setpriv":            "util-linux",
 }
 
 // Quick reports whether the quick mode is on (SKIP_PEERS=1 or -short).

@@ -1,9 +1,13 @@
 package peertest
 
 import (
+	"errors"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestPackagesInDepsScript: every Debian package a failing test names is
@@ -61,5 +65,52 @@ func TestMissingFailsOutsideQuickMode(t *testing.T) {
 		if !strings.Contains(string(out), "the Debian package qemu-utils") {
 			t.Errorf("%s: output does not name the Debian package:\n%s", tc.env, out)
 		}
+	}
+}
+
+// TestDepsScriptPrintsInstallCommand: on a machine where nothing is
+// installed (an empty dpkg database, DEPS_ADMINDIR), not root and without
+// sudo, scripts/deps.sh stops at once, exit 1, printing the exact apt-get
+// command. Run as nobody (setpriv) when the suite runs as root.
+func TestDepsScriptPrintsInstallCommand(t *testing.T) {
+	admin := t.TempDir()
+	if err := os.WriteFile(filepath.Join(admin, "status"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// A PATH with what the script uses and no sudo.
+	bin := t.TempDir()
+	for _, c := range []string{"sh", "dirname", "dpkg-query", "grep", "id", "cat"} {
+		if err := os.Symlink(Command(t, c), filepath.Join(bin, c)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	script, err := filepath.Abs("../../" + DepsScript)
+	if err != nil {
+		t.Fatal(err)
+	}
+	args := []string{filepath.Join(bin, "sh"), script}
+	if os.Geteuid() == 0 {
+		// nobody must reach the test's folders (t.TempDir makes them 0700).
+		for _, d := range []string{admin, filepath.Dir(admin), bin, filepath.Dir(bin)} {
+			if err := os.Chmod(d, 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+		args = append([]string{Command(t, "setpriv"), "--reuid=65534", "--regid=65534", "--clear-groups"}, args...)
+	}
+	cmd := exec.Command(args[0], args[1:]...)
+	cmd.Env = []string{"PATH=" + bin, "DEPS_ADMINDIR=" + admin, "HOME=/nonexistent"}
+	start := time.Now()
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 1 {
+		t.Fatalf("deps.sh: %v, want exit 1\n%s", err, out)
+	}
+	if d := time.Since(start); d > 20*time.Second {
+		t.Errorf("deps.sh took %v to stop, want at once", d)
+	}
+	want := "apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends openipmi ipmitool git "
+	if !strings.Contains(string(out), want) || !strings.Contains(string(out), " chromium chromium-driver ") {
+		t.Errorf("deps.sh output lacks the install command %q:\n%s", want, out)
 	}
 }

@@ -41,13 +41,15 @@ func repoRoot(t testing.TB) string {
 }
 
 // buildRamdisk runs the real build script (what `make ramdisk` runs) into
-// out/ramdisk of the repository, reusing its kernel package cache.
+// a folder of the test, reusing the repository's kernel package cache
+// (out/ramdisk/cache, filled by `make ramdisk`, which `make test` runs
+// first), so the test writes nothing outside its temporary folders.
 func buildRamdisk(t testing.TB) (kernel, initrd string) {
 	t.Helper()
 	root := repoRoot(t)
-	out := filepath.Join(root, "out", "ramdisk")
+	out := filepath.Join(t.TempDir(), "ramdisk")
 	cmd := exec.Command(filepath.Join(root, "scripts", "build-ramdisk.sh"))
-	cmd.Env = append(os.Environ(), "OUT="+out)
+	cmd.Env = append(os.Environ(), "OUT="+out, "CACHE="+filepath.Join(root, "out", "ramdisk", "cache"))
 	b, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("build-ramdisk.sh: %v\n%s", err, b)

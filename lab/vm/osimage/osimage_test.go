@@ -70,6 +70,12 @@ func TestReadSums(t *testing.T) {
 // runcmd; then the ACPI power button must power the guest off.
 func TestEnsureAndBoot(t *testing.T) {
 	requireLab(t)
+	// The image is built by `make os-image` (which `make test` runs first,
+	// as root) into its cache outside the repository; the test only reads
+	// it, so it writes nothing outside its temporary folders.
+	if _, err := os.Stat(filepath.Join(cacheDir(), Key(), SumsFile)); err != nil {
+		peertest.Missing(t, "the VM lab's OS image is not built ("+filepath.Join(cacheDir(), Key())+")", "it with `make os-image` (root, Debian mirror; make test builds it first)")
+	}
 	ctx := context.Background()
 	start := time.Now()
 	path, sum, err := Ensure(ctx, cacheDir())
