@@ -115,20 +115,32 @@ func Command(t testing.TB, name string) string {
 // Commands is Command for several names; it reports every missing one at once.
 func Commands(t testing.TB, names ...string) {
 	t.Helper()
-	var miss, pkgs []string
+	var miss, debs, other []string
 	seen := map[string]bool{}
 	for _, n := range names {
 		if _, err := exec.LookPath(n); err != nil {
 			miss = append(miss, n)
-			if i := install(n); !seen[i] {
-				seen[i] = true
-				pkgs = append(pkgs, i)
+			if p, ok := Packages[n]; ok {
+				if !seen[p] {
+					seen[p] = true
+					debs = append(debs, p)
+				}
+			} else {
+				other = append(other, install(n))
 			}
 		}
 	}
-	if len(miss) > 0 {
-		Missing(t, strings.Join(miss, ", ")+" not in PATH", strings.Join(pkgs, ", "))
+	if len(miss) == 0 {
+		return
 	}
+	switch len(debs) {
+	case 0:
+	case 1:
+		other = append([]string{"the Debian package " + debs[0]}, other...)
+	default:
+		other = append([]string{"the Debian packages " + strings.Join(debs, " ")}, other...)
+	}
+	Missing(t, strings.Join(miss, ", ")+" not in PATH", strings.Join(other, ", "))
 }
 
 // File ends t when path does not exist, naming the Debian package pkg that
