@@ -24,11 +24,12 @@ build:
 deps:
 	sh scripts/deps.sh test
 
-# test: the whole set-up and every test, no skip: deps, vet, the
-# race-enabled suite (a missing peer FAILS naming its Debian package), a
-# bounded fuzz of every fuzz target, and the check that the suite left
-# nothing in / or $$HOME. Ends with the summary line (skipped must be 0).
-# Steps run in this order also under make -j.
+# test: the whole set-up and every test, no skip: deps, prep (caches),
+# vet, the race-enabled suite (a missing peer FAILS naming its Debian
+# package), a bounded fuzz of every fuzz target, and the check that the
+# suite left nothing in / or $HOME. Ends with the summary line (skipped
+# must be 0). The steps run one after another also under make -j; a new
+# step is one more line here.
 test:
 	@[ "$$(id -u)" = 0 ] || echo "make test: not root: the tests that need root (network namespaces, loop devices, LVM) will fail; run it as root (sudo make test), or make unit-quick for the quick mode"
 	@$(MAKE) --no-print-directory deps
