@@ -319,7 +319,25 @@ type result struct {
 	ramdisk                   time.Duration // both ramdisk GETs; zero when the client skipped them
 	rdBytes                   int64
 	rdStart, rdEnd            time.Time
-	err                       error
+	ok                        [4]bool  // dhcp, tftp, script, ramdisk succeeded (or, ramdisk, was skipped)
+	errs                      [4]error // the step's failure
+	err                       error    // the first failure
+}
+
+// Step indexes into result.ok.
+const (
+	stepDHCP = iota
+	stepTFTP
+	stepScript
+	stepRamdisk
+)
+
+// note records the outcome of step: ok, or the client's first error.
+func (r *result) note(step int, err error) {
+	r.ok[step], r.errs[step] = err == nil, err
+	if err != nil && r.err == nil {
+		r.err = err
+	}
 }
 
 func storm(ctx context.Context, args []string) error {
@@ -358,23 +376,38 @@ func storm(ctx context.Context, args []string) error {
 	t0 := time.Now()
 	if *stepwise {
 		close(start) // nobody waits on it; the phases below replace the free run
+		// Every client runs every step, also after a failed one (each
+		// step's request does not depend on the previous answer), so that
+		// each step runs at the full concurrency on both sides: dnsmasq
+		// loses a third of the DHCP burst, and its TFTP would otherwise
+		// be measured with two thirds of the clients.
 		phase := func(f func(i int)) {
 			var pw sync.WaitGroup
 			for i := range *n {
-				if results[i].err == nil {
-					pw.Go(func() { f(i) })
-				}
+				pw.Go(func() { f(i) })
 			}
 			pw.Wait()
 		}
-		phase(func(i int) { results[i].dhcp, results[i].err = dhcpStep(r, stormMAC(i), *file) })
-		phase(func(i int) { results[i].tftp, results[i].err = tftpStep(*server, *file) })
 		phase(func(i int) {
-			results[i].script, results[i].connect, results[i].err = scriptStep(ctx, hc, stormMAC(i), *httpURL)
+			var err error
+			results[i].dhcp, err = dhcpStep(r, stormMAC(i), *file)
+			results[i].note(stepDHCP, err)
+		})
+		phase(func(i int) {
+			var err error
+			results[i].tftp, err = tftpStep(*server, *file)
+			results[i].note(stepTFTP, err)
+		})
+		phase(func(i int) {
+			var err error
+			results[i].script, results[i].connect, err = scriptStep(ctx, hc, stormMAC(i), *httpURL)
+			results[i].note(stepScript, err)
 		})
 		phase(func(i int) {
 			if i < *rdN {
-				results[i].err = ramdiskStep(ctx, *rdURL, &results[i])
+				results[i].note(stepRamdisk, ramdiskStep(ctx, *rdURL, &results[i]))
+			} else {
+				results[i].ok[stepRamdisk] = true
 			}
 		})
 		for i := range results {
@@ -398,6 +431,7 @@ func storm(ctx context.Context, args []string) error {
 
 	var dh, tf, sc, tot, cn, rd []time.Duration
 	failed := 0
+	var stepFailed [4]int
 	var firstErr error
 	var rdBytes int64
 	var rdFirst, rdLast time.Time
@@ -407,11 +441,28 @@ func storm(ctx context.Context, args []string) error {
 			if firstErr == nil {
 				firstErr = res.err
 			}
-			continue
 		}
-		dh, tf, sc, tot = append(dh, res.dhcp), append(tf, res.tftp), append(sc, res.script), append(tot, res.total)
-		cn = append(cn, res.connect)
-		if res.rdBytes > 0 {
+		for st, err := range res.errs {
+			if err != nil {
+				stepFailed[st]++
+			}
+		}
+		// A step's figures include every client that completed it (in a
+		// free run, a client stops at its first failure); the total only
+		// clients that completed all.
+		if res.ok[stepDHCP] {
+			dh = append(dh, res.dhcp)
+		}
+		if res.ok[stepTFTP] {
+			tf = append(tf, res.tftp)
+		}
+		if res.ok[stepScript] {
+			sc, cn = append(sc, res.script), append(cn, res.connect)
+		}
+		if res.err == nil {
+			tot = append(tot, res.total)
+		}
+		if res.ok[stepRamdisk] && res.rdBytes > 0 {
 			rd = append(rd, res.ramdisk)
 			rdBytes += res.rdBytes
 			if rdFirst.IsZero() || res.rdStart.Before(rdFirst) {
@@ -425,6 +476,7 @@ func storm(ctx context.Context, args []string) error {
 	out := map[string]any{
 		"client_cpu_s": cpuSeconds(), "file": *file,
 		"label": *label, "stepwise": *stepwise, "clients": *n, "failed": failed, "wall_ms": ms(wall),
+		"failed_dhcp": stepFailed[stepDHCP], "failed_tftp": stepFailed[stepTFTP], "failed_script": stepFailed[stepScript], "failed_ramdisk": stepFailed[stepRamdisk],
 		"dhcp_p50_ms": ms(pct(dh, 50)), "dhcp_p99_ms": ms(pct(dh, 99)),
 		"tftp_p50_ms": ms(pct(tf, 50)), "tftp_p99_ms": ms(pct(tf, 99)),
 		"script_p50_ms": ms(pct(sc, 50)), "script_p99_ms": ms(pct(sc, 99)),
@@ -448,20 +500,29 @@ func storm(ctx context.Context, args []string) error {
 
 func client(ctx context.Context, r *relay, hc *http.Client, mac net.HardwareAddr, server, scriptURL, file, ramdiskURL string) (res result) {
 	t0 := time.Now()
-	if res.dhcp, res.err = dhcpStep(r, mac, file); res.err != nil {
+	var err error
+	if res.dhcp, err = dhcpStep(r, mac, file); err != nil {
+		res.note(stepDHCP, err)
 		return res
 	}
-	if res.tftp, res.err = tftpStep(server, file); res.err != nil {
+	res.note(stepDHCP, nil)
+	if res.tftp, err = tftpStep(server, file); err != nil {
+		res.note(stepTFTP, err)
 		return res
 	}
-	if res.script, res.connect, res.err = scriptStep(ctx, hc, mac, scriptURL); res.err != nil {
+	res.note(stepTFTP, nil)
+	if res.script, res.connect, err = scriptStep(ctx, hc, mac, scriptURL); err != nil {
+		res.note(stepScript, err)
 		return res
 	}
+	res.note(stepScript, nil)
 	if ramdiskURL != "" {
-		if res.err = ramdiskStep(ctx, ramdiskURL, &res); res.err != nil {
+		if err = ramdiskStep(ctx, ramdiskURL, &res); err != nil {
+			res.note(stepRamdisk, err)
 			return res
 		}
 	}
+	res.note(stepRamdisk, nil)
 	res.total = time.Since(t0)
 	return res
 }
@@ -690,7 +751,10 @@ func table(w io.Writer, files []string) error {
 				num(a, "ramdisk_mb_s"), num(b, "ramdisk_mb_s"), ratio(num(a, "ramdisk_mb_s"), num(b, "ramdisk_mb_s")))
 		}
 		fmt.Fprintf(w, "load generator CPU: %.2f s (%s run) | %.2f s (%s run)\n", a["client_cpu_s"], a["label"], b["client_cpu_s"], b["label"])
-		fmt.Fprintf(w, "failed clients: %s %v %v | %s %v %v\n\n", a["label"], a["failed"], orEmpty(a["first_error"]), b["label"], b["failed"], orEmpty(b["first_error"]))
+		fmt.Fprintf(w, "failed clients: %s %v %v | %s %v %v\n", a["label"], a["failed"], orEmpty(a["first_error"]), b["label"], b["failed"], orEmpty(b["first_error"]))
+		fmt.Fprintf(w, "failed per step (dhcp tftp script ramdisk): %s %v %v %v %v | %s %v %v %v %v\n\n",
+			a["label"], a["failed_dhcp"], a["failed_tftp"], a["failed_script"], a["failed_ramdisk"],
+			b["label"], b["failed_dhcp"], b["failed_tftp"], b["failed_script"], b["failed_ramdisk"])
 	}
 	return nil
 }

@@ -120,14 +120,10 @@ type Server struct {
 	active map[string]int
 	total  int
 	conn   *net.UDPConn
-	// running holds the sockets of running transfers, closed by Serve
-	// when the drain after shutdown runs out.
-	running map[*net.UDPConn]struct{}
 	// peers holds the client address and port of each running transfer:
 	// a retransmitted RRQ from a client still waiting for its first answer
 	// is ignored rather than started twice (the client would get two TIDs).
-	peers map[netip.AddrPort]struct{}
-	wg    sync.WaitGroup
+	peers map[netip.AddrPort]struct{} // owned by the event loop
 
 	served, refused, limited, failed atomic.Uint64
 
@@ -233,7 +229,7 @@ func New(cfg Config) (*Server, error) {
 	if cfg.MaxWindowSize <= 0 || cfg.MaxWindowSize > maxWindowSize {
 		cfg.MaxWindowSize = 64
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, root: root, autoexec: script, active: map[string]int{}, running: map[*net.UDPConn]struct{}{}, peers: map[netip.AddrPort]struct{}{}}
+	s := &Server{cfg: cfg, log: cfg.Logger, root: root, autoexec: script, active: map[string]int{}, peers: map[netip.AddrPort]struct{}{}}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
@@ -277,8 +273,9 @@ func (s *Server) Addr() *net.UDPAddr {
 // lets running transfers finish for at most Timeout × Retries, closes the
 // sockets of those still running and returns nil. Each transfer gets its
 // own UDP socket (a new TID, RFC 1350 §4), opened by the goroutine that
-// called Serve, so it lands in that thread's network namespace. Write
-// requests are refused (TFTP error 4). Errors: the listen socket failing.
+// called Serve, which also runs the event loop (see the package doc), so
+// every socket lands in that thread's network namespace. Write requests
+// are refused (TFTP error 4). Errors: the listen socket or epoll failing.
 func (s *Server) Serve(ctx context.Context) error {
 	if s.Addr() == nil {
 		if err := s.Listen(); err != nil {
@@ -286,154 +283,142 @@ func (s *Server) Serve(ctx context.Context) error {
 		}
 	}
 	s.log.Info("tftp serving", "addr", s.conn.LocalAddr().String())
-	stop := context.AfterFunc(ctx, func() { _ = s.conn.Close() })
-	defer stop()
-	buf := make([]byte, maxRequest+1)
-	var err error
-	for {
-		var n int
-		var from netip.AddrPort
-		n, from, err = s.conn.ReadFromUDPAddrPort(buf)
-		if err != nil {
-			break
-		}
-		s.handle(buf[:n], from)
+	l, err := newLoop(s)
+	if err != nil {
+		s.conn.Close()
+		s.root.Close()
+		return fmt.Errorf("tftp: serve: %w", err)
 	}
-	_ = s.conn.Close()
-	s.drain()
+	stop := context.AfterFunc(ctx, l.shutdown)
+	err = l.run()
+	stop()
+	l.close()
+	s.conn.Close()
 	s.root.Close()
-	if ctx.Err() != nil {
+	if err != nil {
+		return fmt.Errorf("tftp: serve: %w", err)
+	}
+	return nil
+}
+
+// handle answers one datagram on the listen socket and returns the new
+// transfer to run, or nil. Malformed packets that are not requests and
+// anything but RRQ/WRQ are dropped (RFC 1350 §5: an ERROR is never
+// answered, and a stray ACK or DATA has no transfer here); refusals are
+// answered with an ERROR from a new TID. Called by the event loop only.
+func (s *Server) handle(p []byte, from netip.AddrPort) *transfer {
+	from = netip.AddrPortFrom(from.Addr().Unmap(), from.Port())
+	req, perr := parseRequest(p)
+	if perr != nil && req.op != opRRQ && req.op != opWRQ {
+		s.log.Debug("tftp dropped packet", "peer", from.String(), "err", perr)
 		return nil
 	}
-	return fmt.Errorf("tftp: serve: %w", err)
-}
-
-// drain waits for running transfers for Timeout × Retries, then closes
-// their sockets (each then ends at its next read) and waits for them.
-func (s *Server) drain() {
-	done := make(chan struct{})
-	go func() { s.wg.Wait(); close(done) }()
-	select {
-	case <-done:
-		return
-	case <-time.After(s.cfg.Timeout * time.Duration(s.cfg.Retries)):
-	}
-	s.mu.Lock()
-	for c := range s.running {
-		_ = c.Close()
-	}
-	s.mu.Unlock()
-	<-done
-}
-
-// handle answers one datagram on the listen socket. Malformed packets and
-// anything but RRQ/WRQ are dropped (RFC 1350 §5: an ERROR is never
-// answered, and a stray ACK or DATA has no transfer here).
-func (s *Server) handle(p []byte, from netip.AddrPort) {
-	from = netip.AddrPortFrom(from.Addr().Unmap(), from.Port())
-	req, err := parseRequest(p)
-	if err != nil && req.op != opRRQ && req.op != opWRQ {
-		s.log.Debug("tftp dropped packet", "peer", from.String(), "err", err)
-		return
-	}
-	s.mu.Lock()
-	_, dup := s.peers[from]
-	s.mu.Unlock()
-	if dup {
+	if _, dup := s.peers[from]; dup {
 		s.log.Debug("tftp ignored repeated request", "peer", from.String())
-		return
+		return nil
 	}
 	ip := from.Addr().String()
 	log := s.log.With("peer", from.String(), "file", strings.ToValidUTF8(req.filename, "?"))
-	conn, err := s.dial(from)
+	fd, err := s.dial(from)
 	if err != nil {
 		s.failed.Add(1)
 		log.Warn("tftp transfer socket", "err", err)
-		return
+		return nil
 	}
-	refuse := func(code uint16, e error) {
-		_, _ = conn.Write(errorPacket(code, e.Error()))
-		_ = conn.Close()
+	refuse := func(code uint16, e error) *transfer {
+		_, _ = unix.Write(fd, errorPacket(code, e.Error()))
+		_ = unix.Close(fd)
+		return nil
 	}
-	if err != nil {
+	if perr != nil {
 		s.refused.Add(1)
-		log.Warn("tftp refused request", "err", err)
-		refuse(codeIllegalOp, errMalformed)
-		return
+		log.Warn("tftp refused request", "err", perr)
+		return refuse(codeIllegalOp, errMalformed)
 	}
 	if req.op == opWRQ {
 		s.refused.Add(1)
 		log.Warn("tftp refused write request")
-		refuse(codeIllegalOp, errors.New("read-only server"))
-		return
+		return refuse(codeIllegalOp, errors.New("read-only server"))
 	}
 	if req.mode != "octet" && req.mode != "netascii" {
 		s.refused.Add(1)
 		log.Warn("tftp refused mode", "mode", strings.ToValidUTF8(req.mode, "?"))
-		refuse(codeIllegalOp, errors.New("unsupported mode"))
-		return
+		return refuse(codeIllegalOp, errors.New("unsupported mode"))
 	}
 	if !s.acquire(ip) {
 		s.limited.Add(1)
 		log.Warn("tftp refused: transfer limit")
-		refuse(codeUndefined, ErrBusy)
-		return
+		return refuse(codeUndefined, ErrBusy)
 	}
-	t, closeSrc, code, err := s.open(req, log)
+	t, code, err := s.open(req, log)
 	if err != nil {
 		s.release(ip)
-		refuse(code, err)
-		return
+		return refuse(code, err)
 	}
-	t.conn = conn
-	s.mu.Lock()
-	s.running[conn] = struct{}{}
+	t.fd, t.peer, t.ip, t.log = fd, from, ip, log
 	s.peers[from] = struct{}{}
-	s.mu.Unlock()
-	s.wg.Go(func() {
-		defer s.release(ip)
-		defer closeSrc()
-		err := t.run()
-		s.mu.Lock()
-		delete(s.running, conn)
-		delete(s.peers, from)
-		s.mu.Unlock()
-		if err != nil {
-			s.failed.Add(1)
-			var pe *peerError
-			if !errors.As(err, &pe) {
-				msg := "transfer failed"
-				if errors.Is(err, errTimeout) {
-					msg = "timeout"
-				}
-				_, _ = conn.Write(errorPacket(codeUndefined, msg))
-			}
-			log.Debug("tftp transfer ended", "err", err, "packets", t.sent)
-		} else {
-			s.served.Add(1)
-			log.Debug("tftp sent", "bytes", t.size, "blksize", t.blksize, "windowsize", t.window, "packets", t.sent)
-		}
-		_ = conn.Close()
-	})
+	return t
 }
 
-// dial opens the transfer's socket, connected to the client, from the
-// listen address's IP (any: the kernel picks the source by route, the
-// provisioning interface's own address on a single-homed segment).
-func (s *Server) dial(to netip.AddrPort) (*net.UDPConn, error) {
-	var laddr *net.UDPAddr
-	if la := s.conn.LocalAddr().(*net.UDPAddr); !la.IP.IsUnspecified() {
-		laddr = &net.UDPAddr{IP: la.IP}
+// end releases a finished transfer's limits and counts it; err nil means
+// the last block was acknowledged.
+func (s *Server) end(t *transfer, err error) {
+	if err != nil {
+		var pe *peerError
+		if !errors.As(err, &pe) {
+			msg := "transfer failed"
+			if errors.Is(err, errTimeout) {
+				msg = "timeout"
+			}
+			_, _ = unix.Write(t.fd, errorPacket(codeUndefined, msg))
+		}
 	}
-	return net.DialUDP("udp4", laddr, net.UDPAddrFromAddrPort(to))
+	_ = unix.Close(t.fd)
+	t.close()
+	s.release(t.ip)
+	delete(s.peers, t.peer)
+	if err != nil {
+		s.failed.Add(1)
+		t.log.Debug("tftp transfer ended", "err", err, "packets", t.sent)
+		return
+	}
+	s.served.Add(1)
+	t.log.Debug("tftp sent", "bytes", t.size, "blksize", t.blksize, "windowsize", t.window, "packets", t.sent)
+}
+
+// dial opens the transfer's socket (non-blocking), connected to the
+// client, from the listen address's IP (any: the kernel picks the source
+// by route, the provisioning interface's own address on a single-homed
+// segment).
+func (s *Server) dial(to netip.AddrPort) (int, error) {
+	if !to.Addr().Is4() {
+		return -1, fmt.Errorf("peer %s is not IPv4", to)
+	}
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return -1, fmt.Errorf("socket: %w", err)
+	}
+	if la := s.conn.LocalAddr().(*net.UDPAddr); !la.IP.IsUnspecified() {
+		if a, ok := netip.AddrFromSlice(la.IP.To4()); ok {
+			if err := unix.Bind(fd, &unix.SockaddrInet4{Addr: a.As4()}); err != nil {
+				unix.Close(fd)
+				return -1, fmt.Errorf("bind: %w", err)
+			}
+		}
+	}
+	if err := unix.Connect(fd, &unix.SockaddrInet4{Port: int(to.Port()), Addr: to.Addr().As4()}); err != nil {
+		unix.Close(fd)
+		return -1, fmt.Errorf("connect: %w", err)
+	}
+	return fd, nil
 }
 
 // open resolves req to a transfer without a socket: the file (through the
 // root, or the generated autoexec.ipxe), its size and the negotiated
-// options. closeSrc releases the file. On error it returns the TFTP error
+// options; t.close releases the file. On error it returns the TFTP error
 // code and a message without host detail, and counts the refusal.
-func (s *Server) open(req request, log *slog.Logger) (t *transfer, closeSrc func(), code uint16, err error) {
-	closeSrc = func() {}
+func (s *Server) open(req request, log *slog.Logger) (t *transfer, code uint16, err error) {
+	closeSrc := func() {}
 	var data []byte
 	var src io.ReaderAt
 	var size int64
@@ -442,7 +427,7 @@ func (s *Server) open(req request, log *slog.Logger) (t *transfer, closeSrc func
 	case err != nil:
 		s.refused.Add(1)
 		log.Warn("tftp refused path", "err", err)
-		return nil, nil, codeAccess, ErrBadPath
+		return nil, codeAccess, ErrBadPath
 	case clean == AutoexecName:
 		data = s.autoexec
 	default:
@@ -451,23 +436,23 @@ func (s *Server) open(req request, log *slog.Logger) (t *transfer, closeSrc func
 			s.refused.Add(1)
 			if errors.Is(err, os.ErrNotExist) {
 				log.Debug("tftp not found")
-				return nil, nil, codeNotFound, ErrNotFound
+				return nil, codeNotFound, ErrNotFound
 			}
 			log.Warn("tftp refused open", "err", err)
-			return nil, nil, codeAccess, ErrBadPath
+			return nil, codeAccess, ErrBadPath
 		}
 		st, err := f.Stat()
 		if err != nil || !st.Mode().IsRegular() {
 			f.Close()
 			s.refused.Add(1)
 			log.Warn("tftp refused: not a regular file")
-			return nil, nil, codeNotFound, ErrNotFound
+			return nil, codeNotFound, ErrNotFound
 		}
 		if data, err = s.files.get(clean, f, st); err != nil {
 			f.Close()
 			s.failed.Add(1)
 			log.Warn("tftp read failed", "err", err)
-			return nil, nil, codeNotFound, ErrNotFound
+			return nil, codeNotFound, ErrNotFound
 		}
 		if data != nil {
 			f.Close()
@@ -490,14 +475,14 @@ func (s *Server) open(req request, log *slog.Logger) (t *transfer, closeSrc func
 		if err != nil || len(conv) > 2*maxCachedFile {
 			s.refused.Add(1)
 			log.Warn("tftp refused netascii transfer", "err", err, "bytes", len(conv))
-			return nil, nil, codeIllegalOp, errors.New("file too large for netascii")
+			return nil, codeIllegalOp, errors.New("file too large for netascii")
 		}
 		data = conv
 	}
 	if data != nil {
 		src, size = bytes.NewReader(data), int64(len(data))
 	}
-	t = &transfer{src: src, size: size, blksize: 512, window: 1, timeout: s.cfg.Timeout, retries: s.cfg.Retries}
+	t = &transfer{src: src, close: closeSrc, size: size, blksize: 512, window: 1}
 	var oack []byte
 	if req.blksize > 0 {
 		t.blksize = min(req.blksize, s.cfg.MaxBlockSize)
@@ -514,8 +499,7 @@ func (s *Server) open(req request, log *slog.Logger) (t *transfer, closeSrc func
 		t.oack = append([]byte{0, opOACK}, oack...)
 	}
 	t.buf = make([]byte, 4+t.blksize)
-	t.rbuf = make([]byte, 516)
-	return t, closeSrc, 0, nil
+	return t, 0, nil
 }
 
 // CleanPath checks a requested file name and returns it relative to the

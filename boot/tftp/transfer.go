@@ -5,33 +5,50 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
-	"os"
+	"log/slog"
+	"net/netip"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
-// transfer is one read transfer: a UDP socket connected to the client
-// (the server's new TID, RFC 1350 §4), run by one goroutine. The kernel
-// drops datagrams from any other address or port on a connected socket, so
-// the sender only ever sees its own client's ACKs and ERRORs.
+// transfer is one read transfer: a non-blocking UDP socket connected to
+// the client (the server's new TID, RFC 1350 §4), driven by the server's
+// event loop. The kernel drops datagrams from any other address or port on
+// a connected socket, so the transfer only ever sees its own client's ACKs
+// and ERRORs.
+//
+// Windowed transfers follow RFC 7440 §4: the server sends up to window
+// blocks, then waits; an ACK for block k of the window restarts the window
+// at k+1 (the client ACKs the last block it received in order when it sees
+// a gap), and a timeout resends the window from the first unacknowledged
+// block. ACKs outside the window (duplicates, stale ones) are ignored, and
+// nothing is resent except on a timeout, which avoids the Sorcerer's
+// Apprentice syndrome (RFC 1123 §4.2.3.1). Block numbers roll over from
+// 65535 to 0, as tftp-hpa, iPXE and EDK2 expect for files over 65535 blocks.
 type transfer struct {
-	conn    *net.UDPConn
+	fd      int
+	peer    netip.AddrPort
+	ip      string // the per-client limit's key
+	log     *slog.Logger
 	src     io.ReaderAt // the file contents (cache or open file)
+	close   func()      // releases src
 	size    int64
 	blksize int
 	window  int
 	oack    []byte // nil: no options accepted, start with DATA 1
-	timeout time.Duration
-	retries int
 
-	buf  []byte // DATA packet: 4-byte header + blksize
-	rbuf []byte
-	// deadline is the read deadline last set on conn. Waits extend it only
-	// when it falls more than timeout/4 short of what they need (see wait),
-	// so a lock-step transfer resets its runtime timer a few times a second
-	// rather than once per block.
-	deadline time.Time
-	sent     int // DATA packets sent, retransmissions included
+	negotiating bool   // OACK sent, waiting for ACK 0 (RFC 2347 §2)
+	base, end   uint64 // first unacknowledged block, last block of the window sent
+	tries       int    // retransmissions since the last progress
+	sent        int    // DATA packets sent, retransmissions included
+
+	// due is when the packet or window sent last is resent; the event
+	// loop keeps transfers in a list ordered by due (prev, next).
+	due        time.Time
+	prev, next *transfer
+
+	buf []byte // DATA packet: 4-byte header + blksize
 }
 
 // errTimeout: Retries retransmissions went unanswered.
@@ -50,79 +67,25 @@ func (e *peerError) Error() string { return fmt.Sprintf("client error %d: %s", e
 // empty (RFC 1350 §6: a full last block is followed by an empty one).
 func (t *transfer) blocks() uint64 { return uint64(t.size)/uint64(t.blksize) + 1 }
 
-// run sends the file and returns nil once the last block is acknowledged.
-//
-// Windowed transfers follow RFC 7440 §4: the server sends up to window
-// blocks, then waits; an ACK for block k of the window restarts the window
-// at k+1 (the client ACKs the last block it received in order when it sees
-// a gap), and a timeout resends the window from the first unacknowledged
-// block. ACKs outside the window (duplicates, stale ones) are ignored, and
-// nothing is resent except on a timeout, which avoids the Sorcerer's
-// Apprentice syndrome (RFC 1123 §4.2.3.1). Block numbers roll over from
-// 65535 to 0, as tftp-hpa, iPXE and EDK2 expect for files over 65535 blocks.
-func (t *transfer) run() error {
+// start sends the OACK, or the first window when no option was accepted.
+func (t *transfer) start() error {
+	t.base = 1
 	if t.oack != nil {
-		if err := t.negotiate(); err != nil {
-			return err
-		}
+		t.negotiating = true
+		return t.send(t.oack)
 	}
-	n := t.blocks()
-	base := uint64(1) // first unacknowledged block
-	tries := 0
-	for base <= n {
-		end := min(base+uint64(t.window)-1, n)
-		for b := base; b <= end; b++ {
-			if err := t.sendBlock(b); err != nil {
-				return err
-			}
-		}
-		due := time.Now().Add(t.timeout)
-		for {
-			ack, err := t.wait(due)
-			if errors.Is(err, errTimeout) {
-				if tries++; tries > t.retries {
-					return err
-				}
-				break // resend the window from base
-			}
-			if err != nil {
-				return err
-			}
-			// The distance from the last acknowledged block, modulo 2^16.
-			d := uint64(ack - uint16(base-1))
-			if d >= 1 && base-1+d <= end {
-				base += d
-				tries = 0
-				break
-			}
+	return t.sendWindow()
+}
+
+// sendWindow sends blocks base … base+window-1 (at most the last block).
+func (t *transfer) sendWindow() error {
+	t.end = min(t.base+uint64(t.window)-1, t.blocks())
+	for b := t.base; b <= t.end; b++ {
+		if err := t.sendBlock(b); err != nil {
+			return err
 		}
 	}
 	return nil
-}
-
-// negotiate sends the OACK and waits for ACK 0 (RFC 2347 §2).
-func (t *transfer) negotiate() error {
-	for tries := 0; ; tries++ {
-		if _, err := t.conn.Write(t.oack); err != nil {
-			return err
-		}
-		due := time.Now().Add(t.timeout)
-		for {
-			ack, err := t.wait(due)
-			if errors.Is(err, errTimeout) {
-				if tries >= t.retries {
-					return err
-				}
-				break
-			}
-			if err != nil {
-				return err
-			}
-			if ack == 0 {
-				return nil
-			}
-		}
-	}
 }
 
 // sendBlock sends DATA block b (1-based, unbounded: the packet carries b mod 2^16).
@@ -140,52 +103,72 @@ func (t *transfer) sendBlock(b uint64) error {
 		}
 	}
 	t.sent++
-	_, err := t.conn.Write(t.buf[:4+l])
-	return err
+	return t.send(t.buf[:4+l])
 }
 
-// wait returns the block number of the next ACK from the client, errTimeout
-// once due has passed, a *peerError for an ERROR packet, or the socket's
-// error (ECONNREFUSED once the client's port is closed: ICMP port
-// unreachable is reported on connected UDP sockets). Other packets are
-// ignored.
-func (t *transfer) wait(due time.Time) (uint16, error) {
+// send writes one datagram. A full send buffer (EAGAIN) counts as a lost
+// packet: the timeout resends it.
+func (t *transfer) send(p []byte) error {
 	for {
-		if t.deadline.Before(due.Add(-t.timeout / 4)) {
-			t.deadline = due
-			if err := t.conn.SetReadDeadline(due); err != nil {
-				return 0, err
-			}
-		}
-		n, err := t.conn.Read(t.rbuf)
-		if err != nil {
-			if errors.Is(err, os.ErrDeadlineExceeded) {
-				if now := time.Now(); now.Before(due) {
-					// The lazily set deadline fell short of due.
-					t.deadline = due
-					if err := t.conn.SetReadDeadline(due); err != nil {
-						return 0, err
-					}
-					continue
-				}
-				return 0, errTimeout
-			}
-			return 0, err
-		}
-		if n < 4 {
+		_, err := unix.Write(t.fd, p)
+		switch {
+		case err == nil, errors.Is(err, unix.EAGAIN):
+			return nil
+		case errors.Is(err, unix.EINTR):
 			continue
 		}
-		switch binary.BigEndian.Uint16(t.rbuf) {
-		case opACK:
-			return binary.BigEndian.Uint16(t.rbuf[2:]), nil
-		case opERROR:
-			msg := t.rbuf[4:n]
-			if i := indexNUL(msg); i >= 0 {
-				msg = msg[:i]
-			}
-			return 0, &peerError{code: binary.BigEndian.Uint16(t.rbuf[2:]), msg: string(msg)}
-		}
+		return fmt.Errorf("send: %w", err)
 	}
+}
+
+// onPacket handles a datagram from the client. It returns done when the
+// last block is acknowledged, or an error ending the transfer (a
+// *peerError for an ERROR packet). Other packets are ignored.
+func (t *transfer) onPacket(p []byte) (done bool, err error) {
+	if len(p) < 4 {
+		return false, nil
+	}
+	switch binary.BigEndian.Uint16(p) {
+	case opERROR:
+		msg := p[4:]
+		if i := indexNUL(msg); i >= 0 {
+			msg = msg[:i]
+		}
+		return false, &peerError{code: binary.BigEndian.Uint16(p[2:]), msg: string(msg)}
+	case opACK:
+	default:
+		return false, nil
+	}
+	ack := binary.BigEndian.Uint16(p[2:])
+	if t.negotiating {
+		if ack != 0 {
+			return false, nil
+		}
+		t.negotiating, t.tries = false, 0
+		return false, t.sendWindow()
+	}
+	// The distance from the last acknowledged block, modulo 2^16.
+	d := uint64(ack - uint16(t.base-1))
+	if d < 1 || t.base-1+d > t.end {
+		return false, nil
+	}
+	t.base += d
+	t.tries = 0
+	if t.base > t.blocks() {
+		return true, nil
+	}
+	return false, t.sendWindow()
+}
+
+// onTimeout resends what is unacknowledged, or gives up after retries.
+func (t *transfer) onTimeout(retries int) error {
+	if t.tries++; t.tries > retries {
+		return errTimeout
+	}
+	if t.negotiating {
+		return t.send(t.oack)
+	}
+	return t.sendWindow()
 }
 
 func indexNUL(b []byte) int {
