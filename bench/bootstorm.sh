@@ -23,6 +23,8 @@
 # would be: without it the clients' own CPU time (a TFTP client per transfer) is taken from the
 # servers.
 # BOOTSTORM_RAMDISK=DIR serves DIR instead of out/ramdisk.
+# BOOTSTORM_SERVE_FLAGS adds flags to Machina's `bootstorm serve`, e.g. -direct (the iPXE handler and
+# the ramdisk route on a bare http.Server, without the api server's middleware).
 # BOOTSTORM_BEFORE=BIN also runs BIN's `serve` (a bootstorm binary built from another revision of
 # the servers, e.g. before a change) as a third server set labelled "before", ahead of Machina's
 # in each file's round, without the ramdisk step: a before/after comparison in the same run.
@@ -139,7 +141,7 @@ for F in $FILES; do
 	# machina LABEL BIN RAMDISK_URL [PROFILE]
 	machina() {
 		ip netns exec "$S" $SRVPIN "$2" serve ${4:+-cpuprofile "$4"} -iface vs0 -http 10.66.0.1:8080 \
-			-root "$ROOT" -uefi-file ipxe.efi -clients "$N" ${3:+-ramdisk "$RD"} > "$W/m.out" 2> "$W/m.err" &
+			-root "$ROOT" -uefi-file ipxe.efi -clients "$N" ${3:+-ramdisk "$RD"} ${BOOTSTORM_SERVE_FLAGS:-} > "$W/m.out" 2> "$W/m.err" &
 		MP=$!; PIDS="$PIDS $MP"
 		wait_ready "$W/m.out"
 		storm "$1" "$F" "$3" -stepwise=false > "$W/$1-$F.json"

@@ -177,12 +177,19 @@ func serve(ctx context.Context, args []string) error {
 // httpSide returns the function serving Machina's HTTP side: by default
 // an api.Server (the production middleware: metrics, request log, JSON
 // errors) with the iPXE handler at ipxe.ScriptPath and, when dir is set,
-// the controller's /boot/ramdisk/ route over dir; with direct, h alone on
-// a bare http.Server.
+// the controller's /boot/ramdisk/ route over dir; with direct, the same
+// two handlers on a bare http.Server (no api middleware: the ramdisk is
+// then sent with sendfile, see bench/bootstorm.md).
 func httpSide(h http.Handler, dir string, direct bool, log *slog.Logger) (func(context.Context, net.Listener) error, error) {
+	ramdisk := http.StripPrefix("/boot/ramdisk/", http.FileServer(http.Dir(dir)))
 	if direct {
+		mux := http.NewServeMux()
+		mux.Handle(ipxe.ScriptPath, h)
+		if dir != "" {
+			mux.Handle("/boot/ramdisk/", ramdisk)
+		}
 		return func(ctx context.Context, ln net.Listener) error {
-			hs := &http.Server{Handler: h}
+			hs := &http.Server{Handler: mux}
 			go func() { <-ctx.Done(); _ = hs.Close() }()
 			if err := hs.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
 				return err
@@ -208,7 +215,7 @@ func httpSide(h http.Handler, dir string, direct bool, log *slog.Logger) (func(c
 	if dir != "" {
 		// The route controller.Run mounts for cmd/machina's -ramdisk-dir
 		// (controller/controller.go); keep the two the same.
-		if err := srv.HandlePublic("/boot/ramdisk/", http.StripPrefix("/boot/ramdisk/", http.FileServer(http.Dir(dir)))); err != nil {
+		if err := srv.HandlePublic("/boot/ramdisk/", ramdisk); err != nil {
 			return nil, err
 		}
 	}

@@ -19,7 +19,9 @@ import (
 type loop struct {
 	s                *Server
 	ep, wake, listen int
-	byFD             map[int32]*transfer
+	byFD             map[int32]*transfer // running transfers
+	pending          []*transfer         // accepted, waiting for a running slot, from pending[next] on
+	next             int
 	head, tail       *transfer
 	now              time.Time
 	accepting        bool
@@ -35,7 +37,7 @@ var errShutdown = errors.New("server shutting down")
 
 func newLoop(s *Server) (*loop, error) {
 	l := &loop{s: s, ep: -1, wake: -1, byFD: map[int32]*transfer{}, accepting: true,
-		events: make([]unix.EpollEvent, 256), buf: make([]byte, 65536), timeout: s.cfg.Timeout, retries: s.cfg.Retries}
+		events: make([]unix.EpollEvent, 1024), buf: make([]byte, 65536), timeout: s.cfg.Timeout, retries: s.cfg.Retries}
 	rc, err := s.conn.SyscallConn()
 	if err != nil {
 		return nil, err
@@ -87,9 +89,12 @@ func (l *loop) close() {
 // the listen socket failing.
 func (l *loop) run() error {
 	for {
-		if !l.accepting && (len(l.byFD) == 0 || !l.now.Before(l.graceEnd)) {
+		if !l.accepting && (len(l.byFD)+len(l.pending)-l.next == 0 || !l.now.Before(l.graceEnd)) {
 			for _, t := range l.byFD {
 				l.finish(t, errShutdown)
+			}
+			for _, t := range l.pending[l.next:] {
+				l.s.end(t, errShutdown)
 			}
 			return nil
 		}
@@ -124,6 +129,7 @@ func (l *loop) run() error {
 			}
 			l.schedule(t)
 		}
+		l.admit()
 	}
 }
 
@@ -147,7 +153,11 @@ func (l *loop) waitMillis() int {
 	return int((d + time.Millisecond - 1) / time.Millisecond)
 }
 
-// accept reads up to 64 queued requests from the listen socket.
+// accept reads up to 64 queued requests from the listen socket; a request
+// beyond MaxActive running transfers waits in pending (first come, first
+// served) instead of sharing the CPU with all the others: in a storm the
+// first requests finish first, rather than every transfer finishing near
+// the end.
 func (l *loop) accept() error {
 	for range 64 {
 		n, from, err := unix.Recvfrom(l.listen, l.buf[:maxRequest+1], unix.MSG_DONTWAIT)
@@ -161,10 +171,19 @@ func (l *loop) accept() error {
 		if !ok {
 			continue
 		}
-		t := l.s.handle(l.buf[:n], netip.AddrPortFrom(netip.AddrFrom4(sa.Addr), uint16(sa.Port)))
-		if t == nil {
-			continue
+		if t := l.s.handle(l.buf[:n], netip.AddrPortFrom(netip.AddrFrom4(sa.Addr), uint16(sa.Port))); t != nil {
+			l.pending = append(l.pending, t)
 		}
+	}
+	return nil
+}
+
+// admit starts pending transfers while fewer than MaxActive run.
+func (l *loop) admit() {
+	for len(l.byFD) < l.s.cfg.MaxActive && l.next < len(l.pending) {
+		t := l.pending[l.next]
+		l.pending[l.next] = nil
+		l.next++
 		if err := l.watch(t.fd); err != nil {
 			l.s.end(t, err)
 			continue
@@ -176,7 +195,9 @@ func (l *loop) accept() error {
 		}
 		l.schedule(t)
 	}
-	return nil
+	if l.next == len(l.pending) {
+		l.pending, l.next = l.pending[:0], 0
+	}
 }
 
 // ready reads one datagram from a transfer's socket and acts on it.

@@ -27,13 +27,18 @@
 //     against 2,449 ms stepwise), 1.8× on the idle machine (732 against
 //     438 ms, bench/bootstorm.md session 3).
 //
-// This sender keeps the library's shape (one goroutine and one socket per
-// transfer, the new TID RFC 1350 §4 asks for) but connects that socket to
-// the client: send(2) and recv(2) without addresses, the kernel's cached
-// route, no per-packet allocation, and the kernel drops datagrams from any
-// other peer. The read deadline is reset only when it would fall more than
-// a quarter of Timeout short. Figures after the change: bench/bootstorm.md
-// and the package benchmark (BenchmarkConcurrentDownloads).
+// This package's sender is dnsmasq's design in Go: each transfer still
+// gets its own socket (the new TID RFC 1350 §4 asks for), connected to the
+// client, so send(2) and recv(2) carry no address, use the kernel's cached
+// route and allocate nothing; and one event loop (epoll over the listen
+// socket and every transfer's socket, see loop) reads an ACK and sends the
+// next block in the same pass. A goroutine per transfer (tried first, with
+// the connected sockets) still paid per block a netpoll wake-up, a
+// goroutine switch and a read that returned EAGAIN before the ACK came;
+// with 1,000 transfers that was 13 % of the server's CPU in netpoll and the
+// scheduler, and its storm figures stayed within run-to-run noise of
+// pin/tftp's. Figures: bench/bootstorm.md (issue 24), and the package
+// benchmark (BenchmarkConcurrentDownloads).
 //
 // tftp imports only boot.
 package tftp
@@ -75,8 +80,16 @@ type Config struct {
 	ScriptURL string
 	// MaxPerClient bounds concurrent transfers per client IP. Zero: 4.
 	MaxPerClient int
-	// MaxTransfers bounds concurrent transfers in total. Zero: 512.
+	// MaxTransfers bounds concurrent transfers in total, running and
+	// waiting; requests beyond it are refused (TFTP error 0, ErrBusy).
+	// Zero: 512.
 	MaxTransfers int
+	// MaxActive bounds the transfers sending at once; requests beyond it
+	// wait, first come first served, for a running one to end (their
+	// clients retransmit the request meanwhile, which is ignored). In a
+	// boot storm the first clients then finish first instead of all of
+	// them finishing near the end. Zero: 128.
+	MaxActive int
 	// Timeout is the retransmission timeout: a packet (OACK or a window of
 	// DATA) unanswered for Timeout is sent again. Zero: 1 second.
 	Timeout time.Duration
@@ -216,6 +229,9 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.MaxTransfers <= 0 {
 		cfg.MaxTransfers = 512
+	}
+	if cfg.MaxActive <= 0 {
+		cfg.MaxActive = 128
 	}
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = time.Second

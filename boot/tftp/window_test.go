@@ -415,3 +415,29 @@ func FuzzParseRequest(f *testing.F) {
 		}
 	})
 }
+
+// TestMaxActiveQueues: with MaxActive 1, a second request waits (no
+// answer, not refused) while the first transfer runs, and is answered as
+// soon as the first ends.
+func TestMaxActiveQueues(t *testing.T) {
+	f := newFixture(t, Config{MaxActive: 1, Timeout: 5 * time.Second})
+	c1, c2 := newRawClient(t, f.addr), newRawClient(t, f.addr)
+	c1.send(rrqPacket("undionly.kpxe", "octet", "tsize", "0"))
+	if parseOACK(c1.recv()) == nil {
+		t.Fatal("first request: no OACK")
+	}
+	c2.send(rrqPacket("undionly.kpxe", "octet", "tsize", "0"))
+	must(t, c2.conn.SetReadDeadline(time.Now().Add(300*time.Millisecond)))
+	if n, _, err := c2.conn.ReadFromUDP(make([]byte, 1024)); err == nil {
+		t.Fatalf("second request answered (%d bytes) while the first runs", n)
+	}
+	c1.send(errorPacket(codeBadOptions, "aborted"))
+	if o := parseOACK(c2.recv()); o["tsize"] != strconv.Itoa(len(f.big)) {
+		t.Fatalf("second request after the first ended: OACK %v", o)
+	}
+	c2.send(errorPacket(codeBadOptions, "aborted"))
+	waitFor(t, func() bool { return f.srv.Stats().Failed == 2 })
+	if st := f.srv.Stats(); st.Limited != 0 {
+		t.Fatalf("stats %+v: the waiting request was refused", st)
+	}
+}
