@@ -140,6 +140,9 @@ func (l *loop) waitMillis() int {
 	if l.head != nil {
 		until = l.head.due
 	}
+	if l.next < len(l.pending) && (until.IsZero() || l.pending[l.next].due.Before(until)) {
+		until = l.pending[l.next].due
+	}
 	if !l.accepting && (until.IsZero() || l.graceEnd.Before(until)) {
 		until = l.graceEnd
 	}
@@ -172,15 +175,21 @@ func (l *loop) accept() error {
 			continue
 		}
 		if t := l.s.handle(l.buf[:n], netip.AddrPortFrom(netip.AddrFrom4(sa.Addr), uint16(sa.Port))); t != nil {
+			t.due = l.now.Add(l.timeout) // start by then whatever runs
 			l.pending = append(l.pending, t)
 		}
 	}
 	return nil
 }
 
-// admit starts pending transfers while fewer than MaxActive run.
+// admit starts pending transfers while fewer than MaxActive run, and
+// those that have waited for Timeout whatever runs: a client whose request
+// goes unanswered resends it after its own timeout and gives up after a
+// few (the pin/tftp client after 5 s, iPXE and EDK2 after some more), so
+// a request never waits longer than one retransmission timeout. Beyond
+// that, a storm of large files shares the CPU among all its transfers.
 func (l *loop) admit() {
-	for len(l.byFD) < l.s.cfg.MaxActive && l.next < len(l.pending) {
+	for l.next < len(l.pending) && (len(l.byFD) < l.s.cfg.MaxActive || !l.pending[l.next].due.After(l.now)) {
 		t := l.pending[l.next]
 		l.pending[l.next] = nil
 		l.next++

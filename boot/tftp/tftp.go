@@ -34,11 +34,21 @@
 // socket and every transfer's socket, see loop) reads an ACK and sends the
 // next block in the same pass. A goroutine per transfer (tried first, with
 // the connected sockets) still paid per block a netpoll wake-up, a
-// goroutine switch and a read that returned EAGAIN before the ACK came;
-// with 1,000 transfers that was 13 % of the server's CPU in netpoll and the
-// scheduler, and its storm figures stayed within run-to-run noise of
-// pin/tftp's. Figures: bench/bootstorm.md (issue 24), and the package
-// benchmark (BenchmarkConcurrentDownloads).
+// goroutine switch and a read that returned EAGAIN before the ACK came
+// (13 % of the server's CPU in netpoll and the scheduler). At most
+// MaxActive transfers send at once; later requests wait in arrival order,
+// so in a storm the first clients finish first instead of all of them
+// finishing together near the end.
+//
+// Same-run figures on the loaded shared machine (bench/bootstorm.sh, 1,000
+// clients, stepwise, p50/p99 ms; indicative only, the idle runs are in
+// bench/bootstorm.md): undionly.kpxe pin/tftp 2,262/2,338, the event loop
+// 1,906/1,970, dnsmasq 1,259/2,247 (all 1,000 clients on each side); with
+// the admission queue, in another run, 1,129/2,127 against dnsmasq's
+// 3,175/4,617 and the loop without the queue at 3,546/3,595. ipxe.efi:
+// pin/tftp 43,796/44,030, the event loop 28,208/28,358, dnsmasq
+// 34,888/36,811. Server CPU for the two ipxe.efi runs: pin/tftp 16.4 s,
+// the event loop 12.0 s.
 //
 // tftp imports only boot.
 package tftp
@@ -81,14 +91,17 @@ type Config struct {
 	// MaxPerClient bounds concurrent transfers per client IP. Zero: 4.
 	MaxPerClient int
 	// MaxTransfers bounds concurrent transfers in total, running and
-	// waiting; requests beyond it are refused (TFTP error 0, ErrBusy).
-	// Zero: 512.
+	// waiting; requests beyond it are refused (TFTP error 0, ErrBusy: a
+	// BIOS PXE ROM then gives up on the network boot). Each holds one
+	// socket. Zero: 2048, so that a 1,000-machine boot storm waits rather
+	// than being refused (it was 512 before the MaxActive queue).
 	MaxTransfers int
 	// MaxActive bounds the transfers sending at once; requests beyond it
-	// wait, first come first served, for a running one to end (their
-	// clients retransmit the request meanwhile, which is ignored). In a
-	// boot storm the first clients then finish first instead of all of
-	// them finishing near the end. Zero: 128.
+	// wait, first come first served, for a running one to end, but never
+	// longer than Timeout (their clients retransmit the request meanwhile,
+	// which is ignored; they give up after a few). In a boot storm of small
+	// files the first clients then finish first instead of all of them
+	// finishing near the end. Zero: 128.
 	MaxActive int
 	// Timeout is the retransmission timeout: a packet (OACK or a window of
 	// DATA) unanswered for Timeout is sent again. Zero: 1 second.
@@ -228,7 +241,7 @@ func New(cfg Config) (*Server, error) {
 		cfg.MaxPerClient = 4
 	}
 	if cfg.MaxTransfers <= 0 {
-		cfg.MaxTransfers = 512
+		cfg.MaxTransfers = 2048
 	}
 	if cfg.MaxActive <= 0 {
 		cfg.MaxActive = 128

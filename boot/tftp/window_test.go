@@ -441,3 +441,25 @@ func TestMaxActiveQueues(t *testing.T) {
 		t.Fatalf("stats %+v: the waiting request was refused", st)
 	}
 }
+
+// TestMaxActiveWaitsAtMostTimeout: a waiting request starts after one
+// Timeout even while MaxActive transfers still run, before its client
+// would give up.
+func TestMaxActiveWaitsAtMostTimeout(t *testing.T) {
+	f := newFixture(t, Config{MaxActive: 1, Timeout: 200 * time.Millisecond, Retries: 10})
+	c1, c2 := newRawClient(t, f.addr), newRawClient(t, f.addr)
+	c1.send(rrqPacket("undionly.kpxe", "octet", "tsize", "0"))
+	if parseOACK(c1.recv()) == nil { // never ACKed: the server resends it for 2 s
+		t.Fatal("first request: no OACK")
+	}
+	c2.send(rrqPacket("undionly.kpxe", "octet", "tsize", "0"))
+	if parseOACK(c2.recv()) == nil {
+		t.Fatal("second request: no OACK")
+	}
+	if st := f.srv.Stats(); st.Failed != 0 || st.Served != 0 {
+		t.Fatalf("stats %+v: the first transfer ended before the second started", st)
+	}
+	c1.send(errorPacket(codeBadOptions, "aborted"))
+	c2.send(errorPacket(codeBadOptions, "aborted"))
+	waitFor(t, func() bool { return f.srv.Stats().Failed == 2 })
+}
