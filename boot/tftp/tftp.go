@@ -40,15 +40,18 @@
 // so in a storm the first clients finish first instead of all of them
 // finishing together near the end.
 //
-// Same-run figures on the loaded shared machine (bench/bootstorm.sh, 1,000
-// clients, stepwise, p50/p99 ms; indicative only, the idle runs are in
-// bench/bootstorm.md): undionly.kpxe pin/tftp 2,262/2,338, the event loop
-// 1,906/1,970, dnsmasq 1,259/2,247 (all 1,000 clients on each side); with
-// the admission queue, in another run, 1,129/2,127 against dnsmasq's
-// 3,175/4,617 and the loop without the queue at 3,546/3,595. ipxe.efi:
-// pin/tftp 43,796/44,030, the event loop 28,208/28,358, dnsmasq
-// 34,888/36,811. Server CPU for the two ipxe.efi runs: pin/tftp 16.4 s,
-// the event loop 12.0 s.
+// Figures on the loaded shared machine (load average 20-30 on 2 vCPUs;
+// bench/bootstorm.sh, 1,000 clients, stepwise, p50/p99 ms, indicative
+// only: the idle runs are bench/bootstorm.md's). The event loop without
+// the queue, against pin/tftp and dnsmasq in one run: undionly.kpxe
+// 1,906/1,970 against 2,262/2,338 and 1,259/2,247; ipxe.efi
+// 28,208/28,358 against 43,796/44,030 and 34,888/36,811; server CPU for
+// the two ipxe.efi runs 12.0 s against pin/tftp's 16.4 s. With the queue,
+// in another run, undionly.kpxe 1,116/2,032 against pin/tftp's
+// 2,911/2,961 and dnsmasq's 4,161/4,591. With the queue but no limit on
+// the wait, 937 of 1,000 ipxe.efi clients gave up waiting behind 128 long
+// transfers; with the wait bounded by Timeout, none, and ipxe.efi took
+// 34,501/35,099 against dnsmasq's 51,982/52,989 in the same run.
 //
 // tftp imports only boot.
 package tftp
