@@ -1,20 +1,18 @@
 package archtest
 
 import (
-	"os/exec"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/machina-metal/machina/internal/peertest"
 )
 
 // TestArchitecture checks the real tree: `go list -deps -json ./...` from the
 // module root, every rule of docs/architecture.md. It replaces the
 // per-package tests that api/v1, state and join/node carried.
 func TestArchitecture(t *testing.T) {
-	goBin, err := exec.LookPath("go")
-	if err != nil {
-		t.Fatalf("the go command is not in PATH: %v", err)
-	}
+	goBin := peertest.Command(t, "go")
 	root, err := ModuleRoot(goBin)
 	if err != nil {
 		t.Fatal(err)
@@ -44,7 +42,7 @@ func TestArchitecture(t *testing.T) {
 // element are external modules, names in std are standard packages, the
 // rest project packages (module-relative).
 func fakeGraph(edges [][2]string) Graph {
-	std := map[string]bool{"fmt": true, "net/http": true}
+	std := map[string]bool{"fmt": true, "net/http": true, "testing": true}
 	g := Graph{}
 	node := func(p string) {
 		if _, ok := g[p]; ok {
@@ -129,6 +127,7 @@ func TestCheckFindsPlantedEdges(t *testing.T) {
 		{"controller imports a main", [2]string{"controller", "cmd/machinactl"}, []string{"import-table"}},
 		{"package without a row", [2]string{"gitops", "fmt"}, []string{"import-table"}},
 		{"reconciler imports controller", [2]string{"reconciler", "controller"}, []string{"import-table"}},
+		{"a binary links testing through lab", [2]string{"bmc/ipmi/ipmisim", "testing"}, []string{"no-testing"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -27,7 +27,7 @@ var protocolForbidden = []string{"state", "reconciler", "controller", "api"}
 
 // harness: test and demo code that is not shipped (each with subpackages).
 // cmd/machina's `machina sim` is the one product door into it (exceptions).
-var harness = []string{"lab", "bench", "cmd/lab", "cmd/lab-chassis-control", "cmd/lab-os-image"}
+var harness = []string{"lab", "bench", "scripts", "cmd/lab", "cmd/lab-chassis-control", "cmd/lab-os-image"}
 
 // testHelperExtra: test helpers whose name does not end in "test".
 var testHelperExtra = []string{"bmc/ipmi/ipmisim"}
@@ -185,6 +185,19 @@ func Check(g Graph) []Violation {
 		for _, d := range g.nonStandard(p) {
 			if under(d, boltModule) {
 				add("node-agent", p, d, "the node agent never links bbolt")
+			}
+		}
+	}
+	// no-testing: no binary under cmd/ (lab tools included) links a project
+	// package that imports "testing" (peertest, ipmisimtest and every other
+	// helper built on testing.TB).
+	for p := range g {
+		if !g[p].Project || !under(p, "cmd") {
+			continue
+		}
+		for _, d := range append(g.deps(p), p) {
+			if slices.Contains(g[d].Imports, "testing") {
+				add("no-testing", p, d, "a binary never links a package that imports testing")
 			}
 		}
 	}
