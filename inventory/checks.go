@@ -239,10 +239,11 @@ func crossCheck(inv *Inventory, docs map[string]*doc, valid map[string]bool) []F
 			}
 		}
 		if p.Selector != nil {
-			for _, e := range checkSelector(p.Selector, base+"/selector") {
+			bad := checkSelector(p.Selector, base+"/selector")
+			for _, e := range bad {
 				errAt(pd, e.ptr, SeverityError, e.msg)
 			}
-			if haveServers {
+			if haveServers && len(bad) == 0 {
 				if ok, why := selectorCanMatch(p, inv.Servers); !ok {
 					errAt(pd, base+"/selector", SeverityError, "no server in "+ServersFile+" can ever match this selector: "+why)
 				}

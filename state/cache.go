@@ -86,6 +86,7 @@ func (s Server) clone() Server {
 		h := *s.Hardware
 		h.Disks = append([]Disk(nil), h.Disks...)
 		h.NICs = append([]NIC(nil), h.NICs...)
+		h.GPUs = append([]GPU(nil), h.GPUs...)
 		s.Hardware = &h
 	}
 	if s.Allocation != nil {
