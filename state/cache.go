@@ -97,6 +97,10 @@ func (s Server) clone() Server {
 		e := *s.Enrolled
 		s.Enrolled = &e
 	}
+	if s.Fenced != nil {
+		f := *s.Fenced
+		s.Fenced = &f
+	}
 	if s.InFlight != nil {
 		f := *s.InFlight
 		s.InFlight = &f

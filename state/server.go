@@ -64,6 +64,10 @@ type Server struct {
 	// servers registered from servers.yaml. It stays set once the server is
 	// in servers.yaml, as its history.
 	Enrolled *Enrolment `json:"enrolled,omitempty"`
+	// Fenced is set when the server was fenced (FenceServer): the
+	// reconciler never powers it on until an operator clears it
+	// (UnfenceServer). Nil when not fenced.
+	Fenced *Fencing `json:"fenced,omitempty"`
 
 	// Revision increases by one on every committed change of this record.
 	Revision  uint64    `json:"revision"`
