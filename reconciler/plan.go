@@ -263,6 +263,10 @@ func Plan(want *inventory.Inventory, have state.Snapshot, opts PlanOptions) Resu
 			steps, disr = withoutBMC(steps), withoutBMC(disr)
 			res.Conditions = append(res.Conditions, noBMCCondition(ws, obs))
 		}
+		if obs.Fenced != nil {
+			steps, disr = withoutPowerOn(steps), withoutPowerOn(disr)
+			res.Conditions = append(res.Conditions, fencedCondition(ws.Name, obs.Fenced))
+		}
 		res.Steps = append(res.Steps, steps...)
 		disruptive = append(disruptive, disr...)
 		for _, s := range steps {
@@ -459,6 +463,39 @@ func withoutBMC(steps []Step) []Step {
 	return out
 }
 
+// powersOn reports whether a may power the server on (or keep it on):
+// what a fenced server must never get.
+func (a Action) powersOn() bool {
+	switch a {
+	case ActCommission, ActDeploy, ActWipe, ActAllocate, ActPowerOn, ActPowerCycle:
+		return true
+	}
+	return false
+}
+
+// withoutPowerOn drops the steps that would power a fenced server on.
+func withoutPowerOn(steps []Step) []Step {
+	var out []Step
+	for _, s := range steps {
+		if !s.Action.powersOn() {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func fencedCondition(name string, f *state.Fencing) PlanCondition {
+	return PlanCondition{Subject: "server/" + name, Type: "Fenced", Reason: "Fenced",
+		Message: fmt.Sprintf("fenced %s by %s through %s (%s): never powered on until machinactl host unfence %s", f.At.UTC().Format(time.RFC3339), f.Actor, f.Device, f.Reason, orName(f.Host, name))}
+}
+
+func orName(host, server string) string {
+	if host != "" {
+		return host
+	}
+	return "HOST"
+}
+
 func noBMCCondition(ws *inventory.Server, obs state.Server) PlanCondition {
 	return PlanCondition{Subject: "server/" + ws.Name, Type: "NoBMC", Reason: "NoBMC",
 		Message: fmt.Sprintf("no BMC: Machina cannot power or boot-override this server (%s); attach one with machinactl server bmc-set %s --driver ... --address ... --credentials ...", obs.Lifecycle, ws.Name)}
@@ -554,6 +591,9 @@ func Candidates(p inventory.Profile, want *inventory.Inventory, have state.Snaps
 		}
 		if obs.NeedsWipe {
 			continue // released, its release wipe not done yet
+		}
+		if obs.Fenced != nil {
+			continue // fenced: never powered on until unfenced
 		}
 		out = append(out, obs)
 	}

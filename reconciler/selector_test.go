@@ -92,3 +92,34 @@ func TestPlanSelectsByDerivedLabel(t *testing.T) {
 		t.Errorf("selector matching none: conditions %+v, steps %v; want SelectorMatchesNone and no allocation", res.Conditions, res.Steps)
 	}
 }
+
+// TestPlanNeverPowersOnAFencedServer: a fenced server gets no step that
+// powers it on (commission counter, power-on counter, allocation) and a
+// Fenced condition; unfenced, the same inputs plan those steps.
+func TestPlanNeverPowersOnAFencedServer(t *testing.T) {
+	inv := &inventory.Inventory{Digest: "sha256:abc", Servers: []inventory.Server{{Name: "n1", Zone: "z", Want: inventory.WantReady,
+		BMC: inventory.BMC{Driver: inventory.DriverIPMI, Address: "bmc-n1", Credentials: "c"}, Actions: inventory.Actions{PowerOn: 1, Commission: 1}}},
+		Profiles: []inventory.Profile{{Name: "p", Image: "img", Count: 1}}}
+	obs := state.Server{Name: "n1", Zone: "z", BootMode: "uefi", Lifecycle: state.LifecycleReady, Hardware: hwOf(8, 32, 100),
+		BMC: state.BMCFacts{Driver: "ipmi", Address: "bmc-n1", Credentials: "c"}}
+	snap := state.Snapshot{Servers: map[string]state.Server{"n1": obs}}
+	res := Plan(inv, snap, PlanOptions{})
+	if !hasAction(res.Steps, ActPowerOn) || !hasAction(res.Steps, ActCommission) {
+		t.Fatalf("unfenced plan %v: want power-on and commission (the test's premise)", res.Steps)
+	}
+	obs.Fenced = &state.Fencing{Actor: "ops", Reason: "lost", Device: "bmc", Host: "n1"}
+	snap.Servers["n1"] = obs
+	res = Plan(inv, snap, PlanOptions{})
+	for _, s := range res.Steps {
+		if s.Action.powersOn() {
+			t.Errorf("fenced server planned %s", s)
+		}
+	}
+	found := false
+	for _, c := range res.Conditions {
+		found = found || (c.Subject == "server/n1" && c.Type == "Fenced" && strings.Contains(c.Message, "machinactl host unfence n1"))
+	}
+	if !found {
+		t.Errorf("conditions %+v: want Fenced on server/n1", res.Conditions)
+	}
+}
