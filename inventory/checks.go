@@ -235,7 +235,11 @@ func crossCheck(inv *Inventory, docs map[string]*doc, valid map[string]bool) []F
 				candidates++
 			}
 			if p.Count > candidates {
-				errAt(pd, base+"/count", SeverityWarning, fmt.Sprintf("count %d is more than the %d servers that could ever match (zone %q, not retired, not pinned to another profile, selector)", p.Count, candidates, zoneOrAny(p.Zone)))
+				sel := ""
+				if p.Selector != nil {
+					sel = ", selector"
+				}
+				errAt(pd, base+"/count", SeverityWarning, fmt.Sprintf("count %d is more than the %d servers that could ever match (zone %q, not retired, not pinned to another profile%s)", p.Count, candidates, zoneOrAny(p.Zone), sel))
 			}
 		}
 		if p.Selector != nil {
