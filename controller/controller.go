@@ -116,8 +116,8 @@ type Config struct {
 	// a tenth of it after start, at most a minute); zero means
 	// DefaultBMCWatchInterval (10 min), negative turns the sweep off.
 	BMCWatchInterval time.Duration
-	// Heartbeat is the interval joined hosts are told to heartbeat at;
-	// zero means 30s.
+	// Heartbeat is the interval joined hosts are told to heartbeat at, in
+	// whole seconds (rounded, at least 1s); zero means 30s.
 	Heartbeat time.Duration
 	// HostLostWindow is the silence after which a host is marked lost
 	// (condition HostLost, its power read from the BMC); zero means 3
@@ -174,6 +174,10 @@ func Run(ctx context.Context, cfg Config) error {
 	if cfg.Listen == "" {
 		cfg.Listen = "127.0.0.1:8080"
 	}
+	if cfg.Heartbeat <= 0 {
+		cfg.Heartbeat = 30 * time.Second
+	}
+	cfg.Heartbeat = max(time.Second, cfg.Heartbeat.Round(time.Second)) // nodes are told whole seconds
 	if err := os.MkdirAll(cfg.WorkDir, 0o750); err != nil {
 		return fmt.Errorf("controller: %w", err)
 	}

@@ -120,6 +120,18 @@ func TestHeartbeatTellsRebootFromAgentRestart(t *testing.T) {
 	if r := beat(60*time.Second, time.Hour+60*time.Second, 2*time.Second, "v2"); r.Rebooted || !r.AgentRestarted || r.OldVersion != "v1" {
 		t.Errorf("agent restart with upgrade: %+v, want AgentRestarted from v1", r)
 	}
+	// A restart a moment after the last one: the uptimes do not tell, the
+	// reported process start does.
+	res, err := st.RecordHeartbeat("h1", t0.Add(61*time.Second), state.Heartbeat{Uptime: time.Hour + 61*time.Second, AgentUptime: 3 * time.Second,
+		AgentStarted: t0.Add(58 * time.Second), AgentVersion: "v2"})
+	if err != nil || res.AgentRestarted {
+		t.Fatalf("first heartbeat naming its process start: %+v, %v; want no restart (nothing to compare)", res, err)
+	}
+	res, err = st.RecordHeartbeat("h1", t0.Add(62*time.Second), state.Heartbeat{Uptime: time.Hour + 62*time.Second, AgentUptime: 3 * time.Second,
+		AgentStarted: t0.Add(59 * time.Second), AgentVersion: "v2"})
+	if err != nil || !res.AgentRestarted || res.Rebooted {
+		t.Fatalf("a new process start one second later: %+v, %v; want an agent restart", res, err)
+	}
 	if r := beat(5*time.Minute, 40*time.Second, 20*time.Second, "v2"); !r.Rebooted || r.AgentRestarted {
 		t.Errorf("reboot: %+v, want Rebooted only", r)
 	}

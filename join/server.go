@@ -51,8 +51,8 @@ type Config struct {
 	NodeBinary string
 	// NodeCertTTL is the node certificate lifetime; zero means 1 year.
 	NodeCertTTL time.Duration
-	// Heartbeat is the interval nodes are told to heartbeat at; zero
-	// means 30s. A host is online while its last heartbeat is younger
+	// Heartbeat is the interval nodes are told to heartbeat at, in whole
+	// seconds (rounded, at least 1s); zero means 30s. A host is online while its last heartbeat is younger
 	// than 3 intervals.
 	Heartbeat time.Duration
 	// JoinRate bounds POST /hosts/join per second (token bucket, burst
@@ -111,6 +111,8 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Heartbeat <= 0 {
 		cfg.Heartbeat = 30 * time.Second
 	}
+	// Nodes are told whole seconds (JoinResponse.HeartbeatSeconds).
+	cfg.Heartbeat = max(time.Second, cfg.Heartbeat.Round(time.Second))
 	if cfg.JoinRate <= 0 {
 		cfg.JoinRate = 5
 	}
@@ -374,7 +376,7 @@ func (s *Server) handleJoin(w http.ResponseWriter, r *http.Request) {
 		Checks:           checks,
 		Networks:         p.Networks,
 		Pools:            p.Pools,
-		HeartbeatSeconds: int(s.cfg.Heartbeat / time.Second),
+		HeartbeatSeconds: int(s.cfg.Heartbeat.Round(time.Second) / time.Second),
 	})
 }
 
@@ -524,6 +526,7 @@ func (s *Server) handleHeartbeat(w http.ResponseWriter, r *http.Request, h state
 	res, err := s.cfg.Store.RecordHeartbeat(h.Name, now, state.Heartbeat{
 		Uptime:       time.Duration(hb.UptimeSeconds * float64(time.Second)),
 		AgentUptime:  time.Duration(hb.AgentUptimeSeconds * float64(time.Second)),
+		AgentStarted: hb.AgentStartedAt,
 		AgentVersion: hb.AgentVersion})
 	if err != nil {
 		s.log.Error("heartbeat", "host", h.Name, "err", err)

@@ -159,6 +159,11 @@ type HostStatus struct {
 	Networks     []string
 	StoragePools []string
 	Message      string // redacted
+	// AgentVersion is the node agent's version from its heartbeats.
+	AgentVersion string
+	// Conditions are HostLost (reason LostPoweredOn, LostPoweredOff or
+	// LostPowerUnknown: the power the BMC read after the loss) and Fenced.
+	Conditions []Condition
 }
 
 // WithPlan returns inv with the plan's fleet-wide parts: Held from the

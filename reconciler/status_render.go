@@ -356,6 +356,18 @@ func renderHost(h HostStatus) []byte {
 	w.list(0, "networks", sortedStrings(h.Networks))
 	w.list(0, "storagePools", sortedStrings(h.StoragePools))
 	w.text(0, "message", h.Message)
+	w.str(0, "agentVersion", h.AgentVersion)
+	if len(h.Conditions) > 0 {
+		w.key(0, "conditions")
+		for _, c := range h.Conditions {
+			w.item(0)
+			w.text(0, "type", orUnknown(c.Type))
+			w.text(1, "status", orUnknown(c.Status))
+			w.text(1, "reason", c.Reason)
+			w.text(1, "message", c.Message)
+			w.time(1, "lastTransitionTime", c.LastTransitionTime)
+		}
+	}
 	return w.b.Bytes()
 }
 

@@ -56,8 +56,11 @@ type Fencing struct {
 // up and the node agent running, and the agent's version. Zero values
 // come from older agents.
 type Heartbeat struct {
-	Uptime       time.Duration
-	AgentUptime  time.Duration
+	Uptime      time.Duration
+	AgentUptime time.Duration
+	// AgentStarted is the agent process's start by the host's clock
+	// (fixed per process): another value is another process.
+	AgentStarted time.Time
 	AgentVersion string
 }
 
@@ -97,18 +100,23 @@ func (s *Store) RecordHeartbeat(host string, now time.Time, hb Heartbeat) (Heart
 				Message: fmt.Sprintf("host %s heartbeats again after %s of silence", host, res.LostFor.Round(time.Second))})
 			h.Lost = nil
 		}
+		// Uptimes are monotonic within a boot and within an agent
+		// process: one smaller than the last heartbeat's is a reboot (or
+		// an agent restart) whatever the clocks say. A boot time that
+		// moved later also is (a host silent for longer than it was up).
 		if hb.Uptime > 0 {
 			boot := now.Add(-hb.Uptime).Truncate(time.Second)
-			if !h.BootedAt.IsZero() && absDur(boot.Sub(h.BootedAt)) > bootSlack {
+			if h.Uptime > 0 && (hb.Uptime < h.Uptime || (!h.BootedAt.IsZero() && boot.Sub(h.BootedAt) > bootSlack)) {
 				res.Rebooted = true
 				evs = append(evs, Event{Server: h.Server, Kind: EventHostRebooted,
 					Message: fmt.Sprintf("host %s rebooted: up since %s (was up since %s)", host, boot.Format(time.RFC3339), h.BootedAt.Format(time.RFC3339))})
 			}
-			h.BootedAt = boot
+			h.BootedAt, h.Uptime = boot, hb.Uptime
 		}
 		if hb.AgentUptime > 0 {
 			start := now.Add(-hb.AgentUptime).Truncate(time.Second)
-			moved := !h.AgentStartedAt.IsZero() && absDur(start.Sub(h.AgentStartedAt)) > bootSlack
+			moved := h.AgentUptime > 0 && (hb.AgentUptime < h.AgentUptime || (!h.AgentStartedAt.IsZero() && start.Sub(h.AgentStartedAt) > bootSlack))
+			moved = moved || (!h.AgentProcessStart.IsZero() && !hb.AgentStarted.IsZero() && !hb.AgentStarted.Equal(h.AgentProcessStart))
 			changed := h.AgentVersion != "" && hb.AgentVersion != "" && hb.AgentVersion != h.AgentVersion
 			if !res.Rebooted && (moved || changed) {
 				res.AgentRestarted = true
@@ -119,7 +127,10 @@ func (s *Store) RecordHeartbeat(host string, now time.Time, hb Heartbeat) (Heart
 				}
 				evs = append(evs, Event{Server: h.Server, Kind: EventHostAgentRestarted, Message: msg})
 			}
-			h.AgentStartedAt = start
+			h.AgentStartedAt, h.AgentUptime = start, hb.AgentUptime
+		}
+		if !hb.AgentStarted.IsZero() {
+			h.AgentProcessStart = hb.AgentStarted.UTC()
 		}
 		if hb.AgentVersion != "" {
 			h.AgentVersion = hb.AgentVersion

@@ -34,6 +34,13 @@ type Host struct {
 	BootedAt       time.Time `json:"bootedAt,omitzero"`
 	AgentStartedAt time.Time `json:"agentStartedAt,omitzero"`
 	AgentVersion   string    `json:"agentVersion,omitempty"`
+	// Uptime and AgentUptime are the last heartbeat's: one smaller than
+	// these tells a reboot or an agent restart.
+	Uptime      time.Duration `json:"uptimeNs,omitempty"`
+	AgentUptime time.Duration `json:"agentUptimeNs,omitempty"`
+	// AgentProcessStart is the agent process's start as it reports it
+	// (its host's clock).
+	AgentProcessStart time.Time `json:"agentProcessStart,omitzero"`
 	// Lost is set while the host misses its heartbeats (MarkHostLost),
 	// cleared by its next heartbeat.
 	Lost *HostLoss `json:"lost,omitempty"`

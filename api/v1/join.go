@@ -149,6 +149,10 @@ type Heartbeat struct {
 	// AgentUptimeSeconds is how long this node agent process has run: it
 	// restarting on the same boot tells an agent restart.
 	AgentUptimeSeconds float64 `json:"agentUptimeSeconds,omitempty"`
+	// AgentStartedAt is when this agent process started, by the host's
+	// clock; fixed for the process's life, so a new value is a new
+	// process even seconds after the last.
+	AgentStartedAt time.Time `json:"agentStartedAt,omitzero"`
 	// AgentVersion is the node agent's build (git describe, or "dev").
 	AgentVersion string `json:"agentVersion,omitempty"`
 }

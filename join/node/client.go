@@ -367,7 +367,7 @@ func (c *Client) Beat(ctx context.Context) error {
 	if since == nil {
 		since = time.Since
 	}
-	hb := v1.Heartbeat{AgentVersion: c.Version, AgentUptimeSeconds: since(c.started).Seconds()}
+	hb := v1.Heartbeat{AgentVersion: c.Version, AgentUptimeSeconds: since(c.started).Seconds(), AgentStartedAt: c.started.UTC()}
 	up := c.Uptime
 	if up == nil {
 		up = ProcUptime
