@@ -149,13 +149,6 @@ func (s *Store) RecordHeartbeat(host string, now time.Time, hb Heartbeat) (Heart
 	return res, nil
 }
 
-func absDur(d time.Duration) time.Duration {
-	if d < 0 {
-		return -d
-	}
-	return d
-}
-
 // ErrNotLost is returned by MarkHostLost when the host heartbeated after
 // the cutoff (it is not lost), and by RecordLostPower when it is not lost.
 var ErrNotLost = errors.New("host is not lost")
