@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	v1 "github.com/machina-metal/machina/api/v1"
 	"github.com/machina-metal/machina/inventory"
 	"github.com/machina-metal/machina/reconciler"
 	"github.com/machina-metal/machina/state"
@@ -68,5 +69,27 @@ func TestHeldRun(t *testing.T) {
 	}
 	if got := heldRun(2); got != "2 held steps run" {
 		t.Errorf("heldRun(2) = %q", got)
+	}
+}
+
+// TestWriteHostStatus: the hosts line counts joined, lost and fenced
+// hosts, and each condition gets a line with the lost host's power.
+func TestWriteHostStatus(t *testing.T) {
+	var b strings.Builder
+	writeHostStatus(&b, []v1.Host{
+		{Name: "hv1", Online: true},
+		{Name: "hv2", Lost: &v1.HostLost{Summary: "lost, powered on"}, Conditions: []v1.HostCondition{{Type: "HostLost", Reason: "LostPoweredOn", Message: "lost, powered on: no heartbeat since 2026-12-01T10:00:00Z"}}},
+		{Name: "hv3", Fenced: &v1.HostFence{Actor: "ops"}, Conditions: []v1.HostCondition{{Type: "Fenced", Message: "fenced by ops through bmc: lost"}}},
+	})
+	got := b.String()
+	for _, want := range []string{"Hosts:      3 joined, 1 lost, 1 fenced", "hv2              HostLost   lost, powered on: no heartbeat since", "hv3              Fenced     fenced by ops"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("writeHostStatus output lacks %q:\n%s", want, got)
+		}
+	}
+	b.Reset()
+	writeHostStatus(&b, nil)
+	if b.String() != "Hosts:      none joined\n" {
+		t.Errorf("no hosts: %q", b.String())
 	}
 }
