@@ -184,6 +184,7 @@ func (s *Store) ForgetHostsOf(server, status, reason string) ([]string, error) {
 		}
 		_, err := s.UpdateHost(h.Name, func(x *Host) error {
 			x.JoinStatus, x.JoinReason, x.CertFingerprint = status, reason, ""
+			x.Lost = nil // no heartbeats are expected from it any more
 			return nil
 		})
 		if errors.Is(err, ErrNotFound) {
