@@ -183,7 +183,9 @@ func mountHosts(srv *api.Server, st *state.Store, f *fencer, trigger func(), hea
 				return
 			}
 			name := r.PathValue("name")
-			out, err := f.fenceHost(r.Context(), name, api.Actor(r), reason, false)
+			// A fence that started runs to its read-back even when the
+			// client goes away (fence.Options.Timeout bounds it).
+			out, err := f.fenceHost(context.WithoutCancel(r.Context()), name, api.Actor(r), reason, false)
 			switch {
 			case errors.Is(err, state.ErrNotFound):
 				writeErr(w, http.StatusNotFound, "not_found", "no host "+name)
