@@ -98,6 +98,9 @@ type Hardware struct {
 	Disks []Disk
 	// NICs in any order; rendered sorted by Name.
 	NICs []NIC
+	// Labels are the labels derived from the report (state.Hardware.Labels)
+	// that profile selectors match; rendered sorted by key.
+	Labels map[string]string
 }
 
 // Disk is one block device.

@@ -283,6 +283,12 @@ func renderServer(s ServerStatus, maxEvents int) []byte {
 				w.int(2, "speedMbps", int64(n.SpeedMbps), false)
 			}
 		}
+		if len(hw.Labels) > 0 {
+			w.key(1, "labels")
+			for _, k := range sortedKeys(hw.Labels) {
+				w.str(2, k, hw.Labels[k])
+			}
+		}
 	}
 	if len(s.Conditions) > 0 {
 		conds := slices.Clone(s.Conditions)

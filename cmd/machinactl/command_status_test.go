@@ -93,3 +93,25 @@ func TestWriteHostStatus(t *testing.T) {
 		t.Errorf("no hosts: %q", b.String())
 	}
 }
+
+// TestLabelsRoundTripThroughStatus: the derived labels a status file
+// carries give the same labels back when planned from that status tree.
+func TestLabelsRoundTripThroughStatus(t *testing.T) {
+	full := &state.Hardware{CPUVendor: "GenuineIntel", Arch: "amd64", MemoryBytes: 500 << 30, InstalledMemoryBytes: 512 << 30,
+		GPUs:  []state.GPU{{Vendor: "nvidia"}},
+		Disks: []state.Disk{{Name: "nvme0n1", Transport: "nvme"}, {Name: "sda", Transport: "sata"}},
+		NICs:  []state.NIC{{Name: "eth0", SpeedMbps: 25000}}}
+	want := full.Labels()
+	// What a status file keeps: sizes, disk and NIC names, the labels.
+	stripped := &state.Hardware{MemoryBytes: 500 << 30, Disks: []state.Disk{{Name: "nvme0n1"}, {Name: "sda"}}, NICs: []state.NIC{{Name: "eth0", SpeedMbps: 25000}}}
+	labelsToHardware(stripped, want)
+	got := stripped.Labels()
+	if len(got) != len(want) {
+		t.Fatalf("labels %v, want %v", got, want)
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("label %s = %q, want %q", k, got[k], v)
+		}
+	}
+}
