@@ -321,7 +321,7 @@ func newHostCmd(e *env) *cobra.Command {
 			if err != nil {
 				return &exitError{code: 2, err: fmt.Errorf("host add: %w", err)}
 			}
-			c, err := apiClient(apiURL)
+			c, err := e.apiClient(apiURL)
 			if err != nil {
 				return &exitError{code: 2, err: fmt.Errorf("host add: %w", err)}
 			}
@@ -376,7 +376,7 @@ func newHostCmd(e *env) *cobra.Command {
 		Short: "List joined hosts: site, rack, join status and online/offline from heartbeats",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := apiClient(apiURL)
+			c, err := e.apiClient(apiURL)
 			if err != nil {
 				return &exitError{code: 2, err: fmt.Errorf("host list: %w", err)}
 			}
@@ -420,7 +420,7 @@ not read back off (nothing is marked), 2 for usage or API errors.`,
 			if strings.TrimSpace(reason) == "" {
 				return &exitError{code: 2, err: errors.New("host fence: --reason is required (it is recorded with your token's name)")}
 			}
-			c, err := apiClient(apiURL)
+			c, err := e.apiClient(apiURL)
 			if err != nil {
 				return &exitError{code: 2, err: fmt.Errorf("host fence: %w", err)}
 			}
@@ -446,7 +446,7 @@ not read back off (nothing is marked), 2 for usage or API errors.`,
 			if strings.TrimSpace(reason) == "" {
 				return &exitError{code: 2, err: errors.New("host unfence: --reason is required")}
 			}
-			c, err := apiClient(apiURL)
+			c, err := e.apiClient(apiURL)
 			if err != nil {
 				return &exitError{code: 2, err: fmt.Errorf("host unfence: %w", err)}
 			}
