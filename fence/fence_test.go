@@ -16,7 +16,7 @@ import (
 
 	"github.com/machina-metal/machina/bmc"
 	"github.com/machina-metal/machina/bmc/bmcsim"
-	"github.com/machina-metal/machina/bmc/ipmi/ipmisim"
+	"github.com/machina-metal/machina/bmc/ipmi/ipmisim/ipmisimtest"
 	"github.com/machina-metal/machina/bmc/redfish"
 	"github.com/machina-metal/machina/fence"
 )
@@ -68,7 +68,7 @@ func scanCmdlines(t *testing.T, port int, secret string, stop <-chan struct{}) (
 // password is never in any process's command line while ipmitool runs
 // (/proc scanned throughout, and ipmitool seen running at least once).
 func TestFenceThroughIPMIToolDevice(t *testing.T) {
-	sim := ipmisim.Start(t)
+	sim := ipmisimtest.Start(t)
 	sim.Ipmitool("chassis", "power", "on")
 	if out := sim.Ipmitool("chassis", "power", "status"); !strings.Contains(out, "is on") {
 		t.Fatalf("ipmi_sim power status = %q, want on", out)
@@ -104,7 +104,7 @@ func TestFenceThroughIPMIToolDevice(t *testing.T) {
 // does nothing (ipmi_sim's stuck chassis) fails with ErrNotOff; a wrong
 // password fails as bmc.ErrAuth without the password in the error.
 func TestFenceIPMIToolRefusals(t *testing.T) {
-	sim := ipmisim.Start(t)
+	sim := ipmisimtest.Start(t)
 	sim.Ipmitool("chassis", "power", "on")
 	if err := os.WriteFile(filepath.Join(sim.Dir, "stuck"), nil, 0o644); err != nil {
 		t.Fatal(err)

@@ -17,7 +17,7 @@ import (
 	"time"
 
 	v1 "github.com/machina-metal/machina/api/v1"
-	"github.com/machina-metal/machina/bmc/ipmi/ipmisim"
+	"github.com/machina-metal/machina/bmc/ipmi/ipmisim/ipmisimtest"
 	"github.com/machina-metal/machina/controller"
 	"github.com/machina-metal/machina/inventory"
 	"github.com/machina-metal/machina/lab/sim"
@@ -109,7 +109,7 @@ func (r *rig) eventsOf(kind state.EventKind) []state.Event {
 // by the safety brake while 3 of 5 hosts are silent at once, and fences
 // the one left silent once the others return.
 func TestHostLivenessFencingAndSelection(t *testing.T) {
-	ipmisim.RequireTools(t)
+	ipmisimtest.RequireTools(t)
 	r := startRig(t, rigOptions{lab: sim.Config{Inventory: gpuSite}, config: func(c *controller.Config) {
 		c.Heartbeat, c.HostFenceWindow = hbInterval, fenceWindow
 	}})
@@ -178,7 +178,7 @@ func TestHostLivenessFencingAndSelection(t *testing.T) {
 	// Fence through an IPMI fencing device (a PDU's IPMI endpoint: an
 	// ipmi_sim of its own; the simulated PDU is not wired to g2's power,
 	// so its read-back is the device's).
-	pdu := ipmisim.Start(t)
+	pdu := ipmisimtest.Start(t)
 	pdu.Ipmitool("chassis", "power", "on")
 	if _, err := r.run.Store.PutSecret("pdu", state.Credential{Username: "solop", Password: "S3cret-SOL-pw"}, "test"); err != nil {
 		t.Fatal(err)
