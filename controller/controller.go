@@ -25,6 +25,7 @@ import (
 	"github.com/machina-metal/machina/api"
 	"github.com/machina-metal/machina/boot"
 	"github.com/machina-metal/machina/boot/ipxe"
+	"github.com/machina-metal/machina/fence"
 	"github.com/machina-metal/machina/images"
 	"github.com/machina-metal/machina/inventory"
 	"github.com/machina-metal/machina/join"
@@ -119,6 +120,19 @@ type Config struct {
 	// a tenth of it after start, at most a minute); zero means
 	// DefaultBMCWatchInterval (10 min), negative turns the sweep off.
 	BMCWatchInterval time.Duration
+	// Heartbeat is the interval joined hosts are told to heartbeat at, in
+	// whole seconds (rounded, at least 1s); zero means 30s.
+	Heartbeat time.Duration
+	// HostLostWindow is the silence after which a host is marked lost
+	// (condition HostLost, its power read from the BMC); zero means 3
+	// heartbeat intervals.
+	HostLostWindow time.Duration
+	// HostFenceWindow is how much longer a lost host on a profile with
+	// `fence: auto` stays lost before it is fenced; zero means
+	// HostLostWindow again.
+	HostFenceWindow time.Duration
+	// FenceTimeout bounds one fence (power off and read-back); zero means 60s.
+	FenceTimeout time.Duration
 	// Logger receives every component's logs; nil discards.
 	Logger *slog.Logger
 	// OnReady is called once the HTTP listener accepts connections.
@@ -167,6 +181,10 @@ func Run(ctx context.Context, cfg Config) error {
 	if cfg.Listen == "" {
 		cfg.Listen = "127.0.0.1:8080"
 	}
+	if cfg.Heartbeat <= 0 {
+		cfg.Heartbeat = 30 * time.Second
+	}
+	cfg.Heartbeat = max(time.Second, cfg.Heartbeat.Round(time.Second)) // nodes are told whole seconds
 	if err := os.MkdirAll(cfg.WorkDir, 0o750); err != nil {
 		return fmt.Errorf("controller: %w", err)
 	}
@@ -356,7 +374,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if joinURL == "" {
 		joinURL = "https://" + joinLn.Addr().String()
 	}
-	joinSrv, err := join.New(join.Config{Store: st, CA: ca, URL: joinURL, NodeBinary: cfg.NodeBinary, Logger: log.With("component", "join")})
+	joinSrv, err := join.New(join.Config{Store: st, CA: ca, URL: joinURL, NodeBinary: cfg.NodeBinary, Heartbeat: cfg.Heartbeat, Logger: log.With("component", "join")})
 	if err != nil {
 		return fmt.Errorf("controller: %w", err)
 	}
@@ -405,6 +423,10 @@ func Run(ctx context.Context, cfg Config) error {
 		}, urgent)
 	}
 	if err := mountAdmin(srv, st, ctrl, src, scanProposers(cfg.Repo, gitDir, log.With("component", "scan")), cfg.Repo.Branch); err != nil {
+		return err
+	}
+	fencer := &fencer{st: st, drivers: drivers, desired: ctrl.Desired, opts: fence.Options{Timeout: cfg.FenceTimeout}, log: log.With("component", "fence")}
+	if err := mountHosts(srv, st, fencer, ctrl.Trigger, cfg.Heartbeat); err != nil {
 		return err
 	}
 	if err := mountConsoleAndUI(srv, st, drivers, src, ctrl, imgStatus, gitDir, log); err != nil {
@@ -472,6 +494,9 @@ func Run(ctx context.Context, cfg Config) error {
 		w := newBMCWatch(st, sweepDrivers, cfg.BMCWatchInterval, log.With("component", "bmc-sweep"))
 		goRun("bmc sweep", func(ctx context.Context) error { w.run(ctx); return nil })
 	}
+	hw := newHostWatch(st, drivers, fencer, ctrl.Desired, hostWatchConfig{heartbeat: cfg.Heartbeat, lost: cfg.HostLostWindow,
+		fenceAfter: cfg.HostFenceWindow, share: cfg.Reconciler.Plan.BrakeShare}, log.With("component", "host-watch"))
+	goRun("host watch", func(ctx context.Context) error { hw.run(ctx); return nil })
 	goRun("prune", func(ctx context.Context) error { prune(ctx, st, 10*time.Minute, log); return nil })
 	goRun("revisions", func(ctx context.Context) error {
 		follow(ctx, src, ctrl, importer, imgStore, cfg.Mirrors, log)

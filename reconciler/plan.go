@@ -155,6 +155,9 @@ type Result struct {
 	Conditions []PlanCondition `json:"conditions,omitempty"`
 	// Brake explains why Held is not empty; "" otherwise.
 	Brake string `json:"brake,omitempty"`
+	// Selections say, per profile with a selector, which servers it
+	// matches and why the others do not (issue 21).
+	Selections []Selection `json:"selections,omitempty"`
 }
 
 // Plan works out what must change for the observed state have to match the
@@ -164,7 +167,7 @@ type Result struct {
 //
 // Allocation order (documented contract, tested): among ready servers that
 // are not retired, pinned to no other profile, in the profile's zone and at
-// least its minimum size, the smallest wins: fewest cores, then least
+// least its minimum size, matched by its selector, the smallest wins: fewest cores, then least
 // memory, then smallest fitting disk, then name.
 func Plan(want *inventory.Inventory, have state.Snapshot, opts PlanOptions) Result {
 	opts = opts.withDefaults()
@@ -260,6 +263,10 @@ func Plan(want *inventory.Inventory, have state.Snapshot, opts PlanOptions) Resu
 			steps, disr = withoutBMC(steps), withoutBMC(disr)
 			res.Conditions = append(res.Conditions, noBMCCondition(ws, obs))
 		}
+		if obs.Fenced != nil {
+			steps, disr = withoutPowerOn(steps), withoutPowerOn(disr)
+			res.Conditions = append(res.Conditions, fencedCondition(ws.Name, obs.Fenced))
+		}
 		res.Steps = append(res.Steps, steps...)
 		disruptive = append(disruptive, disr...)
 		for _, s := range steps {
@@ -278,6 +285,13 @@ func Plan(want *inventory.Inventory, have state.Snapshot, opts PlanOptions) Resu
 
 	// Profiles' counts: top up or release the surplus of count allocations.
 	for _, p := range want.Profiles {
+		if p.Selector != nil {
+			sel := Select(p, want, have)
+			res.Selections = append(res.Selections, sel)
+			if c, ok := selectionCondition(sel); ok {
+				res.Conditions = append(res.Conditions, c)
+			}
+		}
 		steps, disr, conds := profileSteps(p, want, have, allocated)
 		res.Steps = append(res.Steps, steps...)
 		disruptive = append(disruptive, disr...)
@@ -449,6 +463,39 @@ func withoutBMC(steps []Step) []Step {
 	return out
 }
 
+// powersOn reports whether a may power the server on (or keep it on):
+// what a fenced server must never get.
+func (a Action) powersOn() bool {
+	switch a {
+	case ActCommission, ActDeploy, ActWipe, ActAllocate, ActPowerOn, ActPowerCycle:
+		return true
+	}
+	return false
+}
+
+// withoutPowerOn drops the steps that would power a fenced server on.
+func withoutPowerOn(steps []Step) []Step {
+	var out []Step
+	for _, s := range steps {
+		if !s.Action.powersOn() {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func fencedCondition(name string, f *state.Fencing) PlanCondition {
+	return PlanCondition{Subject: "server/" + name, Type: "Fenced", Reason: "Fenced",
+		Message: fmt.Sprintf("fenced %s by %s through %s (%s): never powered on until machinactl host unfence %s", f.At.UTC().Format(time.RFC3339), f.Actor, f.Device, f.Reason, orName(f.Host, name))}
+}
+
+func orName(host, server string) string {
+	if host != "" {
+		return host
+	}
+	return "HOST"
+}
+
 func noBMCCondition(ws *inventory.Server, obs state.Server) PlanCondition {
 	return PlanCondition{Subject: "server/" + ws.Name, Type: "NoBMC", Reason: "NoBMC",
 		Message: fmt.Sprintf("no BMC: Machina cannot power or boot-override this server (%s); attach one with machinactl server bmc-set %s --driver ... --address ... --credentials ...", obs.Lifecycle, ws.Name)}
@@ -510,7 +557,8 @@ func profileSteps(p inventory.Profile, want *inventory.Inventory, have state.Sna
 }
 
 // Candidates lists the ready servers profile p may allocate, smallest first
-// (fewest cores, least memory, smallest fitting disk, name). planned holds
+// (fewest cores, least memory, smallest fitting disk, name), among those
+// its selector matches (stated labels, tags and derived labels). planned holds
 // servers already taken in this pass. A released server whose release wipe
 // has not finished (NeedsWipe) is never a candidate.
 func Candidates(p inventory.Profile, want *inventory.Inventory, have state.Snapshot, planned map[string]string) []state.Server {
@@ -535,11 +583,17 @@ func Candidates(p inventory.Profile, want *inventory.Inventory, have state.Snaps
 		if !ok || obs.Lifecycle != state.LifecycleReady || !Fits(p.Min, obs.Hardware) {
 			continue
 		}
+		if p.Selector != nil && !p.Selector.Matches(ServerLabels(&ws, &obs)) {
+			continue // the profile's selector does not match its labels
+		}
 		if ws.Actions.Commission > obs.Actions["commission"] {
 			continue // about to be recommissioned
 		}
 		if obs.NeedsWipe {
 			continue // released, its release wipe not done yet
+		}
+		if obs.Fenced != nil {
+			continue // fenced: never powered on until unfenced
 		}
 		out = append(out, obs)
 	}

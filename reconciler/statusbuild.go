@@ -94,7 +94,7 @@ func (b *StatusBuilder) Build(inv InventoryStatus, images []ImageStatus, plan Re
 			ss.Profile, ss.Allocation = s.Allocation.Profile, s.Allocation.Reason
 		}
 		if hw := s.Hardware; hw != nil {
-			ss.Hardware = Hardware{Vendor: hw.Vendor, Model: hw.Product, Serial: hw.Serial, Cores: hw.Cores, MemoryGiB: hw.MemoryBytes >> 30}
+			ss.Hardware = Hardware{Vendor: hw.Vendor, Model: hw.Product, Serial: hw.Serial, Cores: hw.Cores, MemoryGiB: hw.MemoryBytes >> 30, Labels: hw.Labels()}
 			for _, d := range hw.Disks {
 				ss.Hardware.Disks = append(ss.Hardware.Disks, Disk{Name: d.Name, Model: d.Model, Serial: d.Serial, SizeGiB: d.SizeBytes >> 30})
 			}
@@ -154,8 +154,28 @@ func (b *StatusBuilder) Build(inv InventoryStatus, images []ImageStatus, plan Re
 		}
 		// Online/offline changes with every heartbeat gap, so it stays out
 		// of status/ (deterministic files); the API and the UI show it.
-		out.Hosts = append(out.Hosts, HostStatus{Name: h.Name, Server: h.Server, Site: h.Site, Rack: h.Rack, Tags: h.Tags, State: st,
-			Networks: h.Networks, StoragePools: h.StoragePools, Message: h.JoinReason})
+		hs := HostStatus{Name: h.Name, Server: h.Server, Site: h.Site, Rack: h.Rack, Tags: h.Tags, State: st,
+			Networks: h.Networks, StoragePools: h.StoragePools, Message: h.JoinReason, AgentVersion: h.AgentVersion}
+		// Lost and fenced are states an operator acts on, and change
+		// only on loss, return or fence: they are in status/.
+		if l := h.Lost; l != nil {
+			reason := "LostPowerUnknown"
+			switch l.Power {
+			case state.PowerOn:
+				reason = "LostPoweredOn"
+			case state.PowerOff:
+				reason = "LostPoweredOff"
+			}
+			hs.State = l.Describe()
+			hs.Conditions = append(hs.Conditions, Condition{Type: "HostLost", Status: "True", Reason: reason, LastTransitionTime: l.Detected,
+				Message: l.Describe() + ": no heartbeat since " + l.Since.UTC().Format(time.RFC3339)})
+		}
+		if f := h.Fenced; f != nil {
+			hs.State = "fenced"
+			hs.Conditions = append(hs.Conditions, Condition{Type: "Fenced", Status: "True", Reason: map[bool]string{true: "FencedAutomatically", false: "FencedByOperator"}[f.Auto],
+				LastTransitionTime: f.At, Message: fmt.Sprintf("fenced by %s through %s: %s; never powered on until machinactl host unfence %s", f.Actor, f.Device, f.Reason, h.Name)})
+		}
+		out.Hosts = append(out.Hosts, hs)
 	}
 	sort.Slice(out.Images, func(i, j int) bool { return out.Images[i].Name < out.Images[j].Name })
 	return out, nil

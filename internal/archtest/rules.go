@@ -58,6 +58,7 @@ var mayImport = map[string][]string{
 	"bmc/redfish":       {"bmc"},
 	"bmc/ipmi":          {"bmc"},
 	"bmc/bmcsim":        {"bmc"},
+	"fence":             {"bmc"},
 	"boot/dhcp":         {"boot"},
 	"boot/tftp":         {"boot"},
 	"boot/ipxe":         {"boot"},

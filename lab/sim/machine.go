@@ -60,10 +60,13 @@ type Machine struct {
 	installed     string   // the installer that wrote the disk, "" for none
 	installerBoot []string // the installer kernel and initrd it booted
 	joined        bool
-	agentHTTP     *http.Client // the ramdisk's client, keeping the deploy plan's seed
-	powerFile     string       // IPMI machines: ipmi_sim's chassis_control power file
-	serial        *serialPort  // IPMI machines: the serial line behind the BMC's SOL
-	ttyLine       []byte       // the line being typed on the serial console (PhaseOS)
+	osCtx         context.Context    // the running OS's boot (ended by power off), nil before
+	bootedAt      time.Time          // when the OS last booted from disk
+	nodeCancel    context.CancelFunc // stops the node agent's heartbeats
+	agentHTTP     *http.Client       // the ramdisk's client, keeping the deploy plan's seed
+	powerFile     string             // IPMI machines: ipmi_sim's chassis_control power file
+	serial        *serialPort        // IPMI machines: the serial line behind the BMC's SOL
+	ttyLine       []byte             // the line being typed on the serial console (PhaseOS)
 	// failMemory makes the commissioning memory test fail (fault injection).
 	failMemory bool
 	// corruptImages flips a byte of every image download in transit

@@ -2,6 +2,7 @@ package sim
 
 import (
 	"fmt"
+	"sort"
 	"strings"
 
 	"github.com/machina-metal/machina/inventory"
@@ -52,6 +53,9 @@ func renderServers(inv *inventory.Inventory, addrs map[string]string, fallbacks 
 		if len(s.Tags) > 0 {
 			fmt.Fprintf(&b, "    tags: [%s]\n", strings.Join(s.Tags, ", "))
 		}
+		if len(s.Labels) > 0 {
+			fmt.Fprintf(&b, "    labels: %s\n", flowMap(s.Labels))
+		}
 		fmt.Fprintf(&b, "    bootMAC: %s\n    bootMode: %s\n", q(s.BootMAC), orDefault(string(s.BootMode), "uefi"))
 		addr := addrs[s.Name]
 		if strings.HasPrefix(addr, "http") {
@@ -71,8 +75,25 @@ func renderServers(inv *inventory.Inventory, addrs map[string]string, fallbacks 
 		if a := s.Actions; a != (inventory.Actions{}) {
 			fmt.Fprintf(&b, "    actions: {commission: %d, powerCycle: %d, powerOn: %d, powerOff: %d}\n", a.Commission, a.PowerCycle, a.PowerOn, a.PowerOff)
 		}
+		if f := s.Fence; f != nil {
+			fmt.Fprintf(&b, "    fence: {driver: %s, address: %s, credentials: %s}\n", f.Driver, q(f.Address), f.Credentials)
+		}
 	}
 	return b.String()
+}
+
+// flowMap renders a label map as a YAML flow mapping, keys sorted.
+func flowMap(m map[string]string) string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, 0, len(keys))
+	for _, k := range keys {
+		parts = append(parts, q(k)+": "+q(m[k]))
+	}
+	return "{" + strings.Join(parts, ", ") + "}"
 }
 
 // renderProfiles writes profiles.yaml unchanged in meaning.
@@ -93,6 +114,25 @@ func renderProfiles(inv *inventory.Inventory) string {
 			fmt.Fprintf(&b, "    zone: %s\n", p.Zone)
 		}
 		fmt.Fprintf(&b, "    min: {cores: %d, memoryGiB: %d, diskGiB: %d}\n    count: %d\n", max(p.Min.Cores, 1), max(p.Min.MemoryGiB, 1), max(p.Min.DiskGiB, 1), p.Count)
+		if p.Fence != "" {
+			fmt.Fprintf(&b, "    fence: %s\n", p.Fence)
+		}
+		if sel := p.Selector; sel != nil {
+			b.WriteString("    selector:\n")
+			if len(sel.MatchLabels) > 0 {
+				fmt.Fprintf(&b, "      matchLabels: %s\n", flowMap(sel.MatchLabels))
+			}
+			if len(sel.MatchExpressions) > 0 {
+				b.WriteString("      matchExpressions:\n")
+				for _, r := range sel.MatchExpressions {
+					vals := make([]string, 0, len(r.Values))
+					for _, v := range r.Values {
+						vals = append(vals, q(v))
+					}
+					fmt.Fprintf(&b, "        - {key: %s, operator: %s, values: [%s]}\n", q(r.Key), r.Operator, strings.Join(vals, ", "))
+				}
+			}
+		}
 		if j := p.Join; j.Site != "" || len(j.Tags) > 0 || len(j.Networks) > 0 || len(j.StoragePools) > 0 {
 			b.WriteString("    join:\n")
 			if j.Site != "" {
