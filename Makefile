@@ -36,11 +36,13 @@ demo: build
 clean:
 	rm -rf $(BIN)
 
-# ramdisk: kernel from Debian's linux-image-amd64 + initrd with the static agent
-# and its modules; writes out/ramdisk/{vmlinuz,initrd.cpio.gz,manifest.txt}.
+# ramdisk: kernel from Debian's linux-image-$(ARCH) + initrd with the static
+# agent and its modules; writes out/ramdisk/{vmlinuz,initrd.cpio.gz,manifest.txt}
+# (ARCH=amd64, the default) or out/ramdisk/arm64/ (ARCH=arm64; no root needed).
+ARCH ?= amd64
 .PHONY: ramdisk
 ramdisk:
-	scripts/build-ramdisk.sh
+	ARCH=$(ARCH) scripts/build-ramdisk.sh
 # ipxe-iso: the virtual-media boot ISOs (BIOS: embedded script; UEFI: iPXE + DHCP
 # user class) pointing at MACHINA_CONTROLLER_URL, written to bin/iso/.
 MACHINA_CONTROLLER_URL ?= http://10.99.0.1:8080
