@@ -44,6 +44,16 @@ type Config struct {
 	// ScriptURL is where the generated autoexec.ipxe chains to (the iPXE
 	// handler's /boot/ipxe URL). Required.
 	ScriptURL string
+	// GRUBScriptURL, when set, is where the generated machina-grub.cfg
+	// ([boot.GRUBConfigName], fetched by the arm64 GRUB image) sources the
+	// machine's script from (the controller's [boot.GRUBScriptPath] URL;
+	// http only). Zero: no machina-grub.cfg.
+	GRUBScriptURL string
+	// Files are served by name from memory besides Root, e.g. the arm64
+	// GRUB image ([boot.GRUBImageARM64]) kept outside Debian's
+	// /usr/lib/ipxe. Names pass [CleanPath]; a name in Root too is served
+	// from here.
+	Files map[string][]byte
 	// MaxPerClient bounds concurrent transfers per client IP. Zero: 4.
 	MaxPerClient int
 	// MaxTransfers bounds concurrent transfers in total. Zero: 512.
@@ -78,10 +88,11 @@ var (
 
 // Server is a read-only TFTP server.
 type Server struct {
-	cfg      Config
-	log      *slog.Logger
-	root     *os.Root
-	autoexec []byte
+	cfg  Config
+	log  *slog.Logger
+	root *os.Root
+	// generated holds autoexec.ipxe, machina-grub.cfg and Config.Files.
+	generated map[string][]byte
 
 	mu     sync.Mutex
 	active map[string]int
@@ -190,7 +201,23 @@ func New(cfg Config) (*Server, error) {
 	if cfg.MaxBlockSize <= 512 || cfg.MaxBlockSize > 65464 {
 		cfg.MaxBlockSize = 1468
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, root: root, autoexec: script, active: map[string]int{}}
+	gen := map[string][]byte{AutoexecName: script}
+	if cfg.GRUBScriptURL != "" {
+		g, err := boot.GRUBChainConfig(cfg.GRUBScriptURL)
+		if err != nil {
+			root.Close()
+			return nil, fmt.Errorf("tftp: new server: %w", err)
+		}
+		gen[boot.GRUBConfigName] = g
+	}
+	for name, b := range cfg.Files {
+		if _, err := CleanPath(name); err != nil || name == AutoexecName || name == boot.GRUBConfigName {
+			root.Close()
+			return nil, fmt.Errorf("tftp: new server: file name %q: refused (a plain relative name, not a generated one)", name)
+		}
+		gen[name] = b
+	}
+	s := &Server{cfg: cfg, log: cfg.Logger, root: root, generated: gen, active: map[string]int{}}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
@@ -342,8 +369,8 @@ func (s *Server) read(name string, rf io.ReaderFrom) error {
 	}
 	var r io.ReadSeeker
 	var size int64
-	if clean == AutoexecName {
-		r, size = bytes.NewReader(s.autoexec), int64(len(s.autoexec))
+	if b, ok := s.generated[clean]; ok {
+		r, size = bytes.NewReader(b), int64(len(b))
 	} else {
 		f, err := s.root.Open(clean) // refuses symlinks and ".." leading out of the root
 		if err != nil {
