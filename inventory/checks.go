@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"sort"
 	"strconv"
 	"strings"
 
@@ -185,6 +186,28 @@ func crossCheck(inv *Inventory, docs map[string]*doc, valid map[string]bool) []F
 		if len(s.BMC.SystemID) > 0 && s.BMC.Driver == DriverIPMI {
 			errAt(sd, base+"/bmc/systemID", SeverityError, "systemID applies to redfish BMCs only")
 		}
+		for _, k := range sortedLabelKeys(s.Labels) {
+			ptr := base + "/labels/" + escapePointer(k)
+			switch err := CheckLabelKey(k); {
+			case err != nil:
+				errAt(sd, ptr, SeverityError, err.Error())
+			case IsDerivedLabel(k):
+				errAt(sd, ptr, SeverityError, fmt.Sprintf("label %q is derived from the commissioning report and cannot be stated", k))
+			case strings.HasPrefix(k, TagLabelPrefix):
+				errAt(sd, ptr, SeverityError, fmt.Sprintf("label keys starting %q are the tags (tag NAME is label %sNAME: \"true\"); list the tag in tags instead", TagLabelPrefix, TagLabelPrefix))
+			}
+			if err := CheckLabelValue(s.Labels[k]); err != nil {
+				errAt(sd, ptr, SeverityError, err.Error())
+			}
+		}
+		if f := s.Fence; f != nil {
+			if len(f.SystemID) > 0 && f.Driver == DriverIPMI {
+				errAt(sd, base+"/fence/systemID", SeverityError, "systemID applies to redfish fencing devices only")
+			}
+			if !s.BMC.IsZero() && NormalizeBMCAddress(f.Driver, f.Address) == NormalizeBMCAddress(s.BMC.Driver, s.BMC.Address) && f.SystemID == s.BMC.SystemID {
+				errAt(sd, base+"/fence/address", SeverityWarning, "the fencing device is the server's own BMC; omit fence to fence through the BMC")
+			}
+		}
 	}
 
 	for i, p := range inv.Profiles {
@@ -206,10 +229,24 @@ func crossCheck(inv *Inventory, docs map[string]*doc, valid map[string]bool) []F
 				if s.Want == WantRetired || (p.Zone != "" && s.Zone != p.Zone) || (s.Profile != "" && s.Profile != p.Name) {
 					continue
 				}
+				if ok, _ := p.Selector.CouldMatch(StatedLabels(&s)); !ok {
+					continue
+				}
 				candidates++
 			}
 			if p.Count > candidates {
-				errAt(pd, base+"/count", SeverityWarning, fmt.Sprintf("count %d is more than the %d servers that could ever match (zone %q, not retired, not pinned to another profile)", p.Count, candidates, zoneOrAny(p.Zone)))
+				errAt(pd, base+"/count", SeverityWarning, fmt.Sprintf("count %d is more than the %d servers that could ever match (zone %q, not retired, not pinned to another profile, selector)", p.Count, candidates, zoneOrAny(p.Zone)))
+			}
+		}
+		if p.Selector != nil {
+			bad := checkSelector(p.Selector, base+"/selector")
+			for _, e := range bad {
+				errAt(pd, e.ptr, SeverityError, e.msg)
+			}
+			if haveServers && len(bad) == 0 {
+				if ok, why := selectorCanMatch(p, inv.Servers); !ok {
+					errAt(pd, base+"/selector", SeverityError, "no server in "+ServersFile+" can ever match this selector: "+why)
+				}
 			}
 		}
 		if p.Deploy == DeployImage && len(p.SSHKeys) == 0 {
@@ -252,4 +289,40 @@ func isZero(hw net.HardwareAddr) bool {
 		}
 	}
 	return true
+}
+
+// selectorCanMatch reports whether some server p may take (not retired, in
+// its zone, pinned to no other profile) could match p's selector with its
+// stated labels; derived labels count as possible (known only after
+// commissioning). why says what the closest candidates lack.
+func selectorCanMatch(p Profile, servers []Server) (bool, string) {
+	seen := 0
+	var first string
+	for i := range servers {
+		s := &servers[i]
+		if s.Want == WantRetired || (p.Zone != "" && s.Zone != p.Zone) || (s.Profile != "" && s.Profile != p.Name) {
+			continue
+		}
+		seen++
+		ok, why := p.Selector.CouldMatch(StatedLabels(s))
+		if ok {
+			return true, ""
+		}
+		if first == "" {
+			first = s.Name + ": " + why
+		}
+	}
+	if seen == 0 {
+		return false, fmt.Sprintf("no server in zone %s is free for it", zoneOrAny(p.Zone))
+	}
+	return false, fmt.Sprintf("%d servers in zone %s, none with the stated labels (first, %s)", seen, zoneOrAny(p.Zone), first)
+}
+
+func sortedLabelKeys(m map[string]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
 }

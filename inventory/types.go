@@ -87,18 +87,25 @@ const (
 // Server is one machine of servers.yaml, normalised: BootMAC in lower-case
 // colon form, BootMode and Want defaulted.
 type Server struct {
-	Name       string      `json:"name"`
-	Zone       string      `json:"zone"`
-	Site       string      `json:"site,omitempty"`
-	Rack       string      `json:"rack,omitempty"`
-	Tags       []string    `json:"tags,omitempty"`
-	BootMAC    string      `json:"bootMAC"`
-	BootMode   BootMode    `json:"bootMode,omitempty"`
-	BMC        BMC         `json:"bmc,omitzero"`
-	Want       Want        `json:"want,omitempty"`
-	Profile    string      `json:"profile,omitempty"`
-	RootDevice *RootDevice `json:"rootDevice,omitempty"`
-	Actions    Actions     `json:"actions,omitempty"`
+	Name string   `json:"name"`
+	Zone string   `json:"zone"`
+	Site string   `json:"site,omitempty"`
+	Rack string   `json:"rack,omitempty"`
+	Tags []string `json:"tags,omitempty"`
+	// Labels are the stated labels (see [StatedLabels] for how tags join
+	// them); keys and values follow the Kubernetes label rules.
+	Labels     map[string]string `json:"labels,omitempty"`
+	BootMAC    string            `json:"bootMAC"`
+	BootMode   BootMode          `json:"bootMode,omitempty"`
+	BMC        BMC               `json:"bmc,omitzero"`
+	Want       Want              `json:"want,omitempty"`
+	Profile    string            `json:"profile,omitempty"`
+	RootDevice *RootDevice       `json:"rootDevice,omitempty"`
+	Actions    Actions           `json:"actions,omitempty"`
+	// Fence is a fencing device separate from the BMC (a PDU's or a
+	// chassis manager's IPMI or Redfish endpoint) that powers this server
+	// off when its host is fenced; nil fences through BMC.
+	Fence *BMC `json:"fence,omitempty"`
 }
 
 // BMC says how to reach a server's baseboard management controller. Address
@@ -157,7 +164,24 @@ type Profile struct {
 	Min   Min    `json:"min,omitempty"`
 	Count int    `json:"count,omitempty"`
 	Join  Join   `json:"join,omitempty"`
+	// Selector narrows allocation to servers whose labels (stated, tags
+	// and derived) match; nil means any server.
+	Selector *Selector `json:"selector,omitempty"`
+	// Fence is the fencing policy of the profile's hosts: FenceOff (the
+	// default, "" in a file) or FenceAuto.
+	Fence FencePolicy `json:"fence,omitempty"`
 }
+
+// FencePolicy says whether a lost host is fenced without an operator.
+type FencePolicy string
+
+// Fencing policies. FenceAuto fences a host lost for the controller's
+// second window (its server powered off, read back), only while the
+// safety brake's share of hosts allows it.
+const (
+	FenceOff  FencePolicy = "off"
+	FenceAuto FencePolicy = "auto"
+)
 
 // Min is the smallest machine a profile accepts. Zero fields mean no minimum.
 type Min struct {

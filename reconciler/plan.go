@@ -155,6 +155,9 @@ type Result struct {
 	Conditions []PlanCondition `json:"conditions,omitempty"`
 	// Brake explains why Held is not empty; "" otherwise.
 	Brake string `json:"brake,omitempty"`
+	// Selections say, per profile with a selector, which servers it
+	// matches and why the others do not (issue 21).
+	Selections []Selection `json:"selections,omitempty"`
 }
 
 // Plan works out what must change for the observed state have to match the
@@ -164,7 +167,7 @@ type Result struct {
 //
 // Allocation order (documented contract, tested): among ready servers that
 // are not retired, pinned to no other profile, in the profile's zone and at
-// least its minimum size, the smallest wins: fewest cores, then least
+// least its minimum size, matched by its selector, the smallest wins: fewest cores, then least
 // memory, then smallest fitting disk, then name.
 func Plan(want *inventory.Inventory, have state.Snapshot, opts PlanOptions) Result {
 	opts = opts.withDefaults()
@@ -278,6 +281,13 @@ func Plan(want *inventory.Inventory, have state.Snapshot, opts PlanOptions) Resu
 
 	// Profiles' counts: top up or release the surplus of count allocations.
 	for _, p := range want.Profiles {
+		if p.Selector != nil {
+			sel := Select(p, want, have)
+			res.Selections = append(res.Selections, sel)
+			if c, ok := selectionCondition(sel); ok {
+				res.Conditions = append(res.Conditions, c)
+			}
+		}
 		steps, disr, conds := profileSteps(p, want, have, allocated)
 		res.Steps = append(res.Steps, steps...)
 		disruptive = append(disruptive, disr...)
@@ -510,7 +520,8 @@ func profileSteps(p inventory.Profile, want *inventory.Inventory, have state.Sna
 }
 
 // Candidates lists the ready servers profile p may allocate, smallest first
-// (fewest cores, least memory, smallest fitting disk, name). planned holds
+// (fewest cores, least memory, smallest fitting disk, name), among those
+// its selector matches (stated labels, tags and derived labels). planned holds
 // servers already taken in this pass. A released server whose release wipe
 // has not finished (NeedsWipe) is never a candidate.
 func Candidates(p inventory.Profile, want *inventory.Inventory, have state.Snapshot, planned map[string]string) []state.Server {
@@ -534,6 +545,9 @@ func Candidates(p inventory.Profile, want *inventory.Inventory, have state.Snaps
 		obs, ok := have.Servers[ws.Name]
 		if !ok || obs.Lifecycle != state.LifecycleReady || !Fits(p.Min, obs.Hardware) {
 			continue
+		}
+		if p.Selector != nil && !p.Selector.Matches(ServerLabels(&ws, &obs)) {
+			continue // the profile's selector does not match its labels
 		}
 		if ws.Actions.Commission > obs.Actions["commission"] {
 			continue // about to be recommissioned

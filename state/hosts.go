@@ -28,6 +28,17 @@ type Host struct {
 	// in its last join, in report order.
 	Networks     []string `json:"networks,omitempty"`
 	StoragePools []string `json:"storagePools,omitempty"`
+	// BootedAt is when the host last booted (heartbeat time minus its
+	// uptime), AgentStartedAt when its node agent started, AgentVersion
+	// the agent's version: zero from agents that do not say (issue 21).
+	BootedAt       time.Time `json:"bootedAt,omitzero"`
+	AgentStartedAt time.Time `json:"agentStartedAt,omitzero"`
+	AgentVersion   string    `json:"agentVersion,omitempty"`
+	// Lost is set while the host misses its heartbeats (MarkHostLost),
+	// cleared by its next heartbeat.
+	Lost *HostLoss `json:"lost,omitempty"`
+	// Fenced mirrors its server's fence (FenceServer), nil when none.
+	Fenced *Fencing `json:"fenced,omitempty"`
 }
 
 // JoinLogEntry is one line of a host's join log (networks and storage

@@ -64,6 +64,10 @@ type Server struct {
 	// servers registered from servers.yaml. It stays set once the server is
 	// in servers.yaml, as its history.
 	Enrolled *Enrolment `json:"enrolled,omitempty"`
+	// Fenced is set when the server was fenced (FenceServer): the
+	// reconciler never powers it on until an operator clears it
+	// (UnfenceServer). Nil when not fenced.
+	Fenced *Fencing `json:"fenced,omitempty"`
 
 	// Revision increases by one on every committed change of this record.
 	Revision  uint64    `json:"revision"`
@@ -113,6 +117,20 @@ type Hardware struct {
 	Product     string    `json:"product,omitempty"`
 	Serial      string    `json:"serial,omitempty"`
 	ObservedAt  time.Time `json:"observedAt"`
+	// CPUVendor is cpuinfo's vendor_id ("GenuineIntel"); Arch a GOARCH
+	// name ("amd64"); InstalledMemoryBytes the DIMM total (0 without
+	// DMI); GPUs the display controllers. All empty from older reports.
+	CPUVendor            string `json:"cpuVendor,omitempty"`
+	Arch                 string `json:"arch,omitempty"`
+	InstalledMemoryBytes int64  `json:"installedMemoryBytes,omitempty"`
+	GPUs                 []GPU  `json:"gpus,omitempty"`
+}
+
+// GPU is one display controller from the commissioning report.
+type GPU struct {
+	PCIAddress string `json:"pciAddress,omitempty"`
+	Vendor     string `json:"vendor"` // nvidia, amd, intel or the PCI vendor id
+	DeviceID   string `json:"deviceID,omitempty"`
 }
 
 // Disk is one block device from the commissioning report.
@@ -122,6 +140,8 @@ type Disk struct {
 	Model      string `json:"model,omitempty"`
 	Serial     string `json:"serial,omitempty"`
 	Rotational bool   `json:"rotational,omitempty"`
+	// Transport is "nvme", "sata", "sas", "usb", "virtio", "scsi" or "".
+	Transport string `json:"transport,omitempty"`
 }
 
 // NIC is one network interface from the commissioning report.

@@ -93,12 +93,35 @@ type Facts struct {
 	Disks  []Disk `json:"disks"`
 	NICs   []NIC  `json:"nics"`
 	DMI    DMI    `json:"dmi"`
+	// GPUs are the PCI display controllers (class 03xxh) that are not a
+	// BMC's own VGA (ASPEED, Matrox G200); empty when none.
+	GPUs []GPU `json:"gpus,omitempty"`
+}
+
+// GPU is one PCI display controller from /sys/bus/pci/devices (PCI class
+// 03h, PCI Code and ID Assignment Specification §1.4).
+type GPU struct {
+	// PCIAddress is the device's domain:bus:device.function ("0000:3b:00.0").
+	PCIAddress string `json:"pciAddress"`
+	// VendorID and DeviceID are the PCI ids in hex ("0x10de").
+	VendorID string `json:"vendorID"`
+	DeviceID string `json:"deviceID,omitempty"`
+	// Vendor is "nvidia" (10deh), "amd" (1002h), "intel" (8086h), or the
+	// vendor id when unknown.
+	Vendor string `json:"vendor"`
 }
 
 // CPU is read from /proc/cpuinfo and /sys/devices/system/cpu.
 type CPU struct {
 	// Model is the "model name" line of the first processor.
 	Model string `json:"model"`
+	// Vendor is the "vendor_id" line of the first processor
+	// ("GenuineIntel", "AuthenticAMD"); "" where cpuinfo has none (arm64
+	// lists "CPU implementer" instead).
+	Vendor string `json:"vendor,omitempty"`
+	// Arch is the machine architecture as a GOARCH name ("amd64",
+	// "arm64"), from /proc/sys/kernel/arch, else the agent's own build.
+	Arch string `json:"arch,omitempty"`
 	// Sockets is the number of distinct physical package ids.
 	Sockets int `json:"sockets"`
 	// Cores is the number of distinct (package, core) pairs over all sockets.

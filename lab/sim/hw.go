@@ -20,6 +20,10 @@ type Hardware struct {
 	DisksGiB []int64
 	// Virt is "vmx", "svm" or "" (no virtualisation flag).
 	Virt string
+	// GPU is the PCI vendor id of the machine's GPU ("0x10de" NVIDIA),
+	// "" for none. Every machine also has its BMC's ASPEED VGA, which is
+	// not a GPU.
+	GPU string
 }
 
 // hardwareFor picks a machine class by zone, large enough for the example
@@ -31,7 +35,7 @@ func hardwareFor(zone string, i int) Hardware {
 	case "zone-b":
 		h.Product, h.CoresPerSocket, h.MemoryGiB, h.DisksGiB = "SimStorage 2U", 8+i%3, 128, []int64{240, 4000, 4000}
 	case "zone-c":
-		h.Product, h.CoresPerSocket, h.MemoryGiB, h.DisksGiB = "SimGPU 4U", 16+i%2, 512, []int64{480 + int64(i%3)*480}
+		h.Product, h.CoresPerSocket, h.MemoryGiB, h.DisksGiB, h.GPU = "SimGPU 4U", 16+i%2, 512, []int64{480 + int64(i%3)*480}, "0x10de"
 	default:
 		h.CoresPerSocket, h.MemoryGiB, h.DisksGiB = 8+2*(i%3), 64+64*int64(i%2), []int64{240 + int64(i%4)*240}
 	}
@@ -56,6 +60,11 @@ func (h Hardware) writeTree(root, devDir, mac string) error {
 		}
 	}
 	fmt.Fprintf(&b, "-- sys/devices/system/cpu/online --\n0-%d\n", n-1)
+	b.WriteString("-- proc/sys/kernel/arch --\nx86_64\n")
+	b.WriteString("-- sys/bus/pci/devices/0000:03:00.0/class --\n0x030000\n-- sys/bus/pci/devices/0000:03:00.0/vendor --\n0x1a03\n-- sys/bus/pci/devices/0000:03:00.0/device --\n0x2000\n")
+	if h.GPU != "" {
+		fmt.Fprintf(&b, "-- sys/bus/pci/devices/0000:3b:00.0/class --\n0x030200\n-- sys/bus/pci/devices/0000:3b:00.0/vendor --\n%s\n-- sys/bus/pci/devices/0000:3b:00.0/device --\n0x20b5\n", h.GPU)
+	}
 	fmt.Fprintf(&b, "-- proc/meminfo --\nMemTotal:       %d kB\n", h.MemoryGiB<<20)
 	for k, v := range map[string]string{"sys_vendor": h.Vendor, "product_name": h.Product, "product_serial": h.Serial,
 		"product_uuid": fmt.Sprintf("5AB1D000-0000-4000-8000-%012X", macToInt(mac)), "board_vendor": h.Vendor, "board_name": h.Product + " board",
