@@ -415,3 +415,31 @@ func TestSetBootOverride(t *testing.T) {
 		}
 	}
 }
+
+// TestARM64Start: an arm64 VM (qemu-system-aarch64 virt, -cpu max, AAVMF
+// pflash, its vars copied) starts under TCG and its firmware runs its boot
+// manager on the serial console.
+func TestARM64Start(t *testing.T) {
+	if _, err := exec.LookPath("qemu-system-aarch64"); err != nil {
+		if os.Getenv("CI") != "true" {
+			t.Skip("qemu-system-aarch64 not installed (apt-get install qemu-system-arm qemu-efi-aarch64); required when CI=true")
+		}
+		t.Fatal("qemu-system-aarch64 not installed: apt-get install qemu-system-arm qemu-efi-aarch64")
+	}
+	if _, err := os.Stat("/usr/share/AAVMF/AAVMF_CODE.fd"); err != nil {
+		t.Fatal("AAVMF missing: apt-get install qemu-efi-aarch64")
+	}
+	v := startVM(t, Config{Name: "arm14", Firmware: UEFIARM64, MemoryMiB: 512, CPUs: 1})
+	if got := v.Config().QEMU; got != "qemu-system-aarch64" {
+		t.Fatalf("QEMU = %q, want qemu-system-aarch64 for uefi-arm64", got)
+	}
+	start := time.Now()
+	if err := v.Reset(context.Background(), "On"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(v.Config().Dir, VarsFile)); err != nil {
+		t.Fatalf("AAVMF vars not copied: %v", err)
+	}
+	waitSerial(t, v, "BdsDxe", 180*time.Second)
+	t.Logf("arm64 VM reached AAVMF's boot manager in %v", time.Since(start).Round(10*time.Millisecond))
+}
