@@ -489,7 +489,9 @@ func (s *Server) open(req request, log *slog.Logger) (t *transfer, code uint16, 
 		log.Warn("tftp refused path", "err", err)
 		return nil, codeAccess, ErrBadPath
 	case generated:
-		data = gen
+		if data = gen; data == nil {
+			data = []byte{} // nil means "read from src" below
+		}
 	default:
 		f, err := s.root.Open(clean) // refuses symlinks and ".." leading out of the root
 		if err != nil {
