@@ -44,11 +44,14 @@ vet:
 
 # prep: the caches some tests read, built before the suite so that no test
 # writes outside its temporary folders: Debian's kernel package and the
-# ramdisk (out/ramdisk, apt-get download), and as root the VM lab's OS image
+# ramdisk (out/ramdisk, apt-get download), the arm64 ramdisk and GRUB image
+# (out/ramdisk/arm64, out/boot), and as root the VM lab's OS image
 # (make os-image: debootstrap, a few minutes the first time, cached in
 # ~/.cache/machina/os-image).
 prep:
-	@$(MAKE) --no-print-directory ramdisk
+	@$(MAKE) --no-print-directory ramdisk ARCH=amd64
+	@$(MAKE) --no-print-directory ramdisk ARCH=arm64
+	sh scripts/build-grub-arm64.sh
 	@if [ "$$(id -u)" = 0 ]; then $(MAKE) --no-print-directory os-image; \
 	else echo "make test: not root: the VM lab's OS image is not built (make os-image needs root); lab/vm/osimage TestEnsureAndBoot will fail"; fi
 

@@ -16,6 +16,7 @@ import (
 
 	"github.com/machina-metal/machina/boot"
 	"github.com/machina-metal/machina/boot/ipxe"
+	"github.com/machina-metal/machina/internal/peertest"
 	"github.com/machina-metal/machina/ramdisk/agent/agenttest"
 )
 
@@ -32,20 +33,27 @@ func (fixedTokens) Consume(context.Context, net.HardwareAddr, string, string) er
 }
 
 // buildARM64 runs what `make ramdisk ARCH=arm64` and the GRUB build run,
-// into the repository's out/ (their caches make a second run quick).
+// into folders of the test, reusing the repository's package cache
+// (out/ramdisk/cache, which `make test`'s prep step fills), so the test
+// writes nothing outside its temporary folders.
 func buildARM64(t testing.TB) (ramdiskDir, grubImage string) {
 	t.Helper()
 	root := repoRoot(t)
-	for _, s := range [][]string{{"scripts/build-ramdisk.sh"}, {"scripts/build-grub-arm64.sh"}} {
-		cmd := exec.Command("sh", filepath.Join(root, s[0]))
-		cmd.Env = append(os.Environ(), "ARCH=arm64")
+	tmp := t.TempDir()
+	cache := filepath.Join(root, "out", "ramdisk", "cache")
+	for _, s := range []struct{ script, out string }{
+		{"scripts/build-ramdisk.sh", filepath.Join(tmp, "ramdisk", "arm64")},
+		{"scripts/build-grub-arm64.sh", filepath.Join(tmp, "boot")},
+	} {
+		cmd := exec.Command("sh", filepath.Join(root, s.script))
+		cmd.Env = append(os.Environ(), "ARCH=arm64", "OUT="+s.out, "CACHE="+cache)
 		b, err := cmd.CombinedOutput()
 		if err != nil {
-			t.Fatalf("%s: %v\n%s", s[0], err, b)
+			t.Fatalf("%s: %v\n%s", s.script, err, b)
 		}
 		t.Logf("%s", bytes.TrimSpace(b))
 	}
-	return filepath.Join(root, "out", "ramdisk"), filepath.Join(root, "out", "boot", boot.GRUBImageARM64)
+	return filepath.Join(tmp, "ramdisk"), filepath.Join(tmp, "boot", boot.GRUBImageARM64)
 }
 
 // TestARM64NetbootCommissionInQemu network-boots an arm64 UEFI machine
@@ -59,11 +67,8 @@ func buildARM64(t testing.TB) (ramdiskDir, grubImage string) {
 func TestARM64NetbootCommissionInQemu(t *testing.T) {
 	needTools(t, "qemu-system-aarch64", "socat", "grub-mkimage", "apt-get", "dpkg-deb", "cpio", "depmod")
 	const code, vars = "/usr/share/AAVMF/AAVMF_CODE.fd", "/usr/share/AAVMF/AAVMF_VARS.fd"
-	for _, f := range []string{code, vars} {
-		if _, err := os.Stat(f); err != nil {
-			t.Fatalf("%s missing: install Debian package qemu-efi-aarch64", f)
-		}
-	}
+	peertest.File(t, code, "qemu-efi-aarch64")
+	peertest.File(t, vars, "qemu-efi-aarch64")
 	ramdisk, grub := buildARM64(t)
 	const tok = "commission-tok-arm64"
 	ctl := agenttest.NewController(agenttest.ControllerConfig{CommissionToken: tok})
@@ -151,8 +156,8 @@ func TestARM64NetbootCommissionInQemu(t *testing.T) {
 	if !rep.Passed() {
 		t.Errorf("commissioning failed: %+v\nserial:\n%s", rep.Tests, tail(serial, 6000))
 	}
-	if rep.BootMAC != mac || rep.Facts.CPU.Threads != 2 {
-		t.Errorf("report identity = mac %s threads %d", rep.BootMAC, rep.Facts.CPU.Threads)
+	if rep.BootMAC != mac || rep.Facts.CPU.Threads != 2 || rep.Facts.CPU.Arch != "arm64" {
+		t.Errorf("report identity = mac %s threads %d arch %q, want %s, 2, arm64", rep.BootMAC, rep.Facts.CPU.Threads, rep.Facts.CPU.Arch, mac)
 	}
 	if strings.Contains(serial, tok) {
 		t.Errorf("token leaked to the console")

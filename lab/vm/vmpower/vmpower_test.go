@@ -403,15 +403,8 @@ func TestSetBootOverride(t *testing.T) {
 // pflash, its vars copied) starts under TCG and its firmware runs its boot
 // manager on the serial console.
 func TestARM64Start(t *testing.T) {
-	if _, err := exec.LookPath("qemu-system-aarch64"); err != nil {
-		if os.Getenv("CI") != "true" {
-			t.Skip("qemu-system-aarch64 not installed (apt-get install qemu-system-arm qemu-efi-aarch64); required when CI=true")
-		}
-		t.Fatal("qemu-system-aarch64 not installed: apt-get install qemu-system-arm qemu-efi-aarch64")
-	}
-	if _, err := os.Stat("/usr/share/AAVMF/AAVMF_CODE.fd"); err != nil {
-		t.Fatal("AAVMF missing: apt-get install qemu-efi-aarch64")
-	}
+	peertest.Command(t, "qemu-system-aarch64")
+	peertest.File(t, "/usr/share/AAVMF/AAVMF_CODE.fd", "qemu-efi-aarch64")
 	v := startVM(t, Config{Name: "arm14", Firmware: UEFIARM64, MemoryMiB: 512, CPUs: 1})
 	if got := v.Config().QEMU; got != "qemu-system-aarch64" {
 		t.Fatalf("QEMU = %q, want qemu-system-aarch64 for uefi-arm64", got)
