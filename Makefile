@@ -44,11 +44,14 @@ vet:
 
 # prep: the caches some tests read, built before the suite so that no test
 # writes outside its temporary folders: Debian's kernel package and the
-# ramdisk (out/ramdisk, apt-get download), and as root the VM lab's OS image
+# ramdisk (out/ramdisk, apt-get download), the arm64 ramdisk and GRUB image
+# (out/ramdisk/arm64, out/boot), and as root the VM lab's OS image
 # (make os-image: debootstrap, a few minutes the first time, cached in
 # ~/.cache/machina/os-image).
 prep:
-	@$(MAKE) --no-print-directory ramdisk
+	@$(MAKE) --no-print-directory ramdisk ARCH=amd64
+	@$(MAKE) --no-print-directory ramdisk ARCH=arm64
+	sh scripts/build-grub-arm64.sh
 	@if [ "$$(id -u)" = 0 ]; then $(MAKE) --no-print-directory os-image; \
 	else echo "make test: not root: the VM lab's OS image is not built (make os-image needs root); lab/vm/osimage TestEnsureAndBoot will fail"; fi
 
@@ -88,11 +91,13 @@ demo: build
 clean:
 	rm -rf $(BIN)
 
-# ramdisk: kernel from Debian's linux-image-amd64 + initrd with the static agent
-# and its modules; writes out/ramdisk/{vmlinuz,initrd.cpio.gz,manifest.txt}.
+# ramdisk: kernel from Debian's linux-image-$(ARCH) + initrd with the static
+# agent and its modules; writes out/ramdisk/{vmlinuz,initrd.cpio.gz,manifest.txt}
+# (ARCH=amd64, the default) or out/ramdisk/arm64/ (ARCH=arm64; no root needed).
+ARCH ?= amd64
 .PHONY: ramdisk
 ramdisk:
-	scripts/build-ramdisk.sh
+	ARCH=$(ARCH) scripts/build-ramdisk.sh
 # ipxe-iso: the virtual-media boot ISOs (BIOS: embedded script; UEFI: iPXE + DHCP
 # user class) pointing at MACHINA_CONTROLLER_URL, written to bin/iso/.
 MACHINA_CONTROLLER_URL ?= http://10.99.0.1:8080

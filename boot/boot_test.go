@@ -109,3 +109,23 @@ func TestAutoEnrollFromEnv(t *testing.T) {
 		}
 	}
 }
+
+func TestGRUBPath(t *testing.T) {
+	for in, want := range map[string]string{
+		"http://10.99.0.1:8080/boot/grub":       "(http,10.99.0.1:8080)/boot/grub",
+		"http://10.99.0.1/boot/ramdisk/vmlinuz": "(http,10.99.0.1:80)/boot/ramdisk/vmlinuz",
+		"http://ctl.lan:8080/a?b=c":             "(http,ctl.lan:8080)/a?b=c",
+	} {
+		if got, err := GRUBPath(in); err != nil || got != want {
+			t.Errorf("GRUBPath(%q) = %q, %v; want %q", in, got, err, want)
+		}
+	}
+	for _, bad := range []string{"https://10.0.0.1/x", "http://10.0.0.1/$x", "ftp://h/x", "http://u:p@h/x", `http://h/"`} {
+		if got, err := GRUBPath(bad); err == nil {
+			t.Errorf("GRUBPath(%q) = %q, want an error", bad, got)
+		}
+	}
+	if _, err := GRUBChainConfig("http://h:1/boot/grub?x=1"); err == nil {
+		t.Error("GRUBChainConfig accepted a script URL with a query")
+	}
+}

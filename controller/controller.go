@@ -338,6 +338,9 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := srv.HandlePublic(ipxe.ScriptPath, bootHandler); err != nil {
 		return err
 	}
+	if err := srv.HandlePublic(boot.GRUBScriptPath, bootHandler); err != nil { // arm64 machines (docs/arm64.md)
+		return err
+	}
 	if cfg.ISODir != "" {
 		if err := srv.HandlePublic("/boot/iso/", bootHandler); err != nil {
 			return err

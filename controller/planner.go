@@ -45,6 +45,12 @@ func (p *planner) DeployPlan(ctx context.Context, srv state.Server) (v1.Plan, er
 	if prof.Deploy != inventory.DeployImage {
 		return v1.Plan{}, fmt.Errorf("profile %s deploys with %s: the installer path does not use an image plan", prof.Name, prof.Deploy)
 	}
+	// The plan's arch guard keeps such a deploy from being planned; this
+	// refuses it at the last step too (an image changed under a deploying
+	// server): a foreign-architecture image would write and then not boot.
+	if im := inv.Image(prof.Image); im != nil && srv.Hardware != nil && srv.Hardware.Arch != "" && im.Arch != srv.Hardware.Arch {
+		return v1.Plan{}, fmt.Errorf("image %s is %s; server %s reported %s: refusing to write it", prof.Image, im.Arch, srv.Name, srv.Hardware.Arch)
+	}
 	rec, err := p.images.Lookup(prof.Image)
 	if err != nil {
 		return v1.Plan{}, fmt.Errorf("image %s: %w", prof.Image, err)

@@ -68,7 +68,7 @@ func normalise(inv *Inventory) {
 	for i := range inv.Images {
 		im := &inv.Images[i]
 		if im.Arch == "" {
-			im.Arch = "amd64"
+			im.Arch = ArchAMD64
 		}
 		im.Checksum = strings.ToLower(im.Checksum)
 	}
@@ -166,6 +166,9 @@ func crossCheck(inv *Inventory, docs map[string]*doc, valid map[string]bool) []F
 		if len(s.BMC.SystemID) > 0 && s.BMC.Driver == DriverIPMI {
 			errAt(sd, base+"/bmc/systemID", SeverityError, "systemID applies to redfish BMCs only")
 		}
+		if s.Arch == ArchARM64 && s.BootMode == BootBIOS {
+			errAt(sd, base+"/bootMode", SeverityError, "an arm64 server boots UEFI only; bootMode bios is for x86 servers")
+		}
 		for _, k := range sortedLabelKeys(s.Labels) {
 			ptr := base + "/labels/" + escapePointer(k)
 			switch err := CheckLabelKey(k); {
@@ -222,6 +225,11 @@ func crossCheck(inv *Inventory, docs map[string]*doc, valid map[string]bool) []F
 				errAt(pd, base+"/count", SeverityWarning, fmt.Sprintf("count %d is more than the %d servers that could ever match (zone %q, not retired, not pinned to another profile%s)", p.Count, candidates, zoneOrAny(p.Zone), sel))
 			}
 		}
+		if i, ok := images[p.Image]; ok && haveImages && haveServers {
+			if sev, msg := archCoverage(p, inv.Images[i], inv.Servers); msg != "" {
+				errAt(pd, base+"/image", sev, msg)
+			}
+		}
 		if p.Selector != nil {
 			bad := checkSelector(p.Selector, base+"/selector")
 			for _, e := range bad {
@@ -256,6 +264,51 @@ func crossCheck(inv *Inventory, docs map[string]*doc, valid map[string]bool) []F
 			}
 		}
 	}
+	return out
+}
+
+// archCoverage checks that some server profile p may take (not retired, in
+// its zone, not pinned to another profile) can have the architecture of
+// its image im: a server stating that arch, or one stating none (known
+// after commissioning). An error when every such server states another
+// arch; a warning for a non-amd64 image when none states it, since
+// unstated servers are assumed to be amd64 until commissioning says
+// otherwise (the ramdisk reports the kernel's architecture).
+func archCoverage(p Profile, im Image, servers []Server) (Severity, string) {
+	same, unstated := 0, 0
+	others := map[string]bool{}
+	for _, s := range servers {
+		if s.Want == WantRetired || (p.Zone != "" && s.Zone != p.Zone) || (s.Profile != "" && s.Profile != p.Name) {
+			continue
+		}
+		switch s.Arch {
+		case im.Arch:
+			same++
+		case "":
+			unstated++
+		default:
+			others[s.Arch] = true
+		}
+	}
+	switch {
+	case same > 0:
+		return "", ""
+	case unstated == 0 && len(others) > 0:
+		return SeverityError, fmt.Sprintf("image %q is %s, but every server this profile may take in zone %q states arch %s; images are deployed only to servers of their own architecture",
+			im.Name, im.Arch, zoneOrAny(p.Zone), strings.Join(sortedKeys(others), ", "))
+	case im.Arch != ArchAMD64 && unstated > 0:
+		return SeverityWarning, fmt.Sprintf("image %q is %s and no server this profile may take in zone %q states arch: %s; only servers whose commissioning reports %s will be deployed",
+			im.Name, im.Arch, zoneOrAny(p.Zone), im.Arch, im.Arch)
+	}
+	return "", ""
+}
+
+func sortedKeys(m map[string]bool) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
 	return out
 }
 

@@ -84,6 +84,13 @@ const (
 	DriverIPMI    BMCDriver = "ipmi"
 )
 
+// Architectures, as Go names them (GOARCH): servers.yaml arch, images.yaml
+// arch, and what commissioning reports.
+const (
+	ArchAMD64 = "amd64"
+	ArchARM64 = "arm64"
+)
+
 // Server is one machine of servers.yaml, normalised: BootMAC in lower-case
 // colon form, BootMode and Want defaulted.
 type Server struct {
@@ -94,14 +101,19 @@ type Server struct {
 	Tags []string `json:"tags,omitempty"`
 	// Labels are the stated labels (see [StatedLabels] for how tags join
 	// them); keys and values follow the Kubernetes label rules.
-	Labels     map[string]string `json:"labels,omitempty"`
-	BootMAC    string            `json:"bootMAC"`
-	BootMode   BootMode          `json:"bootMode,omitempty"`
-	BMC        BMC               `json:"bmc,omitzero"`
-	Want       Want              `json:"want,omitempty"`
-	Profile    string            `json:"profile,omitempty"`
-	RootDevice *RootDevice       `json:"rootDevice,omitempty"`
-	Actions    Actions           `json:"actions,omitempty"`
+	Labels   map[string]string `json:"labels,omitempty"`
+	BootMAC  string            `json:"bootMAC"`
+	BootMode BootMode          `json:"bootMode,omitempty"`
+	// Arch is the machine's stated architecture, amd64 or arm64 (GOARCH
+	// names); "" leaves it to commissioning. Allocation uses the reported
+	// architecture once there is one and shows a condition where the two
+	// differ.
+	Arch       string      `json:"arch,omitempty"`
+	BMC        BMC         `json:"bmc,omitzero"`
+	Want       Want        `json:"want,omitempty"`
+	Profile    string      `json:"profile,omitempty"`
+	RootDevice *RootDevice `json:"rootDevice,omitempty"`
+	Actions    Actions     `json:"actions,omitempty"`
 	// Fence is a fencing device separate from the BMC (a PDU's or a
 	// chassis manager's IPMI or Redfish endpoint) that powers this server
 	// off when its host is fenced; nil fences through BMC.

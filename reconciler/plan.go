@@ -259,6 +259,8 @@ func Plan(want *inventory.Inventory, have state.Snapshot, opts PlanOptions) Resu
 			res.Steps = append(res.Steps, Step{Server: ws.Name, Action: ActUpdateIdentity, Why: "zone, rack, boot MAC or BMC changed in servers.yaml"})
 		}
 		steps, disr := serverSteps(ws, obs, opts)
+		archConds, steps := archConditions(want, ws, &obs, steps)
+		res.Conditions = append(res.Conditions, archConds...)
 		if ws.BMC.IsZero() {
 			steps, disr = withoutBMC(steps), withoutBMC(disr)
 			res.Conditions = append(res.Conditions, noBMCCondition(ws, obs))
@@ -532,8 +534,8 @@ func profileSteps(p inventory.Profile, want *inventory.Inventory, have state.Sna
 		}
 		if short > 0 {
 			conds = append(conds, PlanCondition{Subject: "profile/" + p.Name, Type: "InsufficientCapacity", Reason: "NotEnoughReadyServers",
-				Message: fmt.Sprintf("count %d wants %d more servers; %d ready servers fit (zone %s, min %d cores, %d GiB memory, %d GiB disk)",
-					p.Count, p.Count-n, p.Count-n-short, zoneOrAny(p.Zone), p.Min.Cores, p.Min.MemoryGiB, p.Min.DiskGiB)})
+				Message: fmt.Sprintf("count %d wants %d more servers; %d ready servers fit (zone %s%s, min %d cores, %d GiB memory, %d GiB disk)",
+					p.Count, p.Count-n, p.Count-n-short, zoneOrAny(p.Zone), archNote(want, p.Name), p.Min.Cores, p.Min.MemoryGiB, p.Min.DiskGiB)})
 		}
 	case n > p.Count:
 		// Release the newest count allocations first; only deployed ones
@@ -585,6 +587,9 @@ func Candidates(p inventory.Profile, want *inventory.Inventory, have state.Snaps
 		}
 		if p.Selector != nil && !p.Selector.Matches(ServerLabels(&ws, &obs)) {
 			continue // the profile's selector does not match its labels
+		}
+		if !archFits(want, p.Name, &ws, &obs) || ws.Arch != "" && obs.Hardware.Arch != "" && ws.Arch != obs.Hardware.Arch {
+			continue // another architecture than the image's, or stated and reported differ
 		}
 		if ws.Actions.Commission > obs.Actions["commission"] {
 			continue // about to be recommissioned
@@ -785,6 +790,15 @@ func sortedKeys[V any](m map[string]V) []string {
 	}
 	sort.Strings(keys)
 	return keys
+}
+
+// archNote is ", arch A" for a profile whose image is not amd64 (the
+// default every server without a stated or reported arch is taken for).
+func archNote(want *inventory.Inventory, profile string) string {
+	if _, a := imageArch(want, profile); a != "" && a != inventory.ArchAMD64 {
+		return ", arch " + a
+	}
+	return ""
 }
 
 func zoneOrAny(z string) string {

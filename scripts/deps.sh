@@ -25,6 +25,7 @@ DEMO_PKGS="openipmi ipmitool"
 TEST_PKGS="$DEMO_PKGS
   git make gcc ca-certificates iproute2 util-linux mount coreutils grep tar gzip dash dpkg apt
   qemu-system-x86 qemu-utils qemu-block-extra ovmf ipxe
+  qemu-system-arm qemu-efi-aarch64 grub-common
   busybox-static udhcpc isc-dhcp-client tftp-hpa dnsmasq-base
   xorriso mtools syslinux-common isolinux syslinux-efi grub-efi-amd64-bin grub-pc-bin
   e2fsprogs dosfstools cpio kmod socat gdisk fdisk lvm2

@@ -39,6 +39,15 @@ type Config struct {
 	// "console=tty0 console=ttyS0". Allowed characters: A-Z a-z 0-9 space
 	// and ._,:=/@+-.
 	KernelArgs string
+	// ARM64KernelURL and ARM64InitrdURL locate the arm64 ramdisk (`make
+	// ramdisk ARCH=arm64`), used when the boot loader reports arch arm64
+	// (iPXE's ${buildarch}, GRUB's ${grub_cpu}). Zero: ControllerURL +
+	// "/boot/ramdisk/arm64/vmlinuz" and ".../arm64/initrd.cpio.gz".
+	ARM64KernelURL, ARM64InitrdURL string
+	// ARM64KernelArgs replace KernelArgs for arm64 machines. Zero:
+	// "console=tty0 console=ttyAMA0" (the SBSA/PL011 UART of qemu's virt
+	// board and of most arm64 servers).
+	ARM64KernelArgs string
 	// TokenTTL bounds a ramdisk token's life. Zero: 30 minutes (a TCG boot
 	// reaches the agent in well under a minute; real servers POST for minutes).
 	TokenTTL time.Duration
@@ -125,7 +134,19 @@ func New(cfg Config) (*Handler, error) {
 	if cfg.InitrdURL == "" {
 		cfg.InitrdURL = cfg.ControllerURL + "/boot/ramdisk/initrd.cpio.gz"
 	}
-	for _, u := range []string{cfg.ControllerURL, cfg.KernelURL, cfg.InitrdURL} {
+	if cfg.ARM64KernelURL == "" {
+		cfg.ARM64KernelURL = cfg.ControllerURL + "/boot/ramdisk/arm64/vmlinuz"
+	}
+	if cfg.ARM64InitrdURL == "" {
+		cfg.ARM64InitrdURL = cfg.ControllerURL + "/boot/ramdisk/arm64/initrd.cpio.gz"
+	}
+	if cfg.ARM64KernelArgs == "" {
+		cfg.ARM64KernelArgs = "console=tty0 console=ttyAMA0"
+	}
+	if !safeArg(cfg.ARM64KernelArgs) {
+		return nil, errors.New("ipxe: new handler: ARM64KernelArgs has characters outside A-Za-z0-9 ._,:=/@+-")
+	}
+	for _, u := range []string{cfg.ControllerURL, cfg.KernelURL, cfg.InitrdURL, cfg.ARM64KernelURL, cfg.ARM64InitrdURL} {
 		if err := boot.CheckURL(u); err != nil {
 			return nil, fmt.Errorf("ipxe: new handler: %w", err)
 		}
@@ -152,7 +173,8 @@ func New(cfg Config) (*Handler, error) {
 	if h.log == nil {
 		h.log = slog.New(slog.DiscardHandler)
 	}
-	h.mux.HandleFunc("GET "+ScriptPath, h.serveScript)
+	h.mux.HandleFunc("GET "+ScriptPath, func(w http.ResponseWriter, r *http.Request) { h.serveScript(w, r, DialectIPXE) })
+	h.mux.HandleFunc("GET "+boot.GRUBScriptPath, func(w http.ResponseWriter, r *http.Request) { h.serveScript(w, r, DialectGRUB) })
 	for _, d := range []struct {
 		dir, prefix string
 		files       **boot.Files
@@ -181,7 +203,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.Serv
 
 var safeArch = regexp.MustCompile(`^[a-z0-9_]{0,16}$`)
 
-func (h *Handler) serveScript(w http.ResponseWriter, r *http.Request) {
+// serveScript answers GET /boot/ipxe (DialectIPXE) and GET /boot/grub
+// (DialectGRUB): the same lookup, limits and tokens, rendered for the boot
+// loader that asked.
+func (h *Handler) serveScript(w http.ResponseWriter, r *http.Request, d Dialect) {
 	ip := peerIP(r)
 	if ok, wait := h.ipLim.Allow(ip.String()); !ok {
 		h.limited(w, "", ip, "per-ip", wait)
@@ -192,7 +217,13 @@ func (h *Handler) serveScript(w http.ResponseWriter, r *http.Request) {
 	if macParam == "" {
 		// First hop (DHCP filename or autoexec.ipxe without the MAC): send
 		// the chain script that comes back with ?mac=.
-		b, err := boot.ChainScript(h.cfg.ControllerURL + ScriptPath)
+		var b []byte
+		var err error
+		if d == DialectGRUB {
+			b, err = boot.GRUBChainConfig(h.cfg.ControllerURL + boot.GRUBScriptPath)
+		} else {
+			b, err = boot.ChainScript(h.cfg.ControllerURL + ScriptPath)
+		}
 		if err != nil {
 			http.Error(w, "script unavailable", http.StatusInternalServerError)
 			return
@@ -213,7 +244,8 @@ func (h *Handler) serveScript(w http.ResponseWriter, r *http.Request) {
 		h.limited(w, mac.String(), ip, "per-mac", wait)
 		return
 	}
-	if a := q.Get("arch"); !safeArch.MatchString(a) {
+	arch := q.Get("arch")
+	if !safeArch.MatchString(arch) {
 		http.Error(w, "bad arch", http.StatusBadRequest)
 		return
 	}
@@ -232,7 +264,11 @@ func (h *Handler) serveScript(w http.ResponseWriter, r *http.Request) {
 		if h.log.Enabled(ctx, slog.LevelDebug) {
 			log().Debug("unknown mac: exit")
 		}
-		writeScript(w, fmt.Appendf(nil, "#!ipxe\necho Machina: unknown machine %s, not enrolled\nexit\n", mac))
+		if d == DialectGRUB {
+			writeScript(w, fmt.Appendf(nil, "echo \"Machina: unknown machine %s, not enrolled\"\nexit\n", mac))
+		} else {
+			writeScript(w, fmt.Appendf(nil, "#!ipxe\necho Machina: unknown machine %s, not enrolled\nexit\n", mac))
+		}
 		return
 	case err != nil:
 		log().Error("lookup", "err", err)
@@ -241,7 +277,12 @@ func (h *Handler) serveScript(w http.ResponseWriter, r *http.Request) {
 	}
 	p := ScriptParams{
 		MAC: mac.String(), Name: a.Name, Lifecycle: a.Lifecycle, Wipe: a.Wipe, Installer: a.Installer, InstallerImage: a.InstallerImage, Platform: platform(q.Get("platform"), a.Mode),
-		Controller: h.cfg.ControllerURL, KernelURL: h.cfg.KernelURL, InitrdURL: h.cfg.InitrdURL, KernelArgs: h.cfg.KernelArgs,
+		Controller: h.cfg.ControllerURL, KernelURL: h.cfg.KernelURL, InitrdURL: h.cfg.InitrdURL, KernelArgs: h.cfg.KernelArgs, Arch: arch,
+	}
+	if arch == "arm64" || d == DialectGRUB {
+		// arm64 has no BIOS: UEFI always, with its own ramdisk and console.
+		p.Arch, p.Platform = "arm64", PlatformEFI
+		p.KernelURL, p.InitrdURL, p.KernelArgs = h.cfg.ARM64KernelURL, h.cfg.ARM64InitrdURL, h.cfg.ARM64KernelArgs
 	}
 	if mode := modeFor(a.Lifecycle, a.Wipe, a.Installer); mode != "" {
 		ttl := h.cfg.TokenTTL
@@ -255,7 +296,11 @@ func (h *Handler) serveScript(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	b, err := Render(p)
+	render := Render
+	if d == DialectGRUB {
+		render = RenderGRUB
+	}
+	b, err := render(p)
 	if err != nil {
 		log().Error("render", "err", err)
 		http.Error(w, "script unavailable", http.StatusInternalServerError)

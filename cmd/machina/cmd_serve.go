@@ -424,6 +424,7 @@ func newServeCmd(e *env) *cobra.Command {
 		return err
 	})
 	f.StringVar(&cc.Netboot.TFTPRoot, "tftp-root", os.Getenv("MACHINA_TFTP_ROOT"), "serve TFTP from this folder (iPXE binaries, e.g. /usr/lib/ipxe)")
+	f.StringVar(&cc.Netboot.GRUBARM64, "grub-arm64", os.Getenv("MACHINA_GRUB_ARM64"), "arm64 GRUB network image (scripts/build-grub-arm64.sh: out/boot/grubnetaa64.efi), served by TFTP to DHCP arch 11 clients")
 	f.IntVar(&cc.Reconciler.Workers, "workers", 8, "actions running at once")
 	f.IntVar(&cc.Reconciler.PerRack, "per-rack", 4, "actions at once in one rack")
 	f.DurationVar(&cc.Reconciler.Interval, "reconcile-interval", 5*time.Second, "planning pass interval without a trigger")

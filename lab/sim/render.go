@@ -57,6 +57,9 @@ func renderServers(inv *inventory.Inventory, addrs map[string]string, fallbacks 
 			fmt.Fprintf(&b, "    labels: %s\n", flowMap(s.Labels))
 		}
 		fmt.Fprintf(&b, "    bootMAC: %s\n    bootMode: %s\n", q(s.BootMAC), orDefault(string(s.BootMode), "uefi"))
+		if s.Arch != "" {
+			fmt.Fprintf(&b, "    arch: %s\n", s.Arch)
+		}
 		addr := addrs[s.Name]
 		if strings.HasPrefix(addr, "http") {
 			if why, ok := fallbacks[s.Name]; ok {
@@ -180,6 +183,9 @@ func renderImages(inv *inventory.Inventory, mirror string) string {
 	b.WriteString("# Simulated images from the lab's local mirror, verified through its SHA256SUMS.\nimages:\n")
 	for _, im := range inv.Images {
 		fmt.Fprintf(&b, "  - name: %s\n    url: %s/%s.raw\n    checksumURL: %s/SHA256SUMS\n", im.Name, mirror, im.Name, mirror)
+		if im.Arch != "" && im.Arch != inventory.ArchAMD64 {
+			fmt.Fprintf(&b, "    arch: %s\n", im.Arch)
+		}
 	}
 	return b.String()
 }

@@ -65,6 +65,11 @@ type Config struct {
 	// (tests that read BMC requests); by default servers whose inventory
 	// says ipmi get OpenIPMI's ipmi_sim when it is installed.
 	RedfishOnly bool
+	// MachineArch sets the architecture of simulated machines by server
+	// name ("arm64" or "amd64"), whatever servers.yaml states, so a test can
+	// have a machine whose arch is unstated or stated wrongly. Zero: the
+	// servers.yaml arch, else amd64.
+	MachineArch map[string]string
 	// Logger: nil discards.
 	Logger *slog.Logger
 }
@@ -173,7 +178,11 @@ func (l *Lab) start() error {
 		if err != nil {
 			return err
 		}
-		m := &Machine{Name: s.Name, MAC: s.BootMAC, HW: hardwareFor(s.Zone, i), lab: l, phase: PhaseOff,
+		hw := hardwareFor(s.Zone, i)
+		if hw.Arch = s.Arch; l.cfg.MachineArch[s.Name] != "" {
+			hw.Arch = l.cfg.MachineArch[s.Name]
+		}
+		m := &Machine{Name: s.Name, MAC: s.BootMAC, HW: hw, lab: l, phase: PhaseOff,
 			root: filepath.Join(l.cfg.Dir, "machines", s.Name, "root"), devDir: filepath.Join(l.cfg.Dir, "machines", s.Name, "dev"),
 			log: l.log.With("sim", s.Name)}
 		m.agentHTTP = &http.Client{Timeout: 5 * time.Minute, Transport: planCapture{base: l.http.Transport, m: m}}

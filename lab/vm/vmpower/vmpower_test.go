@@ -398,3 +398,24 @@ func TestSetBootOverride(t *testing.T) {
 		}
 	}
 }
+
+// TestARM64Start: an arm64 VM (qemu-system-aarch64 virt, -cpu max, AAVMF
+// pflash, its vars copied) starts under TCG and its firmware runs its boot
+// manager on the serial console.
+func TestARM64Start(t *testing.T) {
+	peertest.Command(t, "qemu-system-aarch64")
+	peertest.File(t, "/usr/share/AAVMF/AAVMF_CODE.fd", "qemu-efi-aarch64")
+	v := startVM(t, Config{Name: "arm14", Firmware: UEFIARM64, MemoryMiB: 512, CPUs: 1})
+	if got := v.Config().QEMU; got != "qemu-system-aarch64" {
+		t.Fatalf("QEMU = %q, want qemu-system-aarch64 for uefi-arm64", got)
+	}
+	start := time.Now()
+	if err := v.Reset(context.Background(), "On"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(v.Config().Dir, VarsFile)); err != nil {
+		t.Fatalf("AAVMF vars not copied: %v", err)
+	}
+	waitSerial(t, v, "BdsDxe", 180*time.Second)
+	t.Logf("arm64 VM reached AAVMF's boot manager in %v", time.Since(start).Round(10*time.Millisecond))
+}
