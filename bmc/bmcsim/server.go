@@ -62,8 +62,35 @@ type Quirks struct {
 	// a GeneralError body (a BMC whose error path is wrong; read-back tests).
 	BootPatchAnswers400 bool
 	// StoreContinuousForOnce stores BootSourceOverrideEnabled=Continuous
-	// when Once is requested, answering 204 (a lying BMC; read-back tests).
+	// when Once is requested, answering 204. Real BMCs do this: Supermicro
+	// X11/X12 firmware that only implements Continuous for some targets,
+	// Lenovo XCC and the Sushy/virtualbmc-style emulators that map Once to
+	// a persistent boot-order change (metal3-io/baremetal-operator and
+	// openstack/sushy bug reports "BootSourceOverrideEnabled Once reads
+	// back Continuous").
 	StoreContinuousForOnce bool
+	// IgnoreOnce accepts a PATCH asking for BootSourceOverrideEnabled=Once
+	// with 204 and changes nothing (the override stays as it was, usually
+	// Disabled). Older iDRAC and AMI MegaRAC firmware drop a one-time
+	// override they cannot apply without saying so; Cisco CIMC only offers
+	// persistent overrides on some releases.
+	IgnoreOnce bool
+	// BasicOnly models a BMC without a session service: the service root
+	// has no Links.Sessions and no SessionService, POST to the Sessions
+	// path answers 401 with `WWW-Authenticate: Basic realm=...`, and every
+	// unauthenticated request is challenged the same way. Small BMCs
+	// (Raspberry-Pi-class OpenBMC builds with sessions compiled out, some
+	// switch and PDU Redfish services) and the widely used third-party
+	// emulators behave so (issue 26).
+	BasicOnly bool
+	// NoAuth serves everything without authentication, as the DMTF
+	// Redfish-Mockup-Server and lab BMCs with authentication turned off
+	// do: credentials, when sent, are ignored.
+	NoAuth bool
+	// NoLastResetTime hides ComputerSystem.LastResetTime and BootProgress
+	// and never updates them: most BMCs before Redfish 2020.x (iDRAC 8,
+	// iLO 4, X10/X11 Supermicro) report neither.
+	NoLastResetTime bool
 }
 
 // vendorQuirks is the emulator's behaviour per manufacturer prefix
@@ -171,6 +198,7 @@ type Server struct {
 	faults   []*Fault
 	tasks    map[string]*task
 	seq      int
+	resets   int // accepted resets that start the host (LastResetTime stamps)
 
 	// recMu guards reqs only, so handlers holding mu can still record.
 	recMu sync.Mutex
@@ -431,11 +459,20 @@ func (w *recWriter) Write(b []byte) (int, error) {
 // serve authenticates and routes one request; w records it.
 func (s *Server) serve(w *recWriter, r *http.Request, decoded map[string]any) {
 	p := normPath(r.URL.Path)
-	public := p == "/redfish" || p == "/redfish/v1" || (p == "/redfish/v1/sessionservice/sessions" && r.Method == http.MethodPost)
-	if !public {
+	public := p == "/redfish" || p == "/redfish/v1" || (p == "/redfish/v1/sessionservice/sessions" && r.Method == http.MethodPost && !s.quirks.BasicOnly)
+	if s.quirks.BasicOnly && (p == "/redfish/v1/sessionservice" || strings.HasPrefix(p, "/redfish/v1/sessionservice/")) && r.Method != http.MethodPost {
+		writeError(w, http.StatusNotFound, "Base.1.8.ResourceMissingAtURI", "The resource at the URI "+r.URL.Path+" was not found.")
+		return
+	}
+	if !public && !s.quirks.NoAuth {
 		auth, ok, status := s.authenticate(r)
 		w.auth = auth
 		if !ok {
+			if s.quirks.BasicOnly {
+				w.Header().Set("WWW-Authenticate", `Basic realm="Redfish"`)
+				writeError(w, status, "Base.1.8.AccessDenied", "Authorization required.")
+				return
+			}
 			writeError(w, status, "Base.1.8.InsufficientPrivilege", "There are insufficient privileges for the account or credentials associated with the current session to perform the requested operation.")
 			return
 		}
@@ -568,6 +605,21 @@ func (s *Server) get(w http.ResponseWriter, r *http.Request, p string) int {
 		if ps, err := s.power.PowerState(r.Context()); err == nil {
 			raw = n.rawWithPower(ps)
 		}
+		if s.quirks.NoLastResetTime {
+			b := deepCopy(n.body).(map[string]any)
+			_ = json.Unmarshal(raw, &b)
+			delete(b, "LastResetTime")
+			delete(b, "BootProgress")
+			raw, _ = json.Marshal(b)
+		}
+	}
+	if p == "/redfish/v1" && s.quirks.BasicOnly {
+		b := deepCopy(n.body).(map[string]any)
+		delete(b, "SessionService")
+		if l, ok := b["Links"].(map[string]any); ok {
+			delete(l, "Sessions")
+		}
+		raw, _ = json.Marshal(b)
 	}
 	if live != nil || p == "/redfish/v1/sessionservice/sessions" {
 		b := deepCopy(n.body).(map[string]any)
@@ -596,6 +648,10 @@ func (s *Server) etagHeader(e string) string {
 }
 
 func (s *Server) login(w http.ResponseWriter, body map[string]any) int {
+	if s.quirks.NoAuth {
+		// No authentication: a session is handed out to anyone.
+		body = map[string]any{"UserName": s.cfg.Username, "Password": s.cfg.Password}
+	}
 	if s.quirks.NoSessions {
 		return writeError(w, http.StatusMethodNotAllowed, "Base.1.8.OperationNotAllowed", "Sessions are not supported.")
 	}

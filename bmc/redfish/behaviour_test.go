@@ -612,15 +612,18 @@ func TestBootPatch400ButApplied(t *testing.T) {
 	}
 }
 
-func TestSessionsUnavailableFallsBackToBasic(t *testing.T) {
+// A 503 on session login is a busy BMC, not a missing session service:
+// it is retried and a session is still used (it fell back to Basic before
+// issue 26, which hid a flapping session service behind Basic auth).
+func TestSessionLoginBusyIsRetriedNotBasic(t *testing.T) {
 	l := newLab(t, treeDMTF, labOpts{on: true})
-	l.sim.Inject(bmcsim.Fault{Method: "POST", PathSuffix: "/SessionService/Sessions", Kind: bmcsim.FaultUnavailable})
+	l.sim.Inject(bmcsim.Fault{Method: "POST", PathSuffix: "/SessionService/Sessions", Kind: bmcsim.FaultUnavailable, Times: 1})
 	if _, err := l.drv.PowerState(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	last := l.sim.Requests()[len(l.sim.Requests())-1]
-	if last.Auth != "basic" {
-		t.Errorf("last request auth = %q, want basic", last.Auth)
+	if last.Auth != "session" || l.drv.AuthScheme() != redfish.AuthSession {
+		t.Errorf("last request auth = %q, scheme %q, want session", last.Auth, l.drv.AuthScheme())
 	}
 }
 

@@ -36,6 +36,7 @@ var bootModes = map[bmc.BootMode]string{
 // bmc.ErrUnsupported before anything is sent. The result is read back from
 // the System; a mismatch is bmc.ErrMismatch.
 func (d *Driver) SetBootOverride(ctx context.Context, o bmc.BootOverride) error {
+	d.conn.beginOp()
 	target, ok := bootTargets[o.Device]
 	if !ok {
 		return fmt.Errorf("redfish: set boot override: unknown device %q", o.Device)
@@ -198,6 +199,7 @@ func extendedError(op string, r *response) error {
 // BootOverride reads the System's Boot override. Device is "" when the
 // override is Disabled or the target is None or not one of ours.
 func (d *Driver) BootOverride(ctx context.Context) (bmc.BootOverride, error) {
+	d.conn.beginOp()
 	_, sys, err := d.system(ctx, "read boot override")
 	if err != nil {
 		return bmc.BootOverride{}, err

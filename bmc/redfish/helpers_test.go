@@ -125,7 +125,13 @@ func newLabWith(t *testing.T, sim *bmcsim.Server) *simLab {
 
 func (l *simLab) driver(t *testing.T, password string) *redfish.Driver {
 	t.Helper()
-	drv, err := redfish.New(redfish.Config{Endpoint: l.url, Username: "admin", Password: password,
+	return l.driverWith(t, password, "")
+}
+
+// driverWith is driver with Config.Auth set to auth.
+func (l *simLab) driverWith(t *testing.T, password, auth string) *redfish.Driver {
+	t.Helper()
+	drv, err := redfish.New(redfish.Config{Endpoint: l.url, Username: "admin", Password: password, Auth: auth,
 		PollInterval: time.Millisecond, RetryBase: time.Millisecond, Timeout: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)

@@ -34,6 +34,7 @@ const (
 // failing to read the System itself is an error. A health other than OK is
 // sent to Config.OnEvent.
 func (d *Driver) Info(ctx context.Context) (*bmc.Info, error) {
+	d.conn.beginOp()
 	_, sys, err := d.system(ctx, "info")
 	if err != nil {
 		return nil, err
@@ -307,6 +308,7 @@ func parseTime(s string) time.Time {
 // neither is reported). A health other than OK is sent to Config.OnEvent,
 // as Info does.
 func (d *Driver) Health(ctx context.Context) (bmc.PowerState, string, error) {
+	d.conn.beginOp()
 	_, sys, err := d.system(ctx, "health")
 	if err != nil {
 		return bmc.PowerUnknown, "", err

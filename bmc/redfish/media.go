@@ -95,6 +95,7 @@ func (d *Driver) cdSlot(ctx context.Context, op string) (slot, error) {
 // listed) name it. Slots without the action take a PATCH of Image. The slot
 // is read back: Image must equal imageURL and the slot must be inserted.
 func (d *Driver) InsertMedia(ctx context.Context, imageURL string) error {
+	d.conn.beginOp()
 	u, err := url.Parse(imageURL)
 	if err != nil || u.Host == "" || !slices.Contains([]string{"http", "https", "nfs", "cifs", "smb"}, strings.ToLower(u.Scheme)) {
 		return fmt.Errorf("redfish: insert media: image URL must be http(s), nfs or cifs with a host")
@@ -192,6 +193,7 @@ func (d *Driver) insertAction(ctx context.Context, target, info, imageURL, schem
 // VirtualMedia.EjectMedia, or a PATCH of Image null and Inserted false where
 // the slot has no action. Read back: the slot must be empty.
 func (d *Driver) EjectMedia(ctx context.Context) error {
+	d.conn.beginOp()
 	s, err := d.cdSlot(ctx, "eject media")
 	if err != nil {
 		return err

@@ -81,6 +81,7 @@ func (ra resetAction) choose(cands []schemas.ResetType) []string {
 // Config.PowerTimeout passes (bmc.ErrTimeout). A reset whose answer was lost
 // is never repeated without re-reading PowerState.
 func (d *Driver) Power(ctx context.Context, a bmc.PowerAction) error {
+	d.conn.beginOp()
 	if _, err := bmc.ParsePowerAction(string(a)); err != nil {
 		return err
 	}
@@ -172,7 +173,7 @@ func (d *Driver) resetTo(ctx context.Context, ra resetAction, cands []schemas.Re
 				return err
 			}
 			// The answer was lost: the BMC may have acted. Re-read first.
-			ps, perr := d.PowerState(ctx)
+			ps, perr := d.powerState(ctx)
 			if perr == nil && ps == want {
 				return nil
 			}
@@ -207,7 +208,7 @@ func (d *Driver) waitPower(ctx context.Context, want bmc.PowerState, wait time.D
 	defer cancel()
 	last := bmc.PowerUnknown
 	for {
-		ps, err := d.PowerState(ctx)
+		ps, err := d.powerState(ctx)
 		if err == nil {
 			last = ps
 			if ps == want {

@@ -44,14 +44,19 @@ type Event struct {
 	Message string
 }
 
-// Config configures one BMC. Endpoint, Username and Password are required.
+// Config configures one BMC. Only Endpoint is required.
 type Config struct {
 	// Endpoint is the BMC's base URL, "https://10.0.0.5" or
 	// "https://host:8443"; a bare host gets "https://".
 	Endpoint string
 	// Username and Password are the BMC account. The password is never
-	// logged or put in errors.
+	// logged or put in errors. An empty Username sends no credentials at
+	// all, for BMCs with authentication turned off.
 	Username, Password string
+	// Auth is the authentication scheme: AuthAuto (zero value: a Redfish
+	// session, falling back to HTTP Basic when the BMC has no session
+	// service), AuthSession or AuthBasic (servers.yaml bmc.auth).
+	Auth string
 	// SystemID picks the ComputerSystem (last path segment, e.g.
 	// "System.Embedded.1"). Empty is allowed only when Systems has one member.
 	SystemID string
@@ -104,8 +109,12 @@ func (c *Config) setDefaults() error {
 		return fmt.Errorf("redfish: config: Endpoint %q is not an http(s) URL without credentials", c.Endpoint)
 	}
 	c.Endpoint = u.Scheme + "://" + u.Host
-	if c.Username == "" {
-		return errors.New("redfish: config: Username is empty")
+	switch c.Auth {
+	case "":
+		c.Auth = AuthAuto
+	case AuthAuto, AuthSession, AuthBasic:
+	default:
+		return fmt.Errorf("redfish: config: Auth %q is not auto, session or basic", c.Auth)
 	}
 	def := func(d *time.Duration, v time.Duration) {
 		if *d <= 0 {
@@ -161,6 +170,11 @@ func New(cfg Config) (*Driver, error) {
 	d.conn = newConn(&d.cfg)
 	return d, nil
 }
+
+// AuthScheme returns the authentication scheme negotiated with the BMC:
+// "session", "basic", "none" (no credentials configured), or "" before the
+// first request. It stays fixed for the Driver's lifetime.
+func (d *Driver) AuthScheme() string { return d.conn.Scheme() }
 
 // Close deletes the session on the BMC. Safe to call more than once.
 func (d *Driver) Close(ctx context.Context) error {
@@ -243,6 +257,11 @@ func (d *Driver) q() Quirk {
 // PowerState reads ComputerSystem.PowerState. "PoweringOn"/"PoweringOff"
 // and unknown values read as bmc.PowerUnknown.
 func (d *Driver) PowerState(ctx context.Context) (bmc.PowerState, error) {
+	d.conn.beginOp()
+	return d.powerState(ctx)
+}
+
+func (d *Driver) powerState(ctx context.Context) (bmc.PowerState, error) {
 	_, sys, err := d.system(ctx, "power state")
 	if err != nil {
 		return bmc.PowerUnknown, err
