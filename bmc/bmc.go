@@ -191,6 +191,76 @@ type LogEntry struct {
 	Message  string    `json:"message"`
 }
 
+// OnceOutcome is what a BMC did with a one-time boot override
+// (BootOverride.Persistent false).
+type OnceOutcome string
+
+// One-time override outcomes. Real BMCs do all three: Supermicro and some
+// Lenovo XCC releases read back Continuous for Once; older iDRAC and AMI
+// firmware accept the PATCH and keep the old override; some list no Once in
+// BootSourceOverrideEnabled@Redfish.AllowableValues at all.
+const (
+	OnceHonoured    OnceOutcome = "honoured"              // read back Once
+	OnceCoerced     OnceOutcome = "coerced-to-continuous" // read back Continuous: a persistent override is now set
+	OnceIgnored     OnceOutcome = "ignored"               // accepted, but the override read back is not the one asked for
+	OnceUnsupported OnceOutcome = "unsupported"           // the BMC lists no Once; nothing was sent
+)
+
+// OnceError is returned by SetBootOverride when a one-time override was
+// asked for and the BMC did not honour it. Got is what the BMC is set to
+// now, read back (Device "" when no override is set). Callers that can
+// compensate (set the device persistently and set disk back after the
+// boot) check it with errors.As; others fail on it. Unwraps to
+// ErrOnceNotHonoured.
+type OnceError struct {
+	Want    BootOverride
+	Got     BootOverride
+	Outcome OnceOutcome
+}
+
+func (e *OnceError) Error() string {
+	got := "no override"
+	if e.Got.Device != "" {
+		got = string(e.Got.Device)
+		if e.Got.Persistent {
+			got += " persistent (every boot)"
+		} else {
+			got += " once"
+		}
+	}
+	return fmt.Sprintf("bmc: one-time boot override %s not honoured (%s): the BMC is now set to %s", e.Want.Device, e.Outcome, got)
+}
+
+// Unwrap returns ErrOnceNotHonoured.
+func (e *OnceError) Unwrap() error { return ErrOnceNotHonoured }
+
+// ResetError is returned by Power for PowerActionReset and PowerActionCycle
+// when the BMC accepted the reset but showed no evidence that it happened
+// (no power-off observed, LastResetTime and BootProgress unchanged or
+// absent, no task, no IPMI chassis status change). The machine is on;
+// whether it restarted is unknown. Unwraps to ErrUnverified.
+type ResetError struct {
+	Action PowerAction
+	// Why lists what was looked at, e.g. "no LastResetTime, no BootProgress,
+	// power stayed on".
+	Why string
+}
+
+func (e *ResetError) Error() string {
+	return fmt.Sprintf("bmc: %s accepted but not verified: %s", e.Action, e.Why)
+}
+
+// Unwrap returns ErrUnverified.
+func (e *ResetError) Unwrap() error { return ErrUnverified }
+
+// ResetEvidence is an optional capability of a Driver: it reports what
+// proved the last successful PowerActionReset or PowerActionCycle
+// ("power-off observed", "LastResetTime changed", "BootProgress moved",
+// "task completed", "IPMI chassis status: off then on"), "" when none.
+type ResetEvidence interface {
+	LastResetEvidence() string
+}
+
 // Sentinel errors. Drivers wrap them; callers use errors.Is.
 var (
 	// ErrAuth: the BMC refused the credentials (HTTP 401/403 on login,
@@ -213,6 +283,12 @@ var (
 	// ErrMismatch: a write was acknowledged but reading back shows another
 	// value. The error text names both.
 	ErrMismatch = errors.New("bmc: read back does not match")
+	// ErrOnceNotHonoured: a one-time boot override was not honoured; see
+	// *OnceError for what the BMC is set to now.
+	ErrOnceNotHonoured = errors.New("bmc: one-time boot override not honoured")
+	// ErrUnverified: a reset or cycle was accepted but nothing proved it
+	// happened; see *ResetError.
+	ErrUnverified = errors.New("bmc: reset not verified")
 )
 
 // BMCError is an error the BMC reported in its own words: the Redfish error

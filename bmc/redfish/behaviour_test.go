@@ -359,13 +359,49 @@ func TestETagDisabled(t *testing.T) {
 	}
 }
 
-func TestReadBackCatchesLyingBMC(t *testing.T) {
-	q := bmcsim.DefaultQuirks("Dell")
-	q.StoreContinuousForOnce = true
-	l := newLab(t, treeDell, labOpts{on: true, quirks: &q})
-	err := l.drv.SetBootOverride(context.Background(), bmc.BootOverride{Device: bmc.BootPXE})
-	if !errors.Is(err, bmc.ErrMismatch) || !strings.Contains(err.Error(), "want Once") || !strings.Contains(err.Error(), `read "Continuous"`) {
-		t.Fatalf("err = %v, want ErrMismatch naming Once and Continuous", err)
+// TestOnceNotHonoured: a BMC that stores Continuous for Once, or keeps its
+// old override, yields a *bmc.OnceError saying what it did and what it is
+// set to now, instead of a bare mismatch after the PATCH applied.
+func TestOnceNotHonoured(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		set     func(*bmcsim.Quirks)
+		outcome bmc.OnceOutcome
+		got     bmc.BootOverride
+	}{
+		{"coerced", func(q *bmcsim.Quirks) { q.StoreContinuousForOnce = true }, bmc.OnceCoerced, bmc.BootOverride{Device: bmc.BootPXE, Persistent: true, Mode: bmc.BootModeUEFI}},
+		{"ignored", func(q *bmcsim.Quirks) { q.IgnoreOnce = true }, bmc.OnceIgnored, bmc.BootOverride{}},
+		{"honoured", func(*bmcsim.Quirks) {}, bmc.OnceHonoured, bmc.BootOverride{Device: bmc.BootPXE, Mode: bmc.BootModeUEFI}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			q := bmcsim.DefaultQuirks("Dell")
+			tc.set(&q)
+			l := newLab(t, treeDell, labOpts{on: true, quirks: &q})
+			err := l.drv.SetBootOverride(context.Background(), bmc.BootOverride{Device: bmc.BootPXE})
+			var oe *bmc.OnceError
+			if tc.outcome == bmc.OnceHonoured {
+				if err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				if !errors.As(err, &oe) || !errors.Is(err, bmc.ErrOnceNotHonoured) {
+					t.Fatalf("err = %v, want *bmc.OnceError", err)
+				}
+				if oe.Outcome != tc.outcome {
+					t.Errorf("Outcome = %s, want %s", oe.Outcome, tc.outcome)
+				}
+			}
+			got, err := l.drv.BootOverride(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != tc.got {
+				t.Errorf("BMC now set to %+v, want %+v", got, tc.got)
+			}
+			if oe != nil && oe.Got != got {
+				t.Errorf("OnceError.Got = %+v, read %+v", oe.Got, got)
+			}
+		})
 	}
 }
 

@@ -34,7 +34,10 @@ var bootModes = map[bmc.BootMode]string{
 // @Redfish.Settings the settings object is PATCHed. Unsupported targets,
 // enable values and systems without override properties are
 // bmc.ErrUnsupported before anything is sent. The result is read back from
-// the System; a mismatch is bmc.ErrMismatch.
+// the System; a mismatch is bmc.ErrMismatch, except that a one-time
+// override the BMC did not honour (read back Continuous, or its old
+// override kept, or Once not offered at all) is a *bmc.OnceError saying
+// what the BMC is set to now.
 func (d *Driver) SetBootOverride(ctx context.Context, o bmc.BootOverride) error {
 	d.conn.beginOp()
 	target, ok := bootTargets[o.Device]
@@ -56,7 +59,11 @@ func (d *Driver) SetBootOverride(ctx context.Context, o bmc.BootOverride) error 
 	if o.Persistent {
 		enabled = string(schemas.ContinuousBootSourceOverrideEnabled)
 	}
-	if allowed, ok := strList(boot, "BootSourceOverrideEnabled@Redfish.AllowableValues"); ok && !slices.Contains(allowed, enabled) {
+	if allowed, ok := strList(boot, "BootSourceOverrideEnabled@Redfish.AllowableValues"); ok && !slices.Contains(allowed, enabled) && !o.Persistent && slices.Contains(allowed, string(schemas.ContinuousBootSourceOverrideEnabled)) {
+		// Only Continuous offered: say so, send nothing; the caller may
+		// ask for Continuous and set disk back after the boot.
+		return &bmc.OnceError{Want: o, Got: bootFrom(sys), Outcome: bmc.OnceUnsupported}
+	} else if ok && !slices.Contains(allowed, enabled) {
 		return fmt.Errorf("redfish: set boot override: BootSourceOverrideEnabled %s not in %v: %w", enabled, allowed, bmc.ErrUnsupported)
 	}
 	curMode, hasMode := str(boot, "BootSourceOverrideMode")
@@ -112,6 +119,19 @@ func (d *Driver) SetBootOverride(ctx context.Context, o bmc.BootOverride) error 
 	if wantMode != "" {
 		if got := strv(boot, "BootSourceOverrideMode"); got != wantMode {
 			mism = append(mism, fmt.Sprintf("BootSourceOverrideMode want %s, read %q", wantMode, got))
+		}
+	}
+	if len(mism) > 0 && perr == nil && !o.Persistent {
+		// Once asked, something else read back: say what the BMC did.
+		got := bootFrom(sys)
+		gotEnabled := strv(boot, "BootSourceOverrideEnabled")
+		switch {
+		case gotEnabled == string(schemas.ContinuousBootSourceOverrideEnabled) && strv(boot, "BootSourceOverrideTarget") == target:
+			d.cfg.Logger.Warn("redfish set boot override: BMC stored Continuous for Once: a persistent override is now set", "target", target)
+			return &bmc.OnceError{Want: o, Got: got, Outcome: bmc.OnceCoerced}
+		case gotEnabled != string(schemas.OnceBootSourceOverrideEnabled):
+			d.cfg.Logger.Warn("redfish set boot override: BMC accepted Once but kept its override", "read", gotEnabled+" "+strv(boot, "BootSourceOverrideTarget"))
+			return &bmc.OnceError{Want: o, Got: got, Outcome: bmc.OnceIgnored}
 		}
 	}
 	if len(mism) > 0 {
