@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/stmcginnis/gofish/schemas"
@@ -129,19 +130,110 @@ func (d *Driver) Power(ctx context.Context, a bmc.PowerAction) error {
 		if a == bmc.PowerActionCycle {
 			cands = rtCycle
 		}
+		before := resetMarks(sys)
+		d.setEvidence("", false)
 		if len(ra.choose(cands)) > 0 {
 			err := d.resetTo(ctx, ra, cands, bmc.PowerOn, d.cfg.PowerTimeout)
+			if err == nil {
+				return d.verifyReset(ctx, a, before)
+			}
 			if !errors.Is(err, bmc.ErrUnsupported) {
 				return err
 			}
 		}
-		// No restart type: ForceOff, wait for Off, then On.
+		// No restart type: ForceOff, wait for Off, then On. Off was seen.
 		if err := d.resetTo(ctx, ra, rtOff, bmc.PowerOff, d.cfg.PowerTimeout); err != nil {
 			return err
 		}
-		return d.resetTo(ctx, ra, rtOn, bmc.PowerOn, d.cfg.PowerTimeout)
+		if err := d.resetTo(ctx, ra, rtOn, bmc.PowerOn, d.cfg.PowerTimeout); err != nil {
+			return err
+		}
+		d.setEvidence("power-off observed (ForceOff, then On)", false)
+		return nil
 	}
 	return nil
+}
+
+// marks are the System properties that move when the host restarts:
+// LastResetTime (ComputerSystem v1.12) and BootProgress (LastState,
+// LastStateTime; v1.13). has is false when the BMC reports neither.
+type marks struct {
+	lastReset, bootState, bootTime string
+	has                            bool
+}
+
+func resetMarks(sys map[string]any) marks {
+	bp := obj(sys, "BootProgress")
+	m := marks{lastReset: strv(sys, "LastResetTime"), bootState: strv(bp, "LastState"), bootTime: strv(bp, "LastStateTime")}
+	_, hasLRT := sys["LastResetTime"]
+	m.has = hasLRT || bp != nil
+	return m
+}
+
+// setEvidence records what proved the last reset; off notes a power-off
+// seen while waiting.
+func (d *Driver) setEvidence(ev string, off bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.evidence = ev
+	if off {
+		d.sawOff = true
+	} else if ev == "" {
+		d.sawOff = false
+	}
+}
+
+// LastResetEvidence implements bmc.ResetEvidence: what proved the last
+// reset or cycle ("" when none did or none was sent).
+func (d *Driver) LastResetEvidence() string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.evidence
+}
+
+// verifyReset looks for proof that a reset of a running machine happened:
+// a power-off seen while waiting for On, a completed task, or a changed
+// LastResetTime or BootProgress (polled for Config.ResetEvidenceTimeout,
+// as BMCs stamp them a few seconds after the reset). Without any it is a
+// *bmc.ResetError, never success.
+func (d *Driver) verifyReset(ctx context.Context, a bmc.PowerAction, before marks) error {
+	d.mu.Lock()
+	off, ev := d.sawOff, d.evidence
+	d.mu.Unlock()
+	switch {
+	case ev != "":
+		return nil // a completed task
+	case off:
+		d.setEvidence("power-off observed", false)
+		return nil
+	case !before.has:
+		return &bmc.ResetError{Action: a, Why: "power stayed on, no task, and the BMC reports neither LastResetTime nor BootProgress"}
+	}
+	ctx, cancel := context.WithTimeout(ctx, d.cfg.ResetEvidenceTimeout)
+	defer cancel()
+	for {
+		_, sys, err := d.system(ctx, "power "+string(a)+": verify")
+		if err == nil {
+			now := resetMarks(sys)
+			switch {
+			case now.lastReset != before.lastReset && now.lastReset != "":
+				d.setEvidence("LastResetTime changed", false)
+				return nil
+			case (now.bootTime != before.bootTime && now.bootTime != "") || (now.bootState != before.bootState && now.bootState != ""):
+				d.setEvidence("BootProgress moved", false)
+				return nil
+			case powerOf(sys) == bmc.PowerOff:
+				d.setEvidence("", true)
+			}
+		}
+		t := time.NewTimer(d.cfg.PollInterval)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return &bmc.ResetError{Action: a, Why: fmt.Sprintf("power stayed on, no task, LastResetTime and BootProgress unchanged after %s", d.cfg.ResetEvidenceTimeout)}
+		case <-t.C:
+		}
+	}
 }
 
 // resetTo sends the first allowed ResetType of cands and waits for want.
@@ -214,12 +306,15 @@ func (d *Driver) waitPower(ctx context.Context, want bmc.PowerState, wait time.D
 			if ps == want {
 				return nil
 			}
+			if ps == bmc.PowerOff {
+				d.setEvidence("", true)
+			}
 		}
 		t := time.NewTimer(d.cfg.PollInterval)
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return fmt.Errorf("redfish: power: want %s, still %s after %s: %w", want, last, wait, bmc.ErrTimeout)
+			return fmt.Errorf("redfish: power: want %s, still %s after %s: %w", want, last, wait.Round(time.Millisecond), bmc.ErrTimeout)
 		case <-t.C:
 		}
 	}
@@ -252,6 +347,9 @@ func (d *Driver) followTask(ctx context.Context, op string, r *response) error {
 		state := strv(tr.body, "TaskState")
 		switch state {
 		case "Completed":
+			if strings.HasPrefix(op, "reset ") {
+				d.setEvidence("task completed", false)
+			}
 			return nil
 		case "Exception", "Killed", "Cancelled", "Interrupted":
 			msg := ""

@@ -80,6 +80,9 @@ type Config struct {
 	// SoftOffTimeout bounds waiting for GracefulShutdown before ForceOff;
 	// zero means 2m.
 	SoftOffTimeout time.Duration
+	// ResetEvidenceTimeout bounds waiting, after a reset of a running
+	// machine, for LastResetTime or BootProgress to move; zero means 30s.
+	ResetEvidenceTimeout time.Duration
 	// PollInterval is the PowerState and task-monitor poll period; zero means 2s.
 	PollInterval time.Duration
 	// TaskTimeout bounds following a 202 task monitor; zero means 10m.
@@ -127,6 +130,7 @@ func (c *Config) setDefaults() error {
 	def(&c.SoftOffTimeout, 2*time.Minute)
 	def(&c.PollInterval, 2*time.Second)
 	def(&c.TaskTimeout, 10*time.Minute)
+	def(&c.ResetEvidenceTimeout, 30*time.Second)
 	if c.Retries == 0 {
 		c.Retries = 4
 	} else if c.Retries < 0 {
@@ -155,6 +159,8 @@ type Driver struct {
 	root     map[string]any
 	quirk    Quirk
 	resolved bool
+	evidence string // what proved the last reset, "" when nothing did
+	sawOff   bool   // a power-off was seen during the current reset
 }
 
 var _ bmc.Driver = (*Driver)(nil)
