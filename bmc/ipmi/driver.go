@@ -82,6 +82,10 @@ type Driver struct {
 	c *client.Client
 	// suite is the cipher suite that worked last, 0 before the first session.
 	suite uint8
+	// sawOff is set when chassis status read off during the current
+	// reset or cycle; evidence is what proved the last one.
+	sawOff   bool
+	evidence string
 }
 
 var _ bmc.Driver = (*Driver)(nil)

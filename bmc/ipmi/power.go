@@ -104,14 +104,41 @@ func (d *Driver) Power(ctx context.Context, a bmc.PowerAction) error {
 			// Some BMCs ack a reset of an off host and do nothing (bmclib#211).
 			return d.controlAndWait(ctx, ctlPowerUp, bmc.PowerOn, d.cfg.PowerTimeout)
 		}
-		return d.controlAndWait(ctx, ctlHardReset, bmc.PowerOn, d.cfg.PowerTimeout)
+		d.sawOff, d.evidence = false, ""
+		if err := d.controlAndWait(ctx, ctlHardReset, bmc.PowerOn, d.cfg.PowerTimeout); err != nil {
+			return err
+		}
+		return d.verified(a)
 	case bmc.PowerActionCycle:
 		if cur == bmc.PowerOff {
 			return d.controlAndWait(ctx, ctlPowerUp, bmc.PowerOn, d.cfg.PowerTimeout)
 		}
-		return d.cycle(ctx)
+		d.sawOff, d.evidence = false, ""
+		if err := d.cycle(ctx); err != nil {
+			return err
+		}
+		return d.verified(a)
 	}
 	return fmt.Errorf("ipmi: power %s: %w", a, bmc.ErrUnsupported)
+}
+
+// verified turns the chassis status sequence seen during a reset or cycle
+// of a running chassis into evidence: off then on proves it; on throughout
+// (a hard reset keeps the power on, and Get Chassis Status has nothing
+// else that moves) is a *bmc.ResetError.
+func (d *Driver) verified(a bmc.PowerAction) error {
+	if d.sawOff {
+		d.evidence = "IPMI chassis status: off, then on"
+		return nil
+	}
+	return &bmc.ResetError{Action: a, Why: "IPMI chassis status read on throughout (a hard reset keeps power on); no other evidence over IPMI"}
+}
+
+// LastResetEvidence implements bmc.ResetEvidence.
+func (d *Driver) LastResetEvidence() string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.evidence
 }
 
 // cycle runs power cycle with its fallbacks; the chassis is on.
@@ -172,6 +199,9 @@ func (d *Driver) waitPower(ctx context.Context, op string, want bmc.PowerState, 
 		}
 		if err == nil {
 			last = got
+			if got == bmc.PowerOff {
+				d.sawOff = true
+			}
 			if got == want {
 				return nil
 			}
