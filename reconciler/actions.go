@@ -298,6 +298,12 @@ func (c *Controller) netbootOverride(ctx context.Context, drv bmc.Driver, obs st
 	st := c.cfg.Store
 	o := bmc.BootOverride{Device: dev, Mode: mode, Persistent: obs.BMC.OnceNotHonoured}
 	err := drv.SetBootOverride(ctx, o)
+	if o.Persistent && errors.Is(err, bmc.ErrUnsupported) {
+		// No Continuous offered (XCC lists Once and Disabled): ask Once;
+		// a BMC that coerces it still ends with the override set.
+		o.Persistent = false
+		err = drv.SetBootOverride(ctx, o)
+	}
 	var oe *bmc.OnceError
 	if errors.As(err, &oe) {
 		msg := fmt.Sprintf("%s; using a persistent %s override from now on for this BMC, set back to disk after each boot it is for", oe.Error(), dev)

@@ -81,7 +81,7 @@ func (s *Server) reset(w http.ResponseWriter, r *http.Request, p string, body ma
 	if !isStr {
 		return writeError(w, http.StatusBadRequest, "Base.1.8.ActionParameterMissing", "The action ComputerSystem.Reset requires the parameter ResetType to be present in the request body.", "ComputerSystem.Reset", "ResetType")
 	}
-	if !slices.Contains(allowed, rt) || slices.Contains(s.quirks.RefuseResetTypes, rt) {
+	if !slices.Contains(allowed, rt) || slices.Contains(s.quirks.RefuseResetTypes, rt) || (s.quirks.NoPowerCycle && rt == "PowerCycle") {
 		return writeError(w, http.StatusBadRequest, "Base.1.8.ActionParameterValueNotInList", "The value '"+rt+"' for the parameter ResetType is not in the list of acceptable values.", rt, "ResetType", "ComputerSystem.Reset")
 	}
 	if err := s.power.Reset(r.Context(), rt); err != nil {

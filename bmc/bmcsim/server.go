@@ -91,6 +91,10 @@ type Quirks struct {
 	// and never updates them: most BMCs before Redfish 2020.x (iDRAC 8,
 	// iLO 4, X10/X11 Supermicro) report neither.
 	NoLastResetTime bool
+	// NoPowerCycle leaves PowerCycle out of the ResetType allowable values
+	// (inline and in the ActionInfo) and refuses it, as HPE iLO 5 and
+	// Lenovo XCC do (their fixture trees list no PowerCycle).
+	NoPowerCycle bool
 }
 
 // vendorQuirks is the emulator's behaviour per manufacturer prefix
@@ -605,13 +609,34 @@ func (s *Server) get(w http.ResponseWriter, r *http.Request, p string) int {
 		if ps, err := s.power.PowerState(r.Context()); err == nil {
 			raw = n.rawWithPower(ps)
 		}
-		if s.quirks.NoLastResetTime {
-			b := deepCopy(n.body).(map[string]any)
+		if s.quirks.NoLastResetTime || s.quirks.NoPowerCycle {
+			var b map[string]any
 			_ = json.Unmarshal(raw, &b)
-			delete(b, "LastResetTime")
-			delete(b, "BootProgress")
+			if s.quirks.NoLastResetTime {
+				delete(b, "LastResetTime")
+				delete(b, "BootProgress")
+			}
+			if s.quirks.NoPowerCycle {
+				act, _ := obj(b, "Actions")["#ComputerSystem.Reset"].(map[string]any)
+				if v, ok := act["ResetType@Redfish.AllowableValues"].([]any); ok {
+					act["ResetType@Redfish.AllowableValues"] = withoutPowerCycle(v)
+				}
+			}
 			raw, _ = json.Marshal(b)
 		}
+	}
+	if s.quirks.NoPowerCycle && strings.Contains(p, "resetactioninfo") {
+		var b map[string]any
+		_ = json.Unmarshal(raw, &b)
+		ps, _ := b["Parameters"].([]any)
+		for _, pm := range ps {
+			if m, ok := pm.(map[string]any); ok && m["Name"] == "ResetType" {
+				if v, ok := m["AllowableValues"].([]any); ok {
+					m["AllowableValues"] = withoutPowerCycle(v)
+				}
+			}
+		}
+		raw, _ = json.Marshal(b)
 	}
 	if p == "/redfish/v1" && s.quirks.BasicOnly {
 		b := deepCopy(n.body).(map[string]any)
@@ -722,4 +747,16 @@ func Serve(ctx context.Context, ln net.Listener, h http.Handler) error {
 		}
 		return fmt.Errorf("bmcsim: serve: %w", err)
 	}
+}
+
+func obj(m map[string]any, k string) map[string]any { o, _ := m[k].(map[string]any); return o }
+
+func withoutPowerCycle(v []any) []any {
+	out := make([]any, 0, len(v))
+	for _, e := range v {
+		if e != "PowerCycle" {
+			out = append(out, e)
+		}
+	}
+	return out
 }

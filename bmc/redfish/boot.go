@@ -101,6 +101,7 @@ func (d *Driver) SetBootOverride(ctx context.Context, o bmc.BootOverride) error 
 		}
 		props["BootSourceOverrideMode"] = wantMode
 	}
+	prev := [3]string{strv(boot, "BootSourceOverrideTarget"), strv(boot, "BootSourceOverrideEnabled"), strv(boot, "BootSourceOverrideMode")}
 	d.cfg.Logger.Info("redfish set boot override", "target", target, "enabled", enabled, "mode", props["BootSourceOverrideMode"])
 	perr := d.patch(ctx, "set boot override", patchPath, map[string]any{"Boot": props})
 	// Read back: the System is the truth, whatever the PATCH answered.
@@ -129,7 +130,9 @@ func (d *Driver) SetBootOverride(ctx context.Context, o bmc.BootOverride) error 
 		case gotEnabled == string(schemas.ContinuousBootSourceOverrideEnabled) && strv(boot, "BootSourceOverrideTarget") == target:
 			d.cfg.Logger.Warn("redfish set boot override: BMC stored Continuous for Once: a persistent override is now set", "target", target)
 			return &bmc.OnceError{Want: o, Got: got, Outcome: bmc.OnceCoerced}
-		case gotEnabled != string(schemas.OnceBootSourceOverrideEnabled):
+		case gotEnabled != string(schemas.OnceBootSourceOverrideEnabled) ||
+			prev == [3]string{strv(boot, "BootSourceOverrideTarget"), gotEnabled, strv(boot, "BootSourceOverrideMode")}:
+			// Not Once, or nothing changed at all: the PATCH was dropped.
 			d.cfg.Logger.Warn("redfish set boot override: BMC accepted Once but kept its override", "read", gotEnabled+" "+strv(boot, "BootSourceOverrideTarget"))
 			return &bmc.OnceError{Want: o, Got: got, Outcome: bmc.OnceIgnored}
 		}

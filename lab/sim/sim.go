@@ -65,6 +65,11 @@ type Config struct {
 	// (tests that read BMC requests); by default servers whose inventory
 	// says ipmi get OpenIPMI's ipmi_sim when it is installed.
 	RedfishOnly bool
+	// BMCQuirks, when set, edits the quirks of server's bmcsim BMC,
+	// starting from bmcsim.DefaultQuirks of its tree's manufacturer (tree
+	// is the fixture folder it serves), to put a server behind a BMC mode
+	// (Basic only, Once coerced, ...). Nil keeps the defaults.
+	BMCQuirks func(server, tree string, q *bmcsim.Quirks)
 	// Logger: nil discards.
 	Logger *slog.Logger
 }
@@ -185,7 +190,17 @@ func (l *Lab) start() error {
 			addrs[s.Name] = addr
 			continue
 		}
-		srv, err := trees.New(dir, bmcsim.Config{Username: l.cfg.Username, Password: l.cfg.Password, Power: m, SessionTimeout: -1})
+		bcfg := bmcsim.Config{Username: l.cfg.Username, Password: l.cfg.Password, Power: m, SessionTimeout: -1}
+		if l.cfg.BMCQuirks != nil {
+			tr, err := trees.Load(dir)
+			if err != nil {
+				return fmt.Errorf("sim: %s BMC: %w", s.Name, err)
+			}
+			q := bmcsim.DefaultQuirks(tr.Manufacturer)
+			l.cfg.BMCQuirks(s.Name, treeName, &q)
+			bcfg.Quirks = &q
+		}
+		srv, err := trees.New(dir, bcfg)
 		if err != nil {
 			return fmt.Errorf("sim: %s BMC: %w", s.Name, err)
 		}
