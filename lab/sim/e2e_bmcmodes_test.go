@@ -144,4 +144,3 @@ func TestBMCModesEndToEnd(t *testing.T) {
 		})
 	}
 }
-
