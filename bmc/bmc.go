@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 )
 
@@ -295,8 +296,14 @@ var (
 // body's MessageId and Message (DSP0266 §9.6 error responses), or an IPMI
 // completion code.
 type BMCError struct {
+	// BMC names the BMC (its Redfish endpoint or IPMI address), "" when
+	// the driver does not know it.
+	BMC string
 	// Op names the operation, e.g. "set boot override".
 	Op string
+	// Request is the request the BMC answered, e.g.
+	// "PATCH /redfish/v1/Systems/1"; "" for IPMI.
+	Request string
 	// Status is the HTTP status (Redfish) or 0.
 	Status int
 	// Code is the Redfish MessageId or the IPMI completion code as "0xD5".
@@ -308,7 +315,14 @@ type BMCError struct {
 }
 
 func (e *BMCError) Error() string {
-	s := "bmc: " + e.Op
+	s := "bmc"
+	if e.BMC != "" {
+		s += " " + e.BMC
+	}
+	s += ": " + e.Op
+	if e.Request != "" && !strings.HasSuffix(e.Op, e.Request) {
+		s += ": " + e.Request
+	}
 	if e.Status != 0 {
 		s += fmt.Sprintf(": HTTP %d", e.Status)
 	}

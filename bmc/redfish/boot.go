@@ -139,7 +139,7 @@ func (d *Driver) SetBootOverride(ctx context.Context, o bmc.BootOverride) error 
 	}
 	if len(mism) > 0 {
 		if perr != nil {
-			return fmt.Errorf("redfish: set boot override: %w", perr)
+			return perr // names the operation, the request and the status
 		}
 		return fmt.Errorf("redfish: set boot override: %s: %w", strings.Join(mism, "; "), bmc.ErrMismatch)
 	}
@@ -177,7 +177,7 @@ func (d *Driver) patch(ctx context.Context, op, p string, body map[string]any) e
 	if err := d.followTask(ctx, op, r); err != nil {
 		return err
 	}
-	return extendedError(op, r)
+	return extendedError(d.cfg.Endpoint, op, r)
 }
 
 // etag reads p and returns its ETag header, or its @odata.etag; normalised
@@ -201,7 +201,7 @@ func (d *Driver) etag(ctx context.Context, op, p string, norm bool) (string, err
 // in @Message.ExtendedInfo (Severity/MessageSeverity Critical or Warning
 // with an error-looking MessageId). The caller's read-back decides; this is
 // only used when the read back cannot.
-func extendedError(op string, r *response) error {
+func extendedError(bmcName, op string, r *response) error {
 	if r == nil || r.body == nil {
 		return nil
 	}
@@ -213,7 +213,7 @@ func extendedError(op string, r *response) error {
 			sev = strv(m, "Severity")
 		}
 		if sev == "Critical" {
-			return &bmc.BMCError{Op: op, Status: r.status, Code: strv(m, "MessageId"), Message: sanitize(strv(m, "Message"))}
+			return &bmc.BMCError{BMC: bmcName, Op: op, Request: r.request, Status: r.status, Code: strv(m, "MessageId"), Message: sanitize(strv(m, "Message"))}
 		}
 	}
 	return nil

@@ -26,8 +26,9 @@ import (
 
 // response is one decoded Redfish answer.
 type response struct {
-	status int
-	header http.Header
+	status  int
+	request string // "METHOD /path" that was answered
+	header  http.Header
 	body   map[string]any // nil when the body is empty or not a JSON object
 }
 
@@ -210,7 +211,7 @@ func (c *conn) login(ctx context.Context) (*gofish.APIClient, error) {
 		c.scheme = "none"
 		api, err := gofish.ConnectContext(context.WithValue(ctx, loginKey{}, true), gc)
 		if err != nil {
-			return nil, classify("login (no credentials)", err, nil)
+			return nil, classify(c.cfg.Endpoint, "login (no credentials)", "GET /redfish/v1", err, nil)
 		}
 		return api, nil
 	}
@@ -225,7 +226,7 @@ func (c *conn) login(ctx context.Context) (*gofish.APIClient, error) {
 	gc.Username, gc.Password, gc.BasicAuth = c.cfg.Username, c.cfg.Password, true
 	api, err := gofish.ConnectContext(context.WithValue(ctx, loginKey{}, true), gc)
 	if err != nil {
-		return nil, classify("login (HTTP Basic)", err, nil)
+		return nil, classify(c.cfg.Endpoint, "login (HTTP Basic)", "GET /redfish/v1", err, nil)
 	}
 	return api, nil
 }
@@ -236,10 +237,10 @@ func (c *conn) sessionLogin(ctx context.Context, gc gofish.ClientConfig) (api *g
 	auto := c.cfg.Auth != AuthSession
 	root, err := c.rawJSON(ctx, http.MethodGet, "/redfish/v1", nil)
 	if err != nil {
-		return nil, false, classify("login: GET /redfish/v1", err, nil)
+		return nil, false, classify(c.cfg.Endpoint, "login", "GET /redfish/v1", err, nil)
 	}
 	if root.status/100 != 2 {
-		return nil, false, statusOf("login: GET /redfish/v1", root)
+		return nil, false, c.statusOf("login", "GET /redfish/v1", root)
 	}
 	sp, has := sessionsPath(root.body)
 	if !has && auto {
@@ -248,7 +249,7 @@ func (c *conn) sessionLogin(ctx context.Context, gc gofish.ClientConfig) (api *g
 	}
 	r, err := c.rawJSON(ctx, http.MethodPost, sp, map[string]any{"UserName": c.cfg.Username, "Password": c.cfg.Password})
 	if err != nil {
-		return nil, false, classify("login: POST "+sp, err, nil)
+		return nil, false, classify(c.cfg.Endpoint, "login", "POST "+sp, err, nil)
 	}
 	switch {
 	case r.status/100 == 2 && r.header.Get("X-Auth-Token") != "":
@@ -266,7 +267,7 @@ func (c *conn) sessionLogin(ctx context.Context, gc gofish.ClientConfig) (api *g
 		gc.Session = &gofish.Session{ID: loc, Token: r.header.Get("X-Auth-Token")}
 		api, err := gofish.ConnectContext(context.WithValue(ctx, loginKey{}, true), gc)
 		if err != nil {
-			return nil, false, classify("login", err, nil)
+			return nil, false, classify(c.cfg.Endpoint, "login", "GET /redfish/v1", err, nil)
 		}
 		return api, false, nil
 	case auto && r.status == http.StatusUnauthorized && strings.HasPrefix(strings.ToLower(strings.TrimSpace(r.header.Get("WWW-Authenticate"))), "basic"):
@@ -276,17 +277,17 @@ func (c *conn) sessionLogin(ctx context.Context, gc gofish.ClientConfig) (api *g
 		c.cfg.Logger.Info("redfish: no session service, using HTTP Basic auth", "request", "POST "+sp, "status", r.status)
 		return nil, true, nil
 	case r.status == http.StatusUnauthorized || r.status == http.StatusForbidden:
-		err := statusOf("login: POST "+sp, r)
+		err := c.statusOf("login", "POST "+sp, r)
 		c.authErr = fmt.Errorf("redfish: credentials refused by the BMC (Redfish session login): %w", err)
 		return nil, false, c.authErr
 	case r.status/100 == 2:
-		return nil, false, &bmc.BMCError{Op: "login: POST " + sp, Status: r.status, Message: "session created without an X-Auth-Token header"}
+		return nil, false, &bmc.BMCError{BMC: c.cfg.Endpoint, Op: "login", Request: "POST " + sp, Status: r.status, Message: "session created without an X-Auth-Token header"}
 	}
-	return nil, false, statusOf("login: POST "+sp, r)
+	return nil, false, c.statusOf("login", "POST "+sp, r)
 }
 
 // statusOf turns a non-2xx raw answer into a classified *statusError.
-func statusOf(op string, r *response) error {
+func (c *conn) statusOf(op, request string, r *response) error {
 	se := &schemas.Error{HTTPReturnedStatusCode: r.status}
 	if e := obj(r.body, "error"); e != nil {
 		se.Code, se.Message = strv(e, "code"), strv(e, "message")
@@ -301,7 +302,7 @@ func statusOf(op string, r *response) error {
 	if se.Message == "" {
 		se.Message = http.StatusText(r.status)
 	}
-	return classify(op, se, r.header)
+	return classify(c.cfg.Endpoint, op, request, se, r.header)
 }
 
 // client returns the logged-in client, logging in on first use.
@@ -465,14 +466,14 @@ func (c *conn) once(ctx context.Context, api *gofish.APIClient, op, method, path
 		return nil, fmt.Errorf("redfish: %s: method %s not supported", op, method)
 	}
 	if err != nil {
-		return nil, classify(op, err, hdr)
+		return nil, classify(c.cfg.Endpoint, op, method+" "+path, err, hdr)
 	}
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxBody))
 	if err != nil {
-		return nil, classify(op, err, hdr)
+		return nil, classify(c.cfg.Endpoint, op, method+" "+path, err, hdr)
 	}
-	out := &response{status: resp.StatusCode, header: resp.Header}
+	out := &response{status: resp.StatusCode, request: method + " " + path, header: resp.Header}
 	if len(raw) > 0 {
 		var m map[string]any
 		if json.Unmarshal(raw, &m) == nil {
@@ -487,10 +488,10 @@ const maxBody = 8 << 20
 
 // classify turns a gofish or transport error into a *bmc.BMCError or a
 // wrapped sentinel. hdr holds the answer's headers when there was one.
-func classify(op string, err error, hdr http.Header) error {
+func classify(bmcName, op, request string, err error, hdr http.Header) error {
 	var se *schemas.Error
 	if errors.As(err, &se) && se.HTTPReturnedStatusCode != 0 {
-		be := &bmc.BMCError{Op: op, Status: se.HTTPReturnedStatusCode, Code: se.Code, Message: se.Message}
+		be := &bmc.BMCError{BMC: bmcName, Op: op, Request: request, Status: se.HTTPReturnedStatusCode, Code: se.Code, Message: se.Message}
 		if len(se.ExtendedInfos) > 0 {
 			ei := se.ExtendedInfos[0]
 			if ei.MessageID != "" {
@@ -516,22 +517,29 @@ func classify(op string, err error, hdr http.Header) error {
 		}
 		return se2
 	}
+	where := op
+	if request != "" {
+		where += ": " + request
+	}
+	if bmcName != "" {
+		where = bmcName + ": " + where
+	}
 	if errors.Is(err, context.Canceled) {
-		return fmt.Errorf("redfish: %s: %w", op, err)
+		return fmt.Errorf("redfish %s: %w", where, err)
 	}
 	var cve *tls.CertificateVerificationError
 	var uae x509.UnknownAuthorityError
 	var hne x509.HostnameError
 	var cie x509.CertificateInvalidError
 	if errors.As(err, &cve) || errors.As(err, &uae) || errors.As(err, &hne) || errors.As(err, &cie) {
-		return fmt.Errorf("redfish: %s: %w: %s", op, ErrTLS, sanitize(err.Error()))
+		return fmt.Errorf("redfish %s: %w: %s", where, ErrTLS, sanitize(err.Error()))
 	}
 	var ne net.Error
 	var ue *url.Error
 	if errors.As(err, &ne) || errors.As(err, &ue) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, context.DeadlineExceeded) {
-		return fmt.Errorf("redfish: %s: %w: %s", op, bmc.ErrUnreachable, sanitize(err.Error()))
+		return fmt.Errorf("redfish %s: %w: %s", where, bmc.ErrUnreachable, sanitize(err.Error()))
 	}
-	return fmt.Errorf("redfish: %s: %s", op, sanitize(err.Error()))
+	return fmt.Errorf("redfish %s: %s", where, sanitize(err.Error()))
 }
 
 // statusError is a *bmc.BMCError with what the driver needs from the

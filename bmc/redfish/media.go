@@ -128,7 +128,7 @@ func (d *Driver) InsertMedia(ctx context.Context, imageURL string) error {
 	got := slot{path: s.path, body: b}
 	if strv(b, "Image") != imageURL || !got.inserted() {
 		if perr != nil {
-			return fmt.Errorf("redfish: insert media: %w", perr)
+			return perr // names the operation, the request and the status
 		}
 		return fmt.Errorf("redfish: insert media: want Image %s inserted, read Image %q Inserted %v ConnectedVia %q: %w",
 			sanitize(imageURL), sanitize(strv(b, "Image")), b["Inserted"], strv(b, "ConnectedVia"), bmc.ErrMismatch)
@@ -162,7 +162,7 @@ func (d *Driver) insertAction(ctx context.Context, target, info, imageURL, schem
 			if err := d.followTask(ctx, "insert media", r); err != nil {
 				return err
 			}
-			return extendedError("insert media", r)
+			return extendedError(d.cfg.Endpoint, "insert media", r)
 		}
 		var se *statusError
 		if !errors.As(err, &se) || se.Status != http.StatusBadRequest {

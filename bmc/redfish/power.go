@@ -296,6 +296,12 @@ func notSupported(err error) bool {
 
 // waitPower polls PowerState until want, or returns bmc.ErrTimeout after wait.
 func (d *Driver) waitPower(ctx context.Context, want bmc.PowerState, wait time.Duration) error {
+	// Report the limit that fires: the caller's deadline when it comes
+	// before Config.PowerTimeout (a CLI --timeout 40s), else the latter.
+	limit := fmt.Sprintf("%s (power timeout)", wait)
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < wait {
+		limit = fmt.Sprintf("%s (the caller's deadline)", time.Until(dl).Round(100*time.Millisecond))
+	}
 	ctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	last := bmc.PowerUnknown
@@ -314,7 +320,7 @@ func (d *Driver) waitPower(ctx context.Context, want bmc.PowerState, wait time.D
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return fmt.Errorf("redfish: power: want %s, still %s after %s: %w", want, last, wait.Round(time.Millisecond), bmc.ErrTimeout)
+			return fmt.Errorf("redfish %s: power: want %s, still %s after %s: %w", d.cfg.Endpoint, want, last, limit, bmc.ErrTimeout)
 		case <-t.C:
 		}
 	}
@@ -356,7 +362,7 @@ func (d *Driver) followTask(ctx context.Context, op string, r *response) error {
 			if ms, ok := tr.body["Messages"].([]any); ok && len(ms) > 0 {
 				msg = strv(ms[0].(map[string]any), "Message")
 			}
-			return &bmc.BMCError{Op: op, Status: tr.status, Code: "Task" + state, Message: sanitize(msg)}
+			return &bmc.BMCError{BMC: d.cfg.Endpoint, Op: op, Request: "GET " + mon, Status: tr.status, Code: "Task" + state, Message: sanitize(msg)}
 		}
 		if tr.status != http.StatusAccepted && state == "" {
 			return nil // the operation's own answer
