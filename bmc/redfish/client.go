@@ -29,7 +29,7 @@ type response struct {
 	status  int
 	request string // "METHOD /path" that was answered
 	header  http.Header
-	body   map[string]any // nil when the body is empty or not a JSON object
+	body    map[string]any // nil when the body is empty or not a JSON object
 }
 
 // captureKey carries a *http.Header through the request context so the
