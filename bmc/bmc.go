@@ -170,6 +170,11 @@ type Info struct {
 	// "health", "temperatures", "power", "firmware", "logs", "nics",
 	// "uuid", "biosVersion".
 	Missing []string `json:"missing,omitempty"`
+	// Untied lists the readings left out because they could not be tied
+	// to this system (a sensor of another system in a shared chassis),
+	// one line each, e.g. `temperature "CPU Temp" (/redfish/...): tied to
+	// another system`.
+	Untied []string `json:"untied,omitempty"`
 }
 
 // Temperature is one sensor reading.
