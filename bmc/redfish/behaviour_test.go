@@ -512,6 +512,22 @@ func TestResetTypeFallbackWithoutAllowableValues(t *testing.T) {
 	}
 }
 
+// An empty Systems collection says so, not "no system with the given ID"
+// when no ID was given.
+func TestEmptySystemsCollection(t *testing.T) {
+	dir := t.TempDir()
+	writeTree(t, dir, multiSystemTree(0, false))
+	tr, err := bmcsim.LoadTree(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := newLab(t, "", labOpts{tree: tr})
+	_, err = l.drv.PowerState(context.Background())
+	if !errors.Is(err, redfish.ErrNoSystems) || strings.Contains(err.Error(), "given ID") || !strings.Contains(err.Error(), "lists no systems") {
+		t.Fatalf("empty Systems: %v, want ErrNoSystems saying the BMC lists none", err)
+	}
+}
+
 func TestSystemSelectionFailsClosed(t *testing.T) {
 	dir := t.TempDir()
 	writeTree(t, dir, multiSystemTree(3, false))

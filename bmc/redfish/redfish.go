@@ -24,13 +24,16 @@ import (
 	"github.com/machina-metal/machina/bmc"
 )
 
-// Errors of system selection. Both are returned before any write is sent.
+// Errors of system selection. All are returned before any write is sent.
 var (
 	// ErrAmbiguousSystem: the Systems collection has several members and
 	// Config.SystemID is empty.
 	ErrAmbiguousSystem = errors.New("redfish: several systems and no system ID given")
 	// ErrNoSuchSystem: Config.SystemID matches no member of Systems.
 	ErrNoSuchSystem = errors.New("redfish: no system with the given ID")
+	// ErrNoSystems: the Systems collection has no members (a BMC whose
+	// host inventory is not up yet, or a chassis manager).
+	ErrNoSystems = errors.New("redfish: the BMC lists no ComputerSystem")
 	// ErrTLS: the BMC's certificate did not verify against the system pool
 	// or Config.RootCAs. Not transient: a human pins the CA or opts out.
 	ErrTLS = errors.New("redfish: TLS certificate not trusted")
@@ -238,7 +241,7 @@ func (d *Driver) system(ctx context.Context, op string) (string, map[string]any,
 	case len(ms) == 1:
 		sp = ms[0]
 	case len(ms) == 0:
-		return "", nil, fmt.Errorf("redfish: %s: Systems collection is empty: %w", op, ErrNoSuchSystem)
+		return "", nil, fmt.Errorf("redfish %s: %s: the BMC lists no systems (GET %s: empty Members): %w", d.cfg.Endpoint, op, sysColl, ErrNoSystems)
 	default:
 		return "", nil, fmt.Errorf("redfish: %s: %d systems: %w", op, len(ms), ErrAmbiguousSystem)
 	}
