@@ -62,34 +62,32 @@ type Quirks struct {
 	// a GeneralError body (a BMC whose error path is wrong; read-back tests).
 	BootPatchAnswers400 bool
 	// StoreContinuousForOnce stores BootSourceOverrideEnabled=Continuous
-	// when Once is requested, answering 204. Real BMCs do this: Supermicro
-	// X11/X12 firmware that only implements Continuous for some targets,
-	// Lenovo XCC and the Sushy/virtualbmc-style emulators that map Once to
-	// a persistent boot-order change (metal3-io/baremetal-operator and
-	// openstack/sushy bug reports "BootSourceOverrideEnabled Once reads
-	// back Continuous").
+	// when Once is requested, answering 204: the third-party Redfish
+	// emulator of issue 26 and KubeVirt's virtbmc do so (public report
+	// kubevirtbmc/kubevirtbmc#165: "Once is silently coerced to
+	// Continuous"); BMCs that only implement a persistent override map
+	// Once onto it the same way.
 	StoreContinuousForOnce bool
 	// IgnoreOnce accepts a PATCH asking for BootSourceOverrideEnabled=Once
-	// with 204 and changes nothing (the override stays as it was, usually
-	// Disabled). Older iDRAC and AMI MegaRAC firmware drop a one-time
-	// override they cannot apply without saying so; Cisco CIMC only offers
-	// persistent overrides on some releases.
+	// with 204 and changes nothing (the old override stays, usually
+	// Disabled): public report v1k0d3n/kubevirt-redfish#28 ("the call
+	// passes, but all it does is set some annotations").
 	IgnoreOnce bool
 	// BasicOnly models a BMC without a session service: the service root
 	// has no Links.Sessions and no SessionService, POST to the Sessions
 	// path answers 401 with `WWW-Authenticate: Basic realm=...`, and every
-	// unauthenticated request is challenged the same way. Small BMCs
-	// (Raspberry-Pi-class OpenBMC builds with sessions compiled out, some
-	// switch and PDU Redfish services) and the widely used third-party
-	// emulators behave so (issue 26).
+	// unauthenticated request is challenged the same way. The third-party
+	// emulator of issue 26 behaves so; sushy's bare_minimum_root.json
+	// fixture (openstack-sushy-json-samples) is a service root with no
+	// session service at all.
 	BasicOnly bool
 	// NoAuth serves everything without authentication, as the DMTF
 	// Redfish-Mockup-Server and lab BMCs with authentication turned off
 	// do: credentials, when sent, are ignored.
 	NoAuth bool
 	// NoLastResetTime hides ComputerSystem.LastResetTime and BootProgress
-	// and never updates them: most BMCs before Redfish 2020.x (iDRAC 8,
-	// iLO 4, X10/X11 Supermicro) report neither.
+	// and never updates them: the HPE iLO 5 and Lenovo XCC fixture trees
+	// report neither, the Supermicro X13 tree no LastResetTime.
 	NoLastResetTime bool
 	// NoPowerCycle leaves PowerCycle out of the ResetType allowable values
 	// (inline and in the ActionInfo) and refuses it, as HPE iLO 5 and

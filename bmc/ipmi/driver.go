@@ -211,7 +211,13 @@ func (d *Driver) session(ctx context.Context) (*client.Client, error) {
 		if err == nil {
 			c.WithTimeout(d.cfg.Timeout).WithRetry(d.cfg.Retries)
 			if d.suite != s {
-				d.log.Debug("ipmi session opened", "cipherSuite", s, "took", time.Since(start))
+				// Say which suite, once per change: operators want to know
+				// a BMC offers only SHA1 (suite 3) and not SHA256 (17).
+				refused := make([]string, 0, len(errs))
+				for _, e := range errs {
+					refused = append(refused, e.Error())
+				}
+				d.log.Info("ipmi session opened", "cipherSuite", s, "strongest", s == CipherSuite17, "refused", refused, "took", time.Since(start))
 			}
 			d.c, d.suite = c, s
 			return c, nil
