@@ -169,16 +169,6 @@ func (d *Driver) tryGet(ctx context.Context, p string) map[string]any {
 	return b
 }
 
-func (d *Driver) firstMember(ctx context.Context, coll string) map[string]any {
-	c := d.tryGet(ctx, coll)
-	for _, m := range members(c) {
-		if b := d.tryGet(ctx, m); b != nil {
-			return b
-		}
-	}
-	return nil
-}
-
 func (d *Driver) nics(ctx context.Context, sys map[string]any) []string {
 	var out []string
 	for _, m := range members(d.tryGet(ctx, link(sys, "EthernetInterfaces"))) {
