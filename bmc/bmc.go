@@ -347,3 +347,32 @@ func (e *BMCError) Unwrap() error { return e.Kind }
 func IsTransient(err error) bool {
 	return errors.Is(err, ErrTransient) || errors.Is(err, ErrUnreachable) || errors.Is(err, ErrTimeout)
 }
+
+// WithBMC returns err naming the BMC name (a Redfish endpoint or an IPMI
+// address) once: "redfish: x" reads "redfish NAME: x", "ipmi: x" reads
+// "ipmi NAME: x", a bare text gets "NAME: " in front; an error already
+// naming it is returned as is. errors.Is and errors.As see through it.
+// Drivers apply it to every error their methods return.
+func WithBMC(name string, err error) error {
+	if err == nil || name == "" || strings.Contains(err.Error(), name) {
+		return err
+	}
+	return &namedError{name: name, err: err}
+}
+
+type namedError struct {
+	name string
+	err  error
+}
+
+func (e *namedError) Error() string {
+	s := e.err.Error()
+	for _, p := range []string{"redfish: ", "ipmi: ", "bmc: "} {
+		if strings.HasPrefix(s, p) {
+			return strings.TrimSuffix(p, ": ") + " " + e.name + ": " + s[len(p):]
+		}
+	}
+	return e.name + ": " + s
+}
+
+func (e *namedError) Unwrap() error { return e.err }

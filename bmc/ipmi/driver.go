@@ -339,11 +339,13 @@ func (d *Driver) Close(ctx context.Context) error {
 }
 
 // InsertMedia returns bmc.ErrUnsupported: IPMI has no virtual media.
-func (d *Driver) InsertMedia(ctx context.Context, url string) error {
+func (d *Driver) InsertMedia(ctx context.Context, url string) (err error) {
+	defer func() { err = bmc.WithBMC(d.cfg.Address, err) }()
 	return fmt.Errorf("ipmi: insert media: %w", bmc.ErrUnsupported)
 }
 
 // EjectMedia returns bmc.ErrUnsupported: IPMI has no virtual media.
-func (d *Driver) EjectMedia(ctx context.Context) error {
+func (d *Driver) EjectMedia(ctx context.Context) (err error) {
+	defer func() { err = bmc.WithBMC(d.cfg.Address, err) }()
 	return fmt.Errorf("ipmi: eject media: %w", bmc.ErrUnsupported)
 }

@@ -26,7 +26,8 @@ var ctlNames = map[uint8]string{
 }
 
 // PowerState reads Get Chassis Status (NetFn 00h, Cmd 01h) byte 1 bit 0.
-func (d *Driver) PowerState(ctx context.Context) (bmc.PowerState, error) {
+func (d *Driver) PowerState(ctx context.Context) (_ bmc.PowerState, err error) {
+	defer func() { err = bmc.WithBMC(d.cfg.Address, err) }()
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return d.powerState(ctx)
@@ -65,7 +66,8 @@ func (d *Driver) chassisControl(ctx context.Context, ctl uint8) error {
 // It returns nil once the chassis reports the wanted state, an error
 // wrapping bmc.ErrTimeout (naming wanted and read state) after
 // PowerTimeout, or the classified BMC error.
-func (d *Driver) Power(ctx context.Context, a bmc.PowerAction) error {
+func (d *Driver) Power(ctx context.Context, a bmc.PowerAction) (err error) {
+	defer func() { err = bmc.WithBMC(d.cfg.Address, err) }()
 	if _, err := bmc.ParsePowerAction(string(a)); err != nil {
 		return fmt.Errorf("ipmi: power: %w", err)
 	}

@@ -38,7 +38,8 @@ var bootModes = map[bmc.BootMode]string{
 // override the BMC did not honour (read back Continuous, or its old
 // override kept, or Once not offered at all) is a *bmc.OnceError saying
 // what the BMC is set to now.
-func (d *Driver) SetBootOverride(ctx context.Context, o bmc.BootOverride) error {
+func (d *Driver) SetBootOverride(ctx context.Context, o bmc.BootOverride) (err error) {
+	defer func() { err = bmc.WithBMC(d.cfg.Endpoint, err) }()
 	d.conn.beginOp()
 	target, ok := bootTargets[o.Device]
 	if !ok {
@@ -221,7 +222,8 @@ func extendedError(bmcName, op string, r *response) error {
 
 // BootOverride reads the System's Boot override. Device is "" when the
 // override is Disabled or the target is None or not one of ours.
-func (d *Driver) BootOverride(ctx context.Context) (bmc.BootOverride, error) {
+func (d *Driver) BootOverride(ctx context.Context) (_ bmc.BootOverride, err error) {
+	defer func() { err = bmc.WithBMC(d.cfg.Endpoint, err) }()
 	d.conn.beginOp()
 	_, sys, err := d.system(ctx, "read boot override")
 	if err != nil {

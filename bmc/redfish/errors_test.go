@@ -48,3 +48,18 @@ func TestTimeoutNamesTheLimitThatFired(t *testing.T) {
 		t.Errorf("timeout error %q: want 'still on after <the caller's deadline>', not the 5m power timeout", err)
 	}
 }
+
+// An error without an HTTP answer names the BMC too, once.
+func TestErrorWithoutStatusNamesBMC(t *testing.T) {
+	dir := t.TempDir()
+	writeTree(t, dir, multiSystemTree(1, true))
+	tr, err := bmcsim.LoadTree(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := newLab(t, "", labOpts{tree: tr})
+	err = l.drv.SetBootOverride(context.Background(), bmc.BootOverride{Device: bmc.BootPXE})
+	if !errors.Is(err, bmc.ErrUnsupported) || strings.Count(err.Error(), l.url) != 1 || !strings.HasPrefix(err.Error(), "redfish "+l.url+": ") {
+		t.Fatalf("err = %v, want ErrUnsupported naming %s once", err, l.url)
+	}
+}

@@ -43,7 +43,8 @@ const (
 // Info.Untied. A section the BMC does not report is named in Missing;
 // only failing to read the System itself is an error. A health other than
 // OK is sent to Config.OnEvent.
-func (d *Driver) Info(ctx context.Context) (*bmc.Info, error) {
+func (d *Driver) Info(ctx context.Context) (_ *bmc.Info, err error) {
+	defer func() { err = bmc.WithBMC(d.cfg.Endpoint, err) }()
 	d.conn.beginOp()
 	sp, sys, err := d.system(ctx, "info")
 	if err != nil {
@@ -406,7 +407,8 @@ func parseTime(s string) time.Time {
 // its PowerState and Status.HealthRollup (else Status.Health; "" when
 // neither is reported). A health other than OK is sent to Config.OnEvent,
 // as Info does.
-func (d *Driver) Health(ctx context.Context) (bmc.PowerState, string, error) {
+func (d *Driver) Health(ctx context.Context) (_ bmc.PowerState, _ string, err error) {
+	defer func() { err = bmc.WithBMC(d.cfg.Endpoint, err) }()
 	d.conn.beginOp()
 	_, sys, err := d.system(ctx, "health")
 	if err != nil {

@@ -94,7 +94,8 @@ func (d *Driver) cdSlot(ctx context.Context, op string) (slot, error) {
 // when the BMC answers that one is missing and the action's parameters (if
 // listed) name it. Slots without the action take a PATCH of Image. The slot
 // is read back: Image must equal imageURL and the slot must be inserted.
-func (d *Driver) InsertMedia(ctx context.Context, imageURL string) error {
+func (d *Driver) InsertMedia(ctx context.Context, imageURL string) (err error) {
+	defer func() { err = bmc.WithBMC(d.cfg.Endpoint, err) }()
 	d.conn.beginOp()
 	u, err := url.Parse(imageURL)
 	if err != nil || u.Host == "" || !slices.Contains([]string{"http", "https", "nfs", "cifs", "smb"}, strings.ToLower(u.Scheme)) {
@@ -192,7 +193,8 @@ func (d *Driver) insertAction(ctx context.Context, target, info, imageURL, schem
 // EjectMedia unmounts the virtual CD; nil when nothing is inserted. Uses
 // VirtualMedia.EjectMedia, or a PATCH of Image null and Inserted false where
 // the slot has no action. Read back: the slot must be empty.
-func (d *Driver) EjectMedia(ctx context.Context) error {
+func (d *Driver) EjectMedia(ctx context.Context) (err error) {
+	defer func() { err = bmc.WithBMC(d.cfg.Endpoint, err) }()
 	d.conn.beginOp()
 	s, err := d.cdSlot(ctx, "eject media")
 	if err != nil {

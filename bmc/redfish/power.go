@@ -81,7 +81,8 @@ func (ra resetAction) choose(cands []schemas.ResetType) []string {
 // on. After a command it polls PowerState until it matches or
 // Config.PowerTimeout passes (bmc.ErrTimeout). A reset whose answer was lost
 // is never repeated without re-reading PowerState.
-func (d *Driver) Power(ctx context.Context, a bmc.PowerAction) error {
+func (d *Driver) Power(ctx context.Context, a bmc.PowerAction) (err error) {
+	defer func() { err = bmc.WithBMC(d.cfg.Endpoint, err) }()
 	d.conn.beginOp()
 	if _, err := bmc.ParsePowerAction(string(a)); err != nil {
 		return err

@@ -265,7 +265,8 @@ func (d *Driver) q() Quirk {
 
 // PowerState reads ComputerSystem.PowerState. "PoweringOn"/"PoweringOff"
 // and unknown values read as bmc.PowerUnknown.
-func (d *Driver) PowerState(ctx context.Context) (bmc.PowerState, error) {
+func (d *Driver) PowerState(ctx context.Context) (_ bmc.PowerState, err error) {
+	defer func() { err = bmc.WithBMC(d.cfg.Endpoint, err) }()
 	d.conn.beginOp()
 	return d.powerState(ctx)
 }
