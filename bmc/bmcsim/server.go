@@ -758,3 +758,31 @@ func withoutPowerCycle(v []any) []any {
 	}
 	return out
 }
+
+// Modes are the issue-26 BMC behaviours by name, for `machina bmcsim
+// --mode` and tests; see each Quirks field for the BMCs that behave so.
+var Modes = map[string]func(*Quirks){
+	"basic-only":         func(q *Quirks) { q.BasicOnly = true },
+	"no-sessions":        func(q *Quirks) { q.NoSessions = true },
+	"no-auth":            func(q *Quirks) { q.NoAuth = true },
+	"once-to-continuous": func(q *Quirks) { q.StoreContinuousForOnce = true },
+	"once-ignored":       func(q *Quirks) { q.IgnoreOnce = true },
+	"no-powercycle":      func(q *Quirks) { q.NoPowerCycle = true },
+	"no-lastresettime":   func(q *Quirks) { q.NoLastResetTime = true },
+}
+
+// SetMode turns on the behaviour called name (a key of Modes), or returns
+// an error naming the known ones.
+func (q *Quirks) SetMode(name string) error {
+	f, ok := Modes[name]
+	if !ok {
+		names := make([]string, 0, len(Modes))
+		for n := range Modes {
+			names = append(names, n)
+		}
+		slices.Sort(names)
+		return fmt.Errorf("bmcsim: unknown mode %q (want one of %s)", name, strings.Join(names, ", "))
+	}
+	f(q)
+	return nil
+}
