@@ -1,6 +1,7 @@
 package sim_test
 
 import (
+	"crypto/tls"
 	"net/http"
 	"slices"
 	"strings"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/machina-metal/machina/bmc/bmcsim"
+	"github.com/machina-metal/machina/bmc/bmctest"
 	"github.com/machina-metal/machina/inventory"
 	"github.com/machina-metal/machina/lab/sim"
 	"github.com/machina-metal/machina/state"
@@ -142,5 +144,51 @@ func TestBMCModesEndToEnd(t *testing.T) {
 				t.Errorf("%d hosts, want 3 joined", len(snap.Hosts))
 			}
 		})
+	}
+}
+
+// TestBMCTopologyAndTLSEndToEnd (issue 26): every Redfish BMC serves two
+// systems in one chassis (servers.yaml names the first by bmc.systemID)
+// over HTTPS with a certificate from the test's CA, trusted through
+// bmc.caBundle; the example site commissions, deploys and joins, and every
+// deployed server's boot override reads Hdd on its own system while the
+// second system's is untouched.
+func TestBMCTopologyAndTLSEndToEnd(t *testing.T) {
+	ca := bmctest.NewCA(t)
+	r := startRig(t, rigOptions{
+		lab:     sim.Config{SharedChassis: true, BMCTLS: &tls.Config{Certificates: []tls.Certificate{ca.Leaf()}, MinVersion: tls.VersionTLS12}, CABundle: "site-ca"},
+		secrets: map[string]state.Credential{"site-ca": {Username: "ca-bundle", Password: string(ca.PEM())}},
+	})
+	r.steady()
+	snap := r.waitFor("3 hosts joined", 2*time.Minute, func(s state.Snapshot) bool {
+		joined := 0
+		for _, h := range s.Hosts {
+			if h.JoinStatus == "joined" {
+				joined++
+			}
+		}
+		return joined == 3
+	})
+	deployed := 0
+	for name, srv := range snap.Servers {
+		if srv.BMC.SystemID == "" || srv.BMC.CABundle != "site-ca" {
+			t.Errorf("%s: BMC facts %+v, want systemID and caBundle from servers.yaml", name, srv.BMC)
+		}
+		if srv.Lifecycle != state.LifecycleDeployed {
+			continue
+		}
+		deployed++
+		target, _, ok := r.bootOverride(name)
+		if !ok || target != "Hdd" {
+			t.Errorf("%s: boot override %q (%v), want Hdd", name, target, ok)
+		}
+		for _, q := range r.lab.BMC(name).Requests() {
+			if q.Method != http.MethodGet && strings.Contains(q.Path, srv.BMC.SystemID+"-2") {
+				t.Errorf("%s: write to the other system of the chassis: %v", name, q)
+			}
+		}
+	}
+	if deployed != 3 {
+		t.Errorf("%d deployed, want 3", deployed)
 	}
 }

@@ -16,7 +16,7 @@ func q(s string) string { return fmt.Sprintf("%q", s) }
 
 // renderServers writes servers.yaml with each BMC pointing at its
 // simulated BMC. Every simulated BMC speaks Redfish (bmcsim).
-func renderServers(inv *inventory.Inventory, addrs map[string]string) string {
+func renderServers(inv *inventory.Inventory, addrs map[string]string, bmcExtra map[string][]string) string {
 	var b strings.Builder
 	b.WriteString("# yaml-language-server: $schema=https://machina-metal.github.io/schema/v1/servers.schema.json\n")
 	b.WriteString("# Simulated site: Redfish BMCs are bmcsim emulators over real vendor trees, IPMI BMCs\n# are OpenIPMI's ipmi_sim, all on 127.0.0.1.\nservers:\n")
@@ -35,6 +35,9 @@ func renderServers(inv *inventory.Inventory, addrs map[string]string) string {
 		addr := addrs[s.Name]
 		if strings.HasPrefix(addr, "http") {
 			fmt.Fprintf(&b, "    bmc:\n      driver: redfish\n      address: %s\n      credentials: %s\n", addr, s.BMC.Credentials)
+			for _, l := range bmcExtra[s.Name] {
+				fmt.Fprintf(&b, "      %s\n", l)
+			}
 		} else {
 			fmt.Fprintf(&b, "    bmc:\n      driver: ipmi\n      address: %s\n      credentials: %s\n", q(addr), s.BMC.Credentials)
 		}
