@@ -1,13 +1,13 @@
 package bmcsim
 
 import (
-	"path"
 	"encoding/json"
 	"fmt"
 	"hash/fnv"
 	"io/fs"
 	"maps"
 	"os"
+	"path"
 	"path/filepath"
 	"strings"
 	"sync"
