@@ -99,7 +99,7 @@ func (d *Driver) Power(ctx context.Context, a bmc.PowerAction) (err error) {
 		if !errors.Is(err, bmc.ErrTimeout) && !isRejected(err) {
 			return err
 		}
-		d.log.Info("ipmi soft shutdown did not power off; forcing off", "err", err)
+		d.log.Warn("ipmi soft shutdown did not power off; forcing off", "err", err)
 		return d.controlAndWait(ctx, ctlPowerDown, bmc.PowerOff, d.cfg.PowerTimeout)
 	case bmc.PowerActionReset:
 		if cur == bmc.PowerOff {

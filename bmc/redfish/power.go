@@ -119,7 +119,7 @@ func (d *Driver) Power(ctx context.Context, a bmc.PowerAction) (err error) {
 			if err == nil || !errors.Is(err, bmc.ErrTimeout) && !errors.Is(err, bmc.ErrUnsupported) {
 				return err
 			}
-			log.Info("redfish power: graceful shutdown did not finish, forcing off", "waited", d.cfg.SoftOffTimeout)
+			log.Warn("redfish power: graceful shutdown did not finish, forcing off", "waited", d.cfg.SoftOffTimeout)
 		}
 		return d.resetTo(ctx, ra, rtOff, bmc.PowerOff, d.cfg.PowerTimeout)
 	case bmc.PowerActionReset, bmc.PowerActionCycle:

@@ -42,22 +42,23 @@ func newDriver(driver, address, user, pass string, insecure bool, o driverOpts) 
 			}
 		}
 		return redfish.New(redfish.Config{Endpoint: endpoint, SystemID: system, Username: user, Password: pass, Insecure: insecure,
-			Auth: o.auth, RootCAs: pool, Logger: o.logger, PowerTimeout: o.powerTimeout})
+			Auth: o.auth, RootCAs: pool, Logger: o.logger, PowerTimeout: o.powerTimeout, SoftOffTimeout: o.softOffTimeout})
 	case "ipmi":
 		if strings.Contains(address, "://") || strings.Contains(address, "@") {
 			return nil, fmt.Errorf("--address: ipmi wants host[:port] (default port 623), without scheme or credentials")
 		}
-		return ipmi.New(ipmi.Config{Address: address, Username: user, Password: pass, Logger: o.logger, PowerTimeout: o.powerTimeout})
+		return ipmi.New(ipmi.Config{Address: address, Username: user, Password: pass, Logger: o.logger, PowerTimeout: o.powerTimeout, SoftOffTimeout: o.softOffTimeout})
 	}
 	return nil, fmt.Errorf("unknown bmc driver %q (want redfish or ipmi)", driver)
 }
 
 // driverOpts are the optional driver settings of `machinactl bmc`.
 type driverOpts struct {
-	auth         string        // redfish: auto, session or basic ("" is auto)
-	caFile       string        // redfish: PEM file of CAs or the BMC's certificate to trust
-	logger       *slog.Logger  // the driver's warnings, to stderr
-	powerTimeout time.Duration // bounds waiting for a power state; zero is the driver's default
+	auth           string        // redfish: auto, session or basic ("" is auto)
+	caFile         string        // redfish: PEM file of CAs or the BMC's certificate to trust
+	logger         *slog.Logger  // the driver's warnings, to stderr
+	powerTimeout   time.Duration // bounds waiting for a power state; zero is the driver's default
+	softOffTimeout time.Duration // bounds a graceful shutdown before forcing off; zero is the driver's default
 }
 
 // splitRedfishAddress returns the base URL and the system ID named by a

@@ -21,7 +21,7 @@ import (
 type bmcFlags struct {
 	driver, address, username string
 	passwordStdin, insecure   bool
-	timeout                   time.Duration
+	timeout, softOffTimeout   time.Duration
 	auth, caFile              string
 	verbose                   bool
 }
@@ -55,6 +55,7 @@ that had to be forced, an authentication fallback) are printed on stderr.`,
 	pf.StringVar(&f.auth, "auth", "auto", "redfish authentication: auto (session, else HTTP Basic), session or basic")
 	pf.BoolVar(&f.verbose, "verbose", false, "also print the driver's hardware actions (Info) on stderr")
 	pf.DurationVar(&f.timeout, "timeout", 10*time.Minute, "bound for the whole command")
+	pf.DurationVar(&f.softOffTimeout, "soft-off-timeout", 2*time.Minute, "soft-off: how long to wait for the OS to shut down before forcing off")
 	cmd.AddCommand(newBMCPowerCmd(e, f), newBMCBootCmd(e, f), newBMCMediaCmd(e, f), newBMCInfoCmd(e, f))
 	return cmd
 }
@@ -94,7 +95,10 @@ func withDriver(ctx context.Context, e *env, f *bmcFlags, fn func(context.Contex
 		}
 		return a
 	}}))
-	d, err := newDriver(f.driver, f.address, f.username, pass, f.insecure, driverOpts{auth: f.auth, caFile: f.caFile, logger: log, powerTimeout: f.timeout})
+	if f.insecure {
+		log.Warn("TLS certificate verification is off for this BMC (--insecure); pin its CA or certificate with --ca-file instead")
+	}
+	d, err := newDriver(f.driver, f.address, f.username, pass, f.insecure, driverOpts{auth: f.auth, caFile: f.caFile, logger: log, powerTimeout: f.timeout, softOffTimeout: f.softOffTimeout})
 	if err != nil {
 		return &exitError{code: 2, err: fmt.Errorf("bmc: %w", err)}
 	}

@@ -213,3 +213,18 @@ func TestBMCRealBMCModes(t *testing.T) {
 		t.Errorf("no authentication, no --username: exit %d, %q, %q", code, out, errs)
 	}
 }
+
+// A soft-off that had to be forced is said on stderr (it printed only
+// "done, now off" before), and so is --insecure.
+func TestBMCForcedSoftOffWarns(t *testing.T) {
+	_, pw, url := startSim(t, "dell-poweredge-r750-idrac9", true)
+	pw.IgnoreGraceful = true
+	t.Setenv("MACHINA_BMC_PASSWORD", "pa ss:word")
+	code, out, errs := runCtl(t, "", "bmc", "--address", url, "--username", "ops", "--insecure", "--soft-off-timeout", "200ms", "power", "soft-off")
+	if code != 0 || !strings.Contains(out, "now off") {
+		t.Fatalf("soft-off: exit %d, %q, %q", code, out, errs)
+	}
+	if !strings.Contains(errs, "forcing off") || !strings.Contains(errs, "--insecure") {
+		t.Errorf("stderr %q: want the forced soft-off and the --insecure warning", errs)
+	}
+}
