@@ -25,16 +25,6 @@ const defaultAPI = "http://127.0.0.1:8080"
 // maxPasswordBytes bounds what --password-stdin reads.
 const maxPasswordBytes = 4096
 
-// apiClient builds a client for --api (or MACHINA_API) with the token from
-// MACHINA_TOKEN.
-func apiClient(apiURL string) (*v1.Client, error) {
-	tok := os.Getenv(envToken)
-	if tok == "" {
-		return nil, fmt.Errorf("%s is not set: create a token with `machina token create --name NAME` and export it", envToken)
-	}
-	return v1.NewClient(apiURL, tok)
-}
-
 // readPassword reads one password from r: everything up to the first
 // newline (a trailing "\r" is dropped), at most maxPasswordBytes.
 func readPassword(r io.Reader) (string, error) {
@@ -69,7 +59,7 @@ func newSecretCmd(e *env) *cobra.Command {
 	set := &cobra.Command{
 		Use:     "set NAME --username USER --password-stdin",
 		Short:   "Create or replace a named credential (password read from stdin)",
-		Example: "  printf '%s\\n' \"$BMC_PASSWORD\" | MACHINA_TOKEN=... machinactl secret set bmc-default --username admin --password-stdin",
+		Example: "  export MACHINA_API=https://machina.example:8444 MACHINA_CA=/etc/machina/ca.pem MACHINA_TOKEN=...\n  printf '%s\\n' \"$BMC_PASSWORD\" | machinactl secret set bmc-default --username admin --password-stdin",
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			name := args[0]
@@ -83,7 +73,7 @@ func newSecretCmd(e *env) *cobra.Command {
 				if !x509.NewCertPool().AppendCertsFromPEM(b) {
 					return &exitError{code: 2, err: fmt.Errorf("secret set: --pem-file %s: no PEM certificate in it", pemFile)}
 				}
-				c, err := apiClient(apiURL)
+				c, err := e.apiClient(apiURL)
 				if err != nil {
 					return &exitError{code: 2, err: fmt.Errorf("secret set: %w", err)}
 				}
@@ -102,7 +92,7 @@ func newSecretCmd(e *env) *cobra.Command {
 			if username == "" {
 				return &exitError{code: 2, err: errors.New("secret set: --username is required")}
 			}
-			c, err := apiClient(apiURL)
+			c, err := e.apiClient(apiURL)
 			if err != nil {
 				return &exitError{code: 2, err: fmt.Errorf("secret set: %w", err)}
 			}
