@@ -79,8 +79,12 @@ type BMCFacts struct {
 	Credentials     string `json:"credentials,omitempty"`
 	SystemID        string `json:"systemID,omitempty"`    // Redfish ComputerSystem Id on multi-system BMCs
 	InsecureTLS     bool   `json:"insecureTLS,omitempty"` // Redfish: skip TLS verification (inventory opt-out)
-	Auth            string `json:"auth,omitempty"`        // Redfish: "", auto, session or basic (inventory bmc.auth)
-	CABundle        string `json:"caBundle,omitempty"`    // Redfish: secret name of the PEM CA bundle (inventory bmc.caBundle)
+	Manufacturer    string `json:"manufacturer,omitempty"`
+	Model           string `json:"model,omitempty"`
+	SerialNumber    string `json:"serialNumber,omitempty"`
+	FirmwareVersion string `json:"firmwareVersion,omitempty"`
+	Auth            string `json:"auth,omitempty"`     // Redfish: "", auto, session or basic (inventory bmc.auth)
+	CABundle        string `json:"caBundle,omitempty"` // Redfish: secret name of the PEM CA bundle (inventory bmc.caBundle)
 	// OnceNotHonoured is learned from the BMC: it did not honour a
 	// one-time boot override (coerced it to Continuous or ignored it), so
 	// netboots ask for Continuous at once and set disk back afterwards.
@@ -92,10 +96,6 @@ type BMCFacts struct {
 	// ResetUnverified is why the last reset or cycle the controller sent
 	// was not proven (the BMC offered no evidence), "" after a verified one.
 	ResetUnverified string `json:"resetUnverified,omitempty"`
-	Manufacturer    string `json:"manufacturer,omitempty"`
-	Model           string `json:"model,omitempty"`
-	SerialNumber    string `json:"serialNumber,omitempty"`
-	FirmwareVersion string `json:"firmwareVersion,omitempty"`
 }
 
 // Enrolment records how an auto-enrolled server came in and where its
