@@ -203,6 +203,8 @@ func explainOpen(path string, err error) error {
 		return fmt.Errorf("state file %s is in use by another process (another machina serve, or a machina command still running): %w", path, err)
 	case errors.Is(err, state.ErrWrongMasterKey):
 		return fmt.Errorf("%s does not open this state file's secrets; use the key they were sealed with: %w", envMasterKey, err)
+	case errors.Is(err, state.ErrNoStateFile):
+		return fmt.Errorf("no state file at %s (wrong --state or %s? machina serve creates it on its first start): %w", path, envState, err)
 	}
 	return err
 }
