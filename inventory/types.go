@@ -131,6 +131,13 @@ type BMC struct {
 	Credentials string    `json:"credentials"`
 	SystemID    string    `json:"systemID,omitempty"`
 	InsecureTLS bool      `json:"insecureTLS,omitempty"`
+	// Auth is the Redfish authentication scheme: "" or "auto" (session,
+	// falling back to HTTP Basic), "session" or "basic".
+	Auth string `json:"auth,omitempty"`
+	// CABundle names a secret whose PEM certificates (a CA or the BMC's
+	// self-signed certificate) are trusted for this BMC's TLS; "" uses the
+	// system roots. Never the PEM itself.
+	CABundle string `json:"caBundle,omitempty"`
 }
 
 // IsZero reports whether b is the zero BMC: the server has no `bmc` block,

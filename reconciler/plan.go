@@ -26,6 +26,7 @@ const (
 	ActAllocate       Action = "allocate"        // ready → allocated to a profile
 	ActDeploy         Action = "deploy"          // allocated → deploying: PXE boot override, power on/reset
 	ActFinishDeploy   Action = "finish-deploy"   // deployed by the ramdisk: boot override to disk, read back
+	ActRestoreDisk    Action = "restore-disk"    // a persistent netboot override was used: disk again after the boot it was for, read back
 	ActPowerOn        Action = "power-on"        // actions.powerOn counter
 	ActPowerOff       Action = "power-off"       // actions.powerOff counter
 	ActPowerCycle     Action = "power-cycle"     // actions.powerCycle counter
@@ -37,7 +38,7 @@ const (
 // without a BMC.
 func (a Action) needsBMC() bool {
 	switch a {
-	case ActCommission, ActDeploy, ActRelease, ActWipe, ActFinishDeploy, ActPowerOn, ActPowerOff, ActPowerCycle:
+	case ActCommission, ActDeploy, ActRelease, ActWipe, ActFinishDeploy, ActRestoreDisk, ActPowerOn, ActPowerOff, ActPowerCycle:
 		return true
 	}
 	return false
@@ -386,6 +387,8 @@ func serverSteps(ws *inventory.Server, obs state.Server, opts PlanOptions) (step
 
 	if lc == state.LifecycleDeployed && obs.FinishDeploy {
 		add(Step{Action: ActFinishDeploy, Why: "image written: boot from disk from now on"})
+	} else if obs.BMC.RestoreDisk && lc != state.LifecycleCommissioning && lc != state.LifecycleDeploying && obs.WipeStartedAt.IsZero() {
+		add(Step{Action: ActRestoreDisk, Why: fmt.Sprintf("the network boot a persistent override was set for is over (%s)", lc)})
 	}
 
 	// Commissioning: first time, or asked for again by the counter.
@@ -757,7 +760,8 @@ func dropServers(steps []Step, names map[string]PlanCondition) []Step {
 func identityChanged(ws *inventory.Server, obs state.Server) bool {
 	return ws.Zone != obs.Zone || ws.Site != obs.Site || ws.Rack != obs.Rack || ws.BootMAC != obs.BootMAC || string(ws.BootMode) != obs.BootMode ||
 		string(ws.BMC.Driver) != obs.BMC.Driver || ws.BMC.Address != obs.BMC.Address || ws.BMC.Credentials != obs.BMC.Credentials ||
-		ws.BMC.SystemID != obs.BMC.SystemID || ws.BMC.InsecureTLS != obs.BMC.InsecureTLS
+		ws.BMC.SystemID != obs.BMC.SystemID || ws.BMC.InsecureTLS != obs.BMC.InsecureTLS ||
+		ws.BMC.Auth != obs.BMC.Auth || ws.BMC.CABundle != obs.BMC.CABundle
 }
 
 func hasAction(steps []Step, a Action) bool {
@@ -771,7 +775,7 @@ func hasAction(steps []Step, a Action) bool {
 
 var actionOrder = map[Action]int{
 	ActRegister: 0, ActAdopt: 0, ActUpdateIdentity: 1, ActUnretire: 2, ActRetire: 3, ActTimeout: 4, ActCommission: 5,
-	ActRelease: 6, ActWipe: 7, ActAllocate: 8, ActDeploy: 9, ActFinishDeploy: 10, ActPowerOn: 11, ActPowerOff: 12, ActPowerCycle: 13,
+	ActRelease: 6, ActWipe: 7, ActAllocate: 8, ActDeploy: 9, ActFinishDeploy: 10, ActRestoreDisk: 10, ActPowerOn: 11, ActPowerOff: 12, ActPowerCycle: 13,
 }
 
 func sortSteps(s []Step) {

@@ -123,6 +123,17 @@ func (b *StatusBuilder) Build(inv InventoryStatus, images []ImageStatus, plan Re
 		if s.BMCError != "" {
 			add("BMCReachable", "False", "ReadFailed", "the controller's BMC sweep cannot read this BMC: "+s.BMCError)
 		}
+		if s.BMC.InsecureTLS {
+			add("BMCCertificateVerified", "False", "InsecureTLS", "bmc.insecureTLS is set: the BMC's TLS certificate is not verified; trust its CA or certificate with bmc.caBundle instead")
+		}
+		if s.BMC.RestoreDisk {
+			add("PersistentNetbootOverride", "True", "OnceNotHonoured", "the BMC does not honour one-time boot overrides: a persistent network-boot override is set, and the boot device is set back to disk after this boot")
+		} else if s.BMC.OnceNotHonoured {
+			add("OnceBootHonoured", "False", "Learned", "the BMC does not honour one-time boot overrides: netboots use a persistent override and set disk back afterwards")
+		}
+		if s.BMC.ResetUnverified != "" {
+			add("ResetVerified", "False", "NoEvidence", s.BMC.ResetUnverified)
+		}
 		if s.Stalled != "" {
 			msg := "not retried until the desired state or counter changes, its BMC settings change, or its credential is set again: " + s.LastError
 			if s.InFlight != nil {
@@ -186,7 +197,7 @@ func (b *StatusBuilder) Build(inv InventoryStatus, images []ImageStatus, plan Re
 // if any, before the message.
 func statusEvent(e state.Event) StatusEvent {
 	typ := "Normal"
-	if strings.Contains(string(e.Kind), "failed") || strings.Contains(string(e.Kind), "stalled") || strings.Contains(string(e.Kind), "refused") || e.To == state.LifecycleFailed {
+	if strings.Contains(string(e.Kind), "failed") || strings.Contains(string(e.Kind), "unverified") || strings.Contains(string(e.Kind), "not_honoured") || strings.Contains(string(e.Kind), "stalled") || strings.Contains(string(e.Kind), "refused") || e.To == state.LifecycleFailed {
 		typ = "Warning"
 	}
 	msg := e.Message

@@ -88,6 +88,19 @@ type BMCFacts struct {
 	Model           string `json:"model,omitempty"`
 	SerialNumber    string `json:"serialNumber,omitempty"`
 	FirmwareVersion string `json:"firmwareVersion,omitempty"`
+	Auth            string `json:"auth,omitempty"`     // Redfish: "", auto, session or basic (inventory bmc.auth)
+	CABundle        string `json:"caBundle,omitempty"` // Redfish: secret name of the PEM CA bundle (inventory bmc.caBundle)
+	// OnceNotHonoured is learned from the BMC: it did not honour a
+	// one-time boot override (coerced it to Continuous or ignored it), so
+	// netboots ask for Continuous at once and set disk back afterwards.
+	OnceNotHonoured bool `json:"onceNotHonoured,omitempty"`
+	// RestoreDisk is set while a persistent network-boot override the
+	// controller had to use is in place: after the boot it was for
+	// (commissioning report, deploy, wipe) the executor sets disk back.
+	RestoreDisk bool `json:"restoreDisk,omitempty"`
+	// ResetUnverified is why the last reset or cycle the controller sent
+	// was not proven (the BMC offered no evidence), "" after a verified one.
+	ResetUnverified string `json:"resetUnverified,omitempty"`
 }
 
 // Enrolment records how an auto-enrolled server came in and where its

@@ -19,8 +19,9 @@ func q(s string) string { return fmt.Sprintf("%q", s) }
 // simulated BMC: driver redfish and an http URL for a bmcsim BMC, driver
 // ipmi and host:port for an ipmi_sim. The header says how many of each run
 // and, for servers whose inventory entry says ipmi but run Redfish here
-// (fallbacks: name → why), names them and why; so does a comment on each.
-func renderServers(inv *inventory.Inventory, addrs map[string]string, fallbacks map[string]string) string {
+// (fallbacks: name → why), names them and why; so does a comment on each. bmcExtra adds lines
+// to a Redfish server's bmc block (systemID, caBundle).
+func renderServers(inv *inventory.Inventory, addrs map[string]string, fallbacks map[string]string, bmcExtra map[string][]string) string {
 	var b strings.Builder
 	b.WriteString("# yaml-language-server: $schema=https://machina-metal.github.io/schema/v1/servers.schema.json\n")
 	nIPMI := 0
@@ -66,6 +67,9 @@ func renderServers(inv *inventory.Inventory, addrs map[string]string, fallbacks 
 				fmt.Fprintf(&b, "    # IPMI in the example; Redfish here: %s\n", why)
 			}
 			fmt.Fprintf(&b, "    bmc:\n      driver: redfish\n      address: %s\n      credentials: %s\n", addr, s.BMC.Credentials)
+			for _, l := range bmcExtra[s.Name] {
+				fmt.Fprintf(&b, "      %s\n", l)
+			}
 		} else {
 			fmt.Fprintf(&b, "    bmc:\n      driver: ipmi\n      address: %s\n      credentials: %s\n", q(addr), s.BMC.Credentials)
 		}
