@@ -236,8 +236,15 @@ func Run(ctx context.Context, cfg Config) error {
 	rcfg := cfg.Reconciler
 	rcfg.Store, rcfg.Drivers, rcfg.Logger = st, drivers, log.With("component", "reconciler")
 	rcfg.Metrics = reconciler.NewMetrics(reg)
-	if cfg.ISODir != "" && rcfg.ISOURL == "" {
-		rcfg.ISOURL = publicURL + "/boot/iso/machina-ipxe-bios.iso" // the name scripts/metal/build-ipxe-iso.sh writes
+	if cfg.ISODir != "" {
+		// The names scripts/metal/build-ipxe-iso.sh writes; the reconciler
+		// picks one by the server's bootMode.
+		if rcfg.ISOURL == "" {
+			rcfg.ISOURL = publicURL + "/boot/iso/machina-ipxe-bios.iso"
+		}
+		if rcfg.UEFIISOURL == "" {
+			rcfg.UEFIISOURL = publicURL + "/boot/iso/machina-ipxe-uefi.iso"
+		}
 	}
 	rcfg.OnPass = status.onPass
 	if rcfg.DeployReady == nil {

@@ -17,9 +17,12 @@ import (
 
 // JoinCommander renders the first-boot join command a deployed host's
 // NoCloud seed runs (the join listener's URL, pinned CA fingerprint and
-// script checksum, and a fresh enrolment token for srv).
+// script checksum) and issues a fresh enrolment token for srv. The
+// command reads the token from v1.JoinTokenPath, which the seed or the
+// installer document writes (0600) from token; token is "" when cmd
+// carries what it needs itself.
 type JoinCommander interface {
-	JoinCommand(ctx context.Context, srv state.Server, p inventory.Profile) (string, error)
+	JoinCommand(ctx context.Context, srv state.Server, p inventory.Profile) (cmd, token string, err error)
 }
 
 // planner makes deploy plans from the desired inventory and the image store.
@@ -76,11 +79,11 @@ func (p *planner) DeployPlan(ctx context.Context, srv state.Server) (v1.Plan, er
 		plan.RootDevice.MinSizeBytes = prof.Min.DiskGiB << 30
 	}
 	if p.join != nil {
-		cmd, err := p.join.JoinCommand(ctx, srv, *prof)
+		cmd, tok, err := p.join.JoinCommand(ctx, srv, *prof)
 		if err != nil {
 			return v1.Plan{}, fmt.Errorf("join command: %w", err)
 		}
-		plan.Seed.JoinCommand = cmd
+		plan.Seed.JoinCommand, plan.Seed.JoinToken = cmd, tok
 	}
 	return plan, nil
 }
@@ -161,11 +164,11 @@ func (p *planner) InstallerDocument(ctx context.Context, srv state.Server, callb
 		cfg.Disk.MinSizeBytes = prof.Min.DiskGiB << 30
 	}
 	if p.join != nil {
-		cmd, err := p.join.JoinCommand(ctx, srv, *prof)
+		cmd, tok, err := p.join.JoinCommand(ctx, srv, *prof)
 		if err != nil {
 			return nil, fmt.Errorf("join command: %w", err)
 		}
-		cfg.JoinCommand = cmd
+		cfg.JoinCommand, cfg.JoinToken = cmd, tok
 	}
 	switch prof.Deploy {
 	case inventory.DeployAutoinstall:

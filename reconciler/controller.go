@@ -64,9 +64,15 @@ type Config struct {
 	// it, a deploy started before its image is verified boots a ramdisk
 	// that gets no plan and the server sits in deploying until the deadline.
 	DeployReady func(p inventory.Profile) error
-	// ISOURL is the iPXE ISO's URL for BMCs without a PXE boot override
-	// (virtual media path); "" disables that fallback.
+	// ISOURL is the BIOS iPXE ISO's URL (machina-ipxe-bios.iso) for BMCs
+	// without a PXE boot override (virtual media path), used for servers
+	// whose bootMode is bios (or unset); "" disables that fallback for them.
 	ISOURL string
+	// UEFIISOURL is the UEFI iPXE ISO's URL (machina-ipxe-uefi.iso: an El
+	// Torito EFI image), used instead of ISOURL for servers whose bootMode
+	// is uefi; "" disables the virtual-media fallback for them (a BIOS ISO
+	// does not boot on UEFI-only firmware).
+	UEFIISOURL string
 	// OnPass, when set, is called after every planning pass with the plan
 	// (for status write-back and metrics). It must not block for long.
 	OnPass func(Result)

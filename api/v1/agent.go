@@ -249,7 +249,19 @@ type Seed struct {
 	// JoinCommand is the first-boot join command run by runcmd. Until the join
 	// issue lands the controller sends a placeholder (see ramdisk/agent.JoinPlaceholder).
 	JoinCommand string `json:"joinCommand,omitempty"`
+	// JoinToken, when set, is the enrolment token JoinCommand reads from
+	// JoinTokenPath: the seed writes it there (cloud-init write_files,
+	// mode 0600, root) and the command removes the file when it exits, so
+	// the token is never on a command line (/proc/PID/cmdline) or in
+	// cloud-init's logs. URL-safe base64, 16-128 characters.
+	JoinToken string `json:"joinToken,omitempty"`
 }
+
+// JoinTokenPath is where a deployed host's first boot finds its enrolment
+// token (Seed.JoinToken; the installer documents write the same file): on
+// the root filesystem, because a kickstart's %post writes it before the
+// reboot; mode 0600, removed by the join command after use.
+const JoinTokenPath = "/var/lib/machina/join-token"
 
 // WipePlan is the release wipe plan answered by PathAgentWipe: which disks
 // to wipe and the token for the outcome.

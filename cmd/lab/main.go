@@ -1,5 +1,5 @@
 // Command lab runs the VM lab (lab/vm): a network namespace with the real
-// controller, three qemu VMs (TCG) behind bmcsim Redfish and ipmi_sim BMCs,
+// controller, four qemu VMs (TCG) behind bmcsim Redfish and ipmi_sim BMCs,
 // and the whole flow asserted step by step, printing each step's time.
 // Needs root, qemu, ipmi_sim and `make build ramdisk` first (make lab does
 // both). Usage: lab [-stage commission|deploy|release] [-dir DIR] [-keep].

@@ -1,14 +1,16 @@
 // Package vm is the VM lab: the whole Machina flow on qemu virtual machines
 // that really boot. Run creates a network namespace with a bridge
-// (10.99.0.1/24, fd99::1/64) and three taps, runs the real controller
+// (10.99.0.1/24, fd99::1/64) and four taps, runs the real controller
 // (`machina serve`, with DHCP, TFTP, the IPv6 RA, HTTP boot, the iPXE ISOs,
-// the image store and the join listener) inside it, and starts three qemu
+// the image store and the join listener) inside it, and starts four qemu
 // VMs (TCG only) with empty disks, each with a BMC:
 //
 //   - vm-bios: SeaBIOS, bmcsim Redfish (Dell tree with Pxe removed from the
 //     boot override targets) over lab/vm/vmpower, so the controller boots it
-//     from the iPXE ISO through virtual media;
+//     from the BIOS iPXE ISO through virtual media;
 //   - vm-uefi: OVMF, bmcsim Redfish over vmpower, PXE;
+//   - vm-uefi-media: OVMF, bmcsim Redfish (the same no-Pxe Dell tree), so
+//     the controller boots it from the UEFI iPXE ISO through virtual media;
 //   - vm-ipmi: SeaBIOS, OpenIPMI ipmi_sim driving the VM through
 //     cmd/lab-chassis-control, PXE.
 //
@@ -77,7 +79,7 @@ type Stage int
 
 // Stages, in order; each includes the ones before it.
 const (
-	// StageCommission: inventory committed, all three VMs commission to ready.
+	// StageCommission: inventory committed, all four VMs commission to ready.
 	StageCommission Stage = iota + 1
 	// StageDeploy: profile count 2, two VMs deploy, boot their disk and join.
 	StageDeploy
@@ -123,7 +125,8 @@ type machine struct {
 	driver string // "redfish" or "ipmi"
 	tree   string
 	// vmedia: the BMC's tree offers no Pxe boot override, so the controller
-	// boots the iPXE ISO from virtual media instead.
+	// boots the iPXE ISO of the server's boot mode (isoName) from virtual
+	// media instead.
 	vmedia bool
 	bmc    *bmcsim.Server
 	vm     *vmpower.VM
@@ -232,7 +235,11 @@ func (l *lab) run(ctx context.Context) error {
 	// Commissioning: every VM PXE-boots the ramdisk, reports and powers off.
 	t0 = time.Now()
 	if err := l.waitServers(ctx, "all commission to ready", 8*time.Minute, func(ss []v1.Server) error {
-		return l.lifecycles(ss, map[string]string{"vm-bios": "ready", "vm-uefi": "ready", "vm-ipmi": "ready"}, true)
+		want := map[string]string{}
+		for _, m := range l.ms {
+			want[m.name] = "ready"
+		}
+		return l.lifecycles(ss, want, true)
 	}); err != nil {
 		return err
 	}
@@ -242,11 +249,13 @@ func (l *lab) run(ctx context.Context) error {
 		}
 	}
 	for _, m := range l.ms {
-		if m.vmedia && !l.insertedMedia(m) {
-			return fmt.Errorf("vm lab: %s commissioned without a VirtualMedia.InsertMedia request to its BMC", m.name)
+		if m.vmedia {
+			if err := l.insertedMedia(m); err != nil {
+				return err
+			}
 		}
 	}
-	l.step("commission: 3 servers ready (BIOS Redfish via virtual media, UEFI Redfish PXE, BIOS ipmi_sim PXE), status commits written", t0)
+	l.step(fmt.Sprintf("commission: %d servers ready (BIOS and UEFI Redfish via virtual media with their ISOs, UEFI Redfish PXE, BIOS ipmi_sim PXE), status commits written", len(l.ms)), t0)
 	if l.cfg.Stage < StageDeploy {
 		return nil
 	}
@@ -299,7 +308,7 @@ func (l *lab) run(ctx context.Context) error {
 	}); err != nil {
 		return err
 	}
-	// Two of three servers is more than the 20% a revision may release or
+	// Two of four servers is more than the 20% a revision may release or
 	// retire: the brake holds the plan until an operator approves it.
 	if err := l.approveHeld(ctx); err != nil {
 		return err
@@ -368,7 +377,7 @@ func randHex(n int) string {
 
 func (l *lab) setup(ctx context.Context, img, sum string) error {
 	var err error
-	l.ns, err = netns.Create(ctx, netns.Config{Prefix: "m14", Bridge: "br0", Taps: 3, Logger: l.log,
+	l.ns, err = netns.Create(ctx, netns.Config{Prefix: "m14", Bridge: "br0", Taps: 4, Logger: l.log,
 		BridgeAddrs: []netip.Prefix{netip.MustParsePrefix(BridgeAddr + "/24"), netip.MustParsePrefix("fd99::1/64")}})
 	if err != nil {
 		return fmt.Errorf("vm lab: %w", err)
@@ -388,6 +397,7 @@ func (l *lab) setup(ctx context.Context, img, sum string) error {
 		{name: "vm-bios", zone: "lab", mac: "52:54:00:14:00:01", fw: vmpower.BIOS, driver: "redfish", tree: "dell-poweredge-r750-idrac9", vmedia: true},
 		{name: "vm-uefi", zone: "lab", mac: "52:54:00:14:00:02", fw: vmpower.UEFI, driver: "redfish", tree: "dmtf-public-rackmount1"},
 		{name: "vm-ipmi", zone: "lab", mac: "52:54:00:14:00:03", fw: vmpower.BIOS, driver: "ipmi"},
+		{name: "vm-uefi-media", zone: "lab", mac: "52:54:00:14:00:04", fw: vmpower.UEFI, driver: "redfish", tree: "dell-poweredge-r750-idrac9", vmedia: true},
 	}
 	fixtures, err := bmcsim.FixturesDir()
 	if err != nil {
@@ -429,7 +439,7 @@ func (l *lab) setup(ctx context.Context, img, sum string) error {
 				return fmt.Errorf("vm lab: %s: %w", m.name, err)
 			}
 			if m.vmedia {
-				if td, err = noPXETree(td, filepath.Join(l.dir, "trees", m.tree+"-nopxe")); err != nil {
+				if td, err = noPXETree(td, filepath.Join(l.dir, "trees", m.name+"-"+m.tree+"-nopxe")); err != nil {
 					return fmt.Errorf("vm lab: %s: %w", m.name, err)
 				}
 			}
@@ -765,7 +775,7 @@ func replaceFile(path, old, new string) error {
 }
 
 // writeRepo creates the bare inventory repository and the operator's clone
-// with the three servers, the lab profile (count 0) and the lab-os image.
+// with the four servers, the lab profile (count 0) and the lab-os image.
 func (l *lab) writeRepo(mirror string) error {
 	l.bare, l.clone = filepath.Join(l.dir, "repo.git"), filepath.Join(l.dir, "inventory")
 	if _, err := git.PlainInitWithOptions(l.bare, &git.PlainInitOptions{Bare: true, InitOptions: git.InitOptions{DefaultBranch: "refs/heads/main"}}); err != nil {
@@ -873,14 +883,35 @@ func (l *lab) push(ctx context.Context, msg string, edit func() error) error {
 	return nil
 }
 
-// insertedMedia reports whether m's emulated BMC accepted an InsertMedia.
-func (l *lab) insertedMedia(m *machine) bool {
+// isoName is the iPXE ISO (scripts/metal/build-ipxe-iso.sh) the
+// controller must insert for m's boot mode.
+func (m *machine) isoName() string {
+	if m.fw == vmpower.UEFI {
+		return "machina-ipxe-uefi.iso"
+	}
+	return "machina-ipxe-bios.iso"
+}
+
+// insertedMedia checks that m's emulated BMC accepted an InsertMedia, and
+// only of the ISO for m's boot mode.
+func (l *lab) insertedMedia(m *machine) error {
+	var images []string
 	for _, r := range m.bmc.Requests() {
-		if r.Method == http.MethodPost && strings.HasSuffix(r.Path, "/Actions/VirtualMedia.InsertMedia") {
-			return true
+		if r.Method == http.MethodPost && strings.HasSuffix(r.Path, "/Actions/VirtualMedia.InsertMedia") && r.Status/100 == 2 {
+			img, _ := r.Body["Image"].(string)
+			images = append(images, img)
 		}
 	}
-	return false
+	if len(images) == 0 {
+		return fmt.Errorf("vm lab: %s commissioned without a VirtualMedia.InsertMedia request to its BMC", m.name)
+	}
+	for _, img := range images {
+		if !strings.HasSuffix(img, "/"+m.isoName()) {
+			return fmt.Errorf("vm lab: %s (%s) got virtual media %q, want .../%s", m.name, m.fw, img, m.isoName())
+		}
+	}
+	l.log.Info("virtual media", "vm", m.name, "images", images)
+	return nil
 }
 
 // noPXETree copies the Redfish tree at src to dst with "Pxe" removed from
@@ -1033,7 +1064,7 @@ func (l *lab) approveHeld(ctx context.Context) error {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return errors.New("vm lab: release and retire: the plan was never held by the brake (expected for 2 of 3 servers)")
+			return errors.New("vm lab: release and retire: the plan was never held by the brake (expected for 2 of 4 servers)")
 		}
 		select {
 		case <-ctx.Done():
