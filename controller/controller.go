@@ -200,6 +200,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("controller: image store: %w", err)
 	}
 	imgStatus := &imageStatus{m: map[string]images.Status{}}
+	importFails := &importFailures{}
 	importer, err := images.New(images.Config{Store: imgStore, Status: imgStatus, AllowFileURLs: cfg.AllowFileURLs, Logger: log.With("component", "images")})
 	if err != nil {
 		return fmt.Errorf("controller: %w", err)
@@ -258,13 +259,16 @@ func Run(ctx context.Context, cfg Config) error {
 				return nil
 			}
 			rec, err := imgStore.Lookup(p.Image)
+			if err == nil && rec.State == images.StateVerified {
+				return nil
+			}
+			if ierr := importFails.reason(p.Image); ierr != nil {
+				return fmt.Errorf("image %s: %w", p.Image, ierr)
+			}
 			if err != nil {
 				return fmt.Errorf("image %s: %w", p.Image, err)
 			}
-			if rec.State != images.StateVerified {
-				return fmt.Errorf("image %s is %s, not verified yet", p.Image, rec.State)
-			}
-			return nil
+			return fmt.Errorf("image %s is %s, not verified yet", p.Image, rec.State)
 		}
 	}
 	ctrl, err := reconciler.New(rcfg)
@@ -458,7 +462,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	goRun("prune", func(ctx context.Context) error { prune(ctx, st, 10*time.Minute, log); return nil })
 	goRun("revisions", func(ctx context.Context) error {
-		follow(ctx, src, ctrl, importer, imgStore, cfg.Mirrors, log)
+		follow(ctx, src, ctrl, importer, imgStore, importFails, cfg.Mirrors, log)
 		return nil
 	})
 	if cfg.OnReady != nil {
@@ -476,8 +480,11 @@ func Run(ctx context.Context, cfg Config) error {
 // follow hands every new good revision to the reconciler and imports its
 // images; while the newest revision is invalid, nothing new is acted on
 // (the last good revision stays desired, and no new deploy starts).
-func follow(ctx context.Context, src *reconciler.Source, ctrl *reconciler.Controller, importer *images.Importer, store *images.Store, mirrors images.Mirrors, log *slog.Logger) {
+func follow(ctx context.Context, src *reconciler.Source, ctrl *reconciler.Controller, importer *images.Importer, store *images.Store,
+	fails *importFailures, mirrors images.Mirrors, log *slog.Logger) {
 	var lastDigest string
+	stopImports := func() {}
+	defer func() { stopImports() }()
 	apply := func() {
 		good, invalid := src.Latest()
 		ctrl.SetHoldDeploys(invalid != nil)
@@ -487,23 +494,23 @@ func follow(ctx context.Context, src *reconciler.Source, ctrl *reconciler.Contro
 		lastDigest = good.Digest
 		ctrl.SetDesired(good.Inventory)
 		reqs := imageRequests(good.Inventory, mirrors)
-		go func() {
-			for i, err := range importer.ImportAll(ctx, reqs) {
-				if err != nil {
-					log.Warn("image import", "image", reqs[i].Name, "err", err)
-				}
-			}
+		// A new revision starts a new import round; the previous one's
+		// retries stop (its failures are re-recorded by this round).
+		stopImports()
+		ictx, cancel := context.WithCancel(ctx)
+		stopImports = cancel
+		go importWithRetry(ictx, importer.ImportAll, reqs, fails, importRetryMin, importRetryMax, func() {
 			// Installer ISOs: extract the kernel and initrd (RHEL: the
 			// tree) now, so the first deploy does not wait for it.
 			for _, p := range good.Inventory.Profiles {
 				if kind, ok := installerKind(string(p.Deploy)); ok {
-					if _, err := store.InstallerTree(ctx, p.Image, kind); err != nil {
+					if _, err := store.InstallerTree(ictx, p.Image, kind); err != nil {
 						log.Warn("installer image", "image", p.Image, "profile", p.Name, "err", err)
 					}
 				}
 			}
 			ctrl.Trigger()
-		}()
+		}, log)
 	}
 	apply()
 	for {

@@ -250,6 +250,26 @@ func (c *Controller) Pass(ctx context.Context) Result {
 		}
 	}
 	res := Plan(desired, snap, opts)
+	// A deploy that cannot start yet (its image is not verified: still
+	// importing, or the import failed) says why, in the step and as an
+	// ImageNotReady condition on its server, so status and Attention name
+	// the server instead of it sitting in allocated silently (issue 22).
+	waits := map[string]error{}
+	if c.cfg.DeployReady != nil && desired != nil {
+		for i, s := range res.Steps {
+			if s.Action != ActDeploy {
+				continue
+			}
+			if p := desired.Profile(s.Profile); p != nil {
+				if err := c.cfg.DeployReady(*p); err != nil {
+					waits[s.Server] = err
+					res.Steps[i].Waits = err.Error()
+					res.Conditions = append(res.Conditions, PlanCondition{Subject: "server/" + s.Server, Type: CondImageNotReady, Reason: CondImageNotReady,
+						Message: fmt.Sprintf("deploy of profile %s waits: %v", p.Name, err)})
+				}
+			}
+		}
+	}
 	c.mu.Lock()
 	c.last = res
 	c.mu.Unlock()
@@ -289,7 +309,11 @@ func (c *Controller) Pass(ctx context.Context) Result {
 		}
 		if step.Action == ActDeploy && c.cfg.DeployReady != nil && desired != nil {
 			if p := desired.Profile(step.Profile); p != nil {
-				if err := c.cfg.DeployReady(*p); err != nil {
+				err := waits[name]
+				if err == nil {
+					err = c.cfg.DeployReady(*p)
+				}
+				if err != nil {
 					c.log.Debug("deploy waits", "machine", name, "profile", p.Name, "reason", err)
 					continue
 				}

@@ -79,6 +79,11 @@ type Step struct {
 	From string `json:"from,omitempty"`
 	// Why is a short human reason, shown in plans and events.
 	Why string `json:"why"`
+	// Waits, set by the controller on a deploy that cannot start yet
+	// (Config.DeployReady refused it, e.g. its image failed to import),
+	// says why; the step is planned again every pass. "" for a step that
+	// can run.
+	Waits string `json:"waits,omitempty"`
 }
 
 func (s Step) String() string {
@@ -86,8 +91,17 @@ func (s Step) String() string {
 	if s.Profile != "" {
 		out += " " + s.Profile
 	}
-	return out + ": " + s.Why
+	out += ": " + s.Why
+	if s.Waits != "" {
+		out += " (waits: " + s.Waits + ")"
+	}
+	return out
 }
+
+// CondImageNotReady is the PlanCondition type (and reason) of a server
+// whose deploy waits because its profile's image is not verified: still
+// importing, or its import failed (the message carries the import error).
+const CondImageNotReady = "ImageNotReady"
 
 // PlanCondition is a fact about a server or profile that status shows and that
 // needs no action, or needs a human.

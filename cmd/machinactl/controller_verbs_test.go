@@ -287,7 +287,7 @@ func TestVerbsAgainstController(t *testing.T) {
 	}
 	t.Logf("machinactl status:\n%s", out)
 	for _, want := range []string{"Inventory:  valid, acting on commit", "Servers:    12: 1 new, 8 ready, 3 deployed",
-		"Secrets:    UNSEALED", "Plan:       nothing pending", "Attention:  no failed or stalled servers, no unreadable BMCs"} {
+		"Secrets:    UNSEALED", "Plan:       nothing pending", "Attention:  no failed, stalled or waiting servers, no unreadable BMCs"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("status output lacks %q:\n%s", want, out)
 		}
