@@ -363,7 +363,7 @@ func Run(ctx context.Context, cfg Config) error {
 		cfg.JoinTokenTTL = 24 * time.Hour
 	}
 	jc := joinCommander{srv: joinSrv, desired: ctrl.Desired, ttl: cfg.JoinTokenTTL}
-	pl := &planner{desired: ctrl.Desired, images: imgStore, baseURL: publicURL, join: jc}
+	pl := &planner{desired: ctrl.Desired, images: imgStore, baseURL: publicURL, join: jc, store: st, log: log.With("component", "planner")}
 	machine, err := api.NewMachine(api.MachineConfig{Store: st, Planner: pl, Wiper: pl, Installer: pl,
 		PerIP: cfg.MachinePerIP, Logger: log.With("component", "machine")})
 	if err != nil {

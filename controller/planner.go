@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
+	"time"
 
 	"github.com/machina-metal/machina/api"
 	v1 "github.com/machina-metal/machina/api/v1"
@@ -31,6 +33,11 @@ type planner struct {
 	images  *images.Store
 	baseURL string
 	join    JoinCommander
+	// store, when set, records the image a served plan writes and when
+	// (Allocation.Image, Allocation.PlanServedAt); nil in tests that only
+	// render plans.
+	store *state.Store
+	log   *slog.Logger
 }
 
 // DeployPlan implements api.DeployPlanner.
@@ -49,15 +56,47 @@ func (p *planner) DeployPlan(ctx context.Context, srv state.Server) (v1.Plan, er
 	if prof.Deploy != inventory.DeployImage {
 		return v1.Plan{}, fmt.Errorf("profile %s deploys with %s: the installer path does not use an image plan", prof.Name, prof.Deploy)
 	}
-	rec, err := p.images.Lookup(prof.Image)
+	// The image: the profile's current one while the write has not
+	// started (a change after allocation re-plans with the new image);
+	// once a plan was served, the one it named (a retried plan request
+	// gets the same image; a newer profile image waits for a redeploy).
+	image := prof.Image
+	if !srv.Allocation.PlanServedAt.IsZero() && srv.Allocation.Image != "" {
+		image = srv.Allocation.Image
+	}
+	rec, err := p.images.Lookup(image)
 	if err != nil {
-		return v1.Plan{}, fmt.Errorf("image %s: %w", prof.Image, err)
+		return v1.Plan{}, fmt.Errorf("image %s: %w", image, err)
 	}
 	if rec.State != images.StateVerified {
-		return v1.Plan{}, fmt.Errorf("image %s is %s, not verified yet", prof.Image, rec.State)
+		return v1.Plan{}, fmt.Errorf("image %s is %s, not verified yet", image, rec.State)
+	}
+	if p.store != nil {
+		// Bind the allocation (and so the image token the API mints next,
+		// checked against Allocation.Image) to the image this plan names.
+		old := srv.Allocation.Image
+		if _, err := p.store.UpdateServer(srv.Name, func(s *state.Server) error {
+			if s.Allocation == nil || s.Lifecycle != state.LifecycleDeploying {
+				return fmt.Errorf("server %s is not deploying", srv.Name)
+			}
+			s.Allocation.Image = image
+			if s.Allocation.PlanServedAt.IsZero() {
+				s.Allocation.PlanServedAt = time.Now().UTC()
+			}
+			return nil
+		}); err != nil {
+			return v1.Plan{}, fmt.Errorf("record the planned image: %w", err)
+		}
+		if old != image {
+			msg := fmt.Sprintf("profile %s's image changed from %s to %s before the write started: deploying %s", prof.Name, old, image, image)
+			if p.log != nil {
+				p.log.Info("deploy re-planned with the profile's new image", "machine", srv.Name, "profile", prof.Name, "from", old, "to", image)
+			}
+			_, _ = p.store.AppendEvent(state.Event{Server: srv.Name, Kind: "deploy.image_replanned", Message: msg})
+		}
 	}
 	plan := v1.Plan{
-		ImageURL:       strings.TrimRight(p.baseURL, "/") + "/images/" + prof.Image,
+		ImageURL:       strings.TrimRight(p.baseURL, "/") + "/images/" + image,
 		ImageSHA256:    rec.Raw.Hex,
 		ImageSizeBytes: rec.SizeBytes,
 		Seed: v1.Seed{
@@ -193,8 +232,11 @@ func (t imageTokens) CheckImageToken(_ context.Context, token, image string) err
 	if err != nil {
 		return fmt.Errorf("%w: server %s: %v", images.ErrTokenRejected, tok.Server, err)
 	}
-	if srv.Allocation == nil || srv.Allocation.Image != image {
-		return fmt.Errorf("%w: server %s is not deploying image %s", images.ErrTokenRejected, srv.Name, image)
+	switch {
+	case srv.Allocation == nil:
+		return fmt.Errorf("%w: server %s has no allocation (%s)", images.ErrTokenRejected, srv.Name, srv.Lifecycle)
+	case srv.Allocation.Image != image:
+		return fmt.Errorf("%w: server %s's deploy plan names image %s, not %s", images.ErrTokenRejected, srv.Name, srv.Allocation.Image, image)
 	}
 	return nil
 }

@@ -144,6 +144,13 @@ type Allocation struct {
 	// (the ramdisk writes Image), "autoinstall" or "kickstart" (the
 	// distribution installer booted from Image, an installer ISO).
 	Deploy string `json:"deploy,omitempty"`
+	// PlanServedAt is when the ramdisk was served its deploy plan, i.e.
+	// when the image write starts; zero until then. Before it, a change of
+	// the profile's image re-plans the deploy with the new image (Image is
+	// rewritten when the plan is served); from it on, Image is fixed for
+	// this deploy and a changed profile image applies on the next
+	// redeploy.
+	PlanServedAt time.Time `json:"planServedAt,omitzero"`
 }
 
 // InFlight is one started action of the reconciler's executor.

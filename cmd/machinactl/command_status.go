@@ -159,7 +159,9 @@ func writeStatus(w io.Writer, apiURL string, counts map[string]int, sealing bool
 	names := sortedNames(snap.Servers)
 	for _, c := range plan.Conditions {
 		name, ok := strings.CutPrefix(c.Subject, "server/")
-		if !ok || c.Type == "WipePending" { // a pending wipe is moving
+		// Not listed: a wipe or a deploy with a changed image (moving), a
+		// never-commissioned server that is to be retired (at rest).
+		if !ok || c.Type == "WipePending" || c.Type == reconciler.CondImageChanged || c.Reason == "NeverCommissioned" {
 			continue
 		}
 		if _, dup := conds[name]; dup {
