@@ -108,6 +108,9 @@ type Config struct {
 	Logger *slog.Logger
 	// OnStep is called after each asserted step with its name and duration.
 	OnStep func(name string, d time.Duration)
+	// TimeScale multiplies every step's deadline, for a machine shared
+	// with other work (TCG slows down with the load); zero means 1.
+	TimeScale float64
 }
 
 // Step is one asserted step of a run and how long it took.
@@ -153,6 +156,9 @@ type lab struct {
 	wg      sync.WaitGroup
 	// stopWatch ends the reset watchers (watchResets).
 	stopWatch context.CancelFunc
+	// sshKeyPath and sshPub: the lab's key, in the profile's sshKeys, for
+	// the join-token check on deployed hosts (tokencheck.go).
+	sshKeyPath, sshPub string
 }
 
 // Run runs the VM lab up to cfg.Stage and returns the timed steps. It needs
@@ -188,10 +194,18 @@ func Run(ctx context.Context, cfg Config) (steps []Step, err error) {
 	return l.steps, err
 }
 
+// scale applies Config.TimeScale to a step deadline.
+func (l *lab) scale(d time.Duration) time.Duration {
+	if l.cfg.TimeScale > 1 {
+		return time.Duration(float64(d) * l.cfg.TimeScale)
+	}
+	return d
+}
+
 func (l *lab) bin(name string) string { return filepath.Join(l.cfg.Root, "bin", name) }
 
 func (l *lab) prereqs() error {
-	for _, b := range []string{"qemu-system-x86_64", "ipmi_sim", "ip"} {
+	for _, b := range []string{"qemu-system-x86_64", "ipmi_sim", "ip", "ssh", "ssh-keygen"} {
 		if _, err := exec.LookPath(b); err != nil {
 			return fmt.Errorf("%w: %s not in PATH", ErrPrereq, b)
 		}
@@ -234,7 +248,7 @@ func (l *lab) run(ctx context.Context) error {
 
 	// Commissioning: every VM PXE-boots the ramdisk, reports and powers off.
 	t0 = time.Now()
-	if err := l.waitServers(ctx, "all commission to ready", 8*time.Minute, func(ss []v1.Server) error {
+	if err := l.waitServers(ctx, "all commission to ready", l.scale(8*time.Minute), func(ss []v1.Server) error {
 		want := map[string]string{}
 		for _, m := range l.ms {
 			want[m.name] = "ready"
@@ -267,7 +281,7 @@ func (l *lab) run(ctx context.Context) error {
 		return err
 	}
 	var deployed []string
-	if err := l.waitServers(ctx, "two deployed", 10*time.Minute, func(ss []v1.Server) error {
+	if err := l.waitServers(ctx, "two deployed", l.scale(10*time.Minute), func(ss []v1.Server) error {
 		deployed = deployed[:0]
 		for _, s := range ss {
 			if s.Lifecycle == "deployed" {
@@ -287,10 +301,33 @@ func (l *lab) run(ctx context.Context) error {
 	l.step("deploy: 2 servers deployed ("+strings.Join(deployed, ", ")+")", t0)
 
 	t0 = time.Now()
-	if err := l.waitHosts(ctx, deployed, 8*time.Minute); err != nil {
+	// The join-token check runs while the hosts boot and join: it logs in
+	// as soon as sshd answers and samples the process list until joined.
+	type checked struct {
+		name, result string
+		err          error
+	}
+	checks := make(chan checked, len(deployed))
+	for _, m := range l.ms {
+		if m.name != deployed[0] && m.name != deployed[1] {
+			continue
+		}
+		go func() {
+			r, err := l.checkToken(ctx, m, l.scale(8*time.Minute))
+			checks <- checked{m.name, r, err}
+		}()
+	}
+	if err := l.waitHosts(ctx, deployed, l.scale(8*time.Minute)); err != nil {
 		return err
 	}
-	l.step("first boot: cloud-init seed applied, hosts joined over pinned TLS with bridge network", t0)
+	for range deployed {
+		c := <-checks
+		if c.err != nil {
+			return c.err
+		}
+		l.log.Info("join token check", "vm", c.name, "result", c.result)
+	}
+	l.step("first boot: cloud-init seed applied, hosts joined over pinned TLS with bridge network; join token never in argv, cloud-init logs or journal, token file removed", t0)
 	if l.cfg.Stage < StageRelease {
 		return nil
 	}
@@ -313,14 +350,14 @@ func (l *lab) run(ctx context.Context) error {
 	if err := l.approveHeld(ctx); err != nil {
 		return err
 	}
-	if err := l.waitServers(ctx, "release and retire", 8*time.Minute, func(ss []v1.Server) error {
+	if err := l.waitServers(ctx, "release and retire", l.scale(8*time.Minute), func(ss []v1.Server) error {
 		return l.lifecycles(ss, map[string]string{release: "ready", retire: "retired"}, false)
 	}); err != nil {
 		return err
 	}
 	// The released server is netbooted into the ramdisk's wipe mode,
 	// which clears its partition tables and signatures and powers off.
-	if err := l.waitServers(ctx, "release wipe", 8*time.Minute, func(ss []v1.Server) error {
+	if err := l.waitServers(ctx, "release wipe", l.scale(8*time.Minute), func(ss []v1.Server) error {
 		for _, s := range ss {
 			if s.Name == release && s.NeedsWipe {
 				return fmt.Errorf("%s: release wipe not done yet (power %s)", release, s.Power.State)
@@ -336,7 +373,7 @@ func (l *lab) run(ctx context.Context) error {
 		if m.name != release && m.name != retire {
 			continue
 		}
-		wctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+		wctx, cancel := context.WithTimeout(ctx, l.scale(2*time.Minute))
 		err := m.vm.WaitOff(wctx)
 		cancel()
 		if err != nil {
@@ -458,7 +495,10 @@ func (l *lab) setup(ctx context.Context, img, sum string) error {
 		}
 	}
 
-	// The inventory repository.
+	// The inventory repository, with the lab's SSH key in the profile.
+	if l.sshKeyPath, l.sshPub, err = l.sshKey(ctx); err != nil {
+		return err
+	}
 	if err := l.writeRepo(mirror); err != nil {
 		return err
 	}
@@ -726,7 +766,7 @@ func (l *lab) waitHosts(ctx context.Context, names []string, d time.Duration) er
 // waitStatus waits until the bare repository's main branch has path
 // containing text (a status commit of the controller).
 func (l *lab) waitStatus(ctx context.Context, path, text string) error {
-	deadline := time.Now().Add(90 * time.Second)
+	deadline := time.Now().Add(l.scale(90 * time.Second))
 	for {
 		if body, ok := readHead(l.bare, path); ok && strings.Contains(body, text) {
 			return nil
@@ -812,6 +852,7 @@ func (l *lab) writeRepo(mirror string) error {
     deploy: image
     sshKeys:
       - "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIO4VqFGm2ahY3KSc9k9lrQMD0j2/tR46oEgCPUxiE9s7 ops@lab"
+      - "` + l.sshPub + `"
     zone: lab
     min: {cores: 1, memoryGiB: 1, diskGiB: 2}
     count: 0
