@@ -230,6 +230,7 @@ type ApproveResponse struct {
 const (
 	CodeInsufficientCapacity = "insufficient_capacity" // 409 from POST /api/v1/provision
 	CodeInvalidRevision      = "invalid_revision"      // 400 from POST /api/v1/approve
+	CodeNotHeld              = "not_held"              // 409 from POST /api/v1/approve: the revision matches no held plan
 )
 
 // Health is GET /healthz.
