@@ -403,6 +403,9 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := mountAdmin(srv, st, ctrl, src, scanProposers(cfg.Repo, gitDir, log.With("component", "scan")), cfg.Repo.Branch); err != nil {
 		return err
 	}
+	if err := mountImages(srv, ctrl, imgStore, imgStatus, importFails); err != nil {
+		return err
+	}
 	if err := mountConsoleAndUI(srv, st, drivers, src, ctrl, imgStatus, gitDir, log); err != nil {
 		return fmt.Errorf("controller: console and UI: %w", err)
 	}

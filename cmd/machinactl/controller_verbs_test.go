@@ -293,6 +293,13 @@ func TestVerbsAgainstController(t *testing.T) {
 		}
 	}
 
+	// images list asks the controller (issue 22: it read a local store
+	// directory and showed nothing of the controller's images).
+	code, out, errOut = h.ctl("images", "list")
+	if code != 0 || !strings.Contains(out, "Images of the controller at "+h.run.URL) ||
+		!regexp.MustCompile(`(?m)^ubuntu-24\.04\s+yes\s+verified\s+\S+ \S+\s+sha256:`).MatchString(out) {
+		t.Errorf("images list: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
 	// GET /api/v1/inventory speaks the API's camelCase, conditions [] not null.
 	req, _ := http.NewRequest(http.MethodGet, h.run.URL+"/api/v1/inventory", nil)
 	req.Header.Set("Authorization", "Bearer "+h.token)
