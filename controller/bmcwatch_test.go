@@ -13,7 +13,7 @@ import (
 	"github.com/machina-metal/machina/state"
 )
 
-// TestBMCUnreadableClearedOnSecretChange: with a wrong secret the sweep
+// TestBMCUnreadableClearedOnSecretChange (and the health event path): with a wrong secret the sweep
 // records "BMC unreadable" on the server; once the secret is fixed, the
 // servers that could not be read are read again at once (not at the next
 // sweep, an hour away here, nor after the refused-credential skip), which
@@ -100,6 +100,25 @@ func TestBMCUnreadableClearedOnSecretChange(t *testing.T) {
 			t.Fatalf("BMCError %q 10 s after the secret was fixed; want it cleared by the re-read", s.BMCError)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+	// The production path for a health other than OK (issue 22: the
+	// Redfish driver's OnEvent hook was set nowhere and is gone): the
+	// sweep's read stores the BMC's rollup (the DMTF tree says Warning)
+	// and Store.ObserveBMC writes an EventHealth event for the change.
+	s, _ := st.Server("live")
+	if s.Health != "Warning" {
+		t.Errorf("health %q after the read, want the tree's Warning", s.Health)
+	}
+	evs, err := st.Events(state.EventQuery{Server: "live", Limit: state.MaxPageSize})
+	if err != nil {
+		t.Fatal(err)
+	}
+	health := false
+	for _, e := range evs {
+		health = health || e.Kind == state.EventHealth && strings.HasSuffix(e.Message, "→Warning")
+	}
+	if !health {
+		t.Errorf("no EventHealth event ending →Warning in %+v", evs)
 	}
 	cancel()
 	<-done

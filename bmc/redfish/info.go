@@ -32,7 +32,9 @@ const (
 // versions, and the newest Config.LogEntries log entries. A section the BMC
 // does not report, or reports with unusable types, is named in Missing; only
 // failing to read the System itself is an error. A health other than OK is
-// sent to Config.OnEvent.
+// logged at Warn; recording it is the caller's job (the controller's BMC
+// sweep stores it with Store.ObserveBMC, which writes an EventHealth event
+// on every change).
 func (d *Driver) Info(ctx context.Context) (*bmc.Info, error) {
 	_, sys, err := d.system(ctx, "info")
 	if err != nil {
@@ -60,9 +62,6 @@ func (d *Driver) Info(ctx context.Context) (*bmc.Info, error) {
 		miss(SectionHealth)
 	} else if in.Health != "OK" {
 		d.cfg.Logger.Warn("redfish health not OK", "health", in.Health)
-		if d.cfg.OnEvent != nil {
-			d.cfg.OnEvent(Event{Reason: "HealthNotOK", Message: "system health rollup is " + in.Health})
-		}
 	}
 	in.NICMACs = d.nics(ctx, sys)
 	if len(in.NICMACs) == 0 {
@@ -304,8 +303,8 @@ func parseTime(s string) time.Time {
 
 // Health implements bmc.HealthReader with one GET of the ComputerSystem:
 // its PowerState and Status.HealthRollup (else Status.Health; "" when
-// neither is reported). A health other than OK is sent to Config.OnEvent,
-// as Info does.
+// neither is reported). The caller records it (the controller's BMC
+// sweep: Store.ObserveBMC, an EventHealth event on a change).
 func (d *Driver) Health(ctx context.Context) (bmc.PowerState, string, error) {
 	_, sys, err := d.system(ctx, "health")
 	if err != nil {
@@ -315,9 +314,6 @@ func (d *Driver) Health(ctx context.Context) (bmc.PowerState, string, error) {
 	h := strv(st, "HealthRollup")
 	if h == "" {
 		h = strv(st, "Health")
-	}
-	if h != "" && h != "OK" && d.cfg.OnEvent != nil {
-		d.cfg.OnEvent(Event{Reason: "HealthNotOK", Message: "system health rollup is " + h})
 	}
 	return powerOf(sys), h, nil
 }
