@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	v1 "github.com/machina-metal/machina/api/v1"
@@ -37,13 +38,16 @@ type Config struct {
 
 // Server is the admin API. Create with New; serve Handler or call Serve.
 type Server struct {
-	cfg     Config
-	log     *slog.Logger
-	store   *state.Store
-	mux     *http.ServeMux
-	handler http.Handler
-	metrics *metrics
-	encoded encodedServers
+	cfg   Config
+	log   *slog.Logger
+	store *state.Store
+	mux   *http.ServeMux
+	// mounted lists the patterns mounted after New (Routes).
+	mountedMu sync.Mutex
+	mounted   []string
+	handler   http.Handler
+	metrics   *metrics
+	encoded   encodedServers
 }
 
 // maxBody bounds request bodies (64 KiB); larger bodies answer 413.
@@ -111,12 +115,18 @@ func (s *Server) routes() []route {
 	}
 }
 
-// Routes returns the route patterns the server handles, for tests and docs.
+// Routes returns the route patterns the server handles, for tests and
+// docs: its own table, then every pattern mounted with HandleAdmin or
+// HandlePublic, in mount order. A mounted prefix ("/ui/") stands for a
+// handler with routes of its own (ui.UI.Routes).
 func (s *Server) Routes() []string {
 	var out []string
 	for _, r := range s.routes() {
 		out = append(out, r.pattern)
 	}
+	s.mountedMu.Lock()
+	out = append(out, s.mounted...)
+	s.mountedMu.Unlock()
 	return out
 }
 
@@ -195,6 +205,9 @@ func (s *Server) mount(pattern string, h http.Handler) (err error) {
 		}
 	}()
 	s.mux.Handle(pattern, s.instrument(pattern, h))
+	s.mountedMu.Lock()
+	s.mounted = append(s.mounted, pattern)
+	s.mountedMu.Unlock()
 	return nil
 }
 

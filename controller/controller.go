@@ -139,6 +139,10 @@ type Running struct {
 	Images *images.Store
 	// JoinURL is the join listener's base URL.
 	JoinURL string
+	// Routes are the route patterns of the HTTP listener's mux (API,
+	// admin, machine-facing, boot, images, console and every UI route),
+	// JoinRoutes those of the join listener (TLS), for tests and docs.
+	Routes, JoinRoutes []string
 
 	flush func(ctx context.Context) error
 }
@@ -406,11 +410,21 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := mountImages(srv, ctrl, imgStore, imgStatus, importFails); err != nil {
 		return err
 	}
-	if err := mountConsoleAndUI(srv, st, drivers, src, ctrl, imgStatus, gitDir, log); err != nil {
+	uiRoutes, err := mountConsoleAndUI(srv, st, drivers, src, ctrl, imgStatus, gitDir, log)
+	if err != nil {
 		return fmt.Errorf("controller: console and UI: %w", err)
 	}
 
+	var routes []string
+	for _, p := range srv.Routes() {
+		if p == uiPrefix {
+			routes = append(routes, uiRoutes...) // the UI's own routes instead of its prefix
+			continue
+		}
+		routes = append(routes, p)
+	}
 	run := &Running{Addr: ln.Addr(), URL: publicURL, Store: st, Reconciler: ctrl, Source: src, Status: writer, Images: imgStore, JoinURL: joinURL,
+		Routes: routes, JoinRoutes: joinSrv.Routes(),
 		flush: func(ctx context.Context) error {
 			// Hand the snapshot to the writer's own loop (urgent) and wait
 			// for its next successful write: calling Write here would race
