@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -269,6 +270,14 @@ func (c *Controller) Pass(ctx context.Context) Result {
 				}
 			}
 		}
+	}
+	if len(waits) > 0 {
+		sort.SliceStable(res.Conditions, func(i, j int) bool {
+			if res.Conditions[i].Subject != res.Conditions[j].Subject {
+				return res.Conditions[i].Subject < res.Conditions[j].Subject
+			}
+			return res.Conditions[i].Type < res.Conditions[j].Type
+		})
 	}
 	c.mu.Lock()
 	c.last = res
