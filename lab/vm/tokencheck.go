@@ -75,7 +75,7 @@ func (l *lab) sshKey(ctx context.Context) (string, string, error) {
 
 func (l *lab) ssh(ctx context.Context, ip string, stdin string, remote ...string) (string, error) {
 	args := []string{"-i", l.sshKeyPath, "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null", "-o", "BatchMode=yes",
-		"-o", "ConnectTimeout=10", "-o", "LogLevel=ERROR", "machina@" + ip}
+		"-o", "ConnectTimeout=10", "-o", "ServerAliveInterval=5", "-o", "ServerAliveCountMax=4", "-o", "LogLevel=ERROR", "machina@" + ip}
 	cmd := l.ns.Command(ctx, "ssh", append(args, remote...)...)
 	cmd.Stdin = strings.NewReader(stdin)
 	var out bytes.Buffer
@@ -120,26 +120,33 @@ func (l *lab) findHost(ctx context.Context, m *machine) (string, error) {
 // token.
 func (l *lab) checkToken(ctx context.Context, m *machine, d time.Duration) (string, error) {
 	deadline := time.Now().Add(d)
-	var ip string
+	var (
+		ip, out string
+		err     error
+	)
+	// The session can die while the host joins: the join moves the NIC's
+	// address onto bridge br-lab, which may get a MAC of its own (then the
+	// host is found again by hostname). A second session still checks the
+	// logs, the runcmd script, the journal and the token file (its live
+	// sampling then ends at once: the node has joined).
 	for {
-		var err error
 		if ip, err = l.findHost(ctx, m); err == nil {
-			break
+			c, cancel := context.WithTimeout(ctx, 12*time.Minute)
+			out, err = l.ssh(c, ip, tokenCheckScript, "sudo", "sh", "-s")
+			cancel()
+			if err == nil {
+				break
+			}
+			l.log.Warn("join token check session ended; trying again", "vm", m.name, "ip", ip, "err", err)
 		}
 		if time.Now().After(deadline) {
-			return "", fmt.Errorf("vm lab: token check on %s: %w", m.name, err)
+			return "", fmt.Errorf("vm lab: token check on %s (%s): %w: %s", m.name, ip, err, out)
 		}
 		select {
 		case <-ctx.Done():
 			return "", ctx.Err()
 		case <-time.After(3 * time.Second):
 		}
-	}
-	c, cancel := context.WithTimeout(ctx, 12*time.Minute)
-	defer cancel()
-	out, err := l.ssh(c, ip, tokenCheckScript, "sudo", "sh", "-s")
-	if err != nil {
-		return "", fmt.Errorf("vm lab: token check on %s (%s): %w: %s", m.name, ip, err, out)
 	}
 	var result string
 	var hits []string
