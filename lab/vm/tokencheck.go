@@ -38,7 +38,7 @@ hits=0; seen=0; n=0; joined=0
 [ -e /var/lib/machina-node/node.json ] && joined=1
 while [ "$n" -lt 3000 ]; do
   for f in /proc/[0-9]*/cmdline; do
-    c=$(tr '\0' ' ' < "$f" 2>/dev/null) || continue
+    c=$( { tr '\0' ' ' < "$f"; } 2>/dev/null) || continue
     case $c in *"$tok"*) hits=$((hits+1)); echo "HIT ${c%%"$tok"*}<token>";; esac
     case $c in *install.sh*|*"machina-node join"*) seen=1;; esac
   done
