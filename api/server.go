@@ -46,8 +46,14 @@ type Server struct {
 	mountedMu sync.Mutex
 	mounted   []string
 	handler   http.Handler
-	metrics   *metrics
-	encoded   encodedServers
+	// pub holds the routes that need no admin token and are not operator
+	// pages: what a machine-facing (plain HTTP, off-loopback) listener
+	// serves. See MachineHandler.
+	pub      *http.ServeMux
+	machine  http.Handler
+	adminURL string
+	metrics  *metrics
+	encoded  encodedServers
 }
 
 // maxBody bounds request bodies (64 KiB); larger bodies answer 413.
@@ -75,15 +81,20 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("api: new: %w", err)
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, store: cfg.Store, mux: http.NewServeMux(), metrics: m}
+	s := &Server{cfg: cfg, log: cfg.Logger, store: cfg.Store, mux: http.NewServeMux(), pub: http.NewServeMux(), metrics: m}
 	for _, r := range s.routes() {
 		h := r.h
 		if r.auth {
 			h = s.authenticate(h)
 		}
-		s.mux.Handle(r.pattern, s.instrument(r.pattern, h))
+		ih := s.instrument(r.pattern, h)
+		s.mux.Handle(r.pattern, ih)
+		if !r.auth {
+			s.pub.Handle(r.pattern, ih)
+		}
 	}
 	s.handler = http.HandlerFunc(s.serveHTTP)
+	s.machine = http.HandlerFunc(s.serveMachine)
 	return s, nil
 }
 
@@ -112,6 +123,7 @@ func (s *Server) routes() []route {
 		{"GET /api/v1/admin-tokens", true, s.handleListAdminTokens},
 		{"POST /api/v1/admin-tokens", true, s.handleCreateAdminToken},
 		{"DELETE /api/v1/admin-tokens/{name}", true, s.handleRevokeAdminToken},
+		{"GET /api/v1/state/snapshot", true, s.handleSnapshot},
 	}
 }
 
@@ -155,12 +167,52 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	writeError(w, http.StatusNotFound, v1.Error{Message: "no such endpoint", Code: v1.CodeNotFound})
 }
 
+// MachineHandler returns the handler for a listener that machines reach
+// over plain HTTP off loopback (iPXE, the ramdisk agent, image downloads):
+// it serves the routes mounted with HandlePublic and the built-in
+// unauthenticated ones (/healthz, /metrics), and answers every admin route
+// (HandleAdmin and the built-in admin API) and operator page
+// (HandleOperator: UI, console) 403 with code "tls_required" naming the
+// TLS admin URL set by SetAdminURL, without reading any credential: the
+// admin token and secrets travel only over TLS off loopback.
+func (s *Server) MachineHandler() http.Handler { return s.machine }
+
+// SetAdminURL sets the admin API's TLS URL that MachineHandler's 403
+// answers name (e.g. https://10.0.0.5:8444). Call before serving.
+func (s *Server) SetAdminURL(u string) { s.adminURL = u }
+
+func (s *Server) serveMachine(w http.ResponseWriter, r *http.Request) {
+	if _, pattern := s.pub.Handler(r); pattern != "" {
+		s.pub.ServeHTTP(w, r)
+		return
+	}
+	if _, pattern := s.mux.Handler(r); pattern != "" {
+		msg := "the admin API and UI are served over TLS only on this address"
+		if s.adminURL != "" {
+			msg += ": use " + s.adminURL
+		}
+		writeError(w, http.StatusForbidden, v1.Error{Message: msg, Code: v1.CodeTLSRequired})
+		return
+	}
+	s.serveHTTP(w, r)
+}
+
 // Serve answers on ln until ctx is done, then drains for at most
 // Config.ShutdownTimeout, closes ln and returns nil. Request contexts
 // (including SSE streams) are cancelled when ctx is done.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	return s.serve(ctx, ln, s.handler)
+}
+
+// ServeMachine is Serve with MachineHandler: for the plain HTTP listener
+// off loopback when the admin API has its TLS listener.
+func (s *Server) ServeMachine(ctx context.Context, ln net.Listener) error {
+	return s.serve(ctx, ln, s.machine)
+}
+
+func (s *Server) serve(ctx context.Context, ln net.Listener, h http.Handler) error {
 	hs := &http.Server{
-		Handler:           s.handler,
+		Handler:           h,
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       30 * time.Second, // thousands of machines each leave a keep-alive connection (8 KiB of buffers) behind; no WriteTimeout: SSE streams are long-lived
 		BaseContext:       func(net.Listener) context.Context { return ctx },
@@ -195,16 +247,30 @@ func (s *Server) HandleAdmin(pattern string, h http.Handler) error {
 // machine-facing endpoints (boot, report, plan, image) that gate
 // themselves with single-use state tokens. Call before serving.
 func (s *Server) HandlePublic(pattern string, h http.Handler) error {
-	return s.mount(pattern, h)
+	return s.mountOn(pattern, h, true)
 }
 
-func (s *Server) mount(pattern string, h http.Handler) (err error) {
+// HandleOperator mounts h at pattern without admin-token authentication
+// (h authenticates its users itself, as the UI's session and the console's
+// bearer check do) but, like the admin routes, only on the operator's
+// listener: MachineHandler refuses it. Call before serving.
+func (s *Server) HandleOperator(pattern string, h http.Handler) error {
+	return s.mountOn(pattern, h, false)
+}
+
+func (s *Server) mount(pattern string, h http.Handler) error { return s.mountOn(pattern, h, false) }
+
+func (s *Server) mountOn(pattern string, h http.Handler, public bool) (err error) {
 	defer func() {
 		if r := recover(); r != nil { // ServeMux panics on conflicting patterns
 			err = fmt.Errorf("api: mount %s: %v", pattern, r)
 		}
 	}()
-	s.mux.Handle(pattern, s.instrument(pattern, h))
+	ih := s.instrument(pattern, h)
+	s.mux.Handle(pattern, ih)
+	if public {
+		s.pub.Handle(pattern, ih)
+	}
 	s.mountedMu.Lock()
 	s.mounted = append(s.mounted, pattern)
 	s.mountedMu.Unlock()

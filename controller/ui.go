@@ -59,7 +59,7 @@ func mountConsoleAndUI(srv *api.Server, st *state.Store, drivers reconciler.Driv
 	if err != nil {
 		return nil, err
 	}
-	if err := srv.HandlePublic(console.Pattern, con); err != nil {
+	if err := srv.HandleOperator(console.Pattern, con); err != nil {
 		return nil, err
 	}
 	h, err := ui.New(ui.Config{Store: st, API: srv.Handler(), Console: con, ConsoleSupport: consoleSupport(lookup),
@@ -72,7 +72,7 @@ func mountConsoleAndUI(srv *api.Server, st *state.Store, drivers reconciler.Driv
 	if r, ok := h.(interface{ Routes() []string }); ok {
 		uiRoutes = r.Routes()
 	}
-	return uiRoutes, srv.HandlePublic(ui.Prefix, h)
+	return uiRoutes, srv.HandleOperator(ui.Prefix, h)
 }
 
 // uiPrefix is where the web console is mounted.

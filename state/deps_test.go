@@ -1,21 +1,16 @@
 package state_test
 
 import (
-	"os"
 	"os/exec"
 	"strings"
 	"testing"
+
+	"github.com/machina-metal/machina/internal/peertest"
 )
 
 // TestImportsNoMachinaPackage: state is a leaf among Machina's packages.
 func TestImportsNoMachinaPackage(t *testing.T) {
-	goBin, err := exec.LookPath("go")
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("go not in PATH")
-		}
-		t.Skip("go not in PATH")
-	}
+	goBin := peertest.Command(t, "go")
 	out, err := exec.Command(goBin, "list", "-deps", "-f", "{{.ImportPath}}", ".").Output()
 	if err != nil {
 		t.Fatalf("go list: %v", err)

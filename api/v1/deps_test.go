@@ -1,22 +1,17 @@
 package v1
 
 import (
-	"os"
 	"os/exec"
 	"strings"
 	"testing"
+
+	"github.com/machina-metal/machina/internal/peertest"
 )
 
 // TestStdlibOnly: api/v1 is linked into the ramdisk agent and the node
 // agent, so it imports the standard library only.
 func TestStdlibOnly(t *testing.T) {
-	goBin, err := exec.LookPath("go")
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("go not in PATH")
-		}
-		t.Skip("go not in PATH")
-	}
+	goBin := peertest.Command(t, "go")
 	out, err := exec.Command(goBin, "list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}", ".").Output()
 	if err != nil {
 		t.Fatalf("go list: %v", err)

@@ -4,7 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"github.com/machina-metal/machina/bmc/ipmi/ipmisim"
+	"github.com/machina-metal/machina/bmc/ipmi/ipmisim/ipmisimtest"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -131,7 +131,7 @@ func TestBMCDriverFactory(t *testing.T) {
 // TestBMCIPMIAgainstIpmiSim: machinactl bmc --driver ipmi against OpenIPMI's
 // ipmi_sim on loopback, cross-checked with ipmitool.
 func TestBMCIPMIAgainstIpmiSim(t *testing.T) {
-	sim := ipmisim.Start(t)
+	sim := ipmisimtest.Start(t)
 	t.Setenv("MACHINA_BMC_PASSWORD", "password")
 	base := []string{"bmc", "--driver", "ipmi", "--address", sim.Addr(), "--username", "admin"}
 	for _, args := range [][]string{{"power", "on"}, {"boot", "pxe", "--mode", "uefi"}} {

@@ -169,7 +169,7 @@ Exit code: 0 listed, 2 the API or the store could not be read.`,
 
 // listControllerImages prints GET /api/v1/images as a table.
 func listControllerImages(cmd *cobra.Command, e *env, apiURL string) error {
-	c, err := apiClient(apiURL)
+	c, err := e.apiClient(apiURL)
 	if err != nil {
 		return &exitError{code: 2, err: fmt.Errorf("images list: %w", err)}
 	}

@@ -20,6 +20,7 @@ import (
 
 	"github.com/machina-metal/machina/boot"
 	"github.com/machina-metal/machina/controller"
+	"github.com/machina-metal/machina/internal/peertest"
 	"github.com/machina-metal/machina/lab/sim"
 	"github.com/machina-metal/machina/reconciler"
 	"github.com/machina-metal/machina/state"
@@ -42,6 +43,13 @@ type ctlHarness struct {
 
 func startController(t *testing.T) *ctlHarness {
 	t.Helper()
+	return startControllerWith(t, nil)
+}
+
+// startControllerWith is startController with edit applied to the
+// controller's Config before it starts.
+func startControllerWith(t *testing.T, edit func(*controller.Config)) *ctlHarness {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	dir := t.TempDir()
 	log := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelInfo}))
@@ -54,7 +62,7 @@ func startController(t *testing.T) *ctlHarness {
 	ready := make(chan *controller.Running, 1)
 	done := make(chan error, 1)
 	go func() {
-		done <- controller.Run(ctx, controller.Config{
+		cfg := controller.Config{
 			StatePath: filepath.Join(dir, "state.db"), WorkDir: filepath.Join(dir, "work"), Listen: "127.0.0.1:0",
 			Repo: reconciler.Remote{URL: lab.RepoURL}, PollInterval: 200 * time.Millisecond, StatusInterval: 300 * time.Millisecond,
 			MachinePerIP: boot.Limit{Burst: 1000, Every: time.Millisecond},
@@ -75,7 +83,11 @@ func startController(t *testing.T) *ctlHarness {
 				lab.SetController(r.URL)
 				ready <- r
 			},
-		})
+		}
+		if edit != nil {
+			edit(&cfg)
+		}
+		done <- controller.Run(ctx, cfg)
 	}()
 	select {
 	case h.run = <-ready:
@@ -273,9 +285,7 @@ func editFile(t *testing.T, path, old, new string) {
 // against the whole controller (controller.Run) over the simulated lab of
 // the example site: bmcsim BMCs and machines running the real agent.
 func TestVerbsAgainstController(t *testing.T) {
-	if testing.Short() {
-		t.Skip("simulated lab end to end; skipped with -short")
-	}
+	peertest.Slow(t, "simulated lab end to end")
 	h := startController(t)
 	h.waitFor("11 servers ready or deployed, 3 deployed", 3*time.Minute, steady)
 	h.waitPlanIdle(time.Minute)

@@ -1,22 +1,17 @@
 package node_test
 
 import (
-	"os"
 	"os/exec"
 	"strings"
 	"testing"
+
+	"github.com/machina-metal/machina/internal/peertest"
 )
 
 // TestNodeImportsNoController: the node agent links api/v1 and join/spec
 // only, never state (bbolt), join or api.
 func TestNodeImportsNoController(t *testing.T) {
-	goBin, err := exec.LookPath("go")
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("go not in PATH")
-		}
-		t.Skip("go not in PATH")
-	}
+	goBin := peertest.Command(t, "go")
 	for _, pkg := range []string{".", "../../cmd/machina-node"} {
 		out, err := exec.Command(goBin, "list", "-deps", "-f", "{{.ImportPath}}", pkg).Output()
 		if err != nil {

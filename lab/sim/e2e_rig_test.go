@@ -74,6 +74,7 @@ func startRig(t *testing.T, o rigOptions) *rig {
 		labCancel()
 		t.Fatal(err)
 	}
+	requireIPMIPeers(t, lab, labCancel)
 	r := &rig{harness: &harness{t: t, lab: lab}, dir: dir, listen: "127.0.0.1:0", log: log, plan: o.plan, config: o.config}
 	t.Cleanup(func() {
 		if r.cancel != nil {

@@ -15,11 +15,32 @@ var exampleFS = inventoryexample.FS
 func q(s string) string { return fmt.Sprintf("%q", s) }
 
 // renderServers writes servers.yaml with each BMC pointing at its
-// simulated BMC. Every simulated BMC speaks Redfish (bmcsim).
-func renderServers(inv *inventory.Inventory, addrs map[string]string) string {
+// simulated BMC: driver redfish and an http URL for a bmcsim BMC, driver
+// ipmi and host:port for an ipmi_sim. The header says how many of each run
+// and, for servers whose inventory entry says ipmi but run Redfish here
+// (fallbacks: name → why), names them and why; so does a comment on each.
+func renderServers(inv *inventory.Inventory, addrs map[string]string, fallbacks map[string]string) string {
 	var b strings.Builder
 	b.WriteString("# yaml-language-server: $schema=https://machina-metal.github.io/schema/v1/servers.schema.json\n")
-	b.WriteString("# Simulated site: Redfish BMCs are bmcsim emulators over real vendor trees, IPMI BMCs\n# are OpenIPMI's ipmi_sim, all on 127.0.0.1.\nservers:\n")
+	nIPMI := 0
+	for _, s := range inv.Servers {
+		if !strings.HasPrefix(addrs[s.Name], "http") {
+			nIPMI++
+		}
+	}
+	fmt.Fprintf(&b, "# Simulated site, all on 127.0.0.1: %d Redfish BMCs (bmcsim emulators over real vendor trees)\n# and %d IPMI BMCs (OpenIPMI's ipmi_sim).\n", len(inv.Servers)-nIPMI, nIPMI)
+	if len(fallbacks) > 0 {
+		var names []string
+		why := ""
+		for _, s := range inv.Servers {
+			if r, ok := fallbacks[s.Name]; ok {
+				names = append(names, s.Name)
+				why = r
+			}
+		}
+		fmt.Fprintf(&b, "# %s: the example gives them IPMI BMCs; here they run Redfish (bmcsim): %s.\n", strings.Join(names, ", "), why)
+	}
+	b.WriteString("servers:\n")
 	for _, s := range inv.Servers {
 		fmt.Fprintf(&b, "  - name: %s\n    zone: %s\n", s.Name, s.Zone)
 		if s.Site != "" {
@@ -34,6 +55,9 @@ func renderServers(inv *inventory.Inventory, addrs map[string]string) string {
 		fmt.Fprintf(&b, "    bootMAC: %s\n    bootMode: %s\n", q(s.BootMAC), orDefault(string(s.BootMode), "uefi"))
 		addr := addrs[s.Name]
 		if strings.HasPrefix(addr, "http") {
+			if why, ok := fallbacks[s.Name]; ok {
+				fmt.Fprintf(&b, "    # IPMI in the example; Redfish here: %s\n", why)
+			}
 			fmt.Fprintf(&b, "    bmc:\n      driver: redfish\n      address: %s\n      credentials: %s\n", addr, s.BMC.Credentials)
 		} else {
 			fmt.Fprintf(&b, "    bmc:\n      driver: ipmi\n      address: %s\n      credentials: %s\n", q(addr), s.BMC.Credentials)

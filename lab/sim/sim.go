@@ -96,6 +96,10 @@ type Lab struct {
 	// MirrorURL serves the simulated images and their SHA256SUMS.
 	MirrorURL string
 
+	// fallbacks are the servers the inventory gives an IPMI BMC that run
+	// a bmcsim Redfish BMC here, with why (RedfishOnly, ipmi_sim missing).
+	fallbacks map[string]string
+
 	mu   sync.Mutex
 	ctrl string
 }
@@ -118,7 +122,7 @@ func Start(ctx context.Context, cfg Config) (*Lab, error) {
 		cfg.Username, cfg.Password = "admin", "sim-password"
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	l := &Lab{cfg: cfg, ctx: ctx, cancel: cancel, log: cfg.Logger, machines: map[string]*Machine{}, bmcs: map[string]*bmcsim.Server{},
+	l := &Lab{cfg: cfg, ctx: ctx, cancel: cancel, log: cfg.Logger, machines: map[string]*Machine{}, bmcs: map[string]*bmcsim.Server{}, fallbacks: map[string]string{},
 		http: &http.Client{Timeout: 5 * time.Minute, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}}
 	if err := l.start(); err != nil {
 		l.Close()
@@ -176,7 +180,15 @@ func (l *Lab) start() error {
 		if err := m.HW.writeTree(m.root, m.devDir, m.MAC); err != nil {
 			return fmt.Errorf("sim: %s hardware: %w", s.Name, err)
 		}
-		if s.BMC.Driver == inventory.DriverIPMI && !l.cfg.RedfishOnly && ipmiAvailable() {
+		if s.BMC.Driver == inventory.DriverIPMI {
+			switch {
+			case l.cfg.RedfishOnly:
+				l.fallbacks[s.Name] = "the lab runs Redfish BMCs only (sim.Config.RedfishOnly)"
+			case !IPMIAvailable():
+				l.fallbacks[s.Name] = IPMIMissing
+			}
+		}
+		if s.BMC.Driver == inventory.DriverIPMI && l.fallbacks[s.Name] == "" {
 			addr, err := l.startIPMI(m)
 			if err != nil {
 				return fmt.Errorf("sim: %s IPMI BMC: %w", s.Name, err)
@@ -322,7 +334,7 @@ func (l *Lab) writeRepo(site *inventory.Inventory, addrs map[string]string) erro
 		return err
 	}
 	files := map[string]string{
-		inventory.ServersFile:  renderServers(site, addrs),
+		inventory.ServersFile:  renderServers(site, addrs, l.fallbacks),
 		inventory.ProfilesFile: renderProfiles(site),
 		inventory.ImagesFile:   renderImages(site, l.MirrorURL),
 		"README.md":            "# Simulated site\n\nThe inventory of the simulated lab. Edit, commit and push; the controller\nreconciles and writes what it observed under status/.\n",
@@ -430,6 +442,31 @@ func (l *Lab) Machines() []*Machine {
 // Credentials returns the BMC account of the simulated BMCs, to store
 // under the credential names the inventory uses.
 func (l *Lab) Credentials() (user, password string) { return l.cfg.Username, l.cfg.Password }
+
+// IPMIServers returns the names of the servers whose BMC is an ipmi_sim
+// in this lab, sorted.
+func (l *Lab) IPMIServers() []string {
+	var out []string
+	for name := range l.machines {
+		if _, redfish := l.bmcs[name]; !redfish {
+			out = append(out, name)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// RedfishFallbacks returns the servers whose inventory entry names an IPMI
+// BMC but which run a bmcsim Redfish BMC in this lab (their servers.yaml
+// entry says redfish), mapped to why: Config.RedfishOnly, or [IPMIMissing].
+// Empty when every IPMI server has its ipmi_sim.
+func (l *Lab) RedfishFallbacks() map[string]string {
+	out := make(map[string]string, len(l.fallbacks))
+	for k, v := range l.fallbacks {
+		out[k] = v
+	}
+	return out
+}
 
 // Close powers every machine off and stops the BMCs and the mirror.
 func (l *Lab) Close() {

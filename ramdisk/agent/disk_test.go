@@ -19,6 +19,7 @@ import (
 	"testing"
 
 	v1 "github.com/machina-metal/machina/api/v1"
+	"github.com/machina-metal/machina/internal/peertest"
 	"sigs.k8s.io/yaml"
 )
 
@@ -91,17 +92,10 @@ func TestMountedDisks(t *testing.T) {
 	}
 }
 
-// need skips (outside CI) when a tool used as a real peer is missing.
+// need fails naming the Debian package when a tool used as a real peer is missing.
 func need(t *testing.T, tools ...string) {
 	t.Helper()
-	for _, tool := range tools {
-		if _, err := exec.LookPath(tool); err != nil {
-			if os.Getenv("CI") == "true" {
-				t.Fatalf("%s not installed (required in CI)", tool)
-			}
-			t.Skipf("%s not installed", tool)
-		}
-	}
+	peertest.Commands(t, tools...)
 }
 
 func run(t *testing.T, name string, args ...string) string {
