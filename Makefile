@@ -108,10 +108,10 @@ ipxe-iso:
 .PHONY: os-image
 os-image:
 	scripts/lab/build-os-image.sh
-# lab: the VM lab (lab/vm): controller in a network namespace, three qemu VMs
-# (TCG; BIOS+Redfish, UEFI+Redfish, BIOS+ipmi_sim) from PXE commissioning to
-# deploy, first-boot join, release and retire. Root, 6-10 minutes (budget 15).
-# Not part of `make test`. LAB_FLAGS e.g. -stage commission -keep.
+# lab: the VM lab (lab/vm): controller in a network namespace, four qemu VMs
+# (TCG; BIOS+Redfish virtual media, UEFI+Redfish PXE, BIOS+ipmi_sim PXE, UEFI+Redfish virtual media)
+# from commissioning to deploy, first-boot join, release and retire. Root, 6-10 minutes on an idle
+# machine (budget 15; -time-scale for a loaded one). Not part of `make test`. LAB_FLAGS e.g. -stage commission -keep.
 .PHONY: lab
 lab: build ramdisk
 	$(BIN)/lab -root . $(LAB_FLAGS)

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	v1 "github.com/machina-metal/machina/api/v1"
@@ -37,11 +38,14 @@ type Config struct {
 
 // Server is the admin API. Create with New; serve Handler or call Serve.
 type Server struct {
-	cfg     Config
-	log     *slog.Logger
-	store   *state.Store
-	mux     *http.ServeMux
-	handler http.Handler
+	cfg   Config
+	log   *slog.Logger
+	store *state.Store
+	mux   *http.ServeMux
+	// mounted lists the patterns mounted after New (Routes).
+	mountedMu sync.Mutex
+	mounted   []string
+	handler   http.Handler
 	// pub holds the routes that need no admin token and are not operator
 	// pages: what a machine-facing (plain HTTP, off-loopback) listener
 	// serves. See MachineHandler.
@@ -123,12 +127,18 @@ func (s *Server) routes() []route {
 	}
 }
 
-// Routes returns the route patterns the server handles, for tests and docs.
+// Routes returns the route patterns the server handles, for tests and
+// docs: its own table, then every pattern mounted with HandleAdmin or
+// HandlePublic, in mount order. A mounted prefix ("/ui/") stands for a
+// handler with routes of its own (ui.UI.Routes).
 func (s *Server) Routes() []string {
 	var out []string
 	for _, r := range s.routes() {
 		out = append(out, r.pattern)
 	}
+	s.mountedMu.Lock()
+	out = append(out, s.mounted...)
+	s.mountedMu.Unlock()
 	return out
 }
 
@@ -261,6 +271,9 @@ func (s *Server) mountOn(pattern string, h http.Handler, public bool) (err error
 	if public {
 		s.pub.Handle(pattern, ih)
 	}
+	s.mountedMu.Lock()
+	s.mounted = append(s.mounted, pattern)
+	s.mountedMu.Unlock()
 	return nil
 }
 

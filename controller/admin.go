@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"regexp"
 	"strings"
 
 	"github.com/machina-metal/machina/api"
@@ -43,6 +44,7 @@ func mountAdmin(srv *api.Server, st *state.Store, ctrl *reconciler.Controller, s
 			if !decode(w, r, &req) {
 				return
 			}
+			req.Revision = strings.TrimPrefix(req.Revision, "sha256:")
 			// A commit id is not an inventory digest (machinactl status
 			// prints both side by side): an approval of one could never
 			// apply, so it is refused with the digest to use.
@@ -56,14 +58,40 @@ func mountAdmin(srv *api.Server, st *state.Store, ctrl *reconciler.Controller, s
 					req.Revision, acting))
 				return
 			}
+			if !revisionRE.MatchString(req.Revision) {
+				writeErr(w, http.StatusBadRequest, "invalid_revision", "revision must be 12 to 64 lower-case hex digits of an inventory digest")
+				return
+			}
 			// What is held is read before the approval is recorded: a
 			// planning pass after it releases the held steps.
 			out := v1.ApproveResponse{Approved: req.Revision}
+			held := len(ctrl.LastPlan().Held)
 			if d := ctrl.Desired(); d != nil {
 				out.Acting = strings.TrimPrefix(d.Digest, "sha256:")
-				out.Matches = req.Revision != "" && strings.HasPrefix(out.Acting, req.Revision)
+				out.Matches = strings.HasPrefix(out.Acting, req.Revision)
 				if out.Matches {
-					out.HeldSteps = len(ctrl.LastPlan().Held)
+					out.HeldSteps = held
+				}
+			}
+			// Only the held plan of the acting revision can be approved:
+			// an approval matching nothing held (a mistyped digest, an
+			// old revision) is refused and not recorded, naming what is
+			// held. A repeated approval of the acting revision answers as
+			// the first did (at-least-once requests).
+			if !out.Matches || held == 0 {
+				already := false
+				if out.Matches {
+					already, _ = st.Approved("sha256:" + out.Acting)
+				}
+				if !already {
+					heldMsg := "no revision has a held plan"
+					if held > 0 {
+						heldMsg = fmt.Sprintf("held: inventory revision %s (%d steps)", reconciler.DigestPrefix("sha256:"+out.Acting), held)
+					} else if out.Acting != "" {
+						heldMsg += fmt.Sprintf(" (the controller acts on %s)", reconciler.DigestPrefix("sha256:"+out.Acting))
+					}
+					writeErr(w, http.StatusConflict, v1.CodeNotHeld, fmt.Sprintf("inventory revision %s matches no held plan; nothing recorded; %s", req.Revision, heldMsg))
+					return
 				}
 			}
 			if err := st.Approve(req.Revision, api.Actor(r)); err != nil {
@@ -97,6 +125,10 @@ func mountAdmin(srv *api.Server, st *state.Store, ctrl *reconciler.Controller, s
 	}
 	return mountDiscovery(srv, st, discover.Scan, propose, branch)
 }
+
+// revisionRE is an inventory digest's hex, whole or a prefix of at
+// least 12 digits (what POST /api/v1/approve takes).
+var revisionRE = regexp.MustCompile(`^[0-9a-f]{12,64}$`)
 
 // decode reads a small strict JSON body into v, answering 400 on failure.
 func decode(w http.ResponseWriter, r *http.Request, v any) bool {

@@ -54,13 +54,20 @@ func newBMCWatch(st *state.Store, drivers reconciler.Drivers, interval time.Dura
 
 // run sweeps until ctx ends: the first sweep after w.first, then one every
 // w.interval (a sweep that takes longer is followed by the next at once).
+// When a secret is stored, the servers whose BMC could not be read are
+// read at once (rereadFailed), between sweeps.
 func (w *bmcWatch) run(ctx context.Context) {
 	t := time.NewTimer(w.first)
 	defer t.Stop()
+	secrets := w.st.SecretsChanged()
 	for {
 		select {
 		case <-ctx.Done():
 			return
+		case <-secrets:
+			secrets = w.st.SecretsChanged()
+			w.rereadFailed(ctx)
+			continue
 		case <-t.C:
 		}
 		start := time.Now()
@@ -130,6 +137,49 @@ func (w *bmcWatch) sweep(ctx context.Context) (read, changed int) {
 	}
 	wg.Wait()
 	return read, changed
+}
+
+// rereadFailed reads, now and before anything else, every server whose
+// last read failed (Store.ServersWithBMCError), lifting the skip of a
+// refused credential: called after a secret changed, so a fixed
+// credential clears "BMC unreadable" on the next successful read instead
+// of up to bmcWatchAuthRounds sweeps later. Reads run bmcWatchWorkers at a
+// time, unpaced (they are few: the servers with an error).
+func (w *bmcWatch) rereadFailed(ctx context.Context) (read int) {
+	names, err := w.st.ServersWithBMCError()
+	if err != nil {
+		w.log.Warn("bmc sweep: list unreadable servers", "err", err)
+		return 0
+	}
+	w.mu.Lock()
+	for _, n := range names {
+		delete(w.skip, n)
+	}
+	w.mu.Unlock()
+	var (
+		wg  sync.WaitGroup
+		mu  sync.Mutex
+		sem = make(chan struct{}, bmcWatchWorkers)
+	)
+	for _, name := range names {
+		select {
+		case <-ctx.Done():
+			wg.Wait()
+			return read
+		case sem <- struct{}{}:
+		}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			if ok, _ := w.read(ctx, name); ok {
+				mu.Lock()
+				read++
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	w.log.Info("bmc sweep: read the unreadable servers again after a secret change", "servers", len(names), "read", read)
+	return read
 }
 
 // read reads one server's BMC and records what it found; ok is false when

@@ -157,6 +157,10 @@ type Running struct {
 	Images *images.Store
 	// JoinURL is the join listener's base URL.
 	JoinURL string
+	// Routes are the route patterns of the HTTP listener's mux (API,
+	// admin, machine-facing, boot, images, console and every UI route),
+	// JoinRoutes those of the join listener (TLS), for tests and docs.
+	Routes, JoinRoutes []string
 	// AdminURL is the admin API's TLS base URL, "" when it has no TLS
 	// listener (loopback: the admin API is on Addr).
 	AdminURL string
@@ -225,6 +229,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("controller: image store: %w", err)
 	}
 	imgStatus := &imageStatus{m: map[string]images.Status{}}
+	importFails := &importFailures{}
 	importer, err := images.New(images.Config{Store: imgStore, Status: imgStatus, AllowFileURLs: cfg.AllowFileURLs, Logger: log.With("component", "images")})
 	if err != nil {
 		return fmt.Errorf("controller: %w", err)
@@ -261,8 +266,15 @@ func Run(ctx context.Context, cfg Config) error {
 	rcfg := cfg.Reconciler
 	rcfg.Store, rcfg.Drivers, rcfg.Logger = st, drivers, log.With("component", "reconciler")
 	rcfg.Metrics = reconciler.NewMetrics(reg)
-	if cfg.ISODir != "" && rcfg.ISOURL == "" {
-		rcfg.ISOURL = publicURL + "/boot/iso/machina-ipxe-bios.iso" // the name scripts/metal/build-ipxe-iso.sh writes
+	if cfg.ISODir != "" {
+		// The names scripts/metal/build-ipxe-iso.sh writes; the reconciler
+		// picks one by the server's bootMode.
+		if rcfg.ISOURL == "" {
+			rcfg.ISOURL = publicURL + "/boot/iso/machina-ipxe-bios.iso"
+		}
+		if rcfg.UEFIISOURL == "" {
+			rcfg.UEFIISOURL = publicURL + "/boot/iso/machina-ipxe-uefi.iso"
+		}
 	}
 	rcfg.OnPass = status.onPass
 	if rcfg.DeployReady == nil {
@@ -276,13 +288,16 @@ func Run(ctx context.Context, cfg Config) error {
 				return nil
 			}
 			rec, err := imgStore.Lookup(p.Image)
+			if err == nil && rec.State == images.StateVerified {
+				return nil
+			}
+			if ierr := importFails.reason(p.Image); ierr != nil {
+				return fmt.Errorf("image %s: %w", p.Image, ierr)
+			}
 			if err != nil {
 				return fmt.Errorf("image %s: %w", p.Image, err)
 			}
-			if rec.State != images.StateVerified {
-				return fmt.Errorf("image %s is %s, not verified yet", p.Image, rec.State)
-			}
-			return nil
+			return fmt.Errorf("image %s is %s, not verified yet", p.Image, rec.State)
 		}
 	}
 	ctrl, err := reconciler.New(rcfg)
@@ -388,7 +403,7 @@ func Run(ctx context.Context, cfg Config) error {
 		cfg.JoinTokenTTL = 24 * time.Hour
 	}
 	jc := joinCommander{srv: joinSrv, desired: ctrl.Desired, ttl: cfg.JoinTokenTTL}
-	pl := &planner{desired: ctrl.Desired, images: imgStore, baseURL: publicURL, join: jc}
+	pl := &planner{desired: ctrl.Desired, images: imgStore, baseURL: publicURL, join: jc, store: st, log: log.With("component", "planner")}
 	machine, err := api.NewMachine(api.MachineConfig{Store: st, Planner: pl, Wiper: pl, Installer: pl,
 		PerIP: cfg.MachinePerIP, Logger: log.With("component", "machine")})
 	if err != nil {
@@ -432,11 +447,24 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := mountHosts(srv, st, fencer, ctrl.Trigger, cfg.Heartbeat); err != nil {
 		return err
 	}
-	if err := mountConsoleAndUI(srv, st, drivers, src, ctrl, imgStatus, gitDir, log); err != nil {
+	if err := mountImages(srv, ctrl, imgStore, imgStatus, importFails); err != nil {
+		return err
+	}
+	uiRoutes, err := mountConsoleAndUI(srv, st, drivers, src, ctrl, imgStatus, gitDir, log)
+	if err != nil {
 		return fmt.Errorf("controller: console and UI: %w", err)
 	}
 
+	var routes []string
+	for _, p := range srv.Routes() {
+		if p == uiPrefix {
+			routes = append(routes, uiRoutes...) // the UI's own routes instead of its prefix
+			continue
+		}
+		routes = append(routes, p)
+	}
 	run := &Running{Addr: ln.Addr(), URL: publicURL, Store: st, Reconciler: ctrl, Source: src, Status: writer, Images: imgStore, JoinURL: joinURL, AdminURL: adminURL,
+		Routes: routes, JoinRoutes: joinSrv.Routes(),
 		flush: func(ctx context.Context) error {
 			// Hand the snapshot to the writer's own loop (urgent) and wait
 			// for its next successful write: calling Write here would race
@@ -502,7 +530,7 @@ func Run(ctx context.Context, cfg Config) error {
 	goRun("host watch", func(ctx context.Context) error { hw.run(ctx); return nil })
 	goRun("prune", func(ctx context.Context) error { prune(ctx, st, 10*time.Minute, log); return nil })
 	goRun("revisions", func(ctx context.Context) error {
-		follow(ctx, src, ctrl, importer, imgStore, cfg.Mirrors, log)
+		follow(ctx, src, ctrl, importer, imgStore, importFails, cfg.Mirrors, log)
 		return nil
 	})
 	if cfg.OnReady != nil {
@@ -520,8 +548,11 @@ func Run(ctx context.Context, cfg Config) error {
 // follow hands every new good revision to the reconciler and imports its
 // images; while the newest revision is invalid, nothing new is acted on
 // (the last good revision stays desired, and no new deploy starts).
-func follow(ctx context.Context, src *reconciler.Source, ctrl *reconciler.Controller, importer *images.Importer, store *images.Store, mirrors images.Mirrors, log *slog.Logger) {
+func follow(ctx context.Context, src *reconciler.Source, ctrl *reconciler.Controller, importer *images.Importer, store *images.Store,
+	fails *importFailures, mirrors images.Mirrors, log *slog.Logger) {
 	var lastDigest string
+	stopImports := func() {}
+	defer func() { stopImports() }()
 	apply := func() {
 		good, invalid := src.Latest()
 		ctrl.SetHoldDeploys(invalid != nil)
@@ -531,23 +562,23 @@ func follow(ctx context.Context, src *reconciler.Source, ctrl *reconciler.Contro
 		lastDigest = good.Digest
 		ctrl.SetDesired(good.Inventory)
 		reqs := imageRequests(good.Inventory, mirrors)
-		go func() {
-			for i, err := range importer.ImportAll(ctx, reqs) {
-				if err != nil {
-					log.Warn("image import", "image", reqs[i].Name, "err", err)
-				}
-			}
+		// A new revision starts a new import round; the previous one's
+		// retries stop (its failures are re-recorded by this round).
+		stopImports()
+		ictx, cancel := context.WithCancel(ctx)
+		stopImports = cancel
+		go importWithRetry(ictx, importer.ImportAll, reqs, fails, importRetryMin, importRetryMax, func() {
 			// Installer ISOs: extract the kernel and initrd (RHEL: the
 			// tree) now, so the first deploy does not wait for it.
 			for _, p := range good.Inventory.Profiles {
 				if kind, ok := installerKind(string(p.Deploy)); ok {
-					if _, err := store.InstallerTree(ctx, p.Image, kind); err != nil {
+					if _, err := store.InstallerTree(ictx, p.Image, kind); err != nil {
 						log.Warn("installer image", "image", p.Image, "profile", p.Name, "err", err)
 					}
 				}
 			}
 			ctrl.Trigger()
-		}()
+		}, log)
 	}
 	apply()
 	for {

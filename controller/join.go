@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	v1 "github.com/machina-metal/machina/api/v1"
 	"github.com/machina-metal/machina/inventory"
 	"github.com/machina-metal/machina/join"
 	"github.com/machina-metal/machina/state"
@@ -19,19 +20,25 @@ type joinCommander struct {
 	ttl     time.Duration
 }
 
-// JoinCommand implements JoinCommander.
-func (j joinCommander) JoinCommand(_ context.Context, srv state.Server, p inventory.Profile) (string, error) {
+// JoinCommand implements JoinCommander: the token-file variant
+// (join.FirstBootCommandFromFile reading v1.JoinTokenPath), so the token
+// is never in the host's argv or cloud-init's logs (issue 22).
+func (j joinCommander) JoinCommand(_ context.Context, srv state.Server, p inventory.Profile) (cmd, token string, err error) {
 	inv := j.desired()
 	if inv == nil {
-		return "", fmt.Errorf("no valid inventory revision")
+		return "", "", fmt.Errorf("no valid inventory revision")
 	}
 	ws := inv.Server(srv.Name)
 	if ws == nil {
-		return "", fmt.Errorf("server %s is not in the inventory", srv.Name)
+		return "", "", fmt.Errorf("server %s is not in the inventory", srv.Name)
 	}
 	tok, err := j.srv.IssueToken(join.DeployEnrolment(p, *ws, j.ttl), state.ActorController)
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
-	return join.FirstBootCommand(tok.JoinURL, tok.CAFingerprint, tok.ScriptSHA256, tok.Token)
+	cmd, err = join.FirstBootCommandFromFile(tok.JoinURL, tok.CAFingerprint, tok.ScriptSHA256, v1.JoinTokenPath)
+	if err != nil {
+		return "", "", err
+	}
+	return cmd, tok.Token, nil
 }

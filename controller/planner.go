@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
+	"time"
 
 	"github.com/machina-metal/machina/api"
 	v1 "github.com/machina-metal/machina/api/v1"
@@ -16,9 +18,12 @@ import (
 
 // JoinCommander renders the first-boot join command a deployed host's
 // NoCloud seed runs (the join listener's URL, pinned CA fingerprint and
-// script checksum, and a fresh enrolment token for srv).
+// script checksum) and issues a fresh enrolment token for srv. The
+// command reads the token from v1.JoinTokenPath, which the seed or the
+// installer document writes (0600) from token; token is "" when cmd
+// carries what it needs itself.
 type JoinCommander interface {
-	JoinCommand(ctx context.Context, srv state.Server, p inventory.Profile) (string, error)
+	JoinCommand(ctx context.Context, srv state.Server, p inventory.Profile) (cmd, token string, err error)
 }
 
 // planner makes deploy plans from the desired inventory and the image store.
@@ -27,6 +32,11 @@ type planner struct {
 	images  *images.Store
 	baseURL string
 	join    JoinCommander
+	// store, when set, records the image a served plan writes and when
+	// (Allocation.Image, Allocation.PlanServedAt); nil in tests that only
+	// render plans.
+	store *state.Store
+	log   *slog.Logger
 }
 
 // DeployPlan implements api.DeployPlanner.
@@ -45,21 +55,53 @@ func (p *planner) DeployPlan(ctx context.Context, srv state.Server) (v1.Plan, er
 	if prof.Deploy != inventory.DeployImage {
 		return v1.Plan{}, fmt.Errorf("profile %s deploys with %s: the installer path does not use an image plan", prof.Name, prof.Deploy)
 	}
+	// The image: the profile's current one while the write has not
+	// started (a change after allocation re-plans with the new image);
+	// once a plan was served, the one it named (a retried plan request
+	// gets the same image; a newer profile image waits for a redeploy).
+	image := prof.Image
+	if !srv.Allocation.PlanServedAt.IsZero() && srv.Allocation.Image != "" {
+		image = srv.Allocation.Image
+	}
 	// The plan's arch guard keeps such a deploy from being planned; this
 	// refuses it at the last step too (an image changed under a deploying
 	// server): a foreign-architecture image would write and then not boot.
-	if im := inv.Image(prof.Image); im != nil && srv.Hardware != nil && srv.Hardware.Arch != "" && im.Arch != srv.Hardware.Arch {
-		return v1.Plan{}, fmt.Errorf("image %s is %s; server %s reported %s: refusing to write it", prof.Image, im.Arch, srv.Name, srv.Hardware.Arch)
+	if im := inv.Image(image); im != nil && srv.Hardware != nil && srv.Hardware.Arch != "" && im.Arch != srv.Hardware.Arch {
+		return v1.Plan{}, fmt.Errorf("image %s is %s; server %s reported %s: refusing to write it", image, im.Arch, srv.Name, srv.Hardware.Arch)
 	}
-	rec, err := p.images.Lookup(prof.Image)
+	rec, err := p.images.Lookup(image)
 	if err != nil {
-		return v1.Plan{}, fmt.Errorf("image %s: %w", prof.Image, err)
+		return v1.Plan{}, fmt.Errorf("image %s: %w", image, err)
 	}
 	if rec.State != images.StateVerified {
-		return v1.Plan{}, fmt.Errorf("image %s is %s, not verified yet", prof.Image, rec.State)
+		return v1.Plan{}, fmt.Errorf("image %s is %s, not verified yet", image, rec.State)
+	}
+	if p.store != nil {
+		// Bind the allocation (and so the image token the API mints next,
+		// checked against Allocation.Image) to the image this plan names.
+		old := srv.Allocation.Image
+		if _, err := p.store.UpdateServer(srv.Name, func(s *state.Server) error {
+			if s.Allocation == nil || s.Lifecycle != state.LifecycleDeploying {
+				return fmt.Errorf("server %s is not deploying", srv.Name)
+			}
+			s.Allocation.Image = image
+			if s.Allocation.PlanServedAt.IsZero() {
+				s.Allocation.PlanServedAt = time.Now().UTC()
+			}
+			return nil
+		}); err != nil {
+			return v1.Plan{}, fmt.Errorf("record the planned image: %w", err)
+		}
+		if old != image {
+			msg := fmt.Sprintf("profile %s's image changed from %s to %s before the write started: deploying %s", prof.Name, old, image, image)
+			if p.log != nil {
+				p.log.Info("deploy re-planned with the profile's new image", "machine", srv.Name, "profile", prof.Name, "from", old, "to", image)
+			}
+			_, _ = p.store.AppendEvent(state.Event{Server: srv.Name, Kind: "deploy.image_replanned", Message: msg})
+		}
 	}
 	plan := v1.Plan{
-		ImageURL:       strings.TrimRight(p.baseURL, "/") + "/images/" + prof.Image,
+		ImageURL:       strings.TrimRight(p.baseURL, "/") + "/images/" + image,
 		ImageSHA256:    rec.Raw.Hex,
 		ImageSizeBytes: rec.SizeBytes,
 		Seed: v1.Seed{
@@ -81,11 +123,11 @@ func (p *planner) DeployPlan(ctx context.Context, srv state.Server) (v1.Plan, er
 		plan.RootDevice.MinSizeBytes = prof.Min.DiskGiB << 30
 	}
 	if p.join != nil {
-		cmd, err := p.join.JoinCommand(ctx, srv, *prof)
+		cmd, tok, err := p.join.JoinCommand(ctx, srv, *prof)
 		if err != nil {
 			return v1.Plan{}, fmt.Errorf("join command: %w", err)
 		}
-		plan.Seed.JoinCommand = cmd
+		plan.Seed.JoinCommand, plan.Seed.JoinToken = cmd, tok
 	}
 	return plan, nil
 }
@@ -166,11 +208,11 @@ func (p *planner) InstallerDocument(ctx context.Context, srv state.Server, callb
 		cfg.Disk.MinSizeBytes = prof.Min.DiskGiB << 30
 	}
 	if p.join != nil {
-		cmd, err := p.join.JoinCommand(ctx, srv, *prof)
+		cmd, tok, err := p.join.JoinCommand(ctx, srv, *prof)
 		if err != nil {
 			return nil, fmt.Errorf("join command: %w", err)
 		}
-		cfg.JoinCommand = cmd
+		cfg.JoinCommand, cfg.JoinToken = cmd, tok
 	}
 	switch prof.Deploy {
 	case inventory.DeployAutoinstall:
@@ -195,8 +237,11 @@ func (t imageTokens) CheckImageToken(_ context.Context, token, image string) err
 	if err != nil {
 		return fmt.Errorf("%w: server %s: %v", images.ErrTokenRejected, tok.Server, err)
 	}
-	if srv.Allocation == nil || srv.Allocation.Image != image {
-		return fmt.Errorf("%w: server %s is not deploying image %s", images.ErrTokenRejected, srv.Name, image)
+	switch {
+	case srv.Allocation == nil:
+		return fmt.Errorf("%w: server %s has no allocation (%s)", images.ErrTokenRejected, srv.Name, srv.Lifecycle)
+	case srv.Allocation.Image != image:
+		return fmt.Errorf("%w: server %s's deploy plan names image %s, not %s", images.ErrTokenRejected, srv.Name, srv.Allocation.Image, image)
 	}
 	return nil
 }

@@ -24,8 +24,8 @@ var update = flag.Bool("update", false, "rewrite testdata/*.golden")
 // does with a fresh enrolment token.
 type fixedJoin struct{}
 
-func (fixedJoin) JoinCommand(_ context.Context, srv state.Server, p inventory.Profile) (string, error) {
-	return "curl -fsS https://10.99.0.1:8443/install.sh | MACHINA_JOIN_TOKEN=enrol-" + srv.Name + "-" + p.Name + " sh", nil
+func (fixedJoin) JoinCommand(_ context.Context, srv state.Server, p inventory.Profile) (string, string, error) {
+	return "curl -fsS https://10.99.0.1:8443/install.sh | MACHINA_JOIN_TOKEN=\"$(cat /var/lib/machina/join-token)\" sh", "enrol-" + srv.Name + "-" + p.Name + "-token", nil
 }
 
 // TestInstallerDocumentGolden: the documents the controller serves for the
@@ -52,7 +52,7 @@ func TestInstallerDocumentGolden(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, must := range []string{"http://10.99.0.1:8080/install/done/cbTOKEN123", "MACHINA_JOIN_TOKEN=enrol-r3-n01-gpu", "r3-n01",
+		for _, must := range []string{"http://10.99.0.1:8080/install/done/cbTOKEN123", "enrol-r3-n01-gpu-token", "r3-n01",
 			"ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIO4VqFGm2ahY3KSc9k9lrQMD0j2/tR46oEgCPUxiE9s7 ops@lab1", "429496729600"} {
 			if !strings.Contains(string(doc), must) {
 				t.Errorf("%s document lacks %q", kind, must)
@@ -115,7 +115,7 @@ func TestDeployPlanDiskRule(t *testing.T) {
 	if want := (v1.RootDeviceHint{MinSizeBytes: 100 << 30}); plan.RootDevice != want {
 		t.Errorf("plan disk rule %+v, want %+v (hypervisor's min.diskGiB 100)", plan.RootDevice, want)
 	}
-	if plan.ImageSHA256 != rec.Raw.Hex || plan.Seed.Hostname != "r1-n01" || !strings.Contains(plan.Seed.JoinCommand, "enrol-r1-n01-hypervisor") {
+	if plan.ImageSHA256 != rec.Raw.Hex || plan.Seed.Hostname != "r1-n01" || plan.Seed.JoinToken != "enrol-r1-n01-hypervisor-token" || !strings.Contains(plan.Seed.JoinCommand, "/var/lib/machina/join-token") {
 		t.Errorf("plan %+v", plan)
 	}
 	inv.Server("r1-n01").RootDevice = &inventory.RootDevice{Serial: "S1", MinSizeGiB: 200}

@@ -28,7 +28,7 @@ import (
 // as component=console and the web console's logins, refusals and
 // approvals as component=ui.
 func mountConsoleAndUI(srv *api.Server, st *state.Store, drivers reconciler.Drivers, src *reconciler.Source, ctrl *reconciler.Controller,
-	imgs *imageStatus, gitDir string, log *slog.Logger) error {
+	imgs *imageStatus, gitDir string, log *slog.Logger) (uiRoutes []string, err error) {
 	bearer := func(r *http.Request) (string, error) {
 		tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 		if !ok || tok == "" {
@@ -57,20 +57,26 @@ func mountConsoleAndUI(srv *api.Server, st *state.Store, drivers reconciler.Driv
 				Message: fmt.Sprintf("%s from %s as %s %s", e.Action, e.Remote, e.Role, e.Reason)})
 		}})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if err := srv.HandleOperator(console.Pattern, con); err != nil {
-		return err
+		return nil, err
 	}
 	h, err := ui.New(ui.Config{Store: st, API: srv.Handler(), Console: con, ConsoleSupport: consoleSupport(lookup),
 		BMC:    bmcInfo{st: st, drivers: drivers},
 		Images: uiImages{imgs}, Inventory: uiInventory{src: src, ctrl: ctrl, repoDir: filepath.Join(gitDir, "inventory.git")},
 		Logger: log.With("component", "ui")})
 	if err != nil {
-		return err
+		return nil, err
 	}
-	return srv.HandleOperator(ui.Prefix, h)
+	if r, ok := h.(interface{ Routes() []string }); ok {
+		uiRoutes = r.Routes()
+	}
+	return uiRoutes, srv.HandleOperator(ui.Prefix, h)
 }
+
+// uiPrefix is where the web console is mounted.
+const uiPrefix = ui.Prefix
 
 // consoleSupport answers whether a server's driver offers a serial console:
 // the check console.DriverOpener makes before opening one (bmc.Console), so

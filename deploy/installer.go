@@ -14,6 +14,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"path"
 	"regexp"
 	"strings"
 	"unicode/utf8"
@@ -47,6 +48,10 @@ type InstallerConfig struct {
 	Disk    DiskChoice
 	// JoinCommand runs once at first boot; one line. Empty means v1.JoinPlaceholder.
 	JoinCommand string
+	// JoinToken, when set, is the enrolment token JoinCommand reads from
+	// v1.JoinTokenPath: the installed system gets it in that file (0600,
+	// root), never on a command line. URL-safe base64, 16-128 characters.
+	JoinToken string
 	// CompletionURL, when set, is POSTed (curl -fsS -X POST) by the
 	// installer as its very last step, before the reboot: the controller's
 	// single-use completion callback that moves the server deploying →
@@ -106,8 +111,13 @@ func (c InstallerConfig) validate() (join string, err error) {
 	if hasCtrl || len(join) > 4096 || strings.Contains(join, "MACHINA_JOIN_EOF") || !utf8.ValidString(join) {
 		return "", fmt.Errorf("%w: join command must be one line under 4 KiB without control characters", ErrInvalidInstaller)
 	}
+	if c.JoinToken != "" && !joinTokenRe.MatchString(c.JoinToken) {
+		return "", fmt.Errorf("%w: join token is not URL-safe base64 of 16-128 characters", ErrInvalidInstaller)
+	}
 	return join, nil
 }
+
+var joinTokenRe = regexp.MustCompile(`^[A-Za-z0-9_-]{16,128}$`)
 
 func q(s string) string {
 	var b strings.Builder
@@ -154,6 +164,9 @@ func RenderAutoinstall(c InstallerConfig) ([]byte, error) {
 		b.WriteString("          - " + q(k) + "\n")
 	}
 	b.WriteString("    ssh_pwauth: false\n    disable_root: true\n")
+	if c.JoinToken != "" {
+		b.WriteString("    write_files:\n      - path: " + q(v1.JoinTokenPath) + "\n        owner: \"root:root\"\n        permissions: \"0600\"\n        content: " + q(c.JoinToken) + "\n")
+	}
 	b.WriteString("    runcmd:\n      - [sh, -c, " + q(join) + "]\n")
 	if c.Disk.MinSizeBytes > 0 {
 		// subiquity's match has no minimum size: refuse smaller disks in early-commands.
@@ -234,6 +247,10 @@ func RenderKickstart(c InstallerConfig) ([]byte, error) {
 	b.WriteString("%post --interpreter=/bin/sh --erroronfail --log=/root/machina-post.log\n")
 	b.WriteString("printf 'machina ALL=(ALL) NOPASSWD:ALL\\n' > /etc/sudoers.d/machina\nchmod 0440 /etc/sudoers.d/machina\n")
 	b.WriteString("mkdir -p /etc/ssh/sshd_config.d\nprintf 'PasswordAuthentication no\\nKbdInteractiveAuthentication no\\nPermitRootLogin no\\n' > /etc/ssh/sshd_config.d/01-machina.conf\n")
+	if c.JoinToken != "" {
+		// A heredoc, so the token is on no command line of %post either.
+		b.WriteString("(umask 077; mkdir -p " + path.Dir(v1.JoinTokenPath) + "; cat > " + v1.JoinTokenPath + " <<'MACHINA_TOKEN_EOF'\n" + c.JoinToken + "\nMACHINA_TOKEN_EOF\n)\n")
+	}
 	b.WriteString("cat > /usr/local/sbin/machina-join <<'MACHINA_JOIN_EOF'\n#!/bin/sh\n" + join + "\nMACHINA_JOIN_EOF\n")
 	b.WriteString("chmod 0700 /usr/local/sbin/machina-join\n")
 	b.WriteString("cat > /etc/systemd/system/machina-join.service <<'MACHINA_UNIT_EOF'\n[Unit]\nDescription=Machina first-boot join\nWants=network-online.target\nAfter=network-online.target\nConditionPathExists=!/var/lib/machina/joined\n\n[Service]\nType=oneshot\nExecStart=/usr/local/sbin/machina-join\nExecStartPost=/bin/sh -c 'mkdir -p /var/lib/machina && touch /var/lib/machina/joined'\n\n[Install]\nWantedBy=multi-user.target\nMACHINA_UNIT_EOF\n")

@@ -88,7 +88,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if err := h.tokens.CheckImageToken(r.Context(), token, name); err != nil {
 		if errors.Is(err, ErrTokenRejected) {
-			h.log.Warn("image request refused", "image", name, "remote", r.RemoteAddr)
+			h.log.Warn("image request refused", "image", name, "remote", r.RemoteAddr, "err", err)
 			http.Error(w, "forbidden", http.StatusForbidden)
 			return
 		}

@@ -118,7 +118,8 @@ func crossCheck(inv *Inventory, docs map[string]*doc, valid map[string]bool) []F
 	}
 
 	names, macs, bmcs := map[string]int{}, map[string]int{}, map[string]int{}
-	zones := map[string]int{}
+	zones := map[string]int{}        // servers per zone, not retired
+	retiredZones := map[string]int{} // retired servers per zone
 	for i, s := range inv.Servers {
 		base := "/servers/" + strconv.Itoa(i)
 		if j, dup := names[s.Name]; dup {
@@ -151,6 +152,8 @@ func crossCheck(inv *Inventory, docs map[string]*doc, valid map[string]bool) []F
 		}
 		if s.Want != WantRetired {
 			zones[s.Zone]++
+		} else {
+			retiredZones[s.Zone]++
 		}
 		if s.Profile != "" && haveProfiles {
 			if _, ok := profiles[s.Profile]; !ok {
@@ -198,8 +201,14 @@ func crossCheck(inv *Inventory, docs map[string]*doc, valid map[string]bool) []F
 		if _, ok := images[p.Image]; !ok && haveImages {
 			errAt(pd, base+"/image", SeverityError, fmt.Sprintf("image %q is not defined in %s", p.Image, ImagesFile))
 		}
-		if p.Zone != "" && zones[p.Zone] == 0 && haveServers {
+		// A zone whose servers are all retired is being retired: valid for
+		// a profile that keeps none deployed (count 0).
+		switch {
+		case p.Zone == "" || zones[p.Zone] > 0 || !haveServers:
+		case retiredZones[p.Zone] == 0:
 			errAt(pd, base+"/zone", SeverityError, fmt.Sprintf("zone %q has no servers in %s", p.Zone, ServersFile))
+		case p.Count > 0:
+			errAt(pd, base+"/zone", SeverityError, fmt.Sprintf("zone %q has only retired servers in %s (%d): set count to 0 to retire the zone, or bring servers back", p.Zone, ServersFile, retiredZones[p.Zone]))
 		}
 		for k, key := range p.SSHKeys {
 			if _, _, _, _, err := ssh.ParseAuthorizedKey([]byte(key)); err != nil {

@@ -75,11 +75,11 @@ func FirstBootCommand(joinURL, caFingerprint, scriptSHA256, token string) (strin
 	if !tokenRE.MatchString(token) {
 		return "", fmt.Errorf("%w: token is not URL-safe base64 of 16-128 characters", ErrFirstBoot)
 	}
-	return render(u, caFingerprint, scriptSHA256, "MACHINA_JOIN_TOKEN='"+token+"'"), nil
+	return render(u, caFingerprint, scriptSHA256, "MACHINA_JOIN_TOKEN='"+token+"'", "", ""), nil
 }
 
-func render(u, fp, sha, tokenSrc string) string {
-	return strings.NewReplacer("@URL@", u, "@FP@", fp, "@SHA@", sha, "@TOKENSRC@", tokenSrc).Replace(firstBootTemplate)
+func render(u, fp, sha, tokenSrc, tfDef, trapExtra string) string {
+	return strings.NewReplacer("@URL@", u, "@FP@", fp, "@SHA@", sha, "@TOKENSRC@", tokenSrc, "@TFDEF@", tfDef, "@TRAPX@", trapExtra).Replace(firstBootTemplate)
 }
 
 var tokenFileRE = regexp.MustCompile(`^/[A-Za-z0-9._/-]+$`)
@@ -88,7 +88,10 @@ var tokenFileRE = regexp.MustCompile(`^/[A-Za-z0-9._/-]+$`)
 // tokenFile (an absolute path, e.g. a 0600 file written by cloud-init
 // write_files) instead of carrying it, so the token never appears in a
 // command line: runcmd runs [sh, -c, CMD], whose argv any local user can
-// read while the join runs. Errors wrap ErrFirstBoot.
+// read while the join runs. The command removes tokenFile when it exits,
+// whether the join succeeded or not (the token is single-use either way).
+// This is the variant the controller's NoCloud seed and installer
+// documents use (issue 22). Errors wrap ErrFirstBoot.
 func FirstBootCommandFromFile(joinURL, caFingerprint, scriptSHA256, tokenFile string) (string, error) {
 	u, err := CheckJoinURL(joinURL)
 	if err != nil {
@@ -100,7 +103,7 @@ func FirstBootCommandFromFile(joinURL, caFingerprint, scriptSHA256, tokenFile st
 	if !tokenFileRE.MatchString(tokenFile) || strings.Contains(tokenFile, "..") {
 		return "", fmt.Errorf("%w: token file %q is not a clean absolute path", ErrFirstBoot, tokenFile)
 	}
-	return render(u, caFingerprint, scriptSHA256, `MACHINA_JOIN_TOKEN="$(cat '`+tokenFile+`')"`), nil
+	return render(u, caFingerprint, scriptSHA256, `MACHINA_JOIN_TOKEN="$(cat "$tf")"`, `tf='`+tokenFile+`'; `, ` "$tf"`), nil
 }
 
 // RunCmd returns FirstBootCommand as cloud-init runcmd entries (NoCloud
@@ -118,7 +121,7 @@ func RunCmd(joinURL, caFingerprint, scriptSHA256, token string) ([]string, error
 // firstBootTemplate is one line: the NoCloud seed runs it as runcmd
 // [sh, -c, CMD] and the autoinstall/kickstart installers embed it in a
 // script, and both accept one line under 4 KiB.
-const firstBootTemplate = `(set -eu; umask 077; u='@URL@'; d="$(mktemp -d /tmp/machina-join.XXXXXX)"; trap 'rm -rf "$d"' EXIT; ` +
+const firstBootTemplate = `(set -eu; umask 077; u='@URL@'; @TFDEF@d="$(mktemp -d /tmp/machina-join.XXXXXX)"; trap 'rm -rf "$d"@TRAPX@' EXIT; ` +
 	`curl -fsS -k --max-time 30 -o "$d/ca.pem" "$u/join/ca.pem" || { echo "machina-join: fetch CA from $u failed" >&2; exit 1; }; ` +
 	`fp="$(openssl x509 -in "$d/ca.pem" -noout -pubkey | openssl pkey -pubin -outform DER | sha256sum | cut -d' ' -f1)"; ` +
 	`if [ "$fp" != '@FP@' ]; then echo "machina-join: CA fingerprint mismatch: got $fp, want @FP@; refusing to talk to $u" >&2; exit 1; fi; ` +
@@ -131,16 +134,23 @@ var (
 	parseURLRE   = regexp.MustCompile(`u='(https://[A-Za-z0-9._:\[\]/-]+)'`)
 	parseFPRE    = regexp.MustCompile(`if \[ "\$fp" != '([0-9a-f]{64})' \]`)
 	parseTokenRE = regexp.MustCompile(`MACHINA_JOIN_TOKEN='([A-Za-z0-9_-]{16,128})'`)
+	// parseTokenFileRE matches FirstBootCommandFromFile's tf='PATH'.
+	parseTokenFileRE = regexp.MustCompile(`tf='(/[A-Za-z0-9._/-]+)'; `)
 )
 
 // ParseFirstBootCommand reads the join URL, pinned CA fingerprint and token
 // back out of a command made by FirstBootCommand, for the simulated lab's
 // first boot, which joins in-process instead of running the command with
-// sh, curl and openssl. Errors wrap ErrFirstBoot.
-func ParseFirstBootCommand(cmd string) (joinURL, caFingerprint, token string, err error) {
-	u, fp, tok := parseURLRE.FindStringSubmatch(cmd), parseFPRE.FindStringSubmatch(cmd), parseTokenRE.FindStringSubmatch(cmd)
-	if u == nil || fp == nil || tok == nil {
-		return "", "", "", fmt.Errorf("%w: not a first-boot join command", ErrFirstBoot)
+// sh, curl and openssl. For a command made by FirstBootCommandFromFile it
+// returns the token file's path as tokenFile and token "". Errors wrap
+// ErrFirstBoot.
+func ParseFirstBootCommand(cmd string) (joinURL, caFingerprint, token, tokenFile string, err error) {
+	u, fp, tok, tf := parseURLRE.FindStringSubmatch(cmd), parseFPRE.FindStringSubmatch(cmd), parseTokenRE.FindStringSubmatch(cmd), parseTokenFileRE.FindStringSubmatch(cmd)
+	if u == nil || fp == nil || (tok == nil) == (tf == nil) {
+		return "", "", "", "", fmt.Errorf("%w: not a first-boot join command", ErrFirstBoot)
 	}
-	return u[1], fp[1], tok[1], nil
+	if tf != nil {
+		return u[1], fp[1], "", tf[1], nil
+	}
+	return u[1], fp[1], tok[1], "", nil
 }

@@ -90,7 +90,7 @@ func TestFirstBootCommandArgumentValidation(t *testing.T) {
 		}
 	}
 	c, err := join.FirstBootCommandFromFile("https://10.0.0.1", fp, sha, "/run/machina/join-token")
-	if err != nil || strings.Contains(c, "\n") || !strings.Contains(c, "cat '/run/machina/join-token'") {
+	if err != nil || strings.Contains(c, "\n") || !strings.Contains(c, "tf='/run/machina/join-token'") || !strings.Contains(c, `trap 'rm -rf "$d" "$tf"' EXIT`) {
 		t.Fatalf("FirstBootCommandFromFile = %q, %v", c, err)
 	}
 }
@@ -160,10 +160,17 @@ func TestFirstBootJoinsEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if strings.Contains(script2, tok2.Token) {
+		t.Fatal("the token-file command carries the token")
+	}
 	cmd := exec.CommandContext(t.Context(), "sh", "-c", script2)
 	cmd.Env = append(os.Environ(), "MACHINA_PREFIX="+t.TempDir(), "MACHINA_NODE_HOSTNAME=e2e-file")
 	if out, err := cmd.CombinedOutput(); err != nil || !strings.Contains(string(out), "joined as e2e-file") {
 		t.Fatalf("first boot from token file: %v\n%s", err, out)
+	}
+	// The token file is removed after use (issue 22).
+	if _, err := os.Stat(tokFile); !os.IsNotExist(err) {
+		t.Fatalf("token file after the join: %v, want removed", err)
 	}
 	// The installed node's key and certificate heartbeat over mutual TLS.
 	nc, err := node.Load(filepath.Join(prefix, "var/lib/machina-node"))
@@ -231,11 +238,21 @@ func TestParseFirstBootCommandRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	u, gotFP, tok, err := join.ParseFirstBootCommand(cmd)
+	u, gotFP, tok, tf, err := join.ParseFirstBootCommand(cmd)
 	if err != nil || u != "https://10.0.0.1:8443" || gotFP != fp || tok != "tok_0123456789abcdefXYZ" {
 		t.Errorf("ParseFirstBootCommand = %q, %q, %q, %v", u, gotFP, tok, err)
 	}
-	if _, _, _, err := join.ParseFirstBootCommand("echo hello"); err == nil {
+	if tf != "" {
+		t.Errorf("ParseFirstBootCommand(inline) token file = %q, want none", tf)
+	}
+	fcmd, err := join.FirstBootCommandFromFile("https://10.0.0.1:8443", fp, join.ScriptSHA256(), "/var/lib/machina/join-token")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u, gotFP, tok, tf, err := join.ParseFirstBootCommand(fcmd); err != nil || u != "https://10.0.0.1:8443" || gotFP != fp || tok != "" || tf != "/var/lib/machina/join-token" {
+		t.Errorf("ParseFirstBootCommand(file variant) = %q, %q, %q, %q, %v", u, gotFP, tok, tf, err)
+	}
+	if _, _, _, _, err := join.ParseFirstBootCommand("echo hello"); err == nil {
 		t.Error("ParseFirstBootCommand accepted a command without join values")
 	}
 }

@@ -420,33 +420,6 @@ func TestIssueTokenValidation(t *testing.T) {
 	}
 }
 
-func TestHostStatusYAML(t *testing.T) {
-	now := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
-	h := state.Host{Name: "hv1", Site: "lab1", Rack: "r1", Tags: []string{"kvm"}, JoinedAt: now.Add(-time.Hour), LastSeen: now.Add(-10 * time.Second), JoinStatus: "joined"}
-	out, err := join.HostStatusYAML(h, []state.JoinLogEntry{{At: now.Add(-time.Hour), Level: "info", Step: "check kvm", Message: "check kvm passed"}}, now, 30*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := `joinLog:
-- at: "2026-11-29T11:00:00Z"
-  level: info
-  message: check kvm passed
-  step: check kvm
-joinStatus: joined
-joinedAt: "2026-11-29T11:00:00Z"
-lastSeen: "2026-11-29T11:59:00Z"
-name: hv1
-online: true
-rack: r1
-site: lab1
-tags:
-- kvm
-`
-	if string(out) != want {
-		t.Fatalf("HostStatusYAML =\n%s\nwant\n%s", out, want)
-	}
-}
-
 func TestDeployEnrolmentFromProfile(t *testing.T) {
 	f := startListener(t, "")
 	p := inventory.Profile{Name: "hypervisor", Min: inventory.Min{MemoryGiB: 32}, Join: inventory.Join{Site: "lab1", Tags: []string{"kvm"},

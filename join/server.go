@@ -128,18 +128,22 @@ func New(cfg Config) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger, mux: http.NewServeMux(),
 		limit: &bucket{rate: cfg.JoinRate, burst: max(1, 4*cfg.JoinRate), tokens: max(1, 4*cfg.JoinRate), last: cfg.Now()}}
-	s.mux.HandleFunc("GET /join/ca.pem", s.handleCA)
-	s.mux.HandleFunc("GET /join/install.sh", s.handleScript)
-	s.mux.HandleFunc("GET /join/machina-node", s.handleBinary)
-	s.mux.HandleFunc("POST /hosts/join", s.handleJoin)
-	s.mux.HandleFunc("POST /hosts/{name}/steps", s.node(s.handleStep))
-	s.mux.HandleFunc("POST /hosts/{name}/done", s.node(s.handleDone))
-	s.mux.HandleFunc("POST /hosts/{name}/heartbeat", s.node(s.handleHeartbeat))
+	handlers := []http.HandlerFunc{s.handleCA, s.handleScript, s.handleBinary, s.handleJoin,
+		s.node(s.handleStep), s.node(s.handleDone), s.node(s.handleHeartbeat)}
+	for i, p := range s.Routes() { // the same order
+		s.mux.HandleFunc(p, handlers[i])
+	}
 	return s, nil
 }
 
 // URL returns the listener's public base URL.
 func (s *Server) URL() string { return s.cfg.URL }
+
+// Routes returns the join listener's route patterns, for tests and docs.
+func (s *Server) Routes() []string {
+	return []string{"GET /join/ca.pem", "GET /join/install.sh", "GET /join/machina-node", "POST /hosts/join",
+		"POST /hosts/{name}/steps", "POST /hosts/{name}/done", "POST /hosts/{name}/heartbeat"}
+}
 
 // Handler returns the HTTP handler (for tests; Serve adds TLS).
 func (s *Server) Handler() http.Handler { return s.mux }

@@ -261,16 +261,17 @@ var errWipeStale = errors.New("no release wipe pending")
 
 // netboot sets a one-time PXE boot override and starts the machine: power
 // on when off, reset when on. A BMC without boot override support boots the
-// iPXE ISO from virtual media instead, when ISOURL is configured. A BMC that
-// does not honour a one-time override (bmc.OnceError) is remembered
-// (BMCFacts.OnceNotHonoured: later netboots ask for Continuous at once), a
-// persistent override is used, and BMCFacts.RestoreDisk makes the plan set
-// disk back after the boot it was for.
+// iPXE ISO for its boot mode (isoURL) from virtual media instead, when
+// that ISO's URL is configured. A BMC that does not honour a one-time
+// override (bmc.OnceError) is remembered (BMCFacts.OnceNotHonoured: later
+// netboots ask for Continuous at once), a persistent override is used, and
+// BMCFacts.RestoreDisk makes the plan set disk back after the boot it was
+// for.
 func (c *Controller) netboot(ctx context.Context, drv bmc.Driver, obs state.Server, mode bmc.BootMode, log *slog.Logger) error {
 	err := c.netbootOverride(ctx, drv, obs, bmc.BootPXE, mode, log)
-	if errors.Is(err, bmc.ErrUnsupported) && c.cfg.ISOURL != "" {
-		log.Info("no PXE boot override; booting the iPXE ISO from virtual media")
-		if err = drv.InsertMedia(ctx, c.cfg.ISOURL); err == nil {
+	if iso := c.isoURL(mode); errors.Is(err, bmc.ErrUnsupported) && iso != "" {
+		log.Info("no PXE boot override; booting the iPXE ISO from virtual media", "iso", iso)
+		if err = drv.InsertMedia(ctx, iso); err == nil {
 			err = c.netbootOverride(ctx, drv, obs, bmc.BootCD, mode, log)
 		}
 	}
@@ -410,6 +411,16 @@ func (c *Controller) power(ctx context.Context, drv bmc.Driver, obs state.Server
 		_, _ = st.SetPower(obs.Name, state.PowerOn, state.PowerSourceCommand)
 	}
 	return nil
+}
+
+// isoURL is the virtual-media iPXE ISO for a server booting in mode:
+// UEFIISOURL for UEFI, ISOURL for BIOS and for an unset mode (the BMC's
+// current mode, legacy on the BMCs that leave it unset).
+func (c *Controller) isoURL(mode bmc.BootMode) string {
+	if mode == bmc.BootModeUEFI {
+		return c.cfg.UEFIISOURL
+	}
+	return c.cfg.ISOURL
 }
 
 // journal records step as in flight and returns the server record.

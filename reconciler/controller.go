@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -64,9 +65,15 @@ type Config struct {
 	// it, a deploy started before its image is verified boots a ramdisk
 	// that gets no plan and the server sits in deploying until the deadline.
 	DeployReady func(p inventory.Profile) error
-	// ISOURL is the iPXE ISO's URL for BMCs without a PXE boot override
-	// (virtual media path); "" disables that fallback.
+	// ISOURL is the BIOS iPXE ISO's URL (machina-ipxe-bios.iso) for BMCs
+	// without a PXE boot override (virtual media path), used for servers
+	// whose bootMode is bios (or unset); "" disables that fallback for them.
 	ISOURL string
+	// UEFIISOURL is the UEFI iPXE ISO's URL (machina-ipxe-uefi.iso: an El
+	// Torito EFI image), used instead of ISOURL for servers whose bootMode
+	// is uefi; "" disables the virtual-media fallback for them (a BIOS ISO
+	// does not boot on UEFI-only firmware).
+	UEFIISOURL string
 	// OnPass, when set, is called after every planning pass with the plan
 	// (for status write-back and metrics). It must not block for long.
 	OnPass func(Result)
@@ -244,6 +251,34 @@ func (c *Controller) Pass(ctx context.Context) Result {
 		}
 	}
 	res := Plan(desired, snap, opts)
+	// A deploy that cannot start yet (its image is not verified: still
+	// importing, or the import failed) says why, in the step and as an
+	// ImageNotReady condition on its server, so status and Attention name
+	// the server instead of it sitting in allocated silently (issue 22).
+	waits := map[string]error{}
+	if c.cfg.DeployReady != nil && desired != nil {
+		for i, s := range res.Steps {
+			if s.Action != ActDeploy {
+				continue
+			}
+			if p := desired.Profile(s.Profile); p != nil {
+				if err := c.cfg.DeployReady(*p); err != nil {
+					waits[s.Server] = err
+					res.Steps[i].Waits = err.Error()
+					res.Conditions = append(res.Conditions, PlanCondition{Subject: "server/" + s.Server, Type: CondImageNotReady, Reason: CondImageNotReady,
+						Message: fmt.Sprintf("deploy of profile %s waits: %v", p.Name, err)})
+				}
+			}
+		}
+	}
+	if len(waits) > 0 {
+		sort.SliceStable(res.Conditions, func(i, j int) bool {
+			if res.Conditions[i].Subject != res.Conditions[j].Subject {
+				return res.Conditions[i].Subject < res.Conditions[j].Subject
+			}
+			return res.Conditions[i].Type < res.Conditions[j].Type
+		})
+	}
 	c.mu.Lock()
 	c.last = res
 	c.mu.Unlock()
@@ -283,7 +318,11 @@ func (c *Controller) Pass(ctx context.Context) Result {
 		}
 		if step.Action == ActDeploy && c.cfg.DeployReady != nil && desired != nil {
 			if p := desired.Profile(step.Profile); p != nil {
-				if err := c.cfg.DeployReady(*p); err != nil {
+				err := waits[name]
+				if err == nil {
+					err = c.cfg.DeployReady(*p)
+				}
+				if err != nil {
 					c.log.Debug("deploy waits", "machine", name, "profile", p.Name, "reason", err)
 					continue
 				}

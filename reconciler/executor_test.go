@@ -277,8 +277,24 @@ func TestDeployWaitsForImage(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.SetDesired(inv)
-	if res := c.Pass(context.Background()); len(res.Steps) != 1 || res.Steps[0].Action != ActDeploy {
+	res := c.Pass(context.Background())
+	if len(res.Steps) != 1 || res.Steps[0].Action != ActDeploy {
 		t.Fatalf("plan %v, want a deploy", res.Steps)
+	}
+	// The plan says why the deploy waits, and the server carries an
+	// ImageNotReady condition with the reason (issue 22: it sat in
+	// allocated with nothing in status or Attention).
+	if res.Steps[0].Waits != ready.Error() {
+		t.Errorf("deploy step waits %q, want %q", res.Steps[0].Waits, ready)
+	}
+	var cond *PlanCondition
+	for _, pc := range c.LastPlan().Conditions {
+		if pc.Subject == "server/s1" && pc.Type == CondImageNotReady {
+			cond = &pc
+		}
+	}
+	if cond == nil || !strings.Contains(cond.Message, ready.Error()) {
+		t.Errorf("LastPlan conditions %+v, want an ImageNotReady condition on server/s1 with %q", c.LastPlan().Conditions, ready)
 	}
 	c.wg.Wait()
 	if srv, _ := st.Server("s1"); srv.Lifecycle != state.LifecycleAllocated || srv.InFlight != nil || len(drv.actions()) != 0 {
@@ -287,8 +303,13 @@ func TestDeployWaitsForImage(t *testing.T) {
 	mu.Lock()
 	ready = nil
 	mu.Unlock()
-	c.Pass(context.Background())
+	res = c.Pass(context.Background())
 	c.wg.Wait()
+	for _, pc := range res.Conditions {
+		if pc.Type == CondImageNotReady {
+			t.Errorf("ImageNotReady condition %+v after the image became ready", pc)
+		}
+	}
 	if srv, _ := st.Server("s1"); srv.Lifecycle != state.LifecycleDeploying || len(drv.actions()) != 1 {
 		t.Errorf("after the image is ready: %s, power %v; want deploying after one power on", srv.Lifecycle, drv.actions())
 	}

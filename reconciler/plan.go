@@ -80,6 +80,11 @@ type Step struct {
 	From string `json:"from,omitempty"`
 	// Why is a short human reason, shown in plans and events.
 	Why string `json:"why"`
+	// Waits, set by the controller on a deploy that cannot start yet
+	// (Config.DeployReady refused it, e.g. its image failed to import),
+	// says why; the step is planned again every pass. "" for a step that
+	// can run.
+	Waits string `json:"waits,omitempty"`
 }
 
 func (s Step) String() string {
@@ -87,7 +92,59 @@ func (s Step) String() string {
 	if s.Profile != "" {
 		out += " " + s.Profile
 	}
-	return out + ": " + s.Why
+	out += ": " + s.Why
+	if s.Waits != "" {
+		out += " (waits: " + s.Waits + ")"
+	}
+	return out
+}
+
+// CondImageNotReady is the PlanCondition type (and reason) of a server
+// whose deploy waits because its profile's image is not verified: still
+// importing, or its import failed (the message carries the import error).
+const CondImageNotReady = "ImageNotReady"
+
+// CondImageChanged is the PlanCondition type of an allocated server whose
+// profile now names another image than its allocation: reason
+// ReasonReplanBeforeWrite while the write has not started (the deploy
+// writes the new image), ReasonAppliesOnRedeploy once it has (the server
+// keeps the old image until it is redeployed).
+const (
+	CondImageChanged        = "ImageChanged"
+	ReasonReplanBeforeWrite = "ReplanBeforeWrite"
+	ReasonAppliesOnRedeploy = "AppliesOnRedeploy"
+)
+
+// imageChanged returns a CondImageChanged condition for each allocated,
+// deploying or deployed server whose profile's image differs from the one
+// recorded on its allocation (image deploys only; an installer deploy
+// boots the ISO named at allocation).
+func imageChanged(want *inventory.Inventory, have state.Snapshot) []PlanCondition {
+	var out []PlanCondition
+	for _, name := range sortedKeys(have.Servers) {
+		s := have.Servers[name]
+		a := s.Allocation
+		if a == nil || a.Image == "" || (a.Deploy != "" && a.Deploy != string(inventory.DeployImage)) {
+			continue
+		}
+		p := want.Profile(a.Profile)
+		if p == nil || p.Image == a.Image || p.Deploy != inventory.DeployImage {
+			continue
+		}
+		c := PlanCondition{Subject: "server/" + name, Type: CondImageChanged}
+		switch {
+		case s.Lifecycle == state.LifecycleAllocated || (s.Lifecycle == state.LifecycleDeploying && a.PlanServedAt.IsZero()):
+			c.Reason = ReasonReplanBeforeWrite
+			c.Message = fmt.Sprintf("profile %s now deploys image %s (allocated with %s); the write has not started, so this deploy writes %s", p.Name, p.Image, a.Image, p.Image)
+		case s.Lifecycle == state.LifecycleDeploying || s.Lifecycle == state.LifecycleDeployed:
+			c.Reason = ReasonAppliesOnRedeploy
+			c.Message = fmt.Sprintf("server has image %s (write started %s); profile %s now says %s: it applies on the next redeploy", a.Image, a.PlanServedAt.UTC().Format(time.RFC3339), p.Name, p.Image)
+		default:
+			continue
+		}
+		out = append(out, c)
+	}
+	return out
 }
 
 // PlanCondition is a fact about a server or profile that status shows and that
@@ -304,6 +361,7 @@ func Plan(want *inventory.Inventory, have state.Snapshot, opts PlanOptions) Resu
 		res.Steps = dropServers(res.Steps, conflicted)
 		disruptive = dropServers(disruptive, conflicted)
 	}
+	res.Conditions = append(res.Conditions, imageChanged(want, have)...)
 
 	// Safety brake over the disruptive steps of this revision.
 	if why := brake(disruptive, res.Steps, want, have, opts); why != "" && !opts.Approved {

@@ -30,7 +30,7 @@ TEST_PKGS="$DEMO_PKGS
   xorriso mtools syslinux-common isolinux syslinux-efi grub-efi-amd64-bin grub-pc-bin
   e2fsprogs dosfstools cpio kmod socat gdisk fdisk lvm2
   chromium chromium-driver
-  curl openssl
+  curl openssl openssh-client
   debootstrap syslinux
   tshark nginx-light etcd-server etcd-client"
 

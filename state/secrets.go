@@ -270,6 +270,7 @@ func (s *Store) PutSecret(name string, c Credential, actor string) (SecretInfo, 
 	if _, err := s.UnstallByCredential(name, actor); err != nil {
 		return SecretInfo{}, fmt.Errorf("state: put secret %s: %w", name, err)
 	}
+	s.secretsChanged()
 	return SecretInfo{Name: name, Sealed: rec.Sealed, UpdatedAt: rec.UpdatedAt, UpdatedBy: actor}, nil
 }
 

@@ -178,6 +178,13 @@ type Allocation struct {
 	// (the ramdisk writes Image), "autoinstall" or "kickstart" (the
 	// distribution installer booted from Image, an installer ISO).
 	Deploy string `json:"deploy,omitempty"`
+	// PlanServedAt is when the ramdisk was served its deploy plan, i.e.
+	// when the image write starts; zero until then. Before it, a change of
+	// the profile's image re-plans the deploy with the new image (Image is
+	// rewritten when the plan is served); from it on, Image is fixed for
+	// this deploy and a changed profile image applies on the next
+	// redeploy.
+	PlanServedAt time.Time `json:"planServedAt,omitzero"`
 }
 
 // InFlight is one started action of the reconciler's executor.
@@ -692,7 +699,9 @@ func (s *Store) ObserveBMC(name string, readAt time.Time, p Power, health string
 // BMCReadFailed records that the BMC sweep could not read name's BMC, and
 // why (msg, already redacted by the caller: no credential in it). The
 // record is written, with an EventBMCRead event, only when msg differs from
-// the BMCError it holds; ObserveBMC clears it. ErrNotFound when name does
+// the BMCError it holds; ObserveBMC clears it. A retired server gets no
+// BMCError (it is not operated any more; "BMC unreadable" there is
+// noise), and one it still holds is cleared. ErrNotFound when name does
 // not exist.
 func (s *Store) BMCReadFailed(name, msg string) (bool, error) {
 	changed := false
@@ -702,8 +711,18 @@ func (s *Store) BMCReadFailed(name, msg string) (bool, error) {
 		if err := getJSON(b, name, &srv); err != nil {
 			return err
 		}
+		if srv.Lifecycle == LifecycleRetired {
+			msg = ""
+		}
 		if srv.BMCError == msg {
 			return nil
+		}
+		if msg == "" {
+			changed = true
+			srv.BMCError = ""
+			srv.Revision++
+			srv.UpdatedAt = s.nowUTC()
+			return putJSON(b, name, &srv)
 		}
 		changed = true
 		srv.BMCError = msg
@@ -718,6 +737,19 @@ func (s *Store) BMCReadFailed(name, msg string) (bool, error) {
 		return false, fmt.Errorf("state: bmc read failed %s: %w", name, err)
 	}
 	return changed, nil
+}
+
+// ServersWithBMCError returns, in name order, the servers not retired
+// whose last BMC sweep read failed (BMCError set) and that are not
+// stalled: the ones the sweep reads first after a secret changed.
+func (s *Store) ServersWithBMCError() ([]string, error) {
+	out, err := s.serverNames(func(srv *Server) bool {
+		return srv.BMC.Driver != "" && srv.Stalled == "" && srv.BMCError != "" && srv.Lifecycle != LifecycleRetired
+	})
+	if err != nil {
+		return nil, fmt.Errorf("state: servers with bmc error: %w", err)
+	}
+	return out, nil
 }
 
 // ServersWithBMC returns, in name order, the servers that have a BMC

@@ -113,6 +113,8 @@ type Store struct {
 
 	mu      sync.Mutex
 	waiters map[chan struct{}]struct{}
+	// secretCh is closed by the next PutSecret (SecretsChanged).
+	secretCh chan struct{}
 
 	servers serverCache
 	hosts   hostCache
@@ -266,6 +268,29 @@ func (s *Store) Notify() (<-chan struct{}, func()) {
 		s.mu.Lock()
 		delete(s.waiters, ch)
 		s.mu.Unlock()
+	}
+}
+
+// SecretsChanged returns a channel that is closed when a secret is next
+// stored (PutSecret); call it again for the change after that. The BMC
+// sweep uses it to read, at once, the servers whose BMC it could not
+// read, so a fixed credential clears "BMC unreadable" without waiting for
+// the next sweep.
+func (s *Store) SecretsChanged() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.secretCh == nil {
+		s.secretCh = make(chan struct{})
+	}
+	return s.secretCh
+}
+
+func (s *Store) secretsChanged() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.secretCh != nil {
+		close(s.secretCh)
+		s.secretCh = nil
 	}
 }
 

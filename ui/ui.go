@@ -191,6 +191,7 @@ type UI struct {
 	log      *slog.Logger
 	store    *state.Store
 	mux      *http.ServeMux
+	patterns []string // registered route patterns (Routes)
 	tmpl     map[string]*template.Template
 	static   http.Handler
 	sessions *sessions
@@ -239,26 +240,36 @@ func newUI(cfg Config) (*UI, error) {
 	return u, nil
 }
 
+// handle registers one route on the UI's mux and records its pattern.
+func (u *UI) handle(pattern string, h http.HandlerFunc) {
+	u.mux.HandleFunc(pattern, h)
+	u.patterns = append(u.patterns, pattern)
+}
+
+// Routes returns every UI route pattern (all under Prefix), for tests
+// and docs.
+func (u *UI) Routes() []string { return append([]string(nil), u.patterns...) }
+
 // routes registers every UI route. Pages and reads are GET; every change
 // is a POST checked for the session's CSRF token and a same-origin Origin.
 func (u *UI) routes() {
 	m := u.mux
-	m.HandleFunc("GET /ui/{$}", u.page(u.handleFleet))
-	m.HandleFunc("GET /ui/login", u.handleLoginForm)
-	m.HandleFunc("POST /ui/login", u.handleLogin)
-	m.HandleFunc("POST /ui/logout", u.change(u.handleLogout))
-	m.HandleFunc("GET /ui/servers/{name}", u.page(u.handleServer))
-	m.HandleFunc("GET /ui/servers/{name}/console", u.page(u.handleConsolePage))
-	m.HandleFunc("GET /ui/servers/{name}/console/ws", u.authed(u.handleConsoleWS))
-	m.HandleFunc("GET /ui/images", u.page(u.handleImages))
-	m.HandleFunc("GET /ui/hosts", u.page(u.handleHosts))
-	m.HandleFunc("GET /ui/inventory", u.page(u.handleInventory))
-	m.HandleFunc("GET /ui/inventory/approve", u.page(u.handleApproveConfirm))
-	m.HandleFunc("POST /ui/inventory/approve", u.change(u.handleApprove))
-	m.HandleFunc("GET /ui/data/history", u.authed(u.handleHistory))
-	m.HandleFunc("GET /ui/data/images", u.authed(u.handleImagesData))
-	m.HandleFunc("GET /ui/api/v1/", u.authed(u.handleAPIProxy))
-	m.HandleFunc("POST /ui/csp-report", u.handleCSPReport)
+	u.handle("GET /ui/{$}", u.page(u.handleFleet))
+	u.handle("GET /ui/login", u.handleLoginForm)
+	u.handle("POST /ui/login", u.handleLogin)
+	u.handle("POST /ui/logout", u.change(u.handleLogout))
+	u.handle("GET /ui/servers/{name}", u.page(u.handleServer))
+	u.handle("GET /ui/servers/{name}/console", u.page(u.handleConsolePage))
+	u.handle("GET /ui/servers/{name}/console/ws", u.authed(u.handleConsoleWS))
+	u.handle("GET /ui/images", u.page(u.handleImages))
+	u.handle("GET /ui/hosts", u.page(u.handleHosts))
+	u.handle("GET /ui/inventory", u.page(u.handleInventory))
+	u.handle("GET /ui/inventory/approve", u.page(u.handleApproveConfirm))
+	u.handle("POST /ui/inventory/approve", u.change(u.handleApprove))
+	u.handle("GET /ui/data/history", u.authed(u.handleHistory))
+	u.handle("GET /ui/data/images", u.authed(u.handleImagesData))
+	u.handle("GET /ui/api/v1/", u.authed(u.handleAPIProxy))
+	u.handle("POST /ui/csp-report", u.handleCSPReport)
 	m.Handle("GET /ui/static/", u.staticHandler())
 }
 

@@ -272,6 +272,12 @@ type Seed struct {
 	// JoinCommand is the first-boot join command run by runcmd; one line.
 	// Empty means [JoinPlaceholder].
 	JoinCommand string `json:"joinCommand,omitempty"`
+	// JoinToken, when set, is the enrolment token JoinCommand reads from
+	// JoinTokenPath: the seed writes it there (cloud-init write_files,
+	// mode 0600, root) and the command removes the file when it exits, so
+	// the token is never on a command line (/proc/PID/cmdline) or in
+	// cloud-init's logs. URL-safe base64, 16-128 characters.
+	JoinToken string `json:"joinToken,omitempty"`
 }
 
 // JoinPlaceholder is the first-boot command written into a NoCloud seed
@@ -281,6 +287,12 @@ type Seed struct {
 // agent (the seed) all need it, and api/v1 is the one package all three may
 // import (docs/architecture.md).
 const JoinPlaceholder = "echo 'machina: join command placeholder, replaced by the join issue' >> /var/log/machina-join.log"
+
+// JoinTokenPath is where a deployed host's first boot finds its enrolment
+// token (Seed.JoinToken; the installer documents write the same file): on
+// the root filesystem, because a kickstart's %post writes it before the
+// reboot; mode 0600, removed by the join command after use.
+const JoinTokenPath = "/var/lib/machina/join-token"
 
 // WipePlan is the release wipe plan answered by PathAgentWipe: which disks
 // to wipe and the token for the outcome.

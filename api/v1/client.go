@@ -135,6 +135,14 @@ func (c *Client) Approve(ctx context.Context, revision string) (ApproveResponse,
 	return out, err
 }
 
+// Images calls GET /api/v1/images: the controller's images (the acting
+// inventory's and its store's) with their import state.
+func (c *Client) Images(ctx context.Context) (ImageList, error) {
+	var out ImageList
+	err := c.do(ctx, http.MethodGet, "/api/v1/images", nil, nil, &out)
+	return out, err
+}
+
 // Reconcile calls POST /api/v1/reconcile: poll Git and plan now.
 func (c *Client) Reconcile(ctx context.Context) error {
 	return c.do(ctx, http.MethodPost, "/api/v1/reconcile", nil, nil, nil)

@@ -240,6 +240,7 @@ type ApproveResponse struct {
 const (
 	CodeInsufficientCapacity = "insufficient_capacity" // 409 from POST /api/v1/provision
 	CodeInvalidRevision      = "invalid_revision"      // 400 from POST /api/v1/approve
+	CodeNotHeld              = "not_held"              // 409 from POST /api/v1/approve: the revision matches no held plan
 )
 
 // Health is GET /healthz.
@@ -318,4 +319,34 @@ func (l ApprovalList) Approves(digest string) bool {
 		}
 	}
 	return false
+}
+
+// Image is one image as the controller sees it (GET /api/v1/images): an
+// entry of the acting inventory's images.yaml, a record of its image
+// store, or both.
+type Image struct {
+	Name string `json:"name"`
+	// InInventory says images.yaml of the acting revision names it.
+	InInventory bool `json:"inInventory"`
+	// State is the store's or the running import's state: pending,
+	// downloading, converting, verified or failed; "" when the store has
+	// no record yet.
+	State string `json:"state,omitempty"`
+	// Percent is 0-100 while downloading or converting, -1 when unknown.
+	Percent float64 `json:"percent,omitempty"`
+	// SizeBytes is the raw image's size once verified.
+	SizeBytes int64 `json:"sizeBytes,omitempty"`
+	// Digest is the verified raw image's digest ("sha256:HEX").
+	Digest string `json:"digest,omitempty"`
+	// Reason says why State is failed.
+	Reason string `json:"reason,omitempty"`
+	// ImportError is the last import attempt's error while the controller
+	// retries it (with the attempt number and the next try's time), "" when
+	// the last attempt succeeded or none failed.
+	ImportError string `json:"importError,omitempty"`
+}
+
+// ImageList is GET /api/v1/images, sorted by name.
+type ImageList struct {
+	Items []Image `json:"items"`
 }

@@ -42,7 +42,9 @@ const (
 // System (a chassis shared by several) is left out and named in
 // Info.Untied. A section the BMC does not report is named in Missing;
 // only failing to read the System itself is an error. A health other than
-// OK is sent to Config.OnEvent.
+// OK is logged at Warn; recording it is the caller's job (the controller's
+// BMC sweep stores it with Store.ObserveBMC, which writes an EventHealth
+// event on every change).
 func (d *Driver) Info(ctx context.Context) (_ *bmc.Info, err error) {
 	defer func() { err = bmc.WithBMC(d.cfg.Endpoint, err) }()
 	d.conn.beginOp()
@@ -73,9 +75,6 @@ func (d *Driver) Info(ctx context.Context) (_ *bmc.Info, err error) {
 		miss(SectionHealth)
 	} else if in.Health != "OK" {
 		d.cfg.Logger.Warn("redfish health not OK", "health", in.Health)
-		if d.cfg.OnEvent != nil {
-			d.cfg.OnEvent(Event{Reason: "HealthNotOK", Message: "system health rollup is " + in.Health})
-		}
 	}
 	in.NICMACs = d.nics(ctx, sys)
 	if len(in.NICMACs) == 0 {
@@ -405,8 +404,8 @@ func parseTime(s string) time.Time {
 
 // Health implements bmc.HealthReader with one GET of the ComputerSystem:
 // its PowerState and Status.HealthRollup (else Status.Health; "" when
-// neither is reported). A health other than OK is sent to Config.OnEvent,
-// as Info does.
+// neither is reported). The caller records it (the controller's BMC
+// sweep: Store.ObserveBMC, an EventHealth event on a change).
 func (d *Driver) Health(ctx context.Context) (_ bmc.PowerState, _ string, err error) {
 	defer func() { err = bmc.WithBMC(d.cfg.Endpoint, err) }()
 	d.conn.beginOp()
@@ -418,9 +417,6 @@ func (d *Driver) Health(ctx context.Context) (_ bmc.PowerState, _ string, err er
 	h := strv(st, "HealthRollup")
 	if h == "" {
 		h = strv(st, "Health")
-	}
-	if h != "" && h != "OK" && d.cfg.OnEvent != nil {
-		d.cfg.OnEvent(Event{Reason: "HealthNotOK", Message: "system health rollup is " + h})
 	}
 	return powerOf(sys), h, nil
 }

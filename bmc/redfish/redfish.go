@@ -39,14 +39,6 @@ var (
 	ErrTLS = errors.New("redfish: TLS certificate not trusted")
 )
 
-// Event is something the read model noticed that an operator should see,
-// such as a health rollup other than OK.
-type Event struct {
-	// Reason is CamelCase, e.g. "HealthNotOK".
-	Reason  string
-	Message string
-}
-
 // Config configures one BMC. Only Endpoint is required.
 type Config struct {
 	// Endpoint is the BMC's base URL, "https://10.0.0.5" or
@@ -96,8 +88,6 @@ type Config struct {
 	LogEntries int
 	// FirmwareLimit caps the firmware inventory entries read; zero means 128.
 	FirmwareLimit int
-	// OnEvent receives events from Info (e.g. health not OK); nil drops them.
-	OnEvent func(Event)
 	// Logger gets Info lines for hardware actions and Debug for decisions;
 	// nil discards.
 	Logger *slog.Logger

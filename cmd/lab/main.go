@@ -1,8 +1,8 @@
 // Command lab runs the VM lab (lab/vm): a network namespace with the real
-// controller, three qemu VMs (TCG) behind bmcsim Redfish and ipmi_sim BMCs,
+// controller, four qemu VMs (TCG) behind bmcsim Redfish and ipmi_sim BMCs,
 // and the whole flow asserted step by step, printing each step's time.
 // Needs root, qemu, ipmi_sim and `make build ramdisk` first (make lab does
-// both). Usage: lab [-stage commission|deploy|release] [-dir DIR] [-keep].
+// both). Usage: lab [-stage commission|deploy|release] [-dir DIR] [-keep] [-time-scale F].
 // Run it from the repository root (or pass -root).
 package main
 
@@ -38,6 +38,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	keep := fs.Bool("keep", false, "keep the lab folder after a passing run")
 	root := fs.String("root", ".", "repository root (bin/ and out/ramdisk/)")
 	timeout := fs.Duration("timeout", 15*time.Minute, "give up after this long")
+	timeScale := fs.Float64("time-scale", 1, "multiply every step's deadline (a machine loaded by other work runs TCG slower)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -48,7 +49,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
 	start := time.Now()
-	steps, err := vm.Run(ctx, vm.Config{Root: *root, Dir: *dir, Keep: *keep, Stage: st,
+	steps, err := vm.Run(ctx, vm.Config{Root: *root, Dir: *dir, Keep: *keep, Stage: st, TimeScale: *timeScale,
 		Logger: slog.New(slog.NewTextHandler(stderr, nil))})
 	fmt.Fprintln(stdout, "VM lab steps:")
 	for _, s := range steps {

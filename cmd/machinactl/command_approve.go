@@ -1,10 +1,13 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"regexp"
 
 	"github.com/spf13/cobra"
+
+	v1 "github.com/machina-metal/machina/api/v1"
 )
 
 // revisionPattern is what POST /api/v1/approve accepts: 12 to 64
@@ -15,7 +18,8 @@ var revisionPattern = regexp.MustCompile(`^[0-9a-f]{12,64}$`)
 // newApproveCmd is `machinactl approve REV`: approve the plan the safety
 // brake holds for inventory revision REV (its digest's hex prefix) through
 // POST /api/v1/approve. The controller records the approval under the
-// token's name as an event. Exit 0 approved, 2 an error.
+// token's name as an event. Exit 0 approved, 1 REV matches no held plan
+// (nothing recorded; the message names the held revision), 2 an error.
 func newApproveCmd(e *env) *cobra.Command {
 	var apiURL string
 	cmd := &cobra.Command{
@@ -30,12 +34,13 @@ status/inventory.yaml.
 
 The controller records the approval as an approval event under the admin
 token's name, then runs the held steps. It applies to that revision only:
-a later commit that is held again needs its own approval. The approval is
-recorded whether or not the controller holds a plan of REV yet; the output
-says which: "N held steps run now", or that the controller acts on another
-revision and nothing held is released yet.
+a later commit that is held again needs its own approval. REV must match
+the revision whose plan the controller holds now: an approval of any
+other digest (mistyped, an older revision, nothing held) is refused and
+not recorded, and the message names the held revision, if any.
 
-Exit code: 0 approved, 2 an error (REV not hex, API refused).`,
+Exit code: 0 approved, 1 REV matches no held plan, 2 an error (REV not
+hex, a commit id, API unreachable).`,
 		Example: "  MACHINA_TOKEN=... machinactl approve 3f2a9c01d4e5",
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -51,6 +56,10 @@ Exit code: 0 approved, 2 an error (REV not hex, API refused).`,
 				return &exitError{code: 2, err: fmt.Errorf("approve: %w", err)}
 			}
 			out, err := c.Approve(cmd.Context(), rev)
+			var ae *v1.APIError
+			if errors.As(err, &ae) && ae.Body.Code == v1.CodeNotHeld {
+				return &exitError{code: 1, err: fmt.Errorf("approve %s: %s", rev, ae.Body.Message)}
+			}
 			if err != nil {
 				return &exitError{code: 2, err: fmt.Errorf("approve %s: %w", rev, err)}
 			}

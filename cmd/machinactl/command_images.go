@@ -16,9 +16,10 @@ import (
 )
 
 // newImagesCommand builds `machinactl images` with its import, list and
-// catalog verbs. For now they work directly on a local store directory
-// (--store, env MACHINA_IMAGE_STORE, default ./machina-images); once the
-// controller API exposes images they will go through api/v1.
+// catalog verbs. list asks the controller (GET /api/v1/images); import,
+// and list --local, work on a local store directory (--store, env
+// MACHINA_IMAGE_STORE, default ./machina-images), e.g. to prepare a store
+// for a controller without internet access.
 func newImagesCommand(e *env) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "images",
@@ -27,6 +28,7 @@ func newImagesCommand(e *env) *cobra.Command {
 	var store string
 	cmd.PersistentFlags().StringVar(&store, "store", envOr("MACHINA_IMAGE_STORE", "./machina-images"), "image store directory (env MACHINA_IMAGE_STORE)")
 	cmd.AddCommand(newImagesImportCommand(e, &store), newImagesListCommand(e, &store), newImagesCatalogCommand(e))
+	cmd.PersistentFlags().Lookup("store").Usage = "local image store directory for import and list --local (env MACHINA_IMAGE_STORE)"
 	return cmd
 }
 
@@ -117,11 +119,28 @@ unsupported format), 2 usage or I/O error.`,
 }
 
 func newImagesListCommand(e *env, store *string) *cobra.Command {
-	return &cobra.Command{
+	var (
+		apiURL string
+		local  bool
+	)
+	cmd := &cobra.Command{
 		Use:   "list",
-		Short: "List images in the store with their state",
-		Args:  cobra.NoArgs,
+		Short: "List the controller's images with their import state",
+		Long: `List the images the controller knows (GET /api/v1/images): every image
+the acting inventory's images.yaml names and every image in the controller's
+store, with its state (pending, downloading, converting, verified, failed),
+size, raw digest, and the last import error while the controller retries it.
+The first line says which controller.
+
+--local lists a local image store directory (--store) instead, as
+"machinactl images import" fills it; that is not the controller's store.
+
+Exit code: 0 listed, 2 the API or the store could not be read.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if !local {
+				return listControllerImages(cmd, e, apiURL)
+			}
 			st, err := images.OpenStore(*store)
 			if err != nil {
 				return err
@@ -130,6 +149,7 @@ func newImagesListCommand(e *env, store *string) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			fmt.Fprintf(e.stdout, "Images in the local store %s (not the controller's; without --local: the controller's):\n", *store)
 			tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "NAME\tSTATE\tSIZE\tRAW\tREASON")
 			for _, r := range recs {
@@ -142,6 +162,58 @@ func newImagesListCommand(e *env, store *string) *cobra.Command {
 			return tw.Flush()
 		},
 	}
+	cmd.Flags().StringVar(&apiURL, "api", envOr(envAPI, defaultAPI), "admin API base URL (env "+envAPI+"); the token comes from "+envToken)
+	cmd.Flags().BoolVar(&local, "local", false, "list the local store directory (--store) instead of the controller's images")
+	return cmd
+}
+
+// listControllerImages prints GET /api/v1/images as a table.
+func listControllerImages(cmd *cobra.Command, e *env, apiURL string) error {
+	c, err := e.apiClient(apiURL)
+	if err != nil {
+		return &exitError{code: 2, err: fmt.Errorf("images list: %w", err)}
+	}
+	list, err := c.Images(cmd.Context())
+	if err != nil {
+		return &exitError{code: 2, err: fmt.Errorf("images list: %w", err)}
+	}
+	fmt.Fprintf(e.stdout, "Images of the controller at %s (acting inventory and the controller's store):\n", apiURL)
+	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tINVENTORY\tSTATE\tSIZE\tRAW\tREASON")
+	for _, im := range list.Items {
+		inv := "no"
+		if im.InInventory {
+			inv = "yes"
+		}
+		state := im.State
+		if state == "" {
+			state = "-"
+		}
+		if (im.State == "downloading" || im.State == "converting") && im.Percent >= 0 {
+			state = fmt.Sprintf("%s %.0f%%", im.State, im.Percent)
+		}
+		size := "-"
+		if im.SizeBytes > 0 {
+			size = humanBytes(float64(im.SizeBytes))
+		}
+		raw := im.Digest
+		if len(raw) > 19 {
+			raw = raw[:19]
+		}
+		reason := im.Reason
+		if im.ImportError != "" {
+			reason = im.ImportError
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", im.Name, inv, state, size, orDash(raw), oneLine(reason, 120))
+	}
+	return tw.Flush()
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
 }
 
 func newImagesCatalogCommand(e *env) *cobra.Command {

@@ -133,7 +133,7 @@ func TestImagesImportFromLocalMirror(t *testing.T) {
 	}
 
 	stdout.Reset()
-	if code := run(t.Context(), []string{"images", "list", "--store", store}, nil, &stdout, &stderr); code != 0 || !strings.Contains(stdout.String(), "ubuntu-24.04  verified  3.0 MiB") {
+	if code := run(t.Context(), []string{"images", "list", "--local", "--store", store}, nil, &stdout, &stderr); code != 0 || !strings.Contains(stdout.String(), "ubuntu-24.04  verified  3.0 MiB") {
 		t.Errorf("images list = %d, %q", code, stdout.String())
 	}
 

@@ -157,24 +157,51 @@ func writeStatus(w io.Writer, apiURL string, counts map[string]int, sealing bool
 		fmt.Fprintf(w, "            %s %s: %s\n", c.Subject, c.Type, oneLine(c.Message, 120))
 	}
 
-	// Servers that need a human.
+	// Servers that need a human, or that are not moving and why: failed,
+	// stalled, an unreadable BMC (not for retired servers, which the sweep
+	// does not read), or a plan condition naming the server (a deploy
+	// waiting for its image, a server that cannot be commissioned, ...).
+	conds := map[string]reconciler.PlanCondition{}
+	names := sortedNames(snap.Servers)
+	for _, c := range plan.Conditions {
+		name, ok := strings.CutPrefix(c.Subject, "server/")
+		// Not listed: a wipe or a deploy with a changed image (moving), a
+		// never-commissioned server that is to be retired (at rest).
+		if !ok || c.Type == "WipePending" || c.Type == reconciler.CondImageChanged || c.Reason == "NeverCommissioned" {
+			continue
+		}
+		if _, dup := conds[name]; dup {
+			continue
+		}
+		conds[name] = c
+		if _, known := snap.Servers[name]; !known {
+			names = append(names, name)
+		}
+	}
+	sort.Strings(names)
 	var attn []string
-	for _, name := range sortedNames(snap.Servers) {
-		s := snap.Servers[name]
+	for _, name := range names {
+		s, known := snap.Servers[name]
+		c, hasCond := conds[name]
 		what := ""
 		switch {
-		case s.Lifecycle == state.LifecycleFailed:
+		case known && s.Lifecycle == state.LifecycleFailed:
 			what = "failed"
-		case s.Stalled != "":
+		case known && s.Stalled != "":
 			what = "stalled (" + string(s.Lifecycle) + ")"
-		case s.BMCError != "":
+		case known && s.BMCError != "" && s.Lifecycle != state.LifecycleRetired:
 			what = "BMC unreadable"
+		case hasCond:
+			what = c.Type
 		default:
 			continue
 		}
 		msg := s.LastError
-		if what == "BMC unreadable" {
+		switch what {
+		case "BMC unreadable":
 			msg = s.BMCError
+		case c.Type:
+			msg = c.Message
 		}
 		if msg == "" {
 			msg = "no error recorded"
@@ -182,7 +209,7 @@ func writeStatus(w io.Writer, apiURL string, counts map[string]int, sealing bool
 		attn = append(attn, fmt.Sprintf("  %-16s %-22s %s", name, what, oneLine(msg, 100)))
 	}
 	if len(attn) == 0 {
-		fmt.Fprintln(w, "Attention:  no failed or stalled servers, no unreadable BMCs")
+		fmt.Fprintln(w, "Attention:  no failed, stalled or waiting servers, no unreadable BMCs")
 		return
 	}
 	fmt.Fprintf(w, "Attention:  %s\n", plural(len(attn), "server"))

@@ -61,6 +61,42 @@ func TestWriteStatusCases(t *testing.T) {
 	}
 }
 
+// TestWriteStatusNotMoving: a server waiting for its image (ImageNotReady,
+// with the import error) and one the plan cannot commission are named
+// under Attention; a retired server's stale "BMC unreadable" is not (issue
+// 22: status said "no failed or stalled servers" for a server stuck in
+// allocated, and showed retired servers as unreadable).
+func TestWriteStatusNotMoving(t *testing.T) {
+	snap := state.Snapshot{Servers: map[string]state.Server{
+		"alloc":   {Name: "alloc", Lifecycle: state.LifecycleAllocated},
+		"retired": {Name: "retired", Lifecycle: state.LifecycleRetired, BMCError: "bmc: login: HTTP 401"},
+		"moving":  {Name: "moving", Lifecycle: state.LifecycleReady},
+	}}
+	plan := reconciler.Result{
+		Steps: []reconciler.Step{{Server: "alloc", Action: reconciler.ActDeploy, Profile: "p", Waits: "image img: import failed: no checksum entry"}},
+		Conditions: []reconciler.PlanCondition{
+			{Subject: "server/alloc", Type: reconciler.CondImageNotReady, Reason: reconciler.CondImageNotReady, Message: "deploy of profile p waits: image img: import failed: no checksum entry"},
+			{Subject: "server/nobmc", Type: "NoBMC", Reason: "NoBMC", Message: "no BMC address"},
+			{Subject: "server/moving", Type: "WipePending", Reason: "ReleaseWipe", Message: "wiping"},
+		},
+	}
+	var b bytes.Buffer
+	writeStatus(&b, "http://c", map[string]int{"allocated": 1, "retired": 1, "ready": 1}, true, 1, 0, reconciler.InventoryStatus{}, plan, snap)
+	out := b.String()
+	for _, want := range []string{
+		"Attention:  2 servers",
+		"alloc            ImageNotReady          deploy of profile p waits: image img: import failed: no checksum entry",
+		"nobmc            NoBMC                  no BMC address",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("status lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "retired          BMC unreadable") || strings.Contains(out, "moving  ") {
+		t.Errorf("status names a retired or a moving server under Attention:\n%s", out)
+	}
+}
+
 // TestHeldRun checks approve's count of released steps: "1 held step
 // runs", "2 held steps run".
 func TestHeldRun(t *testing.T) {

@@ -297,12 +297,19 @@ func TestVerbsAgainstController(t *testing.T) {
 	}
 	t.Logf("machinactl status:\n%s", out)
 	for _, want := range []string{"Inventory:  valid, acting on commit", "Servers:    12: 1 new, 8 ready, 3 deployed",
-		"Secrets:    UNSEALED", "Plan:       nothing pending", "Attention:  no failed or stalled servers, no unreadable BMCs"} {
+		"Secrets:    UNSEALED", "Plan:       nothing pending", "Attention:  no failed, stalled or waiting servers, no unreadable BMCs"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("status output lacks %q:\n%s", want, out)
 		}
 	}
 
+	// images list asks the controller (issue 22: it read a local store
+	// directory and showed nothing of the controller's images).
+	code, out, errOut = h.ctl("images", "list")
+	if code != 0 || !strings.Contains(out, "Images of the controller at "+h.run.URL) ||
+		!regexp.MustCompile(`(?m)^ubuntu-24\.04\s+yes\s+verified\s+\S+ \S+\s+sha256:`).MatchString(out) {
+		t.Errorf("images list: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
 	// GET /api/v1/inventory speaks the API's camelCase, conditions [] not null.
 	req, _ := http.NewRequest(http.MethodGet, h.run.URL+"/api/v1/inventory", nil)
 	req.Header.Set("Authorization", "Bearer "+h.token)
@@ -431,11 +438,14 @@ func TestVerbsAgainstController(t *testing.T) {
 	if code, _, errOut := h.ctl("approve", good.Commit[:12]); code != 2 || !strings.Contains(errOut, "is a commit id, not an inventory digest") || !strings.Contains(errOut, rev[1]) {
 		t.Errorf("approve of a commit id: exit %d, %q", code, errOut)
 	}
-	// A revision the controller does not act on: recorded, but the
-	// operator is told nothing held is released.
+	// A digest that matches no held plan (issue 22: a typo was recorded
+	// and exited 0): exit 1, naming the held revision, nothing recorded.
 	code, out, errOut = h.ctl("approve", "0123456789ab")
-	if code != 0 || !strings.Contains(out, "but the controller acts on "+rev[1]) || !strings.Contains(out, "nothing held is released") {
+	if code != 1 || !strings.Contains(errOut, "matches no held plan") || !strings.Contains(errOut, "held: inventory revision "+rev[1]) {
 		t.Errorf("approve of another revision: exit %d, %q %q", code, out, errOut)
+	}
+	if list, err := h.run.Store.Approvals(); err != nil || len(list) != 0 {
+		t.Errorf("approvals after the refused approve: %v, %v; want none", list, err)
 	}
 	// plan reads the approvals from the API: that one does not cover
 	// this revision, so the plan is still held.

@@ -92,7 +92,7 @@ func (m *Machine) install(ctx context.Context, b installerBoot) error {
 		}
 		bootFiles = append(bootFiles, string(body))
 	}
-	var kind, hostname, join, callback string
+	var kind, hostname, join, joinToken, callback string
 	switch {
 	case has(b.args, "autoinstall") && strings.HasPrefix(b.args["ds"], "nocloud-net;s="):
 		kind = "autoinstall"
@@ -111,7 +111,7 @@ func (m *Machine) install(ctx context.Context, b installerBoot) error {
 		if err != nil {
 			return err
 		}
-		if hostname, join, callback, err = parseAutoinstall(ud); err != nil {
+		if hostname, join, joinToken, callback, err = parseAutoinstall(ud); err != nil {
 			return err
 		}
 	case b.args["inst.ks"] != "" && b.args["inst.stage2"] != "":
@@ -125,7 +125,7 @@ func (m *Machine) install(ctx context.Context, b installerBoot) error {
 		if err != nil {
 			return err
 		}
-		if hostname, join, callback, err = parseKickstart(ks); err != nil {
+		if hostname, join, joinToken, callback, err = parseKickstart(ks); err != nil {
 			return err
 		}
 	default:
@@ -150,7 +150,7 @@ func (m *Machine) install(ctx context.Context, b installerBoot) error {
 		return fmt.Errorf("write the installed OS: %w", err)
 	}
 	m.mu.Lock()
-	m.lastSeed = &v1.Seed{Hostname: hostname, JoinCommand: join}
+	m.lastSeed = &v1.Seed{Hostname: hostname, JoinCommand: join, JoinToken: joinToken}
 	m.installed = kind
 	m.installerBoot = bootFiles
 	m.mu.Unlock()
@@ -172,11 +172,11 @@ func (m *Machine) install(ctx context.Context, b installerBoot) error {
 }
 
 // parseAutoinstall reads what the installer would from an autoinstall
-// user-data: the hostname, the first-boot runcmd and the curl of the last
-// late-command.
-func parseAutoinstall(ud []byte) (hostname, join, callback string, err error) {
+// user-data: the hostname, the first-boot runcmd, the join token written to
+// v1.JoinTokenPath (write_files) and the curl of the last late-command.
+func parseAutoinstall(ud []byte) (hostname, join, token, callback string, err error) {
 	if !bytes.HasPrefix(ud, []byte("#cloud-config\n")) {
-		return "", "", "", errors.New("user-data is not #cloud-config")
+		return "", "", "", "", errors.New("user-data is not #cloud-config")
 	}
 	var doc struct {
 		Autoinstall struct {
@@ -184,24 +184,38 @@ func parseAutoinstall(ud []byte) (hostname, join, callback string, err error) {
 			UserData struct {
 				Hostname string     `json:"hostname"`
 				Runcmd   [][]string `json:"runcmd"`
+				Files    []struct {
+					Path        string `json:"path"`
+					Permissions string `json:"permissions"`
+					Content     string `json:"content"`
+				} `json:"write_files"`
 			} `json:"user-data"`
 			LateCommands [][]string `json:"late-commands"`
 		} `json:"autoinstall"`
 	}
 	if err := yaml.Unmarshal(ud, &doc); err != nil {
-		return "", "", "", fmt.Errorf("user-data: %w", err)
+		return "", "", "", "", fmt.Errorf("user-data: %w", err)
 	}
 	a := doc.Autoinstall
 	if a.Version != 1 || len(a.UserData.Runcmd) == 0 || len(a.UserData.Runcmd[0]) != 3 || len(a.LateCommands) == 0 {
-		return "", "", "", errors.New("user-data lacks autoinstall version 1, the join runcmd or late-commands")
+		return "", "", "", "", errors.New("user-data lacks autoinstall version 1, the join runcmd or late-commands")
+	}
+	for _, f := range a.UserData.Files {
+		if f.Path == v1.JoinTokenPath {
+			if f.Permissions != "0600" {
+				return "", "", "", "", fmt.Errorf("user-data writes the join token with mode %q, want 0600", f.Permissions)
+			}
+			token = f.Content
+		}
 	}
 	last := a.LateCommands[len(a.LateCommands)-1]
-	return a.UserData.Hostname, a.UserData.Runcmd[0][2], curlPostURL(last[len(last)-1]), nil
+	return a.UserData.Hostname, a.UserData.Runcmd[0][2], token, curlPostURL(last[len(last)-1]), nil
 }
 
 // parseKickstart reads the hostname (network --hostname=), the join script
-// (the machina-join heredoc) and the callback (curl in the last %post).
-func parseKickstart(ks []byte) (hostname, join, callback string, err error) {
+// (the machina-join heredoc), the join token (the heredoc to
+// v1.JoinTokenPath) and the callback (curl in the last %post).
+func parseKickstart(ks []byte) (hostname, join, token, callback string, err error) {
 	s := string(ks)
 	for _, l := range strings.Split(s, "\n") {
 		if strings.HasPrefix(l, "network ") {
@@ -216,15 +230,21 @@ func parseKickstart(ks []byte) (hostname, join, callback string, err error) {
 	i := strings.Index(s, open)
 	j := strings.Index(s, "\nMACHINA_JOIN_EOF\n")
 	if i < 0 || j < i {
-		return "", "", "", errors.New("kickstart has no machina-join script")
+		return "", "", "", "", errors.New("kickstart has no machina-join script")
 	}
 	join = s[i+len(open) : j]
+	if ti := strings.Index(s, v1.JoinTokenPath+" <<'MACHINA_TOKEN_EOF'\n"); ti >= 0 {
+		rest := s[ti+len(v1.JoinTokenPath+" <<'MACHINA_TOKEN_EOF'\n"):]
+		if te := strings.Index(rest, "\nMACHINA_TOKEN_EOF\n"); te >= 0 {
+			token = rest[:te]
+		}
+	}
 	k := strings.LastIndex(s, "%post --nochroot")
 	if k < 0 || !strings.HasSuffix(s, "%end\n") {
-		return "", "", "", errors.New("kickstart's last section is not the completion callback")
+		return "", "", "", "", errors.New("kickstart's last section is not the completion callback")
 	}
 	lines := strings.Split(strings.TrimSuffix(s[k:], "\n%end\n"), "\n")
-	return hostname, join, curlPostURL(lines[len(lines)-1]), nil
+	return hostname, join, token, curlPostURL(lines[len(lines)-1]), nil
 }
 
 // curlPostURL returns the URL of a "curl ... -X POST ... URL" command, or "".

@@ -68,9 +68,17 @@ func (m *Machine) firstBoot(ctx context.Context) error {
 	if seed == nil || !strings.Contains(seed.JoinCommand, "MACHINA_JOIN_TOKEN") {
 		return nil // no join command in the seed: nothing to join
 	}
-	url, fp, tok, err := join.ParseFirstBootCommand(seed.JoinCommand)
+	url, fp, tok, tokFile, err := join.ParseFirstBootCommand(seed.JoinCommand)
 	if err != nil {
 		return err
+	}
+	if tokFile != "" {
+		// The token-file variant: the seed's write_files puts the token
+		// there (0600) and the command reads it; it is not in the command.
+		if tokFile != v1.JoinTokenPath || seed.JoinToken == "" || strings.Contains(seed.JoinCommand, seed.JoinToken) {
+			return fmt.Errorf("first boot: join command reads %s but the seed writes the token to %s (token set: %v)", tokFile, v1.JoinTokenPath, seed.JoinToken != "")
+		}
+		tok = seed.JoinToken
 	}
 	facts := v1.HostFacts{Hostname: seed.Hostname, MemoryBytes: m.HW.MemoryGiB << 30, KVM: true}
 	if m.HW.Virt != "" {

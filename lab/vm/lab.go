@@ -1,14 +1,16 @@
 // Package vm is the VM lab: the whole Machina flow on qemu virtual machines
 // that really boot. Run creates a network namespace with a bridge
-// (10.99.0.1/24, fd99::1/64) and three taps, runs the real controller
+// (10.99.0.1/24, fd99::1/64) and four taps, runs the real controller
 // (`machina serve`, with DHCP, TFTP, the IPv6 RA, HTTP boot, the iPXE ISOs,
-// the image store and the join listener) inside it, and starts three qemu
+// the image store and the join listener) inside it, and starts four qemu
 // VMs (TCG only) with empty disks, each with a BMC:
 //
 //   - vm-bios: SeaBIOS, bmcsim Redfish (Dell tree with Pxe removed from the
 //     boot override targets) over lab/vm/vmpower, so the controller boots it
-//     from the iPXE ISO through virtual media;
+//     from the BIOS iPXE ISO through virtual media;
 //   - vm-uefi: OVMF, bmcsim Redfish over vmpower, PXE;
+//   - vm-uefi-media: OVMF, bmcsim Redfish (the same no-Pxe Dell tree), so
+//     the controller boots it from the UEFI iPXE ISO through virtual media;
 //   - vm-ipmi: SeaBIOS, OpenIPMI ipmi_sim driving the VM through
 //     cmd/lab-chassis-control, PXE.
 //
@@ -80,7 +82,7 @@ type Stage int
 
 // Stages, in order; each includes the ones before it.
 const (
-	// StageCommission: inventory committed, all three VMs commission to ready.
+	// StageCommission: inventory committed, all four VMs commission to ready.
 	StageCommission Stage = iota + 1
 	// StageDeploy: profile count 2, two VMs deploy, boot their disk and join.
 	StageDeploy
@@ -109,6 +111,9 @@ type Config struct {
 	Logger *slog.Logger
 	// OnStep is called after each asserted step with its name and duration.
 	OnStep func(name string, d time.Duration)
+	// TimeScale multiplies every step's deadline, for a machine shared
+	// with other work (TCG slows down with the load); zero means 1.
+	TimeScale float64
 }
 
 // Step is one asserted step of a run and how long it took.
@@ -126,7 +131,8 @@ type machine struct {
 	driver string // "redfish" or "ipmi"
 	tree   string
 	// vmedia: the BMC's tree offers no Pxe boot override, so the controller
-	// boots the iPXE ISO from virtual media instead.
+	// boots the iPXE ISO of the server's boot mode (isoName) from virtual
+	// media instead.
 	vmedia bool
 	bmc    *bmcsim.Server
 	vm     *vmpower.VM
@@ -155,6 +161,9 @@ type lab struct {
 	wg        sync.WaitGroup
 	// stopWatch ends the reset watchers (watchResets).
 	stopWatch context.CancelFunc
+	// sshKeyPath and sshPub: the lab's key, in the profile's sshKeys, for
+	// the join-token check on deployed hosts (tokencheck.go).
+	sshKeyPath, sshPub string
 }
 
 // Run runs the VM lab up to cfg.Stage and returns the timed steps. It needs
@@ -190,10 +199,18 @@ func Run(ctx context.Context, cfg Config) (steps []Step, err error) {
 	return l.steps, err
 }
 
+// scale applies Config.TimeScale to a step deadline.
+func (l *lab) scale(d time.Duration) time.Duration {
+	if l.cfg.TimeScale > 1 {
+		return time.Duration(float64(d) * l.cfg.TimeScale)
+	}
+	return d
+}
+
 func (l *lab) bin(name string) string { return filepath.Join(l.cfg.Root, "bin", name) }
 
 func (l *lab) prereqs() error {
-	for _, b := range []string{"qemu-system-x86_64", "ipmi_sim", "ip"} {
+	for _, b := range []string{"qemu-system-x86_64", "ipmi_sim", "ip", "ssh", "ssh-keygen"} {
 		if _, err := exec.LookPath(b); err != nil {
 			return fmt.Errorf("%w: %s not in PATH", ErrPrereq, b)
 		}
@@ -236,8 +253,12 @@ func (l *lab) run(ctx context.Context) error {
 
 	// Commissioning: every VM PXE-boots the ramdisk, reports and powers off.
 	t0 = time.Now()
-	if err := l.waitServers(ctx, "all commission to ready", 8*time.Minute, func(ss []v1.Server) error {
-		return l.lifecycles(ss, map[string]string{"vm-bios": "ready", "vm-uefi": "ready", "vm-ipmi": "ready"}, true)
+	if err := l.waitServers(ctx, "all commission to ready", l.scale(8*time.Minute), func(ss []v1.Server) error {
+		want := map[string]string{}
+		for _, m := range l.ms {
+			want[m.name] = "ready"
+		}
+		return l.lifecycles(ss, want, true)
 	}); err != nil {
 		return err
 	}
@@ -247,11 +268,13 @@ func (l *lab) run(ctx context.Context) error {
 		}
 	}
 	for _, m := range l.ms {
-		if m.vmedia && !l.insertedMedia(m) {
-			return fmt.Errorf("vm lab: %s commissioned without a VirtualMedia.InsertMedia request to its BMC", m.name)
+		if m.vmedia {
+			if err := l.insertedMedia(m); err != nil {
+				return err
+			}
 		}
 	}
-	l.step("commission: 3 servers ready (BIOS Redfish via virtual media, UEFI Redfish PXE, BIOS ipmi_sim PXE), status commits written", t0)
+	l.step(fmt.Sprintf("commission: %d servers ready (BIOS and UEFI Redfish via virtual media with their ISOs, UEFI Redfish PXE, BIOS ipmi_sim PXE), status commits written", len(l.ms)), t0)
 	if l.cfg.Stage < StageDeploy {
 		return nil
 	}
@@ -263,7 +286,7 @@ func (l *lab) run(ctx context.Context) error {
 		return err
 	}
 	var deployed []string
-	if err := l.waitServers(ctx, "two deployed", 10*time.Minute, func(ss []v1.Server) error {
+	if err := l.waitServers(ctx, "two deployed", l.scale(10*time.Minute), func(ss []v1.Server) error {
 		deployed = deployed[:0]
 		for _, s := range ss {
 			if s.Lifecycle == "deployed" {
@@ -283,10 +306,33 @@ func (l *lab) run(ctx context.Context) error {
 	l.step("deploy: 2 servers deployed ("+strings.Join(deployed, ", ")+")", t0)
 
 	t0 = time.Now()
-	if err := l.waitHosts(ctx, deployed, 8*time.Minute); err != nil {
+	// The join-token check runs while the hosts boot and join: it logs in
+	// as soon as sshd answers and samples the process list until joined.
+	type checked struct {
+		name, result string
+		err          error
+	}
+	checks := make(chan checked, len(deployed))
+	for _, m := range l.ms {
+		if m.name != deployed[0] && m.name != deployed[1] {
+			continue
+		}
+		go func() {
+			r, err := l.checkToken(ctx, m, l.scale(8*time.Minute))
+			checks <- checked{m.name, r, err}
+		}()
+	}
+	if err := l.waitHosts(ctx, deployed, l.scale(8*time.Minute)); err != nil {
 		return err
 	}
-	l.step("first boot: cloud-init seed applied, hosts joined over pinned TLS with bridge network", t0)
+	for range deployed {
+		c := <-checks
+		if c.err != nil {
+			return c.err
+		}
+		l.log.Info("join token check", "vm", c.name, "result", c.result)
+	}
+	l.step("first boot: cloud-init seed applied, hosts joined over pinned TLS with bridge network; join token never in argv, cloud-init logs or journal, token file removed", t0)
 
 	t0 = time.Now()
 	if err := l.hostLostAndBack(ctx, deployed[0]); err != nil {
@@ -310,19 +356,19 @@ func (l *lab) run(ctx context.Context) error {
 	}); err != nil {
 		return err
 	}
-	// Two of three servers is more than the 20% a revision may release or
+	// Two of four servers is more than the 20% a revision may release or
 	// retire: the brake holds the plan until an operator approves it.
 	if err := l.approveHeld(ctx); err != nil {
 		return err
 	}
-	if err := l.waitServers(ctx, "release and retire", 8*time.Minute, func(ss []v1.Server) error {
+	if err := l.waitServers(ctx, "release and retire", l.scale(8*time.Minute), func(ss []v1.Server) error {
 		return l.lifecycles(ss, map[string]string{release: "ready", retire: "retired"}, false)
 	}); err != nil {
 		return err
 	}
 	// The released server is netbooted into the ramdisk's wipe mode,
 	// which clears its partition tables and signatures and powers off.
-	if err := l.waitServers(ctx, "release wipe", 8*time.Minute, func(ss []v1.Server) error {
+	if err := l.waitServers(ctx, "release wipe", l.scale(8*time.Minute), func(ss []v1.Server) error {
 		for _, s := range ss {
 			if s.Name == release && s.NeedsWipe {
 				return fmt.Errorf("%s: release wipe not done yet (power %s)", release, s.Power.State)
@@ -338,7 +384,7 @@ func (l *lab) run(ctx context.Context) error {
 		if m.name != release && m.name != retire {
 			continue
 		}
-		wctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+		wctx, cancel := context.WithTimeout(ctx, l.scale(2*time.Minute))
 		err := m.vm.WaitOff(wctx)
 		cancel()
 		if err != nil {
@@ -379,7 +425,7 @@ func randHex(n int) string {
 
 func (l *lab) setup(ctx context.Context, img, sum string) error {
 	var err error
-	l.ns, err = netns.Create(ctx, netns.Config{Prefix: "m14", Bridge: "br0", Taps: 3, Logger: l.log,
+	l.ns, err = netns.Create(ctx, netns.Config{Prefix: "m14", Bridge: "br0", Taps: 4, Logger: l.log,
 		BridgeAddrs: []netip.Prefix{netip.MustParsePrefix(BridgeAddr + "/24"), netip.MustParsePrefix("fd99::1/64")}})
 	if err != nil {
 		return fmt.Errorf("vm lab: %w", err)
@@ -399,6 +445,7 @@ func (l *lab) setup(ctx context.Context, img, sum string) error {
 		{name: "vm-bios", zone: "lab", mac: "52:54:00:14:00:01", fw: vmpower.BIOS, driver: "redfish", tree: "dell-poweredge-r750-idrac9", vmedia: true},
 		{name: "vm-uefi", zone: "lab", mac: "52:54:00:14:00:02", fw: vmpower.UEFI, driver: "redfish", tree: "dmtf-public-rackmount1"},
 		{name: "vm-ipmi", zone: "lab", mac: "52:54:00:14:00:03", fw: vmpower.BIOS, driver: "ipmi"},
+		{name: "vm-uefi-media", zone: "lab", mac: "52:54:00:14:00:04", fw: vmpower.UEFI, driver: "redfish", tree: "dell-poweredge-r750-idrac9", vmedia: true},
 	}
 	fixtures, err := bmcsim.FixturesDir()
 	if err != nil {
@@ -440,7 +487,7 @@ func (l *lab) setup(ctx context.Context, img, sum string) error {
 				return fmt.Errorf("vm lab: %s: %w", m.name, err)
 			}
 			if m.vmedia {
-				if td, err = noPXETree(td, filepath.Join(l.dir, "trees", m.tree+"-nopxe")); err != nil {
+				if td, err = noPXETree(td, filepath.Join(l.dir, "trees", m.name+"-"+m.tree+"-nopxe")); err != nil {
 					return fmt.Errorf("vm lab: %s: %w", m.name, err)
 				}
 			}
@@ -459,7 +506,10 @@ func (l *lab) setup(ctx context.Context, img, sum string) error {
 		}
 	}
 
-	// The inventory repository.
+	// The inventory repository, with the lab's SSH key in the profile.
+	if l.sshKeyPath, l.sshPub, err = l.sshKey(ctx); err != nil {
+		return err
+	}
 	if err := l.writeRepo(mirror); err != nil {
 		return err
 	}
@@ -747,7 +797,7 @@ func (l *lab) waitHosts(ctx context.Context, names []string, d time.Duration) er
 // waitStatus waits until the bare repository's main branch has path
 // containing text (a status commit of the controller).
 func (l *lab) waitStatus(ctx context.Context, path, text string) error {
-	deadline := time.Now().Add(90 * time.Second)
+	deadline := time.Now().Add(l.scale(90 * time.Second))
 	for {
 		if body, ok := readHead(l.bare, path); ok && strings.Contains(body, text) {
 			return nil
@@ -796,7 +846,7 @@ func replaceFile(path, old, new string) error {
 }
 
 // writeRepo creates the bare inventory repository and the operator's clone
-// with the three servers, the lab profile (count 0) and the lab-os image.
+// with the four servers, the lab profile (count 0) and the lab-os image.
 func (l *lab) writeRepo(mirror string) error {
 	l.bare, l.clone = filepath.Join(l.dir, "repo.git"), filepath.Join(l.dir, "inventory")
 	if _, err := git.PlainInitWithOptions(l.bare, &git.PlainInitOptions{Bare: true, InitOptions: git.InitOptions{DefaultBranch: "refs/heads/main"}}); err != nil {
@@ -833,6 +883,7 @@ func (l *lab) writeRepo(mirror string) error {
     deploy: image
     sshKeys:
       - "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIO4VqFGm2ahY3KSc9k9lrQMD0j2/tR46oEgCPUxiE9s7 ops@lab"
+      - "` + l.sshPub + `"
     zone: lab
     min: {cores: 1, memoryGiB: 1, diskGiB: 2}
     count: 0
@@ -904,14 +955,35 @@ func (l *lab) push(ctx context.Context, msg string, edit func() error) error {
 	return nil
 }
 
-// insertedMedia reports whether m's emulated BMC accepted an InsertMedia.
-func (l *lab) insertedMedia(m *machine) bool {
+// isoName is the iPXE ISO (scripts/metal/build-ipxe-iso.sh) the
+// controller must insert for m's boot mode.
+func (m *machine) isoName() string {
+	if m.fw == vmpower.UEFI {
+		return "machina-ipxe-uefi.iso"
+	}
+	return "machina-ipxe-bios.iso"
+}
+
+// insertedMedia checks that m's emulated BMC accepted an InsertMedia, and
+// only of the ISO for m's boot mode.
+func (l *lab) insertedMedia(m *machine) error {
+	var images []string
 	for _, r := range m.bmc.Requests() {
-		if r.Method == http.MethodPost && strings.HasSuffix(r.Path, "/Actions/VirtualMedia.InsertMedia") {
-			return true
+		if r.Method == http.MethodPost && strings.HasSuffix(r.Path, "/Actions/VirtualMedia.InsertMedia") && r.Status/100 == 2 {
+			img, _ := r.Body["Image"].(string)
+			images = append(images, img)
 		}
 	}
-	return false
+	if len(images) == 0 {
+		return fmt.Errorf("vm lab: %s commissioned without a VirtualMedia.InsertMedia request to its BMC", m.name)
+	}
+	for _, img := range images {
+		if !strings.HasSuffix(img, "/"+m.isoName()) {
+			return fmt.Errorf("vm lab: %s (%s) got virtual media %q, want .../%s", m.name, m.fw, img, m.isoName())
+		}
+	}
+	l.log.Info("virtual media", "vm", m.name, "images", images)
+	return nil
 }
 
 // noPXETree copies the Redfish tree at src to dst with "Pxe" removed from
@@ -1064,7 +1136,7 @@ func (l *lab) approveHeld(ctx context.Context) error {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return errors.New("vm lab: release and retire: the plan was never held by the brake (expected for 2 of 3 servers)")
+			return errors.New("vm lab: release and retire: the plan was never held by the brake (expected for 2 of 4 servers)")
 		}
 		select {
 		case <-ctx.Done():

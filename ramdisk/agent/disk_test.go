@@ -536,16 +536,52 @@ func TestDeployMBRWithSeed(t *testing.T) {
 
 func TestRenderSeedRejects(t *testing.T) {
 	for name, s := range map[string]v1.Seed{
-		"bad hostname":   {InstanceID: "i", Hostname: "Bad_Host", SSHKeys: testSeed.SSHKeys},
-		"no keys":        {InstanceID: "i", Hostname: "h"},
-		"password":       {InstanceID: "i", Hostname: "h", SSHKeys: []string{"hunter2"}},
-		"key injection":  {InstanceID: "i", Hostname: "h", SSHKeys: []string{"ssh-ed25519 AAAA x\nruncmd: [reboot]"}},
-		"multiline join": {InstanceID: "i", Hostname: "h", SSHKeys: testSeed.SSHKeys, JoinCommand: "a\nb"},
-		"bad instance":   {InstanceID: "../x", Hostname: "h", SSHKeys: testSeed.SSHKeys},
+		"bad hostname":    {InstanceID: "i", Hostname: "Bad_Host", SSHKeys: testSeed.SSHKeys},
+		"no keys":         {InstanceID: "i", Hostname: "h"},
+		"password":        {InstanceID: "i", Hostname: "h", SSHKeys: []string{"hunter2"}},
+		"key injection":   {InstanceID: "i", Hostname: "h", SSHKeys: []string{"ssh-ed25519 AAAA x\nruncmd: [reboot]"}},
+		"multiline join":  {InstanceID: "i", Hostname: "h", SSHKeys: testSeed.SSHKeys, JoinCommand: "a\nb"},
+		"bad instance":    {InstanceID: "../x", Hostname: "h", SSHKeys: testSeed.SSHKeys},
+		"token injection": {InstanceID: "i", Hostname: "h", SSHKeys: testSeed.SSHKeys, JoinToken: "abcdefghijklmnop\"\nruncmd: [reboot]"},
 	} {
 		if _, err := RenderSeed(s); !errors.Is(err, ErrSeedInvalid) {
 			t.Errorf("%s: RenderSeed err = %v, want ErrSeedInvalid", name, err)
 		}
+	}
+}
+
+// TestRenderSeedJoinTokenFile: a seed with a join token writes it with
+// write_files to v1.JoinTokenPath (0600, root) and keeps it out of runcmd,
+// whose [sh, -c, CMD] argv every local user can read (issue 22; before,
+// the token rode inline in CMD).
+func TestRenderSeedJoinTokenFile(t *testing.T) {
+	const tok = "mj_0123456789abcdefXYZ_-"
+	s := testSeed
+	s.JoinCommand = `(set -eu; tf='` + v1.JoinTokenPath + `'; MACHINA_JOIN_TOKEN="$(cat "$tf")" sh /x)`
+	s.JoinToken = tok
+	files, err := RenderSeed(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ud []byte
+	for _, f := range files {
+		if f.Name == "user-data" {
+			ud = f.Data
+		}
+	}
+	var doc struct {
+		WriteFiles []struct{ Path, Owner, Permissions, Content string } `json:"write_files"`
+		Runcmd     [][]string                                           `json:"runcmd"`
+	}
+	if err := yaml.Unmarshal(ud, &doc); err != nil {
+		t.Fatalf("user-data: %v\n%s", err, ud)
+	}
+	if len(doc.WriteFiles) != 1 || doc.WriteFiles[0].Path != v1.JoinTokenPath || doc.WriteFiles[0].Permissions != "0600" ||
+		doc.WriteFiles[0].Owner != "root:root" || doc.WriteFiles[0].Content != tok {
+		t.Errorf("write_files = %+v, want the token at %s, 0600 root:root", doc.WriteFiles, v1.JoinTokenPath)
+	}
+	if len(doc.Runcmd) != 1 || len(doc.Runcmd[0]) != 3 || strings.Contains(doc.Runcmd[0][2], tok) {
+		t.Errorf("runcmd = %q: carries the token or is not one [sh, -c, CMD]", doc.Runcmd)
 	}
 }
 

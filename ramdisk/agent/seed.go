@@ -26,6 +26,7 @@ var ErrSeedInvalid = errors.New("invalid seed")
 
 var (
 	hostnameRe   = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
+	joinTokenRe  = regexp.MustCompile(`^[A-Za-z0-9_-]{16,128}$`)
 	instanceIDRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
 	sshKeyRe     = regexp.MustCompile(`^(ssh-ed25519|ssh-rsa|ecdsa-sha2-nistp(256|384|521)|sk-ssh-ed25519@openssh\.com|sk-ecdsa-sha2-nistp256@openssh\.com) [A-Za-z0-9+/]+={0,3}( [^\x00-\x1f\x7f]{1,200})?$`)
 )
@@ -40,6 +41,9 @@ type SeedFile struct {
 // and network-config. user-data creates user "machina" with passwordless
 // sudo and only s.SSHKeys for login, sets ssh_pwauth false and disable_root
 // true, and runs the join command (or v1.JoinPlaceholder) once via runcmd.
+// s.JoinToken, when set, is written by write_files to v1.JoinTokenPath
+// (0600, root:root) for the join command to read, instead of riding in
+// the command line.
 // Strings are emitted as JSON strings, which YAML 1.2 reads verbatim.
 func RenderSeed(s v1.Seed) ([]SeedFile, error) {
 	if !hostnameRe.MatchString(s.Hostname) {
@@ -64,6 +68,9 @@ func RenderSeed(s v1.Seed) ([]SeedFile, error) {
 	}
 	if strings.ContainsAny(join, "\x00\n\r") || len(join) > 4096 || !utf8.ValidString(join) {
 		return nil, fmt.Errorf("render seed: %w: join command must be one line under 4 KiB", ErrSeedInvalid)
+	}
+	if s.JoinToken != "" && !joinTokenRe.MatchString(s.JoinToken) {
+		return nil, fmt.Errorf("render seed: %w: join token is not URL-safe base64 of 16-128 characters", ErrSeedInvalid)
 	}
 	if len(s.NetworkConfig) > 64<<10 || strings.ContainsRune(s.NetworkConfig, 0) || !utf8.ValidString(s.NetworkConfig) {
 		return nil, fmt.Errorf("render seed: %w: network-config too large or binary", ErrSeedInvalid)
@@ -94,6 +101,10 @@ func RenderSeed(s v1.Seed) ([]SeedFile, error) {
 		ud.WriteString("      - " + q(k) + "\n")
 	}
 	ud.WriteString("ssh_pwauth: false\ndisable_root: true\n")
+	if s.JoinToken != "" {
+		// write_files logs the path and size, never the content.
+		ud.WriteString("write_files:\n  - path: " + q(v1.JoinTokenPath) + "\n    owner: \"root:root\"\n    permissions: \"0600\"\n    content: " + q(s.JoinToken) + "\n")
+	}
 	ud.WriteString("runcmd:\n  - [sh, -c, " + q(join) + "]\n")
 	md := "instance-id: " + q(s.InstanceID) + "\nlocal-hostname: " + q(s.Hostname) + "\n"
 	nc := s.NetworkConfig
