@@ -38,6 +38,7 @@ var (
 	bucketSecrets      = []byte("secrets")       // name → secretRecord JSON
 	bucketHosts        = []byte("hosts")         // name → Host JSON
 	bucketJoinLogs     = []byte("join_logs")     // host name → nested bucket seq → JoinLogEntry JSON
+	bucketTokenLive    = []byte("token_live")    // server "\x00" purpose → sha256 of its one live token
 
 	keyVersion  = []byte("schema_version")
 	keySalt     = []byte("hkdf_salt")
@@ -46,7 +47,7 @@ var (
 )
 
 var allBuckets = [][]byte{bucketMeta, bucketServers, bucketEvents, bucketServerEvents, bucketEventCounts,
-	bucketTokens, bucketAdminTokens, bucketAdminNames, bucketSecrets, bucketHosts, bucketJoinLogs}
+	bucketTokens, bucketAdminTokens, bucketAdminNames, bucketSecrets, bucketHosts, bucketJoinLogs, bucketTokenLive}
 
 // Options configure Open. Every zero value is usable.
 type Options struct {

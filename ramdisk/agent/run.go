@@ -213,7 +213,7 @@ func (r *Runner) deploy(ctx context.Context, plan v1.Plan) (v1.DeployResult, err
 		Logger: r.log(),
 	}
 	dr, err := Deploy(ctx, dev, size, cfg)
-	res.BytesWritten, res.SHA256, res.Mode = dr.BytesWritten, dr.SHA256, dr.Mode
+	res.BytesWritten, res.SHA256, res.ReadBackSHA256, res.Mode = dr.BytesWritten, dr.SHA256, dr.ReadBackSHA256, dr.Mode
 	if err != nil {
 		return res, err
 	}

@@ -58,6 +58,9 @@ type WriteResult struct {
 	Mode         string // "memory" or "two-pass"
 	BytesWritten int64
 	SHA256       string
+	// ReadBackSHA256 is the digest of the written range read back from
+	// the disk (cfg.ReadBack), "" when no read-back ran.
+	ReadBackSHA256 string
 	// Verify is the time spent downloading and hashing before the first write.
 	Verify time.Duration
 	// Write is the time from the first write to the end of fsync.
@@ -198,7 +201,9 @@ func WriteImage(ctx context.Context, dev BlockDevice, diskSize int64, cfg WriteC
 		if _, err := io.Copy(h, io.NewSectionReader(dev, 0, cfg.SizeBytes)); err != nil {
 			return res, fmt.Errorf("write image: read back: %w", err)
 		}
-		if got := hex.EncodeToString(h.Sum(nil)); got != want {
+		got := hex.EncodeToString(h.Sum(nil))
+		res.ReadBackSHA256 = got
+		if got != want {
 			return res, fmt.Errorf("write image: %w: got %s", ErrReadBack, got)
 		}
 	}
