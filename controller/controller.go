@@ -204,7 +204,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("controller: %w", err)
 	}
-	imgHandler, err := images.NewHandler(images.HandlerConfig{Store: imgStore, Tokens: imageTokens{st}, Logger: log.With("component", "images")})
+	imgHandler, err := images.NewHandler(images.HandlerConfig{Store: imgStore, Tokens: newImageTokens(st), Logger: log.With("component", "images")})
 	if err != nil {
 		return fmt.Errorf("controller: %w", err)
 	}

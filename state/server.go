@@ -76,6 +76,7 @@ type Server struct {
 	LastHeard   string    `json:"lastHeard,omitempty"`
 	LastHeardAt time.Time `json:"lastHeardAt,omitzero"`
 	Renetboots  int       `json:"renetboots,omitempty"`
+	RenetbootAt time.Time `json:"renetbootAt,omitzero"`
 
 	// Revision increases by one on every committed change of this record.
 	Revision  uint64    `json:"revision"`

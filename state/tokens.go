@@ -59,6 +59,9 @@ type TokenSpec struct {
 	// (short-lived rather than single-use), e.g. image downloads resumed
 	// with Range requests. Default: single-use.
 	Reusable bool
+	// Heard, when set, is recorded as the server's LastHeard (now) in the
+	// transaction that issues the token: the machine asked for it.
+	Heard string
 }
 
 // Token is a machine token's stored record. The token value itself is never
@@ -173,6 +176,14 @@ func (s *Store) issueTokenTx(tx *bolt.Tx, spec TokenSpec) (string, Token, error)
 	}
 	if err := live.Put(liveKey(spec.Server, spec.Purpose), h[:]); err != nil {
 		return "", Token{}, err
+	}
+	if spec.Heard != "" && tx.Bucket(bucketServers).Get([]byte(spec.Server)) != nil {
+		if _, err := s.updateServerTx(tx, spec.Server, func(srv *Server) error {
+			srv.LastHeard, srv.LastHeardAt = spec.Heard, now
+			return nil
+		}); err != nil {
+			return "", Token{}, err
+		}
 	}
 	return value, t, tx.Bucket(bucketTokens).Put(h[:], data)
 }

@@ -205,7 +205,6 @@ func (s *Store) UseToken(value string, u TokenUse) (tok Token, ans Answer, repla
 	return tok, ans, replayed, nil
 }
 
-
 // PeekToken returns the token value names if it exists for claim's
 // purpose (and server), used or not and without writing anything: the
 // machine endpoints read the server a request is about before they check
