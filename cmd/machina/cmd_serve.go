@@ -337,6 +337,8 @@ func newServeCmd(e *env) *cobra.Command {
 	f.DurationVar(&cc.Reconciler.Interval, "reconcile-interval", 5*time.Second, "planning pass interval without a trigger")
 	f.Float64Var(&cc.Reconciler.Plan.BrakeShare, "brake-share", 0.2, "safety brake: a revision that would release or retire more than this share of the fleet (servers not retired), above 0 and at most 1, is held until machinactl approve REV; one that brings a profile to zero is held at any share")
 	f.DurationVar(&cc.Reconciler.Plan.DeployTimeout, "deploy-timeout", time.Hour, "a deploy (image or installer) that has not reported after this long fails and its server is powered off")
+	f.DurationVar(&cc.Reconciler.Plan.SilentAfter, "machine-silent-after", 5*time.Minute, "a commissioning or image-deploying machine heard nothing from for this long is network-booted again with fresh tokens")
+	f.IntVar(&cc.Reconciler.Plan.MaxRenetboots, "max-renetboots", 3, "network boots again per phase at most (then the deploy or commissioning deadline decides)")
 	f.DurationVar(&cc.StatusInterval, "status-interval", 30*time.Second, "least time between status commits")
 	f.DurationVar(&cc.BMCWatchInterval, "bmc-watch-interval", controller.DefaultBMCWatchInterval, "one sweep reading every BMC's power state and health spans this long (negative: off)")
 	f.IntVar(&cc.MachinePerIP.Burst, "machine-burst", 0, "boot and machine-facing requests per client IP at once (0: 20)")

@@ -137,7 +137,7 @@ func newImagesListCommand(e *env, store *string) *cobra.Command {
 				if len(raw) > 19 {
 					raw = raw[:19]
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", r.Name, r.State, humanBytes(float64(r.SizeBytes)), raw, r.Reason)
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", r.Name, r.State, humanBytes(float64(r.SizeBytes)), raw, termSafe(r.Reason))
 			}
 			return tw.Flush()
 		},

@@ -211,6 +211,11 @@ func WriteImage(ctx context.Context, dev BlockDevice, diskSize int64, cfg WriteC
 	return res, nil
 }
 
+// errStreamEnded marks an image stream that ended early: the controller
+// restarted mid-download as often as the image being short, so the
+// deploy fetches it again (a bounded number of times).
+var errStreamEnded = errors.New("stream ended early")
+
 // piece is one chunk of the image stream at byte offset off.
 type piece struct {
 	off int64
@@ -254,7 +259,7 @@ func pipeRead(ctx context.Context, r io.Reader, size int64, chunk int, mem []byt
 			}
 			if _, err := io.ReadFull(r, b); err != nil {
 				if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
-					err = fmt.Errorf("%w: image shorter than announced %d bytes", ErrImageSize, size)
+					err = fmt.Errorf("%w: %w: image shorter than announced %d bytes", ErrImageSize, errStreamEnded, size)
 				}
 				errc <- err
 				return
