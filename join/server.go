@@ -53,8 +53,10 @@ type Config struct {
 	// means 30s. A host is online while its last heartbeat is younger
 	// than 3 intervals.
 	Heartbeat time.Duration
-	// JoinRate bounds POST /hosts/join per second (token bucket, burst
-	// 4× but at least 1); zero means 5. Excess requests answer 429.
+	// JoinRate bounds POST /hosts/join per second per source address
+	// (token bucket, burst 4× but at least 1); zero means 5. Excess
+	// requests answer 429. Each address has its own bucket, so callers
+	// flooding from other addresses cannot keep a legitimate host out.
 	JoinRate float64
 	// Logger receives one Info line per join and Warn lines for refusals;
 	// nil discards.
@@ -72,7 +74,7 @@ type Server struct {
 	cfg   Config
 	log   *slog.Logger
 	mux   *http.ServeMux
-	limit *bucket
+	limit *perSource
 }
 
 // Join errors answered with these v1.Error codes.
@@ -123,7 +125,7 @@ func New(cfg Config) (*Server, error) {
 		cfg.Names = []string{strings.Trim(host, "[]"), "localhost", "127.0.0.1"}
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger, mux: http.NewServeMux(),
-		limit: &bucket{rate: cfg.JoinRate, burst: max(1, 4*cfg.JoinRate), tokens: max(1, 4*cfg.JoinRate), last: cfg.Now()}}
+		limit: &perSource{rate: cfg.JoinRate, burst: max(1, 4*cfg.JoinRate), m: map[string]*bucket{}}}
 	s.mux.HandleFunc("GET /join/ca.pem", s.handleCA)
 	s.mux.HandleFunc("GET /join/install.sh", s.handleScript)
 	s.mux.HandleFunc("GET /join/machina-node", s.handleBinary)
@@ -253,8 +255,8 @@ type payload struct {
 }
 
 func (s *Server) handleJoin(w http.ResponseWriter, r *http.Request) {
-	if !s.limit.allow(s.cfg.Now()) {
-		fail(w, http.StatusTooManyRequests, CodeRateLimited, "too many join requests; retry shortly")
+	if !s.limit.allow(sourceIP(r), s.cfg.Now()) {
+		fail(w, http.StatusTooManyRequests, CodeRateLimited, "too many join requests from this address; retry shortly")
 		return
 	}
 	var req v1.JoinRequest
@@ -516,6 +518,50 @@ func Online(h state.Host, now time.Time, interval time.Duration) bool {
 		interval = 30 * time.Second
 	}
 	return !h.LastSeen.IsZero() && now.Sub(h.LastSeen) < 3*interval
+}
+
+// sourceIP is the request's source address without its port.
+func sourceIP(r *http.Request) string {
+	if h, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
+		return h
+	}
+	return r.RemoteAddr
+}
+
+// perSource holds one bucket per source address, at most maxSources: when
+// full, buckets that have refilled (their sources idle) are dropped, and
+// if none has, all are (a flood from that many addresses costs its
+// senders their own limits, never a quiet source's).
+type perSource struct {
+	mu          sync.Mutex
+	rate, burst float64
+	m           map[string]*bucket
+}
+
+const maxSources = 4096
+
+func (p *perSource) allow(src string, now time.Time) bool {
+	p.mu.Lock()
+	b, ok := p.m[src]
+	if !ok {
+		if len(p.m) >= maxSources {
+			for k, o := range p.m {
+				o.mu.Lock()
+				full := o.tokens+now.Sub(o.last).Seconds()*o.rate >= o.burst
+				o.mu.Unlock()
+				if full {
+					delete(p.m, k)
+				}
+			}
+			if len(p.m) >= maxSources {
+				clear(p.m)
+			}
+		}
+		b = &bucket{rate: p.rate, burst: p.burst, tokens: p.burst, last: now}
+		p.m[src] = b
+	}
+	p.mu.Unlock()
+	return b.allow(now)
 }
 
 // bucket is a token-bucket rate limiter.
