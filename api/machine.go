@@ -451,6 +451,9 @@ func (m *Machine) plan(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusServiceUnavailable, v1.Error{Message: "no deploy planner configured", Code: "unavailable"})
 		return
 	}
+	// The deploy is named by its plan token: the host's enrolment token
+	// (in the seed) is bound to it.
+	srv.Deploy = &state.DeployRecord{ID: t.ID}
 	p, err := m.cfg.Planner.DeployPlan(r.Context(), srv)
 	if err != nil {
 		m.log.Error("deploy plan", "machine", srv.Name, "err", err)

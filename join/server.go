@@ -26,6 +26,8 @@ import (
 type Store interface {
 	IssueEnrolmentToken(ttl time.Duration, payload json.RawMessage, actor string) (string, state.EnrolmentToken, error)
 	ConsumeEnrolmentToken(value, host string) (state.EnrolmentToken, error)
+	PeekEnrolmentToken(value string) (state.EnrolmentToken, error)
+	Server(name string) (state.Server, error)
 	PutHost(h state.Host) (state.Host, error)
 	Host(name string) (state.Host, error)
 	Hosts() ([]state.Host, error)
@@ -86,6 +88,7 @@ const (
 	CodeChecksFailed = "checks_failed" // 403: a required host check failed
 	CodeBadCSR       = "bad_csr"       // 400
 	CodeRateLimited  = "rate_limited"  // 429
+	CodeNotDeployed  = "not_deployed"  // 409: the token's deploy is not verified done
 	CodeForbidden    = "forbidden"     // 403: missing or stale node certificate
 )
 
@@ -252,6 +255,7 @@ type payload struct {
 	MinMemoryBytes int64            `json:"minMemoryBytes,omitempty"`
 	Host           string           `json:"host,omitempty"`
 	Server         string           `json:"server,omitempty"`
+	Deploy         string           `json:"deploy,omitempty"`
 }
 
 func (s *Server) handleJoin(w http.ResponseWriter, r *http.Request) {
@@ -273,6 +277,13 @@ func (s *Server) handleJoin(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		log.Warn("join refused", "err", err)
 		fail(w, http.StatusBadRequest, CodeBadCSR, "join: %v", err)
+		return
+	}
+	if why := s.deployNotVerified(req.Token); why != "" {
+		// Checked before the token is used: the host's own join, after
+		// its done is recorded, still works.
+		log.Warn("join refused", "why", why)
+		fail(w, http.StatusConflict, CodeNotDeployed, "join: %s", why)
 		return
 	}
 	tok, err := s.cfg.Store.ConsumeEnrolmentToken(req.Token, host)
@@ -518,6 +529,33 @@ func Online(h state.Host, now time.Time, interval time.Duration) bool {
 		interval = 30 * time.Second
 	}
 	return !h.LastSeen.IsZero() && now.Sub(h.LastSeen) < 3*interval
+}
+
+// deployNotVerified says why a token bound to an image deploy may not be
+// used yet: its server is not deployed, or its deploy is not the token's
+// or was not verified (done's digest, size and read-back matched the
+// plan). "" when the token is bound to no deploy or the deploy is done.
+func (s *Server) deployNotVerified(value string) string {
+	tok, err := s.cfg.Store.PeekEnrolmentToken(value)
+	if err != nil || len(tok.Payload) == 0 {
+		return "" // refused (or not) by the consume that follows
+	}
+	var p payload
+	if json.Unmarshal(tok.Payload, &p) != nil || p.Server == "" || p.Deploy == "" {
+		return ""
+	}
+	srv, err := s.cfg.Store.Server(p.Server)
+	switch {
+	case err != nil:
+		return fmt.Sprintf("server %s of this enrolment token is unknown", p.Server)
+	case srv.Lifecycle != state.LifecycleDeployed:
+		return fmt.Sprintf("server %s is %s: a host joins once its deploy is verified done", p.Server, srv.Lifecycle)
+	case srv.Deploy == nil || srv.Deploy.ID != p.Deploy:
+		return fmt.Sprintf("this enrolment token is for another deploy of server %s", p.Server)
+	case !srv.Deploy.Verified:
+		return fmt.Sprintf("the deploy of server %s was not verified", p.Server)
+	}
+	return ""
 }
 
 // sourceIP is the request's source address without its port.

@@ -146,12 +146,30 @@ func TestCrashConvergence(t *testing.T) {
 		<-curExited
 	}
 
+	gitBin, err := exec.LookPath("git")
+	if err != nil {
+		t.Fatal("git not found: install the Debian package git")
+	}
+	// wave re-commissions every server (bumps actions.commission in
+	// servers.yaml, the GitOps way) when the fleet has settled, so that
+	// the kills keep landing on servers in motion.
+	waves := 0
+	wave := func() {
+		waves++
+		operatorCommit(t, gitBin, lab.Clone, fmt.Sprintf("recommission wave %d", waves), func(servers string) string {
+			if waves == 1 {
+				return strings.ReplaceAll(servers, "    bootMode: uefi\n", "    bootMode: uefi\n    actions: {commission: 1}\n")
+			}
+			return strings.ReplaceAll(servers, fmt.Sprintf("actions: {commission: %d}", waves-1), fmt.Sprintf("actions: {commission: %d}", waves))
+		})
+	}
+
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 23))
 	const randomKills = 24
 	deliberate := map[int]string{2: "after-use", 4: "plan-before-commit", 6: "done-before-commit", 9: "after-use"}
 	fired := map[string]int{}
 	kills, busyKills := 0, 0
-	for i := 1; i <= randomKills+len(deliberate); i++ {
+	for i := 1; i <= randomKills+len(deliberate) || busyKills < 20 && i <= 2*randomKills; i++ {
 		if point, ok := deliberate[i]; ok {
 			cur, curExited = start(fmt.Sprintf("%s:%d", point, 1+rng.IntN(3)))
 			select {
@@ -167,6 +185,9 @@ func TestCrashConvergence(t *testing.T) {
 		}
 		cur, curExited = start("")
 		waitUp()
+		if !inMotion(ctx, client) {
+			wave()
+		}
 		time.Sleep(time.Duration(300+rng.IntN(1700)) * time.Millisecond)
 		if inMotion(ctx, client) {
 			busyKills++
@@ -182,8 +203,8 @@ func TestCrashConvergence(t *testing.T) {
 		}
 	}
 	lastKill := time.Now()
-	t.Logf("%d kills (%d deliberate, fired: %v; %d random ones while servers were commissioning or deploying) in %s",
-		kills, len(deliberate), fired, busyKills, lastKill.Sub(t0).Round(time.Second))
+	t.Logf("%d kills (%d deliberate, fired: %v; %d random ones while servers were commissioning or deploying; %d re-commission waves) in %s",
+		kills, len(deliberate), fired, busyKills, waves, lastKill.Sub(t0).Round(time.Second))
 	if busyKills < 20 {
 		t.Errorf("only %d random kills landed while servers were commissioning or deploying, want at least 20", busyKills)
 	}
