@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"strconv"
 	"strings"
 	"time"
@@ -52,8 +53,44 @@ type MachineConfig struct {
 	// ImageTokenTTL bounds the reusable image token; zero means 2 hours
 	// (a two-pass write of a large image under emulation takes a while).
 	ImageTokenTTL time.Duration
+	// Leases, when set (Machina serves DHCP), binds the machine requests
+	// to the address leased to the server's boot MAC: a report, plan,
+	// done or wiped from another source address is refused (403, with an
+	// event). A MAC without a live lease is not checked (a controller
+	// restart forgets its in-memory leases until the machines renew).
+	Leases LeaseLookup
 	// Logger: nil discards.
 	Logger *slog.Logger
+}
+
+// LeaseLookup returns the address leased to a MAC; *dhcp.MemLeases
+// implements it.
+type LeaseLookup interface {
+	LeasedIP(mac string) (netip.Addr, bool)
+}
+
+// wrongAddress refuses (403, with an event) a request for server from an
+// address other than the one leased to its boot MAC.
+func (m *Machine) wrongAddress(w http.ResponseWriter, r *http.Request, server string) bool {
+	if m.cfg.Leases == nil || server == "" {
+		return false
+	}
+	srv, err := m.cfg.Store.Server(server)
+	if err != nil || srv.BootMAC == "" {
+		return false
+	}
+	leased, ok := m.cfg.Leases.LeasedIP(srv.BootMAC)
+	if !ok {
+		return false
+	}
+	from, err := netip.ParseAddr(remoteIP(r))
+	if err == nil && from.Unmap() == leased.Unmap() {
+		return false
+	}
+	_, _ = m.cfg.Store.AppendEvent(state.Event{Server: server, Kind: "machine.refused", Actor: state.ActorController,
+		Message: fmt.Sprintf("%s refused: request from %s, but %s is leased to %s", r.Pattern, remoteIP(r), leased, srv.BootMAC)})
+	writeError(w, http.StatusForbidden, v1.Error{Message: "request not from the address leased to this machine", Code: "token_refused"})
+	return true
 }
 
 // Machine serves the machine-facing endpoints the ramdisk agent uses:
@@ -277,6 +314,9 @@ func (m *Machine) report(w http.ResponseWriter, r *http.Request) {
 		m.refuse(w, r, err)
 		return
 	}
+	if m.wrongAddress(w, r, t.Server) {
+		return
+	}
 	var rep v1.AgentReport
 	body, code, err := readStrict(r, v1.MaxReportBytes, &rep)
 	if err == nil {
@@ -442,6 +482,9 @@ func (m *Machine) plan(w http.ResponseWriter, r *http.Request) {
 		m.use(w, r, tok, state.PurposePlan, nil, true, nil) // refused, with its event
 		return
 	}
+	if m.wrongAddress(w, r, t.Server) {
+		return
+	}
 	srv, err := m.cfg.Store.Server(t.Server)
 	if err != nil || srv.Lifecycle != state.LifecycleDeploying {
 		writeError(w, http.StatusConflict, v1.Error{Message: "server is not deploying", Code: "conflict", Lifecycle: string(srv.Lifecycle)})
@@ -522,6 +565,9 @@ func (m *Machine) done(w http.ResponseWriter, r *http.Request) {
 	t, err := m.cfg.Store.PeekToken(tok, state.TokenClaim{Purpose: state.PurposeDone})
 	if err != nil {
 		m.use(w, r, tok, state.PurposeDone, nil, false, nil)
+		return
+	}
+	if m.wrongAddress(w, r, t.Server) {
 		return
 	}
 	var res v1.DeployResult
@@ -624,6 +670,9 @@ func (m *Machine) wiped(w http.ResponseWriter, r *http.Request) {
 	t, err := m.cfg.Store.PeekToken(tok, state.TokenClaim{Purpose: state.PurposeWiped})
 	if err != nil {
 		m.use(w, r, tok, state.PurposeWiped, nil, false, nil)
+		return
+	}
+	if m.wrongAddress(w, r, t.Server) {
 		return
 	}
 	var res v1.WipeResult

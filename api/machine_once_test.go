@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"net/netip"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -235,5 +236,41 @@ func TestDoneFromAnotherMAC(t *testing.T) {
 	res.BootMAC = onceMAC
 	if code, _, _ := f.do(t, http.MethodPost, v1.PathAgentDone, p.DoneToken, mustJSON(t, res)); code != http.StatusNoContent {
 		t.Errorf("done from the server's MAC after the refusal: %d, want 204", code)
+	}
+}
+
+type fixedLeases map[string]netip.Addr
+
+func (l fixedLeases) LeasedIP(mac string) (netip.Addr, bool) { a, ok := l[mac]; return a, ok }
+
+// TestPlanBoundToLease: with Machina serving DHCP, a plan request from an
+// address other than the one leased to the server's boot MAC is refused
+// (403, an event naming both addresses) and uses nothing; from the leased
+// address it is served.
+func TestPlanBoundToLease(t *testing.T) {
+	leases := fixedLeases{onceMAC: netip.MustParseAddr("127.0.0.2")}
+	f := newFixture(t, state.Options{})
+	m, err := api.NewMachine(api.MachineConfig{Store: f.store, Planner: &flakyPlanner{}, Leases: leases})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Mount(f.api); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.store.CreateServer(state.Server{Name: "r1-n07", BootMAC: onceMAC}); err != nil {
+		t.Fatal(err)
+	}
+	walk(t, f, state.LifecycleCommissioning, state.LifecycleReady, state.LifecycleAllocated, state.LifecycleDeploying)
+	tok := issueFor(t, f, state.PurposePlan)
+	if code, _, _ := f.do(t, http.MethodGet, v1.PathAgentPlan, tok, ""); code != http.StatusForbidden {
+		t.Fatalf("plan from 127.0.0.1 with 127.0.0.2 leased: %d, want 403", code)
+	}
+	evs, _ := f.store.Events(state.EventQuery{Server: "r1-n07", Limit: 100})
+	if last := evs[len(evs)-1]; !strings.Contains(last.Message, "request from 127.0.0.1, but 127.0.0.2 is leased to "+onceMAC) {
+		t.Errorf("refusal event = %q", last.Message)
+	}
+	leases[onceMAC] = netip.MustParseAddr("127.0.0.1")
+	if code, _, b := f.do(t, http.MethodGet, v1.PathAgentPlan, tok, ""); code != http.StatusOK {
+		t.Fatalf("plan from the leased address: %d %s, want 200 (the refusal used nothing)", code, b)
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"sync"
@@ -25,6 +26,7 @@ import (
 
 	"github.com/machina-metal/machina/api"
 	"github.com/machina-metal/machina/boot"
+	"github.com/machina-metal/machina/boot/dhcp"
 	"github.com/machina-metal/machina/boot/ipxe"
 	"github.com/machina-metal/machina/images"
 	"github.com/machina-metal/machina/inventory"
@@ -301,7 +303,13 @@ func Run(ctx context.Context, cfg Config) error {
 	if enr != nil {
 		enrHook = enr
 	}
-	netRuns, err := startNetboot(cfg.Netboot, idx, publicURL, cfg.AutoEnroll, enrHook, log)
+	// In full DHCP mode the controller knows each MAC's address: plans,
+	// reports, done and joins are refused from any other.
+	var leases *dhcp.MemLeases
+	if len(cfg.Netboot.Interfaces) > 0 && cfg.Netboot.Mode != dhcp.ModeProxy {
+		leases = &dhcp.MemLeases{}
+	}
+	netRuns, err := startNetboot(cfg.Netboot, idx, publicURL, cfg.AutoEnroll, enrHook, leases, log)
 	if err != nil {
 		return fmt.Errorf("controller: %w", err)
 	}
@@ -341,7 +349,19 @@ func Run(ctx context.Context, cfg Config) error {
 	if joinURL == "" {
 		joinURL = "https://" + joinLn.Addr().String()
 	}
-	joinSrv, err := join.New(join.Config{Store: st, CA: ca, URL: joinURL, NodeBinary: cfg.NodeBinary, Logger: log.With("component", "join")})
+	var joinLeases func(server string) (netip.Addr, bool)
+	var machineLeases api.LeaseLookup
+	if leases != nil {
+		machineLeases = leases
+		joinLeases = func(server string) (netip.Addr, bool) {
+			s, err := st.Server(server)
+			if err != nil || s.BootMAC == "" {
+				return netip.Addr{}, false
+			}
+			return leases.LeasedIP(s.BootMAC)
+		}
+	}
+	joinSrv, err := join.New(join.Config{Store: st, CA: ca, URL: joinURL, NodeBinary: cfg.NodeBinary, LeasedIP: joinLeases, Logger: log.With("component", "join")})
 	if err != nil {
 		return fmt.Errorf("controller: %w", err)
 	}
@@ -354,7 +374,7 @@ func Run(ctx context.Context, cfg Config) error {
 	jc := joinCommander{srv: joinSrv, desired: ctrl.Desired, ttl: cfg.JoinTokenTTL}
 	pl := &planner{desired: ctrl.Desired, images: imgStore, baseURL: publicURL, join: jc}
 	machine, err := api.NewMachine(api.MachineConfig{Store: st, Planner: pl, Wiper: pl, Installer: pl,
-		PerIP: cfg.MachinePerIP, Logger: log.With("component", "machine")})
+		PerIP: cfg.MachinePerIP, Leases: machineLeases, Logger: log.With("component", "machine")})
 	if err != nil {
 		return fmt.Errorf("controller: %w", err)
 	}

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"slices"
 	"strings"
@@ -60,6 +61,11 @@ type Config struct {
 	// requests answer 429. Each address has its own bucket, so callers
 	// flooding from other addresses cannot keep a legitimate host out.
 	JoinRate float64
+	// LeasedIP, when set (Machina serves DHCP), returns the address leased
+	// to a server's boot MAC: a join with a token naming that server from
+	// another address is refused (before the token is used). nil, or no
+	// live lease, checks nothing.
+	LeasedIP func(server string) (netip.Addr, bool)
 	// Logger receives one Info line per join and Warn lines for refusals;
 	// nil discards.
 	Logger *slog.Logger
@@ -279,7 +285,7 @@ func (s *Server) handleJoin(w http.ResponseWriter, r *http.Request) {
 		fail(w, http.StatusBadRequest, CodeBadCSR, "join: %v", err)
 		return
 	}
-	if why := s.deployNotVerified(req.Token); why != "" {
+	if why := s.deployNotVerified(req.Token, r); why != "" {
 		// Checked before the token is used: the host's own join, after
 		// its done is recorded, still works.
 		log.Warn("join refused", "why", why)
@@ -535,13 +541,23 @@ func Online(h state.Host, now time.Time, interval time.Duration) bool {
 // used yet: its server is not deployed, or its deploy is not the token's
 // or was not verified (done's digest, size and read-back matched the
 // plan). "" when the token is bound to no deploy or the deploy is done.
-func (s *Server) deployNotVerified(value string) string {
+func (s *Server) deployNotVerified(value string, r *http.Request) string {
 	tok, err := s.cfg.Store.PeekEnrolmentToken(value)
 	if err != nil || len(tok.Payload) == 0 {
 		return "" // refused (or not) by the consume that follows
 	}
 	var p payload
-	if json.Unmarshal(tok.Payload, &p) != nil || p.Server == "" || p.Deploy == "" {
+	if json.Unmarshal(tok.Payload, &p) != nil || p.Server == "" {
+		return ""
+	}
+	if s.cfg.LeasedIP != nil {
+		if leased, ok := s.cfg.LeasedIP(p.Server); ok {
+			if from, err := netip.ParseAddr(sourceIP(r)); err != nil || from.Unmap() != leased.Unmap() {
+				return fmt.Sprintf("request from %s, but %s is leased to server %s", sourceIP(r), leased, p.Server)
+			}
+		}
+	}
+	if p.Deploy == "" {
 		return ""
 	}
 	srv, err := s.cfg.Store.Server(p.Server)
