@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	v1 "github.com/machina-metal/machina/api/v1"
@@ -33,6 +34,14 @@ type Config struct {
 	Heartbeat time.Duration
 	// ShutdownTimeout bounds the graceful drain in Serve; zero means 5s.
 	ShutdownTimeout time.Duration
+	// MaxConnsPerIP caps the open connections of one source address on
+	// Serve's listener; zero means DefaultMaxConnsPerIP. Further ones are
+	// closed at once and counted (machina_api_conns_refused_total).
+	MaxConnsPerIP int
+	// BodyTimeout bounds the reading of a request body (POST, PUT,
+	// PATCH), from the end of its headers; zero means 30s. Headers have
+	// 10s (ReadHeaderTimeout).
+	BodyTimeout time.Duration
 }
 
 // Server is the admin API. Create with New; serve Handler or call Serve.
@@ -44,6 +53,9 @@ type Server struct {
 	handler http.Handler
 	metrics *metrics
 	encoded encodedServers
+	// connsRefused is the serving listener's refusal counter (nil before
+	// Serve).
+	connsRefused atomic.Pointer[atomic.Int64]
 }
 
 // maxBody bounds request bodies (64 KiB); larger bodies answer 413.
@@ -67,11 +79,17 @@ func New(cfg Config) (*Server, error) {
 	if cfg.ShutdownTimeout <= 0 {
 		cfg.ShutdownTimeout = 5 * time.Second
 	}
-	m, err := newMetrics(cfg.Registry, cfg.Store)
+	s := &Server{cfg: cfg, log: cfg.Logger, store: cfg.Store, mux: http.NewServeMux()}
+	m, err := newMetrics(cfg.Registry, cfg.Store, func() float64 {
+		if p := s.connsRefused.Load(); p != nil {
+			return float64(p.Load())
+		}
+		return 0
+	})
 	if err != nil {
 		return nil, fmt.Errorf("api: new: %w", err)
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, store: cfg.Store, mux: http.NewServeMux(), metrics: m}
+	s.metrics = m
 	for _, r := range s.routes() {
 		h := r.h
 		if r.auth {
@@ -149,8 +167,27 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 // Config.ShutdownTimeout, closes ln and returns nil. Request contexts
 // (including SSE streams) are cancelled when ctx is done.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	if s.cfg.MaxConnsPerIP <= 0 {
+		s.cfg.MaxConnsPerIP = DefaultMaxConnsPerIP
+	}
+	if s.cfg.BodyTimeout <= 0 {
+		s.cfg.BodyTimeout = 30 * time.Second
+	}
+	capped := limitPerIP(ln, s.cfg.MaxConnsPerIP)
+	s.connsRefused.Store(&capped.refused)
+	ln = capped
+	bodyTimeout := s.cfg.BodyTimeout
+	handler := s.handler
 	hs := &http.Server{
-		Handler:           s.handler,
+		// A body is read within BodyTimeout (a slow body no longer holds a
+		// connection and its descriptor indefinitely). Not ReadTimeout:
+		// its deadline would also cut the event streams' long-lived GETs.
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Method == http.MethodPost || r.Method == http.MethodPut || r.Method == http.MethodPatch {
+				_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(bodyTimeout))
+			}
+			handler.ServeHTTP(w, r)
+		}),
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       30 * time.Second, // thousands of machines each leave a keep-alive connection (8 KiB of buffers) behind; no WriteTimeout: SSE streams are long-lived
 		BaseContext:       func(net.Listener) context.Context { return ctx },

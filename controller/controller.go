@@ -97,6 +97,11 @@ type Config struct {
 	// zero means the packages' defaults (a burst of 20-30, 10 a second). The
 	// simulated lab, where every machine is 127.0.0.1, raises it.
 	MachinePerIP boot.Limit
+	// MaxConnsPerIP caps the open connections of one source address on
+	// the HTTP listener (admin API, UI, boot and machine endpoints); zero
+	// means api.DefaultMaxConnsPerIP (256). The simulated lab, whose
+	// machines all come from 127.0.0.1, raises it.
+	MaxConnsPerIP int
 	// AutoEnroll enrols machines that PXE-boot with a MAC no server has
 	// (MACHINA_METAL_AUTO_ENROLL=1; off by default): each becomes a server
 	// named auto-<MAC hex> with no BMC, is commissioned at once, and its
@@ -188,7 +193,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 
 	reg := prometheus.NewRegistry()
-	srv, err := api.New(api.Config{Store: st, Logger: log.With("component", "api"), Registry: reg})
+	srv, err := api.New(api.Config{Store: st, Logger: log.With("component", "api"), Registry: reg, MaxConnsPerIP: cfg.MaxConnsPerIP})
 	if err != nil {
 		return fmt.Errorf("controller: %w", err)
 	}

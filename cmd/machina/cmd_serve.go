@@ -342,6 +342,7 @@ func newServeCmd(e *env) *cobra.Command {
 	f.DurationVar(&cc.StatusInterval, "status-interval", 30*time.Second, "least time between status commits")
 	f.DurationVar(&cc.BMCWatchInterval, "bmc-watch-interval", controller.DefaultBMCWatchInterval, "one sweep reading every BMC's power state and health spans this long (negative: off)")
 	f.IntVar(&cc.MachinePerIP.Burst, "machine-burst", 0, "boot and machine-facing requests per client IP at once (0: 20)")
+	f.IntVar(&cc.MaxConnsPerIP, "max-conns-per-ip", 0, "open HTTP connections per client IP at most; further ones are closed at accept (0: 256)")
 	f.DurationVar(&cc.MachinePerIP.Every, "machine-refill", 0, "one more request per client IP after this long (0: 100ms)")
 	f.BoolVar(&cc.Netboot.RouterAdvert, "router-advert", true, "send an IPv6 RA (router lifetime 0) on the DHCP interfaces; iPXE then skips a 13 s IPv6 wait")
 	f.StringVar(&cc.AutoEnrollZone, "auto-enroll-zone", envOrDefault("MACHINA_AUTO_ENROLL_ZONE", "discovered"), "zone of auto-enrolled servers (env MACHINA_AUTO_ENROLL_ZONE; auto-enrol itself is "+boot.AutoEnrollEnv+"=1)")

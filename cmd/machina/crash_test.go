@@ -90,7 +90,7 @@ func TestCrashConvergence(t *testing.T) {
 	args := []string{"serve", "--state", statePath, "--work-dir", filepath.Join(dir, "work"), "--repo", lab.RepoURL,
 		"--listen", fmt.Sprintf("127.0.0.1:%d", port), "--join-listen", fmt.Sprintf("127.0.0.1:%d", joinPort), "--public-url", base,
 		"--poll-interval", "1s", "--reconcile-interval", "1s", "--status-interval", "5s", "--bmc-watch-interval", "-1s",
-		"--machine-burst", "100000", "--machine-refill", "1ms", "--workers", "16", "--per-rack", "16",
+		"--machine-burst", "100000", "--machine-refill", "1ms", "--max-conns-per-ip", "100000", "--workers", "16", "--per-rack", "16",
 		"--machine-silent-after", "30s", "--max-renetboots", "5", "--log-format", "text"}
 
 	run := 0
