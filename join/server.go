@@ -183,6 +183,9 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		BaseContext:       func(net.Listener) context.Context { return ctx },
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
 	}
+	// One address holds at most maxConnsPerIP connections (TLS
+	// handshakes included): further ones are closed at accept.
+	ln = limitPerIP(ln, maxConnsPerIP)
 	errc := make(chan error, 1)
 	go func() { errc <- hs.ServeTLS(ln, "", "") }()
 	select {
