@@ -276,10 +276,12 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("controller: %w", err)
 	}
+	refusals, err := newRefusalSummary(st, reg)
+	if err != nil {
+		return fmt.Errorf("controller: %w", err)
+	}
 	ipxeCfg := ipxe.Config{Lookup: idx, Tokens: idx, ControllerURL: publicURL, ISODir: cfg.ISODir, Logger: log.With("component", "ipxe"), PerIP: cfg.MachinePerIP,
-		OnEvent: func(e ipxe.Event) {
-			_, _ = st.AppendEvent(state.Event{Kind: state.EventKind("boot." + string(e.Kind)), Message: fmt.Sprintf("%s mac=%s ip=%s: %s", e.Kind, e.MAC, e.IP, e.Reason)})
-		}}
+		OnEvent: refusals.event}
 	gitDir := filepath.Join(cfg.WorkDir, "git")
 	var enr *reconciler.Enroller
 	if cfg.AutoEnroll {
@@ -475,6 +477,7 @@ func Run(ctx context.Context, cfg Config) error {
 		goRun("bmc sweep", func(ctx context.Context) error { w.run(ctx); return nil })
 	}
 	goRun("prune", func(ctx context.Context) error { prune(ctx, st, 10*time.Minute, log); return nil })
+	goRun("refusal summary", func(ctx context.Context) error { refusals.run(ctx, time.Minute); return nil })
 	goRun("revisions", func(ctx context.Context) error {
 		follow(ctx, src, ctrl, importer, imgStore, cfg.Mirrors, log)
 		return nil
