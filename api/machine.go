@@ -165,7 +165,10 @@ func bearer(r *http.Request) string {
 func (m *Machine) refuse(w http.ResponseWriter, r *http.Request, err error) {
 	// The route pattern, not the path: installer URLs carry their token
 	// in the path, and tokens never reach a log.
-	m.log.Warn("machine request refused", "route", r.Pattern, "remote", r.RemoteAddr, "err", err)
+	// Debug, not Warn: a refused token is an event (a known token) or a
+	// count (an unknown one), never a log line per request at the default
+	// level, so a flood does not rotate the logs away.
+	m.log.Debug("machine request refused", "route", r.Pattern, "remote", r.RemoteAddr, "err", err)
 	writeError(w, http.StatusForbidden, v1.Error{Message: "token refused", Code: "token_refused"})
 }
 

@@ -9,9 +9,11 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/machina-metal/machina/api"
 	v1 "github.com/machina-metal/machina/api/v1"
+	"github.com/machina-metal/machina/boot"
 	"github.com/machina-metal/machina/state"
 )
 
@@ -272,5 +274,33 @@ func TestPlanBoundToLease(t *testing.T) {
 	leases[onceMAC] = netip.MustParseAddr("127.0.0.1")
 	if code, _, b := f.do(t, http.MethodGet, v1.PathAgentPlan, tok, ""); code != http.StatusOK {
 		t.Fatalf("plan from the leased address: %d %s, want 200 (the refusal used nothing)", code, b)
+	}
+}
+
+// TestUnknownTokenFloodWritesNothing: 500 plan requests with made-up
+// tokens (a bounded flood) are refused 403 and counted, and write no
+// event (before the fix each refusal was a write transaction, an fsync
+// and an event: 2,000 requests, ~2,000 events).
+func TestUnknownTokenFloodWritesNothing(t *testing.T) {
+	f := newFixture(t, state.Options{})
+	m, err := api.NewMachine(api.MachineConfig{Store: f.store, Planner: &flakyPlanner{}, PerIP: boot.Limit{Burst: 1000, Every: time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Mount(f.api); err != nil {
+		t.Fatal(err)
+	}
+	before, _ := f.store.Events(state.EventQuery{Limit: 10000})
+	for i := range 500 {
+		if code, _, _ := f.do(t, http.MethodGet, v1.PathAgentPlan, "made-up-"+strings.Repeat("x", i%40), ""); code != http.StatusForbidden {
+			t.Fatalf("request %d: %d, want 403", i, code)
+		}
+	}
+	after, _ := f.store.Events(state.EventQuery{Limit: 10000})
+	if len(after) != len(before) {
+		t.Errorf("500 unknown tokens wrote %d events, want none", len(after)-len(before))
+	}
+	if n := f.store.UnknownTokenRefusals(); n != 500 {
+		t.Errorf("UnknownTokenRefusals = %d, want 500", n)
 	}
 }

@@ -19,6 +19,7 @@ type metrics struct {
 //   - machina_secrets{form="sealed"|"unsealed"} and machina_secrets_sealing (1 when a master key is set)
 //   - machina_events_last_seq
 //   - machina_api_conns_refused_total (connections closed at accept: their address had MaxConnsPerIP open)
+//   - machina_machine_unknown_tokens_total (machine requests with a token value naming no token)
 func newMetrics(reg prometheus.Registerer, st *state.Store, refused func() float64) (*metrics, error) {
 	m := &metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -35,7 +36,10 @@ func newMetrics(reg prometheus.Registerer, st *state.Store, refused func() float
 	connsRefused := prometheus.NewCounterFunc(prometheus.CounterOpts{
 		Name: "machina_api_conns_refused_total", Help: "Connections closed at accept because their source address had MaxConnsPerIP open.",
 	}, refused)
-	for _, c := range []prometheus.Collector{m.requests, m.duration, m.authFailures, connsRefused, &storeCollector{st: st}} {
+	unknownTokens := prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "machina_machine_unknown_tokens_total", Help: "Machine requests refused for a token value that names no token (counted, never written).",
+	}, func() float64 { return float64(st.UnknownTokenRefusals()) })
+	for _, c := range []prometheus.Collector{m.requests, m.duration, m.authFailures, connsRefused, unknownTokens, &storeCollector{st: st}} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

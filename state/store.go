@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -109,6 +110,10 @@ type Store struct {
 
 	mu      sync.Mutex
 	waiters map[chan struct{}]struct{}
+
+	// unknownTokens counts machine tokens refused as unknown: counted,
+	// never an event or a write (UnknownTokenRefusals).
+	unknownTokens atomic.Int64
 
 	servers serverCache
 	hosts   hostCache

@@ -215,6 +215,10 @@ func (s *Store) useToken(value string, claim TokenClaim, consume bool) (Token, e
 		claim.MAC = m
 	}
 	h := sha256.Sum256([]byte(value))
+	if !s.tokenKnown(h) {
+		s.unknownTokens.Add(1)
+		return Token{}, fmt.Errorf("state: consume token: %w", ErrTokenUnknown)
+	}
 	var out Token
 	var refused error
 	err := s.update(func(tx *bolt.Tx) error {
@@ -270,6 +274,24 @@ func (s *Store) useToken(value string, claim TokenClaim, consume bool) (Token, e
 	}
 	return out, nil
 }
+
+// tokenKnown reports whether a machine token with hash h exists, in a
+// read-only transaction: a value that names no token (a guess, a flood)
+// is refused without a write, an fsync or an event; it is counted
+// (UnknownTokenRefusals, machina_machine_unknown_tokens_total).
+func (s *Store) tokenKnown(h [32]byte) bool {
+	known := true // on a read error, let the write transaction decide
+	_ = s.view(func(tx *bolt.Tx) error {
+		known = tx.Bucket(bucketTokens).Get(h[:]) != nil
+		return nil
+	})
+	return known
+}
+
+// UnknownTokenRefusals is how many machine requests presented a token
+// value that names no token (never issued, revoked, or pruned) since the
+// store was opened. They write nothing.
+func (s *Store) UnknownTokenRefusals() int64 { return s.unknownTokens.Load() }
 
 func tokenOrUnknown(id string) string {
 	if id == "" {

@@ -132,6 +132,10 @@ func (s *Store) UseToken(value string, u TokenUse) (tok Token, ans Answer, repla
 		u.Claim.MAC = m
 	}
 	h := sha256.Sum256([]byte(value))
+	if !s.tokenKnown(h) {
+		s.unknownTokens.Add(1)
+		return Token{}, Answer{}, false, fmt.Errorf("state: use token: %w", ErrTokenUnknown)
+	}
 	fp := hex.EncodeToString(u.Request[:])
 	var refused, effectErr error
 	err = s.update(func(tx *bolt.Tx) error {
