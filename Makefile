@@ -57,3 +57,8 @@ os-image:
 .PHONY: lab
 lab: build ramdisk
 	$(BIN)/lab -root . $(LAB_FLAGS)
+# deb: bin/machina_VERSION_amd64.deb (nfpm, pinned in scripts/build-deb.sh): binaries,
+# machina.service, default config, the ramdisk when out/ramdisk is built (make ramdisk).
+.PHONY: deb
+deb:
+	GO=$(GO) sh scripts/build-deb.sh

@@ -20,11 +20,16 @@ type perIPListener struct {
 	max     int
 	mu      sync.Mutex
 	open    map[string]int
-	refused atomic.Int64
+	refused *atomic.Int64
 }
 
-func limitPerIP(ln net.Listener, max int) *perIPListener {
-	return &perIPListener{Listener: ln, max: max, open: map[string]int{}}
+// limitPerIP wraps ln; refused (nil: not counted) counts the connections
+// closed at accept.
+func limitPerIP(ln net.Listener, max int, refused *atomic.Int64) *perIPListener {
+	if refused == nil {
+		refused = new(atomic.Int64)
+	}
+	return &perIPListener{Listener: ln, max: max, open: map[string]int{}, refused: refused}
 }
 
 func (l *perIPListener) Accept() (net.Conn, error) {

@@ -51,11 +51,17 @@ type Server struct {
 	store   *state.Store
 	mux     *http.ServeMux
 	handler http.Handler
-	metrics *metrics
-	encoded encodedServers
-	// connsRefused is the serving listener's refusal counter (nil before
-	// Serve).
-	connsRefused atomic.Pointer[atomic.Int64]
+	// pub holds the routes that need no admin token and are not operator
+	// pages: what a machine-facing (plain HTTP, off-loopback) listener
+	// serves. See MachineHandler.
+	pub      *http.ServeMux
+	machine  http.Handler
+	adminURL string
+	metrics  *metrics
+	encoded  encodedServers
+	// connsRefused counts connections the listeners closed at accept
+	// (their address had MaxConnsPerIP open).
+	connsRefused atomic.Int64
 }
 
 // maxBody bounds request bodies (64 KiB); larger bodies answer 413.
@@ -79,13 +85,8 @@ func New(cfg Config) (*Server, error) {
 	if cfg.ShutdownTimeout <= 0 {
 		cfg.ShutdownTimeout = 5 * time.Second
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, store: cfg.Store, mux: http.NewServeMux()}
-	m, err := newMetrics(cfg.Registry, cfg.Store, func() float64 {
-		if p := s.connsRefused.Load(); p != nil {
-			return float64(p.Load())
-		}
-		return 0
-	})
+	s := &Server{cfg: cfg, log: cfg.Logger, store: cfg.Store, mux: http.NewServeMux(), pub: http.NewServeMux()}
+	m, err := newMetrics(cfg.Registry, cfg.Store, func() float64 { return float64(s.connsRefused.Load()) })
 	if err != nil {
 		return nil, fmt.Errorf("api: new: %w", err)
 	}
@@ -95,9 +96,14 @@ func New(cfg Config) (*Server, error) {
 		if r.auth {
 			h = s.authenticate(h)
 		}
-		s.mux.Handle(r.pattern, s.instrument(r.pattern, h))
+		ih := s.instrument(r.pattern, h)
+		s.mux.Handle(r.pattern, ih)
+		if !r.auth {
+			s.pub.Handle(r.pattern, ih)
+		}
 	}
 	s.handler = http.HandlerFunc(s.serveHTTP)
+	s.machine = http.HandlerFunc(s.serveMachine)
 	return s, nil
 }
 
@@ -126,6 +132,7 @@ func (s *Server) routes() []route {
 		{"GET /api/v1/admin-tokens", true, s.handleListAdminTokens},
 		{"POST /api/v1/admin-tokens", true, s.handleCreateAdminToken},
 		{"DELETE /api/v1/admin-tokens/{name}", true, s.handleRevokeAdminToken},
+		{"GET /api/v1/state/snapshot", true, s.handleSnapshot},
 	}
 }
 
@@ -163,21 +170,61 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	writeError(w, http.StatusNotFound, v1.Error{Message: "no such endpoint", Code: v1.CodeNotFound})
 }
 
+// MachineHandler returns the handler for a listener that machines reach
+// over plain HTTP off loopback (iPXE, the ramdisk agent, image downloads):
+// it serves the routes mounted with HandlePublic and the built-in
+// unauthenticated ones (/healthz, /metrics), and answers every admin route
+// (HandleAdmin and the built-in admin API) and operator page
+// (HandleOperator: UI, console) 403 with code "tls_required" naming the
+// TLS admin URL set by SetAdminURL, without reading any credential: the
+// admin token and secrets travel only over TLS off loopback.
+func (s *Server) MachineHandler() http.Handler { return s.machine }
+
+// SetAdminURL sets the admin API's TLS URL that MachineHandler's 403
+// answers name (e.g. https://10.0.0.5:8444). Call before serving.
+func (s *Server) SetAdminURL(u string) { s.adminURL = u }
+
+func (s *Server) serveMachine(w http.ResponseWriter, r *http.Request) {
+	if _, pattern := s.pub.Handler(r); pattern != "" {
+		s.pub.ServeHTTP(w, r)
+		return
+	}
+	if _, pattern := s.mux.Handler(r); pattern != "" {
+		msg := "the admin API and UI are served over TLS only on this address"
+		if s.adminURL != "" {
+			msg += ": use " + s.adminURL
+		}
+		writeError(w, http.StatusForbidden, v1.Error{Message: msg, Code: v1.CodeTLSRequired})
+		return
+	}
+	s.serveHTTP(w, r)
+}
+
 // Serve answers on ln until ctx is done, then drains for at most
 // Config.ShutdownTimeout, closes ln and returns nil. Request contexts
 // (including SSE streams) are cancelled when ctx is done.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
-	if s.cfg.MaxConnsPerIP <= 0 {
-		s.cfg.MaxConnsPerIP = DefaultMaxConnsPerIP
+	return s.serve(ctx, ln, s.handler)
+}
+
+// ServeMachine is Serve with MachineHandler: for the plain HTTP listener
+// off loopback when the admin API has its TLS listener.
+func (s *Server) ServeMachine(ctx context.Context, ln net.Listener) error {
+	return s.serve(ctx, ln, s.machine)
+}
+
+// serve answers h on ln: at most MaxConnsPerIP connections per source
+// address (further ones closed at accept and counted), headers within
+// 10s and bodies within BodyTimeout.
+func (s *Server) serve(ctx context.Context, ln net.Listener, h http.Handler) error {
+	maxConns, bodyTimeout := s.cfg.MaxConnsPerIP, s.cfg.BodyTimeout
+	if maxConns <= 0 {
+		maxConns = DefaultMaxConnsPerIP
 	}
-	if s.cfg.BodyTimeout <= 0 {
-		s.cfg.BodyTimeout = 30 * time.Second
+	if bodyTimeout <= 0 {
+		bodyTimeout = 30 * time.Second
 	}
-	capped := limitPerIP(ln, s.cfg.MaxConnsPerIP)
-	s.connsRefused.Store(&capped.refused)
-	ln = capped
-	bodyTimeout := s.cfg.BodyTimeout
-	handler := s.handler
+	ln = limitPerIP(ln, maxConns, &s.connsRefused)
 	hs := &http.Server{
 		// A body is read within BodyTimeout (a slow body no longer holds a
 		// connection and its descriptor indefinitely). Not ReadTimeout:
@@ -186,7 +233,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 			if r.Method == http.MethodPost || r.Method == http.MethodPut || r.Method == http.MethodPatch {
 				_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(bodyTimeout))
 			}
-			handler.ServeHTTP(w, r)
+			h.ServeHTTP(w, r)
 		}),
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       30 * time.Second, // thousands of machines each leave a keep-alive connection (8 KiB of buffers) behind; no WriteTimeout: SSE streams are long-lived
@@ -222,16 +269,30 @@ func (s *Server) HandleAdmin(pattern string, h http.Handler) error {
 // machine-facing endpoints (boot, report, plan, image) that gate
 // themselves with single-use state tokens. Call before serving.
 func (s *Server) HandlePublic(pattern string, h http.Handler) error {
-	return s.mount(pattern, h)
+	return s.mountOn(pattern, h, true)
 }
 
-func (s *Server) mount(pattern string, h http.Handler) (err error) {
+// HandleOperator mounts h at pattern without admin-token authentication
+// (h authenticates its users itself, as the UI's session and the console's
+// bearer check do) but, like the admin routes, only on the operator's
+// listener: MachineHandler refuses it. Call before serving.
+func (s *Server) HandleOperator(pattern string, h http.Handler) error {
+	return s.mountOn(pattern, h, false)
+}
+
+func (s *Server) mount(pattern string, h http.Handler) error { return s.mountOn(pattern, h, false) }
+
+func (s *Server) mountOn(pattern string, h http.Handler, public bool) (err error) {
 	defer func() {
 		if r := recover(); r != nil { // ServeMux panics on conflicting patterns
 			err = fmt.Errorf("api: mount %s: %v", pattern, r)
 		}
 	}()
-	s.mux.Handle(pattern, s.instrument(pattern, h))
+	ih := s.instrument(pattern, h)
+	s.mux.Handle(pattern, ih)
+	if public {
+		s.pub.Handle(pattern, ih)
+	}
 	return nil
 }
 

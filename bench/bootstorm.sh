@@ -1,21 +1,52 @@
 #!/bin/sh
-# bench/bootstorm.sh [CLIENTS]: PXE boot storm, Machina's boot servers vs dnsmasq, same run.
+# bench/bootstorm.sh [-f FILE|both] [-r RAMDISK_CLIENTS] [CLIENTS]: PXE boot storm, Machina's boot
+# servers vs dnsmasq (DHCP, TFTP), a static Go server (script) and nginx (ramdisk), same run.
 #
 # Creates two network namespaces joined by a veth pair (server 10.66.0.1/21, client 10.66.0.2/21),
-# then, for each server in turn (Machina: boot/dhcp + boot/tftp + boot/ipxe; dnsmasq: DHCP + TFTP
-# with the same pool and files, a static HTTP server for the script), starts CLIENTS (default 1000)
-# concurrent simulated clients. Each does DISCOVER/OFFER/REQUEST/ACK (as a DHCP relay, so one socket
-# carries all clients), a TFTP download of undionly.kpxe (Debian package ipxe; blksize 1428, tsize)
-# and a GET of its per-MAC iPXE script. Prints p50/p99 per step and for the whole sequence.
-# Needs root, iproute2, dnsmasq (dnsmasq-base), ipxe, Go. Cleans up its namespaces and processes.
-# BOOTSTORM_PROFILE=FILE writes a CPU profile of the Machina server (both runs) to FILE.
-# BOOTSTORM_PIN=1 pins the load generator to the last CPU and the servers (Machina's, dnsmasq and
-# the static HTTP server alike) to the others (taskset, util-linux), as separate machines would be:
-# without it the clients' own CPU time (a TFTP client per transfer) is taken from the servers.
+# then, per TFTP file and for each server set in turn (Machina: boot/dhcp + boot/tftp + boot/ipxe
+# and the /boot/ramdisk/ route on the api server; peers: dnsmasq with the same pool and files, a
+# static HTTP server for the script, nginx for the ramdisk), starts CLIENTS (default 1000)
+# concurrent simulated clients. Each does DISCOVER/OFFER/REQUEST/ACK (as a DHCP relay, so one
+# socket carries all clients; option 93 = 0 for undionly.kpxe, 7 for ipxe.efi), a TFTP download of
+# FILE (Debian package ipxe, 74 KB and 1 MB; blksize 1428, tsize), a GET of its per-MAC iPXE script and, in the
+# runs of the first file only, GETs of the ramdisk's vmlinuz and initrd.cpio.gz (out/ramdisk,
+# `make ramdisk`) by the first RAMDISK_CLIENTS clients (default 1000; 0 skips the step). Prints
+# p50/p99 per step, Machina/peer ratios, the ramdisk step's aggregate MB/s, and each server's CPU.
+#   -f FILE   undionly.kpxe, ipxe.efi, or both (default: both, undionly.kpxe first)
+#   -r N      clients in the ramdisk step (default 1000; about 15 MB each)
+# Needs root, iproute2, dnsmasq (dnsmasq-base), ipxe, nginx (nginx-light), Go. Cleans up its
+# namespaces and processes.
+# BOOTSTORM_PROFILE=FILE writes a CPU profile of the Machina server (both runs of a TFTP file) to
+# FILE, or to FILE.<tftp file> with -f both.
+# BOOTSTORM_PIN=1 pins the load generator to the last CPU and the servers (Machina's, dnsmasq, the
+# static HTTP server and nginx alike) to the others (taskset, util-linux), as separate machines
+# would be: without it the clients' own CPU time (a TFTP client per transfer) is taken from the
+# servers.
+# BOOTSTORM_RAMDISK=DIR serves DIR instead of out/ramdisk.
+# BOOTSTORM_SERVE_FLAGS adds flags to Machina's `bootstorm serve`, e.g. -direct (the iPXE handler and
+# the ramdisk route on a bare http.Server, without the api server's middleware).
+# BOOTSTORM_BEFORE=BIN also runs BIN's `serve` (a bootstorm binary built from another revision of
+# the servers, e.g. before a change) as a third server set labelled "before", ahead of Machina's
+# in each file's round, without the ramdisk step: a before/after comparison in the same run.
 set -eu
+FILES="undionly.kpxe ipxe.efi"; RDN=1000
+while getopts f:r: opt; do
+	case $opt in
+	f) case $OPTARG in both) FILES="undionly.kpxe ipxe.efi" ;; *) FILES=$OPTARG ;; esac ;;
+	r) RDN=$OPTARG ;;
+	*) echo "usage: bootstorm.sh [-f undionly.kpxe|ipxe.efi|both] [-r RAMDISK_CLIENTS] [CLIENTS]" >&2; exit 2 ;;
+	esac
+done
+shift $((OPTIND - 1))
 N=${1:-1000}
 cd "$(dirname "$0")/.."
 [ "$(id -u)" = 0 ] || { echo "bootstorm: needs root (network namespaces)" >&2; exit 1; }
+RD=${BOOTSTORM_RAMDISK:-$(pwd)/out/ramdisk}
+if [ "$RDN" -gt 0 ]; then
+	[ -f "$RD/vmlinuz" ] && [ -f "$RD/initrd.cpio.gz" ] || { echo "bootstorm: no ramdisk in $RD: run make ramdisk (or -r 0)" >&2; exit 1; }
+	command -v nginx >/dev/null || { echo "bootstorm: nginx not found: apt-get install nginx-light (or -r 0)" >&2; exit 1; }
+	RD=$(cd "$RD" && pwd)
+fi
 SFX=$(od -An -N3 -tx1 /dev/urandom | tr -d ' \n')
 S=m6-$SFX-s; C=m6-$SFX-c
 W=$(mktemp -d)
@@ -36,10 +67,24 @@ ip -n "$S" addr add 10.66.0.1/21 dev vs0
 ip -n "$C" addr add 10.66.0.2/21 dev vc0
 for ns in "$S" "$C"; do ip -n "$ns" link set lo up; done
 ip -n "$S" link set vs0 up; ip -n "$C" link set vc0 up
-IPXE=$(dpkg -L ipxe | grep '/undionly.kpxe$' | head -n1); ROOT=$(dirname "$IPXE")
+# The TFTP root: copies of the package's files (Debian's /usr/lib/ipxe/ipxe.efi is a symlink to
+# /boot/ipxe.efi, out of the folder, which Machina's os.Root rightly refuses to follow).
+IPXE=$(dpkg -L ipxe | grep '/undionly.kpxe$' | head -n1); ROOT=$W/tftp
+mkdir -p "$ROOT"
+for f in $FILES; do
+	[ -f "$(dirname "$IPXE")/$f" ] || { echo "bootstorm: $(dirname "$IPXE")/$f missing (package ipxe)" >&2; exit 1; }
+	cp -L "$(dirname "$IPXE")/$f" "$ROOT/$f"
+done
 
 # wait_ready FILE: block until the server prints "ready" (it does after binding).
 wait_ready() { until grep -q ready "$1" 2>/dev/null; do sleep 0.1; done; }
+# cpu_of PID...: user+system CPU seconds of the processes and their threads (/proc/PID/stat).
+cpu_of() {
+	for p in "$@"; do awk '{print $14 + $15}' "/proc/$p/stat" 2>/dev/null || true; done |
+		awk -v hz="$(getconf CLK_TCK)" '{s += $1} END {printf "%.2f", s / hz}'
+}
+# stop PID: end a server we started and wait for it.
+stop() { kill "$1" 2>/dev/null || true; wait "$1" 2>/dev/null || true; }
 
 SRVPIN=""; CLIPIN=""
 if [ "${BOOTSTORM_PIN:-0}" = 1 ]; then
@@ -47,19 +92,71 @@ if [ "${BOOTSTORM_PIN:-0}" = 1 ]; then
 	[ "$last" -ge 1 ] || { echo "bootstorm: BOOTSTORM_PIN needs at least 2 CPUs" >&2; exit 1; }
 	SRVPIN="taskset -c 0-$((last - 1))"; CLIPIN="taskset -c $last"
 fi
-storm() { ip netns exec "$C" $CLIPIN "$W/bootstorm" storm -clients "$N" -label "$1" -http http://10.66.0.1:8080/boot/ipxe "$2"; }
+# storm LABEL FILE RAMDISK_URL FLAGS...
+storm() {
+	l=$1; f=$2; u=$3; shift 3
+	ip netns exec "$C" $CLIPIN "$W/bootstorm" storm -clients "$N" -label "$l" -file "$f" \
+		-http http://10.66.0.1:8080/boot/ipxe ${u:+-ramdisk "$u" -ramdisk-clients "$RDN"} "$@"
+}
 
-# --- Machina ---
-ip netns exec "$S" $SRVPIN "$W/bootstorm" serve ${BOOTSTORM_PROFILE:+-cpuprofile "$BOOTSTORM_PROFILE"} -iface vs0 -http 10.66.0.1:8080 -root "$ROOT" -clients "$N" > "$W/m.out" 2> "$W/m.err" &
-MP=$!; PIDS="$PIDS $MP"
-wait_ready "$W/m.out"
-storm machina -stepwise=false > "$W/machina.json"
-storm machina -stepwise=true > "$W/machina-step.json"
-kill "$MP"; wait "$MP" 2>/dev/null || true
-grep 'server CPU' "$W/m.err" || true
+# nginx for the ramdisk, in the server namespace: sendfile on, the same folder, no access log,
+# a listen backlog as large as Go's (somaxconn) so that 1,000 simultaneous connects are not
+# dropped by nginx's default of 511.
+mkdir -p "$W/nginx"
+cat > "$W/nginx.conf" <<CONF
+user root;
+worker_processes auto;
+daemon off;
+pid $W/nginx/nginx.pid;
+error_log $W/nginx/error.log warn;
+events { worker_connections 4096; }
+http {
+	access_log off;
+	sendfile on;
+	tcp_nopush on;
+	keepalive_requests 1000;
+	default_type application/octet-stream;
+	client_body_temp_path $W/nginx/body;
+	proxy_temp_path $W/nginx/proxy;
+	fastcgi_temp_path $W/nginx/fastcgi;
+	uwsgi_temp_path $W/nginx/uwsgi;
+	scgi_temp_path $W/nginx/scgi;
+	server {
+		listen 10.66.0.1:8081 backlog=4096;
+		location /boot/ramdisk/ { alias $RD/; }
+	}
+}
+CONF
 
-# --- dnsmasq (same pool, same file, same relay) ---
-cat > "$W/dnsmasq.conf" <<CONF
+CPU=""; TABLES=""; first=1
+for F in $FILES; do
+	RDM=""; RDP=""
+	if [ "$first" = 1 ] && [ "$RDN" -gt 0 ]; then
+		RDM=http://10.66.0.1:8080/boot/ramdisk/; RDP=http://10.66.0.1:8081/boot/ramdisk/
+	fi
+	PROF=${BOOTSTORM_PROFILE:-}
+	[ -n "$PROF" ] && [ "$(echo $FILES | wc -w)" -gt 1 ] && PROF=$PROF.$F
+
+	# --- Machina (and the "before" build) ---
+	# machina LABEL BIN RAMDISK_URL [PROFILE]
+	machina() {
+		ip netns exec "$S" $SRVPIN "$2" serve ${4:+-cpuprofile "$4"} -iface vs0 -http 10.66.0.1:8080 \
+			-root "$ROOT" -uefi-file ipxe.efi -clients "$N" ${3:+-ramdisk "$RD"} ${BOOTSTORM_SERVE_FLAGS:-} > "$W/m.out" 2> "$W/m.err" &
+		MP=$!; PIDS="$PIDS $MP"
+		wait_ready "$W/m.out"
+		storm "$1" "$F" "$3" -stepwise=false > "$W/$1-$F.json"
+		storm "$1" "$F" "$3" -stepwise=true > "$W/$1-$F-step.json"
+		stop "$MP"
+		CPU="$CPU$(grep 'server CPU' "$W/m.err" | sed "s/^machina server CPU/$1 ($F): server CPU/")
+"
+		rm -f "$W/m.out"
+	}
+	[ -n "${BOOTSTORM_BEFORE:-}" ] && machina before "$BOOTSTORM_BEFORE" ""
+	machina machina "$W/bootstorm" "$RDM" "$PROF"
+
+	# --- peers: dnsmasq (same pool, same files, same relay), static script server, nginx ---
+	rm -f "$W/dnsmasq.leases"
+	cat > "$W/dnsmasq.conf" <<CONF
 port=0
 no-resolv
 no-hosts
@@ -70,20 +167,43 @@ dhcp-leasefile=$W/dnsmasq.leases
 dhcp-lease-max=10000
 no-ping
 dhcp-userclass=set:ipxe,iPXE
+dhcp-vendorclass=set:efi64,PXEClient:Arch:00007
 dhcp-boot=tag:ipxe,http://10.66.0.1:8080/boot/ipxe
-dhcp-boot=tag:!ipxe,undionly.kpxe
+dhcp-boot=tag:!ipxe,tag:efi64,ipxe.efi
+dhcp-boot=tag:!ipxe,tag:!efi64,undionly.kpxe
 dhcp-option=encap:175,176,1b
 enable-tftp
 tftp-root=$ROOT
 tftp-max=$((N * 2))
 CONF
-ip netns exec "$S" $SRVPIN dnsmasq --keep-in-foreground --user=root --conf-file="$W/dnsmasq.conf" --pid-file="$W/dnsmasq.pid" 2> "$W/d.err" &
-DP=$!; PIDS="$PIDS $DP"
-ip netns exec "$S" $SRVPIN "$W/bootstorm" static -http 10.66.0.1:8080 > "$W/s.out" 2>&1 &
-SP=$!; PIDS="$PIDS $SP"
-wait_ready "$W/s.out"
-until ip netns exec "$S" ss -uln | grep -q '10.66.0.1:69\|\*:69\|0.0.0.0:69'; do sleep 0.1; done
-storm dnsmasq -stepwise=false > "$W/dnsmasq.json"
-storm dnsmasq -stepwise=true > "$W/dnsmasq-step.json"
+	ip netns exec "$S" $SRVPIN dnsmasq --keep-in-foreground --user=root --conf-file="$W/dnsmasq.conf" --pid-file="$W/dnsmasq.pid" 2> "$W/d.err" &
+	DP=$!; PIDS="$PIDS $DP"
+	ip netns exec "$S" $SRVPIN "$W/bootstorm" static -http 10.66.0.1:8080 > "$W/s.out" 2>&1 &
+	SP=$!; PIDS="$PIDS $SP"
+	NP=""
+	if [ -n "$RDP" ]; then
+		ip netns exec "$S" $SRVPIN nginx -c "$W/nginx.conf" -e "$W/nginx/error.log" > "$W/n.out" 2>&1 &
+		NP=$!; PIDS="$PIDS $NP"
+		until ip netns exec "$S" ss -tln | grep -q '10.66.0.1:8081'; do sleep 0.1; done
+	fi
+	wait_ready "$W/s.out"
+	until ip netns exec "$S" ss -uln | grep -q '10.66.0.1:69\|\*:69\|0.0.0.0:69'; do sleep 0.1; done
+	storm dnsmasq "$F" "$RDP" -stepwise=false > "$W/dnsmasq-$F.json"
+	storm dnsmasq "$F" "$RDP" -stepwise=true > "$W/dnsmasq-$F-step.json"
+	line="peers ($F): dnsmasq CPU $(cpu_of "$DP") s, static script server $(cpu_of "$SP") s"
+	# nginx's CPU: the master and its workers (taskset, when pinning, is replaced by nginx by exec).
+	[ -n "$NP" ] && line="$line, nginx $(cpu_of "$NP" $(pgrep -P "$NP")) s"
+	CPU="$CPU$line for both runs
+"
+	[ -n "$NP" ] && stop "$NP"
+	stop "$DP"; stop "$SP"
+	rm -f "$W/s.out"
+	TABLES="$TABLES $W/machina-$F.json $W/dnsmasq-$F.json $W/machina-$F-step.json $W/dnsmasq-$F-step.json"
+	[ -n "${BOOTSTORM_BEFORE:-}" ] && TABLES="$TABLES $W/before-$F.json $W/dnsmasq-$F.json $W/before-$F-step.json $W/dnsmasq-$F-step.json $W/machina-$F.json $W/before-$F.json $W/machina-$F-step.json $W/before-$F-step.json"
+	first=0
+done
 
-"$W/bootstorm" table "$W/machina.json" "$W/dnsmasq.json" "$W/machina-step.json" "$W/dnsmasq-step.json"
+echo "peers: dnsmasq for DHCP and TFTP, a static Go server for the script, nginx for the ramdisk"
+printf '%s' "$CPU"
+echo
+"$W/bootstorm" table $TABLES

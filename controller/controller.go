@@ -77,6 +77,10 @@ type Config struct {
 	Reconciler reconciler.Config
 	// Drivers opens BMC drivers; nil uses the store's secrets (StoreDrivers).
 	Drivers reconciler.Drivers
+	// AdminTLS is the admin API and UI's TLS listener: off loopback they
+	// answer only there, and Listen serves the machine-facing endpoints.
+	// The zero value runs none on a loopback Listen.
+	AdminTLS AdminTLS
 	// JoinListen is the TLS join listener's address (install script,
 	// POST /hosts/join, node heartbeats); "" means a free port on 127.0.0.1
 	// (machina serve's --join-listen defaults to 127.0.0.1:8443).
@@ -146,6 +150,9 @@ type Running struct {
 	Images *images.Store
 	// JoinURL is the join listener's base URL.
 	JoinURL string
+	// AdminURL is the admin API's TLS base URL, "" when it has no TLS
+	// listener (loopback: the admin API is on Addr).
+	AdminURL string
 
 	flush func(ctx context.Context) error
 }
@@ -344,6 +351,14 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("controller: join CA: %w", err)
 	}
+	adminLn, adminURL, err := ListenAdminTLS(cfg.Listen, cfg.AdminTLS, ca)
+	if err != nil {
+		return fmt.Errorf("controller: %w", err)
+	}
+	if adminLn != nil {
+		defer adminLn.Close()
+		srv.SetAdminURL(adminURL)
+	}
 	if cfg.JoinListen == "" {
 		cfg.JoinListen = "127.0.0.1:0"
 	}
@@ -423,7 +438,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("controller: console and UI: %w", err)
 	}
 
-	run := &Running{Addr: ln.Addr(), URL: publicURL, Store: st, Reconciler: ctrl, Source: src, Status: writer, Images: imgStore, JoinURL: joinURL,
+	run := &Running{Addr: ln.Addr(), URL: publicURL, Store: st, Reconciler: ctrl, Source: src, Status: writer, Images: imgStore, JoinURL: joinURL, AdminURL: adminURL,
 		flush: func(ctx context.Context) error {
 			// Hand the snapshot to the writer's own loop (urgent) and wait
 			// for its next successful write: calling Write here would race
@@ -461,7 +476,15 @@ func Run(ctx context.Context, cfg Config) error {
 			}
 		}()
 	}
-	goRun("api", func(ctx context.Context) error { return srv.Serve(ctx, ln) })
+	if adminLn != nil && !IsLoopback(ln.Addr().String()) {
+		goRun("machine endpoints", func(ctx context.Context) error { return srv.ServeMachine(ctx, ln) })
+	} else {
+		goRun("api", func(ctx context.Context) error { return srv.Serve(ctx, ln) })
+	}
+	if adminLn != nil {
+		log.Info("admin API and UI listening (TLS)", "url", adminURL)
+		goRun("admin api", func(ctx context.Context) error { return srv.Serve(ctx, adminLn) })
+	}
 	goRun("join", func(ctx context.Context) error { return joinSrv.Serve(ctx, joinLn) })
 	for i, r := range netRuns {
 		goRun(fmt.Sprintf("netboot %d", i), r)

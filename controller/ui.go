@@ -59,7 +59,7 @@ func mountConsoleAndUI(srv *api.Server, st *state.Store, drivers reconciler.Driv
 	if err != nil {
 		return err
 	}
-	if err := srv.HandlePublic(console.Pattern, con); err != nil {
+	if err := srv.HandleOperator(console.Pattern, con); err != nil {
 		return err
 	}
 	h, err := ui.New(ui.Config{Store: st, API: srv.Handler(), Console: con, ConsoleSupport: consoleSupport(lookup),
@@ -69,7 +69,7 @@ func mountConsoleAndUI(srv *api.Server, st *state.Store, drivers reconciler.Driv
 	if err != nil {
 		return err
 	}
-	return srv.HandlePublic(ui.Prefix, h)
+	return srv.HandleOperator(ui.Prefix, h)
 }
 
 // consoleSupport answers whether a server's driver offers a serial console:

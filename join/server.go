@@ -185,7 +185,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	}
 	// One address holds at most maxConnsPerIP connections (TLS
 	// handshakes included): further ones are closed at accept.
-	ln = limitPerIP(ln, maxConnsPerIP)
+	ln = limitPerIP(ln, maxConnsPerIP, nil)
 	errc := make(chan error, 1)
 	go func() { errc <- hs.ServeTLS(ln, "", "") }()
 	select {

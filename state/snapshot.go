@@ -2,6 +2,7 @@ package state
 
 import (
 	"fmt"
+	"io"
 
 	bolt "go.etcd.io/bbolt"
 )
@@ -45,4 +46,27 @@ func (s *Store) Snapshot() (Snapshot, error) {
 		return Snapshot{}, fmt.Errorf("state: snapshot: %w", err)
 	}
 	return snap, nil
+}
+
+// WriteBackup writes a consistent copy of the whole state file to w, as of
+// one read transaction (bbolt Tx.WriteTo), while the store stays open and
+// writable: an online backup. size reports the copy's length in bytes
+// before anything is written (the answer's Content-Length). The copy is a
+// bbolt file that Open accepts as it is; it holds what the state file
+// holds, secrets sealed when a master key is set (unsealed otherwise) and
+// admin tokens as hashes, so keep it as carefully as the state file.
+func (s *Store) WriteBackup(w io.Writer, size func(int64)) (int64, error) {
+	var n int64
+	err := s.view(func(tx *bolt.Tx) error {
+		if size != nil {
+			size(tx.Size())
+		}
+		var err error
+		n, err = tx.WriteTo(w)
+		return err
+	})
+	if err != nil {
+		return n, fmt.Errorf("state: backup: %w", err)
+	}
+	return n, nil
 }

@@ -264,3 +264,45 @@ func (c *Client) Approvals(ctx context.Context) (ApprovalList, error) {
 	var out ApprovalList
 	return out, c.do(ctx, http.MethodGet, "/api/v1/approvals", nil, nil, &out)
 }
+
+// Snapshot calls GET /api/v1/state/snapshot and copies the state file's
+// online copy to w, returning the bytes written. It fails when the answer
+// is shorter than its Content-Length (the controller's read was cut), so
+// a partial copy is never mistaken for a backup.
+func (c *Client) Snapshot(ctx context.Context, w io.Writer) (int64, error) {
+	u := *c.base
+	u.Path = strings.TrimSuffix(c.base.Path, "/") + "/api/v1/state/snapshot"
+	u.RawPath = ""
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+	if err != nil {
+		return 0, fmt.Errorf("api: snapshot: %w", err)
+	}
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	hc := c.HTTP
+	if hc == nil {
+		hc = http.DefaultClient
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return 0, fmt.Errorf("api: snapshot: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		data, _ := io.ReadAll(io.LimitReader(resp.Body, maxResponse))
+		e := &APIError{StatusCode: resp.StatusCode}
+		if json.Unmarshal(data, &e.Body) != nil || e.Body.Code == "" {
+			e.Body = Error{Message: http.StatusText(resp.StatusCode), Code: "http_" + strconv.Itoa(resp.StatusCode)}
+		}
+		return 0, e
+	}
+	n, err := io.Copy(w, resp.Body)
+	if err != nil {
+		return n, fmt.Errorf("api: snapshot: read: %w", err)
+	}
+	if resp.ContentLength >= 0 && n != resp.ContentLength {
+		return n, fmt.Errorf("api: snapshot: got %d of %d bytes", n, resp.ContentLength)
+	}
+	return n, nil
+}

@@ -241,6 +241,7 @@ type Health struct {
 const (
 	CodeBadRequest       = "bad_request"        // 400
 	CodeUnauthorized     = "unauthorized"       // 401
+	CodeTLSRequired      = "tls_required"       // 403: an admin route asked over plain HTTP off loopback
 	CodeNotFound         = "not_found"          // 404
 	CodeMethodNotAllowed = "method_not_allowed" // 405
 	CodeConflict         = "conflict"           // 409: illegal or stale lifecycle move

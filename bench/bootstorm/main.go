@@ -2,18 +2,24 @@
 // and against dnsmasq, driven by bench/bootstorm.sh (which creates the
 // network namespaces and runs each mode inside one).
 //
-//	bootstorm serve  -iface vs0 -http 10.66.0.1:8080 -root /usr/lib/ipxe -clients 1000
-//	    Machina's DHCP (full mode), TFTP and iPXE handler, with the N storm MACs known.
+//	bootstorm serve  -iface vs0 -http 10.66.0.1:8080 -root /usr/lib/ipxe -clients 1000 [-ramdisk DIR]
+//	    Machina's DHCP (full mode), TFTP and iPXE handler, with the N storm MACs known,
+//	    the HTTP side mounted on the api server as cmd/machina mounts it (api.Server,
+//	    HandlePublic), with DIR served at /boot/ramdisk/ by the controller's route.
 //	bootstorm static -http 10.66.0.1:8080 -script URL
 //	    a plain HTTP server returning the chain script (the HTTP side next to dnsmasq).
 //	bootstorm storm  -server 10.66.0.1 -relay 10.66.0.2 -clients 1000 -http URL -file undionly.kpxe -label NAME
+//	        [-ramdisk URL -ramdisk-clients M]
 //	    N concurrent clients, each: DHCP DISCOVER/OFFER/REQUEST/ACK (as a relay agent,
-//	    so one socket carries every client), a TFTP download of -file (blksize 1428,
-//	    tsize), and a GET of the per-MAC script. Prints p50/p99 per step as JSON.
-//	    With -stepwise, every client finishes a step before any starts the next,
-//	    so each step is measured under the full concurrency of N clients.
-//	bootstorm table MACHINA.json DNSMASQ.json [MACHINA-STEP.json DNSMASQ-STEP.json]
-//	    prints the results side by side.
+//	    so one socket carries every client; option 93 is 7, EFI x64, when -file ends
+//	    in .efi, else 0, BIOS), a TFTP download of -file (blksize 1428, tsize), a GET
+//	    of the per-MAC script and, for the first M clients, GETs of URL+vmlinuz and
+//	    URL+initrd.cpio.gz over one keep-alive connection. Prints p50/p99 per step
+//	    and the ramdisk step's aggregate throughput as JSON. With -stepwise, every
+//	    client finishes a step before any starts the next, so each step is measured
+//	    under the full concurrency of N (or M) clients.
+//	bootstorm table MACHINA.json PEER.json [MACHINA-STEP.json PEER-STEP.json ...]
+//	    prints the results side by side, with Machina/peer ratios.
 package main
 
 import (
@@ -32,18 +38,23 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime/pprof"
 	"sort"
+	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
 
 	"github.com/insomniacslk/dhcp/dhcpv4"
 	"github.com/insomniacslk/dhcp/iana"
+	"github.com/machina-metal/machina/api"
 	"github.com/machina-metal/machina/boot"
 	"github.com/machina-metal/machina/boot/dhcp"
 	"github.com/machina-metal/machina/boot/ipxe"
 	"github.com/machina-metal/machina/boot/tftp"
+	"github.com/machina-metal/machina/state"
 	ptftp "github.com/pin/tftp/v3"
 	"golang.org/x/sys/unix"
 )
@@ -86,6 +97,9 @@ func serve(ctx context.Context, args []string) error {
 	root := fs.String("root", "/usr/lib/ipxe", "TFTP root")
 	n := fs.Int("clients", 1000, "storm clients (known MACs)")
 	prof := fs.String("cpuprofile", "", "write a CPU profile of the server to this file")
+	uefi := fs.String("uefi-file", "ipxe.efi", "TFTP file offered to EFI x64 clients (option 93 = 7)")
+	ramdisk := fs.String("ramdisk", "", "folder served at /boot/ramdisk/ (make ramdisk writes out/ramdisk)")
+	direct := fs.Bool("direct", false, "serve the iPXE handler on a bare http.Server (the storm's shape before issue 24), not through the api server")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -116,7 +130,7 @@ func serve(ctx context.Context, args []string) error {
 	}
 	d, err := dhcp.New(dhcp.Config{Interfaces: []string{*iface}, Subnet: netip.MustParsePrefix("10.66.0.0/21"),
 		PoolStart: netip.MustParseAddr("10.66.1.0"), PoolEnd: netip.MustParseAddr("10.66.7.250"), Lookup: &look, Logger: log,
-		Boot: dhcp.BootFiles{ScriptURL: base + ipxe.ScriptPath}})
+		Boot: dhcp.BootFiles{ScriptURL: base + ipxe.ScriptPath, UEFI: *uefi}})
 	if err != nil {
 		return err
 	}
@@ -130,12 +144,19 @@ func serve(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	hs := &http.Server{Handler: h}
+	serveHTTP, err := httpSide(h, *ramdisk, *direct, log)
+	if err != nil {
+		return err
+	}
+	hctx, hcancel := context.WithCancel(ctx)
+	defer hcancel()
 	errc := make(chan error, 3)
 	go func() { errc <- d.Serve(ctx) }()
 	go func() { errc <- t.Serve(ctx) }()
+	httpDone := make(chan struct{})
 	go func() {
-		if err := hs.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+		defer close(httpDone)
+		if err := serveHTTP(hctx, ln); err != nil {
 			errc <- err
 		}
 	}()
@@ -145,11 +166,64 @@ func serve(ctx context.Context, args []string) error {
 	case err := <-errc:
 		return err
 	}
-	_ = hs.Close()
+	hcancel()
+	<-httpDone
 	st := d.Stats()
 	fmt.Fprintf(os.Stderr, "machina dhcp stats: %+v tftp stats: %+v\n", st, t.Stats())
 	fmt.Fprintf(os.Stderr, "machina server CPU: %.2f s for both runs\n", cpuSeconds())
 	return nil
+}
+
+// httpSide returns the function serving Machina's HTTP side: by default
+// an api.Server (the production middleware: metrics, request log, JSON
+// errors) with the iPXE handler at ipxe.ScriptPath and, when dir is set,
+// the controller's /boot/ramdisk/ route over dir; with direct, the same
+// two handlers on a bare http.Server (no api middleware: the ramdisk is
+// then sent with sendfile, see bench/bootstorm.md).
+func httpSide(h http.Handler, dir string, direct bool, log *slog.Logger) (func(context.Context, net.Listener) error, error) {
+	ramdisk := http.StripPrefix("/boot/ramdisk/", http.FileServer(http.Dir(dir)))
+	if direct {
+		mux := http.NewServeMux()
+		mux.Handle(ipxe.ScriptPath, h)
+		if dir != "" {
+			mux.Handle("/boot/ramdisk/", ramdisk)
+		}
+		return func(ctx context.Context, ln net.Listener) error {
+			hs := &http.Server{Handler: mux}
+			go func() { <-ctx.Done(); _ = hs.Close() }()
+			if err := hs.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+				return err
+			}
+			return nil
+		}, nil
+	}
+	tmp, err := os.MkdirTemp("", "bootstorm-state-")
+	if err != nil {
+		return nil, err
+	}
+	st, err := state.Open(filepath.Join(tmp, "state.db"), state.Options{NoSync: true})
+	if err != nil {
+		return nil, err
+	}
+	srv, err := api.New(api.Config{Store: st, Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	if err := srv.HandlePublic(ipxe.ScriptPath, h); err != nil {
+		return nil, err
+	}
+	if dir != "" {
+		// The route controller.Run mounts for cmd/machina's -ramdisk-dir
+		// (controller/controller.go); keep the two the same.
+		if err := srv.HandlePublic("/boot/ramdisk/", ramdisk); err != nil {
+			return nil, err
+		}
+	}
+	return func(ctx context.Context, ln net.Listener) error {
+		defer os.RemoveAll(tmp)
+		defer st.Close()
+		return srv.Serve(ctx, ln)
+	}, nil
 }
 
 func static(ctx context.Context, args []string) error {
@@ -249,7 +323,28 @@ func (r *relay) exchange(m *dhcpv4.DHCPv4, want dhcpv4.MessageType) (*dhcpv4.DHC
 type result struct {
 	dhcp, tftp, script, total time.Duration
 	connect                   time.Duration // the script step's TCP connect, part of script
-	err                       error
+	ramdisk                   time.Duration // both ramdisk GETs; zero when the client skipped them
+	rdBytes                   int64
+	rdStart, rdEnd            time.Time
+	ok                        [4]bool  // dhcp, tftp, script, ramdisk succeeded (or, ramdisk, was skipped)
+	errs                      [4]error // the step's failure
+	err                       error    // the first failure
+}
+
+// Step indexes into result.ok.
+const (
+	stepDHCP = iota
+	stepTFTP
+	stepScript
+	stepRamdisk
+)
+
+// note records the outcome of step: ok, or the client's first error.
+func (r *result) note(step int, err error) {
+	r.ok[step], r.errs[step] = err == nil, err
+	if err != nil && r.err == nil {
+		r.err = err
+	}
 }
 
 func storm(ctx context.Context, args []string) error {
@@ -261,9 +356,15 @@ func storm(ctx context.Context, args []string) error {
 	file := fs.String("file", "undionly.kpxe", "TFTP file")
 	label := fs.String("label", "machina", "label for the output")
 	stepwise := fs.Bool("stepwise", false, "run each step for all clients before the next (per-step latency under full concurrency)")
+	rdURL := fs.String("ramdisk", "", "base URL of the ramdisk files (ends in /boot/ramdisk/); empty skips the ramdisk step")
+	rdN := fs.Int("ramdisk-clients", 1000, "clients (the first M) that run the ramdisk step; capped at -clients")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	if *rdURL == "" {
+		*rdN = 0
+	}
+	*rdN = min(*rdN, *n)
 	conn, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.ParseIP(*relayIP), Port: 67})
 	if err != nil {
 		return err
@@ -282,28 +383,52 @@ func storm(ctx context.Context, args []string) error {
 	t0 := time.Now()
 	if *stepwise {
 		close(start) // nobody waits on it; the phases below replace the free run
+		// Every client runs every step, also after a failed one (each
+		// step's request does not depend on the previous answer), so that
+		// each step runs at the full concurrency on both sides: dnsmasq
+		// loses a third of the DHCP burst, and its TFTP would otherwise
+		// be measured with two thirds of the clients.
 		phase := func(f func(i int)) {
 			var pw sync.WaitGroup
 			for i := range *n {
-				if results[i].err == nil {
-					pw.Go(func() { f(i) })
-				}
+				pw.Go(func() { f(i) })
 			}
 			pw.Wait()
 		}
-		phase(func(i int) { results[i].dhcp, results[i].err = dhcpStep(r, stormMAC(i), *file) })
-		phase(func(i int) { results[i].tftp, results[i].err = tftpStep(*server, *file) })
 		phase(func(i int) {
-			results[i].script, results[i].connect, results[i].err = scriptStep(ctx, hc, stormMAC(i), *httpURL)
+			var err error
+			results[i].dhcp, err = dhcpStep(r, stormMAC(i), *file)
+			results[i].note(stepDHCP, err)
+		})
+		phase(func(i int) {
+			var err error
+			results[i].tftp, err = tftpStep(*server, *file)
+			results[i].note(stepTFTP, err)
+		})
+		phase(func(i int) {
+			var err error
+			results[i].script, results[i].connect, err = scriptStep(ctx, hc, stormMAC(i), *httpURL)
+			results[i].note(stepScript, err)
+		})
+		phase(func(i int) {
+			if i < *rdN {
+				results[i].note(stepRamdisk, ramdiskStep(ctx, *rdURL, &results[i]))
+			} else {
+				results[i].ok[stepRamdisk] = true
+			}
 		})
 		for i := range results {
-			results[i].total = results[i].dhcp + results[i].tftp + results[i].script
+			results[i].total = results[i].dhcp + results[i].tftp + results[i].script + results[i].ramdisk
 		}
 	} else {
 		for i := range *n {
 			wg.Go(func() {
 				<-start
-				results[i] = client(ctx, r, hc, stormMAC(i), *server, *httpURL, *file)
+				rd := ""
+				if i < *rdN {
+					rd = *rdURL
+				}
+				results[i] = client(ctx, r, hc, stormMAC(i), *server, *httpURL, *file, rd)
 			})
 		}
 		close(start)
@@ -311,28 +436,68 @@ func storm(ctx context.Context, args []string) error {
 	}
 	wall := time.Since(t0)
 
-	var dh, tf, sc, tot, cn []time.Duration
+	var dh, tf, sc, tot, cn, rd []time.Duration
 	failed := 0
+	var stepFailed [4]int
 	var firstErr error
+	var rdBytes int64
+	var rdFirst, rdLast time.Time
 	for _, res := range results {
 		if res.err != nil {
 			failed++
 			if firstErr == nil {
 				firstErr = res.err
 			}
-			continue
 		}
-		dh, tf, sc, tot = append(dh, res.dhcp), append(tf, res.tftp), append(sc, res.script), append(tot, res.total)
-		cn = append(cn, res.connect)
+		for st, err := range res.errs {
+			if err != nil {
+				stepFailed[st]++
+			}
+		}
+		// A step's figures include every client that completed it (in a
+		// free run, a client stops at its first failure); the total only
+		// clients that completed all.
+		if res.ok[stepDHCP] {
+			dh = append(dh, res.dhcp)
+		}
+		if res.ok[stepTFTP] {
+			tf = append(tf, res.tftp)
+		}
+		if res.ok[stepScript] {
+			sc, cn = append(sc, res.script), append(cn, res.connect)
+		}
+		if res.err == nil {
+			tot = append(tot, res.total)
+		}
+		if res.ok[stepRamdisk] && res.rdBytes > 0 {
+			rd = append(rd, res.ramdisk)
+			rdBytes += res.rdBytes
+			if rdFirst.IsZero() || res.rdStart.Before(rdFirst) {
+				rdFirst = res.rdStart
+			}
+			if res.rdEnd.After(rdLast) {
+				rdLast = res.rdEnd
+			}
+		}
 	}
 	out := map[string]any{
-		"client_cpu_s": cpuSeconds(),
-		"label":        *label, "stepwise": *stepwise, "clients": *n, "failed": failed, "wall_ms": ms(wall),
+		"client_cpu_s": cpuSeconds(), "file": *file,
+		"label": *label, "stepwise": *stepwise, "clients": *n, "failed": failed, "wall_ms": ms(wall),
+		"failed_dhcp": stepFailed[stepDHCP], "failed_tftp": stepFailed[stepTFTP], "failed_script": stepFailed[stepScript], "failed_ramdisk": stepFailed[stepRamdisk],
 		"dhcp_p50_ms": ms(pct(dh, 50)), "dhcp_p99_ms": ms(pct(dh, 99)),
 		"tftp_p50_ms": ms(pct(tf, 50)), "tftp_p99_ms": ms(pct(tf, 99)),
 		"script_p50_ms": ms(pct(sc, 50)), "script_p99_ms": ms(pct(sc, 99)),
 		"connect_p50_ms": ms(pct(cn, 50)), "connect_p99_ms": ms(pct(cn, 99)),
 		"total_p50_ms": ms(pct(tot, 50)), "total_p99_ms": ms(pct(tot, 99)),
+		"ramdisk_p50_ms": ms(pct(rd, 50)), "ramdisk_p99_ms": ms(pct(rd, 99)),
+		"ramdisk_clients": len(rd), "ramdisk_bytes": rdBytes,
+	}
+	if len(rd) > 0 {
+		// Aggregate throughput: all ramdisk bytes over the span from the
+		// first client's connect to the last client's final byte.
+		span := rdLast.Sub(rdFirst)
+		out["ramdisk_span_ms"] = ms(span)
+		out["ramdisk_mb_s"] = float64(rdBytes) / 1e6 / span.Seconds()
 	}
 	if firstErr != nil {
 		out["first_error"] = firstErr.Error()
@@ -340,28 +505,47 @@ func storm(ctx context.Context, args []string) error {
 	return json.NewEncoder(os.Stdout).Encode(out)
 }
 
-func client(ctx context.Context, r *relay, hc *http.Client, mac net.HardwareAddr, server, scriptURL, file string) (res result) {
+func client(ctx context.Context, r *relay, hc *http.Client, mac net.HardwareAddr, server, scriptURL, file, ramdiskURL string) (res result) {
 	t0 := time.Now()
-	if res.dhcp, res.err = dhcpStep(r, mac, file); res.err != nil {
+	var err error
+	if res.dhcp, err = dhcpStep(r, mac, file); err != nil {
+		res.note(stepDHCP, err)
 		return res
 	}
-	if res.tftp, res.err = tftpStep(server, file); res.err != nil {
+	res.note(stepDHCP, nil)
+	if res.tftp, err = tftpStep(server, file); err != nil {
+		res.note(stepTFTP, err)
 		return res
 	}
-	if res.script, res.connect, res.err = scriptStep(ctx, hc, mac, scriptURL); res.err != nil {
+	res.note(stepTFTP, nil)
+	if res.script, res.connect, err = scriptStep(ctx, hc, mac, scriptURL); err != nil {
+		res.note(stepScript, err)
 		return res
 	}
+	res.note(stepScript, nil)
+	if ramdiskURL != "" {
+		if err = ramdiskStep(ctx, ramdiskURL, &res); err != nil {
+			res.note(stepRamdisk, err)
+			return res
+		}
+	}
+	res.note(stepRamdisk, nil)
 	res.total = time.Since(t0)
 	return res
 }
 
 // dhcpStep runs DISCOVER/OFFER/REQUEST/ACK for mac, shaped like a BIOS PXE
-// ROM (option 60 PXEClient, option 93 arch 0), and checks the boot file.
+// ROM (option 60 PXEClient, option 93 arch 0) or, when file ends in .efi,
+// like OVMF's (arch 7, EFI x64), and checks the boot file.
 func dhcpStep(r *relay, mac net.HardwareAddr, file string) (time.Duration, error) {
 	t0 := time.Now()
+	class, arch := "PXEClient:Arch:00000:UNDI:002001", iana.INTEL_X86PC
+	if strings.HasSuffix(file, ".efi") {
+		class, arch = "PXEClient:Arch:00007:UNDI:003016", iana.EFI_BC
+	}
 	pxe := []dhcpv4.Modifier{
-		dhcpv4.WithHwAddr(mac), dhcpv4.WithGatewayIP(r.gi), dhcpv4.WithOption(dhcpv4.OptClassIdentifier("PXEClient:Arch:00000:UNDI:002001")),
-		dhcpv4.WithOption(dhcpv4.OptClientArch(iana.INTEL_X86PC)),
+		dhcpv4.WithHwAddr(mac), dhcpv4.WithGatewayIP(r.gi), dhcpv4.WithOption(dhcpv4.OptClassIdentifier(class)),
+		dhcpv4.WithOption(dhcpv4.OptClientArch(arch)),
 	}
 	disc, err := dhcpv4.New(append(pxe, dhcpv4.WithMessageType(dhcpv4.MessageTypeDiscover))...)
 	if err != nil {
@@ -448,6 +632,60 @@ func scriptStep(ctx context.Context, _ *http.Client, mac net.HardwareAddr, scrip
 	return time.Since(t0), connect, nil
 }
 
+// ramdiskFiles are what the iPXE script boots (boot/ipxe: KernelURL,
+// InitrdURL under /boot/ramdisk/), fetched in this order.
+var ramdiskFiles = []string{"vmlinuz", "initrd.cpio.gz"}
+
+// ramdiskStep GETs the kernel and the initrd from base (a URL ending in
+// /), as iPXE does: one TCP connection kept alive for both, each body read
+// whole and checked against its Content-Length (not hashed: a thousand
+// clients hashing tens of MB would measure the load generator). It fills
+// res.ramdisk, rdBytes, rdStart and rdEnd.
+func ramdiskStep(ctx context.Context, base string, res *result) error {
+	u, err := url.Parse(base)
+	if err != nil {
+		return err
+	}
+	res.rdStart = time.Now()
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "tcp4", u.Host)
+	if err != nil {
+		return fmt.Errorf("ramdisk: %w", err)
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(5 * time.Minute))
+	br := bufio.NewReaderSize(conn, 4096)
+	buf := make([]byte, 256<<10) // larger than br: bodies are read straight from the socket
+	for _, f := range ramdiskFiles {
+		if _, err := fmt.Fprintf(conn, "GET %s%s HTTP/1.1\r\nHost: %s\r\nUser-Agent: iPXE/1.21.1\r\n\r\n", u.Path, f, u.Host); err != nil {
+			return fmt.Errorf("ramdisk %s: %w", f, err)
+		}
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			return fmt.Errorf("ramdisk %s: %w", f, err)
+		}
+		n, err := io.CopyBuffer(plainWriter{}, resp.Body, buf)
+		resp.Body.Close()
+		if err != nil {
+			return fmt.Errorf("ramdisk %s: %w", f, err)
+		}
+		if resp.StatusCode != 200 || resp.ContentLength <= 0 || n != resp.ContentLength {
+			return fmt.Errorf("ramdisk %s: status %d, %d of %d bytes", f, resp.StatusCode, n, resp.ContentLength)
+		}
+		res.rdBytes += n
+	}
+	res.rdEnd = time.Now()
+	res.ramdisk = res.rdEnd.Sub(res.rdStart)
+	return nil
+}
+
+// plainWriter discards like io.Discard but without its ReadFrom, whose
+// 8 KiB reads would cost the load generator 32 times the syscalls of
+// ramdiskStep's buffer.
+type plainWriter struct{}
+
+func (plainWriter) Write(p []byte) (int, error) { return len(p), nil }
+
 func hyphen(mac net.HardwareAddr) string {
 	s := []byte(mac.String())
 	for i := range s {
@@ -469,7 +707,8 @@ func pct(d []time.Duration, p int) time.Duration {
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
-// table prints storm results pairwise: (machina, dnsmasq) per shape.
+// table prints storm results pairwise: (machina, peer) per shape, with the
+// ratio Machina/peer per column (below 1.0: Machina is faster).
 func table(w io.Writer, files []string) error {
 	if len(files) == 0 || len(files)%2 != 0 {
 		return errors.New("table: want pairs of result files")
@@ -481,6 +720,13 @@ func table(w io.Writer, files []string) error {
 		}
 		m := map[string]any{}
 		return m, json.Unmarshal(b, &m)
+	}
+	num := func(m map[string]any, k string) float64 { f, _ := m[k].(float64); return f }
+	ratio := func(a, b float64) string {
+		if b == 0 {
+			return "-"
+		}
+		return strconv.FormatFloat(a/b, 'f', 2, 64)
 	}
 	for i := 0; i < len(files); i += 2 {
 		a, err := load(files[i])
@@ -495,14 +741,27 @@ func table(w io.Writer, files []string) error {
 		if a["stepwise"] == true {
 			shape = "stepwise: all clients finish a step before the next starts"
 		}
-		fmt.Fprintf(w, "boot storm, %v concurrent clients, %s (ms)\n", a["clients"], shape)
-		fmt.Fprintf(w, "%-8s %12s %9s %12s %9s\n", "step", a["label"].(string)+" p50", "p99", b["label"].(string)+" p50", "p99")
-		for _, s := range []string{"dhcp", "tftp", "script", "connect", "total"} {
-			fmt.Fprintf(w, "%-8s %12.1f %9.1f %12.1f %9.1f\n", s, a[s+"_p50_ms"], a[s+"_p99_ms"], b[s+"_p50_ms"], b[s+"_p99_ms"])
+		fmt.Fprintf(w, "boot storm, %v concurrent clients, TFTP file %v, %s (ms)\n", a["clients"], orEmpty(a["file"]), shape)
+		fmt.Fprintf(w, "%-8s %12s %9s %12s %9s %8s %8s\n", "step", a["label"].(string)+" p50", "p99", b["label"].(string)+" p50", "p99", "ratio50", "ratio99")
+		steps := []string{"dhcp", "tftp", "script", "connect"}
+		if num(a, "ramdisk_clients") > 0 || num(b, "ramdisk_clients") > 0 {
+			steps = append(steps, "ramdisk")
+		}
+		for _, s := range append(steps, "total") {
+			a50, a99, b50, b99 := num(a, s+"_p50_ms"), num(a, s+"_p99_ms"), num(b, s+"_p50_ms"), num(b, s+"_p99_ms")
+			fmt.Fprintf(w, "%-8s %12.1f %9.1f %12.1f %9.1f %8s %8s\n", s, a50, a99, b50, b99, ratio(a50, b50), ratio(a99, b99))
 		}
 		fmt.Fprintf(w, "%-8s %12.1f %9s %12.1f\n", "wall", a["wall_ms"], "", b["wall_ms"])
-		fmt.Fprintf(w, "load generator CPU: %.2f s (machina run) | %.2f s (dnsmasq run)\n", a["client_cpu_s"], b["client_cpu_s"])
-		fmt.Fprintf(w, "failed clients: %s %v %v | %s %v %v\n\n", a["label"], a["failed"], orEmpty(a["first_error"]), b["label"], b["failed"], orEmpty(b["first_error"]))
+		if len(steps) > 4 {
+			fmt.Fprintf(w, "ramdisk: %v | %v clients, %.0f | %.0f MB each side, aggregate %.1f | %.1f MB/s (Machina/peer %s)\n",
+				a["ramdisk_clients"], b["ramdisk_clients"], num(a, "ramdisk_bytes")/1e6, num(b, "ramdisk_bytes")/1e6,
+				num(a, "ramdisk_mb_s"), num(b, "ramdisk_mb_s"), ratio(num(a, "ramdisk_mb_s"), num(b, "ramdisk_mb_s")))
+		}
+		fmt.Fprintf(w, "load generator CPU: %.2f s (%s run) | %.2f s (%s run)\n", a["client_cpu_s"], a["label"], b["client_cpu_s"], b["label"])
+		fmt.Fprintf(w, "failed clients: %s %v %v | %s %v %v\n", a["label"], a["failed"], orEmpty(a["first_error"]), b["label"], b["failed"], orEmpty(b["first_error"]))
+		fmt.Fprintf(w, "failed per step (dhcp tftp script ramdisk): %s %v %v %v %v | %s %v %v %v %v\n\n",
+			a["label"], a["failed_dhcp"], a["failed_tftp"], a["failed_script"], a["failed_ramdisk"],
+			b["label"], b["failed_dhcp"], b["failed_tftp"], b["failed_script"], b["failed_ramdisk"])
 	}
 	return nil
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/machina-metal/machina/api"
 	"github.com/machina-metal/machina/boot"
 	"github.com/machina-metal/machina/controller"
+	"github.com/machina-metal/machina/join"
 	"github.com/machina-metal/machina/state"
 	"github.com/spf13/cobra"
 )
@@ -60,8 +61,12 @@ type ServeConfig struct {
 	// (srv.HandleAdmin, srv.HandlePublic) and build components that need
 	// the store. An error aborts start-up.
 	Setup func(st *state.Store, srv *api.Server) error
+	// AdminTLS is the admin API's TLS listener (see controller.AdminTLS):
+	// off loopback the admin API answers only there.
+	AdminTLS controller.AdminTLS
 	// OnReady, if set, is called with the admin API's bound address once it
-	// accepts connections (tests use it with Listen "127.0.0.1:0").
+	// accepts connections (tests use it with Listen "127.0.0.1:0"): the
+	// TLS listener's when one runs, else the plain one's.
 	OnReady func(apiAddr net.Addr)
 }
 
@@ -108,22 +113,61 @@ func (c ServeConfig) Run(ctx context.Context) error {
 			return fmt.Errorf("serve: setup: %w", err)
 		}
 	}
+	var ca *join.CA
+	if c.AdminTLS.Listen != "" || !controller.IsLoopback(c.Listen) {
+		if ca, err = join.LoadOrCreateCA(st, nil); err != nil {
+			return fmt.Errorf("serve: CA: %w", err)
+		}
+	}
+	adminLn, adminURL, err := controller.ListenAdminTLS(c.Listen, c.AdminTLS, ca)
+	if err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
 	ln, err := net.Listen("tcp", c.Listen)
 	if err != nil {
+		if adminLn != nil {
+			adminLn.Close()
+		}
 		return fmt.Errorf("serve: listen %s: %w", c.Listen, err)
 	}
-	log.Info("admin API listening", "addr", ln.Addr().String(), "state", c.StatePath)
-	if c.OnReady != nil {
-		c.OnReady(ln.Addr())
-	}
+	ready := ln.Addr()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
 		prune(ctx, st, c.PruneInterval, log)
 	}()
-	err = srv.Serve(ctx, ln)
+	errc := make(chan error, 2)
+	if adminLn != nil {
+		ready = adminLn.Addr()
+		srv.SetAdminURL(adminURL)
+		log.Info("admin API listening (TLS)", "url", adminURL, "state", c.StatePath)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := srv.Serve(ctx, adminLn); err != nil {
+				errc <- err
+				cancel()
+			}
+		}()
+	}
+	log.Info("admin API listening", "addr", ln.Addr().String(), "state", c.StatePath, "machine_only", adminLn != nil && !controller.IsLoopback(ln.Addr().String()))
+	if c.OnReady != nil {
+		c.OnReady(ready)
+	}
+	if adminLn != nil && !controller.IsLoopback(ln.Addr().String()) {
+		err = srv.ServeMachine(ctx, ln)
+	} else {
+		err = srv.Serve(ctx, ln)
+	}
+	cancel()
 	wg.Wait()
+	close(errc)
+	if err == nil {
+		err = <-errc
+	}
 	if err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
@@ -243,6 +287,29 @@ func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
 	return nil, fmt.Errorf("log format %q: want json or text", format)
 }
 
+// readMasterKeyFile reads a master key file: its content up to the first
+// newline, at least state.MinMasterKeyLen bytes. A file readable by group
+// or others is refused.
+func readMasterKeyFile(path string) ([]byte, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return nil, fmt.Errorf("master key file: %w", err)
+	}
+	if fi.Mode().Perm()&0o077 != 0 {
+		return nil, fmt.Errorf("master key file %s has mode %04o: want 0600 (chmod 600 %s)", path, fi.Mode().Perm(), path)
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("master key file: %w", err)
+	}
+	key, _, _ := strings.Cut(string(data), "\n")
+	key = strings.TrimSuffix(key, "\r")
+	if len(key) < state.MinMasterKeyLen {
+		return nil, fmt.Errorf("master key file %s: key is %d bytes, want at least %d (machina bootstrap writes 64 hex digits)", path, len(key), state.MinMasterKeyLen)
+	}
+	return []byte(key), nil
+}
+
 func envOrDefault(key, def string) string {
 	if v := os.Getenv(key); v != "" {
 		return v
@@ -253,7 +320,8 @@ func envOrDefault(key, def string) string {
 // newServeCmd is `machina serve`.
 func newServeCmd(e *env) *cobra.Command {
 	var c ServeConfig
-	var logFormat, logLevel, cpuProfile, memProfile string
+	var logFormat, logLevel, cpuProfile, memProfile, configPath, masterKeyFile string
+	var printConfig bool
 	var cc controller.Config
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -263,15 +331,30 @@ func newServeCmd(e *env) *cobra.Command {
 			"state store and admin API run (to store BMC credentials before the first reconcile).\n" +
 			"The master key for sealing secrets is read from " + envMasterKey + " only; it is never a flag.\n" +
 			"An HTTPS Git token is read from the file or environment variable named by --repo-token-file or\n" +
-			"--repo-token-env, never from a flag value.",
+			"--repo-token-env, never from a flag value.\n" +
+			"Every flag is also read from MACHINA_<FLAG> (--join-listen: MACHINA_JOIN_LISTEN) and from the --config\n" +
+			"file (keys are the flag names; machina bootstrap writes /etc/machina/machina.yaml); precedence: flag,\n" +
+			"environment, file, default. Off loopback the admin API and UI answer only over TLS (--admin-listen).",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := applySources(cmd.Flags(), configPath, os.Getenv, "config", "print-config"); err != nil {
+				return usageError{err}
+			}
+			if printConfig {
+				_, err := io.WriteString(e.stdout, effectiveConfig(cmd.Flags(), "config", "print-config"))
+				return err
+			}
 			log, err := newLogger(e.stderr, logFormat, logLevel)
 			if err != nil {
 				return err
 			}
 			c.Logger = log
 			c.MasterKey = []byte(os.Getenv(envMasterKey))
+			if len(c.MasterKey) == 0 && masterKeyFile != "" {
+				if c.MasterKey, err = readMasterKeyFile(masterKeyFile); err != nil {
+					return fmt.Errorf("serve: %w", err)
+				}
+			}
 			if cpuProfile != "" {
 				stop, err := startCPUProfile(cpuProfile)
 				if err != nil {
@@ -294,12 +377,19 @@ func newServeCmd(e *env) *cobra.Command {
 			if cc.Repo.URL == "" {
 				return c.Run(cmd.Context())
 			}
-			cc.StatePath, cc.Listen, cc.MasterKey, cc.Logger = c.StatePath, c.Listen, c.MasterKey, log
+			cc.StatePath, cc.Listen, cc.MasterKey, cc.Logger, cc.AdminTLS = c.StatePath, c.Listen, c.MasterKey, log, c.AdminTLS
 			cc.AutoEnroll = boot.AutoEnrollFromEnv(os.Getenv)
 			return controller.Run(cmd.Context(), cc)
 		},
 	}
 	f := cmd.Flags()
+	f.StringVar(&configPath, "config", os.Getenv("MACHINA_CONFIG"), "YAML file whose keys are these flags' names (e.g. /etc/machina/machina.yaml from machina bootstrap); precedence: flag, env MACHINA_<FLAG>, file, default; an unknown key is an error")
+	f.BoolVar(&printConfig, "print-config", false, "print the configuration these flags, MACHINA_<FLAG> and --config give, as a --config file, and exit (it holds no secret: none is a flag)")
+	f.StringVar(&masterKeyFile, "master-key-file", "", "file holding the master key that seals secrets (machina bootstrap writes /etc/machina/master.key: 64 hex digits, mode 0600); "+envMasterKey+" wins when set")
+	f.StringVar(&c.AdminTLS.Listen, "admin-listen", "", "TLS address of the admin API and UI; empty: none when --listen is loopback, else --listen's host on port "+controller.DefaultAdminTLSPort)
+	f.StringVar(&c.AdminTLS.CertFile, "tls-cert", "", "PEM certificate (chain) of the admin TLS listener; empty: issued by the controller's CA")
+	f.StringVar(&c.AdminTLS.KeyFile, "tls-key", "", "PEM private key of --tls-cert")
+	f.StringSliceVar(&c.AdminTLS.Names, "admin-name", nil, "extra DNS name or IP address in the CA-issued admin certificate (repeatable)")
 	f.StringVar(&cc.Repo.URL, "repo", os.Getenv("MACHINA_REPO"), "inventory repository URL: file://, https:// or ssh:// (env MACHINA_REPO)")
 	f.StringVar(&cc.Repo.Branch, "branch", envOrDefault("MACHINA_BRANCH", "main"), "inventory branch (env MACHINA_BRANCH)")
 	f.StringVar(&cc.Repo.TokenFile, "repo-token-file", os.Getenv("MACHINA_REPO_TOKEN_FILE"), "file holding the HTTPS Git token")

@@ -34,6 +34,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		newTokenCmd(e),
 		newBmcsimCmd(e),
 		newSimCmd(e),
+		newBootstrapCmd(e),
 	)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	markUsageErrors(root)

@@ -32,7 +32,7 @@ console sessions end.`,
 		Example: "  MACHINA_TOKEN=... machinactl admin-token create ops-alice",
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := apiClient(apiURL)
+			c, err := e.apiClient(apiURL)
 			if err != nil {
 				return &exitError{code: 2, err: fmt.Errorf("admin-token create: %w", err)}
 			}
@@ -50,7 +50,7 @@ console sessions end.`,
 		Short: "List admin tokens (names, never values)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := apiClient(apiURL)
+			c, err := e.apiClient(apiURL)
 			if err != nil {
 				return &exitError{code: 2, err: fmt.Errorf("admin-token list: %w", err)}
 			}
@@ -71,7 +71,7 @@ console sessions end.`,
 		Short: "Revoke admin token NAME at once",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := apiClient(apiURL)
+			c, err := e.apiClient(apiURL)
 			if err != nil {
 				return &exitError{code: 2, err: fmt.Errorf("admin-token revoke: %w", err)}
 			}

@@ -46,7 +46,7 @@ Exit code: 0 approved, 2 an error (REV not hex, API refused).`,
 			if !revisionPattern.MatchString(rev) {
 				return &exitError{code: 2, err: fmt.Errorf("approve: revision %q: want 12 to 64 lower-case hex digits of the inventory digest", args[0])}
 			}
-			c, err := apiClient(apiURL)
+			c, err := e.apiClient(apiURL)
 			if err != nil {
 				return &exitError{code: 2, err: fmt.Errorf("approve: %w", err)}
 			}

@@ -39,7 +39,7 @@ func newBundleCmd(e *env) *cobra.Command {
 			if nodeBinary == "" {
 				return &exitError{code: 2, err: errors.New("bundle: --node-binary is required")}
 			}
-			c, err := apiClient(apiURL)
+			c, err := e.apiClient(apiURL)
 			if err != nil {
 				return &exitError{code: 2, err: fmt.Errorf("bundle: %w", err)}
 			}

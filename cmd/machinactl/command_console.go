@@ -36,7 +36,7 @@ func newConsoleCmd(e *env) *cobra.Command {
 			return runConsole(cmd.Context(), e, api, os.Getenv("MACHINA_TOKEN"), args[0])
 		},
 	}
-	cmd.Flags().StringVar(&api, "api", "", "Machina API base URL, e.g. https://machina.example:8443 (env MACHINA_API)")
+	cmd.Flags().StringVar(&api, "api", "", "Machina API base URL, e.g. https://machina.example:8444 (env MACHINA_API)")
 	return cmd
 }
 
@@ -74,10 +74,18 @@ func runConsole(ctx context.Context, e *env, api, token, name string) error {
 	if token == "" {
 		return &exitError{code: 2, err: errors.New("console: MACHINA_TOKEN is not set")}
 	}
+	if _, err := e.conn.checkAPIURL(api); err != nil {
+		return err
+	}
+	hc, err := e.conn.httpClient()
+	if err != nil {
+		return err
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	conn, resp, err := websocket.Dial(ctx, wsURL, &websocket.DialOptions{
 		HTTPHeader: http.Header{"Authorization": {"Bearer " + token}},
+		HTTPClient: hc,
 	})
 	if err != nil {
 		if resp != nil && resp.StatusCode != http.StatusSwitchingProtocols {

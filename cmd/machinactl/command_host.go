@@ -321,7 +321,7 @@ func newHostCmd(e *env) *cobra.Command {
 			if err != nil {
 				return &exitError{code: 2, err: fmt.Errorf("host add: %w", err)}
 			}
-			c, err := apiClient(apiURL)
+			c, err := e.apiClient(apiURL)
 			if err != nil {
 				return &exitError{code: 2, err: fmt.Errorf("host add: %w", err)}
 			}
@@ -376,7 +376,7 @@ func newHostCmd(e *env) *cobra.Command {
 		Short: "List joined hosts: site, rack, join status and online/offline from heartbeats",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := apiClient(apiURL)
+			c, err := e.apiClient(apiURL)
 			if err != nil {
 				return &exitError{code: 2, err: fmt.Errorf("host list: %w", err)}
 			}

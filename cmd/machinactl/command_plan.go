@@ -111,7 +111,7 @@ Exit code: 0 no change, 1 changes (held ones included), 2 an error.`,
 			}
 			switch {
 			case strings.HasPrefix(observed, "http://") || strings.HasPrefix(observed, "https://"):
-				c, err := apiClient(observed)
+				c, err := e.apiClient(observed)
 				if err != nil {
 					return &exitError{code: 2, err: fmt.Errorf("plan: %w", err)}
 				}

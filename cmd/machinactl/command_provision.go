@@ -43,7 +43,7 @@ allocated), 2 an error.`,
 			if err != nil || n < 1 || n > 1000 {
 				return &exitError{code: 2, err: fmt.Errorf("provision: N %q: want a whole number from 1 to 1000", args[1])}
 			}
-			c, err := apiClient(apiURL)
+			c, err := e.apiClient(apiURL)
 			if err != nil {
 				return &exitError{code: 2, err: fmt.Errorf("provision: %w", err)}
 			}

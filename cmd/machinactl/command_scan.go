@@ -57,7 +57,7 @@ func newScanCmd(e *env) *cobra.Command {
 			if _, err := discover.Addresses(args[0], false); err != nil {
 				return &exitError{code: 2, err: fmt.Errorf("scan: %w", err)}
 			}
-			c, err := apiClient(apiURL)
+			c, err := e.apiClient(apiURL)
 			if err != nil {
 				return &exitError{code: 2, err: fmt.Errorf("scan: %w", err)}
 			}

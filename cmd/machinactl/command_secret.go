@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 
 	v1 "github.com/machina-metal/machina/api/v1"
@@ -23,16 +22,6 @@ const defaultAPI = "http://127.0.0.1:8080"
 
 // maxPasswordBytes bounds what --password-stdin reads.
 const maxPasswordBytes = 4096
-
-// apiClient builds a client for --api (or MACHINA_API) with the token from
-// MACHINA_TOKEN.
-func apiClient(apiURL string) (*v1.Client, error) {
-	tok := os.Getenv(envToken)
-	if tok == "" {
-		return nil, fmt.Errorf("%s is not set: create a token with `machina token create --name NAME` and export it", envToken)
-	}
-	return v1.NewClient(apiURL, tok)
-}
 
 // readPassword reads one password from r: everything up to the first
 // newline (a trailing "\r" is dropped), at most maxPasswordBytes.
@@ -68,7 +57,7 @@ func newSecretCmd(e *env) *cobra.Command {
 	set := &cobra.Command{
 		Use:     "set NAME --username USER --password-stdin",
 		Short:   "Create or replace a named credential (password read from stdin)",
-		Example: "  printf '%s\\n' \"$BMC_PASSWORD\" | MACHINA_TOKEN=... machinactl secret set bmc-default --username admin --password-stdin",
+		Example: "  export MACHINA_API=https://machina.example:8444 MACHINA_CA=/etc/machina/ca.pem MACHINA_TOKEN=...\n  printf '%s\\n' \"$BMC_PASSWORD\" | machinactl secret set bmc-default --username admin --password-stdin",
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			name := args[0]
@@ -78,7 +67,7 @@ func newSecretCmd(e *env) *cobra.Command {
 			if username == "" {
 				return &exitError{code: 2, err: errors.New("secret set: --username is required")}
 			}
-			c, err := apiClient(apiURL)
+			c, err := e.apiClient(apiURL)
 			if err != nil {
 				return &exitError{code: 2, err: fmt.Errorf("secret set: %w", err)}
 			}

@@ -37,7 +37,7 @@ func newStatusCmd(e *env) *cobra.Command {
 		Short: "One-screen overview of the fleet and the controller",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := apiClient(apiURL)
+			c, err := e.apiClient(apiURL)
 			if err != nil {
 				return &exitError{code: 2, err: fmt.Errorf("status: %w", err)}
 			}

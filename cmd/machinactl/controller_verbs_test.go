@@ -42,6 +42,13 @@ type ctlHarness struct {
 
 func startController(t *testing.T) *ctlHarness {
 	t.Helper()
+	return startControllerWith(t, nil)
+}
+
+// startControllerWith is startController with edit applied to the
+// controller's Config before it starts.
+func startControllerWith(t *testing.T, edit func(*controller.Config)) *ctlHarness {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	dir := t.TempDir()
 	log := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelInfo}))
@@ -54,7 +61,7 @@ func startController(t *testing.T) *ctlHarness {
 	ready := make(chan *controller.Running, 1)
 	done := make(chan error, 1)
 	go func() {
-		done <- controller.Run(ctx, controller.Config{
+		cfg := controller.Config{
 			StatePath: filepath.Join(dir, "state.db"), WorkDir: filepath.Join(dir, "work"), Listen: "127.0.0.1:0",
 			Repo: reconciler.Remote{URL: lab.RepoURL}, PollInterval: 200 * time.Millisecond, StatusInterval: 300 * time.Millisecond,
 			MachinePerIP:  boot.Limit{Burst: 1000, Every: time.Millisecond},
@@ -76,7 +83,11 @@ func startController(t *testing.T) *ctlHarness {
 				lab.SetController(r.URL)
 				ready <- r
 			},
-		})
+		}
+		if edit != nil {
+			edit(&cfg)
+		}
+		done <- controller.Run(ctx, cfg)
 	}()
 	select {
 	case h.run = <-ready:

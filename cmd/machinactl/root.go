@@ -26,6 +26,7 @@ func (e *exitError) Error() string {
 type env struct {
 	stdin          io.Reader
 	stdout, stderr io.Writer
+	conn           connFlags // --ca-file, --insecure (root persistent flags)
 }
 
 // newRoot builds the command tree. Each verb lives in its own command_<verb>.go.
@@ -39,6 +40,7 @@ func newRoot(e *env) *cobra.Command {
 	root.SetIn(e.stdin)
 	root.SetOut(e.stdout)
 	root.SetErr(e.stderr)
+	e.conn.register(root)
 	root.AddCommand(
 		// one line per verb; each constructor lives in command_<verb>.go
 		newValidateCmd(e),
@@ -59,6 +61,7 @@ func newRoot(e *env) *cobra.Command {
 		newImportCmd(e),
 		newServerCmd(e),
 		newAdminTokenCmd(e),
+		newStateCmd(e),
 	)
 	return root
 }

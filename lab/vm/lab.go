@@ -26,6 +26,8 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -63,6 +65,7 @@ const (
 	Pool        = "10.99.0.100-10.99.0.199"
 	APIPort     = 8080
 	JoinPort    = 8443
+	AdminPort   = 8444 // the admin API and UI over TLS (controller.DefaultAdminTLSPort)
 	IPMIPort    = 623
 	ProfileName = "lab"
 	ImageName   = "lab-os"
@@ -131,23 +134,25 @@ type machine struct {
 }
 
 type lab struct {
-	cfg     Config
-	log     *slog.Logger
-	dir     string
-	ns      *netns.Namespace
-	token   string
-	api     *v1.Client
-	hc      *http.Client
-	bare    string
-	clone   string
-	ms      []*machine
-	servers []*http.Server
-	serve   *netns.Process
-	steps   []Step
-	start   time.Time
-	bmcPass string
-	ipmPass string
-	wg      sync.WaitGroup
+	cfg   Config
+	log   *slog.Logger
+	dir   string
+	ns    *netns.Namespace
+	token string
+	api   *v1.Client
+	hc    *http.Client
+	// adminBase is the admin API's TLS URL (https://BridgeAddr:AdminPort).
+	adminBase string
+	bare      string
+	clone     string
+	ms        []*machine
+	servers   []*http.Server
+	serve     *netns.Process
+	steps     []Step
+	start     time.Time
+	bmcPass   string
+	ipmPass   string
+	wg        sync.WaitGroup
 	// stopWatch ends the reset watchers (watchResets).
 	stopWatch context.CancelFunc
 }
@@ -453,24 +458,44 @@ func (l *lab) setup(ctx context.Context, img, sum string) error {
 		return err
 	}
 
-	// Controller: an admin token before serve starts, the BMC credentials
-	// through the API of a repo-less serve, then the full controller.
-	state := filepath.Join(l.dir, "state.db")
-	out, err := exec.CommandContext(ctx, l.bin("machina"), "token", "create", "--name", "lab", "--state", state).Output()
+	// Controller: machina bootstrap makes the site (state file, master
+	// key, CA, first admin token), the BMC credentials go in through the
+	// TLS admin API of a repo-less serve, then the full controller runs.
+	// Off loopback the admin API answers only over TLS (AdminPort), with a
+	// certificate from the controller CA the harness pins; APIPort serves
+	// the machines.
+	site := filepath.Join(l.dir, "site")
+	out, err := exec.CommandContext(ctx, l.bin("machina"), "bootstrap", "--root", site, "--admin-token-name", "lab",
+		"--listen", fmt.Sprintf("%s:%d", BridgeAddr, APIPort), "--admin-listen", fmt.Sprintf("%s:%d", BridgeAddr, AdminPort),
+		"--join-listen", fmt.Sprintf("%s:%d", BridgeAddr, JoinPort)).Output()
 	if err != nil {
-		return fmt.Errorf("vm lab: token create: %w", err)
+		return fmt.Errorf("vm lab: machina bootstrap: %w", err)
 	}
 	l.token = strings.TrimSpace(string(out))
+	state := filepath.Join(site, "var/lib/machina/state.db")
+	keyFile := filepath.Join(site, "etc/machina/master.key")
+	caFile := filepath.Join(site, "etc/machina/ca.pem")
+	caPEM, err := os.ReadFile(caFile)
+	if err != nil {
+		return fmt.Errorf("vm lab: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(caPEM) {
+		return fmt.Errorf("vm lab: %s holds no certificate", caFile)
+	}
+	l.hc.Transport.(*http.Transport).TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
 	base := fmt.Sprintf("http://%s:%d", BridgeAddr, APIPort)
-	if l.api, err = v1.NewClient(base, l.token); err != nil {
+	l.adminBase = fmt.Sprintf("https://%s:%d", BridgeAddr, AdminPort)
+	if l.api, err = v1.NewClient(l.adminBase, l.token); err != nil {
 		return err
 	}
 	l.api.HTTP = l.hc
-	if err := l.startServe(ctx, []string{"--state", state, "--listen", fmt.Sprintf("%s:%d", BridgeAddr, APIPort)}, "serve-secrets.log"); err != nil {
+	adminArgs := []string{"--master-key-file", keyFile, "--admin-listen", fmt.Sprintf("%s:%d", BridgeAddr, AdminPort)}
+	if err := l.startServe(ctx, append([]string{"--state", state, "--listen", fmt.Sprintf("%s:%d", BridgeAddr, APIPort)}, adminArgs...), "serve-secrets.log"); err != nil {
 		return err
 	}
 	for name, pw := range map[string]string{"bmc-redfish": l.bmcPass, "bmc-ipmi": l.ipmPass} {
-		cmd := l.ns.Command(ctx, l.bin("machinactl"), "--api", base, "secret", "set", name, "--username", "admin", "--password-stdin")
+		cmd := l.ns.Command(ctx, l.bin("machinactl"), "--api", l.adminBase, "--ca-file", caFile, "secret", "set", name, "--username", "admin", "--password-stdin")
 		cmd.Env = append(os.Environ(), "MACHINA_TOKEN="+l.token)
 		cmd.Stdin = strings.NewReader(pw + "\n")
 		if out, err := cmd.CombinedOutput(); err != nil {
@@ -498,13 +523,13 @@ func (l *lab) setup(ctx context.Context, img, sum string) error {
 	if out, err := exec.CommandContext(ctx, "sh", filepath.Join(l.cfg.Root, "scripts", "metal", "build-ipxe-iso.sh"), base, isoDir).CombinedOutput(); err != nil {
 		return fmt.Errorf("vm lab: build iPXE ISOs: %w: %s", err, out)
 	}
-	return l.startServe(ctx, []string{"--state", state, "--work-dir", filepath.Join(l.dir, "work"), "--iso-dir", isoDir,
+	return l.startServe(ctx, append([]string{"--state", state, "--work-dir", filepath.Join(l.dir, "work"), "--iso-dir", isoDir,
 		"--repo", "file://" + l.bare, "--poll-interval", "2s",
 		"--listen", fmt.Sprintf("%s:%d", BridgeAddr, APIPort), "--public-url", base,
 		"--join-listen", fmt.Sprintf("%s:%d", BridgeAddr, JoinPort), "--join-url", fmt.Sprintf("https://%s:%d", BridgeAddr, JoinPort),
 		"--node-binary", l.bin("machina-node"),
 		"--dhcp-interface", l.ns.Bridge, "--dhcp-subnet", Subnet, "--dhcp-pool", Pool, "--tftp-root", tftp,
-		"--ramdisk-dir", filepath.Join(l.cfg.Root, "out", "ramdisk")}, "controller.log")
+		"--ramdisk-dir", filepath.Join(l.cfg.Root, "out", "ramdisk")}, adminArgs...), "controller.log")
 }
 
 // serveHTTP serves h on an ephemeral port of the bridge address inside the
@@ -865,7 +890,7 @@ func (l *lab) push(ctx context.Context, msg string, edit func() error) error {
 	if err := repo.Push(&git.PushOptions{RemoteName: "origin"}); err != nil {
 		return fmt.Errorf("vm lab: push: %w", err)
 	}
-	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, fmt.Sprintf("http://%s:%d/api/v1/reconcile", BridgeAddr, APIPort), nil)
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, l.adminBase+"/api/v1/reconcile", nil)
 	req.Header.Set("Authorization", "Bearer "+l.token)
 	if resp, err := l.hc.Do(req); err == nil {
 		resp.Body.Close()
@@ -990,7 +1015,7 @@ func (l *lab) followResets(ctx context.Context, m *machine, c *qmp.Client, log *
 // brake, then approves the current inventory revision (POST /api/v1/approve
 // with its digest), as an operator does.
 func (l *lab) approveHeld(ctx context.Context) error {
-	base := fmt.Sprintf("http://%s:%d", BridgeAddr, APIPort)
+	base := l.adminBase
 	get := func(path string, v any) error {
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, base+path, nil)
 		req.Header.Set("Authorization", "Bearer "+l.token)

@@ -1,0 +1,423 @@
+package main
+
+import (
+	"bytes"
+	"crypto/rand"
+	_ "embed"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net"
+	"net/netip"
+	"os"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"text/template"
+
+	"github.com/machina-metal/machina/controller"
+	"github.com/machina-metal/machina/join"
+	"github.com/machina-metal/machina/state"
+	"github.com/spf13/cobra"
+)
+
+// unitTemplate is machina.service; packaging/deb/machina.service is its
+// rendering with the package's paths (TestUnitMatchesPackage).
+//
+//go:embed machina.service.tmpl
+var unitTemplate string
+
+// MasterKeyBytes is the random length of a master key machina bootstrap
+// makes: 32 bytes from crypto/rand, written as 64 lower-case hex digits
+// and a newline to master.key (mode 0600). The state store takes the 64
+// ASCII digits as the key (MACHINA_API_KEY_MASTER_KEY, or serve's
+// --master-key-file) and derives its AES-256-GCM key from them with HKDF-SHA256;
+// it accepts any key of at least state.MinMasterKeyLen (16) bytes.
+const MasterKeyBytes = 32
+
+// bootstrapConfig is what machina bootstrap writes; paths are absolute,
+// already under --root.
+type bootstrapConfig struct {
+	root, configDir, stateDir, systemdDir string
+	user, tokenName                       string
+	binary                                string
+	repo, branch                          string
+	listen, adminListen, joinListen       string
+	provIface, dhcpPool, publicURL        string
+	tftpRoot, ramdiskDir, nodeBinary      string
+	adminNames                            []string
+	printUnit                             bool
+}
+
+func (b *bootstrapConfig) configFile() string { return filepath.Join(b.configDir, "machina.yaml") }
+func (b *bootstrapConfig) keyFile() string    { return filepath.Join(b.configDir, "master.key") }
+func (b *bootstrapConfig) caFile() string     { return filepath.Join(b.configDir, "ca.pem") }
+func (b *bootstrapConfig) stateFile() string  { return filepath.Join(b.stateDir, "state.db") }
+func (b *bootstrapConfig) unitFile() string   { return filepath.Join(b.systemdDir, "machina.service") }
+
+// renderUnit renders machina.service for the binary, config and user.
+func renderUnit(binary, config, user string) (string, error) {
+	t, err := template.New("unit").Parse(unitTemplate)
+	if err != nil {
+		return "", err
+	}
+	var buf bytes.Buffer
+	err = t.Execute(&buf, struct{ Binary, Config, User string }{binary, config, user})
+	return buf.String(), err
+}
+
+// newBootstrapCmd is `machina bootstrap`.
+func newBootstrapCmd(e *env) *cobra.Command {
+	var b bootstrapConfig
+	cmd := &cobra.Command{
+		Use:   "bootstrap",
+		Short: "Set up a controller host: state file, master key, CA, first admin token, /etc/machina/machina.yaml, systemd unit",
+		Long: `Set up a fresh controller host. It creates, under --root (default /):
+  /var/lib/machina/state.db      the state file (0600)
+  /etc/machina/master.key        the master key sealing secrets: 64 hex digits (32 random bytes), 0600
+  /etc/machina/ca.pem            the controller CA's certificate (the CA key is sealed in the state file);
+                                 machinactl pins it: export MACHINA_CA=/etc/machina/ca.pem
+  /etc/machina/machina.yaml      machina serve's configuration, from these flags and the detected interfaces
+  /etc/systemd/system/machina.service  unless the Debian package already installed the unit
+and a first admin token, printed once on stdout (never stored in clear, never logged).
+It refuses to touch a host where any of these files exist.`,
+		Example: "  machina bootstrap --repo https://git.example/site/inventory.git --provisioning-interface eno2 > admin.token",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runBootstrap(e, &b)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&b.root, "root", "/", "prefix of every path bootstrap writes (tests, image builds)")
+	f.StringVar(&b.configDir, "config-dir", "", "configuration folder (default ROOT/etc/machina)")
+	f.StringVar(&b.stateDir, "state-dir", "", "state folder (default ROOT/var/lib/machina)")
+	f.StringVar(&b.systemdDir, "systemd-dir", "", "where machina.service goes (default ROOT/etc/systemd/system, skipped when the package's unit exists)")
+	f.StringVar(&b.user, "user", "machina", "service user owning the state and key when bootstrap runs as root and the user exists")
+	f.StringVar(&b.tokenName, "admin-token-name", "admin", "name of the first admin token")
+	f.StringVar(&b.binary, "binary", "/usr/bin/machina", "the machina executable the unit starts")
+	f.StringVar(&b.repo, "repo", "", "inventory repository URL (file://, https://, ssh://); empty: serve runs the admin API only until you add repo: to machina.yaml")
+	f.StringVar(&b.branch, "branch", "main", "inventory branch")
+	f.StringVar(&b.listen, "listen", ":8080", "plain HTTP listener of the machine-facing endpoints (iPXE, ramdisk, images)")
+	f.StringVar(&b.adminListen, "admin-listen", ":"+controller.DefaultAdminTLSPort, "TLS listener of the admin API and UI")
+	f.StringVar(&b.joinListen, "join-listen", ":8443", "TLS join listener")
+	f.StringVar(&b.provIface, "provisioning-interface", "", "interface on the provisioning network: DHCP (proxy mode unless --dhcp-pool), TFTP, and the public and join URLs on its IPv4 address")
+	f.StringVar(&b.dhcpPool, "dhcp-pool", "", "full DHCP on --provisioning-interface with this pool FIRST-LAST (its subnet is the interface's)")
+	f.StringVar(&b.publicURL, "public-url", "", "the controller's URL as machines reach it (default http://<provisioning address>:<listen port>)")
+	f.StringVar(&b.tftpRoot, "tftp-root", "/usr/lib/ipxe", "TFTP folder with the iPXE binaries (Debian package ipxe)")
+	f.StringVar(&b.ramdiskDir, "ramdisk-dir", "/usr/lib/machina/ramdisk", "folder with vmlinuz and initrd.cpio.gz")
+	f.StringVar(&b.nodeBinary, "node-binary", "/usr/bin/machina-node", "machina-node executable served to installing hosts")
+	f.StringSliceVar(&b.adminNames, "admin-name", nil, "extra DNS name or IP in the admin TLS certificate (repeatable)")
+	f.BoolVar(&b.printUnit, "print-unit", false, "print machina.service for these paths and exit, writing nothing (packaging/deb/machina.service is this with the defaults)")
+	return cmd
+}
+
+// siteFiles are the files whose presence means a site exists.
+func (b *bootstrapConfig) siteFiles() []string {
+	return []string{b.configFile(), b.keyFile(), b.caFile(), b.stateFile()}
+}
+
+func runBootstrap(e *env, b *bootstrapConfig) (err error) {
+	if b.root == "" {
+		b.root = "/"
+	}
+	under := func(p string) string { return filepath.Join(b.root, p) }
+	if b.configDir == "" {
+		b.configDir = under("/etc/machina")
+	}
+	if b.stateDir == "" {
+		b.stateDir = under("/var/lib/machina")
+	}
+	if b.printUnit {
+		unit, err := renderUnit(b.binary, b.configFile(), b.user)
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprint(e.stdout, unit)
+		return err
+	}
+	writeUnit := true
+	if b.systemdDir == "" {
+		b.systemdDir = under("/etc/systemd/system")
+		for _, p := range []string{"/lib/systemd/system/machina.service", "/usr/lib/systemd/system/machina.service"} {
+			if _, err := os.Stat(under(p)); err == nil {
+				writeUnit = false
+				fmt.Fprintf(e.stderr, "systemd unit: %s (from the package)\n", under(p))
+				break
+			}
+		}
+	}
+	if !state.ValidName(b.tokenName) {
+		return usageError{fmt.Errorf("bootstrap: --admin-token-name %q: want an RFC 1123 label", b.tokenName)}
+	}
+	// Refuse an existing site before anything is written.
+	var existing []string
+	for _, p := range append(b.siteFiles(), b.unitFile()) {
+		if p == b.unitFile() && !writeUnit {
+			continue
+		}
+		if _, err := os.Lstat(p); err == nil {
+			existing = append(existing, p)
+		}
+	}
+	if len(existing) > 0 {
+		return fmt.Errorf("bootstrap: a site already exists here (%s); bootstrap never overwrites one. "+
+			"To run it: machina serve --config %s (or systemctl start machina). "+
+			"To start over: stop machina, keep a backup (machinactl state snapshot FILE), remove those files, then run machina bootstrap again; "+
+			"or bootstrap elsewhere with --root DIR", strings.Join(existing, ", "), b.configFile())
+	}
+	yaml, err := b.renderConfig()
+	if err != nil {
+		return usageError{fmt.Errorf("bootstrap: %w", err)}
+	}
+	unit, err := renderUnit(b.binary, b.configFile(), b.user)
+	if err != nil {
+		return fmt.Errorf("bootstrap: unit: %w", err)
+	}
+
+	// From here on, every file made is removed again if a later step fails.
+	var made []string
+	defer func() {
+		if err != nil {
+			for i := len(made) - 1; i >= 0; i-- {
+				_ = os.Remove(made[i])
+			}
+		}
+	}()
+	mkdir := func(dir string, mode fs.FileMode) error {
+		var fresh []string
+		for d := dir; ; d = filepath.Dir(d) {
+			if _, err := os.Stat(d); err == nil {
+				break
+			}
+			fresh = append(fresh, d)
+			if d == filepath.Dir(d) {
+				break
+			}
+		}
+		if err := os.MkdirAll(dir, mode); err != nil {
+			return fmt.Errorf("bootstrap: %w", err)
+		}
+		for i := len(fresh) - 1; i >= 0; i-- {
+			made = append(made, fresh[i])
+		}
+		return nil
+	}
+	write := func(path string, data []byte, mode fs.FileMode) error {
+		f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
+		if err != nil {
+			return fmt.Errorf("bootstrap: %w", err)
+		}
+		made = append(made, path)
+		if _, err := f.Write(data); err != nil {
+			f.Close()
+			return fmt.Errorf("bootstrap: write %s: %w", path, err)
+		}
+		if err := f.Chmod(mode); err != nil { // the umask does not narrow what we asked for
+			f.Close()
+			return fmt.Errorf("bootstrap: %w", err)
+		}
+		return f.Close()
+	}
+	if err := mkdir(b.configDir, 0o755); err != nil {
+		return err
+	}
+	if err := mkdir(b.stateDir, 0o700); err != nil {
+		return err
+	}
+
+	raw := make([]byte, MasterKeyBytes)
+	if _, err := rand.Read(raw); err != nil {
+		return fmt.Errorf("bootstrap: master key: %w", err)
+	}
+	key := []byte(hex.EncodeToString(raw))
+	if err := write(b.keyFile(), append(append([]byte{}, key...), '\n'), 0o600); err != nil {
+		return err
+	}
+	made = append(made, b.stateFile())
+	st, err := state.Open(b.stateFile(), state.Options{MasterKey: key})
+	if err != nil {
+		return fmt.Errorf("bootstrap: %w", explainOpen(b.stateFile(), err))
+	}
+	ca, err := join.LoadOrCreateCA(st, nil)
+	if err != nil {
+		st.Close()
+		return fmt.Errorf("bootstrap: CA: %w", err)
+	}
+	token, _, err := st.CreateAdminToken(b.tokenName, "bootstrap")
+	if cerr := st.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("bootstrap: admin token: %w", err)
+	}
+	if err := os.Chmod(b.stateFile(), 0o600); err != nil {
+		return fmt.Errorf("bootstrap: %w", err)
+	}
+	if err := write(b.caFile(), ca.PEM(), 0o644); err != nil {
+		return err
+	}
+	if err := write(b.configFile(), []byte(yaml), 0o640); err != nil {
+		return err
+	}
+	if writeUnit {
+		if err := mkdir(b.systemdDir, 0o755); err != nil {
+			return err
+		}
+		if err := write(b.unitFile(), []byte(unit), 0o644); err != nil {
+			return err
+		}
+	}
+	owner := b.chownToServiceUser()
+
+	fmt.Fprintln(e.stdout, token)
+	w := e.stderr
+	fmt.Fprintf(w, "machina bootstrap: site created\n")
+	fmt.Fprintf(w, "  state file:   %s (0600)\n", b.stateFile())
+	fmt.Fprintf(w, "  master key:   %s (0600, 64 hex digits; back it up apart from the state file: without it sealed secrets are lost)\n", b.keyFile())
+	fmt.Fprintf(w, "  CA:           %s (fingerprint %s)\n", b.caFile(), ca.Fingerprint())
+	fmt.Fprintf(w, "  config:       %s\n", b.configFile())
+	if writeUnit {
+		fmt.Fprintf(w, "  systemd unit: %s\n", b.unitFile())
+	}
+	if owner != "" {
+		fmt.Fprintf(w, "  owner:        %s\n", owner)
+	}
+	fmt.Fprintf(w, "The admin token %q is the line printed on stdout, shown only this once.\n", b.tokenName)
+	fmt.Fprintf(w, "Next: systemctl daemon-reload && systemctl enable --now machina\n")
+	fmt.Fprintf(w, "      export MACHINA_API=%s MACHINA_CA=%s MACHINA_TOKEN=<the token>\n", b.adminURL(), b.caFile())
+	return nil
+}
+
+// chownToServiceUser gives the state and key to the service user when
+// bootstrap runs as root on the real root and the user exists; it returns
+// what it did ("" when nothing).
+func (b *bootstrapConfig) chownToServiceUser() string {
+	if os.Geteuid() != 0 || filepath.Clean(b.root) != "/" {
+		return ""
+	}
+	u, err := user.Lookup(b.user)
+	if err != nil {
+		return ""
+	}
+	uid, _ := strconv.Atoi(u.Uid)
+	gid, _ := strconv.Atoi(u.Gid)
+	for _, p := range []string{b.stateDir, b.stateFile(), b.keyFile()} {
+		_ = os.Chown(p, uid, gid)
+	}
+	_ = os.Chown(b.configFile(), 0, gid)
+	return b.user + " (state folder, state file, master key; machina.yaml group-readable)"
+}
+
+// adminURL is the https URL machinactl uses, as far as bootstrap knows it.
+func (b *bootstrapConfig) adminURL() string {
+	host, port, err := net.SplitHostPort(b.adminListen)
+	if err != nil {
+		return "https://" + b.adminListen
+	}
+	if ip, err := netip.ParseAddr(host); host == "" || (err == nil && ip.IsUnspecified()) {
+		host, _ = os.Hostname()
+	}
+	return "https://" + net.JoinHostPort(host, port)
+}
+
+// ifaceAddrs lists an interface's IPv4 prefixes.
+func ifaceAddrs(ifc net.Interface) []netip.Prefix {
+	addrs, err := ifc.Addrs()
+	if err != nil {
+		return nil
+	}
+	var out []netip.Prefix
+	for _, a := range addrs {
+		if p, err := netip.ParsePrefix(a.String()); err == nil && p.Addr().Is4() {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// renderConfig writes machina.yaml: every key is a machina serve flag.
+func (b *bootstrapConfig) renderConfig() (string, error) {
+	for _, a := range []struct{ flag, v string }{{"--listen", b.listen}, {"--admin-listen", b.adminListen}, {"--join-listen", b.joinListen}} {
+		if _, _, err := net.SplitHostPort(a.v); err != nil {
+			return "", fmt.Errorf("%s %q: want HOST:PORT or :PORT", a.flag, a.v)
+		}
+	}
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "# machina serve configuration, written by machina bootstrap.\n")
+	fmt.Fprintf(&sb, "# Keys are machina serve's flag names (machina serve --help); a flag or MACHINA_<FLAG>\n")
+	fmt.Fprintf(&sb, "# overrides a key; an unknown key stops machina serve naming its line.\n")
+	ifs, _ := net.Interfaces()
+	fmt.Fprintf(&sb, "# Interfaces found at bootstrap:\n")
+	for _, ifc := range ifs {
+		var ps []string
+		for _, p := range ifaceAddrs(ifc) {
+			ps = append(ps, p.String())
+		}
+		fmt.Fprintf(&sb, "#   %-12s %s %s\n", ifc.Name, ifc.HardwareAddr, strings.Join(ps, " "))
+	}
+	q := func(s string) string { return strconv.Quote(s) }
+	fmt.Fprintf(&sb, "state: %s\n", q(filepath.Join(b.stateDir, "state.db")))
+	fmt.Fprintf(&sb, "work-dir: %s\n", q(b.stateDir))
+	fmt.Fprintf(&sb, "master-key-file: %s\n", q(b.keyFile()))
+	fmt.Fprintf(&sb, "listen: %s\n", q(b.listen))
+	fmt.Fprintf(&sb, "admin-listen: %s\n", q(b.adminListen))
+	if len(b.adminNames) > 0 {
+		fmt.Fprintf(&sb, "admin-name:\n")
+		for _, n := range b.adminNames {
+			fmt.Fprintf(&sb, "  - %s\n", q(n))
+		}
+	}
+	fmt.Fprintf(&sb, "join-listen: %s\n", q(b.joinListen))
+	if b.repo != "" {
+		fmt.Fprintf(&sb, "repo: %s\nbranch: %s\n", q(b.repo), q(b.branch))
+	} else {
+		fmt.Fprintf(&sb, "# repo: https://git.example/site/inventory.git   (without it only the admin API runs)\n")
+	}
+	publicURL, joinURL := b.publicURL, ""
+	if b.provIface != "" {
+		ifc, err := net.InterfaceByName(b.provIface)
+		if err != nil {
+			return "", fmt.Errorf("--provisioning-interface %q: %w", b.provIface, err)
+		}
+		ps := ifaceAddrs(*ifc)
+		if len(ps) == 0 {
+			return "", fmt.Errorf("--provisioning-interface %s has no IPv4 address: give it its provisioning address first", b.provIface)
+		}
+		addr := ps[0].Addr().String()
+		_, port, _ := net.SplitHostPort(b.listen)
+		_, jport, _ := net.SplitHostPort(b.joinListen)
+		if publicURL == "" {
+			publicURL = "http://" + net.JoinHostPort(addr, port)
+		}
+		joinURL = "https://" + net.JoinHostPort(addr, jport)
+		fmt.Fprintf(&sb, "dhcp-interface:\n  - %s\n", q(b.provIface))
+		if b.dhcpPool != "" {
+			a, c, ok := strings.Cut(b.dhcpPool, "-")
+			pa, err1 := netip.ParseAddr(a)
+			pc, err2 := netip.ParseAddr(c)
+			if !ok || err1 != nil || err2 != nil || !ps[0].Contains(pa) || !ps[0].Contains(pc) {
+				return "", fmt.Errorf("--dhcp-pool %q: want FIRST-LAST inside %s", b.dhcpPool, ps[0].Masked())
+			}
+			fmt.Fprintf(&sb, "dhcp-mode: full\ndhcp-subnet: %s\ndhcp-pool: %s\n", q(ps[0].Masked().String()), q(b.dhcpPool))
+		} else {
+			fmt.Fprintf(&sb, "dhcp-mode: proxy   # PXE options only, beside the site's DHCP server\n")
+		}
+		fmt.Fprintf(&sb, "tftp-root: %s\n", q(b.tftpRoot))
+	} else if b.dhcpPool != "" {
+		return "", errors.New("--dhcp-pool needs --provisioning-interface")
+	} else {
+		fmt.Fprintf(&sb, "# dhcp-interface: [eno2]   (machina bootstrap --provisioning-interface IF fills DHCP, TFTP and the URLs)\n")
+	}
+	if publicURL != "" {
+		fmt.Fprintf(&sb, "public-url: %s\n", q(publicURL))
+	}
+	if joinURL != "" {
+		fmt.Fprintf(&sb, "join-url: %s\n", q(joinURL))
+	}
+	fmt.Fprintf(&sb, "ramdisk-dir: %s\n", q(b.ramdiskDir))
+	fmt.Fprintf(&sb, "node-binary: %s\n", q(b.nodeBinary))
+	fmt.Fprintf(&sb, "log-format: json\nlog-level: info\n")
+	return sb.String(), nil
+}
