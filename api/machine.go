@@ -178,14 +178,9 @@ func (m *Machine) bad(w http.ResponseWriter, r *http.Request, server string, cod
 	writeError(w, code, v1.Error{Message: what, Code: "bad_request"})
 }
 
-// decodeStrict reads at most limit bytes of JSON into v: unknown fields,
-// trailing data, a JSON null and oversize bodies are refused.
-func decodeStrict(r *http.Request, limit int64, v any) (int, error) {
-	_, code, err := readStrict(r, limit, v)
-	return code, err
-}
-
-// readStrict is decodeStrict that also returns the body read.
+// readStrict reads at most limit bytes of JSON into v and returns them:
+// unknown fields, trailing data, a JSON null (anything but an object) and
+// oversize bodies are refused.
 func readStrict(r *http.Request, limit int64, v any) ([]byte, int, error) {
 	b, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
 	if err != nil {

@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -46,7 +45,10 @@ func TestCrashConvergence(t *testing.T) {
 	t0 := time.Now()
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "machina")
-	goBin := filepath.Join(runtime.GOROOT(), "bin", "go")
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		t.Fatalf("the crash test builds machina: go is not on PATH: %v", err)
+	}
 	build := exec.Command(goBin, "build", "-tags", "machinafault", "-o", bin, ".")
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := build.CombinedOutput(); err != nil {

@@ -35,7 +35,7 @@ func TestSchemaAgreesWithJoinRules(t *testing.T) {
 		"-eth0", ".eth0", "eth 0", "eth/0", "eth:0", "", "é0", "0"}
 	for _, n := range ifnames {
 		for _, field := range []string{"bridge", "nic"} {
-			d := doc("lan", "brX", "ethY")
+			var d any
 			if field == "bridge" {
 				d = doc("lan", n, "ethY")
 			} else {
