@@ -174,6 +174,24 @@ func TestCrashConvergence(t *testing.T) {
 	for i := 1; i <= randomKills+len(deliberate) || busyKills < 20 && i <= 2*randomKills; i++ {
 		if point, ok := deliberate[i]; ok {
 			cur, curExited = start(fmt.Sprintf("%s:%d", point, 1+rng.IntN(3)))
+			// A settled fleet reaches no fault point: give it a wave.
+		up:
+			for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); {
+				select {
+				case <-curExited:
+					break up
+				case <-time.After(200 * time.Millisecond):
+				}
+				cctx, ccancel := context.WithTimeout(ctx, 2*time.Second)
+				_, err := client.ListServers(cctx, v1.ListServersOptions{Limit: 1})
+				ccancel()
+				if err == nil {
+					if !inMotion(ctx, client) {
+						wave()
+					}
+					break
+				}
+			}
 			select {
 			case <-curExited:
 				if ws, ok := cur.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL {
@@ -188,7 +206,12 @@ func TestCrashConvergence(t *testing.T) {
 		cur, curExited = start("")
 		waitUp()
 		if !inMotion(ctx, client) {
+			// Settled: push a wave and let this run start it, so the kill
+			// lands on servers in motion.
 			wave()
+			for deadline := time.Now().Add(time.Minute); !inMotion(ctx, client) && time.Now().Before(deadline); {
+				time.Sleep(200 * time.Millisecond)
+			}
 		}
 		time.Sleep(time.Duration(300+rng.IntN(1700)) * time.Millisecond)
 		if inMotion(ctx, client) {
