@@ -71,7 +71,7 @@ func (b *BootIndex) rebuild() error {
 // again (Lookup only: a token is issued right after an auto-enrolment
 // created the server).
 func (b *BootIndex) server(mac net.HardwareAddr, cached bool) (state.Server, bool, error) {
-	key := boot.FormatMAC(mac)
+	key := mac.String()
 	if s, ok, err := b.indexed(key); ok || err != nil {
 		return s, ok, err
 	}
@@ -128,7 +128,7 @@ func (b *BootIndex) Lookup(_ context.Context, mac net.HardwareAddr) (boot.Assign
 		return boot.Assignment{}, err
 	}
 	if !ok {
-		return boot.Assignment{}, fmt.Errorf("boot index: %s: %w", boot.FormatMAC(mac), boot.ErrNotFound)
+		return boot.Assignment{}, fmt.Errorf("boot index: %s: %w", mac.String(), boot.ErrNotFound)
 	}
 	mode := boot.ModeUEFI
 	if s.BootMode == "bios" {
@@ -171,7 +171,7 @@ func (b *BootIndex) Issue(_ context.Context, mac net.HardwareAddr, purpose strin
 		return "", err
 	}
 	if !ok {
-		return "", fmt.Errorf("boot index: issue token for %s: %w", boot.FormatMAC(mac), boot.ErrNotFound)
+		return "", fmt.Errorf("boot index: issue token for %s: %w", mac.String(), boot.ErrNotFound)
 	}
 	// The install token is reusable (short-lived): the installer fetches
 	// its kernel, initrd, ISO or tree and documents with it, some more than
@@ -187,7 +187,7 @@ func (b *BootIndex) Consume(_ context.Context, mac net.HardwareAddr, purpose, to
 	if err != nil {
 		return err
 	}
-	_, err = b.st.ConsumeToken(token, state.TokenClaim{Purpose: p, MAC: boot.FormatMAC(mac)})
+	_, err = b.st.ConsumeToken(token, state.TokenClaim{Purpose: p, MAC: mac.String()})
 	switch {
 	case err == nil:
 		return nil

@@ -19,9 +19,13 @@ func toServer(s state.Server) v1.Server {
 		Health: s.Health, BMCError: s.BMCError, Stalled: s.Stalled, FinishDeploy: s.FinishDeploy, NeedsWipe: s.NeedsWipe,
 	}
 	if h := s.Hardware; h != nil {
-		hw := &v1.Hardware{Cores: h.Cores, MemoryBytes: h.MemoryBytes, Vendor: h.Vendor, Product: h.Product, Serial: h.Serial, ObservedAt: h.ObservedAt}
+		hw := &v1.Hardware{Cores: h.Cores, MemoryBytes: h.MemoryBytes, Vendor: h.Vendor, Product: h.Product, Serial: h.Serial, ObservedAt: h.ObservedAt,
+			CPUVendor: h.CPUVendor, Arch: h.Arch, InstalledMemoryBytes: h.InstalledMemoryBytes, Labels: h.Labels()}
+		for _, g := range h.GPUs {
+			hw.GPUs = append(hw.GPUs, v1.GPU{PCIAddress: g.PCIAddress, Vendor: g.Vendor, DeviceID: g.DeviceID})
+		}
 		for _, d := range h.Disks {
-			hw.Disks = append(hw.Disks, v1.Disk{Name: d.Name, SizeBytes: d.SizeBytes, Model: d.Model, Serial: d.Serial, Rotational: d.Rotational})
+			hw.Disks = append(hw.Disks, v1.Disk{Name: d.Name, SizeBytes: d.SizeBytes, Model: d.Model, Serial: d.Serial, Rotational: d.Rotational, Transport: d.Transport})
 		}
 		for _, n := range h.NICs {
 			hw.NICs = append(hw.NICs, v1.NIC{Name: n.Name, MAC: n.MAC, SpeedMbps: n.SpeedMbps, Link: n.Link})

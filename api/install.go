@@ -6,9 +6,9 @@ import (
 	"net/http"
 	"os"
 	"path"
-	"strings"
 
 	v1 "github.com/machina-metal/machina/api/v1"
+	"github.com/machina-metal/machina/boot"
 	"github.com/machina-metal/machina/boot/ipxe"
 	"github.com/machina-metal/machina/state"
 )
@@ -90,7 +90,8 @@ func (m *Machine) unavailable(w http.ResponseWriter, srv state.Server, what stri
 
 // installTree serves one file of the extracted installer tree (kernel and
 // initrd; for kickstart also anaconda's stage2 and repository), read through
-// an os.Root so no path leaves the tree, with Range support.
+// an os.Root so no path or symlink leaves the tree, with Range support
+// (boot.ServeFile, after the token check).
 func (m *Machine) installTree(w http.ResponseWriter, r *http.Request) {
 	srv, ok := m.installServer(w, r, ipxe.InstallerAutoinstall, ipxe.InstallerKickstart)
 	if !ok {
@@ -101,18 +102,13 @@ func (m *Machine) installTree(w http.ResponseWriter, r *http.Request) {
 		m.unavailable(w, srv, "installer files", err)
 		return
 	}
-	p := r.PathValue("path")
-	if p == "" || path.Clean(p) != p || strings.HasPrefix(p, "/") {
-		http.NotFound(w, r)
-		return
-	}
 	root, err := os.OpenRoot(tree)
 	if err != nil {
 		m.unavailable(w, srv, "installer files", err)
 		return
 	}
 	defer root.Close()
-	serveRootFile(w, r, root, p)
+	boot.ServeFile(w, r, root, r.PathValue("path"), boot.FileOptions{Hidden: true, NoStore: true})
 }
 
 // installISO serves the installer ISO itself (Ubuntu casper's url=), under
@@ -137,24 +133,7 @@ func (m *Machine) installISO(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer root.Close()
-	serveRootFile(w, r, root, path.Base(iso))
-}
-
-func serveRootFile(w http.ResponseWriter, r *http.Request, root *os.Root, name string) {
-	f, err := root.Open(name)
-	if err != nil {
-		http.NotFound(w, r)
-		return
-	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil || !st.Mode().IsRegular() {
-		http.NotFound(w, r)
-		return
-	}
-	w.Header().Set("Content-Type", "application/octet-stream")
-	w.Header().Set("Cache-Control", "no-store")
-	http.ServeContent(w, r, "", st.ModTime(), f)
+	boot.ServeFile(w, r, root, path.Base(iso), boot.FileOptions{Hidden: true, NoStore: true, Flat: true})
 }
 
 // installNoCloud serves cloud-init's NoCloud seed over HTTP to Ubuntu's

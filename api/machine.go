@@ -18,6 +18,7 @@ import (
 
 	v1 "github.com/machina-metal/machina/api/v1"
 	"github.com/machina-metal/machina/boot"
+	"github.com/machina-metal/machina/macaddr"
 	"github.com/machina-metal/machina/state"
 )
 
@@ -372,7 +373,7 @@ const (
 // is not one, a test missing, unknown or repeated, facts out of bounds, or
 // a disk test that passed on a machine with no disk.
 func checkReport(rep v1.AgentReport) error {
-	if _, err := state.NormalizeMAC(rep.BootMAC); err != nil {
+	if _, err := macaddr.Normalize(rep.BootMAC); err != nil {
 		return fmt.Errorf("bootMAC %q is not a MAC address", rep.BootMAC)
 	}
 	seen := map[string]bool{}
@@ -431,9 +432,15 @@ func orPassed(reason string) string {
 // hardwareFrom summarises the agent's facts for the store.
 func hardwareFrom(f v1.Facts) *state.Hardware {
 	hw := &state.Hardware{Cores: f.CPU.Cores, MemoryBytes: f.Memory.TotalBytes, Vendor: f.DMI.SystemVendor, Product: f.DMI.SystemProduct,
-		Serial: f.DMI.SystemSerial, ObservedAt: time.Now().UTC()}
+		Serial: f.DMI.SystemSerial, ObservedAt: time.Now().UTC(), CPUVendor: f.CPU.Vendor, Arch: f.CPU.Arch}
+	for _, d := range f.Memory.DIMMs {
+		hw.InstalledMemoryBytes += d.SizeBytes
+	}
+	for _, g := range f.GPUs {
+		hw.GPUs = append(hw.GPUs, state.GPU{PCIAddress: g.PCIAddress, Vendor: g.Vendor, DeviceID: g.DeviceID})
+	}
 	for _, d := range f.Disks {
-		hw.Disks = append(hw.Disks, state.Disk{Name: d.Name, SizeBytes: d.SizeBytes, Model: d.Model, Serial: d.Serial, Rotational: d.Rotational})
+		hw.Disks = append(hw.Disks, state.Disk{Name: d.Name, SizeBytes: d.SizeBytes, Model: d.Model, Serial: d.Serial, Rotational: d.Rotational, Transport: d.Transport})
 	}
 	for _, n := range f.NICs {
 		hw.NICs = append(hw.NICs, state.NIC{Name: n.Name, MAC: n.MAC, SpeedMbps: n.SpeedMbps, Link: n.Link})

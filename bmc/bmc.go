@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 )
 
@@ -169,6 +170,11 @@ type Info struct {
 	// "health", "temperatures", "power", "firmware", "logs", "nics",
 	// "uuid", "biosVersion".
 	Missing []string `json:"missing,omitempty"`
+	// Untied lists the readings left out because they could not be tied
+	// to this system (a sensor of another system in a shared chassis),
+	// one line each, e.g. `temperature "CPU Temp" (/redfish/...): tied to
+	// another system`.
+	Untied []string `json:"untied,omitempty"`
 }
 
 // Temperature is one sensor reading.
@@ -189,6 +195,76 @@ type LogEntry struct {
 	Created  time.Time `json:"created"`
 	Severity string    `json:"severity,omitempty"`
 	Message  string    `json:"message"`
+}
+
+// OnceOutcome is what a BMC did with a one-time boot override
+// (BootOverride.Persistent false).
+type OnceOutcome string
+
+// One-time override outcomes. Real BMCs do all three: Supermicro and some
+// Lenovo XCC releases read back Continuous for Once; older iDRAC and AMI
+// firmware accept the PATCH and keep the old override; some list no Once in
+// BootSourceOverrideEnabled@Redfish.AllowableValues at all.
+const (
+	OnceHonoured    OnceOutcome = "honoured"              // read back Once
+	OnceCoerced     OnceOutcome = "coerced-to-continuous" // read back Continuous: a persistent override is now set
+	OnceIgnored     OnceOutcome = "ignored"               // accepted, but the override read back is not the one asked for
+	OnceUnsupported OnceOutcome = "unsupported"           // the BMC lists no Once; nothing was sent
+)
+
+// OnceError is returned by SetBootOverride when a one-time override was
+// asked for and the BMC did not honour it. Got is what the BMC is set to
+// now, read back (Device "" when no override is set). Callers that can
+// compensate (set the device persistently and set disk back after the
+// boot) check it with errors.As; others fail on it. Unwraps to
+// ErrOnceNotHonoured.
+type OnceError struct {
+	Want    BootOverride
+	Got     BootOverride
+	Outcome OnceOutcome
+}
+
+func (e *OnceError) Error() string {
+	got := "no override"
+	if e.Got.Device != "" {
+		got = string(e.Got.Device)
+		if e.Got.Persistent {
+			got += " persistent (every boot)"
+		} else {
+			got += " once"
+		}
+	}
+	return fmt.Sprintf("bmc: one-time boot override %s not honoured (%s): the BMC is now set to %s", e.Want.Device, e.Outcome, got)
+}
+
+// Unwrap returns ErrOnceNotHonoured.
+func (e *OnceError) Unwrap() error { return ErrOnceNotHonoured }
+
+// ResetError is returned by Power for PowerActionReset and PowerActionCycle
+// when the BMC accepted the reset but showed no evidence that it happened
+// (no power-off observed, LastResetTime and BootProgress unchanged or
+// absent, no task, no IPMI chassis status change). The machine is on;
+// whether it restarted is unknown. Unwraps to ErrUnverified.
+type ResetError struct {
+	Action PowerAction
+	// Why lists what was looked at, e.g. "no LastResetTime, no BootProgress,
+	// power stayed on".
+	Why string
+}
+
+func (e *ResetError) Error() string {
+	return fmt.Sprintf("bmc: %s accepted but not verified: %s", e.Action, e.Why)
+}
+
+// Unwrap returns ErrUnverified.
+func (e *ResetError) Unwrap() error { return ErrUnverified }
+
+// ResetEvidence is an optional capability of a Driver: it reports what
+// proved the last successful PowerActionReset or PowerActionCycle
+// ("power-off observed", "LastResetTime changed", "BootProgress moved",
+// "task completed", "IPMI chassis status: off then on"), "" when none.
+type ResetEvidence interface {
+	LastResetEvidence() string
 }
 
 // Sentinel errors. Drivers wrap them; callers use errors.Is.
@@ -213,14 +289,26 @@ var (
 	// ErrMismatch: a write was acknowledged but reading back shows another
 	// value. The error text names both.
 	ErrMismatch = errors.New("bmc: read back does not match")
+	// ErrOnceNotHonoured: a one-time boot override was not honoured; see
+	// *OnceError for what the BMC is set to now.
+	ErrOnceNotHonoured = errors.New("bmc: one-time boot override not honoured")
+	// ErrUnverified: a reset or cycle was accepted but nothing proved it
+	// happened; see *ResetError.
+	ErrUnverified = errors.New("bmc: reset not verified")
 )
 
 // BMCError is an error the BMC reported in its own words: the Redfish error
 // body's MessageId and Message (DSP0266 §9.6 error responses), or an IPMI
 // completion code.
 type BMCError struct {
+	// BMC names the BMC (its Redfish endpoint or IPMI address), "" when
+	// the driver does not know it.
+	BMC string
 	// Op names the operation, e.g. "set boot override".
 	Op string
+	// Request is the request the BMC answered, e.g.
+	// "PATCH /redfish/v1/Systems/1"; "" for IPMI.
+	Request string
 	// Status is the HTTP status (Redfish) or 0.
 	Status int
 	// Code is the Redfish MessageId or the IPMI completion code as "0xD5".
@@ -232,7 +320,14 @@ type BMCError struct {
 }
 
 func (e *BMCError) Error() string {
-	s := "bmc: " + e.Op
+	s := "bmc"
+	if e.BMC != "" {
+		s += " " + e.BMC
+	}
+	s += ": " + e.Op
+	if e.Request != "" && !strings.HasSuffix(e.Op, e.Request) {
+		s += ": " + e.Request
+	}
 	if e.Status != 0 {
 		s += fmt.Sprintf(": HTTP %d", e.Status)
 	}
@@ -252,3 +347,32 @@ func (e *BMCError) Unwrap() error { return e.Kind }
 func IsTransient(err error) bool {
 	return errors.Is(err, ErrTransient) || errors.Is(err, ErrUnreachable) || errors.Is(err, ErrTimeout)
 }
+
+// WithBMC returns err naming the BMC name (a Redfish endpoint or an IPMI
+// address) once: "redfish: x" reads "redfish NAME: x", "ipmi: x" reads
+// "ipmi NAME: x", a bare text gets "NAME: " in front; an error already
+// naming it is returned as is. errors.Is and errors.As see through it.
+// Drivers apply it to every error their methods return.
+func WithBMC(name string, err error) error {
+	if err == nil || name == "" || strings.Contains(err.Error(), name) {
+		return err
+	}
+	return &namedError{name: name, err: err}
+}
+
+type namedError struct {
+	name string
+	err  error
+}
+
+func (e *namedError) Error() string {
+	s := e.err.Error()
+	for _, p := range []string{"redfish: ", "ipmi: ", "bmc: "} {
+		if strings.HasPrefix(s, p) {
+			return strings.TrimSuffix(p, ": ") + " " + e.name + ": " + s[len(p):]
+		}
+	}
+	return e.name + ": " + s
+}
+
+func (e *namedError) Unwrap() error { return e.err }

@@ -1,9 +1,11 @@
 // Package boot holds what Machina's network boot servers share: the [Lookup]
 // contract (boot MAC → [Assignment]), the auto-enrol hook ([Enroller]), the
-// single-use token contract ([Tokens]) and MAC normalisation ([ParseMAC]).
+// single-use token contract ([Tokens]). MACs are parsed and checked by
+// package macaddr.
 //
-// boot is a leaf: it imports no other Machina package. The protocol servers
-// (boot/dhcp, boot/tftp, boot/ipxe) import only boot; the adapter from the
+// boot is a leaf: it imports no other Machina package but macaddr. The
+// protocol servers (boot/dhcp, boot/tftp, boot/ipxe) import only boot and
+// macaddr, never state or reconciler; the adapter from the
 // state store to these interfaces lives above them (reconciler or api), the
 // way smee's handlers take a BackendReader.
 package boot
@@ -15,10 +17,12 @@ import (
 	"net/netip"
 	"strings"
 	"time"
+
+	"github.com/machina-metal/machina/macaddr"
 )
 
 // Lifecycle is the provisioning lifecycle of a server as the controller
-// records it (DESIGN.md "Lifecycle and power"). The boot servers only read it
+// records it (docs/architecture.md "Lifecycle and power"). The boot servers only read it
 // to decide what a machine boots.
 type Lifecycle string
 
@@ -47,7 +51,7 @@ const (
 
 // Assignment is what the boot servers know about one boot MAC.
 type Assignment struct {
-	// MAC is the boot MAC in canonical form (see [ParseMAC]).
+	// MAC is the boot MAC in canonical form (see [macaddr.MAC.String]).
 	MAC net.HardwareAddr
 	// Name is the server's inventory name (RFC 1123 label); empty for a MAC
 	// that is only discovered.
@@ -126,8 +130,9 @@ type Tokens interface {
 var (
 	// ErrNotFound: the MAC has no assignment.
 	ErrNotFound = errors.New("not found")
-	// ErrInvalidMAC: the string is not a unicast, non-zero 48-bit MAC.
-	ErrInvalidMAC = errors.New("invalid mac")
+	// ErrInvalidMAC: the MAC is not a unicast, non-zero 48-bit MAC. It is
+	// [macaddr.ErrInvalid] itself, so errors.Is matches either name.
+	ErrInvalidMAC = macaddr.ErrInvalid
 	// ErrTokenInvalid: the token is unknown or bound to another MAC/purpose.
 	ErrTokenInvalid = errors.New("token invalid")
 	// ErrTokenExpired: the token's lifetime is over.

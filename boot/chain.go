@@ -53,3 +53,11 @@ func CheckURL(s string) error {
 	}
 	return nil
 }
+
+// truncate bounds untrusted input quoted in errors.
+func truncate(s string) string {
+	if len(s) > 20 {
+		return s[:20] + "..."
+	}
+	return s
+}

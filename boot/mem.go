@@ -3,6 +3,7 @@ package boot
 import (
 	"context"
 	"fmt"
+	"github.com/machina-metal/machina/macaddr"
 	"net"
 	"sync"
 )
@@ -20,7 +21,7 @@ type MemLookup struct {
 // Set stores a (replacing any entry for a.MAC). It returns an error wrapping
 // [ErrInvalidMAC] for a bad MAC.
 func (l *MemLookup) Set(a Assignment) error {
-	if err := CheckMAC(a.MAC); err != nil {
+	if err := macaddr.Check(a.MAC); err != nil {
 		return fmt.Errorf("set assignment: %w", err)
 	}
 	l.mu.Lock()
@@ -46,7 +47,7 @@ func (l *MemLookup) Lookup(_ context.Context, mac net.HardwareAddr) (Assignment,
 // Discovered implements [Enroller]: it records d once per MAC and assigns
 // lifecycle commissioning.
 func (l *MemLookup) Discovered(_ context.Context, d Discovery) (Assignment, error) {
-	if err := CheckMAC(d.MAC); err != nil {
+	if err := macaddr.Check(d.MAC); err != nil {
 		return Assignment{}, fmt.Errorf("discovered: %w", err)
 	}
 	l.mu.Lock()

@@ -24,6 +24,8 @@ import (
 	"github.com/machina-metal/machina/boot/internal/netnstest"
 	"github.com/machina-metal/machina/boot/ipxe"
 	"github.com/machina-metal/machina/boot/tftp"
+	"github.com/machina-metal/machina/internal/peertest"
+	"github.com/machina-metal/machina/macaddr"
 )
 
 // lab is one network namespace with a bridge and a tap, running our DHCP
@@ -63,15 +65,11 @@ func newLabFiles(t *testing.T, lifecycle boot.Lifecycle, files dhcp.BootFiles) *
 func newLabMode(t *testing.T, lifecycle boot.Lifecycle, files dhcp.BootFiles, mode dhcp.Mode) *lab {
 	t.Helper()
 	netnstest.RequireCommand(t, "qemu-system-x86_64")
-	if _, err := os.Stat(filepath.Join(ipxeDir, "snponly.efi")); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("Debian package ipxe missing: %v", err)
-		}
-		t.Skipf("Debian package ipxe not installed: %v", err)
-	}
+	peertest.File(t, filepath.Join(ipxeDir, "snponly.efi"), "ipxe")
 	br := netnstest.NewBridge(t, serverNet, 1)
 	l := &lab{ns: br.NS, requests: make(chan string, 4096), look: &boot.MemLookup{}}
-	mac, _ := boot.ParseMAC(labMAC)
+	parsed, _ := macaddr.Parse(labMAC)
+	mac := parsed.HardwareAddr()
 	if err := l.look.Set(boot.Assignment{MAC: mac, Name: "vm1", Lifecycle: lifecycle}); err != nil {
 		t.Fatal(err)
 	}
@@ -386,12 +384,7 @@ func ovmf(t *testing.T) (code, vars string) {
 	code = "/usr/share/OVMF/OVMF_CODE_4M.fd"
 	src := "/usr/share/OVMF/OVMF_VARS_4M.fd"
 	for _, f := range []string{code, src} {
-		if _, err := os.Stat(f); err != nil {
-			if os.Getenv("CI") == "true" {
-				t.Fatalf("ovmf missing: %v", err)
-			}
-			t.Skipf("ovmf not installed: %v", err)
-		}
+		peertest.File(t, f, "ovmf")
 	}
 	v, err := os.ReadFile(src)
 	if err != nil {

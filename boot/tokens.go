@@ -7,6 +7,7 @@ import (
 	"crypto/subtle"
 	"encoding/base64"
 	"fmt"
+	"github.com/machina-metal/machina/macaddr"
 	"net"
 	"sync"
 	"time"
@@ -39,7 +40,7 @@ func NewMemTokens() *MemTokens {
 
 // Issue implements [Tokens]. ttl must be positive.
 func (m *MemTokens) Issue(_ context.Context, mac net.HardwareAddr, purpose string, ttl time.Duration) (string, error) {
-	if err := CheckMAC(mac); err != nil {
+	if err := macaddr.Check(mac); err != nil {
 		return "", fmt.Errorf("issue token: %w", err)
 	}
 	if ttl <= 0 {

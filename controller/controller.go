@@ -15,7 +15,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -28,6 +27,7 @@ import (
 	"github.com/machina-metal/machina/boot"
 	"github.com/machina-metal/machina/boot/dhcp"
 	"github.com/machina-metal/machina/boot/ipxe"
+	"github.com/machina-metal/machina/fence"
 	"github.com/machina-metal/machina/images"
 	"github.com/machina-metal/machina/inventory"
 	"github.com/machina-metal/machina/join"
@@ -60,7 +60,8 @@ type Config struct {
 	// simulated lab); off in production.
 	AllowFileURLs bool
 	// RamdiskDir holds vmlinuz and initrd.cpio.gz (make ramdisk), served at
-	// /boot/ramdisk/; "" serves nothing there.
+	// /boot/ramdisk/ by boot/ipxe (through an os.Root: symlinks out of it are
+	// refused); "" serves nothing there.
 	RamdiskDir string
 	// ISODir holds the iPXE ISOs (make ipxe-iso), served at /boot/iso/.
 	ISODir string
@@ -126,6 +127,19 @@ type Config struct {
 	// a tenth of it after start, at most a minute); zero means
 	// DefaultBMCWatchInterval (10 min), negative turns the sweep off.
 	BMCWatchInterval time.Duration
+	// Heartbeat is the interval joined hosts are told to heartbeat at, in
+	// whole seconds (rounded, at least 1s); zero means 30s.
+	Heartbeat time.Duration
+	// HostLostWindow is the silence after which a host is marked lost
+	// (condition HostLost, its power read from the BMC); zero means 3
+	// heartbeat intervals.
+	HostLostWindow time.Duration
+	// HostFenceWindow is how much longer a lost host on a profile with
+	// `fence: auto` stays lost before it is fenced; zero means
+	// HostLostWindow again.
+	HostFenceWindow time.Duration
+	// FenceTimeout bounds one fence (power off and read-back); zero means 60s.
+	FenceTimeout time.Duration
 	// Logger receives every component's logs; nil discards.
 	Logger *slog.Logger
 	// OnReady is called once the HTTP listener accepts connections.
@@ -174,6 +188,10 @@ func Run(ctx context.Context, cfg Config) error {
 	if cfg.Listen == "" {
 		cfg.Listen = "127.0.0.1:8080"
 	}
+	if cfg.Heartbeat <= 0 {
+		cfg.Heartbeat = 30 * time.Second
+	}
+	cfg.Heartbeat = max(time.Second, cfg.Heartbeat.Round(time.Second)) // nodes are told whole seconds
 	if err := os.MkdirAll(cfg.WorkDir, 0o750); err != nil {
 		return fmt.Errorf("controller: %w", err)
 	}
@@ -287,7 +305,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("controller: %w", err)
 	}
-	ipxeCfg := ipxe.Config{Lookup: idx, Tokens: idx, ControllerURL: publicURL, ISODir: cfg.ISODir, Logger: log.With("component", "ipxe"), PerIP: cfg.MachinePerIP,
+	ipxeCfg := ipxe.Config{Lookup: idx, Tokens: idx, ControllerURL: publicURL, ISODir: cfg.ISODir, RamdiskDir: cfg.RamdiskDir, Logger: log.With("component", "ipxe"), PerIP: cfg.MachinePerIP,
 		OnEvent: refusals.event}
 	gitDir := filepath.Join(cfg.WorkDir, "git")
 	var enr *reconciler.Enroller
@@ -335,13 +353,16 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := srv.HandlePublic(ipxe.ScriptPath, bootHandler); err != nil {
 		return err
 	}
+	if err := srv.HandlePublic(boot.GRUBScriptPath, bootHandler); err != nil { // arm64 machines (docs/arm64.md)
+		return err
+	}
 	if cfg.ISODir != "" {
 		if err := srv.HandlePublic("/boot/iso/", bootHandler); err != nil {
 			return err
 		}
 	}
 	if cfg.RamdiskDir != "" {
-		if err := srv.HandlePublic("/boot/ramdisk/", http.StripPrefix("/boot/ramdisk/", http.FileServer(http.Dir(cfg.RamdiskDir)))); err != nil {
+		if err := srv.HandlePublic("/boot/ramdisk/", bootHandler); err != nil {
 			return err
 		}
 	}
@@ -383,7 +404,7 @@ func Run(ctx context.Context, cfg Config) error {
 			return leases.LeasedIP(s.BootMAC)
 		}
 	}
-	joinSrv, err := join.New(join.Config{Store: st, CA: ca, URL: joinURL, NodeBinary: cfg.NodeBinary, LeasedIP: joinLeases, Logger: log.With("component", "join")})
+	joinSrv, err := join.New(join.Config{Store: st, CA: ca, URL: joinURL, NodeBinary: cfg.NodeBinary, Heartbeat: cfg.Heartbeat, LeasedIP: joinLeases, Logger: log.With("component", "join")})
 	if err != nil {
 		return fmt.Errorf("controller: %w", err)
 	}
@@ -432,6 +453,10 @@ func Run(ctx context.Context, cfg Config) error {
 		}, urgent)
 	}
 	if err := mountAdmin(srv, st, ctrl, src, scanProposers(cfg.Repo, gitDir, log.With("component", "scan")), cfg.Repo.Branch); err != nil {
+		return err
+	}
+	fencer := &fencer{st: st, drivers: drivers, desired: ctrl.Desired, opts: fence.Options{Timeout: cfg.FenceTimeout}, log: log.With("component", "fence")}
+	if err := mountHosts(srv, st, fencer, ctrl.Trigger, cfg.Heartbeat); err != nil {
 		return err
 	}
 	if err := mountConsoleAndUI(srv, st, drivers, src, ctrl, imgStatus, gitDir, log); err != nil {
@@ -499,6 +524,9 @@ func Run(ctx context.Context, cfg Config) error {
 		w := newBMCWatch(st, sweepDrivers, cfg.BMCWatchInterval, log.With("component", "bmc-sweep"))
 		goRun("bmc sweep", func(ctx context.Context) error { w.run(ctx); return nil })
 	}
+	hw := newHostWatch(st, drivers, fencer, ctrl.Desired, hostWatchConfig{heartbeat: cfg.Heartbeat, lost: cfg.HostLostWindow,
+		fenceAfter: cfg.HostFenceWindow, share: cfg.Reconciler.Plan.BrakeShare}, log.With("component", "host-watch"))
+	goRun("host watch", func(ctx context.Context) error { hw.run(ctx); return nil })
 	goRun("prune", func(ctx context.Context) error { prune(ctx, st, 10*time.Minute, log); return nil })
 	goRun("refusal summary", func(ctx context.Context) error { refusals.run(ctx, time.Minute); return nil })
 	goRun("revisions", func(ctx context.Context) error {

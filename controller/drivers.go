@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"crypto/sha256"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -109,8 +110,24 @@ func (d *StoreDrivers) Driver(ctx context.Context, srv state.Server) (bmc.Driver
 	}
 	// The cache key changes with the BMC settings and with the secret (its
 	// hash, kept in memory only), so a rotated password opens a new session.
-	sum := sha256.Sum256([]byte(cred.Username + "\x00" + cred.Password))
-	key := fmt.Sprintf("%s|%s|%s|%v|%s|%x", srv.BMC.Driver, srv.BMC.Address, srv.BMC.SystemID, srv.BMC.InsecureTLS, srv.BMC.Credentials, sum[:8])
+	var pool *x509.CertPool
+	var caPEM string
+	if srv.BMC.CABundle != "" {
+		ca, err := d.Store.Secret(srv.BMC.CABundle)
+		if errors.Is(err, state.ErrNotFound) {
+			return nil, fmt.Errorf("CA bundle %q is not in the secret store (machinactl secret set %s with the PEM): %w", srv.BMC.CABundle, srv.BMC.CABundle, redfish.ErrTLS)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("read CA bundle %q: %w", srv.BMC.CABundle, err)
+		}
+		caPEM = CABundlePEM(ca)
+		pool = x509.NewCertPool()
+		if !pool.AppendCertsFromPEM([]byte(caPEM)) {
+			return nil, fmt.Errorf("CA bundle %q holds no PEM certificate: %w", srv.BMC.CABundle, redfish.ErrTLS)
+		}
+	}
+	sum := sha256.Sum256([]byte(cred.Username + "\x00" + cred.Password + "\x00" + caPEM))
+	key := fmt.Sprintf("%s|%s|%s|%v|%s|%s|%s|%x", srv.BMC.Driver, srv.BMC.Address, srv.BMC.SystemID, srv.BMC.InsecureTLS, srv.BMC.Auth, srv.BMC.CABundle, srv.BMC.Credentials, sum[:8])
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.drivers == nil {
@@ -136,6 +153,7 @@ func (d *StoreDrivers) Driver(ctx context.Context, srv state.Server) (bmc.Driver
 	switch srv.BMC.Driver {
 	case "redfish":
 		drv, err = redfish.New(redfish.Config{Endpoint: srv.BMC.Address, SystemID: srv.BMC.SystemID, Insecure: srv.BMC.InsecureTLS,
+			Auth: srv.BMC.Auth, RootCAs: pool,
 			Username: cred.Username, Password: cred.Password, Logger: log})
 	case "ipmi":
 		drv, err = ipmi.New(ipmi.Config{Address: srv.BMC.Address, Username: cred.Username, Password: cred.Password, Logger: log})
@@ -180,4 +198,14 @@ func (d *StoreDrivers) Close(ctx context.Context) {
 	case <-done:
 	case <-ctx.Done():
 	}
+}
+
+// CABundlePEM returns the PEM text of a CA-bundle secret (servers.yaml
+// bmc.caBundle): its "pem" extra field when set, else its password field,
+// so `machinactl secret set NAME` with the PEM as the secret value works.
+func CABundlePEM(c state.Credential) string {
+	if p := c.Extra["pem"]; p != "" {
+		return p
+	}
+	return c.Password
 }

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"os"
+	"strings"
 
 	"github.com/machina-metal/machina/boot"
 	"github.com/machina-metal/machina/boot/dhcp"
@@ -35,6 +37,12 @@ type NetbootConfig struct {
 	TFTPRoot string
 	// TFTPAddr is the TFTP listen address; zero means ":69".
 	TFTPAddr string
+	// GRUBARM64 is the arm64 GRUB network image (scripts/build-grub-arm64.sh:
+	// out/boot/grubnetaa64.efi), read at start and served by TFTP as
+	// grubnetaa64.efi to DHCP arch 11 clients, with the generated
+	// machina-grub.cfg that chains to /boot/grub; empty: arm64 machines
+	// get what the TFTP root holds under that name, if anything.
+	GRUBARM64 string
 	// RouterAdvert sends the IPv6 RA with router lifetime 0 on Interfaces.
 	RouterAdvert bool
 }
@@ -70,7 +78,20 @@ func startNetboot(cfg NetbootConfig, lookup boot.Lookup, publicURL string, autoE
 		}
 	}
 	if cfg.TFTPRoot != "" {
-		t, err := tftp.New(tftp.Config{Root: cfg.TFTPRoot, Addr: cfg.TFTPAddr, ScriptURL: script, Logger: log.With("component", "tftp")})
+		tc := tftp.Config{Root: cfg.TFTPRoot, Addr: cfg.TFTPAddr, ScriptURL: script, Logger: log.With("component", "tftp")}
+		if strings.HasPrefix(publicURL, "http://") {
+			tc.GRUBScriptURL = publicURL + boot.GRUBScriptPath
+		} else {
+			log.Warn("arm64 GRUB network boot needs an http public URL (GRUB has no TLS); machina-grub.cfg not served", "url", publicURL)
+		}
+		if cfg.GRUBARM64 != "" {
+			img, err := os.ReadFile(cfg.GRUBARM64)
+			if err != nil {
+				return nil, fmt.Errorf("tftp: arm64 GRUB image: %w", err)
+			}
+			tc.Files = map[string][]byte{boot.GRUBImageARM64: img}
+		}
+		t, err := tftp.New(tc)
 		if err != nil {
 			return nil, fmt.Errorf("tftp: %w", err)
 		}

@@ -14,7 +14,6 @@ import (
 	"github.com/machina-metal/machina/deploy"
 	"github.com/machina-metal/machina/images"
 	"github.com/machina-metal/machina/inventory"
-	"github.com/machina-metal/machina/ramdisk/agent"
 	"github.com/machina-metal/machina/state"
 )
 
@@ -49,6 +48,12 @@ func (p *planner) DeployPlan(ctx context.Context, srv state.Server) (v1.Plan, er
 	if prof.Deploy != inventory.DeployImage {
 		return v1.Plan{}, fmt.Errorf("profile %s deploys with %s: the installer path does not use an image plan", prof.Name, prof.Deploy)
 	}
+	// The plan's arch guard keeps such a deploy from being planned; this
+	// refuses it at the last step too (an image changed under a deploying
+	// server): a foreign-architecture image would write and then not boot.
+	if im := inv.Image(prof.Image); im != nil && srv.Hardware != nil && srv.Hardware.Arch != "" && im.Arch != srv.Hardware.Arch {
+		return v1.Plan{}, fmt.Errorf("image %s is %s; server %s reported %s: refusing to write it", prof.Image, im.Arch, srv.Name, srv.Hardware.Arch)
+	}
 	rec, err := p.images.Lookup(prof.Image)
 	if err != nil {
 		return v1.Plan{}, fmt.Errorf("image %s: %w", prof.Image, err)
@@ -66,7 +71,7 @@ func (p *planner) DeployPlan(ctx context.Context, srv state.Server) (v1.Plan, er
 			SSHKeys:    prof.SSHKeys,
 			NetworkConfig: fmt.Sprintf("version: 2\nethernets:\n  boot:\n    match:\n      macaddress: \"%s\"\n    dhcp4: true\n",
 				srv.BootMAC),
-			JoinCommand: agent.JoinPlaceholder,
+			JoinCommand: v1.JoinPlaceholder,
 		},
 	}
 	if ws := inv.Server(srv.Name); ws != nil && ws.RootDevice != nil {

@@ -125,4 +125,18 @@ func TestDeployPlanDiskRule(t *testing.T) {
 	if want := (v1.RootDeviceHint{Serial: "S1", MinSizeBytes: 200 << 30}); plan.RootDevice != want {
 		t.Errorf("plan disk rule with the server's rootDevice %+v, want %+v", plan.RootDevice, want)
 	}
+
+	// The last-step arch guard (issue 28): an amd64 image is not planned
+	// onto a server whose commissioning reported arm64; amd64 and arch-less
+	// (older) reports still get their plan.
+	for arch, wantErr := range map[string]bool{"arm64": true, "amd64": false, "": false} {
+		srv.Hardware = &state.Hardware{Arch: arch}
+		_, err := p.DeployPlan(context.Background(), srv)
+		if wantErr && (err == nil || !strings.Contains(err.Error(), "image ubuntu-24.04 is amd64; server r1-n01 reported arm64: refusing to write it")) {
+			t.Errorf("DeployPlan on an arm64 server = %v, want the arch refusal", err)
+		}
+		if !wantErr && err != nil {
+			t.Errorf("DeployPlan on a %q server = %v", arch, err)
+		}
+	}
 }

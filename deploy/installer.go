@@ -17,11 +17,9 @@ import (
 	"regexp"
 	"strings"
 	"unicode/utf8"
-)
 
-// JoinPlaceholder is the first-boot command used when InstallerConfig has no
-// join command. The join issue replaces it with the real enrolment command.
-const JoinPlaceholder = "echo 'machina: join command placeholder, replaced by the join issue' >> /var/log/machina-join.log"
+	v1 "github.com/machina-metal/machina/api/v1"
+)
 
 // ErrInvalidInstaller is wrapped by every validation error of the renderers.
 var ErrInvalidInstaller = errors.New("invalid installer config")
@@ -47,7 +45,7 @@ type InstallerConfig struct {
 	// SSHKeys are the OpenSSH public keys of user "machina"; at least one.
 	SSHKeys []string
 	Disk    DiskChoice
-	// JoinCommand runs once at first boot; one line. Empty means JoinPlaceholder.
+	// JoinCommand runs once at first boot; one line. Empty means v1.JoinPlaceholder.
 	JoinCommand string
 	// CompletionURL, when set, is POSTed (curl -fsS -X POST) by the
 	// installer as its very last step, before the reboot: the controller's
@@ -102,7 +100,7 @@ func (c InstallerConfig) validate() (join string, err error) {
 	}
 	join = c.JoinCommand
 	if join == "" {
-		join = JoinPlaceholder
+		join = v1.JoinPlaceholder
 	}
 	hasCtrl := strings.ContainsFunc(join, func(r rune) bool { return r != '\t' && (r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0)) })
 	if hasCtrl || len(join) > 4096 || strings.Contains(join, "MACHINA_JOIN_EOF") || !utf8.ValidString(join) {

@@ -10,6 +10,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"sigs.k8s.io/yaml"
+
+	v1 "github.com/machina-metal/machina/api/v1"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files")
@@ -112,7 +114,7 @@ func TestRenderAutoinstall(t *testing.T) {
 				t.Errorf("user-data = %+v", u)
 			}
 			// Placeholder until the join issue supplies the command (stated on purpose).
-			if len(u.Runcmd) != 1 || u.Runcmd[0][2] != JoinPlaceholder {
+			if len(u.Runcmd) != 1 || u.Runcmd[0][2] != v1.JoinPlaceholder {
 				t.Errorf("runcmd = %v", u.Runcmd)
 			}
 			if (c.disk.MinSizeBytes > 0) != (len(a.EarlyCommands) == 1) {
@@ -192,7 +194,7 @@ func TestRenderKickstart(t *testing.T) {
 			checkKickstart(t, ks)
 			for _, must := range []string{c.want, "rootpw --lock", "user --name=machina --groups=wheel --lock",
 				`sshkey --username=machina "` + baseCfg.SSHKeys[0] + `"`, "PasswordAuthentication no", "PermitRootLogin no",
-				"NOPASSWD:ALL", JoinPlaceholder, "systemctl enable machina-join.service"} {
+				"NOPASSWD:ALL", v1.JoinPlaceholder, "systemctl enable machina-join.service"} {
 				if !strings.Contains(ks, must) {
 					t.Errorf("kickstart lacks %q", must)
 				}

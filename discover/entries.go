@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/machina-metal/machina/inventory"
+	"github.com/machina-metal/machina/macaddr"
 )
 
 // Entry is one new servers.yaml entry, in file form (the fields
@@ -149,7 +150,7 @@ func newIndex(inv *inventory.Inventory) *index {
 
 func (ix *index) add(name, mac string, driver inventory.BMCDriver, addr string) {
 	ix.names[name] = name
-	if m, err := inventory.NormalizeMAC(mac); err == nil {
+	if m, err := macaddr.Normalize(strings.TrimSpace(mac)); err == nil {
 		ix.macs[m] = name
 	}
 	if addr != "" {
@@ -162,7 +163,7 @@ func (ix *index) clash(name, mac string, driver inventory.BMCDriver, addr string
 	if o, ok := ix.names[name]; ok {
 		return "name " + name + " exists (" + o + ")"
 	}
-	if m, err := inventory.NormalizeMAC(mac); err == nil {
+	if m, err := macaddr.Normalize(strings.TrimSpace(mac)); err == nil {
 		if o, ok := ix.macs[m]; ok {
 			return "boot MAC " + m + " belongs to " + o
 		}

@@ -13,6 +13,7 @@ import (
 	"testing/fstest"
 
 	"github.com/machina-metal/machina/inventory"
+	"github.com/machina-metal/machina/macaddr"
 )
 
 // Columns are the import columns, in documentation order. CSV files need a
@@ -228,7 +229,7 @@ func (r Row) entry() (Entry, string) {
 	if len(missing) > 0 {
 		return Entry{}, "missing " + strings.Join(missing, ", ")
 	}
-	mac, err := inventory.NormalizeMAC(r.Fields["boot_mac"])
+	mac, err := macaddr.Normalize(strings.TrimSpace(r.Fields["boot_mac"]))
 	if err != nil {
 		return Entry{}, "boot_mac is not a MAC address"
 	}

@@ -27,7 +27,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/machina-metal/machina/inventory"
+	"github.com/machina-metal/machina/macaddr"
 )
 
 // MaxAddresses is the largest range a scan accepts (a /23).
@@ -450,7 +450,8 @@ func probe(ctx context.Context, client *http.Client, cfg *Config, t target) *Res
 					continue
 				}
 				for _, k := range []string{"MACAddress", "PermanentMACAddress"} {
-					if mac, err := inventory.NormalizeMAC(str(nic, k)); err == nil && mac != "00:00:00:00:00:00" {
+					if m, err := macaddr.Parse(strings.TrimSpace(str(nic, k))); err == nil && !m.IsZero() {
+						mac := m.String()
 						if !slices.Contains(res.MACs, mac) {
 							res.MACs = append(res.MACs, mac)
 						}

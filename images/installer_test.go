@@ -7,17 +7,14 @@ import (
 	"os/exec"
 	"path/filepath"
 	"testing"
+
+	"github.com/machina-metal/machina/internal/peertest"
 )
 
 // buildISO makes an ISO 9660 image of files (path → content) with xorriso.
 func buildISO(t *testing.T, files map[string]string) string {
 	t.Helper()
-	if _, err := exec.LookPath("xorriso"); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("xorriso not installed (required in CI)")
-		}
-		t.Skip("xorriso not installed")
-	}
+	peertest.Command(t, "xorriso")
 	dir := t.TempDir()
 	for p, c := range files {
 		full := filepath.Join(dir, "tree", p)

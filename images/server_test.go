@@ -18,6 +18,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/machina-metal/machina/internal/peertest"
 )
 
 // fault is one injected misbehaviour, consumed by the next request for path.
@@ -242,17 +244,10 @@ func sha256Of(b []byte) Digest {
 	return Digest{Algo: SHA256, Hex: hex.EncodeToString(s[:])}
 }
 
-// needQemuImg returns the qemu-img path or skips (fails in CI).
+// needQemuImg returns the qemu-img path or fails naming qemu-utils.
 func needQemuImg(t *testing.T) string {
 	t.Helper()
-	p, err := exec.LookPath("qemu-img")
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("qemu-img missing in CI: %v", err)
-		}
-		t.Skip("qemu-img not installed (Debian qemu-utils); skipping outside CI")
-	}
-	return p
+	return peertest.Command(t, "qemu-img")
 }
 
 // qemuImg runs qemu-img with args.

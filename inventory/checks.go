@@ -4,33 +4,14 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"sort"
 	"strconv"
 	"strings"
 
 	"golang.org/x/crypto/ssh"
-)
 
-// NormalizeMAC returns mac in lower-case colon form (52:54:00:aa:bb:cc). It
-// accepts colon, dash, dot (5254.00aa.bbcc) and bare (525400aabbcc) forms in
-// any case, and refuses anything that is not a 48-bit MAC.
-func NormalizeMAC(mac string) (string, error) {
-	s := strings.TrimSpace(mac)
-	if len(s) == 12 && !strings.ContainsAny(s, ":-.") {
-		var b strings.Builder
-		for i := 0; i < 12; i += 2 {
-			if i > 0 {
-				b.WriteByte(':')
-			}
-			b.WriteString(s[i : i+2])
-		}
-		s = b.String()
-	}
-	hw, err := net.ParseMAC(s)
-	if err != nil || len(hw) != 6 {
-		return "", fmt.Errorf("inventory: %q is not a MAC address", mac)
-	}
-	return hw.String(), nil
-}
+	"github.com/machina-metal/machina/macaddr"
+)
 
 // NormalizeBMCAddress returns the form two addresses of the same BMC share:
 // for redfish the scheme and host lower-cased, the default port (443 for
@@ -69,7 +50,7 @@ func NormalizeBMCAddress(driver BMCDriver, addr string) string {
 func normalise(inv *Inventory) {
 	for i := range inv.Servers {
 		s := &inv.Servers[i]
-		if m, err := NormalizeMAC(s.BootMAC); err == nil {
+		if m, err := macaddr.Normalize(strings.TrimSpace(s.BootMAC)); err == nil {
 			s.BootMAC = m
 		}
 		if s.BootMode == "" {
@@ -87,7 +68,7 @@ func normalise(inv *Inventory) {
 	for i := range inv.Images {
 		im := &inv.Images[i]
 		if im.Arch == "" {
-			im.Arch = "amd64"
+			im.Arch = ArchAMD64
 		}
 		im.Checksum = strings.ToLower(im.Checksum)
 	}
@@ -145,11 +126,11 @@ func crossCheck(inv *Inventory, docs map[string]*doc, valid map[string]bool) []F
 		} else {
 			names[s.Name] = i
 		}
-		if hw, err := net.ParseMAC(s.BootMAC); err == nil {
+		if m, err := macaddr.Parse(s.BootMAC); err == nil {
 			switch {
-			case isZero(hw):
+			case m.IsZero():
 				errAt(sd, base+"/bootMAC", SeverityError, "the all-zero MAC address is not a NIC's address")
-			case hw[0]&1 == 1:
+			case m.IsGroup():
 				errAt(sd, base+"/bootMAC", SeverityError, fmt.Sprintf("%s is a multicast address, not a NIC's address", s.BootMAC))
 			}
 		}
@@ -185,6 +166,31 @@ func crossCheck(inv *Inventory, docs map[string]*doc, valid map[string]bool) []F
 		if len(s.BMC.SystemID) > 0 && s.BMC.Driver == DriverIPMI {
 			errAt(sd, base+"/bmc/systemID", SeverityError, "systemID applies to redfish BMCs only")
 		}
+		if s.Arch == ArchARM64 && s.BootMode == BootBIOS {
+			errAt(sd, base+"/bootMode", SeverityError, "an arm64 server boots UEFI only; bootMode bios is for x86 servers")
+		}
+		for _, k := range sortedLabelKeys(s.Labels) {
+			ptr := base + "/labels/" + escapePointer(k)
+			switch err := CheckLabelKey(k); {
+			case err != nil:
+				errAt(sd, ptr, SeverityError, err.Error())
+			case IsDerivedLabel(k):
+				errAt(sd, ptr, SeverityError, fmt.Sprintf("label %q is derived from the commissioning report and cannot be stated", k))
+			case strings.HasPrefix(k, TagLabelPrefix):
+				errAt(sd, ptr, SeverityError, fmt.Sprintf("label keys starting %q are the tags (tag NAME is label %sNAME: \"true\"); list the tag in tags instead", TagLabelPrefix, TagLabelPrefix))
+			}
+			if err := CheckLabelValue(s.Labels[k]); err != nil {
+				errAt(sd, ptr, SeverityError, err.Error())
+			}
+		}
+		if f := s.Fence; f != nil {
+			if len(f.SystemID) > 0 && f.Driver == DriverIPMI {
+				errAt(sd, base+"/fence/systemID", SeverityError, "systemID applies to redfish fencing devices only")
+			}
+			if !s.BMC.IsZero() && NormalizeBMCAddress(f.Driver, f.Address) == NormalizeBMCAddress(s.BMC.Driver, s.BMC.Address) && f.SystemID == s.BMC.SystemID {
+				errAt(sd, base+"/fence/address", SeverityWarning, "the fencing device is the server's own BMC; omit fence to fence through the BMC")
+			}
+		}
 	}
 
 	for i, p := range inv.Profiles {
@@ -206,10 +212,33 @@ func crossCheck(inv *Inventory, docs map[string]*doc, valid map[string]bool) []F
 				if s.Want == WantRetired || (p.Zone != "" && s.Zone != p.Zone) || (s.Profile != "" && s.Profile != p.Name) {
 					continue
 				}
+				if ok, _ := p.Selector.CouldMatch(StatedLabels(&s)); !ok {
+					continue
+				}
 				candidates++
 			}
 			if p.Count > candidates {
-				errAt(pd, base+"/count", SeverityWarning, fmt.Sprintf("count %d is more than the %d servers that could ever match (zone %q, not retired, not pinned to another profile)", p.Count, candidates, zoneOrAny(p.Zone)))
+				sel := ""
+				if p.Selector != nil {
+					sel = ", selector"
+				}
+				errAt(pd, base+"/count", SeverityWarning, fmt.Sprintf("count %d is more than the %d servers that could ever match (zone %q, not retired, not pinned to another profile%s)", p.Count, candidates, zoneOrAny(p.Zone), sel))
+			}
+		}
+		if i, ok := images[p.Image]; ok && haveImages && haveServers {
+			if sev, msg := archCoverage(p, inv.Images[i], inv.Servers); msg != "" {
+				errAt(pd, base+"/image", sev, msg)
+			}
+		}
+		if p.Selector != nil {
+			bad := checkSelector(p.Selector, base+"/selector")
+			for _, e := range bad {
+				errAt(pd, e.ptr, SeverityError, e.msg)
+			}
+			if haveServers && len(bad) == 0 {
+				if ok, why := selectorCanMatch(p, inv.Servers); !ok {
+					errAt(pd, base+"/selector", SeverityError, "no server in "+ServersFile+" can ever match this selector: "+why)
+				}
 			}
 		}
 		if p.Deploy == DeployImage && len(p.SSHKeys) == 0 {
@@ -238,6 +267,51 @@ func crossCheck(inv *Inventory, docs map[string]*doc, valid map[string]bool) []F
 	return out
 }
 
+// archCoverage checks that some server profile p may take (not retired, in
+// its zone, not pinned to another profile) can have the architecture of
+// its image im: a server stating that arch, or one stating none (known
+// after commissioning). An error when every such server states another
+// arch; a warning for a non-amd64 image when none states it, since
+// unstated servers are assumed to be amd64 until commissioning says
+// otherwise (the ramdisk reports the kernel's architecture).
+func archCoverage(p Profile, im Image, servers []Server) (Severity, string) {
+	same, unstated := 0, 0
+	others := map[string]bool{}
+	for _, s := range servers {
+		if s.Want == WantRetired || (p.Zone != "" && s.Zone != p.Zone) || (s.Profile != "" && s.Profile != p.Name) {
+			continue
+		}
+		switch s.Arch {
+		case im.Arch:
+			same++
+		case "":
+			unstated++
+		default:
+			others[s.Arch] = true
+		}
+	}
+	switch {
+	case same > 0:
+		return "", ""
+	case unstated == 0 && len(others) > 0:
+		return SeverityError, fmt.Sprintf("image %q is %s, but every server this profile may take in zone %q states arch %s; images are deployed only to servers of their own architecture",
+			im.Name, im.Arch, zoneOrAny(p.Zone), strings.Join(sortedKeys(others), ", "))
+	case im.Arch != ArchAMD64 && unstated > 0:
+		return SeverityWarning, fmt.Sprintf("image %q is %s and no server this profile may take in zone %q states arch: %s; only servers whose commissioning reports %s will be deployed",
+			im.Name, im.Arch, zoneOrAny(p.Zone), im.Arch, im.Arch)
+	}
+	return "", ""
+}
+
+func sortedKeys(m map[string]bool) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
 func zoneOrAny(z string) string {
 	if z == "" {
 		return "any"
@@ -245,11 +319,38 @@ func zoneOrAny(z string) string {
 	return z
 }
 
-func isZero(hw net.HardwareAddr) bool {
-	for _, b := range hw {
-		if b != 0 {
-			return false
+// selectorCanMatch reports whether some server p may take (not retired, in
+// its zone, pinned to no other profile) could match p's selector with its
+// stated labels; derived labels count as possible (known only after
+// commissioning). why says what the closest candidates lack.
+func selectorCanMatch(p Profile, servers []Server) (bool, string) {
+	seen := 0
+	var first string
+	for i := range servers {
+		s := &servers[i]
+		if s.Want == WantRetired || (p.Zone != "" && s.Zone != p.Zone) || (s.Profile != "" && s.Profile != p.Name) {
+			continue
+		}
+		seen++
+		ok, why := p.Selector.CouldMatch(StatedLabels(s))
+		if ok {
+			return true, ""
+		}
+		if first == "" {
+			first = s.Name + ": " + why
 		}
 	}
-	return true
+	if seen == 0 {
+		return false, fmt.Sprintf("no server in zone %s is free for it", zoneOrAny(p.Zone))
+	}
+	return false, fmt.Sprintf("%d servers in zone %s, none with the stated labels (first, %s)", seen, zoneOrAny(p.Zone), first)
+}
+
+func sortedLabelKeys(m map[string]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
 }

@@ -84,21 +84,40 @@ const (
 	DriverIPMI    BMCDriver = "ipmi"
 )
 
+// Architectures, as Go names them (GOARCH): servers.yaml arch, images.yaml
+// arch, and what commissioning reports.
+const (
+	ArchAMD64 = "amd64"
+	ArchARM64 = "arm64"
+)
+
 // Server is one machine of servers.yaml, normalised: BootMAC in lower-case
 // colon form, BootMode and Want defaulted.
 type Server struct {
-	Name       string      `json:"name"`
-	Zone       string      `json:"zone"`
-	Site       string      `json:"site,omitempty"`
-	Rack       string      `json:"rack,omitempty"`
-	Tags       []string    `json:"tags,omitempty"`
-	BootMAC    string      `json:"bootMAC"`
-	BootMode   BootMode    `json:"bootMode,omitempty"`
+	Name string   `json:"name"`
+	Zone string   `json:"zone"`
+	Site string   `json:"site,omitempty"`
+	Rack string   `json:"rack,omitempty"`
+	Tags []string `json:"tags,omitempty"`
+	// Labels are the stated labels (see [StatedLabels] for how tags join
+	// them); keys and values follow the Kubernetes label rules.
+	Labels   map[string]string `json:"labels,omitempty"`
+	BootMAC  string            `json:"bootMAC"`
+	BootMode BootMode          `json:"bootMode,omitempty"`
+	// Arch is the machine's stated architecture, amd64 or arm64 (GOARCH
+	// names); "" leaves it to commissioning. Allocation uses the reported
+	// architecture once there is one and shows a condition where the two
+	// differ.
+	Arch       string      `json:"arch,omitempty"`
 	BMC        BMC         `json:"bmc,omitzero"`
 	Want       Want        `json:"want,omitempty"`
 	Profile    string      `json:"profile,omitempty"`
 	RootDevice *RootDevice `json:"rootDevice,omitempty"`
 	Actions    Actions     `json:"actions,omitempty"`
+	// Fence is a fencing device separate from the BMC (a PDU's or a
+	// chassis manager's IPMI or Redfish endpoint) that powers this server
+	// off when its host is fenced; nil fences through BMC.
+	Fence *BMC `json:"fence,omitempty"`
 }
 
 // BMC says how to reach a server's baseboard management controller. Address
@@ -112,6 +131,13 @@ type BMC struct {
 	Credentials string    `json:"credentials"`
 	SystemID    string    `json:"systemID,omitempty"`
 	InsecureTLS bool      `json:"insecureTLS,omitempty"`
+	// Auth is the Redfish authentication scheme: "" or "auto" (session,
+	// falling back to HTTP Basic), "session" or "basic".
+	Auth string `json:"auth,omitempty"`
+	// CABundle names a secret whose PEM certificates (a CA or the BMC's
+	// self-signed certificate) are trusted for this BMC's TLS; "" uses the
+	// system roots. Never the PEM itself.
+	CABundle string `json:"caBundle,omitempty"`
 }
 
 // IsZero reports whether b is the zero BMC: the server has no `bmc` block,
@@ -157,7 +183,24 @@ type Profile struct {
 	Min   Min    `json:"min,omitempty"`
 	Count int    `json:"count,omitempty"`
 	Join  Join   `json:"join,omitempty"`
+	// Selector narrows allocation to servers whose labels (stated, tags
+	// and derived) match; nil means any server.
+	Selector *Selector `json:"selector,omitempty"`
+	// Fence is the fencing policy of the profile's hosts: FenceOff (the
+	// default, "" in a file) or FenceAuto.
+	Fence FencePolicy `json:"fence,omitempty"`
 }
+
+// FencePolicy says whether a lost host is fenced without an operator.
+type FencePolicy string
+
+// Fencing policies. FenceAuto fences a host lost for the controller's
+// second window (its server powered off, read back), only while the
+// safety brake's share of hosts allows it.
+const (
+	FenceOff  FencePolicy = "off"
+	FenceAuto FencePolicy = "auto"
+)
 
 // Min is the smallest machine a profile accepts. Zero fields mean no minimum.
 type Min struct {

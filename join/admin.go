@@ -118,9 +118,56 @@ func (s *Server) HostViews(hs []state.Host) []v1.Host {
 	now := s.cfg.Now()
 	out := make([]v1.Host, 0, len(hs))
 	for _, h := range hs {
-		out = append(out, v1.Host{Name: h.Name, Server: h.Server, Site: h.Site, Rack: h.Rack, Tags: h.Tags,
-			Online: Online(h, now, s.cfg.Heartbeat), JoinedAt: h.JoinedAt, LastSeen: h.LastSeen,
-			JoinStatus: h.JoinStatus, JoinReason: h.JoinReason, Networks: h.Networks, StoragePools: h.StoragePools})
+		out = append(out, HostView(h, now, s.cfg.Heartbeat))
+	}
+	return out
+}
+
+// HostView converts one host record to its API form: Online from LastSeen
+// and the heartbeat interval, Lost and Fenced with their conditions.
+func HostView(h state.Host, now time.Time, heartbeat time.Duration) v1.Host {
+	v := v1.Host{Name: h.Name, Server: h.Server, Site: h.Site, Rack: h.Rack, Tags: h.Tags,
+		Online: Online(h, now, heartbeat) && h.Lost == nil, JoinedAt: h.JoinedAt, LastSeen: h.LastSeen,
+		JoinStatus: h.JoinStatus, JoinReason: h.JoinReason, Networks: h.Networks, StoragePools: h.StoragePools,
+		BootedAt: h.BootedAt, AgentVersion: h.AgentVersion, Conditions: HostConditions(h)}
+	if l := h.Lost; l != nil {
+		v.Lost = &v1.HostLost{Since: l.Since, Detected: l.Detected, Power: string(l.Power), PowerAt: l.PowerAt, PowerError: l.PowerError, Summary: l.Describe()}
+	}
+	if f := h.Fenced; f != nil {
+		v.Fenced = &v1.HostFence{At: f.At, Actor: f.Actor, Reason: f.Reason, Device: f.Device, Auto: f.Auto}
+	}
+	return v
+}
+
+// Host condition types and reasons (status/, the API, machinactl, the UI).
+const (
+	ConditionHostLost = "HostLost" // reasons LostPoweredOn, LostPoweredOff, LostPowerUnknown
+	ConditionFenced   = "Fenced"   // reasons FencedByOperator, FencedAutomatically
+)
+
+// HostConditions lists h's conditions: HostLost while it misses its
+// heartbeats (the reason says the power its BMC read), Fenced while its
+// server is fenced.
+func HostConditions(h state.Host) []v1.HostCondition {
+	var out []v1.HostCondition
+	if l := h.Lost; l != nil {
+		reason := "LostPowerUnknown"
+		switch l.Power {
+		case state.PowerOn:
+			reason = "LostPoweredOn"
+		case state.PowerOff:
+			reason = "LostPoweredOff"
+		}
+		out = append(out, v1.HostCondition{Type: ConditionHostLost, Reason: reason, Since: l.Since,
+			Message: fmt.Sprintf("%s: no heartbeat since %s", l.Describe(), l.Since.UTC().Format(time.RFC3339))})
+	}
+	if f := h.Fenced; f != nil {
+		reason, by := "FencedByOperator", "by "+f.Actor
+		if f.Auto {
+			reason, by = "FencedAutomatically", "automatically"
+		}
+		out = append(out, v1.HostCondition{Type: ConditionFenced, Reason: reason, Since: f.At,
+			Message: fmt.Sprintf("fenced %s through %s: %s; never powered on until machinactl host unfence %s", by, f.Device, f.Reason, h.Name)})
 	}
 	return out
 }

@@ -1,4 +1,4 @@
-// Package join enrols hosts into the fleet (DESIGN.md "Flow" step 5): the
+// Package join enrols hosts into the fleet (docs/architecture.md "Flow" step 5): the
 // controller CA (ECDSA P-256, key sealed in the state store), the join
 // listener (TLS with a CA-signed certificate; install script, CA and
 // machina-node downloads, POST /hosts/join, and node endpoints over mutual

@@ -10,20 +10,14 @@ import (
 
 	"github.com/machina-metal/machina/api"
 	v1 "github.com/machina-metal/machina/api/v1"
+	"github.com/machina-metal/machina/internal/peertest"
 	"github.com/machina-metal/machina/join"
 	"github.com/machina-metal/machina/join/node"
 )
 
 func needTools(t *testing.T, tools ...string) {
 	t.Helper()
-	for _, tool := range tools {
-		if _, err := exec.LookPath(tool); err != nil {
-			if os.Getenv("CI") == "true" {
-				t.Fatalf("%s not installed (needed in CI)", tool)
-			}
-			t.Skipf("%s not installed", tool)
-		}
-	}
+	peertest.Commands(t, tools...)
 }
 
 // runFirstBoot runs the rendered first-boot command with sh, as cloud-init's

@@ -192,8 +192,14 @@ func TestJoinHeartbeatRejoin(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	c.Version = "v-test"
 	if err := c.Beat(t.Context()); err != nil {
 		t.Fatalf("Beat: %v", err)
+	}
+	// The heartbeat carries this host's /proc/uptime and the agent's
+	// version and start (issue 21).
+	if hb, _ := f.store.Host("hv1"); hb.AgentVersion != "v-test" || hb.BootedAt.IsZero() || hb.Uptime <= 0 || hb.AgentProcessStart.IsZero() {
+		t.Fatalf("after a heartbeat host = %+v, want agent version, boot time, uptime and agent start", hb)
 	}
 	views := f.srv.HostViews(mustHosts(t, f.store))
 	if len(views) != 1 || !views[0].Online {

@@ -8,7 +8,7 @@ import (
 )
 
 // DeployEnrolment builds the enrolment request the controller issues for
-// a deploy of server s with profile p (DESIGN.md "Flow" step 4): the token
+// a deploy of server s with profile p (docs/architecture.md "Flow" step 4): the token
 // admits only the host named s.Name, records site (the profile's join
 // site, else the server's), rack, and the union of server and profile
 // tags, and carries the profile's networks, storage pools and required

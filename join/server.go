@@ -1,6 +1,7 @@
 package join
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"encoding/json"
@@ -34,6 +35,7 @@ type Store interface {
 	Hosts() ([]state.Host, error)
 	UpdateHost(name string, fn func(*state.Host) error) (state.Host, error)
 	AppendJoinLog(host string, e state.JoinLogEntry) (state.JoinLogEntry, error)
+	RecordHeartbeat(host string, now time.Time, hb state.Heartbeat) (state.HeartbeatResult, error)
 }
 
 // Config configures New. Store, CA and URL are required; every other zero
@@ -52,8 +54,8 @@ type Config struct {
 	NodeBinary string
 	// NodeCertTTL is the node certificate lifetime; zero means 1 year.
 	NodeCertTTL time.Duration
-	// Heartbeat is the interval nodes are told to heartbeat at; zero
-	// means 30s. A host is online while its last heartbeat is younger
+	// Heartbeat is the interval nodes are told to heartbeat at, in whole
+	// seconds (rounded, at least 1s); zero means 30s. A host is online while its last heartbeat is younger
 	// than 3 intervals.
 	Heartbeat time.Duration
 	// JoinRate bounds POST /hosts/join per second per source address
@@ -120,6 +122,8 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Heartbeat <= 0 {
 		cfg.Heartbeat = 30 * time.Second
 	}
+	// Nodes are told whole seconds (JoinResponse.HeartbeatSeconds).
+	cfg.Heartbeat = max(time.Second, cfg.Heartbeat.Round(time.Second))
 	if cfg.JoinRate <= 0 {
 		cfg.JoinRate = 5
 	}
@@ -394,7 +398,7 @@ func (s *Server) handleJoin(w http.ResponseWriter, r *http.Request) {
 		Checks:           checks,
 		Networks:         p.Networks,
 		Pools:            p.Pools,
-		HeartbeatSeconds: int(s.cfg.Heartbeat / time.Second),
+		HeartbeatSeconds: int(s.cfg.Heartbeat.Round(time.Second) / time.Second),
 	})
 }
 
@@ -522,14 +526,53 @@ func (s *Server) handleDone(w http.ResponseWriter, r *http.Request, h state.Host
 }
 
 func (s *Server) handleHeartbeat(w http.ResponseWriter, r *http.Request, h state.Host) {
-	_, _ = io.Copy(io.Discard, io.LimitReader(r.Body, 4096))
+	body, err := io.ReadAll(io.LimitReader(r.Body, 4096))
+	if err != nil {
+		fail(w, http.StatusBadRequest, v1.CodeBadRequest, "read heartbeat: %v", err)
+		return
+	}
+	var hb v1.Heartbeat
+	if t := bytes.TrimSpace(body); len(t) > 0 && !bytes.Equal(t, []byte("{}")) {
+		dec := json.NewDecoder(bytes.NewReader(t))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&hb); err != nil {
+			fail(w, http.StatusBadRequest, v1.CodeBadRequest, "decode heartbeat: %v", err)
+			return
+		}
+	}
+	if hb.UptimeSeconds < 0 || hb.AgentUptimeSeconds < 0 || len(hb.AgentVersion) > 100 || !printable(hb.AgentVersion) {
+		fail(w, http.StatusBadRequest, v1.CodeBadRequest, "heartbeat: negative uptime, or agent version not up to 100 printable characters")
+		return
+	}
 	now := s.cfg.Now().UTC()
-	if _, err := s.cfg.Store.UpdateHost(h.Name, func(x *state.Host) error { x.LastSeen = now; return nil }); err != nil {
+	res, err := s.cfg.Store.RecordHeartbeat(h.Name, now, state.Heartbeat{
+		Uptime:       time.Duration(hb.UptimeSeconds * float64(time.Second)),
+		AgentUptime:  time.Duration(hb.AgentUptimeSeconds * float64(time.Second)),
+		AgentStarted: hb.AgentStartedAt,
+		AgentVersion: hb.AgentVersion})
+	if err != nil {
 		s.log.Error("heartbeat", "host", h.Name, "err", err)
 		fail(w, http.StatusInternalServerError, v1.CodeInternal, "internal error")
 		return
 	}
+	switch {
+	case res.Returned:
+		s.log.Info("lost host heartbeats again", "host", h.Name, "silent", res.LostFor.Round(time.Second), "rebooted", res.Rebooted, "agent_restarted", res.AgentRestarted)
+	case res.Rebooted:
+		s.log.Info("host rebooted", "host", h.Name)
+	case res.AgentRestarted:
+		s.log.Info("node agent restarted", "host", h.Name, "version", hb.AgentVersion, "was", res.OldVersion)
+	}
 	w.WriteHeader(http.StatusNoContent)
+}
+
+func printable(s string) bool {
+	for _, r := range s {
+		if r < 0x20 || r == 0x7f {
+			return false
+		}
+	}
+	return true
 }
 
 // Online reports whether h heartbeated within 3 intervals before now.

@@ -44,6 +44,7 @@ func (c *Controller) run(ctx context.Context, step Step, desired *inventory.Inve
 			s.Zone, s.Site, s.Rack, s.BootMAC, s.BootMode = o.Zone, o.Site, o.Rack, o.BootMAC, o.BootMode
 			s.BMC.Driver, s.BMC.Address, s.BMC.Credentials = o.BMC.Driver, o.BMC.Address, o.BMC.Credentials
 			s.BMC.SystemID, s.BMC.InsecureTLS = o.BMC.SystemID, o.BMC.InsecureTLS
+			s.BMC.Auth, s.BMC.CABundle = o.BMC.Auth, o.BMC.CABundle
 			s.Stalled = "" // new BMC settings deserve a new try
 			return nil
 		})
@@ -122,7 +123,7 @@ func (c *Controller) run(ctx context.Context, step Step, desired *inventory.Inve
 			}
 			log.Info("lifecycle", "from", from, "to", to)
 		}
-		if err := c.netboot(ctx, drv, mode, log); err != nil {
+		if err := c.netboot(ctx, drv, obs, mode, log); err != nil {
 			return err
 		}
 		if _, err := st.SetPower(step.Server, state.PowerOn, state.PowerSourceCommand); err != nil {
@@ -142,26 +143,28 @@ func (c *Controller) run(ctx context.Context, step Step, desired *inventory.Inve
 		}
 		_, _ = st.AppendEvent(state.Event{Server: step.Server, Kind: "machine.renetboot", Message: step.Why})
 		log.Warn("machine silent: re-netbooting", "why", step.Why)
-		if err := c.netboot(ctx, drv, mode, log); err != nil {
+		if err := c.netboot(ctx, drv, obs, mode, log); err != nil {
 			return err
 		}
 		if _, err := st.SetPower(step.Server, state.PowerOn, state.PowerSourceCommand); err != nil {
 			return err
 		}
-	case ActFinishDeploy:
-		err := drv.SetBootOverride(ctx, bmc.BootOverride{Device: bmc.BootDisk, Persistent: true, Mode: mode})
-		if errors.Is(err, bmc.ErrUnsupported) {
-			// Some BMCs offer only one-time overrides (Lenovo XCC lists
-			// Once and Disabled): boot the disk next time, and let the
-			// firmware's boot order do the rest.
-			log.Info("no persistent boot override on this BMC; setting disk once")
-			err = drv.SetBootOverride(ctx, bmc.BootOverride{Device: bmc.BootDisk, Mode: mode})
-		}
-		if err != nil {
-			return fmt.Errorf("set boot override to disk: %w", err)
-		}
-		if _, err := st.UpdateServer(step.Server, func(s *state.Server) error { s.FinishDeploy = false; return nil }); err != nil {
+	case ActFinishDeploy, ActRestoreDisk:
+		if err := bootDisk(ctx, drv, mode, log); err != nil {
 			return err
+		}
+		if _, err := st.UpdateServer(step.Server, func(s *state.Server) error {
+			if step.Action == ActFinishDeploy {
+				s.FinishDeploy = false
+			}
+			s.BMC.RestoreDisk = false
+			return nil
+		}); err != nil {
+			return err
+		}
+		if step.Action == ActRestoreDisk {
+			_, _ = st.AppendEvent(state.Event{Server: step.Server, Kind: "boot.disk_restored", Actor: state.ActorController,
+				Message: "the persistent network-boot override is replaced by disk (read back): " + step.Why})
 		}
 		log.Info("boot override set to disk (read back)")
 	case ActRelease:
@@ -197,7 +200,7 @@ func (c *Controller) run(ctx context.Context, step Step, desired *inventory.Inve
 			}
 			return err
 		}
-		if err := c.netboot(ctx, drv, mode, log); err != nil {
+		if err := c.netboot(ctx, drv, obs, mode, log); err != nil {
 			_, _ = st.UpdateServer(step.Server, func(s *state.Server) error { s.WipeStartedAt = time.Time{}; return nil })
 			return err
 		}
@@ -259,7 +262,7 @@ func (c *Controller) run(ctx context.Context, step Step, desired *inventory.Inve
 		}
 	case ActPowerOn, ActPowerOff, ActPowerCycle:
 		a := map[Action]bmc.PowerAction{ActPowerOn: bmc.PowerActionOn, ActPowerOff: bmc.PowerActionOff, ActPowerCycle: bmc.PowerActionCycle}[step.Action]
-		if err := drv.Power(ctx, a); err != nil {
+		if err := c.power(ctx, drv, obs, a, log); err != nil {
 			return err
 		}
 		p := state.PowerOn
@@ -279,13 +282,17 @@ var errWipeStale = errors.New("no release wipe pending")
 
 // netboot sets a one-time PXE boot override and starts the machine: power
 // on when off, reset when on. A BMC without boot override support boots the
-// iPXE ISO from virtual media instead, when ISOURL is configured.
-func (c *Controller) netboot(ctx context.Context, drv bmc.Driver, mode bmc.BootMode, log *slog.Logger) error {
-	err := drv.SetBootOverride(ctx, bmc.BootOverride{Device: bmc.BootPXE, Mode: mode})
+// iPXE ISO from virtual media instead, when ISOURL is configured. A BMC that
+// does not honour a one-time override (bmc.OnceError) is remembered
+// (BMCFacts.OnceNotHonoured: later netboots ask for Continuous at once), a
+// persistent override is used, and BMCFacts.RestoreDisk makes the plan set
+// disk back after the boot it was for.
+func (c *Controller) netboot(ctx context.Context, drv bmc.Driver, obs state.Server, mode bmc.BootMode, log *slog.Logger) error {
+	err := c.netbootOverride(ctx, drv, obs, bmc.BootPXE, mode, log)
 	if errors.Is(err, bmc.ErrUnsupported) && c.cfg.ISOURL != "" {
 		log.Info("no PXE boot override; booting the iPXE ISO from virtual media")
 		if err = drv.InsertMedia(ctx, c.cfg.ISOURL); err == nil {
-			err = drv.SetBootOverride(ctx, bmc.BootOverride{Device: bmc.BootCD, Mode: mode})
+			err = c.netbootOverride(ctx, drv, obs, bmc.BootCD, mode, log)
 		}
 	}
 	if err != nil {
@@ -299,10 +306,130 @@ func (c *Controller) netboot(ctx context.Context, drv bmc.Driver, mode bmc.BootM
 	if ps == bmc.PowerOn {
 		action = bmc.PowerActionReset
 	}
-	if err := drv.Power(ctx, action); err != nil {
+	if err := c.power(ctx, drv, obs, action, log); err != nil {
 		return fmt.Errorf("power %s: %w", action, err)
 	}
 	log.Info("netboot", "power", string(action))
+	return nil
+}
+
+// netbootOverride sets dev as the boot device for the next boot: once, or
+// persistently on a BMC learned not to honour Once.
+func (c *Controller) netbootOverride(ctx context.Context, drv bmc.Driver, obs state.Server, dev bmc.BootDevice, mode bmc.BootMode, log *slog.Logger) error {
+	st := c.cfg.Store
+	o := bmc.BootOverride{Device: dev, Mode: mode, Persistent: obs.BMC.OnceNotHonoured}
+	err := drv.SetBootOverride(ctx, o)
+	if o.Persistent && errors.Is(err, bmc.ErrUnsupported) {
+		// No Continuous offered (XCC lists Once and Disabled): ask Once;
+		// a BMC that coerces it still ends with the override set.
+		o.Persistent = false
+		err = drv.SetBootOverride(ctx, o)
+	}
+	var oe *bmc.OnceError
+	if errors.As(err, &oe) {
+		msg := fmt.Sprintf("%s; using a persistent %s override from now on for this BMC, set back to disk after each boot it is for", oe.Error(), dev)
+		log.Warn("one-time boot override not honoured", "outcome", string(oe.Outcome), "device", string(dev))
+		if _, uerr := st.UpdateServer(obs.Name, func(s *state.Server) error { s.BMC.OnceNotHonoured = true; return nil }); uerr != nil {
+			return uerr
+		}
+		_, _ = st.AppendEvent(state.Event{Server: obs.Name, Kind: "boot.once_not_honoured", Actor: state.ActorController, Message: msg})
+		o.Persistent = true
+		err = nil
+		if oe.Got.Device != dev || !oe.Got.Persistent || (mode != bmc.BootModeUnset && oe.Got.Mode != mode) {
+			err = drv.SetBootOverride(ctx, o)
+		}
+	}
+	if err != nil {
+		return err
+	}
+	if o.Persistent {
+		// Before the machine boots: its report may come quickly.
+		if _, err := st.UpdateServer(obs.Name, func(s *state.Server) error { s.BMC.RestoreDisk = true; return nil }); err != nil {
+			return err
+		}
+		_, _ = st.AppendEvent(state.Event{Server: obs.Name, Kind: "boot.persistent_override", Actor: state.ActorController,
+			Message: fmt.Sprintf("persistent %s boot override set (this BMC does not honour one-time overrides); disk is set back after this boot", dev)})
+	}
+	return nil
+}
+
+// bootDisk sets the boot device to disk persistently and reads it back.
+// Some BMCs offer only one-time overrides (Lenovo XCC lists Once and
+// Disabled): then disk once, and the firmware's boot order does the rest.
+func bootDisk(ctx context.Context, drv bmc.Driver, mode bmc.BootMode, log *slog.Logger) error {
+	want := bmc.BootOverride{Device: bmc.BootDisk, Persistent: true, Mode: mode}
+	err := drv.SetBootOverride(ctx, want)
+	if errors.Is(err, bmc.ErrUnsupported) {
+		log.Info("no persistent boot override on this BMC; setting disk once")
+		want.Persistent = false
+		err = drv.SetBootOverride(ctx, want)
+		var oe *bmc.OnceError
+		if errors.As(err, &oe) && oe.Got.Device == bmc.BootDisk {
+			err = nil // disk every time is what we want anyway
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("set boot override to disk: %w", err)
+	}
+	got, err := drv.BootOverride(ctx)
+	if err != nil {
+		return fmt.Errorf("read back boot override: %w", err)
+	}
+	if got.Device != bmc.BootDisk {
+		return fmt.Errorf("boot override to disk: read back %q: %w", got.Device, bmc.ErrMismatch)
+	}
+	return nil
+}
+
+// power performs a and records it: `rebooting` while a reset or cycle is
+// in flight, then on. A reset the BMC accepted without evidence that it
+// happened (bmc.ResetError) is recorded as unverified (event and
+// BMCFacts.ResetUnverified, shown in status) and not as verified; the
+// step goes on, and the phase deadline catches a machine that never
+// restarted.
+func (c *Controller) power(ctx context.Context, drv bmc.Driver, obs state.Server, a bmc.PowerAction, log *slog.Logger) error {
+	st := c.cfg.Store
+	restart := a == bmc.PowerActionReset || a == bmc.PowerActionCycle
+	if restart {
+		_, _ = st.SetPower(obs.Name, state.PowerRebooting, state.PowerSourceCommand)
+	}
+	err := drv.Power(ctx, a)
+	var re *bmc.ResetError
+	switch {
+	case errors.As(err, &re):
+		msg := re.Error()
+		log.Warn("reset not verified", "action", string(a), "why", re.Why)
+		_, _ = st.UpdateServer(obs.Name, func(s *state.Server) error { s.BMC.ResetUnverified = msg; return nil })
+		_, _ = st.AppendEvent(state.Event{Server: obs.Name, Kind: "power.reset_unverified", Actor: state.ActorController, Message: msg})
+		err = nil
+	case err == nil && restart:
+		ev := ""
+		if r, ok := drv.(bmc.ResetEvidence); ok {
+			ev = r.LastResetEvidence()
+		}
+		if ev != "" {
+			log.Info("reset verified", "action", string(a), "evidence", ev)
+		}
+		if obs.BMC.ResetUnverified != "" {
+			_, _ = st.UpdateServer(obs.Name, func(s *state.Server) error { s.BMC.ResetUnverified = ""; return nil })
+		}
+	}
+	if err != nil {
+		if restart {
+			// Not rebooting any more: record what the BMC says now.
+			if ps, perr := drv.PowerState(ctx); perr == nil && ps != bmc.PowerUnknown {
+				p := state.PowerOn
+				if ps == bmc.PowerOff {
+					p = state.PowerOff
+				}
+				_, _ = st.SetPower(obs.Name, p, state.PowerSourceBMC)
+			}
+		}
+		return err
+	}
+	if restart {
+		_, _ = st.SetPower(obs.Name, state.PowerOn, state.PowerSourceCommand)
+	}
 	return nil
 }
 
@@ -343,7 +470,7 @@ func (c *Controller) done(step Step) error {
 func observedFrom(ws *inventory.Server) state.Server {
 	return state.Server{Name: ws.Name, Zone: ws.Zone, Site: ws.Site, Rack: ws.Rack, BootMAC: ws.BootMAC, BootMode: string(ws.BootMode),
 		BMC: state.BMCFacts{Driver: string(ws.BMC.Driver), Address: ws.BMC.Address, Credentials: ws.BMC.Credentials,
-			SystemID: ws.BMC.SystemID, InsecureTLS: ws.BMC.InsecureTLS}}
+			SystemID: ws.BMC.SystemID, InsecureTLS: ws.BMC.InsecureTLS, Auth: ws.BMC.Auth, CABundle: ws.BMC.CABundle}}
 }
 
 // staleOK turns a stale transition (someone else already moved the server)

@@ -406,6 +406,12 @@ func stepKey(s Step, desired *inventory.Inventory) string {
 // execute runs one step with its timeout, journals it, and sorts the outcome.
 func (c *Controller) execute(ctx context.Context, step Step, desired *inventory.Inventory) {
 	obs, _ := c.cfg.Store.Server(step.Server)
+	if obs.Fenced != nil && step.Action.powersOn() {
+		// Fenced after this pass planned: the plan drops such steps, and
+		// the record read now is the last word (issue 21).
+		c.log.Info("step skipped: the server is fenced", "machine", step.Server, "action", string(step.Action))
+		return
+	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.ActionTimeout)
 	defer cancel()
 	log := c.log.With("machine", step.Server, "action", string(step.Action))

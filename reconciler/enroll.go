@@ -161,7 +161,7 @@ func (e *Enroller) Discovered(ctx context.Context, d boot.Discovery) (boot.Assig
 	if !validEnrolMAC(d.MAC) {
 		return boot.Assignment{}, fmt.Errorf("auto-enrol %s: %w", d.MAC, boot.ErrInvalidMAC)
 	}
-	mac := boot.FormatMAC(d.MAC)
+	mac := d.MAC.String()
 	if inv := e.cfg.Desired(); inv != nil {
 		for _, s := range inv.Servers {
 			if s.BootMAC == mac {

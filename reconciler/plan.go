@@ -26,6 +26,7 @@ const (
 	ActAllocate       Action = "allocate"        // ready → allocated to a profile
 	ActDeploy         Action = "deploy"          // allocated → deploying: PXE boot override, power on/reset
 	ActFinishDeploy   Action = "finish-deploy"   // deployed by the ramdisk: boot override to disk, read back
+	ActRestoreDisk    Action = "restore-disk"    // a persistent netboot override was used: disk again after the boot it was for, read back
 	ActPowerOn        Action = "power-on"        // actions.powerOn counter
 	ActPowerOff       Action = "power-off"       // actions.powerOff counter
 	ActPowerCycle     Action = "power-cycle"     // actions.powerCycle counter
@@ -38,7 +39,7 @@ const (
 // without a BMC.
 func (a Action) needsBMC() bool {
 	switch a {
-	case ActCommission, ActDeploy, ActRelease, ActWipe, ActFinishDeploy, ActPowerOn, ActPowerOff, ActPowerCycle, ActRenetboot:
+	case ActCommission, ActDeploy, ActRelease, ActWipe, ActFinishDeploy, ActRestoreDisk, ActPowerOn, ActPowerOff, ActPowerCycle, ActRenetboot:
 		return true
 	}
 	return false
@@ -171,6 +172,9 @@ type Result struct {
 	Conditions []PlanCondition `json:"conditions,omitempty"`
 	// Brake explains why Held is not empty; "" otherwise.
 	Brake string `json:"brake,omitempty"`
+	// Selections say, per profile with a selector, which servers it
+	// matches and why the others do not (issue 21).
+	Selections []Selection `json:"selections,omitempty"`
 }
 
 // Plan works out what must change for the observed state have to match the
@@ -180,7 +184,7 @@ type Result struct {
 //
 // Allocation order (documented contract, tested): among ready servers that
 // are not retired, pinned to no other profile, in the profile's zone and at
-// least its minimum size, the smallest wins: fewest cores, then least
+// least its minimum size, matched by its selector, the smallest wins: fewest cores, then least
 // memory, then smallest fitting disk, then name.
 func Plan(want *inventory.Inventory, have state.Snapshot, opts PlanOptions) Result {
 	opts = opts.withDefaults()
@@ -272,9 +276,15 @@ func Plan(want *inventory.Inventory, have state.Snapshot, opts PlanOptions) Resu
 			res.Steps = append(res.Steps, Step{Server: ws.Name, Action: ActUpdateIdentity, Why: "zone, rack, boot MAC or BMC changed in servers.yaml"})
 		}
 		steps, disr := serverSteps(ws, obs, opts)
+		archConds, steps := archConditions(want, ws, &obs, steps)
+		res.Conditions = append(res.Conditions, archConds...)
 		if ws.BMC.IsZero() {
 			steps, disr = withoutBMC(steps), withoutBMC(disr)
 			res.Conditions = append(res.Conditions, noBMCCondition(ws, obs))
+		}
+		if obs.Fenced != nil {
+			steps, disr = withoutPowerOn(steps), withoutPowerOn(disr)
+			res.Conditions = append(res.Conditions, fencedCondition(ws.Name, obs.Fenced))
 		}
 		res.Steps = append(res.Steps, steps...)
 		disruptive = append(disruptive, disr...)
@@ -297,6 +307,13 @@ func Plan(want *inventory.Inventory, have state.Snapshot, opts PlanOptions) Resu
 
 	// Profiles' counts: top up or release the surplus of count allocations.
 	for _, p := range want.Profiles {
+		if p.Selector != nil {
+			sel := Select(p, want, have)
+			res.Selections = append(res.Selections, sel)
+			if c, ok := selectionCondition(sel); ok {
+				res.Conditions = append(res.Conditions, c)
+			}
+		}
 		steps, disr, conds := profileSteps(p, want, have, allocated)
 		res.Steps = append(res.Steps, steps...)
 		disruptive = append(disruptive, disr...)
@@ -398,6 +415,8 @@ func serverSteps(ws *inventory.Server, obs state.Server, opts PlanOptions) (step
 
 	if lc == state.LifecycleDeployed && obs.FinishDeploy {
 		add(Step{Action: ActFinishDeploy, Why: "image written: boot from disk from now on"})
+	} else if obs.BMC.RestoreDisk && lc != state.LifecycleCommissioning && lc != state.LifecycleDeploying && obs.WipeStartedAt.IsZero() {
+		add(Step{Action: ActRestoreDisk, Why: fmt.Sprintf("the network boot a persistent override was set for is over (%s)", lc)})
 	}
 
 	// Commissioning: first time, or asked for again by the counter.
@@ -477,6 +496,39 @@ func withoutBMC(steps []Step) []Step {
 	return out
 }
 
+// powersOn reports whether a may power the server on (or keep it on):
+// what a fenced server must never get.
+func (a Action) powersOn() bool {
+	switch a {
+	case ActCommission, ActDeploy, ActWipe, ActAllocate, ActPowerOn, ActPowerCycle:
+		return true
+	}
+	return false
+}
+
+// withoutPowerOn drops the steps that would power a fenced server on.
+func withoutPowerOn(steps []Step) []Step {
+	var out []Step
+	for _, s := range steps {
+		if !s.Action.powersOn() {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func fencedCondition(name string, f *state.Fencing) PlanCondition {
+	return PlanCondition{Subject: "server/" + name, Type: "Fenced", Reason: "Fenced",
+		Message: fmt.Sprintf("fenced %s by %s through %s (%s): never powered on until machinactl host unfence %s", f.At.UTC().Format(time.RFC3339), f.Actor, f.Device, f.Reason, orName(f.Host, name))}
+}
+
+func orName(host, server string) string {
+	if host != "" {
+		return host
+	}
+	return "HOST"
+}
+
 func noBMCCondition(ws *inventory.Server, obs state.Server) PlanCondition {
 	return PlanCondition{Subject: "server/" + ws.Name, Type: "NoBMC", Reason: "NoBMC",
 		Message: fmt.Sprintf("no BMC: Machina cannot power or boot-override this server (%s); attach one with machinactl server bmc-set %s --driver ... --address ... --credentials ...", obs.Lifecycle, ws.Name)}
@@ -513,8 +565,8 @@ func profileSteps(p inventory.Profile, want *inventory.Inventory, have state.Sna
 		}
 		if short > 0 {
 			conds = append(conds, PlanCondition{Subject: "profile/" + p.Name, Type: "InsufficientCapacity", Reason: "NotEnoughReadyServers",
-				Message: fmt.Sprintf("count %d wants %d more servers; %d ready servers fit (zone %s, min %d cores, %d GiB memory, %d GiB disk)",
-					p.Count, p.Count-n, p.Count-n-short, zoneOrAny(p.Zone), p.Min.Cores, p.Min.MemoryGiB, p.Min.DiskGiB)})
+				Message: fmt.Sprintf("count %d wants %d more servers; %d ready servers fit (zone %s%s, min %d cores, %d GiB memory, %d GiB disk)",
+					p.Count, p.Count-n, p.Count-n-short, zoneOrAny(p.Zone), archNote(want, p.Name), p.Min.Cores, p.Min.MemoryGiB, p.Min.DiskGiB)})
 		}
 	case n > p.Count:
 		// Release the newest count allocations first; only deployed ones
@@ -538,7 +590,8 @@ func profileSteps(p inventory.Profile, want *inventory.Inventory, have state.Sna
 }
 
 // Candidates lists the ready servers profile p may allocate, smallest first
-// (fewest cores, least memory, smallest fitting disk, name). planned holds
+// (fewest cores, least memory, smallest fitting disk, name), among those
+// its selector matches (stated labels, tags and derived labels). planned holds
 // servers already taken in this pass. A released server whose release wipe
 // has not finished (NeedsWipe) is never a candidate.
 func Candidates(p inventory.Profile, want *inventory.Inventory, have state.Snapshot, planned map[string]string) []state.Server {
@@ -563,11 +616,20 @@ func Candidates(p inventory.Profile, want *inventory.Inventory, have state.Snaps
 		if !ok || obs.Lifecycle != state.LifecycleReady || !Fits(p.Min, obs.Hardware) {
 			continue
 		}
+		if p.Selector != nil && !p.Selector.Matches(ServerLabels(&ws, &obs)) {
+			continue // the profile's selector does not match its labels
+		}
+		if !archFits(want, p.Name, &ws, &obs) || ws.Arch != "" && obs.Hardware.Arch != "" && ws.Arch != obs.Hardware.Arch {
+			continue // another architecture than the image's, or stated and reported differ
+		}
 		if ws.Actions.Commission > obs.Actions["commission"] {
 			continue // about to be recommissioned
 		}
 		if obs.NeedsWipe {
 			continue // released, its release wipe not done yet
+		}
+		if obs.Fenced != nil {
+			continue // fenced: never powered on until unfenced
 		}
 		out = append(out, obs)
 	}
@@ -726,7 +788,8 @@ func dropServers(steps []Step, names map[string]PlanCondition) []Step {
 func identityChanged(ws *inventory.Server, obs state.Server) bool {
 	return ws.Zone != obs.Zone || ws.Site != obs.Site || ws.Rack != obs.Rack || ws.BootMAC != obs.BootMAC || string(ws.BootMode) != obs.BootMode ||
 		string(ws.BMC.Driver) != obs.BMC.Driver || ws.BMC.Address != obs.BMC.Address || ws.BMC.Credentials != obs.BMC.Credentials ||
-		ws.BMC.SystemID != obs.BMC.SystemID || ws.BMC.InsecureTLS != obs.BMC.InsecureTLS
+		ws.BMC.SystemID != obs.BMC.SystemID || ws.BMC.InsecureTLS != obs.BMC.InsecureTLS ||
+		ws.BMC.Auth != obs.BMC.Auth || ws.BMC.CABundle != obs.BMC.CABundle
 }
 
 func hasAction(steps []Step, a Action) bool {
@@ -740,7 +803,7 @@ func hasAction(steps []Step, a Action) bool {
 
 var actionOrder = map[Action]int{
 	ActRegister: 0, ActAdopt: 0, ActUpdateIdentity: 1, ActUnretire: 2, ActRetire: 3, ActTimeout: 4, ActCommission: 5,
-	ActRelease: 6, ActWipe: 7, ActAllocate: 8, ActDeploy: 9, ActFinishDeploy: 10, ActPowerOn: 11, ActPowerOff: 12, ActPowerCycle: 13,
+	ActRelease: 6, ActWipe: 7, ActAllocate: 8, ActDeploy: 9, ActFinishDeploy: 10, ActRestoreDisk: 10, ActPowerOn: 11, ActPowerOff: 12, ActPowerCycle: 13,
 	ActRenetboot: 5,
 }
 
@@ -813,6 +876,15 @@ func sortedKeys[V any](m map[string]V) []string {
 	}
 	sort.Strings(keys)
 	return keys
+}
+
+// archNote is ", arch A" for a profile whose image is not amd64 (the
+// default every server without a stated or reported arch is taken for).
+func archNote(want *inventory.Inventory, profile string) string {
+	if _, a := imageArch(want, profile); a != "" && a != inventory.ArchAMD64 {
+		return ", arch " + a
+	}
+	return ""
 }
 
 func zoneOrAny(z string) string {

@@ -24,6 +24,12 @@ func (r Result) Text() string {
 	for _, c := range r.Conditions {
 		fmt.Fprintf(&b, "! %s %s (%s): %s\n", c.Subject, c.Type, c.Reason, c.Message)
 	}
+	for _, s := range r.Selections {
+		fmt.Fprintf(&b, "profile %s selector %s matches %d: %s\n", s.Profile, s.Selector, len(s.Matches), orNone(strings.Join(s.Matches, ", ")))
+		for _, x := range s.Rejected {
+			fmt.Fprintf(&b, "  not %-16s %s\n", x.Server, x.Why)
+		}
+	}
 	return b.String()
 }
 
@@ -68,6 +74,12 @@ func (r Result) Markdown(maxBytes int) []string {
 	for _, c := range r.Conditions {
 		write(fmt.Sprintf("| %s | %s | %s: %s |\n", c.Type, c.Subject, c.Reason, mdEscape(c.Message)))
 	}
+	for _, s := range r.Selections {
+		write(fmt.Sprintf("| selector | profile/%s | %s matches %s |\n", s.Profile, mdEscape(s.Selector), mdEscape(orNone(strings.Join(s.Matches, ", ")))))
+		for _, x := range s.Rejected {
+			write(fmt.Sprintf("| not selected | `%s` | profile %s: %s |\n", x.Server, s.Profile, mdEscape(x.Why)))
+		}
+	}
 	if r.Brake != "" {
 		write(fmt.Sprintf("\n> **Safety brake:** %s\n", mdEscape(r.Brake)))
 	}
@@ -84,4 +96,11 @@ func stepDetail(s Step) string {
 
 func mdEscape(s string) string {
 	return strings.NewReplacer("|", `\|`, "\n", " ", "<", "&lt;", ">", "&gt;").Replace(s)
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "none"
+	}
+	return s
 }

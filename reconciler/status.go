@@ -98,6 +98,9 @@ type Hardware struct {
 	Disks []Disk
 	// NICs in any order; rendered sorted by Name.
 	NICs []NIC
+	// Labels are the labels derived from the report (state.Hardware.Labels)
+	// that profile selectors match; rendered sorted by key.
+	Labels map[string]string
 }
 
 // Disk is one block device.
@@ -159,6 +162,11 @@ type HostStatus struct {
 	Networks     []string
 	StoragePools []string
 	Message      string // redacted
+	// AgentVersion is the node agent's version from its heartbeats.
+	AgentVersion string
+	// Conditions are HostLost (reason LostPoweredOn, LostPoweredOff or
+	// LostPowerUnknown: the power the BMC read after the loss) and Fenced.
+	Conditions []Condition
 }
 
 // WithPlan returns inv with the plan's fleet-wide parts: Held from the

@@ -2,6 +2,7 @@ package reconciler
 
 import (
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -126,6 +127,46 @@ func TestStatusServerRowShowsPlanConditions(t *testing.T) {
 	for _, f := range files {
 		if f.path == "status/README.md" && (!strings.Contains(string(f.data), "Orphaned=True (NotInInventory)") || !strings.Contains(string(f.data), "BMCReachable=False (ReadFailed)")) {
 			t.Errorf("status/README.md's row for r2-n04 does not show Orphaned:\n%s", f.data)
+		}
+	}
+}
+
+// TestStatusBMCTruthConditions (issue 26): insecureTLS is a warning
+// condition; a persistent netboot override in place, a BMC learned not to
+// honour Once, and an unverified reset each show as a condition.
+func TestStatusBMCTruthConditions(t *testing.T) {
+	st, err := state.Open(filepath.Join(t.TempDir(), "state.db"), state.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	for _, s := range []state.Server{
+		{Name: "a", BootMAC: "52:54:00:00:00:0a", BMC: state.BMCFacts{Driver: "redfish", InsecureTLS: true, RestoreDisk: true, OnceNotHonoured: true}},
+		{Name: "b", BootMAC: "52:54:00:00:00:0b", BMC: state.BMCFacts{Driver: "redfish", OnceNotHonoured: true, ResetUnverified: "bmc: reset accepted but not verified: no evidence"}},
+	} {
+		if _, err := st.CreateServer(s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b := &StatusBuilder{Store: st, Now: time.Now}
+	out, err := b.Build(InventoryStatus{}, nil, Result{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string][]string{}
+	for _, s := range out.Servers {
+		for _, c := range s.Conditions {
+			got[s.Name] = append(got[s.Name], c.Type+"="+c.Status+"/"+c.Reason)
+		}
+	}
+	for name, want := range map[string][]string{
+		"a": {"BMCCertificateVerified=False/InsecureTLS", "PersistentNetbootOverride=True/OnceNotHonoured"},
+		"b": {"OnceBootHonoured=False/Learned", "ResetVerified=False/NoEvidence"},
+	} {
+		for _, w := range want {
+			if !slices.Contains(got[name], w) {
+				t.Errorf("%s: conditions %v lack %s", name, got[name], w)
+			}
 		}
 	}
 }

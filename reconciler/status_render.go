@@ -283,6 +283,12 @@ func renderServer(s ServerStatus, maxEvents int) []byte {
 				w.int(2, "speedMbps", int64(n.SpeedMbps), false)
 			}
 		}
+		if len(hw.Labels) > 0 {
+			w.key(1, "labels")
+			for _, k := range sortedKeys(hw.Labels) {
+				w.str(2, k, hw.Labels[k])
+			}
+		}
 	}
 	if len(s.Conditions) > 0 {
 		conds := slices.Clone(s.Conditions)
@@ -356,6 +362,18 @@ func renderHost(h HostStatus) []byte {
 	w.list(0, "networks", sortedStrings(h.Networks))
 	w.list(0, "storagePools", sortedStrings(h.StoragePools))
 	w.text(0, "message", h.Message)
+	w.str(0, "agentVersion", h.AgentVersion)
+	if len(h.Conditions) > 0 {
+		w.key(0, "conditions")
+		for _, c := range h.Conditions {
+			w.item(0)
+			w.text(0, "type", orUnknown(c.Type))
+			w.text(1, "status", orUnknown(c.Status))
+			w.text(1, "reason", c.Reason)
+			w.text(1, "message", c.Message)
+			w.time(1, "lastTransitionTime", c.LastTransitionTime)
+		}
+	}
 	return w.b.Bytes()
 }
 

@@ -94,7 +94,7 @@ func (b *StatusBuilder) Build(inv InventoryStatus, images []ImageStatus, plan Re
 			ss.Profile, ss.Allocation = s.Allocation.Profile, s.Allocation.Reason
 		}
 		if hw := s.Hardware; hw != nil {
-			ss.Hardware = Hardware{Vendor: hw.Vendor, Model: hw.Product, Serial: hw.Serial, Cores: hw.Cores, MemoryGiB: hw.MemoryBytes >> 30}
+			ss.Hardware = Hardware{Vendor: hw.Vendor, Model: hw.Product, Serial: hw.Serial, Cores: hw.Cores, MemoryGiB: hw.MemoryBytes >> 30, Labels: hw.Labels()}
 			for _, d := range hw.Disks {
 				ss.Hardware.Disks = append(ss.Hardware.Disks, Disk{Name: d.Name, Model: d.Model, Serial: d.Serial, SizeGiB: d.SizeBytes >> 30})
 			}
@@ -122,6 +122,17 @@ func (b *StatusBuilder) Build(inv InventoryStatus, images []ImageStatus, plan Re
 		add("Ready", ready, camel(string(s.Lifecycle)), "lifecycle "+string(s.Lifecycle))
 		if s.BMCError != "" {
 			add("BMCReachable", "False", "ReadFailed", "the controller's BMC sweep cannot read this BMC: "+s.BMCError)
+		}
+		if s.BMC.InsecureTLS {
+			add("BMCCertificateVerified", "False", "InsecureTLS", "bmc.insecureTLS is set: the BMC's TLS certificate is not verified; trust its CA or certificate with bmc.caBundle instead")
+		}
+		if s.BMC.RestoreDisk {
+			add("PersistentNetbootOverride", "True", "OnceNotHonoured", "the BMC does not honour one-time boot overrides: a persistent network-boot override is set, and the boot device is set back to disk after this boot")
+		} else if s.BMC.OnceNotHonoured {
+			add("OnceBootHonoured", "False", "Learned", "the BMC does not honour one-time boot overrides: netboots use a persistent override and set disk back afterwards")
+		}
+		if s.BMC.ResetUnverified != "" {
+			add("ResetVerified", "False", "NoEvidence", s.BMC.ResetUnverified)
 		}
 		if s.Stalled != "" {
 			msg := "not retried until the desired state or counter changes, its BMC settings change, or its credential is set again: " + s.LastError
@@ -154,8 +165,28 @@ func (b *StatusBuilder) Build(inv InventoryStatus, images []ImageStatus, plan Re
 		}
 		// Online/offline changes with every heartbeat gap, so it stays out
 		// of status/ (deterministic files); the API and the UI show it.
-		out.Hosts = append(out.Hosts, HostStatus{Name: h.Name, Server: h.Server, Site: h.Site, Rack: h.Rack, Tags: h.Tags, State: st,
-			Networks: h.Networks, StoragePools: h.StoragePools, Message: h.JoinReason})
+		hs := HostStatus{Name: h.Name, Server: h.Server, Site: h.Site, Rack: h.Rack, Tags: h.Tags, State: st,
+			Networks: h.Networks, StoragePools: h.StoragePools, Message: h.JoinReason, AgentVersion: h.AgentVersion}
+		// Lost and fenced are states an operator acts on, and change
+		// only on loss, return or fence: they are in status/.
+		if l := h.Lost; l != nil {
+			reason := "LostPowerUnknown"
+			switch l.Power {
+			case state.PowerOn:
+				reason = "LostPoweredOn"
+			case state.PowerOff:
+				reason = "LostPoweredOff"
+			}
+			hs.State = l.Describe()
+			hs.Conditions = append(hs.Conditions, Condition{Type: "HostLost", Status: "True", Reason: reason, LastTransitionTime: l.Detected,
+				Message: l.Describe() + ": no heartbeat since " + l.Since.UTC().Format(time.RFC3339)})
+		}
+		if f := h.Fenced; f != nil {
+			hs.State = "fenced"
+			hs.Conditions = append(hs.Conditions, Condition{Type: "Fenced", Status: "True", Reason: map[bool]string{true: "FencedAutomatically", false: "FencedByOperator"}[f.Auto],
+				LastTransitionTime: f.At, Message: fmt.Sprintf("fenced by %s through %s: %s; never powered on until machinactl host unfence %s", f.Actor, f.Device, f.Reason, h.Name)})
+		}
+		out.Hosts = append(out.Hosts, hs)
 	}
 	sort.Slice(out.Images, func(i, j int) bool { return out.Images[i].Name < out.Images[j].Name })
 	return out, nil
@@ -166,7 +197,7 @@ func (b *StatusBuilder) Build(inv InventoryStatus, images []ImageStatus, plan Re
 // if any, before the message.
 func statusEvent(e state.Event) StatusEvent {
 	typ := "Normal"
-	if strings.Contains(string(e.Kind), "failed") || strings.Contains(string(e.Kind), "stalled") || strings.Contains(string(e.Kind), "refused") || e.To == state.LifecycleFailed {
+	if strings.Contains(string(e.Kind), "failed") || strings.Contains(string(e.Kind), "unverified") || strings.Contains(string(e.Kind), "not_honoured") || strings.Contains(string(e.Kind), "stalled") || strings.Contains(string(e.Kind), "refused") || e.To == state.LifecycleFailed {
 		typ = "Warning"
 	}
 	msg := e.Message

@@ -18,13 +18,14 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"net"
 	"regexp"
 	"sort"
 	"strings"
 	"sync"
 
 	"github.com/santhosh-tekuri/jsonschema/v5"
+
+	"github.com/machina-metal/machina/macaddr"
 )
 
 //go:embed *.schema.json
@@ -116,27 +117,14 @@ func New() (*Validator, error) {
 }
 
 // isMAC is the "mac" format: a 48-bit MAC address in any notation
-// net.ParseMAC accepts, or bare 12 hex digits. Non-strings pass (the type
-// keyword reports them).
+// [macaddr.Parse] accepts. Non-strings pass (the type keyword reports them).
 func isMAC(v any) bool {
 	s, ok := v.(string)
 	if !ok {
 		return true
 	}
-	if len(s) == 12 && isHex(s) {
-		return true
-	}
-	hw, err := net.ParseMAC(s)
-	return err == nil && len(hw) == 6
-}
-
-func isHex(s string) bool {
-	for _, c := range s {
-		if !strings.ContainsRune("0123456789abcdefABCDEF", c) {
-			return false
-		}
-	}
-	return true
+	_, err := macaddr.Parse(s)
+	return err == nil
 }
 
 // Validate checks doc, a value decoded by encoding/json with UseNumber (or

@@ -100,3 +100,18 @@ func refHasDescription(file, ref string) bool {
 	_, has := d["description"]
 	return has
 }
+
+// TestIsMAC: the "mac" format admits the notations inventory normalises and
+// refuses the rest (the list inventory's NormalizeMAC test refused).
+func TestIsMAC(t *testing.T) {
+	for _, in := range []string{"52:54:00:AA:bb:01", "52-54-00-aa-BB-01", "5254.00aa.bb01", "525400AABB01"} {
+		if !isMAC(in) {
+			t.Errorf("isMAC(%q) = false", in)
+		}
+	}
+	for _, in := range []string{"", "52:54:00:aa:bb", "52:54:00:aa:bb:01:02:03", "zz:54:00:aa:bb:01", "52545400aabb01", " 52:54:00:aa:bb:01"} {
+		if isMAC(in) {
+			t.Errorf("isMAC(%q) = true", in)
+		}
+	}
+}

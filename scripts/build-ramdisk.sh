@@ -1,37 +1,56 @@
 #!/bin/sh
-# Builds the Machina ramdisk: Debian's kernel (linux-image-amd64, extracted with
+# Builds the Machina ramdisk: Debian's kernel (linux-image-$ARCH, extracted with
 # apt-get download + dpkg-deb -x, nothing installed), and a gzip'd newc cpio
 # whose /init is the static Go agent (cmd/machina-agent) plus the kernel
 # modules it loads, with their dependencies in load order. Writes
 #   $OUT/vmlinuz  $OUT/initrd.cpio.gz  $OUT/manifest.txt (SHA-256 sums, versions, modules)
 # Reproducible: same kernel package + same source + same Go => same bytes
 # (sorted cpio, fixed mtimes and owners, gzip -n, go build -trimpath).
-# Environment: OUT (default out/ramdisk), CACHE (default $OUT/cache),
-# KERNEL_PKG (default: what linux-image-amd64 depends on), SOURCE_DATE_EPOCH,
-# EXTRA_MODULES (space-separated module names to add).
+# Environment: ARCH (amd64, the default, or arm64: the kernel package and the
+# agent's GOARCH; a foreign kernel is fetched through a private apt state, see
+# scripts/fetch-kernel.sh), OUT (default out/ramdisk for amd64,
+# out/ramdisk/arm64 for arm64: the controller serves OUT's parent folder at
+# /boot/ramdisk/ and an arm64 machine's script names arm64/), CACHE (default
+# out/ramdisk/cache, shared by both architectures), KERNEL_PKG (default: what
+# linux-image-$ARCH depends on), SOURCE_DATE_EPOCH, EXTRA_MODULES
+# (space-separated module names to add).
 set -eu
 cd "$(dirname "$0")/.."
 REPO=$(pwd)
-OUT=${OUT:-$REPO/out/ramdisk}
-mkdir -p "$OUT"
+ARCH=${ARCH:-amd64}
+case $ARCH in
+amd64) OUT=${OUT:-$REPO/out/ramdisk} ;;
+arm64) OUT=${OUT:-$REPO/out/ramdisk/arm64} ;;
+*) echo "build-ramdisk: ARCH must be amd64 or arm64 (got '$ARCH')" >&2; exit 2 ;;
+esac
+mkdir -p "$OUT" "$REPO/out/ramdisk"
 OUT=$(cd "$OUT" && pwd)
-CACHE=${CACHE:-$OUT/cache}
+CACHE=${CACHE:-$REPO/out/ramdisk/cache}
 mkdir -p "$CACHE"
 CACHE=$(cd "$CACHE" && pwd)
 GO=${GO:-go}
 
-# Drivers for the machines Machina provisions (virtual lab + common server hardware).
-MODULES="virtio_pci virtio_net virtio_blk virtio_scsi virtio_rng
+# Drivers for the machines Machina provisions (virtual lab + common server
+# hardware). arm64 adds virtio_mmio (qemu's virt board also has MMIO
+# transports) and drops ata_piix (an Intel PIIX/ICH south bridge driver).
+case $ARCH in
+amd64) MODULES="virtio_pci virtio_net virtio_blk virtio_scsi virtio_rng
   e1000 e1000e igb ixgbe i40e ice bnxt_en mlx5_core tg3
-  nvme ahci ata_piix sd_mod megaraid_sas mpt3sas ${EXTRA_MODULES:-}"
+  nvme ahci ata_piix sd_mod megaraid_sas mpt3sas" ;;
+arm64) MODULES="virtio_pci virtio_mmio virtio_net virtio_blk virtio_scsi virtio_rng
+  e1000e igb ixgbe i40e ice bnxt_en mlx5_core tg3
+  nvme ahci sd_mod megaraid_sas mpt3sas" ;;
+esac
+MODULES="$MODULES ${EXTRA_MODULES:-}"
 
 for tool in modprobe cpio gzip sha256sum; do
 	command -v "$tool" >/dev/null 2>&1 || { echo "build-ramdisk: $tool not found" >&2; exit 1; }
 done
 
 # The kernel package, extracted into the cache (scripts/fetch-kernel.sh).
-ROOT=$(CACHE="$CACHE" sh "$REPO/scripts/fetch-kernel.sh")
+ROOT=$(ARCH="$ARCH" CACHE="$CACHE" sh "$REPO/scripts/fetch-kernel.sh")
 DEBVER=${ROOT##*/root-}
+DEBVER=${DEBVER#"$ARCH"-}
 KVER=$(ls "$ROOT/lib/modules" | head -n1)
 PKG=linux-image-$KVER
 
@@ -41,7 +60,7 @@ VERSION=$(git describe --always --dirty 2>/dev/null || echo dev)
 STAGE=$OUT/stage
 rm -rf "$STAGE"
 mkdir -p "$STAGE/modules" "$STAGE/proc" "$STAGE/sys" "$STAGE/dev" "$STAGE/tmp"
-CGO_ENABLED=0 GOOS=linux GOARCH=amd64 "$GO" build -trimpath -buildvcs=false \
+CGO_ENABLED=0 GOOS=linux GOARCH=$ARCH "$GO" build -trimpath -buildvcs=false \
 	-ldflags "-s -w -X main.version=$VERSION" -o "$STAGE/init" ./cmd/machina-agent
 
 # Dependency order from modprobe; first appearance wins, so dependencies come first.
@@ -62,6 +81,7 @@ cp "$ROOT/boot/vmlinuz-$KVER" "$OUT/vmlinuz"
 
 {
 	echo "# Machina ramdisk manifest"
+	echo "arch: $ARCH"
 	echo "kernel-package: $PKG $DEBVER"
 	echo "kernel-release: $KVER"
 	echo "agent-version: $VERSION"

@@ -86,6 +86,7 @@ func (s Server) clone() Server {
 		h := *s.Hardware
 		h.Disks = append([]Disk(nil), h.Disks...)
 		h.NICs = append([]NIC(nil), h.NICs...)
+		h.GPUs = append([]GPU(nil), h.GPUs...)
 		s.Hardware = &h
 	}
 	if s.Allocation != nil {
@@ -95,6 +96,10 @@ func (s Server) clone() Server {
 	if s.Enrolled != nil {
 		e := *s.Enrolled
 		s.Enrolled = &e
+	}
+	if s.Fenced != nil {
+		f := *s.Fenced
+		s.Fenced = &f
 	}
 	if s.InFlight != nil {
 		f := *s.InFlight

@@ -20,6 +20,13 @@ var (
 	ErrSchemaVersion = errors.New("unsupported state schema version")
 	// ErrClosed: the store was closed.
 	ErrClosed = errors.New("store is closed")
+	// ErrNoStateDir: Open's path is in a folder that does not exist. Open
+	// never creates folders: a mistyped path must not silently start a new,
+	// empty site somewhere else.
+	ErrNoStateDir = errors.New("the state file's folder does not exist")
+	// ErrNoStateFile: Options.MustExist was set and there is no state file
+	// at the path (a command that manages an existing site).
+	ErrNoStateFile = errors.New("no state file there")
 )
 
 // Lifecycle errors. A refused move returns a *TransitionError that wraps

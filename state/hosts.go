@@ -9,7 +9,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 )
 
-// Host is a joined hypervisor host (DESIGN.md "Flow" step 5).
+// Host is a joined hypervisor host (docs/architecture.md "Flow" step 5).
 type Host struct {
 	Name            string    `json:"name"`             // RFC 1123 label
 	Server          string    `json:"server,omitempty"` // the server it runs on, when known
@@ -28,6 +28,24 @@ type Host struct {
 	// in its last join, in report order.
 	Networks     []string `json:"networks,omitempty"`
 	StoragePools []string `json:"storagePools,omitempty"`
+	// BootedAt is when the host last booted (heartbeat time minus its
+	// uptime), AgentStartedAt when its node agent started, AgentVersion
+	// the agent's version: zero from agents that do not say (issue 21).
+	BootedAt       time.Time `json:"bootedAt,omitzero"`
+	AgentStartedAt time.Time `json:"agentStartedAt,omitzero"`
+	AgentVersion   string    `json:"agentVersion,omitempty"`
+	// Uptime and AgentUptime are the last heartbeat's: one smaller than
+	// these tells a reboot or an agent restart.
+	Uptime      time.Duration `json:"uptimeNs,omitempty"`
+	AgentUptime time.Duration `json:"agentUptimeNs,omitempty"`
+	// AgentProcessStart is the agent process's start as it reports it
+	// (its host's clock).
+	AgentProcessStart time.Time `json:"agentProcessStart,omitzero"`
+	// Lost is set while the host misses its heartbeats (MarkHostLost),
+	// cleared by its next heartbeat.
+	Lost *HostLoss `json:"lost,omitempty"`
+	// Fenced mirrors its server's fence (FenceServer), nil when none.
+	Fenced *Fencing `json:"fenced,omitempty"`
 }
 
 // JoinLogEntry is one line of a host's join log (networks and storage
@@ -166,6 +184,7 @@ func (s *Store) ForgetHostsOf(server, status, reason string) ([]string, error) {
 		}
 		_, err := s.UpdateHost(h.Name, func(x *Host) error {
 			x.JoinStatus, x.JoinReason, x.CertFingerprint = status, reason, ""
+			x.Lost = nil // no heartbeats are expected from it any more
 			return nil
 		})
 		if errors.Is(err, ErrNotFound) {

@@ -5,8 +5,8 @@ import (
 	"time"
 )
 
-// Lifecycle is a server's provisioning phase (DESIGN.md "Lifecycle and
-// power"). It changes only through Store.Transition.
+// Lifecycle is a server's provisioning phase (docs/architecture.md "Lifecycle
+// and power"). It changes only through Store.Transition.
 type Lifecycle string
 
 // Lifecycle values.
@@ -27,7 +27,7 @@ func Lifecycles() []Lifecycle {
 		LifecycleDeploying, LifecycleDeployed, LifecycleFailed, LifecycleRetired}
 }
 
-// moves is the complete table of allowed moves, exactly as DESIGN.md lists:
+// moves is the complete table of allowed moves, exactly as docs/architecture.md lists:
 // new→commissioning; commissioning→ready|failed|new;
 // ready→allocated|commissioning|retired; allocated→deploying|ready;
 // deploying→deployed|failed; deployed→ready|retired;
@@ -79,7 +79,7 @@ func ParseLifecycle(s string) (Lifecycle, error) {
 // lifecycle.
 type Power string
 
-// Power states (DESIGN.md "Lifecycle and power").
+// Power states (docs/architecture.md "Lifecycle and power").
 const (
 	PowerRegistered Power = "registered" // known, never read or commanded
 	PowerOn         Power = "powered_on"

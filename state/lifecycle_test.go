@@ -11,7 +11,7 @@ import (
 	"github.com/machina-metal/machina/state"
 )
 
-// designMoves is DESIGN.md's "Allowed lifecycle moves", typed out again
+// designMoves is docs/architecture.md's "Lifecycle and power" moves, typed out again
 // independently of the package's table.
 var designMoves = map[string]bool{
 	"new→commissioning":   true,

@@ -4,11 +4,12 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"net"
 	"regexp"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/machina-metal/machina/macaddr"
 )
 
 // Server is one machine's observed state. Name is the key; everything else
@@ -64,6 +65,10 @@ type Server struct {
 	// servers registered from servers.yaml. It stays set once the server is
 	// in servers.yaml, as its history.
 	Enrolled *Enrolment `json:"enrolled,omitempty"`
+	// Fenced is set when the server was fenced (FenceServer): the
+	// reconciler never powers it on until an operator clears it
+	// (UnfenceServer). Nil when not fenced.
+	Fenced *Fencing `json:"fenced,omitempty"`
 
 	// Deploy is what the controller planned for the running (or last)
 	// image deploy and whether the ramdisk's done matched it; nil before
@@ -96,6 +101,19 @@ type BMCFacts struct {
 	Model           string `json:"model,omitempty"`
 	SerialNumber    string `json:"serialNumber,omitempty"`
 	FirmwareVersion string `json:"firmwareVersion,omitempty"`
+	Auth            string `json:"auth,omitempty"`     // Redfish: "", auto, session or basic (inventory bmc.auth)
+	CABundle        string `json:"caBundle,omitempty"` // Redfish: secret name of the PEM CA bundle (inventory bmc.caBundle)
+	// OnceNotHonoured is learned from the BMC: it did not honour a
+	// one-time boot override (coerced it to Continuous or ignored it), so
+	// netboots ask for Continuous at once and set disk back afterwards.
+	OnceNotHonoured bool `json:"onceNotHonoured,omitempty"`
+	// RestoreDisk is set while a persistent network-boot override the
+	// controller had to use is in place: after the boot it was for
+	// (commissioning report, deploy, wipe) the executor sets disk back.
+	RestoreDisk bool `json:"restoreDisk,omitempty"`
+	// ResetUnverified is why the last reset or cycle the controller sent
+	// was not proven (the BMC offered no evidence), "" after a verified one.
+	ResetUnverified string `json:"resetUnverified,omitempty"`
 }
 
 // Enrolment records how an auto-enrolled server came in and where its
@@ -126,6 +144,20 @@ type Hardware struct {
 	Product     string    `json:"product,omitempty"`
 	Serial      string    `json:"serial,omitempty"`
 	ObservedAt  time.Time `json:"observedAt"`
+	// CPUVendor is cpuinfo's vendor_id ("GenuineIntel"); Arch a GOARCH
+	// name ("amd64"); InstalledMemoryBytes the DIMM total (0 without
+	// DMI); GPUs the display controllers. All empty from older reports.
+	CPUVendor            string `json:"cpuVendor,omitempty"`
+	Arch                 string `json:"arch,omitempty"`
+	InstalledMemoryBytes int64  `json:"installedMemoryBytes,omitempty"`
+	GPUs                 []GPU  `json:"gpus,omitempty"`
+}
+
+// GPU is one display controller from the commissioning report.
+type GPU struct {
+	PCIAddress string `json:"pciAddress,omitempty"`
+	Vendor     string `json:"vendor"` // nvidia, amd, intel or the PCI vendor id
+	DeviceID   string `json:"deviceID,omitempty"`
 }
 
 // Disk is one block device from the commissioning report.
@@ -135,6 +167,8 @@ type Disk struct {
 	Model      string `json:"model,omitempty"`
 	Serial     string `json:"serial,omitempty"`
 	Rotational bool   `json:"rotational,omitempty"`
+	// Transport is "nvme", "sata", "sas", "usb", "virtio", "scsi" or "".
+	Transport string `json:"transport,omitempty"`
 }
 
 // NIC is one network interface from the commissioning report.
@@ -199,14 +233,14 @@ func checkName(kind, s string) error {
 	return nil
 }
 
-// NormalizeMAC returns mac in lower-case colon form, or an error wrapping
-// ErrInvalid. Only 6-byte (EUI-48) addresses are accepted.
-func NormalizeMAC(mac string) (string, error) {
-	hw, err := net.ParseMAC(mac)
-	if err != nil || len(hw) != 6 {
+// normalizeMAC returns mac in canonical form ([macaddr.Normalize]: any
+// notation, 48-bit only), or an error wrapping ErrInvalid.
+func normalizeMAC(mac string) (string, error) {
+	m, err := macaddr.Normalize(mac)
+	if err != nil {
 		return "", fmt.Errorf("mac %q: %w", mac, ErrInvalid)
 	}
-	return hw.String(), nil
+	return m, nil
 }
 
 // CreateServer adds a server. An empty Lifecycle means LifecycleNew; an
@@ -217,7 +251,7 @@ func (s *Store) CreateServer(srv Server) (Server, error) {
 		return Server{}, fmt.Errorf("state: create server: %w", err)
 	}
 	if srv.BootMAC != "" {
-		m, err := NormalizeMAC(srv.BootMAC)
+		m, err := normalizeMAC(srv.BootMAC)
 		if err != nil {
 			return Server{}, fmt.Errorf("state: create server %s: %w", srv.Name, err)
 		}
@@ -469,7 +503,7 @@ func (s *Store) updateServerTx(tx *bolt.Tx, name string, fn func(*Server) error)
 		return Server{}, ErrLifecycleField
 	}
 	if srv.BootMAC != orig.BootMAC && srv.BootMAC != "" {
-		m, err := NormalizeMAC(srv.BootMAC)
+		m, err := normalizeMAC(srv.BootMAC)
 		if err != nil {
 			return Server{}, err
 		}

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -71,6 +72,10 @@ type Options struct {
 	// Now is the clock for event times, token expiry and retention; nil
 	// means time.Now. Times are stored in UTC.
 	Now func() time.Time
+	// MustExist makes Open fail with ErrNoStateFile instead of creating a
+	// new state file: for commands that manage an existing site
+	// (`machina token`). False: a missing file is created.
+	MustExist bool
 }
 
 // Retention bounds the event log. Pruning runs inside every write that
@@ -125,10 +130,12 @@ var migrations = map[int]func(tx *bolt.Tx) error{
 	1: migrate1to2,
 }
 
-// Open opens (creating if needed, mode 0600) the state file at path,
-// migrates it to SchemaVersion, and checks the master key. Errors:
-// ErrLocked when another process holds the file, ErrSchemaVersion for a
-// newer file, ErrWrongMasterKey for a key that does not match.
+// Open opens (creating if needed, mode 0600, unless Options.MustExist) the
+// state file at path, migrates it to SchemaVersion, and checks the master
+// key. It never creates the file's folder. Errors: ErrNoStateDir when the
+// folder does not exist, ErrNoStateFile (MustExist), ErrLocked when another
+// process holds the file, ErrSchemaVersion for a newer file,
+// ErrWrongMasterKey for a key that does not match.
 func Open(path string, opts Options) (*Store, error) {
 	if opts.Timeout <= 0 {
 		opts.Timeout = time.Second
@@ -139,9 +146,12 @@ func Open(path string, opts Options) (*Store, error) {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	if dir := filepath.Dir(path); dir != "" {
-		if err := os.MkdirAll(dir, 0o700); err != nil {
-			return nil, fmt.Errorf("state: open %s: %w", path, err)
+	if fi, err := os.Stat(filepath.Dir(path)); err != nil || !fi.IsDir() {
+		return nil, fmt.Errorf("state: open %s: %w: %s (create it with mode 0700, or fix the path)", path, ErrNoStateDir, filepath.Dir(path))
+	}
+	if opts.MustExist {
+		if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("state: open %s: %w", path, ErrNoStateFile)
 		}
 	}
 	// NoFreelistSync: the freelist is rebuilt by scanning at open instead

@@ -17,7 +17,7 @@ import (
 // for its own purpose.
 type Purpose string
 
-// Token purposes (DESIGN.md "Flow" and "Security").
+// Token purposes (docs/architecture.md "Flow" and "Security").
 const (
 	PurposeBoot   Purpose = "boot"   // GET /boot/... scripts for one boot
 	PurposeReport Purpose = "report" // POST of a commissioning report
@@ -53,7 +53,7 @@ const DefaultTokenTTL = 30 * time.Minute
 type TokenSpec struct {
 	Purpose Purpose
 	Server  string        // the server it is bound to (RFC 1123 label); required
-	MAC     string        // optional: the MAC it is bound to (any form net.ParseMAC reads)
+	MAC     string        // optional: the MAC it is bound to (any notation macaddr.Parse reads)
 	TTL     time.Duration // lifetime; zero means DefaultTokenTTL
 	// Reusable tokens are accepted any number of times until they expire
 	// (short-lived rather than single-use), e.g. image downloads resumed
@@ -137,7 +137,7 @@ func checkSpec(spec TokenSpec) (TokenSpec, error) {
 		return spec, err
 	}
 	if spec.MAC != "" {
-		m, err := NormalizeMAC(spec.MAC)
+		m, err := normalizeMAC(spec.MAC)
 		if err != nil {
 			return spec, err
 		}
@@ -208,7 +208,7 @@ func (s *Store) CheckToken(value string, claim TokenClaim) (Token, error) {
 
 func (s *Store) useToken(value string, claim TokenClaim, consume bool) (Token, error) {
 	if claim.MAC != "" {
-		m, err := NormalizeMAC(claim.MAC)
+		m, err := normalizeMAC(claim.MAC)
 		if err != nil {
 			return Token{}, fmt.Errorf("state: consume token: %w", err)
 		}

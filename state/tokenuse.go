@@ -125,7 +125,7 @@ func RequestFingerprint(parts ...[]byte) [32]byte {
 // Effect is returned as is, and nothing is consumed.
 func (s *Store) UseToken(value string, u TokenUse) (tok Token, ans Answer, replayed bool, err error) {
 	if u.Claim.MAC != "" {
-		m, err := NormalizeMAC(u.Claim.MAC)
+		m, err := normalizeMAC(u.Claim.MAC)
 		if err != nil {
 			return Token{}, Answer{}, false, fmt.Errorf("state: use token: %w", err)
 		}

@@ -520,7 +520,7 @@ func (u *UI) handleHosts(w http.ResponseWriter, r *http.Request) {
 	now := u.cfg.Now()
 	v := hostsView{Offline: hostOffline}
 	for _, h := range hosts {
-		row := hostRow{Host: h, Online: !h.LastSeen.IsZero() && now.Sub(h.LastSeen) < hostOffline}
+		row := hostRow{Host: h, Online: h.Lost == nil && !h.LastSeen.IsZero() && now.Sub(h.LastSeen) < hostOffline}
 		log, err := u.store.JoinLog(h.Name)
 		if err != nil {
 			u.storeFail(w, r, err)

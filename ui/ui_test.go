@@ -693,3 +693,28 @@ func TestHostsPageShowsHostRecord(t *testing.T) {
 		t.Errorf("hv-r1-n03 pool details = %q, want the join log's %q", g, w)
 	}
 }
+
+// TestHostsPageShowsLostAndFenced: a lost host shows its HostLost
+// condition with the power its BMC read; a fenced one shows fenced.
+func TestHostsPageShowsLostAndFenced(t *testing.T) {
+	l := newLab(t, uitest.Options{})
+	c := client(t)
+	login(t, l, c)
+	if _, err := l.Store.MarkHostLost("hv-r1-n03", time.Now().Add(time.Hour), time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Store.RecordLostPower("hv-r1-n03", time.Now(), state.PowerOn, ""); err != nil {
+		t.Fatal(err)
+	}
+	_, body := get(t, c, l.URL()+"/ui/hosts")
+	if !strings.Contains(body, `data-condition="HostLost"`) || !strings.Contains(body, "lost, powered on") {
+		t.Fatalf("hosts page does not show the lost host:\n%s", body)
+	}
+	if _, err := l.Store.FenceServer("r1-n03", state.Fencing{Actor: "ops", Reason: "lost", Device: "bmc", Host: "hv-r1-n03"}); err != nil {
+		t.Fatal(err)
+	}
+	_, body = get(t, c, l.URL()+"/ui/hosts")
+	if !strings.Contains(body, `data-condition="Fenced"`) {
+		t.Fatalf("hosts page does not show the fenced host:\n%s", body)
+	}
+}

@@ -93,12 +93,35 @@ type Facts struct {
 	Disks  []Disk `json:"disks"`
 	NICs   []NIC  `json:"nics"`
 	DMI    DMI    `json:"dmi"`
+	// GPUs are the PCI display controllers (class 03xxh) that are not a
+	// BMC's own VGA (ASPEED, Matrox G200); empty when none.
+	GPUs []GPU `json:"gpus,omitempty"`
+}
+
+// GPU is one PCI display controller from /sys/bus/pci/devices (PCI class
+// 03h, PCI Code and ID Assignment Specification §1.4).
+type GPU struct {
+	// PCIAddress is the device's domain:bus:device.function ("0000:3b:00.0").
+	PCIAddress string `json:"pciAddress"`
+	// VendorID and DeviceID are the PCI ids in hex ("0x10de").
+	VendorID string `json:"vendorID"`
+	DeviceID string `json:"deviceID,omitempty"`
+	// Vendor is "nvidia" (10deh), "amd" (1002h), "intel" (8086h), or the
+	// vendor id when unknown.
+	Vendor string `json:"vendor"`
 }
 
 // CPU is read from /proc/cpuinfo and /sys/devices/system/cpu.
 type CPU struct {
 	// Model is the "model name" line of the first processor.
 	Model string `json:"model"`
+	// Vendor is the "vendor_id" line of the first processor
+	// ("GenuineIntel", "AuthenticAMD"); "" where cpuinfo has none (arm64
+	// lists "CPU implementer" instead).
+	Vendor string `json:"vendor,omitempty"`
+	// Arch is the machine architecture as a GOARCH name ("amd64",
+	// "arm64"), from /proc/sys/kernel/arch, else the agent's own build.
+	Arch string `json:"arch,omitempty"`
 	// Sockets is the number of distinct physical package ids.
 	Sockets int `json:"sockets"`
 	// Cores is the number of distinct (package, core) pairs over all sockets.
@@ -246,10 +269,18 @@ type Seed struct {
 	SSHKeys []string `json:"sshKeys"`
 	// NetworkConfig is a network-config v2 document (YAML); empty means DHCP on all NICs.
 	NetworkConfig string `json:"networkConfig,omitempty"`
-	// JoinCommand is the first-boot join command run by runcmd. Until the join
-	// issue lands the controller sends a placeholder (see ramdisk/agent.JoinPlaceholder).
+	// JoinCommand is the first-boot join command run by runcmd; one line.
+	// Empty means [JoinPlaceholder].
 	JoinCommand string `json:"joinCommand,omitempty"`
 }
+
+// JoinPlaceholder is the first-boot command written into a NoCloud seed
+// (Seed.JoinCommand) or an installer document when no join command is given.
+// It only records that the join step is missing. It lives here because the
+// controller (which sends it), deploy (installer documents) and the ramdisk
+// agent (the seed) all need it, and api/v1 is the one package all three may
+// import (docs/architecture.md).
+const JoinPlaceholder = "echo 'machina: join command placeholder, replaced by the join issue' >> /var/log/machina-join.log"
 
 // WipePlan is the release wipe plan answered by PathAgentWipe: which disks
 // to wipe and the token for the outcome.

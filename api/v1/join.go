@@ -3,6 +3,7 @@ package v1
 import (
 	"context"
 	"net/http"
+	"net/url"
 	"time"
 )
 
@@ -143,6 +144,74 @@ type JoinDone struct {
 	Reason string `json:"reason,omitempty"`
 }
 
+// Heartbeat is the body of POST /hosts/{name}/heartbeat (mutual TLS).
+// An empty body (older agents) is a heartbeat without these facts.
+type Heartbeat struct {
+	// UptimeSeconds is the host's /proc/uptime (first field): a smaller
+	// one than the last heartbeat's tells a reboot.
+	UptimeSeconds float64 `json:"uptimeSeconds,omitempty"`
+	// AgentUptimeSeconds is how long this node agent process has run: it
+	// restarting on the same boot tells an agent restart.
+	AgentUptimeSeconds float64 `json:"agentUptimeSeconds,omitempty"`
+	// AgentStartedAt is when this agent process started, by the host's
+	// clock; fixed for the process's life, so a new value is a new
+	// process even seconds after the last.
+	AgentStartedAt time.Time `json:"agentStartedAt,omitzero"`
+	// AgentVersion is the node agent's build (git describe, or "dev").
+	AgentVersion string `json:"agentVersion,omitempty"`
+}
+
+// HostLost is a host that missed its heartbeats for the lost window.
+// Power is its server's power as the BMC read it after the loss
+// ("powered_on", "powered_off"; "" until read, PowerError when it could
+// not be), Summary the same for people ("lost, powered on").
+type HostLost struct {
+	Since      time.Time `json:"since"`
+	Detected   time.Time `json:"detected"`
+	Power      string    `json:"power,omitempty"`
+	PowerAt    time.Time `json:"powerAt,omitzero"`
+	PowerError string    `json:"powerError,omitempty"`
+	Summary    string    `json:"summary"`
+}
+
+// HostFence is a fenced host: its server powered off (read back off)
+// through Device ("bmc", or "fence ipmi ADDRESS"), by Actor (an admin
+// token's name, "controller" for auto-fence), for Reason, at At.
+type HostFence struct {
+	At     time.Time `json:"at"`
+	Actor  string    `json:"actor"`
+	Reason string    `json:"reason"`
+	Device string    `json:"device"`
+	Auto   bool      `json:"auto,omitempty"`
+}
+
+// HostCondition is a condition of a host (Type "HostLost", "Fenced"),
+// with a CamelCase Reason and a message.
+type HostCondition struct {
+	Type    string    `json:"type"`
+	Reason  string    `json:"reason"`
+	Message string    `json:"message"`
+	Since   time.Time `json:"since,omitzero"`
+}
+
+// FenceRequest is the body of POST /api/v1/hosts/{name}/fence and
+// /unfence: why (required, at most 500 characters, recorded in the audit
+// event with the admin token's name).
+type FenceRequest struct {
+	Reason string `json:"reason"`
+}
+
+// FenceResult answers a fence: the host, its server, what powered it off
+// and the power read back ("powered_off").
+type FenceResult struct {
+	Host   string    `json:"host"`
+	Server string    `json:"server"`
+	Device string    `json:"device"`
+	Power  string    `json:"power"`
+	At     time.Time `json:"at"`
+	Actor  string    `json:"actor"`
+}
+
 // Host is a joined host as the admin API shows it (GET /api/v1/hosts).
 type Host struct {
 	Name       string    `json:"name"`
@@ -158,6 +227,15 @@ type Host struct {
 	// Networks and StoragePools the node reported applied in its last join.
 	Networks     []string `json:"networks,omitempty"`
 	StoragePools []string `json:"storagePools,omitempty"`
+	// BootedAt and AgentVersion come from the heartbeats (zero from older
+	// agents).
+	BootedAt     time.Time `json:"bootedAt,omitzero"`
+	AgentVersion string    `json:"agentVersion,omitempty"`
+	// Lost is set while the host misses its heartbeats; Fenced while its
+	// server is fenced. Conditions lists both for display.
+	Lost       *HostLost       `json:"lost,omitempty"`
+	Fenced     *HostFence      `json:"fenced,omitempty"`
+	Conditions []HostCondition `json:"conditions,omitempty"`
 }
 
 // HostList answers GET /api/v1/hosts.
@@ -176,6 +254,22 @@ func (c *Client) CreateEnrolmentToken(ctx context.Context, req EnrolmentRequest)
 func (c *Client) Hosts(ctx context.Context) (HostList, error) {
 	var out HostList
 	err := c.do(ctx, http.MethodGet, "/api/v1/hosts", nil, nil, &out)
+	return out, err
+}
+
+// FenceHost calls POST /api/v1/hosts/{name}/fence: power the host's
+// server off through its BMC or fencing device, read back off.
+func (c *Client) FenceHost(ctx context.Context, name, reason string) (FenceResult, error) {
+	var out FenceResult
+	err := c.do(ctx, http.MethodPost, "/api/v1/hosts/"+url.PathEscape(name)+"/fence", nil, FenceRequest{Reason: reason}, &out)
+	return out, err
+}
+
+// UnfenceHost calls POST /api/v1/hosts/{name}/unfence: clear the fence so
+// the reconciler may power the server on again.
+func (c *Client) UnfenceHost(ctx context.Context, name, reason string) (Host, error) {
+	var out Host
+	err := c.do(ctx, http.MethodPost, "/api/v1/hosts/"+url.PathEscape(name)+"/unfence", nil, FenceRequest{Reason: reason}, &out)
 	return out, err
 }
 

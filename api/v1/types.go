@@ -97,6 +97,16 @@ type Hardware struct {
 	Product     string    `json:"product,omitempty"`
 	Serial      string    `json:"serial,omitempty"`
 	ObservedAt  time.Time `json:"observedAt"`
+	// CPUVendor, Arch, InstalledMemoryBytes and GPUs feed the derived
+	// labels (Labels); zero from reports of older agents.
+	CPUVendor            string `json:"cpuVendor,omitempty"`
+	Arch                 string `json:"arch,omitempty"`
+	InstalledMemoryBytes int64  `json:"installedMemoryBytes,omitempty"`
+	GPUs                 []GPU  `json:"gpus,omitempty"`
+	// Labels are the labels derived from the report (cpu.vendor,
+	// cpu.arch, memory.gib, disk.nvme.count, nic.speed.max, gpu.vendor)
+	// that profile selectors match.
+	Labels map[string]string `json:"labels,omitempty"`
 }
 
 // Disk and NIC (agent.go) describe the hardware in both the agent report

@@ -6,6 +6,7 @@ import (
 	"path"
 	"slices"
 	"strings"
+	"time"
 )
 
 // allowable returns the values listed for param of the action whose
@@ -80,12 +81,13 @@ func (s *Server) reset(w http.ResponseWriter, r *http.Request, p string, body ma
 	if !isStr {
 		return writeError(w, http.StatusBadRequest, "Base.1.8.ActionParameterMissing", "The action ComputerSystem.Reset requires the parameter ResetType to be present in the request body.", "ComputerSystem.Reset", "ResetType")
 	}
-	if !slices.Contains(allowed, rt) || slices.Contains(s.quirks.RefuseResetTypes, rt) {
+	if !slices.Contains(allowed, rt) || slices.Contains(s.quirks.RefuseResetTypes, rt) || (s.quirks.NoPowerCycle && rt == "PowerCycle") {
 		return writeError(w, http.StatusBadRequest, "Base.1.8.ActionParameterValueNotInList", "The value '"+rt+"' for the parameter ResetType is not in the list of acceptable values.", rt, "ResetType", "ComputerSystem.Reset")
 	}
 	if err := s.power.Reset(r.Context(), rt); err != nil {
 		return writeError(w, http.StatusInternalServerError, "Base.1.8.InternalError", "The request failed due to an internal service error: "+err.Error())
 	}
+	s.noteReset(sys, rt)
 	w.WriteHeader(http.StatusNoContent)
 	return http.StatusNoContent
 }
@@ -256,6 +258,10 @@ func (s *Server) patchBootLocked(ctx context.Context, w http.ResponseWriter, sys
 			return writeError(w, http.StatusBadRequest, "Base.1.8.PropertyValueNotInList", "The value "+sv+" for the property "+k+" is not in the list of acceptable values.", sv, k)
 		}
 	}
+	if s.quirks.IgnoreOnce && req["BootSourceOverrideEnabled"] == "Once" {
+		w.WriteHeader(http.StatusNoContent)
+		return http.StatusNoContent
+	}
 	s.mutateLocked(sysPath, func(b map[string]any) {
 		bb := b["Boot"].(map[string]any)
 		for k, v := range req {
@@ -345,4 +351,34 @@ func (s *Server) mediaHookLocked(ctx context.Context, w http.ResponseWriter, ima
 		return writeError(w, http.StatusInternalServerError, "Base.1.8.InternalError", "The request failed due to an internal service error: "+err.Error())
 	}
 	return 0
+}
+
+// noteReset updates ComputerSystem.LastResetTime and BootProgress
+// (LastState, LastStateTime) after a reset that starts the host, where the
+// tree has them, as bmcweb and iDRAC 9 do; with Quirks.NoLastResetTime the
+// properties stay hidden and frozen.
+func (s *Server) noteReset(sys, rt string) {
+	switch rt {
+	case "On", "ForceOn", "ForceRestart", "GracefulRestart", "PowerCycle", "PushPowerButton":
+	default:
+		return
+	}
+	if s.quirks.NoLastResetTime {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.resets++
+	// One millisecond more per reset: two resets within one clock tick
+	// still read as different times, as a BMC's own stamps do.
+	now := s.now().UTC().Add(time.Duration(s.resets) * time.Millisecond).Format("2006-01-02T15:04:05.000Z07:00")
+	s.mutateLocked(sys, func(b map[string]any) {
+		if _, ok := b["LastResetTime"]; ok {
+			b["LastResetTime"] = now
+		}
+		if bp, ok := b["BootProgress"].(map[string]any); ok {
+			bp["LastState"] = "SystemHardwareInitializationComplete"
+			bp["LastStateTime"] = now
+		}
+	})
 }

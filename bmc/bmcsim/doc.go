@@ -8,7 +8,12 @@
 // of the boot override (also through a System's @Redfish.Settings object);
 // VirtualMedia InsertMedia/EjectMedia and PATCH-style media; sessions
 // (X-Auth-Token) and Basic auth with account lockout; ETag checks (If-Match,
-// 412/428) where the tree has @odata.etag. Vendor behaviours are [Quirks];
+// 412/428) where the tree has @odata.etag; LastResetTime and BootProgress
+// stamped on resets. Vendor behaviours are [Quirks], and the real-BMC
+// behaviours no fixture tree shows are named [Modes] (Basic only, no
+// authentication, Once coerced to Continuous or ignored, no PowerCycle, no
+// LastResetTime); [WriteSharedChassisTree] builds two systems in one
+// chassis;
 // failures are injected with [Server.Inject]; every request is recorded for
 // tests ([Server.Requests]); power is delegated to a [PowerBackend].
 //

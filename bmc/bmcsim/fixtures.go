@@ -1,11 +1,14 @@
 package bmcsim
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
+	"path"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"sync"
 )
 
@@ -92,4 +95,134 @@ func (c *Trees) New(dir string, cfg Config) (*Server, error) {
 	}
 	cfg.Tree = t
 	return New(cfg)
+}
+
+// WriteSharedChassisTree copies the tree in src to dst (a new folder) and
+// adds a second ComputerSystem, "<first system>-2", in the first system's
+// chassis: the chassis' Links.ComputerSystems lists both, and the chassis
+// gains a Sensor and a Thermal entry both named "CPU Temp" (78 °C) whose
+// RelatedItem is the second system's CPU. Blade and multi-node chassis
+// behave so (Supermicro TwinPro and BigTwin, Dell PowerEdge C6520 and
+// MX7000 sleds, HPE Apollo 2000 and Synergy): one chassis, several
+// systems, sensors tied to one node by RelatedItem. The second system has
+// only Links.Chassis, the Reset action and the Boot override.
+func WriteSharedChassisTree(src, dst string) error {
+	err := filepath.WalkDir(src, func(p string, de os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(src, p)
+		out := filepath.Join(dst, rel)
+		if de.IsDir() {
+			return os.MkdirAll(out, 0o755)
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(out, b, 0o644)
+	})
+	if err != nil {
+		return fmt.Errorf("bmcsim: shared chassis tree: copy: %w", err)
+	}
+	file := func(id string) string {
+		return filepath.Join(dst, filepath.FromSlash(strings.TrimPrefix(id, "/")), "index.json")
+	}
+	read := func(id string) (map[string]any, error) {
+		var m map[string]any
+		b, err := os.ReadFile(file(id))
+		if err == nil {
+			err = json.Unmarshal(b, &m)
+		}
+		return m, err
+	}
+	write := func(id string, m map[string]any) error {
+		b, err := json.MarshalIndent(m, "", "  ")
+		if err != nil {
+			return err
+		}
+		if err := os.MkdirAll(filepath.Dir(file(id)), 0o755); err != nil {
+			return err
+		}
+		return os.WriteFile(file(id), b, 0o644)
+	}
+	coll, err := read("/redfish/v1/Systems")
+	if err != nil {
+		return fmt.Errorf("bmcsim: shared chassis tree: %w", err)
+	}
+	ids := memberIDs(coll)
+	if len(ids) == 0 {
+		return errors.New("bmcsim: shared chassis tree: no system")
+	}
+	s1, err := read(ids[0])
+	if err != nil {
+		return fmt.Errorf("bmcsim: shared chassis tree: %w", err)
+	}
+	links, _ := obj(s1, "Links")["Chassis"].([]any)
+	if len(links) == 0 {
+		return errors.New("bmcsim: shared chassis tree: the first system links no chassis")
+	}
+	chID := odataID(links[0])
+	s2ID := strings.TrimRight(ids[0], "/") + "-2"
+	s2 := map[string]any{
+		"@odata.id": s2ID, "@odata.type": s1["@odata.type"], "Id": path.Base(s2ID), "Name": "Second node",
+		"Manufacturer": s1["Manufacturer"], "Model": s1["Model"], "SerialNumber": "NODE2", "PowerState": "On",
+		"Status": map[string]any{"State": "Enabled", "Health": "OK", "HealthRollup": "OK"},
+		"Boot":   deepCopy(s1["Boot"]),
+		"Links":  map[string]any{"Chassis": []any{map[string]any{"@odata.id": chID}}},
+		"Actions": map[string]any{"#ComputerSystem.Reset": map[string]any{
+			"target":                            s2ID + "/Actions/ComputerSystem.Reset",
+			"ResetType@Redfish.AllowableValues": []any{"On", "ForceOff", "ForceRestart", "GracefulShutdown"},
+		}},
+	}
+	if err := write(s2ID, s2); err != nil {
+		return err
+	}
+	coll["Members"] = append(anySlice(coll["Members"]), map[string]any{"@odata.id": s2ID})
+	coll["Members@odata.count"] = len(anySlice(coll["Members"]))
+	if err := write("/redfish/v1/Systems", coll); err != nil {
+		return err
+	}
+	ch, err := read(chID)
+	if err != nil {
+		return fmt.Errorf("bmcsim: shared chassis tree: %w", err)
+	}
+	cl, _ := ch["Links"].(map[string]any)
+	if cl == nil {
+		cl = map[string]any{}
+		ch["Links"] = cl
+	}
+	cl["ComputerSystems"] = []any{map[string]any{"@odata.id": ids[0]}, map[string]any{"@odata.id": s2ID}}
+	if err := write(chID, ch); err != nil {
+		return err
+	}
+	related := []any{map[string]any{"@odata.id": s2ID + "/Processors/CPU1"}}
+	if sid := odataID(ch["Sensors"]); sid != "" {
+		sc, err := read(sid)
+		if err == nil {
+			snID := strings.TrimRight(sid, "/") + "/Node2CPUTemp"
+			sn := map[string]any{"@odata.id": snID, "@odata.type": "#Sensor.v1_7_0.Sensor", "Id": "Node2CPUTemp", "Name": "CPU Temp",
+				"ReadingType": "Temperature", "ReadingUnits": "Cel", "Reading": 78, "Status": map[string]any{"State": "Enabled", "Health": "OK"},
+				"RelatedItem": related}
+			if err := write(snID, sn); err != nil {
+				return err
+			}
+			sc["Members"] = append(anySlice(sc["Members"]), map[string]any{"@odata.id": snID})
+			sc["Members@odata.count"] = len(anySlice(sc["Members"]))
+			if err := write(sid, sc); err != nil {
+				return err
+			}
+		}
+	}
+	if tid := odataID(ch["Thermal"]); tid != "" {
+		th, err := read(tid)
+		if err == nil {
+			th["Temperatures"] = append(anySlice(th["Temperatures"]), map[string]any{"Name": "CPU Temp", "ReadingCelsius": 78,
+				"Status": map[string]any{"State": "Enabled", "Health": "OK"}, "RelatedItem": related})
+			if err := write(tid, th); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }

@@ -62,8 +62,37 @@ type Quirks struct {
 	// a GeneralError body (a BMC whose error path is wrong; read-back tests).
 	BootPatchAnswers400 bool
 	// StoreContinuousForOnce stores BootSourceOverrideEnabled=Continuous
-	// when Once is requested, answering 204 (a lying BMC; read-back tests).
+	// when Once is requested, answering 204: the third-party Redfish
+	// emulator of issue 26 and KubeVirt's virtbmc do so (public report
+	// kubevirtbmc/kubevirtbmc#165: "Once is silently coerced to
+	// Continuous"); BMCs that only implement a persistent override map
+	// Once onto it the same way.
 	StoreContinuousForOnce bool
+	// IgnoreOnce accepts a PATCH asking for BootSourceOverrideEnabled=Once
+	// with 204 and changes nothing (the old override stays, usually
+	// Disabled): public report v1k0d3n/kubevirt-redfish#28 ("the call
+	// passes, but all it does is set some annotations").
+	IgnoreOnce bool
+	// BasicOnly models a BMC without a session service: the service root
+	// has no Links.Sessions and no SessionService, POST to the Sessions
+	// path answers 401 with `WWW-Authenticate: Basic realm=...`, and every
+	// unauthenticated request is challenged the same way. The third-party
+	// emulator of issue 26 behaves so; sushy's bare_minimum_root.json
+	// fixture (openstack-sushy-json-samples) is a service root with no
+	// session service at all.
+	BasicOnly bool
+	// NoAuth serves everything without authentication, as the DMTF
+	// Redfish-Mockup-Server and lab BMCs with authentication turned off
+	// do: credentials, when sent, are ignored.
+	NoAuth bool
+	// NoLastResetTime hides ComputerSystem.LastResetTime and BootProgress
+	// and never updates them: the HPE iLO 5 and Lenovo XCC fixture trees
+	// report neither, the Supermicro X13 tree no LastResetTime.
+	NoLastResetTime bool
+	// NoPowerCycle leaves PowerCycle out of the ResetType allowable values
+	// (inline and in the ActionInfo) and refuses it, as HPE iLO 5 and
+	// Lenovo XCC do (their fixture trees list no PowerCycle).
+	NoPowerCycle bool
 }
 
 // vendorQuirks is the emulator's behaviour per manufacturer prefix
@@ -171,6 +200,7 @@ type Server struct {
 	faults   []*Fault
 	tasks    map[string]*task
 	seq      int
+	resets   int // accepted resets that start the host (LastResetTime stamps)
 
 	// recMu guards reqs only, so handlers holding mu can still record.
 	recMu sync.Mutex
@@ -431,11 +461,20 @@ func (w *recWriter) Write(b []byte) (int, error) {
 // serve authenticates and routes one request; w records it.
 func (s *Server) serve(w *recWriter, r *http.Request, decoded map[string]any) {
 	p := normPath(r.URL.Path)
-	public := p == "/redfish" || p == "/redfish/v1" || (p == "/redfish/v1/sessionservice/sessions" && r.Method == http.MethodPost)
-	if !public {
+	public := p == "/redfish" || p == "/redfish/v1" || (p == "/redfish/v1/sessionservice/sessions" && r.Method == http.MethodPost && !s.quirks.BasicOnly)
+	if s.quirks.BasicOnly && (p == "/redfish/v1/sessionservice" || strings.HasPrefix(p, "/redfish/v1/sessionservice/")) && r.Method != http.MethodPost {
+		writeError(w, http.StatusNotFound, "Base.1.8.ResourceMissingAtURI", "The resource at the URI "+r.URL.Path+" was not found.")
+		return
+	}
+	if !public && !s.quirks.NoAuth {
 		auth, ok, status := s.authenticate(r)
 		w.auth = auth
 		if !ok {
+			if s.quirks.BasicOnly {
+				w.Header().Set("WWW-Authenticate", `Basic realm="Redfish"`)
+				writeError(w, status, "Base.1.8.AccessDenied", "Authorization required.")
+				return
+			}
 			writeError(w, status, "Base.1.8.InsufficientPrivilege", "There are insufficient privileges for the account or credentials associated with the current session to perform the requested operation.")
 			return
 		}
@@ -568,6 +607,42 @@ func (s *Server) get(w http.ResponseWriter, r *http.Request, p string) int {
 		if ps, err := s.power.PowerState(r.Context()); err == nil {
 			raw = n.rawWithPower(ps)
 		}
+		if s.quirks.NoLastResetTime || s.quirks.NoPowerCycle {
+			var b map[string]any
+			_ = json.Unmarshal(raw, &b)
+			if s.quirks.NoLastResetTime {
+				delete(b, "LastResetTime")
+				delete(b, "BootProgress")
+			}
+			if s.quirks.NoPowerCycle {
+				act, _ := obj(b, "Actions")["#ComputerSystem.Reset"].(map[string]any)
+				if v, ok := act["ResetType@Redfish.AllowableValues"].([]any); ok {
+					act["ResetType@Redfish.AllowableValues"] = withoutPowerCycle(v)
+				}
+			}
+			raw, _ = json.Marshal(b)
+		}
+	}
+	if s.quirks.NoPowerCycle && strings.Contains(p, "resetactioninfo") {
+		var b map[string]any
+		_ = json.Unmarshal(raw, &b)
+		ps, _ := b["Parameters"].([]any)
+		for _, pm := range ps {
+			if m, ok := pm.(map[string]any); ok && m["Name"] == "ResetType" {
+				if v, ok := m["AllowableValues"].([]any); ok {
+					m["AllowableValues"] = withoutPowerCycle(v)
+				}
+			}
+		}
+		raw, _ = json.Marshal(b)
+	}
+	if p == "/redfish/v1" && s.quirks.BasicOnly {
+		b := deepCopy(n.body).(map[string]any)
+		delete(b, "SessionService")
+		if l, ok := b["Links"].(map[string]any); ok {
+			delete(l, "Sessions")
+		}
+		raw, _ = json.Marshal(b)
 	}
 	if live != nil || p == "/redfish/v1/sessionservice/sessions" {
 		b := deepCopy(n.body).(map[string]any)
@@ -596,6 +671,10 @@ func (s *Server) etagHeader(e string) string {
 }
 
 func (s *Server) login(w http.ResponseWriter, body map[string]any) int {
+	if s.quirks.NoAuth {
+		// No authentication: a session is handed out to anyone.
+		body = map[string]any{"UserName": s.cfg.Username, "Password": s.cfg.Password}
+	}
 	if s.quirks.NoSessions {
 		return writeError(w, http.StatusMethodNotAllowed, "Base.1.8.OperationNotAllowed", "Sessions are not supported.")
 	}
@@ -666,4 +745,44 @@ func Serve(ctx context.Context, ln net.Listener, h http.Handler) error {
 		}
 		return fmt.Errorf("bmcsim: serve: %w", err)
 	}
+}
+
+func obj(m map[string]any, k string) map[string]any { o, _ := m[k].(map[string]any); return o }
+
+func withoutPowerCycle(v []any) []any {
+	out := make([]any, 0, len(v))
+	for _, e := range v {
+		if e != "PowerCycle" {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// Modes are the issue-26 BMC behaviours by name, for `machina bmcsim
+// --mode` and tests; see each Quirks field for the BMCs that behave so.
+var Modes = map[string]func(*Quirks){
+	"basic-only":         func(q *Quirks) { q.BasicOnly = true },
+	"no-sessions":        func(q *Quirks) { q.NoSessions = true },
+	"no-auth":            func(q *Quirks) { q.NoAuth = true },
+	"once-to-continuous": func(q *Quirks) { q.StoreContinuousForOnce = true },
+	"once-ignored":       func(q *Quirks) { q.IgnoreOnce = true },
+	"no-powercycle":      func(q *Quirks) { q.NoPowerCycle = true },
+	"no-lastresettime":   func(q *Quirks) { q.NoLastResetTime = true },
+}
+
+// SetMode turns on the behaviour called name (a key of Modes), or returns
+// an error naming the known ones.
+func (q *Quirks) SetMode(name string) error {
+	f, ok := Modes[name]
+	if !ok {
+		names := make([]string, 0, len(Modes))
+		for n := range Modes {
+			names = append(names, n)
+		}
+		slices.Sort(names)
+		return fmt.Errorf("bmcsim: unknown mode %q (want one of %s)", name, strings.Join(names, ", "))
+	}
+	f(q)
+	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"maps"
 	"os"
+	"path"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -122,6 +123,18 @@ func hashETag(b []byte) string {
 func (t *Tree) Paths() int { return len(t.nodes) }
 
 func (t *Tree) lookup(p string) *node { return t.nodes[normPath(p)] }
+
+// SystemIDs returns the Id (last path segment) of every member of the
+// Systems collection, in collection order.
+func (t *Tree) SystemIDs() []string {
+	var out []string
+	if c := t.lookup("/redfish/v1/Systems"); c != nil {
+		for _, id := range memberIDs(c.body) {
+			out = append(out, path.Base(strings.TrimRight(id, "/")))
+		}
+	}
+	return out
+}
 
 func (t *Tree) firstMember(coll string) *node {
 	c := t.lookup(coll)

@@ -32,6 +32,11 @@ type Target struct {
 	// NoPersistentBoot: the BMC cannot keep an override (e.g. Lenovo XCC
 	// lists only Once); a persistent override must be bmc.ErrUnsupported.
 	NoPersistentBoot bool
+	// NoResetEvidence: the BMC offers no proof of a reset of a running
+	// machine (no LastResetTime, no BootProgress, no task, power never
+	// seen off); reset and cycle from on must be bmc.ErrUnverified, and
+	// the machine still on.
+	NoResetEvidence bool
 	// MediaURL is the image URL used for media tests; "" means
 	// "http://192.0.2.1/machina.iso".
 	MediaURL string
@@ -62,7 +67,19 @@ func Run(t *testing.T, newTarget func(t *testing.T) Target) {
 		t.Run(name, func(t *testing.T) {
 			tg := newTarget(t)
 			tg.SetPower(pc.from)
-			if err := tg.Driver.Power(ctx(t), pc.action); err != nil {
+			err := tg.Driver.Power(ctx(t), pc.action)
+			restart := pc.from && (pc.action == bmc.PowerActionReset || pc.action == bmc.PowerActionCycle)
+			if restart && tg.NoResetEvidence {
+				if !errors.Is(err, bmc.ErrUnverified) {
+					t.Fatalf("Power(%s) from on without evidence: %v, want ErrUnverified", pc.action, err)
+				}
+				err = nil
+			} else if restart && err == nil {
+				if r, ok := tg.Driver.(bmc.ResetEvidence); ok && r.LastResetEvidence() == "" {
+					t.Errorf("Power(%s) verified, but LastResetEvidence is empty", pc.action)
+				}
+			}
+			if err != nil {
 				t.Fatalf("Power(%s) from %s: %v", pc.action, onOff(pc.from), err)
 			}
 			if got := tg.PowerOn(); got != pc.want {

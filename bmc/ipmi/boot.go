@@ -123,7 +123,8 @@ func (d *Driver) readBootFlags(ctx context.Context) ([5]byte, error) {
 // that clear the flags once read) keep only the selector, and that is logged
 // at Warn. A BMC that rejects the parameter returns a *CompletionError
 // wrapping bmc.ErrUnsupported.
-func (d *Driver) SetBootOverride(ctx context.Context, o bmc.BootOverride) error {
+func (d *Driver) SetBootOverride(ctx context.Context, o bmc.BootOverride) (err error) {
+	defer func() { err = bmc.WithBMC(d.cfg.Address, err) }()
 	if _, err := deviceSelector(o.Device); err != nil {
 		return fmt.Errorf("ipmi: set boot override: %w", err)
 	}
@@ -165,7 +166,8 @@ func (d *Driver) SetBootOverride(ctx context.Context, o bmc.BootOverride) error 
 // BootOverride reads boot-option parameter 5. Device is "" when no override
 // is set (selector 0). Persistent and Mode are only meaningful when the BMC
 // reports the flags valid; otherwise they are false and BootModeUnset.
-func (d *Driver) BootOverride(ctx context.Context) (bmc.BootOverride, error) {
+func (d *Driver) BootOverride(ctx context.Context) (_ bmc.BootOverride, err error) {
+	defer func() { err = bmc.WithBMC(d.cfg.Address, err) }()
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	b, err := d.readBootFlags(ctx)

@@ -82,6 +82,10 @@ type Driver struct {
 	c *client.Client
 	// suite is the cipher suite that worked last, 0 before the first session.
 	suite uint8
+	// sawOff is set when chassis status read off during the current
+	// reset or cycle; evidence is what proved the last one.
+	sawOff   bool
+	evidence string
 }
 
 var _ bmc.Driver = (*Driver)(nil)
@@ -207,7 +211,13 @@ func (d *Driver) session(ctx context.Context) (*client.Client, error) {
 		if err == nil {
 			c.WithTimeout(d.cfg.Timeout).WithRetry(d.cfg.Retries)
 			if d.suite != s {
-				d.log.Debug("ipmi session opened", "cipherSuite", s, "took", time.Since(start))
+				// Say which suite, once per change: operators want to know
+				// a BMC offers only SHA1 (suite 3) and not SHA256 (17).
+				refused := make([]string, 0, len(errs))
+				for _, e := range errs {
+					refused = append(refused, e.Error())
+				}
+				d.log.Info("ipmi session opened", "cipherSuite", s, "strongest", s == CipherSuite17, "refused", refused, "took", time.Since(start))
 			}
 			d.c, d.suite = c, s
 			return c, nil
@@ -329,11 +339,13 @@ func (d *Driver) Close(ctx context.Context) error {
 }
 
 // InsertMedia returns bmc.ErrUnsupported: IPMI has no virtual media.
-func (d *Driver) InsertMedia(ctx context.Context, url string) error {
+func (d *Driver) InsertMedia(ctx context.Context, url string) (err error) {
+	defer func() { err = bmc.WithBMC(d.cfg.Address, err) }()
 	return fmt.Errorf("ipmi: insert media: %w", bmc.ErrUnsupported)
 }
 
 // EjectMedia returns bmc.ErrUnsupported: IPMI has no virtual media.
-func (d *Driver) EjectMedia(ctx context.Context) error {
+func (d *Driver) EjectMedia(ctx context.Context) (err error) {
+	defer func() { err = bmc.WithBMC(d.cfg.Address, err) }()
 	return fmt.Errorf("ipmi: eject media: %w", bmc.ErrUnsupported)
 }

@@ -28,7 +28,8 @@ import (
 // "biosVersion" and "nics" are always listed in Missing (IPMI has neither);
 // any other section the BMC does not answer is listed there too. Only a
 // failure to reach the BMC at all (power state) is an error.
-func (d *Driver) Info(ctx context.Context) (*bmc.Info, error) {
+func (d *Driver) Info(ctx context.Context) (_ *bmc.Info, err error) {
+	defer func() { err = bmc.WithBMC(d.cfg.Address, err) }()
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	info := &bmc.Info{}

@@ -61,8 +61,22 @@ func TestPowerAgainstIPMISim(t *testing.T) {
 	}
 	for i, step := range steps {
 		s.resetCalls()
-		if err := d.Power(ctx, step.action); err != nil {
+		before, _ := d.PowerState(ctx)
+		err := d.Power(ctx, step.action)
+		if step.action == bmc.PowerActionReset && before == bmc.PowerOn {
+			// A hard reset keeps chassis power on: nothing proves it.
+			if !errors.Is(err, bmc.ErrUnverified) {
+				t.Fatalf("step %d: Power(reset) of a running chassis = %v, want ErrUnverified", i, err)
+			}
+			err = nil
+		}
+		if err != nil {
 			t.Fatalf("step %d: Power(%s) = %v", i, step.action, err)
+		}
+		if step.action == bmc.PowerActionCycle && before == bmc.PowerOn {
+			if ev := d.LastResetEvidence(); ev != "IPMI chassis status: off, then on" {
+				t.Errorf("step %d: cycle evidence %q, want the chassis status sequence", i, ev)
+			}
 		}
 		got, err := d.PowerState(ctx)
 		if err != nil || got != step.want {
@@ -117,7 +131,13 @@ func TestCycleFallback(t *testing.T) {
 			p.set(func(p *proxy) { p.reject = tc.reject })
 			d := newDriver(t, "127.0.0.1:"+itoa(p.port()), "admin", "password", nil)
 			s.resetCalls()
-			if err := d.Power(ctx, bmc.PowerActionCycle); err != nil {
+			err := d.Power(ctx, bmc.PowerActionCycle)
+			// Falling back to a hard reset loses the proof: power stays on.
+			if tc.wantSets[0] == "set reset 1" {
+				if !errors.Is(err, bmc.ErrUnverified) {
+					t.Fatalf("Power(cycle) via hard reset = %v, want ErrUnverified", err)
+				}
+			} else if err != nil {
 				t.Fatalf("Power(cycle) = %v", err)
 			}
 			if diff := cmp.Diff(tc.wantSets, s.setCalls()); diff != "" {

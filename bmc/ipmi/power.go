@@ -26,7 +26,8 @@ var ctlNames = map[uint8]string{
 }
 
 // PowerState reads Get Chassis Status (NetFn 00h, Cmd 01h) byte 1 bit 0.
-func (d *Driver) PowerState(ctx context.Context) (bmc.PowerState, error) {
+func (d *Driver) PowerState(ctx context.Context) (_ bmc.PowerState, err error) {
+	defer func() { err = bmc.WithBMC(d.cfg.Address, err) }()
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return d.powerState(ctx)
@@ -65,7 +66,8 @@ func (d *Driver) chassisControl(ctx context.Context, ctl uint8) error {
 // It returns nil once the chassis reports the wanted state, an error
 // wrapping bmc.ErrTimeout (naming wanted and read state) after
 // PowerTimeout, or the classified BMC error.
-func (d *Driver) Power(ctx context.Context, a bmc.PowerAction) error {
+func (d *Driver) Power(ctx context.Context, a bmc.PowerAction) (err error) {
+	defer func() { err = bmc.WithBMC(d.cfg.Address, err) }()
 	if _, err := bmc.ParsePowerAction(string(a)); err != nil {
 		return fmt.Errorf("ipmi: power: %w", err)
 	}
@@ -97,21 +99,48 @@ func (d *Driver) Power(ctx context.Context, a bmc.PowerAction) error {
 		if !errors.Is(err, bmc.ErrTimeout) && !isRejected(err) {
 			return err
 		}
-		d.log.Info("ipmi soft shutdown did not power off; forcing off", "err", err)
+		d.log.Warn("ipmi soft shutdown did not power off; forcing off", "err", err)
 		return d.controlAndWait(ctx, ctlPowerDown, bmc.PowerOff, d.cfg.PowerTimeout)
 	case bmc.PowerActionReset:
 		if cur == bmc.PowerOff {
 			// Some BMCs ack a reset of an off host and do nothing (bmclib#211).
 			return d.controlAndWait(ctx, ctlPowerUp, bmc.PowerOn, d.cfg.PowerTimeout)
 		}
-		return d.controlAndWait(ctx, ctlHardReset, bmc.PowerOn, d.cfg.PowerTimeout)
+		d.sawOff, d.evidence = false, ""
+		if err := d.controlAndWait(ctx, ctlHardReset, bmc.PowerOn, d.cfg.PowerTimeout); err != nil {
+			return err
+		}
+		return d.verified(a)
 	case bmc.PowerActionCycle:
 		if cur == bmc.PowerOff {
 			return d.controlAndWait(ctx, ctlPowerUp, bmc.PowerOn, d.cfg.PowerTimeout)
 		}
-		return d.cycle(ctx)
+		d.sawOff, d.evidence = false, ""
+		if err := d.cycle(ctx); err != nil {
+			return err
+		}
+		return d.verified(a)
 	}
 	return fmt.Errorf("ipmi: power %s: %w", a, bmc.ErrUnsupported)
+}
+
+// verified turns the chassis status sequence seen during a reset or cycle
+// of a running chassis into evidence: off then on proves it; on throughout
+// (a hard reset keeps the power on, and Get Chassis Status has nothing
+// else that moves) is a *bmc.ResetError.
+func (d *Driver) verified(a bmc.PowerAction) error {
+	if d.sawOff {
+		d.evidence = "IPMI chassis status: off, then on"
+		return nil
+	}
+	return &bmc.ResetError{Action: a, Why: "IPMI chassis status read on throughout (a hard reset keeps power on); no other evidence over IPMI"}
+}
+
+// LastResetEvidence implements bmc.ResetEvidence.
+func (d *Driver) LastResetEvidence() string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.evidence
 }
 
 // cycle runs power cycle with its fallbacks; the chassis is on.
@@ -172,6 +201,9 @@ func (d *Driver) waitPower(ctx context.Context, op string, want bmc.PowerState, 
 		}
 		if err == nil {
 			last = got
+			if got == bmc.PowerOff {
+				d.sawOff = true
+			}
 			if got == want {
 				return nil
 			}

@@ -5,7 +5,7 @@ import (
 	"crypto/hmac"
 	"crypto/sha1"
 	"encoding/binary"
-	"github.com/machina-metal/machina/bmc/ipmi/ipmisim"
+	"github.com/machina-metal/machina/bmc/ipmi/ipmisim/ipmisimtest"
 	"log/slog"
 	"net"
 	"sync"
@@ -16,17 +16,17 @@ import (
 	"github.com/bougou/go-ipmi/pkg/types"
 )
 
-// sim wraps ipmisim.Sim with the short names these tests use.
+// sim wraps ipmisimtest.Sim with the short names these tests use.
 type sim struct {
-	*ipmisim.Sim
+	*ipmisimtest.Sim
 	dir  string
 	port int
 }
 
-func wrapSim(s *ipmisim.Sim) *sim          { return &sim{Sim: s, dir: s.Dir, port: s.Port} }
-func startSim(t *testing.T) *sim           { return wrapSim(ipmisim.Start(t)) }
-func requireTools(t *testing.T)            { ipmisim.RequireTools(t) }
-func freeUDPPort(t *testing.T) int         { return ipmisim.FreeUDPPort(t) }
+func wrapSim(s *ipmisimtest.Sim) *sim      { return &sim{Sim: s, dir: s.Dir, port: s.Port} }
+func startSim(t *testing.T) *sim           { return wrapSim(ipmisimtest.Start(t)) }
+func requireTools(t *testing.T)            { ipmisimtest.RequireTools(t) }
+func freeUDPPort(t *testing.T) int         { return ipmisimtest.FreeUDPPort(t) }
 func (s *sim) calls() []string             { return s.Calls() }
 func (s *sim) resetCalls()                 { s.ResetCalls() }
 func (s *sim) setCalls() []string          { return s.SetCalls() }
@@ -34,7 +34,7 @@ func (s *sim) restart()                    { s.Restart() }
 func (s *sim) addr() string                { return s.Addr() }
 func (s *sim) ipmitool(a ...string) string { return s.Ipmitool(a...) }
 func startSimSerial(t *testing.T, serialAddr string) *sim {
-	return wrapSim(ipmisim.StartSerial(t, serialAddr))
+	return wrapSim(ipmisimtest.StartSerial(t, serialAddr))
 }
 
 // newDriver returns a driver for addr with short test timeouts.

@@ -39,9 +39,10 @@ var _ bmc.Console = (*Driver)(nil)
 // the session operational, or an error wrapping bmc.ErrRefused when the BMC
 // says the payload is already active elsewhere. The returned *SOLConsole
 // must be closed; ctx ending also closes it.
-func (d *Driver) OpenConsole(ctx context.Context) (io.ReadWriteCloser, error) {
+func (d *Driver) OpenConsole(ctx context.Context) (_ io.ReadWriteCloser, err error) {
+	defer func() { err = bmc.WithBMC(d.cfg.Address, err) }()
 	d.mu.Lock()
-	_, err := d.session(ctx)
+	_, err = d.session(ctx)
 	suite := d.suite
 	d.mu.Unlock()
 	if err != nil {

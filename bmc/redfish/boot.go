@@ -34,8 +34,13 @@ var bootModes = map[bmc.BootMode]string{
 // @Redfish.Settings the settings object is PATCHed. Unsupported targets,
 // enable values and systems without override properties are
 // bmc.ErrUnsupported before anything is sent. The result is read back from
-// the System; a mismatch is bmc.ErrMismatch.
-func (d *Driver) SetBootOverride(ctx context.Context, o bmc.BootOverride) error {
+// the System; a mismatch is bmc.ErrMismatch, except that a one-time
+// override the BMC did not honour (read back Continuous, or its old
+// override kept, or Once not offered at all) is a *bmc.OnceError saying
+// what the BMC is set to now.
+func (d *Driver) SetBootOverride(ctx context.Context, o bmc.BootOverride) (err error) {
+	defer func() { err = bmc.WithBMC(d.cfg.Endpoint, err) }()
+	d.conn.beginOp()
 	target, ok := bootTargets[o.Device]
 	if !ok {
 		return fmt.Errorf("redfish: set boot override: unknown device %q", o.Device)
@@ -55,7 +60,11 @@ func (d *Driver) SetBootOverride(ctx context.Context, o bmc.BootOverride) error 
 	if o.Persistent {
 		enabled = string(schemas.ContinuousBootSourceOverrideEnabled)
 	}
-	if allowed, ok := strList(boot, "BootSourceOverrideEnabled@Redfish.AllowableValues"); ok && !slices.Contains(allowed, enabled) {
+	if allowed, ok := strList(boot, "BootSourceOverrideEnabled@Redfish.AllowableValues"); ok && !slices.Contains(allowed, enabled) && !o.Persistent && slices.Contains(allowed, string(schemas.ContinuousBootSourceOverrideEnabled)) {
+		// Only Continuous offered: say so, send nothing; the caller may
+		// ask for Continuous and set disk back after the boot.
+		return &bmc.OnceError{Want: o, Got: bootFrom(sys), Outcome: bmc.OnceUnsupported}
+	} else if ok && !slices.Contains(allowed, enabled) {
 		return fmt.Errorf("redfish: set boot override: BootSourceOverrideEnabled %s not in %v: %w", enabled, allowed, bmc.ErrUnsupported)
 	}
 	curMode, hasMode := str(boot, "BootSourceOverrideMode")
@@ -93,6 +102,7 @@ func (d *Driver) SetBootOverride(ctx context.Context, o bmc.BootOverride) error 
 		}
 		props["BootSourceOverrideMode"] = wantMode
 	}
+	prev := [3]string{strv(boot, "BootSourceOverrideTarget"), strv(boot, "BootSourceOverrideEnabled"), strv(boot, "BootSourceOverrideMode")}
 	d.cfg.Logger.Info("redfish set boot override", "target", target, "enabled", enabled, "mode", props["BootSourceOverrideMode"])
 	perr := d.patch(ctx, "set boot override", patchPath, map[string]any{"Boot": props})
 	// Read back: the System is the truth, whatever the PATCH answered.
@@ -113,9 +123,24 @@ func (d *Driver) SetBootOverride(ctx context.Context, o bmc.BootOverride) error 
 			mism = append(mism, fmt.Sprintf("BootSourceOverrideMode want %s, read %q", wantMode, got))
 		}
 	}
+	if len(mism) > 0 && perr == nil && !o.Persistent {
+		// Once asked, something else read back: say what the BMC did.
+		got := bootFrom(sys)
+		gotEnabled := strv(boot, "BootSourceOverrideEnabled")
+		switch {
+		case gotEnabled == string(schemas.ContinuousBootSourceOverrideEnabled) && strv(boot, "BootSourceOverrideTarget") == target:
+			d.cfg.Logger.Warn("redfish set boot override: BMC stored Continuous for Once: a persistent override is now set", "target", target)
+			return &bmc.OnceError{Want: o, Got: got, Outcome: bmc.OnceCoerced}
+		case gotEnabled != string(schemas.OnceBootSourceOverrideEnabled) ||
+			prev == [3]string{strv(boot, "BootSourceOverrideTarget"), gotEnabled, strv(boot, "BootSourceOverrideMode")}:
+			// Not Once, or nothing changed at all: the PATCH was dropped.
+			d.cfg.Logger.Warn("redfish set boot override: BMC accepted Once but kept its override", "read", gotEnabled+" "+strv(boot, "BootSourceOverrideTarget"))
+			return &bmc.OnceError{Want: o, Got: got, Outcome: bmc.OnceIgnored}
+		}
+	}
 	if len(mism) > 0 {
 		if perr != nil {
-			return fmt.Errorf("redfish: set boot override: %w", perr)
+			return perr // names the operation, the request and the status
 		}
 		return fmt.Errorf("redfish: set boot override: %s: %w", strings.Join(mism, "; "), bmc.ErrMismatch)
 	}
@@ -153,7 +178,7 @@ func (d *Driver) patch(ctx context.Context, op, p string, body map[string]any) e
 	if err := d.followTask(ctx, op, r); err != nil {
 		return err
 	}
-	return extendedError(op, r)
+	return extendedError(d.cfg.Endpoint, op, r)
 }
 
 // etag reads p and returns its ETag header, or its @odata.etag; normalised
@@ -177,7 +202,7 @@ func (d *Driver) etag(ctx context.Context, op, p string, norm bool) (string, err
 // in @Message.ExtendedInfo (Severity/MessageSeverity Critical or Warning
 // with an error-looking MessageId). The caller's read-back decides; this is
 // only used when the read back cannot.
-func extendedError(op string, r *response) error {
+func extendedError(bmcName, op string, r *response) error {
 	if r == nil || r.body == nil {
 		return nil
 	}
@@ -189,7 +214,7 @@ func extendedError(op string, r *response) error {
 			sev = strv(m, "Severity")
 		}
 		if sev == "Critical" {
-			return &bmc.BMCError{Op: op, Status: r.status, Code: strv(m, "MessageId"), Message: sanitize(strv(m, "Message"))}
+			return &bmc.BMCError{BMC: bmcName, Op: op, Request: r.request, Status: r.status, Code: strv(m, "MessageId"), Message: sanitize(strv(m, "Message"))}
 		}
 	}
 	return nil
@@ -197,7 +222,9 @@ func extendedError(op string, r *response) error {
 
 // BootOverride reads the System's Boot override. Device is "" when the
 // override is Disabled or the target is None or not one of ours.
-func (d *Driver) BootOverride(ctx context.Context) (bmc.BootOverride, error) {
+func (d *Driver) BootOverride(ctx context.Context) (_ bmc.BootOverride, err error) {
+	defer func() { err = bmc.WithBMC(d.cfg.Endpoint, err) }()
+	d.conn.beginOp()
 	_, sys, err := d.system(ctx, "read boot override")
 	if err != nil {
 		return bmc.BootOverride{}, err

@@ -26,9 +26,10 @@ import (
 
 // response is one decoded Redfish answer.
 type response struct {
-	status int
-	header http.Header
-	body   map[string]any // nil when the body is empty or not a JSON object
+	status  int
+	request string // "METHOD /path" that was answered
+	header  http.Header
+	body    map[string]any // nil when the body is empty or not a JSON object
 }
 
 // captureKey carries a *http.Header through the request context so the
@@ -84,15 +85,34 @@ func projectServiceRoot(resp *http.Response) {
 	resp.Header.Del("Content-Encoding")
 }
 
+// Auth schemes (Config.Auth).
+const (
+	// AuthAuto tries a Redfish session first and falls back to HTTP Basic
+	// when the BMC has no session service (DSP0266 §13.3).
+	AuthAuto = "auto"
+	// AuthSession uses only a Redfish session (X-Auth-Token).
+	AuthSession = "session"
+	// AuthBasic uses only HTTP Basic authentication (RFC 7617).
+	AuthBasic = "basic"
+)
+
 // conn is the authenticated gofish client for one BMC: one session, reused,
-// re-created on 401, deleted by close. Safe for concurrent use.
+// re-created on 401, deleted by close. The scheme negotiated on the first
+// login (session or Basic) is remembered for the conn's lifetime. Safe for
+// concurrent use.
 type conn struct {
 	cfg  *Config
 	http *http.Client
 
 	mu    sync.Mutex
 	api   *gofish.APIClient
-	basic bool // Basic auth fallback in use
+	basic bool // Basic auth in use (negotiated or forced)
+	// scheme is "session", "basic" or "none" once negotiated, "" before.
+	scheme string
+	// authErr is the refusal of this operation's login: it is returned
+	// again instead of a second attempt (BMC accounts lock after a few
+	// failures). beginOp clears it.
+	authErr error
 }
 
 func newConn(cfg *Config) *conn {
@@ -111,34 +131,178 @@ func newConn(cfg *Config) *conn {
 	if cfg.Transport != nil {
 		rt = cfg.Transport
 	}
-	return &conn{cfg: cfg, http: &http.Client{Transport: captureTransport{next: rt}}}
+	return &conn{cfg: cfg, http: &http.Client{Transport: captureTransport{next: rt}}, basic: cfg.Auth == AuthBasic}
 }
 
-// login opens a session (POST SessionService/Sessions via gofish), falling
-// back to Basic auth when the BMC answers 405, 404, 501 or 503 there.
+// beginOp starts one driver operation: a login refused in an earlier
+// operation may be tried again, once.
+func (c *conn) beginOp() {
+	c.mu.Lock()
+	c.authErr = nil
+	c.mu.Unlock()
+}
+
+// rawJSON sends one request outside gofish (login negotiation) and returns
+// the status, headers and decoded body (nil when not a JSON object).
+func (c *conn) rawJSON(ctx context.Context, method, p string, body any) (*response, error) {
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return nil, err
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.cfg.Endpoint+p, rd)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Accept", "application/json")
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxBody))
+	if err != nil {
+		return nil, err
+	}
+	out := &response{status: resp.StatusCode, header: resp.Header}
+	var m map[string]any
+	if json.Unmarshal(raw, &m) == nil {
+		out.body = m
+	}
+	return out, nil
+}
+
+// sessionsPath returns the Sessions collection the service root names
+// (Links.Sessions, DSP0266 §13.3.4), and whether the root shows a session
+// service at all (Links.Sessions or SessionService).
+func sessionsPath(root map[string]any) (string, bool) {
+	p := link(obj(root, "Links"), "Sessions")
+	has := p != "" || link(root, "SessionService") != ""
+	if p == "" || !strings.HasPrefix(p, "/") {
+		p = "/redfish/v1/SessionService/Sessions"
+	}
+	return p, has
+}
+
+// login authenticates, negotiating the scheme on first use (Config.Auth
+// "auto"): the service root is read without credentials; a root without
+// Links.Sessions and SessionService means Basic. Otherwise a session is
+// created (POST Links.Sessions); the BMC's 404, 405 or 501 there, or a 401
+// carrying `WWW-Authenticate: Basic`, means Basic too. Any other 401/403 is
+// the credentials refused: bmc.ErrAuth naming the scheme, and no second
+// attempt with the same credentials in this operation. Without a Username
+// no credentials are sent at all (BMCs with authentication off).
 func (c *conn) login(ctx context.Context) (*gofish.APIClient, error) {
+	if c.authErr != nil {
+		return nil, c.authErr
+	}
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
 	defer cancel()
-	ctx = context.WithValue(ctx, loginKey{}, true)
 	gc := gofish.ClientConfig{
-		Endpoint: c.cfg.Endpoint, Username: c.cfg.Username, Password: c.cfg.Password,
-		HTTPClient: c.http, NoModifyTransport: true, ReuseConnections: true, BasicAuth: c.basic,
+		Endpoint: c.cfg.Endpoint, HTTPClient: c.http, NoModifyTransport: true, ReuseConnections: true,
 	}
-	api, err := gofish.ConnectContext(ctx, gc)
-	var se *schemas.Error
-	if err != nil && !c.basic && errors.As(err, &se) {
-		switch se.HTTPReturnedStatusCode {
-		case http.StatusMethodNotAllowed, http.StatusNotFound, http.StatusNotImplemented, http.StatusServiceUnavailable:
-			c.cfg.Logger.Debug("redfish sessions unavailable, using basic auth", "status", se.HTTPReturnedStatusCode)
-			c.basic = true
-			gc.BasicAuth = true
-			api, err = gofish.ConnectContext(ctx, gc)
+	if c.cfg.Username == "" {
+		c.scheme = "none"
+		api, err := gofish.ConnectContext(context.WithValue(ctx, loginKey{}, true), gc)
+		if err != nil {
+			return nil, classify(c.cfg.Endpoint, "login (no credentials)", "GET /redfish/v1", err, nil)
 		}
+		return api, nil
 	}
+	if !c.basic {
+		api, fallback, err := c.sessionLogin(ctx, gc)
+		if err != nil || !fallback {
+			return api, err
+		}
+		c.basic = true
+	}
+	c.scheme = AuthBasic
+	gc.Username, gc.Password, gc.BasicAuth = c.cfg.Username, c.cfg.Password, true
+	api, err := gofish.ConnectContext(context.WithValue(ctx, loginKey{}, true), gc)
 	if err != nil {
-		return nil, classify("login", err, nil)
+		return nil, classify(c.cfg.Endpoint, "login (HTTP Basic)", "GET /redfish/v1", err, nil)
 	}
 	return api, nil
+}
+
+// sessionLogin creates a Redfish session. fallback is true (and err nil)
+// when Config.Auth is auto and the BMC shows it has no session service.
+func (c *conn) sessionLogin(ctx context.Context, gc gofish.ClientConfig) (api *gofish.APIClient, fallback bool, err error) {
+	auto := c.cfg.Auth != AuthSession
+	root, err := c.rawJSON(ctx, http.MethodGet, "/redfish/v1", nil)
+	if err != nil {
+		return nil, false, classify(c.cfg.Endpoint, "login", "GET /redfish/v1", err, nil)
+	}
+	if root.status/100 != 2 {
+		return nil, false, c.statusOf("login", "GET /redfish/v1", root)
+	}
+	sp, has := sessionsPath(root.body)
+	if !has && auto {
+		c.cfg.Logger.Info("redfish: service root has no session service, using HTTP Basic auth")
+		return nil, true, nil
+	}
+	r, err := c.rawJSON(ctx, http.MethodPost, sp, map[string]any{"UserName": c.cfg.Username, "Password": c.cfg.Password})
+	if err != nil {
+		return nil, false, classify(c.cfg.Endpoint, "login", "POST "+sp, err, nil)
+	}
+	switch {
+	case r.status/100 == 2 && r.header.Get("X-Auth-Token") != "":
+		loc := r.header.Get("Location")
+		if u, err := url.Parse(loc); err == nil && loc != "" {
+			loc = u.RequestURI()
+		}
+		if loc == "" {
+			loc = link(r.body, "@odata.id")
+			if loc == "" {
+				loc = strv(r.body, "@odata.id")
+			}
+		}
+		c.scheme = AuthSession
+		gc.Session = &gofish.Session{ID: loc, Token: r.header.Get("X-Auth-Token")}
+		api, err := gofish.ConnectContext(context.WithValue(ctx, loginKey{}, true), gc)
+		if err != nil {
+			return nil, false, classify(c.cfg.Endpoint, "login", "GET /redfish/v1", err, nil)
+		}
+		return api, false, nil
+	case auto && r.status == http.StatusUnauthorized && strings.HasPrefix(strings.ToLower(strings.TrimSpace(r.header.Get("WWW-Authenticate"))), "basic"):
+		c.cfg.Logger.Info("redfish: session login challenged for HTTP Basic, using Basic auth", "request", "POST "+sp)
+		return nil, true, nil
+	case auto && (r.status == http.StatusNotFound || r.status == http.StatusMethodNotAllowed || r.status == http.StatusNotImplemented):
+		c.cfg.Logger.Info("redfish: no session service, using HTTP Basic auth", "request", "POST "+sp, "status", r.status)
+		return nil, true, nil
+	case r.status == http.StatusUnauthorized || r.status == http.StatusForbidden:
+		err := c.statusOf("login", "POST "+sp, r)
+		c.authErr = fmt.Errorf("redfish: credentials refused by the BMC (Redfish session login): %w", err)
+		return nil, false, c.authErr
+	case r.status/100 == 2:
+		return nil, false, &bmc.BMCError{BMC: c.cfg.Endpoint, Op: "login", Request: "POST " + sp, Status: r.status, Message: "session created without an X-Auth-Token header"}
+	}
+	return nil, false, c.statusOf("login", "POST "+sp, r)
+}
+
+// statusOf turns a non-2xx raw answer into a classified *statusError.
+func (c *conn) statusOf(op, request string, r *response) error {
+	se := &schemas.Error{HTTPReturnedStatusCode: r.status}
+	if e := obj(r.body, "error"); e != nil {
+		se.Code, se.Message = strv(e, "code"), strv(e, "message")
+		if infos, ok := e["@Message.ExtendedInfo"].([]any); ok {
+			for _, i := range infos {
+				m, _ := i.(map[string]any)
+				ei := schemas.ErrExtendedInfo{MessageID: strv(m, "MessageId"), Message: strv(m, "Message")}
+				se.ExtendedInfos = append(se.ExtendedInfos, ei)
+			}
+		}
+	}
+	if se.Message == "" {
+		se.Message = http.StatusText(r.status)
+	}
+	return classify(c.cfg.Endpoint, op, request, se, r.header)
 }
 
 // client returns the logged-in client, logging in on first use.
@@ -176,7 +340,15 @@ func (c *conn) relogin(ctx context.Context, stale *gofish.APIClient) (*gofish.AP
 func (c *conn) usingBasic() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.basic
+	return c.basic || c.scheme == "none"
+}
+
+// Scheme returns the authentication scheme in use: "session", "basic",
+// "none" (no credentials configured), or "" before the first login.
+func (c *conn) Scheme() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.scheme
 }
 
 // close deletes the session, if any.
@@ -236,7 +408,22 @@ func (c *conn) do(ctx context.Context, op, method, path string, body any, o reqO
 		lastErr = err
 		var be *bmc.BMCError
 		switch {
-		case errors.As(err, &be) && be.Status == http.StatusUnauthorized && !relogged && !c.usingBasic():
+		case errors.As(err, &be) && (be.Status == http.StatusUnauthorized || be.Status == http.StatusForbidden) && c.usingBasic():
+			// Basic credentials travel with every request: this is the one
+			// failed attempt; remember it so the operation tries no more.
+			c.mu.Lock()
+			scheme := "HTTP Basic"
+			if c.scheme == "none" {
+				scheme = "no credentials configured"
+			}
+			if be.Status == http.StatusUnauthorized || c.scheme == "none" {
+				c.authErr = fmt.Errorf("redfish: credentials refused by the BMC (%s): %w", scheme, err)
+				c.api = nil
+				err = c.authErr
+			}
+			c.mu.Unlock()
+			return nil, err
+		case errors.As(err, &be) && be.Status == http.StatusUnauthorized && !relogged:
 			relogged = true
 			if _, lerr := c.relogin(ctx, api); lerr != nil {
 				return nil, lerr
@@ -279,14 +466,14 @@ func (c *conn) once(ctx context.Context, api *gofish.APIClient, op, method, path
 		return nil, fmt.Errorf("redfish: %s: method %s not supported", op, method)
 	}
 	if err != nil {
-		return nil, classify(op, err, hdr)
+		return nil, classify(c.cfg.Endpoint, op, method+" "+path, err, hdr)
 	}
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxBody))
 	if err != nil {
-		return nil, classify(op, err, hdr)
+		return nil, classify(c.cfg.Endpoint, op, method+" "+path, err, hdr)
 	}
-	out := &response{status: resp.StatusCode, header: resp.Header}
+	out := &response{status: resp.StatusCode, request: method + " " + path, header: resp.Header}
 	if len(raw) > 0 {
 		var m map[string]any
 		if json.Unmarshal(raw, &m) == nil {
@@ -301,10 +488,10 @@ const maxBody = 8 << 20
 
 // classify turns a gofish or transport error into a *bmc.BMCError or a
 // wrapped sentinel. hdr holds the answer's headers when there was one.
-func classify(op string, err error, hdr http.Header) error {
+func classify(bmcName, op, request string, err error, hdr http.Header) error {
 	var se *schemas.Error
 	if errors.As(err, &se) && se.HTTPReturnedStatusCode != 0 {
-		be := &bmc.BMCError{Op: op, Status: se.HTTPReturnedStatusCode, Code: se.Code, Message: se.Message}
+		be := &bmc.BMCError{BMC: bmcName, Op: op, Request: request, Status: se.HTTPReturnedStatusCode, Code: se.Code, Message: se.Message}
 		if len(se.ExtendedInfos) > 0 {
 			ei := se.ExtendedInfos[0]
 			if ei.MessageID != "" {
@@ -330,22 +517,29 @@ func classify(op string, err error, hdr http.Header) error {
 		}
 		return se2
 	}
+	where := op
+	if request != "" {
+		where += ": " + request
+	}
+	if bmcName != "" {
+		where = bmcName + ": " + where
+	}
 	if errors.Is(err, context.Canceled) {
-		return fmt.Errorf("redfish: %s: %w", op, err)
+		return fmt.Errorf("redfish %s: %w", where, err)
 	}
 	var cve *tls.CertificateVerificationError
 	var uae x509.UnknownAuthorityError
 	var hne x509.HostnameError
 	var cie x509.CertificateInvalidError
 	if errors.As(err, &cve) || errors.As(err, &uae) || errors.As(err, &hne) || errors.As(err, &cie) {
-		return fmt.Errorf("redfish: %s: %w: %s", op, ErrTLS, sanitize(err.Error()))
+		return fmt.Errorf("redfish %s: %w: %s", where, ErrTLS, sanitize(err.Error()))
 	}
 	var ne net.Error
 	var ue *url.Error
 	if errors.As(err, &ne) || errors.As(err, &ue) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, context.DeadlineExceeded) {
-		return fmt.Errorf("redfish: %s: %w: %s", op, bmc.ErrUnreachable, sanitize(err.Error()))
+		return fmt.Errorf("redfish %s: %w: %s", where, bmc.ErrUnreachable, sanitize(err.Error()))
 	}
-	return fmt.Errorf("redfish: %s: %s", op, sanitize(err.Error()))
+	return fmt.Errorf("redfish %s: %s", where, sanitize(err.Error()))
 }
 
 // statusError is a *bmc.BMCError with what the driver needs from the

@@ -1,8 +1,9 @@
 package redfish
 
 import (
-	"net"
 	"strings"
+
+	"github.com/machina-metal/machina/macaddr"
 )
 
 // Tolerant accessors over decoded JSON. A value of the wrong type (a string
@@ -71,11 +72,11 @@ func members(m map[string]any) []string {
 
 // normMAC returns s in lower-case colon form, or "" if s is not a MAC.
 func normMAC(s string) string {
-	hw, err := net.ParseMAC(strings.TrimSpace(s))
-	if err != nil || len(hw) != 6 {
+	m, err := macaddr.Parse(strings.TrimSpace(s))
+	if err != nil {
 		return ""
 	}
-	return hw.String()
+	return m.String()
 }
 
 // normETag strips a weak prefix, quotes and a "-gzip" suffix (added by

@@ -45,7 +45,7 @@ func FuzzTolerantDecode(f *testing.F) {
 		_ = members(m)
 		_ = slot{body: m}.inserted()
 		_, _ = slot{body: m}.action("InsertMedia")
-		_ = extendedError("fuzz", &response{status: 200, body: m})
+		_ = extendedError("", "fuzz", &response{status: 200, body: m})
 		_ = bootFrom(m)
 		_ = parseTime(strv(m, "Created"))
 		_ = normMAC(strv(m, "MACAddress"))

@@ -43,6 +43,13 @@ type labOpts struct {
 	password string // driver's password; "" means the right one
 	tune     func(*redfish.Config)
 	tree     *bmcsim.Tree
+	backend  bmcsim.PowerBackend // replaces the MemoryPower when set
+}
+
+// newLabPower is newLab over tr with quirks q and power backend p.
+func newLabPower(t *testing.T, tr *bmcsim.Tree, q bmcsim.Quirks, p bmcsim.PowerBackend) *lab {
+	t.Helper()
+	return newLab(t, "", labOpts{on: true, tree: tr, quirks: &q, backend: p})
 }
 
 func loadTree(t *testing.T, name string) *bmcsim.Tree {
@@ -65,7 +72,11 @@ func newLab(t *testing.T, tree string, o labOpts) *lab {
 		tr = loadTree(t, tree)
 	}
 	pw := bmcsim.NewMemoryPower(o.on)
-	sim, err := bmcsim.New(bmcsim.Config{Tree: tr, Username: "admin", Password: "s3cret", Quirks: o.quirks, Power: pw, LockoutThreshold: o.lockout})
+	var backend bmcsim.PowerBackend = pw
+	if o.backend != nil {
+		backend = o.backend
+	}
+	sim, err := bmcsim.New(bmcsim.Config{Tree: tr, Username: "admin", Password: "s3cret", Quirks: o.quirks, Power: backend, LockoutThreshold: o.lockout})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,7 +86,7 @@ func newLab(t *testing.T, tree string, o labOpts) *lab {
 		Endpoint: ts.URL, Username: "admin", Password: "s3cret",
 		PollInterval: time.Millisecond, RetryBase: time.Millisecond,
 		PowerTimeout: 5 * time.Second, SoftOffTimeout: 50 * time.Millisecond,
-		Timeout: 5 * time.Second, TaskTimeout: 5 * time.Second,
+		Timeout: 5 * time.Second, TaskTimeout: 5 * time.Second, ResetEvidenceTimeout: time.Second,
 		Logger: slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug})),
 	}
 	if o.password != "" {
@@ -125,7 +136,13 @@ func newLabWith(t *testing.T, sim *bmcsim.Server) *simLab {
 
 func (l *simLab) driver(t *testing.T, password string) *redfish.Driver {
 	t.Helper()
-	drv, err := redfish.New(redfish.Config{Endpoint: l.url, Username: "admin", Password: password,
+	return l.driverWith(t, password, "")
+}
+
+// driverWith is driver with Config.Auth set to auth.
+func (l *simLab) driverWith(t *testing.T, password, auth string) *redfish.Driver {
+	t.Helper()
+	drv, err := redfish.New(redfish.Config{Endpoint: l.url, Username: "admin", Password: password, Auth: auth,
 		PollInterval: time.Millisecond, RetryBase: time.Millisecond, Timeout: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)

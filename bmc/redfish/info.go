@@ -3,6 +3,7 @@ package redfish
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"slices"
 	"sort"
@@ -24,17 +25,28 @@ const (
 )
 
 // Info returns the read model: identity (Manufacturer, Model, SerialNumber,
-// UUID, BiosVersion; Manager FirmwareVersion), Status.HealthRollup (or
-// Health), EthernetInterfaces MACs, Chassis Thermal temperatures (else
-// ThermalSubsystem/ThermalMetrics), power draw
-// from Power.PowerControl[0].PowerConsumedWatts or
-// EnvironmentMetrics.PowerWatts.Reading, UpdateService FirmwareInventory
-// versions, and the newest Config.LogEntries log entries. A section the BMC
-// does not report, or reports with unusable types, is named in Missing; only
-// failing to read the System itself is an error. A health other than OK is
-// sent to Config.OnEvent.
-func (d *Driver) Info(ctx context.Context) (*bmc.Info, error) {
-	_, sys, err := d.system(ctx, "info")
+// UUID, BiosVersion; the managing Manager's FirmwareVersion),
+// Status.HealthRollup (or Health), EthernetInterfaces MACs (without the
+// BMC's own host-interface NIC, Id ToManager or Links.HostInterface),
+// temperatures and power draw, UpdateService FirmwareInventory versions,
+// and the newest Config.LogEntries log entries.
+//
+// Readings come only from the chassis the System links to (Links.Chassis;
+// the Chassis collection's only member when it links none) and logs only
+// from the System and the Managers in its Links.ManagedBy (the only
+// Manager when it names none). Temperatures are read from the current
+// model first: the chassis' Sensors (ReadingType Temperature, with
+// health), then ThermalSubsystem/ThermalMetrics, then the deprecated
+// Thermal; power from EnvironmentMetrics.PowerWatts, then the deprecated
+// Power.PowerControl. A reading whose RelatedItem names only another
+// System (a chassis shared by several) is left out and named in
+// Info.Untied. A section the BMC does not report is named in Missing;
+// only failing to read the System itself is an error. A health other than
+// OK is sent to Config.OnEvent.
+func (d *Driver) Info(ctx context.Context) (_ *bmc.Info, err error) {
+	defer func() { err = bmc.WithBMC(d.cfg.Endpoint, err) }()
+	d.conn.beginOp()
+	sp, sys, err := d.system(ctx, "info")
 	if err != nil {
 		return nil, err
 	}
@@ -45,8 +57,9 @@ func (d *Driver) Info(ctx context.Context) (*bmc.Info, error) {
 	miss := func(s string) { in.Missing = append(in.Missing, s) }
 	in.Manufacturer, in.Model = strv(sys, "Manufacturer"), strv(sys, "Model")
 	in.Serial, in.UUID, in.BIOSVersion = strv(sys, "SerialNumber"), strv(sys, "UUID"), strv(sys, "BiosVersion")
-	if mgr := d.firstMember(ctx, link(root, "Managers")); mgr != nil {
-		in.BMCFirmware = strv(mgr, "FirmwareVersion")
+	managers := d.linked(ctx, sys, "ManagedBy", link(root, "Managers"))
+	if len(managers) > 0 {
+		in.BMCFirmware = strv(managers[0], "FirmwareVersion")
 	}
 	if in.Manufacturer == "" && in.Model == "" && in.Serial == "" && in.UUID == "" {
 		miss(SectionIdentity)
@@ -68,12 +81,20 @@ func (d *Driver) Info(ctx context.Context) (*bmc.Info, error) {
 	if len(in.NICMACs) == 0 {
 		miss(SectionNICs)
 	}
-	chassis := d.chassis(ctx, sys, root)
-	in.Temperatures = d.temperatures(ctx, chassis)
+	chassis := d.linked(ctx, sys, "Chassis", link(root, "Chassis"))
+	for _, ch := range chassis {
+		ts, untied := d.temperatures(ctx, ch, sp)
+		in.Temperatures = append(in.Temperatures, ts...)
+		in.Untied = append(in.Untied, untied...)
+	}
 	if len(in.Temperatures) == 0 {
 		miss(SectionTemperatures)
 	}
-	in.PowerWatts = d.powerDraw(ctx, chassis)
+	for _, ch := range chassis {
+		if in.PowerWatts = d.powerDraw(ctx, ch); in.PowerWatts != nil {
+			break
+		}
+	}
 	if in.PowerWatts == nil {
 		miss(SectionPower)
 	}
@@ -81,12 +102,57 @@ func (d *Driver) Info(ctx context.Context) (*bmc.Info, error) {
 	if len(in.Firmware) == 0 {
 		miss(SectionFirmware)
 	}
-	in.Logs = d.logs(ctx, sys, root)
+	in.Logs = d.logs(ctx, sys, managers)
 	if len(in.Logs) == 0 {
 		miss(SectionLogs)
 	}
 	return in, nil
 }
+
+// linked reads the resources the System names in Links.<key> (Chassis,
+// ManagedBy); when it names none, the only member of coll, if it has
+// exactly one (a BMC serving several leaves nothing to tie to).
+func (d *Driver) linked(ctx context.Context, sys map[string]any, key, coll string) []map[string]any {
+	var out []map[string]any
+	if ls, ok := obj(sys, "Links")[key].([]any); ok && len(ls) > 0 {
+		for _, l := range ls {
+			if m, ok := l.(map[string]any); ok {
+				if b := d.tryGet(ctx, strv(m, "@odata.id")); b != nil {
+					out = append(out, b)
+				}
+			}
+		}
+		return out
+	}
+	if ms := members(d.tryGet(ctx, coll)); len(ms) == 1 {
+		if b := d.tryGet(ctx, ms[0]); b != nil {
+			out = append(out, b)
+		}
+	}
+	return out
+}
+
+// tiedTo reports whether a reading with RelatedItem items belongs to the
+// System at sysPath: no item names a System (a chassis-level reading of a
+// chassis the System links to), or one names this System or something
+// under it.
+func tiedTo(items []any, sysPath string) bool {
+	sysPath = strings.TrimRight(sysPath, "/")
+	namesSystem := false
+	for _, it := range items {
+		id := strings.TrimRight(strv(asMap(it), "@odata.id"), "/")
+		if !strings.HasPrefix(strings.ToLower(id), "/redfish/v1/systems/") {
+			continue
+		}
+		namesSystem = true
+		if strings.EqualFold(id, sysPath) || strings.HasPrefix(strings.ToLower(id), strings.ToLower(sysPath)+"/") {
+			return true
+		}
+	}
+	return !namesSystem
+}
+
+func asMap(v any) map[string]any { m, _ := v.(map[string]any); return m }
 
 // tryGet reads p for the read model: any error (404, wrong body) is nil.
 func (d *Driver) tryGet(ctx context.Context, p string) map[string]any {
@@ -104,20 +170,13 @@ func (d *Driver) tryGet(ctx context.Context, p string) map[string]any {
 	return b
 }
 
-func (d *Driver) firstMember(ctx context.Context, coll string) map[string]any {
-	c := d.tryGet(ctx, coll)
-	for _, m := range members(c) {
-		if b := d.tryGet(ctx, m); b != nil {
-			return b
-		}
-	}
-	return nil
-}
-
 func (d *Driver) nics(ctx context.Context, sys map[string]any) []string {
 	var out []string
 	for _, m := range members(d.tryGet(ctx, link(sys, "EthernetInterfaces"))) {
 		b := d.tryGet(ctx, m)
+		if strv(b, "Id") == "ToManager" || link(obj(b, "Links"), "HostInterface") != "" {
+			continue // the BMC's host interface (Redfish HostInterface), not a system NIC
+		}
 		mac := normMAC(strv(b, "MACAddress"))
 		if mac == "" {
 			mac = normMAC(strv(b, "PermanentMACAddress"))
@@ -129,42 +188,81 @@ func (d *Driver) nics(ctx context.Context, sys map[string]any) []string {
 	return out
 }
 
-// chassis returns the System's first Links.Chassis, else the first member
-// of the Chassis collection.
-func (d *Driver) chassis(ctx context.Context, sys, root map[string]any) map[string]any {
-	if cs, ok := obj(sys, "Links")["Chassis"].([]any); ok {
-		for _, c := range cs {
-			if m, ok := c.(map[string]any); ok {
-				if b := d.tryGet(ctx, strv(m, "@odata.id")); b != nil {
-					return b
-				}
-			}
+// maxSensors caps the Sensor resources read per chassis.
+const maxSensors = 128
+
+// temperatures reads one chassis' temperatures, current model first, and
+// names the readings left out as another System's.
+func (d *Driver) temperatures(ctx context.Context, chassis map[string]any, sysPath string) (out []bmc.Temperature, untied []string) {
+	cid := strv(chassis, "@odata.id")
+	keep := func(t bmc.Temperature, related []any, src string) {
+		if tiedTo(related, sysPath) {
+			out = append(out, t)
+		} else {
+			untied = append(untied, fmt.Sprintf("temperature %q (%s): tied to another system", t.Name, src))
 		}
 	}
-	return d.firstMember(ctx, link(root, "Chassis"))
+	// Sensors (Redfish 2020.4+): ReadingType Temperature, with health.
+	for i, m := range members(d.tryGet(ctx, link(chassis, "Sensors"))) {
+		if i >= maxSensors {
+			break
+		}
+		sn := d.tryGet(ctx, m)
+		if (strv(sn, "ReadingType") != "Temperature" && strv(sn, "ReadingUnits") != "Cel") || strv(obj(sn, "Status"), "State") == "Absent" {
+			continue
+		}
+		c, ok := num(sn, "Reading")
+		if !ok {
+			continue
+		}
+		rel, _ := sn["RelatedItem"].([]any)
+		keep(bmc.Temperature{Name: strv(sn, "Name"), Celsius: c, Health: strv(obj(sn, "Status"), "Health")}, rel, m)
+	}
+	if len(out) > 0 || len(untied) > 0 {
+		return out, untied
+	}
+	// ThermalSubsystem/ThermalMetrics.TemperatureReadingsCelsius; in a
+	// chassis shared by several systems the source sensor says whose.
+	shared := len(anySliceOf(obj(chassis, "Links")["ComputerSystems"])) > 1
+	tm := d.tryGet(ctx, link(d.tryGet(ctx, link(chassis, "ThermalSubsystem")), "ThermalMetrics"))
+	for _, t := range thermalMetricsFrom(tm) {
+		var rel []any
+		if shared && t.src != "" {
+			rel, _ = d.tryGet(ctx, t.src)["RelatedItem"].([]any)
+		}
+		keep(t.Temperature, rel, cid+" ThermalMetrics")
+	}
+	if len(out) > 0 || len(untied) > 0 {
+		return out, untied
+	}
+	// Deprecated Thermal.Temperatures[] (RelatedItem per entry).
+	for _, t := range tempsFrom(d.tryGet(ctx, link(chassis, "Thermal"))) {
+		keep(t.Temperature, t.related, cid+" Thermal")
+	}
+	return out, untied
 }
 
-func (d *Driver) temperatures(ctx context.Context, chassis map[string]any) []bmc.Temperature {
-	if ts := tempsFrom(d.tryGet(ctx, link(chassis, "Thermal"))); len(ts) > 0 {
-		return ts
-	}
-	// Redfish 2020.4+: ThermalSubsystem/ThermalMetrics.TemperatureReadingsCelsius.
-	tm := d.tryGet(ctx, link(d.tryGet(ctx, link(chassis, "ThermalSubsystem")), "ThermalMetrics"))
-	return thermalMetricsFrom(tm)
+func anySliceOf(v any) []any { s, _ := v.([]any); return s }
+
+// reading is a temperature with where it came from.
+type reading struct {
+	bmc.Temperature
+	src     string // DataSourceUri (ThermalMetrics)
+	related []any  // RelatedItem (Thermal)
 }
 
 // thermalMetricsFrom reads ThermalMetrics.TemperatureReadingsCelsius[]
-// (DeviceName, Reading); non-numeric readings are skipped.
-func thermalMetricsFrom(tm map[string]any) []bmc.Temperature {
+// (DeviceName, Reading, DataSourceUri); non-numeric readings are skipped.
+func thermalMetricsFrom(tm map[string]any) []reading {
 	rs, _ := tm["TemperatureReadingsCelsius"].([]any)
-	var out []bmc.Temperature
+	var out []reading
 	for _, r := range rs {
 		m, _ := r.(map[string]any)
 		c, ok := num(m, "Reading")
 		if !ok {
 			continue
 		}
-		out = append(out, bmc.Temperature{Name: strv(m, "DeviceName"), Celsius: c})
+		out = append(out, reading{Temperature: bmc.Temperature{Name: strv(m, "DeviceName"), Celsius: c}, src: strv(m, "DataSourceUri")})
 	}
 	return out
 }
@@ -173,9 +271,9 @@ func thermalMetricsFrom(tm map[string]any) []bmc.Temperature {
 // not numbers (null, missing, "N/A") are skipped, and so are sensors whose
 // Status.State is "Absent" (Redfish Resource.State: the sensor is not
 // populated; HPE iLO 5 reports those with ReadingCelsius 0).
-func tempsFrom(th map[string]any) []bmc.Temperature {
+func tempsFrom(th map[string]any) []reading {
 	ts, _ := th["Temperatures"].([]any)
-	var out []bmc.Temperature
+	var out []reading
 	for _, t := range ts {
 		m, _ := t.(map[string]any)
 		if strv(obj(m, "Status"), "State") == "Absent" {
@@ -185,16 +283,19 @@ func tempsFrom(th map[string]any) []bmc.Temperature {
 		if !ok {
 			continue // "N/A", null, absent: unknown
 		}
-		out = append(out, bmc.Temperature{Name: strv(m, "Name"), Celsius: c, Health: strv(obj(m, "Status"), "Health")})
+		rel, _ := m["RelatedItem"].([]any)
+		out = append(out, reading{Temperature: bmc.Temperature{Name: strv(m, "Name"), Celsius: c, Health: strv(obj(m, "Status"), "Health")}, related: rel})
 	}
 	return out
 }
 
+// powerDraw reads EnvironmentMetrics.PowerWatts.Reading (current model),
+// else the deprecated Power.PowerControl[0].PowerConsumedWatts.
 func (d *Driver) powerDraw(ctx context.Context, chassis map[string]any) *float64 {
-	if w := powerControlWatts(d.tryGet(ctx, link(chassis, "Power"))); w != nil {
+	if w := envWatts(d.tryGet(ctx, link(chassis, "EnvironmentMetrics"))); w != nil {
 		return w
 	}
-	return envWatts(d.tryGet(ctx, link(chassis, "EnvironmentMetrics")))
+	return powerControlWatts(d.tryGet(ctx, link(chassis, "Power")))
 }
 
 // powerControlWatts reads Power.PowerControl[0].PowerConsumedWatts.
@@ -237,11 +338,11 @@ func (d *Driver) firmware(ctx context.Context, root map[string]any) []bmc.Firmwa
 }
 
 // logs reads the first log service with entries, the System's LogServices
-// first, then the Managers'.
-func (d *Driver) logs(ctx context.Context, sys, root map[string]any) []bmc.LogEntry {
+// first, then those of the Managers that manage it.
+func (d *Driver) logs(ctx context.Context, sys map[string]any, managers []map[string]any) []bmc.LogEntry {
 	services := []string{link(sys, "LogServices")}
-	for _, m := range members(d.tryGet(ctx, link(root, "Managers"))) {
-		services = append(services, link(d.tryGet(ctx, m), "LogServices"))
+	for _, m := range managers {
+		services = append(services, link(m, "LogServices"))
 	}
 	seen := map[string]bool{}
 	for _, coll := range services {
@@ -306,7 +407,9 @@ func parseTime(s string) time.Time {
 // its PowerState and Status.HealthRollup (else Status.Health; "" when
 // neither is reported). A health other than OK is sent to Config.OnEvent,
 // as Info does.
-func (d *Driver) Health(ctx context.Context) (bmc.PowerState, string, error) {
+func (d *Driver) Health(ctx context.Context) (_ bmc.PowerState, _ string, err error) {
+	defer func() { err = bmc.WithBMC(d.cfg.Endpoint, err) }()
+	d.conn.beginOp()
 	_, sys, err := d.system(ctx, "health")
 	if err != nil {
 		return bmc.PowerUnknown, "", err

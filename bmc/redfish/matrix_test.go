@@ -35,6 +35,9 @@ type vendor struct {
 	legacyUnsupported bool
 	// continuousUnsupported: BootSourceOverrideEnabled lacks Continuous.
 	continuousUnsupported bool
+	// noResetEvidence: the tree has neither LastResetTime nor
+	// BootProgress, so a reset of a running machine is unverified.
+	noResetEvidence bool
 	// insert and eject are the writes for media insert (on an empty or
 	// fixture-state slot) and eject; nil insert means no virtual CD.
 	insert []string
@@ -66,14 +69,14 @@ var vendors = []vendor{
 	{
 		tree: treeHPE, sys: "/redfish/v1/Systems/1",
 		allowed: []string{"On", "ForceOff", "GracefulShutdown", "ForceRestart", "Nmi", "PushPowerButton", "GracefulRestart"},
-		cycle:   "ForceRestart", bootPath: "/redfish/v1/Systems/1", legacyUnsupported: true,
+		cycle:   "ForceRestart", bootPath: "/redfish/v1/Systems/1", legacyUnsupported: true, noResetEvidence: true,
 		insert: []string{`POST /redfish/v1/Managers/1/VirtualMedia/2/Actions/VirtualMedia.InsertMedia {"Image":"` + isoURL + `"}`},
 		eject:  []string{`POST /redfish/v1/Managers/1/VirtualMedia/2/Actions/VirtualMedia.EjectMedia {}`},
 	},
 	{
 		tree: treeLenovo, sys: "/redfish/v1/Systems/1",
 		allowed: []string{"On", "Nmi", "GracefulShutdown", "GracefulRestart", "ForceOn", "ForceOff", "ForceRestart"},
-		cycle:   "ForceRestart", bootPath: "/redfish/v1/Systems/1/Pending", ifMatch: true, continuousUnsupported: true,
+		cycle:   "ForceRestart", bootPath: "/redfish/v1/Systems/1/Pending", ifMatch: true, continuousUnsupported: true, noResetEvidence: true,
 		insert: []string{`PATCH /redfish/v1/Systems/1/VirtualMedia/EXT1 {"Image":"` + isoURL + `","Inserted":true} If-Match`},
 		eject:  []string{`PATCH /redfish/v1/Systems/1/VirtualMedia/EXT1 {"Image":null,"Inserted":false} If-Match`},
 	},
@@ -90,6 +93,15 @@ var vendors = []vendor{
 		allowed: []string{"On", "ForceOff", "ForceOn", "ForceRestart", "GracefulRestart", "GracefulShutdown", "PowerCycle", "Nmi"},
 		cycle:   "PowerCycle", bootPath: "/redfish/v1/Systems/system",
 	},
+}
+
+// unverified is the error a reset of a running machine gives on a tree
+// without reset evidence.
+func unverified(v vendor) error {
+	if v.noResetEvidence {
+		return bmc.ErrUnverified
+	}
+	return nil
 }
 
 func reset(v vendor, rt string) string {
@@ -129,11 +141,11 @@ func TestVendorMatrix(t *testing.T) {
 			want: func(vendor) []string { return nil }},
 		{name: "soft-off", on: true, run: power(bmc.PowerActionSoftOff), wantOn: &no,
 			want: func(v vendor) []string { return []string{reset(v, "GracefulShutdown")} }},
-		{name: "reset-running", on: true, run: power(bmc.PowerActionReset), wantOn: &yes,
+		{name: "reset-running", on: true, run: power(bmc.PowerActionReset), wantOn: &yes, wantErr: unverified,
 			want: func(v vendor) []string { return []string{reset(v, "ForceRestart")} }},
 		{name: "reset-stopped-powers-on", on: false, run: power(bmc.PowerActionReset), wantOn: &yes,
 			want: func(v vendor) []string { return []string{reset(v, "On")} }},
-		{name: "cycle-running", on: true, run: power(bmc.PowerActionCycle), wantOn: &yes,
+		{name: "cycle-running", on: true, run: power(bmc.PowerActionCycle), wantOn: &yes, wantErr: unverified,
 			want: func(v vendor) []string { return []string{reset(v, v.cycle)} }},
 		{name: "cycle-stopped-powers-on", on: false, run: power(bmc.PowerActionCycle), wantOn: &yes,
 			want: func(v vendor) []string { return []string{reset(v, "On")} }},

@@ -94,7 +94,9 @@ func (d *Driver) cdSlot(ctx context.Context, op string) (slot, error) {
 // when the BMC answers that one is missing and the action's parameters (if
 // listed) name it. Slots without the action take a PATCH of Image. The slot
 // is read back: Image must equal imageURL and the slot must be inserted.
-func (d *Driver) InsertMedia(ctx context.Context, imageURL string) error {
+func (d *Driver) InsertMedia(ctx context.Context, imageURL string) (err error) {
+	defer func() { err = bmc.WithBMC(d.cfg.Endpoint, err) }()
+	d.conn.beginOp()
 	u, err := url.Parse(imageURL)
 	if err != nil || u.Host == "" || !slices.Contains([]string{"http", "https", "nfs", "cifs", "smb"}, strings.ToLower(u.Scheme)) {
 		return fmt.Errorf("redfish: insert media: image URL must be http(s), nfs or cifs with a host")
@@ -127,7 +129,7 @@ func (d *Driver) InsertMedia(ctx context.Context, imageURL string) error {
 	got := slot{path: s.path, body: b}
 	if strv(b, "Image") != imageURL || !got.inserted() {
 		if perr != nil {
-			return fmt.Errorf("redfish: insert media: %w", perr)
+			return perr // names the operation, the request and the status
 		}
 		return fmt.Errorf("redfish: insert media: want Image %s inserted, read Image %q Inserted %v ConnectedVia %q: %w",
 			sanitize(imageURL), sanitize(strv(b, "Image")), b["Inserted"], strv(b, "ConnectedVia"), bmc.ErrMismatch)
@@ -161,7 +163,7 @@ func (d *Driver) insertAction(ctx context.Context, target, info, imageURL, schem
 			if err := d.followTask(ctx, "insert media", r); err != nil {
 				return err
 			}
-			return extendedError("insert media", r)
+			return extendedError(d.cfg.Endpoint, "insert media", r)
 		}
 		var se *statusError
 		if !errors.As(err, &se) || se.Status != http.StatusBadRequest {
@@ -191,7 +193,9 @@ func (d *Driver) insertAction(ctx context.Context, target, info, imageURL, schem
 // EjectMedia unmounts the virtual CD; nil when nothing is inserted. Uses
 // VirtualMedia.EjectMedia, or a PATCH of Image null and Inserted false where
 // the slot has no action. Read back: the slot must be empty.
-func (d *Driver) EjectMedia(ctx context.Context) error {
+func (d *Driver) EjectMedia(ctx context.Context) (err error) {
+	defer func() { err = bmc.WithBMC(d.cfg.Endpoint, err) }()
+	d.conn.beginOp()
 	s, err := d.cdSlot(ctx, "eject media")
 	if err != nil {
 		return err

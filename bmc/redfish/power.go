@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/stmcginnis/gofish/schemas"
@@ -80,7 +81,9 @@ func (ra resetAction) choose(cands []schemas.ResetType) []string {
 // on. After a command it polls PowerState until it matches or
 // Config.PowerTimeout passes (bmc.ErrTimeout). A reset whose answer was lost
 // is never repeated without re-reading PowerState.
-func (d *Driver) Power(ctx context.Context, a bmc.PowerAction) error {
+func (d *Driver) Power(ctx context.Context, a bmc.PowerAction) (err error) {
+	defer func() { err = bmc.WithBMC(d.cfg.Endpoint, err) }()
+	d.conn.beginOp()
 	if _, err := bmc.ParsePowerAction(string(a)); err != nil {
 		return err
 	}
@@ -116,7 +119,7 @@ func (d *Driver) Power(ctx context.Context, a bmc.PowerAction) error {
 			if err == nil || !errors.Is(err, bmc.ErrTimeout) && !errors.Is(err, bmc.ErrUnsupported) {
 				return err
 			}
-			log.Info("redfish power: graceful shutdown did not finish, forcing off", "waited", d.cfg.SoftOffTimeout)
+			log.Warn("redfish power: graceful shutdown did not finish, forcing off", "waited", d.cfg.SoftOffTimeout)
 		}
 		return d.resetTo(ctx, ra, rtOff, bmc.PowerOff, d.cfg.PowerTimeout)
 	case bmc.PowerActionReset, bmc.PowerActionCycle:
@@ -128,19 +131,110 @@ func (d *Driver) Power(ctx context.Context, a bmc.PowerAction) error {
 		if a == bmc.PowerActionCycle {
 			cands = rtCycle
 		}
+		before := resetMarks(sys)
+		d.setEvidence("", false)
 		if len(ra.choose(cands)) > 0 {
 			err := d.resetTo(ctx, ra, cands, bmc.PowerOn, d.cfg.PowerTimeout)
+			if err == nil {
+				return d.verifyReset(ctx, a, before)
+			}
 			if !errors.Is(err, bmc.ErrUnsupported) {
 				return err
 			}
 		}
-		// No restart type: ForceOff, wait for Off, then On.
+		// No restart type: ForceOff, wait for Off, then On. Off was seen.
 		if err := d.resetTo(ctx, ra, rtOff, bmc.PowerOff, d.cfg.PowerTimeout); err != nil {
 			return err
 		}
-		return d.resetTo(ctx, ra, rtOn, bmc.PowerOn, d.cfg.PowerTimeout)
+		if err := d.resetTo(ctx, ra, rtOn, bmc.PowerOn, d.cfg.PowerTimeout); err != nil {
+			return err
+		}
+		d.setEvidence("power-off observed (ForceOff, then On)", false)
+		return nil
 	}
 	return nil
+}
+
+// marks are the System properties that move when the host restarts:
+// LastResetTime (ComputerSystem v1.12) and BootProgress (LastState,
+// LastStateTime; v1.13). has is false when the BMC reports neither.
+type marks struct {
+	lastReset, bootState, bootTime string
+	has                            bool
+}
+
+func resetMarks(sys map[string]any) marks {
+	bp := obj(sys, "BootProgress")
+	m := marks{lastReset: strv(sys, "LastResetTime"), bootState: strv(bp, "LastState"), bootTime: strv(bp, "LastStateTime")}
+	_, hasLRT := sys["LastResetTime"]
+	m.has = hasLRT || bp != nil
+	return m
+}
+
+// setEvidence records what proved the last reset; off notes a power-off
+// seen while waiting.
+func (d *Driver) setEvidence(ev string, off bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.evidence = ev
+	if off {
+		d.sawOff = true
+	} else if ev == "" {
+		d.sawOff = false
+	}
+}
+
+// LastResetEvidence implements bmc.ResetEvidence: what proved the last
+// reset or cycle ("" when none did or none was sent).
+func (d *Driver) LastResetEvidence() string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.evidence
+}
+
+// verifyReset looks for proof that a reset of a running machine happened:
+// a power-off seen while waiting for On, a completed task, or a changed
+// LastResetTime or BootProgress (polled for Config.ResetEvidenceTimeout,
+// as BMCs stamp them a few seconds after the reset). Without any it is a
+// *bmc.ResetError, never success.
+func (d *Driver) verifyReset(ctx context.Context, a bmc.PowerAction, before marks) error {
+	d.mu.Lock()
+	off, ev := d.sawOff, d.evidence
+	d.mu.Unlock()
+	switch {
+	case ev != "":
+		return nil // a completed task
+	case off:
+		d.setEvidence("power-off observed", false)
+		return nil
+	case !before.has:
+		return &bmc.ResetError{Action: a, Why: "power stayed on, no task, and the BMC reports neither LastResetTime nor BootProgress"}
+	}
+	ctx, cancel := context.WithTimeout(ctx, d.cfg.ResetEvidenceTimeout)
+	defer cancel()
+	for {
+		_, sys, err := d.system(ctx, "power "+string(a)+": verify")
+		if err == nil {
+			now := resetMarks(sys)
+			switch {
+			case now.lastReset != before.lastReset && now.lastReset != "":
+				d.setEvidence("LastResetTime changed", false)
+				return nil
+			case (now.bootTime != before.bootTime && now.bootTime != "") || (now.bootState != before.bootState && now.bootState != ""):
+				d.setEvidence("BootProgress moved", false)
+				return nil
+			case powerOf(sys) == bmc.PowerOff:
+				d.setEvidence("", true)
+			}
+		}
+		t := time.NewTimer(d.cfg.PollInterval)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return &bmc.ResetError{Action: a, Why: fmt.Sprintf("power stayed on, no task, LastResetTime and BootProgress unchanged after %s", d.cfg.ResetEvidenceTimeout)}
+		case <-t.C:
+		}
+	}
 }
 
 // resetTo sends the first allowed ResetType of cands and waits for want.
@@ -172,7 +266,7 @@ func (d *Driver) resetTo(ctx context.Context, ra resetAction, cands []schemas.Re
 				return err
 			}
 			// The answer was lost: the BMC may have acted. Re-read first.
-			ps, perr := d.PowerState(ctx)
+			ps, perr := d.powerState(ctx)
 			if perr == nil && ps == want {
 				return nil
 			}
@@ -203,22 +297,31 @@ func notSupported(err error) bool {
 
 // waitPower polls PowerState until want, or returns bmc.ErrTimeout after wait.
 func (d *Driver) waitPower(ctx context.Context, want bmc.PowerState, wait time.Duration) error {
+	// Report the limit that fires: the caller's deadline when it comes
+	// before Config.PowerTimeout (a CLI --timeout 40s), else the latter.
+	limit := fmt.Sprintf("%s (power timeout)", wait)
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < wait {
+		limit = fmt.Sprintf("%s (the caller's deadline)", time.Until(dl).Round(100*time.Millisecond))
+	}
 	ctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	last := bmc.PowerUnknown
 	for {
-		ps, err := d.PowerState(ctx)
+		ps, err := d.powerState(ctx)
 		if err == nil {
 			last = ps
 			if ps == want {
 				return nil
+			}
+			if ps == bmc.PowerOff {
+				d.setEvidence("", true)
 			}
 		}
 		t := time.NewTimer(d.cfg.PollInterval)
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return fmt.Errorf("redfish: power: want %s, still %s after %s: %w", want, last, wait, bmc.ErrTimeout)
+			return fmt.Errorf("redfish %s: power: want %s, still %s after %s: %w", d.cfg.Endpoint, want, last, limit, bmc.ErrTimeout)
 		case <-t.C:
 		}
 	}
@@ -251,13 +354,16 @@ func (d *Driver) followTask(ctx context.Context, op string, r *response) error {
 		state := strv(tr.body, "TaskState")
 		switch state {
 		case "Completed":
+			if strings.HasPrefix(op, "reset ") {
+				d.setEvidence("task completed", false)
+			}
 			return nil
 		case "Exception", "Killed", "Cancelled", "Interrupted":
 			msg := ""
 			if ms, ok := tr.body["Messages"].([]any); ok && len(ms) > 0 {
 				msg = strv(ms[0].(map[string]any), "Message")
 			}
-			return &bmc.BMCError{Op: op, Status: tr.status, Code: "Task" + state, Message: sanitize(msg)}
+			return &bmc.BMCError{BMC: d.cfg.Endpoint, Op: op, Request: "GET " + mon, Status: tr.status, Code: "Task" + state, Message: sanitize(msg)}
 		}
 		if tr.status != http.StatusAccepted && state == "" {
 			return nil // the operation's own answer

@@ -4,7 +4,10 @@ import "strings"
 
 // Quirk is how the driver adapts to one vendor's reading of Redfish. Quirks
 // are data, looked up by manufacturer; the code paths they switch are the
-// same for every vendor.
+// same for every vendor. Behaviours the driver handles for every BMC (no
+// session service, Once coerced or ignored, no reset evidence, shared
+// chassis, host-interface NICs) are listed per fixture tree, with the
+// bmcsim mode reproducing each, in docs/bmc-quirks.md.
 type Quirk struct {
 	// Vendor is a lower-case prefix of the System's Manufacturer
 	// ("" matches BMCs that report none, e.g. stock OpenBMC).

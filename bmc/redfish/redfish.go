@@ -24,13 +24,16 @@ import (
 	"github.com/machina-metal/machina/bmc"
 )
 
-// Errors of system selection. Both are returned before any write is sent.
+// Errors of system selection. All are returned before any write is sent.
 var (
 	// ErrAmbiguousSystem: the Systems collection has several members and
 	// Config.SystemID is empty.
 	ErrAmbiguousSystem = errors.New("redfish: several systems and no system ID given")
 	// ErrNoSuchSystem: Config.SystemID matches no member of Systems.
 	ErrNoSuchSystem = errors.New("redfish: no system with the given ID")
+	// ErrNoSystems: the Systems collection has no members (a BMC whose
+	// host inventory is not up yet, or a chassis manager).
+	ErrNoSystems = errors.New("redfish: the BMC lists no ComputerSystem")
 	// ErrTLS: the BMC's certificate did not verify against the system pool
 	// or Config.RootCAs. Not transient: a human pins the CA or opts out.
 	ErrTLS = errors.New("redfish: TLS certificate not trusted")
@@ -44,14 +47,19 @@ type Event struct {
 	Message string
 }
 
-// Config configures one BMC. Endpoint, Username and Password are required.
+// Config configures one BMC. Only Endpoint is required.
 type Config struct {
 	// Endpoint is the BMC's base URL, "https://10.0.0.5" or
 	// "https://host:8443"; a bare host gets "https://".
 	Endpoint string
 	// Username and Password are the BMC account. The password is never
-	// logged or put in errors.
+	// logged or put in errors. An empty Username sends no credentials at
+	// all, for BMCs with authentication turned off.
 	Username, Password string
+	// Auth is the authentication scheme: AuthAuto (zero value: a Redfish
+	// session, falling back to HTTP Basic when the BMC has no session
+	// service), AuthSession or AuthBasic (servers.yaml bmc.auth).
+	Auth string
 	// SystemID picks the ComputerSystem (last path segment, e.g.
 	// "System.Embedded.1"). Empty is allowed only when Systems has one member.
 	SystemID string
@@ -75,6 +83,9 @@ type Config struct {
 	// SoftOffTimeout bounds waiting for GracefulShutdown before ForceOff;
 	// zero means 2m.
 	SoftOffTimeout time.Duration
+	// ResetEvidenceTimeout bounds waiting, after a reset of a running
+	// machine, for LastResetTime or BootProgress to move; zero means 30s.
+	ResetEvidenceTimeout time.Duration
 	// PollInterval is the PowerState and task-monitor poll period; zero means 2s.
 	PollInterval time.Duration
 	// TaskTimeout bounds following a 202 task monitor; zero means 10m.
@@ -104,8 +115,12 @@ func (c *Config) setDefaults() error {
 		return fmt.Errorf("redfish: config: Endpoint %q is not an http(s) URL without credentials", c.Endpoint)
 	}
 	c.Endpoint = u.Scheme + "://" + u.Host
-	if c.Username == "" {
-		return errors.New("redfish: config: Username is empty")
+	switch c.Auth {
+	case "":
+		c.Auth = AuthAuto
+	case AuthAuto, AuthSession, AuthBasic:
+	default:
+		return fmt.Errorf("redfish: config: Auth %q is not auto, session or basic", c.Auth)
 	}
 	def := func(d *time.Duration, v time.Duration) {
 		if *d <= 0 {
@@ -118,6 +133,7 @@ func (c *Config) setDefaults() error {
 	def(&c.SoftOffTimeout, 2*time.Minute)
 	def(&c.PollInterval, 2*time.Second)
 	def(&c.TaskTimeout, 10*time.Minute)
+	def(&c.ResetEvidenceTimeout, 30*time.Second)
 	if c.Retries == 0 {
 		c.Retries = 4
 	} else if c.Retries < 0 {
@@ -146,6 +162,8 @@ type Driver struct {
 	root     map[string]any
 	quirk    Quirk
 	resolved bool
+	evidence string // what proved the last reset, "" when nothing did
+	sawOff   bool   // a power-off was seen during the current reset
 }
 
 var _ bmc.Driver = (*Driver)(nil)
@@ -161,6 +179,11 @@ func New(cfg Config) (*Driver, error) {
 	d.conn = newConn(&d.cfg)
 	return d, nil
 }
+
+// AuthScheme returns the authentication scheme negotiated with the BMC:
+// "session", "basic", "none" (no credentials configured), or "" before the
+// first request. It stays fixed for the Driver's lifetime.
+func (d *Driver) AuthScheme() string { return d.conn.Scheme() }
 
 // Close deletes the session on the BMC. Safe to call more than once.
 func (d *Driver) Close(ctx context.Context) error {
@@ -218,7 +241,7 @@ func (d *Driver) system(ctx context.Context, op string) (string, map[string]any,
 	case len(ms) == 1:
 		sp = ms[0]
 	case len(ms) == 0:
-		return "", nil, fmt.Errorf("redfish: %s: Systems collection is empty: %w", op, ErrNoSuchSystem)
+		return "", nil, fmt.Errorf("redfish %s: %s: the BMC lists no systems (GET %s: empty Members): %w", d.cfg.Endpoint, op, sysColl, ErrNoSystems)
 	default:
 		return "", nil, fmt.Errorf("redfish: %s: %d systems: %w", op, len(ms), ErrAmbiguousSystem)
 	}
@@ -242,7 +265,13 @@ func (d *Driver) q() Quirk {
 
 // PowerState reads ComputerSystem.PowerState. "PoweringOn"/"PoweringOff"
 // and unknown values read as bmc.PowerUnknown.
-func (d *Driver) PowerState(ctx context.Context) (bmc.PowerState, error) {
+func (d *Driver) PowerState(ctx context.Context) (_ bmc.PowerState, err error) {
+	defer func() { err = bmc.WithBMC(d.cfg.Endpoint, err) }()
+	d.conn.beginOp()
+	return d.powerState(ctx)
+}
+
+func (d *Driver) powerState(ctx context.Context) (bmc.PowerState, error) {
 	_, sys, err := d.system(ctx, "power state")
 	if err != nil {
 		return bmc.PowerUnknown, err

@@ -11,6 +11,7 @@ import (
 
 	"github.com/insomniacslk/dhcp/dhcpv4"
 	"github.com/insomniacslk/dhcp/iana"
+	"github.com/machina-metal/machina/boot"
 )
 
 // Client system architecture types (DHCP option 93, RFC 4578 §2.1 and the
@@ -32,7 +33,9 @@ type BootFiles struct {
 	// UEFI is the TFTP file for arch 7 and 9 (both, or some firmwares loop
 	// forever). Zero: "snponly.efi" (uses the firmware's own NIC driver).
 	UEFI string
-	// ARM64 is the TFTP file for arch 11. Zero: "ipxe-arm64.efi".
+	// ARM64 is the TFTP file for arch 11. Zero: "grubnetaa64.efi"
+	// ([boot.GRUBImageARM64]: Debian ships no arm64 iPXE, so arm64 machines
+	// boot through GRUB's network image; see boot/grub.go).
 	ARM64 string
 	// HTTPx64 and HTTPARM64 are the URLs sent to UEFI HTTP boot clients
 	// (arch 16 and 19), together with option 60 "HTTPClient" (UEFI 2.5+
@@ -52,7 +55,7 @@ func (b *BootFiles) setDefaults() {
 		b.UEFI = "snponly.efi"
 	}
 	if b.ARM64 == "" {
-		b.ARM64 = "ipxe-arm64.efi"
+		b.ARM64 = boot.GRUBImageARM64
 	}
 }
 

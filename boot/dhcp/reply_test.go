@@ -50,7 +50,7 @@ func TestSelectBoot(t *testing.T) {
 		{"pxe without option 93", []dhcpv4.Modifier{withClass("PXEClient")}, Boot{File: "undionly.kpxe"}, nil},
 		{"uefi arch 7 (OVMF)", []dhcpv4.Modifier{withClass("PXEClient:Arch:00007:UNDI:003000"), withArch(7)}, Boot{File: "snponly.efi"}, nil},
 		{"uefi arch 9", []dhcpv4.Modifier{withClass("PXEClient:Arch:00009:UNDI:003016"), withArch(9)}, Boot{File: "snponly.efi"}, nil},
-		{"arm64 uefi", []dhcpv4.Modifier{withClass("PXEClient:Arch:00011:UNDI:003000"), withArch(11)}, Boot{File: "ipxe-arm64.efi"}, nil},
+		{"arm64 uefi", []dhcpv4.Modifier{withClass("PXEClient:Arch:00011:UNDI:003000"), withArch(11)}, Boot{File: "grubnetaa64.efi"}, nil},
 		{"http boot x64", []dhcpv4.Modifier{withClass("HTTPClient:Arch:00016:UNDI:003000"), withArch(16)}, Boot{File: "http://10.99.0.1:8080/boot/efi/snponly.efi", HTTPClient: true}, nil},
 		{"http boot arm64 unconfigured", []dhcpv4.Modifier{withClass("HTTPClient:Arch:00019:UNDI:003000"), withArch(19)}, Boot{}, ErrNoBoot},
 		{"ipxe bios", []dhcpv4.Modifier{withClass("PXEClient:Arch:00000:UNDI:002001"), withArch(0), withIPXE()}, Boot{File: "http://10.99.0.1:8080/boot/ipxe", IPXE: true}, nil},

@@ -31,6 +31,7 @@ import (
 	"github.com/insomniacslk/dhcp/dhcpv4"
 	"github.com/insomniacslk/dhcp/dhcpv4/server4"
 	"github.com/machina-metal/machina/boot"
+	"github.com/machina-metal/machina/macaddr"
 	"golang.org/x/sys/unix"
 )
 
@@ -225,7 +226,7 @@ func (s *Server) Listen(ctx context.Context) error {
 		now := s.now()
 		s.mu.Lock()
 		for _, l := range leases {
-			if now.Before(l.Expires) && boot.CheckMAC(l.MAC) == nil {
+			if now.Before(l.Expires) && macaddr.Check(l.MAC) == nil {
 				s.pool.bind(l.MAC.String(), l.IP, l.Expires, false)
 			}
 		}
@@ -348,7 +349,7 @@ func (s *Server) loop(ctx context.Context, conn *net.UDPConn) error {
 func (s *Server) Handle(ctx context.Context, pkt []byte, peer netip.AddrPort, onProxyPort bool) (reply []byte, dst netip.AddrPort, ok bool) {
 	req, err := dhcpv4.FromBytes(pkt)
 	if err != nil || req.OpCode != dhcpv4.OpcodeBootRequest || req.HWType != 1 || len(req.ClientHWAddr) != 6 ||
-		boot.CheckMAC(req.ClientHWAddr) != nil || req.MessageType() == dhcpv4.MessageTypeNone {
+		macaddr.Check(req.ClientHWAddr) != nil || req.MessageType() == dhcpv4.MessageTypeNone {
 		s.malformed.Add(1)
 		s.log.Debug("dhcp drop malformed", "peer", peer.String(), "len", len(pkt))
 		return nil, netip.AddrPort{}, false

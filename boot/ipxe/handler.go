@@ -8,14 +8,13 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
-	"os"
-	"path"
 	"regexp"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/machina-metal/machina/boot"
+	"github.com/machina-metal/machina/macaddr"
 )
 
 // Config configures a [Handler]. Zero values are documented per field.
@@ -40,6 +39,15 @@ type Config struct {
 	// "console=tty0 console=ttyS0". Allowed characters: A-Z a-z 0-9 space
 	// and ._,:=/@+-.
 	KernelArgs string
+	// ARM64KernelURL and ARM64InitrdURL locate the arm64 ramdisk (`make
+	// ramdisk ARCH=arm64`), used when the boot loader reports arch arm64
+	// (iPXE's ${buildarch}, GRUB's ${grub_cpu}). Zero: ControllerURL +
+	// "/boot/ramdisk/arm64/vmlinuz" and ".../arm64/initrd.cpio.gz".
+	ARM64KernelURL, ARM64InitrdURL string
+	// ARM64KernelArgs replace KernelArgs for arm64 machines. Zero:
+	// "console=tty0 console=ttyAMA0" (the SBSA/PL011 UART of qemu's virt
+	// board and of most arm64 servers).
+	ARM64KernelArgs string
 	// TokenTTL bounds a ramdisk token's life. Zero: 30 minutes (a TCG boot
 	// reaches the agent in well under a minute; real servers POST for minutes).
 	TokenTTL time.Duration
@@ -59,6 +67,12 @@ type Config struct {
 	// of the directory are refused: Debian's /usr/lib/ipxe/ipxe.efi is a
 	// symlink to /boot, snponly.efi is a regular file.
 	BinDir string
+	// RamdiskDir, when set, is served read-only at /boot/ramdisk/PATH: the
+	// ramdisk's vmlinuz and initrd.cpio.gz (make ramdisk), which the
+	// scripts' default KernelURL and InitrdURL name. Symlinks leading out of
+	// the folder are refused (issue 23), and so are listings. Like ISODir
+	// and BinDir, a folder that cannot be opened is an error of New.
+	RamdiskDir string
 	// OnEvent receives security-relevant events (token rejected, rate
 	// limited, MAC discovered). Called synchronously: it must not block.
 	// Nil: events are only logged.
@@ -88,16 +102,18 @@ type Event struct {
 	Reason string     // e.g. "token already used", "per-mac"
 }
 
-// Handler serves `GET /boot/ipxe` (scripts) and, when ISODir is set,
-// `GET /boot/iso/NAME`. Safe for concurrent use.
+// Handler serves `GET /boot/ipxe` (scripts) and, when their folders are
+// set, `GET /boot/iso/NAME`, `/boot/bin/NAME` and `/boot/ramdisk/PATH`
+// (through [boot.ServeFile]). Safe for concurrent use.
 type Handler struct {
-	cfg    Config
-	log    *slog.Logger
-	ipLim  *boot.Limiter
-	macLim *boot.Limiter
-	mux    *http.ServeMux
-	isos   *os.Root
-	bins   *os.Root
+	cfg     Config
+	log     *slog.Logger
+	ipLim   *boot.Limiter
+	macLim  *boot.Limiter
+	mux     *http.ServeMux
+	isos    *boot.Files
+	bins    *boot.Files
+	ramdisk *boot.Files
 }
 
 // ScriptPath is the path the handler serves scripts on.
@@ -118,7 +134,19 @@ func New(cfg Config) (*Handler, error) {
 	if cfg.InitrdURL == "" {
 		cfg.InitrdURL = cfg.ControllerURL + "/boot/ramdisk/initrd.cpio.gz"
 	}
-	for _, u := range []string{cfg.ControllerURL, cfg.KernelURL, cfg.InitrdURL} {
+	if cfg.ARM64KernelURL == "" {
+		cfg.ARM64KernelURL = cfg.ControllerURL + "/boot/ramdisk/arm64/vmlinuz"
+	}
+	if cfg.ARM64InitrdURL == "" {
+		cfg.ARM64InitrdURL = cfg.ControllerURL + "/boot/ramdisk/arm64/initrd.cpio.gz"
+	}
+	if cfg.ARM64KernelArgs == "" {
+		cfg.ARM64KernelArgs = "console=tty0 console=ttyAMA0"
+	}
+	if !safeArg(cfg.ARM64KernelArgs) {
+		return nil, errors.New("ipxe: new handler: ARM64KernelArgs has characters outside A-Za-z0-9 ._,:=/@+-")
+	}
+	for _, u := range []string{cfg.ControllerURL, cfg.KernelURL, cfg.InitrdURL, cfg.ARM64KernelURL, cfg.ARM64InitrdURL} {
 		if err := boot.CheckURL(u); err != nil {
 			return nil, fmt.Errorf("ipxe: new handler: %w", err)
 		}
@@ -145,27 +173,27 @@ func New(cfg Config) (*Handler, error) {
 	if h.log == nil {
 		h.log = slog.New(slog.DiscardHandler)
 	}
-	h.mux.HandleFunc("GET "+ScriptPath, h.serveScript)
-	if cfg.ISODir != "" {
-		r, err := os.OpenRoot(cfg.ISODir)
-		if err != nil {
-			return nil, fmt.Errorf("ipxe: new handler: open iso dir: %w", err)
+	h.mux.HandleFunc("GET "+ScriptPath, func(w http.ResponseWriter, r *http.Request) { h.serveScript(w, r, DialectIPXE) })
+	h.mux.HandleFunc("GET "+boot.GRUBScriptPath, func(w http.ResponseWriter, r *http.Request) { h.serveScript(w, r, DialectGRUB) })
+	for _, d := range []struct {
+		dir, prefix string
+		files       **boot.Files
+		opt         boot.FileOptions
+	}{
+		{cfg.ISODir, "/boot/iso/", &h.isos, boot.FileOptions{Ext: ".iso", ContentType: "application/x-iso9660-image", Flat: true}},
+		{cfg.BinDir, "/boot/bin/", &h.bins, boot.FileOptions{Flat: true}},
+		{cfg.RamdiskDir, "/boot/ramdisk/", &h.ramdisk, boot.FileOptions{}},
+	} {
+		if d.dir == "" {
+			continue
 		}
-		h.isos = r
-		h.mux.HandleFunc("GET /boot/iso/{name}", func(w http.ResponseWriter, r *http.Request) {
-			serveFile(w, r, h.isos, ".iso", "application/x-iso9660-image")
-		})
-	}
-	if cfg.BinDir != "" {
-		r, err := os.OpenRoot(cfg.BinDir)
+		f, err := boot.OpenFiles(d.dir, d.opt)
 		if err != nil {
 			h.Close()
-			return nil, fmt.Errorf("ipxe: new handler: open bin dir: %w", err)
+			return nil, fmt.Errorf("ipxe: new handler: %s: %w", d.prefix, err)
 		}
-		h.bins = r
-		h.mux.HandleFunc("GET /boot/bin/{name}", func(w http.ResponseWriter, r *http.Request) {
-			serveFile(w, r, h.bins, "", "application/octet-stream")
-		})
+		*d.files = f
+		h.mux.Handle("GET "+d.prefix, http.StripPrefix(d.prefix, f))
 	}
 	return h, nil
 }
@@ -175,7 +203,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.Serv
 
 var safeArch = regexp.MustCompile(`^[a-z0-9_]{0,16}$`)
 
-func (h *Handler) serveScript(w http.ResponseWriter, r *http.Request) {
+// serveScript answers GET /boot/ipxe (DialectIPXE) and GET /boot/grub
+// (DialectGRUB): the same lookup, limits and tokens, rendered for the boot
+// loader that asked.
+func (h *Handler) serveScript(w http.ResponseWriter, r *http.Request, d Dialect) {
 	ip := peerIP(r)
 	if ok, wait := h.ipLim.Allow(ip.String()); !ok {
 		h.limited(w, "", ip, "per-ip", wait)
@@ -186,7 +217,13 @@ func (h *Handler) serveScript(w http.ResponseWriter, r *http.Request) {
 	if macParam == "" {
 		// First hop (DHCP filename or autoexec.ipxe without the MAC): send
 		// the chain script that comes back with ?mac=.
-		b, err := boot.ChainScript(h.cfg.ControllerURL + ScriptPath)
+		var b []byte
+		var err error
+		if d == DialectGRUB {
+			b, err = boot.GRUBChainConfig(h.cfg.ControllerURL + boot.GRUBScriptPath)
+		} else {
+			b, err = boot.ChainScript(h.cfg.ControllerURL + ScriptPath)
+		}
 		if err != nil {
 			http.Error(w, "script unavailable", http.StatusInternalServerError)
 			return
@@ -194,11 +231,12 @@ func (h *Handler) serveScript(w http.ResponseWriter, r *http.Request) {
 		writeScript(w, b)
 		return
 	}
-	mac, err := boot.ParseMAC(macParam)
+	parsed, err := macaddr.ParseUnicast(macParam)
 	if err != nil {
 		http.Error(w, "bad mac", http.StatusBadRequest)
 		return
 	}
+	mac := parsed.HardwareAddr()
 	// Built only when something is logged: With copies its attributes,
 	// and this runs for every machine of a boot storm.
 	log := func() *slog.Logger { return h.log.With("mac", mac.String(), "ip", ip.String()) }
@@ -206,7 +244,8 @@ func (h *Handler) serveScript(w http.ResponseWriter, r *http.Request) {
 		h.limited(w, mac.String(), ip, "per-mac", wait)
 		return
 	}
-	if a := q.Get("arch"); !safeArch.MatchString(a) {
+	arch := q.Get("arch")
+	if !safeArch.MatchString(arch) {
 		http.Error(w, "bad arch", http.StatusBadRequest)
 		return
 	}
@@ -225,7 +264,11 @@ func (h *Handler) serveScript(w http.ResponseWriter, r *http.Request) {
 		if h.log.Enabled(ctx, slog.LevelDebug) {
 			log().Debug("unknown mac: exit")
 		}
-		writeScript(w, fmt.Appendf(nil, "#!ipxe\necho Machina: unknown machine %s, not enrolled\nexit\n", mac))
+		if d == DialectGRUB {
+			writeScript(w, fmt.Appendf(nil, "echo \"Machina: unknown machine %s, not enrolled\"\nexit\n", mac))
+		} else {
+			writeScript(w, fmt.Appendf(nil, "#!ipxe\necho Machina: unknown machine %s, not enrolled\nexit\n", mac))
+		}
 		return
 	case err != nil:
 		log().Error("lookup", "err", err)
@@ -234,7 +277,12 @@ func (h *Handler) serveScript(w http.ResponseWriter, r *http.Request) {
 	}
 	p := ScriptParams{
 		MAC: mac.String(), Name: a.Name, Lifecycle: a.Lifecycle, Wipe: a.Wipe, Installer: a.Installer, InstallerImage: a.InstallerImage, Platform: platform(q.Get("platform"), a.Mode),
-		Controller: h.cfg.ControllerURL, KernelURL: h.cfg.KernelURL, InitrdURL: h.cfg.InitrdURL, KernelArgs: h.cfg.KernelArgs,
+		Controller: h.cfg.ControllerURL, KernelURL: h.cfg.KernelURL, InitrdURL: h.cfg.InitrdURL, KernelArgs: h.cfg.KernelArgs, Arch: arch,
+	}
+	if arch == "arm64" || d == DialectGRUB {
+		// arm64 has no BIOS: UEFI always, with its own ramdisk and console.
+		p.Arch, p.Platform = "arm64", PlatformEFI
+		p.KernelURL, p.InitrdURL, p.KernelArgs = h.cfg.ARM64KernelURL, h.cfg.ARM64InitrdURL, h.cfg.ARM64KernelArgs
 	}
 	if mode := modeFor(a.Lifecycle, a.Wipe, a.Installer); mode != "" {
 		ttl := h.cfg.TokenTTL
@@ -248,7 +296,11 @@ func (h *Handler) serveScript(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	b, err := Render(p)
+	render := Render
+	if d == DialectGRUB {
+		render = RenderGRUB
+	}
+	b, err := render(p)
 	if err != nil {
 		log().Error("render", "err", err)
 		http.Error(w, "script unavailable", http.StatusInternalServerError)
@@ -294,33 +346,10 @@ func (h *Handler) event(e Event) {
 	}
 }
 
-// serveFile serves the single path element {name} from root when it ends in
-// ext (any when empty) and is a regular file, with Range support.
-func serveFile(w http.ResponseWriter, r *http.Request, root *os.Root, ext, ctype string) {
-	name := r.PathValue("name")
-	if name != path.Base(name) || !strings.HasSuffix(name, ext) || strings.HasPrefix(name, ".") {
-		http.NotFound(w, r)
-		return
-	}
-	f, err := root.Open(name)
-	if err != nil {
-		http.NotFound(w, r)
-		return
-	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil || !st.Mode().IsRegular() {
-		http.NotFound(w, r)
-		return
-	}
-	w.Header().Set("Content-Type", ctype)
-	http.ServeContent(w, r, name, st.ModTime(), f)
-}
-
-// Close releases the ISO and binary directory handles.
+// Close releases the ISO, binary and ramdisk folders.
 func (h *Handler) Close() error {
 	var errs []error
-	for _, r := range []*os.Root{h.isos, h.bins} {
+	for _, r := range []*boot.Files{h.isos, h.bins, h.ramdisk} {
 		if r != nil {
 			errs = append(errs, r.Close())
 		}
@@ -361,11 +390,12 @@ func (h *Handler) RequireToken(next http.Handler, purposes ...string) http.Handl
 		if ms == "" {
 			ms = r.Header.Get("X-Machina-MAC")
 		}
-		mac, err := boot.ParseMAC(ms)
+		parsed, err := macaddr.ParseUnicast(ms)
 		if err != nil {
 			http.Error(w, "bad mac", http.StatusBadRequest)
 			return
 		}
+		mac := parsed.HardwareAddr()
 		tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 		if !ok || tok == "" {
 			h.reject(w, mac, ip, errors.New("no bearer token"))

@@ -20,6 +20,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/machina-metal/machina/boot"
+	"github.com/machina-metal/machina/macaddr"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/*.golden")
@@ -46,11 +47,11 @@ func (s *seqTokens) Consume(context.Context, net.HardwareAddr, string, string) e
 
 func mustMAC(t testing.TB, s string) net.HardwareAddr {
 	t.Helper()
-	m, err := boot.ParseMAC(s)
+	m, err := macaddr.ParseUnicast(s)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return m
+	return m.HardwareAddr()
 }
 
 func newTestHandler(t *testing.T, cfg Config) (*Handler, *httptest.Server) {
@@ -335,6 +336,22 @@ func TestRequireToken(t *testing.T) {
 	})
 }
 
+// rangeGet asks url for bytes 2-4 of a file holding "0123456789".
+func rangeGet(t *testing.T, url string) {
+	t.Helper()
+	req, _ := http.NewRequest("GET", url, nil)
+	req.Header.Set("Range", "bytes=2-4")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 206 || string(b) != "234" {
+		t.Fatalf("range GET %s = %d %q, want 206 \"234\"", url, resp.StatusCode, b)
+	}
+}
+
 func TestServeISO(t *testing.T) {
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "machina-bios.iso"), []byte("0123456789"), 0o644); err != nil {
@@ -346,23 +363,39 @@ func TestServeISO(t *testing.T) {
 	var look boot.MemLookup
 	h, srv := newTestHandler(t, Config{Lookup: &look, Tokens: &seqTokens{}, ISODir: dir, BinDir: dir})
 	defer h.Close()
-	req, _ := http.NewRequest("GET", srv.URL+"/boot/iso/machina-bios.iso", nil)
-	req.Header.Set("Range", "bytes=2-4")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != 206 || string(b) != "234" {
-		t.Fatalf("range GET = %d %q, want 206 \"234\"", resp.StatusCode, b)
-	}
+	rangeGet(t, srv.URL+"/boot/iso/machina-bios.iso")
 	if c, body := get(t, srv.URL+"/boot/bin/machina-bios.iso"); c != 200 || body != "0123456789" {
 		t.Fatalf("GET /boot/bin/ = %d %q", c, body)
 	}
 	for _, p := range []string{"/boot/iso/evil.iso", "/boot/iso/..%2F..%2Fetc%2Fpasswd", "/boot/iso/missing.iso", "/boot/bin/evil.iso", "/boot/bin/.hidden"} {
 		if c, _ := get(t, srv.URL+p); c != 404 {
 			t.Errorf("GET %s = %d, want 404", p, c)
+		}
+	}
+}
+
+// TestServeRamdisk: /boot/ramdisk/ serves the ramdisk folder with Range,
+// and refuses symlinks out of it (issue 23 item 7: it followed them when it
+// was http.FileServer(http.Dir)).
+func TestServeRamdisk(t *testing.T) {
+	dir, outside := t.TempDir(), t.TempDir()
+	for name, body := range map[string]string{filepath.Join(dir, "vmlinuz"): "0123456789", filepath.Join(outside, "secret"): "secret"} {
+		if err := os.WriteFile(name, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for link, target := range map[string]string{"initrd.cpio.gz": filepath.Join(outside, "secret"), "out": outside} {
+		if err := os.Symlink(target, filepath.Join(dir, link)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var look boot.MemLookup
+	h, srv := newTestHandler(t, Config{Lookup: &look, Tokens: &seqTokens{}, RamdiskDir: dir})
+	defer h.Close()
+	rangeGet(t, srv.URL+"/boot/ramdisk/vmlinuz")
+	for _, p := range []string{"/boot/ramdisk/initrd.cpio.gz", "/boot/ramdisk/out/secret", "/boot/ramdisk/", "/boot/ramdisk/..%2f" + filepath.Base(outside) + "%2fsecret"} {
+		if c, body := get(t, srv.URL+p); c != 404 || strings.Contains(body, "secret") {
+			t.Errorf("GET %s = %d %q, want 404", p, c, body)
 		}
 	}
 }

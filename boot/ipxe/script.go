@@ -14,6 +14,7 @@ import (
 	"strings"
 
 	"github.com/machina-metal/machina/boot"
+	"github.com/machina-metal/machina/macaddr"
 )
 
 // Platform is the firmware as iPXE reports it in ${platform}.
@@ -46,6 +47,12 @@ type ScriptParams struct {
 	// Wipe boots a ready server into the ramdisk's wipe mode ([boot.Assignment.Wipe]).
 	Wipe     bool
 	Platform Platform
+	// Arch is the machine's architecture as its boot loader reports it
+	// (iPXE's ${buildarch}: i386, x86_64, arm64; GRUB's ${grub_cpu}: arm64);
+	// "" when not reported. Shown in the GRUB script's first line; the
+	// handler has already chosen the ramdisk URLs and kernel arguments for
+	// it, so it changes nothing else.
+	Arch string
 	// Controller is the controller's base URL (checked with boot.CheckURL).
 	Controller string
 	// KernelURL and InitrdURL locate the ramdisk (checked with boot.CheckURL).
@@ -99,11 +106,11 @@ func modeFor(l boot.Lifecycle, wipe bool, installer string) string {
 // the local disk. It returns an error when a URL or argument would be unsafe
 // to place in a script.
 func Render(p ScriptParams) ([]byte, error) {
-	if _, err := boot.ParseMAC(p.MAC); err != nil {
+	if _, err := macaddr.ParseUnicast(p.MAC); err != nil {
 		return nil, fmt.Errorf("render ipxe script: %w", err)
 	}
-	if !safeArg(p.KernelArgs) || !safeArg(p.Name) || strings.ContainsAny(p.Name, " ") {
-		return nil, fmt.Errorf("render ipxe script: unsafe characters in name or kernel args")
+	if !safeArg(p.KernelArgs) || !safeArg(p.Name) || strings.ContainsAny(p.Name, " ") || !safeArg(p.Arch) || strings.ContainsAny(p.Arch, " ") {
+		return nil, fmt.Errorf("render ipxe script: unsafe characters in name, arch or kernel args")
 	}
 	if p.Platform != PlatformBIOS && p.Platform != PlatformEFI {
 		return nil, fmt.Errorf("render ipxe script: unknown platform %q", p.Platform)

@@ -91,6 +91,16 @@ type Config struct {
 	// ScriptURL is where the generated autoexec.ipxe chains to (the iPXE
 	// handler's /boot/ipxe URL). Required.
 	ScriptURL string
+	// GRUBScriptURL, when set, is where the generated machina-grub.cfg
+	// ([boot.GRUBConfigName], fetched by the arm64 GRUB image) sources the
+	// machine's script from (the controller's [boot.GRUBScriptPath] URL;
+	// http only). Zero: no machina-grub.cfg.
+	GRUBScriptURL string
+	// Files are served by name from memory besides Root, e.g. the arm64
+	// GRUB image ([boot.GRUBImageARM64]) kept outside Debian's
+	// /usr/lib/ipxe. Names pass [CleanPath]; a name in Root too is served
+	// from here.
+	Files map[string][]byte
 	// MaxPerClient bounds concurrent transfers per client IP. Zero: 4.
 	MaxPerClient int
 	// MaxTransfers bounds concurrent transfers in total, running and
@@ -140,10 +150,11 @@ var (
 
 // Server is a read-only TFTP server.
 type Server struct {
-	cfg      Config
-	log      *slog.Logger
-	root     *os.Root
-	autoexec []byte
+	cfg  Config
+	log  *slog.Logger
+	root *os.Root
+	// generated holds autoexec.ipxe, machina-grub.cfg and Config.Files.
+	generated map[string][]byte
 
 	mu     sync.Mutex
 	active map[string]int
@@ -261,7 +272,23 @@ func New(cfg Config) (*Server, error) {
 	if cfg.MaxWindowSize <= 0 || cfg.MaxWindowSize > maxWindowSize {
 		cfg.MaxWindowSize = 64
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, root: root, autoexec: script, active: map[string]int{}, peers: map[netip.AddrPort]struct{}{}}
+	gen := map[string][]byte{AutoexecName: script}
+	if cfg.GRUBScriptURL != "" {
+		g, err := boot.GRUBChainConfig(cfg.GRUBScriptURL)
+		if err != nil {
+			root.Close()
+			return nil, fmt.Errorf("tftp: new server: %w", err)
+		}
+		gen[boot.GRUBConfigName] = g
+	}
+	for name, b := range cfg.Files {
+		if _, err := CleanPath(name); err != nil || name == AutoexecName || name == boot.GRUBConfigName {
+			root.Close()
+			return nil, fmt.Errorf("tftp: new server: file name %q: refused (a plain relative name, not a generated one)", name)
+		}
+		gen[name] = b
+	}
+	s := &Server{cfg: cfg, log: cfg.Logger, root: root, generated: gen, active: map[string]int{}, peers: map[netip.AddrPort]struct{}{}}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
@@ -446,7 +473,7 @@ func (s *Server) dial(to netip.AddrPort) (int, error) {
 }
 
 // open resolves req to a transfer without a socket: the file (through the
-// root, or the generated autoexec.ipxe), its size and the negotiated
+// root, or a generated file: autoexec.ipxe, machina-grub.cfg, Config.Files), its size and the negotiated
 // options; t.close releases the file. On error it returns the TFTP error
 // code and a message without host detail, and counts the refusal.
 func (s *Server) open(req request, log *slog.Logger) (t *transfer, code uint16, err error) {
@@ -455,13 +482,16 @@ func (s *Server) open(req request, log *slog.Logger) (t *transfer, code uint16, 
 	var src io.ReaderAt
 	var size int64
 	clean, err := CleanPath(req.filename)
+	gen, generated := s.generated[clean]
 	switch {
 	case err != nil:
 		s.refused.Add(1)
 		log.Warn("tftp refused path", "err", err)
 		return nil, codeAccess, ErrBadPath
-	case clean == AutoexecName:
-		data = s.autoexec
+	case generated:
+		if data = gen; data == nil {
+			data = []byte{} // nil means "read from src" below
+		}
 	default:
 		f, err := s.root.Open(clean) // refuses symlinks and ".." leading out of the root
 		if err != nil {

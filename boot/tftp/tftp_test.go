@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/machina-metal/machina/boot"
 	"github.com/machina-metal/machina/boot/internal/netnstest"
 	ptftp "github.com/pin/tftp/v3"
 )
@@ -304,5 +305,37 @@ func TestTFTPHPAClient(t *testing.T) {
 		if !strings.Contains(string(b), "Error code") {
 			t.Fatalf("tftp-hpa get %q printed %q, want a TFTP error", name, b)
 		}
+	}
+}
+
+// TestGeneratedGRUBConfigAndFiles: with GRUBScriptURL set, machina-grub.cfg
+// (what the arm64 GRUB image sources first) chains to the controller's
+// /boot/grub; Files are served from memory with tsize; names that are not
+// plain relative paths, or that would shadow a generated file, are refused
+// at New.
+func TestGeneratedGRUBConfigAndFiles(t *testing.T) {
+	img := bytes.Repeat([]byte("grub"), 5000)
+	f := newFixture(t, Config{GRUBScriptURL: "http://10.99.0.1:8080/boot/grub", Files: map[string][]byte{boot.GRUBImageARM64: img}})
+	got, size, err := fetch(t, client(t, f.addr, 1428, true), boot.GRUBConfigName)
+	must(t, err)
+	if !strings.Contains(string(got), `source "(http,10.99.0.1:8080)/boot/grub?mac=${net_default_mac}&platform=${grub_platform}&arch=${grub_cpu}"`) || size != int64(len(got)) {
+		t.Fatalf("%s = %q (tsize %d)", boot.GRUBConfigName, got, size)
+	}
+	got, size, err = fetch(t, client(t, f.addr, 1428, true), boot.GRUBImageARM64)
+	must(t, err)
+	if !bytes.Equal(got, img) || size != int64(len(img)) {
+		t.Fatalf("%s: %d bytes (tsize %d), want %d identical", boot.GRUBImageARM64, len(got), size, len(img))
+	}
+	if _, _, err := fetch(t, client(t, f.addr, 0, false), boot.GRUBConfigName+"x"); err == nil {
+		t.Fatal("a name that is not generated or in the root was served")
+	}
+	for _, name := range []string{"../x", "/abs", AutoexecName, boot.GRUBConfigName, ""} {
+		_, err := New(Config{Root: t.TempDir(), ScriptURL: scriptURL, Files: map[string][]byte{name: nil}})
+		if err == nil {
+			t.Errorf("New accepted Files[%q]", name)
+		}
+	}
+	if _, err := New(Config{Root: t.TempDir(), ScriptURL: scriptURL, GRUBScriptURL: "https://10.0.0.1/boot/grub"}); err == nil {
+		t.Error("New accepted an https GRUBScriptURL (GRUB has no TLS)")
 	}
 }

@@ -293,5 +293,12 @@ func finish(err error) {
 	case "reboot":
 		_ = unix.Reboot(unix.LINUX_REBOOT_CMD_RESTART)
 	}
-	select {}
+	// Wait on a timer, not `select {}`: when this goroutine is the last one
+	// (an early failure, before any other started), the Go runtime reports
+	// "all goroutines are asleep - deadlock!", PID 1 exits and the kernel
+	// panics, scrolling the failure off the console (seen on the arm64
+	// ramdisk with a bad machina.timeout).
+	for {
+		time.Sleep(time.Hour)
+	}
 }

@@ -13,6 +13,10 @@ import (
 	"syscall"
 )
 
+// version is set at build time with -ldflags "-X main.version=..."; it
+// travels in every heartbeat.
+var version = "dev"
+
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)

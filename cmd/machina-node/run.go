@@ -156,7 +156,8 @@ func cmdRun(ctx context.Context, args []string, stderr io.Writer, log *slog.Logg
 	if err != nil {
 		return err
 	}
-	log.Info("heartbeating", "host", c.Host(), "interval", c.Heartbeat())
+	c.Version = version
+	log.Info("heartbeating", "host", c.Host(), "interval", c.Heartbeat(), "version", version)
 	return c.Run(ctx, func(err error) { log.Warn("heartbeat failed", "err", err) })
 }
 

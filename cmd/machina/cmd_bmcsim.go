@@ -24,7 +24,8 @@ import (
 // Redfish BMC for manual testing and demos. The account password comes from
 // MACHINA_BMCSIM_PASSWORD (default "password"), never a flag.
 func newBmcsimCmd(e *env) *cobra.Command {
-	var tree, listen, fixtures, user string
+	var tree, listen, fixtures, user, certFile, keyFile string
+	var modes []string
 	var plainHTTP bool
 	var lockout int
 	cmd := &cobra.Command{
@@ -34,7 +35,10 @@ func newBmcsimCmd(e *env) *cobra.Command {
 power through ComputerSystem.Reset, boot override, virtual media, sessions and
 Basic auth, ETags. The account is --username with the password from
 MACHINA_BMCSIM_PASSWORD (default "password"). HTTPS uses a fresh self-signed
-certificate whose SHA-256 fingerprint is printed; pass --insecure to clients.`,
+certificate whose SHA-256 fingerprint is printed; pass --insecure to clients,
+or serve --tls-cert/--tls-key issued by your CA and give clients --ca-file.
+--mode adds a real-BMC behaviour (repeatable): basic-only, no-sessions,
+no-auth, once-to-continuous, once-ignored, no-powercycle, no-lastresettime.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			dir, err := bmcsim.TreeDir(fixtures, tree)
@@ -46,7 +50,13 @@ certificate whose SHA-256 fingerprint is printed; pass --insecure to clients.`,
 				return err
 			}
 			log := slog.New(slog.NewTextHandler(e.stderr, nil))
-			sim, err := bmcsim.New(bmcsim.Config{Tree: tr, Username: user, Password: os.Getenv("MACHINA_BMCSIM_PASSWORD"), LockoutThreshold: lockout, Logger: log})
+			q := bmcsim.DefaultQuirks(tr.Manufacturer)
+			for _, m := range modes {
+				if err := q.SetMode(m); err != nil {
+					return err
+				}
+			}
+			sim, err := bmcsim.New(bmcsim.Config{Tree: tr, Username: user, Password: os.Getenv("MACHINA_BMCSIM_PASSWORD"), LockoutThreshold: lockout, Logger: log, Quirks: &q})
 			if err != nil {
 				return err
 			}
@@ -57,6 +67,15 @@ certificate whose SHA-256 fingerprint is printed; pass --insecure to clients.`,
 			scheme := "http"
 			if !plainHTTP {
 				cert, fp, err := selfSigned()
+				if certFile != "" || keyFile != "" {
+					cert, err = tls.LoadX509KeyPair(certFile, keyFile)
+					if err == nil {
+						sum := sha256.Sum256(cert.Certificate[0])
+						fp = fmt.Sprintf("%x", sum)
+					} else {
+						err = fmt.Errorf("bmcsim: --tls-cert/--tls-key: %w", err)
+					}
+				}
 				if err != nil {
 					ln.Close()
 					return err
@@ -75,6 +94,9 @@ certificate whose SHA-256 fingerprint is printed; pass --insecure to clients.`,
 	cmd.Flags().StringVar(&user, "username", "admin", "account user name")
 	cmd.Flags().IntVar(&lockout, "lockout", 0, "lock the account after this many failed logins (0: never)")
 	cmd.Flags().BoolVar(&plainHTTP, "plain-http", false, "serve plain HTTP instead of HTTPS")
+	cmd.Flags().StringSliceVar(&modes, "mode", nil, "real-BMC behaviour to add (repeatable): basic-only, no-sessions, no-auth, once-to-continuous, once-ignored, no-powercycle, no-lastresettime")
+	cmd.Flags().StringVar(&certFile, "tls-cert", "", "PEM certificate to serve (e.g. issued by your CA) instead of a fresh self-signed one; with --tls-key")
+	cmd.Flags().StringVar(&keyFile, "tls-key", "", "PEM private key of --tls-cert")
 	_ = cmd.MarkFlagRequired("tree")
 	return cmd
 }

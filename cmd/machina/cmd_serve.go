@@ -203,6 +203,8 @@ func explainOpen(path string, err error) error {
 		return fmt.Errorf("state file %s is in use by another process (another machina serve, or a machina command still running): %w", path, err)
 	case errors.Is(err, state.ErrWrongMasterKey):
 		return fmt.Errorf("%s does not open this state file's secrets; use the key they were sealed with: %w", envMasterKey, err)
+	case errors.Is(err, state.ErrNoStateFile):
+		return fmt.Errorf("no state file at %s (wrong --state or %s? machina serve creates it on its first start): %w", path, envState, err)
 	}
 	return err
 }
@@ -422,6 +424,7 @@ func newServeCmd(e *env) *cobra.Command {
 		return err
 	})
 	f.StringVar(&cc.Netboot.TFTPRoot, "tftp-root", os.Getenv("MACHINA_TFTP_ROOT"), "serve TFTP from this folder (iPXE binaries, e.g. /usr/lib/ipxe)")
+	f.StringVar(&cc.Netboot.GRUBARM64, "grub-arm64", os.Getenv("MACHINA_GRUB_ARM64"), "arm64 GRUB network image (scripts/build-grub-arm64.sh: out/boot/grubnetaa64.efi), served by TFTP to DHCP arch 11 clients")
 	f.IntVar(&cc.Reconciler.Workers, "workers", 8, "actions running at once")
 	f.IntVar(&cc.Reconciler.PerRack, "per-rack", 4, "actions at once in one rack")
 	f.DurationVar(&cc.Reconciler.Interval, "reconcile-interval", 5*time.Second, "planning pass interval without a trigger")
@@ -431,6 +434,9 @@ func newServeCmd(e *env) *cobra.Command {
 	f.IntVar(&cc.Reconciler.Plan.MaxRenetboots, "max-renetboots", 3, "network boots again per phase at most (then the deploy or commissioning deadline decides)")
 	f.DurationVar(&cc.StatusInterval, "status-interval", 30*time.Second, "least time between status commits")
 	f.DurationVar(&cc.BMCWatchInterval, "bmc-watch-interval", controller.DefaultBMCWatchInterval, "one sweep reading every BMC's power state and health spans this long (negative: off)")
+	f.DurationVar(&cc.Heartbeat, "heartbeat", 30*time.Second, "interval joined hosts heartbeat at")
+	f.DurationVar(&cc.HostLostWindow, "host-lost-window", 0, "silence after which a host is marked HostLost and its power read from the BMC (0: 3 heartbeat intervals)")
+	f.DurationVar(&cc.HostFenceWindow, "host-fence-window", 0, "further time a lost host of a profile with fence: auto stays lost before it is fenced, within the safety brake's share (0: the lost window again)")
 	f.IntVar(&cc.MachinePerIP.Burst, "machine-burst", 0, "boot and machine-facing requests per client IP at once (0: 20)")
 	f.IntVar(&cc.MaxConnsPerIP, "max-conns-per-ip", 0, "open HTTP connections per client IP at most; further ones are closed at accept (0: 256)")
 	f.DurationVar(&cc.MachinePerIP.Every, "machine-refill", 0, "one more request per client IP after this long (0: 100ms)")

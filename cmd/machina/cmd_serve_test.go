@@ -3,7 +3,9 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
@@ -177,10 +179,29 @@ func TestUsageErrorsExit2(t *testing.T) {
 			t.Errorf("machina %q: exit %d, stderr %q; want 2 and a reason", args, code, errOut.String())
 		}
 	}
+	// A state file in a folder that does not exist (a typo): the command
+	// runs and fails naming the folder, and creates nothing, as root too
+	// (it used to create the folders and a new state file holding a token).
+	tmp := t.TempDir()
+	missing := filepath.Join(tmp, "nonexistent", "dir")
 	var out, errOut bytes.Buffer
-	// A state file in a folder that does not exist: the command runs and fails.
-	code := run(context.Background(), []string{"token", "create", "--name", "ops", "--state", "/nonexistent/dir/state.db"}, strings.NewReader(""), &out, &errOut)
-	if code != 1 {
-		t.Errorf("machina token create with an unreadable state file: exit %d (%s), want 1", code, errOut.String())
+	code := run(context.Background(), []string{"token", "create", "--name", "ops", "--state", filepath.Join(missing, "state.db")}, strings.NewReader(""), &out, &errOut)
+	if code != 1 || !strings.Contains(errOut.String(), missing) || !strings.Contains(errOut.String(), "does not exist") {
+		t.Errorf("machina token create --state in a missing folder: exit %d (%s), want 1 naming %s", code, errOut.String(), missing)
+	}
+	if _, err := os.Stat(filepath.Join(tmp, "nonexistent")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("machina token create created %s: %v", filepath.Join(tmp, "nonexistent"), err)
+	}
+	// list on an existing folder without a state file: refused, nothing created.
+	errOut.Reset()
+	code = run(context.Background(), []string{"token", "list", "--state", filepath.Join(tmp, "state.db")}, strings.NewReader(""), &out, &errOut)
+	if code != 1 || !strings.Contains(errOut.String(), "no state file at "+filepath.Join(tmp, "state.db")) {
+		t.Errorf("machina token list --state of a missing file: exit %d (%s), want 1 and no state file at …", code, errOut.String())
+	}
+	if _, err := os.Stat(filepath.Join(tmp, "state.db")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("machina token list created a state file: %v", err)
+	}
+	if out.Len() != 0 {
+		t.Errorf("stdout = %q, want no token printed", out.String())
 	}
 }

@@ -35,6 +35,7 @@ type simOptions struct {
 	timeout      time.Duration
 	logFile      string
 	pollInterval time.Duration
+	keep         bool
 }
 
 // newSimCmd is `machina sim`: the controller against the simulated lab,
@@ -49,7 +50,14 @@ repository made from the embedded example site (a bare repository plus a working
 clone), a simulated Redfish BMC per server serving a real vendor tree, simulated
 machines that PXE-boot through the controller's real boot endpoints and run the
 real ramdisk agent, and a local image mirror. Progress is printed as servers go
-new → commissioning → ready → deployed. Ctrl-C stops everything.
+new → commissioning → ready → deployed, along with invalid inventory revisions,
+plans held by the safety brake, failed and stalled actions. Ctrl-C stops
+everything and removes the lab folder it created (--keep keeps it; a --dir you
+name is always kept).
+
+The inventory's IPMI servers get OpenIPMI's ipmi_sim (Debian package openipmi)
+when it is in PATH; without it they run Redfish BMCs, their servers.yaml
+entries say redfish, and the first lines printed name them.
 
 The simulated BMCs serve the vendor Redfish trees of the repository's
 testdata/fixtures: run it from the repository checkout (any folder inside
@@ -76,6 +84,7 @@ is refused.`,
 	f.DurationVar(&o.timeout, "timeout", 0, "give up after this long (exit 1); zero means run until Ctrl-C")
 	f.StringVar(&o.logFile, "log", "", "controller log file; empty means DIR/controller.log")
 	f.DurationVar(&o.pollInterval, "poll", 2*time.Second, "how often the controller polls the inventory repository")
+	f.BoolVar(&o.keep, "keep", false, "keep the lab folder machina sim created when it stops (a --dir is always kept)")
 	return cmd
 }
 
@@ -137,14 +146,27 @@ func runSim(ctx context.Context, e *env, o simOptions) error {
 		return usageError{err}
 	}
 	dir := o.dir
+	created := false
 	if dir == "" {
 		d, err := os.MkdirTemp("", "machina-sim-")
 		if err != nil {
 			return err
 		}
-		dir = d
+		dir, created = d, true
 	}
 	dir, _ = filepath.Abs(dir)
+	if created && !o.keep {
+		// Registered first, so it runs last: after the controller and the
+		// lab (deferred below) have stopped and closed their files.
+		defer func() {
+			used, _ := dirSize(dir)
+			if err := os.RemoveAll(dir); err != nil {
+				fmt.Fprintf(e.stderr, "machina sim: remove %s: %v\n", dir, err)
+				return
+			}
+			fmt.Fprintf(e.stdout, "Removed the lab folder %s (%s).\n", dir, humanBytes(used))
+		}()
+	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
@@ -171,6 +193,12 @@ func runSim(ctx context.Context, e *env, o simOptions) error {
 	defer cancel()
 
 	fmt.Fprintf(e.stdout, "Machina simulated lab in %s\n", dir)
+	if o.servers == 0 && !sim.IPMIAvailable() {
+		fmt.Fprintf(e.stdout, "  WARNING: %s: the example's IPMI servers will run simulated Redfish BMCs\n"+
+			"  instead (named below; their servers.yaml entries say redfish), and `machinactl console` on them\n"+
+			"  answers 501 (Serial-over-LAN needs IPMI). Install it for the IPMI path: apt-get install openipmi ipmitool\n"+
+			"  (make demo does, as root).\n", sim.IPMIMissing)
+	}
 	if restarted {
 		fmt.Fprintf(e.stdout, "  restarted on a folder an earlier run used: the lab and the controller state start fresh (the previous state is in %s)\n",
 			filepath.Join(dir, "state.db.previous"))
@@ -186,7 +214,7 @@ func runSim(ctx context.Context, e *env, o simOptions) error {
 		return err
 	}
 	defer lab.Close()
-	fmt.Fprintf(e.stdout, "  %d simulated servers behind simulated BMCs (bmcsim Redfish with vendor trees from the fixtures; OpenIPMI's ipmi_sim for the IPMI ones when installed)\n", len(lab.Machines()))
+	printSimBMCs(e.stdout, lab)
 	fmt.Fprintf(e.stdout, "  inventory repository: %s\n  your working clone:   %s\n  image mirror:         %s\n  controller log:       %s\n\n",
 		strings.TrimPrefix(lab.RepoURL, "file://"), lab.Clone, lab.MirrorURL, logPath)
 
@@ -234,10 +262,15 @@ func runSim(ctx context.Context, e *env, o simOptions) error {
 	if tok, _, err := r.Store.CreateAdminToken("sim", state.ActorLocal); err == nil {
 		_ = os.WriteFile(tokenPath, []byte(tok+"\n"), 0o600)
 	}
-	fmt.Fprintf(e.stdout, "Controller at %s (admin API token in %s)\n", r.URL, tokenPath)
-	fmt.Fprintf(e.stdout, "Watching servers go new → commissioning → ready → deployed...\n\n")
+	export := printSimAccess(e.stdout, r.URL, tokenPath, lab, dir, created && !o.keep)
+	fmt.Fprintf(e.stdout, "Watching servers go new → commissioning → ready → deployed (and invalid revisions, held plans, failed and stalled actions)...\n\n")
 
-	err = watchSim(ctx, e.stdout, r, o.untilDone, func() { printSimHelp(e.stdout, lab) })
+	help := func() {
+		printSimHelp(e.stdout, lab)
+		used, _ := dirSize(dir)
+		fmt.Fprintf(e.stdout, "Talk to the controller (another terminal):\n  %s\n  machinactl status\nLab folder %s: %s on disk.\n", export, dir, humanBytes(used))
+	}
+	err = watchSim(ctx, e.stdout, r, o.untilDone, help)
 	if errors.Is(err, errSimDone) {
 		fmt.Fprintf(e.stdout, "\nEvery profile's count is deployed.\n")
 		fctx, fcancel := context.WithTimeout(ctx, 30*time.Second)
@@ -245,7 +278,7 @@ func runSim(ctx context.Context, e *env, o simOptions) error {
 			fmt.Fprintf(e.stderr, "machina sim: final status commit: %v\n", err)
 		}
 		fcancel()
-		printSimHelp(e.stdout, lab)
+		help()
 		cancel()
 		<-done
 		return nil
@@ -261,14 +294,18 @@ func runSim(ctx context.Context, e *env, o simOptions) error {
 
 var errSimDone = errors.New("sim: done")
 
-// watchSim prints every lifecycle move as it happens and a one-line
-// summary when the counts change, until ctx ends (or, with untilDone,
-// until every profile's count is deployed).
+// watchSim prints every lifecycle move as it happens, what needs an
+// operator's eye (an invalid inventory revision and its errors, a plan the
+// safety brake holds, failed and stalled actions, refused machine tokens,
+// unreadable BMCs, approvals) and a one-line summary when the counts change,
+// until ctx ends (or, with untilDone, until every profile's count is
+// deployed).
 func watchSim(ctx context.Context, w io.Writer, r *controller.Running, untilDone bool, help func()) error {
 	var after uint64
 	lastSummary := ""
 	joined := map[string]bool{}
 	helped := false
+	var seen simAlerts
 	t := time.NewTicker(300 * time.Millisecond)
 	defer t.Stop()
 	for {
@@ -276,11 +313,12 @@ func watchSim(ctx context.Context, w io.Writer, r *controller.Running, untilDone
 		if err == nil {
 			for _, ev := range evs {
 				after = ev.Seq
-				if ev.Kind == state.EventTransition {
-					fmt.Fprintf(w, "  %s  %-8s %s → %s  %s\n", ev.At.Local().Format("15:04:05"), ev.Server, ev.From, ev.To, trim(ev.Message, 70))
-				}
+				seen.event(w, ev)
 			}
 		}
+		good, invalid := r.Source.Latest()
+		seen.revision(w, good, invalid)
+		seen.plan(w, r.Reconciler.LastPlan())
 		if hosts, err := r.Store.Hosts(); err == nil {
 			for _, h := range hosts {
 				if h.JoinStatus == "joined" && !joined[h.Name] {
@@ -313,6 +351,90 @@ func watchSim(ctx context.Context, w io.Writer, r *controller.Running, untilDone
 		case <-t.C:
 		}
 	}
+}
+
+// simAlerts remembers what watchSim printed, so each invalid revision, held
+// plan and repeated failure is printed once.
+type simAlerts struct {
+	invalid    string            // commit of the invalid revision printed
+	brake      string            // the held plan's brake message printed
+	lastFailed map[string]string // server → last failed-action message printed
+}
+
+// event prints one store event if it is a lifecycle move or needs an eye.
+func (a *simAlerts) event(w io.Writer, ev state.Event) {
+	at := ev.At.Local().Format("15:04:05")
+	switch ev.Kind {
+	case state.EventTransition:
+		fmt.Fprintf(w, "  %s  %-8s %s → %s  %s\n", at, ev.Server, ev.From, ev.To, trim(ev.Message, 70))
+	case "action.stalled":
+		fmt.Fprintf(w, "  %s  %-8s STALLED  %s (not retried until its desired state or counter changes, or its credential is set; machinactl status)\n", at, ev.Server, trim(ev.Message, 90))
+	case "action.failed":
+		if a.lastFailed == nil {
+			a.lastFailed = map[string]string{}
+		}
+		if a.lastFailed[ev.Server] != ev.Message {
+			a.lastFailed[ev.Server] = ev.Message
+			fmt.Fprintf(w, "  %s  %-8s failed   %s (retried with backoff)\n", at, ev.Server, trim(ev.Message, 90))
+		}
+	case state.EventUnstalled:
+		fmt.Fprintf(w, "  %s  %-8s unstalled  %s\n", at, ev.Server, trim(ev.Message, 90))
+	case state.EventApproval:
+		fmt.Fprintf(w, "  %s  approved by %s: %s\n", at, ev.Actor, trim(ev.Message, 90))
+	case state.EventTokenRefused:
+		fmt.Fprintf(w, "  %s  %-8s machine token refused: %s\n", at, ev.Server, trim(ev.Message, 90))
+	case state.EventBMCRead:
+		fmt.Fprintf(w, "  %s  %-8s BMC read: %s\n", at, ev.Server, trim(ev.Message, 90))
+	}
+}
+
+// revision prints an invalid newest inventory revision once, with its
+// errors, and when the branch is valid again.
+func (a *simAlerts) revision(w io.Writer, good reconciler.Revision, invalid *reconciler.InvalidRevision) {
+	now := time.Now().Format("15:04:05")
+	switch {
+	case invalid != nil && invalid.Commit != a.invalid:
+		a.invalid = invalid.Commit
+		fmt.Fprintf(w, "  %s  INVALID inventory revision %s: the controller keeps acting on %s and starts no deploy until it is fixed:\n",
+			now, short(invalid.Commit), orNone(short(good.Commit)))
+		for i, fe := range invalid.Errors {
+			if i == 5 {
+				fmt.Fprintf(w, "              ... and %d more (machinactl validate in your clone)\n", len(invalid.Errors)-5)
+				break
+			}
+			fmt.Fprintf(w, "              %s\n", trim(fe.Error(), 110))
+		}
+	case invalid == nil && a.invalid != "":
+		a.invalid = ""
+		fmt.Fprintf(w, "  %s  inventory valid again at %s\n", now, short(good.Commit))
+	}
+}
+
+// plan prints a plan the safety brake holds once, and when it is released.
+func (a *simAlerts) plan(w io.Writer, res reconciler.Result) {
+	now := time.Now().Format("15:04:05")
+	switch {
+	case res.Brake != "" && res.Brake != a.brake:
+		a.brake = res.Brake
+		fmt.Fprintf(w, "  %s  HELD plan: %d steps wait: %s\n", now, len(res.Held), trim(res.Brake, 140))
+	case res.Brake == "" && a.brake != "":
+		a.brake = ""
+		fmt.Fprintf(w, "  %s  plan no longer held\n", now)
+	}
+}
+
+func short(commit string) string {
+	if len(commit) > 12 {
+		return commit[:12]
+	}
+	return commit
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "no earlier valid revision"
+	}
+	return s
 }
 
 // deployedAll reports whether the acting plan has nothing left to do and
@@ -371,6 +493,101 @@ Change the fleet the GitOps way, in your working clone:
 Read what the controller observed:
   git pull && cat status/README.md && git log --oneline
 `, lab.Clone)
+}
+
+// printSimBMCs says which BMCs really run: how many Redfish (bmcsim) and
+// IPMI (ipmi_sim), and the servers the inventory gives IPMI that run
+// Redfish here, with why.
+func printSimBMCs(w io.Writer, lab *sim.Lab) {
+	ipmi := lab.IPMIServers()
+	n := len(lab.Machines())
+	fmt.Fprintf(w, "  %d simulated servers: %d behind simulated Redfish BMCs (bmcsim, vendor trees from the fixtures), %d behind OpenIPMI's ipmi_sim%s\n",
+		n, n-len(ipmi), len(ipmi), listOrEmpty(ipmi))
+	fb := lab.RedfishFallbacks()
+	if len(fb) == 0 {
+		return
+	}
+	names := make([]string, 0, len(fb))
+	why := ""
+	for name, r := range fb {
+		names = append(names, name)
+		why = r
+	}
+	sort.Strings(names)
+	fmt.Fprintf(w, "  Redfish-only here, IPMI in the example: %s (%s)\n", strings.Join(names, ", "), why)
+}
+
+func listOrEmpty(names []string) string {
+	if len(names) == 0 {
+		return ""
+	}
+	return " (" + strings.Join(names, ", ") + ")"
+}
+
+// printSimAccess prints the copy-paste lines to reach the controller with
+// machinactl, the simulated BMCs' account, and the lab folder with its size
+// and fate.
+// It returns the export line.
+func printSimAccess(w io.Writer, url, tokenPath string, lab *sim.Lab, dir string, removeOnExit bool) string {
+	binDir := "bin"
+	if exe, err := os.Executable(); err == nil {
+		binDir = filepath.Dir(exe)
+	}
+	fmt.Fprintf(w, "Controller at %s. In another terminal (copy-paste):\n", url)
+	export := fmt.Sprintf("export PATH=%s:$PATH MACHINA_API=%s MACHINA_TOKEN=$(cat %s)", binDir, url, tokenPath)
+	fmt.Fprintf(w, "  %s\n", export)
+	fmt.Fprintf(w, "  machinactl status                 # the fleet: lifecycles, held plan, failed and stalled servers\n")
+	if ipmi := lab.IPMIServers(); len(ipmi) > 0 {
+		fmt.Fprintf(w, "  machinactl console %-14s # an IPMI server's serial console (Serial-over-LAN)\n", ipmi[0])
+	}
+	fmt.Fprintf(w, "  web console: %s/ui/ (log in with the token above)\n", url)
+	if _, err := os.Stat(filepath.Join(binDir, "machinactl")); err != nil {
+		fmt.Fprintf(w, "  (no machinactl next to this machina in %s: make build puts both in bin/)\n", binDir)
+	}
+	user, pass := lab.Credentials()
+	fmt.Fprintf(w, "Simulated BMCs (lab only, loopback): user %s, password %s\n", user, pass)
+	used, _ := dirSize(dir)
+	fate := "Ctrl-C stops the lab and removes this folder (machina sim --keep, or make demo DEMO_FLAGS=--keep, keeps it)"
+	if !removeOnExit {
+		fate = "it is kept when the lab stops; remove it yourself with rm -rf " + dir
+	}
+	fmt.Fprintf(w, "Lab folder %s: %s on disk now, more as images are written (the simulated disks are sparse files); %s\n\n", dir, humanBytes(used), fate)
+	return export
+}
+
+// dirSize returns the disk space the files under dir use (allocated
+// blocks; a sparse file counts what is written) and their apparent size.
+func dirSize(dir string) (used, apparent int64) {
+	_ = filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return nil
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return nil
+		}
+		apparent += fi.Size()
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+			used += st.Blocks * 512
+		} else {
+			used += fi.Size()
+		}
+		return nil
+	})
+	return used, apparent
+}
+
+// humanBytes renders n as "12.3 MB" (SI units).
+func humanBytes(n int64) string {
+	switch {
+	case n >= 1e9:
+		return fmt.Sprintf("%.1f GB", float64(n)/1e9)
+	case n >= 1e6:
+		return fmt.Sprintf("%.1f MB", float64(n)/1e6)
+	case n >= 1e3:
+		return fmt.Sprintf("%.1f kB", float64(n)/1e3)
+	}
+	return fmt.Sprintf("%d B", n)
 }
 
 func trim(s string, n int) string {

@@ -5,24 +5,121 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/machina-metal/machina/internal/peertest"
+	"github.com/machina-metal/machina/inventory"
+	"github.com/machina-metal/machina/reconciler"
+	"github.com/machina-metal/machina/state"
 )
 
 // TestSimUntilDeployed runs `machina sim --until-deployed` as make demo
 // does (without its interactive wait): the example site commissions and
 // its profiles' counts deploy.
+//
+// Without --dir the lab folder is made in the system temp folder (TMPDIR
+// here) and removed when the sim stops; the banner says so and prints the
+// copy-paste lines for machinactl and the simulated BMCs' password.
 func TestSimUntilDeployed(t *testing.T) {
+	tmp := t.TempDir()
+	t.Setenv("TMPDIR", tmp)
 	var out, errOut bytes.Buffer
-	code := run(context.Background(), []string{"sim", "--until-deployed", "--timeout", "3m", "--boot-delay", "0", "--poll", "200ms", "--dir", t.TempDir()},
+	code := run(context.Background(), []string{"sim", "--until-deployed", "--timeout", "3m", "--boot-delay", "0", "--poll", "200ms"},
 		strings.NewReader(""), &out, &errOut)
 	if code != 0 {
 		t.Fatalf("machina sim: exit %d\n%s\n%s", code, out.String(), errOut.String())
 	}
-	for _, want := range []string{"new → commissioning", "commissioning → ready", "deploying → deployed", "joined the fleet", "Every profile's count is deployed"} {
+	for _, want := range []string{"new → commissioning", "commissioning → ready", "deploying → deployed", "joined the fleet", "Every profile's count is deployed",
+		"MACHINA_TOKEN=$(cat " + tmp, "Simulated BMCs (lab only, loopback): user admin, password sim-password",
+		"on disk", "Ctrl-C stops the lab and removes this folder", "Removed the lab folder " + tmp} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q:\n%s", want, out.String())
+		}
+	}
+	if !regexp.MustCompile(`(?m)^  export PATH=\S+:\$PATH MACHINA_API=http://127\.0\.0\.1:\d+ MACHINA_TOKEN=\$\(cat \S+/admin-token\)$`).MatchString(out.String()) {
+		t.Errorf("no copy-paste export line:\n%s", out.String())
+	}
+	if ents, err := os.ReadDir(tmp); err != nil || len(ents) != 0 {
+		t.Errorf("the lab folder was not removed: %v %v", ents, err)
+	}
+}
+
+// TestSimKeepAndRedfishFallback: with --keep the folder machina sim made
+// stays; without ipmi_sim in PATH its first lines say so, the banner names
+// the example's IPMI servers that run Redfish, and the lab's servers.yaml
+// says redfish for them (with a comment why), never ipmi.
+func TestSimKeepAndRedfishFallback(t *testing.T) {
+	tmp := t.TempDir()
+	t.Setenv("TMPDIR", tmp)
+	// A PATH with git (the lab's repository) and no ipmi_sim.
+	bin := t.TempDir()
+	if err := os.Symlink(peertest.Command(t, "git"), filepath.Join(bin, "git")); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PATH", bin)
+	var out, errOut bytes.Buffer
+	code := run(context.Background(), []string{"sim", "--keep", "--timeout", "3s", "--boot-delay", "1m"}, strings.NewReader(""), &out, &errOut)
+	if code != 1 {
+		t.Fatalf("machina sim --timeout 3s: exit %d, want 1\n%s\n%s", code, out.String(), errOut.String())
+	}
+	lines := strings.SplitN(out.String(), "\n", 4)
+	if len(lines) < 3 || !strings.Contains(lines[1], "WARNING: ipmi_sim not in PATH (Debian package openipmi)") {
+		t.Errorf("the first lines do not warn that ipmi_sim is missing:\n%s", out.String())
+	}
+	for _, want := range []string{"Redfish-only here, IPMI in the example: r1-n04, r1-n05, r2-n03, r3-n03", "0 behind OpenIPMI's ipmi_sim",
+		"it is kept when the lab stops"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
+		}
+	}
+	dirs, _ := filepath.Glob(filepath.Join(tmp, "machina-sim-*"))
+	if len(dirs) != 1 {
+		t.Fatalf("--keep: lab folders %v, want one kept", dirs)
+	}
+	yaml, err := os.ReadFile(filepath.Join(dirs[0], "lab", "inventory", "servers.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(yaml), "driver: ipmi") || !strings.Contains(string(yaml), "# IPMI in the example; Redfish here: ipmi_sim not in PATH (Debian package openipmi)") ||
+		!strings.Contains(string(yaml), "12 Redfish BMCs") {
+		t.Errorf("servers.yaml does not say what runs:\n%s", yaml)
+	}
+}
+
+// TestSimAlerts: the demo terminal shows an invalid revision with its
+// errors, a held plan, failed (once per message) and stalled actions, and
+// when each clears.
+func TestSimAlerts(t *testing.T) {
+	var w bytes.Buffer
+	var a simAlerts
+	good := reconciler.Revision{Commit: "1111111111111111111111111111111111111111"}
+	bad := &reconciler.InvalidRevision{Commit: "2222222222222222222222222222222222222222",
+		Errors: []inventory.FieldError{{File: "servers.yaml", Line: 14, Col: 7, Path: "servers[2].bootMAC", Msg: "not a MAC"}}}
+	a.revision(&w, good, bad)
+	a.revision(&w, good, bad) // printed once
+	a.revision(&w, good, nil)
+	a.plan(&w, reconciler.Result{Held: make([]reconciler.Step, 3), Brake: "held until approved (machinactl approve 0123456789ab): 3 of 11 servers"})
+	a.plan(&w, reconciler.Result{Held: make([]reconciler.Step, 3), Brake: "held until approved (machinactl approve 0123456789ab): 3 of 11 servers"})
+	a.plan(&w, reconciler.Result{})
+	for i := 0; i < 3; i++ {
+		a.event(&w, state.Event{Kind: "action.failed", Server: "r1-n01", Message: "powerOn: connection refused"})
+	}
+	a.event(&w, state.Event{Kind: "action.stalled", Server: "r1-n02", Message: "powerOn: 401 Unauthorized"})
+	got := w.String()
+	for _, want := range []string{"INVALID inventory revision 222222222222: the controller keeps acting on 111111111111",
+		"servers.yaml:14:7: servers[2].bootMAC: not a MAC", "inventory valid again",
+		"HELD plan: 3 steps wait: held until approved (machinactl approve 0123456789ab)", "plan no longer held",
+		"r1-n01   failed   powerOn: connection refused (retried with backoff)", "r1-n02   STALLED  powerOn: 401 Unauthorized"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("output lacks %q:\n%s", want, got)
+		}
+	}
+	for _, once := range []string{"INVALID", "HELD", "connection refused"} {
+		if n := strings.Count(got, once); n != 1 {
+			t.Errorf("%q printed %d times, want once:\n%s", once, n, got)
 		}
 	}
 }

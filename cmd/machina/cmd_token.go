@@ -1,7 +1,10 @@
 package main
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
+	"os"
 	"text/tabwriter"
 	"time"
 
@@ -19,10 +22,18 @@ func newTokenCmd(e *env) *cobra.Command {
 		Short: "Manage admin API tokens (opens the state file directly)",
 	}
 	cmd.PersistentFlags().StringVar(&statePath, "state", envOrDefault(envState, defaultStatePath), "bbolt state file (env "+envState+")")
-	open := func() (*state.Store, error) {
-		st, err := state.Open(statePath, state.Options{Timeout: time.Second})
+	// open opens the state file. Folders are never created (state.Open),
+	// so a mistyped --state fails; list and revoke also need the file
+	// (mustExist), while create may make the first one, before the first
+	// machina serve, and says so.
+	open := func(mustExist bool) (*state.Store, error) {
+		_, statErr := os.Stat(statePath)
+		st, err := state.Open(statePath, state.Options{Timeout: time.Second, MustExist: mustExist})
 		if err != nil {
 			return nil, explainOpen(statePath, err)
+		}
+		if errors.Is(statErr, fs.ErrNotExist) {
+			fmt.Fprintf(e.stderr, "machina token: created a new, empty state file %s (no site was there; machina serve --state %s uses it)\n", statePath, statePath)
 		}
 		return st, nil
 	}
@@ -36,7 +47,7 @@ func newTokenCmd(e *env) *cobra.Command {
 			if !state.ValidName(name) {
 				return fmt.Errorf("token create: --name must be an RFC 1123 label (lower-case letters, digits, inner hyphens)")
 			}
-			st, err := open()
+			st, err := open(false)
 			if err != nil {
 				return fmt.Errorf("token create: %w", err)
 			}
@@ -58,7 +69,7 @@ func newTokenCmd(e *env) *cobra.Command {
 		Short: "List admin tokens (names only)",
 		Args:  cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
-			st, err := open()
+			st, err := open(true)
 			if err != nil {
 				return fmt.Errorf("token list: %w", err)
 			}
@@ -82,7 +93,7 @@ func newTokenCmd(e *env) *cobra.Command {
 		Short: "Revoke an admin token",
 		Args:  cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
-			st, err := open()
+			st, err := open(true)
 			if err != nil {
 				return fmt.Errorf("token revoke: %w", err)
 			}

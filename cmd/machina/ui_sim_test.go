@@ -21,7 +21,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	apiv1 "github.com/machina-metal/machina/api/v1"
-	"github.com/machina-metal/machina/bmc/ipmi/ipmisim"
+	"github.com/machina-metal/machina/bmc/ipmi/ipmisim/ipmisimtest"
 	"github.com/machina-metal/machina/ui/uitest"
 )
 
@@ -48,7 +48,7 @@ import (
 // SIGINT stops the binary with exit 0.
 func TestBrowserAgainstMachinaSim(t *testing.T) {
 	ctx := uitest.Browser(t)
-	ipmisim.RequireTools(t) // the IPMI servers' serial consoles
+	ipmisimtest.RequireTools(t) // the IPMI servers' serial consoles
 	gitBin, err := exec.LookPath("git")
 	if err != nil {
 		t.Fatalf("git is needed to change the fleet as an operator: %v", err)
@@ -64,7 +64,7 @@ func TestBrowserAgainstMachinaSim(t *testing.T) {
 		}
 	})
 
-	banner := sim.waitLine(t, regexp.MustCompile(`^Controller at (\S+) \(admin API token in (\S+)\)$`), 2*time.Minute)
+	banner := sim.waitLine(t, regexp.MustCompile(`^  export PATH=\S+:\$PATH MACHINA_API=(\S+) MACHINA_TOKEN=\$\(cat (\S+)\)$`), 2*time.Minute)
 	base, tokenPath := banner[1], banner[2]
 	tokBytes, err := os.ReadFile(tokenPath)
 	if err != nil {

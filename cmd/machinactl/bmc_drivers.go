@@ -1,10 +1,14 @@
 package main
 
 import (
+	"crypto/x509"
 	"fmt"
+	"log/slog"
 	"net/url"
+	"os"
 	"path"
 	"strings"
+	"time"
 
 	"github.com/machina-metal/machina/bmc"
 	"github.com/machina-metal/machina/bmc/ipmi"
@@ -19,21 +23,42 @@ import (
 // of one ComputerSystem ("https://host/redfish/v1/Systems/<ID>"), which
 // selects that system on a BMC with several. For ipmi it is "host[:port]"
 // (IPMI v2.0 lanplus, default port 623).
-func newDriver(driver, address, user, pass string, insecure bool) (bmc.Driver, error) {
+func newDriver(driver, address, user, pass string, insecure bool, o driverOpts) (bmc.Driver, error) {
 	switch driver {
 	case "redfish":
 		endpoint, system, err := splitRedfishAddress(address)
 		if err != nil {
 			return nil, err
 		}
-		return redfish.New(redfish.Config{Endpoint: endpoint, SystemID: system, Username: user, Password: pass, Insecure: insecure})
+		var pool *x509.CertPool
+		if o.caFile != "" {
+			pem, err := os.ReadFile(o.caFile)
+			if err != nil {
+				return nil, fmt.Errorf("--ca-file: %w", err)
+			}
+			pool = x509.NewCertPool()
+			if !pool.AppendCertsFromPEM(pem) {
+				return nil, fmt.Errorf("--ca-file %s: no PEM certificate in it", o.caFile)
+			}
+		}
+		return redfish.New(redfish.Config{Endpoint: endpoint, SystemID: system, Username: user, Password: pass, Insecure: insecure,
+			Auth: o.auth, RootCAs: pool, Logger: o.logger, PowerTimeout: o.powerTimeout, SoftOffTimeout: o.softOffTimeout})
 	case "ipmi":
 		if strings.Contains(address, "://") || strings.Contains(address, "@") {
 			return nil, fmt.Errorf("--address: ipmi wants host[:port] (default port 623), without scheme or credentials")
 		}
-		return ipmi.New(ipmi.Config{Address: address, Username: user, Password: pass})
+		return ipmi.New(ipmi.Config{Address: address, Username: user, Password: pass, Logger: o.logger, PowerTimeout: o.powerTimeout, SoftOffTimeout: o.softOffTimeout})
 	}
 	return nil, fmt.Errorf("unknown bmc driver %q (want redfish or ipmi)", driver)
+}
+
+// driverOpts are the optional driver settings of `machinactl bmc`.
+type driverOpts struct {
+	auth           string        // redfish: auto, session or basic ("" is auto)
+	caFile         string        // redfish: PEM file of CAs or the BMC's certificate to trust
+	logger         *slog.Logger  // the driver's warnings, to stderr
+	powerTimeout   time.Duration // bounds waiting for a power state; zero is the driver's default
+	softOffTimeout time.Duration // bounds a graceful shutdown before forcing off; zero is the driver's default
 }
 
 // splitRedfishAddress returns the base URL and the system ID named by a

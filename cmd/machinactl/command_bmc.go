@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"strings"
 	"text/tabwriter"
@@ -20,7 +21,9 @@ import (
 type bmcFlags struct {
 	driver, address, username string
 	passwordStdin, insecure   bool
-	timeout                   time.Duration
+	timeout, softOffTimeout   time.Duration
+	auth, caFile              string
+	verbose                   bool
 }
 
 // newBMCCmd is `machinactl bmc`: act on one BMC directly, without any
@@ -36,7 +39,11 @@ func newBMCCmd(e *env) *cobra.Command {
 The password is read from the first line of stdin with --password-stdin, or
 from the MACHINA_BMC_PASSWORD environment variable. It is never a flag value.
 --driver, --address and --username also read MACHINA_BMC_DRIVER,
-MACHINA_BMC_ADDRESS and MACHINA_BMC_USERNAME.`,
+MACHINA_BMC_ADDRESS and MACHINA_BMC_USERNAME. Without --username no
+credentials are sent (BMCs with authentication off).
+
+The driver's warnings (a refused PATCH whose read-back matched, a soft-off
+that had to be forced, an authentication fallback) are printed on stderr.`,
 	}
 	pf := cmd.PersistentFlags()
 	pf.StringVar(&f.driver, "driver", envOr("MACHINA_BMC_DRIVER", "redfish"), "BMC protocol: redfish or ipmi")
@@ -44,7 +51,11 @@ MACHINA_BMC_ADDRESS and MACHINA_BMC_USERNAME.`,
 	pf.StringVar(&f.username, "username", os.Getenv("MACHINA_BMC_USERNAME"), "BMC user name")
 	pf.BoolVar(&f.passwordStdin, "password-stdin", false, "read the password from the first line of stdin (else MACHINA_BMC_PASSWORD)")
 	pf.BoolVar(&f.insecure, "insecure", false, "skip TLS certificate verification for this BMC")
+	pf.StringVar(&f.caFile, "ca-file", "", "PEM file with the CA (or the BMC's own self-signed certificate) to trust for this BMC")
+	pf.StringVar(&f.auth, "auth", "auto", "redfish authentication: auto (session, else HTTP Basic), session or basic")
+	pf.BoolVar(&f.verbose, "verbose", false, "also print the driver's hardware actions (Info) on stderr")
 	pf.DurationVar(&f.timeout, "timeout", 10*time.Minute, "bound for the whole command")
+	pf.DurationVar(&f.softOffTimeout, "soft-off-timeout", 2*time.Minute, "soft-off: how long to wait for the OS to shut down before forcing off")
 	cmd.AddCommand(newBMCPowerCmd(e, f), newBMCBootCmd(e, f), newBMCMediaCmd(e, f), newBMCInfoCmd(e, f))
 	return cmd
 }
@@ -59,20 +70,44 @@ func envOr(k, def string) string {
 // withDriver connects, runs fn, and closes the driver (deleting the BMC
 // session) whatever fn returned.
 func withDriver(ctx context.Context, e *env, f *bmcFlags, fn func(context.Context, bmc.Driver) error) error {
-	if f.username == "" {
-		return &exitError{code: 2, err: errors.New("bmc: --username is required")}
+	pass := ""
+	if f.username != "" || f.passwordStdin {
+		var err error
+		if pass, err = readBMCPassword(e.stdin, f.passwordStdin); err != nil {
+			return &exitError{code: 2, err: err}
+		}
 	}
-	pass, err := readBMCPassword(e.stdin, f.passwordStdin)
-	if err != nil {
-		return &exitError{code: 2, err: err}
+	if f.username == "" && f.driver == "ipmi" {
+		return &exitError{code: 2, err: errors.New("bmc: --username is required for ipmi")}
 	}
-	d, err := newDriver(f.driver, f.address, f.username, pass, f.insecure)
+	switch f.auth {
+	case "auto", "session", "basic":
+	default:
+		return &exitError{code: 2, err: fmt.Errorf("bmc: --auth %q: want auto, session or basic", f.auth)}
+	}
+	level := slog.LevelWarn
+	if f.verbose {
+		level = slog.LevelInfo
+	}
+	log := slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: level, ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
+		if a.Key == slog.TimeKey {
+			return slog.Attr{}
+		}
+		return a
+	}}))
+	if f.insecure {
+		log.Warn("TLS certificate verification is off for this BMC (--insecure); pin its CA or certificate with --ca-file instead")
+	}
+	d, err := newDriver(f.driver, f.address, f.username, pass, f.insecure, driverOpts{auth: f.auth, caFile: f.caFile, logger: log, powerTimeout: f.timeout, softOffTimeout: f.softOffTimeout})
 	if err != nil {
 		return &exitError{code: 2, err: fmt.Errorf("bmc: %w", err)}
 	}
 	ctx, cancel := context.WithTimeout(ctx, f.timeout)
 	defer cancel()
 	err = fn(ctx, d)
+	if err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		err = fmt.Errorf("bmc: --timeout %s reached: %w", f.timeout, err)
+	}
 	cctx, ccancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer ccancel()
 	return errors.Join(err, d.Close(cctx))
@@ -116,14 +151,26 @@ func newBMCPowerCmd(e *env, f *bmcFlags) *cobra.Command {
 				return &exitError{code: 2, err: err}
 			}
 			return withDriver(cmd.Context(), e, f, func(ctx context.Context, d bmc.Driver) error {
-				if err := d.Power(ctx, a); err != nil {
-					return err
+				perr := d.Power(ctx, a)
+				var re *bmc.ResetError
+				if perr != nil && !errors.As(perr, &re) {
+					return perr
 				}
 				ps, err := d.PowerState(ctx)
 				if err != nil {
 					return err
 				}
-				fmt.Fprintf(e.stdout, "power %s: done, now %s\n", a, ps)
+				if re != nil {
+					// Accepted, and the machine is on, but nothing proves it
+					// restarted: say so, never "done".
+					fmt.Fprintf(e.stdout, "power %s: accepted, NOT verified (%s); now %s\n", a, re.Why, ps)
+					return nil
+				}
+				how := ""
+				if r, ok := d.(bmc.ResetEvidence); ok && (a == bmc.PowerActionReset || a == bmc.PowerActionCycle) && r.LastResetEvidence() != "" {
+					how = " (verified: " + r.LastResetEvidence() + ")"
+				}
+				fmt.Fprintf(e.stdout, "power %s: done%s, now %s\n", a, how, ps)
 				return nil
 			})
 		},
@@ -163,7 +210,12 @@ func newBMCBootCmd(e *env, f *bmcFlags) *cobra.Command {
 				return &exitError{code: 2, err: fmt.Errorf("bmc boot: --mode %q: want uefi or bios", mode)}
 			}
 			return withDriver(cmd.Context(), e, f, func(ctx context.Context, d bmc.Driver) error {
-				if err := d.SetBootOverride(ctx, o); err != nil {
+				err := d.SetBootOverride(ctx, o)
+				var oe *bmc.OnceError
+				if errors.As(err, &oe) {
+					return onceNotHonoured(f, oe)
+				}
+				if err != nil {
 					return err
 				}
 				fmt.Fprintf(e.stdout, "boot override set: %s\n", describeBoot(o))
@@ -174,6 +226,18 @@ func newBMCBootCmd(e *env, f *bmcFlags) *cobra.Command {
 	cmd.Flags().BoolVar(&persistent, "persistent", false, "boot from the device every time, not only next time")
 	cmd.Flags().StringVar(&mode, "mode", "", "firmware mode: uefi or bios (default: leave as is)")
 	return cmd
+}
+
+// onceNotHonoured is the exit-1 error for a one-time override the BMC did
+// not honour: what the BMC is set to now, and the command that undoes it.
+func onceNotHonoured(f *bmcFlags, oe *bmc.OnceError) error {
+	undo := fmt.Sprintf("machinactl bmc --driver %s --address %s", f.driver, f.address)
+	if f.username != "" {
+		undo += " --username " + f.username
+	}
+	undo += " boot disk --persistent"
+	return &exitError{code: 1, err: fmt.Errorf("bmc boot: one-time %s override not honoured (%s): the BMC is now set to %s; to undo: %s",
+		oe.Want.Device, oe.Outcome, describeBoot(oe.Got), undo)}
 }
 
 func describeBoot(o bmc.BootOverride) string {
@@ -204,7 +268,12 @@ func newBMCMediaCmd(e *env, f *bmcFlags) *cobra.Command {
 				}
 				fmt.Fprintln(e.stdout, "media inserted")
 				if boot {
-					if err := d.SetBootOverride(ctx, bmc.BootOverride{Device: bmc.BootCD}); err != nil {
+					err := d.SetBootOverride(ctx, bmc.BootOverride{Device: bmc.BootCD})
+					var oe *bmc.OnceError
+					if errors.As(err, &oe) {
+						return onceNotHonoured(f, oe)
+					}
+					if err != nil {
 						return err
 					}
 					fmt.Fprintln(e.stdout, "boot override set: cd once")

@@ -4,7 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"github.com/machina-metal/machina/bmc/ipmi/ipmisim"
+	"github.com/machina-metal/machina/bmc/ipmi/ipmisim/ipmisimtest"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -15,6 +15,12 @@ import (
 
 func startSim(t *testing.T, tree string, on bool) (*bmcsim.Server, *bmcsim.MemoryPower, string) {
 	t.Helper()
+	return startSimQuirks(t, tree, on, nil)
+}
+
+// startSimQuirks is startSim with bmcsim quirks q (nil: the tree's defaults).
+func startSimQuirks(t *testing.T, tree string, on bool, q *bmcsim.Quirks) (*bmcsim.Server, *bmcsim.MemoryPower, string) {
+	t.Helper()
 	dir, err := bmcsim.TreeDir("", tree)
 	if err != nil {
 		t.Fatal(err)
@@ -24,7 +30,7 @@ func startSim(t *testing.T, tree string, on bool) (*bmcsim.Server, *bmcsim.Memor
 		t.Fatal(err)
 	}
 	pw := bmcsim.NewMemoryPower(on)
-	sim, err := bmcsim.New(bmcsim.Config{Tree: tr, Username: "ops", Password: "pa ss:word", Power: pw})
+	sim, err := bmcsim.New(bmcsim.Config{Tree: tr, Username: "ops", Password: "pa ss:word", Power: pw, Quirks: q, LockoutThreshold: 3})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,7 +61,7 @@ func TestBMCPowerBootMediaInfo(t *testing.T) {
 		{[]string{"boot", "status"}, "pxe persistent uefi\n"},
 		{[]string{"media", "insert", "http://10.0.0.1/x.iso", "--boot"}, "media inserted\nboot override set: cd once\n"},
 		{[]string{"media", "eject"}, "media ejected\n"},
-		{[]string{"power", "cycle"}, "power cycle: done, now on\n"},
+		{[]string{"power", "cycle"}, "power cycle: done (verified: LastResetTime changed), now on\n"},
 	}
 	for _, s := range steps {
 		code, out, errs := runCtl(t, "", append(base, s.args...)...)
@@ -102,10 +108,10 @@ func TestBMCPasswordStdin(t *testing.T) {
 }
 
 func TestBMCDriverFactory(t *testing.T) {
-	if _, err := newDriver("ipmi", "https://u:secret@10.0.0.1", "u", "p", false); err == nil || strings.Contains(err.Error(), "secret") {
+	if _, err := newDriver("ipmi", "https://u:secret@10.0.0.1", "u", "p", false, driverOpts{}); err == nil || strings.Contains(err.Error(), "secret") {
 		t.Errorf("ipmi with a URL: err = %v, want a refusal that does not repeat the address", err)
 	}
-	if _, err := newDriver("snmp", "10.0.0.1", "u", "p", false); err == nil {
+	if _, err := newDriver("snmp", "10.0.0.1", "u", "p", false, driverOpts{}); err == nil {
 		t.Error("unknown driver accepted")
 	}
 	for _, tc := range []struct{ in, endpoint, system string }{
@@ -131,7 +137,7 @@ func TestBMCDriverFactory(t *testing.T) {
 // TestBMCIPMIAgainstIpmiSim: machinactl bmc --driver ipmi against OpenIPMI's
 // ipmi_sim on loopback, cross-checked with ipmitool.
 func TestBMCIPMIAgainstIpmiSim(t *testing.T) {
-	sim := ipmisim.Start(t)
+	sim := ipmisimtest.Start(t)
 	t.Setenv("MACHINA_BMC_PASSWORD", "password")
 	base := []string{"bmc", "--driver", "ipmi", "--address", sim.Addr(), "--username", "admin"}
 	for _, args := range [][]string{{"power", "on"}, {"boot", "pxe", "--mode", "uefi"}} {
@@ -148,5 +154,77 @@ func TestBMCIPMIAgainstIpmiSim(t *testing.T) {
 	}
 	if got := sim.Ipmitool("chassis", "bootparam", "get", "5"); !strings.Contains(got, "PXE") {
 		t.Errorf("ipmitool bootparam 5 = %q, want PXE", got)
+	}
+}
+
+// TestBMCRealBMCModes (issue 26): a Basic-only BMC works with the right
+// password and refuses the wrong one in one attempt, saying so and which
+// scheme; a one-time boot the BMC turns persistent exits 1 naming what it
+// is set to and the undo command; an unverified reset says so; the
+// driver's warnings reach stderr.
+func TestBMCRealBMCModes(t *testing.T) {
+	t.Setenv("MACHINA_BMC_PASSWORD", "")
+	sim, _, url := startSimQuirks(t, "openbmc-bmcweb-stock", true, &bmcsim.Quirks{BasicOnly: true})
+	code, out, errs := runCtl(t, "pa ss:word\n", "bmc", "--address", url, "--username", "ops", "--password-stdin", "power", "status")
+	if code != 0 || out != "on\n" {
+		t.Fatalf("Basic-only, right password: exit %d, %q, %q", code, out, errs)
+	}
+	sim.ClearRequests()
+	code, _, errs = runCtl(t, "wrong\n", "bmc", "--address", url, "--username", "ops", "--password-stdin", "info")
+	if code == 0 || !strings.Contains(errs, "credentials refused") || !strings.Contains(errs, "HTTP Basic") || strings.Count(errs, "credentials refused") != 1 {
+		t.Errorf("Basic-only, wrong password: exit %d, stderr %q; want one 'credentials refused (HTTP Basic)'", code, errs)
+	}
+	refused := 0
+	for _, r := range sim.Requests() {
+		if r.Status == 401 {
+			refused++
+		}
+	}
+	if refused != 1 || sim.Locked() {
+		t.Errorf("wrong password: %d refused attempts (locked %v), want exactly 1", refused, sim.Locked())
+	}
+
+	_, _, url = startSimQuirks(t, "dell-poweredge-r750-idrac9", true, &bmcsim.Quirks{StoreContinuousForOnce: true})
+	t.Setenv("MACHINA_BMC_PASSWORD", "pa ss:word")
+	base := []string{"bmc", "--address", url, "--username", "ops"}
+	code, out, errs = runCtl(t, "", append(base, "boot", "pxe")...)
+	if code != 1 || !strings.Contains(errs, "now set to pxe persistent") || !strings.Contains(errs, "boot disk --persistent") || strings.Contains(out, "boot override set") {
+		t.Errorf("Once coerced: exit %d, stdout %q, stderr %q; want exit 1 naming pxe persistent and the undo command", code, out, errs)
+	}
+
+	// A PATCH answered 400 whose read-back matched: the driver's warning
+	// reaches stderr (it printed only "boot override set" before).
+	_, _, url = startSimQuirks(t, "dell-poweredge-r750-idrac9", true, &bmcsim.Quirks{BootPatchAnswers400: true})
+	code, out, errs = runCtl(t, "", "bmc", "--address", url, "--username", "ops", "boot", "disk")
+	if code != 0 || !strings.Contains(errs, "level=WARN") || !strings.Contains(errs, "HTTP 400") {
+		t.Errorf("refused PATCH that applied: exit %d, stdout %q, stderr %q; want the driver's warning", code, out, errs)
+	}
+
+	_, _, url = startSimQuirks(t, "dell-poweredge-r750-idrac9", true, &bmcsim.Quirks{NoLastResetTime: true})
+	code, out, errs = runCtl(t, "", "bmc", "--address", url, "--username", "ops", "power", "reset")
+	if code != 0 || !strings.Contains(out, "NOT verified") || strings.Contains(out, "done") {
+		t.Errorf("reset without evidence: exit %d, stdout %q, stderr %q; want 'NOT verified'", code, out, errs)
+	}
+
+	_, _, url = startSimQuirks(t, "openbmc-bmcweb-stock", true, &bmcsim.Quirks{NoAuth: true})
+	t.Setenv("MACHINA_BMC_PASSWORD", "")
+	code, out, errs = runCtl(t, "", "bmc", "--address", url, "power", "status")
+	if code != 0 || out != "on\n" {
+		t.Errorf("no authentication, no --username: exit %d, %q, %q", code, out, errs)
+	}
+}
+
+// A soft-off that had to be forced is said on stderr (it printed only
+// "done, now off" before), and so is --insecure.
+func TestBMCForcedSoftOffWarns(t *testing.T) {
+	_, pw, url := startSim(t, "dell-poweredge-r750-idrac9", true)
+	pw.IgnoreGraceful = true
+	t.Setenv("MACHINA_BMC_PASSWORD", "pa ss:word")
+	code, out, errs := runCtl(t, "", "bmc", "--address", url, "--username", "ops", "--insecure", "--soft-off-timeout", "200ms", "power", "soft-off")
+	if code != 0 || !strings.Contains(out, "now off") {
+		t.Fatalf("soft-off: exit %d, %q, %q", code, out, errs)
+	}
+	if !strings.Contains(errs, "forcing off") || !strings.Contains(errs, "--insecure") {
+		t.Errorf("stderr %q: want the forced soft-off and the --insecure warning", errs)
 	}
 }

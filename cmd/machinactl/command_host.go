@@ -388,7 +388,12 @@ func newHostCmd(e *env) *cobra.Command {
 			fmt.Fprintln(tw, "HOST\tSITE\tRACK\tJOIN\tSTATE\tLAST SEEN\tTAGS")
 			for _, h := range hs.Items {
 				online, seen := "offline", "-"
-				if h.Online {
+				switch {
+				case h.Fenced != nil:
+					online = "fenced"
+				case h.Lost != nil:
+					online = h.Lost.Summary
+				case h.Online:
 					online = "online"
 				}
 				if !h.LastSeen.IsZero() {
@@ -399,7 +404,62 @@ func newHostCmd(e *env) *cobra.Command {
 			return tw.Flush()
 		},
 	}
-	cmd.AddCommand(add, list)
+	var reason string
+	fenceCmd := &cobra.Command{
+		Use:   "fence NAME --reason TEXT",
+		Short: "Power a host's server off through its BMC or fencing device, succeeding only when it reads back off",
+		Long: `fence powers the server under host NAME off (a hard off: Redfish ForceOff,
+IPMI chassis power off) through the fencing device servers.yaml names for it
+(fence: {driver, address, credentials}) or else its BMC, and answers only once
+the power reads back off. The host is marked fenced: the reconciler never powers
+the server on again until machinactl host unfence NAME. Audited as an event with
+the admin token's name and the reason. Exit 0 when fenced, 1 when the power did
+not read back off (nothing is marked), 2 for usage or API errors.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if strings.TrimSpace(reason) == "" {
+				return &exitError{code: 2, err: errors.New("host fence: --reason is required (it is recorded with your token's name)")}
+			}
+			c, err := e.apiClient(apiURL)
+			if err != nil {
+				return &exitError{code: 2, err: fmt.Errorf("host fence: %w", err)}
+			}
+			res, err := c.FenceHost(cmd.Context(), args[0], reason)
+			if err != nil {
+				var se *v1.APIError
+				if errors.As(err, &se) && se.StatusCode == http.StatusBadGateway {
+					return &exitError{code: 1, err: fmt.Errorf("host fence %s: %w", args[0], err)}
+				}
+				return &exitError{code: 2, err: fmt.Errorf("host fence %s: %w", args[0], err)}
+			}
+			fmt.Fprintf(e.stdout, "host %s fenced: server %s powered off through %s, read back off at %s (by %s)\n",
+				res.Host, res.Server, res.Device, res.At.UTC().Format(time.RFC3339), res.Actor)
+			return nil
+		},
+	}
+	fenceCmd.Flags().StringVar(&reason, "reason", "", "why (required; recorded in the audit event)")
+	unfenceCmd := &cobra.Command{
+		Use:   "unfence NAME --reason TEXT",
+		Short: "Clear a host's fence so the reconciler may power its server on again",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if strings.TrimSpace(reason) == "" {
+				return &exitError{code: 2, err: errors.New("host unfence: --reason is required")}
+			}
+			c, err := e.apiClient(apiURL)
+			if err != nil {
+				return &exitError{code: 2, err: fmt.Errorf("host unfence: %w", err)}
+			}
+			h, err := c.UnfenceHost(cmd.Context(), args[0], reason)
+			if err != nil {
+				return &exitError{code: 2, err: fmt.Errorf("host unfence %s: %w", args[0], err)}
+			}
+			fmt.Fprintf(e.stdout, "host %s unfenced: the reconciler may power server %s on again\n", h.Name, h.Server)
+			return nil
+		},
+	}
+	unfenceCmd.Flags().StringVar(&reason, "reason", "", "why (required; recorded in the audit event)")
+	cmd.AddCommand(add, list, fenceCmd, unfenceCmd)
 	return cmd
 }
 

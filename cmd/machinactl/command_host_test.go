@@ -24,6 +24,7 @@ import (
 
 	"github.com/machina-metal/machina/api"
 	v1 "github.com/machina-metal/machina/api/v1"
+	"github.com/machina-metal/machina/internal/peertest"
 	"github.com/machina-metal/machina/join"
 	"github.com/machina-metal/machina/state"
 	"golang.org/x/crypto/ssh"
@@ -47,12 +48,7 @@ var (
 
 func buildNode(t *testing.T) string {
 	t.Helper()
-	if _, err := exec.LookPath("go"); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("go not in PATH")
-		}
-		t.Skip("go not in PATH")
-	}
+	peertest.Command(t, "go")
 	nodeOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "m11-node-")
 		if err != nil {
@@ -81,14 +77,7 @@ func TestMain(m *testing.M) {
 
 func needShellTools(t *testing.T) {
 	t.Helper()
-	for _, tool := range []string{"sh", "curl", "openssl", "sha256sum", "tar"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			if os.Getenv("CI") == "true" {
-				t.Fatalf("%s not installed", tool)
-			}
-			t.Skipf("%s not installed", tool)
-		}
-	}
+	peertest.Commands(t, "sh", "curl", "openssl", "sha256sum", "tar")
 }
 
 func startJoinLab(t *testing.T) *joinLab {

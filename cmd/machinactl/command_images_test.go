@@ -16,6 +16,7 @@ import (
 	"testing"
 
 	"github.com/machina-metal/machina/images"
+	"github.com/machina-metal/machina/internal/peertest"
 )
 
 // mirrorLog wraps a file server and records request paths.
@@ -49,13 +50,7 @@ func (m *mirrorLog) count(p string) int {
 // a SHA256SUMS in Ubuntu's format (binary marker, several entries).
 func layoutUbuntuMirror(t *testing.T, root string, raw []byte) (imgPath string) {
 	t.Helper()
-	qemuImg, err := exec.LookPath("qemu-img")
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("qemu-img missing in CI: %v", err)
-		}
-		t.Skip("qemu-img not installed (Debian qemu-utils); skipping outside CI")
-	}
+	qemuImg := peertest.Command(t, "qemu-img")
 	dir := filepath.Join(root, "releases", "24.04", "release")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)

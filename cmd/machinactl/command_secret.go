@@ -2,9 +2,11 @@ package main
 
 import (
 	"bufio"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 
 	v1 "github.com/machina-metal/machina/api/v1"
@@ -52,7 +54,7 @@ func newSecretCmd(e *env) *cobra.Command {
 	}
 	cmd.PersistentFlags().StringVar(&apiURL, "api", envOr(envAPI, defaultAPI), "admin API base URL (env "+envAPI+"); the token comes from "+envToken)
 
-	var username string
+	var username, pemFile string
 	var fromStdin bool
 	set := &cobra.Command{
 		Use:     "set NAME --username USER --password-stdin",
@@ -61,6 +63,29 @@ func newSecretCmd(e *env) *cobra.Command {
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			name := args[0]
+			if pemFile != "" {
+				// A CA bundle for servers.yaml bmc.caBundle: public
+				// certificates, no password.
+				b, err := os.ReadFile(pemFile)
+				if err != nil {
+					return &exitError{code: 2, err: fmt.Errorf("secret set: --pem-file: %w", err)}
+				}
+				if !x509.NewCertPool().AppendCertsFromPEM(b) {
+					return &exitError{code: 2, err: fmt.Errorf("secret set: --pem-file %s: no PEM certificate in it", pemFile)}
+				}
+				c, err := e.apiClient(apiURL)
+				if err != nil {
+					return &exitError{code: 2, err: fmt.Errorf("secret set: %w", err)}
+				}
+				// The PEM is the secret's value (the API wants a user name and a
+				// value; controller.CABundlePEM reads it back).
+				info, err := c.PutSecret(cmd.Context(), name, v1.SecretRequest{Username: "ca-bundle", Password: string(b)})
+				if err != nil {
+					return &exitError{code: 2, err: fmt.Errorf("secret set %s: %w", name, err)}
+				}
+				fmt.Fprintf(e.stdout, "CA bundle %s stored (name it in servers.yaml bmc.caBundle)\n", info.Name)
+				return nil
+			}
 			if !fromStdin {
 				return &exitError{code: 2, err: errors.New("secret set: pass --password-stdin; the password is never taken from the command line")}
 			}
@@ -89,6 +114,7 @@ func newSecretCmd(e *env) *cobra.Command {
 	}
 	set.Flags().StringVar(&username, "username", "", "user name of the credential")
 	set.Flags().BoolVar(&fromStdin, "password-stdin", false, "read the password from stdin (the only way to pass it)")
+	set.Flags().StringVar(&pemFile, "pem-file", "", "store a CA bundle instead (PEM: the CA of a BMC's certificate, or its self-signed certificate) for servers.yaml bmc.caBundle")
 	cmd.AddCommand(set)
 	return cmd
 }

@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"context"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/machina-metal/machina/api"
+	"github.com/machina-metal/machina/bmc/bmctest"
 	"github.com/machina-metal/machina/state"
 )
 
@@ -88,5 +90,31 @@ func TestSecretSetThroughAPI(t *testing.T) {
 				t.Errorf("exit %d, stderr %q; want 2 and %q", code, errb.String(), c.want)
 			}
 		})
+	}
+}
+
+// TestSecretSetPEMFile (issue 26): a CA bundle for bmc.caBundle is stored
+// from a PEM file, as the secret's value.
+func TestSecretSetPEMFile(t *testing.T) {
+	st, hs, tok := newAPIFixture(t)
+	t.Setenv(envToken, tok)
+	ca := bmctest.NewCA(t)
+	f := filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(f, ca.PEM(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var out, errb bytes.Buffer
+	if code := run(context.Background(), []string{"secret", "set", "site-ca", "--pem-file", f, "--api", hs.URL}, strings.NewReader(""), &out, &errb); code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	cred, err := st.Secret("site-ca")
+	if err != nil || cred.Password != string(ca.PEM()) {
+		t.Errorf("stored %d bytes, %v", len(cred.Password), err)
+	}
+	if err := os.WriteFile(f, []byte("not a certificate"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code := run(context.Background(), []string{"secret", "set", "bad", "--pem-file", f, "--api", hs.URL}, strings.NewReader(""), &out, &errb); code != 2 || !strings.Contains(errb.String(), "no PEM certificate") {
+		t.Errorf("not PEM: exit %d, %s", code, errb.String())
 	}
 }

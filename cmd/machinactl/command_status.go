@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	v1 "github.com/machina-metal/machina/api/v1"
 	"github.com/machina-metal/machina/reconciler"
 	"github.com/machina-metal/machina/state"
 )
@@ -58,7 +59,12 @@ func newStatusCmd(e *env) *cobra.Command {
 			if err != nil {
 				return &exitError{code: 2, err: fmt.Errorf("status: %w", err)}
 			}
+			hosts, err := c.Hosts(ctx)
+			if err != nil {
+				return &exitError{code: 2, err: fmt.Errorf("status: hosts: %w", err)}
+			}
 			writeStatus(e.stdout, apiURL, st.Servers, st.Secrets.Sealing, st.Secrets.Sealed, st.Secrets.Unsealed, inv, plan, snap)
+			writeHostStatus(e.stdout, hosts.Items)
 			return nil
 		},
 	}
@@ -212,4 +218,35 @@ func oneLine(s string, n int) string {
 		s = strings.ToValidUTF8(s[:n-3], "") + "..."
 	}
 	return s
+}
+
+// writeHostStatus renders the joined hosts' line and one line per host
+// with a condition: HostLost (with the power its BMC read: "lost, powered
+// on" is running but unreachable, "lost, powered off" is down) or Fenced.
+func writeHostStatus(w io.Writer, hosts []v1.Host) {
+	if len(hosts) == 0 {
+		fmt.Fprintln(w, "Hosts:      none joined")
+		return
+	}
+	lost, fenced := 0, 0
+	var lines []string
+	for _, h := range hosts {
+		if h.Lost != nil {
+			lost++
+		}
+		if h.Fenced != nil {
+			fenced++
+		}
+		for _, c := range h.Conditions {
+			lines = append(lines, fmt.Sprintf("  %-16s %-10s %s", h.Name, c.Type, oneLine(c.Message, 110)))
+		}
+	}
+	fmt.Fprintf(w, "Hosts:      %d joined, %d lost, %d fenced\n", len(hosts), lost, fenced)
+	for i, l := range lines {
+		if i == maxAttentionLines {
+			fmt.Fprintf(w, "  ... %d more: machinactl host list\n", len(lines)-maxAttentionLines)
+			break
+		}
+		fmt.Fprintln(w, l)
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	v1 "github.com/machina-metal/machina/api/v1"
 	"github.com/machina-metal/machina/inventory"
 	"github.com/machina-metal/machina/reconciler"
 	"github.com/machina-metal/machina/state"
@@ -68,5 +69,49 @@ func TestHeldRun(t *testing.T) {
 	}
 	if got := heldRun(2); got != "2 held steps run" {
 		t.Errorf("heldRun(2) = %q", got)
+	}
+}
+
+// TestWriteHostStatus: the hosts line counts joined, lost and fenced
+// hosts, and each condition gets a line with the lost host's power.
+func TestWriteHostStatus(t *testing.T) {
+	var b strings.Builder
+	writeHostStatus(&b, []v1.Host{
+		{Name: "hv1", Online: true},
+		{Name: "hv2", Lost: &v1.HostLost{Summary: "lost, powered on"}, Conditions: []v1.HostCondition{{Type: "HostLost", Reason: "LostPoweredOn", Message: "lost, powered on: no heartbeat since 2026-12-01T10:00:00Z"}}},
+		{Name: "hv3", Fenced: &v1.HostFence{Actor: "ops"}, Conditions: []v1.HostCondition{{Type: "Fenced", Message: "fenced by ops through bmc: lost"}}},
+	})
+	got := b.String()
+	for _, want := range []string{"Hosts:      3 joined, 1 lost, 1 fenced", "hv2              HostLost   lost, powered on: no heartbeat since", "hv3              Fenced     fenced by ops"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("writeHostStatus output lacks %q:\n%s", want, got)
+		}
+	}
+	b.Reset()
+	writeHostStatus(&b, nil)
+	if b.String() != "Hosts:      none joined\n" {
+		t.Errorf("no hosts: %q", b.String())
+	}
+}
+
+// TestLabelsRoundTripThroughStatus: the derived labels a status file
+// carries give the same labels back when planned from that status tree.
+func TestLabelsRoundTripThroughStatus(t *testing.T) {
+	full := &state.Hardware{CPUVendor: "GenuineIntel", Arch: "amd64", MemoryBytes: 500 << 30, InstalledMemoryBytes: 512 << 30,
+		GPUs:  []state.GPU{{Vendor: "nvidia"}},
+		Disks: []state.Disk{{Name: "nvme0n1", Transport: "nvme"}, {Name: "sda", Transport: "sata"}},
+		NICs:  []state.NIC{{Name: "eth0", SpeedMbps: 25000}}}
+	want := full.Labels()
+	// What a status file keeps: sizes, disk and NIC names, the labels.
+	stripped := &state.Hardware{MemoryBytes: 500 << 30, Disks: []state.Disk{{Name: "nvme0n1"}, {Name: "sda"}}, NICs: []state.NIC{{Name: "eth0", SpeedMbps: 25000}}}
+	labelsToHardware(stripped, want)
+	got := stripped.Labels()
+	if len(got) != len(want) {
+		t.Fatalf("labels %v, want %v", got, want)
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("label %s = %q, want %q", k, got[k], v)
+		}
 	}
 }

@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/machina-metal/machina/internal/peertest"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files")
@@ -169,9 +171,7 @@ func TestValidateNeverEchoesSecrets(t *testing.T) {
 // TestValidateBaseRefusesStatusEdits: with --base, a change that edits
 // status/ by hand fails validation; one that leaves it alone passes.
 func TestValidateBaseRefusesStatusEdits(t *testing.T) {
-	if _, err := exec.LookPath("git"); err != nil {
-		t.Skip("git not installed")
-	}
+	peertest.Command(t, "git")
 	dir := t.TempDir()
 	git := func(args ...string) {
 		t.Helper()

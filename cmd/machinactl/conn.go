@@ -88,7 +88,7 @@ func (e *env) apiClient(apiURL string) (*v1.Client, error) {
 	}
 	tok := os.Getenv(envToken)
 	if tok == "" {
-		return nil, fmt.Errorf("%s is not set: export the admin token machina bootstrap printed, or create one with `machinactl admin-token create NAME` (or `machina token create --name NAME` while the controller is stopped)", envToken)
+		return nil, fmt.Errorf("%s is not set: export the admin token machina bootstrap printed (machina sim: the export line its banner prints), or create one with `machinactl admin-token create NAME` (or `machina token create --name NAME` while no controller runs on the state file)", envToken)
 	}
 	hc, err := e.conn.httpClient()
 	if err != nil {

@@ -20,6 +20,7 @@ import (
 
 	"github.com/machina-metal/machina/boot"
 	"github.com/machina-metal/machina/controller"
+	"github.com/machina-metal/machina/internal/peertest"
 	"github.com/machina-metal/machina/lab/sim"
 	"github.com/machina-metal/machina/reconciler"
 	"github.com/machina-metal/machina/state"
@@ -285,9 +286,7 @@ func editFile(t *testing.T, path, old, new string) {
 // against the whole controller (controller.Run) over the simulated lab of
 // the example site: bmcsim BMCs and machines running the real agent.
 func TestVerbsAgainstController(t *testing.T) {
-	if testing.Short() {
-		t.Skip("simulated lab end to end; skipped with -short")
-	}
+	peertest.Slow(t, "simulated lab end to end")
 	h := startController(t)
 	h.waitFor("11 servers ready or deployed, 3 deployed", 3*time.Minute, steady)
 	h.waitPlanIdle(time.Minute)

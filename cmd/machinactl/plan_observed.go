@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"path"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -65,9 +66,13 @@ func fromWire(s v1.Server) state.Server {
 		Revision: s.Revision, CreatedAt: s.CreatedAt, UpdatedAt: s.UpdatedAt,
 	}
 	if h := s.Hardware; h != nil {
-		hw := &state.Hardware{Cores: h.Cores, MemoryBytes: h.MemoryBytes, Vendor: h.Vendor, Product: h.Product, Serial: h.Serial, ObservedAt: h.ObservedAt}
+		hw := &state.Hardware{Cores: h.Cores, MemoryBytes: h.MemoryBytes, Vendor: h.Vendor, Product: h.Product, Serial: h.Serial, ObservedAt: h.ObservedAt,
+			CPUVendor: h.CPUVendor, Arch: h.Arch, InstalledMemoryBytes: h.InstalledMemoryBytes}
+		for _, g := range h.GPUs {
+			hw.GPUs = append(hw.GPUs, state.GPU{PCIAddress: g.PCIAddress, Vendor: g.Vendor, DeviceID: g.DeviceID})
+		}
 		for _, d := range h.Disks {
-			hw.Disks = append(hw.Disks, state.Disk{Name: d.Name, SizeBytes: d.SizeBytes, Model: d.Model, Serial: d.Serial, Rotational: d.Rotational})
+			hw.Disks = append(hw.Disks, state.Disk{Name: d.Name, SizeBytes: d.SizeBytes, Model: d.Model, Serial: d.Serial, Rotational: d.Rotational, Transport: d.Transport})
 		}
 		for _, n := range h.NICs {
 			hw.NICs = append(hw.NICs, state.NIC{Name: n.Name, MAC: n.MAC, SpeedMbps: n.SpeedMbps, Link: n.Link})
@@ -119,7 +124,10 @@ type statusHardware struct {
 	CPUModel  string `json:"cpuModel"`
 	Cores     int    `json:"cores"`
 	MemoryGiB int64  `json:"memoryGiB"`
-	Disks     []struct {
+	// Labels are the derived labels (status/servers/NAME.yaml
+	// hardware.labels), turned back into the facts they come from.
+	Labels map[string]string `json:"labels"`
+	Disks  []struct {
 		Name    string `json:"name"`
 		Model   string `json:"model"`
 		Serial  string `json:"serial"`
@@ -181,6 +189,7 @@ func parseStatusServer(data []byte, now time.Time) (state.Server, error) {
 		for _, n := range h.NICs {
 			hw.NICs = append(hw.NICs, state.NIC{Name: n.Name, MAC: n.MAC, SpeedMbps: n.SpeedMbps})
 		}
+		labelsToHardware(hw, h.Labels)
 		out.Hardware = hw
 	}
 	if ss.Profile != "" {
@@ -253,4 +262,43 @@ func readCapped(fsys fs.FS, name string, limit int64) ([]byte, error) {
 		return nil, fmt.Errorf("larger than %d bytes", limit)
 	}
 	return data, nil
+}
+
+// labelsToHardware sets the facts of hw that give the derived labels l
+// (status files carry the labels, not the report): the same labels come
+// out of hw.Labels() again.
+func labelsToHardware(hw *state.Hardware, l map[string]string) {
+	switch v := l[state.LabelCPUVendor]; v {
+	case "intel":
+		hw.CPUVendor = "GenuineIntel"
+	case "amd":
+		hw.CPUVendor = "AuthenticAMD"
+	default:
+		hw.CPUVendor = v
+	}
+	hw.Arch = l[state.LabelCPUArch]
+	if g, err := strconv.ParseInt(l[state.LabelMemoryGiB], 10, 64); err == nil && g > 0 && g < 1<<32 {
+		hw.InstalledMemoryBytes = g << 30
+	}
+	if v := l[state.LabelGPUVendor]; v != "" {
+		hw.GPUs = []state.GPU{{Vendor: v}}
+	}
+	if n, err := strconv.Atoi(l[state.LabelDiskNVMeCount]); err == nil {
+		for i := range hw.Disks {
+			if i < n {
+				hw.Disks[i].Transport = "nvme"
+			} else {
+				hw.Disks[i].Transport = "other"
+			}
+		}
+	}
+	if s, err := strconv.Atoi(l[state.LabelNICSpeedMax]); err == nil && s > 0 {
+		top := 0
+		for _, n := range hw.NICs {
+			top = max(top, n.SpeedMbps)
+		}
+		if top < s {
+			hw.NICs = append(hw.NICs, state.NIC{Name: "(from labels)", SpeedMbps: s})
+		}
+	}
 }

@@ -290,6 +290,16 @@ func post(ctx context.Context, hc *http.Client, u string, in, out any) error {
 type Client struct {
 	cfg nodeConfig
 	hc  *http.Client
+
+	// Version is the node agent's build, sent with every heartbeat; ""
+	// sends none.
+	Version string
+	// Uptime reads the host's uptime; nil reads /proc/uptime.
+	Uptime func() (time.Duration, error)
+	// started is when Load made this client (the agent's start).
+	started time.Time
+	// since returns the time since t; nil means time.Since.
+	since func(time.Time) time.Duration
 }
 
 // Load reads the node's key, certificate, CA and config from dir.
@@ -315,7 +325,7 @@ func Load(dir string) (*Client, error) {
 		return nil, fmt.Errorf("node: load: %s holds no certificate", CAFile)
 	}
 	tc := &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: pool, Certificates: []tls.Certificate{pair}}
-	return &Client{cfg: nc, hc: &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: tc}}}, nil
+	return &Client{cfg: nc, hc: &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: tc}}, started: time.Now()}, nil
 }
 
 // Host returns the host name the controller recorded.
@@ -349,9 +359,23 @@ func (c *Client) Done(ctx context.Context, d v1.JoinDone) error {
 	return nil
 }
 
-// Beat sends one heartbeat (POST /hosts/NAME/heartbeat).
+// Beat sends one heartbeat (POST /hosts/NAME/heartbeat) carrying the
+// host's uptime, the agent's own uptime and its version, so the controller
+// tells a reboot from an agent restart. An unreadable uptime is left out.
 func (c *Client) Beat(ctx context.Context) error {
-	if err := post(ctx, c.hc, c.path("heartbeat"), struct{}{}, nil); err != nil {
+	since := c.since
+	if since == nil {
+		since = time.Since
+	}
+	hb := v1.Heartbeat{AgentVersion: c.Version, AgentUptimeSeconds: since(c.started).Seconds(), AgentStartedAt: c.started.UTC()}
+	up := c.Uptime
+	if up == nil {
+		up = ProcUptime
+	}
+	if d, err := up(); err == nil {
+		hb.UptimeSeconds = d.Seconds()
+	}
+	if err := post(ctx, c.hc, c.path("heartbeat"), hb, nil); err != nil {
 		return fmt.Errorf("node: heartbeat: %w", err)
 	}
 	return nil
@@ -372,4 +396,22 @@ func (c *Client) Run(ctx context.Context, onErr func(error)) error {
 		case <-t.C:
 		}
 	}
+}
+
+// ProcUptime reads the host's uptime from /proc/uptime (its first field,
+// seconds since boot, proc(5)).
+func ProcUptime() (time.Duration, error) {
+	b, err := os.ReadFile("/proc/uptime")
+	if err != nil {
+		return 0, err
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return 0, fmt.Errorf("node: /proc/uptime is empty")
+	}
+	sec, err := strconv.ParseFloat(f[0], 64)
+	if err != nil || sec < 0 {
+		return 0, fmt.Errorf("node: /proc/uptime %q is not seconds", f[0])
+	}
+	return time.Duration(sec * float64(time.Second)), nil
 }

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/machina-metal/machina/bmc/ipmi/ipmisim"
+	"github.com/machina-metal/machina/bmc/ipmi/ipmisim/ipmisimtest"
 	"github.com/machina-metal/machina/controller"
 	"github.com/machina-metal/machina/state"
 )
@@ -19,7 +19,7 @@ import (
 // Machina (the power button): both show in the store with a health and a
 // power event, with no operator action.
 func TestBMCSweep(t *testing.T) {
-	ipmisim.RequireTools(t)
+	ipmisimtest.RequireTools(t)
 	r := startRig(t, rigOptions{ipmi: true, config: func(c *controller.Config) { c.BMCWatchInterval = time.Second }})
 	snap := r.steady()
 

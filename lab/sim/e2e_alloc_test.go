@@ -14,6 +14,7 @@ import (
 	"time"
 
 	v1 "github.com/machina-metal/machina/api/v1"
+	"github.com/machina-metal/machina/internal/peertest"
 	"github.com/machina-metal/machina/inventory"
 	"github.com/machina-metal/machina/lab/sim"
 	"github.com/machina-metal/machina/reconciler"
@@ -394,12 +395,7 @@ func diskLabels(t *testing.T, path string, must bool) [][2]int64 {
 // at byte off of the disk file; "" when none.
 func probeSignature(t *testing.T, path string, off int64) string {
 	t.Helper()
-	if _, err := exec.LookPath("blkid"); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("blkid not installed (required in CI)")
-		}
-		t.Skip("blkid not installed")
-	}
+	peertest.Command(t, "blkid")
 	out, _ := exec.Command("blkid", "-p", "-O", strconv.FormatInt(off, 10), "-o", "export", path).Output()
 	for _, l := range strings.Split(string(out), "\n") {
 		if strings.HasPrefix(l, "TYPE=") || strings.HasPrefix(l, "PTTYPE=") {

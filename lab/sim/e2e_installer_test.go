@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/machina-metal/machina/internal/peertest"
 	"github.com/machina-metal/machina/inventory"
 	"github.com/machina-metal/machina/lab/sim"
 	"github.com/machina-metal/machina/reconciler"
@@ -23,12 +24,7 @@ import (
 // its SHA-256.
 func buildInstallerISO(t *testing.T, mirrorDir, name string, files map[string]string) string {
 	t.Helper()
-	if _, err := exec.LookPath("xorriso"); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("xorriso not installed (required in CI)")
-		}
-		t.Skip("xorriso not installed")
-	}
+	peertest.Command(t, "xorriso")
 	tree := filepath.Join(t.TempDir(), name)
 	for p, c := range files {
 		full := filepath.Join(tree, p)

@@ -41,6 +41,8 @@ type rig struct {
 
 	cancel context.CancelFunc // the running controller's
 	done   chan error
+	// secrets are stored besides the lab's BMC credentials on start.
+	secrets map[string]state.Credential
 }
 
 type rigOptions struct {
@@ -51,6 +53,9 @@ type rigOptions struct {
 	plan reconciler.PlanOptions
 	// config, when set, edits the controller's configuration (auto-enrol).
 	config func(*controller.Config)
+	// secrets are stored in the controller's secret store on start, next
+	// to the lab's BMC credentials (a CA bundle).
+	secrets map[string]state.Credential
 	// ipmi keeps OpenIPMI's ipmi_sim as the BMC of the inventory's IPMI
 	// servers (r1-n04, r1-n05, r2-n03, r3-n03), with their serial consoles;
 	// lab.BMC is then nil for those.
@@ -74,7 +79,8 @@ func startRig(t *testing.T, o rigOptions) *rig {
 		labCancel()
 		t.Fatal(err)
 	}
-	r := &rig{harness: &harness{t: t, lab: lab}, dir: dir, listen: "127.0.0.1:0", log: log, plan: o.plan, config: o.config}
+	requireIPMIPeers(t, lab, labCancel)
+	r := &rig{harness: &harness{t: t, lab: lab}, dir: dir, listen: "127.0.0.1:0", log: log, plan: o.plan, config: o.config, secrets: o.secrets}
 	t.Cleanup(func() {
 		if r.cancel != nil {
 			r.stopController()
@@ -114,6 +120,11 @@ func (r *rig) startController() {
 				user, pass := lab.Credentials()
 				for _, name := range []string{"bmc-redfish", "bmc-ipmi"} {
 					if _, err := run.Store.PutSecret(name, state.Credential{Username: user, Password: pass}, "test"); err != nil {
+						r.t.Errorf("put secret: %v", err)
+					}
+				}
+				for name, c := range r.secrets {
+					if _, err := run.Store.PutSecret(name, c, "test"); err != nil {
 						r.t.Errorf("put secret: %v", err)
 					}
 				}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/machina-metal/machina/boot"
 	"github.com/machina-metal/machina/controller"
+	"github.com/machina-metal/machina/internal/peertest"
 	"github.com/machina-metal/machina/lab/sim"
 	"github.com/machina-metal/machina/reconciler"
 	"github.com/machina-metal/machina/state"
@@ -37,6 +39,7 @@ func startHarness(t *testing.T, cfg sim.Config) *harness {
 		cancel()
 		t.Fatal(err)
 	}
+	requireIPMIPeers(t, lab, cancel)
 	h := &harness{t: t, lab: lab}
 	ready := make(chan *controller.Running, 1)
 	done := make(chan error, 1)
@@ -75,6 +78,27 @@ func startHarness(t *testing.T, cfg sim.Config) *harness {
 		lab.Close()
 	})
 	return h
+}
+
+// requireIPMIPeers ends t naming the Debian package openipmi when the lab's
+// IPMI servers fell back to Redfish because ipmi_sim is missing (tests that
+// want Redfish everywhere set RedfishOnly, which is not a fallback for want
+// of a peer). It closes lab and calls stop first.
+func requireIPMIPeers(t *testing.T, lab *sim.Lab, stop func()) {
+	t.Helper()
+	var names []string
+	for name, why := range lab.RedfishFallbacks() {
+		if why == sim.IPMIMissing {
+			names = append(names, name)
+		}
+	}
+	if len(names) == 0 {
+		return
+	}
+	sort.Strings(names)
+	stop()
+	lab.Close()
+	peertest.Missing(t, fmt.Sprintf("ipmi_sim not in PATH: the example's IPMI servers (%s) would run Redfish BMCs", strings.Join(names, ", ")), "the Debian packages openipmi and ipmitool")
 }
 
 // waitFor polls cond until it holds or the deadline passes.

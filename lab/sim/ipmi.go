@@ -50,8 +50,13 @@ func (l *Lab) startIPMI(m *Machine) (string, error) {
 	return s.Addr(), nil
 }
 
-// ipmiAvailable reports whether ipmi_sim can run here.
-func ipmiAvailable() bool {
+// IPMIMissing is why an IPMI server runs a Redfish BMC when OpenIPMI's
+// ipmi_sim is not installed.
+const IPMIMissing = "ipmi_sim not in PATH (Debian package openipmi)"
+
+// IPMIAvailable reports whether OpenIPMI's ipmi_sim is in PATH, so the
+// inventory's IPMI servers get an IPMI BMC.
+func IPMIAvailable() bool {
 	_, err := exec.LookPath("ipmi_sim")
 	return err == nil
 }

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"path/filepath"
 	"strings"
+	"time"
 
 	v1 "github.com/machina-metal/machina/api/v1"
 	"github.com/machina-metal/machina/join"
@@ -55,6 +56,15 @@ func (m *Machine) firstBoot(ctx context.Context) error {
 	m.mu.Lock()
 	seed := m.lastSeed
 	m.mu.Unlock()
+	m.mu.Lock()
+	joined := m.joined
+	m.osCtx, m.bootedAt = ctx, time.Now()
+	m.mu.Unlock()
+	if joined {
+		// A reboot of a joined host: the node agent's unit starts again
+		// from its state folder, as systemd runs machina-node run.
+		return m.StartNodeAgent()
+	}
 	if seed == nil || !strings.Contains(seed.JoinCommand, "MACHINA_JOIN_TOKEN") {
 		return nil // no join command in the seed: nothing to join
 	}
@@ -66,7 +76,7 @@ func (m *Machine) firstBoot(ctx context.Context) error {
 	if m.HW.Virt != "" {
 		facts.CPUFlags = []string{m.HW.Virt}
 	}
-	dir := filepath.Join(filepath.Dir(m.root), "node")
+	dir := m.nodeDir()
 	resp, err := node.Join(ctx, node.JoinConfig{URL: url, Fingerprint: fp, Token: tok, Dir: dir, Facts: facts})
 	if err != nil {
 		return fmt.Errorf("join: %w", err)
@@ -96,8 +106,52 @@ func (m *Machine) firstBoot(ctx context.Context) error {
 	m.mu.Lock()
 	m.joined = true
 	m.mu.Unlock()
-	go func() { _ = c.Run(ctx, func(error) {}) }() // heartbeats until the machine powers off
+	return m.StartNodeAgent() // heartbeats until the machine powers off
+}
+
+// nodeDir is where the simulated OS keeps the node agent's state.
+func (m *Machine) nodeDir() string { return filepath.Join(filepath.Dir(m.root), "node") }
+
+// StartNodeAgent starts the joined OS's node agent (machina-node run): a
+// fresh process, so the controller sees an agent restart when one ran
+// before on this boot. It heartbeats over mutual TLS with the OS's uptime
+// (since the last disk boot) and version "sim" until StopNodeAgent or the
+// machine powers off. It fails when the machine has not joined or is not
+// running its OS.
+func (m *Machine) StartNodeAgent() error {
+	m.mu.Lock()
+	ctx, booted, joined := m.osCtx, m.bootedAt, m.joined
+	if m.nodeCancel != nil {
+		m.nodeCancel()
+		m.nodeCancel = nil
+	}
+	m.mu.Unlock()
+	if !joined || ctx == nil || ctx.Err() != nil {
+		return fmt.Errorf("sim: %s: start node agent: the machine is not running its joined OS", m.Name)
+	}
+	c, err := node.Load(m.nodeDir())
+	if err != nil {
+		return err
+	}
+	c.Version = "sim"
+	c.Uptime = func() (time.Duration, error) { return time.Since(booted), nil }
+	nctx, cancel := context.WithCancel(ctx)
+	m.mu.Lock()
+	m.nodeCancel = cancel
+	m.mu.Unlock()
+	go func() { _ = c.Run(nctx, func(error) {}) }()
 	return nil
+}
+
+// StopNodeAgent stops the node agent (its heartbeats) while the OS keeps
+// running: the controller should mark the host lost with its power on.
+func (m *Machine) StopNodeAgent() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.nodeCancel != nil {
+		m.nodeCancel()
+		m.nodeCancel = nil
+	}
 }
 
 // Joined reports whether the machine's OS joined the fleet.

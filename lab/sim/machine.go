@@ -60,10 +60,13 @@ type Machine struct {
 	installed     string   // the installer that wrote the disk, "" for none
 	installerBoot []string // the installer kernel and initrd it booted
 	joined        bool
-	agentHTTP     *http.Client // the ramdisk's client, keeping the deploy plan's seed
-	powerFile     string       // IPMI machines: ipmi_sim's chassis_control power file
-	serial        *serialPort  // IPMI machines: the serial line behind the BMC's SOL
-	ttyLine       []byte       // the line being typed on the serial console (PhaseOS)
+	osCtx         context.Context    // the running OS's boot (ended by power off), nil before
+	bootedAt      time.Time          // when the OS last booted from disk
+	nodeCancel    context.CancelFunc // stops the node agent's heartbeats
+	agentHTTP     *http.Client       // the ramdisk's client, keeping the deploy plan's seed
+	powerFile     string             // IPMI machines: ipmi_sim's chassis_control power file
+	serial        *serialPort        // IPMI machines: the serial line behind the BMC's SOL
+	ttyLine       []byte             // the line being typed on the serial console (PhaseOS)
 	// failMemory makes the commissioning memory test fail (fault injection).
 	failMemory bool
 	// corruptImages flips a byte of every image download in transit
@@ -344,9 +347,13 @@ func (m *Machine) powerOffFrom(gen int) {
 }
 
 // fetchScript GETs the iPXE script for the machine's MAC, as iPXE does
-// after the chain script.
+// after the chain script; an arm64 machine GETs the GRUB script, as the
+// arm64 GRUB image's machina-grub.cfg does.
 func (m *Machine) fetchScript(ctx context.Context) (string, error) {
-	u := strings.TrimRight(m.lab.controllerURL(), "/") + "/boot/ipxe?mac=" + url.QueryEscape(m.MAC) + "&platform=efi"
+	u := strings.TrimRight(m.lab.controllerURL(), "/") + "/boot/ipxe?mac=" + url.QueryEscape(m.MAC) + "&platform=efi&arch=x86_64"
+	if m.HW.Arch == "arm64" {
+		u = strings.TrimRight(m.lab.controllerURL(), "/") + "/boot/grub?mac=" + url.QueryEscape(m.MAC) + "&platform=efi&arch=arm64"
+	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
 		return "", err
@@ -361,17 +368,17 @@ func (m *Machine) fetchScript(ctx context.Context) (string, error) {
 		return "", err
 	}
 	if resp.StatusCode != http.StatusOK {
-		return "", fmt.Errorf("GET /boot/ipxe: HTTP %d: %s", resp.StatusCode, bytes.TrimSpace(b))
+		return "", fmt.Errorf("GET %s: HTTP %d: %s", req.URL.Path, resp.StatusCode, bytes.TrimSpace(b))
 	}
 	return string(b), nil
 }
 
-// kernelArgs finds the ramdisk kernel line of an iPXE script and returns
-// its key=value arguments.
+// kernelArgs finds the ramdisk kernel line of an iPXE script (`kernel`)
+// or a GRUB script (`linux`) and returns its key=value arguments.
 func kernelArgs(script string) (map[string]string, bool) {
 	for _, line := range strings.Split(script, "\n") {
 		f := strings.Fields(line)
-		if len(f) < 2 || f[0] != "kernel" {
+		if len(f) < 2 || f[0] != "kernel" && f[0] != "linux" {
 			continue
 		}
 		args := map[string]string{}

@@ -2,6 +2,7 @@ package sim
 
 import (
 	"fmt"
+	"sort"
 	"strings"
 
 	"github.com/machina-metal/machina/inventory"
@@ -15,11 +16,33 @@ var exampleFS = inventoryexample.FS
 func q(s string) string { return fmt.Sprintf("%q", s) }
 
 // renderServers writes servers.yaml with each BMC pointing at its
-// simulated BMC. Every simulated BMC speaks Redfish (bmcsim).
-func renderServers(inv *inventory.Inventory, addrs map[string]string) string {
+// simulated BMC: driver redfish and an http URL for a bmcsim BMC, driver
+// ipmi and host:port for an ipmi_sim. The header says how many of each run
+// and, for servers whose inventory entry says ipmi but run Redfish here
+// (fallbacks: name → why), names them and why; so does a comment on each. bmcExtra adds lines
+// to a Redfish server's bmc block (systemID, caBundle).
+func renderServers(inv *inventory.Inventory, addrs map[string]string, fallbacks map[string]string, bmcExtra map[string][]string) string {
 	var b strings.Builder
 	b.WriteString("# yaml-language-server: $schema=https://machina-metal.github.io/schema/v1/servers.schema.json\n")
-	b.WriteString("# Simulated site: Redfish BMCs are bmcsim emulators over real vendor trees, IPMI BMCs\n# are OpenIPMI's ipmi_sim, all on 127.0.0.1.\nservers:\n")
+	nIPMI := 0
+	for _, s := range inv.Servers {
+		if !strings.HasPrefix(addrs[s.Name], "http") {
+			nIPMI++
+		}
+	}
+	fmt.Fprintf(&b, "# Simulated site, all on 127.0.0.1: %d Redfish BMCs (bmcsim emulators over real vendor trees)\n# and %d IPMI BMCs (OpenIPMI's ipmi_sim).\n", len(inv.Servers)-nIPMI, nIPMI)
+	if len(fallbacks) > 0 {
+		var names []string
+		why := ""
+		for _, s := range inv.Servers {
+			if r, ok := fallbacks[s.Name]; ok {
+				names = append(names, s.Name)
+				why = r
+			}
+		}
+		fmt.Fprintf(&b, "# %s: the example gives them IPMI BMCs; here they run Redfish (bmcsim): %s.\n", strings.Join(names, ", "), why)
+	}
+	b.WriteString("servers:\n")
 	for _, s := range inv.Servers {
 		fmt.Fprintf(&b, "  - name: %s\n    zone: %s\n", s.Name, s.Zone)
 		if s.Site != "" {
@@ -31,10 +54,22 @@ func renderServers(inv *inventory.Inventory, addrs map[string]string) string {
 		if len(s.Tags) > 0 {
 			fmt.Fprintf(&b, "    tags: [%s]\n", strings.Join(s.Tags, ", "))
 		}
+		if len(s.Labels) > 0 {
+			fmt.Fprintf(&b, "    labels: %s\n", flowMap(s.Labels))
+		}
 		fmt.Fprintf(&b, "    bootMAC: %s\n    bootMode: %s\n", q(s.BootMAC), orDefault(string(s.BootMode), "uefi"))
+		if s.Arch != "" {
+			fmt.Fprintf(&b, "    arch: %s\n", s.Arch)
+		}
 		addr := addrs[s.Name]
 		if strings.HasPrefix(addr, "http") {
+			if why, ok := fallbacks[s.Name]; ok {
+				fmt.Fprintf(&b, "    # IPMI in the example; Redfish here: %s\n", why)
+			}
 			fmt.Fprintf(&b, "    bmc:\n      driver: redfish\n      address: %s\n      credentials: %s\n", addr, s.BMC.Credentials)
+			for _, l := range bmcExtra[s.Name] {
+				fmt.Fprintf(&b, "      %s\n", l)
+			}
 		} else {
 			fmt.Fprintf(&b, "    bmc:\n      driver: ipmi\n      address: %s\n      credentials: %s\n", q(addr), s.BMC.Credentials)
 		}
@@ -47,8 +82,25 @@ func renderServers(inv *inventory.Inventory, addrs map[string]string) string {
 		if a := s.Actions; a != (inventory.Actions{}) {
 			fmt.Fprintf(&b, "    actions: {commission: %d, powerCycle: %d, powerOn: %d, powerOff: %d}\n", a.Commission, a.PowerCycle, a.PowerOn, a.PowerOff)
 		}
+		if f := s.Fence; f != nil {
+			fmt.Fprintf(&b, "    fence: {driver: %s, address: %s, credentials: %s}\n", f.Driver, q(f.Address), f.Credentials)
+		}
 	}
 	return b.String()
+}
+
+// flowMap renders a label map as a YAML flow mapping, keys sorted.
+func flowMap(m map[string]string) string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, 0, len(keys))
+	for _, k := range keys {
+		parts = append(parts, q(k)+": "+q(m[k]))
+	}
+	return "{" + strings.Join(parts, ", ") + "}"
 }
 
 // renderProfiles writes profiles.yaml unchanged in meaning.
@@ -69,6 +121,25 @@ func renderProfiles(inv *inventory.Inventory) string {
 			fmt.Fprintf(&b, "    zone: %s\n", p.Zone)
 		}
 		fmt.Fprintf(&b, "    min: {cores: %d, memoryGiB: %d, diskGiB: %d}\n    count: %d\n", max(p.Min.Cores, 1), max(p.Min.MemoryGiB, 1), max(p.Min.DiskGiB, 1), p.Count)
+		if p.Fence != "" {
+			fmt.Fprintf(&b, "    fence: %s\n", p.Fence)
+		}
+		if sel := p.Selector; sel != nil {
+			b.WriteString("    selector:\n")
+			if len(sel.MatchLabels) > 0 {
+				fmt.Fprintf(&b, "      matchLabels: %s\n", flowMap(sel.MatchLabels))
+			}
+			if len(sel.MatchExpressions) > 0 {
+				b.WriteString("      matchExpressions:\n")
+				for _, r := range sel.MatchExpressions {
+					vals := make([]string, 0, len(r.Values))
+					for _, v := range r.Values {
+						vals = append(vals, q(v))
+					}
+					fmt.Fprintf(&b, "        - {key: %s, operator: %s, values: [%s]}\n", q(r.Key), r.Operator, strings.Join(vals, ", "))
+				}
+			}
+		}
 		if j := p.Join; j.Site != "" || len(j.Tags) > 0 || len(j.Networks) > 0 || len(j.StoragePools) > 0 {
 			b.WriteString("    join:\n")
 			if j.Site != "" {
@@ -116,6 +187,9 @@ func renderImages(inv *inventory.Inventory, mirror string) string {
 	b.WriteString("# Simulated images from the lab's local mirror, verified through its SHA256SUMS.\nimages:\n")
 	for _, im := range inv.Images {
 		fmt.Fprintf(&b, "  - name: %s\n    url: %s/%s.raw\n    checksumURL: %s/SHA256SUMS\n", im.Name, mirror, im.Name, mirror)
+		if im.Arch != "" && im.Arch != inventory.ArchAMD64 {
+			fmt.Fprintf(&b, "    arch: %s\n", im.Arch)
+		}
 	}
 	return b.String()
 }

@@ -16,6 +16,7 @@ package sim
 import (
 	"context"
 	"crypto/sha256"
+	"crypto/tls"
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
@@ -65,6 +66,25 @@ type Config struct {
 	// (tests that read BMC requests); by default servers whose inventory
 	// says ipmi get OpenIPMI's ipmi_sim when it is installed.
 	RedfishOnly bool
+	// MachineArch sets the architecture of simulated machines by server
+	// name ("arm64" or "amd64"), whatever servers.yaml states, so a test can
+	// have a machine whose arch is unstated or stated wrongly. Zero: the
+	// servers.yaml arch, else amd64.
+	MachineArch map[string]string
+	// BMCQuirks, when set, edits the quirks of server's bmcsim BMC,
+	// starting from bmcsim.DefaultQuirks of its tree's manufacturer (tree
+	// is the fixture folder it serves), to put a server behind a BMC mode
+	// (Basic only, Once coerced, ...). Nil keeps the defaults.
+	BMCQuirks func(server, tree string, q *bmcsim.Quirks)
+	// SharedChassis serves every Redfish BMC's tree with a second system
+	// in the first system's chassis (bmcsim.WriteSharedChassisTree), and
+	// servers.yaml names the first system (bmc.systemID).
+	SharedChassis bool
+	// BMCTLS, when set, serves the Redfish BMCs over HTTPS with it (a
+	// certificate from the test's CA); CABundle is then written as every
+	// Redfish server's bmc.caBundle (the secret holding that CA).
+	BMCTLS   *tls.Config
+	CABundle string
 	// Logger: nil discards.
 	Logger *slog.Logger
 }
@@ -96,6 +116,10 @@ type Lab struct {
 	// MirrorURL serves the simulated images and their SHA256SUMS.
 	MirrorURL string
 
+	// fallbacks are the servers the inventory gives an IPMI BMC that run
+	// a bmcsim Redfish BMC here, with why (RedfishOnly, ipmi_sim missing).
+	fallbacks map[string]string
+
 	mu   sync.Mutex
 	ctrl string
 }
@@ -118,7 +142,7 @@ func Start(ctx context.Context, cfg Config) (*Lab, error) {
 		cfg.Username, cfg.Password = "admin", "sim-password"
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	l := &Lab{cfg: cfg, ctx: ctx, cancel: cancel, log: cfg.Logger, machines: map[string]*Machine{}, bmcs: map[string]*bmcsim.Server{},
+	l := &Lab{cfg: cfg, ctx: ctx, cancel: cancel, log: cfg.Logger, machines: map[string]*Machine{}, bmcs: map[string]*bmcsim.Server{}, fallbacks: map[string]string{},
 		http: &http.Client{Timeout: 5 * time.Minute, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}}
 	if err := l.start(); err != nil {
 		l.Close()
@@ -130,7 +154,7 @@ func Start(ctx context.Context, cfg Config) (*Lab, error) {
 // labSubdirs are the folders Start generates in Config.Dir; an earlier
 // lab's are removed first (their symlinked sysfs trees and disk files
 // cannot be written over).
-var labSubdirs = []string{"repo.git", "inventory", "mirror", "machines"}
+var labSubdirs = []string{"repo.git", "inventory", "mirror", "machines", "bmc-trees"}
 
 func (l *Lab) start() error {
 	if err := os.MkdirAll(l.cfg.Dir, 0o755); err != nil {
@@ -157,6 +181,7 @@ func (l *Lab) start() error {
 	}
 	var trees bmcsim.Trees
 	addrs := map[string]string{}
+	bmcExtra := map[string][]string{} // more lines of a server's bmc block
 	for i := range site.Servers {
 		s := &site.Servers[i]
 		treeName := simTrees[i%len(simTrees)]
@@ -169,14 +194,40 @@ func (l *Lab) start() error {
 		if err != nil {
 			return err
 		}
-		m := &Machine{Name: s.Name, MAC: s.BootMAC, HW: hardwareFor(s.Zone, i), lab: l, phase: PhaseOff,
+		if l.cfg.SharedChassis && !(s.BMC.Driver == inventory.DriverIPMI && !l.cfg.RedfishOnly && IPMIAvailable()) {
+			shared := filepath.Join(l.cfg.Dir, "bmc-trees", treeName)
+			if _, err := os.Stat(shared); err != nil {
+				if err := bmcsim.WriteSharedChassisTree(dir, shared); err != nil {
+					return fmt.Errorf("sim: %s BMC: %w", s.Name, err)
+				}
+			}
+			dir = shared
+			tr, err := trees.Load(dir)
+			if err != nil {
+				return fmt.Errorf("sim: %s BMC: %w", s.Name, err)
+			}
+			bmcExtra[s.Name] = append(bmcExtra[s.Name], "systemID: "+q(tr.SystemIDs()[0]))
+		}
+		hw := hardwareFor(s.Zone, i)
+		if hw.Arch = s.Arch; l.cfg.MachineArch[s.Name] != "" {
+			hw.Arch = l.cfg.MachineArch[s.Name]
+		}
+		m := &Machine{Name: s.Name, MAC: s.BootMAC, HW: hw, lab: l, phase: PhaseOff,
 			root: filepath.Join(l.cfg.Dir, "machines", s.Name, "root"), devDir: filepath.Join(l.cfg.Dir, "machines", s.Name, "dev"),
 			log: l.log.With("sim", s.Name)}
 		m.agentHTTP = &http.Client{Timeout: 5 * time.Minute, Transport: planCapture{base: l.http.Transport, m: m}}
 		if err := m.HW.writeTree(m.root, m.devDir, m.MAC); err != nil {
 			return fmt.Errorf("sim: %s hardware: %w", s.Name, err)
 		}
-		if s.BMC.Driver == inventory.DriverIPMI && !l.cfg.RedfishOnly && ipmiAvailable() {
+		if s.BMC.Driver == inventory.DriverIPMI {
+			switch {
+			case l.cfg.RedfishOnly:
+				l.fallbacks[s.Name] = "the lab runs Redfish BMCs only (sim.Config.RedfishOnly)"
+			case !IPMIAvailable():
+				l.fallbacks[s.Name] = IPMIMissing
+			}
+		}
+		if s.BMC.Driver == inventory.DriverIPMI && l.fallbacks[s.Name] == "" {
 			addr, err := l.startIPMI(m)
 			if err != nil {
 				return fmt.Errorf("sim: %s IPMI BMC: %w", s.Name, err)
@@ -185,7 +236,17 @@ func (l *Lab) start() error {
 			addrs[s.Name] = addr
 			continue
 		}
-		srv, err := trees.New(dir, bmcsim.Config{Username: l.cfg.Username, Password: l.cfg.Password, Power: m, SessionTimeout: -1})
+		bcfg := bmcsim.Config{Username: l.cfg.Username, Password: l.cfg.Password, Power: m, SessionTimeout: -1}
+		if l.cfg.BMCQuirks != nil {
+			tr, err := trees.Load(dir)
+			if err != nil {
+				return fmt.Errorf("sim: %s BMC: %w", s.Name, err)
+			}
+			q := bmcsim.DefaultQuirks(tr.Manufacturer)
+			l.cfg.BMCQuirks(s.Name, treeName, &q)
+			bcfg.Quirks = &q
+		}
+		srv, err := trees.New(dir, bcfg)
 		if err != nil {
 			return fmt.Errorf("sim: %s BMC: %w", s.Name, err)
 		}
@@ -195,12 +256,20 @@ func (l *Lab) start() error {
 		}
 		hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second}
 		l.servers = append(l.servers, hs)
+		scheme := "http://"
+		if l.cfg.BMCTLS != nil {
+			ln = tls.NewListener(ln, l.cfg.BMCTLS)
+			scheme = "https://"
+			if l.cfg.CABundle != "" {
+				bmcExtra[s.Name] = append(bmcExtra[s.Name], "caBundle: "+l.cfg.CABundle)
+			}
+		}
 		l.wg.Add(1)
 		go func() { defer l.wg.Done(); _ = hs.Serve(ln) }()
 		l.machines[s.Name], l.bmcs[s.Name] = m, srv
-		addrs[s.Name] = "http://" + ln.Addr().String()
+		addrs[s.Name] = scheme + ln.Addr().String()
 	}
-	return l.writeRepo(site, addrs)
+	return l.writeRepo(site, addrs, bmcExtra)
 }
 
 // simTrees are the vendor trees the simulated BMCs serve, round robin.
@@ -303,7 +372,7 @@ func simImage(n int) []byte {
 // writeRepo creates the bare repository and the operator's working clone
 // holding the site's inventory with the simulated BMC addresses and the
 // mirror's image URLs, committed and pushed.
-func (l *Lab) writeRepo(site *inventory.Inventory, addrs map[string]string) error {
+func (l *Lab) writeRepo(site *inventory.Inventory, addrs map[string]string, bmcExtra map[string][]string) error {
 	bare := filepath.Join(l.cfg.Dir, "repo.git")
 	clone := filepath.Join(l.cfg.Dir, "inventory")
 	if _, err := git.PlainInitWithOptions(bare, &git.PlainInitOptions{Bare: true, InitOptions: git.InitOptions{DefaultBranch: "refs/heads/main"}}); err != nil {
@@ -322,7 +391,7 @@ func (l *Lab) writeRepo(site *inventory.Inventory, addrs map[string]string) erro
 		return err
 	}
 	files := map[string]string{
-		inventory.ServersFile:  renderServers(site, addrs),
+		inventory.ServersFile:  renderServers(site, addrs, l.fallbacks, bmcExtra),
 		inventory.ProfilesFile: renderProfiles(site),
 		inventory.ImagesFile:   renderImages(site, l.MirrorURL),
 		"README.md":            "# Simulated site\n\nThe inventory of the simulated lab. Edit, commit and push; the controller\nreconciles and writes what it observed under status/.\n",
@@ -430,6 +499,31 @@ func (l *Lab) Machines() []*Machine {
 // Credentials returns the BMC account of the simulated BMCs, to store
 // under the credential names the inventory uses.
 func (l *Lab) Credentials() (user, password string) { return l.cfg.Username, l.cfg.Password }
+
+// IPMIServers returns the names of the servers whose BMC is an ipmi_sim
+// in this lab, sorted.
+func (l *Lab) IPMIServers() []string {
+	var out []string
+	for name := range l.machines {
+		if _, redfish := l.bmcs[name]; !redfish {
+			out = append(out, name)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// RedfishFallbacks returns the servers whose inventory entry names an IPMI
+// BMC but which run a bmcsim Redfish BMC in this lab (their servers.yaml
+// entry says redfish), mapped to why: Config.RedfishOnly, or [IPMIMissing].
+// Empty when every IPMI server has its ipmi_sim.
+func (l *Lab) RedfishFallbacks() map[string]string {
+	out := make(map[string]string, len(l.fallbacks))
+	for k, v := range l.fallbacks {
+		out[k] = v
+	}
+	return out
+}
 
 // Close powers every machine off and stops the BMCs and the mirror.
 func (l *Lab) Close() {

@@ -11,7 +11,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
-	"github.com/machina-metal/machina/bmc/ipmi/ipmisim"
+	"github.com/machina-metal/machina/bmc/ipmi/ipmisim/ipmisimtest"
 	"github.com/machina-metal/machina/inventory"
 	"github.com/machina-metal/machina/lab/sim"
 	"github.com/machina-metal/machina/state"
@@ -40,7 +40,7 @@ import (
 // control).
 func TestBrowserAgainstController(t *testing.T) {
 	ctx := uitest.Browser(t)
-	ipmisim.RequireTools(t)
+	ipmisimtest.RequireTools(t)
 	r := startRig(t, rigOptions{lab: sim.Config{BootDelay: time.Second}, ipmi: true})
 	snap := r.steady()
 	tok, _, err := r.run.Store.CreateAdminToken(fmt.Sprintf("ui-e2e-%d", time.Now().UnixNano()), "test")

@@ -287,6 +287,12 @@ func (l *lab) run(ctx context.Context) error {
 		return err
 	}
 	l.step("first boot: cloud-init seed applied, hosts joined over pinned TLS with bridge network", t0)
+
+	t0 = time.Now()
+	if err := l.hostLostAndBack(ctx, deployed[0]); err != nil {
+		return err
+	}
+	l.step("liveness: "+deployed[0]+" frozen (QMP stop: its node agent stops heartbeating) → HostLost, lost powered on; QMP cont → heartbeats again, cleared", t0)
 	if l.cfg.Stage < StageRelease {
 		return nil
 	}
@@ -527,7 +533,7 @@ func (l *lab) setup(ctx context.Context, img, sum string) error {
 		"--repo", "file://" + l.bare, "--poll-interval", "2s",
 		"--listen", fmt.Sprintf("%s:%d", BridgeAddr, APIPort), "--public-url", base,
 		"--join-listen", fmt.Sprintf("%s:%d", BridgeAddr, JoinPort), "--join-url", fmt.Sprintf("https://%s:%d", BridgeAddr, JoinPort),
-		"--node-binary", l.bin("machina-node"),
+		"--node-binary", l.bin("machina-node"), "--heartbeat", "5s",
 		"--dhcp-interface", l.ns.Bridge, "--dhcp-subnet", Subnet, "--dhcp-pool", Pool, "--tftp-root", tftp,
 		"--ramdisk-dir", filepath.Join(l.cfg.Root, "out", "ramdisk")}, adminArgs...), "controller.log")
 }
@@ -1067,3 +1073,85 @@ func (l *lab) approveHeld(ctx context.Context) error {
 		}
 	}
 }
+
+// hostLostAndBack freezes server's VM with QMP stop (the guest and its
+// node agent stop; the BMC still reads the VM running), waits for the
+// controller to mark its host HostLost with the power read "lost, powered
+// on" (heartbeat 5s: lost window 15s), resumes it with QMP cont and waits
+// for the heartbeats to clear the condition (issue 21).
+func (l *lab) hostLostAndBack(ctx context.Context, server string) error {
+	var m *machine
+	for _, x := range l.ms {
+		if x.name == server {
+			m = x
+		}
+	}
+	if m == nil || m.vm == nil {
+		return fmt.Errorf("vm lab: liveness: no VM for %s", server)
+	}
+	c, err := m.vm.QMP(ctx)
+	if err != nil {
+		return fmt.Errorf("vm lab: liveness: QMP %s: %w", server, err)
+	}
+	defer c.Close()
+	if err := c.Stop(ctx); err != nil {
+		return fmt.Errorf("vm lab: liveness: QMP stop %s: %w", server, err)
+	}
+	resumed := false
+	defer func() {
+		if !resumed {
+			_ = c.Cont(context.WithoutCancel(ctx))
+		}
+	}()
+	lost := func(want bool) (string, error) {
+		cc, cancel := context.WithTimeout(ctx, 20*time.Second)
+		defer cancel()
+		hs, err := l.api.Hosts(cc)
+		if err != nil {
+			return err.Error(), nil
+		}
+		for _, h := range hs.Items {
+			if h.Server != server && h.Name != server {
+				continue
+			}
+			switch {
+			case want && h.Lost != nil && h.Lost.Summary == "lost, powered on":
+				return "", nil
+			case !want && h.Lost == nil && h.Online:
+				return "", nil
+			}
+			return fmt.Sprintf("%s lost=%+v online=%v", h.Name, h.Lost, h.Online), errNotYet
+		}
+		return "no host for " + server, errNotYet
+	}
+	wait := func(what string, want bool, d time.Duration) error {
+		deadline := time.Now().Add(d)
+		for {
+			last, err := lost(want)
+			if err == nil && last == "" {
+				return nil
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("vm lab: liveness: %s: not within %s: %s", what, d, last)
+			}
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(time.Second):
+			}
+		}
+	}
+	if err := wait(server+" HostLost, powered on", true, 2*time.Minute); err != nil {
+		return err
+	}
+	if err := c.Cont(ctx); err != nil {
+		return fmt.Errorf("vm lab: liveness: QMP cont %s: %w", server, err)
+	}
+	resumed = true
+	if err := wait(server+" heartbeating again", false, 2*time.Minute); err != nil {
+		return err
+	}
+	return l.waitStatus(ctx, "status/hosts/"+server+".yaml", "state: joined")
+}
+
+var errNotYet = errors.New("not yet")

@@ -14,6 +14,7 @@ import (
 	"github.com/machina-metal/machina/bmc"
 	"github.com/machina-metal/machina/bmc/bmcsim"
 	"github.com/machina-metal/machina/bmc/redfish"
+	"github.com/machina-metal/machina/internal/peertest"
 )
 
 // TestVMLab runs the whole lab on qemu VMs (TCG). It needs root, qemu,
@@ -44,8 +45,8 @@ func TestVMLab(t *testing.T) {
 	start := time.Now()
 	steps, err := Run(ctx, Config{Root: root, Stage: stage, Logger: slog.New(slog.NewTextHandler(t.Output(), nil)),
 		OnStep: func(name string, d time.Duration) { t.Logf("STEP %-90s %6.1fs", name, d.Seconds()) }})
-	if errors.Is(err, ErrPrereq) && os.Getenv("CI") != "true" {
-		t.Skipf("VM lab prerequisites missing: %v", err)
+	if errors.Is(err, ErrPrereq) {
+		peertest.Missing(t, "VM lab prerequisite: "+err.Error(), "what it names (`make lab` builds the binaries and the ramdisk; scripts/deps.sh installs the packages)")
 	}
 	if err != nil {
 		t.Fatal(err)

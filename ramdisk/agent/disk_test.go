@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"math/rand/v2"
 	"os"
@@ -19,6 +21,7 @@ import (
 	"testing"
 
 	v1 "github.com/machina-metal/machina/api/v1"
+	"github.com/machina-metal/machina/internal/peertest"
 	"sigs.k8s.io/yaml"
 )
 
@@ -91,17 +94,10 @@ func TestMountedDisks(t *testing.T) {
 	}
 }
 
-// need skips (outside CI) when a tool used as a real peer is missing.
+// need fails naming the Debian package when a tool used as a real peer is missing.
 func need(t *testing.T, tools ...string) {
 	t.Helper()
-	for _, tool := range tools {
-		if _, err := exec.LookPath(tool); err != nil {
-			if os.Getenv("CI") == "true" {
-				t.Fatalf("%s not installed (required in CI)", tool)
-			}
-			t.Skipf("%s not installed", tool)
-		}
-	}
+	peertest.Commands(t, tools...)
 }
 
 func run(t *testing.T, name string, args ...string) string {
@@ -327,6 +323,93 @@ var testSeed = v1.Seed{
 	JoinCommand: "",
 }
 
+// TestDeployReproducible: the same image and seed deployed to two identical
+// targets leave identical disks, byte for byte (the FAT16 seed, the GPT
+// go-diskfs rewrites with its relocated backup, the partition GUID derived
+// from the instance ID), for GPT and MBR images alike.
+func TestDeployReproducible(t *testing.T) {
+	need(t, "sgdisk", "sfdisk")
+	const diskSize = 96 << 20
+	for name, img := range map[string][]byte{"gpt": makeGPTImage(t, 16<<20), "mbr": makeMBRImage(t, 16<<20)} {
+		var disks [][]byte
+		for range 2 {
+			f, _ := newTarget(t, diskSize)
+			if _, err := Deploy(context.Background(), f, diskSize, DeployConfig{
+				Write: WriteConfig{Open: FileOpener(img), SizeBytes: int64(len(img)), SHA256: sum(img), ChunkBytes: 1 << 20},
+				Seed:  testSeed,
+			}); err != nil {
+				t.Fatalf("%s: Deploy: %v", name, err)
+			}
+			b, err := os.ReadFile(f.Name())
+			if err != nil {
+				t.Fatal(err)
+			}
+			disks = append(disks, b)
+		}
+		if !bytes.Equal(disks[0], disks[1]) {
+			t.Errorf("%s: two deploys of the same image and seed differ", name)
+		}
+	}
+}
+
+// TestAddSeedPartitionBeyond2TiB: on a disk past 2 TiB the protective MBR
+// says 0xFFFFFFFF (UEFI 2.10 §5.2.3), where go-diskfs alone would write the
+// last LBA truncated to 32 bits; sgdisk verifies the result. The disk is a
+// sparse file.
+func TestAddSeedPartitionBeyond2TiB(t *testing.T) {
+	need(t, "sgdisk")
+	const diskSize = 3 << 40
+	img := makeGPTImage(t, 16<<20)
+	p := filepath.Join(t.TempDir(), "big")
+	if err := os.WriteFile(p, img, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(p, diskSize); err != nil {
+		t.Fatalf("sparse file of %d bytes: %v", int64(diskSize), err)
+	}
+	f, err := os.OpenFile(p, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	fsImg, err := MakeFAT16(SeedSizeBytes, SeedLabel, 0, []SeedFile{{Name: "meta-data", Data: []byte("instance-id: i\n")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := AddSeedPartition(f, diskSize, int64(len(img)), fsImg, "i"); err != nil {
+		t.Fatal(err)
+	}
+	mbr := make([]byte, 512)
+	if _, err := f.ReadAt(mbr, 0); err != nil {
+		t.Fatal(err)
+	}
+	if mbr[446+4] != 0xEE || binary.LittleEndian.Uint32(mbr[446+12:]) != 0xFFFFFFFF {
+		t.Errorf("protective MBR entry % x, want type ee and size ffffffff", mbr[446:462])
+	}
+	if out := run(t, "sgdisk", "-v", p); !strings.Contains(out, "No problems found") {
+		t.Errorf("sgdisk -v:\n%s", out)
+	}
+}
+
+// TestReadPartTableRefusesAbsurdHeader: a CRC-valid GPT header (as a
+// previous tenant could leave) claiming 2^31 entries is refused before
+// go-diskfs would allocate 256 GiB for them.
+func TestReadPartTableRefusesAbsurdHeader(t *testing.T) {
+	need(t, "sgdisk")
+	img := makeGPTImage(t, 16<<20)
+	hdr := img[512 : 512+92]
+	binary.LittleEndian.PutUint32(hdr[80:], 1<<31)
+	binary.LittleEndian.PutUint32(hdr[16:], 0)
+	binary.LittleEndian.PutUint32(hdr[16:], crc32.ChecksumIEEE(hdr))
+	if _, err := readPartTable(bytes.NewReader(img), int64(len(img))); !errors.Is(err, ErrBadPartitionTable) {
+		t.Fatalf("readPartTable = %v, want ErrBadPartitionTable", err)
+	}
+	dev := &memDev{b: img}
+	if _, err := AddSeedPartition(dev, int64(len(img)), 1<<20, make([]byte, SeedSizeBytes), "i"); !errors.Is(err, ErrBadPartitionTable) {
+		t.Fatalf("AddSeedPartition = %v, want ErrBadPartitionTable", err)
+	}
+}
+
 func TestDeployGPTWithSeed(t *testing.T) {
 	need(t, "sgdisk", "sfdisk", "blkid", "mtype", "fsck.fat")
 	img := makeGPTImage(t, 16<<20)
@@ -374,7 +457,7 @@ func TestDeployGPTWithSeed(t *testing.T) {
 }
 
 // checkSeedContent parses the seed with a YAML parser and checks the
-// security-relevant settings. JoinPlaceholder stands in for the join
+// security-relevant settings. v1.JoinPlaceholder stands in for the join
 // command until the join issue provides it (this test says so on purpose).
 func checkSeedContent(t *testing.T, files map[string]string) {
 	t.Helper()
@@ -407,8 +490,8 @@ func checkSeedContent(t *testing.T, files map[string]string) {
 	if cfg.SSHPwauth == nil || *cfg.SSHPwauth || cfg.DisableRoot == nil || !*cfg.DisableRoot {
 		t.Errorf("ssh_pwauth/disable_root = %v/%v, want false/true", cfg.SSHPwauth, cfg.DisableRoot)
 	}
-	// Placeholder: the join issue replaces JoinPlaceholder with the real command.
-	if len(cfg.Runcmd) != 1 || len(cfg.Runcmd[0]) != 3 || cfg.Runcmd[0][2] != JoinPlaceholder {
+	// Placeholder: the join issue replaces v1.JoinPlaceholder with the real command.
+	if len(cfg.Runcmd) != 1 || len(cfg.Runcmd[0]) != 3 || cfg.Runcmd[0][2] != v1.JoinPlaceholder {
 		t.Errorf("runcmd = %v, want the join placeholder", cfg.Runcmd)
 	}
 	var md map[string]string

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -40,7 +41,66 @@ func CollectFacts(root string) (v1.Facts, error) {
 		return f, fmt.Errorf("collect facts: %w", err)
 	}
 	f.DMI = readDMI(root)
+	f.GPUs = readGPUs(root)
 	return f, nil
+}
+
+// goArch maps a kernel machine name (uname -m, /proc/sys/kernel/arch) to
+// its GOARCH name; "" means the agent's own build (it runs on the target).
+func goArch(machine string) string {
+	switch machine {
+	case "":
+		return runtime.GOARCH
+	case "x86_64":
+		return "amd64"
+	case "aarch64", "arm64":
+		return "arm64"
+	case "i386", "i686":
+		return "386"
+	case "ppc64le":
+		return "ppc64le"
+	case "s390x":
+		return "s390x"
+	case "riscv64":
+		return "riscv64"
+	}
+	return machine
+}
+
+// pciVendors names the GPU vendors by PCI vendor id (PCI-SIG registry).
+var pciVendors = map[string]string{"0x10de": "nvidia", "0x1002": "amd", "0x8086": "intel"}
+
+// bmcVGA are the vendor ids of the VGA controllers BMCs put on the host's
+// PCI bus for their remote console (ASPEED AST2x00 1a03h on most servers,
+// Matrox G200 102bh on Dell and HPE): a display controller, not a GPU.
+var bmcVGA = map[string]bool{"0x1a03": true, "0x102b": true}
+
+// readGPUs lists the PCI display controllers (class 03xxxxh) under
+// sys/bus/pci/devices, in address order, leaving out BMC VGA devices.
+func readGPUs(root string) []v1.GPU {
+	dir := filepath.Join(root, "sys/bus/pci/devices")
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return nil
+	}
+	var out []v1.GPU
+	for _, e := range ents {
+		p := filepath.Join(dir, e.Name())
+		class := strings.ToLower(readTrim(filepath.Join(p, "class")))
+		if !strings.HasPrefix(class, "0x03") {
+			continue
+		}
+		vid := strings.ToLower(readTrim(filepath.Join(p, "vendor")))
+		if bmcVGA[vid] {
+			continue
+		}
+		g := v1.GPU{PCIAddress: e.Name(), VendorID: vid, DeviceID: strings.ToLower(readTrim(filepath.Join(p, "device"))), Vendor: pciVendors[vid]}
+		if g.Vendor == "" {
+			g.Vendor = vid
+		}
+		out = append(out, g)
+	}
+	return out
 }
 
 // readTrim returns the trimmed content of a sysfs attribute, "" if absent.
@@ -106,6 +166,10 @@ func readCPU(root string) (v1.CPU, error) {
 			if c.Model == "" {
 				c.Model = v
 			}
+		case "vendor_id":
+			if c.Vendor == "" {
+				c.Vendor = v
+			}
 		case "physical id":
 			pkg = v
 		case "core id":
@@ -132,6 +196,9 @@ func readCPU(root string) (v1.CPU, error) {
 		if fl == "vmx" || fl == "svm" {
 			c.Virtualization = fl
 		}
+	}
+	if m := readTrim(filepath.Join(root, "proc/sys/kernel/arch")); m != "" || filepath.Clean(root) == "/" {
+		c.Arch = goArch(m)
 	}
 	if s := readTrim(filepath.Join(root, "sys/devices/system/cpu/online")); s != "" {
 		if n, err := countCPUList(s); err == nil {

@@ -179,3 +179,43 @@ func FuzzParseDMIMemoryDevice(f *testing.F) {
 		}
 	})
 }
+
+// TestReadGPUs: display controllers (PCI class 03h) are listed with their
+// vendor named, a BMC's ASPEED VGA is not a GPU, other classes are ignored,
+// and vendor_id and the kernel arch reach the CPU facts.
+func TestReadGPUs(t *testing.T) {
+	root := t.TempDir()
+	write := func(rel, content string) {
+		t.Helper()
+		p := filepath.Join(root, rel)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(content+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for addr, dev := range map[string][3]string{
+		"0000:03:00.0": {"0x030000", "0x1a03", "0x2000"}, // ASPEED AST2500 (BMC VGA)
+		"0000:3b:00.0": {"0x030200", "0x10de", "0x20b5"}, // NVIDIA A100 (3D controller)
+		"0000:00:1f.2": {"0x010601", "0x8086", "0xa352"}, // SATA controller
+	} {
+		write("sys/bus/pci/devices/"+addr+"/class", dev[0])
+		write("sys/bus/pci/devices/"+addr+"/vendor", dev[1])
+		write("sys/bus/pci/devices/"+addr+"/device", dev[2])
+	}
+	got := readGPUs(root)
+	want := []v1.GPU{{PCIAddress: "0000:3b:00.0", VendorID: "0x10de", DeviceID: "0x20b5", Vendor: "nvidia"}}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("readGPUs (-want +got):\n%s", diff)
+	}
+	write("proc/cpuinfo", "processor\t: 0\nvendor_id\t: AuthenticAMD\nmodel name\t: AMD EPYC\n")
+	write("proc/sys/kernel/arch", "aarch64")
+	c, err := readCPU(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Vendor != "AuthenticAMD" || c.Arch != "arm64" {
+		t.Errorf("readCPU vendor, arch = %q, %q; want AuthenticAMD, arm64", c.Vendor, c.Arch)
+	}
+}

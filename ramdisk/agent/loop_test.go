@@ -10,6 +10,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/machina-metal/machina/internal/peertest"
 )
 
 // TestDeployOnLoopDevice runs Deploy against a real block device (a loop
@@ -18,21 +20,13 @@ import (
 // local proof that the partition table, the FAT16 and its long names are
 // what Linux (and so cloud-init) reads.
 func TestDeployOnLoopDevice(t *testing.T) {
-	if os.Geteuid() != 0 {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("loop device test needs root (CI runs as root)")
-		}
-		t.Skip("loop device test needs root")
-	}
+	peertest.Root(t, "loop devices")
 	need(t, "losetup", "sgdisk", "blkid", "mount", "umount")
 	img := makeGPTImage(t, 16<<20)
 	f, _ := newTarget(t, 96<<20)
 	f.Close()
 	out, err := exec.Command("losetup", "--find", "--show", "--partscan", f.Name()).CombinedOutput()
 	if err != nil {
-		if os.Getenv("CI") != "true" {
-			t.Skipf("losetup: %v %s", err, out)
-		}
 		t.Fatalf("losetup: %v %s", err, out)
 	}
 	loop := strings.TrimSpace(string(out))

@@ -1,14 +1,16 @@
 package agent
 
 import (
-	"bytes"
 	"crypto/sha256"
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"io"
-	"unicode/utf16"
+	"slices"
+
+	"github.com/diskfs/go-diskfs/partition/gpt"
+	"github.com/diskfs/go-diskfs/partition/mbr"
+	"github.com/google/uuid"
 )
 
 // Errors from the partition-table code.
@@ -28,81 +30,82 @@ type BlockDevice interface {
 	Sync() error
 }
 
-// partTable is a parsed MBR or GPT (UEFI 2.10 §5.2 and §5.3).
+// partTable is a parsed MBR or GPT (UEFI 2.10 §5.2 and §5.3), read by
+// go-diskfs (partition/gpt, partition/mbr).
 type partTable struct {
 	kind       string // "gpt", "mbr" or ""
 	sectorSize int64
-	parts      [][2]int64 // [start, end) in bytes
-	// GPT only:
-	header     []byte // primary header sector
-	entries    []byte
-	entriesLBA int64
-	altLBA     int64
+	parts      [][2]int64 // [start, end) in bytes, clipped to the disk
+	gpt        *gpt.Table
+	gptEntries int64 // bytes of the GPT entry array
+	gptSlots   int   // entries in it
+	mbr        *mbr.Table
 }
 
-var gptBasicData = [16]byte{0xA2, 0xA0, 0xD0, 0xEB, 0xE5, 0xB9, 0x33, 0x44, 0x87, 0xC0, 0x68, 0xB6, 0xB7, 0x26, 0x99, 0xC7}
+// readOnly makes an io.ReaderAt a BlockDevice that refuses writes.
+type readOnly struct{ io.ReaderAt }
+
+func (readOnly) WriteAt([]byte, int64) (int, error) { return 0, errors.New("read-only") }
+func (readOnly) Sync() error                        { return nil }
+
+// gptHeader checks the GPT header at LBA 1 for sector size ss before
+// go-diskfs reads it: go-diskfs allocates entry count × entry size as the
+// header says, and the header on an old disk is untrusted (a previous
+// tenant wrote it), so an absurd count must not reach it. It reports
+// whether there is a GPT signature, the entry count and the entry size.
+func gptHeader(dev io.ReaderAt, ss, diskSize int64) (ok bool, n, esz int64, err error) {
+	hdr := make([]byte, 92)
+	if _, err := dev.ReadAt(hdr, ss); err != nil || string(hdr[:8]) != "EFI PART" {
+		return false, 0, 0, nil
+	}
+	le := binary.LittleEndian
+	lba := int64(le.Uint64(hdr[72:]))
+	n, esz = int64(le.Uint32(hdr[80:])), int64(le.Uint32(hdr[84:]))
+	if n == 0 || n > 1024 || esz < 128 || esz > 1024 || lba < 2 || lba > diskSize/ss || lba*ss+n*esz > diskSize {
+		return true, 0, 0, fmt.Errorf("%w: gpt entries %d x %d at LBA %d", ErrBadPartitionTable, n, esz, lba)
+	}
+	return true, n, esz, nil
+}
 
 func readPartTable(dev io.ReaderAt, diskSize int64) (partTable, error) {
-	mbr := make([]byte, 512)
-	if _, err := dev.ReadAt(mbr, 0); err != nil {
-		return partTable{}, fmt.Errorf("read mbr: %w", err)
+	f := &devFile{dev: readOnly{dev}, size: diskSize}
+	clip := func(start, end uint64, ss int64) [2]int64 {
+		lim := uint64(diskSize / ss)
+		return [2]int64{int64(min(start, lim)) * ss, int64(min(end, lim)) * ss}
 	}
 	for _, ss := range []int64{512, 4096} {
-		hdr := make([]byte, ss)
-		if _, err := dev.ReadAt(hdr, ss); err != nil {
+		ok, n, esz, err := gptHeader(dev, ss, diskSize)
+		if err != nil {
+			return partTable{}, err
+		}
+		if !ok {
 			continue
 		}
-		if string(hdr[:8]) != "EFI PART" {
-			continue
+		t, err := gpt.Read(f, int(ss), int(ss))
+		if err != nil {
+			return partTable{}, fmt.Errorf("%w: %v", ErrBadPartitionTable, err)
 		}
-		le := binary.LittleEndian
-		hsize := le.Uint32(hdr[12:])
-		if hsize < 92 || int64(hsize) > ss {
-			return partTable{}, fmt.Errorf("%w: gpt header size %d", ErrBadPartitionTable, hsize)
+		pt := partTable{kind: "gpt", sectorSize: ss, gpt: t, gptEntries: n * esz, gptSlots: int(n)}
+		for _, p := range t.Partitions {
+			pt.parts = append(pt.parts, clip(p.Start, p.End+1, ss))
 		}
-		h := append([]byte(nil), hdr[:hsize]...)
-		want := le.Uint32(h[16:])
-		le.PutUint32(h[16:], 0)
-		if crc32.ChecksumIEEE(h) != want {
-			return partTable{}, fmt.Errorf("%w: gpt header crc", ErrBadPartitionTable)
-		}
-		t := partTable{kind: "gpt", sectorSize: ss, header: hdr}
-		t.entriesLBA = int64(le.Uint64(hdr[72:]))
-		t.altLBA = int64(le.Uint64(hdr[32:]))
-		n, esz := int64(le.Uint32(hdr[80:])), int64(le.Uint32(hdr[84:]))
-		if n == 0 || n > 1024 || esz < 128 || esz > 1024 || t.entriesLBA*ss+n*esz > diskSize {
-			return partTable{}, fmt.Errorf("%w: gpt entries %d x %d", ErrBadPartitionTable, n, esz)
-		}
-		t.entries = make([]byte, n*esz)
-		if _, err := dev.ReadAt(t.entries, t.entriesLBA*ss); err != nil {
-			return partTable{}, fmt.Errorf("read gpt entries: %w", err)
-		}
-		if crc32.ChecksumIEEE(t.entries) != le.Uint32(hdr[88:]) {
-			return partTable{}, fmt.Errorf("%w: gpt entries crc", ErrBadPartitionTable)
-		}
-		for i := int64(0); i < n; i++ {
-			e := t.entries[i*esz : (i+1)*esz]
-			if bytes.Equal(e[:16], make([]byte, 16)) {
-				continue
-			}
-			first, last := int64(le.Uint64(e[32:])), int64(le.Uint64(e[40:]))
-			t.parts = append(t.parts, [2]int64{first * ss, (last + 1) * ss})
-		}
-		return t, nil
+		return pt, nil
 	}
-	if mbr[510] != 0x55 || mbr[511] != 0xAA {
+	sig := make([]byte, 2)
+	if _, err := dev.ReadAt(sig, 510); err != nil || sig[0] != 0x55 || sig[1] != 0xAA {
 		return partTable{}, nil
 	}
-	t := partTable{kind: "mbr", sectorSize: 512}
-	for i := 0; i < 4; i++ {
-		e := mbr[446+16*i : 446+16*(i+1)]
-		if e[4] == 0 {
-			continue
-		}
-		start, n := int64(binary.LittleEndian.Uint32(e[8:])), int64(binary.LittleEndian.Uint32(e[12:]))
-		t.parts = append(t.parts, [2]int64{start * 512, (start + n) * 512})
+	t, err := mbr.Read(f, 512, 512)
+	if err != nil {
+		return partTable{}, fmt.Errorf("%w: %v", ErrBadPartitionTable, err)
 	}
-	return t, nil
+	pt := partTable{kind: "mbr", sectorSize: 512, mbr: t}
+	for _, p := range t.Partitions {
+		if p.Type != mbr.Empty {
+			pt.parts = append(pt.parts, clip(uint64(p.Start), uint64(p.Start)+uint64(p.Size), 512))
+		}
+	}
+	return pt, nil
 }
 
 // zeroRange writes zeros over [off, off+n) clipped to [lo, hi).
@@ -155,12 +158,14 @@ func WipeSignatures(dev BlockDevice, diskSize, keepBelow int64) error {
 
 // AddSeedPartition adds a partition holding fsImage at the end of the disk,
 // aligned to 1 MiB, leaving the gap after the image's last partition free so
-// the root partition can still grow into it. For GPT it writes a "cidata"
-// basic-data entry, relocates the backup header and entries to the end of
-// the disk (the image's own backup sits at the image's end) and zeroes the
-// image's stale backup header; for MBR it uses a free primary slot (type
-// 0x0E, FAT16 LBA). guidSeed makes the partition GUID deterministic (the
-// ramdisk may not have entropy yet). Returns the partition's byte offset.
+// the root partition can still grow into it. For GPT it adds a "cidata"
+// basic-data entry in the first free slot (the image's partition numbers
+// stay), moves the backup header and entries to the end of the disk
+// (go-diskfs Table.Resize and Write: backup first, then primary, each
+// synced), and zeroes the image's stale backup header; for MBR it uses a free
+// primary slot (type 0x0E, FAT16 LBA). guidSeed makes the partition GUID
+// deterministic (the ramdisk may not have entropy yet). Returns the
+// partition's byte offset.
 func AddSeedPartition(dev BlockDevice, diskSize, imageSize int64, fsImage []byte, guidSeed string) (int64, error) {
 	const mib = 1 << 20
 	t, err := readPartTable(dev, diskSize)
@@ -173,7 +178,7 @@ func AddSeedPartition(dev BlockDevice, diskSize, imageSize int64, fsImage []byte
 	ss := t.sectorSize
 	tail := int64(0)
 	if t.kind == "gpt" {
-		tail = ss + int64(len(t.entries))
+		tail = ss + t.gptEntries
 	}
 	start := (diskSize - tail - int64(len(fsImage))) / mib * mib
 	used := imageSize
@@ -183,111 +188,94 @@ func AddSeedPartition(dev BlockDevice, diskSize, imageSize int64, fsImage []byte
 	if start < used || start <= 0 {
 		return 0, fmt.Errorf("add seed partition: %w: disk %d bytes, image uses %d", ErrNoRoomForSeed, diskSize, used)
 	}
-	// Clear the region first so that nothing of an old filesystem survives
-	// past the end of the new one.
-	if _, err := dev.WriteAt(fsImage, start); err != nil {
-		return 0, fmt.Errorf("add seed partition: write filesystem: %w", err)
-	}
-	startLBA, endLBA := start/ss, (start+int64(len(fsImage)))/ss-1
-	le := binary.LittleEndian
 	if t.kind == "mbr" {
-		mbr := make([]byte, 512)
-		if _, err := dev.ReadAt(mbr, 0); err != nil {
-			return 0, fmt.Errorf("add seed partition: %w", err)
-		}
-		if endLBA >= 1<<32 {
-			return 0, fmt.Errorf("add seed partition: %w: beyond 2 TiB on an MBR disk", ErrNoRoomForSeed)
-		}
-		for i := 0; i < 4; i++ {
-			e := mbr[446+16*i : 446+16*(i+1)]
-			if e[4] != 0 {
-				continue
-			}
-			e[0] = 0
-			copy(e[1:4], []byte{0xFE, 0xFF, 0xFF})
-			e[4] = 0x0E
-			copy(e[5:8], []byte{0xFE, 0xFF, 0xFF})
-			le.PutUint32(e[8:], uint32(startLBA))
-			le.PutUint32(e[12:], uint32(endLBA-startLBA+1))
-			if _, err := dev.WriteAt(mbr, 0); err != nil {
-				return 0, fmt.Errorf("add seed partition: write mbr: %w", err)
-			}
-			return start, nil
-		}
-		return 0, fmt.Errorf("add seed partition: %w: all four MBR slots used", ErrNoRoomForSeed)
+		return start, addMBRSeed(dev, diskSize, t, start, fsImage)
 	}
-	esz := int64(le.Uint32(t.header[84:]))
-	slot := int64(-1)
-	for i := int64(0); i*esz < int64(len(t.entries)); i++ {
-		if bytes.Equal(t.entries[i*esz:i*esz+16], make([]byte, 16)) {
-			slot = i
+	return start, addGPTSeed(dev, diskSize, t, start, used, fsImage, guidSeed)
+}
+
+// addMBRSeed writes fsImage at start and describes it in the first free
+// primary slot (type 0x0E, FAT16 LBA; CHS fields "beyond 8 GiB").
+func addMBRSeed(dev BlockDevice, diskSize int64, t partTable, start int64, fsImage []byte) error {
+	startLBA, endLBA := start/512, (start+int64(len(fsImage)))/512-1
+	if endLBA >= 1<<32 {
+		return fmt.Errorf("add seed partition: %w: beyond 2 TiB on an MBR disk", ErrNoRoomForSeed)
+	}
+	slot := slices.IndexFunc(t.mbr.Partitions, func(p *mbr.Partition) bool { return p.Type == mbr.Empty })
+	if slot < 0 {
+		return fmt.Errorf("add seed partition: %w: all four MBR slots used", ErrNoRoomForSeed)
+	}
+	if _, err := dev.WriteAt(fsImage, start); err != nil {
+		return fmt.Errorf("add seed partition: write filesystem: %w", err)
+	}
+	t.mbr.Partitions[slot] = &mbr.Partition{Index: slot + 1, Type: mbr.Fat16bLBA, Start: uint32(startLBA), Size: uint32(endLBA - startLBA + 1),
+		StartHead: 0xFE, StartSector: 0xFF, StartCylinder: 0xFF, EndHead: 0xFE, EndSector: 0xFF, EndCylinder: 0xFF}
+	if err := t.mbr.Write(&devFile{dev: dev, size: diskSize}, diskSize); err != nil {
+		return fmt.Errorf("add seed partition: write mbr: %w", err)
+	}
+	return nil
+}
+
+// addGPTSeed writes fsImage at start, adds its "cidata" entry in the first
+// free slot, removes the image's stale backup header if it lies in the free
+// gap (between used and start), and writes the table with its backup at the
+// disk's end.
+func addGPTSeed(dev BlockDevice, diskSize int64, t partTable, start, used int64, fsImage []byte, guidSeed string) error {
+	ss := t.sectorSize
+	startLBA, endLBA := start/ss, (start+int64(len(fsImage)))/ss-1
+	taken := map[int]bool{}
+	for _, p := range t.gpt.Partitions {
+		taken[p.Index] = true
+	}
+	index := 0
+	for i := 1; i <= t.gptSlots; i++ {
+		if !taken[i] {
+			index = i
 			break
 		}
 	}
-	if slot < 0 {
-		return 0, fmt.Errorf("add seed partition: %w: gpt has no free entry", ErrNoRoomForSeed)
+	if index == 0 {
+		return fmt.Errorf("add seed partition: %w: gpt has no free entry", ErrNoRoomForSeed)
 	}
-	e := t.entries[slot*esz : (slot+1)*esz]
-	copy(e[0:16], gptBasicData[:])
+	if _, err := dev.WriteAt(fsImage, start); err != nil {
+		return fmt.Errorf("add seed partition: write filesystem: %w", err)
+	}
 	g := sha256.Sum256([]byte("machina-seed:" + guidSeed))
-	g[7] = g[7]&0x0F | 0x40 // version 4 layout (mixed-endian field 3)
-	g[8] = g[8]&0x3F | 0x80
-	copy(e[16:32], g[:16])
-	le.PutUint64(e[32:], uint64(startLBA))
-	le.PutUint64(e[40:], uint64(endLBA))
-	le.PutUint64(e[48:], 0)
-	name := utf16.Encode([]rune("cidata"))
-	for i := range 36 {
-		v := uint16(0)
-		if i < len(name) {
-			v = name[i]
-		}
-		le.PutUint16(e[56+2*i:], v)
+	id, _ := uuid.FromBytes(g[:16])
+	id[6] = id[6]&0x0F | 0x40 // RFC 9562 version 4 layout
+	id[8] = id[8]&0x3F | 0x80
+	t.gpt.Partitions = append(t.gpt.Partitions, &gpt.Partition{Index: index, Start: uint64(startLBA), End: uint64(endLBA),
+		Size: uint64(len(fsImage)), Type: gpt.MicrosoftBasicData, Name: "cidata", GUID: id.String()})
+	oldAlt, err := gptAltLBA(dev, ss)
+	if err != nil {
+		return fmt.Errorf("add seed partition: %w", err)
 	}
-	lastLBA := diskSize/ss - 1
-	entSecs := (int64(len(t.entries)) + ss - 1) / ss
-	backupEntriesLBA := lastLBA - entSecs
-	ecrc := crc32.ChecksumIEEE(t.entries)
-	hsize := int64(le.Uint32(t.header[12:]))
-	mk := func(my, alt, entLBA int64) []byte {
-		h := make([]byte, ss)
-		copy(h, t.header[:hsize])
-		le.PutUint64(h[24:], uint64(my))
-		le.PutUint64(h[32:], uint64(alt))
-		le.PutUint64(h[48:], uint64(backupEntriesLBA-1)) // last usable LBA
-		le.PutUint64(h[72:], uint64(entLBA))
-		le.PutUint32(h[88:], ecrc)
-		le.PutUint32(h[16:], 0)
-		le.PutUint32(h[16:], crc32.ChecksumIEEE(h[:hsize]))
-		return h
-	}
-	oldAlt := t.altLBA
 	if oldAlt > 1 && oldAlt*ss < start && oldAlt*ss >= used-ss {
 		// the image's own backup header, now in the free gap: remove it.
 		if err := zeroRange(dev, oldAlt*ss, ss, 0, diskSize); err != nil {
-			return 0, fmt.Errorf("add seed partition: %w", err)
+			return fmt.Errorf("add seed partition: %w", err)
 		}
 	}
-	if _, err := dev.WriteAt(t.entries, t.entriesLBA*ss); err != nil {
-		return 0, fmt.Errorf("add seed partition: write gpt: %w", err)
+	t.gpt.Resize(uint64(diskSize))
+	if err := t.gpt.Write(&devFile{dev: dev, size: diskSize}, diskSize); err != nil {
+		return fmt.Errorf("add seed partition: write gpt: %w", err)
 	}
-	if _, err := dev.WriteAt(t.entries, backupEntriesLBA*ss); err != nil {
-		return 0, fmt.Errorf("add seed partition: write backup gpt: %w", err)
-	}
-	if _, err := dev.WriteAt(mk(lastLBA, 1, backupEntriesLBA), lastLBA*ss); err != nil {
-		return 0, fmt.Errorf("add seed partition: write backup gpt: %w", err)
-	}
-	if _, err := dev.WriteAt(mk(1, lastLBA, t.entriesLBA), ss); err != nil {
-		return 0, fmt.Errorf("add seed partition: write gpt: %w", err)
-	}
-	// Protective MBR (UEFI 2.10 §5.2.3): one 0xEE entry covering the disk.
-	mbr := make([]byte, 512)
-	if _, err := dev.ReadAt(mbr, 0); err == nil && mbr[446+4] == 0xEE {
-		n := min(lastLBA, 0xFFFFFFFF)
-		le.PutUint32(mbr[446+12:], uint32(n))
-		if _, err := dev.WriteAt(mbr, 0); err != nil {
-			return 0, fmt.Errorf("add seed partition: write protective mbr: %w", err)
+	// go-diskfs writes the protective MBR's size as a 32-bit truncation of
+	// the last LBA; UEFI 2.10 §5.2.3 says 0xFFFFFFFF when the disk is larger.
+	if lastLBA := diskSize/ss - 1; t.gpt.ProtectiveMBR && lastLBA > 0xFFFFFFFF {
+		if _, err := dev.WriteAt([]byte{0xFF, 0xFF, 0xFF, 0xFF}, 446+12); err != nil {
+			return fmt.Errorf("add seed partition: write protective mbr: %w", err)
 		}
 	}
-	return start, nil
+	return nil
+}
+
+// gptAltLBA reads the primary header's alternate (backup) LBA, which
+// go-diskfs keeps private.
+func gptAltLBA(dev io.ReaderAt, ss int64) (int64, error) {
+	b := make([]byte, 8)
+	if _, err := dev.ReadAt(b, ss+32); err != nil {
+		return 0, err
+	}
+	return int64(binary.LittleEndian.Uint64(b)), nil
 }

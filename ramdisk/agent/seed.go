@@ -13,11 +13,6 @@ import (
 	v1 "github.com/machina-metal/machina/api/v1"
 )
 
-// JoinPlaceholder is the first-boot command written when the plan carries no
-// join command. It only records that the join step is still missing; the join
-// issue replaces it with the real enrolment command sent in Plan.Seed.
-const JoinPlaceholder = "echo 'machina: join command placeholder, replaced by the join issue' >> /var/log/machina-join.log"
-
 // SeedLabel is the FAT volume label of the seed. cloud-init's NoCloud source
 // looks for a filesystem labelled "cidata", compared case-insensitively
 // (cloudinit/sources/DataSourceNoCloud.py, fs_label).
@@ -44,7 +39,7 @@ type SeedFile struct {
 // RenderSeed validates s and renders the NoCloud files user-data, meta-data
 // and network-config. user-data creates user "machina" with passwordless
 // sudo and only s.SSHKeys for login, sets ssh_pwauth false and disable_root
-// true, and runs the join command (or JoinPlaceholder) once via runcmd.
+// true, and runs the join command (or v1.JoinPlaceholder) once via runcmd.
 // Strings are emitted as JSON strings, which YAML 1.2 reads verbatim.
 func RenderSeed(s v1.Seed) ([]SeedFile, error) {
 	if !hostnameRe.MatchString(s.Hostname) {
@@ -65,7 +60,7 @@ func RenderSeed(s v1.Seed) ([]SeedFile, error) {
 	}
 	join := s.JoinCommand
 	if join == "" {
-		join = JoinPlaceholder
+		join = v1.JoinPlaceholder
 	}
 	if strings.ContainsAny(join, "\x00\n\r") || len(join) > 4096 || !utf8.ValidString(join) {
 		return nil, fmt.Errorf("render seed: %w: join command must be one line under 4 KiB", ErrSeedInvalid)
@@ -139,48 +134,15 @@ func MakeFAT16(size int64, label string, hiddenSectors uint32, files []SeedFile)
 	}
 	total := int(size / fatSector)
 	rootSecs := fatRootEntries * 32 / fatSector
-	// FAT size: solve fatSecs >= (clusters+2)*2/512 with clusters = total-reserved-root-2*fatSecs.
-	fatSecs := 1
-	for {
-		clusters := total - fatReserved - rootSecs - fatCount*fatSecs
-		need := ((clusters+2)*2 + fatSector - 1) / fatSector
-		if need <= fatSecs {
-			break
-		}
-		fatSecs = need
-	}
-	clusters := total - fatReserved - rootSecs - fatCount*fatSecs
+	fatSecs, clusters := fatLayout(total, rootSecs)
 	if clusters < 4085 || clusters >= 65525 {
 		return nil, fmt.Errorf("make fat16: %d clusters not in FAT16 range", clusters)
 	}
 	img := make([]byte, size)
-	bs := img[:fatSector]
-	copy(bs[0:], []byte{0xEB, 0x3C, 0x90})
-	copy(bs[3:11], "MACHINA ")
-	le := binary.LittleEndian
-	le.PutUint16(bs[11:], fatSector)
-	bs[13] = 1 // sectors per cluster
-	le.PutUint16(bs[14:], fatReserved)
-	bs[16] = fatCount
-	le.PutUint16(bs[17:], fatRootEntries)
-	if total < 65536 {
-		le.PutUint16(bs[19:], uint16(total))
-	} else {
-		le.PutUint32(bs[32:], uint32(total))
-	}
-	bs[21] = 0xF8
-	le.PutUint16(bs[22:], uint16(fatSecs))
-	le.PutUint16(bs[24:], 32) // sectors per track
-	le.PutUint16(bs[26:], 64) // heads
-	le.PutUint32(bs[28:], hiddenSectors)
-	bs[36] = 0x80
-	bs[38] = 0x29
-	le.PutUint32(bs[39:], 0x4d414348) // volume serial "MACH"
 	lbl := padName(strings.ToUpper(label), 11)
-	copy(bs[43:54], lbl)
-	copy(bs[54:62], "FAT16   ")
-	bs[510], bs[511] = 0x55, 0xAA
+	writeBootSector(img[:fatSector], total, fatSecs, hiddenSectors, lbl)
 
+	le := binary.LittleEndian
 	fat := make([]uint16, clusters+2)
 	fat[0], fat[1] = 0xFFF8, 0xFFFF
 	dataStart := (fatReserved + fatCount*fatSecs + rootSecs) * fatSector
@@ -240,6 +202,52 @@ func MakeFAT16(size int64, label string, hiddenSectors uint32, files []SeedFile)
 		}
 	}
 	return img, nil
+}
+
+// fatLayout returns the sectors of one FAT and the cluster count for a
+// volume of total sectors: the smallest fatSecs with fatSecs >=
+// (clusters+2)*2/512, where clusters = total-reserved-root-2*fatSecs.
+func fatLayout(total, rootSecs int) (fatSecs, clusters int) {
+	fatSecs = 1
+	for {
+		clusters = total - fatReserved - rootSecs - fatCount*fatSecs
+		need := ((clusters+2)*2 + fatSector - 1) / fatSector
+		if need <= fatSecs {
+			return fatSecs, clusters
+		}
+		fatSecs = need
+	}
+}
+
+// writeBootSector fills bs, the FAT16 boot sector with its BIOS parameter
+// block (Microsoft FAT specification 1.03 §3.1–3.3): one sector per cluster,
+// total sectors total, FAT size fatSecs, the partition's start LBA as hidden
+// sectors, volume label lbl (11 bytes) and a fixed serial.
+func writeBootSector(bs []byte, total, fatSecs int, hiddenSectors uint32, lbl []byte) {
+	le := binary.LittleEndian
+	copy(bs[0:], []byte{0xEB, 0x3C, 0x90})
+	copy(bs[3:11], "MACHINA ")
+	le.PutUint16(bs[11:], fatSector)
+	bs[13] = 1 // sectors per cluster
+	le.PutUint16(bs[14:], fatReserved)
+	bs[16] = fatCount
+	le.PutUint16(bs[17:], fatRootEntries)
+	if total < 65536 {
+		le.PutUint16(bs[19:], uint16(total))
+	} else {
+		le.PutUint32(bs[32:], uint32(total))
+	}
+	bs[21] = 0xF8
+	le.PutUint16(bs[22:], uint16(fatSecs))
+	le.PutUint16(bs[24:], 32) // sectors per track
+	le.PutUint16(bs[26:], 64) // heads
+	le.PutUint32(bs[28:], hiddenSectors)
+	bs[36] = 0x80
+	bs[38] = 0x29
+	le.PutUint32(bs[39:], 0x4d414348) // volume serial "MACH"
+	copy(bs[43:54], lbl)
+	copy(bs[54:62], "FAT16   ")
+	bs[510], bs[511] = 0x55, 0xAA
 }
 
 func padName(s string, n int) []byte {

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	v1 "github.com/machina-metal/machina/api/v1"
+	"github.com/machina-metal/machina/internal/peertest"
 	"github.com/machina-metal/machina/ramdisk/agent/agenttest"
 )
 
@@ -54,10 +55,7 @@ exit 0
 // kernel unpacks concatenated archives in order).
 func benchOverlay(b *testing.B, dir, initrd string) string {
 	b.Helper()
-	bb, err := exec.LookPath("busybox")
-	if err != nil {
-		b.Skip("busybox not installed")
-	}
+	bb := peertest.Command(b, "busybox")
 	st := filepath.Join(dir, "overlay")
 	os.MkdirAll(filepath.Join(st, "bin"), 0o755)
 	os.WriteFile(filepath.Join(st, "init"), []byte(benchInit), 0o755)
@@ -85,11 +83,7 @@ func benchOverlay(b *testing.B, dir, initrd string) string {
 // with the unverified baseline "wget | tee | dd" + sha256sum of the same
 // image to the same disk. Run: go test -run '^$' -bench DeployVsShell -benchtime 1x ./ramdisk/vmtest
 func BenchmarkDeployVsShellPipelineInVM(b *testing.B) {
-	for _, tool := range []string{"qemu-system-x86_64", "socat", "sgdisk", "busybox", "cpio"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			b.Skipf("%s not installed", tool)
-		}
-	}
+	peertest.Commands(b, "qemu-system-x86_64", "socat", "sgdisk", "busybox", "cpio")
 	kernel, initrd := buildRamdisk(b)
 	for i := 0; i < b.N; i++ {
 		dir := b.TempDir()

@@ -19,22 +19,16 @@ import (
 	"time"
 
 	v1 "github.com/machina-metal/machina/api/v1"
+	"github.com/machina-metal/machina/internal/peertest"
 	"github.com/machina-metal/machina/ramdisk/agent/agenttest"
 )
 
 const vmMAC = "52:54:00:12:34:56"
 
-// needTools skips outside CI when a tool is missing; in CI it fails.
+// needTools fails naming the Debian package when a tool is missing.
 func needTools(t *testing.T, tools ...string) {
 	t.Helper()
-	for _, tool := range tools {
-		if _, err := exec.LookPath(tool); err != nil {
-			if os.Getenv("CI") == "true" {
-				t.Fatalf("%s not installed (required in CI)", tool)
-			}
-			t.Skipf("%s not installed; the qemu ramdisk test needs it", tool)
-		}
-	}
+	peertest.Commands(t, tools...)
 }
 
 // repoRoot is two levels up from this package (go test runs in the package dir).
@@ -47,13 +41,15 @@ func repoRoot(t testing.TB) string {
 }
 
 // buildRamdisk runs the real build script (what `make ramdisk` runs) into
-// out/ramdisk of the repository, reusing its kernel package cache.
+// a folder of the test, reusing the repository's kernel package cache
+// (out/ramdisk/cache, filled by `make ramdisk`, which `make test` runs
+// first), so the test writes nothing outside its temporary folders.
 func buildRamdisk(t testing.TB) (kernel, initrd string) {
 	t.Helper()
 	root := repoRoot(t)
-	out := filepath.Join(root, "out", "ramdisk")
+	out := filepath.Join(t.TempDir(), "ramdisk")
 	cmd := exec.Command(filepath.Join(root, "scripts", "build-ramdisk.sh"))
-	cmd.Env = append(os.Environ(), "OUT="+out)
+	cmd.Env = append(os.Environ(), "OUT="+out, "CACHE="+filepath.Join(root, "out", "ramdisk", "cache"))
 	b, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("build-ramdisk.sh: %v\n%s", err, b)

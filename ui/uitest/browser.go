@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -16,6 +15,8 @@ import (
 	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
+
+	"github.com/machina-metal/machina/internal/peertest"
 )
 
 // ChromiumPath is Debian's chromium (packages chromium and chromium-driver,
@@ -32,19 +33,12 @@ const cspWatch = `window.__csp = []; document.addEventListener("securitypolicyvi
 // Browser starts headless Chromium (ChromiumPath) with a fresh profile and
 // the flags that keep it off the network (no background networking,
 // component updates, sync or QUIC) and returns its first tab's context; the
-// browser is stopped by t.Cleanup. Without Chromium it skips, except when
-// CI=true, where it fails.
+// browser is stopped by t.Cleanup. Without Chromium it fails naming the
+// Debian package (skips only in the quick mode, internal/peertest).
 func Browser(t testing.TB) context.Context {
 	t.Helper()
-	if _, err := os.Stat(ChromiumPath); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("%s missing in CI: .ci/run installs Debian's chromium", ChromiumPath)
-		}
-		t.Skipf("%s not installed (apt-get install chromium chromium-driver)", ChromiumPath)
-	}
-	if _, err := exec.LookPath("chromedriver"); err != nil && os.Getenv("CI") == "true" {
-		t.Fatalf("chromedriver missing in CI: .ci/run installs chromium-driver")
-	}
+	peertest.File(t, ChromiumPath, "chromium")
+	peertest.Command(t, "chromedriver")
 	opts := []chromedp.ExecAllocatorOption{
 		chromedp.ExecPath(ChromiumPath),
 		chromedp.Headless,

@@ -4,8 +4,9 @@
 // power and boot only through chassis_control after set_working_mc), and
 // ipmitool as a second client with the password in its environment.
 //
-// Tests that use it fail when ipmi_sim is missing and CI=true, and skip
-// otherwise. Imports no Machina package.
+// The simulated lab (machina sim) runs it with Launch; tests start it with
+// the ipmisimtest package, which binds it to a test. Imports no Machina
+// package and no test helper.
 package ipmisim
 
 import (
@@ -17,53 +18,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"testing"
 	"time"
 )
-
-// RequireTools skips (or fails in CI) when ipmi_sim or ipmitool is missing.
-func RequireTools(t testing.TB) {
-	t.Helper()
-	for _, bin := range []string{"ipmi_sim", "ipmitool"} {
-		if _, err := exec.LookPath(bin); err != nil {
-			if os.Getenv("CI") == "true" {
-				t.Fatalf("%s not found in PATH: CI must install Debian packages openipmi and ipmitool (.ci/run)", bin)
-			}
-			t.Skipf("%s not found in PATH (install Debian packages openipmi and ipmitool)", bin)
-		}
-	}
-}
-
-// fixturesDir finds the shared fixtures: $MACHINA_FIXTURES, else the copy in
-// <repo>/testdata/fixtures (scripts/sync-fixtures.sh), else <repo>/../shared/fixtures.
-func fixturesDir(t testing.TB) string {
-	t.Helper()
-	if d := os.Getenv("MACHINA_FIXTURES"); d != "" {
-		return d
-	}
-	root, err := repoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, d := range []string{filepath.Join(root, "testdata", "fixtures"), filepath.Join(root, "..", "shared", "fixtures")} {
-		if _, err := os.Stat(filepath.Join(d, "ipmi", "sim.emu")); err == nil {
-			return d
-		}
-	}
-	t.Fatalf("ipmi fixtures not found: set MACHINA_FIXTURES or run scripts/sync-fixtures.sh")
-	return ""
-}
-
-// FreeUDPPort returns a port nothing listens on at the moment of the call.
-func FreeUDPPort(t testing.TB) int {
-	t.Helper()
-	pc, err := net.ListenPacket("udp4", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pc.Close()
-	return pc.LocalAddr().(*net.UDPAddr).Port
-}
 
 // chassisScript is the chassis_control program ipmi_sim runs (LAB-NOTES §3.1):
 // "<prog> get power|boot" and "<prog> set power 1|0 / reset 1 / boot X /
@@ -107,40 +63,9 @@ exit 0
 // creating Dir/stuck makes power commands succeed without effect, and
 // Dir/ignore-shutdown makes the soft shutdown a no-op.
 type Sim struct {
-	t    testing.TB
 	Dir  string
 	Port int
 	cmd  *exec.Cmd
-}
-
-// Start writes lan.conf and the chassis_control script into a fresh
-// directory and starts ipmi_sim on a free UDP port of 127.0.0.1. Users:
-// admin/password (admin), reader/readerpw (user), disabled/disabledpw
-// (disabled), solop/S3cret-SOL-pw (admin). It is stopped by its own PID
-// when the test ends.
-func Start(t testing.TB) *Sim {
-	t.Helper()
-	return StartSerial(t, "")
-}
-
-// StartSerial is Start with the SOL serial port of the simulated host
-// at serialAddr ("host:port" of a TCP listener the test owns; ipmi_sim
-// connects to it at start and retries about every 10 s). "" points it at an
-// unused port.
-func StartSerial(t testing.TB, serialAddr string) *Sim {
-	t.Helper()
-	RequireTools(t)
-	emu, err := os.ReadFile(filepath.Join(fixturesDir(t), "ipmi", "sim.emu"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := Launch(LaunchConfig{Dir: t.TempDir(), Port: FreeUDPPort(t), SerialAddr: serialAddr, Emu: emu})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.t = t
-	t.Cleanup(s.Stop)
-	return s
 }
 
 // LaunchConfig configures Launch.
@@ -226,13 +151,6 @@ set_working_mc 0x20
 	return s, nil
 }
 
-// start runs ipmi_sim again (Restart) and fails the test on error.
-func (s *Sim) start() {
-	if err := s.launch(); err != nil {
-		s.t.Fatal(err)
-	}
-}
-
 // launch runs ipmi_sim and waits until it answers an RMCP presence ping.
 func (s *Sim) launch() error {
 	log, err := os.OpenFile(filepath.Join(s.Dir, "sim.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
@@ -268,9 +186,9 @@ func (s *Sim) Stop() {
 
 // Restart stops ipmi_sim and starts a new one on the same port and state:
 // a BMC reboot, after which old RMCP+ sessions are unknown.
-func (s *Sim) Restart() {
+func (s *Sim) Restart() error {
 	s.Stop()
-	s.start()
+	return s.launch()
 }
 
 // rmcpPing sends ASF presence pings (DSP0136 §3.2.4.1) until a pong arrives.
@@ -324,17 +242,16 @@ func (s *Sim) SetCalls() []string {
 }
 
 // Ipmitool runs ipmitool as a second client; the password goes through the
-// environment (-E).
-func (s *Sim) Ipmitool(args ...string) string {
-	s.t.Helper()
+// environment (-E). Errors carry ipmitool's output.
+func (s *Sim) Ipmitool(args ...string) (string, error) {
 	full := append([]string{"-I", "lanplus", "-C", "3", "-H", "127.0.0.1", "-p", strconv.Itoa(s.Port), "-U", "admin", "-E"}, args...)
 	cmd := exec.Command("ipmitool", full...)
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "IPMI_PASSWORD=password"}
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		s.t.Fatalf("ipmitool %s: %v\n%s", strings.Join(args, " "), err, out)
+		return string(out), fmt.Errorf("ipmitool %s: %v\n%s", strings.Join(args, " "), err, out)
 	}
-	return string(out)
+	return string(out), nil
 }
 
 // Addr is "127.0.0.1:port", the address the ipmi driver takes.
@@ -343,22 +260,4 @@ func (s *Sim) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(
 func isTimeout(err error) bool {
 	var ne net.Error
 	return errors.As(err, &ne) && ne.Timeout()
-}
-
-// repoRoot walks up from the working directory to the folder with go.mod.
-func repoRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("ipmisim: go.mod not found above the working directory")
-		}
-		dir = parent
-	}
 }

@@ -2,8 +2,8 @@
 // servers' tests: a server namespace and a client namespace joined by a veth
 // pair, or one namespace with a bridge and tap devices for qemu. Names carry
 // the issue number and a random suffix ("m6-ab12cd-s"); everything is deleted
-// in t.Cleanup. Tests that need root skip outside CI and fail in CI
-// (CI=true), where root is available.
+// in t.Cleanup. Tests that need root or a missing command fail naming what to
+// do (internal/peertest); only the quick mode skips.
 package netnstest
 
 import (
@@ -18,32 +18,21 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/machina-metal/machina/internal/peertest"
 )
 
-// RequireRoot skips t when not root outside CI, and fails it in CI.
+// RequireRoot fails t (skips it in the quick mode) when not root.
 func RequireRoot(t testing.TB) {
 	t.Helper()
-	if os.Geteuid() == 0 {
-		return
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatal("this test needs root (network namespaces); CI runs as root")
-	}
-	t.Skip("needs root to create network namespaces; skipped outside CI")
+	peertest.Root(t, "network namespaces")
 }
 
-// RequireCommand skips (outside CI) or fails (in CI) when name is not in PATH.
+// RequireCommand fails t (skips it in the quick mode) when name is not in
+// PATH, naming its Debian package.
 func RequireCommand(t testing.TB, name string) string {
 	t.Helper()
-	p, err := exec.LookPath(name)
-	if err == nil {
-		return p
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("%s is missing; .ci/run installs it", name)
-	}
-	t.Skipf("%s not installed; skipped outside CI", name)
-	return ""
+	return peertest.Command(t, name)
 }
 
 // Run runs a command and fails t with its output on error.

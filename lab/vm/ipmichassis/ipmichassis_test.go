@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/machina-metal/machina/internal/peertest"
 	"github.com/machina-metal/machina/lab/vm/qmp"
 	"github.com/machina-metal/machina/lab/vm/vmpower"
 )
@@ -45,14 +46,7 @@ func TestMain(m *testing.M) {
 
 func need(t *testing.T, bins ...string) {
 	t.Helper()
-	for _, b := range bins {
-		if _, err := exec.LookPath(b); err != nil {
-			if os.Getenv("CI") != "true" {
-				t.Skipf("%s not installed (apt-get install openipmi ipmitool qemu-system-x86); required when CI=true", b)
-			}
-			t.Fatalf("%s missing in CI", b)
-		}
-	}
+	peertest.Commands(t, bins...)
 }
 
 func TestRunProtocol(t *testing.T) {

@@ -11,17 +11,14 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/machina-metal/machina/internal/peertest"
 )
 
 func needRoot(t *testing.T) {
 	t.Helper()
-	_, err := exec.LookPath("ip")
-	if os.Geteuid() != 0 || err != nil {
-		if os.Getenv("CI") != "true" {
-			t.Skip("needs root and iproute2 (ip) to create network namespaces; required when CI=true")
-		}
-		t.Fatalf("CI=true but not root or ip missing (euid=%d, ip: %v)", os.Geteuid(), err)
-	}
+	peertest.Root(t, "network namespaces")
+	peertest.Command(t, "ip")
 }
 
 func TestCreateRunClose(t *testing.T) {
@@ -68,12 +65,7 @@ func TestCreateRunClose(t *testing.T) {
 	// A process inside the namespace reaches the bridge address over TCP
 	// (socat listener and client, both inside), proving the process runs
 	// there with the bridge configured.
-	if _, err := exec.LookPath("socat"); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("socat missing in CI")
-		}
-		t.Skip("socat not installed")
-	}
+	peertest.Command(t, "socat")
 	srv, err := n.Start(n.Command(ctx, "socat", "TCP-LISTEN:7014,bind=10.99.14.1,reuseaddr,fork", "SYSTEM:echo served-inside-netns"))
 	if err != nil {
 		t.Fatal(err)

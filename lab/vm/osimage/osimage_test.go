@@ -14,26 +14,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/machina-metal/machina/internal/peertest"
 	"github.com/machina-metal/machina/lab/vm/vmpower"
 )
 
 func requireLab(t *testing.T) {
 	t.Helper()
-	var missing []string
-	for _, b := range []string{"debootstrap", "qemu-system-x86_64", "qemu-img", "mkfs.vfat", "mcopy", "syslinux", "sfdisk"} {
-		if _, err := exec.LookPath(b); err != nil {
-			missing = append(missing, b)
-		}
-	}
-	if os.Geteuid() != 0 {
-		missing = append(missing, "root")
-	}
-	if len(missing) > 0 {
-		if os.Getenv("CI") != "true" {
-			t.Skipf("OS image build and boot need %v (apt-get install debootstrap syslinux qemu-system-x86 ...); required when CI=true", missing)
-		}
-		t.Fatalf("CI=true but missing %v", missing)
-	}
+	peertest.Commands(t, "debootstrap", "qemu-system-x86_64", "qemu-img", "mkfs.vfat", "mcopy", "syslinux", "sfdisk")
+	peertest.Root(t, "debootstrap, loop devices")
 }
 
 // cacheDir is the shared cache (MACHINA_OS_IMAGE_CACHE or the default), so
@@ -82,6 +70,12 @@ func TestReadSums(t *testing.T) {
 // runcmd; then the ACPI power button must power the guest off.
 func TestEnsureAndBoot(t *testing.T) {
 	requireLab(t)
+	// The image is built by `make os-image` (which `make test` runs first,
+	// as root) into its cache outside the repository; the test only reads
+	// it, so it writes nothing outside its temporary folders.
+	if _, err := os.Stat(filepath.Join(cacheDir(), Key(), SumsFile)); err != nil {
+		peertest.Missing(t, "the VM lab's OS image is not built ("+filepath.Join(cacheDir(), Key())+")", "it with `make os-image` (root, Debian mirror; make test builds it first)")
+	}
 	ctx := context.Background()
 	start := time.Now()
 	path, sum, err := Ensure(ctx, cacheDir())

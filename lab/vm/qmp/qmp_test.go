@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/machina-metal/machina/internal/peertest"
 )
 
 // startQEMU starts a paused (-S), device-less TCG qemu whose QMP monitor
@@ -17,13 +19,7 @@ import (
 // can connect at once without polling. It returns the socket path.
 func startQEMU(t *testing.T, extra ...string) (string, <-chan struct{}) {
 	t.Helper()
-	bin, err := exec.LookPath("qemu-system-x86_64")
-	if err != nil {
-		if os.Getenv("CI") != "true" {
-			t.Skip("qemu-system-x86_64 not installed (apt-get install qemu-system-x86); required when CI=true")
-		}
-		t.Fatalf("qemu-system-x86_64 missing in CI: %v", err)
-	}
+	bin := peertest.Command(t, "qemu-system-x86_64")
 	dir := t.TempDir()
 	sock := filepath.Join(dir, "qmp.sock")
 	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: sock, Net: "unix"})

@@ -61,13 +61,15 @@ var (
 	ErrPoweredOff = errors.New("vmpower: vm is powered off")
 )
 
-// Firmware selects SeaBIOS (pc machine) or OVMF (q35 machine).
+// Firmware selects SeaBIOS (pc machine), OVMF (q35 machine) or, for an
+// arm64 VM, AAVMF (qemu-system-aarch64's virt machine, -cpu max).
 type Firmware string
 
 // Firmware values.
 const (
-	BIOS Firmware = "bios"
-	UEFI Firmware = "uefi"
+	BIOS      Firmware = "bios"
+	UEFI      Firmware = "uefi"
+	UEFIARM64 Firmware = "uefi-arm64"
 )
 
 // BootDevice is the device the next power on boots from.
@@ -178,6 +180,9 @@ func safePath(p string) error {
 func (c *Config) setDefaults() {
 	if c.QEMU == "" {
 		c.QEMU = "qemu-system-x86_64"
+		if c.Firmware == UEFIARM64 {
+			c.QEMU = "qemu-system-aarch64"
+		}
 	}
 	if c.Accel == "" {
 		c.Accel = "tcg"
@@ -220,8 +225,8 @@ func (c *Config) validate() error {
 	if c.Accel == "kvm" || strings.HasPrefix(c.Accel, "kvm,") {
 		bad("accel %q: the lab runs TCG only (nested PVM kvm is unusable)", c.Accel)
 	}
-	if c.Firmware != BIOS && c.Firmware != UEFI {
-		bad("firmware %q: want bios or uefi", c.Firmware)
+	if c.Firmware != BIOS && c.Firmware != UEFI && c.Firmware != UEFIARM64 {
+		bad("firmware %q: want bios, uefi or uefi-arm64", c.Firmware)
 	}
 	if c.MemoryMiB < 64 || c.MemoryMiB > 65536 || c.CPUs < 1 || c.CPUs > 64 {
 		bad("memory %d MiB / cpus %d out of range", c.MemoryMiB, c.CPUs)
@@ -621,6 +626,14 @@ func (v *VM) Args() []string {
 			"-drive", "if=pflash,format=raw,file="+v.path(VarsFile),
 			"-drive", "if=none,id=cd0,media=cdrom,readonly=on"+v.mediaOpt(),
 			"-device", "ide-cd,drive=cd0,id="+CDROMID+",bus=ide.2,bootindex="+strconv.Itoa(idx[BootCD]))
+	case UEFIARM64:
+		// No IDE on virt: the CD is a virtio-scsi disk, which AAVMF boots.
+		args = append(args, "-machine", "virt", "-cpu", "max",
+			"-drive", "if=pflash,format=raw,readonly=on,file="+v.ovmfCode(),
+			"-drive", "if=pflash,format=raw,file="+v.path(VarsFile),
+			"-device", "virtio-scsi-pci,id=scsi0",
+			"-drive", "if=none,id=cd0,media=cdrom,readonly=on"+v.mediaOpt(),
+			"-device", "scsi-cd,drive=cd0,id="+CDROMID+",bus=scsi0.0,bootindex="+strconv.Itoa(idx[BootCD]))
 	default:
 		args = append(args, "-machine", "pc,graphics=off",
 			"-drive", "if=none,id=cd0,media=cdrom,readonly=on"+v.mediaOpt(),
@@ -650,15 +663,21 @@ func (v *VM) mediaOpt() string {
 }
 
 func (v *VM) ovmfCode() string {
-	if v.cfg.OVMFCode != "" {
+	switch {
+	case v.cfg.OVMFCode != "":
 		return v.cfg.OVMFCode
+	case v.cfg.Firmware == UEFIARM64:
+		return "/usr/share/AAVMF/AAVMF_CODE.fd" // Debian's qemu-efi-aarch64
 	}
 	return "/usr/share/OVMF/OVMF_CODE_4M.fd"
 }
 
 func (v *VM) ovmfVars() string {
-	if v.cfg.OVMFVars != "" {
+	switch {
+	case v.cfg.OVMFVars != "":
 		return v.cfg.OVMFVars
+	case v.cfg.Firmware == UEFIARM64:
+		return "/usr/share/AAVMF/AAVMF_VARS.fd"
 	}
 	return "/usr/share/OVMF/OVMF_VARS_4M.fd"
 }
@@ -669,7 +688,7 @@ func (v *VM) start(ctx context.Context) error {
 	if v.Pid() != 0 {
 		return nil
 	}
-	if v.cfg.Firmware == UEFI {
+	if v.cfg.Firmware == UEFI || v.cfg.Firmware == UEFIARM64 {
 		if _, err := os.Stat(v.path(VarsFile)); errors.Is(err, os.ErrNotExist) {
 			b, err := os.ReadFile(v.ovmfVars())
 			if err != nil {

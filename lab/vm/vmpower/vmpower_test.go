@@ -14,18 +14,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/machina-metal/machina/internal/peertest"
 	"github.com/machina-metal/machina/lab/vm/netns"
 	"github.com/machina-metal/machina/lab/vm/qmp"
 )
 
 func needQEMU(t *testing.T) {
 	t.Helper()
-	if _, err := exec.LookPath("qemu-system-x86_64"); err != nil {
-		if os.Getenv("CI") != "true" {
-			t.Skip("qemu-system-x86_64 not installed (apt-get install qemu-system-x86); required when CI=true")
-		}
-		t.Fatalf("qemu missing in CI: %v", err)
-	}
+	peertest.Command(t, "qemu-system-x86_64")
 }
 
 func startVM(t *testing.T, cfg Config) *VM {
@@ -229,10 +225,7 @@ func ipxeISO(t *testing.T) string {
 			}
 		}
 	}
-	if os.Getenv("CI") != "true" {
-		t.Skip("ipxe.iso not found (apt-get install ipxe); required when CI=true")
-	}
-	t.Fatal("ipxe.iso missing in CI")
+	peertest.Missing(t, "ipxe.iso not found (dpkg -L ipxe)", "the Debian package ipxe")
 	return ""
 }
 
@@ -295,12 +288,7 @@ func TestBootFromVirtualMedia(t *testing.T) {
 // NIC's iPXE ROM, which then sends DHCP on the bridge.
 func TestPXEInNetns(t *testing.T) {
 	needQEMU(t)
-	if os.Geteuid() != 0 {
-		if os.Getenv("CI") != "true" {
-			t.Skip("needs root for a network namespace; required when CI=true")
-		}
-		t.Fatal("CI=true but not root")
-	}
+	peertest.Root(t, "a network namespace")
 	ctx := context.Background()
 	ns, err := netns.Create(ctx, netns.Config{Prefix: "m14", Taps: 1,
 		BridgeAddrs: []netip.Prefix{netip.MustParsePrefix("10.99.141.1/24")}})
@@ -330,12 +318,7 @@ func TestPXEInNetns(t *testing.T) {
 func TestUEFIStart(t *testing.T) {
 	needQEMU(t)
 	iso := ipxeISO(t)
-	if _, err := os.Stat("/usr/share/OVMF/OVMF_CODE_4M.fd"); err != nil {
-		if os.Getenv("CI") != "true" {
-			t.Skip("ovmf not installed; required when CI=true")
-		}
-		t.Fatal(err)
-	}
+	peertest.File(t, "/usr/share/OVMF/OVMF_CODE_4M.fd", "ovmf")
 	ctx := context.Background()
 	v := startVM(t, Config{Name: "uefi14", Firmware: UEFI, MemoryMiB: 256, CPUs: 1, BootDevice: BootCD})
 	if err := v.InsertMedia(ctx, iso); err != nil {
@@ -414,4 +397,25 @@ func TestSetBootOverride(t *testing.T) {
 			t.Errorf("SetBootOverride(%v) = %v, want ErrInvalidConfig", bad, err)
 		}
 	}
+}
+
+// TestARM64Start: an arm64 VM (qemu-system-aarch64 virt, -cpu max, AAVMF
+// pflash, its vars copied) starts under TCG and its firmware runs its boot
+// manager on the serial console.
+func TestARM64Start(t *testing.T) {
+	peertest.Command(t, "qemu-system-aarch64")
+	peertest.File(t, "/usr/share/AAVMF/AAVMF_CODE.fd", "qemu-efi-aarch64")
+	v := startVM(t, Config{Name: "arm14", Firmware: UEFIARM64, MemoryMiB: 512, CPUs: 1})
+	if got := v.Config().QEMU; got != "qemu-system-aarch64" {
+		t.Fatalf("QEMU = %q, want qemu-system-aarch64 for uefi-arm64", got)
+	}
+	start := time.Now()
+	if err := v.Reset(context.Background(), "On"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(v.Config().Dir, VarsFile)); err != nil {
+		t.Fatalf("AAVMF vars not copied: %v", err)
+	}
+	waitSerial(t, v, "BdsDxe", 180*time.Second)
+	t.Logf("arm64 VM reached AAVMF's boot manager in %v", time.Since(start).Round(10*time.Millisecond))
 }

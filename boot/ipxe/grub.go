@@ -1,0 +1,74 @@
+package ipxe
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/machina-metal/machina/boot"
+	"github.com/machina-metal/machina/macaddr"
+)
+
+// Dialect is the boot loader a per-machine script is written for.
+type Dialect int
+
+// Dialects: iPXE (`GET /boot/ipxe`, x86 BIOS and UEFI) and GRUB
+// (`GET /boot/grub`, arm64 UEFI, see [boot.GRUBScriptPath] for why).
+const (
+	DialectIPXE Dialect = iota
+	DialectGRUB
+)
+
+// RenderGRUB returns p's script in GRUB's syntax: the same choice as
+// [Render] (ramdisk with Machina's kernel arguments for commissioning,
+// deploying and the release wipe; local disk otherwise), with GRUB's
+// `linux`/`initrd` over http (GRUB 2.06 has no TLS: the kernel and initrd
+// URLs must be http) and `exit` back to the firmware's boot manager for a
+// local boot (GRUB only runs on UEFI here). Installer boots are refused:
+// they are iPXE only. Every argument passes the same checks as Render's;
+// the kernel line is not quoted, so no argument may hold a GRUB
+// metacharacter, which safeArg already excludes ('$', quotes, ';', '|',
+// '&', '<', '>', braces, '*', '?', '[', '#' and '\\' are all outside it).
+func RenderGRUB(p ScriptParams) ([]byte, error) {
+	if _, err := macaddr.ParseUnicast(p.MAC); err != nil {
+		return nil, fmt.Errorf("render grub script: %w", err)
+	}
+	if !safeArg(p.KernelArgs) || !safeArg(p.Name) || strings.ContainsAny(p.Name, " ") || !safeArg(p.Arch) {
+		return nil, fmt.Errorf("render grub script: unsafe characters in name, arch or kernel args")
+	}
+	mode := modeFor(p.Lifecycle, p.Wipe, p.Installer)
+	if mode == PurposeInstall {
+		return nil, fmt.Errorf("render grub script: installer boots (%s) need iPXE; deploy arm64 servers with deploy: image", p.Installer)
+	}
+	var b strings.Builder
+	b.WriteString("echo \"Machina: " + p.MAC)
+	if p.Name != "" {
+		b.WriteString(" (" + p.Name + ")")
+	}
+	b.WriteString(" lifecycle=" + string(p.Lifecycle) + " platform=efi arch=" + p.Arch + "\"\n")
+	if mode == "" {
+		b.WriteString("echo \"Machina: booting from local disk (exit to firmware)\"\nexit\n")
+		return []byte(b.String()), nil
+	}
+	if err := boot.CheckURL(p.Controller); err != nil {
+		return nil, fmt.Errorf("render grub script: %w", err)
+	}
+	kernel, err := boot.GRUBPath(p.KernelURL)
+	if err != nil {
+		return nil, fmt.Errorf("render grub script: kernel: %w", err)
+	}
+	initrd, err := boot.GRUBPath(p.InitrdURL)
+	if err != nil {
+		return nil, fmt.Errorf("render grub script: initrd: %w", err)
+	}
+	if !safeArg(p.Token) || p.Token == "" || strings.Contains(p.Token, " ") {
+		return nil, fmt.Errorf("render grub script: token missing or unsafe")
+	}
+	args := []string{}
+	if p.KernelArgs != "" {
+		args = append(args, p.KernelArgs)
+	}
+	args = append(args, "machina.url="+p.Controller, "machina.mac="+p.MAC, "machina.mode="+mode, "machina.token="+p.Token)
+	b.WriteString("linux " + kernel + " " + strings.Join(args, " ") + "\n")
+	b.WriteString("initrd " + initrd + "\nboot\n")
+	return []byte(b.String()), nil
+}
