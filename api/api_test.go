@@ -195,22 +195,38 @@ func TestTransitionEndpoint(t *testing.T) {
 	if _, err := f.store.CreateServer(state.Server{Name: "n1"}); err != nil {
 		t.Fatal(err)
 	}
-	got, err := f.client.Transition(ctx, "n1", v1.TransitionRequest{From: "new", To: "commissioning", Reason: "operator request"})
-	if err != nil || got.Lifecycle != "commissioning" {
+	// A move the reconciler would not carry out (nothing would boot the
+	// server) is refused with what does it (issue 23: before, new or
+	// ready → commissioning was applied and failed the server 30 minutes
+	// later).
+	var ae *v1.APIError
+	_, err := f.client.Transition(ctx, "n1", v1.TransitionRequest{From: "new", To: "commissioning", Reason: "operator request"})
+	if !errors.As(err, &ae) || ae.StatusCode != 409 || !strings.Contains(ae.Body.Message, "actions.commission") {
+		t.Fatalf("new → commissioning through the API: %v, want 409 naming actions.commission", err)
+	}
+	if _, err := f.store.Transition("n1", "new", "commissioning", "the reconciler"); err != nil {
+		t.Fatal(err)
+	}
+	got, err := f.client.Transition(ctx, "n1", v1.TransitionRequest{From: "commissioning", To: "failed", Reason: "operator request"})
+	if err != nil || got.Lifecycle != "failed" {
 		t.Fatalf("Transition = %+v, %v", got, err)
 	}
-	// Stale: the server already left "new".
-	_, err = f.client.Transition(ctx, "n1", v1.TransitionRequest{From: "new", To: "commissioning"})
-	var ae *v1.APIError
-	if !errors.As(err, &ae) || ae.StatusCode != 409 || ae.Body.Code != v1.CodeConflict || ae.Body.Lifecycle != "commissioning" {
+	// Stale: the server already left "commissioning".
+	_, err = f.client.Transition(ctx, "n1", v1.TransitionRequest{From: "commissioning", To: "failed"})
+	if !errors.As(err, &ae) || ae.StatusCode != 409 || ae.Body.Code != v1.CodeConflict || ae.Body.Lifecycle != "failed" {
 		t.Errorf("stale move: %v", err)
 	}
 	// Illegal: not in the table.
-	_, err = f.client.Transition(ctx, "n1", v1.TransitionRequest{From: "commissioning", To: "deployed"})
-	if !errors.As(err, &ae) || ae.StatusCode != 409 || ae.Body.Lifecycle != "commissioning" {
+	_, err = f.client.Transition(ctx, "n1", v1.TransitionRequest{From: "failed", To: "ready"})
+	if !errors.As(err, &ae) || ae.StatusCode != 409 || ae.Body.Lifecycle != "failed" {
 		t.Errorf("illegal move: %v", err)
 	}
-	if _, err := f.client.Transition(ctx, "ghost", v1.TransitionRequest{From: "new", To: "commissioning"}); !v1.IsCode(err, v1.CodeNotFound) {
+	for _, to := range []string{"allocated", "deploying", "deployed"} {
+		if _, err := f.client.Transition(ctx, "n1", v1.TransitionRequest{From: "failed", To: to}); !errors.As(err, &ae) || ae.StatusCode != 409 || ae.Body.Lifecycle != "" {
+			t.Errorf("failed → %s: %v, want 409 naming what does it", to, err)
+		}
+	}
+	if _, err := f.client.Transition(ctx, "ghost", v1.TransitionRequest{From: "new", To: "failed"}); !v1.IsCode(err, v1.CodeNotFound) {
 		t.Errorf("missing server: %v", err)
 	}
 	for _, body := range []string{`{"from":"new","to":"sideways"}`, `{"from":"new"`, `{"from":"new","to":"commissioning","extra":1}`,
@@ -228,7 +244,7 @@ func TestTransitionEndpoint(t *testing.T) {
 		t.Fatal(err)
 	}
 	last := evs.Events[len(evs.Events)-1]
-	if last.Kind != "lifecycle" || last.Actor != "ops" || last.Message != "operator request" || last.From != "new" || last.To != "commissioning" {
+	if last.Kind != "lifecycle" || last.Actor != "ops" || last.Message != "operator request" || last.From != "commissioning" || last.To != "failed" {
 		t.Errorf("audit event = %+v", last)
 	}
 	all, _ := f.store.Events(state.EventQuery{Limit: 1000})
@@ -408,6 +424,9 @@ func TestEventStream(t *testing.T) {
 	if _, err := f.store.CreateServer(state.Server{Name: "s1"}); err != nil {
 		t.Fatal(err)
 	}
+	if _, err := f.store.Transition("s1", state.LifecycleNew, state.LifecycleCommissioning, "the reconciler"); err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	req, _ := http.NewRequestWithContext(ctx, "GET", f.srv.URL+"/api/v1/events/stream?server=s1", nil)
@@ -425,7 +444,7 @@ func TestEventStream(t *testing.T) {
 	if line, _ := br.ReadString('\n'); !strings.HasPrefix(line, "retry:") {
 		t.Fatalf("preamble %q", line)
 	}
-	if _, err := f.client.Transition(ctx, "s1", v1.TransitionRequest{From: "new", To: "commissioning"}); err != nil {
+	if _, err := f.client.Transition(ctx, "s1", v1.TransitionRequest{From: "commissioning", To: "failed"}); err != nil {
 		t.Fatal(err)
 	}
 	id, kind, data := readSSE(t, br)
@@ -433,12 +452,12 @@ func TestEventStream(t *testing.T) {
 	if err := json.Unmarshal([]byte(data), &e); err != nil {
 		t.Fatal(err)
 	}
-	if kind != "lifecycle" || e.To != "commissioning" || e.Actor != "ops" || id == "" {
+	if kind != "lifecycle" || e.To != "failed" || e.Actor != "ops" || id == "" {
 		t.Errorf("SSE event id=%s kind=%s %+v", id, kind, e)
 	}
 
 	// Resume with Last-Event-ID: only events after it.
-	if _, err := f.store.Transition("s1", state.LifecycleCommissioning, state.LifecycleReady, "x"); err != nil {
+	if _, err := f.store.Transition("s1", state.LifecycleFailed, state.LifecycleRetired, "x"); err != nil {
 		t.Fatal(err)
 	}
 	req2, _ := http.NewRequestWithContext(ctx, "GET", f.srv.URL+"/api/v1/events/stream", nil)
@@ -450,7 +469,7 @@ func TestEventStream(t *testing.T) {
 	}
 	defer resp2.Body.Close()
 	_, _, data = readSSE(t, bufio.NewReader(resp2.Body))
-	if err := json.Unmarshal([]byte(data), &e); err != nil || e.To != "ready" {
+	if err := json.Unmarshal([]byte(data), &e); err != nil || e.To != "retired" {
 		t.Errorf("resumed event = %+v, %v", e, err)
 	}
 }

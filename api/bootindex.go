@@ -176,7 +176,8 @@ func (b *BootIndex) Issue(_ context.Context, mac net.HardwareAddr, purpose strin
 	// The install token is reusable (short-lived): the installer fetches
 	// its kernel, initrd, ISO or tree and documents with it, some more than
 	// once; every other boot token is single-use.
-	tok, _, err := b.st.IssueToken(state.TokenSpec{Purpose: p, Server: s.Name, MAC: s.BootMAC, TTL: ttl, Reusable: p == state.PurposeInstall})
+	tok, _, err := b.st.IssueToken(state.TokenSpec{Purpose: p, Server: s.Name, MAC: s.BootMAC, TTL: ttl, Reusable: p == state.PurposeInstall,
+		Heard: "boot script fetched (" + purpose + ")"})
 	return tok, err
 }
 

@@ -38,7 +38,7 @@ func TestListCacheMatchesFreshAndInvalidates(t *testing.T) {
 	}
 	compare("initial")
 	compare("cached")
-	if _, err := f.client.Transition(ctx, "c2", v1.TransitionRequest{From: "new", To: "commissioning"}); err != nil {
+	if _, err := f.store.Transition("c2", state.LifecycleNew, state.LifecycleCommissioning, "the reconciler"); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := f.store.UpdateServer("c3", func(s *state.Server) error {

@@ -189,6 +189,10 @@ func (s *Server) handleTransition(w http.ResponseWriter, r *http.Request) {
 		badRequest(w, "reason longer than %d bytes", maxReason)
 		return
 	}
+	if why := apiMoveRefused(r.PathValue("name"), to); why != "" {
+		writeError(w, http.StatusConflict, v1.Error{Message: why, Code: v1.CodeConflict})
+		return
+	}
 	release := from == state.LifecycleDeployed && to == state.LifecycleReady
 	m := state.Move{Server: r.PathValue("name"), From: from, To: to, Reason: req.Reason, Actor: actor(r)}
 	if release {
@@ -210,6 +214,26 @@ func (s *Server) handleTransition(w http.ResponseWriter, r *http.Request) {
 	}
 	s.log.Info("lifecycle moved", "machine", srv.Name, "from", from, "to", to, "actor", actor(r))
 	writeJSON(w, http.StatusOK, toServer(srv))
+}
+
+// apiMoveRefused says why a move to the lifecycle to through the API is
+// refused, naming what does it, or "" when the move is one the reconciler
+// carries on from. Moves into commissioning, allocated, deploying and
+// deployed need the controller to boot the machine or the machine to
+// report: made through the API, nothing would power the server and its
+// deadline would fail it.
+func apiMoveRefused(name string, to state.Lifecycle) string {
+	switch to {
+	case state.LifecycleCommissioning:
+		return "the API does not start commissioning (nothing would boot " + name + "): bump actions.commission of " + name +
+			" in servers.yaml and push; a new server is commissioned by itself"
+	case state.LifecycleAllocated, state.LifecycleDeploying:
+		return "the API does not start a deploy (nothing would boot " + name + "): set want: deployed and a profile for " + name +
+			" in servers.yaml, raise the profile's count, or run machinactl provision PROFILE N"
+	case state.LifecycleDeployed:
+		return "only the ramdisk's verified done (or the installer's callback) moves " + name + " to deployed"
+	}
+	return ""
 }
 
 func (s *Server) handleListSecrets(w http.ResponseWriter, r *http.Request) {

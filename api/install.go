@@ -203,10 +203,10 @@ func writeDoc(w http.ResponseWriter, b []byte) {
 // the executor sets the boot override to disk (read back), as after an
 // image deploy.
 func (m *Machine) installDone(w http.ResponseWriter, r *http.Request) {
-	t, err := m.cfg.Store.ConsumeToken(r.PathValue("token"), state.TokenClaim{Purpose: state.PurposeInstalled})
-	if err != nil {
-		m.refuse(w, r, err)
-		return
-	}
-	m.deployOutcome(w, t.Server, true, "installer finished (completion callback)")
+	m.use(w, r, r.PathValue("token"), state.PurposeInstalled, nil, false, func(tx *state.Tx, t state.Token) (state.Answer, error) {
+		if err := deployOutcomeTx(tx, t.Server, true, "installer finished (completion callback)", false); err != nil {
+			return state.Answer{}, err
+		}
+		return state.Answer{Status: http.StatusNoContent}, nil
+	})
 }

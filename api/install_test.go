@@ -146,18 +146,28 @@ func TestInstallerEndpoints(t *testing.T) {
 	if code, _, _ := f.do(t, http.MethodGet, "/install/done/"+first, "", ""); code == 204 {
 		t.Error("GET completed the install")
 	}
-	if code, _, body := f.do(t, http.MethodPost, "/install/done/"+first, "", ""); code != 204 {
+	// One live token per purpose: the second document's callback token
+	// revoked the first's.
+	if code, _, _ := f.do(t, http.MethodPost, "/install/done/"+first, "", ""); code != 403 {
+		t.Errorf("revoked callback token: %d, want 403", code)
+	}
+	if code, _, body := f.do(t, http.MethodPost, "/install/done/"+second, "", ""); code != 204 {
 		t.Fatalf("callback: %d %s", code, body)
 	}
 	s, _ := f.store.Server("r1-n01")
 	if s.Lifecycle != state.LifecycleDeployed || !s.FinishDeploy {
 		t.Errorf("after the callback: %s finishDeploy %v, want deployed true", s.Lifecycle, s.FinishDeploy)
 	}
-	if code, _, _ := f.do(t, http.MethodPost, "/install/done/"+first, "", ""); code != 403 {
-		t.Errorf("callback token reused: %d, want 403", code)
+	// The same request again (the answer lost): the same answer, and no
+	// second transition.
+	if code, _, _ := f.do(t, http.MethodPost, "/install/done/"+second, "", ""); code != 204 {
+		t.Errorf("callback retried: %d, want the recorded 204", code)
 	}
-	if code, _, _ := f.do(t, http.MethodPost, "/install/done/"+second, "", ""); code != 409 {
-		t.Errorf("second callback after deployed: %d, want 409", code)
+	if s2, _ := f.store.Server("r1-n01"); s2.Revision != s.Revision {
+		t.Errorf("callback retried: revision %d → %d, want no change", s.Revision, s2.Revision)
+	}
+	if code, _, _ := f.do(t, http.MethodPost, "/install/done/"+first, "", ""); code != 403 {
+		t.Errorf("revoked callback after deployed: %d, want 403", code)
 	}
 	// A deployed server's installer files are closed.
 	if code, _, _ := f.do(t, http.MethodGet, base+"/tree/casper/vmlinuz", "", ""); code != 409 {

@@ -77,7 +77,7 @@ func TestSecretNeverInResponses(t *testing.T) {
 				{"GET", "/api/v1/servers?zone=zone-a&lifecycle=new&limit=1", f.token, "", func() any { return &v1.ServerList{} }},
 				{"GET", "/api/v1/servers/r1-n01", f.token, "", func() any { return &v1.Server{} }},
 				{"GET", "/api/v1/servers/r1-n01/events", f.token, "", func() any { return &v1.EventList{} }},
-				{"POST", "/api/v1/servers/r1-n01/transitions", f.token, `{"from":"new","to":"commissioning","reason":"leak test"}`, func() any { return &v1.Server{} }},
+				{"POST", "/api/v1/servers/r1-n01/transitions", f.token, `{"from":"new","to":"commissioning","reason":"leak test"}`, func() any { return &v1.Error{} }},
 				{"POST", "/api/v1/servers/r1-n01/transitions", f.token, `{"from":"new","to":"commissioning"}`, func() any { return &v1.Error{} }},
 				{"POST", "/api/v1/servers/r1-n01/transitions", f.token, `{"from":"new","to":"` + knownPassword + `"}`, func() any { return &v1.Error{} }},
 				{"GET", "/api/v1/events", f.token, "", func() any { return &v1.EventList{} }},

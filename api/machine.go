@@ -11,12 +11,14 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"strconv"
 	"strings"
 	"time"
 
 	v1 "github.com/machina-metal/machina/api/v1"
 	"github.com/machina-metal/machina/boot"
+	"github.com/machina-metal/machina/macaddr"
 	"github.com/machina-metal/machina/state"
 )
 
@@ -52,8 +54,44 @@ type MachineConfig struct {
 	// ImageTokenTTL bounds the reusable image token; zero means 2 hours
 	// (a two-pass write of a large image under emulation takes a while).
 	ImageTokenTTL time.Duration
+	// Leases, when set (Machina serves DHCP), binds the machine requests
+	// to the address leased to the server's boot MAC: a report, plan,
+	// done or wiped from another source address is refused (403, with an
+	// event). A MAC without a live lease is not checked (a controller
+	// restart forgets its in-memory leases until the machines renew).
+	Leases LeaseLookup
 	// Logger: nil discards.
 	Logger *slog.Logger
+}
+
+// LeaseLookup returns the address leased to a MAC; *dhcp.MemLeases
+// implements it.
+type LeaseLookup interface {
+	LeasedIP(mac string) (netip.Addr, bool)
+}
+
+// wrongAddress refuses (403, with an event) a request for server from an
+// address other than the one leased to its boot MAC.
+func (m *Machine) wrongAddress(w http.ResponseWriter, r *http.Request, server string) bool {
+	if m.cfg.Leases == nil || server == "" {
+		return false
+	}
+	srv, err := m.cfg.Store.Server(server)
+	if err != nil || srv.BootMAC == "" {
+		return false
+	}
+	leased, ok := m.cfg.Leases.LeasedIP(srv.BootMAC)
+	if !ok {
+		return false
+	}
+	from, err := netip.ParseAddr(remoteIP(r))
+	if err == nil && from.Unmap() == leased.Unmap() {
+		return false
+	}
+	_, _ = m.cfg.Store.AppendEvent(state.Event{Server: server, Kind: "machine.refused", Actor: state.ActorController,
+		Message: fmt.Sprintf("%s refused: request from %s, but %s is leased to %s", r.Pattern, remoteIP(r), leased, srv.BootMAC)})
+	writeError(w, http.StatusForbidden, v1.Error{Message: "request not from the address leased to this machine", Code: "token_refused"})
+	return true
 }
 
 // Machine serves the machine-facing endpoints the ramdisk agent uses:
@@ -128,7 +166,10 @@ func bearer(r *http.Request) string {
 func (m *Machine) refuse(w http.ResponseWriter, r *http.Request, err error) {
 	// The route pattern, not the path: installer URLs carry their token
 	// in the path, and tokens never reach a log.
-	m.log.Warn("machine request refused", "route", r.Pattern, "remote", r.RemoteAddr, "err", err)
+	// Debug, not Warn: a refused token is an event (a known token) or a
+	// count (an unknown one), never a log line per request at the default
+	// level, so a flood does not rotate the logs away.
+	m.log.Debug("machine request refused", "route", r.Pattern, "remote", r.RemoteAddr, "err", err)
 	writeError(w, http.StatusForbidden, v1.Error{Message: "token refused", Code: "token_refused"})
 }
 
@@ -138,53 +179,156 @@ func (m *Machine) bad(w http.ResponseWriter, r *http.Request, server string, cod
 	writeError(w, code, v1.Error{Message: what, Code: "bad_request"})
 }
 
-// decodeStrict reads at most limit bytes of JSON into v: unknown fields,
-// trailing data and oversize bodies are refused.
-func decodeStrict(r *http.Request, limit int64, v any) (int, error) {
+// readStrict reads at most limit bytes of JSON into v and returns them:
+// unknown fields, trailing data, a JSON null (anything but an object) and
+// oversize bodies are refused.
+func readStrict(r *http.Request, limit int64, v any) ([]byte, int, error) {
 	b, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
 	if err != nil {
-		return http.StatusBadRequest, errors.New("read body")
+		return nil, http.StatusBadRequest, errors.New("read body")
 	}
 	if int64(len(b)) > limit {
-		return http.StatusRequestEntityTooLarge, fmt.Errorf("body over %d bytes", limit)
+		return nil, http.StatusRequestEntityTooLarge, fmt.Errorf("body over %d bytes", limit)
+	}
+	if t := bytes.TrimSpace(b); len(t) == 0 || t[0] != '{' {
+		// null (which decodes into a struct as "no change"), a bare value
+		// or an empty body: the machine endpoints take objects only.
+		return nil, http.StatusBadRequest, errors.New("body is not a JSON object")
 	}
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		return http.StatusBadRequest, errors.New("malformed JSON")
+		return nil, http.StatusBadRequest, errors.New("malformed JSON")
 	}
 	// dec.More is false before a stray '}' or ']': only io.EOF from the
 	// next token proves there is nothing after the value.
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return http.StatusBadRequest, errors.New("trailing data")
+		return nil, http.StatusBadRequest, errors.New("trailing data")
 	}
-	return 0, nil
+	return b, 0, nil
 }
 
-// report takes the commissioning report: the body is checked before the
-// token is consumed, so a malformed report can be sent again; then the
-// server moves commissioning → ready (tests passed) or failed, with its
-// hardware facts, in one transaction.
+// remoteIP is the request's source address without the port.
+func remoteIP(r *http.Request) string {
+	ip, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return r.RemoteAddr
+	}
+	return ip
+}
+
+// fingerprint identifies a machine request for a token's retry: the
+// source address, the route and the body (which carries the boot MAC).
+func fingerprint(r *http.Request, body []byte) [32]byte {
+	return state.RequestFingerprint([]byte(remoteIP(r)), []byte(r.Pattern), body)
+}
+
+// use runs effect as the single use of the request's token (state.UseToken)
+// and writes the answer: the recorded one on a retry of the same request.
+// A refused token answers 403; an effect's *answerError its status; any
+// other error 500. Nothing is consumed unless the answer is 2xx.
+func (m *Machine) use(w http.ResponseWriter, r *http.Request, token string, purpose state.Purpose, body []byte, rerun bool, effect func(tx *state.Tx, t state.Token) (state.Answer, error)) {
+	tok, ans, replayed, err := m.cfg.Store.UseToken(token, state.TokenUse{Claim: state.TokenClaim{Purpose: purpose},
+		Request: fingerprint(r, body), Effect: effect, Rerun: rerun})
+	var ae *answerError
+	switch {
+	case errors.As(err, &ae):
+		if ae.event != "" {
+			_, _ = m.cfg.Store.AppendEvent(state.Event{Server: tok.Server, Kind: "machine.refused", Actor: state.ActorController, Message: ae.event})
+		}
+		writeError(w, ae.status, ae.body)
+		return
+	case isTokenRefusal(err):
+		m.refuse(w, r, err)
+		return
+	case err != nil:
+		m.log.Error("machine request", "route", r.Pattern, "err", err)
+		writeError(w, http.StatusInternalServerError, v1.Error{Message: "internal error", Code: "internal"})
+		return
+	}
+	if replayed {
+		m.log.Info("machine request retried: same answer", "route", r.Pattern, "machine", tok.Server)
+	}
+	fault(faultAfterUse)
+	if ans.Status == http.StatusNoContent || len(ans.Body) == 0 {
+		w.WriteHeader(ans.Status)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(ans.Status)
+	_, _ = w.Write(ans.Body)
+}
+
+func isTokenRefusal(err error) bool {
+	for _, e := range []error{state.ErrTokenUnknown, state.ErrTokenExpired, state.ErrTokenUsed, state.ErrTokenMismatch} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
+}
+
+// answerError is an effect's refusal: it rolls the token's use back and
+// answers status with body (event, when set, is recorded after).
+type answerError struct {
+	status int
+	body   v1.Error
+	event  string
+}
+
+func (e *answerError) Error() string { return e.body.Message }
+
+// conflictFrom turns a refused lifecycle move into a 409 answer.
+func conflictFrom(err error, what string) error {
+	var te *state.TransitionError
+	if errors.As(err, &te) {
+		return &answerError{status: http.StatusConflict, body: v1.Error{Message: what, Code: "conflict", Lifecycle: string(te.Current)}}
+	}
+	return err
+}
+
+func jsonAnswer(status int, v any) (state.Answer, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return state.Answer{}, err
+	}
+	return state.Answer{Status: status, Body: b}, nil
+}
+
+// heard records what the machine just did on s (inside the effect's
+// transaction).
+func heard(s *state.Server, what string) {
+	s.LastHeard, s.LastHeardAt = what, time.Now().UTC()
+}
+
+// report takes the commissioning report: the body is decoded and checked
+// (well formed, every commissioning test present, facts within bounds)
+// before the token is used, so a malformed report consumes nothing; then,
+// in the transaction that uses the token, the server moves commissioning
+// → ready (tests passed) or failed with its hardware facts, and the answer
+// is recorded: a retry of the same report gets the same answer.
 func (m *Machine) report(w http.ResponseWriter, r *http.Request) {
-	tok := bearer(r)
-	t, err := m.cfg.Store.CheckToken(tok, state.TokenClaim{Purpose: state.PurposeReport})
+	t, err := m.cfg.Store.PeekToken(bearer(r), state.TokenClaim{Purpose: state.PurposeReport})
 	if err != nil {
 		m.refuse(w, r, err)
 		return
 	}
-	var rep v1.AgentReport
-	if code, err := decodeStrict(r, v1.MaxReportBytes, &rep); err != nil {
-		m.bad(w, r, t.Server, code, "report: "+err.Error())
+	if m.wrongAddress(w, r, t.Server) {
 		return
 	}
-	if _, err := m.cfg.Store.ConsumeToken(tok, state.TokenClaim{Purpose: state.PurposeReport, Server: t.Server}); err != nil {
-		m.refuse(w, r, err)
+	var rep v1.AgentReport
+	body, code, err := readStrict(r, v1.MaxReportBytes, &rep)
+	if err == nil {
+		err = checkReport(rep)
+		code = http.StatusBadRequest
+	}
+	if err != nil {
+		m.bad(w, r, t.Server, code, "report: "+err.Error())
 		return
 	}
 	ack := v1.ReportAck{Lifecycle: string(state.LifecycleReady)}
 	if !rep.Passed() {
 		ack.Lifecycle = string(state.LifecycleFailed)
-		ack.Reason = "no commissioning test ran"
 		for _, tr := range rep.Tests {
 			if !tr.Passed {
 				ack.Reason = tr.Name + " test failed: " + tr.Reason
@@ -193,27 +337,89 @@ func (m *Machine) report(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	hw := hardwareFrom(rep.Facts)
-	_, err = m.cfg.Store.Apply(state.Move{Server: t.Server, From: state.LifecycleCommissioning, To: state.Lifecycle(ack.Lifecycle),
-		Reason: "commissioning report: " + orPassed(ack.Reason), Update: func(s *state.Server) error {
-			s.Hardware = hw
-			s.LastError = ack.Reason
-			// NeedsWipe stays: commissioning reads the disks but does not
-			// wipe them, so a released server still gets its wipe.
-			return nil
-		}})
-	if err != nil {
-		var te *state.TransitionError
-		if errors.As(err, &te) {
-			writeError(w, http.StatusConflict, v1.Error{Message: "server is not commissioning", Code: "conflict", Lifecycle: string(te.Current)})
-			return
+	m.use(w, r, bearer(r), state.PurposeReport, body, false, func(tx *state.Tx, t state.Token) (state.Answer, error) {
+		_, err := tx.Apply(state.Move{Server: t.Server, From: state.LifecycleCommissioning, To: state.Lifecycle(ack.Lifecycle),
+			Reason: "commissioning report: " + orPassed(ack.Reason), Update: func(s *state.Server) error {
+				s.Hardware = hw
+				s.LastError = ack.Reason
+				heard(s, "commissioning report")
+				// NeedsWipe stays: commissioning reads the disks but does not
+				// wipe them, so a released server still gets its wipe.
+				return nil
+			}})
+		if err != nil {
+			return state.Answer{}, conflictFrom(err, "server is not commissioning")
 		}
-		m.log.Error("store report", "server", t.Server, "err", err)
-		writeError(w, http.StatusInternalServerError, v1.Error{Message: "internal error", Code: "internal"})
-		return
+		// The agent powers off after its report.
+		if _, err := tx.SetPower(t.Server, state.PowerOff, state.PowerSourceCommand); err != nil {
+			return state.Answer{}, err
+		}
+		m.log.Info("commissioning report", "machine", t.Server, "lifecycle", ack.Lifecycle, "reason", ack.Reason)
+		return jsonAnswer(http.StatusOK, ack)
+	})
+}
+
+// Bounds of a commissioning report's facts: beyond them a report is not
+// from a machine (ErrInvalid-style 400, the token unused).
+const (
+	maxReportCores  = 4096
+	maxReportMemory = 64 << 40 // 64 TiB
+	maxReportDisks  = 256
+	maxReportDisk   = 1 << 50 // 1 PiB per disk
+	maxReportNICs   = 256
+)
+
+// checkReport refuses a report that is not well formed: a boot MAC that
+// is not one, a test missing, unknown or repeated, facts out of bounds, or
+// a disk test that passed on a machine with no disk.
+func checkReport(rep v1.AgentReport) error {
+	if _, err := macaddr.Normalize(rep.BootMAC); err != nil {
+		return fmt.Errorf("bootMAC %q is not a MAC address", rep.BootMAC)
 	}
-	_, _ = m.cfg.Store.SetPower(t.Server, state.PowerOff, state.PowerSourceCommand) // the agent powers off after its report
-	m.log.Info("commissioning report", "machine", t.Server, "lifecycle", ack.Lifecycle, "reason", ack.Reason)
-	writeJSON(w, http.StatusOK, ack)
+	seen := map[string]bool{}
+	diskPassed := false
+	for _, tr := range rep.Tests {
+		switch tr.Name {
+		case v1.TestCPU, v1.TestMemory, v1.TestDisk, v1.TestNetwork:
+		default:
+			return fmt.Errorf("tests: unknown test %q (want %s, %s, %s, %s)", tr.Name, v1.TestCPU, v1.TestMemory, v1.TestDisk, v1.TestNetwork)
+		}
+		if seen[tr.Name] {
+			return fmt.Errorf("tests: %s reported twice", tr.Name)
+		}
+		seen[tr.Name] = true
+		if tr.Name == v1.TestDisk && tr.Passed {
+			diskPassed = true
+		}
+	}
+	for _, name := range []string{v1.TestCPU, v1.TestMemory, v1.TestDisk, v1.TestNetwork} {
+		if !seen[name] {
+			return fmt.Errorf("tests: %s test missing (a report carries all four: cpu, memory, disk, network)", name)
+		}
+	}
+	f := rep.Facts
+	if f.CPU.Cores < 1 || f.CPU.Cores > maxReportCores {
+		return fmt.Errorf("facts.cpu.cores %d: must be 1 to %d", f.CPU.Cores, maxReportCores)
+	}
+	if f.Memory.TotalBytes < 1 || f.Memory.TotalBytes > maxReportMemory {
+		return fmt.Errorf("facts.memory.totalBytes %d: must be 1 to %d", f.Memory.TotalBytes, int64(maxReportMemory))
+	}
+	if len(f.Disks) > maxReportDisks || len(f.NICs) > maxReportNICs {
+		return fmt.Errorf("facts: %d disks and %d NICs: at most %d of each", len(f.Disks), len(f.NICs), maxReportDisks)
+	}
+	real := 0
+	for i, d := range f.Disks {
+		if d.SizeBytes < 0 || d.SizeBytes > maxReportDisk {
+			return fmt.Errorf("facts.disks[%d].sizeBytes %d: must be 0 to %d", i, d.SizeBytes, int64(maxReportDisk))
+		}
+		if !d.Virtual {
+			real++
+		}
+	}
+	if diskPassed && real == 0 {
+		return errors.New("tests: disk test passed but facts list no disk")
+	}
+	return nil
 }
 
 func orPassed(reason string) string {
@@ -267,12 +473,21 @@ func (m *Machine) payload(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// plan answers the deploy plan, consuming the deploy token and minting a
-// reusable image token and a single-use done token bound to the server.
+// plan answers the deploy plan. The plan is made first (an image not
+// imported yet answers 503 and consumes nothing, so the agent's retry
+// works); then one transaction uses the plan token, mints the reusable
+// image token and the single-use done token (revoking any earlier ones)
+// and records the deploy's image digest and size on the server, against
+// which done is checked. A retry of the same request (same source) gets
+// the same plan with fresh tokens: tokens are never stored.
 func (m *Machine) plan(w http.ResponseWriter, r *http.Request) {
-	t, err := m.cfg.Store.ConsumeToken(bearer(r), state.TokenClaim{Purpose: state.PurposePlan})
+	tok := bearer(r)
+	t, err := m.cfg.Store.PeekToken(tok, state.TokenClaim{Purpose: state.PurposePlan})
 	if err != nil {
-		m.refuse(w, r, err)
+		m.use(w, r, tok, state.PurposePlan, nil, true, nil) // refused, with its event
+		return
+	}
+	if m.wrongAddress(w, r, t.Server) {
 		return
 	}
 	srv, err := m.cfg.Store.Server(t.Server)
@@ -284,6 +499,9 @@ func (m *Machine) plan(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusServiceUnavailable, v1.Error{Message: "no deploy planner configured", Code: "unavailable"})
 		return
 	}
+	// The deploy is named by its plan token: the host's enrolment token
+	// (in the seed) is bound to it.
+	srv.Deploy = &state.DeployRecord{ID: t.ID}
 	p, err := m.cfg.Planner.DeployPlan(r.Context(), srv)
 	if err != nil {
 		m.log.Error("deploy plan", "machine", srv.Name, "err", err)
@@ -291,71 +509,126 @@ func (m *Machine) plan(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusServiceUnavailable, v1.Error{Message: "deploy plan unavailable: " + err.Error(), Code: "unavailable"})
 		return
 	}
-	if p.ImageToken, _, err = m.cfg.Store.IssueToken(state.TokenSpec{Purpose: state.PurposeImage, Server: srv.Name, MAC: srv.BootMAC, TTL: m.cfg.ImageTokenTTL, Reusable: true}); err == nil {
-		p.DoneToken, _, err = m.cfg.Store.IssueToken(state.TokenSpec{Purpose: state.PurposeDone, Server: srv.Name, MAC: srv.BootMAC, TTL: m.cfg.ImageTokenTTL})
+	// The agent reads the written range back and sends its digest; done
+	// is checked against it.
+	p.ReadBack = true
+	m.use(w, r, tok, state.PurposePlan, nil, true, func(tx *state.Tx, t state.Token) (state.Answer, error) {
+		cur, err := tx.Server(t.Server)
+		if err != nil {
+			return state.Answer{}, err
+		}
+		if cur.Lifecycle != state.LifecycleDeploying {
+			return state.Answer{}, &answerError{status: http.StatusConflict, body: v1.Error{Message: "server is not deploying", Code: "conflict", Lifecycle: string(cur.Lifecycle)}}
+		}
+		out := p
+		if out.ImageToken, _, err = tx.IssueToken(state.TokenSpec{Purpose: state.PurposeImage, Server: cur.Name, MAC: cur.BootMAC, TTL: m.cfg.ImageTokenTTL, Reusable: true}); err != nil {
+			return state.Answer{}, err
+		}
+		if out.DoneToken, _, err = tx.IssueToken(state.TokenSpec{Purpose: state.PurposeDone, Server: cur.Name, MAC: cur.BootMAC, TTL: m.cfg.ImageTokenTTL}); err != nil {
+			return state.Answer{}, err
+		}
+		if _, err := tx.UpdateServer(cur.Name, func(s *state.Server) error {
+			if s.Deploy == nil || s.Deploy.ID != t.ID {
+				s.Deploy = &state.DeployRecord{ID: t.ID, PlannedAt: time.Now().UTC()}
+			}
+			s.Deploy.ImageSHA256, s.Deploy.ImageSizeBytes, s.Deploy.ReadBack = p.ImageSHA256, p.ImageSizeBytes, p.ReadBack
+			s.Deploy.Verified, s.Deploy.VerifiedAt = false, time.Time{}
+			heard(s, "deploy plan fetched")
+			return nil
+		}); err != nil {
+			return state.Answer{}, err
+		}
+		fault(faultPlanBeforeCommit)
+		m.log.Info("deploy plan served", "machine", cur.Name, "image", p.ImageURL)
+		return jsonAnswer(http.StatusOK, out)
+	})
+}
+
+// checkDone compares a good done with the deploy the controller planned:
+// the image digest and size, and the read-back digest when the plan asked
+// for one. The reason names both values of the first that differs.
+func checkDone(d *state.DeployRecord, res v1.DeployResult) error {
+	switch {
+	case d == nil:
+		return errors.New("no deploy plan was served for this deploy")
+	case !strings.EqualFold(res.SHA256, d.ImageSHA256):
+		return fmt.Errorf("image sha256 %q does not match the plan's %s", res.SHA256, d.ImageSHA256)
+	case res.BytesWritten != d.ImageSizeBytes:
+		return fmt.Errorf("%d bytes written, the plan's image has %d", res.BytesWritten, d.ImageSizeBytes)
+	case d.ReadBack && !strings.EqualFold(res.ReadBackSHA256, d.ImageSHA256):
+		return fmt.Errorf("read-back sha256 %q does not match the plan's %s", res.ReadBackSHA256, d.ImageSHA256)
 	}
-	if err != nil {
-		m.log.Error("issue deploy tokens", "machine", srv.Name, "err", err)
-		writeError(w, http.StatusInternalServerError, v1.Error{Message: "internal error", Code: "internal"})
-		return
-	}
-	m.log.Info("deploy plan served", "machine", srv.Name, "image", p.ImageURL)
-	writeJSON(w, http.StatusOK, p)
+	return nil
 }
 
 // done takes the deploy outcome: deploying → deployed (the executor then
-// sets the boot override to disk) or failed with the ramdisk's reason.
+// sets the boot override to disk) when what the agent wrote matches the
+// plan (checkDone), else → failed naming both values; in the
+// transaction that uses the done token, with the answer recorded.
 func (m *Machine) done(w http.ResponseWriter, r *http.Request) {
 	tok := bearer(r)
-	t, err := m.cfg.Store.CheckToken(tok, state.TokenClaim{Purpose: state.PurposeDone})
+	t, err := m.cfg.Store.PeekToken(tok, state.TokenClaim{Purpose: state.PurposeDone})
 	if err != nil {
-		m.refuse(w, r, err)
+		m.use(w, r, tok, state.PurposeDone, nil, false, nil)
+		return
+	}
+	if m.wrongAddress(w, r, t.Server) {
 		return
 	}
 	var res v1.DeployResult
-	if code, err := decodeStrict(r, v1.MaxDoneBytes, &res); err != nil {
+	body, code, err := readStrict(r, v1.MaxDoneBytes, &res)
+	if err != nil {
 		m.bad(w, r, t.Server, code, "done: "+err.Error())
 		return
 	}
-	if _, err := m.cfg.Store.ConsumeToken(tok, state.TokenClaim{Purpose: state.PurposeDone, Server: t.Server}); err != nil {
-		m.refuse(w, r, err)
-		return
-	}
-	reason := fmt.Sprintf("image written to %s (%d bytes, sha256 %s)", res.DiskName, res.BytesWritten, res.SHA256)
-	if !res.OK {
-		reason = "deploy failed: " + res.Reason
-	}
-	m.deployOutcome(w, t.Server, res.OK, reason)
+	m.use(w, r, tok, state.PurposeDone, body, false, func(tx *state.Tx, t state.Token) (state.Answer, error) {
+		srv, err := tx.Server(t.Server)
+		if err != nil {
+			return state.Answer{}, err
+		}
+		if srv.BootMAC != "" && !strings.EqualFold(res.BootMAC, srv.BootMAC) {
+			return state.Answer{}, &answerError{status: http.StatusBadRequest, body: v1.Error{Message: "done: bootMAC is not this server's", Code: "bad_request"},
+				event: fmt.Sprintf("done refused: bootMAC %q is not %s", res.BootMAC, srv.BootMAC)}
+		}
+		ok := res.OK
+		reason := fmt.Sprintf("image written to %s (%d bytes, sha256 %s, read back)", res.DiskName, res.BytesWritten, res.SHA256)
+		if !ok {
+			reason = "deploy failed: " + res.Reason
+		} else if err := checkDone(srv.Deploy, res); err != nil {
+			ok, reason = false, "deploy not verified: "+err.Error()
+		}
+		fault(faultDoneBeforeCommit)
+		if err := deployOutcomeTx(tx, t.Server, ok, reason, true); err != nil {
+			return state.Answer{}, err
+		}
+		m.log.Info("deploy outcome", "machine", t.Server, "ok", ok, "reason", reason)
+		return state.Answer{Status: http.StatusNoContent}, nil
+	})
 }
 
-// deployOutcome moves server deploying → deployed (ok: FinishDeploy set, so
-// the executor sets the boot override to disk and reads it back) or →
-// failed with reason, and answers 204; 409 when the server is no longer
-// deploying. The image deploy's done and the installer's callback share it.
-func (m *Machine) deployOutcome(w http.ResponseWriter, server string, ok bool, reason string) {
+// deployOutcomeTx moves server deploying → deployed (ok: FinishDeploy set,
+// so the executor sets the boot override to disk and reads it back; an
+// image deploy's record marked verified) or → failed with reason; a server
+// no longer deploying answers 409. The image deploy's done and the
+// installer's callback share it.
+func deployOutcomeTx(tx *state.Tx, server string, ok bool, reason string, image bool) error {
 	to := state.LifecycleDeployed
 	if !ok {
 		to = state.LifecycleFailed
 	}
-	_, err := m.cfg.Store.Apply(state.Move{Server: server, From: state.LifecycleDeploying, To: to, Reason: reason, Update: func(s *state.Server) error {
+	_, err := tx.Apply(state.Move{Server: server, From: state.LifecycleDeploying, To: to, Reason: reason, Update: func(s *state.Server) error {
+		heard(s, "deploy outcome")
 		if ok {
 			s.FinishDeploy, s.NeedsWipe, s.LastError = true, false, ""
+			if image && s.Deploy != nil {
+				s.Deploy.Verified, s.Deploy.VerifiedAt = true, time.Now().UTC()
+			}
 		} else {
 			s.LastError, s.Allocation = reason, nil
 		}
 		return nil
 	}})
-	if err != nil {
-		var te *state.TransitionError
-		if errors.As(err, &te) {
-			writeError(w, http.StatusConflict, v1.Error{Message: "server is not deploying", Code: "conflict", Lifecycle: string(te.Current)})
-			return
-		}
-		writeError(w, http.StatusInternalServerError, v1.Error{Message: "internal error", Code: "internal"})
-		return
-	}
-	m.log.Info("deploy outcome", "machine", server, "lifecycle", to, "reason", reason)
-	w.WriteHeader(http.StatusNoContent)
+	return conflictFrom(err, "server is not deploying")
 }
 
 // errNotWiping refuses a wipe request for a server that is not a released
@@ -399,52 +672,55 @@ func (m *Machine) wipePlan(w http.ResponseWriter, r *http.Request) {
 // the plan retries it after a doubling delay.
 func (m *Machine) wiped(w http.ResponseWriter, r *http.Request) {
 	tok := bearer(r)
-	t, err := m.cfg.Store.CheckToken(tok, state.TokenClaim{Purpose: state.PurposeWiped})
+	t, err := m.cfg.Store.PeekToken(tok, state.TokenClaim{Purpose: state.PurposeWiped})
 	if err != nil {
-		m.refuse(w, r, err)
+		m.use(w, r, tok, state.PurposeWiped, nil, false, nil)
+		return
+	}
+	if m.wrongAddress(w, r, t.Server) {
 		return
 	}
 	var res v1.WipeResult
-	if code, err := decodeStrict(r, v1.MaxDoneBytes, &res); err != nil {
+	body, code, err := readStrict(r, v1.MaxDoneBytes, &res)
+	if err != nil {
 		m.bad(w, r, t.Server, code, "wiped: "+err.Error())
-		return
-	}
-	if _, err := m.cfg.Store.ConsumeToken(tok, state.TokenClaim{Purpose: state.PurposeWiped, Server: t.Server}); err != nil {
-		m.refuse(w, r, err)
 		return
 	}
 	reason := fmt.Sprintf("release wipe done: partition tables and signatures cleared on %s", strings.Join(res.Disks, ", "))
 	if !res.OK {
 		reason = "release wipe failed: " + res.Reason
 	}
-	now := time.Now().UTC()
-	_, err = m.cfg.Store.UpdateServer(t.Server, func(s *state.Server) error {
-		if s.Lifecycle != state.LifecycleReady || !s.NeedsWipe {
-			return errNotWiping
+	m.use(w, r, tok, state.PurposeWiped, body, false, func(tx *state.Tx, t state.Token) (state.Answer, error) {
+		now := time.Now().UTC()
+		_, err := tx.UpdateServer(t.Server, func(s *state.Server) error {
+			if s.Lifecycle != state.LifecycleReady || !s.NeedsWipe {
+				return &answerError{status: http.StatusConflict, body: v1.Error{Message: errNotWiping.Error(), Code: "conflict"}}
+			}
+			s.WipeStartedAt = time.Time{}
+			if res.OK {
+				s.NeedsWipe, s.WipeFailures, s.WipeFailedAt, s.LastError = false, 0, time.Time{}, ""
+			} else {
+				s.WipeFailures++
+				s.WipeFailedAt, s.LastError = now, reason
+			}
+			heard(s, "release wipe outcome")
+			return nil
+		})
+		if err != nil {
+			return state.Answer{}, err
 		}
-		s.WipeStartedAt = time.Time{}
-		if res.OK {
-			s.NeedsWipe, s.WipeFailures, s.WipeFailedAt, s.LastError = false, 0, time.Time{}, ""
-		} else {
-			s.WipeFailures++
-			s.WipeFailedAt, s.LastError = now, reason
+		kind := state.EventKind("wipe.done")
+		if !res.OK {
+			kind = "wipe.failed"
 		}
-		return nil
+		if err := tx.AppendEvent(state.Event{Server: t.Server, Kind: kind, Message: reason}); err != nil {
+			return state.Answer{}, err
+		}
+		// The agent powers off after the wipe.
+		if _, err := tx.SetPower(t.Server, state.PowerOff, state.PowerSourceCommand); err != nil {
+			return state.Answer{}, err
+		}
+		m.log.Info("wipe outcome", "machine", t.Server, "ok", res.OK, "reason", reason)
+		return state.Answer{Status: http.StatusNoContent}, nil
 	})
-	if err != nil {
-		if errors.Is(err, errNotWiping) {
-			writeError(w, http.StatusConflict, v1.Error{Message: errNotWiping.Error(), Code: "conflict"})
-			return
-		}
-		writeError(w, http.StatusInternalServerError, v1.Error{Message: "internal error", Code: "internal"})
-		return
-	}
-	kind := state.EventKind("wipe.done")
-	if !res.OK {
-		kind = "wipe.failed"
-	}
-	_, _ = m.cfg.Store.AppendEvent(state.Event{Server: t.Server, Kind: kind, Actor: state.ActorController, Message: reason})
-	_, _ = m.cfg.Store.SetPower(t.Server, state.PowerOff, state.PowerSourceCommand) // the agent powers off after the wipe
-	m.log.Info("wipe outcome", "machine", t.Server, "ok", res.OK, "reason", reason)
-	w.WriteHeader(http.StatusNoContent)
 }

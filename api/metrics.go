@@ -18,7 +18,9 @@ type metrics struct {
 //   - machina_servers{lifecycle} (read from the store at scrape time)
 //   - machina_secrets{form="sealed"|"unsealed"} and machina_secrets_sealing (1 when a master key is set)
 //   - machina_events_last_seq
-func newMetrics(reg prometheus.Registerer, st *state.Store) (*metrics, error) {
+//   - machina_api_conns_refused_total (connections closed at accept: their address had MaxConnsPerIP open)
+//   - machina_machine_unknown_tokens_total (machine requests with a token value naming no token)
+func newMetrics(reg prometheus.Registerer, st *state.Store, refused func() float64) (*metrics, error) {
 	m := &metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "machina_api_requests_total", Help: "HTTP requests answered, by route pattern and status code.",
@@ -31,7 +33,13 @@ func newMetrics(reg prometheus.Registerer, st *state.Store) (*metrics, error) {
 			Name: "machina_api_auth_failures_total", Help: "Requests refused for an invalid or revoked admin token.",
 		}),
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.duration, m.authFailures, &storeCollector{st: st}} {
+	connsRefused := prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "machina_api_conns_refused_total", Help: "Connections closed at accept because their source address had MaxConnsPerIP open.",
+	}, refused)
+	unknownTokens := prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "machina_machine_unknown_tokens_total", Help: "Machine requests refused for a token value that names no token (counted, never written).",
+	}, func() float64 { return float64(st.UnknownTokenRefusals()) })
+	for _, c := range []prometheus.Collector{m.requests, m.duration, m.authFailures, connsRefused, unknownTokens, &storeCollector{st: st}} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	v1 "github.com/machina-metal/machina/api/v1"
@@ -34,6 +35,14 @@ type Config struct {
 	Heartbeat time.Duration
 	// ShutdownTimeout bounds the graceful drain in Serve; zero means 5s.
 	ShutdownTimeout time.Duration
+	// MaxConnsPerIP caps the open connections of one source address on
+	// Serve's listener; zero means DefaultMaxConnsPerIP. Further ones are
+	// closed at once and counted (machina_api_conns_refused_total).
+	MaxConnsPerIP int
+	// BodyTimeout bounds the reading of a request body (POST, PUT,
+	// PATCH), from the end of its headers; zero means 30s. Headers have
+	// 10s (ReadHeaderTimeout).
+	BodyTimeout time.Duration
 }
 
 // Server is the admin API. Create with New; serve Handler or call Serve.
@@ -54,6 +63,9 @@ type Server struct {
 	adminURL string
 	metrics  *metrics
 	encoded  encodedServers
+	// connsRefused counts connections the listeners closed at accept
+	// (their address had MaxConnsPerIP open).
+	connsRefused atomic.Int64
 }
 
 // maxBody bounds request bodies (64 KiB); larger bodies answer 413.
@@ -77,11 +89,12 @@ func New(cfg Config) (*Server, error) {
 	if cfg.ShutdownTimeout <= 0 {
 		cfg.ShutdownTimeout = 5 * time.Second
 	}
-	m, err := newMetrics(cfg.Registry, cfg.Store)
+	s := &Server{cfg: cfg, log: cfg.Logger, store: cfg.Store, mux: http.NewServeMux(), pub: http.NewServeMux()}
+	m, err := newMetrics(cfg.Registry, cfg.Store, func() float64 { return float64(s.connsRefused.Load()) })
 	if err != nil {
 		return nil, fmt.Errorf("api: new: %w", err)
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, store: cfg.Store, mux: http.NewServeMux(), pub: http.NewServeMux(), metrics: m}
+	s.metrics = m
 	for _, r := range s.routes() {
 		h := r.h
 		if r.auth {
@@ -210,9 +223,28 @@ func (s *Server) ServeMachine(ctx context.Context, ln net.Listener) error {
 	return s.serve(ctx, ln, s.machine)
 }
 
+// serve answers h on ln: at most MaxConnsPerIP connections per source
+// address (further ones closed at accept and counted), headers within
+// 10s and bodies within BodyTimeout.
 func (s *Server) serve(ctx context.Context, ln net.Listener, h http.Handler) error {
+	maxConns, bodyTimeout := s.cfg.MaxConnsPerIP, s.cfg.BodyTimeout
+	if maxConns <= 0 {
+		maxConns = DefaultMaxConnsPerIP
+	}
+	if bodyTimeout <= 0 {
+		bodyTimeout = 30 * time.Second
+	}
+	ln = limitPerIP(ln, maxConns, &s.connsRefused)
 	hs := &http.Server{
-		Handler:           h,
+		// A body is read within BodyTimeout (a slow body no longer holds a
+		// connection and its descriptor indefinitely). Not ReadTimeout:
+		// its deadline would also cut the event streams' long-lived GETs.
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Method == http.MethodPost || r.Method == http.MethodPut || r.Method == http.MethodPatch {
+				_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(bodyTimeout))
+			}
+			h.ServeHTTP(w, r)
+		}),
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       30 * time.Second, // thousands of machines each leave a keep-alive connection (8 KiB of buffers) behind; no WriteTimeout: SSE streams are long-lived
 		BaseContext:       func(net.Listener) context.Context { return ctx },

@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"sync"
@@ -24,6 +25,7 @@ import (
 
 	"github.com/machina-metal/machina/api"
 	"github.com/machina-metal/machina/boot"
+	"github.com/machina-metal/machina/boot/dhcp"
 	"github.com/machina-metal/machina/boot/ipxe"
 	"github.com/machina-metal/machina/fence"
 	"github.com/machina-metal/machina/images"
@@ -100,6 +102,11 @@ type Config struct {
 	// zero means the packages' defaults (a burst of 20-30, 10 a second). The
 	// simulated lab, where every machine is 127.0.0.1, raises it.
 	MachinePerIP boot.Limit
+	// MaxConnsPerIP caps the open connections of one source address on
+	// the HTTP listener (admin API, UI, boot and machine endpoints); zero
+	// means api.DefaultMaxConnsPerIP (256). The simulated lab, whose
+	// machines all come from 127.0.0.1, raises it.
+	MaxConnsPerIP int
 	// AutoEnroll enrols machines that PXE-boot with a MAC no server has
 	// (MACHINA_METAL_AUTO_ENROLL=1; off by default): each becomes a server
 	// named auto-<MAC hex> with no BMC, is commissioned at once, and its
@@ -215,7 +222,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 
 	reg := prometheus.NewRegistry()
-	srv, err := api.New(api.Config{Store: st, Logger: log.With("component", "api"), Registry: reg})
+	srv, err := api.New(api.Config{Store: st, Logger: log.With("component", "api"), Registry: reg, MaxConnsPerIP: cfg.MaxConnsPerIP})
 	if err != nil {
 		return fmt.Errorf("controller: %w", err)
 	}
@@ -234,7 +241,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("controller: %w", err)
 	}
-	imgHandler, err := images.NewHandler(images.HandlerConfig{Store: imgStore, Tokens: imageTokens{st}, Logger: log.With("component", "images")})
+	imgHandler, err := images.NewHandler(images.HandlerConfig{Store: imgStore, Tokens: newImageTokens(st), Logger: log.With("component", "images")})
 	if err != nil {
 		return fmt.Errorf("controller: %w", err)
 	}
@@ -309,10 +316,12 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("controller: %w", err)
 	}
+	refusals, err := newRefusalSummary(st, reg)
+	if err != nil {
+		return fmt.Errorf("controller: %w", err)
+	}
 	ipxeCfg := ipxe.Config{Lookup: idx, Tokens: idx, ControllerURL: publicURL, ISODir: cfg.ISODir, RamdiskDir: cfg.RamdiskDir, Logger: log.With("component", "ipxe"), PerIP: cfg.MachinePerIP,
-		OnEvent: func(e ipxe.Event) {
-			_, _ = st.AppendEvent(state.Event{Kind: state.EventKind("boot." + string(e.Kind)), Message: fmt.Sprintf("%s mac=%s ip=%s: %s", e.Kind, e.MAC, e.IP, e.Reason)})
-		}}
+		OnEvent: refusals.event}
 	gitDir := filepath.Join(cfg.WorkDir, "git")
 	var enr *reconciler.Enroller
 	if cfg.AutoEnroll {
@@ -341,7 +350,13 @@ func Run(ctx context.Context, cfg Config) error {
 	if enr != nil {
 		enrHook = enr
 	}
-	netRuns, err := startNetboot(cfg.Netboot, idx, publicURL, cfg.AutoEnroll, enrHook, log)
+	// In full DHCP mode the controller knows each MAC's address: plans,
+	// reports, done and joins are refused from any other.
+	var leases *dhcp.MemLeases
+	if len(cfg.Netboot.Interfaces) > 0 && cfg.Netboot.Mode != dhcp.ModeProxy {
+		leases = &dhcp.MemLeases{}
+	}
+	netRuns, err := startNetboot(cfg.Netboot, idx, publicURL, cfg.AutoEnroll, enrHook, leases, log)
 	if err != nil {
 		return fmt.Errorf("controller: %w", err)
 	}
@@ -392,7 +407,19 @@ func Run(ctx context.Context, cfg Config) error {
 	if joinURL == "" {
 		joinURL = "https://" + joinLn.Addr().String()
 	}
-	joinSrv, err := join.New(join.Config{Store: st, CA: ca, URL: joinURL, NodeBinary: cfg.NodeBinary, Heartbeat: cfg.Heartbeat, Logger: log.With("component", "join")})
+	var joinLeases func(server string) (netip.Addr, bool)
+	var machineLeases api.LeaseLookup
+	if leases != nil {
+		machineLeases = leases
+		joinLeases = func(server string) (netip.Addr, bool) {
+			s, err := st.Server(server)
+			if err != nil || s.BootMAC == "" {
+				return netip.Addr{}, false
+			}
+			return leases.LeasedIP(s.BootMAC)
+		}
+	}
+	joinSrv, err := join.New(join.Config{Store: st, CA: ca, URL: joinURL, NodeBinary: cfg.NodeBinary, Heartbeat: cfg.Heartbeat, LeasedIP: joinLeases, Logger: log.With("component", "join")})
 	if err != nil {
 		return fmt.Errorf("controller: %w", err)
 	}
@@ -405,7 +432,7 @@ func Run(ctx context.Context, cfg Config) error {
 	jc := joinCommander{srv: joinSrv, desired: ctrl.Desired, ttl: cfg.JoinTokenTTL}
 	pl := &planner{desired: ctrl.Desired, images: imgStore, baseURL: publicURL, join: jc, store: st, log: log.With("component", "planner")}
 	machine, err := api.NewMachine(api.MachineConfig{Store: st, Planner: pl, Wiper: pl, Installer: pl,
-		PerIP: cfg.MachinePerIP, Logger: log.With("component", "machine")})
+		PerIP: cfg.MachinePerIP, Leases: machineLeases, Logger: log.With("component", "machine")})
 	if err != nil {
 		return fmt.Errorf("controller: %w", err)
 	}
@@ -529,6 +556,7 @@ func Run(ctx context.Context, cfg Config) error {
 		fenceAfter: cfg.HostFenceWindow, share: cfg.Reconciler.Plan.BrakeShare}, log.With("component", "host-watch"))
 	goRun("host watch", func(ctx context.Context) error { hw.run(ctx); return nil })
 	goRun("prune", func(ctx context.Context) error { prune(ctx, st, 10*time.Minute, log); return nil })
+	goRun("refusal summary", func(ctx context.Context) error { refusals.run(ctx, time.Minute); return nil })
 	goRun("revisions", func(ctx context.Context) error {
 		follow(ctx, src, ctrl, importer, imgStore, importFails, cfg.Mirrors, log)
 		return nil

@@ -82,7 +82,7 @@ func TestImageChangeBeforeWrite(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	checker := imageTokens{st}
+	checker := newImageTokens(st)
 	if err := checker.CheckImageToken(context.Background(), tok, "ubuntu-24.04-new"); err != nil {
 		t.Errorf("image token for the planned image: %v", err)
 	}

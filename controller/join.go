@@ -32,7 +32,11 @@ func (j joinCommander) JoinCommand(_ context.Context, srv state.Server, p invent
 	if ws == nil {
 		return "", "", fmt.Errorf("server %s is not in the inventory", srv.Name)
 	}
-	tok, err := j.srv.IssueToken(join.DeployEnrolment(p, *ws, j.ttl), state.ActorController)
+	req := join.DeployEnrolment(p, *ws, j.ttl)
+	if srv.Deploy != nil {
+		req.Deploy = srv.Deploy.ID // joins only after this deploy's verified done
+	}
+	tok, err := j.srv.IssueToken(req, state.ActorController)
 	if err != nil {
 		return "", "", err
 	}

@@ -48,13 +48,17 @@ type NetbootConfig struct {
 }
 
 // startNetboot builds the DHCP, TFTP and RA servers; run starts them.
-func startNetboot(cfg NetbootConfig, lookup boot.Lookup, publicURL string, autoEnroll bool, enr boot.Enroller, log *slog.Logger) ([]func(context.Context) error, error) {
+//
+// leases, when non-nil, holds the leases the DHCP server hands out (full
+// mode): the machine endpoints and the join listener check requests
+// against them.
+func startNetboot(cfg NetbootConfig, lookup boot.Lookup, publicURL string, autoEnroll bool, enr boot.Enroller, leases *dhcp.MemLeases, log *slog.Logger) ([]func(context.Context) error, error) {
 	var runs []func(context.Context) error
 	script := publicURL + ipxe.ScriptPath
 	if len(cfg.Interfaces) > 0 {
 		d, err := dhcp.New(dhcp.Config{Mode: cfg.Mode, Interfaces: cfg.Interfaces, ServerIP: cfg.ServerIP, Subnet: cfg.Subnet,
 			PoolStart: cfg.PoolStart, PoolEnd: cfg.PoolEnd, Router: cfg.Router, DNS: cfg.DNS,
-			Boot: dhcp.BootFiles{ScriptURL: script}, Lookup: lookup, AutoEnroll: autoEnroll, Enroller: enr, Logger: log.With("component", "dhcp")})
+			Boot: dhcp.BootFiles{ScriptURL: script}, Lookup: lookup, AutoEnroll: autoEnroll, Enroller: enr, Leases: leases, Logger: log.With("component", "dhcp")})
 		if err != nil {
 			return nil, fmt.Errorf("dhcp: %w", err)
 		}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/machina-metal/machina/api"
@@ -225,10 +226,39 @@ func (p *planner) InstallerDocument(ctx context.Context, srv state.Server, callb
 
 // imageTokens checks the ramdisk's image tokens against the store: the
 // reusable image token of a deploying server whose allocation uses image.
-type imageTokens struct{ st *state.Store }
+// An accepted GET is recorded as the server's LastHeard at most once a
+// minute per server (a long image download is not silence, and costs no
+// write per Range request).
+type imageTokens struct {
+	st    *state.Store
+	mu    sync.Mutex
+	heard map[string]time.Time
+}
+
+func newImageTokens(st *state.Store) *imageTokens {
+	return &imageTokens{st: st, heard: map[string]time.Time{}}
+}
+
+func (t *imageTokens) noteHeard(server string) {
+	now := time.Now()
+	t.mu.Lock()
+	if now.Sub(t.heard[server]) < time.Minute {
+		t.mu.Unlock()
+		return
+	}
+	if len(t.heard) > 100000 {
+		clear(t.heard)
+	}
+	t.heard[server] = now
+	t.mu.Unlock()
+	_, _ = t.st.UpdateServer(server, func(s *state.Server) error {
+		s.LastHeard, s.LastHeardAt = "image download", now.UTC()
+		return nil
+	})
+}
 
 // CheckImageToken implements images.TokenChecker.
-func (t imageTokens) CheckImageToken(_ context.Context, token, image string) error {
+func (t *imageTokens) CheckImageToken(_ context.Context, token, image string) error {
 	tok, err := t.st.CheckToken(token, state.TokenClaim{Purpose: state.PurposeImage})
 	if err != nil {
 		return fmt.Errorf("%w: %v", images.ErrTokenRejected, err)
@@ -243,5 +273,6 @@ func (t imageTokens) CheckImageToken(_ context.Context, token, image string) err
 	case srv.Allocation.Image != image:
 		return fmt.Errorf("%w: server %s's deploy plan names image %s, not %s", images.ErrTokenRejected, srv.Name, srv.Allocation.Image, image)
 	}
+	t.noteHeard(srv.Name)
 	return nil
 }

@@ -39,7 +39,7 @@ func (s *Server) IssueToken(req v1.EnrolmentRequest, actor string) (v1.Enrolment
 		return v1.EnrolmentToken{}, fmt.Errorf("join: issue token: %w", err)
 	}
 	data, err := json.Marshal(payload{Site: req.Site, Rack: req.Rack, Tags: req.Tags, Networks: req.Networks,
-		Pools: req.Pools, Require: req.Require, MinMemoryBytes: req.MinMemoryBytes, Host: req.Host, Server: req.Server})
+		Pools: req.Pools, Require: req.Require, MinMemoryBytes: req.MinMemoryBytes, Host: req.Host, Server: req.Server, Deploy: req.Deploy})
 	if err != nil {
 		return v1.EnrolmentToken{}, fmt.Errorf("join: issue token: %w", err)
 	}

@@ -272,7 +272,15 @@ func csrPEM(t *testing.T, key any) string {
 
 func postJoin(t *testing.T, f *fixture, req v1.JoinRequest) (int, v1.Error) {
 	t.Helper()
-	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: node.PinnedTLS(f.ca.Fingerprint(), "127.0.0.1")}}
+	return postJoinFrom(t, f, "127.0.0.1", req)
+}
+
+// postJoinFrom posts from the loopback source address src (any of
+// 127.0.0.0/8 on Linux).
+func postJoinFrom(t *testing.T, f *fixture, src string, req v1.JoinRequest) (int, v1.Error) {
+	t.Helper()
+	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}}
+	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: node.PinnedTLS(f.ca.Fingerprint(), "127.0.0.1"), DialContext: d.DialContext}}
 	data, _ := json.Marshal(req)
 	r, err := hc.Post(f.url+"/hosts/join", "application/json", strings.NewReader(string(data)))
 	if err != nil {
@@ -476,6 +484,25 @@ func TestDeployEnrolmentFromProfile(t *testing.T) {
 	last := log[len(log)-1]
 	if last.Level != "error" || last.Message != "join failed: pool vg0: vgcreate: no such device" || log[len(log)-2].Step != "pool vg0" {
 		t.Fatalf("join log tail = %+v", log[len(log)-3:])
+	}
+}
+
+// TestJoinRateLimitPerSource: callers flooding /hosts/join from other
+// addresses do not keep a holder of a valid token at 429 (before the fix
+// one bucket was shared by every caller: two clients at about 80
+// requests/s kept every legitimate join out).
+func TestJoinRateLimitPerSource(t *testing.T) {
+	f := startListenerRate(t, "", 0.25)
+	for i := range 40 { // a bounded flood from two other addresses
+		src := []string{"127.0.0.2", "127.0.0.3"}[i%2]
+		if code, _ := postJoinFrom(t, f, src, v1.JoinRequest{Token: "bogus", Facts: facts("x1")}); i >= 2 && code != 429 {
+			t.Fatalf("flood request %d from %s = %d, want 429", i, src, code)
+		}
+	}
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	tok := f.token(t, v1.EnrolmentRequest{})
+	if code, e := postJoinFrom(t, f, "127.0.0.4", v1.JoinRequest{Token: tok.Token, CSR: csrPEM(t, key), Facts: facts("r1")}); code != 200 {
+		t.Fatalf("join from a quiet address during the flood = %d %+v, want 200", code, e)
 	}
 }
 

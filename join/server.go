@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"slices"
 	"strings"
@@ -27,6 +28,8 @@ import (
 type Store interface {
 	IssueEnrolmentToken(ttl time.Duration, payload json.RawMessage, actor string) (string, state.EnrolmentToken, error)
 	ConsumeEnrolmentToken(value, host string) (state.EnrolmentToken, error)
+	PeekEnrolmentToken(value string) (state.EnrolmentToken, error)
+	Server(name string) (state.Server, error)
 	PutHost(h state.Host) (state.Host, error)
 	Host(name string) (state.Host, error)
 	Hosts() ([]state.Host, error)
@@ -55,9 +58,16 @@ type Config struct {
 	// seconds (rounded, at least 1s); zero means 30s. A host is online while its last heartbeat is younger
 	// than 3 intervals.
 	Heartbeat time.Duration
-	// JoinRate bounds POST /hosts/join per second (token bucket, burst
-	// 4× but at least 1); zero means 5. Excess requests answer 429.
+	// JoinRate bounds POST /hosts/join per second per source address
+	// (token bucket, burst 4× but at least 1); zero means 5. Excess
+	// requests answer 429. Each address has its own bucket, so callers
+	// flooding from other addresses cannot keep a legitimate host out.
 	JoinRate float64
+	// LeasedIP, when set (Machina serves DHCP), returns the address leased
+	// to a server's boot MAC: a join with a token naming that server from
+	// another address is refused (before the token is used). nil, or no
+	// live lease, checks nothing.
+	LeasedIP func(server string) (netip.Addr, bool)
 	// Logger receives one Info line per join and Warn lines for refusals;
 	// nil discards.
 	Logger *slog.Logger
@@ -74,7 +84,7 @@ type Server struct {
 	cfg   Config
 	log   *slog.Logger
 	mux   *http.ServeMux
-	limit *bucket
+	limit *perSource
 }
 
 // Join errors answered with these v1.Error codes.
@@ -86,6 +96,7 @@ const (
 	CodeChecksFailed = "checks_failed" // 403: a required host check failed
 	CodeBadCSR       = "bad_csr"       // 400
 	CodeRateLimited  = "rate_limited"  // 429
+	CodeNotDeployed  = "not_deployed"  // 409: the token's deploy is not verified done
 	CodeForbidden    = "forbidden"     // 403: missing or stale node certificate
 )
 
@@ -127,7 +138,7 @@ func New(cfg Config) (*Server, error) {
 		cfg.Names = []string{strings.Trim(host, "[]"), "localhost", "127.0.0.1"}
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger, mux: http.NewServeMux(),
-		limit: &bucket{rate: cfg.JoinRate, burst: max(1, 4*cfg.JoinRate), tokens: max(1, 4*cfg.JoinRate), last: cfg.Now()}}
+		limit: &perSource{rate: cfg.JoinRate, burst: max(1, 4*cfg.JoinRate), m: map[string]*bucket{}}}
 	handlers := []http.HandlerFunc{s.handleCA, s.handleScript, s.handleBinary, s.handleJoin,
 		s.node(s.handleStep), s.node(s.handleDone), s.node(s.handleHeartbeat)}
 	for i, p := range s.Routes() { // the same order
@@ -180,6 +191,9 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		BaseContext:       func(net.Listener) context.Context { return ctx },
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
 	}
+	// One address holds at most maxConnsPerIP connections (TLS
+	// handshakes included): further ones are closed at accept.
+	ln = limitPerIP(ln, maxConnsPerIP, nil)
 	errc := make(chan error, 1)
 	go func() { errc <- hs.ServeTLS(ln, "", "") }()
 	select {
@@ -258,11 +272,12 @@ type payload struct {
 	MinMemoryBytes int64            `json:"minMemoryBytes,omitempty"`
 	Host           string           `json:"host,omitempty"`
 	Server         string           `json:"server,omitempty"`
+	Deploy         string           `json:"deploy,omitempty"`
 }
 
 func (s *Server) handleJoin(w http.ResponseWriter, r *http.Request) {
-	if !s.limit.allow(s.cfg.Now()) {
-		fail(w, http.StatusTooManyRequests, CodeRateLimited, "too many join requests; retry shortly")
+	if !s.limit.allow(sourceIP(r), s.cfg.Now()) {
+		fail(w, http.StatusTooManyRequests, CodeRateLimited, "too many join requests from this address; retry shortly")
 		return
 	}
 	var req v1.JoinRequest
@@ -279,6 +294,13 @@ func (s *Server) handleJoin(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		log.Warn("join refused", "err", err)
 		fail(w, http.StatusBadRequest, CodeBadCSR, "join: %v", err)
+		return
+	}
+	if why := s.deployNotVerified(req.Token, r); why != "" {
+		// Checked before the token is used: the host's own join, after
+		// its done is recorded, still works.
+		log.Warn("join refused", "why", why)
+		fail(w, http.StatusConflict, CodeNotDeployed, "join: %s", why)
 		return
 	}
 	tok, err := s.cfg.Store.ConsumeEnrolmentToken(req.Token, host)
@@ -563,6 +585,87 @@ func Online(h state.Host, now time.Time, interval time.Duration) bool {
 		interval = 30 * time.Second
 	}
 	return !h.LastSeen.IsZero() && now.Sub(h.LastSeen) < 3*interval
+}
+
+// deployNotVerified says why a token bound to an image deploy may not be
+// used yet: its server is not deployed, or its deploy is not the token's
+// or was not verified (done's digest, size and read-back matched the
+// plan). "" when the token is bound to no deploy or the deploy is done.
+func (s *Server) deployNotVerified(value string, r *http.Request) string {
+	tok, err := s.cfg.Store.PeekEnrolmentToken(value)
+	if err != nil || len(tok.Payload) == 0 {
+		return "" // refused (or not) by the consume that follows
+	}
+	var p payload
+	if json.Unmarshal(tok.Payload, &p) != nil || p.Server == "" {
+		return ""
+	}
+	if s.cfg.LeasedIP != nil {
+		if leased, ok := s.cfg.LeasedIP(p.Server); ok {
+			if from, err := netip.ParseAddr(sourceIP(r)); err != nil || from.Unmap() != leased.Unmap() {
+				return fmt.Sprintf("request from %s, but %s is leased to server %s", sourceIP(r), leased, p.Server)
+			}
+		}
+	}
+	if p.Deploy == "" {
+		return ""
+	}
+	srv, err := s.cfg.Store.Server(p.Server)
+	switch {
+	case err != nil:
+		return fmt.Sprintf("server %s of this enrolment token is unknown", p.Server)
+	case srv.Lifecycle != state.LifecycleDeployed:
+		return fmt.Sprintf("server %s is %s: a host joins once its deploy is verified done", p.Server, srv.Lifecycle)
+	case srv.Deploy == nil || srv.Deploy.ID != p.Deploy:
+		return fmt.Sprintf("this enrolment token is for another deploy of server %s", p.Server)
+	case !srv.Deploy.Verified:
+		return fmt.Sprintf("the deploy of server %s was not verified", p.Server)
+	}
+	return ""
+}
+
+// sourceIP is the request's source address without its port.
+func sourceIP(r *http.Request) string {
+	if h, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
+		return h
+	}
+	return r.RemoteAddr
+}
+
+// perSource holds one bucket per source address, at most maxSources: when
+// full, buckets that have refilled (their sources idle) are dropped, and
+// if none has, all are (a flood from that many addresses costs its
+// senders their own limits, never a quiet source's).
+type perSource struct {
+	mu          sync.Mutex
+	rate, burst float64
+	m           map[string]*bucket
+}
+
+const maxSources = 4096
+
+func (p *perSource) allow(src string, now time.Time) bool {
+	p.mu.Lock()
+	b, ok := p.m[src]
+	if !ok {
+		if len(p.m) >= maxSources {
+			for k, o := range p.m {
+				o.mu.Lock()
+				full := o.tokens+now.Sub(o.last).Seconds()*o.rate >= o.burst
+				o.mu.Unlock()
+				if full {
+					delete(p.m, k)
+				}
+			}
+			if len(p.m) >= maxSources {
+				clear(p.m)
+			}
+		}
+		b = &bucket{rate: p.rate, burst: p.burst, tokens: p.burst, last: now}
+		p.m[src] = b
+	}
+	p.mu.Unlock()
+	return b.allow(now)
 }
 
 // bucket is a token-bucket rate limiter.

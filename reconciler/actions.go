@@ -115,6 +115,7 @@ func (c *Controller) run(ctx context.Context, step Step, desired *inventory.Inve
 				}
 				s.WipeStartedAt = time.Time{} // a running release wipe is cut short by this boot
 				s.LastError = ""
+				s.Renetboots, s.RenetbootAt = 0, time.Time{}
 				return nil
 			}})
 			if err != nil {
@@ -122,6 +123,26 @@ func (c *Controller) run(ctx context.Context, step Step, desired *inventory.Inve
 			}
 			log.Info("lifecycle", "from", from, "to", to)
 		}
+		if err := c.netboot(ctx, drv, obs, mode, log); err != nil {
+			return err
+		}
+		if _, err := st.SetPower(step.Server, state.PowerOn, state.PowerSourceCommand); err != nil {
+			return err
+		}
+	case ActRenetboot:
+		if obs.Lifecycle != state.LifecycleCommissioning && obs.Lifecycle != state.LifecycleDeploying {
+			return nil // heard from meanwhile, or moved on
+		}
+		now := c.cfg.Now().UTC()
+		if _, err := st.UpdateServer(step.Server, func(s *state.Server) error {
+			s.Renetboots++
+			s.RenetbootAt = now
+			return nil
+		}); err != nil {
+			return err
+		}
+		_, _ = st.AppendEvent(state.Event{Server: step.Server, Kind: "machine.renetboot", Message: step.Why})
+		log.Warn("machine silent: re-netbooting", "why", step.Why)
 		if err := c.netboot(ctx, drv, obs, mode, log); err != nil {
 			return err
 		}

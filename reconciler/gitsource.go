@@ -212,6 +212,34 @@ func NewSource(cfg SourceConfig) (*Source, error) {
 	return s, nil
 }
 
+// dropTornRefs removes empty remote-tracking ref files from the clone in
+// dir. go-git writes a loose ref in place (truncate, then write), so a
+// controller killed mid-fetch can leave refs/remotes/origin/BRANCH empty,
+// and every later fetch then failed with "ref file is empty": the
+// controller stayed on its last good revision for good. Remote-tracking
+// refs only mirror the remote; the next fetch writes them again.
+func dropTornRefs(dir string) error {
+	root := filepath.Join(dir, "refs", "remotes")
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil
+			}
+			return err
+		}
+		if d.Type().IsRegular() {
+			if info, err := d.Info(); err == nil && info.Size() == 0 {
+				return os.Remove(path)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("clone %s: drop torn refs: %w", dir, err)
+	}
+	return nil
+}
+
 // openBare opens dir as a bare repository with filesystem storage and a
 // bounded object cache, creating it if needed, with remote origin set to
 // r's URL.
@@ -227,6 +255,9 @@ func openBare(dir string, r Remote) (*git.Repository, error) {
 	// status trees a write reads; every clone has its own cache, and at
 	// 16 MiB the caches alone were a tenth of a 10,000-server controller's
 	// live heap.
+	if err := dropTornRefs(dir); err != nil {
+		return nil, err
+	}
 	st := filesystem.NewStorage(osfs.New(dir), cache.NewObjectLRU(4*cache.MiByte))
 	var repo *git.Repository
 	if _, err := os.Stat(filepath.Join(dir, "HEAD")); err == nil {

@@ -31,6 +31,7 @@ const (
 	ActPowerOff       Action = "power-off"       // actions.powerOff counter
 	ActPowerCycle     Action = "power-cycle"     // actions.powerCycle counter
 	ActAdopt          Action = "adopt"           // an auto-enrolled server renamed in review: move its record to the servers.yaml name
+	ActRenetboot      Action = "renetboot"       // commissioning or deploying, machine silent: PXE boot override, reset (fresh tokens)
 )
 
 // needsBMC reports whether a talks to the server's BMC. ActTimeout and
@@ -38,7 +39,7 @@ const (
 // without a BMC.
 func (a Action) needsBMC() bool {
 	switch a {
-	case ActCommission, ActDeploy, ActRelease, ActWipe, ActFinishDeploy, ActRestoreDisk, ActPowerOn, ActPowerOff, ActPowerCycle:
+	case ActCommission, ActDeploy, ActRelease, ActWipe, ActFinishDeploy, ActRestoreDisk, ActPowerOn, ActPowerOff, ActPowerCycle, ActRenetboot:
 		return true
 	}
 	return false
@@ -168,6 +169,15 @@ type PlanOptions struct {
 	CommissionTimeout time.Duration
 	// DeployTimeout fails a deploy after this long; zero means 60 minutes.
 	DeployTimeout time.Duration
+	// SilentAfter is how long a commissioning or image-deploying server may
+	// go unheard (no script, plan, image, report or done request since
+	// the phase began or its last re-netboot) before the controller
+	// re-netboots it, with fresh tokens; zero means 5 minutes. A Waiting
+	// condition (MachineSilent) names the last thing heard from half that.
+	SilentAfter time.Duration
+	// MaxRenetboots bounds the re-netboots per phase; zero means 3. After
+	// them the server waits for its deadline.
+	MaxRenetboots int
 	// WipeTimeout fails a release wipe that has not reported after this
 	// long since the server was booted into it; zero means 30 minutes.
 	WipeTimeout time.Duration
@@ -192,6 +202,12 @@ func (o PlanOptions) withDefaults() PlanOptions {
 	}
 	if o.BrakeShare <= 0 {
 		o.BrakeShare = 0.2
+	}
+	if o.SilentAfter <= 0 {
+		o.SilentAfter = 5 * time.Minute
+	}
+	if o.MaxRenetboots <= 0 {
+		o.MaxRenetboots = 3
 	}
 	if o.WipeTimeout <= 0 {
 		o.WipeTimeout = 30 * time.Minute
@@ -337,6 +353,9 @@ func Plan(want *inventory.Inventory, have state.Snapshot, opts PlanOptions) Resu
 		if c, ok := wipeCondition(ws.Name, obs, opts); ok {
 			res.Conditions = append(res.Conditions, c)
 		}
+		if c, ok := silentCondition(ws.Name, obs, opts); ok {
+			res.Conditions = append(res.Conditions, c)
+		}
 		if ws.Want == inventory.WantRetired && obs.Lifecycle == state.LifecycleNew {
 			res.Conditions = append(res.Conditions, PlanCondition{Subject: "server/" + ws.Name, Type: "Waiting", Reason: "NeverCommissioned",
 				Message: "want: retired on a server that was never commissioned: nothing to do"})
@@ -420,6 +439,15 @@ func serverSteps(ws *inventory.Server, obs state.Server, opts PlanOptions) (step
 		return steps, nil
 	case lc == state.LifecycleDeploying && opts.Now.Sub(obs.LifecycleAt) > opts.DeployTimeout:
 		add(Step{Action: ActTimeout, Why: fmt.Sprintf("deploy did not report within %s", opts.DeployTimeout)})
+		return steps, nil
+	}
+
+	// A machine gone silent mid-phase (its controller restarted under it,
+	// its answer lost, its ramdisk stuck) is booted again long before the
+	// deadline, a bounded number of times.
+	if since, ok := silentSince(obs, opts); ok && opts.Now.Sub(since) > opts.SilentAfter && obs.Renetboots < opts.MaxRenetboots {
+		add(Step{Action: ActRenetboot, Counter: int64(obs.Renetboots + 1),
+			Why: fmt.Sprintf("nothing heard for %s (last: %s): re-netboot %d of %d", opts.Now.Sub(since).Round(time.Second), lastHeard(obs), obs.Renetboots+1, opts.MaxRenetboots)})
 		return steps, nil
 	}
 
@@ -834,6 +862,60 @@ func hasAction(steps []Step, a Action) bool {
 var actionOrder = map[Action]int{
 	ActRegister: 0, ActAdopt: 0, ActUpdateIdentity: 1, ActUnretire: 2, ActRetire: 3, ActTimeout: 4, ActCommission: 5,
 	ActRelease: 6, ActWipe: 7, ActAllocate: 8, ActDeploy: 9, ActFinishDeploy: 10, ActRestoreDisk: 10, ActPowerOn: 11, ActPowerOff: 12, ActPowerCycle: 13,
+	ActRenetboot: 5,
+}
+
+// silentSince is when the controller last heard from a commissioning or
+// image-deploying server's machine (or last booted it); ok is false in
+// any other phase, and for installer deploys (the installer reports only
+// at its end).
+func silentSince(obs state.Server, opts PlanOptions) (time.Time, bool) {
+	switch obs.Lifecycle {
+	case state.LifecycleCommissioning:
+	case state.LifecycleDeploying:
+		if obs.Allocation != nil && obs.Allocation.Deploy != "" && obs.Allocation.Deploy != string(inventory.DeployImage) {
+			return time.Time{}, false
+		}
+	default:
+		return time.Time{}, false
+	}
+	since := obs.LifecycleAt
+	for _, t := range []time.Time{obs.LastHeardAt, obs.RenetbootAt} {
+		if t.After(since) {
+			since = t
+		}
+	}
+	return since, true
+}
+
+func lastHeard(obs state.Server) string {
+	if obs.LastHeard == "" || obs.LastHeardAt.Before(obs.LifecycleAt) {
+		return "nothing since " + string(obs.Lifecycle) + " began at " + obs.LifecycleAt.UTC().Format(time.RFC3339)
+	}
+	return obs.LastHeard + " at " + obs.LastHeardAt.UTC().Format(time.RFC3339)
+}
+
+// silentCondition says, once a commissioning or deploying server has been
+// silent for half of SilentAfter, what was last heard from it and what the
+// controller does about it.
+func silentCondition(name string, obs state.Server, opts PlanOptions) (PlanCondition, bool) {
+	since, ok := silentSince(obs, opts)
+	if !ok || opts.Now.Sub(since) <= opts.SilentAfter/2 {
+		return PlanCondition{}, false
+	}
+	deadline := opts.CommissionTimeout
+	if obs.Lifecycle == state.LifecycleDeploying {
+		deadline = opts.DeployTimeout
+	}
+	if opts.Now.Sub(obs.LifecycleAt) > deadline {
+		return PlanCondition{}, false // the timeout step says it
+	}
+	next := fmt.Sprintf("re-netboot %d of %d after %s of silence", obs.Renetboots+1, opts.MaxRenetboots, opts.SilentAfter)
+	if obs.Renetboots >= opts.MaxRenetboots {
+		next = fmt.Sprintf("%d re-netboots done; waiting for the deadline", obs.Renetboots)
+	}
+	return PlanCondition{Subject: "server/" + name, Type: "Waiting", Reason: "MachineSilent",
+		Message: fmt.Sprintf("%s: no request from the machine for %s; last heard: %s; %s", obs.Lifecycle, opts.Now.Sub(since).Round(time.Second), lastHeard(obs), next)}, true
 }
 
 func sortSteps(s []Step) {

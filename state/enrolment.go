@@ -165,3 +165,26 @@ func (s *Store) UpdateHost(name string, fn func(*Host) error) (Host, error) {
 	}
 	return h, nil
 }
+
+// PeekEnrolmentToken returns the enrolment token value names without using
+// it or writing anything (the join listener checks what the token is
+// bound to before it uses it). Errors: ErrTokenUnknown.
+func (s *Store) PeekEnrolmentToken(value string) (EnrolmentToken, error) {
+	h := sha256.Sum256([]byte(value))
+	var t EnrolmentToken
+	err := s.view(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketEnrolment)
+		if b == nil {
+			return ErrTokenUnknown
+		}
+		data := b.Get(h[:])
+		if data == nil {
+			return ErrTokenUnknown
+		}
+		return json.Unmarshal(data, &t)
+	})
+	if err != nil {
+		return EnrolmentToken{}, fmt.Errorf("state: peek enrolment token: %w", err)
+	}
+	return t, nil
+}

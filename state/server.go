@@ -70,6 +70,19 @@ type Server struct {
 	// (UnfenceServer). Nil when not fenced.
 	Fenced *Fencing `json:"fenced,omitempty"`
 
+	// Deploy is what the controller planned for the running (or last)
+	// image deploy and whether the ramdisk's done matched it; nil before
+	// a plan was served.
+	Deploy *DeployRecord `json:"deploy,omitempty"`
+	// LastHeard says what the machine last did that the controller saw
+	// (script fetched, plan fetched, report, done), LastHeardAt when (UTC);
+	// the plan re-netboots a commissioning or deploying server silent too
+	// long (Renetboots counts those since the phase began).
+	LastHeard   string    `json:"lastHeard,omitempty"`
+	LastHeardAt time.Time `json:"lastHeardAt,omitzero"`
+	Renetboots  int       `json:"renetboots,omitempty"`
+	RenetbootAt time.Time `json:"renetbootAt,omitzero"`
+
 	// Revision increases by one on every committed change of this record.
 	Revision  uint64    `json:"revision"`
 	CreatedAt time.Time `json:"createdAt"`
@@ -185,6 +198,23 @@ type Allocation struct {
 	// this deploy and a changed profile image applies on the next
 	// redeploy.
 	PlanServedAt time.Time `json:"planServedAt,omitzero"`
+}
+
+// DeployRecord is one image deploy as planned and as verified.
+type DeployRecord struct {
+	// ID is the deploy plan token's ID (12 hex digits): it names this
+	// deploy, and the join token of the host is bound to it.
+	ID string `json:"id"`
+	// ImageSHA256 and ImageSizeBytes are the plan's raw image digest and
+	// size; ReadBack is whether the plan asked for a read-back digest.
+	ImageSHA256    string    `json:"imageSHA256"`
+	ImageSizeBytes int64     `json:"imageSizeBytes"`
+	ReadBack       bool      `json:"readBack,omitempty"`
+	PlannedAt      time.Time `json:"plannedAt"`
+	// Verified is set when the ramdisk's done carried the plan's digest,
+	// size and read-back digest; VerifiedAt is when.
+	Verified   bool      `json:"verified,omitempty"`
+	VerifiedAt time.Time `json:"verifiedAt,omitzero"`
 }
 
 // InFlight is one started action of the reconciler's executor.
@@ -453,41 +483,46 @@ func (s *Store) ServerByBootMAC(mac string) (Server, error) {
 func (s *Store) UpdateServer(name string, fn func(*Server) error) (Server, error) {
 	var out Server
 	err := s.update(func(tx *bolt.Tx) error {
-		b := tx.Bucket(bucketServers)
-		var srv Server
-		if err := getJSON(b, name, &srv); err != nil {
-			return err
-		}
-		orig := srv
-		if err := fn(&srv); err != nil {
-			return err
-		}
-		if srv.Name != orig.Name {
-			return fmt.Errorf("rename to %q: %w", srv.Name, ErrInvalid)
-		}
-		if srv.Lifecycle != orig.Lifecycle || !srv.LifecycleAt.Equal(orig.LifecycleAt) {
-			return ErrLifecycleField
-		}
-		if srv.BootMAC != orig.BootMAC && srv.BootMAC != "" {
-			m, err := normalizeMAC(srv.BootMAC)
-			if err != nil {
-				return err
-			}
-			srv.BootMAC = m
-		}
-		if !srv.Power.State.Valid() {
-			return fmt.Errorf("power %q: %w", srv.Power.State, ErrInvalid)
-		}
-		srv.Revision = orig.Revision + 1
-		srv.CreatedAt = orig.CreatedAt
-		srv.UpdatedAt = s.nowUTC()
-		out = srv
-		return putJSON(b, name, &srv)
+		var err error
+		out, err = s.updateServerTx(tx, name, fn)
+		return err
 	})
 	if err != nil {
 		return Server{}, fmt.Errorf("state: update server %s: %w", name, err)
 	}
 	return out, nil
+}
+
+func (s *Store) updateServerTx(tx *bolt.Tx, name string, fn func(*Server) error) (Server, error) {
+	b := tx.Bucket(bucketServers)
+	var srv Server
+	if err := getJSON(b, name, &srv); err != nil {
+		return Server{}, err
+	}
+	orig := srv
+	if err := fn(&srv); err != nil {
+		return Server{}, err
+	}
+	if srv.Name != orig.Name {
+		return Server{}, fmt.Errorf("rename to %q: %w", srv.Name, ErrInvalid)
+	}
+	if srv.Lifecycle != orig.Lifecycle || !srv.LifecycleAt.Equal(orig.LifecycleAt) {
+		return Server{}, ErrLifecycleField
+	}
+	if srv.BootMAC != orig.BootMAC && srv.BootMAC != "" {
+		m, err := normalizeMAC(srv.BootMAC)
+		if err != nil {
+			return Server{}, err
+		}
+		srv.BootMAC = m
+	}
+	if !srv.Power.State.Valid() {
+		return Server{}, fmt.Errorf("power %q: %w", srv.Power.State, ErrInvalid)
+	}
+	srv.Revision = orig.Revision + 1
+	srv.CreatedAt = orig.CreatedAt
+	srv.UpdatedAt = s.nowUTC()
+	return srv, putJSON(b, name, &srv)
 }
 
 // SetPower records a power state with its source. It writes an EventPower
@@ -499,26 +534,9 @@ func (s *Store) SetPower(name string, p Power, src PowerSource) (Server, error) 
 	}
 	var out Server
 	err := s.update(func(tx *bolt.Tx) error {
-		b := tx.Bucket(bucketServers)
-		var srv Server
-		if err := getJSON(b, name, &srv); err != nil {
-			return err
-		}
-		now := s.nowUTC()
-		changed := srv.Power.State != p
-		prev := srv.Power.State
-		srv.Power = PowerStatus{State: p, Source: src, At: now}
-		srv.Revision++
-		srv.UpdatedAt = now
-		out = srv
-		if err := putJSON(b, name, &srv); err != nil {
-			return err
-		}
-		if !changed {
-			return nil
-		}
-		return s.appendEvent(tx, &Event{Server: name, Kind: EventPower, Actor: ActorController, Power: p,
-			Message: fmt.Sprintf("power %s→%s (%s)", prev, p, src)})
+		var err error
+		out, err = s.setPowerTx(tx, name, p, src)
+		return err
 	})
 	if err != nil {
 		return Server{}, fmt.Errorf("state: set power %s: %w", name, err)
@@ -568,40 +586,9 @@ func (s *Store) apply(m Move, run func(func(*bolt.Tx) error) error) (Server, err
 	var out Server
 	var refused *TransitionError
 	err := run(func(tx *bolt.Tx) error {
-		refused = nil
-		b := tx.Bucket(bucketServers)
-		var srv Server
-		if err := getJSON(b, m.Server, &srv); err != nil {
-			return err
-		}
-		if !CanTransition(m.From, m.To) {
-			refused = &TransitionError{Server: m.Server, From: m.From, To: m.To, Current: srv.Lifecycle, Err: ErrIllegalTransition}
-			return refused
-		}
-		if srv.Lifecycle != m.From {
-			refused = &TransitionError{Server: m.Server, From: m.From, To: m.To, Current: srv.Lifecycle, Err: ErrStaleTransition}
-			return refused
-		}
-		if m.Update != nil {
-			name, lc := srv.Name, srv.Lifecycle
-			if err := m.Update(&srv); err != nil {
-				return err
-			}
-			if srv.Name != name || srv.Lifecycle != lc {
-				return ErrLifecycleField
-			}
-		}
-		now := s.nowUTC()
-		srv.Lifecycle = m.To
-		srv.LifecycleAt = now
-		srv.Revision++
-		srv.UpdatedAt = now
-		if err := putJSON(b, m.Server, &srv); err != nil {
-			return err
-		}
-		out = srv
-		return s.appendEvent(tx, &Event{Server: m.Server, Kind: EventTransition, Actor: m.Actor,
-			From: m.From, To: m.To, Message: m.Reason})
+		var err error
+		out, refused, err = s.applyTx(tx, m)
+		return err
 	})
 	if refused != nil {
 		return Server{}, refused
@@ -610,6 +597,28 @@ func (s *Store) apply(m Move, run func(func(*bolt.Tx) error) error) (Server, err
 		return Server{}, fmt.Errorf("state: transition %s %s→%s: %w", m.Server, m.From, m.To, err)
 	}
 	return out, nil
+}
+
+func (s *Store) setPowerTx(tx *bolt.Tx, name string, p Power, src PowerSource) (Server, error) {
+	b := tx.Bucket(bucketServers)
+	var srv Server
+	if err := getJSON(b, name, &srv); err != nil {
+		return Server{}, err
+	}
+	now := s.nowUTC()
+	changed := srv.Power.State != p
+	prev := srv.Power.State
+	srv.Power = PowerStatus{State: p, Source: src, At: now}
+	srv.Revision++
+	srv.UpdatedAt = now
+	if err := putJSON(b, name, &srv); err != nil {
+		return Server{}, err
+	}
+	if !changed {
+		return srv, nil
+	}
+	return srv, s.appendEvent(tx, &Event{Server: name, Kind: EventPower, Actor: ActorController, Power: p,
+		Message: fmt.Sprintf("power %s→%s (%s)", prev, p, src)})
 }
 
 func putJSON(b *bolt.Bucket, key string, v any) error {
@@ -762,4 +771,44 @@ func (s *Store) ServersWithBMC() ([]string, error) {
 		return nil, fmt.Errorf("state: servers with bmc: %w", err)
 	}
 	return out, nil
+}
+
+// applyTx is one lifecycle move inside tx; a refusal is returned both as
+// the TransitionError and as the error (which aborts tx).
+func (s *Store) applyTx(tx *bolt.Tx, m Move) (Server, *TransitionError, error) {
+	if m.Actor == "" {
+		m.Actor = ActorController
+	}
+	b := tx.Bucket(bucketServers)
+	var srv Server
+	if err := getJSON(b, m.Server, &srv); err != nil {
+		return Server{}, nil, err
+	}
+	if !CanTransition(m.From, m.To) {
+		te := &TransitionError{Server: m.Server, From: m.From, To: m.To, Current: srv.Lifecycle, Err: ErrIllegalTransition}
+		return Server{}, te, te
+	}
+	if srv.Lifecycle != m.From {
+		te := &TransitionError{Server: m.Server, From: m.From, To: m.To, Current: srv.Lifecycle, Err: ErrStaleTransition}
+		return Server{}, te, te
+	}
+	if m.Update != nil {
+		name, lc := srv.Name, srv.Lifecycle
+		if err := m.Update(&srv); err != nil {
+			return Server{}, nil, err
+		}
+		if srv.Name != name || srv.Lifecycle != lc {
+			return Server{}, nil, ErrLifecycleField
+		}
+	}
+	now := s.nowUTC()
+	srv.Lifecycle = m.To
+	srv.LifecycleAt = now
+	srv.Revision++
+	srv.UpdatedAt = now
+	if err := putJSON(b, m.Server, &srv); err != nil {
+		return Server{}, nil, err
+	}
+	return srv, nil, s.appendEvent(tx, &Event{Server: m.Server, Kind: EventTransition, Actor: m.Actor,
+		From: m.From, To: m.To, Message: m.Reason})
 }

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -39,6 +40,7 @@ var (
 	bucketSecrets      = []byte("secrets")       // name → secretRecord JSON
 	bucketHosts        = []byte("hosts")         // name → Host JSON
 	bucketJoinLogs     = []byte("join_logs")     // host name → nested bucket seq → JoinLogEntry JSON
+	bucketTokenLive    = []byte("token_live")    // server "\x00" purpose → sha256 of its one live token
 
 	keyVersion  = []byte("schema_version")
 	keySalt     = []byte("hkdf_salt")
@@ -47,7 +49,7 @@ var (
 )
 
 var allBuckets = [][]byte{bucketMeta, bucketServers, bucketEvents, bucketServerEvents, bucketEventCounts,
-	bucketTokens, bucketAdminTokens, bucketAdminNames, bucketSecrets, bucketHosts, bucketJoinLogs}
+	bucketTokens, bucketAdminTokens, bucketAdminNames, bucketSecrets, bucketHosts, bucketJoinLogs, bucketTokenLive}
 
 // Options configure Open. Every zero value is usable.
 type Options struct {
@@ -115,6 +117,10 @@ type Store struct {
 	waiters map[chan struct{}]struct{}
 	// secretCh is closed by the next PutSecret (SecretsChanged).
 	secretCh chan struct{}
+
+	// unknownTokens counts machine tokens refused as unknown: counted,
+	// never an event or a write (UnknownTokenRefusals).
+	unknownTokens atomic.Int64
 
 	servers serverCache
 	hosts   hostCache

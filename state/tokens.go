@@ -59,6 +59,9 @@ type TokenSpec struct {
 	// (short-lived rather than single-use), e.g. image downloads resumed
 	// with Range requests. Default: single-use.
 	Reusable bool
+	// Heard, when set, is recorded as the server's LastHeard (now) in the
+	// transaction that issues the token: the machine asked for it.
+	Heard string
 }
 
 // Token is a machine token's stored record. The token value itself is never
@@ -74,6 +77,13 @@ type Token struct {
 	Reusable  bool      `json:"reusable,omitempty"`
 	Uses      int       `json:"uses"`
 	UsedAt    time.Time `json:"usedAt,omitzero"`
+	// Request is the hex SHA-256 fingerprint of the request that used a
+	// single-use token through [Store.UseToken] (its requester and body);
+	// a retry with the same fingerprint gets Answer again.
+	Request string `json:"request,omitempty"`
+	// Answer is what that use was answered, recorded in the transaction
+	// that used the token; nil for answers that are re-made on a retry.
+	Answer *Answer `json:"answer,omitempty"`
 }
 
 // TokenClaim is what a request presenting a token says about itself.
@@ -101,40 +111,81 @@ func tokenID(h [32]byte) string { return hex.EncodeToString(h[:6]) }
 // IssueToken creates a machine token and returns its value (43 URL-safe
 // characters, shown once, never stored) and its record. Errors: ErrInvalid.
 func (s *Store) IssueToken(spec TokenSpec) (string, Token, error) {
+	spec, err := checkSpec(spec)
+	if err != nil {
+		return "", Token{}, fmt.Errorf("state: issue token: %w", err)
+	}
+	var value string
+	var t Token
+	err = s.update(func(tx *bolt.Tx) error {
+		var err error
+		value, t, err = s.issueTokenTx(tx, spec)
+		return err
+	})
+	if err != nil {
+		return "", Token{}, fmt.Errorf("state: issue token: %w", err)
+	}
+	return value, t, nil
+}
+
+// checkSpec validates spec and fills its defaults.
+func checkSpec(spec TokenSpec) (TokenSpec, error) {
 	if !spec.Purpose.Valid() {
-		return "", Token{}, fmt.Errorf("state: issue token: purpose %q: %w", spec.Purpose, ErrInvalid)
+		return spec, fmt.Errorf("purpose %q: %w", spec.Purpose, ErrInvalid)
 	}
 	if err := checkName("server", spec.Server); err != nil {
-		return "", Token{}, fmt.Errorf("state: issue token: %w", err)
+		return spec, err
 	}
 	if spec.MAC != "" {
 		m, err := normalizeMAC(spec.MAC)
 		if err != nil {
-			return "", Token{}, fmt.Errorf("state: issue token: %w", err)
+			return spec, err
 		}
 		spec.MAC = m
 	}
 	if spec.TTL <= 0 {
 		spec.TTL = DefaultTokenTTL
 	}
+	return spec, nil
+}
+
+// liveKey is the token_live key of server's token for purpose.
+func liveKey(server string, p Purpose) []byte { return []byte(server + "\x00" + string(p)) }
+
+// issueTokenTx stores a new token for a checked spec and revokes the
+// previous token of the same server and purpose: one live token per
+// purpose per server, so a token handed out earlier (a script fetched
+// twice, a plan fetched again) stops working the moment a new one exists.
+func (s *Store) issueTokenTx(tx *bolt.Tx, spec TokenSpec) (string, Token, error) {
 	value, h, err := newSecret("")
 	if err != nil {
-		return "", Token{}, fmt.Errorf("state: issue token: %w", err)
+		return "", Token{}, err
 	}
 	now := s.nowUTC()
 	t := Token{ID: tokenID(h), Purpose: spec.Purpose, Server: spec.Server, MAC: spec.MAC,
 		IssuedAt: now, ExpiresAt: now.Add(spec.TTL), Reusable: spec.Reusable}
-	err = s.update(func(tx *bolt.Tx) error {
-		data, err := json.Marshal(&t)
-		if err != nil {
-			return err
-		}
-		return tx.Bucket(bucketTokens).Put(h[:], data)
-	})
+	data, err := json.Marshal(&t)
 	if err != nil {
-		return "", Token{}, fmt.Errorf("state: issue token: %w", err)
+		return "", Token{}, err
 	}
-	return value, t, nil
+	live := tx.Bucket(bucketTokenLive)
+	if prev := live.Get(liveKey(spec.Server, spec.Purpose)); prev != nil {
+		if err := tx.Bucket(bucketTokens).Delete(prev); err != nil {
+			return "", Token{}, err
+		}
+	}
+	if err := live.Put(liveKey(spec.Server, spec.Purpose), h[:]); err != nil {
+		return "", Token{}, err
+	}
+	if spec.Heard != "" && tx.Bucket(bucketServers).Get([]byte(spec.Server)) != nil {
+		if _, err := s.updateServerTx(tx, spec.Server, func(srv *Server) error {
+			srv.LastHeard, srv.LastHeardAt = spec.Heard, now
+			return nil
+		}); err != nil {
+			return "", Token{}, err
+		}
+	}
+	return value, t, tx.Bucket(bucketTokens).Put(h[:], data)
 }
 
 // ConsumeToken checks value against claim and, for a single-use token,
@@ -164,6 +215,10 @@ func (s *Store) useToken(value string, claim TokenClaim, consume bool) (Token, e
 		claim.MAC = m
 	}
 	h := sha256.Sum256([]byte(value))
+	if !s.tokenKnown(h) {
+		s.unknownTokens.Add(1)
+		return Token{}, fmt.Errorf("state: consume token: %w", ErrTokenUnknown)
+	}
 	var out Token
 	var refused error
 	err := s.update(func(tx *bolt.Tx) error {
@@ -219,6 +274,24 @@ func (s *Store) useToken(value string, claim TokenClaim, consume bool) (Token, e
 	}
 	return out, nil
 }
+
+// tokenKnown reports whether a machine token with hash h exists, in a
+// read-only transaction: a value that names no token (a guess, a flood)
+// is refused without a write, an fsync or an event; it is counted
+// (UnknownTokenRefusals, machina_machine_unknown_tokens_total).
+func (s *Store) tokenKnown(h [32]byte) bool {
+	known := true // on a read error, let the write transaction decide
+	_ = s.view(func(tx *bolt.Tx) error {
+		known = tx.Bucket(bucketTokens).Get(h[:]) != nil
+		return nil
+	})
+	return known
+}
+
+// UnknownTokenRefusals is how many machine requests presented a token
+// value that names no token (never issued, revoked, or pruned) since the
+// store was opened. They write nothing.
+func (s *Store) UnknownTokenRefusals() int64 { return s.unknownTokens.Load() }
 
 func tokenOrUnknown(id string) string {
 	if id == "" {

@@ -8,8 +8,10 @@ import (
 	"html/template"
 	"io/fs"
 	"log/slog"
+	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -197,6 +199,13 @@ type UI struct {
 	sessions *sessions
 	// cspReports counts Content-Security-Policy violation reports received.
 	cspReports atomic.Int64
+	// cspRefused counts reports refused over a source's rate; cspLog
+	// paces the violation log lines (one per cspLogEvery, with a count).
+	cspRefused atomic.Int64
+	cspMu      sync.Mutex
+	cspBySrc   map[string]*cspBucket
+	cspLogAt   time.Time
+	cspUnseen  int64
 }
 
 // New builds the UI handler for the routes under Prefix; the handler is a
@@ -333,7 +342,63 @@ func (u *UI) CSPReports() int64 { return u.cspReports.Load() }
 // (application/csp-report, CSP Level 2 report-uri), counts and logs it.
 // Unauthenticated by design (browsers send no credentials choice); the
 // body is bounded and only its directive and blocked URI are logged.
+// cspBucket is one source address's CSP report allowance.
+type cspBucket struct {
+	tokens float64
+	last   time.Time
+}
+
+// CSP report limits: per source address a burst of cspBurst refilled one
+// per cspEvery (a browser reports a handful per page view); at most
+// cspSources addresses tracked; one log line per cspLogEvery.
+const (
+	cspBurst    = 20
+	cspEvery    = 3 * time.Second
+	cspSources  = 4096
+	cspLogEvery = 10 * time.Second
+)
+
+// cspAllow takes one report from src's allowance.
+func (u *UI) cspAllow(src string, now time.Time) bool {
+	u.cspMu.Lock()
+	defer u.cspMu.Unlock()
+	if u.cspBySrc == nil || len(u.cspBySrc) >= cspSources {
+		u.cspBySrc = map[string]*cspBucket{}
+	}
+	b, ok := u.cspBySrc[src]
+	if !ok {
+		b = &cspBucket{tokens: cspBurst, last: now}
+		u.cspBySrc[src] = b
+	}
+	b.tokens = min(cspBurst, b.tokens+now.Sub(b.last).Seconds()/cspEvery.Seconds())
+	b.last = now
+	if b.tokens < 1 {
+		return false
+	}
+	b.tokens--
+	return true
+}
+
+// CSPRefused reports how many CSP reports were refused over their
+// source's rate (429).
+func (u *UI) CSPRefused() int64 { return u.cspRefused.Load() }
+
+// handleCSPReport takes a browser's CSP violation report: unauthenticated,
+// so its body is bounded (16 KiB, and the listener's body timeout), each
+// source address is rate-limited (429 beyond it, counted), and the log
+// gets at most one line per cspLogEvery, counting the reports since.
 func (u *UI) handleCSPReport(w http.ResponseWriter, r *http.Request) {
+	src, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		src = r.RemoteAddr
+	}
+	now := time.Now()
+	if !u.cspAllow(src, now) {
+		u.cspRefused.Add(1)
+		w.Header().Set("Retry-After", "3")
+		w.WriteHeader(http.StatusTooManyRequests)
+		return
+	}
 	var rep struct {
 		Report struct {
 			Directive  string `json:"violated-directive"`
@@ -343,8 +408,19 @@ func (u *UI) handleCSPReport(w http.ResponseWriter, r *http.Request) {
 	}
 	_ = decodeJSON(w, r, 16<<10, &rep) // a malformed report still counts
 	u.cspReports.Add(1)
-	u.log.Warn("csp violation", "directive", rep.Report.Directive, "blocked", truncate(rep.Report.BlockedURI, 200),
-		"document", truncate(rep.Report.Document, 200))
+	u.cspMu.Lock()
+	logIt := now.Sub(u.cspLogAt) >= cspLogEvery
+	unseen := u.cspUnseen
+	if logIt {
+		u.cspLogAt, u.cspUnseen = now, 0
+	} else {
+		u.cspUnseen++
+	}
+	u.cspMu.Unlock()
+	if logIt {
+		u.log.Warn("csp violation", "directive", rep.Report.Directive, "blocked", truncate(rep.Report.BlockedURI, 200),
+			"document", truncate(rep.Report.Document, 200), "unlogged_since_last", unseen, "refused_total", u.cspRefused.Load())
+	}
 	w.WriteHeader(http.StatusNoContent)
 }
 

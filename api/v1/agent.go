@@ -325,11 +325,18 @@ type DeployResult struct {
 	// Reason says why the deploy failed; empty when OK.
 	Reason string `json:"reason,omitempty"`
 	// Disk is the target's stable identity (by-path, serial or WWN), never only its kernel name.
-	Disk         string        `json:"disk,omitempty"`
-	DiskName     string        `json:"diskName,omitempty"`
-	BytesWritten int64         `json:"bytesWritten"`
-	SHA256       string        `json:"sha256,omitempty"`
-	Duration     time.Duration `json:"durationNs"`
+	Disk     string `json:"disk,omitempty"`
+	DiskName string `json:"diskName,omitempty"`
+	// BytesWritten is the number of image bytes written; the controller
+	// requires the plan's ImageSizeBytes.
+	BytesWritten int64 `json:"bytesWritten"`
+	// SHA256 is the lower-case hex digest of the image bytes the agent
+	// received and wrote; the controller requires the plan's ImageSHA256.
+	SHA256 string `json:"sha256,omitempty"`
+	// ReadBackSHA256 is the digest the agent computed reading the written
+	// range back from the disk; required when the plan asked for ReadBack.
+	ReadBackSHA256 string        `json:"readBackSHA256,omitempty"`
+	Duration       time.Duration `json:"durationNs"`
 	// Mode is "memory" (image buffered then written) or "two-pass".
 	Mode string `json:"mode,omitempty"`
 }

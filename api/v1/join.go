@@ -62,6 +62,10 @@ type EnrolmentRequest struct {
 	Host string `json:"host,omitempty"`
 	// Server names the inventory server the host runs on, when known.
 	Server string `json:"server,omitempty"`
+	// Deploy, when set, binds the token to one image deploy of Server
+	// (the deploy plan token's ID): the join is accepted only once that
+	// deploy's done was verified against its plan.
+	Deploy string `json:"deploy,omitempty"`
 	TTL    string `json:"ttl,omitempty"`
 }
 

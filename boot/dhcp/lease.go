@@ -62,6 +62,22 @@ func (s *MemLeases) PutLease(_ context.Context, l Lease) error {
 }
 
 // DeleteLease implements [LeaseStore].
+// LeasedIP returns the address leased to mac (any form net.ParseMAC
+// reads) when its lease has not expired.
+func (s *MemLeases) LeasedIP(mac string) (netip.Addr, bool) {
+	hw, err := net.ParseMAC(mac)
+	if err != nil {
+		return netip.Addr{}, false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	l, ok := s.m[hw.String()]
+	if !ok || !time.Now().Before(l.Expires) {
+		return netip.Addr{}, false
+	}
+	return l.IP, true
+}
+
 func (s *MemLeases) DeleteLease(_ context.Context, mac net.HardwareAddr) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()

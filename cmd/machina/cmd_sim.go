@@ -232,6 +232,7 @@ func runSim(ctx context.Context, e *env, o simOptions) error {
 			// so the web console's health column fills while the demo runs.
 			BMCWatchInterval: 20 * time.Second,
 			MachinePerIP:     boot.Limit{Burst: 10000, Every: time.Millisecond},
+			MaxConnsPerIP:    1 << 20, // every simulated machine is 127.0.0.1
 			Reconciler:       reconciler.Config{Interval: time.Second, BackoffBase: time.Second, BackoffCap: 30 * time.Second, Workers: 16, PerRack: 16},
 			Logger:           log.With("component", "controller"),
 			OnReady: func(r *controller.Running) {

@@ -332,7 +332,7 @@ func printInfo(w io.Writer, in *bmc.Info) error {
 		if v == "" {
 			v = "-"
 		}
-		fmt.Fprintf(tw, "%s\t%s\n", k, v)
+		fmt.Fprintf(tw, "%s\t%s\n", k, termSafe(v))
 	}
 	row("manufacturer", in.Manufacturer)
 	row("model", in.Model)

@@ -157,7 +157,7 @@ Exit code: 0 listed, 2 the API or the store could not be read.`,
 				if len(raw) > 19 {
 					raw = raw[:19]
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", r.Name, r.State, humanBytes(float64(r.SizeBytes)), raw, r.Reason)
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", r.Name, r.State, humanBytes(float64(r.SizeBytes)), raw, termSafe(r.Reason))
 			}
 			return tw.Flush()
 		},

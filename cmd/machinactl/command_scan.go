@@ -104,7 +104,7 @@ func printAndRegister(e *env, rep *discover.Report, format string, register bool
 	}
 	if reg != nil {
 		for _, s := range reg.Skipped {
-			fmt.Fprintf(e.stdout, "not proposed %s: %s\n", s.Key, s.Reason)
+			fmt.Fprintf(e.stdout, "not proposed %s: %s\n", s.Key, termSafe(s.Reason))
 		}
 		if reg.Commit == "" {
 			fmt.Fprintln(e.stdout, "nothing new to propose")

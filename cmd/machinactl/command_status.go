@@ -240,7 +240,7 @@ func short12(s string) string {
 
 // oneLine flattens s to one line of at most n bytes.
 func oneLine(s string, n int) string {
-	s = strings.Join(strings.Fields(s), " ")
+	s = strings.Join(strings.Fields(termSafe(s)), " ")
 	if len(s) > n {
 		s = strings.ToValidUTF8(s[:n-3], "") + "..."
 	}

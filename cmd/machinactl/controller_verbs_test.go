@@ -65,9 +65,10 @@ func startControllerWith(t *testing.T, edit func(*controller.Config)) *ctlHarnes
 		cfg := controller.Config{
 			StatePath: filepath.Join(dir, "state.db"), WorkDir: filepath.Join(dir, "work"), Listen: "127.0.0.1:0",
 			Repo: reconciler.Remote{URL: lab.RepoURL}, PollInterval: 200 * time.Millisecond, StatusInterval: 300 * time.Millisecond,
-			MachinePerIP: boot.Limit{Burst: 1000, Every: time.Millisecond},
-			Reconciler:   reconciler.Config{Interval: 200 * time.Millisecond, BackoffBase: 200 * time.Millisecond, BackoffCap: 2 * time.Second},
-			Logger:       log.With("lab", "controller"),
+			MachinePerIP:  boot.Limit{Burst: 1000, Every: time.Millisecond},
+			MaxConnsPerIP: 1 << 20, // every simulated machine is 127.0.0.1
+			Reconciler:    reconciler.Config{Interval: 200 * time.Millisecond, BackoffBase: 200 * time.Millisecond, BackoffCap: 2 * time.Second},
+			Logger:        log.With("lab", "controller"),
 			OnReady: func(r *controller.Running) {
 				user, pass := lab.Credentials()
 				for _, name := range []string{"bmc-redfish", "bmc-ipmi"} {

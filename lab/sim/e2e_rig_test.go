@@ -108,7 +108,8 @@ func (r *rig) startController() {
 		cfg := controller.Config{
 			StatePath: filepath.Join(r.dir, "state.db"), WorkDir: filepath.Join(r.dir, "work"), Listen: r.listen,
 			Repo: reconciler.Remote{URL: lab.RepoURL}, PollInterval: 200 * time.Millisecond, StatusInterval: 300 * time.Millisecond,
-			MachinePerIP: boot.Limit{Burst: 1000, Every: time.Millisecond},
+			MachinePerIP:  boot.Limit{Burst: 1000, Every: time.Millisecond},
+			MaxConnsPerIP: 1 << 20, // every simulated machine is 127.0.0.1
 			Reconciler: reconciler.Config{Interval: 200 * time.Millisecond, BackoffBase: 200 * time.Millisecond, BackoffCap: 2 * time.Second,
 				Plan: r.plan},
 			// The BMC sweep's reads would show in the BMC request logs

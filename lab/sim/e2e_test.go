@@ -47,9 +47,10 @@ func startHarness(t *testing.T, cfg sim.Config) *harness {
 		done <- controller.Run(ctx, controller.Config{
 			StatePath: filepath.Join(dir, "state.db"), WorkDir: filepath.Join(dir, "work"), Listen: "127.0.0.1:0", JoinListen: "127.0.0.1:0",
 			Repo: reconciler.Remote{URL: lab.RepoURL}, PollInterval: 200 * time.Millisecond, StatusInterval: 300 * time.Millisecond,
-			MachinePerIP: boot.Limit{Burst: 1000, Every: time.Millisecond},
-			Reconciler:   reconciler.Config{Interval: 200 * time.Millisecond, BackoffBase: 200 * time.Millisecond, BackoffCap: 2 * time.Second},
-			Logger:       log.With("lab", "controller"),
+			MachinePerIP:  boot.Limit{Burst: 1000, Every: time.Millisecond},
+			MaxConnsPerIP: 1 << 20, // every simulated machine is 127.0.0.1
+			Reconciler:    reconciler.Config{Interval: 200 * time.Millisecond, BackoffBase: 200 * time.Millisecond, BackoffCap: 2 * time.Second},
+			Logger:        log.With("lab", "controller"),
 			OnReady: func(r *controller.Running) {
 				user, pass := lab.Credentials()
 				for _, name := range []string{"bmc-redfish", "bmc-ipmi"} {

@@ -158,7 +158,8 @@ func memoryTest(ctx context.Context, n int64, fault func([]uint64)) (map[string]
 
 // DiskReadTest reads n bytes (zero means 8 MiB) at the start, middle and end
 // of every disk except virtual media, from devDir/<name>. Any read error
-// fails the test; the error names the disk.
+// fails the test; the error names the disk. No disk at all fails with
+// ErrNoDiskToTest.
 func DiskReadTest(ctx context.Context, devDir string, disks []v1.Disk, n int64) (map[string]float64, error) {
 	if devDir == "" {
 		devDir = "/dev"
@@ -204,8 +205,17 @@ func DiskReadTest(ctx context.Context, devDir string, disks []v1.Disk, n int64) 
 	if len(errs) > 0 {
 		return m, fmt.Errorf("disk read: %w", errors.Join(errs...))
 	}
+	if tested == 0 {
+		// A machine with no disk cannot be deployed: the test fails rather
+		// than pass having read nothing.
+		return m, ErrNoDiskToTest
+	}
 	return m, nil
 }
+
+// ErrNoDiskToTest is returned by DiskReadTest when the machine has no disk to
+// read (virtual media do not count).
+var ErrNoDiskToTest = errors.New("disk read: no disk found")
 
 // ErrNetwork is returned by NetworkTest when the controller is unreachable
 // or slower than required.

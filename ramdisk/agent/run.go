@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -75,7 +76,27 @@ func (r *Runner) Commission(ctx context.Context) (v1.ReportAck, error) {
 	cc := r.Tests
 	cc.Root, cc.DevDir, cc.Logger = r.root(), r.devDir(), r.log()
 	if cc.Payload == nil {
-		cc.Payload = func(ctx context.Context, n int64) (io.ReadCloser, error) { return r.Client.Payload(ctx, r.Token, n) }
+		// A controller that restarts under the test is not a slow
+		// network: opening the payload is retried like any call.
+		// (Not through call: its context would end the body's read.)
+		cc.Payload = func(ctx context.Context, n int64) (io.ReadCloser, error) {
+			delay, end := retryBase, time.Now().Add(callTimeout)
+			for {
+				rc, err := r.Client.Payload(ctx, r.Token, n)
+				if err == nil || !retryable(err) || ctx.Err() != nil || time.Now().After(end) {
+					return rc, err
+				}
+				r.log().Warn("controller call failed; retrying", "op", "payload", "err", err, "delay", delay.String())
+				t := time.NewTimer(delay)
+				select {
+				case <-ctx.Done():
+					t.Stop()
+					return nil, ctx.Err()
+				case <-t.C:
+				}
+				delay = min(delay*2, retryMax)
+			}
+		}
 	}
 	tests := RunCommissioning(ctx, facts, cc)
 	rep := v1.AgentReport{BootMAC: r.BootMAC, AgentVersion: r.Version, Facts: facts, Tests: tests, StartedToReport: uptime(r.root())}
@@ -124,6 +145,20 @@ func call(ctx context.Context, log *slog.Logger, op string, f func(context.Conte
 		}
 		delay = min(delay*2, retryMax)
 	}
+}
+
+// imageAttempts bounds the image downloads of one deploy.
+const imageAttempts = 20
+
+// transientFetch reports whether a deploy failed because the image
+// download was interrupted (not because of what it received).
+func transientFetch(err error) bool {
+	var se *v1.AgentStatusError
+	if errors.As(err, &se) {
+		return se.Code == http.StatusBadGateway || se.Code == http.StatusServiceUnavailable || se.Code == http.StatusGatewayTimeout
+	}
+	var ne net.Error
+	return errors.Is(err, errStreamEnded) || errors.As(err, &ne) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.ECONNREFUSED)
 }
 
 // retryable reports whether a controller call's error is worth repeating.
@@ -212,8 +247,27 @@ func (r *Runner) deploy(ctx context.Context, plan v1.Plan) (v1.DeployResult, err
 		Seed:   plan.Seed,
 		Logger: r.log(),
 	}
-	dr, err := Deploy(ctx, dev, size, cfg)
-	res.BytesWritten, res.SHA256, res.Mode = dr.BytesWritten, dr.SHA256, dr.Mode
+	// The image download is retried when the controller went away under
+	// it (restarted, connection reset, 502/503/504, stream cut short):
+	// the image token is reusable and nothing reaches the disk before the
+	// whole image is verified, so a new attempt starts clean.
+	var dr DeployResult
+	delay := retryBase
+	for attempt := 1; ; attempt++ {
+		dr, err = Deploy(ctx, dev, size, cfg)
+		if err == nil || !transientFetch(err) || attempt == imageAttempts || ctx.Err() != nil {
+			break
+		}
+		r.log().Warn("image download interrupted; fetching it again", "attempt", attempt, "err", err, "delay", delay.String())
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+		case <-t.C:
+		}
+		delay = min(delay*2, retryMax)
+	}
+	res.BytesWritten, res.SHA256, res.ReadBackSHA256, res.Mode = dr.BytesWritten, dr.SHA256, dr.ReadBackSHA256, dr.Mode
 	if err != nil {
 		return res, err
 	}

@@ -58,6 +58,9 @@ type WriteResult struct {
 	Mode         string // "memory" or "two-pass"
 	BytesWritten int64
 	SHA256       string
+	// ReadBackSHA256 is the digest of the written range read back from
+	// the disk (cfg.ReadBack), "" when no read-back ran.
+	ReadBackSHA256 string
 	// Verify is the time spent downloading and hashing before the first write.
 	Verify time.Duration
 	// Write is the time from the first write to the end of fsync.
@@ -198,13 +201,20 @@ func WriteImage(ctx context.Context, dev BlockDevice, diskSize int64, cfg WriteC
 		if _, err := io.Copy(h, io.NewSectionReader(dev, 0, cfg.SizeBytes)); err != nil {
 			return res, fmt.Errorf("write image: read back: %w", err)
 		}
-		if got := hex.EncodeToString(h.Sum(nil)); got != want {
+		got := hex.EncodeToString(h.Sum(nil))
+		res.ReadBackSHA256 = got
+		if got != want {
 			return res, fmt.Errorf("write image: %w: got %s", ErrReadBack, got)
 		}
 	}
 	log.Info("image written", "bytes", res.BytesWritten, "seconds", res.Write.Seconds(), "readBack", cfg.ReadBack)
 	return res, nil
 }
+
+// errStreamEnded marks an image stream that ended early: the controller
+// restarted mid-download as often as the image being short, so the
+// deploy fetches it again (a bounded number of times).
+var errStreamEnded = errors.New("stream ended early")
 
 // piece is one chunk of the image stream at byte offset off.
 type piece struct {
@@ -249,7 +259,7 @@ func pipeRead(ctx context.Context, r io.Reader, size int64, chunk int, mem []byt
 			}
 			if _, err := io.ReadFull(r, b); err != nil {
 				if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
-					err = fmt.Errorf("%w: image shorter than announced %d bytes", ErrImageSize, size)
+					err = fmt.Errorf("%w: %w: image shorter than announced %d bytes", ErrImageSize, errStreamEnded, size)
 				}
 				errc <- err
 				return

@@ -1,0 +1,118 @@
+package api_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/machina-metal/machina/api"
+	"github.com/machina-metal/machina/state"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// TestServeConnCapAndBodyTimeout: with a bounded load on loopback, one
+// source address holding MaxConnsPerIP slow-body connections gets its
+// next connection closed at accept (counted), while another address is
+// served; the slow bodies are cut after BodyTimeout, freeing the address.
+// Before the fix slow bodies held connections (and descriptors) forever
+// and no listener capped an address.
+func TestServeConnCapAndBodyTimeout(t *testing.T) {
+	st, err := state.Open(filepath.Join(t.TempDir(), "state.db"), state.Options{NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	reg := prometheus.NewRegistry()
+	a, err := api.New(api.Config{Store: st, Registry: reg, Logger: slog.New(slog.NewTextHandler(t.Output(), nil)),
+		MaxConnsPerIP: 4, BodyTimeout: 500 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.HandlePublic("POST /t/echo", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, err := io.ReadAll(r.Body); err != nil {
+			w.WriteHeader(http.StatusRequestTimeout)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	})); err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Serve(ctx, ln) }()
+	defer func() { cancel(); <-done }()
+	addr := ln.Addr().String()
+
+	dialFrom := func(src string) net.Conn {
+		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}, Timeout: 2 * time.Second}
+		c, err := d.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	slow := make([]net.Conn, 4)
+	for i := range slow {
+		slow[i] = dialFrom("127.0.0.1")
+		fmt.Fprintf(slow[i], "POST /t/echo HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n0123456789")
+	}
+	time.Sleep(100 * time.Millisecond) // the four are accepted and counted
+	extra := dialFrom("127.0.0.1")
+	_ = extra.SetReadDeadline(time.Now().Add(2 * time.Second))
+	if n, err := extra.Read(make([]byte, 1)); n != 0 || err == nil {
+		t.Errorf("fifth connection from a capped address: read %d, %v; want closed", n, err)
+	}
+	extra.Close()
+	other := dialFrom("127.0.0.2")
+	fmt.Fprintf(other, "POST /t/echo HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
+	_ = other.SetReadDeadline(time.Now().Add(2 * time.Second))
+	b, _ := io.ReadAll(other)
+	if !strings.HasPrefix(string(b), "HTTP/1.1 204") {
+		t.Errorf("another address while the first is capped: %q, want 204", b)
+	}
+	other.Close()
+	// The slow bodies are cut after BodyTimeout.
+	for i, c := range slow {
+		_ = c.SetReadDeadline(time.Now().Add(3 * time.Second))
+		b, err := io.ReadAll(c)
+		if err != nil {
+			t.Errorf("slow connection %d not closed by the server within 3s: %v", i, err)
+		}
+		if !strings.Contains(string(b), "408") {
+			t.Errorf("slow connection %d answered %q, want 408 from its handler", i, b)
+		}
+		c.Close()
+	}
+	time.Sleep(100 * time.Millisecond)
+	again := dialFrom("127.0.0.1")
+	fmt.Fprintf(again, "POST /t/echo HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
+	_ = again.SetReadDeadline(time.Now().Add(2 * time.Second))
+	if b, _ := io.ReadAll(again); !strings.HasPrefix(string(b), "HTTP/1.1 204") {
+		t.Errorf("the address after its slow bodies were cut: %q, want 204", b)
+	}
+	again.Close()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := -1.0
+	for _, mf := range mfs {
+		if mf.GetName() == "machina_api_conns_refused_total" {
+			got = mf.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	if got != 1 {
+		t.Errorf("machina_api_conns_refused_total = %v, want 1", got)
+	}
+}

@@ -1,0 +1,373 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	v1 "github.com/machina-metal/machina/api/v1"
+	"github.com/machina-metal/machina/lab/sim"
+	"github.com/machina-metal/machina/state"
+)
+
+// crashServers is the simulated fleet of the crash test: 100 servers, of
+// which sim's generated site keeps 3 per profile (9) deployed.
+const crashServers = 100
+
+// crashConverge bounds the time from the last kill to a converged fleet.
+const crashConverge = 4 * time.Minute
+
+// TestCrashConvergence builds machina with the test-only fault hook
+// (-tags machinafault), runs `machina serve` as its own process against
+// a simulated lab of 100 servers, and SIGKILLs it 20 times at random
+// moments while the servers commission and deploy, plus three deliberate
+// kills inside the machine path (a token use committed but not answered;
+// a plan made but not committed; a done checked but deploying→deployed not
+// committed), restarting it each time on the same state file, work folder
+// and inventory repository. The fleet must converge within crashConverge
+// of the last kill: every server ready or deployed, none failed, each
+// profile's count deployed, and no server deployed twice.
+//
+// Before the fix, a kill between a token's use and its answer stranded the
+// machine (its retry got 403) until the deploy deadline failed it.
+func TestCrashConvergence(t *testing.T) {
+	if testing.Short() {
+		t.Skip("quick mode (-short): the crash test builds machina and runs 100 simulated servers")
+	}
+	t0 := time.Now()
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "machina")
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		t.Fatalf("the crash test builds machina: go is not on PATH: %v", err)
+	}
+	build := exec.Command(goBin, "build", "-tags", "machinafault", "-o", bin, ".")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build -tags machinafault: %v\n%s", err, out)
+	}
+	t.Logf("built machina with the fault hook in %s", time.Since(t0).Round(time.Second))
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	lab, err := sim.Start(ctx, sim.Config{Dir: filepath.Join(dir, "lab"), Servers: crashServers, RedfishOnly: true,
+		BootDelay: 3 * time.Second, ImageBytes: 32 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lab.Close()
+
+	statePath := filepath.Join(dir, "state.db")
+	st, err := state.Open(statePath, state.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	user, pass := lab.Credentials()
+	for _, name := range []string{"bmc-redfish", "bmc-ipmi"} {
+		if _, err := st.PutSecret(name, state.Credential{Username: user, Password: pass}, state.ActorLocal); err != nil {
+			t.Fatal(err)
+		}
+	}
+	adminTok, _, err := st.CreateAdminToken("crash-test", state.ActorLocal)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+
+	port, joinPort := freePort(t), freePort(t)
+	base := fmt.Sprintf("http://127.0.0.1:%d", port)
+	lab.SetController(base)
+	client, err := v1.NewClient(base, adminTok)
+	if err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"serve", "--state", statePath, "--work-dir", filepath.Join(dir, "work"), "--repo", lab.RepoURL,
+		"--listen", fmt.Sprintf("127.0.0.1:%d", port), "--join-listen", fmt.Sprintf("127.0.0.1:%d", joinPort), "--public-url", base,
+		"--poll-interval", "1s", "--reconcile-interval", "1s", "--status-interval", "5s", "--bmc-watch-interval", "-1s",
+		"--machine-burst", "100000", "--machine-refill", "1ms", "--max-conns-per-ip", "100000", "--workers", "16", "--per-rack", "16",
+		"--machine-silent-after", "30s", "--max-renetboots", "5", "--log-format", "text"}
+
+	run := 0
+	start := func(fault string) (*exec.Cmd, chan struct{}) {
+		run++
+		logf, err := os.Create(filepath.Join(dir, fmt.Sprintf("run-%02d.log", run)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command(bin, args...)
+		cmd.Stdout, cmd.Stderr = logf, logf
+		// Killed with the test process too (a test that times out never
+		// runs its cleanups).
+		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+		cmd.Env = os.Environ()
+		if fault != "" {
+			cmd.Env = append(cmd.Env, "MACHINA_FAULT_KILL="+fault)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		exited := make(chan struct{})
+		go func() { _ = cmd.Wait(); logf.Close(); close(exited) }()
+		return cmd, exited
+	}
+	var cur *exec.Cmd
+	var curExited chan struct{}
+	t.Cleanup(func() {
+		if cur != nil && cur.ProcessState == nil {
+			_ = cur.Process.Signal(syscall.SIGKILL) // our own child, by PID
+			<-curExited
+		}
+	})
+	waitUp := func() {
+		deadline := time.Now().Add(time.Minute)
+		for time.Now().Before(deadline) {
+			c, cancel := context.WithTimeout(ctx, 2*time.Second)
+			_, err := client.ListServers(c, v1.ListServersOptions{Limit: 1})
+			cancel()
+			if err == nil {
+				return
+			}
+			select {
+			case <-curExited:
+				t.Fatalf("machina serve (run %d) exited before it answered; see %s", run, filepath.Join(dir, fmt.Sprintf("run-%02d.log", run)))
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+		t.Fatalf("machina serve (run %d) did not answer within a minute", run)
+	}
+	kill := func() {
+		_ = cur.Process.Signal(syscall.SIGKILL)
+		<-curExited
+	}
+
+	gitBin, err := exec.LookPath("git")
+	if err != nil {
+		t.Fatal("git not found: install the Debian package git")
+	}
+	// wave re-commissions every server (bumps actions.commission in
+	// servers.yaml, the GitOps way) when the fleet has settled, so that
+	// the kills keep landing on servers in motion.
+	waves := 0
+	wave := func() {
+		waves++
+		operatorCommit(t, gitBin, lab.Clone, fmt.Sprintf("recommission wave %d", waves), func(servers string) string {
+			if waves == 1 {
+				return strings.ReplaceAll(servers, "    bootMode: uefi\n", "    bootMode: uefi\n    actions: {commission: 1}\n")
+			}
+			return strings.ReplaceAll(servers, fmt.Sprintf("actions: {commission: %d}", waves-1), fmt.Sprintf("actions: {commission: %d}", waves))
+		})
+	}
+
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 23))
+	const randomKills = 24
+	deliberate := map[int]string{2: "after-use", 4: "plan-before-commit", 6: "done-before-commit", 9: "after-use"}
+	fired := map[string]int{}
+	kills, busyKills := 0, 0
+	for i := 1; i <= randomKills+len(deliberate) || busyKills < 20 && i <= 2*randomKills; i++ {
+		if point, ok := deliberate[i]; ok {
+			cur, curExited = start(fmt.Sprintf("%s:%d", point, 1+rng.IntN(3)))
+			// A settled fleet reaches no fault point: give it a wave.
+		up:
+			for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); {
+				select {
+				case <-curExited:
+					break up
+				case <-time.After(200 * time.Millisecond):
+				}
+				cctx, ccancel := context.WithTimeout(ctx, 2*time.Second)
+				_, err := client.ListServers(cctx, v1.ListServersOptions{Limit: 1})
+				ccancel()
+				if err == nil {
+					if !inMotion(ctx, client) {
+						wave()
+					}
+					break
+				}
+			}
+			select {
+			case <-curExited:
+				if ws, ok := cur.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL {
+					fired[point]++
+				}
+			case <-time.After(90 * time.Second):
+				kill() // the point was not reached in time: a plain kill
+			}
+			kills++
+			continue
+		}
+		cur, curExited = start("")
+		waitUp()
+		if !inMotion(ctx, client) {
+			// Settled: push a wave and let this run start it, so the kill
+			// lands on servers in motion.
+			wave()
+			for deadline := time.Now().Add(time.Minute); !inMotion(ctx, client) && time.Now().Before(deadline); {
+				time.Sleep(200 * time.Millisecond)
+			}
+		}
+		time.Sleep(time.Duration(300+rng.IntN(1700)) * time.Millisecond)
+		if inMotion(ctx, client) {
+			busyKills++
+		}
+		kill()
+		kills++
+		if i%4 == 0 {
+			cur, curExited = start("")
+			waitUp()
+			t.Logf("%s: %d kills; %s", time.Since(t0).Round(time.Second), kills, fleetSummary(ctx, client))
+			kill()
+			kills++
+		}
+	}
+	lastKill := time.Now()
+	t.Logf("%d kills (%d deliberate, fired: %v; %d random ones while servers were commissioning or deploying; %d re-commission waves) in %s",
+		kills, len(deliberate), fired, busyKills, waves, lastKill.Sub(t0).Round(time.Second))
+	if busyKills < 20 {
+		t.Errorf("only %d random kills landed while servers were commissioning or deploying, want at least 20", busyKills)
+	}
+	for _, p := range []string{"after-use", "plan-before-commit", "done-before-commit"} {
+		if fired[p] == 0 {
+			t.Errorf("the deliberate kill point %s never fired", p)
+		}
+	}
+
+	cur, curExited = start("")
+	waitUp()
+	var last string
+	for {
+		servers := listAll(t, ctx, client)
+		counts := map[string]int{}
+		deployed := map[string]int{}
+		var failed []string
+		for _, s := range servers {
+			counts[s.Lifecycle]++
+			if s.Lifecycle == "failed" {
+				failed = append(failed, s.Name+": "+s.LastError)
+			}
+			if s.Lifecycle == "deployed" && !s.FinishDeploy && s.Allocation != nil {
+				deployed[s.Allocation.Profile]++
+			}
+		}
+		if len(failed) > 0 {
+			t.Fatalf("failed servers after the kills: %s", strings.Join(failed, "; "))
+		}
+		last = fmt.Sprintf("%v, deployed per profile %v", counts, deployed)
+		if len(servers) == crashServers && counts["ready"]+counts["deployed"] == crashServers &&
+			deployed["hypervisor"] == 3 && deployed["storage"] == 3 && deployed["gpu"] == 3 {
+			break
+		}
+		if time.Since(lastKill) > crashConverge {
+			tail, _ := os.ReadFile(filepath.Join(dir, fmt.Sprintf("run-%02d.log", run)))
+			if len(tail) > 20000 {
+				tail = tail[len(tail)-20000:]
+			}
+			t.Fatalf("not converged within %s of the last kill: %s\nlast run's log (tail):\n%s", crashConverge, last, tail)
+		}
+		time.Sleep(time.Second)
+	}
+	t.Logf("converged %s after the last kill (%s in all): %s", time.Since(lastKill).Round(time.Second), time.Since(t0).Round(time.Second), last)
+
+	// No server deployed twice: one deploying→deployed move each.
+	moves := map[string]int{}
+	var after uint64
+	for {
+		page, err := client.Events(ctx, after, 1000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, ev := range page.Events {
+			if ev.Kind == string(state.EventTransition) && ev.To == "deployed" {
+				moves[ev.Server]++
+			}
+		}
+		if page.Next == 0 {
+			break
+		}
+		after = page.Next
+	}
+	for name, n := range moves {
+		if n > 1 {
+			t.Errorf("%s deployed %d times", name, n)
+		}
+	}
+	if len(moves) != 9 {
+		t.Errorf("%d servers deployed, want 9", len(moves))
+	}
+}
+
+// inMotion reports whether some server is on its way (new, commissioning,
+// allocated, deploying, or deployed with its boot override still to set).
+func inMotion(ctx context.Context, c *v1.Client) bool {
+	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	page, err := c.ListServers(cctx, v1.ListServersOptions{Limit: 1000})
+	if err != nil {
+		return false
+	}
+	for _, s := range page.Servers {
+		switch s.Lifecycle {
+		case "new", "commissioning", "allocated", "deploying":
+			return true
+		case "deployed":
+			if s.FinishDeploy {
+				return true
+			}
+		}
+	}
+	return len(page.Servers) < crashServers
+}
+
+// fleetSummary counts a live controller's servers per lifecycle ("down"
+// when it does not answer).
+func fleetSummary(ctx context.Context, c *v1.Client) string {
+	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	page, err := c.ListServers(cctx, v1.ListServersOptions{Limit: 1000})
+	if err != nil {
+		return "controller down"
+	}
+	counts := map[string]int{}
+	for _, s := range page.Servers {
+		counts[s.Lifecycle]++
+	}
+	return fmt.Sprint(counts)
+}
+
+func listAll(t *testing.T, ctx context.Context, c *v1.Client) []v1.Server {
+	t.Helper()
+	var out []v1.Server
+	after := ""
+	for {
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		page, err := c.ListServers(cctx, v1.ListServersOptions{After: after, Limit: 1000})
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, page.Servers...)
+		if page.Next == "" {
+			return out
+		}
+		after = page.Next
+	}
+}
+
+// freePort returns a loopback TCP port free now: the controller keeps it
+// across restarts, as a production controller keeps its address.
+func freePort(t *testing.T) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
