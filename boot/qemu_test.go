@@ -62,7 +62,9 @@ func newLabFiles(t *testing.T, lifecycle boot.Lifecycle, files dhcp.BootFiles) *
 // runs "the network's own" DHCP server, dnsmasq giving addresses only, in a
 // second namespace whose veth is a port of the bridge (10.67.0.2), as on a
 // site network whose DHCP is not Machina's.
-func newLabMode(t *testing.T, lifecycle boot.Lifecycle, files dhcp.BootFiles, mode dhcp.Mode) *lab {
+// extraTFTP, when given, are files the TFTP server serves from memory
+// (the arm64 GRUB image).
+func newLabMode(t *testing.T, lifecycle boot.Lifecycle, files dhcp.BootFiles, mode dhcp.Mode, extraTFTP ...map[string][]byte) *lab {
 	t.Helper()
 	netnstest.RequireCommand(t, "qemu-system-x86_64")
 	peertest.File(t, filepath.Join(ipxeDir, "snponly.efi"), "ipxe")
@@ -95,6 +97,7 @@ func newLabMode(t *testing.T, lifecycle boot.Lifecycle, files dhcp.BootFiles, mo
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/boot/ipxe", h)
+	mux.Handle(boot.GRUBScriptPath, h)
 	mux.Handle("/boot/bin/", h)
 	mux.Handle("/boot/iso/", h)
 	mux.HandleFunc("/boot/ramdisk/", func(w http.ResponseWriter, r *http.Request) {
@@ -122,7 +125,11 @@ func newLabMode(t *testing.T, lifecycle boot.Lifecycle, files dhcp.BootFiles, mo
 	if dcfg.Boot.HTTPx64 == "auto" {
 		dcfg.Boot.HTTPx64 = l.httpURL + "/boot/bin/snponly.efi"
 	}
-	l.tftp, err = tftp.New(tftp.Config{Root: ipxeDir, Addr: serverIP + ":69", ScriptURL: l.httpURL + ipxe.ScriptPath, Logger: logger})
+	tcfg := tftp.Config{Root: ipxeDir, Addr: serverIP + ":69", ScriptURL: l.httpURL + ipxe.ScriptPath, GRUBScriptURL: l.httpURL + boot.GRUBScriptPath, Logger: logger}
+	if len(extraTFTP) > 0 {
+		tcfg.Files = extraTFTP[0]
+	}
+	l.tftp, err = tftp.New(tcfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -176,9 +183,15 @@ var ansi = regexp.MustCompile(`\x1b\[[0-9;?]*[A-Za-z]|\x1b[()][A-Z0-9]|[\x00-\x0
 // console lines, cleaned of terminal escapes.
 func runVM(t *testing.T, l *lab, args ...string) (lines <-chan string, console func() string) {
 	t.Helper()
+	return runVMWith(t, l, "qemu-system-x86_64", args...)
+}
+
+// runVMWith is runVM with another qemu binary (qemu-system-aarch64).
+func runVMWith(t *testing.T, l *lab, qemu string, args ...string) (lines <-chan string, console func() string) {
+	t.Helper()
 	base := []string{"-accel", "tcg", "-m", "512", "-smp", "2", "-nodefaults", "-no-user-config", "-display", "none",
 		"-serial", "stdio", "-no-reboot", "-netdev", "tap,id=n0,ifname=tap0,script=no,downscript=no"}
-	cmd := netnstest.Command(l.ns, "qemu-system-x86_64", append(base, args...)...)
+	cmd := netnstest.Command(l.ns, qemu, append(base, args...)...)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)

@@ -37,17 +37,18 @@ if [ ! -f "$ROOT/.done" ]; then
 fi
 CFG=$OUT/grub-embedded.cfg
 # The firmware's PXE left the DHCP answer to efinet, so (tftp) is the server
-# GRUB came from. Retry until the controller answers (it may be starting).
+# GRUB came from. The embedded configuration has no loops (GRUB's embedded
+# config parser knows no `while`): when the controller does not answer, the
+# machine reboots and the firmware's PXE tries again.
 cat > "$CFG" <<'CFGEOF'
 set timeout=0
 echo "Machina: GRUB network boot"
-while true; do
-	source (tftp)/machina-grub.cfg
-	echo "Machina: machina-grub.cfg or the machine's script not available, retrying in 5 s"
-	sleep 5
-done
+source (tftp)/machina-grub.cfg
+echo "Machina: machina-grub.cfg or this machine's script not available; rebooting in 5 s to retry"
+sleep 5
+reboot
 CFGEOF
-MODULES="efinet net tftp http linux echo sleep test true configfile normal efi_gop all_video gzio part_gpt fat"
+MODULES="efinet net tftp http linux echo sleep test true configfile normal reboot efi_gop all_video gzio part_gpt fat"
 # shellcheck disable=SC2086
 grub-mkimage -O arm64-efi -d "$ROOT/usr/lib/grub/arm64-efi" -p "(tftp)/" -c "$CFG" -o "$OUT/grubnetaa64.efi.tmp" $MODULES
 mv "$OUT/grubnetaa64.efi.tmp" "$OUT/grubnetaa64.efi"

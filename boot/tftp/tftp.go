@@ -481,7 +481,17 @@ func (s *Server) open(req request, log *slog.Logger) (t *transfer, code uint16, 
 	var data []byte
 	var src io.ReaderAt
 	var size int64
-	clean, err := CleanPath(req.filename)
+	name := req.filename
+	// GRUB names every file from the root of its device, with a leading
+	// "/" ((tftp)/machina-grub.cfg is requested as "/machina-grub.cfg",
+	// seen with Debian's grubnetaa64 2.06): a generated file is found with
+	// or without it. Files of Root still need a relative name.
+	if strings.HasPrefix(name, "/") {
+		if _, ok := s.generated[name[1:]]; ok {
+			name = name[1:]
+		}
+	}
+	clean, err := CleanPath(name)
 	gen, generated := s.generated[clean]
 	switch {
 	case err != nil:

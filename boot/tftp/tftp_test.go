@@ -326,6 +326,14 @@ func TestGeneratedGRUBConfigAndFiles(t *testing.T) {
 	if !bytes.Equal(got, img) || size != int64(len(img)) {
 		t.Fatalf("%s: %d bytes (tsize %d), want %d identical", boot.GRUBImageARM64, len(got), size, len(img))
 	}
+	// GRUB asks for "/machina-grub.cfg"; a root file with a leading "/"
+	// is still refused.
+	if got, _, err := fetch(t, client(t, f.addr, 0, false), "/"+boot.GRUBConfigName); err != nil || !strings.Contains(string(got), "source ") {
+		t.Fatalf("/%s = %q, %v; want the generated config", boot.GRUBConfigName, got, err)
+	}
+	if _, _, err := fetch(t, client(t, f.addr, 0, false), "/undionly.kpxe"); err == nil {
+		t.Fatal("/undionly.kpxe (absolute) was served")
+	}
 	if _, _, err := fetch(t, client(t, f.addr, 0, false), boot.GRUBConfigName+"x"); err == nil {
 		t.Fatal("a name that is not generated or in the root was served")
 	}
