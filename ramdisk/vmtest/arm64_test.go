@@ -127,6 +127,15 @@ func TestARM64NetbootCommissionInQemu(t *testing.T) {
 	if err := os.WriteFile(varsCopy, b, 0o644); err != nil {
 		t.Fatal(err)
 	}
+	// A blank disk: the commissioning disk test fails without one, and
+	// AAVMF finds nothing to boot on it and falls through to PXE.
+	disk := filepath.Join(t.TempDir(), "disk.raw")
+	if f, err := os.Create(disk); err != nil {
+		t.Fatal(err)
+	} else {
+		f.Truncate(1 << 30)
+		f.Close()
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
 	defer cancel()
 	args := []string{
@@ -137,6 +146,8 @@ func TestARM64NetbootCommissionInQemu(t *testing.T) {
 		"-netdev", fmt.Sprintf("user,id=n0,restrict=on,tftp=%s,bootfile=%s,guestfwd=tcp:10.0.2.100:8080-cmd:socat - TCP:127.0.0.1:%d", tftp, boot.GRUBImageARM64, port),
 		"-device", "virtio-net-pci,netdev=n0,mac=" + mac + ",romfile=",
 		"-device", "virtio-rng-pci",
+		"-drive", "file=" + disk + ",format=raw,if=none,id=d0,cache=unsafe",
+		"-device", "virtio-blk-pci,drive=d0,serial=machina-arm0",
 	}
 	cmd := exec.CommandContext(ctx, "qemu-system-aarch64", args...)
 	var out bytes.Buffer
