@@ -15,6 +15,7 @@ import (
 	"time"
 
 	v1 "github.com/machina-metal/machina/api/v1"
+	"github.com/machina-metal/machina/internal/connlimit"
 	"github.com/machina-metal/machina/state"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -234,7 +235,7 @@ func (s *Server) serve(ctx context.Context, ln net.Listener, h http.Handler) err
 	if bodyTimeout <= 0 {
 		bodyTimeout = 30 * time.Second
 	}
-	ln = limitPerIP(ln, maxConns, &s.connsRefused)
+	ln = connlimit.PerIP(ln, maxConns, &s.connsRefused)
 	hs := &http.Server{
 		// A body is read within BodyTimeout (a slow body no longer holds a
 		// connection and its descriptor indefinitely). Not ReadTimeout:

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	v1 "github.com/machina-metal/machina/api/v1"
+	"github.com/machina-metal/machina/internal/connlimit"
 	"github.com/machina-metal/machina/join/spec"
 	"github.com/machina-metal/machina/state"
 )
@@ -193,7 +194,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	}
 	// One address holds at most maxConnsPerIP connections (TLS
 	// handshakes included): further ones are closed at accept.
-	ln = limitPerIP(ln, maxConnsPerIP, nil)
+	ln = connlimit.PerIP(ln, maxConnsPerIP, nil)
 	errc := make(chan error, 1)
 	go func() { errc <- hs.ServeTLS(ln, "", "") }()
 	select {
