@@ -1161,18 +1161,15 @@ func (l *lab) hostLostAndBack(ctx context.Context, server string) error {
 	if m == nil || m.vm == nil {
 		return fmt.Errorf("vm lab: liveness: no VM for %s", server)
 	}
-	c, err := m.vm.QMP(ctx)
-	if err != nil {
-		return fmt.Errorf("vm lab: liveness: QMP %s: %w", server, err)
-	}
-	defer c.Close()
-	if err := c.Stop(ctx); err != nil {
+	// Through vmpower's control socket: the monitor socket (VM.QMP) is
+	// held by the lab's reset follower, and a QMP socket serves one client.
+	if err := m.vm.Pause(ctx); err != nil {
 		return fmt.Errorf("vm lab: liveness: QMP stop %s: %w", server, err)
 	}
 	resumed := false
 	defer func() {
 		if !resumed {
-			_ = c.Cont(context.WithoutCancel(ctx))
+			_ = m.vm.Resume(context.WithoutCancel(ctx))
 		}
 	}()
 	lost := func(want bool) (string, error) {
@@ -1216,7 +1213,7 @@ func (l *lab) hostLostAndBack(ctx context.Context, server string) error {
 	if err := wait(server+" HostLost, powered on", true, 2*time.Minute); err != nil {
 		return err
 	}
-	if err := c.Cont(ctx); err != nil {
+	if err := m.vm.Resume(ctx); err != nil {
 		return fmt.Errorf("vm lab: liveness: QMP cont %s: %w", server, err)
 	}
 	resumed = true

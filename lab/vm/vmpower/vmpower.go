@@ -485,6 +485,20 @@ func (v *VM) QMP(ctx context.Context) (*qmp.Client, error) {
 	return qmp.Dial(ctx, v.path(MonitorSocket))
 }
 
+// Pause stops the guest's vCPUs (QMP stop): the machine hangs with its
+// power on, as a host whose kernel or agent froze. Through the control
+// socket, one short connection: the caller's monitor socket ([VM.QMP])
+// may be held by a long-lived client (the VM lab's reset follower), and a
+// QMP socket serves one client at a time.
+func (v *VM) Pause(ctx context.Context) error {
+	return v.withQMP(ctx, func(c *qmp.Client) error { return c.Stop(ctx) })
+}
+
+// Resume restarts the vCPUs after [VM.Pause] (QMP cont).
+func (v *VM) Resume(ctx context.Context) error {
+	return v.withQMP(ctx, func(c *qmp.Client) error { return c.Cont(ctx) })
+}
+
 func (v *VM) withQMP(ctx context.Context, f func(*qmp.Client) error) error {
 	if v.Pid() == 0 {
 		return ErrPoweredOff
