@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"github.com/machina-metal/machina/internal/peertest"
 	"math/rand/v2"
 	"net"
 	"os"
@@ -39,9 +40,7 @@ const crashConverge = 4 * time.Minute
 // Before the fix, a kill between a token's use and its answer stranded the
 // machine (its retry got 403) until the deploy deadline failed it.
 func TestCrashConvergence(t *testing.T) {
-	if testing.Short() {
-		t.Skip("quick mode (-short): the crash test builds machina and runs 100 simulated servers")
-	}
+	peertest.Slow(t, "the crash test builds machina and runs 100 simulated servers")
 	t0 := time.Now()
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "machina")
