@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"github.com/machina-metal/machina/internal/peertest"
 	"math/rand/v2"
 	"net"
 	"os"
@@ -15,6 +14,7 @@ import (
 	"time"
 
 	v1 "github.com/machina-metal/machina/api/v1"
+	"github.com/machina-metal/machina/internal/peertest"
 	"github.com/machina-metal/machina/lab/sim"
 	"github.com/machina-metal/machina/state"
 )
