@@ -252,12 +252,13 @@ func renderServer(s ServerStatus, maxEvents int) []byte {
 	w.str(0, "health", s.Health)
 	w.str(0, "profile", s.Profile)
 	w.str(0, "allocation", s.Allocation)
-	if hw := s.Hardware; hw.Vendor != "" || hw.Model != "" || hw.Cores != 0 || hw.MemoryGiB != 0 || len(hw.Disks) > 0 || len(hw.NICs) > 0 {
+	if hw := s.Hardware; hw.Vendor != "" || hw.Model != "" || hw.Arch != "" || hw.Cores != 0 || hw.MemoryGiB != 0 || len(hw.Disks) > 0 || len(hw.NICs) > 0 {
 		w.key(0, "hardware")
 		w.text(1, "vendor", hw.Vendor)
 		w.text(1, "model", hw.Model)
 		w.text(1, "serial", hw.Serial)
 		w.text(1, "cpuModel", hw.CPUModel)
+		w.text(1, "arch", hw.Arch)
 		w.int(1, "cores", int64(hw.Cores), false)
 		w.int(1, "memoryGiB", hw.MemoryGiB, false)
 		if len(hw.Disks) > 0 {

@@ -94,7 +94,7 @@ func (b *StatusBuilder) Build(inv InventoryStatus, images []ImageStatus, plan Re
 			ss.Profile, ss.Allocation = s.Allocation.Profile, s.Allocation.Reason
 		}
 		if hw := s.Hardware; hw != nil {
-			ss.Hardware = Hardware{Vendor: hw.Vendor, Model: hw.Product, Serial: hw.Serial, Cores: hw.Cores, MemoryGiB: hw.MemoryBytes >> 30, Labels: hw.Labels()}
+			ss.Hardware = Hardware{Vendor: hw.Vendor, Model: hw.Product, Serial: hw.Serial, Arch: hw.Arch, Cores: hw.Cores, MemoryGiB: hw.MemoryBytes >> 30, Labels: hw.Labels()}
 			for _, d := range hw.Disks {
 				ss.Hardware.Disks = append(ss.Hardware.Disks, Disk{Name: d.Name, Model: d.Model, Serial: d.Serial, SizeGiB: d.SizeBytes >> 30})
 			}
