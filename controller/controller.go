@@ -92,6 +92,9 @@ type Config struct {
 	// NodeBinary is the machina-node executable the install script fetches;
 	// "" serves none (bundle installs only).
 	NodeBinary string
+	// NodeBinaryARM64 is the arm64 machina-node the install script fetches
+	// on arm64 hosts (join.Config.NodeBinaryARM64); "" serves none.
+	NodeBinaryARM64 string
 	// JoinTokenTTL bounds a deploy's enrolment token; zero means 24 hours
 	// (a deploy plus an OS first boot; the token is single-use).
 	JoinTokenTTL time.Duration
@@ -419,7 +422,7 @@ func Run(ctx context.Context, cfg Config) error {
 			return leases.LeasedIP(s.BootMAC)
 		}
 	}
-	joinSrv, err := join.New(join.Config{Store: st, CA: ca, URL: joinURL, NodeBinary: cfg.NodeBinary, Heartbeat: cfg.Heartbeat, LeasedIP: joinLeases, Logger: log.With("component", "join")})
+	joinSrv, err := join.New(join.Config{Store: st, CA: ca, URL: joinURL, NodeBinary: cfg.NodeBinary, NodeBinaryARM64: cfg.NodeBinaryARM64, Heartbeat: cfg.Heartbeat, LeasedIP: joinLeases, Logger: log.With("component", "join")})
 	if err != nil {
 		return fmt.Errorf("controller: %w", err)
 	}

@@ -114,6 +114,11 @@ type Config struct {
 	// TimeScale multiplies every step's deadline, for a machine shared
 	// with other work (TCG slows down with the load); zero means 1.
 	TimeScale float64
+	// ARM64 runs the arm64 lab (issue 28, RunARM64) instead of the four
+	// amd64 VMs: one arm64 UEFI VM (qemu-system-aarch64 virt, TCG, AAVMF)
+	// behind a bmcsim Redfish BMC, network-booted through GRUB's arm64
+	// image from the controller's DHCP and TFTP. Stage is ignored.
+	ARM64 bool
 }
 
 // Step is one asserted step of a run and how long it took.
@@ -176,6 +181,7 @@ func Run(ctx context.Context, cfg Config) (steps []Step, err error) {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	l := &lab{cfg: cfg, log: cfg.Logger, start: time.Now()}
+	l.ms = l.machines()
 	if err := l.prereqs(); err != nil {
 		return nil, err
 	}
@@ -195,7 +201,11 @@ func Run(ctx context.Context, cfg Config) (steps []Step, err error) {
 			_ = os.RemoveAll(l.dir)
 		}
 	}()
-	err = l.run(ctx)
+	if cfg.ARM64 {
+		err = l.runARM64(ctx)
+	} else {
+		err = l.run(ctx)
+	}
 	return l.steps, err
 }
 
@@ -210,16 +220,26 @@ func (l *lab) scale(d time.Duration) time.Duration {
 func (l *lab) bin(name string) string { return filepath.Join(l.cfg.Root, "bin", name) }
 
 func (l *lab) prereqs() error {
-	for _, b := range []string{"qemu-system-x86_64", "ipmi_sim", "ip", "ssh", "ssh-keygen"} {
+	cmds := []string{"qemu-system-x86_64", "ipmi_sim", "ip", "ssh", "ssh-keygen"}
+	files := []string{l.bin("machina"), l.bin("machinactl"), l.bin("machina-node"), l.bin("lab-chassis-control"),
+		filepath.Join(l.cfg.Root, "out", "ramdisk", "vmlinuz"), filepath.Join(l.cfg.Root, "out", "ramdisk", "initrd.cpio.gz"),
+		"/usr/lib/ipxe/undionly.kpxe", "/usr/lib/ipxe/snponly.efi"}
+	hint := "run make build ramdisk; apt-get install ipxe ovmf"
+	if l.cfg.ARM64 {
+		cmds = []string{"qemu-system-aarch64", "ip"}
+		files = []string{l.bin("machina"), l.bin("machinactl"), l.bin("machina-node"),
+			filepath.Join(l.cfg.Root, "out", "ramdisk", "arm64", "vmlinuz"), filepath.Join(l.cfg.Root, "out", "ramdisk", "arm64", "initrd.cpio.gz"),
+			l.grubImage(), "/usr/share/AAVMF/AAVMF_CODE.fd", "/usr/share/AAVMF/AAVMF_VARS.fd", "/usr/lib/ipxe/undionly.kpxe", "/usr/lib/ipxe/snponly.efi"}
+		hint = "run make lab-arm64 (build, ramdisk ARCH=arm64, scripts/build-grub-arm64.sh); apt-get install qemu-system-arm qemu-efi-aarch64 ipxe"
+	}
+	for _, b := range cmds {
 		if _, err := exec.LookPath(b); err != nil {
 			return fmt.Errorf("%w: %s not in PATH", ErrPrereq, b)
 		}
 	}
-	for _, f := range []string{l.bin("machina"), l.bin("machinactl"), l.bin("machina-node"), l.bin("lab-chassis-control"),
-		filepath.Join(l.cfg.Root, "out", "ramdisk", "vmlinuz"), filepath.Join(l.cfg.Root, "out", "ramdisk", "initrd.cpio.gz"),
-		"/usr/lib/ipxe/undionly.kpxe", "/usr/lib/ipxe/snponly.efi"} {
+	for _, f := range files {
 		if _, err := os.Stat(f); err != nil {
-			return fmt.Errorf("%w: %s (run make build ramdisk; apt-get install ipxe ovmf)", ErrPrereq, f)
+			return fmt.Errorf("%w: %s (%s)", ErrPrereq, f, hint)
 		}
 	}
 	if os.Geteuid() != 0 {
@@ -425,7 +445,7 @@ func randHex(n int) string {
 
 func (l *lab) setup(ctx context.Context, img, sum string) error {
 	var err error
-	l.ns, err = netns.Create(ctx, netns.Config{Prefix: "m14", Bridge: "br0", Taps: 4, Logger: l.log,
+	l.ns, err = netns.Create(ctx, netns.Config{Prefix: "m14", Bridge: "br0", Taps: len(l.ms), Logger: l.log,
 		BridgeAddrs: []netip.Prefix{netip.MustParsePrefix(BridgeAddr + "/24"), netip.MustParsePrefix("fd99::1/64")}})
 	if err != nil {
 		return fmt.Errorf("vm lab: %w", err)
@@ -440,13 +460,7 @@ func (l *lab) setup(ctx context.Context, img, sum string) error {
 	}
 	l.log.Info("os image mirror", "url", mirror, "sha256", sum)
 
-	// Machines and BMCs.
-	l.ms = []*machine{
-		{name: "vm-bios", zone: "lab", mac: "52:54:00:14:00:01", fw: vmpower.BIOS, driver: "redfish", tree: "dell-poweredge-r750-idrac9", vmedia: true},
-		{name: "vm-uefi", zone: "lab", mac: "52:54:00:14:00:02", fw: vmpower.UEFI, driver: "redfish", tree: "dmtf-public-rackmount1"},
-		{name: "vm-ipmi", zone: "lab", mac: "52:54:00:14:00:03", fw: vmpower.BIOS, driver: "ipmi"},
-		{name: "vm-uefi-media", zone: "lab", mac: "52:54:00:14:00:04", fw: vmpower.UEFI, driver: "redfish", tree: "dell-poweredge-r750-idrac9", vmedia: true},
-	}
+	// BMCs for the machines (l.machines).
 	fixtures, err := bmcsim.FixturesDir()
 	if err != nil {
 		fixtures = filepath.Join(l.cfg.Root, "testdata", "fixtures")
@@ -464,7 +478,7 @@ func (l *lab) setup(ctx context.Context, img, sum string) error {
 		if err := os.Truncate(disk, 4<<30); err != nil {
 			return err
 		}
-		m.vm, err = vmpower.New(vmpower.Config{Name: m.name, Dir: dir, Firmware: m.fw, MemoryMiB: 1536, CPUs: 1,
+		m.vm, err = vmpower.New(vmpower.Config{Name: m.name, Dir: dir, Firmware: m.fw, MemoryMiB: 1536, CPUs: m.cpus(),
 			UUID: fmt.Sprintf("6a1f0e3c-1414-4222-8333-%012d", i+1), Disk: disk, Netns: l.ns.Name,
 			NICs: []vmpower.NIC{{Tap: l.ns.Taps[i], MAC: m.mac}}, Logger: l.log.With("vm", m.name)})
 		if err != nil {
@@ -579,13 +593,20 @@ func (l *lab) setup(ctx context.Context, img, sum string) error {
 	if out, err := exec.CommandContext(ctx, "sh", filepath.Join(l.cfg.Root, "scripts", "metal", "build-ipxe-iso.sh"), base, isoDir).CombinedOutput(); err != nil {
 		return fmt.Errorf("vm lab: build iPXE ISOs: %w: %s", err, out)
 	}
-	return l.startServe(ctx, append([]string{"--state", state, "--work-dir", filepath.Join(l.dir, "work"), "--iso-dir", isoDir,
-		"--repo", "file://" + l.bare, "--poll-interval", "2s",
+	var extra []string
+	if l.cfg.ARM64 {
+		// DHCP arch 11 gets grubnetaa64.efi by TFTP, which sources the
+		// generated machina-grub.cfg (docs/arm64.md).
+		extra = append(extra, "--grub-arm64", l.grubImage())
+	}
+	args := append(extra, "--state", state, "--work-dir", filepath.Join(l.dir, "work"), "--iso-dir", isoDir,
+		"--repo", "file://"+l.bare, "--poll-interval", "2s",
 		"--listen", fmt.Sprintf("%s:%d", BridgeAddr, APIPort), "--public-url", base,
 		"--join-listen", fmt.Sprintf("%s:%d", BridgeAddr, JoinPort), "--join-url", fmt.Sprintf("https://%s:%d", BridgeAddr, JoinPort),
 		"--node-binary", l.bin("machina-node"), "--heartbeat", "5s",
 		"--dhcp-interface", l.ns.Bridge, "--dhcp-subnet", Subnet, "--dhcp-pool", Pool, "--tftp-root", tftp,
-		"--ramdisk-dir", filepath.Join(l.cfg.Root, "out", "ramdisk")}, adminArgs...), "controller.log")
+		"--ramdisk-dir", filepath.Join(l.cfg.Root, "out", "ramdisk"))
+	return l.startServe(ctx, append(args, adminArgs...), "controller.log")
 }
 
 // serveHTTP serves h on an ephemeral port of the bridge address inside the
@@ -866,7 +887,7 @@ func (l *lab) writeRepo(mirror string) error {
 	sb.WriteString("# The VM lab: qemu VMs on the lab bridge.\nservers:\n")
 	for _, m := range l.ms {
 		mode, cred := "bios", "bmc-redfish"
-		if m.fw == vmpower.UEFI {
+		if m.fw == vmpower.UEFI || m.fw == vmpower.UEFIARM64 {
 			mode = "uefi"
 		}
 		if m.driver == "ipmi" {
