@@ -24,6 +24,51 @@ const ARM64Budget = 12 * time.Minute
 // states no arch, so what the plan knows of it comes from commissioning.
 const ARM64Machine = "vm-arm64"
 
+// The arm64 lab's profile and image: the minimal arm64 OS
+// (lab/vm/osimage/build-arm64.sh, make os-image-arm64), arch arm64 in
+// images.yaml.
+const (
+	ARM64Profile = "lab-arm64"
+	ARM64Image   = "lab-os-arm64"
+)
+
+// armImageDir holds the arm64 OS image and its SHA256SUMS.
+func (l *lab) armImageDir() string {
+	return filepath.Join(l.cfg.Root, "out", "os-image-arm64")
+}
+
+// armImageYAML is the arm64 image's images.yaml entry ("" outside the
+// arm64 lab).
+func (l *lab) armImageYAML() string {
+	if !l.cfg.ARM64 {
+		return ""
+	}
+	return fmt.Sprintf("  - name: %s\n    arch: arm64\n    url: %s/%s\n    checksumURL: %s/%s\n", ARM64Image, l.armMirror, osimage.ImageFile, l.armMirror, osimage.SumsFile)
+}
+
+// armProfileYAML is the arm64 profile's profiles.yaml entry, count 0
+// (the lab pins it), with the lab profile's keys and join ("" outside the
+// arm64 lab).
+func (l *lab) armProfileYAML() string {
+	if !l.cfg.ARM64 {
+		return ""
+	}
+	return `  - name: ` + ARM64Profile + `
+    image: ` + ARM64Image + `
+    deploy: image
+    sshKeys:
+      - "` + l.sshPub + `"
+    zone: lab
+    min: {cores: 1, memoryGiB: 1, diskGiB: 2}
+    count: 0
+    join:
+      site: vmlab
+      tags: [vm, arm64]
+      networks:
+        - {name: lab, bridge: br-lab, nic: ` + GuestNIC + `, cidr: ` + Subnet + `}
+`
+}
+
 // machines returns the lab's VMs for l.cfg: the four amd64 VMs, or the
 // arm64 lab's one.
 func (l *lab) machines() []*machine {
@@ -108,7 +153,90 @@ func (l *lab) runARM64(ctx context.Context) error {
 		return err
 	}
 	l.step("deploy refused: "+ProfileName+" (image "+ImageName+", amd64) pinned onto "+ARM64Machine+": ArchMismatch/ImageArchitecture in the plan and the status commit; never allocated, powered on or written", t0)
-	return nil
+
+	t0 = time.Now()
+	if err := l.push(ctx, "pin profile "+ARM64Profile+" (arm64 image) onto "+ARM64Machine, func() error {
+		return replaceFile(filepath.Join(l.clone, "servers.yaml"), "    profile: "+ProfileName+"\n", "    profile: "+ARM64Profile+"\n")
+	}); err != nil {
+		return err
+	}
+	if err := l.waitServers(ctx, ARM64Machine+" deployed with "+ARM64Image, l.scale(10*time.Minute), func(ss []v1.Server) error {
+		for _, s := range ss {
+			if s.Name != ARM64Machine {
+				continue
+			}
+			if s.Lifecycle == "failed" {
+				return fmt.Errorf("%s failed: %s", s.Name, s.LastError)
+			}
+			if s.Lifecycle != "deployed" {
+				return fmt.Errorf("%s is %s", s.Name, s.Lifecycle)
+			}
+			return nil
+		}
+		return fmt.Errorf("no server %s", ARM64Machine)
+	}); err != nil {
+		return err
+	}
+	if err := l.waitStatus(ctx, "status/servers/"+ARM64Machine+".yaml", "lifecycle: deployed"); err != nil {
+		return err
+	}
+	l.step("deploy: "+ARM64Profile+" pinned onto "+ARM64Machine+": the arm64 ramdisk wrote "+ARM64Image+" (arch arm64), verified it and added the NoCloud seed; deployed", t0)
+
+	t0 = time.Now()
+	if err := l.waitHosts(ctx, []string{ARM64Machine}, l.scale(8*time.Minute)); err != nil {
+		return err
+	}
+	// The join answers before install.sh has installed and started the
+	// node agent's unit: wait for the first boot to finish on the console,
+	// then for the agent's heartbeats (they carry its version).
+	serial := filepath.Join(m.vm.Config().Dir, vmpower.SerialLog)
+	deadline := time.Now().Add(l.scale(3 * time.Minute))
+	for _, want := range []string{"Machina lab arm64 OS: booting from disk", "NoCloud seed on /dev/vda", "machina-install: joined", "FIRST BOOT DONE", "starting machina-node.service"} {
+		for {
+			b, err := os.ReadFile(serial)
+			if err != nil {
+				return err
+			}
+			if strings.Contains(string(b), want) {
+				break
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("vm lab: %s joined, but its serial log (%s) lacks %q", ARM64Machine, serial, want)
+			}
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(time.Second):
+			}
+		}
+	}
+	for {
+		hc, cancel := context.WithTimeout(ctx, 20*time.Second)
+		hs, err := l.api.Hosts(hc)
+		cancel()
+		var last string
+		if err != nil {
+			last = err.Error()
+		}
+		for _, h := range hs.Items {
+			if h.Server == ARM64Machine {
+				if h.Online && h.AgentVersion != "" {
+					l.log.Info("arm64 host heartbeating", "host", h.Name, "agent", h.AgentVersion, "networks", h.Networks)
+					l.step("first boot: "+ARM64Machine+" booted "+ARM64Image+" from its disk (AAVMF → GRUB → arm64 kernel), ran the seed's join command (curl, openssl, install.sh, the arm64 machina-node), joined with bridge network; the node agent's unit heartbeats", t0)
+					return nil
+				}
+				last = fmt.Sprintf("online=%v agent=%q", h.Online, h.AgentVersion)
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("vm lab: %s: no heartbeat from its node agent: %s", ARM64Machine, last)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(2 * time.Second):
+		}
+	}
 }
 
 // grubBooted checks that m's commissioning boot came through GRUB: the

@@ -169,6 +169,8 @@ type lab struct {
 	// sshKeyPath and sshPub: the lab's key, in the profile's sshKeys, for
 	// the join-token check on deployed hosts (tokencheck.go).
 	sshKeyPath, sshPub string
+	// armMirror serves the arm64 OS image (Config.ARM64; "" otherwise).
+	armMirror string
 }
 
 // Run runs the VM lab up to cfg.Stage and returns the timed steps. It needs
@@ -229,8 +231,8 @@ func (l *lab) prereqs() error {
 		cmds = []string{"qemu-system-aarch64", "ip"}
 		files = []string{l.bin("machina"), l.bin("machinactl"), l.bin("machina-node"),
 			filepath.Join(l.cfg.Root, "out", "ramdisk", "arm64", "vmlinuz"), filepath.Join(l.cfg.Root, "out", "ramdisk", "arm64", "initrd.cpio.gz"),
-			l.grubImage(), "/usr/share/AAVMF/AAVMF_CODE.fd", "/usr/share/AAVMF/AAVMF_VARS.fd", "/usr/lib/ipxe/undionly.kpxe", "/usr/lib/ipxe/snponly.efi"}
-		hint = "run make lab-arm64 (build, ramdisk ARCH=arm64, scripts/build-grub-arm64.sh); apt-get install qemu-system-arm qemu-efi-aarch64 ipxe"
+			l.grubImage(), l.bin("arm64/machina-node"), filepath.Join(l.armImageDir(), osimage.SumsFile), "/usr/share/AAVMF/AAVMF_CODE.fd", "/usr/share/AAVMF/AAVMF_VARS.fd", "/usr/lib/ipxe/undionly.kpxe", "/usr/lib/ipxe/snponly.efi"}
+		hint = "run make lab-arm64 (build, bin/arm64/machina-node, ramdisk ARCH=arm64, scripts/build-grub-arm64.sh, os-image-arm64); apt-get install qemu-system-arm qemu-efi-aarch64 ipxe"
 	}
 	for _, b := range cmds {
 		if _, err := exec.LookPath(b); err != nil {
@@ -459,6 +461,12 @@ func (l *lab) setup(ctx context.Context, img, sum string) error {
 		return err
 	}
 	l.log.Info("os image mirror", "url", mirror, "sha256", sum)
+	if l.cfg.ARM64 {
+		if l.armMirror, err = l.serveHTTP(http.FileServer(http.Dir(l.armImageDir()))); err != nil {
+			return err
+		}
+		l.log.Info("arm64 os image mirror", "url", l.armMirror)
+	}
 
 	// BMCs for the machines (l.machines).
 	fixtures, err := bmcsim.FixturesDir()
@@ -597,7 +605,7 @@ func (l *lab) setup(ctx context.Context, img, sum string) error {
 	if l.cfg.ARM64 {
 		// DHCP arch 11 gets grubnetaa64.efi by TFTP, which sources the
 		// generated machina-grub.cfg (docs/arm64.md).
-		extra = append(extra, "--grub-arm64", l.grubImage())
+		extra = append(extra, "--grub-arm64", l.grubImage(), "--node-binary-arm64", l.bin("arm64/machina-node"))
 	}
 	args := append(extra, "--state", state, "--work-dir", filepath.Join(l.dir, "work"), "--iso-dir", isoDir,
 		"--repo", "file://"+l.bare, "--poll-interval", "2s",
@@ -914,9 +922,10 @@ func (l *lab) writeRepo(mirror string) error {
       networks:
         - {name: lab, bridge: br-lab, nic: ` + GuestNIC + `, cidr: ` + Subnet + `}
 `,
-		"images.yaml": fmt.Sprintf("images:\n  - name: %s\n    url: %s/%s\n    checksumURL: %s/%s\n", ImageName, mirror, osimage.ImageFile, mirror, osimage.SumsFile),
+		"images.yaml": fmt.Sprintf("images:\n  - name: %s\n    url: %s/%s\n    checksumURL: %s/%s\n", ImageName, mirror, osimage.ImageFile, mirror, osimage.SumsFile) + l.armImageYAML(),
 		"README.md":   "# VM lab inventory\n",
 	}
+	files["profiles.yaml"] += l.armProfileYAML()
 	for name, body := range files {
 		if err := os.WriteFile(filepath.Join(l.clone, name), []byte(body), 0o644); err != nil {
 			return err
