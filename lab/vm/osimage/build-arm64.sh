@@ -17,8 +17,9 @@
 #   (grub-efi-arm64-bin packed by grub-mkimage with an embedded configuration) which loads
 #   /vmlinuz and /initrd.img with console=ttyAMA0.
 # The image is 96 MiB; the 4 GiB lab disk leaves room for the seed partition the ramdisk adds.
-# Reproducible from the same packages, source and Go (fixed mtimes, sorted cpio, gzip -n, FAT
-# volume id fixed).
+# The initrd is reproducible from the same packages, source and Go (fixed mtimes, sorted cpio,
+# gzip -n); the disk image nearly: mtools 4.0.32 stamps the two folders mmd makes (EFI, EFI/BOOT)
+# with the build time (2 bytes differ between two builds).
 set -eu
 cd "$(dirname "$0")/../../.."
 REPO=$(pwd)
@@ -34,6 +35,7 @@ for t in dpkg-deb apt-get modprobe cpio gzip grub-mkimage sfdisk mkfs.vfat mcopy
 	command -v "$t" >/dev/null 2>&1 || { echo "build-arm64.sh: $t not found (packages: dpkg, apt, kmod, cpio, grub-common, fdisk, dosfstools, mtools)" >&2; exit 1; }
 done
 SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct 2>/dev/null || echo 0)}
+export SOURCE_DATE_EPOCH # mkfs.vfat stamps the FAT with it
 WORK=$(mktemp -d "$OUT/.work.XXXXXX")
 trap 'rm -rf "$WORK"' EXIT INT TERM
 R=$WORK/root

@@ -230,57 +230,55 @@ type userData struct {
 	Runcmd []any `json:"runcmd"`
 }
 
-func firstBoot(seed string) error {
-	md, err := os.ReadFile(filepath.Join(seed, "meta-data"))
-	if err != nil {
-		return err
-	}
-	var meta struct {
-		InstanceID    string `json:"instance-id"`
-		LocalHostname string `json:"local-hostname"`
-	}
-	if err := yaml.Unmarshal(md, &meta); err != nil {
-		return fmt.Errorf("meta-data: %w", err)
-	}
-	if meta.LocalHostname != "" {
-		if err := unix.Sethostname([]byte(meta.LocalHostname)); err != nil {
-			return fmt.Errorf("hostname %q: %w", meta.LocalHostname, err)
-		}
-		_ = os.WriteFile("/etc/hostname", []byte(meta.LocalHostname+"\n"), 0o644)
-	}
-	logf("instance %s, hostname %s", meta.InstanceID, meta.LocalHostname)
-	ud, err := os.ReadFile(filepath.Join(seed, "user-data"))
-	if err != nil {
-		return err
+// metaData is the part of NoCloud's meta-data this image applies.
+type metaData struct {
+	InstanceID    string `json:"instance-id"`
+	LocalHostname string `json:"local-hostname"`
+}
+
+// file is one write_files entry.
+type file struct {
+	Path string
+	Mode os.FileMode
+	Data []byte
+}
+
+// seed is what the first boot applies: the hostname, the files and the
+// runcmd argv lists (a string entry is sh -c STRING, as cloud-init runs it).
+type seed struct {
+	meta   metaData
+	users  int
+	files  []file
+	runcmd [][]string
+}
+
+// parseSeed reads NoCloud meta-data and #cloud-config user-data.
+func parseSeed(md, ud []byte) (seed, error) {
+	var s seed
+	if err := yaml.Unmarshal(md, &s.meta); err != nil {
+		return s, fmt.Errorf("meta-data: %w", err)
 	}
 	if !strings.HasPrefix(string(ud), "#cloud-config") {
-		return errors.New("user-data is not #cloud-config")
+		return s, errors.New("user-data is not #cloud-config")
 	}
 	var u userData
 	if err := yaml.Unmarshal(ud, &u); err != nil {
-		return fmt.Errorf("user-data: %w", err)
+		return s, fmt.Errorf("user-data: %w", err)
 	}
-	logf("users: %d entries not applied (this image has no sshd)", len(u.Users))
+	s.users = len(u.Users)
 	for _, f := range u.WriteFiles {
 		mode := os.FileMode(0o644)
 		if f.Permissions != "" {
 			m, err := strconv.ParseUint(f.Permissions, 8, 32)
-			if err != nil {
-				return fmt.Errorf("write_files %s: permissions %q: %w", f.Path, f.Permissions, err)
+			if err != nil || m > 0o7777 {
+				return s, fmt.Errorf("write_files %s: permissions %q: want octal", f.Path, f.Permissions)
 			}
 			mode = os.FileMode(m)
 		}
-		if !filepath.IsAbs(f.Path) {
-			return fmt.Errorf("write_files: path %q is not absolute", f.Path)
+		if !filepath.IsAbs(f.Path) || strings.Contains(f.Path, "..") {
+			return s, fmt.Errorf("write_files: path %q is not a clean absolute path", f.Path)
 		}
-		if err := os.MkdirAll(filepath.Dir(f.Path), 0o755); err != nil {
-			return err
-		}
-		if err := os.WriteFile(f.Path, []byte(f.Content), mode); err != nil {
-			return err
-		}
-		_ = os.Chmod(f.Path, mode)
-		logf("write_files: %s (%d bytes, %04o)", f.Path, len(f.Content), mode) // never the content
+		s.files = append(s.files, file{Path: f.Path, Mode: mode, Data: []byte(f.Content)})
 	}
 	for i, rc := range u.Runcmd {
 		var argv []string
@@ -293,8 +291,46 @@ func firstBoot(seed string) error {
 			}
 		}
 		if len(argv) == 0 {
-			return fmt.Errorf("runcmd %d: empty", i)
+			return s, fmt.Errorf("runcmd %d: empty", i)
 		}
+		s.runcmd = append(s.runcmd, argv)
+	}
+	return s, nil
+}
+
+func firstBoot(dir string) error {
+	md, err := os.ReadFile(filepath.Join(dir, "meta-data"))
+	if err != nil {
+		return err
+	}
+	ud, err := os.ReadFile(filepath.Join(dir, "user-data"))
+	if err != nil {
+		return err
+	}
+	s, err := parseSeed(md, ud)
+	if err != nil {
+		return err
+	}
+	meta := s.meta
+	if meta.LocalHostname != "" {
+		if err := unix.Sethostname([]byte(meta.LocalHostname)); err != nil {
+			return fmt.Errorf("hostname %q: %w", meta.LocalHostname, err)
+		}
+		_ = os.WriteFile("/etc/hostname", []byte(meta.LocalHostname+"\n"), 0o644)
+	}
+	logf("instance %s, hostname %s", meta.InstanceID, meta.LocalHostname)
+	logf("users: %d entries not applied (this image has no sshd)", s.users)
+	for _, f := range s.files {
+		if err := os.MkdirAll(filepath.Dir(f.Path), 0o755); err != nil {
+			return err
+		}
+		if err := os.WriteFile(f.Path, f.Data, f.Mode); err != nil {
+			return err
+		}
+		_ = os.Chmod(f.Path, f.Mode)
+		logf("write_files: %s (%d bytes, %04o)", f.Path, len(f.Data), f.Mode) // never the content
+	}
+	for i, argv := range s.runcmd {
 		logf("runcmd %d: %s", i, argv[0])
 		cmd := exec.Command(argv[0], argv[1:]...)
 		cmd.Env = []string{pathEnv, libEnv, "HOME=/root"}
