@@ -19,6 +19,11 @@
 // commits, timing it: commission → deploy (profile count 2) → first boot
 // and join → release and retire.
 //
+// With Config.ARM64 the lab runs one arm64 UEFI VM instead (arm64.go,
+// issue 28): GRUB network boot from the controller's DHCP and TFTP,
+// commissioning, an amd64 image refused, an arm64 image deployed and
+// booted to the join.
+//
 // Everything stays inside the namespace or on loopback. On failure the
 // lab folder (serial logs, controller log, inventory repository) is kept
 // and its path is in the error.
@@ -173,8 +178,10 @@ type lab struct {
 	armMirror string
 }
 
-// Run runs the VM lab up to cfg.Stage and returns the timed steps. It needs
-// root, qemu-system-x86_64, ipmi_sim, ovmf and the built binaries.
+// Run runs the VM lab up to cfg.Stage (or the arm64 lab, cfg.ARM64) and
+// returns the timed steps. It needs root, qemu-system-x86_64, ipmi_sim,
+// ovmf and the built binaries; the arm64 lab needs qemu-system-aarch64,
+// AAVMF and make lab-arm64's builds instead of the first three.
 func Run(ctx context.Context, cfg Config) (steps []Step, err error) {
 	if cfg.Stage == 0 {
 		cfg.Stage = StageRelease
