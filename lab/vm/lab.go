@@ -189,6 +189,13 @@ func Run(ctx context.Context, cfg Config) (steps []Step, err error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	// Paths under Root go to ipmi_sim's configuration and the controller's
+	// flags, which want absolute ones (make lab passes -root .).
+	root, err := filepath.Abs(cfg.Root)
+	if err != nil {
+		return nil, fmt.Errorf("vm lab: root: %w", err)
+	}
+	cfg.Root = root
 	l := &lab{cfg: cfg, log: cfg.Logger, start: time.Now()}
 	l.ms = l.machines()
 	if err := l.prereqs(); err != nil {
