@@ -210,9 +210,10 @@ type etcdEngine struct {
 	timeout time.Duration
 	target  string
 
-	mu    sync.Mutex // serialises this process's write transactions
-	fence atomic.Pointer[Fence]
-	known sync.Map // top-level bucket name → struct{}: exists (they are never deleted)
+	closed atomic.Bool
+	mu     sync.Mutex // serialises this process's write transactions
+	fence  atomic.Pointer[Fence]
+	known  sync.Map // top-level bucket name → struct{}: exists (they are never deleted)
 }
 
 func newEtcdEngine(cfg EtcdConfig) (*etcdEngine, error) {
@@ -274,6 +275,9 @@ func hostsOf(eps []string) []string {
 func (e *etcdEngine) describe() string { return e.target }
 
 func (e *etcdEngine) close() error {
+	if e.closed.Swap(true) {
+		return nil
+	}
 	if e.owns {
 		return e.cli.Close()
 	}
@@ -281,6 +285,9 @@ func (e *etcdEngine) close() error {
 }
 
 func (e *etcdEngine) view(fn func(tx kvTx) error) error {
+	if e.closed.Load() {
+		return ErrClosed
+	}
 	for attempt := 0; ; attempt++ {
 		tx := e.newTx(false)
 		err := fn(tx)
@@ -297,6 +304,9 @@ func (e *etcdEngine) view(fn func(tx kvTx) error) error {
 func (e *etcdEngine) batch(fn func(tx kvTx) error) error { return e.update(fn) }
 
 func (e *etcdEngine) update(fn func(tx kvTx) error) error {
+	if e.closed.Load() {
+		return ErrClosed
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	for attempt := 0; attempt < maxAttempts; attempt++ {
