@@ -38,8 +38,11 @@ import (
 // Config configures the controller. Zero values are usable except
 // StatePath, WorkDir and Repo.URL.
 type Config struct {
-	// StatePath is the bbolt state file. Required.
+	// StatePath is the bbolt state file, or an etcd site
+	// (etcd://HOST:PORT[,HOST:PORT]/PREFIX, see state.OpenTarget). Required.
 	StatePath string
+	// EtcdTLS are the etcd client's TLS files for an etcd StatePath.
+	EtcdTLS state.EtcdTLSFiles
 	// MasterKey seals secrets (MACHINA_API_KEY_MASTER_KEY); nil stores them
 	// unsealed, with a warning.
 	MasterKey []byte
@@ -199,7 +202,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := os.MkdirAll(cfg.WorkDir, 0o750); err != nil {
 		return fmt.Errorf("controller: %w", err)
 	}
-	st, err := state.Open(cfg.StatePath, state.Options{MasterKey: cfg.MasterKey, Logger: log.With("component", "state")})
+	st, err := state.OpenTarget(cfg.StatePath, cfg.EtcdTLS, state.Options{MasterKey: cfg.MasterKey, Logger: log.With("component", "state")})
 	if err != nil {
 		return fmt.Errorf("controller: open state: %w", err)
 	}
