@@ -80,8 +80,15 @@ const (
 	maxPointReads = 8
 	// maxAttempts bounds the reruns of a conflicting transaction.
 	maxAttempts = 32
-	// etcdPage is the number of records one cursor read fetches.
-	etcdPage = 512
+	// etcdPage is the most records one cursor read fetches; the first read
+	// of a bucket in a transaction fetches etcdFirstPage, each further one
+	// twice the last (a look at the oldest event costs a few records, a
+	// walk of 10,000 servers about 25 reads).
+	etcdPage      = 512
+	etcdFirstPage = 8
+	// maxBatch is the most ApplyBatched calls one etcd transaction carries
+	// (each adds about 6 operations: under --max-txn-ops 128).
+	maxBatch = 8
 	// etcdSweep is the age-retention sweep of one event append on etcd
 	// (bbolt: 64); each deletion costs about 3 operations of a txn.
 	etcdSweep = 16
@@ -212,6 +219,8 @@ type etcdEngine struct {
 
 	closed atomic.Bool
 	mu     sync.Mutex // serialises this process's write transactions
+	qmu    sync.Mutex // guards queue
+	queue  []*batchCall
 	fence  atomic.Pointer[Fence]
 	known  sync.Map // top-level bucket name → struct{}: exists (they are never deleted)
 }
@@ -301,7 +310,68 @@ func (e *etcdEngine) view(fn func(tx kvTx) error) error {
 	}
 }
 
-func (e *etcdEngine) batch(fn func(tx kvTx) error) error { return e.update(fn) }
+// batch runs fn in one etcd transaction with the other batch calls
+// waiting for the writer lock (at most maxBatch), as bbolt's DB.Batch
+// shares a commit: each call that finds the lock free takes the queue's
+// head. A call that fails is taken out and run alone (so its error is its
+// own), and the rest run again without it.
+func (e *etcdEngine) batch(fn func(tx kvTx) error) error {
+	if e.closed.Load() {
+		return ErrClosed
+	}
+	c := &batchCall{fn: fn, done: make(chan error, 1)}
+	e.qmu.Lock()
+	e.queue = append(e.queue, c)
+	e.qmu.Unlock()
+	// Every queued call's caller takes one turn at the lock and runs up to
+	// maxBatch calls from the head, so the calls still queued never
+	// outnumber the callers yet to take their turn: every call runs.
+	e.mu.Lock()
+	e.qmu.Lock()
+	n := min(len(e.queue), maxBatch)
+	calls := append([]*batchCall(nil), e.queue[:n]...)
+	e.queue = e.queue[n:]
+	e.qmu.Unlock()
+	e.runBatch(calls)
+	e.mu.Unlock()
+	if err := <-c.done; err != errTrySolo {
+		return err
+	}
+	return e.update(fn)
+}
+
+type batchCall struct {
+	fn   func(tx kvTx) error
+	done chan error
+}
+
+var errTrySolo = errors.New("batch call failed: run it alone")
+
+// runBatch runs calls in one transaction; e.mu is held.
+func (e *etcdEngine) runBatch(calls []*batchCall) {
+	for len(calls) > 0 {
+		failed := -1
+		err := e.updateLocked(func(tx kvTx) error {
+			failed = -1
+			for i, c := range calls {
+				if err := c.fn(tx); err != nil {
+					failed = i
+					return err
+				}
+			}
+			return nil
+		})
+		if failed >= 0 && len(calls) > 1 {
+			calls[failed].done <- errTrySolo
+			calls = append(calls[:failed:failed], calls[failed+1:]...)
+			continue
+		}
+		for _, c := range calls {
+			c.done <- err
+		}
+		return
+	}
+}
 
 func (e *etcdEngine) update(fn func(tx kvTx) error) error {
 	if e.closed.Load() {
@@ -309,6 +379,11 @@ func (e *etcdEngine) update(fn func(tx kvTx) error) error {
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	return e.updateLocked(fn)
+}
+
+// updateLocked is update with e.mu held.
+func (e *etcdEngine) updateLocked(fn func(tx kvTx) error) error {
 	for attempt := 0; attempt < maxAttempts; attempt++ {
 		tx := e.newTx(true)
 		err := fn(tx)
@@ -590,7 +665,8 @@ type etcdBucket struct {
 	cov        []interval
 	points     map[string][]byte
 	pointReads int
-	guarded    bool // the generation is in the read set
+	guarded    bool  // the generation is in the read set
+	page       int64 // the next cursor read's size
 }
 
 // interval is a covered key range [lo, hi) of a bucket; inf: to its end.
@@ -795,8 +871,14 @@ func (b *etcdBucket) ensure(k string) (hi string, inf bool) {
 		return hi, inf
 	}
 	b.guard()
+	switch {
+	case b.page == 0:
+		b.page = etcdFirstPage
+	case b.page < etcdPage:
+		b.page *= 2
+	}
 	resp := b.tx.get(b.dataPfx+k, clientv3.WithRange(clientv3.GetPrefixRangeEnd(b.dataPfx)),
-		clientv3.WithLimit(etcdPage))
+		clientv3.WithLimit(b.page))
 	if resp == nil {
 		return "", true // the read failed: tx.err ends the transaction
 	}

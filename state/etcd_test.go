@@ -224,3 +224,64 @@ func TestEtcdMustExist(t *testing.T) {
 		t.Fatalf("read after Close = %v, want ErrClosed", err)
 	}
 }
+
+// TestEtcdEventKeysBounded: on etcd the retention rule bounds the keys the
+// event log holds, not only what Events returns: with MaxEvents 20 and
+// MaxPerServer 5, after 10 servers × 30 events the prefix holds 20 event
+// records, at most 20 per-server index records (at most 5 per server), and
+// one index bucket per server that still has events; Prune by age then
+// empties both, in batches (etcd's --max-txn-ops).
+func TestEtcdEventKeysBounded(t *testing.T) {
+	c := newClock()
+	path := filepath.Join(t.TempDir(), "retention")
+	s, err := openEngine(&etcdNamed{t}, path, state.Options{Now: c.Now,
+		Retention: state.Retention{MaxEvents: 20, MaxPerServer: 5, MaxAge: time.Hour}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for i := range 10 {
+		mustCreate(t, s, state.Server{Name: fmt.Sprintf("s%d", i)})
+	}
+	for range 30 {
+		for i := range 10 {
+			if _, err := s.AppendEvent(state.Event{Server: fmt.Sprintf("s%d", i), Message: "tick"}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	count := func(sub string) int64 {
+		resp, err := sharedClient(t).Get(context.Background(), prefixFor(path)+sub, clientv3.WithPrefix(), clientv3.WithCountOnly())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.Count
+	}
+	if n := count("k/events="); n != 20 {
+		t.Errorf("%d event records in etcd, want 20", n)
+	}
+	if n := count("k/server_events/"); n > 20 {
+		t.Errorf("%d per-server index records, want at most 20", n)
+	}
+	for i := range 10 {
+		if n := count(fmt.Sprintf("k/server_events/s%d=", i)); n > 5 {
+			t.Errorf("s%d: %d index records, want at most 5", i, n)
+		}
+	}
+	if n := count("m/server_events/"); n > 10 {
+		t.Errorf("%d index buckets, want at most 10", n)
+	}
+	c.Advance(2 * time.Hour)
+	res, err := s.Prune()
+	if err != nil || res.Events != 20 {
+		t.Fatalf("Prune = %+v, %v; want 20 events", res, err)
+	}
+	if n := count("k/events=") + count("k/server_events/") + count("m/server_events/"); n != 0 {
+		t.Errorf("%d event keys after the age prune, want 0", n)
+	}
+}
+
+// etcdNamed makes openEngine pick etcd outside an eachEngine subtest.
+type etcdNamed struct{ *testing.T }
+
+func (e *etcdNamed) Name() string { return e.T.Name() + "/etcd" }
