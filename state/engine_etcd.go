@@ -183,7 +183,50 @@ func OpenEtcd(cfg EtcdConfig, opts Options) (*Store, error) {
 		e.close()
 		return nil, fmt.Errorf("state: open %s: %w", target, err)
 	}
+	e.watchOthers(s)
 	return s, nil
+}
+
+// watchOthers makes Notify and SecretsChanged see other controllers'
+// commits too: a watch on the events bucket's sequence key (every append
+// bumps it) wakes Notify listeners, one on the secrets bucket's generation
+// key closes the SecretsChanged channel. The watches end at Close; a
+// broken watch (compaction, a lost member) is opened again after a second.
+func (e *etcdEngine) watchOthers(s *Store) {
+	ctx, cancel := context.WithCancel(context.Background())
+	e.stopWatch = cancel
+	events := e.prefix + "m/" + escapeBucket(bucketEvents)
+	secrets := e.prefix + "g/" + escapeBucket(bucketSecrets)
+	go func() {
+		for ctx.Err() == nil {
+			wch := e.cli.Watch(clientv3.WithRequireLeader(ctx), events, clientv3.WithFilterDelete())
+			for resp := range wch {
+				if resp.Err() != nil {
+					break
+				}
+				s.wake()
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Second):
+			}
+		}
+	}()
+	go func() {
+		for ctx.Err() == nil {
+			wch := e.cli.Watch(clientv3.WithRequireLeader(ctx), secrets, clientv3.WithFilterDelete())
+			for resp := range wch {
+				if resp.Err() != nil {
+					break
+				}
+				s.secretsChanged()
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Second):
+			}
+		}
+	}()
 }
 
 // SetFence fences every later write transaction (f nil: no fence). Only
@@ -217,12 +260,13 @@ type etcdEngine struct {
 	timeout time.Duration
 	target  string
 
-	closed atomic.Bool
-	mu     sync.Mutex // serialises this process's write transactions
-	qmu    sync.Mutex // guards queue
-	queue  []*batchCall
-	fence  atomic.Pointer[Fence]
-	known  sync.Map // top-level bucket name → struct{}: exists (they are never deleted)
+	closed    atomic.Bool
+	stopWatch context.CancelFunc // ends watchOthers
+	mu        sync.Mutex         // serialises this process's write transactions
+	qmu       sync.Mutex         // guards queue
+	queue     []*batchCall
+	fence     atomic.Pointer[Fence]
+	known     sync.Map // top-level bucket name → struct{}: exists (they are never deleted)
 }
 
 func newEtcdEngine(cfg EtcdConfig) (*etcdEngine, error) {
@@ -286,6 +330,9 @@ func (e *etcdEngine) describe() string { return e.target }
 func (e *etcdEngine) close() error {
 	if e.closed.Swap(true) {
 		return nil
+	}
+	if e.stopWatch != nil {
+		e.stopWatch()
 	}
 	if e.owns {
 		return e.cli.Close()

@@ -285,3 +285,30 @@ func TestEtcdEventKeysBounded(t *testing.T) {
 type etcdNamed struct{ *testing.T }
 
 func (e *etcdNamed) Name() string { return e.T.Name() + "/etcd" }
+
+// TestEtcdNotifyAcrossControllers: Notify and SecretsChanged of one store
+// fire for another store's commits on the same site (a standby's event
+// stream and BMC sweep see the leader's writes).
+func TestEtcdNotifyAcrossControllers(t *testing.T) {
+	a, b := openEtcdPair(t)
+	ch, stop := b.Notify()
+	defer stop()
+	secrets := b.SecretsChanged()
+	time.Sleep(200 * time.Millisecond) // let the watches start
+	if _, err := a.AppendEvent(state.Event{Message: "from a"}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-ch:
+	case <-time.After(10 * time.Second):
+		t.Fatal("b's Notify did not fire for a's event")
+	}
+	if _, err := a.PutSecret("bmc-x", state.Credential{Username: "u", Password: "p"}, "ops"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-secrets:
+	case <-time.After(10 * time.Second):
+		t.Fatal("b's SecretsChanged did not fire for a's PutSecret")
+	}
+}
