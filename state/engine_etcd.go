@@ -261,6 +261,7 @@ type etcdEngine struct {
 	target  string
 
 	closed    atomic.Bool
+	reads     atomic.Int64       // etcd reads made by transactions (tests count round trips)
 	stopWatch context.CancelFunc // ends watchOthers
 	mu        sync.Mutex         // serialises this process's write transactions
 	qmu       sync.Mutex         // guards queue
@@ -493,6 +494,7 @@ func (tx *etcdTx) get(key string, opts ...clientv3.OpOption) *clientv3.GetRespon
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), tx.e.timeout)
 	defer cancel()
+	tx.e.reads.Add(1)
 	resp, err := tx.e.cli.Get(ctx, key, opts...)
 	if err != nil {
 		tx.fail(err)

@@ -6,9 +6,11 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	mrand "math/rand/v2"
 	"path/filepath"
 	"testing"
+	"time"
 
 	bolt "go.etcd.io/bbolt"
 
@@ -264,5 +266,33 @@ func TestEtcdCommitGuards(t *testing.T) {
 				t.Fatalf("commit succeeded = %v, want %v", ok, c.want)
 			}
 		})
+	}
+}
+
+// TestEtcdTransitionRoundTrips counts the etcd reads of one lifecycle move
+// with its event (a regression guard on round trips: each is a network
+// round trip to the cluster before the commit).
+func TestEtcdTransitionRoundTrips(t *testing.T) {
+	e := testEtcdEngine(t)
+	s := newStore(e, e.describe(), Options{Logger: slog.New(slog.DiscardHandler), Now: time.Now})
+	s.sweep, s.pruneBatch = etcdSweep, etcdSweep
+	if err := s.init(nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.CreateServer(Server{Name: "n1", Lifecycle: LifecycleReady}); err != nil {
+		t.Fatal(err)
+	}
+	cur, next := LifecycleReady, LifecycleAllocated
+	for i := range 5 {
+		before := e.reads.Load()
+		if _, err := s.Transition("n1", cur, next, "count"); err != nil {
+			t.Fatal(err)
+		}
+		n := e.reads.Load() - before
+		t.Logf("move %d: %d etcd reads before the commit", i, n)
+		if n > 6 {
+			t.Errorf("move %d took %d etcd reads, want at most 6", i, n)
+		}
+		cur, next = next, cur
 	}
 }

@@ -132,6 +132,9 @@ type Store struct {
 	// transaction size; 0: unbounded).
 	sweep      int
 	pruneBatch int
+	// oldestEvent is a lower bound of the oldest event's time (Unix ns; 0:
+	// unknown), see ageSweepDue.
+	oldestEvent atomic.Int64
 }
 
 // migrations[v] upgrades a version-v file to v+1 inside one transaction.
