@@ -13,6 +13,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 
+	"github.com/machina-metal/machina/internal/etcdtest"
 	"github.com/machina-metal/machina/state"
 )
 
@@ -311,4 +312,89 @@ func TestEtcdNotifyAcrossControllers(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("b's SecretsChanged did not fire for a's PutSecret")
 	}
+}
+
+// TestEtcdSurvivesMemberLoss: a store on a 3-member cluster goes on when
+// the etcd leader member is SIGKILLed mid-run: moves fail at most for the
+// re-election (the caller retries, as the reconciler does) and then commit
+// again; no move is lost or doubled: the server's revision and its
+// lifecycle events match the moves that returned success.
+func TestEtcdSurvivesMemberLoss(t *testing.T) {
+	c := etcdtest.Start(t, etcdtest.Options{Members: 3})
+	s, err := state.OpenEtcd(state.EtcdConfig{Endpoints: c.Endpoints(), Prefix: "/loss/", RequestTimeout: 3 * time.Second}, state.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	mustCreate(t, s, state.Server{Name: "n1", Lifecycle: state.LifecycleReady})
+	cli := c.Client(t)
+	leader := func() *etcdtest.Member {
+		for _, m := range c.Members() {
+			if !m.Running() {
+				continue
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+			st, err := cli.Status(ctx, m.ClientURL)
+			cancel()
+			if err == nil && st.Leader == st.Header.MemberId {
+				return m
+			}
+		}
+		return nil
+	}
+	cur, next := state.LifecycleReady, state.LifecycleAllocated
+	ok, failed := 0, 0
+	move := func() {
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			_, err := s.Transition("n1", cur, next, "loss")
+			if err == nil {
+				ok++
+				cur, next = next, cur
+				return
+			}
+			if errors.Is(err, state.ErrStaleTransition) {
+				// An earlier attempt committed though its answer was lost:
+				// the server is already where we wanted it.
+				srv, rerr := s.Server("n1")
+				if rerr == nil && srv.Lifecycle == next {
+					ok++
+					cur, next = next, cur
+					return
+				}
+			}
+			failed++
+			if time.Now().After(deadline) {
+				t.Fatalf("no successful move for 30 s: %v", err)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	for range 10 {
+		move()
+	}
+	m := leader()
+	if m == nil {
+		t.Fatal("no etcd leader found")
+	}
+	m.Kill()
+	for range 20 {
+		move()
+	}
+	srv, err := s.Server("n1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	moves := 0
+	for _, e := range allEvents(t, s, state.EventQuery{Server: "n1"}) {
+		if e.Kind == state.EventTransition {
+			moves++
+		}
+	}
+	t.Logf("killed leader %s; %d moves, %d failed attempts; revision %d, %d transition events", m.Name, ok, failed, srv.Revision, moves)
+	if ok != 30 || moves != 30 || srv.Lifecycle != cur {
+		t.Fatalf("moves %d, events %d, lifecycle %s (want 30, 30, %s)", ok, moves, srv.Lifecycle, cur)
+	}
+	m.Restart()
+	move()
 }
