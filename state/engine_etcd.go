@@ -15,6 +15,8 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // # The etcd engine
@@ -99,6 +101,13 @@ const (
 // again by another campaign, so this controller is not the leader any more.
 // Nothing of the transaction was written. Never retried by the store.
 var ErrNotLeader = errors.New("not the leader: the election key no longer matches (leadership lost)")
+
+// ErrCommitUncertain: the etcd commit of a write was sent but its answer
+// was lost (a timeout, a cut connection, a member that failed meanwhile):
+// the write may or may not have been applied. Read the state back before
+// doing it again (a repeated lifecycle move answers ErrStaleTransition
+// when the first one landed).
+var ErrCommitUncertain = errors.New("the etcd commit's outcome is unknown: it may have been applied")
 
 // ErrConflict: an etcd transaction kept conflicting with other writers'
 // commits and was given up after its reruns; nothing was written.
@@ -663,7 +672,10 @@ func (tx *etcdTx) commit() (bool, error) {
 	defer cancel()
 	resp, err := tx.e.cli.Txn(ctx).If(cmps...).Then(ops...).Else(orElse...).Commit()
 	if err != nil {
-		return false, fmt.Errorf("etcd commit (%d operations, %d compares): %w", len(ops), len(cmps), err)
+		if refused(err) {
+			return false, fmt.Errorf("etcd commit (%d operations, %d compares): %w", len(ops), len(cmps), err)
+		}
+		return false, fmt.Errorf("etcd commit (%d operations, %d compares): %w: %w", len(ops), len(cmps), ErrCommitUncertain, err)
 	}
 	if resp.Succeeded {
 		return true, nil
@@ -676,6 +688,25 @@ func (tx *etcdTx) commit() (bool, error) {
 		}
 	}
 	return false, nil
+}
+
+// refused reports whether etcd refused a request outright (bad request,
+// too many operations, too large, no permission), so it was not applied.
+func refused(err error) bool {
+	var code codes.Code
+	var ee rpctypes.EtcdError
+	if errors.As(err, &ee) {
+		code = ee.Code()
+	} else if st, ok := status.FromError(err); ok {
+		code = st.Code()
+	} else {
+		return false
+	}
+	switch code {
+	case codes.InvalidArgument, codes.FailedPrecondition, codes.PermissionDenied, codes.Unauthenticated, codes.OutOfRange:
+		return true
+	}
+	return false
 }
 
 // etcdWrite is a buffered write: a value, or a deletion.

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	mrand "math/rand/v2"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -294,5 +295,56 @@ func TestEtcdTransitionRoundTrips(t *testing.T) {
 			t.Errorf("move %d took %d etcd reads, want at most 6", i, n)
 		}
 		cur, next = next, cur
+	}
+}
+
+// TestEtcdCommitErrors: a transaction past etcd's --max-txn-ops (128) is
+// refused and reported as not applied; a commit that cannot reach etcd
+// (every member stopped) wraps ErrCommitUncertain.
+func TestEtcdCommitErrors(t *testing.T) {
+	e := testEtcdEngine(t)
+	err := e.update(func(tx kvTx) error {
+		b, err := tx.CreateBucketIfNotExists([]byte("big"))
+		if err != nil {
+			return err
+		}
+		for i := range 200 {
+			if err := b.Put([]byte(fmt.Sprintf("k%03d", i)), []byte("v")); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err == nil || errors.Is(err, ErrCommitUncertain) || !strings.Contains(err.Error(), "too many operations") {
+		t.Fatalf("oversized commit = %v, want a refusal that is not uncertain", err)
+	}
+
+	c := etcdtest.Start(t, etcdtest.Options{})
+	e2, err := newEtcdEngine(EtcdConfig{Endpoints: c.Endpoints(), Prefix: "/down/", RequestTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e2.close()
+	c.Member(0).Stop()
+	err = e2.update(func(tx kvTx) error {
+		b, err := tx.CreateBucketIfNotExists([]byte("b"))
+		if err != nil {
+			return err
+		}
+		return b.Put([]byte("k"), []byte("v"))
+	})
+	// The first read already fails (no snapshot revision without etcd);
+	// a blind write goes straight to the commit.
+	if err == nil {
+		t.Fatal("write with etcd down succeeded")
+	}
+	tx := e2.newTx(true)
+	tx.rev = 1
+	b := &etcdBucket{tx: tx, id: "x", dataPfx: "/down/k/x=", metaKey: "/down/m/x", genKey: "/down/g/x", exists: true,
+		writes: map[string]etcdWrite{}, base: map[string][]byte{}, points: map[string][]byte{}}
+	tx.buckets["x"] = b
+	_ = b.Put([]byte("k"), []byte("v"))
+	if _, err := tx.commit(); !errors.Is(err, ErrCommitUncertain) {
+		t.Fatalf("commit with etcd down = %v, want ErrCommitUncertain", err)
 	}
 }
