@@ -37,46 +37,54 @@ func openEtcdPair(t *testing.T) (*state.Store, *state.Store) {
 
 // TestEtcdTwoControllersCAS: two stores (two processes' worth: separate
 // clients, separate write locks) race 32 compare-and-set moves of one
-// server; exactly one wins, the others see ErrStaleTransition, and exactly
-// one lifecycle event is written. Then both create 20 servers each at once
+// server, 10 rounds; each round exactly one wins, the others see
+// ErrStaleTransition, and one lifecycle event is written per round. Then both create 20 servers each at once
 // and both list all 40.
 func TestEtcdTwoControllersCAS(t *testing.T) {
 	a, b := openEtcdPair(t)
 	mustCreate(t, a, state.Server{Name: "n1", Lifecycle: state.LifecycleReady})
-	var wins, stale atomic.Int32
 	var wg sync.WaitGroup
-	for i := range 32 {
-		s := a
-		if i%2 == 1 {
-			s = b
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			_, err := s.Transition("n1", state.LifecycleReady, state.LifecycleAllocated, "race")
-			switch {
-			case err == nil:
-				wins.Add(1)
-			case errors.Is(err, state.ErrStaleTransition):
-				stale.Add(1)
-			default:
-				t.Errorf("Transition: %v", err)
+	cur, next := state.LifecycleReady, state.LifecycleAllocated
+	const rounds = 10
+	for range rounds {
+		var wins, stale atomic.Int32
+		start := make(chan struct{})
+		for i := range 32 {
+			s := a
+			if i%2 == 1 {
+				s = b
 			}
-		}()
-	}
-	wg.Wait()
-	if wins.Load() != 1 || stale.Load() != 31 {
-		t.Fatalf("wins %d stale %d, want 1 and 31", wins.Load(), stale.Load())
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				_, err := s.Transition("n1", cur, next, "race")
+				switch {
+				case err == nil:
+					wins.Add(1)
+				case errors.Is(err, state.ErrStaleTransition):
+					stale.Add(1)
+				default:
+					t.Errorf("Transition: %v", err)
+				}
+			}()
+		}
+		close(start)
+		wg.Wait()
+		if wins.Load() != 1 || stale.Load() != 31 {
+			t.Fatalf("%s→%s: wins %d stale %d, want 1 and 31", cur, next, wins.Load(), stale.Load())
+		}
+		cur, next = next, cur
 	}
 	evs := allEvents(t, b, state.EventQuery{Server: "n1"})
 	moves := 0
 	for _, e := range evs {
-		if e.To == state.LifecycleAllocated {
+		if e.Kind == state.EventTransition {
 			moves++
 		}
 	}
-	if moves != 1 {
-		t.Fatalf("%d allocated events, want 1: %+v", moves, evs)
+	if moves != rounds {
+		t.Fatalf("%d lifecycle events, want %d", moves, rounds)
 	}
 
 	for i := range 40 {
@@ -397,4 +405,45 @@ func TestEtcdSurvivesMemberLoss(t *testing.T) {
 	}
 	m.Restart()
 	move()
+}
+
+// TestEtcdTwoControllersTokenOnce: a single-use machine token presented
+// 32 times at once to two controllers of one site is honoured exactly
+// once; the other 31 see ErrTokenUsed.
+func TestEtcdTwoControllersTokenOnce(t *testing.T) {
+	a, b := openEtcdPair(t)
+	value, _, err := a.IssueToken(state.TokenSpec{Purpose: state.PurposeReport, Server: "r1-n01", MAC: "52:54:00:00:01:01"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 32
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range n {
+		s := a
+		if i%2 == 1 {
+			s = b
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			_, errs[i] = s.ConsumeToken(value, state.TokenClaim{Purpose: state.PurposeReport, Server: "r1-n01", MAC: "52:54:00:00:01:01"})
+		}()
+	}
+	close(start)
+	wg.Wait()
+	wins := 0
+	for i, err := range errs {
+		switch {
+		case err == nil:
+			wins++
+		case !errors.Is(err, state.ErrTokenUsed):
+			t.Errorf("consumer %d: %v, want ErrTokenUsed", i, err)
+		}
+	}
+	if wins != 1 {
+		t.Fatalf("%d consumers succeeded, want exactly 1", wins)
+	}
 }
