@@ -447,3 +447,42 @@ func TestEtcdTwoControllersTokenOnce(t *testing.T) {
 		t.Fatalf("%d consumers succeeded, want exactly 1", wins)
 	}
 }
+
+// TestEtcdOpenExistingWritesNothing: opening an existing etcd site (a
+// standby controller starting, sealed secrets present) changes no key, so
+// it works under a fence it does not hold.
+func TestEtcdOpenExistingWritesNothing(t *testing.T) {
+	c := sharedCluster(t)
+	cfg := state.EtcdConfig{Endpoints: c.Endpoints(), Prefix: prefixFor(filepath.Join(t.TempDir(), "standby"))}
+	key := []byte("0123456789abcdef-standby-master-key")
+	s, err := state.OpenEtcd(cfg, state.Options{MasterKey: key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustCreate(t, s, state.Server{Name: "n1"})
+	if _, err := s.PutSecret("bmc", state.Credential{Username: "u", Password: "p"}, "ops"); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	ctx := context.Background()
+	before, err := sharedClient(t).Get(ctx, cfg.Prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Fence = &state.Fence{Key: "/no-such-election/key", Revision: 1}
+	s2, err := state.OpenEtcd(cfg, state.Options{MasterKey: key})
+	if err != nil {
+		t.Fatalf("fenced open of an existing site: %v", err)
+	}
+	defer s2.Close()
+	after, err := sharedClient(t).Get(ctx, cfg.Prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.Header.Revision != before.Header.Revision {
+		t.Fatalf("open wrote: revision %d → %d", before.Header.Revision, after.Header.Revision)
+	}
+	if _, err := s2.CreateServer(state.Server{Name: "n2"}); !errors.Is(err, state.ErrNotLeader) {
+		t.Fatalf("fenced write without leadership = %v, want ErrNotLeader", err)
+	}
+}

@@ -231,8 +231,12 @@ func (s *Store) init(masterKey []byte) error {
 				return err
 			}
 		}
-		if err := meta.Put(keyVersion, u64(SchemaVersion)); err != nil {
-			return err
+		// Written only when it changes, so opening an existing site writes
+		// nothing (a standby controller on etcd opens without writing).
+		if btoi(meta.Get(keyVersion)) != SchemaVersion {
+			if err := meta.Put(keyVersion, u64(SchemaVersion)); err != nil {
+				return err
+			}
 		}
 		if meta.Get(keySalt) == nil {
 			salt := make([]byte, 32)
