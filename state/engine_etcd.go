@@ -54,6 +54,15 @@ import (
 //     its sequence: ModRevision(existence key) = the one seen;
 //   - the fence (EtcdConfig.Fence, Store.SetFence), when set.
 //
+// Write cache. An update reads single records (not ranges) from a cache of
+// what this process last read or wrote in its committed updates, with
+// their revisions, and guards them by the same compares; so a controller
+// that is the only writer of its site (the fenced leader) moves a server
+// with one round trip, the Txn. A record another process changed fails its
+// compare: the cache is dropped and the transaction rerun from etcd. A
+// transaction function that fails after reading from the cache is rerun
+// from a snapshot before its error is believed. Views never use the cache.
+//
 // A failed compare reruns the transaction function from a new snapshot (up
 // to maxAttempts times, then ErrConflict), unless the fence compare failed:
 // then the write returns ErrNotLeader and is not retried. Writers of one
@@ -88,6 +97,8 @@ const (
 	// walk of 10,000 servers about 25 reads).
 	etcdPage      = 512
 	etcdFirstPage = 8
+	// maxCached bounds the write cache (records); past it it starts over.
+	maxCached = 200_000
 	// maxBatch is the most ApplyBatched calls one etcd transaction carries
 	// (each adds about 6 operations: under --max-txn-ops 128).
 	maxBatch = 8
@@ -275,8 +286,14 @@ type etcdEngine struct {
 	mu        sync.Mutex         // serialises this process's write transactions
 	qmu       sync.Mutex         // guards queue
 	queue     []*batchCall
-	fence     atomic.Pointer[Fence]
-	known     sync.Map // top-level bucket name → struct{}: exists (they are never deleted)
+	// cache holds records as this process last read or wrote them in
+	// update transactions (guarded by mu): a controller that is the only
+	// writer of its site reads them without a round trip, and the commit's
+	// compares catch a record another process changed (the cache is then
+	// dropped and the transaction rerun from etcd). Views never use it.
+	cache map[string]cachedKV
+	fence atomic.Pointer[Fence]
+	known sync.Map // top-level bucket name → struct{}: exists (they are never deleted)
 }
 
 func newEtcdEngine(cfg EtcdConfig) (*etcdEngine, error) {
@@ -441,26 +458,37 @@ func (e *etcdEngine) update(fn func(tx kvTx) error) error {
 
 // updateLocked is update with e.mu held.
 func (e *etcdEngine) updateLocked(fn func(tx kvTx) error) error {
+	noCache := false
 	for attempt := 0; attempt < maxAttempts; attempt++ {
 		tx := e.newTx(true)
+		tx.useCache = !noCache
 		err := fn(tx)
 		if tx.err != nil {
+			e.cache = nil
 			if errors.Is(tx.err, rpctypes.ErrCompacted) {
 				continue
 			}
 			return fmt.Errorf("etcd read: %w", tx.err)
 		}
 		if err != nil {
+			if tx.usedCache {
+				// fn decided on cached records, which only the commit's
+				// compares would have checked: decide again on a snapshot.
+				noCache = true
+				continue
+			}
 			return err
 		}
 		ok, err := tx.commit()
 		if err != nil {
+			e.cache = nil
 			return err
 		}
 		if ok {
 			tx.remember()
 			return nil
 		}
+		e.cache = nil
 		// Lost a race with another process: back off a little (jittered
 		// by the attempt number) and rerun from a new snapshot.
 		time.Sleep(time.Duration(attempt+1) * time.Millisecond)
@@ -485,6 +513,76 @@ type etcdTx struct {
 	keyReads    map[string]int64 // etcd key → ModRevision seen (0: absent)
 	genReads    map[string]int64 // generation key → ModRevision seen
 	createReads map[string]int64 // existence key → CreateRevision seen
+
+	useCache  bool                // point reads may come from e.cache
+	usedCache bool                // some did
+	fetched   map[string]cachedKV // point reads made from etcd
+}
+
+// cachedKV is a record as this process last read or wrote it.
+type cachedKV struct {
+	v       []byte // nil when absent
+	present bool
+	mod     int64 // ModRevision (0: absent)
+	create  int64 // CreateRevision (0: absent)
+}
+
+// point reads one key: from the write cache in an update (the compares of
+// the commit check it is still current) or from etcd at the snapshot.
+func (tx *etcdTx) point(key string) (cachedKV, bool) {
+	if tx.useCache {
+		if c, ok := tx.e.cache[key]; ok {
+			tx.usedCache = true
+			return c, true
+		}
+	}
+	resp := tx.get(key)
+	if resp == nil {
+		return cachedKV{}, false
+	}
+	var c cachedKV
+	if len(resp.Kvs) > 0 {
+		kv := resp.Kvs[0]
+		c = cachedKV{v: kv.Value, present: true, mod: kv.ModRevision, create: kv.CreateRevision}
+		if c.v == nil {
+			c.v = []byte{}
+		}
+	}
+	if tx.writable {
+		if tx.fetched == nil {
+			tx.fetched = map[string]cachedKV{}
+		}
+		tx.fetched[key] = c
+	}
+	return c, true
+}
+
+// learn updates the write cache after a commit at revision rev: what the
+// transaction read from etcd is current, what it wrote is as written
+// (a key put without being known first is dropped: its create revision is
+// unknown).
+func (tx *etcdTx) learn(rev int64, puts map[string][]byte, dels map[string]bool) {
+	e := tx.e
+	if e.cache == nil || len(e.cache) > maxCached {
+		e.cache = map[string]cachedKV{}
+	}
+	for k, c := range tx.fetched {
+		e.cache[k] = c
+	}
+	for k := range dels {
+		e.cache[k] = cachedKV{}
+	}
+	for k, v := range puts {
+		old, known := e.cache[k]
+		switch {
+		case !known:
+			delete(e.cache, k)
+		case old.present:
+			e.cache[k] = cachedKV{v: v, present: true, mod: rev, create: old.create}
+		default:
+			e.cache[k] = cachedKV{v: v, present: true, mod: rev, create: rev}
+		}
+	}
 }
 
 func (tx *etcdTx) fail(err error) {
@@ -557,17 +655,16 @@ func (tx *etcdTx) handle(parent *etcdBucket, name []byte) *etcdBucket {
 			return b
 		}
 	}
-	resp := tx.get(b.metaKey)
-	if resp == nil {
+	c, ok := tx.point(b.metaKey)
+	if !ok {
 		return b
 	}
-	if len(resp.Kvs) == 0 {
+	if !c.present {
 		tx.createReads[b.metaKey] = 0
 		return b
 	}
-	kv := resp.Kvs[0]
-	tx.createReads[b.metaKey] = kv.CreateRevision
-	b.exists, b.seq, b.seqLoaded, b.metaRev = true, btoi(kv.Value), true, kv.ModRevision
+	tx.createReads[b.metaKey] = c.create
+	b.exists, b.seq, b.seqLoaded, b.metaRev = true, btoi(c.v), true, c.mod
 	return b
 }
 
@@ -605,6 +702,7 @@ func (tx *etcdTx) remember() {
 // compare failed (rerun); err ErrNotLeader: the fence failed.
 func (tx *etcdTx) commit() (bool, error) {
 	var ops []clientv3.Op
+	puts, dels := map[string][]byte{}, map[string]bool{}
 	ids := make([]string, 0, len(tx.buckets))
 	for id := range tx.buckets {
 		ids = append(ids, id)
@@ -615,6 +713,12 @@ func (tx *etcdTx) commit() (bool, error) {
 		if b.deleted && !b.exists {
 			ops = append(ops, clientv3.OpDelete(b.dataPfx, clientv3.WithPrefix()),
 				clientv3.OpDelete(b.metaKey), clientv3.OpDelete(b.genKey))
+			dels[b.metaKey], dels[b.genKey] = true, true
+			for k := range tx.e.cache {
+				if strings.HasPrefix(k, b.dataPfx) {
+					delete(tx.e.cache, k)
+				}
+			}
 			continue
 		}
 		if b.deleted {
@@ -628,6 +732,7 @@ func (tx *etcdTx) commit() (bool, error) {
 			for _, kv := range old.Kvs {
 				if _, ok := b.writes[strings.TrimPrefix(string(kv.Key), b.dataPfx)]; !ok {
 					ops = append(ops, clientv3.OpDelete(string(kv.Key)))
+					dels[string(kv.Key)] = true
 				}
 			}
 		}
@@ -635,18 +740,21 @@ func (tx *etcdTx) commit() (bool, error) {
 			w := b.writes[k]
 			if w.del {
 				ops = append(ops, clientv3.OpDelete(b.dataPfx+k))
+				dels[b.dataPfx+k] = true
 			} else {
 				ops = append(ops, clientv3.OpPut(b.dataPfx+k, string(w.v)))
+				puts[b.dataPfx+k] = w.v
 			}
 		}
 		if b.created || b.seqDirty {
 			ops = append(ops, clientv3.OpPut(b.metaKey, string(u64(b.seq))))
+			puts[b.metaKey] = u64(b.seq)
 		}
 		if b.dirty || b.deleted {
 			ops = append(ops, clientv3.OpPut(b.genKey, ""))
 		}
 	}
-	if len(ops) == 0 {
+	if len(ops) == 0 && !tx.usedCache {
 		return true, nil
 	}
 	var cmps []clientv3.Cmp
@@ -678,9 +786,10 @@ func (tx *etcdTx) commit() (bool, error) {
 		return false, fmt.Errorf("etcd commit (%d operations, %d compares): %w: %w", len(ops), len(cmps), ErrCommitUncertain, err)
 	}
 	if resp.Succeeded {
+		tx.learn(resp.Header.Revision, puts, dels)
 		return true, nil
 	}
-	if fence != nil {
+	if fence != nil && len(ops) > 0 {
 		got := resp.Responses[0].GetResponseRange()
 		if got == nil || len(got.Kvs) == 0 || got.Kvs[0].CreateRevision != fence.Revision ||
 			(fence.Value != "" && string(got.Kvs[0].Value) != fence.Value) {
@@ -788,18 +897,15 @@ func (b *etcdBucket) Get(key []byte) []byte {
 	if v, ok := b.points[k]; ok {
 		return v
 	}
-	resp := b.tx.get(b.dataPfx + k)
-	if resp == nil {
+	c, ok := b.tx.point(b.dataPfx + k)
+	if !ok {
 		return nil
 	}
 	var v []byte
-	var r int64
-	if len(resp.Kvs) > 0 {
-		v, r = resp.Kvs[0].Value, resp.Kvs[0].ModRevision
-		if v == nil {
-			v = []byte{}
-		}
+	if c.present {
+		v = append([]byte{}, c.v...)
 	}
+	r := c.mod
 	b.points[k] = v
 	b.pointReads++
 	switch {
@@ -851,12 +957,12 @@ func (b *etcdBucket) Cursor() kvCursor { return &etcdCursor{b: b} }
 
 func (b *etcdBucket) Sequence() uint64 {
 	if !b.seqLoaded {
-		resp := b.tx.get(b.metaKey)
-		if resp == nil {
+		c, ok := b.tx.point(b.metaKey)
+		if !ok {
 			return 0
 		}
-		if len(resp.Kvs) > 0 {
-			b.seq, b.metaRev = btoi(resp.Kvs[0].Value), resp.Kvs[0].ModRevision
+		if c.present {
+			b.seq, b.metaRev = btoi(c.v), c.mod
 		}
 		b.seqLoaded = true
 	}

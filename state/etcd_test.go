@@ -486,3 +486,39 @@ func TestEtcdOpenExistingWritesNothing(t *testing.T) {
 		t.Fatalf("fenced write without leadership = %v, want ErrNotLeader", err)
 	}
 }
+
+// TestEtcdWriteCacheStale: a controller's write cache (records it read or
+// wrote, served without a round trip) never decides on a stale record:
+// after another controller moved the server, a move from the old
+// lifecycle is refused as stale and one from the new lifecycle commits;
+// the same for a token the other controller consumed.
+func TestEtcdWriteCacheStale(t *testing.T) {
+	a, b := openEtcdPair(t)
+	mustCreate(t, a, state.Server{Name: "n1", Lifecycle: state.LifecycleReady})
+	// a's cache now holds n1 (ready); b moves it.
+	if _, err := b.Transition("n1", state.LifecycleReady, state.LifecycleAllocated, "b"); err != nil {
+		t.Fatal(err)
+	}
+	// a's cache says ready: a move from allocated must not be refused on it.
+	if _, err := a.Transition("n1", state.LifecycleAllocated, state.LifecycleDeploying, "a fresh"); err != nil {
+		t.Fatalf("move from the current lifecycle: %v", err)
+	}
+	// b's cache says allocated: a move from there must be refused as stale.
+	if _, err := b.Transition("n1", state.LifecycleAllocated, state.LifecycleDeploying, "b stale"); !errors.Is(err, state.ErrStaleTransition) {
+		t.Fatalf("b's move from the stale lifecycle = %v, want ErrStaleTransition", err)
+	}
+	value, _, err := a.IssueToken(state.TokenSpec{Purpose: state.PurposeReport, Server: "n1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.ConsumeToken(value, state.TokenClaim{Purpose: state.PurposeReport, Server: "n1"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.ConsumeToken(value, state.TokenClaim{Purpose: state.PurposeReport, Server: "n1"}); !errors.Is(err, state.ErrTokenUsed) {
+		t.Fatalf("a's consume of a token b consumed = %v, want ErrTokenUsed", err)
+	}
+	srv, err := a.Server("n1")
+	if err != nil || srv.Lifecycle != state.LifecycleDeploying {
+		t.Fatalf("n1 = %s, %v", srv.Lifecycle, err)
+	}
+}
