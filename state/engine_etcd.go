@@ -74,7 +74,11 @@ import (
 // default) and a request to --max-request-bytes (1.5 MiB): the store keeps
 // each transaction small (event retention deletes at most etcdSweep old
 // events per write, Prune runs in batches). A transaction that still
-// exceeds it fails with etcd's "too many operations in txn request".
+// exceeds it fails with etcd's "too many operations in txn request" and
+// writes nothing; the ones that can, on large sites only, are sealing more
+// than about 60 secrets stored unsealed at the first Open with a master
+// key, and revoking or forgetting more than about 60 tokens or hosts of one
+// server at once (raise etcd's --max-txn-ops for those).
 //
 // Compaction. etcd keeps every revision until compacted; the event log is
 // bounded by Retention (count site-wide, count per server, age), but the
