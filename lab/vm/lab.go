@@ -41,11 +41,13 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -435,16 +437,25 @@ func (l *lab) run(ctx context.Context) error {
 // hw, ready servers must carry hardware facts.
 func (l *lab) lifecycles(ss []v1.Server, want map[string]string, hw bool) error {
 	var bad []string
+	seen := map[string]bool{}
 	for _, s := range ss {
 		w, ok := want[s.Name]
 		if !ok {
 			continue
 		}
+		seen[s.Name] = true
 		if s.Lifecycle == "failed" {
 			return fmt.Errorf("%s failed: %s", s.Name, s.LastError)
 		}
 		if s.Lifecycle != w || (hw && w == "ready" && s.Hardware == nil) {
 			bad = append(bad, fmt.Sprintf("%s=%s(%s)", s.Name, s.Lifecycle, s.LastError))
+		}
+	}
+	// A server the API does not list yet (the controller has not read
+	// the first inventory revision) is not there yet either.
+	for _, name := range slices.Sorted(maps.Keys(want)) {
+		if !seen[name] {
+			bad = append(bad, name+" not listed yet")
 		}
 	}
 	if len(bad) > 0 {
