@@ -2,12 +2,14 @@
 # bench/bootstorm.sh [-f FILE|both] [-r RAMDISK_CLIENTS] [CLIENTS]: PXE boot storm, Machina's boot
 # servers vs dnsmasq (DHCP, TFTP), a static Go server (script) and nginx (ramdisk), same run.
 #
-# Creates two network namespaces joined by a veth pair (server 10.66.0.1/21, client 10.66.0.2/21),
+# Creates two network namespaces joined by a veth pair (server 10.66.0.1/21, client 10.66.0.2/21
+# and every address of the DHCP pool, each client using the one it leased),
 # then, per TFTP file and for each server set in turn (Machina: boot/dhcp + boot/tftp + boot/ipxe
 # and the /boot/ramdisk/ route on the api server; peers: dnsmasq with the same pool and files, a
 # static HTTP server for the script, nginx for the ramdisk), starts CLIENTS (default 1000)
 # concurrent simulated clients. Each does DISCOVER/OFFER/REQUEST/ACK (as a DHCP relay, so one
-# socket carries all clients; option 93 = 0 for undionly.kpxe, 7 for ipxe.efi), a TFTP download of
+# socket carries all clients; option 93 = 0 for undionly.kpxe, 7 for ipxe.efi), then, from the
+# address it leased (without a lease, stepwise: the pool's i-th), a TFTP download of
 # FILE (Debian package ipxe, 74 KB and 1 MB; blksize 1428, tsize), a GET of its per-MAC iPXE script and, in the
 # runs of the first file only, GETs of the ramdisk's vmlinuz and initrd.cpio.gz (out/ramdisk,
 # `make ramdisk`) by the first RAMDISK_CLIENTS clients (default 1000; 0 skips the step). Prints
@@ -67,6 +69,18 @@ ip -n "$S" addr add 10.66.0.1/21 dev vs0
 ip -n "$C" addr add 10.66.0.2/21 dev vc0
 for ns in "$S" "$C"; do ip -n "$ns" link set lo up; done
 ip -n "$S" link set vs0 up; ip -n "$C" link set vc0 up
+# Every address of the DHCP pool (10.66.1.0-10.66.7.250, Machina's and dnsmasq's) on the client
+# side, so that each simulated client sends its TFTP, script and ramdisk requests from the address
+# its DHCP exchange leased, as the machines of a real storm do: with all of them on 10.66.0.2 the
+# api server's per-address connection cap (issue 23) closed most of them (bootstorm.md). On the
+# server side the pool's neighbour entries are static: the kernel's ARP table limits are global
+# (gc_thresh3, 1,024 entries over every namespace of the host), and ARP was never part of what the
+# storm measures.
+VCMAC=$(ip -n "$C" -o link show vc0 | awk '{for (i = 1; i < NF; i++) if ($i == "link/ether") print $(i + 1)}')
+awk -v pfx=10.66 'BEGIN { for (a = 1; a <= 7; a++) for (b = 0; b <= 255; b++) if (a < 7 || b <= 250) print "address add " pfx "." a "." b "/32 dev vc0" }' > "$W/addrs"
+awk -v pfx=10.66 -v mac="$VCMAC" 'BEGIN { for (a = 1; a <= 7; a++) for (b = 0; b <= 255; b++) if (a < 7 || b <= 250) print "neighbour replace " pfx "." a "." b " lladdr " mac " dev vs0 nud permanent" }' > "$W/neigh"
+ip -n "$C" -batch "$W/addrs"
+ip -n "$S" -batch "$W/neigh"
 # The TFTP root: copies of the package's files (Debian's /usr/lib/ipxe/ipxe.efi is a symlink to
 # /boot/ipxe.efi, out of the folder, which Machina's os.Root rightly refuses to follow).
 IPXE=$(dpkg -L ipxe | grep '/undionly.kpxe$' | head -n1); ROOT=$W/tftp
@@ -148,6 +162,7 @@ for F in $FILES; do
 		storm "$1" "$F" "$3" -stepwise=true > "$W/$1-$F-step.json"
 		stop "$MP"
 		CPU="$CPU$(grep 'server CPU' "$W/m.err" | sed "s/^machina server CPU/$1 ($F): server CPU/")
+$(grep 'script requests by source' "$W/m.err" | sed "s/^machina /$1 ($F): /")
 "
 		rm -f "$W/m.out"
 	}
