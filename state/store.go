@@ -124,6 +124,8 @@ type Store struct {
 
 	servers serverCache
 	hosts   hostCache
+	// commits shares commits between concurrent token mints (grouped).
+	commits committer
 }
 
 // migrations[v] upgrades a version-v file to v+1 inside one transaction.
@@ -168,7 +170,7 @@ func Open(path string, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("state: open %s: %w", path, err)
 	}
 	s := &Store{db: db, path: path, log: opts.Logger, now: opts.Now, retention: opts.Retention.withDefaults(),
-		waiters: map[chan struct{}]struct{}{}}
+		waiters: map[chan struct{}]struct{}{}, commits: committer{db: db}}
 	if err := s.init(opts.MasterKey); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("state: open %s: %w", path, err)

@@ -1,0 +1,17 @@
+package state
+
+import bolt "go.etcd.io/bbolt"
+
+// LastTxID is the ID of the store's last committed write transaction
+// (bbolt's meta txid, one more per commit): for tests that count commits.
+func LastTxID(s *Store) int {
+	var id int
+	_ = s.db.View(func(tx *bolt.Tx) error { id = tx.ID(); return nil })
+	return id
+}
+
+// Grouped runs fn through the store's group committer (Store.grouped).
+func Grouped(s *Store, fn func(*bolt.Tx) error) error { return s.grouped(fn) }
+
+// View runs fn in a read transaction of the store's database.
+func View(s *Store, fn func(*bolt.Tx) error) error { return s.db.View(fn) }

@@ -1,0 +1,117 @@
+package state
+
+import (
+	"errors"
+	"sync"
+
+	bolt "go.etcd.io/bbolt"
+	berrors "go.etcd.io/bbolt/errors"
+)
+
+// committer runs write transactions of concurrent callers in shared
+// commits (group commit): a caller that finds no commit running commits
+// its own transaction at once; callers that arrive while it runs queue,
+// and the first of them then commits the whole queue in one transaction,
+// with one fsync. Unlike bolt.DB.Batch there is no delay: an idle store
+// commits each write as soon as it is asked, and under load a commit takes
+// everything that queued during the previous one.
+//
+// Issue 24: a boot storm's 1,000 script GETs each mint a token
+// (IssueToken); one commit and its fsync each, they queued behind one
+// another and the last machine waited for all the others' fsyncs.
+type committer struct {
+	db    *bolt.DB
+	mu    sync.Mutex
+	queue []*groupCall
+	busy  bool // a caller is committing; the queue waits for it
+}
+
+type groupCall struct {
+	fn   func(*bolt.Tx) error
+	err  error
+	done chan bool // true: commit the queue (lead); false: err is the result
+}
+
+// run commits fn, alone or with other callers' functions in one
+// transaction. fn may run more than once (when a function committed with
+// it fails, the others run again without it), so it must be idempotent
+// given the same starting state and must assign, not accumulate, its
+// results; its error is returned as bolt.DB.Update would return it.
+func (c *committer) run(fn func(*bolt.Tx) error) error {
+	call := &groupCall{fn: fn, done: make(chan bool, 1)}
+	c.mu.Lock()
+	c.queue = append(c.queue, call)
+	if c.busy {
+		c.mu.Unlock()
+		if lead := <-call.done; !lead {
+			return call.err
+		}
+		c.mu.Lock() // handed the lead: busy stays set
+	} else {
+		c.busy = true
+	}
+	calls := c.queue
+	c.queue = nil
+	c.mu.Unlock()
+
+	c.commit(calls, call)
+
+	c.mu.Lock()
+	if len(c.queue) > 0 {
+		c.queue[0].done <- true // the first queued caller commits the next group
+	} else {
+		c.busy = false
+	}
+	c.mu.Unlock()
+	return call.err
+}
+
+// commit runs calls in one transaction and gives each its result; self's
+// is set but not signalled (its caller is running commit). When one
+// function fails the transaction is rolled back; the failing one runs
+// alone, for its own error, and the others run again in a new one, as
+// bolt.DB.Batch does.
+func (c *committer) commit(calls []*groupCall, self *groupCall) {
+	for len(calls) > 0 {
+		failed := -1
+		err := c.db.Update(func(tx *bolt.Tx) error {
+			for i, call := range calls {
+				if err := call.fn(tx); err != nil {
+					failed = i
+					return err
+				}
+			}
+			return nil
+		})
+		if failed < 0 {
+			// Committed, or the commit itself failed (every call fails).
+			for _, call := range calls {
+				call.err = err
+				if call != self {
+					call.done <- false
+				}
+			}
+			return
+		}
+		bad := calls[failed]
+		bad.err = c.db.Update(bad.fn)
+		if bad != self {
+			bad.done <- false
+		}
+		calls = append(calls[:failed:failed], calls[failed+1:]...)
+	}
+}
+
+// grouped is update through the store's committer: concurrent callers
+// share one commit and one fsync, and a lone caller commits at once. fn
+// may run more than once (see committer.run).
+func (s *Store) grouped(fn func(tx *bolt.Tx) error) error {
+	err := s.commits.run(fn)
+	if err == nil {
+		s.wake()
+	}
+	if errors.Is(err, berrors.ErrDatabaseNotOpen) {
+		return ErrClosed
+	}
+	return err
+}
