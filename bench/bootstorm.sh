@@ -29,7 +29,11 @@
 # the ramdisk route on a bare http.Server, without the api server's middleware).
 # BOOTSTORM_BEFORE=BIN also runs BIN's `serve` (a bootstorm binary built from another revision of
 # the servers, e.g. before a change) as a third server set labelled "before", ahead of Machina's
-# in each file's round, without the ramdisk step: a before/after comparison in the same run.
+# in each file's round (with the ramdisk step in the first file's): a before/after comparison in
+# the same run.
+# BOOTSTORM_STRACE=FILE counts the system calls of Machina's server (strace -f -c attached for the
+# two runs of each file, sendfile, read, write, pwrite64, fdatasync; FILE.<tftp file>): to check
+# that the ramdisk goes out with sendfile. strace slows the server: take no figures from such a run.
 set -eu
 FILES="undionly.kpxe ipxe.efi"; RDN=1000
 while getopts f:r: opt; do
@@ -158,15 +162,22 @@ for F in $FILES; do
 			-root "$ROOT" -uefi-file ipxe.efi -clients "$N" ${3:+-ramdisk "$RD"} ${BOOTSTORM_SERVE_FLAGS:-} > "$W/m.out" 2> "$W/m.err" &
 		MP=$!; PIDS="$PIDS $MP"
 		wait_ready "$W/m.out"
+		TP=""
+		if [ -n "${BOOTSTORM_STRACE:-}" ] && [ "$1" = machina ]; then
+			strace -f -c -e trace=sendfile,read,write,pwrite64,fdatasync -o "$BOOTSTORM_STRACE.$F" -p "$MP" 2> "$W/strace.err" &
+			TP=$!; PIDS="$PIDS $TP"
+			sleep 1 # attached to every thread
+		fi
 		storm "$1" "$F" "$3" -stepwise=false > "$W/$1-$F.json"
 		storm "$1" "$F" "$3" -stepwise=true > "$W/$1-$F-step.json"
+		if [ -n "$TP" ]; then kill -INT "$TP" 2>/dev/null || true; wait "$TP" 2>/dev/null || true; fi
 		stop "$MP"
 		CPU="$CPU$(grep 'server CPU' "$W/m.err" | sed "s/^machina server CPU/$1 ($F): server CPU/")
 $(grep 'script requests by source' "$W/m.err" | sed "s/^machina /$1 ($F): /")
 "
 		rm -f "$W/m.out"
 	}
-	[ -n "${BOOTSTORM_BEFORE:-}" ] && machina before "$BOOTSTORM_BEFORE" ""
+	[ -n "${BOOTSTORM_BEFORE:-}" ] && machina before "$BOOTSTORM_BEFORE" "$RDM"
 	machina machina "$W/bootstorm" "$RDM" "$PROF"
 
 	# --- peers: dnsmasq (same pool, same files, same relay), static script server, nginx ---
