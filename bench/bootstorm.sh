@@ -13,7 +13,8 @@
 # FILE (Debian package ipxe, 74 KB and 1 MB; blksize 1428, tsize), a GET of its per-MAC iPXE script and, in the
 # runs of the first file only, GETs of the ramdisk's vmlinuz and initrd.cpio.gz (out/ramdisk,
 # `make ramdisk`) by the first RAMDISK_CLIENTS clients (default 1000; 0 skips the step). Prints
-# p50/p99 per step, Machina/peer ratios, the ramdisk step's aggregate MB/s, and each server's CPU.
+# p50/p99 per step, Machina/peer ratios, the ramdisk step's aggregate MB/s, each server's CPU, and
+# (stepwise) the servers' CPU per step.
 #   -f FILE   undionly.kpxe, ipxe.efi, or both (default: both, undionly.kpxe first)
 #   -r N      clients in the ramdisk step (default 1000; about 15 MB each)
 # Needs root, iproute2, dnsmasq (dnsmasq-base), ipxe, nginx (nginx-light), Go. Cleans up its
@@ -169,7 +170,7 @@ for F in $FILES; do
 			sleep 1 # attached to every thread
 		fi
 		storm "$1" "$F" "$3" -stepwise=false > "$W/$1-$F.json"
-		storm "$1" "$F" "$3" -stepwise=true > "$W/$1-$F-step.json"
+		storm "$1" "$F" "$3" -stepwise=true -server-pids "$MP" > "$W/$1-$F-step.json"
 		if [ -n "$TP" ]; then kill -INT "$TP" 2>/dev/null || true; wait "$TP" 2>/dev/null || true; fi
 		stop "$MP"
 		CPU="$CPU$(grep 'server CPU' "$W/m.err" | sed "s/^machina server CPU/$1 ($F): server CPU/")
@@ -215,7 +216,9 @@ CONF
 	wait_ready "$W/s.out"
 	until ip netns exec "$S" ss -uln | grep -q '10.66.0.1:69\|\*:69\|0.0.0.0:69'; do sleep 0.1; done
 	storm dnsmasq "$F" "$RDP" -stepwise=false > "$W/dnsmasq-$F.json"
-	storm dnsmasq "$F" "$RDP" -stepwise=true > "$W/dnsmasq-$F-step.json"
+	PP="$DP $SP"
+	[ -n "$NP" ] && PP="$PP $NP $(pgrep -P "$NP" | tr '\n' ' ')"
+	storm dnsmasq "$F" "$RDP" -stepwise=true -server-pids "$PP" > "$W/dnsmasq-$F-step.json"
 	line="peers ($F): dnsmasq CPU $(cpu_of "$DP") s, static script server $(cpu_of "$SP") s"
 	# nginx's CPU: the master and its workers (taskset, when pinning, is replaced by nginx by exec).
 	[ -n "$NP" ] && line="$line, nginx $(cpu_of "$NP" $(pgrep -P "$NP")) s"

@@ -39,6 +39,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"runtime/pprof"
 	"sort"
 	"strconv"
@@ -411,6 +412,7 @@ func storm(ctx context.Context, args []string) error {
 	rdURL := fs.String("ramdisk", "", "base URL of the ramdisk files (ends in /boot/ramdisk/); empty skips the ramdisk step")
 	rdN := fs.Int("ramdisk-clients", 1000, "clients (the first M) that run the ramdisk step; capped at -clients")
 	pool := fs.String("pool", "10.66.1.0", "first address of the DHCP pool: client i without a lease uses this + i (stepwise)")
+	pids := fs.String("server-pids", "", "space-separated PIDs of the server processes: their CPU time per step is reported (stepwise)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -435,6 +437,7 @@ func storm(ctx context.Context, args []string) error {
 	hc := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: *n, MaxConnsPerHost: 0}}
 
 	results := make([]result, *n)
+	var stepCPU [4]float64 // the server processes' CPU seconds per step (stepwise, -server-pids)
 	var wg sync.WaitGroup
 	start := make(chan struct{})
 	t0 := time.Now()
@@ -445,12 +448,22 @@ func storm(ctx context.Context, args []string) error {
 		// each step runs at the full concurrency on both sides: dnsmasq
 		// loses a third of the DHCP burst, and its TFTP would otherwise
 		// be measured with two thirds of the clients.
+		step := 0
 		phase := func(f func(i int)) {
+			// Between steps (not timed): the load generator collects the
+			// previous step's garbage (the TFTP step allocates per block)
+			// and lets the servers finish closing its sockets, so that a
+			// step is not charged for the one before it.
+			runtime.GC()
+			time.Sleep(200 * time.Millisecond)
+			c0 := procCPU(*pids)
 			var pw sync.WaitGroup
 			for i := range *n {
 				pw.Go(func() { f(i) })
 			}
 			pw.Wait()
+			stepCPU[step] = procCPU(*pids) - c0
+			step++
 		}
 		phase(func(i int) {
 			var err error
@@ -551,6 +564,9 @@ func storm(ctx context.Context, args []string) error {
 		"total_p50_ms": ms(pct(tot, 50)), "total_p99_ms": ms(pct(tot, 99)),
 		"ramdisk_p50_ms": ms(pct(rd, 50)), "ramdisk_p99_ms": ms(pct(rd, 99)),
 		"ramdisk_clients": len(rd), "ramdisk_bytes": rdBytes,
+	}
+	if *stepwise && *pids != "" {
+		out["server_cpu_dhcp_s"], out["server_cpu_tftp_s"], out["server_cpu_script_s"], out["server_cpu_ramdisk_s"] = stepCPU[0], stepCPU[1], stepCPU[2], stepCPU[3]
 	}
 	if len(rd) > 0 {
 		// Aggregate throughput: all ramdisk bytes over the span from the
@@ -839,6 +855,11 @@ func table(w io.Writer, files []string) error {
 				num(a, "ramdisk_mb_s"), num(b, "ramdisk_mb_s"), ratio(num(a, "ramdisk_mb_s"), num(b, "ramdisk_mb_s")))
 		}
 		fmt.Fprintf(w, "load generator CPU: %.2f s (%s run) | %.2f s (%s run)\n", a["client_cpu_s"], a["label"], b["client_cpu_s"], b["label"])
+		if _, ok := a["server_cpu_script_s"]; ok {
+			fmt.Fprintf(w, "server CPU per step (dhcp tftp script ramdisk), s: %s %.2f %.2f %.2f %.2f | %s %.2f %.2f %.2f %.2f\n",
+				a["label"], num(a, "server_cpu_dhcp_s"), num(a, "server_cpu_tftp_s"), num(a, "server_cpu_script_s"), num(a, "server_cpu_ramdisk_s"),
+				b["label"], num(b, "server_cpu_dhcp_s"), num(b, "server_cpu_tftp_s"), num(b, "server_cpu_script_s"), num(b, "server_cpu_ramdisk_s"))
+		}
 		fmt.Fprintf(w, "failed clients: %s %v %v | %s %v %v\n", a["label"], a["failed"], orEmpty(a["first_error"]), b["label"], b["failed"], orEmpty(b["first_error"]))
 		fmt.Fprintf(w, "failed per step (dhcp tftp script ramdisk): %s %v %v %v %v | %s %v %v %v %v\n\n",
 			a["label"], a["failed_dhcp"], a["failed_tftp"], a["failed_script"], a["failed_ramdisk"],
@@ -852,6 +873,34 @@ func orEmpty(v any) any {
 		return ""
 	}
 	return v
+}
+
+// procCPU is the user+system CPU seconds of the processes pids (space
+// separated; every thread of each), read from /proc/PID/stat (fields 14
+// and 15, in clock ticks of 100 Hz, the Linux USER_HZ); a process that is
+// gone counts 0.
+func procCPU(pids string) float64 {
+	var ticks int64
+	for _, p := range strings.Fields(pids) {
+		b, err := os.ReadFile("/proc/" + p + "/stat")
+		if err != nil {
+			continue
+		}
+		// The command name (field 2) may hold spaces: fields count from
+		// after its closing parenthesis, where field 3 is first.
+		i := bytes.LastIndexByte(b, ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(string(b[i+1:]))
+		if len(f) < 13 {
+			continue
+		}
+		u, _ := strconv.ParseInt(f[11], 10, 64)
+		st, _ := strconv.ParseInt(f[12], 10, 64)
+		ticks += u + st
+	}
+	return float64(ticks) / 100
 }
 
 // cpuSeconds is this process's user+system CPU time so far (getrusage(2)).
