@@ -495,9 +495,16 @@ func (s *Store) UpdateServer(name string, fn func(*Server) error) (Server, error
 
 func (s *Store) updateServerTx(tx *bolt.Tx, name string, fn func(*Server) error) (Server, error) {
 	b := tx.Bucket(bucketServers)
-	var srv Server
-	if err := getJSON(b, name, &srv); err != nil {
-		return Server{}, err
+	data := b.Get([]byte(name))
+	if data == nil {
+		return Server{}, ErrNotFound
+	}
+	// Through the decode cache: the record was usually just read (the
+	// boot index reads a server before minting its token), and a copy is
+	// cheaper than a JSON decode inside the writer lock.
+	srv, err := s.servers.decode([]byte(name), data)
+	if err != nil {
+		return Server{}, fmt.Errorf("decode %s: %w", name, err)
 	}
 	orig := srv
 	if err := fn(&srv); err != nil {
