@@ -3,18 +3,21 @@
 // network namespaces and runs each mode inside one).
 //
 //	bootstorm serve  -iface vs0 -http 10.66.0.1:8080 -root /usr/lib/ipxe -clients 1000 [-ramdisk DIR]
-//	    Machina's DHCP (full mode), TFTP and iPXE handler, with the N storm MACs known,
-//	    the HTTP side mounted on the api server as cmd/machina mounts it (api.Server,
-//	    HandlePublic), with DIR served at /boot/ramdisk/ by the controller's route.
+//	    Machina's DHCP (full mode), TFTP and iPXE handler over a state store holding
+//	    the N storm servers (commissioning; api.BootIndex mints their tokens in the
+//	    store, with fsync), the HTTP side mounted on the api server as controller.Run
+//	    mounts it (api.Server, HandlePublic), with DIR served at /boot/ramdisk/ by the
+//	    iPXE handler (RamdiskDir), every limit at its production default.
 //	bootstorm static -http 10.66.0.1:8080 -script URL
 //	    a plain HTTP server returning the chain script (the HTTP side next to dnsmasq).
 //	bootstorm storm  -server 10.66.0.1 -relay 10.66.0.2 -clients 1000 -http URL -file undionly.kpxe -label NAME
-//	        [-ramdisk URL -ramdisk-clients M]
+//	        [-ramdisk URL -ramdisk-clients M] [-pool 10.66.1.0] [-server-pids "PID..."]
 //	    N concurrent clients, each: DHCP DISCOVER/OFFER/REQUEST/ACK (as a relay agent,
 //	    so one socket carries every client; option 93 is 7, EFI x64, when -file ends
 //	    in .efi, else 0, BIOS), a TFTP download of -file (blksize 1428, tsize), a GET
 //	    of the per-MAC script and, for the first M clients, GETs of URL+vmlinuz and
-//	    URL+initrd.cpio.gz over one keep-alive connection. Prints p50/p99 per step
+//	    URL+initrd.cpio.gz over one keep-alive connection, every step after DHCP from
+//	    the address the client leased (bound; the pool must be on the interface). Prints p50/p99 per step
 //	    and the ramdisk step's aggregate throughput as JSON. With -stepwise, every
 //	    client finishes a step before any starts the next, so each step is measured
 //	    under the full concurrency of N (or M) clients.
