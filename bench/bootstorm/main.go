@@ -273,7 +273,7 @@ func httpSide(h http.Handler, st *state.Store, ramdisk, direct bool, log *slog.L
 	}
 	if ramdisk {
 		// The route controller.Run mounts for cmd/machina's -ramdisk-dir
-		// (controller/controller.go); keep the two the same.
+		// (controller/stages.go); keep the two the same.
 		if err := srv.HandlePublic("/boot/ramdisk/", h); err != nil {
 			return nil, err
 		}
