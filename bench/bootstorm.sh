@@ -31,7 +31,9 @@
 # BOOTSTORM_BEFORE=BIN also runs BIN's `serve` (a bootstorm binary built from another revision of
 # the servers, e.g. before a change) as a third server set labelled "before", ahead of Machina's
 # in each file's round (with the ramdisk step in the first file's): a before/after comparison in
-# the same run.
+# the same run. BOOTSTORM_BEFORE=self runs this revision's build there; BOOTSTORM_BEFORE_FLAGS adds
+# flags to that set's `serve` only, e.g. BOOTSTORM_BEFORE=self BOOTSTORM_BEFORE_FLAGS=-mem-tokens
+# (servers and tokens in memory, as sessions 1-4 measured: what the state store costs).
 # BOOTSTORM_STRACE=FILE counts the system calls of Machina's server (strace -f -c attached for the
 # two runs of each file, sendfile, read, write, pwrite64, fdatasync; FILE.<tftp file>): to check
 # that the ramdisk goes out with sendfile. strace slows the server: take no figures from such a run.
@@ -159,8 +161,9 @@ for F in $FILES; do
 	# --- Machina (and the "before" build) ---
 	# machina LABEL BIN RAMDISK_URL [PROFILE]
 	machina() {
+		xf=""; [ "$1" = before ] && xf=${BOOTSTORM_BEFORE_FLAGS:-}
 		ip netns exec "$S" $SRVPIN "$2" serve ${4:+-cpuprofile "$4"} -iface vs0 -http 10.66.0.1:8080 \
-			-root "$ROOT" -uefi-file ipxe.efi -clients "$N" ${3:+-ramdisk "$RD"} ${BOOTSTORM_SERVE_FLAGS:-} > "$W/m.out" 2> "$W/m.err" &
+			-root "$ROOT" -uefi-file ipxe.efi -clients "$N" ${3:+-ramdisk "$RD"} ${BOOTSTORM_SERVE_FLAGS:-} $xf > "$W/m.out" 2> "$W/m.err" &
 		MP=$!; PIDS="$PIDS $MP"
 		wait_ready "$W/m.out"
 		TP=""
@@ -178,7 +181,8 @@ $(grep 'script requests by source' "$W/m.err" | sed "s/^machina /$1 ($F): /")
 "
 		rm -f "$W/m.out"
 	}
-	[ -n "${BOOTSTORM_BEFORE:-}" ] && machina before "$BOOTSTORM_BEFORE" "$RDM"
+	BB=${BOOTSTORM_BEFORE:-}; [ "$BB" = self ] && BB=$W/bootstorm
+	[ -n "$BB" ] && machina before "$BB" "$RDM"
 	machina machina "$W/bootstorm" "$RDM" "$PROF"
 
 	# --- peers: dnsmasq (same pool, same files, same relay), static script server, nginx ---

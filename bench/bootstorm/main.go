@@ -104,6 +104,7 @@ func serve(ctx context.Context, args []string) error {
 	prof := fs.String("cpuprofile", "", "write a CPU profile of the server to this file")
 	uefi := fs.String("uefi-file", "ipxe.efi", "TFTP file offered to EFI x64 clients (option 93 = 7)")
 	ramdisk := fs.String("ramdisk", "", "folder served at /boot/ramdisk/ (make ramdisk writes out/ramdisk)")
+	memTokens := fs.Bool("mem-tokens", false, "look servers up and mint tokens in memory (boot.MemLookup, boot.MemTokens: the shape of sessions 1-4), not in the state store: the store's cost in the same run")
 	direct := fs.Bool("direct", false, "serve the iPXE handler on a bare http.Server (the storm's shape before issue 24), not through the api server")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -131,13 +132,24 @@ func serve(ctx context.Context, args []string) error {
 	}
 	defer os.RemoveAll(stDir)
 	defer st.Close()
-	idx, err := api.NewBootIndex(st)
+	bi, err := api.NewBootIndex(st)
 	if err != nil {
 		return err
 	}
+	var look boot.Lookup = bi
+	var toks boot.Tokens = bi
+	if *memTokens {
+		var ml boot.MemLookup
+		for i := range *n {
+			if err := ml.Set(boot.Assignment{MAC: stormMAC(i), Name: fmt.Sprintf("storm-%04d", i), Lifecycle: boot.LifecycleCommissioning, Mode: boot.ModeBIOS}); err != nil {
+				return err
+			}
+		}
+		look, toks = &ml, boot.NewMemTokens()
+	}
 	base := "http://" + *httpAddr
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	ih, err := ipxe.New(ipxe.Config{Lookup: idx, Tokens: idx, ControllerURL: base, RamdiskDir: *ramdisk, Logger: log})
+	ih, err := ipxe.New(ipxe.Config{Lookup: look, Tokens: toks, ControllerURL: base, RamdiskDir: *ramdisk, Logger: log})
 	if err != nil {
 		return err
 	}
@@ -146,7 +158,7 @@ func serve(ctx context.Context, args []string) error {
 	lc := &leaseCheck{next: ih, leases: leases}
 	var h http.Handler = lc
 	d, err := dhcp.New(dhcp.Config{Interfaces: []string{*iface}, Subnet: netip.MustParsePrefix("10.66.0.0/21"),
-		PoolStart: netip.MustParseAddr("10.66.1.0"), PoolEnd: netip.MustParseAddr("10.66.7.250"), Lookup: idx, Leases: leases, Logger: log,
+		PoolStart: netip.MustParseAddr("10.66.1.0"), PoolEnd: netip.MustParseAddr("10.66.7.250"), Lookup: look, Leases: leases, Logger: log,
 		Boot: dhcp.BootFiles{ScriptURL: base + ipxe.ScriptPath, UEFI: *uefi}})
 	if err != nil {
 		return err
