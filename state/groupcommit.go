@@ -27,16 +27,34 @@ type committer struct {
 }
 
 type groupCall struct {
-	fn   func(*bolt.Tx) error
-	err  error
-	done chan bool // true: commit the queue (lead); false: err is the result
+	fn       func(*bolt.Tx) error
+	err      error
+	panicked any       // what fn panicked with; its caller panics with it
+	done     chan bool // true: commit the queue (lead); false: err is the result
+}
+
+// errPanicked stands for a function that panicked, inside commit.
+var errPanicked = errors.New("state: group commit: function panicked")
+
+// call runs c.fn in tx, turning a panic into errPanicked (kept in
+// c.panicked for its caller), so that one caller's panic neither rolls
+// back the others for good nor leaves the committer busy.
+func (c *groupCall) call(tx *bolt.Tx) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			c.panicked, err = r, errPanicked
+		}
+	}()
+	return c.fn(tx)
 }
 
 // run commits fn, alone or with other callers' functions in one
 // transaction. fn may run more than once (when a function committed with
 // it fails, the others run again without it), so it must be idempotent
 // given the same starting state and must assign, not accumulate, its
-// results; its error is returned as bolt.DB.Update would return it.
+// results; its error is returned as bolt.DB.Update would return it, and
+// a panic in fn is a panic of run's caller (the other callers' functions
+// are committed without it).
 func (c *committer) run(fn func(*bolt.Tx) error) error {
 	call := &groupCall{fn: fn, done: make(chan bool, 1)}
 	c.mu.Lock()
@@ -44,6 +62,9 @@ func (c *committer) run(fn func(*bolt.Tx) error) error {
 	if c.busy {
 		c.mu.Unlock()
 		if lead := <-call.done; !lead {
+			if call.panicked != nil {
+				panic(call.panicked)
+			}
 			return call.err
 		}
 		c.mu.Lock() // handed the lead: busy stays set
@@ -63,20 +84,23 @@ func (c *committer) run(fn func(*bolt.Tx) error) error {
 		c.busy = false
 	}
 	c.mu.Unlock()
+	if call.panicked != nil {
+		panic(call.panicked)
+	}
 	return call.err
 }
 
 // commit runs calls in one transaction and gives each its result; self's
 // is set but not signalled (its caller is running commit). When one
 // function fails the transaction is rolled back; the failing one runs
-// alone, for its own error, and the others run again in a new one, as
-// bolt.DB.Batch does.
+// alone, for its own error (one that panicked does not run again), and
+// the others run again in a new one, as bolt.DB.Batch does.
 func (c *committer) commit(calls []*groupCall, self *groupCall) {
 	for len(calls) > 0 {
 		failed := -1
 		err := c.db.Update(func(tx *bolt.Tx) error {
 			for i, call := range calls {
-				if err := call.fn(tx); err != nil {
+				if err := call.call(tx); err != nil {
 					failed = i
 					return err
 				}
@@ -94,7 +118,9 @@ func (c *committer) commit(calls []*groupCall, self *groupCall) {
 			return
 		}
 		bad := calls[failed]
-		bad.err = c.db.Update(bad.fn)
+		if bad.panicked == nil {
+			bad.err = c.db.Update(bad.call)
+		}
 		if bad != self {
 			bad.done <- false
 		}

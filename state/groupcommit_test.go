@@ -136,3 +136,83 @@ func TestGroupCommitFailureIsolated(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestGroupCommitPanicIsCallers: a function that panics inside a shared
+// commit panics in its own caller (with its value), the other callers'
+// functions are committed, and the committer goes on serving. Without the
+// recover the panic ran in whichever caller led the commit and left the
+// committer busy for good.
+func TestGroupCommitPanicIsCallers(t *testing.T) {
+	s := openTest(t, state.Options{NoSync: true})
+	bucket := []byte("grouptest")
+	if err := state.Grouped(s, func(tx *bolt.Tx) error { _, err := tx.CreateBucketIfNotExists(bucket); return err }); err != nil {
+		t.Fatal(err)
+	}
+	release := make(chan struct{})
+	entered := make(chan struct{})
+	first := make(chan error, 1)
+	go func() {
+		first <- state.Grouped(s, func(tx *bolt.Tx) error {
+			close(entered)
+			<-release
+			return nil
+		})
+	}()
+	<-entered
+	const n = 4
+	errs := make([]error, n)
+	recovered := make([]any, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			defer func() { recovered[i] = recover() }()
+			errs[i] = state.Grouped(s, func(tx *bolt.Tx) error {
+				if i == 1 {
+					panic("boom")
+				}
+				return tx.Bucket(bucket).Put(fmt.Appendf(nil, "k%d", i), []byte("v"))
+			})
+		})
+	}
+	time.Sleep(200 * time.Millisecond) // the n callers queue behind the held commit
+	close(release)
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	all := make(chan struct{})
+	go func() { wg.Wait(); close(all) }()
+	select {
+	case <-all:
+	case <-time.After(10 * time.Second):
+		t.Fatal("callers still waiting 10 s after the commit: the committer is stuck")
+	}
+	for i := range n {
+		if want := i == 1; (recovered[i] == "boom") != want || (!want && (recovered[i] != nil || errs[i] != nil)) {
+			t.Fatalf("caller %d: recovered %v, err %v", i, recovered[i], errs[i])
+		}
+	}
+	done := make(chan error, 1)
+	go func() { done <- state.Grouped(s, func(tx *bolt.Tx) error { return tx.Bucket(bucket).Put([]byte("after"), []byte("v")) }) }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the committer no longer commits after a panic")
+	}
+	err := state.View(s, func(tx *bolt.Tx) error {
+		for _, k := range []string{"k0", "k2", "k3", "after"} {
+			if tx.Bucket(bucket).Get([]byte(k)) == nil {
+				t.Errorf("%s not committed", k)
+			}
+		}
+		if tx.Bucket(bucket).Get([]byte("k1")) != nil {
+			t.Error("the panicking caller's write was committed")
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
