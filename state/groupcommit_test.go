@@ -192,7 +192,9 @@ func TestGroupCommitPanicIsCallers(t *testing.T) {
 		}
 	}
 	done := make(chan error, 1)
-	go func() { done <- state.Grouped(s, func(tx *bolt.Tx) error { return tx.Bucket(bucket).Put([]byte("after"), []byte("v")) }) }()
+	go func() {
+		done <- state.Grouped(s, func(tx *bolt.Tx) error { return tx.Bucket(bucket).Put([]byte("after"), []byte("v")) })
+	}()
 	select {
 	case err := <-done:
 		if err != nil {
