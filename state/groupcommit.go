@@ -3,9 +3,6 @@ package state
 import (
 	"errors"
 	"sync"
-
-	bolt "go.etcd.io/bbolt"
-	berrors "go.etcd.io/bbolt/errors"
 )
 
 // committer runs write transactions of concurrent callers in shared
@@ -18,16 +15,18 @@ import (
 //
 // Issue 24: a boot storm's 1,000 script GETs each mint a token
 // (IssueToken); one commit and its fsync each, they queued behind one
-// another and the last machine waited for all the others' fsyncs.
+// another and the last machine waited for all the others' fsyncs. Used
+// on bbolt only (Open): an etcd transaction is bounded in operations
+// (--max-txn-ops), and a group of a thousand mints would exceed it.
 type committer struct {
-	db    *bolt.DB
-	mu    sync.Mutex
-	queue []*groupCall
-	busy  bool // a caller is committing; the queue waits for it
+	update func(fn func(tx kvTx) error) error // the engine's
+	mu     sync.Mutex
+	queue  []*groupCall
+	busy   bool // a caller is committing; the queue waits for it
 }
 
 type groupCall struct {
-	fn       func(*bolt.Tx) error
+	fn       func(kvTx) error
 	err      error
 	panicked any       // what fn panicked with; its caller panics with it
 	done     chan bool // true: commit the queue (lead); false: err is the result
@@ -39,7 +38,7 @@ var errPanicked = errors.New("state: group commit: function panicked")
 // call runs c.fn in tx, turning a panic into errPanicked (kept in
 // c.panicked for its caller), so that one caller's panic neither rolls
 // back the others for good nor leaves the committer busy.
-func (c *groupCall) call(tx *bolt.Tx) (err error) {
+func (c *groupCall) call(tx kvTx) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			c.panicked, err = r, errPanicked
@@ -52,10 +51,10 @@ func (c *groupCall) call(tx *bolt.Tx) (err error) {
 // transaction. fn may run more than once (when a function committed with
 // it fails, the others run again without it), so it must be idempotent
 // given the same starting state and must assign, not accumulate, its
-// results; its error is returned as bolt.DB.Update would return it, and
+// results; its error is returned as the engine's update would return it, and
 // a panic in fn is a panic of run's caller (the other callers' functions
 // are committed without it).
-func (c *committer) run(fn func(*bolt.Tx) error) error {
+func (c *committer) run(fn func(kvTx) error) error {
 	call := &groupCall{fn: fn, done: make(chan bool, 1)}
 	c.mu.Lock()
 	c.queue = append(c.queue, call)
@@ -98,7 +97,7 @@ func (c *committer) run(fn func(*bolt.Tx) error) error {
 func (c *committer) commit(calls []*groupCall, self *groupCall) {
 	for len(calls) > 0 {
 		failed := -1
-		err := c.db.Update(func(tx *bolt.Tx) error {
+		err := c.update(func(tx kvTx) error {
 			for i, call := range calls {
 				if err := call.call(tx); err != nil {
 					failed = i
@@ -119,7 +118,7 @@ func (c *committer) commit(calls []*groupCall, self *groupCall) {
 		}
 		bad := calls[failed]
 		if bad.panicked == nil {
-			bad.err = c.db.Update(bad.call)
+			bad.err = c.update(bad.call)
 		}
 		if bad != self {
 			bad.done <- false
@@ -129,15 +128,16 @@ func (c *committer) commit(calls []*groupCall, self *groupCall) {
 }
 
 // grouped is update through the store's committer: concurrent callers
-// share one commit and one fsync, and a lone caller commits at once. fn
-// may run more than once (see committer.run).
-func (s *Store) grouped(fn func(tx *bolt.Tx) error) error {
+// share one commit and one fsync, and a lone caller commits at once; on
+// an engine without one (etcd) it is update. fn may run more than once
+// (see committer.run).
+func (s *Store) grouped(fn func(tx kvTx) error) error {
+	if s.commits == nil {
+		return s.update(fn)
+	}
 	err := s.commits.run(fn)
 	if err == nil {
 		s.wake()
-	}
-	if errors.Is(err, berrors.ErrDatabaseNotOpen) {
-		return ErrClosed
 	}
 	return err
 }
