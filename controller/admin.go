@@ -13,6 +13,7 @@ import (
 	"github.com/machina-metal/machina/api"
 	v1 "github.com/machina-metal/machina/api/v1"
 	"github.com/machina-metal/machina/discover"
+	"github.com/machina-metal/machina/gitops"
 	"github.com/machina-metal/machina/reconciler"
 	"github.com/machina-metal/machina/state"
 )
@@ -26,7 +27,7 @@ import (
 //	POST /api/v1/approve     approve the held plan of a revision
 //	POST /api/v1/provision   allocate and deploy N servers of a profile
 //	POST /api/v1/scan        scan a BMC subnet (mountDiscovery)
-func mountAdmin(srv *api.Server, st *state.Store, ctrl *reconciler.Controller, src *reconciler.Source, propose proposeFunc, branch string) error {
+func mountAdmin(srv *api.Server, st *state.Store, ctrl *reconciler.Controller, src *gitops.Source, propose proposeFunc, branch string) error {
 	routes := map[string]http.HandlerFunc{
 		"POST /api/v1/reconcile": func(w http.ResponseWriter, r *http.Request) {
 			src.Trigger()

@@ -14,8 +14,8 @@ import (
 	"github.com/machina-metal/machina/api"
 	v1 "github.com/machina-metal/machina/api/v1"
 	"github.com/machina-metal/machina/discover"
+	"github.com/machina-metal/machina/gitops"
 	"github.com/machina-metal/machina/inventory"
-	"github.com/machina-metal/machina/reconciler"
 	"github.com/machina-metal/machina/state"
 )
 
@@ -27,10 +27,10 @@ type scanFunc func(ctx context.Context, cfg discover.Config) (*discover.Report, 
 const scanTimeout = 5 * time.Minute
 
 // proposeFunc pushes an edit of servers.yaml to the inventory repository
-// (reconciler.Proposer.Propose): onto a new review branch, or with
+// (gitops.Proposer.Propose): onto a new review branch, or with
 // commitTo straight onto the inventory branch. Nil when the controller
 // follows no repository.
-type proposeFunc func(ctx context.Context, commitTo bool, message string, edit func(servers []byte, inv *inventory.Inventory) ([]byte, error)) (reconciler.Proposal, error)
+type proposeFunc func(ctx context.Context, commitTo bool, message string, edit func(servers []byte, inv *inventory.Inventory) ([]byte, error)) (gitops.Proposal, error)
 
 // scanResponse is POST /api/v1/scan's answer: the report, and with
 // register what was proposed.
@@ -42,26 +42,26 @@ type scanResponse struct {
 // scanProposers returns the proposeFunc of a controller following repo,
 // with its own clones under gitDir (scan/ and scan-commit/, apart from
 // auto-enrol's), made on first use.
-func scanProposers(repo reconciler.Remote, gitDir string, log *slog.Logger) proposeFunc {
+func scanProposers(repo gitops.Remote, gitDir string, log *slog.Logger) proposeFunc {
 	var (
 		mu    sync.Mutex
-		props = map[bool]*reconciler.Proposer{}
+		props = map[bool]*gitops.Proposer{}
 	)
-	return func(ctx context.Context, commitTo bool, message string, edit func([]byte, *inventory.Inventory) ([]byte, error)) (reconciler.Proposal, error) {
+	return func(ctx context.Context, commitTo bool, message string, edit func([]byte, *inventory.Inventory) ([]byte, error)) (gitops.Proposal, error) {
 		mu.Lock()
 		p := props[commitTo]
 		if p == nil {
-			cfg := reconciler.ProposerConfig{Remote: repo, StateDir: filepath.Join(gitDir, "scan"), Logger: log}
+			cfg := gitops.ProposerConfig{Remote: repo, StateDir: filepath.Join(gitDir, "scan"), Logger: log}
 			if commitTo {
 				cfg.StateDir, cfg.CommitTo = filepath.Join(gitDir, "scan-commit"), repo.Branch
 				if cfg.CommitTo == "" {
 					cfg.CommitTo = "main"
 				}
 			}
-			np, err := reconciler.NewProposer(cfg)
+			np, err := gitops.NewProposer(cfg)
 			if err != nil {
 				mu.Unlock()
-				return reconciler.Proposal{}, err
+				return gitops.Proposal{}, err
 			}
 			props[commitTo], p = np, np
 		}
@@ -185,7 +185,7 @@ func registerScan(ctx context.Context, rep *discover.Report, req v1.ScanRequest,
 	// and the commit's diff names the servers.
 	msg := fmt.Sprintf("discovered: servers from a BMC scan of %s (POST /api/v1/scan)\n", rep.Range)
 	prop, err := propose(ctx, req.CommitTo != "", msg, edit)
-	if errors.Is(err, reconciler.ErrNothingToPropose) {
+	if errors.Is(err, gitops.ErrNothingToPropose) {
 		return reg, nil
 	}
 	if err != nil {

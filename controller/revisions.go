@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/machina-metal/machina/gitops"
 	"github.com/machina-metal/machina/images"
 	"github.com/machina-metal/machina/inventory"
 	"github.com/machina-metal/machina/reconciler"
@@ -15,7 +16,7 @@ import (
 // follow hands every new good revision to the reconciler and imports its
 // images; while the newest revision is invalid, nothing new is acted on
 // (the last good revision stays desired, and no new deploy starts).
-func follow(ctx context.Context, src *reconciler.Source, ctrl *reconciler.Controller, importer *images.Importer, store *images.Store,
+func follow(ctx context.Context, src *gitops.Source, ctrl *reconciler.Controller, importer *images.Importer, store *images.Store,
 	fails *importFailures, mirrors images.Mirrors, log *slog.Logger) {
 	var lastDigest string
 	stopImports := func() {}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/machina-metal/machina/bmc"
 	"github.com/machina-metal/machina/inventory"
+	"github.com/machina-metal/machina/redact"
 	"github.com/machina-metal/machina/state"
 )
 
@@ -232,7 +233,7 @@ func (c *Controller) run(ctx context.Context, step Step, desired *inventory.Inve
 		if drv == nil {
 			// No BMC: nothing to power off with.
 		} else if err := drv.Power(ctx, bmc.PowerActionOff); err != nil {
-			log.Warn("power off after deadline", "err", Redact(err.Error()))
+			log.Warn("power off after deadline", "err", redact.String(err.Error()))
 		} else {
 			_, _ = st.SetPower(step.Server, state.PowerOff, state.PowerSourceCommand)
 		}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/machina-metal/machina/bmc"
 	"github.com/machina-metal/machina/inventory"
+	"github.com/machina-metal/machina/redact"
 	"github.com/machina-metal/machina/state"
 )
 
@@ -463,7 +464,7 @@ func (c *Controller) execute(ctx context.Context, step Step, desired *inventory.
 		return
 	}
 	stall := !bmc.IsTransient(err) && (step.Action.Disruptive() || errors.Is(err, bmc.ErrAuth) || errors.Is(err, bmc.ErrUnsupported) || errors.Is(err, ErrNoBMC))
-	msg := Redact(err.Error())
+	msg := redact.String(err.Error())
 	if stall {
 		log.Error("action failed; stalled until the desired state or counter changes", "err", msg)
 	} else {

@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	v1 "github.com/machina-metal/machina/api/v1"
+	"github.com/machina-metal/machina/gitops"
 	"github.com/machina-metal/machina/reconciler"
 	"github.com/machina-metal/machina/state"
 )
@@ -47,7 +48,7 @@ func newStatusCmd(e *env) *cobra.Command {
 			if err != nil {
 				return &exitError{code: 2, err: fmt.Errorf("status: %w", err)}
 			}
-			var inv reconciler.InventoryStatus
+			var inv gitops.InventoryStatus
 			if err := c.GetJSON(ctx, "/api/v1/inventory", &inv); err != nil {
 				return &exitError{code: 2, err: fmt.Errorf("status: inventory: %w", err)}
 			}
@@ -74,7 +75,7 @@ func newStatusCmd(e *env) *cobra.Command {
 
 // writeStatus renders the overview.
 func writeStatus(w io.Writer, apiURL string, counts map[string]int, sealing bool, sealed, unsealed int,
-	inv reconciler.InventoryStatus, plan reconciler.Result, snap state.Snapshot) {
+	inv gitops.InventoryStatus, plan reconciler.Result, snap state.Snapshot) {
 	fmt.Fprintf(w, "Machina at %s\n", apiURL)
 
 	// Inventory.

@@ -125,7 +125,7 @@ func TestCheckFindsPlantedEdges(t *testing.T) {
 		{"node agent imports state", [2]string{"join/node", "state"}, []string{"node-agent", "import-table"}},
 		{"node agent links bbolt", [2]string{"join/spec", "go.etcd.io/bbolt"}, []string{"node-agent"}},
 		{"controller imports a main", [2]string{"controller", "cmd/machinactl"}, []string{"import-table"}},
-		{"package without a row", [2]string{"gitops", "fmt"}, []string{"import-table"}},
+		{"package without a row", [2]string{"gitrepo", "fmt"}, []string{"import-table"}},
 		{"reconciler imports controller", [2]string{"reconciler", "controller"}, []string{"import-table"}},
 		{"a binary links testing through lab", [2]string{"bmc/ipmi/ipmisim", "testing"}, []string{"no-testing"}},
 	}

@@ -15,7 +15,7 @@ import (
 var base = []string{"api/v1", "macaddr"}
 
 // leaves import no project package except the base ones.
-var leaves = []string{"schema", "bmc", "boot", "state", "images", "deploy"}
+var leaves = []string{"schema", "bmc", "boot", "state", "images", "deploy", "redact"}
 
 // protocolServers take a boot.Lookup and never see the store or the
 // reconciler (smee's handlers take a BackendReader the same way).
@@ -70,8 +70,10 @@ var mayImport = map[string][]string{
 	"join/spec":             {},
 	"join/node":             {"join/spec"},
 	"join":                  {"internal/connlimit", "inventory", "join/spec", "state"},
-	"reconciler":            {"bmc", "boot", "discover", "inventory", "state"},
-	"reconciler/fleet":      {"bmc", "bmc/ipmi", "bmc/redfish", "reconciler", "state"},
+	"reconciler":            {"bmc", "inventory", "redact", "state"},
+	"gitops":                {"boot", "discover", "inventory", "reconciler", "redact", "state"},
+	"redact":                {},
+	"reconciler/fleet":      {"bmc", "bmc/ipmi", "bmc/redfish", "reconciler", "redact", "state"},
 	"reconciler/deployplan": {"api", "deploy", "images", "inventory", "state"},
 	"api":                   {"boot", "boot/ipxe", "internal/connlimit", "state"},
 	"ramdisk/agent":         {"api/v1"},
@@ -79,7 +81,7 @@ var mayImport = map[string][]string{
 	"cmd/machina":           {anyProduct},
 	"cmd/machina-agent":     {"ramdisk/agent", "api/v1"},
 	"cmd/machina-node":      {"join/node"},
-	"cmd/machinactl":        {"bmc", "bmc/ipmi", "bmc/redfish", "discover", "images", "inventory", "join/node", "reconciler", "schema", "state"},
+	"cmd/machinactl":        {"bmc", "bmc/ipmi", "bmc/redfish", "discover", "gitops", "images", "inventory", "join/node", "reconciler", "schema", "state"},
 }
 
 // The agent (the ramdisk's /init) links only api/v1 of the project, and it

@@ -1,4 +1,4 @@
-package reconciler
+package gitops
 
 import (
 	"crypto/ecdsa"

@@ -1,4 +1,4 @@
-package reconciler
+package gitops
 
 import (
 	"context"
@@ -10,6 +10,8 @@ import (
 
 	"github.com/machina-metal/machina/discover"
 	"github.com/machina-metal/machina/inventory"
+	"github.com/machina-metal/machina/reconciler"
+	"github.com/machina-metal/machina/redact"
 	"github.com/machina-metal/machina/state"
 )
 
@@ -42,9 +44,9 @@ func (e *Enroller) Run(ctx context.Context) error {
 				return nil
 			default:
 				failures++
-				d := Backoff(e.cfg.RetryBase, e.cfg.RetryCap, failures)
+				d := reconciler.Backoff(e.cfg.RetryBase, e.cfg.RetryCap, failures)
 				notBefore = time.Now().Add(d)
-				e.log.Warn("auto-enrol proposal failed; will retry", "err", Redact(err.Error()), "in", d.Round(time.Second))
+				e.log.Warn("auto-enrol proposal failed; will retry", "err", redact.String(err.Error()), "in", d.Round(time.Second))
 			}
 		}
 		select {
@@ -128,7 +130,7 @@ func (e *Enroller) ProposePending(ctx context.Context) (int, error) {
 		return 0, nil
 	}
 	if err != nil {
-		msg := Redact(err.Error())
+		msg := redact.String(err.Error())
 		for _, s := range cands {
 			_, _ = e.cfg.Store.UpdateServer(s.Name, func(srv *state.Server) error {
 				if srv.Enrolled != nil {

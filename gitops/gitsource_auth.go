@@ -1,4 +1,4 @@
-package reconciler
+package gitops
 
 import (
 	"crypto/ed25519"
@@ -16,6 +16,8 @@ import (
 	gitssh "github.com/go-git/go-git/v5/plumbing/transport/ssh"
 	"golang.org/x/crypto/ssh"
 	"golang.org/x/crypto/ssh/knownhosts"
+
+	"github.com/machina-metal/machina/redact"
 )
 
 // Errors of the Git transport set-up. Compare with errors.Is.
@@ -99,7 +101,7 @@ func (r Remote) parse() (remoteKind, string, error) {
 		at := strings.Index(raw, "@")
 		colon := strings.Index(raw, ":")
 		if colon <= 0 || (at >= 0 && at > colon) {
-			return 0, "", fmt.Errorf("%w: %q is neither a URL nor user@host:path", ErrRemoteConfig, Redact(raw))
+			return 0, "", fmt.Errorf("%w: %q is neither a URL nor user@host:path", ErrRemoteConfig, redact.String(raw))
 		}
 		return kindSSH, raw, nil
 	}
@@ -108,7 +110,7 @@ func (r Remote) parse() (remoteKind, string, error) {
 		return 0, "", fmt.Errorf("%w: unparsable url", ErrRemoteConfig)
 	}
 	if _, has := u.User.Password(); has {
-		return 0, "", fmt.Errorf("%w: password in url %s; use TokenFile or TokenEnv", ErrRemoteConfig, Redact(raw))
+		return 0, "", fmt.Errorf("%w: password in url %s; use TokenFile or TokenEnv", ErrRemoteConfig, redact.String(raw))
 	}
 	switch u.Scheme {
 	case "file":

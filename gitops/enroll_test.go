@@ -1,11 +1,10 @@
-package reconciler
+package gitops
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"net"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -18,23 +17,11 @@ import (
 	"github.com/machina-metal/machina/boot"
 	"github.com/machina-metal/machina/discover"
 	"github.com/machina-metal/machina/inventory"
+	"github.com/machina-metal/machina/reconciler/plantest"
 	"github.com/machina-metal/machina/state"
 )
 
-func openEnrolStore(t *testing.T) *state.Store {
-	t.Helper()
-	st, err := state.Open(filepath.Join(t.TempDir(), "state.db"), state.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := st.Check(); err != nil {
-			t.Error(err)
-		}
-		st.Close()
-	})
-	return st
-}
+var openEnrolStore = plantest.Store
 
 func mustMAC(t *testing.T, s string) net.HardwareAddr {
 	t.Helper()
@@ -57,7 +44,7 @@ func TestEnrolledName(t *testing.T) {
 // the same server; invalid MACs and MACs servers.yaml names are refused.
 func TestEnrollerDiscovered(t *testing.T) {
 	st := openEnrolStore(t)
-	inv := exampleInventory(t)
+	inv := plantest.Example(t)
 	var enrolled []string
 	e, err := NewEnroller(EnrollConfig{Store: st, Desired: func() *inventory.Inventory { return inv }, Zone: "lab-new",
 		OnEnrolled: func(n string) { enrolled = append(enrolled, n) }, Logger: testLogger(t)})
@@ -213,7 +200,7 @@ func TestEnrollerCap(t *testing.T) {
 func TestEnrollerProposes(t *testing.T) {
 	repo := newTestRepo(t)
 	st := openEnrolStore(t)
-	inv := exampleInventory(t)
+	inv := plantest.Example(t)
 	day := time.Date(2026, 11, 29, 21, 0, 0, 0, time.UTC)
 	clock := func() time.Time { return day }
 	prop, err := NewProposer(ProposerConfig{Remote: Remote{URL: repo.url()}, StateDir: t.TempDir(), Now: clock, Logger: testLogger(t)})

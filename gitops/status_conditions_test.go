@@ -1,4 +1,4 @@
-package reconciler
+package gitops
 
 import (
 	"path/filepath"
@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/machina-metal/machina/reconciler"
+	"github.com/machina-metal/machina/reconciler/plantest"
 	"github.com/machina-metal/machina/state"
 )
 
@@ -18,12 +20,12 @@ import (
 // status/README.md; the brake's Held condition stays under held: only, and
 // server conditions are left to the server files.
 func TestStatusShowsProfileConditions(t *testing.T) {
-	inv := exampleInventory(t)
-	c := cloneInv(inv)
+	inv := plantest.Example(t)
+	c := plantest.CloneInv(inv)
 	c.Profile("hypervisor").Count = 9
-	snap := observe(c, state.LifecycleReady, bigHW)
-	plan := Plan(c, snap, PlanOptions{Now: planT0.Add(time.Minute)})
-	var capacity *PlanCondition
+	snap := plantest.Observe(c, state.LifecycleReady, plantest.BigHW)
+	plan := reconciler.Plan(c, snap, reconciler.PlanOptions{Now: plantest.T0.Add(time.Minute)})
+	var capacity *reconciler.PlanCondition
 	for i, pc := range plan.Conditions {
 		if pc.Subject == "profile/hypervisor" && pc.Type == "InsufficientCapacity" {
 			capacity = &plan.Conditions[i]
@@ -35,8 +37,8 @@ func TestStatusShowsProfileConditions(t *testing.T) {
 	// A hold and a server condition next to it, as a real plan can have.
 	plan.Brake = "held until approved (machinactl approve 0123456789ab): test"
 	plan.Conditions = append(plan.Conditions,
-		PlanCondition{Subject: "inventory", Type: "Held", Reason: "SafetyBrake", Message: plan.Brake},
-		PlanCondition{Subject: "server/r1-n01", Type: "Orphaned", Reason: "NotInInventory", Message: "not in servers.yaml"})
+		reconciler.PlanCondition{Subject: "inventory", Type: "Held", Reason: "SafetyBrake", Message: plan.Brake},
+		reconciler.PlanCondition{Subject: "server/r1-n01", Type: "Orphaned", Reason: "NotInInventory", Message: "not in servers.yaml"})
 
 	st, err := state.Open(filepath.Join(t.TempDir(), "state.db"), state.Options{})
 	if err != nil {
@@ -106,7 +108,7 @@ func TestStatusServerRowShowsPlanConditions(t *testing.T) {
 	rec, _ := st.Server("r2-n04")
 	seen := rec.UpdatedAt.Add(3 * time.Hour).Truncate(time.Second)
 	b := &StatusBuilder{Store: st, Now: func() time.Time { return seen }}
-	plan := Result{Conditions: []PlanCondition{{Subject: "server/r2-n04", Type: "Orphaned", Reason: "NotInInventory", Message: "server is not in servers.yaml any more; left as it is (new)"}}}
+	plan := reconciler.Result{Conditions: []reconciler.PlanCondition{{Subject: "server/r2-n04", Type: "Orphaned", Reason: "NotInInventory", Message: "server is not in servers.yaml any more; left as it is (new)"}}}
 	out, err := b.Build(InventoryStatus{}, nil, plan)
 	if err != nil {
 		t.Fatal(err)
@@ -149,7 +151,7 @@ func TestStatusBMCTruthConditions(t *testing.T) {
 		}
 	}
 	b := &StatusBuilder{Store: st, Now: time.Now}
-	out, err := b.Build(InventoryStatus{}, nil, Result{})
+	out, err := b.Build(InventoryStatus{}, nil, reconciler.Result{})
 	if err != nil {
 		t.Fatal(err)
 	}

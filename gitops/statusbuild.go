@@ -1,7 +1,8 @@
-package reconciler
+package gitops
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/machina-metal/machina/inventory"
+	"github.com/machina-metal/machina/reconciler"
 	"github.com/machina-metal/machina/state"
 )
 
@@ -38,7 +40,7 @@ type StatusBuilder struct {
 // Build returns the status snapshot of the fleet. inv is the Git source's
 // inventory status; images the image states; plan the latest plan (its
 // conditions become server conditions).
-func (b *StatusBuilder) Build(inv InventoryStatus, images []ImageStatus, plan Result) (Snapshot, error) {
+func (b *StatusBuilder) Build(inv InventoryStatus, images []ImageStatus, plan reconciler.Result) (Snapshot, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	now := time.Now()
@@ -79,7 +81,7 @@ func (b *StatusBuilder) Build(inv InventoryStatus, images []ImageStatus, plan Re
 	if err != nil {
 		return Snapshot{}, fmt.Errorf("status: snapshot: %w", err)
 	}
-	planConds := map[string][]PlanCondition{}
+	planConds := map[string][]reconciler.PlanCondition{}
 	for _, c := range plan.Conditions {
 		if name, ok := strings.CutPrefix(c.Subject, "server/"); ok {
 			planConds[name] = append(planConds[name], c)
@@ -87,7 +89,7 @@ func (b *StatusBuilder) Build(inv InventoryStatus, images []ImageStatus, plan Re
 	}
 	out := Snapshot{Inventory: inv.WithPlan(plan), Images: images}
 	seen := map[string]bool{}
-	for _, name := range sortedKeys(snap.Servers) {
+	for _, name := range slices.Sorted(maps.Keys(snap.Servers)) {
 		s := snap.Servers[name]
 		ss := ServerStatus{Name: name, Lifecycle: string(s.Lifecycle), Power: string(s.Power.State), Health: s.Health, LastError: s.LastError}
 		if s.Allocation != nil {
@@ -157,7 +159,7 @@ func (b *StatusBuilder) Build(inv InventoryStatus, images []ImageStatus, plan Re
 			delete(b.since, k)
 		}
 	}
-	for _, name := range sortedKeys(snap.Hosts) {
+	for _, name := range slices.Sorted(maps.Keys(snap.Hosts)) {
 		h := snap.Hosts[name]
 		st := h.JoinStatus
 		if st == "" {

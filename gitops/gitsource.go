@@ -1,13 +1,22 @@
-// Package reconciler turns the desired state in the inventory Git repository
-// into actions and writes what it observed back to Git.
+// Package gitops is Machina's Git side: everything that reads or writes
+// the inventory repository, and nothing that talks to a BMC.
 //
-// The Git side: [Source] polls the inventory branch and yields validated
-// revisions identified by their inventory digest; [StatusWriter] renders a
-// [Snapshot] of the fleet to status/ and commits it; [CheckStatusUntouched]
-// tells CI that a change edits status/ by hand.
-// The reconciler may import every lower package; nothing imports it except
-// api (through an interface) and cmd.
-package reconciler
+//   - [Source] polls the inventory branch (auth: [Remote], over HTTPS with a
+//     token or SSH with a pinned host key) and yields validated revisions
+//     identified by their inventory digest; an invalid newest revision is
+//     reported ([InvalidRevision]) while the last good one stays desired.
+//   - [StatusWriter] renders a [Snapshot] of the fleet (built by
+//     [StatusBuilder] from the store and a plan [reconciler.Result]) to
+//     status/ and commits it; [CheckStatusUntouched] tells CI that a change
+//     edits status/ by hand.
+//   - [Enroller] enrols machines that PXE-boot with an unknown MAC (a
+//     boot.Enroller) and [Proposer] pushes their servers.yaml entries for
+//     review.
+//
+// gitops imports the reconciler for the plan's types (what status
+// reports); the reconciler imports no Git package and never gitops: the
+// controller hands it each good revision's inventory (SetDesired).
+package gitops
 
 import (
 	"context"
@@ -35,6 +44,7 @@ import (
 	"github.com/go-git/go-git/v5/storage/filesystem"
 
 	"github.com/machina-metal/machina/inventory"
+	"github.com/machina-metal/machina/redact"
 )
 
 // Errors of the Git source. Compare with errors.Is.
@@ -384,7 +394,7 @@ func (s *Source) Poll(ctx context.Context) error {
 	if err != nil {
 		s.failures++
 		if s.failures == 1 {
-			msg := Redact(err.Error())
+			msg := redact.String(err.Error())
 			s.log.Warn("inventory remote unreachable, keeping last good revision", "err", msg)
 			s.emit(SourceEvent{Kind: SourceRemoteUnreachable, Message: msg})
 		}
@@ -447,7 +457,7 @@ func remoteTip(ctx context.Context, repo *git.Repository, o transportOptions, br
 	}
 	refs, err := rem.ListContext(ctx, &git.ListOptions{Auth: o.auth, CABundle: o.caBundle})
 	if err != nil {
-		return plumbing.ZeroHash, fmt.Errorf("list remote %s: %w", Redact(o.url), err)
+		return plumbing.ZeroHash, fmt.Errorf("list remote %s: %w", redact.String(o.url), err)
 	}
 	want := plumbing.NewBranchReferenceName(branch)
 	for _, r := range refs {
@@ -455,7 +465,7 @@ func remoteTip(ctx context.Context, repo *git.Repository, o transportOptions, br
 			return r.Hash(), nil
 		}
 	}
-	return plumbing.ZeroHash, fmt.Errorf("list remote %s: %s: %w", Redact(o.url), branch, ErrBranchNotFound)
+	return plumbing.ZeroHash, fmt.Errorf("list remote %s: %s: %w", redact.String(o.url), branch, ErrBranchNotFound)
 }
 
 // fetchBranch fetches the single branch into refs/remotes/origin/BRANCH,
@@ -477,11 +487,11 @@ func fetchBranch(ctx context.Context, repo *git.Repository, o transportOptions, 
 		Depth:    depth,
 	})
 	if err != nil && !errors.Is(err, git.NoErrAlreadyUpToDate) {
-		return plumbing.ZeroHash, fmt.Errorf("fetch %s from %s: %w", branch, Redact(o.url), err)
+		return plumbing.ZeroHash, fmt.Errorf("fetch %s from %s: %w", branch, redact.String(o.url), err)
 	}
 	ref, err := repo.Reference(local, true)
 	if err != nil {
-		return plumbing.ZeroHash, fmt.Errorf("fetch %s from %s: %w", branch, Redact(o.url), err)
+		return plumbing.ZeroHash, fmt.Errorf("fetch %s from %s: %w", branch, redact.String(o.url), err)
 	}
 	return ref.Hash(), nil
 }
@@ -585,7 +595,7 @@ func (s *Source) evaluate(commit *object.Commit, restoring bool) error {
 		s.mu.Unlock()
 		s.log.Warn("inventory revision invalid, keeping last good", "commit", id, "errors", len(inv.Errors))
 		s.emit(SourceEvent{Kind: SourceInvalidRevision, Commit: id,
-			Message: fmt.Sprintf("%s, first: %s", errorsCount(len(inv.Errors)), Redact(inv.Errors[0].Error()))})
+			Message: fmt.Sprintf("%s, first: %s", errorsCount(len(inv.Errors)), redact.String(inv.Errors[0].Error()))})
 		s.notify()
 		return nil
 	}
@@ -659,12 +669,12 @@ func fieldErrors(err error) []inventory.FieldError {
 	if errors.As(err, &ve) && len(ve.Errors) > 0 {
 		out := make([]inventory.FieldError, len(ve.Errors))
 		for i, e := range ve.Errors {
-			e.Msg = Redact(e.Msg)
+			e.Msg = redact.String(e.Msg)
 			out[i] = e
 		}
 		return out
 	}
-	return []inventory.FieldError{{Msg: Redact(err.Error()), Severity: inventory.SeverityError}}
+	return []inventory.FieldError{{Msg: redact.String(err.Error()), Severity: inventory.SeverityError}}
 }
 
 func (s *Source) restoreLastGood() {
@@ -679,7 +689,7 @@ func (s *Source) restoreLastGood() {
 		return
 	}
 	if err := s.evaluate(c, true); err != nil {
-		s.log.Warn("recorded last good commit no longer validates", "commit", h.String(), "err", Redact(err.Error()))
+		s.log.Warn("recorded last good commit no longer validates", "commit", h.String(), "err", redact.String(err.Error()))
 		s.mu.Lock()
 		s.good = Revision{}
 		s.mu.Unlock()

@@ -1,10 +1,11 @@
-package reconciler
+package gitops
 
 import (
 	"strings"
 	"time"
 
 	"github.com/machina-metal/machina/inventory"
+	"github.com/machina-metal/machina/reconciler"
 )
 
 // Snapshot is what the controller observed about the whole fleet, the input
@@ -40,7 +41,7 @@ type InventoryStatus struct {
 	// conditions: in status/inventory.yaml and listed on status/README.md.
 	// Server conditions go to the server files and the brake's hold to
 	// Held, not here.
-	Conditions []PlanCondition `json:"conditions"`
+	Conditions []reconciler.PlanCondition `json:"conditions"`
 }
 
 // HeldPlan is the part of a plan the safety brake holds: why, and the
@@ -174,8 +175,8 @@ type HostStatus struct {
 // Conditions from the conditions whose subject is not a server (server
 // conditions go to the server files, the hold to Held). Conditions is
 // empty, never nil, so JSON shows [].
-func (inv InventoryStatus) WithPlan(plan Result) InventoryStatus {
-	inv.Conditions = []PlanCondition{}
+func (inv InventoryStatus) WithPlan(plan reconciler.Result) InventoryStatus {
+	inv.Conditions = []reconciler.PlanCondition{}
 	for _, c := range plan.Conditions {
 		if !strings.HasPrefix(c.Subject, "server/") && c.Type != "Held" {
 			inv.Conditions = append(inv.Conditions, c)

@@ -1,4 +1,4 @@
-package reconciler
+package gitops
 
 import (
 	"errors"
@@ -20,6 +20,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/machina-metal/machina/inventory"
+	"github.com/machina-metal/machina/redact"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files")
@@ -207,13 +208,13 @@ func TestRenderRedactsSecrets(t *testing.T) {
 		"dial tcp 10.0.0.1:443: i/o timeout":        "dial tcp 10.0.0.1:443: i/o timeout",
 		"credentials: bmc-default":                  "credentials: bmc-default",
 	} {
-		got := Redact(in)
+		got := redact.String(in)
 		if strings.Contains(got, secret) || strings.Contains(got, "dXNlcjpwYXNzd29yZA") || strings.Contains(got, "abcdefgh12") {
-			t.Errorf("Redact(%q) = %q leaks", in, got)
+			t.Errorf("redact.String(%q) = %q leaks", in, got)
 		}
 		if in == "dial tcp 10.0.0.1:443: i/o timeout" || in == "credentials: bmc-default" || in == "password="+secret+" user=admin" || strings.HasPrefix(in, "https://") {
 			if got != want {
-				t.Errorf("Redact(%q) = %q, want %q", in, got, want)
+				t.Errorf("redact.String(%q) = %q, want %q", in, got, want)
 			}
 		}
 	}

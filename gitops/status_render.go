@@ -1,59 +1,18 @@
-package reconciler
+package gitops
 
 import (
 	"bytes"
 	"cmp"
 	"fmt"
-	"regexp"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/machina-metal/machina/inventory"
-)
-
-// Redact removes secrets from free text before it reaches status, a log
-// line or an event: the password of "scheme://user:password@" in URLs,
-// values after password=, passwd=, pwd=, pass=, secret=, token=,
-// access_token=, api_key=, apikey= and authorization= (also with ":" and
-// quoted), and the credential after "Bearer " or "Basic ". Each is
-// replaced by "***". It is a safety net: callers should not put secrets in
-// messages in the first place.
-func Redact(s string) string {
-	if !mayHoldSecret(s) {
-		return s
-	}
-	s = urlPassword.ReplaceAllString(s, "${1}:***@")
-	s = authScheme.ReplaceAllString(s, "${1} ***")
-	s = keyValueSecret.ReplaceAllString(s, "${1}${2}***")
-	return s
-}
-
-// secretWords are lower-case substrings every pattern of Redact needs;
-// text with none of them (and no '@') is returned as is, without regexps.
-var secretWords = []string{"pass", "pwd", "secret", "token", "key", "authorization", "bearer", "basic"}
-
-func mayHoldSecret(s string) bool {
-	if s == "" {
-		return false
-	}
-	if strings.IndexByte(s, '@') >= 0 {
-		return true
-	}
-	l := strings.ToLower(s)
-	for _, w := range secretWords {
-		if strings.Contains(l, w) {
-			return true
-		}
-	}
-	return false
-}
-
-var (
-	urlPassword    = regexp.MustCompile(`([A-Za-z][A-Za-z0-9+.-]*://[^/\s:@]*):[^/\s@]+@`)
-	keyValueSecret = regexp.MustCompile(`(?i)\b(password|passwd|pwd|pass|secret|client_secret|token|access_token|refresh_token|api[_-]?key|apikey|authorization)(["']?\s*[=:]\s*)("[^"]*"|'[^']*'|[^\s&,;"']+)`)
-	authScheme     = regexp.MustCompile(`(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]{6,}`)
+	"github.com/machina-metal/machina/reconciler"
+	"github.com/machina-metal/machina/redact"
 )
 
 // statusFile is one rendered file, path relative to the repository root.
@@ -80,7 +39,7 @@ func renderStatus(s Snapshot, maxEvents int) ([]statusFile, []error) {
 
 	valid := func(kind, name string, prev *string) bool {
 		if !validName(name) {
-			errs = append(errs, fmt.Errorf("status: %s name %q is not a valid file name, skipped", kind, Redact(name)))
+			errs = append(errs, fmt.Errorf("status: %s name %q is not a valid file name, skipped", kind, redact.String(name)))
 			return false
 		}
 		if name == *prev {
@@ -159,7 +118,7 @@ func (w *yamlWriter) str(ind int, key, v string) {
 }
 
 // text writes a redacted free-text value.
-func (w *yamlWriter) text(ind int, key, v string) { w.str(ind, key, Redact(v)) }
+func (w *yamlWriter) text(ind int, key, v string) { w.str(ind, key, redact.String(v)) }
 
 func (w *yamlWriter) int(ind int, key string, v int64, always bool) {
 	if v == 0 && !always {
@@ -285,7 +244,7 @@ func renderServer(s ServerStatus, maxEvents int) []byte {
 		}
 		if len(hw.Labels) > 0 {
 			w.key(1, "labels")
-			for _, k := range sortedKeys(hw.Labels) {
+			for _, k := range slices.Sorted(maps.Keys(hw.Labels)) {
 				w.str(2, k, hw.Labels[k])
 			}
 		}
@@ -412,7 +371,7 @@ func renderInventory(inv InventoryStatus) []byte {
 		w.text(1, "reason", inv.Held.Reason)
 		steps := make([]string, len(inv.Held.Steps))
 		for i, st := range inv.Held.Steps {
-			steps[i] = Redact(st)
+			steps[i] = redact.String(st)
 		}
 		w.list(1, "steps", steps)
 	}
@@ -430,9 +389,9 @@ func renderInventory(inv InventoryStatus) []byte {
 }
 
 // sortedConditions returns cs sorted by subject, then type.
-func sortedConditions(cs []PlanCondition) []PlanCondition {
+func sortedConditions(cs []reconciler.PlanCondition) []reconciler.PlanCondition {
 	cs = slices.Clone(cs)
-	slices.SortStableFunc(cs, func(a, b PlanCondition) int {
+	slices.SortStableFunc(cs, func(a, b reconciler.PlanCondition) int {
 		return cmp.Or(cmp.Compare(a.Subject, b.Subject), cmp.Compare(a.Type, b.Type))
 	})
 	return cs
@@ -466,7 +425,7 @@ func renderReadme(inv InventoryStatus, servers []ServerStatus, images []ImageSta
 			mdCell(truncate(strings.TrimSuffix(h.Reason, "."), 300)), count(len(h.Steps), "step waits", "steps wait"))
 	}
 	for _, c := range sortedConditions(inv.Conditions) {
-		fmt.Fprintf(&b, "**%s %s** (%s): %s.\n\n", mdCell(c.Subject), mdCell(c.Type), mdCell(c.Reason), mdCell(truncate(Redact(c.Message), 300)))
+		fmt.Fprintf(&b, "**%s %s** (%s): %s.\n\n", mdCell(c.Subject), mdCell(c.Type), mdCell(c.Reason), mdCell(truncate(redact.String(c.Message), 300)))
 	}
 	counts := map[string]int{}
 	for _, s := range servers {
@@ -505,7 +464,7 @@ func renderReadme(inv InventoryStatus, servers []ServerStatus, images []ImageSta
 			b.WriteString(" | ")
 			b.WriteString(mdCell(conditionSummary(s.Conditions)))
 			b.WriteString(" | ")
-			b.WriteString(mdCell(truncate(Redact(s.LastError), 80)))
+			b.WriteString(mdCell(truncate(redact.String(s.LastError), 80)))
 			b.WriteString(" |\n")
 		}
 		b.WriteByte('\n')
@@ -514,7 +473,7 @@ func renderReadme(inv InventoryStatus, servers []ServerStatus, images []ImageSta
 		b.WriteString("## Images\n\n| Image | State | Checksum | Message |\n|---|---|---|---|\n")
 		for _, im := range images {
 			fmt.Fprintf(&b, "| [%s](images/%s.yaml) | %s | %s | %s |\n", im.Name, im.Name, mdCell(orUnknown(im.State)),
-				mdCell(truncate(im.Checksum, 23)), mdCell(truncate(Redact(im.Message), 80)))
+				mdCell(truncate(im.Checksum, 23)), mdCell(truncate(redact.String(im.Message), 80)))
 		}
 		b.WriteByte('\n')
 	}

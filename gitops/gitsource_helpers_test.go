@@ -1,8 +1,7 @@
-package reconciler
+package gitops
 
 import (
 	"errors"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,6 +12,8 @@ import (
 	gitconfig "github.com/go-git/go-git/v5/config"
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/object"
+
+	"github.com/machina-metal/machina/reconciler/plantest"
 )
 
 // testRepo is a bare "remote" in a temp dir and a working clone that plays
@@ -24,9 +25,7 @@ type testRepo struct {
 	repo *git.Repository
 }
 
-func testLogger(t *testing.T) *slog.Logger {
-	return slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug}))
-}
+var testLogger = plantest.Logger
 
 // exampleDir is inventory-example/ at the repository root.
 func exampleDir(t testing.TB) string {

@@ -1,4 +1,4 @@
-package reconciler
+package gitops
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 
 	"github.com/machina-metal/machina/discover"
 	"github.com/machina-metal/machina/inventory"
+	"github.com/machina-metal/machina/redact"
 )
 
 // ErrNothingToPropose: the edit left servers.yaml as it was (every entry
@@ -197,7 +198,7 @@ func (p *Proposer) freeBranch(ctx context.Context, repo *git.Repository, o trans
 	}
 	refs, err := rem.ListContext(ctx, &git.ListOptions{Auth: o.auth, CABundle: o.caBundle})
 	if err != nil {
-		return "", fmt.Errorf("list remote %s: %w", Redact(o.url), err)
+		return "", fmt.Errorf("list remote %s: %w", redact.String(o.url), err)
 	}
 	taken := map[string]bool{}
 	for _, r := range refs {

@@ -1,4 +1,4 @@
-package reconciler
+package gitops
 
 import (
 	"bufio"
@@ -34,6 +34,8 @@ import (
 	"github.com/go-git/go-git/v5/plumbing/transport"
 	"github.com/go-git/go-git/v5/plumbing/transport/client"
 	"github.com/go-git/go-git/v5/storage/memory"
+
+	"github.com/machina-metal/machina/redact"
 )
 
 // Errors of the status writer. Compare with errors.Is.
@@ -280,7 +282,7 @@ func (w *StatusWriter) Run(ctx context.Context) error {
 				w.mu.Unlock()
 				snap, err := build()
 				if err != nil {
-					w.log.Error("build status snapshot", "err", Redact(err.Error()))
+					w.log.Error("build status snapshot", "err", redact.String(err.Error()))
 				} else {
 					_, err = w.writeFn(ctx, snap)
 				}
@@ -337,7 +339,7 @@ func (w *StatusWriter) Write(ctx context.Context, s Snapshot) (WriteResult, erro
 	defer w.mu.Unlock()
 	if err != nil {
 		w.health.ConsecutiveFailures++
-		w.health.LastError = Redact(err.Error())
+		w.health.LastError = redact.String(err.Error())
 		if w.health.ConsecutiveFailures >= w.cfg.FailingAfter {
 			if !w.health.Failing {
 				w.log.Error("status write-back failing", "failures", w.health.ConsecutiveFailures, "err", w.health.LastError)
@@ -426,7 +428,7 @@ func (w *StatusWriter) write(ctx context.Context, s Snapshot) (WriteResult, erro
 		}
 		if err := w.push(ctx, o, branch, base, exists, bc); err != nil {
 			lastErr = err
-			w.log.Debug("status push rejected or failed, retrying over the new tip", "attempt", attempt, "err", Redact(err.Error()))
+			w.log.Debug("status push rejected or failed, retrying over the new tip", "attempt", attempt, "err", redact.String(err.Error()))
 			continue
 		}
 		res.Commit, res.Message = bc.hash.String(), bc.msg
@@ -859,12 +861,12 @@ func pushPack(ctx context.Context, o transportOptions, branch string, old, commi
 	}
 	sess, err := cl.NewReceivePackSession(ep, o.auth)
 	if err != nil {
-		return fmt.Errorf("push to %s: %w", Redact(o.url), err)
+		return fmt.Errorf("push to %s: %w", redact.String(o.url), err)
 	}
 	defer sess.Close()
 	ar, err := sess.AdvertisedReferencesContext(ctx)
 	if err != nil {
-		return fmt.Errorf("push to %s: advertised refs: %w", Redact(o.url), err)
+		return fmt.Errorf("push to %s: advertised refs: %w", redact.String(o.url), err)
 	}
 	dst := plumbing.NewBranchReferenceName(branch)
 	refs, err := ar.AllReferences()
@@ -883,11 +885,11 @@ func pushPack(ctx context.Context, o transportOptions, branch string, old, commi
 	req.Packfile = io.NopCloser(bytes.NewReader(pack))
 	rs, err := sess.ReceivePack(ctx, req)
 	if err != nil {
-		return fmt.Errorf("push %s to %s: %w", short(commit), Redact(o.url), err)
+		return fmt.Errorf("push %s to %s: %w", short(commit), redact.String(o.url), err)
 	}
 	if rs != nil {
 		if err := rs.Error(); err != nil {
-			return fmt.Errorf("push %s to %s: refused: %w (%w)", short(commit), Redact(o.url), err, errRemoteMoved)
+			return fmt.Errorf("push %s to %s: refused: %w (%w)", short(commit), redact.String(o.url), err, errRemoteMoved)
 		}
 	}
 	return nil
