@@ -44,6 +44,7 @@ import (
 	"github.com/go-git/go-git/v5/storage/filesystem"
 
 	"github.com/machina-metal/machina/inventory"
+	"github.com/machina-metal/machina/reconciler"
 	"github.com/machina-metal/machina/redact"
 )
 
@@ -303,6 +304,16 @@ func (s *Source) Latest() (good Revision, invalid *InvalidRevision) {
 	defer s.mu.Unlock()
 	return s.good, s.invalid
 }
+
+// DesiredRevision implements reconciler.Revisions: the newest good
+// revision's inventory and digest, and whether the newest revision is
+// invalid. Safe for concurrent use.
+func (s *Source) DesiredRevision() (inv *inventory.Inventory, digest string, invalid bool) {
+	good, bad := s.Latest()
+	return good.Inventory, good.Digest, bad != nil
+}
+
+var _ reconciler.Revisions = (*Source)(nil)
 
 // InventoryStatus returns Latest in the form [Snapshot] carries, for the
 // status writer. Safe for concurrent use.

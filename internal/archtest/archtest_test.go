@@ -127,6 +127,9 @@ func TestCheckFindsPlantedEdges(t *testing.T) {
 		{"controller imports a main", [2]string{"controller", "cmd/machinactl"}, []string{"import-table"}},
 		{"package without a row", [2]string{"gitrepo", "fmt"}, []string{"import-table"}},
 		{"reconciler imports controller", [2]string{"reconciler", "controller"}, []string{"import-table"}},
+		{"reconciler imports gitops", [2]string{"reconciler", "gitops"}, []string{"import-table", "reconciler-no-git"}},
+		{"reconciler subpackage links go-git", [2]string{"reconciler/fleet", "github.com/go-git/go-git/v5"}, []string{"reconciler-no-git"}},
+		{"gitops imports bmc", [2]string{"gitops", "bmc"}, []string{"import-table", "gitops-no-bmc"}},
 		{"a binary links testing through lab", [2]string{"bmc/ipmi/ipmisim", "testing"}, []string{"no-testing"}},
 	}
 	for _, tt := range tests {

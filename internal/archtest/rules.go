@@ -207,8 +207,42 @@ func Check(g Graph) []Violation {
 			}
 		}
 	}
+	checkGitSplit(g, add)
 	sort.Slice(vs, func(i, j int) bool { return vs[i].String() < vs[j].String() })
 	return slices.Compact(vs)
+}
+
+// gitModule is the Git library: gitops links it, the reconciler never.
+const gitModule = "github.com/go-git/go-git/v5"
+
+// checkGitSplit: the reconciler and its subpackages depend neither on
+// gitops nor on go-git (they know Git only through reconciler.Revisions,
+// which gitops.Source implements); gitops imports no bmc package.
+func checkGitSplit(g Graph, add func(rule, from, to, why string)) {
+	for p := range g {
+		if !g.product(p) {
+			continue
+		}
+		if under(p, "reconciler") {
+			for _, d := range g.deps(p) {
+				if under(d, "gitops") {
+					add("reconciler-no-git", p, d, "the reconciler knows Git only through reconciler.Revisions")
+				}
+			}
+			for _, d := range g.nonStandard(p) {
+				if under(d, gitModule) {
+					add("reconciler-no-git", p, d, "the reconciler never links go-git")
+				}
+			}
+		}
+		if under(p, "gitops") {
+			for _, i := range g.directProject(p) {
+				if under(i, "bmc") {
+					add("gitops-no-bmc", p, i, "gitops knows nothing of BMCs")
+				}
+			}
+		}
+	}
 }
 
 // StaleRows returns the rule entries that name no package of g: a renamed or
