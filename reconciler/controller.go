@@ -105,6 +105,9 @@ type Controller struct {
 	holdDeploys bool
 	provisionMu sync.Mutex
 	wg          sync.WaitGroup
+	// machines, when set (tests), makes each step's Machine instead of
+	// bmcMachine.
+	machines func(drv bmc.Driver, obs state.Server, mode bmc.BootMode, log *slog.Logger) Machine
 }
 
 // New checks cfg and returns a Controller. It starts nothing; call Run.
@@ -368,7 +371,7 @@ func (c *Controller) tryStart(step Step, obs state.Server, now time.Time) bool {
 		return false
 	}
 	addr, rack := obs.BMC.Address, obs.Rack
-	if step.Action != ActRegister && step.Action != ActAdopt {
+	if !actionInfo[step.Action].Unlimited {
 		if addr != "" && c.bmcUse[addr] >= c.cfg.PerBMC {
 			return false
 		}
@@ -379,7 +382,7 @@ func (c *Controller) tryStart(step Step, obs state.Server, now time.Time) bool {
 	c.busy[step.Server] = true
 	c.inflight[step.Server] = step
 	c.running++
-	if step.Action != ActRegister && step.Action != ActAdopt {
+	if !actionInfo[step.Action].Unlimited {
 		c.bmcUse[addr]++
 		c.rackUse[rack]++
 	}
@@ -393,7 +396,7 @@ func (c *Controller) unreserve(step Step, obs state.Server) {
 	delete(c.busy, step.Server)
 	delete(c.inflight, step.Server) // or the next pass plans as if this step ran
 	c.running--
-	if step.Action != ActRegister && step.Action != ActAdopt {
+	if !actionInfo[step.Action].Unlimited {
 		c.bmcUse[obs.BMC.Address]--
 		c.rackUse[obs.Rack]--
 	}
@@ -405,7 +408,7 @@ func (c *Controller) finish(step Step, obs state.Server, err error) {
 	delete(c.busy, step.Server)
 	delete(c.inflight, step.Server)
 	c.running--
-	if step.Action != ActRegister && step.Action != ActAdopt {
+	if !actionInfo[step.Action].Unlimited {
 		c.bmcUse[obs.BMC.Address]--
 		c.rackUse[obs.Rack]--
 	}
@@ -463,7 +466,7 @@ func (c *Controller) execute(ctx context.Context, step Step, desired *inventory.
 	if err == nil {
 		return
 	}
-	stall := !bmc.IsTransient(err) && (step.Action.Disruptive() || errors.Is(err, bmc.ErrAuth) || errors.Is(err, bmc.ErrUnsupported) || errors.Is(err, ErrNoBMC))
+	stall := !bmc.IsTransient(err) && (step.Action.Disruptive() || errors.Is(err, bmc.ErrAuth) || errors.Is(err, bmc.ErrUnsupported) || errors.Is(err, ErrNoBMC) || errors.Is(err, ErrUnknownAction))
 	msg := redact.String(err.Error())
 	if stall {
 		log.Error("action failed; stalled until the desired state or counter changes", "err", msg)

@@ -34,27 +34,6 @@ const (
 	ActRenetboot      Action = "renetboot"       // commissioning or deploying, machine silent: PXE boot override, reset (fresh tokens)
 )
 
-// needsBMC reports whether a talks to the server's BMC. ActTimeout and
-// ActRetire also do, but only to power off, which they skip on a server
-// without a BMC.
-func (a Action) needsBMC() bool {
-	switch a {
-	case ActCommission, ActDeploy, ActRelease, ActWipe, ActFinishDeploy, ActRestoreDisk, ActPowerOn, ActPowerOff, ActPowerCycle, ActRenetboot:
-		return true
-	}
-	return false
-}
-
-// Disruptive reports whether a failed a is not retried blindly: the server
-// stalls until its desired state or counter changes.
-func (a Action) Disruptive() bool {
-	switch a {
-	case ActCommission, ActDeploy, ActRelease, ActRetire, ActPowerCycle, ActPowerOff:
-		return true
-	}
-	return false
-}
-
 // Allocation reasons recorded in state.Allocation.Reason.
 const (
 	ReasonPinned    = "pinned"    // want: deployed with a profile
@@ -554,16 +533,6 @@ func withoutBMC(steps []Step) []Step {
 	return out
 }
 
-// powersOn reports whether a may power the server on (or keep it on):
-// what a fenced server must never get.
-func (a Action) powersOn() bool {
-	switch a {
-	case ActCommission, ActDeploy, ActWipe, ActAllocate, ActPowerOn, ActPowerCycle:
-		return true
-	}
-	return false
-}
-
 // withoutPowerOn drops the steps that would power a fenced server on.
 func withoutPowerOn(steps []Step) []Step {
 	var out []Step
@@ -859,12 +828,6 @@ func hasAction(steps []Step, a Action) bool {
 	return false
 }
 
-var actionOrder = map[Action]int{
-	ActRegister: 0, ActAdopt: 0, ActUpdateIdentity: 1, ActUnretire: 2, ActRetire: 3, ActTimeout: 4, ActCommission: 5,
-	ActRelease: 6, ActWipe: 7, ActAllocate: 8, ActDeploy: 9, ActFinishDeploy: 10, ActRestoreDisk: 10, ActPowerOn: 11, ActPowerOff: 12, ActPowerCycle: 13,
-	ActRenetboot: 5,
-}
-
 // silentSince is when the controller last heard from a commissioning or
 // image-deploying server's machine (or last booted it); ok is false in
 // any other phase, and for installer deploys (the installer reports only
@@ -923,7 +886,7 @@ func sortSteps(s []Step) {
 		if s[i].Server != s[j].Server {
 			return s[i].Server < s[j].Server
 		}
-		return actionOrder[s[i].Action] < actionOrder[s[j].Action]
+		return actionInfo[s[i].Action].Order < actionInfo[s[j].Action].Order
 	})
 }
 

@@ -1,0 +1,65 @@
+package archtest
+
+import (
+	"testing"
+
+	"github.com/machina-metal/machina/internal/peertest"
+)
+
+// longFuncAllowed are the product functions allowed over MaxFuncLines:
+// data tables only (a function that is one literal of rows), each with why.
+var longFuncAllowed = map[string]string{}
+
+// TestNoLongFunctions: no product function is over MaxFuncLines lines
+// except the data tables in longFuncAllowed; an allowed entry that is no
+// longer long (or no longer exists) must be removed.
+func TestNoLongFunctions(t *testing.T) {
+	goBin := peertest.Command(t, "go")
+	root, err := ModuleRoot(goBin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := Load(goBin, root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	long, err := LongFuncs(root, g, MaxFuncLines)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	n := 0
+	for _, f := range long {
+		seen[f.Name] = true
+		if _, ok := longFuncAllowed[f.Name]; ok {
+			continue
+		}
+		n++
+		t.Errorf("over %d lines: %s", MaxFuncLines, f)
+	}
+	for name := range longFuncAllowed {
+		if !seen[name] {
+			t.Errorf("longFuncAllowed names %s, which is not over %d lines (any more): remove it", name, MaxFuncLines)
+		}
+	}
+	t.Logf("%d product functions over %d lines outside the allow-list", n, MaxFuncLines)
+}
+
+// TestLongFuncsCounts: the checker measures from `func` to the closing
+// brace and names methods by receiver, on this package's own files.
+func TestLongFuncsCounts(t *testing.T) {
+	fs, err := packageFuncs("..", "archtest")
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := map[string]int{}
+	for _, f := range fs {
+		found[f.Name] = f.Lines
+	}
+	if found["archtest.Violation.String"] != 3 {
+		t.Errorf("Violation.String: %d lines, want 3 (found %v)", found["archtest.Violation.String"], found)
+	}
+	if found["archtest.Check"] == 0 || found["archtest.(Graph).deps"] != 0 && found["archtest.Graph.deps"] == 0 {
+		t.Errorf("missing functions: %v", found)
+	}
+}
