@@ -10,6 +10,57 @@ import (
 // data tables only (a function that is one literal of rows), each with why.
 var longFuncAllowed = map[string]string{}
 
+// longFuncPending are the product functions still over MaxFuncLines that
+// are not data tables: issue 25 has not split them yet. Each may not grow
+// past the length recorded here, and no function may join the list; split
+// one and delete its row.
+var longFuncPending = map[string]int{
+	"images.(*Importer).run":                      198,
+	"inventory.crossCheck":                        194,
+	"cmd/machinactl.newHostCmd":                   187,
+	"images.serveNBD":                             183,
+	"cmd/machina.runBootstrap":                    171,
+	"reconciler.Plan":                             167,
+	"gitops.(*StatusBuilder).Build":               153,
+	"cmd/machina.runSim":                          150,
+	"cmd/machinactl.writeStatus":                  148,
+	"bmc/ipmi.(*Driver).Info":                     145,
+	"reconciler.(*Controller).Pass":               144,
+	"gitops.(*StatusWriter).commit":               142,
+	"ramdisk/agent.WriteImage":                    135,
+	"cmd/machina.newServeCmd":                     132,
+	"cmd/machinactl.newPlanCmd":                   132,
+	"join.(*Server).handleJoin":                   130,
+	"bmc/bmcsim.WriteSharedChassisTree":           120,
+	"bmc/redfish.(*Driver).SetBootOverride":       111,
+	"cmd/machinactl.runConsole":                   107,
+	"boot/ipxe.(*Handler).serveScript":            105,
+	"reconciler.serverSteps":                      102,
+	"cmd/machina.ServeConfig.Run":                 101,
+	"controller.mountAdmin":                       99,
+	"boot/tftp.(*Server).open":                    97,
+	"discover.probe":                              97,
+	"cmd/machina.newTokenCmd":                     96,
+	"gitops.renderServer":                         96,
+	"gitops.(*StatusWriter).write":                93,
+	"gitops.(*StatusWriter).message":              92,
+	"join/node.ApplyNetwork":                      91,
+	"reconciler/deployplan.(*Planner).DeployPlan": 91,
+	"images.(*transfer).once":                     88,
+	"state.(*Store).initSealing":                  87,
+	"ramdisk/agent.readCPU":                       86,
+	"cmd/machinactl.newImagesImportCommand":       85,
+	"discover.Scan":                               85,
+	"state.(*Store).UseToken":                     85,
+	"controller.mountDiscovery":                   84,
+	"gitops.renderReadme":                         84,
+	"boot/dhcp.BuildReply":                        83,
+	"cmd/machina.(*bootstrapConfig).renderConfig": 83,
+	"api.(*Server).handleStream":                  81,
+	"boot/dhcp.(*Server).full":                    81,
+	"gitops.(*Enroller).ProposePending":           81,
+}
+
 // TestNoLongFunctions: no product function is over MaxFuncLines lines
 // except the data tables in longFuncAllowed; an allowed entry that is no
 // longer long (or no longer exists) must be removed.
@@ -35,6 +86,9 @@ func TestNoLongFunctions(t *testing.T) {
 			continue
 		}
 		n++
+		if most, ok := longFuncPending[f.Name]; ok && f.Lines <= most {
+			continue
+		}
 		t.Errorf("over %d lines: %s", MaxFuncLines, f)
 	}
 	for name := range longFuncAllowed {
@@ -42,7 +96,12 @@ func TestNoLongFunctions(t *testing.T) {
 			t.Errorf("longFuncAllowed names %s, which is not over %d lines (any more): remove it", name, MaxFuncLines)
 		}
 	}
-	t.Logf("%d product functions over %d lines outside the allow-list", n, MaxFuncLines)
+	for name := range longFuncPending {
+		if !seen[name] {
+			t.Errorf("longFuncPending names %s, which is not over %d lines (any more): remove it", name, MaxFuncLines)
+		}
+	}
+	t.Logf("%d product functions over %d lines outside the data-table allow-list (%d pending a split)", n, MaxFuncLines, len(longFuncPending))
 }
 
 // TestLongFuncsCounts: the checker measures from `func` to the closing
