@@ -12,6 +12,7 @@ import (
 
 	"github.com/machina-metal/machina/boot"
 	"github.com/machina-metal/machina/inventory"
+	"github.com/machina-metal/machina/macaddr"
 	"github.com/machina-metal/machina/state"
 )
 
@@ -135,20 +136,6 @@ func NewEnroller(cfg EnrollConfig) (*Enroller, error) {
 // stable per MAC).
 func EnrolledName(mac net.HardwareAddr) string { return EnrolledPrefix + hex.EncodeToString(mac) }
 
-// validEnrolMAC reports whether mac is a unicast, non-zero EUI-48: the only
-// kind a NIC PXE-boots with.
-func validEnrolMAC(mac net.HardwareAddr) bool {
-	if len(mac) != 6 || mac[0]&1 == 1 {
-		return false
-	}
-	for _, b := range mac {
-		if b != 0 {
-			return true
-		}
-	}
-	return false
-}
-
 // Discovered implements boot.Enroller. For a MAC no server has, it creates
 // the server (state.Server.Enrolled set, no BMC), moves it to
 // commissioning and returns the commissioning assignment. A MAC enrolled
@@ -158,8 +145,9 @@ func validEnrolMAC(mac net.HardwareAddr) bool {
 // MAC servers.yaml names, which the reconciler registers), ErrEnrollLimit
 // or ErrEnrollConflict.
 func (e *Enroller) Discovered(ctx context.Context, d boot.Discovery) (boot.Assignment, error) {
-	if !validEnrolMAC(d.MAC) {
-		return boot.Assignment{}, fmt.Errorf("auto-enrol %s: %w", d.MAC, boot.ErrInvalidMAC)
+	// Only a unicast, non-zero EUI-48 is a NIC that PXE-boots.
+	if err := macaddr.Check(d.MAC); err != nil {
+		return boot.Assignment{}, fmt.Errorf("auto-enrol %s: %w (%v)", d.MAC, boot.ErrInvalidMAC, err)
 	}
 	mac := d.MAC.String()
 	if inv := e.cfg.Desired(); inv != nil {

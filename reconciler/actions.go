@@ -3,6 +3,7 @@ package reconciler
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/machina-metal/machina/inventory"
 	"github.com/machina-metal/machina/state"
@@ -25,6 +26,7 @@ func (c *Controller) done(step Step) error {
 	counter := actionInfo[step.Action].Counter
 	_, err := c.cfg.Store.UpdateServer(step.Server, func(s *state.Server) error {
 		s.InFlight, s.Stalled = nil, ""
+		s.Failures, s.RetryAt = 0, time.Time{}
 		if step.Action != ActTimeout {
 			// A timeout's outcome is the failure it records as LastError.
 			s.LastError = ""

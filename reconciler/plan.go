@@ -224,51 +224,16 @@ type Result struct {
 // memory, then smallest fitting disk, then name.
 func Plan(want *inventory.Inventory, have state.Snapshot, opts PlanOptions) Result {
 	opts = opts.withDefaults()
-	var res Result
 	if want == nil {
-		return res
+		return Result{}
 	}
-	desired := map[string]*inventory.Server{}
-	desiredMAC := map[string]*inventory.Server{}
+	p := &planning{want: want, have: have, opts: opts, desired: map[string]*inventory.Server{}, desiredMAC: map[string]*inventory.Server{},
+		pendingMAC: map[string]state.Server{}, allocated: map[string]string{}}
 	for i := range want.Servers {
-		desired[want.Servers[i].Name] = &want.Servers[i]
-		desiredMAC[want.Servers[i].BootMAC] = &want.Servers[i]
+		p.desired[want.Servers[i].Name] = &want.Servers[i]
+		p.desiredMAC[want.Servers[i].BootMAC] = &want.Servers[i]
 	}
-	// Records not in servers.yaml under their name whose boot MAC it names
-	// under another name that has no record: an auto-enrolled server whose
-	// entry was renamed in review, or a server renamed in servers.yaml. The
-	// new name adopts the record below, rather than a second record with
-	// the same MAC (the boot endpoints would answer for the old one).
-	pendingMAC := map[string]state.Server{}
-	// Orphans: observed but no longer desired. Never touched.
-	for _, name := range sortedKeys(have.Servers) {
-		obs := have.Servers[name]
-		if _, ok := desired[name]; ok {
-			continue
-		}
-		if ws, renamed := desiredMAC[obs.BootMAC]; renamed && obs.BootMAC != "" && obs.Enrolled == nil {
-			if _, taken := have.Servers[ws.Name]; !taken {
-				pendingMAC[obs.BootMAC] = obs
-				continue
-			}
-		}
-		if obs.Enrolled != nil {
-			if _, merged := desiredMAC[obs.BootMAC]; merged {
-				pendingMAC[obs.BootMAC] = obs
-				continue
-			}
-			res.Steps = append(res.Steps, pendingSteps(obs, opts)...)
-			if obs.Lifecycle != state.LifecycleRetired {
-				res.Conditions = append(res.Conditions, pendingCondition(obs))
-			}
-			continue
-		}
-		if obs.Lifecycle != state.LifecycleRetired {
-			res.Conditions = append(res.Conditions, PlanCondition{Subject: "server/" + name, Type: "Orphaned", Reason: "NotInInventory",
-				Message: "server is not in servers.yaml any more; left as it is (" + string(obs.Lifecycle) + ")"})
-		}
-	}
-
+	p.orphans()
 	// A boot MAC moved onto a name whose record is another machine (two
 	// names swapped, or a name reused for a machine another record holds):
 	// the record under that name is not the machine servers.yaml now
@@ -276,118 +241,202 @@ func Plan(want *inventory.Inventory, have state.Snapshot, opts PlanOptions) Resu
 	// an empty machine and the other way round, and its next commission
 	// or retire would hit the wrong host. Such names get a condition and
 	// no step until servers.yaml is untangled.
-	conflicted := macConflicts(want, have)
-
-	var disruptive []Step
-	allocated := map[string]string{} // server → profile, planned this pass
+	p.conflicted = macConflicts(want, have)
 	for i := range want.Servers {
-		ws := &want.Servers[i]
-		obs, ok := have.Servers[ws.Name]
-		if c, bad := conflicted[ws.Name]; bad {
-			res.Conditions = append(res.Conditions, c)
-			continue
-		}
-		if !ok {
-			if auto, found := pendingMAC[ws.BootMAC]; found {
-				// Merged or renamed under another name: adopt the record
-				// (its hardware, lifecycle and history) rather than
-				// register a second server with its MAC.
-				was := "auto-enrolled as"
-				if auto.Enrolled == nil {
-					was = "renamed from"
-				}
-				if auto.Lifecycle == state.LifecycleCommissioning || auto.Lifecycle == state.LifecycleDeploying {
-					res.Conditions = append(res.Conditions, PlanCondition{Subject: "server/" + ws.Name, Type: "Waiting", Reason: "AdoptionWaits",
-						Message: fmt.Sprintf("%s %s, which is %s: adopted once its ramdisk reports", was, auto.Name, auto.Lifecycle)})
-					continue
-				}
-				res.Steps = append(res.Steps, Step{Server: ws.Name, Action: ActAdopt, From: auto.Name,
-					Why: fmt.Sprintf("%s %s; servers.yaml names its boot MAC %s", was, auto.Name, ws.BootMAC)})
-				continue
-			}
-			res.Steps = append(res.Steps, Step{Server: ws.Name, Action: ActRegister, Why: "new in servers.yaml"})
-			continue
-		}
-		if identityChanged(ws, obs) {
-			res.Steps = append(res.Steps, Step{Server: ws.Name, Action: ActUpdateIdentity, Why: "zone, rack, boot MAC or BMC changed in servers.yaml"})
-		}
-		steps, disr := serverSteps(ws, obs, opts)
-		archConds, steps := archConditions(want, ws, &obs, steps)
-		res.Conditions = append(res.Conditions, archConds...)
-		if ws.BMC.IsZero() {
-			steps, disr = withoutBMC(steps), withoutBMC(disr)
-			res.Conditions = append(res.Conditions, noBMCCondition(ws, obs))
-		}
-		if obs.Fenced != nil {
-			steps, disr = withoutPowerOn(steps), withoutPowerOn(disr)
-			res.Conditions = append(res.Conditions, fencedCondition(ws.Name, obs.Fenced))
-		}
-		res.Steps = append(res.Steps, steps...)
-		disruptive = append(disruptive, disr...)
-		for _, s := range steps {
-			if s.Action == ActAllocate {
-				allocated[s.Server] = s.Profile
-			}
-		}
-		if c, ok := wipeCondition(ws.Name, obs, opts); ok {
-			res.Conditions = append(res.Conditions, c)
-		}
-		if c, ok := silentCondition(ws.Name, obs, opts); ok {
-			res.Conditions = append(res.Conditions, c)
-		}
-		if ws.Want == inventory.WantRetired && obs.Lifecycle == state.LifecycleNew {
-			res.Conditions = append(res.Conditions, PlanCondition{Subject: "server/" + ws.Name, Type: "Waiting", Reason: "NeverCommissioned",
-				Message: "want: retired on a server that was never commissioned: nothing to do"})
-		}
+		p.server(&want.Servers[i])
 	}
-
-	// Profiles' counts: top up or release the surplus of count allocations.
-	for _, p := range want.Profiles {
-		if p.Selector != nil {
-			sel := Select(p, want, have)
-			res.Selections = append(res.Selections, sel)
-			if c, ok := selectionCondition(sel); ok {
-				res.Conditions = append(res.Conditions, c)
-			}
-		}
-		steps, disr, conds := profileSteps(p, want, have, allocated)
-		res.Steps = append(res.Steps, steps...)
-		disruptive = append(disruptive, disr...)
-		res.Conditions = append(res.Conditions, conds...)
-	}
-	if len(conflicted) > 0 {
-		res.Steps = dropServers(res.Steps, conflicted)
-		disruptive = dropServers(disruptive, conflicted)
+	p.profiles()
+	res := &p.res
+	if len(p.conflicted) > 0 {
+		res.Steps = dropServers(res.Steps, p.conflicted)
+		p.disruptive = dropServers(p.disruptive, p.conflicted)
 	}
 	res.Conditions = append(res.Conditions, imageChanged(want, have)...)
-
-	// Safety brake over the disruptive steps of this revision.
-	if why := brake(disruptive, res.Steps, want, have, opts); why != "" && !opts.Approved {
-		res.Brake = why
-		held := map[string]bool{}
-		for _, s := range disruptive {
-			held[s.Server+"\x00"+string(s.Action)] = true
-		}
-		kept := res.Steps[:0]
-		for _, s := range res.Steps {
-			if held[s.Server+"\x00"+string(s.Action)] {
-				res.Held = append(res.Held, s)
-				continue
-			}
-			kept = append(kept, s)
-		}
-		res.Steps = kept
-		res.Conditions = append(res.Conditions, PlanCondition{Subject: "inventory", Type: "Held", Reason: "SafetyBrake", Message: why})
-	}
+	p.applyBrake()
 	sortSteps(res.Steps)
 	sortSteps(res.Held)
-	sort.SliceStable(res.Conditions, func(i, j int) bool {
-		if res.Conditions[i].Subject != res.Conditions[j].Subject {
-			return res.Conditions[i].Subject < res.Conditions[j].Subject
+	sortConditions(res.Conditions)
+	return *res
+}
+
+// planning is one run of Plan: its inputs and what it has planned so far.
+type planning struct {
+	want       *inventory.Inventory
+	have       state.Snapshot
+	opts       PlanOptions
+	desired    map[string]*inventory.Server // by name
+	desiredMAC map[string]*inventory.Server // by boot MAC
+	// pendingMAC: records not in servers.yaml under their name whose boot
+	// MAC it names under another name that has no record (an
+	// auto-enrolled server whose entry was renamed in review, or a server
+	// renamed in servers.yaml). The new name adopts the record, rather
+	// than a second record with the same MAC (the boot endpoints would
+	// answer for the old one).
+	pendingMAC map[string]state.Server
+	conflicted map[string]PlanCondition
+	allocated  map[string]string // server → profile, planned this pass
+	disruptive []Step
+	res        Result
+}
+
+func (p *planning) cond(c PlanCondition) { p.res.Conditions = append(p.res.Conditions, c) }
+
+// orphans handles the records servers.yaml does not name: renamed or
+// merged ones wait for adoption, auto-enrolled ones get their pending
+// steps, the rest are never touched (an Orphaned condition).
+func (p *planning) orphans() {
+	have := p.have
+	for _, name := range sortedKeys(have.Servers) {
+		obs := have.Servers[name]
+		if _, ok := p.desired[name]; ok {
+			continue
 		}
-		return res.Conditions[i].Type < res.Conditions[j].Type
+		if ws, renamed := p.desiredMAC[obs.BootMAC]; renamed && obs.BootMAC != "" && obs.Enrolled == nil {
+			if _, taken := have.Servers[ws.Name]; !taken {
+				p.pendingMAC[obs.BootMAC] = obs
+				continue
+			}
+		}
+		if obs.Enrolled != nil {
+			if _, merged := p.desiredMAC[obs.BootMAC]; merged {
+				p.pendingMAC[obs.BootMAC] = obs
+				continue
+			}
+			p.res.Steps = append(p.res.Steps, pendingSteps(obs, p.opts)...)
+			if obs.Lifecycle != state.LifecycleRetired {
+				p.cond(pendingCondition(obs))
+			}
+			continue
+		}
+		if obs.Lifecycle != state.LifecycleRetired {
+			p.cond(PlanCondition{Subject: "server/" + name, Type: "Orphaned", Reason: "NotInInventory",
+				Message: "server is not in servers.yaml any more; left as it is (" + string(obs.Lifecycle) + ")"})
+		}
+	}
+}
+
+// server plans one desired server: a conflicted name gets only its
+// condition, a server without a record is adopted or registered, and a
+// known one gets its steps (without BMC steps when it has no BMC, without
+// power-on steps when fenced) and its conditions.
+func (p *planning) server(ws *inventory.Server) {
+	obs, ok := p.have.Servers[ws.Name]
+	if c, bad := p.conflicted[ws.Name]; bad {
+		p.cond(c)
+		return
+	}
+	if !ok {
+		p.adoptOrRegister(ws)
+		return
+	}
+	res := &p.res
+	if identityChanged(ws, obs) {
+		res.Steps = append(res.Steps, Step{Server: ws.Name, Action: ActUpdateIdentity, Why: "zone, rack, boot MAC or BMC changed in servers.yaml"})
+	}
+	steps, disr := serverSteps(ws, obs, p.opts)
+	archConds, steps := archConditions(p.want, ws, &obs, steps)
+	res.Conditions = append(res.Conditions, archConds...)
+	if ws.BMC.IsZero() {
+		steps, disr = withoutBMC(steps), withoutBMC(disr)
+		p.cond(noBMCCondition(ws, obs))
+	}
+	if obs.Fenced != nil {
+		steps, disr = withoutPowerOn(steps), withoutPowerOn(disr)
+		p.cond(fencedCondition(ws.Name, obs.Fenced))
+	}
+	res.Steps = append(res.Steps, steps...)
+	p.disruptive = append(p.disruptive, disr...)
+	for _, s := range steps {
+		if s.Action == ActAllocate {
+			p.allocated[s.Server] = s.Profile
+		}
+	}
+	if c, ok := wipeCondition(ws.Name, obs, p.opts); ok {
+		p.cond(c)
+	}
+	if c, ok := silentCondition(ws.Name, obs, p.opts); ok {
+		p.cond(c)
+	}
+	if ws.Want == inventory.WantRetired && obs.Lifecycle == state.LifecycleNew {
+		p.cond(PlanCondition{Subject: "server/" + ws.Name, Type: "Waiting", Reason: "NeverCommissioned",
+			Message: "want: retired on a server that was never commissioned: nothing to do"})
+	}
+}
+
+// adoptOrRegister plans a desired server that has no record: a record
+// merged or renamed under another name is adopted (its hardware,
+// lifecycle and history) once its ramdisk is done, rather than a second
+// server registered with its MAC.
+func (p *planning) adoptOrRegister(ws *inventory.Server) {
+	auto, found := p.pendingMAC[ws.BootMAC]
+	if !found {
+		p.res.Steps = append(p.res.Steps, Step{Server: ws.Name, Action: ActRegister, Why: "new in servers.yaml"})
+		return
+	}
+	was := "auto-enrolled as"
+	if auto.Enrolled == nil {
+		was = "renamed from"
+	}
+	if auto.Lifecycle == state.LifecycleCommissioning || auto.Lifecycle == state.LifecycleDeploying {
+		p.cond(PlanCondition{Subject: "server/" + ws.Name, Type: "Waiting", Reason: "AdoptionWaits",
+			Message: fmt.Sprintf("%s %s, which is %s: adopted once its ramdisk reports", was, auto.Name, auto.Lifecycle)})
+		return
+	}
+	p.res.Steps = append(p.res.Steps, Step{Server: ws.Name, Action: ActAdopt, From: auto.Name,
+		Why: fmt.Sprintf("%s %s; servers.yaml names its boot MAC %s", was, auto.Name, ws.BootMAC)})
+}
+
+// profiles tops up each profile's count or releases the surplus of count
+// allocations, and reports selector-based selections.
+func (p *planning) profiles() {
+	for _, prof := range p.want.Profiles {
+		if prof.Selector != nil {
+			sel := Select(prof, p.want, p.have)
+			p.res.Selections = append(p.res.Selections, sel)
+			if c, ok := selectionCondition(sel); ok {
+				p.cond(c)
+			}
+		}
+		steps, disr, conds := profileSteps(prof, p.want, p.have, p.allocated)
+		p.res.Steps = append(p.res.Steps, steps...)
+		p.disruptive = append(p.disruptive, disr...)
+		p.res.Conditions = append(p.res.Conditions, conds...)
+	}
+}
+
+// applyBrake holds this revision's disruptive steps behind the safety
+// brake unless the revision is approved.
+func (p *planning) applyBrake() {
+	res := &p.res
+	why := brake(p.disruptive, res.Steps, p.want, p.have, p.opts)
+	if why == "" || p.opts.Approved {
+		return
+	}
+	res.Brake = why
+	held := map[string]bool{}
+	for _, s := range p.disruptive {
+		held[s.Server+"\x00"+string(s.Action)] = true
+	}
+	kept := res.Steps[:0]
+	for _, s := range res.Steps {
+		if held[s.Server+"\x00"+string(s.Action)] {
+			res.Held = append(res.Held, s)
+			continue
+		}
+		kept = append(kept, s)
+	}
+	res.Steps = kept
+	p.cond(PlanCondition{Subject: "inventory", Type: "Held", Reason: "SafetyBrake", Message: why})
+}
+
+// sortConditions orders conditions by subject, then type (stable).
+func sortConditions(cs []PlanCondition) {
+	sort.SliceStable(cs, func(i, j int) bool {
+		if cs[i].Subject != cs[j].Subject {
+			return cs[i].Subject < cs[j].Subject
+		}
+		return cs[i].Type < cs[j].Type
 	})
-	return res
 }
 
 // serverSteps plans one desired server against its observed record. It
