@@ -89,42 +89,16 @@ func mountDiscovery(srv *api.Server, st *state.Store, scan scanFunc, propose pro
 		if !decode(w, r, &req) {
 			return
 		}
-		if len(req.Credentials) == 0 || len(req.Credentials) > discover.MaxCredentials {
-			writeErr(w, http.StatusBadRequest, "bad_request", fmt.Sprintf("give 1 to %d credential names", discover.MaxCredentials))
-			return
-		}
-		creds := make([]discover.Credential, 0, len(req.Credentials))
-		for _, name := range req.Credentials {
-			c, err := st.Secret(name)
-			if errors.Is(err, state.ErrNotFound) || errors.Is(err, state.ErrInvalid) {
-				writeErr(w, http.StatusNotFound, "not_found", fmt.Sprintf("credential %q is not in the secret store", name))
-				return
-			}
-			if err != nil {
-				writeErr(w, http.StatusInternalServerError, "internal", "read credential "+name)
-				return
-			}
-			creds = append(creds, discover.Credential{Name: name, Username: c.Username, Password: c.Password})
-		}
-		if req.Port < 0 || req.Port > 65535 {
-			writeErr(w, http.StatusBadRequest, "bad_request", "port out of range")
+		creds, herr := scanCredentials(st, req.Credentials)
+		if herr != nil {
+			writeErr(w, herr.status, herr.code, herr.msg)
 			return
 		}
 		if branch == "" {
 			branch = "main"
 		}
-		switch {
-		case !req.Register && (req.Zone != "" || req.Site != "" || req.CommitTo != ""):
-			writeErr(w, http.StatusBadRequest, "bad_request", "zone, site and commitTo only go with register")
-			return
-		case req.Register && req.Zone == "":
-			writeErr(w, http.StatusBadRequest, "bad_request", "register needs zone: the zone of the proposed servers")
-			return
-		case req.Register && propose == nil:
-			writeErr(w, http.StatusBadRequest, "bad_request", "register: this controller follows no inventory repository (machina serve --repo)")
-			return
-		case req.CommitTo != "" && req.CommitTo != branch:
-			writeErr(w, http.StatusBadRequest, "bad_request", fmt.Sprintf("commitTo %q: only the inventory branch %q can be committed to directly", req.CommitTo, branch))
+		if msg := scanRequestError(req, branch, propose != nil); msg != "" {
+			writeErr(w, http.StatusBadRequest, "bad_request", msg)
 			return
 		}
 		ctx, cancel := context.WithTimeout(r.Context(), scanTimeout)
@@ -166,6 +140,51 @@ func mountDiscovery(srv *api.Server, st *state.Store, scan scanFunc, propose pro
 		}
 		writeJSON(w, http.StatusOK, out)
 	}))
+}
+
+// httpErr is an error answer: status, code and message.
+type httpErr struct {
+	status    int
+	code, msg string
+}
+
+// scanCredentials reads the named credentials of a scan request from the
+// secret store (1 to discover.MaxCredentials of them).
+func scanCredentials(st *state.Store, names []string) ([]discover.Credential, *httpErr) {
+	if len(names) == 0 || len(names) > discover.MaxCredentials {
+		return nil, &httpErr{http.StatusBadRequest, "bad_request", fmt.Sprintf("give 1 to %d credential names", discover.MaxCredentials)}
+	}
+	creds := make([]discover.Credential, 0, len(names))
+	for _, name := range names {
+		c, err := st.Secret(name)
+		if errors.Is(err, state.ErrNotFound) || errors.Is(err, state.ErrInvalid) {
+			return nil, &httpErr{http.StatusNotFound, "not_found", fmt.Sprintf("credential %q is not in the secret store", name)}
+		}
+		if err != nil {
+			return nil, &httpErr{http.StatusInternalServerError, "internal", "read credential " + name}
+		}
+		creds = append(creds, discover.Credential{Name: name, Username: c.Username, Password: c.Password})
+	}
+	return creds, nil
+}
+
+// scanRequestError says what is wrong with a scan request's port and
+// register options ("" when nothing): canPropose is false when the
+// controller follows no inventory repository.
+func scanRequestError(req v1.ScanRequest, branch string, canPropose bool) string {
+	switch {
+	case req.Port < 0 || req.Port > 65535:
+		return "port out of range"
+	case !req.Register && (req.Zone != "" || req.Site != "" || req.CommitTo != ""):
+		return "zone, site and commitTo only go with register"
+	case req.Register && req.Zone == "":
+		return "register needs zone: the zone of the proposed servers"
+	case req.Register && !canPropose:
+		return "register: this controller follows no inventory repository (machina serve --repo)"
+	case req.CommitTo != "" && req.CommitTo != branch:
+		return fmt.Sprintf("commitTo %q: only the inventory branch %q can be committed to directly", req.CommitTo, branch)
+	}
+	return ""
 }
 
 // registerScan proposes rep's authenticated BMCs through propose, the

@@ -82,24 +82,9 @@ func (e *Enroller) ProposePending(ctx context.Context) (int, error) {
 	if e.cfg.Proposer == nil {
 		return 0, nil
 	}
-	snap, err := e.cfg.Store.Snapshot()
+	cands, err := e.proposable()
 	if err != nil {
-		return 0, fmt.Errorf("auto-enrol proposal: %w", err)
-	}
-	names, macs := map[string]bool{}, map[string]bool{}
-	if inv := e.cfg.Desired(); inv != nil {
-		for _, s := range inv.Servers {
-			names[s.Name], macs[s.BootMAC] = true, true
-		}
-	}
-	var cands []state.Server
-	for _, s := range snap.Servers {
-		if s.Enrolled == nil || s.Enrolled.Branch != "" || names[s.Name] || macs[s.BootMAC] {
-			continue
-		}
-		if s.Lifecycle == state.LifecycleReady || s.Lifecycle == state.LifecycleFailed {
-			cands = append(cands, s)
-		}
+		return 0, err
 	}
 	if len(cands) == 0 {
 		return 0, nil
@@ -158,6 +143,31 @@ func (e *Enroller) ProposePending(ctx context.Context) (int, error) {
 	}
 	e.log.Info("auto-enrolled servers proposed", "branch", prop.Branch, "commit", prop.Commit[:12], "servers", strings.Join(added, ","))
 	return len(added), nil
+}
+
+// proposable returns the auto-enrolled servers whose commissioning
+// ended (ready or failed), not proposed yet and not in servers.yaml.
+func (e *Enroller) proposable() ([]state.Server, error) {
+	snap, err := e.cfg.Store.Snapshot()
+	if err != nil {
+		return nil, fmt.Errorf("auto-enrol proposal: %w", err)
+	}
+	names, macs := map[string]bool{}, map[string]bool{}
+	if inv := e.cfg.Desired(); inv != nil {
+		for _, s := range inv.Servers {
+			names[s.Name], macs[s.BootMAC] = true, true
+		}
+	}
+	var cands []state.Server
+	for _, s := range snap.Servers {
+		if s.Enrolled == nil || s.Enrolled.Branch != "" || names[s.Name] || macs[s.BootMAC] {
+			continue
+		}
+		if s.Lifecycle == state.LifecycleReady || s.Lifecycle == state.LifecycleFailed {
+			cands = append(cands, s)
+		}
+	}
+	return cands, nil
 }
 
 // proposedEntry is the servers.yaml entry of an auto-enrolled server: its

@@ -442,106 +442,147 @@ func sortConditions(cs []PlanCondition) {
 // serverSteps plans one desired server against its observed record. It
 // returns the steps and, separately, those the safety brake counts.
 func serverSteps(ws *inventory.Server, obs state.Server, opts PlanOptions) (steps, disruptive []Step) {
-	add := func(s Step) { s.Server = ws.Name; steps = append(steps, s) }
+	add := func(s Step, disr bool) {
+		s.Server = ws.Name
+		steps = append(steps, s)
+		if disr {
+			disruptive = append(disruptive, s)
+		}
+	}
+	if retireSteps(ws, obs, add) {
+		return steps, disruptive
+	}
+	if s, ok := phaseStep(obs, opts); ok {
+		add(s, false)
+		return steps, nil
+	}
+	if s, ok := wipeStep(obs, opts); ok {
+		add(s, false)
+		if s.Action == ActTimeout {
+			return steps, nil
+		}
+	}
 	lc := obs.Lifecycle
-	observed := func(k string) int64 { return obs.Actions[k] }
+	if lc == state.LifecycleDeployed && obs.FinishDeploy {
+		add(Step{Action: ActFinishDeploy, Why: "image written: boot from disk from now on"}, false)
+	} else if obs.BMC.RestoreDisk && lc != state.LifecycleCommissioning && lc != state.LifecycleDeploying && obs.WipeStartedAt.IsZero() {
+		add(Step{Action: ActRestoreDisk, Why: fmt.Sprintf("the network boot a persistent override was set for is over (%s)", lc)}, false)
+	}
+	if s, ok := commissionStep(ws, obs); ok {
+		add(s, false)
+	}
+	pinnedSteps(ws, obs, hasAction(steps, ActCommission), add)
+	for _, s := range powerCounterSteps(ws, obs) {
+		add(s, false)
+	}
+	return steps, disruptive
+}
 
+// retireSteps plans a server whose want is retired, or that is retired
+// and wanted again, and reports whether that is all it gets.
+func retireSteps(ws *inventory.Server, obs state.Server, add func(Step, bool)) bool {
+	lc := obs.Lifecycle
 	switch {
 	case ws.Want != inventory.WantRetired && lc == state.LifecycleRetired:
-		add(Step{Action: ActUnretire, Why: "want is " + string(ws.Want) + " again"})
-		return steps, nil
+		add(Step{Action: ActUnretire, Why: "want is " + string(ws.Want) + " again"}, false)
+		return true
 	case ws.Want == inventory.WantRetired:
 		switch lc {
 		case state.LifecycleReady, state.LifecycleDeployed, state.LifecycleFailed:
-			s := Step{Server: ws.Name, Action: ActRetire, Why: "want: retired"}
-			add(s)
-			disruptive = append(disruptive, s)
+			add(Step{Action: ActRetire, Why: "want: retired"}, true)
 		}
-		return steps, disruptive
+		return true
 	}
+	return false
+}
 
-	// Deadlines of the phases that wait for the ramdisk.
+// phaseStep is the step of a phase that waits for the ramdisk and took too
+// long: its deadline passed (timeout), or the machine went silent mid-phase
+// (its controller restarted under it, its answer lost, its ramdisk stuck)
+// and is booted again long before the deadline, a bounded number of times.
+func phaseStep(obs state.Server, opts PlanOptions) (Step, bool) {
+	lc := obs.Lifecycle
 	switch {
 	case lc == state.LifecycleCommissioning && opts.Now.Sub(obs.LifecycleAt) > opts.CommissionTimeout:
-		add(Step{Action: ActTimeout, Why: fmt.Sprintf("no commissioning report within %s", opts.CommissionTimeout)})
-		return steps, nil
+		return Step{Action: ActTimeout, Why: fmt.Sprintf("no commissioning report within %s", opts.CommissionTimeout)}, true
 	case lc == state.LifecycleDeploying && opts.Now.Sub(obs.LifecycleAt) > opts.DeployTimeout:
-		add(Step{Action: ActTimeout, Why: fmt.Sprintf("deploy did not report within %s", opts.DeployTimeout)})
-		return steps, nil
+		return Step{Action: ActTimeout, Why: fmt.Sprintf("deploy did not report within %s", opts.DeployTimeout)}, true
 	}
-
-	// A machine gone silent mid-phase (its controller restarted under it,
-	// its answer lost, its ramdisk stuck) is booted again long before the
-	// deadline, a bounded number of times.
 	if since, ok := silentSince(obs, opts); ok && opts.Now.Sub(since) > opts.SilentAfter && obs.Renetboots < opts.MaxRenetboots {
-		add(Step{Action: ActRenetboot, Counter: int64(obs.Renetboots + 1),
-			Why: fmt.Sprintf("nothing heard for %s (last: %s): re-netboot %d of %d", opts.Now.Sub(since).Round(time.Second), lastHeard(obs), obs.Renetboots+1, opts.MaxRenetboots)})
-		return steps, nil
+		return Step{Action: ActRenetboot, Counter: int64(obs.Renetboots + 1),
+			Why: fmt.Sprintf("nothing heard for %s (last: %s): re-netboot %d of %d", opts.Now.Sub(since).Round(time.Second), lastHeard(obs), obs.Renetboots+1, opts.MaxRenetboots)}, true
 	}
+	return Step{}, false
+}
 
-	// The release wipe: a released server's disks are wiped by the ramdisk
-	// before anything else happens to it (it is not allocated meanwhile).
-	if lc == state.LifecycleReady && obs.NeedsWipe {
-		switch {
-		case !obs.WipeStartedAt.IsZero() && opts.Now.Sub(obs.WipeStartedAt) > opts.WipeTimeout:
-			add(Step{Action: ActTimeout, Why: fmt.Sprintf("release wipe did not report within %s", opts.WipeTimeout)})
-			return steps, nil
-		case !obs.WipeStartedAt.IsZero():
-			// running: wait for the ramdisk's report
-		case obs.WipeFailures > 0 && opts.Now.Before(wipeRetryAt(obs, opts)):
-			// failed: wait for the retry time (wipeCondition shows it)
-		default:
-			why := "released: wipe partition tables and signatures before reuse"
-			if obs.WipeFailures > 0 {
-				why = fmt.Sprintf("retry release wipe (%d failed)", obs.WipeFailures)
-			}
-			add(Step{Action: ActWipe, Why: why})
-		}
+// wipeStep is the release wipe's step: a released server's disks are
+// wiped by the ramdisk before anything else happens to it (it is not
+// allocated meanwhile). A wipe past its deadline times out; a running
+// one, or a failed one before its retry time, gets no step.
+func wipeStep(obs state.Server, opts PlanOptions) (Step, bool) {
+	if obs.Lifecycle != state.LifecycleReady || !obs.NeedsWipe {
+		return Step{}, false
 	}
-
-	if lc == state.LifecycleDeployed && obs.FinishDeploy {
-		add(Step{Action: ActFinishDeploy, Why: "image written: boot from disk from now on"})
-	} else if obs.BMC.RestoreDisk && lc != state.LifecycleCommissioning && lc != state.LifecycleDeploying && obs.WipeStartedAt.IsZero() {
-		add(Step{Action: ActRestoreDisk, Why: fmt.Sprintf("the network boot a persistent override was set for is over (%s)", lc)})
+	switch {
+	case !obs.WipeStartedAt.IsZero() && opts.Now.Sub(obs.WipeStartedAt) > opts.WipeTimeout:
+		return Step{Action: ActTimeout, Why: fmt.Sprintf("release wipe did not report within %s", opts.WipeTimeout)}, true
+	case !obs.WipeStartedAt.IsZero():
+		return Step{}, false // running: wait for the ramdisk's report
+	case obs.WipeFailures > 0 && opts.Now.Before(wipeRetryAt(obs, opts)):
+		return Step{}, false // failed: wait for the retry time (wipeCondition shows it)
 	}
+	why := "released: wipe partition tables and signatures before reuse"
+	if obs.WipeFailures > 0 {
+		why = fmt.Sprintf("retry release wipe (%d failed)", obs.WipeFailures)
+	}
+	return Step{Action: ActWipe, Why: why}, true
+}
 
-	// Commissioning: first time, or asked for again by the counter.
-	switch want := ws.Actions.Commission; {
+// commissionStep commissions a server the first time, or again when
+// servers.yaml's actions.commission counter asks for it.
+func commissionStep(ws *inventory.Server, obs state.Server) (Step, bool) {
+	lc, want, seen := obs.Lifecycle, ws.Actions.Commission, obs.Actions["commission"]
+	switch {
 	case lc == state.LifecycleNew:
-		add(Step{Action: ActCommission, Counter: want, CounterName: "commission", Why: "never commissioned"})
-	case want > observed("commission") && (lc == state.LifecycleReady || lc == state.LifecycleFailed):
-		add(Step{Action: ActCommission, Counter: want, CounterName: "commission", Why: fmt.Sprintf("actions.commission %d > observed %d", want, observed("commission"))})
+		return Step{Action: ActCommission, Counter: want, CounterName: "commission", Why: "never commissioned"}, true
+	case want > seen && (lc == state.LifecycleReady || lc == state.LifecycleFailed):
+		return Step{Action: ActCommission, Counter: want, CounterName: "commission", Why: fmt.Sprintf("actions.commission %d > observed %d", want, seen)}, true
 	}
+	return Step{}, false
+}
 
-	// Pinned deploys and their release.
+// pinnedSteps plans pinned deploys (want: deployed with a profile) and
+// their release, and the deploy of an allocated server.
+func pinnedSteps(ws *inventory.Server, obs state.Server, commissioning bool, add func(Step, bool)) {
+	lc := obs.Lifecycle
 	pinnedHere := obs.Allocation != nil && obs.Allocation.Reason == ReasonPinned
 	switch {
-	case ws.Want == inventory.WantDeployed && ws.Profile != "" && lc == state.LifecycleReady && !obs.NeedsWipe && !hasAction(steps, ActCommission):
-		add(Step{Action: ActAllocate, Profile: ws.Profile, AllocReason: ReasonPinned, Why: "want: deployed with profile " + ws.Profile})
-		add(Step{Action: ActDeploy, Profile: ws.Profile, Why: "want: deployed"})
+	case ws.Want == inventory.WantDeployed && ws.Profile != "" && lc == state.LifecycleReady && !obs.NeedsWipe && !commissioning:
+		add(Step{Action: ActAllocate, Profile: ws.Profile, AllocReason: ReasonPinned, Why: "want: deployed with profile " + ws.Profile}, false)
+		add(Step{Action: ActDeploy, Profile: ws.Profile, Why: "want: deployed"}, false)
 	case lc == state.LifecycleAllocated && obs.Allocation != nil:
-		add(Step{Action: ActDeploy, Profile: obs.Allocation.Profile, Why: "allocated to " + obs.Allocation.Profile})
+		add(Step{Action: ActDeploy, Profile: obs.Allocation.Profile, Why: "allocated to " + obs.Allocation.Profile}, false)
 	case lc == state.LifecycleDeployed && pinnedHere && ws.Want != inventory.WantDeployed:
-		s := Step{Server: ws.Name, Action: ActRelease, Why: "want is " + string(ws.Want) + ", no longer deployed"}
-		add(s)
-		disruptive = append(disruptive, s)
+		add(Step{Action: ActRelease, Why: "want is " + string(ws.Want) + ", no longer deployed"}, true)
 	case lc == state.LifecycleDeployed && pinnedHere && ws.Profile != obs.Allocation.Profile:
-		s := Step{Server: ws.Name, Action: ActRelease, Why: fmt.Sprintf("profile changed from %s to %s; released to redeploy", obs.Allocation.Profile, ws.Profile)}
-		add(s)
-		disruptive = append(disruptive, s)
+		add(Step{Action: ActRelease, Why: fmt.Sprintf("profile changed from %s to %s; released to redeploy", obs.Allocation.Profile, ws.Profile)}, true)
 	}
+}
 
-	// Power counters.
+// powerCounterSteps are the power actions servers.yaml's counters ask for
+// (a counter above the one observed).
+func powerCounterSteps(ws *inventory.Server, obs state.Server) []Step {
+	var out []Step
 	for _, pc := range []struct {
 		name string
 		want int64
 		act  Action
 	}{{"powerOn", ws.Actions.PowerOn, ActPowerOn}, {"powerOff", ws.Actions.PowerOff, ActPowerOff}, {"powerCycle", ws.Actions.PowerCycle, ActPowerCycle}} {
-		if pc.want > observed(pc.name) {
-			add(Step{Action: pc.act, Counter: pc.want, CounterName: pc.name, Why: fmt.Sprintf("actions.%s %d > observed %d", pc.name, pc.want, observed(pc.name))})
+		if seen := obs.Actions[pc.name]; pc.want > seen {
+			out = append(out, Step{Action: pc.act, Counter: pc.want, CounterName: pc.name, Why: fmt.Sprintf("actions.%s %d > observed %d", pc.name, pc.want, seen)})
 		}
 	}
-	return steps, disruptive
+	return out
 }
 
 // pendingSteps plans for an auto-enrolled server that is not in
