@@ -211,44 +211,7 @@ func renderServer(s ServerStatus, maxEvents int) []byte {
 	w.str(0, "health", s.Health)
 	w.str(0, "profile", s.Profile)
 	w.str(0, "allocation", s.Allocation)
-	if hw := s.Hardware; hw.Vendor != "" || hw.Model != "" || hw.Cores != 0 || hw.MemoryGiB != 0 || len(hw.Disks) > 0 || len(hw.NICs) > 0 {
-		w.key(0, "hardware")
-		w.text(1, "vendor", hw.Vendor)
-		w.text(1, "model", hw.Model)
-		w.text(1, "serial", hw.Serial)
-		w.text(1, "cpuModel", hw.CPUModel)
-		w.int(1, "cores", int64(hw.Cores), false)
-		w.int(1, "memoryGiB", hw.MemoryGiB, false)
-		if len(hw.Disks) > 0 {
-			disks := slices.Clone(hw.Disks)
-			slices.SortFunc(disks, func(a, b Disk) int { return cmp.Compare(a.Name, b.Name) })
-			w.key(1, "disks")
-			for _, d := range disks {
-				w.item(1)
-				w.text(0, "name", orUnknown(d.Name))
-				w.text(2, "model", d.Model)
-				w.text(2, "serial", d.Serial)
-				w.int(2, "sizeGiB", d.SizeGiB, false)
-			}
-		}
-		if len(hw.NICs) > 0 {
-			nics := slices.Clone(hw.NICs)
-			slices.SortFunc(nics, func(a, b NIC) int { return cmp.Compare(a.Name, b.Name) })
-			w.key(1, "nics")
-			for _, n := range nics {
-				w.item(1)
-				w.text(0, "name", orUnknown(n.Name))
-				w.text(2, "mac", n.MAC)
-				w.int(2, "speedMbps", int64(n.SpeedMbps), false)
-			}
-		}
-		if len(hw.Labels) > 0 {
-			w.key(1, "labels")
-			for _, k := range slices.Sorted(maps.Keys(hw.Labels)) {
-				w.str(2, k, hw.Labels[k])
-			}
-		}
-	}
+	w.hardware(s.Hardware)
 	if len(s.Conditions) > 0 {
 		conds := slices.Clone(s.Conditions)
 		slices.SortFunc(conds, func(a, b Condition) int { return cmp.Compare(a.Type, b.Type) })
@@ -269,33 +232,83 @@ func renderServer(s ServerStatus, maxEvents int) []byte {
 	w.int(1, "powerOn", a.PowerOn, true)
 	w.int(1, "powerOff", a.PowerOff, true)
 	w.text(0, "lastError", s.LastError)
-	if len(s.Events) > 0 && maxEvents > 0 {
-		evs := slices.Clone(s.Events)
-		slices.SortStableFunc(evs, func(a, b StatusEvent) int {
-			if c := b.Time.Compare(a.Time); c != 0 {
-				return c
-			}
-			return cmp.Or(cmp.Compare(a.Reason, b.Reason), cmp.Compare(a.Message, b.Message))
-		})
-		if len(evs) > maxEvents {
-			evs = evs[:maxEvents]
-		}
-		w.key(0, "events")
-		for _, e := range evs {
-			w.item(0)
-			if e.Time.IsZero() {
-				w.b.WriteString("time: null\n")
-			} else {
-				w.time(0, "time", e.Time)
-			}
-			w.text(1, "type", e.Type)
-			w.text(1, "reason", e.Reason)
-			w.text(1, "message", e.Message)
-		}
-	}
+	w.events(s.Events, maxEvents)
 	// Exact size: a fleet's server files are all held until the commit
 	// is pushed, and the buffer's spare capacity would be a third more.
 	return bytes.Clone(w.b.Bytes())
+}
+
+// hardware writes a server's hardware: key, scalars, disks and NICs by
+// name, labels by key; nothing when none is known.
+func (w *yamlWriter) hardware(hw Hardware) {
+	if hw.Vendor == "" && hw.Model == "" && hw.Cores == 0 && hw.MemoryGiB == 0 && len(hw.Disks) == 0 && len(hw.NICs) == 0 {
+		return
+	}
+	w.key(0, "hardware")
+	w.text(1, "vendor", hw.Vendor)
+	w.text(1, "model", hw.Model)
+	w.text(1, "serial", hw.Serial)
+	w.text(1, "cpuModel", hw.CPUModel)
+	w.int(1, "cores", int64(hw.Cores), false)
+	w.int(1, "memoryGiB", hw.MemoryGiB, false)
+	if len(hw.Disks) > 0 {
+		disks := slices.Clone(hw.Disks)
+		slices.SortFunc(disks, func(a, b Disk) int { return cmp.Compare(a.Name, b.Name) })
+		w.key(1, "disks")
+		for _, d := range disks {
+			w.item(1)
+			w.text(0, "name", orUnknown(d.Name))
+			w.text(2, "model", d.Model)
+			w.text(2, "serial", d.Serial)
+			w.int(2, "sizeGiB", d.SizeGiB, false)
+		}
+	}
+	if len(hw.NICs) > 0 {
+		nics := slices.Clone(hw.NICs)
+		slices.SortFunc(nics, func(a, b NIC) int { return cmp.Compare(a.Name, b.Name) })
+		w.key(1, "nics")
+		for _, n := range nics {
+			w.item(1)
+			w.text(0, "name", orUnknown(n.Name))
+			w.text(2, "mac", n.MAC)
+			w.int(2, "speedMbps", int64(n.SpeedMbps), false)
+		}
+	}
+	if len(hw.Labels) > 0 {
+		w.key(1, "labels")
+		for _, k := range slices.Sorted(maps.Keys(hw.Labels)) {
+			w.str(2, k, hw.Labels[k])
+		}
+	}
+}
+
+// events writes a server's newest maxEvents events, newest first.
+func (w *yamlWriter) events(events []StatusEvent, maxEvents int) {
+	if len(events) == 0 || maxEvents <= 0 {
+		return
+	}
+	evs := slices.Clone(events)
+	slices.SortStableFunc(evs, func(a, b StatusEvent) int {
+		if c := b.Time.Compare(a.Time); c != 0 {
+			return c
+		}
+		return cmp.Or(cmp.Compare(a.Reason, b.Reason), cmp.Compare(a.Message, b.Message))
+	})
+	if len(evs) > maxEvents {
+		evs = evs[:maxEvents]
+	}
+	w.key(0, "events")
+	for _, e := range evs {
+		w.item(0)
+		if e.Time.IsZero() {
+			w.b.WriteString("time: null\n")
+		} else {
+			w.time(0, "time", e.Time)
+		}
+		w.text(1, "type", e.Type)
+		w.text(1, "reason", e.Reason)
+		w.text(1, "message", e.Message)
+	}
 }
 
 func renderImage(im ImageStatus) []byte {
@@ -446,29 +459,7 @@ func renderReadme(inv InventoryStatus, servers []ServerStatus, images []ImageSta
 		fmt.Fprintf(&b, "%d %s", counts[k], mdCell(k))
 	}
 	b.WriteString(".\n\n")
-	if len(servers) > 0 {
-		b.WriteString("| Server | Lifecycle | Power | Health | Profile | Conditions | Last error |\n|---|---|---|---|---|---|---|\n")
-		for _, s := range servers {
-			b.WriteString("| [")
-			b.WriteString(s.Name)
-			b.WriteString("](servers/")
-			b.WriteString(s.Name)
-			b.WriteString(".yaml) | ")
-			b.WriteString(mdCell(orUnknown(s.Lifecycle)))
-			b.WriteString(" | ")
-			b.WriteString(mdCell(orUnknown(s.Power)))
-			b.WriteString(" | ")
-			b.WriteString(mdCell(s.Health))
-			b.WriteString(" | ")
-			b.WriteString(mdCell(s.Profile))
-			b.WriteString(" | ")
-			b.WriteString(mdCell(conditionSummary(s.Conditions)))
-			b.WriteString(" | ")
-			b.WriteString(mdCell(truncate(redact.String(s.LastError), 80)))
-			b.WriteString(" |\n")
-		}
-		b.WriteByte('\n')
-	}
+	readmeServers(&b, servers)
 	if len(images) > 0 {
 		b.WriteString("## Images\n\n| Image | State | Checksum | Message |\n|---|---|---|---|\n")
 		for _, im := range images {
@@ -486,6 +477,34 @@ func renderReadme(inv InventoryStatus, servers []ServerStatus, images []ImageSta
 		b.WriteByte('\n')
 	}
 	return b.Bytes()
+}
+
+// readmeServers writes README.md's table of servers (none: nothing).
+func readmeServers(b *bytes.Buffer, servers []ServerStatus) {
+	if len(servers) == 0 {
+		return
+	}
+	b.WriteString("| Server | Lifecycle | Power | Health | Profile | Conditions | Last error |\n|---|---|---|---|---|---|---|\n")
+	for _, s := range servers {
+		b.WriteString("| [")
+		b.WriteString(s.Name)
+		b.WriteString("](servers/")
+		b.WriteString(s.Name)
+		b.WriteString(".yaml) | ")
+		b.WriteString(mdCell(orUnknown(s.Lifecycle)))
+		b.WriteString(" | ")
+		b.WriteString(mdCell(orUnknown(s.Power)))
+		b.WriteString(" | ")
+		b.WriteString(mdCell(s.Health))
+		b.WriteString(" | ")
+		b.WriteString(mdCell(s.Profile))
+		b.WriteString(" | ")
+		b.WriteString(mdCell(conditionSummary(s.Conditions)))
+		b.WriteString(" | ")
+		b.WriteString(mdCell(truncate(redact.String(s.LastError), 80)))
+		b.WriteString(" |\n")
+	}
+	b.WriteByte('\n')
 }
 
 // conditionSummary lists the conditions that need attention: Stalled or

@@ -361,18 +361,7 @@ func (w *StatusWriter) write(ctx context.Context, s Snapshot) (WriteResult, erro
 	if err := w.compact(); err != nil {
 		return WriteResult{}, fmt.Errorf("status write: %w", err)
 	}
-	files, rerrs := renderStatus(s, w.cfg.MaxEvents)
-	for _, e := range rerrs {
-		w.log.Warn("status entry skipped", "err", e)
-	}
-	blobs := make([]renderedBlob, len(files))
-	for i, f := range files {
-		blobs[i] = renderedBlob{path: f.path, data: f.data, hash: plumbing.ComputeHash(plumbing.BlobObject, f.data)}
-	}
-	lifecycles := make(map[string]string, len(s.Servers))
-	for _, sv := range s.Servers {
-		lifecycles[sv.Name] = orUnknown(sv.Lifecycle)
-	}
+	blobs, lifecycles := w.render(s)
 	branch := w.cfg.target()
 	var res WriteResult
 	var lastErr error
@@ -394,24 +383,10 @@ func (w *StatusWriter) write(ctx context.Context, s Snapshot) (WriteResult, erro
 		if err != nil {
 			return res, fmt.Errorf("status write: %w", err)
 		}
-		base, err := remoteTip(ctx, w.repo, o, branch)
-		exists := true
-		if errors.Is(err, ErrBranchNotFound) && w.cfg.StatusBranch != "" {
-			exists, err = false, nil
-		}
+		base, exists, err := w.base(ctx, o, branch)
 		if err != nil {
 			lastErr = err
 			continue
-		}
-		if exists {
-			if _, err := w.repo.CommitObject(base); err != nil {
-				// Build on what the fetch brought, even if the
-				// branch moved again since the list.
-				if base, err = fetchBranch(ctx, w.repo, o, branch, 1); err != nil {
-					lastErr = err
-					continue
-				}
-			}
 		}
 		bc, err := w.commit(base, exists, blobs, lifecycles, s.Inventory)
 		if err != nil {
@@ -440,15 +415,60 @@ func (w *StatusWriter) write(ctx context.Context, s Snapshot) (WriteResult, erro
 		w.noteSuccess(bc.hash, lifecycles)
 		return res, nil
 	}
-	// Tell a lost race apart from a broken remote: did the tip move?
+	return res, w.failed(ctx, branch, res.Attempts, lastBase, lastErr)
+}
+
+// render renders s into status/'s blobs, and the servers' lifecycles (for
+// the commit message).
+func (w *StatusWriter) render(s Snapshot) ([]renderedBlob, map[string]string) {
+	files, rerrs := renderStatus(s, w.cfg.MaxEvents)
+	for _, e := range rerrs {
+		w.log.Warn("status entry skipped", "err", e)
+	}
+	blobs := make([]renderedBlob, len(files))
+	for i, f := range files {
+		blobs[i] = renderedBlob{path: f.path, data: f.data, hash: plumbing.ComputeHash(plumbing.BlobObject, f.data)}
+	}
+	lifecycles := make(map[string]string, len(s.Servers))
+	for _, sv := range s.Servers {
+		lifecycles[sv.Name] = orUnknown(sv.Lifecycle)
+	}
+	return blobs, lifecycles
+}
+
+// base is the remote tip of branch the status commit goes on, fetched
+// when the clone lacks it; exists is false for a status branch that does
+// not exist yet.
+func (w *StatusWriter) base(ctx context.Context, o transportOptions, branch string) (base plumbing.Hash, exists bool, err error) {
+	base, err = remoteTip(ctx, w.repo, o, branch)
+	if errors.Is(err, ErrBranchNotFound) && w.cfg.StatusBranch != "" {
+		return base, false, nil
+	}
+	if err != nil {
+		return base, false, err
+	}
+	if _, err := w.repo.CommitObject(base); err != nil {
+		// Build on what the fetch brought, even if the branch moved
+		// again since the list.
+		if base, err = fetchBranch(ctx, w.repo, o, branch, 1); err != nil {
+			return base, true, err
+		}
+	}
+	return base, true, nil
+}
+
+// failed is the error of a write whose attempts all failed, telling a
+// lost race (the tip moved past the last base: ErrNonFastForward) apart
+// from a broken remote.
+func (w *StatusWriter) failed(ctx context.Context, branch string, attempts int, lastBase plumbing.Hash, lastErr error) error {
 	if lastErr != nil {
 		if o, err := w.cfg.Remote.options(); err == nil {
-			if tip, err := remoteTip(ctx, w.repo, o, branch); err == nil && res.Attempts > 0 && tip != lastBase {
-				return res, fmt.Errorf("status write: %d attempts, tip now %s: %w (last: %w)", res.Attempts, short(tip), ErrNonFastForward, lastErr)
+			if tip, err := remoteTip(ctx, w.repo, o, branch); err == nil && attempts > 0 && tip != lastBase {
+				return fmt.Errorf("status write: %d attempts, tip now %s: %w (last: %w)", attempts, short(tip), ErrNonFastForward, lastErr)
 			}
 		}
 	}
-	return res, fmt.Errorf("status write: %d attempts: %w", w.cfg.Attempts, lastErr)
+	return fmt.Errorf("status write: %d attempts: %w", w.cfg.Attempts, lastErr)
 }
 
 // compact rebuilds the writer's clone when it holds more than maxPacks
@@ -531,70 +551,135 @@ type builtCommit struct {
 // succeeded (see storePack), so a lost race leaves no garbage.
 func (w *StatusWriter) commit(base plumbing.Hash, exists bool, blobs []renderedBlob, lifecycles map[string]string, inv InventoryStatus) (builtCommit, error) {
 	var none builtCommit
-	var baseTree *object.Tree
-	var parents []plumbing.Hash
-	if exists {
-		c, err := w.repo.CommitObject(base)
-		if err != nil {
-			return none, fmt.Errorf("read base commit %s: %w", base, err)
-		}
-		if baseTree, err = c.Tree(); err != nil {
-			return none, fmt.Errorf("read base tree: %w", err)
-		}
-		parents = []plumbing.Hash{base}
-	} else {
-		baseTree = &object.Tree{}
+	baseTree, parents, err := w.baseTree(base, exists)
+	if err != nil {
+		return none, err
 	}
-	// Old status/: its files (for the summary) and every object id in it
-	// (the remote has those; they are not sent again).
-	oldFiles := map[string]plumbing.Hash{}
-	have := map[plumbing.Hash]bool{}
-	var oldStatusHash plumbing.Hash
-	if e, err := baseTree.FindEntry(statusDir); err == nil && e.Mode == filemode.Dir {
-		oldStatusHash = e.Hash
-		have[e.Hash] = true
-		if old, err := object.GetTree(w.repo.Storer, e.Hash); err == nil {
-			walker := object.NewTreeWalker(old, true, nil)
-			for {
-				name, te, err := walker.Next()
-				if err != nil {
-					// io.EOF, or an unreadable old tree: its files
-					// then count as added and are sent again.
-					break
-				}
-				have[te.Hash] = true
-				if te.Mode.IsFile() {
-					oldFiles[statusDir+"/"+name] = te.Hash
-				}
-			}
-			walker.Close()
+	oldFiles, have, oldStatusHash := w.oldStatus(baseTree)
+	pb := &packBuilder{mem: memory.NewStorage(), have: have}
+	statusObj, err := pb.statusTree(blobs)
+	if err != nil {
+		return none, err
+	}
+	// Hashed without adding it to the pack yet: unchanged means done.
+	if statusObj.Hash() == oldStatusHash {
+		return none, nil
+	}
+	statusHash, err := pb.put(statusObj)
+	if err != nil {
+		return none, err
+	}
+	for _, b := range blobs {
+		if have[b.hash] {
+			continue
+		}
+		if _, err := pb.put(&blobObject{data: b.data, hash: b.hash}); err != nil {
+			return none, err
 		}
 	}
+	rootHash, err := pb.rootTree(baseTree, statusHash)
+	if err != nil {
+		return none, err
+	}
+	msg := w.message(oldFiles, oldStatusHash, blobs, lifecycles, inv)
+	sig := object.Signature{Name: BotName, Email: BotEmail, When: time.Now().UTC().Truncate(time.Second)}
+	c := &object.Commit{Author: sig, Committer: sig, Message: msg, TreeHash: rootHash, ParentHashes: parents}
+	cobj := pb.mem.NewEncodedObject()
+	if err := c.Encode(cobj); err != nil {
+		return none, fmt.Errorf("encode commit: %w", err)
+	}
+	ch, err := pb.put(cobj)
+	if err != nil {
+		return none, err
+	}
+	pack, err := encodePack(pb.mem, pb.send)
+	if err != nil {
+		return none, err
+	}
+	return builtCommit{hash: ch, msg: msg, pack: pack}, nil
+}
 
-	mem := memory.NewStorage()
-	var send []plumbing.Hash
-	put := func(obj plumbing.EncodedObject) (plumbing.Hash, error) {
-		h, err := mem.SetEncodedObject(obj)
-		if err != nil {
-			return h, fmt.Errorf("build status commit: %w", err)
-		}
-		if !have[h] {
-			have[h] = true
-			send = append(send, h)
-		}
-		return h, nil
+// baseTree is the tree of the commit the status commit goes on (base) and
+// its parents; an empty tree and none when the branch does not exist yet.
+func (w *StatusWriter) baseTree(base plumbing.Hash, exists bool) (*object.Tree, []plumbing.Hash, error) {
+	if !exists {
+		return &object.Tree{}, nil, nil
 	}
-	encodeTree := func(entries []object.TreeEntry) (plumbing.Hash, error) {
-		sortTreeEntries(entries)
-		obj := mem.NewEncodedObject()
-		if err := (&object.Tree{Entries: entries}).Encode(obj); err != nil {
-			return plumbing.ZeroHash, fmt.Errorf("encode tree: %w", err)
-		}
-		return put(obj)
+	c, err := w.repo.CommitObject(base)
+	if err != nil {
+		return nil, nil, fmt.Errorf("read base commit %s: %w", base, err)
 	}
+	t, err := c.Tree()
+	if err != nil {
+		return nil, nil, fmt.Errorf("read base tree: %w", err)
+	}
+	return t, []plumbing.Hash{base}, nil
+}
 
-	// status/ has one level of folders (servers, images, hosts): build
-	// them, then status/ itself.
+// oldStatus reads the base tree's status/: its files (for the summary),
+// every object id in it (the remote has those; they are not sent again)
+// and its tree's hash (zero when there is none).
+func (w *StatusWriter) oldStatus(baseTree *object.Tree) (oldFiles map[string]plumbing.Hash, have map[plumbing.Hash]bool, hash plumbing.Hash) {
+	oldFiles, have = map[string]plumbing.Hash{}, map[plumbing.Hash]bool{}
+	e, err := baseTree.FindEntry(statusDir)
+	if err != nil || e.Mode != filemode.Dir {
+		return oldFiles, have, hash
+	}
+	hash = e.Hash
+	have[e.Hash] = true
+	old, err := object.GetTree(w.repo.Storer, e.Hash)
+	if err != nil {
+		return oldFiles, have, hash
+	}
+	walker := object.NewTreeWalker(old, true, nil)
+	defer walker.Close()
+	for {
+		name, te, err := walker.Next()
+		if err != nil {
+			// io.EOF, or an unreadable old tree: its files then count as
+			// added and are sent again.
+			return oldFiles, have, hash
+		}
+		have[te.Hash] = true
+		if te.Mode.IsFile() {
+			oldFiles[statusDir+"/"+name] = te.Hash
+		}
+	}
+}
+
+// packBuilder collects the objects of a status commit in memory; send
+// lists, in order, those the remote does not have (have) for the pack.
+type packBuilder struct {
+	mem  *memory.Storage
+	have map[plumbing.Hash]bool
+	send []plumbing.Hash
+}
+
+func (pb *packBuilder) put(obj plumbing.EncodedObject) (plumbing.Hash, error) {
+	h, err := pb.mem.SetEncodedObject(obj)
+	if err != nil {
+		return h, fmt.Errorf("build status commit: %w", err)
+	}
+	if !pb.have[h] {
+		pb.have[h] = true
+		pb.send = append(pb.send, h)
+	}
+	return h, nil
+}
+
+func (pb *packBuilder) encodeTree(entries []object.TreeEntry) (plumbing.Hash, error) {
+	sortTreeEntries(entries)
+	obj := pb.mem.NewEncodedObject()
+	if err := (&object.Tree{Entries: entries}).Encode(obj); err != nil {
+		return plumbing.ZeroHash, fmt.Errorf("encode tree: %w", err)
+	}
+	return pb.put(obj)
+}
+
+// statusTree builds status/'s folders (one level: servers, images,
+// hosts) into the pack and returns status/'s own tree object, encoded but
+// not put.
+func (pb *packBuilder) statusTree(blobs []renderedBlob) (plumbing.EncodedObject, error) {
 	sub := map[string][]object.TreeEntry{}
 	var top []object.TreeEntry
 	for _, b := range blobs {
@@ -607,34 +692,23 @@ func (w *StatusWriter) commit(base plumbing.Hash, exists bool, blobs []renderedB
 		}
 	}
 	for dir, entries := range sub {
-		h, err := encodeTree(entries)
+		h, err := pb.encodeTree(entries)
 		if err != nil {
-			return none, err
+			return nil, err
 		}
 		top = append(top, object.TreeEntry{Name: dir, Mode: filemode.Dir, Hash: h})
 	}
-	// Hash status/ without adding it to send yet: unchanged means done.
 	sortTreeEntries(top)
-	statusObj := mem.NewEncodedObject()
-	if err := (&object.Tree{Entries: top}).Encode(statusObj); err != nil {
-		return none, fmt.Errorf("encode status tree: %w", err)
+	obj := pb.mem.NewEncodedObject()
+	if err := (&object.Tree{Entries: top}).Encode(obj); err != nil {
+		return nil, fmt.Errorf("encode status tree: %w", err)
 	}
-	if statusObj.Hash() == oldStatusHash {
-		return none, nil
-	}
-	statusHash, err := put(statusObj)
-	if err != nil {
-		return none, err
-	}
-	for _, b := range blobs {
-		if have[b.hash] {
-			continue
-		}
-		if _, err := put(&blobObject{data: b.data, hash: b.hash}); err != nil {
-			return none, err
-		}
-	}
+	return obj, nil
+}
 
+// rootTree puts the new root tree (the base's entries with status/
+// replaced) and checks that only status/ changed.
+func (pb *packBuilder) rootTree(baseTree *object.Tree, statusHash plumbing.Hash) (plumbing.Hash, error) {
 	rootEntries := make([]object.TreeEntry, 0, len(baseTree.Entries)+1)
 	for _, e := range baseTree.Entries {
 		if e.Name != statusDir {
@@ -642,34 +716,18 @@ func (w *StatusWriter) commit(base plumbing.Hash, exists bool, blobs []renderedB
 		}
 	}
 	rootEntries = append(rootEntries, object.TreeEntry{Name: statusDir, Mode: filemode.Dir, Hash: statusHash})
-	rootHash, err := encodeTree(rootEntries)
+	rootHash, err := pb.encodeTree(rootEntries)
 	if err != nil {
-		return none, err
+		return plumbing.ZeroHash, err
 	}
-	newTree, err := object.GetTree(mem, rootHash)
+	newTree, err := object.GetTree(pb.mem, rootHash)
 	if err != nil {
-		return none, fmt.Errorf("read back root tree: %w", err)
+		return plumbing.ZeroHash, fmt.Errorf("read back root tree: %w", err)
 	}
 	if err := onlyStatusChanged(baseTree, newTree); err != nil {
-		return none, err
+		return plumbing.ZeroHash, err
 	}
-
-	msg := w.message(oldFiles, oldStatusHash, blobs, lifecycles, inv)
-	sig := object.Signature{Name: BotName, Email: BotEmail, When: time.Now().UTC().Truncate(time.Second)}
-	c := &object.Commit{Author: sig, Committer: sig, Message: msg, TreeHash: rootHash, ParentHashes: parents}
-	cobj := mem.NewEncodedObject()
-	if err := c.Encode(cobj); err != nil {
-		return none, fmt.Errorf("encode commit: %w", err)
-	}
-	ch, err := put(cobj)
-	if err != nil {
-		return none, err
-	}
-	pack, err := encodePack(mem, send)
-	if err != nil {
-		return none, err
-	}
-	return builtCommit{hash: ch, msg: msg, pack: pack}, nil
+	return rootHash, nil
 }
 
 // packedObject locates one object in a pack built by encodePack.
@@ -898,75 +956,10 @@ func pushPack(ctx context.Context, o transportOptions, branch string, old, commi
 // message summarises the change: lifecycle transitions of changed
 // servers, then trailers.
 func (w *StatusWriter) message(oldBlobs map[string]plumbing.Hash, oldHash plumbing.Hash, blobs []renderedBlob, lifecycles map[string]string, inv InventoryStatus) string {
-	useCache := !oldHash.IsZero() && oldHash == w.lastTree && w.lifecycles != nil
-	var transitions, added []string
-	updated := 0
-	invChanged := false
-	seen := map[string]bool{}
-	for _, b := range blobs {
-		seen[b.path] = true
-		old, had := oldBlobs[b.path]
-		if had && old == b.hash {
-			continue
-		}
-		if b.path == statusDir+"/inventory.yaml" {
-			invChanged = true
-			continue
-		}
-		name, ok := strings.CutPrefix(b.path, statusDir+"/servers/")
-		if !ok {
-			if !strings.HasSuffix(b.path, "README.md") {
-				updated++
-			}
-			continue
-		}
-		name = strings.TrimSuffix(name, ".yaml")
-		now := lifecycles[name]
-		if !had {
-			added = append(added, name+" "+now)
-			continue
-		}
-		var before string
-		if useCache {
-			before = w.lifecycles[name]
-		} else {
-			before = w.blobLifecycle(old)
-		}
-		if before != now && before != "" {
-			transitions = append(transitions, name+" "+before+"→"+now)
-		} else {
-			updated++
-		}
-	}
-	var removed []string
-	for p := range oldBlobs {
-		if !seen[p] {
-			if name, ok := strings.CutPrefix(p, statusDir+"/servers/"); ok {
-				removed = append(removed, strings.TrimSuffix(name, ".yaml")+" removed")
-			} else if p != statusDir+"/README.md" {
-				updated++
-			}
-		}
-	}
-	slices.Sort(removed)
-	items := append(append(transitions, added...), removed...)
-	var subject string
-	switch {
-	case len(items) > 0:
-		subject = summarise("status: ", items, 80)
-	case invChanged && inv.Invalid != nil:
-		subject = "status: inventory invalid at " + shortID(inv.Invalid.Commit)
-	case invChanged && inv.Good.Commit != "":
-		subject = "status: inventory revision " + shortID(inv.Good.Commit)
-	case invChanged:
-		subject = "status: no inventory revision yet"
-	case updated > 0:
-		subject = "status: update " + count(updated, "entry", "entries")
-	default: // only README.md changed
-		subject = "status: update the summary"
-	}
+	ch := w.changes(oldBlobs, oldHash, blobs, lifecycles)
+	items := append(append(ch.transitions, ch.added...), ch.removed...)
 	var b strings.Builder
-	b.WriteString(subject)
+	b.WriteString(ch.subject(items, inv))
 	b.WriteString("\n\n")
 	const maxBody = 50
 	for i, it := range items {
@@ -977,10 +970,10 @@ func (w *StatusWriter) message(oldBlobs map[string]plumbing.Hash, oldHash plumbi
 		b.WriteString(it)
 		b.WriteByte('\n')
 	}
-	if updated > 0 && len(items) > 0 {
-		fmt.Fprintf(&b, "%s updated\n", count(updated, "other entry", "other entries"))
+	if ch.updated > 0 && len(items) > 0 {
+		fmt.Fprintf(&b, "%s updated\n", count(ch.updated, "other entry", "other entries"))
 	}
-	if invChanged && inv.Invalid != nil {
+	if ch.invChanged && inv.Invalid != nil {
 		fmt.Fprintf(&b, "inventory invalid at %s: %s\n", shortID(inv.Invalid.Commit), errorsCount(len(inv.Invalid.Errors)))
 	}
 	if b.String()[len(b.String())-2:] != "\n\n" {
@@ -988,6 +981,88 @@ func (w *StatusWriter) message(oldBlobs map[string]plumbing.Hash, oldHash plumbi
 	}
 	fmt.Fprintf(&b, "%s: %s\n%s: %s\n", TrailerRevision, cmp.Or(inv.Good.Commit, "none"), TrailerDigest, cmp.Or(inv.Good.Digest, "none"))
 	return b.String()
+}
+
+// statusChanges is what a status commit changes: server lifecycle moves,
+// servers added and removed, other entries updated, and whether
+// inventory.yaml changed.
+type statusChanges struct {
+	transitions, added, removed []string
+	updated                     int
+	invChanged                  bool
+}
+
+// changes compares the new blobs with the base's status/ files. A
+// server's lifecycle before comes from the writer's cache when the base
+// is the tree it last wrote, else from the old file.
+func (w *StatusWriter) changes(oldBlobs map[string]plumbing.Hash, oldHash plumbing.Hash, blobs []renderedBlob, lifecycles map[string]string) statusChanges {
+	useCache := !oldHash.IsZero() && oldHash == w.lastTree && w.lifecycles != nil
+	var ch statusChanges
+	seen := map[string]bool{}
+	for _, b := range blobs {
+		seen[b.path] = true
+		old, had := oldBlobs[b.path]
+		if had && old == b.hash {
+			continue
+		}
+		if b.path == statusDir+"/inventory.yaml" {
+			ch.invChanged = true
+			continue
+		}
+		name, ok := strings.CutPrefix(b.path, statusDir+"/servers/")
+		if !ok {
+			if !strings.HasSuffix(b.path, "README.md") {
+				ch.updated++
+			}
+			continue
+		}
+		name = strings.TrimSuffix(name, ".yaml")
+		now := lifecycles[name]
+		if !had {
+			ch.added = append(ch.added, name+" "+now)
+			continue
+		}
+		var before string
+		if useCache {
+			before = w.lifecycles[name]
+		} else {
+			before = w.blobLifecycle(old)
+		}
+		if before != now && before != "" {
+			ch.transitions = append(ch.transitions, name+" "+before+"→"+now)
+		} else {
+			ch.updated++
+		}
+	}
+	for p := range oldBlobs {
+		if !seen[p] {
+			if name, ok := strings.CutPrefix(p, statusDir+"/servers/"); ok {
+				ch.removed = append(ch.removed, strings.TrimSuffix(name, ".yaml")+" removed")
+			} else if p != statusDir+"/README.md" {
+				ch.updated++
+			}
+		}
+	}
+	slices.Sort(ch.removed)
+	return ch
+}
+
+// subject is the commit's first line: the changed servers, else the
+// inventory's news, else how many entries were updated.
+func (ch statusChanges) subject(items []string, inv InventoryStatus) string {
+	switch {
+	case len(items) > 0:
+		return summarise("status: ", items, 80)
+	case ch.invChanged && inv.Invalid != nil:
+		return "status: inventory invalid at " + shortID(inv.Invalid.Commit)
+	case ch.invChanged && inv.Good.Commit != "":
+		return "status: inventory revision " + shortID(inv.Good.Commit)
+	case ch.invChanged:
+		return "status: no inventory revision yet"
+	case ch.updated > 0:
+		return "status: update " + count(ch.updated, "entry", "entries")
+	}
+	return "status: update the summary" // only README.md changed
 }
 
 // summarise joins items after prefix while the line stays within limit

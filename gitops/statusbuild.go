@@ -50,6 +50,39 @@ func (b *StatusBuilder) Build(inv InventoryStatus, images []ImageStatus, plan re
 	if b.recent == nil {
 		b.recent, b.since = map[string][]StatusEvent{}, map[string]time.Time{}
 	}
+	if err := b.readEvents(); err != nil {
+		return Snapshot{}, err
+	}
+	snap, err := b.Store.Snapshot()
+	if err != nil {
+		return Snapshot{}, fmt.Errorf("status: snapshot: %w", err)
+	}
+	planConds := map[string][]reconciler.PlanCondition{}
+	for _, c := range plan.Conditions {
+		if name, ok := strings.CutPrefix(c.Subject, "server/"); ok {
+			planConds[name] = append(planConds[name], c)
+		}
+	}
+	out := Snapshot{Inventory: inv.WithPlan(plan), Images: images}
+	seen := map[string]bool{}
+	for _, name := range slices.Sorted(maps.Keys(snap.Servers)) {
+		out.Servers = append(out.Servers, b.serverStatus(snap.Servers[name], planConds[name], now, seen))
+	}
+	for k := range b.since {
+		if !seen[k] {
+			delete(b.since, k)
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(snap.Hosts)) {
+		out.Hosts = append(out.Hosts, hostStatus(snap.Hosts[name]))
+	}
+	sort.Slice(out.Images, func(i, j int) bool { return out.Images[i].Name < out.Images[j].Name })
+	return out, nil
+}
+
+// readEvents takes the store's events since the last Build and keeps the
+// newest EventsPerServer (zero: 5) of each server.
+func (b *StatusBuilder) readEvents() error {
 	keep := b.EventsPerServer
 	if keep <= 0 {
 		keep = 5
@@ -57,7 +90,7 @@ func (b *StatusBuilder) Build(inv InventoryStatus, images []ImageStatus, plan re
 	for {
 		evs, err := b.Store.Events(state.EventQuery{After: b.lastSeq, Limit: state.MaxPageSize})
 		if err != nil {
-			return Snapshot{}, fmt.Errorf("status: read events: %w", err)
+			return fmt.Errorf("status: read events: %w", err)
 		}
 		for _, e := range evs {
 			b.lastSeq = e.Seq
@@ -74,124 +107,122 @@ func (b *StatusBuilder) Build(inv InventoryStatus, images []ImageStatus, plan re
 			b.recent[e.Server] = r
 		}
 		if len(evs) < state.MaxPageSize {
-			break
+			return nil
 		}
 	}
-	snap, err := b.Store.Snapshot()
-	if err != nil {
-		return Snapshot{}, fmt.Errorf("status: snapshot: %w", err)
+}
+
+// serverStatus is one server's status: its record, its hardware, its
+// conditions (each with the time this builder first saw it, marked in
+// seen) and its recent events.
+func (b *StatusBuilder) serverStatus(s state.Server, planConds []reconciler.PlanCondition, now time.Time, seen map[string]bool) ServerStatus {
+	name := s.Name
+	ss := ServerStatus{Name: name, Lifecycle: string(s.Lifecycle), Power: string(s.Power.State), Health: s.Health, LastError: s.LastError}
+	if s.Allocation != nil {
+		ss.Profile, ss.Allocation = s.Allocation.Profile, s.Allocation.Reason
 	}
-	planConds := map[string][]reconciler.PlanCondition{}
-	for _, c := range plan.Conditions {
-		if name, ok := strings.CutPrefix(c.Subject, "server/"); ok {
-			planConds[name] = append(planConds[name], c)
-		}
+	if hw := s.Hardware; hw != nil {
+		ss.Hardware = statusHardware(hw)
 	}
-	out := Snapshot{Inventory: inv.WithPlan(plan), Images: images}
-	seen := map[string]bool{}
-	for _, name := range slices.Sorted(maps.Keys(snap.Servers)) {
-		s := snap.Servers[name]
-		ss := ServerStatus{Name: name, Lifecycle: string(s.Lifecycle), Power: string(s.Power.State), Health: s.Health, LastError: s.LastError}
-		if s.Allocation != nil {
-			ss.Profile, ss.Allocation = s.Allocation.Profile, s.Allocation.Reason
+	ss.ObservedActions = inventory.Actions{Commission: s.Actions["commission"], PowerCycle: s.Actions["powerCycle"], PowerOn: s.Actions["powerOn"], PowerOff: s.Actions["powerOff"]}
+	addAt := func(typ, status, reason, msg string, first time.Time) {
+		key := name + "/" + typ + "/" + status
+		seen[key] = true
+		at, ok := b.since[key]
+		if !ok {
+			at = first.UTC().Truncate(time.Second)
+			b.since[key] = at
 		}
-		if hw := s.Hardware; hw != nil {
-			ss.Hardware = Hardware{Vendor: hw.Vendor, Model: hw.Product, Serial: hw.Serial, Cores: hw.Cores, MemoryGiB: hw.MemoryBytes >> 30, Labels: hw.Labels()}
-			for _, d := range hw.Disks {
-				ss.Hardware.Disks = append(ss.Hardware.Disks, Disk{Name: d.Name, Model: d.Model, Serial: d.Serial, SizeGiB: d.SizeBytes >> 30})
-			}
-			for _, n := range hw.NICs {
-				ss.Hardware.NICs = append(ss.Hardware.NICs, NIC{Name: n.Name, MAC: n.MAC, SpeedMbps: n.SpeedMbps})
-			}
-		}
-		ss.ObservedActions = inventory.Actions{Commission: s.Actions["commission"], PowerCycle: s.Actions["powerCycle"], PowerOn: s.Actions["powerOn"], PowerOff: s.Actions["powerOff"]}
-		addAt := func(typ, status, reason, msg string, first time.Time) {
-			key := name + "/" + typ + "/" + status
-			seen[key] = true
-			at, ok := b.since[key]
-			if !ok {
-				at = first.UTC().Truncate(time.Second)
-				b.since[key] = at
-			}
-			ss.Conditions = append(ss.Conditions, Condition{Type: typ, Status: status, Reason: reason, Message: msg, LastTransitionTime: at})
-		}
-		add := func(typ, status, reason, msg string) { addAt(typ, status, reason, msg, s.UpdatedAt) }
-		ready := "False"
-		switch s.Lifecycle {
-		case state.LifecycleReady, state.LifecycleDeployed:
-			ready = "True"
-		}
-		add("Ready", ready, camel(string(s.Lifecycle)), "lifecycle "+string(s.Lifecycle))
-		if s.BMCError != "" {
-			add("BMCReachable", "False", "ReadFailed", "the controller's BMC sweep cannot read this BMC: "+s.BMCError)
-		}
-		if s.BMC.InsecureTLS {
-			add("BMCCertificateVerified", "False", "InsecureTLS", "bmc.insecureTLS is set: the BMC's TLS certificate is not verified; trust its CA or certificate with bmc.caBundle instead")
-		}
-		if s.BMC.RestoreDisk {
-			add("PersistentNetbootOverride", "True", "OnceNotHonoured", "the BMC does not honour one-time boot overrides: a persistent network-boot override is set, and the boot device is set back to disk after this boot")
-		} else if s.BMC.OnceNotHonoured {
-			add("OnceBootHonoured", "False", "Learned", "the BMC does not honour one-time boot overrides: netboots use a persistent override and set disk back afterwards")
-		}
-		if s.BMC.ResetUnverified != "" {
-			add("ResetVerified", "False", "NoEvidence", s.BMC.ResetUnverified)
-		}
-		if s.Stalled != "" {
-			msg := "not retried until the desired state or counter changes, its BMC settings change, or its credential is set again: " + s.LastError
-			if s.InFlight != nil {
-				msg = fmt.Sprintf("%s waits (attempt %d); %s", s.InFlight.Action, s.InFlight.Attempt, msg)
-			}
-			add("Stalled", "True", "ActionFailed", msg)
-		} else if s.InFlight != nil {
-			add("Progressing", "True", camel(s.InFlight.Action), fmt.Sprintf("%s, attempt %d", s.InFlight.Action, s.InFlight.Attempt))
-		}
-		// A plan condition (Orphaned, Waiting, WipeFailed...) often comes
-		// with no change of the record (a server deleted from servers.yaml):
-		// it starts when this builder first sees it.
-		for _, c := range planConds[name] {
-			addAt(c.Type, "True", c.Reason, c.Message, now)
-		}
-		ss.Events = slices.Clip(b.recent[name])
-		out.Servers = append(out.Servers, ss)
+		ss.Conditions = append(ss.Conditions, Condition{Type: typ, Status: status, Reason: reason, Message: msg, LastTransitionTime: at})
 	}
-	for k := range b.since {
-		if !seen[k] {
-			delete(b.since, k)
-		}
+	recordConditions(s, func(typ, status, reason, msg string) { addAt(typ, status, reason, msg, s.UpdatedAt) })
+	// A plan condition (Orphaned, Waiting, WipeFailed...) often comes
+	// with no change of the record (a server deleted from servers.yaml):
+	// it starts when this builder first sees it.
+	for _, c := range planConds {
+		addAt(c.Type, "True", c.Reason, c.Message, now)
 	}
-	for _, name := range slices.Sorted(maps.Keys(snap.Hosts)) {
-		h := snap.Hosts[name]
-		st := h.JoinStatus
-		if st == "" {
-			st = "joined"
-		}
-		// Online/offline changes with every heartbeat gap, so it stays out
-		// of status/ (deterministic files); the API and the UI show it.
-		hs := HostStatus{Name: h.Name, Server: h.Server, Site: h.Site, Rack: h.Rack, Tags: h.Tags, State: st,
-			Networks: h.Networks, StoragePools: h.StoragePools, Message: h.JoinReason, AgentVersion: h.AgentVersion}
-		// Lost and fenced are states an operator acts on, and change
-		// only on loss, return or fence: they are in status/.
-		if l := h.Lost; l != nil {
-			reason := "LostPowerUnknown"
-			switch l.Power {
-			case state.PowerOn:
-				reason = "LostPoweredOn"
-			case state.PowerOff:
-				reason = "LostPoweredOff"
-			}
-			hs.State = l.Describe()
-			hs.Conditions = append(hs.Conditions, Condition{Type: "HostLost", Status: "True", Reason: reason, LastTransitionTime: l.Detected,
-				Message: l.Describe() + ": no heartbeat since " + l.Since.UTC().Format(time.RFC3339)})
-		}
-		if f := h.Fenced; f != nil {
-			hs.State = "fenced"
-			hs.Conditions = append(hs.Conditions, Condition{Type: "Fenced", Status: "True", Reason: map[bool]string{true: "FencedAutomatically", false: "FencedByOperator"}[f.Auto],
-				LastTransitionTime: f.At, Message: fmt.Sprintf("fenced by %s through %s: %s; never powered on until machinactl host unfence %s", f.Actor, f.Device, f.Reason, h.Name)})
-		}
-		out.Hosts = append(out.Hosts, hs)
+	ss.Events = slices.Clip(b.recent[name])
+	return ss
+}
+
+// statusHardware is the commissioned hardware as status shows it (sizes
+// in GiB).
+func statusHardware(hw *state.Hardware) Hardware {
+	out := Hardware{Vendor: hw.Vendor, Model: hw.Product, Serial: hw.Serial, Cores: hw.Cores, MemoryGiB: hw.MemoryBytes >> 30, Labels: hw.Labels()}
+	for _, d := range hw.Disks {
+		out.Disks = append(out.Disks, Disk{Name: d.Name, Model: d.Model, Serial: d.Serial, SizeGiB: d.SizeBytes >> 30})
 	}
-	sort.Slice(out.Images, func(i, j int) bool { return out.Images[i].Name < out.Images[j].Name })
-	return out, nil
+	for _, n := range hw.NICs {
+		out.NICs = append(out.NICs, NIC{Name: n.Name, MAC: n.MAC, SpeedMbps: n.SpeedMbps})
+	}
+	return out
+}
+
+// recordConditions adds the conditions read from the server's record:
+// Ready, the BMC's truth (reachable, certificate, boot-override and reset
+// behaviour) and Stalled or Progressing.
+func recordConditions(s state.Server, add func(typ, status, reason, msg string)) {
+	ready := "False"
+	switch s.Lifecycle {
+	case state.LifecycleReady, state.LifecycleDeployed:
+		ready = "True"
+	}
+	add("Ready", ready, camel(string(s.Lifecycle)), "lifecycle "+string(s.Lifecycle))
+	if s.BMCError != "" {
+		add("BMCReachable", "False", "ReadFailed", "the controller's BMC sweep cannot read this BMC: "+s.BMCError)
+	}
+	if s.BMC.InsecureTLS {
+		add("BMCCertificateVerified", "False", "InsecureTLS", "bmc.insecureTLS is set: the BMC's TLS certificate is not verified; trust its CA or certificate with bmc.caBundle instead")
+	}
+	if s.BMC.RestoreDisk {
+		add("PersistentNetbootOverride", "True", "OnceNotHonoured", "the BMC does not honour one-time boot overrides: a persistent network-boot override is set, and the boot device is set back to disk after this boot")
+	} else if s.BMC.OnceNotHonoured {
+		add("OnceBootHonoured", "False", "Learned", "the BMC does not honour one-time boot overrides: netboots use a persistent override and set disk back afterwards")
+	}
+	if s.BMC.ResetUnverified != "" {
+		add("ResetVerified", "False", "NoEvidence", s.BMC.ResetUnverified)
+	}
+	if s.Stalled != "" {
+		msg := "not retried until the desired state or counter changes, its BMC settings change, or its credential is set again: " + s.LastError
+		if s.InFlight != nil {
+			msg = fmt.Sprintf("%s waits (attempt %d); %s", s.InFlight.Action, s.InFlight.Attempt, msg)
+		}
+		add("Stalled", "True", "ActionFailed", msg)
+	} else if s.InFlight != nil {
+		add("Progressing", "True", camel(s.InFlight.Action), fmt.Sprintf("%s, attempt %d", s.InFlight.Action, s.InFlight.Attempt))
+	}
+}
+
+// hostStatus is one joined host's status. Online/offline changes with
+// every heartbeat gap, so it stays out of status/ (deterministic files;
+// the API and the UI show it); lost and fenced are states an operator
+// acts on, and change only on loss, return or fence: they are in status/.
+func hostStatus(h state.Host) HostStatus {
+	st := h.JoinStatus
+	if st == "" {
+		st = "joined"
+	}
+	hs := HostStatus{Name: h.Name, Server: h.Server, Site: h.Site, Rack: h.Rack, Tags: h.Tags, State: st,
+		Networks: h.Networks, StoragePools: h.StoragePools, Message: h.JoinReason, AgentVersion: h.AgentVersion}
+	if l := h.Lost; l != nil {
+		reason := "LostPowerUnknown"
+		switch l.Power {
+		case state.PowerOn:
+			reason = "LostPoweredOn"
+		case state.PowerOff:
+			reason = "LostPoweredOff"
+		}
+		hs.State = l.Describe()
+		hs.Conditions = append(hs.Conditions, Condition{Type: "HostLost", Status: "True", Reason: reason, LastTransitionTime: l.Detected,
+			Message: l.Describe() + ": no heartbeat since " + l.Since.UTC().Format(time.RFC3339)})
+	}
+	if f := h.Fenced; f != nil {
+		hs.State = "fenced"
+		hs.Conditions = append(hs.Conditions, Condition{Type: "Fenced", Status: "True", Reason: map[bool]string{true: "FencedAutomatically", false: "FencedByOperator"}[f.Auto],
+			LastTransitionTime: f.At, Message: fmt.Sprintf("fenced by %s through %s: %s; never powered on until machinactl host unfence %s", f.Actor, f.Device, f.Reason, h.Name)})
+	}
+	return hs
 }
 
 // statusEvent renders a stored event for a server's status file: Warning
