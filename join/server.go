@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"encoding/pem"
 	"errors"
@@ -343,6 +344,15 @@ func (s *Server) handleJoin(w http.ResponseWriter, r *http.Request) {
 		s.checksFailed(w, log, rec, failed)
 		return
 	}
+	s.issue(w, log, csr, rec, p, checks)
+}
+
+// issue signs the node certificate of a join that passed its checks,
+// records the host (joining while networks or pools remain to apply,
+// joined otherwise) and answers with the certificate, the CA and what to
+// apply.
+func (s *Server) issue(w http.ResponseWriter, log *slog.Logger, csr *x509.CertificateRequest, rec state.Host, p payload, checks []v1.JoinCheck) {
+	host := rec.Name
 	der, err := s.cfg.CA.SignNode(csr, host, s.cfg.NodeCertTTL)
 	if err != nil {
 		log.Error("sign node certificate", "err", err)

@@ -101,18 +101,8 @@ func (d *Driver) SetBootOverride(ctx context.Context, o bmc.BootOverride) (err e
 	boot = obj(sys, "Boot")
 	mism := readBackMismatch(boot, target, enabled, wantMode)
 	if len(mism) > 0 && perr == nil && !o.Persistent {
-		// Once asked, something else read back: say what the BMC did.
-		got := bootFrom(sys)
-		gotEnabled := strv(boot, "BootSourceOverrideEnabled")
-		switch {
-		case gotEnabled == string(schemas.ContinuousBootSourceOverrideEnabled) && strv(boot, "BootSourceOverrideTarget") == target:
-			d.cfg.Logger.Warn("redfish set boot override: BMC stored Continuous for Once: a persistent override is now set", "target", target)
-			return &bmc.OnceError{Want: o, Got: got, Outcome: bmc.OnceCoerced}
-		case gotEnabled != string(schemas.OnceBootSourceOverrideEnabled) ||
-			prev == [3]string{strv(boot, "BootSourceOverrideTarget"), gotEnabled, strv(boot, "BootSourceOverrideMode")}:
-			// Not Once, or nothing changed at all: the PATCH was dropped.
-			d.cfg.Logger.Warn("redfish set boot override: BMC accepted Once but kept its override", "read", gotEnabled+" "+strv(boot, "BootSourceOverrideTarget"))
-			return &bmc.OnceError{Want: o, Got: got, Outcome: bmc.OnceIgnored}
+		if oe := d.onceOutcome(o, sys, target, prev); oe != nil {
+			return oe
 		}
 	}
 	if len(mism) > 0 {
@@ -123,6 +113,28 @@ func (d *Driver) SetBootOverride(ctx context.Context, o bmc.BootOverride) (err e
 	}
 	if perr != nil {
 		d.cfg.Logger.Warn("redfish set boot override: BMC reported an error but applied the change", "err", perr)
+	}
+	return nil
+}
+
+// onceOutcome says what a BMC that was asked for a one-time override and
+// read back something else did: stored Continuous instead (OnceCoerced),
+// or kept its override, not Once or nothing changed since prev
+// (OnceIgnored); nil for any other mismatch.
+func (d *Driver) onceOutcome(o bmc.BootOverride, sys map[string]any, target string, prev [3]string) *bmc.OnceError {
+	boot := obj(sys, "Boot")
+	// Once asked, something else read back: say what the BMC did.
+	got := bootFrom(sys)
+	gotEnabled := strv(boot, "BootSourceOverrideEnabled")
+	switch {
+	case gotEnabled == string(schemas.ContinuousBootSourceOverrideEnabled) && strv(boot, "BootSourceOverrideTarget") == target:
+		d.cfg.Logger.Warn("redfish set boot override: BMC stored Continuous for Once: a persistent override is now set", "target", target)
+		return &bmc.OnceError{Want: o, Got: got, Outcome: bmc.OnceCoerced}
+	case gotEnabled != string(schemas.OnceBootSourceOverrideEnabled) ||
+		prev == [3]string{strv(boot, "BootSourceOverrideTarget"), gotEnabled, strv(boot, "BootSourceOverrideMode")}:
+		// Not Once, or nothing changed at all: the PATCH was dropped.
+		d.cfg.Logger.Warn("redfish set boot override: BMC accepted Once but kept its override", "read", gotEnabled+" "+strv(boot, "BootSourceOverrideTarget"))
+		return &bmc.OnceError{Want: o, Got: got, Outcome: bmc.OnceIgnored}
 	}
 	return nil
 }

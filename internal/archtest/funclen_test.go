@@ -23,8 +23,6 @@ var longFuncPending = map[string]int{
 	"cmd/machinactl.writeStatus":                  148,
 	"cmd/machina.newServeCmd":                     132,
 	"cmd/machinactl.newPlanCmd":                   132,
-	"join.(*Server).handleJoin":                   130,
-	"bmc/redfish.(*Driver).SetBootOverride":       111,
 	"cmd/machinactl.runConsole":                   107,
 	"cmd/machina.ServeConfig.Run":                 101,
 	"cmd/machina.newTokenCmd":                     96,
