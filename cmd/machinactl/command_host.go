@@ -279,6 +279,12 @@ func newHostCmd(e *env) *cobra.Command {
 	var apiURL string
 	cmd := &cobra.Command{Use: "host", Short: "Join existing machines to the fleet"}
 	cmd.PersistentFlags().StringVar(&apiURL, "api", apiFlagDefault(), "admin API base URL (env "+envAPI+"); the token comes from "+envToken)
+	cmd.AddCommand(hostAddCmd(e, &apiURL), hostListCmd(e, &apiURL), hostFenceCmd(e, &apiURL), hostUnfenceCmd(e, &apiURL))
+	return cmd
+}
+
+// hostAddCmd is `machinactl host add`.
+func hostAddCmd(e *env, apiURL *string) *cobra.Command {
 	var tf tokenFlags
 	var file, identity, knownHosts string
 	var parallel int
@@ -321,7 +327,7 @@ func newHostCmd(e *env) *cobra.Command {
 			if err != nil {
 				return &exitError{code: 2, err: fmt.Errorf("host add: %w", err)}
 			}
-			c, err := e.apiClient(apiURL)
+			c, err := e.apiClient(*apiURL)
 			if err != nil {
 				return &exitError{code: 2, err: fmt.Errorf("host add: %w", err)}
 			}
@@ -371,12 +377,17 @@ func newHostCmd(e *env) *cobra.Command {
 	add.Flags().StringVar(&identity, "identity", "", "SSH private key file (unencrypted; else ssh-agent)")
 	add.Flags().StringVar(&knownHosts, "known-hosts", filepath.Join(home, ".ssh", "known_hosts"), "known_hosts file the host keys must match")
 	add.Flags().DurationVar(&timeout, "timeout", 10*time.Minute, "per-host limit for connecting and installing")
+	return add
+}
+
+// hostListCmd is `machinactl host list`.
+func hostListCmd(e *env, apiURL *string) *cobra.Command {
 	list := &cobra.Command{
 		Use:   "list",
 		Short: "List joined hosts: site, rack, join status and online/offline from heartbeats",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := e.apiClient(apiURL)
+			c, err := e.apiClient(*apiURL)
 			if err != nil {
 				return &exitError{code: 2, err: fmt.Errorf("host list: %w", err)}
 			}
@@ -404,6 +415,11 @@ func newHostCmd(e *env) *cobra.Command {
 			return tw.Flush()
 		},
 	}
+	return list
+}
+
+// hostFenceCmd is `machinactl host fence`.
+func hostFenceCmd(e *env, apiURL *string) *cobra.Command {
 	var reason string
 	fenceCmd := &cobra.Command{
 		Use:   "fence NAME --reason TEXT",
@@ -420,7 +436,7 @@ not read back off (nothing is marked), 2 for usage or API errors.`,
 			if strings.TrimSpace(reason) == "" {
 				return &exitError{code: 2, err: errors.New("host fence: --reason is required (it is recorded with your token's name)")}
 			}
-			c, err := e.apiClient(apiURL)
+			c, err := e.apiClient(*apiURL)
 			if err != nil {
 				return &exitError{code: 2, err: fmt.Errorf("host fence: %w", err)}
 			}
@@ -438,6 +454,12 @@ not read back off (nothing is marked), 2 for usage or API errors.`,
 		},
 	}
 	fenceCmd.Flags().StringVar(&reason, "reason", "", "why (required; recorded in the audit event)")
+	return fenceCmd
+}
+
+// hostUnfenceCmd is `machinactl host unfence`.
+func hostUnfenceCmd(e *env, apiURL *string) *cobra.Command {
+	var reason string
 	unfenceCmd := &cobra.Command{
 		Use:   "unfence NAME --reason TEXT",
 		Short: "Clear a host's fence so the reconciler may power its server on again",
@@ -446,7 +468,7 @@ not read back off (nothing is marked), 2 for usage or API errors.`,
 			if strings.TrimSpace(reason) == "" {
 				return &exitError{code: 2, err: errors.New("host unfence: --reason is required")}
 			}
-			c, err := e.apiClient(apiURL)
+			c, err := e.apiClient(*apiURL)
 			if err != nil {
 				return &exitError{code: 2, err: fmt.Errorf("host unfence: %w", err)}
 			}
@@ -459,8 +481,7 @@ not read back off (nothing is marked), 2 for usage or API errors.`,
 		},
 	}
 	unfenceCmd.Flags().StringVar(&reason, "reason", "", "why (required; recorded in the audit event)")
-	cmd.AddCommand(add, list, fenceCmd, unfenceCmd)
-	return cmd
+	return unfenceCmd
 }
 
 // hostCell is s, or "-" when empty.
