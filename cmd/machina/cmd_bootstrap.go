@@ -337,6 +337,63 @@ func ifaceAddrs(ifc net.Interface) []netip.Prefix {
 	return out
 }
 
+// writeInterfaces lists the host's interfaces and IPv4 prefixes as
+// comments (what the operator picks --provisioning-interface from).
+func writeInterfaces(sb *strings.Builder) {
+	ifs, _ := net.Interfaces()
+	fmt.Fprintf(sb, "# Interfaces found at bootstrap:\n")
+	for _, ifc := range ifs {
+		var ps []string
+		for _, p := range ifaceAddrs(ifc) {
+			ps = append(ps, p.String())
+		}
+		fmt.Fprintf(sb, "#   %-12s %s %s\n", ifc.Name, ifc.HardwareAddr, strings.Join(ps, " "))
+	}
+}
+
+// provisioning writes the DHCP and TFTP keys of the provisioning
+// interface (full DHCP with --dhcp-pool, else proxy) and returns the
+// public and join URLs on its address; only a comment without one.
+func (b *bootstrapConfig) provisioning(sb *strings.Builder) (publicURL, joinURL string, err error) {
+	q := strconv.Quote
+	publicURL = b.publicURL
+	if b.provIface != "" {
+		ifc, err := net.InterfaceByName(b.provIface)
+		if err != nil {
+			return "", "", fmt.Errorf("--provisioning-interface %q: %w", b.provIface, err)
+		}
+		ps := ifaceAddrs(*ifc)
+		if len(ps) == 0 {
+			return "", "", fmt.Errorf("--provisioning-interface %s has no IPv4 address: give it its provisioning address first", b.provIface)
+		}
+		addr := ps[0].Addr().String()
+		_, port, _ := net.SplitHostPort(b.listen)
+		_, jport, _ := net.SplitHostPort(b.joinListen)
+		if publicURL == "" {
+			publicURL = "http://" + net.JoinHostPort(addr, port)
+		}
+		joinURL = "https://" + net.JoinHostPort(addr, jport)
+		fmt.Fprintf(sb, "dhcp-interface:\n  - %s\n", q(b.provIface))
+		if b.dhcpPool != "" {
+			a, c, ok := strings.Cut(b.dhcpPool, "-")
+			pa, err1 := netip.ParseAddr(a)
+			pc, err2 := netip.ParseAddr(c)
+			if !ok || err1 != nil || err2 != nil || !ps[0].Contains(pa) || !ps[0].Contains(pc) {
+				return "", "", fmt.Errorf("--dhcp-pool %q: want FIRST-LAST inside %s", b.dhcpPool, ps[0].Masked())
+			}
+			fmt.Fprintf(sb, "dhcp-mode: full\ndhcp-subnet: %s\ndhcp-pool: %s\n", q(ps[0].Masked().String()), q(b.dhcpPool))
+		} else {
+			fmt.Fprintf(sb, "dhcp-mode: proxy   # PXE options only, beside the site's DHCP server\n")
+		}
+		fmt.Fprintf(sb, "tftp-root: %s\n", q(b.tftpRoot))
+	} else if b.dhcpPool != "" {
+		return "", "", errors.New("--dhcp-pool needs --provisioning-interface")
+	} else {
+		fmt.Fprintf(sb, "# dhcp-interface: [eno2]   (machina bootstrap --provisioning-interface IF fills DHCP, TFTP and the URLs)\n")
+	}
+	return publicURL, joinURL, nil
+}
+
 // renderConfig writes machina.yaml: every key is a machina serve flag.
 func (b *bootstrapConfig) renderConfig() (string, error) {
 	for _, a := range []struct{ flag, v string }{{"--listen", b.listen}, {"--admin-listen", b.adminListen}, {"--join-listen", b.joinListen}} {
@@ -348,15 +405,7 @@ func (b *bootstrapConfig) renderConfig() (string, error) {
 	fmt.Fprintf(&sb, "# machina serve configuration, written by machina bootstrap.\n")
 	fmt.Fprintf(&sb, "# Keys are machina serve's flag names (machina serve --help); a flag or MACHINA_<FLAG>\n")
 	fmt.Fprintf(&sb, "# overrides a key; an unknown key stops machina serve naming its line.\n")
-	ifs, _ := net.Interfaces()
-	fmt.Fprintf(&sb, "# Interfaces found at bootstrap:\n")
-	for _, ifc := range ifs {
-		var ps []string
-		for _, p := range ifaceAddrs(ifc) {
-			ps = append(ps, p.String())
-		}
-		fmt.Fprintf(&sb, "#   %-12s %s %s\n", ifc.Name, ifc.HardwareAddr, strings.Join(ps, " "))
-	}
+	writeInterfaces(&sb)
 	q := func(s string) string { return strconv.Quote(s) }
 	fmt.Fprintf(&sb, "state: %s\n", q(filepath.Join(b.stateDir, "state.db")))
 	fmt.Fprintf(&sb, "work-dir: %s\n", q(b.stateDir))
@@ -375,40 +424,9 @@ func (b *bootstrapConfig) renderConfig() (string, error) {
 	} else {
 		fmt.Fprintf(&sb, "# repo: https://git.example/site/inventory.git   (without it only the admin API runs)\n")
 	}
-	publicURL, joinURL := b.publicURL, ""
-	if b.provIface != "" {
-		ifc, err := net.InterfaceByName(b.provIface)
-		if err != nil {
-			return "", fmt.Errorf("--provisioning-interface %q: %w", b.provIface, err)
-		}
-		ps := ifaceAddrs(*ifc)
-		if len(ps) == 0 {
-			return "", fmt.Errorf("--provisioning-interface %s has no IPv4 address: give it its provisioning address first", b.provIface)
-		}
-		addr := ps[0].Addr().String()
-		_, port, _ := net.SplitHostPort(b.listen)
-		_, jport, _ := net.SplitHostPort(b.joinListen)
-		if publicURL == "" {
-			publicURL = "http://" + net.JoinHostPort(addr, port)
-		}
-		joinURL = "https://" + net.JoinHostPort(addr, jport)
-		fmt.Fprintf(&sb, "dhcp-interface:\n  - %s\n", q(b.provIface))
-		if b.dhcpPool != "" {
-			a, c, ok := strings.Cut(b.dhcpPool, "-")
-			pa, err1 := netip.ParseAddr(a)
-			pc, err2 := netip.ParseAddr(c)
-			if !ok || err1 != nil || err2 != nil || !ps[0].Contains(pa) || !ps[0].Contains(pc) {
-				return "", fmt.Errorf("--dhcp-pool %q: want FIRST-LAST inside %s", b.dhcpPool, ps[0].Masked())
-			}
-			fmt.Fprintf(&sb, "dhcp-mode: full\ndhcp-subnet: %s\ndhcp-pool: %s\n", q(ps[0].Masked().String()), q(b.dhcpPool))
-		} else {
-			fmt.Fprintf(&sb, "dhcp-mode: proxy   # PXE options only, beside the site's DHCP server\n")
-		}
-		fmt.Fprintf(&sb, "tftp-root: %s\n", q(b.tftpRoot))
-	} else if b.dhcpPool != "" {
-		return "", errors.New("--dhcp-pool needs --provisioning-interface")
-	} else {
-		fmt.Fprintf(&sb, "# dhcp-interface: [eno2]   (machina bootstrap --provisioning-interface IF fills DHCP, TFTP and the URLs)\n")
+	publicURL, joinURL, err := b.provisioning(&sb)
+	if err != nil {
+		return "", err
 	}
 	if publicURL != "" {
 		fmt.Fprintf(&sb, "public-url: %s\n", q(publicURL))
