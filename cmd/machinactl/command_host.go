@@ -297,25 +297,9 @@ func hostAddCmd(e *env, apiURL *string) *cobra.Command {
 			"copies the CA and the install script (checksum verified) and runs it with a fresh single-use token\n" +
 			"passed on stdin, as root or with `sudo -n`. Prints a result table; exits 1 if any host failed.",
 		RunE: func(cmd *cobra.Command, args []string) error {
-			var targets []sshTarget
-			for _, a := range args {
-				t, err := parseTarget(a)
-				if err != nil {
-					return &exitError{code: 2, err: fmt.Errorf("host add: %w", err)}
-				}
-				targets = append(targets, t)
-			}
-			if file != "" {
-				f, err := os.Open(file)
-				if err != nil {
-					return &exitError{code: 2, err: fmt.Errorf("host add: %w", err)}
-				}
-				more, err := readTargets(f)
-				f.Close()
-				if err != nil {
-					return &exitError{code: 2, err: fmt.Errorf("host add: %s: %w", file, err)}
-				}
-				targets = append(targets, more...)
+			targets, err := hostTargets(args, file)
+			if err != nil {
+				return err
 			}
 			if len(targets) == 0 {
 				return &exitError{code: 2, err: fmt.Errorf("host add: %w", errNoHosts)}
@@ -353,18 +337,7 @@ func hostAddCmd(e *env, apiURL *string) *cobra.Command {
 				}()
 			}
 			wg.Wait()
-			tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "HOST\tRESULT\tDETAIL")
-			failed := 0
-			for _, r := range results {
-				word := "ok"
-				if !r.OK {
-					word = "FAILED"
-					failed++
-				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\n", r.Target, word, r.Detail)
-			}
-			tw.Flush()
+			failed := printHostResults(e.stdout, results)
 			if failed > 0 {
 				return &exitError{code: 1, err: fmt.Errorf("host add: %d of %d hosts failed", failed, len(results))}
 			}
@@ -378,6 +351,50 @@ func hostAddCmd(e *env, apiURL *string) *cobra.Command {
 	add.Flags().StringVar(&knownHosts, "known-hosts", filepath.Join(home, ".ssh", "known_hosts"), "known_hosts file the host keys must match")
 	add.Flags().DurationVar(&timeout, "timeout", 10*time.Minute, "per-host limit for connecting and installing")
 	return add
+}
+
+// hostTargets are the hosts named on the command line and in file
+// ("" for none), in that order.
+func hostTargets(args []string, file string) ([]sshTarget, error) {
+	var targets []sshTarget
+	for _, a := range args {
+		t, err := parseTarget(a)
+		if err != nil {
+			return nil, &exitError{code: 2, err: fmt.Errorf("host add: %w", err)}
+		}
+		targets = append(targets, t)
+	}
+	if file != "" {
+		f, err := os.Open(file)
+		if err != nil {
+			return nil, &exitError{code: 2, err: fmt.Errorf("host add: %w", err)}
+		}
+		more, err := readTargets(f)
+		f.Close()
+		if err != nil {
+			return nil, &exitError{code: 2, err: fmt.Errorf("host add: %s: %w", file, err)}
+		}
+		targets = append(targets, more...)
+	}
+	return targets, nil
+}
+
+// printHostResults prints the result table of host add and returns how
+// many hosts failed.
+func printHostResults(w io.Writer, results []hostResult) int {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "HOST\tRESULT\tDETAIL")
+	failed := 0
+	for _, r := range results {
+		word := "ok"
+		if !r.OK {
+			word = "FAILED"
+			failed++
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", r.Target, word, r.Detail)
+	}
+	tw.Flush()
+	return failed
 }
 
 // hostListCmd is `machinactl host list`.
