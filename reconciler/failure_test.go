@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
-	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -20,19 +20,6 @@ func (*refusingDriver) Power(context.Context, bmc.PowerAction) error {
 	return errors.New("chassis control refused")
 }
 
-// clock is a settable Config.Now.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *clock) add(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
-
 // TestBackoffSurvivesRestart: a failing step's error, event and retry time
 // are on the server's record, so a controller restarted on the same state
 // does not retry it at once (before issue 25 the backoff lived in the old
@@ -43,8 +30,10 @@ func TestBackoffSurvivesRestart(t *testing.T) {
 	st := openEnrolStore(t)
 	serverAt(t, st, "s1", state.LifecycleReady, nil)
 	drv := &countingDrivers{d: &refusingDriver{}}
-	clk := &clock{t: planT0}
-	cfg := Config{Store: st, Drivers: drv, Logger: testLogger(t), Now: clk.now, BackoffBase: time.Minute, BackoffCap: time.Hour}
+	var clk atomic.Int64 // Config.Now, in Unix nanoseconds
+	clk.Store(planT0.UnixNano())
+	now := func() time.Time { return time.Unix(0, clk.Load()).UTC() }
+	cfg := Config{Store: st, Drivers: drv, Logger: testLogger(t), Now: now, BackoffBase: time.Minute, BackoffCap: time.Hour}
 	first, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -71,12 +60,12 @@ func TestBackoffSurvivesRestart(t *testing.T) {
 		t.Fatalf("the restarted controller opened the BMC %d times, want 1 (no retry inside the backoff)", drv.opened)
 	}
 	// Past the backoff it is retried, fails again, and waits longer.
-	clk.add(2 * time.Minute)
+	clk.Add(int64(2 * time.Minute))
 	second.Pass(context.Background())
 	second.wg.Wait()
 	s, _ = st.Server("s1")
-	if drv.opened != 2 || s.Failures != 2 || !s.RetryAt.After(clk.now().Add(90*time.Second)) {
-		t.Errorf("after the backoff: opened %d, failures %d, retry at %v (now %v); want a retry and a doubled delay", drv.opened, s.Failures, s.RetryAt, clk.now())
+	if drv.opened != 2 || s.Failures != 2 || !s.RetryAt.After(now().Add(90*time.Second)) {
+		t.Errorf("after the backoff: opened %d, failures %d, retry at %v (now %v); want a retry and a doubled delay", drv.opened, s.Failures, s.RetryAt, now())
 	}
 }
 

@@ -12,15 +12,7 @@ import (
 // module root, every rule of docs/architecture.md. It replaces the
 // per-package tests that api/v1, state and join/node carried.
 func TestArchitecture(t *testing.T) {
-	goBin := peertest.Command(t, "go")
-	root, err := ModuleRoot(goBin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	g, err := Load(goBin, root)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, g := loadModule(t)
 	// Not vacuous: the packages the rules are about were all loaded.
 	for _, p := range []string{"api/v1", "macaddr", "state", "boot/dhcp", "ramdisk/agent", agentCmd, ctlCmd, nodeCmd, "controller", "lab/sim"} {
 		if !g[p].Project {
@@ -36,6 +28,22 @@ func TestArchitecture(t *testing.T) {
 	for _, s := range StaleRows(g) {
 		t.Error(s)
 	}
+}
+
+// loadModule returns the module root and its graph (go list, through the
+// go command peertest finds).
+func loadModule(t *testing.T) (string, Graph) {
+	t.Helper()
+	goBin := peertest.Command(t, "go")
+	root, err := ModuleRoot(goBin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := Load(goBin, root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return root, g
 }
 
 // fakeGraph builds a graph from edges. Names with a dot in their first

@@ -2,8 +2,6 @@ package archtest
 
 import (
 	"testing"
-
-	"github.com/machina-metal/machina/internal/peertest"
 )
 
 // longFuncAllowed are the product functions allowed over MaxFuncLines:
@@ -26,15 +24,7 @@ var longFuncPending = map[string]int{
 // except the data tables in longFuncAllowed; an allowed entry that is no
 // longer long (or no longer exists) must be removed.
 func TestNoLongFunctions(t *testing.T) {
-	goBin := peertest.Command(t, "go")
-	root, err := ModuleRoot(goBin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	g, err := Load(goBin, root)
-	if err != nil {
-		t.Fatal(err)
-	}
+	root, g := loadModule(t)
 	long, err := LongFuncs(root, g, MaxFuncLines)
 	if err != nil {
 		t.Fatal(err)
