@@ -38,6 +38,13 @@ type Server struct {
 	// Stalled holds the key of a disruptive action that failed and is not
 	// retried until the desired state or counter changes; "" when not stalled.
 	Stalled string `json:"stalled,omitempty"`
+	// Failures counts the controller's consecutive failed steps on this
+	// server and RetryAt is when it may try again (the backoff after the
+	// last failure); both are written with LastError and the failure's
+	// event in one transaction (UpdateServerWithEvent) and cleared by the
+	// next step that succeeds, so backoff survives a restart.
+	Failures int       `json:"failures,omitempty"`
+	RetryAt  time.Time `json:"retryAt,omitzero"`
 	// NeedsWipe is set on release: the ramdisk wipes the disk's partition
 	// tables and signatures before the server is reused.
 	NeedsWipe bool `json:"needsWipe,omitempty"`
