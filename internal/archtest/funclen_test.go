@@ -16,9 +16,6 @@ var longFuncPending = map[string]int{
 	"cmd/machina.runSim":          150,
 	"cmd/machina.newServeCmd":     134,
 	"cmd/machina.ServeConfig.Run": 101,
-	"state.(*Store).initSealing":  87,
-	"state.MigrateToEtcd":         110, // issue 20, landed with the etcd engine
-	"state.(*etcdTx).commit":      98,  // issue 20, landed with the etcd engine
 	"state.(*Store).UseToken":     85,
 }
 
