@@ -333,6 +333,14 @@ func envOrDefault(key, def string) string {
 	return def
 }
 
+// nodeBinaryFlags registers the machina-node executables the join
+// listener serves: --node-binary (amd64) and --node-binary-arm64 (arm64
+// hosts, /join/machina-node?arch=arm64, issue 28).
+func nodeBinaryFlags(f *pflag.FlagSet, cc *controller.Config) {
+	f.StringVar(&cc.NodeBinary, "node-binary", os.Getenv("MACHINA_NODE_BINARY"), "machina-node executable served to installing hosts")
+	f.StringVar(&cc.NodeBinaryARM64, "node-binary-arm64", os.Getenv("MACHINA_NODE_BINARY_ARM64"), "arm64 machina-node executable served to installing arm64 hosts (GOARCH=arm64 go build ./cmd/machina-node)")
+}
+
 // newServeCmd is `machina serve`.
 func newServeCmd(e *env) *cobra.Command {
 	var c ServeConfig
@@ -422,8 +430,7 @@ func newServeCmd(e *env) *cobra.Command {
 	f.DurationVar(&cc.PollInterval, "poll-interval", 30*time.Second, "how often the inventory branch tip is polled")
 	f.StringVar(&cc.JoinListen, "join-listen", envOrDefault("MACHINA_JOIN_LISTEN", "127.0.0.1:8443"), "TLS join listener address")
 	f.StringVar(&cc.JoinURL, "join-url", os.Getenv("MACHINA_JOIN_URL"), "the join listener's URL as hosts reach it")
-	f.StringVar(&cc.NodeBinary, "node-binary", os.Getenv("MACHINA_NODE_BINARY"), "machina-node executable served to installing hosts")
-	f.StringVar(&cc.NodeBinaryARM64, "node-binary-arm64", os.Getenv("MACHINA_NODE_BINARY_ARM64"), "arm64 machina-node executable served to installing arm64 hosts (GOARCH=arm64 go build ./cmd/machina-node)")
+	nodeBinaryFlags(f, &cc)
 	f.StringSliceVar(&cc.Netboot.Interfaces, "dhcp-interface", nil, "serve DHCP (and the IPv6 RA) on this provisioning interface (repeatable)")
 	f.StringVar((*string)(&cc.Netboot.Mode), "dhcp-mode", "full", "DHCP mode: full (addresses from --dhcp-pool) or proxy (PXE options only)")
 	f.Func("dhcp-subnet", "provisioning subnet, e.g. 10.99.0.0/24", func(v string) (err error) { cc.Netboot.Subnet, err = netip.ParsePrefix(v); return })
