@@ -70,7 +70,13 @@ type LeaseLookup interface {
 	LeasedIP(mac string) (netip.Addr, bool)
 }
 
-// wrongAddress refuses (403, with an event) a request for server from an
+// eventMachineRefused is the event kind of a refused machine request that
+// carried a known token (wrong address, bad body); the store paces them
+// (state.Store.RecordRefusal): one event at once, then one summary per
+// interval, whatever the request rate.
+const eventMachineRefused state.EventKind = "machine.refused"
+
+// wrongAddress refuses (403, with a paced event) a request for server from an
 // address other than the one leased to its boot MAC.
 func (m *Machine) wrongAddress(w http.ResponseWriter, r *http.Request, server string) bool {
 	if m.cfg.Leases == nil || server == "" {
@@ -88,8 +94,8 @@ func (m *Machine) wrongAddress(w http.ResponseWriter, r *http.Request, server st
 	if err == nil && from.Unmap() == leased.Unmap() {
 		return false
 	}
-	_, _ = m.cfg.Store.AppendEvent(state.Event{Server: server, Kind: "machine.refused", Actor: state.ActorController,
-		Message: fmt.Sprintf("%s refused: request from %s, but %s is leased to %s", r.Pattern, remoteIP(r), leased, srv.BootMAC)})
+	m.cfg.Store.RecordRefusal(server, eventMachineRefused, state.RefusalWrongAddress,
+		fmt.Sprintf("%s refused: request from %s, but %s is leased to %s", r.Pattern, remoteIP(r), leased, srv.BootMAC))
 	writeError(w, http.StatusForbidden, v1.Error{Message: "request not from the address leased to this machine", Code: "token_refused"})
 	return true
 }
@@ -174,8 +180,7 @@ func (m *Machine) refuse(w http.ResponseWriter, r *http.Request, err error) {
 }
 
 func (m *Machine) bad(w http.ResponseWriter, r *http.Request, server string, code int, what string) {
-	_, _ = m.cfg.Store.AppendEvent(state.Event{Server: server, Kind: "machine.refused", Actor: state.ActorController,
-		Message: fmt.Sprintf("%s refused: %s", r.Pattern, what)})
+	m.cfg.Store.RecordRefusal(server, eventMachineRefused, state.RefusalBadRequest, fmt.Sprintf("%s refused: %s", r.Pattern, what))
 	writeError(w, code, v1.Error{Message: what, Code: "bad_request"})
 }
 
@@ -228,13 +233,21 @@ func fingerprint(r *http.Request, body []byte) [32]byte {
 // A refused token answers 403; an effect's *answerError its status; any
 // other error 500. Nothing is consumed unless the answer is 2xx.
 func (m *Machine) use(w http.ResponseWriter, r *http.Request, token string, purpose state.Purpose, body []byte, rerun bool, effect func(tx *state.Tx, t state.Token) (state.Answer, error)) {
+	var server string // the token's server, for a refused effect's event
+	if effect != nil {
+		inner := effect
+		effect = func(tx *state.Tx, t state.Token) (state.Answer, error) {
+			server = t.Server
+			return inner(tx, t)
+		}
+	}
 	tok, ans, replayed, err := m.cfg.Store.UseToken(token, state.TokenUse{Claim: state.TokenClaim{Purpose: purpose},
 		Request: fingerprint(r, body), Effect: effect, Rerun: rerun})
 	var ae *answerError
 	switch {
 	case errors.As(err, &ae):
 		if ae.event != "" {
-			_, _ = m.cfg.Store.AppendEvent(state.Event{Server: tok.Server, Kind: "machine.refused", Actor: state.ActorController, Message: ae.event})
+			m.cfg.Store.RecordRefusal(server, eventMachineRefused, state.RefusalBadRequest, ae.event)
 		}
 		writeError(w, ae.status, ae.body)
 		return
@@ -310,7 +323,7 @@ func heard(s *state.Server, what string) {
 func (m *Machine) report(w http.ResponseWriter, r *http.Request) {
 	t, err := m.cfg.Store.PeekToken(bearer(r), state.TokenClaim{Purpose: state.PurposeReport})
 	if err != nil {
-		m.refuse(w, r, err)
+		m.use(w, r, bearer(r), state.PurposeReport, nil, false, nil) // refused and counted (paced event)
 		return
 	}
 	if m.wrongAddress(w, r, t.Server) {

@@ -76,6 +76,11 @@ type Options struct {
 	// new state file: for commands that manage an existing site
 	// (`machina token`). False: a missing file is created.
 	MustExist bool
+	// RefusalSummaryEvery is the interval of the refused-request
+	// summaries (RecordRefusal): the first refusal per server and kind is
+	// written at once, the rest as one event per interval. Zero means one
+	// minute.
+	RefusalSummaryEvery time.Duration
 }
 
 // Retention bounds the event log. Pruning runs inside every write that
@@ -124,6 +129,9 @@ type Store struct {
 
 	servers serverCache
 	hosts   hostCache
+
+	// refusals paces the events of refused machine requests (refusals.go).
+	refusals refusalPacer
 }
 
 // migrations[v] upgrades a version-v file to v+1 inside one transaction.
@@ -173,6 +181,7 @@ func Open(path string, opts Options) (*Store, error) {
 		db.Close()
 		return nil, fmt.Errorf("state: open %s: %w", path, err)
 	}
+	s.refusals.every = opts.RefusalSummaryEvery
 	return s, nil
 }
 
@@ -243,6 +252,7 @@ func (s *Store) Path() string { return s.path }
 
 // Close releases the file and its lock.
 func (s *Store) Close() error {
+	s.closeRefusals()
 	if err := s.db.Close(); err != nil {
 		return fmt.Errorf("state: close: %w", err)
 	}

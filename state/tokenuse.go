@@ -138,6 +138,7 @@ func (s *Store) UseToken(value string, u TokenUse) (tok Token, ans Answer, repla
 	}
 	fp := hex.EncodeToString(u.Request[:])
 	var refused, effectErr error
+	var refusedServer, refusedMsg string
 	err = s.update(func(tx *bolt.Tx) error {
 		refused, effectErr, replayed = nil, nil, false
 		b := tx.Bucket(bucketTokens)
@@ -148,8 +149,9 @@ func (s *Store) UseToken(value string, u TokenUse) (tok Token, ans Answer, repla
 			if server == "" && tx.Bucket(bucketServers).Get([]byte(u.Claim.Server)) != nil {
 				server = u.Claim.Server
 			}
-			return s.appendEvent(tx, &Event{Server: server, Kind: EventTokenRefused, Actor: ActorController,
-				Message: fmt.Sprintf("%s token %s refused: %v", u.Claim.Purpose, tokenOrUnknown(t.ID), why)})
+			// Paced, after the rollback (refusals.go): no write per refusal.
+			refusedServer, refusedMsg = server, fmt.Sprintf("%s token %s refused: %v", u.Claim.Purpose, tokenOrUnknown(t.ID), why)
+			return errRollback
 		}
 		if data == nil {
 			return refuse(Token{}, ErrTokenUnknown)
@@ -175,7 +177,7 @@ func (s *Store) UseToken(value string, u TokenUse) (tok Token, ans Answer, repla
 				return refuse(t, ErrTokenUsed)
 			}
 			replayed, tok, ans = true, t, *t.Answer
-			return nil
+			return errRollback // nothing to write: no commit, no fsync
 		}
 		retry := t.Uses > 0
 		a, err := u.Effect(&Tx{s: s, tx: tx}, t)
@@ -198,6 +200,10 @@ func (s *Store) UseToken(value string, u TokenUse) (tok Token, ans Answer, repla
 		}
 		return b.Put(h[:], data)
 	})
+	err = rolledBack(err)
+	if refused != nil {
+		s.noteRefusal(refusedServer, EventTokenRefused, refusalReasonOf(refused), refusedMsg)
+	}
 	switch {
 	case effectErr != nil:
 		return Token{}, Answer{}, false, effectErr
