@@ -57,8 +57,9 @@ type MachineConfig struct {
 	// Leases, when set (Machina serves DHCP), binds the machine requests
 	// to the address leased to the server's boot MAC: a report, plan,
 	// done or wiped from another source address is refused (403, with an
-	// event). A MAC without a live lease is not checked (a controller
-	// restart forgets its in-memory leases until the machines renew).
+	// event). A MAC without a live lease is not checked. The
+	// controller keeps the leases in the state file, so the check holds
+	// across a restart.
 	Leases LeaseLookup
 	// Logger: nil discards.
 	Logger *slog.Logger

@@ -352,9 +352,11 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	// In full DHCP mode the controller knows each MAC's address: plans,
 	// reports, done and joins are refused from any other.
-	var leases *dhcp.MemLeases
+	// The leases are kept in the state file (controller/leases.go): the
+	// check holds across a restart.
+	var leases *stateLeases
 	if len(cfg.Netboot.Interfaces) > 0 && cfg.Netboot.Mode != dhcp.ModeProxy {
-		leases = &dhcp.MemLeases{}
+		leases = &stateLeases{st: st}
 	}
 	netRuns, err := startNetboot(cfg.Netboot, idx, publicURL, cfg.AutoEnroll, enrHook, leases, log)
 	if err != nil {
