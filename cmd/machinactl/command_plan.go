@@ -148,7 +148,8 @@ Exit code: 0 no change, 1 changes (held ones included), 2 an error.`,
 			rep := planReport{Inventory: src.want.Digest, Base: src.baseCommit, Head: src.headCommit, Observed: from, Servers: len(have.Servers), Changes: changes, Result: res}
 			switch format {
 			case "text":
-				fmt.Fprint(e.stdout, planHeader(rep, "")+"\n"+res.Text())
+				// Conditions quote machine text (a wipe's failure reason).
+				fmt.Fprint(e.stdout, planHeader(rep, "")+"\n"+termSafeLines(res.Text()))
 			case "json":
 				enc := json.NewEncoder(e.stdout)
 				enc.SetIndent("", "  ")
