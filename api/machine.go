@@ -2,6 +2,7 @@ package api
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/json"
@@ -19,6 +20,7 @@ import (
 	v1 "github.com/machina-metal/machina/api/v1"
 	"github.com/machina-metal/machina/boot"
 	"github.com/machina-metal/machina/macaddr"
+	"github.com/machina-metal/machina/schema"
 	"github.com/machina-metal/machina/state"
 )
 
@@ -333,7 +335,13 @@ func (m *Machine) report(w http.ResponseWriter, r *http.Request) {
 	var rep v1.AgentReport
 	body, code, err := readStrict(r, v1.MaxReportBytes, &rep)
 	if err == nil {
-		err = checkReport(rep)
+		// The schema in the repository (schema/agent-report.schema.json)
+		// is the gate; checkReport says the same rules in Go with the
+		// message an operator reads.
+		err = checkReportSchema(body)
+		if cerr := checkReport(rep); cerr != nil {
+			err = cerr
+		}
 		code = http.StatusBadRequest
 	}
 	if err != nil {
@@ -382,6 +390,33 @@ const (
 	maxReportDisk   = 1 << 50 // 1 PiB per disk
 	maxReportNICs   = 256
 )
+
+// checkReportSchema checks a report body against the commissioning report
+// schema (schema.AgentReport, schema/agent-report.schema.json): the four
+// tests each once, the facts within their bounds, a passed disk test only
+// with a disk that is not virtual. The error names the first violations.
+func checkReportSchema(body []byte) error {
+	v, err := schema.Default()
+	if err != nil {
+		return err
+	}
+	vs, err := v.ValidateJSON(schema.AgentReport, body)
+	if err != nil {
+		return errors.New("malformed JSON")
+	}
+	if len(vs) == 0 {
+		return nil
+	}
+	var msgs []string
+	for i, viol := range vs {
+		if i == 3 {
+			msgs = append(msgs, fmt.Sprintf("and %d more", len(vs)-3))
+			break
+		}
+		msgs = append(msgs, cmp.Or(viol.Pointer, "/")+": "+viol.Detail)
+	}
+	return fmt.Errorf("not a commissioning report (%s): %s", schema.AgentReport.FileName(), strings.Join(msgs, "; "))
+}
 
 // checkReport refuses a report that is not well formed: a boot MAC that
 // is not one, a test missing, unknown or repeated, facts out of bounds, or

@@ -1,6 +1,6 @@
 // Package schema owns the JSON Schema files (draft 2020-12) of the inventory
-// files servers.yaml, profiles.yaml and images.yaml, and validates decoded
-// documents against them.
+// files servers.yaml, profiles.yaml and images.yaml and of the commissioning
+// report machines send, and validates decoded documents against them.
 //
 // The files are embedded with go:embed and exported unchanged by
 // [Files] and `machinactl schema export`, so editors (yaml-language-server
@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"io/fs"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -44,6 +45,15 @@ const (
 
 // Kinds lists every Kind in a stable order.
 var Kinds = []Kind{Servers, Profiles, Images}
+
+// AgentReport is the schema of the commissioning report the ramdisk agent
+// posts (api/v1.AgentReport, agent-report.schema.json): the machine
+// endpoint checks every report body against it before the report's token
+// is used. Not an inventory file, so not in Kinds.
+const AgentReport Kind = "agent-report"
+
+// MachineKinds lists the schemas of machine-sent documents.
+var MachineKinds = []Kind{AgentReport}
 
 // FileName is the schema's file name, e.g. "servers.schema.json": the stable
 // path under schema/ in the repository and in `machinactl schema export`.
@@ -108,7 +118,7 @@ func New() (*Validator, error) {
 		}
 	}
 	v := &Validator{schemas: map[Kind]*jsonschema.Schema{}}
-	for _, k := range Kinds {
+	for _, k := range append(slices.Clone(Kinds), MachineKinds...) {
 		b, err := files.ReadFile(k.FileName())
 		if err != nil {
 			return nil, fmt.Errorf("schema: read %s: %w", k.FileName(), err)

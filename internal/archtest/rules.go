@@ -72,7 +72,7 @@ var mayImport = map[string][]string{
 	"join/node":          {"join/spec"},
 	"join":               {"internal/connlimit", "inventory", "join/spec", "state"},
 	"reconciler":         {"bmc", "boot", "discover", "inventory", "state"},
-	"api":                {"boot", "boot/ipxe", "internal/connlimit", "state"},
+	"api":                {"boot", "boot/ipxe", "internal/connlimit", "schema", "state"},
 	"ramdisk/agent":      {"api/v1"},
 	"controller":         {anyProduct},
 	"cmd/machina":        {anyProduct},
