@@ -10,12 +10,5 @@ const schema = JSON.parse(fs.readFileSync(process.argv[2], "utf8"));
 const doc = JSON.parse(fs.readFileSync(process.argv[3], "utf8"));
 const validate = ajv.compile(schema);
 const valid = validate(doc);
-// A propertyNames failure is reported at the object, with the key aside;
-// Machina's validator reports it at the key: point at the key here too.
-const pointer = (e) => {
-  const key = e.propertyName !== undefined ? e.propertyName : e.params && e.params.propertyName;
-  if (key === undefined) return e.instancePath;
-  return e.instancePath + "/" + String(key).replace(/~/g, "~0").replace(/\//g, "~1");
-};
-const errors = (validate.errors || []).map((e) => ({ instancePath: pointer(e), keyword: e.keyword }));
+const errors = (validate.errors || []).map((e) => ({ instancePath: e.instancePath, keyword: e.keyword }));
 process.stdout.write(JSON.stringify({ valid, errors }) + "\n");
