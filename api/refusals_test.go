@@ -1,7 +1,10 @@
 package api_test
 
 import (
+	"context"
+	"errors"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/netip"
 	"strings"
@@ -139,5 +142,71 @@ func TestKnownTokenRefusalsPaced(t *testing.T) {
 		if !strings.Contains(string(body), want) {
 			t.Errorf("/metrics lacks %s", want)
 		}
+	}
+}
+
+// brokenInstaller has no installer files and cannot render documents.
+type brokenInstaller struct{}
+
+func (brokenInstaller) InstallerFiles(context.Context, state.Server) (string, string, error) {
+	return "", "", errors.New("installer ISO not imported")
+}
+
+func (brokenInstaller) InstallerDocument(context.Context, state.Server, string) ([]byte, error) {
+	return nil, errors.New("template: no join command")
+}
+
+// TestInstallerUnavailablePaced: 100 installer-document fetches with the
+// real reusable install token while the controller cannot render the
+// document answer 503 each, but write one event at once and one summary
+// at the interval's end, log one Error line, and are counted (before: an
+// event and an Error line per request).
+func TestInstallerUnavailablePaced(t *testing.T) {
+	f := newFixture(t, state.Options{RefusalSummaryEvery: time.Hour})
+	m, err := api.NewMachine(api.MachineConfig{Store: f.store, Installer: brokenInstaller{}, PerIP: boot.Limit{Burst: 100000, Every: time.Microsecond},
+		Logger: slog.New(slog.NewTextHandler(f.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Mount(f.api); err != nil {
+		t.Fatal(err)
+	}
+	deployingServer(t, f, "r1-n01", "52:54:00:00:00:01", "autoinstall")
+	tok, _, err := f.store.IssueToken(state.TokenSpec{Purpose: state.PurposeInstall, Server: "r1-n01", MAC: "52:54:00:00:00:01", Reusable: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	unavailable := func() int {
+		evs, _ := f.store.Events(state.EventQuery{Server: "r1-n01", Limit: 10000})
+		n := 0
+		for _, e := range evs {
+			if e.Kind == "install.unavailable" {
+				n++
+			}
+		}
+		return n
+	}
+	logs0 := len(f.logs.String())
+	for i := range 100 {
+		if code, _, b := f.do(t, http.MethodGet, "/install/"+tok+"/nocloud/user-data", "", ""); code != http.StatusServiceUnavailable {
+			t.Fatalf("fetch %d: %d %s, want 503", i, code, b)
+		}
+	}
+	if n := unavailable(); n != 1 {
+		t.Errorf("%d install.unavailable events for 100 failed fetches, want 1 at once", n)
+	}
+	// (Each fetch still writes the document's fresh completion token,
+	// minted before the document is rendered: not counted here.)
+	if n := strings.Count(f.logs.String()[logs0:], "level=ERROR"); n != 1 {
+		t.Errorf("%d Error lines for 100 failed fetches, want 1", n)
+	}
+	if err := f.store.FlushRefusals(); err != nil {
+		t.Fatal(err)
+	}
+	if n := unavailable(); n != 2 {
+		t.Errorf("after the interval: %d events, want 2 (the summary of 99)", n)
+	}
+	if c := f.store.RefusalCounts()[state.RefusalUnavailable]; c != 100 {
+		t.Errorf("RefusalCounts[unavailable] = %d, want 100", c)
 	}
 }

@@ -37,7 +37,7 @@ type Store interface {
 	UpdateHost(name string, fn func(*state.Host) error) (state.Host, error)
 	AppendJoinLog(host string, e state.JoinLogEntry) (state.JoinLogEntry, error)
 	RecordHeartbeat(host string, now time.Time, hb state.Heartbeat) (state.HeartbeatResult, error)
-	RecordRefusal(server string, kind state.EventKind, why state.RefusalReason, message string)
+	RecordRefusal(server string, kind state.EventKind, why state.RefusalReason, message string) (first bool)
 }
 
 // Config configures New. Store, CA and URL are required; every other zero

@@ -25,12 +25,13 @@ const (
 	RefusalTokenMismatch RefusalReason = "token_mismatch" // ErrTokenMismatch: other purpose, server or MAC
 	RefusalWrongAddress  RefusalReason = "wrong_address"  // not from the address leased to the server's boot MAC
 	RefusalBadRequest    RefusalReason = "bad_request"    // a live token with a malformed or lying body (4xx)
+	RefusalUnavailable   RefusalReason = "unavailable"    // a live token the controller could not serve (5xx: an installer tree or document missing)
 )
 
 // RefusalReasons lists every RefusalReason, for metrics.
 func RefusalReasons() []RefusalReason {
 	return []RefusalReason{RefusalTokenUnknown, RefusalTokenExpired, RefusalTokenUsed, RefusalTokenMismatch,
-		RefusalWrongAddress, RefusalBadRequest}
+		RefusalWrongAddress, RefusalBadRequest, RefusalUnavailable}
 }
 
 // defaultRefusalEvery is Options.RefusalSummaryEvery's zero value.
@@ -91,12 +92,13 @@ type refusalPacer struct {
 // 1m0s: token_used N-1, ...; last: message"). server must be a
 // registered server or "" (an unregistered name is recorded under "").
 // It never fails the request: an event that cannot be written is dropped
-// (the counters keep it).
-func (s *Store) RecordRefusal(server string, kind EventKind, why RefusalReason, message string) {
+// (the counters keep it). It reports whether the event was written at once
+// (the first of its interval), so that a caller logs once per interval too.
+func (s *Store) RecordRefusal(server string, kind EventKind, why RefusalReason, message string) (first bool) {
 	if server != "" && !s.serverExists(server) {
 		server = ""
 	}
-	s.noteRefusal(server, kind, why, message)
+	return s.noteRefusal(server, kind, why, message)
 }
 
 // RefusalCounts returns how many machine requests were refused per reason
@@ -149,7 +151,7 @@ func refusalReasonOf(err error) RefusalReason {
 }
 
 // noteRefusal is RecordRefusal for a server already known to exist (or "").
-func (s *Store) noteRefusal(server string, kind EventKind, why RefusalReason, message string) {
+func (s *Store) noteRefusal(server string, kind EventKind, why RefusalReason, message string) (first bool) {
 	p := &s.refusals
 	key := refusalKey{server, kind}
 	p.mu.Lock()
@@ -159,14 +161,14 @@ func (s *Store) noteRefusal(server string, kind EventKind, why RefusalReason, me
 	p.totals[why]++
 	if p.closed {
 		p.mu.Unlock()
-		return
+		return false
 	}
 	if w, hot := p.windows[key]; hot {
 		w.n++
 		w.byWhy[why]++
 		w.last, w.lastAt = message, s.nowUTC()
 		p.mu.Unlock()
-		return
+		return false
 	}
 	if p.windows == nil {
 		p.windows = map[refusalKey]*refusalWindow{}
@@ -184,6 +186,7 @@ func (s *Store) noteRefusal(server string, kind EventKind, why RefusalReason, me
 	_ = s.update(func(tx *bolt.Tx) error {
 		return s.appendEvent(tx, &Event{Server: server, Kind: kind, Actor: ActorController, Message: message})
 	})
+	return true
 }
 
 // refusalTick ends an interval: it writes the summaries of the keys that
