@@ -32,8 +32,11 @@ const DefaultBMCWatchInterval = fleet.DefaultBMCWatchInterval
 // Config configures the controller. Zero values are usable except
 // StatePath, WorkDir and Repo.URL.
 type Config struct {
-	// StatePath is the bbolt state file. Required.
+	// StatePath is the bbolt state file, or an etcd site
+	// (etcd://HOST:PORT[,HOST:PORT]/PREFIX, see state.OpenTarget). Required.
 	StatePath string
+	// EtcdTLS are the etcd client's TLS files for an etcd StatePath.
+	EtcdTLS state.EtcdTLSFiles
 	// MasterKey seals secrets (MACHINA_API_KEY_MASTER_KEY); nil stores them
 	// unsealed, with a warning.
 	MasterKey []byte

@@ -124,7 +124,7 @@ func (w *wiring) stages() []stage {
 
 // openState opens the state store and refuses sealed secrets without a key.
 func (w *wiring) openState() (func(), error) {
-	st, err := state.Open(w.cfg.StatePath, state.Options{MasterKey: w.cfg.MasterKey, Logger: w.log.With("component", "state")})
+	st, err := state.OpenTarget(w.cfg.StatePath, w.cfg.EtcdTLS, state.Options{MasterKey: w.cfg.MasterKey, Logger: w.log.With("component", "state")})
 	if err != nil {
 		return nil, fmt.Errorf("controller: open state: %w", err)
 	}

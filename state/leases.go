@@ -6,8 +6,6 @@ import (
 	"net/netip"
 	"sort"
 	"time"
-
-	bolt "go.etcd.io/bbolt"
 )
 
 // bucketLeases holds the DHCP leases the controller granted in full DHCP
@@ -67,7 +65,7 @@ func (s *Store) PutLease(l Lease) error {
 	if err != nil {
 		return err
 	}
-	err = s.update(func(tx *bolt.Tx) error {
+	err = s.update(func(tx kvTx) error {
 		b, err := tx.CreateBucketIfNotExists(bucketLeases)
 		if err != nil {
 			return err
@@ -105,7 +103,7 @@ func (s *Store) DeleteLease(mac string) error {
 	if _, ok := s.lease(m); !ok {
 		return nil
 	}
-	err = s.update(func(tx *bolt.Tx) error {
+	err = s.update(func(tx kvTx) error {
 		if b := tx.Bucket(bucketLeases); b != nil {
 			return b.Delete([]byte(m))
 		}
@@ -121,7 +119,7 @@ func (s *Store) DeleteLease(mac string) error {
 // address.
 func (s *Store) Leases() ([]Lease, error) {
 	var out []Lease
-	err := s.view(func(tx *bolt.Tx) error {
+	err := s.view(func(tx kvTx) error {
 		b := tx.Bucket(bucketLeases)
 		if b == nil {
 			return nil
@@ -161,7 +159,7 @@ func (s *Store) LeasedIP(mac string) (netip.Addr, bool) {
 func (s *Store) lease(mac string) (Lease, bool) {
 	var l Lease
 	found := false
-	_ = s.view(func(tx *bolt.Tx) error {
+	_ = s.view(func(tx kvTx) error {
 		b := tx.Bucket(bucketLeases)
 		if b == nil {
 			return nil

@@ -8,8 +8,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-
-	bolt "go.etcd.io/bbolt"
 )
 
 // RefusalReason classifies a refused machine request for the refusal
@@ -129,7 +127,7 @@ func (s *Store) FlushRefusals() error {
 
 func (s *Store) serverExists(name string) bool {
 	ok := false
-	_ = s.view(func(tx *bolt.Tx) error {
+	_ = s.view(func(tx kvTx) error {
 		ok = tx.Bucket(bucketServers).Get([]byte(name)) != nil
 		return nil
 	})
@@ -183,7 +181,7 @@ func (s *Store) noteRefusal(server string, kind EventKind, why RefusalReason, me
 		p.timer = time.AfterFunc(every, func() { s.refusalTick(every) })
 	}
 	p.mu.Unlock()
-	_ = s.update(func(tx *bolt.Tx) error {
+	_ = s.update(func(tx kvTx) error {
 		return s.appendEvent(tx, &Event{Server: server, Kind: kind, Actor: ActorController, Message: message})
 	})
 	return true
@@ -230,7 +228,7 @@ func (s *Store) writeRefusalSummaries(windows map[refusalKey]*refusalWindow) err
 	if every <= 0 {
 		every = defaultRefusalEvery
 	}
-	err := s.update(func(tx *bolt.Tx) error {
+	err := s.update(func(tx kvTx) error {
 		for _, k := range keys {
 			w := windows[k]
 			var parts []string
@@ -268,9 +266,12 @@ func (s *Store) closeRefusals() {
 
 // Writes returns the number of page writes bbolt committed since the
 // store was opened (bbolt TxStats.Write: at least one, the meta page, per
-// commit; none for a rolled-back transaction). For tests and metrics that
+// commit; none for a rolled-back transaction); 0 on etcd. For tests that
 // check a path writes nothing.
 func (s *Store) Writes() int64 {
-	st := s.db.Stats()
+	if s.bdb == nil {
+		return 0
+	}
+	st := s.bdb.Stats()
 	return st.TxStats.GetWrite()
 }
