@@ -131,6 +131,9 @@ type Store struct {
 
 	servers serverCache
 	hosts   hostCache
+	// commits shares commits between concurrent token mints (grouped);
+	// nil on etcd, whose transactions are bounded in operations.
+	commits *committer
 
 	// refusals paces the events of refused machine requests (refusals.go).
 	refusals refusalPacer
@@ -188,6 +191,7 @@ func Open(path string, opts Options) (*Store, error) {
 	}
 	s := newStore(&boltEngine{db: db}, path, opts)
 	s.bdb = db
+	s.commits = &committer{update: s.eng.update}
 	if err := s.init(opts.MasterKey); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("state: open %s: %w", path, err)

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	v1 "github.com/machina-metal/machina/api/v1"
+	"github.com/machina-metal/machina/gitops"
 	"github.com/machina-metal/machina/inventory"
 	"github.com/machina-metal/machina/reconciler"
 	"github.com/machina-metal/machina/state"
@@ -21,7 +22,7 @@ func TestStatusNeutralisesMachineText(t *testing.T) {
 		"a": {Name: "a", Lifecycle: state.LifecycleFailed, LastError: evil},
 	}}
 	var b bytes.Buffer
-	writeStatus(&b, "http://c", map[string]int{"failed": 1}, true, 1, 0, reconciler.InventoryStatus{}, reconciler.Result{}, snap)
+	writeStatus(&b, "http://c", map[string]int{"failed": 1}, true, 1, 0, gitops.InventoryStatus{}, reconciler.Result{}, snap)
 	out := b.String()
 	for _, bad := range []string{"\x1b", "\x07", "\u009b", "\u202e"} {
 		if strings.Contains(out, bad) {
@@ -48,7 +49,7 @@ func TestStatusNeutralisesEveryMachineField(t *testing.T) {
 	snap := state.Snapshot{Servers: map[string]state.Server{
 		"b": {Name: "b", Lifecycle: state.LifecycleReady, BMCError: "bmc: " + evil},
 	}}
-	inv := reconciler.InventoryStatus{Invalid: &reconciler.InvalidRevision{Commit: "0123456789abcdef",
+	inv := gitops.InventoryStatus{Invalid: &gitops.InvalidRevision{Commit: "0123456789abcdef",
 		Errors: []inventory.FieldError{{File: "servers.yaml", Line: 3, Col: 5, Path: "servers[0].name", Msg: "value " + evil}}}}
 	plan := reconciler.Result{Brake: "brake " + evil, Conditions: []reconciler.PlanCondition{
 		{Subject: "server/c" + evil, Type: "Waiting", Reason: "MachineSilent", Message: "last heard: " + evil},
