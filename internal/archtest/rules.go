@@ -49,6 +49,7 @@ var mayImport = map[string][]string{
 	"api/v1":             {},
 	"macaddr":            {},
 	"internal/connlimit": {},
+	"ha":                 {},
 	"schema":             {},
 	"bmc":                {},
 	"boot":               {},
