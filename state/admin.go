@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"sort"
 	"time"
-
-	bolt "go.etcd.io/bbolt"
 )
 
 // AdminTokenPrefix starts every admin API token value, so secret scanners
@@ -37,7 +35,7 @@ func (s *Store) CreateAdminToken(name, actor string) (string, AdminToken, error)
 		return "", AdminToken{}, fmt.Errorf("state: create admin token %s: %w", name, err)
 	}
 	t := AdminToken{Name: name, ID: tokenID(h), CreatedAt: s.nowUTC(), CreatedBy: actor}
-	err = s.update(func(tx *bolt.Tx) error {
+	err = s.update(func(tx kvTx) error {
 		names := tx.Bucket(bucketAdminNames)
 		if names.Get([]byte(name)) != nil {
 			return ErrExists
@@ -65,7 +63,7 @@ func (s *Store) CreateAdminToken(name, actor string) (string, AdminToken, error)
 func (s *Store) AuthenticateAdmin(value string) (AdminToken, error) {
 	h := sha256.Sum256([]byte(value))
 	var t AdminToken
-	err := s.view(func(tx *bolt.Tx) error {
+	err := s.view(func(tx kvTx) error {
 		data := tx.Bucket(bucketAdminTokens).Get(h[:])
 		if data == nil {
 			return ErrTokenUnknown
@@ -97,7 +95,7 @@ func (s *Store) RevokeAdminTokenKeepOne(name, actor string) error {
 }
 
 func (s *Store) revokeAdminToken(name, actor string, keepOne bool) error {
-	err := s.update(func(tx *bolt.Tx) error {
+	err := s.update(func(tx kvTx) error {
 		names := tx.Bucket(bucketAdminNames)
 		h := names.Get([]byte(name))
 		if h == nil {
@@ -128,7 +126,7 @@ func (s *Store) revokeAdminToken(name, actor string, keepOne bool) error {
 // AdminTokens lists admin token records ordered by name.
 func (s *Store) AdminTokens() ([]AdminToken, error) {
 	var out []AdminToken
-	err := s.view(func(tx *bolt.Tx) error {
+	err := s.view(func(tx kvTx) error {
 		return tx.Bucket(bucketAdminTokens).ForEach(func(_, v []byte) error {
 			var t AdminToken
 			if err := json.Unmarshal(v, &t); err != nil {

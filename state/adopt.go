@@ -3,8 +3,6 @@ package state
 import (
 	"encoding/json"
 	"fmt"
-
-	bolt "go.etcd.io/bbolt"
 )
 
 // EventAdopted is written on both names when AdoptServer renames an
@@ -31,7 +29,7 @@ func (s *Store) AdoptServer(from, to, actor string) (Server, error) {
 		actor = ActorController
 	}
 	var out Server
-	err := s.update(func(tx *bolt.Tx) error {
+	err := s.update(func(tx kvTx) error {
 		b := tx.Bucket(bucketServers)
 		var srv Server
 		if err := getJSON(b, from, &srv); err != nil {

@@ -3,8 +3,6 @@ package state
 import (
 	"fmt"
 	"strings"
-
-	bolt "go.etcd.io/bbolt"
 )
 
 // EventApproval records an operator approving a revision the safety brake held.
@@ -25,7 +23,7 @@ func (s *Store) Approve(prefix, actor string) error {
 	if actor == "" {
 		actor = ActorLocal
 	}
-	return s.update(func(tx *bolt.Tx) error {
+	return s.update(func(tx kvTx) error {
 		meta := tx.Bucket(bucketMeta)
 		key := append(append([]byte{}, approvalPrefix...), prefix...)
 		if meta.Get(key) != nil {
@@ -43,7 +41,7 @@ func (s *Store) Approve(prefix, actor string) error {
 func (s *Store) Approved(digest string) (bool, error) {
 	digest = strings.TrimPrefix(digest, "sha256:")
 	found := false
-	err := s.view(func(tx *bolt.Tx) error {
+	err := s.view(func(tx kvTx) error {
 		c := tx.Bucket(bucketMeta).Cursor()
 		for k, _ := c.Seek(approvalPrefix); k != nil && strings.HasPrefix(string(k), string(approvalPrefix)); k, _ = c.Next() {
 			if strings.HasPrefix(digest, string(k[len(approvalPrefix):])) {
@@ -66,7 +64,7 @@ type Approval struct {
 // Approvals returns every recorded approval, ordered by prefix.
 func (s *Store) Approvals() ([]Approval, error) {
 	var out []Approval
-	err := s.view(func(tx *bolt.Tx) error {
+	err := s.view(func(tx kvTx) error {
 		c := tx.Bucket(bucketMeta).Cursor()
 		for k, v := c.Seek(approvalPrefix); k != nil && strings.HasPrefix(string(k), string(approvalPrefix)); k, v = c.Next() {
 			out = append(out, Approval{Revision: string(k[len(approvalPrefix):]), Actor: string(v)})

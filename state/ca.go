@@ -3,8 +3,6 @@ package state
 import (
 	"encoding/json"
 	"fmt"
-
-	bolt "go.etcd.io/bbolt"
 )
 
 // Meta keys of the controller CA (issue 11). The key record is a
@@ -33,7 +31,7 @@ type CARecord struct {
 func (s *Store) CA() (CARecord, error) {
 	var rec CARecord
 	var kr secretRecord
-	err := s.view(func(tx *bolt.Tx) error {
+	err := s.view(func(tx kvTx) error {
 		meta := tx.Bucket(bucketMeta)
 		c, k := meta.Get(keyCACert), meta.Get(keyCAKey)
 		if c == nil || k == nil {
@@ -85,7 +83,7 @@ func (s *Store) putCA(rec CARecord, replace bool) error {
 	if err != nil {
 		return err
 	}
-	return s.update(func(tx *bolt.Tx) error {
+	return s.update(func(tx kvTx) error {
 		meta := tx.Bucket(bucketMeta)
 		if !replace && meta.Get(keyCACert) != nil {
 			return nil

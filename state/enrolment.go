@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"time"
-
-	bolt "go.etcd.io/bbolt"
 )
 
 // bucketEnrolment holds enrolment tokens for the join listener (issue 11):
@@ -45,7 +43,7 @@ func (s *Store) IssueEnrolmentToken(ttl time.Duration, payload json.RawMessage, 
 	}
 	now := s.nowUTC()
 	t := EnrolmentToken{ID: tokenID(h), IssuedAt: now, ExpiresAt: now.Add(ttl), IssuedBy: actor, Payload: payload}
-	err = s.update(func(tx *bolt.Tx) error {
+	err = s.update(func(tx kvTx) error {
 		b, err := tx.CreateBucketIfNotExists(bucketEnrolment)
 		if err != nil {
 			return err
@@ -74,7 +72,7 @@ func (s *Store) ConsumeEnrolmentToken(value, host string) (EnrolmentToken, error
 	h := sha256.Sum256([]byte(value))
 	var out EnrolmentToken
 	var refused error
-	err := s.update(func(tx *bolt.Tx) error {
+	err := s.update(func(tx kvTx) error {
 		refused = nil
 		b, err := tx.CreateBucketIfNotExists(bucketEnrolment)
 		if err != nil {
@@ -119,7 +117,7 @@ func (s *Store) ConsumeEnrolmentToken(value, host string) (EnrolmentToken, error
 
 // pruneEnrolment deletes tokens that expired more than a day ago (kept that
 // long so a late reuse is reported as expired or used, not unknown).
-func pruneEnrolment(b *bolt.Bucket, now time.Time) error {
+func pruneEnrolment(b kvBucket, now time.Time) error {
 	var dead [][]byte
 	err := b.ForEach(func(k, v []byte) error {
 		var t EnrolmentToken
@@ -147,7 +145,7 @@ func pruneEnrolment(b *bolt.Bucket, now time.Time) error {
 // whatever fn returns (wrapped).
 func (s *Store) UpdateHost(name string, fn func(*Host) error) (Host, error) {
 	var h Host
-	err := s.update(func(tx *bolt.Tx) error {
+	err := s.update(func(tx kvTx) error {
 		b := tx.Bucket(bucketHosts)
 		if err := getJSON(b, name, &h); err != nil {
 			return err
@@ -172,7 +170,7 @@ func (s *Store) UpdateHost(name string, fn func(*Host) error) (Host, error) {
 func (s *Store) PeekEnrolmentToken(value string) (EnrolmentToken, error) {
 	h := sha256.Sum256([]byte(value))
 	var t EnrolmentToken
-	err := s.view(func(tx *bolt.Tx) error {
+	err := s.view(func(tx kvTx) error {
 		b := tx.Bucket(bucketEnrolment)
 		if b == nil {
 			return ErrTokenUnknown

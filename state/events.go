@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"math"
 	"time"
-
-	bolt "go.etcd.io/bbolt"
 )
 
 // EventKind classifies an event.
@@ -68,7 +66,7 @@ func (s *Store) AppendEvent(e Event) (Event, error) {
 			return Event{}, fmt.Errorf("state: append event: %w", err)
 		}
 	}
-	err := s.update(func(tx *bolt.Tx) error { return s.appendEvent(tx, &e) })
+	err := s.update(func(tx kvTx) error { return s.appendEvent(tx, &e) })
 	if err != nil {
 		return Event{}, fmt.Errorf("state: append event: %w", err)
 	}
@@ -87,9 +85,9 @@ func (s *Store) Events(q EventQuery) ([]Event, error) {
 	if q.After == math.MaxUint64 {
 		return nil, nil
 	}
-	err := s.view(func(tx *bolt.Tx) error {
+	err := s.view(func(tx kvTx) error {
 		events := tx.Bucket(bucketEvents)
-		var c *bolt.Cursor
+		var c kvCursor
 		if q.Server == "" {
 			c = events.Cursor()
 		} else {
@@ -123,7 +121,7 @@ func (s *Store) Events(q EventQuery) ([]Event, error) {
 // LastEventSeq returns the highest Seq ever assigned (0 for an empty log).
 func (s *Store) LastEventSeq() (uint64, error) {
 	var seq uint64
-	err := s.view(func(tx *bolt.Tx) error {
+	err := s.view(func(tx kvTx) error {
 		seq = tx.Bucket(bucketEvents).Sequence()
 		return nil
 	})
@@ -139,12 +137,12 @@ const appendFill = 0.95
 
 // appendEvent assigns e.Seq and e.At, stores e and its per-server index
 // entry, and prunes by count and age, all inside tx.
-func (s *Store) appendEvent(tx *bolt.Tx, e *Event) error {
+func (s *Store) appendEvent(tx kvTx, e *Event) error {
 	events := tx.Bucket(bucketEvents)
 	// Keys are increasing sequence numbers, so every insert is an append:
 	// bbolt's default split (FillPercent 0.5) would leave each full page
 	// half empty, doubling the file and the pages a scan maps in.
-	events.FillPercent = appendFill
+	events.SetFillPercent(appendFill)
 	seq, err := events.NextSequence()
 	if err != nil {
 		return err
@@ -169,7 +167,7 @@ func (s *Store) appendEvent(tx *bolt.Tx, e *Event) error {
 		if err != nil {
 			return err
 		}
-		sb.FillPercent = appendFill // per-server index: appends too
+		sb.SetFillPercent(appendFill) // per-server index: appends too
 		if err := sb.Put(key, nil); err != nil {
 			return err
 		}
@@ -194,12 +192,12 @@ func (s *Store) appendEvent(tx *bolt.Tx, e *Event) error {
 	}
 	// Age: a bounded sweep per append keeps each write small; Prune sweeps
 	// everything.
-	_, err = s.pruneOld(tx, 64)
+	_, err = s.pruneOld(tx, s.sweep)
 	return err
 }
 
 // pruneOld deletes up to max (≤0: unbounded) events older than MaxAge.
-func (s *Store) pruneOld(tx *bolt.Tx, max int) (int, error) {
+func (s *Store) pruneOld(tx kvTx, max int) (int, error) {
 	cutoff := s.nowUTC().Add(-s.retention.MaxAge)
 	c := tx.Bucket(bucketEvents).Cursor()
 	n := 0
@@ -223,7 +221,7 @@ func (s *Store) pruneOld(tx *bolt.Tx, max int) (int, error) {
 
 // deleteEvent removes the event with key k from the log, its server index
 // and both counters.
-func (s *Store) deleteEvent(tx *bolt.Tx, k []byte) error {
+func (s *Store) deleteEvent(tx kvTx, k []byte) error {
 	if k == nil {
 		return nil
 	}
@@ -278,10 +276,15 @@ type PruneResult struct {
 }
 
 // Prune deletes events older than Retention.MaxAge and machine tokens that
-// have expired. Safe to call periodically; each call is one transaction.
+// have expired. Safe to call periodically; on bbolt each call is one
+// transaction; on etcd (whose transactions hold at most 128 operations by
+// default) it is a run of transactions of bounded size, each consistent.
 func (s *Store) Prune() (PruneResult, error) {
+	if s.pruneBatch > 0 {
+		return s.pruneBatched()
+	}
 	var res PruneResult
-	err := s.update(func(tx *bolt.Tx) error {
+	err := s.update(func(tx kvTx) error {
 		n, err := s.pruneOld(tx, 0)
 		if err != nil {
 			return err
@@ -292,6 +295,42 @@ func (s *Store) Prune() (PruneResult, error) {
 	})
 	if err != nil {
 		return PruneResult{}, fmt.Errorf("state: prune: %w", err)
+	}
+	return res, nil
+}
+
+// pruneBatched is Prune as transactions of at most s.pruneBatch deletions.
+func (s *Store) pruneBatched() (PruneResult, error) {
+	var res PruneResult
+	for {
+		n := 0
+		err := s.update(func(tx kvTx) error {
+			var err error
+			n, err = s.pruneOld(tx, s.pruneBatch)
+			return err
+		})
+		if err != nil {
+			return res, fmt.Errorf("state: prune: %w", err)
+		}
+		res.Events += n
+		if n < s.pruneBatch {
+			break
+		}
+	}
+	for {
+		n := 0
+		err := s.update(func(tx kvTx) error {
+			var err error
+			n, err = s.pruneTokensMax(tx, s.pruneBatch)
+			return err
+		})
+		if err != nil {
+			return res, fmt.Errorf("state: prune: %w", err)
+		}
+		res.Tokens += n
+		if n < s.pruneBatch {
+			break
+		}
 	}
 	return res, nil
 }

@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"time"
-
-	bolt "go.etcd.io/bbolt"
 )
 
 // Host liveness and fencing events (issue 21). Server is the host's
@@ -87,7 +85,7 @@ const bootSlack = 15 * time.Second
 func (s *Store) RecordHeartbeat(host string, now time.Time, hb Heartbeat) (HeartbeatResult, error) {
 	var res HeartbeatResult
 	now = now.UTC()
-	err := s.update(func(tx *bolt.Tx) error {
+	err := s.update(func(tx kvTx) error {
 		b := tx.Bucket(bucketHosts)
 		var h Host
 		if err := getJSON(b, host, &h); err != nil {
@@ -158,7 +156,7 @@ var ErrNotLost = errors.New("host is not lost")
 // writing EventHostLost. A host already lost is left alone (nil, changed
 // false). Errors: ErrNotFound, ErrNotLost.
 func (s *Store) MarkHostLost(host string, cutoff, now time.Time) (changed bool, err error) {
-	err = s.update(func(tx *bolt.Tx) error {
+	err = s.update(func(tx kvTx) error {
 		b := tx.Bucket(bucketHosts)
 		var h Host
 		if err := getJSON(b, host, &h); err != nil {
@@ -194,7 +192,7 @@ func (s *Store) MarkHostLost(host string, cutoff, now time.Time) (changed bool, 
 // EventHostLostPower when it changed ("lost, powered on"). Errors:
 // ErrNotFound, ErrNotLost.
 func (s *Store) RecordLostPower(host string, at time.Time, p Power, readErr string) error {
-	err := s.update(func(tx *bolt.Tx) error {
+	err := s.update(func(tx kvTx) error {
 		b := tx.Bucket(bucketHosts)
 		var h Host
 		if err := getJSON(b, host, &h); err != nil {
@@ -245,7 +243,7 @@ func (s *Store) FenceServer(server string, f Fencing) (Server, error) {
 	}
 	f.At = s.nowUTC()
 	var out Server
-	err := s.update(func(tx *bolt.Tx) error {
+	err := s.update(func(tx kvTx) error {
 		b := tx.Bucket(bucketServers)
 		var srv Server
 		if err := getJSON(b, server, &srv); err != nil {
@@ -284,7 +282,7 @@ func (s *Store) UnfenceServer(server, actor, reason string) (changed bool, err e
 	if actor == "" || reason == "" {
 		return false, fmt.Errorf("state: unfence %s: actor and reason are required: %w", server, ErrInvalid)
 	}
-	err = s.update(func(tx *bolt.Tx) error {
+	err = s.update(func(tx kvTx) error {
 		b := tx.Bucket(bucketServers)
 		var srv Server
 		if err := getJSON(b, server, &srv); err != nil {
@@ -314,7 +312,7 @@ func (s *Store) UnfenceServer(server, actor, reason string) (changed bool, err e
 	return changed, nil
 }
 
-func (s *Store) setHostsFenced(tx *bolt.Tx, server string, f *Fencing) error {
+func (s *Store) setHostsFenced(tx kvTx, server string, f *Fencing) error {
 	b := tx.Bucket(bucketHosts)
 	var names []string
 	if err := b.ForEach(func(k, v []byte) error {

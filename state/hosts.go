@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"time"
-
-	bolt "go.etcd.io/bbolt"
 )
 
 // Host is a joined hypervisor host (docs/architecture.md "Flow" step 5).
@@ -67,7 +65,7 @@ func (s *Store) PutHost(h Host) (Host, error) {
 	if h.JoinedAt.IsZero() {
 		h.JoinedAt = s.nowUTC()
 	}
-	err := s.update(func(tx *bolt.Tx) error { return putJSON(tx.Bucket(bucketHosts), h.Name, &h) })
+	err := s.update(func(tx kvTx) error { return putJSON(tx.Bucket(bucketHosts), h.Name, &h) })
 	if err != nil {
 		return Host{}, fmt.Errorf("state: put host %s: %w", h.Name, err)
 	}
@@ -77,7 +75,7 @@ func (s *Store) PutHost(h Host) (Host, error) {
 // Host returns the named host, or ErrNotFound.
 func (s *Store) Host(name string) (Host, error) {
 	var h Host
-	err := s.view(func(tx *bolt.Tx) error { return getJSON(tx.Bucket(bucketHosts), name, &h) })
+	err := s.view(func(tx kvTx) error { return getJSON(tx.Bucket(bucketHosts), name, &h) })
 	if err != nil {
 		return Host{}, fmt.Errorf("state: get host %s: %w", name, err)
 	}
@@ -87,7 +85,7 @@ func (s *Store) Host(name string) (Host, error) {
 // Hosts lists every host ordered by name.
 func (s *Store) Hosts() ([]Host, error) {
 	var out []Host
-	err := s.view(func(tx *bolt.Tx) error {
+	err := s.view(func(tx kvTx) error {
 		return tx.Bucket(bucketHosts).ForEach(func(k, v []byte) error {
 			var h Host
 			if err := json.Unmarshal(v, &h); err != nil {
@@ -109,7 +107,7 @@ func (s *Store) AppendJoinLog(host string, e JoinLogEntry) (JoinLogEntry, error)
 	if err := checkName("host", host); err != nil {
 		return JoinLogEntry{}, fmt.Errorf("state: append join log: %w", err)
 	}
-	err := s.update(func(tx *bolt.Tx) error {
+	err := s.update(func(tx kvTx) error {
 		b, err := tx.Bucket(bucketJoinLogs).CreateBucketIfNotExists([]byte(host))
 		if err != nil {
 			return err
@@ -134,7 +132,7 @@ func (s *Store) AppendJoinLog(host string, e JoinLogEntry) (JoinLogEntry, error)
 // JoinLog returns the named host's join log in order (empty if none).
 func (s *Store) JoinLog(host string) ([]JoinLogEntry, error) {
 	var out []JoinLogEntry
-	err := s.view(func(tx *bolt.Tx) error {
+	err := s.view(func(tx kvTx) error {
 		b := tx.Bucket(bucketJoinLogs).Bucket([]byte(host))
 		if b == nil {
 			return nil

@@ -4,15 +4,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"time"
-
-	bolt "go.etcd.io/bbolt"
 )
 
 // migrate1to2 rewrites version-1 server records, whose "power" was a bare
 // string and which had no power source or time, into version-2 records
 // with a PowerStatus. The hosts, join-log and admin-token buckets are
 // created by Open after the migrations run.
-func migrate1to2(tx *bolt.Tx) error {
+func migrate1to2(tx kvTx) error {
 	b := tx.Bucket(bucketServers)
 	if b == nil {
 		return nil

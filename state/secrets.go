@@ -12,8 +12,6 @@ import (
 	"log/slog"
 	"sort"
 	"time"
-
-	bolt "go.etcd.io/bbolt"
 )
 
 // MinMasterKeyLen is the shortest master key Open accepts, in bytes.
@@ -114,7 +112,7 @@ func (s *Store) initSealing(master []byte) error {
 	}
 	s.sealKey = key
 	sealedNow := 0
-	err = s.db.Update(func(tx *bolt.Tx) error {
+	err = s.eng.update(func(tx kvTx) error {
 		meta := tx.Bucket(bucketMeta)
 		if kc := meta.Get(keyKeyCheck); kc != nil {
 			var rec secretRecord
@@ -255,7 +253,7 @@ func (s *Store) PutSecret(name string, c Credential, actor string) (SecretInfo, 
 	}
 	rec.UpdatedAt = s.nowUTC()
 	rec.UpdatedBy = actor
-	err = s.update(func(tx *bolt.Tx) error {
+	err = s.update(func(tx kvTx) error {
 		if err := putJSON(tx.Bucket(bucketSecrets), name, &rec); err != nil {
 			return err
 		}
@@ -317,7 +315,7 @@ func (s *Store) UnstallByCredential(name, actor string) ([]string, error) {
 // another name.
 func (s *Store) Secret(name string) (Credential, error) {
 	var rec secretRecord
-	err := s.view(func(tx *bolt.Tx) error { return getJSON(tx.Bucket(bucketSecrets), name, &rec) })
+	err := s.view(func(tx kvTx) error { return getJSON(tx.Bucket(bucketSecrets), name, &rec) })
 	if err != nil {
 		return Credential{}, fmt.Errorf("state: get secret %s: %w", name, err)
 	}
@@ -335,7 +333,7 @@ func (s *Store) Secret(name string) (Credential, error) {
 // DeleteSecret removes the named secret and writes an EventSecretDeleted
 // event. Errors: ErrNotFound.
 func (s *Store) DeleteSecret(name, actor string) error {
-	err := s.update(func(tx *bolt.Tx) error {
+	err := s.update(func(tx kvTx) error {
 		b := tx.Bucket(bucketSecrets)
 		if b.Get([]byte(name)) == nil {
 			return ErrNotFound
@@ -354,7 +352,7 @@ func (s *Store) DeleteSecret(name, actor string) error {
 // Secrets lists the stored secrets by name, without values.
 func (s *Store) Secrets() ([]SecretInfo, error) {
 	var out []SecretInfo
-	err := s.view(func(tx *bolt.Tx) error {
+	err := s.view(func(tx kvTx) error {
 		return tx.Bucket(bucketSecrets).ForEach(func(k, v []byte) error {
 			var rec secretRecord
 			if err := json.Unmarshal(v, &rec); err != nil {

@@ -7,8 +7,6 @@ import (
 	"regexp"
 	"time"
 
-	bolt "go.etcd.io/bbolt"
-
 	"github.com/machina-metal/machina/macaddr"
 )
 
@@ -276,7 +274,7 @@ func (s *Store) CreateServer(srv Server) (Server, error) {
 	if !srv.Power.State.Valid() {
 		return Server{}, fmt.Errorf("state: create server %s: power %q: %w", srv.Name, srv.Power.State, ErrInvalid)
 	}
-	err := s.update(func(tx *bolt.Tx) error {
+	err := s.update(func(tx kvTx) error {
 		b := tx.Bucket(bucketServers)
 		if b.Get([]byte(srv.Name)) != nil {
 			return ErrExists
@@ -302,7 +300,7 @@ func (s *Store) CreateServer(srv Server) (Server, error) {
 // Server returns the named server, or ErrNotFound.
 func (s *Store) Server(name string) (Server, error) {
 	var srv Server
-	err := s.view(func(tx *bolt.Tx) error {
+	err := s.view(func(tx kvTx) error {
 		data := tx.Bucket(bucketServers).Get([]byte(name))
 		if data == nil {
 			return ErrNotFound
@@ -351,14 +349,14 @@ func (s *Store) ListServers(opts ListOptions) (ServerPage, error) {
 		return ServerPage{}, fmt.Errorf("state: list servers: lifecycle %q: %w", opts.Lifecycle, ErrInvalid)
 	}
 	var page ServerPage
-	err := s.view(func(tx *bolt.Tx) error {
+	err := s.view(func(tx kvTx) error {
 		b := tx.Bucket(bucketServers)
 		// Sizing the page up front avoids regrowing a slice of large
 		// structs; for big pages, Stats (a page walk without decoding,
 		// about 1 ms for 10,000 records) bounds it by the record count.
 		size := opts.Limit
 		if size > 1024 {
-			size = min(size, b.Stats().KeyN)
+			size = min(size, b.KeyN())
 		}
 		page.Servers = make([]Server, 0, size)
 		c := b.Cursor()
@@ -399,7 +397,7 @@ func (s *Store) ListServers(opts ListOptions) (ServerPage, error) {
 // CountServers returns the number of servers per lifecycle.
 func (s *Store) CountServers() (map[Lifecycle]int, error) {
 	counts := map[Lifecycle]int{}
-	err := s.view(func(tx *bolt.Tx) error {
+	err := s.view(func(tx kvTx) error {
 		return tx.Bucket(bucketServers).ForEach(func(k, v []byte) error {
 			if err := s.servers.view(k, v, func(srv *Server) { counts[srv.Lifecycle]++ }); err != nil {
 				return fmt.Errorf("decode server %s: %w", k, err)
@@ -429,7 +427,7 @@ func (s *Store) StalledServers() ([]string, error) {
 // retain it.
 func (s *Store) serverNames(match func(*Server) bool) ([]string, error) {
 	var out []string
-	err := s.view(func(tx *bolt.Tx) error {
+	err := s.view(func(tx kvTx) error {
 		return tx.Bucket(bucketServers).ForEach(func(k, v []byte) error {
 			if err := s.servers.view(k, v, func(srv *Server) {
 				if match(srv) {
@@ -452,7 +450,7 @@ func (s *Store) ServerByBootMAC(mac string) (Server, error) {
 	needle := []byte(`"bootMAC":"` + mac + `"`)
 	var out Server
 	found := false
-	err := s.view(func(tx *bolt.Tx) error {
+	err := s.view(func(tx kvTx) error {
 		return tx.Bucket(bucketServers).ForEach(func(k, v []byte) error {
 			if found || mac == "" || !bytes.Contains(v, needle) {
 				return nil
@@ -482,7 +480,7 @@ func (s *Store) ServerByBootMAC(mac string) (Server, error) {
 // store. An error from fn aborts the update and is returned wrapped.
 func (s *Store) UpdateServer(name string, fn func(*Server) error) (Server, error) {
 	var out Server
-	err := s.update(func(tx *bolt.Tx) error {
+	err := s.update(func(tx kvTx) error {
 		var err error
 		out, err = s.updateServerTx(tx, name, fn)
 		return err
@@ -493,7 +491,7 @@ func (s *Store) UpdateServer(name string, fn func(*Server) error) (Server, error
 	return out, nil
 }
 
-func (s *Store) updateServerTx(tx *bolt.Tx, name string, fn func(*Server) error) (Server, error) {
+func (s *Store) updateServerTx(tx kvTx, name string, fn func(*Server) error) (Server, error) {
 	b := tx.Bucket(bucketServers)
 	var srv Server
 	if err := getJSON(b, name, &srv); err != nil {
@@ -533,7 +531,7 @@ func (s *Store) SetPower(name string, p Power, src PowerSource) (Server, error) 
 		return Server{}, fmt.Errorf("state: set power %s: power %q: %w", name, p, ErrInvalid)
 	}
 	var out Server
-	err := s.update(func(tx *bolt.Tx) error {
+	err := s.update(func(tx kvTx) error {
 		var err error
 		out, err = s.setPowerTx(tx, name, p, src)
 		return err
@@ -579,13 +577,13 @@ func (s *Store) ApplyBatched(m Move) (Server, error) {
 	return s.apply(m, s.batch)
 }
 
-func (s *Store) apply(m Move, run func(func(*bolt.Tx) error) error) (Server, error) {
+func (s *Store) apply(m Move, run func(func(kvTx) error) error) (Server, error) {
 	if m.Actor == "" {
 		m.Actor = ActorController
 	}
 	var out Server
 	var refused *TransitionError
-	err := run(func(tx *bolt.Tx) error {
+	err := run(func(tx kvTx) error {
 		var err error
 		out, refused, err = s.applyTx(tx, m)
 		return err
@@ -599,7 +597,7 @@ func (s *Store) apply(m Move, run func(func(*bolt.Tx) error) error) (Server, err
 	return out, nil
 }
 
-func (s *Store) setPowerTx(tx *bolt.Tx, name string, p Power, src PowerSource) (Server, error) {
+func (s *Store) setPowerTx(tx kvTx, name string, p Power, src PowerSource) (Server, error) {
 	b := tx.Bucket(bucketServers)
 	var srv Server
 	if err := getJSON(b, name, &srv); err != nil {
@@ -621,7 +619,7 @@ func (s *Store) setPowerTx(tx *bolt.Tx, name string, p Power, src PowerSource) (
 		Message: fmt.Sprintf("power %s→%s (%s)", prev, p, src)})
 }
 
-func putJSON(b *bolt.Bucket, key string, v any) error {
+func putJSON(b kvBucket, key string, v any) error {
 	data, err := json.Marshal(v)
 	if err != nil {
 		return err
@@ -630,7 +628,7 @@ func putJSON(b *bolt.Bucket, key string, v any) error {
 }
 
 // getJSON decodes key from b into v, or returns ErrNotFound.
-func getJSON(b *bolt.Bucket, key string, v any) error {
+func getJSON(b kvBucket, key string, v any) error {
 	data := b.Get([]byte(key))
 	if data == nil {
 		return ErrNotFound
@@ -655,7 +653,7 @@ func (s *Store) ObserveBMC(name string, readAt time.Time, p Power, health string
 		return false, fmt.Errorf("state: observe bmc %s: power %q: %w", name, p, ErrInvalid)
 	}
 	changed := false
-	err := s.update(func(tx *bolt.Tx) error {
+	err := s.update(func(tx kvTx) error {
 		b := tx.Bucket(bucketServers)
 		var srv Server
 		if err := getJSON(b, name, &srv); err != nil {
@@ -714,7 +712,7 @@ func (s *Store) ObserveBMC(name string, readAt time.Time, p Power, health string
 // not exist.
 func (s *Store) BMCReadFailed(name, msg string) (bool, error) {
 	changed := false
-	err := s.update(func(tx *bolt.Tx) error {
+	err := s.update(func(tx kvTx) error {
 		b := tx.Bucket(bucketServers)
 		var srv Server
 		if err := getJSON(b, name, &srv); err != nil {
@@ -775,7 +773,7 @@ func (s *Store) ServersWithBMC() ([]string, error) {
 
 // applyTx is one lifecycle move inside tx; a refusal is returned both as
 // the TransitionError and as the error (which aborts tx).
-func (s *Store) applyTx(tx *bolt.Tx, m Move) (Server, *TransitionError, error) {
+func (s *Store) applyTx(tx kvTx, m Move) (Server, *TransitionError, error) {
 	if m.Actor == "" {
 		m.Actor = ActorController
 	}

@@ -1,6 +1,7 @@
 package state
 
 import (
+	"errors"
 	"fmt"
 	"io"
 
@@ -19,7 +20,7 @@ type Snapshot struct {
 // Snapshot returns a consistent view of all servers and hosts.
 func (s *Store) Snapshot() (Snapshot, error) {
 	snap := Snapshot{Servers: map[string]Server{}, Hosts: map[string]Host{}}
-	err := s.view(func(tx *bolt.Tx) error {
+	err := s.view(func(tx kvTx) error {
 		err := tx.Bucket(bucketServers).ForEach(func(k, v []byte) error {
 			srv, err := s.servers.decode(k, v)
 			if err != nil {
@@ -56,17 +57,25 @@ func (s *Store) Snapshot() (Snapshot, error) {
 // holds, secrets sealed when a master key is set (unsealed otherwise) and
 // admin tokens as hashes, so keep it as carefully as the state file.
 func (s *Store) WriteBackup(w io.Writer, size func(int64)) (int64, error) {
+	if s.bdb == nil {
+		return s.backupCopy(w, size)
+	}
 	var n int64
-	err := s.view(func(tx *bolt.Tx) error {
+	err := boltErr(s.bdb.View(func(tx *bolt.Tx) error {
 		if size != nil {
 			size(tx.Size())
 		}
 		var err error
 		n, err = tx.WriteTo(w)
 		return err
-	})
+	}))
 	if err != nil {
 		return n, fmt.Errorf("state: backup: %w", err)
 	}
 	return n, nil
+}
+
+// backupCopy is WriteBackup for etcd: see WriteBackup.
+func (s *Store) backupCopy(w io.Writer, size func(int64)) (int64, error) {
+	return 0, fmt.Errorf("state: backup of %s: %w: take an etcd snapshot (etcdctl snapshot save) instead", s.path, errors.ErrUnsupported)
 }

@@ -3,6 +3,7 @@ package state
 import (
 	"crypto/rand"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -105,7 +106,8 @@ func (r Retention) withDefaults() Retention {
 // Store is the open state file. Its methods are safe for concurrent use;
 // bbolt serialises writers and readers see consistent snapshots.
 type Store struct {
-	db        *bolt.DB
+	eng       engine
+	bdb       *bolt.DB // the bbolt file; nil on etcd
 	path      string
 	log       *slog.Logger
 	now       func() time.Time
@@ -124,11 +126,17 @@ type Store struct {
 
 	servers serverCache
 	hosts   hostCache
+
+	// sweep bounds the old events one append deletes (and the events and
+	// tokens one Prune transaction deletes on an engine with a bounded
+	// transaction size; 0: unbounded).
+	sweep      int
+	pruneBatch int
 }
 
 // migrations[v] upgrades a version-v file to v+1 inside one transaction.
 // Open runs them in order; a failure leaves the file at its old version.
-var migrations = map[int]func(tx *bolt.Tx) error{
+var migrations = map[int]func(tx kvTx) error{
 	1: migrate1to2,
 }
 
@@ -167,8 +175,8 @@ func Open(path string, opts Options) (*Store, error) {
 		}
 		return nil, fmt.Errorf("state: open %s: %w", path, err)
 	}
-	s := &Store{db: db, path: path, log: opts.Logger, now: opts.Now, retention: opts.Retention.withDefaults(),
-		waiters: map[chan struct{}]struct{}{}}
+	s := newStore(&boltEngine{db: db}, path, opts)
+	s.bdb = db
 	if err := s.init(opts.MasterKey); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("state: open %s: %w", path, err)
@@ -176,9 +184,15 @@ func Open(path string, opts Options) (*Store, error) {
 	return s, nil
 }
 
+// newStore is the Store of eng before init.
+func newStore(eng engine, path string, opts Options) *Store {
+	return &Store{eng: eng, path: path, log: opts.Logger, now: opts.Now, retention: opts.Retention.withDefaults(),
+		waiters: map[chan struct{}]struct{}{}, sweep: 64}
+}
+
 // init creates buckets, runs migrations and sets up sealing.
 func (s *Store) init(masterKey []byte) error {
-	err := s.db.Update(func(tx *bolt.Tx) error {
+	err := s.eng.update(func(tx kvTx) error {
 		meta, err := tx.CreateBucketIfNotExists(bucketMeta)
 		if err != nil {
 			return err
@@ -238,21 +252,26 @@ func (s *Store) init(masterKey []byte) error {
 	return nil
 }
 
-// Path returns the file path the store was opened with.
+// Path returns the file path the store was opened with (for etcd, the
+// etcd:// target without credentials).
 func (s *Store) Path() string { return s.path }
 
-// Close releases the file and its lock.
+// Close releases the file and its lock (etcd: closes the client).
 func (s *Store) Close() error {
-	if err := s.db.Close(); err != nil {
+	if err := s.eng.close(); err != nil {
 		return fmt.Errorf("state: close: %w", err)
 	}
 	return nil
 }
 
 // Check runs bbolt's consistency check over the whole file and returns
-// every problem found, joined.
+// every problem found, joined. On etcd it checks that every record of the
+// buckets decodes as its bucket's type (etcd checks its own storage).
 func (s *Store) Check() error {
-	return s.db.View(func(tx *bolt.Tx) error {
+	if s.bdb == nil {
+		return s.checkRecords()
+	}
+	return s.bdb.View(func(tx *bolt.Tx) error {
 		var errs []error
 		for err := range tx.Check() {
 			errs = append(errs, err)
@@ -313,13 +332,10 @@ func (s *Store) wake() {
 
 // update runs fn in a read-write transaction and wakes Notify listeners
 // after a successful commit.
-func (s *Store) update(fn func(tx *bolt.Tx) error) error {
-	err := s.db.Update(fn)
+func (s *Store) update(fn func(tx kvTx) error) error {
+	err := s.eng.update(fn)
 	if err == nil {
 		s.wake()
-	}
-	if errors.Is(err, berrors.ErrDatabaseNotOpen) {
-		return ErrClosed
 	}
 	return err
 }
@@ -327,23 +343,16 @@ func (s *Store) update(fn func(tx *bolt.Tx) error) error {
 // batch is update through bolt.DB.Batch: concurrent callers share one
 // commit and one fsync. fn may run more than once and must be idempotent
 // given the same starting state.
-func (s *Store) batch(fn func(tx *bolt.Tx) error) error {
-	err := s.db.Batch(fn)
+func (s *Store) batch(fn func(tx kvTx) error) error {
+	err := s.eng.batch(fn)
 	if err == nil {
 		s.wake()
-	}
-	if errors.Is(err, berrors.ErrDatabaseNotOpen) {
-		return ErrClosed
 	}
 	return err
 }
 
-func (s *Store) view(fn func(tx *bolt.Tx) error) error {
-	err := s.db.View(fn)
-	if errors.Is(err, berrors.ErrDatabaseNotOpen) {
-		return ErrClosed
-	}
-	return err
+func (s *Store) view(fn func(tx kvTx) error) error {
+	return s.eng.view(fn)
 }
 
 func (s *Store) nowUTC() time.Time { return s.now().UTC() }
@@ -359,4 +368,31 @@ func btoi(b []byte) uint64 {
 		return 0
 	}
 	return binary.BigEndian.Uint64(b)
+}
+
+// checkRecords decodes every record of the typed buckets (the etcd
+// engine's Check).
+func (s *Store) checkRecords() error {
+	var errs []error
+	err := s.view(func(tx kvTx) error {
+		for _, b := range [][]byte{bucketServers, bucketEvents, bucketTokens, bucketAdminTokens, bucketSecrets, bucketHosts} {
+			bk := tx.Bucket(b)
+			if bk == nil {
+				errs = append(errs, fmt.Errorf("bucket %s missing", b))
+				continue
+			}
+			err := bk.ForEach(func(k, v []byte) error {
+				var m map[string]any
+				if err := json.Unmarshal(v, &m); err != nil {
+					errs = append(errs, fmt.Errorf("bucket %s key %q: %w", b, k, err))
+				}
+				return nil
+			})
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	return errors.Join(append(errs, err)...)
 }

@@ -9,8 +9,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"time"
-
-	bolt "go.etcd.io/bbolt"
 )
 
 // Purpose is what a machine token may be used for. A token is accepted only
@@ -117,7 +115,7 @@ func (s *Store) IssueToken(spec TokenSpec) (string, Token, error) {
 	}
 	var value string
 	var t Token
-	err = s.update(func(tx *bolt.Tx) error {
+	err = s.update(func(tx kvTx) error {
 		var err error
 		value, t, err = s.issueTokenTx(tx, spec)
 		return err
@@ -156,7 +154,7 @@ func liveKey(server string, p Purpose) []byte { return []byte(server + "\x00" + 
 // previous token of the same server and purpose: one live token per
 // purpose per server, so a token handed out earlier (a script fetched
 // twice, a plan fetched again) stops working the moment a new one exists.
-func (s *Store) issueTokenTx(tx *bolt.Tx, spec TokenSpec) (string, Token, error) {
+func (s *Store) issueTokenTx(tx kvTx, spec TokenSpec) (string, Token, error) {
 	value, h, err := newSecret("")
 	if err != nil {
 		return "", Token{}, err
@@ -221,7 +219,7 @@ func (s *Store) useToken(value string, claim TokenClaim, consume bool) (Token, e
 	}
 	var out Token
 	var refused error
-	err := s.update(func(tx *bolt.Tx) error {
+	err := s.update(func(tx kvTx) error {
 		refused = nil
 		b := tx.Bucket(bucketTokens)
 		data := b.Get(h[:])
@@ -281,7 +279,7 @@ func (s *Store) useToken(value string, claim TokenClaim, consume bool) (Token, e
 // (UnknownTokenRefusals, machina_machine_unknown_tokens_total).
 func (s *Store) tokenKnown(h [32]byte) bool {
 	known := true // on a read error, let the write transaction decide
-	_ = s.view(func(tx *bolt.Tx) error {
+	_ = s.view(func(tx kvTx) error {
 		known = tx.Bucket(bucketTokens).Get(h[:]) != nil
 		return nil
 	})
@@ -304,7 +302,7 @@ func tokenOrUnknown(id string) string {
 // or for all when purpose is empty, and returns how many were deleted.
 func (s *Store) RevokeTokens(server string, purpose Purpose) (int, error) {
 	n := 0
-	err := s.update(func(tx *bolt.Tx) error {
+	err := s.update(func(tx kvTx) error {
 		b := tx.Bucket(bucketTokens)
 		var dead [][]byte
 		err := b.ForEach(func(k, v []byte) error {
@@ -335,7 +333,10 @@ func (s *Store) RevokeTokens(server string, purpose Purpose) (int, error) {
 }
 
 // pruneTokens deletes expired machine tokens inside tx.
-func (s *Store) pruneTokens(tx *bolt.Tx) (int, error) {
+func (s *Store) pruneTokens(tx kvTx) (int, error) { return s.pruneTokensMax(tx, 0) }
+
+// pruneTokensMax deletes up to max (≤0: every) expired machine tokens.
+func (s *Store) pruneTokensMax(tx kvTx, max int) (int, error) {
 	now := s.nowUTC()
 	var dead [][]byte
 	err := tx.Bucket(bucketTokens).ForEach(func(k, v []byte) error {
@@ -343,7 +344,7 @@ func (s *Store) pruneTokens(tx *bolt.Tx) (int, error) {
 		if err := json.Unmarshal(v, &t); err != nil {
 			return fmt.Errorf("decode token: %w", err)
 		}
-		if !now.Before(t.ExpiresAt) {
+		if !now.Before(t.ExpiresAt) && (max <= 0 || len(dead) < max) {
 			dead = append(dead, append([]byte(nil), k...))
 		}
 		return nil

@@ -6,8 +6,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-
-	bolt "go.etcd.io/bbolt"
 )
 
 // Answer is the HTTP answer recorded with a token's use: a retry of the
@@ -23,7 +21,7 @@ type Answer struct {
 // It must not be used after Effect returns.
 type Tx struct {
 	s  *Store
-	tx *bolt.Tx
+	tx kvTx
 }
 
 // Server reads a server inside the transaction. Errors: ErrNotFound.
@@ -138,7 +136,7 @@ func (s *Store) UseToken(value string, u TokenUse) (tok Token, ans Answer, repla
 	}
 	fp := hex.EncodeToString(u.Request[:])
 	var refused, effectErr error
-	err = s.update(func(tx *bolt.Tx) error {
+	err = s.update(func(tx kvTx) error {
 		refused, effectErr, replayed = nil, nil, false
 		b := tx.Bucket(bucketTokens)
 		data := b.Get(h[:])
@@ -217,7 +215,7 @@ func (s *Store) UseToken(value string, u TokenUse) (tok Token, ans Answer, repla
 func (s *Store) PeekToken(value string, claim TokenClaim) (Token, error) {
 	h := sha256.Sum256([]byte(value))
 	var t Token
-	err := s.view(func(tx *bolt.Tx) error {
+	err := s.view(func(tx kvTx) error {
 		data := tx.Bucket(bucketTokens).Get(h[:])
 		if data == nil {
 			return ErrTokenUnknown

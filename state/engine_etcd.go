@@ -1,0 +1,898 @@
+package state
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+)
+
+// # The etcd engine
+//
+// Layout. Under the prefix P (EtcdConfig.Prefix, e.g. "/machina/"), a bucket
+// with path b1[/b2] (a nested bucket: per-server event index, per-host join
+// log) is
+//
+//	P k/<b1>[/<b2>]=<key>  one key per record, the value as bbolt holds it
+//	P m/<b1>[/<b2>]        the bucket's existence and sequence (uint64 BE)
+//	P g/<b1>[/<b2>]        the bucket's generation: re-put by every
+//	                       transaction that writes the bucket
+//
+// with bucket names escaped (%XX for bytes outside [A-Za-z0-9._-]), so no
+// bucket's record range holds another's. Record keys stay raw bytes: etcd
+// orders keys bytewise, as bbolt does, so cursors see the same order.
+//
+// Transactions. A transaction reads at one etcd revision (the revision of
+// its first read: a consistent snapshot, like a bbolt read transaction),
+// buffers its writes (reads see them, cursors merge them in order) and
+// commits them in one etcd Txn guarded by compares on what it read:
+//
+//   - a record read by key: ModRevision(record) = the one seen;
+//   - a bucket read by range (cursor, ForEach), or more than
+//     maxPointReads records of one bucket read by key: ModRevision(the
+//     bucket's generation key) = the one seen. Every writing transaction
+//     re-puts the generation key of each bucket it writes, so any write to
+//     the bucket since the snapshot, insert and delete included (phantoms),
+//     fails the compare. This is why concurrency.STM was not used: STM has
+//     no range reads, and a range read at the snapshot revision with
+//     ModRevision compares on the keys found cannot see a key deleted or
+//     inserted since; the generation key can, at the price of one more
+//     key per written bucket;
+//   - a bucket's existence: CreateRevision(existence key) = the one seen;
+//     its sequence: ModRevision(existence key) = the one seen;
+//   - the fence (EtcdConfig.Fence, Store.SetFence), when set.
+//
+// A failed compare reruns the transaction function from a new snapshot (up
+// to maxAttempts times, then ErrConflict), unless the fence compare failed:
+// then the write returns ErrNotLeader and is not retried. Writers of one
+// process are serialised (as bbolt serialises them), so retries only come
+// from other processes writing the same buckets. Reads fail closed: an
+// etcd error during a transaction fails it, nothing is committed.
+//
+// Size. etcd bounds a transaction to --max-txn-ops operations (128 by
+// default) and a request to --max-request-bytes (1.5 MiB): the store keeps
+// each transaction small (event retention deletes at most etcdSweep old
+// events per write, Prune runs in batches). A transaction that still
+// exceeds it fails with etcd's "too many operations in txn request".
+//
+// Compaction. etcd keeps every revision until compacted; the event log is
+// bounded by Retention (count site-wide, count per server, age), but the
+// revisions its deletions leave behind are not: compacting old revisions
+// (etcd --auto-compaction-mode=periodic --auto-compaction-retention=1h, or
+// `etcdctl compact`) and defragmenting are the operator's task, as for any
+// etcd (docs/ha.md). A transaction whose snapshot revision was compacted
+// away meanwhile is rerun from a new snapshot.
+
+const (
+	// maxPointReads: past this many records of one bucket read by key, a
+	// transaction guards the bucket's generation instead of each record
+	// (keeps the compares under etcd's --max-txn-ops).
+	maxPointReads = 8
+	// maxAttempts bounds the reruns of a conflicting transaction.
+	maxAttempts = 32
+	// etcdPage is the number of records one cursor read fetches.
+	etcdPage = 512
+	// etcdSweep is the age-retention sweep of one event append on etcd
+	// (bbolt: 64); each deletion costs about 3 operations of a txn.
+	etcdSweep = 16
+)
+
+// ErrNotLeader: a write transaction on etcd was refused because the fence
+// (Store.SetFence) no longer holds: the election key is gone or was created
+// again by another campaign, so this controller is not the leader any more.
+// Nothing of the transaction was written. Never retried by the store.
+var ErrNotLeader = errors.New("not the leader: the election key no longer matches (leadership lost)")
+
+// ErrConflict: an etcd transaction kept conflicting with other writers'
+// commits and was given up after its reruns; nothing was written.
+var ErrConflict = errors.New("transaction conflicted with concurrent writers too often")
+
+// ErrFenceUnsupported: SetFence on a bbolt store (one process, no election).
+var ErrFenceUnsupported = errors.New("fencing needs the etcd engine")
+
+// Fence conditions every write transaction on etcd on the writer still
+// holding leadership: the transaction commits only while Key exists with
+// CreateRevision equal to Revision, and, when Value is non-empty, with that
+// value. For an etcd concurrency.Election campaign won by this process,
+// Key is Election.Key() and Revision is Election.Rev() (the leader key's
+// create revision, as Election.Proclaim compares it); a new campaign, of
+// this process or another, creates a new key and so a new revision.
+type Fence struct {
+	Key      string
+	Revision int64
+	Value    string
+}
+
+// EtcdConfig says how OpenEtcd reaches etcd. Every zero value is usable
+// except Endpoints.
+type EtcdConfig struct {
+	// Endpoints are the client URLs (http:// or https://host:port).
+	Endpoints []string
+	// Prefix is the key prefix of this site's records; "" means
+	// "/machina/". A trailing "/" is added when missing.
+	Prefix string
+	// TLS is the client TLS configuration (CA, client certificate); nil
+	// means plain connections.
+	TLS *tls.Config
+	// DialTimeout bounds the first connection; zero means 5 s.
+	DialTimeout time.Duration
+	// RequestTimeout bounds each etcd request; zero means 10 s.
+	RequestTimeout time.Duration
+	// Fence, when set, fences every write transaction from the start (see
+	// Fence; Store.SetFence changes it later).
+	Fence *Fence
+	// Client, when set, is used instead of dialling Endpoints; Close does
+	// not close it.
+	Client *clientv3.Client
+}
+
+// OpenEtcd opens the site stored in etcd under cfg.Prefix (creating its
+// buckets when the prefix is empty, unless opts.MustExist), migrates it to
+// SchemaVersion and checks the master key, as Open does for a file.
+// Options.Timeout, NoSync do not apply. Errors: ErrNoStateFile
+// (MustExist and no site under the prefix), ErrSchemaVersion,
+// ErrWrongMasterKey, and etcd's connection errors.
+func OpenEtcd(cfg EtcdConfig, opts Options) (*Store, error) {
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	e, err := newEtcdEngine(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("state: open etcd: %w", err)
+	}
+	target := e.describe()
+	if opts.MustExist {
+		var found bool
+		err := e.view(func(tx kvTx) error {
+			if meta := tx.Bucket(bucketMeta); meta != nil {
+				found = meta.Get(keyVersion) != nil
+			}
+			return nil
+		})
+		if err == nil && !found {
+			err = ErrNoStateFile
+		}
+		if err != nil {
+			e.close()
+			return nil, fmt.Errorf("state: open %s: %w", target, err)
+		}
+	}
+	s := newStore(e, target, opts)
+	s.sweep, s.pruneBatch = etcdSweep, etcdSweep
+	if err := s.init(opts.MasterKey); err != nil {
+		e.close()
+		return nil, fmt.Errorf("state: open %s: %w", target, err)
+	}
+	return s, nil
+}
+
+// SetFence fences every later write transaction (f nil: no fence). Only
+// the etcd engine supports it (ErrFenceUnsupported otherwise). A write
+// refused by the fence returns an error wrapping ErrNotLeader.
+func (s *Store) SetFence(f *Fence) error {
+	e, ok := s.eng.(*etcdEngine)
+	if !ok {
+		return ErrFenceUnsupported
+	}
+	if f != nil {
+		c := *f
+		f = &c
+	}
+	e.fence.Store(f)
+	return nil
+}
+
+// Engine names the engine of the store: "bbolt" or "etcd".
+func (s *Store) Engine() string {
+	if _, ok := s.eng.(*etcdEngine); ok {
+		return "etcd"
+	}
+	return "bbolt"
+}
+
+type etcdEngine struct {
+	cli     *clientv3.Client
+	owns    bool
+	prefix  string
+	timeout time.Duration
+	target  string
+
+	mu    sync.Mutex // serialises this process's write transactions
+	fence atomic.Pointer[Fence]
+	known sync.Map // top-level bucket name → struct{}: exists (they are never deleted)
+}
+
+func newEtcdEngine(cfg EtcdConfig) (*etcdEngine, error) {
+	prefix := cfg.Prefix
+	if prefix == "" {
+		prefix = "/machina/"
+	}
+	if !strings.HasSuffix(prefix, "/") {
+		prefix += "/"
+	}
+	e := &etcdEngine{cli: cfg.Client, prefix: prefix, timeout: cfg.RequestTimeout}
+	if e.timeout <= 0 {
+		e.timeout = 10 * time.Second
+	}
+	if e.cli == nil {
+		if len(cfg.Endpoints) == 0 {
+			return nil, fmt.Errorf("no etcd endpoints: %w", ErrInvalid)
+		}
+		dial := cfg.DialTimeout
+		if dial <= 0 {
+			dial = 5 * time.Second
+		}
+		cli, err := clientv3.New(clientv3.Config{Endpoints: cfg.Endpoints, TLS: cfg.TLS, DialTimeout: dial,
+			Logger: zap.NewNop()})
+		if err != nil {
+			return nil, err
+		}
+		e.cli, e.owns = cli, true
+		// clientv3.New does not wait for a connection: check one now so a
+		// wrong address fails Open, not the first write.
+		ctx, cancel := context.WithTimeout(context.Background(), dial)
+		_, err = cli.Get(ctx, prefix+"m/meta")
+		cancel()
+		if err != nil {
+			cli.Close()
+			return nil, fmt.Errorf("reach %s: %w", strings.Join(cfg.Endpoints, ","), err)
+		}
+	}
+	e.target = "etcd://" + strings.Join(hostsOf(e.cli.Endpoints()), ",") + strings.TrimSuffix(prefix, "/")
+	if cfg.Fence != nil {
+		f := *cfg.Fence
+		e.fence.Store(&f)
+	}
+	return e, nil
+}
+
+// hostsOf strips the scheme of each endpoint URL.
+func hostsOf(eps []string) []string {
+	out := make([]string, len(eps))
+	for i, ep := range eps {
+		if j := strings.Index(ep, "://"); j >= 0 {
+			ep = ep[j+3:]
+		}
+		out[i] = ep
+	}
+	return out
+}
+
+func (e *etcdEngine) describe() string { return e.target }
+
+func (e *etcdEngine) close() error {
+	if e.owns {
+		return e.cli.Close()
+	}
+	return nil
+}
+
+func (e *etcdEngine) view(fn func(tx kvTx) error) error {
+	for attempt := 0; ; attempt++ {
+		tx := e.newTx(false)
+		err := fn(tx)
+		if tx.err != nil {
+			if errors.Is(tx.err, rpctypes.ErrCompacted) && attempt < maxAttempts {
+				continue
+			}
+			return fmt.Errorf("etcd read: %w", tx.err)
+		}
+		return err
+	}
+}
+
+func (e *etcdEngine) batch(fn func(tx kvTx) error) error { return e.update(fn) }
+
+func (e *etcdEngine) update(fn func(tx kvTx) error) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for attempt := 0; attempt < maxAttempts; attempt++ {
+		tx := e.newTx(true)
+		err := fn(tx)
+		if tx.err != nil {
+			if errors.Is(tx.err, rpctypes.ErrCompacted) {
+				continue
+			}
+			return fmt.Errorf("etcd read: %w", tx.err)
+		}
+		if err != nil {
+			return err
+		}
+		ok, err := tx.commit()
+		if err != nil {
+			return err
+		}
+		if ok {
+			tx.remember()
+			return nil
+		}
+		// Lost a race with another process: back off a little (jittered
+		// by the attempt number) and rerun from a new snapshot.
+		time.Sleep(time.Duration(attempt+1) * time.Millisecond)
+	}
+	return ErrConflict
+}
+
+func (e *etcdEngine) newTx(writable bool) *etcdTx {
+	return &etcdTx{e: e, writable: writable, buckets: map[string]*etcdBucket{},
+		keyReads: map[string]int64{}, genReads: map[string]int64{}, createReads: map[string]int64{}}
+}
+
+// etcdTx is one transaction (see the package comment above).
+type etcdTx struct {
+	e        *etcdEngine
+	writable bool
+	rev      int64 // snapshot revision; 0 until the first read
+	err      error // first read error: the transaction fails
+
+	buckets map[string]*etcdBucket // by escaped path
+
+	keyReads    map[string]int64 // etcd key → ModRevision seen (0: absent)
+	genReads    map[string]int64 // generation key → ModRevision seen
+	createReads map[string]int64 // existence key → CreateRevision seen
+}
+
+func (tx *etcdTx) fail(err error) {
+	if tx.err == nil {
+		tx.err = err
+	}
+}
+
+// get reads at the snapshot revision (fixing it on the first read).
+func (tx *etcdTx) get(key string, opts ...clientv3.OpOption) *clientv3.GetResponse {
+	if tx.err != nil {
+		return nil
+	}
+	if tx.rev > 0 {
+		opts = append(opts, clientv3.WithRev(tx.rev))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), tx.e.timeout)
+	defer cancel()
+	resp, err := tx.e.cli.Get(ctx, key, opts...)
+	if err != nil {
+		tx.fail(err)
+		return nil
+	}
+	if tx.rev == 0 {
+		tx.rev = resp.Header.Revision
+	}
+	return resp
+}
+
+func (tx *etcdTx) Bucket(name []byte) kvBucket {
+	b := tx.bucket(nil, name)
+	if b == nil {
+		return nil
+	}
+	return b
+}
+
+func (tx *etcdTx) CreateBucketIfNotExists(name []byte) (kvBucket, error) {
+	return tx.createBucket(nil, name)
+}
+
+// bucket returns the bucket handle for parent/name, or nil when it does
+// not exist (or a read failed).
+func (tx *etcdTx) bucket(parent *etcdBucket, name []byte) *etcdBucket {
+	b := tx.handle(parent, name)
+	if b.exists {
+		return b
+	}
+	return nil
+}
+
+// handle returns the cached handle of parent/name, loading its existence.
+func (tx *etcdTx) handle(parent *etcdBucket, name []byte) *etcdBucket {
+	id := escapeBucket(name)
+	if parent != nil {
+		id = parent.id + "/" + id
+	}
+	if b, ok := tx.buckets[id]; ok {
+		return b
+	}
+	p := tx.e.prefix
+	b := &etcdBucket{tx: tx, id: id, top: parent == nil, name: string(name),
+		dataPfx: p + "k/" + id + "=", metaKey: p + "m/" + id, genKey: p + "g/" + id,
+		writes: map[string]etcdWrite{}, base: map[string][]byte{}, points: map[string][]byte{}}
+	tx.buckets[id] = b
+	if b.top {
+		if _, ok := tx.e.known.Load(b.name); ok {
+			b.exists = true
+			return b
+		}
+	}
+	resp := tx.get(b.metaKey)
+	if resp == nil {
+		return b
+	}
+	if len(resp.Kvs) == 0 {
+		tx.createReads[b.metaKey] = 0
+		return b
+	}
+	kv := resp.Kvs[0]
+	tx.createReads[b.metaKey] = kv.CreateRevision
+	b.exists, b.seq, b.seqLoaded, b.metaRev = true, btoi(kv.Value), true, kv.ModRevision
+	return b
+}
+
+func (tx *etcdTx) createBucket(parent *etcdBucket, name []byte) (kvBucket, error) {
+	if !tx.writable {
+		return nil, errTxNotWritable
+	}
+	if len(name) == 0 {
+		return nil, fmt.Errorf("empty bucket name: %w", ErrInvalid)
+	}
+	b := tx.handle(parent, name)
+	if tx.err != nil {
+		return nil, tx.err
+	}
+	if !b.exists {
+		b.exists, b.created, b.seq, b.seqLoaded = true, true, 0, true
+		b.dirty = true
+	}
+	return b, nil
+}
+
+var errTxNotWritable = errors.New("tx not writable")
+
+// remember records the top-level buckets a committed transaction saw or
+// made, so later transactions skip their existence read.
+func (tx *etcdTx) remember() {
+	for _, b := range tx.buckets {
+		if b.top && b.exists {
+			tx.e.known.Store(b.name, struct{}{})
+		}
+	}
+}
+
+// commit sends the buffered writes guarded by the read set. ok false: a
+// compare failed (rerun); err ErrNotLeader: the fence failed.
+func (tx *etcdTx) commit() (bool, error) {
+	var ops []clientv3.Op
+	ids := make([]string, 0, len(tx.buckets))
+	for id := range tx.buckets {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		b := tx.buckets[id]
+		if b.deleted && !b.exists {
+			ops = append(ops, clientv3.OpDelete(b.dataPfx, clientv3.WithPrefix()),
+				clientv3.OpDelete(b.metaKey), clientv3.OpDelete(b.genKey))
+			continue
+		}
+		if b.deleted {
+			// Deleted and made again in this transaction: etcd refuses a
+			// range delete and a put of one key in one txn, so delete the
+			// old records one by one.
+			old := tx.get(b.dataPfx, clientv3.WithPrefix(), clientv3.WithKeysOnly())
+			if tx.err != nil {
+				return false, fmt.Errorf("etcd read: %w", tx.err)
+			}
+			for _, kv := range old.Kvs {
+				if _, ok := b.writes[strings.TrimPrefix(string(kv.Key), b.dataPfx)]; !ok {
+					ops = append(ops, clientv3.OpDelete(string(kv.Key)))
+				}
+			}
+		}
+		for _, k := range b.wkeys {
+			w := b.writes[k]
+			if w.del {
+				ops = append(ops, clientv3.OpDelete(b.dataPfx+k))
+			} else {
+				ops = append(ops, clientv3.OpPut(b.dataPfx+k, string(w.v)))
+			}
+		}
+		if b.created || b.seqDirty {
+			ops = append(ops, clientv3.OpPut(b.metaKey, string(u64(b.seq))))
+		}
+		if b.dirty || b.deleted {
+			ops = append(ops, clientv3.OpPut(b.genKey, ""))
+		}
+	}
+	if len(ops) == 0 {
+		return true, nil
+	}
+	var cmps []clientv3.Cmp
+	for k, r := range tx.keyReads {
+		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(k), "=", r))
+	}
+	for k, r := range tx.genReads {
+		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(k), "=", r))
+	}
+	for k, r := range tx.createReads {
+		cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(k), "=", r))
+	}
+	fence := tx.e.fence.Load()
+	var orElse []clientv3.Op
+	if fence != nil {
+		cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(fence.Key), "=", fence.Revision))
+		if fence.Value != "" {
+			cmps = append(cmps, clientv3.Compare(clientv3.Value(fence.Key), "=", fence.Value))
+		}
+		orElse = append(orElse, clientv3.OpGet(fence.Key))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), tx.e.timeout)
+	defer cancel()
+	resp, err := tx.e.cli.Txn(ctx).If(cmps...).Then(ops...).Else(orElse...).Commit()
+	if err != nil {
+		return false, fmt.Errorf("etcd commit (%d operations, %d compares): %w", len(ops), len(cmps), err)
+	}
+	if resp.Succeeded {
+		return true, nil
+	}
+	if fence != nil {
+		got := resp.Responses[0].GetResponseRange()
+		if got == nil || len(got.Kvs) == 0 || got.Kvs[0].CreateRevision != fence.Revision ||
+			(fence.Value != "" && string(got.Kvs[0].Value) != fence.Value) {
+			return false, fmt.Errorf("write refused by the fence on %s: %w", fence.Key, ErrNotLeader)
+		}
+	}
+	return false, nil
+}
+
+// etcdWrite is a buffered write: a value, or a deletion.
+type etcdWrite struct {
+	v   []byte
+	del bool
+}
+
+// etcdBucket is one bucket within one transaction.
+type etcdBucket struct {
+	tx      *etcdTx
+	id      string // escaped path
+	name    string // raw name (top-level buckets)
+	top     bool
+	dataPfx string
+	metaKey string
+	genKey  string
+
+	exists    bool
+	created   bool // made in this transaction
+	deleted   bool // deleted in this transaction: stored records are hidden
+	seq       uint64
+	seqLoaded bool
+	seqRead   bool // the sequence was read: guard it
+	seqDirty  bool
+	metaRev   int64
+	dirty     bool // written in this transaction: bump the generation
+
+	writes map[string]etcdWrite
+	wkeys  []string // sorted keys of writes
+
+	// Records read from etcd: base by range (within cov), points by key
+	// (nil value: absent).
+	base       map[string][]byte
+	bkeys      []string // sorted keys of base
+	cov        []interval
+	points     map[string][]byte
+	pointReads int
+	guarded    bool // the generation is in the read set
+}
+
+// interval is a covered key range [lo, hi) of a bucket; inf: to its end.
+type interval struct {
+	lo, hi string
+	inf    bool
+}
+
+func (b *etcdBucket) guard() {
+	if b.guarded || b.created && !b.deleted {
+		return
+	}
+	b.guarded = true
+	resp := b.tx.get(b.genKey)
+	if resp == nil {
+		return
+	}
+	var r int64
+	if len(resp.Kvs) > 0 {
+		r = resp.Kvs[0].ModRevision
+	}
+	b.tx.genReads[b.genKey] = r
+}
+
+func (b *etcdBucket) Get(key []byte) []byte {
+	k := string(key)
+	if w, ok := b.writes[k]; ok {
+		if w.del {
+			return nil
+		}
+		return w.v
+	}
+	if b.deleted || b.created {
+		return nil
+	}
+	if b.covered(k) {
+		return b.base[k]
+	}
+	if v, ok := b.points[k]; ok {
+		return v
+	}
+	resp := b.tx.get(b.dataPfx + k)
+	if resp == nil {
+		return nil
+	}
+	var v []byte
+	var r int64
+	if len(resp.Kvs) > 0 {
+		v, r = resp.Kvs[0].Value, resp.Kvs[0].ModRevision
+		if v == nil {
+			v = []byte{}
+		}
+	}
+	b.points[k] = v
+	b.pointReads++
+	switch {
+	case b.guarded:
+	case b.pointReads > maxPointReads:
+		b.guard()
+	default:
+		b.tx.keyReads[b.dataPfx+k] = r
+	}
+	return v
+}
+
+func (b *etcdBucket) write(key []byte, w etcdWrite) error {
+	if !b.tx.writable {
+		return errTxNotWritable
+	}
+	if len(key) == 0 {
+		return fmt.Errorf("empty key: %w", ErrInvalid)
+	}
+	k := string(key)
+	if _, ok := b.writes[k]; !ok {
+		i := sort.SearchStrings(b.wkeys, k)
+		b.wkeys = append(b.wkeys, "")
+		copy(b.wkeys[i+1:], b.wkeys[i:])
+		b.wkeys[i] = k
+	}
+	b.writes[k] = w
+	b.dirty = true
+	return nil
+}
+
+func (b *etcdBucket) Put(key, value []byte) error {
+	return b.write(key, etcdWrite{v: append([]byte{}, value...)})
+}
+
+func (b *etcdBucket) Delete(key []byte) error { return b.write(key, etcdWrite{del: true}) }
+
+func (b *etcdBucket) ForEach(fn func(k, v []byte) error) error {
+	c := b.Cursor()
+	for k, v := c.First(); k != nil; k, v = c.Next() {
+		if err := fn(k, v); err != nil {
+			return err
+		}
+	}
+	return b.tx.err
+}
+
+func (b *etcdBucket) Cursor() kvCursor { return &etcdCursor{b: b} }
+
+func (b *etcdBucket) Sequence() uint64 {
+	if !b.seqLoaded {
+		resp := b.tx.get(b.metaKey)
+		if resp == nil {
+			return 0
+		}
+		if len(resp.Kvs) > 0 {
+			b.seq, b.metaRev = btoi(resp.Kvs[0].Value), resp.Kvs[0].ModRevision
+		}
+		b.seqLoaded = true
+	}
+	if !b.seqRead && !b.created {
+		b.seqRead = true
+		b.tx.keyReads[b.metaKey] = b.metaRev
+	}
+	return b.seq
+}
+
+func (b *etcdBucket) NextSequence() (uint64, error) {
+	if !b.tx.writable {
+		return 0, errTxNotWritable
+	}
+	seq := b.Sequence()
+	if b.tx.err != nil {
+		return 0, b.tx.err
+	}
+	b.seq = seq + 1
+	b.seqDirty, b.dirty = true, true
+	return b.seq, nil
+}
+
+func (b *etcdBucket) Bucket(name []byte) kvBucket {
+	nb := b.tx.bucket(b, name)
+	if nb == nil {
+		return nil
+	}
+	return nb
+}
+
+func (b *etcdBucket) CreateBucketIfNotExists(name []byte) (kvBucket, error) {
+	return b.tx.createBucket(b, name)
+}
+
+func (b *etcdBucket) DeleteBucket(name []byte) error {
+	if !b.tx.writable {
+		return errTxNotWritable
+	}
+	nb := b.tx.bucket(b, name)
+	if b.tx.err != nil {
+		return b.tx.err
+	}
+	if nb == nil {
+		return fmt.Errorf("delete bucket %s: %w", name, ErrNotFound)
+	}
+	if nb.created && !nb.deleted {
+		// Made in this transaction only: forget it.
+		delete(b.tx.buckets, nb.id)
+		nb2 := b.tx.handle(b, name)
+		nb2.exists = false
+		return nil
+	}
+	nb.deleted, nb.exists, nb.created = true, false, false
+	nb.writes, nb.wkeys = map[string]etcdWrite{}, nil
+	nb.seq, nb.seqLoaded, nb.seqDirty = 0, true, false
+	return nil
+}
+
+func (b *etcdBucket) SetFillPercent(float64) {}
+
+func (b *etcdBucket) KeyN() int {
+	if b.deleted || b.created {
+		return len(b.wkeys)
+	}
+	resp := b.tx.get(b.dataPfx, clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if resp == nil {
+		return 0
+	}
+	return int(resp.Count) + len(b.wkeys)
+}
+
+// covered reports whether k lies in a range read from etcd.
+func (b *etcdBucket) covered(k string) bool {
+	_, _, ok := b.coverOf(k)
+	return ok
+}
+
+func (b *etcdBucket) coverOf(k string) (string, bool, bool) {
+	for _, iv := range b.cov {
+		if k >= iv.lo && (iv.inf || k < iv.hi) {
+			return iv.hi, iv.inf, true
+		}
+	}
+	return "", false, false
+}
+
+// ensure makes sure the range from k on is read, one page at least, and
+// returns the end of the covered range holding k.
+func (b *etcdBucket) ensure(k string) (hi string, inf bool) {
+	if hi, inf, ok := b.coverOf(k); ok {
+		return hi, inf
+	}
+	b.guard()
+	resp := b.tx.get(b.dataPfx+k, clientv3.WithRange(clientv3.GetPrefixRangeEnd(b.dataPfx)),
+		clientv3.WithLimit(etcdPage))
+	if resp == nil {
+		return "", true // the read failed: tx.err ends the transaction
+	}
+	iv := interval{lo: k, inf: !resp.More}
+	for _, kv := range resp.Kvs {
+		rk := strings.TrimPrefix(string(kv.Key), b.dataPfx)
+		if _, seen := b.base[rk]; seen {
+			continue
+		}
+		v := kv.Value
+		if v == nil {
+			v = []byte{}
+		}
+		b.base[rk] = v
+		if n := len(b.bkeys); n == 0 || rk > b.bkeys[n-1] {
+			b.bkeys = append(b.bkeys, rk)
+		} else {
+			i := sort.SearchStrings(b.bkeys, rk)
+			b.bkeys = append(b.bkeys, "")
+			copy(b.bkeys[i+1:], b.bkeys[i:])
+			b.bkeys[i] = rk
+		}
+		iv.hi = rk + "\x00"
+	}
+	if iv.inf {
+		iv.hi = ""
+	}
+	b.cov = append(b.cov, iv)
+	return iv.hi, iv.inf
+}
+
+// baseNext returns the first stored record with key ≥ k.
+func (b *etcdBucket) baseNext(k string) (string, []byte, bool) {
+	if b.deleted || b.created {
+		return "", nil, false
+	}
+	for b.tx.err == nil {
+		hi, inf := b.ensure(k)
+		i := sort.SearchStrings(b.bkeys, k)
+		if i < len(b.bkeys) && (inf || b.bkeys[i] < hi) {
+			return b.bkeys[i], b.base[b.bkeys[i]], true
+		}
+		if inf {
+			return "", nil, false
+		}
+		k = hi
+	}
+	return "", nil, false
+}
+
+// next returns the first record with key ≥ k as this transaction sees it.
+func (b *etcdBucket) next(k string) ([]byte, []byte) {
+	if !b.exists {
+		return nil, nil
+	}
+	for {
+		bk, bv, bok := b.baseNext(k)
+		i := sort.SearchStrings(b.wkeys, k)
+		if i < len(b.wkeys) && (!bok || b.wkeys[i] <= bk) {
+			wk := b.wkeys[i]
+			w := b.writes[wk]
+			if w.del {
+				k = wk + "\x00"
+				continue
+			}
+			return []byte(wk), w.v
+		}
+		if bok {
+			return []byte(bk), bv
+		}
+		return nil, nil
+	}
+}
+
+type etcdCursor struct {
+	b   *etcdBucket
+	cur []byte
+}
+
+func (c *etcdCursor) set(k, v []byte) ([]byte, []byte) {
+	c.cur = k
+	return k, v
+}
+
+func (c *etcdCursor) First() ([]byte, []byte) { return c.set(c.b.next("")) }
+
+func (c *etcdCursor) Seek(seek []byte) ([]byte, []byte) { return c.set(c.b.next(string(seek))) }
+
+func (c *etcdCursor) Next() ([]byte, []byte) {
+	if c.cur == nil {
+		return nil, nil
+	}
+	return c.set(c.b.next(string(c.cur) + "\x00"))
+}
+
+// escapeBucket escapes a bucket name for a key path: bytes outside
+// [A-Za-z0-9._-] become %XX, so "/" and "=" never appear raw.
+func escapeBucket(name []byte) string {
+	var sb strings.Builder
+	for _, c := range name {
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '.', c == '_', c == '-':
+			sb.WriteByte(c)
+		default:
+			fmt.Fprintf(&sb, "%%%02X", c)
+		}
+	}
+	return sb.String()
+}
