@@ -44,6 +44,12 @@ type cand struct {
 
 func startCand(t *testing.T, name string, c *clientv3.Client) *cand {
 	t.Helper()
+	return startCandWith(t, name, c, nil)
+}
+
+// startCandWith is startCand with a hook run first in each OnElected.
+func startCandWith(t *testing.T, name string, c *clientv3.Client, hook func(Term)) *cand {
+	t.Helper()
 	reg := prometheus.NewRegistry()
 	m := NewMetrics(reg)
 	el, err := NewElector(ElectorConfig{Client: c, Prefix: "/test/leader", TTL: testTTL, Metrics: m,
@@ -58,6 +64,9 @@ func startCand(t *testing.T, name string, c *clientv3.Client) *cand {
 	go func() {
 		k.done <- el.Run(ctx, Handlers{
 			OnElected: func(ctx context.Context, tm Term) error {
+				if hook != nil {
+					hook(tm)
+				}
 				k.mu.Lock()
 				k.spans = append(k.spans, span{from: time.Now(), term: tm})
 				k.mu.Unlock()
