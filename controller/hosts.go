@@ -20,6 +20,7 @@ import (
 	"github.com/machina-metal/machina/inventory"
 	"github.com/machina-metal/machina/join"
 	"github.com/machina-metal/machina/reconciler"
+	"github.com/machina-metal/machina/reconciler/fleet"
 	"github.com/machina-metal/machina/state"
 )
 
@@ -360,7 +361,7 @@ func (w *hostWatch) readPower(ctx context.Context, h state.Host) {
 		_ = w.st.RecordLostPower(h.Name, w.now(), "", "server "+h.Server+" not found")
 		return
 	}
-	rctx, cancel := context.WithTimeout(ctx, bmcWatchTimeout)
+	rctx, cancel := context.WithTimeout(ctx, fleet.ReadTimeout)
 	defer cancel()
 	drv, err := w.drivers.Driver(rctx, srv)
 	var p bmc.PowerState
@@ -376,7 +377,7 @@ func (w *hostWatch) readPower(ctx context.Context, h state.Host) {
 		_ = w.st.RecordLostPower(h.Name, w.now(), "", msg)
 		return
 	}
-	sp := statePower(p)
+	sp := fleet.StatePower(p)
 	if sp == "" {
 		_ = w.st.RecordLostPower(h.Name, w.now(), "", "the BMC reports power "+string(p))
 		return

@@ -18,6 +18,7 @@ import (
 	"github.com/machina-metal/machina/bmc"
 	"github.com/machina-metal/machina/console"
 	"github.com/machina-metal/machina/reconciler"
+	"github.com/machina-metal/machina/reconciler/fleet"
 	"github.com/machina-metal/machina/state"
 	"github.com/machina-metal/machina/ui"
 )
@@ -115,7 +116,7 @@ func (b bmcInfo) BMCInfo(ctx context.Context, server string) (*bmc.Info, error) 
 		return nil, err
 	}
 	// What an operator just read is the freshest observation there is.
-	if _, err := b.st.ObserveBMC(server, at, statePower(in.Power), in.Health); err != nil {
+	if _, err := b.st.ObserveBMC(server, at, fleet.StatePower(in.Power), in.Health); err != nil {
 		return nil, err
 	}
 	return in, nil

@@ -78,7 +78,7 @@ func newSecretCmd(e *env) *cobra.Command {
 					return &exitError{code: 2, err: fmt.Errorf("secret set: %w", err)}
 				}
 				// The PEM is the secret's value (the API wants a user name and a
-				// value; controller.CABundlePEM reads it back).
+				// value; fleet.CABundlePEM reads it back).
 				info, err := c.PutSecret(cmd.Context(), name, v1.SecretRequest{Username: "ca-bundle", Password: string(b)})
 				if err != nil {
 					return &exitError{code: 2, err: fmt.Errorf("secret set %s: %w", name, err)}

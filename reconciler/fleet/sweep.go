@@ -1,4 +1,4 @@
-package controller
+package fleet
 
 import (
 	"context"
@@ -12,29 +12,30 @@ import (
 	"github.com/machina-metal/machina/state"
 )
 
-// Defaults of the BMC sweep (Config.BMCWatchInterval).
+// Defaults of the BMC sweep (NewSweep's interval).
 const (
 	// DefaultBMCWatchInterval is how long one sweep of every BMC spans: at
 	// 10,000 servers about 17 reads a second, each one GET on Redfish.
 	DefaultBMCWatchInterval = 10 * time.Minute
 	// bmcWatchWorkers bounds the reads in flight (a slow BMC holds one
-	// worker for at most bmcWatchTimeout).
+	// worker for at most ReadTimeout).
 	bmcWatchWorkers = 8
-	// bmcWatchTimeout bounds one read.
-	bmcWatchTimeout = 20 * time.Second
+	// ReadTimeout bounds one read of a BMC (the sweep's, and the lost-host
+	// power read's).
+	ReadTimeout = 20 * time.Second
 	// bmcWatchAuthRounds is how many sweeps skip a BMC that refused its
 	// credential: BMCs lock an account after a few failed logins, and the
 	// operator fixes the secret in the meantime.
 	bmcWatchAuthRounds = 3
 )
 
-// bmcWatch reads every BMC's power state and health rollup, paced evenly
+// Sweep reads every BMC's power state and health rollup, paced evenly
 // over an interval, and records them in the store (Store.ObserveBMC):
 // power drift (someone pressed a power button or used the BMC's own UI) and
 // health changes show in the fleet page, the API and status/ without an
 // operator asking. Drivers that implement bmc.HealthReader are read with
 // it (Redfish: one GET of the System); others with Info.
-type bmcWatch struct {
+type Sweep struct {
 	st       *state.Store
 	drivers  reconciler.Drivers
 	interval time.Duration
@@ -45,18 +46,20 @@ type bmcWatch struct {
 	skip map[string]time.Time // server → no read before (refused credential)
 }
 
-func newBMCWatch(st *state.Store, drivers reconciler.Drivers, interval time.Duration, log *slog.Logger) *bmcWatch {
+// NewSweep returns a sweep of st's BMCs through drivers, one sweep
+// spanning interval (zero: DefaultBMCWatchInterval). log must not be nil.
+func NewSweep(st *state.Store, drivers reconciler.Drivers, interval time.Duration, log *slog.Logger) *Sweep {
 	if interval == 0 {
 		interval = DefaultBMCWatchInterval
 	}
-	return &bmcWatch{st: st, drivers: drivers, interval: interval, first: min(interval/10, time.Minute), log: log, skip: map[string]time.Time{}}
+	return &Sweep{st: st, drivers: drivers, interval: interval, first: min(interval/10, time.Minute), log: log, skip: map[string]time.Time{}}
 }
 
-// run sweeps until ctx ends: the first sweep after w.first, then one every
+// Run sweeps until ctx ends: the first sweep after w.first, then one every
 // w.interval (a sweep that takes longer is followed by the next at once).
 // When a secret is stored, the servers whose BMC could not be read are
 // read at once (rereadFailed), between sweeps.
-func (w *bmcWatch) run(ctx context.Context) {
+func (w *Sweep) Run(ctx context.Context) {
 	t := time.NewTimer(w.first)
 	defer t.Stop()
 	secrets := w.st.SecretsChanged()
@@ -80,7 +83,7 @@ func (w *bmcWatch) run(ctx context.Context) {
 // sweep reads every server with a BMC that is not stalled, starting the
 // reads evenly over w.interval with at most bmcWatchWorkers in flight. It
 // returns how many it read and how many records changed.
-func (w *bmcWatch) sweep(ctx context.Context) (read, changed int) {
+func (w *Sweep) sweep(ctx context.Context) (read, changed int) {
 	names, err := w.st.ServersWithBMC()
 	if err != nil {
 		w.log.Warn("bmc sweep: list servers", "err", err)
@@ -145,7 +148,7 @@ func (w *bmcWatch) sweep(ctx context.Context) (read, changed int) {
 // credential clears "BMC unreadable" on the next successful read instead
 // of up to bmcWatchAuthRounds sweeps later. Reads run bmcWatchWorkers at a
 // time, unpaced (they are few: the servers with an error).
-func (w *bmcWatch) rereadFailed(ctx context.Context) (read int) {
+func (w *Sweep) rereadFailed(ctx context.Context) (read int) {
 	names, err := w.st.ServersWithBMCError()
 	if err != nil {
 		w.log.Warn("bmc sweep: list unreadable servers", "err", err)
@@ -185,7 +188,7 @@ func (w *bmcWatch) rereadFailed(ctx context.Context) (read int) {
 // read reads one server's BMC and records what it found; ok is false when
 // the BMC could not be read (logged; a refused credential also skips the
 // server for bmcWatchAuthRounds sweeps).
-func (w *bmcWatch) read(ctx context.Context, name string) (ok, changed bool) {
+func (w *Sweep) read(ctx context.Context, name string) (ok, changed bool) {
 	srv, err := w.st.Server(name)
 	if err != nil || srv.Stalled != "" || srv.BMC.Driver == "" {
 		return false, false
@@ -198,7 +201,7 @@ func (w *bmcWatch) read(ctx context.Context, name string) (ok, changed bool) {
 		w.failed(ctx, name, log, err)
 		return false, false
 	}
-	rctx, cancel := context.WithTimeout(ctx, bmcWatchTimeout)
+	rctx, cancel := context.WithTimeout(ctx, ReadTimeout)
 	defer cancel()
 	at := time.Now()
 	var (
@@ -217,7 +220,7 @@ func (w *bmcWatch) read(ctx context.Context, name string) (ok, changed bool) {
 		w.failed(ctx, name, log, err)
 		return false, false
 	}
-	changed, err = w.st.ObserveBMC(name, at, statePower(p), h)
+	changed, err = w.st.ObserveBMC(name, at, StatePower(p), h)
 	if err != nil {
 		log.Warn("bmc sweep: record", "err", err)
 		return true, false
@@ -232,7 +235,7 @@ func (w *bmcWatch) read(ctx context.Context, name string) (ok, changed bool) {
 // redacted reason on the server (Store.BMCReadFailed) and in the log; a
 // refused or missing credential also skips the server for
 // bmcWatchAuthRounds sweeps.
-func (w *bmcWatch) failed(ctx context.Context, name string, log *slog.Logger, err error) {
+func (w *Sweep) failed(ctx context.Context, name string, log *slog.Logger, err error) {
 	if ctx.Err() != nil {
 		return
 	}
@@ -248,9 +251,16 @@ func (w *bmcWatch) failed(ctx context.Context, name string, log *slog.Logger, er
 	}
 }
 
-// statePower maps a BMC's power reading to the store's power state; ""
+// NewSweepDrivers returns the driver cache the sweep uses: its own small
+// one, so reading every BMC in turn does not evict the drivers (and BMC
+// sessions) the reconciler keeps for the servers it is working on.
+func NewSweepDrivers(st *state.Store, log *slog.Logger) *StoreDrivers {
+	return &StoreDrivers{Store: st, Logger: log, MaxDrivers: 2 * bmcWatchWorkers, IdleTimeout: time.Minute}
+}
+
+// StatePower maps a BMC's power reading to the store's power state; ""
 // (leave the record alone) for PowerUnknown.
-func statePower(p bmc.PowerState) state.Power {
+func StatePower(p bmc.PowerState) state.Power {
 	switch p {
 	case bmc.PowerOn:
 		return state.PowerOn

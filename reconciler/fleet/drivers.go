@@ -1,4 +1,9 @@
-package controller
+// Package fleet holds what the controller keeps about the whole fleet of
+// BMCs: StoreDrivers, the cache of BMC drivers opened with the store's
+// sealed credentials (one session per BMC, bounded), and the BMC sweep,
+// which reads every BMC's power state and health rollup paced over an
+// interval and records them in the store.
+package fleet
 
 import (
 	"context"

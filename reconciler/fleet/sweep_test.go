@@ -1,4 +1,4 @@
-package controller
+package fleet
 
 import (
 	"context"
@@ -60,7 +60,7 @@ func TestBMCUnreadableClearedOnSecretChange(t *testing.T) {
 	log := slog.New(slog.NewTextHandler(t.Output(), nil))
 	drivers := &StoreDrivers{Store: st, Logger: log}
 	defer drivers.Close(context.Background())
-	w := newBMCWatch(st, drivers, time.Hour, log)
+	w := NewSweep(st, drivers, time.Hour, log)
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	for _, name := range []string{"live", "gone"} {
@@ -85,7 +85,7 @@ func TestBMCUnreadableClearedOnSecretChange(t *testing.T) {
 
 	w.first = time.Hour // no sweep during the test: only the secret change reads
 	done := make(chan struct{})
-	go func() { defer close(done); w.run(ctx) }()
+	go func() { defer close(done); w.Run(ctx) }()
 	time.Sleep(50 * time.Millisecond) // run has subscribed to SecretsChanged
 	if _, err := st.PutSecret("c", state.Credential{Username: "admin", Password: "right"}, "test"); err != nil {
 		t.Fatal(err)

@@ -1,4 +1,11 @@
-package controller
+// Package deployplan makes what the machine-facing API hands a machine to
+// install it: the ramdisk's deploy plan (image URL and digest, disk rule,
+// NoCloud seed with the first-boot join command), the wipe's disk hint, and
+// an installer profile's document and extracted tree. It implements api's
+// DeployPlanner, WipePlanner and InstallerSource over the desired inventory
+// and the image store, and checks the ramdisk's image tokens against the
+// allocation a served plan bound (images.TokenChecker).
+package deployplan
 
 import (
 	"context"
@@ -27,22 +34,30 @@ type JoinCommander interface {
 	JoinCommand(ctx context.Context, srv state.Server, p inventory.Profile) (cmd, token string, err error)
 }
 
-// planner makes deploy plans from the desired inventory and the image store.
-type planner struct {
-	desired func() *inventory.Inventory
-	images  *images.Store
-	baseURL string
-	join    JoinCommander
-	// store, when set, records the image a served plan writes and when
+// Planner makes deploy plans from the desired inventory and the image
+// store. It implements api.DeployPlanner, api.WipePlanner and
+// api.InstallerSource. Desired, Images and BaseURL are required.
+type Planner struct {
+	// Desired returns the desired inventory (nil: no valid revision yet).
+	Desired func() *inventory.Inventory
+	// Images is the image store plans and installer trees come from.
+	Images *images.Store
+	// BaseURL is the controller's base URL as machines reach it.
+	BaseURL string
+	// Join renders the first-boot join command; nil leaves the seed's
+	// v1.JoinPlaceholder in place.
+	Join JoinCommander
+	// Store, when set, records the image a served plan writes and when
 	// (Allocation.Image, Allocation.PlanServedAt); nil in tests that only
 	// render plans.
-	store *state.Store
-	log   *slog.Logger
+	Store *state.Store
+	// Logger receives re-plan notices; nil discards.
+	Logger *slog.Logger
 }
 
 // DeployPlan implements api.DeployPlanner.
-func (p *planner) DeployPlan(ctx context.Context, srv state.Server) (v1.Plan, error) {
-	inv := p.desired()
+func (p *Planner) DeployPlan(ctx context.Context, srv state.Server) (v1.Plan, error) {
+	inv := p.Desired()
 	if inv == nil {
 		return v1.Plan{}, errors.New("no valid inventory revision")
 	}
@@ -70,18 +85,18 @@ func (p *planner) DeployPlan(ctx context.Context, srv state.Server) (v1.Plan, er
 	if im := inv.Image(image); im != nil && srv.Hardware != nil && srv.Hardware.Arch != "" && im.Arch != srv.Hardware.Arch {
 		return v1.Plan{}, fmt.Errorf("image %s is %s; server %s reported %s: refusing to write it", image, im.Arch, srv.Name, srv.Hardware.Arch)
 	}
-	rec, err := p.images.Lookup(image)
+	rec, err := p.Images.Lookup(image)
 	if err != nil {
 		return v1.Plan{}, fmt.Errorf("image %s: %w", image, err)
 	}
 	if rec.State != images.StateVerified {
 		return v1.Plan{}, fmt.Errorf("image %s is %s, not verified yet", image, rec.State)
 	}
-	if p.store != nil {
+	if p.Store != nil {
 		// Bind the allocation (and so the image token the API mints next,
 		// checked against Allocation.Image) to the image this plan names.
 		old := srv.Allocation.Image
-		if _, err := p.store.UpdateServer(srv.Name, func(s *state.Server) error {
+		if _, err := p.Store.UpdateServer(srv.Name, func(s *state.Server) error {
 			if s.Allocation == nil || s.Lifecycle != state.LifecycleDeploying {
 				return fmt.Errorf("server %s is not deploying", srv.Name)
 			}
@@ -95,14 +110,14 @@ func (p *planner) DeployPlan(ctx context.Context, srv state.Server) (v1.Plan, er
 		}
 		if old != image {
 			msg := fmt.Sprintf("profile %s's image changed from %s to %s before the write started: deploying %s", prof.Name, old, image, image)
-			if p.log != nil {
-				p.log.Info("deploy re-planned with the profile's new image", "machine", srv.Name, "profile", prof.Name, "from", old, "to", image)
+			if p.Logger != nil {
+				p.Logger.Info("deploy re-planned with the profile's new image", "machine", srv.Name, "profile", prof.Name, "from", old, "to", image)
 			}
-			_, _ = p.store.AppendEvent(state.Event{Server: srv.Name, Kind: "deploy.image_replanned", Message: msg})
+			_, _ = p.Store.AppendEvent(state.Event{Server: srv.Name, Kind: "deploy.image_replanned", Message: msg})
 		}
 	}
 	plan := v1.Plan{
-		ImageURL:       strings.TrimRight(p.baseURL, "/") + "/images/" + image,
+		ImageURL:       strings.TrimRight(p.BaseURL, "/") + "/images/" + image,
 		ImageSHA256:    rec.Raw.Hex,
 		ImageSizeBytes: rec.SizeBytes,
 		Seed: v1.Seed{
@@ -123,8 +138,8 @@ func (p *planner) DeployPlan(ctx context.Context, srv state.Server) (v1.Plan, er
 		// that merely holds the image is not it).
 		plan.RootDevice.MinSizeBytes = prof.Min.DiskGiB << 30
 	}
-	if p.join != nil {
-		cmd, tok, err := p.join.JoinCommand(ctx, srv, *prof)
+	if p.Join != nil {
+		cmd, tok, err := p.Join.JoinCommand(ctx, srv, *prof)
 		if err != nil {
 			return v1.Plan{}, fmt.Errorf("join command: %w", err)
 		}
@@ -136,8 +151,8 @@ func (p *planner) DeployPlan(ctx context.Context, srv state.Server) (v1.Plan, er
 // WipeHint implements api.WipePlanner: the inventory's root device hint
 // of srv (the disk its deploy wrote), or the zero hint (every eligible
 // disk) when it has none or the server left the inventory.
-func (p *planner) WipeHint(_ context.Context, srv state.Server) (v1.RootDeviceHint, error) {
-	inv := p.desired()
+func (p *Planner) WipeHint(_ context.Context, srv state.Server) (v1.RootDeviceHint, error) {
+	inv := p.Desired()
 	if inv == nil {
 		return v1.RootDeviceHint{}, nil
 	}
@@ -147,9 +162,10 @@ func (p *planner) WipeHint(_ context.Context, srv state.Server) (v1.RootDeviceHi
 	return v1.RootDeviceHint{}, nil
 }
 
-// installerKind maps an installer profile's deploy method to the image
-// store's installer kind.
-func installerKind(d string) (images.InstallerKind, bool) {
+// InstallerKind maps an installer profile's deploy method (inventory
+// DeployAutoinstall, DeployKickstart) to the image store's installer kind;
+// false for any other method.
+func InstallerKind(d string) (images.InstallerKind, bool) {
 	switch d {
 	case string(inventory.DeployAutoinstall):
 		return images.InstallerAutoinstall, true
@@ -162,23 +178,23 @@ func installerKind(d string) (images.InstallerKind, bool) {
 // InstallerFiles implements api.InstallerSource: the extracted tree of the
 // allocation's installer ISO (extracted now if the import did not yet)
 // and the ISO blob's path.
-func (p *planner) InstallerFiles(ctx context.Context, srv state.Server) (string, string, error) {
+func (p *Planner) InstallerFiles(ctx context.Context, srv state.Server) (string, string, error) {
 	if srv.Allocation == nil {
 		return "", "", fmt.Errorf("server %s has no allocation", srv.Name)
 	}
-	kind, ok := installerKind(srv.Allocation.Deploy)
+	kind, ok := InstallerKind(srv.Allocation.Deploy)
 	if !ok {
 		return "", "", fmt.Errorf("server %s deploys with %q, not an installer", srv.Name, srv.Allocation.Deploy)
 	}
-	tree, err := p.images.InstallerTree(ctx, srv.Allocation.Image, kind)
+	tree, err := p.Images.InstallerTree(ctx, srv.Allocation.Image, kind)
 	if err != nil {
 		return "", "", err
 	}
-	rec, err := p.images.Lookup(srv.Allocation.Image)
+	rec, err := p.Images.Lookup(srv.Allocation.Image)
 	if err != nil {
 		return "", "", err
 	}
-	iso, err := p.images.BlobPath(rec.Raw)
+	iso, err := p.Images.BlobPath(rec.Raw)
 	if err != nil {
 		return "", "", err
 	}
@@ -189,8 +205,8 @@ func (p *planner) InstallerFiles(ctx context.Context, srv state.Server) (string,
 // user-data or kickstart of srv's profile (hostname, SSH keys, the
 // inventory's root device hint), with the real first-boot join command and
 // the completion callback URL carrying callbackToken.
-func (p *planner) InstallerDocument(ctx context.Context, srv state.Server, callbackToken string) ([]byte, error) {
-	inv := p.desired()
+func (p *Planner) InstallerDocument(ctx context.Context, srv state.Server, callbackToken string) ([]byte, error) {
+	inv := p.Desired()
 	if inv == nil {
 		return nil, errors.New("no valid inventory revision")
 	}
@@ -202,14 +218,14 @@ func (p *planner) InstallerDocument(ctx context.Context, srv state.Server, callb
 		return nil, fmt.Errorf("profile %q is not in the inventory any more", srv.Allocation.Profile)
 	}
 	cfg := deploy.InstallerConfig{Hostname: srv.Name, SSHKeys: prof.SSHKeys,
-		CompletionURL: strings.TrimRight(p.baseURL, "/") + api.InstallDonePath + callbackToken}
+		CompletionURL: strings.TrimRight(p.BaseURL, "/") + api.InstallDonePath + callbackToken}
 	if ws := inv.Server(srv.Name); ws != nil && ws.RootDevice != nil {
 		cfg.Disk = deploy.DiskChoice{Serial: ws.RootDevice.Serial, WWN: ws.RootDevice.WWN, ByPath: ws.RootDevice.ByPath, MinSizeBytes: ws.RootDevice.MinSizeGiB << 30}
 	} else {
 		cfg.Disk.MinSizeBytes = prof.Min.DiskGiB << 30
 	}
-	if p.join != nil {
-		cmd, tok, err := p.join.JoinCommand(ctx, srv, *prof)
+	if p.Join != nil {
+		cmd, tok, err := p.Join.JoinCommand(ctx, srv, *prof)
 		if err != nil {
 			return nil, fmt.Errorf("join command: %w", err)
 		}
@@ -224,22 +240,23 @@ func (p *planner) InstallerDocument(ctx context.Context, srv state.Server, callb
 	return nil, fmt.Errorf("profile %s deploys with %s, not an installer", prof.Name, prof.Deploy)
 }
 
-// imageTokens checks the ramdisk's image tokens against the store: the
+// ImageTokens checks the ramdisk's image tokens against the store: the
 // reusable image token of a deploying server whose allocation uses image.
 // An accepted GET is recorded as the server's LastHeard at most once a
 // minute per server (a long image download is not silence, and costs no
 // write per Range request).
-type imageTokens struct {
+type ImageTokens struct {
 	st    *state.Store
 	mu    sync.Mutex
 	heard map[string]time.Time
 }
 
-func newImageTokens(st *state.Store) *imageTokens {
-	return &imageTokens{st: st, heard: map[string]time.Time{}}
+// NewImageTokens returns the image-token checker over st.
+func NewImageTokens(st *state.Store) *ImageTokens {
+	return &ImageTokens{st: st, heard: map[string]time.Time{}}
 }
 
-func (t *imageTokens) noteHeard(server string) {
+func (t *ImageTokens) noteHeard(server string) {
 	now := time.Now()
 	t.mu.Lock()
 	if now.Sub(t.heard[server]) < time.Minute {
@@ -258,7 +275,7 @@ func (t *imageTokens) noteHeard(server string) {
 }
 
 // CheckImageToken implements images.TokenChecker.
-func (t *imageTokens) CheckImageToken(_ context.Context, token, image string) error {
+func (t *ImageTokens) CheckImageToken(_ context.Context, token, image string) error {
 	tok, err := t.st.CheckToken(token, state.TokenClaim{Purpose: state.PurposeImage})
 	if err != nil {
 		return fmt.Errorf("%w: %v", images.ErrTokenRejected, err)

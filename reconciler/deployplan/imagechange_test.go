@@ -1,4 +1,4 @@
-package controller
+package deployplan
 
 import (
 	"context"
@@ -24,7 +24,7 @@ import (
 // image while the token stayed bound to the allocation's old one: the
 // deploy failed with "get image: HTTP 403".
 func TestImageChangeBeforeWrite(t *testing.T) {
-	res, err := inventory.Load(os.DirFS("../inventory-example"), inventory.Limits{})
+	res, err := inventory.Load(os.DirFS("../../inventory-example"), inventory.Limits{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,7 +63,7 @@ func TestImageChangeBeforeWrite(t *testing.T) {
 		}
 	}
 	inv.Profile("hypervisor").Image = "ubuntu-24.04-new"
-	p := &planner{desired: func() *inventory.Inventory { return inv }, images: store, baseURL: "http://10.99.0.1:8080", join: fixedJoin{}, store: st}
+	p := &Planner{Desired: func() *inventory.Inventory { return inv }, Images: store, BaseURL: "http://10.99.0.1:8080", Join: fixedJoin{}, Store: st}
 	srv, _ := st.Server(name)
 	plan, err := p.DeployPlan(context.Background(), srv)
 	if err != nil {
@@ -82,7 +82,7 @@ func TestImageChangeBeforeWrite(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	checker := newImageTokens(st)
+	checker := NewImageTokens(st)
 	if err := checker.CheckImageToken(context.Background(), tok, "ubuntu-24.04-new"); err != nil {
 		t.Errorf("image token for the planned image: %v", err)
 	}

@@ -1,4 +1,4 @@
-package controller
+package deployplan
 
 import (
 	"context"
@@ -34,12 +34,12 @@ func (fixedJoin) JoinCommand(_ context.Context, srv state.Server, p inventory.Pr
 // first-boot join command and the completion callback at the controller's
 // public URL with the given single-use token.
 func TestInstallerDocumentGolden(t *testing.T) {
-	res, err := inventory.Load(os.DirFS("../inventory-example"), inventory.Limits{})
+	res, err := inventory.Load(os.DirFS("../../inventory-example"), inventory.Limits{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	inv := res.Inventory
-	p := &planner{desired: func() *inventory.Inventory { return inv }, baseURL: "http://10.99.0.1:8080/", join: fixedJoin{}}
+	p := &Planner{Desired: func() *inventory.Inventory { return inv }, BaseURL: "http://10.99.0.1:8080/", Join: fixedJoin{}}
 	for _, kind := range []inventory.DeployMethod{inventory.DeployKickstart, inventory.DeployAutoinstall} {
 		for i := range inv.Profiles {
 			if inv.Profiles[i].Name == "gpu" {
@@ -86,7 +86,7 @@ func TestInstallerDocumentGolden(t *testing.T) {
 // it found the server big enough), as the installer documents already
 // had; a server's rootDevice hint wins.
 func TestDeployPlanDiskRule(t *testing.T) {
-	res, err := inventory.Load(os.DirFS("../inventory-example"), inventory.Limits{})
+	res, err := inventory.Load(os.DirFS("../../inventory-example"), inventory.Limits{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,7 +105,7 @@ func TestDeployPlanDiskRule(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "images", "ubuntu-24.04.json"), b, 0o640); err != nil {
 		t.Fatal(err)
 	}
-	p := &planner{desired: func() *inventory.Inventory { return inv }, images: store, baseURL: "http://10.99.0.1:8080", join: fixedJoin{}}
+	p := &Planner{Desired: func() *inventory.Inventory { return inv }, Images: store, BaseURL: "http://10.99.0.1:8080", Join: fixedJoin{}}
 	srv := state.Server{Name: "r1-n01", BootMAC: "52:54:00:01:00:01", Lifecycle: state.LifecycleDeploying,
 		Allocation: &state.Allocation{Profile: "hypervisor", Image: "ubuntu-24.04", At: time.Unix(1700000000, 0)}}
 	plan, err := p.DeployPlan(context.Background(), srv)

@@ -1,0 +1,490 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/machina-metal/machina/api"
+	"github.com/machina-metal/machina/boot"
+	"github.com/machina-metal/machina/boot/dhcp"
+	"github.com/machina-metal/machina/boot/ipxe"
+	"github.com/machina-metal/machina/fence"
+	"github.com/machina-metal/machina/images"
+	"github.com/machina-metal/machina/inventory"
+	"github.com/machina-metal/machina/join"
+	"github.com/machina-metal/machina/reconciler"
+	"github.com/machina-metal/machina/reconciler/deployplan"
+	"github.com/machina-metal/machina/reconciler/fleet"
+	"github.com/machina-metal/machina/state"
+)
+
+// stage is one named step of Run's start-up. start builds its part of the
+// wiring and returns its own stop function (nil: nothing to stop), which
+// Run calls when it returns, newest first, whether a later stage failed or
+// the controller ran and stopped.
+type stage struct {
+	name  string
+	start func() (stop func(), err error)
+}
+
+// wiring is what the stages build, handed from one stage to the next.
+type wiring struct {
+	cfg Config
+	log *slog.Logger
+
+	st        *state.Store
+	ln        net.Listener
+	publicURL string
+	reg       *prometheus.Registry
+	srv       *api.Server
+
+	imgStore    *images.Store
+	imgStatus   *imageStatus
+	importFails *importFailures
+	importer    *images.Importer
+
+	drivers, sweepDrivers reconciler.Drivers
+	feed                  *statusFeed
+	ctrl                  *reconciler.Controller
+
+	idx         *api.BootIndex
+	refusals    *refusalSummary
+	enr         *reconciler.Enroller
+	leases      *dhcp.MemLeases
+	netRuns     []func(context.Context) error
+	bootHandler *ipxe.Handler
+
+	adminLn  net.Listener
+	adminURL string
+	joinLn   net.Listener
+	joinURL  string
+	joinSrv  *join.Server
+	src      *reconciler.Source
+	writer   *reconciler.StatusWriter
+	builder  *reconciler.StatusBuilder
+	fencer   *fencer
+	gitDir   string
+	run      *Running
+}
+
+// newWiring checks cfg and fills its defaults (the first lines of Run
+// before the stages).
+func newWiring(cfg Config) (*wiring, error) {
+	if cfg.StatePath == "" || cfg.WorkDir == "" || cfg.Repo.URL == "" {
+		return nil, errors.New("controller: StatePath, WorkDir and Repo.URL are required")
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Listen == "" {
+		cfg.Listen = "127.0.0.1:8080"
+	}
+	if cfg.Heartbeat <= 0 {
+		cfg.Heartbeat = 30 * time.Second
+	}
+	cfg.Heartbeat = max(time.Second, cfg.Heartbeat.Round(time.Second)) // nodes are told whole seconds
+	if cfg.JoinListen == "" {
+		cfg.JoinListen = "127.0.0.1:0"
+	}
+	if cfg.JoinTokenTTL <= 0 {
+		cfg.JoinTokenTTL = 24 * time.Hour
+	}
+	if err := os.MkdirAll(cfg.WorkDir, 0o750); err != nil {
+		return nil, fmt.Errorf("controller: %w", err)
+	}
+	return &wiring{cfg: cfg, log: log, gitDir: filepath.Join(cfg.WorkDir, "git")}, nil
+}
+
+// stages lists Run's start-up in order; each stage uses what the ones
+// before it built.
+func (w *wiring) stages() []stage {
+	return []stage{
+		{"state", w.openState},
+		{"listen", w.listen},
+		{"images", w.images},
+		{"bmc drivers", w.bmcDrivers},
+		{"executor", w.executor},
+		{"boot", w.boot},
+		{"join", w.join},
+		{"git", w.gitSide},
+		{"routes", w.routes},
+	}
+}
+
+// openState opens the state store and refuses sealed secrets without a key.
+func (w *wiring) openState() (func(), error) {
+	st, err := state.Open(w.cfg.StatePath, state.Options{MasterKey: w.cfg.MasterKey, Logger: w.log.With("component", "state")})
+	if err != nil {
+		return nil, fmt.Errorf("controller: open state: %w", err)
+	}
+	w.st = st
+	stop := func() { _ = st.Close() }
+	if sec, err := st.SecretsStatus(); err == nil && !sec.Sealing {
+		if sec.Sealed > 0 {
+			return stop, fmt.Errorf("controller: the state file holds %d sealed secrets but no master key is set", sec.Sealed)
+		}
+		w.log.Warn("secrets are stored unsealed: set MACHINA_API_KEY_MASTER_KEY to encrypt them at rest")
+	}
+	return stop, nil
+}
+
+// listen opens the HTTP listener and builds the API server on it.
+func (w *wiring) listen() (func(), error) {
+	ln, err := net.Listen("tcp", w.cfg.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("controller: listen %s: %w", w.cfg.Listen, err)
+	}
+	w.ln = ln
+	stop := func() { _ = ln.Close() }
+	w.publicURL = w.cfg.PublicURL
+	if w.publicURL == "" {
+		w.publicURL = "http://" + ln.Addr().String()
+	}
+	w.reg = prometheus.NewRegistry()
+	w.srv, err = api.New(api.Config{Store: w.st, Logger: w.log.With("component", "api"), Registry: w.reg, MaxConnsPerIP: w.cfg.MaxConnsPerIP})
+	if err != nil {
+		return stop, fmt.Errorf("controller: %w", err)
+	}
+	return stop, nil
+}
+
+// images opens the image store, builds the importer and serves /images/.
+func (w *wiring) images() (func(), error) {
+	imagesDir := w.cfg.ImagesDir
+	if imagesDir == "" {
+		imagesDir = filepath.Join(w.cfg.WorkDir, "images")
+	}
+	var err error
+	if w.imgStore, err = images.OpenStore(imagesDir); err != nil {
+		return nil, fmt.Errorf("controller: image store: %w", err)
+	}
+	w.imgStatus = &imageStatus{m: map[string]images.Status{}}
+	w.importFails = &importFailures{}
+	w.importer, err = images.New(images.Config{Store: w.imgStore, Status: w.imgStatus, AllowFileURLs: w.cfg.AllowFileURLs, Logger: w.log.With("component", "images")})
+	if err != nil {
+		return nil, fmt.Errorf("controller: %w", err)
+	}
+	h, err := images.NewHandler(images.HandlerConfig{Store: w.imgStore, Tokens: deployplan.NewImageTokens(w.st), Logger: w.log.With("component", "images")})
+	if err != nil {
+		return nil, fmt.Errorf("controller: %w", err)
+	}
+	return nil, w.srv.HandlePublic("/images/", h)
+}
+
+// bmcDrivers picks the BMC drivers: cfg.Drivers, or two caches over the
+// store's secrets (the reconciler's, and the sweep's own small one so
+// reading every BMC in turn does not evict the reconciler's sessions).
+func (w *wiring) bmcDrivers() (func(), error) {
+	w.drivers, w.sweepDrivers = w.cfg.Drivers, w.cfg.Drivers
+	if w.drivers != nil {
+		return nil, nil
+	}
+	sd := &fleet.StoreDrivers{Store: w.st, Logger: w.log.With("component", "bmc")}
+	sw := fleet.NewSweepDrivers(w.st, w.log.With("component", "bmc-sweep"))
+	w.drivers, w.sweepDrivers = sd, sw
+	return func() {
+		// Logging out of every BMC is a courtesy (sessions also expire
+		// on the BMC): bounded so Ctrl-C stops promptly.
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer cancel()
+		var wg sync.WaitGroup
+		for _, d := range []*fleet.StoreDrivers{sd, sw} {
+			wg.Go(func() { d.Close(ctx) })
+		}
+		wg.Wait()
+	}, nil
+}
+
+// executor builds the reconciler's executor over the store and drivers.
+func (w *wiring) executor() (func(), error) {
+	w.feed = &statusFeed{gap: statusBuildGap(w.cfg.StatusInterval)}
+	rcfg := w.cfg.Reconciler
+	rcfg.Store, rcfg.Drivers, rcfg.Logger = w.st, w.drivers, w.log.With("component", "reconciler")
+	rcfg.Metrics = reconciler.NewMetrics(w.reg)
+	if w.cfg.ISODir != "" {
+		// The names scripts/metal/build-ipxe-iso.sh writes; the reconciler
+		// picks one by the server's bootMode.
+		if rcfg.ISOURL == "" {
+			rcfg.ISOURL = w.publicURL + "/boot/iso/machina-ipxe-bios.iso"
+		}
+		if rcfg.UEFIISOURL == "" {
+			rcfg.UEFIISOURL = w.publicURL + "/boot/iso/machina-ipxe-uefi.iso"
+		}
+	}
+	rcfg.OnPass = w.feed.onPass
+	if rcfg.DeployReady == nil {
+		rcfg.DeployReady = deployReady(w.imgStore, w.importFails)
+	}
+	var err error
+	if w.ctrl, err = reconciler.New(rcfg); err != nil {
+		return nil, fmt.Errorf("controller: %w", err)
+	}
+	return nil, nil
+}
+
+// deployReady says whether a profile's image can be deployed now: an
+// installer's extracted kernel and initrd, or a verified image (else why
+// not: the import's failure, or the image's state).
+func deployReady(store *images.Store, fails *importFailures) func(inventory.Profile) error {
+	return func(p inventory.Profile) error {
+		if kind, ok := deployplan.InstallerKind(string(p.Deploy)); ok {
+			// The installer boots from its ISO's kernel and initrd,
+			// extracted after the import (follow).
+			if _, err := store.InstallerReady(p.Image, kind); err != nil {
+				return fmt.Errorf("installer image %s: %w", p.Image, err)
+			}
+			return nil
+		}
+		rec, err := store.Lookup(p.Image)
+		if err == nil && rec.State == images.StateVerified {
+			return nil
+		}
+		if ierr := fails.reason(p.Image); ierr != nil {
+			return fmt.Errorf("image %s: %w", p.Image, ierr)
+		}
+		if err != nil {
+			return fmt.Errorf("image %s: %w", p.Image, err)
+		}
+		return fmt.Errorf("image %s is %s, not verified yet", p.Image, rec.State)
+	}
+}
+
+// boot builds the boot index, auto-enrolment, the netboot servers (DHCP,
+// TFTP, RA) and the iPXE handler with its routes.
+func (w *wiring) boot() (func(), error) {
+	var err error
+	if w.idx, err = api.NewBootIndex(w.st); err != nil {
+		return nil, fmt.Errorf("controller: %w", err)
+	}
+	if w.refusals, err = newRefusalSummary(w.st, w.reg); err != nil {
+		return nil, fmt.Errorf("controller: %w", err)
+	}
+	ipxeCfg := ipxe.Config{Lookup: w.idx, Tokens: w.idx, ControllerURL: w.publicURL, ISODir: w.cfg.ISODir, RamdiskDir: w.cfg.RamdiskDir,
+		Logger: w.log.With("component", "ipxe"), PerIP: w.cfg.MachinePerIP, OnEvent: w.refusals.event}
+	var enrHook boot.Enroller
+	if w.cfg.AutoEnroll {
+		if err := w.autoEnrol(); err != nil {
+			return nil, err
+		}
+		ipxeCfg.AutoEnroll, ipxeCfg.Enroller = true, w.enr
+		enrHook = w.enr
+	}
+	// In full DHCP mode the controller knows each MAC's address: plans,
+	// reports, done and joins are refused from any other.
+	if len(w.cfg.Netboot.Interfaces) > 0 && w.cfg.Netboot.Mode != dhcp.ModeProxy {
+		w.leases = &dhcp.MemLeases{}
+	}
+	if w.netRuns, err = startNetboot(w.cfg.Netboot, w.idx, w.publicURL, w.cfg.AutoEnroll, enrHook, w.leases, w.log); err != nil {
+		return nil, fmt.Errorf("controller: %w", err)
+	}
+	if w.bootHandler, err = ipxe.New(ipxeCfg); err != nil {
+		return nil, fmt.Errorf("controller: %w", err)
+	}
+	h := w.bootHandler
+	stop := func() { _ = h.Close() }
+	paths := []string{ipxe.ScriptPath, boot.GRUBScriptPath} // GRUB: arm64 machines (docs/arm64.md)
+	if w.cfg.ISODir != "" {
+		paths = append(paths, "/boot/iso/")
+	}
+	if w.cfg.RamdiskDir != "" {
+		paths = append(paths, "/boot/ramdisk/")
+	}
+	for _, p := range paths {
+		if err := w.srv.HandlePublic(p, w.bootHandler); err != nil {
+			return stop, err
+		}
+	}
+	return stop, nil
+}
+
+// autoEnrol builds the enroller of unknown PXE-booting machines and its
+// Git proposer (cfg.AutoEnroll).
+func (w *wiring) autoEnrol() error {
+	cfg := w.cfg
+	prop, err := reconciler.NewProposer(reconciler.ProposerConfig{Remote: cfg.Repo, StateDir: w.gitDir, CommitTo: cfg.AutoEnrollCommitTo,
+		Logger: w.log.With("component", "auto-enrol")})
+	if err != nil {
+		return fmt.Errorf("controller: %w", err)
+	}
+	ctrl := w.ctrl
+	w.enr, err = reconciler.NewEnroller(reconciler.EnrollConfig{Store: w.st, Desired: ctrl.Desired, Zone: cfg.AutoEnrollZone, Max: cfg.AutoEnrollMax,
+		Proposer: prop, OnEnrolled: func(string) { ctrl.Trigger() }, Logger: w.log.With("component", "auto-enrol")})
+	if err != nil {
+		return fmt.Errorf("controller: %w", err)
+	}
+	zone, maxPending := cfg.AutoEnrollZone, cfg.AutoEnrollMax
+	if zone == "" {
+		zone = reconciler.DefaultEnrollZone
+	}
+	if maxPending <= 0 {
+		maxPending = reconciler.DefaultEnrollMax
+	}
+	w.log.Warn("auto-enrol is on: any machine that PXE-boots on the provisioning network is commissioned and proposed into Git",
+		"zone", zone, "max_pending", maxPending)
+	return nil
+}
+
+// join opens the admin TLS listener and the join listener (its own TLS
+// port, certificate signed by the controller CA, made on first start with
+// its key sealed in the store), and mounts the machine-facing API with
+// the deploy planner.
+func (w *wiring) join() (func(), error) {
+	ca, err := join.LoadOrCreateCA(w.st, nil)
+	if err != nil {
+		return nil, fmt.Errorf("controller: join CA: %w", err)
+	}
+	var stops []func()
+	stop := func() {
+		for i := len(stops) - 1; i >= 0; i-- {
+			stops[i]()
+		}
+	}
+	if w.adminLn, w.adminURL, err = ListenAdminTLS(w.cfg.Listen, w.cfg.AdminTLS, ca); err != nil {
+		return nil, fmt.Errorf("controller: %w", err)
+	}
+	if w.adminLn != nil {
+		stops = append(stops, func() { _ = w.adminLn.Close() })
+		w.srv.SetAdminURL(w.adminURL)
+	}
+	if w.joinLn, err = net.Listen("tcp", w.cfg.JoinListen); err != nil {
+		return stop, fmt.Errorf("controller: join listen %s: %w", w.cfg.JoinListen, err)
+	}
+	stops = append(stops, func() { _ = w.joinLn.Close() })
+	w.joinURL = w.cfg.JoinURL
+	if w.joinURL == "" {
+		w.joinURL = "https://" + w.joinLn.Addr().String()
+	}
+	var joinLeases func(server string) (netip.Addr, bool)
+	var machineLeases api.LeaseLookup
+	if w.leases != nil {
+		machineLeases = w.leases
+		joinLeases = w.leasedIP
+	}
+	w.joinSrv, err = join.New(join.Config{Store: w.st, CA: ca, URL: w.joinURL, NodeBinary: w.cfg.NodeBinary, Heartbeat: w.cfg.Heartbeat,
+		LeasedIP: joinLeases, Logger: w.log.With("component", "join")})
+	if err != nil {
+		return stop, fmt.Errorf("controller: %w", err)
+	}
+	if err := join.RegisterAdmin(w.srv, w.joinSrv, api.Actor); err != nil {
+		return stop, err
+	}
+	jc := joinCommander{srv: w.joinSrv, desired: w.ctrl.Desired, ttl: w.cfg.JoinTokenTTL}
+	pl := &deployplan.Planner{Desired: w.ctrl.Desired, Images: w.imgStore, BaseURL: w.publicURL, Join: jc, Store: w.st, Logger: w.log.With("component", "planner")}
+	machine, err := api.NewMachine(api.MachineConfig{Store: w.st, Planner: pl, Wiper: pl, Installer: pl,
+		PerIP: w.cfg.MachinePerIP, Leases: machineLeases, Logger: w.log.With("component", "machine")})
+	if err != nil {
+		return stop, fmt.Errorf("controller: %w", err)
+	}
+	return stop, machine.Mount(w.srv)
+}
+
+// leasedIP is the address the DHCP server leased to server's boot MAC.
+func (w *wiring) leasedIP(server string) (netip.Addr, bool) {
+	s, err := w.st.Server(server)
+	if err != nil || s.BootMAC == "" {
+		return netip.Addr{}, false
+	}
+	return w.leases.LeasedIP(s.BootMAC)
+}
+
+// gitSide builds the Git source, the status writer and the feed from
+// reconcile passes to the writer.
+func (w *wiring) gitSide() (func(), error) {
+	cfg, st := w.cfg, w.st
+	var err error
+	w.src, err = reconciler.NewSource(reconciler.SourceConfig{Remote: cfg.Repo, StateDir: w.gitDir, Interval: cfg.PollInterval, Logger: w.log.With("component", "git"),
+		OnEvent: func(e reconciler.SourceEvent) {
+			_, _ = st.AppendEvent(state.Event{Kind: state.EventKind("inventory." + string(e.Kind)), Message: e.Message})
+		}})
+	if err != nil {
+		return nil, fmt.Errorf("controller: %w", err)
+	}
+	w.writer, err = reconciler.NewStatusWriter(reconciler.StatusConfig{Remote: cfg.Repo, StatusBranch: cfg.StatusBranch, StateDir: w.gitDir,
+		Interval: cfg.StatusInterval, Logger: w.log.With("component", "status")})
+	if err != nil {
+		return nil, fmt.Errorf("controller: %w", err)
+	}
+	w.builder = &reconciler.StatusBuilder{Store: st}
+	var urg statusUrgency
+	w.feed.build = func(res reconciler.Result) {
+		// The snapshot is built by the writer when it writes (see
+		// UpdateFrom): a 10,000-server snapshot is tens of MB, and a build
+		// per pass would mostly be garbage.
+		stalled, err := st.StalledServers()
+		if err != nil {
+			w.log.Error("status: stalled servers", "err", err)
+		}
+		urgent := urg.check(w.src.InventoryStatus().Invalid, stalled)
+		w.writer.UpdateFrom(w.snapshot(res), urgent)
+	}
+	return nil, nil
+}
+
+// snapshot returns the status snapshot builder for a pass's plan.
+func (w *wiring) snapshot(res reconciler.Result) func() (reconciler.Snapshot, error) {
+	return func() (reconciler.Snapshot, error) {
+		return w.builder.Build(w.src.InventoryStatus(), w.imgStatus.list(), res)
+	}
+}
+
+// routes mounts the admin, host, image, console and UI routes and makes
+// the Running handed to OnReady.
+func (w *wiring) routes() (func(), error) {
+	cfg, st, srv, ctrl := w.cfg, w.st, w.srv, w.ctrl
+	if err := mountAdmin(srv, st, ctrl, w.src, scanProposers(cfg.Repo, w.gitDir, w.log.With("component", "scan")), cfg.Repo.Branch); err != nil {
+		return nil, err
+	}
+	w.fencer = &fencer{st: st, drivers: w.drivers, desired: ctrl.Desired, opts: fence.Options{Timeout: cfg.FenceTimeout}, log: w.log.With("component", "fence")}
+	if err := mountHosts(srv, st, w.fencer, ctrl.Trigger, cfg.Heartbeat); err != nil {
+		return nil, err
+	}
+	if err := mountImages(srv, ctrl, w.imgStore, w.imgStatus, w.importFails); err != nil {
+		return nil, err
+	}
+	uiRoutes, err := mountConsoleAndUI(srv, st, w.drivers, w.src, ctrl, w.imgStatus, w.gitDir, w.log)
+	if err != nil {
+		return nil, fmt.Errorf("controller: console and UI: %w", err)
+	}
+	var routes []string
+	for _, p := range srv.Routes() {
+		if p == uiPrefix {
+			routes = append(routes, uiRoutes...) // the UI's own routes instead of its prefix
+			continue
+		}
+		routes = append(routes, p)
+	}
+	w.run = &Running{Addr: w.ln.Addr(), URL: w.publicURL, Store: st, Reconciler: ctrl, Source: w.src, Status: w.writer, Images: w.imgStore,
+		JoinURL: w.joinURL, AdminURL: w.adminURL, Routes: routes, JoinRoutes: w.joinSrv.Routes(), flush: w.flushStatus}
+	return nil, nil
+}
+
+// flushStatus hands the snapshot to the writer's own loop (urgent) and
+// waits for its next successful write: calling Write here would race with
+// the loop on the same clone.
+func (w *wiring) flushStatus(ctx context.Context) error {
+	plan := w.ctrl.LastPlan()
+	since := time.Now()
+	w.writer.UpdateFrom(w.snapshot(plan), true)
+	for {
+		h := w.writer.Health()
+		if h.LastSuccess.After(since) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("status flush: %w (last error: %s)", ctx.Err(), h.LastError)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
