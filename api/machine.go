@@ -241,6 +241,14 @@ func (m *Machine) use(w http.ResponseWriter, r *http.Request, token string, purp
 	case isTokenRefusal(err):
 		m.refuse(w, r, err)
 		return
+	case errors.Is(err, state.ErrNotLeader) || errors.Is(err, context.DeadlineExceeded):
+		// HA: this controller lost leadership mid-request, or its store
+		// (etcd) did not answer in time; the machine's retry reaches the
+		// new leader at the provisioning VIP.
+		m.log.Warn("machine request refused: not the leader", "route", r.Pattern)
+		w.Header().Set("Retry-After", "2")
+		writeError(w, http.StatusServiceUnavailable, v1.Error{Message: "not the leader, or the state store did not answer; retry", Code: "unavailable"})
+		return
 	case err != nil:
 		m.log.Error("machine request", "route", r.Pattern, "err", err)
 		writeError(w, http.StatusInternalServerError, v1.Error{Message: "internal error", Code: "internal"})

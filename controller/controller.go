@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/machina-metal/machina/boot"
+	"github.com/machina-metal/machina/ha"
 	"github.com/machina-metal/machina/images"
 	"github.com/machina-metal/machina/reconciler"
 	"github.com/machina-metal/machina/reconciler/fleet"
@@ -32,8 +33,12 @@ const DefaultBMCWatchInterval = fleet.DefaultBMCWatchInterval
 // Config configures the controller. Zero values are usable except
 // StatePath, WorkDir and Repo.URL.
 type Config struct {
-	// StatePath is the bbolt state file. Required.
+	// StatePath is the bbolt state file. Required unless HA is set.
 	StatePath string
+	// HA, if set, runs this controller as one of a group on etcd: the
+	// state in etcd (StatePath is ignored), only the elected leader acts
+	// (docs/ha.md). Nil: a single controller, as before.
+	HA *HAConfig
 	// MasterKey seals secrets (MACHINA_API_KEY_MASTER_KEY); nil stores them
 	// unsealed, with a warning.
 	MasterKey []byte
@@ -165,6 +170,8 @@ type Running struct {
 	// AdminURL is the admin API's TLS base URL, "" when it has no TLS
 	// listener (loopback: the admin API is on Addr).
 	AdminURL string
+	// Elector is the HA election (Leader, IsLeader), nil without HA.
+	Elector *ha.Elector
 
 	flush func(ctx context.Context) error
 }

@@ -176,6 +176,9 @@ func (e *Elector) LeaderChanged() <-chan struct{} {
 	return e.leadCh
 }
 
+// TTL returns the session lease's time to live.
+func (e *Elector) TTL() time.Duration { return e.ttl }
+
 // IsLeader reports whether this candidate holds a term now (between
 // OnElected's start and the end of its context).
 func (e *Elector) IsLeader() bool {
