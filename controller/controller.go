@@ -33,11 +33,15 @@ const DefaultBMCWatchInterval = fleet.DefaultBMCWatchInterval
 // Config configures the controller. Zero values are usable except
 // StatePath, WorkDir and Repo.URL.
 type Config struct {
-	// StatePath is the bbolt state file. Required unless HA is set.
+	// StatePath is the bbolt state file, or an etcd site
+	// (etcd://HOST:PORT[,HOST:PORT]/PREFIX, see state.OpenTarget). Required.
 	StatePath string
+	// EtcdTLS are the etcd client's TLS files for an etcd StatePath.
+	EtcdTLS state.EtcdTLSFiles
 	// HA, if set, runs this controller as one of a group on etcd: the
-	// state in etcd (StatePath is ignored), only the elected leader acts
-	// (docs/ha.md). Nil: a single controller, as before.
+	// state in etcd (StatePath an etcd:// target, or HA.Etcd), only the
+	// elected leader acts (docs/ha.md). Nil: a single controller, as
+	// before.
 	HA *HAConfig
 	// MasterKey seals secrets (MACHINA_API_KEY_MASTER_KEY); nil stores them
 	// unsealed, with a warning.

@@ -24,9 +24,10 @@ import (
 // is elected leader on an etcd session lease and only it acts.
 type HAConfig struct {
 	// Etcd says where the site's state is: endpoints, client TLS, key
-	// prefix (state.ParseEtcdTarget of --state etcd://…). The state store
-	// and the election share one client dialled from it; Etcd.Client, if
-	// set, is used instead (and not closed). Required: Endpoints or Client.
+	// prefix. Zero: parsed from Config.StatePath, which must then be an
+	// etcd:// target (state.ParseEtcdTarget, with Config.EtcdTLS). The
+	// state store and the election share one client dialled from it;
+	// Etcd.Client, if set, is used instead (and not closed).
 	Etcd state.EtcdConfig
 	// ID names this controller in the group (--ha-id). Required.
 	ID string
@@ -86,26 +87,32 @@ func (w *wiring) openHAState(opts state.Options) (*state.Store, func(), error) {
 	}
 	w.ha = &haWiring{}
 	closeClient := func() {}
-	cli := h.Etcd.Client
-	if cli == nil {
-		if len(h.Etcd.Endpoints) == 0 {
+	ec := h.Etcd
+	if ec.Client == nil && len(ec.Endpoints) == 0 {
+		if !state.IsEtcdTarget(w.cfg.StatePath) {
 			return nil, nil, errors.New("controller: HA needs the state in etcd (--state etcd://…)")
 		}
-		dial := h.Etcd.DialTimeout
+		var err error
+		if ec, _, err = state.ParseEtcdTarget(w.cfg.StatePath, w.cfg.EtcdTLS); err != nil {
+			return nil, nil, fmt.Errorf("controller: %w", err)
+		}
+	}
+	cli := ec.Client
+	if cli == nil {
+		dial := ec.DialTimeout
 		if dial <= 0 {
 			dial = 5 * time.Second
 		}
 		var err error
 		// The client's own zap logging is off: every error it returns is
 		// logged by the component that made the call.
-		cli, err = clientv3.New(clientv3.Config{Endpoints: h.Etcd.Endpoints, TLS: h.Etcd.TLS, DialTimeout: dial, Logger: zap.NewNop()})
+		cli, err = clientv3.New(clientv3.Config{Endpoints: ec.Endpoints, TLS: ec.TLS, DialTimeout: dial, Logger: zap.NewNop()})
 		if err != nil {
 			return nil, nil, fmt.Errorf("controller: etcd: %w", err)
 		}
 		closeClient = func() { _ = cli.Close() }
 	}
 	w.ha.client = cli
-	ec := h.Etcd
 	ec.Client = cli
 	st, err := state.OpenEtcd(ec, opts)
 	if err != nil {

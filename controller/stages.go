@@ -136,7 +136,7 @@ func (w *wiring) openState() (func(), error) {
 		}
 	} else {
 		var err error
-		if st, err = state.Open(w.cfg.StatePath, opts); err != nil {
+		if st, err = state.OpenTarget(w.cfg.StatePath, w.cfg.EtcdTLS, opts); err != nil {
 			return nil, fmt.Errorf("controller: open state: %w", err)
 		}
 		stop = func() { _ = st.Close() }

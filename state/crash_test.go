@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/machina-metal/machina/internal/etcdtest"
 	"github.com/machina-metal/machina/state"
 )
 
@@ -30,7 +31,7 @@ func TestMain(m *testing.M) {
 	if path := os.Getenv(crashEnv); path != "" {
 		os.Exit(crashChild(path))
 	}
-	os.Exit(m.Run())
+	os.Exit(etcdtest.Main(m))
 }
 
 // crashChild is the re-executed test binary: it performs crashTotal

@@ -1,4 +1,5 @@
-// Package state is Machina's observed state: one bbolt file holding servers
+// Package state is Machina's observed state: one bbolt file (or one etcd
+// key prefix, see below) holding servers
 // (lifecycle, power, BMC and hardware facts, allocation, observed action
 // counters, last error), an append-only event log with bounded retention,
 // single-use machine tokens, admin API tokens, named credentials (sealed
@@ -20,6 +21,41 @@
 // method is one bbolt transaction, bounded by disk I/O (an fsync per
 // committed write), so methods take no context: bbolt transactions cannot be
 // cancelled part way.
+//
+// # Engines: bbolt and etcd
+//
+// The store logic is written once against a small transactional interface
+// (engine.go) and runs on one of two engines. [Open] opens a bbolt file: the
+// embedded default, unchanged for a single-controller site (same file
+// format, same behaviour). [OpenEtcd] opens a site stored in etcd under a
+// key prefix, for two or three controllers sharing one site: every method
+// keeps its guarantees above (compare-and-set moves with their events in
+// one transaction, single-use tokens), because each method is still one
+// transaction: an optimistic etcd transaction that reads at one revision
+// and commits only if nothing it read changed since, rerun otherwise
+// (engine_etcd.go explains the compares, and why concurrency.STM was not
+// enough). On etcd the lock of the file is replaced by the fence.
+//
+// # Fencing (etcd)
+//
+// A controller that won an election (etcd concurrency.Election) calls
+// [Store.SetFence] with the election's leader key and its create revision
+// (Election.Key(), Election.Rev()). From then on every write transaction
+// compares that key in the same etcd Txn: when the key is gone (the lease
+// lapsed, the leader resigned) or was created again (another campaign), the
+// write commits nothing and returns an error wrapping [ErrNotLeader]; the
+// store never retries it. Reads are not fenced. SetFence(nil) removes the
+// fence; bbolt stores refuse fences ([ErrFenceUnsupported]). The caller
+// steps down on ErrNotLeader and sets the new fence after winning again.
+//
+// # Events on etcd
+//
+// Retention (count site-wide, count per server, age) bounds the live event
+// log on both engines; on etcd one append deletes at most 16 old events and
+// Prune runs in bounded transactions (etcd's --max-txn-ops). etcd keeps old
+// revisions of deleted and rewritten keys until they are compacted:
+// compaction (--auto-compaction-mode/--auto-compaction-retention or
+// `etcdctl compact`) and defragmentation are the etcd operator's task.
 //
 // state imports no other Machina package.
 package state

@@ -80,8 +80,15 @@ const (
 	maxPointReads = 8
 	// maxAttempts bounds the reruns of a conflicting transaction.
 	maxAttempts = 32
-	// etcdPage is the number of records one cursor read fetches.
-	etcdPage = 512
+	// etcdPage is the most records one cursor read fetches; the first read
+	// of a bucket in a transaction fetches etcdFirstPage, each further one
+	// twice the last (a look at the oldest event costs a few records, a
+	// walk of 10,000 servers about 25 reads).
+	etcdPage      = 512
+	etcdFirstPage = 8
+	// maxBatch is the most ApplyBatched calls one etcd transaction carries
+	// (each adds about 6 operations: under --max-txn-ops 128).
+	maxBatch = 8
 	// etcdSweep is the age-retention sweep of one event append on etcd
 	// (bbolt: 64); each deletion costs about 3 operations of a txn.
 	etcdSweep = 16
@@ -176,7 +183,50 @@ func OpenEtcd(cfg EtcdConfig, opts Options) (*Store, error) {
 		e.close()
 		return nil, fmt.Errorf("state: open %s: %w", target, err)
 	}
+	e.watchOthers(s)
 	return s, nil
+}
+
+// watchOthers makes Notify and SecretsChanged see other controllers'
+// commits too: a watch on the events bucket's sequence key (every append
+// bumps it) wakes Notify listeners, one on the secrets bucket's generation
+// key closes the SecretsChanged channel. The watches end at Close; a
+// broken watch (compaction, a lost member) is opened again after a second.
+func (e *etcdEngine) watchOthers(s *Store) {
+	ctx, cancel := context.WithCancel(context.Background())
+	e.stopWatch = cancel
+	events := e.prefix + "m/" + escapeBucket(bucketEvents)
+	secrets := e.prefix + "g/" + escapeBucket(bucketSecrets)
+	go func() {
+		for ctx.Err() == nil {
+			wch := e.cli.Watch(clientv3.WithRequireLeader(ctx), events, clientv3.WithFilterDelete())
+			for resp := range wch {
+				if resp.Err() != nil {
+					break
+				}
+				s.wake()
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Second):
+			}
+		}
+	}()
+	go func() {
+		for ctx.Err() == nil {
+			wch := e.cli.Watch(clientv3.WithRequireLeader(ctx), secrets, clientv3.WithFilterDelete())
+			for resp := range wch {
+				if resp.Err() != nil {
+					break
+				}
+				s.secretsChanged()
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Second):
+			}
+		}
+	}()
 }
 
 // SetFence fences every later write transaction (f nil: no fence). Only
@@ -210,9 +260,13 @@ type etcdEngine struct {
 	timeout time.Duration
 	target  string
 
-	mu    sync.Mutex // serialises this process's write transactions
-	fence atomic.Pointer[Fence]
-	known sync.Map // top-level bucket name → struct{}: exists (they are never deleted)
+	closed    atomic.Bool
+	stopWatch context.CancelFunc // ends watchOthers
+	mu        sync.Mutex         // serialises this process's write transactions
+	qmu       sync.Mutex         // guards queue
+	queue     []*batchCall
+	fence     atomic.Pointer[Fence]
+	known     sync.Map // top-level bucket name → struct{}: exists (they are never deleted)
 }
 
 func newEtcdEngine(cfg EtcdConfig) (*etcdEngine, error) {
@@ -274,6 +328,12 @@ func hostsOf(eps []string) []string {
 func (e *etcdEngine) describe() string { return e.target }
 
 func (e *etcdEngine) close() error {
+	if e.closed.Swap(true) {
+		return nil
+	}
+	if e.stopWatch != nil {
+		e.stopWatch()
+	}
 	if e.owns {
 		return e.cli.Close()
 	}
@@ -281,6 +341,9 @@ func (e *etcdEngine) close() error {
 }
 
 func (e *etcdEngine) view(fn func(tx kvTx) error) error {
+	if e.closed.Load() {
+		return ErrClosed
+	}
 	for attempt := 0; ; attempt++ {
 		tx := e.newTx(false)
 		err := fn(tx)
@@ -294,11 +357,80 @@ func (e *etcdEngine) view(fn func(tx kvTx) error) error {
 	}
 }
 
-func (e *etcdEngine) batch(fn func(tx kvTx) error) error { return e.update(fn) }
+// batch runs fn in one etcd transaction with the other batch calls
+// waiting for the writer lock (at most maxBatch), as bbolt's DB.Batch
+// shares a commit: each call that finds the lock free takes the queue's
+// head. A call that fails is taken out and run alone (so its error is its
+// own), and the rest run again without it.
+func (e *etcdEngine) batch(fn func(tx kvTx) error) error {
+	if e.closed.Load() {
+		return ErrClosed
+	}
+	c := &batchCall{fn: fn, done: make(chan error, 1)}
+	e.qmu.Lock()
+	e.queue = append(e.queue, c)
+	e.qmu.Unlock()
+	// Every queued call's caller takes one turn at the lock and runs up to
+	// maxBatch calls from the head, so the calls still queued never
+	// outnumber the callers yet to take their turn: every call runs.
+	e.mu.Lock()
+	e.qmu.Lock()
+	n := min(len(e.queue), maxBatch)
+	calls := append([]*batchCall(nil), e.queue[:n]...)
+	e.queue = e.queue[n:]
+	e.qmu.Unlock()
+	e.runBatch(calls)
+	e.mu.Unlock()
+	if err := <-c.done; err != errTrySolo {
+		return err
+	}
+	return e.update(fn)
+}
+
+type batchCall struct {
+	fn   func(tx kvTx) error
+	done chan error
+}
+
+var errTrySolo = errors.New("batch call failed: run it alone")
+
+// runBatch runs calls in one transaction; e.mu is held.
+func (e *etcdEngine) runBatch(calls []*batchCall) {
+	for len(calls) > 0 {
+		failed := -1
+		err := e.updateLocked(func(tx kvTx) error {
+			failed = -1
+			for i, c := range calls {
+				if err := c.fn(tx); err != nil {
+					failed = i
+					return err
+				}
+			}
+			return nil
+		})
+		if failed >= 0 && len(calls) > 1 {
+			calls[failed].done <- errTrySolo
+			calls = append(calls[:failed:failed], calls[failed+1:]...)
+			continue
+		}
+		for _, c := range calls {
+			c.done <- err
+		}
+		return
+	}
+}
 
 func (e *etcdEngine) update(fn func(tx kvTx) error) error {
+	if e.closed.Load() {
+		return ErrClosed
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	return e.updateLocked(fn)
+}
+
+// updateLocked is update with e.mu held.
+func (e *etcdEngine) updateLocked(fn func(tx kvTx) error) error {
 	for attempt := 0; attempt < maxAttempts; attempt++ {
 		tx := e.newTx(true)
 		err := fn(tx)
@@ -580,7 +712,8 @@ type etcdBucket struct {
 	cov        []interval
 	points     map[string][]byte
 	pointReads int
-	guarded    bool // the generation is in the read set
+	guarded    bool  // the generation is in the read set
+	page       int64 // the next cursor read's size
 }
 
 // interval is a covered key range [lo, hi) of a bucket; inf: to its end.
@@ -785,8 +918,14 @@ func (b *etcdBucket) ensure(k string) (hi string, inf bool) {
 		return hi, inf
 	}
 	b.guard()
+	switch {
+	case b.page == 0:
+		b.page = etcdFirstPage
+	case b.page < etcdPage:
+		b.page *= 2
+	}
 	resp := b.tx.get(b.dataPfx+k, clientv3.WithRange(clientv3.GetPrefixRangeEnd(b.dataPfx)),
-		clientv3.WithLimit(etcdPage))
+		clientv3.WithLimit(b.page))
 	if resp == nil {
 		return "", true // the read failed: tx.err ends the transaction
 	}

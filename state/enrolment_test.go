@@ -13,124 +13,128 @@ import (
 )
 
 func TestEnrolmentTokenLifecycle(t *testing.T) {
-	clk := newClock()
-	s := openTest(t, state.Options{Now: clk.Now})
-	payload := json.RawMessage(`{"site":"lab1"}`)
-	val, rec, err := s.IssueEnrolmentToken(time.Minute, payload, "ops")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !strings.HasPrefix(val, "mj_") || len(rec.ID) != 12 || strings.Contains(val, rec.ID) {
-		t.Fatalf("token %q id %q", val, rec.ID)
-	}
-	// Concurrent consumers: exactly one wins.
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	wins, used := 0, 0
-	for range 16 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			got, err := s.ConsumeEnrolmentToken(val, "hv1")
-			mu.Lock()
-			defer mu.Unlock()
-			switch {
-			case err == nil:
-				wins++
-				if string(got.Payload) != string(payload) || got.UsedBy != "hv1" {
-					t.Errorf("consumed %+v", got)
+	eachEngine(t, func(t *testing.T) {
+		clk := newClock()
+		s := openTest(t, state.Options{Now: clk.Now})
+		payload := json.RawMessage(`{"site":"lab1"}`)
+		val, rec, err := s.IssueEnrolmentToken(time.Minute, payload, "ops")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.HasPrefix(val, "mj_") || len(rec.ID) != 12 || strings.Contains(val, rec.ID) {
+			t.Fatalf("token %q id %q", val, rec.ID)
+		}
+		// Concurrent consumers: exactly one wins.
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		wins, used := 0, 0
+		for range 16 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				got, err := s.ConsumeEnrolmentToken(val, "hv1")
+				mu.Lock()
+				defer mu.Unlock()
+				switch {
+				case err == nil:
+					wins++
+					if string(got.Payload) != string(payload) || got.UsedBy != "hv1" {
+						t.Errorf("consumed %+v", got)
+					}
+				case errors.Is(err, state.ErrTokenUsed):
+					used++
+				default:
+					t.Errorf("consume: %v", err)
 				}
-			case errors.Is(err, state.ErrTokenUsed):
-				used++
-			default:
-				t.Errorf("consume: %v", err)
-			}
-		}()
-	}
-	wg.Wait()
-	if wins != 1 || used != 15 {
-		t.Fatalf("wins %d used %d, want 1 and 15", wins, used)
-	}
-	val2, _, _ := s.IssueEnrolmentToken(time.Minute, nil, "ops")
-	clk.Advance(time.Minute)
-	if _, err := s.ConsumeEnrolmentToken(val2, "hv2"); !errors.Is(err, state.ErrTokenExpired) {
-		t.Fatalf("expired = %v", err)
-	}
-	if _, err := s.ConsumeEnrolmentToken("mj_nope", "hv3"); !errors.Is(err, state.ErrTokenUnknown) {
-		t.Fatalf("unknown = %v", err)
-	}
-	// Refusals are events naming the token ID, never the value.
-	evs := allEvents(t, s, state.EventQuery{})
-	refused := 0
-	for _, e := range evs {
-		if e.Kind == state.EventTokenRefused {
-			refused++
-			if strings.Contains(e.Message, val) || strings.Contains(e.Message, val2) {
-				t.Fatalf("event leaks a token value: %q", e.Message)
+			}()
+		}
+		wg.Wait()
+		if wins != 1 || used != 15 {
+			t.Fatalf("wins %d used %d, want 1 and 15", wins, used)
+		}
+		val2, _, _ := s.IssueEnrolmentToken(time.Minute, nil, "ops")
+		clk.Advance(time.Minute)
+		if _, err := s.ConsumeEnrolmentToken(val2, "hv2"); !errors.Is(err, state.ErrTokenExpired) {
+			t.Fatalf("expired = %v", err)
+		}
+		if _, err := s.ConsumeEnrolmentToken("mj_nope", "hv3"); !errors.Is(err, state.ErrTokenUnknown) {
+			t.Fatalf("unknown = %v", err)
+		}
+		// Refusals are events naming the token ID, never the value.
+		evs := allEvents(t, s, state.EventQuery{})
+		refused := 0
+		for _, e := range evs {
+			if e.Kind == state.EventTokenRefused {
+				refused++
+				if strings.Contains(e.Message, val) || strings.Contains(e.Message, val2) {
+					t.Fatalf("event leaks a token value: %q", e.Message)
+				}
 			}
 		}
-	}
-	if refused != 17 {
-		t.Fatalf("%d refusal events, want 17", refused)
-	}
-	// Expired more than a day ago: pruned by the next issue.
-	clk.Advance(25 * time.Hour)
-	if _, _, err := s.IssueEnrolmentToken(time.Minute, nil, "ops"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.ConsumeEnrolmentToken(val2, "hv2"); !errors.Is(err, state.ErrTokenUnknown) {
-		t.Fatalf("pruned token = %v, want unknown", err)
-	}
-	for _, bad := range []struct {
-		ttl time.Duration
-		p   string
-	}{{0, ""}, {time.Minute, "{not json"}} {
-		if _, _, err := s.IssueEnrolmentToken(bad.ttl, json.RawMessage(bad.p), "ops"); !errors.Is(err, state.ErrInvalid) {
-			t.Errorf("IssueEnrolmentToken(%v, %q) = %v, want ErrInvalid", bad.ttl, bad.p, err)
+		if refused != 17 {
+			t.Fatalf("%d refusal events, want 17", refused)
 		}
-	}
+		// Expired more than a day ago: pruned by the next issue.
+		clk.Advance(25 * time.Hour)
+		if _, _, err := s.IssueEnrolmentToken(time.Minute, nil, "ops"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.ConsumeEnrolmentToken(val2, "hv2"); !errors.Is(err, state.ErrTokenUnknown) {
+			t.Fatalf("pruned token = %v, want unknown", err)
+		}
+		for _, bad := range []struct {
+			ttl time.Duration
+			p   string
+		}{{0, ""}, {time.Minute, "{not json"}} {
+			if _, _, err := s.IssueEnrolmentToken(bad.ttl, json.RawMessage(bad.p), "ops"); !errors.Is(err, state.ErrInvalid) {
+				t.Errorf("IssueEnrolmentToken(%v, %q) = %v, want ErrInvalid", bad.ttl, bad.p, err)
+			}
+		}
+	})
 }
 
 func TestCARecordSealedAndResealed(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "state.db")
-	s, err := state.Open(path, state.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.CA(); !errors.Is(err, state.ErrNotFound) {
-		t.Fatalf("CA() before PutCA = %v", err)
-	}
-	rec, err := s.PutCA(state.CARecord{CertDER: []byte("cert"), KeyDER: []byte("key")})
-	if err != nil || rec.Sealed || string(rec.KeyDER) != "key" {
-		t.Fatalf("PutCA without master key = %+v, %v", rec, err)
-	}
-	// A second PutCA keeps the first CA (first start wins).
-	rec, _ = s.PutCA(state.CARecord{CertDER: []byte("cert2"), KeyDER: []byte("key2")})
-	if string(rec.CertDER) != "cert" {
-		t.Fatalf("second PutCA replaced the CA: %q", rec.CertDER)
-	}
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
-	// Opened with a master key, the unsealed key is sealed on read.
-	s2, err := state.Open(path, state.Options{MasterKey: []byte("0123456789abcdef")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s2.Close()
-	rec, err = s2.CA()
-	if err != nil || !rec.Sealed || string(rec.KeyDER) != "key" {
-		t.Fatalf("CA() with master key = %+v, %v; want sealed key", rec, err)
-	}
-	if err := s2.Close(); err != nil {
-		t.Fatal(err)
-	}
-	s3, err := state.Open(path, state.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s3.Close()
-	if _, err := s3.CA(); !errors.Is(err, state.ErrMasterKeyRequired) {
-		t.Fatalf("sealed CA without master key = %v, want ErrMasterKeyRequired", err)
-	}
+	eachEngine(t, func(t *testing.T) {
+		path := filepath.Join(t.TempDir(), "state.db")
+		s, err := openEngine(t, path, state.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.CA(); !errors.Is(err, state.ErrNotFound) {
+			t.Fatalf("CA() before PutCA = %v", err)
+		}
+		rec, err := s.PutCA(state.CARecord{CertDER: []byte("cert"), KeyDER: []byte("key")})
+		if err != nil || rec.Sealed || string(rec.KeyDER) != "key" {
+			t.Fatalf("PutCA without master key = %+v, %v", rec, err)
+		}
+		// A second PutCA keeps the first CA (first start wins).
+		rec, _ = s.PutCA(state.CARecord{CertDER: []byte("cert2"), KeyDER: []byte("key2")})
+		if string(rec.CertDER) != "cert" {
+			t.Fatalf("second PutCA replaced the CA: %q", rec.CertDER)
+		}
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+		// Opened with a master key, the unsealed key is sealed on read.
+		s2, err := openEngine(t, path, state.Options{MasterKey: []byte("0123456789abcdef")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s2.Close()
+		rec, err = s2.CA()
+		if err != nil || !rec.Sealed || string(rec.KeyDER) != "key" {
+			t.Fatalf("CA() with master key = %+v, %v; want sealed key", rec, err)
+		}
+		if err := s2.Close(); err != nil {
+			t.Fatal(err)
+		}
+		s3, err := openEngine(t, path, state.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s3.Close()
+		if _, err := s3.CA(); !errors.Is(err, state.ErrMasterKeyRequired) {
+			t.Fatalf("sealed CA without master key = %v, want ErrMasterKeyRequired", err)
+		}
+	})
 }

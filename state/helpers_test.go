@@ -42,7 +42,7 @@ func openAt(t testing.TB, path string, opts state.Options) *state.Store {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.NewTextHandler(t.Output(), nil))
 	}
-	s, err := state.Open(path, opts)
+	s, err := openEngine(t, path, opts)
 	if err != nil {
 		t.Fatalf("Open(%s) = %v", path, err)
 	}

@@ -86,6 +86,7 @@ func (s *Store) RecordHeartbeat(host string, now time.Time, hb Heartbeat) (Heart
 	var res HeartbeatResult
 	now = now.UTC()
 	err := s.update(func(tx kvTx) error {
+		res = HeartbeatResult{} // fn may run again (etcd retries a conflicting transaction)
 		b := tx.Bucket(bucketHosts)
 		var h Host
 		if err := getJSON(b, host, &h); err != nil {
@@ -157,6 +158,7 @@ var ErrNotLost = errors.New("host is not lost")
 // false). Errors: ErrNotFound, ErrNotLost.
 func (s *Store) MarkHostLost(host string, cutoff, now time.Time) (changed bool, err error) {
 	err = s.update(func(tx kvTx) error {
+		changed = false // fn may run again (etcd retries a conflicting transaction)
 		b := tx.Bucket(bucketHosts)
 		var h Host
 		if err := getJSON(b, host, &h); err != nil {
@@ -283,6 +285,7 @@ func (s *Store) UnfenceServer(server, actor, reason string) (changed bool, err e
 		return false, fmt.Errorf("state: unfence %s: actor and reason are required: %w", server, ErrInvalid)
 	}
 	err = s.update(func(tx kvTx) error {
+		changed = false // fn may run again (etcd retries a conflicting transaction)
 		b := tx.Bucket(bucketServers)
 		var srv Server
 		if err := getJSON(b, server, &srv); err != nil {

@@ -654,6 +654,7 @@ func (s *Store) ObserveBMC(name string, readAt time.Time, p Power, health string
 	}
 	changed := false
 	err := s.update(func(tx kvTx) error {
+		changed = false // fn may run again (etcd retries a conflicting transaction)
 		b := tx.Bucket(bucketServers)
 		var srv Server
 		if err := getJSON(b, name, &srv); err != nil {
@@ -713,6 +714,7 @@ func (s *Store) ObserveBMC(name string, readAt time.Time, p Power, health string
 func (s *Store) BMCReadFailed(name, msg string) (bool, error) {
 	changed := false
 	err := s.update(func(tx kvTx) error {
+		changed = false // fn may run again (etcd retries a conflicting transaction)
 		b := tx.Bucket(bucketServers)
 		var srv Server
 		if err := getJSON(b, name, &srv); err != nil {

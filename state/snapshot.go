@@ -1,7 +1,6 @@
 package state
 
 import (
-	"errors"
 	"fmt"
 	"io"
 
@@ -73,9 +72,4 @@ func (s *Store) WriteBackup(w io.Writer, size func(int64)) (int64, error) {
 		return n, fmt.Errorf("state: backup: %w", err)
 	}
 	return n, nil
-}
-
-// backupCopy is WriteBackup for etcd: see WriteBackup.
-func (s *Store) backupCopy(w io.Writer, size func(int64)) (int64, error) {
-	return 0, fmt.Errorf("state: backup of %s: %w: take an etcd snapshot (etcdctl snapshot save) instead", s.path, errors.ErrUnsupported)
 }

@@ -6,7 +6,11 @@
 // inventory commit to every server ready, the time to deploy each
 // profile's count (10% of the servers), the controller's CPU seconds and
 // peak RSS, the status commit count and the repository's growth per 1,000
-// lifecycle transitions.
+// lifecycle transitions. With -etcd etcd://HOST:PORT/PREFIX (or
+// MACHINA_SCALE_ETCD) the controller keeps its state in that etcd instead
+// of a bbolt file (a fresh prefix per size), to set both engines side by
+// side; the etcd cluster is the operator's (e.g. internal/etcdtest's
+// layout, or three members of Debian's etcd-server).
 package main
 
 import (
@@ -39,8 +43,14 @@ func main() {
 	workers := flag.Int("workers", 64, "controller --workers")
 	flag.StringVar(&memLimit, "memlimit", "", "run the controller with GOMEMLIMIT set to this (Go's soft memory limit, e.g. 256MiB); empty leaves it unset")
 	flag.StringVar(&cpuProfileDir, "cpuprofile", "", "write the controller's CPU and heap profiles for each size to DIR/controller-N.pprof and .heap, and the lab's CPU profile to DIR/lab-N.pprof")
+	flag.StringVar(&etcdState, "etcd", os.Getenv("MACHINA_SCALE_ETCD"), "run the controller on etcd instead of a bbolt file: an etcd site URL etcd://HOST:PORT[,HOST:PORT]/PREFIX[?ca=FILE&cert=FILE&key=FILE] (env MACHINA_SCALE_ETCD); each size uses a fresh prefix PREFIX/scale-N-UNIXNANO under it; empty: bbolt")
 	flag.Parse()
 	raiseFileLimit()
+	if etcdState != "" {
+		fmt.Printf("state engine: etcd (%s)\n\n", strings.SplitN(etcdState, "?", 2)[0])
+	} else {
+		fmt.Printf("state engine: bbolt\n\n")
+	}
 	fmt.Printf("| servers | commit → all ready | commit → counts deployed | controller CPU s | controller peak RSS MiB (anonymous, sampled) | lab (sim) CPU s | transitions | status commits | repo growth per 1,000 transitions | controller warnings, errors |\n|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, f := range strings.Split(*sizes, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
@@ -61,6 +71,23 @@ var cpuProfileDir string
 
 // memLimit is the -memlimit flag: the controller's GOMEMLIMIT, or "".
 var memLimit string
+
+// etcdState is the -etcd flag: the etcd site URL, or "" for bbolt.
+var etcdState string
+
+// stateTarget is the --state of one size: a file in dir, or a fresh
+// prefix under the -etcd site (the query, TLS files, kept at the end).
+func stateTarget(dir string, n int) string {
+	if etcdState == "" {
+		return filepath.Join(dir, "state.db")
+	}
+	base, query, _ := strings.Cut(etcdState, "?")
+	t := strings.TrimSuffix(base, "/") + fmt.Sprintf("/scale-%d-%d", n, time.Now().UnixNano())
+	if query != "" {
+		t += "?" + query
+	}
+	return t
+}
 
 func measure(n int, bin string, workers int, timeout time.Duration) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
@@ -90,7 +117,7 @@ func measure(n int, bin string, workers int, timeout time.Duration) (string, err
 	// sysfs tree in Start happens before the commit and is not measured.
 	labCPU0 := selfCPU()
 
-	state := filepath.Join(dir, "state.db")
+	state := stateTarget(dir, n)
 	out, err := exec.Command(bin, "token", "create", "--name", "bench", "--state", state).Output()
 	if err != nil {
 		return "", fmt.Errorf("token create: %w", err)

@@ -23,6 +23,7 @@ import (
 	"github.com/machina-metal/machina/join"
 	"github.com/machina-metal/machina/state"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
 // Environment variables read by machina serve and machina token.
@@ -42,8 +43,13 @@ const defaultStatePath = "/var/lib/machina/state.db"
 // except StatePath. The lead wires further servers (DHCP, TFTP, boot, join,
 // reconciler) into Run next to the admin API.
 type ServeConfig struct {
-	// StatePath is the bbolt state file; required.
+	// StatePath is the bbolt state file, or an etcd site
+	// (etcd://HOST:PORT[,HOST:PORT]/PREFIX, state.ParseEtcdTarget); required.
 	StatePath string
+	// EtcdTLS are the etcd client's TLS files (--etcd-ca, --etcd-cert,
+	// --etcd-key) for an etcd StatePath; all empty: plain http unless the
+	// URL's query names them.
+	EtcdTLS state.EtcdTLSFiles
 	// Listen is the admin API's TCP address; empty means 127.0.0.1:8080.
 	Listen string
 	// MasterKey seals secrets (MACHINA_API_KEY_MASTER_KEY); empty stores
@@ -87,7 +93,7 @@ func (c ServeConfig) Run(ctx context.Context) error {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	st, err := state.Open(c.StatePath, state.Options{Timeout: c.LockTimeout, MasterKey: c.MasterKey, Logger: log.With("component", "state")})
+	st, err := state.OpenTarget(c.StatePath, c.EtcdTLS, state.Options{Timeout: c.LockTimeout, MasterKey: c.MasterKey, Logger: log.With("component", "state")})
 	if err != nil {
 		return fmt.Errorf("serve: %w", explainOpen(c.StatePath, err))
 	}
@@ -194,6 +200,14 @@ func prune(ctx context.Context, st *state.Store, every time.Duration, log *slog.
 			}
 		}
 	}
+}
+
+// addEtcdTLSFlags adds --etcd-ca, --etcd-cert and --etcd-key: file paths
+// (a key's contents never travel in argv).
+func addEtcdTLSFlags(f *pflag.FlagSet, files *state.EtcdTLSFiles) {
+	f.StringVar(&files.CAFile, "etcd-ca", "", "PEM CA file of the etcd members' certificates (an etcd --state; turns on TLS)")
+	f.StringVar(&files.CertFile, "etcd-cert", "", "PEM client certificate file for etcd's --client-cert-auth (with --etcd-key)")
+	f.StringVar(&files.KeyFile, "etcd-key", "", "PEM private key file of --etcd-cert")
 }
 
 // explainOpen adds the operator's next step to state.Open errors.
@@ -380,6 +394,7 @@ func newServeCmd(e *env) *cobra.Command {
 				return c.Run(cmd.Context())
 			}
 			cc.StatePath, cc.Listen, cc.MasterKey, cc.Logger, cc.AdminTLS = c.StatePath, c.Listen, c.MasterKey, log, c.AdminTLS
+			cc.EtcdTLS = c.EtcdTLS
 			cc.AutoEnroll = boot.AutoEnrollFromEnv(os.Getenv)
 			return controller.Run(cmd.Context(), cc)
 		},
@@ -444,7 +459,8 @@ func newServeCmd(e *env) *cobra.Command {
 	f.StringVar(&cc.AutoEnrollZone, "auto-enroll-zone", envOrDefault("MACHINA_AUTO_ENROLL_ZONE", "discovered"), "zone of auto-enrolled servers (env MACHINA_AUTO_ENROLL_ZONE; auto-enrol itself is "+boot.AutoEnrollEnv+"=1)")
 	f.IntVar(&cc.AutoEnrollMax, "auto-enroll-max", 16, "auto-enrolled servers pending review at most; further unknown MACs are refused")
 	f.StringVar(&cc.AutoEnrollCommitTo, "auto-enroll-commit-to", os.Getenv("MACHINA_AUTO_ENROLL_COMMIT_TO"), "commit auto-enrol proposals straight onto this branch (the inventory branch); empty pushes review branches discovered/DATE")
-	f.StringVar(&c.StatePath, "state", envOrDefault(envState, defaultStatePath), "bbolt state file (env "+envState+")")
+	f.StringVar(&c.StatePath, "state", envOrDefault(envState, defaultStatePath), "bbolt state file, or an etcd site etcd://HOST:PORT[,HOST:PORT...]/PREFIX (the path is the key prefix; env "+envState+")")
+	addEtcdTLSFlags(f, &c.EtcdTLS)
 	f.StringVar(&c.Listen, "listen", envOrDefault(envListen, "127.0.0.1:8080"), "admin API address (env "+envListen+")")
 	f.StringVar(&memProfile, "mem-profile", "", "diagnostics: write a Go heap profile (pprof format, in-use and allocated) to this file whenever the live heap plus goroutine stacks reach a new peak (checked every second), and to FILE.exit on exit")
 	f.StringVar(&cpuProfile, "cpu-profile", "", "diagnostics: write a Go CPU profile (pprof format) of the whole run to this file, closed on exit")

@@ -21,18 +21,18 @@ func newTokenCmd(e *env) *cobra.Command {
 		Use:   "token",
 		Short: "Manage admin API tokens (opens the state file directly)",
 	}
-	cmd.PersistentFlags().StringVar(&statePath, "state", envOrDefault(envState, defaultStatePath), "bbolt state file (env "+envState+")")
+	cmd.PersistentFlags().StringVar(&statePath, "state", envOrDefault(envState, defaultStatePath), "bbolt state file, or an etcd site etcd://HOST:PORT[,...]/PREFIX[?ca=FILE&cert=FILE&key=FILE] (env "+envState+")")
 	// open opens the state file. Folders are never created (state.Open),
 	// so a mistyped --state fails; list and revoke also need the file
 	// (mustExist), while create may make the first one, before the first
 	// machina serve, and says so.
 	open := func(mustExist bool) (*state.Store, error) {
 		_, statErr := os.Stat(statePath)
-		st, err := state.Open(statePath, state.Options{Timeout: time.Second, MustExist: mustExist})
+		st, err := state.OpenTarget(statePath, state.EtcdTLSFiles{}, state.Options{Timeout: time.Second, MustExist: mustExist})
 		if err != nil {
 			return nil, explainOpen(statePath, err)
 		}
-		if errors.Is(statErr, fs.ErrNotExist) {
+		if errors.Is(statErr, fs.ErrNotExist) && !state.IsEtcdTarget(statePath) {
 			fmt.Fprintf(e.stderr, "machina token: created a new, empty state file %s (no site was there; machina serve --state %s uses it)\n", statePath, statePath)
 		}
 		return st, nil

@@ -35,6 +35,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		newBmcsimCmd(e),
 		newSimCmd(e),
 		newBootstrapCmd(e),
+		newStateCmd(e),
 	)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	markUsageErrors(root)

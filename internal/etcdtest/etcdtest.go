@@ -68,7 +68,7 @@ type TLSFiles struct {
 
 // Cluster is a running etcd cluster.
 type Cluster struct {
-	t       testing.TB
+	fatalf  func(format string, args ...any)
 	bin     string
 	root    string
 	tls     *TLSFiles
@@ -102,39 +102,110 @@ func Start(t testing.TB, opts Options) *Cluster {
 	if timeout == 0 {
 		timeout = 60 * time.Second
 	}
-	root := t.TempDir()
-	c := &Cluster{t: t, bin: bin, root: root}
-	if opts.TLS {
-		files, err := writeTLS(filepath.Join(root, "tls"))
+	c := &Cluster{fatalf: t.Fatalf, bin: bin, root: t.TempDir()}
+	t.Cleanup(c.killAll)
+	if err := c.start(n, opts.TLS, timeout); err != nil {
+		t.Fatalf("etcdtest: %v", err)
+	}
+	return c
+}
+
+// start makes the TLS files and starts n members, retrying on a port clash.
+func (c *Cluster) start(n int, withTLS bool, timeout time.Duration) error {
+	if withTLS {
+		files, err := writeTLS(filepath.Join(c.root, "tls"))
 		if err != nil {
-			t.Fatalf("etcdtest: make TLS files: %v", err)
+			return fmt.Errorf("make TLS files: %v", err)
 		}
 		c.tls = files
 	}
-	t.Cleanup(c.killAll)
 	var lastErr error
 	for attempt := 0; attempt < 3; attempt++ {
 		c.killAll()
 		if err := c.layout(n, attempt); err != nil {
-			t.Fatalf("etcdtest: %v", err)
+			return err
 		}
 		for _, m := range c.members {
 			if err := m.start("new"); err != nil {
-				t.Fatalf("etcdtest: start %s: %v", m.Name, err)
+				return fmt.Errorf("start %s: %v", m.Name, err)
 			}
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), timeout)
 		lastErr = c.waitHealthy(ctx, c.members)
 		cancel()
 		if lastErr == nil {
-			return c
+			return nil
 		}
 		if !c.portClash() {
 			break
 		}
 	}
-	t.Fatalf("etcdtest: cluster of %d not healthy: %v\n%s", n, lastErr, c.logTails())
-	return nil
+	c.killAll()
+	return fmt.Errorf("cluster of %d not healthy: %v\n%s", n, lastErr, c.logTails())
+}
+
+var shared struct {
+	mu   sync.Mutex
+	c    map[Options]*Cluster
+	errs map[Options]error
+	dirs []string
+}
+
+// Shared returns a cluster started once per test binary for opts (the
+// first caller starts it; later callers with the same opts share it), for
+// packages whose tests each use their own key prefix. It lives until Main's
+// m.Run returns; tests must not stop or restart its members (use Start
+// for that). A missing etcd fails t through peertest.
+func Shared(t testing.TB, opts Options) *Cluster {
+	t.Helper()
+	bin := peertest.Command(t, "etcd")
+	shared.mu.Lock()
+	defer shared.mu.Unlock()
+	if c, ok := shared.c[opts]; ok {
+		return c
+	}
+	if err, ok := shared.errs[opts]; ok {
+		t.Fatalf("etcdtest: shared cluster: %v", err)
+	}
+	if shared.c == nil {
+		shared.c, shared.errs = map[Options]*Cluster{}, map[Options]error{}
+	}
+	root, err := os.MkdirTemp("", "etcdtest-shared-")
+	if err != nil {
+		t.Fatalf("etcdtest: %v", err)
+	}
+	shared.dirs = append(shared.dirs, root)
+	n, timeout := opts.Members, opts.StartTimeout
+	if n <= 0 {
+		n = 1
+	}
+	if timeout == 0 {
+		timeout = 60 * time.Second
+	}
+	c := &Cluster{fatalf: func(f string, a ...any) { panic(fmt.Sprintf(f, a...)) }, bin: bin, root: root}
+	if err := c.start(n, opts.TLS, timeout); err != nil {
+		shared.errs[opts] = err
+		t.Fatalf("etcdtest: shared cluster: %v", err)
+	}
+	shared.c[opts] = c
+	return c
+}
+
+// Main runs m and then kills every Shared cluster (by PID) and removes its
+// folder; a package that uses Shared calls it from TestMain:
+// os.Exit(etcdtest.Main(m)).
+func Main(m *testing.M) int {
+	code := m.Run()
+	shared.mu.Lock()
+	defer shared.mu.Unlock()
+	for _, c := range shared.c {
+		c.killAll()
+	}
+	for _, d := range shared.dirs {
+		_ = os.RemoveAll(d)
+	}
+	shared.c, shared.errs, shared.dirs = nil, nil, nil
+	return code
 }
 
 // layout picks ports and folders for n members (a new data folder per attempt).
@@ -329,16 +400,15 @@ func (m *Member) signal(sig syscall.Signal, wait time.Duration) {
 // folder and waits until the cluster is healthy with it (up to 60 s). It
 // ends the test on failure.
 func (m *Member) Restart() {
-	t := m.c.t
-	t.Helper()
 	m.Kill() // no-op when not running
 	if err := m.start("existing"); err != nil {
-		t.Fatalf("etcdtest: restart %s: %v", m.Name, err)
+		m.c.fatalf("etcdtest: restart %s: %v", m.Name, err)
+		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	if err := m.c.waitHealthy(ctx, []*Member{m}); err != nil {
-		t.Fatalf("etcdtest: restarted %s not healthy: %v\n%s", m.Name, err, m.c.logTails())
+		m.c.fatalf("etcdtest: restarted %s not healthy: %v\n%s", m.Name, err, m.c.logTails())
 	}
 }
 
@@ -368,7 +438,8 @@ func (c *Cluster) TLSConfig() *tls.Config {
 	}
 	cfg, err := c.tls.ClientConfig()
 	if err != nil {
-		c.t.Fatalf("etcdtest: %v", err)
+		c.fatalf("etcdtest: %v", err)
+		return nil
 	}
 	return cfg
 }

@@ -1,0 +1,268 @@
+package state
+
+import (
+	"bytes"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	mrand "math/rand/v2"
+	"path/filepath"
+	"testing"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/machina-metal/machina/internal/etcdtest"
+)
+
+// testEtcdEngine is an etcd engine on the binary's shared cluster under a
+// fresh prefix.
+func testEtcdEngine(t *testing.T) *etcdEngine {
+	t.Helper()
+	c := etcdtest.Shared(t, etcdtest.Options{Members: 3})
+	cli := c.Client(t)
+	b := make([]byte, 8)
+	_, _ = rand.Read(b)
+	e, err := newEtcdEngine(EtcdConfig{Client: cli, Prefix: "/enginetest/" + hex.EncodeToString(b)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+// kvModel is a random key from a small alphabet with ordering edge cases
+// (a prefix of another key, 0x00 and 0xff bytes).
+var modelKeys = [][]byte{[]byte("a"), []byte("ab"), []byte("a\x00"), []byte("b"), []byte("\xff"), []byte("\x00"),
+	[]byte("zz"), {0, 0, 0, 0, 0, 0, 0, 1}, {0, 0, 0, 0, 0, 0, 1, 0}, []byte("m/x"), []byte("m=x")}
+
+// TestEngineModel applies the same random transactions to the bbolt and the
+// etcd engine and requires the same answers from every read: Get (nil-ness
+// included), full cursor walks, Seek+Next, ForEach, sequences, nested
+// buckets made, deleted and made again, and rolled-back transactions.
+func TestEngineModel(t *testing.T) {
+	db, err := bolt.Open(filepath.Join(t.TempDir(), "model.db"), 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	be := &boltEngine{db: db}
+	ee := testEtcdEngine(t)
+	rng := mrand.New(mrand.NewPCG(1, 2))
+	for _, e := range []engine{be, ee} {
+		if err := e.update(func(tx kvTx) error {
+			_, err := tx.CreateBucketIfNotExists([]byte("b"))
+			if err == nil {
+				_, err = tx.CreateBucketIfNotExists([]byte("p"))
+			}
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	errRollback := errors.New("rollback")
+	for round := 0; round < 60; round++ {
+		seed := rng.Uint64()
+		var logs [2][]string
+		for i, e := range []engine{be, ee} {
+			r := mrand.New(mrand.NewPCG(seed, 7))
+			err := e.update(func(tx kvTx) error {
+				logs[i] = nil
+				r = mrand.New(mrand.NewPCG(seed, 7))
+				return modelTx(tx, r, &logs[i], errRollback)
+			})
+			if err != nil && !errors.Is(err, errRollback) {
+				t.Fatalf("round %d engine %d: %v", round, i, err)
+			}
+			if err := e.view(func(tx kvTx) error { return modelScan(tx, &logs[i]) }); err != nil {
+				t.Fatalf("round %d engine %d view: %v", round, i, err)
+			}
+		}
+		if len(logs[0]) != len(logs[1]) {
+			t.Fatalf("round %d: %d observations on bbolt, %d on etcd", round, len(logs[0]), len(logs[1]))
+		}
+		for j := range logs[0] {
+			if logs[0][j] != logs[1][j] {
+				t.Fatalf("round %d observation %d:\nbbolt %s\netcd  %s", round, j, logs[0][j], logs[1][j])
+			}
+		}
+	}
+}
+
+func modelKey(r *mrand.Rand) []byte { return modelKeys[r.IntN(len(modelKeys))] }
+
+func modelTx(tx kvTx, r *mrand.Rand, log *[]string, errRollback error) error {
+	obs := func(f string, a ...any) { *log = append(*log, fmt.Sprintf(f, a...)) }
+	b := tx.Bucket([]byte("b"))
+	p := tx.Bucket([]byte("p"))
+	for i := 0; i < 12; i++ {
+		target := b
+		name := []byte(fmt.Sprintf("n%d", r.IntN(3)))
+		if r.IntN(3) == 0 {
+			if nb := p.Bucket(name); nb != nil {
+				target = nb
+			} else {
+				obs("nested %s absent", name)
+			}
+		}
+		switch op := r.IntN(10); op {
+		case 0, 1:
+			v := []byte(fmt.Sprintf("v%d", r.IntN(100)))
+			if r.IntN(8) == 0 {
+				v = nil
+			}
+			if err := target.Put(modelKey(r), v); err != nil {
+				return err
+			}
+		case 2:
+			if err := target.Delete(modelKey(r)); err != nil {
+				return err
+			}
+		case 3:
+			k := modelKey(r)
+			v := target.Get(k)
+			obs("get %q = %q nil=%v", k, v, v == nil)
+		case 4:
+			c := target.Cursor()
+			k, v := c.Seek(modelKey(r))
+			for j := 0; j < 3 && k != nil; j++ {
+				obs("seek %q=%q", k, v)
+				k, v = c.Next()
+			}
+			obs("seek end %v", k == nil)
+		case 5:
+			n, err := target.NextSequence()
+			if err != nil {
+				return err
+			}
+			obs("seq %d", n)
+		case 6:
+			if _, err := p.CreateBucketIfNotExists(name); err != nil {
+				return err
+			}
+		case 7:
+			if p.Bucket(name) != nil {
+				if err := p.DeleteBucket(name); err != nil {
+					return err
+				}
+			}
+		case 8:
+			walk(target, obs)
+		case 9:
+			obs("sequence %d", target.Sequence())
+		}
+	}
+	if r.IntN(6) == 0 {
+		return errRollback
+	}
+	return nil
+}
+
+func walk(b kvBucket, obs func(string, ...any)) {
+	c := b.Cursor()
+	var keys [][]byte
+	for k, v := c.First(); k != nil; k, v = c.Next() {
+		obs("walk %q=%q", k, v)
+		keys = append(keys, k)
+	}
+	n := 0
+	_ = b.ForEach(func(k, _ []byte) error {
+		if n >= len(keys) || !bytes.Equal(keys[n], k) {
+			obs("foreach differs at %d: %q", n, k)
+		}
+		n++
+		return nil
+	})
+	obs("walk end %d %d", len(keys), n)
+}
+
+func modelScan(tx kvTx, log *[]string) error {
+	obs := func(f string, a ...any) { *log = append(*log, fmt.Sprintf(f, a...)) }
+	walk(tx.Bucket([]byte("b")), obs)
+	obs("b seq %d", tx.Bucket([]byte("b")).Sequence())
+	p := tx.Bucket([]byte("p"))
+	for i := 0; i < 3; i++ {
+		name := []byte(fmt.Sprintf("n%d", i))
+		nb := p.Bucket(name)
+		if nb == nil {
+			obs("n%d absent", i)
+			continue
+		}
+		walk(nb, obs)
+		obs("n%d seq %d", i, nb.Sequence())
+	}
+	return nil
+}
+
+// TestEtcdCommitGuards: a transaction that read a record by key, walked a
+// bucket, or read a sequence does not commit when another engine (another
+// controller) wrote what it read since its snapshot: an update, an insert
+// into the walked range (a phantom), a deletion, a sequence bump. Writes
+// to what it did not read do not stop it.
+func TestEtcdCommitGuards(t *testing.T) {
+	e1 := testEtcdEngine(t)
+	e2, err := newEtcdEngine(EtcdConfig{Client: e1.cli, Prefix: e1.prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seed := func() {
+		if err := e1.update(func(tx kvTx) error {
+			for _, name := range []string{"b", "other"} {
+				b, err := tx.CreateBucketIfNotExists([]byte(name))
+				if err != nil {
+					return err
+				}
+				for _, k := range []string{"k1", "k3"} {
+					if err := b.Put([]byte(k), []byte("v")); err != nil {
+						return err
+					}
+				}
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	seed()
+	cases := []struct {
+		name  string
+		read  func(b kvBucket)
+		other func(tx kvTx) error
+		want  bool // commits
+	}{
+		{"get, then that record updated", func(b kvBucket) { b.Get([]byte("k1")) },
+			func(tx kvTx) error { return tx.Bucket([]byte("b")).Put([]byte("k1"), []byte("w")) }, false},
+		{"get of an absent key, then it is made", func(b kvBucket) { b.Get([]byte("k2")) },
+			func(tx kvTx) error { return tx.Bucket([]byte("b")).Put([]byte("k2"), []byte("w")) }, false},
+		{"get, then another record updated", func(b kvBucket) { b.Get([]byte("k1")) },
+			func(tx kvTx) error { return tx.Bucket([]byte("b")).Put([]byte("k3"), []byte("w")) }, true},
+		{"walk, then an insert in the range", func(b kvBucket) { _ = b.ForEach(func(_, _ []byte) error { return nil }) },
+			func(tx kvTx) error { return tx.Bucket([]byte("b")).Put([]byte("k2"), []byte("w")) }, false},
+		{"walk, then a deletion in the range", func(b kvBucket) { b.Cursor().First() },
+			func(tx kvTx) error { return tx.Bucket([]byte("b")).Delete([]byte("k3")) }, false},
+		{"walk, then a write to another bucket", func(b kvBucket) { b.Cursor().First() },
+			func(tx kvTx) error { return tx.Bucket([]byte("other")).Put([]byte("k2"), []byte("w")) }, true},
+		{"sequence, then bumped", func(b kvBucket) { b.Sequence() },
+			func(tx kvTx) error { _, err := tx.Bucket([]byte("b")).NextSequence(); return err }, false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			seed()
+			tx := e1.newTx(true)
+			b := tx.Bucket([]byte("b"))
+			c.read(b)
+			if err := b.Put([]byte("mine"), []byte("x")); err != nil {
+				t.Fatal(err)
+			}
+			if err := e2.update(c.other); err != nil {
+				t.Fatal(err)
+			}
+			ok, err := tx.commit()
+			if err != nil || tx.err != nil {
+				t.Fatalf("commit: %v %v", err, tx.err)
+			}
+			if ok != c.want {
+				t.Fatalf("commit succeeded = %v, want %v", ok, c.want)
+			}
+		})
+	}
+}
