@@ -339,6 +339,7 @@ func newServeCmd(e *env) *cobra.Command {
 	var logFormat, logLevel, cpuProfile, memProfile, configPath, masterKeyFile string
 	var printConfig bool
 	var cc controller.Config
+	var haf haFlags
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Run the controller: reconciler, admin API, boot and machine endpoints, images, Git source and status",
@@ -391,10 +392,19 @@ func newServeCmd(e *env) *cobra.Command {
 				return fmt.Errorf("--deploy-timeout %s: want a positive duration", cc.Reconciler.Plan.DeployTimeout)
 			}
 			if cc.Repo.URL == "" {
+				if haf.id != "" {
+					return usageError{errors.New("--ha-id needs --repo: only the full controller runs in a group")}
+				}
 				return c.Run(cmd.Context())
 			}
 			cc.StatePath, cc.Listen, cc.MasterKey, cc.Logger, cc.AdminTLS = c.StatePath, c.Listen, c.MasterKey, log, c.AdminTLS
 			cc.EtcdTLS = c.EtcdTLS
+			if cc.HA, err = haf.config(c.StatePath, func(n string) bool { return cmd.Flags().Changed(n) }); err != nil {
+				return usageError{err}
+			}
+			if cc.HA != nil && cc.HA.VIP != nil {
+				cc.Netboot.ServerIP = cc.HA.VIP.Prefix.Addr() // DHCP option 54 and siaddr follow the leader
+			}
 			cc.AutoEnroll = boot.AutoEnrollFromEnv(os.Getenv)
 			return controller.Run(cmd.Context(), cc)
 		},
@@ -461,6 +471,7 @@ func newServeCmd(e *env) *cobra.Command {
 	f.StringVar(&cc.AutoEnrollCommitTo, "auto-enroll-commit-to", os.Getenv("MACHINA_AUTO_ENROLL_COMMIT_TO"), "commit auto-enrol proposals straight onto this branch (the inventory branch); empty pushes review branches discovered/DATE")
 	f.StringVar(&c.StatePath, "state", envOrDefault(envState, defaultStatePath), "bbolt state file, or an etcd site etcd://HOST:PORT[,HOST:PORT...]/PREFIX (the path is the key prefix; env "+envState+")")
 	addEtcdTLSFlags(f, &c.EtcdTLS)
+	addHAFlags(f, &haf)
 	f.StringVar(&c.Listen, "listen", envOrDefault(envListen, "127.0.0.1:8080"), "admin API address (env "+envListen+")")
 	f.StringVar(&memProfile, "mem-profile", "", "diagnostics: write a Go heap profile (pprof format, in-use and allocated) to this file whenever the live heap plus goroutine stacks reach a new peak (checked every second), and to FILE.exit on exit")
 	f.StringVar(&cpuProfile, "cpu-profile", "", "diagnostics: write a Go CPU profile (pprof format) of the whole run to this file, closed on exit")
