@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"time"
 
 	"github.com/machina-metal/machina/bmc"
@@ -288,7 +289,28 @@ var errWipeStale = errors.New("no release wipe pending")
 // netboots ask for Continuous at once), a persistent override is used, and
 // BMCFacts.RestoreDisk makes the plan set disk back after the boot it was
 // for.
+//
+// Read back first: when the journal entry being resumed already sent its
+// power action (InFlight.PowerSent, by this process before a crash or by
+// the leader before a failover) and the BMC reads on, the machine is
+// booting (or has booted) for this entry: nothing is sent again, neither
+// a second reset nor a fresh one-time override it may already have
+// consumed. A machine that then never reports is network-booted again by
+// the plan's silent-machine rule, as a new journal entry. Off means the
+// earlier action did not take: the netboot runs as new.
 func (c *Controller) netboot(ctx context.Context, drv bmc.Driver, obs state.Server, mode bmc.BootMode, log *slog.Logger) error {
+	if f := obs.InFlight; f != nil && !f.PowerSent.IsZero() {
+		ps, err := drv.PowerState(ctx)
+		if err != nil {
+			return fmt.Errorf("read power: %w", err)
+		}
+		if ps == bmc.PowerOn {
+			log.Info("resumed netboot: power action already sent for this journal entry and the BMC reads on; not repeating it",
+				"sent", f.PowerSent.Format(time.RFC3339), "attempt", f.Attempt)
+			return nil
+		}
+		log.Info("resumed netboot: BMC reads off although the power action was sent; netbooting again", "sent", f.PowerSent.Format(time.RFC3339))
+	}
 	err := c.netbootOverride(ctx, drv, obs, bmc.BootPXE, mode, log)
 	if iso := c.isoURL(mode); errors.Is(err, bmc.ErrUnsupported) && iso != "" {
 		log.Info("no PXE boot override; booting the iPXE ISO from virtual media", "iso", iso)
@@ -307,11 +329,41 @@ func (c *Controller) netboot(ctx context.Context, drv bmc.Driver, obs state.Serv
 	if ps == bmc.PowerOn {
 		action = bmc.PowerActionReset
 	}
+	if obs.InFlight != nil {
+		// Write-ahead: the journal says the power action may have gone
+		// out before it does (see above).
+		now := c.cfg.Now().UTC()
+		if _, err := c.cfg.Store.UpdateServer(obs.Name, func(s *state.Server) error {
+			if s.InFlight != nil && s.InFlight.Key == obs.InFlight.Key {
+				s.InFlight.PowerSent = now
+			}
+			return nil
+		}); err != nil {
+			return err
+		}
+	}
 	if err := c.power(ctx, drv, obs, action, log); err != nil {
+		if obs.InFlight != nil && !ambiguous(err) {
+			// The BMC answered (or was never reached): it did not act, so
+			// a retry of this entry may send the action again.
+			_, _ = c.cfg.Store.UpdateServer(obs.Name, func(s *state.Server) error {
+				if s.InFlight != nil && s.InFlight.Key == obs.InFlight.Key {
+					s.InFlight.PowerSent = time.Time{}
+				}
+				return nil
+			})
+		}
 		return fmt.Errorf("power %s: %w", action, err)
 	}
 	log.Info("netboot", "power", string(action))
 	return nil
+}
+
+// ambiguous reports whether a failed BMC request may still have acted: it
+// timed out or its context ended while waiting for the answer.
+func ambiguous(err error) bool {
+	var ne net.Error
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) || (errors.As(err, &ne) && ne.Timeout())
 }
 
 // netbootOverride sets dev as the boot device for the next boot: once, or
@@ -451,7 +503,12 @@ func (c *Controller) journal(step Step) (state.Server, error) {
 		if s.InFlight != nil && s.InFlight.Action == string(step.Action) {
 			attempt = s.InFlight.Attempt + 1
 		}
-		s.InFlight = &state.InFlight{Action: string(step.Action), Key: fmt.Sprintf("%s/%d", step.Action, step.Counter), Started: c.cfg.Now().UTC(), Attempt: attempt, Counter: step.Counter}
+		key := fmt.Sprintf("%s/%d", step.Action, step.Counter)
+		var sent time.Time
+		if s.InFlight != nil && s.InFlight.Key == key {
+			sent = s.InFlight.PowerSent // resumed: the BMC may have acted already
+		}
+		s.InFlight = &state.InFlight{Action: string(step.Action), Key: key, Started: c.cfg.Now().UTC(), Attempt: attempt, Counter: step.Counter, PowerSent: sent}
 		return nil
 	})
 }
