@@ -185,7 +185,9 @@ func TestElectionOneLeader(t *testing.T) {
 	if !a.el.IsLeader() || b.el.IsLeader() {
 		t.Fatalf("IsLeader: a %v, b %v; want a only", a.el.IsLeader(), b.el.IsLeader())
 	}
-	// b's campaign key is queued behind a's.
+	// b's campaign key is queued behind a's (b may observe a before its
+	// own campaign key is written).
+	waitKeys(t, cl.Client(t), 2)
 	resp, err := cl.Client(t).Get(context.Background(), "/test/leader/", clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
 	if err != nil {
 		t.Fatal(err)
