@@ -20,7 +20,9 @@
 // Buckets and keys are private; callers use [Store] methods only. Each
 // method is one bbolt transaction, bounded by disk I/O (an fsync per
 // committed write), so methods take no context: bbolt transactions cannot be
-// cancelled part way.
+// cancelled part way. On etcd each method is one etcd transaction (a few
+// reads and one Txn), each request bounded by EtcdConfig.RequestTimeout; a
+// commit whose answer is lost returns [ErrCommitUncertain].
 //
 // # Engines: bbolt and etcd
 //

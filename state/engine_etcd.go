@@ -15,6 +15,8 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // # The etcd engine
@@ -52,6 +54,15 @@ import (
 //     its sequence: ModRevision(existence key) = the one seen;
 //   - the fence (EtcdConfig.Fence, Store.SetFence), when set.
 //
+// Write cache. An update reads single records (not ranges) from a cache of
+// what this process last read or wrote in its committed updates, with
+// their revisions, and guards them by the same compares; so a controller
+// that is the only writer of its site (the fenced leader) moves a server
+// with one round trip, the Txn. A record another process changed fails its
+// compare: the cache is dropped and the transaction rerun from etcd. A
+// transaction function that fails after reading from the cache is rerun
+// from a snapshot before its error is believed. Views never use the cache.
+//
 // A failed compare reruns the transaction function from a new snapshot (up
 // to maxAttempts times, then ErrConflict), unless the fence compare failed:
 // then the write returns ErrNotLeader and is not retried. Writers of one
@@ -63,7 +74,11 @@ import (
 // default) and a request to --max-request-bytes (1.5 MiB): the store keeps
 // each transaction small (event retention deletes at most etcdSweep old
 // events per write, Prune runs in batches). A transaction that still
-// exceeds it fails with etcd's "too many operations in txn request".
+// exceeds it fails with etcd's "too many operations in txn request" and
+// writes nothing; the ones that can, on large sites only, are sealing more
+// than about 60 secrets stored unsealed at the first Open with a master
+// key, and revoking or forgetting more than about 60 tokens or hosts of one
+// server at once (raise etcd's --max-txn-ops for those).
 //
 // Compaction. etcd keeps every revision until compacted; the event log is
 // bounded by Retention (count site-wide, count per server, age), but the
@@ -86,6 +101,8 @@ const (
 	// walk of 10,000 servers about 25 reads).
 	etcdPage      = 512
 	etcdFirstPage = 8
+	// maxCached bounds the write cache (records); past it it starts over.
+	maxCached = 200_000
 	// maxBatch is the most ApplyBatched calls one etcd transaction carries
 	// (each adds about 6 operations: under --max-txn-ops 128).
 	maxBatch = 8
@@ -99,6 +116,13 @@ const (
 // again by another campaign, so this controller is not the leader any more.
 // Nothing of the transaction was written. Never retried by the store.
 var ErrNotLeader = errors.New("not the leader: the election key no longer matches (leadership lost)")
+
+// ErrCommitUncertain: the etcd commit of a write was sent but its answer
+// was lost (a timeout, a cut connection, a member that failed meanwhile):
+// the write may or may not have been applied. Read the state back before
+// doing it again (a repeated lifecycle move answers ErrStaleTransition
+// when the first one landed).
+var ErrCommitUncertain = errors.New("the etcd commit's outcome is unknown: it may have been applied")
 
 // ErrConflict: an etcd transaction kept conflicting with other writers'
 // commits and was given up after its reruns; nothing was written.
@@ -261,12 +285,19 @@ type etcdEngine struct {
 	target  string
 
 	closed    atomic.Bool
+	reads     atomic.Int64       // etcd reads made by transactions (tests count round trips)
 	stopWatch context.CancelFunc // ends watchOthers
 	mu        sync.Mutex         // serialises this process's write transactions
 	qmu       sync.Mutex         // guards queue
 	queue     []*batchCall
-	fence     atomic.Pointer[Fence]
-	known     sync.Map // top-level bucket name → struct{}: exists (they are never deleted)
+	// cache holds records as this process last read or wrote them in
+	// update transactions (guarded by mu): a controller that is the only
+	// writer of its site reads them without a round trip, and the commit's
+	// compares catch a record another process changed (the cache is then
+	// dropped and the transaction rerun from etcd). Views never use it.
+	cache map[string]cachedKV
+	fence atomic.Pointer[Fence]
+	known sync.Map // top-level bucket name → struct{}: exists (they are never deleted)
 }
 
 func newEtcdEngine(cfg EtcdConfig) (*etcdEngine, error) {
@@ -431,26 +462,37 @@ func (e *etcdEngine) update(fn func(tx kvTx) error) error {
 
 // updateLocked is update with e.mu held.
 func (e *etcdEngine) updateLocked(fn func(tx kvTx) error) error {
+	noCache := false
 	for attempt := 0; attempt < maxAttempts; attempt++ {
 		tx := e.newTx(true)
+		tx.useCache = !noCache
 		err := fn(tx)
 		if tx.err != nil {
+			e.cache = nil
 			if errors.Is(tx.err, rpctypes.ErrCompacted) {
 				continue
 			}
 			return fmt.Errorf("etcd read: %w", tx.err)
 		}
 		if err != nil {
+			if tx.usedCache {
+				// fn decided on cached records, which only the commit's
+				// compares would have checked: decide again on a snapshot.
+				noCache = true
+				continue
+			}
 			return err
 		}
 		ok, err := tx.commit()
 		if err != nil {
+			e.cache = nil
 			return err
 		}
 		if ok {
 			tx.remember()
 			return nil
 		}
+		e.cache = nil
 		// Lost a race with another process: back off a little (jittered
 		// by the attempt number) and rerun from a new snapshot.
 		time.Sleep(time.Duration(attempt+1) * time.Millisecond)
@@ -475,6 +517,76 @@ type etcdTx struct {
 	keyReads    map[string]int64 // etcd key → ModRevision seen (0: absent)
 	genReads    map[string]int64 // generation key → ModRevision seen
 	createReads map[string]int64 // existence key → CreateRevision seen
+
+	useCache  bool                // point reads may come from e.cache
+	usedCache bool                // some did
+	fetched   map[string]cachedKV // point reads made from etcd
+}
+
+// cachedKV is a record as this process last read or wrote it.
+type cachedKV struct {
+	v       []byte // nil when absent
+	present bool
+	mod     int64 // ModRevision (0: absent)
+	create  int64 // CreateRevision (0: absent)
+}
+
+// point reads one key: from the write cache in an update (the compares of
+// the commit check it is still current) or from etcd at the snapshot.
+func (tx *etcdTx) point(key string) (cachedKV, bool) {
+	if tx.useCache {
+		if c, ok := tx.e.cache[key]; ok {
+			tx.usedCache = true
+			return c, true
+		}
+	}
+	resp := tx.get(key)
+	if resp == nil {
+		return cachedKV{}, false
+	}
+	var c cachedKV
+	if len(resp.Kvs) > 0 {
+		kv := resp.Kvs[0]
+		c = cachedKV{v: kv.Value, present: true, mod: kv.ModRevision, create: kv.CreateRevision}
+		if c.v == nil {
+			c.v = []byte{}
+		}
+	}
+	if tx.writable {
+		if tx.fetched == nil {
+			tx.fetched = map[string]cachedKV{}
+		}
+		tx.fetched[key] = c
+	}
+	return c, true
+}
+
+// learn updates the write cache after a commit at revision rev: what the
+// transaction read from etcd is current, what it wrote is as written
+// (a key put without being known first is dropped: its create revision is
+// unknown).
+func (tx *etcdTx) learn(rev int64, puts map[string][]byte, dels map[string]bool) {
+	e := tx.e
+	if e.cache == nil || len(e.cache) > maxCached {
+		e.cache = map[string]cachedKV{}
+	}
+	for k, c := range tx.fetched {
+		e.cache[k] = c
+	}
+	for k := range dels {
+		e.cache[k] = cachedKV{}
+	}
+	for k, v := range puts {
+		old, known := e.cache[k]
+		switch {
+		case !known:
+			delete(e.cache, k)
+		case old.present:
+			e.cache[k] = cachedKV{v: v, present: true, mod: rev, create: old.create}
+		default:
+			e.cache[k] = cachedKV{v: v, present: true, mod: rev, create: rev}
+		}
+	}
 }
 
 func (tx *etcdTx) fail(err error) {
@@ -493,6 +605,7 @@ func (tx *etcdTx) get(key string, opts ...clientv3.OpOption) *clientv3.GetRespon
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), tx.e.timeout)
 	defer cancel()
+	tx.e.reads.Add(1)
 	resp, err := tx.e.cli.Get(ctx, key, opts...)
 	if err != nil {
 		tx.fail(err)
@@ -546,17 +659,16 @@ func (tx *etcdTx) handle(parent *etcdBucket, name []byte) *etcdBucket {
 			return b
 		}
 	}
-	resp := tx.get(b.metaKey)
-	if resp == nil {
+	c, ok := tx.point(b.metaKey)
+	if !ok {
 		return b
 	}
-	if len(resp.Kvs) == 0 {
+	if !c.present {
 		tx.createReads[b.metaKey] = 0
 		return b
 	}
-	kv := resp.Kvs[0]
-	tx.createReads[b.metaKey] = kv.CreateRevision
-	b.exists, b.seq, b.seqLoaded, b.metaRev = true, btoi(kv.Value), true, kv.ModRevision
+	tx.createReads[b.metaKey] = c.create
+	b.exists, b.seq, b.seqLoaded, b.metaRev = true, btoi(c.v), true, c.mod
 	return b
 }
 
@@ -594,6 +706,7 @@ func (tx *etcdTx) remember() {
 // compare failed (rerun); err ErrNotLeader: the fence failed.
 func (tx *etcdTx) commit() (bool, error) {
 	var ops []clientv3.Op
+	puts, dels := map[string][]byte{}, map[string]bool{}
 	ids := make([]string, 0, len(tx.buckets))
 	for id := range tx.buckets {
 		ids = append(ids, id)
@@ -604,6 +717,12 @@ func (tx *etcdTx) commit() (bool, error) {
 		if b.deleted && !b.exists {
 			ops = append(ops, clientv3.OpDelete(b.dataPfx, clientv3.WithPrefix()),
 				clientv3.OpDelete(b.metaKey), clientv3.OpDelete(b.genKey))
+			dels[b.metaKey], dels[b.genKey] = true, true
+			for k := range tx.e.cache {
+				if strings.HasPrefix(k, b.dataPfx) {
+					delete(tx.e.cache, k)
+				}
+			}
 			continue
 		}
 		if b.deleted {
@@ -617,6 +736,7 @@ func (tx *etcdTx) commit() (bool, error) {
 			for _, kv := range old.Kvs {
 				if _, ok := b.writes[strings.TrimPrefix(string(kv.Key), b.dataPfx)]; !ok {
 					ops = append(ops, clientv3.OpDelete(string(kv.Key)))
+					dels[string(kv.Key)] = true
 				}
 			}
 		}
@@ -624,18 +744,21 @@ func (tx *etcdTx) commit() (bool, error) {
 			w := b.writes[k]
 			if w.del {
 				ops = append(ops, clientv3.OpDelete(b.dataPfx+k))
+				dels[b.dataPfx+k] = true
 			} else {
 				ops = append(ops, clientv3.OpPut(b.dataPfx+k, string(w.v)))
+				puts[b.dataPfx+k] = w.v
 			}
 		}
 		if b.created || b.seqDirty {
 			ops = append(ops, clientv3.OpPut(b.metaKey, string(u64(b.seq))))
+			puts[b.metaKey] = u64(b.seq)
 		}
 		if b.dirty || b.deleted {
 			ops = append(ops, clientv3.OpPut(b.genKey, ""))
 		}
 	}
-	if len(ops) == 0 {
+	if len(ops) == 0 && !tx.usedCache {
 		return true, nil
 	}
 	var cmps []clientv3.Cmp
@@ -661,12 +784,16 @@ func (tx *etcdTx) commit() (bool, error) {
 	defer cancel()
 	resp, err := tx.e.cli.Txn(ctx).If(cmps...).Then(ops...).Else(orElse...).Commit()
 	if err != nil {
-		return false, fmt.Errorf("etcd commit (%d operations, %d compares): %w", len(ops), len(cmps), err)
+		if refused(err) {
+			return false, fmt.Errorf("etcd commit (%d operations, %d compares): %w", len(ops), len(cmps), err)
+		}
+		return false, fmt.Errorf("etcd commit (%d operations, %d compares): %w: %w", len(ops), len(cmps), ErrCommitUncertain, err)
 	}
 	if resp.Succeeded {
+		tx.learn(resp.Header.Revision, puts, dels)
 		return true, nil
 	}
-	if fence != nil {
+	if fence != nil && len(ops) > 0 {
 		got := resp.Responses[0].GetResponseRange()
 		if got == nil || len(got.Kvs) == 0 || got.Kvs[0].CreateRevision != fence.Revision ||
 			(fence.Value != "" && string(got.Kvs[0].Value) != fence.Value) {
@@ -674,6 +801,25 @@ func (tx *etcdTx) commit() (bool, error) {
 		}
 	}
 	return false, nil
+}
+
+// refused reports whether etcd refused a request outright (bad request,
+// too many operations, too large, no permission), so it was not applied.
+func refused(err error) bool {
+	var code codes.Code
+	var ee rpctypes.EtcdError
+	if errors.As(err, &ee) {
+		code = ee.Code()
+	} else if st, ok := status.FromError(err); ok {
+		code = st.Code()
+	} else {
+		return false
+	}
+	switch code {
+	case codes.InvalidArgument, codes.FailedPrecondition, codes.PermissionDenied, codes.Unauthenticated, codes.OutOfRange:
+		return true
+	}
+	return false
 }
 
 // etcdWrite is a buffered write: a value, or a deletion.
@@ -755,18 +901,15 @@ func (b *etcdBucket) Get(key []byte) []byte {
 	if v, ok := b.points[k]; ok {
 		return v
 	}
-	resp := b.tx.get(b.dataPfx + k)
-	if resp == nil {
+	c, ok := b.tx.point(b.dataPfx + k)
+	if !ok {
 		return nil
 	}
 	var v []byte
-	var r int64
-	if len(resp.Kvs) > 0 {
-		v, r = resp.Kvs[0].Value, resp.Kvs[0].ModRevision
-		if v == nil {
-			v = []byte{}
-		}
+	if c.present {
+		v = append([]byte{}, c.v...)
 	}
+	r := c.mod
 	b.points[k] = v
 	b.pointReads++
 	switch {
@@ -818,12 +961,12 @@ func (b *etcdBucket) Cursor() kvCursor { return &etcdCursor{b: b} }
 
 func (b *etcdBucket) Sequence() uint64 {
 	if !b.seqLoaded {
-		resp := b.tx.get(b.metaKey)
-		if resp == nil {
+		c, ok := b.tx.point(b.metaKey)
+		if !ok {
 			return 0
 		}
-		if len(resp.Kvs) > 0 {
-			b.seq, b.metaRev = btoi(resp.Kvs[0].Value), resp.Kvs[0].ModRevision
+		if c.present {
+			b.seq, b.metaRev = btoi(c.v), c.mod
 		}
 		b.seqLoaded = true
 	}

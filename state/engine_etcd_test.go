@@ -6,9 +6,12 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	mrand "math/rand/v2"
 	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 
 	bolt "go.etcd.io/bbolt"
 
@@ -264,5 +267,85 @@ func TestEtcdCommitGuards(t *testing.T) {
 				t.Fatalf("commit succeeded = %v, want %v", ok, c.want)
 			}
 		})
+	}
+}
+
+// TestEtcdTransitionRoundTrips counts the etcd reads of one lifecycle move
+// with its event (a regression guard on round trips: each is a network
+// round trip to the cluster before the commit). The only writer of its site
+// reads everything a move needs from its write cache: 0 reads, one Txn.
+func TestEtcdTransitionRoundTrips(t *testing.T) {
+	e := testEtcdEngine(t)
+	s := newStore(e, e.describe(), Options{Logger: slog.New(slog.DiscardHandler), Now: time.Now})
+	s.sweep, s.pruneBatch = etcdSweep, etcdSweep
+	if err := s.init(nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.CreateServer(Server{Name: "n1", Lifecycle: LifecycleReady}); err != nil {
+		t.Fatal(err)
+	}
+	cur, next := LifecycleReady, LifecycleAllocated
+	for i := range 5 {
+		before := e.reads.Load()
+		if _, err := s.Transition("n1", cur, next, "count"); err != nil {
+			t.Fatal(err)
+		}
+		n := e.reads.Load() - before
+		t.Logf("move %d: %d etcd reads before the commit", i, n)
+		if n > 0 {
+			t.Errorf("move %d took %d etcd reads, want 0 (the write cache)", i, n)
+		}
+		cur, next = next, cur
+	}
+}
+
+// TestEtcdCommitErrors: a transaction past etcd's --max-txn-ops (128) is
+// refused and reported as not applied; a commit that cannot reach etcd
+// (every member stopped) wraps ErrCommitUncertain.
+func TestEtcdCommitErrors(t *testing.T) {
+	e := testEtcdEngine(t)
+	err := e.update(func(tx kvTx) error {
+		b, err := tx.CreateBucketIfNotExists([]byte("big"))
+		if err != nil {
+			return err
+		}
+		for i := range 200 {
+			if err := b.Put([]byte(fmt.Sprintf("k%03d", i)), []byte("v")); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err == nil || errors.Is(err, ErrCommitUncertain) || !strings.Contains(err.Error(), "too many operations") {
+		t.Fatalf("oversized commit = %v, want a refusal that is not uncertain", err)
+	}
+
+	c := etcdtest.Start(t, etcdtest.Options{})
+	e2, err := newEtcdEngine(EtcdConfig{Endpoints: c.Endpoints(), Prefix: "/down/", RequestTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e2.close()
+	c.Member(0).Stop()
+	err = e2.update(func(tx kvTx) error {
+		b, err := tx.CreateBucketIfNotExists([]byte("b"))
+		if err != nil {
+			return err
+		}
+		return b.Put([]byte("k"), []byte("v"))
+	})
+	// The first read already fails (no snapshot revision without etcd);
+	// a blind write goes straight to the commit.
+	if err == nil {
+		t.Fatal("write with etcd down succeeded")
+	}
+	tx := e2.newTx(true)
+	tx.rev = 1
+	b := &etcdBucket{tx: tx, id: "x", dataPfx: "/down/k/x=", metaKey: "/down/m/x", genKey: "/down/g/x", exists: true,
+		writes: map[string]etcdWrite{}, base: map[string][]byte{}, points: map[string][]byte{}}
+	tx.buckets["x"] = b
+	_ = b.Put([]byte("k"), []byte("v"))
+	if _, err := tx.commit(); !errors.Is(err, ErrCommitUncertain) {
+		t.Fatalf("commit with etcd down = %v, want ErrCommitUncertain", err)
 	}
 }

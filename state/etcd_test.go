@@ -13,6 +13,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 
+	"github.com/machina-metal/machina/internal/etcdtest"
 	"github.com/machina-metal/machina/state"
 )
 
@@ -36,46 +37,54 @@ func openEtcdPair(t *testing.T) (*state.Store, *state.Store) {
 
 // TestEtcdTwoControllersCAS: two stores (two processes' worth: separate
 // clients, separate write locks) race 32 compare-and-set moves of one
-// server; exactly one wins, the others see ErrStaleTransition, and exactly
-// one lifecycle event is written. Then both create 20 servers each at once
+// server, 10 rounds; each round exactly one wins, the others see
+// ErrStaleTransition, and one lifecycle event is written per round. Then both create 20 servers each at once
 // and both list all 40.
 func TestEtcdTwoControllersCAS(t *testing.T) {
 	a, b := openEtcdPair(t)
 	mustCreate(t, a, state.Server{Name: "n1", Lifecycle: state.LifecycleReady})
-	var wins, stale atomic.Int32
 	var wg sync.WaitGroup
-	for i := range 32 {
-		s := a
-		if i%2 == 1 {
-			s = b
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			_, err := s.Transition("n1", state.LifecycleReady, state.LifecycleAllocated, "race")
-			switch {
-			case err == nil:
-				wins.Add(1)
-			case errors.Is(err, state.ErrStaleTransition):
-				stale.Add(1)
-			default:
-				t.Errorf("Transition: %v", err)
+	cur, next := state.LifecycleReady, state.LifecycleAllocated
+	const rounds = 10
+	for range rounds {
+		var wins, stale atomic.Int32
+		start := make(chan struct{})
+		for i := range 32 {
+			s := a
+			if i%2 == 1 {
+				s = b
 			}
-		}()
-	}
-	wg.Wait()
-	if wins.Load() != 1 || stale.Load() != 31 {
-		t.Fatalf("wins %d stale %d, want 1 and 31", wins.Load(), stale.Load())
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				_, err := s.Transition("n1", cur, next, "race")
+				switch {
+				case err == nil:
+					wins.Add(1)
+				case errors.Is(err, state.ErrStaleTransition):
+					stale.Add(1)
+				default:
+					t.Errorf("Transition: %v", err)
+				}
+			}()
+		}
+		close(start)
+		wg.Wait()
+		if wins.Load() != 1 || stale.Load() != 31 {
+			t.Fatalf("%s→%s: wins %d stale %d, want 1 and 31", cur, next, wins.Load(), stale.Load())
+		}
+		cur, next = next, cur
 	}
 	evs := allEvents(t, b, state.EventQuery{Server: "n1"})
 	moves := 0
 	for _, e := range evs {
-		if e.To == state.LifecycleAllocated {
+		if e.Kind == state.EventTransition {
 			moves++
 		}
 	}
-	if moves != 1 {
-		t.Fatalf("%d allocated events, want 1: %+v", moves, evs)
+	if moves != rounds {
+		t.Fatalf("%d lifecycle events, want %d", moves, rounds)
 	}
 
 	for i := range 40 {
@@ -310,5 +319,206 @@ func TestEtcdNotifyAcrossControllers(t *testing.T) {
 	case <-secrets:
 	case <-time.After(10 * time.Second):
 		t.Fatal("b's SecretsChanged did not fire for a's PutSecret")
+	}
+}
+
+// TestEtcdSurvivesMemberLoss: a store on a 3-member cluster goes on when
+// the etcd leader member is SIGKILLed mid-run: moves fail at most for the
+// re-election (the caller retries, as the reconciler does) and then commit
+// again; no move is lost or doubled: the server's revision and its
+// lifecycle events match the moves that returned success.
+func TestEtcdSurvivesMemberLoss(t *testing.T) {
+	c := etcdtest.Start(t, etcdtest.Options{Members: 3})
+	s, err := state.OpenEtcd(state.EtcdConfig{Endpoints: c.Endpoints(), Prefix: "/loss/", RequestTimeout: 3 * time.Second}, state.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	mustCreate(t, s, state.Server{Name: "n1", Lifecycle: state.LifecycleReady})
+	cli := c.Client(t)
+	leader := func() *etcdtest.Member {
+		for _, m := range c.Members() {
+			if !m.Running() {
+				continue
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+			st, err := cli.Status(ctx, m.ClientURL)
+			cancel()
+			if err == nil && st.Leader == st.Header.MemberId {
+				return m
+			}
+		}
+		return nil
+	}
+	cur, next := state.LifecycleReady, state.LifecycleAllocated
+	ok, failed := 0, 0
+	move := func() {
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			_, err := s.Transition("n1", cur, next, "loss")
+			if err == nil {
+				ok++
+				cur, next = next, cur
+				return
+			}
+			if errors.Is(err, state.ErrStaleTransition) {
+				// An earlier attempt committed though its answer was lost:
+				// the server is already where we wanted it.
+				srv, rerr := s.Server("n1")
+				if rerr == nil && srv.Lifecycle == next {
+					ok++
+					cur, next = next, cur
+					return
+				}
+			}
+			failed++
+			if time.Now().After(deadline) {
+				t.Fatalf("no successful move for 30 s: %v", err)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	for range 10 {
+		move()
+	}
+	m := leader()
+	if m == nil {
+		t.Fatal("no etcd leader found")
+	}
+	m.Kill()
+	for range 20 {
+		move()
+	}
+	srv, err := s.Server("n1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	moves := 0
+	for _, e := range allEvents(t, s, state.EventQuery{Server: "n1"}) {
+		if e.Kind == state.EventTransition {
+			moves++
+		}
+	}
+	t.Logf("killed leader %s; %d moves, %d failed attempts; revision %d, %d transition events", m.Name, ok, failed, srv.Revision, moves)
+	if ok != 30 || moves != 30 || srv.Lifecycle != cur {
+		t.Fatalf("moves %d, events %d, lifecycle %s (want 30, 30, %s)", ok, moves, srv.Lifecycle, cur)
+	}
+	m.Restart()
+	move()
+}
+
+// TestEtcdTwoControllersTokenOnce: a single-use machine token presented
+// 32 times at once to two controllers of one site is honoured exactly
+// once; the other 31 see ErrTokenUsed.
+func TestEtcdTwoControllersTokenOnce(t *testing.T) {
+	a, b := openEtcdPair(t)
+	value, _, err := a.IssueToken(state.TokenSpec{Purpose: state.PurposeReport, Server: "r1-n01", MAC: "52:54:00:00:01:01"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 32
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range n {
+		s := a
+		if i%2 == 1 {
+			s = b
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			_, errs[i] = s.ConsumeToken(value, state.TokenClaim{Purpose: state.PurposeReport, Server: "r1-n01", MAC: "52:54:00:00:01:01"})
+		}()
+	}
+	close(start)
+	wg.Wait()
+	wins := 0
+	for i, err := range errs {
+		switch {
+		case err == nil:
+			wins++
+		case !errors.Is(err, state.ErrTokenUsed):
+			t.Errorf("consumer %d: %v, want ErrTokenUsed", i, err)
+		}
+	}
+	if wins != 1 {
+		t.Fatalf("%d consumers succeeded, want exactly 1", wins)
+	}
+}
+
+// TestEtcdOpenExistingWritesNothing: opening an existing etcd site (a
+// standby controller starting, sealed secrets present) changes no key, so
+// it works under a fence it does not hold.
+func TestEtcdOpenExistingWritesNothing(t *testing.T) {
+	c := sharedCluster(t)
+	cfg := state.EtcdConfig{Endpoints: c.Endpoints(), Prefix: prefixFor(filepath.Join(t.TempDir(), "standby"))}
+	key := []byte("0123456789abcdef-standby-master-key")
+	s, err := state.OpenEtcd(cfg, state.Options{MasterKey: key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustCreate(t, s, state.Server{Name: "n1"})
+	if _, err := s.PutSecret("bmc", state.Credential{Username: "u", Password: "p"}, "ops"); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	ctx := context.Background()
+	before, err := sharedClient(t).Get(ctx, cfg.Prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Fence = &state.Fence{Key: "/no-such-election/key", Revision: 1}
+	s2, err := state.OpenEtcd(cfg, state.Options{MasterKey: key})
+	if err != nil {
+		t.Fatalf("fenced open of an existing site: %v", err)
+	}
+	defer s2.Close()
+	after, err := sharedClient(t).Get(ctx, cfg.Prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.Header.Revision != before.Header.Revision {
+		t.Fatalf("open wrote: revision %d → %d", before.Header.Revision, after.Header.Revision)
+	}
+	if _, err := s2.CreateServer(state.Server{Name: "n2"}); !errors.Is(err, state.ErrNotLeader) {
+		t.Fatalf("fenced write without leadership = %v, want ErrNotLeader", err)
+	}
+}
+
+// TestEtcdWriteCacheStale: a controller's write cache (records it read or
+// wrote, served without a round trip) never decides on a stale record:
+// after another controller moved the server, a move from the old
+// lifecycle is refused as stale and one from the new lifecycle commits;
+// the same for a token the other controller consumed.
+func TestEtcdWriteCacheStale(t *testing.T) {
+	a, b := openEtcdPair(t)
+	mustCreate(t, a, state.Server{Name: "n1", Lifecycle: state.LifecycleReady})
+	// a's cache now holds n1 (ready); b moves it.
+	if _, err := b.Transition("n1", state.LifecycleReady, state.LifecycleAllocated, "b"); err != nil {
+		t.Fatal(err)
+	}
+	// a's cache says ready: a move from allocated must not be refused on it.
+	if _, err := a.Transition("n1", state.LifecycleAllocated, state.LifecycleDeploying, "a fresh"); err != nil {
+		t.Fatalf("move from the current lifecycle: %v", err)
+	}
+	// b's cache says allocated: a move from there must be refused as stale.
+	if _, err := b.Transition("n1", state.LifecycleAllocated, state.LifecycleDeploying, "b stale"); !errors.Is(err, state.ErrStaleTransition) {
+		t.Fatalf("b's move from the stale lifecycle = %v, want ErrStaleTransition", err)
+	}
+	value, _, err := a.IssueToken(state.TokenSpec{Purpose: state.PurposeReport, Server: "n1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.ConsumeToken(value, state.TokenClaim{Purpose: state.PurposeReport, Server: "n1"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.ConsumeToken(value, state.TokenClaim{Purpose: state.PurposeReport, Server: "n1"}); !errors.Is(err, state.ErrTokenUsed) {
+		t.Fatalf("a's consume of a token b consumed = %v, want ErrTokenUsed", err)
+	}
+	srv, err := a.Server("n1")
+	if err != nil || srv.Lifecycle != state.LifecycleDeploying {
+		t.Fatalf("n1 = %s, %v", srv.Lifecycle, err)
 	}
 }

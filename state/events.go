@@ -192,8 +192,22 @@ func (s *Store) appendEvent(tx kvTx, e *Event) error {
 	}
 	// Age: a bounded sweep per append keeps each write small; Prune sweeps
 	// everything.
+	if !s.ageSweepDue() {
+		return nil
+	}
 	_, err = s.pruneOld(tx, s.sweep)
 	return err
+}
+
+// ageSweepDue reports whether the oldest event may be past MaxAge: false
+// when a sweep that deleted nothing last saw an oldest event still young.
+// The oldest event only gets younger (events are appended with the time
+// of their append, deleted oldest first), so the remembered time is a
+// lower bound and skipping the sweep until it ages loses nothing; it saves
+// the look at the oldest event on most appends (two etcd reads).
+func (s *Store) ageSweepDue() bool {
+	o := s.oldestEvent.Load()
+	return o == 0 || time.Unix(0, o).Before(s.nowUTC().Add(-s.retention.MaxAge))
 }
 
 // pruneOld deletes up to max (≤0: unbounded) events older than MaxAge.
@@ -209,6 +223,9 @@ func (s *Store) pruneOld(tx kvTx, max int) (int, error) {
 			return n, fmt.Errorf("decode event %d: %w", btoi(k), err)
 		}
 		if !e.At.Before(cutoff) {
+			if n == 0 {
+				s.oldestEvent.Store(e.At.UnixNano())
+			}
 			break
 		}
 		if err := s.deleteEvent(tx, k); err != nil {

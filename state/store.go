@@ -132,6 +132,9 @@ type Store struct {
 	// transaction size; 0: unbounded).
 	sweep      int
 	pruneBatch int
+	// oldestEvent is a lower bound of the oldest event's time (Unix ns; 0:
+	// unknown), see ageSweepDue.
+	oldestEvent atomic.Int64
 }
 
 // migrations[v] upgrades a version-v file to v+1 inside one transaction.
@@ -228,8 +231,12 @@ func (s *Store) init(masterKey []byte) error {
 				return err
 			}
 		}
-		if err := meta.Put(keyVersion, u64(SchemaVersion)); err != nil {
-			return err
+		// Written only when it changes, so opening an existing site writes
+		// nothing (a standby controller on etcd opens without writing).
+		if btoi(meta.Get(keyVersion)) != SchemaVersion {
+			if err := meta.Put(keyVersion, u64(SchemaVersion)); err != nil {
+				return err
+			}
 		}
 		if meta.Get(keySalt) == nil {
 			salt := make([]byte, 32)

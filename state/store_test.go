@@ -527,3 +527,27 @@ func TestRevokeAdminTokenKeepOne(t *testing.T) {
 		}
 	})
 }
+
+// TestAgeSweepOnAppend: an append deletes events past MaxAge (up to the
+// sweep bound) without Prune, also after appends that skipped the sweep
+// because the oldest event was young.
+func TestAgeSweepOnAppend(t *testing.T) {
+	eachEngine(t, func(t *testing.T) {
+		c := newClock()
+		s := openTest(t, state.Options{Now: c.Now, NoSync: true, Retention: state.Retention{MaxAge: time.Hour}})
+		for range 5 {
+			if _, err := s.AppendEvent(state.Event{Message: "old"}); err != nil {
+				t.Fatal(err)
+			}
+			c.Advance(time.Minute)
+		}
+		c.Advance(2 * time.Hour)
+		if _, err := s.AppendEvent(state.Event{Message: "new"}); err != nil {
+			t.Fatal(err)
+		}
+		all := allEvents(t, s, state.EventQuery{})
+		if len(all) != 1 || all[0].Message != "new" {
+			t.Fatalf("after the age sweep: %d events %+v, want only the new one", len(all), all)
+		}
+	})
+}

@@ -82,10 +82,11 @@ func ParseEtcdTarget(target string, files EtcdTLSFiles) (EtcdConfig, EtcdTLSFile
 	if strings.ContainsAny(path, "\x00") {
 		return EtcdConfig{}, files, fmt.Errorf("state target: prefix holds a NUL byte: %w", ErrInvalid)
 	}
+	path = strings.Trim(path, "/")
 	if path == "" {
 		path = "machina"
 	}
-	cfg.Prefix = "/" + strings.Trim(path, "/") + "/"
+	cfg.Prefix = "/" + path + "/"
 	if withTLS {
 		if cfg.TLS, err = loadEtcdTLS(files); err != nil {
 			return EtcdConfig{}, files, err

@@ -145,10 +145,11 @@ func (c *Cluster) start(n int, withTLS bool, timeout time.Duration) error {
 }
 
 var shared struct {
-	mu   sync.Mutex
-	c    map[Options]*Cluster
-	errs map[Options]error
-	dirs []string
+	mu     sync.Mutex
+	inMain bool // Main is running the tests: it will end the clusters
+	c      map[Options]*Cluster
+	errs   map[Options]error
+	dirs   []string
 }
 
 // Shared returns a cluster started once per test binary for opts (the
@@ -161,6 +162,9 @@ func Shared(t testing.TB, opts Options) *Cluster {
 	bin := peertest.Command(t, "etcd")
 	shared.mu.Lock()
 	defer shared.mu.Unlock()
+	if !shared.inMain {
+		t.Fatalf("etcdtest: Shared needs the package's TestMain to call os.Exit(etcdtest.Main(m)), which ends the shared clusters")
+	}
 	if c, ok := shared.c[opts]; ok {
 		return c
 	}
@@ -195,8 +199,12 @@ func Shared(t testing.TB, opts Options) *Cluster {
 // folder; a package that uses Shared calls it from TestMain:
 // os.Exit(etcdtest.Main(m)).
 func Main(m *testing.M) int {
+	shared.mu.Lock()
+	shared.inMain = true
+	shared.mu.Unlock()
 	code := m.Run()
 	shared.mu.Lock()
+	shared.inMain = false
 	defer shared.mu.Unlock()
 	for _, c := range shared.c {
 		c.killAll()
@@ -306,6 +314,8 @@ func (m *Member) start(state string) error {
 		return err
 	}
 	cmd.Stdout, cmd.Stderr = errf, errf
+	// A test binary killed by its -timeout leaves no etcd behind.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	cmd.Env = os.Environ()
 	if runtime.GOARCH != "amd64" {
 		// etcd 3.4 refuses to start on an architecture it does not
