@@ -44,6 +44,14 @@ func TestTokenCheckCutOffEtcd(t *testing.T) {
 	if err == nil || errors.Is(err, state.ErrTokenUnknown) {
 		t.Fatalf("CheckToken cut off etcd = %v, want the store's error, not ErrTokenUnknown", err)
 	}
+	if _, err := st.PeekToken(value, state.TokenClaim{Purpose: state.PurposeReport}); err == nil || errors.Is(err, state.ErrTokenUnknown) {
+		t.Fatalf("PeekToken cut off etcd = %v, want the store's error, not ErrTokenUnknown", err)
+	}
+	_, _, _, err = st.UseToken(value, state.TokenUse{Claim: state.TokenClaim{Purpose: state.PurposeReport, Server: "r1-n01"},
+		Effect: func(*state.Tx, state.Token) (state.Answer, error) { return state.Answer{}, nil }})
+	if err == nil || errors.Is(err, state.ErrTokenUnknown) || errors.Is(err, state.ErrTokenUsed) || errors.Is(err, state.ErrTokenMismatch) {
+		t.Fatalf("UseToken cut off etcd = %v, want the store's error, not a token refusal", err)
+	}
 	if n := st.UnknownTokenRefusals(); n != 0 {
 		t.Fatalf("UnknownTokenRefusals = %d while cut off, want 0", n)
 	}
