@@ -116,3 +116,50 @@ func TestServeConnCapAndBodyTimeout(t *testing.T) {
 		t.Errorf("machina_api_conns_refused_total = %v, want 1", got)
 	}
 }
+
+// TestServeConnKeepsReadFrom: under Serve (with its per-address cap) the
+// connection a handler's response goes out on still has the TCP
+// connection's ReadFrom, which net/http's response.ReadFrom needs to send
+// a file (http.ServeContent, the ramdisk route) with sendfile(2). Fails
+// without connlimit's ReadFrom: the ramdisk step of issue 24's boot storm
+// copied every byte through user space.
+func TestServeConnKeepsReadFrom(t *testing.T) {
+	st, err := state.Open(filepath.Join(t.TempDir(), "state.db"), state.Options{NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	a, err := api.New(api.Config{Store: st})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.HandlePublic("GET /t/conn", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c, _, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			w.WriteHeader(http.StatusInternalServerError)
+			return
+		}
+		defer c.Close()
+		_, ok := c.(io.ReaderFrom)
+		fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: 5\r\nConnection: close\r\n\r\n%5v", ok)
+	})); err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Serve(ctx, ln) }()
+	defer func() { cancel(); <-done }()
+	resp, err := http.Get("http://" + ln.Addr().String() + "/t/conn")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if strings.TrimSpace(string(b)) != "true" {
+		t.Fatalf("the served connection has ReadFrom: %q, want true", b)
+	}
+}

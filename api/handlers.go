@@ -337,28 +337,8 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) {
 	tick := time.NewTicker(s.cfg.Heartbeat)
 	defer tick.Stop()
 	for {
-		for {
-			evs, err := s.store.Events(state.EventQuery{Server: server, After: after, Limit: 500})
-			if err != nil {
-				s.log.Error("event stream read", "err", err)
-				return
-			}
-			for _, e := range evs {
-				data, _ := json.Marshal(toEvent(e))
-				if unnamed {
-					_, err = fmt.Fprintf(w, "id: %d\ndata: %s\n\n", e.Seq, data)
-				} else {
-					_, err = fmt.Fprintf(w, "id: %d\nevent: %s\ndata: %s\n\n", e.Seq, e.Kind, data)
-				}
-				if err != nil {
-					return
-				}
-				after = e.Seq
-			}
-			flusher.Flush()
-			if len(evs) < 500 {
-				break
-			}
+		if after, ok = s.streamEvents(w, flusher, server, after, unnamed); !ok {
+			return
 		}
 		select {
 		case <-r.Context().Done():
@@ -372,6 +352,36 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) {
 		}
 		if !s.stillAuthorized(r) { // a revoked token ends its streams
 			return
+		}
+	}
+}
+
+// streamEvents writes the events after seq after (of server, "" for
+// all) as Server-Sent Events, 500 at a time, flushing each batch; it
+// returns the last seq written and false when the stream ends (a read or
+// write failed).
+func (s *Server) streamEvents(w http.ResponseWriter, flusher http.Flusher, server string, after uint64, unnamed bool) (uint64, bool) {
+	for {
+		evs, err := s.store.Events(state.EventQuery{Server: server, After: after, Limit: 500})
+		if err != nil {
+			s.log.Error("event stream read", "err", err)
+			return after, false
+		}
+		for _, e := range evs {
+			data, _ := json.Marshal(toEvent(e))
+			if unnamed {
+				_, err = fmt.Fprintf(w, "id: %d\ndata: %s\n\n", e.Seq, data)
+			} else {
+				_, err = fmt.Fprintf(w, "id: %d\nevent: %s\ndata: %s\n\n", e.Seq, e.Kind, data)
+			}
+			if err != nil {
+				return after, false
+			}
+			after = e.Seq
+		}
+		flusher.Flush()
+		if len(evs) < 500 {
+			return after, true
 		}
 	}
 }

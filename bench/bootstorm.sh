@@ -2,16 +2,19 @@
 # bench/bootstorm.sh [-f FILE|both] [-r RAMDISK_CLIENTS] [CLIENTS]: PXE boot storm, Machina's boot
 # servers vs dnsmasq (DHCP, TFTP), a static Go server (script) and nginx (ramdisk), same run.
 #
-# Creates two network namespaces joined by a veth pair (server 10.66.0.1/21, client 10.66.0.2/21),
+# Creates two network namespaces joined by a veth pair (server 10.66.0.1/21, client 10.66.0.2/21
+# and every address of the DHCP pool, each client using the one it leased),
 # then, per TFTP file and for each server set in turn (Machina: boot/dhcp + boot/tftp + boot/ipxe
 # and the /boot/ramdisk/ route on the api server; peers: dnsmasq with the same pool and files, a
 # static HTTP server for the script, nginx for the ramdisk), starts CLIENTS (default 1000)
 # concurrent simulated clients. Each does DISCOVER/OFFER/REQUEST/ACK (as a DHCP relay, so one
-# socket carries all clients; option 93 = 0 for undionly.kpxe, 7 for ipxe.efi), a TFTP download of
+# socket carries all clients; option 93 = 0 for undionly.kpxe, 7 for ipxe.efi), then, from the
+# address it leased (without a lease, stepwise: the pool's i-th), a TFTP download of
 # FILE (Debian package ipxe, 74 KB and 1 MB; blksize 1428, tsize), a GET of its per-MAC iPXE script and, in the
 # runs of the first file only, GETs of the ramdisk's vmlinuz and initrd.cpio.gz (out/ramdisk,
 # `make ramdisk`) by the first RAMDISK_CLIENTS clients (default 1000; 0 skips the step). Prints
-# p50/p99 per step, Machina/peer ratios, the ramdisk step's aggregate MB/s, and each server's CPU.
+# p50/p99 per step, Machina/peer ratios, the ramdisk step's aggregate MB/s, each server's CPU, and
+# (stepwise) the servers' CPU per step.
 #   -f FILE   undionly.kpxe, ipxe.efi, or both (default: both, undionly.kpxe first)
 #   -r N      clients in the ramdisk step (default 1000; about 15 MB each)
 # Needs root, iproute2, dnsmasq (dnsmasq-base), ipxe, nginx (nginx-light), Go. Cleans up its
@@ -27,7 +30,13 @@
 # the ramdisk route on a bare http.Server, without the api server's middleware).
 # BOOTSTORM_BEFORE=BIN also runs BIN's `serve` (a bootstorm binary built from another revision of
 # the servers, e.g. before a change) as a third server set labelled "before", ahead of Machina's
-# in each file's round, without the ramdisk step: a before/after comparison in the same run.
+# in each file's round (with the ramdisk step in the first file's): a before/after comparison in
+# the same run. BOOTSTORM_BEFORE=self runs this revision's build there; BOOTSTORM_BEFORE_FLAGS adds
+# flags to that set's `serve` only, e.g. BOOTSTORM_BEFORE=self BOOTSTORM_BEFORE_FLAGS=-mem-tokens
+# (servers and tokens in memory, as sessions 1-4 measured: what the state store costs).
+# BOOTSTORM_STRACE=FILE counts the system calls of Machina's server (strace -f -c attached for the
+# two runs of each file, sendfile, read, write, pwrite64, fdatasync; FILE.<tftp file>): to check
+# that the ramdisk goes out with sendfile. strace slows the server: take no figures from such a run.
 set -eu
 FILES="undionly.kpxe ipxe.efi"; RDN=1000
 while getopts f:r: opt; do
@@ -67,6 +76,18 @@ ip -n "$S" addr add 10.66.0.1/21 dev vs0
 ip -n "$C" addr add 10.66.0.2/21 dev vc0
 for ns in "$S" "$C"; do ip -n "$ns" link set lo up; done
 ip -n "$S" link set vs0 up; ip -n "$C" link set vc0 up
+# Every address of the DHCP pool (10.66.1.0-10.66.7.250, Machina's and dnsmasq's) on the client
+# side, so that each simulated client sends its TFTP, script and ramdisk requests from the address
+# its DHCP exchange leased, as the machines of a real storm do: with all of them on 10.66.0.2 the
+# api server's per-address connection cap (issue 23) closed most of them (bootstorm.md). On the
+# server side the pool's neighbour entries are static: the kernel's ARP table limits are global
+# (gc_thresh3, 1,024 entries over every namespace of the host), and ARP was never part of what the
+# storm measures.
+VCMAC=$(ip -n "$C" -o link show vc0 | awk '{for (i = 1; i < NF; i++) if ($i == "link/ether") print $(i + 1)}')
+awk -v pfx=10.66 'BEGIN { for (a = 1; a <= 7; a++) for (b = 0; b <= 255; b++) if (a < 7 || b <= 250) print "address add " pfx "." a "." b "/32 dev vc0" }' > "$W/addrs"
+awk -v pfx=10.66 -v mac="$VCMAC" 'BEGIN { for (a = 1; a <= 7; a++) for (b = 0; b <= 255; b++) if (a < 7 || b <= 250) print "neighbour replace " pfx "." a "." b " lladdr " mac " dev vs0 nud permanent" }' > "$W/neigh"
+ip -n "$C" -batch "$W/addrs"
+ip -n "$S" -batch "$W/neigh"
 # The TFTP root: copies of the package's files (Debian's /usr/lib/ipxe/ipxe.efi is a symlink to
 # /boot/ipxe.efi, out of the folder, which Machina's os.Root rightly refuses to follow).
 IPXE=$(dpkg -L ipxe | grep '/undionly.kpxe$' | head -n1); ROOT=$W/tftp
@@ -140,18 +161,28 @@ for F in $FILES; do
 	# --- Machina (and the "before" build) ---
 	# machina LABEL BIN RAMDISK_URL [PROFILE]
 	machina() {
+		xf=""; [ "$1" = before ] && xf=${BOOTSTORM_BEFORE_FLAGS:-}
 		ip netns exec "$S" $SRVPIN "$2" serve ${4:+-cpuprofile "$4"} -iface vs0 -http 10.66.0.1:8080 \
-			-root "$ROOT" -uefi-file ipxe.efi -clients "$N" ${3:+-ramdisk "$RD"} ${BOOTSTORM_SERVE_FLAGS:-} > "$W/m.out" 2> "$W/m.err" &
+			-root "$ROOT" -uefi-file ipxe.efi -clients "$N" ${3:+-ramdisk "$RD"} ${BOOTSTORM_SERVE_FLAGS:-} $xf > "$W/m.out" 2> "$W/m.err" &
 		MP=$!; PIDS="$PIDS $MP"
 		wait_ready "$W/m.out"
+		TP=""
+		if [ -n "${BOOTSTORM_STRACE:-}" ] && [ "$1" = machina ]; then
+			strace -f -c -e trace=sendfile,read,write,pwrite64,fdatasync -o "$BOOTSTORM_STRACE.$F" -p "$MP" 2> "$W/strace.err" &
+			TP=$!; PIDS="$PIDS $TP"
+			sleep 1 # attached to every thread
+		fi
 		storm "$1" "$F" "$3" -stepwise=false > "$W/$1-$F.json"
-		storm "$1" "$F" "$3" -stepwise=true > "$W/$1-$F-step.json"
+		storm "$1" "$F" "$3" -stepwise=true -server-pids "$MP" > "$W/$1-$F-step.json"
+		if [ -n "$TP" ]; then kill -INT "$TP" 2>/dev/null || true; wait "$TP" 2>/dev/null || true; fi
 		stop "$MP"
 		CPU="$CPU$(grep 'server CPU' "$W/m.err" | sed "s/^machina server CPU/$1 ($F): server CPU/")
+$(grep 'script requests by source' "$W/m.err" | sed "s/^machina /$1 ($F): /")
 "
 		rm -f "$W/m.out"
 	}
-	[ -n "${BOOTSTORM_BEFORE:-}" ] && machina before "$BOOTSTORM_BEFORE" ""
+	BB=${BOOTSTORM_BEFORE:-}; [ "$BB" = self ] && BB=$W/bootstorm
+	[ -n "$BB" ] && machina before "$BB" "$RDM"
 	machina machina "$W/bootstorm" "$RDM" "$PROF"
 
 	# --- peers: dnsmasq (same pool, same files, same relay), static script server, nginx ---
@@ -189,7 +220,9 @@ CONF
 	wait_ready "$W/s.out"
 	until ip netns exec "$S" ss -uln | grep -q '10.66.0.1:69\|\*:69\|0.0.0.0:69'; do sleep 0.1; done
 	storm dnsmasq "$F" "$RDP" -stepwise=false > "$W/dnsmasq-$F.json"
-	storm dnsmasq "$F" "$RDP" -stepwise=true > "$W/dnsmasq-$F-step.json"
+	PP="$DP $SP"
+	[ -n "$NP" ] && PP="$PP $NP $(pgrep -P "$NP" | tr '\n' ' ')"
+	storm dnsmasq "$F" "$RDP" -stepwise=true -server-pids "$PP" > "$W/dnsmasq-$F-step.json"
 	line="peers ($F): dnsmasq CPU $(cpu_of "$DP") s, static script server $(cpu_of "$SP") s"
 	# nginx's CPU: the master and its workers (taskset, when pinning, is replaced by nginx by exec).
 	[ -n "$NP" ] && line="$line, nginx $(cpu_of "$NP" $(pgrep -P "$NP")) s"

@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/machina-metal/machina/gitops"
 	"github.com/machina-metal/machina/images"
 	"github.com/machina-metal/machina/reconciler"
 )
@@ -70,12 +71,12 @@ func (s *imageStatus) RecordImageStatus(_ context.Context, name string, st image
 	return nil
 }
 
-func (s *imageStatus) list() []reconciler.ImageStatus {
+func (s *imageStatus) list() []gitops.ImageStatus {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var out []reconciler.ImageStatus
+	var out []gitops.ImageStatus
 	for name, st := range s.m {
-		is := reconciler.ImageStatus{Name: name, State: string(st.State), SizeBytes: st.SizeBytes, Message: st.Reason}
+		is := gitops.ImageStatus{Name: name, State: string(st.State), SizeBytes: st.SizeBytes, Message: st.Reason}
 		if st.Raw.Hex != "" {
 			is.Checksum = string(st.Raw.Algo) + ":" + st.Raw.Hex
 		}
@@ -97,7 +98,7 @@ type statusUrgency struct {
 
 // check returns true when inv names another invalid revision than the
 // last check or stalled names a server that was not stalled then.
-func (u *statusUrgency) check(inv *reconciler.InvalidRevision, stalled []string) bool {
+func (u *statusUrgency) check(inv *gitops.InvalidRevision, stalled []string) bool {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	urgent := false

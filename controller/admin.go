@@ -13,6 +13,7 @@ import (
 	"github.com/machina-metal/machina/api"
 	v1 "github.com/machina-metal/machina/api/v1"
 	"github.com/machina-metal/machina/discover"
+	"github.com/machina-metal/machina/gitops"
 	"github.com/machina-metal/machina/reconciler"
 	"github.com/machina-metal/machina/state"
 )
@@ -26,7 +27,7 @@ import (
 //	POST /api/v1/approve     approve the held plan of a revision
 //	POST /api/v1/provision   allocate and deploy N servers of a profile
 //	POST /api/v1/scan        scan a BMC subnet (mountDiscovery)
-func mountAdmin(srv *api.Server, st *state.Store, ctrl *reconciler.Controller, src *reconciler.Source, propose proposeFunc, branch string) error {
+func mountAdmin(srv *api.Server, st *state.Store, ctrl *reconciler.Controller, src *gitops.Source, propose proposeFunc, branch string) error {
 	routes := map[string]http.HandlerFunc{
 		"POST /api/v1/reconcile": func(w http.ResponseWriter, r *http.Request) {
 			src.Trigger()
@@ -39,84 +40,8 @@ func mountAdmin(srv *api.Server, st *state.Store, ctrl *reconciler.Controller, s
 		"GET /api/v1/inventory": func(w http.ResponseWriter, r *http.Request) {
 			writeJSON(w, http.StatusOK, src.InventoryStatus().WithPlan(ctrl.LastPlan()))
 		},
-		"POST /api/v1/approve": func(w http.ResponseWriter, r *http.Request) {
-			var req v1.ApproveRequest
-			if !decode(w, r, &req) {
-				return
-			}
-			req.Revision = strings.TrimPrefix(req.Revision, "sha256:")
-			// A commit id is not an inventory digest (machinactl status
-			// prints both side by side): an approval of one could never
-			// apply, so it is refused with the digest to use.
-			if good, invalid := src.Latest(); req.Revision != "" &&
-				(strings.HasPrefix(good.Commit, req.Revision) || invalid != nil && strings.HasPrefix(invalid.Commit, req.Revision)) {
-				acting := reconciler.DigestPrefix(good.Digest)
-				if acting == "" {
-					acting = "none yet"
-				}
-				writeErr(w, http.StatusBadRequest, "invalid_revision", fmt.Sprintf("%s is a commit id, not an inventory digest: approve the digest of the revision (acting revision: %s)",
-					req.Revision, acting))
-				return
-			}
-			if !revisionRE.MatchString(req.Revision) {
-				writeErr(w, http.StatusBadRequest, "invalid_revision", "revision must be 12 to 64 lower-case hex digits of an inventory digest")
-				return
-			}
-			// What is held is read before the approval is recorded: a
-			// planning pass after it releases the held steps.
-			out := v1.ApproveResponse{Approved: req.Revision}
-			held := len(ctrl.LastPlan().Held)
-			if d := ctrl.Desired(); d != nil {
-				out.Acting = strings.TrimPrefix(d.Digest, "sha256:")
-				out.Matches = strings.HasPrefix(out.Acting, req.Revision)
-				if out.Matches {
-					out.HeldSteps = held
-				}
-			}
-			// Only the held plan of the acting revision can be approved:
-			// an approval matching nothing held (a mistyped digest, an
-			// old revision) is refused and not recorded, naming what is
-			// held. A repeated approval of the acting revision answers as
-			// the first did (at-least-once requests).
-			if !out.Matches || held == 0 {
-				already := false
-				if out.Matches {
-					already, _ = st.Approved("sha256:" + out.Acting)
-				}
-				if !already {
-					heldMsg := "no revision has a held plan"
-					if held > 0 {
-						heldMsg = fmt.Sprintf("held: inventory revision %s (%d steps)", reconciler.DigestPrefix("sha256:"+out.Acting), held)
-					} else if out.Acting != "" {
-						heldMsg += fmt.Sprintf(" (the controller acts on %s)", reconciler.DigestPrefix("sha256:"+out.Acting))
-					}
-					writeErr(w, http.StatusConflict, v1.CodeNotHeld, fmt.Sprintf("inventory revision %s matches no held plan; nothing recorded; %s", req.Revision, heldMsg))
-					return
-				}
-			}
-			if err := st.Approve(req.Revision, api.Actor(r)); err != nil {
-				writeErr(w, http.StatusBadRequest, "invalid_revision", "revision must be 12 to 64 lower-case hex digits of an inventory digest")
-				return
-			}
-			ctrl.Trigger()
-			writeJSON(w, http.StatusOK, out)
-		},
-		"POST /api/v1/provision": func(w http.ResponseWriter, r *http.Request) {
-			var req v1.ProvisionRequest
-			if !decode(w, r, &req) {
-				return
-			}
-			names, err := ctrl.Provision(req.Profile, req.Count, api.Actor(r))
-			switch {
-			case errors.Is(err, reconciler.ErrNoCapacity):
-				writeErr(w, http.StatusConflict, "insufficient_capacity", err.Error())
-			case err != nil:
-				writeErr(w, http.StatusBadRequest, "bad_request", err.Error())
-			default:
-				_, _ = st.AppendEvent(state.Event{Kind: "provision", Actor: api.Actor(r), Message: "provision " + req.Profile + ": " + strings.Join(names, ", ")})
-				writeJSON(w, http.StatusOK, v1.ProvisionResponse{Profile: req.Profile, Servers: names})
-			}
-		},
+		"POST /api/v1/approve":   approveHandler(st, ctrl, src),
+		"POST /api/v1/provision": provisionHandler(st, ctrl),
 	}
 	for pattern, h := range routes {
 		if err := srv.HandleAdmin(pattern, h); err != nil {
@@ -124,6 +49,96 @@ func mountAdmin(srv *api.Server, st *state.Store, ctrl *reconciler.Controller, s
 		}
 	}
 	return mountDiscovery(srv, st, discover.Scan, propose, branch)
+}
+
+// approveHandler answers POST /api/v1/approve: it records the approval of
+// the acting revision's held plan (v1.ApproveRequest); a commit id, a
+// malformed digest (400) or one that matches no held plan (409 not_held)
+// is refused and nothing is recorded.
+func approveHandler(st *state.Store, ctrl *reconciler.Controller, src *gitops.Source) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		var req v1.ApproveRequest
+		if !decode(w, r, &req) {
+			return
+		}
+		req.Revision = strings.TrimPrefix(req.Revision, "sha256:")
+		// A commit id is not an inventory digest (machinactl status
+		// prints both side by side): an approval of one could never
+		// apply, so it is refused with the digest to use.
+		if good, invalid := src.Latest(); req.Revision != "" &&
+			(strings.HasPrefix(good.Commit, req.Revision) || invalid != nil && strings.HasPrefix(invalid.Commit, req.Revision)) {
+			acting := reconciler.DigestPrefix(good.Digest)
+			if acting == "" {
+				acting = "none yet"
+			}
+			writeErr(w, http.StatusBadRequest, "invalid_revision", fmt.Sprintf("%s is a commit id, not an inventory digest: approve the digest of the revision (acting revision: %s)",
+				req.Revision, acting))
+			return
+		}
+		if !revisionRE.MatchString(req.Revision) {
+			writeErr(w, http.StatusBadRequest, "invalid_revision", "revision must be 12 to 64 lower-case hex digits of an inventory digest")
+			return
+		}
+		// What is held is read before the approval is recorded: a
+		// planning pass after it releases the held steps.
+		out := v1.ApproveResponse{Approved: req.Revision}
+		held := len(ctrl.LastPlan().Held)
+		if d := ctrl.Desired(); d != nil {
+			out.Acting = strings.TrimPrefix(d.Digest, "sha256:")
+			out.Matches = strings.HasPrefix(out.Acting, req.Revision)
+			if out.Matches {
+				out.HeldSteps = held
+			}
+		}
+		// Only the held plan of the acting revision can be approved:
+		// an approval matching nothing held (a mistyped digest, an
+		// old revision) is refused and not recorded, naming what is
+		// held. A repeated approval of the acting revision answers as
+		// the first did (at-least-once requests).
+		if !out.Matches || held == 0 {
+			already := false
+			if out.Matches {
+				already, _ = st.Approved("sha256:" + out.Acting)
+			}
+			if !already {
+				heldMsg := "no revision has a held plan"
+				if held > 0 {
+					heldMsg = fmt.Sprintf("held: inventory revision %s (%d steps)", reconciler.DigestPrefix("sha256:"+out.Acting), held)
+				} else if out.Acting != "" {
+					heldMsg += fmt.Sprintf(" (the controller acts on %s)", reconciler.DigestPrefix("sha256:"+out.Acting))
+				}
+				writeErr(w, http.StatusConflict, v1.CodeNotHeld, fmt.Sprintf("inventory revision %s matches no held plan; nothing recorded; %s", req.Revision, heldMsg))
+				return
+			}
+		}
+		if err := st.Approve(req.Revision, api.Actor(r)); err != nil {
+			writeErr(w, http.StatusBadRequest, "invalid_revision", "revision must be 12 to 64 lower-case hex digits of an inventory digest")
+			return
+		}
+		ctrl.Trigger()
+		writeJSON(w, http.StatusOK, out)
+	}
+}
+
+// provisionHandler answers POST /api/v1/provision: allocate N servers of
+// a profile at once (409 when fewer fit), recorded as an event.
+func provisionHandler(st *state.Store, ctrl *reconciler.Controller) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		var req v1.ProvisionRequest
+		if !decode(w, r, &req) {
+			return
+		}
+		names, err := ctrl.Provision(req.Profile, req.Count, api.Actor(r))
+		switch {
+		case errors.Is(err, reconciler.ErrNoCapacity):
+			writeErr(w, http.StatusConflict, "insufficient_capacity", err.Error())
+		case err != nil:
+			writeErr(w, http.StatusBadRequest, "bad_request", err.Error())
+		default:
+			_, _ = st.AppendEvent(state.Event{Kind: "provision", Actor: api.Actor(r), Message: "provision " + req.Profile + ": " + strings.Join(names, ", ")})
+			writeJSON(w, http.StatusOK, v1.ProvisionResponse{Profile: req.Profile, Servers: names})
+		}
+	}
 }
 
 // revisionRE is an inventory digest's hex, whole or a prefix of at

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/machina-metal/machina/boot"
+	"github.com/machina-metal/machina/gitops"
 	"github.com/machina-metal/machina/ha"
 	"github.com/machina-metal/machina/images"
 	"github.com/machina-metal/machina/reconciler"
@@ -69,7 +70,7 @@ type Config struct {
 	// ISODir holds the iPXE ISOs (make ipxe-iso), served at /boot/iso/.
 	ISODir string
 	// Repo is the inventory repository.
-	Repo reconciler.Remote
+	Repo gitops.Remote
 	// StatusBranch sends status commits to a separate branch.
 	StatusBranch string
 	// PollInterval is the Git poll interval; zero means 30 s.
@@ -116,11 +117,11 @@ type Config struct {
 	// servers.yaml entry is pushed to a discovered/DATE branch for review.
 	AutoEnroll bool
 	// AutoEnrollZone is the zone of auto-enrolled servers; "" means
-	// reconciler.DefaultEnrollZone ("discovered", which no profile selects
+	// gitops.DefaultEnrollZone ("discovered", which no profile selects
 	// until a reviewer changes it).
 	AutoEnrollZone string
 	// AutoEnrollMax bounds the auto-enrolled servers pending review; zero
-	// means reconciler.DefaultEnrollMax (16).
+	// means gitops.DefaultEnrollMax (16).
 	AutoEnrollMax int
 	// AutoEnrollCommitTo commits proposals straight onto this branch (it
 	// must be Repo's branch); "" pushes review branches discovered/DATE.
@@ -160,9 +161,9 @@ type Running struct {
 	// Reconciler is the executor (for Trigger, LastPlan, Desired).
 	Reconciler *reconciler.Controller
 	// Source is the Git source.
-	Source *reconciler.Source
+	Source *gitops.Source
 	// Status is the status writer.
-	Status *reconciler.StatusWriter
+	Status *gitops.StatusWriter
 	// Images is the image store.
 	Images *images.Store
 	// JoinURL is the join listener's base URL.

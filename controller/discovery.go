@@ -14,8 +14,8 @@ import (
 	"github.com/machina-metal/machina/api"
 	v1 "github.com/machina-metal/machina/api/v1"
 	"github.com/machina-metal/machina/discover"
+	"github.com/machina-metal/machina/gitops"
 	"github.com/machina-metal/machina/inventory"
-	"github.com/machina-metal/machina/reconciler"
 	"github.com/machina-metal/machina/state"
 )
 
@@ -27,10 +27,10 @@ type scanFunc func(ctx context.Context, cfg discover.Config) (*discover.Report, 
 const scanTimeout = 5 * time.Minute
 
 // proposeFunc pushes an edit of servers.yaml to the inventory repository
-// (reconciler.Proposer.Propose): onto a new review branch, or with
+// (gitops.Proposer.Propose): onto a new review branch, or with
 // commitTo straight onto the inventory branch. Nil when the controller
 // follows no repository.
-type proposeFunc func(ctx context.Context, commitTo bool, message string, edit func(servers []byte, inv *inventory.Inventory) ([]byte, error)) (reconciler.Proposal, error)
+type proposeFunc func(ctx context.Context, commitTo bool, message string, edit func(servers []byte, inv *inventory.Inventory) ([]byte, error)) (gitops.Proposal, error)
 
 // scanResponse is POST /api/v1/scan's answer: the report, and with
 // register what was proposed.
@@ -42,26 +42,26 @@ type scanResponse struct {
 // scanProposers returns the proposeFunc of a controller following repo,
 // with its own clones under gitDir (scan/ and scan-commit/, apart from
 // auto-enrol's), made on first use.
-func scanProposers(repo reconciler.Remote, gitDir string, log *slog.Logger) proposeFunc {
+func scanProposers(repo gitops.Remote, gitDir string, log *slog.Logger) proposeFunc {
 	var (
 		mu    sync.Mutex
-		props = map[bool]*reconciler.Proposer{}
+		props = map[bool]*gitops.Proposer{}
 	)
-	return func(ctx context.Context, commitTo bool, message string, edit func([]byte, *inventory.Inventory) ([]byte, error)) (reconciler.Proposal, error) {
+	return func(ctx context.Context, commitTo bool, message string, edit func([]byte, *inventory.Inventory) ([]byte, error)) (gitops.Proposal, error) {
 		mu.Lock()
 		p := props[commitTo]
 		if p == nil {
-			cfg := reconciler.ProposerConfig{Remote: repo, StateDir: filepath.Join(gitDir, "scan"), Logger: log}
+			cfg := gitops.ProposerConfig{Remote: repo, StateDir: filepath.Join(gitDir, "scan"), Logger: log}
 			if commitTo {
 				cfg.StateDir, cfg.CommitTo = filepath.Join(gitDir, "scan-commit"), repo.Branch
 				if cfg.CommitTo == "" {
 					cfg.CommitTo = "main"
 				}
 			}
-			np, err := reconciler.NewProposer(cfg)
+			np, err := gitops.NewProposer(cfg)
 			if err != nil {
 				mu.Unlock()
-				return reconciler.Proposal{}, err
+				return gitops.Proposal{}, err
 			}
 			props[commitTo], p = np, np
 		}
@@ -89,42 +89,16 @@ func mountDiscovery(srv *api.Server, st *state.Store, scan scanFunc, propose pro
 		if !decode(w, r, &req) {
 			return
 		}
-		if len(req.Credentials) == 0 || len(req.Credentials) > discover.MaxCredentials {
-			writeErr(w, http.StatusBadRequest, "bad_request", fmt.Sprintf("give 1 to %d credential names", discover.MaxCredentials))
-			return
-		}
-		creds := make([]discover.Credential, 0, len(req.Credentials))
-		for _, name := range req.Credentials {
-			c, err := st.Secret(name)
-			if errors.Is(err, state.ErrNotFound) || errors.Is(err, state.ErrInvalid) {
-				writeErr(w, http.StatusNotFound, "not_found", fmt.Sprintf("credential %q is not in the secret store", name))
-				return
-			}
-			if err != nil {
-				writeErr(w, http.StatusInternalServerError, "internal", "read credential "+name)
-				return
-			}
-			creds = append(creds, discover.Credential{Name: name, Username: c.Username, Password: c.Password})
-		}
-		if req.Port < 0 || req.Port > 65535 {
-			writeErr(w, http.StatusBadRequest, "bad_request", "port out of range")
+		creds, herr := scanCredentials(st, req.Credentials)
+		if herr != nil {
+			writeErr(w, herr.status, herr.code, herr.msg)
 			return
 		}
 		if branch == "" {
 			branch = "main"
 		}
-		switch {
-		case !req.Register && (req.Zone != "" || req.Site != "" || req.CommitTo != ""):
-			writeErr(w, http.StatusBadRequest, "bad_request", "zone, site and commitTo only go with register")
-			return
-		case req.Register && req.Zone == "":
-			writeErr(w, http.StatusBadRequest, "bad_request", "register needs zone: the zone of the proposed servers")
-			return
-		case req.Register && propose == nil:
-			writeErr(w, http.StatusBadRequest, "bad_request", "register: this controller follows no inventory repository (machina serve --repo)")
-			return
-		case req.CommitTo != "" && req.CommitTo != branch:
-			writeErr(w, http.StatusBadRequest, "bad_request", fmt.Sprintf("commitTo %q: only the inventory branch %q can be committed to directly", req.CommitTo, branch))
+		if msg := scanRequestError(req, branch, propose != nil); msg != "" {
+			writeErr(w, http.StatusBadRequest, "bad_request", msg)
 			return
 		}
 		ctx, cancel := context.WithTimeout(r.Context(), scanTimeout)
@@ -168,6 +142,51 @@ func mountDiscovery(srv *api.Server, st *state.Store, scan scanFunc, propose pro
 	}))
 }
 
+// httpErr is an error answer: status, code and message.
+type httpErr struct {
+	status    int
+	code, msg string
+}
+
+// scanCredentials reads the named credentials of a scan request from the
+// secret store (1 to discover.MaxCredentials of them).
+func scanCredentials(st *state.Store, names []string) ([]discover.Credential, *httpErr) {
+	if len(names) == 0 || len(names) > discover.MaxCredentials {
+		return nil, &httpErr{http.StatusBadRequest, "bad_request", fmt.Sprintf("give 1 to %d credential names", discover.MaxCredentials)}
+	}
+	creds := make([]discover.Credential, 0, len(names))
+	for _, name := range names {
+		c, err := st.Secret(name)
+		if errors.Is(err, state.ErrNotFound) || errors.Is(err, state.ErrInvalid) {
+			return nil, &httpErr{http.StatusNotFound, "not_found", fmt.Sprintf("credential %q is not in the secret store", name)}
+		}
+		if err != nil {
+			return nil, &httpErr{http.StatusInternalServerError, "internal", "read credential " + name}
+		}
+		creds = append(creds, discover.Credential{Name: name, Username: c.Username, Password: c.Password})
+	}
+	return creds, nil
+}
+
+// scanRequestError says what is wrong with a scan request's port and
+// register options ("" when nothing): canPropose is false when the
+// controller follows no inventory repository.
+func scanRequestError(req v1.ScanRequest, branch string, canPropose bool) string {
+	switch {
+	case req.Port < 0 || req.Port > 65535:
+		return "port out of range"
+	case !req.Register && (req.Zone != "" || req.Site != "" || req.CommitTo != ""):
+		return "zone, site and commitTo only go with register"
+	case req.Register && req.Zone == "":
+		return "register needs zone: the zone of the proposed servers"
+	case req.Register && !canPropose:
+		return "register: this controller follows no inventory repository (machina serve --repo)"
+	case req.CommitTo != "" && req.CommitTo != branch:
+		return fmt.Sprintf("commitTo %q: only the inventory branch %q can be committed to directly", req.CommitTo, branch)
+	}
+	return ""
+}
+
 // registerScan proposes rep's authenticated BMCs through propose, the
 // entries worked out against the inventory of the branch tip the
 // proposal starts from. Nothing to add commits nothing (no Branch).
@@ -185,7 +204,7 @@ func registerScan(ctx context.Context, rep *discover.Report, req v1.ScanRequest,
 	// and the commit's diff names the servers.
 	msg := fmt.Sprintf("discovered: servers from a BMC scan of %s (POST /api/v1/scan)\n", rep.Range)
 	prop, err := propose(ctx, req.CommitTo != "", msg, edit)
-	if errors.Is(err, reconciler.ErrNothingToPropose) {
+	if errors.Is(err, gitops.ErrNothingToPropose) {
 		return reg, nil
 	}
 	if err != nil {

@@ -20,8 +20,8 @@ import (
 	v1 "github.com/machina-metal/machina/api/v1"
 	"github.com/machina-metal/machina/bmc/bmcsim"
 	"github.com/machina-metal/machina/discover"
+	"github.com/machina-metal/machina/gitops"
 	"github.com/machina-metal/machina/inventory"
-	"github.com/machina-metal/machina/reconciler"
 	"github.com/machina-metal/machina/state"
 )
 
@@ -52,7 +52,7 @@ func TestScanRouteRegisters(t *testing.T) {
 		return discover.Scan(ctx, cfg)
 	}
 	remote := inventoryRemote(t)
-	propose := scanProposers(reconciler.Remote{URL: "file://" + remote}, t.TempDir(), slog.New(slog.DiscardHandler))
+	propose := scanProposers(gitops.Remote{URL: "file://" + remote}, t.TempDir(), slog.New(slog.DiscardHandler))
 	c, st := newScanAPIWith(t, loop, propose, "main")
 	if _, err := st.PutSecret("bmc-dell", state.Credential{Username: "root", Password: "s3cret-dell"}, "test"); err != nil {
 		t.Fatal(err)

@@ -21,6 +21,7 @@ import (
 	"github.com/machina-metal/machina/join"
 	"github.com/machina-metal/machina/reconciler"
 	"github.com/machina-metal/machina/reconciler/fleet"
+	"github.com/machina-metal/machina/redact"
 	"github.com/machina-metal/machina/state"
 )
 
@@ -141,7 +142,7 @@ func (f *fencer) fenceHost(ctx context.Context, host, actor, reason string, auto
 		closeDev()
 	}
 	if err != nil {
-		msg := reconciler.Redact(err.Error())
+		msg := redact.String(err.Error())
 		log.Error("fence failed", "err", msg)
 		_, _ = f.st.AppendEvent(state.Event{Server: srv.Name, Kind: state.EventHostFenceFailed, Actor: actor,
 			Message: fmt.Sprintf("host %s not fenced (%s): %s", host, reason, msg)})
@@ -372,7 +373,7 @@ func (w *hostWatch) readPower(ctx context.Context, h state.Host) {
 		if ctx.Err() != nil {
 			return
 		}
-		msg := reconciler.Redact(err.Error())
+		msg := redact.String(err.Error())
 		w.log.Warn("lost host: power read failed", "host", h.Name, "server", srv.Name, "err", msg)
 		_ = w.st.RecordLostPower(h.Name, w.now(), "", msg)
 		return

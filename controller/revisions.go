@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/machina-metal/machina/gitops"
 	"github.com/machina-metal/machina/images"
 	"github.com/machina-metal/machina/inventory"
 	"github.com/machina-metal/machina/reconciler"
@@ -12,23 +13,15 @@ import (
 	"github.com/machina-metal/machina/state"
 )
 
-// follow hands every new good revision to the reconciler and imports its
-// images; while the newest revision is invalid, nothing new is acted on
-// (the last good revision stays desired, and no new deploy starts).
-func follow(ctx context.Context, src *reconciler.Source, ctrl *reconciler.Controller, importer *images.Importer, store *images.Store,
+// follow hands every new good revision to the reconciler
+// (reconciler.Follow: while the newest revision is invalid nothing new is
+// acted on) and imports its images.
+func follow(ctx context.Context, src *gitops.Source, ctrl *reconciler.Controller, importer *images.Importer, store *images.Store,
 	fails *importFailures, mirrors images.Mirrors, log *slog.Logger) {
-	var lastDigest string
 	stopImports := func() {}
 	defer func() { stopImports() }()
-	apply := func() {
-		good, invalid := src.Latest()
-		ctrl.SetHoldDeploys(invalid != nil)
-		if good.Inventory == nil || good.Digest == lastDigest {
-			return
-		}
-		lastDigest = good.Digest
-		ctrl.SetDesired(good.Inventory)
-		reqs := imageRequests(good.Inventory, mirrors)
+	ctrl.Follow(ctx, src, func(inv *inventory.Inventory) {
+		reqs := imageRequests(inv, mirrors)
 		// A new revision starts a new import round; the previous one's
 		// retries stop (its failures are re-recorded by this round).
 		stopImports()
@@ -37,7 +30,7 @@ func follow(ctx context.Context, src *reconciler.Source, ctrl *reconciler.Contro
 		go importWithRetry(ictx, importer.ImportAll, reqs, fails, importRetryMin, importRetryMax, func() {
 			// Installer ISOs: extract the kernel and initrd (RHEL: the
 			// tree) now, so the first deploy does not wait for it.
-			for _, p := range good.Inventory.Profiles {
+			for _, p := range inv.Profiles {
 				if kind, ok := deployplan.InstallerKind(string(p.Deploy)); ok {
 					if _, err := store.InstallerTree(ictx, p.Image, kind); err != nil {
 						log.Warn("installer image", "image", p.Image, "profile", p.Name, "err", err)
@@ -46,16 +39,7 @@ func follow(ctx context.Context, src *reconciler.Source, ctrl *reconciler.Contro
 			}
 			ctrl.Trigger()
 		}, log)
-	}
-	apply()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-src.Changed():
-			apply()
-		}
-	}
+	})
 }
 
 // imageRequests turns images.yaml entries into import requests.

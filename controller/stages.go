@@ -19,6 +19,7 @@ import (
 	"github.com/machina-metal/machina/boot/dhcp"
 	"github.com/machina-metal/machina/boot/ipxe"
 	"github.com/machina-metal/machina/fence"
+	"github.com/machina-metal/machina/gitops"
 	"github.com/machina-metal/machina/images"
 	"github.com/machina-metal/machina/inventory"
 	"github.com/machina-metal/machina/join"
@@ -59,7 +60,7 @@ type wiring struct {
 
 	idx         *api.BootIndex
 	refusals    *refusalSummary
-	enr         *reconciler.Enroller
+	enr         *gitops.Enroller
 	leases      *dhcp.MemLeases
 	netRuns     []func(context.Context) error
 	bootHandler *ipxe.Handler
@@ -69,9 +70,9 @@ type wiring struct {
 	joinLn   net.Listener
 	joinURL  string
 	joinSrv  *join.Server
-	src      *reconciler.Source
-	writer   *reconciler.StatusWriter
-	builder  *reconciler.StatusBuilder
+	src      *gitops.Source
+	writer   *gitops.StatusWriter
+	builder  *gitops.StatusBuilder
 	fencer   *fencer
 	gitDir   string
 	run      *Running
@@ -324,23 +325,23 @@ func (w *wiring) boot() (func(), error) {
 // Git proposer (cfg.AutoEnroll).
 func (w *wiring) autoEnrol() error {
 	cfg := w.cfg
-	prop, err := reconciler.NewProposer(reconciler.ProposerConfig{Remote: cfg.Repo, StateDir: w.gitDir, CommitTo: cfg.AutoEnrollCommitTo,
+	prop, err := gitops.NewProposer(gitops.ProposerConfig{Remote: cfg.Repo, StateDir: w.gitDir, CommitTo: cfg.AutoEnrollCommitTo,
 		Logger: w.log.With("component", "auto-enrol")})
 	if err != nil {
 		return fmt.Errorf("controller: %w", err)
 	}
 	ctrl := w.ctrl
-	w.enr, err = reconciler.NewEnroller(reconciler.EnrollConfig{Store: w.st, Desired: ctrl.Desired, Zone: cfg.AutoEnrollZone, Max: cfg.AutoEnrollMax,
+	w.enr, err = gitops.NewEnroller(gitops.EnrollConfig{Store: w.st, Desired: ctrl.Desired, Zone: cfg.AutoEnrollZone, Max: cfg.AutoEnrollMax,
 		Proposer: prop, OnEnrolled: func(string) { ctrl.Trigger() }, Logger: w.log.With("component", "auto-enrol")})
 	if err != nil {
 		return fmt.Errorf("controller: %w", err)
 	}
 	zone, maxPending := cfg.AutoEnrollZone, cfg.AutoEnrollMax
 	if zone == "" {
-		zone = reconciler.DefaultEnrollZone
+		zone = gitops.DefaultEnrollZone
 	}
 	if maxPending <= 0 {
-		maxPending = reconciler.DefaultEnrollMax
+		maxPending = gitops.DefaultEnrollMax
 	}
 	w.log.Warn("auto-enrol is on: any machine that PXE-boots on the provisioning network is commissioned and proposed into Git",
 		"zone", zone, "max_pending", maxPending)
@@ -415,19 +416,19 @@ func (w *wiring) leasedIP(server string) (netip.Addr, bool) {
 func (w *wiring) gitSide() (func(), error) {
 	cfg, st := w.cfg, w.st
 	var err error
-	w.src, err = reconciler.NewSource(reconciler.SourceConfig{Remote: cfg.Repo, StateDir: w.gitDir, Interval: cfg.PollInterval, Logger: w.log.With("component", "git"),
-		OnEvent: func(e reconciler.SourceEvent) {
+	w.src, err = gitops.NewSource(gitops.SourceConfig{Remote: cfg.Repo, StateDir: w.gitDir, Interval: cfg.PollInterval, Logger: w.log.With("component", "git"),
+		OnEvent: func(e gitops.SourceEvent) {
 			_, _ = st.AppendEvent(state.Event{Kind: state.EventKind("inventory." + string(e.Kind)), Message: e.Message})
 		}})
 	if err != nil {
 		return nil, fmt.Errorf("controller: %w", err)
 	}
-	w.writer, err = reconciler.NewStatusWriter(reconciler.StatusConfig{Remote: cfg.Repo, StatusBranch: cfg.StatusBranch, StateDir: w.gitDir,
+	w.writer, err = gitops.NewStatusWriter(gitops.StatusConfig{Remote: cfg.Repo, StatusBranch: cfg.StatusBranch, StateDir: w.gitDir,
 		Interval: cfg.StatusInterval, Logger: w.log.With("component", "status")})
 	if err != nil {
 		return nil, fmt.Errorf("controller: %w", err)
 	}
-	w.builder = &reconciler.StatusBuilder{Store: st}
+	w.builder = &gitops.StatusBuilder{Store: st}
 	var urg statusUrgency
 	w.feed.build = func(res reconciler.Result) {
 		// The snapshot is built by the writer when it writes (see
@@ -444,8 +445,8 @@ func (w *wiring) gitSide() (func(), error) {
 }
 
 // snapshot returns the status snapshot builder for a pass's plan.
-func (w *wiring) snapshot(res reconciler.Result) func() (reconciler.Snapshot, error) {
-	return func() (reconciler.Snapshot, error) {
+func (w *wiring) snapshot(res reconciler.Result) func() (gitops.Snapshot, error) {
+	return func() (gitops.Snapshot, error) {
 		return w.builder.Build(w.src.InventoryStatus(), w.imgStatus.list(), res)
 	}
 }

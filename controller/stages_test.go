@@ -9,14 +9,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/machina-metal/machina/reconciler"
+	"github.com/machina-metal/machina/gitops"
 	"github.com/machina-metal/machina/state"
 )
 
 // TestStagesNamed: Run's start-up is the named stages in this order, each
 // with a start function.
 func TestStagesNamed(t *testing.T) {
-	w, err := newWiring(Config{StatePath: filepath.Join(t.TempDir(), "s.db"), WorkDir: t.TempDir(), Repo: reconciler.Remote{URL: "file:///nonexistent"}})
+	w, err := newWiring(Config{StatePath: filepath.Join(t.TempDir(), "s.db"), WorkDir: t.TempDir(), Repo: gitops.Remote{URL: "file:///nonexistent"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,7 +50,7 @@ func TestFailedStageStopsEarlierOnes(t *testing.T) {
 	httpAddr := free.Addr().String()
 	free.Close()
 	statePath := filepath.Join(t.TempDir(), "state.db")
-	err = Run(context.Background(), Config{StatePath: statePath, WorkDir: t.TempDir(), Repo: reconciler.Remote{URL: "file:///nonexistent"},
+	err = Run(context.Background(), Config{StatePath: statePath, WorkDir: t.TempDir(), Repo: gitops.Remote{URL: "file:///nonexistent"},
 		Listen: httpAddr, JoinListen: taken.Addr().String(), BMCWatchInterval: -1})
 	if err == nil || !strings.Contains(err.Error(), "join listen "+taken.Addr().String()) {
 		t.Fatalf("Run = %v, want the join listen error", err)

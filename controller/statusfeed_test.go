@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/machina-metal/machina/gitops"
 	"github.com/machina-metal/machina/reconciler"
 )
 
@@ -68,16 +69,16 @@ func TestStatusBuildGap(t *testing.T) {
 // or the same stalled servers at the next pass are not.
 func TestStatusUrgency(t *testing.T) {
 	var u statusUrgency
-	bad := &reconciler.InvalidRevision{Commit: "aaaa"}
+	bad := &gitops.InvalidRevision{Commit: "aaaa"}
 	for i, c := range []struct {
-		inv     *reconciler.InvalidRevision
+		inv     *gitops.InvalidRevision
 		stalled []string
 		want    bool
 	}{
 		{nil, nil, false},
 		{bad, nil, true},
 		{bad, nil, false},
-		{&reconciler.InvalidRevision{Commit: "bbbb"}, nil, true},
+		{&gitops.InvalidRevision{Commit: "bbbb"}, nil, true},
 		{nil, []string{"s1"}, true},
 		{nil, []string{"s1"}, false},
 		{nil, []string{"s1", "s2"}, true},

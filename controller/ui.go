@@ -17,6 +17,7 @@ import (
 	"github.com/machina-metal/machina/api"
 	"github.com/machina-metal/machina/bmc"
 	"github.com/machina-metal/machina/console"
+	"github.com/machina-metal/machina/gitops"
 	"github.com/machina-metal/machina/reconciler"
 	"github.com/machina-metal/machina/reconciler/fleet"
 	"github.com/machina-metal/machina/state"
@@ -28,7 +29,7 @@ import (
 // console under /ui/. log (non-nil) gets the console's attach/detach lines
 // as component=console and the web console's logins, refusals and
 // approvals as component=ui.
-func mountConsoleAndUI(srv *api.Server, st *state.Store, drivers reconciler.Drivers, src *reconciler.Source, ctrl *reconciler.Controller,
+func mountConsoleAndUI(srv *api.Server, st *state.Store, drivers reconciler.Drivers, src *gitops.Source, ctrl *reconciler.Controller,
 	imgs *imageStatus, gitDir string, log *slog.Logger) (uiRoutes []string, err error) {
 	bearer := func(r *http.Request) (string, error) {
 		tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
@@ -140,7 +141,7 @@ func (u uiImages) ImageStatuses(context.Context) ([]ui.ImageStatus, error) {
 }
 
 type uiInventory struct {
-	src  *reconciler.Source
+	src  *gitops.Source
 	ctrl *reconciler.Controller
 	// repoDir is the Source's bare clone, read for commit subjects and times.
 	repoDir string

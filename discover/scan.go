@@ -284,36 +284,8 @@ func Scan(ctx context.Context, cfg Config) (*Report, error) {
 	if len(cfg.Credentials) == 0 || len(cfg.Credentials) > MaxCredentials {
 		return nil, fmt.Errorf("%w: give 1 to %d credential names, got %d", ErrNoCredentials, MaxCredentials, len(cfg.Credentials))
 	}
-	switch cfg.Scheme {
-	case "":
-		cfg.Scheme = "https"
-	case "https", "http":
-	default:
-		return nil, fmt.Errorf("discover: scheme %q: want https or http", cfg.Scheme)
-	}
-	if cfg.Port == 0 {
-		cfg.Port = 443
-		if cfg.Scheme == "http" {
-			cfg.Port = 80
-		}
-	}
-	if cfg.Port < 1 || cfg.Port > 65535 {
-		return nil, fmt.Errorf("discover: port %d out of range", cfg.Port)
-	}
-	if cfg.LockoutThreshold == 0 {
-		cfg.LockoutThreshold = DefaultLockoutThreshold
-	}
-	if cfg.LockoutThreshold < 2 {
-		return nil, fmt.Errorf("%w: a lockout threshold of %d leaves no failure to spend; give the one right credential with threshold 2 or more", ErrNoCredentials, cfg.LockoutThreshold)
-	}
-	if cfg.Concurrency <= 0 {
-		cfg.Concurrency = 32
-	}
-	if cfg.Timeout <= 0 {
-		cfg.Timeout = 5 * time.Second
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
+	if err := cfg.setDefaults(); err != nil {
+		return nil, err
 	}
 	ts, err := cfg.targets()
 	if err != nil {
@@ -366,6 +338,44 @@ func Scan(ctx context.Context, cfg Config) (*Report, error) {
 	return rep, ctx.Err()
 }
 
+// setDefaults fills cfg's zero values (https, its port, the default
+// lockout threshold, 32 probes at once, 5 s, a discarding logger) and
+// checks scheme, port and threshold.
+func (cfg *Config) setDefaults() error {
+	switch cfg.Scheme {
+	case "":
+		cfg.Scheme = "https"
+	case "https", "http":
+	default:
+		return fmt.Errorf("discover: scheme %q: want https or http", cfg.Scheme)
+	}
+	if cfg.Port == 0 {
+		cfg.Port = 443
+		if cfg.Scheme == "http" {
+			cfg.Port = 80
+		}
+	}
+	if cfg.Port < 1 || cfg.Port > 65535 {
+		return fmt.Errorf("discover: port %d out of range", cfg.Port)
+	}
+	if cfg.LockoutThreshold == 0 {
+		cfg.LockoutThreshold = DefaultLockoutThreshold
+	}
+	if cfg.LockoutThreshold < 2 {
+		return fmt.Errorf("%w: a lockout threshold of %d leaves no failure to spend; give the one right credential with threshold 2 or more", ErrNoCredentials, cfg.LockoutThreshold)
+	}
+	if cfg.Concurrency <= 0 {
+		cfg.Concurrency = 32
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = 5 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	return nil
+}
+
 // probe returns nil when nothing accepted a TCP connection.
 func probe(ctx context.Context, client *http.Client, cfg *Config, t target) *Result {
 	base := cfg.Scheme + "://" + t.hostport
@@ -394,31 +404,7 @@ func probe(ctx context.Context, client *http.Client, cfg *Config, t target) *Res
 	if systems == "" {
 		systems = "/redfish/v1/Systems"
 	}
-	budget := min(cfg.LockoutThreshold-1, MaxCredentials)
-	var cred *Credential
-	var coll map[string]any
-	for i := range cfg.Credentials {
-		if res.Failures >= budget || res.Attempts >= MaxCredentials {
-			break
-		}
-		c := &cfg.Credentials[i]
-		res.Attempts++
-		body, st, err := getJSON(ctx, client, base, systems, c)
-		if err == nil && st == http.StatusOK && body != nil {
-			cred, coll = c, body
-			break
-		}
-		// Any answer other than success may have counted as a failed login
-		// on the BMC, so it is spent from the lockout budget.
-		res.Failures++
-		switch {
-		case err != nil:
-			res.Error = "credential " + c.Name + ": " + describe(err)
-		default:
-			res.Error = fmt.Sprintf("credential %s: GET %s answered %d", c.Name, systems, st)
-		}
-		log.Debug("scan: credential refused", "credential", c.Name, "status", st)
-	}
+	cred, coll := login(ctx, client, cfg, base, systems, res, log)
 	if cred == nil {
 		res.Status = StatusAuthFailed
 		if res.Attempts < len(cfg.Credentials) {
@@ -440,29 +426,69 @@ func probe(ctx context.Context, client *http.Client, cfg *Config, t target) *Res
 	res.SystemID = str(sys, "Id")
 	res.Manufacturer, res.Model = str(sys, "Manufacturer"), str(sys, "Model")
 	res.Serial, res.UUID = str(sys, "SerialNumber"), str(sys, "UUID")
-	if eth := link(sys, "EthernetInterfaces"); eth != "" {
-		if ec, st, err := getJSON(ctx, client, base, eth, cred); err == nil && st == http.StatusOK {
-			ms := members(ec)
-			ms = ms[:min(len(ms), maxNICs)]
-			for _, m := range ms {
-				nic, st, err := getJSON(ctx, client, base, m, cred)
-				if err != nil || st != http.StatusOK {
-					continue
-				}
-				for _, k := range []string{"MACAddress", "PermanentMACAddress"} {
-					if m, err := macaddr.Parse(strings.TrimSpace(str(nic, k))); err == nil && !m.IsZero() {
-						mac := m.String()
-						if !slices.Contains(res.MACs, mac) {
-							res.MACs = append(res.MACs, mac)
-						}
-						break
+	res.MACs = systemMACs(ctx, client, base, link(sys, "EthernetInterfaces"), cred)
+	log.Debug("scan: authenticated", "credential", cred.Name, "macs", len(res.MACs))
+	return res
+}
+
+// login tries cfg's credentials on the Systems collection, spending at
+// most the lockout budget (LockoutThreshold-1, and MaxCredentials) on
+// refusals, and returns the first that works with the collection it read;
+// nil when none did (res says why).
+func login(ctx context.Context, client *http.Client, cfg *Config, base, systems string, res *Result, log *slog.Logger) (*Credential, map[string]any) {
+	budget := min(cfg.LockoutThreshold-1, MaxCredentials)
+	for i := range cfg.Credentials {
+		if res.Failures >= budget || res.Attempts >= MaxCredentials {
+			break
+		}
+		c := &cfg.Credentials[i]
+		res.Attempts++
+		body, st, err := getJSON(ctx, client, base, systems, c)
+		if err == nil && st == http.StatusOK && body != nil {
+			return c, body
+		}
+		// Any answer other than success may have counted as a failed login
+		// on the BMC, so it is spent from the lockout budget.
+		res.Failures++
+		switch {
+		case err != nil:
+			res.Error = "credential " + c.Name + ": " + describe(err)
+		default:
+			res.Error = fmt.Sprintf("credential %s: GET %s answered %d", c.Name, systems, st)
+		}
+		log.Debug("scan: credential refused", "credential", c.Name, "status", st)
+	}
+	return nil, nil
+}
+
+// systemMACs reads the MAC addresses of a System's EthernetInterfaces
+// (eth, "" for none; at most maxNICs members), each once, the current
+// address before the permanent one.
+func systemMACs(ctx context.Context, client *http.Client, base, eth string, cred *Credential) []string {
+	if eth == "" {
+		return nil
+	}
+	var macs []string
+	if ec, st, err := getJSON(ctx, client, base, eth, cred); err == nil && st == http.StatusOK {
+		ms := members(ec)
+		ms = ms[:min(len(ms), maxNICs)]
+		for _, m := range ms {
+			nic, st, err := getJSON(ctx, client, base, m, cred)
+			if err != nil || st != http.StatusOK {
+				continue
+			}
+			for _, k := range []string{"MACAddress", "PermanentMACAddress"} {
+				if m, err := macaddr.Parse(strings.TrimSpace(str(nic, k))); err == nil && !m.IsZero() {
+					mac := m.String()
+					if !slices.Contains(macs, mac) {
+						macs = append(macs, mac)
 					}
+					break
 				}
 			}
 		}
 	}
-	log.Debug("scan: authenticated", "credential", cred.Name, "macs", len(res.MACs))
-	return res
+	return macs
 }
 
 // maxNICs bounds the EthernetInterfaces members read per System, so a

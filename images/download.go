@@ -209,21 +209,9 @@ func (t *transfer) once(ctx context.Context) error {
 	defer stall.Stop()
 	t.poke = func() { stall.Reset(t.im.stallTimeout) }
 	defer func() { t.poke = nil }()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, t.url, nil)
+	req, err := t.request(ctx)
 	if err != nil {
-		return fmt.Errorf("%w: build request: %w", errLocal, err)
-	}
-	req.Header.Set("User-Agent", "machina-images/1")
-	req.Header.Set("Accept-Encoding", "identity")
-	if t.off > 0 {
-		req.Header.Set("Range", fmt.Sprintf("bytes=%d-", t.off))
-		// If-Range makes a changed file come back whole (200) instead of
-		// splicing two versions together. Weak ETags are not allowed here.
-		if t.meta.ETag != "" && !strings.HasPrefix(t.meta.ETag, "W/") {
-			req.Header.Set("If-Range", t.meta.ETag)
-		} else if t.meta.LastModified != "" {
-			req.Header.Set("If-Range", t.meta.LastModified)
-		}
+		return err
 	}
 	resp, err := t.im.client.Do(req)
 	if err != nil {
@@ -284,6 +272,30 @@ func (t *transfer) once(ctx context.Context) error {
 		return err
 	}
 	return nil
+}
+
+// request is the GET of t.url: identity encoding, and from t.off on a
+// resumed download, with If-Range (a strong ETag, else Last-Modified) so
+// a changed file comes back whole (200) instead of two versions spliced
+// together.
+func (t *transfer) request(ctx context.Context) (*http.Request, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, t.url, nil)
+	if err != nil {
+		return nil, fmt.Errorf("%w: build request: %w", errLocal, err)
+	}
+	req.Header.Set("User-Agent", "machina-images/1")
+	req.Header.Set("Accept-Encoding", "identity")
+	if t.off > 0 {
+		req.Header.Set("Range", fmt.Sprintf("bytes=%d-", t.off))
+		// If-Range makes a changed file come back whole (200) instead of
+		// splicing two versions together. Weak ETags are not allowed here.
+		if t.meta.ETag != "" && !strings.HasPrefix(t.meta.ETag, "W/") {
+			req.Header.Set("If-Range", t.meta.ETag)
+		} else if t.meta.LastModified != "" {
+			req.Header.Set("If-Range", t.meta.LastModified)
+		}
+	}
+	return req, nil
 }
 
 // onceFile copies from a local file:// URL, resuming at t.off.

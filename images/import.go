@@ -301,123 +301,32 @@ func imageBase(raw string) (string, error) {
 }
 
 func (im *Importer) run(ctx context.Context, rec Record, src source, req Request, log *slog.Logger) (Record, error) {
-	// 1. Expected digest.
-	var want Digest
-	var err error
-	if src.checksum != "" {
-		if want, err = ParseDigest(src.checksum); err != nil {
-			return rec, err
-		}
-	} else {
-		base, err := imageBase(src.url)
-		if err != nil {
-			return rec, err
-		}
-		body, err := im.fetchSmall(ctx, src.checksumURL, MaxChecksumFileBytes)
-		if err != nil {
-			// Imported once while the mirror was reachable: keep serving it.
-			if old, ok := im.store.verified(rec.Name); ok && old.Source == rec.Source && ctx.Err() == nil {
-				log.Warn("checksum file unreachable; keeping the verified image", "err", err)
-				im.setStatus(ctx, rec.Name, Status{State: StateVerified, Percent: 100, Raw: old.Raw, SizeBytes: old.SizeBytes})
-				return old, nil
-			}
-			return rec, fmt.Errorf("checksum file: %w", err)
-		}
-		if want, err = FindChecksum(body, base); err != nil {
-			return rec, fmt.Errorf("checksum file %s: %w", redact(src.checksumURL), err)
-		}
+	want, kept, err := im.expectedDigest(ctx, rec, src, log)
+	if kept != nil {
+		return *kept, nil
+	}
+	if err != nil {
+		return rec, err
 	}
 	rec.Upstream = want
 	log = log.With("want", want.String())
-
-	// 2. Idempotence: the same upstream bytes are already stored.
-	if old, ok := im.store.verified(rec.Name); ok && old.Upstream == want {
-		log.Debug("image already stored")
-		if old.Reason != "" { // an earlier refresh failure is over
-			old.Reason = ""
-			if err := im.store.putRecord(old); err != nil {
-				return rec, err
-			}
-		}
-		im.setStatus(ctx, rec.Name, Status{State: StateVerified, Percent: 100, Raw: old.Raw, SizeBytes: old.SizeBytes})
-		return im.store.Lookup(rec.Name)
+	if stored, ok, err := im.reuseStored(ctx, rec, want, log); ok || err != nil {
+		return stored, err
 	}
-
-	// 3. Partial file, keyed by source URL and expected digest, locked.
-	id := partID(src.url, want)
-	partPath := filepath.Join(im.store.tmpDir(), id+".part")
-	metaPath := filepath.Join(im.store.tmpDir(), id+".json")
-	rawPath := filepath.Join(im.store.tmpDir(), id+".raw")
-	part, err := os.OpenFile(partPath, os.O_RDWR|os.O_CREATE, 0o640)
+	j, err := im.openPart(rec, src, req, want)
 	if err != nil {
-		return rec, fmt.Errorf("open part: %w", err)
+		return rec, err
 	}
-	defer part.Close()
-	if err := lockFile(part); err != nil {
-		return rec, fmt.Errorf("lock part: %w", err)
+	defer j.part.Close()
+	if err := im.download(ctx, j, log); err != nil {
+		return rec, err
 	}
-	os.Remove(rawPath) // a conversion interrupted by a crash cannot resume
-	discard := func() {
-		part.Close()
-		os.Remove(partPath)
-		os.Remove(metaPath)
-		os.Remove(rawPath)
-	}
-	meta := &partMeta{URL: rec.Source, Expected: want, Total: -1}
-	if b, err := os.ReadFile(metaPath); err == nil {
-		var m partMeta
-		if json.Unmarshal(b, &m) == nil && m.Expected == want {
-			meta = &m
-		}
-	}
-
-	// 4. Re-hash what an earlier run left, then download the rest.
-	hashes := []hash.Hash{want.Algo.New()}
-	pct := func(p float64) {
-		im.setStatus(ctx, rec.Name, Status{State: StateDownloading, Percent: p})
-	}
-	st, err := part.Stat()
-	if err != nil {
-		return rec, fmt.Errorf("stat part: %w", err)
-	}
-	if st.Size() > 0 {
-		log.Info("resuming image download", "have", st.Size())
-		pm := newProgressMeter(rec.Name, PhaseResume, req.Progress, nil, im.interval)
-		pm.setTotal(st.Size())
-		ws := make([]interface{ Write([]byte) (int, error) }, len(hashes))
-		for i, h := range hashes {
-			ws[i] = h
-		}
-		n, err := hashReader(ctx, io.NewSectionReader(part, 0, st.Size()), pm, ws...)
-		if err != nil {
-			return rec, fmt.Errorf("re-hash part: %w", err)
-		}
-		pm.finish(n)
-	}
-	if _, err := part.Seek(st.Size(), io.SeekStart); err != nil {
-		return rec, fmt.Errorf("seek part: %w", err)
-	}
-	im.setStatus(ctx, rec.Name, Status{State: StateDownloading, Percent: 0})
-	pm := newProgressMeter(rec.Name, PhaseDownload, req.Progress, pct, im.interval)
-	t := &transfer{im: im, url: src.url, f: part, off: st.Size(), hashes: hashes, meta: meta, prog: pm,
-		saveMeta: func() error {
-			b, _ := json.Marshal(meta)
-			return im.store.writeAtomic(metaPath, b, 0o640)
-		}}
-	if err := t.run(ctx); err != nil {
-		return rec, fmt.Errorf("download: %w", err)
-	}
-	pm.finish(t.off)
-	if err := part.Sync(); err != nil {
-		return rec, fmt.Errorf("sync part: %w", err)
-	}
-
-	// 5. Verify. A mismatch never stays on disk.
-	got := Digest{Algo: want.Algo, Hex: digestHex(hashes[0])}
+	// Verify. A mismatch never stays on disk.
+	got := Digest{Algo: want.Algo, Hex: digestHex(j.hashes[0])}
 	if got != want {
-		discard()
+		j.discard()
 		err := &MismatchError{Want: want, Got: got}
-		if st.Size() > 0 {
+		if j.resumed {
 			// The kept prefix may predate an upstream change that If-Range
 			// could not detect (no validators): start over once, from zero.
 			log.Warn("resumed image mismatched; downloading again from zero", "err", err)
@@ -426,58 +335,214 @@ func (im *Importer) run(ctx context.Context, rec Record, src source, req Request
 		log.Warn("image discarded", "err", err)
 		return rec, err
 	}
-	log.Info("image download verified", "bytes", t.off)
-
-	// 6. Format from magic bytes; qcow2 to raw.
-	format, err := DetectFormat(part, t.off)
+	log.Info("image download verified", "bytes", j.off)
+	format, err := DetectFormat(j.part, j.off)
 	if err != nil {
 		return rec, err
 	}
 	rec.SourceFormat = format
-	var rawFile string
-	var raw Digest
-	var size int64
-	if format == FormatISO && !req.Installer {
-		discard()
-		return rec, &UnsupportedFormatError{Format: format, Reason: "an ISO is accepted only as an installer image (a profile with deploy: autoinstall or kickstart)"}
+	rawFile, raw, size, err := im.toRaw(ctx, j, format)
+	if err != nil {
+		return rec, err
+	}
+	return im.storeImage(ctx, j, rec, rawFile, raw, size, log)
+}
+
+// importJob is one import's partial download: the part file (open and
+// locked), its metadata and raw-conversion paths, the hashes the bytes
+// run through, and how many bytes it holds.
+type importJob struct {
+	name                        string
+	src                         source
+	req                         Request
+	want                        Digest
+	part                        *os.File
+	partPath, metaPath, rawPath string
+	meta                        *partMeta
+	hashes                      []hash.Hash
+	off                         int64 // bytes in part
+	resumed                     bool  // part held bytes of an earlier run
+}
+
+// discard removes the partial download and what goes with it.
+func (j *importJob) discard() {
+	j.part.Close()
+	os.Remove(j.partPath)
+	os.Remove(j.metaPath)
+	os.Remove(j.rawPath)
+}
+
+// expectedDigest is the digest the image must have: the request's, or
+// the one its checksum file names for the image's file name. When the
+// checksum file is unreachable and the same source was verified before,
+// kept is that record (it keeps being served).
+func (im *Importer) expectedDigest(ctx context.Context, rec Record, src source, log *slog.Logger) (want Digest, kept *Record, err error) {
+	if src.checksum != "" {
+		want, err = ParseDigest(src.checksum)
+		return want, nil, err
+	}
+	base, err := imageBase(src.url)
+	if err != nil {
+		return want, nil, err
+	}
+	body, err := im.fetchSmall(ctx, src.checksumURL, MaxChecksumFileBytes)
+	if err != nil {
+		// Imported once while the mirror was reachable: keep serving it.
+		if old, ok := im.store.verified(rec.Name); ok && old.Source == rec.Source && ctx.Err() == nil {
+			log.Warn("checksum file unreachable; keeping the verified image", "err", err)
+			im.setStatus(ctx, rec.Name, Status{State: StateVerified, Percent: 100, Raw: old.Raw, SizeBytes: old.SizeBytes})
+			return want, &old, nil
+		}
+		return want, nil, fmt.Errorf("checksum file: %w", err)
+	}
+	if want, err = FindChecksum(body, base); err != nil {
+		return want, nil, fmt.Errorf("checksum file %s: %w", redact(src.checksumURL), err)
+	}
+	return want, nil, nil
+}
+
+// reuseStored is idempotence: when the same upstream bytes are stored
+// already, it clears an earlier refresh failure and returns the record
+// (ok); nothing to do otherwise.
+func (im *Importer) reuseStored(ctx context.Context, rec Record, want Digest, log *slog.Logger) (Record, bool, error) {
+	old, ok := im.store.verified(rec.Name)
+	if !ok || old.Upstream != want {
+		return rec, false, nil
+	}
+	log.Debug("image already stored")
+	if old.Reason != "" { // an earlier refresh failure is over
+		old.Reason = ""
+		if err := im.store.putRecord(old); err != nil {
+			return rec, true, err
+		}
+	}
+	im.setStatus(ctx, rec.Name, Status{State: StateVerified, Percent: 100, Raw: old.Raw, SizeBytes: old.SizeBytes})
+	r, err := im.store.Lookup(rec.Name)
+	return r, true, err
+}
+
+// openPart opens and locks the partial file, keyed by source URL and
+// expected digest, with its metadata from an earlier run when it expects
+// the same digest. A raw file a crash left mid-conversion is removed (it
+// cannot resume).
+func (im *Importer) openPart(rec Record, src source, req Request, want Digest) (*importJob, error) {
+	id := partID(src.url, want)
+	j := &importJob{name: rec.Name, src: src, req: req, want: want,
+		partPath: filepath.Join(im.store.tmpDir(), id+".part"), metaPath: filepath.Join(im.store.tmpDir(), id+".json"),
+		rawPath: filepath.Join(im.store.tmpDir(), id+".raw"), hashes: []hash.Hash{want.Algo.New()}}
+	part, err := os.OpenFile(j.partPath, os.O_RDWR|os.O_CREATE, 0o640)
+	if err != nil {
+		return nil, fmt.Errorf("open part: %w", err)
+	}
+	if err := lockFile(part); err != nil {
+		part.Close()
+		return nil, fmt.Errorf("lock part: %w", err)
+	}
+	j.part = part
+	os.Remove(j.rawPath)
+	j.meta = &partMeta{URL: rec.Source, Expected: want, Total: -1}
+	if b, err := os.ReadFile(j.metaPath); err == nil {
+		var m partMeta
+		if json.Unmarshal(b, &m) == nil && m.Expected == want {
+			j.meta = &m
+		}
+	}
+	return j, nil
+}
+
+// download re-hashes what an earlier run left in the part, then
+// downloads the rest (resuming with Range) and syncs it.
+func (im *Importer) download(ctx context.Context, j *importJob, log *slog.Logger) error {
+	st, err := j.part.Stat()
+	if err != nil {
+		return fmt.Errorf("stat part: %w", err)
+	}
+	if st.Size() > 0 {
+		j.resumed = true
+		log.Info("resuming image download", "have", st.Size())
+		pm := newProgressMeter(j.name, PhaseResume, j.req.Progress, nil, im.interval)
+		pm.setTotal(st.Size())
+		ws := make([]interface{ Write([]byte) (int, error) }, len(j.hashes))
+		for i, h := range j.hashes {
+			ws[i] = h
+		}
+		n, err := hashReader(ctx, io.NewSectionReader(j.part, 0, st.Size()), pm, ws...)
+		if err != nil {
+			return fmt.Errorf("re-hash part: %w", err)
+		}
+		pm.finish(n)
+	}
+	if _, err := j.part.Seek(st.Size(), io.SeekStart); err != nil {
+		return fmt.Errorf("seek part: %w", err)
+	}
+	im.setStatus(ctx, j.name, Status{State: StateDownloading, Percent: 0})
+	pct := func(p float64) {
+		im.setStatus(ctx, j.name, Status{State: StateDownloading, Percent: p})
+	}
+	pm := newProgressMeter(j.name, PhaseDownload, j.req.Progress, pct, im.interval)
+	t := &transfer{im: im, url: j.src.url, f: j.part, off: st.Size(), hashes: j.hashes, meta: j.meta, prog: pm,
+		saveMeta: func() error {
+			b, _ := json.Marshal(j.meta)
+			return im.store.writeAtomic(j.metaPath, b, 0o640)
+		}}
+	if err := t.run(ctx); err != nil {
+		return fmt.Errorf("download: %w", err)
+	}
+	pm.finish(t.off)
+	j.off = t.off
+	if err := j.part.Sync(); err != nil {
+		return fmt.Errorf("sync part: %w", err)
+	}
+	return nil
+}
+
+// toRaw turns the verified download into the raw image the store keeps
+// (raw and installer ISOs as they are, qcow2 converted) and returns its
+// file, SHA-256 and size; another format is refused and discarded.
+func (im *Importer) toRaw(ctx context.Context, j *importJob, format Format) (rawFile string, raw Digest, size int64, err error) {
+	name := j.name
+	if format == FormatISO && !j.req.Installer {
+		j.discard()
+		return "", raw, 0, &UnsupportedFormatError{Format: format, Reason: "an ISO is accepted only as an installer image (a profile with deploy: autoinstall or kickstart)"}
 	}
 	switch format {
 	case FormatRaw, FormatISO:
-		rawFile, size = partPath, t.off
-		if want.Algo == SHA256 {
-			raw = want
-		} else {
-			hm := newProgressMeter(rec.Name, PhaseHash, req.Progress, nil, im.interval)
-			if raw, _, err = hashFile(ctx, partPath, hm); err != nil {
-				return rec, err
-			}
+		if j.want.Algo == SHA256 {
+			return j.partPath, j.want, j.off, nil
 		}
+		hm := newProgressMeter(name, PhaseHash, j.req.Progress, nil, im.interval)
+		if raw, _, err = hashFile(ctx, j.partPath, hm); err != nil {
+			return "", raw, 0, err
+		}
+		return j.partPath, raw, j.off, nil
 	case FormatQCOW2:
-		if err := CheckQCOW2(part); err != nil {
-			discard()
-			return rec, err
+		if err := CheckQCOW2(j.part); err != nil {
+			j.discard()
+			return "", raw, 0, err
 		}
-		vsize, err := qcow2VirtualSize(part)
+		vsize, err := qcow2VirtualSize(j.part)
 		if err != nil {
-			discard()
-			return rec, err
+			j.discard()
+			return "", raw, 0, err
 		}
-		im.setStatus(ctx, rec.Name, Status{State: StateConverting, Percent: 0})
-		cm := newProgressMeter(rec.Name, PhaseConvert, req.Progress, func(p float64) {
-			im.setStatus(ctx, rec.Name, Status{State: StateConverting, Percent: p})
+		im.setStatus(ctx, name, Status{State: StateConverting, Percent: 0})
+		cm := newProgressMeter(name, PhaseConvert, j.req.Progress, func(p float64) {
+			im.setStatus(ctx, name, Status{State: StateConverting, Percent: p})
 		}, im.interval)
-		if raw, err = im.convert(ctx, partPath, rawPath, vsize, cm); err != nil {
-			os.Remove(rawPath)
-			return rec, err
+		if raw, err = im.convert(ctx, j.partPath, j.rawPath, vsize, cm); err != nil {
+			os.Remove(j.rawPath)
+			return "", raw, 0, err
 		}
-		size = vsize
-		rawFile = rawPath
-	default:
-		discard()
-		return rec, &UnsupportedFormatError{Format: format, Reason: "only raw and qcow2 images are accepted"}
+		return j.rawPath, raw, vsize, nil
 	}
+	j.discard()
+	return "", raw, 0, &UnsupportedFormatError{Format: format, Reason: "only raw and qcow2 images are accepted"}
+}
 
-	// 7. Into the store, then the record, then drop the part.
+// storeImage puts the raw image into the store, then its record, then
+// drops the part (and a refreshed image's old blob unless another name
+// uses it: readers holding it open keep reading the unlinked inode).
+func (im *Importer) storeImage(ctx context.Context, j *importJob, rec Record, rawFile string, raw Digest, size int64, log *slog.Logger) (Record, error) {
 	if _, err := im.store.commitBlob(rawFile, raw); err != nil {
 		return rec, err
 	}
@@ -487,14 +552,12 @@ func (im *Importer) run(ctx context.Context, rec Record, src source, req Request
 		return rec, err
 	}
 	if hadPrev && prev.Raw != raw {
-		// A refreshed image: drop the old blob unless another name uses it.
-		// Readers holding it open keep reading (unlinked inode).
 		if err := im.store.dropBlobIfUnused(prev.Raw); err != nil {
 			log.Warn("remove replaced blob", "err", err)
 		}
 	}
-	discard()
-	log.Info("image stored", "raw", raw.String(), "format", format, "bytes", size)
+	j.discard()
+	log.Info("image stored", "raw", raw.String(), "format", rec.SourceFormat, "bytes", size)
 	im.setStatus(ctx, rec.Name, Status{State: StateVerified, Percent: 100, Raw: raw, SizeBytes: size})
 	return im.store.Lookup(rec.Name)
 }

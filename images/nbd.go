@@ -78,8 +78,7 @@ func (s *nbdSink) digest() (Digest, bool) {
 // serveNBD runs one NBD session on c until the client disconnects.
 func serveNBD(c net.Conn, s *nbdSink) error {
 	defer c.Close()
-	r := bufio.NewReaderSize(c, 1<<20)
-	w := bufio.NewWriter(c)
+	nc := &nbdConn{r: bufio.NewReaderSize(c, 1<<20), w: bufio.NewWriter(c), s: s}
 	be := binary.BigEndian
 	hdr := make([]byte, 18)
 	be.PutUint64(hdr[0:], nbdMagic)
@@ -89,93 +88,120 @@ func serveNBD(c net.Conn, s *nbdSink) error {
 		return fmt.Errorf("nbd handshake: %w", err)
 	}
 	var cflags uint32
-	if err := binary.Read(r, be, &cflags); err != nil {
+	if err := binary.Read(nc.r, be, &cflags); err != nil {
 		return fmt.Errorf("nbd handshake: %w", err)
 	}
-	tflags := uint16(nbdTFlagHasFlags | nbdTFlagFlush)
-	reply := func(opt, typ uint32, data []byte) error {
-		b := make([]byte, 20, 20+len(data))
-		be.PutUint64(b[0:], nbdRepMagic)
-		be.PutUint32(b[8:], opt)
-		be.PutUint32(b[12:], typ)
-		be.PutUint32(b[16:], uint32(len(data)))
-		_, err := w.Write(append(b, data...))
+	if err := nc.haggle(cflags); err != nil {
 		return err
 	}
-	// Option haggling.
+	return nc.transmit()
+}
+
+// nbdConn is one NBD client connection to the sink (the fixed newstyle
+// handshake, then simple replies only).
+type nbdConn struct {
+	r   *bufio.Reader
+	w   *bufio.Writer
+	s   *nbdSink
+	buf []byte // grows to the largest request seen (qemu-img convert: 2 MiB)
+}
+
+const nbdTFlags = uint16(nbdTFlagHasFlags | nbdTFlagFlush)
+
+// reply writes an option reply (buffered).
+func (nc *nbdConn) reply(opt, typ uint32, data []byte) error {
+	be := binary.BigEndian
+	b := make([]byte, 20, 20+len(data))
+	be.PutUint64(b[0:], nbdRepMagic)
+	be.PutUint32(b[8:], opt)
+	be.PutUint32(b[12:], typ)
+	be.PutUint32(b[16:], uint32(len(data)))
+	_, err := nc.w.Write(append(b, data...))
+	return err
+}
+
+// haggle answers the client's options until it picks the export
+// (NBD_OPT_EXPORT_NAME or NBD_OPT_GO); every other option is
+// unsupported.
+func (nc *nbdConn) haggle(cflags uint32) error {
+	be := binary.BigEndian
 	for done := false; !done; {
 		var oh struct {
 			Magic  uint64
 			Option uint32
 			Length uint32
 		}
-		if err := binary.Read(r, be, &oh); err != nil {
+		if err := binary.Read(nc.r, be, &oh); err != nil {
 			return fmt.Errorf("nbd option: %w", err)
 		}
 		if oh.Magic != nbdOptMagic || oh.Length > 4096 {
 			return errors.New("nbd option: bad header")
 		}
 		data := make([]byte, oh.Length)
-		if _, err := io.ReadFull(r, data); err != nil {
+		if _, err := io.ReadFull(nc.r, data); err != nil {
 			return fmt.Errorf("nbd option: %w", err)
 		}
+		var err error
 		switch oh.Option {
 		case nbdOptExportName:
 			b := make([]byte, 10)
-			be.PutUint64(b, uint64(s.size))
-			be.PutUint16(b[8:], tflags)
+			be.PutUint64(b, uint64(nc.s.size))
+			be.PutUint16(b[8:], nbdTFlags)
 			if cflags&nbdFlagNoZeroes == 0 {
 				b = append(b, make([]byte, 124)...)
 			}
-			if _, err := w.Write(b); err != nil {
-				return err
-			}
+			_, err = nc.w.Write(b)
 			done = true
 		case nbdOptGo:
 			info := make([]byte, 12)
 			be.PutUint16(info, nbdInfoExport)
-			be.PutUint64(info[2:], uint64(s.size))
-			be.PutUint16(info[10:], tflags)
-			if err := reply(oh.Option, nbdRepInfo, info); err != nil {
-				return err
-			}
-			if err := reply(oh.Option, nbdRepAck, nil); err != nil {
-				return err
+			be.PutUint64(info[2:], uint64(nc.s.size))
+			be.PutUint16(info[10:], nbdTFlags)
+			if err = nc.reply(oh.Option, nbdRepInfo, info); err == nil {
+				err = nc.reply(oh.Option, nbdRepAck, nil)
 			}
 			done = true
 		case nbdOptAbort:
-			reply(oh.Option, nbdRepAck, nil)
-			w.Flush()
+			nc.reply(oh.Option, nbdRepAck, nil)
+			nc.w.Flush()
 			return errors.New("nbd: client aborted")
 		default: // structured replies, meta contexts, TLS, extended headers...
-			if err := reply(oh.Option, nbdRepErrUnsup, nil); err != nil {
-				return err
-			}
+			err = nc.reply(oh.Option, nbdRepErrUnsup, nil)
 		}
-		if err := w.Flush(); err != nil {
+		if err != nil {
+			return err
+		}
+		if err := nc.w.Flush(); err != nil {
 			return err
 		}
 	}
-	// Transmission.
+	return nil
+}
+
+// simple writes a simple reply (and its data) and flushes.
+func (nc *nbdConn) simple(errno uint32, handle []byte, data []byte) error {
+	b := make([]byte, 16)
+	binary.BigEndian.PutUint32(b[0:], nbdSimpleReply)
+	binary.BigEndian.PutUint32(b[4:], errno)
+	copy(b[8:], handle)
+	if _, err := nc.w.Write(b); err != nil {
+		return err
+	}
+	if data != nil {
+		if _, err := nc.w.Write(data); err != nil {
+			return err
+		}
+	}
+	return nc.w.Flush()
+}
+
+// transmit serves requests until the client disconnects (nil) or the
+// connection fails.
+func (nc *nbdConn) transmit() error {
+	be := binary.BigEndian
 	req := make([]byte, 28)
-	var buf []byte // grows to the largest request seen (qemu-img convert: 2 MiB)
-	simple := func(errno uint32, handle []byte, data []byte) error {
-		b := make([]byte, 16)
-		be.PutUint32(b[0:], nbdSimpleReply)
-		be.PutUint32(b[4:], errno)
-		copy(b[8:], handle)
-		if _, err := w.Write(b); err != nil {
-			return err
-		}
-		if data != nil {
-			if _, err := w.Write(data); err != nil {
-				return err
-			}
-		}
-		return w.Flush()
-	}
 	for {
-		if _, err := io.ReadFull(r, req); err != nil {
+		if _, err := io.ReadFull(nc.r, req); err != nil {
 			return fmt.Errorf("nbd request: %w", err)
 		}
 		if be.Uint32(req[0:]) != nbdRequestMagic {
@@ -185,79 +211,78 @@ func serveNBD(c net.Conn, s *nbdSink) error {
 		handle := req[8:16]
 		off := int64(be.Uint64(req[16:]))
 		n := int64(be.Uint32(req[24:]))
-		inRange := off >= 0 && n <= nbdMaxRequest && off+n <= s.size
-		if n <= nbdMaxRequest && int64(cap(buf)) < n {
-			buf = make([]byte, n)
+		inRange := off >= 0 && n <= nbdMaxRequest && off+n <= nc.s.size
+		if n <= nbdMaxRequest && int64(cap(nc.buf)) < n {
+			nc.buf = make([]byte, n)
 		}
+		var err error
 		switch typ {
 		case nbdCmdWrite:
-			if n > nbdMaxRequest {
-				return errors.New("nbd write: request too large")
-			}
-			data := buf[:n]
-			if _, err := io.ReadFull(r, data); err != nil {
-				return fmt.Errorf("nbd write: %w", err)
-			}
-			if !inRange {
-				if err := simple(nbdEINVAL, handle, nil); err != nil {
-					return err
-				}
-				continue
-			}
-			errno := uint32(0)
-			// A zero chunk above every earlier write lands on the file's
-			// hole, which already reads as zeros: skip it (sparse output).
-			if !allZero(data) || off < s.hw {
-				if _, err := s.f.WriteAt(data, off); err != nil {
-					errno = nbdEIO
-				}
-			}
-			s.hw = max(s.hw, off+n)
-			if errno == 0 && !s.disorder {
-				if off == s.next {
-					s.h.Write(data)
-					s.next += n
-					s.prog.update(s.next)
-				} else {
-					s.disorder = true
-				}
-			}
-			if err := simple(errno, handle, nil); err != nil {
-				return err
-			}
+			err = nc.write(handle, off, n, inRange)
 		case nbdCmdRead:
-			if !inRange {
-				if err := simple(nbdEINVAL, handle, nil); err != nil {
-					return err
-				}
-				continue
-			}
-			data := buf[:n]
-			if _, err := s.f.ReadAt(data, off); err != nil && !errors.Is(err, io.EOF) {
-				if err := simple(nbdEIO, handle, nil); err != nil {
-					return err
-				}
-				continue
-			}
-			if err := simple(0, handle, data); err != nil {
-				return err
-			}
+			err = nc.read(handle, off, n, inRange)
 		case nbdCmdFlush:
 			errno := uint32(0)
-			if err := s.f.Sync(); err != nil {
+			if err := nc.s.f.Sync(); err != nil {
 				errno = nbdEIO
 			}
-			if err := simple(errno, handle, nil); err != nil {
-				return err
-			}
+			err = nc.simple(errno, handle, nil)
 		case nbdCmdDisc:
 			return nil
 		default:
-			if err := simple(nbdEINVAL, handle, nil); err != nil {
-				return err
-			}
+			err = nc.simple(nbdEINVAL, handle, nil)
+		}
+		if err != nil {
+			return err
 		}
 	}
+}
+
+// write takes an NBD_CMD_WRITE's data and writes it to the sink; a zero
+// chunk above every earlier write lands on the file's hole, which already
+// reads as zeros, and is skipped (sparse output). Writes in order are
+// hashed as they come; the first out of order turns that off.
+func (nc *nbdConn) write(handle []byte, off, n int64, inRange bool) error {
+	s := nc.s
+	if n > nbdMaxRequest {
+		return errors.New("nbd write: request too large")
+	}
+	data := nc.buf[:n]
+	if _, err := io.ReadFull(nc.r, data); err != nil {
+		return fmt.Errorf("nbd write: %w", err)
+	}
+	if !inRange {
+		return nc.simple(nbdEINVAL, handle, nil)
+	}
+	errno := uint32(0)
+	if !allZero(data) || off < s.hw {
+		if _, err := s.f.WriteAt(data, off); err != nil {
+			errno = nbdEIO
+		}
+	}
+	s.hw = max(s.hw, off+n)
+	if errno == 0 && !s.disorder {
+		if off == s.next {
+			s.h.Write(data)
+			s.next += n
+			s.prog.update(s.next)
+		} else {
+			s.disorder = true
+		}
+	}
+	return nc.simple(errno, handle, nil)
+}
+
+// read answers an NBD_CMD_READ from the sink's file.
+func (nc *nbdConn) read(handle []byte, off, n int64, inRange bool) error {
+	if !inRange {
+		return nc.simple(nbdEINVAL, handle, nil)
+	}
+	data := nc.buf[:n]
+	if _, err := nc.s.f.ReadAt(data, off); err != nil && !errors.Is(err, io.EOF) {
+		return nc.simple(nbdEIO, handle, nil)
+	}
+	return nc.simple(0, handle, data)
 }
 
 // allZero reports whether b holds only zero bytes.

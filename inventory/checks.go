@@ -82,198 +82,248 @@ func normalise(inv *Inventory) {
 // that did not is skipped (its data is missing, and "not defined" or "no
 // servers" would then be false alarms), every other check runs.
 func crossCheck(inv *Inventory, docs map[string]*doc, valid map[string]bool) []FieldError {
-	var out []FieldError
-	haveServers, haveProfiles, haveImages := valid[ServersFile], valid[ProfilesFile], valid[ImagesFile]
-	sd, pd, id := docs[ServersFile], docs[ProfilesFile], docs[ImagesFile]
-	errAt := func(d *doc, pointer string, sev Severity, msg string) {
-		if d == nil {
-			return
-		}
-		fe := d.errAt(d.at(pointer), pointer, msg)
-		fe.Severity = sev
-		out = append(out, fe)
-	}
-	where := func(d *doc, pointer string) string {
-		p := d.at(pointer)
-		return fmt.Sprintf("%s:%d:%d", d.file, p.line, p.col)
-	}
-
-	profiles := map[string]int{}
+	c := &crossChecker{inv: inv, haveServers: valid[ServersFile], haveProfiles: valid[ProfilesFile], haveImages: valid[ImagesFile],
+		sd: docs[ServersFile], pd: docs[ProfilesFile], id: docs[ImagesFile],
+		profiles: map[string]int{}, images: map[string]int{}, names: map[string]int{}, macs: map[string]int{}, bmcs: map[string]int{},
+		zones: map[string]int{}, retiredZones: map[string]int{}}
 	for i, p := range inv.Profiles {
-		ptr := "/profiles/" + strconv.Itoa(i) + "/name"
-		if j, dup := profiles[p.Name]; dup {
-			errAt(pd, ptr, SeverityError, fmt.Sprintf("duplicate profile name %q (first at %s)", p.Name, where(pd, "/profiles/"+strconv.Itoa(j)+"/name")))
-			continue
-		}
-		profiles[p.Name] = i
+		c.unique(c.pd, c.profiles, "profile", "/profiles/", i, p.Name)
 	}
-	images := map[string]int{}
 	for i, im := range inv.Images {
-		ptr := "/images/" + strconv.Itoa(i) + "/name"
-		if j, dup := images[im.Name]; dup {
-			errAt(id, ptr, SeverityError, fmt.Sprintf("duplicate image name %q (first at %s)", im.Name, where(id, "/images/"+strconv.Itoa(j)+"/name")))
+		c.unique(c.id, c.images, "image", "/images/", i, im.Name)
+	}
+	for i, s := range inv.Servers {
+		c.server(i, s)
+	}
+	for i, p := range inv.Profiles {
+		c.profile(i, p)
+	}
+	return c.out
+}
+
+// crossChecker holds one run of crossCheck: the documents, which files
+// are valid on their own, the names, MACs and BMC addresses seen so far,
+// servers per zone, and the errors found.
+type crossChecker struct {
+	inv                                   *Inventory
+	haveServers, haveProfiles, haveImages bool
+	sd, pd, id                            *doc
+	profiles, images                      map[string]int // name → index
+	names, macs, bmcs                     map[string]int // server name, boot MAC, BMC address → index
+	zones                                 map[string]int // servers per zone, not retired
+	retiredZones                          map[string]int // retired servers per zone
+	out                                   []FieldError
+}
+
+func (c *crossChecker) errAt(d *doc, pointer string, sev Severity, msg string) {
+	if d == nil {
+		return
+	}
+	fe := d.errAt(d.at(pointer), pointer, msg)
+	fe.Severity = sev
+	c.out = append(c.out, fe)
+}
+
+func (c *crossChecker) where(d *doc, pointer string) string {
+	p := d.at(pointer)
+	return fmt.Sprintf("%s:%d:%d", d.file, p.line, p.col)
+}
+
+// unique records entry i's name in seen, or reports it as a duplicate.
+func (c *crossChecker) unique(d *doc, seen map[string]int, kind, list string, i int, name string) {
+	if j, dup := seen[name]; dup {
+		c.errAt(d, list+strconv.Itoa(i)+"/name", SeverityError, fmt.Sprintf("duplicate %s name %q (first at %s)", kind, name, c.where(d, list+strconv.Itoa(j)+"/name")))
+		return
+	}
+	seen[name] = i
+}
+
+// server checks servers[i]: unique name, boot MAC and BMC, its profile,
+// want, systemID, boot mode, labels and fencing device.
+func (c *crossChecker) server(i int, s Server) {
+	sd, base := c.sd, "/servers/"+strconv.Itoa(i)
+	c.unique(sd, c.names, "server", "/servers/", i, s.Name)
+	c.serverMAC(base, i, s)
+	c.serverBMC(base, i, s)
+	if s.Want != WantRetired {
+		c.zones[s.Zone]++
+	} else {
+		c.retiredZones[s.Zone]++
+	}
+	if s.Profile != "" && c.haveProfiles {
+		if _, ok := c.profiles[s.Profile]; !ok {
+			c.errAt(sd, base+"/profile", SeverityError, fmt.Sprintf("profile %q is not defined in %s", s.Profile, ProfilesFile))
+		}
+	}
+	if s.Want == WantDeployed && s.Profile == "" {
+		c.errAt(sd, base+"/want", SeverityError, "want: deployed needs a profile; name one in profile")
+	}
+	if s.Want == WantRetired && s.Profile != "" {
+		c.errAt(sd, base+"/profile", SeverityWarning, "a retired server keeps no profile; the pin is ignored")
+	}
+	if len(s.BMC.SystemID) > 0 && s.BMC.Driver == DriverIPMI {
+		c.errAt(sd, base+"/bmc/systemID", SeverityError, "systemID applies to redfish BMCs only")
+	}
+	if s.Arch == ArchARM64 && s.BootMode == BootBIOS {
+		c.errAt(sd, base+"/bootMode", SeverityError, "an arm64 server boots UEFI only; bootMode bios is for x86 servers")
+	}
+	c.serverLabels(base, s)
+	if f := s.Fence; f != nil {
+		if len(f.SystemID) > 0 && f.Driver == DriverIPMI {
+			c.errAt(sd, base+"/fence/systemID", SeverityError, "systemID applies to redfish fencing devices only")
+		}
+		if !s.BMC.IsZero() && NormalizeBMCAddress(f.Driver, f.Address) == NormalizeBMCAddress(s.BMC.Driver, s.BMC.Address) && f.SystemID == s.BMC.SystemID {
+			c.errAt(sd, base+"/fence/address", SeverityWarning, "the fencing device is the server's own BMC; omit fence to fence through the BMC")
+		}
+	}
+}
+
+// serverMAC checks that servers[i]'s boot MAC is a NIC's address and no
+// other server's.
+func (c *crossChecker) serverMAC(base string, i int, s Server) {
+	sd := c.sd
+	if m, err := macaddr.Parse(s.BootMAC); err == nil {
+		switch {
+		case m.IsZero():
+			c.errAt(sd, base+"/bootMAC", SeverityError, "the all-zero MAC address is not a NIC's address")
+		case m.IsGroup():
+			c.errAt(sd, base+"/bootMAC", SeverityError, fmt.Sprintf("%s is a multicast address, not a NIC's address", s.BootMAC))
+		}
+	}
+	if j, dup := c.macs[s.BootMAC]; dup {
+		c.errAt(sd, base+"/bootMAC", SeverityError, fmt.Sprintf("boot MAC %s is also servers[%d].bootMAC (%s), after normalisation to lower-case colon form", s.BootMAC, j, c.where(sd, "/servers/"+strconv.Itoa(j)+"/bootMAC")))
+	} else {
+		c.macs[s.BootMAC] = i
+	}
+}
+
+// serverBMC warns about a server without a BMC and refuses a BMC address
+// (and systemID) another server has.
+func (c *crossChecker) serverBMC(base string, i int, s Server) {
+	sd := c.sd
+	if s.BMC.IsZero() {
+		c.errAt(sd, base, SeverityWarning, "no BMC: Machina cannot power or boot-override this server; attach one with machinactl server bmc-set "+s.Name+" --driver ... --address ... --credentials ...")
+		return
+	}
+	addr := NormalizeBMCAddress(s.BMC.Driver, s.BMC.Address)
+	if j, dup := c.bmcs[addr]; dup && s.BMC.SystemID == c.inv.Servers[j].BMC.SystemID {
+		c.errAt(sd, base+"/bmc/address", SeverityError, fmt.Sprintf("BMC address %s is also servers[%d].bmc.address (%s); give each server on a shared BMC its own systemID", addr, j, c.where(sd, "/servers/"+strconv.Itoa(j)+"/bmc/address")))
+	} else if !dup {
+		c.bmcs[addr] = i
+	}
+}
+
+// serverLabels checks a server's stated labels: valid keys and values,
+// neither derived nor tag keys.
+func (c *crossChecker) serverLabels(base string, s Server) {
+	for _, k := range sortedLabelKeys(s.Labels) {
+		ptr := base + "/labels/" + escapePointer(k)
+		switch err := CheckLabelKey(k); {
+		case err != nil:
+			c.errAt(c.sd, ptr, SeverityError, err.Error())
+		case IsDerivedLabel(k):
+			c.errAt(c.sd, ptr, SeverityError, fmt.Sprintf("label %q is derived from the commissioning report and cannot be stated", k))
+		case strings.HasPrefix(k, TagLabelPrefix):
+			c.errAt(c.sd, ptr, SeverityError, fmt.Sprintf("label keys starting %q are the tags (tag NAME is label %sNAME: \"true\"); list the tag in tags instead", TagLabelPrefix, TagLabelPrefix))
+		}
+		if err := CheckLabelValue(s.Labels[k]); err != nil {
+			c.errAt(c.sd, ptr, SeverityError, err.Error())
+		}
+	}
+}
+
+// profile checks profiles[i]: its image, zone, SSH keys, count, the
+// image's architecture coverage, selector, logins and join options.
+func (c *crossChecker) profile(i int, p Profile) {
+	pd, base := c.pd, "/profiles/"+strconv.Itoa(i)
+	if _, ok := c.images[p.Image]; !ok && c.haveImages {
+		c.errAt(pd, base+"/image", SeverityError, fmt.Sprintf("image %q is not defined in %s", p.Image, ImagesFile))
+	}
+	// A zone whose servers are all retired is being retired: valid for
+	// a profile that keeps none deployed (count 0).
+	switch {
+	case p.Zone == "" || c.zones[p.Zone] > 0 || !c.haveServers:
+	case c.retiredZones[p.Zone] == 0:
+		c.errAt(pd, base+"/zone", SeverityError, fmt.Sprintf("zone %q has no servers in %s", p.Zone, ServersFile))
+	case p.Count > 0:
+		c.errAt(pd, base+"/zone", SeverityError, fmt.Sprintf("zone %q has only retired servers in %s (%d): set count to 0 to retire the zone, or bring servers back", p.Zone, ServersFile, c.retiredZones[p.Zone]))
+	}
+	for k, key := range p.SSHKeys {
+		if _, _, _, _, err := ssh.ParseAuthorizedKey([]byte(key)); err != nil {
+			c.errAt(pd, base+"/sshKeys/"+strconv.Itoa(k), SeverityError, "is not a valid OpenSSH public key (the base64 body does not decode to a key of the named type)")
+		}
+	}
+	c.profileCount(base, p)
+	if j, ok := c.images[p.Image]; ok && c.haveImages && c.haveServers {
+		if sev, msg := archCoverage(p, c.inv.Images[j], c.inv.Servers); msg != "" {
+			c.errAt(pd, base+"/image", sev, msg)
+		}
+	}
+	if p.Selector != nil {
+		bad := checkSelector(p.Selector, base+"/selector")
+		for _, e := range bad {
+			c.errAt(pd, e.ptr, SeverityError, e.msg)
+		}
+		if c.haveServers && len(bad) == 0 {
+			if ok, why := selectorCanMatch(p, c.inv.Servers); !ok {
+				c.errAt(pd, base+"/selector", SeverityError, "no server in "+ServersFile+" can ever match this selector: "+why)
+			}
+		}
+	}
+	if p.Deploy == DeployImage && len(p.SSHKeys) == 0 {
+		c.errAt(pd, base, SeverityWarning, "no sshKeys: deployed hosts will accept no login")
+	}
+	c.profileJoin(base, p)
+}
+
+// profileCount warns when a profile's count is more than the servers that
+// could ever match it.
+func (c *crossChecker) profileCount(base string, p Profile) {
+	if p.Count <= 0 || !c.haveServers {
+		return
+	}
+	candidates := 0
+	for _, s := range c.inv.Servers {
+		if s.Want == WantRetired || (p.Zone != "" && s.Zone != p.Zone) || (s.Profile != "" && s.Profile != p.Name) {
 			continue
 		}
-		images[im.Name] = i
+		if ok, _ := p.Selector.CouldMatch(StatedLabels(&s)); !ok {
+			continue
+		}
+		candidates++
 	}
-
-	names, macs, bmcs := map[string]int{}, map[string]int{}, map[string]int{}
-	zones := map[string]int{}        // servers per zone, not retired
-	retiredZones := map[string]int{} // retired servers per zone
-	for i, s := range inv.Servers {
-		base := "/servers/" + strconv.Itoa(i)
-		if j, dup := names[s.Name]; dup {
-			errAt(sd, base+"/name", SeverityError, fmt.Sprintf("duplicate server name %q (first at %s)", s.Name, where(sd, "/servers/"+strconv.Itoa(j)+"/name")))
-		} else {
-			names[s.Name] = i
-		}
-		if m, err := macaddr.Parse(s.BootMAC); err == nil {
-			switch {
-			case m.IsZero():
-				errAt(sd, base+"/bootMAC", SeverityError, "the all-zero MAC address is not a NIC's address")
-			case m.IsGroup():
-				errAt(sd, base+"/bootMAC", SeverityError, fmt.Sprintf("%s is a multicast address, not a NIC's address", s.BootMAC))
-			}
-		}
-		if j, dup := macs[s.BootMAC]; dup {
-			errAt(sd, base+"/bootMAC", SeverityError, fmt.Sprintf("boot MAC %s is also servers[%d].bootMAC (%s), after normalisation to lower-case colon form", s.BootMAC, j, where(sd, "/servers/"+strconv.Itoa(j)+"/bootMAC")))
-		} else {
-			macs[s.BootMAC] = i
-		}
-		if s.BMC.IsZero() {
-			errAt(sd, base, SeverityWarning, "no BMC: Machina cannot power or boot-override this server; attach one with machinactl server bmc-set "+s.Name+" --driver ... --address ... --credentials ...")
-		} else {
-			addr := NormalizeBMCAddress(s.BMC.Driver, s.BMC.Address)
-			if j, dup := bmcs[addr]; dup && s.BMC.SystemID == inv.Servers[j].BMC.SystemID {
-				errAt(sd, base+"/bmc/address", SeverityError, fmt.Sprintf("BMC address %s is also servers[%d].bmc.address (%s); give each server on a shared BMC its own systemID", addr, j, where(sd, "/servers/"+strconv.Itoa(j)+"/bmc/address")))
-			} else if !dup {
-				bmcs[addr] = i
-			}
-		}
-		if s.Want != WantRetired {
-			zones[s.Zone]++
-		} else {
-			retiredZones[s.Zone]++
-		}
-		if s.Profile != "" && haveProfiles {
-			if _, ok := profiles[s.Profile]; !ok {
-				errAt(sd, base+"/profile", SeverityError, fmt.Sprintf("profile %q is not defined in %s", s.Profile, ProfilesFile))
-			}
-		}
-		if s.Want == WantDeployed && s.Profile == "" {
-			errAt(sd, base+"/want", SeverityError, "want: deployed needs a profile; name one in profile")
-		}
-		if s.Want == WantRetired && s.Profile != "" {
-			errAt(sd, base+"/profile", SeverityWarning, "a retired server keeps no profile; the pin is ignored")
-		}
-		if len(s.BMC.SystemID) > 0 && s.BMC.Driver == DriverIPMI {
-			errAt(sd, base+"/bmc/systemID", SeverityError, "systemID applies to redfish BMCs only")
-		}
-		if s.Arch == ArchARM64 && s.BootMode == BootBIOS {
-			errAt(sd, base+"/bootMode", SeverityError, "an arm64 server boots UEFI only; bootMode bios is for x86 servers")
-		}
-		for _, k := range sortedLabelKeys(s.Labels) {
-			ptr := base + "/labels/" + escapePointer(k)
-			switch err := CheckLabelKey(k); {
-			case err != nil:
-				errAt(sd, ptr, SeverityError, err.Error())
-			case IsDerivedLabel(k):
-				errAt(sd, ptr, SeverityError, fmt.Sprintf("label %q is derived from the commissioning report and cannot be stated", k))
-			case strings.HasPrefix(k, TagLabelPrefix):
-				errAt(sd, ptr, SeverityError, fmt.Sprintf("label keys starting %q are the tags (tag NAME is label %sNAME: \"true\"); list the tag in tags instead", TagLabelPrefix, TagLabelPrefix))
-			}
-			if err := CheckLabelValue(s.Labels[k]); err != nil {
-				errAt(sd, ptr, SeverityError, err.Error())
-			}
-		}
-		if f := s.Fence; f != nil {
-			if len(f.SystemID) > 0 && f.Driver == DriverIPMI {
-				errAt(sd, base+"/fence/systemID", SeverityError, "systemID applies to redfish fencing devices only")
-			}
-			if !s.BMC.IsZero() && NormalizeBMCAddress(f.Driver, f.Address) == NormalizeBMCAddress(s.BMC.Driver, s.BMC.Address) && f.SystemID == s.BMC.SystemID {
-				errAt(sd, base+"/fence/address", SeverityWarning, "the fencing device is the server's own BMC; omit fence to fence through the BMC")
-			}
-		}
-	}
-
-	for i, p := range inv.Profiles {
-		base := "/profiles/" + strconv.Itoa(i)
-		if _, ok := images[p.Image]; !ok && haveImages {
-			errAt(pd, base+"/image", SeverityError, fmt.Sprintf("image %q is not defined in %s", p.Image, ImagesFile))
-		}
-		// A zone whose servers are all retired is being retired: valid for
-		// a profile that keeps none deployed (count 0).
-		switch {
-		case p.Zone == "" || zones[p.Zone] > 0 || !haveServers:
-		case retiredZones[p.Zone] == 0:
-			errAt(pd, base+"/zone", SeverityError, fmt.Sprintf("zone %q has no servers in %s", p.Zone, ServersFile))
-		case p.Count > 0:
-			errAt(pd, base+"/zone", SeverityError, fmt.Sprintf("zone %q has only retired servers in %s (%d): set count to 0 to retire the zone, or bring servers back", p.Zone, ServersFile, retiredZones[p.Zone]))
-		}
-		for k, key := range p.SSHKeys {
-			if _, _, _, _, err := ssh.ParseAuthorizedKey([]byte(key)); err != nil {
-				errAt(pd, base+"/sshKeys/"+strconv.Itoa(k), SeverityError, "is not a valid OpenSSH public key (the base64 body does not decode to a key of the named type)")
-			}
-		}
-		if p.Count > 0 && haveServers {
-			candidates := 0
-			for _, s := range inv.Servers {
-				if s.Want == WantRetired || (p.Zone != "" && s.Zone != p.Zone) || (s.Profile != "" && s.Profile != p.Name) {
-					continue
-				}
-				if ok, _ := p.Selector.CouldMatch(StatedLabels(&s)); !ok {
-					continue
-				}
-				candidates++
-			}
-			if p.Count > candidates {
-				sel := ""
-				if p.Selector != nil {
-					sel = ", selector"
-				}
-				errAt(pd, base+"/count", SeverityWarning, fmt.Sprintf("count %d is more than the %d servers that could ever match (zone %q, not retired, not pinned to another profile%s)", p.Count, candidates, zoneOrAny(p.Zone), sel))
-			}
-		}
-		if i, ok := images[p.Image]; ok && haveImages && haveServers {
-			if sev, msg := archCoverage(p, inv.Images[i], inv.Servers); msg != "" {
-				errAt(pd, base+"/image", sev, msg)
-			}
-		}
+	if p.Count > candidates {
+		sel := ""
 		if p.Selector != nil {
-			bad := checkSelector(p.Selector, base+"/selector")
-			for _, e := range bad {
-				errAt(pd, e.ptr, SeverityError, e.msg)
-			}
-			if haveServers && len(bad) == 0 {
-				if ok, why := selectorCanMatch(p, inv.Servers); !ok {
-					errAt(pd, base+"/selector", SeverityError, "no server in "+ServersFile+" can ever match this selector: "+why)
-				}
-			}
+			sel = ", selector"
 		}
-		if p.Deploy == DeployImage && len(p.SSHKeys) == 0 {
-			errAt(pd, base, SeverityWarning, "no sshKeys: deployed hosts will accept no login")
+		c.errAt(c.pd, base+"/count", SeverityWarning, fmt.Sprintf("count %d is more than the %d servers that could ever match (zone %q, not retired, not pinned to another profile%s)", p.Count, candidates, zoneOrAny(p.Zone), sel))
+	}
+}
+
+// profileJoin checks a profile's join options: bridges named once,
+// storage pool paths and disks that fit their type.
+func (c *crossChecker) profileJoin(base string, p Profile) {
+	pd := c.pd
+	nets := map[string]bool{}
+	for k, n := range p.Join.Networks {
+		if nets[n.Bridge] {
+			c.errAt(pd, base+"/join/networks/"+strconv.Itoa(k)+"/bridge", SeverityError, fmt.Sprintf("bridge %q is named twice in this profile", n.Bridge))
 		}
-		nets := map[string]bool{}
-		for k, n := range p.Join.Networks {
-			if nets[n.Bridge] {
-				errAt(pd, base+"/join/networks/"+strconv.Itoa(k)+"/bridge", SeverityError, fmt.Sprintf("bridge %q is named twice in this profile", n.Bridge))
-			}
-			nets[n.Bridge] = true
+		nets[n.Bridge] = true
+	}
+	for k, sp := range p.Join.StoragePools {
+		ptr := base + "/join/storagePools/" + strconv.Itoa(k)
+		if strings.Contains(sp.Path, "..") {
+			c.errAt(pd, ptr+"/path", SeverityError, "path must not contain '..'")
 		}
-		for k, sp := range p.Join.StoragePools {
-			ptr := base + "/join/storagePools/" + strconv.Itoa(k)
-			if strings.Contains(sp.Path, "..") {
-				errAt(pd, ptr+"/path", SeverityError, "path must not contain '..'")
-			}
-			if sp.Type == "dir" && len(sp.Disks) > 0 {
-				errAt(pd, ptr+"/disks", SeverityError, "disks apply to lvm pools only")
-			}
-			if sp.Type == "lvm" && sp.Path != "" {
-				errAt(pd, ptr+"/path", SeverityError, "path applies to dir pools only")
-			}
+		if sp.Type == "dir" && len(sp.Disks) > 0 {
+			c.errAt(pd, ptr+"/disks", SeverityError, "disks apply to lvm pools only")
+		}
+		if sp.Type == "lvm" && sp.Path != "" {
+			c.errAt(pd, ptr+"/path", SeverityError, "path applies to dir pools only")
 		}
 	}
-	return out
 }
 
 // archCoverage checks that some server profile p may take (not retired, in

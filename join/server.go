@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"encoding/pem"
 	"errors"
@@ -306,18 +307,7 @@ func (s *Server) handleJoin(w http.ResponseWriter, r *http.Request) {
 	}
 	tok, err := s.cfg.Store.ConsumeEnrolmentToken(req.Token, host)
 	if err != nil {
-		log.Warn("join refused", "err", err)
-		switch {
-		case errors.Is(err, state.ErrTokenUsed):
-			fail(w, http.StatusUnauthorized, CodeTokenUsed, "join: enrolment token already used; create a new one")
-		case errors.Is(err, state.ErrTokenExpired):
-			fail(w, http.StatusUnauthorized, CodeTokenExpired, "join: enrolment token expired; create a new one")
-		case errors.Is(err, state.ErrTokenUnknown):
-			fail(w, http.StatusUnauthorized, CodeTokenUnknown, "join: unknown enrolment token")
-		default:
-			log.Error("consume enrolment token", "err", err)
-			fail(w, http.StatusInternalServerError, v1.CodeInternal, "join: internal error")
-		}
+		tokenRefused(w, log, err)
 		return
 	}
 	var p payload
@@ -335,21 +325,7 @@ func (s *Server) handleJoin(w http.ResponseWriter, r *http.Request) {
 	}
 	s.joinLog(host, "info", "join", fmt.Sprintf("join started with enrolment token %s from %s", tok.ID, r.RemoteAddr))
 	checks := Checks(req.Facts, p.Require, p.MinMemoryBytes)
-	var failed []string
-	for _, c := range checks {
-		level, word := "info", "passed"
-		if !c.OK {
-			word = "failed"
-			if c.Required {
-				level = "error"
-				failed = append(failed, c.Name)
-			} else {
-				level = "warn"
-				word = "failed (not required)"
-			}
-		}
-		s.joinLog(host, level, "check "+c.Name, fmt.Sprintf("check %s %s: %s", c.Name, word, c.Detail))
-	}
+	failed := s.logChecks(host, checks)
 	now := s.cfg.Now().UTC()
 	rec := state.Host{Name: host, Server: p.Server, Site: p.Site, Rack: p.Rack, Tags: p.Tags, JoinedAt: now}
 	old, oldErr := s.cfg.Store.Host(host)
@@ -360,21 +336,23 @@ func (s *Server) handleJoin(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if len(failed) > 0 {
-		reason := "required checks failed: " + strings.Join(failed, ", ")
-		rec.JoinStatus, rec.JoinReason = "failed", reason
 		if oldErr == nil {
 			// A failed re-join keeps the certificate of the last good join
 			// (the node keeps heartbeating) and what it applied.
 			rec.CertFingerprint, rec.Networks, rec.StoragePools = old.CertFingerprint, old.Networks, old.StoragePools
 		}
-		if _, err := s.cfg.Store.PutHost(rec); err != nil {
-			log.Error("record failed join", "err", err)
-		}
-		s.joinLog(host, "error", "join", "join failed: "+reason)
-		log.Warn("join refused", "reason", reason)
-		writeJSON(w, http.StatusForbidden, v1.Error{Code: CodeChecksFailed, Message: "join: " + reason})
+		s.checksFailed(w, log, rec, failed)
 		return
 	}
+	s.issue(w, log, csr, rec, p, checks)
+}
+
+// issue signs the node certificate of a join that passed its checks,
+// records the host (joining while networks or pools remain to apply,
+// joined otherwise) and answers with the certificate, the CA and what to
+// apply.
+func (s *Server) issue(w http.ResponseWriter, log *slog.Logger, csr *x509.CertificateRequest, rec state.Host, p payload, checks []v1.JoinCheck) {
+	host := rec.Name
 	der, err := s.cfg.CA.SignNode(csr, host, s.cfg.NodeCertTTL)
 	if err != nil {
 		log.Error("sign node certificate", "err", err)
@@ -405,6 +383,57 @@ func (s *Server) handleJoin(w http.ResponseWriter, r *http.Request) {
 		Pools:            p.Pools,
 		HeartbeatSeconds: int(s.cfg.Heartbeat.Round(time.Second) / time.Second),
 	})
+}
+
+// tokenRefused answers a join whose enrolment token was refused (used,
+// expired, unknown: 401) or could not be read (500).
+func tokenRefused(w http.ResponseWriter, log *slog.Logger, err error) {
+	log.Warn("join refused", "err", err)
+	switch {
+	case errors.Is(err, state.ErrTokenUsed):
+		fail(w, http.StatusUnauthorized, CodeTokenUsed, "join: enrolment token already used; create a new one")
+	case errors.Is(err, state.ErrTokenExpired):
+		fail(w, http.StatusUnauthorized, CodeTokenExpired, "join: enrolment token expired; create a new one")
+	case errors.Is(err, state.ErrTokenUnknown):
+		fail(w, http.StatusUnauthorized, CodeTokenUnknown, "join: unknown enrolment token")
+	default:
+		log.Error("consume enrolment token", "err", err)
+		fail(w, http.StatusInternalServerError, v1.CodeInternal, "join: internal error")
+	}
+}
+
+// logChecks writes each check's outcome to the host's join log and
+// returns the required checks that failed.
+func (s *Server) logChecks(host string, checks []v1.JoinCheck) []string {
+	var failed []string
+	for _, c := range checks {
+		level, word := "info", "passed"
+		if !c.OK {
+			word = "failed"
+			if c.Required {
+				level = "error"
+				failed = append(failed, c.Name)
+			} else {
+				level = "warn"
+				word = "failed (not required)"
+			}
+		}
+		s.joinLog(host, level, "check "+c.Name, fmt.Sprintf("check %s %s: %s", c.Name, word, c.Detail))
+	}
+	return failed
+}
+
+// checksFailed records a join whose required checks failed (rec, status
+// failed with the reason) and answers 403.
+func (s *Server) checksFailed(w http.ResponseWriter, log *slog.Logger, rec state.Host, failed []string) {
+	reason := "required checks failed: " + strings.Join(failed, ", ")
+	rec.JoinStatus, rec.JoinReason = "failed", reason
+	if _, err := s.cfg.Store.PutHost(rec); err != nil {
+		log.Error("record failed join", "err", err)
+	}
+	s.joinLog(rec.Name, "error", "join", "join failed: "+reason)
+	log.Warn("join refused", "reason", reason)
+	writeJSON(w, http.StatusForbidden, v1.Error{Code: CodeChecksFailed, Message: "join: " + reason})
 }
 
 // Checks evaluates a host's facts: hostname (always required), virt (vmx

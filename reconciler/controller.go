@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -92,18 +91,19 @@ type Controller struct {
 
 	mu       sync.Mutex
 	desired  *inventory.Inventory
-	busy     map[string]bool      // server → an action is running
-	inflight map[string]Step      // server → the step running (for the plan's view of in-flight allocations)
-	retryAt  map[string]time.Time // server → not before
-	failures map[string]int       // server → consecutive failures
-	bmcUse   map[string]int       // BMC address → running actions
-	rackUse  map[string]int       // rack → running actions
+	busy     map[string]bool // server → an action is running
+	inflight map[string]Step // server → the step running (for the plan's view of in-flight allocations)
+	bmcUse   map[string]int  // BMC address → running actions
+	rackUse  map[string]int  // rack → running actions
 	running  int
 	last     Result
 	// holdDeploys is set while the newest inventory revision is invalid.
 	holdDeploys bool
 	provisionMu sync.Mutex
 	wg          sync.WaitGroup
+	// machines, when set (tests), makes each step's Machine instead of
+	// bmcMachine.
+	machines func(drv bmc.Driver, obs state.Server, mode bmc.BootMode, log *slog.Logger) Machine
 }
 
 // New checks cfg and returns a Controller. It starts nothing; call Run.
@@ -140,7 +140,7 @@ func New(cfg Config) (*Controller, error) {
 	}
 	return &Controller{
 		cfg: cfg, log: cfg.Logger, trigger: make(chan struct{}, 1),
-		busy: map[string]bool{}, inflight: map[string]Step{}, retryAt: map[string]time.Time{}, failures: map[string]int{},
+		busy: map[string]bool{}, inflight: map[string]Step{},
 		bmcUse: map[string]int{}, rackUse: map[string]int{},
 	}, nil
 }
@@ -216,6 +216,33 @@ func (c *Controller) Run(ctx context.Context) error {
 // Exported for tests that step the controller by hand.
 func (c *Controller) Pass(ctx context.Context) Result {
 	start := time.Now()
+	snap, err := c.observe()
+	if err != nil {
+		c.log.Error("snapshot", "err", err)
+		return Result{}
+	}
+	desired := c.Desired()
+	res, waits := c.plan(desired, snap)
+	c.mu.Lock()
+	c.last = res
+	c.mu.Unlock()
+	if c.cfg.Metrics != nil {
+		c.cfg.Metrics.observePass(snap, time.Since(start))
+	}
+	c.dispatch(ctx, res, snap, desired, waits)
+	if c.cfg.OnPass != nil {
+		c.cfg.OnPass(res)
+	}
+	return res
+}
+
+// observe takes the store's snapshot with the allocations still being
+// written counted as done: they may not be in the snapshot yet, and a
+// server that became ready meanwhile would be allocated too and the
+// profile would end up over its count. The running steps are read before
+// the snapshot (no step starts between the two: passes run one at a
+// time), so a step that finished in between is in the snapshot.
+func (c *Controller) observe() (state.Snapshot, error) {
 	allocating := map[string]Step{}
 	c.mu.Lock()
 	for name, st := range c.inflight {
@@ -226,16 +253,8 @@ func (c *Controller) Pass(ctx context.Context) Result {
 	c.mu.Unlock()
 	snap, err := c.cfg.Store.Snapshot()
 	if err != nil {
-		c.log.Error("snapshot", "err", err)
-		return Result{}
+		return snap, err
 	}
-	desired := c.Desired()
-	// Allocations still being written may not be in the snapshot yet: plan
-	// as if they were done, or a server that became ready meanwhile would
-	// be allocated too and the profile would end up over its count. The
-	// running steps are read before the snapshot (no step starts between
-	// the two: passes run one at a time), so a step that finished in
-	// between is in the snapshot.
 	for name, st := range allocating {
 		if s, ok := snap.Servers[name]; ok && s.Lifecycle == state.LifecycleReady {
 			s.Lifecycle = state.LifecycleAllocated
@@ -243,6 +262,15 @@ func (c *Controller) Pass(ctx context.Context) Result {
 			snap.Servers[name] = s
 		}
 	}
+	return snap, nil
+}
+
+// plan runs Plan with the controller's options and marks the deploys that
+// cannot start yet (DeployReady: their image is not verified, still
+// importing or failed): the step says why and its server gets an
+// ImageNotReady condition, so status names it instead of it sitting in
+// allocated silently (issue 22). waits holds those reasons by server.
+func (c *Controller) plan(desired *inventory.Inventory, snap state.Snapshot) (res Result, waits map[string]error) {
 	opts := c.cfg.Plan
 	opts.Now = c.cfg.Now()
 	if desired != nil {
@@ -250,52 +278,40 @@ func (c *Controller) Pass(ctx context.Context) Result {
 			opts.Approved = ok
 		}
 	}
-	res := Plan(desired, snap, opts)
-	// A deploy that cannot start yet (its image is not verified: still
-	// importing, or the import failed) says why, in the step and as an
-	// ImageNotReady condition on its server, so status and Attention name
-	// the server instead of it sitting in allocated silently (issue 22).
-	waits := map[string]error{}
-	if c.cfg.DeployReady != nil && desired != nil {
-		for i, s := range res.Steps {
-			if s.Action != ActDeploy {
-				continue
-			}
-			if p := desired.Profile(s.Profile); p != nil {
-				if err := c.cfg.DeployReady(*p); err != nil {
-					waits[s.Server] = err
-					res.Steps[i].Waits = err.Error()
-					res.Conditions = append(res.Conditions, PlanCondition{Subject: "server/" + s.Server, Type: CondImageNotReady, Reason: CondImageNotReady,
-						Message: fmt.Sprintf("deploy of profile %s waits: %v", p.Name, err)})
-				}
+	res = Plan(desired, snap, opts)
+	waits = map[string]error{}
+	if c.cfg.DeployReady == nil || desired == nil {
+		return res, waits
+	}
+	for i, s := range res.Steps {
+		if s.Action != ActDeploy {
+			continue
+		}
+		if p := desired.Profile(s.Profile); p != nil {
+			if err := c.cfg.DeployReady(*p); err != nil {
+				waits[s.Server] = err
+				res.Steps[i].Waits = err.Error()
+				res.Conditions = append(res.Conditions, PlanCondition{Subject: "server/" + s.Server, Type: CondImageNotReady, Reason: CondImageNotReady,
+					Message: fmt.Sprintf("deploy of profile %s waits: %v", p.Name, err)})
 			}
 		}
 	}
 	if len(waits) > 0 {
-		sort.SliceStable(res.Conditions, func(i, j int) bool {
-			if res.Conditions[i].Subject != res.Conditions[j].Subject {
-				return res.Conditions[i].Subject < res.Conditions[j].Subject
-			}
-			return res.Conditions[i].Type < res.Conditions[j].Type
-		})
+		sortConditions(res.Conditions)
 	}
-	c.mu.Lock()
-	c.last = res
-	c.mu.Unlock()
-	if c.cfg.Metrics != nil {
-		c.cfg.Metrics.observePass(snap, time.Since(start))
-	}
+	return res, waits
+}
 
-	// One step per server: an action in flight (resumed after a restart
-	// or a failure) comes before anything the plan says.
-	first := make(map[string]Step, len(res.Steps))
-	var order []string
-	// A stalled server keeps its journal: the action is resumed once the
-	// stall is cleared (its credential set again, its BMC settings
-	// changed), so a deploy that failed on a refused login after the move
-	// to deploying boots when the secret is fixed instead of waiting for
-	// the deploy deadline. While stalled, only a plan step for another
-	// desired state (a different stepKey) runs.
+// firstSteps picks one step per server: an action in flight (resumed
+// after a restart or a failure) comes before anything the plan says. A
+// stalled server keeps its journal: the action is resumed once the stall
+// is cleared (its credential set again, its BMC settings changed), so a
+// deploy that failed on a refused login after the move to deploying boots
+// when the secret is fixed instead of waiting for the deploy deadline.
+// While stalled, only a plan step for another desired state (a different
+// stepKey) runs.
+func firstSteps(res Result, snap state.Snapshot) (first map[string]Step, order []string) {
+	first = make(map[string]Step, len(res.Steps))
 	for _, name := range sortedKeys(snap.Servers) {
 		if f := snap.Servers[name].InFlight; f != nil && snap.Servers[name].Stalled == "" {
 			first[name] = Step{Server: name, Action: Action(f.Action), Counter: f.Counter, Why: "resume " + f.Action}
@@ -309,30 +325,19 @@ func (c *Controller) Pass(ctx context.Context) Result {
 		first[s.Server] = s
 		order = append(order, s.Server)
 	}
+	return first, order
+}
+
+// dispatch starts, in order, every server's first step that nothing holds
+// back (held) and that the limits admit.
+func (c *Controller) dispatch(ctx context.Context, res Result, snap state.Snapshot, desired *inventory.Inventory, waits map[string]error) {
+	first, order := firstSteps(res, snap)
 	now := c.cfg.Now()
 	hold := c.deploysHeld()
 	for _, name := range order {
 		step := first[name]
-		if hold && (step.Action == ActDeploy || step.Action == ActAllocate) && !strings.HasPrefix(step.Why, "resume") {
-			continue // the newest revision is invalid: no new disk write starts
-		}
-		if step.Action == ActDeploy && c.cfg.DeployReady != nil && desired != nil {
-			if p := desired.Profile(step.Profile); p != nil {
-				err := waits[name]
-				if err == nil {
-					err = c.cfg.DeployReady(*p)
-				}
-				if err != nil {
-					c.log.Debug("deploy waits", "machine", name, "profile", p.Name, "reason", err)
-					continue
-				}
-			}
-		}
 		obs, known := snap.Servers[name]
-		if known && obs.Stalled != "" && obs.Stalled == stepKey(step, desired) {
-			continue
-		}
-		if !c.tryStart(step, obs, now) {
+		if c.held(step, obs, desired, hold, waits[name]) || !c.tryStart(step, obs, now) {
 			continue
 		}
 		if known {
@@ -353,21 +358,43 @@ func (c *Controller) Pass(ctx context.Context) Result {
 			c.execute(ctx, step, desired)
 		}()
 	}
-	if c.cfg.OnPass != nil {
-		c.cfg.OnPass(res)
-	}
-	return res
 }
 
-// tryStart reserves the limits for step, or reports false.
+// held reports whether step must not start in this pass: a new deploy or
+// allocation while the newest revision is invalid (no new disk write
+// starts), a deploy whose image is not ready (wait, the reason planned in
+// this pass, if any), or a step for the desired state the server is
+// stalled on.
+func (c *Controller) held(step Step, obs state.Server, desired *inventory.Inventory, hold bool, wait error) bool {
+	if hold && (step.Action == ActDeploy || step.Action == ActAllocate) && !strings.HasPrefix(step.Why, "resume") {
+		return true
+	}
+	if step.Action == ActDeploy && c.cfg.DeployReady != nil && desired != nil {
+		if p := desired.Profile(step.Profile); p != nil {
+			err := wait
+			if err == nil {
+				err = c.cfg.DeployReady(*p)
+			}
+			if err != nil {
+				c.log.Debug("deploy waits", "machine", step.Server, "profile", p.Name, "reason", err)
+				return true
+			}
+		}
+	}
+	return obs.Stalled != "" && obs.Stalled == stepKey(step, desired)
+}
+
+// tryStart reserves the limits for step, or reports false: the server is
+// busy, its backoff after a failure (obs.RetryAt, kept on the record) has
+// not passed, or a limit is reached.
 func (c *Controller) tryStart(step Step, obs state.Server, now time.Time) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.busy[step.Server] || now.Before(c.retryAt[step.Server]) || c.running >= c.cfg.Workers {
+	if c.busy[step.Server] || now.Before(obs.RetryAt) || c.running >= c.cfg.Workers {
 		return false
 	}
 	addr, rack := obs.BMC.Address, obs.Rack
-	if step.Action != ActRegister && step.Action != ActAdopt {
+	if !actionInfo[step.Action].Unlimited {
 		if addr != "" && c.bmcUse[addr] >= c.cfg.PerBMC {
 			return false
 		}
@@ -378,7 +405,7 @@ func (c *Controller) tryStart(step Step, obs state.Server, now time.Time) bool {
 	c.busy[step.Server] = true
 	c.inflight[step.Server] = step
 	c.running++
-	if step.Action != ActRegister && step.Action != ActAdopt {
+	if !actionInfo[step.Action].Unlimited {
 		c.bmcUse[addr]++
 		c.rackUse[rack]++
 	}
@@ -392,30 +419,17 @@ func (c *Controller) unreserve(step Step, obs state.Server) {
 	delete(c.busy, step.Server)
 	delete(c.inflight, step.Server) // or the next pass plans as if this step ran
 	c.running--
-	if step.Action != ActRegister && step.Action != ActAdopt {
+	if !actionInfo[step.Action].Unlimited {
 		c.bmcUse[obs.BMC.Address]--
 		c.rackUse[obs.Rack]--
 	}
 }
 
-func (c *Controller) finish(step Step, obs state.Server, err error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	delete(c.busy, step.Server)
-	delete(c.inflight, step.Server)
-	c.running--
-	if step.Action != ActRegister && step.Action != ActAdopt {
-		c.bmcUse[obs.BMC.Address]--
-		c.rackUse[obs.Rack]--
-	}
-	if err == nil {
-		delete(c.failures, step.Server)
-		delete(c.retryAt, step.Server)
-		return
-	}
-	n := c.failures[step.Server] + 1
-	c.failures[step.Server] = n
-	c.retryAt[step.Server] = c.cfg.Now().Add(Backoff(c.cfg.BackoffBase, c.cfg.BackoffCap, n))
+// finish gives back what tryStart reserved for a step that ran. Its
+// outcome is on the record already (recordFailure, or done and
+// clearBackoff), so a next pass that starts at once sees the backoff.
+func (c *Controller) finish(step Step, obs state.Server) {
+	c.unreserve(step, obs)
 }
 
 // Backoff returns the delay before retry n (1-based): base·2^(n-1), capped,
@@ -442,7 +456,10 @@ func stepKey(s Step, desired *inventory.Inventory) string {
 	return key
 }
 
-// execute runs one step with its timeout, journals it, and sorts the outcome.
+// execute runs one step with its timeout and records the outcome on the
+// server's record before it gives the limits back: a failure's error,
+// event and backoff in one transaction (recordFailure), a success by
+// clearing the backoff; the metric is counted after that write.
 func (c *Controller) execute(ctx context.Context, step Step, desired *inventory.Inventory) {
 	obs, _ := c.cfg.Store.Server(step.Server)
 	if obs.Fenced != nil && step.Action.powersOn() {
@@ -455,37 +472,15 @@ func (c *Controller) execute(ctx context.Context, step Step, desired *inventory.
 	defer cancel()
 	log := c.log.With("machine", step.Server, "action", string(step.Action))
 	err := c.run(ctx, step, desired, log)
-	c.finish(step, obs, err)
+	if err == nil {
+		c.clearBackoff(step, obs, log)
+	} else {
+		c.recordFailure(step, desired, err, log)
+	}
+	c.finish(step, obs)
 	if c.cfg.Metrics != nil {
 		c.cfg.Metrics.observeAction(step.Action, err)
 	}
-	if err == nil {
-		return
-	}
-	stall := !bmc.IsTransient(err) && (step.Action.Disruptive() || errors.Is(err, bmc.ErrAuth) || errors.Is(err, bmc.ErrUnsupported) || errors.Is(err, ErrNoBMC))
-	msg := Redact(err.Error())
-	if stall {
-		log.Error("action failed; stalled until the desired state or counter changes", "err", msg)
-	} else {
-		log.Warn("action failed; will retry with backoff", "err", msg)
-	}
-	_, uerr := c.cfg.Store.UpdateServer(step.Server, func(s *state.Server) error {
-		s.LastError = fmt.Sprintf("%s: %s", step.Action, msg)
-		if stall {
-			// The journal (InFlight) stays: the action resumes when the
-			// stall is cleared.
-			s.Stalled = stepKey(step, desired)
-		}
-		return nil
-	})
-	if errors.Is(uerr, state.ErrNotFound) {
-		return
-	}
-	kind := "action.failed"
-	if stall {
-		kind = "action.stalled"
-	}
-	_, _ = c.cfg.Store.AppendEvent(state.Event{Server: step.Server, Kind: state.EventKind(kind), Message: fmt.Sprintf("%s: %s", step.Action, msg)})
 }
 
 // SetHoldDeploys stops (true) or allows (false) new disk-writing operations:

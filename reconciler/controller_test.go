@@ -12,7 +12,7 @@ import (
 // run (an allocation that never happened, then a deploy of a ready server).
 func TestUnreserveForgetsInflight(t *testing.T) {
 	c := &Controller{cfg: Config{Workers: 4, PerBMC: 1, PerRack: 4}, busy: map[string]bool{}, inflight: map[string]Step{},
-		retryAt: map[string]time.Time{}, failures: map[string]int{}, bmcUse: map[string]int{}, rackUse: map[string]int{}}
+		bmcUse: map[string]int{}, rackUse: map[string]int{}}
 	step := Step{Server: "s1", Action: ActAllocate, Profile: "p", AllocReason: ReasonCount}
 	obs := state.Server{Name: "s1", Rack: "r1", BMC: state.BMCFacts{Address: "https://b1"}}
 	if !c.tryStart(step, obs, time.Now()) {

@@ -54,7 +54,7 @@ func TestNetbootISOByBootMode(t *testing.T) {
 		want string
 	}{{bmc.BootModeUEFI, uefi}, {bmc.BootModeLegacy, bios}, {bmc.BootModeUnset, bios}} {
 		d := &noPXEDriver{}
-		if err := c.netboot(context.Background(), d, state.Server{Name: "iso-test"}, tc.mode, log); err != nil {
+		if err := c.machine(d, state.Server{Name: "iso-test"}, tc.mode, log).Netboot(context.Background()); err != nil {
 			t.Fatalf("netboot(%q): %v", tc.mode, err)
 		}
 		if len(d.media) != 1 || d.media[0] != tc.want {
@@ -70,7 +70,7 @@ func TestNetbootISOByBootMode(t *testing.T) {
 	// No UEFI ISO configured: a UEFI server is not handed the BIOS ISO.
 	c.cfg.UEFIISOURL = ""
 	d := &noPXEDriver{}
-	if err := c.netboot(context.Background(), d, state.Server{Name: "iso-test"}, bmc.BootModeUEFI, log); err == nil || len(d.media) != 0 {
+	if err := c.machine(d, state.Server{Name: "iso-test"}, bmc.BootModeUEFI, log).Netboot(context.Background()); err == nil || len(d.media) != 0 {
 		t.Errorf("netboot(uefi) without a UEFI ISO: err %v, media %q; want the ErrUnsupported error and no media", err, d.media)
 	}
 }

@@ -34,27 +34,6 @@ const (
 	ActRenetboot      Action = "renetboot"       // commissioning or deploying, machine silent: PXE boot override, reset (fresh tokens)
 )
 
-// needsBMC reports whether a talks to the server's BMC. ActTimeout and
-// ActRetire also do, but only to power off, which they skip on a server
-// without a BMC.
-func (a Action) needsBMC() bool {
-	switch a {
-	case ActCommission, ActDeploy, ActRelease, ActWipe, ActFinishDeploy, ActRestoreDisk, ActPowerOn, ActPowerOff, ActPowerCycle, ActRenetboot:
-		return true
-	}
-	return false
-}
-
-// Disruptive reports whether a failed a is not retried blindly: the server
-// stalls until its desired state or counter changes.
-func (a Action) Disruptive() bool {
-	switch a {
-	case ActCommission, ActDeploy, ActRelease, ActRetire, ActPowerCycle, ActPowerOff:
-		return true
-	}
-	return false
-}
-
 // Allocation reasons recorded in state.Allocation.Reason.
 const (
 	ReasonPinned    = "pinned"    // want: deployed with a profile
@@ -245,51 +224,16 @@ type Result struct {
 // memory, then smallest fitting disk, then name.
 func Plan(want *inventory.Inventory, have state.Snapshot, opts PlanOptions) Result {
 	opts = opts.withDefaults()
-	var res Result
 	if want == nil {
-		return res
+		return Result{}
 	}
-	desired := map[string]*inventory.Server{}
-	desiredMAC := map[string]*inventory.Server{}
+	p := &planning{want: want, have: have, opts: opts, desired: map[string]*inventory.Server{}, desiredMAC: map[string]*inventory.Server{},
+		pendingMAC: map[string]state.Server{}, allocated: map[string]string{}}
 	for i := range want.Servers {
-		desired[want.Servers[i].Name] = &want.Servers[i]
-		desiredMAC[want.Servers[i].BootMAC] = &want.Servers[i]
+		p.desired[want.Servers[i].Name] = &want.Servers[i]
+		p.desiredMAC[want.Servers[i].BootMAC] = &want.Servers[i]
 	}
-	// Records not in servers.yaml under their name whose boot MAC it names
-	// under another name that has no record: an auto-enrolled server whose
-	// entry was renamed in review, or a server renamed in servers.yaml. The
-	// new name adopts the record below, rather than a second record with
-	// the same MAC (the boot endpoints would answer for the old one).
-	pendingMAC := map[string]state.Server{}
-	// Orphans: observed but no longer desired. Never touched.
-	for _, name := range sortedKeys(have.Servers) {
-		obs := have.Servers[name]
-		if _, ok := desired[name]; ok {
-			continue
-		}
-		if ws, renamed := desiredMAC[obs.BootMAC]; renamed && obs.BootMAC != "" && obs.Enrolled == nil {
-			if _, taken := have.Servers[ws.Name]; !taken {
-				pendingMAC[obs.BootMAC] = obs
-				continue
-			}
-		}
-		if obs.Enrolled != nil {
-			if _, merged := desiredMAC[obs.BootMAC]; merged {
-				pendingMAC[obs.BootMAC] = obs
-				continue
-			}
-			res.Steps = append(res.Steps, pendingSteps(obs, opts)...)
-			if obs.Lifecycle != state.LifecycleRetired {
-				res.Conditions = append(res.Conditions, pendingCondition(obs))
-			}
-			continue
-		}
-		if obs.Lifecycle != state.LifecycleRetired {
-			res.Conditions = append(res.Conditions, PlanCondition{Subject: "server/" + name, Type: "Orphaned", Reason: "NotInInventory",
-				Message: "server is not in servers.yaml any more; left as it is (" + string(obs.Lifecycle) + ")"})
-		}
-	}
-
+	p.orphans()
 	// A boot MAC moved onto a name whose record is another machine (two
 	// names swapped, or a name reused for a machine another record holds):
 	// the record under that name is not the machine servers.yaml now
@@ -297,223 +241,348 @@ func Plan(want *inventory.Inventory, have state.Snapshot, opts PlanOptions) Resu
 	// an empty machine and the other way round, and its next commission
 	// or retire would hit the wrong host. Such names get a condition and
 	// no step until servers.yaml is untangled.
-	conflicted := macConflicts(want, have)
-
-	var disruptive []Step
-	allocated := map[string]string{} // server → profile, planned this pass
+	p.conflicted = macConflicts(want, have)
 	for i := range want.Servers {
-		ws := &want.Servers[i]
-		obs, ok := have.Servers[ws.Name]
-		if c, bad := conflicted[ws.Name]; bad {
-			res.Conditions = append(res.Conditions, c)
-			continue
-		}
-		if !ok {
-			if auto, found := pendingMAC[ws.BootMAC]; found {
-				// Merged or renamed under another name: adopt the record
-				// (its hardware, lifecycle and history) rather than
-				// register a second server with its MAC.
-				was := "auto-enrolled as"
-				if auto.Enrolled == nil {
-					was = "renamed from"
-				}
-				if auto.Lifecycle == state.LifecycleCommissioning || auto.Lifecycle == state.LifecycleDeploying {
-					res.Conditions = append(res.Conditions, PlanCondition{Subject: "server/" + ws.Name, Type: "Waiting", Reason: "AdoptionWaits",
-						Message: fmt.Sprintf("%s %s, which is %s: adopted once its ramdisk reports", was, auto.Name, auto.Lifecycle)})
-					continue
-				}
-				res.Steps = append(res.Steps, Step{Server: ws.Name, Action: ActAdopt, From: auto.Name,
-					Why: fmt.Sprintf("%s %s; servers.yaml names its boot MAC %s", was, auto.Name, ws.BootMAC)})
-				continue
-			}
-			res.Steps = append(res.Steps, Step{Server: ws.Name, Action: ActRegister, Why: "new in servers.yaml"})
-			continue
-		}
-		if identityChanged(ws, obs) {
-			res.Steps = append(res.Steps, Step{Server: ws.Name, Action: ActUpdateIdentity, Why: "zone, rack, boot MAC or BMC changed in servers.yaml"})
-		}
-		steps, disr := serverSteps(ws, obs, opts)
-		archConds, steps := archConditions(want, ws, &obs, steps)
-		res.Conditions = append(res.Conditions, archConds...)
-		if ws.BMC.IsZero() {
-			steps, disr = withoutBMC(steps), withoutBMC(disr)
-			res.Conditions = append(res.Conditions, noBMCCondition(ws, obs))
-		}
-		if obs.Fenced != nil {
-			steps, disr = withoutPowerOn(steps), withoutPowerOn(disr)
-			res.Conditions = append(res.Conditions, fencedCondition(ws.Name, obs.Fenced))
-		}
-		res.Steps = append(res.Steps, steps...)
-		disruptive = append(disruptive, disr...)
-		for _, s := range steps {
-			if s.Action == ActAllocate {
-				allocated[s.Server] = s.Profile
-			}
-		}
-		if c, ok := wipeCondition(ws.Name, obs, opts); ok {
-			res.Conditions = append(res.Conditions, c)
-		}
-		if c, ok := silentCondition(ws.Name, obs, opts); ok {
-			res.Conditions = append(res.Conditions, c)
-		}
-		if ws.Want == inventory.WantRetired && obs.Lifecycle == state.LifecycleNew {
-			res.Conditions = append(res.Conditions, PlanCondition{Subject: "server/" + ws.Name, Type: "Waiting", Reason: "NeverCommissioned",
-				Message: "want: retired on a server that was never commissioned: nothing to do"})
-		}
+		p.server(&want.Servers[i])
 	}
-
-	// Profiles' counts: top up or release the surplus of count allocations.
-	for _, p := range want.Profiles {
-		if p.Selector != nil {
-			sel := Select(p, want, have)
-			res.Selections = append(res.Selections, sel)
-			if c, ok := selectionCondition(sel); ok {
-				res.Conditions = append(res.Conditions, c)
-			}
-		}
-		steps, disr, conds := profileSteps(p, want, have, allocated)
-		res.Steps = append(res.Steps, steps...)
-		disruptive = append(disruptive, disr...)
-		res.Conditions = append(res.Conditions, conds...)
-	}
-	if len(conflicted) > 0 {
-		res.Steps = dropServers(res.Steps, conflicted)
-		disruptive = dropServers(disruptive, conflicted)
+	p.profiles()
+	res := &p.res
+	if len(p.conflicted) > 0 {
+		res.Steps = dropServers(res.Steps, p.conflicted)
+		p.disruptive = dropServers(p.disruptive, p.conflicted)
 	}
 	res.Conditions = append(res.Conditions, imageChanged(want, have)...)
-
-	// Safety brake over the disruptive steps of this revision.
-	if why := brake(disruptive, res.Steps, want, have, opts); why != "" && !opts.Approved {
-		res.Brake = why
-		held := map[string]bool{}
-		for _, s := range disruptive {
-			held[s.Server+"\x00"+string(s.Action)] = true
-		}
-		kept := res.Steps[:0]
-		for _, s := range res.Steps {
-			if held[s.Server+"\x00"+string(s.Action)] {
-				res.Held = append(res.Held, s)
-				continue
-			}
-			kept = append(kept, s)
-		}
-		res.Steps = kept
-		res.Conditions = append(res.Conditions, PlanCondition{Subject: "inventory", Type: "Held", Reason: "SafetyBrake", Message: why})
-	}
+	p.applyBrake()
 	sortSteps(res.Steps)
 	sortSteps(res.Held)
-	sort.SliceStable(res.Conditions, func(i, j int) bool {
-		if res.Conditions[i].Subject != res.Conditions[j].Subject {
-			return res.Conditions[i].Subject < res.Conditions[j].Subject
+	sortConditions(res.Conditions)
+	return *res
+}
+
+// planning is one run of Plan: its inputs and what it has planned so far.
+type planning struct {
+	want       *inventory.Inventory
+	have       state.Snapshot
+	opts       PlanOptions
+	desired    map[string]*inventory.Server // by name
+	desiredMAC map[string]*inventory.Server // by boot MAC
+	// pendingMAC: records not in servers.yaml under their name whose boot
+	// MAC it names under another name that has no record (an
+	// auto-enrolled server whose entry was renamed in review, or a server
+	// renamed in servers.yaml). The new name adopts the record, rather
+	// than a second record with the same MAC (the boot endpoints would
+	// answer for the old one).
+	pendingMAC map[string]state.Server
+	conflicted map[string]PlanCondition
+	allocated  map[string]string // server → profile, planned this pass
+	disruptive []Step
+	res        Result
+}
+
+func (p *planning) cond(c PlanCondition) { p.res.Conditions = append(p.res.Conditions, c) }
+
+// orphans handles the records servers.yaml does not name: renamed or
+// merged ones wait for adoption, auto-enrolled ones get their pending
+// steps, the rest are never touched (an Orphaned condition).
+func (p *planning) orphans() {
+	have := p.have
+	for _, name := range sortedKeys(have.Servers) {
+		obs := have.Servers[name]
+		if _, ok := p.desired[name]; ok {
+			continue
 		}
-		return res.Conditions[i].Type < res.Conditions[j].Type
+		if ws, renamed := p.desiredMAC[obs.BootMAC]; renamed && obs.BootMAC != "" && obs.Enrolled == nil {
+			if _, taken := have.Servers[ws.Name]; !taken {
+				p.pendingMAC[obs.BootMAC] = obs
+				continue
+			}
+		}
+		if obs.Enrolled != nil {
+			if _, merged := p.desiredMAC[obs.BootMAC]; merged {
+				p.pendingMAC[obs.BootMAC] = obs
+				continue
+			}
+			p.res.Steps = append(p.res.Steps, pendingSteps(obs, p.opts)...)
+			if obs.Lifecycle != state.LifecycleRetired {
+				p.cond(pendingCondition(obs))
+			}
+			continue
+		}
+		if obs.Lifecycle != state.LifecycleRetired {
+			p.cond(PlanCondition{Subject: "server/" + name, Type: "Orphaned", Reason: "NotInInventory",
+				Message: "server is not in servers.yaml any more; left as it is (" + string(obs.Lifecycle) + ")"})
+		}
+	}
+}
+
+// server plans one desired server: a conflicted name gets only its
+// condition, a server without a record is adopted or registered, and a
+// known one gets its steps (without BMC steps when it has no BMC, without
+// power-on steps when fenced) and its conditions.
+func (p *planning) server(ws *inventory.Server) {
+	obs, ok := p.have.Servers[ws.Name]
+	if c, bad := p.conflicted[ws.Name]; bad {
+		p.cond(c)
+		return
+	}
+	if !ok {
+		p.adoptOrRegister(ws)
+		return
+	}
+	res := &p.res
+	if identityChanged(ws, obs) {
+		res.Steps = append(res.Steps, Step{Server: ws.Name, Action: ActUpdateIdentity, Why: "zone, rack, boot MAC or BMC changed in servers.yaml"})
+	}
+	steps, disr := serverSteps(ws, obs, p.opts)
+	archConds, steps := archConditions(p.want, ws, &obs, steps)
+	res.Conditions = append(res.Conditions, archConds...)
+	if ws.BMC.IsZero() {
+		steps, disr = withoutBMC(steps), withoutBMC(disr)
+		p.cond(noBMCCondition(ws, obs))
+	}
+	if obs.Fenced != nil {
+		steps, disr = withoutPowerOn(steps), withoutPowerOn(disr)
+		p.cond(fencedCondition(ws.Name, obs.Fenced))
+	}
+	res.Steps = append(res.Steps, steps...)
+	p.disruptive = append(p.disruptive, disr...)
+	for _, s := range steps {
+		if s.Action == ActAllocate {
+			p.allocated[s.Server] = s.Profile
+		}
+	}
+	if c, ok := wipeCondition(ws.Name, obs, p.opts); ok {
+		p.cond(c)
+	}
+	if c, ok := silentCondition(ws.Name, obs, p.opts); ok {
+		p.cond(c)
+	}
+	if ws.Want == inventory.WantRetired && obs.Lifecycle == state.LifecycleNew {
+		p.cond(PlanCondition{Subject: "server/" + ws.Name, Type: "Waiting", Reason: "NeverCommissioned",
+			Message: "want: retired on a server that was never commissioned: nothing to do"})
+	}
+}
+
+// adoptOrRegister plans a desired server that has no record: a record
+// merged or renamed under another name is adopted (its hardware,
+// lifecycle and history) once its ramdisk is done, rather than a second
+// server registered with its MAC.
+func (p *planning) adoptOrRegister(ws *inventory.Server) {
+	auto, found := p.pendingMAC[ws.BootMAC]
+	if !found {
+		p.res.Steps = append(p.res.Steps, Step{Server: ws.Name, Action: ActRegister, Why: "new in servers.yaml"})
+		return
+	}
+	was := "auto-enrolled as"
+	if auto.Enrolled == nil {
+		was = "renamed from"
+	}
+	if auto.Lifecycle == state.LifecycleCommissioning || auto.Lifecycle == state.LifecycleDeploying {
+		p.cond(PlanCondition{Subject: "server/" + ws.Name, Type: "Waiting", Reason: "AdoptionWaits",
+			Message: fmt.Sprintf("%s %s, which is %s: adopted once its ramdisk reports", was, auto.Name, auto.Lifecycle)})
+		return
+	}
+	p.res.Steps = append(p.res.Steps, Step{Server: ws.Name, Action: ActAdopt, From: auto.Name,
+		Why: fmt.Sprintf("%s %s; servers.yaml names its boot MAC %s", was, auto.Name, ws.BootMAC)})
+}
+
+// profiles tops up each profile's count or releases the surplus of count
+// allocations, and reports selector-based selections.
+func (p *planning) profiles() {
+	for _, prof := range p.want.Profiles {
+		if prof.Selector != nil {
+			sel := Select(prof, p.want, p.have)
+			p.res.Selections = append(p.res.Selections, sel)
+			if c, ok := selectionCondition(sel); ok {
+				p.cond(c)
+			}
+		}
+		steps, disr, conds := profileSteps(prof, p.want, p.have, p.allocated)
+		p.res.Steps = append(p.res.Steps, steps...)
+		p.disruptive = append(p.disruptive, disr...)
+		p.res.Conditions = append(p.res.Conditions, conds...)
+	}
+}
+
+// applyBrake holds this revision's disruptive steps behind the safety
+// brake unless the revision is approved.
+func (p *planning) applyBrake() {
+	res := &p.res
+	why := brake(p.disruptive, res.Steps, p.want, p.have, p.opts)
+	if why == "" || p.opts.Approved {
+		return
+	}
+	res.Brake = why
+	held := map[string]bool{}
+	for _, s := range p.disruptive {
+		held[s.Server+"\x00"+string(s.Action)] = true
+	}
+	kept := res.Steps[:0]
+	for _, s := range res.Steps {
+		if held[s.Server+"\x00"+string(s.Action)] {
+			res.Held = append(res.Held, s)
+			continue
+		}
+		kept = append(kept, s)
+	}
+	res.Steps = kept
+	p.cond(PlanCondition{Subject: "inventory", Type: "Held", Reason: "SafetyBrake", Message: why})
+}
+
+// sortConditions orders conditions by subject, then type (stable).
+func sortConditions(cs []PlanCondition) {
+	sort.SliceStable(cs, func(i, j int) bool {
+		if cs[i].Subject != cs[j].Subject {
+			return cs[i].Subject < cs[j].Subject
+		}
+		return cs[i].Type < cs[j].Type
 	})
-	return res
 }
 
 // serverSteps plans one desired server against its observed record. It
 // returns the steps and, separately, those the safety brake counts.
 func serverSteps(ws *inventory.Server, obs state.Server, opts PlanOptions) (steps, disruptive []Step) {
-	add := func(s Step) { s.Server = ws.Name; steps = append(steps, s) }
+	add := func(s Step, disr bool) {
+		s.Server = ws.Name
+		steps = append(steps, s)
+		if disr {
+			disruptive = append(disruptive, s)
+		}
+	}
+	if retireSteps(ws, obs, add) {
+		return steps, disruptive
+	}
+	if s, ok := phaseStep(obs, opts); ok {
+		add(s, false)
+		return steps, nil
+	}
+	if s, ok := wipeStep(obs, opts); ok {
+		add(s, false)
+		if s.Action == ActTimeout {
+			return steps, nil
+		}
+	}
 	lc := obs.Lifecycle
-	observed := func(k string) int64 { return obs.Actions[k] }
+	if lc == state.LifecycleDeployed && obs.FinishDeploy {
+		add(Step{Action: ActFinishDeploy, Why: "image written: boot from disk from now on"}, false)
+	} else if obs.BMC.RestoreDisk && lc != state.LifecycleCommissioning && lc != state.LifecycleDeploying && obs.WipeStartedAt.IsZero() {
+		add(Step{Action: ActRestoreDisk, Why: fmt.Sprintf("the network boot a persistent override was set for is over (%s)", lc)}, false)
+	}
+	if s, ok := commissionStep(ws, obs); ok {
+		add(s, false)
+	}
+	pinnedSteps(ws, obs, hasAction(steps, ActCommission), add)
+	for _, s := range powerCounterSteps(ws, obs) {
+		add(s, false)
+	}
+	return steps, disruptive
+}
 
+// retireSteps plans a server whose want is retired, or that is retired
+// and wanted again, and reports whether that is all it gets.
+func retireSteps(ws *inventory.Server, obs state.Server, add func(Step, bool)) bool {
+	lc := obs.Lifecycle
 	switch {
 	case ws.Want != inventory.WantRetired && lc == state.LifecycleRetired:
-		add(Step{Action: ActUnretire, Why: "want is " + string(ws.Want) + " again"})
-		return steps, nil
+		add(Step{Action: ActUnretire, Why: "want is " + string(ws.Want) + " again"}, false)
+		return true
 	case ws.Want == inventory.WantRetired:
 		switch lc {
 		case state.LifecycleReady, state.LifecycleDeployed, state.LifecycleFailed:
-			s := Step{Server: ws.Name, Action: ActRetire, Why: "want: retired"}
-			add(s)
-			disruptive = append(disruptive, s)
+			add(Step{Action: ActRetire, Why: "want: retired"}, true)
 		}
-		return steps, disruptive
+		return true
 	}
+	return false
+}
 
-	// Deadlines of the phases that wait for the ramdisk.
+// phaseStep is the step of a phase that waits for the ramdisk and took too
+// long: its deadline passed (timeout), or the machine went silent mid-phase
+// (its controller restarted under it, its answer lost, its ramdisk stuck)
+// and is booted again long before the deadline, a bounded number of times.
+func phaseStep(obs state.Server, opts PlanOptions) (Step, bool) {
+	lc := obs.Lifecycle
 	switch {
 	case lc == state.LifecycleCommissioning && opts.Now.Sub(obs.LifecycleAt) > opts.CommissionTimeout:
-		add(Step{Action: ActTimeout, Why: fmt.Sprintf("no commissioning report within %s", opts.CommissionTimeout)})
-		return steps, nil
+		return Step{Action: ActTimeout, Why: fmt.Sprintf("no commissioning report within %s", opts.CommissionTimeout)}, true
 	case lc == state.LifecycleDeploying && opts.Now.Sub(obs.LifecycleAt) > opts.DeployTimeout:
-		add(Step{Action: ActTimeout, Why: fmt.Sprintf("deploy did not report within %s", opts.DeployTimeout)})
-		return steps, nil
+		return Step{Action: ActTimeout, Why: fmt.Sprintf("deploy did not report within %s", opts.DeployTimeout)}, true
 	}
-
-	// A machine gone silent mid-phase (its controller restarted under it,
-	// its answer lost, its ramdisk stuck) is booted again long before the
-	// deadline, a bounded number of times.
 	if since, ok := silentSince(obs, opts); ok && opts.Now.Sub(since) > opts.SilentAfter && obs.Renetboots < opts.MaxRenetboots {
-		add(Step{Action: ActRenetboot, Counter: int64(obs.Renetboots + 1),
-			Why: fmt.Sprintf("nothing heard for %s (last: %s): re-netboot %d of %d", opts.Now.Sub(since).Round(time.Second), lastHeard(obs), obs.Renetboots+1, opts.MaxRenetboots)})
-		return steps, nil
+		return Step{Action: ActRenetboot, Counter: int64(obs.Renetboots + 1),
+			Why: fmt.Sprintf("nothing heard for %s (last: %s): re-netboot %d of %d", opts.Now.Sub(since).Round(time.Second), lastHeard(obs), obs.Renetboots+1, opts.MaxRenetboots)}, true
 	}
+	return Step{}, false
+}
 
-	// The release wipe: a released server's disks are wiped by the ramdisk
-	// before anything else happens to it (it is not allocated meanwhile).
-	if lc == state.LifecycleReady && obs.NeedsWipe {
-		switch {
-		case !obs.WipeStartedAt.IsZero() && opts.Now.Sub(obs.WipeStartedAt) > opts.WipeTimeout:
-			add(Step{Action: ActTimeout, Why: fmt.Sprintf("release wipe did not report within %s", opts.WipeTimeout)})
-			return steps, nil
-		case !obs.WipeStartedAt.IsZero():
-			// running: wait for the ramdisk's report
-		case obs.WipeFailures > 0 && opts.Now.Before(wipeRetryAt(obs, opts)):
-			// failed: wait for the retry time (wipeCondition shows it)
-		default:
-			why := "released: wipe partition tables and signatures before reuse"
-			if obs.WipeFailures > 0 {
-				why = fmt.Sprintf("retry release wipe (%d failed)", obs.WipeFailures)
-			}
-			add(Step{Action: ActWipe, Why: why})
-		}
+// wipeStep is the release wipe's step: a released server's disks are
+// wiped by the ramdisk before anything else happens to it (it is not
+// allocated meanwhile). A wipe past its deadline times out; a running
+// one, or a failed one before its retry time, gets no step.
+func wipeStep(obs state.Server, opts PlanOptions) (Step, bool) {
+	if obs.Lifecycle != state.LifecycleReady || !obs.NeedsWipe {
+		return Step{}, false
 	}
-
-	if lc == state.LifecycleDeployed && obs.FinishDeploy {
-		add(Step{Action: ActFinishDeploy, Why: "image written: boot from disk from now on"})
-	} else if obs.BMC.RestoreDisk && lc != state.LifecycleCommissioning && lc != state.LifecycleDeploying && obs.WipeStartedAt.IsZero() {
-		add(Step{Action: ActRestoreDisk, Why: fmt.Sprintf("the network boot a persistent override was set for is over (%s)", lc)})
+	switch {
+	case !obs.WipeStartedAt.IsZero() && opts.Now.Sub(obs.WipeStartedAt) > opts.WipeTimeout:
+		return Step{Action: ActTimeout, Why: fmt.Sprintf("release wipe did not report within %s", opts.WipeTimeout)}, true
+	case !obs.WipeStartedAt.IsZero():
+		return Step{}, false // running: wait for the ramdisk's report
+	case obs.WipeFailures > 0 && opts.Now.Before(wipeRetryAt(obs, opts)):
+		return Step{}, false // failed: wait for the retry time (wipeCondition shows it)
 	}
+	why := "released: wipe partition tables and signatures before reuse"
+	if obs.WipeFailures > 0 {
+		why = fmt.Sprintf("retry release wipe (%d failed)", obs.WipeFailures)
+	}
+	return Step{Action: ActWipe, Why: why}, true
+}
 
-	// Commissioning: first time, or asked for again by the counter.
-	switch want := ws.Actions.Commission; {
+// commissionStep commissions a server the first time, or again when
+// servers.yaml's actions.commission counter asks for it.
+func commissionStep(ws *inventory.Server, obs state.Server) (Step, bool) {
+	lc, want, seen := obs.Lifecycle, ws.Actions.Commission, obs.Actions["commission"]
+	switch {
 	case lc == state.LifecycleNew:
-		add(Step{Action: ActCommission, Counter: want, CounterName: "commission", Why: "never commissioned"})
-	case want > observed("commission") && (lc == state.LifecycleReady || lc == state.LifecycleFailed):
-		add(Step{Action: ActCommission, Counter: want, CounterName: "commission", Why: fmt.Sprintf("actions.commission %d > observed %d", want, observed("commission"))})
+		return Step{Action: ActCommission, Counter: want, CounterName: "commission", Why: "never commissioned"}, true
+	case want > seen && (lc == state.LifecycleReady || lc == state.LifecycleFailed):
+		return Step{Action: ActCommission, Counter: want, CounterName: "commission", Why: fmt.Sprintf("actions.commission %d > observed %d", want, seen)}, true
 	}
+	return Step{}, false
+}
 
-	// Pinned deploys and their release.
+// pinnedSteps plans pinned deploys (want: deployed with a profile) and
+// their release, and the deploy of an allocated server.
+func pinnedSteps(ws *inventory.Server, obs state.Server, commissioning bool, add func(Step, bool)) {
+	lc := obs.Lifecycle
 	pinnedHere := obs.Allocation != nil && obs.Allocation.Reason == ReasonPinned
 	switch {
-	case ws.Want == inventory.WantDeployed && ws.Profile != "" && lc == state.LifecycleReady && !obs.NeedsWipe && !hasAction(steps, ActCommission):
-		add(Step{Action: ActAllocate, Profile: ws.Profile, AllocReason: ReasonPinned, Why: "want: deployed with profile " + ws.Profile})
-		add(Step{Action: ActDeploy, Profile: ws.Profile, Why: "want: deployed"})
+	case ws.Want == inventory.WantDeployed && ws.Profile != "" && lc == state.LifecycleReady && !obs.NeedsWipe && !commissioning:
+		add(Step{Action: ActAllocate, Profile: ws.Profile, AllocReason: ReasonPinned, Why: "want: deployed with profile " + ws.Profile}, false)
+		add(Step{Action: ActDeploy, Profile: ws.Profile, Why: "want: deployed"}, false)
 	case lc == state.LifecycleAllocated && obs.Allocation != nil:
-		add(Step{Action: ActDeploy, Profile: obs.Allocation.Profile, Why: "allocated to " + obs.Allocation.Profile})
+		add(Step{Action: ActDeploy, Profile: obs.Allocation.Profile, Why: "allocated to " + obs.Allocation.Profile}, false)
 	case lc == state.LifecycleDeployed && pinnedHere && ws.Want != inventory.WantDeployed:
-		s := Step{Server: ws.Name, Action: ActRelease, Why: "want is " + string(ws.Want) + ", no longer deployed"}
-		add(s)
-		disruptive = append(disruptive, s)
+		add(Step{Action: ActRelease, Why: "want is " + string(ws.Want) + ", no longer deployed"}, true)
 	case lc == state.LifecycleDeployed && pinnedHere && ws.Profile != obs.Allocation.Profile:
-		s := Step{Server: ws.Name, Action: ActRelease, Why: fmt.Sprintf("profile changed from %s to %s; released to redeploy", obs.Allocation.Profile, ws.Profile)}
-		add(s)
-		disruptive = append(disruptive, s)
+		add(Step{Action: ActRelease, Why: fmt.Sprintf("profile changed from %s to %s; released to redeploy", obs.Allocation.Profile, ws.Profile)}, true)
 	}
+}
 
-	// Power counters.
+// powerCounterSteps are the power actions servers.yaml's counters ask for
+// (a counter above the one observed).
+func powerCounterSteps(ws *inventory.Server, obs state.Server) []Step {
+	var out []Step
 	for _, pc := range []struct {
 		name string
 		want int64
 		act  Action
 	}{{"powerOn", ws.Actions.PowerOn, ActPowerOn}, {"powerOff", ws.Actions.PowerOff, ActPowerOff}, {"powerCycle", ws.Actions.PowerCycle, ActPowerCycle}} {
-		if pc.want > observed(pc.name) {
-			add(Step{Action: pc.act, Counter: pc.want, CounterName: pc.name, Why: fmt.Sprintf("actions.%s %d > observed %d", pc.name, pc.want, observed(pc.name))})
+		if seen := obs.Actions[pc.name]; pc.want > seen {
+			out = append(out, Step{Action: pc.act, Counter: pc.want, CounterName: pc.name, Why: fmt.Sprintf("actions.%s %d > observed %d", pc.name, pc.want, seen)})
 		}
 	}
-	return steps, disruptive
+	return out
 }
 
 // pendingSteps plans for an auto-enrolled server that is not in
@@ -552,16 +621,6 @@ func withoutBMC(steps []Step) []Step {
 		}
 	}
 	return out
-}
-
-// powersOn reports whether a may power the server on (or keep it on):
-// what a fenced server must never get.
-func (a Action) powersOn() bool {
-	switch a {
-	case ActCommission, ActDeploy, ActWipe, ActAllocate, ActPowerOn, ActPowerCycle:
-		return true
-	}
-	return false
 }
 
 // withoutPowerOn drops the steps that would power a fenced server on.
@@ -859,12 +918,6 @@ func hasAction(steps []Step, a Action) bool {
 	return false
 }
 
-var actionOrder = map[Action]int{
-	ActRegister: 0, ActAdopt: 0, ActUpdateIdentity: 1, ActUnretire: 2, ActRetire: 3, ActTimeout: 4, ActCommission: 5,
-	ActRelease: 6, ActWipe: 7, ActAllocate: 8, ActDeploy: 9, ActFinishDeploy: 10, ActRestoreDisk: 10, ActPowerOn: 11, ActPowerOff: 12, ActPowerCycle: 13,
-	ActRenetboot: 5,
-}
-
 // silentSince is when the controller last heard from a commissioning or
 // image-deploying server's machine (or last booted it); ok is false in
 // any other phase, and for installer deploys (the installer reports only
@@ -923,7 +976,7 @@ func sortSteps(s []Step) {
 		if s[i].Server != s[j].Server {
 			return s[i].Server < s[j].Server
 		}
-		return actionOrder[s[i].Action] < actionOrder[s[j].Action]
+		return actionInfo[s[i].Action].Order < actionInfo[s[j].Action].Order
 	})
 }
 

@@ -8,53 +8,23 @@ import (
 	"time"
 
 	"github.com/machina-metal/machina/inventory"
+	"github.com/machina-metal/machina/reconciler/plantest"
 	"github.com/machina-metal/machina/state"
 )
 
 var updatePlans = flag.Bool("update-plans", false, "rewrite testdata/plan/*.golden")
 
-var planT0 = time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC)
-
-func exampleInventory(t testing.TB) *inventory.Inventory {
-	t.Helper()
-	res, err := inventory.Load(os.DirFS("../inventory-example"), inventory.Limits{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return res.Inventory
-}
-
-// observe builds a snapshot with every desired server at lifecycle lc.
-func observe(inv *inventory.Inventory, lc state.Lifecycle, hw func(name string) *state.Hardware) state.Snapshot {
-	snap := state.Snapshot{Servers: map[string]state.Server{}}
-	for _, s := range inv.Servers {
-		o := state.Server{Name: s.Name, Zone: s.Zone, Site: s.Site, Rack: s.Rack, BootMAC: s.BootMAC, BootMode: string(s.BootMode), Lifecycle: lc, LifecycleAt: planT0,
-			BMC: state.BMCFacts{Driver: string(s.BMC.Driver), Address: s.BMC.Address, Credentials: s.BMC.Credentials}}
-		if s.Want == inventory.WantRetired && lc != state.LifecycleNew {
-			o.Lifecycle = state.LifecycleRetired
-		}
-		if hw != nil {
-			o.Hardware = hw(s.Name)
-		}
-		snap.Servers[s.Name] = o
-	}
-	return snap
-}
-
-func hwOf(cores int, memGiB int64, disksGiB ...int64) *state.Hardware {
-	h := &state.Hardware{Cores: cores, MemoryBytes: memGiB << 30}
-	for i, d := range disksGiB {
-		h.Disks = append(h.Disks, state.Disk{Name: "d" + string(rune('a'+i)), SizeBytes: d << 30})
-	}
-	return h
-}
-
-// bigHW gives every server enough for every example profile, larger by name
-// so allocation order is visible.
-func bigHW(name string) *state.Hardware {
-	extra := int(name[len(name)-1] - '0')
-	return hwOf(16+extra, 256, 500)
-}
+// The plan fixtures, shared with gitops's status tests (plantest).
+var (
+	planT0           = plantest.T0
+	exampleInventory = plantest.Example
+	observe          = plantest.Observe
+	hwOf             = plantest.HW
+	bigHW            = plantest.BigHW
+	cloneInv         = plantest.CloneInv
+	openEnrolStore   = plantest.Store
+	testLogger       = plantest.Logger
+)
 
 func setLC(snap state.Snapshot, name string, lc state.Lifecycle, alloc *state.Allocation) {
 	s := snap.Servers[name]
@@ -189,14 +159,6 @@ func TestPlanGolden(t *testing.T) {
 			}
 		})
 	}
-}
-
-func cloneInv(inv *inventory.Inventory) *inventory.Inventory {
-	c := *inv
-	c.Servers = append([]inventory.Server(nil), inv.Servers...)
-	c.Profiles = append([]inventory.Profile(nil), inv.Profiles...)
-	c.Images = append([]inventory.Image(nil), inv.Images...)
-	return &c
 }
 
 // TestCandidatesOrder: fewest cores, then least memory, then smallest

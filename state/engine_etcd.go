@@ -702,66 +702,89 @@ func (tx *etcdTx) remember() {
 	}
 }
 
-// commit sends the buffered writes guarded by the read set. ok false: a
-// compare failed (rerun); err ErrNotLeader: the fence failed.
-func (tx *etcdTx) commit() (bool, error) {
-	var ops []clientv3.Op
-	puts, dels := map[string][]byte{}, map[string]bool{}
+// txOps is a transaction's etcd operations and what they will leave in
+// the write cache once committed (puts: key to value; dels: deleted keys).
+type txOps struct {
+	ops  []clientv3.Op
+	puts map[string][]byte
+	dels map[string]bool
+}
+
+func (o *txOps) put(k string, v []byte) {
+	o.ops = append(o.ops, clientv3.OpPut(k, string(v)))
+	o.puts[k] = v
+}
+
+func (o *txOps) del(k string) {
+	o.ops = append(o.ops, clientv3.OpDelete(k))
+	o.dels[k] = true
+}
+
+// buildOps turns the buffered writes of every bucket, in bucket order,
+// into etcd operations.
+func (tx *etcdTx) buildOps() (*txOps, error) {
+	o := &txOps{puts: map[string][]byte{}, dels: map[string]bool{}}
 	ids := make([]string, 0, len(tx.buckets))
 	for id := range tx.buckets {
 		ids = append(ids, id)
 	}
 	sort.Strings(ids)
 	for _, id := range ids {
-		b := tx.buckets[id]
-		if b.deleted && !b.exists {
-			ops = append(ops, clientv3.OpDelete(b.dataPfx, clientv3.WithPrefix()),
-				clientv3.OpDelete(b.metaKey), clientv3.OpDelete(b.genKey))
-			dels[b.metaKey], dels[b.genKey] = true, true
-			for k := range tx.e.cache {
-				if strings.HasPrefix(k, b.dataPfx) {
-					delete(tx.e.cache, k)
-				}
-			}
-			continue
-		}
-		if b.deleted {
-			// Deleted and made again in this transaction: etcd refuses a
-			// range delete and a put of one key in one txn, so delete the
-			// old records one by one.
-			old := tx.get(b.dataPfx, clientv3.WithPrefix(), clientv3.WithKeysOnly())
-			if tx.err != nil {
-				return false, fmt.Errorf("etcd read: %w", tx.err)
-			}
-			for _, kv := range old.Kvs {
-				if _, ok := b.writes[strings.TrimPrefix(string(kv.Key), b.dataPfx)]; !ok {
-					ops = append(ops, clientv3.OpDelete(string(kv.Key)))
-					dels[string(kv.Key)] = true
-				}
-			}
-		}
-		for _, k := range b.wkeys {
-			w := b.writes[k]
-			if w.del {
-				ops = append(ops, clientv3.OpDelete(b.dataPfx+k))
-				dels[b.dataPfx+k] = true
-			} else {
-				ops = append(ops, clientv3.OpPut(b.dataPfx+k, string(w.v)))
-				puts[b.dataPfx+k] = w.v
-			}
-		}
-		if b.created || b.seqDirty {
-			ops = append(ops, clientv3.OpPut(b.metaKey, string(u64(b.seq))))
-			puts[b.metaKey] = u64(b.seq)
-		}
-		if b.dirty || b.deleted {
-			ops = append(ops, clientv3.OpPut(b.genKey, ""))
+		if err := tx.bucketOps(o, tx.buckets[id]); err != nil {
+			return nil, err
 		}
 	}
-	if len(ops) == 0 && !tx.usedCache {
-		return true, nil
+	return o, nil
+}
+
+// bucketOps appends b's operations to o: a whole-bucket delete, or its
+// record writes, its sequence and its generation key.
+func (tx *etcdTx) bucketOps(o *txOps, b *etcdBucket) error {
+	if b.deleted && !b.exists {
+		o.ops = append(o.ops, clientv3.OpDelete(b.dataPfx, clientv3.WithPrefix()),
+			clientv3.OpDelete(b.metaKey), clientv3.OpDelete(b.genKey))
+		o.dels[b.metaKey], o.dels[b.genKey] = true, true
+		for k := range tx.e.cache {
+			if strings.HasPrefix(k, b.dataPfx) {
+				delete(tx.e.cache, k)
+			}
+		}
+		return nil
 	}
-	var cmps []clientv3.Cmp
+	if b.deleted {
+		// Deleted and made again in this transaction: etcd refuses a
+		// range delete and a put of one key in one txn, so delete the
+		// old records one by one.
+		old := tx.get(b.dataPfx, clientv3.WithPrefix(), clientv3.WithKeysOnly())
+		if tx.err != nil {
+			return fmt.Errorf("etcd read: %w", tx.err)
+		}
+		for _, kv := range old.Kvs {
+			if _, ok := b.writes[strings.TrimPrefix(string(kv.Key), b.dataPfx)]; !ok {
+				o.del(string(kv.Key))
+			}
+		}
+	}
+	for _, k := range b.wkeys {
+		if w := b.writes[k]; w.del {
+			o.del(b.dataPfx + k)
+		} else {
+			o.put(b.dataPfx+k, w.v)
+		}
+	}
+	if b.created || b.seqDirty {
+		o.put(b.metaKey, u64(b.seq))
+	}
+	if b.dirty || b.deleted {
+		o.ops = append(o.ops, clientv3.OpPut(b.genKey, ""))
+	}
+	return nil
+}
+
+// compares is the read set as etcd compares (records' and generation
+// keys' mod revisions, created buckets' create revisions) plus the
+// fence's, with the read of the fence key to run when they fail.
+func (tx *etcdTx) compares(fence *Fence) (cmps []clientv3.Cmp, orElse []clientv3.Op) {
 	for k, r := range tx.keyReads {
 		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(k), "=", r))
 	}
@@ -771,8 +794,6 @@ func (tx *etcdTx) commit() (bool, error) {
 	for k, r := range tx.createReads {
 		cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(k), "=", r))
 	}
-	fence := tx.e.fence.Load()
-	var orElse []clientv3.Op
 	if fence != nil {
 		cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(fence.Key), "=", fence.Revision))
 		if fence.Value != "" {
@@ -780,6 +801,22 @@ func (tx *etcdTx) commit() (bool, error) {
 		}
 		orElse = append(orElse, clientv3.OpGet(fence.Key))
 	}
+	return cmps, orElse
+}
+
+// commit sends the buffered writes guarded by the read set. ok false: a
+// compare failed (rerun); err ErrNotLeader: the fence failed.
+func (tx *etcdTx) commit() (bool, error) {
+	o, err := tx.buildOps()
+	if err != nil {
+		return false, err
+	}
+	ops := o.ops
+	if len(ops) == 0 && !tx.usedCache {
+		return true, nil
+	}
+	fence := tx.e.fence.Load()
+	cmps, orElse := tx.compares(fence)
 	ctx, cancel := context.WithTimeout(context.Background(), tx.e.timeout)
 	defer cancel()
 	resp, err := tx.e.cli.Txn(ctx).If(cmps...).Then(ops...).Else(orElse...).Commit()
@@ -790,7 +827,7 @@ func (tx *etcdTx) commit() (bool, error) {
 		return false, fmt.Errorf("etcd commit (%d operations, %d compares): %w: %w", len(ops), len(cmps), ErrCommitUncertain, err)
 	}
 	if resp.Succeeded {
-		tx.learn(resp.Header.Revision, puts, dels)
+		tx.learn(resp.Header.Revision, o.puts, o.dels)
 		return true, nil
 	}
 	if fence != nil && len(ops) > 0 {

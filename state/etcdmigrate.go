@@ -55,84 +55,18 @@ func MigrateToEtcd(from string, cfg EtcdConfig, log *slog.Logger) (MigrateResult
 		return res, fmt.Errorf("state: migrate: open etcd: %w", err)
 	}
 	defer e.close()
-	ctx, cancel := context.WithTimeout(context.Background(), e.timeout)
-	n, err := e.cli.Get(ctx, e.prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
-	cancel()
-	if err != nil {
-		return res, fmt.Errorf("state: migrate: read %s: %w", e.target, err)
-	}
-	if n.Count > 0 {
-		return res, fmt.Errorf("state: migrate: target %s is not empty (%d keys under %s): migrate into an empty prefix: %w", e.target, n.Count, e.prefix, ErrExists)
+	if err := checkEmptyTarget(e); err != nil {
+		return res, err
 	}
 	// The copy: bucket by bucket, records in chunks of migrateChunk per
 	// etcd transaction, the schema version last.
-	type rec struct{ k, v []byte }
-	var version []byte
+	cp := &migrateCopy{e: e, res: &res}
 	err = src.bdb.View(func(tx *bolt.Tx) error {
-		var copyBucket func(path [][]byte, b *bolt.Bucket) error
-		copyBucket = func(path [][]byte, b *bolt.Bucket) error {
-			res.Buckets++
-			name := bucketPathString(path)
-			var chunk []rec
-			var nested [][]byte
-			flush := func(last bool) error {
-				if len(chunk) == 0 && !last {
-					return nil
-				}
-				err := e.update(func(etx kvTx) error {
-					eb, err := createPath(etx, path)
-					if err != nil {
-						return err
-					}
-					for _, r := range chunk {
-						if err := eb.Put(r.k, r.v); err != nil {
-							return err
-						}
-					}
-					if last {
-						eb.(*etcdBucket).setSequence(b.Sequence())
-					}
-					return nil
-				})
-				if err != nil {
-					return fmt.Errorf("copy bucket %s: %w", name, err)
-				}
-				res.Records[escapeBucket(path[0])] += len(chunk)
-				res.Total += len(chunk)
-				chunk = chunk[:0]
-				return nil
-			}
-			c := b.Cursor()
-			for k, v := c.First(); k != nil; k, v = c.Next() {
-				if v == nil && b.Bucket(k) != nil {
-					nested = append(nested, append([]byte(nil), k...))
-					continue
-				}
-				if len(path) == 1 && bytes.Equal(path[0], bucketMeta) && bytes.Equal(k, keyVersion) {
-					version = append([]byte(nil), v...)
-					continue
-				}
-				chunk = append(chunk, rec{append([]byte(nil), k...), append([]byte{}, v...)})
-				if len(chunk) == migrateChunk {
-					if err := flush(false); err != nil {
-						return err
-					}
-				}
-			}
-			if err := flush(true); err != nil {
-				return err
-			}
-			for _, nk := range nested {
-				if err := copyBucket(append(append([][]byte{}, path...), nk), b.Bucket(nk)); err != nil {
-					return err
-				}
-			}
-			return nil
-		}
 		return tx.ForEach(func(name []byte, b *bolt.Bucket) error {
-			return copyBucket([][]byte{append([]byte(nil), name...)}, b)
+			return cp.bucket([][]byte{append([]byte(nil), name...)}, b)
 		})
 	})
+	version := cp.version
 	if err != nil {
 		return res, fmt.Errorf("state: migrate: %w", err)
 	}
@@ -149,6 +83,95 @@ func MigrateToEtcd(from string, cfg EtcdConfig, log *slog.Logger) (MigrateResult
 		return res, fmt.Errorf("state: migrate: verify %s: %w", e.target, err)
 	}
 	return res, nil
+}
+
+// checkEmptyTarget fails (ErrExists, naming the key count) unless e's
+// prefix holds no key.
+func checkEmptyTarget(e *etcdEngine) error {
+	ctx, cancel := context.WithTimeout(context.Background(), e.timeout)
+	n, err := e.cli.Get(ctx, e.prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
+	cancel()
+	if err != nil {
+		return fmt.Errorf("state: migrate: read %s: %w", e.target, err)
+	}
+	if n.Count > 0 {
+		return fmt.Errorf("state: migrate: target %s is not empty (%d keys under %s): migrate into an empty prefix: %w", e.target, n.Count, e.prefix, ErrExists)
+	}
+	return nil
+}
+
+// migrateCopy copies bbolt buckets into an etcd engine for MigrateToEtcd,
+// counting into res; the schema version record is held back in version.
+type migrateCopy struct {
+	e       *etcdEngine
+	res     *MigrateResult
+	version []byte
+}
+
+type migrateRec struct{ k, v []byte }
+
+// flush writes chunk into the etcd bucket at path in one transaction and,
+// when last, the bucket's sequence seq.
+func (c *migrateCopy) flush(path [][]byte, chunk []migrateRec, seq uint64, last bool) error {
+	if len(chunk) == 0 && !last {
+		return nil
+	}
+	err := c.e.update(func(etx kvTx) error {
+		eb, err := createPath(etx, path)
+		if err != nil {
+			return err
+		}
+		for _, r := range chunk {
+			if err := eb.Put(r.k, r.v); err != nil {
+				return err
+			}
+		}
+		if last {
+			eb.(*etcdBucket).setSequence(seq)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("copy bucket %s: %w", bucketPathString(path), err)
+	}
+	c.res.Records[escapeBucket(path[0])] += len(chunk)
+	c.res.Total += len(chunk)
+	return nil
+}
+
+// bucket copies b (at path) and then its nested buckets, records in chunks
+// of migrateChunk.
+func (c *migrateCopy) bucket(path [][]byte, b *bolt.Bucket) error {
+	c.res.Buckets++
+	var chunk []migrateRec
+	var nested [][]byte
+	cur := b.Cursor()
+	for k, v := cur.First(); k != nil; k, v = cur.Next() {
+		if v == nil && b.Bucket(k) != nil {
+			nested = append(nested, append([]byte(nil), k...))
+			continue
+		}
+		if len(path) == 1 && bytes.Equal(path[0], bucketMeta) && bytes.Equal(k, keyVersion) {
+			c.version = append([]byte(nil), v...)
+			continue
+		}
+		chunk = append(chunk, migrateRec{append([]byte(nil), k...), append([]byte{}, v...)})
+		if len(chunk) == migrateChunk {
+			if err := c.flush(path, chunk, 0, false); err != nil {
+				return err
+			}
+			chunk = chunk[:0]
+		}
+	}
+	if err := c.flush(path, chunk, b.Sequence(), true); err != nil {
+		return err
+	}
+	for _, nk := range nested {
+		if err := c.bucket(append(append([][]byte{}, path...), nk), b.Bucket(nk)); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // verifyCopy reads every bucket of db back from e and compares records

@@ -113,72 +113,12 @@ func (s *Store) initSealing(master []byte) error {
 	s.sealKey = key
 	sealedNow := 0
 	err = s.eng.update(func(tx kvTx) error {
-		meta := tx.Bucket(bucketMeta)
-		if kc := meta.Get(keyKeyCheck); kc != nil {
-			var rec secretRecord
-			if err := json.Unmarshal(kc, &rec); err != nil {
-				return fmt.Errorf("decode key check: %w", err)
-			}
-			if _, err := s.open(rec, keyCheckAAD); err != nil {
-				return ErrWrongMasterKey
-			}
-		} else {
-			// No check record: any sealed secret must still open.
-			err := tx.Bucket(bucketSecrets).ForEach(func(k, v []byte) error {
-				var rec secretRecord
-				if err := json.Unmarshal(v, &rec); err != nil {
-					return fmt.Errorf("decode secret %s: %w", k, err)
-				}
-				if rec.Sealed {
-					if _, err := s.open(rec, string(k)); err != nil {
-						return ErrWrongMasterKey
-					}
-				}
-				return nil
-			})
-			if err != nil {
-				return err
-			}
-			rec, err := s.seal([]byte(keyCheckPlain), keyCheckAAD)
-			if err != nil {
-				return err
-			}
-			data, _ := json.Marshal(rec)
-			if err := meta.Put(keyKeyCheck, data); err != nil {
-				return err
-			}
-		}
-		// Seal what an earlier run without a key stored in the clear.
-		b := tx.Bucket(bucketSecrets)
-		var names []string
-		recs := map[string]secretRecord{}
-		err := b.ForEach(func(k, v []byte) error {
-			var rec secretRecord
-			if err := json.Unmarshal(v, &rec); err != nil {
-				return fmt.Errorf("decode secret %s: %w", k, err)
-			}
-			if !rec.Sealed {
-				names = append(names, string(k))
-				recs[string(k)] = rec
-			}
-			return nil
-		})
-		if err != nil {
+		if err := s.checkMasterKeyTx(tx); err != nil {
 			return err
 		}
-		for _, name := range names {
-			old := recs[name]
-			rec, err := s.seal(old.Data, name)
-			if err != nil {
-				return err
-			}
-			rec.UpdatedAt, rec.UpdatedBy = old.UpdatedAt, old.UpdatedBy
-			if err := putJSON(b, name, &rec); err != nil {
-				return err
-			}
-		}
-		sealedNow = len(names)
-		return nil
+		n, err := s.sealUnsealedTx(tx)
+		sealedNow = n
+		return err
 	})
 	if err != nil {
 		s.sealKey = nil
@@ -188,6 +128,80 @@ func (s *Store) initSealing(master []byte) error {
 		s.log.Info("sealed secrets stored without a master key", "count", sealedNow)
 	}
 	return nil
+}
+
+// checkMasterKeyTx checks the sealing key against the key-check record,
+// or, on first use, checks that every sealed secret opens and writes the
+// record. A key that opens neither returns ErrWrongMasterKey.
+func (s *Store) checkMasterKeyTx(tx kvTx) error {
+	meta := tx.Bucket(bucketMeta)
+	if kc := meta.Get(keyKeyCheck); kc != nil {
+		var rec secretRecord
+		if err := json.Unmarshal(kc, &rec); err != nil {
+			return fmt.Errorf("decode key check: %w", err)
+		}
+		if _, err := s.open(rec, keyCheckAAD); err != nil {
+			return ErrWrongMasterKey
+		}
+		return nil
+	}
+	// No check record: any sealed secret must still open.
+	err := tx.Bucket(bucketSecrets).ForEach(func(k, v []byte) error {
+		var rec secretRecord
+		if err := json.Unmarshal(v, &rec); err != nil {
+			return fmt.Errorf("decode secret %s: %w", k, err)
+		}
+		if rec.Sealed {
+			if _, err := s.open(rec, string(k)); err != nil {
+				return ErrWrongMasterKey
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	rec, err := s.seal([]byte(keyCheckPlain), keyCheckAAD)
+	if err != nil {
+		return err
+	}
+	data, _ := json.Marshal(rec)
+	return meta.Put(keyKeyCheck, data)
+}
+
+// sealUnsealedTx seals the secrets an earlier run without a master key
+// stored in the clear, keeping their UpdatedAt/UpdatedBy, and returns how
+// many it sealed.
+func (s *Store) sealUnsealedTx(tx kvTx) (int, error) {
+	b := tx.Bucket(bucketSecrets)
+	var names []string
+	recs := map[string]secretRecord{}
+	err := b.ForEach(func(k, v []byte) error {
+		var rec secretRecord
+		if err := json.Unmarshal(v, &rec); err != nil {
+			return fmt.Errorf("decode secret %s: %w", k, err)
+		}
+		if !rec.Sealed {
+			names = append(names, string(k))
+			recs[string(k)] = rec
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	for _, name := range names {
+		old := recs[name]
+		rec, err := s.seal(old.Data, name)
+		if err != nil {
+			return 0, err
+		}
+		rec.UpdatedAt, rec.UpdatedBy = old.UpdatedAt, old.UpdatedBy
+		if err := putJSON(b, name, &rec); err != nil {
+			return 0, err
+		}
+	}
+	return len(names), nil
 }
 
 func (s *Store) aead() (cipher.AEAD, error) {

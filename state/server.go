@@ -38,6 +38,13 @@ type Server struct {
 	// Stalled holds the key of a disruptive action that failed and is not
 	// retried until the desired state or counter changes; "" when not stalled.
 	Stalled string `json:"stalled,omitempty"`
+	// Failures counts the controller's consecutive failed steps on this
+	// server and RetryAt is when it may try again (the backoff after the
+	// last failure); both are written with LastError and the failure's
+	// event in one transaction (UpdateServerWithEvent) and cleared by the
+	// next step that succeeds, so backoff survives a restart.
+	Failures int       `json:"failures,omitempty"`
+	RetryAt  time.Time `json:"retryAt,omitzero"`
 	// NeedsWipe is set on release: the ramdisk wipes the disk's partition
 	// tables and signatures before the server is reused.
 	NeedsWipe bool `json:"needsWipe,omitempty"`
@@ -500,9 +507,16 @@ func (s *Store) UpdateServer(name string, fn func(*Server) error) (Server, error
 
 func (s *Store) updateServerTx(tx kvTx, name string, fn func(*Server) error) (Server, error) {
 	b := tx.Bucket(bucketServers)
-	var srv Server
-	if err := getJSON(b, name, &srv); err != nil {
-		return Server{}, err
+	data := b.Get([]byte(name))
+	if data == nil {
+		return Server{}, ErrNotFound
+	}
+	// Through the decode cache: the record was usually just read (the
+	// boot index reads a server before minting its token), and a copy is
+	// cheaper than a JSON decode inside the writer lock.
+	srv, err := s.servers.decode([]byte(name), data)
+	if err != nil {
+		return Server{}, fmt.Errorf("decode %s: %w", name, err)
 	}
 	orig := srv
 	if err := fn(&srv); err != nil {

@@ -126,6 +126,9 @@ type Store struct {
 
 	servers serverCache
 	hosts   hostCache
+	// commits shares commits between concurrent token mints (grouped);
+	// nil on etcd, whose transactions are bounded in operations.
+	commits *committer
 
 	// sweep bounds the old events one append deletes (and the events and
 	// tokens one Prune transaction deletes on an engine with a bounded
@@ -180,6 +183,7 @@ func Open(path string, opts Options) (*Store, error) {
 	}
 	s := newStore(&boltEngine{db: db}, path, opts)
 	s.bdb = db
+	s.commits = &committer{update: s.eng.update}
 	if err := s.init(opts.MasterKey); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("state: open %s: %w", path, err)

@@ -107,7 +107,9 @@ func newSecret(prefix string) (string, [32]byte, error) {
 func tokenID(h [32]byte) string { return hex.EncodeToString(h[:6]) }
 
 // IssueToken creates a machine token and returns its value (43 URL-safe
-// characters, shown once, never stored) and its record. Errors: ErrInvalid.
+// characters, shown once, never stored) and its record. Concurrent calls
+// share commits (one fsync for all that queued during the previous
+// commit; a lone call commits at once). Errors: ErrInvalid.
 func (s *Store) IssueToken(spec TokenSpec) (string, Token, error) {
 	spec, err := checkSpec(spec)
 	if err != nil {
@@ -115,7 +117,11 @@ func (s *Store) IssueToken(spec TokenSpec) (string, Token, error) {
 	}
 	var value string
 	var t Token
-	err = s.update(func(tx kvTx) error {
+	// Grouped: concurrent mints (a boot storm's script GETs, one token
+	// each) share one commit and fsync; a lone mint commits at once. The
+	// function may run again (a new secret each time): the last run is
+	// what was committed, and what is returned.
+	err = s.grouped(func(tx kvTx) error {
 		var err error
 		value, t, err = s.issueTokenTx(tx, spec)
 		return err

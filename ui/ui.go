@@ -113,7 +113,7 @@ type PlanStep struct {
 	Why     string `json:"why"`
 }
 
-// Condition is a fact status shows (reconciler.Condition).
+// Condition is a fact status shows (gitops.Condition).
 type Condition struct {
 	Subject string `json:"subject"` // "server/NAME", "profile/NAME" or "inventory"
 	Type    string `json:"type"`    // CamelCase: Orphaned, InsufficientCapacity, Waiting, Held

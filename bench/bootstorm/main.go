@@ -3,18 +3,21 @@
 // network namespaces and runs each mode inside one).
 //
 //	bootstorm serve  -iface vs0 -http 10.66.0.1:8080 -root /usr/lib/ipxe -clients 1000 [-ramdisk DIR]
-//	    Machina's DHCP (full mode), TFTP and iPXE handler, with the N storm MACs known,
-//	    the HTTP side mounted on the api server as cmd/machina mounts it (api.Server,
-//	    HandlePublic), with DIR served at /boot/ramdisk/ by the controller's route.
+//	    Machina's DHCP (full mode), TFTP and iPXE handler over a state store holding
+//	    the N storm servers (commissioning; api.BootIndex mints their tokens in the
+//	    store, with fsync), the HTTP side mounted on the api server as controller.Run
+//	    mounts it (api.Server, HandlePublic), with DIR served at /boot/ramdisk/ by the
+//	    iPXE handler (RamdiskDir), every limit at its production default.
 //	bootstorm static -http 10.66.0.1:8080 -script URL
 //	    a plain HTTP server returning the chain script (the HTTP side next to dnsmasq).
 //	bootstorm storm  -server 10.66.0.1 -relay 10.66.0.2 -clients 1000 -http URL -file undionly.kpxe -label NAME
-//	        [-ramdisk URL -ramdisk-clients M]
+//	        [-ramdisk URL -ramdisk-clients M] [-pool 10.66.1.0] [-server-pids "PID..."]
 //	    N concurrent clients, each: DHCP DISCOVER/OFFER/REQUEST/ACK (as a relay agent,
 //	    so one socket carries every client; option 93 is 7, EFI x64, when -file ends
 //	    in .efi, else 0, BIOS), a TFTP download of -file (blksize 1428, tsize), a GET
 //	    of the per-MAC script and, for the first M clients, GETs of URL+vmlinuz and
-//	    URL+initrd.cpio.gz over one keep-alive connection. Prints p50/p99 per step
+//	    URL+initrd.cpio.gz over one keep-alive connection, every step after DHCP from
+//	    the address the client leased (bound; the pool must be on the interface). Prints p50/p99 per step
 //	    and the ramdisk step's aggregate throughput as JSON. With -stepwise, every
 //	    client finishes a step before any starts the next, so each step is measured
 //	    under the full concurrency of N (or M) clients.
@@ -39,11 +42,13 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"runtime/pprof"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -99,6 +104,7 @@ func serve(ctx context.Context, args []string) error {
 	prof := fs.String("cpuprofile", "", "write a CPU profile of the server to this file")
 	uefi := fs.String("uefi-file", "ipxe.efi", "TFTP file offered to EFI x64 clients (option 93 = 7)")
 	ramdisk := fs.String("ramdisk", "", "folder served at /boot/ramdisk/ (make ramdisk writes out/ramdisk)")
+	memTokens := fs.Bool("mem-tokens", false, "look servers up and mint tokens in memory (boot.MemLookup, boot.MemTokens: the shape of sessions 1-4), not in the state store: the store's cost in the same run")
 	direct := fs.Bool("direct", false, "serve the iPXE handler on a bare http.Server (the storm's shape before issue 24), not through the api server")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -113,30 +119,52 @@ func serve(ctx context.Context, args []string) error {
 		}
 		defer func() { pprof.StopCPUProfile(); f.Close() }()
 	}
-	var look boot.MemLookup
-	for i := range *n {
-		if err := look.Set(boot.Assignment{MAC: stormMAC(i), Lifecycle: boot.LifecycleCommissioning}); err != nil {
-			return err
-		}
-	}
-	base := "http://" + *httpAddr
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	// Every simulated client shares the relay's IP, so the per-IP limits
-	// are raised to the storm size; per-MAC limits stay at their defaults.
-	h, err := ipxe.New(ipxe.Config{Lookup: &look, Tokens: boot.NewMemTokens(), ControllerURL: base, Logger: log,
-		PerIP: ipxe.Limit{Burst: 4 * *n, Every: time.Millisecond}})
+	// The production shape (controller.Run): servers in the state store
+	// (commissioning, so every script mints a token), api.BootIndex as
+	// the boot servers' Lookup and Tokens (a token is a bbolt write with
+	// its fsync, as in production), the ramdisk folder served by the iPXE
+	// handler (boot.Files over an os.Root), and every limit at its
+	// production default: since issue 24 each simulated client uses its
+	// own leased address, as machines in a real storm do (bootstorm.md).
+	st, stDir, err := stormStore(*n)
 	if err != nil {
 		return err
 	}
+	defer os.RemoveAll(stDir)
+	defer st.Close()
+	bi, err := api.NewBootIndex(st)
+	if err != nil {
+		return err
+	}
+	var look boot.Lookup = bi
+	var toks boot.Tokens = bi
+	if *memTokens {
+		var ml boot.MemLookup
+		for i := range *n {
+			if err := ml.Set(boot.Assignment{MAC: stormMAC(i), Name: fmt.Sprintf("storm-%04d", i), Lifecycle: boot.LifecycleCommissioning, Mode: boot.ModeBIOS}); err != nil {
+				return err
+			}
+		}
+		look, toks = &ml, boot.NewMemTokens()
+	}
+	base := "http://" + *httpAddr
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	ih, err := ipxe.New(ipxe.Config{Lookup: look, Tokens: toks, ControllerURL: base, RamdiskDir: *ramdisk, Logger: log})
+	if err != nil {
+		return err
+	}
+	defer ih.Close()
+	leases := &dhcp.MemLeases{} // as controller.Run: also what api.Machine binds reports and plans to
+	lc := &leaseCheck{next: ih, leases: leases}
+	var h http.Handler = lc
 	d, err := dhcp.New(dhcp.Config{Interfaces: []string{*iface}, Subnet: netip.MustParsePrefix("10.66.0.0/21"),
-		PoolStart: netip.MustParseAddr("10.66.1.0"), PoolEnd: netip.MustParseAddr("10.66.7.250"), Lookup: &look, Logger: log,
+		PoolStart: netip.MustParseAddr("10.66.1.0"), PoolEnd: netip.MustParseAddr("10.66.7.250"), Lookup: look, Leases: leases, Logger: log,
 		Boot: dhcp.BootFiles{ScriptURL: base + ipxe.ScriptPath, UEFI: *uefi}})
 	if err != nil {
 		return err
 	}
 	host, _, _ := net.SplitHostPort(*httpAddr)
-	t, err := tftp.New(tftp.Config{Root: *root, Addr: host + ":69", ScriptURL: base + ipxe.ScriptPath, Logger: log,
-		MaxPerClient: *n, MaxTransfers: 2 * *n})
+	t, err := tftp.New(tftp.Config{Root: *root, Addr: host + ":69", ScriptURL: base + ipxe.ScriptPath, Logger: log})
 	if err != nil {
 		return err
 	}
@@ -144,7 +172,7 @@ func serve(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	serveHTTP, err := httpSide(h, *ramdisk, *direct, log)
+	serveHTTP, err := httpSide(h, st, *ramdisk != "", *direct, log)
 	if err != nil {
 		return err
 	}
@@ -168,42 +196,85 @@ func serve(ctx context.Context, args []string) error {
 	}
 	hcancel()
 	<-httpDone
-	st := d.Stats()
-	fmt.Fprintf(os.Stderr, "machina dhcp stats: %+v tftp stats: %+v\n", st, t.Stats())
+	ds := d.Stats()
+	fmt.Fprintf(os.Stderr, "machina dhcp stats: %+v tftp stats: %+v\n", ds, t.Stats())
+	fmt.Fprintf(os.Stderr, "machina script requests by source address: %d from the MAC's lease, %d from another address, %d without a lease\n",
+		lc.leased.Load(), lc.other.Load(), lc.none.Load())
 	fmt.Fprintf(os.Stderr, "machina server CPU: %.2f s for both runs\n", cpuSeconds())
 	return nil
 }
 
-// httpSide returns the function serving Machina's HTTP side: by default
-// an api.Server (the production middleware: metrics, request log, JSON
-// errors) with the iPXE handler at ipxe.ScriptPath and, when dir is set,
-// the controller's /boot/ramdisk/ route over dir; with direct, the same
-// two handlers on a bare http.Server (no api middleware: the ramdisk is
-// then sent with sendfile, see bench/bootstorm.md).
-func httpSide(h http.Handler, dir string, direct bool, log *slog.Logger) (func(context.Context, net.Listener) error, error) {
-	ramdisk := http.StripPrefix("/boot/ramdisk/", http.FileServer(http.Dir(dir)))
-	if direct {
-		mux := http.NewServeMux()
-		mux.Handle(ipxe.ScriptPath, h)
-		if dir != "" {
-			mux.Handle("/boot/ramdisk/", ramdisk)
+// leaseCheck passes requests to next and counts, for script requests
+// (?mac=), whether they come from the address the DHCP server leased to
+// that MAC: the binding api.Machine (issue 23) applies to the requests
+// that follow the script (report, plan), which the storm does not make.
+type leaseCheck struct {
+	next                http.Handler
+	leases              *dhcp.MemLeases
+	leased, other, none atomic.Int64
+}
+
+func (c *leaseCheck) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path == ipxe.ScriptPath {
+		if mac := r.URL.Query().Get("mac"); mac != "" {
+			ap, _ := netip.ParseAddrPort(r.RemoteAddr)
+			switch ip, ok := c.leases.LeasedIP(mac); {
+			case !ok:
+				c.none.Add(1)
+			case ip == ap.Addr().Unmap():
+				c.leased.Add(1)
+			default:
+				c.other.Add(1)
+			}
 		}
+	}
+	c.next.ServeHTTP(w, r)
+}
+
+// stormStore creates a state store in a new temporary folder (on disk, as
+// the controller's) holding n servers in commissioning, storm-NNNN with
+// boot MAC stormMAC(i), and returns it reopened with the production
+// options (an fsync per commit). The servers are created without fsync.
+func stormStore(n int) (*state.Store, string, error) {
+	dir, err := os.MkdirTemp("", "bootstorm-state-")
+	if err != nil {
+		return nil, "", err
+	}
+	path := filepath.Join(dir, "state.db")
+	st, err := state.Open(path, state.Options{NoSync: true})
+	if err != nil {
+		return nil, dir, err
+	}
+	for i := range n {
+		if _, err := st.CreateServer(state.Server{Name: fmt.Sprintf("storm-%04d", i), BootMAC: stormMAC(i).String(),
+			Lifecycle: state.LifecycleCommissioning, BootMode: "bios"}); err != nil {
+			st.Close()
+			return nil, dir, err
+		}
+	}
+	if err := st.Close(); err != nil {
+		return nil, dir, err
+	}
+	st, err = state.Open(path, state.Options{})
+	return st, dir, err
+}
+
+// httpSide returns the function serving Machina's HTTP side: by default
+// an api.Server over st (the production middleware: connection limit per
+// source address, metrics, request log, JSON errors) with the iPXE handler
+// h at ipxe.ScriptPath and, with ramdisk, at /boot/ramdisk/, as
+// controller.Run mounts them; with direct, h on a bare http.Server (no api
+// middleware).
+func httpSide(h http.Handler, st *state.Store, ramdisk, direct bool, log *slog.Logger) (func(context.Context, net.Listener) error, error) {
+	if direct {
 		return func(ctx context.Context, ln net.Listener) error {
-			hs := &http.Server{Handler: mux}
+			hs := &http.Server{Handler: h}
 			go func() { <-ctx.Done(); _ = hs.Close() }()
 			if err := hs.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
 				return err
 			}
 			return nil
 		}, nil
-	}
-	tmp, err := os.MkdirTemp("", "bootstorm-state-")
-	if err != nil {
-		return nil, err
-	}
-	st, err := state.Open(filepath.Join(tmp, "state.db"), state.Options{NoSync: true})
-	if err != nil {
-		return nil, err
 	}
 	srv, err := api.New(api.Config{Store: st, Logger: log})
 	if err != nil {
@@ -212,18 +283,14 @@ func httpSide(h http.Handler, dir string, direct bool, log *slog.Logger) (func(c
 	if err := srv.HandlePublic(ipxe.ScriptPath, h); err != nil {
 		return nil, err
 	}
-	if dir != "" {
+	if ramdisk {
 		// The route controller.Run mounts for cmd/machina's -ramdisk-dir
-		// (controller/controller.go); keep the two the same.
-		if err := srv.HandlePublic("/boot/ramdisk/", ramdisk); err != nil {
+		// (controller/stages.go); keep the two the same.
+		if err := srv.HandlePublic("/boot/ramdisk/", h); err != nil {
 			return nil, err
 		}
 	}
-	return func(ctx context.Context, ln net.Listener) error {
-		defer os.RemoveAll(tmp)
-		defer st.Close()
-		return srv.Serve(ctx, ln)
-	}, nil
+	return func(ctx context.Context, ln net.Listener) error { return srv.Serve(ctx, ln) }, nil
 }
 
 func static(ctx context.Context, args []string) error {
@@ -324,6 +391,7 @@ type result struct {
 	dhcp, tftp, script, total time.Duration
 	connect                   time.Duration // the script step's TCP connect, part of script
 	ramdisk                   time.Duration // both ramdisk GETs; zero when the client skipped them
+	addr                      netip.Addr    // the address its DHCP exchange leased, or its fallback (clientAddr)
 	rdBytes                   int64
 	rdStart, rdEnd            time.Time
 	ok                        [4]bool  // dhcp, tftp, script, ramdisk succeeded (or, ramdisk, was skipped)
@@ -358,6 +426,8 @@ func storm(ctx context.Context, args []string) error {
 	stepwise := fs.Bool("stepwise", false, "run each step for all clients before the next (per-step latency under full concurrency)")
 	rdURL := fs.String("ramdisk", "", "base URL of the ramdisk files (ends in /boot/ramdisk/); empty skips the ramdisk step")
 	rdN := fs.Int("ramdisk-clients", 1000, "clients (the first M) that run the ramdisk step; capped at -clients")
+	pool := fs.String("pool", "10.66.1.0", "first address of the DHCP pool: client i without a lease uses this + i (stepwise)")
+	pids := fs.String("server-pids", "", "space-separated PIDs of the server processes: their CPU time per step is reported (stepwise)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -365,6 +435,10 @@ func storm(ctx context.Context, args []string) error {
 		*rdN = 0
 	}
 	*rdN = min(*rdN, *n)
+	poolStart, err := netip.ParseAddr(*pool)
+	if err != nil || !poolStart.Is4() {
+		return fmt.Errorf("storm: -pool %q: not an IPv4 address", *pool)
+	}
 	conn, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.ParseIP(*relayIP), Port: 67})
 	if err != nil {
 		return err
@@ -378,6 +452,7 @@ func storm(ctx context.Context, args []string) error {
 	hc := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: *n, MaxConnsPerHost: 0}}
 
 	results := make([]result, *n)
+	var stepCPU [4]float64 // the server processes' CPU seconds per step (stepwise, -server-pids)
 	var wg sync.WaitGroup
 	start := make(chan struct{})
 	t0 := time.Now()
@@ -388,26 +463,39 @@ func storm(ctx context.Context, args []string) error {
 		// each step runs at the full concurrency on both sides: dnsmasq
 		// loses a third of the DHCP burst, and its TFTP would otherwise
 		// be measured with two thirds of the clients.
+		step := 0
 		phase := func(f func(i int)) {
+			// Between steps (not timed): the load generator collects the
+			// previous step's garbage (the TFTP step allocates per block)
+			// and lets the servers finish closing its sockets, so that a
+			// step is not charged for the one before it.
+			runtime.GC()
+			time.Sleep(200 * time.Millisecond)
+			c0 := procCPU(*pids)
 			var pw sync.WaitGroup
 			for i := range *n {
 				pw.Go(func() { f(i) })
 			}
 			pw.Wait()
+			stepCPU[step] = procCPU(*pids) - c0
+			step++
 		}
 		phase(func(i int) {
 			var err error
-			results[i].dhcp, err = dhcpStep(r, stormMAC(i), *file)
+			results[i].dhcp, results[i].addr, err = dhcpStep(r, stormMAC(i), *file)
 			results[i].note(stepDHCP, err)
+			if err != nil {
+				results[i].addr = clientAddr(poolStart, i)
+			}
 		})
 		phase(func(i int) {
 			var err error
-			results[i].tftp, err = tftpStep(*server, *file)
+			results[i].tftp, err = tftpStep(*server, *file, results[i].addr)
 			results[i].note(stepTFTP, err)
 		})
 		phase(func(i int) {
 			var err error
-			results[i].script, results[i].connect, err = scriptStep(ctx, hc, stormMAC(i), *httpURL)
+			results[i].script, results[i].connect, err = scriptStep(ctx, hc, stormMAC(i), *httpURL, results[i].addr)
 			results[i].note(stepScript, err)
 		})
 		phase(func(i int) {
@@ -492,6 +580,9 @@ func storm(ctx context.Context, args []string) error {
 		"ramdisk_p50_ms": ms(pct(rd, 50)), "ramdisk_p99_ms": ms(pct(rd, 99)),
 		"ramdisk_clients": len(rd), "ramdisk_bytes": rdBytes,
 	}
+	if *stepwise && *pids != "" {
+		out["server_cpu_dhcp_s"], out["server_cpu_tftp_s"], out["server_cpu_script_s"], out["server_cpu_ramdisk_s"] = stepCPU[0], stepCPU[1], stepCPU[2], stepCPU[3]
+	}
 	if len(rd) > 0 {
 		// Aggregate throughput: all ramdisk bytes over the span from the
 		// first client's connect to the last client's final byte.
@@ -508,17 +599,17 @@ func storm(ctx context.Context, args []string) error {
 func client(ctx context.Context, r *relay, hc *http.Client, mac net.HardwareAddr, server, scriptURL, file, ramdiskURL string) (res result) {
 	t0 := time.Now()
 	var err error
-	if res.dhcp, err = dhcpStep(r, mac, file); err != nil {
+	if res.dhcp, res.addr, err = dhcpStep(r, mac, file); err != nil {
 		res.note(stepDHCP, err)
 		return res
 	}
 	res.note(stepDHCP, nil)
-	if res.tftp, err = tftpStep(server, file); err != nil {
+	if res.tftp, err = tftpStep(server, file, res.addr); err != nil {
 		res.note(stepTFTP, err)
 		return res
 	}
 	res.note(stepTFTP, nil)
-	if res.script, res.connect, err = scriptStep(ctx, hc, mac, scriptURL); err != nil {
+	if res.script, res.connect, err = scriptStep(ctx, hc, mac, scriptURL, res.addr); err != nil {
 		res.note(stepScript, err)
 		return res
 	}
@@ -534,10 +625,24 @@ func client(ctx context.Context, r *relay, hc *http.Client, mac net.HardwareAddr
 	return res
 }
 
+// clientAddr is the address client i uses when its DHCP exchange leased
+// none (stepwise runs every step for every client): the pool's i-th, which
+// bootstorm.sh has put on the client namespace's interface with the rest
+// of the pool. It may be another client's lease; two clients then share an
+// address, as they did not before issue 24, when all 1,000 shared one.
+func clientAddr(pool netip.Addr, i int) netip.Addr {
+	b := pool.As4()
+	v := uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
+	v += uint32(i)
+	return netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)})
+}
+
 // dhcpStep runs DISCOVER/OFFER/REQUEST/ACK for mac, shaped like a BIOS PXE
 // ROM (option 60 PXEClient, option 93 arch 0) or, when file ends in .efi,
-// like OVMF's (arch 7, EFI x64), and checks the boot file.
-func dhcpStep(r *relay, mac net.HardwareAddr, file string) (time.Duration, error) {
+// like OVMF's (arch 7, EFI x64), checks the boot file and returns the
+// leased address (yiaddr of the ACK), which the client's later steps use
+// as their source address, as a booting machine does.
+func dhcpStep(r *relay, mac net.HardwareAddr, file string) (time.Duration, netip.Addr, error) {
 	t0 := time.Now()
 	class, arch := "PXEClient:Arch:00000:UNDI:002001", iana.INTEL_X86PC
 	if strings.HasSuffix(file, ".efi") {
@@ -549,35 +654,42 @@ func dhcpStep(r *relay, mac net.HardwareAddr, file string) (time.Duration, error
 	}
 	disc, err := dhcpv4.New(append(pxe, dhcpv4.WithMessageType(dhcpv4.MessageTypeDiscover))...)
 	if err != nil {
-		return 0, err
+		return 0, netip.Addr{}, err
 	}
 	disc.HopCount = 1
 	offer, err := r.exchange(disc, dhcpv4.MessageTypeOffer)
 	if err != nil {
-		return 0, fmt.Errorf("dhcp discover: %w", err)
+		return 0, netip.Addr{}, fmt.Errorf("dhcp discover: %w", err)
 	}
 	req, err := dhcpv4.New(append(pxe, dhcpv4.WithTransactionID(disc.TransactionID), dhcpv4.WithMessageType(dhcpv4.MessageTypeRequest),
 		dhcpv4.WithOption(dhcpv4.OptRequestedIPAddress(offer.YourIPAddr)), dhcpv4.WithOption(dhcpv4.OptServerIdentifier(offer.ServerIdentifier())))...)
 	if err != nil {
-		return 0, err
+		return 0, netip.Addr{}, err
 	}
 	req.HopCount = 1
 	ack, err := r.exchange(req, dhcpv4.MessageTypeAck)
 	if err != nil {
-		return 0, fmt.Errorf("dhcp request: %w", err)
+		return 0, netip.Addr{}, fmt.Errorf("dhcp request: %w", err)
 	}
 	if ack.BootFileName != file {
-		return 0, fmt.Errorf("boot file %q, want %q", ack.BootFileName, file)
+		return 0, netip.Addr{}, fmt.Errorf("boot file %q, want %q", ack.BootFileName, file)
 	}
-	return time.Since(t0), nil
+	leased, ok := netip.AddrFromSlice(ack.YourIPAddr.To4())
+	if !ok || leased.IsUnspecified() {
+		return 0, netip.Addr{}, fmt.Errorf("dhcp: ACK leases no address (yiaddr %v)", ack.YourIPAddr)
+	}
+	return time.Since(t0), leased, nil
 }
 
 // tftpStep downloads file with blksize 1428 and tsize, as iPXE's PXE
-// chainload does.
-func tftpStep(server, file string) (time.Duration, error) {
+// chainload does, from the address local.
+func tftpStep(server, file string, local netip.Addr) (time.Duration, error) {
 	t0 := time.Now()
 	c, err := ptftp.NewClient(net.JoinHostPort(server, "69"))
 	if err != nil {
+		return 0, err
+	}
+	if err := c.SetLocalAddr(local.String()); err != nil {
 		return 0, err
 	}
 	c.SetBlockSize(1428)
@@ -599,13 +711,13 @@ func tftpStep(server, file string) (time.Duration, error) {
 // no http.Transport (connection pool, per-request goroutines): the load
 // generator shares the server's two vCPUs, and a heavier client would be
 // measured instead of the server.
-func scriptStep(ctx context.Context, _ *http.Client, mac net.HardwareAddr, scriptURL string) (total, connect time.Duration, err error) {
+func scriptStep(ctx context.Context, _ *http.Client, mac net.HardwareAddr, scriptURL string, local netip.Addr) (total, connect time.Duration, err error) {
 	u, err := url.Parse(scriptURL)
 	if err != nil {
 		return 0, 0, err
 	}
 	t0 := time.Now()
-	var d net.Dialer
+	d := net.Dialer{LocalAddr: net.TCPAddrFromAddrPort(netip.AddrPortFrom(local, 0))}
 	conn, err := d.DialContext(ctx, "tcp4", u.Host)
 	if err != nil {
 		return 0, 0, fmt.Errorf("script: %w", err)
@@ -639,15 +751,15 @@ var ramdiskFiles = []string{"vmlinuz", "initrd.cpio.gz"}
 // ramdiskStep GETs the kernel and the initrd from base (a URL ending in
 // /), as iPXE does: one TCP connection kept alive for both, each body read
 // whole and checked against its Content-Length (not hashed: a thousand
-// clients hashing tens of MB would measure the load generator). It fills
-// res.ramdisk, rdBytes, rdStart and rdEnd.
+// clients hashing tens of MB would measure the load generator), from the
+// address res.addr. It fills res.ramdisk, rdBytes, rdStart and rdEnd.
 func ramdiskStep(ctx context.Context, base string, res *result) error {
 	u, err := url.Parse(base)
 	if err != nil {
 		return err
 	}
 	res.rdStart = time.Now()
-	var d net.Dialer
+	d := net.Dialer{LocalAddr: net.TCPAddrFromAddrPort(netip.AddrPortFrom(res.addr, 0))}
 	conn, err := d.DialContext(ctx, "tcp4", u.Host)
 	if err != nil {
 		return fmt.Errorf("ramdisk: %w", err)
@@ -758,6 +870,11 @@ func table(w io.Writer, files []string) error {
 				num(a, "ramdisk_mb_s"), num(b, "ramdisk_mb_s"), ratio(num(a, "ramdisk_mb_s"), num(b, "ramdisk_mb_s")))
 		}
 		fmt.Fprintf(w, "load generator CPU: %.2f s (%s run) | %.2f s (%s run)\n", a["client_cpu_s"], a["label"], b["client_cpu_s"], b["label"])
+		if _, ok := a["server_cpu_script_s"]; ok {
+			fmt.Fprintf(w, "server CPU per step (dhcp tftp script ramdisk), s: %s %.2f %.2f %.2f %.2f | %s %.2f %.2f %.2f %.2f\n",
+				a["label"], num(a, "server_cpu_dhcp_s"), num(a, "server_cpu_tftp_s"), num(a, "server_cpu_script_s"), num(a, "server_cpu_ramdisk_s"),
+				b["label"], num(b, "server_cpu_dhcp_s"), num(b, "server_cpu_tftp_s"), num(b, "server_cpu_script_s"), num(b, "server_cpu_ramdisk_s"))
+		}
 		fmt.Fprintf(w, "failed clients: %s %v %v | %s %v %v\n", a["label"], a["failed"], orEmpty(a["first_error"]), b["label"], b["failed"], orEmpty(b["first_error"]))
 		fmt.Fprintf(w, "failed per step (dhcp tftp script ramdisk): %s %v %v %v %v | %s %v %v %v %v\n\n",
 			a["label"], a["failed_dhcp"], a["failed_tftp"], a["failed_script"], a["failed_ramdisk"],
@@ -771,6 +888,34 @@ func orEmpty(v any) any {
 		return ""
 	}
 	return v
+}
+
+// procCPU is the user+system CPU seconds of the processes pids (space
+// separated; every thread of each), read from /proc/PID/stat (fields 14
+// and 15, in clock ticks of 100 Hz, the Linux USER_HZ); a process that is
+// gone counts 0.
+func procCPU(pids string) float64 {
+	var ticks int64
+	for _, p := range strings.Fields(pids) {
+		b, err := os.ReadFile("/proc/" + p + "/stat")
+		if err != nil {
+			continue
+		}
+		// The command name (field 2) may hold spaces: fields count from
+		// after its closing parenthesis, where field 3 is first.
+		i := bytes.LastIndexByte(b, ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(string(b[i+1:]))
+		if len(f) < 13 {
+			continue
+		}
+		u, _ := strconv.ParseInt(f[11], 10, 64)
+		st, _ := strconv.ParseInt(f[12], 10, 64)
+		ticks += u + st
+	}
+	return float64(ticks) / 100
 }
 
 // cpuSeconds is this process's user+system CPU time so far (getrusage(2)).

@@ -107,7 +107,55 @@ func (c *Trees) New(dir string, cfg Config) (*Server, error) {
 // systems, sensors tied to one node by RelatedItem. The second system has
 // only Links.Chassis, the Reset action and the Boot override.
 func WriteSharedChassisTree(src, dst string) error {
-	err := filepath.WalkDir(src, func(p string, de os.DirEntry, err error) error {
+	if err := copyTree(src, dst); err != nil {
+		return fmt.Errorf("bmcsim: shared chassis tree: copy: %w", err)
+	}
+	t := treeDir(dst)
+	coll, err := t.read("/redfish/v1/Systems")
+	if err != nil {
+		return fmt.Errorf("bmcsim: shared chassis tree: %w", err)
+	}
+	ids := memberIDs(coll)
+	if len(ids) == 0 {
+		return errors.New("bmcsim: shared chassis tree: no system")
+	}
+	s1, err := t.read(ids[0])
+	if err != nil {
+		return fmt.Errorf("bmcsim: shared chassis tree: %w", err)
+	}
+	links, _ := obj(s1, "Links")["Chassis"].([]any)
+	if len(links) == 0 {
+		return errors.New("bmcsim: shared chassis tree: the first system links no chassis")
+	}
+	chID := odataID(links[0])
+	s2ID := strings.TrimRight(ids[0], "/") + "-2"
+	if err := t.write(s2ID, secondSystem(s1, s2ID, chID)); err != nil {
+		return err
+	}
+	coll["Members"] = append(anySlice(coll["Members"]), map[string]any{"@odata.id": s2ID})
+	coll["Members@odata.count"] = len(anySlice(coll["Members"]))
+	if err := t.write("/redfish/v1/Systems", coll); err != nil {
+		return err
+	}
+	ch, err := t.read(chID)
+	if err != nil {
+		return fmt.Errorf("bmcsim: shared chassis tree: %w", err)
+	}
+	cl, _ := ch["Links"].(map[string]any)
+	if cl == nil {
+		cl = map[string]any{}
+		ch["Links"] = cl
+	}
+	cl["ComputerSystems"] = []any{map[string]any{"@odata.id": ids[0]}, map[string]any{"@odata.id": s2ID}}
+	if err := t.write(chID, ch); err != nil {
+		return err
+	}
+	return t.addNodeSensors(ch, s2ID)
+}
+
+// copyTree copies the folder src to dst.
+func copyTree(src, dst string) error {
+	return filepath.WalkDir(src, func(p string, de os.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
@@ -122,49 +170,39 @@ func WriteSharedChassisTree(src, dst string) error {
 		}
 		return os.WriteFile(out, b, 0o644)
 	})
+}
+
+// treeDir is a Redfish tree on disk: one index.json per @odata.id.
+type treeDir string
+
+func (t treeDir) file(id string) string {
+	return filepath.Join(string(t), filepath.FromSlash(strings.TrimPrefix(id, "/")), "index.json")
+}
+
+func (t treeDir) read(id string) (map[string]any, error) {
+	var m map[string]any
+	b, err := os.ReadFile(t.file(id))
+	if err == nil {
+		err = json.Unmarshal(b, &m)
+	}
+	return m, err
+}
+
+func (t treeDir) write(id string, m map[string]any) error {
+	b, err := json.MarshalIndent(m, "", "  ")
 	if err != nil {
-		return fmt.Errorf("bmcsim: shared chassis tree: copy: %w", err)
+		return err
 	}
-	file := func(id string) string {
-		return filepath.Join(dst, filepath.FromSlash(strings.TrimPrefix(id, "/")), "index.json")
+	if err := os.MkdirAll(filepath.Dir(t.file(id)), 0o755); err != nil {
+		return err
 	}
-	read := func(id string) (map[string]any, error) {
-		var m map[string]any
-		b, err := os.ReadFile(file(id))
-		if err == nil {
-			err = json.Unmarshal(b, &m)
-		}
-		return m, err
-	}
-	write := func(id string, m map[string]any) error {
-		b, err := json.MarshalIndent(m, "", "  ")
-		if err != nil {
-			return err
-		}
-		if err := os.MkdirAll(filepath.Dir(file(id)), 0o755); err != nil {
-			return err
-		}
-		return os.WriteFile(file(id), b, 0o644)
-	}
-	coll, err := read("/redfish/v1/Systems")
-	if err != nil {
-		return fmt.Errorf("bmcsim: shared chassis tree: %w", err)
-	}
-	ids := memberIDs(coll)
-	if len(ids) == 0 {
-		return errors.New("bmcsim: shared chassis tree: no system")
-	}
-	s1, err := read(ids[0])
-	if err != nil {
-		return fmt.Errorf("bmcsim: shared chassis tree: %w", err)
-	}
-	links, _ := obj(s1, "Links")["Chassis"].([]any)
-	if len(links) == 0 {
-		return errors.New("bmcsim: shared chassis tree: the first system links no chassis")
-	}
-	chID := odataID(links[0])
-	s2ID := strings.TrimRight(ids[0], "/") + "-2"
-	s2 := map[string]any{
+	return os.WriteFile(t.file(id), b, 0o644)
+}
+
+// secondSystem is the second node of s1's chassis chID: only
+// Links.Chassis, the Reset action and a copy of s1's Boot override.
+func secondSystem(s1 map[string]any, s2ID, chID string) map[string]any {
+	return map[string]any{
 		"@odata.id": s2ID, "@odata.type": s1["@odata.type"], "Id": path.Base(s2ID), "Name": "Second node",
 		"Manufacturer": s1["Manufacturer"], "Model": s1["Model"], "SerialNumber": "NODE2", "PowerState": "On",
 		"Status": map[string]any{"State": "Enabled", "Health": "OK", "HealthRollup": "OK"},
@@ -175,51 +213,35 @@ func WriteSharedChassisTree(src, dst string) error {
 			"ResetType@Redfish.AllowableValues": []any{"On", "ForceOff", "ForceRestart", "GracefulShutdown"},
 		}},
 	}
-	if err := write(s2ID, s2); err != nil {
-		return err
-	}
-	coll["Members"] = append(anySlice(coll["Members"]), map[string]any{"@odata.id": s2ID})
-	coll["Members@odata.count"] = len(anySlice(coll["Members"]))
-	if err := write("/redfish/v1/Systems", coll); err != nil {
-		return err
-	}
-	ch, err := read(chID)
-	if err != nil {
-		return fmt.Errorf("bmcsim: shared chassis tree: %w", err)
-	}
-	cl, _ := ch["Links"].(map[string]any)
-	if cl == nil {
-		cl = map[string]any{}
-		ch["Links"] = cl
-	}
-	cl["ComputerSystems"] = []any{map[string]any{"@odata.id": ids[0]}, map[string]any{"@odata.id": s2ID}}
-	if err := write(chID, ch); err != nil {
-		return err
-	}
+}
+
+// addNodeSensors adds to chassis ch a Sensor and a Thermal entry named
+// "CPU Temp" (78 °C) whose RelatedItem is the second system's CPU.
+func (t treeDir) addNodeSensors(ch map[string]any, s2ID string) error {
 	related := []any{map[string]any{"@odata.id": s2ID + "/Processors/CPU1"}}
 	if sid := odataID(ch["Sensors"]); sid != "" {
-		sc, err := read(sid)
+		sc, err := t.read(sid)
 		if err == nil {
 			snID := strings.TrimRight(sid, "/") + "/Node2CPUTemp"
 			sn := map[string]any{"@odata.id": snID, "@odata.type": "#Sensor.v1_7_0.Sensor", "Id": "Node2CPUTemp", "Name": "CPU Temp",
 				"ReadingType": "Temperature", "ReadingUnits": "Cel", "Reading": 78, "Status": map[string]any{"State": "Enabled", "Health": "OK"},
 				"RelatedItem": related}
-			if err := write(snID, sn); err != nil {
+			if err := t.write(snID, sn); err != nil {
 				return err
 			}
 			sc["Members"] = append(anySlice(sc["Members"]), map[string]any{"@odata.id": snID})
 			sc["Members@odata.count"] = len(anySlice(sc["Members"]))
-			if err := write(sid, sc); err != nil {
+			if err := t.write(sid, sc); err != nil {
 				return err
 			}
 		}
 	}
 	if tid := odataID(ch["Thermal"]); tid != "" {
-		th, err := read(tid)
+		th, err := t.read(tid)
 		if err == nil {
 			th["Temperatures"] = append(anySlice(th["Temperatures"]), map[string]any{"Name": "CPU Temp", "ReadingCelsius": 78,
 				"Status": map[string]any{"State": "Enabled", "Health": "OK"}, "RelatedItem": related})
-			if err := write(tid, th); err != nil {
+			if err := t.write(tid, th); err != nil {
 				return err
 			}
 		}

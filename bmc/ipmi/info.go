@@ -45,8 +45,20 @@ func (d *Driver) Info(ctx context.Context) (_ *bmc.Info, err error) {
 	}
 	info.Power = p
 
+	d.infoFirmware(ctx, info, miss)
+	d.infoIdentity(ctx, info, miss)
+	d.infoUUID(ctx, info, miss)
+	d.infoSensors(ctx, info, miss)
+	d.infoLogs(ctx, info, miss)
+	missing = append(missing, "biosVersion", "nics")
+	info.Missing = dedupe(missing)
+	return info, nil
+}
+
+// infoFirmware reads the firmware: the BMC's firmware revision (Get Device ID).
+func (d *Driver) infoFirmware(ctx context.Context, info *bmc.Info, miss func(string, error)) {
 	var dev *struct{ major, minor uint8 }
-	err = d.call(ctx, "get device id", func(c *client.Client) error {
+	err := d.call(ctx, "get device id", func(c *client.Client) error {
 		r, err := c.GetDeviceID(ctx)
 		if err != nil {
 			return err
@@ -61,9 +73,12 @@ func (d *Driver) Info(ctx context.Context) (_ *bmc.Info, err error) {
 		info.BMCFirmware = fmt.Sprintf("%d.%02x", dev.major, dev.minor)
 		info.Firmware = []bmc.FirmwareEntry{{Name: "BMC", Version: info.BMCFirmware}}
 	}
+}
 
+// infoIdentity reads the identity: manufacturer, model and serial from FRU 0's product area, else its board area.
+func (d *Driver) infoIdentity(ctx context.Context, info *bmc.Info, miss func(string, error)) {
 	var fru *types.FRU
-	err = d.call(ctx, "get fru 0", func(c *client.Client) error {
+	err := d.call(ctx, "get fru 0", func(c *client.Client) error {
 		f, err := c.GetFRU(ctx, 0, "")
 		fru = f
 		return err
@@ -94,8 +109,11 @@ func (d *Driver) Info(ctx context.Context) (_ *bmc.Info, err error) {
 			miss("identity", errors.New("fru 0 has no board or product area"))
 		}
 	}
+}
 
-	err = d.call(ctx, "get system guid", func(c *client.Client) error {
+// infoUUID reads the uuid: the system GUID, SMBIOS byte order.
+func (d *Driver) infoUUID(ctx context.Context, info *bmc.Info, miss func(string, error)) {
+	err := d.call(ctx, "get system guid", func(c *client.Client) error {
 		r, err := c.GetSystemGUID(ctx)
 		if err != nil {
 			return err
@@ -110,9 +128,12 @@ func (d *Driver) Info(ctx context.Context) (_ *bmc.Info, err error) {
 	if err != nil {
 		miss("uuid", err)
 	}
+}
 
+// infoSensors reads the temperatures, power and health from the sensors: health is the worst threshold status of the readable ones.
+func (d *Driver) infoSensors(ctx context.Context, info *bmc.Info, miss func(string, error)) {
 	var sensors []*types.Sensor
-	err = d.call(ctx, "get sensors", func(c *client.Client) error {
+	err := d.call(ctx, "get sensors", func(c *client.Client) error {
 		s, err := c.GetSensors(ctx)
 		sensors = s
 		return err
@@ -148,9 +169,12 @@ func (d *Driver) Info(ctx context.Context) (_ *bmc.Info, err error) {
 			miss("health", errors.New("no readable sensor"))
 		}
 	}
+}
 
+// infoLogs reads the logs: the SEL's standard entries.
+func (d *Driver) infoLogs(ctx context.Context, info *bmc.Info, miss func(string, error)) {
 	var sels []*types.SEL
-	err = d.call(ctx, "get sel entries", func(c *client.Client) error {
+	err := d.call(ctx, "get sel entries", func(c *client.Client) error {
 		s, err := c.GetSELEntries(ctx, 0)
 		sels = s
 		return err
@@ -169,9 +193,6 @@ func (d *Driver) Info(ctx context.Context) (_ *bmc.Info, err error) {
 			})
 		}
 	}
-	missing = append(missing, "biosVersion", "nics")
-	info.Missing = dedupe(missing)
-	return info, nil
 }
 
 // sensorHealth maps a threshold sensor's status (IPMI v2.0 §35.14, Get

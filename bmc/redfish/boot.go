@@ -68,21 +68,9 @@ func (d *Driver) SetBootOverride(ctx context.Context, o bmc.BootOverride) (err e
 		return fmt.Errorf("redfish: set boot override: BootSourceOverrideEnabled %s not in %v: %w", enabled, allowed, bmc.ErrUnsupported)
 	}
 	curMode, hasMode := str(boot, "BootSourceOverrideMode")
-	wantMode := ""
-	if o.Mode != bmc.BootModeUnset {
-		m, ok := bootModes[o.Mode]
-		if !ok {
-			return fmt.Errorf("redfish: set boot override: unknown mode %q", o.Mode)
-		}
-		wantMode = m
-		if wantMode != curMode {
-			if !hasMode {
-				return fmt.Errorf("redfish: set boot override: mode %s wanted but the BMC has no BootSourceOverrideMode: %w", wantMode, bmc.ErrUnsupported)
-			}
-			if allowed, ok := strList(boot, "BootSourceOverrideMode@Redfish.AllowableValues"); ok && !slices.Contains(allowed, wantMode) {
-				return fmt.Errorf("redfish: set boot override: mode %s not in %v: %w", wantMode, allowed, bmc.ErrUnsupported)
-			}
-		}
+	wantMode, err := overrideMode(boot, o.Mode, curMode, hasMode)
+	if err != nil {
+		return err
 	}
 	q := d.q()
 	if q.BootModeReadOnly && wantMode != "" && wantMode != curMode {
@@ -111,31 +99,10 @@ func (d *Driver) SetBootOverride(ctx context.Context, o bmc.BootOverride) (err e
 		return errors.Join(perr, err)
 	}
 	boot = obj(sys, "Boot")
-	var mism []string
-	if got := strv(boot, "BootSourceOverrideTarget"); got != target {
-		mism = append(mism, fmt.Sprintf("BootSourceOverrideTarget want %s, read %q", target, got))
-	}
-	if got := strv(boot, "BootSourceOverrideEnabled"); got != enabled {
-		mism = append(mism, fmt.Sprintf("BootSourceOverrideEnabled want %s, read %q", enabled, got))
-	}
-	if wantMode != "" {
-		if got := strv(boot, "BootSourceOverrideMode"); got != wantMode {
-			mism = append(mism, fmt.Sprintf("BootSourceOverrideMode want %s, read %q", wantMode, got))
-		}
-	}
+	mism := readBackMismatch(boot, target, enabled, wantMode)
 	if len(mism) > 0 && perr == nil && !o.Persistent {
-		// Once asked, something else read back: say what the BMC did.
-		got := bootFrom(sys)
-		gotEnabled := strv(boot, "BootSourceOverrideEnabled")
-		switch {
-		case gotEnabled == string(schemas.ContinuousBootSourceOverrideEnabled) && strv(boot, "BootSourceOverrideTarget") == target:
-			d.cfg.Logger.Warn("redfish set boot override: BMC stored Continuous for Once: a persistent override is now set", "target", target)
-			return &bmc.OnceError{Want: o, Got: got, Outcome: bmc.OnceCoerced}
-		case gotEnabled != string(schemas.OnceBootSourceOverrideEnabled) ||
-			prev == [3]string{strv(boot, "BootSourceOverrideTarget"), gotEnabled, strv(boot, "BootSourceOverrideMode")}:
-			// Not Once, or nothing changed at all: the PATCH was dropped.
-			d.cfg.Logger.Warn("redfish set boot override: BMC accepted Once but kept its override", "read", gotEnabled+" "+strv(boot, "BootSourceOverrideTarget"))
-			return &bmc.OnceError{Want: o, Got: got, Outcome: bmc.OnceIgnored}
+		if oe := d.onceOutcome(o, sys, target, prev); oe != nil {
+			return oe
 		}
 	}
 	if len(mism) > 0 {
@@ -148,6 +115,69 @@ func (d *Driver) SetBootOverride(ctx context.Context, o bmc.BootOverride) (err e
 		d.cfg.Logger.Warn("redfish set boot override: BMC reported an error but applied the change", "err", perr)
 	}
 	return nil
+}
+
+// onceOutcome says what a BMC that was asked for a one-time override and
+// read back something else did: stored Continuous instead (OnceCoerced),
+// or kept its override, not Once or nothing changed since prev
+// (OnceIgnored); nil for any other mismatch.
+func (d *Driver) onceOutcome(o bmc.BootOverride, sys map[string]any, target string, prev [3]string) *bmc.OnceError {
+	boot := obj(sys, "Boot")
+	// Once asked, something else read back: say what the BMC did.
+	got := bootFrom(sys)
+	gotEnabled := strv(boot, "BootSourceOverrideEnabled")
+	switch {
+	case gotEnabled == string(schemas.ContinuousBootSourceOverrideEnabled) && strv(boot, "BootSourceOverrideTarget") == target:
+		d.cfg.Logger.Warn("redfish set boot override: BMC stored Continuous for Once: a persistent override is now set", "target", target)
+		return &bmc.OnceError{Want: o, Got: got, Outcome: bmc.OnceCoerced}
+	case gotEnabled != string(schemas.OnceBootSourceOverrideEnabled) ||
+		prev == [3]string{strv(boot, "BootSourceOverrideTarget"), gotEnabled, strv(boot, "BootSourceOverrideMode")}:
+		// Not Once, or nothing changed at all: the PATCH was dropped.
+		d.cfg.Logger.Warn("redfish set boot override: BMC accepted Once but kept its override", "read", gotEnabled+" "+strv(boot, "BootSourceOverrideTarget"))
+		return &bmc.OnceError{Want: o, Got: got, Outcome: bmc.OnceIgnored}
+	}
+	return nil
+}
+
+// overrideMode is the BootSourceOverrideMode to ask for ("" for
+// BootModeUnset: leave the BMC's), refused with ErrUnsupported when the
+// BMC has no mode property or does not allow it.
+func overrideMode(boot map[string]any, want bmc.BootMode, curMode string, hasMode bool) (string, error) {
+	if want == bmc.BootModeUnset {
+		return "", nil
+	}
+	m, ok := bootModes[want]
+	if !ok {
+		return "", fmt.Errorf("redfish: set boot override: unknown mode %q", want)
+	}
+	wantMode := m
+	if wantMode != curMode {
+		if !hasMode {
+			return "", fmt.Errorf("redfish: set boot override: mode %s wanted but the BMC has no BootSourceOverrideMode: %w", wantMode, bmc.ErrUnsupported)
+		}
+		if allowed, ok := strList(boot, "BootSourceOverrideMode@Redfish.AllowableValues"); ok && !slices.Contains(allowed, wantMode) {
+			return "", fmt.Errorf("redfish: set boot override: mode %s not in %v: %w", wantMode, allowed, bmc.ErrUnsupported)
+		}
+	}
+	return wantMode, nil
+}
+
+// readBackMismatch lists the override properties that do not read back
+// as asked.
+func readBackMismatch(boot map[string]any, target, enabled, wantMode string) []string {
+	var mism []string
+	if got := strv(boot, "BootSourceOverrideTarget"); got != target {
+		mism = append(mism, fmt.Sprintf("BootSourceOverrideTarget want %s, read %q", target, got))
+	}
+	if got := strv(boot, "BootSourceOverrideEnabled"); got != enabled {
+		mism = append(mism, fmt.Sprintf("BootSourceOverrideEnabled want %s, read %q", enabled, got))
+	}
+	if wantMode != "" {
+		if got := strv(boot, "BootSourceOverrideMode"); got != wantMode {
+			mism = append(mism, fmt.Sprintf("BootSourceOverrideMode want %s, read %q", wantMode, got))
+		}
+	}
+	return mism
 }
 
 // patch sends a PATCH with the ETag policy: If-Match up front when the

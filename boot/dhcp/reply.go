@@ -227,55 +227,10 @@ func BuildReply(req *dhcpv4.DHCPv4, n Network, d Decision) (*dhcpv4.DHCPv4, erro
 		mods = append(mods, dhcpv4.WithYourIP(d.YourIP.AsSlice()))
 	}
 	if !d.Proxy {
-		if n.Mask != nil {
-			mods = append(mods, dhcpv4.WithNetmask(n.Mask))
-		}
-		if n.Router.IsValid() {
-			mods = append(mods, dhcpv4.WithOption(dhcpv4.OptRouter(n.Router.AsSlice())))
-		}
-		if len(n.DNS) > 0 {
-			ips := make([]net.IP, len(n.DNS))
-			for i, a := range n.DNS {
-				ips[i] = a.AsSlice()
-			}
-			mods = append(mods, dhcpv4.WithOption(dhcpv4.OptDNS(ips...)))
-		}
-		if n.Domain != "" {
-			mods = append(mods, dhcpv4.WithOption(dhcpv4.OptDomainName(n.Domain)))
-		}
-		if d.Hostname != "" {
-			mods = append(mods, dhcpv4.WithOption(dhcpv4.OptHostName(d.Hostname)))
-		}
-		if d.LeaseTime > 0 {
-			mods = append(mods,
-				dhcpv4.WithOption(dhcpv4.OptIPAddressLeaseTime(d.LeaseTime)),
-				dhcpv4.WithOption(dhcpv4.OptRenewTimeValue(d.LeaseTime/2)),
-				dhcpv4.WithOption(dhcpv4.OptRebindingTimeValue(d.LeaseTime*7/8)),
-			)
-		}
+		mods = append(mods, addressOptions(n, d)...)
 	}
 	if d.Boot.File != "" {
-		mods = append(mods,
-			dhcpv4.WithServerIP(n.ServerIP.AsSlice()),
-			dhcpv4.WithOption(dhcpv4.OptBootFileName(d.Boot.File)),
-		)
-		if d.Boot.HTTPClient {
-			mods = append(mods, dhcpv4.WithOption(dhcpv4.OptClassIdentifier("HTTPClient")))
-		}
-		if d.Proxy {
-			mods = append(mods,
-				dhcpv4.WithOption(dhcpv4.OptClassIdentifier("PXEClient")),
-				// option 43: PXE_DISCOVERY_CONTROL (6), length 1, value 8; END.
-				dhcpv4.WithGeneric(dhcpv4.OptionVendorSpecificInformation, []byte{6, 1, 8, 255}),
-			)
-		}
-		if d.NoPXEDHCP {
-			// option 175 (iPXE encapsulated): sub-option 176 no-pxedhcp, length 1, value 1.
-			mods = append(mods, dhcpv4.WithGeneric(dhcpv4.GenericOptionCode(175), []byte{176, 1, 1}))
-		}
-		if uuid := req.Options.Get(dhcpv4.OptionClientMachineIdentifier); uuid != nil {
-			mods = append(mods, dhcpv4.WithGeneric(dhcpv4.OptionClientMachineIdentifier, uuid))
-		}
+		mods = append(mods, bootOptions(req, n, d)...)
 	}
 	r, err := dhcpv4.NewReplyFromRequest(req, mods...)
 	if err != nil {
@@ -285,6 +240,70 @@ func BuildReply(req *dhcpv4.DHCPv4, n Network, d Decision) (*dhcpv4.DHCPv4, erro
 		r.BootFileName = d.Boot.File
 	}
 	return r, nil
+}
+
+// addressOptions are a full-mode reply's address options: netmask,
+// router, DNS, domain, host name and the lease times (T1 half, T2 seven
+// eighths of the lease; RFC 2131 §4.4.5).
+func addressOptions(n Network, d Decision) []dhcpv4.Modifier {
+	var out []dhcpv4.Modifier
+	if n.Mask != nil {
+		out = append(out, dhcpv4.WithNetmask(n.Mask))
+	}
+	if n.Router.IsValid() {
+		out = append(out, dhcpv4.WithOption(dhcpv4.OptRouter(n.Router.AsSlice())))
+	}
+	if len(n.DNS) > 0 {
+		ips := make([]net.IP, len(n.DNS))
+		for i, a := range n.DNS {
+			ips[i] = a.AsSlice()
+		}
+		out = append(out, dhcpv4.WithOption(dhcpv4.OptDNS(ips...)))
+	}
+	if n.Domain != "" {
+		out = append(out, dhcpv4.WithOption(dhcpv4.OptDomainName(n.Domain)))
+	}
+	if d.Hostname != "" {
+		out = append(out, dhcpv4.WithOption(dhcpv4.OptHostName(d.Hostname)))
+	}
+	if d.LeaseTime > 0 {
+		out = append(out,
+			dhcpv4.WithOption(dhcpv4.OptIPAddressLeaseTime(d.LeaseTime)),
+			dhcpv4.WithOption(dhcpv4.OptRenewTimeValue(d.LeaseTime/2)),
+			dhcpv4.WithOption(dhcpv4.OptRebindingTimeValue(d.LeaseTime*7/8)),
+		)
+	}
+	return out
+}
+
+// bootOptions are the boot options of a reply that names a boot file:
+// next server and file, HTTPClient for UEFI HTTP boot, the PXE discovery
+// control in proxy mode, iPXE's no-pxedhcp, and the client's UUID (option
+// 97) echoed back as PXE clients expect.
+func bootOptions(req *dhcpv4.DHCPv4, n Network, d Decision) []dhcpv4.Modifier {
+	var out []dhcpv4.Modifier
+	out = append(out,
+		dhcpv4.WithServerIP(n.ServerIP.AsSlice()),
+		dhcpv4.WithOption(dhcpv4.OptBootFileName(d.Boot.File)),
+	)
+	if d.Boot.HTTPClient {
+		out = append(out, dhcpv4.WithOption(dhcpv4.OptClassIdentifier("HTTPClient")))
+	}
+	if d.Proxy {
+		out = append(out,
+			dhcpv4.WithOption(dhcpv4.OptClassIdentifier("PXEClient")),
+			// option 43: PXE_DISCOVERY_CONTROL (6), length 1, value 8; END.
+			dhcpv4.WithGeneric(dhcpv4.OptionVendorSpecificInformation, []byte{6, 1, 8, 255}),
+		)
+	}
+	if d.NoPXEDHCP {
+		// option 175 (iPXE encapsulated): sub-option 176 no-pxedhcp, length 1, value 1.
+		out = append(out, dhcpv4.WithGeneric(dhcpv4.GenericOptionCode(175), []byte{176, 1, 1}))
+	}
+	if uuid := req.Options.Get(dhcpv4.OptionClientMachineIdentifier); uuid != nil {
+		out = append(out, dhcpv4.WithGeneric(dhcpv4.OptionClientMachineIdentifier, uuid))
+	}
+	return out
 }
 
 // archName renders an option 93 value for logs.

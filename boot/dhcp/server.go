@@ -474,15 +474,7 @@ func (s *Server) full(ctx context.Context, log *slog.Logger, req *dhcpv4.DHCPv4)
 		s.releaseOrDecline(ctx, log, req)
 		return nil
 	}
-	if sid := req.ServerIdentifier(); sid != nil && !sid.Equal(s.cfg.ServerIP.AsSlice()) {
-		// The client chose another server (RFC 2131 §4.3.2 SELECTING): drop our hold.
-		if mt == dhcpv4.MessageTypeRequest {
-			s.mu.Lock()
-			if b, ok := s.pool.byMAC[req.ClientHWAddr.String()]; ok && b.offered {
-				s.pool.release(req.ClientHWAddr.String())
-			}
-			s.mu.Unlock()
-		}
+	if s.otherServerChosen(req) {
 		s.ignored.Add(1)
 		return nil
 	}
@@ -537,7 +529,32 @@ func (s *Server) full(ctx context.Context, log *slog.Logger, req *dhcpv4.DHCPv4)
 		log.Error("dhcp build reply", "err", err)
 		return nil
 	}
-	switch d.Type {
+	s.countReply(mt, d.Type)
+	return resp
+}
+
+// otherServerChosen reports whether req names another DHCP server (RFC
+// 2131 §4.3.2 SELECTING): the client chose it, and a REQUEST drops the
+// address we offered it.
+func (s *Server) otherServerChosen(req *dhcpv4.DHCPv4) bool {
+	sid := req.ServerIdentifier()
+	if sid == nil || sid.Equal(s.cfg.ServerIP.AsSlice()) {
+		return false
+	}
+	if req.MessageType() == dhcpv4.MessageTypeRequest {
+		s.mu.Lock()
+		if b, ok := s.pool.byMAC[req.ClientHWAddr.String()]; ok && b.offered {
+			s.pool.release(req.ClientHWAddr.String())
+		}
+		s.mu.Unlock()
+	}
+	return true
+}
+
+// countReply counts a full-mode reply of type t to a request of type mt
+// (an ACK to an INFORM is counted as an inform, already).
+func (s *Server) countReply(mt, t dhcpv4.MessageType) {
+	switch t {
 	case dhcpv4.MessageTypeOffer:
 		s.offers.Add(1)
 	case dhcpv4.MessageTypeNak:
@@ -547,7 +564,6 @@ func (s *Server) full(ctx context.Context, log *slog.Logger, req *dhcpv4.DHCPv4)
 			s.acks.Add(1)
 		}
 	}
-	return resp
 }
 
 // offer picks the address for a DISCOVER: the reservation, the client's

@@ -215,20 +215,7 @@ func (h *Handler) serveScript(w http.ResponseWriter, r *http.Request, d Dialect)
 	q := r.URL.Query()
 	macParam := q.Get("mac")
 	if macParam == "" {
-		// First hop (DHCP filename or autoexec.ipxe without the MAC): send
-		// the chain script that comes back with ?mac=.
-		var b []byte
-		var err error
-		if d == DialectGRUB {
-			b, err = boot.GRUBChainConfig(h.cfg.ControllerURL + boot.GRUBScriptPath)
-		} else {
-			b, err = boot.ChainScript(h.cfg.ControllerURL + ScriptPath)
-		}
-		if err != nil {
-			http.Error(w, "script unavailable", http.StatusInternalServerError)
-			return
-		}
-		writeScript(w, b)
+		h.serveChain(w, d)
 		return
 	}
 	parsed, err := macaddr.ParseUnicast(macParam)
@@ -264,26 +251,14 @@ func (h *Handler) serveScript(w http.ResponseWriter, r *http.Request, d Dialect)
 		if h.log.Enabled(ctx, slog.LevelDebug) {
 			log().Debug("unknown mac: exit")
 		}
-		if d == DialectGRUB {
-			writeScript(w, fmt.Appendf(nil, "echo \"Machina: unknown machine %s, not enrolled\"\nexit\n", mac))
-		} else {
-			writeScript(w, fmt.Appendf(nil, "#!ipxe\necho Machina: unknown machine %s, not enrolled\nexit\n", mac))
-		}
+		writeScript(w, unknownScript(d, mac))
 		return
 	case err != nil:
 		log().Error("lookup", "err", err)
 		http.Error(w, "lookup failed", http.StatusServiceUnavailable)
 		return
 	}
-	p := ScriptParams{
-		MAC: mac.String(), Name: a.Name, Lifecycle: a.Lifecycle, Wipe: a.Wipe, Installer: a.Installer, InstallerImage: a.InstallerImage, Platform: platform(q.Get("platform"), a.Mode),
-		Controller: h.cfg.ControllerURL, KernelURL: h.cfg.KernelURL, InitrdURL: h.cfg.InitrdURL, KernelArgs: h.cfg.KernelArgs, Arch: arch,
-	}
-	if arch == "arm64" || d == DialectGRUB {
-		// arm64 has no BIOS: UEFI always, with its own ramdisk and console.
-		p.Arch, p.Platform = "arm64", PlatformEFI
-		p.KernelURL, p.InitrdURL, p.KernelArgs = h.cfg.ARM64KernelURL, h.cfg.ARM64InitrdURL, h.cfg.ARM64KernelArgs
-	}
+	p := h.scriptParams(mac, a, q.Get("platform"), arch, d)
 	if mode := modeFor(a.Lifecycle, a.Wipe, a.Installer); mode != "" {
 		ttl := h.cfg.TokenTTL
 		if mode == PurposeInstall {
@@ -310,6 +285,47 @@ func (h *Handler) serveScript(w http.ResponseWriter, r *http.Request, d Dialect)
 		log().Debug("script served", "lifecycle", a.Lifecycle, "platform", p.Platform)
 	}
 	writeScript(w, b)
+}
+
+// serveChain answers the first hop (the DHCP filename, or autoexec.ipxe
+// without the MAC): the chain script that comes back with ?mac=.
+func (h *Handler) serveChain(w http.ResponseWriter, d Dialect) {
+	var b []byte
+	var err error
+	if d == DialectGRUB {
+		b, err = boot.GRUBChainConfig(h.cfg.ControllerURL + boot.GRUBScriptPath)
+	} else {
+		b, err = boot.ChainScript(h.cfg.ControllerURL + ScriptPath)
+	}
+	if err != nil {
+		http.Error(w, "script unavailable", http.StatusInternalServerError)
+		return
+	}
+	writeScript(w, b)
+}
+
+// unknownScript tells a machine no server has that it is not enrolled,
+// and exits to the firmware's next boot option.
+func unknownScript(d Dialect, mac net.HardwareAddr) []byte {
+	if d == DialectGRUB {
+		return fmt.Appendf(nil, "echo \"Machina: unknown machine %s, not enrolled\"\nexit\n", mac)
+	}
+	return fmt.Appendf(nil, "#!ipxe\necho Machina: unknown machine %s, not enrolled\nexit\n", mac)
+}
+
+// scriptParams are the boot script's parameters for mac's assignment a;
+// arm64 (or GRUB, which only arm64 machines load) has no BIOS: UEFI
+// always, with its own ramdisk and console.
+func (h *Handler) scriptParams(mac net.HardwareAddr, a boot.Assignment, reported, arch string, d Dialect) ScriptParams {
+	p := ScriptParams{
+		MAC: mac.String(), Name: a.Name, Lifecycle: a.Lifecycle, Wipe: a.Wipe, Installer: a.Installer, InstallerImage: a.InstallerImage, Platform: platform(reported, a.Mode),
+		Controller: h.cfg.ControllerURL, KernelURL: h.cfg.KernelURL, InitrdURL: h.cfg.InitrdURL, KernelArgs: h.cfg.KernelArgs, Arch: arch,
+	}
+	if arch == "arm64" || d == DialectGRUB {
+		p.Arch, p.Platform = "arm64", PlatformEFI
+		p.KernelURL, p.InitrdURL, p.KernelArgs = h.cfg.ARM64KernelURL, h.cfg.ARM64InitrdURL, h.cfg.ARM64KernelArgs
+	}
+	return p
 }
 
 // platform prefers what iPXE reports (${platform}: the firmware actually

@@ -554,7 +554,14 @@ func (s *Server) open(req request, log *slog.Logger) (t *transfer, code uint16, 
 	if data != nil {
 		src, size = bytes.NewReader(data), int64(len(data))
 	}
-	t = &transfer{src: src, close: closeSrc, size: size, blksize: 512, window: 1}
+	return s.newTransfer(req, src, size, closeSrc), 0, nil
+}
+
+// newTransfer is the transfer of src (size bytes) with the options the
+// client asked for, bounded by the server's (blksize, windowsize; tsize
+// is answered), and their OACK when it asked for any (RFC 2347-2349, 7440).
+func (s *Server) newTransfer(req request, src io.ReaderAt, size int64, closeSrc func()) *transfer {
+	t := &transfer{src: src, close: closeSrc, size: size, blksize: 512, window: 1}
 	var oack []byte
 	if req.blksize > 0 {
 		t.blksize = min(req.blksize, s.cfg.MaxBlockSize)
@@ -571,7 +578,7 @@ func (s *Server) open(req request, log *slog.Logger) (t *transfer, code uint16, 
 		t.oack = append([]byte{0, opOACK}, oack...)
 	}
 	t.buf = make([]byte, 4+t.blksize)
-	return t, 0, nil
+	return t
 }
 
 // CleanPath checks a requested file name and returns it relative to the

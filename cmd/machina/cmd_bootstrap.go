@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"net"
 	"net/netip"
@@ -119,16 +120,7 @@ func (b *bootstrapConfig) siteFiles() []string {
 }
 
 func runBootstrap(e *env, b *bootstrapConfig) (err error) {
-	if b.root == "" {
-		b.root = "/"
-	}
-	under := func(p string) string { return filepath.Join(b.root, p) }
-	if b.configDir == "" {
-		b.configDir = under("/etc/machina")
-	}
-	if b.stateDir == "" {
-		b.stateDir = under("/var/lib/machina")
-	}
+	b.setDefaults()
 	if b.printUnit {
 		unit, err := renderUnit(b.binary, b.configFile(), b.user)
 		if err != nil {
@@ -137,35 +129,12 @@ func runBootstrap(e *env, b *bootstrapConfig) (err error) {
 		_, err = fmt.Fprint(e.stdout, unit)
 		return err
 	}
-	writeUnit := true
-	if b.systemdDir == "" {
-		b.systemdDir = under("/etc/systemd/system")
-		for _, p := range []string{"/lib/systemd/system/machina.service", "/usr/lib/systemd/system/machina.service"} {
-			if _, err := os.Stat(under(p)); err == nil {
-				writeUnit = false
-				fmt.Fprintf(e.stderr, "systemd unit: %s (from the package)\n", under(p))
-				break
-			}
-		}
-	}
+	writeUnit := b.findUnit(e)
 	if !state.ValidName(b.tokenName) {
 		return usageError{fmt.Errorf("bootstrap: --admin-token-name %q: want an RFC 1123 label", b.tokenName)}
 	}
-	// Refuse an existing site before anything is written.
-	var existing []string
-	for _, p := range append(b.siteFiles(), b.unitFile()) {
-		if p == b.unitFile() && !writeUnit {
-			continue
-		}
-		if _, err := os.Lstat(p); err == nil {
-			existing = append(existing, p)
-		}
-	}
-	if len(existing) > 0 {
-		return fmt.Errorf("bootstrap: a site already exists here (%s); bootstrap never overwrites one. "+
-			"To run it: machina serve --config %s (or systemctl start machina). "+
-			"To start over: stop machina, keep a backup (machinactl state snapshot FILE), remove those files, then run machina bootstrap again; "+
-			"or bootstrap elsewhere with --root DIR", strings.Join(existing, ", "), b.configFile())
+	if err := b.refuseExisting(writeUnit); err != nil {
+		return err
 	}
 	yaml, err := b.renderConfig()
 	if err != nil {
@@ -177,102 +146,128 @@ func runBootstrap(e *env, b *bootstrapConfig) (err error) {
 	}
 
 	// From here on, every file made is removed again if a later step fails.
-	var made []string
+	fm := &fileMaker{}
 	defer func() {
 		if err != nil {
-			for i := len(made) - 1; i >= 0; i-- {
-				_ = os.Remove(made[i])
-			}
+			fm.undo()
 		}
 	}()
-	mkdir := func(dir string, mode fs.FileMode) error {
-		var fresh []string
-		for d := dir; ; d = filepath.Dir(d) {
-			if _, err := os.Stat(d); err == nil {
-				break
-			}
-			fresh = append(fresh, d)
-			if d == filepath.Dir(d) {
-				break
-			}
+	if err := fm.mkdir(b.configDir, 0o755); err != nil {
+		return err
+	}
+	if err := fm.mkdir(b.stateDir, 0o700); err != nil {
+		return err
+	}
+	ca, token, err := b.createState(fm)
+	if err != nil {
+		return err
+	}
+	if err := fm.write(b.caFile(), ca.PEM(), 0o644); err != nil {
+		return err
+	}
+	if err := fm.write(b.configFile(), []byte(yaml), 0o640); err != nil {
+		return err
+	}
+	if writeUnit {
+		if err := fm.mkdir(b.systemdDir, 0o755); err != nil {
+			return err
 		}
-		if err := os.MkdirAll(dir, mode); err != nil {
-			return fmt.Errorf("bootstrap: %w", err)
+		if err := fm.write(b.unitFile(), []byte(unit), 0o644); err != nil {
+			return err
 		}
-		for i := len(fresh) - 1; i >= 0; i-- {
-			made = append(made, fresh[i])
+	}
+	owner := b.chownToServiceUser()
+	fmt.Fprintln(e.stdout, token)
+	b.printSummary(e.stderr, ca, writeUnit, owner)
+	return nil
+}
+
+// setDefaults puts the config and state folders under --root (default /).
+func (b *bootstrapConfig) setDefaults() {
+	if b.root == "" {
+		b.root = "/"
+	}
+	if b.configDir == "" {
+		b.configDir = filepath.Join(b.root, "/etc/machina")
+	}
+	if b.stateDir == "" {
+		b.stateDir = filepath.Join(b.root, "/var/lib/machina")
+	}
+}
+
+// findUnit picks the systemd unit folder (default /etc/systemd/system
+// under --root) and reports whether to write the unit: not when a package
+// installed one.
+func (b *bootstrapConfig) findUnit(e *env) bool {
+	if b.systemdDir != "" {
+		return true
+	}
+	b.systemdDir = filepath.Join(b.root, "/etc/systemd/system")
+	for _, p := range []string{"/lib/systemd/system/machina.service", "/usr/lib/systemd/system/machina.service"} {
+		if _, err := os.Stat(filepath.Join(b.root, p)); err == nil {
+			fmt.Fprintf(e.stderr, "systemd unit: %s (from the package)\n", filepath.Join(b.root, p))
+			return false
 		}
+	}
+	return true
+}
+
+// refuseExisting refuses an existing site before anything is written.
+func (b *bootstrapConfig) refuseExisting(writeUnit bool) error {
+	var existing []string
+	for _, p := range append(b.siteFiles(), b.unitFile()) {
+		if p == b.unitFile() && !writeUnit {
+			continue
+		}
+		if _, err := os.Lstat(p); err == nil {
+			existing = append(existing, p)
+		}
+	}
+	if len(existing) == 0 {
 		return nil
 	}
-	write := func(path string, data []byte, mode fs.FileMode) error {
-		f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
-		if err != nil {
-			return fmt.Errorf("bootstrap: %w", err)
-		}
-		made = append(made, path)
-		if _, err := f.Write(data); err != nil {
-			f.Close()
-			return fmt.Errorf("bootstrap: write %s: %w", path, err)
-		}
-		if err := f.Chmod(mode); err != nil { // the umask does not narrow what we asked for
-			f.Close()
-			return fmt.Errorf("bootstrap: %w", err)
-		}
-		return f.Close()
-	}
-	if err := mkdir(b.configDir, 0o755); err != nil {
-		return err
-	}
-	if err := mkdir(b.stateDir, 0o700); err != nil {
-		return err
-	}
+	return fmt.Errorf("bootstrap: a site already exists here (%s); bootstrap never overwrites one. "+
+		"To run it: machina serve --config %s (or systemctl start machina). "+
+		"To start over: stop machina, keep a backup (machinactl state snapshot FILE), remove those files, then run machina bootstrap again; "+
+		"or bootstrap elsewhere with --root DIR", strings.Join(existing, ", "), b.configFile())
+}
 
+// createState writes a fresh master key and creates the state file
+// sealed with it, the controller CA and the first admin token.
+func (b *bootstrapConfig) createState(fm *fileMaker) (*join.CA, string, error) {
 	raw := make([]byte, MasterKeyBytes)
 	if _, err := rand.Read(raw); err != nil {
-		return fmt.Errorf("bootstrap: master key: %w", err)
+		return nil, "", fmt.Errorf("bootstrap: master key: %w", err)
 	}
 	key := []byte(hex.EncodeToString(raw))
-	if err := write(b.keyFile(), append(append([]byte{}, key...), '\n'), 0o600); err != nil {
-		return err
+	if err := fm.write(b.keyFile(), append(append([]byte{}, key...), '\n'), 0o600); err != nil {
+		return nil, "", err
 	}
-	made = append(made, b.stateFile())
+	fm.made = append(fm.made, b.stateFile())
 	st, err := state.Open(b.stateFile(), state.Options{MasterKey: key})
 	if err != nil {
-		return fmt.Errorf("bootstrap: %w", explainOpen(b.stateFile(), err))
+		return nil, "", fmt.Errorf("bootstrap: %w", explainOpen(b.stateFile(), err))
 	}
 	ca, err := join.LoadOrCreateCA(st, nil)
 	if err != nil {
 		st.Close()
-		return fmt.Errorf("bootstrap: CA: %w", err)
+		return nil, "", fmt.Errorf("bootstrap: CA: %w", err)
 	}
 	token, _, err := st.CreateAdminToken(b.tokenName, "bootstrap")
 	if cerr := st.Close(); err == nil {
 		err = cerr
 	}
 	if err != nil {
-		return fmt.Errorf("bootstrap: admin token: %w", err)
+		return nil, "", fmt.Errorf("bootstrap: admin token: %w", err)
 	}
 	if err := os.Chmod(b.stateFile(), 0o600); err != nil {
-		return fmt.Errorf("bootstrap: %w", err)
+		return nil, "", fmt.Errorf("bootstrap: %w", err)
 	}
-	if err := write(b.caFile(), ca.PEM(), 0o644); err != nil {
-		return err
-	}
-	if err := write(b.configFile(), []byte(yaml), 0o640); err != nil {
-		return err
-	}
-	if writeUnit {
-		if err := mkdir(b.systemdDir, 0o755); err != nil {
-			return err
-		}
-		if err := write(b.unitFile(), []byte(unit), 0o644); err != nil {
-			return err
-		}
-	}
-	owner := b.chownToServiceUser()
+	return ca, token, nil
+}
 
-	fmt.Fprintln(e.stdout, token)
-	w := e.stderr
+// printSummary tells the operator what was made and what to do next.
+func (b *bootstrapConfig) printSummary(w io.Writer, ca *join.CA, writeUnit bool, owner string) {
 	fmt.Fprintf(w, "machina bootstrap: site created\n")
 	fmt.Fprintf(w, "  state file:   %s (0600)\n", b.stateFile())
 	fmt.Fprintf(w, "  master key:   %s (0600, 64 hex digits; back it up apart from the state file: without it sealed secrets are lost)\n", b.keyFile())
@@ -287,7 +282,56 @@ func runBootstrap(e *env, b *bootstrapConfig) (err error) {
 	fmt.Fprintf(w, "The admin token %q is the line printed on stdout, shown only this once.\n", b.tokenName)
 	fmt.Fprintf(w, "Next: systemctl daemon-reload && systemctl enable --now machina\n")
 	fmt.Fprintf(w, "      export MACHINA_API=%s MACHINA_CA=%s MACHINA_TOKEN=<the token>\n", b.adminURL(), b.caFile())
+}
+
+// fileMaker makes folders and files that are removed again (undo,
+// newest first) when a later bootstrap step fails.
+type fileMaker struct{ made []string }
+
+func (fm *fileMaker) undo() {
+	for i := len(fm.made) - 1; i >= 0; i-- {
+		_ = os.Remove(fm.made[i])
+	}
+}
+
+// mkdir makes dir and the parents that did not exist, recording them.
+func (fm *fileMaker) mkdir(dir string, mode fs.FileMode) error {
+	var fresh []string
+	for d := dir; ; d = filepath.Dir(d) {
+		if _, err := os.Stat(d); err == nil {
+			break
+		}
+		fresh = append(fresh, d)
+		if d == filepath.Dir(d) {
+			break
+		}
+	}
+	if err := os.MkdirAll(dir, mode); err != nil {
+		return fmt.Errorf("bootstrap: %w", err)
+	}
+	for i := len(fresh) - 1; i >= 0; i-- {
+		fm.made = append(fm.made, fresh[i])
+	}
 	return nil
+}
+
+// write creates path (never over an existing file) with data and mode
+// (not narrowed by the umask), recording it.
+func (fm *fileMaker) write(path string, data []byte, mode fs.FileMode) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
+	if err != nil {
+		return fmt.Errorf("bootstrap: %w", err)
+	}
+	fm.made = append(fm.made, path)
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return fmt.Errorf("bootstrap: write %s: %w", path, err)
+	}
+	if err := f.Chmod(mode); err != nil {
+		f.Close()
+		return fmt.Errorf("bootstrap: %w", err)
+	}
+	return f.Close()
 }
 
 // chownToServiceUser gives the state and key to the service user when
@@ -337,6 +381,63 @@ func ifaceAddrs(ifc net.Interface) []netip.Prefix {
 	return out
 }
 
+// writeInterfaces lists the host's interfaces and IPv4 prefixes as
+// comments (what the operator picks --provisioning-interface from).
+func writeInterfaces(sb *strings.Builder) {
+	ifs, _ := net.Interfaces()
+	fmt.Fprintf(sb, "# Interfaces found at bootstrap:\n")
+	for _, ifc := range ifs {
+		var ps []string
+		for _, p := range ifaceAddrs(ifc) {
+			ps = append(ps, p.String())
+		}
+		fmt.Fprintf(sb, "#   %-12s %s %s\n", ifc.Name, ifc.HardwareAddr, strings.Join(ps, " "))
+	}
+}
+
+// provisioning writes the DHCP and TFTP keys of the provisioning
+// interface (full DHCP with --dhcp-pool, else proxy) and returns the
+// public and join URLs on its address; only a comment without one.
+func (b *bootstrapConfig) provisioning(sb *strings.Builder) (publicURL, joinURL string, err error) {
+	q := strconv.Quote
+	publicURL = b.publicURL
+	if b.provIface != "" {
+		ifc, err := net.InterfaceByName(b.provIface)
+		if err != nil {
+			return "", "", fmt.Errorf("--provisioning-interface %q: %w", b.provIface, err)
+		}
+		ps := ifaceAddrs(*ifc)
+		if len(ps) == 0 {
+			return "", "", fmt.Errorf("--provisioning-interface %s has no IPv4 address: give it its provisioning address first", b.provIface)
+		}
+		addr := ps[0].Addr().String()
+		_, port, _ := net.SplitHostPort(b.listen)
+		_, jport, _ := net.SplitHostPort(b.joinListen)
+		if publicURL == "" {
+			publicURL = "http://" + net.JoinHostPort(addr, port)
+		}
+		joinURL = "https://" + net.JoinHostPort(addr, jport)
+		fmt.Fprintf(sb, "dhcp-interface:\n  - %s\n", q(b.provIface))
+		if b.dhcpPool != "" {
+			a, c, ok := strings.Cut(b.dhcpPool, "-")
+			pa, err1 := netip.ParseAddr(a)
+			pc, err2 := netip.ParseAddr(c)
+			if !ok || err1 != nil || err2 != nil || !ps[0].Contains(pa) || !ps[0].Contains(pc) {
+				return "", "", fmt.Errorf("--dhcp-pool %q: want FIRST-LAST inside %s", b.dhcpPool, ps[0].Masked())
+			}
+			fmt.Fprintf(sb, "dhcp-mode: full\ndhcp-subnet: %s\ndhcp-pool: %s\n", q(ps[0].Masked().String()), q(b.dhcpPool))
+		} else {
+			fmt.Fprintf(sb, "dhcp-mode: proxy   # PXE options only, beside the site's DHCP server\n")
+		}
+		fmt.Fprintf(sb, "tftp-root: %s\n", q(b.tftpRoot))
+	} else if b.dhcpPool != "" {
+		return "", "", errors.New("--dhcp-pool needs --provisioning-interface")
+	} else {
+		fmt.Fprintf(sb, "# dhcp-interface: [eno2]   (machina bootstrap --provisioning-interface IF fills DHCP, TFTP and the URLs)\n")
+	}
+	return publicURL, joinURL, nil
+}
+
 // renderConfig writes machina.yaml: every key is a machina serve flag.
 func (b *bootstrapConfig) renderConfig() (string, error) {
 	for _, a := range []struct{ flag, v string }{{"--listen", b.listen}, {"--admin-listen", b.adminListen}, {"--join-listen", b.joinListen}} {
@@ -348,15 +449,7 @@ func (b *bootstrapConfig) renderConfig() (string, error) {
 	fmt.Fprintf(&sb, "# machina serve configuration, written by machina bootstrap.\n")
 	fmt.Fprintf(&sb, "# Keys are machina serve's flag names (machina serve --help); a flag or MACHINA_<FLAG>\n")
 	fmt.Fprintf(&sb, "# overrides a key; an unknown key stops machina serve naming its line.\n")
-	ifs, _ := net.Interfaces()
-	fmt.Fprintf(&sb, "# Interfaces found at bootstrap:\n")
-	for _, ifc := range ifs {
-		var ps []string
-		for _, p := range ifaceAddrs(ifc) {
-			ps = append(ps, p.String())
-		}
-		fmt.Fprintf(&sb, "#   %-12s %s %s\n", ifc.Name, ifc.HardwareAddr, strings.Join(ps, " "))
-	}
+	writeInterfaces(&sb)
 	q := func(s string) string { return strconv.Quote(s) }
 	fmt.Fprintf(&sb, "state: %s\n", q(filepath.Join(b.stateDir, "state.db")))
 	fmt.Fprintf(&sb, "work-dir: %s\n", q(b.stateDir))
@@ -375,40 +468,9 @@ func (b *bootstrapConfig) renderConfig() (string, error) {
 	} else {
 		fmt.Fprintf(&sb, "# repo: https://git.example/site/inventory.git   (without it only the admin API runs)\n")
 	}
-	publicURL, joinURL := b.publicURL, ""
-	if b.provIface != "" {
-		ifc, err := net.InterfaceByName(b.provIface)
-		if err != nil {
-			return "", fmt.Errorf("--provisioning-interface %q: %w", b.provIface, err)
-		}
-		ps := ifaceAddrs(*ifc)
-		if len(ps) == 0 {
-			return "", fmt.Errorf("--provisioning-interface %s has no IPv4 address: give it its provisioning address first", b.provIface)
-		}
-		addr := ps[0].Addr().String()
-		_, port, _ := net.SplitHostPort(b.listen)
-		_, jport, _ := net.SplitHostPort(b.joinListen)
-		if publicURL == "" {
-			publicURL = "http://" + net.JoinHostPort(addr, port)
-		}
-		joinURL = "https://" + net.JoinHostPort(addr, jport)
-		fmt.Fprintf(&sb, "dhcp-interface:\n  - %s\n", q(b.provIface))
-		if b.dhcpPool != "" {
-			a, c, ok := strings.Cut(b.dhcpPool, "-")
-			pa, err1 := netip.ParseAddr(a)
-			pc, err2 := netip.ParseAddr(c)
-			if !ok || err1 != nil || err2 != nil || !ps[0].Contains(pa) || !ps[0].Contains(pc) {
-				return "", fmt.Errorf("--dhcp-pool %q: want FIRST-LAST inside %s", b.dhcpPool, ps[0].Masked())
-			}
-			fmt.Fprintf(&sb, "dhcp-mode: full\ndhcp-subnet: %s\ndhcp-pool: %s\n", q(ps[0].Masked().String()), q(b.dhcpPool))
-		} else {
-			fmt.Fprintf(&sb, "dhcp-mode: proxy   # PXE options only, beside the site's DHCP server\n")
-		}
-		fmt.Fprintf(&sb, "tftp-root: %s\n", q(b.tftpRoot))
-	} else if b.dhcpPool != "" {
-		return "", errors.New("--dhcp-pool needs --provisioning-interface")
-	} else {
-		fmt.Fprintf(&sb, "# dhcp-interface: [eno2]   (machina bootstrap --provisioning-interface IF fills DHCP, TFTP and the URLs)\n")
+	publicURL, joinURL, err := b.provisioning(&sb)
+	if err != nil {
+		return "", err
 	}
 	if publicURL != "" {
 		fmt.Fprintf(&sb, "public-url: %s\n", q(publicURL))

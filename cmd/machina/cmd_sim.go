@@ -20,6 +20,7 @@ import (
 
 	"github.com/machina-metal/machina/boot"
 	"github.com/machina-metal/machina/controller"
+	"github.com/machina-metal/machina/gitops"
 	"github.com/machina-metal/machina/lab/sim"
 	"github.com/machina-metal/machina/reconciler"
 	"github.com/machina-metal/machina/state"
@@ -227,7 +228,7 @@ func runSim(ctx context.Context, e *env, o simOptions) error {
 	go func() {
 		done <- controller.Run(ctx, controller.Config{
 			StatePath: filepath.Join(dir, "state.db"), WorkDir: filepath.Join(dir, "work"), Listen: o.listen, JoinListen: "127.0.0.1:0",
-			Repo: reconciler.Remote{URL: lab.RepoURL}, PollInterval: o.pollInterval, StatusInterval: 3 * time.Second,
+			Repo: gitops.Remote{URL: lab.RepoURL}, PollInterval: o.pollInterval, StatusInterval: 3 * time.Second,
 			// The BMC sweep reads power and health every 20 s (the first after 2 s),
 			// so the web console's health column fills while the demo runs.
 			BMCWatchInterval: 20 * time.Second,
@@ -390,7 +391,7 @@ func (a *simAlerts) event(w io.Writer, ev state.Event) {
 
 // revision prints an invalid newest inventory revision once, with its
 // errors, and when the branch is valid again.
-func (a *simAlerts) revision(w io.Writer, good reconciler.Revision, invalid *reconciler.InvalidRevision) {
+func (a *simAlerts) revision(w io.Writer, good gitops.Revision, invalid *gitops.InvalidRevision) {
 	now := time.Now().Format("15:04:05")
 	switch {
 	case invalid != nil && invalid.Commit != a.invalid:

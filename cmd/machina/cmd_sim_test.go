@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/machina-metal/machina/gitops"
 	"github.com/machina-metal/machina/internal/peertest"
 	"github.com/machina-metal/machina/inventory"
 	"github.com/machina-metal/machina/reconciler"
@@ -95,8 +96,8 @@ func TestSimKeepAndRedfishFallback(t *testing.T) {
 func TestSimAlerts(t *testing.T) {
 	var w bytes.Buffer
 	var a simAlerts
-	good := reconciler.Revision{Commit: "1111111111111111111111111111111111111111"}
-	bad := &reconciler.InvalidRevision{Commit: "2222222222222222222222222222222222222222",
+	good := gitops.Revision{Commit: "1111111111111111111111111111111111111111"}
+	bad := &gitops.InvalidRevision{Commit: "2222222222222222222222222222222222222222",
 		Errors: []inventory.FieldError{{File: "servers.yaml", Line: 14, Col: 7, Path: "servers[2].bootMAC", Msg: "not a MAC"}}}
 	a.revision(&w, good, bad)
 	a.revision(&w, good, bad) // printed once

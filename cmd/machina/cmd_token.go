@@ -38,6 +38,12 @@ func newTokenCmd(e *env) *cobra.Command {
 		return st, nil
 	}
 
+	cmd.AddCommand(tokenCreateCmd(e, open), tokenListCmd(e, open), tokenRevokeCmd(e, open))
+	return cmd
+}
+
+// tokenCreateCmd is `machina token create`.
+func tokenCreateCmd(e *env, open func(mustExist bool) (*state.Store, error)) *cobra.Command {
 	var name string
 	create := &cobra.Command{
 		Use:   "create --name NAME",
@@ -63,7 +69,11 @@ func newTokenCmd(e *env) *cobra.Command {
 	}
 	create.Flags().StringVar(&name, "name", "", "token name, recorded as the actor of every change made with it")
 	_ = create.MarkFlagRequired("name")
+	return create
+}
 
+// tokenListCmd is `machina token list`.
+func tokenListCmd(e *env, open func(mustExist bool) (*state.Store, error)) *cobra.Command {
 	list := &cobra.Command{
 		Use:   "list",
 		Short: "List admin tokens (names only)",
@@ -86,7 +96,11 @@ func newTokenCmd(e *env) *cobra.Command {
 			return tw.Flush()
 		},
 	}
+	return list
+}
 
+// tokenRevokeCmd is `machina token revoke`.
+func tokenRevokeCmd(e *env, open func(mustExist bool) (*state.Store, error)) *cobra.Command {
 	var revokeName string
 	revoke := &cobra.Command{
 		Use:   "revoke --name NAME",
@@ -107,7 +121,5 @@ func newTokenCmd(e *env) *cobra.Command {
 	}
 	revoke.Flags().StringVar(&revokeName, "name", "", "token name")
 	_ = revoke.MarkFlagRequired("name")
-
-	cmd.AddCommand(create, list, revoke)
-	return cmd
+	return revoke
 }

@@ -111,47 +111,9 @@ func runConsole(ctx context.Context, e *env, api, token, name string) error {
 	}
 	fmt.Fprintf(e.stderr, "[connected to %s as %s; ~. to leave]\r\n", name, role)
 
-	// Server → terminal.
-	outDone := make(chan error, 1)
-	go func() {
-		for {
-			_, b, err := conn.Read(ctx)
-			if err != nil {
-				outDone <- err
-				return
-			}
-			if _, err := e.stdout.Write(b); err != nil {
-				outDone <- err
-				return
-			}
-		}
-	}()
-	// Terminal → server, watching for the escape.
-	inDone := make(chan error, 1)
-	go func() {
-		esc := &escapeFilter{atLineStart: true}
-		buf := make([]byte, 1024)
-		for {
-			n, err := e.stdin.Read(buf)
-			if n > 0 {
-				out, leave := esc.filter(buf[:n])
-				if len(out) > 0 {
-					if werr := conn.Write(ctx, websocket.MessageBinary, out); werr != nil {
-						inDone <- werr
-						return
-					}
-				}
-				if leave {
-					inDone <- nil
-					return
-				}
-			}
-			if err != nil {
-				inDone <- err
-				return
-			}
-		}
-	}()
+	outDone, inDone := make(chan error, 1), make(chan error, 1)
+	go consoleOut(ctx, conn, e.stdout, outDone)
+	go consoleIn(ctx, conn, e.stdin, inDone)
 	select {
 	case err := <-inDone:
 		_ = conn.Close(websocket.StatusNormalClosure, "detached")
@@ -171,6 +133,49 @@ func runConsole(ctx context.Context, e *env, api, token, name string) error {
 			return &exitError{code: 1, err: fmt.Errorf("console %s closed by server: %s", name, ce.Reason)}
 		}
 		return &exitError{code: 1, err: fmt.Errorf("console %s: %w", name, err)}
+	}
+}
+
+// consoleOut copies the server's console output to the terminal until
+// either fails, and sends why on done.
+func consoleOut(ctx context.Context, conn *websocket.Conn, out io.Writer, done chan<- error) {
+	for {
+		_, b, err := conn.Read(ctx)
+		if err != nil {
+			done <- err
+			return
+		}
+		if _, err := out.Write(b); err != nil {
+			done <- err
+			return
+		}
+	}
+}
+
+// consoleIn copies the terminal's input to the server, watching for the
+// "~." escape (nil on done) until either side fails.
+func consoleIn(ctx context.Context, conn *websocket.Conn, in io.Reader, done chan<- error) {
+	esc := &escapeFilter{atLineStart: true}
+	buf := make([]byte, 1024)
+	for {
+		n, err := in.Read(buf)
+		if n > 0 {
+			out, leave := esc.filter(buf[:n])
+			if len(out) > 0 {
+				if werr := conn.Write(ctx, websocket.MessageBinary, out); werr != nil {
+					done <- werr
+					return
+				}
+			}
+			if leave {
+				done <- nil
+				return
+			}
+		}
+		if err != nil {
+			done <- err
+			return
+		}
 	}
 }
 

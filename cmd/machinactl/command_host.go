@@ -279,6 +279,12 @@ func newHostCmd(e *env) *cobra.Command {
 	var apiURL string
 	cmd := &cobra.Command{Use: "host", Short: "Join existing machines to the fleet"}
 	cmd.PersistentFlags().StringVar(&apiURL, "api", apiFlagDefault(), "admin API base URL (env "+envAPI+"); the token comes from "+envToken)
+	cmd.AddCommand(hostAddCmd(e, &apiURL), hostListCmd(e, &apiURL), hostFenceCmd(e, &apiURL), hostUnfenceCmd(e, &apiURL))
+	return cmd
+}
+
+// hostAddCmd is `machinactl host add`.
+func hostAddCmd(e *env, apiURL *string) *cobra.Command {
 	var tf tokenFlags
 	var file, identity, knownHosts string
 	var parallel int
@@ -291,25 +297,9 @@ func newHostCmd(e *env) *cobra.Command {
 			"copies the CA and the install script (checksum verified) and runs it with a fresh single-use token\n" +
 			"passed on stdin, as root or with `sudo -n`. Prints a result table; exits 1 if any host failed.",
 		RunE: func(cmd *cobra.Command, args []string) error {
-			var targets []sshTarget
-			for _, a := range args {
-				t, err := parseTarget(a)
-				if err != nil {
-					return &exitError{code: 2, err: fmt.Errorf("host add: %w", err)}
-				}
-				targets = append(targets, t)
-			}
-			if file != "" {
-				f, err := os.Open(file)
-				if err != nil {
-					return &exitError{code: 2, err: fmt.Errorf("host add: %w", err)}
-				}
-				more, err := readTargets(f)
-				f.Close()
-				if err != nil {
-					return &exitError{code: 2, err: fmt.Errorf("host add: %s: %w", file, err)}
-				}
-				targets = append(targets, more...)
+			targets, err := hostTargets(args, file)
+			if err != nil {
+				return err
 			}
 			if len(targets) == 0 {
 				return &exitError{code: 2, err: fmt.Errorf("host add: %w", errNoHosts)}
@@ -321,7 +311,7 @@ func newHostCmd(e *env) *cobra.Command {
 			if err != nil {
 				return &exitError{code: 2, err: fmt.Errorf("host add: %w", err)}
 			}
-			c, err := e.apiClient(apiURL)
+			c, err := e.apiClient(*apiURL)
 			if err != nil {
 				return &exitError{code: 2, err: fmt.Errorf("host add: %w", err)}
 			}
@@ -347,18 +337,7 @@ func newHostCmd(e *env) *cobra.Command {
 				}()
 			}
 			wg.Wait()
-			tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "HOST\tRESULT\tDETAIL")
-			failed := 0
-			for _, r := range results {
-				word := "ok"
-				if !r.OK {
-					word = "FAILED"
-					failed++
-				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\n", r.Target, word, r.Detail)
-			}
-			tw.Flush()
+			failed := printHostResults(e.stdout, results)
 			if failed > 0 {
 				return &exitError{code: 1, err: fmt.Errorf("host add: %d of %d hosts failed", failed, len(results))}
 			}
@@ -371,12 +350,61 @@ func newHostCmd(e *env) *cobra.Command {
 	add.Flags().StringVar(&identity, "identity", "", "SSH private key file (unencrypted; else ssh-agent)")
 	add.Flags().StringVar(&knownHosts, "known-hosts", filepath.Join(home, ".ssh", "known_hosts"), "known_hosts file the host keys must match")
 	add.Flags().DurationVar(&timeout, "timeout", 10*time.Minute, "per-host limit for connecting and installing")
+	return add
+}
+
+// hostTargets are the hosts named on the command line and in file
+// ("" for none), in that order.
+func hostTargets(args []string, file string) ([]sshTarget, error) {
+	var targets []sshTarget
+	for _, a := range args {
+		t, err := parseTarget(a)
+		if err != nil {
+			return nil, &exitError{code: 2, err: fmt.Errorf("host add: %w", err)}
+		}
+		targets = append(targets, t)
+	}
+	if file != "" {
+		f, err := os.Open(file)
+		if err != nil {
+			return nil, &exitError{code: 2, err: fmt.Errorf("host add: %w", err)}
+		}
+		more, err := readTargets(f)
+		f.Close()
+		if err != nil {
+			return nil, &exitError{code: 2, err: fmt.Errorf("host add: %s: %w", file, err)}
+		}
+		targets = append(targets, more...)
+	}
+	return targets, nil
+}
+
+// printHostResults prints the result table of host add and returns how
+// many hosts failed.
+func printHostResults(w io.Writer, results []hostResult) int {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "HOST\tRESULT\tDETAIL")
+	failed := 0
+	for _, r := range results {
+		word := "ok"
+		if !r.OK {
+			word = "FAILED"
+			failed++
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", r.Target, word, r.Detail)
+	}
+	tw.Flush()
+	return failed
+}
+
+// hostListCmd is `machinactl host list`.
+func hostListCmd(e *env, apiURL *string) *cobra.Command {
 	list := &cobra.Command{
 		Use:   "list",
 		Short: "List joined hosts: site, rack, join status and online/offline from heartbeats",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := e.apiClient(apiURL)
+			c, err := e.apiClient(*apiURL)
 			if err != nil {
 				return &exitError{code: 2, err: fmt.Errorf("host list: %w", err)}
 			}
@@ -404,6 +432,11 @@ func newHostCmd(e *env) *cobra.Command {
 			return tw.Flush()
 		},
 	}
+	return list
+}
+
+// hostFenceCmd is `machinactl host fence`.
+func hostFenceCmd(e *env, apiURL *string) *cobra.Command {
 	var reason string
 	fenceCmd := &cobra.Command{
 		Use:   "fence NAME --reason TEXT",
@@ -420,7 +453,7 @@ not read back off (nothing is marked), 2 for usage or API errors.`,
 			if strings.TrimSpace(reason) == "" {
 				return &exitError{code: 2, err: errors.New("host fence: --reason is required (it is recorded with your token's name)")}
 			}
-			c, err := e.apiClient(apiURL)
+			c, err := e.apiClient(*apiURL)
 			if err != nil {
 				return &exitError{code: 2, err: fmt.Errorf("host fence: %w", err)}
 			}
@@ -438,6 +471,12 @@ not read back off (nothing is marked), 2 for usage or API errors.`,
 		},
 	}
 	fenceCmd.Flags().StringVar(&reason, "reason", "", "why (required; recorded in the audit event)")
+	return fenceCmd
+}
+
+// hostUnfenceCmd is `machinactl host unfence`.
+func hostUnfenceCmd(e *env, apiURL *string) *cobra.Command {
+	var reason string
 	unfenceCmd := &cobra.Command{
 		Use:   "unfence NAME --reason TEXT",
 		Short: "Clear a host's fence so the reconciler may power its server on again",
@@ -446,7 +485,7 @@ not read back off (nothing is marked), 2 for usage or API errors.`,
 			if strings.TrimSpace(reason) == "" {
 				return &exitError{code: 2, err: errors.New("host unfence: --reason is required")}
 			}
-			c, err := e.apiClient(apiURL)
+			c, err := e.apiClient(*apiURL)
 			if err != nil {
 				return &exitError{code: 2, err: fmt.Errorf("host unfence: %w", err)}
 			}
@@ -459,8 +498,7 @@ not read back off (nothing is marked), 2 for usage or API errors.`,
 		},
 	}
 	unfenceCmd.Flags().StringVar(&reason, "reason", "", "why (required; recorded in the audit event)")
-	cmd.AddCommand(add, list, fenceCmd, unfenceCmd)
-	return cmd
+	return unfenceCmd
 }
 
 // hostCell is s, or "-" when empty.

@@ -66,26 +66,9 @@ unsupported format), 2 usage or I/O error.`,
 			if err != nil {
 				return err
 			}
-			req := images.Request{Name: name, Arch: arch, Mirrors: images.Mirrors{Base: mirror, PerImage: mirrorFor}}
-			if strings.Contains(args[0], "://") {
-				req.URL = args[0]
-				if req.Name == "" {
-					return &exitError{code: 2, err: errors.New("images import: a URL import needs --name")}
-				}
-				if strings.Contains(checksum, "://") {
-					req.ChecksumURL = checksum
-				} else {
-					req.Checksum = checksum
-				}
-				if mirror != "" || len(mirrorFor) > 0 {
-					return &exitError{code: 2, err: errors.New("images import: --mirror applies to catalog images only")}
-				}
-			} else {
-				req.Catalog = args[0]
-				if strings.Contains(checksum, "://") {
-					return &exitError{code: 2, err: errors.New("images import: a catalog import takes its checksum file from the catalog; --checksum may only pin a digest")}
-				}
-				req.Checksum = checksum
+			req, err := importRequest(args[0], name, arch, checksum, mirror, mirrorFor)
+			if err != nil {
+				return err
 			}
 			var bar *progressBar
 			if !quiet {
@@ -116,6 +99,33 @@ unsupported format), 2 usage or I/O error.`,
 	f.BoolVarP(&quiet, "quiet", "q", false, "no progress bar")
 	f.BoolVarP(&verbose, "verbose", "v", false, "log retries and phases to stderr")
 	return cmd
+}
+
+// importRequest is the import request for arg: a URL (needs name and a
+// checksum, no mirror) or a catalog image (a checksum only pins a digest).
+func importRequest(arg, name, arch, checksum, mirror string, mirrorFor map[string]string) (images.Request, error) {
+	req := images.Request{Name: name, Arch: arch, Mirrors: images.Mirrors{Base: mirror, PerImage: mirrorFor}}
+	if strings.Contains(arg, "://") {
+		req.URL = arg
+		if req.Name == "" {
+			return req, &exitError{code: 2, err: errors.New("images import: a URL import needs --name")}
+		}
+		if strings.Contains(checksum, "://") {
+			req.ChecksumURL = checksum
+		} else {
+			req.Checksum = checksum
+		}
+		if mirror != "" || len(mirrorFor) > 0 {
+			return req, &exitError{code: 2, err: errors.New("images import: --mirror applies to catalog images only")}
+		}
+	} else {
+		req.Catalog = arg
+		if strings.Contains(checksum, "://") {
+			return req, &exitError{code: 2, err: errors.New("images import: a catalog import takes its checksum file from the catalog; --checksum may only pin a digest")}
+		}
+		req.Checksum = checksum
+	}
+	return req, nil
 }
 
 func newImagesListCommand(e *env, store *string) *cobra.Command {

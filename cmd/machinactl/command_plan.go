@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -100,72 +101,15 @@ Exit code: 0 no change, 1 changes (held ones included), 2 an error.`,
 			if observed == "" {
 				observed = os.Getenv(envAPI)
 			}
-			var have state.Snapshot
-			var from string
-			// Approvals live in the controller's store: known only when
-			// the observed state comes from the API.
-			var approved bool
-			identity := src.base
-			if identity == nil {
-				identity = src.want
+			have, from, approved, err := observedState(cmd.Context(), e, observed, src, now)
+			if err != nil {
+				return err
 			}
-			switch {
-			case strings.HasPrefix(observed, "http://") || strings.HasPrefix(observed, "https://"):
-				c, err := e.apiClient(observed)
-				if err != nil {
-					return &exitError{code: 2, err: fmt.Errorf("plan: %w", err)}
-				}
-				if have, err = snapshotFromAPI(cmd.Context(), c); err != nil {
-					return &exitError{code: 2, err: fmt.Errorf("plan: observed state from the API: %w", err)}
-				}
-				aps, err := c.Approvals(cmd.Context())
-				if err != nil {
-					return &exitError{code: 2, err: fmt.Errorf("plan: approvals from the API: %w", err)}
-				}
-				approved = aps.Approves(src.want.Digest)
-				from = "api"
-			case observed != "":
-				fsys, dir := os.DirFS(observed), "."
-				if _, err := fs.Stat(fsys, "servers"); err != nil {
-					dir = "status"
-				}
-				if have, err = snapshotFromStatus(fsys, dir, identity, now); err != nil {
-					return &exitError{code: 2, err: fmt.Errorf("plan: observed state: %w", err)}
-				}
-				from = "status"
-			default:
-				if src.status == nil {
-					return &exitError{code: 2, err: errors.New("plan: no observed state: pass --observed URL|STATUS_DIR or set " + envAPI + " (the repository has no status/servers)")}
-				}
-				if have, err = snapshotFromStatus(src.status, "status", identity, now); err != nil {
-					return &exitError{code: 2, err: fmt.Errorf("plan: observed state: %w", err)}
-				}
-				from = "status"
-			}
-
 			res := reconciler.Plan(src.want, have, reconciler.PlanOptions{Now: now, BrakeShare: brakeShare, Approved: approved})
 			changes := len(res.Steps) > 0 || len(res.Held) > 0
 			rep := planReport{Inventory: src.want.Digest, Base: src.baseCommit, Head: src.headCommit, Observed: from, Servers: len(have.Servers), Changes: changes, Result: res}
-			switch format {
-			case "text":
-				fmt.Fprint(e.stdout, planHeader(rep, "")+"\n"+res.Text())
-			case "json":
-				enc := json.NewEncoder(e.stdout)
-				enc.SetIndent("", "  ")
-				if err := enc.Encode(rep); err != nil {
-					return &exitError{code: 2, err: fmt.Errorf("plan: %w", err)}
-				}
-			case "markdown":
-				head := planHeader(rep, "`") + "\n\n"
-				parts := res.Markdown(maxComment - len(head))
-				for i, p := range parts {
-					if i > 0 {
-						fmt.Fprintln(e.stdout, MarkdownPartSeparator)
-					} else {
-						p = strings.Replace(p, "### Machina plan\n\n", "### Machina plan\n\n"+head, 1)
-					}
-					fmt.Fprint(e.stdout, p)
-				}
+			if err := printPlan(e, format, rep, maxComment); err != nil {
+				return err
 			}
 			if changes {
 				return &exitError{code: 1}
@@ -180,6 +124,80 @@ Exit code: 0 no change, 1 changes (held ones included), 2 an error.`,
 	cmd.Flags().Float64Var(&brakeShare, "brake-share", 0, "safety brake: share of the fleet a revision may release or retire before it is held, as the controller is configured (machina serve --brake-share); 0 means 0.2")
 	cmd.Flags().IntVar(&maxComment, "max-comment-bytes", 60000, "markdown: split into comments of at most this many bytes (GitHub allows 65,536 characters)")
 	return cmd
+}
+
+// observedState reads the fleet's observed state from --observed (the
+// admin API, with its approvals, or a status tree), $MACHINA_API, or the
+// repository's status/; from says which ("api" or "status").
+func observedState(ctx context.Context, e *env, observed string, src *planSource, now time.Time) (have state.Snapshot, from string, approved bool, err error) {
+	// Approvals live in the controller's store: known only when
+	// the observed state comes from the API.
+	identity := src.base
+	if identity == nil {
+		identity = src.want
+	}
+	switch {
+	case strings.HasPrefix(observed, "http://") || strings.HasPrefix(observed, "https://"):
+		c, err := e.apiClient(observed)
+		if err != nil {
+			return have, from, approved, &exitError{code: 2, err: fmt.Errorf("plan: %w", err)}
+		}
+		if have, err = snapshotFromAPI(ctx, c); err != nil {
+			return have, from, approved, &exitError{code: 2, err: fmt.Errorf("plan: observed state from the API: %w", err)}
+		}
+		aps, err := c.Approvals(ctx)
+		if err != nil {
+			return have, from, approved, &exitError{code: 2, err: fmt.Errorf("plan: approvals from the API: %w", err)}
+		}
+		approved = aps.Approves(src.want.Digest)
+		from = "api"
+	case observed != "":
+		fsys, dir := os.DirFS(observed), "."
+		if _, err := fs.Stat(fsys, "servers"); err != nil {
+			dir = "status"
+		}
+		if have, err = snapshotFromStatus(fsys, dir, identity, now); err != nil {
+			return have, from, approved, &exitError{code: 2, err: fmt.Errorf("plan: observed state: %w", err)}
+		}
+		from = "status"
+	default:
+		if src.status == nil {
+			return have, from, approved, &exitError{code: 2, err: errors.New("plan: no observed state: pass --observed URL|STATUS_DIR or set " + envAPI + " (the repository has no status/servers)")}
+		}
+		if have, err = snapshotFromStatus(src.status, "status", identity, now); err != nil {
+			return have, from, approved, &exitError{code: 2, err: fmt.Errorf("plan: observed state: %w", err)}
+		}
+		from = "status"
+	}
+
+	return have, from, approved, nil
+}
+
+// printPlan writes rep in format: text, json, or markdown split into
+// pull-request comments of at most maxComment bytes.
+func printPlan(e *env, format string, rep planReport, maxComment int) error {
+	switch format {
+	case "text":
+		fmt.Fprint(e.stdout, planHeader(rep, "")+"\n"+rep.Result.Text())
+	case "json":
+		enc := json.NewEncoder(e.stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(rep); err != nil {
+			return &exitError{code: 2, err: fmt.Errorf("plan: %w", err)}
+		}
+	case "markdown":
+		head := planHeader(rep, "`") + "\n\n"
+		parts := rep.Result.Markdown(maxComment - len(head))
+		for i, p := range parts {
+			if i > 0 {
+				fmt.Fprintln(e.stdout, MarkdownPartSeparator)
+			} else {
+				p = strings.Replace(p, "### Machina plan\n\n", "### Machina plan\n\n"+head, 1)
+			}
+			fmt.Fprint(e.stdout, p)
+		}
+	}
+	return nil
 }
 
 // planHeader is the one-line summary above a text or markdown plan; q

@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	v1 "github.com/machina-metal/machina/api/v1"
+	"github.com/machina-metal/machina/gitops"
 	"github.com/machina-metal/machina/reconciler"
 	"github.com/machina-metal/machina/state"
 )
@@ -47,7 +48,7 @@ func newStatusCmd(e *env) *cobra.Command {
 			if err != nil {
 				return &exitError{code: 2, err: fmt.Errorf("status: %w", err)}
 			}
-			var inv reconciler.InventoryStatus
+			var inv gitops.InventoryStatus
 			if err := c.GetJSON(ctx, "/api/v1/inventory", &inv); err != nil {
 				return &exitError{code: 2, err: fmt.Errorf("status: inventory: %w", err)}
 			}
@@ -74,9 +75,18 @@ func newStatusCmd(e *env) *cobra.Command {
 
 // writeStatus renders the overview.
 func writeStatus(w io.Writer, apiURL string, counts map[string]int, sealing bool, sealed, unsealed int,
-	inv reconciler.InventoryStatus, plan reconciler.Result, snap state.Snapshot) {
+	inv gitops.InventoryStatus, plan reconciler.Result, snap state.Snapshot) {
 	fmt.Fprintf(w, "Machina at %s\n", apiURL)
+	writeInventoryLine(w, inv)
+	writeServersLine(w, counts)
+	writeSecretsLine(w, sealing, sealed, unsealed)
+	writePlanLines(w, plan)
+	writeAttention(w, plan, snap)
+}
 
+// writeInventoryLine says which revision the controller acts on, and an
+// invalid newest one with its first errors.
+func writeInventoryLine(w io.Writer, inv gitops.InventoryStatus) {
 	// Inventory.
 	switch {
 	case inv.Invalid != nil:
@@ -99,6 +109,10 @@ func writeStatus(w io.Writer, apiURL string, counts map[string]int, sealing bool
 		fmt.Fprintln(w, "Inventory:  no revision read yet")
 	}
 
+}
+
+// writeServersLine counts the servers by lifecycle, in lifecycle order.
+func writeServersLine(w io.Writer, counts map[string]int) {
 	// Servers by lifecycle.
 	total := 0
 	var parts []string
@@ -125,6 +139,10 @@ func writeStatus(w io.Writer, apiURL string, counts map[string]int, sealing bool
 		fmt.Fprintf(w, "Servers:    %d: %s\n", total, strings.Join(parts, ", "))
 	}
 
+}
+
+// writeSecretsLine says whether the secrets are sealed at rest.
+func writeSecretsLine(w io.Writer, sealing bool, sealed, unsealed int) {
 	// Secrets.
 	switch {
 	case !sealing:
@@ -135,6 +153,11 @@ func writeStatus(w io.Writer, apiURL string, counts map[string]int, sealing bool
 		fmt.Fprintf(w, "Secrets:    sealed at rest (%d)\n", sealed)
 	}
 
+}
+
+// writePlanLines says what is pending, what the brake holds, and the
+// plan's conditions.
+func writePlanLines(w io.Writer, plan reconciler.Result) {
 	// Plan.
 	if len(plan.Steps) == 0 {
 		fmt.Fprintln(w, "Plan:       nothing pending")
@@ -157,6 +180,11 @@ func writeStatus(w io.Writer, apiURL string, counts map[string]int, sealing bool
 		fmt.Fprintf(w, "            %s %s: %s\n", c.Subject, c.Type, oneLine(c.Message, 120))
 	}
 
+}
+
+// writeAttention lists the servers that need a human, or that are not
+// moving and why.
+func writeAttention(w io.Writer, plan reconciler.Result, snap state.Snapshot) {
 	// Servers that need a human, or that are not moving and why: failed,
 	// stalled, an unreadable BMC (not for retired servers, which the sweep
 	// does not read), or a plan condition naming the server (a deploy

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	v1 "github.com/machina-metal/machina/api/v1"
+	"github.com/machina-metal/machina/gitops"
 	"github.com/machina-metal/machina/inventory"
 	"github.com/machina-metal/machina/reconciler"
 	"github.com/machina-metal/machina/state"
@@ -20,9 +21,9 @@ func TestWriteStatusCases(t *testing.T) {
 		"c": {Name: "c", Lifecycle: state.LifecycleReady},
 		"d": {Name: "d", Lifecycle: state.LifecycleReady, BMCError: "bmc: login: HTTP 401"},
 	}}
-	inv := reconciler.InventoryStatus{
-		Good:    reconciler.RevisionRef{Commit: "0123456789abcdef0123", Digest: "sha256:fedcba9876543210"},
-		Invalid: &reconciler.InvalidRevision{Commit: "89abcdef0123456789ab", Errors: []inventory.FieldError{{File: "servers.yaml", Line: 14, Col: 7, Path: "servers[2].bootMAC", Msg: "not a MAC"}}},
+	inv := gitops.InventoryStatus{
+		Good:    gitops.RevisionRef{Commit: "0123456789abcdef0123", Digest: "sha256:fedcba9876543210"},
+		Invalid: &gitops.InvalidRevision{Commit: "89abcdef0123456789ab", Errors: []inventory.FieldError{{File: "servers.yaml", Line: 14, Col: 7, Path: "servers[2].bootMAC", Msg: "not a MAC"}}},
 	}
 	var b bytes.Buffer
 	writeStatus(&b, "http://c", map[string]int{"failed": 1, "deployed": 1, "ready": 1}, true, 3, 0, inv, reconciler.Result{}, snap)
@@ -53,7 +54,7 @@ func TestWriteStatusCases(t *testing.T) {
 		}
 	}
 	b.Reset()
-	writeStatus(&b, "http://c", nil, true, 1, 2, reconciler.InventoryStatus{}, reconciler.Result{}, state.Snapshot{})
+	writeStatus(&b, "http://c", nil, true, 1, 2, gitops.InventoryStatus{}, reconciler.Result{}, state.Snapshot{})
 	for _, want := range []string{"sealing on, but 2 of 3 still UNSEALED", "Servers:    none registered", "Inventory:  no revision read yet"} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("status lacks %q:\n%s", want, b.String())
@@ -81,7 +82,7 @@ func TestWriteStatusNotMoving(t *testing.T) {
 		},
 	}
 	var b bytes.Buffer
-	writeStatus(&b, "http://c", map[string]int{"allocated": 1, "retired": 1, "ready": 1}, true, 1, 0, reconciler.InventoryStatus{}, plan, snap)
+	writeStatus(&b, "http://c", map[string]int{"allocated": 1, "retired": 1, "ready": 1}, true, 1, 0, gitops.InventoryStatus{}, plan, snap)
 	out := b.String()
 	for _, want := range []string{
 		"Attention:  2 servers",

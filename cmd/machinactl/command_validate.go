@@ -11,8 +11,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/machina-metal/machina/gitops"
 	"github.com/machina-metal/machina/inventory"
-	"github.com/machina-metal/machina/reconciler"
 )
 
 // newValidateCmd is `machinactl validate [DIR]`: exit 0 valid, 1 invalid
@@ -59,8 +59,8 @@ Exit status: 0 valid, 1 invalid (or warnings with --strict), 2 usage or I/O erro
 			if base != "" {
 				// status/ belongs to the controller: a change that edits it
 				// by hand is refused (issue 9).
-				var sed *reconciler.StatusEditError
-				switch err := reconciler.CheckStatusUntouched(dir, base, "HEAD"); {
+				var sed *gitops.StatusEditError
+				switch err := gitops.CheckStatusUntouched(dir, base, "HEAD"); {
 				case errors.As(err, &sed):
 					for _, p := range sed.Paths {
 						rep.Errors = append(rep.Errors, inventory.FieldError{File: p, Msg: "edited by hand; status/ is written by the controller only", Severity: inventory.SeverityError})

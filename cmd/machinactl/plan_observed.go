@@ -89,7 +89,7 @@ func fromWire(s v1.Server) state.Server {
 }
 
 // statusServer is status/servers/NAME.yaml as reconciler's status writer
-// renders it (reconciler/status_render.go renderServer). Fields the plan
+// renders it (gitops/status_render.go renderServer). Fields the plan
 // does not need (events, NIC details) are still listed so the file
 // decodes strictly and a format change is noticed.
 type statusServer struct {

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/machina-metal/machina/gitops"
 	"github.com/machina-metal/machina/reconciler"
 	"github.com/machina-metal/machina/state"
 )
@@ -19,7 +20,7 @@ func TestStatusNeutralisesMachineText(t *testing.T) {
 		"a": {Name: "a", Lifecycle: state.LifecycleFailed, LastError: evil},
 	}}
 	var b bytes.Buffer
-	writeStatus(&b, "http://c", map[string]int{"failed": 1}, true, 1, 0, reconciler.InventoryStatus{}, reconciler.Result{}, snap)
+	writeStatus(&b, "http://c", map[string]int{"failed": 1}, true, 1, 0, gitops.InventoryStatus{}, reconciler.Result{}, snap)
 	out := b.String()
 	for _, bad := range []string{"\x1b", "\x07", "\u009b", "\u202e"} {
 		if strings.Contains(out, bad) {

@@ -12,15 +12,7 @@ import (
 // module root, every rule of docs/architecture.md. It replaces the
 // per-package tests that api/v1, state and join/node carried.
 func TestArchitecture(t *testing.T) {
-	goBin := peertest.Command(t, "go")
-	root, err := ModuleRoot(goBin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	g, err := Load(goBin, root)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, g := loadModule(t)
 	// Not vacuous: the packages the rules are about were all loaded.
 	for _, p := range []string{"api/v1", "macaddr", "state", "boot/dhcp", "ramdisk/agent", agentCmd, ctlCmd, nodeCmd, "controller", "lab/sim"} {
 		if !g[p].Project {
@@ -36,6 +28,22 @@ func TestArchitecture(t *testing.T) {
 	for _, s := range StaleRows(g) {
 		t.Error(s)
 	}
+}
+
+// loadModule returns the module root and its graph (go list, through the
+// go command peertest finds).
+func loadModule(t *testing.T) (string, Graph) {
+	t.Helper()
+	goBin := peertest.Command(t, "go")
+	root, err := ModuleRoot(goBin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := Load(goBin, root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return root, g
 }
 
 // fakeGraph builds a graph from edges. Names with a dot in their first
@@ -125,8 +133,11 @@ func TestCheckFindsPlantedEdges(t *testing.T) {
 		{"node agent imports state", [2]string{"join/node", "state"}, []string{"node-agent", "import-table"}},
 		{"node agent links bbolt", [2]string{"join/spec", "go.etcd.io/bbolt"}, []string{"node-agent"}},
 		{"controller imports a main", [2]string{"controller", "cmd/machinactl"}, []string{"import-table"}},
-		{"package without a row", [2]string{"gitops", "fmt"}, []string{"import-table"}},
+		{"package without a row", [2]string{"gitrepo", "fmt"}, []string{"import-table"}},
 		{"reconciler imports controller", [2]string{"reconciler", "controller"}, []string{"import-table"}},
+		{"reconciler imports gitops", [2]string{"reconciler", "gitops"}, []string{"import-table", "reconciler-no-git"}},
+		{"reconciler subpackage links go-git", [2]string{"reconciler/fleet", "github.com/go-git/go-git/v5"}, []string{"reconciler-no-git"}},
+		{"gitops imports bmc", [2]string{"gitops", "bmc"}, []string{"import-table", "gitops-no-bmc"}},
 		{"a binary links testing through lab", [2]string{"bmc/ipmi/ipmisim", "testing"}, []string{"no-testing"}},
 	}
 	for _, tt := range tests {

@@ -15,7 +15,7 @@ import (
 var base = []string{"api/v1", "macaddr"}
 
 // leaves import no project package except the base ones.
-var leaves = []string{"schema", "bmc", "boot", "state", "images", "deploy"}
+var leaves = []string{"schema", "bmc", "boot", "state", "images", "deploy", "redact"}
 
 // protocolServers take a boot.Lookup and never see the store or the
 // reconciler (smee's handlers take a BackendReader the same way).
@@ -71,8 +71,10 @@ var mayImport = map[string][]string{
 	"join/spec":             {},
 	"join/node":             {"join/spec"},
 	"join":                  {"internal/connlimit", "inventory", "join/spec", "state"},
-	"reconciler":            {"bmc", "boot", "discover", "inventory", "state"},
-	"reconciler/fleet":      {"bmc", "bmc/ipmi", "bmc/redfish", "reconciler", "state"},
+	"reconciler":            {"bmc", "inventory", "redact", "state"},
+	"gitops":                {"boot", "discover", "inventory", "reconciler", "redact", "state"},
+	"redact":                {},
+	"reconciler/fleet":      {"bmc", "bmc/ipmi", "bmc/redfish", "reconciler", "redact", "state"},
 	"reconciler/deployplan": {"api", "deploy", "images", "inventory", "state"},
 	"api":                   {"boot", "boot/ipxe", "internal/connlimit", "state"},
 	"ramdisk/agent":         {"api/v1"},
@@ -80,7 +82,7 @@ var mayImport = map[string][]string{
 	"cmd/machina":           {anyProduct},
 	"cmd/machina-agent":     {"ramdisk/agent", "api/v1"},
 	"cmd/machina-node":      {"join/node"},
-	"cmd/machinactl":        {"bmc", "bmc/ipmi", "bmc/redfish", "discover", "images", "inventory", "join/node", "reconciler", "schema", "state"},
+	"cmd/machinactl":        {"bmc", "bmc/ipmi", "bmc/redfish", "discover", "gitops", "images", "inventory", "join/node", "reconciler", "schema", "state"},
 }
 
 // The agent (the ramdisk's /init) links only api/v1 of the project, and it
@@ -206,8 +208,42 @@ func Check(g Graph) []Violation {
 			}
 		}
 	}
+	checkGitSplit(g, add)
 	sort.Slice(vs, func(i, j int) bool { return vs[i].String() < vs[j].String() })
 	return slices.Compact(vs)
+}
+
+// gitModule is the Git library: gitops links it, the reconciler never.
+const gitModule = "github.com/go-git/go-git/v5"
+
+// checkGitSplit: the reconciler and its subpackages depend neither on
+// gitops nor on go-git (they know Git only through reconciler.Revisions,
+// which gitops.Source implements); gitops imports no bmc package.
+func checkGitSplit(g Graph, add func(rule, from, to, why string)) {
+	for p := range g {
+		if !g.product(p) {
+			continue
+		}
+		if under(p, "reconciler") {
+			for _, d := range g.deps(p) {
+				if under(d, "gitops") {
+					add("reconciler-no-git", p, d, "the reconciler knows Git only through reconciler.Revisions")
+				}
+			}
+			for _, d := range g.nonStandard(p) {
+				if under(d, gitModule) {
+					add("reconciler-no-git", p, d, "the reconciler never links go-git")
+				}
+			}
+		}
+		if under(p, "gitops") {
+			for _, i := range g.directProject(p) {
+				if under(i, "bmc") {
+					add("gitops-no-bmc", p, i, "gitops knows nothing of BMCs")
+				}
+			}
+		}
+	}
 }
 
 // StaleRows returns the rule entries that name no package of g: a renamed or

@@ -1,7 +1,12 @@
 package connlimit
 
 import (
+	"fmt"
+	"io"
 	"net"
+	"os"
+	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -62,5 +67,66 @@ func TestPerIP(t *testing.T) {
 	e.SetReadDeadline(time.Now().Add(5 * time.Second))
 	if _, err := e.Read(make([]byte, 1)); err == nil || refused.Load() != 2 {
 		t.Fatalf("after a double Close the cap is %v/%d: a slot was freed twice", err, refused.Load())
+	}
+}
+
+// TestPerIPKeepsReadFrom: an accepted connection offers the TCP
+// connection's ReadFrom (net/http sends file bodies with sendfile(2) only
+// through it) and CloseWrite, and both work. Fails without them: the
+// wrapper hid them (issue 24: every ramdisk byte was copied through user
+// space).
+func TestPerIPKeepsReadFrom(t *testing.T) {
+	raw, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln := PerIP(raw, 4, nil)
+	defer ln.Close()
+	body := strings.Repeat("ramdisk ", 64<<10) // 512 KiB
+	path := filepath.Join(t.TempDir(), "vmlinuz")
+	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			served <- err
+			return
+		}
+		defer c.Close()
+		rf, ok := c.(io.ReaderFrom)
+		cw, ok2 := c.(interface{ CloseWrite() error })
+		if !ok || !ok2 {
+			served <- fmt.Errorf("accepted %T: ReadFrom %v, CloseWrite %v", c, ok, ok2)
+			return
+		}
+		f, err := os.Open(path)
+		if err != nil {
+			served <- err
+			return
+		}
+		defer f.Close()
+		if _, err := rf.ReadFrom(f); err != nil {
+			served <- err
+			return
+		}
+		served <- cw.CloseWrite()
+	}()
+	c, err := net.Dial("tcp", raw.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	got, err := io.ReadAll(c) // ends at the server's CloseWrite
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := <-served; err != nil {
+		t.Fatal(err)
+	}
+	if string(got) != body {
+		t.Fatalf("read %d bytes, want %d", len(got), len(body))
 	}
 }

@@ -40,50 +40,13 @@ func ApplyNetwork(h *netlink.Handle, n v1.JoinNetwork) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("node: network %s: NIC %s: %w", n.Name, n.NIC, err)
 	}
-	port := nic
-	if n.VLAN > 0 {
-		name := spec.VLANName(n.NIC, n.VLAN)
-		l, err := h.LinkByName(name)
-		switch {
-		case err == nil:
-			v, ok := l.(*netlink.Vlan)
-			if !ok || v.VlanId != n.VLAN || v.ParentIndex != nic.Attrs().Index {
-				return "", fmt.Errorf("node: network %s: link %s: %w", n.Name, name, ErrLinkConflict)
-			}
-			port = l
-		case isNotFound(err):
-			la := netlink.NewLinkAttrs()
-			la.Name, la.ParentIndex = name, nic.Attrs().Index
-			v := &netlink.Vlan{LinkAttrs: la, VlanId: n.VLAN, VlanProtocol: netlink.VLAN_PROTOCOL_8021Q}
-			if err := h.LinkAdd(v); err != nil {
-				return "", fmt.Errorf("node: network %s: add vlan %s: %w", n.Name, name, err)
-			}
-			if port, err = h.LinkByName(name); err != nil {
-				return "", fmt.Errorf("node: network %s: %w", n.Name, err)
-			}
-			did = append(did, "created vlan "+name)
-		default:
-			return "", fmt.Errorf("node: network %s: link %s: %w", n.Name, name, err)
-		}
+	port, did, err := ensureVLAN(h, n, nic, did)
+	if err != nil {
+		return "", err
 	}
-	br, err := h.LinkByName(n.Bridge)
-	switch {
-	case err == nil:
-		if _, ok := br.(*netlink.Bridge); !ok {
-			return "", fmt.Errorf("node: network %s: link %s is a %s, not a bridge: %w", n.Name, n.Bridge, br.Type(), ErrLinkConflict)
-		}
-	case isNotFound(err):
-		la := netlink.NewLinkAttrs()
-		la.Name = n.Bridge
-		if err := h.LinkAdd(&netlink.Bridge{LinkAttrs: la}); err != nil {
-			return "", fmt.Errorf("node: network %s: add bridge %s: %w", n.Name, n.Bridge, err)
-		}
-		if br, err = h.LinkByName(n.Bridge); err != nil {
-			return "", fmt.Errorf("node: network %s: %w", n.Name, err)
-		}
-		did = append(did, "created bridge "+n.Bridge)
-	default:
-		return "", fmt.Errorf("node: network %s: link %s: %w", n.Name, n.Bridge, err)
+	br, did, err := ensureBridge(h, n, did)
+	if err != nil {
+		return "", err
 	}
 	if m := port.Attrs().MasterIndex; m != br.Attrs().Index {
 		if m != 0 {
@@ -112,6 +75,64 @@ func ApplyNetwork(h *netlink.Handle, n v1.JoinNetwork) (string, error) {
 		return fmt.Sprintf("network %s: bridge %s over %s already in place", n.Name, n.Bridge, port.Attrs().Name), nil
 	}
 	return fmt.Sprintf("network %s: %v", n.Name, did), nil
+}
+
+// ensureVLAN returns the bridge port of n: the NIC, or its VLAN
+// interface (created when missing; one of that name that is not this
+// VLAN over this NIC is ErrLinkConflict). did gains what was done.
+func ensureVLAN(h *netlink.Handle, n v1.JoinNetwork, nic netlink.Link, did []string) (netlink.Link, []string, error) {
+	if n.VLAN <= 0 {
+		return nic, did, nil
+	}
+	name := spec.VLANName(n.NIC, n.VLAN)
+	l, err := h.LinkByName(name)
+	switch {
+	case err == nil:
+		v, ok := l.(*netlink.Vlan)
+		if !ok || v.VlanId != n.VLAN || v.ParentIndex != nic.Attrs().Index {
+			return nil, did, fmt.Errorf("node: network %s: link %s: %w", n.Name, name, ErrLinkConflict)
+		}
+		return l, did, nil
+	case isNotFound(err):
+		la := netlink.NewLinkAttrs()
+		la.Name, la.ParentIndex = name, nic.Attrs().Index
+		v := &netlink.Vlan{LinkAttrs: la, VlanId: n.VLAN, VlanProtocol: netlink.VLAN_PROTOCOL_8021Q}
+		if err := h.LinkAdd(v); err != nil {
+			return nil, did, fmt.Errorf("node: network %s: add vlan %s: %w", n.Name, name, err)
+		}
+		port, err := h.LinkByName(name)
+		if err != nil {
+			return nil, did, fmt.Errorf("node: network %s: %w", n.Name, err)
+		}
+		return port, append(did, "created vlan "+name), nil
+	default:
+		return nil, did, fmt.Errorf("node: network %s: link %s: %w", n.Name, name, err)
+	}
+}
+
+// ensureBridge returns n's bridge, created when missing (a link of that
+// name that is not a bridge is ErrLinkConflict). did gains what was done.
+func ensureBridge(h *netlink.Handle, n v1.JoinNetwork, did []string) (netlink.Link, []string, error) {
+	br, err := h.LinkByName(n.Bridge)
+	switch {
+	case err == nil:
+		if _, ok := br.(*netlink.Bridge); !ok {
+			return nil, did, fmt.Errorf("node: network %s: link %s is a %s, not a bridge: %w", n.Name, n.Bridge, br.Type(), ErrLinkConflict)
+		}
+	case isNotFound(err):
+		la := netlink.NewLinkAttrs()
+		la.Name = n.Bridge
+		if err := h.LinkAdd(&netlink.Bridge{LinkAttrs: la}); err != nil {
+			return nil, did, fmt.Errorf("node: network %s: add bridge %s: %w", n.Name, n.Bridge, err)
+		}
+		if br, err = h.LinkByName(n.Bridge); err != nil {
+			return nil, did, fmt.Errorf("node: network %s: %w", n.Name, err)
+		}
+		return br, append(did, "created bridge "+n.Bridge), nil
+	default:
+		return nil, did, fmt.Errorf("node: network %s: link %s: %w", n.Name, n.Bridge, err)
+	}
+	return br, did, nil
 }
 
 func isNotFound(err error) bool {

@@ -15,9 +15,9 @@ import (
 	v1 "github.com/machina-metal/machina/api/v1"
 	"github.com/machina-metal/machina/controller"
 	"github.com/machina-metal/machina/discover"
+	"github.com/machina-metal/machina/gitops"
 	"github.com/machina-metal/machina/inventory"
 	"github.com/machina-metal/machina/lab/sim"
-	"github.com/machina-metal/machina/reconciler"
 	"github.com/machina-metal/machina/state"
 )
 
@@ -72,7 +72,7 @@ func TestAutoEnrolThroughLab(t *testing.T) {
 	srv := r.waitServer(auto, "enrolled and commissioned to ready", time.Minute, func(s state.Server) bool {
 		return s.Lifecycle == state.LifecycleReady && s.Hardware != nil
 	})
-	if srv.Enrolled == nil || srv.Enrolled.Source != "ipxe" || srv.Zone != reconciler.DefaultEnrollZone || srv.BootMAC != strayMAC || srv.BMC.Driver != "" {
+	if srv.Enrolled == nil || srv.Enrolled.Source != "ipxe" || srv.Zone != gitops.DefaultEnrollZone || srv.BootMAC != strayMAC || srv.BMC.Driver != "" {
 		t.Errorf("enrolled server = %+v", srv)
 	}
 	if srv.Hardware.Cores != stray.HW.Sockets*stray.HW.CoresPerSocket {
@@ -101,7 +101,7 @@ func TestAutoEnrolThroughLab(t *testing.T) {
 		t.Fatalf("proposed inventory: %v", err)
 	}
 	e := inv.Server(auto)
-	if e == nil || e.BootMAC != strayMAC || !e.BMC.IsZero() || e.Zone != reconciler.DefaultEnrollZone || len(e.Tags) != 1 || e.Tags[0] != reconciler.EnrolledTag {
+	if e == nil || e.BootMAC != strayMAC || !e.BMC.IsZero() || e.Zone != gitops.DefaultEnrollZone || len(e.Tags) != 1 || e.Tags[0] != gitops.EnrolledTag {
 		t.Fatalf("proposed entry = %+v\n%s", e, raw)
 	}
 	if !strings.Contains(string(raw), "# hardware: Machina Sim SimServer 1U") {
@@ -143,7 +143,7 @@ func TestAutoEnrolThroughLab(t *testing.T) {
 
 	// Review: rename it, keep the BMC, merge into main.
 	reviewed := strings.Replace(string(withBMC), `- name: "`+auto+`"`, `- name: r1-n02`, 1)
-	reviewed = strings.Replace(reviewed, `zone: "`+reconciler.DefaultEnrollZone+`"`+"\n    tags", `zone: "zone-a"`+"\n    rack: \"r1\"\n    tags", 1)
+	reviewed = strings.Replace(reviewed, `zone: "`+gitops.DefaultEnrollZone+`"`+"\n    tags", `zone: "zone-a"`+"\n    rack: \"r1\"\n    tags", 1)
 	r.commit("merge discovered: r1-n02 (was "+auto+")", func(dir string) {
 		if err := os.WriteFile(filepath.Join(dir, inventory.ServersFile), []byte(reviewed), 0o644); err != nil {
 			t.Fatal(err)

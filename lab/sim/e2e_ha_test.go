@@ -19,6 +19,7 @@ import (
 
 	"github.com/machina-metal/machina/boot"
 	"github.com/machina-metal/machina/controller"
+	"github.com/machina-metal/machina/gitops"
 	"github.com/machina-metal/machina/ha"
 	"github.com/machina-metal/machina/internal/etcdtest"
 	"github.com/machina-metal/machina/lab/sim"
@@ -169,7 +170,7 @@ func startHANode(t *testing.T, lab *sim.Lab, dir, id, publicURL string, endpoint
 			HA: &controller.HAConfig{Etcd: state.EtcdConfig{Endpoints: endpoints, Prefix: "/site/", RequestTimeout: 3 * time.Second},
 				ID: id, TTL: 2 * time.Second},
 			WorkDir: filepath.Join(dir, id), Listen: "127.0.0.1:0", JoinListen: "127.0.0.1:0", PublicURL: publicURL,
-			Repo: reconciler.Remote{URL: lab.RepoURL}, PollInterval: 200 * time.Millisecond, StatusInterval: 300 * time.Millisecond,
+			Repo: gitops.Remote{URL: lab.RepoURL}, PollInterval: 200 * time.Millisecond, StatusInterval: 300 * time.Millisecond,
 			MachinePerIP:     boot.Limit{Burst: 1000, Every: time.Millisecond},
 			MaxConnsPerIP:    1 << 20,
 			Reconciler:       reconciler.Config{Interval: 200 * time.Millisecond, BackoffBase: 200 * time.Millisecond, BackoffCap: 2 * time.Second},

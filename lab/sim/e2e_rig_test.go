@@ -22,6 +22,7 @@ import (
 
 	"github.com/machina-metal/machina/boot"
 	"github.com/machina-metal/machina/controller"
+	"github.com/machina-metal/machina/gitops"
 	"github.com/machina-metal/machina/inventory"
 	"github.com/machina-metal/machina/lab/sim"
 	"github.com/machina-metal/machina/reconciler"
@@ -107,7 +108,7 @@ func (r *rig) startController() {
 	go func() {
 		cfg := controller.Config{
 			StatePath: filepath.Join(r.dir, "state.db"), WorkDir: filepath.Join(r.dir, "work"), Listen: r.listen,
-			Repo: reconciler.Remote{URL: lab.RepoURL}, PollInterval: 200 * time.Millisecond, StatusInterval: 300 * time.Millisecond,
+			Repo: gitops.Remote{URL: lab.RepoURL}, PollInterval: 200 * time.Millisecond, StatusInterval: 300 * time.Millisecond,
 			MachinePerIP:  boot.Limit{Burst: 1000, Every: time.Millisecond},
 			MaxConnsPerIP: 1 << 20, // every simulated machine is 127.0.0.1
 			Reconciler: reconciler.Config{Interval: 200 * time.Millisecond, BackoffBase: 200 * time.Millisecond, BackoffCap: 2 * time.Second,

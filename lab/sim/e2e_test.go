@@ -14,6 +14,7 @@ import (
 
 	"github.com/machina-metal/machina/boot"
 	"github.com/machina-metal/machina/controller"
+	"github.com/machina-metal/machina/gitops"
 	"github.com/machina-metal/machina/internal/peertest"
 	"github.com/machina-metal/machina/lab/sim"
 	"github.com/machina-metal/machina/reconciler"
@@ -46,7 +47,7 @@ func startHarness(t *testing.T, cfg sim.Config) *harness {
 	go func() {
 		done <- controller.Run(ctx, controller.Config{
 			StatePath: filepath.Join(dir, "state.db"), WorkDir: filepath.Join(dir, "work"), Listen: "127.0.0.1:0", JoinListen: "127.0.0.1:0",
-			Repo: reconciler.Remote{URL: lab.RepoURL}, PollInterval: 200 * time.Millisecond, StatusInterval: 300 * time.Millisecond,
+			Repo: gitops.Remote{URL: lab.RepoURL}, PollInterval: 200 * time.Millisecond, StatusInterval: 300 * time.Millisecond,
 			MachinePerIP:  boot.Limit{Burst: 1000, Every: time.Millisecond},
 			MaxConnsPerIP: 1 << 20, // every simulated machine is 127.0.0.1
 			Reconciler:    reconciler.Config{Interval: 200 * time.Millisecond, BackoffBase: 200 * time.Millisecond, BackoffCap: 2 * time.Second},

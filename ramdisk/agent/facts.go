@@ -192,6 +192,14 @@ func readCPU(root string) (v1.CPU, error) {
 	if c.Cores == 0 { // no "core id" lines (some hypervisors): one core per thread
 		c.Cores = c.Threads
 	}
+	cpuExtras(root, &c)
+	return c, nil
+}
+
+// cpuExtras adds what cpuinfo's entries do not say directly: the
+// virtualization extension (vmx, svm) from the flags, the architecture
+// (proc/sys/kernel/arch) and the online CPUs (sys/devices/system/cpu/online).
+func cpuExtras(root string, c *v1.CPU) {
 	for _, fl := range c.Flags {
 		if fl == "vmx" || fl == "svm" {
 			c.Virtualization = fl
@@ -205,7 +213,6 @@ func readCPU(root string) (v1.CPU, error) {
 			c.Online = n
 		}
 	}
-	return c, nil
 }
 
 // countCPUList counts the CPUs in a kernel cpu list such as "0-3,8,10-11"

@@ -102,49 +102,16 @@ func WriteImage(ctx context.Context, dev BlockDevice, diskSize int64, cfg WriteC
 	t0 := time.Now()
 	var buf []byte
 	var chunkSums [][32]byte
+	var err error
 	if cfg.SizeBytes <= memLimit {
 		res.Mode = "memory"
-		rc, err := cfg.Open(ctx)
-		if err != nil {
-			return res, fmt.Errorf("write image: open: %w", err)
-		}
-		buf = make([]byte, cfg.SizeBytes)
-		// Hash while downloading: the reader fills buf in chunks and the
-		// hasher follows it (disjoint regions, ordered by the channel).
-		h := sha256.New()
-		err = pipeRead(ctx, rc, cfg.SizeBytes, chunk, buf, func(p piece) error {
-			h.Write(p.b)
-			return nil
-		})
-		rc.Close()
-		if err != nil {
-			return res, fmt.Errorf("write image: read: %w", err)
-		}
-		if got := hex.EncodeToString(h.Sum(nil)); got != want {
-			return res, fmt.Errorf("write image: %w: got %s", ErrChecksum, got)
-		}
+		buf, err = verifyInMemory(ctx, cfg, chunk, want)
 	} else {
 		res.Mode = "two-pass"
-		rc, err := cfg.Open(ctx)
-		if err != nil {
-			return res, fmt.Errorf("write image: open hash pass: %w", err)
-		}
-		total := sha256.New()
-		var sums [][32]byte
-		err = pipeRead(ctx, rc, cfg.SizeBytes, chunk, nil, func(p piece) error {
-			sums = append(sums, sha256.Sum256(p.b))
-			total.Write(p.b)
-			return nil
-		})
-		rc.Close()
-		got := hex.EncodeToString(total.Sum(nil))
-		if err != nil {
-			return res, fmt.Errorf("write image: hash pass: %w", err)
-		}
-		if got != want {
-			return res, fmt.Errorf("write image: %w: got %s", ErrChecksum, got)
-		}
-		chunkSums = sums
+		chunkSums, err = verifyTwoPass(ctx, cfg, chunk, want)
+	}
+	if err != nil {
+		return res, err
 	}
 	res.Verify = time.Since(t0)
 	log.Info("image verified", "mode", res.Mode, "bytes", cfg.SizeBytes, "seconds", res.Verify.Seconds())
@@ -154,61 +121,139 @@ func WriteImage(ctx context.Context, dev BlockDevice, diskSize int64, cfg WriteC
 		return res, fmt.Errorf("write image: %w", err)
 	}
 	if buf != nil {
-		for off := int64(0); off < cfg.SizeBytes; off += int64(chunk) {
-			if err := ctx.Err(); err != nil {
-				return res, fmt.Errorf("write image: %w", err)
-			}
-			end := min(off+int64(chunk), cfg.SizeBytes)
-			if _, err := dev.WriteAt(buf[off:end], off); err != nil {
-				return res, fmt.Errorf("write image: write at %d: %w", off, err)
-			}
-			res.BytesWritten = end
-		}
+		err = writeBuffered(ctx, dev, buf, chunk, &res)
 	} else {
-		rc, err := cfg.Open(ctx)
-		if err != nil {
-			return res, fmt.Errorf("write image: open write pass: %w", err)
-		}
-		defer rc.Close()
-		total := sha256.New()
-		i := 0
-		err = pipeRead(ctx, rc, cfg.SizeBytes, chunk, nil, func(p piece) error {
-			if i >= len(chunkSums) || sha256.Sum256(p.b) != chunkSums[i] {
-				return fmt.Errorf("%w: chunk at offset %d", ErrSourceChanged, p.off)
-			}
-			i++
-			total.Write(p.b)
-			if _, err := dev.WriteAt(p.b, p.off); err != nil {
-				return fmt.Errorf("write at %d: %w", p.off, err)
-			}
-			res.BytesWritten = p.off + int64(len(p.b))
-			return nil
-		})
-		if err != nil {
-			return res, fmt.Errorf("write image: write pass: %w", err)
-		}
-		if hex.EncodeToString(total.Sum(nil)) != want {
-			return res, fmt.Errorf("write image: %w", ErrSourceChanged)
-		}
+		err = writeVerified(ctx, dev, cfg, chunk, chunkSums, want, &res)
+	}
+	if err != nil {
+		return res, err
 	}
 	if err := dev.Sync(); err != nil {
 		return res, fmt.Errorf("write image: fsync: %w", err)
 	}
 	res.Write = time.Since(t1)
 	if cfg.ReadBack {
-		dropCache(dev)
-		h := sha256.New()
-		if _, err := io.Copy(h, io.NewSectionReader(dev, 0, cfg.SizeBytes)); err != nil {
-			return res, fmt.Errorf("write image: read back: %w", err)
-		}
-		got := hex.EncodeToString(h.Sum(nil))
-		res.ReadBackSHA256 = got
-		if got != want {
-			return res, fmt.Errorf("write image: %w: got %s", ErrReadBack, got)
+		if err := readBack(dev, cfg.SizeBytes, want, &res); err != nil {
+			return res, err
 		}
 	}
 	log.Info("image written", "bytes", res.BytesWritten, "seconds", res.Write.Seconds(), "readBack", cfg.ReadBack)
 	return res, nil
+}
+
+// verifyInMemory downloads the whole image into memory, hashing while it
+// reads (the reader fills the buffer in chunks and the hasher follows it:
+// disjoint regions, ordered by the channel), and returns it only when its
+// SHA-256 is want.
+func verifyInMemory(ctx context.Context, cfg WriteConfig, chunk int, want string) ([]byte, error) {
+	rc, err := cfg.Open(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("write image: open: %w", err)
+	}
+	buf := make([]byte, cfg.SizeBytes)
+	h := sha256.New()
+	err = pipeRead(ctx, rc, cfg.SizeBytes, chunk, buf, func(p piece) error {
+		h.Write(p.b)
+		return nil
+	})
+	rc.Close()
+	if err != nil {
+		return nil, fmt.Errorf("write image: read: %w", err)
+	}
+	if got := hex.EncodeToString(h.Sum(nil)); got != want {
+		return nil, fmt.Errorf("write image: %w: got %s", ErrChecksum, got)
+	}
+	return buf, nil
+}
+
+// verifyTwoPass is the first pass of an image too large for memory: it
+// reads the whole stream, checks its SHA-256 is want and returns each
+// chunk's SHA-256, which the write pass checks every chunk against.
+func verifyTwoPass(ctx context.Context, cfg WriteConfig, chunk int, want string) ([][32]byte, error) {
+	rc, err := cfg.Open(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("write image: open hash pass: %w", err)
+	}
+	total := sha256.New()
+	var sums [][32]byte
+	err = pipeRead(ctx, rc, cfg.SizeBytes, chunk, nil, func(p piece) error {
+		sums = append(sums, sha256.Sum256(p.b))
+		total.Write(p.b)
+		return nil
+	})
+	rc.Close()
+	got := hex.EncodeToString(total.Sum(nil))
+	if err != nil {
+		return nil, fmt.Errorf("write image: hash pass: %w", err)
+	}
+	if got != want {
+		return nil, fmt.Errorf("write image: %w: got %s", ErrChecksum, got)
+	}
+	return sums, nil
+}
+
+// writeBuffered writes a verified in-memory image to dev, chunk by chunk.
+func writeBuffered(ctx context.Context, dev BlockDevice, buf []byte, chunk int, res *WriteResult) error {
+	for off := int64(0); off < int64(len(buf)); off += int64(chunk) {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("write image: %w", err)
+		}
+		end := min(off+int64(chunk), int64(len(buf)))
+		if _, err := dev.WriteAt(buf[off:end], off); err != nil {
+			return fmt.Errorf("write image: write at %d: %w", off, err)
+		}
+		res.BytesWritten = end
+	}
+	return nil
+}
+
+// writeVerified is the write pass of a two-pass image: it reads the
+// stream again and writes each chunk only after its SHA-256 matched the
+// hash pass's (a source that changed between the passes is
+// ErrSourceChanged, before that chunk reaches the disk).
+func writeVerified(ctx context.Context, dev BlockDevice, cfg WriteConfig, chunk int, chunkSums [][32]byte, want string, res *WriteResult) error {
+	rc, err := cfg.Open(ctx)
+	if err != nil {
+		return fmt.Errorf("write image: open write pass: %w", err)
+	}
+	defer rc.Close()
+	total := sha256.New()
+	i := 0
+	err = pipeRead(ctx, rc, cfg.SizeBytes, chunk, nil, func(p piece) error {
+		if i >= len(chunkSums) || sha256.Sum256(p.b) != chunkSums[i] {
+			return fmt.Errorf("%w: chunk at offset %d", ErrSourceChanged, p.off)
+		}
+		i++
+		total.Write(p.b)
+		if _, err := dev.WriteAt(p.b, p.off); err != nil {
+			return fmt.Errorf("write at %d: %w", p.off, err)
+		}
+		res.BytesWritten = p.off + int64(len(p.b))
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("write image: write pass: %w", err)
+	}
+	if hex.EncodeToString(total.Sum(nil)) != want {
+		return fmt.Errorf("write image: %w", ErrSourceChanged)
+	}
+	return nil
+}
+
+// readBack drops the device's cache and checks that its first size bytes
+// hash to want (ErrReadBack otherwise).
+func readBack(dev BlockDevice, size int64, want string, res *WriteResult) error {
+	dropCache(dev)
+	h := sha256.New()
+	if _, err := io.Copy(h, io.NewSectionReader(dev, 0, size)); err != nil {
+		return fmt.Errorf("write image: read back: %w", err)
+	}
+	got := hex.EncodeToString(h.Sum(nil))
+	res.ReadBackSHA256 = got
+	if got != want {
+		return fmt.Errorf("write image: %w: got %s", ErrReadBack, got)
+	}
+	return nil
 }
 
 // errStreamEnded marks an image stream that ended early: the controller

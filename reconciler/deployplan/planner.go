@@ -92,29 +92,8 @@ func (p *Planner) DeployPlan(ctx context.Context, srv state.Server) (v1.Plan, er
 	if rec.State != images.StateVerified {
 		return v1.Plan{}, fmt.Errorf("image %s is %s, not verified yet", image, rec.State)
 	}
-	if p.Store != nil {
-		// Bind the allocation (and so the image token the API mints next,
-		// checked against Allocation.Image) to the image this plan names.
-		old := srv.Allocation.Image
-		if _, err := p.Store.UpdateServer(srv.Name, func(s *state.Server) error {
-			if s.Allocation == nil || s.Lifecycle != state.LifecycleDeploying {
-				return fmt.Errorf("server %s is not deploying", srv.Name)
-			}
-			s.Allocation.Image = image
-			if s.Allocation.PlanServedAt.IsZero() {
-				s.Allocation.PlanServedAt = time.Now().UTC()
-			}
-			return nil
-		}); err != nil {
-			return v1.Plan{}, fmt.Errorf("record the planned image: %w", err)
-		}
-		if old != image {
-			msg := fmt.Sprintf("profile %s's image changed from %s to %s before the write started: deploying %s", prof.Name, old, image, image)
-			if p.Logger != nil {
-				p.Logger.Info("deploy re-planned with the profile's new image", "machine", srv.Name, "profile", prof.Name, "from", old, "to", image)
-			}
-			_, _ = p.Store.AppendEvent(state.Event{Server: srv.Name, Kind: "deploy.image_replanned", Message: msg})
-		}
+	if err := p.bindImage(srv, prof.Name, image); err != nil {
+		return v1.Plan{}, err
 	}
 	plan := v1.Plan{
 		ImageURL:       strings.TrimRight(p.BaseURL, "/") + "/images/" + image,
@@ -146,6 +125,40 @@ func (p *Planner) DeployPlan(ctx context.Context, srv state.Server) (v1.Plan, er
 		plan.Seed.JoinCommand, plan.Seed.JoinToken = cmd, tok
 	}
 	return plan, nil
+}
+
+// bindImage records on srv's allocation the image a served plan names
+// and when it was first served (Allocation.Image, PlanServedAt), so the
+// image token the API mints next is checked against it; a change from the
+// allocation's image is logged and written as an event. Nothing without
+// a Store.
+func (p *Planner) bindImage(srv state.Server, profile, image string) error {
+	if p.Store == nil {
+		return nil
+	}
+	// Bind the allocation (and so the image token the API mints next,
+	// checked against Allocation.Image) to the image this plan names.
+	old := srv.Allocation.Image
+	if _, err := p.Store.UpdateServer(srv.Name, func(s *state.Server) error {
+		if s.Allocation == nil || s.Lifecycle != state.LifecycleDeploying {
+			return fmt.Errorf("server %s is not deploying", srv.Name)
+		}
+		s.Allocation.Image = image
+		if s.Allocation.PlanServedAt.IsZero() {
+			s.Allocation.PlanServedAt = time.Now().UTC()
+		}
+		return nil
+	}); err != nil {
+		return fmt.Errorf("record the planned image: %w", err)
+	}
+	if old != image {
+		msg := fmt.Sprintf("profile %s's image changed from %s to %s before the write started: deploying %s", profile, old, image, image)
+		if p.Logger != nil {
+			p.Logger.Info("deploy re-planned with the profile's new image", "machine", srv.Name, "profile", profile, "from", old, "to", image)
+		}
+		_, _ = p.Store.AppendEvent(state.Event{Server: srv.Name, Kind: "deploy.image_replanned", Message: msg})
+	}
+	return nil
 }
 
 // WipeHint implements api.WipePlanner: the inventory's root device hint

@@ -9,6 +9,7 @@ import (
 
 	"github.com/machina-metal/machina/bmc"
 	"github.com/machina-metal/machina/reconciler"
+	"github.com/machina-metal/machina/redact"
 	"github.com/machina-metal/machina/state"
 )
 
@@ -244,7 +245,7 @@ func (w *Sweep) failed(ctx context.Context, name string, log *slog.Logger, err e
 		w.skip[name] = time.Now().Add(bmcWatchAuthRounds * w.interval)
 		w.mu.Unlock()
 	}
-	msg := reconciler.Redact(err.Error())
+	msg := redact.String(err.Error())
 	log.Warn("bmc sweep: read", "err", msg)
 	if _, err := w.st.BMCReadFailed(name, msg); err != nil {
 		log.Warn("bmc sweep: record", "err", err)

@@ -1,0 +1,75 @@
+#!/bin/sh
+# bench/ha.sh [SIZES]: issue 20's figures. The simulated lab at each size
+# (default 1000,10000) from the inventory commit to every server ready and
+# to the counts deployed, with the controller's state on bbolt and then on a
+# 3-member etcd cluster (Debian's etcd-server) on loopback, in the same run;
+# then the bytes the etcd sites take (the database size after compacting
+# the revision history and defragmenting every member, as an operator's
+# --auto-compaction would leave it), against etcd's default 2 GiB quota.
+# The failover gap (lease loss to the new leader's first action) is printed
+# by `go test -tags machinafault -run TestHAFailoverGap -v ./cmd/machina`
+# when that test exists; see docs/ha.md.
+#
+# Uses bench/scale (go run ./bench/scale, which runs `bin/machina serve`
+# as its own process: `make build` first). Starts its etcd members with
+# data under a temporary folder on ports 23790-23795 of 127.0.0.1 and stops
+# them by PID at the end. Needs etcd and etcdctl (etcd-server,
+# etcd-client).
+set -eu
+cd "$(dirname "$0")/.."
+sizes=${1:-1000,10000}
+for b in etcd etcdctl; do
+	command -v $b >/dev/null || { echo "bench/ha.sh: $b not found: apt-get install etcd-server etcd-client" >&2; exit 2; }
+done
+[ -x bin/machina ] || { echo "bench/ha.sh: bin/machina missing: run make build" >&2; exit 2; }
+work=$(mktemp -d /tmp/machina-bench-ha.XXXXXX)
+pids=""
+cleanup() {
+	for p in $pids; do kill "$p" 2>/dev/null || true; done
+	for p in $pids; do wait "$p" 2>/dev/null || true; done
+	rm -rf "$work"
+}
+trap cleanup EXIT INT TERM
+
+cluster=""
+for i in 0 1 2; do
+	cluster="${cluster:+$cluster,}m$i=http://127.0.0.1:$((23791 + 2 * i))"
+done
+eps=""
+for i in 0 1 2; do
+	c=$((23790 + 2 * i)); p=$((23791 + 2 * i))
+	eps="${eps:+$eps,}127.0.0.1:$c"
+	etcd --name m$i --data-dir "$work/m$i" \
+		--listen-client-urls http://127.0.0.1:$c --advertise-client-urls http://127.0.0.1:$c \
+		--listen-peer-urls http://127.0.0.1:$p --initial-advertise-peer-urls http://127.0.0.1:$p \
+		--initial-cluster "$cluster" --initial-cluster-state new --initial-cluster-token machina-bench-ha \
+		--log-level warn >"$work/m$i.log" 2>&1 &
+	pids="$pids $!"
+done
+export ETCDCTL_API=3
+i=0
+until etcdctl --endpoints "$eps" endpoint health >/dev/null 2>&1; do
+	i=$((i + 1)); [ $i -lt 100 ] || { echo "bench/ha.sh: etcd did not become healthy" >&2; cat "$work"/m*.log >&2; exit 1; }
+	sleep 0.2
+done
+dbsize() {
+	rev=$(etcdctl --endpoints "$eps" endpoint status -w json | tr ',' '\n' | sed -n 's/.*"revision":\([0-9]*\).*/\1/p' | head -1)
+	etcdctl --endpoints "$eps" compact "$rev" >/dev/null 2>&1 || true
+	etcdctl --endpoints "$eps" defrag >/dev/null
+	etcdctl --endpoints "$eps" endpoint status -w json | tr ',' '\n' | sed -n 's/.*"dbSize":\([0-9]*\).*/\1/p' | sort -n | tail -1
+}
+keys() { etcdctl --endpoints "$eps" get --prefix /machina --keys-only | grep -c . || true; }
+
+empty=$(dbsize)
+echo "etcd: 3 members on loopback ($eps), empty database $empty bytes after compaction and defrag"
+for n in $(echo "$sizes" | tr ',' ' '); do
+	echo
+	echo "== $n servers, bbolt"
+	go run ./bench/scale -servers "$n"
+	echo "== $n servers, etcd"
+	go run ./bench/scale -servers "$n" -etcd "etcd://$eps/machina"
+	k=$(keys)
+	b=$(dbsize)
+	echo "etcd after $n servers (compacted, defragmented): $b bytes, $k keys under /machina (default quota 2147483648 bytes)"
+	etcdctl --endpoints "$eps" del --prefix /machina >/dev/null
+done

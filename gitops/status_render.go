@@ -1,0 +1,615 @@
+package gitops
+
+import (
+	"bytes"
+	"cmp"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/machina-metal/machina/inventory"
+	"github.com/machina-metal/machina/reconciler"
+	"github.com/machina-metal/machina/redact"
+)
+
+// statusFile is one rendered file, path relative to the repository root.
+type statusFile struct {
+	path string
+	data []byte
+}
+
+const statusDir = "status"
+
+const fileHeader = "# Written by the Machina controller from what it observed; do not edit by hand.\n"
+
+// renderStatus renders s to the files of status/, sorted by path. Entries
+// whose names cannot be file names are skipped and returned as errors.
+func renderStatus(s Snapshot, maxEvents int) ([]statusFile, []error) {
+	var errs []error
+	var files []statusFile
+	servers := slices.Clone(s.Servers)
+	slices.SortFunc(servers, func(a, b ServerStatus) int { return cmp.Compare(a.Name, b.Name) })
+	images := slices.Clone(s.Images)
+	slices.SortFunc(images, func(a, b ImageStatus) int { return cmp.Compare(a.Name, b.Name) })
+	hosts := slices.Clone(s.Hosts)
+	slices.SortFunc(hosts, func(a, b HostStatus) int { return cmp.Compare(a.Name, b.Name) })
+
+	valid := func(kind, name string, prev *string) bool {
+		if !validName(name) {
+			errs = append(errs, fmt.Errorf("status: %s name %q is not a valid file name, skipped", kind, redact.String(name)))
+			return false
+		}
+		if name == *prev {
+			errs = append(errs, fmt.Errorf("status: duplicate %s %q, second skipped", kind, name))
+			return false
+		}
+		*prev = name
+		return true
+	}
+	var prev string
+	keptServers := servers[:0]
+	for _, sv := range servers {
+		if valid("server", sv.Name, &prev) {
+			keptServers = append(keptServers, sv)
+			files = append(files, statusFile{statusDir + "/servers/" + sv.Name + ".yaml", renderServer(sv, maxEvents)})
+		}
+	}
+	prev = ""
+	keptImages := images[:0]
+	for _, im := range images {
+		if valid("image", im.Name, &prev) {
+			keptImages = append(keptImages, im)
+			files = append(files, statusFile{statusDir + "/images/" + im.Name + ".yaml", renderImage(im)})
+		}
+	}
+	prev = ""
+	keptHosts := hosts[:0]
+	for _, h := range hosts {
+		if valid("host", h.Name, &prev) {
+			keptHosts = append(keptHosts, h)
+			files = append(files, statusFile{statusDir + "/hosts/" + h.Name + ".yaml", renderHost(h)})
+		}
+	}
+	files = append(files,
+		statusFile{statusDir + "/inventory.yaml", renderInventory(s.Inventory)},
+		statusFile{statusDir + "/README.md", renderReadme(s.Inventory, keptServers, keptImages, keptHosts)},
+	)
+	slices.SortFunc(files, func(a, b statusFile) int { return cmp.Compare(a.path, b.path) })
+	return files, errs
+}
+
+// validName accepts names that are safe single path elements: RFC 1123
+// labels extended with '.' and '_' (image names like ubuntu-24.04).
+func validName(n string) bool {
+	if n == "" || len(n) > 253 || n[0] == '.' || n[0] == '-' {
+		return false
+	}
+	for i := 0; i < len(n); i++ {
+		c := n[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '.' || c == '_') {
+			return false
+		}
+	}
+	return !strings.Contains(n, "..")
+}
+
+// yamlWriter emits block YAML with deterministic quoting.
+type yamlWriter struct{ b bytes.Buffer }
+
+func (w *yamlWriter) indent(n int) {
+	for range n {
+		w.b.WriteString("  ")
+	}
+}
+
+// str writes "key: value" unless value is empty.
+func (w *yamlWriter) str(ind int, key, v string) {
+	if v == "" {
+		return
+	}
+	w.indent(ind)
+	w.b.WriteString(key)
+	w.b.WriteString(": ")
+	w.b.WriteString(yamlScalar(v))
+	w.b.WriteByte('\n')
+}
+
+// text writes a redacted free-text value.
+func (w *yamlWriter) text(ind int, key, v string) { w.str(ind, key, redact.String(v)) }
+
+func (w *yamlWriter) int(ind int, key string, v int64, always bool) {
+	if v == 0 && !always {
+		return
+	}
+	w.indent(ind)
+	w.b.WriteString(key)
+	w.b.WriteString(": ")
+	w.b.WriteString(strconv.FormatInt(v, 10))
+	w.b.WriteByte('\n')
+}
+
+func (w *yamlWriter) time(ind int, key string, t time.Time) {
+	if t.IsZero() {
+		return
+	}
+	w.str(ind, key, t.UTC().Format(time.RFC3339))
+}
+
+func (w *yamlWriter) key(ind int, key string) {
+	w.indent(ind)
+	w.b.WriteString(key)
+	w.b.WriteString(":\n")
+}
+
+// item starts a sequence item at ind: "- " then the first key follows on
+// the same line, so callers write the first field with ind 0.
+func (w *yamlWriter) item(ind int) {
+	w.indent(ind)
+	w.b.WriteString("- ")
+}
+
+func (w *yamlWriter) list(ind int, key string, vs []string) {
+	if len(vs) == 0 {
+		return
+	}
+	w.key(ind, key)
+	for _, v := range vs {
+		w.item(ind)
+		w.b.WriteString(yamlScalar(v))
+		w.b.WriteByte('\n')
+	}
+}
+
+var yamlReserved = map[string]bool{"y": true, "n": true, "yes": true, "no": true, "on": true, "off": true,
+	"true": true, "false": true, "null": true, "~": true}
+
+// yamlScalar returns v plain when it cannot be read as anything but that
+// string in YAML 1.1 or 1.2 (letters, digits, '.', '_', '/', '-', starting
+// with a letter, not a reserved word like yes/off/null),
+// otherwise double-quoted (Go escapes are a subset of YAML's) with invalid
+// UTF-8 replaced by U+FFFD.
+func yamlScalar(v string) string {
+	plain := v != "" && len(v) < 200
+	letter := false
+	for i := 0; plain && i < len(v); i++ {
+		c := v[i]
+		switch {
+		case c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z':
+			letter = true
+		case c >= '0' && c <= '9' && i > 0:
+		case (c == '.' || c == '_' || c == '/' || c == '-') && i > 0:
+		default:
+			plain = false
+		}
+	}
+	if plain && letter {
+		// A plain candidate starts with a letter, so the only numbers it
+		// can spell are the ones strconv.ParseFloat reads from letters
+		// (inf, infinity, nan in any case); asking strconv instead
+		// allocated an error per string, a fleet's worth per status write.
+		switch l := strings.ToLower(v); {
+		case yamlReserved[l], l == "inf", l == "infinity", l == "nan":
+		default:
+			return v
+		}
+	}
+	// Invalid UTF-8 would come back as other characters ("\x92" is
+	// U+0092 in YAML), so it is replaced first.
+	return strconv.Quote(strings.ToValidUTF8(v, "\uFFFD"))
+}
+
+func renderServer(s ServerStatus, maxEvents int) []byte {
+	var w yamlWriter
+	w.b.Grow(4096)
+	w.b.WriteString(fileHeader)
+	w.str(0, "name", s.Name)
+	w.str(0, "lifecycle", orUnknown(s.Lifecycle))
+	w.str(0, "power", orUnknown(s.Power))
+	w.str(0, "health", s.Health)
+	w.str(0, "profile", s.Profile)
+	w.str(0, "allocation", s.Allocation)
+	w.hardware(s.Hardware)
+	if len(s.Conditions) > 0 {
+		conds := slices.Clone(s.Conditions)
+		slices.SortFunc(conds, func(a, b Condition) int { return cmp.Compare(a.Type, b.Type) })
+		w.key(0, "conditions")
+		for _, c := range conds {
+			w.item(0)
+			w.text(0, "type", orUnknown(c.Type))
+			w.text(1, "status", orUnknown(c.Status))
+			w.text(1, "reason", c.Reason)
+			w.text(1, "message", c.Message)
+			w.time(1, "lastTransitionTime", c.LastTransitionTime)
+		}
+	}
+	a := s.ObservedActions
+	w.key(0, "observedActions")
+	w.int(1, "commission", a.Commission, true)
+	w.int(1, "powerCycle", a.PowerCycle, true)
+	w.int(1, "powerOn", a.PowerOn, true)
+	w.int(1, "powerOff", a.PowerOff, true)
+	w.text(0, "lastError", s.LastError)
+	w.events(s.Events, maxEvents)
+	// Exact size: a fleet's server files are all held until the commit
+	// is pushed, and the buffer's spare capacity would be a third more.
+	return bytes.Clone(w.b.Bytes())
+}
+
+// hardware writes a server's hardware: key, scalars, disks and NICs by
+// name, labels by key; nothing when none is known.
+func (w *yamlWriter) hardware(hw Hardware) {
+	if hw.Vendor == "" && hw.Model == "" && hw.Cores == 0 && hw.MemoryGiB == 0 && len(hw.Disks) == 0 && len(hw.NICs) == 0 {
+		return
+	}
+	w.key(0, "hardware")
+	w.text(1, "vendor", hw.Vendor)
+	w.text(1, "model", hw.Model)
+	w.text(1, "serial", hw.Serial)
+	w.text(1, "cpuModel", hw.CPUModel)
+	w.int(1, "cores", int64(hw.Cores), false)
+	w.int(1, "memoryGiB", hw.MemoryGiB, false)
+	if len(hw.Disks) > 0 {
+		disks := slices.Clone(hw.Disks)
+		slices.SortFunc(disks, func(a, b Disk) int { return cmp.Compare(a.Name, b.Name) })
+		w.key(1, "disks")
+		for _, d := range disks {
+			w.item(1)
+			w.text(0, "name", orUnknown(d.Name))
+			w.text(2, "model", d.Model)
+			w.text(2, "serial", d.Serial)
+			w.int(2, "sizeGiB", d.SizeGiB, false)
+		}
+	}
+	if len(hw.NICs) > 0 {
+		nics := slices.Clone(hw.NICs)
+		slices.SortFunc(nics, func(a, b NIC) int { return cmp.Compare(a.Name, b.Name) })
+		w.key(1, "nics")
+		for _, n := range nics {
+			w.item(1)
+			w.text(0, "name", orUnknown(n.Name))
+			w.text(2, "mac", n.MAC)
+			w.int(2, "speedMbps", int64(n.SpeedMbps), false)
+		}
+	}
+	if len(hw.Labels) > 0 {
+		w.key(1, "labels")
+		for _, k := range slices.Sorted(maps.Keys(hw.Labels)) {
+			w.str(2, k, hw.Labels[k])
+		}
+	}
+}
+
+// events writes a server's newest maxEvents events, newest first.
+func (w *yamlWriter) events(events []StatusEvent, maxEvents int) {
+	if len(events) == 0 || maxEvents <= 0 {
+		return
+	}
+	evs := slices.Clone(events)
+	slices.SortStableFunc(evs, func(a, b StatusEvent) int {
+		if c := b.Time.Compare(a.Time); c != 0 {
+			return c
+		}
+		return cmp.Or(cmp.Compare(a.Reason, b.Reason), cmp.Compare(a.Message, b.Message))
+	})
+	if len(evs) > maxEvents {
+		evs = evs[:maxEvents]
+	}
+	w.key(0, "events")
+	for _, e := range evs {
+		w.item(0)
+		if e.Time.IsZero() {
+			w.b.WriteString("time: null\n")
+		} else {
+			w.time(0, "time", e.Time)
+		}
+		w.text(1, "type", e.Type)
+		w.text(1, "reason", e.Reason)
+		w.text(1, "message", e.Message)
+	}
+}
+
+func renderImage(im ImageStatus) []byte {
+	var w yamlWriter
+	w.b.WriteString(fileHeader)
+	w.str(0, "name", im.Name)
+	w.str(0, "state", orUnknown(im.State))
+	w.str(0, "checksum", im.Checksum)
+	w.int(0, "sizeBytes", im.SizeBytes, false)
+	w.text(0, "message", im.Message)
+	return w.b.Bytes()
+}
+
+func renderHost(h HostStatus) []byte {
+	var w yamlWriter
+	w.b.WriteString(fileHeader)
+	w.str(0, "name", h.Name)
+	w.str(0, "server", h.Server)
+	w.str(0, "site", h.Site)
+	w.str(0, "rack", h.Rack)
+	w.list(0, "tags", sortedStrings(h.Tags))
+	w.str(0, "state", orUnknown(h.State))
+	w.list(0, "networks", sortedStrings(h.Networks))
+	w.list(0, "storagePools", sortedStrings(h.StoragePools))
+	w.text(0, "message", h.Message)
+	w.str(0, "agentVersion", h.AgentVersion)
+	if len(h.Conditions) > 0 {
+		w.key(0, "conditions")
+		for _, c := range h.Conditions {
+			w.item(0)
+			w.text(0, "type", orUnknown(c.Type))
+			w.text(1, "status", orUnknown(c.Status))
+			w.text(1, "reason", c.Reason)
+			w.text(1, "message", c.Message)
+			w.time(1, "lastTransitionTime", c.LastTransitionTime)
+		}
+	}
+	return w.b.Bytes()
+}
+
+func renderInventory(inv InventoryStatus) []byte {
+	var w yamlWriter
+	w.b.WriteString(fileHeader)
+	if inv.Invalid != nil {
+		w.b.WriteString("valid: false\n")
+	} else {
+		w.b.WriteString("valid: true\n")
+	}
+	if inv.Good.Commit != "" || inv.Good.Digest != "" {
+		w.key(0, "actingOn")
+		w.str(1, "commit", inv.Good.Commit)
+		w.str(1, "digest", inv.Good.Digest)
+	} else {
+		w.b.WriteString("actingOn: null\n")
+	}
+	if inv.Invalid != nil {
+		w.key(0, "newestInvalid")
+		w.str(1, "commit", inv.Invalid.Commit)
+		w.key(1, "errors")
+		errs := slices.Clone(inv.Invalid.Errors)
+		slices.SortStableFunc(errs, compareFieldErrors)
+		for _, e := range errs {
+			w.item(1)
+			w.str(0, "file", orUnknown(e.File))
+			w.int(2, "line", int64(e.Line), true)
+			w.int(2, "column", int64(e.Col), false)
+			w.str(2, "path", e.Path)
+			w.text(2, "message", e.Msg)
+		}
+	}
+	if inv.Held != nil {
+		w.key(0, "held")
+		w.text(1, "reason", inv.Held.Reason)
+		steps := make([]string, len(inv.Held.Steps))
+		for i, st := range inv.Held.Steps {
+			steps[i] = redact.String(st)
+		}
+		w.list(1, "steps", steps)
+	}
+	if len(inv.Conditions) > 0 {
+		w.key(0, "conditions")
+		for _, c := range sortedConditions(inv.Conditions) {
+			w.item(0)
+			w.text(0, "subject", orUnknown(c.Subject))
+			w.text(1, "type", orUnknown(c.Type))
+			w.text(1, "reason", c.Reason)
+			w.text(1, "message", c.Message)
+		}
+	}
+	return w.b.Bytes()
+}
+
+// sortedConditions returns cs sorted by subject, then type.
+func sortedConditions(cs []reconciler.PlanCondition) []reconciler.PlanCondition {
+	cs = slices.Clone(cs)
+	slices.SortStableFunc(cs, func(a, b reconciler.PlanCondition) int {
+		return cmp.Or(cmp.Compare(a.Subject, b.Subject), cmp.Compare(a.Type, b.Type))
+	})
+	return cs
+}
+
+func compareFieldErrors(a, b inventory.FieldError) int {
+	return cmp.Or(cmp.Compare(a.File, b.File), cmp.Compare(a.Line, b.Line), cmp.Compare(a.Col, b.Col),
+		cmp.Compare(a.Path, b.Path), cmp.Compare(a.Msg, b.Msg))
+}
+
+// renderReadme renders the fleet table read in a Git web view.
+func renderReadme(inv InventoryStatus, servers []ServerStatus, images []ImageStatus, hosts []HostStatus) []byte {
+	var b bytes.Buffer
+	b.Grow(256 + 96*len(servers))
+	b.WriteString("# Fleet status\n\n<!-- Written by the Machina controller; do not edit by hand. -->\n\n")
+	switch {
+	case inv.Invalid != nil:
+		fmt.Fprintf(&b, "**Inventory invalid** at commit `%s`: %s, see [inventory.yaml](inventory.yaml). ", shortID(inv.Invalid.Commit), errorsCount(len(inv.Invalid.Errors)))
+		if inv.Good.Commit != "" {
+			fmt.Fprintf(&b, "Acting on the last good revision `%s` (`%s`).\n\n", shortID(inv.Good.Commit), shortDigest(inv.Good.Digest))
+		} else {
+			b.WriteString("No good revision yet.\n\n")
+		}
+	case inv.Good.Commit != "":
+		fmt.Fprintf(&b, "Inventory valid, acting on commit `%s` (`%s`).\n\n", shortID(inv.Good.Commit), shortDigest(inv.Good.Digest))
+	default:
+		b.WriteString("No inventory revision yet.\n\n")
+	}
+	if h := inv.Held; h != nil {
+		fmt.Fprintf(&b, "**Plan held by the safety brake**: %s. %s for approval, see [inventory.yaml](inventory.yaml).\n\n",
+			mdCell(truncate(strings.TrimSuffix(h.Reason, "."), 300)), count(len(h.Steps), "step waits", "steps wait"))
+	}
+	for _, c := range sortedConditions(inv.Conditions) {
+		fmt.Fprintf(&b, "**%s %s** (%s): %s.\n\n", mdCell(c.Subject), mdCell(c.Type), mdCell(c.Reason), mdCell(truncate(redact.String(c.Message), 300)))
+	}
+	counts := map[string]int{}
+	for _, s := range servers {
+		counts[orUnknown(s.Lifecycle)]++
+	}
+	keys := make([]string, 0, len(counts))
+	for k := range counts {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	b.WriteString(count(len(servers), "server", "servers"))
+	for i, k := range keys {
+		if i == 0 {
+			b.WriteString(": ")
+		} else {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "%d %s", counts[k], mdCell(k))
+	}
+	b.WriteString(".\n\n")
+	readmeServers(&b, servers)
+	if len(images) > 0 {
+		b.WriteString("## Images\n\n| Image | State | Checksum | Message |\n|---|---|---|---|\n")
+		for _, im := range images {
+			fmt.Fprintf(&b, "| [%s](images/%s.yaml) | %s | %s | %s |\n", im.Name, im.Name, mdCell(orUnknown(im.State)),
+				mdCell(truncate(im.Checksum, 23)), mdCell(truncate(redact.String(im.Message), 80)))
+		}
+		b.WriteByte('\n')
+	}
+	if len(hosts) > 0 {
+		b.WriteString("## Hosts\n\n| Host | Server | Site | Rack | State |\n|---|---|---|---|---|\n")
+		for _, h := range hosts {
+			fmt.Fprintf(&b, "| [%s](hosts/%s.yaml) | %s | %s | %s | %s |\n", h.Name, h.Name, mdCell(h.Server), mdCell(h.Site),
+				mdCell(h.Rack), mdCell(orUnknown(h.State)))
+		}
+		b.WriteByte('\n')
+	}
+	return b.Bytes()
+}
+
+// readmeServers writes README.md's table of servers (none: nothing).
+func readmeServers(b *bytes.Buffer, servers []ServerStatus) {
+	if len(servers) == 0 {
+		return
+	}
+	b.WriteString("| Server | Lifecycle | Power | Health | Profile | Conditions | Last error |\n|---|---|---|---|---|---|---|\n")
+	for _, s := range servers {
+		b.WriteString("| [")
+		b.WriteString(s.Name)
+		b.WriteString("](servers/")
+		b.WriteString(s.Name)
+		b.WriteString(".yaml) | ")
+		b.WriteString(mdCell(orUnknown(s.Lifecycle)))
+		b.WriteString(" | ")
+		b.WriteString(mdCell(orUnknown(s.Power)))
+		b.WriteString(" | ")
+		b.WriteString(mdCell(s.Health))
+		b.WriteString(" | ")
+		b.WriteString(mdCell(s.Profile))
+		b.WriteString(" | ")
+		b.WriteString(mdCell(conditionSummary(s.Conditions)))
+		b.WriteString(" | ")
+		b.WriteString(mdCell(truncate(redact.String(s.LastError), 80)))
+		b.WriteString(" |\n")
+	}
+	b.WriteByte('\n')
+}
+
+// conditionSummary lists the conditions that need attention: Stalled or
+// any other whose Status is not the healthy one ("True" for Ready-like
+// types, "False" for Stalled/Degraded).
+func conditionSummary(cs []Condition) string {
+	var out []string
+	for _, c := range cs {
+		// Ready, Progressing and BMCReachable are good when True; every other type
+		// (Stalled, Orphaned, Waiting, WipeFailed, NoBMC...) says something
+		// needs a look when True.
+		positive := c.Type == "Ready" || c.Type == "Progressing" || c.Type == "BMCReachable"
+		bad := positive && c.Status != "True" || !positive && c.Status == "True"
+		if bad {
+			s := c.Type + "=" + c.Status
+			if c.Reason != "" {
+				s += " (" + c.Reason + ")"
+			}
+			out = append(out, s)
+		}
+	}
+	slices.Sort(out)
+	return strings.Join(out, ", ")
+}
+
+var mdReplacer = strings.NewReplacer("|", `\|`, "\n", " ", "\r", " ", "\t", " ", "<", "&lt;", ">", "&gt;", "&", "&amp;", "`", "'",
+	`\`, `\\`, "*", `\*`, "[", `\[`, "]", `\]`, "~", `\~`)
+
+// mdCell makes s safe inside a Markdown table cell or a paragraph of
+// status/README.md: one line; pipes, emphasis (* _ ~), link brackets and
+// backslashes escaped; HTML (< > &) as entities; backticks made quotes;
+// other control characters and the bidi overrides replaced by U+FFFD. A
+// machine's text (a failed test's reason) then reads as the text it is,
+// never as a link, an image, emphasis or markup.
+func mdCell(s string) string {
+	if s == "" {
+		return ""
+	}
+	return mdUnderscores(mdReplacer.Replace(strings.Map(func(r rune) rune {
+		switch {
+		case r == '\t' || r == '\n' || r == '\r':
+			return r // the replacer makes them spaces
+		case r < 0x20, r == 0x7f, r >= 0x80 && r <= 0x9f, r >= 0x202a && r <= 0x202e, r >= 0x2066 && r <= 0x2069:
+			return '\uFFFD'
+		}
+		return r
+	}, s)))
+}
+
+// mdUnderscores escapes the underscores that could open or close emphasis:
+// those not between two letters or digits (GFM never emphasises inside a
+// word, so powered_off stays as it is).
+func mdUnderscores(s string) string {
+	if !strings.Contains(s, "_") {
+		return s
+	}
+	alnum := func(c byte) bool { return c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' }
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '_' && (i == 0 || i == len(s)-1 || !alnum(s[i-1]) || !alnum(s[i+1])) {
+			b.WriteByte('\\')
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	cut := n - 1
+	for cut > 0 && (s[cut]&0xC0) == 0x80 {
+		cut--
+	}
+	return s[:cut] + "…"
+}
+
+func orUnknown(s string) string {
+	if s == "" {
+		return "unknown"
+	}
+	return s
+}
+
+func shortID(c string) string {
+	if len(c) > 12 {
+		return c[:12]
+	}
+	return c
+}
+
+func sortedStrings(v []string) []string {
+	out := slices.Clone(v)
+	slices.Sort(out)
+	return out
+}
+
+// errorsCount is "1 error" or "N errors".
+func errorsCount(n int) string { return count(n, "error", "errors") }
+
+// count is n and the noun: "1 step", "0 steps", "2 entries".
+func count(n int, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return strconv.Itoa(n) + " " + many
+}

@@ -1,0 +1,116 @@
+package reconciler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"github.com/machina-metal/machina/bmc"
+	"github.com/machina-metal/machina/inventory"
+	"github.com/machina-metal/machina/state"
+)
+
+// ErrUnknownAction: a step names an action this build has no row or
+// handler for (say, a journal written by another version). It is refused
+// before anything is journalled or a BMC opened, and stalls the server
+// (it is not retried on every pass).
+var ErrUnknownAction = errors.New("unknown action")
+
+// stepCtx is what a handler works with: the step, the desired inventory
+// and the server's entry in it, the record as journalled (BMC steps), the
+// server's Machine (nil for store-only steps and servers without a BMC)
+// and the step's logger.
+type stepCtx struct {
+	step    Step
+	desired *inventory.Inventory
+	ws      *inventory.Server // nil when the server is not in desired
+	obs     state.Server      // zero for store-only steps
+	m       Machine
+	log     *slog.Logger
+}
+
+// handler carries out one action kind. It is idempotent: a step resumed
+// from the journal after a restart or a failure simply runs again.
+type handler func(c *Controller, ctx context.Context, x *stepCtx) error
+
+// handlers has one entry per row of actionInfo (checked by
+// TestEveryActionHasRowAndHandler). Handlers act; the plan decides.
+var handlers = map[Action]handler{
+	ActRegister:       (*Controller).register,
+	ActUpdateIdentity: (*Controller).updateIdentity,
+	ActAllocate:       (*Controller).allocate,
+	ActUnretire:       (*Controller).unretire,
+	ActAdopt:          (*Controller).adopt,
+	ActCommission:     (*Controller).commission,
+	ActDeploy:         (*Controller).deploy,
+	ActRenetboot:      (*Controller).renetboot,
+	ActFinishDeploy:   (*Controller).finishDeploy,
+	ActRestoreDisk:    (*Controller).restoreDisk,
+	ActRelease:        (*Controller).release,
+	ActWipe:           (*Controller).wipe,
+	ActRetire:         (*Controller).retire,
+	ActTimeout:        (*Controller).timeout,
+	ActPowerOn:        (*Controller).powerOn,
+	ActPowerOff:       (*Controller).powerOff,
+	ActPowerCycle:     (*Controller).powerCycle,
+}
+
+// run performs one step: it looks the action's row and handler up first
+// (an unknown action is refused with ErrUnknownAction before anything is
+// journalled), runs a store-only step's handler as is, and for a BMC step
+// journals it, opens the BMC (a server without one gets BMCIfPresent
+// steps with no Machine, and ErrNoBMC for BMCRequired ones), runs the
+// handler and clears the journal (done).
+func (c *Controller) run(ctx context.Context, step Step, desired *inventory.Inventory, log *slog.Logger) error {
+	info, known := step.Action.Info()
+	h := handlers[step.Action]
+	if !known || h == nil {
+		return fmt.Errorf("%w %q", ErrUnknownAction, step.Action)
+	}
+	x := &stepCtx{step: step, desired: desired, log: log}
+	if desired != nil {
+		x.ws = desired.Server(step.Server)
+	}
+	if info.BMC == BMCNone {
+		return h(c, ctx, x)
+	}
+	obs, err := c.journal(step)
+	if err != nil {
+		return err
+	}
+	x.obs = obs
+	if x.m, err = c.openMachine(ctx, info, x); err != nil {
+		return err
+	}
+	if err := h(c, ctx, x); err != nil {
+		return err
+	}
+	return c.done(step)
+}
+
+// openMachine opens the BMC of x's server as a Machine; nil (and no
+// error) for a server without a BMC on a BMCIfPresent step.
+func (c *Controller) openMachine(ctx context.Context, info ActionInfo, x *stepCtx) (Machine, error) {
+	if x.obs.BMC.Driver == "" {
+		// A server without a BMC (auto-enrolled, none attached yet) is
+		// only ever given the steps that merely power off on the way.
+		if info.BMC == BMCRequired {
+			return nil, fmt.Errorf("%s: %w", x.step.Action, ErrNoBMC)
+		}
+		x.log.Info("no BMC: skipping power off", "action", string(x.step.Action))
+		return nil, nil
+	}
+	drv, err := c.cfg.Drivers.Driver(ctx, x.obs)
+	if err != nil {
+		return nil, fmt.Errorf("open BMC: %w", err)
+	}
+	mode := bmc.BootModeUEFI
+	if x.ws != nil && x.ws.BootMode == inventory.BootBIOS {
+		mode = bmc.BootModeLegacy
+	}
+	if c.machines != nil {
+		return c.machines(drv, x.obs, mode, x.log), nil
+	}
+	return c.machine(drv, x.obs, mode, x.log), nil
+}

@@ -1,0 +1,372 @@
+package reconciler
+
+import (
+	"context"
+	"errors"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/machina-metal/machina/bmc"
+	"github.com/machina-metal/machina/inventory"
+	"github.com/machina-metal/machina/state"
+)
+
+// fakeMachine is a Machine that records the verbs called (metal3's
+// provisioner fixture); err, when set, is what every verb returns.
+type fakeMachine struct {
+	mu    sync.Mutex
+	calls []string
+	err   error
+}
+
+func (m *fakeMachine) record(v string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.calls = append(m.calls, v)
+	return m.err
+}
+
+func (m *fakeMachine) Netboot(context.Context) error  { return m.record("netboot") }
+func (m *fakeMachine) BootDisk(context.Context) error { return m.record("boot-disk") }
+func (m *fakeMachine) Power(_ context.Context, a bmc.PowerAction) error {
+	return m.record("power-" + strings.ToLower(string(a)))
+}
+
+func (m *fakeMachine) got() []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return slices.Clone(m.calls)
+}
+
+// declaredActions parses plan.go for the Action constants.
+func declaredActions(t *testing.T) []Action {
+	t.Helper()
+	f, err := parser.ParseFile(token.NewFileSet(), "plan.go", nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []Action
+	for _, d := range f.Decls {
+		gd, ok := d.(*ast.GenDecl)
+		if !ok || gd.Tok != token.CONST {
+			continue
+		}
+		for _, sp := range gd.Specs {
+			vs := sp.(*ast.ValueSpec)
+			if id, ok := vs.Type.(*ast.Ident); ok && id.Name == "Action" {
+				for _, v := range vs.Values {
+					out = append(out, Action(strings.Trim(v.(*ast.BasicLit).Value, `"`)))
+				}
+			}
+		}
+	}
+	return out
+}
+
+// TestEveryActionHasRowAndHandler: each Action constant has a row in
+// actionInfo and a handler, and neither table has an entry for anything
+// else.
+func TestEveryActionHasRowAndHandler(t *testing.T) {
+	acts := declaredActions(t)
+	if len(acts) < 17 {
+		t.Fatalf("found %d Action constants in plan.go: the parser lost them", len(acts))
+	}
+	for _, a := range acts {
+		if _, ok := actionInfo[a]; !ok {
+			t.Errorf("action %s has no row in actionInfo", a)
+		}
+		if handlers[a] == nil {
+			t.Errorf("action %s has no handler", a)
+		}
+	}
+	for a := range actionInfo {
+		if !slices.Contains(acts, a) {
+			t.Errorf("actionInfo row %s is not an Action constant", a)
+		}
+	}
+	for a := range handlers {
+		if !slices.Contains(acts, a) {
+			t.Errorf("handler %s is not an Action constant", a)
+		}
+	}
+}
+
+// countingDrivers counts the drivers opened and hands out d.
+type countingDrivers struct {
+	mu     sync.Mutex
+	opened int
+	d      bmc.Driver
+}
+
+func (c *countingDrivers) Driver(context.Context, state.Server) (bmc.Driver, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.opened++
+	return c.d, nil
+}
+
+// TestUnknownActionRefusedFirst: a step whose action this build does not
+// know (a journal from another version) is refused with ErrUnknownAction
+// before it is journalled or its BMC opened, and it stalls the server
+// instead of resuming on every pass. Before issue 25 it was journalled
+// and its driver opened, then refused by the switch's default.
+func TestUnknownActionRefusedFirst(t *testing.T) {
+	st := openEnrolStore(t)
+	if _, err := st.CreateServer(state.Server{Name: "s1", BootMAC: "52:54:00:25:00:01", BMC: state.BMCFacts{Driver: "redfish", Address: "https://b1", Credentials: "c"}}); err != nil {
+		t.Fatal(err)
+	}
+	drv := &countingDrivers{d: &recordingDriver{}}
+	c, err := New(Config{Store: st, Drivers: drv, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	step := Step{Server: "s1", Action: "frobnicate", Counter: 1}
+	err = c.run(context.Background(), step, nil, testLogger(t))
+	if !errors.Is(err, ErrUnknownAction) {
+		t.Fatalf("run = %v, want ErrUnknownAction", err)
+	}
+	s, _ := st.Server("s1")
+	if s.InFlight != nil || drv.opened != 0 {
+		t.Errorf("unknown action: journal %+v, drivers opened %d; want none of either", s.InFlight, drv.opened)
+	}
+	c.execute(context.Background(), step, nil)
+	if s, _ = st.Server("s1"); s.Stalled == "" || !strings.Contains(s.LastError, "unknown action") {
+		t.Errorf("after execute: stalled %q, last error %q; want stalled on the unknown action", s.Stalled, s.LastError)
+	}
+}
+
+// serverAt creates server name in lifecycle lc through allowed moves.
+func serverAt(t *testing.T, st *state.Store, name string, lc state.Lifecycle, mod func(*state.Server)) {
+	t.Helper()
+	srv := state.Server{Name: name, Zone: "zone-a", BootMAC: "52:54:00:25:01:01", BMC: state.BMCFacts{Driver: "redfish", Address: "https://b", Credentials: "c"}}
+	if _, err := st.CreateServer(srv); err != nil {
+		t.Fatal(err)
+	}
+	paths := map[state.Lifecycle][]state.Lifecycle{
+		state.LifecycleNew:           nil,
+		state.LifecycleCommissioning: {state.LifecycleCommissioning},
+		state.LifecycleReady:         {state.LifecycleCommissioning, state.LifecycleReady},
+		state.LifecycleRetired:       {state.LifecycleCommissioning, state.LifecycleReady, state.LifecycleRetired},
+		state.LifecycleAllocated:     {state.LifecycleCommissioning, state.LifecycleReady, state.LifecycleAllocated},
+		state.LifecycleDeploying:     {state.LifecycleCommissioning, state.LifecycleReady, state.LifecycleAllocated, state.LifecycleDeploying},
+		state.LifecycleDeployed:      {state.LifecycleCommissioning, state.LifecycleReady, state.LifecycleAllocated, state.LifecycleDeploying, state.LifecycleDeployed},
+	}
+	from := state.LifecycleNew
+	for _, to := range paths[lc] {
+		m := state.Move{Server: name, From: from, To: to}
+		if to == state.LifecycleAllocated {
+			m.Update = func(s *state.Server) error { s.Allocation = &state.Allocation{Profile: "hypervisor"}; return nil }
+		}
+		if _, err := st.Apply(m); err != nil {
+			t.Fatal(err)
+		}
+		from = to
+	}
+	if mod != nil {
+		if _, err := st.UpdateServer(name, func(s *state.Server) error { mod(s); return nil }); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestHandlers runs every handler on its own against a real store and a
+// fakeMachine: the Machine verbs it calls and what it leaves on the record.
+func TestHandlers(t *testing.T) {
+	inv := exampleInventory(t)
+	ws := inv.Servers[0]
+	tests := []struct {
+		action Action
+		at     state.Lifecycle // "" creates no record
+		mod    func(*state.Server)
+		step   Step
+		noBMC  bool
+		calls  []string
+		check  func(t *testing.T, s state.Server, st *state.Store)
+	}{
+		{action: ActRegister, step: Step{Server: ws.Name}, check: func(t *testing.T, s state.Server, _ *state.Store) {
+			if s.Lifecycle != state.LifecycleNew || s.BootMAC != ws.BootMAC {
+				t.Errorf("registered %+v", s)
+			}
+		}},
+		{action: ActUpdateIdentity, at: state.LifecycleReady, mod: func(s *state.Server) { s.Zone, s.Stalled = "old", "x" }, step: Step{Server: ws.Name},
+			check: func(t *testing.T, s state.Server, _ *state.Store) {
+				if s.Zone != ws.Zone || s.Stalled != "" || s.BMC.Address != ws.BMC.Address {
+					t.Errorf("identity %+v", s)
+				}
+			}},
+		{action: ActAllocate, at: state.LifecycleReady, step: Step{Server: ws.Name, Profile: "hypervisor", AllocReason: ReasonCount},
+			check: func(t *testing.T, s state.Server, _ *state.Store) {
+				if s.Lifecycle != state.LifecycleAllocated || s.Allocation == nil || s.Allocation.Image != inv.Profile("hypervisor").Image {
+					t.Errorf("allocated %+v", s.Allocation)
+				}
+			}},
+		{action: ActUnretire, at: state.LifecycleRetired, step: Step{Server: ws.Name}, check: lifecycleIs(state.LifecycleNew)},
+		{action: ActCommission, at: state.LifecycleNew, step: Step{Server: ws.Name}, calls: []string{"netboot"}, check: lifecycleIs(state.LifecycleCommissioning)},
+		{action: ActDeploy, at: state.LifecycleAllocated, step: Step{Server: ws.Name}, calls: []string{"netboot"}, check: lifecycleIs(state.LifecycleDeploying)},
+		{action: ActRenetboot, at: state.LifecycleCommissioning, step: Step{Server: ws.Name, Why: "silent"}, calls: []string{"netboot"},
+			check: func(t *testing.T, s state.Server, _ *state.Store) {
+				if s.Renetboots != 1 || s.Power.State != state.PowerOn {
+					t.Errorf("renetboots %d power %s", s.Renetboots, s.Power.State)
+				}
+			}},
+		{action: ActFinishDeploy, at: state.LifecycleDeployed, mod: func(s *state.Server) { s.FinishDeploy, s.BMC.RestoreDisk = true, true },
+			step: Step{Server: ws.Name}, calls: []string{"boot-disk"}, check: func(t *testing.T, s state.Server, _ *state.Store) {
+				if s.FinishDeploy || s.BMC.RestoreDisk {
+					t.Errorf("finish %v restore %v", s.FinishDeploy, s.BMC.RestoreDisk)
+				}
+			}},
+		{action: ActRestoreDisk, at: state.LifecycleReady, mod: func(s *state.Server) { s.BMC.RestoreDisk = true }, step: Step{Server: ws.Name},
+			calls: []string{"boot-disk"}, check: func(t *testing.T, s state.Server, st *state.Store) {
+				evs, _ := st.Events(state.EventQuery{Server: ws.Name})
+				if s.BMC.RestoreDisk || !slices.ContainsFunc(evs, func(e state.Event) bool { return e.Kind == "boot.disk_restored" }) {
+					t.Errorf("restore %v events %+v", s.BMC.RestoreDisk, evs)
+				}
+			}},
+		{action: ActRelease, at: state.LifecycleDeployed, step: Step{Server: ws.Name}, calls: []string{"power-off"},
+			check: func(t *testing.T, s state.Server, _ *state.Store) {
+				if s.Lifecycle != state.LifecycleReady || !s.NeedsWipe || s.Power.State != state.PowerOff {
+					t.Errorf("released %s wipe %v power %s", s.Lifecycle, s.NeedsWipe, s.Power.State)
+				}
+			}},
+		{action: ActWipe, at: state.LifecycleReady, mod: func(s *state.Server) { s.NeedsWipe = true }, step: Step{Server: ws.Name}, calls: []string{"netboot"},
+			check: func(t *testing.T, s state.Server, _ *state.Store) {
+				if s.WipeStartedAt.IsZero() {
+					t.Error("wipe not marked as started")
+				}
+			}},
+		{action: ActWipe, at: state.LifecycleReady, step: Step{Server: ws.Name}, check: lifecycleIs(state.LifecycleReady)}, // no wipe pending: no boot
+		{action: ActRetire, at: state.LifecycleReady, step: Step{Server: ws.Name}, calls: []string{"power-off"}, check: lifecycleIs(state.LifecycleRetired)},
+		{action: ActRetire, at: state.LifecycleReady, noBMC: true, step: Step{Server: ws.Name}, check: lifecycleIs(state.LifecycleRetired)},
+		{action: ActTimeout, at: state.LifecycleCommissioning, step: Step{Server: ws.Name, Why: "deadline"}, calls: []string{"power-off"},
+			check: func(t *testing.T, s state.Server, _ *state.Store) {
+				if s.Lifecycle != state.LifecycleFailed || s.LastError != "deadline" {
+					t.Errorf("timed out %s %q", s.Lifecycle, s.LastError)
+				}
+			}},
+		{action: ActPowerOn, at: state.LifecycleReady, step: Step{Server: ws.Name}, calls: []string{"power-on"}, check: powerIs(state.PowerOn)},
+		{action: ActPowerOff, at: state.LifecycleReady, step: Step{Server: ws.Name}, calls: []string{"power-off"}, check: powerIs(state.PowerOff)},
+		{action: ActPowerCycle, at: state.LifecycleReady, step: Step{Server: ws.Name}, calls: []string{"power-cycle"}, check: powerIs(state.PowerOn)},
+	}
+	for _, tt := range tests {
+		t.Run(string(tt.action), func(t *testing.T) {
+			st := openEnrolStore(t)
+			c, err := New(Config{Store: st, Drivers: driverFunc(nil), Logger: testLogger(t)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tt.at != "" {
+				serverAt(t, st, ws.Name, tt.at, tt.mod)
+			}
+			tt.step.Action = tt.action
+			x := &stepCtx{step: tt.step, desired: inv, ws: inv.Server(ws.Name), log: testLogger(t)}
+			x.obs, _ = st.Server(ws.Name)
+			m := &fakeMachine{}
+			if !tt.noBMC {
+				x.m = m
+			}
+			if err := handlers[tt.action](c, context.Background(), x); err != nil {
+				t.Fatalf("%s: %v", tt.action, err)
+			}
+			if got := m.got(); !slices.Equal(got, tt.calls) {
+				t.Errorf("%s called %v, want %v", tt.action, got, tt.calls)
+			}
+			s, err := st.Server(ws.Name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tt.check(t, s, st)
+		})
+	}
+}
+
+// TestAdoptHandler: adopt moves an auto-enrolled record to the
+// servers.yaml name; resumed after that, it is a no-op.
+func TestAdoptHandler(t *testing.T) {
+	st := openEnrolStore(t)
+	c, err := New(Config{Store: st, Drivers: driverFunc(nil), Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.CreateServer(state.Server{Name: "auto-525400250201", BootMAC: "52:54:00:25:02:01", Enrolled: &state.Enrolment{At: planT0}}); err != nil {
+		t.Fatal(err)
+	}
+	x := &stepCtx{step: Step{Server: "r9-n01", Action: ActAdopt, From: "auto-525400250201"}, log: testLogger(t)}
+	for range 2 {
+		if err := c.adopt(context.Background(), x); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if s, err := st.Server("r9-n01"); err != nil || s.BootMAC != "52:54:00:25:02:01" {
+		t.Errorf("adopted %+v, %v", s, err)
+	}
+}
+
+// TestTimeoutHandlerPowerFails: a BMC that cannot power off does not keep
+// a server past its deadline from failing.
+func TestTimeoutHandlerPowerFails(t *testing.T) {
+	st := openEnrolStore(t)
+	c, err := New(Config{Store: st, Drivers: driverFunc(nil), Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	serverAt(t, st, "s1", state.LifecycleDeploying, nil)
+	obs, _ := st.Server("s1")
+	m := &fakeMachine{err: errors.New("bmc down")}
+	x := &stepCtx{step: Step{Server: "s1", Action: ActTimeout, Why: "deploy deadline"}, obs: obs, m: m, log: testLogger(t)}
+	if err := c.timeout(context.Background(), x); err != nil {
+		t.Fatal(err)
+	}
+	if s, _ := st.Server("s1"); s.Lifecycle != state.LifecycleFailed || s.Power.State == state.PowerOff {
+		t.Errorf("after a failed power off: %s, power %s; want failed and power not recorded off", s.Lifecycle, s.Power.State)
+	}
+}
+
+// TestRunUsesMachine: run opens the server's Machine for a BMC step,
+// journals the step before the handler and clears the journal after it,
+// recording the action counter; a store-only step opens nothing.
+func TestRunUsesMachine(t *testing.T) {
+	st := openEnrolStore(t)
+	drv := &countingDrivers{d: &recordingDriver{}}
+	c, err := New(Config{Store: st, Drivers: drv, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := &fakeMachine{}
+	c.machines = func(bmc.Driver, state.Server, bmc.BootMode, *slog.Logger) Machine { return m }
+	serverAt(t, st, "s1", state.LifecycleReady, nil)
+	if err := c.run(context.Background(), Step{Server: "s1", Action: ActPowerCycle, Counter: 3}, nil, testLogger(t)); err != nil {
+		t.Fatal(err)
+	}
+	s, _ := st.Server("s1")
+	if got := m.got(); !slices.Equal(got, []string{"power-cycle"}) || s.InFlight != nil || s.Actions["powerCycle"] != 3 {
+		t.Errorf("calls %v, journal %+v, counters %v", got, s.InFlight, s.Actions)
+	}
+	if err := c.run(context.Background(), Step{Server: "s1", Action: ActAllocate, Profile: "p"}, &inventory.Inventory{}, testLogger(t)); err != nil {
+		t.Fatal(err)
+	}
+	if drv.opened != 1 {
+		t.Errorf("drivers opened %d, want 1 (the store-only allocate opens none)", drv.opened)
+	}
+}
+
+func lifecycleIs(lc state.Lifecycle) func(*testing.T, state.Server, *state.Store) {
+	return func(t *testing.T, s state.Server, _ *state.Store) {
+		if s.Lifecycle != lc {
+			t.Errorf("lifecycle %s, want %s", s.Lifecycle, lc)
+		}
+	}
+}
+
+func powerIs(p state.Power) func(*testing.T, state.Server, *state.Store) {
+	return func(t *testing.T, s state.Server, _ *state.Store) {
+		if s.Power.State != p {
+			t.Errorf("power %s, want %s", s.Power.State, p)
+		}
+	}
+}

@@ -1,0 +1,180 @@
+package reconciler
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/machina-metal/machina/bmc"
+	"github.com/machina-metal/machina/redact"
+	"github.com/machina-metal/machina/state"
+)
+
+// register creates the observed record of a server new in servers.yaml
+// (lifecycle new); one that exists already is left as it is.
+func (c *Controller) register(_ context.Context, x *stepCtx) error {
+	if x.ws == nil {
+		return nil
+	}
+	_, err := c.cfg.Store.CreateServer(observedFrom(x.ws))
+	if errors.Is(err, state.ErrExists) {
+		return nil
+	}
+	if err == nil {
+		x.log.Info("registered", "zone", x.ws.Zone, "bmc", x.ws.BMC.Address)
+	}
+	return err
+}
+
+// updateIdentity copies zone, site, rack, boot MAC and BMC settings from
+// servers.yaml onto the record, and lifts a stall (new BMC settings
+// deserve a new try).
+func (c *Controller) updateIdentity(_ context.Context, x *stepCtx) error {
+	if x.ws == nil {
+		return nil
+	}
+	o := observedFrom(x.ws)
+	_, err := c.cfg.Store.UpdateServer(x.step.Server, func(s *state.Server) error {
+		s.Zone, s.Site, s.Rack, s.BootMAC, s.BootMode = o.Zone, o.Site, o.Rack, o.BootMAC, o.BootMode
+		s.BMC.Driver, s.BMC.Address, s.BMC.Credentials = o.BMC.Driver, o.BMC.Address, o.BMC.Credentials
+		s.BMC.SystemID, s.BMC.InsecureTLS = o.BMC.SystemID, o.BMC.InsecureTLS
+		s.BMC.Auth, s.BMC.CABundle = o.BMC.Auth, o.BMC.CABundle
+		s.Stalled = ""
+		return nil
+	})
+	return err
+}
+
+// allocate moves a ready server to allocated for the step's profile,
+// recording its image and deploy method.
+func (c *Controller) allocate(_ context.Context, x *stepCtx) error {
+	step := x.step
+	image, deploy := "", ""
+	if p := x.desired.Profile(step.Profile); p != nil {
+		image, deploy = p.Image, string(p.Deploy)
+		if c.cfg.ImageOf != nil {
+			image = c.cfg.ImageOf(step.Profile)
+		}
+	}
+	now := c.cfg.Now().UTC()
+	_, err := c.cfg.Store.Apply(state.Move{Server: step.Server, From: state.LifecycleReady, To: state.LifecycleAllocated, Reason: step.Why,
+		Update: func(s *state.Server) error {
+			s.Allocation = &state.Allocation{Profile: step.Profile, Image: image, At: now, Reason: step.AllocReason, Deploy: deploy}
+			return nil
+		}})
+	if err == nil {
+		x.log.Info("allocated", "profile", step.Profile, "reason", step.AllocReason)
+	}
+	return staleOK(err)
+}
+
+// unretire moves a retired server back to new.
+func (c *Controller) unretire(_ context.Context, x *stepCtx) error {
+	_, err := c.cfg.Store.Transition(x.step.Server, state.LifecycleRetired, state.LifecycleNew, x.step.Why)
+	return staleOK(err)
+}
+
+// adopt moves an auto-enrolled server's record to its servers.yaml name.
+func (c *Controller) adopt(_ context.Context, x *stepCtx) error {
+	_, err := c.cfg.Store.AdoptServer(x.step.From, x.step.Server, state.ActorController)
+	if errors.Is(err, state.ErrNotFound) {
+		return nil // adopted already (a resumed step); the next pass sees it
+	}
+	if err == nil {
+		x.log.Info("adopted server record", "from", x.step.From)
+	}
+	return err
+}
+
+// release powers a deployed server off, moves it to ready marked for the
+// ramdisk's release wipe, and forgets its joined host.
+func (c *Controller) release(ctx context.Context, x *stepCtx) error {
+	st, step := c.cfg.Store, x.step
+	if err := x.m.Power(ctx, bmc.PowerActionOff); err != nil {
+		return err
+	}
+	_, _ = st.SetPower(step.Server, state.PowerOff, state.PowerSourceCommand)
+	if x.obs.Lifecycle == state.LifecycleDeployed {
+		_, err := st.Apply(state.Move{Server: step.Server, From: state.LifecycleDeployed, To: state.LifecycleReady, Reason: step.Why,
+			Update: func(s *state.Server) error { s.Allocation, s.NeedsWipe = nil, true; return nil }})
+		if err != nil {
+			return err
+		}
+		x.log.Info("released", "wipe", "next: the ramdisk's release wipe")
+	}
+	// Outside the move: a retried release still forgets the host.
+	_, err := st.ForgetHostsOf(step.Server, state.HostReleased, "server "+step.Server+" released: "+step.Why)
+	return err
+}
+
+// retire powers the server off (when it has a BMC), moves it to retired
+// and forgets its joined host.
+func (c *Controller) retire(ctx context.Context, x *stepCtx) error {
+	st, step := c.cfg.Store, x.step
+	if x.m != nil {
+		if err := x.m.Power(ctx, bmc.PowerActionOff); err != nil {
+			return err
+		}
+		_, _ = st.SetPower(step.Server, state.PowerOff, state.PowerSourceCommand)
+	}
+	if x.obs.Lifecycle != state.LifecycleRetired {
+		_, err := st.Apply(state.Move{Server: step.Server, From: x.obs.Lifecycle, To: state.LifecycleRetired, Reason: step.Why,
+			Update: func(s *state.Server) error { s.Allocation, s.WipeStartedAt = nil, time.Time{}; return nil }})
+		if err != nil {
+			return err
+		}
+		x.log.Info("retired")
+	}
+	_, err := st.ForgetHostsOf(step.Server, state.HostRetired, "server "+step.Server+" retired: "+step.Why)
+	return err
+}
+
+// timeout ends a phase past its deadline: power off first so a machine
+// stuck in the ramdisk stops (a BMC that cannot do it does not keep the
+// server from failing), then a running release wipe is recorded as
+// failed, and a commissioning or deploying server moves to failed.
+func (c *Controller) timeout(ctx context.Context, x *stepCtx) error {
+	if x.m != nil {
+		if err := x.m.Power(ctx, bmc.PowerActionOff); err != nil {
+			x.log.Warn("power off after deadline", "err", redact.String(err.Error()))
+		} else {
+			_, _ = c.cfg.Store.SetPower(x.step.Server, state.PowerOff, state.PowerSourceCommand)
+		}
+	}
+	if x.obs.Lifecycle == state.LifecycleReady && x.obs.NeedsWipe {
+		if err := c.wipeTimedOut(x); err != nil {
+			return err
+		}
+	}
+	if x.obs.Lifecycle == state.LifecycleCommissioning || x.obs.Lifecycle == state.LifecycleDeploying {
+		why := x.step.Why
+		_, err := c.cfg.Store.Apply(state.Move{Server: x.step.Server, From: x.obs.Lifecycle, To: state.LifecycleFailed, Reason: why,
+			Update: func(s *state.Server) error { s.LastError = why; s.Allocation = nil; return nil }})
+		if err != nil {
+			return staleOK(err)
+		}
+		x.log.Info("failed", "reason", why)
+	}
+	return nil
+}
+
+// wipeTimedOut records a release wipe past its deadline as failed (the
+// plan retries it after a backoff of its own: wipeRetryAt).
+func (c *Controller) wipeTimedOut(x *stepCtx) error {
+	st, why := c.cfg.Store, x.step.Why
+	now := c.cfg.Now().UTC()
+	_, err := st.UpdateServer(x.step.Server, func(s *state.Server) error {
+		if !s.NeedsWipe || s.WipeStartedAt.IsZero() {
+			return nil // reported meanwhile
+		}
+		s.WipeStartedAt, s.WipeFailedAt, s.LastError = time.Time{}, now, why
+		s.WipeFailures++
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	_, _ = st.AppendEvent(state.Event{Server: x.step.Server, Kind: "wipe.failed", Message: why})
+	x.log.Warn("release wipe failed", "reason", why)
+	return nil
+}

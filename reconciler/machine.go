@@ -1,0 +1,277 @@
+package reconciler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"time"
+
+	"github.com/machina-metal/machina/bmc"
+	"github.com/machina-metal/machina/state"
+)
+
+// Machine is what the executor asks of one server's BMC, at the level it
+// thinks in (metal3's provisioner interface): the hardware fallback rules
+// live behind it, and the handlers only call these verbs. bmcMachine is
+// the implementation over a bmc.Driver; the executor's tests use a
+// recording fake (fakeMachine).
+type Machine interface {
+	// Netboot boots the machine into the network once: a one-time PXE
+	// override (persistent on a BMC learned not to honour Once), else the
+	// iPXE ISO for its boot mode from virtual media; then power on when
+	// off, reset when on.
+	Netboot(ctx context.Context) error
+	// BootDisk sets the boot device to disk, persistently when the BMC
+	// offers it and else once, and reads it back.
+	BootDisk(ctx context.Context) error
+	// Power performs a and records it (rebooting while a reset or cycle
+	// is in flight; an unverified reset is recorded as such).
+	Power(ctx context.Context, a bmc.PowerAction) error
+}
+
+// bmcMachine is the Machine of one server over its BMC driver. It records
+// what it learns about the BMC on the server's record (OnceNotHonoured,
+// RestoreDisk, ResetUnverified) and its power as commanded.
+type bmcMachine struct {
+	st     *state.Store
+	drv    bmc.Driver
+	obs    state.Server
+	mode   bmc.BootMode
+	isoURL string // the virtual-media iPXE ISO for mode; "" disables the fallback
+	log    *slog.Logger
+	now    func() time.Time
+}
+
+// machine returns the Machine of obs over drv, booting in mode.
+func (c *Controller) machine(drv bmc.Driver, obs state.Server, mode bmc.BootMode, log *slog.Logger) Machine {
+	return &bmcMachine{st: c.cfg.Store, drv: drv, obs: obs, mode: mode, isoURL: c.isoURL(mode), log: log, now: c.cfg.Now}
+}
+
+// isoURL is the virtual-media iPXE ISO for a server booting in mode:
+// UEFIISOURL for UEFI, ISOURL for BIOS and for an unset mode (the BMC's
+// current mode, legacy on the BMCs that leave it unset).
+func (c *Controller) isoURL(mode bmc.BootMode) string {
+	if mode == bmc.BootModeUEFI {
+		return c.cfg.UEFIISOURL
+	}
+	return c.cfg.ISOURL
+}
+
+// Netboot sets a one-time PXE boot override and starts the machine: power
+// on when off, reset when on. A BMC without boot override support boots the
+// iPXE ISO for its boot mode (isoURL) from virtual media instead, when
+// that ISO's URL is configured. A BMC that does not honour a one-time
+// override (bmc.OnceError) is remembered (BMCFacts.OnceNotHonoured: later
+// netboots ask for Continuous at once), a persistent override is used, and
+// BMCFacts.RestoreDisk makes the plan set disk back after the boot it was
+// for.
+//
+// Read back first: when the journal entry being resumed already sent its
+// power action (InFlight.PowerSent, by this process before a crash or by
+// the leader before a failover) and the BMC reads on, the machine is
+// booting (or has booted) for this entry: nothing is sent again, neither
+// a second reset nor a fresh one-time override it may already have
+// consumed. A machine that then never reports is network-booted again by
+// the plan's silent-machine rule, as a new journal entry. Off means the
+// earlier action did not take: the netboot runs as new.
+func (m *bmcMachine) Netboot(ctx context.Context) error {
+	drv, log := m.drv, m.log
+	if f := m.obs.InFlight; f != nil && !f.PowerSent.IsZero() {
+		ps, err := drv.PowerState(ctx)
+		if err != nil {
+			return fmt.Errorf("read power: %w", err)
+		}
+		if ps == bmc.PowerOn {
+			log.Info("resumed netboot: power action already sent for this journal entry and the BMC reads on; not repeating it",
+				"sent", f.PowerSent.Format(time.RFC3339), "attempt", f.Attempt)
+			return nil
+		}
+		log.Info("resumed netboot: BMC reads off although the power action was sent; netbooting again", "sent", f.PowerSent.Format(time.RFC3339))
+	}
+	err := m.netbootOverride(ctx, bmc.BootPXE)
+	if iso := m.isoURL; errors.Is(err, bmc.ErrUnsupported) && iso != "" {
+		log.Info("no PXE boot override; booting the iPXE ISO from virtual media", "iso", iso)
+		if err = drv.InsertMedia(ctx, iso); err == nil {
+			err = m.netbootOverride(ctx, bmc.BootCD)
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("set boot override: %w", err)
+	}
+	ps, err := drv.PowerState(ctx)
+	if err != nil {
+		return fmt.Errorf("read power: %w", err)
+	}
+	action := bmc.PowerActionOn
+	if ps == bmc.PowerOn {
+		action = bmc.PowerActionReset
+	}
+	if err := m.markPowerSent(true); err != nil {
+		return err
+	}
+	if err := m.Power(ctx, action); err != nil {
+		if !ambiguous(err) {
+			// The BMC answered (or was never reached): it did not act, so
+			// a retry of this entry may send the action again.
+			_ = m.markPowerSent(false)
+		}
+		return fmt.Errorf("power %s: %w", action, err)
+	}
+	log.Info("netboot", "power", string(action))
+	return nil
+}
+
+// markPowerSent records on the journal entry (if the server has one) that
+// its power action is going out (write-ahead, before the request), or
+// clears that when the BMC is known not to have acted.
+func (m *bmcMachine) markPowerSent(sent bool) error {
+	f := m.obs.InFlight
+	if f == nil {
+		return nil
+	}
+	var at time.Time
+	if sent {
+		now := m.now
+		if now == nil {
+			now = time.Now
+		}
+		at = now().UTC()
+	}
+	_, err := m.st.UpdateServer(m.obs.Name, func(s *state.Server) error {
+		if s.InFlight != nil && s.InFlight.Key == f.Key {
+			s.InFlight.PowerSent = at
+		}
+		return nil
+	})
+	return err
+}
+
+// ambiguous reports whether a failed BMC request may still have acted: it
+// timed out or its context ended while waiting for the answer.
+func ambiguous(err error) bool {
+	var ne net.Error
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) || (errors.As(err, &ne) && ne.Timeout())
+}
+
+// netbootOverride sets dev as the boot device for the next boot: once, or
+// persistently on a BMC learned not to honour Once.
+func (m *bmcMachine) netbootOverride(ctx context.Context, dev bmc.BootDevice) error {
+	st, drv, obs, mode, log := m.st, m.drv, m.obs, m.mode, m.log
+	o := bmc.BootOverride{Device: dev, Mode: mode, Persistent: obs.BMC.OnceNotHonoured}
+	err := drv.SetBootOverride(ctx, o)
+	if o.Persistent && errors.Is(err, bmc.ErrUnsupported) {
+		// No Continuous offered (XCC lists Once and Disabled): ask Once;
+		// a BMC that coerces it still ends with the override set.
+		o.Persistent = false
+		err = drv.SetBootOverride(ctx, o)
+	}
+	var oe *bmc.OnceError
+	if errors.As(err, &oe) {
+		msg := fmt.Sprintf("%s; using a persistent %s override from now on for this BMC, set back to disk after each boot it is for", oe.Error(), dev)
+		log.Warn("one-time boot override not honoured", "outcome", string(oe.Outcome), "device", string(dev))
+		if _, uerr := st.UpdateServer(obs.Name, func(s *state.Server) error { s.BMC.OnceNotHonoured = true; return nil }); uerr != nil {
+			return uerr
+		}
+		_, _ = st.AppendEvent(state.Event{Server: obs.Name, Kind: "boot.once_not_honoured", Actor: state.ActorController, Message: msg})
+		o.Persistent = true
+		err = nil
+		if oe.Got.Device != dev || !oe.Got.Persistent || (mode != bmc.BootModeUnset && oe.Got.Mode != mode) {
+			err = drv.SetBootOverride(ctx, o)
+		}
+	}
+	if err != nil {
+		return err
+	}
+	if o.Persistent {
+		// Before the machine boots: its report may come quickly.
+		if _, err := st.UpdateServer(obs.Name, func(s *state.Server) error { s.BMC.RestoreDisk = true; return nil }); err != nil {
+			return err
+		}
+		_, _ = st.AppendEvent(state.Event{Server: obs.Name, Kind: "boot.persistent_override", Actor: state.ActorController,
+			Message: fmt.Sprintf("persistent %s boot override set (this BMC does not honour one-time overrides); disk is set back after this boot", dev)})
+	}
+	return nil
+}
+
+// BootDisk sets the boot device to disk persistently and reads it back.
+// Some BMCs offer only one-time overrides (Lenovo XCC lists Once and
+// Disabled): then disk once, and the firmware's boot order does the rest.
+func (m *bmcMachine) BootDisk(ctx context.Context) error {
+	drv, mode, log := m.drv, m.mode, m.log
+	want := bmc.BootOverride{Device: bmc.BootDisk, Persistent: true, Mode: mode}
+	err := drv.SetBootOverride(ctx, want)
+	if errors.Is(err, bmc.ErrUnsupported) {
+		log.Info("no persistent boot override on this BMC; setting disk once")
+		want.Persistent = false
+		err = drv.SetBootOverride(ctx, want)
+		var oe *bmc.OnceError
+		if errors.As(err, &oe) && oe.Got.Device == bmc.BootDisk {
+			err = nil // disk every time is what we want anyway
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("set boot override to disk: %w", err)
+	}
+	got, err := drv.BootOverride(ctx)
+	if err != nil {
+		return fmt.Errorf("read back boot override: %w", err)
+	}
+	if got.Device != bmc.BootDisk {
+		return fmt.Errorf("boot override to disk: read back %q: %w", got.Device, bmc.ErrMismatch)
+	}
+	return nil
+}
+
+// Power performs a and records it: `rebooting` while a reset or cycle is
+// in flight, then on. A reset the BMC accepted without evidence that it
+// happened (bmc.ResetError) is recorded as unverified (event and
+// BMCFacts.ResetUnverified, shown in status) and not as verified; the
+// step goes on, and the phase deadline catches a machine that never
+// restarted.
+func (m *bmcMachine) Power(ctx context.Context, a bmc.PowerAction) error {
+	st, drv, obs, log := m.st, m.drv, m.obs, m.log
+	restart := a == bmc.PowerActionReset || a == bmc.PowerActionCycle
+	if restart {
+		_, _ = st.SetPower(obs.Name, state.PowerRebooting, state.PowerSourceCommand)
+	}
+	err := drv.Power(ctx, a)
+	var re *bmc.ResetError
+	switch {
+	case errors.As(err, &re):
+		msg := re.Error()
+		log.Warn("reset not verified", "action", string(a), "why", re.Why)
+		_, _ = st.UpdateServer(obs.Name, func(s *state.Server) error { s.BMC.ResetUnverified = msg; return nil })
+		_, _ = st.AppendEvent(state.Event{Server: obs.Name, Kind: "power.reset_unverified", Actor: state.ActorController, Message: msg})
+		err = nil
+	case err == nil && restart:
+		ev := ""
+		if r, ok := drv.(bmc.ResetEvidence); ok {
+			ev = r.LastResetEvidence()
+		}
+		if ev != "" {
+			log.Info("reset verified", "action", string(a), "evidence", ev)
+		}
+		if obs.BMC.ResetUnverified != "" {
+			_, _ = st.UpdateServer(obs.Name, func(s *state.Server) error { s.BMC.ResetUnverified = ""; return nil })
+		}
+	}
+	if err != nil {
+		if restart {
+			// Not rebooting any more: record what the BMC says now.
+			if ps, perr := drv.PowerState(ctx); perr == nil && ps != bmc.PowerUnknown {
+				p := state.PowerOn
+				if ps == bmc.PowerOff {
+					p = state.PowerOff
+				}
+				_, _ = st.SetPower(obs.Name, p, state.PowerSourceBMC)
+			}
+		}
+		return err
+	}
+	if restart {
+		_, _ = st.SetPower(obs.Name, state.PowerOn, state.PowerSourceCommand)
+	}
+	return nil
+}
