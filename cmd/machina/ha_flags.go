@@ -62,3 +62,28 @@ func (h haFlags) config(statePath string, set func(name string) bool) (*controll
 	}
 	return cfg, nil
 }
+
+// checkServeFlags checks the reconciler's plan flags and the HA flags of
+// machina serve and fills cc.HA (and, with a VIP, the DHCP server's
+// address: option 54 and siaddr follow the leader). changed reports
+// whether a flag was given.
+func checkServeFlags(cc *controller.Config, h haFlags, statePath string, changed func(string) bool) error {
+	if share := cc.Reconciler.Plan.BrakeShare; !(share > 0 && share <= 1) {
+		return fmt.Errorf("--brake-share %v: want a share above 0 and at most 1 (0.2 is 20%% of the fleet)", share)
+	}
+	if cc.Reconciler.Plan.DeployTimeout <= 0 {
+		return fmt.Errorf("--deploy-timeout %s: want a positive duration", cc.Reconciler.Plan.DeployTimeout)
+	}
+	if h.id != "" && cc.Repo.URL == "" {
+		return usageError{errors.New("--ha-id needs --repo: only the full controller runs in a group")}
+	}
+	ha, err := h.config(statePath, changed)
+	if err != nil {
+		return usageError{err}
+	}
+	cc.HA = ha
+	if ha != nil && ha.VIP != nil {
+		cc.Netboot.ServerIP = ha.VIP.Prefix.Addr()
+	}
+	return nil
+}
