@@ -61,7 +61,7 @@ type wiring struct {
 	idx         *api.BootIndex
 	refusals    *refusalSummary
 	enr         *gitops.Enroller
-	leases      *dhcp.MemLeases
+	leases      *stateLeases // full DHCP mode: kept in the state file (leases.go)
 	netRuns     []func(context.Context) error
 	bootHandler *ipxe.Handler
 
@@ -294,9 +294,10 @@ func (w *wiring) boot() (func(), error) {
 		enrHook = w.enr
 	}
 	// In full DHCP mode the controller knows each MAC's address: plans,
-	// reports, done and joins are refused from any other.
+	// reports, done and joins are refused from any other. The leases are
+	// kept in the state file, so the check holds across a restart.
 	if len(w.cfg.Netboot.Interfaces) > 0 && w.cfg.Netboot.Mode != dhcp.ModeProxy {
-		w.leases = &dhcp.MemLeases{}
+		w.leases = &stateLeases{st: w.st}
 	}
 	if w.netRuns, err = startNetboot(w.cfg.Netboot, w.idx, w.publicURL, w.cfg.AutoEnroll, enrHook, w.leases, w.log); err != nil {
 		return nil, fmt.Errorf("controller: %w", err)
