@@ -172,7 +172,18 @@ func bearer(r *http.Request) string {
 }
 
 // refuse answers a token refusal; the store already wrote its event.
+//
+// A token check that failed because the store did not answer (etcd cut
+// off or too slow, this controller no longer the leader) is no refusal:
+// it answers 503 with Retry-After, so the machine retries and reaches the
+// leader at the VIP, instead of giving up on a valid token.
 func (m *Machine) refuse(w http.ResponseWriter, r *http.Request, err error) {
+	if storeUnavailable(err) {
+		m.log.Warn("machine request: store unavailable", "route", r.Pattern, "err", err)
+		w.Header().Set("Retry-After", "2")
+		writeError(w, http.StatusServiceUnavailable, v1.Error{Message: "not the leader, or the state store did not answer; retry", Code: "unavailable"})
+		return
+	}
 	// The route pattern, not the path: installer URLs carry their token
 	// in the path, and tokens never reach a log.
 	// Debug, not Warn: a refused token is an event (a known token) or a
@@ -257,6 +268,14 @@ func (m *Machine) use(w http.ResponseWriter, r *http.Request, token string, purp
 	case isTokenRefusal(err):
 		m.refuse(w, r, err)
 		return
+	case storeUnavailable(err):
+		// HA: this controller lost leadership mid-request, or its store
+		// (etcd) did not answer in time; the machine's retry reaches the
+		// new leader at the provisioning VIP.
+		m.log.Warn("machine request refused: not the leader", "route", r.Pattern)
+		w.Header().Set("Retry-After", "2")
+		writeError(w, http.StatusServiceUnavailable, v1.Error{Message: "not the leader, or the state store did not answer; retry", Code: "unavailable"})
+		return
 	case err != nil:
 		m.log.Error("machine request", "route", r.Pattern, "err", err)
 		writeError(w, http.StatusInternalServerError, v1.Error{Message: "internal error", Code: "internal"})
@@ -273,6 +292,18 @@ func (m *Machine) use(w http.ResponseWriter, r *http.Request, token string, purp
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(ans.Status)
 	_, _ = w.Write(ans.Body)
+}
+
+// storeUnavailable reports whether err says the store could not decide
+// (rather than refused): this controller is no longer the leader, an etcd
+// request timed out, a commit's outcome is unknown, or the store closed.
+func storeUnavailable(err error) bool {
+	for _, e := range []error{state.ErrNotLeader, context.DeadlineExceeded, state.ErrCommitUncertain, state.ErrClosed} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
 }
 
 func isTokenRefusal(err error) bool {

@@ -290,11 +290,17 @@ func (s *Store) useToken(value string, claim TokenClaim, consume bool) (Token, e
 // is refused without a write, an fsync or an event; it is counted
 // (UnknownTokenRefusals, machina_machine_unknown_tokens_total).
 func (s *Store) tokenKnown(h [32]byte) bool {
-	known := true // on a read error, let the write transaction decide
-	_ = s.view(func(tx kvTx) error {
+	known := true
+	err := s.view(func(tx kvTx) error {
 		known = tx.Bucket(bucketTokens).Get(h[:]) != nil
 		return nil
 	})
+	if err != nil {
+		// A read error (etcd unreachable: Get then returns nil inside
+		// the view) says nothing about the token: let the write
+		// transaction decide, and fail with the store's error.
+		return true
+	}
 	return known
 }
 

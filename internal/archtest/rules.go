@@ -50,6 +50,7 @@ var mayImport = map[string][]string{
 	"macaddr":               {},
 	"namerule":              {},
 	"internal/connlimit":    {},
+	"ha":                    {},
 	"schema":                {},
 	"bmc":                   {},
 	"boot":                  {},
