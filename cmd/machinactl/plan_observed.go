@@ -118,9 +118,12 @@ type statusServer struct {
 }
 
 type statusHardware struct {
-	Vendor    string `json:"vendor"`
-	Model     string `json:"model"`
-	Serial    string `json:"serial"`
+	Vendor string `json:"vendor"`
+	Model  string `json:"model"`
+	Serial string `json:"serial"`
+	// Arch is the commissioning report's architecture (a GOARCH name),
+	// which the plan's architecture guard reads.
+	Arch      string `json:"arch"`
 	CPUModel  string `json:"cpuModel"`
 	Cores     int    `json:"cores"`
 	MemoryGiB int64  `json:"memoryGiB"`
@@ -179,7 +182,7 @@ func parseStatusServer(data []byte, now time.Time) (state.Server, error) {
 		if h.Cores < 0 || h.MemoryGiB < 0 || h.MemoryGiB > 1<<32 {
 			return state.Server{}, fmt.Errorf("server %s: hardware sizes out of range", ss.Name)
 		}
-		hw := &state.Hardware{Cores: h.Cores, MemoryBytes: h.MemoryGiB << 30, Vendor: h.Vendor, Product: h.Model, Serial: h.Serial}
+		hw := &state.Hardware{Cores: h.Cores, MemoryBytes: h.MemoryGiB << 30, Vendor: h.Vendor, Product: h.Model, Serial: h.Serial, Arch: h.Arch}
 		for _, d := range h.Disks {
 			if d.SizeGiB < 0 || d.SizeGiB > 1<<32 {
 				return state.Server{}, fmt.Errorf("server %s: disk %s size out of range", ss.Name, d.Name)
@@ -276,7 +279,9 @@ func labelsToHardware(hw *state.Hardware, l map[string]string) {
 	default:
 		hw.CPUVendor = v
 	}
-	hw.Arch = l[state.LabelCPUArch]
+	if hw.Arch == "" { // hardware.arch, when the status file has it, is the report's own
+		hw.Arch = l[state.LabelCPUArch]
+	}
 	if g, err := strconv.ParseInt(l[state.LabelMemoryGiB], 10, 64); err == nil && g > 0 && g < 1<<32 {
 		hw.InstalledMemoryBytes = g << 30
 	}
