@@ -22,7 +22,11 @@
 // committed write), so methods take no context: bbolt transactions cannot be
 // cancelled part way. On etcd each method is one etcd transaction (a few
 // reads and one Txn), each request bounded by EtcdConfig.RequestTimeout; a
-// commit whose answer is lost returns [ErrCommitUncertain].
+// commit whose answer is lost returns [ErrCommitUncertain]. Read-only
+// methods on etcd read a watch-fed copy of the site in memory (consistent at
+// one etcd revision, holding this process's own commits; another
+// controller's commits show after the watch's delay), falling back to etcd
+// reads while that copy loads or lags (engine_etcd_replica.go).
 //
 // # Engines: bbolt and etcd
 //

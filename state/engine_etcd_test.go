@@ -30,7 +30,26 @@ func testEtcdEngine(t *testing.T) *etcdEngine {
 	if err != nil {
 		t.Fatal(err)
 	}
+	e.startReplica()
+	t.Cleanup(func() { e.close() })
+	waitReplica(t, e)
 	return e
+}
+
+// waitReplica waits until e's read replica is loaded and watching.
+func waitReplica(t testing.TB, e *etcdEngine) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		e.rep.mu.RLock()
+		ok := e.rep.synced
+		e.rep.mu.RUnlock()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the read replica did not load in 10 s")
+		}
+	}
 }
 
 // kvModel is a random key from a small alphabet with ordering edge cases
@@ -347,5 +366,79 @@ func TestEtcdCommitErrors(t *testing.T) {
 	_ = b.Put([]byte("k"), []byte("v"))
 	if _, err := tx.commit(); !errors.Is(err, ErrCommitUncertain) {
 		t.Fatalf("commit with etcd down = %v, want ErrCommitUncertain", err)
+	}
+}
+
+// TestEtcdViewsReadReplica: views on etcd read the watch-fed replica: a
+// Snapshot and a lookup by boot MAC make no etcd read, see this process's
+// commits at once (read your writes), and see another process's commits
+// once the watch delivers them; a bucket deleted by this process is gone
+// from the replica in the same way.
+func TestEtcdViewsReadReplica(t *testing.T) {
+	e := testEtcdEngine(t)
+	s := newStore(e, e.describe(), Options{Logger: slog.New(slog.DiscardHandler), Now: time.Now})
+	s.sweep, s.pruneBatch = etcdSweep, etcdSweep
+	if err := s.init(nil); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 40 {
+		if _, err := s.CreateServer(Server{Name: fmt.Sprintf("n%02d", i), Lifecycle: LifecycleReady,
+			BootMAC: fmt.Sprintf("52:54:00:00:00:%02x", i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := e.reads.Load()
+	snap, err := s.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(snap.Servers) != 40 {
+		t.Fatalf("Snapshot right after the creates has %d servers, want 40", len(snap.Servers))
+	}
+	if srv, err := s.ServerByBootMAC("52:54:00:00:00:27"); err != nil || srv.Name != "n39" {
+		t.Fatalf("ServerByBootMAC = %v, %v; want n39", srv.Name, err)
+	}
+	if n := e.reads.Load() - before; n != 0 {
+		t.Errorf("Snapshot and ServerByBootMAC made %d etcd reads, want 0 (the replica)", n)
+	}
+
+	// Another controller on the same prefix writes; this one's views see it
+	// once the watch delivers it.
+	other, err := newEtcdEngine(EtcdConfig{Client: e.cli, Prefix: e.prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s2 := newStore(other, other.describe(), Options{Logger: slog.New(slog.DiscardHandler), Now: time.Now})
+	s2.sweep, s2.pruneBatch = etcdSweep, etcdSweep
+	if err := s2.init(nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s2.Transition("n05", LifecycleReady, LifecycleAllocated, "other"); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		srv, err := s.Server("n05")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if srv.Lifecycle == LifecycleAllocated {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("n05 is %s on this controller 5 s after the other moved it", srv.Lifecycle)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	// This process's next commit follows the other's: its view shows both.
+	if _, err := s.Transition("n06", LifecycleReady, LifecycleAllocated, "this"); err != nil {
+		t.Fatal(err)
+	}
+	counts, err := s.CountServers()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if counts[LifecycleAllocated] != 2 || counts[LifecycleReady] != 38 {
+		t.Fatalf("counts after both moves = %v, want 2 allocated, 38 ready", counts)
 	}
 }
