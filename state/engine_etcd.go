@@ -496,8 +496,13 @@ func (e *etcdEngine) runBatch(calls []*batchCall) {
 	}
 }
 
-// update runs fn in a transaction of its own.
-func (e *etcdEngine) update(fn func(tx kvTx) error) error { return e.solo(fn) }
+// update shares transactions as batch does: writers of one process are
+// serialised anyway (e.mu), so the updates that wait for the lock while
+// one commits go to etcd together in the next transaction, one round trip
+// for up to maxBatch of them instead of one each. The engine contract
+// already lets update rerun fn (a conflict does); a call that fails is
+// rerun alone, so its error is its own.
+func (e *etcdEngine) update(fn func(tx kvTx) error) error { return e.batch(fn) }
 
 // updateLocked is one transaction with e.mu held; shared: it carries
 // several calls (not sent past maxBatchOps).

@@ -442,3 +442,113 @@ func TestEtcdViewsReadReplica(t *testing.T) {
 		t.Fatalf("counts after both moves = %v, want 2 allocated, 38 ready", counts)
 	}
 }
+
+// TestEtcdUpdatesShareTransactions: concurrent updates of one process on
+// etcd share transactions (fewer Txns than moves), every move lands with
+// its event, and a move that fails in a shared transaction gets its own
+// error while the others commit.
+func TestEtcdUpdatesShareTransactions(t *testing.T) {
+	e := testEtcdEngine(t)
+	s := newStore(e, e.describe(), Options{Logger: slog.New(slog.DiscardHandler), Now: time.Now})
+	s.sweep, s.pruneBatch = etcdSweep, etcdSweep
+	if err := s.init(nil); err != nil {
+		t.Fatal(err)
+	}
+	const n = 64
+	for i := range n {
+		if _, err := s.CreateServer(Server{Name: fmt.Sprintf("n%02d", i), Lifecycle: LifecycleReady}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := e.txns.Load()
+	errs := make([]error, n+1)
+	start := make(chan struct{})
+	done := make(chan struct{})
+	for i := range n + 1 {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			<-start
+			if i == n { // a stale move: n00 is not allocated
+				_, errs[i] = s.Transition("n00", LifecycleAllocated, LifecycleDeploying, "stale")
+				return
+			}
+			_, errs[i] = s.Transition(fmt.Sprintf("n%02d", i), LifecycleReady, LifecycleAllocated, "shared")
+		}()
+	}
+	close(start)
+	for range n + 1 {
+		<-done
+	}
+	txns := e.txns.Load() - before
+	t.Logf("%d moves (and one stale) in %d etcd transactions", n, txns)
+	for i := range n {
+		if errs[i] != nil {
+			t.Errorf("move %d: %v", i, errs[i])
+		}
+	}
+	if !errors.Is(errs[n], ErrStaleTransition) {
+		t.Errorf("stale move = %v, want ErrStaleTransition", errs[n])
+	}
+	if txns >= n {
+		t.Errorf("%d moves took %d transactions, want fewer (shared)", n, txns)
+	}
+	counts, err := s.CountServers()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if counts[LifecycleAllocated] != n {
+		t.Fatalf("allocated = %d, want %d", counts[LifecycleAllocated], n)
+	}
+	evs, err := s.Events(EventQuery{Limit: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	moves := 0
+	for _, ev := range evs {
+		if ev.Message != "" && strings.Contains(ev.Message, "shared") {
+			moves++
+		}
+	}
+	if moves != n {
+		t.Errorf("%d events of the shared moves, want %d", moves, n)
+	}
+}
+
+// TestEtcdSharedTransactionTooBig: calls that together pass etcd's
+// --max-txn-ops are not sent together but each alone, and all commit.
+func TestEtcdSharedTransactionTooBig(t *testing.T) {
+	e := testEtcdEngine(t)
+	if err := e.update(func(tx kvTx) error { _, err := tx.CreateBucketIfNotExists([]byte("b")); return err }); err != nil {
+		t.Fatal(err)
+	}
+	var calls []*batchCall
+	for i := range 4 {
+		calls = append(calls, &batchCall{done: make(chan error, 1), fn: func(tx kvTx) error {
+			b := tx.Bucket([]byte("b"))
+			for j := range 50 {
+				if err := b.Put([]byte(fmt.Sprintf("c%d-%02d", i, j)), []byte("v")); err != nil {
+					return err
+				}
+			}
+			return nil
+		}})
+	}
+	e.mu.Lock()
+	e.runBatch(calls)
+	e.mu.Unlock()
+	for i, c := range calls {
+		if err := <-c.done; err != errTrySolo {
+			t.Fatalf("call %d of an oversized shared transaction = %v, want errTrySolo", i, err)
+		}
+		if err := e.solo(c.fn); err != nil {
+			t.Fatalf("call %d alone: %v", i, err)
+		}
+	}
+	n := 0
+	if err := e.view(func(tx kvTx) error { n = tx.Bucket([]byte("b")).KeyN(); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if n != 200 {
+		t.Fatalf("%d records after the calls ran alone, want 200", n)
+	}
+}
