@@ -460,6 +460,9 @@ func TestEtcdUpdatesShareTransactions(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	if _, err := s.CreateServer(Server{Name: "other", Lifecycle: LifecycleReady}); err != nil {
+		t.Fatal(err)
+	}
 	before := e.txns.Load()
 	errs := make([]error, n+1)
 	start := make(chan struct{})
@@ -468,8 +471,8 @@ func TestEtcdUpdatesShareTransactions(t *testing.T) {
 		go func() {
 			defer func() { done <- struct{}{} }()
 			<-start
-			if i == n { // a stale move: n00 is not allocated
-				_, errs[i] = s.Transition("n00", LifecycleAllocated, LifecycleDeploying, "stale")
+			if i == n { // a stale move: other is not allocated
+				_, errs[i] = s.Transition("other", LifecycleAllocated, LifecycleDeploying, "stale")
 				return
 			}
 			_, errs[i] = s.Transition(fmt.Sprintf("n%02d", i), LifecycleReady, LifecycleAllocated, "shared")
