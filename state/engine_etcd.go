@@ -430,10 +430,32 @@ func (e *etcdEngine) batch(fn func(tx kvTx) error) error {
 	e.qmu.Unlock()
 	e.runBatch(calls)
 	e.mu.Unlock()
-	if err := <-c.done; err != errTrySolo {
+	err := <-c.done
+	var p panicked
+	switch {
+	case errors.As(err, &p):
+		panic(p.v) // in its own caller, as bbolt's Batch does
+	case err != errTrySolo:
 		return err
 	}
 	return e.solo(fn)
+}
+
+// panicked is a batch call's panic, carried to its own caller.
+type panicked struct{ v any }
+
+func (p panicked) Error() string { return fmt.Sprintf("panic: %v", p.v) }
+
+// safeCall runs fn, turning a panic into a panicked error: a call run in
+// another caller's shared transaction must not panic there (that caller
+// would hold the writer lock and the others would wait for ever).
+func safeCall(fn func(tx kvTx) error, tx kvTx) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = panicked{v}
+		}
+	}()
+	return fn(tx)
 }
 
 // solo runs fn in a transaction of its own.
@@ -469,7 +491,7 @@ func (e *etcdEngine) runBatch(calls []*batchCall) {
 		err := e.updateLocked(func(tx kvTx) error {
 			failed = -1
 			for i, c := range calls {
-				if err := c.fn(tx); err != nil {
+				if err := safeCall(c.fn, tx); err != nil {
 					failed = i
 					return err
 				}

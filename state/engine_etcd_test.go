@@ -555,3 +555,47 @@ func TestEtcdSharedTransactionTooBig(t *testing.T) {
 		t.Fatalf("%d records after the calls ran alone, want 200", n)
 	}
 }
+
+// TestEtcdSharedCallPanicsInItsCaller: a function that panics in a shared
+// transaction panics in its own caller; the other calls of the transaction
+// commit and the writer lock is free again.
+func TestEtcdSharedCallPanicsInItsCaller(t *testing.T) {
+	e := testEtcdEngine(t)
+	if err := e.update(func(tx kvTx) error { _, err := tx.CreateBucketIfNotExists([]byte("b")); return err }); err != nil {
+		t.Fatal(err)
+	}
+	put := func(k string) func(tx kvTx) error {
+		return func(tx kvTx) error { return tx.Bucket([]byte("b")).Put([]byte(k), []byte("v")) }
+	}
+	ok := &batchCall{fn: put("ok"), done: make(chan error, 1)}
+	bad := &batchCall{fn: func(kvTx) error { panic("boom") }, done: make(chan error, 1)}
+	e.mu.Lock()
+	e.runBatch([]*batchCall{ok, bad})
+	e.mu.Unlock()
+	if err := <-ok.done; err != nil {
+		t.Fatalf("the other call of the shared transaction: %v", err)
+	}
+	if err := <-bad.done; err != errTrySolo {
+		t.Fatalf("the panicking call got %v, want errTrySolo (rerun in its own caller)", err)
+	}
+	func() {
+		defer func() {
+			if v := recover(); v != "boom" {
+				t.Fatalf("recovered %v in the caller, want boom", v)
+			}
+		}()
+		_ = e.update(func(kvTx) error { panic("boom") })
+	}()
+	if err := e.update(put("after")); err != nil {
+		t.Fatalf("update after the panic: %v", err)
+	}
+	var got []string
+	if err := e.view(func(tx kvTx) error {
+		return tx.Bucket([]byte("b")).ForEach(func(k, _ []byte) error { got = append(got, string(k)); return nil })
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(got, ",") != "after,ok" {
+		t.Fatalf("records %v, want after,ok", got)
+	}
+}
