@@ -5,6 +5,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -36,8 +37,10 @@ import (
 //     leader does not wait for the watch to bring back its own writes.
 //   - Falls back to etcd: while the replica is loading, after its watch
 //     broke (compaction, a lost member; it is loaded again after a second),
-//     or when it lags this process's commits by more than repMaxLag, a view
-//     reads etcd directly, as before.
+//     or when it lags etcd's revision by more than repMaxLag, a view reads
+//     etcd directly, as before. (A revision made outside the prefix, by
+//     another site or an election, reaches the replica as a progress
+//     report of its watch, asked for by the waiting view.)
 //   - Updates never read the replica: they read etcd (or the write cache)
 //     and their compares make them correct whatever a view showed.
 //
@@ -61,9 +64,10 @@ type replica struct {
 	kv     map[string][]byte   // full etcd key → value ([]byte{} when empty)
 	idx    map[string][]string // bucket data prefix (P k/<id>=) → sorted record keys
 
-	fmu     sync.Mutex // guards pending and busy
-	pending *revRead   // the revision read the views arriving now will share
-	busy    bool       // a revision read is in flight
+	nudged  atomic.Int64 // when a watch progress report was last asked for (UnixNano)
+	fmu     sync.Mutex   // guards pending and busy
+	pending *revRead     // the revision read the views arriving now will share
+	busy    bool         // a revision read is in flight
 }
 
 // revRead is one shared read of etcd's current revision.
@@ -332,6 +336,7 @@ func (r *replica) view(fn func(tx kvTx) error) (bool, error) {
 		r.mu.RUnlock()
 		if timer == nil {
 			timer = time.After(repMaxLag)
+			r.nudge()
 		}
 		select {
 		case <-ch:
@@ -343,6 +348,24 @@ func (r *replica) view(fn func(tx kvTx) error) (bool, error) {
 	tx := r.e.newTx(false)
 	tx.rep = r
 	return true, fn(tx)
+}
+
+// nudge asks etcd for a progress report on the watch (at most one per
+// millisecond): etcd's revision also moves with writes outside this
+// prefix (other sites, an election), which the watch does not see, and a
+// progress report tells the replica that it holds every revision up to
+// the reported one.
+func (r *replica) nudge() {
+	now := time.Now().UnixNano()
+	last := r.nudged.Load()
+	if now-last < int64(time.Millisecond) || !r.nudged.CompareAndSwap(last, now) {
+		return
+	}
+	go func() {
+		ctx, cancel := context.WithTimeout(clientv3.WithRequireLeader(context.Background()), r.e.timeout)
+		defer cancel()
+		_ = r.e.cli.RequestProgress(ctx) // no answer: the view falls back after repMaxLag
+	}()
 }
 
 // get reads one key; r.mu is held (read).

@@ -2,6 +2,7 @@ package state
 
 import (
 	"bytes"
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -400,6 +401,23 @@ func TestEtcdViewsReadReplica(t *testing.T) {
 	}
 	if n := e.reads.Load() - before; n != 0 {
 		t.Errorf("Snapshot and ServerByBootMAC made %d etcd reads, want 0 (the replica)", n)
+	}
+
+	// A write outside the prefix (another site, an election) moves etcd's
+	// revision past anything the watch shows: a progress report, not a
+	// fallback to etcd reads, brings the replica up to it.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := e.cli.Put(ctx, strings.TrimSuffix(e.prefix, "/")+"-elsewhere/x", "y"); err != nil {
+		t.Fatal(err)
+	}
+	before = e.reads.Load()
+	t0 := time.Now()
+	if _, err := s.CountServers(); err != nil {
+		t.Fatal(err)
+	}
+	if n, d := e.reads.Load()-before, time.Since(t0); n != 0 || d >= repMaxLag {
+		t.Errorf("view after a write outside the prefix: %d etcd reads in %v, want 0 reads, well under %v", n, d, repMaxLag)
 	}
 
 	// Another controller on the same prefix writes; this one's views see it
