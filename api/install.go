@@ -82,9 +82,18 @@ func (m *Machine) installServer(w http.ResponseWriter, r *http.Request, kinds ..
 	return srv, true
 }
 
+// unavailable answers 503 for an installer file or document the controller
+// cannot serve. The event is paced like a refusal (the first at once, then
+// one summary per interval) and logged once per interval at Error: an
+// installer retrying, or a holder of the reusable install token in a loop,
+// costs no event or log line per request (each document fetch still
+// writes its fresh completion token).
 func (m *Machine) unavailable(w http.ResponseWriter, srv state.Server, what string, err error) {
-	m.log.Error("installer "+what, "machine", srv.Name, "err", err)
-	_, _ = m.cfg.Store.AppendEvent(state.Event{Server: srv.Name, Kind: "install.unavailable", Message: what + ": " + err.Error()})
+	if m.cfg.Store.RecordRefusal(srv.Name, "install.unavailable", state.RefusalUnavailable, what+": "+err.Error()) {
+		m.log.Error("installer "+what, "machine", srv.Name, "err", err)
+	} else {
+		m.log.Debug("installer "+what, "machine", srv.Name, "err", err)
+	}
 	writeError(w, http.StatusServiceUnavailable, v1.Error{Message: what + " unavailable", Code: "unavailable"})
 }
 

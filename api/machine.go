@@ -2,6 +2,7 @@ package api
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/json"
@@ -19,6 +20,7 @@ import (
 	v1 "github.com/machina-metal/machina/api/v1"
 	"github.com/machina-metal/machina/boot"
 	"github.com/machina-metal/machina/macaddr"
+	"github.com/machina-metal/machina/schema"
 	"github.com/machina-metal/machina/state"
 )
 
@@ -57,8 +59,9 @@ type MachineConfig struct {
 	// Leases, when set (Machina serves DHCP), binds the machine requests
 	// to the address leased to the server's boot MAC: a report, plan,
 	// done or wiped from another source address is refused (403, with an
-	// event). A MAC without a live lease is not checked (a controller
-	// restart forgets its in-memory leases until the machines renew).
+	// event). A MAC without a live lease is not checked. The
+	// controller keeps the leases in the state file, so the check holds
+	// across a restart.
 	Leases LeaseLookup
 	// Logger: nil discards.
 	Logger *slog.Logger
@@ -70,7 +73,13 @@ type LeaseLookup interface {
 	LeasedIP(mac string) (netip.Addr, bool)
 }
 
-// wrongAddress refuses (403, with an event) a request for server from an
+// eventMachineRefused is the event kind of a refused machine request that
+// carried a known token (wrong address, bad body); the store paces them
+// (state.Store.RecordRefusal): one event at once, then one summary per
+// interval, whatever the request rate.
+const eventMachineRefused state.EventKind = "machine.refused"
+
+// wrongAddress refuses (403, with a paced event) a request for server from an
 // address other than the one leased to its boot MAC.
 func (m *Machine) wrongAddress(w http.ResponseWriter, r *http.Request, server string) bool {
 	if m.cfg.Leases == nil || server == "" {
@@ -88,8 +97,8 @@ func (m *Machine) wrongAddress(w http.ResponseWriter, r *http.Request, server st
 	if err == nil && from.Unmap() == leased.Unmap() {
 		return false
 	}
-	_, _ = m.cfg.Store.AppendEvent(state.Event{Server: server, Kind: "machine.refused", Actor: state.ActorController,
-		Message: fmt.Sprintf("%s refused: request from %s, but %s is leased to %s", r.Pattern, remoteIP(r), leased, srv.BootMAC)})
+	m.cfg.Store.RecordRefusal(server, eventMachineRefused, state.RefusalWrongAddress,
+		fmt.Sprintf("%s refused: request from %s, but %s is leased to %s", r.Pattern, remoteIP(r), leased, srv.BootMAC))
 	writeError(w, http.StatusForbidden, v1.Error{Message: "request not from the address leased to this machine", Code: "token_refused"})
 	return true
 }
@@ -163,7 +172,18 @@ func bearer(r *http.Request) string {
 }
 
 // refuse answers a token refusal; the store already wrote its event.
+//
+// A token check that failed because the store did not answer (etcd cut
+// off or too slow, this controller no longer the leader) is no refusal:
+// it answers 503 with Retry-After, so the machine retries and reaches the
+// leader at the VIP, instead of giving up on a valid token.
 func (m *Machine) refuse(w http.ResponseWriter, r *http.Request, err error) {
+	if storeUnavailable(err) {
+		m.log.Warn("machine request: store unavailable", "route", r.Pattern, "err", err)
+		w.Header().Set("Retry-After", "2")
+		writeError(w, http.StatusServiceUnavailable, v1.Error{Message: "not the leader, or the state store did not answer; retry", Code: "unavailable"})
+		return
+	}
 	// The route pattern, not the path: installer URLs carry their token
 	// in the path, and tokens never reach a log.
 	// Debug, not Warn: a refused token is an event (a known token) or a
@@ -174,8 +194,7 @@ func (m *Machine) refuse(w http.ResponseWriter, r *http.Request, err error) {
 }
 
 func (m *Machine) bad(w http.ResponseWriter, r *http.Request, server string, code int, what string) {
-	_, _ = m.cfg.Store.AppendEvent(state.Event{Server: server, Kind: "machine.refused", Actor: state.ActorController,
-		Message: fmt.Sprintf("%s refused: %s", r.Pattern, what)})
+	m.cfg.Store.RecordRefusal(server, eventMachineRefused, state.RefusalBadRequest, fmt.Sprintf("%s refused: %s", r.Pattern, what))
 	writeError(w, code, v1.Error{Message: what, Code: "bad_request"})
 }
 
@@ -228,18 +247,34 @@ func fingerprint(r *http.Request, body []byte) [32]byte {
 // A refused token answers 403; an effect's *answerError its status; any
 // other error 500. Nothing is consumed unless the answer is 2xx.
 func (m *Machine) use(w http.ResponseWriter, r *http.Request, token string, purpose state.Purpose, body []byte, rerun bool, effect func(tx *state.Tx, t state.Token) (state.Answer, error)) {
+	var server string // the token's server, for a refused effect's event
+	if effect != nil {
+		inner := effect
+		effect = func(tx *state.Tx, t state.Token) (state.Answer, error) {
+			server = t.Server
+			return inner(tx, t)
+		}
+	}
 	tok, ans, replayed, err := m.cfg.Store.UseToken(token, state.TokenUse{Claim: state.TokenClaim{Purpose: purpose},
 		Request: fingerprint(r, body), Effect: effect, Rerun: rerun})
 	var ae *answerError
 	switch {
 	case errors.As(err, &ae):
 		if ae.event != "" {
-			_, _ = m.cfg.Store.AppendEvent(state.Event{Server: tok.Server, Kind: "machine.refused", Actor: state.ActorController, Message: ae.event})
+			m.cfg.Store.RecordRefusal(server, eventMachineRefused, state.RefusalBadRequest, ae.event)
 		}
 		writeError(w, ae.status, ae.body)
 		return
 	case isTokenRefusal(err):
 		m.refuse(w, r, err)
+		return
+	case storeUnavailable(err):
+		// HA: this controller lost leadership mid-request, or its store
+		// (etcd) did not answer in time; the machine's retry reaches the
+		// new leader at the provisioning VIP.
+		m.log.Warn("machine request refused: not the leader", "route", r.Pattern)
+		w.Header().Set("Retry-After", "2")
+		writeError(w, http.StatusServiceUnavailable, v1.Error{Message: "not the leader, or the state store did not answer; retry", Code: "unavailable"})
 		return
 	case err != nil:
 		m.log.Error("machine request", "route", r.Pattern, "err", err)
@@ -257,6 +292,18 @@ func (m *Machine) use(w http.ResponseWriter, r *http.Request, token string, purp
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(ans.Status)
 	_, _ = w.Write(ans.Body)
+}
+
+// storeUnavailable reports whether err says the store could not decide
+// (rather than refused): this controller is no longer the leader, an etcd
+// request timed out, a commit's outcome is unknown, or the store closed.
+func storeUnavailable(err error) bool {
+	for _, e := range []error{state.ErrNotLeader, context.DeadlineExceeded, state.ErrCommitUncertain, state.ErrClosed} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
 }
 
 func isTokenRefusal(err error) bool {
@@ -310,7 +357,7 @@ func heard(s *state.Server, what string) {
 func (m *Machine) report(w http.ResponseWriter, r *http.Request) {
 	t, err := m.cfg.Store.PeekToken(bearer(r), state.TokenClaim{Purpose: state.PurposeReport})
 	if err != nil {
-		m.refuse(w, r, err)
+		m.use(w, r, bearer(r), state.PurposeReport, nil, false, nil) // refused and counted (paced event)
 		return
 	}
 	if m.wrongAddress(w, r, t.Server) {
@@ -319,7 +366,13 @@ func (m *Machine) report(w http.ResponseWriter, r *http.Request) {
 	var rep v1.AgentReport
 	body, code, err := readStrict(r, v1.MaxReportBytes, &rep)
 	if err == nil {
-		err = checkReport(rep)
+		// The schema in the repository (schema/agent-report.schema.json)
+		// is the gate; checkReport says the same rules in Go with the
+		// message an operator reads.
+		err = checkReportSchema(body)
+		if cerr := checkReport(rep); cerr != nil {
+			err = cerr
+		}
 		code = http.StatusBadRequest
 	}
 	if err != nil {
@@ -368,6 +421,33 @@ const (
 	maxReportDisk   = 1 << 50 // 1 PiB per disk
 	maxReportNICs   = 256
 )
+
+// checkReportSchema checks a report body against the commissioning report
+// schema (schema.AgentReport, schema/agent-report.schema.json): the four
+// tests each once, the facts within their bounds, a passed disk test only
+// with a disk that is not virtual. The error names the first violations.
+func checkReportSchema(body []byte) error {
+	v, err := schema.Default()
+	if err != nil {
+		return err
+	}
+	vs, err := v.ValidateJSON(schema.AgentReport, body)
+	if err != nil {
+		return errors.New("malformed JSON")
+	}
+	if len(vs) == 0 {
+		return nil
+	}
+	var msgs []string
+	for i, viol := range vs {
+		if i == 3 {
+			msgs = append(msgs, fmt.Sprintf("and %d more", len(vs)-3))
+			break
+		}
+		msgs = append(msgs, cmp.Or(viol.Pointer, "/")+": "+viol.Detail)
+	}
+	return fmt.Errorf("not a commissioning report (%s): %s", schema.AgentReport.FileName(), strings.Join(msgs, "; "))
+}
 
 // checkReport refuses a report that is not well formed: a boot MAC that
 // is not one, a test missing, unknown or repeated, facts out of bounds, or

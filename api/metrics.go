@@ -20,6 +20,7 @@ type metrics struct {
 //   - machina_events_last_seq
 //   - machina_api_conns_refused_total (connections closed at accept: their address had MaxConnsPerIP open)
 //   - machina_machine_unknown_tokens_total (machine requests with a token value naming no token)
+//   - machina_machine_refusals_total{reason} (machine requests with a known token refused; state.RefusalReason)
 func newMetrics(reg prometheus.Registerer, st *state.Store, refused func() float64) (*metrics, error) {
 	m := &metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -39,7 +40,7 @@ func newMetrics(reg prometheus.Registerer, st *state.Store, refused func() float
 	unknownTokens := prometheus.NewCounterFunc(prometheus.CounterOpts{
 		Name: "machina_machine_unknown_tokens_total", Help: "Machine requests refused for a token value that names no token (counted, never written).",
 	}, func() float64 { return float64(st.UnknownTokenRefusals()) })
-	for _, c := range []prometheus.Collector{m.requests, m.duration, m.authFailures, connsRefused, unknownTokens, &storeCollector{st: st}} {
+	for _, c := range []prometheus.Collector{m.requests, m.duration, m.authFailures, connsRefused, unknownTokens, refusalCollector{st: st}, &storeCollector{st: st}} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -156,6 +156,13 @@ func (s *Server) Routes() []string {
 	return out
 }
 
+// Wrap puts mw around the handlers Serve and ServeMachine answer with
+// (the controller's HA gate: a standby forwards writes to the leader).
+// Call it before serving; not safe concurrently with requests.
+func (s *Server) Wrap(mw func(http.Handler) http.Handler) {
+	s.handler, s.machine = mw(s.handler), mw(s.machine)
+}
+
 // Handler returns the HTTP handler. Unknown paths answer 404 and known
 // paths with another method 405, both as JSON errors.
 func (s *Server) Handler() http.Handler { return s.handler }
@@ -441,7 +448,18 @@ func badRequest(w http.ResponseWriter, format string, args ...any) {
 
 // internal logs err (which never holds a secret: state errors name records,
 // not values) and answers 500 without details.
+// A write refused because this controller lost leadership
+// (state.ErrNotLeader, HA on etcd), or a store call that timed out (etcd
+// unreachable), answers 503 with Retry-After instead:
+// the client's retry reaches the new leader (through the provisioning VIP
+// or the admin API's forwarding).
 func (s *Server) internal(w http.ResponseWriter, r *http.Request, err error) {
+	if errors.Is(err, state.ErrNotLeader) || errors.Is(err, context.DeadlineExceeded) {
+		s.log.Warn("request refused: not the leader or store timed out", "err", err, "method", r.Method, "path", r.URL.Path)
+		w.Header().Set("Retry-After", "2")
+		writeError(w, http.StatusServiceUnavailable, v1.Error{Message: "not the leader, or the state store did not answer; retry", Code: v1.CodeUnavailable})
+		return
+	}
 	s.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
 	writeError(w, http.StatusInternalServerError, v1.Error{Message: "internal error", Code: v1.CodeInternal})
 }

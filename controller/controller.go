@@ -20,6 +20,7 @@ import (
 
 	"github.com/machina-metal/machina/boot"
 	"github.com/machina-metal/machina/gitops"
+	"github.com/machina-metal/machina/ha"
 	"github.com/machina-metal/machina/images"
 	"github.com/machina-metal/machina/reconciler"
 	"github.com/machina-metal/machina/reconciler/fleet"
@@ -38,6 +39,11 @@ type Config struct {
 	StatePath string
 	// EtcdTLS are the etcd client's TLS files for an etcd StatePath.
 	EtcdTLS state.EtcdTLSFiles
+	// HA, if set, runs this controller as one of a group on etcd: the
+	// state in etcd (StatePath an etcd:// target, or HA.Etcd), only the
+	// elected leader acts (docs/ha.md). Nil: a single controller, as
+	// before.
+	HA *HAConfig
 	// MasterKey seals secrets (MACHINA_API_KEY_MASTER_KEY); nil stores them
 	// unsealed, with a warning.
 	MasterKey []byte
@@ -169,6 +175,8 @@ type Running struct {
 	// AdminURL is the admin API's TLS base URL, "" when it has no TLS
 	// listener (loopback: the admin API is on Addr).
 	AdminURL string
+	// Elector is the HA election (Leader, IsLeader), nil without HA.
+	Elector *ha.Elector
 
 	flush func(ctx context.Context) error
 }

@@ -61,7 +61,20 @@ func (w *wiring) componentList() []component {
 func (w *wiring) serve(ctx context.Context) error {
 	w.log.Info("controller listening", "addr", w.ln.Addr().String(), "url", w.publicURL, "repo", redactURL(w.cfg.Repo.URL))
 	g, gctx := errgroup.WithContext(ctx)
-	for _, c := range w.componentList() {
+	comps := w.componentList()
+	if w.ha != nil {
+		var lead []component
+		var all []component
+		for _, c := range comps {
+			if isLeaderOnly(c.name) {
+				lead = append(lead, c)
+			} else {
+				all = append(all, c)
+			}
+		}
+		comps = append(all, component{"ha election", func(ctx context.Context) error { return w.runHA(ctx, lead) }})
+	}
+	for _, c := range comps {
 		g.Go(func() error {
 			if err := c.run(gctx); err != nil && !errors.Is(err, context.Canceled) {
 				return fmt.Errorf("%s: %w", c.name, err)

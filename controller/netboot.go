@@ -49,11 +49,15 @@ type NetbootConfig struct {
 
 // startNetboot builds the DHCP, TFTP and RA servers; run starts them.
 //
-// leases, when non-nil, holds the leases the DHCP server hands out (full
-// mode): the machine endpoints and the join listener check requests
-// against them.
-func startNetboot(cfg NetbootConfig, lookup boot.Lookup, publicURL string, autoEnroll bool, enr boot.Enroller, leases *dhcp.MemLeases, log *slog.Logger) ([]func(context.Context) error, error) {
+// stored, when non-nil, keeps the leases the DHCP server hands out (full
+// mode) in the state file: the machine endpoints and the join listener
+// check requests against them, across restarts.
+func startNetboot(cfg NetbootConfig, lookup boot.Lookup, publicURL string, autoEnroll bool, enr boot.Enroller, stored *stateLeases, log *slog.Logger) ([]func(context.Context) error, error) {
 	var runs []func(context.Context) error
+	var leases dhcp.LeaseStore // nil (in memory) in proxy mode, where no address is leased
+	if stored != nil {
+		leases = stored
+	}
 	script := publicURL + ipxe.ScriptPath
 	if len(cfg.Interfaces) > 0 {
 		d, err := dhcp.New(dhcp.Config{Mode: cfg.Mode, Interfaces: cfg.Interfaces, ServerIP: cfg.ServerIP, Subnet: cfg.Subnet,

@@ -61,7 +61,7 @@ type wiring struct {
 	idx         *api.BootIndex
 	refusals    *refusalSummary
 	enr         *gitops.Enroller
-	leases      *dhcp.MemLeases
+	leases      *stateLeases // full DHCP mode: kept in the state file (leases.go)
 	netRuns     []func(context.Context) error
 	bootHandler *ipxe.Handler
 
@@ -76,13 +76,14 @@ type wiring struct {
 	fencer   *fencer
 	gitDir   string
 	run      *Running
+	ha       *haWiring // nil unless cfg.HA
 }
 
 // newWiring checks cfg and fills its defaults (the first lines of Run
 // before the stages).
 func newWiring(cfg Config) (*wiring, error) {
-	if cfg.StatePath == "" || cfg.WorkDir == "" || cfg.Repo.URL == "" {
-		return nil, errors.New("controller: StatePath, WorkDir and Repo.URL are required")
+	if (cfg.StatePath == "" && cfg.HA == nil) || cfg.WorkDir == "" || cfg.Repo.URL == "" {
+		return nil, errors.New("controller: StatePath (or HA), WorkDir and Repo.URL are required")
 	}
 	log := cfg.Logger
 	if log == nil {
@@ -120,17 +121,28 @@ func (w *wiring) stages() []stage {
 		{"join", w.join},
 		{"git", w.gitSide},
 		{"routes", w.routes},
+		{"ha", w.haStage},
 	}
 }
 
 // openState opens the state store and refuses sealed secrets without a key.
 func (w *wiring) openState() (func(), error) {
-	st, err := state.OpenTarget(w.cfg.StatePath, w.cfg.EtcdTLS, state.Options{MasterKey: w.cfg.MasterKey, Logger: w.log.With("component", "state")})
-	if err != nil {
-		return nil, fmt.Errorf("controller: open state: %w", err)
+	opts := state.Options{MasterKey: w.cfg.MasterKey, Logger: w.log.With("component", "state")}
+	var st *state.Store
+	var stop func()
+	if w.cfg.HA != nil {
+		var err error
+		if st, stop, err = w.openHAState(opts); err != nil {
+			return nil, err
+		}
+	} else {
+		var err error
+		if st, err = state.OpenTarget(w.cfg.StatePath, w.cfg.EtcdTLS, opts); err != nil {
+			return nil, fmt.Errorf("controller: open state: %w", err)
+		}
+		stop = func() { _ = st.Close() }
 	}
 	w.st = st
-	stop := func() { _ = st.Close() }
 	if sec, err := st.SecretsStatus(); err == nil && !sec.Sealing {
 		if sec.Sealed > 0 {
 			return stop, fmt.Errorf("controller: the state file holds %d sealed secrets but no master key is set", sec.Sealed)
@@ -282,9 +294,10 @@ func (w *wiring) boot() (func(), error) {
 		enrHook = w.enr
 	}
 	// In full DHCP mode the controller knows each MAC's address: plans,
-	// reports, done and joins are refused from any other.
+	// reports, done and joins are refused from any other. The leases are
+	// kept in the state file, so the check holds across a restart.
 	if len(w.cfg.Netboot.Interfaces) > 0 && w.cfg.Netboot.Mode != dhcp.ModeProxy {
-		w.leases = &dhcp.MemLeases{}
+		w.leases = &stateLeases{st: w.st}
 	}
 	if w.netRuns, err = startNetboot(w.cfg.Netboot, w.idx, w.publicURL, w.cfg.AutoEnroll, enrHook, w.leases, w.log); err != nil {
 		return nil, fmt.Errorf("controller: %w", err)

@@ -7,6 +7,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/machina-metal/machina/namerule"
 )
 
 // Labels (issue 21) are key/value pairs that profiles select servers by,
@@ -48,7 +50,6 @@ var DerivedLabelKeys = []string{LabelCPUArch, LabelCPUVendor, LabelDiskNVMeCount
 func IsDerivedLabel(key string) bool { return slices.Contains(DerivedLabelKeys, key) }
 
 var (
-	labelNameRE   = regexp.MustCompile(`^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$`)
 	dnsSubdomainE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`)
 )
 
@@ -63,7 +64,7 @@ func CheckLabelKey(key string) error {
 			return fmt.Errorf("label key %q: prefix %q must be a DNS subdomain (lower-case letters, digits, '-' and '.', at most 253 characters)", key, prefix)
 		}
 	}
-	if name == "" || len(name) > 63 || !labelNameRE.MatchString(name) {
+	if name == "" || !namerule.LabelValue.Valid(name) { // the one definition (namerule)
 		return fmt.Errorf("label key %q: name %q must be 1-63 characters of letters, digits, '-', '_' and '.', starting and ending with a letter or digit", key, name)
 	}
 	return nil
@@ -76,7 +77,7 @@ func CheckLabelValue(v string) error {
 	if v == "" {
 		return nil
 	}
-	if len(v) > 63 || !labelNameRE.MatchString(v) {
+	if !namerule.LabelValue.Valid(v) {
 		return fmt.Errorf("label value %q must be at most 63 characters of letters, digits, '-', '_' and '.', starting and ending with a letter or digit", v)
 	}
 	return nil

@@ -1,13 +1,17 @@
 package join_test
 
 import (
+	"bytes"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"encoding/json"
+	"net/http"
 	"testing"
 
 	v1 "github.com/machina-metal/machina/api/v1"
 	"github.com/machina-metal/machina/join"
+	"github.com/machina-metal/machina/join/node"
 	"github.com/machina-metal/machina/state"
 )
 
@@ -58,5 +62,86 @@ func TestJoinBoundToVerifiedDeploy(t *testing.T) {
 	}
 	if code, e := postJoin(t, f, req); code != 200 {
 		t.Fatalf("join after the verified done = %d %+v, want 200 (the refusals used nothing)", code, e)
+	}
+}
+
+// TestJoinRefusalsPaced: 200 joins with a real enrolment token bound to
+// a deploy not yet done (409) and 200 with a used token (401), a bounded
+// flood on loopback, write one event at once per kind of refusal and one
+// summary per interval, and every refusal is counted (before the fix
+// each used-token refusal appended an event and each not-deployed one
+// logged a Warn line, per request).
+func TestJoinRefusalsPaced(t *testing.T) {
+	f := startListener(t, "")
+	if _, err := f.store.CreateServer(state.Server{Name: "r1-n05"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, to := range []state.Lifecycle{state.LifecycleCommissioning, state.LifecycleReady, state.LifecycleAllocated, state.LifecycleDeploying} {
+		s, _ := f.store.Server("r1-n05")
+		if _, err := f.store.Transition("r1-n05", s.Lifecycle, to, "test"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := f.store.UpdateServer("r1-n05", func(s *state.Server) error {
+		s.Deploy = &state.DeployRecord{ID: "aaaaaaaaaaaa"}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	bound := f.token(t, v1.EnrolmentRequest{Host: "r1-n05", Server: "r1-n05", Deploy: "aaaaaaaaaaaa"})
+	plain := f.token(t, v1.EnrolmentRequest{Host: "hv9"})
+	if code, e := postJoin(t, f, v1.JoinRequest{Token: plain.Token, CSR: csrPEM(t, key), Facts: facts("hv9")}); code != 200 {
+		t.Fatalf("first join = %d %+v", code, e)
+	}
+	countRefused := func() int {
+		evs, err := f.store.Events(state.EventQuery{Limit: 10000})
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, e := range evs {
+			if e.Kind == state.EventTokenRefused {
+				n++
+			}
+		}
+		return n
+	}
+	e0 := countRefused()
+	csr := csrPEM(t, key)
+	// One client, kept-alive connections: the join listener caps 64 open
+	// connections per address.
+	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: node.PinnedTLS(f.ca.Fingerprint(), "127.0.0.1")}}
+	defer hc.CloseIdleConnections()
+	post := func(req v1.JoinRequest) (int, v1.Error) {
+		data, _ := json.Marshal(req)
+		r, err := hc.Post(f.url+"/hosts/join", "application/json", bytes.NewReader(data))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Body.Close()
+		var e v1.Error
+		_ = json.NewDecoder(r.Body).Decode(&e)
+		return r.StatusCode, e
+	}
+	for i := range 200 {
+		if code, e := post(v1.JoinRequest{Token: bound.Token, CSR: csr, Facts: facts("r1-n05")}); code != 409 {
+			t.Fatalf("join %d while deploying = %d %+v, want 409", i, code, e)
+		}
+		if code, e := post(v1.JoinRequest{Token: plain.Token, CSR: csr, Facts: facts("hv9")}); code != 401 || e.Code != join.CodeTokenUsed {
+			t.Fatalf("join %d with a used token = %d %+v, want 401 token_used", i, code, e)
+		}
+	}
+	if n := countRefused() - e0; n != 2 {
+		t.Errorf("400 refused joins wrote %d events at once, want 2 (one per server)", n)
+	}
+	if err := f.store.FlushRefusals(); err != nil {
+		t.Fatal(err)
+	}
+	if n := countRefused() - e0; n != 4 {
+		t.Errorf("after the interval: %d refusal events, want 4 (two summaries)", n)
+	}
+	if c := f.store.RefusalCounts(); c[state.RefusalTokenMismatch] != 200 || c[state.RefusalTokenUsed] != 200 {
+		t.Errorf("RefusalCounts = %v, want 200 mismatch (not deployed), 200 used", c)
 	}
 }

@@ -38,6 +38,7 @@ type Store interface {
 	UpdateHost(name string, fn func(*state.Host) error) (state.Host, error)
 	AppendJoinLog(host string, e state.JoinLogEntry) (state.JoinLogEntry, error)
 	RecordHeartbeat(host string, now time.Time, hb state.Heartbeat) (state.HeartbeatResult, error)
+	RecordRefusal(server string, kind state.EventKind, why state.RefusalReason, message string) (first bool)
 }
 
 // Config configures New. Store, CA and URL are required; every other zero
@@ -294,14 +295,18 @@ func (s *Server) handleJoin(w http.ResponseWriter, r *http.Request) {
 	log := s.log.With("host", host, "remote", r.RemoteAddr)
 	csr, err := ParseCSR(req.CSR)
 	if err != nil {
-		log.Warn("join refused", "err", err)
+		log.Debug("join refused", "err", err) // the answer names it; no log line per request
 		fail(w, http.StatusBadRequest, CodeBadCSR, "join: %v", err)
 		return
 	}
-	if why := s.deployNotVerified(req.Token, r); why != "" {
+	if why, server, reason := s.deployNotVerified(req.Token, r); why != "" {
 		// Checked before the token is used: the host's own join, after
-		// its done is recorded, still works.
-		log.Warn("join refused", "why", why)
+		// its done is recorded, still works. Counted, with a paced event
+		// (one at once, then one summary per interval), and logged at
+		// Debug: a flood of refused joins writes and logs nothing per
+		// request.
+		s.cfg.Store.RecordRefusal(server, state.EventTokenRefused, reason, "join refused: "+why)
+		log.Debug("join refused", "why", why)
 		fail(w, http.StatusConflict, CodeNotDeployed, "join: %s", why)
 		return
 	}
@@ -388,7 +393,9 @@ func (s *Server) issue(w http.ResponseWriter, log *slog.Logger, csr *x509.Certif
 // tokenRefused answers a join whose enrolment token was refused (used,
 // expired, unknown: 401) or could not be read (500).
 func tokenRefused(w http.ResponseWriter, log *slog.Logger, err error) {
-	log.Warn("join refused", "err", err)
+	// The store counted the refusal and paces its event: Debug, not a line
+	// per refused request.
+	log.Debug("join refused", "err", err)
 	switch {
 	case errors.Is(err, state.ErrTokenUsed):
 		fail(w, http.StatusUnauthorized, CodeTokenUsed, "join: enrolment token already used; create a new one")
@@ -620,38 +627,42 @@ func Online(h state.Host, now time.Time, interval time.Duration) bool {
 // deployNotVerified says why a token bound to an image deploy may not be
 // used yet: its server is not deployed, or its deploy is not the token's
 // or was not verified (done's digest, size and read-back matched the
-// plan). "" when the token is bound to no deploy or the deploy is done.
-func (s *Server) deployNotVerified(value string, r *http.Request) string {
+// plan), or the request is not from the address leased to the server;
+// with the server to record it under (registered, or "") and the refusal
+// reason. "" when the token is bound to no deploy or the deploy is done.
+func (s *Server) deployNotVerified(value string, r *http.Request) (why, server string, reason state.RefusalReason) {
 	tok, err := s.cfg.Store.PeekEnrolmentToken(value)
 	if err != nil || len(tok.Payload) == 0 {
-		return "" // refused (or not) by the consume that follows
+		return "", "", "" // refused (or not) by the consume that follows
 	}
 	var p payload
 	if json.Unmarshal(tok.Payload, &p) != nil || p.Server == "" {
-		return ""
+		return "", "", ""
 	}
 	if s.cfg.LeasedIP != nil {
 		if leased, ok := s.cfg.LeasedIP(p.Server); ok {
 			if from, err := netip.ParseAddr(sourceIP(r)); err != nil || from.Unmap() != leased.Unmap() {
-				return fmt.Sprintf("request from %s, but %s is leased to server %s", sourceIP(r), leased, p.Server)
+				return fmt.Sprintf("request from %s, but %s is leased to server %s", sourceIP(r), leased, p.Server), p.Server, state.RefusalWrongAddress
 			}
 		}
 	}
 	if p.Deploy == "" {
-		return ""
+		return "", "", ""
 	}
 	srv, err := s.cfg.Store.Server(p.Server)
 	switch {
 	case err != nil:
-		return fmt.Sprintf("server %s of this enrolment token is unknown", p.Server)
+		return fmt.Sprintf("server %s of this enrolment token is unknown", p.Server), "", state.RefusalTokenMismatch
 	case srv.Lifecycle != state.LifecycleDeployed:
-		return fmt.Sprintf("server %s is %s: a host joins once its deploy is verified done", p.Server, srv.Lifecycle)
+		why = fmt.Sprintf("server %s is %s: a host joins once its deploy is verified done", p.Server, srv.Lifecycle)
 	case srv.Deploy == nil || srv.Deploy.ID != p.Deploy:
-		return fmt.Sprintf("this enrolment token is for another deploy of server %s", p.Server)
+		why = fmt.Sprintf("this enrolment token is for another deploy of server %s", p.Server)
 	case !srv.Deploy.Verified:
-		return fmt.Sprintf("the deploy of server %s was not verified", p.Server)
+		why = fmt.Sprintf("the deploy of server %s was not verified", p.Server)
+	default:
+		return "", "", ""
 	}
-	return ""
+	return why, p.Server, state.RefusalTokenMismatch
 }
 
 // sourceIP is the request's source address without its port.

@@ -16,7 +16,12 @@ func (c *Controller) journal(step Step) (state.Server, error) {
 		if s.InFlight != nil && s.InFlight.Action == string(step.Action) {
 			attempt = s.InFlight.Attempt + 1
 		}
-		s.InFlight = &state.InFlight{Action: string(step.Action), Key: fmt.Sprintf("%s/%d", step.Action, step.Counter), Started: c.cfg.Now().UTC(), Attempt: attempt, Counter: step.Counter}
+		key := fmt.Sprintf("%s/%d", step.Action, step.Counter)
+		var sent time.Time
+		if s.InFlight != nil && s.InFlight.Key == key {
+			sent = s.InFlight.PowerSent // resumed: the BMC may have acted already
+		}
+		s.InFlight = &state.InFlight{Action: string(step.Action), Key: key, Started: c.cfg.Now().UTC(), Attempt: attempt, Counter: step.Counter, PowerSent: sent}
 		return nil
 	})
 }

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	"time"
 
 	"github.com/machina-metal/machina/bmc"
 	"github.com/machina-metal/machina/state"
@@ -39,11 +41,12 @@ type bmcMachine struct {
 	mode   bmc.BootMode
 	isoURL string // the virtual-media iPXE ISO for mode; "" disables the fallback
 	log    *slog.Logger
+	now    func() time.Time
 }
 
 // machine returns the Machine of obs over drv, booting in mode.
 func (c *Controller) machine(drv bmc.Driver, obs state.Server, mode bmc.BootMode, log *slog.Logger) Machine {
-	return &bmcMachine{st: c.cfg.Store, drv: drv, obs: obs, mode: mode, isoURL: c.isoURL(mode), log: log}
+	return &bmcMachine{st: c.cfg.Store, drv: drv, obs: obs, mode: mode, isoURL: c.isoURL(mode), log: log, now: c.cfg.Now}
 }
 
 // isoURL is the virtual-media iPXE ISO for a server booting in mode:
@@ -64,8 +67,29 @@ func (c *Controller) isoURL(mode bmc.BootMode) string {
 // netboots ask for Continuous at once), a persistent override is used, and
 // BMCFacts.RestoreDisk makes the plan set disk back after the boot it was
 // for.
+//
+// Read back first: when the journal entry being resumed already sent its
+// power action (InFlight.PowerSent, by this process before a crash or by
+// the leader before a failover) and the BMC reads on, the machine is
+// booting (or has booted) for this entry: nothing is sent again, neither
+// a second reset nor a fresh one-time override it may already have
+// consumed. A machine that then never reports is network-booted again by
+// the plan's silent-machine rule, as a new journal entry. Off means the
+// earlier action did not take: the netboot runs as new.
 func (m *bmcMachine) Netboot(ctx context.Context) error {
 	drv, log := m.drv, m.log
+	if f := m.obs.InFlight; f != nil && !f.PowerSent.IsZero() {
+		ps, err := drv.PowerState(ctx)
+		if err != nil {
+			return fmt.Errorf("read power: %w", err)
+		}
+		if ps == bmc.PowerOn {
+			log.Info("resumed netboot: power action already sent for this journal entry and the BMC reads on; not repeating it",
+				"sent", f.PowerSent.Format(time.RFC3339), "attempt", f.Attempt)
+			return nil
+		}
+		log.Info("resumed netboot: BMC reads off although the power action was sent; netbooting again", "sent", f.PowerSent.Format(time.RFC3339))
+	}
 	err := m.netbootOverride(ctx, bmc.BootPXE)
 	if iso := m.isoURL; errors.Is(err, bmc.ErrUnsupported) && iso != "" {
 		log.Info("no PXE boot override; booting the iPXE ISO from virtual media", "iso", iso)
@@ -84,11 +108,51 @@ func (m *bmcMachine) Netboot(ctx context.Context) error {
 	if ps == bmc.PowerOn {
 		action = bmc.PowerActionReset
 	}
+	if err := m.markPowerSent(true); err != nil {
+		return err
+	}
 	if err := m.Power(ctx, action); err != nil {
+		if !ambiguous(err) {
+			// The BMC answered (or was never reached): it did not act, so
+			// a retry of this entry may send the action again.
+			_ = m.markPowerSent(false)
+		}
 		return fmt.Errorf("power %s: %w", action, err)
 	}
 	log.Info("netboot", "power", string(action))
 	return nil
+}
+
+// markPowerSent records on the journal entry (if the server has one) that
+// its power action is going out (write-ahead, before the request), or
+// clears that when the BMC is known not to have acted.
+func (m *bmcMachine) markPowerSent(sent bool) error {
+	f := m.obs.InFlight
+	if f == nil {
+		return nil
+	}
+	var at time.Time
+	if sent {
+		now := m.now
+		if now == nil {
+			now = time.Now
+		}
+		at = now().UTC()
+	}
+	_, err := m.st.UpdateServer(m.obs.Name, func(s *state.Server) error {
+		if s.InFlight != nil && s.InFlight.Key == f.Key {
+			s.InFlight.PowerSent = at
+		}
+		return nil
+	})
+	return err
+}
+
+// ambiguous reports whether a failed BMC request may still have acted: it
+// timed out or its context ended while waiting for the answer.
+func ambiguous(err error) bool {
+	var ne net.Error
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) || (errors.As(err, &ne) && ne.Timeout())
 }
 
 // netbootOverride sets dev as the boot device for the next boot: once, or

@@ -94,9 +94,9 @@ func stepDetail(s Step) string {
 	return s.Why
 }
 
-func mdEscape(s string) string {
-	return strings.NewReplacer("|", `\|`, "\n", " ", "<", "&lt;", ">", "&gt;").Replace(s)
-}
+// mdEscape is MarkdownText: a plan comment quotes machine text too (a
+// wipe's failure reason in WipeFailed), escaped like status/README.md.
+func mdEscape(s string) string { return MarkdownText(s) }
 
 func orNone(s string) string {
 	if s == "" {

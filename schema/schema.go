@@ -1,6 +1,6 @@
 // Package schema owns the JSON Schema files (draft 2020-12) of the inventory
-// files servers.yaml, profiles.yaml and images.yaml, and validates decoded
-// documents against them.
+// files servers.yaml, profiles.yaml and images.yaml and of the commissioning
+// report machines send, and validates decoded documents against them.
 //
 // The files are embedded with go:embed and exported unchanged by
 // [Files] and `machinactl schema export`, so editors (yaml-language-server
@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"io/fs"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -26,6 +27,7 @@ import (
 	"github.com/santhosh-tekuri/jsonschema/v5"
 
 	"github.com/machina-metal/machina/macaddr"
+	"github.com/machina-metal/machina/namerule"
 )
 
 //go:embed *.schema.json
@@ -43,6 +45,15 @@ const (
 
 // Kinds lists every Kind in a stable order.
 var Kinds = []Kind{Servers, Profiles, Images}
+
+// AgentReport is the schema of the commissioning report the ramdisk agent
+// posts (api/v1.AgentReport, agent-report.schema.json): the machine
+// endpoint checks every report body against it before the report's token
+// is used. Not an inventory file, so not in Kinds.
+const AgentReport Kind = "agent-report"
+
+// MachineKinds lists the schemas of machine-sent documents.
+var MachineKinds = []Kind{AgentReport}
 
 // FileName is the schema's file name, e.g. "servers.schema.json": the stable
 // path under schema/ in the repository and in `machinactl schema export`.
@@ -90,15 +101,24 @@ func Default() (*Validator, error) {
 }
 
 // New compiles every embedded schema with format assertion turned on (draft
-// 2020-12 only annotates "format" unless asked) and the "mac" format
-// registered. An error means the embedded files are broken: a build defect.
+// 2020-12 only annotates "format" unless asked), the "mac" format and one
+// format per namerule rule registered. An error means the embedded files are broken: a build defect.
 func New() (*Validator, error) {
 	c := jsonschema.NewCompiler()
 	c.Draft = jsonschema.Draft2020
 	c.AssertFormat = true
 	c.Formats["mac"] = isMAC
+	for _, r := range namerule.All() {
+		// The one definition of each name rule; the "pattern" beside each
+		// "format" is its copy for other JSON Schema tools (kept equal by
+		// TestPatternsCopyNameRules).
+		c.Formats[r.Name] = func(v any) bool {
+			s, ok := v.(string)
+			return !ok || r.Valid(s)
+		}
+	}
 	v := &Validator{schemas: map[Kind]*jsonschema.Schema{}}
-	for _, k := range Kinds {
+	for _, k := range append(slices.Clone(Kinds), MachineKinds...) {
 		b, err := files.ReadFile(k.FileName())
 		if err != nil {
 			return nil, fmt.Errorf("schema: read %s: %w", k.FileName(), err)
@@ -188,7 +208,7 @@ func violation(ve *jsonschema.ValidationError, kw string) Violation {
 	case "additionalProperties":
 		v.Fields = quotedNames(ve.Message)
 		v.Detail = "unknown field " + joinQuoted(v.Fields)
-	case "pattern", "format":
+	case "pattern", "format", "not":
 		if d, ok := defDetails[v.Def]; ok {
 			v.Detail = d
 		} else {
@@ -216,7 +236,9 @@ var defDetails = map[string]string{
 	"hostPort":       "is not a host[:port] address",
 	"imageName":      "is not an image name (lower-case letters, digits, '.' and '-')",
 	"sshKey":         "is not an OpenSSH public key (ssh-ed25519, ecdsa-sha2-nistp256/384/521 or ssh-rsa, then the base64 key)",
-	"ifname":         "is not a Linux interface name (1 to 15 letters, digits, '.', '_', '-')",
+	"ifname":         "is not a Linux interface name (1 to 15 letters, digits, '.', '_', '-', not starting with '-' or '.')",
+	"tag":            "is not a tag (1 to 63 letters, digits, '_', '.', '-', starting with a letter or digit)",
+	"volumeGroup":    "is not an LVM volume group name (a tag not starting with snapshot or pvmove)",
 	"cidr":           "is not a CIDR prefix such as 10.20.0.0/24",
 	"checksum":       "is not a checksum (sha256: and 64 hex digits, or sha512: and 128 hex digits; MD5 and SHA-1 are refused)",
 	"absPath":        "is not an absolute path of plain segments",

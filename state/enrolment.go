@@ -72,6 +72,7 @@ func (s *Store) ConsumeEnrolmentToken(value, host string) (EnrolmentToken, error
 	h := sha256.Sum256([]byte(value))
 	var out EnrolmentToken
 	var refused error
+	var refusedMsg string
 	err := s.update(func(tx kvTx) error {
 		refused = nil
 		b, err := tx.CreateBucketIfNotExists(bucketEnrolment)
@@ -80,8 +81,9 @@ func (s *Store) ConsumeEnrolmentToken(value, host string) (EnrolmentToken, error
 		}
 		refuse := func(id string, why error) error {
 			refused = why
-			return s.appendEvent(tx, &Event{Kind: EventTokenRefused, Actor: ActorController,
-				Message: fmt.Sprintf("enrolment token %s refused: %v", tokenOrUnknown(id), why)})
+			// Paced, after the rollback (refusals.go): no write per refusal.
+			refusedMsg = fmt.Sprintf("enrolment token %s refused: %v", tokenOrUnknown(id), why)
+			return errRollback
 		}
 		data := b.Get(h[:])
 		if data == nil {
@@ -106,6 +108,10 @@ func (s *Store) ConsumeEnrolmentToken(value, host string) (EnrolmentToken, error
 		}
 		return b.Put(h[:], data)
 	})
+	err = rolledBack(err)
+	if refused != nil {
+		s.noteRefusal("", EventTokenRefused, refusalReasonOf(refused), refusedMsg)
+	}
 	if err != nil {
 		return EnrolmentToken{}, fmt.Errorf("state: consume enrolment token: %w", err)
 	}

@@ -229,6 +229,13 @@ type InFlight struct {
 	Started time.Time `json:"started"`           // when it started (UTC)
 	Attempt int       `json:"attempt"`           // 1 for the first try
 	Counter int64     `json:"counter,omitempty"` // desired action counter it satisfies, if any
+	// PowerSent is when this entry's power action (the netboot's power on
+	// or reset) was sent to the BMC; zero before. It is written before the
+	// request goes out, so a controller that resumes the entry (after a
+	// crash, or a new leader after a failover) knows the BMC may already
+	// have acted, reads it back and does not repeat a reset. Kept across
+	// attempts of the same Key.
+	PowerSent time.Time `json:"powerSent,omitzero"`
 }
 
 var nameRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)

@@ -77,6 +77,11 @@ type Options struct {
 	// new state file: for commands that manage an existing site
 	// (`machina token`). False: a missing file is created.
 	MustExist bool
+	// RefusalSummaryEvery is the interval of the refused-request
+	// summaries (RecordRefusal): the first refusal per server and kind is
+	// written at once, the rest as one event per interval. Zero means one
+	// minute.
+	RefusalSummaryEvery time.Duration
 }
 
 // Retention bounds the event log. Pruning runs inside every write that
@@ -129,6 +134,9 @@ type Store struct {
 	// commits shares commits between concurrent token mints (grouped);
 	// nil on etcd, whose transactions are bounded in operations.
 	commits *committer
+
+	// refusals paces the events of refused machine requests (refusals.go).
+	refusals refusalPacer
 
 	// sweep bounds the old events one append deletes (and the events and
 	// tokens one Prune transaction deletes on an engine with a bounded
@@ -193,8 +201,10 @@ func Open(path string, opts Options) (*Store, error) {
 
 // newStore is the Store of eng before init.
 func newStore(eng engine, path string, opts Options) *Store {
-	return &Store{eng: eng, path: path, log: opts.Logger, now: opts.Now, retention: opts.Retention.withDefaults(),
+	s := &Store{eng: eng, path: path, log: opts.Logger, now: opts.Now, retention: opts.Retention.withDefaults(),
 		waiters: map[chan struct{}]struct{}{}, sweep: 64}
+	s.refusals.every = opts.RefusalSummaryEvery
+	return s
 }
 
 // init creates buckets, runs migrations and sets up sealing.
@@ -269,6 +279,7 @@ func (s *Store) Path() string { return s.path }
 
 // Close releases the file and its lock (etcd: closes the client).
 func (s *Store) Close() error {
+	s.closeRefusals()
 	if err := s.eng.close(); err != nil {
 		return fmt.Errorf("state: close: %w", err)
 	}

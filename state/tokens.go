@@ -225,6 +225,7 @@ func (s *Store) useToken(value string, claim TokenClaim, consume bool) (Token, e
 	}
 	var out Token
 	var refused error
+	var refusedServer, refusedMsg string
 	err := s.update(func(tx kvTx) error {
 		refused = nil
 		b := tx.Bucket(bucketTokens)
@@ -236,8 +237,9 @@ func (s *Store) useToken(value string, claim TokenClaim, consume bool) (Token, e
 				// Only a registered server: claimed names must not grow the index.
 				server = claim.Server
 			}
-			return s.appendEvent(tx, &Event{Server: server, Kind: EventTokenRefused, Actor: ActorController,
-				Message: fmt.Sprintf("%s token %s refused: %v", claim.Purpose, tokenOrUnknown(t.ID), why)})
+			// Paced, after the rollback (refusals.go): no write per refusal.
+			refusedServer, refusedMsg = server, fmt.Sprintf("%s token %s refused: %v", claim.Purpose, tokenOrUnknown(t.ID), why)
+			return errRollback
 		}
 		if data == nil {
 			return refuse(Token{}, ErrTokenUnknown)
@@ -259,7 +261,7 @@ func (s *Store) useToken(value string, claim TokenClaim, consume bool) (Token, e
 		}
 		if !consume {
 			out = t
-			return nil
+			return errRollback // a check writes nothing
 		}
 		t.Uses++
 		t.UsedAt = now
@@ -270,6 +272,10 @@ func (s *Store) useToken(value string, claim TokenClaim, consume bool) (Token, e
 		}
 		return b.Put(h[:], data)
 	})
+	err = rolledBack(err)
+	if refused != nil {
+		s.noteRefusal(refusedServer, EventTokenRefused, refusalReasonOf(refused), refusedMsg)
+	}
 	if err != nil {
 		return Token{}, fmt.Errorf("state: consume token: %w", err)
 	}
@@ -284,11 +290,17 @@ func (s *Store) useToken(value string, claim TokenClaim, consume bool) (Token, e
 // is refused without a write, an fsync or an event; it is counted
 // (UnknownTokenRefusals, machina_machine_unknown_tokens_total).
 func (s *Store) tokenKnown(h [32]byte) bool {
-	known := true // on a read error, let the write transaction decide
-	_ = s.view(func(tx kvTx) error {
+	known := true
+	err := s.view(func(tx kvTx) error {
 		known = tx.Bucket(bucketTokens).Get(h[:]) != nil
 		return nil
 	})
+	if err != nil {
+		// A read error (etcd unreachable: Get then returns nil inside
+		// the view) says nothing about the token: let the write
+		// transaction decide, and fail with the store's error.
+		return true
+	}
 	return known
 }
 

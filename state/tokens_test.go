@@ -2,6 +2,7 @@ package state_test
 
 import (
 	"errors"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -44,17 +45,25 @@ func TestConsumeTokenRace32(t *testing.T) {
 		if wins != 1 {
 			t.Fatalf("%d consumers succeeded, want exactly 1", wins)
 		}
-		refused := 0
+		// Refusals are paced (refusals.go): the first is written at once,
+		// the other 30 in one summary event; all 31 are counted.
+		if err := s.FlushRefusals(); err != nil {
+			t.Fatal(err)
+		}
+		var refused []string
 		for _, e := range allEvents(t, s, state.EventQuery{Server: "r1-n01"}) {
 			if e.Kind == state.EventTokenRefused {
-				refused++
+				refused = append(refused, e.Message)
 				if strings.Contains(e.Message, value) {
 					t.Errorf("event leaks the token value: %q", e.Message)
 				}
 			}
 		}
-		if refused != n-1 {
-			t.Errorf("%d refusal events, want %d", refused, n-1)
+		if len(refused) != 2 || !strings.Contains(refused[1], fmt.Sprintf("%d more requests refused", n-2)) {
+			t.Errorf("refusal events = %q, want the first and a summary of %d more", refused, n-2)
+		}
+		if got := s.RefusalCounts()[state.RefusalTokenUsed]; got != n-1 {
+			t.Errorf("RefusalCounts[token_used] = %d, want %d", got, n-1)
 		}
 	})
 }
@@ -100,16 +109,24 @@ func TestTokenRefusals(t *testing.T) {
 		if _, err := s.ConsumeToken(expiring, state.TokenClaim{Purpose: state.PurposePlan}); !errors.Is(err, state.ErrTokenExpired) {
 			t.Errorf("expired: %v, want ErrTokenExpired", err)
 		}
-		// Every refusal of a known token left an event; the unknown value is
-		// counted, with no write.
+		// Every refusal of a known token is counted and paced: the first one
+		// an event at once, the other four one summary event; the unknown
+		// value is counted, with no write.
+		if err := s.FlushRefusals(); err != nil {
+			t.Fatal(err)
+		}
 		var refusals []string
 		for _, e := range allEvents(t, s, state.EventQuery{}) {
 			if e.Kind == state.EventTokenRefused {
 				refusals = append(refusals, e.Message)
 			}
 		}
-		if len(refusals) != 5 {
-			t.Errorf("refusal events = %q, want 5", refusals)
+		if len(refusals) != 2 || !strings.Contains(refusals[0], "token not valid for this request") ||
+			!strings.Contains(refusals[1], "4 more requests refused within 1m0s: token_expired 1, token_used 1, token_mismatch 2") {
+			t.Errorf("refusal events = %q, want the first and a summary of 4 more", refusals)
+		}
+		if got := s.RefusalCounts(); got[state.RefusalTokenMismatch] != 3 || got[state.RefusalTokenUsed] != 1 || got[state.RefusalTokenExpired] != 1 {
+			t.Errorf("RefusalCounts = %v, want 3 mismatch, 1 used, 1 expired", got)
 		}
 		if n := s.UnknownTokenRefusals(); n != 1 {
 			t.Errorf("UnknownTokenRefusals = %d, want 1", n)

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"time"
 )
 
 // Answer is the HTTP answer recorded with a token's use: a retry of the
@@ -118,9 +119,10 @@ func RequestFingerprint(parts ...[]byte) [32]byte {
 // A retry within the token's lifetime with the same u.Request gets the
 // recorded answer again (replayed true) and changes nothing (or, with
 // Rerun, runs Effect again); any other request presenting a used token is
-// refused with ErrTokenUsed. Refusals return the ErrToken* errors and
-// write an EventTokenRefused event, as ConsumeToken does. An error from
-// Effect is returned as is, and nothing is consumed.
+// refused with ErrTokenUsed. Refusals return the ErrToken* errors, commit
+// nothing and are counted with a paced EventTokenRefused event
+// (RecordRefusal), as ConsumeToken's. An error from Effect is returned as
+// is, and nothing is consumed.
 func (s *Store) UseToken(value string, u TokenUse) (tok Token, ans Answer, replayed bool, err error) {
 	if u.Claim.MAC != "" {
 		m, err := normalizeMAC(u.Claim.MAC)
@@ -136,6 +138,7 @@ func (s *Store) UseToken(value string, u TokenUse) (tok Token, ans Answer, repla
 	}
 	fp := hex.EncodeToString(u.Request[:])
 	var refused, effectErr error
+	var refusedServer, refusedMsg string
 	err = s.update(func(tx kvTx) error {
 		refused, effectErr, replayed = nil, nil, false
 		b := tx.Bucket(bucketTokens)
@@ -146,8 +149,9 @@ func (s *Store) UseToken(value string, u TokenUse) (tok Token, ans Answer, repla
 			if server == "" && tx.Bucket(bucketServers).Get([]byte(u.Claim.Server)) != nil {
 				server = u.Claim.Server
 			}
-			return s.appendEvent(tx, &Event{Server: server, Kind: EventTokenRefused, Actor: ActorController,
-				Message: fmt.Sprintf("%s token %s refused: %v", u.Claim.Purpose, tokenOrUnknown(t.ID), why)})
+			// Paced, after the rollback (refusals.go): no write per refusal.
+			refusedServer, refusedMsg = server, fmt.Sprintf("%s token %s refused: %v", u.Claim.Purpose, tokenOrUnknown(t.ID), why)
+			return errRollback
 		}
 		if data == nil {
 			return refuse(Token{}, ErrTokenUnknown)
@@ -157,23 +161,12 @@ func (s *Store) UseToken(value string, u TokenUse) (tok Token, ans Answer, repla
 			return fmt.Errorf("decode token %s: %w", tokenID(h), err)
 		}
 		now := s.nowUTC()
-		switch {
-		case subtle.ConstantTimeCompare([]byte(t.Purpose), []byte(u.Claim.Purpose)) != 1,
-			u.Claim.Server != "" && u.Claim.Server != t.Server,
-			u.Claim.MAC != "" && t.MAC != "" && u.Claim.MAC != t.MAC:
-			return refuse(t, ErrTokenMismatch)
-		case !now.Before(t.ExpiresAt):
-			return refuse(t, ErrTokenExpired)
-		case t.Reusable:
-			return refuse(t, fmt.Errorf("%w: reusable token presented for a single use", ErrTokenMismatch))
-		case t.Uses > 0 && subtle.ConstantTimeCompare([]byte(t.Request), []byte(fp)) != 1:
-			return refuse(t, ErrTokenUsed)
-		case t.Uses > 0 && !u.Rerun:
-			if t.Answer == nil {
-				return refuse(t, ErrTokenUsed)
-			}
+		switch why, replay := useVerdict(t, u, fp, now); {
+		case why != nil:
+			return refuse(t, why)
+		case replay:
 			replayed, tok, ans = true, t, *t.Answer
-			return nil
+			return errRollback // nothing to write: no commit, no fsync
 		}
 		retry := t.Uses > 0
 		a, err := u.Effect(&Tx{s: s, tx: tx}, t)
@@ -196,6 +189,10 @@ func (s *Store) UseToken(value string, u TokenUse) (tok Token, ans Answer, repla
 		}
 		return b.Put(h[:], data)
 	})
+	err = rolledBack(err)
+	if refused != nil {
+		s.noteRefusal(refusedServer, EventTokenRefused, refusalReasonOf(refused), refusedMsg)
+	}
 	switch {
 	case effectErr != nil:
 		return Token{}, Answer{}, false, effectErr
@@ -205,6 +202,30 @@ func (s *Store) UseToken(value string, u TokenUse) (tok Token, ans Answer, repla
 		return Token{}, Answer{}, false, fmt.Errorf("state: use token: %w", refused)
 	}
 	return tok, ans, replayed, nil
+}
+
+// useVerdict decides one use of t by u (fingerprint fp) at now: refused
+// (why: ErrTokenMismatch, ErrTokenExpired, ErrTokenUsed), a replay of the
+// recorded answer, or neither (run the effect).
+func useVerdict(t Token, u TokenUse, fp string, now time.Time) (why error, replay bool) {
+	switch {
+	case subtle.ConstantTimeCompare([]byte(t.Purpose), []byte(u.Claim.Purpose)) != 1,
+		u.Claim.Server != "" && u.Claim.Server != t.Server,
+		u.Claim.MAC != "" && t.MAC != "" && u.Claim.MAC != t.MAC:
+		return ErrTokenMismatch, false
+	case !now.Before(t.ExpiresAt):
+		return ErrTokenExpired, false
+	case t.Reusable:
+		return fmt.Errorf("%w: reusable token presented for a single use", ErrTokenMismatch), false
+	case t.Uses > 0 && subtle.ConstantTimeCompare([]byte(t.Request), []byte(fp)) != 1:
+		return ErrTokenUsed, false
+	case t.Uses > 0 && !u.Rerun:
+		if t.Answer == nil {
+			return ErrTokenUsed, false
+		}
+		return nil, true
+	}
+	return nil, false
 }
 
 // PeekToken returns the token value names if it exists for claim's

@@ -202,9 +202,13 @@ func prune(ctx context.Context, st *state.Store, every time.Duration, log *slog.
 	}
 }
 
-// addEtcdTLSFlags adds --etcd-ca, --etcd-cert and --etcd-key: file paths
+// addEtcdTLSFlags adds --etcd-ca, --etcd-cert and --etcd-key (and, with h,
+// the HA flags of a group on etcd, addHAFlags): file paths
 // (a key's contents never travel in argv).
-func addEtcdTLSFlags(f *pflag.FlagSet, files *state.EtcdTLSFiles) {
+func addEtcdTLSFlags(f *pflag.FlagSet, files *state.EtcdTLSFiles, h *haFlags) {
+	if h != nil {
+		addHAFlags(f, h)
+	}
 	f.StringVar(&files.CAFile, "etcd-ca", "", "PEM CA file of the etcd members' certificates (an etcd --state; turns on TLS)")
 	f.StringVar(&files.CertFile, "etcd-cert", "", "PEM client certificate file for etcd's --client-cert-auth (with --etcd-key)")
 	f.StringVar(&files.KeyFile, "etcd-key", "", "PEM private key file of --etcd-cert")
@@ -339,6 +343,7 @@ func newServeCmd(e *env) *cobra.Command {
 	var logFormat, logLevel, cpuProfile, memProfile, configPath, masterKeyFile string
 	var printConfig bool
 	var cc controller.Config
+	var haf haFlags
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Run the controller: reconciler, admin API, boot and machine endpoints, images, Git source and status",
@@ -384,11 +389,8 @@ func newServeCmd(e *env) *cobra.Command {
 				defer close(stop)
 				go watchHeapPeak(memProfile, log, stop)
 			}
-			if share := cc.Reconciler.Plan.BrakeShare; !(share > 0 && share <= 1) {
-				return fmt.Errorf("--brake-share %v: want a share above 0 and at most 1 (0.2 is 20%% of the fleet)", share)
-			}
-			if cc.Reconciler.Plan.DeployTimeout <= 0 {
-				return fmt.Errorf("--deploy-timeout %s: want a positive duration", cc.Reconciler.Plan.DeployTimeout)
+			if err := checkServeFlags(&cc, haf, c.StatePath, cmd.Flags().Changed); err != nil {
+				return err
 			}
 			if cc.Repo.URL == "" {
 				return c.Run(cmd.Context())
@@ -460,7 +462,7 @@ func newServeCmd(e *env) *cobra.Command {
 	f.IntVar(&cc.AutoEnrollMax, "auto-enroll-max", 16, "auto-enrolled servers pending review at most; further unknown MACs are refused")
 	f.StringVar(&cc.AutoEnrollCommitTo, "auto-enroll-commit-to", os.Getenv("MACHINA_AUTO_ENROLL_COMMIT_TO"), "commit auto-enrol proposals straight onto this branch (the inventory branch); empty pushes review branches discovered/DATE")
 	f.StringVar(&c.StatePath, "state", envOrDefault(envState, defaultStatePath), "bbolt state file, or an etcd site etcd://HOST:PORT[,HOST:PORT...]/PREFIX (the path is the key prefix; env "+envState+")")
-	addEtcdTLSFlags(f, &c.EtcdTLS)
+	addEtcdTLSFlags(f, &c.EtcdTLS, &haf)
 	f.StringVar(&c.Listen, "listen", envOrDefault(envListen, "127.0.0.1:8080"), "admin API address (env "+envListen+")")
 	f.StringVar(&memProfile, "mem-profile", "", "diagnostics: write a Go heap profile (pprof format, in-use and allocated) to this file whenever the live heap plus goroutine stacks reach a new peak (checked every second), and to FILE.exit on exit")
 	f.StringVar(&cpuProfile, "cpu-profile", "", "diagnostics: write a Go CPU profile (pprof format) of the whole run to this file, closed on exit")

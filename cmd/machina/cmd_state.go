@@ -49,7 +49,7 @@ func newStateCmd(e *env) *cobra.Command {
 	f := migrate.Flags()
 	f.StringVar(&from, "from", "", "bbolt state file to copy (e.g. /var/lib/machina/state.db)")
 	f.StringVar(&to, "to", "", "etcd site etcd://HOST:PORT[,HOST:PORT...]/PREFIX; PREFIX must be empty")
-	addEtcdTLSFlags(f, &files)
+	addEtcdTLSFlags(f, &files, nil)
 	cmd.AddCommand(migrate)
 	return cmd
 }

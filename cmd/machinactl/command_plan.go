@@ -178,7 +178,8 @@ func observedState(ctx context.Context, e *env, observed string, src *planSource
 func printPlan(e *env, format string, rep planReport, maxComment int) error {
 	switch format {
 	case "text":
-		fmt.Fprint(e.stdout, planHeader(rep, "")+"\n"+rep.Result.Text())
+		// Conditions quote machine text (a wipe's failure reason).
+		fmt.Fprint(e.stdout, planHeader(rep, "")+"\n"+termSafeLines(rep.Result.Text()))
 	case "json":
 		enc := json.NewEncoder(e.stdout)
 		enc.SetIndent("", "  ")

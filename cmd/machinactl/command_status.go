@@ -96,7 +96,7 @@ func writeInventoryLine(w io.Writer, inv gitops.InventoryStatus) {
 				fmt.Fprintf(w, "            ... %d more in status/inventory.yaml\n", len(inv.Invalid.Errors)-3)
 				break
 			}
-			fmt.Fprintf(w, "            %s\n", fe.Error())
+			fmt.Fprintf(w, "            %s\n", termSafe(fe.Error())) // quotes repository text (auto-enrol proposals carry machine data)
 		}
 		if inv.Good.Commit != "" {
 			fmt.Fprintf(w, "            acting on the last good commit %s (inventory %s)\n", short12(inv.Good.Commit), shortDigest(inv.Good.Digest))
@@ -165,7 +165,7 @@ func writePlanLines(w io.Writer, plan reconciler.Result) {
 		fmt.Fprintf(w, "Plan:       %s pending\n", plural(len(plan.Steps), "step"))
 	}
 	if plan.Brake != "" {
-		fmt.Fprintf(w, "HELD:       %s: %s\n", plural(len(plan.Held), "step"), plan.Brake)
+		fmt.Fprintf(w, "HELD:       %s: %s\n", plural(len(plan.Held), "step"), termSafe(plan.Brake))
 	}
 	shown := 0
 	for _, c := range plan.Conditions {
@@ -177,7 +177,7 @@ func writePlanLines(w io.Writer, plan reconciler.Result) {
 			break
 		}
 		shown++
-		fmt.Fprintf(w, "            %s %s: %s\n", c.Subject, c.Type, oneLine(c.Message, 120))
+		fmt.Fprintf(w, "            %s %s: %s\n", termSafe(c.Subject), c.Type, oneLine(c.Message, 120))
 	}
 
 }
@@ -234,7 +234,7 @@ func writeAttention(w io.Writer, plan reconciler.Result, snap state.Snapshot) {
 		if msg == "" {
 			msg = "no error recorded"
 		}
-		attn = append(attn, fmt.Sprintf("  %-16s %-22s %s", name, what, oneLine(msg, 100)))
+		attn = append(attn, fmt.Sprintf("  %-16s %-22s %s", termSafe(name), what, oneLine(msg, 100)))
 	}
 	if len(attn) == 0 {
 		fmt.Fprintln(w, "Attention:  no failed, stalled or waiting servers, no unreadable BMCs")
@@ -293,7 +293,7 @@ func writeHostStatus(w io.Writer, hosts []v1.Host) {
 			fenced++
 		}
 		for _, c := range h.Conditions {
-			lines = append(lines, fmt.Sprintf("  %-16s %-10s %s", h.Name, c.Type, oneLine(c.Message, 110)))
+			lines = append(lines, fmt.Sprintf("  %-16s %-10s %s", termSafe(h.Name), c.Type, oneLine(c.Message, 110)))
 		}
 	}
 	fmt.Fprintf(w, "Hosts:      %d joined, %d lost, %d fenced\n", len(hosts), lost, fenced)

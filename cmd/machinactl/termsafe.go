@@ -48,3 +48,13 @@ func unsafeRune(r rune) bool {
 	}
 	return false
 }
+
+// termSafeLines is termSafe for multi-line output (a rendered plan): each
+// line is neutralised and the newlines between them are kept.
+func termSafeLines(s string) string {
+	lines := strings.Split(s, "\n")
+	for i, l := range lines {
+		lines[i] = termSafe(l)
+	}
+	return strings.Join(lines, "\n")
+}

@@ -10,9 +10,9 @@ import (
 // The rules below are docs/architecture.md's "Import rules" as data. Change
 // both together.
 
-// base: stdlib-only packages any package may import (the wire types and the
-// MAC type). They import no other package outside the standard library.
-var base = []string{"api/v1", "macaddr"}
+// base: stdlib-only packages any package may import (the wire types, the
+// MAC type and the name rules). They import no other package outside the standard library.
+var base = []string{"api/v1", "macaddr", "namerule"}
 
 // leaves import no project package except the base ones.
 var leaves = []string{"schema", "bmc", "boot", "state", "images", "deploy", "redact"}
@@ -48,7 +48,9 @@ const anyProduct = "*"
 var mayImport = map[string][]string{
 	"api/v1":                {},
 	"macaddr":               {},
+	"namerule":              {},
 	"internal/connlimit":    {},
+	"ha":                    {},
 	"schema":                {},
 	"bmc":                   {},
 	"boot":                  {},
@@ -75,7 +77,7 @@ var mayImport = map[string][]string{
 	"redact":                {},
 	"reconciler/fleet":      {"bmc", "bmc/ipmi", "bmc/redfish", "reconciler", "redact", "state"},
 	"reconciler/deployplan": {"api", "deploy", "images", "inventory", "state"},
-	"api":                   {"boot", "boot/ipxe", "internal/connlimit", "state"},
+	"api":                   {"boot", "boot/ipxe", "internal/connlimit", "schema", "state"},
 	"ramdisk/agent":         {"api/v1"},
 	"controller":            {anyProduct},
 	"cmd/machina":           {anyProduct},
@@ -98,7 +100,7 @@ const (
 
 var agentMay = []string{"ramdisk/agent", "api/v1"}
 var shareMay = []string{"api/v1"}
-var nodeMay = []string{"api/v1", "macaddr", "join/spec", "join/node"}
+var nodeMay = []string{"api/v1", "macaddr", "namerule", "join/spec", "join/node"}
 
 func isHarness(p string) bool { return anyUnder(p, harness) }
 
@@ -153,13 +155,13 @@ func Check(g Graph) []Violation {
 	for _, p := range leaves {
 		for _, d := range g.deps(p) {
 			if !slices.Contains(base, d) {
-				add("leaves", p, d, "a leaf imports no project package but api/v1 and macaddr")
+				add("leaves", p, d, "a leaf imports no project package but the base (api/v1, macaddr, namerule)")
 			}
 		}
 	}
 	for _, p := range base {
 		for _, d := range g.nonStandard(p) {
-			add("stdlib-only", p, d, "api/v1 and macaddr import the standard library only")
+			add("stdlib-only", p, d, "api/v1, macaddr and namerule import the standard library only")
 		}
 	}
 	for _, p := range protocolServers {
@@ -185,7 +187,7 @@ func Check(g Graph) []Violation {
 	for _, p := range []string{nodeCmd, nodePkg} {
 		for _, d := range g.deps(p) {
 			if !slices.Contains(nodeMay, d) {
-				add("node-agent", p, d, "the node agent links api/v1, macaddr and join/spec only")
+				add("node-agent", p, d, "the node agent links api/v1, macaddr, namerule and join/spec only")
 			}
 		}
 		for _, d := range g.nonStandard(p) {

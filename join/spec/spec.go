@@ -4,7 +4,7 @@
 // issues a token and again when a host joins; machina-node validates once
 // more before anything reaches netlink, a file path or an lvm2 command line.
 //
-// It imports api/v1 only, so the node agent stays small.
+// It imports api/v1 and namerule only, so the node agent stays small.
 package spec
 
 import (
@@ -16,6 +16,7 @@ import (
 	"strings"
 
 	v1 "github.com/machina-metal/machina/api/v1"
+	"github.com/machina-metal/machina/namerule"
 )
 
 // ErrInvalid is wrapped by every validation error.
@@ -37,22 +38,22 @@ func bad(field, format string, args ...any) error {
 	return &FieldError{Field: field, Msg: fmt.Sprintf(format, args...)}
 }
 
+// The name rules are namerule's (one definition shared with the inventory
+// schema and its cross-file checks).
 var (
-	labelRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
-	// Linux interface names: at most IFNAMSIZ-1 = 15 bytes, no '/', ':',
-	// whitespace (net/core/dev.c dev_valid_name); we also forbid a leading
-	// '-' or '.' so a name is never read as an option.
-	ifnameRE = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.-]{0,14}$`)
-	// LVM VG names: [A-Za-z0-9+_.-], not starting with '-', not "." or ".."
-	// (lvm(8) "VALID NAMES"); 127 characters at most.
-	vgRE   = regexp.MustCompile(`^[A-Za-z0-9+_.][A-Za-z0-9+_.-]{0,126}$`)
+	labelRE  = namerule.Label
+	ifnameRE = namerule.Ifname
+	tagRE    = namerule.Tag
+	// LVM VG names: a tag that lvm(8) "VALID NAMES" also accepts (no
+	// snapshot or pvmove prefix), so a profile's pool name the schema
+	// accepts is one the node can create.
+	vgRE   = namerule.VolumeGroup
 	diskRE = regexp.MustCompile(`^/dev/[A-Za-z0-9_][A-Za-z0-9_/.:-]*$`)
-	tagRE  = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$`)
 )
 
 // Hostname checks an RFC 1123 label (lower case, 1-63 characters).
 func Hostname(name string) error {
-	if !labelRE.MatchString(name) {
+	if !labelRE.Valid(name) {
 		return bad("hostname", "%q is not an RFC 1123 label (lower-case letters, digits and '-', at most 63)", name)
 	}
 	return nil
@@ -60,7 +61,7 @@ func Hostname(name string) error {
 
 // Label checks an optional site/rack name: empty or an RFC 1123 label.
 func Label(field, v string) error {
-	if v != "" && !labelRE.MatchString(v) {
+	if v != "" && !labelRE.Valid(v) {
 		return bad(field, "%q is not an RFC 1123 label", v)
 	}
 	return nil
@@ -69,7 +70,7 @@ func Label(field, v string) error {
 // Tags checks tag names: 1-63 characters of letters, digits, '_', '.', '-'.
 func Tags(tags []string) error {
 	for i, t := range tags {
-		if !tagRE.MatchString(t) {
+		if !tagRE.Valid(t) {
 			return bad(fmt.Sprintf("tags[%d]", i), "%q is not a tag (letters, digits, '_', '.', '-', at most 63)", t)
 		}
 	}
@@ -78,7 +79,7 @@ func Tags(tags []string) error {
 
 // Ifname checks a Linux interface name.
 func Ifname(field, name string) error {
-	if !ifnameRE.MatchString(name) {
+	if !ifnameRE.Valid(name) {
 		return bad(field, "%q is not a Linux interface name (1-15 of letters, digits, '_', '.', '-')", name)
 	}
 	return nil
@@ -131,7 +132,7 @@ func Pool(i int, p v1.JoinPool) error {
 	f := fmt.Sprintf("pools[%d]", i)
 	switch p.Type {
 	case v1.PoolDir:
-		if p.Name == "" || !tagRE.MatchString(p.Name) {
+		if p.Name == "" || !tagRE.Valid(p.Name) {
 			return bad(f+".name", "%q is not a pool name", p.Name)
 		}
 		if len(p.Disks) > 0 {
@@ -139,7 +140,7 @@ func Pool(i int, p v1.JoinPool) error {
 		}
 		return DirPath(f+".path", p.Path)
 	case v1.PoolLVM:
-		if !vgRE.MatchString(p.Name) || p.Name == "." || p.Name == ".." || strings.HasPrefix(p.Name, "snapshot") || strings.HasPrefix(p.Name, "pvmove") {
+		if !vgRE.Valid(p.Name) {
 			return bad(f+".name", "%q is not an LVM volume group name", p.Name)
 		}
 		if p.Path != "" {

@@ -1,0 +1,51 @@
+package main
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestHAFlagsConfig(t *testing.T) {
+	none := func(string) bool { return false }
+	const etcd = "etcd://127.0.0.1:2379/site"
+	for _, c := range []struct {
+		name  string
+		f     haFlags
+		state string
+		set   func(string) bool
+		want  string // error substring; "" means ok
+	}{
+		{"single controller", haFlags{ttl: 10 * time.Second}, "/var/lib/machina/state.db", none, ""},
+		{"vip without id", haFlags{vip: "10.0.0.2/24", vipIf: "eth0", ttl: 10 * time.Second}, etcd, func(n string) bool { return n == "vip" }, "--vip needs --ha-id"},
+		{"bbolt state", haFlags{id: "a", ttl: 10 * time.Second}, "/var/lib/machina/state.db", none, "needs the state in etcd"},
+		{"fractional ttl", haFlags{id: "a", ttl: 2500 * time.Millisecond}, etcd, none, "whole seconds"},
+		{"vip without interface", haFlags{id: "a", ttl: 10 * time.Second, vip: "10.0.0.2/24"}, etcd, none, "go together"},
+		{"bad vip", haFlags{id: "a", ttl: 10 * time.Second, vip: "10.0.0.2", vipIf: "eth0"}, etcd, none, "want ADDR/PREFIX"},
+		{"ipv6 vip", haFlags{id: "a", ttl: 10 * time.Second, vip: "fd00::2/64", vipIf: "eth0"}, etcd, none, "only IPv4"},
+		{"bad interface", haFlags{id: "a", ttl: 10 * time.Second, vip: "10.0.0.2/24", vipIf: "a/b"}, etcd, none, "not a valid interface name"},
+		{"group", haFlags{id: "a", ttl: 3 * time.Second, vip: "10.0.0.2/24", vipIf: "eth0", adminURL: "https://a:8444"}, etcd, none, ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cfg, err := c.f.config(c.state, c.set)
+			if c.want != "" {
+				if err == nil || !strings.Contains(err.Error(), c.want) {
+					t.Fatalf("config = %+v, %v; want error containing %q", cfg, err, c.want)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.f.id == "" {
+				if cfg != nil {
+					t.Fatalf("config = %+v, want nil for a single controller", cfg)
+				}
+				return
+			}
+			if cfg.ID != "a" || cfg.TTL != 3*time.Second || cfg.AdminURL != "https://a:8444" || cfg.VIP == nil || cfg.VIP.Prefix.String() != "10.0.0.2/24" || cfg.VIP.Interface != "eth0" {
+				t.Fatalf("config = %+v (vip %+v)", cfg, cfg.VIP)
+			}
+		})
+	}
+}
