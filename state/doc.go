@@ -21,8 +21,14 @@
 // method is one bbolt transaction, bounded by disk I/O (an fsync per
 // committed write), so methods take no context: bbolt transactions cannot be
 // cancelled part way. On etcd each method is one etcd transaction (a few
-// reads and one Txn), each request bounded by EtcdConfig.RequestTimeout; a
-// commit whose answer is lost returns [ErrCommitUncertain].
+// reads and one Txn; writes of one process that wait while another commits
+// share the next Txn, up to 8 of them, as bbolt's Batch shares a commit),
+// each request bounded by EtcdConfig.RequestTimeout; a commit whose answer
+// is lost returns [ErrCommitUncertain]. Read-only
+// methods on etcd read a watch-fed copy of the site in memory (consistent at
+// one etcd revision, holding this process's own commits; another
+// controller's commits show after the watch's delay), falling back to etcd
+// reads while that copy loads or lags (engine_etcd_replica.go).
 //
 // # Engines: bbolt and etcd
 //

@@ -103,9 +103,14 @@ const (
 	etcdFirstPage = 8
 	// maxCached bounds the write cache (records); past it it starts over.
 	maxCached = 200_000
-	// maxBatch is the most ApplyBatched calls one etcd transaction carries
-	// (each adds about 6 operations: under --max-txn-ops 128).
+	// maxBatch is the most update or batch calls one etcd transaction
+	// carries (a lifecycle move adds about 6 operations: under
+	// --max-txn-ops 128).
 	maxBatch = 8
+	// maxBatchOps: a shared transaction with more operations or compares
+	// than this (etcd's default --max-txn-ops) is not sent; its calls run
+	// one by one instead.
+	maxBatchOps = 128
 	// etcdSweep is the age-retention sweep of one event append on etcd
 	// (bbolt: 64); each deletion costs about 3 operations of a txn.
 	etcdSweep = 16
@@ -208,6 +213,7 @@ func OpenEtcd(cfg EtcdConfig, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("state: open %s: %w", target, err)
 	}
 	e.watchOthers(s)
+	e.startReplica()
 	return s, nil
 }
 
@@ -286,7 +292,11 @@ type etcdEngine struct {
 
 	closed    atomic.Bool
 	reads     atomic.Int64       // etcd reads made by transactions (tests count round trips)
+	txns      atomic.Int64       // commits sent (tests count shared transactions)
 	stopWatch context.CancelFunc // ends watchOthers
+	stopRep   context.CancelFunc // ends the replica's feed
+	rep       *replica           // views' read replica; nil: views read etcd
+	lastRev   atomic.Int64       // revision of this process's last commit
 	mu        sync.Mutex         // serialises this process's write transactions
 	qmu       sync.Mutex         // guards queue
 	queue     []*batchCall
@@ -365,6 +375,9 @@ func (e *etcdEngine) close() error {
 	if e.stopWatch != nil {
 		e.stopWatch()
 	}
+	if e.stopRep != nil {
+		e.stopRep()
+	}
 	if e.owns {
 		return e.cli.Close()
 	}
@@ -374,6 +387,11 @@ func (e *etcdEngine) close() error {
 func (e *etcdEngine) view(fn func(tx kvTx) error) error {
 	if e.closed.Load() {
 		return ErrClosed
+	}
+	if e.rep != nil {
+		if ok, err := e.rep.view(fn); ok {
+			return err
+		}
 	}
 	for attempt := 0; ; attempt++ {
 		tx := e.newTx(false)
@@ -412,10 +430,42 @@ func (e *etcdEngine) batch(fn func(tx kvTx) error) error {
 	e.qmu.Unlock()
 	e.runBatch(calls)
 	e.mu.Unlock()
-	if err := <-c.done; err != errTrySolo {
+	err := <-c.done
+	var p panicked
+	switch {
+	case errors.As(err, &p):
+		panic(p.v) // in its own caller, as bbolt's Batch does
+	case err != errTrySolo:
 		return err
 	}
-	return e.update(fn)
+	return e.solo(fn)
+}
+
+// panicked is a batch call's panic, carried to its own caller.
+type panicked struct{ v any }
+
+func (p panicked) Error() string { return fmt.Sprintf("panic: %v", p.v) }
+
+// safeCall runs fn, turning a panic into a panicked error: a call run in
+// another caller's shared transaction must not panic there (that caller
+// would hold the writer lock and the others would wait for ever).
+func safeCall(fn func(tx kvTx) error, tx kvTx) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = panicked{v}
+		}
+	}()
+	return fn(tx)
+}
+
+// solo runs fn in a transaction of its own.
+func (e *etcdEngine) solo(fn func(tx kvTx) error) error {
+	if e.closed.Load() {
+		return ErrClosed
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.updateLocked(fn, false)
 }
 
 type batchCall struct {
@@ -425,20 +475,37 @@ type batchCall struct {
 
 var errTrySolo = errors.New("batch call failed: run it alone")
 
+// errBatchTooBig: a shared transaction past maxBatchOps, not sent.
+var errBatchTooBig = errors.New("shared transaction too large: run its calls alone")
+
+// refusedError is a commit etcd refused outright (nothing applied).
+type refusedError struct{ error }
+
+func (r refusedError) Unwrap() error { return r.error }
+
 // runBatch runs calls in one transaction; e.mu is held.
 func (e *etcdEngine) runBatch(calls []*batchCall) {
 	for len(calls) > 0 {
 		failed := -1
+		shared := len(calls) > 1
 		err := e.updateLocked(func(tx kvTx) error {
 			failed = -1
 			for i, c := range calls {
-				if err := c.fn(tx); err != nil {
+				if err := safeCall(c.fn, tx); err != nil {
 					failed = i
 					return err
 				}
 			}
 			return nil
-		})
+		}, shared)
+		var refusal refusedError
+		if shared && failed < 0 && (errors.Is(err, errBatchTooBig) || errors.As(err, &refusal)) {
+			// Too large together (or refused together): each alone.
+			for _, c := range calls {
+				c.done <- errTrySolo
+			}
+			return
+		}
 		if failed >= 0 && len(calls) > 1 {
 			calls[failed].done <- errTrySolo
 			calls = append(calls[:failed:failed], calls[failed+1:]...)
@@ -451,20 +518,21 @@ func (e *etcdEngine) runBatch(calls []*batchCall) {
 	}
 }
 
-func (e *etcdEngine) update(fn func(tx kvTx) error) error {
-	if e.closed.Load() {
-		return ErrClosed
-	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.updateLocked(fn)
-}
+// update shares transactions as batch does: writers of one process are
+// serialised anyway (e.mu), so the updates that wait for the lock while
+// one commits go to etcd together in the next transaction, one round trip
+// for up to maxBatch of them instead of one each. The engine contract
+// already lets update rerun fn (a conflict does); a call that fails is
+// rerun alone, so its error is its own.
+func (e *etcdEngine) update(fn func(tx kvTx) error) error { return e.batch(fn) }
 
-// updateLocked is update with e.mu held.
-func (e *etcdEngine) updateLocked(fn func(tx kvTx) error) error {
+// updateLocked is one transaction with e.mu held; shared: it carries
+// several calls (not sent past maxBatchOps).
+func (e *etcdEngine) updateLocked(fn func(tx kvTx) error, shared bool) error {
 	noCache := false
 	for attempt := 0; attempt < maxAttempts; attempt++ {
 		tx := e.newTx(true)
+		tx.shared = shared
 		tx.useCache = !noCache
 		err := fn(tx)
 		if tx.err != nil {
@@ -484,6 +552,9 @@ func (e *etcdEngine) updateLocked(fn func(tx kvTx) error) error {
 			return err
 		}
 		ok, err := tx.commit()
+		if errors.Is(err, errBatchTooBig) {
+			return err // not sent: the cache still holds
+		}
 		if err != nil {
 			e.cache = nil
 			return err
@@ -518,6 +589,8 @@ type etcdTx struct {
 	genReads    map[string]int64 // generation key → ModRevision seen
 	createReads map[string]int64 // existence key → CreateRevision seen
 
+	rep       *replica            // a view on the read replica (its read lock held)
+	shared    bool                // carries several batch calls: bounded by maxBatchOps
 	useCache  bool                // point reads may come from e.cache
 	usedCache bool                // some did
 	fetched   map[string]cachedKV // point reads made from etcd
@@ -534,6 +607,9 @@ type cachedKV struct {
 // point reads one key: from the write cache in an update (the compares of
 // the commit check it is still current) or from etcd at the snapshot.
 func (tx *etcdTx) point(key string) (cachedKV, bool) {
+	if tx.rep != nil {
+		return tx.rep.get(key), true
+	}
 	if tx.useCache {
 		if c, ok := tx.e.cache[key]; ok {
 			tx.usedCache = true
@@ -817,17 +893,22 @@ func (tx *etcdTx) commit() (bool, error) {
 	}
 	fence := tx.e.fence.Load()
 	cmps, orElse := tx.compares(fence)
+	if tx.shared && (len(ops) > maxBatchOps || len(cmps) > maxBatchOps) {
+		return false, errBatchTooBig
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), tx.e.timeout)
 	defer cancel()
+	tx.e.txns.Add(1)
 	resp, err := tx.e.cli.Txn(ctx).If(cmps...).Then(ops...).Else(orElse...).Commit()
 	if err != nil {
 		if refused(err) {
-			return false, fmt.Errorf("etcd commit (%d operations, %d compares): %w", len(ops), len(cmps), err)
+			return false, fmt.Errorf("etcd commit (%d operations, %d compares): %w", len(ops), len(cmps), refusedError{err})
 		}
 		return false, fmt.Errorf("etcd commit (%d operations, %d compares): %w: %w", len(ops), len(cmps), ErrCommitUncertain, err)
 	}
 	if resp.Succeeded {
 		tx.learn(resp.Header.Revision, o.puts, o.dels)
+		tx.e.noteCommit(resp.Header.Revision, ops)
 		return true, nil
 	}
 	if fence != nil && len(ops) > 0 {
@@ -906,7 +987,8 @@ type interval struct {
 }
 
 func (b *etcdBucket) guard() {
-	if b.guarded || b.created && !b.deleted {
+	if b.guarded || b.created && !b.deleted || !b.tx.writable {
+		// (a view never commits: nothing to guard)
 		return
 	}
 	b.guarded = true
@@ -1069,6 +1151,9 @@ func (b *etcdBucket) KeyN() int {
 	if b.deleted || b.created {
 		return len(b.wkeys)
 	}
+	if b.tx.rep != nil {
+		return b.tx.rep.count(b.dataPfx)
+	}
 	resp := b.tx.get(b.dataPfx, clientv3.WithPrefix(), clientv3.WithCountOnly())
 	if resp == nil {
 		return 0
@@ -1160,6 +1245,9 @@ func (b *etcdBucket) baseNext(k string) (string, []byte, bool) {
 func (b *etcdBucket) next(k string) ([]byte, []byte) {
 	if !b.exists {
 		return nil, nil
+	}
+	if b.tx.rep != nil {
+		return b.tx.rep.next(b.dataPfx, k)
 	}
 	for {
 		bk, bv, bok := b.baseNext(k)

@@ -2,6 +2,7 @@ package state
 
 import (
 	"bytes"
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -30,7 +31,26 @@ func testEtcdEngine(t *testing.T) *etcdEngine {
 	if err != nil {
 		t.Fatal(err)
 	}
+	e.startReplica()
+	t.Cleanup(func() { e.close() })
+	waitReplica(t, e)
 	return e
+}
+
+// waitReplica waits until e's read replica is loaded and watching.
+func waitReplica(t testing.TB, e *etcdEngine) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		e.rep.mu.RLock()
+		ok := e.rep.synced
+		e.rep.mu.RUnlock()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the read replica did not load in 10 s")
+		}
+	}
 }
 
 // kvModel is a random key from a small alphabet with ordering edge cases
@@ -347,5 +367,253 @@ func TestEtcdCommitErrors(t *testing.T) {
 	_ = b.Put([]byte("k"), []byte("v"))
 	if _, err := tx.commit(); !errors.Is(err, ErrCommitUncertain) {
 		t.Fatalf("commit with etcd down = %v, want ErrCommitUncertain", err)
+	}
+}
+
+// TestEtcdViewsReadReplica: views on etcd read the watch-fed replica: a
+// Snapshot and a lookup by boot MAC make no etcd read, see this process's
+// commits at once (read your writes), and see another process's commits
+// once the watch delivers them; a bucket deleted by this process is gone
+// from the replica in the same way.
+func TestEtcdViewsReadReplica(t *testing.T) {
+	e := testEtcdEngine(t)
+	s := newStore(e, e.describe(), Options{Logger: slog.New(slog.DiscardHandler), Now: time.Now})
+	s.sweep, s.pruneBatch = etcdSweep, etcdSweep
+	if err := s.init(nil); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 40 {
+		if _, err := s.CreateServer(Server{Name: fmt.Sprintf("n%02d", i), Lifecycle: LifecycleReady,
+			BootMAC: fmt.Sprintf("52:54:00:00:00:%02x", i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := e.reads.Load()
+	snap, err := s.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(snap.Servers) != 40 {
+		t.Fatalf("Snapshot right after the creates has %d servers, want 40", len(snap.Servers))
+	}
+	if srv, err := s.ServerByBootMAC("52:54:00:00:00:27"); err != nil || srv.Name != "n39" {
+		t.Fatalf("ServerByBootMAC = %v, %v; want n39", srv.Name, err)
+	}
+	if n := e.reads.Load() - before; n != 0 {
+		t.Errorf("Snapshot and ServerByBootMAC made %d etcd reads, want 0 (the replica)", n)
+	}
+
+	// A write outside the prefix (another site, an election) moves etcd's
+	// revision past anything the watch shows: a progress report, not a
+	// fallback to etcd reads, brings the replica up to it.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := e.cli.Put(ctx, strings.TrimSuffix(e.prefix, "/")+"-elsewhere/x", "y"); err != nil {
+		t.Fatal(err)
+	}
+	before = e.reads.Load()
+	t0 := time.Now()
+	if _, err := s.CountServers(); err != nil {
+		t.Fatal(err)
+	}
+	if n, d := e.reads.Load()-before, time.Since(t0); n != 0 || d >= repMaxLag {
+		t.Errorf("view after a write outside the prefix: %d etcd reads in %v, want 0 reads, well under %v", n, d, repMaxLag)
+	}
+
+	// Another controller on the same prefix writes; this one's views see it
+	// once the watch delivers it.
+	other, err := newEtcdEngine(EtcdConfig{Client: e.cli, Prefix: e.prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s2 := newStore(other, other.describe(), Options{Logger: slog.New(slog.DiscardHandler), Now: time.Now})
+	s2.sweep, s2.pruneBatch = etcdSweep, etcdSweep
+	if err := s2.init(nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s2.Transition("n05", LifecycleReady, LifecycleAllocated, "other"); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		srv, err := s.Server("n05")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if srv.Lifecycle == LifecycleAllocated {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("n05 is %s on this controller 5 s after the other moved it", srv.Lifecycle)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	// This process's next commit follows the other's: its view shows both.
+	if _, err := s.Transition("n06", LifecycleReady, LifecycleAllocated, "this"); err != nil {
+		t.Fatal(err)
+	}
+	counts, err := s.CountServers()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if counts[LifecycleAllocated] != 2 || counts[LifecycleReady] != 38 {
+		t.Fatalf("counts after both moves = %v, want 2 allocated, 38 ready", counts)
+	}
+}
+
+// TestEtcdUpdatesShareTransactions: concurrent updates of one process on
+// etcd share transactions (fewer Txns than moves), every move lands with
+// its event, and a move that fails in a shared transaction gets its own
+// error while the others commit.
+func TestEtcdUpdatesShareTransactions(t *testing.T) {
+	e := testEtcdEngine(t)
+	s := newStore(e, e.describe(), Options{Logger: slog.New(slog.DiscardHandler), Now: time.Now})
+	s.sweep, s.pruneBatch = etcdSweep, etcdSweep
+	if err := s.init(nil); err != nil {
+		t.Fatal(err)
+	}
+	const n = 64
+	for i := range n {
+		if _, err := s.CreateServer(Server{Name: fmt.Sprintf("n%02d", i), Lifecycle: LifecycleReady}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := s.CreateServer(Server{Name: "other", Lifecycle: LifecycleReady}); err != nil {
+		t.Fatal(err)
+	}
+	before := e.txns.Load()
+	errs := make([]error, n+1)
+	start := make(chan struct{})
+	done := make(chan struct{})
+	for i := range n + 1 {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			<-start
+			if i == n { // a stale move: other is not allocated
+				_, errs[i] = s.Transition("other", LifecycleAllocated, LifecycleDeploying, "stale")
+				return
+			}
+			_, errs[i] = s.Transition(fmt.Sprintf("n%02d", i), LifecycleReady, LifecycleAllocated, "shared")
+		}()
+	}
+	close(start)
+	for range n + 1 {
+		<-done
+	}
+	txns := e.txns.Load() - before
+	t.Logf("%d moves (and one stale) in %d etcd transactions", n, txns)
+	for i := range n {
+		if errs[i] != nil {
+			t.Errorf("move %d: %v", i, errs[i])
+		}
+	}
+	if !errors.Is(errs[n], ErrStaleTransition) {
+		t.Errorf("stale move = %v, want ErrStaleTransition", errs[n])
+	}
+	if txns >= n {
+		t.Errorf("%d moves took %d transactions, want fewer (shared)", n, txns)
+	}
+	counts, err := s.CountServers()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if counts[LifecycleAllocated] != n {
+		t.Fatalf("allocated = %d, want %d", counts[LifecycleAllocated], n)
+	}
+	evs, err := s.Events(EventQuery{Limit: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	moves := 0
+	for _, ev := range evs {
+		if ev.Message != "" && strings.Contains(ev.Message, "shared") {
+			moves++
+		}
+	}
+	if moves != n {
+		t.Errorf("%d events of the shared moves, want %d", moves, n)
+	}
+}
+
+// TestEtcdSharedTransactionTooBig: calls that together pass etcd's
+// --max-txn-ops are not sent together but each alone, and all commit.
+func TestEtcdSharedTransactionTooBig(t *testing.T) {
+	e := testEtcdEngine(t)
+	if err := e.update(func(tx kvTx) error { _, err := tx.CreateBucketIfNotExists([]byte("b")); return err }); err != nil {
+		t.Fatal(err)
+	}
+	var calls []*batchCall
+	for i := range 4 {
+		calls = append(calls, &batchCall{done: make(chan error, 1), fn: func(tx kvTx) error {
+			b := tx.Bucket([]byte("b"))
+			for j := range 50 {
+				if err := b.Put([]byte(fmt.Sprintf("c%d-%02d", i, j)), []byte("v")); err != nil {
+					return err
+				}
+			}
+			return nil
+		}})
+	}
+	e.mu.Lock()
+	e.runBatch(calls)
+	e.mu.Unlock()
+	for i, c := range calls {
+		if err := <-c.done; err != errTrySolo {
+			t.Fatalf("call %d of an oversized shared transaction = %v, want errTrySolo", i, err)
+		}
+		if err := e.solo(c.fn); err != nil {
+			t.Fatalf("call %d alone: %v", i, err)
+		}
+	}
+	n := 0
+	if err := e.view(func(tx kvTx) error { n = tx.Bucket([]byte("b")).KeyN(); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if n != 200 {
+		t.Fatalf("%d records after the calls ran alone, want 200", n)
+	}
+}
+
+// TestEtcdSharedCallPanicsInItsCaller: a function that panics in a shared
+// transaction panics in its own caller; the other calls of the transaction
+// commit and the writer lock is free again.
+func TestEtcdSharedCallPanicsInItsCaller(t *testing.T) {
+	e := testEtcdEngine(t)
+	if err := e.update(func(tx kvTx) error { _, err := tx.CreateBucketIfNotExists([]byte("b")); return err }); err != nil {
+		t.Fatal(err)
+	}
+	put := func(k string) func(tx kvTx) error {
+		return func(tx kvTx) error { return tx.Bucket([]byte("b")).Put([]byte(k), []byte("v")) }
+	}
+	ok := &batchCall{fn: put("ok"), done: make(chan error, 1)}
+	bad := &batchCall{fn: func(kvTx) error { panic("boom") }, done: make(chan error, 1)}
+	e.mu.Lock()
+	e.runBatch([]*batchCall{ok, bad})
+	e.mu.Unlock()
+	if err := <-ok.done; err != nil {
+		t.Fatalf("the other call of the shared transaction: %v", err)
+	}
+	if err := <-bad.done; err != errTrySolo {
+		t.Fatalf("the panicking call got %v, want errTrySolo (rerun in its own caller)", err)
+	}
+	func() {
+		defer func() {
+			if v := recover(); v != "boom" {
+				t.Fatalf("recovered %v in the caller, want boom", v)
+			}
+		}()
+		_ = e.update(func(kvTx) error { panic("boom") })
+	}()
+	if err := e.update(put("after")); err != nil {
+		t.Fatalf("update after the panic: %v", err)
+	}
+	var got []string
+	if err := e.view(func(tx kvTx) error {
+		return tx.Bucket([]byte("b")).ForEach(func(k, _ []byte) error { got = append(got, string(k)); return nil })
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(got, ",") != "after,ok" {
+		t.Fatalf("records %v, want after,ok", got)
 	}
 }
