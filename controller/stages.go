@@ -23,6 +23,7 @@ import (
 	"github.com/machina-metal/machina/images"
 	"github.com/machina-metal/machina/inventory"
 	"github.com/machina-metal/machina/join"
+	"github.com/machina-metal/machina/namerule"
 	"github.com/machina-metal/machina/reconciler"
 	"github.com/machina-metal/machina/reconciler/deployplan"
 	"github.com/machina-metal/machina/reconciler/fleet"
@@ -105,7 +106,44 @@ func newWiring(cfg Config) (*wiring, error) {
 	if err := os.MkdirAll(cfg.WorkDir, 0o750); err != nil {
 		return nil, fmt.Errorf("controller: %w", err)
 	}
+	if err := checkGroup(cfg); err != nil {
+		return nil, err
+	}
 	return &wiring{cfg: cfg, log: log, gitDir: filepath.Join(cfg.WorkDir, "git")}, nil
+}
+
+// checkGroup checks Config.Group and Config.Zones (machina serve checks
+// them first, with the flags' names).
+func checkGroup(cfg Config) error {
+	if cfg.Group == "" {
+		if len(cfg.Zones) > 0 {
+			return errors.New("controller: Zones need a Group")
+		}
+		return nil
+	}
+	if cfg.HA == nil {
+		return errors.New("controller: a Group needs HA (the zone claims and the group's election live in etcd)")
+	}
+	if !namerule.Label.Valid(cfg.Group) {
+		return fmt.Errorf("controller: group %q: want %s", cfg.Group, namerule.Label.What)
+	}
+	if len(cfg.Zones) == 0 {
+		return fmt.Errorf("controller: group %s has no zones", cfg.Group)
+	}
+	for _, z := range cfg.Zones {
+		if !namerule.Label.Valid(z) {
+			return fmt.Errorf("controller: group %s: zone %q: want %s", cfg.Group, z, namerule.Label.What)
+		}
+	}
+	return nil
+}
+
+// scope is the group's plan scope, nil for the whole inventory.
+func (w *wiring) scope() *reconciler.Scope {
+	if w.cfg.Group == "" {
+		return nil
+	}
+	return &reconciler.Scope{Group: w.cfg.Group, Zones: w.cfg.Zones}
 }
 
 // stages lists Run's start-up in order; each stage uses what the ones
@@ -225,6 +263,9 @@ func (w *wiring) executor() (func(), error) {
 	rcfg := w.cfg.Reconciler
 	rcfg.Store, rcfg.Drivers, rcfg.Logger = w.st, w.drivers, w.log.With("component", "reconciler")
 	rcfg.Metrics = reconciler.NewMetrics(w.reg)
+	if sc := w.scope(); sc != nil {
+		rcfg.Scope, rcfg.Claims = sc, w.st.ZoneClaimMap
+	}
 	if w.cfg.ISODir != "" {
 		// The names scripts/metal/build-ipxe-iso.sh writes; the reconciler
 		// picks one by the server's bootMode.
@@ -425,11 +466,21 @@ func (w *wiring) gitSide() (func(), error) {
 		return nil, fmt.Errorf("controller: %w", err)
 	}
 	w.writer, err = gitops.NewStatusWriter(gitops.StatusConfig{Remote: cfg.Repo, StatusBranch: cfg.StatusBranch, StateDir: w.gitDir,
-		Interval: cfg.StatusInterval, Logger: w.log.With("component", "status")})
+		Interval: cfg.StatusInterval, Group: cfg.Group, Logger: w.log.With("component", "status")})
 	if err != nil {
 		return nil, fmt.Errorf("controller: %w", err)
 	}
 	w.builder = &gitops.StatusBuilder{Store: st}
+	if sc := w.scope(); sc != nil {
+		w.builder.Include = func(s state.Server) bool {
+			if inv := w.ctrl.Desired(); inv != nil {
+				if ws := inv.Server(s.Name); ws != nil {
+					return sc.Contains(ws.Zone)
+				}
+			}
+			return sc.Contains(s.Zone)
+		}
+	}
 	var urg statusUrgency
 	w.feed.build = func(res reconciler.Result) {
 		// The snapshot is built by the writer when it writes (see
