@@ -22,6 +22,11 @@ const CondZoneClaimConflict = "ZoneClaimConflict"
 // only for a zone-less profile, the one an operator may expect planned.
 const CondProfileOutOfScope = "ProfileOutOfScope"
 
+// CondZoneHasNoServers is the PlanCondition type (subject "inventory") of
+// a zone a controller group claims that no server of servers.yaml is in:
+// a warning (a typo in --zones, or a zone not racked yet), not an error.
+const CondZoneHasNoServers = "ZoneHasNoServers"
+
 // Scope limits a controller group's plan to part of the one inventory
 // repository (docs/ha.md "Sharding"): the servers whose zone is one of
 // Zones (by servers.yaml, or by the record for a server servers.yaml no
@@ -43,21 +48,7 @@ type Scope struct {
 // The inputs are not modified; Digest is kept (approvals name the whole
 // revision).
 func (s Scope) Apply(claims map[string][]string, want *inventory.Inventory, have state.Snapshot) (*inventory.Inventory, state.Snapshot, []PlanCondition) {
-	mine := map[string]bool{}
-	for _, z := range s.Zones {
-		mine[z] = true
-	}
-	others := map[string][]string{} // zone → other groups claiming it
-	for g, zs := range claims {
-		if g == s.Group {
-			continue
-		}
-		for _, z := range zs {
-			if mine[z] {
-				others[z] = append(others[z], g)
-			}
-		}
-	}
+	mine, others := s.contested(claims)
 	var conds []PlanCondition
 	conflict := func(kind, name, zone string) {
 		gs := slices.Clone(others[zone])
@@ -73,6 +64,16 @@ func (s Scope) Apply(claims map[string][]string, want *inventory.Inventory, have
 	if want != nil {
 		out = &inventory.Inventory{Images: want.Images, Digest: want.Digest}
 		pinned := map[string]bool{}
+		used := map[string]bool{}
+		for _, ws := range want.Servers {
+			used[ws.Zone] = true
+		}
+		for _, z := range s.Zones {
+			if !used[z] {
+				conds = append(conds, PlanCondition{Subject: "inventory", Type: CondZoneHasNoServers, Reason: CondZoneHasNoServers,
+					Message: fmt.Sprintf("controller group %s claims zone %s, which no server in servers.yaml is in (a typo in --zones?)", s.Group, z)})
+			}
+		}
 		for _, ws := range want.Servers {
 			zoneOf[ws.Name] = ws.Zone
 			switch {
@@ -114,6 +115,27 @@ func (s Scope) Apply(claims map[string][]string, want *inventory.Inventory, have
 	}
 	sortConditions(conds)
 	return out, kept, conds
+}
+
+// contested returns s's zones as a set and, per zone of s, the other
+// groups claiming it too.
+func (s Scope) contested(claims map[string][]string) (mine map[string]bool, others map[string][]string) {
+	mine = map[string]bool{}
+	for _, z := range s.Zones {
+		mine[z] = true
+	}
+	others = map[string][]string{}
+	for g, zs := range claims {
+		if g == s.Group {
+			continue
+		}
+		for _, z := range zs {
+			if mine[z] {
+				others[z] = append(others[z], g)
+			}
+		}
+	}
+	return mine, others
 }
 
 // Contains reports whether a server or profile zone is one of s's zones.

@@ -53,6 +53,12 @@ func TestScopePlanFilter(t *testing.T) {
 	if len(conds) != 1 || conds[0].Subject != "profile/anywhere" || conds[0].Type != CondProfileOutOfScope {
 		t.Fatalf("conditions = %+v, want one ProfileOutOfScope for profile/anywhere", conds)
 	}
+	// A claimed zone no server is in: a warning condition.
+	sc.Zones = append(sc.Zones, "zone-x")
+	if _, _, conds := sc.Apply(nil, inv, have); len(conds) != 2 || conds[0].Type != CondZoneHasNoServers || !strings.Contains(conds[0].Message, "zone-x") {
+		t.Fatalf("conditions with zone-x = %+v, want ZoneHasNoServers naming zone-x first", conds)
+	}
+	sc.Zones = sc.Zones[:1]
 	res := Plan(want, snap, PlanOptions{Now: planT0})
 	got := allocations(res)
 	if len(got) != 2 {
