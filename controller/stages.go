@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -136,6 +137,33 @@ func checkGroup(cfg Config) error {
 		}
 	}
 	return nil
+}
+
+// inScope reports whether server s is in the group's zones: its zone in
+// servers.yaml, else its recorded zone (true without a group).
+func (w *wiring) inScope(s state.Server) bool {
+	sc := w.scope()
+	if sc == nil {
+		return true
+	}
+	if inv := w.ctrl.Desired(); inv != nil {
+		if ws := inv.Server(s.Name); ws != nil {
+			return sc.Contains(ws.Zone)
+		}
+	}
+	return sc.Contains(s.Zone)
+}
+
+// hostInScope is the host watch's filter: a group watches the hosts whose
+// server is in its zones; nil (every host) without a group.
+func (w *wiring) hostInScope() func(state.Host) bool {
+	if w.scope() == nil {
+		return nil
+	}
+	return func(h state.Host) bool {
+		srv, err := w.st.Server(cmp.Or(h.Server, h.Name))
+		return err == nil && w.inScope(srv)
+	}
 }
 
 // scope is the group's plan scope, nil for the whole inventory.
@@ -471,15 +499,8 @@ func (w *wiring) gitSide() (func(), error) {
 		return nil, fmt.Errorf("controller: %w", err)
 	}
 	w.builder = &gitops.StatusBuilder{Store: st}
-	if sc := w.scope(); sc != nil {
-		w.builder.Include = func(s state.Server) bool {
-			if inv := w.ctrl.Desired(); inv != nil {
-				if ws := inv.Server(s.Name); ws != nil {
-					return sc.Contains(ws.Zone)
-				}
-			}
-			return sc.Contains(s.Zone)
-		}
+	if w.scope() != nil {
+		w.builder.Include = w.inScope
 	}
 	var urg statusUrgency
 	w.feed.build = func(res reconciler.Result) {

@@ -558,6 +558,17 @@ func (c *Controller) Provision(profile string, n int, actor string) ([]string, e
 	if err != nil {
 		return nil, err
 	}
+	if sc := c.cfg.Scope; sc != nil {
+		// A group provisions only from its own, uncontested zones.
+		claims, err := c.cfg.Claims()
+		if err != nil {
+			return nil, fmt.Errorf("reconciler: zone claims: %w", err)
+		}
+		desired, snap, _ = sc.Apply(claims, desired, snap)
+		if p = desired.Profile(profile); p == nil {
+			return nil, fmt.Errorf("reconciler: profile %q is not planned by controller group %s (its zone is not one of %s, or another group claims it too)", profile, sc.Group, strings.Join(sc.Zones, ", "))
+		}
+	}
 	cands := Candidates(*p, desired, snap, map[string]string{})
 	if len(cands) < n {
 		return nil, fmt.Errorf("reconciler: profile %s: %d wanted, %d fit (zone %s): %w", profile, n, len(cands), zoneOrAny(p.Zone), ErrNoCapacity)

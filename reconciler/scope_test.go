@@ -178,3 +178,25 @@ func TestControllerScopeClaims(t *testing.T) {
 		t.Fatal("Scope without Claims accepted")
 	}
 }
+
+// TestProvisionScoped: a group's POST /api/v1/provision allocates only in
+// its own zones: another zone's profile, or a contested one, is refused.
+func TestProvisionScoped(t *testing.T) {
+	st := openEnrolStore(t)
+	inv := exampleInventory(t)
+	c, err := New(Config{Store: st, Drivers: &countingDrivers{d: &recordingDriver{}}, Logger: testLogger(t),
+		Scope:  &Scope{Group: "east", Zones: []string{"zone-a", "zone-b"}},
+		Claims: func() (map[string][]string, error) { return map[string][]string{"west": {"zone-b"}}, nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.SetDesired(inv)
+	for _, prof := range []string{"gpu", "storage"} { // zone-c: not east's; zone-b: contested
+		if _, err := c.Provision(prof, 1, "test"); err == nil || !strings.Contains(err.Error(), "controller group east") {
+			t.Errorf("Provision(%s) = %v, want refused for group east", prof, err)
+		}
+	}
+	if _, err := c.Provision("hypervisor", 1, "test"); !errors.Is(err, ErrNoCapacity) { // east's profile: no ready server in the empty store
+		t.Errorf("Provision(hypervisor) = %v, want ErrNoCapacity", err)
+	}
+}
