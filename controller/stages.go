@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
@@ -166,6 +167,29 @@ func (w *wiring) hostInScope() func(state.Host) bool {
 	}
 }
 
+// zoneClaims reads every group's zone claims for a planning pass and
+// records this group's again when it is missing or differs (deleted by an
+// operator while the group runs): a group never plans without its claim
+// visible to the others. The write is fenced by the leader's term.
+func (w *wiring) zoneClaims() (map[string][]string, error) {
+	m, err := w.st.ZoneClaimMap()
+	if err != nil {
+		return nil, err
+	}
+	want := slices.Sorted(slices.Values(w.cfg.Zones))
+	if slices.Equal(m[w.cfg.Group], slices.Compact(want)) {
+		return m, nil
+	}
+	by := ""
+	if w.cfg.HA != nil {
+		by = w.cfg.HA.ID
+	}
+	if err := w.st.PutZoneClaim(w.cfg.Group, w.cfg.Zones, by); err != nil {
+		return nil, fmt.Errorf("record the zone claim of group %s: %w", w.cfg.Group, err)
+	}
+	return w.st.ZoneClaimMap()
+}
+
 // scope is the group's plan scope, nil for the whole inventory.
 func (w *wiring) scope() *reconciler.Scope {
 	if w.cfg.Group == "" {
@@ -292,7 +316,7 @@ func (w *wiring) executor() (func(), error) {
 	rcfg.Store, rcfg.Drivers, rcfg.Logger = w.st, w.drivers, w.log.With("component", "reconciler")
 	rcfg.Metrics = reconciler.NewMetrics(w.reg)
 	if sc := w.scope(); sc != nil {
-		rcfg.Scope, rcfg.Claims = sc, w.st.ZoneClaimMap
+		rcfg.Scope, rcfg.Claims = sc, w.zoneClaims
 	}
 	if w.cfg.ISODir != "" {
 		// The names scripts/metal/build-ipxe-iso.sh writes; the reconciler
