@@ -107,6 +107,9 @@ type Config struct {
 	// NodeBinary is the machina-node executable the install script fetches;
 	// "" serves none (bundle installs only).
 	NodeBinary string
+	// NodeBinaryARM64 is the arm64 machina-node the install script fetches
+	// on arm64 hosts (join.Config.NodeBinaryARM64); "" serves none.
+	NodeBinaryARM64 string
 	// JoinTokenTTL bounds a deploy's enrolment token; zero means 24 hours
 	// (a deploy plus an OS first boot; the token is single-use).
 	JoinTokenTTL time.Duration

@@ -478,7 +478,7 @@ func (w *wiring) join() (func(), error) {
 		machineLeases = w.leases
 		joinLeases = w.leasedIP
 	}
-	w.joinSrv, err = join.New(join.Config{Store: w.st, CA: ca, URL: w.joinURL, NodeBinary: w.cfg.NodeBinary, Heartbeat: w.cfg.Heartbeat,
+	w.joinSrv, err = join.New(join.Config{Store: w.st, CA: ca, URL: w.joinURL, NodeBinary: w.cfg.NodeBinary, NodeBinaryARM64: w.cfg.NodeBinaryARM64, Heartbeat: w.cfg.Heartbeat,
 		LeasedIP: joinLeases, Logger: w.log.With("component", "join")})
 	if err != nil {
 		return stop, fmt.Errorf("controller: %w", err)

@@ -89,10 +89,14 @@ type ServerStatus struct {
 
 // Hardware is the commissioning report's summary.
 type Hardware struct {
-	Vendor    string
-	Model     string
-	Serial    string
-	CPUModel  string
+	Vendor   string
+	Model    string
+	Serial   string
+	CPUModel string
+	// Arch is the architecture the commissioning report gave, as a
+	// GOARCH name ("amd64", "arm64"; state.Hardware.Arch), "" from an
+	// agent older than the arch fact.
+	Arch      string
 	Cores     int
 	MemoryGiB int64
 	// Disks in any order; rendered sorted by Name.

@@ -45,7 +45,12 @@ chmod 0700 "$state"
 if [ -n "$bundle" ]; then
 	cp "$bundle/machina-node" "$bindir/machina-node.tmp"
 else
-	curl -fsS --max-time 120 --cacert "$ca" -o "$bindir/machina-node.tmp" "$url/join/machina-node" || die "download machina-node from $url failed"
+	case "$(uname -m)" in
+	x86_64 | amd64) arch=amd64 ;;
+	aarch64 | arm64) arch=arm64 ;;
+	*) die "no machina-node build for this machine ($(uname -m)); Machina ships amd64 and arm64" ;;
+	esac
+	curl -fsS --max-time 120 --cacert "$ca" -o "$bindir/machina-node.tmp" "$url/join/machina-node?arch=$arch" || die "download machina-node ($arch) from $url failed"
 fi
 chmod 0755 "$bindir/machina-node.tmp"
 mv "$bindir/machina-node.tmp" "$bindir/machina-node"

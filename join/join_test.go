@@ -56,6 +56,12 @@ func startListener(t *testing.T, nodeBinary string) *fixture {
 
 func startListenerRate(t *testing.T, nodeBinary string, rate float64) *fixture {
 	t.Helper()
+	return startListenerWith(t, func(c *join.Config) { c.NodeBinary, c.JoinRate = nodeBinary, rate })
+}
+
+// startListenerWith is startListener with edit applied to the Config.
+func startListenerWith(t *testing.T, edit func(*join.Config)) *fixture {
+	t.Helper()
 	clk := &clock{t: time.Now().UTC()}
 	st, err := state.Open(filepath.Join(t.TempDir(), "state.db"), state.Options{NoSync: true, Now: clk.Now,
 		MasterKey: []byte("0123456789abcdef0123456789abcdef")})
@@ -72,8 +78,10 @@ func startListenerRate(t *testing.T, nodeBinary string, rate float64) *fixture {
 		t.Fatal(err)
 	}
 	url := "https://" + ln.Addr().String()
-	srv, err := join.New(join.Config{Store: st, CA: ca, URL: url, NodeBinary: nodeBinary, Now: clk.Now,
-		Heartbeat: 10 * time.Second, JoinRate: rate, Logger: slog.New(slog.NewTextHandler(t.Output(), nil))})
+	cfg := join.Config{Store: st, CA: ca, URL: url, Now: clk.Now, Heartbeat: 10 * time.Second, JoinRate: 1000,
+		Logger: slog.New(slog.NewTextHandler(t.Output(), nil))}
+	edit(&cfg)
+	srv, err := join.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

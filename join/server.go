@@ -53,8 +53,13 @@ type Config struct {
 	// the host of URL plus "localhost" and 127.0.0.1.
 	Names []string
 	// NodeBinary is the machina-node executable served at
-	// /join/machina-node; "" answers 404 there (bundle installs only).
+	// /join/machina-node (and /join/machina-node?arch=amd64); "" answers
+	// 404 there (bundle installs only).
 	NodeBinary string
+	// NodeBinaryARM64 is the arm64 build of machina-node, served at
+	// /join/machina-node?arch=arm64 (install.sh asks with its `uname -m`,
+	// issue 28); "" answers 404 for arm64 hosts, naming the flag.
+	NodeBinaryARM64 string
 	// NodeCertTTL is the node certificate lifetime; zero means 1 year.
 	NodeCertTTL time.Duration
 	// Heartbeat is the interval nodes are told to heartbeat at, in whole
@@ -244,11 +249,26 @@ func (s *Server) handleScript(w http.ResponseWriter, _ *http.Request) {
 }
 
 func (s *Server) handleBinary(w http.ResponseWriter, r *http.Request) {
-	if s.cfg.NodeBinary == "" {
+	// arch is a GOARCH name; no arch is amd64, what install scripts from
+	// before the parameter ran on.
+	path := s.cfg.NodeBinary
+	switch arch := r.URL.Query().Get("arch"); arch {
+	case "", "amd64":
+	case "arm64":
+		if s.cfg.NodeBinaryARM64 == "" {
+			fail(w, http.StatusNotFound, v1.CodeNotFound, "this controller serves no arm64 machina-node binary (machina serve --node-binary-arm64); install from a bundle")
+			return
+		}
+		path = s.cfg.NodeBinaryARM64
+	default:
+		fail(w, http.StatusBadRequest, v1.CodeBadRequest, "query parameter arch: want amd64 or arm64")
+		return
+	}
+	if path == "" {
 		fail(w, http.StatusNotFound, v1.CodeNotFound, "this controller serves no machina-node binary; install from a bundle")
 		return
 	}
-	f, err := os.Open(s.cfg.NodeBinary)
+	f, err := os.Open(path)
 	if err != nil {
 		s.log.Error("open machina-node binary", "err", err)
 		fail(w, http.StatusInternalServerError, v1.CodeInternal, "machina-node binary unavailable")

@@ -6,6 +6,7 @@
 # `dpkg --add-architecture` and no lock on the system's lists.
 #
 # Usage: ARCH=arm64 CACHE=DIR scripts/apt-foreign.sh depends PKG
+#        ARCH=arm64 CACHE=DIR scripts/apt-foreign.sh closure PKG... (PKG and everything it depends on)
 #        ARCH=arm64 CACHE=DIR scripts/apt-foreign.sh download PKG... (into the current folder)
 set -eu
 : "${ARCH:?ARCH is required}" "${CACHE:?CACHE is required}"
@@ -38,6 +39,13 @@ shift
 case $cmd in
 # shellcheck disable=SC2086
 depends) apt-cache $OPTS depends "$@" ;;
+# closure: the packages an install of PKG... into an empty system needs
+# (apt's own resolver, no recommends), one name a line.
+closure)
+	args=""
+	for p in "$@"; do args="$args $p:$ARCH"; done
+	# shellcheck disable=SC2086
+	apt-get $OPTS install -s -qq --no-install-recommends $args 2>/dev/null | awk '$1=="Inst"{sub(/:.*/, "", $2); print $2}' | sort -u ;;
 download)
 	for p in "$@"; do
 		# shellcheck disable=SC2086

@@ -359,6 +359,14 @@ func envOrDefault(key, def string) string {
 	return def
 }
 
+// nodeBinaryFlags registers the machina-node executables the join
+// listener serves: --node-binary (amd64) and --node-binary-arm64 (arm64
+// hosts, /join/machina-node?arch=arm64, issue 28).
+func nodeBinaryFlags(f *pflag.FlagSet, cc *controller.Config) {
+	f.StringVar(&cc.NodeBinary, "node-binary", os.Getenv("MACHINA_NODE_BINARY"), "machina-node executable served to installing hosts")
+	f.StringVar(&cc.NodeBinaryARM64, "node-binary-arm64", os.Getenv("MACHINA_NODE_BINARY_ARM64"), "arm64 machina-node executable served to installing arm64 hosts (GOARCH=arm64 go build ./cmd/machina-node)")
+}
+
 // newServeCmd is `machina serve`.
 func newServeCmd(e *env) *cobra.Command {
 	var c ServeConfig
@@ -477,7 +485,7 @@ func addServeGitFlags(f *pflag.FlagSet, cc *controller.Config) {
 	f.DurationVar(&cc.PollInterval, "poll-interval", 30*time.Second, "how often the inventory branch tip is polled")
 	f.StringVar(&cc.JoinListen, "join-listen", envOrDefault("MACHINA_JOIN_LISTEN", "127.0.0.1:8443"), "TLS join listener address")
 	f.StringVar(&cc.JoinURL, "join-url", os.Getenv("MACHINA_JOIN_URL"), "the join listener's URL as hosts reach it")
-	f.StringVar(&cc.NodeBinary, "node-binary", os.Getenv("MACHINA_NODE_BINARY"), "machina-node executable served to installing hosts")
+	nodeBinaryFlags(f, cc)
 	f.StringVar(&cc.AutoEnrollZone, "auto-enroll-zone", envOrDefault("MACHINA_AUTO_ENROLL_ZONE", "discovered"), "zone of auto-enrolled servers (env MACHINA_AUTO_ENROLL_ZONE; auto-enrol itself is "+boot.AutoEnrollEnv+"=1)")
 	f.IntVar(&cc.AutoEnrollMax, "auto-enroll-max", 16, "auto-enrolled servers pending review at most; further unknown MACs are refused")
 	f.StringVar(&cc.AutoEnrollCommitTo, "auto-enroll-commit-to", os.Getenv("MACHINA_AUTO_ENROLL_COMMIT_TO"), "commit auto-enrol proposals straight onto this branch (the inventory branch); empty pushes review branches discovered/DATE")

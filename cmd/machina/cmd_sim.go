@@ -146,27 +146,14 @@ func runSim(ctx context.Context, e *env, o simOptions) error {
 	if err := checkLoopbackListen(o.listen); err != nil {
 		return usageError{err}
 	}
-	dir := o.dir
-	created := false
-	if dir == "" {
-		d, err := os.MkdirTemp("", "machina-sim-")
-		if err != nil {
-			return err
-		}
-		dir, created = d, true
+	dir, created, err := simDir(o.dir)
+	if err != nil {
+		return err
 	}
-	dir, _ = filepath.Abs(dir)
 	if created && !o.keep {
 		// Registered first, so it runs last: after the controller and the
 		// lab (deferred below) have stopped and closed their files.
-		defer func() {
-			used, _ := dirSize(dir)
-			if err := os.RemoveAll(dir); err != nil {
-				fmt.Fprintf(e.stderr, "machina sim: remove %s: %v\n", dir, err)
-				return
-			}
-			fmt.Fprintf(e.stdout, "Removed the lab folder %s (%s).\n", dir, humanBytes(used))
-		}()
+		defer removeSimDir(e, dir)
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
@@ -193,17 +180,7 @@ func runSim(ctx context.Context, e *env, o simOptions) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 
-	fmt.Fprintf(e.stdout, "Machina simulated lab in %s\n", dir)
-	if o.servers == 0 && !sim.IPMIAvailable() {
-		fmt.Fprintf(e.stdout, "  WARNING: %s: the example's IPMI servers will run simulated Redfish BMCs\n"+
-			"  instead (named below; their servers.yaml entries say redfish), and `machinactl console` on them\n"+
-			"  answers 501 (Serial-over-LAN needs IPMI). Install it for the IPMI path: apt-get install openipmi ipmitool\n"+
-			"  (make demo does, as root).\n", sim.IPMIMissing)
-	}
-	if restarted {
-		fmt.Fprintf(e.stdout, "  restarted on a folder an earlier run used: the lab and the controller state start fresh (the previous state is in %s)\n",
-			filepath.Join(dir, "state.db.previous"))
-	}
+	printSimIntro(e, dir, o, restarted)
 	log.Info("machina sim starting", "dir", dir, "restarted", restarted)
 	// The lab outlives the controller: on Ctrl-C the controller stops
 	// first and logs out of BMCs (IPMI Close Session) that are still
@@ -219,6 +196,98 @@ func runSim(ctx context.Context, e *env, o simOptions) error {
 	fmt.Fprintf(e.stdout, "  inventory repository: %s\n  your working clone:   %s\n  image mirror:         %s\n  controller log:       %s\n\n",
 		strings.TrimPrefix(lab.RepoURL, "file://"), lab.Clone, lab.MirrorURL, logPath)
 
+	r, done, err := startSimController(ctx, dir, o, lab, log)
+	if err != nil {
+		return err
+	}
+	tokenPath := filepath.Join(dir, "admin-token")
+	if tok, _, err := r.Store.CreateAdminToken("sim", state.ActorLocal); err == nil {
+		_ = os.WriteFile(tokenPath, []byte(tok+"\n"), 0o600)
+	}
+	export := printSimAccess(e.stdout, r.URL, tokenPath, lab, dir, created && !o.keep)
+	fmt.Fprintf(e.stdout, "Watching servers go new → commissioning → ready → deployed (and invalid revisions, held plans, failed and stalled actions)...\n\n")
+
+	help := func() {
+		printSimHelp(e.stdout, lab)
+		used, _ := dirSize(dir)
+		fmt.Fprintf(e.stdout, "Talk to the controller (another terminal):\n  %s\n  machinactl status\nLab folder %s: %s on disk.\n", export, dir, humanBytes(used))
+	}
+	return watchThenStopSim(ctx, e, r, o, done, help, cancel, logPath)
+}
+
+// watchThenStopSim prints the lab's moves until it is done (every count
+// deployed, with -until-done), interrupted or timed out; then it writes a
+// last status commit (when done), stops the controller (cancel) and waits
+// for it (done).
+func watchThenStopSim(ctx context.Context, e *env, r *controller.Running, o simOptions, done <-chan error, help func(), cancel context.CancelFunc, logPath string) error {
+	err := watchSim(ctx, e.stdout, r, o.untilDone, help)
+	if errors.Is(err, errSimDone) {
+		fmt.Fprintf(e.stdout, "\nEvery profile's count is deployed.\n")
+		fctx, fcancel := context.WithTimeout(ctx, 30*time.Second)
+		if err := r.FlushStatus(fctx); err != nil {
+			fmt.Fprintf(e.stderr, "machina sim: final status commit: %v\n", err)
+		}
+		fcancel()
+		help()
+		cancel()
+		<-done
+		return nil
+	}
+	cancel()
+	cerr := <-done
+	if ctx.Err() != nil && o.timeout > 0 && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return fmt.Errorf("sim: not done within %s (see %s)", o.timeout, logPath)
+	}
+	fmt.Fprintln(e.stdout, "\nStopped.")
+	return cerr
+}
+
+// simDir is the lab folder: dir made absolute, or a new temporary folder
+// (created true) when dir is empty.
+func simDir(dir string) (string, bool, error) {
+	created := false
+	if dir == "" {
+		d, err := os.MkdirTemp("", "machina-sim-")
+		if err != nil {
+			return "", false, err
+		}
+		dir, created = d, true
+	}
+	dir, _ = filepath.Abs(dir)
+	return dir, created, nil
+}
+
+// removeSimDir removes a lab folder runSim created and says how much it
+// held.
+func removeSimDir(e *env, dir string) {
+	used, _ := dirSize(dir)
+	if err := os.RemoveAll(dir); err != nil {
+		fmt.Fprintf(e.stderr, "machina sim: remove %s: %v\n", dir, err)
+		return
+	}
+	fmt.Fprintf(e.stdout, "Removed the lab folder %s (%s).\n", dir, humanBytes(used))
+}
+
+// printSimIntro prints the lab's first lines: its folder, the IPMI
+// fallback warning and whether an earlier run's folder was reused.
+func printSimIntro(e *env, dir string, o simOptions, restarted bool) {
+	fmt.Fprintf(e.stdout, "Machina simulated lab in %s\n", dir)
+	if o.servers == 0 && !sim.IPMIAvailable() {
+		fmt.Fprintf(e.stdout, "  WARNING: %s: the example's IPMI servers will run simulated Redfish BMCs\n"+
+			"  instead (named below; their servers.yaml entries say redfish), and `machinactl console` on them\n"+
+			"  answers 501 (Serial-over-LAN needs IPMI). Install it for the IPMI path: apt-get install openipmi ipmitool\n"+
+			"  (make demo does, as root).\n", sim.IPMIMissing)
+	}
+	if restarted {
+		fmt.Fprintf(e.stdout, "  restarted on a folder an earlier run used: the lab and the controller state start fresh (the previous state is in %s)\n",
+			filepath.Join(dir, "state.db.previous"))
+	}
+}
+
+// startSimController runs the controller on the lab in the background and
+// waits until it is ready (the lab's BMC credentials stored, the lab told
+// its URL). done receives controller.Run's result when it returns.
+func startSimController(ctx context.Context, dir string, o simOptions, lab *sim.Lab, log *slog.Logger) (*controller.Running, <-chan error, error) {
 	var (
 		runMu sync.Mutex
 		run   *controller.Running
@@ -254,43 +323,11 @@ func runSim(ctx context.Context, e *env, o simOptions) error {
 	select {
 	case <-ready:
 	case err := <-done:
-		return fmt.Errorf("controller: %w", err)
+		return nil, nil, fmt.Errorf("controller: %w", err)
 	}
 	runMu.Lock()
-	r := run
-	runMu.Unlock()
-	tokenPath := filepath.Join(dir, "admin-token")
-	if tok, _, err := r.Store.CreateAdminToken("sim", state.ActorLocal); err == nil {
-		_ = os.WriteFile(tokenPath, []byte(tok+"\n"), 0o600)
-	}
-	export := printSimAccess(e.stdout, r.URL, tokenPath, lab, dir, created && !o.keep)
-	fmt.Fprintf(e.stdout, "Watching servers go new → commissioning → ready → deployed (and invalid revisions, held plans, failed and stalled actions)...\n\n")
-
-	help := func() {
-		printSimHelp(e.stdout, lab)
-		used, _ := dirSize(dir)
-		fmt.Fprintf(e.stdout, "Talk to the controller (another terminal):\n  %s\n  machinactl status\nLab folder %s: %s on disk.\n", export, dir, humanBytes(used))
-	}
-	err = watchSim(ctx, e.stdout, r, o.untilDone, help)
-	if errors.Is(err, errSimDone) {
-		fmt.Fprintf(e.stdout, "\nEvery profile's count is deployed.\n")
-		fctx, fcancel := context.WithTimeout(ctx, 30*time.Second)
-		if err := r.FlushStatus(fctx); err != nil {
-			fmt.Fprintf(e.stderr, "machina sim: final status commit: %v\n", err)
-		}
-		fcancel()
-		help()
-		cancel()
-		<-done
-		return nil
-	}
-	cancel()
-	cerr := <-done
-	if ctx.Err() != nil && o.timeout > 0 && errors.Is(ctx.Err(), context.DeadlineExceeded) {
-		return fmt.Errorf("sim: not done within %s (see %s)", o.timeout, logPath)
-	}
-	fmt.Fprintln(e.stdout, "\nStopped.")
-	return cerr
+	defer runMu.Unlock()
+	return run, done, nil
 }
 
 var errSimDone = errors.New("sim: done")

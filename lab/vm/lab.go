@@ -19,6 +19,11 @@
 // commits, timing it: commission → deploy (profile count 2) → first boot
 // and join → release and retire.
 //
+// With Config.ARM64 the lab runs one arm64 UEFI VM instead (arm64.go,
+// issue 28): GRUB network boot from the controller's DHCP and TFTP,
+// commissioning, an amd64 image refused, an arm64 image deployed and
+// booted to the join.
+//
 // Everything stays inside the namespace or on loopback. On failure the
 // lab folder (serial logs, controller log, inventory repository) is kept
 // and its path is in the error.
@@ -36,11 +41,13 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -114,6 +121,11 @@ type Config struct {
 	// TimeScale multiplies every step's deadline, for a machine shared
 	// with other work (TCG slows down with the load); zero means 1.
 	TimeScale float64
+	// ARM64 runs the arm64 lab (issue 28, RunARM64) instead of the four
+	// amd64 VMs: one arm64 UEFI VM (qemu-system-aarch64 virt, TCG, AAVMF)
+	// behind a bmcsim Redfish BMC, network-booted through GRUB's arm64
+	// image from the controller's DHCP and TFTP. Stage is ignored.
+	ARM64 bool
 }
 
 // Step is one asserted step of a run and how long it took.
@@ -164,10 +176,14 @@ type lab struct {
 	// sshKeyPath and sshPub: the lab's key, in the profile's sshKeys, for
 	// the join-token check on deployed hosts (tokencheck.go).
 	sshKeyPath, sshPub string
+	// armMirror serves the arm64 OS image (Config.ARM64; "" otherwise).
+	armMirror string
 }
 
-// Run runs the VM lab up to cfg.Stage and returns the timed steps. It needs
-// root, qemu-system-x86_64, ipmi_sim, ovmf and the built binaries.
+// Run runs the VM lab up to cfg.Stage (or the arm64 lab, cfg.ARM64) and
+// returns the timed steps. It needs root, qemu-system-x86_64, ipmi_sim,
+// ovmf and the built binaries; the arm64 lab needs qemu-system-aarch64,
+// AAVMF and make lab-arm64's builds instead of the first three.
 func Run(ctx context.Context, cfg Config) (steps []Step, err error) {
 	if cfg.Stage == 0 {
 		cfg.Stage = StageRelease
@@ -175,7 +191,15 @@ func Run(ctx context.Context, cfg Config) (steps []Step, err error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	// Paths under Root go to ipmi_sim's configuration and the controller's
+	// flags, which want absolute ones (make lab passes -root .).
+	root, err := filepath.Abs(cfg.Root)
+	if err != nil {
+		return nil, fmt.Errorf("vm lab: root: %w", err)
+	}
+	cfg.Root = root
 	l := &lab{cfg: cfg, log: cfg.Logger, start: time.Now()}
+	l.ms = l.machines()
 	if err := l.prereqs(); err != nil {
 		return nil, err
 	}
@@ -195,7 +219,11 @@ func Run(ctx context.Context, cfg Config) (steps []Step, err error) {
 			_ = os.RemoveAll(l.dir)
 		}
 	}()
-	err = l.run(ctx)
+	if cfg.ARM64 {
+		err = l.runARM64(ctx)
+	} else {
+		err = l.run(ctx)
+	}
 	return l.steps, err
 }
 
@@ -210,16 +238,26 @@ func (l *lab) scale(d time.Duration) time.Duration {
 func (l *lab) bin(name string) string { return filepath.Join(l.cfg.Root, "bin", name) }
 
 func (l *lab) prereqs() error {
-	for _, b := range []string{"qemu-system-x86_64", "ipmi_sim", "ip", "ssh", "ssh-keygen"} {
+	cmds := []string{"qemu-system-x86_64", "ipmi_sim", "ip", "ssh", "ssh-keygen"}
+	files := []string{l.bin("machina"), l.bin("machinactl"), l.bin("machina-node"), l.bin("lab-chassis-control"),
+		filepath.Join(l.cfg.Root, "out", "ramdisk", "vmlinuz"), filepath.Join(l.cfg.Root, "out", "ramdisk", "initrd.cpio.gz"),
+		"/usr/lib/ipxe/undionly.kpxe", "/usr/lib/ipxe/snponly.efi"}
+	hint := "run make build ramdisk; apt-get install ipxe ovmf"
+	if l.cfg.ARM64 {
+		cmds = []string{"qemu-system-aarch64", "ip"}
+		files = []string{l.bin("machina"), l.bin("machinactl"), l.bin("machina-node"),
+			filepath.Join(l.cfg.Root, "out", "ramdisk", "arm64", "vmlinuz"), filepath.Join(l.cfg.Root, "out", "ramdisk", "arm64", "initrd.cpio.gz"),
+			l.grubImage(), l.bin("arm64/machina-node"), filepath.Join(l.armImageDir(), osimage.SumsFile), "/usr/share/AAVMF/AAVMF_CODE.fd", "/usr/share/AAVMF/AAVMF_VARS.fd", "/usr/lib/ipxe/undionly.kpxe", "/usr/lib/ipxe/snponly.efi"}
+		hint = "run make lab-arm64 (build, bin/arm64/machina-node, ramdisk ARCH=arm64, scripts/build-grub-arm64.sh, os-image-arm64); apt-get install qemu-system-arm qemu-efi-aarch64 ipxe"
+	}
+	for _, b := range cmds {
 		if _, err := exec.LookPath(b); err != nil {
 			return fmt.Errorf("%w: %s not in PATH", ErrPrereq, b)
 		}
 	}
-	for _, f := range []string{l.bin("machina"), l.bin("machinactl"), l.bin("machina-node"), l.bin("lab-chassis-control"),
-		filepath.Join(l.cfg.Root, "out", "ramdisk", "vmlinuz"), filepath.Join(l.cfg.Root, "out", "ramdisk", "initrd.cpio.gz"),
-		"/usr/lib/ipxe/undionly.kpxe", "/usr/lib/ipxe/snponly.efi"} {
+	for _, f := range files {
 		if _, err := os.Stat(f); err != nil {
-			return fmt.Errorf("%w: %s (run make build ramdisk; apt-get install ipxe ovmf)", ErrPrereq, f)
+			return fmt.Errorf("%w: %s (%s)", ErrPrereq, f, hint)
 		}
 	}
 	if os.Geteuid() != 0 {
@@ -399,16 +437,25 @@ func (l *lab) run(ctx context.Context) error {
 // hw, ready servers must carry hardware facts.
 func (l *lab) lifecycles(ss []v1.Server, want map[string]string, hw bool) error {
 	var bad []string
+	seen := map[string]bool{}
 	for _, s := range ss {
 		w, ok := want[s.Name]
 		if !ok {
 			continue
 		}
+		seen[s.Name] = true
 		if s.Lifecycle == "failed" {
 			return fmt.Errorf("%s failed: %s", s.Name, s.LastError)
 		}
 		if s.Lifecycle != w || (hw && w == "ready" && s.Hardware == nil) {
 			bad = append(bad, fmt.Sprintf("%s=%s(%s)", s.Name, s.Lifecycle, s.LastError))
+		}
+	}
+	// A server the API does not list yet (the controller has not read
+	// the first inventory revision) is not there yet either.
+	for _, name := range slices.Sorted(maps.Keys(want)) {
+		if !seen[name] {
+			bad = append(bad, name+" not listed yet")
 		}
 	}
 	if len(bad) > 0 {
@@ -425,7 +472,7 @@ func randHex(n int) string {
 
 func (l *lab) setup(ctx context.Context, img, sum string) error {
 	var err error
-	l.ns, err = netns.Create(ctx, netns.Config{Prefix: "m14", Bridge: "br0", Taps: 4, Logger: l.log,
+	l.ns, err = netns.Create(ctx, netns.Config{Prefix: "m14", Bridge: "br0", Taps: len(l.ms), Logger: l.log,
 		BridgeAddrs: []netip.Prefix{netip.MustParsePrefix(BridgeAddr + "/24"), netip.MustParsePrefix("fd99::1/64")}})
 	if err != nil {
 		return fmt.Errorf("vm lab: %w", err)
@@ -439,14 +486,14 @@ func (l *lab) setup(ctx context.Context, img, sum string) error {
 		return err
 	}
 	l.log.Info("os image mirror", "url", mirror, "sha256", sum)
-
-	// Machines and BMCs.
-	l.ms = []*machine{
-		{name: "vm-bios", zone: "lab", mac: "52:54:00:14:00:01", fw: vmpower.BIOS, driver: "redfish", tree: "dell-poweredge-r750-idrac9", vmedia: true},
-		{name: "vm-uefi", zone: "lab", mac: "52:54:00:14:00:02", fw: vmpower.UEFI, driver: "redfish", tree: "dmtf-public-rackmount1"},
-		{name: "vm-ipmi", zone: "lab", mac: "52:54:00:14:00:03", fw: vmpower.BIOS, driver: "ipmi"},
-		{name: "vm-uefi-media", zone: "lab", mac: "52:54:00:14:00:04", fw: vmpower.UEFI, driver: "redfish", tree: "dell-poweredge-r750-idrac9", vmedia: true},
+	if l.cfg.ARM64 {
+		if l.armMirror, err = l.serveHTTP(http.FileServer(http.Dir(l.armImageDir()))); err != nil {
+			return err
+		}
+		l.log.Info("arm64 os image mirror", "url", l.armMirror)
 	}
+
+	// BMCs for the machines (l.machines).
 	fixtures, err := bmcsim.FixturesDir()
 	if err != nil {
 		fixtures = filepath.Join(l.cfg.Root, "testdata", "fixtures")
@@ -464,7 +511,7 @@ func (l *lab) setup(ctx context.Context, img, sum string) error {
 		if err := os.Truncate(disk, 4<<30); err != nil {
 			return err
 		}
-		m.vm, err = vmpower.New(vmpower.Config{Name: m.name, Dir: dir, Firmware: m.fw, MemoryMiB: 1536, CPUs: 1,
+		m.vm, err = vmpower.New(vmpower.Config{Name: m.name, Dir: dir, Firmware: m.fw, MemoryMiB: 1536, CPUs: m.cpus(),
 			UUID: fmt.Sprintf("6a1f0e3c-1414-4222-8333-%012d", i+1), Disk: disk, Netns: l.ns.Name,
 			NICs: []vmpower.NIC{{Tap: l.ns.Taps[i], MAC: m.mac}}, Logger: l.log.With("vm", m.name)})
 		if err != nil {
@@ -579,13 +626,20 @@ func (l *lab) setup(ctx context.Context, img, sum string) error {
 	if out, err := exec.CommandContext(ctx, "sh", filepath.Join(l.cfg.Root, "scripts", "metal", "build-ipxe-iso.sh"), base, isoDir).CombinedOutput(); err != nil {
 		return fmt.Errorf("vm lab: build iPXE ISOs: %w: %s", err, out)
 	}
-	return l.startServe(ctx, append([]string{"--state", state, "--work-dir", filepath.Join(l.dir, "work"), "--iso-dir", isoDir,
-		"--repo", "file://" + l.bare, "--poll-interval", "2s",
+	var extra []string
+	if l.cfg.ARM64 {
+		// DHCP arch 11 gets grubnetaa64.efi by TFTP, which sources the
+		// generated machina-grub.cfg (docs/arm64.md).
+		extra = append(extra, "--grub-arm64", l.grubImage(), "--node-binary-arm64", l.bin("arm64/machina-node"))
+	}
+	args := append(extra, "--state", state, "--work-dir", filepath.Join(l.dir, "work"), "--iso-dir", isoDir,
+		"--repo", "file://"+l.bare, "--poll-interval", "2s",
 		"--listen", fmt.Sprintf("%s:%d", BridgeAddr, APIPort), "--public-url", base,
 		"--join-listen", fmt.Sprintf("%s:%d", BridgeAddr, JoinPort), "--join-url", fmt.Sprintf("https://%s:%d", BridgeAddr, JoinPort),
 		"--node-binary", l.bin("machina-node"), "--heartbeat", "5s",
 		"--dhcp-interface", l.ns.Bridge, "--dhcp-subnet", Subnet, "--dhcp-pool", Pool, "--tftp-root", tftp,
-		"--ramdisk-dir", filepath.Join(l.cfg.Root, "out", "ramdisk")}, adminArgs...), "controller.log")
+		"--ramdisk-dir", filepath.Join(l.cfg.Root, "out", "ramdisk"))
+	return l.startServe(ctx, append(args, adminArgs...), "controller.log")
 }
 
 // serveHTTP serves h on an ephemeral port of the bridge address inside the
@@ -866,7 +920,7 @@ func (l *lab) writeRepo(mirror string) error {
 	sb.WriteString("# The VM lab: qemu VMs on the lab bridge.\nservers:\n")
 	for _, m := range l.ms {
 		mode, cred := "bios", "bmc-redfish"
-		if m.fw == vmpower.UEFI {
+		if m.fw == vmpower.UEFI || m.fw == vmpower.UEFIARM64 {
 			mode = "uefi"
 		}
 		if m.driver == "ipmi" {
@@ -893,9 +947,10 @@ func (l *lab) writeRepo(mirror string) error {
       networks:
         - {name: lab, bridge: br-lab, nic: ` + GuestNIC + `, cidr: ` + Subnet + `}
 `,
-		"images.yaml": fmt.Sprintf("images:\n  - name: %s\n    url: %s/%s\n    checksumURL: %s/%s\n", ImageName, mirror, osimage.ImageFile, mirror, osimage.SumsFile),
+		"images.yaml": fmt.Sprintf("images:\n  - name: %s\n    url: %s/%s\n    checksumURL: %s/%s\n", ImageName, mirror, osimage.ImageFile, mirror, osimage.SumsFile) + l.armImageYAML(),
 		"README.md":   "# VM lab inventory\n",
 	}
+	files["profiles.yaml"] += l.armProfileYAML()
 	for name, body := range files {
 		if err := os.WriteFile(filepath.Join(l.clone, name), []byte(body), 0o644); err != nil {
 			return err
