@@ -34,6 +34,36 @@ func (e *StatusEditError) Error() string {
 // Unwrap returns ErrStatusEdited.
 func (e *StatusEditError) Unwrap() error { return ErrStatusEdited }
 
+// ResolveRevision resolves rev in repo as git does for a name that is both
+// a ref and a hex prefix of an object: the ref wins (gitrevisions(7),
+// <refname>: refs/<rev>, refs/tags/<rev>, refs/heads/<rev>,
+// refs/remotes/<rev>, refs/remotes/<rev>/HEAD, in that order), where
+// go-git's Repository.ResolveRevision takes the hash prefix first, so a
+// branch or tag named "add" or "cafe" would resolve to whichever commit's
+// hash starts with it. Anything else (a full or short hash, HEAD,
+// "main~2", "origin/main^") goes to go-git's ResolveRevision. Errors are
+// go-git's (plumbing.ErrReferenceNotFound for an unknown name).
+func ResolveRevision(repo *git.Repository, rev string) (*plumbing.Hash, error) {
+	if rev != "" && !strings.ContainsAny(rev, "~^@:{} ") && rev != "HEAD" {
+		for _, name := range []string{"refs/" + rev, "refs/tags/" + rev, "refs/heads/" + rev, "refs/remotes/" + rev, "refs/remotes/" + rev + "/HEAD"} {
+			ref, err := repo.Reference(plumbing.ReferenceName(name), true)
+			if err != nil {
+				continue
+			}
+			h := ref.Hash()
+			if tag, err := repo.TagObject(h); err == nil {
+				c, err := tag.Commit()
+				if err != nil {
+					return nil, err
+				}
+				h = c.Hash
+			}
+			return &h, nil
+		}
+	}
+	return repo.ResolveRevision(plumbing.Revision(rev))
+}
+
 // CheckStatusUntouched opens the Git repository at or above repoDir and
 // checks that merging headRev into baseRev (any revision go-git resolves:
 // branch, tag, "HEAD", "origin/main", a hash) would not edit status/ by
@@ -50,7 +80,7 @@ func CheckStatusUntouched(repoDir, baseRev, headRev string) error {
 		return fmt.Errorf("check status: open %s: %w", repoDir, err)
 	}
 	commitOf := func(rev string) (*object.Commit, error) {
-		h, err := repo.ResolveRevision(plumbing.Revision(rev))
+		h, err := ResolveRevision(repo, rev)
 		if err != nil {
 			return nil, fmt.Errorf("check status: resolve %q: %w", rev, err)
 		}

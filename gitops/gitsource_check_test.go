@@ -113,3 +113,45 @@ func TestCheckStatusUntouched(t *testing.T) {
 		t.Error("non-repository accepted")
 	}
 }
+
+// TestResolveRevisionRefBeforeHashPrefix: a tag or branch whose name is a
+// hex prefix of another commit's hash resolves to the ref, as git does.
+// go-git's ResolveRevision took the hash prefix: TestCheckStatusUntouched
+// failed once in CI when the controller's status commit hash began with
+// "add", the name of one of its tags (checked: this test fails with
+// repo.ResolveRevision in ResolveRevision's place).
+func TestResolveRevisionRefBeforeHashPrefix(t *testing.T) {
+	r := newTestRepo(t)
+	first := r.commit("one", map[string]string{"README.md": "one\n"})
+	second := r.commit("two", map[string]string{"README.md": "two\n"})
+	prefix := second.String()[:6]
+	if err := r.repo.Storer.SetReference(plumbing.NewHashReference(plumbing.ReferenceName("refs/tags/"+prefix), first)); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.repo.Storer.SetReference(plumbing.NewHashReference(plumbing.NewBranchReferenceName(first.String()[:6]), second)); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		rev  string
+		want plumbing.Hash
+	}{
+		{prefix, first},                // the tag, not the commit whose hash starts with it
+		{first.String()[:6], second},   // the branch
+		{"refs/tags/" + prefix, first}, // a full ref name
+		{second.String(), second},      // a full hash
+		{"HEAD", second},
+		{"HEAD~1", first},
+	} {
+		h, err := ResolveRevision(r.repo, tc.rev)
+		if err != nil {
+			t.Errorf("ResolveRevision(%q): %v", tc.rev, err)
+			continue
+		}
+		if *h != tc.want {
+			t.Errorf("ResolveRevision(%q) = %s, want %s", tc.rev, h, tc.want)
+		}
+	}
+	if _, err := ResolveRevision(r.repo, "no-such-branch"); err == nil {
+		t.Error("unknown name resolved")
+	}
+}

@@ -13,10 +13,10 @@ import (
 	"time"
 
 	"github.com/go-git/go-git/v5"
-	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/object"
 	"github.com/spf13/cobra"
 
+	"github.com/machina-metal/machina/gitops"
 	"github.com/machina-metal/machina/inventory"
 	"github.com/machina-metal/machina/reconciler"
 	"github.com/machina-metal/machina/state"
@@ -270,7 +270,7 @@ func loadPlanSource(dir, base string) (*planSource, error) {
 	if err != nil {
 		return nil, err
 	}
-	baseHash, err := repo.ResolveRevision(plumbing.Revision(base))
+	baseHash, err := gitops.ResolveRevision(repo, base)
 	if err != nil {
 		return nil, fmt.Errorf("resolve --base %s: %w", base, err)
 	}
