@@ -44,6 +44,17 @@ type Config struct {
 	// elected leader acts (docs/ha.md). Nil: a single controller, as
 	// before.
 	HA *HAConfig
+	// Group, if set, is this controller's group for a sharded site
+	// (machina serve --group, docs/ha.md "Sharding"): with Zones, it plans
+	// only the servers and profiles of Zones (reconciler.Scope), records
+	// its claim on them in the shared state when it leads, refuses servers
+	// another group claims too, is elected under its own key
+	// (PREFIX groups/GROUP/leader) and writes status under status/GROUP/.
+	// Needs HA. "": the whole inventory, as before.
+	Group string
+	// Zones are Group's zones (--zones), RFC 1123 labels; required with
+	// Group.
+	Zones []string
 	// MasterKey seals secrets (MACHINA_API_KEY_MASTER_KEY); nil stores them
 	// unsealed, with a warning.
 	MasterKey []byte

@@ -35,7 +35,7 @@ func (w *wiring) componentList() []component {
 	for i, r := range w.netRuns {
 		cs = append(cs, component{fmt.Sprintf("netboot %d", i), r})
 	}
-	cs = append(cs, component{"git source", w.src.Run}, component{"status writer", w.writer.Run}, component{"reconciler", w.ctrl.Run})
+	cs = append(cs, component{"git source", w.src.Run}, component{"status writer", w.writer.Run}, component{"reconciler", w.runReconciler})
 	if w.enr != nil {
 		cs = append(cs, component{"auto-enrol proposals", w.enr.Run})
 	}
@@ -44,7 +44,7 @@ func (w *wiring) componentList() []component {
 		cs = append(cs, component{"bmc sweep", func(ctx context.Context) error { sw.Run(ctx); return nil }})
 	}
 	hw := newHostWatch(st, w.drivers, w.fencer, w.ctrl.Desired, hostWatchConfig{heartbeat: cfg.Heartbeat, lost: cfg.HostLostWindow,
-		fenceAfter: cfg.HostFenceWindow, share: cfg.Reconciler.Plan.BrakeShare}, log.With("component", "host-watch"))
+		fenceAfter: cfg.HostFenceWindow, share: cfg.Reconciler.Plan.BrakeShare}, log.With("component", "host-watch")).scopedTo(w.hostInScope())
 	return append(cs,
 		component{"host watch", func(ctx context.Context) error { hw.run(ctx); return nil }},
 		component{"prune", func(ctx context.Context) error { prune(ctx, st, 10*time.Minute, log); return nil }},
@@ -90,4 +90,21 @@ func (w *wiring) serve(ctx context.Context) error {
 	}
 	w.log.Info("controller stopped")
 	return nil
+}
+
+// runReconciler runs the reconciler; a group's leader first records the
+// group's zone claim in the shared state (fenced by its term: a deposed
+// leader's claim is refused), so the other groups' plans see it.
+func (w *wiring) runReconciler(ctx context.Context) error {
+	if g := w.cfg.Group; g != "" {
+		by := ""
+		if w.cfg.HA != nil {
+			by = w.cfg.HA.ID
+		}
+		if err := w.st.PutZoneClaim(g, w.cfg.Zones, by); err != nil {
+			return fmt.Errorf("zone claim of group %s: %w", g, err)
+		}
+		w.log.Info("zone claim recorded", "group", g, "zones", w.cfg.Zones)
+	}
+	return w.ctrl.Run(ctx)
 }

@@ -124,6 +124,11 @@ func (w *wiring) openHAState(opts state.Options) (*state.Store, func(), error) {
 		prefix = "/machina/"
 	}
 	w.ha.prefix = prefix + "leader"
+	if g := w.cfg.Group; g != "" {
+		// Not under PREFIX leader/: that election's prefix would hold
+		// every group's keys.
+		w.ha.prefix = prefix + "groups/" + g + "/leader"
+	}
 	return st, func() { _ = st.Close(); closeClient() }, nil
 }
 

@@ -254,6 +254,9 @@ type hostWatch struct {
 
 	held      bool                 // an auto-fence hold is in force (reported once)
 	powerRead map[string]time.Time // host → last power read attempt
+	// include, if set, says which hosts this watch marks lost, reads
+	// and fences (a controller group's, scopedTo); nil: every host.
+	include func(state.Host) bool
 }
 
 // hostWatchConfig is what newHostWatch needs; zero durations default from
@@ -262,6 +265,13 @@ type hostWatch struct {
 type hostWatchConfig struct {
 	heartbeat, lost, fenceAfter time.Duration
 	share                       float64
+}
+
+// scopedTo limits the watch to the hosts include accepts (a controller
+// group's: those whose server is in its zones); nil watches every host.
+func (w *hostWatch) scopedTo(include func(state.Host) bool) *hostWatch {
+	w.include = include
+	return w
 }
 
 func newHostWatch(st *state.Store, drivers reconciler.Drivers, f *fencer, desired func() *inventory.Inventory, c hostWatchConfig, log *slog.Logger) *hostWatch {
@@ -312,7 +322,7 @@ func (w *hostWatch) check(ctx context.Context) {
 	now := w.now()
 	var watchedHosts []state.Host
 	for _, h := range hosts {
-		if !watched(h) {
+		if !watched(h) || (w.include != nil && !w.include(h)) {
 			continue
 		}
 		last := h.LastSeen

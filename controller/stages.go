@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
@@ -23,6 +25,7 @@ import (
 	"github.com/machina-metal/machina/images"
 	"github.com/machina-metal/machina/inventory"
 	"github.com/machina-metal/machina/join"
+	"github.com/machina-metal/machina/namerule"
 	"github.com/machina-metal/machina/reconciler"
 	"github.com/machina-metal/machina/reconciler/deployplan"
 	"github.com/machina-metal/machina/reconciler/fleet"
@@ -105,7 +108,94 @@ func newWiring(cfg Config) (*wiring, error) {
 	if err := os.MkdirAll(cfg.WorkDir, 0o750); err != nil {
 		return nil, fmt.Errorf("controller: %w", err)
 	}
+	if err := checkGroup(cfg); err != nil {
+		return nil, err
+	}
 	return &wiring{cfg: cfg, log: log, gitDir: filepath.Join(cfg.WorkDir, "git")}, nil
+}
+
+// checkGroup checks Config.Group and Config.Zones (machina serve checks
+// them first, with the flags' names).
+func checkGroup(cfg Config) error {
+	if cfg.Group == "" {
+		if len(cfg.Zones) > 0 {
+			return errors.New("controller: Zones need a Group")
+		}
+		return nil
+	}
+	if cfg.HA == nil {
+		return errors.New("controller: a Group needs HA (the zone claims and the group's election live in etcd)")
+	}
+	if !namerule.Label.Valid(cfg.Group) {
+		return fmt.Errorf("controller: group %q: want %s", cfg.Group, namerule.Label.What)
+	}
+	if len(cfg.Zones) == 0 {
+		return fmt.Errorf("controller: group %s has no zones", cfg.Group)
+	}
+	for _, z := range cfg.Zones {
+		if !namerule.Label.Valid(z) {
+			return fmt.Errorf("controller: group %s: zone %q: want %s", cfg.Group, z, namerule.Label.What)
+		}
+	}
+	return nil
+}
+
+// inScope reports whether server s is in the group's zones: its zone in
+// servers.yaml, else its recorded zone (true without a group).
+func (w *wiring) inScope(s state.Server) bool {
+	sc := w.scope()
+	if sc == nil {
+		return true
+	}
+	if inv := w.ctrl.Desired(); inv != nil {
+		if ws := inv.Server(s.Name); ws != nil {
+			return sc.Contains(ws.Zone)
+		}
+	}
+	return sc.Contains(s.Zone)
+}
+
+// hostInScope is the host watch's filter: a group watches the hosts whose
+// server is in its zones; nil (every host) without a group.
+func (w *wiring) hostInScope() func(state.Host) bool {
+	if w.scope() == nil {
+		return nil
+	}
+	return func(h state.Host) bool {
+		srv, err := w.st.Server(cmp.Or(h.Server, h.Name))
+		return err == nil && w.inScope(srv)
+	}
+}
+
+// zoneClaims reads every group's zone claims for a planning pass and
+// records this group's again when it is missing or differs (deleted by an
+// operator while the group runs): a group never plans without its claim
+// visible to the others. The write is fenced by the leader's term.
+func (w *wiring) zoneClaims() (map[string][]string, error) {
+	m, err := w.st.ZoneClaimMap()
+	if err != nil {
+		return nil, err
+	}
+	want := slices.Sorted(slices.Values(w.cfg.Zones))
+	if slices.Equal(m[w.cfg.Group], slices.Compact(want)) {
+		return m, nil
+	}
+	by := ""
+	if w.cfg.HA != nil {
+		by = w.cfg.HA.ID
+	}
+	if err := w.st.PutZoneClaim(w.cfg.Group, w.cfg.Zones, by); err != nil {
+		return nil, fmt.Errorf("record the zone claim of group %s: %w", w.cfg.Group, err)
+	}
+	return w.st.ZoneClaimMap()
+}
+
+// scope is the group's plan scope, nil for the whole inventory.
+func (w *wiring) scope() *reconciler.Scope {
+	if w.cfg.Group == "" {
+		return nil
+	}
+	return &reconciler.Scope{Group: w.cfg.Group, Zones: w.cfg.Zones}
 }
 
 // stages lists Run's start-up in order; each stage uses what the ones
@@ -225,6 +315,9 @@ func (w *wiring) executor() (func(), error) {
 	rcfg := w.cfg.Reconciler
 	rcfg.Store, rcfg.Drivers, rcfg.Logger = w.st, w.drivers, w.log.With("component", "reconciler")
 	rcfg.Metrics = reconciler.NewMetrics(w.reg)
+	if sc := w.scope(); sc != nil {
+		rcfg.Scope, rcfg.Claims = sc, w.zoneClaims
+	}
 	if w.cfg.ISODir != "" {
 		// The names scripts/metal/build-ipxe-iso.sh writes; the reconciler
 		// picks one by the server's bootMode.
@@ -425,11 +518,14 @@ func (w *wiring) gitSide() (func(), error) {
 		return nil, fmt.Errorf("controller: %w", err)
 	}
 	w.writer, err = gitops.NewStatusWriter(gitops.StatusConfig{Remote: cfg.Repo, StatusBranch: cfg.StatusBranch, StateDir: w.gitDir,
-		Interval: cfg.StatusInterval, Logger: w.log.With("component", "status")})
+		Interval: cfg.StatusInterval, Group: cfg.Group, Logger: w.log.With("component", "status")})
 	if err != nil {
 		return nil, fmt.Errorf("controller: %w", err)
 	}
 	w.builder = &gitops.StatusBuilder{Store: st}
+	if w.scope() != nil {
+		w.builder.Include = w.inScope
+	}
 	var urg statusUrgency
 	w.feed.build = func(res reconciler.Result) {
 		// The snapshot is built by the writer when it writes (see

@@ -35,6 +35,7 @@ import (
 	"github.com/go-git/go-git/v5/plumbing/transport/client"
 	"github.com/go-git/go-git/v5/storage/memory"
 
+	"github.com/machina-metal/machina/namerule"
 	"github.com/machina-metal/machina/redact"
 )
 
@@ -92,6 +93,14 @@ type StatusConfig struct {
 	FailingAfter int
 	// Timeout bounds one write including its retries; zero means 5m.
 	Timeout time.Duration
+	// Group, if set, is the controller group (machina serve --group,
+	// docs/ha.md "Sharding") whose status this writer owns: it writes
+	// status/GROUP/ (README.md, servers/, images/, hosts/, inventory.yaml)
+	// and keeps every other entry of status/ (other groups' folders) as the
+	// base commit has it, never deleting or rewriting them; a push that
+	// would change them is refused (ErrOutsideStatus). An RFC 1123 label.
+	// "": the writer owns all of status/, as a single controller.
+	Group string
 	// Logger; nil discards.
 	Logger *slog.Logger
 }
@@ -162,6 +171,9 @@ func NewStatusWriter(cfg StatusConfig) (*StatusWriter, error) {
 	if !validBranch(cfg.Remote.branch()) {
 		return nil, fmt.Errorf("status writer: %w: bad Branch %q", ErrRemoteConfig, cfg.Remote.Branch)
 	}
+	if cfg.Group != "" && !namerule.Label.Valid(cfg.Group) {
+		return nil, fmt.Errorf("status writer: %w: group %q: want %s", ErrRemoteConfig, cfg.Group, namerule.Label.What)
+	}
 	if cfg.Interval <= 0 {
 		cfg.Interval = 30 * time.Second
 	}
@@ -195,6 +207,15 @@ func NewStatusWriter(cfg StatusConfig) (*StatusWriter, error) {
 	w.writeFn = w.Write
 	w.maxPacks = 64
 	return w, nil
+}
+
+// ownDir is the folder of the repository this writer owns: status, or
+// status/GROUP.
+func (c StatusConfig) ownDir() string {
+	if c.Group == "" {
+		return statusDir
+	}
+	return statusDir + "/" + c.Group
 }
 
 func (c StatusConfig) target() string {
@@ -504,7 +525,7 @@ func (w *StatusWriter) noteSuccess(c plumbing.Hash, lifecycles map[string]string
 	w.lifecycles = nil
 	if commit, err := w.repo.CommitObject(c); err == nil {
 		if t, err := commit.Tree(); err == nil {
-			if e, err := t.FindEntry(statusDir); err == nil {
+			if e, err := t.FindEntry(w.cfg.ownDir()); err == nil {
 				w.lastTree, w.lifecycles = e.Hash, lifecycles
 			}
 		}
@@ -569,6 +590,11 @@ func (w *StatusWriter) commit(base plumbing.Hash, exists bool, blobs []renderedB
 	if err != nil {
 		return none, err
 	}
+	if w.cfg.Group != "" {
+		if statusHash, err = pb.groupStatusTree(w.repo.Storer, baseTree, w.cfg.Group, statusHash); err != nil {
+			return none, err
+		}
+	}
 	for _, b := range blobs {
 		if have[b.hash] {
 			continue
@@ -577,7 +603,7 @@ func (w *StatusWriter) commit(base plumbing.Hash, exists bool, blobs []renderedB
 			return none, err
 		}
 	}
-	rootHash, err := pb.rootTree(baseTree, statusHash)
+	rootHash, err := pb.rootTree(baseTree, statusHash, w.cfg.Group, w.repo.Storer)
 	if err != nil {
 		return none, err
 	}
@@ -621,7 +647,7 @@ func (w *StatusWriter) baseTree(base plumbing.Hash, exists bool) (*object.Tree, 
 // and its tree's hash (zero when there is none).
 func (w *StatusWriter) oldStatus(baseTree *object.Tree) (oldFiles map[string]plumbing.Hash, have map[plumbing.Hash]bool, hash plumbing.Hash) {
 	oldFiles, have = map[string]plumbing.Hash{}, map[plumbing.Hash]bool{}
-	e, err := baseTree.FindEntry(statusDir)
+	e, err := baseTree.FindEntry(w.cfg.ownDir())
 	if err != nil || e.Mode != filemode.Dir {
 		return oldFiles, have, hash
 	}
@@ -708,7 +734,7 @@ func (pb *packBuilder) statusTree(blobs []renderedBlob) (plumbing.EncodedObject,
 
 // rootTree puts the new root tree (the base's entries with status/
 // replaced) and checks that only status/ changed.
-func (pb *packBuilder) rootTree(baseTree *object.Tree, statusHash plumbing.Hash) (plumbing.Hash, error) {
+func (pb *packBuilder) rootTree(baseTree *object.Tree, statusHash plumbing.Hash, group string, baseSt storer.EncodedObjectStorer) (plumbing.Hash, error) {
 	rootEntries := make([]object.TreeEntry, 0, len(baseTree.Entries)+1)
 	for _, e := range baseTree.Entries {
 		if e.Name != statusDir {
@@ -727,7 +753,73 @@ func (pb *packBuilder) rootTree(baseTree *object.Tree, statusHash plumbing.Hash)
 	if err := onlyStatusChanged(baseTree, newTree); err != nil {
 		return plumbing.ZeroHash, err
 	}
+	if group != "" {
+		if err := onlyGroupChanged(baseTree, newTree, baseSt, pb.mem, group); err != nil {
+			return plumbing.ZeroHash, err
+		}
+	}
 	return rootHash, nil
+}
+
+// groupStatusTree puts status/'s tree for a group's writer: the base's
+// status/ entries (other groups' folders, anything else there) as they
+// are, with the group's folder replaced by groupHash, and returns its
+// hash. base objects are read from st.
+func (pb *packBuilder) groupStatusTree(st storer.EncodedObjectStorer, baseTree *object.Tree, group string, groupHash plumbing.Hash) (plumbing.Hash, error) {
+	var entries []object.TreeEntry
+	if e, err := baseTree.FindEntry(statusDir); err == nil && e.Mode == filemode.Dir {
+		old, err := object.GetTree(st, e.Hash)
+		if err != nil {
+			return plumbing.ZeroHash, fmt.Errorf("read base status tree: %w", err)
+		}
+		for _, oe := range old.Entries {
+			if oe.Name != group {
+				entries = append(entries, oe)
+			}
+		}
+	}
+	entries = append(entries, object.TreeEntry{Name: group, Mode: filemode.Dir, Hash: groupHash})
+	return pb.encodeTree(entries)
+}
+
+// onlyGroupChanged returns ErrOutsideStatus unless status/ of next equals
+// status/ of base in every entry but the group's folder (a group's writer
+// never deletes or rewrites another group's status).
+func onlyGroupChanged(base, next *object.Tree, baseSt, mem storer.EncodedObjectStorer, group string) error {
+	entries := func(t *object.Tree, st storer.EncodedObjectStorer) map[string]object.TreeEntry {
+		m := map[string]object.TreeEntry{}
+		e, err := t.FindEntry(statusDir)
+		if err != nil || e.Mode != filemode.Dir {
+			return m
+		}
+		st2, err := object.GetTree(st, e.Hash)
+		if err != nil {
+			return m
+		}
+		for _, oe := range st2.Entries {
+			if oe.Name != group {
+				m[oe.Name] = oe
+			}
+		}
+		return m
+	}
+	a, b := entries(base, baseSt), entries(next, mem)
+	var changed []string
+	for n, e := range a {
+		if f, ok := b[n]; !ok || f != e {
+			changed = append(changed, statusDir+"/"+n)
+		}
+	}
+	for n := range b {
+		if _, ok := a[n]; !ok {
+			changed = append(changed, statusDir+"/"+n)
+		}
+	}
+	if len(changed) > 0 {
+		slices.Sort(changed)
+		return fmt.Errorf("%w: group %s's commit changes %s", ErrOutsideStatus, group, strings.Join(changed, ", "))
+	}
+	return nil
 }
 
 // packedObject locates one object in a pack built by encodePack.

@@ -1,6 +1,7 @@
 package gitops
 
 import (
+	"cmp"
 	"fmt"
 	"maps"
 	"slices"
@@ -30,6 +31,10 @@ type StatusBuilder struct {
 	// from the server record (Ready, Stalled, Progressing) start at the
 	// record's last update.
 	Now func() time.Time
+	// Include, if set, says which servers the status shows (a controller
+	// group's: those of its zones, docs/ha.md "Sharding"); hosts are
+	// shown when their server is. nil: every server and host.
+	Include func(state.Server) bool
 
 	mu      sync.Mutex
 	lastSeq uint64
@@ -66,6 +71,9 @@ func (b *StatusBuilder) Build(inv InventoryStatus, images []ImageStatus, plan re
 	out := Snapshot{Inventory: inv.WithPlan(plan), Images: images}
 	seen := map[string]bool{}
 	for _, name := range slices.Sorted(maps.Keys(snap.Servers)) {
+		if b.Include != nil && !b.Include(snap.Servers[name]) {
+			continue
+		}
 		out.Servers = append(out.Servers, b.serverStatus(snap.Servers[name], planConds[name], now, seen))
 	}
 	for k := range b.since {
@@ -74,6 +82,12 @@ func (b *StatusBuilder) Build(inv InventoryStatus, images []ImageStatus, plan re
 		}
 	}
 	for _, name := range slices.Sorted(maps.Keys(snap.Hosts)) {
+		if b.Include != nil {
+			h := snap.Hosts[name]
+			if srv, ok := snap.Servers[cmp.Or(h.Server, h.Name)]; !ok || !b.Include(srv) {
+				continue
+			}
+		}
 		out.Hosts = append(out.Hosts, hostStatus(snap.Hosts[name]))
 	}
 	sort.Slice(out.Images, func(i, j int) bool { return out.Images[i].Name < out.Images[j].Name })

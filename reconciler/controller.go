@@ -78,6 +78,16 @@ type Config struct {
 	OnPass func(Result)
 	// Metrics, when set, counts actions and passes.
 	Metrics *Metrics
+	// Scope, when set, limits every pass to a controller group's zones
+	// (machina serve --group/--zones): the plan, the resumed journal
+	// entries and the metrics see only the group's servers and profiles
+	// (Scope.Apply). nil plans the whole inventory, as before.
+	Scope *Scope
+	// Claims returns every group's recorded zone claims (group → zones,
+	// state.Store.ZoneClaims), read each pass with Scope set; an error
+	// skips the pass (a group never plans without knowing who else claims
+	// its zones). Required with Scope.
+	Claims func() (map[string][]string, error)
 }
 
 // Controller is the executor: it plans desired against observed state and
@@ -110,6 +120,9 @@ type Controller struct {
 func New(cfg Config) (*Controller, error) {
 	if cfg.Store == nil || cfg.Drivers == nil {
 		return nil, errors.New("reconciler: Config.Store and Config.Drivers are required")
+	}
+	if cfg.Scope != nil && cfg.Claims == nil {
+		return nil, errors.New("reconciler: Config.Scope needs Config.Claims")
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -222,7 +235,20 @@ func (c *Controller) Pass(ctx context.Context) Result {
 		return Result{}
 	}
 	desired := c.Desired()
+	var scoped []PlanCondition
+	if sc := c.cfg.Scope; sc != nil {
+		claims, err := c.cfg.Claims()
+		if err != nil {
+			c.log.Error("zone claims: pass skipped", "group", sc.Group, "err", err)
+			return Result{}
+		}
+		desired, snap, scoped = sc.Apply(claims, desired, snap)
+	}
 	res, waits := c.plan(desired, snap)
+	if len(scoped) > 0 {
+		res.Conditions = append(res.Conditions, scoped...)
+		sortConditions(res.Conditions)
+	}
 	c.mu.Lock()
 	c.last = res
 	c.mu.Unlock()
@@ -531,6 +557,17 @@ func (c *Controller) Provision(profile string, n int, actor string) ([]string, e
 	snap, err := c.cfg.Store.Snapshot()
 	if err != nil {
 		return nil, err
+	}
+	if sc := c.cfg.Scope; sc != nil {
+		// A group provisions only from its own, uncontested zones.
+		claims, err := c.cfg.Claims()
+		if err != nil {
+			return nil, fmt.Errorf("reconciler: zone claims: %w", err)
+		}
+		desired, snap, _ = sc.Apply(claims, desired, snap)
+		if p = desired.Profile(profile); p == nil {
+			return nil, fmt.Errorf("reconciler: profile %q is not planned by controller group %s (its zone is not one of %s, or another group claims it too)", profile, sc.Group, strings.Join(sc.Zones, ", "))
+		}
 	}
 	cands := Candidates(*p, desired, snap, map[string]string{})
 	if len(cands) < n {

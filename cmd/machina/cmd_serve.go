@@ -93,32 +93,11 @@ func (c ServeConfig) Run(ctx context.Context) error {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	st, err := state.OpenTarget(c.StatePath, c.EtcdTLS, state.Options{Timeout: c.LockTimeout, MasterKey: c.MasterKey, Logger: log.With("component", "state")})
+	st, srv, err := c.openStore(log)
 	if err != nil {
-		return fmt.Errorf("serve: %w", explainOpen(c.StatePath, err))
+		return err
 	}
 	defer st.Close()
-	sec, err := st.SecretsStatus()
-	if err != nil {
-		return fmt.Errorf("serve: %w", err)
-	}
-	switch {
-	case !sec.Sealing && sec.Sealed > 0:
-		return fmt.Errorf("serve: the state file holds %d sealed secrets but %s is not set", sec.Sealed, envMasterKey)
-	case !sec.Sealing:
-		log.Warn("secrets are stored unsealed: set "+envMasterKey+" to encrypt them at rest", "unsealed", sec.Unsealed)
-	default:
-		log.Info("secrets are sealed with AES-256-GCM", "sealed", sec.Sealed)
-	}
-	srv, err := api.New(api.Config{Store: st, Logger: log.With("component", "api")})
-	if err != nil {
-		return fmt.Errorf("serve: %w", err)
-	}
-	if c.Setup != nil {
-		if err := c.Setup(st, srv); err != nil {
-			return fmt.Errorf("serve: setup: %w", err)
-		}
-	}
 	var ca *join.CA
 	if c.AdminTLS.Listen != "" || !controller.IsLoopback(c.Listen) {
 		if ca, err = join.LoadOrCreateCA(st, nil); err != nil {
@@ -136,6 +115,13 @@ func (c ServeConfig) Run(ctx context.Context) error {
 		}
 		return fmt.Errorf("serve: listen %s: %w", c.Listen, err)
 	}
+	return c.serve(ctx, st, srv, ln, adminLn, adminURL, log)
+}
+
+// serve runs the pruner and the admin API on ln (and the TLS adminLn, if
+// any) until ctx is done or a listener fails.
+func (c ServeConfig) serve(ctx context.Context, st *state.Store, srv *api.Server, ln, adminLn net.Listener, adminURL string, log *slog.Logger) error {
+	var err error
 	ready := ln.Addr()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -179,6 +165,42 @@ func (c ServeConfig) Run(ctx context.Context) error {
 	}
 	log.Info("stopped")
 	return nil
+}
+
+// openStore opens the state store, checks its secrets against the master
+// key, builds the admin API and runs Setup. The caller closes the store.
+func (c ServeConfig) openStore(log *slog.Logger) (_ *state.Store, _ *api.Server, err error) {
+	st, err := state.OpenTarget(c.StatePath, c.EtcdTLS, state.Options{Timeout: c.LockTimeout, MasterKey: c.MasterKey, Logger: log.With("component", "state")})
+	if err != nil {
+		return nil, nil, fmt.Errorf("serve: %w", explainOpen(c.StatePath, err))
+	}
+	defer func() {
+		if err != nil {
+			st.Close()
+		}
+	}()
+	sec, err := st.SecretsStatus()
+	if err != nil {
+		return nil, nil, fmt.Errorf("serve: %w", err)
+	}
+	switch {
+	case !sec.Sealing && sec.Sealed > 0:
+		return nil, nil, fmt.Errorf("serve: the state file holds %d sealed secrets but %s is not set", sec.Sealed, envMasterKey)
+	case !sec.Sealing:
+		log.Warn("secrets are stored unsealed: set "+envMasterKey+" to encrypt them at rest", "unsealed", sec.Unsealed)
+	default:
+		log.Info("secrets are sealed with AES-256-GCM", "sealed", sec.Sealed)
+	}
+	srv, err := api.New(api.Config{Store: st, Logger: log.With("component", "api")})
+	if err != nil {
+		return nil, nil, fmt.Errorf("serve: %w", err)
+	}
+	if c.Setup != nil {
+		if err := c.Setup(st, srv); err != nil {
+			return nil, nil, fmt.Errorf("serve: setup: %w", err)
+		}
+	}
+	return st, srv, nil
 }
 
 // prune removes expired tokens and old events every interval until ctx is done.
@@ -348,10 +370,9 @@ func nodeBinaryFlags(f *pflag.FlagSet, cc *controller.Config) {
 // newServeCmd is `machina serve`.
 func newServeCmd(e *env) *cobra.Command {
 	var c ServeConfig
-	var logFormat, logLevel, cpuProfile, memProfile, configPath, masterKeyFile string
-	var printConfig bool
 	var cc controller.Config
 	var haf haFlags
+	var o serveOpts
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Run the controller: reconciler, admin API, boot and machine endpoints, images, Git source and status",
@@ -365,58 +386,90 @@ func newServeCmd(e *env) *cobra.Command {
 			"file (keys are the flag names; machina bootstrap writes /etc/machina/machina.yaml); precedence: flag,\n" +
 			"environment, file, default. Off loopback the admin API and UI answer only over TLS (--admin-listen).",
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := applySources(cmd.Flags(), configPath, os.Getenv, "config", "print-config"); err != nil {
-				return usageError{err}
-			}
-			if printConfig {
-				_, err := io.WriteString(e.stdout, effectiveConfig(cmd.Flags(), "config", "print-config"))
-				return err
-			}
-			log, err := newLogger(e.stderr, logFormat, logLevel)
-			if err != nil {
-				return err
-			}
-			c.Logger = log
-			c.MasterKey = []byte(os.Getenv(envMasterKey))
-			if len(c.MasterKey) == 0 && masterKeyFile != "" {
-				if c.MasterKey, err = readMasterKeyFile(masterKeyFile); err != nil {
-					return fmt.Errorf("serve: %w", err)
-				}
-			}
-			if cpuProfile != "" {
-				stop, err := startCPUProfile(cpuProfile)
-				if err != nil {
-					return err
-				}
-				defer stop()
-			}
-			if memProfile != "" {
-				defer writeHeapProfile(memProfile+".exit", log, true)
-				stop := make(chan struct{})
-				defer close(stop)
-				go watchHeapPeak(memProfile, log, stop)
-			}
-			if err := checkServeFlags(&cc, haf, c.StatePath, cmd.Flags().Changed); err != nil {
-				return err
-			}
-			if cc.Repo.URL == "" {
-				return c.Run(cmd.Context())
-			}
-			cc.StatePath, cc.Listen, cc.MasterKey, cc.Logger, cc.AdminTLS = c.StatePath, c.Listen, c.MasterKey, log, c.AdminTLS
-			cc.EtcdTLS = c.EtcdTLS
-			cc.AutoEnroll = boot.AutoEnrollFromEnv(os.Getenv)
-			return controller.Run(cmd.Context(), cc)
-		},
+		RunE: func(cmd *cobra.Command, _ []string) error { return runServe(cmd, e, &c, &cc, &haf, &o) },
 	}
 	f := cmd.Flags()
-	f.StringVar(&configPath, "config", os.Getenv("MACHINA_CONFIG"), "YAML file whose keys are these flags' names (e.g. /etc/machina/machina.yaml from machina bootstrap); precedence: flag, env MACHINA_<FLAG>, file, default; an unknown key is an error")
-	f.BoolVar(&printConfig, "print-config", false, "print the configuration these flags, MACHINA_<FLAG> and --config give, as a --config file, and exit (it holds no secret: none is a flag)")
-	f.StringVar(&masterKeyFile, "master-key-file", "", "file holding the master key that seals secrets (machina bootstrap writes /etc/machina/master.key: 64 hex digits, mode 0600); "+envMasterKey+" wins when set")
+	addServeFlags(f, &c, &cc, &haf, &o)
+	addServeGitFlags(f, &cc)
+	addServeNetFlags(f, &cc)
+	addServeReconcilerFlags(f, &cc)
+	return cmd
+}
+
+// serveOpts are machina serve's flags that configure the process, not
+// the controller.
+type serveOpts struct {
+	logFormat, logLevel, cpuProfile, memProfile, configPath, masterKeyFile string
+	printConfig                                                            bool
+}
+
+// runServe is machina serve's body: it reads the flag sources, starts the
+// diagnostics and runs the admin API alone (no --repo) or the controller.
+func runServe(cmd *cobra.Command, e *env, c *ServeConfig, cc *controller.Config, haf *haFlags, o *serveOpts) error {
+	if err := applySources(cmd.Flags(), o.configPath, os.Getenv, "config", "print-config"); err != nil {
+		return usageError{err}
+	}
+	if o.printConfig {
+		_, err := io.WriteString(e.stdout, effectiveConfig(cmd.Flags(), "config", "print-config"))
+		return err
+	}
+	log, err := newLogger(e.stderr, o.logFormat, o.logLevel)
+	if err != nil {
+		return err
+	}
+	c.Logger = log
+	c.MasterKey = []byte(os.Getenv(envMasterKey))
+	if len(c.MasterKey) == 0 && o.masterKeyFile != "" {
+		if c.MasterKey, err = readMasterKeyFile(o.masterKeyFile); err != nil {
+			return fmt.Errorf("serve: %w", err)
+		}
+	}
+	if o.cpuProfile != "" {
+		stop, err := startCPUProfile(o.cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
+	if o.memProfile != "" {
+		defer writeHeapProfile(o.memProfile+".exit", log, true)
+		stop := make(chan struct{})
+		defer close(stop)
+		go watchHeapPeak(o.memProfile, log, stop)
+	}
+	if err := checkServeFlags(cc, *haf, c.StatePath, cmd.Flags().Changed); err != nil {
+		return err
+	}
+	if cc.Repo.URL == "" {
+		return c.Run(cmd.Context())
+	}
+	cc.StatePath, cc.Listen, cc.MasterKey, cc.Logger, cc.AdminTLS = c.StatePath, c.Listen, c.MasterKey, log, c.AdminTLS
+	cc.EtcdTLS = c.EtcdTLS
+	cc.AutoEnroll = boot.AutoEnrollFromEnv(os.Getenv)
+	return controller.Run(cmd.Context(), *cc)
+}
+
+// addServeFlags adds the process's, the state's and the admin API's flags.
+func addServeFlags(f *pflag.FlagSet, c *ServeConfig, cc *controller.Config, haf *haFlags, o *serveOpts) {
+	f.StringVar(&o.configPath, "config", os.Getenv("MACHINA_CONFIG"), "YAML file whose keys are these flags' names (e.g. /etc/machina/machina.yaml from machina bootstrap); precedence: flag, env MACHINA_<FLAG>, file, default; an unknown key is an error")
+	f.BoolVar(&o.printConfig, "print-config", false, "print the configuration these flags, MACHINA_<FLAG> and --config give, as a --config file, and exit (it holds no secret: none is a flag)")
+	f.StringVar(&o.masterKeyFile, "master-key-file", "", "file holding the master key that seals secrets (machina bootstrap writes /etc/machina/master.key: 64 hex digits, mode 0600); "+envMasterKey+" wins when set")
 	f.StringVar(&c.AdminTLS.Listen, "admin-listen", "", "TLS address of the admin API and UI; empty: none when --listen is loopback, else --listen's host on port "+controller.DefaultAdminTLSPort)
 	f.StringVar(&c.AdminTLS.CertFile, "tls-cert", "", "PEM certificate (chain) of the admin TLS listener; empty: issued by the controller's CA")
 	f.StringVar(&c.AdminTLS.KeyFile, "tls-key", "", "PEM private key of --tls-cert")
 	f.StringSliceVar(&c.AdminTLS.Names, "admin-name", nil, "extra DNS name or IP address in the CA-issued admin certificate (repeatable)")
+	f.StringVar(&c.StatePath, "state", envOrDefault(envState, defaultStatePath), "bbolt state file, or an etcd site etcd://HOST:PORT[,HOST:PORT...]/PREFIX (the path is the key prefix; env "+envState+")")
+	addEtcdTLSFlags(f, &c.EtcdTLS, haf)
+	f.StringVar(&c.Listen, "listen", envOrDefault(envListen, "127.0.0.1:8080"), "admin API address (env "+envListen+")")
+	f.StringVar(&o.memProfile, "mem-profile", "", "diagnostics: write a Go heap profile (pprof format, in-use and allocated) to this file whenever the live heap plus goroutine stacks reach a new peak (checked every second), and to FILE.exit on exit")
+	f.StringVar(&o.cpuProfile, "cpu-profile", "", "diagnostics: write a Go CPU profile (pprof format) of the whole run to this file, closed on exit")
+	f.StringVar(&o.logFormat, "log-format", envOrDefault(envLogFormat, "json"), "log format: json or text (env "+envLogFormat+")")
+	f.StringVar(&o.logLevel, "log-level", envOrDefault(envLogLevel, "info"), "log level: debug, info, warn, error (env "+envLogLevel+")")
+}
+
+// addServeGitFlags adds the inventory repository's, the machine-facing
+// URLs' and auto-enrolment's flags.
+func addServeGitFlags(f *pflag.FlagSet, cc *controller.Config) {
 	f.StringVar(&cc.Repo.URL, "repo", os.Getenv("MACHINA_REPO"), "inventory repository URL: file://, https:// or ssh:// (env MACHINA_REPO)")
 	f.StringVar(&cc.Repo.Branch, "branch", envOrDefault("MACHINA_BRANCH", "main"), "inventory branch (env MACHINA_BRANCH)")
 	f.StringVar(&cc.Repo.TokenFile, "repo-token-file", os.Getenv("MACHINA_REPO_TOKEN_FILE"), "file holding the HTTPS Git token")
@@ -432,7 +485,14 @@ func newServeCmd(e *env) *cobra.Command {
 	f.DurationVar(&cc.PollInterval, "poll-interval", 30*time.Second, "how often the inventory branch tip is polled")
 	f.StringVar(&cc.JoinListen, "join-listen", envOrDefault("MACHINA_JOIN_LISTEN", "127.0.0.1:8443"), "TLS join listener address")
 	f.StringVar(&cc.JoinURL, "join-url", os.Getenv("MACHINA_JOIN_URL"), "the join listener's URL as hosts reach it")
-	nodeBinaryFlags(f, &cc)
+	nodeBinaryFlags(f, cc)
+	f.StringVar(&cc.AutoEnrollZone, "auto-enroll-zone", envOrDefault("MACHINA_AUTO_ENROLL_ZONE", "discovered"), "zone of auto-enrolled servers (env MACHINA_AUTO_ENROLL_ZONE; auto-enrol itself is "+boot.AutoEnrollEnv+"=1)")
+	f.IntVar(&cc.AutoEnrollMax, "auto-enroll-max", 16, "auto-enrolled servers pending review at most; further unknown MACs are refused")
+	f.StringVar(&cc.AutoEnrollCommitTo, "auto-enroll-commit-to", os.Getenv("MACHINA_AUTO_ENROLL_COMMIT_TO"), "commit auto-enrol proposals straight onto this branch (the inventory branch); empty pushes review branches discovered/DATE")
+}
+
+// addServeNetFlags adds the DHCP, TFTP and per-client limit flags.
+func addServeNetFlags(f *pflag.FlagSet, cc *controller.Config) {
 	f.StringSliceVar(&cc.Netboot.Interfaces, "dhcp-interface", nil, "serve DHCP (and the IPv6 RA) on this provisioning interface (repeatable)")
 	f.StringVar((*string)(&cc.Netboot.Mode), "dhcp-mode", "full", "DHCP mode: full (addresses from --dhcp-pool) or proxy (PXE options only)")
 	f.Func("dhcp-subnet", "provisioning subnet, e.g. 10.99.0.0/24", func(v string) (err error) { cc.Netboot.Subnet, err = netip.ParsePrefix(v); return })
@@ -450,6 +510,15 @@ func newServeCmd(e *env) *cobra.Command {
 	})
 	f.StringVar(&cc.Netboot.TFTPRoot, "tftp-root", os.Getenv("MACHINA_TFTP_ROOT"), "serve TFTP from this folder (iPXE binaries, e.g. /usr/lib/ipxe)")
 	f.StringVar(&cc.Netboot.GRUBARM64, "grub-arm64", os.Getenv("MACHINA_GRUB_ARM64"), "arm64 GRUB network image (scripts/build-grub-arm64.sh: out/boot/grubnetaa64.efi), served by TFTP to DHCP arch 11 clients")
+	f.IntVar(&cc.MachinePerIP.Burst, "machine-burst", 0, "boot and machine-facing requests per client IP at once (0: 20)")
+	f.IntVar(&cc.MaxConnsPerIP, "max-conns-per-ip", 0, "open HTTP connections per client IP at most; further ones are closed at accept (0: 256)")
+	f.DurationVar(&cc.MachinePerIP.Every, "machine-refill", 0, "one more request per client IP after this long (0: 100ms)")
+	f.BoolVar(&cc.Netboot.RouterAdvert, "router-advert", true, "send an IPv6 RA (router lifetime 0) on the DHCP interfaces; iPXE then skips a 13 s IPv6 wait")
+}
+
+// addServeReconcilerFlags adds the reconciler's, the status writer's and
+// the fleet watches' flags.
+func addServeReconcilerFlags(f *pflag.FlagSet, cc *controller.Config) {
 	f.IntVar(&cc.Reconciler.Workers, "workers", 8, "actions running at once")
 	f.IntVar(&cc.Reconciler.PerRack, "per-rack", 4, "actions at once in one rack")
 	f.DurationVar(&cc.Reconciler.Interval, "reconcile-interval", 5*time.Second, "planning pass interval without a trigger")
@@ -462,19 +531,4 @@ func newServeCmd(e *env) *cobra.Command {
 	f.DurationVar(&cc.Heartbeat, "heartbeat", 30*time.Second, "interval joined hosts heartbeat at")
 	f.DurationVar(&cc.HostLostWindow, "host-lost-window", 0, "silence after which a host is marked HostLost and its power read from the BMC (0: 3 heartbeat intervals)")
 	f.DurationVar(&cc.HostFenceWindow, "host-fence-window", 0, "further time a lost host of a profile with fence: auto stays lost before it is fenced, within the safety brake's share (0: the lost window again)")
-	f.IntVar(&cc.MachinePerIP.Burst, "machine-burst", 0, "boot and machine-facing requests per client IP at once (0: 20)")
-	f.IntVar(&cc.MaxConnsPerIP, "max-conns-per-ip", 0, "open HTTP connections per client IP at most; further ones are closed at accept (0: 256)")
-	f.DurationVar(&cc.MachinePerIP.Every, "machine-refill", 0, "one more request per client IP after this long (0: 100ms)")
-	f.BoolVar(&cc.Netboot.RouterAdvert, "router-advert", true, "send an IPv6 RA (router lifetime 0) on the DHCP interfaces; iPXE then skips a 13 s IPv6 wait")
-	f.StringVar(&cc.AutoEnrollZone, "auto-enroll-zone", envOrDefault("MACHINA_AUTO_ENROLL_ZONE", "discovered"), "zone of auto-enrolled servers (env MACHINA_AUTO_ENROLL_ZONE; auto-enrol itself is "+boot.AutoEnrollEnv+"=1)")
-	f.IntVar(&cc.AutoEnrollMax, "auto-enroll-max", 16, "auto-enrolled servers pending review at most; further unknown MACs are refused")
-	f.StringVar(&cc.AutoEnrollCommitTo, "auto-enroll-commit-to", os.Getenv("MACHINA_AUTO_ENROLL_COMMIT_TO"), "commit auto-enrol proposals straight onto this branch (the inventory branch); empty pushes review branches discovered/DATE")
-	f.StringVar(&c.StatePath, "state", envOrDefault(envState, defaultStatePath), "bbolt state file, or an etcd site etcd://HOST:PORT[,HOST:PORT...]/PREFIX (the path is the key prefix; env "+envState+")")
-	addEtcdTLSFlags(f, &c.EtcdTLS, &haf)
-	f.StringVar(&c.Listen, "listen", envOrDefault(envListen, "127.0.0.1:8080"), "admin API address (env "+envListen+")")
-	f.StringVar(&memProfile, "mem-profile", "", "diagnostics: write a Go heap profile (pprof format, in-use and allocated) to this file whenever the live heap plus goroutine stacks reach a new peak (checked every second), and to FILE.exit on exit")
-	f.StringVar(&cpuProfile, "cpu-profile", "", "diagnostics: write a Go CPU profile (pprof format) of the whole run to this file, closed on exit")
-	f.StringVar(&logFormat, "log-format", envOrDefault(envLogFormat, "json"), "log format: json or text (env "+envLogFormat+")")
-	f.StringVar(&logLevel, "log-level", envOrDefault(envLogLevel, "info"), "log level: debug, info, warn, error (env "+envLogLevel+")")
-	return cmd
 }

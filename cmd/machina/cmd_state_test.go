@@ -172,3 +172,36 @@ func TestStateMigrateThenServeOnEtcd(t *testing.T) {
 		t.Fatalf("password URL: exit %d, %q", code, errb.String())
 	}
 }
+
+// TestStateZoneClaims: machina state zone-claims lists the groups' claims
+// of an etcd site and --delete removes one group's, leaving the others.
+func TestStateZoneClaims(t *testing.T) {
+	c := etcdtest.Start(t, etcdtest.Options{})
+	target := "etcd://" + strings.TrimPrefix(c.Endpoints()[0], "http://") + "/site"
+	st, err := state.OpenEtcd(state.EtcdConfig{Client: c.Client(t), Prefix: "/site/"}, state.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for g, zs := range map[string][]string{"east": {"zone-a"}, "north": {"zone-c", "zone-b"}} {
+		if err := st.PutZoneClaim(g, zs, g+"-1"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_ = st.Close()
+	var out, errb bytes.Buffer
+	if code := run(context.Background(), []string{"state", "zone-claims", "--state", target}, nil, &out, &errb); code != 0 {
+		t.Fatalf("zone-claims: exit %d\n%s", code, errb.String())
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(lines) != 2 || !strings.HasPrefix(lines[0], "east\tzone-a\teast-1\t") || !strings.HasPrefix(lines[1], "north\tzone-b,zone-c\tnorth-1\t") {
+		t.Fatalf("zone-claims output:\n%s", out.String())
+	}
+	out.Reset()
+	if code := run(context.Background(), []string{"state", "zone-claims", "--state", target, "--delete", "north"}, nil, &out, &errb); code != 0 {
+		t.Fatalf("zone-claims --delete: exit %d\n%s", code, errb.String())
+	}
+	out.Reset()
+	if code := run(context.Background(), []string{"state", "zone-claims", "--state", target}, nil, &out, &errb); code != 0 || !strings.HasPrefix(out.String(), "east\t") || strings.Contains(out.String(), "north") {
+		t.Fatalf("after delete: exit %d, %q", code, out.String())
+	}
+}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/machina-metal/machina/controller"
 	"github.com/machina-metal/machina/ha"
+	"github.com/machina-metal/machina/namerule"
 	"github.com/machina-metal/machina/state"
 )
 
@@ -18,6 +19,8 @@ import (
 type haFlags struct {
 	id, adminURL, vip, vipIf string
 	ttl                      time.Duration
+	group                    string   // --group: this controller's group on a sharded site
+	zones                    []string // --zones: the group's zones
 }
 
 func addHAFlags(f *pflag.FlagSet, h *haFlags) {
@@ -26,6 +29,39 @@ func addHAFlags(f *pflag.FlagSet, h *haFlags) {
 	f.StringVar(&h.adminURL, "ha-admin-url", "", "this controller's admin API URL as the other controllers reach it (standbys forward writes there); empty: the admin TLS listener's URL")
 	f.StringVar(&h.vip, "vip", "", "provisioning virtual IP ADDR/PREFIX (IPv4) the leader adds to --vip-interface and announces with gratuitous ARP; the DHCP server answers as it (option 54, siaddr)")
 	f.StringVar(&h.vipIf, "vip-interface", "", "interface that carries --vip (the provisioning interface)")
+	f.StringVar(&h.group, "group", "", "sharding (docs/ha.md): the controller group this controller belongs to, an RFC 1123 label; the group plans only --zones, has its own leader and writes status under status/GROUP/ (needs --ha-id and --zones)")
+	f.StringSliceVar(&h.zones, "zones", nil, "sharding: the zones of the inventory the --group plans, comma-separated RFC 1123 labels (servers.yaml zone names); a zone another group claims too is refused for both")
+}
+
+// checkGroup checks --group and --zones and fills cc.Group and cc.Zones.
+func (h haFlags) checkGroup(cc *controller.Config) error {
+	if h.group == "" {
+		if len(h.zones) > 0 {
+			return errors.New("--zones needs --group: name the controller group that plans them")
+		}
+		return nil
+	}
+	if h.id == "" {
+		return errors.New("--group needs --ha-id (and --state etcd://…): the group's leader election and zone claims live in etcd")
+	}
+	if err := namerule.Label.Check(h.group); err != nil {
+		return fmt.Errorf("--group %q: want %s", h.group, namerule.Label.What)
+	}
+	if len(h.zones) == 0 {
+		return fmt.Errorf("--group %s needs --zones: the zones it plans", h.group)
+	}
+	seen := map[string]bool{}
+	for _, z := range h.zones {
+		if !namerule.Label.Valid(z) {
+			return fmt.Errorf("--zones: zone %q: want %s, as servers.yaml's zone", z, namerule.Label.What)
+		}
+		if seen[z] {
+			return fmt.Errorf("--zones: zone %s given twice", z)
+		}
+		seen[z] = true
+	}
+	cc.Group, cc.Zones = h.group, h.zones
+	return nil
 }
 
 // config checks the flags against the state target and returns the HA
@@ -82,6 +118,9 @@ func checkServeFlags(cc *controller.Config, h haFlags, statePath string, changed
 		return usageError{err}
 	}
 	cc.HA = ha
+	if err := h.checkGroup(cc); err != nil {
+		return usageError{err}
+	}
 	if ha != nil && ha.VIP != nil {
 		cc.Netboot.ServerIP = ha.VIP.Prefix.Addr()
 	}

@@ -160,24 +160,30 @@ type haNode struct {
 	done   chan error
 }
 
-func startHANode(t *testing.T, lab *sim.Lab, dir, id, publicURL string, endpoints []string, log *slog.Logger) *haNode {
+// startHANode starts controller id of a group; mods change its
+// configuration (a sharded site's Group and Zones).
+func startHANode(t *testing.T, lab *sim.Lab, dir, id, publicURL string, endpoints []string, log *slog.Logger, mods ...func(*controller.Config)) *haNode {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	n := &haNode{id: id, cancel: cancel, done: make(chan error, 1)}
 	ready := make(chan *controller.Running, 1)
+	cfg := controller.Config{
+		HA: &controller.HAConfig{Etcd: state.EtcdConfig{Endpoints: endpoints, Prefix: "/site/", RequestTimeout: 3 * time.Second},
+			ID: id, TTL: 2 * time.Second},
+		WorkDir: filepath.Join(dir, id), Listen: "127.0.0.1:0", JoinListen: "127.0.0.1:0", PublicURL: publicURL,
+		Repo: gitops.Remote{URL: lab.RepoURL}, PollInterval: 200 * time.Millisecond, StatusInterval: 300 * time.Millisecond,
+		MachinePerIP:     boot.Limit{Burst: 1000, Every: time.Millisecond},
+		MaxConnsPerIP:    1 << 20,
+		Reconciler:       reconciler.Config{Interval: 200 * time.Millisecond, BackoffBase: 200 * time.Millisecond, BackoffCap: 2 * time.Second},
+		BMCWatchInterval: -1,
+		Logger:           log.With("controller", id),
+		OnReady:          func(r *controller.Running) { ready <- r },
+	}
+	for _, m := range mods {
+		m(&cfg)
+	}
 	go func() {
-		n.done <- controller.Run(ctx, controller.Config{
-			HA: &controller.HAConfig{Etcd: state.EtcdConfig{Endpoints: endpoints, Prefix: "/site/", RequestTimeout: 3 * time.Second},
-				ID: id, TTL: 2 * time.Second},
-			WorkDir: filepath.Join(dir, id), Listen: "127.0.0.1:0", JoinListen: "127.0.0.1:0", PublicURL: publicURL,
-			Repo: gitops.Remote{URL: lab.RepoURL}, PollInterval: 200 * time.Millisecond, StatusInterval: 300 * time.Millisecond,
-			MachinePerIP:     boot.Limit{Burst: 1000, Every: time.Millisecond},
-			MaxConnsPerIP:    1 << 20,
-			Reconciler:       reconciler.Config{Interval: 200 * time.Millisecond, BackoffBase: 200 * time.Millisecond, BackoffCap: 2 * time.Second},
-			BMCWatchInterval: -1,
-			Logger:           log.With("controller", id),
-			OnReady:          func(r *controller.Running) { ready <- r },
-		})
+		n.done <- controller.Run(ctx, cfg)
 	}()
 	select {
 	case n.run = <-ready:
