@@ -363,9 +363,22 @@ func listAll(t *testing.T, ctx context.Context, c *v1.Client) []v1.Server {
 	var out []v1.Server
 	after := ""
 	for {
-		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		page, err := c.ListServers(cctx, v1.ListServersOptions{After: after, Limit: 1000})
-		cancel()
+		var page v1.ServerList
+		var err error
+		// A request in the window after a leader died can meet the dead
+		// process (502 from a standby's forward, or a refused connection
+		// through the HA tests' VIP stand-in, which re-reads the leader
+		// every 200 ms): retried for up to 5 s, as an operator's client
+		// would; a controller that stays unreachable fails the test.
+		for deadline := time.Now().Add(5 * time.Second); ; {
+			cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			page, err = c.ListServers(cctx, v1.ListServersOptions{After: after, Limit: 1000})
+			cancel()
+			if err == nil || time.Now().After(deadline) || ctx.Err() != nil {
+				break
+			}
+			time.Sleep(250 * time.Millisecond)
+		}
 		if err != nil {
 			t.Fatal(err)
 		}
