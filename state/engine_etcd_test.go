@@ -403,9 +403,11 @@ func TestEtcdViewsReadReplica(t *testing.T) {
 		t.Errorf("Snapshot and ServerByBootMAC made %d etcd reads, want 0 (the replica)", n)
 	}
 
-	// A write outside the prefix (another site, an election) moves etcd's
-	// revision past anything the watch shows: a progress report, not a
-	// fallback to etcd reads, brings the replica up to it.
+	// A write outside the prefix (another site) moves etcd's revision past
+	// anything the watch shows. Progress reports are not trusted (etcd
+	// before 3.4.25/3.5.8 can send one ahead of undelivered events,
+	// etcd-io/etcd#15220), so the view falls back to reading etcd after
+	// repMaxLag: correct, bounded, not free.
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if _, err := e.cli.Put(ctx, strings.TrimSuffix(e.prefix, "/")+"-elsewhere/x", "y"); err != nil {
@@ -416,8 +418,8 @@ func TestEtcdViewsReadReplica(t *testing.T) {
 	if _, err := s.CountServers(); err != nil {
 		t.Fatal(err)
 	}
-	if n, d := e.reads.Load()-before, time.Since(t0); n != 0 || d >= repMaxLag {
-		t.Errorf("view after a write outside the prefix: %d etcd reads in %v, want 0 reads, well under %v", n, d, repMaxLag)
+	if n, d := e.reads.Load()-before, time.Since(t0); n == 0 || d >= repMaxLag+5*time.Second {
+		t.Errorf("view after a write outside the prefix: %d etcd reads in %v, want a direct read after about %v", n, d, repMaxLag)
 	}
 
 	// Another controller on the same prefix writes; this one's views see it
