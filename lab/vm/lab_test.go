@@ -25,6 +25,11 @@ func TestVMLab(t *testing.T) {
 	if os.Getenv("MACHINA_VM_LAB") != "1" {
 		// Not a silent skip in CI: .ci/run runs the VM lab as its own
 		// step with MACHINA_VM_LAB=1 after make test.
+		if os.Getenv("CI") == "true" {
+			// make test filters this test out (-skip); reaching it in CI
+			// without the variable is a wiring fault, not a skip.
+			t.Fatal("TestVMLab reached under CI=true without MACHINA_VM_LAB=1: run it as .ci/run's lab step (make lab), or filter it out as make test does")
+		}
 		t.Skip("the VM lab runs with MACHINA_VM_LAB=1 (make lab; .ci/run runs it after make test): minutes, root, qemu")
 	}
 	root, err := filepath.Abs("../..")
@@ -116,6 +121,9 @@ func TestVMLabARM64(t *testing.T) {
 	if os.Getenv("MACHINA_VM_LAB_ARM64") != "1" {
 		// Not a silent skip in CI: .ci/run runs it as its own step
 		// (lab_arm64) with MACHINA_VM_LAB_ARM64=1.
+		if os.Getenv("CI") == "true" {
+			t.Fatal("TestVMLabARM64 reached under CI=true without MACHINA_VM_LAB_ARM64=1: run it as .ci/run's lab_arm64 step (make lab-arm64), or filter it out as make test does")
+		}
 		t.Skip("the arm64 VM lab runs with MACHINA_VM_LAB_ARM64=1 (make lab-arm64; .ci/run's lab_arm64 step): minutes, root, qemu-system-aarch64")
 	}
 	root, err := filepath.Abs("../..")
