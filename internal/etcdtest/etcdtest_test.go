@@ -18,6 +18,34 @@ func put(t *testing.T, cli *clientv3.Client, k, v string) {
 	}
 }
 
+// putAcrossFailover writes k=v while a member has just been killed or
+// stopped. If that member led the cluster, a write a follower forwarded to
+// it is dropped and etcd answers it only after its request timeout
+// (5 s + 2 × election timeout) with "request timed out, possibly due to
+// previous leader failure" (seen in CI), or "leader changed" / "no leader"
+// during the election: the write is retried (the same value, so a retry of a write
+// that did land changes nothing) until 30 s have passed.
+func putAcrossFailover(t *testing.T, cli *clientv3.Client, k, v string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for attempt := 1; ; attempt++ {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		_, err := cli.Put(ctx, k, v)
+		cancel()
+		if err == nil {
+			if attempt > 1 {
+				t.Logf("put %s landed on attempt %d", k, attempt)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("put %s: no write for 30 s after a member went down: %v", k, err)
+		}
+		t.Logf("put %s attempt %d: %v", k, attempt, err)
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
 func get(t *testing.T, cli *clientv3.Client, k string) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -59,7 +87,7 @@ func TestThreeMembersSurviveOneKill(t *testing.T) {
 	if m.Running() || m.PID() != 0 {
 		t.Fatal("member 1 still running after Kill")
 	}
-	put(t, cli, "k", "during")
+	putAcrossFailover(t, cli, "k", "during")
 	m.Restart()
 	if m.PID() == 0 || m.PID() == pid {
 		t.Fatalf("restarted pid = %d (old %d)", m.PID(), pid)
@@ -75,7 +103,7 @@ func TestThreeMembersSurviveOneKill(t *testing.T) {
 		t.Fatalf("restarted member reads %q, want during", got)
 	}
 	c.Member(2).Stop()
-	put(t, cli, "k", "after")
+	putAcrossFailover(t, cli, "k", "after")
 }
 
 // TestTLSClientCertRequired: a TLS cluster serves a client with the test
