@@ -166,17 +166,31 @@ func (b *BootIndex) Issue(_ context.Context, mac net.HardwareAddr, purpose strin
 	if err != nil {
 		return "", err
 	}
-	s, ok, err := b.server(mac, false)
-	if err != nil {
-		return "", err
-	}
+	// The handler calls Issue right after a Lookup of the same MAC in
+	// the same request, which read the server and checked the index entry
+	// against its boot MAC: the entry names the server without a second
+	// store read (issue 24: a read per script GET of a boot storm). A
+	// server whose boot MAC moved in between gets a token bound to the
+	// old MAC, which no request of the server's new machine can use (the
+	// token's MAC and the lease address are checked at use).
+	key := mac.String()
+	b.mu.RLock()
+	name, ok := b.byMAC[key]
+	b.mu.RUnlock()
 	if !ok {
-		return "", fmt.Errorf("boot index: issue token for %s: %w", mac.String(), boot.ErrNotFound)
+		s, found, err := b.server(mac, false)
+		if err != nil {
+			return "", err
+		}
+		if !found {
+			return "", fmt.Errorf("boot index: issue token for %s: %w", key, boot.ErrNotFound)
+		}
+		name, key = s.Name, s.BootMAC
 	}
 	// The install token is reusable (short-lived): the installer fetches
 	// its kernel, initrd, ISO or tree and documents with it, some more than
 	// once; every other boot token is single-use.
-	tok, _, err := b.st.IssueToken(state.TokenSpec{Purpose: p, Server: s.Name, MAC: s.BootMAC, TTL: ttl, Reusable: p == state.PurposeInstall,
+	tok, _, err := b.st.IssueToken(state.TokenSpec{Purpose: p, Server: name, MAC: key, TTL: ttl, Reusable: p == state.PurposeInstall,
 		Heard: "boot script fetched (" + purpose + ")"})
 	return tok, err
 }

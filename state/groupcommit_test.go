@@ -36,6 +36,9 @@ func TestIssueTokenGroupCommit(t *testing.T) {
 	close(start)
 	wg.Wait()
 	commits := state.LastTxID(s) - before
+	if err := s.FlushHeard(); err != nil {
+		t.Fatal(err)
+	}
 	for i := range n {
 		if errs[i] != nil {
 			t.Fatalf("issue %d: %v", i, errs[i])

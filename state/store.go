@@ -137,6 +137,8 @@ type Store struct {
 
 	// refusals paces the events of refused machine requests (refusals.go).
 	refusals refusalPacer
+	// heard holds LastHeard notes written behind (heard.go).
+	heard heardQueue
 
 	// sweep bounds the old events one append deletes (and the events and
 	// tokens one Prune transaction deletes on an engine with a bounded
@@ -279,6 +281,7 @@ func (s *Store) Path() string { return s.path }
 
 // Close releases the file and its lock (etcd: closes the client).
 func (s *Store) Close() error {
+	s.closeHeard()
 	s.closeRefusals()
 	if err := s.eng.close(); err != nil {
 		return fmt.Errorf("state: close: %w", err)

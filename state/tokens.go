@@ -57,8 +57,10 @@ type TokenSpec struct {
 	// (short-lived rather than single-use), e.g. image downloads resumed
 	// with Range requests. Default: single-use.
 	Reusable bool
-	// Heard, when set, is recorded as the server's LastHeard (now) in the
-	// transaction that issues the token: the machine asked for it.
+	// Heard, when set, is recorded as the server's LastHeard (now) once
+	// the token is issued, written behind as NoteHeard writes it (within
+	// HeardDelay, outside the token's transaction): the machine asked
+	// for it.
 	Heard string
 }
 
@@ -129,6 +131,9 @@ func (s *Store) IssueToken(spec TokenSpec) (string, Token, error) {
 	if err != nil {
 		return "", Token{}, fmt.Errorf("state: issue token: %w", err)
 	}
+	if spec.Heard != "" {
+		s.NoteHeard(spec.Server, spec.Heard)
+	}
 	return value, t, nil
 }
 
@@ -180,14 +185,6 @@ func (s *Store) issueTokenTx(tx kvTx, spec TokenSpec) (string, Token, error) {
 	}
 	if err := live.Put(liveKey(spec.Server, spec.Purpose), h[:]); err != nil {
 		return "", Token{}, err
-	}
-	if spec.Heard != "" && tx.Bucket(bucketServers).Get([]byte(spec.Server)) != nil {
-		if _, err := s.updateServerTx(tx, spec.Server, func(srv *Server) error {
-			srv.LastHeard, srv.LastHeardAt = spec.Heard, now
-			return nil
-		}); err != nil {
-			return "", Token{}, err
-		}
 	}
 	return value, t, tx.Bucket(bucketTokens).Put(h[:], data)
 }

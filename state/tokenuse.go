@@ -58,13 +58,24 @@ func (t *Tx) SetPower(name string, p Power, src PowerSource) (Server, error) {
 }
 
 // IssueToken is [Store.IssueToken] inside the transaction (revoking the
-// server's previous token of that purpose).
+// server's previous token of that purpose). spec.Heard is written in the
+// transaction, not behind: its caller is writing the server already.
 func (t *Tx) IssueToken(spec TokenSpec) (string, Token, error) {
 	spec, err := checkSpec(spec)
 	if err != nil {
 		return "", Token{}, err
 	}
-	return t.s.issueTokenTx(t.tx, spec)
+	value, tok, err := t.s.issueTokenTx(t.tx, spec)
+	if err != nil || spec.Heard == "" || t.tx.Bucket(bucketServers).Get([]byte(spec.Server)) == nil {
+		return value, tok, err
+	}
+	if _, err := t.s.updateServerTx(t.tx, spec.Server, func(srv *Server) error {
+		srv.LastHeard, srv.LastHeardAt = spec.Heard, tok.IssuedAt
+		return nil
+	}); err != nil {
+		return "", Token{}, err
+	}
+	return value, tok, nil
 }
 
 // AppendEvent writes ev inside the transaction.

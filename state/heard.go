@@ -1,0 +1,143 @@
+package state
+
+import (
+	"errors"
+	"maps"
+	"slices"
+	"sync"
+	"time"
+)
+
+// HeardDelay is how long a LastHeard note from NoteHeard (or
+// TokenSpec.Heard) waits before it is written: the notes of every server
+// heard in that time share one transaction. A crash loses at most the
+// notes of the last HeardDelay, which the silence detection they feed
+// (minutes: the reconciler's re-netboot of a silent machine) cannot tell.
+const HeardDelay = 250 * time.Millisecond
+
+// heardChunk bounds the servers one flush transaction updates (two
+// operations each on etcd, whose transactions are bounded at 128
+// operations by default).
+const heardChunk = 48
+
+// heardNote is a pending LastHeard note.
+type heardNote struct {
+	what string
+	at   time.Time
+}
+
+// heardQueue holds the LastHeard notes not yet written. A boot storm's
+// script fetches each used to rewrite their server's record inside the
+// token's own transaction: about two thirds of a 1,000-mint burst's commit
+// time on this project's lab disk (issue 24, bench/bootstorm.md). Written
+// behind, a burst of notes costs one record write per server per
+// HeardDelay, in a few shared transactions, and the token's transaction
+// is the token alone.
+type heardQueue struct {
+	mu      sync.Mutex
+	pending map[string]heardNote
+	timer   *time.Timer
+	closed  bool
+	// flushMu serialises flushes, so two never write one server's notes
+	// out of order.
+	flushMu sync.Mutex
+}
+
+// NoteHeard records that server's machine did what at the store's now,
+// as the server's LastHeard and LastHeardAt, written behind: within
+// HeardDelay, in a transaction shared with the other notes of that time;
+// FlushHeard and Close write what is pending at once. A later note for
+// the same server replaces an earlier pending one, and a note never
+// replaces a LastHeard that another write recorded after it. Notes for a
+// server that does not exist (any more) are dropped. It never fails: a
+// flush that cannot be written is logged and dropped, as the next
+// request from the machine notes it again.
+func (s *Store) NoteHeard(server, what string) {
+	q := &s.heard
+	now := s.nowUTC()
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.closed {
+		return
+	}
+	if q.pending == nil {
+		q.pending = map[string]heardNote{}
+	}
+	q.pending[server] = heardNote{what: what, at: now}
+	if q.timer == nil {
+		q.timer = time.AfterFunc(HeardDelay, func() {
+			if err := s.FlushHeard(); err != nil {
+				s.log.Warn("state: last-heard notes not written", "err", err)
+			}
+		})
+	}
+}
+
+// FlushHeard writes the pending LastHeard notes now (NoteHeard), in
+// transactions of at most 48 servers. Errors: the engine's, after which
+// the notes of the failed transaction are dropped.
+func (s *Store) FlushHeard() error {
+	q := &s.heard
+	q.flushMu.Lock()
+	defer q.flushMu.Unlock()
+	q.mu.Lock()
+	if q.timer != nil {
+		q.timer.Stop()
+		q.timer = nil
+	}
+	pending := q.pending
+	q.pending = nil
+	q.mu.Unlock()
+	if len(pending) == 0 {
+		return nil
+	}
+	names := slices.Sorted(maps.Keys(pending))
+	var first error
+	for chunk := range slices.Chunk(names, heardChunk) {
+		err := s.update(func(tx kvTx) error {
+			wrote := false
+			for _, name := range chunk {
+				n := pending[name]
+				if tx.Bucket(bucketServers).Get([]byte(name)) == nil {
+					continue
+				}
+				_, err := s.updateServerTx(tx, name, func(srv *Server) error {
+					if !n.at.After(srv.LastHeardAt) {
+						return errHeardStale
+					}
+					srv.LastHeard, srv.LastHeardAt = n.what, n.at
+					return nil
+				})
+				switch err {
+				case nil:
+					wrote = true
+				case errHeardStale:
+				default:
+					return err
+				}
+			}
+			if !wrote {
+				return errRollback
+			}
+			return nil
+		})
+		if err = rolledBack(err); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// errHeardStale skips a note older than the server's LastHeardAt.
+var errHeardStale = errors.New("state: last-heard note older than the record")
+
+// closeHeard writes the pending notes and stops taking new ones.
+func (s *Store) closeHeard() {
+	if err := s.FlushHeard(); err != nil {
+		s.log.Warn("state: last-heard notes not written at close", "err", err)
+	}
+	q := &s.heard
+	q.mu.Lock()
+	q.closed = true
+	q.mu.Unlock()
+}

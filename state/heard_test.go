@@ -1,0 +1,94 @@
+package state_test
+
+import (
+	"fmt"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/machina-metal/machina/state"
+)
+
+// TestNoteHeardWrittenBehind: LastHeard notes are written behind the
+// requests that make them (issue 24): a burst of 200 notes over 100
+// servers is no record write at first, then within HeardDelay the last
+// note per server is written, in a few shared transactions; a note for
+// an unknown server is dropped.
+func TestNoteHeardWrittenBehind(t *testing.T) {
+	eachEngine(t, func(t *testing.T) {
+		s := openTest(t, state.Options{NoSync: true})
+		const n = 100
+		for i := range n {
+			mustCreate(t, s, state.Server{Name: fmt.Sprintf("r1-n%03d", i)})
+		}
+		before, _ := s.Server("r1-n000")
+		for i := range 2 * n {
+			s.NoteHeard(fmt.Sprintf("r1-n%03d", i%n), fmt.Sprintf("note %d", i))
+		}
+		s.NoteHeard("r9-gone", "no such server")
+		if got, _ := s.Server("r1-n000"); got.LastHeard != "" || got.Revision != before.Revision {
+			t.Fatalf("note written at once: %q rev %d (was %d)", got.LastHeard, got.Revision, before.Revision)
+		}
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			got, _ := s.Server(fmt.Sprintf("r1-n%03d", n-1))
+			if got.LastHeard != "" {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("no note written within 5 s (HeardDelay %s)", state.HeardDelay)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		for i := range n {
+			got, err := s.Server(fmt.Sprintf("r1-n%03d", i))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := fmt.Sprintf("note %d", i+n); got.LastHeard != want || got.LastHeardAt.IsZero() {
+				t.Fatalf("server %d: last heard %q at %v, want %q", i, got.LastHeard, got.LastHeardAt, want)
+			}
+		}
+		if _, err := s.Server("r9-gone"); err == nil {
+			t.Fatal("a note created a server")
+		}
+	})
+}
+
+// TestNoteHeardNeverRegresses: a note pending while another write
+// records a later LastHeard (a report, in its own transaction) does not
+// overwrite it when flushed; Close writes pending notes.
+func TestNoteHeardNeverRegresses(t *testing.T) {
+	eachEngine(t, func(t *testing.T) {
+		clk := newClock()
+		path := filepath.Join(t.TempDir(), "state.db")
+		s, err := openEngine(t, path, state.Options{NoSync: true, Now: clk.Now})
+		if err != nil {
+			t.Fatal(err)
+		}
+		mustCreate(t, s, state.Server{Name: "r1-n01"})
+		mustCreate(t, s, state.Server{Name: "r1-n02"})
+		s.NoteHeard("r1-n01", "boot script fetched")
+		clk.Advance(time.Second)
+		if _, err := s.UpdateServer("r1-n01", func(srv *state.Server) error {
+			srv.LastHeard, srv.LastHeardAt = "report", clk.Now()
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.FlushHeard(); err != nil {
+			t.Fatal(err)
+		}
+		if got, _ := s.Server("r1-n01"); got.LastHeard != "report" {
+			t.Fatalf("last heard %q after a stale note was flushed, want report", got.LastHeard)
+		}
+		s.NoteHeard("r1-n02", "deploy plan fetched")
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+		s = openAt(t, path, state.Options{NoSync: true})
+		if got, _ := s.Server("r1-n02"); got.LastHeard != "deploy plan fetched" {
+			t.Fatalf("last heard %q after Close, want the pending note written", got.LastHeard)
+		}
+	})
+}
