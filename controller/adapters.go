@@ -7,7 +7,7 @@ import (
 
 	"github.com/machina-metal/machina/gitops"
 	"github.com/machina-metal/machina/images"
-	"github.com/machina-metal/machina/reconciler"
+	"github.com/machina-metal/machina/reconciler/plan"
 )
 
 // statusFeed passes reconcile passes' plans to the status writer, at most
@@ -18,14 +18,14 @@ import (
 // newest pass is always the one that reaches the status writer.
 type statusFeed struct {
 	mu      sync.Mutex
-	build   func(reconciler.Result)
+	build   func(plan.Result)
 	gap     time.Duration // least time between builds; 0 builds every pass
 	last    time.Time     // start of the newest build
-	pending *reconciler.Result
+	pending *plan.Result
 	timer   *time.Timer
 }
 
-func (f *statusFeed) onPass(res reconciler.Result) {
+func (f *statusFeed) onPass(res plan.Result) {
 	f.mu.Lock()
 	b := f.build
 	if b == nil {

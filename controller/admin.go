@@ -15,6 +15,7 @@ import (
 	"github.com/machina-metal/machina/discover"
 	"github.com/machina-metal/machina/gitops"
 	"github.com/machina-metal/machina/reconciler"
+	"github.com/machina-metal/machina/reconciler/plan"
 	"github.com/machina-metal/machina/state"
 )
 
@@ -67,7 +68,7 @@ func approveHandler(st *state.Store, ctrl *reconciler.Controller, src *gitops.So
 		// apply, so it is refused with the digest to use.
 		if good, invalid := src.Latest(); req.Revision != "" &&
 			(strings.HasPrefix(good.Commit, req.Revision) || invalid != nil && strings.HasPrefix(invalid.Commit, req.Revision)) {
-			acting := reconciler.DigestPrefix(good.Digest)
+			acting := plan.DigestPrefix(good.Digest)
 			if acting == "" {
 				acting = "none yet"
 			}
@@ -103,9 +104,9 @@ func approveHandler(st *state.Store, ctrl *reconciler.Controller, src *gitops.So
 			if !already {
 				heldMsg := "no revision has a held plan"
 				if held > 0 {
-					heldMsg = fmt.Sprintf("held: inventory revision %s (%d steps)", reconciler.DigestPrefix("sha256:"+out.Acting), held)
+					heldMsg = fmt.Sprintf("held: inventory revision %s (%d steps)", plan.DigestPrefix("sha256:"+out.Acting), held)
 				} else if out.Acting != "" {
-					heldMsg += fmt.Sprintf(" (the controller acts on %s)", reconciler.DigestPrefix("sha256:"+out.Acting))
+					heldMsg += fmt.Sprintf(" (the controller acts on %s)", plan.DigestPrefix("sha256:"+out.Acting))
 				}
 				writeErr(w, http.StatusConflict, v1.CodeNotHeld, fmt.Sprintf("inventory revision %s matches no held plan; nothing recorded; %s", req.Revision, heldMsg))
 				return

@@ -46,7 +46,7 @@ type Config struct {
 	HA *HAConfig
 	// Group, if set, is this controller's group for a sharded site
 	// (machina serve --group, docs/ha.md "Sharding"): with Zones, it plans
-	// only the servers and profiles of Zones (reconciler.Scope), records
+	// only the servers and profiles of Zones (plan.Scope), records
 	// its claim on them in the shared state when it leads, refuses servers
 	// another group claims too, is elected under its own key
 	// (PREFIX groups/GROUP/leader) and writes status under status/GROUP/.

@@ -35,7 +35,7 @@ import (
 // clears it (join listener). A host whose profile says `fence: auto` and
 // that stays lost for a second window is fenced: its server powered off
 // through its BMC or fencing device and read back off, only while the
-// safety brake's share allows it (reconciler PlanOptions.BrakeShare): when
+// safety brake's share allows it (plan.Options.BrakeShare): when
 // more than that share of the hosts is lost at once (a network split
 // looks like that) no host is fenced automatically, and fences never
 // exceed the share of hosts.

@@ -29,6 +29,7 @@ import (
 	"github.com/machina-metal/machina/reconciler"
 	"github.com/machina-metal/machina/reconciler/deployplan"
 	"github.com/machina-metal/machina/reconciler/fleet"
+	"github.com/machina-metal/machina/reconciler/plan"
 	"github.com/machina-metal/machina/state"
 )
 
@@ -191,11 +192,11 @@ func (w *wiring) zoneClaims() (map[string][]string, error) {
 }
 
 // scope is the group's plan scope, nil for the whole inventory.
-func (w *wiring) scope() *reconciler.Scope {
+func (w *wiring) scope() *plan.Scope {
 	if w.cfg.Group == "" {
 		return nil
 	}
-	return &reconciler.Scope{Group: w.cfg.Group, Zones: w.cfg.Zones}
+	return &plan.Scope{Group: w.cfg.Group, Zones: w.cfg.Zones}
 }
 
 // stages lists Run's start-up in order; each stage uses what the ones
@@ -527,7 +528,7 @@ func (w *wiring) gitSide() (func(), error) {
 		w.builder.Include = w.inScope
 	}
 	var urg statusUrgency
-	w.feed.build = func(res reconciler.Result) {
+	w.feed.build = func(res plan.Result) {
 		// The snapshot is built by the writer when it writes (see
 		// UpdateFrom): a 10,000-server snapshot is tens of MB, and a build
 		// per pass would mostly be garbage.
@@ -542,7 +543,7 @@ func (w *wiring) gitSide() (func(), error) {
 }
 
 // snapshot returns the status snapshot builder for a pass's plan.
-func (w *wiring) snapshot(res reconciler.Result) func() (gitops.Snapshot, error) {
+func (w *wiring) snapshot(res plan.Result) func() (gitops.Snapshot, error) {
 	return func() (gitops.Snapshot, error) {
 		return w.builder.Build(w.src.InventoryStatus(), w.imgStatus.list(), res)
 	}

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/machina-metal/machina/gitops"
-	"github.com/machina-metal/machina/reconciler"
+	"github.com/machina-metal/machina/reconciler/plan"
 )
 
 // TestStatusFeedCoalesces: passes arriving faster than the gap are
@@ -15,7 +15,7 @@ func TestStatusFeedCoalesces(t *testing.T) {
 	var mu sync.Mutex
 	var built []string
 	done := make(chan struct{}, 100)
-	f := &statusFeed{gap: 20 * time.Millisecond, build: func(r reconciler.Result) {
+	f := &statusFeed{gap: 20 * time.Millisecond, build: func(r plan.Result) {
 		mu.Lock()
 		built = append(built, r.Brake)
 		mu.Unlock()
@@ -23,7 +23,7 @@ func TestStatusFeedCoalesces(t *testing.T) {
 	}}
 	const passes = 200
 	for i := range passes {
-		f.onPass(reconciler.Result{Brake: string(rune('a' + i%26))})
+		f.onPass(plan.Result{Brake: string(rune('a' + i%26))})
 	}
 	last := string(rune('a' + (passes-1)%26))
 	deadline := time.After(10 * time.Second)

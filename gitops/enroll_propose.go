@@ -4,13 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"sort"
 	"strings"
 	"time"
 
 	"github.com/machina-metal/machina/discover"
 	"github.com/machina-metal/machina/inventory"
-	"github.com/machina-metal/machina/reconciler"
+	"github.com/machina-metal/machina/reconciler/plan"
 	"github.com/machina-metal/machina/redact"
 	"github.com/machina-metal/machina/state"
 )
@@ -44,7 +45,7 @@ func (e *Enroller) Run(ctx context.Context) error {
 				return nil
 			default:
 				failures++
-				d := reconciler.Backoff(e.cfg.RetryBase, e.cfg.RetryCap, failures)
+				d := plan.Backoff(e.cfg.RetryBase, e.cfg.RetryCap, failures, rand.Float64())
 				notBefore = time.Now().Add(d)
 				e.log.Warn("auto-enrol proposal failed; will retry", "err", redact.String(err.Error()), "in", d.Round(time.Second))
 			}

@@ -17,7 +17,7 @@ import (
 	"github.com/machina-metal/machina/boot"
 	"github.com/machina-metal/machina/discover"
 	"github.com/machina-metal/machina/inventory"
-	"github.com/machina-metal/machina/reconciler/plantest"
+	"github.com/machina-metal/machina/reconciler/plan/plantest"
 	"github.com/machina-metal/machina/state"
 )
 

@@ -6,16 +6,17 @@
 //     identified by their inventory digest; an invalid newest revision is
 //     reported ([InvalidRevision]) while the last good one stays desired.
 //   - [StatusWriter] renders a [Snapshot] of the fleet (built by
-//     [StatusBuilder] from the store and a plan [reconciler.Result]) to
+//     [StatusBuilder] from the store and a plan [plan.Result]) to
 //     status/ and commits it; [CheckStatusUntouched] tells CI that a change
 //     edits status/ by hand.
 //   - [Enroller] enrols machines that PXE-boot with an unknown MAC (a
 //     boot.Enroller) and [Proposer] pushes their servers.yaml entries for
 //     review.
 //
-// gitops imports the reconciler for the plan's types (what status
-// reports); the reconciler imports no Git package and never gitops: the
-// controller hands it each good revision's inventory (SetDesired).
+// gitops imports the plan (reconciler/plan) for the types status reports,
+// never the executor (reconciler) or a bmc package; the reconciler imports
+// no Git package and never gitops: the controller hands it each good
+// revision's inventory (SetDesired).
 package gitops
 
 import (
@@ -44,7 +45,6 @@ import (
 	"github.com/go-git/go-git/v5/storage/filesystem"
 
 	"github.com/machina-metal/machina/inventory"
-	"github.com/machina-metal/machina/reconciler"
 	"github.com/machina-metal/machina/redact"
 )
 
@@ -305,15 +305,15 @@ func (s *Source) Latest() (good Revision, invalid *InvalidRevision) {
 	return s.good, s.invalid
 }
 
-// DesiredRevision implements reconciler.Revisions: the newest good
-// revision's inventory and digest, and whether the newest revision is
-// invalid. Safe for concurrent use.
+// DesiredRevision implements reconciler.Revisions (the interface the
+// executor declares; the controller hands a *Source to
+// reconciler.Controller.Follow, which checks it at compile time): the
+// newest good revision's inventory and digest, and whether the newest
+// revision is invalid. Safe for concurrent use.
 func (s *Source) DesiredRevision() (inv *inventory.Inventory, digest string, invalid bool) {
 	good, bad := s.Latest()
 	return good.Inventory, good.Digest, bad != nil
 }
-
-var _ reconciler.Revisions = (*Source)(nil)
 
 // InventoryStatus returns Latest in the form [Snapshot] carries, for the
 // status writer. Safe for concurrent use.

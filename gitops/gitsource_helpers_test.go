@@ -13,7 +13,7 @@ import (
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/object"
 
-	"github.com/machina-metal/machina/reconciler/plantest"
+	"github.com/machina-metal/machina/reconciler/plan/plantest"
 )
 
 // testRepo is a bare "remote" in a temp dir and a working clone that plays

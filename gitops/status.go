@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/machina-metal/machina/inventory"
-	"github.com/machina-metal/machina/reconciler"
+	"github.com/machina-metal/machina/reconciler/plan"
 )
 
 // Snapshot is what the controller observed about the whole fleet, the input
@@ -41,7 +41,7 @@ type InventoryStatus struct {
 	// conditions: in status/inventory.yaml and listed on status/README.md.
 	// Server conditions go to the server files and the brake's hold to
 	// Held, not here.
-	Conditions []reconciler.PlanCondition `json:"conditions"`
+	Conditions []plan.Condition `json:"conditions"`
 }
 
 // HeldPlan is the part of a plan the safety brake holds: why, and the
@@ -179,17 +179,17 @@ type HostStatus struct {
 // Conditions from the conditions whose subject is not a server (server
 // conditions go to the server files, the hold to Held). Conditions is
 // empty, never nil, so JSON shows [].
-func (inv InventoryStatus) WithPlan(plan reconciler.Result) InventoryStatus {
-	inv.Conditions = []reconciler.PlanCondition{}
-	for _, c := range plan.Conditions {
+func (inv InventoryStatus) WithPlan(res plan.Result) InventoryStatus {
+	inv.Conditions = []plan.Condition{}
+	for _, c := range res.Conditions {
 		if !strings.HasPrefix(c.Subject, "server/") && c.Type != "Held" {
 			inv.Conditions = append(inv.Conditions, c)
 		}
 	}
 	inv.Held = nil
-	if plan.Brake != "" {
-		held := &HeldPlan{Reason: plan.Brake}
-		for _, s := range plan.Held {
+	if res.Brake != "" {
+		held := &HeldPlan{Reason: res.Brake}
+		for _, s := range res.Held {
 			held.Steps = append(held.Steps, s.String())
 		}
 		inv.Held = held

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/machina-metal/machina/reconciler"
-	"github.com/machina-metal/machina/reconciler/plantest"
+	"github.com/machina-metal/machina/reconciler/plan"
+	"github.com/machina-metal/machina/reconciler/plan/plantest"
 	"github.com/machina-metal/machina/state"
 )
 
@@ -24,21 +24,21 @@ func TestStatusShowsProfileConditions(t *testing.T) {
 	c := plantest.CloneInv(inv)
 	c.Profile("hypervisor").Count = 9
 	snap := plantest.Observe(c, state.LifecycleReady, plantest.BigHW)
-	plan := reconciler.Plan(c, snap, reconciler.PlanOptions{Now: plantest.T0.Add(time.Minute)})
-	var capacity *reconciler.PlanCondition
-	for i, pc := range plan.Conditions {
+	res := plan.Compute(c, snap, plan.Options{Now: plantest.T0.Add(time.Minute)})
+	var capacity *plan.Condition
+	for i, pc := range res.Conditions {
 		if pc.Subject == "profile/hypervisor" && pc.Type == "InsufficientCapacity" {
-			capacity = &plan.Conditions[i]
+			capacity = &res.Conditions[i]
 		}
 	}
 	if capacity == nil {
-		t.Fatalf("plan has no InsufficientCapacity condition for hypervisor: %+v", plan.Conditions)
+		t.Fatalf("plan has no InsufficientCapacity condition for hypervisor: %+v", res.Conditions)
 	}
 	// A hold and a server condition next to it, as a real plan can have.
-	plan.Brake = "held until approved (machinactl approve 0123456789ab): test"
-	plan.Conditions = append(plan.Conditions,
-		reconciler.PlanCondition{Subject: "inventory", Type: "Held", Reason: "SafetyBrake", Message: plan.Brake},
-		reconciler.PlanCondition{Subject: "server/r1-n01", Type: "Orphaned", Reason: "NotInInventory", Message: "not in servers.yaml"})
+	res.Brake = "held until approved (machinactl approve 0123456789ab): test"
+	res.Conditions = append(res.Conditions,
+		plan.Condition{Subject: "inventory", Type: "Held", Reason: "SafetyBrake", Message: res.Brake},
+		plan.Condition{Subject: "server/r1-n01", Type: "Orphaned", Reason: "NotInInventory", Message: "not in servers.yaml"})
 
 	st, err := state.Open(filepath.Join(t.TempDir(), "state.db"), state.Options{})
 	if err != nil {
@@ -46,7 +46,7 @@ func TestStatusShowsProfileConditions(t *testing.T) {
 	}
 	defer st.Close()
 	b := &StatusBuilder{Store: st}
-	out, err := b.Build(InventoryStatus{Good: RevisionRef{Commit: "0123456789abcdef0123456789abcdef01234567", Digest: inv.Digest}}, nil, plan)
+	out, err := b.Build(InventoryStatus{Good: RevisionRef{Commit: "0123456789abcdef0123456789abcdef01234567", Digest: inv.Digest}}, nil, res)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,8 +108,8 @@ func TestStatusServerRowShowsPlanConditions(t *testing.T) {
 	rec, _ := st.Server("r2-n04")
 	seen := rec.UpdatedAt.Add(3 * time.Hour).Truncate(time.Second)
 	b := &StatusBuilder{Store: st, Now: func() time.Time { return seen }}
-	plan := reconciler.Result{Conditions: []reconciler.PlanCondition{{Subject: "server/r2-n04", Type: "Orphaned", Reason: "NotInInventory", Message: "server is not in servers.yaml any more; left as it is (new)"}}}
-	out, err := b.Build(InventoryStatus{}, nil, plan)
+	res := plan.Result{Conditions: []plan.Condition{{Subject: "server/r2-n04", Type: "Orphaned", Reason: "NotInInventory", Message: "server is not in servers.yaml any more; left as it is (new)"}}}
+	out, err := b.Build(InventoryStatus{}, nil, res)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -151,7 +151,7 @@ func TestStatusBMCTruthConditions(t *testing.T) {
 		}
 	}
 	b := &StatusBuilder{Store: st, Now: time.Now}
-	out, err := b.Build(InventoryStatus{}, nil, reconciler.Result{})
+	out, err := b.Build(InventoryStatus{}, nil, plan.Result{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/machina-metal/machina/inventory"
-	"github.com/machina-metal/machina/reconciler"
+	"github.com/machina-metal/machina/reconciler/plan"
 	"github.com/machina-metal/machina/redact"
 )
 
@@ -403,9 +403,9 @@ func renderInventory(inv InventoryStatus) []byte {
 }
 
 // sortedConditions returns cs sorted by subject, then type.
-func sortedConditions(cs []reconciler.PlanCondition) []reconciler.PlanCondition {
+func sortedConditions(cs []plan.Condition) []plan.Condition {
 	cs = slices.Clone(cs)
-	slices.SortStableFunc(cs, func(a, b reconciler.PlanCondition) int {
+	slices.SortStableFunc(cs, func(a, b plan.Condition) int {
 		return cmp.Or(cmp.Compare(a.Subject, b.Subject), cmp.Compare(a.Type, b.Type))
 	})
 	return cs
@@ -532,9 +532,9 @@ func conditionSummary(cs []Condition) string {
 }
 
 // mdCell makes s safe inside a Markdown table cell or a paragraph of
-// status/README.md (reconciler.MarkdownText, shared with the plan's
+// status/README.md (plan.MarkdownText, shared with the plan's
 // pull-request comments).
-func mdCell(s string) string { return reconciler.MarkdownText(s) }
+func mdCell(s string) string { return plan.MarkdownText(s) }
 
 func truncate(s string, n int) string {
 	if len(s) <= n {

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/machina-metal/machina/inventory"
-	"github.com/machina-metal/machina/reconciler"
+	"github.com/machina-metal/machina/reconciler/plan"
 	"github.com/machina-metal/machina/state"
 )
 
@@ -43,9 +43,9 @@ type StatusBuilder struct {
 }
 
 // Build returns the status snapshot of the fleet. inv is the Git source's
-// inventory status; images the image states; plan the latest plan (its
+// inventory status; images the image states; res the latest plan (its
 // conditions become server conditions).
-func (b *StatusBuilder) Build(inv InventoryStatus, images []ImageStatus, plan reconciler.Result) (Snapshot, error) {
+func (b *StatusBuilder) Build(inv InventoryStatus, images []ImageStatus, res plan.Result) (Snapshot, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	now := time.Now()
@@ -62,13 +62,13 @@ func (b *StatusBuilder) Build(inv InventoryStatus, images []ImageStatus, plan re
 	if err != nil {
 		return Snapshot{}, fmt.Errorf("status: snapshot: %w", err)
 	}
-	planConds := map[string][]reconciler.PlanCondition{}
-	for _, c := range plan.Conditions {
+	planConds := map[string][]plan.Condition{}
+	for _, c := range res.Conditions {
 		if name, ok := strings.CutPrefix(c.Subject, "server/"); ok {
 			planConds[name] = append(planConds[name], c)
 		}
 	}
-	out := Snapshot{Inventory: inv.WithPlan(plan), Images: images}
+	out := Snapshot{Inventory: inv.WithPlan(res), Images: images}
 	seen := map[string]bool{}
 	for _, name := range slices.Sorted(maps.Keys(snap.Servers)) {
 		if b.Include != nil && !b.Include(snap.Servers[name]) {
@@ -129,7 +129,7 @@ func (b *StatusBuilder) readEvents() error {
 // serverStatus is one server's status: its record, its hardware, its
 // conditions (each with the time this builder first saw it, marked in
 // seen) and its recent events.
-func (b *StatusBuilder) serverStatus(s state.Server, planConds []reconciler.PlanCondition, now time.Time, seen map[string]bool) ServerStatus {
+func (b *StatusBuilder) serverStatus(s state.Server, planConds []plan.Condition, now time.Time, seen map[string]bool) ServerStatus {
 	name := s.Name
 	ss := ServerStatus{Name: name, Lifecycle: string(s.Lifecycle), Power: string(s.Power.State), Health: s.Health, LastError: s.LastError}
 	if s.Allocation != nil {

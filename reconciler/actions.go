@@ -5,12 +5,12 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/machina-metal/machina/inventory"
+	"github.com/machina-metal/machina/reconciler/plan"
 	"github.com/machina-metal/machina/state"
 )
 
 // journal records step as in flight and returns the server record.
-func (c *Controller) journal(step Step) (state.Server, error) {
+func (c *Controller) journal(step plan.Step) (state.Server, error) {
 	return c.cfg.Store.UpdateServer(step.Server, func(s *state.Server) error {
 		attempt := 1
 		if s.InFlight != nil && s.InFlight.Action == string(step.Action) {
@@ -27,12 +27,12 @@ func (c *Controller) journal(step Step) (state.Server, error) {
 }
 
 // done clears the journal and records the action counter as observed.
-func (c *Controller) done(step Step) error {
-	counter := actionInfo[step.Action].Counter
+func (c *Controller) done(step plan.Step) error {
+	counter := info(step.Action).Counter
 	_, err := c.cfg.Store.UpdateServer(step.Server, func(s *state.Server) error {
 		s.InFlight, s.Stalled = nil, ""
 		s.Failures, s.RetryAt = 0, time.Time{}
-		if step.Action != ActTimeout {
+		if step.Action != plan.ActTimeout {
 			// A timeout's outcome is the failure it records as LastError.
 			s.LastError = ""
 		}
@@ -49,12 +49,6 @@ func (c *Controller) done(step Step) error {
 	return err
 }
 
-func observedFrom(ws *inventory.Server) state.Server {
-	return state.Server{Name: ws.Name, Zone: ws.Zone, Site: ws.Site, Rack: ws.Rack, BootMAC: ws.BootMAC, BootMode: string(ws.BootMode),
-		BMC: state.BMCFacts{Driver: string(ws.BMC.Driver), Address: ws.BMC.Address, Credentials: ws.BMC.Credentials,
-			SystemID: ws.BMC.SystemID, InsecureTLS: ws.BMC.InsecureTLS, Auth: ws.BMC.Auth, CABundle: ws.BMC.CABundle}}
-}
-
 // staleOK turns a stale transition (someone else already moved the server)
 // into success: the plan is recomputed from the new state next pass.
 func staleOK(err error) error {
@@ -62,4 +56,12 @@ func staleOK(err error) error {
 		return nil
 	}
 	return err
+}
+
+// info is a's row of the plan's action table; the zero row (BMCNone,
+// limited, no counter) for an action this build does not know, which run
+// refuses before anything reads the row.
+func info(a plan.Action) plan.ActionInfo {
+	i, _ := a.Info()
+	return i
 }

@@ -1,17 +1,20 @@
 package reconciler
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
+	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/machina-metal/machina/bmc"
 	"github.com/machina-metal/machina/inventory"
+	"github.com/machina-metal/machina/reconciler/plan"
 	"github.com/machina-metal/machina/state"
 )
 
@@ -53,7 +56,7 @@ type Config struct {
 	Interval time.Duration
 	// Plan holds the plan options (deadlines, brake share); Now and
 	// Approved are filled by the controller.
-	Plan PlanOptions
+	Plan plan.Options
 	// ImageOf resolves a profile's image name to the image recorded on the
 	// allocation; nil records the name as given.
 	ImageOf func(profile string) string
@@ -75,14 +78,14 @@ type Config struct {
 	UEFIISOURL string
 	// OnPass, when set, is called after every planning pass with the plan
 	// (for status write-back and metrics). It must not block for long.
-	OnPass func(Result)
+	OnPass func(plan.Result)
 	// Metrics, when set, counts actions and passes.
 	Metrics *Metrics
 	// Scope, when set, limits every pass to a controller group's zones
 	// (machina serve --group/--zones): the plan, the resumed journal
 	// entries and the metrics see only the group's servers and profiles
 	// (Scope.Apply). nil plans the whole inventory, as before.
-	Scope *Scope
+	Scope *plan.Scope
 	// Claims returns every group's recorded zone claims (group → zones,
 	// state.Store.ZoneClaims), read each pass with Scope set; an error
 	// skips the pass (a group never plans without knowing who else claims
@@ -101,12 +104,12 @@ type Controller struct {
 
 	mu       sync.Mutex
 	desired  *inventory.Inventory
-	busy     map[string]bool // server → an action is running
-	inflight map[string]Step // server → the step running (for the plan's view of in-flight allocations)
-	bmcUse   map[string]int  // BMC address → running actions
-	rackUse  map[string]int  // rack → running actions
+	busy     map[string]bool      // server → an action is running
+	inflight map[string]plan.Step // server → the step running (for the plan's view of in-flight allocations)
+	bmcUse   map[string]int       // BMC address → running actions
+	rackUse  map[string]int       // rack → running actions
 	running  int
-	last     Result
+	last     plan.Result
 	// holdDeploys is set while the newest inventory revision is invalid.
 	holdDeploys bool
 	provisionMu sync.Mutex
@@ -153,7 +156,7 @@ func New(cfg Config) (*Controller, error) {
 	}
 	return &Controller{
 		cfg: cfg, log: cfg.Logger, trigger: make(chan struct{}, 1),
-		busy: map[string]bool{}, inflight: map[string]Step{},
+		busy: map[string]bool{}, inflight: map[string]plan.Step{},
 		bmcUse: map[string]int{}, rackUse: map[string]int{},
 	}, nil
 }
@@ -183,7 +186,7 @@ func (c *Controller) Trigger() {
 }
 
 // LastPlan returns the plan of the latest pass.
-func (c *Controller) LastPlan() Result {
+func (c *Controller) LastPlan() plan.Result {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.last
@@ -193,7 +196,7 @@ func (c *Controller) LastPlan() Result {
 // to finish (each bounded by ActionTimeout) and returns nil. Store changes
 // (a report moving a server to ready, say) trigger a pass. Planning takes
 // at most a third of one CPU: a pass that took d is followed by at least 2d
-// (capped at Interval) before the next, so on a large, busy fleet (Plan of
+// (capped at Interval) before the next, so on a large, busy fleet (plan.Compute of
 // 10,000 servers: BenchmarkPlan10k) the changes of many reports are
 // planned in one pass instead of one pass each.
 func (c *Controller) Run(ctx context.Context) error {
@@ -227,27 +230,27 @@ func (c *Controller) Run(ctx context.Context) error {
 
 // Pass runs one planning pass: snapshot, plan, dispatch what can start now.
 // Exported for tests that step the controller by hand.
-func (c *Controller) Pass(ctx context.Context) Result {
+func (c *Controller) Pass(ctx context.Context) plan.Result {
 	start := time.Now()
 	snap, err := c.observe()
 	if err != nil {
 		c.log.Error("snapshot", "err", err)
-		return Result{}
+		return plan.Result{}
 	}
 	desired := c.Desired()
-	var scoped []PlanCondition
+	var scoped []plan.Condition
 	if sc := c.cfg.Scope; sc != nil {
 		claims, err := c.cfg.Claims()
 		if err != nil {
 			c.log.Error("zone claims: pass skipped", "group", sc.Group, "err", err)
-			return Result{}
+			return plan.Result{}
 		}
 		desired, snap, scoped = sc.Apply(claims, desired, snap)
 	}
 	res, waits := c.plan(desired, snap)
 	if len(scoped) > 0 {
 		res.Conditions = append(res.Conditions, scoped...)
-		sortConditions(res.Conditions)
+		plan.SortConditions(res.Conditions)
 	}
 	c.mu.Lock()
 	c.last = res
@@ -269,10 +272,10 @@ func (c *Controller) Pass(ctx context.Context) Result {
 // the snapshot (no step starts between the two: passes run one at a
 // time), so a step that finished in between is in the snapshot.
 func (c *Controller) observe() (state.Snapshot, error) {
-	allocating := map[string]Step{}
+	allocating := map[string]plan.Step{}
 	c.mu.Lock()
 	for name, st := range c.inflight {
-		if st.Action == ActAllocate {
+		if st.Action == plan.ActAllocate {
 			allocating[name] = st
 		}
 	}
@@ -291,12 +294,12 @@ func (c *Controller) observe() (state.Snapshot, error) {
 	return snap, nil
 }
 
-// plan runs Plan with the controller's options and marks the deploys that
+// plan runs plan.Compute with the controller's options and marks the deploys that
 // cannot start yet (DeployReady: their image is not verified, still
 // importing or failed): the step says why and its server gets an
 // ImageNotReady condition, so status names it instead of it sitting in
 // allocated silently (issue 22). waits holds those reasons by server.
-func (c *Controller) plan(desired *inventory.Inventory, snap state.Snapshot) (res Result, waits map[string]error) {
+func (c *Controller) plan(desired *inventory.Inventory, snap state.Snapshot) (res plan.Result, waits map[string]error) {
 	opts := c.cfg.Plan
 	opts.Now = c.cfg.Now()
 	if desired != nil {
@@ -304,26 +307,26 @@ func (c *Controller) plan(desired *inventory.Inventory, snap state.Snapshot) (re
 			opts.Approved = ok
 		}
 	}
-	res = Plan(desired, snap, opts)
+	res = plan.Compute(desired, snap, opts)
 	waits = map[string]error{}
 	if c.cfg.DeployReady == nil || desired == nil {
 		return res, waits
 	}
 	for i, s := range res.Steps {
-		if s.Action != ActDeploy {
+		if s.Action != plan.ActDeploy {
 			continue
 		}
 		if p := desired.Profile(s.Profile); p != nil {
 			if err := c.cfg.DeployReady(*p); err != nil {
 				waits[s.Server] = err
 				res.Steps[i].Waits = err.Error()
-				res.Conditions = append(res.Conditions, PlanCondition{Subject: "server/" + s.Server, Type: CondImageNotReady, Reason: CondImageNotReady,
+				res.Conditions = append(res.Conditions, plan.Condition{Subject: "server/" + s.Server, Type: plan.CondImageNotReady, Reason: plan.CondImageNotReady,
 					Message: fmt.Sprintf("deploy of profile %s waits: %v", p.Name, err)})
 			}
 		}
 	}
 	if len(waits) > 0 {
-		sortConditions(res.Conditions)
+		plan.SortConditions(res.Conditions)
 	}
 	return res, waits
 }
@@ -336,11 +339,11 @@ func (c *Controller) plan(desired *inventory.Inventory, snap state.Snapshot) (re
 // when the secret is fixed instead of waiting for the deploy deadline.
 // While stalled, only a plan step for another desired state (a different
 // stepKey) runs.
-func firstSteps(res Result, snap state.Snapshot) (first map[string]Step, order []string) {
-	first = make(map[string]Step, len(res.Steps))
-	for _, name := range sortedKeys(snap.Servers) {
+func firstSteps(res plan.Result, snap state.Snapshot) (first map[string]plan.Step, order []string) {
+	first = make(map[string]plan.Step, len(res.Steps))
+	for _, name := range slices.Sorted(maps.Keys(snap.Servers)) {
 		if f := snap.Servers[name].InFlight; f != nil && snap.Servers[name].Stalled == "" {
-			first[name] = Step{Server: name, Action: Action(f.Action), Counter: f.Counter, Why: "resume " + f.Action}
+			first[name] = plan.Step{Server: name, Action: plan.Action(f.Action), Counter: f.Counter, Why: "resume " + f.Action}
 			order = append(order, name)
 		}
 	}
@@ -356,7 +359,7 @@ func firstSteps(res Result, snap state.Snapshot) (first map[string]Step, order [
 
 // dispatch starts, in order, every server's first step that nothing holds
 // back (held) and that the limits admit.
-func (c *Controller) dispatch(ctx context.Context, res Result, snap state.Snapshot, desired *inventory.Inventory, waits map[string]error) {
+func (c *Controller) dispatch(ctx context.Context, res plan.Result, snap state.Snapshot, desired *inventory.Inventory, waits map[string]error) {
 	first, order := firstSteps(res, snap)
 	now := c.cfg.Now()
 	hold := c.deploysHeld()
@@ -391,11 +394,11 @@ func (c *Controller) dispatch(ctx context.Context, res Result, snap state.Snapsh
 // starts), a deploy whose image is not ready (wait, the reason planned in
 // this pass, if any), or a step for the desired state the server is
 // stalled on.
-func (c *Controller) held(step Step, obs state.Server, desired *inventory.Inventory, hold bool, wait error) bool {
-	if hold && (step.Action == ActDeploy || step.Action == ActAllocate) && !strings.HasPrefix(step.Why, "resume") {
+func (c *Controller) held(step plan.Step, obs state.Server, desired *inventory.Inventory, hold bool, wait error) bool {
+	if hold && (step.Action == plan.ActDeploy || step.Action == plan.ActAllocate) && !strings.HasPrefix(step.Why, "resume") {
 		return true
 	}
-	if step.Action == ActDeploy && c.cfg.DeployReady != nil && desired != nil {
+	if step.Action == plan.ActDeploy && c.cfg.DeployReady != nil && desired != nil {
 		if p := desired.Profile(step.Profile); p != nil {
 			err := wait
 			if err == nil {
@@ -413,14 +416,14 @@ func (c *Controller) held(step Step, obs state.Server, desired *inventory.Invent
 // tryStart reserves the limits for step, or reports false: the server is
 // busy, its backoff after a failure (obs.RetryAt, kept on the record) has
 // not passed, or a limit is reached.
-func (c *Controller) tryStart(step Step, obs state.Server, now time.Time) bool {
+func (c *Controller) tryStart(step plan.Step, obs state.Server, now time.Time) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.busy[step.Server] || now.Before(obs.RetryAt) || c.running >= c.cfg.Workers {
 		return false
 	}
 	addr, rack := obs.BMC.Address, obs.Rack
-	if !actionInfo[step.Action].Unlimited {
+	if !info(step.Action).Unlimited {
 		if addr != "" && c.bmcUse[addr] >= c.cfg.PerBMC {
 			return false
 		}
@@ -431,7 +434,7 @@ func (c *Controller) tryStart(step Step, obs state.Server, now time.Time) bool {
 	c.busy[step.Server] = true
 	c.inflight[step.Server] = step
 	c.running++
-	if !actionInfo[step.Action].Unlimited {
+	if !info(step.Action).Unlimited {
 		c.bmcUse[addr]++
 		c.rackUse[rack]++
 	}
@@ -439,13 +442,13 @@ func (c *Controller) tryStart(step Step, obs state.Server, now time.Time) bool {
 }
 
 // unreserve gives back what tryStart reserved for a step that did not run.
-func (c *Controller) unreserve(step Step, obs state.Server) {
+func (c *Controller) unreserve(step plan.Step, obs state.Server) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	delete(c.busy, step.Server)
 	delete(c.inflight, step.Server) // or the next pass plans as if this step ran
 	c.running--
-	if !actionInfo[step.Action].Unlimited {
+	if !info(step.Action).Unlimited {
 		c.bmcUse[obs.BMC.Address]--
 		c.rackUse[obs.Rack]--
 	}
@@ -454,25 +457,13 @@ func (c *Controller) unreserve(step Step, obs state.Server) {
 // finish gives back what tryStart reserved for a step that ran. Its
 // outcome is on the record already (recordFailure, or done and
 // clearBackoff), so a next pass that starts at once sees the backoff.
-func (c *Controller) finish(step Step, obs state.Server) {
+func (c *Controller) finish(step plan.Step, obs state.Server) {
 	c.unreserve(step, obs)
-}
-
-// Backoff returns the delay before retry n (1-based): base·2^(n-1), capped,
-// with ±20% jitter so a rack of failing BMCs does not retry in lockstep.
-func Backoff(base, maxDelay time.Duration, n int) time.Duration {
-	d := base
-	for i := 1; i < n && d < maxDelay; i++ {
-		d *= 2
-	}
-	d = min(d, maxDelay)
-	jitter := 0.8 + 0.4*rand.Float64()
-	return time.Duration(float64(d) * jitter)
 }
 
 // stepKey identifies the desired state a step serves; a stalled server is
 // retried only when it changes (a counter bump, another want or profile).
-func stepKey(s Step, desired *inventory.Inventory) string {
+func stepKey(s plan.Step, desired *inventory.Inventory) string {
 	key := fmt.Sprintf("%s/%d/%s", s.Action, s.Counter, s.Profile)
 	if desired != nil {
 		if ws := desired.Server(s.Server); ws != nil {
@@ -486,9 +477,9 @@ func stepKey(s Step, desired *inventory.Inventory) string {
 // server's record before it gives the limits back: a failure's error,
 // event and backoff in one transaction (recordFailure), a success by
 // clearing the backoff; the metric is counted after that write.
-func (c *Controller) execute(ctx context.Context, step Step, desired *inventory.Inventory) {
+func (c *Controller) execute(ctx context.Context, step plan.Step, desired *inventory.Inventory) {
 	obs, _ := c.cfg.Store.Server(step.Server)
-	if obs.Fenced != nil && step.Action.powersOn() {
+	if obs.Fenced != nil && step.Action.PowersOn() {
 		// Fenced after this pass planned: the plan drops such steps, and
 		// the record read now is the last word (issue 21).
 		c.log.Info("step skipped: the server is fenced", "machine", step.Server, "action", string(step.Action))
@@ -529,7 +520,7 @@ func (c *Controller) deploysHeld() bool {
 }
 
 // ErrNoBMC: a step that needs the BMC reached a server that has none (an
-// auto-enrolled server before `machinactl server bmc-set`). Plan does not
+// auto-enrolled server before `machinactl server bmc-set`). plan.Compute does not
 // plan such steps; this guards the executor.
 var ErrNoBMC = errors.New("server has no BMC")
 
@@ -569,9 +560,9 @@ func (c *Controller) Provision(profile string, n int, actor string) ([]string, e
 			return nil, fmt.Errorf("reconciler: profile %q is not planned by controller group %s (its zone is not one of %s, or another group claims it too)", profile, sc.Group, strings.Join(sc.Zones, ", "))
 		}
 	}
-	cands := Candidates(*p, desired, snap, map[string]string{})
+	cands := plan.Candidates(*p, desired, snap, map[string]string{})
 	if len(cands) < n {
-		return nil, fmt.Errorf("reconciler: profile %s: %d wanted, %d fit (zone %s): %w", profile, n, len(cands), zoneOrAny(p.Zone), ErrNoCapacity)
+		return nil, fmt.Errorf("reconciler: profile %s: %d wanted, %d fit (zone %s): %w", profile, n, len(cands), cmp.Or(p.Zone, "any"), ErrNoCapacity)
 	}
 	now := c.cfg.Now().UTC()
 	var names []string
@@ -579,7 +570,7 @@ func (c *Controller) Provision(profile string, n int, actor string) ([]string, e
 		_, err := c.cfg.Store.Apply(state.Move{Server: s.Name, From: state.LifecycleReady, To: state.LifecycleAllocated, Actor: actor,
 			Reason: fmt.Sprintf("provision %s (%d requested)", profile, n),
 			Update: func(srv *state.Server) error {
-				srv.Allocation = &state.Allocation{Profile: profile, Image: p.Image, At: now, Reason: ReasonProvision, Deploy: string(p.Deploy)}
+				srv.Allocation = &state.Allocation{Profile: profile, Image: p.Image, At: now, Reason: plan.ReasonProvision, Deploy: string(p.Deploy)}
 				return nil
 			}})
 		if err != nil {

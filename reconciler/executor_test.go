@@ -11,6 +11,7 @@ import (
 
 	"github.com/machina-metal/machina/bmc"
 	"github.com/machina-metal/machina/inventory"
+	"github.com/machina-metal/machina/reconciler/plan"
 	"github.com/machina-metal/machina/state"
 )
 
@@ -91,13 +92,13 @@ func TestStaleStepNotRunAgain(t *testing.T) {
 		Digest:   "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
 	}
 	ws := inv.Servers[0]
-	if _, err := st.CreateServer(observedFrom(&ws)); err != nil {
+	if _, err := st.CreateServer(plan.Record(&ws)); err != nil {
 		t.Fatal(err)
 	}
 	for _, m := range []state.Move{{Server: name, From: state.LifecycleNew, To: state.LifecycleCommissioning},
 		{Server: name, From: state.LifecycleCommissioning, To: state.LifecycleReady},
 		{Server: name, From: state.LifecycleReady, To: state.LifecycleAllocated, Update: func(s *state.Server) error {
-			s.Allocation = &state.Allocation{Profile: "p", Image: "img", At: time.Now(), Reason: ReasonCount}
+			s.Allocation = &state.Allocation{Profile: "p", Image: "img", At: time.Now(), Reason: plan.ReasonCount}
 			return nil
 		}}} {
 		if _, err := st.Apply(m); err != nil {
@@ -135,7 +136,7 @@ func TestStaleStepNotRunAgain(t *testing.T) {
 	// Pass A dispatches the deploy; it blocks opening the BMC driver, after
 	// journaling, before the lifecycle moves.
 	res := c.Pass(ctx)
-	if len(res.Steps) != 1 || res.Steps[0].Action != ActDeploy {
+	if len(res.Steps) != 1 || res.Steps[0].Action != plan.ActDeploy {
 		t.Fatalf("plan %v, want one deploy", res.Steps)
 	}
 	<-drivers.entered
@@ -196,7 +197,7 @@ func TestTimeoutKeepsReason(t *testing.T) {
 		Digest: "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
 	}
 	ws := inv.Servers[0]
-	if _, err := st.CreateServer(observedFrom(&ws)); err != nil {
+	if _, err := st.CreateServer(plan.Record(&ws)); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := st.Transition("s1", state.LifecycleNew, state.LifecycleCommissioning, "test"); err != nil {
@@ -209,7 +210,7 @@ func TestTimeoutKeepsReason(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.SetDesired(inv)
-	if res := c.Pass(context.Background()); len(res.Steps) != 1 || res.Steps[0].Action != ActTimeout {
+	if res := c.Pass(context.Background()); len(res.Steps) != 1 || res.Steps[0].Action != plan.ActTimeout {
 		t.Fatalf("plan %v, want a timeout", res.Steps)
 	}
 	c.wg.Wait()
@@ -249,13 +250,13 @@ func TestDeployWaitsForImage(t *testing.T) {
 		Digest:   "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
 	}
 	ws := inv.Servers[0]
-	if _, err := st.CreateServer(observedFrom(&ws)); err != nil {
+	if _, err := st.CreateServer(plan.Record(&ws)); err != nil {
 		t.Fatal(err)
 	}
 	for _, m := range []state.Move{{Server: "s1", From: state.LifecycleNew, To: state.LifecycleCommissioning},
 		{Server: "s1", From: state.LifecycleCommissioning, To: state.LifecycleReady},
 		{Server: "s1", From: state.LifecycleReady, To: state.LifecycleAllocated, Update: func(s *state.Server) error {
-			s.Allocation = &state.Allocation{Profile: "p", Image: "img", At: time.Now(), Reason: ReasonCount}
+			s.Allocation = &state.Allocation{Profile: "p", Image: "img", At: time.Now(), Reason: plan.ReasonCount}
 			return nil
 		}}} {
 		if _, err := st.Apply(m); err != nil {
@@ -278,7 +279,7 @@ func TestDeployWaitsForImage(t *testing.T) {
 	}
 	c.SetDesired(inv)
 	res := c.Pass(context.Background())
-	if len(res.Steps) != 1 || res.Steps[0].Action != ActDeploy {
+	if len(res.Steps) != 1 || res.Steps[0].Action != plan.ActDeploy {
 		t.Fatalf("plan %v, want a deploy", res.Steps)
 	}
 	// The plan says why the deploy waits, and the server carries an
@@ -287,9 +288,9 @@ func TestDeployWaitsForImage(t *testing.T) {
 	if res.Steps[0].Waits != ready.Error() {
 		t.Errorf("deploy step waits %q, want %q", res.Steps[0].Waits, ready)
 	}
-	var cond *PlanCondition
+	var cond *plan.Condition
 	for _, pc := range c.LastPlan().Conditions {
-		if pc.Subject == "server/s1" && pc.Type == CondImageNotReady {
+		if pc.Subject == "server/s1" && pc.Type == plan.CondImageNotReady {
 			cond = &pc
 		}
 	}
@@ -306,7 +307,7 @@ func TestDeployWaitsForImage(t *testing.T) {
 	res = c.Pass(context.Background())
 	c.wg.Wait()
 	for _, pc := range res.Conditions {
-		if pc.Type == CondImageNotReady {
+		if pc.Type == plan.CondImageNotReady {
 			t.Errorf("ImageNotReady condition %+v after the image became ready", pc)
 		}
 	}

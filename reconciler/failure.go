@@ -4,10 +4,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"time"
 
 	"github.com/machina-metal/machina/bmc"
 	"github.com/machina-metal/machina/inventory"
+	"github.com/machina-metal/machina/reconciler/plan"
 	"github.com/machina-metal/machina/redact"
 	"github.com/machina-metal/machina/state"
 )
@@ -16,7 +18,7 @@ import (
 // retry: a non-transient failure of a disruptive action, a refused
 // credential, something the BMC does not support, no BMC, or an action
 // this build does not know.
-func stalls(step Step, err error) bool {
+func stalls(step plan.Step, err error) bool {
 	return !bmc.IsTransient(err) && (step.Action.Disruptive() || errors.Is(err, bmc.ErrAuth) || errors.Is(err, bmc.ErrUnsupported) ||
 		errors.Is(err, ErrNoBMC) || errors.Is(err, ErrUnknownAction))
 }
@@ -28,7 +30,7 @@ func stalls(step Step, err error) bool {
 // action.failed or action.stalled event. A stalled server keeps its
 // journal (InFlight): the action resumes when the stall is cleared. A
 // server whose record is gone records nothing.
-func (c *Controller) recordFailure(step Step, desired *inventory.Inventory, err error, log *slog.Logger) {
+func (c *Controller) recordFailure(step plan.Step, desired *inventory.Inventory, err error, log *slog.Logger) {
 	stall := stalls(step, err)
 	msg := redact.String(err.Error())
 	if stall {
@@ -44,7 +46,7 @@ func (c *Controller) recordFailure(step Step, desired *inventory.Inventory, err 
 			s.Stalled, kind = stepKey(step, desired), "action.stalled"
 		}
 		s.Failures++
-		s.RetryAt = now.Add(Backoff(c.cfg.BackoffBase, c.cfg.BackoffCap, s.Failures)).UTC()
+		s.RetryAt = now.Add(plan.Backoff(c.cfg.BackoffBase, c.cfg.BackoffCap, s.Failures, rand.Float64())).UTC()
 		return state.Event{Kind: state.EventKind(kind), Message: s.LastError}, nil
 	})
 	if uerr != nil && !errors.Is(uerr, state.ErrNotFound) {
@@ -55,11 +57,11 @@ func (c *Controller) recordFailure(step Step, desired *inventory.Inventory, err 
 // clearBackoff ends a server's backoff after a step that succeeded. A BMC
 // step's done has cleared it already; a store-only step clears it here,
 // only when there is one to clear.
-func (c *Controller) clearBackoff(step Step, obs state.Server, log *slog.Logger) {
+func (c *Controller) clearBackoff(step plan.Step, obs state.Server, log *slog.Logger) {
 	if obs.Failures == 0 && obs.RetryAt.IsZero() {
 		return
 	}
-	if info, _ := step.Action.Info(); info.BMC != BMCNone {
+	if info, _ := step.Action.Info(); info.BMC != plan.BMCNone {
 		return
 	}
 	_, err := c.cfg.Store.UpdateServer(step.Server, func(s *state.Server) error {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/machina-metal/machina/bmc"
+	"github.com/machina-metal/machina/reconciler/plan"
 	"github.com/machina-metal/machina/state"
 )
 
@@ -38,7 +39,7 @@ func TestBackoffSurvivesRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	first.execute(context.Background(), Step{Server: "s1", Action: ActPowerOn, Counter: 1}, nil)
+	first.execute(context.Background(), plan.Step{Server: "s1", Action: plan.ActPowerOn, Counter: 1}, nil)
 	s, _ := st.Server("s1")
 	if s.Failures != 1 || !s.RetryAt.After(planT0.Add(40*time.Second)) || s.InFlight == nil || !strings.Contains(s.LastError, "chassis control refused") {
 		t.Fatalf("after the failure: failures %d, retry at %v, journal %+v, last error %q", s.Failures, s.RetryAt, s.InFlight, s.LastError)
@@ -79,7 +80,7 @@ func TestSuccessClearsBackoff(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.execute(context.Background(), Step{Server: "s1", Action: ActUnretire}, nil)
+	c.execute(context.Background(), plan.Step{Server: "s1", Action: plan.ActUnretire}, nil)
 	if s, _ := st.Server("s1"); s.Lifecycle != state.LifecycleNew || s.Failures != 0 || !s.RetryAt.IsZero() {
 		t.Errorf("after a successful step: %s, failures %d, retry at %v", s.Lifecycle, s.Failures, s.RetryAt)
 	}

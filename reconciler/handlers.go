@@ -8,6 +8,7 @@ import (
 
 	"github.com/machina-metal/machina/bmc"
 	"github.com/machina-metal/machina/inventory"
+	"github.com/machina-metal/machina/reconciler/plan"
 	"github.com/machina-metal/machina/state"
 )
 
@@ -22,7 +23,7 @@ var ErrUnknownAction = errors.New("unknown action")
 // server's Machine (nil for store-only steps and servers without a BMC)
 // and the step's logger.
 type stepCtx struct {
-	step    Step
+	step    plan.Step
 	desired *inventory.Inventory
 	ws      *inventory.Server // nil when the server is not in desired
 	obs     state.Server      // zero for store-only steps
@@ -36,24 +37,24 @@ type handler func(c *Controller, ctx context.Context, x *stepCtx) error
 
 // handlers has one entry per row of actionInfo (checked by
 // TestEveryActionHasRowAndHandler). Handlers act; the plan decides.
-var handlers = map[Action]handler{
-	ActRegister:       (*Controller).register,
-	ActUpdateIdentity: (*Controller).updateIdentity,
-	ActAllocate:       (*Controller).allocate,
-	ActUnretire:       (*Controller).unretire,
-	ActAdopt:          (*Controller).adopt,
-	ActCommission:     (*Controller).commission,
-	ActDeploy:         (*Controller).deploy,
-	ActRenetboot:      (*Controller).renetboot,
-	ActFinishDeploy:   (*Controller).finishDeploy,
-	ActRestoreDisk:    (*Controller).restoreDisk,
-	ActRelease:        (*Controller).release,
-	ActWipe:           (*Controller).wipe,
-	ActRetire:         (*Controller).retire,
-	ActTimeout:        (*Controller).timeout,
-	ActPowerOn:        (*Controller).powerOn,
-	ActPowerOff:       (*Controller).powerOff,
-	ActPowerCycle:     (*Controller).powerCycle,
+var handlers = map[plan.Action]handler{
+	plan.ActRegister:       (*Controller).register,
+	plan.ActUpdateIdentity: (*Controller).updateIdentity,
+	plan.ActAllocate:       (*Controller).allocate,
+	plan.ActUnretire:       (*Controller).unretire,
+	plan.ActAdopt:          (*Controller).adopt,
+	plan.ActCommission:     (*Controller).commission,
+	plan.ActDeploy:         (*Controller).deploy,
+	plan.ActRenetboot:      (*Controller).renetboot,
+	plan.ActFinishDeploy:   (*Controller).finishDeploy,
+	plan.ActRestoreDisk:    (*Controller).restoreDisk,
+	plan.ActRelease:        (*Controller).release,
+	plan.ActWipe:           (*Controller).wipe,
+	plan.ActRetire:         (*Controller).retire,
+	plan.ActTimeout:        (*Controller).timeout,
+	plan.ActPowerOn:        (*Controller).powerOn,
+	plan.ActPowerOff:       (*Controller).powerOff,
+	plan.ActPowerCycle:     (*Controller).powerCycle,
 }
 
 // run performs one step: it looks the action's row and handler up first
@@ -62,7 +63,7 @@ var handlers = map[Action]handler{
 // journals it, opens the BMC (a server without one gets BMCIfPresent
 // steps with no Machine, and ErrNoBMC for BMCRequired ones), runs the
 // handler and clears the journal (done).
-func (c *Controller) run(ctx context.Context, step Step, desired *inventory.Inventory, log *slog.Logger) error {
+func (c *Controller) run(ctx context.Context, step plan.Step, desired *inventory.Inventory, log *slog.Logger) error {
 	info, known := step.Action.Info()
 	h := handlers[step.Action]
 	if !known || h == nil {
@@ -72,7 +73,7 @@ func (c *Controller) run(ctx context.Context, step Step, desired *inventory.Inve
 	if desired != nil {
 		x.ws = desired.Server(step.Server)
 	}
-	if info.BMC == BMCNone {
+	if info.BMC == plan.BMCNone {
 		return h(c, ctx, x)
 	}
 	obs, err := c.journal(step)
@@ -91,11 +92,11 @@ func (c *Controller) run(ctx context.Context, step Step, desired *inventory.Inve
 
 // openMachine opens the BMC of x's server as a Machine; nil (and no
 // error) for a server without a BMC on a BMCIfPresent step.
-func (c *Controller) openMachine(ctx context.Context, info ActionInfo, x *stepCtx) (Machine, error) {
+func (c *Controller) openMachine(ctx context.Context, info plan.ActionInfo, x *stepCtx) (Machine, error) {
 	if x.obs.BMC.Driver == "" {
 		// A server without a BMC (auto-enrolled, none attached yet) is
 		// only ever given the steps that merely power off on the way.
-		if info.BMC == BMCRequired {
+		if info.BMC == plan.BMCRequired {
 			return nil, fmt.Errorf("%s: %w", x.step.Action, ErrNoBMC)
 		}
 		x.log.Info("no BMC: skipping power off", "action", string(x.step.Action))

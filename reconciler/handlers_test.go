@@ -3,9 +3,6 @@ package reconciler
 import (
 	"context"
 	"errors"
-	"go/ast"
-	"go/parser"
-	"go/token"
 	"log/slog"
 	"slices"
 	"strings"
@@ -14,6 +11,7 @@ import (
 
 	"github.com/machina-metal/machina/bmc"
 	"github.com/machina-metal/machina/inventory"
+	"github.com/machina-metal/machina/reconciler/plan"
 	"github.com/machina-metal/machina/state"
 )
 
@@ -44,55 +42,23 @@ func (m *fakeMachine) got() []string {
 	return slices.Clone(m.calls)
 }
 
-// declaredActions parses plan.go for the Action constants.
-func declaredActions(t *testing.T) []Action {
-	t.Helper()
-	f, err := parser.ParseFile(token.NewFileSet(), "plan.go", nil, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []Action
-	for _, d := range f.Decls {
-		gd, ok := d.(*ast.GenDecl)
-		if !ok || gd.Tok != token.CONST {
-			continue
-		}
-		for _, sp := range gd.Specs {
-			vs := sp.(*ast.ValueSpec)
-			if id, ok := vs.Type.(*ast.Ident); ok && id.Name == "Action" {
-				for _, v := range vs.Values {
-					out = append(out, Action(strings.Trim(v.(*ast.BasicLit).Value, `"`)))
-				}
-			}
-		}
-	}
-	return out
-}
-
-// TestEveryActionHasRowAndHandler: each Action constant has a row in
-// actionInfo and a handler, and neither table has an entry for anything
-// else.
-func TestEveryActionHasRowAndHandler(t *testing.T) {
-	acts := declaredActions(t)
+// TestEveryActionHasHandler: each action kind of the plan's table
+// (plan.Actions; plan's TestEveryActionHasRow checks the table against the
+// Action constants) has a handler, and the handler table has an entry for
+// nothing else.
+func TestEveryActionHasHandler(t *testing.T) {
+	acts := plan.Actions()
 	if len(acts) < 17 {
-		t.Fatalf("found %d Action constants in plan.go: the parser lost them", len(acts))
+		t.Fatalf("plan.Actions() = %d actions: the table lost rows", len(acts))
 	}
 	for _, a := range acts {
-		if _, ok := actionInfo[a]; !ok {
-			t.Errorf("action %s has no row in actionInfo", a)
-		}
 		if handlers[a] == nil {
 			t.Errorf("action %s has no handler", a)
 		}
 	}
-	for a := range actionInfo {
-		if !slices.Contains(acts, a) {
-			t.Errorf("actionInfo row %s is not an Action constant", a)
-		}
-	}
 	for a := range handlers {
 		if !slices.Contains(acts, a) {
-			t.Errorf("handler %s is not an Action constant", a)
+			t.Errorf("handler %s is not an action of plan.Actions()", a)
 		}
 	}
 }
@@ -126,7 +92,7 @@ func TestUnknownActionRefusedFirst(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	step := Step{Server: "s1", Action: "frobnicate", Counter: 1}
+	step := plan.Step{Server: "s1", Action: "frobnicate", Counter: 1}
 	err = c.run(context.Background(), step, nil, testLogger(t))
 	if !errors.Is(err, ErrUnknownAction) {
 		t.Fatalf("run = %v, want ErrUnknownAction", err)
@@ -181,77 +147,77 @@ func TestHandlers(t *testing.T) {
 	inv := exampleInventory(t)
 	ws := inv.Servers[0]
 	tests := []struct {
-		action Action
+		action plan.Action
 		at     state.Lifecycle // "" creates no record
 		mod    func(*state.Server)
-		step   Step
+		step   plan.Step
 		noBMC  bool
 		calls  []string
 		check  func(t *testing.T, s state.Server, st *state.Store)
 	}{
-		{action: ActRegister, step: Step{Server: ws.Name}, check: func(t *testing.T, s state.Server, _ *state.Store) {
+		{action: plan.ActRegister, step: plan.Step{Server: ws.Name}, check: func(t *testing.T, s state.Server, _ *state.Store) {
 			if s.Lifecycle != state.LifecycleNew || s.BootMAC != ws.BootMAC {
 				t.Errorf("registered %+v", s)
 			}
 		}},
-		{action: ActUpdateIdentity, at: state.LifecycleReady, mod: func(s *state.Server) { s.Zone, s.Stalled = "old", "x" }, step: Step{Server: ws.Name},
+		{action: plan.ActUpdateIdentity, at: state.LifecycleReady, mod: func(s *state.Server) { s.Zone, s.Stalled = "old", "x" }, step: plan.Step{Server: ws.Name},
 			check: func(t *testing.T, s state.Server, _ *state.Store) {
 				if s.Zone != ws.Zone || s.Stalled != "" || s.BMC.Address != ws.BMC.Address {
 					t.Errorf("identity %+v", s)
 				}
 			}},
-		{action: ActAllocate, at: state.LifecycleReady, step: Step{Server: ws.Name, Profile: "hypervisor", AllocReason: ReasonCount},
+		{action: plan.ActAllocate, at: state.LifecycleReady, step: plan.Step{Server: ws.Name, Profile: "hypervisor", AllocReason: plan.ReasonCount},
 			check: func(t *testing.T, s state.Server, _ *state.Store) {
 				if s.Lifecycle != state.LifecycleAllocated || s.Allocation == nil || s.Allocation.Image != inv.Profile("hypervisor").Image {
 					t.Errorf("allocated %+v", s.Allocation)
 				}
 			}},
-		{action: ActUnretire, at: state.LifecycleRetired, step: Step{Server: ws.Name}, check: lifecycleIs(state.LifecycleNew)},
-		{action: ActCommission, at: state.LifecycleNew, step: Step{Server: ws.Name}, calls: []string{"netboot"}, check: lifecycleIs(state.LifecycleCommissioning)},
-		{action: ActDeploy, at: state.LifecycleAllocated, step: Step{Server: ws.Name}, calls: []string{"netboot"}, check: lifecycleIs(state.LifecycleDeploying)},
-		{action: ActRenetboot, at: state.LifecycleCommissioning, step: Step{Server: ws.Name, Why: "silent"}, calls: []string{"netboot"},
+		{action: plan.ActUnretire, at: state.LifecycleRetired, step: plan.Step{Server: ws.Name}, check: lifecycleIs(state.LifecycleNew)},
+		{action: plan.ActCommission, at: state.LifecycleNew, step: plan.Step{Server: ws.Name}, calls: []string{"netboot"}, check: lifecycleIs(state.LifecycleCommissioning)},
+		{action: plan.ActDeploy, at: state.LifecycleAllocated, step: plan.Step{Server: ws.Name}, calls: []string{"netboot"}, check: lifecycleIs(state.LifecycleDeploying)},
+		{action: plan.ActRenetboot, at: state.LifecycleCommissioning, step: plan.Step{Server: ws.Name, Why: "silent"}, calls: []string{"netboot"},
 			check: func(t *testing.T, s state.Server, _ *state.Store) {
 				if s.Renetboots != 1 || s.Power.State != state.PowerOn {
 					t.Errorf("renetboots %d power %s", s.Renetboots, s.Power.State)
 				}
 			}},
-		{action: ActFinishDeploy, at: state.LifecycleDeployed, mod: func(s *state.Server) { s.FinishDeploy, s.BMC.RestoreDisk = true, true },
-			step: Step{Server: ws.Name}, calls: []string{"boot-disk"}, check: func(t *testing.T, s state.Server, _ *state.Store) {
+		{action: plan.ActFinishDeploy, at: state.LifecycleDeployed, mod: func(s *state.Server) { s.FinishDeploy, s.BMC.RestoreDisk = true, true },
+			step: plan.Step{Server: ws.Name}, calls: []string{"boot-disk"}, check: func(t *testing.T, s state.Server, _ *state.Store) {
 				if s.FinishDeploy || s.BMC.RestoreDisk {
 					t.Errorf("finish %v restore %v", s.FinishDeploy, s.BMC.RestoreDisk)
 				}
 			}},
-		{action: ActRestoreDisk, at: state.LifecycleReady, mod: func(s *state.Server) { s.BMC.RestoreDisk = true }, step: Step{Server: ws.Name},
+		{action: plan.ActRestoreDisk, at: state.LifecycleReady, mod: func(s *state.Server) { s.BMC.RestoreDisk = true }, step: plan.Step{Server: ws.Name},
 			calls: []string{"boot-disk"}, check: func(t *testing.T, s state.Server, st *state.Store) {
 				evs, _ := st.Events(state.EventQuery{Server: ws.Name})
 				if s.BMC.RestoreDisk || !slices.ContainsFunc(evs, func(e state.Event) bool { return e.Kind == "boot.disk_restored" }) {
 					t.Errorf("restore %v events %+v", s.BMC.RestoreDisk, evs)
 				}
 			}},
-		{action: ActRelease, at: state.LifecycleDeployed, step: Step{Server: ws.Name}, calls: []string{"power-off"},
+		{action: plan.ActRelease, at: state.LifecycleDeployed, step: plan.Step{Server: ws.Name}, calls: []string{"power-off"},
 			check: func(t *testing.T, s state.Server, _ *state.Store) {
 				if s.Lifecycle != state.LifecycleReady || !s.NeedsWipe || s.Power.State != state.PowerOff {
 					t.Errorf("released %s wipe %v power %s", s.Lifecycle, s.NeedsWipe, s.Power.State)
 				}
 			}},
-		{action: ActWipe, at: state.LifecycleReady, mod: func(s *state.Server) { s.NeedsWipe = true }, step: Step{Server: ws.Name}, calls: []string{"netboot"},
+		{action: plan.ActWipe, at: state.LifecycleReady, mod: func(s *state.Server) { s.NeedsWipe = true }, step: plan.Step{Server: ws.Name}, calls: []string{"netboot"},
 			check: func(t *testing.T, s state.Server, _ *state.Store) {
 				if s.WipeStartedAt.IsZero() {
 					t.Error("wipe not marked as started")
 				}
 			}},
-		{action: ActWipe, at: state.LifecycleReady, step: Step{Server: ws.Name}, check: lifecycleIs(state.LifecycleReady)}, // no wipe pending: no boot
-		{action: ActRetire, at: state.LifecycleReady, step: Step{Server: ws.Name}, calls: []string{"power-off"}, check: lifecycleIs(state.LifecycleRetired)},
-		{action: ActRetire, at: state.LifecycleReady, noBMC: true, step: Step{Server: ws.Name}, check: lifecycleIs(state.LifecycleRetired)},
-		{action: ActTimeout, at: state.LifecycleCommissioning, step: Step{Server: ws.Name, Why: "deadline"}, calls: []string{"power-off"},
+		{action: plan.ActWipe, at: state.LifecycleReady, step: plan.Step{Server: ws.Name}, check: lifecycleIs(state.LifecycleReady)}, // no wipe pending: no boot
+		{action: plan.ActRetire, at: state.LifecycleReady, step: plan.Step{Server: ws.Name}, calls: []string{"power-off"}, check: lifecycleIs(state.LifecycleRetired)},
+		{action: plan.ActRetire, at: state.LifecycleReady, noBMC: true, step: plan.Step{Server: ws.Name}, check: lifecycleIs(state.LifecycleRetired)},
+		{action: plan.ActTimeout, at: state.LifecycleCommissioning, step: plan.Step{Server: ws.Name, Why: "deadline"}, calls: []string{"power-off"},
 			check: func(t *testing.T, s state.Server, _ *state.Store) {
 				if s.Lifecycle != state.LifecycleFailed || s.LastError != "deadline" {
 					t.Errorf("timed out %s %q", s.Lifecycle, s.LastError)
 				}
 			}},
-		{action: ActPowerOn, at: state.LifecycleReady, step: Step{Server: ws.Name}, calls: []string{"power-on"}, check: powerIs(state.PowerOn)},
-		{action: ActPowerOff, at: state.LifecycleReady, step: Step{Server: ws.Name}, calls: []string{"power-off"}, check: powerIs(state.PowerOff)},
-		{action: ActPowerCycle, at: state.LifecycleReady, step: Step{Server: ws.Name}, calls: []string{"power-cycle"}, check: powerIs(state.PowerOn)},
+		{action: plan.ActPowerOn, at: state.LifecycleReady, step: plan.Step{Server: ws.Name}, calls: []string{"power-on"}, check: powerIs(state.PowerOn)},
+		{action: plan.ActPowerOff, at: state.LifecycleReady, step: plan.Step{Server: ws.Name}, calls: []string{"power-off"}, check: powerIs(state.PowerOff)},
+		{action: plan.ActPowerCycle, at: state.LifecycleReady, step: plan.Step{Server: ws.Name}, calls: []string{"power-cycle"}, check: powerIs(state.PowerOn)},
 	}
 	for _, tt := range tests {
 		t.Run(string(tt.action), func(t *testing.T) {
@@ -296,7 +262,7 @@ func TestAdoptHandler(t *testing.T) {
 	if _, err := st.CreateServer(state.Server{Name: "auto-525400250201", BootMAC: "52:54:00:25:02:01", Enrolled: &state.Enrolment{At: planT0}}); err != nil {
 		t.Fatal(err)
 	}
-	x := &stepCtx{step: Step{Server: "r9-n01", Action: ActAdopt, From: "auto-525400250201"}, log: testLogger(t)}
+	x := &stepCtx{step: plan.Step{Server: "r9-n01", Action: plan.ActAdopt, From: "auto-525400250201"}, log: testLogger(t)}
 	for range 2 {
 		if err := c.adopt(context.Background(), x); err != nil {
 			t.Fatal(err)
@@ -318,7 +284,7 @@ func TestTimeoutHandlerPowerFails(t *testing.T) {
 	serverAt(t, st, "s1", state.LifecycleDeploying, nil)
 	obs, _ := st.Server("s1")
 	m := &fakeMachine{err: errors.New("bmc down")}
-	x := &stepCtx{step: Step{Server: "s1", Action: ActTimeout, Why: "deploy deadline"}, obs: obs, m: m, log: testLogger(t)}
+	x := &stepCtx{step: plan.Step{Server: "s1", Action: plan.ActTimeout, Why: "deploy deadline"}, obs: obs, m: m, log: testLogger(t)}
 	if err := c.timeout(context.Background(), x); err != nil {
 		t.Fatal(err)
 	}
@@ -340,14 +306,14 @@ func TestRunUsesMachine(t *testing.T) {
 	m := &fakeMachine{}
 	c.machines = func(bmc.Driver, state.Server, bmc.BootMode, *slog.Logger) Machine { return m }
 	serverAt(t, st, "s1", state.LifecycleReady, nil)
-	if err := c.run(context.Background(), Step{Server: "s1", Action: ActPowerCycle, Counter: 3}, nil, testLogger(t)); err != nil {
+	if err := c.run(context.Background(), plan.Step{Server: "s1", Action: plan.ActPowerCycle, Counter: 3}, nil, testLogger(t)); err != nil {
 		t.Fatal(err)
 	}
 	s, _ := st.Server("s1")
 	if got := m.got(); !slices.Equal(got, []string{"power-cycle"}) || s.InFlight != nil || s.Actions["powerCycle"] != 3 {
 		t.Errorf("calls %v, journal %+v, counters %v", got, s.InFlight, s.Actions)
 	}
-	if err := c.run(context.Background(), Step{Server: "s1", Action: ActAllocate, Profile: "p"}, &inventory.Inventory{}, testLogger(t)); err != nil {
+	if err := c.run(context.Background(), plan.Step{Server: "s1", Action: plan.ActAllocate, Profile: "p"}, &inventory.Inventory{}, testLogger(t)); err != nil {
 		t.Fatal(err)
 	}
 	if drv.opened != 1 {

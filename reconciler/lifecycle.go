@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/machina-metal/machina/bmc"
+	"github.com/machina-metal/machina/reconciler/plan"
 	"github.com/machina-metal/machina/redact"
 	"github.com/machina-metal/machina/state"
 )
@@ -16,7 +17,7 @@ func (c *Controller) register(_ context.Context, x *stepCtx) error {
 	if x.ws == nil {
 		return nil
 	}
-	_, err := c.cfg.Store.CreateServer(observedFrom(x.ws))
+	_, err := c.cfg.Store.CreateServer(plan.Record(x.ws))
 	if errors.Is(err, state.ErrExists) {
 		return nil
 	}
@@ -33,7 +34,7 @@ func (c *Controller) updateIdentity(_ context.Context, x *stepCtx) error {
 	if x.ws == nil {
 		return nil
 	}
-	o := observedFrom(x.ws)
+	o := plan.Record(x.ws)
 	_, err := c.cfg.Store.UpdateServer(x.step.Server, func(s *state.Server) error {
 		s.Zone, s.Site, s.Rack, s.BootMAC, s.BootMode = o.Zone, o.Site, o.Rack, o.BootMAC, o.BootMode
 		s.BMC.Driver, s.BMC.Address, s.BMC.Credentials = o.BMC.Driver, o.BMC.Address, o.BMC.Credentials

@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/machina-metal/machina/bmc"
+	"github.com/machina-metal/machina/reconciler/plan"
 	"github.com/machina-metal/machina/state"
 )
 
@@ -36,7 +37,7 @@ func (m *Metrics) observePass(_ state.Snapshot, d time.Duration) {
 	m.duration.Observe(d.Seconds())
 }
 
-func (m *Metrics) observeAction(a Action, err error) {
+func (m *Metrics) observeAction(a plan.Action, err error) {
 	result := "ok"
 	switch {
 	case err == nil:

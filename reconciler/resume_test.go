@@ -8,6 +8,7 @@ import (
 
 	"github.com/machina-metal/machina/bmc"
 	"github.com/machina-metal/machina/inventory"
+	"github.com/machina-metal/machina/reconciler/plan"
 	"github.com/machina-metal/machina/state"
 )
 
@@ -43,14 +44,14 @@ func TestResumedNetbootReadsBackFirst(t *testing.T) {
 				Digest: "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
 			}
 			ws := inv.Servers[0]
-			if _, err := st.CreateServer(observedFrom(&ws)); err != nil {
+			if _, err := st.CreateServer(plan.Record(&ws)); err != nil {
 				t.Fatal(err)
 			}
 			sent := time.Now().Add(-20 * time.Second).UTC()
 			// What the previous controller left: commissioning, the entry
 			// journalled and its power on sent, no done.
 			if _, err := st.Apply(state.Move{Server: name, From: state.LifecycleNew, To: state.LifecycleCommissioning, Update: func(s *state.Server) error {
-				s.InFlight = &state.InFlight{Action: string(ActCommission), Key: string(ActCommission) + "/0", Started: sent, Attempt: 1, PowerSent: sent}
+				s.InFlight = &state.InFlight{Action: string(plan.ActCommission), Key: string(plan.ActCommission) + "/0", Started: sent, Attempt: 1, PowerSent: sent}
 				return nil
 			}}); err != nil {
 				t.Fatal(err)

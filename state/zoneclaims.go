@@ -96,7 +96,7 @@ func (s *Store) ZoneClaims() ([]ZoneClaim, error) {
 	return out, nil
 }
 
-// ZoneClaimMap is ZoneClaims as group → zones (reconciler.Scope.Apply's
+// ZoneClaimMap is ZoneClaims as group → zones (plan.Scope.Apply's
 // input).
 func (s *Store) ZoneClaimMap() (map[string][]string, error) {
 	cs, err := s.ZoneClaims()

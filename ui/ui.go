@@ -105,7 +105,7 @@ func (e ValidationError) String() string {
 	return pos + ": " + e.Message
 }
 
-// PlanStep is one step of a plan (reconciler.Step).
+// PlanStep is one step of a plan (plan.Step).
 type PlanStep struct {
 	Server  string `json:"server"`
 	Action  string `json:"action"`            // reconciler action, e.g. "retire"
@@ -131,16 +131,16 @@ type InventoryStatus struct {
 	// Errors are Newest's validation errors; empty when it is valid.
 	Errors []ValidationError `json:"errors,omitempty"`
 	// Held are the steps of Acting the safety brake holds until approved
-	// (reconciler.Result.Held); Brake says why.
+	// (plan.Result.Held); Brake says why.
 	Held  []PlanStep `json:"held,omitempty"`
 	Brake string     `json:"brake,omitempty"`
-	// Conditions of the acting plan (reconciler.Result.Conditions).
+	// Conditions of the acting plan (plan.Result.Conditions).
 	Conditions []Condition `json:"conditions,omitempty"`
 }
 
 // InventorySource reports the reconciler's view of the inventory. The UI's
 // approve button calls state.Store.Approve with a prefix of Acting.Digest;
-// the source is expected to re-plan with PlanOptions.Approved once
+// the source is expected to re-plan with plan.Options.Approved once
 // Store.Approved(Acting.Digest) is true.
 type InventorySource interface {
 	InventoryStatus(ctx context.Context) (InventoryStatus, error)

@@ -23,6 +23,7 @@ import (
 	"github.com/machina-metal/machina/gitops"
 	"github.com/machina-metal/machina/lab/sim"
 	"github.com/machina-metal/machina/reconciler"
+	"github.com/machina-metal/machina/reconciler/plan"
 	"github.com/machina-metal/machina/state"
 )
 
@@ -449,7 +450,7 @@ func (a *simAlerts) revision(w io.Writer, good gitops.Revision, invalid *gitops.
 }
 
 // plan prints a plan the safety brake holds once, and when it is released.
-func (a *simAlerts) plan(w io.Writer, res reconciler.Result) {
+func (a *simAlerts) plan(w io.Writer, res plan.Result) {
 	now := time.Now().Format("15:04:05")
 	switch {
 	case res.Brake != "" && res.Brake != a.brake:

@@ -13,7 +13,7 @@ import (
 	"github.com/machina-metal/machina/gitops"
 	"github.com/machina-metal/machina/internal/peertest"
 	"github.com/machina-metal/machina/inventory"
-	"github.com/machina-metal/machina/reconciler"
+	"github.com/machina-metal/machina/reconciler/plan"
 	"github.com/machina-metal/machina/state"
 )
 
@@ -102,9 +102,9 @@ func TestSimAlerts(t *testing.T) {
 	a.revision(&w, good, bad)
 	a.revision(&w, good, bad) // printed once
 	a.revision(&w, good, nil)
-	a.plan(&w, reconciler.Result{Held: make([]reconciler.Step, 3), Brake: "held until approved (machinactl approve 0123456789ab): 3 of 11 servers"})
-	a.plan(&w, reconciler.Result{Held: make([]reconciler.Step, 3), Brake: "held until approved (machinactl approve 0123456789ab): 3 of 11 servers"})
-	a.plan(&w, reconciler.Result{})
+	a.plan(&w, plan.Result{Held: make([]plan.Step, 3), Brake: "held until approved (machinactl approve 0123456789ab): 3 of 11 servers"})
+	a.plan(&w, plan.Result{Held: make([]plan.Step, 3), Brake: "held until approved (machinactl approve 0123456789ab): 3 of 11 servers"})
+	a.plan(&w, plan.Result{})
 	for i := 0; i < 3; i++ {
 		a.event(&w, state.Event{Kind: "action.failed", Server: "r1-n01", Message: "powerOn: connection refused"})
 	}

@@ -18,7 +18,7 @@ import (
 
 	"github.com/machina-metal/machina/gitops"
 	"github.com/machina-metal/machina/inventory"
-	"github.com/machina-metal/machina/reconciler"
+	"github.com/machina-metal/machina/reconciler/plan"
 	"github.com/machina-metal/machina/state"
 )
 
@@ -45,7 +45,7 @@ type planReport struct {
 	Servers int `json:"servers"`
 	// Changes is true when the plan has steps or held steps (exit code 1).
 	Changes bool `json:"changes"`
-	reconciler.Result
+	plan.Result
 }
 
 // newPlanCmd is `machinactl plan`: what merging a change would do. Exit 0
@@ -105,7 +105,7 @@ Exit code: 0 no change, 1 changes (held ones included), 2 an error.`,
 			if err != nil {
 				return err
 			}
-			res := reconciler.Plan(src.want, have, reconciler.PlanOptions{Now: now, BrakeShare: brakeShare, Approved: approved})
+			res := plan.Compute(src.want, have, plan.Options{Now: now, BrakeShare: brakeShare, Approved: approved})
 			changes := len(res.Steps) > 0 || len(res.Held) > 0
 			rep := planReport{Inventory: src.want.Digest, Base: src.baseCommit, Head: src.headCommit, Observed: from, Servers: len(have.Servers), Changes: changes, Result: res}
 			if err := printPlan(e, format, rep, maxComment); err != nil {

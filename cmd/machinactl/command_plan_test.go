@@ -16,7 +16,7 @@ import (
 	"github.com/go-git/go-git/v5/plumbing/object"
 
 	inventoryexample "github.com/machina-metal/machina/inventory-example"
-	"github.com/machina-metal/machina/reconciler"
+	"github.com/machina-metal/machina/reconciler/plan"
 	"github.com/machina-metal/machina/state"
 )
 
@@ -369,12 +369,12 @@ func FuzzParseStatusServer(f *testing.F) {
 // step" (it said "1 servers", "1 steps").
 func TestPlanHeaderCounts(t *testing.T) {
 	r := planReport{Inventory: "sha256:2be4aadd8c93aabbccdd", Observed: "status", Servers: 1,
-		Result: reconciler.Result{Steps: []reconciler.Step{{Server: "r1-n01", Action: "commission"}}}}
+		Result: plan.Result{Steps: []plan.Step{{Server: "r1-n01", Action: "commission"}}}}
 	want := "Plan for inventory 2be4aadd8c93 (working tree) against 1 server observed from the status tree: 1 step."
 	if got := planHeader(r, ""); got != want {
 		t.Errorf("planHeader = %q, want %q", got, want)
 	}
-	r.Servers, r.Steps = 3, append(r.Steps, reconciler.Step{Server: "r1-n02", Action: "commission"})
+	r.Servers, r.Steps = 3, append(r.Steps, plan.Step{Server: "r1-n02", Action: "commission"})
 	want = "Plan for inventory 2be4aadd8c93 (working tree) against 3 servers observed from the status tree: 2 steps."
 	if got := planHeader(r, ""); got != want {
 		t.Errorf("planHeader = %q, want %q", got, want)

@@ -10,7 +10,7 @@ import (
 
 	v1 "github.com/machina-metal/machina/api/v1"
 	"github.com/machina-metal/machina/gitops"
-	"github.com/machina-metal/machina/reconciler"
+	"github.com/machina-metal/machina/reconciler/plan"
 	"github.com/machina-metal/machina/state"
 )
 
@@ -52,8 +52,8 @@ func newStatusCmd(e *env) *cobra.Command {
 			if err := c.GetJSON(ctx, "/api/v1/inventory", &inv); err != nil {
 				return &exitError{code: 2, err: fmt.Errorf("status: inventory: %w", err)}
 			}
-			var plan reconciler.Result
-			if err := c.GetJSON(ctx, "/api/v1/plan", &plan); err != nil {
+			var res plan.Result
+			if err := c.GetJSON(ctx, "/api/v1/plan", &res); err != nil {
 				return &exitError{code: 2, err: fmt.Errorf("status: plan: %w", err)}
 			}
 			snap, err := snapshotFromAPI(ctx, c)
@@ -64,7 +64,7 @@ func newStatusCmd(e *env) *cobra.Command {
 			if err != nil {
 				return &exitError{code: 2, err: fmt.Errorf("status: hosts: %w", err)}
 			}
-			writeStatus(e.stdout, apiURL, st.Servers, st.Secrets.Sealing, st.Secrets.Sealed, st.Secrets.Unsealed, inv, plan, snap)
+			writeStatus(e.stdout, apiURL, st.Servers, st.Secrets.Sealing, st.Secrets.Sealed, st.Secrets.Unsealed, inv, res, snap)
 			writeHostStatus(e.stdout, hosts.Items)
 			return nil
 		},
@@ -75,13 +75,13 @@ func newStatusCmd(e *env) *cobra.Command {
 
 // writeStatus renders the overview.
 func writeStatus(w io.Writer, apiURL string, counts map[string]int, sealing bool, sealed, unsealed int,
-	inv gitops.InventoryStatus, plan reconciler.Result, snap state.Snapshot) {
+	inv gitops.InventoryStatus, res plan.Result, snap state.Snapshot) {
 	fmt.Fprintf(w, "Machina at %s\n", apiURL)
 	writeInventoryLine(w, inv)
 	writeServersLine(w, counts)
 	writeSecretsLine(w, sealing, sealed, unsealed)
-	writePlanLines(w, plan)
-	writeAttention(w, plan, snap)
+	writePlanLines(w, res)
+	writeAttention(w, res, snap)
 }
 
 // writeInventoryLine says which revision the controller acts on, and an
@@ -157,18 +157,18 @@ func writeSecretsLine(w io.Writer, sealing bool, sealed, unsealed int) {
 
 // writePlanLines says what is pending, what the brake holds, and the
 // plan's conditions.
-func writePlanLines(w io.Writer, plan reconciler.Result) {
+func writePlanLines(w io.Writer, res plan.Result) {
 	// Plan.
-	if len(plan.Steps) == 0 {
+	if len(res.Steps) == 0 {
 		fmt.Fprintln(w, "Plan:       nothing pending")
 	} else {
-		fmt.Fprintf(w, "Plan:       %s pending\n", plural(len(plan.Steps), "step"))
+		fmt.Fprintf(w, "Plan:       %s pending\n", plural(len(res.Steps), "step"))
 	}
-	if plan.Brake != "" {
-		fmt.Fprintf(w, "HELD:       %s: %s\n", plural(len(plan.Held), "step"), termSafe(plan.Brake))
+	if res.Brake != "" {
+		fmt.Fprintf(w, "HELD:       %s: %s\n", plural(len(res.Held), "step"), termSafe(res.Brake))
 	}
 	shown := 0
-	for _, c := range plan.Conditions {
+	for _, c := range res.Conditions {
 		if c.Type == "Held" {
 			continue // shown above
 		}
@@ -184,18 +184,18 @@ func writePlanLines(w io.Writer, plan reconciler.Result) {
 
 // writeAttention lists the servers that need a human, or that are not
 // moving and why.
-func writeAttention(w io.Writer, plan reconciler.Result, snap state.Snapshot) {
+func writeAttention(w io.Writer, res plan.Result, snap state.Snapshot) {
 	// Servers that need a human, or that are not moving and why: failed,
 	// stalled, an unreadable BMC (not for retired servers, which the sweep
 	// does not read), or a plan condition naming the server (a deploy
 	// waiting for its image, a server that cannot be commissioned, ...).
-	conds := map[string]reconciler.PlanCondition{}
+	conds := map[string]plan.Condition{}
 	names := sortedNames(snap.Servers)
-	for _, c := range plan.Conditions {
+	for _, c := range res.Conditions {
 		name, ok := strings.CutPrefix(c.Subject, "server/")
 		// Not listed: a wipe or a deploy with a changed image (moving), a
 		// never-commissioned server that is to be retired (at rest).
-		if !ok || c.Type == "WipePending" || c.Type == reconciler.CondImageChanged || c.Reason == "NeverCommissioned" {
+		if !ok || c.Type == "WipePending" || c.Type == plan.CondImageChanged || c.Reason == "NeverCommissioned" {
 			continue
 		}
 		if _, dup := conds[name]; dup {

@@ -8,7 +8,7 @@ import (
 	v1 "github.com/machina-metal/machina/api/v1"
 	"github.com/machina-metal/machina/gitops"
 	"github.com/machina-metal/machina/inventory"
-	"github.com/machina-metal/machina/reconciler"
+	"github.com/machina-metal/machina/reconciler/plan"
 	"github.com/machina-metal/machina/state"
 )
 
@@ -26,7 +26,7 @@ func TestWriteStatusCases(t *testing.T) {
 		Invalid: &gitops.InvalidRevision{Commit: "89abcdef0123456789ab", Errors: []inventory.FieldError{{File: "servers.yaml", Line: 14, Col: 7, Path: "servers[2].bootMAC", Msg: "not a MAC"}}},
 	}
 	var b bytes.Buffer
-	writeStatus(&b, "http://c", map[string]int{"failed": 1, "deployed": 1, "ready": 1}, true, 3, 0, inv, reconciler.Result{}, snap)
+	writeStatus(&b, "http://c", map[string]int{"failed": 1, "deployed": 1, "ready": 1}, true, 3, 0, inv, plan.Result{}, snap)
 	out := b.String()
 	for _, want := range []string{
 		"Inventory:  INVALID at commit 89abcdef0123 (1 error)",
@@ -45,7 +45,7 @@ func TestWriteStatusCases(t *testing.T) {
 	}
 	// One of each: singular nouns ("1 steps" before).
 	b.Reset()
-	one := reconciler.Result{Steps: []reconciler.Step{{Server: "c", Action: "commission"}}, Held: []reconciler.Step{{Server: "b", Action: "release"}}, Brake: "releases 1 of 3"}
+	one := plan.Result{Steps: []plan.Step{{Server: "c", Action: "commission"}}, Held: []plan.Step{{Server: "b", Action: "release"}}, Brake: "releases 1 of 3"}
 	writeStatus(&b, "http://c", map[string]int{"failed": 1}, true, 3, 0, inv, one,
 		state.Snapshot{Servers: map[string]state.Server{"a": snap.Servers["a"]}})
 	for _, want := range []string{"Plan:       1 step pending\n", "HELD:       1 step: releases 1 of 3\n", "Attention:  1 server\n"} {
@@ -54,7 +54,7 @@ func TestWriteStatusCases(t *testing.T) {
 		}
 	}
 	b.Reset()
-	writeStatus(&b, "http://c", nil, true, 1, 2, gitops.InventoryStatus{}, reconciler.Result{}, state.Snapshot{})
+	writeStatus(&b, "http://c", nil, true, 1, 2, gitops.InventoryStatus{}, plan.Result{}, state.Snapshot{})
 	for _, want := range []string{"sealing on, but 2 of 3 still UNSEALED", "Servers:    none registered", "Inventory:  no revision read yet"} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("status lacks %q:\n%s", want, b.String())
@@ -73,10 +73,10 @@ func TestWriteStatusNotMoving(t *testing.T) {
 		"retired": {Name: "retired", Lifecycle: state.LifecycleRetired, BMCError: "bmc: login: HTTP 401"},
 		"moving":  {Name: "moving", Lifecycle: state.LifecycleReady},
 	}}
-	plan := reconciler.Result{
-		Steps: []reconciler.Step{{Server: "alloc", Action: reconciler.ActDeploy, Profile: "p", Waits: "image img: import failed: no checksum entry"}},
-		Conditions: []reconciler.PlanCondition{
-			{Subject: "server/alloc", Type: reconciler.CondImageNotReady, Reason: reconciler.CondImageNotReady, Message: "deploy of profile p waits: image img: import failed: no checksum entry"},
+	plan := plan.Result{
+		Steps: []plan.Step{{Server: "alloc", Action: plan.ActDeploy, Profile: "p", Waits: "image img: import failed: no checksum entry"}},
+		Conditions: []plan.Condition{
+			{Subject: "server/alloc", Type: plan.CondImageNotReady, Reason: plan.CondImageNotReady, Message: "deploy of profile p waits: image img: import failed: no checksum entry"},
 			{Subject: "server/nobmc", Type: "NoBMC", Reason: "NoBMC", Message: "no BMC address"},
 			{Subject: "server/moving", Type: "WipePending", Reason: "ReleaseWipe", Message: "wiping"},
 		},

@@ -24,6 +24,7 @@ import (
 	"github.com/machina-metal/machina/internal/peertest"
 	"github.com/machina-metal/machina/lab/sim"
 	"github.com/machina-metal/machina/reconciler"
+	"github.com/machina-metal/machina/reconciler/plan"
 	"github.com/machina-metal/machina/state"
 )
 
@@ -347,7 +348,7 @@ func TestVerbsAgainstController(t *testing.T) {
 	if err := json.Unmarshal([]byte(apiJSON), &fromAPI); err != nil {
 		t.Fatal(err)
 	}
-	if len(fromAPI.Steps) != 2 || fromAPI.Steps[0].Action != reconciler.ActAllocate || fromAPI.Steps[1].Action != reconciler.ActDeploy ||
+	if len(fromAPI.Steps) != 2 || fromAPI.Steps[0].Action != plan.ActAllocate || fromAPI.Steps[1].Action != plan.ActDeploy ||
 		fromAPI.Steps[0].Profile != "hypervisor" || fromAPI.Observed != "api" || fromAPI.Servers != 12 {
 		t.Fatalf("plan via API = %+v, want allocate+deploy of one hypervisor", fromAPI)
 	}
@@ -387,7 +388,7 @@ func TestVerbsAgainstController(t *testing.T) {
 		for _, name := range names {
 			srv := s.Servers[name]
 			if srv.Lifecycle != state.LifecycleDeployed || srv.FinishDeploy || srv.Allocation == nil ||
-				srv.Allocation.Reason != reconciler.ReasonProvision || srv.Allocation.Profile != "hypervisor" || srv.Zone != "zone-a" {
+				srv.Allocation.Reason != plan.ReasonProvision || srv.Allocation.Profile != "hypervisor" || srv.Zone != "zone-a" {
 				return false
 			}
 		}

@@ -28,7 +28,7 @@ const maxStatusFileBytes = 1 << 20
 const maxListPages = 1000
 
 // snapshotFromAPI reads every server from GET /api/v1/servers, page by page
-// (1,000 a page), into a state.Snapshot for reconciler.Plan.
+// (1,000 a page), into a state.Snapshot for plan.Compute.
 func snapshotFromAPI(ctx context.Context, c *v1.Client) (state.Snapshot, error) {
 	snap := state.Snapshot{Servers: map[string]state.Server{}, Hosts: map[string]state.Host{}}
 	after := ""
@@ -51,7 +51,7 @@ func snapshotFromAPI(ctx context.Context, c *v1.Client) (state.Snapshot, error) 
 	return state.Snapshot{}, fmt.Errorf("list servers: more than %d pages", maxListPages)
 }
 
-// fromWire maps the API's server to the observed record Plan reads: identity,
+// fromWire maps the API's server to the observed record plan.Compute reads: identity,
 // lifecycle, hardware, allocation, observed action counters, stall and
 // finish-deploy flags.
 func fromWire(s v1.Server) state.Server {

@@ -8,7 +8,7 @@ import (
 	v1 "github.com/machina-metal/machina/api/v1"
 	"github.com/machina-metal/machina/gitops"
 	"github.com/machina-metal/machina/inventory"
-	"github.com/machina-metal/machina/reconciler"
+	"github.com/machina-metal/machina/reconciler/plan"
 	"github.com/machina-metal/machina/state"
 )
 
@@ -22,7 +22,7 @@ func TestStatusNeutralisesMachineText(t *testing.T) {
 		"a": {Name: "a", Lifecycle: state.LifecycleFailed, LastError: evil},
 	}}
 	var b bytes.Buffer
-	writeStatus(&b, "http://c", map[string]int{"failed": 1}, true, 1, 0, gitops.InventoryStatus{}, reconciler.Result{}, snap)
+	writeStatus(&b, "http://c", map[string]int{"failed": 1}, true, 1, 0, gitops.InventoryStatus{}, plan.Result{}, snap)
 	out := b.String()
 	for _, bad := range []string{"\x1b", "\x07", "\u009b", "\u202e"} {
 		if strings.Contains(out, bad) {
@@ -51,7 +51,7 @@ func TestStatusNeutralisesEveryMachineField(t *testing.T) {
 	}}
 	inv := gitops.InventoryStatus{Invalid: &gitops.InvalidRevision{Commit: "0123456789abcdef",
 		Errors: []inventory.FieldError{{File: "servers.yaml", Line: 3, Col: 5, Path: "servers[0].name", Msg: "value " + evil}}}}
-	plan := reconciler.Result{Brake: "brake " + evil, Conditions: []reconciler.PlanCondition{
+	plan := plan.Result{Brake: "brake " + evil, Conditions: []plan.Condition{
 		{Subject: "server/c" + evil, Type: "Waiting", Reason: "MachineSilent", Message: "last heard: " + evil},
 	}}
 	var b bytes.Buffer
@@ -75,7 +75,7 @@ func TestStatusNeutralisesEveryMachineField(t *testing.T) {
 // WipeFailed condition reaches the terminal neutralised, the plan's lines
 // stay lines (before, the text plan was printed raw).
 func TestPlanTextNeutralisesMachineText(t *testing.T) {
-	r := reconciler.Result{Conditions: []reconciler.PlanCondition{
+	r := plan.Result{Conditions: []plan.Condition{
 		{Subject: "server/a", Type: "WipeFailed", Reason: "ReleaseWipeFailed", Message: "last: \x1b]0;pwned\x07\u202eevil"},
 		{Subject: "server/b", Type: "WipeFailed", Reason: "ReleaseWipeFailed", Message: "plain"},
 	}}

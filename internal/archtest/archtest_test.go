@@ -138,6 +138,11 @@ func TestCheckFindsPlantedEdges(t *testing.T) {
 		{"reconciler imports gitops", [2]string{"reconciler", "gitops"}, []string{"import-table", "reconciler-no-git"}},
 		{"reconciler subpackage links go-git", [2]string{"reconciler/fleet", "github.com/go-git/go-git/v5"}, []string{"reconciler-no-git"}},
 		{"gitops imports bmc", [2]string{"gitops", "bmc"}, []string{"import-table", "gitops-no-bmc"}},
+		{"gitops links bmc through the executor", [2]string{"gitops", "reconciler"}, []string{"import-table", "gitops-no-bmc"}},
+		{"plan imports bmc", [2]string{"reconciler/plan", "bmc"}, []string{"import-table", "plan-pure", "gitops-no-bmc"}},
+		{"plan imports the executor", [2]string{"reconciler/plan", "reconciler"}, []string{"import-table", "plan-pure", "gitops-no-bmc"}},
+		{"plan imports gitops", [2]string{"reconciler/plan", "gitops"}, []string{"import-table", "plan-pure", "reconciler-no-git"}},
+		{"plan links go-git", [2]string{"reconciler/plan", "github.com/go-git/go-git/v5"}, []string{"plan-pure", "reconciler-no-git"}},
 		{"a binary links testing through lab", [2]string{"bmc/ipmi/ipmisim", "testing"}, []string{"no-testing"}},
 	}
 	for _, tt := range tests {

@@ -72,8 +72,9 @@ var mayImport = map[string][]string{
 	"join/spec":             {},
 	"join/node":             {"join/spec"},
 	"join":                  {"internal/connlimit", "inventory", "join/spec", "state"},
-	"reconciler":            {"bmc", "inventory", "redact", "state"},
-	"gitops":                {"boot", "discover", "inventory", "reconciler", "redact", "state"},
+	"reconciler/plan":       {"inventory", "state"},
+	"reconciler":            {"bmc", "inventory", "reconciler/plan", "redact", "state"},
+	"gitops":                {"boot", "discover", "inventory", "reconciler/plan", "redact", "state"},
 	"redact":                {},
 	"reconciler/fleet":      {"bmc", "bmc/ipmi", "bmc/redfish", "reconciler", "redact", "state"},
 	"reconciler/deployplan": {"api", "deploy", "images", "inventory", "state"},
@@ -83,7 +84,7 @@ var mayImport = map[string][]string{
 	"cmd/machina":           {anyProduct},
 	"cmd/machina-agent":     {"ramdisk/agent", "api/v1"},
 	"cmd/machina-node":      {"join/node"},
-	"cmd/machinactl":        {"bmc", "bmc/ipmi", "bmc/redfish", "discover", "gitops", "images", "inventory", "join/node", "reconciler", "schema", "state"},
+	"cmd/machinactl":        {"bmc", "bmc/ipmi", "bmc/redfish", "discover", "gitops", "images", "inventory", "join/node", "reconciler/plan", "schema", "state"},
 }
 
 // The agent (the ramdisk's /init) links only api/v1 of the project, and it
@@ -217,9 +218,16 @@ func Check(g Graph) []Violation {
 // gitModule is the Git library: gitops links it, the reconciler never.
 const gitModule = "github.com/go-git/go-git/v5"
 
+// planPkg is the pure plan: it decides and never acts, so it depends on
+// no bmc package, no Git library and not on gitops (nor on the executor
+// above it), and gitops can use its types without linking a BMC.
+const planPkg = "reconciler/plan"
+
 // checkGitSplit: the reconciler and its subpackages depend neither on
 // gitops nor on go-git (they know Git only through reconciler.Revisions,
-// which gitops.Source implements); gitops imports no bmc package.
+// which gitops.Source implements); the plan depends on no bmc package,
+// no go-git and no gitops; gitops depends on no bmc package, directly or
+// through another (so not on the executor either).
 func checkGitSplit(g Graph, add func(rule, from, to, why string)) {
 	for p := range g {
 		if !g.product(p) {
@@ -238,9 +246,21 @@ func checkGitSplit(g Graph, add func(rule, from, to, why string)) {
 			}
 		}
 		if under(p, "gitops") {
-			for _, i := range g.directProject(p) {
-				if under(i, "bmc") {
-					add("gitops-no-bmc", p, i, "gitops knows nothing of BMCs")
+			for _, d := range g.deps(p) {
+				if under(d, "bmc") {
+					add("gitops-no-bmc", p, d, "gitops knows nothing of BMCs, not even through another package (it uses reconciler/plan, never the executor)")
+				}
+			}
+		}
+		if under(p, planPkg) {
+			for _, d := range g.deps(p) {
+				if under(d, "bmc") || under(d, "gitops") || d == "reconciler" {
+					add("plan-pure", p, d, "the plan imports no bmc, no gitops and not the executor: it decides, it does not act")
+				}
+			}
+			for _, d := range g.nonStandard(p) {
+				if under(d, gitModule) {
+					add("plan-pure", p, d, "the plan never links go-git")
 				}
 			}
 		}

@@ -17,7 +17,7 @@ import (
 	"github.com/machina-metal/machina/internal/peertest"
 	"github.com/machina-metal/machina/inventory"
 	"github.com/machina-metal/machina/lab/sim"
-	"github.com/machina-metal/machina/reconciler"
+	"github.com/machina-metal/machina/reconciler/plan"
 	"github.com/machina-metal/machina/state"
 )
 
@@ -43,14 +43,14 @@ func holding(s state.Snapshot, profile, reason string) []string {
 func TestProfileCountUpAndDown(t *testing.T) {
 	r := startRig(t, rigOptions{})
 	first := r.steady()
-	orig := holding(first, "hypervisor", reconciler.ReasonCount)
+	orig := holding(first, "hypervisor", plan.ReasonCount)
 	if len(orig) != 2 {
 		t.Fatalf("hypervisor holds %v, want 2 servers", orig)
 	}
 
 	r.commit("hypervisor count 4", func(dir string) { r.setCount(dir, "hypervisor", 4) })
 	snap := r.waitFor("4 hypervisors deployed", time.Minute, func(s state.Snapshot) bool { return deployedBy(s, "hypervisor") == 4 })
-	four := holding(snap, "hypervisor", reconciler.ReasonCount)
+	four := holding(snap, "hypervisor", plan.ReasonCount)
 	if len(four) != 4 {
 		t.Fatalf("hypervisor holds %v, want 4", four)
 	}
@@ -102,7 +102,7 @@ func TestProfileCountUpAndDown(t *testing.T) {
 		}
 		return deployedBy(s, "hypervisor") == 2
 	})
-	if got := holding(snap, "hypervisor", reconciler.ReasonCount); !slices.Equal(got, orig) {
+	if got := holding(snap, "hypervisor", plan.ReasonCount); !slices.Equal(got, orig) {
 		t.Errorf("after lowering, hypervisor holds %v, want the first two %v", got, orig)
 	}
 	for _, name := range added {
@@ -162,7 +162,7 @@ func TestProfileCountUpAndDown(t *testing.T) {
 func TestRetireAndUnretire(t *testing.T) {
 	r := startRig(t, rigOptions{})
 	snap := r.steady()
-	name := holding(snap, "hypervisor", reconciler.ReasonCount)[0]
+	name := holding(snap, "hypervisor", plan.ReasonCount)[0]
 	m := r.lab.Machine(name)
 	if m.Phase() != sim.PhaseOS {
 		t.Fatalf("%s is %s, want running its OS", name, m.Phase())
@@ -254,15 +254,15 @@ func TestSafetyBrakeHoldsMassRetire(t *testing.T) {
 	r.waitFor("retirements held", time.Minute, func(state.Snapshot) bool { return len(r.run.Reconciler.LastPlan().Held) == 6 })
 	digest := r.run.Reconciler.Desired().Digest
 	code, body := r.admin(http.MethodGet, "/api/v1/plan", nil)
-	var plan reconciler.Result
-	if code != http.StatusOK || json.Unmarshal(body, &plan) != nil {
+	var res plan.Result
+	if code != http.StatusOK || json.Unmarshal(body, &res) != nil {
 		t.Fatalf("GET /api/v1/plan: %d %s", code, body)
 	}
-	if len(plan.Held) != 6 || !strings.Contains(plan.Brake, "retire 6 of 12") {
-		t.Errorf("plan: held %v brake %q", plan.Held, plan.Brake)
+	if len(res.Held) != 6 || !strings.Contains(res.Brake, "retire 6 of 12") {
+		t.Errorf("plan: held %v brake %q", res.Held, res.Brake)
 	}
-	for _, h := range plan.Held {
-		if h.Action != reconciler.ActRetire || !slices.Contains(victims, h.Server) {
+	for _, h := range res.Held {
+		if h.Action != plan.ActRetire || !slices.Contains(victims, h.Server) {
 			t.Errorf("held step %v", h)
 		}
 	}
@@ -319,7 +319,7 @@ func TestProvisionAPI(t *testing.T) {
 	})
 	for _, name := range resp.Servers {
 		srv := snap.Servers[name]
-		if srv.Allocation == nil || srv.Allocation.Profile != "hypervisor" || srv.Allocation.Reason != reconciler.ReasonProvision || srv.Zone != "zone-a" {
+		if srv.Allocation == nil || srv.Allocation.Profile != "hypervisor" || srv.Allocation.Reason != plan.ReasonProvision || srv.Zone != "zone-a" {
 			t.Errorf("%s: allocation %+v zone %s", name, srv.Allocation, srv.Zone)
 		}
 		r.waitMachine(r.lab.Machine(name), sim.PhaseOS)
@@ -411,9 +411,9 @@ func probeSignature(t *testing.T, path string, off int64) string {
 // the server is not allocated meanwhile, and the wipe is retried after the
 // backoff; once the disk is back the retry wipes it and NeedsWipe clears.
 func TestReleaseWipeFailureRetried(t *testing.T) {
-	r := startRig(t, rigOptions{plan: reconciler.PlanOptions{WipeRetryBase: 2 * time.Second, WipeRetryCap: 4 * time.Second}})
+	r := startRig(t, rigOptions{plan: plan.Options{WipeRetryBase: 2 * time.Second, WipeRetryCap: 4 * time.Second}})
 	snap := r.steady()
-	held := holding(snap, "hypervisor", reconciler.ReasonCount)
+	held := holding(snap, "hypervisor", plan.ReasonCount)
 	sort.Slice(held, func(i, j int) bool { // the plan's release order: newest first, then name descending
 		a, b := snap.Servers[held[i]].Allocation.At, snap.Servers[held[j]].Allocation.At
 		if !a.Equal(b) {

@@ -12,14 +12,14 @@ import (
 
 	"github.com/machina-metal/machina/inventory"
 	"github.com/machina-metal/machina/lab/sim"
-	"github.com/machina-metal/machina/reconciler"
+	"github.com/machina-metal/machina/reconciler/plan"
 	"github.com/machina-metal/machina/state"
 )
 
 // stepsFor returns the plan's steps (and held steps) on server.
-func stepsFor(res reconciler.Result, server string) []reconciler.Step {
-	var out []reconciler.Step
-	for _, s := range append(append([]reconciler.Step(nil), res.Steps...), res.Held...) {
+func stepsFor(res plan.Result, server string) []plan.Step {
+	var out []plan.Step
+	for _, s := range append(append([]plan.Step(nil), res.Steps...), res.Held...) {
 		if s.Server == server {
 			out = append(out, s)
 		}
@@ -30,7 +30,7 @@ func stepsFor(res reconciler.Result, server string) []reconciler.Step {
 // settled waits until a fresh planning pass has nothing to do on server
 // and the status commit shows text in its status file, and returns that
 // pass's plan.
-func (r *rig) settled(server, text string) reconciler.Result {
+func (r *rig) settled(server, text string) plan.Result {
 	r.t.Helper()
 	r.waitStatus("status/servers/"+server+".yaml", text)
 	deadline := time.Now().Add(30 * time.Second)
@@ -250,7 +250,7 @@ func TestReadmeOnlyCommitIsNoop(t *testing.T) {
 // powered off, and a recommission brings it back: none is left
 // commissioning or with an action in flight.
 func TestRestartMidCommissioning(t *testing.T) {
-	r := startRig(t, rigOptions{plan: reconciler.PlanOptions{CommissionTimeout: 8 * time.Second}})
+	r := startRig(t, rigOptions{plan: plan.Options{CommissionTimeout: 8 * time.Second}})
 	var caught string
 	deadline := time.Now().Add(time.Minute)
 	for caught == "" {
@@ -426,7 +426,7 @@ func TestRefusedCredentialDeployResumes(t *testing.T) {
 	if !strings.Contains(srv.LastError, "401") && !strings.Contains(srv.LastError, "authentication") {
 		t.Errorf("%s stalled with %q, want the refused login", name, srv.LastError)
 	}
-	if srv.InFlight == nil || srv.InFlight.Action != string(reconciler.ActDeploy) {
+	if srv.InFlight == nil || srv.InFlight.Action != string(plan.ActDeploy) {
 		t.Fatalf("%s lost its journal on the stall: %+v", name, srv.InFlight)
 	}
 	if n := r.resets(name); n != 0 {

@@ -7,7 +7,7 @@ import (
 
 	"github.com/machina-metal/machina/inventory"
 	"github.com/machina-metal/machina/lab/sim"
-	"github.com/machina-metal/machina/reconciler"
+	"github.com/machina-metal/machina/reconciler/plan"
 	"github.com/machina-metal/machina/state"
 )
 
@@ -147,7 +147,7 @@ func TestChecksumMismatchLeavesDiskUntouched(t *testing.T) {
 // replaced by the profile's top-up); nothing stays deploying or in flight
 // and the profiles' counts are met.
 func TestRestartMidDeploy(t *testing.T) {
-	r := startRig(t, rigOptions{plan: reconciler.PlanOptions{DeployTimeout: 8 * time.Second}})
+	r := startRig(t, rigOptions{plan: plan.Options{DeployTimeout: 8 * time.Second}})
 	var caught string
 	deadline := time.Now().Add(time.Minute)
 	for caught == "" {

@@ -15,7 +15,7 @@ import (
 	"github.com/machina-metal/machina/internal/peertest"
 	"github.com/machina-metal/machina/inventory"
 	"github.com/machina-metal/machina/lab/sim"
-	"github.com/machina-metal/machina/reconciler"
+	"github.com/machina-metal/machina/reconciler/plan"
 	"github.com/machina-metal/machina/state"
 )
 
@@ -137,7 +137,7 @@ func appendFile(t *testing.T, path, s string) {
 // the deploy deadline like an image deploy: failed with the reason,
 // allocation dropped, powered off through the BMC.
 func TestInstallerDeadline(t *testing.T) {
-	r := startRig(t, rigOptions{plan: reconciler.PlanOptions{DeployTimeout: 8 * time.Second}})
+	r := startRig(t, rigOptions{plan: plan.Options{DeployTimeout: 8 * time.Second}})
 	r.steady()
 	sum := buildInstallerISO(t, filepath.Join(r.dir, "lab", "mirror"), "rhel-broken", map[string]string{
 		"images/pxeboot/vmlinuz": "fake rhel kernel", "images/pxeboot/initrd.img": "fake rhel initrd", ".treeinfo": "[general]\n"})

@@ -26,6 +26,7 @@ import (
 	"github.com/machina-metal/machina/inventory"
 	"github.com/machina-metal/machina/lab/sim"
 	"github.com/machina-metal/machina/reconciler"
+	"github.com/machina-metal/machina/reconciler/plan"
 	"github.com/machina-metal/machina/state"
 )
 
@@ -37,7 +38,7 @@ type rig struct {
 	dir    string
 	listen string
 	log    *slog.Logger
-	plan   reconciler.PlanOptions
+	plan   plan.Options
 	config func(*controller.Config)
 
 	cancel context.CancelFunc // the running controller's
@@ -51,7 +52,7 @@ type rigOptions struct {
 	// before runs after the lab started and before the controller does.
 	before func(*sim.Lab)
 	// plan overrides the reconciler's plan options (deadlines).
-	plan reconciler.PlanOptions
+	plan plan.Options
 	// config, when set, edits the controller's configuration (auto-enrol).
 	config func(*controller.Config)
 	// secrets are stored in the controller's secret store on start, next

@@ -17,7 +17,7 @@ import (
 	"github.com/machina-metal/machina/internal/etcdtest"
 	"github.com/machina-metal/machina/internal/peertest"
 	"github.com/machina-metal/machina/lab/sim"
-	"github.com/machina-metal/machina/reconciler"
+	"github.com/machina-metal/machina/reconciler/plan"
 	"github.com/machina-metal/machina/state"
 )
 
@@ -168,10 +168,10 @@ func TestShardedGroups(t *testing.T) {
 	vips["north"] = newVIPProxy(t)
 	north := startHANode(t, lab, dir, "north-1", vips["north"].srv.URL, cl.Endpoints(), log, group("north", "zone-c"))
 	waitUntil(t, "north elected", 10*time.Second, north.run.Elector.IsLeader)
-	conflicts := func(r reconciler.Result) []reconciler.PlanCondition {
-		var out []reconciler.PlanCondition
+	conflicts := func(r plan.Result) []plan.Condition {
+		var out []plan.Condition
 		for _, c := range r.Conditions {
-			if c.Type == reconciler.CondZoneClaimConflict && strings.HasPrefix(c.Subject, "server/r3-") {
+			if c.Type == plan.CondZoneClaimConflict && strings.HasPrefix(c.Subject, "server/r3-") {
 				out = append(out, c)
 			}
 		}

@@ -258,7 +258,7 @@ func (l *lab) grubBooted(m *machine) error {
 }
 
 // planCondition is the part of GET /api/v1/plan's conditions the lab reads
-// (reconciler.PlanCondition).
+// (plan.Condition).
 type planCondition struct {
 	Subject, Type, Reason, Message string
 }

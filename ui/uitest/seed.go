@@ -192,7 +192,7 @@ func (f *fakeImages) ImageStatuses(context.Context) ([]ui.ImageStatus, error) {
 // fakeInventory is the reconciler's view: the acting revision retires
 // three servers, which the brake holds until approved. Once the store
 // records the approval, it re-plans with the steps released, as
-// reconciler.Plan does with PlanOptions.Approved.
+// plan.Compute does with plan.Options.Approved.
 type fakeInventory struct{ store *state.Store }
 
 func (f *fakeInventory) InventoryStatus(context.Context) (ui.InventoryStatus, error) {

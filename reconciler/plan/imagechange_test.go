@@ -1,4 +1,4 @@
-package reconciler
+package plan
 
 import (
 	"strings"
@@ -28,7 +28,7 @@ func TestPlanSaysWhichImageChangeApplies(t *testing.T) {
 		"d": {Name: "d", Lifecycle: state.LifecycleDeployed, Allocation: alloc(true)},
 		"e": {Name: "e", Lifecycle: state.LifecycleDeployed, Allocation: &state.Allocation{Profile: "p", Image: "new", Deploy: "image"}},
 	}}
-	got := map[string]PlanCondition{}
+	got := map[string]Condition{}
 	for _, c := range imageChanged(inv, have) {
 		got[strings.TrimPrefix(c.Subject, "server/")] = c
 	}

@@ -1,13 +1,10 @@
-package reconciler
+package plan
 
 import (
-	"context"
-	"errors"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/machina-metal/machina/bmc"
 	"github.com/machina-metal/machina/inventory"
 	"github.com/machina-metal/machina/state"
 )
@@ -22,7 +19,7 @@ func stepsOf(res Result, server string) []string {
 	return out
 }
 
-func condOf(res Result, server, typ string) *PlanCondition {
+func condOf(res Result, server, typ string) *Condition {
 	for i, c := range res.Conditions {
 		if c.Subject == "server/"+server && c.Type == typ {
 			return &res.Conditions[i]
@@ -45,9 +42,9 @@ func TestPlanAutoEnrolled(t *testing.T) {
 		Lifecycle: state.LifecycleCommissioning, LifecycleAt: planT0, Hardware: bigHW("x9"),
 		Enrolled: &state.Enrolment{At: planT0, Source: "ipxe"}}
 	snap.Servers[auto.Name] = auto
-	opts := PlanOptions{Now: planT0.Add(time.Minute)}
+	opts := Options{Now: planT0.Add(time.Minute)}
 
-	res := Plan(inv, snap, opts)
+	res := Compute(inv, snap, opts)
 	if got := stepsOf(res, auto.Name); got != nil {
 		t.Errorf("pending steps = %v, want none", got)
 	}
@@ -58,14 +55,14 @@ func TestPlanAutoEnrolled(t *testing.T) {
 		t.Errorf("waiting condition = %+v", c)
 	}
 	// Past the commissioning deadline: a timeout (it powers nothing off).
-	res = Plan(inv, snap, PlanOptions{Now: planT0.Add(time.Hour)})
+	res = Compute(inv, snap, Options{Now: planT0.Add(time.Hour)})
 	if got := stepsOf(res, auto.Name); len(got) != 1 || got[0] != "timeout:" {
 		t.Errorf("pending steps past the deadline = %v, want timeout", got)
 	}
 	auto.Lifecycle = state.LifecycleReady
 	auto.Enrolled.Branch, auto.Enrolled.Commit = "discovered/2026-11-01", "0123456789abcdef"
 	snap.Servers[auto.Name] = auto
-	res = Plan(inv, snap, opts)
+	res = Compute(inv, snap, opts)
 	if c := condOf(res, auto.Name, "Waiting"); c == nil || !strings.Contains(c.Message, "discovered/2026-11-01") {
 		t.Errorf("waiting condition after proposal = %+v", c)
 	}
@@ -74,9 +71,9 @@ func TestPlanAutoEnrolled(t *testing.T) {
 	merged := cloneInv(inv)
 	merged.Servers = append(merged.Servers, inventory.Server{Name: auto.Name, Zone: "zone-a", BootMAC: auto.BootMAC, BootMode: inventory.BootUEFI,
 		Want: inventory.WantDeployed, Profile: "hypervisor", Actions: inventory.Actions{PowerCycle: 1}})
-	res = Plan(merged, snap, opts)
+	res = Compute(merged, snap, opts)
 	for _, s := range res.Steps {
-		if s.Server == auto.Name && s.Action.needsBMC() {
+		if s.Server == auto.Name && s.Action.NeedsBMC() {
 			t.Errorf("BMC step planned on a server without a BMC: %v", s)
 		}
 	}
@@ -99,7 +96,7 @@ func TestPlanAutoEnrolled(t *testing.T) {
 	// Renamed in review: adopted by boot MAC, not registered twice.
 	renamed := cloneInv(inv)
 	renamed.Servers = append(renamed.Servers, inventory.Server{Name: "r9-n01", Zone: "zone-a", BootMAC: auto.BootMAC, BootMode: inventory.BootUEFI, Want: inventory.WantReady})
-	res = Plan(renamed, snap, opts)
+	res = Compute(renamed, snap, opts)
 	if got := stepsOf(res, "r9-n01"); len(got) != 1 || got[0] != "adopt:"+auto.Name {
 		t.Errorf("renamed steps = %v, want adopt from %s", got, auto.Name)
 	}
@@ -108,7 +105,7 @@ func TestPlanAutoEnrolled(t *testing.T) {
 	}
 	auto.Lifecycle = state.LifecycleCommissioning
 	snap.Servers[auto.Name] = auto
-	res = Plan(renamed, snap, opts)
+	res = Compute(renamed, snap, opts)
 	if got := stepsOf(res, "r9-n01"); got != nil {
 		t.Errorf("adoption while commissioning: %v", got)
 	}
@@ -116,55 +113,3 @@ func TestPlanAutoEnrolled(t *testing.T) {
 		t.Errorf("adoption wait condition = %+v", c)
 	}
 }
-
-// TestExecutorAdoptsAndSkipsBMC runs the adopt step and a timeout on a
-// server without a BMC through the executor: the record moves to the
-// servers.yaml name, and the timeout fails the server without opening
-// any driver.
-func TestExecutorAdoptsAndSkipsBMC(t *testing.T) {
-	st := openEnrolStore(t)
-	opened := 0
-	c, err := New(Config{Store: st, Drivers: driverFunc(func(context.Context, state.Server) (bmc.Driver, error) {
-		opened++
-		return nil, errors.New("no driver in this test")
-	}), Logger: testLogger(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, n := range []string{"auto-525400aa0001", "auto-525400aa0002"} {
-		mac := "52:54:00:aa:00:0" + n[len(n)-1:]
-		if _, err := st.CreateServer(state.Server{Name: n, BootMAC: mac, Enrolled: &state.Enrolment{At: planT0}}); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := st.Transition(n, state.LifecycleNew, state.LifecycleCommissioning, "enrol"); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if _, err := st.Transition("auto-525400aa0001", state.LifecycleCommissioning, state.LifecycleReady, "report"); err != nil {
-		t.Fatal(err)
-	}
-	log := testLogger(t)
-	if err := c.run(context.Background(), Step{Server: "r9-n01", Action: ActAdopt, From: "auto-525400aa0001"}, nil, log); err != nil {
-		t.Fatal(err)
-	}
-	if s, err := st.Server("r9-n01"); err != nil || s.Lifecycle != state.LifecycleReady || s.BootMAC != "52:54:00:aa:00:01" {
-		t.Errorf("adopted = %+v, %v", s, err)
-	}
-	if err := c.run(context.Background(), Step{Server: "auto-525400aa0002", Action: ActTimeout, Why: "no commissioning report within 30m0s"}, nil, log); err != nil {
-		t.Fatal(err)
-	}
-	if s, _ := st.Server("auto-525400aa0002"); s.Lifecycle != state.LifecycleFailed || s.InFlight != nil {
-		t.Errorf("timed out = %+v", s)
-	}
-	err = c.run(context.Background(), Step{Server: "r9-n01", Action: ActPowerCycle, Counter: 1}, nil, log)
-	if !errors.Is(err, ErrNoBMC) {
-		t.Errorf("power-cycle without a BMC = %v, want ErrNoBMC", err)
-	}
-	if opened != 0 {
-		t.Errorf("opened %d drivers for servers without a BMC", opened)
-	}
-}
-
-type driverFunc func(context.Context, state.Server) (bmc.Driver, error)
-
-func (f driverFunc) Driver(ctx context.Context, s state.Server) (bmc.Driver, error) { return f(ctx, s) }

@@ -1,4 +1,4 @@
-package reconciler
+package plan
 
 import (
 	"strings"
@@ -13,7 +13,7 @@ import (
 // [click](javascript:...) rendered as a link and **x** as bold.
 func TestPlanMarkdownNeutralisesMachineText(t *testing.T) {
 	evil := "**bold** [click](javascript:alert(1)) ![i](http://x/i.png) <script>x</script> `c` _em_ \x1b[2J\u202e|"
-	r := Result{Conditions: []PlanCondition{{Subject: "server/r1-n01", Type: "WipeFailed", Reason: "ReleaseWipeFailed",
+	r := Result{Conditions: []Condition{{Subject: "server/r1-n01", Type: "WipeFailed", Reason: "ReleaseWipeFailed",
 		Message: "release wipe failed 1 times (last: " + evil + ")"}}}
 	md := strings.Join(r.Markdown(0), "")
 	for _, bad := range []string{"**bold**", "[click](", "![i](", "<script>", "`c`", " _em_", "\x1b", "\u202e"} {

@@ -1,4 +1,4 @@
-package reconciler
+package plan
 
 import (
 	"slices"
@@ -59,7 +59,7 @@ func TestPlanSelectsByDerivedLabel(t *testing.T) {
 		"new-1":      {Name: "new-1", Lifecycle: state.LifecycleNew},
 		"other-zone": {Name: "other-zone", Lifecycle: state.LifecycleReady, Hardware: gpu(hwOf(8, 32, 100))},
 	}}
-	res := Plan(inv, snap, PlanOptions{})
+	res := Compute(inv, snap, Options{})
 	var alloc []string
 	for _, s := range res.Steps {
 		if s.Action == ActAllocate {
@@ -83,7 +83,7 @@ func TestPlanSelectsByDerivedLabel(t *testing.T) {
 	}
 	// None matching today: a warning condition, no allocation.
 	inv.Profiles[0].Selector = &inventory.Selector{MatchLabels: map[string]string{"gpu.vendor": "amd"}}
-	res = Plan(inv, snap, PlanOptions{})
+	res = Compute(inv, snap, Options{})
 	found := false
 	for _, c := range res.Conditions {
 		found = found || (c.Subject == "profile/ml" && c.Type == "SelectorMatchesNone")
@@ -103,15 +103,15 @@ func TestPlanNeverPowersOnAFencedServer(t *testing.T) {
 	obs := state.Server{Name: "n1", Zone: "z", BootMode: "uefi", Lifecycle: state.LifecycleReady, Hardware: hwOf(8, 32, 100),
 		BMC: state.BMCFacts{Driver: "ipmi", Address: "bmc-n1", Credentials: "c"}}
 	snap := state.Snapshot{Servers: map[string]state.Server{"n1": obs}}
-	res := Plan(inv, snap, PlanOptions{})
+	res := Compute(inv, snap, Options{})
 	if !hasAction(res.Steps, ActPowerOn) || !hasAction(res.Steps, ActCommission) {
 		t.Fatalf("unfenced plan %v: want power-on and commission (the test's premise)", res.Steps)
 	}
 	obs.Fenced = &state.Fencing{Actor: "ops", Reason: "lost", Device: "bmc", Host: "n1"}
 	snap.Servers["n1"] = obs
-	res = Plan(inv, snap, PlanOptions{})
+	res = Compute(inv, snap, Options{})
 	for _, s := range res.Steps {
-		if s.Action.powersOn() {
+		if s.Action.PowersOn() {
 			t.Errorf("fenced server planned %s", s)
 		}
 	}

@@ -1,4 +1,4 @@
-package reconciler
+package plan
 
 import (
 	"fmt"
@@ -8,30 +8,6 @@ import (
 
 	"github.com/machina-metal/machina/inventory"
 	"github.com/machina-metal/machina/state"
-)
-
-// Action is one kind of step the executor can take on a server.
-type Action string
-
-// Actions, in the order Plan emits them for one server.
-const (
-	ActRegister       Action = "register"        // create the observed record (lifecycle new)
-	ActUpdateIdentity Action = "update-identity" // copy zone, site, rack, boot MAC and BMC settings
-	ActUnretire       Action = "unretire"        // retired → new
-	ActRetire         Action = "retire"          // power off, → retired
-	ActTimeout        Action = "timeout"         // commissioning or deploying past its deadline → failed (powered off)
-	ActCommission     Action = "commission"      // new|ready|failed → commissioning: PXE boot override, power on/reset
-	ActRelease        Action = "release"         // deployed → ready: power off, marked for the release wipe
-	ActWipe           Action = "wipe"            // ready and NeedsWipe: PXE boot override, power on/reset into the ramdisk's wipe mode
-	ActAllocate       Action = "allocate"        // ready → allocated to a profile
-	ActDeploy         Action = "deploy"          // allocated → deploying: PXE boot override, power on/reset
-	ActFinishDeploy   Action = "finish-deploy"   // deployed by the ramdisk: boot override to disk, read back
-	ActRestoreDisk    Action = "restore-disk"    // a persistent netboot override was used: disk again after the boot it was for, read back
-	ActPowerOn        Action = "power-on"        // actions.powerOn counter
-	ActPowerOff       Action = "power-off"       // actions.powerOff counter
-	ActPowerCycle     Action = "power-cycle"     // actions.powerCycle counter
-	ActAdopt          Action = "adopt"           // an auto-enrolled server renamed in review: move its record to the servers.yaml name
-	ActRenetboot      Action = "renetboot"       // commissioning or deploying, machine silent: PXE boot override, reset (fresh tokens)
 )
 
 // Allocation reasons recorded in state.Allocation.Reason.
@@ -79,12 +55,12 @@ func (s Step) String() string {
 	return out
 }
 
-// CondImageNotReady is the PlanCondition type (and reason) of a server
+// CondImageNotReady is the Condition type (and reason) of a server
 // whose deploy waits because its profile's image is not verified: still
 // importing, or its import failed (the message carries the import error).
 const CondImageNotReady = "ImageNotReady"
 
-// CondImageChanged is the PlanCondition type of an allocated server whose
+// CondImageChanged is the Condition type of an allocated server whose
 // profile now names another image than its allocation: reason
 // ReasonReplanBeforeWrite while the write has not started (the deploy
 // writes the new image), ReasonAppliesOnRedeploy once it has (the server
@@ -99,8 +75,8 @@ const (
 // deploying or deployed server whose profile's image differs from the one
 // recorded on its allocation (image deploys only; an installer deploy
 // boots the ISO named at allocation).
-func imageChanged(want *inventory.Inventory, have state.Snapshot) []PlanCondition {
-	var out []PlanCondition
+func imageChanged(want *inventory.Inventory, have state.Snapshot) []Condition {
+	var out []Condition
 	for _, name := range sortedKeys(have.Servers) {
 		s := have.Servers[name]
 		a := s.Allocation
@@ -111,7 +87,7 @@ func imageChanged(want *inventory.Inventory, have state.Snapshot) []PlanConditio
 		if p == nil || p.Image == a.Image || p.Deploy != inventory.DeployImage {
 			continue
 		}
-		c := PlanCondition{Subject: "server/" + name, Type: CondImageChanged}
+		c := Condition{Subject: "server/" + name, Type: CondImageChanged}
 		switch {
 		case s.Lifecycle == state.LifecycleAllocated || (s.Lifecycle == state.LifecycleDeploying && a.PlanServedAt.IsZero()):
 			c.Reason = ReasonReplanBeforeWrite
@@ -127,9 +103,9 @@ func imageChanged(want *inventory.Inventory, have state.Snapshot) []PlanConditio
 	return out
 }
 
-// PlanCondition is a fact about a server or profile that status shows and that
+// Condition is a fact about a server or profile that status shows and that
 // needs no action, or needs a human.
-type PlanCondition struct {
+type Condition struct {
 	// Subject is "server/NAME", "profile/NAME" or "inventory".
 	Subject string `json:"subject"`
 	// Type is CamelCase: Orphaned, InsufficientCapacity, Waiting, Held,
@@ -139,8 +115,8 @@ type PlanCondition struct {
 	Message string `json:"message"`
 }
 
-// PlanOptions are the inputs of Plan besides desired and observed state.
-type PlanOptions struct {
+// Options are the inputs of Compute besides desired and observed state.
+type Options struct {
 	// Now is the time deadlines are measured against.
 	Now time.Time
 	// CommissionTimeout fails a server still commissioning after this long
@@ -172,7 +148,7 @@ type PlanOptions struct {
 	Approved bool
 }
 
-func (o PlanOptions) withDefaults() PlanOptions {
+func (o Options) withDefaults() Options {
 	if o.CommissionTimeout <= 0 {
 		o.CommissionTimeout = 30 * time.Minute
 	}
@@ -203,9 +179,9 @@ func (o PlanOptions) withDefaults() PlanOptions {
 // Result is a plan: the steps to take now, in order, the steps the safety
 // brake holds, and conditions to show in status.
 type Result struct {
-	Steps      []Step          `json:"steps"`
-	Held       []Step          `json:"held,omitempty"`
-	Conditions []PlanCondition `json:"conditions,omitempty"`
+	Steps      []Step      `json:"steps"`
+	Held       []Step      `json:"held,omitempty"`
+	Conditions []Condition `json:"conditions,omitempty"`
 	// Brake explains why Held is not empty; "" otherwise.
 	Brake string `json:"brake,omitempty"`
 	// Selections say, per profile with a selector, which servers it
@@ -213,7 +189,7 @@ type Result struct {
 	Selections []Selection `json:"selections,omitempty"`
 }
 
-// Plan works out what must change for the observed state have to match the
+// Compute works out what must change for the observed state have to match the
 // desired inventory want. It is pure: same inputs, same plan, sorted by
 // server name and by the action order above. want may be nil (no valid
 // revision yet): every observed server is then left alone.
@@ -222,7 +198,7 @@ type Result struct {
 // are not retired, pinned to no other profile, in the profile's zone and at
 // least its minimum size, matched by its selector, the smallest wins: fewest cores, then least
 // memory, then smallest fitting disk, then name.
-func Plan(want *inventory.Inventory, have state.Snapshot, opts PlanOptions) Result {
+func Compute(want *inventory.Inventory, have state.Snapshot, opts Options) Result {
 	opts = opts.withDefaults()
 	if want == nil {
 		return Result{}
@@ -255,15 +231,15 @@ func Plan(want *inventory.Inventory, have state.Snapshot, opts PlanOptions) Resu
 	p.applyBrake()
 	sortSteps(res.Steps)
 	sortSteps(res.Held)
-	sortConditions(res.Conditions)
+	SortConditions(res.Conditions)
 	return *res
 }
 
-// planning is one run of Plan: its inputs and what it has planned so far.
+// planning is one run of Compute: its inputs and what it has planned so far.
 type planning struct {
 	want       *inventory.Inventory
 	have       state.Snapshot
-	opts       PlanOptions
+	opts       Options
 	desired    map[string]*inventory.Server // by name
 	desiredMAC map[string]*inventory.Server // by boot MAC
 	// pendingMAC: records not in servers.yaml under their name whose boot
@@ -273,13 +249,13 @@ type planning struct {
 	// than a second record with the same MAC (the boot endpoints would
 	// answer for the old one).
 	pendingMAC map[string]state.Server
-	conflicted map[string]PlanCondition
+	conflicted map[string]Condition
 	allocated  map[string]string // server → profile, planned this pass
 	disruptive []Step
 	res        Result
 }
 
-func (p *planning) cond(c PlanCondition) { p.res.Conditions = append(p.res.Conditions, c) }
+func (p *planning) cond(c Condition) { p.res.Conditions = append(p.res.Conditions, c) }
 
 // orphans handles the records servers.yaml does not name: renamed or
 // merged ones wait for adoption, auto-enrolled ones get their pending
@@ -309,7 +285,7 @@ func (p *planning) orphans() {
 			continue
 		}
 		if obs.Lifecycle != state.LifecycleRetired {
-			p.cond(PlanCondition{Subject: "server/" + name, Type: "Orphaned", Reason: "NotInInventory",
+			p.cond(Condition{Subject: "server/" + name, Type: "Orphaned", Reason: "NotInInventory",
 				Message: "server is not in servers.yaml any more; left as it is (" + string(obs.Lifecycle) + ")"})
 		}
 	}
@@ -358,7 +334,7 @@ func (p *planning) server(ws *inventory.Server) {
 		p.cond(c)
 	}
 	if ws.Want == inventory.WantRetired && obs.Lifecycle == state.LifecycleNew {
-		p.cond(PlanCondition{Subject: "server/" + ws.Name, Type: "Waiting", Reason: "NeverCommissioned",
+		p.cond(Condition{Subject: "server/" + ws.Name, Type: "Waiting", Reason: "NeverCommissioned",
 			Message: "want: retired on a server that was never commissioned: nothing to do"})
 	}
 }
@@ -378,7 +354,7 @@ func (p *planning) adoptOrRegister(ws *inventory.Server) {
 		was = "renamed from"
 	}
 	if auto.Lifecycle == state.LifecycleCommissioning || auto.Lifecycle == state.LifecycleDeploying {
-		p.cond(PlanCondition{Subject: "server/" + ws.Name, Type: "Waiting", Reason: "AdoptionWaits",
+		p.cond(Condition{Subject: "server/" + ws.Name, Type: "Waiting", Reason: "AdoptionWaits",
 			Message: fmt.Sprintf("%s %s, which is %s: adopted once its ramdisk reports", was, auto.Name, auto.Lifecycle)})
 		return
 	}
@@ -426,11 +402,11 @@ func (p *planning) applyBrake() {
 		kept = append(kept, s)
 	}
 	res.Steps = kept
-	p.cond(PlanCondition{Subject: "inventory", Type: "Held", Reason: "SafetyBrake", Message: why})
+	p.cond(Condition{Subject: "inventory", Type: "Held", Reason: "SafetyBrake", Message: why})
 }
 
-// sortConditions orders conditions by subject, then type (stable).
-func sortConditions(cs []PlanCondition) {
+// SortConditions orders conditions by subject, then type (stable).
+func SortConditions(cs []Condition) {
 	sort.SliceStable(cs, func(i, j int) bool {
 		if cs[i].Subject != cs[j].Subject {
 			return cs[i].Subject < cs[j].Subject
@@ -441,7 +417,7 @@ func sortConditions(cs []PlanCondition) {
 
 // serverSteps plans one desired server against its observed record. It
 // returns the steps and, separately, those the safety brake counts.
-func serverSteps(ws *inventory.Server, obs state.Server, opts PlanOptions) (steps, disruptive []Step) {
+func serverSteps(ws *inventory.Server, obs state.Server, opts Options) (steps, disruptive []Step) {
 	add := func(s Step, disr bool) {
 		s.Server = ws.Name
 		steps = append(steps, s)
@@ -500,7 +476,7 @@ func retireSteps(ws *inventory.Server, obs state.Server, add func(Step, bool)) b
 // long: its deadline passed (timeout), or the machine went silent mid-phase
 // (its controller restarted under it, its answer lost, its ramdisk stuck)
 // and is booted again long before the deadline, a bounded number of times.
-func phaseStep(obs state.Server, opts PlanOptions) (Step, bool) {
+func phaseStep(obs state.Server, opts Options) (Step, bool) {
 	lc := obs.Lifecycle
 	switch {
 	case lc == state.LifecycleCommissioning && opts.Now.Sub(obs.LifecycleAt) > opts.CommissionTimeout:
@@ -519,7 +495,7 @@ func phaseStep(obs state.Server, opts PlanOptions) (Step, bool) {
 // wiped by the ramdisk before anything else happens to it (it is not
 // allocated meanwhile). A wipe past its deadline times out; a running
 // one, or a failed one before its retry time, gets no step.
-func wipeStep(obs state.Server, opts PlanOptions) (Step, bool) {
+func wipeStep(obs state.Server, opts Options) (Step, bool) {
 	if obs.Lifecycle != state.LifecycleReady || !obs.NeedsWipe {
 		return Step{}, false
 	}
@@ -588,7 +564,7 @@ func powerCounterSteps(ws *inventory.Server, obs state.Server) []Step {
 // pendingSteps plans for an auto-enrolled server that is not in
 // servers.yaml yet: only its commissioning deadline (it has no BMC, so the
 // timeout just marks it failed).
-func pendingSteps(obs state.Server, opts PlanOptions) []Step {
+func pendingSteps(obs state.Server, opts Options) []Step {
 	if obs.Lifecycle == state.LifecycleCommissioning && opts.Now.Sub(obs.LifecycleAt) > opts.CommissionTimeout {
 		return []Step{{Server: obs.Name, Action: ActTimeout, Why: fmt.Sprintf("no commissioning report within %s", opts.CommissionTimeout)}}
 	}
@@ -596,8 +572,8 @@ func pendingSteps(obs state.Server, opts PlanOptions) []Step {
 }
 
 // pendingCondition says where an auto-enrolled server's proposal is.
-func pendingCondition(obs state.Server) PlanCondition {
-	c := PlanCondition{Subject: "server/" + obs.Name, Type: "Waiting", Reason: "AwaitingReview"}
+func pendingCondition(obs state.Server) Condition {
+	c := Condition{Subject: "server/" + obs.Name, Type: "Waiting", Reason: "AwaitingReview"}
 	e := obs.Enrolled
 	switch {
 	case e.Branch != "":
@@ -616,7 +592,7 @@ func pendingCondition(obs state.Server) PlanCondition {
 func withoutBMC(steps []Step) []Step {
 	var out []Step
 	for _, s := range steps {
-		if !s.Action.needsBMC() && s.Action != ActAllocate {
+		if !s.Action.NeedsBMC() && s.Action != ActAllocate {
 			out = append(out, s)
 		}
 	}
@@ -627,15 +603,15 @@ func withoutBMC(steps []Step) []Step {
 func withoutPowerOn(steps []Step) []Step {
 	var out []Step
 	for _, s := range steps {
-		if !s.Action.powersOn() {
+		if !s.Action.PowersOn() {
 			out = append(out, s)
 		}
 	}
 	return out
 }
 
-func fencedCondition(name string, f *state.Fencing) PlanCondition {
-	return PlanCondition{Subject: "server/" + name, Type: "Fenced", Reason: "Fenced",
+func fencedCondition(name string, f *state.Fencing) Condition {
+	return Condition{Subject: "server/" + name, Type: "Fenced", Reason: "Fenced",
 		Message: fmt.Sprintf("fenced %s by %s through %s (%s): never powered on until machinactl host unfence %s", f.At.UTC().Format(time.RFC3339), f.Actor, f.Device, f.Reason, orName(f.Host, name))}
 }
 
@@ -646,15 +622,15 @@ func orName(host, server string) string {
 	return "HOST"
 }
 
-func noBMCCondition(ws *inventory.Server, obs state.Server) PlanCondition {
-	return PlanCondition{Subject: "server/" + ws.Name, Type: "NoBMC", Reason: "NoBMC",
+func noBMCCondition(ws *inventory.Server, obs state.Server) Condition {
+	return Condition{Subject: "server/" + ws.Name, Type: "NoBMC", Reason: "NoBMC",
 		Message: fmt.Sprintf("no BMC: Machina cannot power or boot-override this server (%s); attach one with machinactl server bmc-set %s --driver ... --address ... --credentials ...", obs.Lifecycle, ws.Name)}
 }
 
 // profileSteps keeps a profile's count of count-allocated servers: it
 // allocates the smallest fitting ready servers when short and releases the
 // newest count allocations when over.
-func profileSteps(p inventory.Profile, want *inventory.Inventory, have state.Snapshot, planned map[string]string) (steps, disruptive []Step, conds []PlanCondition) {
+func profileSteps(p inventory.Profile, want *inventory.Inventory, have state.Snapshot, planned map[string]string) (steps, disruptive []Step, conds []Condition) {
 	var holding []state.Server // count allocations of p, any active lifecycle
 	for _, name := range sortedKeys(have.Servers) {
 		s := have.Servers[name]
@@ -681,7 +657,7 @@ func profileSteps(p inventory.Profile, want *inventory.Inventory, have state.Sna
 			short--
 		}
 		if short > 0 {
-			conds = append(conds, PlanCondition{Subject: "profile/" + p.Name, Type: "InsufficientCapacity", Reason: "NotEnoughReadyServers",
+			conds = append(conds, Condition{Subject: "profile/" + p.Name, Type: "InsufficientCapacity", Reason: "NotEnoughReadyServers",
 				Message: fmt.Sprintf("count %d wants %d more servers; %d ready servers fit (zone %s%s, min %d cores, %d GiB memory, %d GiB disk)",
 					p.Count, p.Count-n, p.Count-n-short, zoneOrAny(p.Zone), archNote(want, p.Name), p.Min.Cores, p.Min.MemoryGiB, p.Min.DiskGiB)})
 		}
@@ -794,7 +770,7 @@ func smallestFittingDisk(hw *state.Hardware, minGiB int64) int64 {
 // brake returns why the disruptive steps must wait for approval, or "".
 // Source: issue 10's safety brake (default share 20%; a profile brought to
 // zero always holds).
-func brake(disruptive, all []Step, want *inventory.Inventory, have state.Snapshot, opts PlanOptions) string {
+func brake(disruptive, all []Step, want *inventory.Inventory, have state.Snapshot, opts Options) string {
 	if len(disruptive) == 0 {
 		return ""
 	}
@@ -850,7 +826,7 @@ func brake(disruptive, all []Step, want *inventory.Inventory, have state.Snapsho
 // macConflicts finds the desired servers whose record (same name) has
 // another boot MAC while the MAC servers.yaml now gives them is another
 // record's: the condition each gets, by name.
-func macConflicts(want *inventory.Inventory, have state.Snapshot) map[string]PlanCondition {
+func macConflicts(want *inventory.Inventory, have state.Snapshot) map[string]Condition {
 	// Almost every pass has no boot MAC change at all: only then is the
 	// fleet-wide MAC index built.
 	changed := false
@@ -863,7 +839,7 @@ func macConflicts(want *inventory.Inventory, have state.Snapshot) map[string]Pla
 	if !changed {
 		return nil
 	}
-	var out map[string]PlanCondition
+	var out map[string]Condition
 	owner := make(map[string]string, len(have.Servers))
 	for name, obs := range have.Servers {
 		if obs.BootMAC != "" {
@@ -881,9 +857,9 @@ func macConflicts(want *inventory.Inventory, have state.Snapshot) map[string]Pla
 			continue
 		}
 		if out == nil {
-			out = map[string]PlanCondition{}
+			out = map[string]Condition{}
 		}
-		out[ws.Name] = PlanCondition{Subject: "server/" + ws.Name, Type: "BootMACConflict", Reason: "MACOfAnotherRecord",
+		out[ws.Name] = Condition{Subject: "server/" + ws.Name, Type: "BootMACConflict", Reason: "MACOfAnotherRecord",
 			Message: fmt.Sprintf("servers.yaml gives %s the boot MAC %s, which is the machine recorded as %s (%s); %s's record is the machine with %s (%s). "+
 				"Names swapped or reused between machines are not applied: rename through a name no record has, one commit at a time",
 				ws.Name, ws.BootMAC, other, have.Servers[other].Lifecycle, ws.Name, obs.BootMAC, obs.Lifecycle)}
@@ -892,7 +868,7 @@ func macConflicts(want *inventory.Inventory, have state.Snapshot) map[string]Pla
 }
 
 // dropServers removes the steps of the named servers.
-func dropServers(steps []Step, names map[string]PlanCondition) []Step {
+func dropServers(steps []Step, names map[string]Condition) []Step {
 	kept := steps[:0]
 	for _, s := range steps {
 		if _, drop := names[s.Server]; !drop {
@@ -902,6 +878,19 @@ func dropServers(steps []Step, names map[string]PlanCondition) []Step {
 	return kept
 }
 
+// Record is ws's identity as servers.yaml states it, as an observed
+// record (name, zone, site, rack, boot MAC and mode, BMC settings; every
+// other field zero): what the register step creates (the store starts it
+// at lifecycle new) and what update-identity copies. identityChanged
+// compares the same fields.
+func Record(ws *inventory.Server) state.Server {
+	return state.Server{Name: ws.Name, Zone: ws.Zone, Site: ws.Site, Rack: ws.Rack, BootMAC: ws.BootMAC, BootMode: string(ws.BootMode),
+		BMC: state.BMCFacts{Driver: string(ws.BMC.Driver), Address: ws.BMC.Address, Credentials: ws.BMC.Credentials,
+			SystemID: ws.BMC.SystemID, InsecureTLS: ws.BMC.InsecureTLS, Auth: ws.BMC.Auth, CABundle: ws.BMC.CABundle}}
+}
+
+// identityChanged reports whether servers.yaml gives ws another identity
+// than its record has (the fields Record copies).
 func identityChanged(ws *inventory.Server, obs state.Server) bool {
 	return ws.Zone != obs.Zone || ws.Site != obs.Site || ws.Rack != obs.Rack || ws.BootMAC != obs.BootMAC || string(ws.BootMode) != obs.BootMode ||
 		string(ws.BMC.Driver) != obs.BMC.Driver || ws.BMC.Address != obs.BMC.Address || ws.BMC.Credentials != obs.BMC.Credentials ||
@@ -922,7 +911,7 @@ func hasAction(steps []Step, a Action) bool {
 // image-deploying server's machine (or last booted it); ok is false in
 // any other phase, and for installer deploys (the installer reports only
 // at its end).
-func silentSince(obs state.Server, opts PlanOptions) (time.Time, bool) {
+func silentSince(obs state.Server, opts Options) (time.Time, bool) {
 	switch obs.Lifecycle {
 	case state.LifecycleCommissioning:
 	case state.LifecycleDeploying:
@@ -951,23 +940,23 @@ func lastHeard(obs state.Server) string {
 // silentCondition says, once a commissioning or deploying server has been
 // silent for half of SilentAfter, what was last heard from it and what the
 // controller does about it.
-func silentCondition(name string, obs state.Server, opts PlanOptions) (PlanCondition, bool) {
+func silentCondition(name string, obs state.Server, opts Options) (Condition, bool) {
 	since, ok := silentSince(obs, opts)
 	if !ok || opts.Now.Sub(since) <= opts.SilentAfter/2 {
-		return PlanCondition{}, false
+		return Condition{}, false
 	}
 	deadline := opts.CommissionTimeout
 	if obs.Lifecycle == state.LifecycleDeploying {
 		deadline = opts.DeployTimeout
 	}
 	if opts.Now.Sub(obs.LifecycleAt) > deadline {
-		return PlanCondition{}, false // the timeout step says it
+		return Condition{}, false // the timeout step says it
 	}
 	next := fmt.Sprintf("re-netboot %d of %d after %s of silence", obs.Renetboots+1, opts.MaxRenetboots, opts.SilentAfter)
 	if obs.Renetboots >= opts.MaxRenetboots {
 		next = fmt.Sprintf("%d re-netboots done; waiting for the deadline", obs.Renetboots)
 	}
-	return PlanCondition{Subject: "server/" + name, Type: "Waiting", Reason: "MachineSilent",
+	return Condition{Subject: "server/" + name, Type: "Waiting", Reason: "MachineSilent",
 		Message: fmt.Sprintf("%s: no request from the machine for %s; last heard: %s; %s", obs.Lifecycle, opts.Now.Sub(since).Round(time.Second), lastHeard(obs), next)}, true
 }
 
@@ -1017,27 +1006,23 @@ func DigestPrefix(d string) string {
 
 // wipeRetryAt is when a failed release wipe is tried again: WipeFailedAt
 // plus WipeRetryBase doubled per further failure, capped at WipeRetryCap
-// (no jitter: Plan is pure).
-func wipeRetryAt(obs state.Server, opts PlanOptions) time.Time {
-	d := opts.WipeRetryBase
-	for i := 1; i < obs.WipeFailures && d < opts.WipeRetryCap; i++ {
-		d *= 2
-	}
-	return obs.WipeFailedAt.Add(min(d, opts.WipeRetryCap))
+// (no jitter: Compute is pure).
+func wipeRetryAt(obs state.Server, opts Options) time.Time {
+	return obs.WipeFailedAt.Add(RetryDelay(opts.WipeRetryBase, opts.WipeRetryCap, obs.WipeFailures))
 }
 
 // wipeCondition reports a released server's wipe in status: WipePending
 // while it waits or runs, WipeFailed (with the last reason and the retry
 // time) after a failure.
-func wipeCondition(name string, obs state.Server, opts PlanOptions) (PlanCondition, bool) {
+func wipeCondition(name string, obs state.Server, opts Options) (Condition, bool) {
 	if obs.Lifecycle != state.LifecycleReady || !obs.NeedsWipe {
-		return PlanCondition{}, false
+		return Condition{}, false
 	}
 	if obs.WipeFailures > 0 {
 		// A retry that is running has cleared LastError (the netboot
 		// step succeeded); say it runs instead of an empty reason.
 		if !obs.WipeStartedAt.IsZero() {
-			return PlanCondition{Subject: "server/" + name, Type: "WipeFailed", Reason: "ReleaseWipeFailed",
+			return Condition{Subject: "server/" + name, Type: "WipeFailed", Reason: "ReleaseWipeFailed",
 				Message: fmt.Sprintf("release wipe failed %d times; retry running since %s; not allocatable until wiped",
 					obs.WipeFailures, obs.WipeStartedAt.UTC().Format(time.RFC3339))}, true
 		}
@@ -1045,7 +1030,7 @@ func wipeCondition(name string, obs state.Server, opts PlanOptions) (PlanConditi
 		if obs.LastError != "" {
 			last = " (last: " + obs.LastError + ")"
 		}
-		return PlanCondition{Subject: "server/" + name, Type: "WipeFailed", Reason: "ReleaseWipeFailed",
+		return Condition{Subject: "server/" + name, Type: "WipeFailed", Reason: "ReleaseWipeFailed",
 			Message: fmt.Sprintf("release wipe failed %d times%s; next try after %s; not allocatable until wiped",
 				obs.WipeFailures, last, wipeRetryAt(obs, opts).UTC().Format(time.RFC3339))}, true
 	}
@@ -1053,5 +1038,5 @@ func wipeCondition(name string, obs state.Server, opts PlanOptions) (PlanConditi
 	if !obs.WipeStartedAt.IsZero() {
 		msg = "release wipe running since " + obs.WipeStartedAt.UTC().Format(time.RFC3339) + "; not allocatable until wiped"
 	}
-	return PlanCondition{Subject: "server/" + name, Type: "WipePending", Reason: "ReleaseWipe", Message: msg}, true
+	return Condition{Subject: "server/" + name, Type: "WipePending", Reason: "ReleaseWipe", Message: msg}, true
 }

@@ -1,4 +1,4 @@
-package reconciler
+package plan
 
 import (
 	"flag"
@@ -8,13 +8,14 @@ import (
 	"time"
 
 	"github.com/machina-metal/machina/inventory"
-	"github.com/machina-metal/machina/reconciler/plantest"
+	"github.com/machina-metal/machina/reconciler/plan/plantest"
 	"github.com/machina-metal/machina/state"
 )
 
-var updatePlans = flag.Bool("update-plans", false, "rewrite testdata/plan/*.golden")
+var updatePlans = flag.Bool("update-plans", false, "rewrite testdata/*.golden")
 
-// The plan fixtures, shared with gitops's status tests (plantest).
+// The plan fixtures, shared with the executor's and gitops's status tests
+// (plantest).
 var (
 	planT0           = plantest.T0
 	exampleInventory = plantest.Example
@@ -22,8 +23,6 @@ var (
 	hwOf             = plantest.HW
 	bigHW            = plantest.BigHW
 	cloneInv         = plantest.CloneInv
-	openEnrolStore   = plantest.Store
-	testLogger       = plantest.Logger
 )
 
 func setLC(snap state.Snapshot, name string, lc state.Lifecycle, alloc *state.Allocation) {
@@ -38,7 +37,7 @@ func TestPlanGolden(t *testing.T) {
 		name string
 		want func() *inventory.Inventory
 		have func(*inventory.Inventory) state.Snapshot
-		opts PlanOptions
+		opts Options
 	}{
 		{name: "empty-state-registers-all", have: func(*inventory.Inventory) state.Snapshot { return state.Snapshot{} }},
 		{name: "new-servers-commission", have: func(inv *inventory.Inventory) state.Snapshot { return observe(inv, state.LifecycleNew, nil) }},
@@ -86,7 +85,7 @@ func TestPlanGolden(t *testing.T) {
 		}, have: func(inv *inventory.Inventory) state.Snapshot {
 			return observe(exampleInventory(t), state.LifecycleReady, bigHW)
 		}},
-		{name: "retire-half-approved", opts: PlanOptions{Approved: true}, want: func() *inventory.Inventory {
+		{name: "retire-half-approved", opts: Options{Approved: true}, want: func() *inventory.Inventory {
 			c := cloneInv(inv)
 			for i := range c.Servers[:6] {
 				c.Servers[i].Want = inventory.WantRetired
@@ -119,7 +118,7 @@ func TestPlanGolden(t *testing.T) {
 			snap.Servers["r1-n01"] = s
 			setLC(snap, "r2-n02", state.LifecycleCommissioning, nil)
 			return snap
-		}, opts: PlanOptions{Now: planT0.Add(31 * time.Minute)}},
+		}, opts: Options{Now: planT0.Add(31 * time.Minute)}},
 		{name: "pinned-deploy-and-release", want: func() *inventory.Inventory {
 			c := cloneInv(inv)
 			c.Server("r3-n01").Want, c.Server("r3-n01").Profile = inventory.WantDeployed, "gpu"
@@ -143,8 +142,8 @@ func TestPlanGolden(t *testing.T) {
 			if tt.opts.Now.IsZero() {
 				tt.opts.Now = planT0.Add(time.Minute)
 			}
-			got := Plan(want, tt.have(want), tt.opts).Text()
-			golden := filepath.Join("testdata", "plan", tt.name+".golden")
+			got := Compute(want, tt.have(want), tt.opts).Text()
+			golden := filepath.Join("testdata", tt.name+".golden")
 			if *updatePlans {
 				if err := os.WriteFile(golden, []byte(got), 0o644); err != nil {
 					t.Fatal(err)
@@ -155,7 +154,7 @@ func TestPlanGolden(t *testing.T) {
 				t.Fatalf("%v (run with -update-plans)", err)
 			}
 			if got != string(b) {
-				t.Errorf("Plan(%s) =\n%s\nwant\n%s", tt.name, got, b)
+				t.Errorf("Compute(%s) =\n%s\nwant\n%s", tt.name, got, b)
 			}
 		})
 	}
@@ -209,8 +208,8 @@ func TestCandidatesOrder(t *testing.T) {
 
 func TestPlanNilInventoryDoesNothing(t *testing.T) {
 	snap := observe(exampleInventory(t), state.LifecycleReady, bigHW)
-	if r := Plan(nil, snap, PlanOptions{}); len(r.Steps)+len(r.Held) != 0 {
-		t.Errorf("Plan(nil) = %+v, want nothing", r)
+	if r := Compute(nil, snap, Options{}); len(r.Steps)+len(r.Held) != 0 {
+		t.Errorf("Compute(nil) = %+v, want nothing", r)
 	}
 }
 

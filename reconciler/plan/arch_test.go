@@ -1,4 +1,4 @@
-package reconciler
+package plan
 
 import (
 	"strings"
@@ -48,13 +48,13 @@ func TestPlanArchGuard(t *testing.T) {
 		}
 		return out
 	}
-	cond := func(r Result, subject, typ string) (PlanCondition, bool) {
+	cond := func(r Result, subject, typ string) (Condition, bool) {
 		for _, c := range r.Conditions {
 			if c.Subject == subject && c.Type == typ {
 				return c, true
 			}
 		}
-		return PlanCondition{}, false
+		return Condition{}, false
 	}
 
 	t.Run("count allocation by arch", func(t *testing.T) {
@@ -66,7 +66,7 @@ func TestPlanArchGuard(t *testing.T) {
 		}
 		arm := zoneA[len(zoneA)-1] // the largest by name: smallest-first would never pick it
 		arches[arm] = "arm64"
-		r := Plan(inv, observe(inv, state.LifecycleReady, withHW(arches)), PlanOptions{Now: planT0})
+		r := Compute(inv, observe(inv, state.LifecycleReady, withHW(arches)), Options{Now: planT0})
 		var allocated []string
 		for _, s := range r.Steps {
 			if s.Action == ActAllocate && s.Profile == "hypervisor" {
@@ -95,7 +95,7 @@ func TestPlanArchGuard(t *testing.T) {
 		for _, n := range zoneA {
 			arches[n] = "amd64"
 		}
-		r := Plan(inv, observe(inv, state.LifecycleReady, withHW(arches)), PlanOptions{Now: planT0})
+		r := Compute(inv, observe(inv, state.LifecycleReady, withHW(arches)), Options{Now: planT0})
 		if got := steps(r, name); len(got) != 0 {
 			t.Fatalf("steps for %s = %v, want none", name, got)
 		}
@@ -111,7 +111,7 @@ func TestPlanArchGuard(t *testing.T) {
 		snap := observe(inv, state.LifecycleReady, withHW(map[string]string{name: "amd64"}))
 		setLC(snap, name, state.LifecycleAllocated, &state.Allocation{Profile: "hypervisor", Image: "ubuntu-24.04", Reason: ReasonCount, At: planT0})
 		setProfileImage(inv, "ubuntu-24.04-arm64")
-		r := Plan(inv, snap, PlanOptions{Now: planT0})
+		r := Compute(inv, snap, Options{Now: planT0})
 		for _, a := range steps(r, name) {
 			if a == string(ActDeploy) {
 				t.Fatalf("deploy planned for %s although the profile's image is now arm64", name)
@@ -130,7 +130,7 @@ func TestPlanArchGuard(t *testing.T) {
 				inv.Servers[i].Arch = "arm64"
 			}
 		}
-		r := Plan(inv, observe(inv, state.LifecycleReady, withHW(map[string]string{name: "amd64"})), PlanOptions{Now: planT0})
+		r := Compute(inv, observe(inv, state.LifecycleReady, withHW(map[string]string{name: "amd64"})), Options{Now: planT0})
 		c, ok := cond(r, "server/"+name, "ArchMismatch")
 		if !ok || c.Reason != "StatedArchDiffers" || !strings.Contains(c.Message, "states arch arm64, commissioning reported amd64") {
 			t.Fatalf("condition = %+v (found %v)", c, ok)
@@ -144,7 +144,7 @@ func TestPlanArchGuard(t *testing.T) {
 
 	t.Run("old reports without arch count as amd64", func(t *testing.T) {
 		inv := cloneInv(base)
-		r := Plan(inv, observe(inv, state.LifecycleReady, bigHW), PlanOptions{Now: planT0})
+		r := Compute(inv, observe(inv, state.LifecycleReady, bigHW), Options{Now: planT0})
 		n := 0
 		for _, s := range r.Steps {
 			if s.Action == ActAllocate && s.Profile == "hypervisor" {

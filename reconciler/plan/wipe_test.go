@@ -1,4 +1,4 @@
-package reconciler
+package plan
 
 import (
 	"github.com/machina-metal/machina/inventory"
@@ -51,7 +51,7 @@ func TestPlanReleaseWipe(t *testing.T) {
 			s.NeedsWipe = true
 			tc.mod(&s)
 			snap.Servers[name] = s
-			res := Plan(inv, snap, PlanOptions{Now: planT0})
+			res := Compute(inv, snap, Options{Now: planT0})
 			var got []Action
 			for _, st := range res.Steps {
 				if st.Server == name {
@@ -68,7 +68,7 @@ func TestPlanReleaseWipe(t *testing.T) {
 			if d := cmp.Diff(want, got); d != "" {
 				t.Errorf("steps for %s (-want +got):\n%s", name, d)
 			}
-			var cond *PlanCondition
+			var cond *Condition
 			for i, c := range res.Conditions {
 				if c.Subject == "server/"+name {
 					cond = &res.Conditions[i]
@@ -91,7 +91,7 @@ func TestPlanReleaseWipe(t *testing.T) {
 	}
 	t.Run("wiped server is allocatable", func(t *testing.T) {
 		snap := observe(inv, state.LifecycleReady, bigHW)
-		res := Plan(inv, snap, PlanOptions{Now: planT0})
+		res := Compute(inv, snap, Options{Now: planT0})
 		if !hasStep(res.Steps, name, ActAllocate) {
 			t.Errorf("%s not allocated once wiped: %v", name, res.Steps)
 		}
@@ -107,7 +107,7 @@ func TestPlanReleaseWipe(t *testing.T) {
 		s := snap.Servers[name]
 		s.NeedsWipe = true
 		snap.Servers[name] = s
-		res := Plan(inv, snap, PlanOptions{Now: planT0})
+		res := Compute(inv, snap, Options{Now: planT0})
 		if hasStep(res.Steps, name, ActAllocate) || !hasStep(res.Steps, name, ActWipe) {
 			t.Errorf("pinned %s with a pending wipe: steps %v, want a wipe and no allocation", name, res.Steps)
 		}
@@ -135,7 +135,7 @@ func TestPlanAdoptsRenamedServer(t *testing.T) {
 			inv.Servers[i].Name = "r1-n55"
 		}
 	}
-	res := Plan(inv, snap, PlanOptions{Now: planT0})
+	res := Compute(inv, snap, Options{Now: planT0})
 	var got []Step
 	for _, s := range res.Steps {
 		if s.Server == "r1-n55" || s.Server == "r1-n05" {
@@ -154,7 +154,7 @@ func TestPlanAdoptsRenamedServer(t *testing.T) {
 	s := snap.Servers["r1-n05"]
 	s.Lifecycle = state.LifecycleCommissioning
 	snap.Servers["r1-n05"] = s
-	res = Plan(inv, snap, PlanOptions{Now: planT0})
+	res = Compute(inv, snap, Options{Now: planT0})
 	for _, st := range res.Steps {
 		if st.Server == "r1-n55" {
 			t.Errorf("step for r1-n55 while its record commissions: %+v", st)
@@ -190,7 +190,7 @@ func TestPlanRefusesSwappedNames(t *testing.T) {
 	}
 	a.Name, b.Name = "r2-n04", "r2-n01"
 	a.Actions.Commission, b.Actions.Commission = 5, 5
-	res := Plan(inv, snap, PlanOptions{Now: planT0})
+	res := Compute(inv, snap, Options{Now: planT0})
 	for _, s := range append(res.Steps, res.Held...) {
 		if s.Server == "r2-n01" || s.Server == "r2-n04" {
 			t.Errorf("step for a swapped name: %+v", s)
@@ -212,7 +212,7 @@ func TestPlanRefusesSwappedNames(t *testing.T) {
 			inv.Servers[i].Actions.Commission = 5
 		}
 	}
-	res = Plan(inv, snap, PlanOptions{Now: planT0})
+	res = Compute(inv, snap, Options{Now: planT0})
 	if !slices.ContainsFunc(res.Steps, func(s Step) bool { return s.Server == "r2-n04" && s.Action == ActCommission }) {
 		t.Errorf("control: no commission step for r2-n04: %v", res.Steps)
 	}

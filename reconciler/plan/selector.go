@@ -1,4 +1,4 @@
-package reconciler
+package plan
 
 import (
 	"fmt"
@@ -122,14 +122,14 @@ func selectorKeys(s *inventory.Selector) []string {
 
 // selectionCondition is the warning of a selector no server matches today
 // (validation already refused one that no server could ever match).
-func selectionCondition(s Selection) (PlanCondition, bool) {
+func selectionCondition(s Selection) (Condition, bool) {
 	if len(s.Matches) > 0 {
-		return PlanCondition{}, false
+		return Condition{}, false
 	}
 	why := "no servers in servers.yaml"
 	if len(s.Rejected) > 0 {
 		why = fmt.Sprintf("%d servers rejected, e.g. %s: %s", len(s.Rejected), s.Rejected[0].Server, s.Rejected[0].Why)
 	}
-	return PlanCondition{Subject: "profile/" + s.Profile, Type: "SelectorMatchesNone", Reason: "NoServerMatches",
+	return Condition{Subject: "profile/" + s.Profile, Type: "SelectorMatchesNone", Reason: "NoServerMatches",
 		Message: fmt.Sprintf("selector %s matches no server today (%s)", s.Selector, why)}, true
 }

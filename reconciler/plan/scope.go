@@ -1,4 +1,4 @@
-package reconciler
+package plan
 
 import (
 	"fmt"
@@ -10,19 +10,19 @@ import (
 	"github.com/machina-metal/machina/state"
 )
 
-// CondZoneClaimConflict is the PlanCondition type (and reason) of a server
+// CondZoneClaimConflict is the Condition type (and reason) of a server
 // whose zone two controller groups claim (machina serve --group/--zones,
 // docs/ha.md "Sharding"): neither group plans it until one of them drops
 // the zone, so two leaders never act on one server.
 const CondZoneClaimConflict = "ZoneClaimConflict"
 
-// CondProfileOutOfScope is the PlanCondition type of a profile a controller
+// CondProfileOutOfScope is the Condition type of a profile a controller
 // group does not plan: its zone is not one of the group's, or it has no
 // zone (a zone-less profile would be counted once per group). Reported
 // only for a zone-less profile, the one an operator may expect planned.
 const CondProfileOutOfScope = "ProfileOutOfScope"
 
-// CondZoneHasNoServers is the PlanCondition type (subject "inventory") of
+// CondZoneHasNoServers is the Condition type (subject "inventory") of
 // a zone a controller group claims that no server of servers.yaml is in:
 // a warning (a typo in --zones, or a zone not racked yet), not an error.
 const CondZoneHasNoServers = "ZoneHasNoServers"
@@ -47,13 +47,13 @@ type Scope struct {
 // on it. want may be nil (no valid revision yet): only have is restricted.
 // The inputs are not modified; Digest is kept (approvals name the whole
 // revision).
-func (s Scope) Apply(claims map[string][]string, want *inventory.Inventory, have state.Snapshot) (*inventory.Inventory, state.Snapshot, []PlanCondition) {
+func (s Scope) Apply(claims map[string][]string, want *inventory.Inventory, have state.Snapshot) (*inventory.Inventory, state.Snapshot, []Condition) {
 	mine, others := s.contested(claims)
-	var conds []PlanCondition
+	var conds []Condition
 	conflict := func(kind, name, zone string) {
 		gs := slices.Clone(others[zone])
 		sort.Strings(gs)
-		conds = append(conds, PlanCondition{Subject: kind + "/" + name, Type: CondZoneClaimConflict, Reason: CondZoneClaimConflict,
+		conds = append(conds, Condition{Subject: kind + "/" + name, Type: CondZoneClaimConflict, Reason: CondZoneClaimConflict,
 			Message: fmt.Sprintf("zone %s is claimed by controller groups %s and %s (--zones); neither plans it until one drops the zone", zone, s.Group, strings.Join(gs, ", "))})
 	}
 	zoneOf := map[string]string{} // server → zone, servers.yaml first
@@ -70,7 +70,7 @@ func (s Scope) Apply(claims map[string][]string, want *inventory.Inventory, have
 		}
 		for _, z := range s.Zones {
 			if !used[z] {
-				conds = append(conds, PlanCondition{Subject: "inventory", Type: CondZoneHasNoServers, Reason: CondZoneHasNoServers,
+				conds = append(conds, Condition{Subject: "inventory", Type: CondZoneHasNoServers, Reason: CondZoneHasNoServers,
 					Message: fmt.Sprintf("controller group %s claims zone %s, which no server in servers.yaml is in (a typo in --zones?)", s.Group, z)})
 			}
 		}
@@ -94,7 +94,7 @@ func (s Scope) Apply(claims map[string][]string, want *inventory.Inventory, have
 			case p.Zone != "" && mine[p.Zone], pinned[p.Name]:
 				out.Profiles = append(out.Profiles, p)
 			case p.Zone == "":
-				conds = append(conds, PlanCondition{Subject: "profile/" + p.Name, Type: CondProfileOutOfScope, Reason: "NoZone",
+				conds = append(conds, Condition{Subject: "profile/" + p.Name, Type: CondProfileOutOfScope, Reason: "NoZone",
 					Message: fmt.Sprintf("profile has no zone: controller group %s plans only profiles of its zones (%s) and those its servers are pinned to", s.Group, strings.Join(s.Zones, ", "))})
 			}
 		}
@@ -113,7 +113,7 @@ func (s Scope) Apply(claims map[string][]string, want *inventory.Inventory, have
 		}
 		kept.Servers[name] = obs
 	}
-	sortConditions(conds)
+	SortConditions(conds)
 	return out, kept, conds
 }
 

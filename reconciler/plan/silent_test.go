@@ -1,4 +1,4 @@
-package reconciler
+package plan
 
 import (
 	"strings"
@@ -50,7 +50,7 @@ func TestPlanSilentMachine(t *testing.T) {
 			}
 			tc.mod(&s)
 			snap.Servers[name] = s
-			res := Plan(inv, snap, PlanOptions{Now: planT0})
+			res := Compute(inv, snap, Options{Now: planT0})
 			got := false
 			for _, st := range res.Steps {
 				if st.Server == name && st.Action == ActRenetboot {

@@ -1,4 +1,4 @@
-package reconciler
+package plan
 
 import (
 	"fmt"
@@ -20,7 +20,7 @@ func BenchmarkPlan10k(b *testing.B) {
 		ws := inventory.Server{Name: name, Zone: zones[i%3], Rack: fmt.Sprintf("r%d", i/40), BootMAC: fmt.Sprintf("52:54:00:%02x:%02x:%02x", i>>16&0xff, i>>8&0xff, i&0xff),
 			BootMode: inventory.BootUEFI, Want: inventory.WantReady, BMC: inventory.BMC{Driver: inventory.DriverRedfish, Address: fmt.Sprintf("https://10.1.%d.%d", i>>8&0xff, i&0xff), Credentials: "c"}}
 		inv.Servers = append(inv.Servers, ws)
-		o := observedFrom(&ws)
+		o := Record(&ws)
 		o.Lifecycle, o.LifecycleAt = state.LifecycleReady, time.Now()
 		o.Hardware = hwOf(16+i%8, 128, 500)
 		if i%10 == 0 {
@@ -34,7 +34,7 @@ func BenchmarkPlan10k(b *testing.B) {
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		res := Plan(inv, snap, PlanOptions{Now: time.Now()})
+		res := Compute(inv, snap, Options{Now: time.Now()})
 		if len(res.Steps) == 0 {
 			b.Fatal("no steps")
 		}

@@ -1,4 +1,31 @@
-package reconciler
+package plan
+
+import "sort"
+
+// Action is one kind of step the executor can take on a server.
+type Action string
+
+// The actions. Compute emits a server's steps in the Order of their rows
+// in actionInfo.
+const (
+	ActRegister       Action = "register"        // create the observed record (lifecycle new)
+	ActUpdateIdentity Action = "update-identity" // copy zone, site, rack, boot MAC and BMC settings
+	ActUnretire       Action = "unretire"        // retired → new
+	ActRetire         Action = "retire"          // power off, → retired
+	ActTimeout        Action = "timeout"         // commissioning or deploying past its deadline → failed (powered off)
+	ActCommission     Action = "commission"      // new|ready|failed → commissioning: PXE boot override, power on/reset
+	ActRelease        Action = "release"         // deployed → ready: power off, marked for the release wipe
+	ActWipe           Action = "wipe"            // ready and NeedsWipe: PXE boot override, power on/reset into the ramdisk's wipe mode
+	ActAllocate       Action = "allocate"        // ready → allocated to a profile
+	ActDeploy         Action = "deploy"          // allocated → deploying: PXE boot override, power on/reset
+	ActFinishDeploy   Action = "finish-deploy"   // deployed by the ramdisk: boot override to disk, read back
+	ActRestoreDisk    Action = "restore-disk"    // a persistent netboot override was used: disk again after the boot it was for, read back
+	ActPowerOn        Action = "power-on"        // actions.powerOn counter
+	ActPowerOff       Action = "power-off"       // actions.powerOff counter
+	ActPowerCycle     Action = "power-cycle"     // actions.powerCycle counter
+	ActAdopt          Action = "adopt"           // an auto-enrolled server renamed in review: move its record to the servers.yaml name
+	ActRenetboot      Action = "renetboot"       // commissioning or deploying, machine silent: PXE boot override, reset (fresh tokens)
+)
 
 // BMCUse says how an action uses the server's BMC.
 type BMCUse int
@@ -11,7 +38,7 @@ const (
 	// BMC and skips that on a server without one (timeout, retire).
 	BMCIfPresent
 	// BMCRequired: journalled; on a server without a BMC it fails with
-	// ErrNoBMC (Plan does not plan it there).
+	// reconciler.ErrNoBMC (Compute does not plan it there).
 	BMCRequired
 )
 
@@ -19,7 +46,7 @@ const (
 // planner, the executor's limits, its journal and its failure rule all
 // read this row (metal3 keeps its per-state handlers in one table too).
 type ActionInfo struct {
-	// Order places the action among one server's steps (Plan emits them
+	// Order places the action among one server's steps (Compute emits them
 	// in this order).
 	Order int
 	// BMC is how the action uses the BMC.
@@ -67,15 +94,32 @@ func (a Action) Info() (ActionInfo, bool) {
 	return i, ok
 }
 
-// needsBMC reports whether a talks to the server's BMC. ActTimeout and
-// ActRetire also do, but only to power off, which they skip on a server
-// without a BMC.
-func (a Action) needsBMC() bool { return actionInfo[a].BMC == BMCRequired }
+// Actions returns every action kind this build knows (one per row of the
+// table), by Order, then name. The executor's tests check it has a
+// handler for each.
+func Actions() []Action {
+	out := make([]Action, 0, len(actionInfo))
+	for a := range actionInfo {
+		out = append(out, a)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if oi, oj := actionInfo[out[i]].Order, actionInfo[out[j]].Order; oi != oj {
+			return oi < oj
+		}
+		return out[i] < out[j]
+	})
+	return out
+}
+
+// NeedsBMC reports whether a cannot run without the server's BMC
+// (BMCRequired). ActTimeout and ActRetire also use it, but only to power
+// off, which they skip on a server without a BMC.
+func (a Action) NeedsBMC() bool { return actionInfo[a].BMC == BMCRequired }
 
 // Disruptive reports whether a failed a is not retried blindly: the server
 // stalls until its desired state or counter changes.
 func (a Action) Disruptive() bool { return actionInfo[a].Disruptive }
 
-// powersOn reports whether a may power the server on (or keep it on):
+// PowersOn reports whether a may power the server on (or keep it on):
 // what a fenced server must never get.
-func (a Action) powersOn() bool { return actionInfo[a].PowersOn }
+func (a Action) PowersOn() bool { return actionInfo[a].PowersOn }

@@ -1,8 +1,9 @@
 // Package plantest holds the fixtures of the plan's tests, shared by the
-// reconciler's tests and the status tests in gitops: the example site's
-// inventory, a snapshot observing every desired server at one lifecycle,
-// and hardware big enough for every example profile. It imports only
-// inventory and state, so the reconciler's own tests can use it.
+// executor's (reconciler) tests and the status tests in gitops: the
+// example site's inventory, a snapshot observing every desired server at
+// one lifecycle, hardware big enough for every example profile, a store
+// and a test logger. It imports only inventory and state, so the plan's
+// own tests can use it.
 package plantest
 
 import (
@@ -24,7 +25,7 @@ var T0 = time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC)
 func Example(t testing.TB) *inventory.Inventory {
 	t.Helper()
 	_, file, _, _ := runtime.Caller(0)
-	res, err := inventory.Load(os.DirFS(filepath.Join(filepath.Dir(file), "..", "..", "inventory-example")), inventory.Limits{})
+	res, err := inventory.Load(os.DirFS(filepath.Join(filepath.Dir(file), "..", "..", "..", "inventory-example")), inventory.Limits{})
 	if err != nil {
 		t.Fatal(err)
 	}
