@@ -52,17 +52,19 @@ func archFits(want *inventory.Inventory, profile string, ws *inventory.Server, o
 // allocate or deploy step (which of the two is wrong needs a human); a
 // server planned to allocate or deploy a profile whose image is of another
 // architecture gets ArchMismatch/ImageArchitecture and those steps are
-// dropped. It returns the conditions and the steps kept.
+// dropped. It returns the conditions and the steps kept. It runs for
+// every desired server on every pass and allocates nothing for one it
+// has nothing to say about (the subject string is built only for a
+// condition: BenchmarkPlan10k).
 func archConditions(want *inventory.Inventory, ws *inventory.Server, obs *state.Server, steps []Step) ([]Condition, []Step) {
 	var conds []Condition
-	subject := "server/" + ws.Name
 	stated, reported := ws.Arch, ""
 	if obs != nil && obs.Hardware != nil {
 		reported = obs.Hardware.Arch
 	}
 	mismatch := stated != "" && reported != "" && stated != reported
 	if mismatch {
-		conds = append(conds, Condition{Subject: subject, Type: "ArchMismatch", Reason: "StatedArchDiffers",
+		conds = append(conds, Condition{Subject: "server/" + ws.Name, Type: "ArchMismatch", Reason: "StatedArchDiffers",
 			Message: fmt.Sprintf("servers.yaml states arch %s, commissioning reported %s: not allocated or deployed until servers.yaml says what the machine is", stated, reported)})
 	}
 	kept := steps[:0:0]
@@ -83,7 +85,7 @@ func archConditions(want *inventory.Inventory, ws *inventory.Server, obs *state.
 			refused[s.Profile] = true
 			image, ia := imageArch(want, s.Profile)
 			sa, src := ServerArch(ws, obs)
-			conds = append(conds, Condition{Subject: subject, Type: "ArchMismatch", Reason: "ImageArchitecture",
+			conds = append(conds, Condition{Subject: "server/" + ws.Name, Type: "ArchMismatch", Reason: "ImageArchitecture",
 				Message: fmt.Sprintf("profile %s's image %s is %s; this server is %s (%s): the image is not written to it", s.Profile, image, ia, sa, src)})
 		}
 	}
