@@ -212,19 +212,12 @@ func renderServer(s ServerStatus, maxEvents int) []byte {
 	w.str(0, "profile", s.Profile)
 	w.str(0, "allocation", s.Allocation)
 	w.hardware(s.Hardware)
-	if len(s.Conditions) > 0 {
-		conds := slices.Clone(s.Conditions)
-		slices.SortFunc(conds, func(a, b Condition) int { return cmp.Compare(a.Type, b.Type) })
-		w.key(0, "conditions")
-		for _, c := range conds {
-			w.item(0)
-			w.text(0, "type", orUnknown(c.Type))
-			w.text(1, "status", orUnknown(c.Status))
-			w.text(1, "reason", c.Reason)
-			w.text(1, "message", c.Message)
-			w.time(1, "lastTransitionTime", c.LastTransitionTime)
-		}
-	}
+	sortedList(&w, 0, "conditions", "type", s.Conditions, func(c Condition) string { return c.Type }, func(c Condition) {
+		w.text(1, "status", orUnknown(c.Status))
+		w.text(1, "reason", c.Reason)
+		w.text(1, "message", c.Message)
+		w.time(1, "lastTransitionTime", c.LastTransitionTime)
+	})
 	a := s.ObservedActions
 	w.key(0, "observedActions")
 	w.int(1, "commission", a.Commission, true)
@@ -252,34 +245,38 @@ func (w *yamlWriter) hardware(hw Hardware) {
 	w.text(1, "arch", hw.Arch)
 	w.int(1, "cores", int64(hw.Cores), false)
 	w.int(1, "memoryGiB", hw.MemoryGiB, false)
-	if len(hw.Disks) > 0 {
-		disks := slices.Clone(hw.Disks)
-		slices.SortFunc(disks, func(a, b Disk) int { return cmp.Compare(a.Name, b.Name) })
-		w.key(1, "disks")
-		for _, d := range disks {
-			w.item(1)
-			w.text(0, "name", orUnknown(d.Name))
-			w.text(2, "model", d.Model)
-			w.text(2, "serial", d.Serial)
-			w.int(2, "sizeGiB", d.SizeGiB, false)
-		}
-	}
-	if len(hw.NICs) > 0 {
-		nics := slices.Clone(hw.NICs)
-		slices.SortFunc(nics, func(a, b NIC) int { return cmp.Compare(a.Name, b.Name) })
-		w.key(1, "nics")
-		for _, n := range nics {
-			w.item(1)
-			w.text(0, "name", orUnknown(n.Name))
-			w.text(2, "mac", n.MAC)
-			w.int(2, "speedMbps", int64(n.SpeedMbps), false)
-		}
-	}
+	sortedList(w, 1, "disks", "name", hw.Disks, func(d Disk) string { return d.Name }, func(d Disk) {
+		w.text(2, "model", d.Model)
+		w.text(2, "serial", d.Serial)
+		w.int(2, "sizeGiB", d.SizeGiB, false)
+	})
+	sortedList(w, 1, "nics", "name", hw.NICs, func(n NIC) string { return n.Name }, func(n NIC) {
+		w.text(2, "mac", n.MAC)
+		w.int(2, "speedMbps", int64(n.SpeedMbps), false)
+	})
 	if len(hw.Labels) > 0 {
 		w.key(1, "labels")
 		for _, k := range slices.Sorted(maps.Keys(hw.Labels)) {
 			w.str(2, k, hw.Labels[k])
 		}
+	}
+}
+
+// sortedList writes items as a sequence under key at ind, sorted by their
+// first field (firstKey, its value first(item), written orUnknown on the
+// item's line); rest writes the item's other fields at ind+1. Nothing for
+// no items. A server file's conditions (by type), disks and NICs (by name).
+func sortedList[T any](w *yamlWriter, ind int, key, firstKey string, items []T, first func(T) string, rest func(T)) {
+	if len(items) == 0 {
+		return
+	}
+	sorted := slices.Clone(items)
+	slices.SortFunc(sorted, func(a, b T) int { return cmp.Compare(first(a), first(b)) })
+	w.key(ind, key)
+	for _, it := range sorted {
+		w.item(ind)
+		w.text(0, firstKey, orUnknown(first(it)))
+		rest(it)
 	}
 }
 
