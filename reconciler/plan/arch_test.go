@@ -145,13 +145,7 @@ func TestPlanArchGuard(t *testing.T) {
 	t.Run("old reports without arch count as amd64", func(t *testing.T) {
 		inv := cloneInv(base)
 		r := Compute(inv, observe(inv, state.LifecycleReady, bigHW), Options{Now: planT0})
-		n := 0
-		for _, s := range r.Steps {
-			if s.Action == ActAllocate && s.Profile == "hypervisor" {
-				n++
-			}
-		}
-		if n != 2 {
+		if n := allocatedTo(r, "hypervisor"); n != 2 {
 			t.Fatalf("%d hypervisor allocations on amd64 images with arch-less reports, want 2", n)
 		}
 	})

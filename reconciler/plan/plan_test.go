@@ -31,8 +31,30 @@ func setLC(snap state.Snapshot, name string, lc state.Lifecycle, alloc *state.Al
 	snap.Servers[name] = s
 }
 
+// steadyFleet is the ready example fleet with its profiles' counts
+// deployed: r1-n01 and r1-n02 hypervisor, r2-n01 storage.
+func steadyFleet(inv *inventory.Inventory) state.Snapshot {
+	snap := observe(inv, state.LifecycleReady, bigHW)
+	setLC(snap, "r1-n01", state.LifecycleDeployed, &state.Allocation{Profile: "hypervisor", Reason: ReasonCount, At: planT0})
+	setLC(snap, "r1-n02", state.LifecycleDeployed, &state.Allocation{Profile: "hypervisor", Reason: ReasonCount, At: planT0})
+	setLC(snap, "r2-n01", state.LifecycleDeployed, &state.Allocation{Profile: "storage", Reason: ReasonCount, At: planT0})
+	return snap
+}
+
 func TestPlanGolden(t *testing.T) {
 	inv := exampleInventory(t)
+	// retireHalf wants the first six servers retired; readyExample
+	// observes the unchanged example fleet, all ready.
+	retireHalf := func() *inventory.Inventory {
+		c := cloneInv(inv)
+		for i := range c.Servers[:6] {
+			c.Servers[i].Want = inventory.WantRetired
+		}
+		return c
+	}
+	readyExample := func(*inventory.Inventory) state.Snapshot {
+		return observe(exampleInventory(t), state.LifecycleReady, bigHW)
+	}
 	tests := []struct {
 		name string
 		want func() *inventory.Inventory
@@ -45,11 +67,7 @@ func TestPlanGolden(t *testing.T) {
 			return observe(inv, state.LifecycleReady, bigHW)
 		}},
 		{name: "steady-fleet-no-changes", have: func(inv *inventory.Inventory) state.Snapshot {
-			snap := observe(inv, state.LifecycleReady, bigHW)
-			setLC(snap, "r1-n01", state.LifecycleDeployed, &state.Allocation{Profile: "hypervisor", Reason: ReasonCount, At: planT0})
-			setLC(snap, "r1-n02", state.LifecycleDeployed, &state.Allocation{Profile: "hypervisor", Reason: ReasonCount, At: planT0})
-			setLC(snap, "r2-n01", state.LifecycleDeployed, &state.Allocation{Profile: "storage", Reason: ReasonCount, At: planT0})
-			return snap
+			return steadyFleet(inv)
 		}},
 		{name: "count-lowered-releases-newest", want: func() *inventory.Inventory {
 			c := cloneInv(inv)
@@ -76,34 +94,14 @@ func TestPlanGolden(t *testing.T) {
 			setLC(snap, "r2-n01", state.LifecycleDeployed, &state.Allocation{Profile: "storage", Reason: ReasonCount, At: planT0})
 			return snap
 		}},
-		{name: "retire-half-held", want: func() *inventory.Inventory {
-			c := cloneInv(inv)
-			for i := range c.Servers[:6] {
-				c.Servers[i].Want = inventory.WantRetired
-			}
-			return c
-		}, have: func(inv *inventory.Inventory) state.Snapshot {
-			return observe(exampleInventory(t), state.LifecycleReady, bigHW)
-		}},
-		{name: "retire-half-approved", opts: Options{Approved: true}, want: func() *inventory.Inventory {
-			c := cloneInv(inv)
-			for i := range c.Servers[:6] {
-				c.Servers[i].Want = inventory.WantRetired
-			}
-			return c
-		}, have: func(inv *inventory.Inventory) state.Snapshot {
-			return observe(exampleInventory(t), state.LifecycleReady, bigHW)
-		}},
+		{name: "retire-half-held", want: retireHalf, have: readyExample},
+		{name: "retire-half-approved", opts: Options{Approved: true}, want: retireHalf, have: readyExample},
 		{name: "profile-to-zero-held", want: func() *inventory.Inventory {
 			c := cloneInv(inv)
 			c.Profile("storage").Count = 0
 			return c
 		}, have: func(inv *inventory.Inventory) state.Snapshot {
-			snap := observe(inv, state.LifecycleReady, bigHW)
-			setLC(snap, "r1-n01", state.LifecycleDeployed, &state.Allocation{Profile: "hypervisor", Reason: ReasonCount, At: planT0})
-			setLC(snap, "r1-n02", state.LifecycleDeployed, &state.Allocation{Profile: "hypervisor", Reason: ReasonCount, At: planT0})
-			setLC(snap, "r2-n01", state.LifecycleDeployed, &state.Allocation{Profile: "storage", Reason: ReasonCount, At: planT0})
-			return snap
+			return steadyFleet(inv)
 		}},
 		{name: "orphan-and-counters-and-timeout", want: func() *inventory.Inventory {
 			c := cloneInv(inv)
@@ -125,10 +123,7 @@ func TestPlanGolden(t *testing.T) {
 			c.Server("r3-n02").Profile = "gpu"
 			return c
 		}, have: func(inv *inventory.Inventory) state.Snapshot {
-			snap := observe(inv, state.LifecycleReady, bigHW)
-			setLC(snap, "r1-n01", state.LifecycleDeployed, &state.Allocation{Profile: "hypervisor", Reason: ReasonCount, At: planT0})
-			setLC(snap, "r1-n02", state.LifecycleDeployed, &state.Allocation{Profile: "hypervisor", Reason: ReasonCount, At: planT0})
-			setLC(snap, "r2-n01", state.LifecycleDeployed, &state.Allocation{Profile: "storage", Reason: ReasonCount, At: planT0})
+			snap := steadyFleet(inv)
 			setLC(snap, "r3-n02", state.LifecycleDeployed, &state.Allocation{Profile: "gpu", Reason: ReasonPinned, At: planT0})
 			return snap
 		}},

@@ -19,6 +19,17 @@ func allocations(res Result) map[string]string {
 	return out
 }
 
+// allocatedTo counts the plan's allocations to profile.
+func allocatedTo(res Result, profile string) int {
+	n := 0
+	for _, p := range allocations(res) {
+		if p == profile {
+			n++
+		}
+	}
+	return n
+}
+
 // TestScopePlanFilter: a group of zone-a plans only zone-a's servers and
 // the zone-a profile (hypervisor, count 2): the ready fleet allocates two
 // zone-a servers and nothing in zone-b or zone-c, the records of other

@@ -78,13 +78,7 @@ func TestPlanReleaseWipe(t *testing.T) {
 				t.Errorf("condition = %+v, want %s containing %q", cond, tc.wantCond, tc.wantMsg)
 			}
 			// The profile count is still met, by the next smallest server.
-			n := 0
-			for _, st := range res.Steps {
-				if st.Action == ActAllocate && st.Profile == "hypervisor" {
-					n++
-				}
-			}
-			if n != 2 {
+			if n := allocatedTo(res, "hypervisor"); n != 2 {
 				t.Errorf("hypervisor allocations = %d, want 2 (from other servers)", n)
 			}
 		})
