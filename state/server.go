@@ -236,6 +236,12 @@ type InFlight struct {
 	// have acted, reads it back and does not repeat a reset. Kept across
 	// attempts of the same Key.
 	PowerSent time.Time `json:"powerSent,omitzero"`
+	// ResetMark is the BMC's last reset time (Redfish
+	// ComputerSystem.LastResetTime, in the BMC's clock) read just before
+	// this entry's reset or power cycle went out; zero when the BMC reports
+	// none or the entry sends no reset. A resumed entry whose BMC now
+	// reports another time knows the reset happened. Kept with PowerSent.
+	ResetMark time.Time `json:"resetMark,omitzero"`
 }
 
 var nameRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
