@@ -15,9 +15,11 @@
 //     this is the figure for the boot services' gap; the DHCP server starts
 //     with the same leadership (docs/ha.md).
 //
-// then min, median and max of each. When the fleet has converged before a
-// kill, it first recommissions a tenth of the servers (at least 3) through
-// the admin API, so the next leader has work. A kill after which nothing
+// then min, median and max of each. The killed controller is restarted
+// and answers /healthz (then 5 s more) before the next kill, so each
+// kill meets a standby that is up. When the fleet has converged before a
+// kill, it first provisions 4% of the servers more (at least 2) through
+// the admin API, so the next leader has deploys to drive. A kill after which nothing
 // happens within -wait prints "-" for the last two. The first action is
 // the first one due: a leader with nothing to do at once (machines still
 // booting) acts later, so it bounds the gap from above.
@@ -28,6 +30,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -179,28 +182,39 @@ func inMotion(ctx context.Context, c *v1.Client, n int) bool {
 	return len(page.Servers) < n
 }
 
-// recommission moves up to k ready servers to commissioning (admin API,
-// a lifecycle transition), so the leader has BMC work to do.
-func recommission(ctx context.Context, c *v1.Client, k int) error {
-	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	page, err := c.ListServers(cctx, v1.ListServersOptions{Limit: 1000})
-	if err != nil {
-		return fmt.Errorf("list servers: %w", err)
+// waitHealthy waits until the controller on port answers GET /healthz.
+func waitHealthy(ctx context.Context, port int, within time.Duration) error {
+	url := "http://127.0.0.1:" + strconv.Itoa(port) + "/healthz"
+	for t0 := time.Now(); time.Since(t0) < within; time.Sleep(100 * time.Millisecond) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			return err
+		}
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
 	}
-	for _, s := range page.Servers {
-		if k == 0 {
-			break
+	return fmt.Errorf("no answer to GET /healthz on port %d within %s", port, within)
+}
+
+// provision allocates k more ready servers to one of sim's generated
+// profiles (admin API POST /api/v1/provision, the first with room), so
+// the leader has deploys to drive.
+func provision(ctx context.Context, c *v1.Client, k int) error {
+	var errs []error
+	for _, p := range []string{"hypervisor", "storage", "gpu"} {
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		_, err := c.Provision(cctx, v1.ProvisionRequest{Profile: p, Count: k})
+		cancel()
+		if err == nil {
+			return nil
 		}
-		if s.Lifecycle != "ready" {
-			continue
-		}
-		if _, err := c.Transition(cctx, s.Name, v1.TransitionRequest{From: "ready", To: "commissioning", Reason: "bench/failover: work for the next leader"}); err != nil {
-			return fmt.Errorf("recommission %s: %w", s.Name, err)
-		}
-		k--
+		errs = append(errs, err)
 	}
-	return nil
+	return fmt.Errorf("provision %d servers: %w", k, errors.Join(errs...))
 }
 
 func run(eps string, n, kills int, ttl time.Duration, bin string, wait time.Duration) error {
@@ -329,8 +343,8 @@ func run(eps string, n, kills int, ttl time.Duration, bin string, wait time.Dura
 	for k := 1; k <= kills; k++ {
 		if !inMotion(ctx, client, n) {
 			// The fleet converged: give the next leader work, as an
-			// operator recommissioning servers would.
-			if err := recommission(ctx, client, max(n/10, 3)); err != nil {
+			// operator provisioning more servers would.
+			if err := provision(ctx, client, max(n/25, 2)); err != nil {
 				return err
 			}
 		}
@@ -371,6 +385,13 @@ func run(eps string, n, kills int, ttl time.Duration, bin string, wait time.Dura
 		if err := start(p); err != nil {
 			return err
 		}
+		// The next kill meets a running standby: the restarted one
+		// answers /healthz (its API up, its store open), then gets 5 s
+		// for its Git clone, as a standby that has been up a while has.
+		if err := waitHealthy(ctx, p.port, time.Minute); err != nil {
+			return fmt.Errorf("restarted %s: %w", p.id, err)
+		}
+		time.Sleep(5 * time.Second)
 		leader = next
 	}
 	stats := func(name string, ds []time.Duration) {
