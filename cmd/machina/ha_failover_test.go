@@ -105,7 +105,8 @@ func (v *leaderVIP) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // the controller's journal entries that netboot it (transitions into
 // commissioning and deploying, renetboot events) plus the reboot into the
 // installed OS of each deploy: a resumed entry that reset again would
-// exceed it.
+// exceed it. `git fsck --strict` of the inventory repository the leaders
+// pushed status to must be clean.
 func TestHAFailoverKills(t *testing.T) {
 	peertest.Slow(t, "the HA failover test builds machina and runs two controllers over a simulated fleet")
 	t0 := time.Now()
@@ -316,4 +317,11 @@ func TestHAFailoverKills(t *testing.T) {
 		}
 	}
 	t.Logf("%d servers, %d with more resets than journalled netboots", len(lab.Machines()), over)
+
+	// Status commits from five leaders, each killed mid-push at worst:
+	// the inventory repository stays whole.
+	gitBin := peertest.Command(t, "git")
+	if out, err := exec.Command(gitBin, "-C", strings.TrimPrefix(lab.RepoURL, "file://"), "fsck", "--strict").CombinedOutput(); err != nil {
+		t.Errorf("git fsck of the inventory repository: %v\n%s", err, out)
+	}
 }
