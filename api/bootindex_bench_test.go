@@ -46,6 +46,7 @@ func BenchmarkBootScriptStore(b *testing.B) {
 			}
 			defer h.Close()
 			var next atomic.Int64
+			b.ResetTimer()
 			b.SetParallelism(32)
 			b.ReportAllocs()
 			b.RunParallel(func(pb *testing.PB) {
