@@ -6,9 +6,13 @@
 # then the bytes the etcd sites take (the database size after compacting
 # the revision history and defragmenting every member, as an operator's
 # --auto-compaction would leave it), against etcd's default 2 GiB quota.
-# The failover gap (lease loss to the new leader's first action) is printed
-# by `go test -tags machinafault -run TestHAFailoverGap -v ./cmd/machina`
-# when that test exists; see docs/ha.md.
+# Last, the failover gap (bench/failover): two controllers on the same
+# etcd cluster over the smallest size's lab (at most 1,000 servers), the
+# leader SIGKILLed KILLS times (default 5; env MACHINA_HA_KILLS) while
+# servers commission or deploy, with the time from each SIGKILL to the
+# standby elected, to its first reconcile action (a BMC write) and to its
+# first answer to a machine, and their min, median and max. --ha-ttl is
+# MACHINA_HA_TTL (default 5s); the gap is about one TTL plus one pass.
 #
 # Uses bench/scale (go run ./bench/scale, which runs `bin/machina serve`
 # as its own process: `make build` first). Starts its etcd members with
@@ -18,6 +22,8 @@
 set -eu
 cd "$(dirname "$0")/.."
 sizes=${1:-1000,10000}
+kills=${MACHINA_HA_KILLS:-5}
+ttl=${MACHINA_HA_TTL:-5s}
 for b in etcd etcdctl; do
 	command -v $b >/dev/null || { echo "bench/ha.sh: $b not found: apt-get install etcd-server etcd-client" >&2; exit 2; }
 done
@@ -73,3 +79,9 @@ for n in $(echo "$sizes" | tr ',' ' '); do
 	echo "etcd after $n servers (compacted, defragmented): $b bytes, $k keys under /machina (default quota 2147483648 bytes)"
 	etcdctl --endpoints "$eps" del --prefix /machina >/dev/null
 done
+
+small=$(echo "$sizes" | tr ',' '\n' | sort -n | head -1)
+[ "$small" -le 1000 ] || small=1000
+echo
+echo "== failover gap, $small servers, $kills kills, --ha-ttl $ttl"
+go run ./bench/failover -etcd "$eps" -servers "$small" -kills "$kills" -ttl "$ttl"

@@ -267,6 +267,25 @@ type ResetEvidence interface {
 	LastResetEvidence() string
 }
 
+// ResetClock is an optional capability of a Driver whose BMC stamps the
+// system's last reset: Redfish ComputerSystem.LastResetTime (DSP0268,
+// ComputerSystem v1.12; Dell iDRAC 9 and OpenBMC bmcweb report it, HPE
+// iLO 5, Lenovo XCC and Supermicro X13 do not). IPMI has no such stamp
+// (chassis status, IPMI v2.0 §28.2, gives power and the cause of the last
+// power event, no time), so bmc/ipmi does not implement it.
+//
+// A caller that journals a reset reads the stamp before the reset goes out
+// and again when it resumes the entry after a crash or a failover: a
+// changed stamp means the BMC reset the system in between, so the reset is
+// not sent again. The stamp is in the BMC's clock; compare it with another
+// stamp of the same BMC rather than with the controller's clock.
+type ResetClock interface {
+	// LastReset reads the power state and the last reset time in one
+	// exchange. ok is false (and last zero) when the BMC reports no
+	// LastResetTime or one that does not parse as RFC 3339.
+	LastReset(ctx context.Context) (power PowerState, last time.Time, ok bool, err error)
+}
+
 // Sentinel errors. Drivers wrap them; callers use errors.Is.
 var (
 	// ErrAuth: the BMC refused the credentials (HTTP 401/403 on login,

@@ -17,11 +17,13 @@ func (c *Controller) journal(step plan.Step) (state.Server, error) {
 			attempt = s.InFlight.Attempt + 1
 		}
 		key := fmt.Sprintf("%s/%d", step.Action, step.Counter)
-		var sent time.Time
+		var sent, mark time.Time
 		if s.InFlight != nil && s.InFlight.Key == key {
-			sent = s.InFlight.PowerSent // resumed: the BMC may have acted already
+			// Resumed: the BMC may have acted already.
+			sent, mark = s.InFlight.PowerSent, s.InFlight.ResetMark
 		}
-		s.InFlight = &state.InFlight{Action: string(step.Action), Key: key, Started: c.cfg.Now().UTC(), Attempt: attempt, Counter: step.Counter, PowerSent: sent}
+		s.InFlight = &state.InFlight{Action: string(step.Action), Key: key, Started: c.cfg.Now().UTC(), Attempt: attempt, Counter: step.Counter,
+			PowerSent: sent, ResetMark: mark}
 		return nil
 	})
 }

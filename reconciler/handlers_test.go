@@ -35,6 +35,7 @@ func (m *fakeMachine) BootDisk(context.Context) error { return m.record("boot-di
 func (m *fakeMachine) Power(_ context.Context, a bmc.PowerAction) error {
 	return m.record("power-" + strings.ToLower(string(a)))
 }
+func (m *fakeMachine) Restart(ctx context.Context, a bmc.PowerAction) error { return m.Power(ctx, a) }
 
 func (m *fakeMachine) got() []string {
 	m.mu.Lock()

@@ -29,6 +29,11 @@ type Machine interface {
 	// Power performs a and records it (rebooting while a reset or cycle
 	// is in flight; an unverified reset is recorded as such).
 	Power(ctx context.Context, a bmc.PowerAction) error
+	// Restart performs the reset or power cycle a of a journalled action
+	// (servers.yaml actions.powerCycle) at most once per journal entry:
+	// written ahead on the entry, and read back from the BMC first when
+	// the entry is resumed after a crash or a failover.
+	Restart(ctx context.Context, a bmc.PowerAction) error
 }
 
 // bmcMachine is the Machine of one server over its BMC driver. It records
@@ -108,14 +113,14 @@ func (m *bmcMachine) Netboot(ctx context.Context) error {
 	if ps == bmc.PowerOn {
 		action = bmc.PowerActionReset
 	}
-	if err := m.markPowerSent(true); err != nil {
+	if err := m.markPowerSent(true, time.Time{}); err != nil {
 		return err
 	}
 	if err := m.Power(ctx, action); err != nil {
 		if !ambiguous(err) {
 			// The BMC answered (or was never reached): it did not act, so
 			// a retry of this entry may send the action again.
-			_ = m.markPowerSent(false)
+			_ = m.markPowerSent(false, time.Time{})
 		}
 		return fmt.Errorf("power %s: %w", action, err)
 	}
@@ -123,10 +128,118 @@ func (m *bmcMachine) Netboot(ctx context.Context) error {
 	return nil
 }
 
+// Restart performs the reset or power cycle a for the server's journal
+// entry, write-ahead: before the request goes out the entry records
+// PowerSent and, on a BMC with a reset clock (bmc.ResetClock: Redfish
+// LastResetTime), the BMC's last reset time as ResetMark.
+//
+// Read back first: a resumed entry (PowerSent set: this process before a
+// crash, or the leader before a failover, may have sent it) asks the BMC
+// whether the system restarted since, and sends nothing again when it did:
+//   - LastResetTime differs from ResetMark: it did (the BMC's own clock on
+//     both sides, so skew does not matter);
+//   - no ResetMark but a LastResetTime (the BMC did not report one before):
+//     it did when LastResetTime is not before PowerSent (controller and
+//     BMC clocks compared; NTP on both is assumed);
+//   - LastResetTime unchanged, or not after PowerSent: it did not; the
+//     reset is sent again;
+//   - no LastResetTime at all (IPMI, iLO 5, XCC): off means the action did
+//     not finish, and it is sent again (a reset or cycle of a stopped
+//     machine powers it on); on cannot tell, and the reset is not repeated
+//     (at most once, as for a netboot): the server records it as
+//     unverified (BMCFacts.ResetUnverified, event power.resume_unverified)
+//     and the operator bumps the counter again if it was lost.
+//
+// Without a journal entry it is Power.
+func (m *bmcMachine) Restart(ctx context.Context, a bmc.PowerAction) error {
+	f := m.obs.InFlight
+	if f == nil {
+		return m.Power(ctx, a)
+	}
+	rc, hasClock := m.drv.(bmc.ResetClock)
+	if !f.PowerSent.IsZero() {
+		done, err := m.restartedSince(ctx, f, rc, hasClock, a)
+		if err != nil || done {
+			return err
+		}
+	}
+	var mark time.Time
+	if hasClock {
+		_, t, ok, err := rc.LastReset(ctx)
+		if err != nil {
+			return fmt.Errorf("read last reset time: %w", err)
+		}
+		if ok {
+			mark = t
+		}
+	}
+	if err := m.markPowerSent(true, mark); err != nil {
+		return err
+	}
+	if err := m.Power(ctx, a); err != nil {
+		if !ambiguous(err) {
+			_ = m.markPowerSent(false, time.Time{})
+		}
+		return err
+	}
+	return nil
+}
+
+// restartedSince reads the BMC back for a resumed restart entry f (see
+// Restart) and reports whether the system restarted since f's reset was
+// sent, so it must not be sent again.
+func (m *bmcMachine) restartedSince(ctx context.Context, f *state.InFlight, rc bmc.ResetClock, hasClock bool, a bmc.PowerAction) (bool, error) {
+	log := m.log.With("sent", f.PowerSent.Format(time.RFC3339Nano), "attempt", f.Attempt)
+	var (
+		ps   bmc.PowerState
+		last time.Time
+		ok   bool
+		err  error
+	)
+	if hasClock {
+		ps, last, ok, err = rc.LastReset(ctx)
+	} else {
+		ps, err = m.drv.PowerState(ctx)
+	}
+	if err != nil {
+		return false, fmt.Errorf("read back resumed %s: %w", a, err)
+	}
+	switch {
+	case ok && !f.ResetMark.IsZero() && !last.Equal(f.ResetMark):
+		log.Info("resumed power action: the BMC reset the system since it was sent (LastResetTime changed); not repeating it",
+			"action", string(a), "lastResetBefore", f.ResetMark.Format(time.RFC3339Nano), "lastReset", last.Format(time.RFC3339Nano))
+	case ok && f.ResetMark.IsZero() && !last.Before(f.PowerSent):
+		log.Info("resumed power action: the BMC's LastResetTime is after it was sent; not repeating it",
+			"action", string(a), "lastReset", last.Format(time.RFC3339Nano))
+	case ok:
+		log.Info("resumed power action: the BMC shows no reset since it was sent; sending it again",
+			"action", string(a), "lastReset", last.Format(time.RFC3339Nano))
+		return false, nil
+	case ps == bmc.PowerOff:
+		log.Info("resumed power action: the BMC reads off and reports no reset time; sending it again", "action", string(a))
+		return false, nil
+	default:
+		msg := fmt.Sprintf("resumed %s after a controller restart or failover: the BMC reads %s and reports no LastResetTime, so whether the earlier request took is unknown; not repeated (bump the counter to ask again)", a, ps)
+		log.Warn("resumed power action not verifiable; not repeating it", "action", string(a), "power", string(ps))
+		if _, err := m.st.UpdateServer(m.obs.Name, func(s *state.Server) error { s.BMC.ResetUnverified = msg; return nil }); err != nil {
+			return false, err
+		}
+		_, _ = m.st.AppendEvent(state.Event{Server: m.obs.Name, Kind: "power.resume_unverified", Actor: state.ActorController, Message: msg})
+		return true, nil
+	}
+	if ps == bmc.PowerOff {
+		// Restarted, and off now (a cycle's off phase, or switched off
+		// since): on, not a second reset.
+		return true, m.Power(ctx, bmc.PowerActionOn)
+	}
+	return true, nil
+}
+
 // markPowerSent records on the journal entry (if the server has one) that
-// its power action is going out (write-ahead, before the request), or
-// clears that when the BMC is known not to have acted.
-func (m *bmcMachine) markPowerSent(sent bool) error {
+// its power action is going out (write-ahead, before the request), with
+// the BMC's last reset time mark (zero when not read), or clears both when
+// the BMC is known not to have acted.
+func (m *bmcMachine) markPowerSent(sent bool, mark time.Time) error {
 	f := m.obs.InFlight
 	if f == nil {
 		return nil
@@ -141,7 +254,7 @@ func (m *bmcMachine) markPowerSent(sent bool) error {
 	}
 	_, err := m.st.UpdateServer(m.obs.Name, func(s *state.Server) error {
 		if s.InFlight != nil && s.InFlight.Key == f.Key {
-			s.InFlight.PowerSent = at
+			s.InFlight.PowerSent, s.InFlight.ResetMark = at, mark
 		}
 		return nil
 	})

@@ -22,9 +22,15 @@ func (c *Controller) powerCycle(ctx context.Context, x *stepCtx) error {
 	return c.powerStep(ctx, x, bmc.PowerActionCycle)
 }
 
-// powerStep performs a and records the power it leaves the server in.
+// powerStep performs a and records the power it leaves the server in. A
+// reset or cycle goes through Machine.Restart: at most once per journal
+// entry, read back from the BMC when the entry is resumed.
 func (c *Controller) powerStep(ctx context.Context, x *stepCtx, a bmc.PowerAction) error {
-	if err := x.m.Power(ctx, a); err != nil {
+	do := x.m.Power
+	if a == bmc.PowerActionCycle || a == bmc.PowerActionReset {
+		do = x.m.Restart
+	}
+	if err := do(ctx, a); err != nil {
 		return err
 	}
 	p := state.PowerOn

@@ -46,7 +46,7 @@ func (s *Store) AdoptServer(from, to, actor string) (Server, error) {
 		srv.Revision++
 		srv.UpdatedAt = now
 		srv.InFlight = nil
-		if err := putJSON(b, to, &srv); err != nil {
+		if err := s.putServer(b, to, &srv); err != nil {
 			return err
 		}
 		if err := b.Delete([]byte(from)); err != nil {

@@ -61,6 +61,21 @@ func (c *serverCache) decode(k, v []byte) (Server, error) {
 	return srv, nil
 }
 
+// remember records srv as the decoding of v under k, as a writer stores
+// it: the next read of the record (often at once: the boot index after a
+// token mint, the planner after a move) copies instead of decoding. Safe
+// when the transaction later rolls back: the entry is keyed by v's
+// digest, and the record then holds other bytes.
+func (c *serverCache) remember(k string, v []byte, srv *Server) {
+	e := cachedServer{sum: sumOf(v), srv: srv.clone()}
+	c.mu.Lock()
+	if c.m == nil || len(c.m) >= maxCachedServers {
+		c.m = map[string]cachedServer{}
+	}
+	c.m[k] = e
+	c.mu.Unlock()
+}
+
 // view calls fn with the decoded Server stored as v under key k, without
 // copying it: fn must neither modify nor retain it. For scans that read a
 // field or two of every server (counts, MAC lookups).

@@ -5,7 +5,6 @@ import (
 	"sort"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -39,8 +38,11 @@ import (
 //     broke (compaction, a lost member; it is loaded again after a second),
 //     or when it lags etcd's revision by more than repMaxLag, a view reads
 //     etcd directly, as before. (A revision made outside the prefix, by
-//     another site or an election, reaches the replica as a progress
-//     report of its watch, asked for by the waiting view.)
+//     another site or an election, never reaches the replica's watch: a
+//     view waiting for it reads etcd after repMaxLag. Watch progress
+//     reports are not asked for and would not be trusted: etcd before
+//     3.4.25 and 3.5.8 can report a revision ahead of undelivered events,
+//     etcd-io/etcd#15220.)
 //   - Updates never read the replica: they read etcd (or the write cache)
 //     and their compares make them correct whatever a view showed.
 //
@@ -64,10 +66,9 @@ type replica struct {
 	kv     map[string][]byte   // full etcd key → value ([]byte{} when empty)
 	idx    map[string][]string // bucket data prefix (P k/<id>=) → sorted record keys
 
-	nudged  atomic.Int64 // when a watch progress report was last asked for (UnixNano)
-	fmu     sync.Mutex   // guards pending and busy
-	pending *revRead     // the revision read the views arriving now will share
-	busy    bool         // a revision read is in flight
+	fmu     sync.Mutex // guards pending and busy
+	pending *revRead   // the revision read the views arriving now will share
+	busy    bool       // a revision read is in flight
 }
 
 // revRead is one shared read of etcd's current revision.
@@ -185,7 +186,7 @@ func (r *replica) follow(ctx context.Context, rev int64) {
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	wch := r.e.cli.Watch(clientv3.WithRequireLeader(wctx), r.e.prefix, clientv3.WithPrefix(),
-		clientv3.WithRev(rev+1), clientv3.WithProgressNotify())
+		clientv3.WithRev(rev+1))
 	for resp := range wch {
 		if resp.Err() != nil || resp.Canceled {
 			return
@@ -206,13 +207,13 @@ func (r *replica) follow(ctx context.Context, rev int64) {
 		if n := len(resp.Events); n > 0 {
 			top = max(top, resp.Events[n-1].Kv.ModRevision)
 		}
-		// A progress notification does not advance the copy: etcd before
-		// 3.4.25 and 3.5.8 (etcd-io/etcd#15220; Debian 12 ships 3.4.23)
-		// can send one with a revision ahead of events it has not sent
-		// yet, and a view trusting it read a token another controller had
-		// just issued as unknown (TestEtcdTwoControllersTokenOnce, 1 in
-		// 15 runs). A view then waits for the watch's next event or falls
-		// back to a direct read after repMaxLag.
+		// Only events advance the copy (the watch asks for no progress
+		// notifications): etcd before 3.4.25 and 3.5.8 (etcd-io/etcd#15220;
+		// Debian 12 ships 3.4.23) can send one with a revision ahead of
+		// events it has not sent yet, and a view trusting it read a token
+		// another controller had just issued as unknown
+		// (TestEtcdTwoControllersTokenOnce, 1 in 15 runs). A view waits
+		// for the watch's next event or reads etcd after repMaxLag.
 		if top > r.rev {
 			r.rev = top
 			r.advance()
@@ -341,7 +342,6 @@ func (r *replica) view(fn func(tx kvTx) error) (bool, error) {
 		r.mu.RUnlock()
 		if timer == nil {
 			timer = time.After(repMaxLag)
-			r.nudge()
 		}
 		select {
 		case <-ch:
@@ -353,24 +353,6 @@ func (r *replica) view(fn func(tx kvTx) error) (bool, error) {
 	tx := r.e.newTx(false)
 	tx.rep = r
 	return true, fn(tx)
-}
-
-// nudge asks etcd for a progress report on the watch (at most one per
-// millisecond): etcd's revision also moves with writes outside this
-// prefix (other sites, an election), which the watch does not see, and a
-// progress report tells the replica that it holds every revision up to
-// the reported one.
-func (r *replica) nudge() {
-	now := time.Now().UnixNano()
-	last := r.nudged.Load()
-	if now-last < int64(time.Millisecond) || !r.nudged.CompareAndSwap(last, now) {
-		return
-	}
-	go func() {
-		ctx, cancel := context.WithTimeout(clientv3.WithRequireLeader(context.Background()), r.e.timeout)
-		defer cancel()
-		_ = r.e.cli.RequestProgress(ctx) // no answer: the view falls back after repMaxLag
-	}()
 }
 
 // get reads one key; r.mu is held (read).

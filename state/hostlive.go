@@ -255,7 +255,7 @@ func (s *Store) FenceServer(server string, f Fencing) (Server, error) {
 		srv.Power = PowerStatus{State: PowerOff, Source: PowerSourceBMC, At: f.At}
 		srv.Revision++
 		srv.UpdatedAt = f.At
-		if err := putJSON(b, server, &srv); err != nil {
+		if err := s.putServer(b, server, &srv); err != nil {
 			return err
 		}
 		out = srv
@@ -298,7 +298,7 @@ func (s *Store) UnfenceServer(server, actor, reason string) (changed bool, err e
 		srv.Fenced = nil
 		srv.Revision++
 		srv.UpdatedAt = s.nowUTC()
-		if err := putJSON(b, server, &srv); err != nil {
+		if err := s.putServer(b, server, &srv); err != nil {
 			return err
 		}
 		changed = true

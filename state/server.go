@@ -236,6 +236,12 @@ type InFlight struct {
 	// have acted, reads it back and does not repeat a reset. Kept across
 	// attempts of the same Key.
 	PowerSent time.Time `json:"powerSent,omitzero"`
+	// ResetMark is the BMC's last reset time (Redfish
+	// ComputerSystem.LastResetTime, in the BMC's clock) read just before
+	// this entry's reset or power cycle went out; zero when the BMC reports
+	// none or the entry sends no reset. A resumed entry whose BMC now
+	// reports another time knows the reset happened. Kept with PowerSent.
+	ResetMark time.Time `json:"resetMark,omitzero"`
 }
 
 var nameRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
@@ -299,7 +305,7 @@ func (s *Store) CreateServer(srv Server) (Server, error) {
 		if srv.Power.At.IsZero() {
 			srv.Power.At = now
 		}
-		if err := putJSON(b, srv.Name, &srv); err != nil {
+		if err := s.putServer(b, srv.Name, &srv); err != nil {
 			return err
 		}
 		return s.appendEvent(tx, &Event{Server: srv.Name, Kind: EventCreated, Actor: ActorController, To: srv.Lifecycle,
@@ -541,7 +547,7 @@ func (s *Store) updateServerTx(tx kvTx, name string, fn func(*Server) error) (Se
 	srv.Revision = orig.Revision + 1
 	srv.CreatedAt = orig.CreatedAt
 	srv.UpdatedAt = s.nowUTC()
-	return srv, putJSON(b, name, &srv)
+	return srv, s.putServer(b, name, &srv)
 }
 
 // SetPower records a power state with its source. It writes an EventPower
@@ -630,7 +636,7 @@ func (s *Store) setPowerTx(tx kvTx, name string, p Power, src PowerSource) (Serv
 	srv.Power = PowerStatus{State: p, Source: src, At: now}
 	srv.Revision++
 	srv.UpdatedAt = now
-	if err := putJSON(b, name, &srv); err != nil {
+	if err := s.putServer(b, name, &srv); err != nil {
 		return Server{}, err
 	}
 	if !changed {
@@ -638,6 +644,20 @@ func (s *Store) setPowerTx(tx kvTx, name string, p Power, src PowerSource) (Serv
 	}
 	return srv, s.appendEvent(tx, &Event{Server: name, Kind: EventPower, Actor: ActorController, Power: p,
 		Message: fmt.Sprintf("power %s→%s (%s)", prev, p, src)})
+}
+
+// putServer stores srv under name in b (the servers bucket) and
+// remembers it in the decode cache (serverCache.remember).
+func (s *Store) putServer(b kvBucket, name string, srv *Server) error {
+	data, err := json.Marshal(srv)
+	if err != nil {
+		return err
+	}
+	if err := b.Put([]byte(name), data); err != nil {
+		return err
+	}
+	s.servers.remember(name, data, srv)
+	return nil
 }
 
 func putJSON(b kvBucket, key string, v any) error {
@@ -709,7 +729,7 @@ func (s *Store) ObserveBMC(name string, readAt time.Time, p Power, health string
 		changed = true
 		srv.Revision++
 		srv.UpdatedAt = now
-		if err := putJSON(b, name, &srv); err != nil {
+		if err := s.putServer(b, name, &srv); err != nil {
 			return err
 		}
 		for _, e := range evs {
@@ -752,13 +772,13 @@ func (s *Store) BMCReadFailed(name, msg string) (bool, error) {
 			srv.BMCError = ""
 			srv.Revision++
 			srv.UpdatedAt = s.nowUTC()
-			return putJSON(b, name, &srv)
+			return s.putServer(b, name, &srv)
 		}
 		changed = true
 		srv.BMCError = msg
 		srv.Revision++
 		srv.UpdatedAt = s.nowUTC()
-		if err := putJSON(b, name, &srv); err != nil {
+		if err := s.putServer(b, name, &srv); err != nil {
 			return err
 		}
 		return s.appendEvent(tx, &Event{Server: name, Kind: EventBMCRead, Actor: ActorController, Message: "BMC read failed: " + msg})
@@ -827,7 +847,7 @@ func (s *Store) applyTx(tx kvTx, m Move) (Server, *TransitionError, error) {
 	srv.LifecycleAt = now
 	srv.Revision++
 	srv.UpdatedAt = now
-	if err := putJSON(b, m.Server, &srv); err != nil {
+	if err := s.putServer(b, m.Server, &srv); err != nil {
 		return Server{}, nil, err
 	}
 	return srv, nil, s.appendEvent(tx, &Event{Server: m.Server, Kind: EventTransition, Actor: m.Actor,

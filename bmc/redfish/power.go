@@ -171,6 +171,25 @@ func resetMarks(sys map[string]any) marks {
 	return m
 }
 
+// LastReset implements bmc.ResetClock: one GET of the ComputerSystem, its
+// PowerState and LastResetTime (ComputerSystem v1.12, RFC 3339 with the
+// BMC's offset). ok is false when the property is absent, empty or does
+// not parse.
+func (d *Driver) LastReset(ctx context.Context) (ps bmc.PowerState, last time.Time, ok bool, err error) {
+	defer func() { err = bmc.WithBMC(d.cfg.Endpoint, err) }()
+	d.conn.beginOp()
+	_, sys, err := d.system(ctx, "read last reset time")
+	if err != nil {
+		return bmc.PowerUnknown, time.Time{}, false, err
+	}
+	ps = powerOf(sys)
+	t, perr := time.Parse(time.RFC3339Nano, strv(sys, "LastResetTime"))
+	if perr != nil || t.IsZero() {
+		return ps, time.Time{}, false, nil
+	}
+	return ps, t, true, nil
+}
+
 // setEvidence records what proved the last reset; off notes a power-off
 // seen while waiting.
 func (d *Driver) setEvidence(ev string, off bool) {

@@ -156,7 +156,10 @@ type Driver struct {
 	sawOff   bool   // a power-off was seen during the current reset
 }
 
-var _ bmc.Driver = (*Driver)(nil)
+var (
+	_ bmc.Driver     = (*Driver)(nil)
+	_ bmc.ResetClock = (*Driver)(nil)
+)
 
 // New returns a driver for cfg. It does not contact the BMC; the first
 // operation logs in and selects the system.

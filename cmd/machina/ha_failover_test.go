@@ -28,13 +28,17 @@ import (
 	"github.com/machina-metal/machina/state"
 )
 
-// haServers is the failover test's fleet: sim's generated site keeps 2
-// servers per profile deployed (6 in all) at 60 servers. The issue asks
-// for 100 servers and 5 kills; this shared 2-core machine runs 60 and 3.
+// haServers and haKills are the failover test's size, the issue's: 100
+// servers (sim's generated site keeps 10% of each zone deployed, 3 per
+// profile, 9 in all) and 5 leader kills.
 const (
-	haServers = 60
-	haKills   = 3
+	haServers = 100
+	haKills   = 5
 )
+
+// haPerProfile is how many servers each of sim's three generated profiles
+// keeps deployed at haServers (sim.generated: n/30, at least 1).
+const haPerProfile = max(haServers/30, 1)
 
 // leaderVIP stands in for the provisioning VIP: one URL for machines and
 // the operator, forwarded to the admin URL in the current election value
@@ -92,14 +96,17 @@ func (v *leaderVIP) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // TestHAFailoverKills runs two `machina serve` processes of one group on
 // a 3-member etcd against a simulated lab of haServers servers and
 // SIGKILLs the leader haKills times at random moments while servers
-// commission and deploy, restarting each killed one as a standby. Every
+// commission and deploy (each kill 0.3-2 s after the fleet is seen in
+// motion; a kill with nothing in flight within 2 min is an error),
+// restarting each killed one as a standby. Every
 // takeover must come within TTL plus a margin; the fleet must converge
 // (every server ready or deployed, none failed, each profile's count
 // deployed), no server deployed twice, and no BMC reset more often than
 // the controller's journal entries that netboot it (transitions into
 // commissioning and deploying, renetboot events) plus the reboot into the
 // installed OS of each deploy: a resumed entry that reset again would
-// exceed it.
+// exceed it. `git fsck --strict` of the inventory repository the leaders
+// pushed status to must be clean.
 func TestHAFailoverKills(t *testing.T) {
 	peertest.Slow(t, "the HA failover test builds machina and runs two controllers over a simulated fleet")
 	t0 := time.Now()
@@ -118,7 +125,7 @@ func TestHAFailoverKills(t *testing.T) {
 	cl := etcdtest.Start(t, etcdtest.Options{Members: 3})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	lab, err := sim.Start(ctx, sim.Config{Dir: filepath.Join(dir, "lab"), Servers: haServers, RedfishOnly: true, BootDelay: 2 * time.Second, ImageBytes: 8 << 20})
+	lab, err := sim.Start(ctx, sim.Config{Dir: filepath.Join(dir, "lab"), Servers: haServers, RedfishOnly: true, BootDelay: 3 * time.Second, ImageBytes: 8 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -208,10 +215,16 @@ func TestHAFailoverKills(t *testing.T) {
 	leader, _ := waitLeader("", time.Minute)
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 20))
 	for k := 1; k <= haKills; k++ {
-		for deadline := time.Now().Add(2 * time.Minute); !inMotion(ctx, client) && time.Now().Before(deadline); {
-			time.Sleep(200 * time.Millisecond)
+		moving := false
+		for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+			if moving = inMotion(ctx, client); moving {
+				break
+			}
 		}
-		time.Sleep(time.Duration(500+rng.IntN(3000)) * time.Millisecond)
+		if !moving {
+			t.Errorf("kill %d: no server commissioning or deploying within 2 min; the kill would not land in flight", k)
+		}
+		time.Sleep(time.Duration(300+rng.IntN(1700)) * time.Millisecond)
 		p := procs[leader]
 		_ = p.cmd.Process.Signal(syscall.SIGKILL)
 		<-p.exited
@@ -248,7 +261,7 @@ func TestHAFailoverKills(t *testing.T) {
 		}
 		last = fmt.Sprintf("%v, deployed per profile %v", counts, deployed)
 		if len(servers) == haServers && counts["ready"]+counts["deployed"] == haServers &&
-			deployed["hypervisor"] == 2 && deployed["storage"] == 2 && deployed["gpu"] == 2 {
+			deployed["hypervisor"] == haPerProfile && deployed["storage"] == haPerProfile && deployed["gpu"] == haPerProfile {
 			break
 		}
 		if time.Since(lastKill) > 4*time.Minute {
@@ -287,8 +300,8 @@ func TestHAFailoverKills(t *testing.T) {
 			t.Errorf("%s deployed %d times", name, n)
 		}
 	}
-	if len(toDeployed) != 6 {
-		t.Errorf("%d servers deployed, want 6", len(toDeployed))
+	if len(toDeployed) != 3*haPerProfile {
+		t.Errorf("%d servers deployed, want %d", len(toDeployed), 3*haPerProfile)
 	}
 	over := 0
 	for _, m := range lab.Machines() {
@@ -304,4 +317,11 @@ func TestHAFailoverKills(t *testing.T) {
 		}
 	}
 	t.Logf("%d servers, %d with more resets than journalled netboots", len(lab.Machines()), over)
+
+	// Status commits from five leaders, each killed mid-push at worst:
+	// the inventory repository stays whole.
+	gitBin := peertest.Command(t, "git")
+	if out, err := exec.Command(gitBin, "-C", strings.TrimPrefix(lab.RepoURL, "file://"), "fsck", "--strict").CombinedOutput(); err != nil {
+		t.Errorf("git fsck of the inventory repository: %v\n%s", err, out)
+	}
 }
