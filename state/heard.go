@@ -131,13 +131,28 @@ func (s *Store) FlushHeard() error {
 // errHeardStale skips a note older than the server's LastHeardAt.
 var errHeardStale = errors.New("state: last-heard note older than the record")
 
-// closeHeard writes the pending notes and stops taking new ones.
+// heardCloseWait bounds how long Close waits for the pending notes'
+// write: on etcd a write queues behind the process's other writers, and
+// with etcd unreachable each of them runs to its request timeout (a
+// deposed leader's stuck actions); Close must not wait for them all.
+const heardCloseWait = time.Second
+
+// closeHeard stops taking notes and writes the pending ones, waiting at
+// most heardCloseWait: a write still queued then ends with the engine's
+// ErrClosed and its notes are lost, as in a crash.
 func (s *Store) closeHeard() {
-	if err := s.FlushHeard(); err != nil {
-		s.log.Warn("state: last-heard notes not written at close", "err", err)
-	}
 	q := &s.heard
 	q.mu.Lock()
 	q.closed = true
 	q.mu.Unlock()
+	done := make(chan error, 1)
+	go func() { done <- s.FlushHeard() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			s.log.Warn("state: last-heard notes not written at close", "err", err)
+		}
+	case <-time.After(heardCloseWait):
+		s.log.Warn("state: last-heard notes not written at close: the store did not take the write within the wait", "wait", heardCloseWait)
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/machina-metal/machina/internal/etcdtest"
 	"github.com/machina-metal/machina/state"
 )
 
@@ -91,4 +92,25 @@ func TestNoteHeardNeverRegresses(t *testing.T) {
 			t.Fatalf("last heard %q after Close, want the pending note written", got.LastHeard)
 		}
 	})
+}
+
+// TestCloseWithEtcdGoneIsPrompt: Close writes pending LastHeard notes,
+// but with etcd unreachable it waits at most about a second for that
+// write instead of the write's request timeout behind every other stuck
+// writer (a deposed leader's Run returned late in lab/sim's
+// TestHATwoControllersFailover when Close waited for it).
+func TestCloseWithEtcdGoneIsPrompt(t *testing.T) {
+	c := etcdtest.Start(t, etcdtest.Options{})
+	s, err := state.OpenEtcd(state.EtcdConfig{Endpoints: c.Endpoints(), Prefix: "/heardclose/", RequestTimeout: 10 * time.Second}, state.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustCreate(t, s, state.Server{Name: "r1-n01"})
+	c.Member(0).Stop()
+	s.NoteHeard("r1-n01", "boot script fetched")
+	t0 := time.Now()
+	_ = s.Close()
+	if d := time.Since(t0); d > 3*time.Second {
+		t.Fatalf("Close took %s with etcd down, want about 1 s", d)
+	}
 }
