@@ -48,7 +48,7 @@ func TestLeasesSurviveRestart(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	var store dhcp.LeaseStore = stateLeases{st: st}
+	var store dhcp.LeaseStore = api.StateLeases{Store: st}
 	hw, _ := net.ParseMAC(mac)
 	if err := store.PutLease(t.Context(), dhcp.Lease{MAC: hw, IP: leased, Expires: time.Now().Add(time.Hour), Hostname: "r1-n31"}); err != nil {
 		t.Fatal(err)
@@ -66,7 +66,7 @@ func TestLeasesSurviveRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	leases := &stateLeases{st: st}
+	leases := &api.StateLeases{Store: st}
 	// What the DHCP server loads at Listen.
 	if got, err := leases.Leases(t.Context()); err != nil || len(got) != 1 || got[0].MAC.String() != mac || got[0].IP != leased {
 		t.Errorf("leases after the restart = %+v, %v", got, err)

@@ -8,6 +8,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/machina-metal/machina/api"
 	"github.com/machina-metal/machina/boot"
 	"github.com/machina-metal/machina/boot/dhcp"
 	"github.com/machina-metal/machina/boot/ipxe"
@@ -52,7 +53,7 @@ type NetbootConfig struct {
 // stored, when non-nil, keeps the leases the DHCP server hands out (full
 // mode) in the state file: the machine endpoints and the join listener
 // check requests against them, across restarts.
-func startNetboot(cfg NetbootConfig, lookup boot.Lookup, publicURL string, autoEnroll bool, enr boot.Enroller, stored *stateLeases, log *slog.Logger) ([]func(context.Context) error, error) {
+func startNetboot(cfg NetbootConfig, lookup boot.Lookup, publicURL string, autoEnroll bool, enr boot.Enroller, stored *api.StateLeases, log *slog.Logger) ([]func(context.Context) error, error) {
 	var runs []func(context.Context) error
 	var leases dhcp.LeaseStore // nil (in memory) in proxy mode, where no address is leased
 	if stored != nil {

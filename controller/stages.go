@@ -65,7 +65,7 @@ type wiring struct {
 	idx         *api.BootIndex
 	refusals    *refusalSummary
 	enr         *gitops.Enroller
-	leases      *stateLeases // full DHCP mode: kept in the state file (leases.go)
+	leases      *api.StateLeases // full DHCP mode: kept in the state file (api/leases.go)
 	netRuns     []func(context.Context) error
 	bootHandler *ipxe.Handler
 
@@ -391,7 +391,7 @@ func (w *wiring) boot() (func(), error) {
 	// reports, done and joins are refused from any other. The leases are
 	// kept in the state file, so the check holds across a restart.
 	if len(w.cfg.Netboot.Interfaces) > 0 && w.cfg.Netboot.Mode != dhcp.ModeProxy {
-		w.leases = &stateLeases{st: w.st}
+		w.leases = &api.StateLeases{Store: w.st}
 	}
 	if w.netRuns, err = startNetboot(w.cfg.Netboot, w.idx, w.publicURL, w.cfg.AutoEnroll, enrHook, w.leases, w.log); err != nil {
 		return nil, fmt.Errorf("controller: %w", err)

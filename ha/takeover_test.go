@@ -1,10 +1,8 @@
 package ha
 
 import (
-	"context"
 	"errors"
 	"log/slog"
-	"net"
 	"net/netip"
 	"strings"
 	"syscall"
@@ -13,40 +11,12 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/machina-metal/machina/api"
 	"github.com/machina-metal/machina/boot"
 	"github.com/machina-metal/machina/boot/dhcp"
 	"github.com/machina-metal/machina/internal/etcdtest"
 	"github.com/machina-metal/machina/state"
 )
-
-// storeLeases is a dhcp.LeaseStore over a state store, field for field as
-// the controller's (controller.stateLeases, unexported there; controller
-// imports ha, so this test cannot import it).
-type storeLeases struct{ st *state.Store }
-
-func (l storeLeases) Leases(context.Context) ([]dhcp.Lease, error) {
-	stored, err := l.st.Leases()
-	if err != nil {
-		return nil, err
-	}
-	out := make([]dhcp.Lease, 0, len(stored))
-	for _, s := range stored {
-		mac, err := net.ParseMAC(s.MAC)
-		if err != nil {
-			continue
-		}
-		out = append(out, dhcp.Lease{MAC: mac, IP: s.IP, Expires: s.Expires, Hostname: s.Hostname})
-	}
-	return out, nil
-}
-
-func (l storeLeases) PutLease(_ context.Context, lease dhcp.Lease) error {
-	return l.st.PutLease(state.Lease{MAC: lease.MAC.String(), IP: lease.IP, Expires: lease.Expires, Hostname: lease.Hostname})
-}
-
-func (l storeLeases) DeleteLease(_ context.Context, mac net.HardwareAddr) error {
-	return l.st.DeleteLease(mac.String())
-}
 
 // TestLeaseAndTokenAcrossTakeover: what leader a handed a machine is
 // honoured by b after a dies, because it lives in etcd, not in a. Two
@@ -103,7 +73,7 @@ func TestLeaseAndTokenAcrossTakeover(t *testing.T) {
 		return dhcp.Config{
 			ServerIP: netip.MustParseAddr(vipAddr), Subnet: netip.MustParsePrefix("10.77.0.0/24"),
 			PoolStart: netip.MustParseAddr("10.77.0.100"), PoolEnd: netip.MustParseAddr("10.77.0.150"),
-			Leases: storeLeases{st}, LeaseTime: 10 * time.Minute, Lookup: &look,
+			Leases: api.StateLeases{Store: st}, LeaseTime: 10 * time.Minute, Lookup: &look,
 			Boot: dhcp.BootFiles{ScriptURL: "http://" + vipAddr + ":8080/boot/ipxe"},
 		}
 	}

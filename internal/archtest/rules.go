@@ -78,7 +78,7 @@ var mayImport = map[string][]string{
 	"redact":                {},
 	"reconciler/fleet":      {"bmc", "bmc/ipmi", "bmc/redfish", "reconciler", "redact", "state"},
 	"reconciler/deployplan": {"api", "deploy", "images", "inventory", "state"},
-	"api":                   {"boot", "boot/ipxe", "internal/connlimit", "schema", "state"},
+	"api":                   {"boot", "boot/dhcp", "boot/ipxe", "internal/connlimit", "schema", "state"},
 	"ramdisk/agent":         {"api/v1"},
 	"controller":            {anyProduct},
 	"cmd/machina":           {anyProduct},

@@ -1,4 +1,4 @@
-package controller
+package api
 
 import (
 	"context"
@@ -9,18 +9,20 @@ import (
 	"github.com/machina-metal/machina/state"
 )
 
-// stateLeases is the DHCP server's lease store in full mode: the leases
+// StateLeases is the DHCP server's lease store in full mode: the leases
 // live in the state file, so a restarted controller hands every machine
 // its address back and the machine endpoints and the join path keep
 // refusing requests for a server from any address but its boot MAC's
 // lease (before, the leases were in memory and a restart forgot them
 // until the machines renewed: the address check was off until then).
-// It implements dhcp.LeaseStore and api.LeaseLookup.
-type stateLeases struct{ st *state.Store }
+// It implements dhcp.LeaseStore and LeaseLookup. On etcd the leases are
+// shared, so a new leader answers the renewals of the old one's leases
+// (ha TestLeaseAndTokenAcrossTakeover).
+type StateLeases struct{ Store *state.Store }
 
 // Leases implements dhcp.LeaseStore.
-func (l stateLeases) Leases(context.Context) ([]dhcp.Lease, error) {
-	stored, err := l.st.Leases()
+func (l StateLeases) Leases(context.Context) ([]dhcp.Lease, error) {
+	stored, err := l.Store.Leases()
 	if err != nil {
 		return nil, err
 	}
@@ -37,14 +39,14 @@ func (l stateLeases) Leases(context.Context) ([]dhcp.Lease, error) {
 
 // PutLease implements dhcp.LeaseStore (state.Store.PutLease: a renewal
 // loop commits at most once per quarter lease).
-func (l stateLeases) PutLease(_ context.Context, lease dhcp.Lease) error {
-	return l.st.PutLease(state.Lease{MAC: lease.MAC.String(), IP: lease.IP, Expires: lease.Expires, Hostname: lease.Hostname})
+func (l StateLeases) PutLease(_ context.Context, lease dhcp.Lease) error {
+	return l.Store.PutLease(state.Lease{MAC: lease.MAC.String(), IP: lease.IP, Expires: lease.Expires, Hostname: lease.Hostname})
 }
 
 // DeleteLease implements dhcp.LeaseStore.
-func (l stateLeases) DeleteLease(_ context.Context, mac net.HardwareAddr) error {
-	return l.st.DeleteLease(mac.String())
+func (l StateLeases) DeleteLease(_ context.Context, mac net.HardwareAddr) error {
+	return l.Store.DeleteLease(mac.String())
 }
 
-// LeasedIP implements api.LeaseLookup.
-func (l stateLeases) LeasedIP(mac string) (netip.Addr, bool) { return l.st.LeasedIP(mac) }
+// LeasedIP implements LeaseLookup.
+func (l StateLeases) LeasedIP(mac string) (netip.Addr, bool) { return l.Store.LeasedIP(mac) }
