@@ -98,9 +98,6 @@ func (s *Store) FlushHeard() error {
 			wrote := false
 			for _, name := range chunk {
 				n := pending[name]
-				if tx.Bucket(bucketServers).Get([]byte(name)) == nil {
-					continue
-				}
 				_, err := s.updateServerTx(tx, name, func(srv *Server) error {
 					if !n.at.After(srv.LastHeardAt) {
 						return errHeardStale
@@ -108,10 +105,10 @@ func (s *Store) FlushHeard() error {
 					srv.LastHeard, srv.LastHeardAt = n.what, n.at
 					return nil
 				})
-				switch err {
-				case nil:
+				switch {
+				case err == nil:
 					wrote = true
-				case errHeardStale:
+				case err == errHeardStale, errors.Is(err, ErrNotFound): // stale note, or the server is gone
 				default:
 					return err
 				}
