@@ -39,6 +39,7 @@ func Browser(t testing.TB) context.Context {
 	t.Helper()
 	peertest.File(t, ChromiumPath, "chromium")
 	peertest.Command(t, "chromedriver")
+	home := t.TempDir()
 	opts := []chromedp.ExecAllocatorOption{
 		chromedp.ExecPath(ChromiumPath),
 		chromedp.Headless,
@@ -56,6 +57,11 @@ func Browser(t testing.TB) context.Context {
 		chromedp.Flag("disable-features", "Translate,OptimizationHints,MediaRouter"),
 		chromedp.Flag("metrics-recording-only", true),
 		chromedp.UserDataDir(t.TempDir()),
+		// Its own HOME and XDG folders: with --user-data-dir alone,
+		// Chromium still writes ~/.config/chromium/Crash Reports and GLib
+		// ~/.cache/dconf, which the suite's leftover check (scripts/fscheck.sh)
+		// found on a fresh machine.
+		chromedp.Env("HOME="+home, "XDG_CONFIG_HOME="+home+"/.config", "XDG_CACHE_HOME="+home+"/.cache", "XDG_DATA_HOME="+home+"/.local/share", "XDG_RUNTIME_DIR="+home),
 		chromedp.WindowSize(1280, 860),
 	}
 	actx, cancelA := chromedp.NewExecAllocator(context.Background(), opts...)
