@@ -191,9 +191,50 @@ func (b *BootIndex) Issue(_ context.Context, mac net.HardwareAddr, purpose strin
 	// its kernel, initrd, ISO or tree and documents with it, some more than
 	// once; every other boot token is single-use.
 	tok, _, err := b.st.IssueToken(state.TokenSpec{Purpose: p, Server: name, MAC: key, TTL: ttl, Reusable: p == state.PurposeInstall,
-		Heard: "boot script fetched (" + purpose + ")"})
+		Heard: heardScript(purpose)})
 	return tok, err
 }
+
+// Prepare implements boot.PreparedTokens over state.Store.PrepareToken:
+// the token is minted into the store (hashed, bound to the server and
+// its boot MAC) unless the server has a live one of that purpose, and
+// its value kept in the store's memory for one Take.
+func (b *BootIndex) Prepare(_ context.Context, mac net.HardwareAddr, purpose string, ttl time.Duration) (bool, error) {
+	p, err := purposeOf(purpose)
+	if err != nil {
+		return false, err
+	}
+	s, found, err := b.server(mac, false)
+	if err != nil {
+		return false, err
+	}
+	if !found {
+		return false, fmt.Errorf("boot index: prepare token for %s: %w", mac.String(), boot.ErrNotFound)
+	}
+	return b.st.PrepareToken(state.TokenSpec{Purpose: p, Server: s.Name, MAC: s.BootMAC, TTL: ttl, Reusable: p == state.PurposeInstall})
+}
+
+// Take implements boot.PreparedTokens over state.Store.TakeToken (one read
+// transaction, no write); the server's LastHeard is noted as Issue notes it.
+// Like Issue, it names the server from the index entry the request's
+// Lookup just checked.
+func (b *BootIndex) Take(_ context.Context, mac net.HardwareAddr, purpose string, minLeft time.Duration) (string, bool, error) {
+	p, err := purposeOf(purpose)
+	if err != nil {
+		return "", false, err
+	}
+	key := mac.String()
+	b.mu.RLock()
+	name, ok := b.byMAC[key]
+	b.mu.RUnlock()
+	if !ok {
+		return "", false, nil
+	}
+	return b.st.TakeToken(name, p, key, minLeft, heardScript(purpose))
+}
+
+// heardScript is the LastHeard a script request records.
+func heardScript(purpose string) string { return "boot script fetched (" + purpose + ")" }
 
 // Consume implements boot.Tokens.
 func (b *BootIndex) Consume(_ context.Context, mac net.HardwareAddr, purpose, token string) error {

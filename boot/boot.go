@@ -126,6 +126,22 @@ type Tokens interface {
 	Consume(ctx context.Context, mac net.HardwareAddr, purpose, token string) error
 }
 
+// PreparedTokens is implemented by [Tokens] that can mint a boot script's
+// token ahead of the script request (when the controller netboots the
+// machine) and hand it out later without a write: a boot storm's script
+// requests then only read (issue 24). The state store's adapter
+// (api.BootIndex) implements it.
+type PreparedTokens interface {
+	// Prepare mints a token for mac's server and purpose, valid for ttl,
+	// unless the server already has a live one (which a machine may hold):
+	// it never revokes. prepared is false when nothing was minted.
+	Prepare(ctx context.Context, mac net.HardwareAddr, purpose string, ttl time.Duration) (prepared bool, err error)
+	// Take returns the prepared token for mac and purpose, once, if it is
+	// still the server's live token with at least minLeft of its life
+	// left; ok is false otherwise, and the caller then Issues one.
+	Take(ctx context.Context, mac net.HardwareAddr, purpose string, minLeft time.Duration) (token string, ok bool, err error)
+}
+
 // Errors shared by the boot packages.
 var (
 	// ErrNotFound: the MAC has no assignment.

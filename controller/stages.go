@@ -330,6 +330,9 @@ func (w *wiring) executor() (func(), error) {
 		}
 	}
 	rcfg.OnPass = w.feed.onPass
+	if rcfg.BeforeNetboot == nil {
+		rcfg.BeforeNetboot = w.prepareBootToken
+	}
 	if rcfg.DeployReady == nil {
 		rcfg.DeployReady = deployReady(w.imgStore, w.importFails)
 	}
@@ -338,6 +341,25 @@ func (w *wiring) executor() (func(), error) {
 		return nil, fmt.Errorf("controller: %w", err)
 	}
 	return nil, nil
+}
+
+// prepareBootToken mints the boot script's token of a server the executor
+// is about to netboot (ipxe.Handler.Prepare, issue 24), so its script
+// request reads instead of writing; the boot stage builds the handler
+// before the executor runs. A failure is logged: the script request then
+// mints the token itself.
+func (w *wiring) prepareBootToken(ctx context.Context, server, bootMAC string) {
+	h := w.bootHandler
+	if h == nil {
+		return
+	}
+	mac, err := net.ParseMAC(bootMAC)
+	if err != nil {
+		return
+	}
+	if _, err := h.Prepare(ctx, mac); err != nil {
+		w.log.Warn("prepare boot token", "server", server, "err", err)
+	}
 }
 
 // deployReady says whether a profile's image can be deployed now: an

@@ -48,11 +48,19 @@ func (c *Controller) netbootInto(ctx context.Context, x *stepCtx, to state.Lifec
 
 // netbootOn netboots x's machine and records it as powered on.
 func (c *Controller) netbootOn(ctx context.Context, x *stepCtx) error {
+	c.beforeNetboot(ctx, x)
 	if err := x.m.Netboot(ctx); err != nil {
 		return err
 	}
 	_, err := c.cfg.Store.SetPower(x.step.Server, state.PowerOn, state.PowerSourceCommand)
 	return err
+}
+
+// beforeNetboot runs Config.BeforeNetboot for x's server.
+func (c *Controller) beforeNetboot(ctx context.Context, x *stepCtx) {
+	if c.cfg.BeforeNetboot != nil && x.obs.BootMAC != "" {
+		c.cfg.BeforeNetboot(ctx, x.step.Server, x.obs.BootMAC)
+	}
 }
 
 // renetboot boots a silent commissioning or deploying machine again
@@ -130,6 +138,7 @@ func (c *Controller) wipe(ctx context.Context, x *stepCtx) error {
 		}
 		return err
 	}
+	c.beforeNetboot(ctx, x)
 	if err := x.m.Netboot(ctx); err != nil {
 		_, _ = st.UpdateServer(step.Server, func(s *state.Server) error { s.WipeStartedAt = time.Time{}; return nil })
 		return err

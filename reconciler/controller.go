@@ -76,6 +76,16 @@ type Config struct {
 	// is uefi; "" disables the virtual-media fallback for them (a BIOS ISO
 	// does not boot on UEFI-only firmware).
 	UEFIISOURL string
+	// BeforeNetboot, when set, is called with the server's name and boot
+	// MAC right before the executor netboots it into the ramdisk
+	// (commission, deploy, re-netboot, release wipe), after the new
+	// lifecycle is recorded: the controller mints the boot script's token
+	// then (ipxe.Handler.Prepare), seconds before the machine's firmware
+	// asks for the script, so that a boot storm's script requests only
+	// read (issue 24). It must not block for long; the executor ignores
+	// what it does (the script request mints a token itself when none was
+	// prepared).
+	BeforeNetboot func(ctx context.Context, server, bootMAC string)
 	// OnPass, when set, is called after every planning pass with the plan
 	// (for status write-back and metrics). It must not block for long.
 	OnPass func(plan.Result)

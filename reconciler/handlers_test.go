@@ -174,9 +174,9 @@ func TestHandlers(t *testing.T) {
 				}
 			}},
 		{action: plan.ActUnretire, at: state.LifecycleRetired, step: plan.Step{Server: ws.Name}, check: lifecycleIs(state.LifecycleNew)},
-		{action: plan.ActCommission, at: state.LifecycleNew, step: plan.Step{Server: ws.Name}, calls: []string{"netboot"}, check: lifecycleIs(state.LifecycleCommissioning)},
-		{action: plan.ActDeploy, at: state.LifecycleAllocated, step: plan.Step{Server: ws.Name}, calls: []string{"netboot"}, check: lifecycleIs(state.LifecycleDeploying)},
-		{action: plan.ActRenetboot, at: state.LifecycleCommissioning, step: plan.Step{Server: ws.Name, Why: "silent"}, calls: []string{"netboot"},
+		{action: plan.ActCommission, at: state.LifecycleNew, step: plan.Step{Server: ws.Name}, calls: []string{"prepare:commissioning", "netboot"}, check: lifecycleIs(state.LifecycleCommissioning)},
+		{action: plan.ActDeploy, at: state.LifecycleAllocated, step: plan.Step{Server: ws.Name}, calls: []string{"prepare:deploying", "netboot"}, check: lifecycleIs(state.LifecycleDeploying)},
+		{action: plan.ActRenetboot, at: state.LifecycleCommissioning, step: plan.Step{Server: ws.Name, Why: "silent"}, calls: []string{"prepare:commissioning", "netboot"},
 			check: func(t *testing.T, s state.Server, _ *state.Store) {
 				if s.Renetboots != 1 || s.Power.State != state.PowerOn {
 					t.Errorf("renetboots %d power %s", s.Renetboots, s.Power.State)
@@ -201,7 +201,7 @@ func TestHandlers(t *testing.T) {
 					t.Errorf("released %s wipe %v power %s", s.Lifecycle, s.NeedsWipe, s.Power.State)
 				}
 			}},
-		{action: plan.ActWipe, at: state.LifecycleReady, mod: func(s *state.Server) { s.NeedsWipe = true }, step: plan.Step{Server: ws.Name}, calls: []string{"netboot"},
+		{action: plan.ActWipe, at: state.LifecycleReady, mod: func(s *state.Server) { s.NeedsWipe = true }, step: plan.Step{Server: ws.Name}, calls: []string{"prepare:ready", "netboot"},
 			check: func(t *testing.T, s state.Server, _ *state.Store) {
 				if s.WipeStartedAt.IsZero() {
 					t.Error("wipe not marked as started")
@@ -223,7 +223,18 @@ func TestHandlers(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(string(tt.action), func(t *testing.T) {
 			st := openEnrolStore(t)
-			c, err := New(Config{Store: st, Drivers: driverFunc(nil), Logger: testLogger(t)})
+			m := &fakeMachine{}
+			// BeforeNetboot (issue 24: the boot script's token is minted
+			// then) runs before every netboot, once the new lifecycle is
+			// recorded: it is recorded as prepare:<lifecycle then>.
+			before := func(_ context.Context, server, mac string) {
+				s, _ := st.Server(server)
+				if mac != s.BootMAC {
+					t.Errorf("BeforeNetboot(%s, %s): the server's boot MAC is %s", server, mac, s.BootMAC)
+				}
+				_ = m.record("prepare:" + string(s.Lifecycle))
+			}
+			c, err := New(Config{Store: st, Drivers: driverFunc(nil), Logger: testLogger(t), BeforeNetboot: before})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -233,7 +244,6 @@ func TestHandlers(t *testing.T) {
 			tt.step.Action = tt.action
 			x := &stepCtx{step: tt.step, desired: inv, ws: inv.Server(ws.Name), log: testLogger(t)}
 			x.obs, _ = st.Server(ws.Name)
-			m := &fakeMachine{}
 			if !tt.noBMC {
 				x.m = m
 			}

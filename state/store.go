@@ -139,6 +139,9 @@ type Store struct {
 	refusals refusalPacer
 	// heard holds LastHeard notes written behind (heard.go).
 	heard heardQueue
+	// prepared holds token values minted ahead of their request
+	// (prepared.go).
+	prepared preparedTokens
 
 	// sweep bounds the old events one append deletes (and the events and
 	// tokens one Prune transaction deletes on an engine with a bounded

@@ -264,7 +264,7 @@ func (h *Handler) serveScript(w http.ResponseWriter, r *http.Request, d Dialect)
 		if mode == PurposeInstall {
 			ttl = h.cfg.InstallTokenTTL
 		}
-		p.Token, err = h.cfg.Tokens.Issue(ctx, mac, mode, ttl)
+		p.Token, err = h.token(ctx, mac, mode, ttl)
 		if err != nil {
 			log().Error("issue token", "err", err)
 			http.Error(w, "token unavailable", http.StatusServiceUnavailable)
@@ -285,6 +285,52 @@ func (h *Handler) serveScript(w http.ResponseWriter, r *http.Request, d Dialect)
 		log().Debug("script served", "lifecycle", a.Lifecycle, "platform", p.Platform)
 	}
 	writeScript(w, b)
+}
+
+// token returns the script's token for mac and mode: the one Prepare
+// minted when the controller netbooted the machine, if it is still live
+// with at least half of ttl left (a read), else a new one (Issue: a
+// write, revoking the server's previous token of that purpose).
+func (h *Handler) token(ctx context.Context, mac net.HardwareAddr, mode string, ttl time.Duration) (string, error) {
+	if pt, ok := h.cfg.Tokens.(boot.PreparedTokens); ok {
+		tok, ok, err := pt.Take(ctx, mac, mode, ttl/2)
+		if err != nil {
+			return "", err
+		}
+		if ok {
+			return tok, nil
+		}
+	}
+	return h.cfg.Tokens.Issue(ctx, mac, mode, ttl)
+}
+
+// Prepare mints the token the boot script of mac's machine will carry,
+// ahead of the script request, when Config.Tokens implements
+// [boot.PreparedTokens]: the controller calls it right before it netboots
+// the machine into the ramdisk (reconciler.Config.BeforeNetboot), so the
+// script request of a boot storm reads instead of writing. It never
+// revokes a token a machine may hold (see boot.PreparedTokens.Prepare).
+// prepared is false when nothing was minted: the lifecycle boots the
+// local disk, the server already has a live token, or Tokens cannot
+// prepare. Errors: the lookup's and the store's.
+func (h *Handler) Prepare(ctx context.Context, mac net.HardwareAddr) (prepared bool, err error) {
+	pt, ok := h.cfg.Tokens.(boot.PreparedTokens)
+	if !ok {
+		return false, nil
+	}
+	a, err := h.cfg.Lookup.Lookup(ctx, mac)
+	if err != nil {
+		return false, err
+	}
+	mode := modeFor(a.Lifecycle, a.Wipe, a.Installer)
+	if mode == "" {
+		return false, nil
+	}
+	ttl := h.cfg.TokenTTL
+	if mode == PurposeInstall {
+		ttl = h.cfg.InstallTokenTTL
+	}
+	return pt.Prepare(ctx, mac, mode, ttl)
 }
 
 // serveChain answers the first hop (the DHCP filename, or autoexec.ipxe

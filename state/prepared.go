@@ -1,0 +1,175 @@
+package state
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// Prepared boot tokens (issue 24): a boot storm's script requests each
+// minted a token, a write and a share of an fsync on the request path
+// (about two thirds of the script handler's CPU in BenchmarkBootScriptStore).
+// The executor knows a machine will ask for one before the machine does:
+// it netboots the machine into the ramdisk, and the firmware's PXE
+// request follows tens of seconds later. So the executor prepares the
+// token then (PrepareToken), the store keeps the value in memory, and the
+// script request takes it (TakeToken) with one read. A store reopened
+// after a restart, or a server netbooted by someone else, has nothing
+// prepared: the script request mints inline as before.
+
+// preparedCap bounds the prepared values kept in memory; at the cap a
+// Prepare drops the expired ones first and then refuses (the script
+// request mints inline).
+const preparedCap = 1 << 17
+
+type preparedToken struct {
+	value   string
+	hash    [32]byte
+	mac     string
+	expires time.Time
+}
+
+// preparedTokens holds the values PrepareToken minted, keyed by liveKey,
+// until one TakeToken hands each out. Never persisted, never logged.
+type preparedTokens struct {
+	mu sync.Mutex
+	m  map[string]preparedToken
+}
+
+// PrepareToken mints a token for spec (as IssueToken: hashed in the store,
+// bound to the server and MAC) only when the server has no live token of
+// that purpose (unused and unexpired), and keeps its value in memory for
+// one TakeToken. It never revokes a token: one a machine may already hold
+// (fetched before a controller restart, or by a machine that was booted
+// outside the executor) stays valid, and the machine's next script
+// request mints inline as before. prepared is false when a live token
+// existed. spec.Heard is ignored (the machine has said nothing yet).
+// Errors: an invalid spec (ErrInvalid), the store's write errors.
+func (s *Store) PrepareToken(spec TokenSpec) (prepared bool, err error) {
+	spec, err = checkSpec(spec)
+	if err != nil {
+		return false, fmt.Errorf("state: prepare token: %w", err)
+	}
+	spec.Heard = ""
+	key := string(liveKey(spec.Server, spec.Purpose))
+	if !s.prepared.room(s.nowUTC()) {
+		return false, nil
+	}
+	var value string
+	var t Token
+	err = s.grouped(func(tx kvTx) error {
+		value, prepared = "", false
+		if live, _ := s.liveTokenTx(tx, spec.Server, spec.Purpose); live != nil {
+			return nil
+		}
+		var err error
+		value, t, err = s.issueTokenTx(tx, spec)
+		prepared = err == nil
+		return err
+	})
+	if err != nil {
+		return false, fmt.Errorf("state: prepare token: %w", err)
+	}
+	if !prepared {
+		return false, nil
+	}
+	s.prepared.mu.Lock()
+	if s.prepared.m == nil {
+		s.prepared.m = map[string]preparedToken{}
+	}
+	s.prepared.m[key] = preparedToken{value: value, hash: sha256.Sum256([]byte(value)), mac: t.MAC, expires: t.ExpiresAt}
+	s.prepared.mu.Unlock()
+	return true, nil
+}
+
+// room reports whether another prepared value may be kept, dropping the
+// expired ones when the map is at its cap.
+func (p *preparedTokens) room(now time.Time) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.m) < preparedCap {
+		return true
+	}
+	for k, v := range p.m {
+		if !now.Before(v.expires) {
+			delete(p.m, k)
+		}
+	}
+	return len(p.m) < preparedCap
+}
+
+// TakeToken hands out the value PrepareToken minted for server and
+// purpose, once: ok is true when it is still that server's live token
+// (not revoked, replaced, used or pruned, checked in a read transaction),
+// is bound to mac (any notation; "" skips the check) and has at least
+// minLeft of its life left. The value is forgotten either way, so a
+// second request for the same server mints (IssueToken, revoking this
+// one) as every script request did before. With heard set, the server's
+// LastHeard is noted as IssueToken notes it. Reads only: no write, no
+// fsync. Errors: the store's read errors (nothing is handed out).
+func (s *Store) TakeToken(server string, purpose Purpose, mac string, minLeft time.Duration, heard string) (value string, ok bool, err error) {
+	key := string(liveKey(server, purpose))
+	s.prepared.mu.Lock()
+	p, found := s.prepared.m[key]
+	if found {
+		delete(s.prepared.m, key)
+	}
+	s.prepared.mu.Unlock()
+	if !found {
+		return "", false, nil
+	}
+	if mac != "" {
+		m, err := normalizeMAC(mac)
+		if err != nil {
+			return "", false, fmt.Errorf("state: take token: %w", err)
+		}
+		if m != p.mac {
+			return "", false, nil
+		}
+	}
+	now := s.nowUTC()
+	if p.expires.Sub(now) < minLeft {
+		return "", false, nil
+	}
+	live := false
+	err = s.view(func(tx kvTx) error {
+		t, h := s.liveTokenTx(tx, server, purpose)
+		live = t != nil && bytes.Equal(h, p.hash[:]) && t.MAC == p.mac
+		return nil
+	})
+	if err != nil {
+		return "", false, fmt.Errorf("state: take token: %w", err)
+	}
+	if !live {
+		return "", false, nil
+	}
+	if heard != "" {
+		s.NoteHeard(server, heard)
+	}
+	return p.value, true, nil
+}
+
+// liveTokenTx returns server's live token of purpose (the one token_live
+// names, if it is still stored, unused and unexpired) and its hash; nil
+// when there is none.
+func (s *Store) liveTokenTx(tx kvTx, server string, purpose Purpose) (*Token, []byte) {
+	h := tx.Bucket(bucketTokenLive).Get(liveKey(server, purpose))
+	if h == nil {
+		return nil, nil
+	}
+	data := tx.Bucket(bucketTokens).Get(h)
+	if data == nil {
+		return nil, nil
+	}
+	var t Token
+	if json.Unmarshal(data, &t) != nil {
+		return nil, nil
+	}
+	if !s.nowUTC().Before(t.ExpiresAt) || (!t.Reusable && t.Uses > 0) {
+		return nil, nil
+	}
+	return &t, append([]byte(nil), h...)
+}
