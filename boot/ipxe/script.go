@@ -12,6 +12,8 @@ import (
 	"fmt"
 	"path"
 	"strings"
+	"sync"
+	"sync/atomic"
 
 	"github.com/machina-metal/machina/boot"
 	"github.com/machina-metal/machina/macaddr"
@@ -100,6 +102,31 @@ func modeFor(l boot.Lifecycle, wipe bool, installer string) string {
 	return ""
 }
 
+// checkedURLs holds URLs [boot.CheckURL] accepted (at most
+// checkedURLsMax): Render checks the same configured controller, kernel and
+// initrd URLs for every script of a boot storm, and a url.Parse each was
+// 7% of the script handler's CPU (BenchmarkBootScriptStore, issue 24).
+var (
+	checkedURLs  sync.Map // string -> struct{}
+	checkedCount atomic.Int32
+)
+
+const checkedURLsMax = 64
+
+// checkURL is boot.CheckURL remembering what it accepted.
+func checkURL(u string) error {
+	if _, ok := checkedURLs.Load(u); ok {
+		return nil
+	}
+	if err := boot.CheckURL(u); err != nil {
+		return err
+	}
+	if checkedCount.Add(1) <= checkedURLsMax {
+		checkedURLs.Store(u, struct{}{})
+	}
+	return nil
+}
+
 // Render returns the iPXE script for p. Commissioning, deploying and the
 // release wipe (ready with Wipe) boot the ramdisk with `machina.url`, `machina.mac`, `machina.mode` and
 // `machina.token` on the kernel command line; every other lifecycle boots
@@ -123,7 +150,7 @@ func Render(p ScriptParams) ([]byte, error) {
 	var initrdName, cmdline string
 	if ramdisk {
 		for _, u := range []string{p.Controller, p.KernelURL, p.InitrdURL} {
-			if err := boot.CheckURL(u); err != nil {
+			if err := checkURL(u); err != nil {
 				return nil, fmt.Errorf("render ipxe script: %w", err)
 			}
 		}
