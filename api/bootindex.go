@@ -66,21 +66,39 @@ func (b *BootIndex) rebuild() error {
 	return nil
 }
 
+// bootFacts are the fields of a server the boot servers need, copied out
+// of the store's decode cache (state.Store.ServerFunc) rather than the
+// whole 736-byte Server deep-copied per script request (issue 24).
+type bootFacts struct {
+	Name, BootMAC, BootMode string
+	Lifecycle               state.Lifecycle
+	NeedsWipe               bool
+	Deploy, Image           string // the allocation's, when there is one
+}
+
+func factsOf(s *state.Server) bootFacts {
+	f := bootFacts{Name: s.Name, BootMAC: s.BootMAC, BootMode: s.BootMode, Lifecycle: s.Lifecycle, NeedsWipe: s.NeedsWipe}
+	if s.Allocation != nil {
+		f.Deploy, f.Image = s.Allocation.Deploy, s.Allocation.Image
+	}
+	return f
+}
+
 // server returns the server whose boot MAC is mac, read from the store now.
 // With cached, a MAC found on no server within unknownTTL is not looked up
 // again (Lookup only: a token is issued right after an auto-enrolment
 // created the server).
-func (b *BootIndex) server(mac net.HardwareAddr, cached bool) (state.Server, bool, error) {
+func (b *BootIndex) server(mac net.HardwareAddr, cached bool) (bootFacts, bool, error) {
 	key := mac.String()
-	if s, ok, err := b.indexed(key); ok || err != nil {
-		return s, ok, err
+	if f, ok, err := b.indexed(key); ok || err != nil {
+		return f, ok, err
 	}
 	now := time.Now()
 	b.mu.RLock()
 	seen, isUnknown := b.unknown[key]
 	b.mu.RUnlock()
 	if cached && isUnknown && now.Sub(seen) < unknownTTL {
-		return state.Server{}, false, nil
+		return bootFacts{}, false, nil
 	}
 	s, err := b.st.ServerByBootMAC(key)
 	switch {
@@ -91,34 +109,35 @@ func (b *BootIndex) server(mac net.HardwareAddr, cached bool) (state.Server, boo
 		}
 		b.unknown[key] = now
 		b.mu.Unlock()
-		return state.Server{}, false, nil
+		return bootFacts{}, false, nil
 	case err != nil:
-		return state.Server{}, false, fmt.Errorf("boot index: %w", err)
+		return bootFacts{}, false, fmt.Errorf("boot index: %w", err)
 	}
 	b.mu.Lock()
 	b.byMAC[key] = s.Name
 	delete(b.unknown, key)
 	b.mu.Unlock()
-	return s, true, nil
+	return factsOf(&s), true, nil
 }
 
 // indexed reads the server the index names for key; ok is false when the
 // index has no entry or the server no longer has that boot MAC.
-func (b *BootIndex) indexed(key string) (state.Server, bool, error) {
+func (b *BootIndex) indexed(key string) (bootFacts, bool, error) {
 	b.mu.RLock()
 	name, ok := b.byMAC[key]
 	b.mu.RUnlock()
 	if !ok {
-		return state.Server{}, false, nil
+		return bootFacts{}, false, nil
 	}
-	s, err := b.st.Server(name)
+	var f bootFacts
+	err := b.st.ServerFunc(name, func(s *state.Server) { f = factsOf(s) })
 	switch {
 	case errors.Is(err, state.ErrNotFound):
-		return state.Server{}, false, nil
+		return bootFacts{}, false, nil
 	case err != nil:
-		return state.Server{}, false, fmt.Errorf("boot index: %w", err)
+		return bootFacts{}, false, fmt.Errorf("boot index: %w", err)
 	}
-	return s, s.BootMAC == key, nil
+	return f, f.BootMAC == key, nil
 }
 
 // Lookup implements boot.Lookup.
@@ -136,10 +155,10 @@ func (b *BootIndex) Lookup(_ context.Context, mac net.HardwareAddr) (boot.Assign
 	}
 	a := boot.Assignment{MAC: mac, Name: s.Name, Lifecycle: boot.Lifecycle(s.Lifecycle), Mode: mode,
 		Wipe: s.Lifecycle == state.LifecycleReady && s.NeedsWipe}
-	if s.Lifecycle == state.LifecycleDeploying && s.Allocation != nil {
-		switch s.Allocation.Deploy {
+	if s.Lifecycle == state.LifecycleDeploying {
+		switch s.Deploy {
 		case ipxe.InstallerAutoinstall, ipxe.InstallerKickstart:
-			a.Installer, a.InstallerImage = s.Allocation.Deploy, s.Allocation.Image
+			a.Installer, a.InstallerImage = s.Deploy, s.Image
 		}
 	}
 	return a, nil

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 )
@@ -59,30 +60,69 @@ func (s *Store) PrepareToken(spec TokenSpec) (prepared bool, err error) {
 		return false, nil
 	}
 	var value string
-	var t Token
 	err = s.grouped(func(tx kvTx) error {
 		value, prepared = "", false
 		if live, _ := s.liveTokenTx(tx, spec.Server, spec.Purpose); live != nil {
 			return nil
 		}
-		var err error
-		value, t, err = s.issueTokenTx(tx, spec)
-		prepared = err == nil
-		return err
+		v, t, err := s.issueTokenTx(tx, spec)
+		if err != nil {
+			return err
+		}
+		// Kept inside the transaction: writers serialise, so a mint of
+		// the same server and purpose committed after this one (which
+		// forgets the key in issueTokenTx) always comes after this
+		// store; a run that does not commit is removed below.
+		value, prepared = v, true
+		s.prepared.put(key, preparedToken{value: v, hash: sha256.Sum256([]byte(v)), mac: t.MAC, expires: t.ExpiresAt})
+		return nil
 	})
 	if err != nil {
+		if value != "" {
+			s.prepared.forgetValue(key, value)
+		}
 		return false, fmt.Errorf("state: prepare token: %w", err)
 	}
-	if !prepared {
-		return false, nil
+	return prepared, nil
+}
+
+func (p *preparedTokens) put(key string, t preparedToken) {
+	p.mu.Lock()
+	if p.m == nil {
+		p.m = map[string]preparedToken{}
 	}
-	s.prepared.mu.Lock()
-	if s.prepared.m == nil {
-		s.prepared.m = map[string]preparedToken{}
+	p.m[key] = t
+	p.mu.Unlock()
+}
+
+// forget drops the value prepared for key (a liveKey): called by every
+// transaction that mints or revokes that server's token of that purpose,
+// committed or not (forgetting is always safe: the script request then
+// mints inline).
+func (p *preparedTokens) forget(key string) {
+	p.mu.Lock()
+	delete(p.m, key)
+	p.mu.Unlock()
+}
+
+// forgetServer drops every value prepared for server.
+func (p *preparedTokens) forgetServer(server string) {
+	p.mu.Lock()
+	for k := range p.m {
+		if strings.HasPrefix(k, server+"\x00") {
+			delete(p.m, k)
+		}
 	}
-	s.prepared.m[key] = preparedToken{value: value, hash: sha256.Sum256([]byte(value)), mac: t.MAC, expires: t.ExpiresAt}
-	s.prepared.mu.Unlock()
-	return true, nil
+	p.mu.Unlock()
+}
+
+// forgetValue drops key's value if it is still value.
+func (p *preparedTokens) forgetValue(key, value string) {
+	p.mu.Lock()
+	if p.m[key].value == value {
+		delete(p.m, key)
+	}
+	p.mu.Unlock()
 }
 
 // room reports whether another prepared value may be kept, dropping the
@@ -134,6 +174,18 @@ func (s *Store) TakeToken(server string, purpose Purpose, mac string, minLeft ti
 	if p.expires.Sub(now) < minLeft {
 		return "", false, nil
 	}
+	if s.bdb != nil {
+		// bbolt: this process is the file's only writer (flock), and
+		// every mint or revocation of this token's server and purpose
+		// forgot the value (issueTokenTx, RevokeTokens); a value still
+		// here was never handed out, so never used. Only the expiry,
+		// checked above, can have ended it: no read needed.
+		if heard != "" {
+			s.NoteHeard(server, heard)
+		}
+		return p.value, true, nil
+	}
+	// etcd: another controller may have minted or revoked since.
 	live := false
 	err = s.view(func(tx kvTx) error {
 		t, h := s.liveTokenTx(tx, server, purpose)

@@ -177,6 +177,7 @@ func (s *Store) issueTokenTx(tx kvTx, spec TokenSpec) (string, Token, error) {
 	if err != nil {
 		return "", Token{}, err
 	}
+	s.prepared.forget(string(liveKey(spec.Server, spec.Purpose)))
 	live := tx.Bucket(bucketTokenLive)
 	if prev := live.Get(liveKey(spec.Server, spec.Purpose)); prev != nil {
 		if err := tx.Bucket(bucketTokens).Delete(prev); err != nil {
@@ -318,6 +319,13 @@ func tokenOrUnknown(id string) string {
 func (s *Store) RevokeTokens(server string, purpose Purpose) (int, error) {
 	n := 0
 	err := s.update(func(tx kvTx) error {
+		// Inside the transaction (writers serialise): a value prepared
+		// before it is forgotten, one prepared after it is a new token.
+		if purpose == "" {
+			s.prepared.forgetServer(server)
+		} else {
+			s.prepared.forget(string(liveKey(server, purpose)))
+		}
 		b := tx.Bucket(bucketTokens)
 		var dead [][]byte
 		err := b.ForEach(func(k, v []byte) error {
