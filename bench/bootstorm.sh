@@ -173,6 +173,15 @@ for F in $FILES; do
 			sleep 1 # attached to every thread
 		fi
 		storm "$1" "$F" "$3" -stepwise=false > "$W/$1-$F.json"
+		# A new netboot of every server between the two storms (serve
+		# revokes the tokens the first storm took and prepares new ones,
+		# as the executor's netboot does: issue 24), unless this build
+		# cannot (a BOOTSTORM_BEFORE build from before prepared tokens) or
+		# runs without them.
+		if "$2" serve -h 2>&1 | grep -q -- -no-prepare && ! echo " ${BOOTSTORM_SERVE_FLAGS:-} $xf " | grep -q -- ' -no-prepare \| -mem-tokens '; then
+			kill -USR1 "$MP"
+			until grep -q prepared "$W/m.out" 2>/dev/null; do sleep 0.1; done
+		fi
 		storm "$1" "$F" "$3" -stepwise=true -server-pids "$MP" > "$W/$1-$F-step.json"
 		if [ -n "$TP" ]; then kill -INT "$TP" 2>/dev/null || true; wait "$TP" 2>/dev/null || true; fi
 		stop "$MP"

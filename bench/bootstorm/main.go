@@ -105,6 +105,7 @@ func serve(ctx context.Context, args []string) error {
 	uefi := fs.String("uefi-file", "ipxe.efi", "TFTP file offered to EFI x64 clients (option 93 = 7)")
 	ramdisk := fs.String("ramdisk", "", "folder served at /boot/ramdisk/ (make ramdisk writes out/ramdisk)")
 	memTokens := fs.Bool("mem-tokens", false, "look servers up and mint tokens in memory (boot.MemLookup, boot.MemTokens: the shape of sessions 1-4), not in the state store: the store's cost in the same run")
+	noPrepare := fs.Bool("no-prepare", false, "do not prepare the script tokens before the storm (as after a controller restart: every script request mints its token, a write); by default each server's token is prepared as the executor's netboot prepares it (ipxe.Handler.Prepare, issue 24)")
 	direct := fs.Bool("direct", false, "serve the iPXE handler on a bare http.Server (the storm's shape before issue 24), not through the api server")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -120,42 +121,32 @@ func serve(ctx context.Context, args []string) error {
 		defer func() { pprof.StopCPUProfile(); f.Close() }()
 	}
 	// The production shape (controller.Run): servers in the state store
-	// (commissioning, so every script mints a token), api.BootIndex as
+	// (commissioning, so every script carries a token), api.BootIndex as
 	// the boot servers' Lookup and Tokens (a token is a bbolt write with
 	// its fsync, as in production), the ramdisk folder served by the iPXE
 	// handler (boot.Files over an os.Root), and every limit at its
 	// production default: since issue 24 each simulated client uses its
 	// own leased address, as machines in a real storm do (bootstorm.md).
-	st, stDir, err := stormStore(*n)
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(stDir)
-	defer st.Close()
-	bi, err := api.NewBootIndex(st)
-	if err != nil {
-		return err
-	}
-	var look boot.Lookup = bi
-	var toks boot.Tokens = bi
-	if *memTokens {
-		var ml boot.MemLookup
-		for i := range *n {
-			if err := ml.Set(boot.Assignment{MAC: stormMAC(i), Name: fmt.Sprintf("storm-%04d", i), Lifecycle: boot.LifecycleCommissioning, Mode: boot.ModeBIOS}); err != nil {
-				return err
-			}
-		}
-		look, toks = &ml, boot.NewMemTokens()
-	}
 	base := "http://" + *httpAddr
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	ih, err := ipxe.New(ipxe.Config{Lookup: look, Tokens: toks, ControllerURL: base, RamdiskDir: *ramdisk, Logger: log})
+	side, err := newStormSide(ctx, *n, ipxe.Config{ControllerURL: base, RamdiskDir: *ramdisk, Logger: log}, *memTokens, !*noPrepare && !*memTokens)
 	if err != nil {
 		return err
 	}
-	defer ih.Close()
+	var retired []*stormSide // sides replaced between storms (SIGUSR1), closed at the end
+	var retiredMu sync.Mutex
+	st, look := side.st, side.look
 	leases := &dhcp.MemLeases{} // as controller.Run: also what api.Machine binds reports and plans to
-	lc := &leaseCheck{next: ih, leases: leases}
+	lc := &leaseCheck{leases: leases}
+	lc.next.Store(side)
+	defer func() {
+		lc.next.Load().close()
+		retiredMu.Lock()
+		for _, s := range retired {
+			s.close()
+		}
+		retiredMu.Unlock()
+	}()
 	var h http.Handler = lc
 	d, err := dhcp.New(dhcp.Config{Interfaces: []string{*iface}, Subnet: netip.MustParsePrefix("10.66.0.0/21"),
 		PoolStart: netip.MustParseAddr("10.66.1.0"), PoolEnd: netip.MustParseAddr("10.66.7.250"), Lookup: look, Leases: leases, Logger: log,
@@ -188,6 +179,31 @@ func serve(ctx context.Context, args []string) error {
 			errc <- err
 		}
 	}()
+	if !*noPrepare && !*memTokens {
+		// SIGUSR1 between two storms: the fleet netbooted again, as the
+		// executor does it (a new state store whose servers' tokens are
+		// prepared, the script requests' handler swapped to it; the DHCP
+		// side keeps its leases): the second storm's script requests find
+		// their tokens prepared like the first's. Prints "prepared".
+		usr1 := make(chan os.Signal, 1)
+		signal.Notify(usr1, syscall.SIGUSR1)
+		defer signal.Stop(usr1)
+		go func() {
+			for range usr1 {
+				next, err := newStormSide(ctx, *n, ipxe.Config{ControllerURL: base, RamdiskDir: *ramdisk, Logger: log}, false, true)
+				if err != nil {
+					errc <- err
+					return
+				}
+				old := lc.next.Swap(next)
+				retiredMu.Lock()
+				retired = append(retired, old)
+				retiredMu.Unlock()
+				runtime.GC() // the set-up's garbage, not the storm's
+				fmt.Println("prepared")
+			}
+		}()
+	}
 	fmt.Println("ready")
 	select {
 	case <-ctx.Done():
@@ -204,12 +220,104 @@ func serve(ctx context.Context, args []string) error {
 	return nil
 }
 
+// prepareAll prepares the script token of the n storm servers with 16
+// concurrent callers (reconciler.Config's default worker count is 8;
+// concurrency shares commits).
+func prepareAll(ctx context.Context, ih *ipxe.Handler, n int) error {
+	var next atomic.Int64
+	errs := make(chan error, 16)
+	for range 16 {
+		go func() {
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= n {
+					errs <- nil
+					return
+				}
+				if ok, err := ih.Prepare(ctx, stormMAC(i)); err != nil || !ok {
+					errs <- fmt.Errorf("prepare storm-%04d: prepared %v, %v", i, ok, err)
+					return
+				}
+			}
+		}()
+	}
+	var first error
+	for range 16 {
+		if err := <-errs; err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// stormSide is one fleet of the storm's servers: n commissioning servers
+// in a state store of their own, the boot index over it and the iPXE
+// handler over that (or, with mem, a MemLookup and MemTokens).
+type stormSide struct {
+	st   *state.Store
+	dir  string
+	look boot.Lookup
+	ih   *ipxe.Handler
+}
+
+// newStormSide builds a stormSide from cfg (its Lookup and Tokens set
+// here) and, with prepare, prepares every server's script token as the
+// executor's netboot does.
+func newStormSide(ctx context.Context, n int, cfg ipxe.Config, mem, prepare bool) (*stormSide, error) {
+	st, dir, err := stormStore(n)
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	side := &stormSide{st: st, dir: dir}
+	bi, err := api.NewBootIndex(st)
+	if err != nil {
+		side.close()
+		return nil, err
+	}
+	side.look, cfg.Tokens = bi, bi
+	if mem {
+		var ml boot.MemLookup
+		for i := range n {
+			if err := ml.Set(boot.Assignment{MAC: stormMAC(i), Name: fmt.Sprintf("storm-%04d", i), Lifecycle: boot.LifecycleCommissioning, Mode: boot.ModeBIOS}); err != nil {
+				side.close()
+				return nil, err
+			}
+		}
+		side.look, cfg.Tokens = &ml, boot.NewMemTokens()
+	}
+	cfg.Lookup = side.look
+	if side.ih, err = ipxe.New(cfg); err != nil {
+		side.close()
+		return nil, err
+	}
+	if prepare {
+		// The production order: the executor netboots a commissioning
+		// server (reconciler.Config.BeforeNetboot -> ih.Prepare) seconds
+		// before its firmware sends DHCP, so its token is minted before
+		// the storm's script step.
+		if err := prepareAll(ctx, side.ih, n); err != nil {
+			side.close()
+			return nil, err
+		}
+	}
+	return side, nil
+}
+
+func (s *stormSide) close() {
+	if s.ih != nil {
+		_ = s.ih.Close()
+	}
+	_ = s.st.Close()
+	_ = os.RemoveAll(s.dir)
+}
+
 // leaseCheck passes requests to next and counts, for script requests
 // (?mac=), whether they come from the address the DHCP server leased to
 // that MAC: the binding api.Machine (issue 23) applies to the requests
 // that follow the script (report, plan), which the storm does not make.
 type leaseCheck struct {
-	next                http.Handler
+	next                atomic.Pointer[stormSide]
 	leases              *dhcp.MemLeases
 	leased, other, none atomic.Int64
 }
@@ -228,7 +336,7 @@ func (c *leaseCheck) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
-	c.next.ServeHTTP(w, r)
+	c.next.Load().ih.ServeHTTP(w, r)
 }
 
 // stormStore creates a state store in a new temporary folder (on disk, as
