@@ -80,3 +80,35 @@ func TestSchemaBoundsSayTheBound(t *testing.T) {
 		}
 	}
 }
+
+// TestSchemaBoundsRootDeviceMinSize: rootDevice.minSizeGiB is shifted
+// into bytes (<< 30) for the deploy plan, so 8589934592 (2^33) GiB wrapped
+// to a negative minimum that every disk meets. The schema bounds it like
+// min.diskGiB and the message states the bound.
+func TestSchemaBoundsRootDeviceMinSize(t *testing.T) {
+	v, err := schema.Default()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		val  int64
+		want bool // a violation at minSizeGiB stating 524288
+	}{{8589934592, true}, {524289, true}, {524288, false}, {1, false}} {
+		b, _ := json.Marshal(map[string]any{"servers": []any{map[string]any{"name": "s1", "rootDevice": map[string]any{"minSizeGiB": tc.val}}}})
+		var d any
+		dec := json.NewDecoder(strings.NewReader(string(b)))
+		dec.UseNumber() // as the inventory loader decodes
+		if err := dec.Decode(&d); err != nil {
+			t.Fatal(err)
+		}
+		got := false
+		for _, vi := range v.Validate(schema.Servers, d) {
+			if strings.HasSuffix(vi.Pointer, "/rootDevice/minSizeGiB") && strings.Contains(vi.Detail, "524288") {
+				got = true
+			}
+		}
+		if got != tc.want {
+			t.Errorf("rootDevice.minSizeGiB %d: violation stating 524288 %v, want %v", tc.val, got, tc.want)
+		}
+	}
+}
