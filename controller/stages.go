@@ -509,6 +509,12 @@ func (w *wiring) join() (func(), error) {
 	if err := join.RegisterAdmin(w.srv, w.joinSrv, api.Actor); err != nil {
 		return stop, err
 	}
+	js := w.joinSrv
+	if err := w.reg.Register(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "machina_join_conns_refused_total",
+		Help: "Join listener connections closed at accept because their source address had 64 open."},
+		func() float64 { return float64(js.ConnsRefused()) })); err != nil {
+		return stop, fmt.Errorf("controller: %w", err)
+	}
 	jc := joinCommander{srv: w.joinSrv, desired: w.ctrl.Desired, ttl: w.cfg.JoinTokenTTL}
 	pl := &deployplan.Planner{Desired: w.ctrl.Desired, Images: w.imgStore, BaseURL: w.publicURL, Join: jc, Store: w.st, Logger: w.log.With("component", "planner")}
 	machine, err := api.NewMachine(api.MachineConfig{Store: w.st, Planner: pl, Wiper: pl, Installer: pl,

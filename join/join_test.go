@@ -287,17 +287,27 @@ func postJoin(t *testing.T, f *fixture, req v1.JoinRequest) (int, v1.Error) {
 // 127.0.0.0/8 on Linux).
 func postJoinFrom(t *testing.T, f *fixture, src string, req v1.JoinRequest) (int, v1.Error) {
 	t.Helper()
+	code, e, err := tryJoinFrom(f, src, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return code, e
+}
+
+// tryJoinFrom is postJoinFrom returning a transport error (a connection
+// the listener closed at accept) instead of failing the test.
+func tryJoinFrom(f *fixture, src string, req v1.JoinRequest) (int, v1.Error, error) {
 	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}}
 	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: node.PinnedTLS(f.ca.Fingerprint(), "127.0.0.1"), DialContext: d.DialContext}}
 	data, _ := json.Marshal(req)
 	r, err := hc.Post(f.url+"/hosts/join", "application/json", strings.NewReader(string(data)))
 	if err != nil {
-		t.Fatal(err)
+		return 0, v1.Error{}, err
 	}
 	defer r.Body.Close()
 	var e v1.Error
 	_ = json.NewDecoder(r.Body).Decode(&e)
-	return r.StatusCode, e
+	return r.StatusCode, e, nil
 }
 
 func TestJoinRefusals(t *testing.T) {

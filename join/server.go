@@ -18,6 +18,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	v1 "github.com/machina-metal/machina/api/v1"
@@ -93,7 +94,15 @@ type Server struct {
 	log   *slog.Logger
 	mux   *http.ServeMux
 	limit *perSource
+	// connsRefused counts connections Serve closed at accept (their
+	// address had maxConnsPerIP open): ConnsRefused.
+	connsRefused atomic.Int64
 }
+
+// ConnsRefused is the number of connections Serve's listener closed at
+// accept because their source address already had maxConnsPerIP (64)
+// open; the controller exports it as machina_join_conns_refused_total.
+func (s *Server) ConnsRefused() int64 { return s.connsRefused.Load() }
 
 // Join errors answered with these v1.Error codes.
 const (
@@ -201,7 +210,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	}
 	// One address holds at most maxConnsPerIP connections (TLS
 	// handshakes included): further ones are closed at accept.
-	ln = connlimit.PerIP(ln, maxConnsPerIP, nil)
+	ln = connlimit.PerIP(ln, maxConnsPerIP, &s.connsRefused)
 	errc := make(chan error, 1)
 	go func() { errc <- hs.ServeTLS(ln, "", "") }()
 	select {
