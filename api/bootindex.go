@@ -31,7 +31,20 @@ type BootIndex struct {
 	mu      sync.RWMutex
 	byMAC   map[string]string    // canonical boot MAC → server name
 	unknown map[string]time.Time // MACs no server has, and when that was seen
+	// facts caches what indexed read for a MAC, with the store's
+	// ServersGen read before that read: while the generation is the same,
+	// no server record changed and the facts are current (bbolt only).
+	facts map[string]cachedFacts
 }
+
+type cachedFacts struct {
+	f   bootFacts
+	ok  bool
+	gen uint64
+}
+
+// maxCachedFacts bounds BootIndex.facts; past it the cache is reset.
+const maxCachedFacts = 200_000
 
 // unknownTTL is how long a MAC found on no server is answered "not found"
 // without another scan: a flood of unknown MACs on the provisioning network
@@ -129,6 +142,15 @@ func (b *BootIndex) indexed(key string) (bootFacts, bool, error) {
 	if !ok {
 		return bootFacts{}, false, nil
 	}
+	gen, genOK := b.st.ServersGen()
+	if genOK {
+		b.mu.RLock()
+		c, hit := b.facts[key]
+		b.mu.RUnlock()
+		if hit && c.gen == gen && c.f.Name == name {
+			return c.f, c.ok, nil
+		}
+	}
 	var f bootFacts
 	err := b.st.ServerFunc(name, func(s *state.Server) { f = factsOf(s) })
 	switch {
@@ -137,7 +159,16 @@ func (b *BootIndex) indexed(key string) (bootFacts, bool, error) {
 	case err != nil:
 		return bootFacts{}, false, fmt.Errorf("boot index: %w", err)
 	}
-	return f, f.BootMAC == key, nil
+	ok = f.BootMAC == key
+	if genOK {
+		b.mu.Lock()
+		if b.facts == nil || len(b.facts) >= maxCachedFacts {
+			b.facts = map[string]cachedFacts{}
+		}
+		b.facts[key] = cachedFacts{f: f, ok: ok, gen: gen}
+		b.mu.Unlock()
+	}
+	return f, ok, nil
 }
 
 // Lookup implements boot.Lookup.

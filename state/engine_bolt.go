@@ -1,7 +1,9 @@
 package state
 
 import (
+	"bytes"
 	"errors"
+	"sync/atomic"
 
 	bolt "go.etcd.io/bbolt"
 	berrors "go.etcd.io/bbolt/errors"
@@ -10,18 +12,41 @@ import (
 // boltEngine is the embedded engine: bbolt's own transactions.
 type boltEngine struct {
 	db *bolt.DB
+	// serversGen counts write transactions that opened the servers
+	// bucket: bumped when one opens it (before its commit) and again
+	// when it ends (after its commit or rollback), so a value read
+	// before a read transaction and seen unchanged later proves that no
+	// server record changed in between (Store.ServersGen).
+	serversGen atomic.Uint64
 }
 
 func (e *boltEngine) update(fn func(tx kvTx) error) error {
-	return boltErr(e.db.Update(func(tx *bolt.Tx) error { return fn(boltTx{tx}) }))
+	var touched bool
+	err := e.db.Update(func(tx *bolt.Tx) error { return fn(boltTx{tx: tx, e: e, touched: &touched}) })
+	if touched {
+		e.serversGen.Add(1)
+	}
+	return boltErr(err)
 }
 
 func (e *boltEngine) batch(fn func(tx kvTx) error) error {
-	return boltErr(e.db.Batch(func(tx *bolt.Tx) error { return fn(boltTx{tx}) }))
+	var touched atomic.Bool // Batch may run fn on another goroutine
+	err := e.db.Batch(func(tx *bolt.Tx) error {
+		var t bool
+		err := fn(boltTx{tx: tx, e: e, touched: &t})
+		if t {
+			touched.Store(true)
+		}
+		return err
+	})
+	if touched.Load() {
+		e.serversGen.Add(1)
+	}
+	return boltErr(err)
 }
 
 func (e *boltEngine) view(fn func(tx kvTx) error) error {
-	return boltErr(e.db.View(func(tx *bolt.Tx) error { return fn(boltTx{tx}) }))
+	return boltErr(e.db.View(func(tx *bolt.Tx) error { return fn(boltTx{tx: tx}) }))
 }
 
 func (e *boltEngine) close() error { return e.db.Close() }
@@ -35,9 +60,26 @@ func boltErr(err error) error {
 	return err
 }
 
-type boltTx struct{ tx *bolt.Tx }
+// boltTx is a bbolt transaction; e and touched are set on write
+// transactions, which mark opening the servers bucket (serversGen).
+type boltTx struct {
+	tx      *bolt.Tx
+	e       *boltEngine
+	touched *bool
+}
+
+// markServers records that a write transaction may change server records.
+func (t boltTx) markServers(name []byte) {
+	if t.touched != nil && bytes.Equal(name, bucketServers) {
+		if !*t.touched {
+			*t.touched = true
+			t.e.serversGen.Add(1)
+		}
+	}
+}
 
 func (t boltTx) Bucket(name []byte) kvBucket {
+	t.markServers(name)
 	b := t.tx.Bucket(name)
 	if b == nil {
 		return nil
@@ -46,6 +88,7 @@ func (t boltTx) Bucket(name []byte) kvBucket {
 }
 
 func (t boltTx) CreateBucketIfNotExists(name []byte) (kvBucket, error) {
+	t.markServers(name)
 	b, err := t.tx.CreateBucketIfNotExists(name)
 	if err != nil {
 		return nil, err

@@ -362,6 +362,21 @@ func (s *Store) ServerFunc(name string, fn func(*Server)) error {
 	return nil
 }
 
+// ServersGen returns a generation of the server records, ok false on an
+// engine that cannot give one (etcd: other controllers write). Read before
+// reading a server, and unchanged when read again later, it proves that no
+// server record changed in between: every write transaction that opens
+// the servers bucket moves it before it commits and again before the
+// store's write call returns. The boot index caches on it (issue 24: a
+// read transaction per script request was its largest cost after the
+// token mint).
+func (s *Store) ServersGen() (gen uint64, ok bool) {
+	if be, isBolt := s.eng.(*boltEngine); isBolt {
+		return be.serversGen.Load(), true
+	}
+	return 0, false
+}
+
 // ListOptions filter and page ListServers. Zero values mean no filter and
 // the default page size.
 type ListOptions struct {
