@@ -47,7 +47,10 @@ func TestServersGen(t *testing.T) {
 		_, err := st.CreateServer(state.Server{Name: "g1", BootMAC: "52:54:00:00:09:01", Lifecycle: state.LifecycleNew})
 		return err
 	})
-	moves("Transition", func() error { _, err := st.Transition("g1", state.LifecycleNew, state.LifecycleCommissioning, "t"); return err })
+	moves("Transition", func() error {
+		_, err := st.Transition("g1", state.LifecycleNew, state.LifecycleCommissioning, "t")
+		return err
+	})
 	moves("UpdateServer", func() error {
 		_, err := st.UpdateServer("g1", func(s *state.Server) error { s.NeedsWipe = true; return nil })
 		return err
@@ -59,5 +62,8 @@ func TestServersGen(t *testing.T) {
 		_, _, err := st.IssueToken(state.TokenSpec{Purpose: state.PurposeReport, Server: "g1"})
 		return err
 	})
-	stays("an event", func() error { _, err := st.AppendEvent(state.Event{Server: "g1", Kind: "test", Message: "m"}); return err })
+	stays("an event", func() error {
+		_, err := st.AppendEvent(state.Event{Server: "g1", Kind: "test", Message: "m"})
+		return err
+	})
 }
