@@ -273,7 +273,15 @@ func (m *Machine) run(ctx context.Context, gen int) {
 			m.setPhase(gen, PhaseInstalling)
 			if err := m.install(ctx, ib); err != nil {
 				m.log.Warn("installer failed", "err", err)
-				m.powerOffFrom(gen) // the installer stops; the deploy deadline fails the server
+				// A failed installer stops at its error screen with the
+				// machine on (anaconda and subiquity wait for a person):
+				// the deploy deadline fails the server and powers it off
+				// through the BMC. It powered itself off here before, at
+				// once, which no real installer does: a controller whose
+				// power-on check polled after that saw "off" and waited
+				// out its action timeout (TestInstallerDeadline, 1 run of
+				// lab/sim's whole package in this session).
+				<-ctx.Done()
 				return
 			}
 			continue // the installer reboots: firmware again
