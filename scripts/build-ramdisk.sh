@@ -43,6 +43,9 @@ arm64) MODULES="virtio_pci virtio_mmio virtio_net virtio_blk virtio_scsi virtio_
 esac
 MODULES="$MODULES ${EXTRA_MODULES:-}"
 
+# modprobe (kmod) lives in /sbin, which a non-root user's PATH on Debian
+# does not hold; it only reads the extracted modules here.
+PATH=$PATH:/usr/sbin:/sbin
 for tool in modprobe cpio gzip sha256sum; do
 	command -v "$tool" >/dev/null 2>&1 || { echo "build-ramdisk: $tool not found" >&2; exit 1; }
 done

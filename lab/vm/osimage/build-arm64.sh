@@ -31,6 +31,7 @@ ESP_START=2048
 mkdir -p "$OUT" "$CACHE"
 OUT=$(cd "$OUT" && pwd)
 CACHE=$(cd "$CACHE" && pwd)
+PATH=$PATH:/usr/sbin:/sbin # modprobe, sfdisk, mkfs.vfat: not on a non-root user's PATH on Debian
 for t in dpkg-deb apt-get modprobe cpio gzip grub-mkimage sfdisk mkfs.vfat mcopy mmd sha256sum; do
 	command -v "$t" >/dev/null 2>&1 || { echo "build-arm64.sh: $t not found (packages: dpkg, apt, kmod, cpio, grub-common, fdisk, dosfstools, mtools)" >&2; exit 1; }
 done
