@@ -26,6 +26,9 @@
 # would be: without it the clients' own CPU time (a TFTP client per transfer) is taken from the
 # servers.
 # BOOTSTORM_RAMDISK=DIR serves DIR instead of out/ramdisk.
+# Machina's servers are commissioning, and each one's script token is prepared before the storm (and
+# again, for a new fleet, between the two storms of a file: SIGUSR1), as the executor's netboot
+# prepares it (issue 24); BOOTSTORM_SERVE_FLAGS=-no-prepare makes every script request mint inline.
 # BOOTSTORM_SERVE_FLAGS adds flags to Machina's `bootstorm serve`, e.g. -direct (the iPXE handler and
 # the ramdisk route on a bare http.Server, without the api server's middleware).
 # BOOTSTORM_BEFORE=BIN also runs BIN's `serve` (a bootstorm binary built from another revision of
