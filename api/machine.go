@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -53,6 +54,11 @@ type MachineConfig struct {
 	// PerIP limits requests per client IP; zero means a burst of 30
 	// refilled one per 100 ms.
 	PerIP boot.Limit
+	// PerToken limits requests per bearer token (keyed by a hash of it,
+	// never the value), after PerIP: a token's holder cannot spend more
+	// than this however many source addresses it sends from; zero means
+	// PerIP's limit.
+	PerToken boot.Limit
 	// ImageTokenTTL bounds the reusable image token; zero means 2 hours
 	// (a two-pass write of a large image under emulation takes a while).
 	ImageTokenTTL time.Duration
@@ -114,6 +120,8 @@ type Machine struct {
 	cfg MachineConfig
 	log *slog.Logger
 	lim *boot.Limiter
+	// tokLim is PerToken's limiter, keyed by perTokenKey.
+	tokLim *boot.Limiter
 }
 
 // NewMachine checks cfg and returns the endpoints; mount them with Mount.
@@ -130,7 +138,10 @@ func NewMachine(cfg MachineConfig) (*Machine, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Machine{cfg: cfg, log: cfg.Logger, lim: boot.NewLimiter(cfg.PerIP)}, nil
+	if cfg.PerToken.Burst == 0 {
+		cfg.PerToken = cfg.PerIP
+	}
+	return &Machine{cfg: cfg, log: cfg.Logger, lim: boot.NewLimiter(cfg.PerIP), tokLim: boot.NewLimiter(cfg.PerToken)}, nil
 }
 
 // Mount registers the endpoints on srv as public routes (they check their
@@ -157,13 +168,28 @@ func (m *Machine) limited(h http.HandlerFunc) http.HandlerFunc {
 		if err != nil {
 			ip = r.RemoteAddr
 		}
-		if ok, wait := m.lim.Allow(ip); !ok {
+		ok, wait := m.lim.Allow(ip)
+		if ok {
+			// Per token after per address: the address limit bounds how
+			// fast made-up tokens can create limiter entries.
+			if tok := bearer(r); tok != "" {
+				ok, wait = m.tokLim.Allow(perTokenKey(tok))
+			}
+		}
+		if !ok {
 			w.Header().Set("Retry-After", strconv.Itoa(int(wait.Seconds())+1))
 			writeError(w, http.StatusTooManyRequests, v1.Error{Message: "rate limited", Code: "rate_limited"})
 			return
 		}
 		h(w, r)
 	}
+}
+
+// perTokenKey is the per-token limiter's key for a bearer value: the first 16
+// bytes of its SHA-256, so limiter memory never holds a token.
+func perTokenKey(tok string) string {
+	h := sha256.Sum256([]byte(tok))
+	return string(h[:16])
 }
 
 func bearer(r *http.Request) string {

@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"net/netip"
 	"strings"
 	"sync/atomic"
@@ -302,5 +304,40 @@ func TestUnknownTokenFloodWritesNothing(t *testing.T) {
 	}
 	if n := f.store.UnknownTokenRefusals(); n != 500 {
 		t.Errorf("UnknownTokenRefusals = %d, want 500", n)
+	}
+}
+
+// TestPerTokenLimit (issue 23 item 5): one bearer token sent from many
+// source addresses is limited per token, after the per-address limit; a
+// request with another token from those addresses still gets through.
+func TestPerTokenLimit(t *testing.T) {
+	f := newFixture(t, state.Options{})
+	m, err := api.NewMachine(api.MachineConfig{Store: f.store, Planner: &flakyPlanner{},
+		PerIP: boot.Limit{Burst: 1000, Every: time.Millisecond}, PerToken: boot.Limit{Burst: 5, Every: time.Hour}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Mount(f.api); err != nil {
+		t.Fatal(err)
+	}
+	get := func(i int, tok string) int {
+		req := httptest.NewRequest(http.MethodGet, v1.PathAgentPlan, nil)
+		req.RemoteAddr = fmt.Sprintf("10.77.%d.%d:4000", i/200, i%200+1)
+		req.Header.Set("Authorization", "Bearer "+tok)
+		rec := httptest.NewRecorder()
+		f.api.Handler().ServeHTTP(rec, req)
+		return rec.Code
+	}
+	limited := 0
+	for i := range 20 {
+		if get(i, "one-token-many-addresses") == http.StatusTooManyRequests {
+			limited++
+		}
+	}
+	if limited != 15 {
+		t.Errorf("20 requests with one token from 20 addresses: %d answered 429, want 15 (burst 5)", limited)
+	}
+	if code := get(3, "another-token"); code == http.StatusTooManyRequests {
+		t.Errorf("another token from an address of those: %d, want it past the limiter", code)
 	}
 }
