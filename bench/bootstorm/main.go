@@ -825,31 +825,43 @@ func scriptStep(ctx context.Context, _ *http.Client, mac net.HardwareAddr, scrip
 		return 0, 0, err
 	}
 	t0 := time.Now()
-	d := net.Dialer{LocalAddr: net.TCPAddrFromAddrPort(netip.AddrPortFrom(local, 0))}
-	conn, err := d.DialContext(ctx, "tcp4", u.Host)
+	connect, err = getScript(ctx, u.Host, u.Path, mac, local)
 	if err != nil {
-		return 0, 0, fmt.Errorf("script: %w", err)
+		return 0, 0, err
+	}
+	return time.Since(t0), connect, nil
+}
+
+// getScript GETs mac's script at path from host as iPXE does (one
+// request, Connection: close), from local, checks the answer is a 200
+// iPXE script, and returns how long the TCP connect took.
+func getScript(ctx context.Context, host, path string, mac net.HardwareAddr, local netip.Addr) (connect time.Duration, err error) {
+	t0 := time.Now()
+	d := net.Dialer{LocalAddr: net.TCPAddrFromAddrPort(netip.AddrPortFrom(local, 0))}
+	conn, err := d.DialContext(ctx, "tcp4", host)
+	if err != nil {
+		return 0, fmt.Errorf("script: %w", err)
 	}
 	connect = time.Since(t0)
 	defer conn.Close()
 	_ = conn.SetDeadline(time.Now().Add(30 * time.Second))
 	if _, err := fmt.Fprintf(conn, "GET %s?mac=%s&platform=pcbios&arch=i386 HTTP/1.1\r\nHost: %s\r\nUser-Agent: iPXE/1.21.1\r\nConnection: close\r\n\r\n",
-		u.Path, hyphen(mac), u.Host); err != nil {
-		return 0, 0, fmt.Errorf("script: %w", err)
+		path, hyphen(mac), host); err != nil {
+		return 0, fmt.Errorf("script: %w", err)
 	}
 	resp, err := http.ReadResponse(bufio.NewReaderSize(conn, 1024), nil)
 	if err != nil {
-		return 0, 0, fmt.Errorf("script: %w", err)
+		return 0, fmt.Errorf("script: %w", err)
 	}
 	body, err := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	if err != nil {
-		return 0, 0, fmt.Errorf("script: %w", err)
+		return 0, fmt.Errorf("script: %w", err)
 	}
 	if resp.StatusCode != 200 || !bytes.HasPrefix(body, []byte("#!ipxe")) {
-		return 0, 0, fmt.Errorf("script: status %d", resp.StatusCode)
+		return 0, fmt.Errorf("script: status %d", resp.StatusCode)
 	}
-	return time.Since(t0), connect, nil
+	return connect, nil
 }
 
 // ramdiskFiles are what the iPXE script boots (boot/ipxe: KernelURL,

@@ -1,16 +1,13 @@
 package main
 
 import (
-	"bufio"
 	"context"
-	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/netip"
 	"runtime"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -137,25 +134,6 @@ func BenchmarkScriptTCP(b *testing.B) {
 // scriptGET fetches storm server i's script from 127.0.x.y (i-th).
 func scriptGET(addr string, i int) error {
 	src := netip.AddrFrom4([4]byte{127, 0, byte(1 + i>>8), byte(i)})
-	d := net.Dialer{LocalAddr: net.TCPAddrFromAddrPort(netip.AddrPortFrom(src, 0))}
-	conn, err := d.Dial("tcp4", addr)
-	if err != nil {
-		return err
-	}
-	defer conn.Close()
-	_ = conn.SetDeadline(time.Now().Add(30 * time.Second))
-	mac := strings.ReplaceAll(stormMAC(i).String(), ":", "-")
-	if _, err := fmt.Fprintf(conn, "GET %s?mac=%s&platform=pcbios&arch=i386 HTTP/1.1\r\nHost: %s\r\nUser-Agent: iPXE/1.21.1\r\nConnection: close\r\n\r\n", ipxe.ScriptPath, mac, addr); err != nil {
-		return err
-	}
-	resp, err := http.ReadResponse(bufio.NewReaderSize(conn, 1024), nil)
-	if err != nil {
-		return err
-	}
-	body, err := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if err != nil || resp.StatusCode != 200 || !strings.HasPrefix(string(body), "#!ipxe") {
-		return fmt.Errorf("script %d: status %d, %v", i, resp.StatusCode, err)
-	}
-	return nil
+	_, err := getScript(context.Background(), addr, ipxe.ScriptPath, stormMAC(i), src)
+	return err
 }
