@@ -39,7 +39,6 @@ type BootIndex struct {
 
 type cachedFacts struct {
 	f   bootFacts
-	ok  bool
 	gen uint64
 }
 
@@ -80,8 +79,8 @@ func (b *BootIndex) rebuild() error {
 }
 
 // bootFacts are the fields of a server the boot servers need, copied out
-// of the store's decode cache (state.Store.ServerFunc) rather than the
-// whole 736-byte Server deep-copied per script request (issue 24).
+// of the store's decode cache (state.Store.ServerFunc) rather than a deep
+// copy of the whole 736-byte Server per script request (issue 24).
 type bootFacts struct {
 	Name, BootMAC, BootMode string
 	Lifecycle               state.Lifecycle
@@ -148,7 +147,7 @@ func (b *BootIndex) indexed(key string) (bootFacts, bool, error) {
 		c, hit := b.facts[key]
 		b.mu.RUnlock()
 		if hit && c.gen == gen && c.f.Name == name {
-			return c.f, c.ok, nil
+			return c.f, c.f.BootMAC == key, nil
 		}
 	}
 	var f bootFacts
@@ -165,7 +164,7 @@ func (b *BootIndex) indexed(key string) (bootFacts, bool, error) {
 		if b.facts == nil || len(b.facts) >= maxCachedFacts {
 			b.facts = map[string]cachedFacts{}
 		}
-		b.facts[key] = cachedFacts{f: f, ok: ok, gen: gen}
+		b.facts[key] = cachedFacts{f: f, gen: gen}
 		b.mu.Unlock()
 	}
 	return f, ok, nil
@@ -264,8 +263,8 @@ func (b *BootIndex) Prepare(_ context.Context, mac net.HardwareAddr, purpose str
 	return b.st.PrepareToken(state.TokenSpec{Purpose: p, Server: s.Name, MAC: s.BootMAC, TTL: ttl, Reusable: p == state.PurposeInstall})
 }
 
-// Take implements boot.PreparedTokens over state.Store.TakeToken (one read
-// transaction, no write); the server's LastHeard is noted as Issue notes it.
+// Take implements boot.PreparedTokens over state.Store.TakeToken (no
+// write); the server's LastHeard is noted as Issue notes it.
 // Like Issue, it names the server from the index entry the request's
 // Lookup just checked.
 func (b *BootIndex) Take(_ context.Context, mac net.HardwareAddr, purpose string, minLeft time.Duration) (string, bool, error) {

@@ -17,7 +17,7 @@ import (
 // it netboots the machine into the ramdisk, and the firmware's PXE
 // request follows tens of seconds later. So the executor prepares the
 // token then (PrepareToken), the store keeps the value in memory, and the
-// script request takes it (TakeToken) with one read. A store reopened
+// script request takes it (TakeToken) without a write. A store reopened
 // after a restart, or a server netbooted by someone else, has nothing
 // prepared: the script request mints inline as before.
 
@@ -28,7 +28,6 @@ const preparedCap = 1 << 17
 
 type preparedToken struct {
 	value   string
-	hash    [32]byte
 	mac     string
 	expires time.Time
 }
@@ -74,7 +73,7 @@ func (s *Store) PrepareToken(spec TokenSpec) (prepared bool, err error) {
 		// forgets the key in issueTokenTx) always comes after this
 		// store; a run that does not commit is removed below.
 		value, prepared = v, true
-		s.prepared.put(key, preparedToken{value: v, hash: sha256.Sum256([]byte(v)), mac: t.MAC, expires: t.ExpiresAt})
+		s.prepared.put(key, preparedToken{value: v, mac: t.MAC, expires: t.ExpiresAt})
 		return nil
 	})
 	if err != nil {
@@ -143,13 +142,14 @@ func (p *preparedTokens) room(now time.Time) bool {
 
 // TakeToken hands out the value PrepareToken minted for server and
 // purpose, once: ok is true when it is still that server's live token
-// (not revoked, replaced, used or pruned, checked in a read transaction),
-// is bound to mac (any notation; "" skips the check) and has at least
-// minLeft of its life left. The value is forgotten either way, so a
-// second request for the same server mints (IssueToken, revoking this
-// one) as every script request did before. With heard set, the server's
-// LastHeard is noted as IssueToken notes it. Reads only: no write, no
-// fsync. Errors: the store's read errors (nothing is handed out).
+// (not revoked, replaced or used), is bound to mac (any notation; ""
+// skips the check) and has at least minLeft of its life left. The value
+// is forgotten either way, so a second request for the same server mints
+// (IssueToken, revoking this one) as every script request did before.
+// With heard set, the server's LastHeard is noted as IssueToken notes it.
+// No write, no fsync; on bbolt no read either (see below), on etcd one
+// read transaction. Errors: the store's read errors (nothing is handed
+// out).
 func (s *Store) TakeToken(server string, purpose Purpose, mac string, minLeft time.Duration, heard string) (value string, ok bool, err error) {
 	key := string(liveKey(server, purpose))
 	s.prepared.mu.Lock()
@@ -170,33 +170,29 @@ func (s *Store) TakeToken(server string, purpose Purpose, mac string, minLeft ti
 			return "", false, nil
 		}
 	}
-	now := s.nowUTC()
-	if p.expires.Sub(now) < minLeft {
+	if p.expires.Sub(s.nowUTC()) < minLeft {
 		return "", false, nil
 	}
-	if s.bdb != nil {
-		// bbolt: this process is the file's only writer (flock), and
-		// every mint or revocation of this token's server and purpose
-		// forgot the value (issueTokenTx, RevokeTokens); a value still
-		// here was never handed out, so never used. Only the expiry,
-		// checked above, can have ended it: no read needed.
-		if heard != "" {
-			s.NoteHeard(server, heard)
+	// bbolt: this process is the file's only writer (flock), and every
+	// mint or revocation of this server and purpose forgot the value
+	// inside its transaction (issueTokenTx, RevokeTokens); a value still
+	// here was never handed out, so never used, and only the expiry,
+	// checked above, can have ended it. etcd: another controller may
+	// have minted or revoked since, so the store is read.
+	if s.bdb == nil {
+		h := sha256.Sum256([]byte(p.value))
+		live := false
+		err = s.view(func(tx kvTx) error {
+			t, th := s.liveTokenTx(tx, server, purpose)
+			live = t != nil && bytes.Equal(th, h[:]) && t.MAC == p.mac
+			return nil
+		})
+		if err != nil {
+			return "", false, fmt.Errorf("state: take token: %w", err)
 		}
-		return p.value, true, nil
-	}
-	// etcd: another controller may have minted or revoked since.
-	live := false
-	err = s.view(func(tx kvTx) error {
-		t, h := s.liveTokenTx(tx, server, purpose)
-		live = t != nil && bytes.Equal(h, p.hash[:]) && t.MAC == p.mac
-		return nil
-	})
-	if err != nil {
-		return "", false, fmt.Errorf("state: take token: %w", err)
-	}
-	if !live {
-		return "", false, nil
+		if !live {
+			return "", false, nil
+		}
 	}
 	if heard != "" {
 		s.NoteHeard(server, heard)

@@ -342,8 +342,8 @@ func (s *Store) Server(name string) (Server, error) {
 // copying it (the decode cache's entry when the record's bytes match): fn
 // must neither modify nor retain it, nor call the store. For hot paths
 // that read a few fields (the boot index behind every script request of a
-// boot storm: issue 24, where Server's deep copy and the 736-byte value
-// passed down the request's stack were a fifth of its cost). Errors:
+// boot storm, issue 24), where Server's deep copy and the 736-byte value
+// passed down the request's stack are avoidable work. Errors:
 // ErrNotFound, decoding and the store's read errors.
 func (s *Store) ServerFunc(name string, fn func(*Server)) error {
 	err := s.view(func(tx kvTx) error {

@@ -260,11 +260,7 @@ func (h *Handler) serveScript(w http.ResponseWriter, r *http.Request, d Dialect)
 	}
 	p := h.scriptParams(mac, a, q.Get("platform"), arch, d)
 	if mode := modeFor(a.Lifecycle, a.Wipe, a.Installer); mode != "" {
-		ttl := h.cfg.TokenTTL
-		if mode == PurposeInstall {
-			ttl = h.cfg.InstallTokenTTL
-		}
-		p.Token, err = h.token(ctx, mac, mode, ttl)
+		p.Token, err = h.token(ctx, mac, mode, h.ttlFor(mode))
 		if err != nil {
 			log().Error("issue token", "err", err)
 			http.Error(w, "token unavailable", http.StatusServiceUnavailable)
@@ -326,11 +322,16 @@ func (h *Handler) Prepare(ctx context.Context, mac net.HardwareAddr) (prepared b
 	if mode == "" {
 		return false, nil
 	}
-	ttl := h.cfg.TokenTTL
+	return pt.Prepare(ctx, mac, mode, h.ttlFor(mode))
+}
+
+// ttlFor is the lifetime of a token for mode: InstallTokenTTL for the
+// installer's reusable token, TokenTTL otherwise.
+func (h *Handler) ttlFor(mode string) time.Duration {
 	if mode == PurposeInstall {
-		ttl = h.cfg.InstallTokenTTL
+		return h.cfg.InstallTokenTTL
 	}
-	return pt.Prepare(ctx, mac, mode, ttl)
+	return h.cfg.TokenTTL
 }
 
 // serveChain answers the first hop (the DHCP filename, or autoexec.ipxe
