@@ -9,7 +9,10 @@
 //     or RMCP+ status 0Dh (unauthorized name, disabled user) is reported as
 //     [bmc.ErrAuth] at once, never as a cipher mismatch.
 //   - Lost UDP datagrams are retransmitted (Config.Retries). A session the BMC
-//     no longer knows (it restarted) is re-established once per call.
+//     no longer knows (it restarted) is re-established once per call. The
+//     exceptions are Chassis Control cycle and hard reset, which are not
+//     idempotent: ipmi_sim runs a retransmitted cycle twice. They are sent
+//     once; a lost answer is judged from chassis status and never resent.
 //   - Power: Chassis Control (NetFn 00h, Cmd 02h) values 00h off, 01h on,
 //     02h cycle, 03h hard reset, 05h soft shutdown. Every action is idempotent
 //     and verified by polling Get Chassis Status (Cmd 01h) byte 1 bit 0.

@@ -84,8 +84,11 @@ type Driver struct {
 	suite uint8
 	// sawOff is set when chassis status read off during the current
 	// reset or cycle; evidence is what proved the last one.
-	sawOff   bool
-	evidence string
+	sawOff bool
+	// lostAnswer is set when the answer to the current reset or cycle's
+	// Chassis Control was lost (controlOnce).
+	lostAnswer bool
+	evidence   string
 }
 
 var _ bmc.Driver = (*Driver)(nil)

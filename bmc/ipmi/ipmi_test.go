@@ -154,6 +154,55 @@ func TestCycleFallback(t *testing.T) {
 	}
 }
 
+// TestCycleAnswerLost: the BMC carries out a power cycle and its answer is
+// lost (the proxy drops it). The driver must not retransmit the request —
+// ipmi_sim, like a BMC that accepts a repeated sequence number, would cycle
+// again (seen in CI: "set power 0" twice when ipmi_sim's answer took longer
+// than the 1 s exchange timeout). It reads chassis status instead, sees the
+// off phase and reports the cycle verified. A lost answer to a hard reset is
+// not resent either, and the reset is reported unverified.
+func TestCycleAnswerLost(t *testing.T) {
+	s := startSim(t)
+	ctx := testCtx(t)
+	s.ipmitool("chassis", "power", "on")
+	p := startProxy(t, s.port, "admin", "password")
+	d := newDriver(t, "127.0.0.1:"+itoa(p.port()), "admin", "password", nil)
+	if st, err := d.PowerState(ctx); err != nil || st != bmc.PowerOn {
+		t.Fatalf("PowerState = %v, %v; want on", st, err)
+	}
+	p.set(func(p *proxy) { p.dropControl[ctlPowerCycle] = 1 })
+	s.resetCalls()
+	if err := d.Power(ctx, bmc.PowerActionCycle); err != nil {
+		t.Fatalf("Power(cycle) with its answer lost = %v, want verified by chassis status", err)
+	}
+	if ev := d.LastResetEvidence(); ev != "IPMI chassis status: off, then on" {
+		t.Errorf("cycle evidence %q", ev)
+	}
+	if diff := cmp.Diff([]string{"set power 0", "set power 1"}, s.setCalls()); diff != "" {
+		t.Errorf("chassis_control set calls (-want +got):\n%s", diff)
+	}
+	if got := p.sent(0x00, 0x02); len(got) != 1 || !bytes.Equal(got[0], []byte{ctlPowerCycle}) {
+		t.Errorf("Chassis Control requests on the wire = %v, want one cycle (02h)", got)
+	}
+	if st, err := d.PowerState(ctx); err != nil || st != bmc.PowerOn {
+		t.Fatalf("after cycle PowerState = %v, %v; want on", st, err)
+	}
+
+	p.set(func(p *proxy) { p.dropControl[ctlHardReset] = 1; p.requests = nil })
+	s.resetCalls()
+	err := d.Power(ctx, bmc.PowerActionReset)
+	var re *bmc.ResetError
+	if !errors.As(err, &re) || !strings.Contains(re.Why, "answer to Chassis Control was lost") {
+		t.Fatalf("Power(reset) with its answer lost = %v, want *bmc.ResetError naming the lost answer", err)
+	}
+	if diff := cmp.Diff([]string{"set reset 1"}, s.setCalls()); diff != "" {
+		t.Errorf("chassis_control set calls for reset (-want +got):\n%s", diff)
+	}
+	if got := p.sent(0x00, 0x02); len(got) != 1 {
+		t.Errorf("Chassis Control requests on the wire = %v, want one hard reset (03h)", got)
+	}
+}
+
 // TestCycleRejectedErrorKinds: 0xD5 is ErrRefused, 0xC1/0xCC ErrUnsupported,
 // 0xC0 ErrTransient when every fallback is rejected too.
 func TestCompletionCodeClassification(t *testing.T) {

@@ -106,7 +106,7 @@ func (d *Driver) Power(ctx context.Context, a bmc.PowerAction) (err error) {
 			// Some BMCs ack a reset of an off host and do nothing (bmclib#211).
 			return d.controlAndWait(ctx, ctlPowerUp, bmc.PowerOn, d.cfg.PowerTimeout)
 		}
-		d.sawOff, d.evidence = false, ""
+		d.sawOff, d.lostAnswer, d.evidence = false, false, ""
 		if err := d.controlAndWait(ctx, ctlHardReset, bmc.PowerOn, d.cfg.PowerTimeout); err != nil {
 			return err
 		}
@@ -115,7 +115,7 @@ func (d *Driver) Power(ctx context.Context, a bmc.PowerAction) (err error) {
 		if cur == bmc.PowerOff {
 			return d.controlAndWait(ctx, ctlPowerUp, bmc.PowerOn, d.cfg.PowerTimeout)
 		}
-		d.sawOff, d.evidence = false, ""
+		d.sawOff, d.lostAnswer, d.evidence = false, false, ""
 		if err := d.cycle(ctx); err != nil {
 			return err
 		}
@@ -132,6 +132,9 @@ func (d *Driver) verified(a bmc.PowerAction) error {
 	if d.sawOff {
 		d.evidence = "IPMI chassis status: off, then on"
 		return nil
+	}
+	if d.lostAnswer {
+		return &bmc.ResetError{Action: a, Why: "the BMC's answer to Chassis Control was lost and it was not resent (a second one would restart the machine again); IPMI chassis status read on throughout"}
 	}
 	return &bmc.ResetError{Action: a, Why: "IPMI chassis status read on throughout (a hard reset keeps power on); no other evidence over IPMI"}
 }
@@ -176,10 +179,76 @@ func isRejected(err error) bool {
 }
 
 // controlAndWait sends ctl and polls chassis status until want is read or
-// timeout passes.
+// timeout passes. Cycle and hard reset are not idempotent: a retransmitted
+// request is a second cycle (ipmi_sim runs it again, and IPMI v2.0 §6.12.13
+// lets a BMC accept a repeated session sequence number inside its window),
+// so they go out once, without retransmission or session re-run
+// (controlOnce); see lostControl for what a lost answer leads to.
 func (d *Driver) controlAndWait(ctx context.Context, ctl uint8, want bmc.PowerState, timeout time.Duration) error {
+	if ctl == ctlPowerCycle || ctl == ctlHardReset {
+		err := d.controlOnce(ctx, ctl)
+		if errors.Is(err, errAnswerLost) {
+			return d.lostControl(ctx, ctl, want, timeout, err)
+		}
+		if err != nil {
+			return err
+		}
+		return d.waitPower(ctx, ctlNames[ctl], want, timeout)
+	}
 	if err := d.chassisControl(ctx, ctl); err != nil {
 		return err
+	}
+	return d.waitPower(ctx, ctlNames[ctl], want, timeout)
+}
+
+// errAnswerLost marks a Chassis Control request sent once whose answer did
+// not come within Config.Timeout: the BMC may or may not have acted on it.
+var errAnswerLost = errors.New("no answer to a request sent once")
+
+// controlOnce sends Chassis Control ctl in one datagram: no retransmission
+// (the client's retry count is 0 for this exchange) and no session re-run.
+// A lost answer is errAnswerLost; other errors are classified like raw's.
+func (d *Driver) controlOnce(ctx context.Context, ctl uint8) error {
+	op := "chassis control " + ctlNames[ctl]
+	d.log.Info("ipmi chassis control", "action", ctlNames[ctl], "retransmit", false)
+	c, err := d.session(ctx)
+	if err != nil {
+		return err
+	}
+	c.WithRetry(0)
+	_, err = c.RawCommand(ctx, types.NetFnChassisRequest, 0x02, []byte{ctl}, op)
+	c.WithRetry(d.cfg.Retries)
+	if err != nil && ctx.Err() == nil && isTimeout(err) {
+		return fmt.Errorf("ipmi: %s: %w: %v", op, errAnswerLost, err)
+	}
+	return classify(op, err)
+}
+
+// lostControl decides what a cycle or hard reset whose answer was lost did,
+// from Get Chassis Status alone, and never sends it a second time:
+//
+//   - cycle: IPMI v2.0 §28.3 (table 28-4) gives a power cycle an off
+//     interval of at least 1 s, so the chassis is polled for off for up to
+//     three exchange timeouts (bounded by timeout). Reading off proves the
+//     cycle was carried out, and the wait for on continues as usual. On
+//     throughout means either the request never arrived or its off phase
+//     passed while the answer was awaited: Power then reports the cycle
+//     unverified (*bmc.ResetError) rather than risk cycling the machine twice.
+//   - hard reset: nothing in chassis status can tell (power stays on); the
+//     wait for on returns at once and Power reports the reset unverified, as
+//     it does for every hard reset of a running chassis.
+func (d *Driver) lostControl(ctx context.Context, ctl uint8, want bmc.PowerState, timeout time.Duration, lost error) error {
+	d.log.Warn("ipmi chassis control answer lost; reading chassis status instead of resending", "action", ctlNames[ctl], "err", lost)
+	d.lostAnswer = true
+	if ctl == ctlPowerCycle {
+		grace := min(3*d.cfg.Timeout, timeout)
+		err := d.waitPower(ctx, ctlNames[ctl], bmc.PowerOff, grace)
+		if err != nil && !errors.Is(err, bmc.ErrTimeout) {
+			return err
+		}
+		if err != nil {
+			d.log.Warn("ipmi chassis read on throughout after a power cycle whose answer was lost; not resending it", "grace", grace)
+		}
 	}
 	return d.waitPower(ctx, ctlNames[ctl], want, timeout)
 }

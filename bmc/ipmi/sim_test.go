@@ -80,6 +80,10 @@ type proxy struct {
 	reject map[uint8]uint8
 	// dropResponses is how many Get Chassis Status responses to drop.
 	dropResponses int
+	// dropControl maps a Chassis Control value to how many of its
+	// responses to drop (the BMC acted; its answer is lost on the way).
+	dropControl map[uint8]int
+	ctlSeq      map[uint8]uint8 // rqSeq → Chassis Control value, for dropControl
 	pending       map[uint8]uint8 // rqSeq → completion code to put in its response
 	requests      []ipmiMsg
 	client        *net.UDPAddr
@@ -110,7 +114,8 @@ func startProxy(t *testing.T, backendPort int, user, password string) *proxy {
 		t.Fatal(err)
 	}
 	p := &proxy{t: t, ln: ln, backend: &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: backendPort},
-		user: user, password: password, reject: map[uint8]uint8{}, pending: map[uint8]uint8{}}
+		user: user, password: password, reject: map[uint8]uint8{}, pending: map[uint8]uint8{},
+		dropControl: map[uint8]int{}, ctlSeq: map[uint8]uint8{}}
 	be, err := net.DialUDP("udp4", nil, p.backend)
 	if err != nil {
 		t.Fatal(err)
@@ -208,6 +213,7 @@ func (p *proxy) onPacket(pkt []byte, toBMC bool) []byte {
 		msg := ipmiMsg{NetFn: plain[1] >> 2, Seq: plain[4] >> 2, Cmd: plain[5], Data: append([]byte(nil), plain[6:len(plain)-1]...)}
 		p.requests = append(p.requests, msg)
 		if msg.NetFn == 0x00 && msg.Cmd == 0x02 && len(msg.Data) == 1 {
+			p.ctlSeq[msg.Seq] = msg.Data[0]
 			if cc, ok := p.reject[msg.Data[0]]; ok {
 				p.pending[msg.Seq] = cc
 				plain[6] = 0x06
@@ -219,6 +225,10 @@ func (p *proxy) onPacket(pkt []byte, toBMC bool) []byte {
 		netFn, seq, cmd := plain[1]>>2, plain[4]>>2, plain[5]
 		if netFn == 0x01 && cmd == 0x01 && p.dropResponses > 0 {
 			p.dropResponses--
+			return nil
+		}
+		if v, ok := p.ctlSeq[seq]; ok && netFn == 0x01 && cmd == 0x02 && p.dropControl[v] > 0 {
+			p.dropControl[v]--
 			return nil
 		}
 		if cc, ok := p.pending[seq]; ok && netFn == 0x01 && cmd == 0x02 {
