@@ -63,6 +63,9 @@ func (m *Machine) installServer(w http.ResponseWriter, r *http.Request, kinds ..
 		return state.Server{}, false
 	}
 	srv, err := m.cfg.Store.Server(t.Server)
+	if m.readFailed(w, r, err) {
+		return state.Server{}, false
+	}
 	if err != nil || srv.Lifecycle != state.LifecycleDeploying || srv.Allocation == nil {
 		writeError(w, http.StatusConflict, v1.Error{Message: "server is not deploying", Code: "conflict", Lifecycle: string(srv.Lifecycle)})
 		return state.Server{}, false

@@ -320,6 +320,25 @@ func (m *Machine) use(w http.ResponseWriter, r *http.Request, token string, purp
 	_, _ = w.Write(ans.Body)
 }
 
+// readFailed answers 503 with Retry-After (and reports true) when err is a
+// failed read of the state store rather than a missing record: a
+// controller that lost its store (etcd unreachable, a deposed leader
+// still draining) must never give a machine a definitive refusal such as
+// 409 "server is not deploying", which makes the agent stop (seen in
+// lab/sim TestHATwoControllersFailover: the deposed leader's failed etcd
+// read answered a deploying machine's plan GET with 409, and the server
+// stayed deploying with its machine powered off). ErrNotFound and nil
+// report false.
+func (m *Machine) readFailed(w http.ResponseWriter, r *http.Request, err error) bool {
+	if err == nil || errors.Is(err, state.ErrNotFound) {
+		return false
+	}
+	m.log.Warn("machine request: state store read failed", "route", r.Pattern, "err", err)
+	w.Header().Set("Retry-After", "2")
+	writeError(w, http.StatusServiceUnavailable, v1.Error{Message: "the state store did not answer; retry", Code: "unavailable"})
+	return true
+}
+
 // storeUnavailable reports whether err says the store could not decide
 // (rather than refused): this controller is no longer the leader, an etcd
 // request timed out, a commit's outcome is unknown, or the store closed.
@@ -597,6 +616,9 @@ func (m *Machine) plan(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	srv, err := m.cfg.Store.Server(t.Server)
+	if m.readFailed(w, r, err) {
+		return
+	}
 	if err != nil || srv.Lifecycle != state.LifecycleDeploying {
 		writeError(w, http.StatusConflict, v1.Error{Message: "server is not deploying", Code: "conflict", Lifecycle: string(srv.Lifecycle)})
 		return
@@ -742,14 +764,24 @@ func deployOutcomeTx(tx *state.Tx, server string, ok bool, reason string, image 
 var errNotWiping = errors.New("server is not waiting for a release wipe")
 
 // wipePlan answers the release wipe plan to the ramdisk booted in wipe
-// mode, consuming the wipe token and minting the single-use wiped token.
+// mode. Like plan, the checks and the wipe hint come first (a 503 consumes
+// nothing, so the agent's retry works); then one transaction uses the wipe
+// token and mints the single-use wiped token. A retry of the same request
+// (same source) gets the plan again with a fresh wiped token.
 func (m *Machine) wipePlan(w http.ResponseWriter, r *http.Request) {
-	t, err := m.cfg.Store.ConsumeToken(bearer(r), state.TokenClaim{Purpose: state.PurposeWipe})
+	tok := bearer(r)
+	t, err := m.cfg.Store.PeekToken(tok, state.TokenClaim{Purpose: state.PurposeWipe})
 	if err != nil {
-		m.refuse(w, r, err)
+		m.use(w, r, tok, state.PurposeWipe, nil, true, nil) // refused, with its event
+		return
+	}
+	if m.wrongAddress(w, r, t.Server) {
 		return
 	}
 	srv, err := m.cfg.Store.Server(t.Server)
+	if m.readFailed(w, r, err) {
+		return
+	}
 	if err != nil || srv.Lifecycle != state.LifecycleReady || !srv.NeedsWipe {
 		writeError(w, http.StatusConflict, v1.Error{Message: errNotWiping.Error(), Code: "conflict", Lifecycle: string(srv.Lifecycle)})
 		return
@@ -762,14 +794,21 @@ func (m *Machine) wipePlan(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	plan.DoneToken, _, err = m.cfg.Store.IssueToken(state.TokenSpec{Purpose: state.PurposeWiped, Server: srv.Name, MAC: srv.BootMAC, TTL: m.cfg.ImageTokenTTL})
-	if err != nil {
-		m.log.Error("issue wiped token", "machine", srv.Name, "err", err)
-		writeError(w, http.StatusInternalServerError, v1.Error{Message: "internal error", Code: "internal"})
-		return
-	}
-	m.log.Info("wipe plan served", "machine", srv.Name)
-	writeJSON(w, http.StatusOK, plan)
+	m.use(w, r, tok, state.PurposeWipe, nil, true, func(tx *state.Tx, t state.Token) (state.Answer, error) {
+		cur, err := tx.Server(t.Server)
+		if err != nil {
+			return state.Answer{}, err
+		}
+		if cur.Lifecycle != state.LifecycleReady || !cur.NeedsWipe {
+			return state.Answer{}, &answerError{status: http.StatusConflict, body: v1.Error{Message: errNotWiping.Error(), Code: "conflict", Lifecycle: string(cur.Lifecycle)}}
+		}
+		out := plan
+		if out.DoneToken, _, err = tx.IssueToken(state.TokenSpec{Purpose: state.PurposeWiped, Server: cur.Name, MAC: cur.BootMAC, TTL: m.cfg.ImageTokenTTL}); err != nil {
+			return state.Answer{}, err
+		}
+		m.log.Info("wipe plan served", "machine", cur.Name)
+		return jsonAnswer(http.StatusOK, out)
+	})
 }
 
 // wiped takes the release wipe's outcome. A good wipe clears NeedsWipe (the

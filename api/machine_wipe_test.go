@@ -74,9 +74,18 @@ func TestWipeEndpoints(t *testing.T) {
 	if plan.RootDevice.Serial != "S1" || plan.DoneToken == "" {
 		t.Errorf("wipe plan = %+v", plan)
 	}
-	if code, _, _ := f.do(t, http.MethodGet, v1.PathAgentWipe, wipeTok, ""); code != http.StatusForbidden {
-		t.Errorf("wipe token reused: %d, want 403", code)
+	// A retry of the same request (its answer lost) gets the plan again
+	// (issue 23: at-least-once requests), with a fresh wiped token that
+	// revokes the first one.
+	code, _, body = f.do(t, http.MethodGet, v1.PathAgentWipe, wipeTok, "")
+	var again v1.WipePlan
+	if code != http.StatusOK || json.Unmarshal(body, &again) != nil || again.DoneToken == "" || again.DoneToken == plan.DoneToken {
+		t.Fatalf("wipe plan retried: %d %s, want 200 with a new wiped token", code, body)
 	}
+	if code, _, _ := f.do(t, http.MethodPost, v1.PathAgentWiped, plan.DoneToken, `{"ok":true}`); code != http.StatusForbidden {
+		t.Errorf("the first answer's wiped token after the retry: %d, want 403 (revoked)", code)
+	}
+	plan = again
 	// A malformed outcome does not use the token up.
 	if code, _, _ := f.do(t, http.MethodPost, v1.PathAgentWiped, plan.DoneToken, `{"ok":true,"extra":1}`); code != http.StatusBadRequest {
 		t.Errorf("malformed outcome: %d, want 400", code)
