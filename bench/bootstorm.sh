@@ -10,7 +10,10 @@
 # concurrent simulated clients. Each does DISCOVER/OFFER/REQUEST/ACK (as a DHCP relay, so one
 # socket carries all clients; option 93 = 0 for undionly.kpxe, 7 for ipxe.efi), then, from the
 # address it leased (without a lease, stepwise: the pool's i-th), a TFTP download of
-# FILE (Debian package ipxe, 74 KB and 1 MB; blksize 1428, tsize), a GET of its per-MAC iPXE script and, in the
+# FILE (Debian package ipxe, 74 KB and 1 MB; undionly.kpxe as iPXE/BIOS PXE ask it, blksize 1428 and tsize;
+# ipxe.efi as EDK2's PXE asks it, captured from Debian 12's OVMF: a tsize probe aborted with ERROR 8, then
+# blksize 1468 and windowsize 4 from a new port, lockstep where the server grants no window, as dnsmasq 2.90
+# does not; BOOTSTORM_STORM_FLAGS=-tftp-client=pxe uses the first for both), a GET of its per-MAC iPXE script and, in the
 # runs of the first file only, GETs of the ramdisk's vmlinuz and initrd.cpio.gz (out/ramdisk,
 # `make ramdisk`) by the first RAMDISK_CLIENTS clients (default 1000; 0 skips the step). Prints
 # p50/p99 per step, Machina/peer ratios, the ramdisk step's aggregate MB/s, each server's CPU, and
@@ -120,7 +123,7 @@ fi
 storm() {
 	l=$1; f=$2; u=$3; shift 3
 	ip netns exec "$C" $CLIPIN "$W/bootstorm" storm -clients "$N" -label "$l" -file "$f" \
-		-http http://10.66.0.1:8080/boot/ipxe ${u:+-ramdisk "$u" -ramdisk-clients "$RDN"} "$@"
+		-http http://10.66.0.1:8080/boot/ipxe ${u:+-ramdisk "$u" -ramdisk-clients "$RDN"} ${BOOTSTORM_STORM_FLAGS:-} "$@"
 }
 
 # nginx for the ramdisk, in the server namespace: sendfile on, the same folder, no access log,

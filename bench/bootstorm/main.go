@@ -498,6 +498,7 @@ func (r *relay) exchange(m *dhcpv4.DHCPv4, want dhcpv4.MessageType) (*dhcpv4.DHC
 type result struct {
 	dhcp, tftp, script, total time.Duration
 	connect                   time.Duration // the script step's TCP connect, part of script
+	window                    int           // the TFTP windowsize the server granted (1: lockstep)
 	ramdisk                   time.Duration // both ramdisk GETs; zero when the client skipped them
 	addr                      netip.Addr    // the address its DHCP exchange leased, or its fallback (clientAddr)
 	rdBytes                   int64
@@ -536,8 +537,26 @@ func storm(ctx context.Context, args []string) error {
 	rdN := fs.Int("ramdisk-clients", 1000, "clients (the first M) that run the ramdisk step; capped at -clients")
 	pool := fs.String("pool", "10.66.1.0", "first address of the DHCP pool: client i without a lease uses this + i (stepwise)")
 	pids := fs.String("server-pids", "", "space-separated PIDs of the server processes: their CPU time per step is reported (stepwise)")
+	tftpClient := fs.String("tftp-client", "auto", "TFTP client: pxe (iPXE/BIOS PXE: blksize 1428, tsize), edk2 (OVMF's: size probe, blksize 1468, windowsize 4), or auto (edk2 for ipxe.efi, the UEFI round; pxe otherwise)")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	switch *tftpClient {
+	case "auto":
+		*tftpClient = "pxe"
+		if *file == "ipxe.efi" {
+			*tftpClient = "edk2"
+		}
+	case "pxe", "edk2":
+	default:
+		return fmt.Errorf("storm: -tftp-client %q: want pxe, edk2 or auto", *tftpClient)
+	}
+	tftpStep := func(server, file string, local netip.Addr) (time.Duration, int, error) {
+		if *tftpClient == "edk2" {
+			return edk2Step(server, file, local)
+		}
+		d, err := pxeStep(server, file, local)
+		return d, 1, err
 	}
 	if *rdURL == "" {
 		*rdN = 0
@@ -598,7 +617,7 @@ func storm(ctx context.Context, args []string) error {
 		})
 		phase(func(i int) {
 			var err error
-			results[i].tftp, err = tftpStep(*server, *file, results[i].addr)
+			results[i].tftp, results[i].window, err = tftpStep(*server, *file, results[i].addr)
 			results[i].note(stepTFTP, err)
 		})
 		phase(func(i int) {
@@ -624,7 +643,7 @@ func storm(ctx context.Context, args []string) error {
 				if i < *rdN {
 					rd = *rdURL
 				}
-				results[i] = client(ctx, r, hc, stormMAC(i), *server, *httpURL, *file, rd)
+				results[i] = client(ctx, r, hc, stormMAC(i), *server, *httpURL, *file, rd, tftpStep)
 			})
 		}
 		close(start)
@@ -638,6 +657,7 @@ func storm(ctx context.Context, args []string) error {
 	var firstErr error
 	var rdBytes int64
 	var rdFirst, rdLast time.Time
+	windowed := 0 // TFTP transfers the server ran with a window over 1 block
 	for _, res := range results {
 		if res.err != nil {
 			failed++
@@ -658,6 +678,9 @@ func storm(ctx context.Context, args []string) error {
 		}
 		if res.ok[stepTFTP] {
 			tf = append(tf, res.tftp)
+			if res.window > 1 {
+				windowed++
+			}
 		}
 		if res.ok[stepScript] {
 			sc, cn = append(sc, res.script), append(cn, res.connect)
@@ -687,6 +710,7 @@ func storm(ctx context.Context, args []string) error {
 		"total_p50_ms": ms(pct(tot, 50)), "total_p99_ms": ms(pct(tot, 99)),
 		"ramdisk_p50_ms": ms(pct(rd, 50)), "ramdisk_p99_ms": ms(pct(rd, 99)),
 		"ramdisk_clients": len(rd), "ramdisk_bytes": rdBytes,
+		"tftp_client": *tftpClient, "tftp_windowed": windowed,
 	}
 	if *stepwise && *pids != "" {
 		out["server_cpu_dhcp_s"], out["server_cpu_tftp_s"], out["server_cpu_script_s"], out["server_cpu_ramdisk_s"] = stepCPU[0], stepCPU[1], stepCPU[2], stepCPU[3]
@@ -704,7 +728,7 @@ func storm(ctx context.Context, args []string) error {
 	return json.NewEncoder(os.Stdout).Encode(out)
 }
 
-func client(ctx context.Context, r *relay, hc *http.Client, mac net.HardwareAddr, server, scriptURL, file, ramdiskURL string) (res result) {
+func client(ctx context.Context, r *relay, hc *http.Client, mac net.HardwareAddr, server, scriptURL, file, ramdiskURL string, tftpStep func(string, string, netip.Addr) (time.Duration, int, error)) (res result) {
 	t0 := time.Now()
 	var err error
 	if res.dhcp, res.addr, err = dhcpStep(r, mac, file); err != nil {
@@ -712,7 +736,7 @@ func client(ctx context.Context, r *relay, hc *http.Client, mac net.HardwareAddr
 		return res
 	}
 	res.note(stepDHCP, nil)
-	if res.tftp, err = tftpStep(server, file, res.addr); err != nil {
+	if res.tftp, res.window, err = tftpStep(server, file, res.addr); err != nil {
 		res.note(stepTFTP, err)
 		return res
 	}
@@ -789,9 +813,28 @@ func dhcpStep(r *relay, mac net.HardwareAddr, file string) (time.Duration, netip
 	return time.Since(t0), leased, nil
 }
 
-// tftpStep downloads file with blksize 1428 and tsize, as iPXE's PXE
+// edk2Step downloads file as EDK2's PXE does (edk2Get: size probe, then
+// blksize 1468 and windowsize 4) from the address local; it returns the
+// time taken and the windowsize the server granted.
+func edk2Step(server, file string, local netip.Addr) (time.Duration, int, error) {
+	t0 := time.Now()
+	srv, err := netip.ParseAddr(server)
+	if err != nil {
+		return 0, 0, fmt.Errorf("tftp: server %q: %w", server, err)
+	}
+	res, err := edk2Get(netip.AddrPortFrom(srv, 69), file, local, time.Second, 5)
+	if err != nil {
+		return 0, 0, fmt.Errorf("tftp: %w", err)
+	}
+	if res.tsize >= 0 && res.tsize != res.size {
+		return 0, 0, fmt.Errorf("tftp: %s: received %d bytes, the size probe announced %d", file, res.size, res.tsize)
+	}
+	return time.Since(t0), res.window, nil
+}
+
+// pxeStep downloads file with blksize 1428 and tsize, as iPXE's PXE
 // chainload does, from the address local.
-func tftpStep(server, file string, local netip.Addr) (time.Duration, error) {
+func pxeStep(server, file string, local netip.Addr) (time.Duration, error) {
 	t0 := time.Now()
 	c, err := ptftp.NewClient(net.JoinHostPort(server, "69"))
 	if err != nil {
@@ -988,6 +1031,9 @@ func table(w io.Writer, files []string) error {
 			fmt.Fprintf(w, "ramdisk: %v | %v clients, %.0f | %.0f MB each side, aggregate %.1f | %.1f MB/s (Machina/peer %s)\n",
 				a["ramdisk_clients"], b["ramdisk_clients"], num(a, "ramdisk_bytes")/1e6, num(b, "ramdisk_bytes")/1e6,
 				num(a, "ramdisk_mb_s"), num(b, "ramdisk_mb_s"), ratio(num(a, "ramdisk_mb_s"), num(b, "ramdisk_mb_s")))
+		}
+		if c := orEmpty(a["tftp_client"]); c != "" {
+			fmt.Fprintf(w, "tftp client %v: transfers with a window over 1 block: %v %v | %v %v\n", c, a["label"], a["tftp_windowed"], b["label"], b["tftp_windowed"])
 		}
 		fmt.Fprintf(w, "load generator CPU: %.2f s (%s run) | %.2f s (%s run)\n", a["client_cpu_s"], a["label"], b["client_cpu_s"], b["label"])
 		if _, ok := a["server_cpu_script_s"]; ok {

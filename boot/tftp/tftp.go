@@ -133,11 +133,16 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-// Stats are transfer counters since New. Failed includes transfers the
-// client abandons on purpose: EDK2's PXE opens each file once only to read
-// tsize and then aborts (TFTP error 8).
+// Stats are transfer counters since New. Probed counts transfers the
+// client ends on purpose right after the OACK with TFTP error 8 (RFC 2347
+// §5): EDK2's PXE opens each file once only to read tsize and then aborts
+// (seen from Debian 12's OVMF: probe with tsize=0 blksize=1468
+// windowsize=4, ERROR 8, then the transfer from a new port); those are not
+// Failed, so that every UEFI boot does not count as a failure. Windowed
+// counts the Served transfers that ran with an RFC 7440 window over one
+// block (the client asked for windowsize).
 type Stats struct {
-	Served, Refused, Limited, Failed uint64
+	Served, Refused, Limited, Failed, Probed, Windowed uint64
 }
 
 // Errors returned to clients (as TFTP ERROR packets) and counted. They never
@@ -165,7 +170,7 @@ type Server struct {
 	// is ignored rather than started twice (the client would get two TIDs).
 	peers map[netip.AddrPort]struct{} // owned by the event loop
 
-	served, refused, limited, failed atomic.Uint64
+	served, refused, limited, failed, probed, windowed atomic.Uint64
 
 	files fileCache
 }
@@ -297,7 +302,7 @@ func New(cfg Config) (*Server, error) {
 
 // Stats returns a snapshot of the counters.
 func (s *Server) Stats() Stats {
-	return Stats{Served: s.served.Load(), Refused: s.refused.Load(), Limited: s.limited.Load(), Failed: s.failed.Load()}
+	return Stats{Served: s.served.Load(), Refused: s.refused.Load(), Limited: s.limited.Load(), Failed: s.failed.Load(), Probed: s.probed.Load(), Windowed: s.windowed.Load()}
 }
 
 // Listen opens the UDP socket (in the calling thread's network namespace).
@@ -436,12 +441,20 @@ func (s *Server) end(t *transfer, err error) {
 	t.close()
 	s.release(t.ip)
 	delete(s.peers, t.peer)
+	if pe := (*peerError)(nil); errors.As(err, &pe) && pe.code == codeBadOptions && t.negotiating {
+		s.probed.Add(1)
+		t.log.Debug("tftp size probe ended by the client", "tsize", t.size)
+		return
+	}
 	if err != nil {
 		s.failed.Add(1)
 		t.log.Debug("tftp transfer ended", "err", err, "packets", t.sent)
 		return
 	}
 	s.served.Add(1)
+	if t.window > 1 {
+		s.windowed.Add(1)
+	}
 	t.log.Debug("tftp sent", "bytes", t.size, "blksize", t.blksize, "windowsize", t.window, "packets", t.sent)
 }
 

@@ -204,6 +204,11 @@ func TestWindowSize(t *testing.T) {
 			}
 		})
 	}
+	// Four of the five ran with a window over one block; "one" did not.
+	waitFor(t, func() bool { return f.srv.Stats().Served == 5 })
+	if st := f.srv.Stats(); st.Windowed != 4 {
+		t.Errorf("stats %+v: want Windowed 4 of 5 served", st)
+	}
 }
 
 // TestWindowLostACK: the client's ACK for the first window is lost; the
@@ -337,14 +342,14 @@ func TestRefusals(t *testing.T) {
 			t.Fatalf("OACK %v", o)
 		}
 		c.send(errorPacket(codeBadOptions, "user aborted the transfer"))
-		waitFor(t, func() bool { return f.srv.Stats().Failed == i+1 })
+		waitFor(t, func() bool { return f.srv.Stats().Probed == i+1 })
 	}
 	got, _ := newRawClient(t, f.addr).get("undionly.kpxe")
 	if !bytes.Equal(got, f.big) {
 		t.Fatal("transfer after the aborts")
 	}
-	if st := f.srv.Stats(); st.Limited != 0 {
-		t.Fatalf("stats %+v: an aborted transfer kept its slot", st)
+	if st := f.srv.Stats(); st.Limited != 0 || st.Failed != 0 {
+		t.Fatalf("stats %+v: an aborted transfer kept its slot, or a size probe counted as failed", st)
 	}
 }
 
@@ -436,7 +441,7 @@ func TestMaxActiveQueues(t *testing.T) {
 		t.Fatalf("second request after the first ended: OACK %v", o)
 	}
 	c2.send(errorPacket(codeBadOptions, "aborted"))
-	waitFor(t, func() bool { return f.srv.Stats().Failed == 2 })
+	waitFor(t, func() bool { return f.srv.Stats().Probed == 2 })
 	if st := f.srv.Stats(); st.Limited != 0 {
 		t.Fatalf("stats %+v: the waiting request was refused", st)
 	}
@@ -456,10 +461,10 @@ func TestMaxActiveWaitsAtMostTimeout(t *testing.T) {
 	if parseOACK(c2.recv()) == nil {
 		t.Fatal("second request: no OACK")
 	}
-	if st := f.srv.Stats(); st.Failed != 0 || st.Served != 0 {
+	if st := f.srv.Stats(); st.Failed != 0 || st.Served != 0 || st.Probed != 0 {
 		t.Fatalf("stats %+v: the first transfer ended before the second started", st)
 	}
 	c1.send(errorPacket(codeBadOptions, "aborted"))
 	c2.send(errorPacket(codeBadOptions, "aborted"))
-	waitFor(t, func() bool { return f.srv.Stats().Failed == 2 })
+	waitFor(t, func() bool { return f.srv.Stats().Probed == 2 })
 }
