@@ -37,7 +37,7 @@ const (
 //     03h Central Processor and the Status byte (18h) must have bit 6 (CPU
 //     Socket Populated) set; the Processor Family (06h, BYTE, §7.5.2), or
 //     when it is FEh the Processor Family 2 (28h, WORD, SMBIOS 2.6+), is
-//     mapped only where the family names one architecture ([smbiosFamilyArch]).
+//     mapped only where the family names one architecture (see smbiosFamilyArch).
 //
 // It returns "" and nil for a structure that names no architecture
 // (unpopulated socket, other processor type, unknown family, Family 2
