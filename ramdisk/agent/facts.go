@@ -281,7 +281,7 @@ func readMemory(root string) (v1.Memory, error) {
 	return m, nil
 }
 
-// Errors from ParseDMIMemoryDevice.
+// Errors from ParseDMIMemoryDevice (both) and ParseSMBIOSArch (ErrDMITruncated).
 var (
 	// ErrDMITruncated: the structure is shorter than its header claims.
 	ErrDMITruncated = errors.New("dmi: truncated structure")

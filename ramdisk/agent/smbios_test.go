@@ -182,3 +182,27 @@ func TestReadSMBIOSArch(t *testing.T) {
 		})
 	}
 }
+
+// FuzzParseSMBIOSArch: any bytes give either an error and no arch, or no
+// error and "" or one of the six GOARCH names the schema admits.
+func FuzzParseSMBIOSArch(f *testing.F) {
+	f.Add(type44(0x05, nil))
+	f.Add(type44(0x07, make([]byte, 0x6E)))
+	f.Add(type4(central, 0xFE, 0x101, populated, 0x30))
+	f.Add(type4(central, 0xB3, 0, populated, 0x1A))
+	f.Add([]byte{44, 0x08})
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		if len(raw) > 4096 {
+			return
+		}
+		a, err := ParseSMBIOSArch(raw)
+		if err != nil && a != "" {
+			t.Errorf("ParseSMBIOSArch = %q with error %v", a, err)
+		}
+		switch a {
+		case "", "386", "amd64", "arm", "arm64", "riscv64", "loong64":
+		default:
+			t.Errorf("ParseSMBIOSArch = %q, not a name the report schema admits", a)
+		}
+	})
+}
