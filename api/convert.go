@@ -20,7 +20,7 @@ func toServer(s state.Server) v1.Server {
 	}
 	if h := s.Hardware; h != nil {
 		hw := &v1.Hardware{Cores: h.Cores, MemoryBytes: h.MemoryBytes, Vendor: h.Vendor, Product: h.Product, Serial: h.Serial, ObservedAt: h.ObservedAt,
-			CPUVendor: h.CPUVendor, Arch: h.Arch, InstalledMemoryBytes: h.InstalledMemoryBytes, Labels: h.Labels()}
+			CPUVendor: h.CPUVendor, Arch: h.Arch, SMBIOSArch: h.SMBIOSArch, InstalledMemoryBytes: h.InstalledMemoryBytes, Labels: h.Labels()}
 		for _, g := range h.GPUs {
 			hw.GPUs = append(hw.GPUs, v1.GPU{PCIAddress: g.PCIAddress, Vendor: g.Vendor, DeviceID: g.DeviceID})
 		}

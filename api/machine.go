@@ -557,7 +557,7 @@ func orPassed(reason string) string {
 // hardwareFrom summarises the agent's facts for the store.
 func hardwareFrom(f v1.Facts) *state.Hardware {
 	hw := &state.Hardware{Cores: f.CPU.Cores, MemoryBytes: f.Memory.TotalBytes, Vendor: f.DMI.SystemVendor, Product: f.DMI.SystemProduct,
-		Serial: f.DMI.SystemSerial, ObservedAt: time.Now().UTC(), CPUVendor: f.CPU.Vendor, Arch: f.CPU.Arch}
+		Serial: f.DMI.SystemSerial, ObservedAt: time.Now().UTC(), CPUVendor: f.CPU.Vendor, Arch: f.CPU.Arch, SMBIOSArch: f.CPU.SMBIOSArch}
 	for _, d := range f.Memory.DIMMs {
 		hw.InstalledMemoryBytes += d.SizeBytes
 	}

@@ -44,6 +44,8 @@ func TestReportSchemaAndChecksAgree(t *testing.T) {
 		ok, goSays bool // goSays: checkReport refuses it too
 	}{
 		{"good", schemaTestReport(), true, true},
+		{"firmware arch (cpu.smbiosArch)", mod(func(r *v1.AgentReport) { r.Facts.CPU.Arch, r.Facts.CPU.SMBIOSArch = "386", "amd64" }), true, true},
+		{"firmware arch not a GOARCH name", mod(func(r *v1.AgentReport) { r.Facts.CPU.SMBIOSArch = "x86_64" }), false, false},
 		{"disk test failed, no disk", mod(func(r *v1.AgentReport) {
 			r.Facts.Disks = nil
 			r.Tests[2] = v1.TestResult{Name: v1.TestDisk, Passed: false, Reason: "no disk found"}

@@ -96,9 +96,14 @@ type Hardware struct {
 	// Arch is the architecture the commissioning report gave, as a
 	// GOARCH name ("amd64", "arm64"; state.Hardware.Arch), "" from an
 	// agent older than the arch fact.
-	Arch      string
-	Cores     int
-	MemoryGiB int64
+	Arch string
+	// SMBIOSArch is the architecture the firmware's SMBIOS tables state
+	// (state.Hardware.SMBIOSArch, a GOARCH name), rendered as
+	// hardware.smbiosArch; "" when they state none or the report predates
+	// the field (then not rendered).
+	SMBIOSArch string
+	Cores      int
+	MemoryGiB  int64
 	// Disks in any order; rendered sorted by Name.
 	Disks []Disk
 	// NICs in any order; rendered sorted by Name.

@@ -234,7 +234,7 @@ func renderServer(s ServerStatus, maxEvents int) []byte {
 // hardware writes a server's hardware: key, scalars, disks and NICs by
 // name, labels by key; nothing when none is known.
 func (w *yamlWriter) hardware(hw Hardware) {
-	if hw.Vendor == "" && hw.Model == "" && hw.Arch == "" && hw.Cores == 0 && hw.MemoryGiB == 0 && len(hw.Disks) == 0 && len(hw.NICs) == 0 {
+	if hw.Vendor == "" && hw.Model == "" && hw.Arch == "" && hw.SMBIOSArch == "" && hw.Cores == 0 && hw.MemoryGiB == 0 && len(hw.Disks) == 0 && len(hw.NICs) == 0 {
 		return
 	}
 	w.key(0, "hardware")
@@ -243,6 +243,7 @@ func (w *yamlWriter) hardware(hw Hardware) {
 	w.text(1, "serial", hw.Serial)
 	w.text(1, "cpuModel", hw.CPUModel)
 	w.text(1, "arch", hw.Arch)
+	w.text(1, "smbiosArch", hw.SMBIOSArch)
 	w.int(1, "cores", int64(hw.Cores), false)
 	w.int(1, "memoryGiB", hw.MemoryGiB, false)
 	sortedList(w, 1, "disks", "name", hw.Disks, func(d Disk) string { return d.Name }, func(d Disk) {

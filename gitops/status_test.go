@@ -51,7 +51,7 @@ func sampleSnapshot() Snapshot {
 			},
 			{
 				Name: "r1-n01", Lifecycle: "ready", Power: "powered_off", Health: "OK", Profile: "hypervisor", Allocation: "auto",
-				Hardware: Hardware{Vendor: "Dell Inc.", Model: "PowerEdge R650", Serial: "ABC1234", CPUModel: "Intel(R) Xeon(R) Gold 6338", Arch: "amd64", Cores: 64, MemoryGiB: 512,
+				Hardware: Hardware{Vendor: "Dell Inc.", Model: "PowerEdge R650", Serial: "ABC1234", CPUModel: "Intel(R) Xeon(R) Gold 6338", Arch: "amd64", SMBIOSArch: "amd64", Cores: 64, MemoryGiB: 512,
 					Disks: []Disk{{Name: "nvme1n1", Model: "Samsung PM9A3", SizeGiB: 1788}, {Name: "nvme0n1", Model: "Samsung PM9A3", Serial: "S64F", SizeGiB: 1788}},
 					NICs:  []NIC{{Name: "eno2", MAC: "52:54:00:01:00:11"}, {Name: "eno1", MAC: "52:54:00:01:00:01", SpeedMbps: 25000}}},
 				Conditions:      []Condition{{Type: "Ready", Status: "True", Reason: "Commissioned", LastTransitionTime: t0}},

@@ -163,7 +163,7 @@ func (b *StatusBuilder) serverStatus(s state.Server, planConds []plan.Condition,
 // statusHardware is the commissioned hardware as status shows it (sizes
 // in GiB).
 func statusHardware(hw *state.Hardware) Hardware {
-	out := Hardware{Vendor: hw.Vendor, Model: hw.Product, Serial: hw.Serial, Arch: hw.Arch, Cores: hw.Cores, MemoryGiB: hw.MemoryBytes >> 30, Labels: hw.Labels()}
+	out := Hardware{Vendor: hw.Vendor, Model: hw.Product, Serial: hw.Serial, Arch: hw.Arch, SMBIOSArch: hw.SMBIOSArch, Cores: hw.Cores, MemoryGiB: hw.MemoryBytes >> 30, Labels: hw.Labels()}
 	for _, d := range hw.Disks {
 		out.Disks = append(out.Disks, Disk{Name: d.Name, Model: d.Model, Serial: d.Serial, SizeGiB: d.SizeBytes >> 30})
 	}

@@ -30,6 +30,12 @@ func TestValidate(t *testing.T) {
 			}},
 		{"ipmi address must be host:port", Servers, `{"servers":[{"name":"a","zone":"z","bootMAC":"525400000101","bmc":{"driver":"ipmi","address":"https://x","credentials":"c"}}]}`,
 			[]Violation{{Pointer: "/servers/0/bmc/address", Keyword: "pattern", Def: "hostPort", Detail: "is not a host[:port] address"}}},
+		// cpu.smbiosArch (issue 28): a GOARCH name from a fixed list, no other type or value.
+		{"report with smbiosArch", AgentReport, agentReportWithCPU(`"arch":"386","smbiosArch":"amd64"`), nil},
+		{"report smbiosArch not a string", AgentReport, agentReportWithCPU(`"smbiosArch":5`),
+			[]Violation{{Pointer: "/facts/cpu/smbiosArch", Keyword: "type", Def: "facts", Detail: "expected string, but got number"}}},
+		{"report smbiosArch not a GOARCH", AgentReport, agentReportWithCPU(`"smbiosArch":"x86_64"`),
+			[]Violation{{Pointer: "/facts/cpu/smbiosArch", Keyword: "enum", Def: "facts", Detail: `value must be one of "386", "amd64", "arm", "arm64", "riscv64", "loong64"`}}},
 		{"image needs one source", Images, `{"images":[{"name":"x","catalog":"debian-12","url":"http://m/x.img"}]}`,
 			[]Violation{{Pointer: "/images/0", Keyword: "oneOf", Def: "image", Detail: choiceDetails["image"]}}},
 	}
@@ -114,4 +120,11 @@ func TestIsMAC(t *testing.T) {
 			t.Errorf("isMAC(%q) = true", in)
 		}
 	}
+}
+
+// agentReportWithCPU is a minimal commissioning report (agent-report.schema.json)
+// whose facts.cpu holds cores and the fields in extra (JSON members).
+func agentReportWithCPU(extra string) string {
+	return `{"bootMAC":"52:54:00:00:00:07","facts":{"cpu":{"cores":8,` + extra + `},"memory":{"totalBytes":34359738368}},` +
+		`"tests":[{"name":"cpu","passed":true},{"name":"memory","passed":true},{"name":"disk","passed":false},{"name":"network","passed":true}]}`
 }

@@ -150,10 +150,16 @@ type Hardware struct {
 	Serial      string    `json:"serial,omitempty"`
 	ObservedAt  time.Time `json:"observedAt"`
 	// CPUVendor is cpuinfo's vendor_id ("GenuineIntel"); Arch a GOARCH
-	// name ("amd64"); InstalledMemoryBytes the DIMM total (0 without
-	// DMI); GPUs the display controllers. All empty from older reports.
-	CPUVendor            string `json:"cpuVendor,omitempty"`
-	Arch                 string `json:"arch,omitempty"`
+	// name ("amd64"), the running kernel's; InstalledMemoryBytes the DIMM
+	// total (0 without DMI); GPUs the display controllers. All empty from
+	// older reports.
+	CPUVendor string `json:"cpuVendor,omitempty"`
+	Arch      string `json:"arch,omitempty"`
+	// SMBIOSArch is the GOARCH name the firmware's SMBIOS tables state
+	// (api/v1.CPU.SMBIOSArch: type 44, else type 4), "" when they state
+	// none or the report predates the field. [Hardware.MachineArch] and
+	// [Hardware.ArchConflict] weigh it against Arch.
+	SMBIOSArch           string `json:"smbiosArch,omitempty"`
 	InstalledMemoryBytes int64  `json:"installedMemoryBytes,omitempty"`
 	GPUs                 []GPU  `json:"gpus,omitempty"`
 }

@@ -122,6 +122,15 @@ type CPU struct {
 	// Arch is the machine architecture as a GOARCH name ("amd64",
 	// "arm64"), from /proc/sys/kernel/arch, else the agent's own build.
 	Arch string `json:"arch,omitempty"`
+	// SMBIOSArch is the architecture the firmware states, as a GOARCH name
+	// ("386", "amd64", "arm", "arm64", "riscv64", "loong64"): the Processor
+	// Architecture Type of the first SMBIOS type 44 structure (DSP0134
+	// §7.45, SMBIOS 3.3+), else the Processor Family of the first populated
+	// type 4 structure where the family names one architecture (§7.5.2),
+	// from /sys/firmware/dmi/entries. "" when SMBIOS says neither, or from
+	// agents older than the field. It can differ from Arch: a 32-bit kernel
+	// on 64-bit firmware ("386" on "amd64") or a wrong report.
+	SMBIOSArch string `json:"smbiosArch,omitempty"`
 	// Sockets is the number of distinct physical package ids.
 	Sockets int `json:"sockets"`
 	// Cores is the number of distinct (package, core) pairs over all sockets.

@@ -99,8 +99,12 @@ type Hardware struct {
 	ObservedAt  time.Time `json:"observedAt"`
 	// CPUVendor, Arch, InstalledMemoryBytes and GPUs feed the derived
 	// labels (Labels); zero from reports of older agents.
-	CPUVendor            string `json:"cpuVendor,omitempty"`
-	Arch                 string `json:"arch,omitempty"`
+	CPUVendor string `json:"cpuVendor,omitempty"`
+	Arch      string `json:"arch,omitempty"`
+	// SMBIOSArch is the GOARCH name the firmware's SMBIOS tables state
+	// (CPU.SMBIOSArch of the report); "" when they state none or the
+	// report predates the field. The plan weighs it against Arch.
+	SMBIOSArch           string `json:"smbiosArch,omitempty"`
 	InstalledMemoryBytes int64  `json:"installedMemoryBytes,omitempty"`
 	GPUs                 []GPU  `json:"gpus,omitempty"`
 	// Labels are the labels derived from the report (cpu.vendor,

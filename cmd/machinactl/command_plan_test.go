@@ -306,6 +306,7 @@ allocation: count
 hardware:
   vendor: Dell Inc.
   arch: arm64
+  smbiosArch: arm64
   cores: 16
   memoryGiB: 64
   disks:
@@ -332,7 +333,7 @@ events:
 		t.Fatal(err)
 	}
 	if s.Name != "r1-n02" || s.Lifecycle != state.LifecycleDeployed || s.Allocation == nil || s.Allocation.Profile != "hypervisor" ||
-		s.Allocation.Reason != "count" || s.Hardware.Cores != 16 || s.Hardware.Arch != "arm64" || s.Hardware.MemoryBytes != 64<<30 || s.Hardware.Disks[0].SizeBytes != 480<<30 ||
+		s.Allocation.Reason != "count" || s.Hardware.Cores != 16 || s.Hardware.Arch != "arm64" || s.Hardware.SMBIOSArch != "arm64" || s.Hardware.MemoryBytes != 64<<30 || s.Hardware.Disks[0].SizeBytes != 480<<30 ||
 		s.Actions["commission"] != 2 || len(s.Actions) != 1 || s.Stalled == "" || s.LastError != "deploy: boom" || !s.LifecycleAt.Equal(fixedNow) {
 		t.Errorf("parsed %+v", s)
 	}

@@ -67,7 +67,7 @@ func fromWire(s v1.Server) state.Server {
 	}
 	if h := s.Hardware; h != nil {
 		hw := &state.Hardware{Cores: h.Cores, MemoryBytes: h.MemoryBytes, Vendor: h.Vendor, Product: h.Product, Serial: h.Serial, ObservedAt: h.ObservedAt,
-			CPUVendor: h.CPUVendor, Arch: h.Arch, InstalledMemoryBytes: h.InstalledMemoryBytes}
+			CPUVendor: h.CPUVendor, Arch: h.Arch, SMBIOSArch: h.SMBIOSArch, InstalledMemoryBytes: h.InstalledMemoryBytes}
 		for _, g := range h.GPUs {
 			hw.GPUs = append(hw.GPUs, state.GPU{PCIAddress: g.PCIAddress, Vendor: g.Vendor, DeviceID: g.DeviceID})
 		}
@@ -123,10 +123,14 @@ type statusHardware struct {
 	Serial string `json:"serial"`
 	// Arch is the commissioning report's architecture (a GOARCH name),
 	// which the plan's architecture guard reads.
-	Arch      string `json:"arch"`
-	CPUModel  string `json:"cpuModel"`
-	Cores     int    `json:"cores"`
-	MemoryGiB int64  `json:"memoryGiB"`
+	Arch string `json:"arch"`
+	// SMBIOSArch is the architecture the firmware's SMBIOS tables state
+	// (hardware.smbiosArch, a GOARCH name), which the guard weighs
+	// against Arch (state.Hardware.MachineArch, ArchConflict).
+	SMBIOSArch string `json:"smbiosArch"`
+	CPUModel   string `json:"cpuModel"`
+	Cores      int    `json:"cores"`
+	MemoryGiB  int64  `json:"memoryGiB"`
 	// Labels are the derived labels (status/servers/NAME.yaml
 	// hardware.labels), turned back into the facts they come from.
 	Labels map[string]string `json:"labels"`
@@ -182,7 +186,7 @@ func parseStatusServer(data []byte, now time.Time) (state.Server, error) {
 		if h.Cores < 0 || h.MemoryGiB < 0 || h.MemoryGiB > 1<<32 {
 			return state.Server{}, fmt.Errorf("server %s: hardware sizes out of range", ss.Name)
 		}
-		hw := &state.Hardware{Cores: h.Cores, MemoryBytes: h.MemoryGiB << 30, Vendor: h.Vendor, Product: h.Model, Serial: h.Serial, Arch: h.Arch}
+		hw := &state.Hardware{Cores: h.Cores, MemoryBytes: h.MemoryGiB << 30, Vendor: h.Vendor, Product: h.Model, Serial: h.Serial, Arch: h.Arch, SMBIOSArch: h.SMBIOSArch}
 		for _, d := range h.Disks {
 			if d.SizeGiB < 0 || d.SizeGiB > 1<<32 {
 				return state.Server{}, fmt.Errorf("server %s: disk %s size out of range", ss.Name, d.Name)

@@ -198,7 +198,8 @@ func readCPU(root string) (v1.CPU, error) {
 
 // cpuExtras adds what cpuinfo's entries do not say directly: the
 // virtualization extension (vmx, svm) from the flags, the architecture
-// (proc/sys/kernel/arch) and the online CPUs (sys/devices/system/cpu/online).
+// (proc/sys/kernel/arch), the architecture SMBIOS states (readSMBIOSArch)
+// and the online CPUs (sys/devices/system/cpu/online).
 func cpuExtras(root string, c *v1.CPU) {
 	for _, fl := range c.Flags {
 		if fl == "vmx" || fl == "svm" {
@@ -208,6 +209,7 @@ func cpuExtras(root string, c *v1.CPU) {
 	if m := readTrim(filepath.Join(root, "proc/sys/kernel/arch")); m != "" || filepath.Clean(root) == "/" {
 		c.Arch = goArch(m)
 	}
+	c.SMBIOSArch = readSMBIOSArch(root)
 	if s := readTrim(filepath.Join(root, "sys/devices/system/cpu/online")); s != "" {
 		if n, err := countCPUList(s); err == nil {
 			c.Online = n
@@ -279,7 +281,7 @@ func readMemory(root string) (v1.Memory, error) {
 	return m, nil
 }
 
-// Errors from ParseDMIMemoryDevice.
+// Errors from ParseDMIMemoryDevice (both) and ParseSMBIOSArch (ErrDMITruncated).
 var (
 	// ErrDMITruncated: the structure is shorter than its header claims.
 	ErrDMITruncated = errors.New("dmi: truncated structure")

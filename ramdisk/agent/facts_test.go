@@ -64,6 +64,9 @@ func TestCollectFactsSemantics(t *testing.T) {
 	if c := sm.CPU; c.Sockets != 1 || c.Cores != 6 || c.Threads != 12 || c.Online != 12 || c.Virtualization != "vmx" {
 		t.Errorf("supermicro CPU = %+v, want 1 socket, 6 cores, 12 threads, 12 online, vmx", c)
 	}
+	if sm.CPU.SMBIOSArch != "amd64" { // type 4-0: Processor Family B3h, Intel Xeon
+		t.Errorf("supermicro SMBIOSArch = %q, want amd64 (type 4 family Xeon)", sm.CPU.SMBIOSArch)
+	}
 	if sm.Memory.TotalBytes != 32617788*1024 {
 		t.Errorf("MemTotal = %d", sm.Memory.TotalBytes)
 	}
@@ -122,8 +125,8 @@ func TestCollectFactsSemantics(t *testing.T) {
 	if c := amd.CPU; c.Sockets != 2 || c.Cores != 8 || c.Threads != 16 || c.Virtualization != "svm" {
 		t.Errorf("amd CPU = %+v, want 2 sockets, 8 cores, 16 threads, svm", c)
 	}
-	if amd.DMI != (v1.DMI{}) || len(amd.Memory.DIMMs) != 0 {
-		t.Errorf("no-DMI machine reported DMI %+v DIMMs %v", amd.DMI, amd.Memory.DIMMs)
+	if amd.DMI != (v1.DMI{}) || len(amd.Memory.DIMMs) != 0 || amd.CPU.SMBIOSArch != "" {
+		t.Errorf("no-DMI machine reported DMI %+v DIMMs %v SMBIOSArch %q", amd.DMI, amd.Memory.DIMMs, amd.CPU.SMBIOSArch)
 	}
 	if amd.Disks[0].Name != "nvme0n1" || amd.Disks[1].ByPath != "pci-0000:03:00.0-scsi-0:2:0:0" || amd.NICs[0].SpeedMbps != 25000 {
 		t.Errorf("amd disks/NICs = %+v %+v", amd.Disks, amd.NICs)
@@ -136,7 +139,7 @@ func TestCollectFactsSemantics(t *testing.T) {
 	if len(q.Disks) != 1 || q.Disks[0].ByPath != "pci-0000:00:04.0" || q.Disks[0].Serial != "machina-vm0" || q.Disks[0].Transport != "virtio" {
 		t.Errorf("qemu disks = %+v, want only vda (sr0 skipped)", q.Disks)
 	}
-	if q.CPU.Virtualization != "" || q.CPU.Threads != 2 || q.CPU.Sockets != 2 {
+	if q.CPU.Virtualization != "" || q.CPU.Threads != 2 || q.CPU.Sockets != 2 || q.CPU.SMBIOSArch != "" { // QEMU's family is 01h Other
 		t.Errorf("qemu CPU = %+v", q.CPU)
 	}
 }

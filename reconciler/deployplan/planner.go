@@ -82,8 +82,14 @@ func (p *Planner) DeployPlan(ctx context.Context, srv state.Server) (v1.Plan, er
 	// The plan's arch guard keeps such a deploy from being planned; this
 	// refuses it at the last step too (an image changed under a deploying
 	// server): a foreign-architecture image would write and then not boot.
-	if im := inv.Image(image); im != nil && srv.Hardware != nil && srv.Hardware.Arch != "" && im.Arch != srv.Hardware.Arch {
-		return v1.Plan{}, fmt.Errorf("image %s is %s; server %s reported %s: refusing to write it", image, im.Arch, srv.Name, srv.Hardware.Arch)
+	// The server's arch is the report's machine arch (the SMBIOS one under
+	// a 32-bit kernel of its family); a kernel and firmware that conflict
+	// refuse any image.
+	if srv.Hardware.ArchConflict() {
+		return v1.Plan{}, fmt.Errorf("server %s: kernel reported arch %s, SMBIOS firmware states %s: refusing to write an image", srv.Name, srv.Hardware.Arch, srv.Hardware.SMBIOSArch)
+	}
+	if im := inv.Image(image); im != nil && srv.Hardware.MachineArch() != "" && im.Arch != srv.Hardware.MachineArch() {
+		return v1.Plan{}, fmt.Errorf("image %s is %s; server %s reported %s: refusing to write it", image, im.Arch, srv.Name, srv.Hardware.MachineArch())
 	}
 	rec, err := p.Images.Lookup(image)
 	if err != nil {

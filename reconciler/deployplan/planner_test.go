@@ -139,4 +139,20 @@ func TestDeployPlanDiskRule(t *testing.T) {
 			t.Errorf("DeployPlan on a %q server = %v", arch, err)
 		}
 	}
+	// With the SMBIOS arch: a 386 kernel on amd64 firmware takes the amd64
+	// image, a 386 kernel alone does not, and a kernel/firmware conflict
+	// refuses even an image of the kernel's arch.
+	for _, c := range []struct {
+		kernel, smbios, wantErr string
+	}{
+		{"386", "amd64", ""},
+		{"386", "", "image ubuntu-24.04 is amd64; server r1-n01 reported 386: refusing to write it"},
+		{"amd64", "arm64", "server r1-n01: kernel reported arch amd64, SMBIOS firmware states arm64: refusing to write an image"},
+	} {
+		srv.Hardware = &state.Hardware{Arch: c.kernel, SMBIOSArch: c.smbios}
+		_, err := p.DeployPlan(context.Background(), srv)
+		if c.wantErr == "" && err != nil || c.wantErr != "" && (err == nil || !strings.Contains(err.Error(), c.wantErr)) {
+			t.Errorf("DeployPlan on kernel %q, SMBIOS %q = %v, want %q", c.kernel, c.smbios, err, c.wantErr)
+		}
+	}
 }

@@ -8,15 +8,25 @@ import (
 )
 
 // ServerArch returns a server's architecture (GOARCH names) and where it
-// comes from: "reported" (its commissioning report, state.Hardware.Arch),
-// "stated" (servers.yaml arch) or "assumed" (a report from an agent that
-// predates the arch fact: every such agent was an amd64 build, the only
-// ramdisk there was). It returns "" and "" for a server that was never
-// commissioned and states nothing. obs may be nil.
+// comes from: "reported" (its commissioning report: the kernel's arch,
+// state.Hardware.Arch, or the firmware's SMBIOS arch when the kernel is
+// the 32-bit member of its family, state.Hardware.MachineArch), "stated"
+// (servers.yaml arch) or "assumed" (a report from an agent that predates
+// the arch fact: every such agent was an amd64 build, the only ramdisk
+// there was). It returns "" and "" for a server that was never
+// commissioned and states nothing. obs may be nil. It does not allocate.
 func ServerArch(ws *inventory.Server, obs *state.Server) (arch, source string) {
+	var reported string
+	if obs != nil {
+		reported = obs.Hardware.MachineArch()
+	}
 	switch {
-	case obs != nil && obs.Hardware != nil && obs.Hardware.Arch != "":
-		return obs.Hardware.Arch, "reported by commissioning"
+	case reported != "" && obs.Hardware.Arch == "":
+		return reported, "stated by SMBIOS; the report names no kernel arch"
+	case reported != "" && reported != obs.Hardware.Arch:
+		return reported, "stated by SMBIOS, under a 32-bit commissioning kernel"
+	case reported != "":
+		return reported, "reported by commissioning"
 	case ws != nil && ws.Arch != "":
 		return ws.Arch, "stated in servers.yaml"
 	case obs != nil && obs.Hardware != nil:
@@ -47,9 +57,29 @@ func archFits(want *inventory.Inventory, profile string, ws *inventory.Server, o
 	return ia == "" || sa == "" || ia == sa
 }
 
-// archConditions guards allocation and deploy: a server whose stated and
-// reported architectures differ gets ArchMismatch/StatedArchDiffers and no
-// allocate or deploy step (which of the two is wrong needs a human); a
+// archBlocked reports whether a server's architecture is in doubt, so it
+// is neither allocated nor deployed: its commissioning kernel and its
+// SMBIOS tables name different machines (state.Hardware.ArchConflict: not
+// a 32-bit kernel on its 64-bit family, which is no conflict), or
+// servers.yaml states another arch than the report's
+// (state.Hardware.MachineArch). obs may be nil. It does not allocate.
+func archBlocked(ws *inventory.Server, obs *state.Server) bool {
+	if obs == nil {
+		return false
+	}
+	if obs.Hardware.ArchConflict() {
+		return true
+	}
+	reported := obs.Hardware.MachineArch()
+	return ws.Arch != "" && reported != "" && ws.Arch != reported
+}
+
+// archConditions guards allocation and deploy (archBlocked): a server
+// whose kernel-reported and SMBIOS architectures conflict gets
+// ArchMismatch/FirmwareArchDiffers, one whose stated and reported
+// architectures differ ArchMismatch/StatedArchDiffers (the firmware
+// condition wins when both hold: one ArchMismatch per server), and either
+// gets no allocate or deploy step (which value is wrong needs a human); a
 // server planned to allocate or deploy a profile whose image is of another
 // architecture gets ArchMismatch/ImageArchitecture and those steps are
 // dropped. It returns the conditions and the steps kept. It runs for
@@ -58,14 +88,18 @@ func archFits(want *inventory.Inventory, profile string, ws *inventory.Server, o
 // condition: BenchmarkPlan10k).
 func archConditions(want *inventory.Inventory, ws *inventory.Server, obs *state.Server, steps []Step) ([]Condition, []Step) {
 	var conds []Condition
-	stated, reported := ws.Arch, ""
-	if obs != nil && obs.Hardware != nil {
-		reported = obs.Hardware.Arch
+	var hw *state.Hardware
+	if obs != nil {
+		hw = obs.Hardware
 	}
-	mismatch := stated != "" && reported != "" && stated != reported
-	if mismatch {
+	mismatch := archBlocked(ws, obs)
+	switch {
+	case hw.ArchConflict():
+		conds = append(conds, Condition{Subject: "server/" + ws.Name, Type: "ArchMismatch", Reason: "FirmwareArchDiffers",
+			Message: fmt.Sprintf("commissioning kernel reported arch %s, SMBIOS firmware states %s: not allocated or deployed until a recommission reports one architecture", hw.Arch, hw.SMBIOSArch)})
+	case mismatch:
 		conds = append(conds, Condition{Subject: "server/" + ws.Name, Type: "ArchMismatch", Reason: "StatedArchDiffers",
-			Message: fmt.Sprintf("servers.yaml states arch %s, commissioning reported %s: not allocated or deployed until servers.yaml says what the machine is", stated, reported)})
+			Message: fmt.Sprintf("servers.yaml states arch %s, commissioning reported %s: not allocated or deployed until servers.yaml says what the machine is", ws.Arch, hw.MachineArch())})
 	}
 	kept := steps[:0:0]
 	refused := map[string]bool{}

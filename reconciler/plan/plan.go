@@ -712,8 +712,8 @@ func Candidates(p inventory.Profile, want *inventory.Inventory, have state.Snaps
 		if p.Selector != nil && !p.Selector.Matches(ServerLabels(&ws, &obs)) {
 			continue // the profile's selector does not match its labels
 		}
-		if !archFits(want, p.Name, &ws, &obs) || ws.Arch != "" && obs.Hardware.Arch != "" && ws.Arch != obs.Hardware.Arch {
-			continue // another architecture than the image's, or stated and reported differ
+		if !archFits(want, p.Name, &ws, &obs) || archBlocked(&ws, &obs) {
+			continue // another architecture than the image's, or the arch is in doubt (stated, kernel, SMBIOS)
 		}
 		if ws.Actions.Commission > obs.Actions["commission"] {
 			continue // about to be recommissioned

@@ -43,6 +43,22 @@ def empty_slot(handle, locator):
     body += struct.pack("<BBBBBH", 0x09, 0, 3, 0, 0x02, 0x0000) + struct.pack("<H", 0) + bytes([0, 0, 0, 0, 0]) + bytes(4) + bytes(8)
     return body + locator.encode() + b"\0\0"
 
+def processor(handle, socket, manuf, version, family, family2=0, status=0x41, cores=1, threads=1):
+    """SMBIOS type 4 Processor Information (DSP0134 3.x 7.5), SMBIOS 3.0 layout (length 30h).
+    status 0x41: bit 6 CPU Socket Populated, bits 2:0 = 1 CPU Enabled."""
+    body = struct.pack("<BBH", 4, 0x30, handle)
+    body += bytes([1, 0x03, family, 2])           # socket string, Central Processor, Processor Family, manufacturer string
+    body += bytes(8)                              # Processor ID (CPUID signature and feature flags, not read)
+    body += bytes([3, 0x80 | 12])                 # version string, voltage (1.2 V)
+    body += struct.pack("<HHH", 100, 4800, 3400)  # external clock, max speed, current speed (MHz)
+    body += bytes([status, 0x01])                 # status, upgrade (Other)
+    body += struct.pack("<HHH", 0xFFFF, 0xFFFF, 0xFFFF)  # L1, L2, L3 cache handles
+    body += bytes([0, 0, 0, cores, cores, threads])      # serial, asset tag, part number strings; core/enabled/thread counts
+    body += struct.pack("<HH", 0x00FC, family2)   # characteristics (64-bit capable, multi-core...), Processor Family 2
+    body += struct.pack("<HHH", cores, cores, threads)   # Core Count 2, Core Enabled 2, Thread Count 2
+    assert len(body) == 0x30, len(body)
+    return body + b"\0".join(x.encode() for x in [socket, manuf, version]) + b"\0\0"
+
 class Tree:
     def __init__(self, header):
         self.parts = [header]
@@ -113,6 +129,7 @@ t.hex("sys/firmware/dmi/entries/17-0/raw", dimm(0x41, "DIMMA1", 16384, 0x1A, 266
 t.hex("sys/firmware/dmi/entries/17-1/raw", empty_slot(0x42, "DIMMA2"))
 t.hex("sys/firmware/dmi/entries/17-2/raw", dimm(0x43, "DIMMB1", 16384, 0x1A, 2666, "Samsung", "41A2B3C5", "M391A2K43DB1-CTD"))
 t.hex("sys/firmware/dmi/entries/17-3/raw", empty_slot(0x44, "DIMMB2"))
+t.hex("sys/firmware/dmi/entries/4-0/raw", processor(0x4B, "CPU", "Intel(R) Corporation", "Intel(R) Xeon(R) E-2236 CPU @ 3.40GHz", 0xB3, 0xB3, cores=6, threads=12))
 dmi(t, sys_vendor="Supermicro", product_name="SYS-5019C-M", product_serial="S123456X9A01234",
     product_uuid="00000000-0000-0000-0000-3CECEF123456", board_vendor="Supermicro", board_name="X11SCM-F",
     board_serial="ZM19AS012345", bios_vendor="American Megatrends Inc.", bios_version="1.4", bios_date="10/08/2020")
@@ -165,6 +182,9 @@ ci = ci + ci.replace("processor\t: 0", "processor\t: 1").replace("physical id\t:
 t.f("proc/cpuinfo", ci)
 t.f("sys/devices/system/cpu/online", "0-1")
 t.f("proc/meminfo", "MemTotal:        1002148 kB\n")
+# QEMU's type 4 per vCPU socket: Processor Family 01h "Other" (its default), which names no arch.
+t.hex("sys/firmware/dmi/entries/4-0/raw", processor(0x400, "CPU 0", "QEMU", "pc-q35-7.2", 0x01, 0x01))
+t.hex("sys/firmware/dmi/entries/4-1/raw", processor(0x401, "CPU 1", "QEMU", "pc-q35-7.2", 0x01, 0x01))
 dmi(t, sys_vendor="QEMU", product_name="Standard PC (Q35 + ICH9, 2009)", product_serial="", product_uuid="6A1F0E3C-1111-4222-8333-444455556666",
     board_vendor="", board_name="", bios_vendor="SeaBIOS", bios_version="1.16.2-debian-1.16.2-1", bios_date="04/01/2014")
 p = "sys/devices/pci0000:00/0000:00:04.0/virtio1"
