@@ -84,9 +84,9 @@ type proxy struct {
 	// responses to drop (the BMC acted; its answer is lost on the way).
 	dropControl map[uint8]int
 	ctlSeq      map[uint8]uint8 // rqSeq → Chassis Control value, for dropControl
-	pending       map[uint8]uint8 // rqSeq → completion code to put in its response
-	requests      []ipmiMsg
-	client        *net.UDPAddr
+	pending     map[uint8]uint8 // rqSeq → completion code to put in its response
+	requests    []ipmiMsg
+	client      *net.UDPAddr
 
 	// openSessionAlgs records the authentication algorithm of every RMCP+
 	// Open Session Request (01h = RAKP-HMAC-SHA1, suite 3; 03h =

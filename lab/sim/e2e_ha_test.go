@@ -206,6 +206,36 @@ func (n *haNode) stop() {
 	}
 }
 
+// untilCleanup is t.Output() until the test's cleanups have run, then a
+// sink: a deposed controller's components may outlive its Run (it leaves
+// them one TTL after its term ended) and log after the test returned,
+// which the testing package turns into a panic ("Write called after
+// TestHATwoControllersFailover has completed", seen with -count=4).
+// Registered before anything else, its cleanup runs last.
+func untilCleanup(t *testing.T) io.Writer {
+	w := &cleanupWriter{w: t.Output()}
+	t.Cleanup(func() {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		w.w = nil
+	})
+	return w
+}
+
+type cleanupWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (c *cleanupWriter) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.w == nil {
+		return len(p), nil
+	}
+	return c.w.Write(p)
+}
+
 func waitUntil(t *testing.T, what string, d time.Duration, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(d)
@@ -252,7 +282,7 @@ func call(t *testing.T, method, url, token string, body any) (int, []byte) {
 func TestHATwoControllersFailover(t *testing.T) {
 	cl := etcdtest.Start(t, etcdtest.Options{Members: 3})
 	dir := t.TempDir()
-	log := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelInfo}))
+	log := slog.New(slog.NewTextHandler(untilCleanup(t), &slog.HandlerOptions{Level: slog.LevelInfo}))
 	labCtx, labCancel := context.WithCancel(context.Background())
 	lab, err := sim.Start(labCtx, sim.Config{Dir: filepath.Join(dir, "lab"), RedfishOnly: true, Logger: log.With("lab", "sim")})
 	if err != nil {
@@ -329,6 +359,10 @@ func TestHATwoControllersFailover(t *testing.T) {
 	vip.move(t, b.addr())
 	select {
 	case err := <-a.done:
+		// Run has returned; what it left running (the controller leaves
+		// components still stopping one TTL after the term) sees its
+		// context end now.
+		a.cancel()
 		a.cancel = nil
 		// Which side notices first (its own renewal deadline, or the
 		// client's keepalive ending the session) is a race: both say the
