@@ -147,7 +147,6 @@ func Render(p ScriptParams) ([]byte, error) {
 		return renderInstaller(p)
 	}
 	ramdisk, efi := mode != "", p.Platform == PlatformEFI
-	var initrdName, cmdline string
 	if ramdisk {
 		for _, u := range []string{p.Controller, p.KernelURL, p.InitrdURL} {
 			if err := checkURL(u); err != nil {
@@ -157,37 +156,40 @@ func Render(p ScriptParams) ([]byte, error) {
 		if !safeArg(p.Token) || p.Token == "" || strings.Contains(p.Token, " ") {
 			return nil, fmt.Errorf("render ipxe script: token missing or unsafe")
 		}
-		initrdName = path.Base(strings.SplitN(p.InitrdURL, "?", 2)[0])
-		var args []string
-		if p.KernelArgs != "" {
-			args = append(args, p.KernelArgs)
-		}
-		args = append(args, "machina.url="+p.Controller, "machina.mac="+p.MAC, "machina.mode="+mode, "machina.token="+p.Token)
-		cmdline = strings.Join(args, " ")
 	}
-	// Written out rather than through text/template: a boot storm renders
-	// a script per machine, and the template's reflection was most of the
-	// handler's cost. Every field was validated above; the goldens in
-	// testdata/ pin the bytes.
-	var b strings.Builder
-	b.Grow(256 + len(cmdline) + len(p.KernelURL) + len(p.InitrdURL))
-	b.WriteString("#!ipxe\necho Machina: ")
-	b.WriteString(p.MAC)
+	// Written out rather than through text/template, and appended into one
+	// buffer sized up front (one allocation): a boot storm renders a script
+	// per machine, the template's reflection was most of the handler's
+	// cost, and the string concatenations after it about a third of
+	// Render's (BenchmarkScript, issue 24). Every field was validated
+	// above; the goldens in testdata/ pin the bytes.
+	b := make([]byte, 0, 320+len(p.MAC)+len(p.Name)+len(p.KernelArgs)+len(p.Controller)+2*len(p.KernelURL)+2*len(p.InitrdURL)+len(p.Token))
+	b = append(b, "#!ipxe\necho Machina: "...)
+	b = append(b, p.MAC...)
 	if p.Name != "" {
-		b.WriteString(" (" + p.Name + ")")
+		b = append(append(append(b, " ("...), p.Name...), ')')
 	}
-	b.WriteString(" lifecycle=" + string(p.Lifecycle) + " platform=" + string(p.Platform))
+	b = append(append(append(append(b, " lifecycle="...), p.Lifecycle...), " platform="...), p.Platform...)
 	switch {
 	case ramdisk:
-		b.WriteString("\nkernel " + p.KernelURL)
+		b = append(append(b, "\nkernel "...), p.KernelURL...)
 		if efi {
-			b.WriteString(" initrd=" + initrdName)
+			initrd, _, _ := strings.Cut(p.InitrdURL, "?")
+			b = append(append(b, " initrd="...), path.Base(initrd)...)
 		}
-		b.WriteString(" " + cmdline + "\ninitrd " + p.InitrdURL + "\nboot\n")
+		b = append(b, ' ')
+		if p.KernelArgs != "" {
+			b = append(append(b, p.KernelArgs...), ' ')
+		}
+		b = append(append(b, "machina.url="...), p.Controller...)
+		b = append(append(b, " machina.mac="...), p.MAC...)
+		b = append(append(b, " machina.mode="...), mode...)
+		b = append(append(b, " machina.token="...), p.Token...)
+		b = append(append(append(b, "\ninitrd "...), p.InitrdURL...), "\nboot\n"...)
 	case efi:
-		b.WriteString("\necho Machina: booting from local disk (exit to firmware)\nexit\n")
+		b = append(b, "\necho Machina: booting from local disk (exit to firmware)\nexit\n"...)
 	default:
-		b.WriteString("\necho Machina: booting from local disk\nsanboot --drive 0x80\n")
+		b = append(b, "\necho Machina: booting from local disk\nsanboot --drive 0x80\n"...)
 	}
-	return []byte(b.String()), nil
+	return b, nil
 }
