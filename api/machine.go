@@ -448,8 +448,9 @@ func (m *Machine) report(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			return state.Answer{}, conflictFrom(err, "server is not commissioning")
 		}
-		// The agent powers off after its report.
-		if _, err := tx.SetPower(t.Server, state.PowerOff, state.PowerSourceCommand); err != nil {
+		// The agent powers off after its report; the plan confirms it
+		// through the BMC (state.PowerSourceAgent).
+		if _, err := tx.SetPower(t.Server, state.PowerOff, state.PowerSourceAgent); err != nil {
 			return state.Answer{}, err
 		}
 		m.log.Info("commissioning report", "machine", t.Server, "lifecycle", ack.Lifecycle, "reason", ack.Reason)
@@ -861,8 +862,9 @@ func (m *Machine) wiped(w http.ResponseWriter, r *http.Request) {
 		if err := tx.AppendEvent(state.Event{Server: t.Server, Kind: kind, Message: reason}); err != nil {
 			return state.Answer{}, err
 		}
-		// The agent powers off after the wipe.
-		if _, err := tx.SetPower(t.Server, state.PowerOff, state.PowerSourceCommand); err != nil {
+		// The agent powers off after the wipe; the plan confirms it
+		// through the BMC (state.PowerSourceAgent).
+		if _, err := tx.SetPower(t.Server, state.PowerOff, state.PowerSourceAgent); err != nil {
 			return state.Answer{}, err
 		}
 		m.log.Info("wipe outcome", "machine", t.Server, "ok", res.OK, "reason", reason)

@@ -55,6 +55,7 @@ var handlers = map[plan.Action]handler{
 	plan.ActPowerOn:        (*Controller).powerOn,
 	plan.ActPowerOff:       (*Controller).powerOff,
 	plan.ActPowerCycle:     (*Controller).powerCycle,
+	plan.ActConfirmOff:     (*Controller).confirmOff,
 }
 
 // run performs one step: it looks the action's row and handler up first

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
+
 	"github.com/machina-metal/machina/bmc"
 	"github.com/machina-metal/machina/inventory"
 	"github.com/machina-metal/machina/reconciler/plan"
@@ -21,6 +23,7 @@ type fakeMachine struct {
 	mu    sync.Mutex
 	calls []string
 	err   error
+	power bmc.PowerState // what PowerState reads
 }
 
 func (m *fakeMachine) record(v string) error {
@@ -36,6 +39,9 @@ func (m *fakeMachine) Power(_ context.Context, a bmc.PowerAction) error {
 	return m.record("power-" + strings.ToLower(string(a)))
 }
 func (m *fakeMachine) Restart(ctx context.Context, a bmc.PowerAction) error { return m.Power(ctx, a) }
+func (m *fakeMachine) PowerState(context.Context) (bmc.PowerState, error) {
+	return m.power, m.record("power-state")
+}
 
 func (m *fakeMachine) got() []string {
 	m.mu.Lock()
@@ -345,5 +351,61 @@ func powerIs(p state.Power) func(*testing.T, state.Server, *state.Store) {
 		if s.Power.State != p {
 			t.Errorf("power %s, want %s", s.Power.State, p)
 		}
+	}
+}
+
+// TestConfirmOff: the confirm-off step reads the power from the BMC; a
+// machine the ramdisk said it powers off but that is still on (its kernel
+// hung on the way down, as a VM lab guest did) is powered off with a
+// power.forced_off event; one that is off only gets its power recorded
+// as read from the BMC; a server whose power moved on since the plan
+// (no longer the agent's word) is left alone.
+func TestConfirmOff(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		source    state.PowerSource
+		bmcReads  bmc.PowerState
+		wantCalls []string
+		wantEvent bool
+	}{
+		{"hung on", state.PowerSourceAgent, bmc.PowerOn, []string{"power-state", "power-off"}, true},
+		{"off", state.PowerSourceAgent, bmc.PowerOff, []string{"power-state"}, false},
+		{"moved on", state.PowerSourceCommand, bmc.PowerOn, nil, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st := openEnrolStore(t)
+			serverAt(t, st, "s1", state.LifecycleReady, nil)
+			if _, err := st.SetPower("s1", state.PowerOff, tc.source); err != nil {
+				t.Fatal(err)
+			}
+			c, err := New(Config{Store: st, Drivers: &countingDrivers{d: &recordingDriver{}}, Logger: testLogger(t)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			m := &fakeMachine{power: tc.bmcReads}
+			obs, _ := st.Server("s1")
+			x := &stepCtx{step: plan.Step{Server: "s1", Action: plan.ActConfirmOff}, obs: obs, m: m, log: testLogger(t)}
+			if err := c.confirmOff(context.Background(), x); err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tc.wantCalls, m.got()); diff != "" {
+				t.Errorf("machine calls (-want +got):\n%s", diff)
+			}
+			s, _ := st.Server("s1")
+			if tc.source == state.PowerSourceAgent && (s.Power.State != state.PowerOff || s.Power.Source != state.PowerSourceBMC) {
+				t.Errorf("power after confirm-off = %+v, want off read from the BMC", s.Power)
+			}
+			evs, err := st.Events(state.EventQuery{Server: "s1"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			forced := false
+			for _, e := range evs {
+				forced = forced || e.Kind == "power.forced_off"
+			}
+			if forced != tc.wantEvent {
+				t.Errorf("power.forced_off event %v, want %v", forced, tc.wantEvent)
+			}
+		})
 	}
 }

@@ -34,6 +34,8 @@ type Machine interface {
 	// written ahead on the entry, and read back from the BMC first when
 	// the entry is resumed after a crash or a failover.
 	Restart(ctx context.Context, a bmc.PowerAction) error
+	// PowerState reads the power state from the BMC.
+	PowerState(ctx context.Context) (bmc.PowerState, error)
 }
 
 // bmcMachine is the Machine of one server over its BMC driver. It records
@@ -343,6 +345,11 @@ func (m *bmcMachine) BootDisk(ctx context.Context) error {
 // BMCFacts.ResetUnverified, shown in status) and not as verified; the
 // step goes on, and the phase deadline catches a machine that never
 // restarted.
+// PowerState implements Machine.
+func (m *bmcMachine) PowerState(ctx context.Context) (bmc.PowerState, error) {
+	return m.drv.PowerState(ctx)
+}
+
 func (m *bmcMachine) Power(ctx context.Context, a bmc.PowerAction) error {
 	st, drv, obs, log := m.st, m.drv, m.obs, m.log
 	restart := a == bmc.PowerActionReset || a == bmc.PowerActionCycle

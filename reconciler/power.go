@@ -2,6 +2,7 @@ package reconciler
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/machina-metal/machina/bmc"
 	"github.com/machina-metal/machina/state"
@@ -40,4 +41,34 @@ func (c *Controller) powerStep(ctx context.Context, x *stepCtx, a bmc.PowerActio
 	_, _ = c.cfg.Store.SetPower(x.step.Server, p, state.PowerSourceCommand)
 	x.log.Info("power", "action", string(a))
 	return nil
+}
+
+// confirmOff checks through the BMC that a machine the ramdisk said it
+// powers off is off (plan.ActConfirmOff), and powers it off when it is
+// not: a guest or a real kernel can hang after the agent's final
+// poweroff (the VM lab saw a soft lockup in virtio_net), and the server
+// would stay on while the store said off. Either way the power is then
+// recorded as read from the BMC, which ends the step.
+func (c *Controller) confirmOff(ctx context.Context, x *stepCtx) error {
+	// The power may have moved on since the plan (a netboot, a BMC sweep):
+	// then there is nothing to confirm.
+	if cur, err := c.cfg.Store.Server(x.step.Server); err != nil {
+		return err
+	} else if cur.Power.Source != state.PowerSourceAgent {
+		return nil
+	}
+	ps, err := x.m.PowerState(ctx)
+	if err != nil {
+		return err
+	}
+	if ps != bmc.PowerOff {
+		msg := fmt.Sprintf("the ramdisk said it powers the machine off, the BMC reads %s: powering it off", ps)
+		x.log.Warn("machine did not power itself off", "power", string(ps))
+		_, _ = c.cfg.Store.AppendEvent(state.Event{Server: x.step.Server, Kind: "power.forced_off", Actor: state.ActorController, Message: msg})
+		if err := x.m.Power(ctx, bmc.PowerActionOff); err != nil {
+			return err
+		}
+	}
+	_, err = c.cfg.Store.SetPower(x.step.Server, state.PowerOff, state.PowerSourceBMC)
+	return err
 }

@@ -103,6 +103,13 @@ type PowerSource string
 const (
 	PowerSourceBMC     PowerSource = "bmc"     // read from the BMC
 	PowerSourceCommand PowerSource = "command" // the last command Machina sent
+	// PowerSourceAgent: the ramdisk said it powers the machine off itself
+	// (after its commissioning report or release wipe). Not proven: a
+	// guest kernel can hang on the way down (seen in the VM lab: a soft
+	// lockup in virtio_net after "final action poweroff"), so the plan
+	// confirms it through the BMC after plan.Options.ConfirmOffAfter
+	// (plan.ActConfirmOff).
+	PowerSourceAgent PowerSource = "agent"
 )
 
 // PowerStatus is a power state with its source and observation time (UTC).

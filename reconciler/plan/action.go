@@ -25,6 +25,7 @@ const (
 	ActPowerCycle     Action = "power-cycle"     // actions.powerCycle counter
 	ActAdopt          Action = "adopt"           // an auto-enrolled server renamed in review: move its record to the servers.yaml name
 	ActRenetboot      Action = "renetboot"       // commissioning or deploying, machine silent: PXE boot override, reset (fresh tokens)
+	ActConfirmOff     Action = "confirm-off"     // the ramdisk said it powers off: after ConfirmOffAfter, off through the BMC (nothing sent when it is)
 )
 
 // BMCUse says how an action uses the server's BMC.
@@ -85,6 +86,7 @@ var actionInfo = map[Action]ActionInfo{
 	ActPowerOn:        {Order: 11, BMC: BMCRequired, PowersOn: true, Counter: "powerOn"},
 	ActPowerOff:       {Order: 12, BMC: BMCRequired, Disruptive: true, Counter: "powerOff"},
 	ActPowerCycle:     {Order: 13, BMC: BMCRequired, Disruptive: true, PowersOn: true, Counter: "powerCycle"},
+	ActConfirmOff:     {Order: 14, BMC: BMCRequired},
 }
 
 // Info returns a's row; false for an action this build does not know

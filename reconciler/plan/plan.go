@@ -140,6 +140,13 @@ type Options struct {
 	// doubling with each further failure up to WipeRetryCap; zero means
 	// 1 minute (cap: 1 hour).
 	WipeRetryBase, WipeRetryCap time.Duration
+	// ConfirmOffAfter is how long after the ramdisk said it powers the
+	// machine off itself (state.PowerSourceAgent: after its commissioning
+	// report or release wipe) the plan confirms it through the BMC
+	// (ActConfirmOff: nothing is sent when the BMC reads off); zero means
+	// 1 minute. The ramdisk powers off within seconds; a guest kernel that
+	// hangs on the way down stays on without it.
+	ConfirmOffAfter time.Duration
 	// BrakeShare is the share of the fleet (servers not retired) a revision
 	// may release or retire before it is held; zero means 0.2 (20%).
 	BrakeShare float64
@@ -169,6 +176,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.WipeRetryBase <= 0 {
 		o.WipeRetryBase = time.Minute
+	}
+	if o.ConfirmOffAfter <= 0 {
+		o.ConfirmOffAfter = time.Minute
 	}
 	if o.WipeRetryCap <= 0 {
 		o.WipeRetryCap = time.Hour
@@ -228,6 +238,7 @@ func Compute(want *inventory.Inventory, have state.Snapshot, opts Options) Resul
 		p.disruptive = dropServers(p.disruptive, p.conflicted)
 	}
 	res.Conditions = append(res.Conditions, imageChanged(want, have)...)
+	res.Steps = dropLoneSteps(res.Steps, ActConfirmOff)
 	p.applyBrake()
 	sortSteps(res.Steps)
 	sortSteps(res.Held)
@@ -451,7 +462,56 @@ func serverSteps(ws *inventory.Server, obs state.Server, opts Options) (steps, d
 	for _, s := range powerCounterSteps(ws, obs) {
 		add(s, false)
 	}
+	if len(steps) == 0 {
+		// Only on its own (also against the fleet's allocations:
+		// dropLoneSteps): any other step of the server boots or powers
+		// it anyway, and the next pass sees what that recorded.
+		if s, ok := confirmOffStep(obs, opts); ok {
+			add(s, false)
+		}
+	}
 	return steps, disruptive
+}
+
+// dropLoneSteps removes the steps of action a for servers that have any
+// other step in steps: a is planned only on its own (a confirm-off after
+// an allocation and a deploy in the same pass would power the deploying
+// machine off). It keeps the order of the rest.
+func dropLoneSteps(steps []Step, a Action) []Step {
+	other := map[string]bool{}
+	lone := false
+	for _, s := range steps {
+		if s.Action != a {
+			other[s.Server] = true
+		} else {
+			lone = true
+		}
+	}
+	if !lone {
+		return steps
+	}
+	out := steps[:0]
+	for _, s := range steps {
+		if s.Action != a || !other[s.Server] {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// confirmOffStep confirms through the BMC that a ready or failed server
+// the ramdisk said it powers off (state.PowerSourceAgent) is off, once
+// ConfirmOffAfter has passed since it said so.
+func confirmOffStep(obs state.Server, opts Options) (Step, bool) {
+	if obs.Power.Source != state.PowerSourceAgent || obs.Power.State != state.PowerOff ||
+		(obs.Lifecycle != state.LifecycleReady && obs.Lifecycle != state.LifecycleFailed) {
+		return Step{}, false
+	}
+	since := opts.Now.Sub(obs.Power.At)
+	if since < opts.ConfirmOffAfter {
+		return Step{}, false
+	}
+	return Step{Action: ActConfirmOff, Why: fmt.Sprintf("the ramdisk said it powers the machine off (%s ago): confirm through the BMC", since.Round(time.Second))}, true
 }
 
 // retireSteps plans a server whose want is retired, or that is retired

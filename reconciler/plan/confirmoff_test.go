@@ -1,0 +1,71 @@
+package plan
+
+import (
+	"testing"
+	"time"
+
+	"github.com/machina-metal/machina/state"
+)
+
+// TestPlanConfirmOff: a ready or failed server the ramdisk said it powers
+// off (state.PowerSourceAgent) gets a confirm-off step once
+// ConfirmOffAfter has passed, and none before, none for a power state
+// from a command or the BMC, none while it is commissioning, and none in a
+// pass that already has another step for it. Before, nothing checked:
+// a VM lab guest whose kernel hung after "final action poweroff" stayed on
+// while the store said off.
+func TestPlanConfirmOff(t *testing.T) {
+	inv := exampleInventory(t)
+	base := observe(inv, state.LifecycleReady, bigHW)
+	// A server the plan has nothing else for.
+	busy := map[string]bool{}
+	for _, st := range Compute(inv, base, Options{Now: planT0}).Steps {
+		busy[st.Server] = true
+	}
+	name := ""
+	for n := range base.Servers {
+		if !busy[n] {
+			name = n
+			break
+		}
+	}
+	if name == "" || len(busy) == 0 {
+		t.Fatalf("example inventory: no idle ready server and a busy one (busy %v)", busy)
+	}
+	var other string
+	for n := range busy {
+		other = n
+		break
+	}
+	for _, tc := range []struct {
+		name   string
+		server string
+		lc     state.Lifecycle
+		power  state.PowerStatus
+		want   bool
+	}{
+		{"agent off 2m ago", name, state.LifecycleReady, state.PowerStatus{State: state.PowerOff, Source: state.PowerSourceAgent, At: planT0.Add(-2 * time.Minute)}, true},
+		{"agent off 30s ago", name, state.LifecycleReady, state.PowerStatus{State: state.PowerOff, Source: state.PowerSourceAgent, At: planT0.Add(-30 * time.Second)}, false},
+		{"failed, agent off", name, state.LifecycleFailed, state.PowerStatus{State: state.PowerOff, Source: state.PowerSourceAgent, At: planT0.Add(-2 * time.Minute)}, true},
+		{"off by command", name, state.LifecycleReady, state.PowerStatus{State: state.PowerOff, Source: state.PowerSourceCommand, At: planT0.Add(-2 * time.Minute)}, false},
+		{"off read from the BMC", name, state.LifecycleReady, state.PowerStatus{State: state.PowerOff, Source: state.PowerSourceBMC, At: planT0.Add(-2 * time.Minute)}, false},
+		{"commissioning", name, state.LifecycleCommissioning, state.PowerStatus{State: state.PowerOff, Source: state.PowerSourceAgent, At: planT0.Add(-2 * time.Minute)}, false},
+		{"another step this pass", other, state.LifecycleReady, state.PowerStatus{State: state.PowerOff, Source: state.PowerSourceAgent, At: planT0.Add(-2 * time.Minute)}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			snap := observe(inv, state.LifecycleReady, bigHW)
+			s := snap.Servers[tc.server]
+			s.Lifecycle, s.LifecycleAt, s.Power = tc.lc, planT0.Add(-time.Minute), tc.power
+			snap.Servers[tc.server] = s
+			got := false
+			for _, st := range Compute(inv, snap, Options{Now: planT0}).Steps {
+				if st.Server == tc.server && st.Action == ActConfirmOff {
+					got = true
+				}
+			}
+			if got != tc.want {
+				t.Errorf("confirm-off step for %s: %v, want %v", tc.server, got, tc.want)
+			}
+		})
+	}
+}
