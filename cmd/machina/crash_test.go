@@ -45,9 +45,6 @@ func TestCrashConvergence(t *testing.T) {
 	peertest.Slow(t, "the crash test builds machina and runs 100 simulated servers")
 	t0 := time.Now()
 	dir := t.TempDir()
-	if d := os.Getenv("CRASHDIR"); d != "" {
-		dir = d
-	}
 	bin := filepath.Join(dir, "machina")
 	goBin, err := exec.LookPath("go")
 	if err != nil {
