@@ -206,8 +206,7 @@ func bearer(r *http.Request) string {
 func (m *Machine) refuse(w http.ResponseWriter, r *http.Request, err error) {
 	if storeUnavailable(err) {
 		m.log.Warn("machine request: store unavailable", "route", r.Pattern, "err", err)
-		w.Header().Set("Retry-After", "2")
-		writeError(w, http.StatusServiceUnavailable, v1.Error{Message: "not the leader, or the state store did not answer; retry", Code: "unavailable"})
+		unavailable(w)
 		return
 	}
 	// The route pattern, not the path: installer URLs carry their token
@@ -299,8 +298,7 @@ func (m *Machine) use(w http.ResponseWriter, r *http.Request, token string, purp
 		// (etcd) did not answer in time; the machine's retry reaches the
 		// new leader at the provisioning VIP.
 		m.log.Warn("machine request refused: not the leader", "route", r.Pattern)
-		w.Header().Set("Retry-After", "2")
-		writeError(w, http.StatusServiceUnavailable, v1.Error{Message: "not the leader, or the state store did not answer; retry", Code: "unavailable"})
+		unavailable(w)
 		return
 	case err != nil:
 		m.log.Error("machine request", "route", r.Pattern, "err", err)
@@ -334,9 +332,17 @@ func (m *Machine) readFailed(w http.ResponseWriter, r *http.Request, err error) 
 		return false
 	}
 	m.log.Warn("machine request: state store read failed", "route", r.Pattern, "err", err)
-	w.Header().Set("Retry-After", "2")
-	writeError(w, http.StatusServiceUnavailable, v1.Error{Message: "the state store did not answer; retry", Code: "unavailable"})
+	unavailable(w)
 	return true
+}
+
+// unavailable is the API's answer to a store that could not decide (this
+// controller is not the leader, or its store did not answer): 503 with
+// Retry-After, which the agent and machinactl retry (under HA the retry
+// reaches the new leader through the VIP or the admin API's forwarding).
+func unavailable(w http.ResponseWriter) {
+	w.Header().Set("Retry-After", "2")
+	writeError(w, http.StatusServiceUnavailable, v1.Error{Message: "not the leader, or the state store did not answer; retry", Code: v1.CodeUnavailable})
 }
 
 // storeUnavailable reports whether err says the store could not decide

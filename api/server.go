@@ -475,8 +475,7 @@ func badRequest(w http.ResponseWriter, format string, args ...any) {
 func (s *Server) internal(w http.ResponseWriter, r *http.Request, err error) {
 	if errors.Is(err, state.ErrNotLeader) || errors.Is(err, context.DeadlineExceeded) {
 		s.log.Warn("request refused: not the leader or store timed out", "err", err, "method", r.Method, "path", r.URL.Path)
-		w.Header().Set("Retry-After", "2")
-		writeError(w, http.StatusServiceUnavailable, v1.Error{Message: "not the leader, or the state store did not answer; retry", Code: v1.CodeUnavailable})
+		unavailable(w)
 		return
 	}
 	s.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "err", err)

@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/netip"
 	"strconv"
@@ -196,7 +195,7 @@ func (c *edk2Conn) next(last []byte) ([]byte, error) {
 			return nil, err
 		}
 		if try++; try > c.retries {
-			return nil, fmt.Errorf("%w: %d timeouts of %s in a row", io.ErrNoProgress, try, c.timeout)
+			return nil, fmt.Errorf("no packet after %d timeouts of %s in a row", try, c.timeout)
 		}
 		if _, err := c.conn.WriteToUDP(last, c.tid); err != nil {
 			return nil, err

@@ -185,17 +185,15 @@ func isRejected(err error) bool {
 // so they go out once, without retransmission or session re-run
 // (controlOnce); see lostControl for what a lost answer leads to.
 func (d *Driver) controlAndWait(ctx context.Context, ctl uint8, want bmc.PowerState, timeout time.Duration) error {
+	var err error
 	if ctl == ctlPowerCycle || ctl == ctlHardReset {
-		err := d.controlOnce(ctx, ctl)
-		if errors.Is(err, errAnswerLost) {
+		if err = d.controlOnce(ctx, ctl); errors.Is(err, errAnswerLost) {
 			return d.lostControl(ctx, ctl, want, timeout, err)
 		}
-		if err != nil {
-			return err
-		}
-		return d.waitPower(ctx, ctlNames[ctl], want, timeout)
+	} else {
+		err = d.chassisControl(ctx, ctl)
 	}
-	if err := d.chassisControl(ctx, ctl); err != nil {
+	if err != nil {
 		return err
 	}
 	return d.waitPower(ctx, ctlNames[ctl], want, timeout)

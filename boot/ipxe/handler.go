@@ -401,7 +401,7 @@ type scriptParamsQuery struct{ mac, platform, arch string }
 // holds it to url.ParseQuery.
 func scriptQuery(raw string) scriptParamsQuery {
 	var q scriptParamsQuery
-	var seenMAC, seenPlatform, seenArch bool
+	var seen [3]bool // mac, platform, arch
 	for raw != "" {
 		var pair string
 		pair, raw, _ = strings.Cut(raw, "&")
@@ -415,34 +415,27 @@ func scriptQuery(raw string) scriptParamsQuery {
 				continue
 			}
 		}
-		var dst *string
-		switch {
-		case k == "mac" && !seenMAC:
-			dst, seenMAC = &q.mac, true
-		case k == "platform" && !seenPlatform:
-			dst, seenPlatform = &q.platform, true
-		case k == "arch" && !seenArch:
-			dst, seenArch = &q.arch, true
+		i, dst := 0, &q.mac
+		switch k {
+		case "mac":
+		case "platform":
+			i, dst = 1, &q.platform
+		case "arch":
+			i, dst = 2, &q.arch
 		default:
 			continue
+		}
+		if seen[i] {
+			continue // Get returns the first value
 		}
 		if strings.ContainsAny(v, "%+") {
 			u, err := url.QueryUnescape(v)
 			if err != nil {
-				// url.ParseQuery skips the pair: the key stays unseen.
-				switch dst {
-				case &q.mac:
-					seenMAC = false
-				case &q.platform:
-					seenPlatform = false
-				case &q.arch:
-					seenArch = false
-				}
-				continue
+				continue // url.ParseQuery skips the pair: the key stays unseen
 			}
 			v = u
 		}
-		*dst = v
+		*dst, seen[i] = v, true
 	}
 	return q
 }

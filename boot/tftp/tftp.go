@@ -427,9 +427,10 @@ func (s *Server) handle(p []byte, from netip.AddrPort) *transfer {
 // end releases a finished transfer's limits and counts it; err nil means
 // the last block was acknowledged.
 func (s *Server) end(t *transfer, err error) {
+	var pe *peerError
+	fromPeer := errors.As(err, &pe)
 	if err != nil {
-		var pe *peerError
-		if !errors.As(err, &pe) {
+		if !fromPeer {
 			msg := "transfer failed"
 			if errors.Is(err, errTimeout) {
 				msg = "timeout"
@@ -441,7 +442,7 @@ func (s *Server) end(t *transfer, err error) {
 	t.close()
 	s.release(t.ip)
 	delete(s.peers, t.peer)
-	if pe := (*peerError)(nil); errors.As(err, &pe) && pe.code == codeBadOptions && t.negotiating {
+	if fromPeer && pe.code == codeBadOptions && t.negotiating {
 		s.probed.Add(1)
 		t.log.Debug("tftp size probe ended by the client", "tsize", t.size)
 		return

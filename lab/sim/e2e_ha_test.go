@@ -211,7 +211,8 @@ func (n *haNode) stop() {
 // them one TTL after its term ended) and log after the test returned,
 // which the testing package turns into a panic ("Write called after
 // TestHATwoControllersFailover has completed", seen with -count=4).
-// Registered before anything else, its cleanup runs last.
+// Registered before the lab and the controllers start, its cleanup runs
+// after theirs.
 func untilCleanup(t *testing.T) io.Writer {
 	w := &cleanupWriter{w: t.Output()}
 	t.Cleanup(func() {
