@@ -44,15 +44,17 @@
 # two runs of each file, sendfile, read, write, pwrite64, fdatasync; FILE.<tftp file>): to check
 # that the ramdisk goes out with sendfile. strace slows the server: take no figures from such a run.
 set -eu
-FILES="undionly.kpxe ipxe.efi"; RDN=1000
-while getopts f:r: opt; do
+FILES="undionly.kpxe ipxe.efi"; RDN=1000; ROUNDS=3
+while getopts f:r:n: opt; do
 	case $opt in
 	f) case $OPTARG in both) FILES="undionly.kpxe ipxe.efi" ;; *) FILES=$OPTARG ;; esac ;;
 	r) RDN=$OPTARG ;;
-	*) echo "usage: bootstorm.sh [-f undionly.kpxe|ipxe.efi|both] [-r RAMDISK_CLIENTS] [CLIENTS]" >&2; exit 2 ;;
+	n) ROUNDS=$OPTARG ;;
+	*) echo "usage: bootstorm.sh [-f undionly.kpxe|ipxe.efi|both] [-r RAMDISK_CLIENTS] [-n ROUNDS] [CLIENTS]" >&2; exit 2 ;;
 	esac
 done
 shift $((OPTIND - 1))
+case $ROUNDS in ''|*[!0-9]*|0) echo "bootstorm: -n $ROUNDS: want a number of rounds, 1 or more" >&2; exit 2 ;; esac
 N=${1:-1000}
 cd "$(dirname "$0")/.."
 [ "$(id -u)" = 0 ] || { echo "bootstorm: needs root (network namespaces)" >&2; exit 1; }
@@ -155,7 +157,7 @@ http {
 }
 CONF
 
-CPU=""; TABLES=""; first=1
+CPU=""; TABLES=""; ROUNDSETS=""; first=1
 for F in $FILES; do
 	RDM=""; RDP=""
 	if [ "$first" = 1 ] && [ "$RDN" -gt 0 ]; then
@@ -178,6 +180,14 @@ for F in $FILES; do
 			TP=$!; PIDS="$PIDS $TP"
 			sleep 1 # attached to every thread
 		fi
+		if [ "$ROUND" -gt 1 ]; then
+			storm "$1" "$F" "$3" -stepwise=true -server-pids "$MP" > "$W/$1-$F-step.$ROUND.json"
+			stop "$MP"
+			CPU="$CPU$(grep 'server CPU' "$W/m.err" | sed "s/^machina server CPU: \([0-9.]* s\) for both runs/$1 ($F, round $ROUND): server CPU: \1 for the stepwise run/")
+"
+			rm -f "$W/m.out"
+			return
+		fi
 		storm "$1" "$F" "$3" -stepwise=false > "$W/$1-$F.json"
 		# A new netboot of every server between the two storms (serve
 		# revokes the tokens the first storm took and prepares new ones,
@@ -189,6 +199,7 @@ for F in $FILES; do
 			until grep -q prepared "$W/m.out" 2>/dev/null; do sleep 0.1; done
 		fi
 		storm "$1" "$F" "$3" -stepwise=true -server-pids "$MP" > "$W/$1-$F-step.json"
+		cp "$W/$1-$F-step.json" "$W/$1-$F-step.1.json"
 		if [ -n "$TP" ]; then kill -INT "$TP" 2>/dev/null || true; wait "$TP" 2>/dev/null || true; fi
 		stop "$MP"
 		CPU="$CPU$(grep 'server CPU' "$W/m.err" | sed "s/^machina server CPU/$1 ($F): server CPU/")
@@ -197,55 +208,83 @@ $(grep 'script requests by source' "$W/m.err" | sed "s/^machina /$1 ($F): /")
 		rm -f "$W/m.out"
 	}
 	BB=${BOOTSTORM_BEFORE:-}; [ "$BB" = self ] && BB=$W/bootstorm
+	ROUND=1
 	[ -n "$BB" ] && machina before "$BB" "$RDM"
 	machina machina "$W/bootstorm" "$RDM" "$PROF"
 
 	# --- peers: dnsmasq (same pool, same files, same relay), static script server, nginx ---
-	rm -f "$W/dnsmasq.leases"
-	cat > "$W/dnsmasq.conf" <<CONF
-port=0
-no-resolv
-no-hosts
-interface=vs0
-bind-interfaces
-dhcp-range=10.66.1.0,10.66.7.250,255.255.248.0,1h
-dhcp-leasefile=$W/dnsmasq.leases
-dhcp-lease-max=10000
-no-ping
-dhcp-userclass=set:ipxe,iPXE
-dhcp-vendorclass=set:efi64,PXEClient:Arch:00007
-dhcp-boot=tag:ipxe,http://10.66.0.1:8080/boot/ipxe
-dhcp-boot=tag:!ipxe,tag:efi64,ipxe.efi
-dhcp-boot=tag:!ipxe,tag:!efi64,undionly.kpxe
-dhcp-option=encap:175,176,1b
-enable-tftp
-tftp-root=$ROOT
-tftp-max=$((N * 2))
-CONF
-	ip netns exec "$S" $SRVPIN dnsmasq --keep-in-foreground --user=root --conf-file="$W/dnsmasq.conf" --pid-file="$W/dnsmasq.pid" 2> "$W/d.err" &
-	DP=$!; PIDS="$PIDS $DP"
-	ip netns exec "$S" $SRVPIN "$W/bootstorm" static -http 10.66.0.1:8080 > "$W/s.out" 2>&1 &
-	SP=$!; PIDS="$PIDS $SP"
-	NP=""
-	if [ -n "$RDP" ]; then
-		ip netns exec "$S" $SRVPIN nginx -c "$W/nginx.conf" -e "$W/nginx/error.log" > "$W/n.out" 2>&1 &
-		NP=$!; PIDS="$PIDS $NP"
-		until ip netns exec "$S" ss -tln | grep -q '10.66.0.1:8081'; do sleep 0.1; done
-	fi
-	wait_ready "$W/s.out"
-	until ip netns exec "$S" ss -uln | grep -q '10.66.0.1:69\|\*:69\|0.0.0.0:69'; do sleep 0.1; done
-	storm dnsmasq "$F" "$RDP" -stepwise=false > "$W/dnsmasq-$F.json"
-	PP="$DP $SP"
-	[ -n "$NP" ] && PP="$PP $NP $(pgrep -P "$NP" | tr '\n' ' ')"
-	storm dnsmasq "$F" "$RDP" -stepwise=true -server-pids "$PP" > "$W/dnsmasq-$F-step.json"
-	line="peers ($F): dnsmasq CPU $(cpu_of "$DP") s, static script server $(cpu_of "$SP") s"
-	# nginx's CPU: the master and its workers (taskset, when pinning, is replaced by nginx by exec).
-	[ -n "$NP" ] && line="$line, nginx $(cpu_of "$NP" $(pgrep -P "$NP")) s"
-	CPU="$CPU$line for both runs
+	peers() {
+		rm -f "$W/dnsmasq.leases"
+		cat > "$W/dnsmasq.conf" <<-CONF
+	port=0
+	no-resolv
+	no-hosts
+	interface=vs0
+	bind-interfaces
+	dhcp-range=10.66.1.0,10.66.7.250,255.255.248.0,1h
+	dhcp-leasefile=$W/dnsmasq.leases
+	dhcp-lease-max=10000
+	no-ping
+	dhcp-userclass=set:ipxe,iPXE
+	dhcp-vendorclass=set:efi64,PXEClient:Arch:00007
+	dhcp-boot=tag:ipxe,http://10.66.0.1:8080/boot/ipxe
+	dhcp-boot=tag:!ipxe,tag:efi64,ipxe.efi
+	dhcp-boot=tag:!ipxe,tag:!efi64,undionly.kpxe
+	dhcp-option=encap:175,176,1b
+	enable-tftp
+	tftp-root=$ROOT
+	tftp-max=$((N * 2))
+	CONF
+		ip netns exec "$S" $SRVPIN dnsmasq --keep-in-foreground --user=root --conf-file="$W/dnsmasq.conf" --pid-file="$W/dnsmasq.pid" 2> "$W/d.err" &
+		DP=$!; PIDS="$PIDS $DP"
+		ip netns exec "$S" $SRVPIN "$W/bootstorm" static -http 10.66.0.1:8080 > "$W/s.out" 2>&1 &
+		SP=$!; PIDS="$PIDS $SP"
+		NP=""
+		if [ -n "$RDP" ]; then
+			ip netns exec "$S" $SRVPIN nginx -c "$W/nginx.conf" -e "$W/nginx/error.log" > "$W/n.out" 2>&1 &
+			NP=$!; PIDS="$PIDS $NP"
+			until ip netns exec "$S" ss -tln | grep -q '10.66.0.1:8081'; do sleep 0.1; done
+		fi
+		wait_ready "$W/s.out"
+		until ip netns exec "$S" ss -uln | grep -q '10.66.0.1:69\|\*:69\|0.0.0.0:69'; do sleep 0.1; done
+		PP="$DP $SP"
+		[ -n "$NP" ] && PP="$PP $NP $(pgrep -P "$NP" | tr '\n' ' ')"
+		if [ "$ROUND" = 1 ]; then
+			storm dnsmasq "$F" "$RDP" -stepwise=false > "$W/dnsmasq-$F.json"
+			storm dnsmasq "$F" "$RDP" -stepwise=true -server-pids "$PP" > "$W/dnsmasq-$F-step.json"
+			cp "$W/dnsmasq-$F-step.json" "$W/dnsmasq-$F-step.1.json"
+			runs="both runs"
+		else
+			rm -f "$W/dnsmasq.leases"
+			storm dnsmasq "$F" "$RDP" -stepwise=true -server-pids "$PP" > "$W/dnsmasq-$F-step.$ROUND.json"
+			runs="the stepwise run of round $ROUND"
+		fi
+		line="peers ($F): dnsmasq CPU $(cpu_of "$DP") s, static script server $(cpu_of "$SP") s"
+		# nginx's CPU: the master and its workers (taskset, when pinning, is replaced by nginx by exec).
+		[ -n "$NP" ] && line="$line, nginx $(cpu_of "$NP" $(pgrep -P "$NP")) s"
+		CPU="$CPU$line for $runs
 "
-	[ -n "$NP" ] && stop "$NP"
-	stop "$DP"; stop "$SP"
-	rm -f "$W/s.out"
+		[ -n "$NP" ] && stop "$NP"
+		stop "$DP"; stop "$SP"
+		rm -f "$W/s.out"
+	}
+	peers
+	# Rounds 2..ROUNDS: the stepwise storm again on new servers, the peers
+	# first in the even rounds, so that neither side always runs on the
+	# machine the other has just warmed (or loaded).
+	ROUND=2
+	while [ "$ROUND" -le "$ROUNDS" ]; do
+		if [ $((ROUND % 2)) = 0 ]; then
+			peers; machina machina "$W/bootstorm" "$RDM"
+		else
+			machina machina "$W/bootstorm" "$RDM"; peers
+		fi
+		ROUND=$((ROUND + 1))
+	done
+	MR=""; PR=""
+	r=1
+	while [ "$r" -le "$ROUNDS" ]; do MR="$MR${MR:+,}$W/machina-$F-step.$r.json"; PR="$PR${PR:+,}$W/dnsmasq-$F-step.$r.json"; r=$((r + 1)); done
+	ROUNDSETS="$ROUNDSETS $MR $PR"
 	TABLES="$TABLES $W/machina-$F.json $W/dnsmasq-$F.json $W/machina-$F-step.json $W/dnsmasq-$F-step.json"
 	[ -n "${BOOTSTORM_BEFORE:-}" ] && TABLES="$TABLES $W/before-$F.json $W/dnsmasq-$F.json $W/before-$F-step.json $W/dnsmasq-$F-step.json $W/machina-$F.json $W/before-$F.json $W/machina-$F-step.json $W/before-$F-step.json"
 	first=0
@@ -255,3 +294,4 @@ echo "peers: dnsmasq for DHCP and TFTP, a static Go server for the script, nginx
 printf '%s' "$CPU"
 echo
 "$W/bootstorm" table $TABLES
+"$W/bootstorm" rounds $ROUNDSETS

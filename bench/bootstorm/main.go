@@ -23,6 +23,9 @@
 //	    under the full concurrency of N (or M) clients.
 //	bootstorm table MACHINA.json PEER.json [MACHINA-STEP.json PEER-STEP.json ...]
 //	    prints the results side by side, with Machina/peer ratios.
+//	bootstorm rounds M1.json,M2.json,... P1.json,P2.json,... [...]
+//	    prints, for repeated stepwise storms (bootstorm.sh -n), each round's
+//	    Machina/peer ratios and their median over the rounds.
 package main
 
 import (
@@ -86,6 +89,8 @@ func run(ctx context.Context, args []string) error {
 		return storm(ctx, args[1:])
 	case "table":
 		return table(os.Stdout, args[1:])
+	case "rounds":
+		return rounds(os.Stdout, args[1:])
 	}
 	return fmt.Errorf("unknown mode %q", args[0])
 }
@@ -107,6 +112,7 @@ func serve(ctx context.Context, args []string) error {
 	memTokens := fs.Bool("mem-tokens", false, "look servers up and mint tokens in memory (boot.MemLookup, boot.MemTokens: the shape of sessions 1-4), not in the state store: the store's cost in the same run")
 	noPrepare := fs.Bool("no-prepare", false, "do not prepare the script tokens before the storm (as after a controller restart: every script request mints its token, a write); by default each server's token is prepared as the executor's netboot prepares it (ipxe.Handler.Prepare, issue 24)")
 	direct := fs.Bool("direct", false, "serve the iPXE handler on a bare http.Server (the storm's shape before issue 24), not through the api server")
+	staticScript := fs.Bool("static-script", false, "a diagnostic: answer the script route with the static server's fixed chain script (bootstorm static) instead of the iPXE handler, in this process and behind the same HTTP side, so that a run tells the handler's cost from the process's (its DHCP, TFTP and store beside it) and the HTTP side's")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -148,6 +154,20 @@ func serve(ctx context.Context, args []string) error {
 		retiredMu.Unlock()
 	}()
 	var h http.Handler = lc
+	if *staticScript {
+		body, err := boot.ChainScript(base + ipxe.ScriptPath)
+		if err != nil {
+			return err
+		}
+		h = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path != ipxe.ScriptPath {
+				lc.ServeHTTP(w, r)
+				return
+			}
+			w.Header().Set("Content-Type", "text/plain")
+			_, _ = w.Write(body)
+		})
+	}
 	d, err := dhcp.New(dhcp.Config{Interfaces: []string{*iface}, Subnet: netip.MustParsePrefix("10.66.0.0/21"),
 		PoolStart: netip.MustParseAddr("10.66.1.0"), PoolEnd: netip.MustParseAddr("10.66.7.250"), Lookup: look, Leases: leases, Logger: log,
 		Boot: dhcp.BootFiles{ScriptURL: base + ipxe.ScriptPath, UEFI: *uefi}})
@@ -324,7 +344,7 @@ type leaseCheck struct {
 
 func (c *leaseCheck) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.URL.Path == ipxe.ScriptPath {
-		if mac := r.URL.Query().Get("mac"); mac != "" {
+		if mac := queryMAC(r.URL.RawQuery); mac != "" {
 			ap, _ := netip.ParseAddrPort(r.RemoteAddr)
 			switch ip, ok := c.leases.LeasedIP(mac); {
 			case !ok:
@@ -337,6 +357,20 @@ func (c *leaseCheck) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	c.next.Load().ih.ServeHTTP(w, r)
+}
+
+// queryMAC is the first mac= parameter of the raw query q, unescaped only
+// as far as the storm's MACs need (none): the counter above costs the
+// measured server a scan, not url.ParseQuery's map (issue 24).
+func queryMAC(q string) string {
+	for q != "" {
+		var kv string
+		kv, q, _ = strings.Cut(q, "&")
+		if v, ok := strings.CutPrefix(kv, "mac="); ok {
+			return v
+		}
+	}
+	return ""
 }
 
 // stormStore creates a state store in a new temporary folder (on disk, as
@@ -579,7 +613,8 @@ func storm(ctx context.Context, args []string) error {
 	hc := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: *n, MaxConnsPerHost: 0}}
 
 	results := make([]result, *n)
-	var stepCPU [4]float64 // the server processes' CPU seconds per step (stepwise, -server-pids)
+	var stepCPU [4]float64           // the server processes' CPU seconds per step (stepwise, -server-pids)
+	var stepIdle, stepGen [4]float64 // idle CPU seconds of the machine, and this process's CPU seconds, per step (stepwise)
 	var wg sync.WaitGroup
 	start := make(chan struct{})
 	t0 := time.Now()
@@ -598,13 +633,14 @@ func storm(ctx context.Context, args []string) error {
 			// step is not charged for the one before it.
 			runtime.GC()
 			time.Sleep(200 * time.Millisecond)
-			c0 := procCPU(*pids)
+			c0, i0, g0 := procCPU(*pids), idleSeconds(), cpuSeconds()
 			var pw sync.WaitGroup
 			for i := range *n {
 				pw.Go(func() { f(i) })
 			}
 			pw.Wait()
 			stepCPU[step] = procCPU(*pids) - c0
+			stepIdle[step], stepGen[step] = idleSeconds()-i0, cpuSeconds()-g0
 			step++
 		}
 		phase(func(i int) {
@@ -714,6 +750,10 @@ func storm(ctx context.Context, args []string) error {
 	}
 	if *stepwise && *pids != "" {
 		out["server_cpu_dhcp_s"], out["server_cpu_tftp_s"], out["server_cpu_script_s"], out["server_cpu_ramdisk_s"] = stepCPU[0], stepCPU[1], stepCPU[2], stepCPU[3]
+	}
+	if *stepwise {
+		out["idle_cpu_dhcp_s"], out["idle_cpu_tftp_s"], out["idle_cpu_script_s"], out["idle_cpu_ramdisk_s"] = stepIdle[0], stepIdle[1], stepIdle[2], stepIdle[3]
+		out["client_cpu_dhcp_s"], out["client_cpu_tftp_s"], out["client_cpu_script_s"], out["client_cpu_ramdisk_s"] = stepGen[0], stepGen[1], stepGen[2], stepGen[3]
 	}
 	if len(rd) > 0 {
 		// Aggregate throughput: all ramdisk bytes over the span from the
@@ -1037,9 +1077,16 @@ func table(w io.Writer, files []string) error {
 		}
 		fmt.Fprintf(w, "load generator CPU: %.2f s (%s run) | %.2f s (%s run)\n", a["client_cpu_s"], a["label"], b["client_cpu_s"], b["label"])
 		if _, ok := a["server_cpu_script_s"]; ok {
-			fmt.Fprintf(w, "server CPU per step (dhcp tftp script ramdisk), s: %s %.2f %.2f %.2f %.2f | %s %.2f %.2f %.2f %.2f\n",
+			fmt.Fprintf(w, "server CPU per step (dhcp tftp script ramdisk), s: %s %.3f %.3f %.3f %.2f | %s %.3f %.3f %.3f %.2f\n",
 				a["label"], num(a, "server_cpu_dhcp_s"), num(a, "server_cpu_tftp_s"), num(a, "server_cpu_script_s"), num(a, "server_cpu_ramdisk_s"),
 				b["label"], num(b, "server_cpu_dhcp_s"), num(b, "server_cpu_tftp_s"), num(b, "server_cpu_script_s"), num(b, "server_cpu_ramdisk_s"))
+		}
+		if _, ok := a["idle_cpu_script_s"]; ok {
+			for _, k := range []struct{ key, what string }{{"client_cpu", "load generator CPU"}, {"idle_cpu", "idle CPU (the machine's)"}} {
+				fmt.Fprintf(w, "%s per step (dhcp tftp script ramdisk), s: %s %.3f %.3f %.3f %.2f | %s %.3f %.3f %.3f %.2f\n", k.what,
+					a["label"], num(a, k.key+"_dhcp_s"), num(a, k.key+"_tftp_s"), num(a, k.key+"_script_s"), num(a, k.key+"_ramdisk_s"),
+					b["label"], num(b, k.key+"_dhcp_s"), num(b, k.key+"_tftp_s"), num(b, k.key+"_script_s"), num(b, k.key+"_ramdisk_s"))
+			}
 		}
 		fmt.Fprintf(w, "failed clients: %s %v %v | %s %v %v\n", a["label"], a["failed"], orEmpty(a["first_error"]), b["label"], b["failed"], orEmpty(b["first_error"]))
 		fmt.Fprintf(w, "failed per step (dhcp tftp script ramdisk): %s %v %v %v %v | %s %v %v %v %v\n\n",
@@ -1049,6 +1096,91 @@ func table(w io.Writer, files []string) error {
 	return nil
 }
 
+// rounds prints, per pair of comma-separated lists of stepwise result
+// files (round i of Machina's list was run next to round i of the peer's,
+// bootstorm.sh -n), every round's Machina/peer ratios of the judged
+// figures (issue 24: TFTP p50 and p99, script p50 and p99, the ramdisk
+// step's aggregate MB/s) and their median over the rounds. A round's ratio
+// pairs figures measured minutes apart on the same machine, so the median
+// of the rounds' ratios is the comparison's estimate and the rounds' spread
+// its noise; both are printed.
+func rounds(w io.Writer, args []string) error {
+	if len(args) == 0 || len(args)%2 != 0 {
+		return errors.New("rounds: want pairs of comma-separated lists of result files")
+	}
+	type metric struct {
+		name, key string
+		higher    bool // a throughput: Machina/peer above 1 is better
+	}
+	metrics := []metric{{"tftp p50", "tftp_p50_ms", false}, {"tftp p99", "tftp_p99_ms", false},
+		{"script p50", "script_p50_ms", false}, {"script p99", "script_p99_ms", false},
+		{"connect p99", "connect_p99_ms", false}, {"ramdisk MB/s", "ramdisk_mb_s", true}}
+	for i := 0; i < len(args); i += 2 {
+		ma, pa := strings.Split(args[i], ","), strings.Split(args[i+1], ",")
+		if len(ma) != len(pa) {
+			return fmt.Errorf("rounds: %d Machina files against %d peer files", len(ma), len(pa))
+		}
+		var res [][2]map[string]any
+		for r := range ma {
+			var pair [2]map[string]any
+			for j, p := range []string{ma[r], pa[r]} {
+				b, err := os.ReadFile(p)
+				if err != nil {
+					return err
+				}
+				if err := json.Unmarshal(b, &pair[j]); err != nil {
+					return fmt.Errorf("rounds: %s: %w", p, err)
+				}
+			}
+			res = append(res, pair)
+		}
+		num := func(m map[string]any, k string) float64 { f, _ := m[k].(float64); return f }
+		fmt.Fprintf(w, "stepwise storm, %d rounds (peers first in the even ones), TFTP file %v: Machina/peer ratio per round and the median\n",
+			len(res), orEmpty(res[0][0]["file"]))
+		fmt.Fprintf(w, "%-13s", "figure")
+		for r := range res {
+			fmt.Fprintf(w, " %20s", fmt.Sprintf("round %d", r+1))
+		}
+		fmt.Fprintf(w, " %8s\n", "median")
+		for _, m := range metrics {
+			var ratios []float64
+			cells := make([]string, len(res))
+			for r, pair := range res {
+				a, b := num(pair[0], m.key), num(pair[1], m.key)
+				if a == 0 || b == 0 {
+					cells[r] = "-"
+					continue
+				}
+				ratios = append(ratios, a/b)
+				cells[r] = fmt.Sprintf("%.1f/%.1f=%.2f", a, b, a/b)
+			}
+			if len(ratios) == 0 {
+				continue
+			}
+			fmt.Fprintf(w, "%-13s", m.name)
+			for _, c := range cells {
+				fmt.Fprintf(w, " %20s", c)
+			}
+			fmt.Fprintf(w, " %8.3f\n", median(ratios))
+		}
+		fmt.Fprintln(w)
+	}
+	return nil
+}
+
+// median is the middle of v (the mean of the two middle values for an even
+// count); v is sorted in place. 0 for none.
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	sort.Float64s(v)
+	if len(v)%2 == 1 {
+		return v[len(v)/2]
+	}
+	return (v[len(v)/2-1] + v[len(v)/2]) / 2
+}
+
 func orEmpty(v any) any {
 	if v == nil {
 		return ""
@@ -1056,32 +1188,53 @@ func orEmpty(v any) any {
 	return v
 }
 
-// procCPU is the user+system CPU seconds of the processes pids (space
-// separated; every thread of each), read from /proc/PID/stat (fields 14
-// and 15, in clock ticks of 100 Hz, the Linux USER_HZ); a process that is
-// gone counts 0.
+// procCPU is the CPU time in seconds the processes pids (space-separated)
+// have run so far, every thread of each: the sum of the first field of
+// /proc/PID/task/TID/schedstat (time on the CPU, in ns: sched_info, CONFIG_SCHEDSTATS
+// or CONFIG_TASK_DELAY_ACCT), which resolves the script step's tens of
+// milliseconds where /proc/PID/stat's 10 ms clock ticks do not. A thread
+// that has exited no longer counts (Go's threads live as long as the
+// process); a process that is gone counts 0.
 func procCPU(pids string) float64 {
-	var ticks int64
+	var ns int64
 	for _, p := range strings.Fields(pids) {
-		b, err := os.ReadFile("/proc/" + p + "/stat")
+		tasks, err := os.ReadDir("/proc/" + p + "/task")
 		if err != nil {
 			continue
 		}
-		// The command name (field 2) may hold spaces: fields count from
-		// after its closing parenthesis, where field 3 is first.
-		i := bytes.LastIndexByte(b, ')')
-		if i < 0 {
-			continue
+		for _, t := range tasks {
+			b, err := os.ReadFile("/proc/" + p + "/task/" + t.Name() + "/schedstat")
+			if err != nil {
+				continue
+			}
+			f := strings.Fields(string(b))
+			if len(f) == 0 {
+				continue
+			}
+			v, _ := strconv.ParseInt(f[0], 10, 64)
+			ns += v
 		}
-		f := strings.Fields(string(b[i+1:]))
-		if len(f) < 13 {
-			continue
-		}
-		u, _ := strconv.ParseInt(f[11], 10, 64)
-		st, _ := strconv.ParseInt(f[12], 10, 64)
-		ticks += u + st
 	}
-	return float64(ticks) / 100
+	return float64(ns) / 1e9
+}
+
+// idleSeconds is the machine's idle and iowait CPU time so far, summed over
+// its CPUs: the first line of /proc/stat (fields 4 and 5, USER_HZ ticks of
+// 100 Hz); 0 when it cannot be read. Network namespaces share the CPUs, so
+// this is the time neither the servers nor the load generator ran.
+func idleSeconds() float64 {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0
+	}
+	line, _, _ := bytes.Cut(b, []byte("\n"))
+	f := strings.Fields(string(line))
+	if len(f) < 6 || f[0] != "cpu" {
+		return 0
+	}
+	idle, _ := strconv.ParseInt(f[4], 10, 64)
+	iow, _ := strconv.ParseInt(f[5], 10, 64)
+	return float64(idle+iow) / 100
 }
 
 // cpuSeconds is this process's user+system CPU time so far (getrusage(2)).

@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
-	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -199,10 +198,35 @@ func New(cfg Config) (*Handler, error) {
 	return h, nil
 }
 
-// ServeHTTP implements http.Handler.
-func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.ServeHTTP(w, r) }
+// ServeHTTP implements http.Handler. A GET or HEAD of exactly ScriptPath,
+// every machine's request in a boot storm, goes to the script without the
+// mux's second match (the api server's mux has matched it already): the
+// route is "GET /boot/ipxe", without host or wildcard, which a clean path
+// equal to it matches and nothing else registered here does, so the answer
+// is the mux's (issue 24: the script endpoint's cost per request).
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path == ScriptPath && (r.Method == http.MethodGet || r.Method == http.MethodHead) {
+		h.serveScript(w, r, DialectIPXE)
+		return
+	}
+	h.mux.ServeHTTP(w, r)
+}
 
-var safeArch = regexp.MustCompile(`^[a-z0-9_]{0,16}$`)
+// safeArch reports whether arch, iPXE's ${buildarch} as the script query
+// carries it, is at most 16 of a-z, 0-9 and "_" (empty allowed): the
+// values it takes are i386, x86_64, arm32 and arm64.
+func safeArch(arch string) bool {
+	if len(arch) > 16 {
+		return false
+	}
+	for i := 0; i < len(arch); i++ {
+		c := arch[i]
+		if (c < 'a' || c > 'z') && (c < '0' || c > '9') && c != '_' {
+			return false
+		}
+	}
+	return true
+}
 
 // serveScript answers GET /boot/ipxe (DialectIPXE) and GET /boot/grub
 // (DialectGRUB): the same lookup, limits and tokens, rendered for the boot
@@ -233,7 +257,7 @@ func (h *Handler) serveScript(w http.ResponseWriter, r *http.Request, d Dialect)
 		return
 	}
 	arch := q.arch
-	if !safeArch.MatchString(arch) {
+	if !safeArch(arch) {
 		http.Error(w, "bad arch", http.StatusBadRequest)
 		return
 	}

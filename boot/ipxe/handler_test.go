@@ -199,6 +199,8 @@ func TestBadInput(t *testing.T) {
 	for _, q := range []string{
 		"mac=00:00:00:00:00:00", "mac=ff:ff:ff:ff:ff:ff", "mac=01:00:5e:00:00:01", "mac=..%2F..%2Fetc",
 		"mac=52:54:00:00:00:01%0Aboot", "mac=52:54:00:00:00:01&arch=$%7Bx%7D", "mac=" + strings.Repeat("a", 4096),
+		"mac=52:54:00:00:00:01&arch=X86_64", "mac=52:54:00:00:00:01&arch=arm-64", "mac=52:54:00:00:00:01&arch=" + strings.Repeat("a", 17),
+		"mac=52:54:00:00:00:01&arch=arm64%0A",
 	} {
 		code, _ := get(t, srv.URL+"/boot/ipxe?"+q)
 		if code != http.StatusBadRequest {
@@ -212,6 +214,40 @@ func TestBadInput(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusMethodNotAllowed {
 		t.Fatalf("POST = %d, want 405", resp.StatusCode)
+	}
+}
+
+// TestSafeArch: the arch parameter's rule, ^[a-z0-9_]{0,16}$ (the regexp
+// it replaced, issue 24), on its edges.
+func TestSafeArch(t *testing.T) {
+	for arch, want := range map[string]bool{
+		"": true, "i386": true, "x86_64": true, "arm64": true, "arm32": true, strings.Repeat("a", 16): true,
+		strings.Repeat("a", 17): false, "X86_64": false, "arm-64": false, "arm64\n": false, "a b": false, "${buildarch}": false, "\xff": false,
+	} {
+		if got := safeArch(arch); got != want {
+			t.Errorf("safeArch(%q) = %v, want %v", arch, got, want)
+		}
+	}
+}
+
+// TestScriptHead: the script route's fast path (ServeHTTP, issue 24)
+// answers HEAD as the mux's GET route does, and leaves other paths and
+// methods to the mux.
+func TestScriptHead(t *testing.T) {
+	var look boot.MemLookup
+	_, srv := newTestHandler(t, Config{Lookup: &look, Tokens: &seqTokens{}})
+	resp, err := http.Head(srv.URL + "/boot/ipxe")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") == "" {
+		t.Fatalf("HEAD /boot/ipxe = %d, Content-Type %q", resp.StatusCode, resp.Header.Get("Content-Type"))
+	}
+	for _, path := range []string{"/boot/ipxe/", "/boot/ipxe/x", "/boot/ipx"} {
+		if code, _ := get(t, srv.URL+path); code != http.StatusNotFound {
+			t.Errorf("GET %s = %d, want 404", path, code)
+		}
 	}
 }
 
