@@ -1,5 +1,5 @@
 #!/bin/sh
-# bench/bootstorm.sh [-f FILE|both] [-r RAMDISK_CLIENTS] [CLIENTS]: PXE boot storm, Machina's boot
+# bench/bootstorm.sh [-f FILE|both] [-r RAMDISK_CLIENTS] [-n ROUNDS] [CLIENTS]: PXE boot storm, Machina's boot
 # servers vs dnsmasq (DHCP, TFTP), a static Go server (script) and nginx (ramdisk), same run.
 #
 # Creates two network namespaces joined by a veth pair (server 10.66.0.1/21, client 10.66.0.2/21
@@ -20,6 +20,9 @@
 # (stepwise) the servers' CPU per step.
 #   -f FILE   undionly.kpxe, ipxe.efi, or both (default: both, undionly.kpxe first)
 #   -r N      clients in the ramdisk step (default 1000; about 15 MB each)
+#   -n R      rounds of the stepwise storm per file (default 3): round 1 as above, rounds 2..R on new
+#             servers with the peers first in the even rounds; prints each round's Machina/peer
+#             ratios and their median (bootstorm rounds), a single round being too noisy on 2 CPUs
 # Needs root, iproute2, dnsmasq (dnsmasq-base), ipxe, nginx (nginx-light), Go. Cleans up its
 # namespaces and processes.
 # BOOTSTORM_PROFILE=FILE writes a CPU profile of the Machina server (both runs of a TFTP file) to
