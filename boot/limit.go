@@ -20,7 +20,7 @@ type Limiter struct {
 	now func() time.Time
 
 	mu      sync.Mutex
-	buckets map[string]*bucket
+	buckets map[string]bucket
 }
 
 type bucket struct {
@@ -31,9 +31,15 @@ type bucket struct {
 // maxBuckets bounds memory: beyond it, full (idle) buckets are dropped.
 const maxBuckets = 65536
 
+// initialBuckets sizes a new Limiter's map for a rack-sized burst of new
+// keys (a boot storm's first requests after the controller started): the
+// map does not grow, rehashing and faulting in new tables, under the
+// burst (issue 24); about 40 KB.
+const initialBuckets = 1024
+
 // NewLimiter returns a Limiter applying l to each key.
 func NewLimiter(l Limit) *Limiter {
-	return &Limiter{lim: l, now: time.Now, buckets: map[string]*bucket{}}
+	return &Limiter{lim: l, now: time.Now, buckets: make(map[string]bucket, initialBuckets)}
 }
 
 // Allow takes one token for key; when none is left it returns false and how
@@ -47,18 +53,21 @@ func (l *Limiter) Allow(key string) (bool, time.Duration) {
 		if len(l.buckets) >= maxBuckets {
 			l.sweep(now)
 		}
-		b = &bucket{tokens: float64(l.lim.Burst), last: now}
-		l.buckets[key] = b
+		b = bucket{tokens: float64(l.lim.Burst), last: now}
 	}
 	b.tokens += float64(now.Sub(b.last)) / float64(l.lim.Every)
 	if max := float64(l.lim.Burst); b.tokens > max {
 		b.tokens = max
 	}
 	b.last = now
-	if b.tokens < 1 {
+	allowed := b.tokens >= 1
+	if allowed {
+		b.tokens--
+	}
+	l.buckets[key] = b
+	if !allowed {
 		return false, time.Duration((1 - b.tokens) * float64(l.lim.Every))
 	}
-	b.tokens--
 	return true, 0
 }
 

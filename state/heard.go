@@ -36,8 +36,11 @@ type heardNote struct {
 type heardQueue struct {
 	mu      sync.Mutex
 	pending map[string]heardNote
-	timer   *time.Timer
-	closed  bool
+	// lastFlush is how many notes the last flush took: the size of the
+	// next pending map.
+	lastFlush int
+	timer     *time.Timer
+	closed    bool
 	// flushMu serialises flushes, so two never write one server's notes
 	// out of order.
 	flushMu sync.Mutex
@@ -61,7 +64,9 @@ func (s *Store) NoteHeard(server, what string) {
 		return
 	}
 	if q.pending == nil {
-		q.pending = map[string]heardNote{}
+		// Sized as the last flush's notes: a boot storm's burst of
+		// script requests fills it without growing it (issue 24).
+		q.pending = make(map[string]heardNote, q.lastFlush)
 	}
 	q.pending[server] = heardNote{what: what, at: now}
 	if q.timer == nil {
@@ -87,6 +92,9 @@ func (s *Store) FlushHeard() error {
 	}
 	pending := q.pending
 	q.pending = nil
+	if len(pending) > 0 {
+		q.lastFlush = min(len(pending), 4096)
+	}
 	q.mu.Unlock()
 	if len(pending) == 0 {
 		return nil
