@@ -125,9 +125,12 @@ if [ "${BOOTSTORM_PIN:-0}" = 1 ]; then
 	SRVPIN="taskset -c 0-$((last - 1))"; CLIPIN="taskset -c $last"
 fi
 # storm LABEL FILE RAMDISK_URL FLAGS...
+# -warm: the TFTP root and the ramdisk folder are read (untimed) before each step, since these
+# machines page out page cache left unused for about a minute (DAMON, see warmFiles in
+# bootstorm/main.go): whichever server came first in a round read the ramdisk from disk.
 storm() {
 	l=$1; f=$2; u=$3; shift 3
-	ip netns exec "$C" $CLIPIN "$W/bootstorm" storm -clients "$N" -label "$l" -file "$f" \
+	ip netns exec "$C" $CLIPIN "$W/bootstorm" storm -clients "$N" -label "$l" -file "$f" -warm "$ROOT${u:+,$RD}" \
 		-http http://10.66.0.1:8080/boot/ipxe ${u:+-ramdisk "$u" -ramdisk-clients "$RDN"} ${BOOTSTORM_STORM_FLAGS:-} "$@"
 }
 

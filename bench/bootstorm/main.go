@@ -143,7 +143,7 @@ func serve(ctx context.Context, args []string) error {
 	var retiredMu sync.Mutex
 	st, look := side.st, side.look
 	leases := &dhcp.MemLeases{} // as controller.Run: also what api.Machine binds reports and plans to
-	lc := &leaseCheck{leases: leases}
+	lc := &leaseCheck{leases: leases, seen: make([]seenScript, 1<<16)}
 	lc.next.Store(side)
 	defer func() {
 		lc.next.Load().close()
@@ -233,6 +233,7 @@ func serve(ctx context.Context, args []string) error {
 	hcancel()
 	<-httpDone
 	ds := d.Stats()
+	lc.count()
 	fmt.Fprintf(os.Stderr, "machina dhcp stats: %+v tftp stats: %+v\n", ds, t.Stats())
 	fmt.Fprintf(os.Stderr, "machina script requests by source address: %d from the MAC's lease, %d from another address, %d without a lease\n",
 		lc.leased.Load(), lc.other.Load(), lc.none.Load())
@@ -336,27 +337,53 @@ func (s *stormSide) close() {
 // (?mac=), whether they come from the address the DHCP server leased to
 // that MAC: the binding api.Machine (issue 23) applies to the requests
 // that follow the script (report, plan), which the storm does not make.
+// A request only records its MAC and source address (an atomic slot in
+// seen); count compares them with the leases when the server stops, so the
+// check costs the measured script path no lease lookup, mutex or parse
+// (issue 24: the lookup inline was about 1.5 us of each script request in
+// the storm's profile). Beyond len(seen) requests it checks inline.
 type leaseCheck struct {
 	next                atomic.Pointer[stormSide]
 	leases              *dhcp.MemLeases
 	leased, other, none atomic.Int64
+	n                   atomic.Int64
+	seen                []seenScript
 }
+
+// seenScript is one script request's MAC and source address (r.RemoteAddr).
+type seenScript struct{ mac, addr string }
 
 func (c *leaseCheck) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.URL.Path == ipxe.ScriptPath {
 		if mac := queryMAC(r.URL.RawQuery); mac != "" {
-			ap, _ := netip.ParseAddrPort(r.RemoteAddr)
-			switch ip, ok := c.leases.LeasedIP(mac); {
-			case !ok:
-				c.none.Add(1)
-			case ip == ap.Addr().Unmap():
-				c.leased.Add(1)
-			default:
-				c.other.Add(1)
+			if i := c.n.Add(1) - 1; i < int64(len(c.seen)) {
+				c.seen[i] = seenScript{mac, r.RemoteAddr}
+			} else {
+				c.check(mac, r.RemoteAddr)
 			}
 		}
 	}
 	c.next.Load().ih.ServeHTTP(w, r)
+}
+
+// check counts one script request from addr (host:port) for mac.
+func (c *leaseCheck) check(mac, addr string) {
+	ap, _ := netip.ParseAddrPort(addr)
+	switch ip, ok := c.leases.LeasedIP(mac); {
+	case !ok:
+		c.none.Add(1)
+	case ip == ap.Addr().Unmap():
+		c.leased.Add(1)
+	default:
+		c.other.Add(1)
+	}
+}
+
+// count checks the recorded requests; call it once, when no request runs.
+func (c *leaseCheck) count() {
+	for _, s := range c.seen[:min(c.n.Load(), int64(len(c.seen)))] {
+		c.check(s.mac, s.addr)
+	}
 }
 
 // queryMAC is the first mac= parameter of the raw query q, unescaped only
@@ -535,7 +562,8 @@ type result struct {
 	window                    int           // the TFTP windowsize the server granted (1: lockstep)
 	ramdisk                   time.Duration // both ramdisk GETs; zero when the client skipped them
 	addr                      netip.Addr    // the address its DHCP exchange leased, or its fallback (clientAddr)
-	rdBytes                   int64
+	rdBytes, rdReads          int64
+	rdBuf                     []byte // the ramdisk step's read buffer (rdBufs), nil: allocate one
 	rdStart, rdEnd            time.Time
 	ok                        [4]bool  // dhcp, tftp, script, ramdisk succeeded (or, ramdisk, was skipped)
 	errs                      [4]error // the step's failure
@@ -558,6 +586,55 @@ func (r *result) note(step int, err error) {
 	}
 }
 
+// warmFiles reads every file named in list (comma-separated; a folder
+// stands for the regular files in it, not below it) to its end, so that
+// the next step finds them in the page cache. The machines this bench runs
+// on page out page cache unused for about a minute (DAMON's paddr pageout
+// scheme, /sys/kernel/mm/damon/admin: unmapped file pages 12 aggregation
+// intervals of 5 s old), and in session 11 the first server of a round to
+// serve the ramdisk, Machina, then read it from disk (5.1 s of idle CPU
+// in its ramdisk step, 0.40x nginx's throughput): a step of the storm
+// measures serving from memory, for both sides alike.
+func warmFiles(list string) error {
+	if list == "" {
+		return nil
+	}
+	var files []string
+	for _, p := range strings.Split(list, ",") {
+		fi, err := os.Stat(p)
+		if err != nil {
+			return fmt.Errorf("warm: %w", err)
+		}
+		if !fi.IsDir() {
+			files = append(files, p)
+			continue
+		}
+		ents, err := os.ReadDir(p)
+		if err != nil {
+			return fmt.Errorf("warm: %w", err)
+		}
+		for _, e := range ents {
+			if e.Type().IsRegular() {
+				files = append(files, filepath.Join(p, e.Name()))
+			}
+		}
+	}
+	buf := make([]byte, 1<<20)
+	for _, f := range files {
+		fh, err := os.Open(f)
+		if err != nil {
+			return fmt.Errorf("warm: %w", err)
+		}
+		for {
+			if _, err := fh.Read(buf); err != nil {
+				break
+			}
+		}
+		fh.Close()
+	}
+	return nil
+}
+
 func storm(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("storm", flag.ContinueOnError)
 	server := fs.String("server", "10.66.0.1", "DHCP/TFTP server address")
@@ -571,6 +648,7 @@ func storm(ctx context.Context, args []string) error {
 	rdN := fs.Int("ramdisk-clients", 1000, "clients (the first M) that run the ramdisk step; capped at -clients")
 	pool := fs.String("pool", "10.66.1.0", "first address of the DHCP pool: client i without a lease uses this + i (stepwise)")
 	pids := fs.String("server-pids", "", "space-separated PIDs of the server processes: their CPU time per step is reported (stepwise)")
+	warm := fs.String("warm", "", "comma-separated files and folders (their regular files, not recursive) read, untimed, before the free run and before every stepwise step: the servers' files are in the page cache whoever serves them first (see warmFiles)")
 	tftpClient := fs.String("tftp-client", "auto", "TFTP client: pxe (iPXE/BIOS PXE: blksize 1428, tsize), edk2 (OVMF's: size probe, blksize 1468, windowsize 4), or auto (edk2 for ipxe.efi, the UEFI round; pxe otherwise)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -615,6 +693,9 @@ func storm(ctx context.Context, args []string) error {
 	results := make([]result, *n)
 	var stepCPU [4]float64           // the server processes' CPU seconds per step (stepwise, -server-pids)
 	var stepIdle, stepGen [4]float64 // idle CPU seconds of the machine, and this process's CPU seconds, per step (stepwise)
+	var stepSoft [4]float64          // the ksoftirqd threads' CPU seconds per step (stepwise)
+	var stepRx, stepTx [4][2]int64   // packets and bytes received and sent on this namespace's interfaces per step (stepwise)
+	softPIDs := ksoftirqdPIDs()
 	var wg sync.WaitGroup
 	start := make(chan struct{})
 	t0 := time.Now()
@@ -632,15 +713,22 @@ func storm(ctx context.Context, args []string) error {
 			// and lets the servers finish closing its sockets, so that a
 			// step is not charged for the one before it.
 			runtime.GC()
+			if err := warmFiles(*warm); err != nil {
+				fmt.Fprintln(os.Stderr, "storm:", err)
+			}
 			time.Sleep(200 * time.Millisecond)
-			c0, i0, g0 := procCPU(*pids), idleSeconds(), cpuSeconds()
+			c0, i0, g0, k0 := procCPU(*pids), idleSeconds(), cpuSeconds(), procCPU(softPIDs)
+			rx0, tx0 := netCounters()
 			var pw sync.WaitGroup
 			for i := range *n {
 				pw.Go(func() { f(i) })
 			}
 			pw.Wait()
 			stepCPU[step] = procCPU(*pids) - c0
-			stepIdle[step], stepGen[step] = idleSeconds()-i0, cpuSeconds()-g0
+			stepIdle[step], stepGen[step], stepSoft[step] = idleSeconds()-i0, cpuSeconds()-g0, procCPU(softPIDs)-k0
+			rx1, tx1 := netCounters()
+			stepRx[step] = [2]int64{rx1[0] - rx0[0], rx1[1] - rx0[1]}
+			stepTx[step] = [2]int64{tx1[0] - tx0[0], tx1[1] - tx0[1]}
 			step++
 		}
 		phase(func(i int) {
@@ -661,9 +749,13 @@ func storm(ctx context.Context, args []string) error {
 			results[i].script, results[i].connect, err = scriptStep(ctx, hc, stormMAC(i), *httpURL, results[i].addr)
 			results[i].note(stepScript, err)
 		})
+		for i, b := range rdBufs(*rdN) {
+			results[i].rdBuf = b
+		}
 		phase(func(i int) {
 			if i < *rdN {
 				results[i].note(stepRamdisk, ramdiskStep(ctx, *rdURL, &results[i]))
+				results[i].rdBuf = nil
 			} else {
 				results[i].ok[stepRamdisk] = true
 			}
@@ -672,14 +764,18 @@ func storm(ctx context.Context, args []string) error {
 			results[i].total = results[i].dhcp + results[i].tftp + results[i].script + results[i].ramdisk
 		}
 	} else {
+		if err := warmFiles(*warm); err != nil {
+			fmt.Fprintln(os.Stderr, "storm:", err)
+		}
+		bufs := rdBufs(*rdN)
 		for i := range *n {
 			wg.Go(func() {
 				<-start
-				rd := ""
+				rd, buf := "", []byte(nil)
 				if i < *rdN {
-					rd = *rdURL
+					rd, buf = *rdURL, bufs[i]
 				}
-				results[i] = client(ctx, r, hc, stormMAC(i), *server, *httpURL, *file, rd, tftpStep)
+				results[i] = client(ctx, r, hc, stormMAC(i), *server, *httpURL, *file, rd, buf, tftpStep)
 			})
 		}
 		close(start)
@@ -691,7 +787,7 @@ func storm(ctx context.Context, args []string) error {
 	failed := 0
 	var stepFailed [4]int
 	var firstErr error
-	var rdBytes int64
+	var rdBytes, rdReads int64 // body bytes and reads of the ramdisk step
 	var rdFirst, rdLast time.Time
 	windowed := 0 // TFTP transfers the server ran with a window over 1 block
 	for _, res := range results {
@@ -727,6 +823,7 @@ func storm(ctx context.Context, args []string) error {
 		if res.ok[stepRamdisk] && res.rdBytes > 0 {
 			rd = append(rd, res.ramdisk)
 			rdBytes += res.rdBytes
+			rdReads += res.rdReads
 			if rdFirst.IsZero() || res.rdStart.Before(rdFirst) {
 				rdFirst = res.rdStart
 			}
@@ -744,7 +841,7 @@ func storm(ctx context.Context, args []string) error {
 		"script_p50_ms": ms(pct(sc, 50)), "script_p99_ms": ms(pct(sc, 99)),
 		"connect_p50_ms": ms(pct(cn, 50)), "connect_p99_ms": ms(pct(cn, 99)),
 		"total_p50_ms": ms(pct(tot, 50)), "total_p99_ms": ms(pct(tot, 99)),
-		"ramdisk_p50_ms": ms(pct(rd, 50)), "ramdisk_p99_ms": ms(pct(rd, 99)),
+		"ramdisk_p50_ms": ms(pct(rd, 50)), "ramdisk_p99_ms": ms(pct(rd, 99)), "ramdisk_reads": rdReads, "ramdisk_kb_per_read": kbPerRead(rdBytes, rdReads),
 		"ramdisk_clients": len(rd), "ramdisk_bytes": rdBytes,
 		"tftp_client": *tftpClient, "tftp_windowed": windowed,
 	}
@@ -754,6 +851,11 @@ func storm(ctx context.Context, args []string) error {
 	if *stepwise {
 		out["idle_cpu_dhcp_s"], out["idle_cpu_tftp_s"], out["idle_cpu_script_s"], out["idle_cpu_ramdisk_s"] = stepIdle[0], stepIdle[1], stepIdle[2], stepIdle[3]
 		out["client_cpu_dhcp_s"], out["client_cpu_tftp_s"], out["client_cpu_script_s"], out["client_cpu_ramdisk_s"] = stepGen[0], stepGen[1], stepGen[2], stepGen[3]
+		if stepRx[stepRamdisk][0] > 0 && stepTx[stepRamdisk][0] > 0 {
+			out["ramdisk_rx_kb_per_packet"] = float64(stepRx[stepRamdisk][1]) / float64(stepRx[stepRamdisk][0]) / 1e3
+			out["ramdisk_tx_packets_per_mb"] = float64(stepTx[stepRamdisk][0]) / (float64(stepRx[stepRamdisk][1]) / 1e6)
+		}
+		out["softirqd_cpu_dhcp_s"], out["softirqd_cpu_tftp_s"], out["softirqd_cpu_script_s"], out["softirqd_cpu_ramdisk_s"] = stepSoft[0], stepSoft[1], stepSoft[2], stepSoft[3]
 	}
 	if len(rd) > 0 {
 		// Aggregate throughput: all ramdisk bytes over the span from the
@@ -768,7 +870,7 @@ func storm(ctx context.Context, args []string) error {
 	return json.NewEncoder(os.Stdout).Encode(out)
 }
 
-func client(ctx context.Context, r *relay, hc *http.Client, mac net.HardwareAddr, server, scriptURL, file, ramdiskURL string, tftpStep func(string, string, netip.Addr) (time.Duration, int, error)) (res result) {
+func client(ctx context.Context, r *relay, hc *http.Client, mac net.HardwareAddr, server, scriptURL, file, ramdiskURL string, rdBuf []byte, tftpStep func(string, string, netip.Addr) (time.Duration, int, error)) (res result) {
 	t0 := time.Now()
 	var err error
 	if res.dhcp, res.addr, err = dhcpStep(r, mac, file); err != nil {
@@ -787,6 +889,7 @@ func client(ctx context.Context, r *relay, hc *http.Client, mac net.HardwareAddr
 	}
 	res.note(stepScript, nil)
 	if ramdiskURL != "" {
+		res.rdBuf = rdBuf
 		if err = ramdiskStep(ctx, ramdiskURL, &res); err != nil {
 			res.note(stepRamdisk, err)
 			return res
@@ -956,6 +1059,28 @@ var ramdiskFiles = []string{"vmlinuz", "initrd.cpio.gz"}
 // whole and checked against its Content-Length (not hashed: a thousand
 // clients hashing tens of MB would measure the load generator), from the
 // address res.addr. It fills res.ramdisk, rdBytes, rdStart and rdEnd.
+// rdBufSize is the ramdisk step's read buffer per client.
+const rdBufSize = 256 << 10
+
+// rdBufs returns n read buffers for the ramdisk step, each page already
+// written, made before the step's clock starts: 1,000 clients' buffers are
+// 256 MB, and faulting them in during the step cost the load generator
+// 0.3-0.5 s of CPU (clear_page in the kernel's read into a fresh page),
+// more for a server whose reads fill more of each buffer (session 11:
+// Machina's reads averaged 235 KB, nginx's 207-211 KB, and the load
+// generator spent 8-21 % more CPU on Machina's step), CPU taken from the
+// server on this 2-CPU machine. Real machines each have their own memory.
+func rdBufs(n int) [][]byte {
+	bufs := make([][]byte, n)
+	for i := range bufs {
+		bufs[i] = make([]byte, rdBufSize)
+		for j := 0; j < rdBufSize; j += 4096 {
+			bufs[i][j] = 1
+		}
+	}
+	return bufs
+}
+
 func ramdiskStep(ctx context.Context, base string, res *result) error {
 	u, err := url.Parse(base)
 	if err != nil {
@@ -970,7 +1095,10 @@ func ramdiskStep(ctx context.Context, base string, res *result) error {
 	defer conn.Close()
 	_ = conn.SetDeadline(time.Now().Add(5 * time.Minute))
 	br := bufio.NewReaderSize(conn, 4096)
-	buf := make([]byte, 256<<10) // larger than br: bodies are read straight from the socket
+	buf := res.rdBuf // larger than br: bodies are read straight from the socket
+	if buf == nil {
+		buf = make([]byte, rdBufSize)
+	}
 	for _, f := range ramdiskFiles {
 		if _, err := fmt.Fprintf(conn, "GET %s%s HTTP/1.1\r\nHost: %s\r\nUser-Agent: iPXE/1.21.1\r\n\r\n", u.Path, f, u.Host); err != nil {
 			return fmt.Errorf("ramdisk %s: %w", f, err)
@@ -979,7 +1107,7 @@ func ramdiskStep(ctx context.Context, base string, res *result) error {
 		if err != nil {
 			return fmt.Errorf("ramdisk %s: %w", f, err)
 		}
-		n, err := io.CopyBuffer(plainWriter{}, resp.Body, buf)
+		n, err := io.CopyBuffer(plainWriter{&res.rdReads}, resp.Body, buf)
 		resp.Body.Close()
 		if err != nil {
 			return fmt.Errorf("ramdisk %s: %w", f, err)
@@ -994,12 +1122,22 @@ func ramdiskStep(ctx context.Context, base string, res *result) error {
 	return nil
 }
 
+// kbPerRead is the mean KB (1,000 bytes) a read of the ramdisk step
+// returned, 0 without reads: the load generator's cost per byte grows as
+// a server's data arrives in smaller pieces.
+func kbPerRead(bytes, reads int64) float64 {
+	if reads == 0 {
+		return 0
+	}
+	return float64(bytes) / float64(reads) / 1e3
+}
+
 // plainWriter discards like io.Discard but without its ReadFrom, whose
 // 8 KiB reads would cost the load generator 32 times the syscalls of
-// ramdiskStep's buffer.
-type plainWriter struct{}
+// ramdiskStep's buffer; it counts its writes (one per read of the body).
+type plainWriter struct{ n *int64 }
 
-func (plainWriter) Write(p []byte) (int, error) { return len(p), nil }
+func (w plainWriter) Write(p []byte) (int, error) { *w.n++; return len(p), nil }
 
 func hyphen(mac net.HardwareAddr) string {
 	s := []byte(mac.String())
@@ -1068,9 +1206,10 @@ func table(w io.Writer, files []string) error {
 		}
 		fmt.Fprintf(w, "%-8s %12.1f %9s %12.1f\n", "wall", a["wall_ms"], "", b["wall_ms"])
 		if len(steps) > 4 {
-			fmt.Fprintf(w, "ramdisk: %v | %v clients, %.0f | %.0f MB each side, aggregate %.1f | %.1f MB/s (Machina/peer %s)\n",
+			fmt.Fprintf(w, "ramdisk: %v | %v clients, %.0f | %.0f MB each side, aggregate %.1f | %.1f MB/s (Machina/peer %s), %.1f | %.1f KB per read\n",
 				a["ramdisk_clients"], b["ramdisk_clients"], num(a, "ramdisk_bytes")/1e6, num(b, "ramdisk_bytes")/1e6,
-				num(a, "ramdisk_mb_s"), num(b, "ramdisk_mb_s"), ratio(num(a, "ramdisk_mb_s"), num(b, "ramdisk_mb_s")))
+				num(a, "ramdisk_mb_s"), num(b, "ramdisk_mb_s"), ratio(num(a, "ramdisk_mb_s"), num(b, "ramdisk_mb_s")),
+				num(a, "ramdisk_kb_per_read"), num(b, "ramdisk_kb_per_read"))
 		}
 		if c := orEmpty(a["tftp_client"]); c != "" {
 			fmt.Fprintf(w, "tftp client %v: transfers with a window over 1 block: %v %v | %v %v\n", c, a["label"], a["tftp_windowed"], b["label"], b["tftp_windowed"])
@@ -1082,7 +1221,7 @@ func table(w io.Writer, files []string) error {
 				b["label"], num(b, "server_cpu_dhcp_s"), num(b, "server_cpu_tftp_s"), num(b, "server_cpu_script_s"), num(b, "server_cpu_ramdisk_s"))
 		}
 		if _, ok := a["idle_cpu_script_s"]; ok {
-			for _, k := range []struct{ key, what string }{{"client_cpu", "load generator CPU"}, {"idle_cpu", "idle CPU (the machine's)"}} {
+			for _, k := range []struct{ key, what string }{{"client_cpu", "load generator CPU"}, {"idle_cpu", "idle CPU (the machine's)"}, {"softirqd_cpu", "ksoftirqd CPU"}} {
 				fmt.Fprintf(w, "%s per step (dhcp tftp script ramdisk), s: %s %.3f %.3f %.3f %.2f | %s %.3f %.3f %.3f %.2f\n", k.what,
 					a["label"], num(a, k.key+"_dhcp_s"), num(a, k.key+"_tftp_s"), num(a, k.key+"_script_s"), num(a, k.key+"_ramdisk_s"),
 					b["label"], num(b, k.key+"_dhcp_s"), num(b, k.key+"_tftp_s"), num(b, k.key+"_script_s"), num(b, k.key+"_ramdisk_s"))
@@ -1104,6 +1243,15 @@ func table(w io.Writer, files []string) error {
 // pairs figures measured minutes apart on the same machine, so the median
 // of the rounds' ratios is the comparison's estimate and the rounds' spread
 // its noise; both are printed.
+// short formats a figure of the rounds table: one decimal from 10 up,
+// three below (CPU seconds of a step).
+func short(f float64) string {
+	if f >= 10 {
+		return strconv.FormatFloat(f, 'f', 1, 64)
+	}
+	return strconv.FormatFloat(f, 'f', 3, 64)
+}
+
 func rounds(w io.Writer, args []string) error {
 	if len(args) == 0 || len(args)%2 != 0 {
 		return errors.New("rounds: want pairs of comma-separated lists of result files")
@@ -1114,7 +1262,13 @@ func rounds(w io.Writer, args []string) error {
 	}
 	metrics := []metric{{"tftp p50", "tftp_p50_ms", false}, {"tftp p99", "tftp_p99_ms", false},
 		{"script p50", "script_p50_ms", false}, {"script p99", "script_p99_ms", false},
-		{"connect p99", "connect_p99_ms", false}, {"ramdisk MB/s", "ramdisk_mb_s", true}}
+		{"connect p99", "connect_p99_ms", false}, {"ramdisk MB/s", "ramdisk_mb_s", true},
+		// Where a step's time went (CPU seconds of the step; the mean read):
+		// the diagnostics beside the goals, not goals.
+		{"script srv s", "server_cpu_script_s", false}, {"script gen s", "client_cpu_script_s", false},
+		{"ramdisk srv s", "server_cpu_ramdisk_s", false}, {"ramdisk gen s", "client_cpu_ramdisk_s", false},
+		{"ramdisk idle s", "idle_cpu_ramdisk_s", false}, {"ramdisk sirq s", "softirqd_cpu_ramdisk_s", false},
+		{"ramdisk KB/pkt", "ramdisk_rx_kb_per_packet", true}, {"ramdisk ack/MB", "ramdisk_tx_packets_per_mb", false}, {"ramdisk KB/rd", "ramdisk_kb_per_read", true}}
 	for i := 0; i < len(args); i += 2 {
 		ma, pa := strings.Split(args[i], ","), strings.Split(args[i+1], ",")
 		if len(ma) != len(pa) {
@@ -1152,7 +1306,7 @@ func rounds(w io.Writer, args []string) error {
 					continue
 				}
 				ratios = append(ratios, a/b)
-				cells[r] = fmt.Sprintf("%.1f/%.1f=%.2f", a, b, a/b)
+				cells[r] = fmt.Sprintf("%s/%s=%.2f", short(a), short(b), a/b)
 			}
 			if len(ratios) == 0 {
 				continue
@@ -1216,6 +1370,50 @@ func procCPU(pids string) float64 {
 		}
 	}
 	return float64(ns) / 1e9
+}
+
+// netCounters sums the packets and bytes received ([0]) and sent ([1]) on
+// this network namespace's interfaces other than lo (sysfs, which
+// `ip netns exec` mounts for the namespace); zeros when unreadable. A
+// veth carries a TSO/GSO packet whole, so received bytes per packet show
+// how the server cut its data, and sent packets per MB how often the
+// clients acknowledged.
+func netCounters() (rx, tx [2]int64) {
+	ents, _ := os.ReadDir("/sys/class/net")
+	read := func(dev, f string) int64 {
+		b, _ := os.ReadFile("/sys/class/net/" + dev + "/statistics/" + f)
+		v, _ := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+		return v
+	}
+	for _, e := range ents {
+		if e.Name() == "lo" {
+			continue
+		}
+		rx[0] += read(e.Name(), "rx_packets")
+		rx[1] += read(e.Name(), "rx_bytes")
+		tx[0] += read(e.Name(), "tx_packets")
+		tx[1] += read(e.Name(), "tx_bytes")
+	}
+	return rx, tx
+}
+
+// ksoftirqdPIDs lists the kernel's ksoftirqd/N threads (space-separated):
+// the network receive work a softirq defers to them is charged to neither
+// the servers nor the load generator (this kernel has no IRQ time
+// accounting: softirq work done on a task's way out of a system call is
+// the task's).
+func ksoftirqdPIDs() string {
+	ents, _ := os.ReadDir("/proc")
+	var pids []string
+	for _, e := range ents {
+		if e.Name()[0] < '0' || e.Name()[0] > '9' {
+			continue
+		}
+		if b, err := os.ReadFile("/proc/" + e.Name() + "/comm"); err == nil && bytes.HasPrefix(b, []byte("ksoftirqd/")) {
+			pids = append(pids, e.Name())
+		}
+	}
+	return strings.Join(pids, " ")
 }
 
 // idleSeconds is the machine's idle and iowait CPU time so far, summed over

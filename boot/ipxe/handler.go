@@ -292,11 +292,12 @@ func (h *Handler) serveScript(w http.ResponseWriter, r *http.Request, d Dialect)
 			return
 		}
 	}
-	render := Render
+	var b []byte
 	if d == DialectGRUB {
-		render = RenderGRUB
+		b, err = RenderGRUB(p)
+	} else {
+		b, err = render(p, true) // New checked the configured URLs and arguments
 	}
-	b, err := render(p)
 	if err != nil {
 		log().Error("render", "err", err)
 		http.Error(w, "script unavailable", http.StatusInternalServerError)

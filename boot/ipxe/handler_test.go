@@ -512,3 +512,40 @@ func TestSafeArgMatchesCharacterClass(t *testing.T) {
 		}
 	}
 }
+
+// TestRenderConfigChecked: the handler's render (configuration checked by
+// New) gives Render's bytes, and still refuses a request's unsafe name,
+// arch or token.
+func TestRenderConfigChecked(t *testing.T) {
+	base := ScriptParams{MAC: "52:54:00:00:00:01", Name: "r1-n01", Lifecycle: boot.LifecycleCommissioning, Platform: PlatformEFI,
+		Controller: "http://10.0.0.1:8080", KernelURL: "http://10.0.0.1:8080/boot/ramdisk/vmlinuz",
+		InitrdURL: "http://10.0.0.1:8080/boot/ramdisk/initrd.cpio.gz", KernelArgs: "console=ttyS0", Arch: "x86_64", Token: "tok-1"}
+	for _, l := range []boot.Lifecycle{boot.LifecycleCommissioning, boot.LifecycleDeploying, boot.LifecycleDeployed} {
+		for _, pf := range []Platform{PlatformBIOS, PlatformEFI} {
+			p := base
+			p.Lifecycle, p.Platform = l, pf
+			want, err := Render(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := render(p, true)
+			if err != nil || string(got) != string(want) {
+				t.Errorf("%s %s: render(configChecked) = %q, %v; Render = %q", l, pf, got, err, want)
+			}
+		}
+	}
+	for name, mod := range map[string]func(*ScriptParams){
+		"name":     func(p *ScriptParams) { p.Name = "a$b" },
+		"name sp":  func(p *ScriptParams) { p.Name = "a b" },
+		"arch":     func(p *ScriptParams) { p.Arch = "x86 64" },
+		"token":    func(p *ScriptParams) { p.Token = "t ok" },
+		"no token": func(p *ScriptParams) { p.Token = "" },
+		"platform": func(p *ScriptParams) { p.Platform = "bogus" },
+	} {
+		p := base
+		mod(&p)
+		if b, err := render(p, true); err == nil {
+			t.Errorf("%s: render(configChecked) = %q, want an error", name, b)
+		}
+	}
+}

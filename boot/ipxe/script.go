@@ -71,20 +71,31 @@ type ScriptParams struct {
 
 // safeArg reports whether s uses only the characters allowed in KernelArgs,
 // names and tokens: A-Z a-z 0-9 and " ._,:=/@+-" (no '$', which iPXE
-// expands, no quotes, no whitespace other than ' '). A byte loop, not a
-// regexp: it runs several times for every script of a boot storm.
+// expands, no quotes, no whitespace other than ' '). A table lookup per
+// byte, not a regexp: it runs several times for every script of a boot
+// storm.
 func safeArg(s string) bool {
 	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
-		case strings.IndexByte(" ._,:=/@+-", c) >= 0:
-		default:
+		if !argByte[s[i]] {
 			return false
 		}
 	}
 	return true
 }
+
+// argByte marks the bytes safeArg allows.
+var argByte = func() (t [256]bool) {
+	for c := 'a'; c <= 'z'; c++ {
+		t[c], t[c-'a'+'A'] = true, true
+	}
+	for c := '0'; c <= '9'; c++ {
+		t[c] = true
+	}
+	for _, c := range []byte(" ._,:=/@+-") {
+		t[c] = true
+	}
+	return t
+}()
 
 // modeFor maps a lifecycle (and the wipe flag and installer) to the token
 // purpose of its boot: a ramdisk mode, PurposeInstall, or "" for local boot.
@@ -132,11 +143,24 @@ func checkURL(u string) error {
 // `machina.token` on the kernel command line; every other lifecycle boots
 // the local disk. It returns an error when a URL or argument would be unsafe
 // to place in a script.
-func Render(p ScriptParams) ([]byte, error) {
-	if _, err := macaddr.ParseUnicast(p.MAC); err != nil {
-		return nil, fmt.Errorf("render ipxe script: %w", err)
+func Render(p ScriptParams) ([]byte, error) { return render(p, false) }
+
+// render is Render. configChecked skips what [New] has checked already and
+// is the same for every script the handler serves: Controller, KernelURL,
+// InitrdURL and KernelArgs (the handler's configuration), and MAC (the
+// handler's own formatting of an address it parsed); the per-request
+// fields (Name, Arch, Platform, Token) are checked always (issue 24: a
+// script of a boot storm checked the same four configured strings again).
+func render(p ScriptParams, configChecked bool) ([]byte, error) {
+	if !configChecked {
+		if _, err := macaddr.ParseUnicast(p.MAC); err != nil {
+			return nil, fmt.Errorf("render ipxe script: %w", err)
+		}
+		if !safeArg(p.KernelArgs) {
+			return nil, fmt.Errorf("render ipxe script: unsafe characters in name, arch or kernel args")
+		}
 	}
-	if !safeArg(p.KernelArgs) || !safeArg(p.Name) || strings.ContainsAny(p.Name, " ") || !safeArg(p.Arch) || strings.ContainsAny(p.Arch, " ") {
+	if !safeArg(p.Name) || strings.ContainsAny(p.Name, " ") || !safeArg(p.Arch) || strings.ContainsAny(p.Arch, " ") {
 		return nil, fmt.Errorf("render ipxe script: unsafe characters in name, arch or kernel args")
 	}
 	if p.Platform != PlatformBIOS && p.Platform != PlatformEFI {
@@ -148,9 +172,11 @@ func Render(p ScriptParams) ([]byte, error) {
 	}
 	ramdisk, efi := mode != "", p.Platform == PlatformEFI
 	if ramdisk {
-		for _, u := range []string{p.Controller, p.KernelURL, p.InitrdURL} {
-			if err := checkURL(u); err != nil {
-				return nil, fmt.Errorf("render ipxe script: %w", err)
+		if !configChecked {
+			for _, u := range []string{p.Controller, p.KernelURL, p.InitrdURL} {
+				if err := checkURL(u); err != nil {
+					return nil, fmt.Errorf("render ipxe script: %w", err)
+				}
 			}
 		}
 		if !safeArg(p.Token) || p.Token == "" || strings.Contains(p.Token, " ") {

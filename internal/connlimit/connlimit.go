@@ -9,6 +9,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"net/netip"
 	"sync"
 	"sync/atomic"
 )
@@ -25,15 +26,40 @@ func PerIP(ln net.Listener, max int, refused *atomic.Int64) net.Listener {
 	if refused == nil {
 		refused = new(atomic.Int64)
 	}
-	return &perIPListener{Listener: ln, max: max, open: map[string]int{}, refused: refused}
+	return &perIPListener{Listener: ln, max: max, open: map[netip.Addr]int{}, other: map[string]int{}, refused: refused}
 }
 
 type perIPListener struct {
 	net.Listener
 	max     int
 	mu      sync.Mutex
-	open    map[string]int
+	open    map[netip.Addr]int // TCP (and UDP) peers, by address (IPv4-mapped IPv6 unmapped)
+	other   map[string]int     // peers of other networks, by RemoteAddr().String()
 	refused *atomic.Int64
+}
+
+// peerKey is c's source address: the netip.Addr of a *net.TCPAddr (no
+// string built or parsed per connection: a boot storm opens a thousand at
+// once, issue 24), else the host of RemoteAddr().String().
+func peerKey(c net.Conn) (netip.Addr, string) {
+	switch a := c.RemoteAddr().(type) {
+	case *net.TCPAddr:
+		if ip, ok := netip.AddrFromSlice(a.IP); ok {
+			return ip.Unmap(), ""
+		}
+	case *net.UDPAddr:
+		if ip, ok := netip.AddrFromSlice(a.IP); ok {
+			return ip.Unmap(), ""
+		}
+	}
+	s := c.RemoteAddr().String()
+	if host, _, err := net.SplitHostPort(s); err == nil {
+		s = host
+	}
+	if ip, err := netip.ParseAddr(s); err == nil {
+		return ip.Unmap(), ""
+	}
+	return netip.Addr{}, s
 }
 
 func (l *perIPListener) Accept() (net.Conn, error) {
@@ -42,37 +68,53 @@ func (l *perIPListener) Accept() (net.Conn, error) {
 		if err != nil {
 			return nil, err
 		}
-		ip, _, err := net.SplitHostPort(c.RemoteAddr().String())
-		if err != nil {
-			ip = c.RemoteAddr().String()
-		}
+		ip, other := peerKey(c)
 		l.mu.Lock()
-		if l.open[ip] >= l.max {
+		n := l.open[ip]
+		if other != "" {
+			n = l.other[other]
+		}
+		if n >= l.max {
 			l.mu.Unlock()
 			l.refused.Add(1)
 			_ = c.Close()
 			continue
 		}
-		l.open[ip]++
+		if other != "" {
+			l.other[other]++
+		} else {
+			l.open[ip]++
+		}
 		l.mu.Unlock()
-		return &countedConn{Conn: c, release: func() {
-			l.mu.Lock()
-			if l.open[ip]--; l.open[ip] <= 0 {
-				delete(l.open, ip)
-			}
-			l.mu.Unlock()
-		}}, nil
+		return &countedConn{Conn: c, l: l, ip: ip, other: other}, nil
 	}
+}
+
+// release frees one slot of ip (or other).
+func (l *perIPListener) release(ip netip.Addr, other string) {
+	l.mu.Lock()
+	if other != "" {
+		if l.other[other]--; l.other[other] <= 0 {
+			delete(l.other, other)
+		}
+	} else if l.open[ip]--; l.open[ip] <= 0 {
+		delete(l.open, ip)
+	}
+	l.mu.Unlock()
 }
 
 type countedConn struct {
 	net.Conn
-	once    sync.Once
-	release func()
+	l        *perIPListener
+	ip       netip.Addr
+	other    string
+	released atomic.Bool
 }
 
 func (c *countedConn) Close() error {
-	c.once.Do(c.release)
+	if c.released.CompareAndSwap(false, true) {
+		c.l.release(c.ip, c.other)
+	}
 	return c.Conn.Close()
 }
 
