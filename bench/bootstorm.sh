@@ -20,7 +20,7 @@
 # (stepwise) the servers' CPU per step.
 #   -f FILE   undionly.kpxe, ipxe.efi, or both (default: both, undionly.kpxe first)
 #   -r N      clients in the ramdisk step (default 1000; about 15 MB each)
-#   -n R      rounds of the stepwise storm per file (default 3): round 1 as above, rounds 2..R on new
+#   -n R      rounds of the stepwise storm per file (default 5): round 1 as above, rounds 2..R on new
 #             servers with the peers first in the even rounds; prints each round's Machina/peer
 #             ratios and their median (bootstorm rounds), a single round being too noisy on 2 CPUs
 # Needs root, iproute2, dnsmasq (dnsmasq-base), ipxe, nginx (nginx-light), Go. Cleans up its
@@ -47,7 +47,7 @@
 # two runs of each file, sendfile, read, write, pwrite64, fdatasync; FILE.<tftp file>): to check
 # that the ramdisk goes out with sendfile. strace slows the server: take no figures from such a run.
 set -eu
-FILES="undionly.kpxe ipxe.efi"; RDN=1000; ROUNDS=3
+FILES="undionly.kpxe ipxe.efi"; RDN=1000; ROUNDS=5
 while getopts f:r:n: opt; do
 	case $opt in
 	f) case $OPTARG in both) FILES="undionly.kpxe ipxe.efi" ;; *) FILES=$OPTARG ;; esac ;;
