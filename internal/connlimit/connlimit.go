@@ -12,7 +12,6 @@ import (
 	"net/netip"
 	"sync"
 	"sync/atomic"
-	"syscall"
 )
 
 // PerIP wraps ln: a connection from an address that already has max open
@@ -123,35 +122,11 @@ func (c *countedConn) Close() error {
 // *os.File goes out with sendfile(2): without it net/http copies every
 // file through a 32 KiB user-space buffer (issue 24: the ramdisk step of
 // a boot storm spent 80 % of the server's CPU in that read and write).
-// On a TCP connection it is corked for the copy (TCP_CORK, tcp(7), set
-// before and cleared after, also on error): each sendfile call ends where
-// the socket's buffer was full, and with Go's TCP_NODELAY that partial
-// segment left at once, so a file went out in more, smaller packets than
-// nginx's, which corks its sendfile bodies the same way (tcp_nopush).
-// Clearing the cork sends what is left at once. Issue 24, session 11: 46
-// against nginx's 50 KB per packet on the storm's veth, 49-50 corked.
 func (c *countedConn) ReadFrom(r io.Reader) (int64, error) {
-	rf, ok := c.Conn.(io.ReaderFrom)
-	if !ok {
-		return io.Copy(c.Conn, r)
+	if rf, ok := c.Conn.(io.ReaderFrom); ok {
+		return rf.ReadFrom(r)
 	}
-	if tc, ok := c.Conn.(*net.TCPConn); ok {
-		if rc, err := tc.SyscallConn(); err == nil && setCork(rc, 1) == nil {
-			defer setCork(rc, 0)
-		}
-	}
-	return rf.ReadFrom(r)
-}
-
-// setCork sets TCP_CORK on rc's socket to on (1) or off (0).
-func setCork(rc syscall.RawConn, on int) error {
-	var serr error
-	if err := rc.Control(func(fd uintptr) {
-		serr = syscall.SetsockoptInt(int(fd), syscall.IPPROTO_TCP, syscall.TCP_CORK, on)
-	}); err != nil {
-		return err
-	}
-	return serr
+	return io.Copy(c.Conn, r)
 }
 
 // CloseWrite half-closes the underlying connection (a *net.TCPConn's

@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -112,11 +111,6 @@ func TestPerIPKeepsReadFrom(t *testing.T) {
 			served <- err
 			return
 		}
-		// The cork set for the copy is cleared after it.
-		if cork, err := corkOf(c.(*countedConn).Conn.(*net.TCPConn)); err != nil || cork != 0 {
-			served <- fmt.Errorf("TCP_CORK after ReadFrom = %d, %v; want 0", cork, err)
-			return
-		}
 		served <- cw.CloseWrite()
 	}()
 	c, err := net.Dial("tcp", raw.Addr().String())
@@ -163,66 +157,3 @@ func TestPeerKey(t *testing.T) {
 		t.Errorf("unix /run/x.sock: key %v %q, want the name", ip, other)
 	}
 }
-
-// corkOf reads TCP_CORK of c's socket.
-func corkOf(c *net.TCPConn) (int, error) {
-	rc, err := c.SyscallConn()
-	if err != nil {
-		return 0, err
-	}
-	var v int
-	var gerr error
-	if err := rc.Control(func(fd uintptr) { v, gerr = syscall.GetsockoptInt(int(fd), syscall.IPPROTO_TCP, syscall.TCP_CORK) }); err != nil {
-		return 0, err
-	}
-	return v, gerr
-}
-
-// TestReadFromCorks: ReadFrom corks the connection while it copies (a
-// reader that looks at TCP_CORK in the middle of the copy sees 1).
-func TestReadFromCorks(t *testing.T) {
-	raw, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln := PerIP(raw, 4, nil)
-	defer ln.Close()
-	go func() {
-		c, err := net.Dial("tcp", raw.Addr().String())
-		if err == nil {
-			_, _ = io.Copy(io.Discard, c)
-			c.Close()
-		}
-	}()
-	c, err := ln.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	tc := c.(*countedConn).Conn.(*net.TCPConn)
-	during := -1
-	src := readerFunc(func(p []byte) (int, error) {
-		if during >= 0 {
-			return 0, io.EOF
-		}
-		var err error
-		if during, err = corkOf(tc); err != nil {
-			return 0, err
-		}
-		return copy(p, "x"), nil
-	})
-	if _, err := c.(io.ReaderFrom).ReadFrom(src); err != nil {
-		t.Fatal(err)
-	}
-	after, err := corkOf(tc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if during != 1 || after != 0 {
-		t.Fatalf("TCP_CORK during the copy %d, after %d; want 1 and 0", during, after)
-	}
-}
-
-type readerFunc func([]byte) (int, error)
-
-func (f readerFunc) Read(p []byte) (int, error) { return f(p) }
