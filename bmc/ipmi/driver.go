@@ -89,7 +89,22 @@ type Driver struct {
 	// Chassis Control was lost (controlOnce).
 	lostAnswer bool
 	evidence   string
+	// opened is when c was opened; expire closes c at sessionMaxAge.
+	opened time.Time
+	expire *time.Timer
 }
+
+// sessionMaxAge bounds a session's life: the driver closes a session (Close
+// Session, then its socket) at this age, idle or not, and the next call
+// opens a new one. go-ipmi v0.9.1 starts a keep-alive with every session
+// that sends Get Session Info every 30 s with a context that is never
+// cancelled; an exchange it had queued when the session was closed ran
+// after Close had released the socket and dereferenced the nil connection
+// (udpclient.go ExchangeUntilMatch): a panic that ended the controller in
+// the VM lab of 3 Dec 2026 (CI of 39cf417). Its interval is a constant, so
+// the driver never lets a session reach its first keep-alive: 15 s leaves
+// 15 s for a call holding the driver's lock (Timeout x (Retries+1)) to end.
+var sessionMaxAge = 15 * time.Second // a var for the tests only
 
 var _ bmc.Driver = (*Driver)(nil)
 
@@ -193,8 +208,11 @@ func (d *Driver) CipherSuite() uint8 {
 
 // session returns the open session, opening one if needed. Called with d.mu held.
 func (d *Driver) session(ctx context.Context) (*client.Client, error) {
-	if d.c != nil {
+	if d.c != nil && time.Since(d.opened) < sessionMaxAge {
 		return d.c, nil
+	}
+	if d.c != nil {
+		d.closeCurrent(ctx)
 	}
 	suites := d.cfg.CipherSuites
 	if d.suite != 0 {
@@ -222,7 +240,14 @@ func (d *Driver) session(ctx context.Context) (*client.Client, error) {
 				}
 				d.log.Info("ipmi session opened", "cipherSuite", s, "strongest", s == CipherSuite17, "refused", refused, "took", time.Since(start))
 			}
-			d.c, d.suite = c, s
+			d.c, d.suite, d.opened = c, s, time.Now()
+			d.expire = time.AfterFunc(sessionMaxAge, func() {
+				d.mu.Lock()
+				defer d.mu.Unlock()
+				if d.c == c {
+					d.closeCurrent(context.Background())
+				}
+			})
 			return c, nil
 		}
 		if ctx.Err() != nil {
@@ -276,8 +301,32 @@ func (d *Driver) dropSession(ctx context.Context) {
 	if d.c == nil {
 		return
 	}
+	d.stopExpire()
 	discard(ctx, d.c)
 	d.c = nil
+}
+
+// stopExpire stops the current session's age timer. Called with d.mu held.
+func (d *Driver) stopExpire() {
+	if d.expire != nil {
+		d.expire.Stop()
+		d.expire = nil
+	}
+}
+
+// closeCurrent ends the current session at its age limit: Close Session
+// within the driver's Timeout (the BMC frees the slot), then the socket.
+// Called with d.mu held. A failed Close Session is logged at Debug: the
+// BMC's inactivity timeout frees the slot.
+func (d *Driver) closeCurrent(ctx context.Context) {
+	c := d.c
+	d.c = nil
+	d.stopExpire()
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d.cfg.Timeout)
+	defer cancel()
+	if err := c.Close(cctx); err != nil {
+		d.log.Debug("ipmi session close at its age limit failed", "err", err)
+	}
 }
 
 // discard releases c's socket and keep-alive goroutine without waiting for
@@ -335,6 +384,7 @@ func (d *Driver) Close(ctx context.Context) error {
 	}
 	c := d.c
 	d.c = nil
+	d.stopExpire()
 	if err := c.Close(ctx); err != nil {
 		return classify("close session", err)
 	}

@@ -463,3 +463,38 @@ func TestSoftOffFallsBackToHardOff(t *testing.T) {
 		t.Errorf("ipmitool: %q", out)
 	}
 }
+
+// TestSessionClosedAtAgeLimit: a session is closed (Close Session on the
+// wire) when it reaches sessionMaxAge, idle, and the next call opens a new
+// one: the driver never lets go-ipmi's keep-alive (first at 30 s) run.
+func TestSessionClosedAtAgeLimit(t *testing.T) {
+	old := sessionMaxAge
+	sessionMaxAge = 300 * time.Millisecond
+	t.Cleanup(func() { sessionMaxAge = old })
+	s := startSim(t)
+	p := startProxy(t, s.port, "admin", "password")
+	d := newDriver(t, "127.0.0.1:"+itoa(p.port()), "admin", "password", nil)
+	ctx := testCtx(t)
+	if _, err := d.PowerState(ctx); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		d.mu.Lock()
+		open := d.c != nil
+		d.mu.Unlock()
+		if !open {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("session still open 5 s after its age limit")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if n := len(p.sent(0x06, 0x3c)); n != 1 {
+		t.Errorf("Close Session sent %d times at the age limit, want 1", n)
+	}
+	if st, err := d.PowerState(ctx); err != nil || st != bmc.PowerOff {
+		t.Fatalf("PowerState after the age limit = %v, %v; want off on a new session", st, err)
+	}
+}
