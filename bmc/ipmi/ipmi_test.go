@@ -279,13 +279,7 @@ func TestUnreachable(t *testing.T) {
 // TestLostResponseIsRetried: the proxy drops the first Get Chassis Status
 // response; the driver's retransmission gets the answer.
 func TestLostResponseIsRetried(t *testing.T) {
-	s := startSim(t)
-	p := startProxy(t, s.port, "admin", "password")
-	d := newDriver(t, "127.0.0.1:"+itoa(p.port()), "admin", "password", nil)
-	ctx := testCtx(t)
-	if _, err := d.PowerState(ctx); err != nil {
-		t.Fatal(err)
-	}
+	p, d, ctx := proxiedSession(t)
 	p.set(func(p *proxy) { p.dropResponses = 1 })
 	before := len(p.sent(0x00, 0x01))
 	st, err := d.PowerState(ctx)
@@ -471,13 +465,7 @@ func TestSessionClosedAtAgeLimit(t *testing.T) {
 	old := sessionMaxAge
 	sessionMaxAge = 300 * time.Millisecond
 	t.Cleanup(func() { sessionMaxAge = old })
-	s := startSim(t)
-	p := startProxy(t, s.port, "admin", "password")
-	d := newDriver(t, "127.0.0.1:"+itoa(p.port()), "admin", "password", nil)
-	ctx := testCtx(t)
-	if _, err := d.PowerState(ctx); err != nil {
-		t.Fatal(err)
-	}
+	p, d, ctx := proxiedSession(t)
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		d.mu.Lock()
@@ -497,4 +485,18 @@ func TestSessionClosedAtAgeLimit(t *testing.T) {
 	if st, err := d.PowerState(ctx); err != nil || st != bmc.PowerOff {
 		t.Fatalf("PowerState after the age limit = %v, %v; want off on a new session", st, err)
 	}
+}
+
+// proxiedSession starts ipmi_sim behind the decrypting proxy and returns a
+// driver through the proxy with a session opened (one PowerState).
+func proxiedSession(t *testing.T) (*proxy, *Driver, context.Context) {
+	t.Helper()
+	s := startSim(t)
+	p := startProxy(t, s.port, "admin", "password")
+	d := newDriver(t, "127.0.0.1:"+itoa(p.port()), "admin", "password", nil)
+	ctx := testCtx(t)
+	if _, err := d.PowerState(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return p, d, ctx
 }
