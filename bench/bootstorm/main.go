@@ -619,18 +619,16 @@ func warmFiles(list string) error {
 			}
 		}
 	}
-	buf := make([]byte, 1<<20)
 	for _, f := range files {
 		fh, err := os.Open(f)
 		if err != nil {
 			return fmt.Errorf("warm: %w", err)
 		}
-		for {
-			if _, err := fh.Read(buf); err != nil {
-				break
-			}
-		}
+		_, err = io.Copy(io.Discard, fh)
 		fh.Close()
+		if err != nil {
+			return fmt.Errorf("warm: %s: %w", f, err)
+		}
 	}
 	return nil
 }
@@ -1054,11 +1052,6 @@ func getScript(ctx context.Context, host, path string, mac net.HardwareAddr, loc
 // InitrdURL under /boot/ramdisk/), fetched in this order.
 var ramdiskFiles = []string{"vmlinuz", "initrd.cpio.gz"}
 
-// ramdiskStep GETs the kernel and the initrd from base (a URL ending in
-// /), as iPXE does: one TCP connection kept alive for both, each body read
-// whole and checked against its Content-Length (not hashed: a thousand
-// clients hashing tens of MB would measure the load generator), from the
-// address res.addr. It fills res.ramdisk, rdBytes, rdStart and rdEnd.
 // rdBufSize is the ramdisk step's read buffer per client.
 const rdBufSize = 256 << 10
 
@@ -1081,6 +1074,12 @@ func rdBufs(n int) [][]byte {
 	return bufs
 }
 
+// ramdiskStep GETs the kernel and the initrd from base (a URL ending in
+// /), as iPXE does: one TCP connection kept alive for both, each body read
+// whole and checked against its Content-Length (not hashed: a thousand
+// clients hashing tens of MB would measure the load generator), from the
+// address res.addr, reading into res.rdBuf when set. It fills res.ramdisk,
+// rdBytes, rdReads, rdStart and rdEnd.
 func ramdiskStep(ctx context.Context, base string, res *result) error {
 	u, err := url.Parse(base)
 	if err != nil {
@@ -1235,14 +1234,6 @@ func table(w io.Writer, files []string) error {
 	return nil
 }
 
-// rounds prints, per pair of comma-separated lists of stepwise result
-// files (round i of Machina's list was run next to round i of the peer's,
-// bootstorm.sh -n), every round's Machina/peer ratios of the judged
-// figures (issue 24: TFTP p50 and p99, script p50 and p99, the ramdisk
-// step's aggregate MB/s) and their median over the rounds. A round's ratio
-// pairs figures measured minutes apart on the same machine, so the median
-// of the rounds' ratios is the comparison's estimate and the rounds' spread
-// its noise; both are printed.
 // short formats a figure of the rounds table: one decimal from 10 up,
 // three below (CPU seconds of a step).
 func short(f float64) string {
@@ -1252,6 +1243,14 @@ func short(f float64) string {
 	return strconv.FormatFloat(f, 'f', 3, 64)
 }
 
+// rounds prints, per pair of comma-separated lists of stepwise result
+// files (round i of Machina's list was run next to round i of the peer's,
+// bootstorm.sh -n), every round's Machina/peer ratios of the judged
+// figures (issue 24: TFTP p50 and p99, script p50 and p99, the ramdisk
+// step's aggregate MB/s) and their median over the rounds. A round's ratio
+// pairs figures measured minutes apart on the same machine, so the median
+// of the rounds' ratios is the comparison's estimate and the rounds' spread
+// its noise; both are printed.
 func rounds(w io.Writer, args []string) error {
 	if len(args) == 0 || len(args)%2 != 0 {
 		return errors.New("rounds: want pairs of comma-separated lists of result files")

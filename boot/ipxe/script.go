@@ -157,11 +157,11 @@ func render(p ScriptParams, configChecked bool) ([]byte, error) {
 			return nil, fmt.Errorf("render ipxe script: %w", err)
 		}
 		if !safeArg(p.KernelArgs) {
-			return nil, fmt.Errorf("render ipxe script: unsafe characters in name, arch or kernel args")
+			return nil, fmt.Errorf("render ipxe script: kernel args %q: characters outside A-Za-z0-9 ._,:=/@+-", p.KernelArgs)
 		}
 	}
 	if !safeArg(p.Name) || strings.ContainsAny(p.Name, " ") || !safeArg(p.Arch) || strings.ContainsAny(p.Arch, " ") {
-		return nil, fmt.Errorf("render ipxe script: unsafe characters in name, arch or kernel args")
+		return nil, fmt.Errorf("render ipxe script: unsafe characters in name %q or arch %q", p.Name, p.Arch)
 	}
 	if p.Platform != PlatformBIOS && p.Platform != PlatformEFI {
 		return nil, fmt.Errorf("render ipxe script: unknown platform %q", p.Platform)

@@ -26,30 +26,31 @@ func PerIP(ln net.Listener, max int, refused *atomic.Int64) net.Listener {
 	if refused == nil {
 		refused = new(atomic.Int64)
 	}
-	return &perIPListener{Listener: ln, max: max, open: map[netip.Addr]int{}, other: map[string]int{}, refused: refused}
+	return &perIPListener{Listener: ln, max: max, open: map[peer]int{}, refused: refused}
 }
 
 type perIPListener struct {
 	net.Listener
 	max     int
 	mu      sync.Mutex
-	open    map[netip.Addr]int // TCP (and UDP) peers, by address (IPv4-mapped IPv6 unmapped)
-	other   map[string]int     // peers of other networks, by RemoteAddr().String()
+	open    map[peer]int
 	refused *atomic.Int64
 }
 
-// peerKey is c's source address: the netip.Addr of a *net.TCPAddr (no
-// string built or parsed per connection: a boot storm opens a thousand at
-// once, issue 24), else the host of RemoteAddr().String().
-func peerKey(c net.Conn) (netip.Addr, string) {
-	switch a := c.RemoteAddr().(type) {
-	case *net.TCPAddr:
+// peer is a connection's source: its IP address (IPv4-mapped IPv6
+// unmapped), or for a peer that has none, its address string in other.
+type peer struct {
+	ip    netip.Addr
+	other string
+}
+
+// peerOf is c's source: the netip.Addr of a *net.TCPAddr (no string built
+// or parsed per connection: a boot storm opens a thousand at once, issue
+// 24), else the host of RemoteAddr().String().
+func peerOf(c net.Conn) peer {
+	if a, ok := c.RemoteAddr().(*net.TCPAddr); ok {
 		if ip, ok := netip.AddrFromSlice(a.IP); ok {
-			return ip.Unmap(), ""
-		}
-	case *net.UDPAddr:
-		if ip, ok := netip.AddrFromSlice(a.IP); ok {
-			return ip.Unmap(), ""
+			return peer{ip: ip.Unmap()}
 		}
 	}
 	s := c.RemoteAddr().String()
@@ -57,9 +58,9 @@ func peerKey(c net.Conn) (netip.Addr, string) {
 		s = host
 	}
 	if ip, err := netip.ParseAddr(s); err == nil {
-		return ip.Unmap(), ""
+		return peer{ip: ip.Unmap()}
 	}
-	return netip.Addr{}, s
+	return peer{other: s}
 }
 
 func (l *perIPListener) Accept() (net.Conn, error) {
@@ -68,37 +69,25 @@ func (l *perIPListener) Accept() (net.Conn, error) {
 		if err != nil {
 			return nil, err
 		}
-		ip, other := peerKey(c)
+		p := peerOf(c)
 		l.mu.Lock()
-		n := l.open[ip]
-		if other != "" {
-			n = l.other[other]
-		}
-		if n >= l.max {
+		if l.open[p] >= l.max {
 			l.mu.Unlock()
 			l.refused.Add(1)
 			_ = c.Close()
 			continue
 		}
-		if other != "" {
-			l.other[other]++
-		} else {
-			l.open[ip]++
-		}
+		l.open[p]++
 		l.mu.Unlock()
-		return &countedConn{Conn: c, l: l, ip: ip, other: other}, nil
+		return &countedConn{Conn: c, l: l, p: p}, nil
 	}
 }
 
-// release frees one slot of ip (or other).
-func (l *perIPListener) release(ip netip.Addr, other string) {
+// release frees one slot of p.
+func (l *perIPListener) release(p peer) {
 	l.mu.Lock()
-	if other != "" {
-		if l.other[other]--; l.other[other] <= 0 {
-			delete(l.other, other)
-		}
-	} else if l.open[ip]--; l.open[ip] <= 0 {
-		delete(l.open, ip)
+	if l.open[p]--; l.open[p] <= 0 {
+		delete(l.open, p)
 	}
 	l.mu.Unlock()
 }
@@ -106,14 +95,13 @@ func (l *perIPListener) release(ip netip.Addr, other string) {
 type countedConn struct {
 	net.Conn
 	l        *perIPListener
-	ip       netip.Addr
-	other    string
+	p        peer
 	released atomic.Bool
 }
 
 func (c *countedConn) Close() error {
 	if c.released.CompareAndSwap(false, true) {
-		c.l.release(c.ip, c.other)
+		c.l.release(c.p)
 	}
 	return c.Conn.Close()
 }

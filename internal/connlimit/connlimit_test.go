@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -143,17 +144,15 @@ func (c addrConn) RemoteAddr() net.Addr { return c.remote }
 // and IPv4-mapped 16-byte forms and for every port; a peer of another
 // network by the host of its string form.
 func TestPeerKey(t *testing.T) {
-	v4, _ := peerKey(addrConn{remote: &net.TCPAddr{IP: net.IPv4(10, 66, 1, 7).To4(), Port: 1}})
-	mapped, _ := peerKey(addrConn{remote: &net.TCPAddr{IP: net.IPv4(10, 66, 1, 7), Port: 2}})
-	if !v4.IsValid() || v4 != mapped || v4.String() != "10.66.1.7" {
-		t.Errorf("TCP 10.66.1.7: keys %v and %v, want both 10.66.1.7", v4, mapped)
+	v4 := peerOf(addrConn{remote: &net.TCPAddr{IP: net.IPv4(10, 66, 1, 7).To4(), Port: 1}})
+	mapped := peerOf(addrConn{remote: &net.TCPAddr{IP: net.IPv4(10, 66, 1, 7), Port: 2}})
+	if v4 != mapped || v4.ip.String() != "10.66.1.7" || v4.other != "" {
+		t.Errorf("TCP 10.66.1.7: keys %+v and %+v, want both 10.66.1.7", v4, mapped)
 	}
-	v6, other := peerKey(addrConn{remote: &net.TCPAddr{IP: net.ParseIP("fd00::1"), Port: 3}})
-	if v6.String() != "fd00::1" || other != "" {
-		t.Errorf("TCP [fd00::1]:3: key %v %q", v6, other)
+	if v6 := peerOf(addrConn{remote: &net.TCPAddr{IP: net.ParseIP("fd00::1"), Port: 3}}); v6 != (peer{ip: netip.MustParseAddr("fd00::1")}) {
+		t.Errorf("TCP [fd00::1]:3: key %+v", v6)
 	}
-	ip, other := peerKey(addrConn{remote: &net.UnixAddr{Name: "/run/x.sock", Net: "unix"}})
-	if ip.IsValid() || other != "/run/x.sock" {
-		t.Errorf("unix /run/x.sock: key %v %q, want the name", ip, other)
+	if u := peerOf(addrConn{remote: &net.UnixAddr{Name: "/run/x.sock", Net: "unix"}}); u != (peer{other: "/run/x.sock"}) {
+		t.Errorf("unix /run/x.sock: key %+v, want the name", u)
 	}
 }
