@@ -578,6 +578,33 @@ const (
 	stepRamdisk
 )
 
+// stepNames are the steps' names in the -marks file, by step index.
+var stepNames = [...]string{stepDHCP: "dhcp", stepTFTP: "tftp", stepScript: "script", stepRamdisk: "ramdisk"}
+
+// monotonic is CLOCK_MONOTONIC in seconds (the clock of perf record -k
+// CLOCK_MONOTONIC; Go's time.Time keeps its monotonic reading private).
+func monotonic() float64 {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
+		return 0
+	}
+	return float64(ts.Sec) + float64(ts.Nsec)/1e9
+}
+
+// appendMark appends "LABEL STEP START END" (seconds of CLOCK_MONOTONIC)
+// to the file at path (-marks).
+func appendMark(path, label, step string, start, end float64) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if err != nil {
+		return err
+	}
+	if _, err := fmt.Fprintf(f, "%s %s %.6f %.6f\n", label, step, start, end); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
 // note records the outcome of step: ok, or the client's first error.
 func (r *result) note(step int, err error) {
 	r.ok[step], r.errs[step] = err == nil, err
@@ -647,6 +674,7 @@ func storm(ctx context.Context, args []string) error {
 	pool := fs.String("pool", "10.66.1.0", "first address of the DHCP pool: client i without a lease uses this + i (stepwise)")
 	pids := fs.String("server-pids", "", "space-separated PIDs of the server processes: their CPU time per step is reported (stepwise)")
 	warm := fs.String("warm", "", "comma-separated files and folders (their regular files, not recursive) read, untimed, before the free run and before every stepwise step: the servers' files are in the page cache whoever serves them first (see warmFiles)")
+	marks := fs.String("marks", "", "a diagnostic: append a line per stepwise step to this file, \"LABEL STEP START END\" in seconds of CLOCK_MONOTONIC, the clock of perf record -k CLOCK_MONOTONIC, so that a system-wide profile can be cut into the steps of each server")
 	tftpClient := fs.String("tftp-client", "auto", "TFTP client: pxe (iPXE/BIOS PXE: blksize 1428, tsize), edk2 (OVMF's: size probe, blksize 1468, windowsize 4), or auto (edk2 for ipxe.efi, the UEFI round; pxe otherwise)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -717,11 +745,17 @@ func storm(ctx context.Context, args []string) error {
 			time.Sleep(200 * time.Millisecond)
 			c0, i0, g0, k0 := procCPU(*pids), idleSeconds(), cpuSeconds(), procCPU(softPIDs)
 			rx0, tx0 := netCounters()
+			m0 := monotonic()
 			var pw sync.WaitGroup
 			for i := range *n {
 				pw.Go(func() { f(i) })
 			}
 			pw.Wait()
+			if *marks != "" {
+				if err := appendMark(*marks, *label, stepNames[step], m0, monotonic()); err != nil {
+					fmt.Fprintln(os.Stderr, "storm:", err)
+				}
+			}
 			stepCPU[step] = procCPU(*pids) - c0
 			stepIdle[step], stepGen[step], stepSoft[step] = idleSeconds()-i0, cpuSeconds()-g0, procCPU(softPIDs)-k0
 			rx1, tx1 := netCounters()
