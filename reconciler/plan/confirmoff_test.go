@@ -23,9 +23,11 @@ func TestPlanConfirmOff(t *testing.T) {
 	for _, st := range Compute(inv, base, Options{Now: planT0}).Steps {
 		busy[st.Server] = true
 	}
-	// In servers.yaml order, not the snapshot map's: a server wanted
-	// retired (r3-n03 in the example) has its own steps and never a
-	// confirm-off, and a map's order picked it in 2 of 30 runs.
+	// In servers.yaml order, not the snapshot map's, and never a server
+	// wanted retired: the retire path plans it (retireSteps returns before
+	// a confirm-off is considered), and r3-n03, the example's, looks idle
+	// here only because the safety brake holds its retire step. A map's
+	// order picked it in 2 of 30 runs.
 	name, other := "", ""
 	for _, ws := range inv.Servers {
 		if ws.Want == inventory.WantRetired {
