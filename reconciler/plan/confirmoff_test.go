@@ -24,10 +24,10 @@ func TestPlanConfirmOff(t *testing.T) {
 		busy[st.Server] = true
 	}
 	// In servers.yaml order, not the snapshot map's, and never a server
-	// wanted retired: the retire path plans it (retireSteps returns before
-	// a confirm-off is considered), and r3-n03, the example's, looks idle
-	// here only because the safety brake holds its retire step. A map's
-	// order picked it in 2 of 30 runs.
+	// wanted retired: r3-n03, the example's, is observed retired (so it
+	// has no step and looks idle), and once a case sets it ready or
+	// failed, retireSteps plans its retire and returns before a
+	// confirm-off is considered. A map's order picked it in 2 of 30 runs.
 	name, other := "", ""
 	for _, ws := range inv.Servers {
 		if ws.Want == inventory.WantRetired {
