@@ -172,7 +172,8 @@ func (s *Server) listEvents(w http.ResponseWriter, r *http.Request, server strin
 // (NeedsWipe: the controller PXE-boots it into the ramdisk's wipe mode,
 // which wipes its disks' partition tables and signatures and powers off;
 // it is not allocated again before that), and its hosts are marked
-// released with their node certificates forgotten. This is how a server
+// released with their node certificates forgotten, all in the move's one
+// transaction (state.Move.ForgetHosts). This is how a server
 // taken by POST /api/v1/provision is given back.
 func (s *Server) handleTransition(w http.ResponseWriter, r *http.Request) {
 	var req v1.TransitionRequest
@@ -200,17 +201,14 @@ func (s *Server) handleTransition(w http.ResponseWriter, r *http.Request) {
 			srv.Allocation, srv.NeedsWipe, srv.FinishDeploy = nil, true, false
 			return nil
 		}
+		// In the move's transaction: a failure leaves neither the move
+		// nor a host still trusted after it.
+		m.ForgetHosts, m.ForgetReason = state.HostReleased, "server "+m.Server+" released by "+actor(r)
 	}
 	srv, err := s.store.Apply(m)
 	if err != nil {
 		s.storeError(w, r, err)
 		return
-	}
-	if release {
-		if _, err := s.store.ForgetHostsOf(srv.Name, state.HostReleased, "server "+srv.Name+" released by "+actor(r)); err != nil {
-			s.storeError(w, r, err)
-			return
-		}
 	}
 	s.log.Info("lifecycle moved", "machine", srv.Name, "from", from, "to", to, "actor", actor(r))
 	writeJSON(w, http.StatusOK, toServer(srv))

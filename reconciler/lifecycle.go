@@ -97,13 +97,15 @@ func (c *Controller) release(ctx context.Context, x *stepCtx) error {
 	_, _ = st.SetPower(step.Server, state.PowerOff, state.PowerSourceCommand)
 	if x.obs.Lifecycle == state.LifecycleDeployed {
 		_, err := st.Apply(state.Move{Server: step.Server, From: state.LifecycleDeployed, To: state.LifecycleReady, Reason: step.Why,
-			Update: func(s *state.Server) error { s.Allocation, s.NeedsWipe = nil, true; return nil }})
+			Update:      func(s *state.Server) error { s.Allocation, s.NeedsWipe = nil, true; return nil },
+			ForgetHosts: state.HostReleased, ForgetReason: "server " + step.Server + " released: " + step.Why})
 		if err != nil {
 			return err
 		}
 		x.log.Info("released", "wipe", "next: the ramdisk's release wipe")
 	}
-	// Outside the move: a retried release still forgets the host.
+	// Also outside the move: a release resumed after the move (the
+	// journal) still forgets the host; a no-op when the move did.
 	_, err := st.ForgetHostsOf(step.Server, state.HostReleased, "server "+step.Server+" released: "+step.Why)
 	return err
 }
@@ -120,7 +122,8 @@ func (c *Controller) retire(ctx context.Context, x *stepCtx) error {
 	}
 	if x.obs.Lifecycle != state.LifecycleRetired {
 		_, err := st.Apply(state.Move{Server: step.Server, From: x.obs.Lifecycle, To: state.LifecycleRetired, Reason: step.Why,
-			Update: func(s *state.Server) error { s.Allocation, s.WipeStartedAt = nil, time.Time{}; return nil }})
+			Update:      func(s *state.Server) error { s.Allocation, s.WipeStartedAt = nil, time.Time{}; return nil },
+			ForgetHosts: state.HostRetired, ForgetReason: "server " + step.Server + " retired: " + step.Why})
 		if err != nil {
 			return err
 		}

@@ -2,7 +2,6 @@ package state
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"time"
 )
@@ -165,36 +164,54 @@ const (
 // certificate's fingerprint, so the join listener refuses that node's
 // certificate from then on (a wiped or retired machine's identity must not
 // come back); a new deploy joins afresh. It records one EventHostForgotten
-// event per host changed and returns their names. Hosts already in status
-// are left alone. Errors are the store's.
+// event per host changed and returns their names, all in one transaction.
+// Hosts already in status are left alone. A lifecycle move that gives the
+// server back does the same in its own transaction (Move.ForgetHosts).
+// Errors: ErrInvalid (another status), the store's.
 func (s *Store) ForgetHostsOf(server, status, reason string) ([]string, error) {
 	if status != HostReleased && status != HostRetired {
 		return nil, fmt.Errorf("state: forget hosts of %s: status %q: %w", server, status, ErrInvalid)
 	}
-	hosts, err := s.Hosts()
+	var done []string
+	err := s.update(func(tx kvTx) error {
+		var err error
+		done, err = s.forgetHostsTx(tx, server, status, reason)
+		return err
+	})
 	if err != nil {
+		return nil, fmt.Errorf("state: forget hosts of %s: %w", server, err)
+	}
+	return done, nil
+}
+
+// forgetHostsTx is ForgetHostsOf inside tx.
+func (s *Store) forgetHostsTx(tx kvTx, server, status, reason string) ([]string, error) {
+	b := tx.Bucket(bucketHosts)
+	var hosts []Host
+	if err := b.ForEach(func(k, v []byte) error {
+		var h Host
+		if err := json.Unmarshal(v, &h); err != nil {
+			return fmt.Errorf("decode host %s: %w", k, err)
+		}
+		if h.Server == server && h.JoinStatus != status {
+			hosts = append(hosts, h)
+		}
+		return nil
+	}); err != nil {
 		return nil, err
 	}
 	var done []string
 	for _, h := range hosts {
-		if h.Server != server || h.JoinStatus == status {
-			continue
+		h.JoinStatus, h.JoinReason, h.CertFingerprint = status, reason, ""
+		h.Lost = nil // no heartbeats are expected from it any more
+		if err := putJSON(b, h.Name, &h); err != nil {
+			return nil, err
 		}
-		_, err := s.UpdateHost(h.Name, func(x *Host) error {
-			x.JoinStatus, x.JoinReason, x.CertFingerprint = status, reason, ""
-			x.Lost = nil // no heartbeats are expected from it any more
-			return nil
-		})
-		if errors.Is(err, ErrNotFound) {
-			continue
-		}
-		if err != nil {
-			return done, err
+		e := Event{Server: server, Kind: EventHostForgotten, Message: "host " + h.Name + " " + status + ": " + reason}
+		if err := s.appendEvent(tx, &e); err != nil {
+			return nil, err
 		}
 		done = append(done, h.Name)
-		if _, err := s.AppendEvent(Event{Server: server, Kind: EventHostForgotten, Message: "host " + h.Name + " " + status + ": " + reason}); err != nil {
-			return done, err
-		}
 	}
 	return done, nil
 }

@@ -626,6 +626,12 @@ type Move struct {
 	// hardware facts with commissioning→ready). It must not change Name or
 	// Lifecycle; an error aborts the whole move.
 	Update func(*Server) error
+	// ForgetHosts, when HostReleased or HostRetired, forgets the hosts
+	// running on the server (ForgetHostsOf, with ForgetReason) in the
+	// move's transaction: a release or retire is never recorded with its
+	// host still trusted. "" forgets nothing.
+	ForgetHosts  string
+	ForgetReason string
 }
 
 // Transition moves the named server from→to as ActorController. See Apply.
@@ -887,6 +893,11 @@ func (s *Store) applyTx(tx kvTx, m Move) (Server, *TransitionError, error) {
 			return Server{}, nil, ErrLifecycleField
 		}
 	}
+	switch m.ForgetHosts {
+	case "", HostReleased, HostRetired:
+	default:
+		return Server{}, nil, fmt.Errorf("forget hosts: status %q: %w", m.ForgetHosts, ErrInvalid)
+	}
 	now := s.nowUTC()
 	srv.Lifecycle = m.To
 	srv.LifecycleAt = now
@@ -895,6 +906,14 @@ func (s *Store) applyTx(tx kvTx, m Move) (Server, *TransitionError, error) {
 	if err := s.putServer(b, m.Server, &srv); err != nil {
 		return Server{}, nil, err
 	}
-	return srv, nil, s.appendEvent(tx, &Event{Server: m.Server, Kind: EventTransition, Actor: m.Actor,
-		From: m.From, To: m.To, Message: m.Reason})
+	if err := s.appendEvent(tx, &Event{Server: m.Server, Kind: EventTransition, Actor: m.Actor,
+		From: m.From, To: m.To, Message: m.Reason}); err != nil {
+		return Server{}, nil, err
+	}
+	if m.ForgetHosts != "" {
+		if _, err := s.forgetHostsTx(tx, m.Server, m.ForgetHosts, m.ForgetReason); err != nil {
+			return Server{}, nil, fmt.Errorf("forget hosts: %w", err)
+		}
+	}
+	return srv, nil, nil
 }
