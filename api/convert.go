@@ -11,7 +11,7 @@ func toServer(s state.Server) v1.Server {
 	out := v1.Server{
 		Name: s.Name, Zone: s.Zone, Site: s.Site, Rack: s.Rack, BootMAC: s.BootMAC, BootMode: s.BootMode,
 		Lifecycle: string(s.Lifecycle), LifecycleAt: s.LifecycleAt,
-		Power: v1.PowerStatus{State: string(s.Power.State), Source: string(s.Power.Source), At: s.Power.At},
+		Power: v1.PowerStatus{State: string(s.Power.State), Source: string(s.Power.Source), At: s.Power.At, OffClaimedAt: s.Power.OffClaimedAt},
 		BMC: v1.BMC{Driver: s.BMC.Driver, Address: s.BMC.Address, Credentials: s.BMC.Credentials,
 			SystemID: s.BMC.SystemID, InsecureTLS: s.BMC.InsecureTLS,
 			Manufacturer: s.BMC.Manufacturer, Model: s.BMC.Model, SerialNumber: s.BMC.SerialNumber, FirmwareVersion: s.BMC.FirmwareVersion},

@@ -1,6 +1,8 @@
 package reconciler
 
 import (
+	"time"
+
 	"context"
 	"errors"
 	"log/slog"
@@ -358,25 +360,39 @@ func powerIs(p state.Power) func(*testing.T, state.Server, *state.Store) {
 // machine the ramdisk said it powers off but that is still on (its kernel
 // hung on the way down, as a VM lab guest did) is powered off with a
 // power.forced_off event; one that is off only gets its power recorded
-// as read from the BMC; a server whose power moved on since the plan
-// (no longer the agent's word) is left alone.
+// as read from the BMC; a server whose power a command moved on since the
+// plan (no longer the agent's word) is left alone. A BMC sweep that read
+// the machine on after the ramdisk's word (within the minute before
+// confirm-off runs) settles nothing: confirm-off reads the BMC itself and
+// powers the machine off.
 func TestConfirmOff(t *testing.T) {
 	for _, tc := range []struct {
 		name      string
 		source    state.PowerSource
+		sweep     state.Power // what the BMC sweep read after it, "" for no sweep
 		bmcReads  bmc.PowerState
 		wantCalls []string
 		wantEvent bool
 	}{
-		{"hung on", state.PowerSourceAgent, bmc.PowerOn, []string{"power-state", "power-off"}, true},
-		{"off", state.PowerSourceAgent, bmc.PowerOff, []string{"power-state"}, false},
-		{"moved on", state.PowerSourceCommand, bmc.PowerOn, nil, false},
+		{"hung on", state.PowerSourceAgent, "", bmc.PowerOn, []string{"power-state", "power-off"}, true},
+		{"off", state.PowerSourceAgent, "", bmc.PowerOff, []string{"power-state"}, false},
+		{"moved on", state.PowerSourceCommand, "", bmc.PowerOn, nil, false},
+		{"sweep read on", state.PowerSourceAgent, state.PowerOn, bmc.PowerOn, []string{"power-state", "power-off"}, true},
+		{"sweep read on, off by now", state.PowerSourceAgent, state.PowerOn, bmc.PowerOff, []string{"power-state"}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			st := openEnrolStore(t)
 			serverAt(t, st, "s1", state.LifecycleReady, nil)
 			if _, err := st.SetPower("s1", state.PowerOff, tc.source); err != nil {
 				t.Fatal(err)
+			}
+			if tc.sweep != "" {
+				if _, err := st.ObserveBMC("s1", time.Now().Add(time.Second), tc.sweep, "OK"); err != nil {
+					t.Fatal(err)
+				}
+				if s, _ := st.Server("s1"); s.Power.State != tc.sweep || s.Power.Source != state.PowerSourceBMC {
+					t.Fatalf("power after the sweep = %+v, want %s from the BMC", s.Power, tc.sweep)
+				}
 			}
 			c, err := New(Config{Store: st, Drivers: &countingDrivers{d: &recordingDriver{}}, Logger: testLogger(t)})
 			if err != nil {
@@ -392,8 +408,8 @@ func TestConfirmOff(t *testing.T) {
 				t.Errorf("machine calls (-want +got):\n%s", diff)
 			}
 			s, _ := st.Server("s1")
-			if tc.source == state.PowerSourceAgent && (s.Power.State != state.PowerOff || s.Power.Source != state.PowerSourceBMC) {
-				t.Errorf("power after confirm-off = %+v, want off read from the BMC", s.Power)
+			if tc.source == state.PowerSourceAgent && (s.Power.State != state.PowerOff || s.Power.Source != state.PowerSourceBMC || !s.Power.OffClaimedAt.IsZero()) {
+				t.Errorf("power after confirm-off = %+v, want off read from the BMC, no claim pending", s.Power)
 			}
 			evs, err := st.Events(state.EventQuery{Server: "s1"})
 			if err != nil {

@@ -47,14 +47,18 @@ func (c *Controller) powerStep(ctx context.Context, x *stepCtx, a bmc.PowerActio
 // powers off is off (plan.ActConfirmOff), and powers it off when it is
 // not: a guest or a real kernel can hang after the agent's final
 // poweroff (the VM lab saw a soft lockup in virtio_net), and the server
-// would stay on while the store said off. Either way the power is then
-// recorded as read from the BMC, which ends the step.
+// would stay on while the store said off. It decides from its own BMC
+// read, made now: what the BMC sweep read since the claim (on, within the
+// minute a hung kernel still draws power) settles nothing. Either way the
+// power is then recorded as read from the BMC, which ends the claim and
+// the step.
 func (c *Controller) confirmOff(ctx context.Context, x *stepCtx) error {
-	// The power may have moved on since the plan (a netboot, a BMC sweep):
-	// then there is nothing to confirm.
+	// Only a power command since the plan (a netboot, actions.powerOn)
+	// settles the claim before this read: then there is nothing to
+	// confirm.
 	if cur, err := c.cfg.Store.Server(x.step.Server); err != nil {
 		return err
-	} else if cur.Power.Source != state.PowerSourceAgent {
+	} else if _, pending := cur.Power.OffClaimPending(); !pending {
 		return nil
 	}
 	ps, err := x.m.PowerState(ctx)

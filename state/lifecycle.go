@@ -117,4 +117,26 @@ type PowerStatus struct {
 	State  Power       `json:"state"`
 	Source PowerSource `json:"source,omitempty"`
 	At     time.Time   `json:"at"`
+	// OffClaimedAt is when the ramdisk last said it powers the machine
+	// off (SetPower with PowerSourceAgent), kept until the controller's
+	// confirm-off reads the BMC itself (SetPower with PowerSourceBMC) or
+	// the controller commands the power (PowerSourceCommand). A BMC
+	// sweep's read (ObserveBMC) leaves it set: a machine read on within
+	// the minute after the claim is exactly what confirm-off is for. Zero
+	// when no claim is pending.
+	OffClaimedAt time.Time `json:"offClaimedAt,omitzero"`
+}
+
+// OffClaimPending returns when the ramdisk said it powers the machine off
+// and no BMC read of the controller's confirm-off or power command has
+// settled it since, and whether such a claim is pending. A record written
+// before OffClaimedAt existed counts by its agent-sourced off.
+func (p PowerStatus) OffClaimPending() (time.Time, bool) {
+	if !p.OffClaimedAt.IsZero() {
+		return p.OffClaimedAt, true
+	}
+	if p.Source == PowerSourceAgent && p.State == PowerOff {
+		return p.At, true
+	}
+	return time.Time{}, false
 }

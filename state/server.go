@@ -685,6 +685,9 @@ func (s *Store) setPowerTx(tx kvTx, name string, p Power, src PowerSource) (Serv
 	changed := srv.Power.State != p
 	prev := srv.Power.State
 	srv.Power = PowerStatus{State: p, Source: src, At: now}
+	if src == PowerSourceAgent && p == PowerOff {
+		srv.Power.OffClaimedAt = now // until confirm-off's own BMC read
+	}
 	srv.Revision++
 	srv.UpdatedAt = now
 	if err := s.putServer(b, name, &srv); err != nil {
@@ -757,7 +760,8 @@ func (s *Store) ObserveBMC(name string, readAt time.Time, p Power, health string
 		if p != "" && srv.Power.State != p && !srv.Power.At.After(readAt) {
 			evs = append(evs, &Event{Server: name, Kind: EventPower, Actor: ActorController, Power: p,
 				Message: fmt.Sprintf("power %s→%s (%s)", srv.Power.State, p, PowerSourceBMC)})
-			srv.Power = PowerStatus{State: p, Source: PowerSourceBMC, At: now}
+			claim, _ := srv.Power.OffClaimPending() // the sweep's read does not settle a claim: confirm-off's does
+			srv.Power = PowerStatus{State: p, Source: PowerSourceBMC, At: now, OffClaimedAt: claim}
 		}
 		if srv.BMCError != "" {
 			evs = append(evs, &Event{Server: name, Kind: EventBMCRead, Actor: ActorController, Message: "BMC read again (was: " + srv.BMCError + ")"})

@@ -72,6 +72,10 @@ type PowerStatus struct {
 	State  string    `json:"state"`
 	Source string    `json:"source,omitempty"`
 	At     time.Time `json:"at"`
+	// OffClaimedAt is when the ramdisk said it powers the machine off,
+	// while no BMC read of the controller's confirm-off (or a power
+	// command) has settled it; absent otherwise.
+	OffClaimedAt time.Time `json:"offClaimedAt,omitzero"`
 }
 
 // BMC is what Machina knows about a server's BMC.

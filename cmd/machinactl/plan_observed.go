@@ -58,7 +58,7 @@ func fromWire(s v1.Server) state.Server {
 	out := state.Server{
 		Name: s.Name, Zone: s.Zone, Site: s.Site, Rack: s.Rack, BootMAC: s.BootMAC, BootMode: s.BootMode,
 		Lifecycle: state.Lifecycle(s.Lifecycle), LifecycleAt: s.LifecycleAt,
-		Power: state.PowerStatus{State: state.Power(s.Power.State), Source: state.PowerSource(s.Power.Source), At: s.Power.At},
+		Power: state.PowerStatus{State: state.Power(s.Power.State), Source: state.PowerSource(s.Power.Source), At: s.Power.At, OffClaimedAt: s.Power.OffClaimedAt},
 		BMC: state.BMCFacts{Driver: s.BMC.Driver, Address: s.BMC.Address, Credentials: s.BMC.Credentials, SystemID: s.BMC.SystemID,
 			InsecureTLS: s.BMC.InsecureTLS, Manufacturer: s.BMC.Manufacturer, Model: s.BMC.Model, SerialNumber: s.BMC.SerialNumber,
 			FirmwareVersion: s.BMC.FirmwareVersion},

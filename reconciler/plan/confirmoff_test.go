@@ -9,7 +9,8 @@ import (
 )
 
 // TestPlanConfirmOff: a ready or failed server the ramdisk said it powers
-// off (state.PowerSourceAgent) gets a confirm-off step once
+// off (state.PowerSourceAgent, or a claim still pending after a BMC sweep
+// read it on) gets a confirm-off step once
 // ConfirmOffAfter has passed, and none before, none for a power state
 // from a command or the BMC, none while it is commissioning, and none in a
 // pass that already has another step for it. Before, nothing checked:
@@ -55,6 +56,9 @@ func TestPlanConfirmOff(t *testing.T) {
 		{"failed, agent off", name, state.LifecycleFailed, state.PowerStatus{State: state.PowerOff, Source: state.PowerSourceAgent, At: planT0.Add(-2 * time.Minute)}, true},
 		{"off by command", name, state.LifecycleReady, state.PowerStatus{State: state.PowerOff, Source: state.PowerSourceCommand, At: planT0.Add(-2 * time.Minute)}, false},
 		{"off read from the BMC", name, state.LifecycleReady, state.PowerStatus{State: state.PowerOff, Source: state.PowerSourceBMC, At: planT0.Add(-2 * time.Minute)}, false},
+		{"agent off 2m ago, the sweep read on since", name, state.LifecycleReady, state.PowerStatus{State: state.PowerOn, Source: state.PowerSourceBMC, At: planT0.Add(-90 * time.Second), OffClaimedAt: planT0.Add(-2 * time.Minute)}, true},
+		{"agent off 30s ago, the sweep read on since", name, state.LifecycleReady, state.PowerStatus{State: state.PowerOn, Source: state.PowerSourceBMC, At: planT0.Add(-20 * time.Second), OffClaimedAt: planT0.Add(-30 * time.Second)}, false},
+		{"on read from the BMC, no claim", name, state.LifecycleReady, state.PowerStatus{State: state.PowerOn, Source: state.PowerSourceBMC, At: planT0.Add(-2 * time.Minute)}, false},
 		{"commissioning", name, state.LifecycleCommissioning, state.PowerStatus{State: state.PowerOff, Source: state.PowerSourceAgent, At: planT0.Add(-2 * time.Minute)}, false},
 		{"another step this pass", other, state.LifecycleReady, state.PowerStatus{State: state.PowerOff, Source: state.PowerSourceAgent, At: planT0.Add(-2 * time.Minute)}, false},
 	} {

@@ -500,14 +500,16 @@ func dropLoneSteps(steps []Step, a Action) []Step {
 }
 
 // confirmOffStep confirms through the BMC that a ready or failed server
-// the ramdisk said it powers off (state.PowerSourceAgent) is off, once
-// ConfirmOffAfter has passed since it said so.
+// the ramdisk said it powers off (state.PowerStatus.OffClaimPending) is
+// off, once ConfirmOffAfter has passed since it said so. What the BMC
+// sweep read in between does not matter: a machine the sweep saw still on
+// is the one that most needs the confirm.
 func confirmOffStep(obs state.Server, opts Options) (Step, bool) {
-	if obs.Power.Source != state.PowerSourceAgent || obs.Power.State != state.PowerOff ||
-		(obs.Lifecycle != state.LifecycleReady && obs.Lifecycle != state.LifecycleFailed) {
+	claim, pending := obs.Power.OffClaimPending()
+	if !pending || (obs.Lifecycle != state.LifecycleReady && obs.Lifecycle != state.LifecycleFailed) {
 		return Step{}, false
 	}
-	since := opts.Now.Sub(obs.Power.At)
+	since := opts.Now.Sub(claim)
 	if since < opts.ConfirmOffAfter {
 		return Step{}, false
 	}
