@@ -12,6 +12,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/machina-metal/machina/api"
 	v1 "github.com/machina-metal/machina/api/v1"
 	"github.com/machina-metal/machina/bmc"
@@ -475,4 +477,23 @@ func (w *hostWatch) autoFence(ctx context.Context, hosts []state.Host, now time.
 			w.log.Warn("auto-fence failed", "host", name, "err", err)
 		}
 	}
+}
+
+// registerJoinMetrics exports the join listener's heartbeat counters:
+// heartbeats answered 429 over the per-host rate, and heartbeats from
+// fenced hosts (each says the fence did not hold).
+func registerJoinMetrics(reg prometheus.Registerer, js *join.Server) error {
+	for _, c := range []prometheus.Collector{
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "machina_join_heartbeats_limited_total",
+			Help: "Heartbeats answered 429 because their host sent faster than the per-host heartbeat rate."},
+			func() float64 { return float64(js.HeartbeatsLimited()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "machina_join_fenced_heartbeats_total",
+			Help: "Heartbeats received from fenced hosts: each says the fence did not hold."},
+			func() float64 { return float64(js.FencedHeartbeats()) }),
+	} {
+		if err := reg.Register(c); err != nil {
+			return err
+		}
+	}
+	return nil
 }

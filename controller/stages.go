@@ -515,6 +515,9 @@ func (w *wiring) join() (func(), error) {
 		func() float64 { return float64(js.ConnsRefused()) })); err != nil {
 		return stop, fmt.Errorf("controller: %w", err)
 	}
+	if err := registerJoinMetrics(w.reg, js); err != nil {
+		return stop, fmt.Errorf("controller: %w", err)
+	}
 	jc := joinCommander{srv: w.joinSrv, desired: w.ctrl.Desired, ttl: w.cfg.JoinTokenTTL}
 	pl := &deployplan.Planner{Desired: w.ctrl.Desired, Images: w.imgStore, BaseURL: w.publicURL, Join: jc, Store: w.st, Logger: w.log.With("component", "planner")}
 	machine, err := api.NewMachine(api.MachineConfig{Store: w.st, Planner: pl, Wiper: pl, Installer: pl,

@@ -235,6 +235,15 @@ func hostStatus(h state.Host) HostStatus {
 		hs.State = "fenced"
 		hs.Conditions = append(hs.Conditions, Condition{Type: "Fenced", Status: "True", Reason: map[bool]string{true: "FencedAutomatically", false: "FencedByOperator"}[f.Auto],
 			LastTransitionTime: f.At, Message: fmt.Sprintf("fenced by %s through %s: %s; never powered on until machinactl host unfence %s", f.Actor, f.Device, f.Reason, h.Name)})
+		if n := h.FenceNotHeld; n != nil {
+			// It heartbeats while fenced: never shown as fenced and done.
+			// The message names no count, so later heartbeats change no
+			// status file.
+			hs.State = "fenced, still heartbeating"
+			hs.Conditions = append(hs.Conditions, Condition{Type: "FenceFailed", Status: "True", Reason: "HeartbeatWhileFenced",
+				LastTransitionTime: n.Since, Message: fmt.Sprintf("fence did not hold: heartbeats since %s although %s read back off at %s",
+					n.Since.UTC().Format(time.RFC3339), f.Device, f.At.UTC().Format(time.RFC3339))})
+		}
 	}
 	return hs
 }

@@ -127,7 +127,7 @@ func (s *Server) HostViews(hs []state.Host) []v1.Host {
 // and the heartbeat interval, Lost and Fenced with their conditions.
 func HostView(h state.Host, now time.Time, heartbeat time.Duration) v1.Host {
 	v := v1.Host{Name: h.Name, Server: h.Server, Site: h.Site, Rack: h.Rack, Tags: h.Tags,
-		Online: Online(h, now, heartbeat) && h.Lost == nil, JoinedAt: h.JoinedAt, LastSeen: h.LastSeen,
+		Online: Online(h, now, heartbeat) && h.Lost == nil && h.Fenced == nil, JoinedAt: h.JoinedAt, LastSeen: h.LastSeen,
 		JoinStatus: h.JoinStatus, JoinReason: h.JoinReason, Networks: h.Networks, StoragePools: h.StoragePools,
 		BootedAt: h.BootedAt, AgentVersion: h.AgentVersion, Conditions: HostConditions(h)}
 	if l := h.Lost; l != nil {
@@ -135,6 +135,9 @@ func HostView(h state.Host, now time.Time, heartbeat time.Duration) v1.Host {
 	}
 	if f := h.Fenced; f != nil {
 		v.Fenced = &v1.HostFence{At: f.At, Actor: f.Actor, Reason: f.Reason, Device: f.Device, Auto: f.Auto}
+		if n := h.FenceNotHeld; n != nil {
+			v.Fenced.NotHeld = &v1.FenceNotHeld{Since: n.Since, Last: n.Last, Heartbeats: n.Heartbeats}
+		}
 	}
 	return v
 }
@@ -143,11 +146,14 @@ func HostView(h state.Host, now time.Time, heartbeat time.Duration) v1.Host {
 const (
 	ConditionHostLost = "HostLost" // reasons LostPoweredOn, LostPoweredOff, LostPowerUnknown
 	ConditionFenced   = "Fenced"   // reasons FencedByOperator, FencedAutomatically
+	// ConditionFenceFailed: the host heartbeats while fenced, so the
+	// fence did not hold (reason HeartbeatWhileFenced).
+	ConditionFenceFailed = "FenceFailed"
 )
 
 // HostConditions lists h's conditions: HostLost while it misses its
 // heartbeats (the reason says the power its BMC read), Fenced while its
-// server is fenced.
+// server is fenced, FenceFailed while it is fenced and heartbeats.
 func HostConditions(h state.Host) []v1.HostCondition {
 	var out []v1.HostCondition
 	if l := h.Lost; l != nil {
@@ -169,5 +175,21 @@ func HostConditions(h state.Host) []v1.HostCondition {
 		out = append(out, v1.HostCondition{Type: ConditionFenced, Reason: reason, Since: f.At,
 			Message: fmt.Sprintf("fenced %s through %s: %s; never powered on until machinactl host unfence %s", by, f.Device, f.Reason, h.Name)})
 	}
+	if n := h.FenceNotHeld; n != nil && h.Fenced != nil {
+		out = append(out, v1.HostCondition{Type: ConditionFenceFailed, Reason: "HeartbeatWhileFenced", Since: n.Since,
+			Message: FenceNotHeldMessage(h)})
+	}
 	return out
+}
+
+// FenceNotHeldMessage says, for people, that h heartbeats while fenced
+// (h.Fenced and h.FenceNotHeld set): the status file, the API's condition
+// and the join listener's log line share it.
+func FenceNotHeldMessage(h state.Host) string {
+	n, f := h.FenceNotHeld, h.Fenced
+	if n == nil || f == nil {
+		return ""
+	}
+	return fmt.Sprintf("fence did not hold: %d heartbeats since %s (last %s) although %s read back off at %s; the host runs: check its power and the fencing device, then fence again or unfence",
+		n.Heartbeats, n.Since.UTC().Format(time.RFC3339), n.Last.UTC().Format(time.RFC3339), f.Device, f.At.UTC().Format(time.RFC3339))
 }

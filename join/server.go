@@ -11,11 +11,13 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"net/netip"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -72,6 +74,15 @@ type Config struct {
 	// requests answer 429. Each address has its own bucket, so callers
 	// flooding from other addresses cannot keep a legitimate host out.
 	JoinRate float64
+	// HeartbeatRate bounds POST /hosts/{name}/heartbeat per host per
+	// second (a token bucket per host, burst 5× but at least 5); zero
+	// means 1. A node heartbeats once per Heartbeat interval (at least a
+	// second), so only a broken or hostile node meets it. A heartbeat
+	// over it answers 429 with Retry-After, is counted (HeartbeatsLimited;
+	// a paced host.heartbeat_limited event) and records nothing but the
+	// host's liveness, at most once per Heartbeat interval: a flooding
+	// host is neither marked lost nor able to write per request.
+	HeartbeatRate float64
 	// LeasedIP, when set (Machina serves DHCP), returns the address leased
 	// to a server's boot MAC: a join with a token naming that server from
 	// another address is refused (before the token is used). nil, or no
@@ -94,10 +105,25 @@ type Server struct {
 	log   *slog.Logger
 	mux   *http.ServeMux
 	limit *perSource
+	// beats limits heartbeats per host name (Config.HeartbeatRate).
+	beats *perSource
+	// beatsLimited counts heartbeats answered 429 (HeartbeatsLimited),
+	// fencedBeats heartbeats from fenced hosts (FencedHeartbeats).
+	beatsLimited, fencedBeats atomic.Int64
 	// connsRefused counts connections Serve closed at accept (their
 	// address had maxConnsPerIP open): ConnsRefused.
 	connsRefused atomic.Int64
 }
+
+// HeartbeatsLimited is the number of heartbeats answered 429 because
+// their host was over Config.HeartbeatRate; the controller exports it as
+// machina_join_heartbeats_limited_total.
+func (s *Server) HeartbeatsLimited() int64 { return s.beatsLimited.Load() }
+
+// FencedHeartbeats is the number of heartbeats received from fenced hosts
+// (each one says the fence did not hold); the controller exports it as
+// machina_join_fenced_heartbeats_total.
+func (s *Server) FencedHeartbeats() int64 { return s.fencedBeats.Load() }
 
 // ConnsRefused is the number of connections Serve's listener closed at
 // accept because their source address already had maxConnsPerIP (64)
@@ -144,6 +170,9 @@ func New(cfg Config) (*Server, error) {
 	if cfg.JoinRate <= 0 {
 		cfg.JoinRate = 5
 	}
+	if cfg.HeartbeatRate <= 0 {
+		cfg.HeartbeatRate = 1
+	}
 	if len(cfg.Names) == 0 {
 		host := strings.TrimPrefix(u, "https://")
 		if i := strings.IndexByte(host, '/'); i >= 0 {
@@ -155,7 +184,8 @@ func New(cfg Config) (*Server, error) {
 		cfg.Names = []string{strings.Trim(host, "[]"), "localhost", "127.0.0.1"}
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger, mux: http.NewServeMux(),
-		limit: &perSource{rate: cfg.JoinRate, burst: max(1, 4*cfg.JoinRate), m: map[string]*bucket{}}}
+		limit: &perSource{rate: cfg.JoinRate, burst: max(1, 4*cfg.JoinRate), m: map[string]*bucket{}},
+		beats: &perSource{rate: cfg.HeartbeatRate, burst: max(5, 5*cfg.HeartbeatRate), m: map[string]*bucket{}}}
 	handlers := []http.HandlerFunc{s.handleCA, s.handleScript, s.handleBinary, s.handleJoin,
 		s.node(s.handleStep), s.node(s.handleDone), s.node(s.handleHeartbeat)}
 	for i, p := range s.Routes() { // the same order
@@ -615,17 +645,58 @@ func (s *Server) handleHeartbeat(w http.ResponseWriter, r *http.Request, h state
 		return
 	}
 	now := s.cfg.Now().UTC()
-	res, err := s.cfg.Store.RecordHeartbeat(h.Name, now, state.Heartbeat{
+	beat := state.Heartbeat{
 		Uptime:       time.Duration(hb.UptimeSeconds * float64(time.Second)),
 		AgentUptime:  time.Duration(hb.AgentUptimeSeconds * float64(time.Second)),
 		AgentStarted: hb.AgentStartedAt,
-		AgentVersion: hb.AgentVersion})
+		AgentVersion: hb.AgentVersion}
+	ok, wait := s.beats.take(h.Name, now)
+	if !ok {
+		s.beatsLimited.Add(1)
+		if s.cfg.Store.RecordRefusal(h.Server, state.EventHostHeartbeatLimited, state.RefusalRateLimited,
+			fmt.Sprintf("host %s heartbeats faster than %g per second: answered 429", h.Name, s.cfg.HeartbeatRate)) {
+			s.log.Warn("heartbeats over the per-host rate: answered 429", "host", h.Name, "rate", s.cfg.HeartbeatRate)
+		}
+		// Liveness only, at most once per interval: the host is alive
+		// (not lost), and nothing else it says is recorded.
+		if now.Sub(h.LastSeen) >= s.cfg.Heartbeat {
+			beat = state.Heartbeat{}
+			if res, err := s.cfg.Store.RecordHeartbeat(h.Name, now, beat); err != nil {
+				s.log.Error("heartbeat liveness", "host", h.Name, "err", err)
+			} else {
+				s.logHeartbeat(h, hb, res)
+			}
+		}
+		w.Header().Set("Retry-After", strconv.Itoa(int(max(1, math.Ceil(wait.Seconds())))))
+		fail(w, http.StatusTooManyRequests, CodeRateLimited, "heartbeats faster than %g per second", s.cfg.HeartbeatRate)
+		return
+	}
+	res, err := s.cfg.Store.RecordHeartbeat(h.Name, now, beat)
 	if err != nil {
 		s.log.Error("heartbeat", "host", h.Name, "err", err)
 		fail(w, http.StatusInternalServerError, v1.CodeInternal, "internal error")
 		return
 	}
+	s.logHeartbeat(h, hb, res)
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// logHeartbeat logs what a recorded heartbeat changed: a fence that did
+// not hold at Error (once per fence), a return, a reboot or an agent
+// restart at Info (a paced, summarised one not at all).
+func (s *Server) logHeartbeat(h state.Host, hb v1.Heartbeat, res state.HeartbeatResult) {
+	if res.FenceNotHeld {
+		s.fencedBeats.Add(1)
+		if res.FenceNotHeldFirst {
+			if cur, err := s.cfg.Store.Host(h.Name); err == nil {
+				h = cur
+			}
+			s.log.Error("fenced host heartbeats: the fence did not hold", "host", h.Name, "server", h.Server, "why", FenceNotHeldMessage(h))
+		}
+		return
+	}
 	switch {
+	case res.Summarised:
 	case res.Returned:
 		s.log.Info("lost host heartbeats again", "host", h.Name, "silent", res.LostFor.Round(time.Second), "rebooted", res.Rebooted, "agent_restarted", res.AgentRestarted)
 	case res.Rebooted:
@@ -633,7 +704,6 @@ func (s *Server) handleHeartbeat(w http.ResponseWriter, r *http.Request, h state
 	case res.AgentRestarted:
 		s.log.Info("node agent restarted", "host", h.Name, "version", hb.AgentVersion, "was", res.OldVersion)
 	}
-	w.WriteHeader(http.StatusNoContent)
 }
 
 func printable(s string) bool {
@@ -715,6 +785,12 @@ type perSource struct {
 const maxSources = 4096
 
 func (p *perSource) allow(src string, now time.Time) bool {
+	ok, _ := p.take(src, now)
+	return ok
+}
+
+// take is allow with the wait until src's next token when refused.
+func (p *perSource) take(src string, now time.Time) (bool, time.Duration) {
 	p.mu.Lock()
 	b, ok := p.m[src]
 	if !ok {
@@ -735,7 +811,7 @@ func (p *perSource) allow(src string, now time.Time) bool {
 		p.m[src] = b
 	}
 	p.mu.Unlock()
-	return b.allow(now)
+	return b.take(now)
 }
 
 // bucket is a token-bucket rate limiter.
@@ -746,13 +822,20 @@ type bucket struct {
 }
 
 func (b *bucket) allow(now time.Time) bool {
+	ok, _ := b.take(now)
+	return ok
+}
+
+// take spends a token if there is one; otherwise it reports how long
+// until there is.
+func (b *bucket) take(now time.Time) (bool, time.Duration) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.tokens = min(b.burst, b.tokens+now.Sub(b.last).Seconds()*b.rate)
+	b.tokens = min(b.burst, b.tokens+max(0, now.Sub(b.last).Seconds())*b.rate)
 	b.last = now
 	if b.tokens < 1 {
-		return false
+		return false, time.Duration((1 - b.tokens) / b.rate * float64(time.Second))
 	}
 	b.tokens--
-	return true
+	return true, 0
 }

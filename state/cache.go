@@ -165,5 +165,17 @@ func (h Host) clone() Host {
 	h.Tags = append([]string(nil), h.Tags...)
 	h.Networks = append([]string(nil), h.Networks...)
 	h.StoragePools = append([]string(nil), h.StoragePools...)
+	if h.Lost != nil {
+		l := *h.Lost
+		h.Lost = &l
+	}
+	if h.Fenced != nil {
+		f := *h.Fenced
+		h.Fenced = &f
+	}
+	if h.FenceNotHeld != nil {
+		n := *h.FenceNotHeld
+		h.FenceNotHeld = &n
+	}
 	return h
 }

@@ -1,6 +1,7 @@
 package state
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -35,7 +36,10 @@ const (
 
 // Event is one entry of the append-only log. Seq is global, strictly
 // increasing and never reused; At is UTC. Server is empty for events not
-// about one server. Messages never hold secrets or token values.
+// about one server. Messages never hold secrets or token values. Audit
+// events (IsAudit) are stored apart from machine and controller events,
+// each under its own retention; Events merges both by Seq (the order of
+// their appends, so by time).
 type Event struct {
 	Seq     uint64    `json:"seq"`
 	At      time.Time `json:"at"`
@@ -46,6 +50,14 @@ type Event struct {
 	To      Lifecycle `json:"to,omitempty"`
 	Power   Power     `json:"power,omitempty"`
 	Message string    `json:"message,omitempty"`
+}
+
+// IsAudit reports whether e records what a person or an admin token did
+// (its Actor is an admin token's name or ActorLocal): a secret set, a
+// token created, a fence, a move through the API. Machine-reported and
+// controller events (Actor "" or ActorController) are not.
+func (e Event) IsAudit() bool {
+	return e.Actor != "" && e.Actor != ActorController
 }
 
 // EventQuery selects events in ascending Seq order.
@@ -86,29 +98,30 @@ func (s *Store) Events(q EventQuery) ([]Event, error) {
 		return nil, nil
 	}
 	err := s.view(func(tx kvTx) error {
-		events := tx.Bucket(bucketEvents)
-		var c kvCursor
-		if q.Server == "" {
-			c = events.Cursor()
-		} else {
-			sb := tx.Bucket(bucketServerEvents).Bucket([]byte(q.Server))
-			if sb == nil {
-				return nil
-			}
-			c = sb.Cursor()
+		// Two logs, one order: merge the machine log and the audit log
+		// (each ascending by Seq) by Seq.
+		var logs [2]eventCursor
+		for i, b := range [][2][]byte{{bucketEvents, bucketServerEvents}, {bucketAuditEvents, bucketServerAudit}} {
+			logs[i] = openEventCursor(tx, b[0], b[1], q.Server, q.After)
 		}
-		for k, v := c.Seek(u64(q.After + 1)); k != nil && len(out) < q.Limit; k, v = c.Next() {
-			if q.Server != "" {
-				v = events.Get(k)
-				if v == nil {
-					continue // pruned concurrently within this tx cannot happen; defensive
+		for len(out) < q.Limit {
+			i := -1
+			for j := range logs {
+				if logs[j].k != nil && (i < 0 || bytes.Compare(logs[j].k, logs[i].k) < 0) {
+					i = j
 				}
 			}
-			var e Event
-			if err := json.Unmarshal(v, &e); err != nil {
-				return fmt.Errorf("decode event %d: %w", btoi(k), err)
+			if i < 0 {
+				break
 			}
-			out = append(out, e)
+			if v := logs[i].value(); v != nil {
+				var e Event
+				if err := json.Unmarshal(v, &e); err != nil {
+					return fmt.Errorf("decode event %d: %w", btoi(logs[i].k), err)
+				}
+				out = append(out, e)
+			}
+			logs[i].next()
 		}
 		return nil
 	})
@@ -116,6 +129,51 @@ func (s *Store) Events(q EventQuery) ([]Event, error) {
 		return nil, fmt.Errorf("state: events: %w", err)
 	}
 	return out, nil
+}
+
+// eventCursor walks one log (all of it, or one server's index of it) in
+// Seq order; k is nil at the end.
+type eventCursor struct {
+	c      kvCursor
+	events kvBucket // the log; values are looked up here for an index
+	index  bool
+	k, v   []byte
+}
+
+// openEventCursor positions a cursor of log (or of server's index under
+// perServer) at the first Seq after after. A log or index that does not
+// exist is an ended cursor.
+func openEventCursor(tx kvTx, log, perServer []byte, server string, after uint64) eventCursor {
+	ec := eventCursor{events: tx.Bucket(log)}
+	if ec.events == nil {
+		return ec
+	}
+	if server == "" {
+		ec.c = ec.events.Cursor()
+	} else {
+		idx := tx.Bucket(perServer)
+		if idx == nil {
+			return ec
+		}
+		sb := idx.Bucket([]byte(server))
+		if sb == nil {
+			return ec
+		}
+		ec.c, ec.index = sb.Cursor(), true
+	}
+	ec.k, ec.v = ec.c.Seek(u64(after + 1))
+	return ec
+}
+
+func (ec *eventCursor) next() { ec.k, ec.v = ec.c.Next() }
+
+// value is the event JSON at the cursor (nil for an index entry whose
+// event is gone: cannot happen within one transaction; defensive).
+func (ec *eventCursor) value() []byte {
+	if ec.index {
+		return ec.events.Get(ec.k)
+	}
+	return ec.v
 }
 
 // LastEventSeq returns the highest Seq ever assigned (0 for an empty log).
@@ -154,6 +212,9 @@ func (s *Store) appendEvent(tx kvTx, e *Event) error {
 		return err
 	}
 	key := u64(seq)
+	if e.IsAudit() {
+		return s.appendAudit(tx, e, key, data)
+	}
 	if err := events.Put(key, data); err != nil {
 		return err
 	}
@@ -288,11 +349,12 @@ func (s *Store) deleteEvent(tx kvTx, k []byte) error {
 
 // PruneResult counts what Prune removed.
 type PruneResult struct {
-	Events int // events older than Retention.MaxAge
+	Events int // events older than Retention.MaxAge (audit events: MaxAuditAge)
 	Tokens int // machine tokens past their expiry
 }
 
-// Prune deletes events older than Retention.MaxAge and machine tokens that
+// Prune deletes machine and controller events older than Retention.MaxAge,
+// audit events older than Retention.MaxAuditAge, and machine tokens that
 // have expired. Safe to call periodically; on bbolt each call is one
 // transaction; on etcd (whose transactions hold at most 128 operations by
 // default) it is a run of transactions of bounded size, each consistent.
@@ -307,6 +369,10 @@ func (s *Store) Prune() (PruneResult, error) {
 			return err
 		}
 		res.Events = n
+		if n, err = s.pruneOldAudit(tx, 0); err != nil {
+			return err
+		}
+		res.Events += n
 		res.Tokens, err = s.pruneTokens(tx)
 		return err
 	})
@@ -338,6 +404,21 @@ func (s *Store) pruneBatched() (PruneResult, error) {
 		n := 0
 		err := s.update(func(tx kvTx) error {
 			var err error
+			n, err = s.pruneOldAudit(tx, s.pruneBatch)
+			return err
+		})
+		if err != nil {
+			return res, fmt.Errorf("state: prune: %w", err)
+		}
+		res.Events += n
+		if n < s.pruneBatch {
+			break
+		}
+	}
+	for {
+		n := 0
+		err := s.update(func(tx kvTx) error {
+			var err error
 			n, err = s.pruneTokensMax(tx, s.pruneBatch)
 			return err
 		})
@@ -350,4 +431,124 @@ func (s *Store) pruneBatched() (PruneResult, error) {
 		}
 	}
 	return res, nil
+}
+
+// appendAudit stores the audit event e (key, data: its Seq and JSON) in
+// the audit log and its server's audit index, and prunes the audit log by
+// its own count and age (Retention.MaxAuditEvents, MaxAuditAge), inside
+// tx. Machine events never count against it.
+func (s *Store) appendAudit(tx kvTx, e *Event, key, data []byte) error {
+	audit := tx.Bucket(bucketAuditEvents)
+	if audit == nil {
+		var err error
+		if audit, err = tx.CreateBucketIfNotExists(bucketAuditEvents); err != nil {
+			return err
+		}
+	}
+	audit.SetFillPercent(appendFill)
+	if err := audit.Put(key, data); err != nil {
+		return err
+	}
+	if e.Server != "" {
+		idx, err := tx.CreateBucketIfNotExists(bucketServerAudit)
+		if err != nil {
+			return err
+		}
+		sb, err := idx.CreateBucketIfNotExists([]byte(e.Server))
+		if err != nil {
+			return err
+		}
+		sb.SetFillPercent(appendFill)
+		if err := sb.Put(key, nil); err != nil {
+			return err
+		}
+	}
+	meta := tx.Bucket(bucketMeta)
+	total := btoi(meta.Get(keyAuditN)) + 1
+	if err := meta.Put(keyAuditN, u64(total)); err != nil {
+		return err
+	}
+	for ; total > uint64(s.retention.MaxAuditEvents); total-- {
+		k, _ := audit.Cursor().First()
+		if err := s.deleteAudit(tx, k); err != nil {
+			return err
+		}
+	}
+	_, err := s.pruneOldAudit(tx, s.sweep)
+	return err
+}
+
+// pruneOldAudit deletes up to max (≤0: unbounded) audit events older than
+// MaxAuditAge.
+func (s *Store) pruneOldAudit(tx kvTx, max int) (int, error) {
+	audit := tx.Bucket(bucketAuditEvents)
+	if audit == nil {
+		return 0, nil
+	}
+	cutoff := s.nowUTC().Add(-s.retention.MaxAuditAge)
+	c := audit.Cursor()
+	n := 0
+	for k, v := c.First(); k != nil && (max <= 0 || n < max); k, v = c.First() {
+		var e struct {
+			At time.Time `json:"at"`
+		}
+		if err := json.Unmarshal(v, &e); err != nil {
+			return n, fmt.Errorf("decode audit event %d: %w", btoi(k), err)
+		}
+		if !e.At.Before(cutoff) {
+			break
+		}
+		if err := s.deleteAudit(tx, k); err != nil {
+			return n, err
+		}
+		n++
+	}
+	return n, nil
+}
+
+// deleteAudit removes the audit event with key k, its server index entry
+// (and the index when it empties) and one from the audit count.
+func (s *Store) deleteAudit(tx kvTx, k []byte) error {
+	if k == nil {
+		return nil
+	}
+	k = append([]byte(nil), k...) // cursor keys are invalid after Delete
+	audit := tx.Bucket(bucketAuditEvents)
+	v := audit.Get(k)
+	if v == nil {
+		return nil
+	}
+	var e struct {
+		Server string `json:"server"`
+	}
+	if err := json.Unmarshal(v, &e); err != nil {
+		return fmt.Errorf("decode audit event %d: %w", btoi(k), err)
+	}
+	if err := audit.Delete(k); err != nil {
+		return err
+	}
+	meta := tx.Bucket(bucketMeta)
+	if n := btoi(meta.Get(keyAuditN)); n > 0 {
+		if err := meta.Put(keyAuditN, u64(n-1)); err != nil {
+			return err
+		}
+	}
+	if e.Server == "" {
+		return nil
+	}
+	idx := tx.Bucket(bucketServerAudit)
+	if idx == nil {
+		return nil
+	}
+	sb := idx.Bucket([]byte(e.Server))
+	if sb == nil {
+		return nil
+	}
+	if err := sb.Delete(k); err != nil {
+		return err
+	}
+	if first, _ := sb.Cursor().First(); first == nil {
+		return idx.DeleteBucket([]byte(e.Server))
+	}
+	return nil
 }

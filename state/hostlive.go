@@ -16,9 +16,12 @@ const (
 	EventHostAgentRestarted EventKind = "host.agent_restarted" // Heartbeat: the node agent restarted (or changed version) on the same boot
 	EventHostLostPower      EventKind = "host.lost_power"      // RecordLostPower: the lost host's server power as its BMC reads it
 	EventHostFenced         EventKind = "host.fenced"          // FenceServer: powered off and read back off (Actor, Message: why)
-	EventHostFenceFailed    EventKind = "host.fence_failed"    // a fence attempt that did not read back off
+	EventHostFenceFailed    EventKind = "host.fence_failed"    // a fence attempt that did not read back off, or a fenced host that heartbeats (the fence did not hold)
 	EventHostFenceHeld      EventKind = "host.fence_held"      // auto-fence held by the safety brake
 	EventHostUnfenced       EventKind = "host.unfenced"        // UnfenceServer: an operator cleared the fence
+	// EventHostHeartbeatLimited: a host heartbeated faster than its
+	// per-host limit and was answered 429 (RecordRefusal, paced).
+	EventHostHeartbeatLimited EventKind = "host.heartbeat_limited"
 )
 
 // HostLoss is a host that stopped heartbeating (condition HostLost).
@@ -69,6 +72,16 @@ type HeartbeatResult struct {
 	Rebooted       bool          // its uptime restarted since the last heartbeat
 	AgentRestarted bool          // same boot, the node agent restarted
 	OldVersion     string        // the agent version before, when it changed
+	// FenceNotHeld: the host is fenced (its power read back off) and
+	// heartbeats all the same; nothing else of the heartbeat was
+	// recorded. FenceNotHeldFirst: the first such heartbeat since the
+	// fence, the one that wrote the EventHostFenceFailed.
+	FenceNotHeld      bool
+	FenceNotHeldFirst bool
+	// Summarised: the reboot or agent restart was counted into the host's
+	// paced summary (another was written in this interval), not written
+	// as its own event: the caller logs nothing for it either.
+	Summarised bool
 }
 
 // bootSlack is how far two estimates of one boot (or agent start) time may
@@ -80,19 +93,50 @@ const bootSlack = 15 * time.Second
 // and agent start times (now minus the uptimes) and the agent version. It
 // clears the host's loss (EventHostReturned) and writes EventHostRebooted
 // when the boot time moved, or EventHostAgentRestarted when only the
-// agent's start (or its version) did; all in one transaction. Errors:
-// ErrNotFound.
+// agent's start (or its version) did; all in one transaction.
+//
+// A heartbeat from a fenced host is not a return: the fence did not hold.
+// It sets the host's FenceNotHeld condition (the first one writes an
+// EventHostFenceFailed; the condition counts the rest) and LastSeen, keeps
+// the fence and any loss as they were, and records nothing else of the
+// heartbeat (res.FenceNotHeld).
+//
+// Reboots and agent restarts are machine-reported anomalies, paced per
+// host and kind (anomalies.go): only the first of an interval is written
+// with the heartbeat, the rest go into the interval's summary event
+// (res.Summarised). Errors: ErrNotFound.
 func (s *Store) RecordHeartbeat(host string, now time.Time, hb Heartbeat) (HeartbeatResult, error) {
 	var res HeartbeatResult
+	var paced []pacedAnomaly
 	now = now.UTC()
 	err := s.update(func(tx kvTx) error {
 		res = HeartbeatResult{} // fn may run again (etcd retries a conflicting transaction)
+		paced = paced[:0]
 		b := tx.Bucket(bucketHosts)
 		var h Host
 		if err := getJSON(b, host, &h); err != nil {
 			return err
 		}
 		var evs []Event
+		if f := h.Fenced; f != nil {
+			res.FenceNotHeld = true
+			if h.FenceNotHeld == nil {
+				res.FenceNotHeldFirst = true
+				h.FenceNotHeld = &FenceNotHeld{Since: now}
+				evs = append(evs, Event{Server: h.Server, Kind: EventHostFenceFailed, Actor: ActorController,
+					Message: fmt.Sprintf("host %s heartbeats while fenced (fenced %s by %s through %s, power read back off): the fence did not hold; "+
+						"the host runs, check its power and the fencing device before unfencing", host, f.At.Format(time.RFC3339), f.Actor, f.Device)})
+			}
+			h.FenceNotHeld.Last = now
+			h.FenceNotHeld.Heartbeats++ // the condition, not more events, carries the rest
+			h.LastSeen = now
+			for i := range evs {
+				if err := s.appendEvent(tx, &evs[i]); err != nil {
+					return err
+				}
+			}
+			return putJSON(b, host, &h)
+		}
 		if h.Lost != nil {
 			res.Returned, res.LostFor = true, now.Sub(h.Lost.Since)
 			evs = append(evs, Event{Server: h.Server, Kind: EventHostReturned,
@@ -136,6 +180,15 @@ func (s *Store) RecordHeartbeat(host string, now time.Time, hb Heartbeat) (Heart
 		}
 		h.LastSeen = now
 		for i := range evs {
+			if k := evs[i].Kind; k == EventHostRebooted || k == EventHostAgentRestarted {
+				key := refusalKey{server: h.Server, kind: k, host: host}
+				a := pacedAnomaly{key: key, message: evs[i].Message, written: !s.anomalies.hot(key)}
+				paced = append(paced, a)
+				if !a.written {
+					res.Summarised = true
+					continue
+				}
+			}
 			if err := s.appendEvent(tx, &evs[i]); err != nil {
 				return err
 			}
@@ -144,6 +197,10 @@ func (s *Store) RecordHeartbeat(host string, now time.Time, hb Heartbeat) (Heart
 	})
 	if err != nil {
 		return HeartbeatResult{}, fmt.Errorf("state: heartbeat %s: %w", host, err)
+	}
+	s.settleAnomalies(paced)
+	if res.FenceNotHeld {
+		s.countAnomaly(EventHostFenceFailed)
 	}
 	return res, nil
 }
@@ -336,6 +393,7 @@ func (s *Store) setHostsFenced(tx kvTx, server string, f *Fencing) error {
 			return err
 		}
 		h.Fenced = f
+		h.FenceNotHeld = nil // a new fence is read back again; an unfence ends the question
 		if err := putJSON(b, n, &h); err != nil {
 			return err
 		}

@@ -43,6 +43,21 @@ type Host struct {
 	Lost *HostLoss `json:"lost,omitempty"`
 	// Fenced mirrors its server's fence (FenceServer), nil when none.
 	Fenced *Fencing `json:"fenced,omitempty"`
+	// FenceNotHeld is set when the host heartbeats while fenced
+	// (RecordHeartbeat): its power read back off, yet its node agent
+	// runs, so the fence did not hold (a fencing device that drives
+	// another machine, a BMC that reports off while the host runs, a
+	// power-off that did not reach the host). Cleared by a new fence or an
+	// unfence; nil otherwise.
+	FenceNotHeld *FenceNotHeld `json:"fenceNotHeld,omitempty"`
+}
+
+// FenceNotHeld records heartbeats from a fenced host (condition
+// FenceFailed): the first and last one's times (UTC) and how many.
+type FenceNotHeld struct {
+	Since      time.Time `json:"since"`
+	Last       time.Time `json:"last"`
+	Heartbeats int64     `json:"heartbeats"`
 }
 
 // JoinLogEntry is one line of a host's join log (networks and storage

@@ -35,21 +35,27 @@ var (
 	bucketEvents       = []byte("events")        // seq(8 BE) → Event JSON
 	bucketServerEvents = []byte("server_events") // server name → nested bucket seq → ""
 	bucketEventCounts  = []byte("event_counts")  // server name → uint64 BE
-	bucketTokens       = []byte("tokens")        // sha256(token) → tokenRecord JSON
-	bucketAdminTokens  = []byte("admin_tokens")  // sha256(token) → adminRecord JSON
-	bucketAdminNames   = []byte("admin_names")   // name → sha256(token)
-	bucketSecrets      = []byte("secrets")       // name → secretRecord JSON
-	bucketHosts        = []byte("hosts")         // name → Host JSON
-	bucketJoinLogs     = []byte("join_logs")     // host name → nested bucket seq → JoinLogEntry JSON
-	bucketTokenLive    = []byte("token_live")    // server "\x00" purpose → sha256 of its one live token
+	// Audit events (a human or admin token acted: IsAudit) live apart,
+	// with their own retention, so machine traffic cannot evict them.
+	// Their Seq comes from bucketEvents' sequence: one ordering for both.
+	bucketAuditEvents = []byte("audit_events") // seq(8 BE) → Event JSON
+	bucketServerAudit = []byte("server_audit") // server name → nested bucket seq → ""
+	bucketTokens      = []byte("tokens")       // sha256(token) → tokenRecord JSON
+	bucketAdminTokens = []byte("admin_tokens") // sha256(token) → adminRecord JSON
+	bucketAdminNames  = []byte("admin_names")  // name → sha256(token)
+	bucketSecrets     = []byte("secrets")      // name → secretRecord JSON
+	bucketHosts       = []byte("hosts")        // name → Host JSON
+	bucketJoinLogs    = []byte("join_logs")    // host name → nested bucket seq → JoinLogEntry JSON
+	bucketTokenLive   = []byte("token_live")   // server "\x00" purpose → sha256 of its one live token
 
 	keyVersion  = []byte("schema_version")
 	keySalt     = []byte("hkdf_salt")
 	keyKeyCheck = []byte("key_check")
 	keyEventsN  = []byte("events_n")
+	keyAuditN   = []byte("audit_events_n")
 )
 
-var allBuckets = [][]byte{bucketMeta, bucketServers, bucketEvents, bucketServerEvents, bucketEventCounts,
+var allBuckets = [][]byte{bucketMeta, bucketServers, bucketEvents, bucketServerEvents, bucketEventCounts, bucketAuditEvents, bucketServerAudit,
 	bucketTokens, bucketAdminTokens, bucketAdminNames, bucketSecrets, bucketHosts, bucketJoinLogs, bucketTokenLive}
 
 // Options configure Open. Every zero value is usable.
@@ -85,14 +91,24 @@ type Options struct {
 }
 
 // Retention bounds the event log. Pruning runs inside every write that
-// appends events and in Store.Prune.
+// appends events and in Store.Prune. Audit events (IsAudit: a person or
+// an admin token acted) are kept apart under their own bounds, so no
+// amount of machine and controller events evicts them.
 type Retention struct {
-	// MaxEvents caps the global log; zero means 100,000.
+	// MaxEvents caps the log of machine and controller events; zero
+	// means 100,000.
 	MaxEvents int
-	// MaxPerServer caps one server's events; zero means 1,000.
+	// MaxPerServer caps one server's machine and controller events; zero
+	// means 1,000.
 	MaxPerServer int
-	// MaxAge drops events older than this; zero means 30 days.
+	// MaxAge drops machine and controller events older than this; zero
+	// means 30 days.
 	MaxAge time.Duration
+	// MaxAuditEvents caps the audit log; zero means 100,000.
+	MaxAuditEvents int
+	// MaxAuditAge drops audit events older than this; zero means 365
+	// days.
+	MaxAuditAge time.Duration
 }
 
 func (r Retention) withDefaults() Retention {
@@ -104,6 +120,12 @@ func (r Retention) withDefaults() Retention {
 	}
 	if r.MaxAge <= 0 {
 		r.MaxAge = 30 * 24 * time.Hour
+	}
+	if r.MaxAuditEvents <= 0 {
+		r.MaxAuditEvents = 100_000
+	}
+	if r.MaxAuditAge <= 0 {
+		r.MaxAuditAge = 365 * 24 * time.Hour
 	}
 	return r
 }
@@ -137,6 +159,9 @@ type Store struct {
 
 	// refusals paces the events of refused machine requests (refusals.go).
 	refusals refusalPacer
+	// anomalies paces the events of machine-reported anomalies: a
+	// heartbeat's reboot or agent restart (anomalies.go).
+	anomalies refusalPacer
 	// heard holds LastHeard notes written behind (heard.go).
 	heard heardQueue
 	// prepared holds token values minted ahead of their request
@@ -209,6 +234,8 @@ func newStore(eng engine, path string, opts Options) *Store {
 	s := &Store{eng: eng, path: path, log: opts.Logger, now: opts.Now, retention: opts.Retention.withDefaults(),
 		waiters: map[chan struct{}]struct{}{}, sweep: 64}
 	s.refusals.every = opts.RefusalSummaryEvery
+	s.anomalies.every = opts.RefusalSummaryEvery
+	s.anomalies.summary = anomalySummary
 	return s
 }
 
@@ -403,7 +430,7 @@ func btoi(b []byte) uint64 {
 func (s *Store) checkRecords() error {
 	var errs []error
 	err := s.view(func(tx kvTx) error {
-		for _, b := range [][]byte{bucketServers, bucketEvents, bucketTokens, bucketAdminTokens, bucketSecrets, bucketHosts} {
+		for _, b := range [][]byte{bucketServers, bucketEvents, bucketAuditEvents, bucketTokens, bucketAdminTokens, bucketSecrets, bucketHosts} {
 			bk := tx.Bucket(b)
 			if bk == nil {
 				errs = append(errs, fmt.Errorf("bucket %s missing", b))

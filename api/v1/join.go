@@ -183,6 +183,17 @@ type HostFence struct {
 	Reason string    `json:"reason"`
 	Device string    `json:"device"`
 	Auto   bool      `json:"auto,omitempty"`
+	// NotHeld is set when the host heartbeats while fenced: the fence did
+	// not hold (condition FenceFailed).
+	NotHeld *FenceNotHeld `json:"notHeld,omitempty"`
+}
+
+// FenceNotHeld is a fenced host's heartbeats: the first and last (UTC)
+// and how many.
+type FenceNotHeld struct {
+	Since      time.Time `json:"since"`
+	Last       time.Time `json:"last"`
+	Heartbeats int64     `json:"heartbeats"`
 }
 
 // HostCondition is a condition of a host (Type "HostLost", "Fenced"),

@@ -417,6 +417,8 @@ func hostListCmd(e *env, apiURL *string) *cobra.Command {
 			for _, h := range hs.Items {
 				online, seen := "offline", "-"
 				switch {
+				case h.Fenced != nil && h.Fenced.NotHeld != nil:
+					online = "fenced, still heartbeating: fence did not hold"
 				case h.Fenced != nil:
 					online = "fenced"
 				case h.Lost != nil:

@@ -277,7 +277,8 @@ func oneLine(s string, n int) string {
 
 // writeHostStatus renders the joined hosts' line and one line per host
 // with a condition: HostLost (with the power its BMC read: "lost, powered
-// on" is running but unreachable, "lost, powered off" is down) or Fenced.
+// on" is running but unreachable, "lost, powered off" is down), Fenced, or
+// FenceFailed (fenced, and heartbeats all the same).
 func writeHostStatus(w io.Writer, hosts []v1.Host) {
 	if len(hosts) == 0 {
 		fmt.Fprintln(w, "Hosts:      none joined")
