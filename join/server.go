@@ -821,11 +821,6 @@ type bucket struct {
 	last                time.Time
 }
 
-func (b *bucket) allow(now time.Time) bool {
-	ok, _ := b.take(now)
-	return ok
-}
-
 // take spends a token if there is one; otherwise it reports how long
 // until there is.
 func (b *bucket) take(now time.Time) (bool, time.Duration) {
