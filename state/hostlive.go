@@ -118,65 +118,10 @@ func (s *Store) RecordHeartbeat(host string, now time.Time, hb Heartbeat) (Heart
 			return err
 		}
 		var evs []Event
-		if f := h.Fenced; f != nil {
-			res.FenceNotHeld = true
-			if h.FenceNotHeld == nil {
-				res.FenceNotHeldFirst = true
-				h.FenceNotHeld = &FenceNotHeld{Since: now}
-				evs = append(evs, Event{Server: h.Server, Kind: EventHostFenceFailed, Actor: ActorController,
-					Message: fmt.Sprintf("host %s heartbeats while fenced (fenced %s by %s through %s, power read back off): the fence did not hold; "+
-						"the host runs, check its power and the fencing device before unfencing", host, f.At.Format(time.RFC3339), f.Actor, f.Device)})
-			}
-			h.FenceNotHeld.Last = now
-			h.FenceNotHeld.Heartbeats++ // the condition, not more events, carries the rest
-			h.LastSeen = now
-			for i := range evs {
-				if err := s.appendEvent(tx, &evs[i]); err != nil {
-					return err
-				}
-			}
-			return putJSON(b, host, &h)
-		}
-		if h.Lost != nil {
-			res.Returned, res.LostFor = true, now.Sub(h.Lost.Since)
-			evs = append(evs, Event{Server: h.Server, Kind: EventHostReturned,
-				Message: fmt.Sprintf("host %s heartbeats again after %s of silence", host, res.LostFor.Round(time.Second))})
-			h.Lost = nil
-		}
-		// Uptimes are monotonic within a boot and within an agent
-		// process: one smaller than the last heartbeat's is a reboot (or
-		// an agent restart) whatever the clocks say. A boot time that
-		// moved later also is (a host silent for longer than it was up).
-		if hb.Uptime > 0 {
-			boot := now.Add(-hb.Uptime).Truncate(time.Second)
-			if h.Uptime > 0 && (hb.Uptime < h.Uptime || (!h.BootedAt.IsZero() && boot.Sub(h.BootedAt) > bootSlack)) {
-				res.Rebooted = true
-				evs = append(evs, Event{Server: h.Server, Kind: EventHostRebooted,
-					Message: fmt.Sprintf("host %s rebooted: up since %s (was up since %s)", host, boot.Format(time.RFC3339), h.BootedAt.Format(time.RFC3339))})
-			}
-			h.BootedAt, h.Uptime = boot, hb.Uptime
-		}
-		if hb.AgentUptime > 0 {
-			start := now.Add(-hb.AgentUptime).Truncate(time.Second)
-			moved := h.AgentUptime > 0 && (hb.AgentUptime < h.AgentUptime || (!h.AgentStartedAt.IsZero() && start.Sub(h.AgentStartedAt) > bootSlack))
-			moved = moved || (!h.AgentProcessStart.IsZero() && !hb.AgentStarted.IsZero() && !hb.AgentStarted.Equal(h.AgentProcessStart))
-			changed := h.AgentVersion != "" && hb.AgentVersion != "" && hb.AgentVersion != h.AgentVersion
-			if !res.Rebooted && (moved || changed) {
-				res.AgentRestarted = true
-				msg := fmt.Sprintf("host %s: node agent restarted on the same boot (up since %s)", host, h.BootedAt.Format(time.RFC3339))
-				if changed {
-					res.OldVersion = h.AgentVersion
-					msg += fmt.Sprintf(", version %s → %s", h.AgentVersion, hb.AgentVersion)
-				}
-				evs = append(evs, Event{Server: h.Server, Kind: EventHostAgentRestarted, Message: msg})
-			}
-			h.AgentStartedAt, h.AgentUptime = start, hb.AgentUptime
-		}
-		if !hb.AgentStarted.IsZero() {
-			h.AgentProcessStart = hb.AgentStarted.UTC()
-		}
-		if hb.AgentVersion != "" {
-			h.AgentVersion = hb.AgentVersion
+		if h.Fenced != nil {
+			evs = fenceNotHeld(&h, host, now, &res)
+		} else {
+			evs = observeHeartbeat(&h, host, now, hb, &res)
 		}
 		h.LastSeen = now
 		for i := range evs {
@@ -203,6 +148,76 @@ func (s *Store) RecordHeartbeat(host string, now time.Time, hb Heartbeat) (Heart
 		s.countAnomaly(EventHostFenceFailed)
 	}
 	return res, nil
+}
+
+// fenceNotHeld records a heartbeat of the fenced host h (named host) at
+// now on its FenceNotHeld condition, and returns the EventHostFenceFailed
+// of the first one since the fence. Nothing else of the heartbeat is
+// recorded: the fence and any loss stay.
+func fenceNotHeld(h *Host, host string, now time.Time, res *HeartbeatResult) []Event {
+	f := h.Fenced
+	res.FenceNotHeld = true
+	var evs []Event
+	if h.FenceNotHeld == nil {
+		res.FenceNotHeldFirst = true
+		h.FenceNotHeld = &FenceNotHeld{Since: now}
+		evs = append(evs, Event{Server: h.Server, Kind: EventHostFenceFailed, Actor: ActorController,
+			Message: fmt.Sprintf("host %s heartbeats while fenced (fenced %s by %s through %s, power read back off): the fence did not hold; "+
+				"the host runs, check its power and the fencing device before unfencing", host, f.At.Format(time.RFC3339), f.Actor, f.Device)})
+	}
+	h.FenceNotHeld.Last = now
+	h.FenceNotHeld.Heartbeats++ // the condition, not more events, carries the rest
+	return evs
+}
+
+// observeHeartbeat applies heartbeat hb of host h (named host) at now:
+// a return from loss, the boot and agent start times, the agent version;
+// it returns the events of what changed (returned, rebooted, agent
+// restarted).
+func observeHeartbeat(h *Host, host string, now time.Time, hb Heartbeat, res *HeartbeatResult) []Event {
+	var evs []Event
+	if h.Lost != nil {
+		res.Returned, res.LostFor = true, now.Sub(h.Lost.Since)
+		evs = append(evs, Event{Server: h.Server, Kind: EventHostReturned,
+			Message: fmt.Sprintf("host %s heartbeats again after %s of silence", host, res.LostFor.Round(time.Second))})
+		h.Lost = nil
+	}
+	// Uptimes are monotonic within a boot and within an agent
+	// process: one smaller than the last heartbeat's is a reboot (or
+	// an agent restart) whatever the clocks say. A boot time that
+	// moved later also is (a host silent for longer than it was up).
+	if hb.Uptime > 0 {
+		boot := now.Add(-hb.Uptime).Truncate(time.Second)
+		if h.Uptime > 0 && (hb.Uptime < h.Uptime || (!h.BootedAt.IsZero() && boot.Sub(h.BootedAt) > bootSlack)) {
+			res.Rebooted = true
+			evs = append(evs, Event{Server: h.Server, Kind: EventHostRebooted,
+				Message: fmt.Sprintf("host %s rebooted: up since %s (was up since %s)", host, boot.Format(time.RFC3339), h.BootedAt.Format(time.RFC3339))})
+		}
+		h.BootedAt, h.Uptime = boot, hb.Uptime
+	}
+	if hb.AgentUptime > 0 {
+		start := now.Add(-hb.AgentUptime).Truncate(time.Second)
+		moved := h.AgentUptime > 0 && (hb.AgentUptime < h.AgentUptime || (!h.AgentStartedAt.IsZero() && start.Sub(h.AgentStartedAt) > bootSlack))
+		moved = moved || (!h.AgentProcessStart.IsZero() && !hb.AgentStarted.IsZero() && !hb.AgentStarted.Equal(h.AgentProcessStart))
+		changed := h.AgentVersion != "" && hb.AgentVersion != "" && hb.AgentVersion != h.AgentVersion
+		if !res.Rebooted && (moved || changed) {
+			res.AgentRestarted = true
+			msg := fmt.Sprintf("host %s: node agent restarted on the same boot (up since %s)", host, h.BootedAt.Format(time.RFC3339))
+			if changed {
+				res.OldVersion = h.AgentVersion
+				msg += fmt.Sprintf(", version %s → %s", h.AgentVersion, hb.AgentVersion)
+			}
+			evs = append(evs, Event{Server: h.Server, Kind: EventHostAgentRestarted, Message: msg})
+		}
+		h.AgentStartedAt, h.AgentUptime = start, hb.AgentUptime
+	}
+	if !hb.AgentStarted.IsZero() {
+		h.AgentProcessStart = hb.AgentStarted.UTC()
+	}
+	if hb.AgentVersion != "" {
+		h.AgentVersion = hb.AgentVersion
+	}
+	return evs
 }
 
 // ErrNotLost is returned by MarkHostLost when the host heartbeated after
