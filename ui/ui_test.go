@@ -695,7 +695,8 @@ func TestHostsPageShowsHostRecord(t *testing.T) {
 }
 
 // TestHostsPageShowsLostAndFenced: a lost host shows its HostLost
-// condition with the power its BMC read; a fenced one shows fenced.
+// condition with the power its BMC read; a fenced one shows fenced, and
+// one that heartbeats while fenced says the fence did not hold.
 func TestHostsPageShowsLostAndFenced(t *testing.T) {
 	l := newLab(t, uitest.Options{})
 	c := client(t)
@@ -716,5 +717,12 @@ func TestHostsPageShowsLostAndFenced(t *testing.T) {
 	_, body = get(t, c, l.URL()+"/ui/hosts")
 	if !strings.Contains(body, `data-condition="Fenced"`) {
 		t.Fatalf("hosts page does not show the fenced host:\n%s", body)
+	}
+	if _, err := l.Store.RecordHeartbeat("hv-r1-n03", time.Now(), state.Heartbeat{}); err != nil {
+		t.Fatal(err)
+	}
+	_, body = get(t, c, l.URL()+"/ui/hosts")
+	if !strings.Contains(body, `data-condition="FenceFailed"`) || !strings.Contains(body, "fence did not hold") {
+		t.Fatalf("hosts page does not show the fence that did not hold:\n%s", body)
 	}
 }
