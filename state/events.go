@@ -552,3 +552,82 @@ func (s *Store) deleteAudit(tx kvTx, k []byte) error {
 	}
 	return nil
 }
+
+// auditSplitBatch bounds the events one transaction of splitAuditLog
+// moves (each is about 8 etcd operations; etcd allows 128 a txn).
+const auditSplitBatch = 12
+
+// splitAuditLog moves the audit events a build before the audit log
+// stored in the machine log into the audit log, once (keyAuditSplit marks
+// it done): in transactions of at most auditSplitBatch events, each a
+// whole move (the event, its server index and both counts), so a crash
+// half-way leaves every event in one log or the other and the next open
+// carries on. An event another controller moved meanwhile is skipped.
+func (s *Store) splitAuditLog() error {
+	done := false
+	var keys [][]byte
+	err := s.view(func(tx kvTx) error {
+		if tx.Bucket(bucketMeta).Get(keyAuditSplit) != nil {
+			done = true
+			return nil
+		}
+		return tx.Bucket(bucketEvents).ForEach(func(k, v []byte) error {
+			var e struct {
+				Actor string `json:"actor"`
+			}
+			if json.Unmarshal(v, &e) == nil && (Event{Actor: e.Actor}).IsAudit() {
+				keys = append(keys, append([]byte(nil), k...))
+			}
+			return nil // an undecodable record stays where it is (Check reports it)
+		})
+	})
+	if err != nil || done {
+		return err
+	}
+	moved := len(keys)
+	for {
+		n := min(len(keys), auditSplitBatch)
+		batch := keys[:n]
+		last := n == len(keys)
+		err := s.update(func(tx kvTx) error {
+			for _, k := range batch {
+				if err := s.moveToAudit(tx, k); err != nil {
+					return err
+				}
+			}
+			if last {
+				return tx.Bucket(bucketMeta).Put(keyAuditSplit, u64(1))
+			}
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("state: move audit events to the audit log: %w", err)
+		}
+		keys = keys[n:]
+		if last {
+			break
+		}
+	}
+	if moved > 0 {
+		s.log.Info("state: audit events moved to their own log", "events", moved)
+	}
+	return nil
+}
+
+// moveToAudit moves the event with key k from the machine log to the
+// audit log, inside tx; nil when it is no longer in the machine log.
+func (s *Store) moveToAudit(tx kvTx, k []byte) error {
+	v := tx.Bucket(bucketEvents).Get(k)
+	if v == nil {
+		return nil
+	}
+	v = append([]byte(nil), v...)
+	var e Event
+	if err := json.Unmarshal(v, &e); err != nil {
+		return fmt.Errorf("decode event %d: %w", btoi(k), err)
+	}
+	if err := s.deleteEvent(tx, k); err != nil {
+		return err
+	}
+	return s.appendAudit(tx, &e, k, v)
+}

@@ -2,6 +2,7 @@ package state_test
 
 import (
 	"fmt"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -156,4 +157,48 @@ func hasSeq(evs []state.Event, seq uint64) bool {
 		}
 	}
 	return false
+}
+
+// TestOpenMovesLegacyAuditEvents: audit events a build before the audit
+// log stored in the shared log are moved to the audit log at the next
+// Open (once; both engines), with their Seq, so later machine events
+// cannot evict them either; machine events stay where they were.
+func TestOpenMovesLegacyAuditEvents(t *testing.T) {
+	eachEngine(t, func(t *testing.T) {
+		path := filepath.Join(t.TempDir(), "state.db")
+		s, err := openEngine(t, path, state.Options{NoSync: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		mustCreate(t, s, state.Server{Name: "n1"})
+		var legacy []state.Event
+		for i := range 20 { // more than one transaction of the move
+			e, err := state.PutLegacyEvent(s, state.Event{Server: "n1", Kind: state.EventTransition, Actor: "ops", Message: fmt.Sprintf("by hand %d", i)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			legacy = append(legacy, e)
+			if _, err := state.PutLegacyEvent(s, state.Event{Server: "n1", Actor: state.ActorController, Message: "machine"}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+		s = openAt(t, path, state.Options{NoSync: true, Retention: state.Retention{MaxEvents: 5}})
+		for range 30 {
+			if _, err := s.AppendEvent(state.Event{Server: "n1", Actor: state.ActorController, Message: "after"}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		got := allEvents(t, s, state.EventQuery{Server: "n1"})
+		for _, e := range legacy {
+			if !hasSeq(got, e.Seq) {
+				t.Errorf("legacy audit event %d (%s) evicted: it was not moved to the audit log", e.Seq, e.Message)
+			}
+		}
+		if len(got) != len(legacy)+5 {
+			t.Errorf("%d events of n1, want the %d audit events and 5 machine events (MaxEvents)", len(got), len(legacy))
+		}
+	})
 }

@@ -53,6 +53,9 @@ var (
 	keyKeyCheck = []byte("key_check")
 	keyEventsN  = []byte("events_n")
 	keyAuditN   = []byte("audit_events_n")
+	// keyAuditSplit marks a store whose audit events are all in the
+	// audit log (splitAuditLog ran, or the store began with it).
+	keyAuditSplit = []byte("audit_split")
 )
 
 var allBuckets = [][]byte{bucketMeta, bucketServers, bucketEvents, bucketServerEvents, bucketEventCounts, bucketAuditEvents, bucketServerAudit,
@@ -284,6 +287,13 @@ func (s *Store) init(masterKey []byte) error {
 				return err
 			}
 		}
+		// A new store starts split; an older one is split after this
+		// transaction (splitAuditLog).
+		if meta.Get(keyAuditSplit) == nil && tx.Bucket(bucketEvents).Sequence() == 0 {
+			if err := meta.Put(keyAuditSplit, u64(1)); err != nil {
+				return err
+			}
+		}
 		if meta.Get(keySalt) == nil {
 			salt := make([]byte, 32)
 			if _, err := rand.Read(salt); err != nil {
@@ -298,6 +308,11 @@ func (s *Store) init(masterKey []byte) error {
 	})
 	if err != nil {
 		return err
+	}
+	if err := s.splitAuditLog(); err != nil {
+		// Not fatal: the events stay readable where they are, and the
+		// next open (of the leader, on etcd) tries again.
+		s.log.Warn("state: audit events of an older build not moved to the audit log yet", "err", err)
 	}
 	if len(masterKey) > 0 {
 		return s.initSealing(masterKey)
