@@ -208,7 +208,7 @@ func TestExampleSiteEndToEnd(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	h.waitStatus("status/servers/r1-n01.yaml", "lifecycle:")
+	h.waitStatus(gitops.ServerStatusPath("r1-n01"), "lifecycle:")
 	h.waitStatus("status/README.md", "r2-n01")
 }
 
