@@ -163,6 +163,7 @@ type Source struct {
 	treeKey  string
 	failures int
 	pollHook func() // tests: called at the start of each Poll
+	maxPacks int    // packfiles before the clone is compacted (gitsource_compact.go)
 
 	mu      sync.Mutex
 	good    Revision
@@ -213,11 +214,12 @@ func NewSource(cfg SourceConfig) (*Source, error) {
 		return nil, fmt.Errorf("git source: %w", err)
 	}
 	s := &Source{
-		cfg:     cfg,
-		log:     log.With("component", "gitsource", "branch", cfg.Remote.branch()),
-		repo:    repo,
-		trigger: make(chan struct{}, 1),
-		changed: make(chan struct{}, 1),
+		cfg:      cfg,
+		log:      log.With("component", "gitsource", "branch", cfg.Remote.branch()),
+		repo:     repo,
+		trigger:  make(chan struct{}, 1),
+		changed:  make(chan struct{}, 1),
+		maxPacks: sourceMaxPacks,
 	}
 	s.restoreLastGood()
 	return s, nil
@@ -435,7 +437,10 @@ func (s *Source) poll(ctx context.Context) error {
 	if _, err := s.repo.CommitObject(tip); err != nil {
 		// The branch may move again between list and fetch: go on with
 		// what the fetch brought.
-		if tip, err = fetchBranch(ctx, s.repo, o, s.cfg.Remote.branch(), 0); err != nil {
+		if tip, err = fetchBranch(ctx, s.repo, o, s.cfg.Remote.branch(), s.fetchDepth()); err != nil {
+			return fmt.Errorf("git source: %w", err)
+		}
+		if tip, err = s.ensureFetched(ctx, o, tip); err != nil {
 			return fmt.Errorf("git source: %w", err)
 		}
 	}
@@ -457,6 +462,7 @@ func (s *Source) poll(ctx context.Context) error {
 		return err
 	}
 	s.tip = tip
+	s.compactIfNeeded(s.maxPacks)
 	return nil
 }
 
