@@ -169,6 +169,11 @@ type Source struct {
 	good    Revision
 	invalid *InvalidRevision
 	lastErr error
+	// health, remoteTip, pacer and now: gitsource_health.go.
+	health    SourceHealth
+	remoteTip plumbing.Hash
+	pacer     failurePacer
+	now       func() time.Time
 }
 
 const (
@@ -406,6 +411,7 @@ func (s *Source) Poll(ctx context.Context) error {
 	s.mu.Unlock()
 	if err != nil {
 		s.failures++
+		s.notePoll(err, s.failures)
 		if s.failures == 1 {
 			msg := redact.String(err.Error())
 			s.log.Warn("inventory remote unreachable, keeping last good revision", "err", msg)
@@ -418,6 +424,7 @@ func (s *Source) Poll(ctx context.Context) error {
 		s.emit(SourceEvent{Kind: SourceRemoteRecovered, Message: fmt.Sprintf("reachable after %d failed polls", s.failures)})
 	}
 	s.failures = 0
+	s.notePoll(nil, 0)
 	return nil
 }
 
@@ -430,6 +437,7 @@ func (s *Source) poll(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("git source: %w", err)
 	}
+	s.noteRemoteTip(tip)
 	if tip == s.tip {
 		s.log.Debug("branch tip unchanged", "commit", tip.String())
 		return nil
@@ -443,6 +451,7 @@ func (s *Source) poll(ctx context.Context) error {
 		if tip, err = s.ensureFetched(ctx, o, tip); err != nil {
 			return fmt.Errorf("git source: %w", err)
 		}
+		s.noteRemoteTip(tip) // the branch may have moved since the list
 	}
 	commit, err := s.repo.CommitObject(tip)
 	if err != nil {

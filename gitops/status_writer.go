@@ -135,6 +135,9 @@ type StatusHealth struct {
 	// LastSuccess is when a write last succeeded (pushed or found nothing
 	// to change); zero if never.
 	LastSuccess time.Time
+	// LastPackBytes is the size of the packfile the last pushed status
+	// commit sent (WriteResult.PackBytes); 0 before one.
+	LastPackBytes int
 }
 
 // StatusWriter renders fleet snapshots to status/ and pushes them as one
@@ -157,6 +160,8 @@ type StatusWriter struct {
 	pending func() (Snapshot, error) // builds the newest snapshot; nil when none
 	urgent  bool
 	health  StatusHealth
+	pacer   failurePacer     // paces "still failing" lines (gitsource_health.go)
+	now     func() time.Time // tests; nil: time.Now
 
 	// cache of the last pushed status tree and its lifecycles, used for
 	// the transition summary when the base is our own last commit.
@@ -212,6 +217,14 @@ func NewStatusWriter(cfg StatusConfig) (*StatusWriter, error) {
 	w.writeFn = w.Write
 	w.maxPacks = 64
 	return w, nil
+}
+
+// clock is time.Now unless a test set w.now.
+func (w *StatusWriter) clock() time.Time {
+	if w.now != nil {
+		return w.now()
+	}
+	return time.Now()
 }
 
 // ownDir is the folder of the repository this writer owns: status, or
@@ -367,8 +380,18 @@ func (w *StatusWriter) Write(ctx context.Context, s Snapshot) (WriteResult, erro
 		w.health.ConsecutiveFailures++
 		w.health.LastError = redact.String(err.Error())
 		if w.health.ConsecutiveFailures >= w.cfg.FailingAfter {
+			// The first line of the outage at once, then one per
+			// failureLogEvery with the count: a write-back that stays
+			// broken keeps saying so, without a line per pass.
 			if !w.health.Failing {
-				w.log.Error("status write-back failing", "failures", w.health.ConsecutiveFailures, "err", w.health.LastError)
+				w.pacer.reset()
+			}
+			if w.pacer.due(w.clock(), w.health.ConsecutiveFailures-w.cfg.FailingAfter+1) {
+				msg := "status write-back failing"
+				if w.health.Failing {
+					msg = "status write-back still failing"
+				}
+				w.log.Error(msg, "failures", w.health.ConsecutiveFailures, "err", w.health.LastError)
 			}
 			w.health.Failing = true
 		} else {
@@ -379,7 +402,7 @@ func (w *StatusWriter) Write(ctx context.Context, s Snapshot) (WriteResult, erro
 	if w.health.Failing {
 		w.log.Info("status write-back recovered")
 	}
-	w.health = StatusHealth{LastCommit: cmp.Or(res.Commit, w.health.LastCommit), LastSuccess: time.Now()}
+	w.health = StatusHealth{LastCommit: cmp.Or(res.Commit, w.health.LastCommit), LastSuccess: w.clock(), LastPackBytes: cmp.Or(res.PackBytes, w.health.LastPackBytes)}
 	return res, nil
 }
 
