@@ -256,7 +256,8 @@ func (w *wiring) listen() (func(), error) {
 		w.publicURL = "http://" + ln.Addr().String()
 	}
 	w.reg = prometheus.NewRegistry()
-	w.srv, err = api.New(api.Config{Store: w.st, Logger: w.log.With("component", "api"), Registry: w.reg, MaxConnsPerIP: w.cfg.MaxConnsPerIP})
+	w.srv, err = api.New(api.Config{Store: w.st, Logger: w.log.With("component", "api"), Registry: w.reg, MaxConnsPerIP: w.cfg.MaxConnsPerIP,
+		Git: w.gitHealth})
 	if err != nil {
 		return stop, fmt.Errorf("controller: %w", err)
 	}
