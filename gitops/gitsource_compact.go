@@ -122,81 +122,9 @@ func compactClone(repo *git.Repository, keep []plumbing.Hash, depth int) (int, e
 	if err != nil {
 		return 0, fmt.Errorf("compact clone: list packs: %w", err)
 	}
-	seen := map[plumbing.Hash]bool{}
-	var objs []plumbing.Hash
-	add := func(h plumbing.Hash) bool {
-		if seen[h] {
-			return false
-		}
-		seen[h] = true
-		objs = append(objs, h)
-		return true
-	}
-	var walkTree func(h plumbing.Hash) error
-	walkTree = func(h plumbing.Hash) error {
-		if !add(h) {
-			return nil
-		}
-		t, err := object.GetTree(st, h)
-		if err != nil {
-			return fmt.Errorf("read tree %s: %w", h, err)
-		}
-		for _, e := range t.Entries {
-			switch {
-			case e.Mode == filemode.Dir:
-				if err := walkTree(e.Hash); err != nil {
-					return err
-				}
-			case e.Mode == filemode.Submodule:
-			default:
-				add(e.Hash)
-			}
-		}
-		return nil
-	}
-	var shallow []plumbing.Hash
-	level := map[plumbing.Hash]bool{}
-	for _, h := range keep {
-		if _, err := object.GetCommit(st, h); err == nil {
-			level[h] = true
-		}
-	}
-	for d := 1; len(level) > 0; d++ {
-		next := map[plumbing.Hash]bool{}
-		for h := range level {
-			if !add(h) {
-				continue
-			}
-			c, err := object.GetCommit(st, h)
-			if err != nil {
-				return 0, fmt.Errorf("compact clone: read commit %s: %w", h, err)
-			}
-			if err := walkTree(c.TreeHash); err != nil {
-				return 0, fmt.Errorf("compact clone: %w", err)
-			}
-			cut := d >= depth
-			for _, p := range c.ParentHashes {
-				if cut {
-					break
-				}
-				if _, err := object.GetCommit(st, p); err != nil {
-					cut = true // already beyond the clone's history
-					break
-				}
-			}
-			if cut {
-				if len(c.ParentHashes) > 0 {
-					shallow = append(shallow, h)
-				}
-				continue
-			}
-			for _, p := range c.ParentHashes {
-				if !seen[p] {
-					next[p] = true
-				}
-			}
-		}
-		level = next
+	objs, shallow, err := recentObjects(st, keep, depth)
+	if err != nil {
+		return 0, fmt.Errorf("compact clone: %w", err)
 	}
 	w, err := pfw.PackfileWriter()
 	if err != nil {
@@ -220,23 +148,111 @@ func compactClone(repo *git.Repository, keep []plumbing.Hash, depth int) (int, e
 			return 0, fmt.Errorf("compact clone: delete pack %s: %w", h, err)
 		}
 	}
-	if los, ok := st.(storer.LooseObjectStorer); ok {
-		var loose []plumbing.Hash
-		err := los.ForEachObjectHash(func(h plumbing.Hash) error {
-			loose = append(loose, h)
-			return nil
-		})
-		if err != nil && !errors.Is(err, io.EOF) {
-			return 0, fmt.Errorf("compact clone: list loose objects: %w", err)
-		}
-		for _, h := range loose {
-			if err := los.DeleteLooseObject(h); err != nil {
-				return 0, fmt.Errorf("compact clone: delete loose object %s: %w", h, err)
-			}
-		}
+	if err := dropLoose(st); err != nil {
+		return 0, fmt.Errorf("compact clone: %w", err)
 	}
 	if ri, ok := st.(interface{ Reindex() }); ok {
 		ri.Reindex()
 	}
 	return len(objs), nil
+}
+
+// recentObjects lists the objects compactClone keeps: each commit of keep
+// and its ancestors up to depth generations (fewer where the history is
+// already cut), with their trees and blobs; shallow are the kept commits
+// whose parents are not.
+func recentObjects(st storer.EncodedObjectStorer, keep []plumbing.Hash, depth int) (objs, shallow []plumbing.Hash, err error) {
+	seen := map[plumbing.Hash]bool{}
+	add := func(h plumbing.Hash) bool {
+		if seen[h] {
+			return false
+		}
+		seen[h] = true
+		objs = append(objs, h)
+		return true
+	}
+	var walkTree func(h plumbing.Hash) error
+	walkTree = func(h plumbing.Hash) error {
+		if !add(h) {
+			return nil
+		}
+		t, err := object.GetTree(st, h)
+		if err != nil {
+			return fmt.Errorf("read tree %s: %w", h, err)
+		}
+		for _, e := range t.Entries {
+			switch e.Mode {
+			case filemode.Dir:
+				if err := walkTree(e.Hash); err != nil {
+					return err
+				}
+			case filemode.Submodule:
+			default:
+				add(e.Hash)
+			}
+		}
+		return nil
+	}
+	has := func(h plumbing.Hash) bool { _, err := object.GetCommit(st, h); return err == nil }
+	level := map[plumbing.Hash]bool{}
+	for _, h := range keep {
+		if has(h) {
+			level[h] = true
+		}
+	}
+	for d := 1; len(level) > 0; d++ {
+		next := map[plumbing.Hash]bool{}
+		for h := range level {
+			if !add(h) {
+				continue
+			}
+			c, err := object.GetCommit(st, h)
+			if err != nil {
+				return nil, nil, fmt.Errorf("read commit %s: %w", h, err)
+			}
+			if err := walkTree(c.TreeHash); err != nil {
+				return nil, nil, err
+			}
+			cut := d >= depth
+			for _, p := range c.ParentHashes {
+				cut = cut || !has(p) // beyond the clone's history already
+			}
+			if cut {
+				if len(c.ParentHashes) > 0 {
+					shallow = append(shallow, h)
+				}
+				continue
+			}
+			for _, p := range c.ParentHashes {
+				if !seen[p] {
+					next[p] = true
+				}
+			}
+		}
+		level = next
+	}
+	return objs, shallow, nil
+}
+
+// dropLoose deletes every loose object of st (after compactClone packed
+// the ones it keeps).
+func dropLoose(st storer.EncodedObjectStorer) error {
+	los, ok := st.(storer.LooseObjectStorer)
+	if !ok {
+		return nil
+	}
+	var loose []plumbing.Hash
+	err := los.ForEachObjectHash(func(h plumbing.Hash) error {
+		loose = append(loose, h)
+		return nil
+	})
+	if err != nil && !errors.Is(err, io.EOF) {
+		return fmt.Errorf("list loose objects: %w", err)
+	}
+	for _, h := range loose {
+		if err := los.DeleteLooseObject(h); err != nil {
+			return fmt.Errorf("delete loose object %s: %w", h, err)
+		}
+	}
+	return nil
 }
