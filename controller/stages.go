@@ -592,7 +592,7 @@ func (w *wiring) routes() (func(), error) {
 	if err := mountImages(srv, ctrl, w.imgStore, w.imgStatus, w.importFails); err != nil {
 		return nil, err
 	}
-	uiRoutes, err := mountConsoleAndUI(srv, st, w.drivers, w.src, ctrl, w.imgStatus, w.gitDir, w.log)
+	uiRoutes, err := mountConsoleAndUI(srv, st, w.drivers, w.src, ctrl, w.imgStatus, w.gitDir, w.gitHealth, w.log)
 	if err != nil {
 		return nil, fmt.Errorf("controller: console and UI: %w", err)
 	}
