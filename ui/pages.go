@@ -33,7 +33,7 @@ func parseTemplates() (map[string]*template.Template, error) {
 		"bytes": humanBytes,
 		// gitloop bundles one row of the inventory page's Git table.
 		"gitloop": func(name, id string, l GitLoop) gitLoopRow { return gitLoopRow{Name: name, ID: id, Loop: l} },
-		"short": func(s string) string { return shortDigest(s) },
+		"short":   func(s string) string { return shortDigest(s) },
 		"pct": func(p float64) string {
 			if p < 0 {
 				return "?"
