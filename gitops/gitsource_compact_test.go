@@ -9,6 +9,8 @@ import (
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/object"
 	"github.com/go-git/go-git/v5/plumbing/storer"
+
+	"github.com/machina-metal/machina/inventory"
 )
 
 // cloneHistory counts the commits the clone holds along first parents
@@ -126,5 +128,39 @@ func TestSourceShallowForcePushOlder(t *testing.T) {
 	}
 	if s.tip != old {
 		t.Errorf("tip = %s, want %s", s.tip, old)
+	}
+}
+
+// TestProposerShallowFetch: a proposal fetches only the branch tip (depth
+// 1), not the history of status commits below it, and still pushes a
+// commit on top of the tip.
+func TestProposerShallowFetch(t *testing.T) {
+	r := newTestRepo(t)
+	for i := range 20 {
+		r.commit(fmt.Sprintf("status %d", i), map[string]string{"status/README.md": fmt.Sprintf("# %d\n", i)})
+	}
+	r.push(false)
+	tip := r.remoteHead("main")
+	state := t.TempDir()
+	p, err := NewProposer(ProposerConfig{Remote: Remote{URL: r.url()}, StateDir: state, CommitTo: "main", Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	prop, err := p.Propose(t.Context(), "propose a comment", func(servers []byte, _ *inventory.Inventory) ([]byte, error) {
+		return append(servers, []byte("# proposed\n")...), nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := r.remoteCommit(plumbing.NewHash(prop.Commit))
+	if len(c.ParentHashes) != 1 || c.ParentHashes[0] != tip {
+		t.Fatalf("proposal %s on %v, want on the tip %s", prop.Commit, c.ParentHashes, tip)
+	}
+	clone, err := openBare(p.dir, p.cfg.Remote)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := cloneHistory(t, clone.Storer, tip); got != 1 {
+		t.Errorf("the proposer's clone holds %d commits of the branch's 21, want the tip only", got)
 	}
 }
