@@ -45,6 +45,10 @@ func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request) {
 	for _, l := range state.Lifecycles() {
 		out.Servers[string(l)] = counts[l]
 	}
+	if s.cfg.Git != nil {
+		g := s.cfg.Git()
+		out.Git = &g
+	}
 	writeJSON(w, http.StatusOK, out)
 }
 

@@ -1,6 +1,7 @@
 package api
 
 import (
+	v1 "github.com/machina-metal/machina/api/v1"
 	"github.com/machina-metal/machina/state"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -21,7 +22,9 @@ type metrics struct {
 //   - machina_api_conns_refused_total (connections closed at accept: their address had MaxConnsPerIP open)
 //   - machina_machine_unknown_tokens_total (machine requests with a token value naming no token)
 //   - machina_machine_refusals_total{reason} (machine requests with a known token refused; state.RefusalReason)
-func newMetrics(reg prometheus.Registerer, st *state.Store, refused func() float64) (*metrics, error) {
+//   - with git set, the Git side's health (gitCollector): machina_git_{poll,push}_last_success_timestamp_seconds,
+//     machina_git_{poll,push}_consecutive_failures, machina_git_behind_commits and machina_git_revision_info{commit,digest}
+func newMetrics(reg prometheus.Registerer, st *state.Store, refused func() float64, git func() v1.GitHealth) (*metrics, error) {
 	m := &metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "machina_api_requests_total", Help: "HTTP requests answered, by route pattern and status code.",
@@ -40,7 +43,11 @@ func newMetrics(reg prometheus.Registerer, st *state.Store, refused func() float
 	unknownTokens := prometheus.NewCounterFunc(prometheus.CounterOpts{
 		Name: "machina_machine_unknown_tokens_total", Help: "Machine requests refused for a token value that names no token (counted, never written).",
 	}, func() float64 { return float64(st.UnknownTokenRefusals()) })
-	for _, c := range []prometheus.Collector{m.requests, m.duration, m.authFailures, connsRefused, unknownTokens, refusalCollector{st: st}, &storeCollector{st: st}} {
+	cs := []prometheus.Collector{m.requests, m.duration, m.authFailures, connsRefused, unknownTokens, refusalCollector{st: st}, &storeCollector{st: st}}
+	if git != nil {
+		cs = append(cs, gitCollector{git: git})
+	}
+	for _, c := range cs {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -87,4 +94,45 @@ func (c *storeCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(descSealing, prometheus.GaugeValue, sealing)
 	ch <- prometheus.MustNewConstMetric(descLastSeq, prometheus.CounterValue, float64(seq))
+}
+
+// gitCollector reads the Git side's health at scrape time.
+type gitCollector struct{ git func() v1.GitHealth }
+
+var (
+	descGitLastSuccess = prometheus.NewDesc("machina_git_last_success_timestamp_seconds",
+		"Unix time of the last successful poll of the inventory branch (loop=\"poll\") or status write (loop=\"push\": pushed, or nothing to change); 0 before the first.",
+		[]string{"loop"}, nil)
+	descGitFailures = prometheus.NewDesc("machina_git_consecutive_failures",
+		"Failed polls (loop=\"poll\") or status writes (loop=\"push\") since the last success.", []string{"loop"}, nil)
+	descGitBehind = prometheus.NewDesc("machina_git_behind_commits",
+		"Commits the remote branch tip is ahead of the tip the poller last evaluated; -1 when the remote tip could not be fetched.", nil, nil)
+	descGitRevision = prometheus.NewDesc("machina_git_revision_info",
+		"Always 1; its labels name the inventory revision acted on (commit, digest; empty before the first good one).", []string{"commit", "digest"}, nil)
+	descGitPackBytes = prometheus.NewDesc("machina_git_status_pack_bytes",
+		"Size of the packfile the last status commit pushed.", nil, nil)
+)
+
+func (c gitCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descGitLastSuccess, descGitFailures, descGitBehind, descGitRevision, descGitPackBytes} {
+		ch <- d
+	}
+}
+
+func (c gitCollector) Collect(ch chan<- prometheus.Metric) {
+	g := c.git()
+	for _, l := range []struct {
+		name string
+		h    v1.GitLoopHealth
+	}{{"poll", g.Poll}, {"push", g.Push}} {
+		ts := 0.0
+		if l.h.LastSuccess != nil {
+			ts = float64(l.h.LastSuccess.UnixNano()) / 1e9
+		}
+		ch <- prometheus.MustNewConstMetric(descGitLastSuccess, prometheus.GaugeValue, ts, l.name)
+		ch <- prometheus.MustNewConstMetric(descGitFailures, prometheus.GaugeValue, float64(l.h.ConsecutiveFailures), l.name)
+	}
+	ch <- prometheus.MustNewConstMetric(descGitBehind, prometheus.GaugeValue, float64(g.Behind))
+	ch <- prometheus.MustNewConstMetric(descGitRevision, prometheus.GaugeValue, 1, g.ActingCommit, g.ActingDigest)
+	ch <- prometheus.MustNewConstMetric(descGitPackBytes, prometheus.GaugeValue, float64(g.LastStatusPackBytes))
 }

@@ -45,6 +45,10 @@ type Config struct {
 	// PATCH), from the end of its headers; zero means 30s. Headers have
 	// 10s (ReadHeaderTimeout).
 	BodyTimeout time.Duration
+	// Git, if set, reports the Git side's health for GET /api/v1/status
+	// and the machina_git_* metrics (read at each request and scrape);
+	// nil when the controller runs without a repository.
+	Git func() v1.GitHealth
 }
 
 // Server is the admin API. Create with New; serve Handler or call Serve.
@@ -92,7 +96,7 @@ func New(cfg Config) (*Server, error) {
 		cfg.ShutdownTimeout = 5 * time.Second
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger, store: cfg.Store, mux: http.NewServeMux(), pub: http.NewServeMux()}
-	m, err := newMetrics(cfg.Registry, cfg.Store, func() float64 { return float64(s.connsRefused.Load()) })
+	m, err := newMetrics(cfg.Registry, cfg.Store, func() float64 { return float64(s.connsRefused.Load()) }, cfg.Git)
 	if err != nil {
 		return nil, fmt.Errorf("api: new: %w", err)
 	}

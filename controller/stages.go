@@ -256,7 +256,8 @@ func (w *wiring) listen() (func(), error) {
 		w.publicURL = "http://" + ln.Addr().String()
 	}
 	w.reg = prometheus.NewRegistry()
-	w.srv, err = api.New(api.Config{Store: w.st, Logger: w.log.With("component", "api"), Registry: w.reg, MaxConnsPerIP: w.cfg.MaxConnsPerIP})
+	w.srv, err = api.New(api.Config{Store: w.st, Logger: w.log.With("component", "api"), Registry: w.reg, MaxConnsPerIP: w.cfg.MaxConnsPerIP,
+		Git: w.gitHealth})
 	if err != nil {
 		return stop, fmt.Errorf("controller: %w", err)
 	}
@@ -594,7 +595,7 @@ func (w *wiring) routes() (func(), error) {
 	if err := mountImages(srv, ctrl, w.imgStore, w.imgStatus, w.importFails); err != nil {
 		return nil, err
 	}
-	uiRoutes, err := mountConsoleAndUI(srv, st, w.drivers, w.src, ctrl, w.imgStatus, w.gitDir, w.log)
+	uiRoutes, err := mountConsoleAndUI(srv, st, w.drivers, w.src, ctrl, w.imgStatus, w.gitDir, w.gitHealth, w.log)
 	if err != nil {
 		return nil, fmt.Errorf("controller: console and UI: %w", err)
 	}

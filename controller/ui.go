@@ -15,6 +15,7 @@ import (
 	"github.com/go-git/go-git/v5/plumbing"
 
 	"github.com/machina-metal/machina/api"
+	v1 "github.com/machina-metal/machina/api/v1"
 	"github.com/machina-metal/machina/bmc"
 	"github.com/machina-metal/machina/console"
 	"github.com/machina-metal/machina/gitops"
@@ -30,7 +31,7 @@ import (
 // as component=console and the web console's logins, refusals and
 // approvals as component=ui.
 func mountConsoleAndUI(srv *api.Server, st *state.Store, drivers reconciler.Drivers, src *gitops.Source, ctrl *reconciler.Controller,
-	imgs *imageStatus, gitDir string, log *slog.Logger) (uiRoutes []string, err error) {
+	imgs *imageStatus, gitDir string, gitHealth func() v1.GitHealth, log *slog.Logger) (uiRoutes []string, err error) {
 	bearer := func(r *http.Request) (string, error) {
 		tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 		if !ok || tok == "" {
@@ -66,7 +67,7 @@ func mountConsoleAndUI(srv *api.Server, st *state.Store, drivers reconciler.Driv
 	}
 	h, err := ui.New(ui.Config{Store: st, API: srv.Handler(), Console: con, ConsoleSupport: consoleSupport(lookup),
 		BMC:    bmcInfo{st: st, drivers: drivers},
-		Images: uiImages{imgs}, Inventory: uiInventory{src: src, ctrl: ctrl, repoDir: filepath.Join(gitDir, "inventory.git")},
+		Images: uiImages{imgs}, Inventory: uiInventory{src: src, ctrl: ctrl, repoDir: filepath.Join(gitDir, "inventory.git"), git: gitHealth},
 		Logger: log.With("component", "ui")})
 	if err != nil {
 		return nil, err
@@ -145,6 +146,8 @@ type uiInventory struct {
 	ctrl *reconciler.Controller
 	// repoDir is the Source's bare clone, read for commit subjects and times.
 	repoDir string
+	// git reports the Git side's health (wiring.gitHealth); nil: none shown.
+	git func() v1.GitHealth
 }
 
 // describe fills rev's Message (the subject line) and At (committer time)
@@ -186,5 +189,21 @@ func (u uiInventory) InventoryStatus(context.Context) (ui.InventoryStatus, error
 	for _, c := range plan.Conditions {
 		out.Conditions = append(out.Conditions, ui.Condition{Subject: c.Subject, Type: c.Type, Reason: c.Reason, Message: c.Message})
 	}
+	if u.git != nil {
+		out.Git = uiGitHealth(u.git())
+	}
 	return out, nil
+}
+
+// uiGitHealth is the API's Git health as the inventory page shows it.
+func uiGitHealth(g v1.GitHealth) *ui.GitHealth {
+	loop := func(h v1.GitLoopHealth) ui.GitLoop {
+		l := ui.GitLoop{ConsecutiveFailures: h.ConsecutiveFailures, Failing: h.Failing, LastError: h.LastError}
+		if h.LastSuccess != nil {
+			l.LastSuccess = *h.LastSuccess
+		}
+		return l
+	}
+	return &ui.GitHealth{Poll: loop(g.Poll), Push: loop(g.Push), RemoteTip: g.RemoteTip, Behind: g.Behind,
+		LastStatusCommit: g.LastStatusCommit, LastStatusPackBytes: int64(g.LastStatusPackBytes)}
 }

@@ -50,7 +50,7 @@ func TestUILogsLogins(t *testing.T) {
 	}
 	var buf syncBuffer
 	log := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	if _, err := mountConsoleAndUI(srv, st, nil, nil, nil, nil, t.TempDir(), log); err != nil {
+	if _, err := mountConsoleAndUI(srv, st, nil, nil, nil, nil, t.TempDir(), nil, log); err != nil {
 		t.Fatal(err)
 	}
 	hs := httptest.NewServer(srv.Handler())

@@ -163,11 +163,17 @@ type Source struct {
 	treeKey  string
 	failures int
 	pollHook func() // tests: called at the start of each Poll
+	maxPacks int    // packfiles before the clone is compacted (gitsource_compact.go)
 
 	mu      sync.Mutex
 	good    Revision
 	invalid *InvalidRevision
 	lastErr error
+	// health, remoteTip, pacer and now: gitsource_health.go.
+	health    SourceHealth
+	remoteTip plumbing.Hash
+	pacer     failurePacer
+	now       func() time.Time
 }
 
 const (
@@ -213,11 +219,12 @@ func NewSource(cfg SourceConfig) (*Source, error) {
 		return nil, fmt.Errorf("git source: %w", err)
 	}
 	s := &Source{
-		cfg:     cfg,
-		log:     log.With("component", "gitsource", "branch", cfg.Remote.branch()),
-		repo:    repo,
-		trigger: make(chan struct{}, 1),
-		changed: make(chan struct{}, 1),
+		cfg:      cfg,
+		log:      log.With("component", "gitsource", "branch", cfg.Remote.branch()),
+		repo:     repo,
+		trigger:  make(chan struct{}, 1),
+		changed:  make(chan struct{}, 1),
+		maxPacks: sourceMaxPacks,
 	}
 	s.restoreLastGood()
 	return s, nil
@@ -404,6 +411,7 @@ func (s *Source) Poll(ctx context.Context) error {
 	s.mu.Unlock()
 	if err != nil {
 		s.failures++
+		s.notePoll(err, s.failures)
 		if s.failures == 1 {
 			msg := redact.String(err.Error())
 			s.log.Warn("inventory remote unreachable, keeping last good revision", "err", msg)
@@ -416,6 +424,7 @@ func (s *Source) Poll(ctx context.Context) error {
 		s.emit(SourceEvent{Kind: SourceRemoteRecovered, Message: fmt.Sprintf("reachable after %d failed polls", s.failures)})
 	}
 	s.failures = 0
+	s.notePoll(nil, 0)
 	return nil
 }
 
@@ -428,6 +437,7 @@ func (s *Source) poll(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("git source: %w", err)
 	}
+	s.noteRemoteTip(tip)
 	if tip == s.tip {
 		s.log.Debug("branch tip unchanged", "commit", tip.String())
 		return nil
@@ -435,9 +445,13 @@ func (s *Source) poll(ctx context.Context) error {
 	if _, err := s.repo.CommitObject(tip); err != nil {
 		// The branch may move again between list and fetch: go on with
 		// what the fetch brought.
-		if tip, err = fetchBranch(ctx, s.repo, o, s.cfg.Remote.branch(), 0); err != nil {
+		if tip, err = fetchBranch(ctx, s.repo, o, s.cfg.Remote.branch(), s.fetchDepth()); err != nil {
 			return fmt.Errorf("git source: %w", err)
 		}
+		if tip, err = s.ensureFetched(ctx, o, tip); err != nil {
+			return fmt.Errorf("git source: %w", err)
+		}
+		s.noteRemoteTip(tip) // the branch may have moved since the list
 	}
 	commit, err := s.repo.CommitObject(tip)
 	if err != nil {
@@ -457,6 +471,7 @@ func (s *Source) poll(ctx context.Context) error {
 		return err
 	}
 	s.tip = tip
+	s.compactIfNeeded(s.maxPacks)
 	return nil
 }
 

@@ -124,7 +124,10 @@ func (p *Proposer) once(ctx context.Context, o transportOptions, message string,
 	if err != nil {
 		return Proposal{}, err
 	}
-	tip, err := fetchBranch(ctx, repo, o, base, 0)
+	// Depth 1: a proposal needs only the tip's tree (the push sends just
+	// the new commit, tree and servers.yaml), not the branch's history of
+	// status commits.
+	tip, err := fetchBranch(ctx, repo, o, base, 1)
 	if err != nil {
 		return Proposal{}, err
 	}

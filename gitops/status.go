@@ -60,9 +60,13 @@ type RevisionRef struct {
 	Digest string `json:"digest"`
 }
 
-// ServerStatus is one server, rendered to status/servers/NAME.yaml.
+// ServerStatus is one server, rendered to status/servers/XX/NAME.yaml
+// (see [ServerStatusPath]).
 type ServerStatus struct {
 	Name string
+	// Zone is the server's zone from the inventory ("" if none); it is
+	// counted in status/README.md, not written to the server's file.
+	Zone string
 	// Lifecycle is the state machine value: new, commissioning, ready,
 	// allocated, deploying, deployed, failed, retired.
 	Lifecycle string

@@ -2,7 +2,12 @@ package gitops
 
 import (
 	"fmt"
+	"io/fs"
+	"os/exec"
+	"path/filepath"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/machina-metal/machina/inventory"
 )
@@ -66,4 +71,75 @@ func BenchmarkStatusSteady10k(b *testing.B) {
 			b.Fatalf("Write = %+v, %v", res, err)
 		}
 	}
+}
+
+// BenchmarkStatusGrowth10k measures what one status commit changing one
+// server of a 10,000-server fleet costs: pushed-B/op is the packfile the
+// push sent; remote-B/op the growth of the bare remote's objects/ as
+// git-receive-pack stored them (loose objects: the pushes are below
+// receive.unpackLimit); packed-B/op that growth after the host's
+// `git gc` (git repack -a -d -f, deltas between versions). Times 2,880 (a
+// commit every 30 s, the default Interval, all day) it is the history's
+// worst-case growth per day (docs/performance.md "Status history").
+func BenchmarkStatusGrowth10k(b *testing.B) {
+	r := newTestRepo(b)
+	w, err := NewStatusWriter(StatusConfig{Remote: Remote{URL: r.url()}, StateDir: b.TempDir()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	s := bigSnapshot(10000, "ready")
+	if _, err := w.Write(b.Context(), s); err != nil {
+		b.Fatal(err)
+	}
+	gc := func() {
+		if out, err := exec.Command("git", "-C", r.bare, "repack", "-a", "-d", "-f", "-q").CombinedOutput(); err != nil {
+			b.Fatalf("git repack: %v\n%s", err, out)
+		}
+	}
+	gc()
+	before := dirBytes(b, filepath.Join(r.bare, "objects"))
+	pushed, i := 0, 0
+	for b.Loop() {
+		i++
+		j := (i * 7919) % len(s.Servers)
+		s.Servers[j].Events = append([]StatusEvent{{Time: t0.Add(time.Duration(i) * time.Second), Type: "Normal", Reason: "PowerChanged",
+			Message: fmt.Sprintf("power state observed %d", i)}}, s.Servers[j].Events...)
+		res, err := w.Write(b.Context(), s)
+		if err != nil || res.Commit == "" {
+			b.Fatalf("Write = %+v, %v", res, err)
+		}
+		pushed += res.PackBytes
+	}
+	b.StopTimer()
+	loose := dirBytes(b, filepath.Join(r.bare, "objects"))
+	gc()
+	packed := dirBytes(b, filepath.Join(r.bare, "objects"))
+	b.ReportMetric(float64(pushed)/float64(i), "pushed-B/op")
+	b.ReportMetric(float64(loose-before)/float64(i), "remote-B/op")
+	b.ReportMetric(float64(packed-before)/float64(i), "packed-B/op")
+}
+
+// dirBytes is the disk use (allocated blocks) of the files under dir.
+func dirBytes(b *testing.B, dir string) int64 {
+	b.Helper()
+	var n int64
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		if st, ok := info.Sys().(*syscall.Stat_t); ok {
+			n += st.Blocks * 512
+		} else {
+			n += info.Size()
+		}
+		return nil
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return n
 }

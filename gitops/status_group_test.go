@@ -60,7 +60,7 @@ func TestStatusGroupWriters(t *testing.T) {
 	}
 	all := remoteFiles(t, r, "status")
 	for _, g := range []string{"east", "west"} {
-		for _, f := range []string{"README.md", "inventory.yaml", "servers/r1-n01.yaml", "servers/r2-n01.yaml"} {
+		for _, f := range []string{"README.md", "inventory.yaml", serverStatusRel("r1-n01"), serverStatusRel("r2-n01")} {
 			if _, ok := all["status/"+g+"/"+f]; !ok {
 				t.Errorf("status/%s/%s missing", g, f)
 			}
@@ -90,7 +90,7 @@ func TestStatusGroupWriters(t *testing.T) {
 		}
 	}
 	after := remoteFiles(t, r, "status")
-	if _, ok := after["status/east/servers/r2-n01.yaml"]; ok {
+	if _, ok := after["status/east/"+serverStatusRel("r2-n01")]; ok {
 		t.Error("east's removed server file kept")
 	}
 	for p, h := range westBefore {

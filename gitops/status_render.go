@@ -3,6 +3,8 @@ package gitops
 import (
 	"bytes"
 	"cmp"
+	"crypto/sha1"
+	"encoding/hex"
 	"fmt"
 	"maps"
 	"slices"
@@ -54,7 +56,7 @@ func renderStatus(s Snapshot, maxEvents int) ([]statusFile, []error) {
 	for _, sv := range servers {
 		if valid("server", sv.Name, &prev) {
 			keptServers = append(keptServers, sv)
-			files = append(files, statusFile{statusDir + "/servers/" + sv.Name + ".yaml", renderServer(sv, maxEvents)})
+			files = append(files, statusFile{ServerStatusPath(sv.Name), renderServer(sv, maxEvents)})
 		}
 	}
 	prev = ""
@@ -79,6 +81,38 @@ func renderStatus(s Snapshot, maxEvents int) ([]statusFile, []error) {
 	)
 	slices.SortFunc(files, func(a, b statusFile) int { return cmp.Compare(a.path, b.path) })
 	return files, errs
+}
+
+// ServerStatusPath is the path, from the repository root, of server
+// name's status file: status/servers/XX/NAME.yaml, XX the first two
+// lower-case hex digits of the SHA-1 of the name's bytes (reproduce with
+// `printf %s NAME | sha1sum | cut -c1-2`). The 256 fan-out folders keep
+// each Git tree small (about 40 entries at 10,000 servers), so a status
+// commit that changes k servers rewrites k small trees, not one tree
+// listing every server. A controller group (StatusConfig.Group) writes
+// the same layout under status/GROUP/.
+func ServerStatusPath(name string) string {
+	return statusDir + "/" + serverStatusRel(name)
+}
+
+// serverStatusRel is ServerStatusPath relative to status/ (or status/GROUP/).
+func serverStatusRel(name string) string {
+	sum := sha1.Sum([]byte(name))
+	return "servers/" + hex.EncodeToString(sum[:1]) + "/" + name + ".yaml"
+}
+
+// serverNameOf returns the server name of a status file path (under
+// status/servers/, flat as older controllers wrote it or fanned out) and
+// whether p is one.
+func serverNameOf(p string) (string, bool) {
+	rest, ok := strings.CutPrefix(p, statusDir+"/servers/")
+	if !ok || !strings.HasSuffix(rest, ".yaml") {
+		return "", false
+	}
+	if i := strings.LastIndexByte(rest, '/'); i >= 0 {
+		rest = rest[i+1:]
+	}
+	return strings.TrimSuffix(rest, ".yaml"), true
 }
 
 // validName accepts names that are safe single path elements: RFC 1123
@@ -414,10 +448,14 @@ func compareFieldErrors(a, b inventory.FieldError) int {
 		cmp.Compare(a.Path, b.Path), cmp.Compare(a.Msg, b.Msg))
 }
 
-// renderReadme renders the fleet table read in a Git web view.
+// renderReadme renders the fleet summary read in a Git web view: the
+// inventory's state, the servers' counts per lifecycle and zone, and the
+// servers that need attention, each list capped (readmeMaxRows), so its
+// size does not grow with the fleet. Each server's file is
+// servers/XX/NAME.yaml.
 func renderReadme(inv InventoryStatus, servers []ServerStatus, images []ImageStatus, hosts []HostStatus) []byte {
 	var b bytes.Buffer
-	b.Grow(256 + 96*len(servers))
+	b.Grow(4096)
 	b.WriteString("# Fleet status\n\n<!-- Written by the Machina controller; do not edit by hand. -->\n\n")
 	switch {
 	case inv.Invalid != nil:
@@ -439,29 +477,15 @@ func renderReadme(inv InventoryStatus, servers []ServerStatus, images []ImageSta
 	for _, c := range sortedConditions(inv.Conditions) {
 		fmt.Fprintf(&b, "**%s %s** (%s): %s.\n\n", mdCell(c.Subject), mdCell(c.Type), mdCell(c.Reason), mdCell(truncate(redact.String(c.Message), 300)))
 	}
-	counts := map[string]int{}
-	for _, s := range servers {
-		counts[orUnknown(s.Lifecycle)]++
-	}
-	keys := make([]string, 0, len(counts))
-	for k := range counts {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	b.WriteString(count(len(servers), "server", "servers"))
-	for i, k := range keys {
-		if i == 0 {
-			b.WriteString(": ")
-		} else {
-			b.WriteString(", ")
-		}
-		fmt.Fprintf(&b, "%d %s", counts[k], mdCell(k))
-	}
-	b.WriteString(".\n\n")
-	readmeServers(&b, servers)
+	readmeCounts(&b, servers)
+	readmeAttention(&b, servers)
 	if len(images) > 0 {
 		b.WriteString("## Images\n\n| Image | State | Checksum | Message |\n|---|---|---|---|\n")
-		for _, im := range images {
+		for i, im := range images {
+			if i == readmeMaxRows {
+				fmt.Fprintf(&b, "\n… and %d more, see [images/](images/).\n", len(images)-i)
+				break
+			}
 			fmt.Fprintf(&b, "| [%s](images/%s.yaml) | %s | %s | %s |\n", im.Name, im.Name, mdCell(orUnknown(im.State)),
 				mdCell(truncate(im.Checksum, 23)), mdCell(truncate(redact.String(im.Message), 80)))
 		}
@@ -469,7 +493,11 @@ func renderReadme(inv InventoryStatus, servers []ServerStatus, images []ImageSta
 	}
 	if len(hosts) > 0 {
 		b.WriteString("## Hosts\n\n| Host | Server | Site | Rack | State |\n|---|---|---|---|---|\n")
-		for _, h := range hosts {
+		for i, h := range hosts {
+			if i == readmeMaxRows {
+				fmt.Fprintf(&b, "\n… and %d more, see [hosts/](hosts/).\n", len(hosts)-i)
+				break
+			}
 			fmt.Fprintf(&b, "| [%s](hosts/%s.yaml) | %s | %s | %s | %s |\n", h.Name, h.Name, mdCell(h.Server), mdCell(h.Site),
 				mdCell(h.Rack), mdCell(orUnknown(h.State)))
 		}
@@ -478,18 +506,89 @@ func renderReadme(inv InventoryStatus, servers []ServerStatus, images []ImageSta
 	return b.Bytes()
 }
 
-// readmeServers writes README.md's table of servers (none: nothing).
-func readmeServers(b *bytes.Buffer, servers []ServerStatus) {
-	if len(servers) == 0 {
+// readmeMaxRows caps each list of status/README.md (servers that need
+// attention, zones, images, hosts), so the file, rewritten by every status
+// commit, stays a few KB at any fleet size; the rest is "… and N more".
+const readmeMaxRows = 50
+
+// readmeCounts writes the servers' count per lifecycle, then a table of
+// the count per zone and lifecycle (capped at readmeMaxRows zones).
+func readmeCounts(b *bytes.Buffer, servers []ServerStatus) {
+	counts := map[string]int{}
+	zones := map[string]map[string]int{}
+	for _, s := range servers {
+		lc := orUnknown(s.Lifecycle)
+		counts[lc]++
+		z := zones[s.Zone]
+		if z == nil {
+			z = map[string]int{}
+			zones[s.Zone] = z
+		}
+		z[lc]++
+	}
+	b.WriteString(count(len(servers), "server", "servers"))
+	b.WriteString(lifecycleCounts(counts, ": "))
+	b.WriteString(".\n\n")
+	if len(zones) == 0 || len(zones) == 1 && zones[""] != nil {
 		return
 	}
-	b.WriteString("| Server | Lifecycle | Power | Health | Profile | Conditions | Last error |\n|---|---|---|---|---|---|---|\n")
+	b.WriteString("| Zone | Servers | Lifecycles |\n|---|---|---|\n")
+	for i, z := range slices.Sorted(maps.Keys(zones)) {
+		if i == readmeMaxRows {
+			fmt.Fprintf(b, "\n… and %d more zones.\n", len(zones)-i)
+			break
+		}
+		n := 0
+		for _, c := range zones[z] {
+			n += c
+		}
+		fmt.Fprintf(b, "| %s | %d | %s |\n", mdCell(cmp.Or(z, "(none)")), n, lifecycleCounts(zones[z], ""))
+	}
+	b.WriteByte('\n')
+}
+
+// lifecycleCounts is "3 ready, 1 failed" sorted by lifecycle, after
+// prefix; "" for no counts.
+func lifecycleCounts(counts map[string]int, prefix string) string {
+	var b strings.Builder
+	for i, k := range slices.Sorted(maps.Keys(counts)) {
+		if i == 0 {
+			b.WriteString(prefix)
+		} else {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "%d %s", counts[k], mdCell(k))
+	}
+	return b.String()
+}
+
+// needsAttention is true for a server that failed, has a last error or a
+// condition that needs a look (conditionSummary).
+func needsAttention(s ServerStatus) bool {
+	return s.Lifecycle == "failed" || s.LastError != "" || conditionSummary(s.Conditions) != ""
+}
+
+// readmeAttention writes README.md's table of the servers that need
+// attention (sorted by name, at most readmeMaxRows, then "… and N more");
+// nothing when none does. Every server's file is in servers/XX/.
+func readmeAttention(b *bytes.Buffer, servers []ServerStatus) {
+	n := 0
 	for _, s := range servers {
+		if !needsAttention(s) {
+			continue
+		}
+		if n == 0 {
+			b.WriteString("## Needs attention\n\n| Server | Lifecycle | Power | Health | Profile | Conditions | Last error |\n|---|---|---|---|---|---|---|\n")
+		}
+		n++
+		if n > readmeMaxRows {
+			continue
+		}
 		b.WriteString("| [")
 		b.WriteString(s.Name)
-		b.WriteString("](servers/")
-		b.WriteString(s.Name)
-		b.WriteString(".yaml) | ")
+		b.WriteString("](")
+		b.WriteString(serverStatusRel(s.Name))
+		b.WriteString(") | ")
 		b.WriteString(mdCell(orUnknown(s.Lifecycle)))
 		b.WriteString(" | ")
 		b.WriteString(mdCell(orUnknown(s.Power)))
@@ -498,12 +597,17 @@ func readmeServers(b *bytes.Buffer, servers []ServerStatus) {
 		b.WriteString(" | ")
 		b.WriteString(mdCell(s.Profile))
 		b.WriteString(" | ")
-		b.WriteString(mdCell(conditionSummary(s.Conditions)))
+		b.WriteString(mdCell(truncate(conditionSummary(s.Conditions), 120)))
 		b.WriteString(" | ")
 		b.WriteString(mdCell(truncate(redact.String(s.LastError), 80)))
 		b.WriteString(" |\n")
 	}
-	b.WriteByte('\n')
+	if n > readmeMaxRows {
+		fmt.Fprintf(b, "\n… and %d more.\n", n-readmeMaxRows)
+	}
+	if n > 0 {
+		b.WriteByte('\n')
+	}
 }
 
 // conditionSummary lists the conditions that need attention: Stalled or

@@ -80,7 +80,14 @@ func TestRenderGolden(t *testing.T) {
 	var paths []string
 	for _, f := range files {
 		paths = append(paths, f.path)
-		golden := filepath.Join("testdata", "status", strings.TrimPrefix(f.path, "status/")+".golden")
+		// Server files' goldens sit flat (servers/NAME.yaml.golden) for the
+		// other packages' tests that read them; the fan-out folder is
+		// checked by the paths below.
+		rel := strings.TrimPrefix(f.path, "status/")
+		if name, ok := serverNameOf(f.path); ok {
+			rel = "servers/" + name + ".yaml"
+		}
+		golden := filepath.Join("testdata", "status", rel+".golden")
 		if *update {
 			if err := os.MkdirAll(filepath.Dir(golden), 0o755); err != nil {
 				t.Fatal(err)
@@ -99,7 +106,7 @@ func TestRenderGolden(t *testing.T) {
 		}
 	}
 	want := []string{"status/README.md", "status/hosts/hv-r1-n01.yaml", "status/images/debian-12.yaml", "status/images/ubuntu-24.04.yaml",
-		"status/inventory.yaml", "status/servers/r1-n01.yaml", "status/servers/r1-n02.yaml", "status/servers/r2-n01.yaml"}
+		"status/inventory.yaml", "status/servers/59/r1-n01.yaml", "status/servers/63/r2-n01.yaml", "status/servers/b7/r1-n02.yaml"}
 	if diff := cmp.Diff(want, paths); diff != "" {
 		t.Errorf("rendered paths (-want +got):\n%s", diff)
 	}
@@ -117,7 +124,7 @@ func TestRenderParsesAsYAML(t *testing.T) {
 		if err := yamlUnmarshal(f.data, &v); err != nil {
 			t.Errorf("%s does not parse: %v\n%s", f.path, err, f.data)
 		}
-		if f.path == "status/servers/r1-n01.yaml" {
+		if f.path == ServerStatusPath("r1-n01") {
 			hw := v["hardware"].(map[string]any)
 			if hw["vendor"] != "Dell Inc." || hw["cores"] != 64 {
 				t.Errorf("r1-n01 hardware parsed = %v", hw)
@@ -679,7 +686,7 @@ func TestStatusLocalPack(t *testing.T) {
 	if err != nil {
 		t.Fatalf("status commit not in the local clone: %v", err)
 	}
-	f, err := c.File("status/servers/r000-n01.yaml")
+	f, err := c.File(ServerStatusPath("r000-n01"))
 	if err != nil {
 		t.Fatal(err)
 	}

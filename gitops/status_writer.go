@@ -114,6 +114,11 @@ type WriteResult struct {
 	// Attempts is how many push attempts were made (0 if unchanged on
 	// the first render).
 	Attempts int
+	// PackBytes is the size in bytes of the packfile the successful push
+	// sent (the objects the remote lacked: changed server files, their
+	// fan-out folders' trees, status/'s and the root's trees, README.md,
+	// the commit); 0 when nothing changed.
+	PackBytes int
 }
 
 // StatusHealth is the writer's condition for metrics and the API.
@@ -130,6 +135,9 @@ type StatusHealth struct {
 	// LastSuccess is when a write last succeeded (pushed or found nothing
 	// to change); zero if never.
 	LastSuccess time.Time
+	// LastPackBytes is the size of the packfile the last pushed status
+	// commit sent (WriteResult.PackBytes); 0 before one.
+	LastPackBytes int
 }
 
 // StatusWriter renders fleet snapshots to status/ and pushes them as one
@@ -152,6 +160,8 @@ type StatusWriter struct {
 	pending func() (Snapshot, error) // builds the newest snapshot; nil when none
 	urgent  bool
 	health  StatusHealth
+	pacer   failurePacer     // paces "still failing" lines (gitsource_health.go)
+	now     func() time.Time // tests; nil: time.Now
 
 	// cache of the last pushed status tree and its lifecycles, used for
 	// the transition summary when the base is our own last commit.
@@ -207,6 +217,14 @@ func NewStatusWriter(cfg StatusConfig) (*StatusWriter, error) {
 	w.writeFn = w.Write
 	w.maxPacks = 64
 	return w, nil
+}
+
+// clock is time.Now unless a test set w.now.
+func (w *StatusWriter) clock() time.Time {
+	if w.now != nil {
+		return w.now()
+	}
+	return time.Now()
 }
 
 // ownDir is the folder of the repository this writer owns: status, or
@@ -362,8 +380,18 @@ func (w *StatusWriter) Write(ctx context.Context, s Snapshot) (WriteResult, erro
 		w.health.ConsecutiveFailures++
 		w.health.LastError = redact.String(err.Error())
 		if w.health.ConsecutiveFailures >= w.cfg.FailingAfter {
+			// The first line of the outage at once, then one per
+			// failureLogEvery with the count: a write-back that stays
+			// broken keeps saying so, without a line per pass.
 			if !w.health.Failing {
-				w.log.Error("status write-back failing", "failures", w.health.ConsecutiveFailures, "err", w.health.LastError)
+				w.pacer.reset()
+			}
+			if w.pacer.due(w.clock(), w.health.ConsecutiveFailures-w.cfg.FailingAfter+1) {
+				msg := "status write-back failing"
+				if w.health.Failing {
+					msg = "status write-back still failing"
+				}
+				w.log.Error(msg, "failures", w.health.ConsecutiveFailures, "err", w.health.LastError)
 			}
 			w.health.Failing = true
 		} else {
@@ -374,7 +402,7 @@ func (w *StatusWriter) Write(ctx context.Context, s Snapshot) (WriteResult, erro
 	if w.health.Failing {
 		w.log.Info("status write-back recovered")
 	}
-	w.health = StatusHealth{LastCommit: cmp.Or(res.Commit, w.health.LastCommit), LastSuccess: time.Now()}
+	w.health = StatusHealth{LastCommit: cmp.Or(res.Commit, w.health.LastCommit), LastSuccess: w.clock(), LastPackBytes: cmp.Or(res.PackBytes, w.health.LastPackBytes)}
 	return res, nil
 }
 
@@ -427,7 +455,7 @@ func (w *StatusWriter) write(ctx context.Context, s Snapshot) (WriteResult, erro
 			w.log.Debug("status push rejected or failed, retrying over the new tip", "attempt", attempt, "err", redact.String(err.Error()))
 			continue
 		}
-		res.Commit, res.Message = bc.hash.String(), bc.msg
+		res.Commit, res.Message, res.PackBytes = bc.hash.String(), bc.msg, len(bc.pack.data)
 		w.log.Info("status committed", "commit", res.Commit, "subject", firstLine(bc.msg), "packBytes", len(bc.pack.data))
 		if err := w.storePack(bc.pack); err != nil {
 			// Pushed: the next write fetches what is missing.
@@ -702,27 +730,42 @@ func (pb *packBuilder) encodeTree(entries []object.TreeEntry) (plumbing.Hash, er
 	return pb.put(obj)
 }
 
-// statusTree builds status/'s folders (one level: servers, images,
-// hosts) into the pack and returns status/'s own tree object, encoded but
-// not put.
+// treeNode is one folder of status/ while its tree is built: its files
+// and its sub-folders.
+type treeNode struct {
+	files []object.TreeEntry
+	dirs  map[string]*treeNode
+}
+
+// statusTree builds status/'s folders at any depth (servers/XX/, images/,
+// hosts/) into the pack and returns status/'s own tree object, encoded but
+// not put. A folder whose tree the remote already has (an unchanged
+// fan-out folder) is not sent again (packBuilder.put skips it).
 func (pb *packBuilder) statusTree(blobs []renderedBlob) (plumbing.EncodedObject, error) {
-	sub := map[string][]object.TreeEntry{}
-	var top []object.TreeEntry
+	root := &treeNode{}
 	for _, b := range blobs {
 		rel := strings.TrimPrefix(b.path, statusDir+"/")
-		dir, name, nested := strings.Cut(rel, "/")
-		if !nested {
-			top = append(top, object.TreeEntry{Name: rel, Mode: filemode.Regular, Hash: b.hash})
-		} else {
-			sub[dir] = append(sub[dir], object.TreeEntry{Name: name, Mode: filemode.Regular, Hash: b.hash})
+		n := root
+		for {
+			dir, rest, nested := strings.Cut(rel, "/")
+			if !nested {
+				break
+			}
+			if n.dirs == nil {
+				n.dirs = map[string]*treeNode{}
+			}
+			c := n.dirs[dir]
+			if c == nil {
+				c = &treeNode{}
+				n.dirs[dir] = c
+			}
+			n, rel = c, rest
 		}
+		n.files = append(n.files, object.TreeEntry{Name: rel, Mode: filemode.Regular, Hash: b.hash})
 	}
-	for dir, entries := range sub {
-		h, err := pb.encodeTree(entries)
-		if err != nil {
-			return nil, err
-		}
-		top = append(top, object.TreeEntry{Name: dir, Mode: filemode.Dir, Hash: h})
+	top, err := pb.folderEntries(root)
+	if err != nil {
+		return nil, err
 	}
 	sortTreeEntries(top)
 	obj := pb.mem.NewEncodedObject()
@@ -730,6 +773,24 @@ func (pb *packBuilder) statusTree(blobs []renderedBlob) (plumbing.EncodedObject,
 		return nil, fmt.Errorf("encode status tree: %w", err)
 	}
 	return obj, nil
+}
+
+// folderEntries puts n's sub-folders' trees (deepest first) and returns
+// n's entries: its files and a tree entry per sub-folder.
+func (pb *packBuilder) folderEntries(n *treeNode) ([]object.TreeEntry, error) {
+	entries := slices.Clone(n.files)
+	for name, c := range n.dirs {
+		ce, err := pb.folderEntries(c)
+		if err != nil {
+			return nil, err
+		}
+		h, err := pb.encodeTree(ce)
+		if err != nil {
+			return nil, err
+		}
+		entries = append(entries, object.TreeEntry{Name: name, Mode: filemode.Dir, Hash: h})
+	}
+	return entries, nil
 }
 
 // rootTree puts the new root tree (the base's entries with status/
@@ -1062,6 +1123,9 @@ func (w *StatusWriter) message(oldBlobs map[string]plumbing.Hash, oldHash plumbi
 		b.WriteString(it)
 		b.WriteByte('\n')
 	}
+	if ch.moved > 0 {
+		fmt.Fprintf(&b, "%s moved to the fan-out layout status/servers/XX/NAME.yaml (XX: first two hex digits of the name's SHA-1)\n", count(ch.moved, "server file", "server files"))
+	}
 	if ch.updated > 0 && len(items) > 0 {
 		fmt.Fprintf(&b, "%s updated\n", count(ch.updated, "other entry", "other entries"))
 	}
@@ -1081,19 +1145,43 @@ func (w *StatusWriter) message(oldBlobs map[string]plumbing.Hash, oldHash plumbi
 type statusChanges struct {
 	transitions, added, removed []string
 	updated                     int
-	invChanged                  bool
+	// moved counts server files found at another path in the base (the
+	// flat layout of older controllers).
+	moved      int
+	invChanged bool
 }
 
-// changes compares the new blobs with the base's status/ files. A
-// server's lifecycle before comes from the writer's cache when the base
-// is the tree it last wrote, else from the old file.
+// changes compares the new blobs with the base's status/ files. Server
+// files are matched by server name, not path, so a move between layouts
+// (flat status/servers/NAME.yaml to the fan-out folders) is counted as
+// moved, not as a server removed and added. A server's lifecycle before
+// comes from the writer's cache when the base is the tree it last wrote,
+// else from the old file.
 func (w *StatusWriter) changes(oldBlobs map[string]plumbing.Hash, oldHash plumbing.Hash, blobs []renderedBlob, lifecycles map[string]string) statusChanges {
 	useCache := !oldHash.IsZero() && oldHash == w.lastTree && w.lifecycles != nil
 	var ch statusChanges
 	seen := map[string]bool{}
+	oldServers := map[string]string{} // name → old path
+	for p := range oldBlobs {
+		if name, ok := serverNameOf(p); ok {
+			oldServers[name] = p
+		}
+	}
+	seenServers := map[string]bool{}
 	for _, b := range blobs {
 		seen[b.path] = true
-		old, had := oldBlobs[b.path]
+		name, isServer := serverNameOf(b.path)
+		oldPath := b.path
+		if isServer {
+			seenServers[name] = true
+			if p, ok := oldServers[name]; ok {
+				oldPath = p
+			}
+		}
+		old, had := oldBlobs[oldPath]
+		if isServer && had && oldPath != b.path {
+			ch.moved++
+		}
 		if had && old == b.hash {
 			continue
 		}
@@ -1101,14 +1189,12 @@ func (w *StatusWriter) changes(oldBlobs map[string]plumbing.Hash, oldHash plumbi
 			ch.invChanged = true
 			continue
 		}
-		name, ok := strings.CutPrefix(b.path, statusDir+"/servers/")
-		if !ok {
+		if !isServer {
 			if !strings.HasSuffix(b.path, "README.md") {
 				ch.updated++
 			}
 			continue
 		}
-		name = strings.TrimSuffix(name, ".yaml")
 		now := lifecycles[name]
 		if !had {
 			ch.added = append(ch.added, name+" "+now)
@@ -1127,14 +1213,20 @@ func (w *StatusWriter) changes(oldBlobs map[string]plumbing.Hash, oldHash plumbi
 		}
 	}
 	for p := range oldBlobs {
-		if !seen[p] {
-			if name, ok := strings.CutPrefix(p, statusDir+"/servers/"); ok {
-				ch.removed = append(ch.removed, strings.TrimSuffix(name, ".yaml")+" removed")
-			} else if p != statusDir+"/README.md" {
-				ch.updated++
+		if seen[p] {
+			continue
+		}
+		if name, ok := serverNameOf(p); ok {
+			if !seenServers[name] {
+				ch.removed = append(ch.removed, name+" removed")
 			}
+		} else if p != statusDir+"/README.md" {
+			ch.updated++
 		}
 	}
+	// By name: blobs come in path order, which the fan-out folders shuffle.
+	slices.Sort(ch.transitions)
+	slices.Sort(ch.added)
 	slices.Sort(ch.removed)
 	return ch
 }
@@ -1145,6 +1237,8 @@ func (ch statusChanges) subject(items []string, inv InventoryStatus) string {
 	switch {
 	case len(items) > 0:
 		return summarise("status: ", items, 80)
+	case ch.moved > 0:
+		return "status: move " + count(ch.moved, "server file", "server files") + " to status/servers/XX/NAME.yaml"
 	case ch.invChanged && inv.Invalid != nil:
 		return "status: inventory invalid at " + shortID(inv.Invalid.Commit)
 	case ch.invChanged && inv.Good.Commit != "":

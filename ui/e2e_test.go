@@ -121,6 +121,12 @@ func runE2E(t *testing.T, ctx context.Context, target uitest.Target, lab *uitest
 		chromedp.WaitVisible(chromedp.CSS("#held")),
 	)
 	uitest.Shot(t, ctx, dir, "inventory")
+	if lab != nil {
+		// The Git side (the lab's seed: a write-back refused 4 times).
+		uitest.Do(t, ctx, "the Git table", chromedp.ScrollIntoView(chromedp.CSS("#git")),
+			uitest.Poll(`document.querySelector("#git-push").textContent.includes("pre-receive hook declined")`))
+		uitest.Shot(t, ctx, dir, "inventory-git")
+	}
 	uitest.Do(t, ctx, "approve the held plan",
 		chromedp.Click(chromedp.CSS("#approve")),
 		chromedp.WaitVisible(chromedp.CSS("#will-happen")),

@@ -31,7 +31,9 @@ func parseTemplates() (map[string]*template.Template, error) {
 			return t.UTC().Format("2006-01-02 15:04:05Z")
 		},
 		"bytes": humanBytes,
-		"short": func(s string) string { return shortDigest(s) },
+		// gitloop bundles one row of the inventory page's Git table.
+		"gitloop": func(name, id string, l GitLoop) gitLoopRow { return gitLoopRow{Name: name, ID: id, Loop: l} },
+		"short":   func(s string) string { return shortDigest(s) },
 		"pct": func(p float64) string {
 			if p < 0 {
 				return "?"
@@ -542,6 +544,12 @@ func (u *UI) handleHosts(w http.ResponseWriter, r *http.Request) {
 }
 
 // ---- inventory and approvals ----
+
+// gitLoopRow is one row of the inventory page's Git table.
+type gitLoopRow struct {
+	Name, ID string
+	Loop     GitLoop
+}
 
 type inventoryView struct {
 	Status   InventoryStatus

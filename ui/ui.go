@@ -136,6 +136,33 @@ type InventoryStatus struct {
 	Brake string     `json:"brake,omitempty"`
 	// Conditions of the acting plan (plan.Result.Conditions).
 	Conditions []Condition `json:"conditions,omitempty"`
+	// Git is the inventory poller's and the status writer's health (the
+	// figures of GET /api/v1/status's git); nil: not shown.
+	Git *GitHealth `json:"git,omitempty"`
+}
+
+// GitHealth is the Git side's condition as the inventory page shows it.
+type GitHealth struct {
+	// Poll is the inventory poller, Push the status write-back.
+	Poll, Push GitLoop
+	// RemoteTip is the branch tip the remote listed last; Behind how many
+	// commits it is ahead of the tip evaluated (-1: not fetched).
+	RemoteTip string
+	Behind    int
+	// LastStatusCommit is the last status commit pushed and
+	// LastStatusPackBytes the size of its pack.
+	LastStatusCommit    string
+	LastStatusPackBytes int64
+}
+
+// GitLoop is one Git loop's condition: its last success (zero: never),
+// the failures since and the last error; Failing marks a write-back that
+// failed FailingAfter times in a row, or a poll failing at all.
+type GitLoop struct {
+	LastSuccess         time.Time
+	ConsecutiveFailures int
+	Failing             bool
+	LastError           string
 }
 
 // InventorySource reports the reconciler's view of the inventory. The UI's

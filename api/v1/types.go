@@ -203,12 +203,54 @@ type SecretsStatus struct {
 	Unsealed int  `json:"unsealed"`
 }
 
-// Status is GET /api/v1/status: counts per lifecycle and the secrets'
-// protection, for `machinactl status`.
+// Status is GET /api/v1/status: counts per lifecycle, the secrets'
+// protection and the Git side's health, for `machinactl status` and the
+// web UI.
 type Status struct {
 	Servers      map[string]int `json:"servers"` // lifecycle → count
 	Secrets      SecretsStatus  `json:"secrets"`
 	LastEventSeq uint64         `json:"lastEventSeq"`
+	// Git is the inventory poller's and the status writer's health; nil
+	// when the controller runs without a Git repository.
+	Git *GitHealth `json:"git,omitempty"`
+}
+
+// GitHealth is the Git side's condition (the same figures as the
+// machina_git_* metrics).
+type GitHealth struct {
+	// Poll is the inventory poller: LastSuccess is its last poll that
+	// listed, fetched and evaluated the branch.
+	Poll GitLoopHealth `json:"poll"`
+	// Push is the status writer: LastSuccess is its last write that
+	// pushed a status commit or found nothing to change.
+	Push GitLoopHealth `json:"push"`
+	// ActingCommit and ActingDigest are the inventory revision acted on
+	// ("" before the first good one).
+	ActingCommit string `json:"actingCommit,omitempty"`
+	ActingDigest string `json:"actingDigest,omitempty"`
+	// RemoteTip is the branch tip the remote listed at the last poll that
+	// reached it; Evaluated the tip the poller last evaluated.
+	RemoteTip string `json:"remoteTip,omitempty"`
+	Evaluated string `json:"evaluated,omitempty"`
+	// Behind is how many commits RemoteTip is ahead of Evaluated (first
+	// parents); -1 when RemoteTip is not fetched (the fetch fails).
+	Behind int `json:"behind"`
+	// LastStatusCommit is the last status commit pushed and
+	// LastStatusPackBytes the size of the pack it sent.
+	LastStatusCommit    string `json:"lastStatusCommit,omitempty"`
+	LastStatusPackBytes int    `json:"lastStatusPackBytes,omitempty"`
+}
+
+// GitLoopHealth is one Git loop's condition: when it last succeeded
+// (absent: never), how many attempts failed since, and the last error
+// (redacted; "" after a success). Failing is the status writer's
+// "write-back failing" (FailingAfter consecutive failures) and, for the
+// poller, any failure since the last success.
+type GitLoopHealth struct {
+	LastSuccess         *time.Time `json:"lastSuccess,omitempty"`
+	ConsecutiveFailures int        `json:"consecutiveFailures"`
+	Failing             bool       `json:"failing"`
+	LastError           string     `json:"lastError,omitempty"`
 }
 
 // ProvisionRequest is the body of POST /api/v1/provision: allocate and

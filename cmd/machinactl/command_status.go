@@ -5,6 +5,7 @@ import (
 	"io"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -65,6 +66,7 @@ func newStatusCmd(e *env) *cobra.Command {
 				return &exitError{code: 2, err: fmt.Errorf("status: hosts: %w", err)}
 			}
 			writeStatus(e.stdout, apiURL, st.Servers, st.Secrets.Sealing, st.Secrets.Sealed, st.Secrets.Unsealed, inv, res, snap)
+			writeGitLines(e.stdout, st.Git, time.Now())
 			writeHostStatus(e.stdout, hosts.Items)
 			return nil
 		},
@@ -82,6 +84,45 @@ func writeStatus(w io.Writer, apiURL string, counts map[string]int, sealing bool
 	writeSecretsLine(w, sealing, sealed, unsealed)
 	writePlanLines(w, res)
 	writeAttention(w, res, snap)
+}
+
+// writeGitLines says how the Git side fares (GET /api/v1/status's git):
+// the inventory poller and the status write-back, each "ok" with the age
+// of its last success, or FAILING with its consecutive failures and last
+// error; and the commits the poller is behind the remote tip. Nothing
+// for a controller without a repository (git absent).
+func writeGitLines(w io.Writer, g *v1.GitHealth, now time.Time) {
+	if g == nil {
+		return
+	}
+	loop := func(label string, h v1.GitLoopHealth, extra string) {
+		last := "never succeeded"
+		if h.LastSuccess != nil {
+			last = "last success " + now.Sub(*h.LastSuccess).Round(time.Second).String() + " ago"
+		}
+		if h.ConsecutiveFailures > 0 {
+			state := "failing"
+			if h.Failing {
+				state = "FAILING"
+			}
+			fmt.Fprintf(w, "%s%s: %s, %s: %s\n", label, state, plural(h.ConsecutiveFailures, "consecutive failure"), last, termSafe(h.LastError))
+			return
+		}
+		fmt.Fprintf(w, "%sok, %s%s\n", label, last, extra)
+	}
+	behind := ""
+	switch {
+	case g.Behind < 0:
+		behind = ", the remote tip " + short12(g.RemoteTip) + " is not fetched"
+	case g.Behind > 0:
+		behind = fmt.Sprintf(", %s behind the remote tip %s", plural(g.Behind, "commit"), short12(g.RemoteTip))
+	}
+	loop("Git poll:   ", g.Poll, behind)
+	pushed := ""
+	if g.LastStatusCommit != "" {
+		pushed = fmt.Sprintf(", last status commit %s (%d bytes pushed)", short12(g.LastStatusCommit), g.LastStatusPackBytes)
+	}
+	loop("Git push:   ", g.Push, pushed)
 }
 
 // writeInventoryLine says which revision the controller acts on, and an

@@ -19,7 +19,7 @@ import (
 	"github.com/machina-metal/machina/state"
 )
 
-// maxStatusFileBytes bounds one status/servers/NAME.yaml the plan reads
+// maxStatusFileBytes bounds one status/servers/XX/NAME.yaml the plan reads
 // (the writer's files are about 1 KiB; 1 MiB leaves room for long errors).
 const maxStatusFileBytes = 1 << 20
 
@@ -88,7 +88,7 @@ func fromWire(s v1.Server) state.Server {
 	return out
 }
 
-// statusServer is status/servers/NAME.yaml as reconciler's status writer
+// statusServer is status/servers/XX/NAME.yaml as reconciler's status writer
 // renders it (gitops/status_render.go renderServer). Fields the plan
 // does not need (events, NIC details) are still listed so the file
 // decodes strictly and a format change is noticed.
@@ -131,7 +131,7 @@ type statusHardware struct {
 	CPUModel   string `json:"cpuModel"`
 	Cores      int    `json:"cores"`
 	MemoryGiB  int64  `json:"memoryGiB"`
-	// Labels are the derived labels (status/servers/NAME.yaml
+	// Labels are the derived labels (status/servers/XX/NAME.yaml
 	// hardware.labels), turned back into the facts they come from.
 	Labels map[string]string `json:"labels"`
 	Disks  []struct {
@@ -147,7 +147,7 @@ type statusHardware struct {
 	} `json:"nics"`
 }
 
-// parseStatusServer decodes one status/servers/NAME.yaml strictly (unknown
+// parseStatusServer decodes one status/servers/XX/NAME.yaml strictly (unknown
 // fields are errors) and maps it to an observed record. The status tree
 // does not carry everything the store holds, so:
 //   - memory and disk sizes are whole GiB (rounded down by the writer);
@@ -219,28 +219,24 @@ func parseStatusServer(data []byte, now time.Time) (state.Server, error) {
 func snapshotFromStatus(fsys fs.FS, dir string, identity *inventory.Inventory, now time.Time) (state.Snapshot, error) {
 	snap := state.Snapshot{Servers: map[string]state.Server{}, Hosts: map[string]state.Host{}}
 	sdir := path.Join(dir, "servers")
-	entries, err := fs.ReadDir(fsys, sdir)
+	files, err := statusServerFiles(fsys, sdir)
 	if err != nil {
-		return state.Snapshot{}, fmt.Errorf("read status tree %s: %w", sdir, err)
+		return state.Snapshot{}, err
 	}
-	names := make([]string, 0, len(entries))
-	for _, e := range entries {
-		if !e.IsDir() && strings.HasSuffix(e.Name(), ".yaml") {
-			names = append(names, e.Name())
-		}
-	}
-	sort.Strings(names)
-	for _, n := range names {
-		data, err := readCapped(fsys, path.Join(sdir, n), maxStatusFileBytes)
+	for _, n := range files {
+		data, err := readCapped(fsys, n, maxStatusFileBytes)
 		if err != nil {
 			return state.Snapshot{}, fmt.Errorf("read status %s: %w", n, err)
 		}
 		srv, err := parseStatusServer(data, now)
 		if err != nil {
-			return state.Snapshot{}, fmt.Errorf("parse status %s: %w", path.Join(sdir, n), err)
+			return state.Snapshot{}, fmt.Errorf("parse status %s: %w", n, err)
 		}
-		if srv.Name+".yaml" != n {
-			return state.Snapshot{}, fmt.Errorf("parse status %s: names server %q", path.Join(sdir, n), srv.Name)
+		if srv.Name+".yaml" != path.Base(n) {
+			return state.Snapshot{}, fmt.Errorf("parse status %s: names server %q", n, srv.Name)
+		}
+		if _, dup := snap.Servers[srv.Name]; dup {
+			return state.Snapshot{}, fmt.Errorf("parse status %s: server %q has more than one status file", n, srv.Name)
 		}
 		if identity != nil {
 			if ws := identity.Server(srv.Name); ws != nil {
@@ -252,6 +248,37 @@ func snapshotFromStatus(fsys fs.FS, dir string, identity *inventory.Inventory, n
 		snap.Servers[srv.Name] = srv
 	}
 	return snap, nil
+}
+
+// statusServerFiles lists the server status files under sdir, sorted:
+// the fan-out layout the controller writes (sdir/XX/NAME.yaml, see
+// gitops.ServerStatusPath) and the flat one older controllers wrote
+// (sdir/NAME.yaml), so a plan reads either side of the migration.
+func statusServerFiles(fsys fs.FS, sdir string) ([]string, error) {
+	entries, err := fs.ReadDir(fsys, sdir)
+	if err != nil {
+		return nil, fmt.Errorf("read status tree %s: %w", sdir, err)
+	}
+	var files []string
+	for _, e := range entries {
+		switch {
+		case e.IsDir():
+			sub := path.Join(sdir, e.Name())
+			inner, err := fs.ReadDir(fsys, sub)
+			if err != nil {
+				return nil, fmt.Errorf("read status tree %s: %w", sub, err)
+			}
+			for _, f := range inner {
+				if !f.IsDir() && strings.HasSuffix(f.Name(), ".yaml") {
+					files = append(files, path.Join(sub, f.Name()))
+				}
+			}
+		case strings.HasSuffix(e.Name(), ".yaml"):
+			files = append(files, path.Join(sdir, e.Name()))
+		}
+	}
+	sort.Strings(files)
+	return files, nil
 }
 
 // readCapped reads name from fsys, refusing files over limit bytes.

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	v1 "github.com/machina-metal/machina/api/v1"
+	"github.com/machina-metal/machina/gitops"
 	"github.com/machina-metal/machina/internal/peertest"
 	"github.com/machina-metal/machina/inventory"
 	"github.com/machina-metal/machina/lab/sim"
@@ -84,7 +85,7 @@ func TestProfileCountUpAndDown(t *testing.T) {
 	if checked == 0 {
 		t.Fatalf("no Redfish BMC among the deployed %v: the boot override check proves nothing", four)
 	}
-	r.waitStatus("status/servers/"+added[0]+".yaml", "lifecycle: deployed")
+	r.waitStatus(gitops.ServerStatusPath(added[0]), "lifecycle: deployed")
 	// The deployed disks hold the image's MBR, its partition and the
 	// NoCloud seed's FAT filesystem.
 	parts := map[string][][2]int64{}
@@ -112,7 +113,7 @@ func TestProfileCountUpAndDown(t *testing.T) {
 				name, srv.Allocation, srv.NeedsWipe, srv.WipeFailures, srv.Power.State)
 		}
 		r.waitMachine(r.lab.Machine(name), sim.PhaseOff)
-		r.waitStatus("status/servers/"+name+".yaml", "lifecycle: ready")
+		r.waitStatus(gitops.ServerStatusPath(name), "lifecycle: ready")
 		// The ramdisk wiped the partition table and every signature.
 		disk := r.lab.Machine(name).DiskPath("sda")
 		if left := diskLabels(t, disk, false); len(left) != 0 {
@@ -180,7 +181,7 @@ func TestRetireAndUnretire(t *testing.T) {
 	if n := r.resets(name); n != 1 {
 		t.Errorf("%s: %d power actions, want 1 (off): %v", name, n, r.bmcWrites(name))
 	}
-	r.waitStatus("status/servers/"+name+".yaml", "lifecycle: retired")
+	r.waitStatus(gitops.ServerStatusPath(name), "lifecycle: retired")
 	r.waitFor("hypervisor topped up to 2", time.Minute, func(s state.Snapshot) bool { return deployedBy(s, "hypervisor") == 2 })
 
 	seq := r.lastSeq()
@@ -200,16 +201,16 @@ func TestRetireAndUnretire(t *testing.T) {
 
 // TestDeletedServerOrphaned (issue 10): a server deleted from servers.yaml
 // is left as it is: same lifecycle, no BMC write, flagged Orphaned in
-// status/servers/NAME.yaml.
+// status/servers/XX/NAME.yaml (gitops.ServerStatusPath).
 func TestDeletedServerOrphaned(t *testing.T) {
 	r := startRig(t, rigOptions{})
 	before := r.steady()
 	const name = "r3-n02"
 	r.lab.BMC(name).ClearRequests()
 	r.commit("delete "+name, func(dir string) { r.editBlock(dir, inventory.ServersFile, name, func(string) string { return "" }) })
-	body := r.waitStatus("status/servers/"+name+".yaml", "Orphaned")
+	body := r.waitStatus(gitops.ServerStatusPath(name), "Orphaned")
 	if !strings.Contains(body, "lifecycle: ready") || !strings.Contains(body, "reason: NotInInventory") {
-		t.Errorf("status/servers/%s.yaml:\n%s", name, body)
+		t.Errorf("%s:\n%s", gitops.ServerStatusPath(name), body)
 	}
 	r.settled(name, "Orphaned")
 	srv, err := r.run.Store.Server(name)
@@ -290,7 +291,7 @@ func TestSafetyBrakeHoldsMassRetire(t *testing.T) {
 	r.waitFor("6 retired", time.Minute, func(s state.Snapshot) bool { return count(s, state.LifecycleRetired) == 6 })
 	for _, v := range victims {
 		r.waitMachine(r.lab.Machine(v), sim.PhaseOff)
-		r.waitStatus("status/servers/"+v+".yaml", "lifecycle: retired")
+		r.waitStatus(gitops.ServerStatusPath(v), "lifecycle: retired")
 	}
 	r.waitStatus("status/inventory.yaml", "valid: true")
 	if inv, _ := readHead(r.lab.RepoURL, "status/inventory.yaml"); strings.Contains(inv, "held:") {
@@ -323,7 +324,7 @@ func TestProvisionAPI(t *testing.T) {
 			t.Errorf("%s: allocation %+v zone %s", name, srv.Allocation, srv.Zone)
 		}
 		r.waitMachine(r.lab.Machine(name), sim.PhaseOS)
-		r.waitStatus("status/servers/"+name+".yaml", "allocation: provision")
+		r.waitStatus(gitops.ServerStatusPath(name), "allocation: provision")
 	}
 	if n := deployedBy(snap, "hypervisor"); n != 4 {
 		t.Errorf("%d hypervisors deployed, want 2 by count + 2 provisioned", n)
@@ -444,9 +445,9 @@ func TestReleaseWipeFailureRetried(t *testing.T) {
 	}
 	// The condition, not the wipe.failed event (rendered with reason
 	// WipeFailed too, and committed a pass before the plan's condition).
-	body := r.waitStatus("status/servers/"+victim+".yaml", "type: WipeFailed", "reason: ReleaseWipeFailed")
+	body := r.waitStatus(gitops.ServerStatusPath(victim), "type: WipeFailed", "reason: ReleaseWipeFailed")
 	if !strings.Contains(body, "ReleaseWipeFailed") {
-		t.Errorf("status/servers/%s.yaml:\n%s", victim, body)
+		t.Errorf("%s:\n%s", gitops.ServerStatusPath(victim), body)
 	}
 	var kinds []string
 	for _, e := range r.events(victim, seq) {

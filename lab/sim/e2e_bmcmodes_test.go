@@ -11,6 +11,7 @@ import (
 
 	"github.com/machina-metal/machina/bmc/bmcsim"
 	"github.com/machina-metal/machina/bmc/bmctest"
+	"github.com/machina-metal/machina/gitops"
 	"github.com/machina-metal/machina/inventory"
 	"github.com/machina-metal/machina/lab/sim"
 	"github.com/machina-metal/machina/state"
@@ -137,7 +138,7 @@ func TestBMCModesEndToEnd(t *testing.T) {
 						t.Errorf("PowerCycle sent to a BMC that does not offer it: %v", q)
 					}
 				}
-				r.waitStatus("status/servers/"+name+".yaml", "ResetVerified", "NoEvidence")
+				r.waitStatus(gitops.ServerStatusPath(name), "ResetVerified", "NoEvidence")
 			}
 			_ = unverified
 			if len(snap.Hosts) < 3 {

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/machina-metal/machina/gitops"
 	"github.com/machina-metal/machina/inventory"
 	"github.com/machina-metal/machina/lab/sim"
 	"github.com/machina-metal/machina/reconciler/plan"
@@ -32,7 +33,7 @@ func stepsFor(res plan.Result, server string) []plan.Step {
 // pass's plan.
 func (r *rig) settled(server, text string) plan.Result {
 	r.t.Helper()
-	r.waitStatus("status/servers/"+server+".yaml", text)
+	r.waitStatus(gitops.ServerStatusPath(server), text)
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		res := r.run.Reconciler.Pass(context.Background())
@@ -66,7 +67,7 @@ func TestPowerCycleCounterRunsOnce(t *testing.T) {
 
 	r.commit("power-cycle r3-n01", func(dir string) { r.setActions(dir, name, inventory.Actions{PowerCycle: 1}) })
 	srv := r.waitServer(name, "powerCycle observed", time.Minute, func(s state.Server) bool { return s.Actions["powerCycle"] == 1 })
-	body := r.waitStatus("status/servers/"+name+".yaml", "powerCycle: 1")
+	body := r.waitStatus(gitops.ServerStatusPath(name), "powerCycle: 1")
 	r.settled(name, "powerCycle: 1")
 
 	if n := r.resets(name); n != 1 {
@@ -79,7 +80,7 @@ func TestPowerCycleCounterRunsOnce(t *testing.T) {
 		t.Errorf("%s: lifecycle %s, last error %q; want ready and no error", name, srv.Lifecycle, srv.LastError)
 	}
 	if !strings.Contains(body, "observedActions:\n  commission: 0\n  powerCycle: 1\n") {
-		t.Errorf("status/servers/%s.yaml observedActions:\n%s", name, body)
+		t.Errorf("%s observedActions:\n%s", gitops.ServerStatusPath(name), body)
 	}
 	for _, other := range []string{"r3-n02", "r2-n02"} {
 		if w := r.bmcWrites(other); len(w) != 0 {
@@ -105,7 +106,7 @@ func TestCommissionCounterRunsOnce(t *testing.T) {
 	})
 	// The counter is observed when commissioning starts: wait for the
 	// status commit that also shows the server ready again.
-	body := r.waitStatus("status/servers/"+name+".yaml", "commission: 1", "lifecycle: ready")
+	body := r.waitStatus(gitops.ServerStatusPath(name), "commission: 1", "lifecycle: ready")
 	r.settled(name, "commission: 1")
 
 	evs := r.events(name, seq)
@@ -122,7 +123,7 @@ func TestCommissionCounterRunsOnce(t *testing.T) {
 		t.Errorf("%s has no hardware facts after recommissioning", name)
 	}
 	if !strings.Contains(body, "lifecycle: ready") || !strings.Contains(body, "observedActions:\n  commission: 1\n") {
-		t.Errorf("status/servers/%s.yaml:\n%s", name, body)
+		t.Errorf("%s:\n%s", gitops.ServerStatusPath(name), body)
 	}
 }
 

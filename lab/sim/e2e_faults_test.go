@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/machina-metal/machina/gitops"
 	"github.com/machina-metal/machina/inventory"
 	"github.com/machina-metal/machina/lab/sim"
 	"github.com/machina-metal/machina/reconciler/plan"
@@ -31,9 +32,9 @@ func TestMemoryFailureThenRecommission(t *testing.T) {
 	if !strings.Contains(strings.ToLower(reason), "memory") {
 		t.Errorf("%s failed for %q, want the memory test", name, reason)
 	}
-	body := r.waitStatus("status/servers/"+name+".yaml", "lifecycle: failed")
+	body := r.waitStatus(gitops.ServerStatusPath(name), "lifecycle: failed")
 	if !strings.Contains(strings.ToLower(body), "memory") {
-		t.Errorf("status/servers/%s.yaml does not say why:\n%s", name, body)
+		t.Errorf("%s does not say why:\n%s", gitops.ServerStatusPath(name), body)
 	}
 	if p := r.lab.Machine(name).Phase(); p != sim.PhaseOff {
 		t.Errorf("%s failed but its machine is %s", name, p)
@@ -51,7 +52,7 @@ func TestMemoryFailureThenRecommission(t *testing.T) {
 	if srv.Hardware == nil || srv.LastError != "" {
 		t.Errorf("%s ready again: hardware %v last error %q", name, srv.Hardware, srv.LastError)
 	}
-	r.waitStatus("status/servers/"+name+".yaml", "commission: 1")
+	r.waitStatus(gitops.ServerStatusPath(name), "commission: 1")
 	r.steady()
 }
 
@@ -100,7 +101,7 @@ func TestChecksumMismatchLeavesDiskUntouched(t *testing.T) {
 				t.Errorf("%s %s changed by a deploy that failed its checksum", name, d)
 			}
 		}
-		r.waitStatus("status/servers/"+failed[0]+".yaml", "lifecycle: failed")
+		r.waitStatus(gitops.ServerStatusPath(failed[0]), "lifecycle: failed")
 	}
 	if len(failed) == 0 {
 		t.Fatal("no failed server")
@@ -187,7 +188,7 @@ func TestRestartMidDeploy(t *testing.T) {
 			t.Errorf("%s failed without a reason", caught)
 		}
 		r.waitMachine(r.lab.Machine(caught), sim.PhaseOff)
-		r.waitStatus("status/servers/"+caught+".yaml", "lifecycle: failed")
+		r.waitStatus(gitops.ServerStatusPath(caught), "lifecycle: failed")
 	default:
 		t.Errorf("%s ended %s, want deployed or failed", caught, srv.Lifecycle)
 	}

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/machina-metal/machina/gitops"
 	"github.com/machina-metal/machina/internal/peertest"
 	"github.com/machina-metal/machina/inventory"
 	"github.com/machina-metal/machina/lab/sim"
@@ -117,7 +118,7 @@ func TestInstallerDeploys(t *testing.T) {
 		if slices.Contains(kinds, "token.refused") {
 			t.Errorf("%s: a token was refused: %v", name, msgs)
 		}
-		r.waitStatus("status/servers/"+name+".yaml", "lifecycle: deployed")
+		r.waitStatus(gitops.ServerStatusPath(name), "lifecycle: deployed")
 	}
 }
 

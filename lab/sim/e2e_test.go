@@ -208,8 +208,9 @@ func TestExampleSiteEndToEnd(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	h.waitStatus("status/servers/r1-n01.yaml", "lifecycle:")
-	h.waitStatus("status/README.md", "r2-n01")
+	h.waitStatus(gitops.ServerStatusPath("r1-n01"), "lifecycle:")
+	// README.md is the fleet's summary: every server counted, by zone.
+	h.waitStatus("status/README.md", "12 servers: ", "| zone-a |")
 }
 
 func (h *harness) waitMachine(m *sim.Machine, p sim.Phase) {

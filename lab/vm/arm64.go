@@ -12,6 +12,7 @@ import (
 	"time"
 
 	v1 "github.com/machina-metal/machina/api/v1"
+	"github.com/machina-metal/machina/gitops"
 	"github.com/machina-metal/machina/lab/vm/osimage"
 	"github.com/machina-metal/machina/lab/vm/vmpower"
 )
@@ -139,7 +140,7 @@ func (l *lab) runARM64(ctx context.Context) error {
 		return err
 	}
 	for _, text := range []string{"lifecycle: ready", "arch: arm64", "cpu.arch: arm64"} {
-		if err := l.waitStatus(ctx, "status/servers/"+ARM64Machine+".yaml", text); err != nil {
+		if err := l.waitStatus(ctx, gitops.ServerStatusPath(ARM64Machine), text); err != nil {
 			return err
 		}
 	}
@@ -177,7 +178,7 @@ func (l *lab) runARM64(ctx context.Context) error {
 	}); err != nil {
 		return err
 	}
-	if err := l.waitStatus(ctx, "status/servers/"+ARM64Machine+".yaml", "lifecycle: deployed"); err != nil {
+	if err := l.waitStatus(ctx, gitops.ServerStatusPath(ARM64Machine), "lifecycle: deployed"); err != nil {
 		return err
 	}
 	l.step("deploy: "+ARM64Profile+" pinned onto "+ARM64Machine+": the arm64 ramdisk wrote "+ARM64Image+" (arch arm64), verified it and added the NoCloud seed; deployed", t0)
@@ -320,7 +321,7 @@ func (l *lab) refusedAMD64(ctx context.Context, m *machine) error {
 		}
 	}
 	for _, text := range []string{"type: ArchMismatch", "reason: ImageArchitecture", "is amd64; this server is arm64"} {
-		if err := l.waitStatus(ctx, "status/servers/"+ARM64Machine+".yaml", text); err != nil {
+		if err := l.waitStatus(ctx, gitops.ServerStatusPath(ARM64Machine), text); err != nil {
 			return err
 		}
 	}

@@ -59,6 +59,7 @@ import (
 
 	v1 "github.com/machina-metal/machina/api/v1"
 	"github.com/machina-metal/machina/bmc/bmcsim"
+	"github.com/machina-metal/machina/gitops"
 	"github.com/machina-metal/machina/lab/vm/ipmichassis"
 	"github.com/machina-metal/machina/lab/vm/netns"
 	"github.com/machina-metal/machina/lab/vm/osimage"
@@ -301,7 +302,7 @@ func (l *lab) run(ctx context.Context) error {
 		return err
 	}
 	for _, m := range l.ms {
-		if err := l.waitStatus(ctx, "status/servers/"+m.name+".yaml", "lifecycle: ready"); err != nil {
+		if err := l.waitStatus(ctx, gitops.ServerStatusPath(m.name), "lifecycle: ready"); err != nil {
 			return err
 		}
 	}

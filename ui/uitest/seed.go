@@ -206,6 +206,12 @@ func (f *fakeInventory) InventoryStatus(context.Context) (ui.InventoryStatus, er
 			{File: "servers.yaml", Line: 88, Column: 14, Path: "servers[12].bootMAC", Message: `"52:54:00:04:00" is not a MAC address`},
 			{File: "servers.yaml", Line: 95, Column: 11, Path: "servers[13].zone", Message: `zone "zone-d" has no profile`},
 		},
+		Git: &ui.GitHealth{
+			Poll: ui.GitLoop{LastSuccess: time.Date(2026, 11, 29, 10, 6, 0, 0, time.UTC)},
+			Push: ui.GitLoop{LastSuccess: time.Date(2026, 11, 29, 9, 40, 0, 0, time.UTC), ConsecutiveFailures: 4, Failing: true,
+				LastError: "status write: push to the inventory remote: pre-receive hook declined"},
+			RemoteTip: "b7c8d9e0f1a2b3c4d5e6f708192a3b4c5d6e7f80", LastStatusCommit: "c0ffee0123456789abcdef0123456789abcdef01", LastStatusPackBytes: 9060,
+		},
 		Conditions: []ui.Condition{
 			{Subject: "server/r2-n02", Type: "Waiting", Reason: "Stalled", Message: "commissioning failed; bump actions.commission to retry"},
 			{Subject: "profile/hypervisor", Type: "InsufficientCapacity", Reason: "NoReadyServer", Message: "count 4 wants 1 more ready server in zone-a"},
