@@ -1,6 +1,10 @@
 package api
 
-import "sync/atomic"
+import (
+	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
 
 // DefaultMaxConnsPerIP is the open-connection cap per source address of
 // Serve's listener when Config.MaxConnsPerIP is zero: far above what one
@@ -14,3 +18,7 @@ const DefaultMaxConnsPerIP = 256
 // controller does with its descriptor budget) passes it as
 // connlimit.Config.Refused, so the metric keeps counting.
 func (s *Server) ConnsRefused() *atomic.Int64 { return &s.connsRefused }
+
+// Registry returns the registry served at /metrics (Config.Registry, or
+// the one New made), for collectors of the caller's own listeners.
+func (s *Server) Registry() *prometheus.Registry { return s.cfg.Registry }

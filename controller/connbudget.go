@@ -11,10 +11,14 @@ import (
 	"github.com/machina-metal/machina/join"
 )
 
-// connBudget is the split of the process's descriptors between the
+// ConnBudget is the split of the process's descriptors between the
 // controller's TCP listeners and the reserve for outbound work
-// (connlimit.Budget), and the listeners wrapped with it, for the metrics.
-type connBudget struct {
+// (connlimit.Budget), and the listeners wrapped with it. It is a
+// prometheus.Collector of their metrics (machina_listener_conns_open,
+// _budget, _refused_total{reason}, _evicted_total, _accept_errors_total,
+// labelled by listener; machina_fd_limit and machina_fd_reserve). Wrap
+// listeners before serving; Collect is then safe concurrently.
+type ConnBudget struct {
 	b         connlimit.Budget
 	listeners []namedListener
 }
@@ -24,9 +28,10 @@ type namedListener struct {
 	l    *connlimit.Listener
 }
 
-// newConnBudget reads RLIMIT_NOFILE (raising the soft limit to the hard
-// one where Go has not) and splits it. Errors: a limit below 512.
-func newConnBudget() (*connBudget, error) {
+// NewConnBudget reads RLIMIT_NOFILE (raising the soft limit to the hard
+// one where Go has not) and splits it (connlimit.Split). Errors: a limit
+// below 512.
+func NewConnBudget() (*ConnBudget, error) {
 	n, err := connlimit.NoFile()
 	if err != nil {
 		return nil, fmt.Errorf("controller: connection budget: %w", err)
@@ -35,15 +40,26 @@ func newConnBudget() (*connBudget, error) {
 	if err != nil {
 		return nil, fmt.Errorf("controller: connection budget: %w", err)
 	}
-	return &connBudget{b: b}, nil
+	return &ConnBudget{b: b}, nil
 }
 
-// wrap wraps ln as the listener name with max open connections in all and
-// perIP per source address, and keeps it for the metrics.
-func (c *connBudget) wrap(ln net.Listener, cfg connlimit.Config) *connlimit.Listener {
+// Budget returns the split.
+func (c *ConnBudget) Budget() connlimit.Budget { return c.b }
+
+// Wrap wraps ln with connlimit.New(ln, cfg) and keeps it for the metrics
+// under cfg.Name.
+func (c *ConnBudget) Wrap(ln net.Listener, cfg connlimit.Config) *connlimit.Listener {
 	l := connlimit.New(ln, cfg)
-	c.listeners = append(c.listeners, namedListener{cfg.Name, l})
+	c.Add(cfg.Name, l)
 	return l
+}
+
+// Add keeps l, wrapped elsewhere (ListenAdminTLSLimited), for the metrics
+// under name; a listener without connlimit (nil) is ignored.
+func (c *ConnBudget) Add(name string, ln net.Listener) {
+	if l := limited(ln); l != nil {
+		c.listeners = append(c.listeners, namedListener{name, l})
+	}
 }
 
 // limitListeners wraps the machine-facing (or, on loopback, the only) HTTP
@@ -60,9 +76,9 @@ func (w *wiring) limitListeners() {
 	if w.adminLn == nil {
 		name, total = "api", w.conns.b.Machine+w.conns.b.Admin
 	}
-	w.ln = w.conns.wrap(w.ln, connlimit.Config{Name: name, MaxPerIP: perIP, MaxTotal: total, Refused: w.srv.ConnsRefused(),
+	w.ln = w.conns.Wrap(w.ln, connlimit.Config{Name: name, MaxPerIP: perIP, MaxTotal: total, Refused: w.srv.ConnsRefused(),
 		Logger: w.log.With("component", "api")})
-	w.joinLn = w.conns.wrap(w.joinLn, connlimit.Config{Name: "join", MaxPerIP: join.MaxConnsPerIP, MaxTotal: w.conns.b.Join,
+	w.joinLn = w.conns.Wrap(w.joinLn, connlimit.Config{Name: "join", MaxPerIP: join.MaxConnsPerIP, MaxTotal: w.conns.b.Join,
 		Logger: w.log.With("component", "join")})
 	w.log.Info("connection budget", "rlimit_nofile", w.conns.b.Limit, "reserve", w.conns.b.Reserve,
 		name, total, "admin", w.conns.b.Admin, "join", w.conns.b.Join)
@@ -88,14 +104,14 @@ func limited(ln net.Listener) *connlimit.Listener {
 }
 
 // Describe implements prometheus.Collector.
-func (c *connBudget) Describe(ch chan<- *prometheus.Desc) {
+func (c *ConnBudget) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descConnsOpen, descConnsBudget, descConnsRefused, descConnsEvicted, descAcceptErrors, descFDLimit, descFDReserve} {
 		ch <- d
 	}
 }
 
 // Collect implements prometheus.Collector.
-func (c *connBudget) Collect(ch chan<- prometheus.Metric) {
+func (c *ConnBudget) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descFDLimit, prometheus.GaugeValue, float64(c.b.Limit))
 	ch <- prometheus.MustNewConstMetric(descFDReserve, prometheus.GaugeValue, float64(c.b.Reserve))
 	for _, nl := range c.listeners {

@@ -69,7 +69,7 @@ type wiring struct {
 	netRuns     []func(context.Context) error
 	bootHandler *ipxe.Handler
 
-	conns    *connBudget // the listeners' shares of RLIMIT_NOFILE
+	conns    *ConnBudget // the listeners' shares of RLIMIT_NOFILE
 	adminLn  net.Listener
 	adminURL string
 	joinLn   net.Listener
@@ -261,7 +261,7 @@ func (w *wiring) listen() (func(), error) {
 	if err != nil {
 		return stop, fmt.Errorf("controller: %w", err)
 	}
-	if w.conns, err = newConnBudget(); err != nil {
+	if w.conns, err = NewConnBudget(); err != nil {
 		return stop, err
 	}
 	if err := w.reg.Register(w.conns); err != nil {
@@ -493,7 +493,7 @@ func (w *wiring) join() (func(), error) {
 	if w.adminLn != nil {
 		stops = append(stops, func() { _ = w.adminLn.Close() })
 		w.srv.SetAdminURL(w.adminURL)
-		w.conns.listeners = append(w.conns.listeners, namedListener{"admin", limited(w.adminLn)})
+		w.conns.Add("admin", w.adminLn)
 	}
 	if w.joinLn, err = net.Listen("tcp", w.cfg.JoinListen); err != nil {
 		return stop, fmt.Errorf("controller: join listen %s: %w", w.cfg.JoinListen, err)
