@@ -82,17 +82,19 @@ const (
 // machine and an operator. While the attackers hold slow GETs and slow
 // bodies on GET and DELETE against the machine port, a machine that PXE
 // boots (auto-enrol on) must fetch /boot/ipxe, get a commissioning token
-// and post its report, /healthz must answer, and an admin request over
-// the admin TLS listener must complete within 10s and within
+// and post its report, /healthz must answer, the join listener must
+// serve its CA certificate, and an admin request over the admin TLS
+// listener must complete within 10s and within
 // 100 × its latency measured before the attack + 1s (a generous bound for
 // a loaded 2-core host: the point is that it completes, not how fast).
 // The listener metrics must then show the machine listener at or under
 // its budget, having refused or evicted connections.
 //
-// Before the fix, the attack took every descriptor of the controller: its
-// accept loop got EMFILE, so the machine's and the operator's connections
-// were never accepted (and Git polling and status writes failed with
-// "too many open files").
+// Before the fix (checked), the attack took every descriptor of the
+// controller: its accept loops got EMFILE, so the machine's, /healthz's
+// and the operator's connections timed out unaccepted, and outbound work
+// failed with "too many open files" (here the image importer's resolver
+// socket).
 func TestDescriptorExhaustion(t *testing.T) {
 	peertest.Root(t, "network namespaces")
 	peertest.Command(t, "ip")
@@ -270,6 +272,16 @@ func TestDescriptorExhaustion(t *testing.T) {
 	t.Logf("admin request: %s under the attack, %s before it (%.1fx)", lat.Round(time.Millisecond), baseline.Round(time.Millisecond), float64(lat)/float64(baseline))
 	if limit := 100*baseline + time.Second; lat > limit {
 		t.Errorf("under the attack the admin request took %s, more than 100 × its baseline %s + 1s", lat, baseline)
+	}
+	// The join listener (loopback of the controller's namespace) answers.
+	joinc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+		DialContext:     (&nsDialer{ns: srvNS.Name}).from(netip.MustParseAddr("127.0.0.1")),
+		TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, // reads the public CA certificate only
+	}}
+	if jr, err := joinc.Get("https://" + joinPort + "/join/ca.pem"); err != nil {
+		t.Errorf("under the attack, the join listener: %v", err)
+	} else if jr.Body.Close(); jr.StatusCode != http.StatusOK {
+		t.Errorf("under the attack, GET /join/ca.pem: %s", jr.Status)
 	}
 	_, metrics, err := adminGet("/metrics")
 	if err != nil {
