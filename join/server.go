@@ -101,7 +101,9 @@ type Server struct {
 
 // ConnsRefused is the number of connections Serve's listener closed at
 // accept because their source address already had MaxConnsPerIP (64)
-// open; the controller exports it as machina_join_conns_refused_total.
+// open, when Serve wrapped the listener itself; a caller that passes a
+// connlimit listener (the controller, which exports
+// machina_join_conns_refused_total from it) counts its own.
 func (s *Server) ConnsRefused() int64 { return s.connsRefused.Load() }
 
 // Join errors answered with these v1.Error codes.
