@@ -163,3 +163,95 @@ func TestServeConnKeepsReadFrom(t *testing.T) {
 		t.Fatalf("the served connection has ReadFrom: %q, want true", b)
 	}
 }
+
+// TestServeBodyTimeoutEveryMethod: a slow body on a GET or a DELETE (the
+// handler reads none; net/http then discards it before the next request)
+// is cut after BodyTimeout like a POST's, and an event-stream-like GET
+// without a body keeps its connection and context past it. Before the
+// fix only POST, PUT and PATCH had a deadline: slow GETs with a
+// Content-Length held their connections, and descriptors, forever.
+func TestServeBodyTimeoutEveryMethod(t *testing.T) {
+	st, err := state.Open(filepath.Join(t.TempDir(), "state.db"), state.Options{NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	a, err := api.New(api.Config{Store: st, Logger: slog.New(slog.NewTextHandler(t.Output(), nil)), BodyTimeout: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.HandlePublic("DELETE /t/x", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusNoContent)
+	})); err != nil {
+		t.Fatal(err)
+	}
+	// /t/stream writes one line, then another once the test says so,
+	// unless its request context was cancelled first.
+	next := make(chan struct{})
+	if err := a.HandlePublic("GET /t/stream", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "first\n")
+		_ = http.NewResponseController(w).Flush()
+		select {
+		case <-next:
+			fmt.Fprintf(w, "second\n")
+		case <-r.Context().Done():
+		}
+	})); err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Serve(ctx, ln) }()
+	defer func() { cancel(); <-done }()
+	for _, req := range []string{
+		"GET /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n0123456789",
+		"DELETE /t/x HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n0123456789",
+		"GET /healthz HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5\r\n01234\r\n",
+	} {
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprint(c, req)
+		// Generous: the cut comes 300ms after the headers; 10s only
+		// bounds a test whose server never cuts.
+		_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		if _, err := io.ReadAll(c); err != nil {
+			t.Errorf("%q: the server did not close the slow-body connection: %v", strings.SplitN(req, "\r\n", 2)[0], err)
+		}
+		c.Close()
+	}
+	// A GET without a body outlives BodyTimeout (the event streams).
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	fmt.Fprint(c, "GET /t/stream HTTP/1.1\r\nHost: x\r\n\r\n")
+	br := make([]byte, 4096)
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	got := ""
+	for !strings.Contains(got, "first") {
+		n, err := c.Read(br)
+		if err != nil {
+			t.Fatalf("stream: %v (read %q)", err, got)
+		}
+		got += string(br[:n])
+	}
+	// Wait past BodyTimeout (3x), without asserting time: the stream must
+	// still be open and its context alive afterwards.
+	wait := time.NewTimer(900 * time.Millisecond)
+	<-wait.C
+	close(next)
+	for !strings.Contains(got, "second") {
+		n, err := c.Read(br)
+		if err != nil {
+			t.Fatalf("stream cut after BodyTimeout: %v (read %q)", err, got)
+		}
+		got += string(br[:n])
+	}
+}

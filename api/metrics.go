@@ -19,7 +19,8 @@ type metrics struct {
 //   - machina_servers{lifecycle} (read from the store at scrape time)
 //   - machina_secrets{form="sealed"|"unsealed"} and machina_secrets_sealing (1 when a master key is set)
 //   - machina_events_last_seq
-//   - machina_api_conns_refused_total (connections closed at accept: their address had MaxConnsPerIP open)
+//   - machina_api_conns_refused_total (connections closed at accept: their address had MaxConnsPerIP open, or the
+//     listener was at its descriptor budget; machina_listener_conns_refused_total{listener,reason} splits them)
 //   - machina_machine_unknown_tokens_total (machine requests with a token value naming no token)
 //   - machina_machine_refusals_total{reason} (machine requests with a known token refused; state.RefusalReason)
 //   - with git set, the Git side's health (gitCollector): machina_git_{poll,push}_last_success_timestamp_seconds,
@@ -38,7 +39,7 @@ func newMetrics(reg prometheus.Registerer, st *state.Store, refused func() float
 		}),
 	}
 	connsRefused := prometheus.NewCounterFunc(prometheus.CounterOpts{
-		Name: "machina_api_conns_refused_total", Help: "Connections closed at accept because their source address had MaxConnsPerIP open.",
+		Name: "machina_api_conns_refused_total", Help: "Connections closed at accept because their source address had MaxConnsPerIP open or the listener was at its descriptor budget.",
 	}, refused)
 	unknownTokens := prometheus.NewCounterFunc(prometheus.CounterOpts{
 		Name: "machina_machine_unknown_tokens_total", Help: "Machine requests refused for a token value that names no token (counted, never written).",

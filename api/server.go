@@ -41,9 +41,11 @@ type Config struct {
 	// Serve's listener; zero means DefaultMaxConnsPerIP. Further ones are
 	// closed at once and counted (machina_api_conns_refused_total).
 	MaxConnsPerIP int
-	// BodyTimeout bounds the reading of a request body (POST, PUT,
-	// PATCH), from the end of its headers; zero means 30s. Headers have
-	// 10s (ReadHeaderTimeout).
+	// BodyTimeout bounds the reading of a request body, whatever the
+	// method (a GET or DELETE may carry one too), from the end of its
+	// headers; zero means 30s. Headers have 10s (ReadHeaderTimeout), and a
+	// keep-alive connection waits at most 30s for its next request
+	// (IdleTimeout).
 	BodyTimeout time.Duration
 	// Git, if set, reports the Git side's health for GET /api/v1/status
 	// and the machina_git_* metrics (read at each request and scrape);
@@ -236,9 +238,12 @@ func (s *Server) ServeMachine(ctx context.Context, ln net.Listener) error {
 	return s.serve(ctx, ln, s.machine)
 }
 
-// serve answers h on ln: at most MaxConnsPerIP connections per source
-// address (further ones closed at accept and counted), headers within
-// 10s and bodies within BodyTimeout.
+// serve answers h on ln: headers within 10s, bodies (any method) within
+// BodyTimeout, idle keep-alive connections closed after 30s. ln is wrapped
+// with connlimit (MaxConnsPerIP per source address, further ones closed at
+// accept and counted) unless it already is a connlimit listener (it has a
+// Limits method: the controller passes listeners with their descriptor
+// budgets, see connlimit.Budget).
 func (s *Server) serve(ctx context.Context, ln net.Listener, h http.Handler) error {
 	maxConns, bodyTimeout := s.cfg.MaxConnsPerIP, s.cfg.BodyTimeout
 	if maxConns <= 0 {
@@ -247,17 +252,11 @@ func (s *Server) serve(ctx context.Context, ln net.Listener, h http.Handler) err
 	if bodyTimeout <= 0 {
 		bodyTimeout = 30 * time.Second
 	}
-	ln = connlimit.PerIP(ln, maxConns, &s.connsRefused)
+	if _, limited := ln.(interface{ Limits() *connlimit.Listener }); !limited {
+		ln = connlimit.PerIP(ln, maxConns, &s.connsRefused)
+	}
 	hs := &http.Server{
-		// A body is read within BodyTimeout (a slow body no longer holds a
-		// connection and its descriptor indefinitely). Not ReadTimeout:
-		// its deadline would also cut the event streams' long-lived GETs.
-		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if r.Method == http.MethodPost || r.Method == http.MethodPut || r.Method == http.MethodPatch {
-				_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(bodyTimeout))
-			}
-			h.ServeHTTP(w, r)
-		}),
+		Handler:           withBodyDeadline(h, bodyTimeout),
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       30 * time.Second, // thousands of machines each leave a keep-alive connection (8 KiB of buffers) behind; no WriteTimeout: SSE streams are long-lived
 		BaseContext:       func(net.Listener) context.Context { return ctx },
@@ -277,6 +276,25 @@ func (s *Server) serve(ctx context.Context, ln net.Listener, h http.Handler) err
 	}
 	<-errc
 	return nil
+}
+
+// withBodyDeadline gives every request that has a body, whatever its
+// method, a read deadline of d from the end of its headers, covering the
+// handler's reads and net/http's discard of an unread body after the
+// handler returns (so a slow body on a GET or DELETE no longer holds a
+// connection and its descriptor indefinitely: the deadline used to be set
+// for POST, PUT and PATCH only). A request without a body (Content-Length
+// 0, no Transfer-Encoding) gets none: there is nothing left to read, and a
+// deadline would cancel the request context of the event streams'
+// long-lived GETs when net/http's background read hit it. Not ReadTimeout,
+// for the same reason.
+func withBodyDeadline(h http.Handler, d time.Duration) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ContentLength != 0 || len(r.TransferEncoding) > 0 {
+			_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(d))
+		}
+		h.ServeHTTP(w, r)
+	})
 }
 
 // HandleAdmin mounts h at pattern (a Go 1.22 ServeMux pattern such as

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/machina-metal/machina/internal/connlimit"
 	"github.com/machina-metal/machina/join"
 )
 
@@ -79,6 +80,18 @@ func adminTLSAddr(listen string, cfg AdminTLS) string {
 // configured at listen, or returns nil, "" when none is needed (loopback,
 // no AdminTLS.Listen). url is https://<bound address>.
 func ListenAdminTLS(listen string, cfg AdminTLS, ca *join.CA) (ln net.Listener, url string, err error) {
+	return listenAdminTLS(listen, cfg, ca, nil)
+}
+
+// ListenAdminTLSLimited is ListenAdminTLS with the TCP listener under TLS
+// wrapped by connlimit.New(raw, lim) (its own connection budget, refused
+// connections closed before any handshake); api.Server.Serve then uses it
+// as it is.
+func ListenAdminTLSLimited(listen string, cfg AdminTLS, ca *join.CA, lim connlimit.Config) (ln net.Listener, url string, err error) {
+	return listenAdminTLS(listen, cfg, ca, &lim)
+}
+
+func listenAdminTLS(listen string, cfg AdminTLS, ca *join.CA, lim *connlimit.Config) (ln net.Listener, url string, err error) {
 	addr := adminTLSAddr(listen, cfg)
 	if addr == "" {
 		return nil, "", nil
@@ -116,7 +129,11 @@ func ListenAdminTLS(listen string, cfg AdminTLS, ca *join.CA) (ln net.Listener, 
 			host = h
 		}
 	}
-	return tls.NewListener(raw, tc), "https://" + net.JoinHostPort(host, port), nil
+	url = "https://" + net.JoinHostPort(host, port)
+	if lim != nil {
+		return connlimit.TLS(connlimit.New(raw, *lim), tc), url, nil
+	}
+	return tls.NewListener(raw, tc), url, nil
 }
 
 // adminNames lists the certificate's subject alternative names.

@@ -69,6 +69,7 @@ type wiring struct {
 	netRuns     []func(context.Context) error
 	bootHandler *ipxe.Handler
 
+	conns    *ConnBudget // the listeners' shares of RLIMIT_NOFILE
 	adminLn  net.Listener
 	adminURL string
 	joinLn   net.Listener
@@ -259,6 +260,12 @@ func (w *wiring) listen() (func(), error) {
 	w.srv, err = api.New(api.Config{Store: w.st, Logger: w.log.With("component", "api"), Registry: w.reg, MaxConnsPerIP: w.cfg.MaxConnsPerIP,
 		Git: w.gitHealth})
 	if err != nil {
+		return stop, fmt.Errorf("controller: %w", err)
+	}
+	if w.conns, err = NewConnBudget(); err != nil {
+		return stop, err
+	}
+	if err := w.reg.Register(w.conns); err != nil {
 		return stop, fmt.Errorf("controller: %w", err)
 	}
 	return stop, nil
@@ -481,17 +488,20 @@ func (w *wiring) join() (func(), error) {
 			stops[i]()
 		}
 	}
-	if w.adminLn, w.adminURL, err = ListenAdminTLS(w.cfg.Listen, w.cfg.AdminTLS, ca); err != nil {
+	if w.adminLn, w.adminURL, err = ListenAdminTLSLimited(w.cfg.Listen, w.cfg.AdminTLS, ca, w.adminLimits()); err != nil {
 		return nil, fmt.Errorf("controller: %w", err)
 	}
 	if w.adminLn != nil {
 		stops = append(stops, func() { _ = w.adminLn.Close() })
 		w.srv.SetAdminURL(w.adminURL)
+		w.conns.Add("admin", w.adminLn)
 	}
 	if w.joinLn, err = net.Listen("tcp", w.cfg.JoinListen); err != nil {
 		return stop, fmt.Errorf("controller: join listen %s: %w", w.cfg.JoinListen, err)
 	}
 	stops = append(stops, func() { _ = w.joinLn.Close() })
+	w.limitListeners()
+	joinLim := limited(w.joinLn)
 	w.joinURL = w.cfg.JoinURL
 	if w.joinURL == "" {
 		w.joinURL = "https://" + w.joinLn.Addr().String()
@@ -510,10 +520,9 @@ func (w *wiring) join() (func(), error) {
 	if err := join.RegisterAdmin(w.srv, w.joinSrv, api.Actor); err != nil {
 		return stop, err
 	}
-	js := w.joinSrv
 	if err := w.reg.Register(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "machina_join_conns_refused_total",
-		Help: "Join listener connections closed at accept because their source address had 64 open."},
-		func() float64 { return float64(js.ConnsRefused()) })); err != nil {
+		Help: "Join listener connections closed at accept: their source address had 64 open, or the listener was at its budget (machina_listener_conns_refused_total{listener=\"join\"} by reason)."},
+		func() float64 { st := joinLim.Stats(); return float64(st.RefusedPerIP + st.RefusedBudget) })); err != nil {
 		return stop, fmt.Errorf("controller: %w", err)
 	}
 	if err := registerJoinMetrics(w.reg, js); err != nil {

@@ -111,7 +111,7 @@ type Server struct {
 	// fencedBeats heartbeats from fenced hosts (FencedHeartbeats).
 	beatsLimited, fencedBeats atomic.Int64
 	// connsRefused counts connections Serve closed at accept (their
-	// address had maxConnsPerIP open): ConnsRefused.
+	// address had MaxConnsPerIP open): ConnsRefused.
 	connsRefused atomic.Int64
 }
 
@@ -126,8 +126,10 @@ func (s *Server) HeartbeatsLimited() int64 { return s.beatsLimited.Load() }
 func (s *Server) FencedHeartbeats() int64 { return s.fencedBeats.Load() }
 
 // ConnsRefused is the number of connections Serve's listener closed at
-// accept because their source address already had maxConnsPerIP (64)
-// open; the controller exports it as machina_join_conns_refused_total.
+// accept because their source address already had MaxConnsPerIP (64)
+// open, when Serve wrapped the listener itself; a caller that passes a
+// connlimit listener (the controller, which exports
+// machina_join_conns_refused_total from it) counts its own.
 func (s *Server) ConnsRefused() int64 { return s.connsRefused.Load() }
 
 // Join errors answered with these v1.Error codes.
@@ -223,7 +225,12 @@ func (s *Server) TLSConfig() (*tls.Config, error) {
 }
 
 // Serve answers TLS on ln until ctx is done, then drains for up to 5s,
-// closes ln and returns nil.
+// closes ln and returns nil. A request has 10s for its headers and 30s in
+// all (ReadTimeout: every join route is a short exchange), and an idle
+// keep-alive connection is closed after 30s. ln is wrapped with connlimit
+// (MaxConnsPerIP, 64, per source address) unless it is a connlimit
+// listener already (it has a Limits method); either way it must be plain
+// TCP: Serve adds TLS.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	tc, err := s.TLSConfig()
 	if err != nil {
@@ -238,9 +245,13 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		BaseContext:       func(net.Listener) context.Context { return ctx },
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
 	}
-	// One address holds at most maxConnsPerIP connections (TLS
-	// handshakes included): further ones are closed at accept.
-	ln = connlimit.PerIP(ln, maxConnsPerIP, &s.connsRefused)
+	// One address holds at most MaxConnsPerIP connections (TLS
+	// handshakes included): further ones are closed at accept. A
+	// listener the caller already wrapped with connlimit (the
+	// controller's, with its descriptor budget) is used as it is.
+	if _, limited := ln.(interface{ Limits() *connlimit.Listener }); !limited {
+		ln = connlimit.PerIP(ln, MaxConnsPerIP, &s.connsRefused)
+	}
 	errc := make(chan error, 1)
 	go func() { errc <- hs.ServeTLS(ln, "", "") }()
 	select {

@@ -20,6 +20,7 @@ import (
 	"github.com/machina-metal/machina/api"
 	"github.com/machina-metal/machina/boot"
 	"github.com/machina-metal/machina/controller"
+	"github.com/machina-metal/machina/internal/connlimit"
 	"github.com/machina-metal/machina/join"
 	"github.com/machina-metal/machina/state"
 	"github.com/spf13/cobra"
@@ -104,16 +105,38 @@ func (c ServeConfig) Run(ctx context.Context) error {
 			return fmt.Errorf("serve: CA: %w", err)
 		}
 	}
-	adminLn, adminURL, err := controller.ListenAdminTLS(c.Listen, c.AdminTLS, ca)
+	// Each listener gets its share of RLIMIT_NOFILE, as under the
+	// controller (docs/operations.md, "Connection budgets").
+	conns, err := controller.NewConnBudget()
 	if err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
-	ln, err := net.Listen("tcp", c.Listen)
+	b := conns.Budget()
+	adminLn, adminURL, err := controller.ListenAdminTLSLimited(c.Listen, c.AdminTLS, ca, connlimit.Config{Name: "admin",
+		MaxPerIP: api.DefaultMaxConnsPerIP, MaxTotal: b.Admin, Refused: srv.ConnsRefused(), Logger: log.With("component", "api")})
+	if err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
+	conns.Add("admin", adminLn)
+	raw, err := net.Listen("tcp", c.Listen)
 	if err != nil {
 		if adminLn != nil {
 			adminLn.Close()
 		}
 		return fmt.Errorf("serve: listen %s: %w", c.Listen, err)
+	}
+	name, total := "machine", b.Machine
+	if adminLn == nil {
+		name, total = "api", b.Machine+b.Admin
+	}
+	ln := conns.Wrap(raw, connlimit.Config{Name: name, MaxPerIP: api.DefaultMaxConnsPerIP, MaxTotal: total, Refused: srv.ConnsRefused(),
+		Logger: log.With("component", "api")})
+	if err := srv.Registry().Register(conns); err != nil {
+		ln.Close()
+		if adminLn != nil {
+			adminLn.Close()
+		}
+		return fmt.Errorf("serve: %w", err)
 	}
 	return c.serve(ctx, st, srv, ln, adminLn, adminURL, log)
 }

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -88,6 +89,18 @@ func TestServeRunsAPIAndStops(t *testing.T) {
 	resp.Body.Close()
 	if string(who) != "ops" {
 		t.Errorf("handler mounted in Setup answered %q", who)
+	}
+	// The one loopback listener has the machine and admin shares of the
+	// descriptor budget (docs/operations.md, "Connection budgets").
+	mresp, err := http.Get("http://" + addr.String() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics, _ := io.ReadAll(mresp.Body)
+	mresp.Body.Close()
+	if !regexp.MustCompile(`(?m)^machina_listener_conns_budget\{listener="api"\} [1-9]`).Match(metrics) ||
+		!regexp.MustCompile(`(?m)^machina_listener_conns_open\{listener="api"\} [1-9]`).Match(metrics) {
+		t.Errorf("metrics: no budget and open connections for the api listener:\n%s", grepLines(string(metrics), "machina_listener_"))
 	}
 	// A second controller on the same file fails at once with a clear message.
 	var errb bytes.Buffer
@@ -204,4 +217,15 @@ func TestUsageErrorsExit2(t *testing.T) {
 	if out.Len() != 0 {
 		t.Errorf("stdout = %q, want no token printed", out.String())
 	}
+}
+
+// grepLines returns the lines of s that contain sub.
+func grepLines(s, sub string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
 }

@@ -1,40 +1,147 @@
-// Package connlimit caps the open connections per source address of a
-// listener, so one address cannot hold every file descriptor of a host
-// (issue 23: slow request bodies on an unauthenticated route held 20,000
-// of 20,000). The admin/machine listener (api) and the join listener
-// (join) use it. Imports only the standard library.
+// Package connlimit bounds the connections a listener holds open, so that
+// no inbound load can take every file descriptor of the process: a cap per
+// source address (slow request bodies from one address once held 20,000 of
+// 20,000), a total per listener derived from RLIMIT_NOFILE (Budget: slow
+// GETs from 80 addresses, each under the per-address cap, held 19,999 of
+// 20,000 and stopped every other listener and all outbound work), and an
+// accept loop that backs off instead of spinning when the process is out
+// of descriptors (EMFILE, ENFILE). The machine-facing and admin listeners
+// (api), the join listener (join) and the controller's wiring use it.
+// Imports only the standard library.
 package connlimit
 
 import (
+	"crypto/tls"
 	"errors"
 	"io"
+	"log/slog"
 	"net"
 	"net/netip"
 	"sync"
 	"sync/atomic"
+	"syscall"
+	"time"
 )
 
-// PerIP wraps ln: a connection from an address that already has max open
-// is closed at once and counted in refused (nil: not counted); Accept
-// never fails for it. Closing an accepted connection frees its slot
-// (once, however often Close is called). An accepted connection keeps the
-// underlying one's ReadFrom (a *net.TCPConn's: sendfile(2) and splice(2),
-// which net/http uses for file bodies only when the connection it serves
-// has it) and CloseWrite (net/http's half-close before closing a
-// connection with unread request body). Safe for concurrent use.
-func PerIP(ln net.Listener, max int, refused *atomic.Int64) net.Listener {
-	if refused == nil {
-		refused = new(atomic.Int64)
-	}
-	return &perIPListener{Listener: ln, max: max, open: map[peer]int{}, refused: refused}
+// Config configures New. Every zero value is usable.
+type Config struct {
+	// Name names the listener in log lines ("machine", "admin", "join");
+	// "" logs the listener's address.
+	Name string
+	// MaxPerIP caps the open connections of one source address; a further
+	// one is closed at accept and counted (Stats.RefusedPerIP). Zero: no
+	// cap per address.
+	MaxPerIP int
+	// MaxTotal caps the open connections of the listener (its descriptor
+	// budget, see Budget). At the cap a new connection from an address
+	// that holds at least two fewer than the address holding the most is
+	// admitted by closing that address's oldest connection (Stats.Evicted:
+	// under a flood from many addresses a machine with one connection is
+	// still served); any other is closed at accept (Stats.RefusedBudget).
+	// Zero: no total cap.
+	MaxTotal int
+	// Refused, if not nil, is also incremented for every connection closed
+	// at accept (either cap), for counters kept by the caller.
+	Refused *atomic.Int64
+	// Logger receives one Warn line when Accept starts backing off on
+	// EMFILE or ENFILE and at most one a minute while it goes on, and one
+	// when the listener first reaches MaxTotal and at most one a minute
+	// while it stays there; nil discards.
+	Logger *slog.Logger
 }
 
-type perIPListener struct {
+// Stats is a snapshot of a Listener's counters.
+type Stats struct {
+	// Open is the number of connections accepted and not yet closed.
+	Open int
+	// MaxTotal is Config.MaxTotal (0: none).
+	MaxTotal int
+	// RefusedPerIP counts connections closed at accept because their
+	// address had MaxPerIP open.
+	RefusedPerIP int64
+	// RefusedBudget counts connections closed at accept because the
+	// listener had MaxTotal open and their address was not under its share.
+	RefusedBudget int64
+	// Evicted counts open connections closed to admit one from an address
+	// holding fewer (see Config.MaxTotal).
+	Evicted int64
+	// AcceptErrors counts accept(2) failures Accept backed off from
+	// (EMFILE, ENFILE, ENOBUFS, ENOMEM).
+	AcceptErrors int64
+}
+
+// Listener is a net.Listener with the caps of its Config. Accept never
+// returns an error for a refused connection or a temporary accept(2)
+// failure. An accepted connection keeps the underlying one's ReadFrom (a
+// *net.TCPConn's: sendfile(2) and splice(2), which net/http uses for file
+// bodies only when the connection it serves has it) and CloseWrite
+// (net/http's half-close before closing a connection with unread request
+// body); closing it frees its slot once, however often Close is called.
+// Safe for concurrent use.
+type Listener struct {
 	net.Listener
-	max     int
-	mu      sync.Mutex
-	open    map[peer]int
-	refused *atomic.Int64
+	cfg  Config
+	log  *slog.Logger
+	done chan struct{}
+	stop sync.Once
+
+	mu    sync.Mutex
+	peers map[peer]*peerConns
+	total int
+	// byCount[n] holds the peers with n open connections (n >= 1), so that
+	// the address holding the most is found without a scan of every peer.
+	byCount []map[peer]struct{}
+	maxN    int
+
+	refusedPerIP, refusedBudget, evicted, acceptErrors atomic.Int64
+	// lastFullLog and lastErrLog pace the Warn lines (unix nanoseconds).
+	lastFullLog, lastErrLog atomic.Int64
+}
+
+// peerConns is the open connections of one address, oldest first.
+type peerConns struct {
+	n          int
+	head, tail *countedConn
+}
+
+// New wraps ln with the caps of cfg.
+func New(ln net.Listener, cfg Config) *Listener {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	name := cfg.Name
+	if name == "" {
+		name = ln.Addr().String()
+	}
+	return &Listener{Listener: ln, cfg: cfg, log: cfg.Logger.With("listener", name), done: make(chan struct{}),
+		peers: map[peer]*peerConns{}, byCount: []map[peer]struct{}{nil}}
+}
+
+// PerIP wraps ln with a cap of max open connections per source address
+// and no total (New with Config.MaxPerIP); refused (nil: not counted) is
+// incremented for each connection closed at accept.
+func PerIP(ln net.Listener, max int, refused *atomic.Int64) net.Listener {
+	return New(ln, Config{MaxPerIP: max, Refused: refused})
+}
+
+// Limits returns l itself: servers that wrap a listener they are given
+// (api.Server.Serve) look for this method, also on a TLS listener built
+// over l (see TLS), so as not to wrap it twice.
+func (l *Listener) Limits() *Listener { return l }
+
+// Stats returns the listener's counters.
+func (l *Listener) Stats() Stats {
+	l.mu.Lock()
+	open := l.total
+	l.mu.Unlock()
+	return Stats{Open: open, MaxTotal: l.cfg.MaxTotal, RefusedPerIP: l.refusedPerIP.Load(), RefusedBudget: l.refusedBudget.Load(),
+		Evicted: l.evicted.Load(), AcceptErrors: l.acceptErrors.Load()}
+}
+
+// Close closes the underlying listener and ends a back-off wait in Accept.
+func (l *Listener) Close() error {
+	l.stop.Do(func() { close(l.done) })
+	return l.Listener.Close()
 }
 
 // peer is a connection's source: its IP address (IPv4-mapped IPv6
@@ -45,8 +152,8 @@ type peer struct {
 }
 
 // peerOf is c's source: the netip.Addr of a *net.TCPAddr (no string built
-// or parsed per connection: a boot storm opens a thousand at once, issue
-// 24), else the host of RemoteAddr().String().
+// or parsed per connection: a boot storm opens a thousand at once), else
+// the host of RemoteAddr().String().
 func peerOf(c net.Conn) peer {
 	if a, ok := c.RemoteAddr().(*net.TCPAddr); ok {
 		if ip, ok := netip.AddrFromSlice(a.IP); ok {
@@ -63,53 +170,209 @@ func peerOf(c net.Conn) peer {
 	return peer{other: s}
 }
 
-func (l *perIPListener) Accept() (net.Conn, error) {
+// Backoff bounds of Accept after a temporary accept(2) failure: the first
+// wait, doubled per failure in a row up to the last (net/http's Serve uses
+// the same 5 ms to 1 s).
+const (
+	acceptBackoffMin = 5 * time.Millisecond
+	acceptBackoffMax = time.Second
+)
+
+// logEvery paces the Warn lines of a listener at its cap or backing off.
+const logEvery = time.Minute
+
+// temporary reports whether an accept(2) error is one to wait out: the
+// process or the host is out of descriptors or memory for sockets.
+func temporary(err error) bool {
+	return errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) ||
+		errors.Is(err, syscall.ENOBUFS) || errors.Is(err, syscall.ENOMEM)
+}
+
+// Accept returns the next connection within the caps. On EMFILE, ENFILE,
+// ENOBUFS or ENOMEM it waits (5 ms doubling to 1 s) and tries again rather
+// than returning the error, so that neither its caller nor net/http spins;
+// the connection stays in the kernel's backlog meanwhile. Errors: those of
+// the underlying Accept, e.g. net.ErrClosed after Close.
+func (l *Listener) Accept() (net.Conn, error) {
+	var backoff time.Duration
 	for {
 		c, err := l.Listener.Accept()
 		if err != nil {
-			return nil, err
-		}
-		p := peerOf(c)
-		l.mu.Lock()
-		if l.open[p] >= l.max {
-			l.mu.Unlock()
-			l.refused.Add(1)
-			_ = c.Close()
+			if !temporary(err) {
+				return nil, err
+			}
+			n := l.acceptErrors.Add(1)
+			if backoff == 0 {
+				backoff = acceptBackoffMin
+			} else if backoff *= 2; backoff > acceptBackoffMax {
+				backoff = acceptBackoffMax
+			}
+			if pace(&l.lastErrLog) {
+				l.log.Warn("accept failed: backing off", "err", err, "backoff", backoff, "accept_errors_total", n)
+			}
+			t := time.NewTimer(backoff)
+			select {
+			case <-t.C:
+			case <-l.done:
+				t.Stop()
+			}
 			continue
 		}
-		l.open[p]++
-		l.mu.Unlock()
-		return &countedConn{Conn: c, l: l, p: p}, nil
+		backoff = 0
+		if cc := l.admit(c); cc != nil {
+			return cc, nil
+		}
 	}
 }
 
-// release frees one slot of p.
-func (l *perIPListener) release(p peer) {
+// pace reports whether a paced log line is due (none within logEvery), and
+// if so records now.
+func pace(last *atomic.Int64) bool {
+	now := time.Now().UnixNano()
+	prev := last.Load()
+	return (prev == 0 || now-prev >= int64(logEvery)) && last.CompareAndSwap(prev, now)
+}
+
+// admit counts c in, or closes it (refused) and returns nil.
+func (l *Listener) admit(c net.Conn) *countedConn {
+	p := peerOf(c)
 	l.mu.Lock()
-	if l.open[p]--; l.open[p] <= 0 {
-		delete(l.open, p)
+	pc := l.peers[p]
+	have := 0
+	if pc != nil {
+		have = pc.n
 	}
+	var victim *countedConn
+	switch {
+	case l.cfg.MaxPerIP > 0 && have >= l.cfg.MaxPerIP:
+		l.mu.Unlock()
+		l.refusedPerIP.Add(1)
+		l.refuse(c)
+		return nil
+	case l.cfg.MaxTotal > 0 && l.total >= l.cfg.MaxTotal:
+		if l.maxN < have+2 {
+			l.mu.Unlock()
+			n := l.refusedBudget.Add(1)
+			if pace(&l.lastFullLog) {
+				l.log.Warn("listener at its connection budget: refusing connections", "max_total", l.cfg.MaxTotal, "refused_budget_total", n)
+			}
+			l.refuse(c)
+			return nil
+		}
+		// The heaviest address holds two or more than c's: its oldest
+		// connection makes room.
+		for q := range l.byCount[l.maxN] {
+			victim = l.peers[q].head
+			break
+		}
+		l.remove(victim)
+	}
+	cc := &countedConn{Conn: c, l: l, p: p}
+	l.add(cc)
 	l.mu.Unlock()
+	if victim != nil {
+		l.evicted.Add(1)
+		_ = victim.Conn.Close()
+	}
+	return cc
 }
 
+// refuse closes a connection refused at accept.
+func (l *Listener) refuse(c net.Conn) {
+	if l.cfg.Refused != nil {
+		l.cfg.Refused.Add(1)
+	}
+	_ = c.Close()
+}
+
+// setCount moves p from bucket from to bucket to (0: none). l.mu held.
+func (l *Listener) setCount(p peer, from, to int) {
+	if from > 0 {
+		delete(l.byCount[from], p)
+	}
+	if to > 0 {
+		for len(l.byCount) <= to {
+			l.byCount = append(l.byCount, nil)
+		}
+		if l.byCount[to] == nil {
+			l.byCount[to] = map[peer]struct{}{}
+		}
+		l.byCount[to][p] = struct{}{}
+		if to > l.maxN {
+			l.maxN = to
+		}
+	}
+	for l.maxN > 0 && len(l.byCount[l.maxN]) == 0 {
+		l.maxN--
+	}
+}
+
+// add counts c in as its peer's newest connection. l.mu held.
+func (l *Listener) add(c *countedConn) {
+	pc := l.peers[c.p]
+	if pc == nil {
+		pc = &peerConns{}
+		l.peers[c.p] = pc
+	}
+	c.prev, c.next = pc.tail, nil
+	if pc.tail != nil {
+		pc.tail.next = c
+	} else {
+		pc.head = c
+	}
+	pc.tail = c
+	pc.n++
+	l.total++
+	l.setCount(c.p, pc.n-1, pc.n)
+}
+
+// remove counts c out, once: false if it already was. l.mu held.
+func (l *Listener) remove(c *countedConn) bool {
+	if c.released {
+		return false
+	}
+	c.released = true
+	pc := l.peers[c.p]
+	if c.prev != nil {
+		c.prev.next = c.next
+	} else {
+		pc.head = c.next
+	}
+	if c.next != nil {
+		c.next.prev = c.prev
+	} else {
+		pc.tail = c.prev
+	}
+	c.prev, c.next = nil, nil
+	pc.n--
+	l.total--
+	l.setCount(c.p, pc.n+1, pc.n)
+	if pc.n == 0 {
+		delete(l.peers, c.p)
+	}
+	return true
+}
+
+// countedConn is an accepted connection holding a slot of its listener.
 type countedConn struct {
 	net.Conn
-	l        *perIPListener
-	p        peer
-	released atomic.Bool
+	l          *Listener
+	p          peer
+	prev, next *countedConn // the peer's connections, oldest first; l.mu
+	released   bool         // l.mu
 }
 
 func (c *countedConn) Close() error {
-	if c.released.CompareAndSwap(false, true) {
-		c.l.release(c.p)
-	}
+	c.l.mu.Lock()
+	c.l.remove(c)
+	c.l.mu.Unlock()
 	return c.Conn.Close()
 }
 
 // ReadFrom is the underlying connection's, so that http.ServeContent of an
 // *os.File goes out with sendfile(2): without it net/http copies every
-// file through a 32 KiB user-space buffer (issue 24: the ramdisk step of
-// a boot storm spent 80 % of the server's CPU in that read and write).
+// file through a 32 KiB user-space buffer (a boot storm's ramdisk step
+// spent 80 % of the server's CPU in that read and write).
 func (c *countedConn) ReadFrom(r io.Reader) (int64, error) {
 	if rf, ok := c.Conn.(io.ReaderFrom); ok {
 		return rf.ReadFrom(r)
@@ -125,3 +388,18 @@ func (c *countedConn) CloseWrite() error {
 	}
 	return errors.ErrUnsupported
 }
+
+// TLS returns tls.NewListener(l, cfg) with l's Limits method, so that a
+// server given it does not wrap it again. l counts the TCP connections, so
+// a refused one is closed before any handshake.
+func TLS(l *Listener, cfg *tls.Config) net.Listener {
+	return tlsListener{Listener: tls.NewListener(l, cfg), l: l}
+}
+
+type tlsListener struct {
+	net.Listener
+	l *Listener
+}
+
+// Limits returns the Listener under the TLS layer.
+func (t tlsListener) Limits() *Listener { return t.l }
