@@ -119,6 +119,11 @@ type BMCFacts struct {
 	// ResetUnverified is why the last reset or cycle the controller sent
 	// was not proven (the BMC offered no evidence), "" after a verified one.
 	ResetUnverified string `json:"resetUnverified,omitempty"`
+	// Quirks are the boot-override quirks learned from this BMC by reading
+	// overrides back (bmc.BootQuirk names: bootFlagsNotPersistent,
+	// bootModeIgnored, bootDeviceAtPowerOn), sorted, each once. Status
+	// shows them as bmcQuirks.
+	Quirks []string `json:"quirks,omitempty"`
 }
 
 // Enrolment records how an auto-enrolled server came in and where its
