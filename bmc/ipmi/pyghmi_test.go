@@ -1,8 +1,12 @@
 package ipmi
 
 import (
+	"bytes"
 	"errors"
+	"io"
+	"log/slog"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/machina-metal/machina/bmc"
@@ -113,5 +117,62 @@ func TestBootDeviceAtPowerOnAgainstPyghmi(t *testing.T) {
 	boots, _ := b.Boots()
 	if want := []string{"power-on network", "reset network", "power-on hd"}; !slices.Equal(boots, want) {
 		t.Errorf("boots = %q, want %q", boots, want)
+	}
+}
+
+// TestCipherSuiteNegotiatedAgainstPyghmi: pyghmi's RMCP+ server answers a
+// request for cipher suite 17 with suite 3's algorithms. The driver names
+// what the BMC answered (Security and the log line), not what it asked
+// for; with a minimum of 17 the session is refused naming both.
+func TestCipherSuiteNegotiatedAgainstPyghmi(t *testing.T) {
+	b := pyghmibmc.Start(t, pyghmibmc.Config{})
+	var logs bytes.Buffer
+	d := newDriver(t, b.Addr(), "admin", "password", func(c *Config) {
+		c.Logger = slog.New(slog.NewTextHandler(io.MultiWriter(&logs, t.Output()), nil))
+	})
+	ctx := testCtx(t)
+	if _, err := d.PowerState(ctx); err != nil {
+		t.Fatal(err)
+	}
+	want := Security{Requested: 17, Suite: 3, Authentication: "RAKP-HMAC-SHA1", Integrity: "HMAC-SHA1-96", Confidentiality: "AES-CBC-128"}
+	if got := d.Security(); got != want {
+		t.Errorf("Security() = %+v, want %+v", got, want)
+	}
+	for _, w := range []string{"requestedCipherSuite=17 cipherSuite=3 authentication=RAKP-HMAC-SHA1 integrity=HMAC-SHA1-96 confidentiality=AES-CBC-128"} {
+		if !strings.Contains(logs.String(), w) {
+			t.Errorf("log lacks %q:\n%s", w, logs.String())
+		}
+	}
+	if strings.Contains(logs.String(), "strongest") {
+		t.Errorf("log claims the strongest suite:\n%s", logs.String())
+	}
+
+	strict := newDriver(t, b.Addr(), "admin", "password", func(c *Config) { c.MinCipherSuite = CipherSuite17 })
+	_, err := strict.PowerState(ctx)
+	if !errors.Is(err, bmc.ErrUnsupported) {
+		t.Fatalf("minimum 17: PowerState = %v, want bmc.ErrUnsupported", err)
+	}
+	for _, w := range []string{"minimum cipher suite 17", "asked cipher suite 17, the BMC answered with cipher suite 3 (RAKP-HMAC-SHA1, HMAC-SHA1-96, AES-CBC-128)"} {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("error %q lacks %q", err, w)
+		}
+	}
+}
+
+// TestMinCipherSuiteValidated: the minimum is 3 or 17; suites 0-2 (and
+// the MD5 and RC4 ones) are never accepted, as a minimum or as a suite to
+// try.
+func TestMinCipherSuiteValidated(t *testing.T) {
+	for _, m := range []uint8{1, 2, 8, 12} {
+		if _, err := New(Config{Address: "127.0.0.1", Username: "u", MinCipherSuite: m}); err == nil || !strings.Contains(err.Error(), "want 3 or 17") {
+			t.Errorf("MinCipherSuite %d: New = %v, want an error", m, err)
+		}
+	}
+	if _, err := New(Config{Address: "127.0.0.1", Username: "u", CipherSuites: []uint8{0, 1, 2}}); err == nil || !strings.Contains(err.Error(), "none at or above the minimum cipher suite 3") {
+		t.Errorf("CipherSuites 0-2: New = %v, want an error", err)
+	}
+	d, err := New(Config{Address: "127.0.0.1", Username: "u", MinCipherSuite: 17})
+	if err != nil || !slices.Equal(d.cfg.CipherSuites, []uint8{17}) {
+		t.Errorf("minimum 17: suites %v, %v; want [17]", d.cfg.CipherSuites, err)
 	}
 }
