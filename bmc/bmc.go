@@ -135,6 +135,16 @@ type HealthReader interface {
 	Health(ctx context.Context) (power PowerState, health string, err error)
 }
 
+// SecurityReporter is an optional capability of a Driver whose sessions
+// negotiate their protection: it names what the last session runs with,
+// as the BMC answered (IPMI: the cipher suite and the authentication,
+// integrity and confidentiality algorithms of the RMCP+ Open Session
+// Response, IPMI v2.0 §13.17, e.g. "cipher suite 3 (RAKP-HMAC-SHA1,
+// HMAC-SHA1-96, AES-CBC-128)"); "" before the first session.
+type SecurityReporter interface {
+	SessionSecurity() string
+}
+
 // Console is an optional capability of a Driver whose BMC offers a serial
 // console (IPMI Serial-over-LAN, IPMI v2.0 §15). Callers type-assert a
 // Driver to Console; a Driver without it has no console, and callers answer

@@ -73,7 +73,11 @@ type ServerStatus struct {
 	// BMCQuirks are the boot-override quirks learned from the server's
 	// BMC (state.BMCFacts.Quirks), rendered sorted as bmcQuirks.
 	BMCQuirks []string
-	Hardware  Hardware
+	// BMCSecurity is what the BMC's last session negotiated, as the BMC
+	// answered (state.BMCFacts.Security), rendered as bmcSecurity; "" is
+	// not rendered.
+	BMCSecurity string
+	Hardware    Hardware
 	// Profile is the profile the server is allocated to ("" if none).
 	Profile string
 	// Allocation says why or how it is allocated ("auto", "pinned"), "".

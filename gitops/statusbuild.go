@@ -133,6 +133,7 @@ func (b *StatusBuilder) serverStatus(s state.Server, planConds []plan.Condition,
 	name := s.Name
 	ss := ServerStatus{Name: name, Lifecycle: string(s.Lifecycle), Power: string(s.Power.State), Health: s.Health, LastError: s.LastError}
 	ss.BMCQuirks = slices.Sorted(slices.Values(s.BMC.Quirks))
+	ss.BMCSecurity = s.BMC.Security
 	if s.Allocation != nil {
 		ss.Profile, ss.Allocation = s.Allocation.Profile, s.Allocation.Reason
 	}

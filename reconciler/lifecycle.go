@@ -39,7 +39,7 @@ func (c *Controller) updateIdentity(_ context.Context, x *stepCtx) error {
 		s.Zone, s.Site, s.Rack, s.BootMAC, s.BootMode = o.Zone, o.Site, o.Rack, o.BootMAC, o.BootMode
 		s.BMC.Driver, s.BMC.Address, s.BMC.Credentials = o.BMC.Driver, o.BMC.Address, o.BMC.Credentials
 		s.BMC.SystemID, s.BMC.InsecureTLS = o.BMC.SystemID, o.BMC.InsecureTLS
-		s.BMC.Auth, s.BMC.CABundle = o.BMC.Auth, o.BMC.CABundle
+		s.BMC.Auth, s.BMC.CABundle, s.BMC.MinCipherSuite = o.BMC.Auth, o.BMC.CABundle, o.BMC.MinCipherSuite
 		s.Stalled = ""
 		return nil
 	})

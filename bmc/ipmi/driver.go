@@ -118,7 +118,10 @@ type Driver struct {
 // 15 s for a call holding the driver's lock (Timeout x (Retries+1)) to end.
 var sessionMaxAge = 15 * time.Second // a var for the tests only
 
-var _ bmc.Driver = (*Driver)(nil)
+var (
+	_ bmc.Driver           = (*Driver)(nil)
+	_ bmc.SecurityReporter = (*Driver)(nil)
+)
 
 // New validates cfg and returns a driver. It does not contact the BMC: the
 // session is opened by the first call. Errors name the invalid field.

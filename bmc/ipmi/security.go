@@ -41,6 +41,9 @@ func (s Security) String() string {
 	return fmt.Sprintf("%s (%s, %s, %s)", suite, s.Authentication, s.Integrity, s.Confidentiality)
 }
 
+// SessionSecurity implements bmc.SecurityReporter: Security().String().
+func (d *Driver) SessionSecurity() string { return d.Security().String() }
+
 // Algorithm names, IPMI v2.0 tables 13-17 (authentication), 13-18
 // (integrity) and 13-19 (confidentiality).
 var (
