@@ -282,27 +282,7 @@ func (d *Driver) session(ctx context.Context) (*client.Client, error) {
 				weak = append(weak, fmt.Sprintf("asked cipher suite %d, the BMC answered with %s", s, offered))
 				continue
 			}
-			c.WithTimeout(d.cfg.Timeout).WithRetry(d.cfg.Retries)
-			if d.suite != s || d.security != sec {
-				// Say what was negotiated, once per change: the BMC's
-				// answer, not the request (a BMC may answer a request
-				// for suite 17 with suite 3's algorithms).
-				refused := make([]string, 0, len(errs))
-				for _, e := range errs {
-					refused = append(refused, e.Error())
-				}
-				d.log.Info("ipmi session opened", "requestedCipherSuite", s, "cipherSuite", sec.Suite,
-					"authentication", sec.Authentication, "integrity", sec.Integrity, "confidentiality", sec.Confidentiality,
-					"refused", refused, "took", time.Since(start))
-			}
-			d.c, d.suite, d.security, d.opened = c, s, sec, time.Now()
-			d.expire = time.AfterFunc(sessionMaxAge, func() {
-				d.mu.Lock()
-				defer d.mu.Unlock()
-				if d.c == c {
-					d.closeCurrent(context.Background())
-				}
-			})
+			d.adopt(c, s, sec, errs, time.Since(start))
 			return c, nil
 		}
 		if ctx.Err() != nil {
@@ -339,6 +319,33 @@ func (d *Driver) session(ctx context.Context) (*client.Client, error) {
 		return nil, fmt.Errorf("ipmi: open session: %w: %v", bmc.ErrUnreachable, joined)
 	}
 	return nil, fmt.Errorf("ipmi: open session: %w: no cipher suite of %v accepted: %v", bmc.ErrUnsupported, suites, joined)
+}
+
+// adopt makes c, opened with cipher suite s and negotiated as sec, the
+// current session, logging what was negotiated once per change (errs are
+// the suites refused before it). Called with d.mu held.
+func (d *Driver) adopt(c *client.Client, s uint8, sec Security, errs []error, took time.Duration) {
+	c.WithTimeout(d.cfg.Timeout).WithRetry(d.cfg.Retries)
+	if d.suite != s || d.security != sec {
+		// Say what was negotiated, once per change: the BMC's
+		// answer, not the request (a BMC may answer a request
+		// for suite 17 with suite 3's algorithms).
+		refused := make([]string, 0, len(errs))
+		for _, e := range errs {
+			refused = append(refused, e.Error())
+		}
+		d.log.Info("ipmi session opened", "requestedCipherSuite", s, "cipherSuite", sec.Suite,
+			"authentication", sec.Authentication, "integrity", sec.Integrity, "confidentiality", sec.Confidentiality,
+			"refused", refused, "took", took)
+	}
+	d.c, d.suite, d.security, d.opened = c, s, sec, time.Now()
+	d.expire = time.AfterFunc(sessionMaxAge, func() {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		if d.c == c {
+			d.closeCurrent(context.Background())
+		}
+	})
 }
 
 // joinedSuffix is "; other suites: ..." naming errs, "" when none.
