@@ -412,8 +412,10 @@ func (m *bmcMachine) offAndReadBack(ctx context.Context, dev bmc.BootDevice) err
 // enough for a deployed server, whose iPXE script boots the local disk
 // should it network-boot again; its quirks are learned. A BMC that
 // applies the device at the next power-on (VirtualBMC over libvirt) gets
-// a power-off, a read-back and a power-on when the machine runs: a reset
-// would not apply it.
+// a power-off and a read-back when the machine runs (a reset would not
+// apply it), then a power-on when the server is deployed: it boots its
+// disk; any other server stays off, as its agent powers it off after a
+// commissioning report or a wipe.
 func (m *bmcMachine) BootDisk(ctx context.Context) error {
 	drv, mode, log := m.drv, m.mode, m.log
 	want := bmc.BootOverride{Device: bmc.BootDisk, Persistent: true, Mode: mode}
@@ -448,6 +450,9 @@ func (m *bmcMachine) BootDisk(ctx context.Context) error {
 		if ps == bmc.PowerOn {
 			if err := m.offAndReadBack(ctx, bmc.BootDisk); err != nil {
 				return err
+			}
+			if m.obs.Lifecycle != state.LifecycleDeployed {
+				return nil // a commissioned or wiped machine stays off, as its agent left it
 			}
 			return m.Power(ctx, bmc.PowerActionOn)
 		}

@@ -20,7 +20,8 @@ import (
 // disk back and powers on, so the machine boots its disk, and succeeds
 // rather than failing on the read-back. A netboot afterwards treats the
 // one-time PXE override as unverifiable (disk is set back after the boot)
-// and powers off then on instead of resetting.
+// and powers off then on instead of resetting. A server that is not
+// deployed is left off.
 func TestQuirksLearnedAgainstPyghmi(t *testing.T) {
 	b := pyghmibmc.Start(t, pyghmibmc.Config{ApplyAtPowerOn: true})
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
@@ -77,6 +78,20 @@ func TestQuirksLearnedAgainstPyghmi(t *testing.T) {
 	}
 	if s, _ := st.Server("s1"); !s.BMC.RestoreDisk {
 		t.Error("RestoreDisk not set: a one-time override on a BMC that drops the persistent flag must not count as honoured")
+	}
+
+	// restore-disk on a server that is not deployed (its agent powers it
+	// off after a commissioning report): off and read back, not on again.
+	serverAt(t, st, "s2", state.LifecycleReady, nil)
+	obs, _ := st.Server("s2")
+	if err := c.machine(drv, obs, bmc.BootModeUEFI, testLogger(t)).BootDisk(ctx); err != nil {
+		t.Fatalf("BootDisk of a ready server: %v", err)
+	}
+	if ps, err := drv.PowerState(ctx); err != nil || ps != bmc.PowerOff {
+		t.Errorf("ready server after BootDisk: %v, %v; want off", ps, err)
+	}
+	if got, _ := b.Boots(); len(got) != len(boots) {
+		t.Errorf("boots %q after a ready server's BootDisk, want no new boot after %q", got, boots)
 	}
 }
 
