@@ -135,6 +135,16 @@ type HealthReader interface {
 	Health(ctx context.Context) (power PowerState, health string, err error)
 }
 
+// SecurityReporter is an optional capability of a Driver whose sessions
+// negotiate their protection: it names what the last session runs with,
+// as the BMC answered (IPMI: the cipher suite and the authentication,
+// integrity and confidentiality algorithms of the RMCP+ Open Session
+// Response, IPMI v2.0 §13.17, e.g. "cipher suite 3 (RAKP-HMAC-SHA1,
+// HMAC-SHA1-96, AES-CBC-128)"); "" before the first session.
+type SecurityReporter interface {
+	SessionSecurity() string
+}
+
 // Console is an optional capability of a Driver whose BMC offers a serial
 // console (IPMI Serial-over-LAN, IPMI v2.0 §15). Callers type-assert a
 // Driver to Console; a Driver without it has no console, and callers answer
@@ -240,6 +250,91 @@ func (e *OnceError) Error() string {
 // Unwrap returns ErrOnceNotHonoured.
 func (e *OnceError) Unwrap() error { return ErrOnceNotHonoured }
 
+// BootQuirk names one way a BMC departs from a boot override it accepted,
+// learned by reading the override back. The names are the ones status
+// shows (bmcQuirks).
+type BootQuirk string
+
+// Boot override quirks.
+const (
+	// QuirkBootFlagsNotPersistent: asked for a persistent override, the
+	// BMC reads back a one-time one. IPMI BMCs that keep only the device
+	// selector of boot-option parameter 5 do this (pyghmi's Bmc class and
+	// so VirtualBMC read back flags 0x80 whatever was written; so do some
+	// AMI MegaRAC and Supermicro X9/X10 firmware): whether the device
+	// stays for later boots is the BMC's business (VirtualBMC keeps it for
+	// every boot, a spec-following BMC clears it after the next boot or
+	// 60 s), so a one-time override on such a BMC is not verifiable either.
+	QuirkBootFlagsNotPersistent BootQuirk = "bootFlagsNotPersistent"
+	// QuirkBootModeIgnored: asked for a firmware mode (UEFI or legacy),
+	// the BMC reads back the other one (IPMI boot flags byte 1 bit 5
+	// cleared; the same BMCs as above). The firmware boots in the mode it
+	// is configured for.
+	QuirkBootModeIgnored BootQuirk = "bootModeIgnored"
+	// QuirkBootDeviceAtPowerOn: while the system runs, the BMC reads back
+	// the device it booted with, not the one just set; the new device
+	// applies at the next power-on from off and not at a reset.
+	// VirtualBMC over libvirt does this (it defines the inactive domain
+	// and reads the running one); so do BMCs whose boot order is a BIOS
+	// setting read at power-on. Power off, read back, then power on.
+	QuirkBootDeviceAtPowerOn BootQuirk = "bootDeviceAtPowerOn"
+)
+
+// KeptError is returned by SetBootOverride when the BMC accepted an
+// override and kept only part of it. Got is what it reads back; Quirks
+// says what was not kept (at least one). Callers that can reach their goal
+// anyway (a deployed server that boots its disk through the firmware's
+// boot order or a local-boot iPXE script; a power-off before the power-on
+// that applies the device) check it with errors.As; others fail on it.
+// Unwraps to ErrPartlyKept.
+type KeptError struct {
+	Want   BootOverride
+	Got    BootOverride
+	Quirks []BootQuirk
+}
+
+func (e *KeptError) Error() string {
+	got := "no override"
+	if e.Got.Device != "" {
+		got = string(e.Got.Device)
+		if e.Got.Persistent {
+			got += " persistent"
+		} else {
+			got += " once"
+		}
+		if e.Got.Mode != BootModeUnset {
+			got += " " + string(e.Got.Mode)
+		}
+	}
+	want := string(e.Want.Device)
+	if e.Want.Persistent {
+		want += " persistent"
+	} else {
+		want += " once"
+	}
+	if e.Want.Mode != BootModeUnset {
+		want += " " + string(e.Want.Mode)
+	}
+	qs := make([]string, len(e.Quirks))
+	for i, q := range e.Quirks {
+		qs[i] = string(q)
+	}
+	return fmt.Sprintf("bmc: boot override %s kept only in part (%s): the BMC reads back %s", want, strings.Join(qs, ", "), got)
+}
+
+// Unwrap returns ErrPartlyKept.
+func (e *KeptError) Unwrap() error { return ErrPartlyKept }
+
+// Has reports whether q is among e.Quirks.
+func (e *KeptError) Has(q BootQuirk) bool {
+	for _, x := range e.Quirks {
+		if x == q {
+			return true
+		}
+	}
+	return false
+}
+
 // ResetError is returned by Power for PowerActionReset and PowerActionCycle
 // when the BMC accepted the reset but showed no evidence that it happened
 // (no power-off observed, LastResetTime and BootProgress unchanged or
@@ -311,6 +406,9 @@ var (
 	// ErrOnceNotHonoured: a one-time boot override was not honoured; see
 	// *OnceError for what the BMC is set to now.
 	ErrOnceNotHonoured = errors.New("bmc: one-time boot override not honoured")
+	// ErrPartlyKept: a boot override was accepted and kept only in part;
+	// see *KeptError for what the BMC reads back and which quirks it has.
+	ErrPartlyKept = errors.New("bmc: boot override kept only in part")
 	// ErrUnverified: a reset or cycle was accepted but nothing proved it
 	// happened; see *ResetError.
 	ErrUnverified = errors.New("bmc: reset not verified")

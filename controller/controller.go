@@ -145,6 +145,12 @@ type Config struct {
 	// a tenth of it after start, at most a minute); zero means
 	// DefaultBMCWatchInterval (10 min), negative turns the sweep off.
 	BMCWatchInterval time.Duration
+	// IPMIMinCipherSuite is the weakest RMCP+ cipher suite an IPMI BMC's
+	// session may run with, judged by the algorithms the BMC answers with:
+	// 3 or 17; zero means 3. servers.yaml bmc.minCipherSuite overrides it
+	// per server. A BMC answering with less is refused (BMCReachable=False
+	// naming the suite it offered and the minimum).
+	IPMIMinCipherSuite uint8
 	// Heartbeat is the interval joined hosts are told to heartbeat at, in
 	// whole seconds (rounded, at least 1s); zero means 30s.
 	Heartbeat time.Duration

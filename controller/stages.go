@@ -302,8 +302,14 @@ func (w *wiring) bmcDrivers() (func(), error) {
 	if w.drivers != nil {
 		return nil, nil
 	}
-	sd := &fleet.StoreDrivers{Store: w.st, Logger: w.log.With("component", "bmc")}
+	switch w.cfg.IPMIMinCipherSuite {
+	case 0, 3, 17:
+	default:
+		return nil, fmt.Errorf("ipmi minimum cipher suite %d: want 3 or 17 (suites without integrity or encryption, with MD5 or RC4, are never accepted)", w.cfg.IPMIMinCipherSuite)
+	}
+	sd := &fleet.StoreDrivers{Store: w.st, Logger: w.log.With("component", "bmc"), MinIPMICipherSuite: w.cfg.IPMIMinCipherSuite}
 	sw := fleet.NewSweepDrivers(w.st, w.log.With("component", "bmc-sweep"))
+	sw.MinIPMICipherSuite = w.cfg.IPMIMinCipherSuite
 	w.drivers, w.sweepDrivers = sd, sw
 	return func() {
 		// Logging out of every BMC is a courtesy (sessions also expire

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -64,7 +65,7 @@ func TestEnrollerDiscovered(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if srv.Zone != "lab-new" || srv.BootMAC != "52:54:00:aa:00:01" || srv.BMC != (state.BMCFacts{}) || srv.Enrolled == nil || srv.Enrolled.Source != "dhcp" ||
+	if srv.Zone != "lab-new" || srv.BootMAC != "52:54:00:aa:00:01" || !reflect.DeepEqual(srv.BMC, state.BMCFacts{}) || srv.Enrolled == nil || srv.Enrolled.Source != "dhcp" ||
 		srv.Lifecycle != state.LifecycleCommissioning || srv.BootMode != "bios" {
 		t.Errorf("server = %+v", srv)
 	}

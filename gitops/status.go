@@ -73,8 +73,15 @@ type ServerStatus struct {
 	// Power is registered, powered_on, powered_off, rebooting or unknown.
 	Power string
 	// Health is a one-word summary: OK, Warning, Critical or "".
-	Health   string
-	Hardware Hardware
+	Health string
+	// BMCQuirks are the boot-override quirks learned from the server's
+	// BMC (state.BMCFacts.Quirks), rendered sorted as bmcQuirks.
+	BMCQuirks []string
+	// BMCSecurity is what the BMC's last session negotiated, as the BMC
+	// answered (state.BMCFacts.Security), rendered as bmcSecurity; "" is
+	// not rendered.
+	BMCSecurity string
+	Hardware    Hardware
 	// Profile is the profile the server is allocated to ("" if none).
 	Profile string
 	// Allocation says why or how it is allocated ("auto", "pinned"), "".

@@ -3,6 +3,7 @@ package gitops
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/machina-metal/machina/state"
 )
@@ -37,5 +38,24 @@ func TestStatusHardwareSMBIOSArch(t *testing.T) {
 	only := string(renderServer(ServerStatus{Name: "r1-n01", Lifecycle: "ready", Hardware: Hardware{SMBIOSArch: "arm64"}}, 10))
 	if !strings.Contains(only, "hardware:\n  smbiosArch: arm64\n") {
 		t.Errorf("hardware with only smbiosArch not rendered:\n%s", only)
+	}
+}
+
+// TestStatusBMCQuirks: the boot-override quirks learned from a server's
+// BMC (state.BMCFacts.Quirks) are in its status file as bmcQuirks, sorted,
+// and what its session negotiated as bmcSecurity; none, no key.
+func TestStatusBMCQuirks(t *testing.T) {
+	b := StatusBuilder{since: map[string]time.Time{}}
+	ss := b.serverStatus(state.Server{Name: "r1-n01", Lifecycle: state.LifecycleDeployed,
+		BMC: state.BMCFacts{Driver: "ipmi", Quirks: []string{"bootModeIgnored", "bootFlagsNotPersistent"},
+			Security: "cipher suite 3 (RAKP-HMAC-SHA1, HMAC-SHA1-96, AES-CBC-128)"}}, nil, time.Unix(0, 0), map[string]bool{})
+	got := string(renderServer(ss, 10))
+	for _, want := range []string{"bmcQuirks:\n- bootFlagsNotPersistent\n- bootModeIgnored\n", `bmcSecurity: "cipher suite 3 (RAKP-HMAC-SHA1, HMAC-SHA1-96, AES-CBC-128)"`} {
+		if !strings.Contains(got, want) {
+			t.Errorf("status lacks %q:\n%s", want, got)
+		}
+	}
+	if got := string(renderServer(ServerStatus{Name: "r1-n02"}, 10)); strings.Contains(got, "bmcQuirks") {
+		t.Errorf("no quirks, but:\n%s", got)
 	}
 }

@@ -132,6 +132,8 @@ func (b *StatusBuilder) readEvents() error {
 func (b *StatusBuilder) serverStatus(s state.Server, planConds []plan.Condition, now time.Time, seen map[string]bool) ServerStatus {
 	name := s.Name
 	ss := ServerStatus{Name: name, Zone: s.Zone, Lifecycle: string(s.Lifecycle), Power: string(s.Power.State), Health: s.Health, LastError: s.LastError}
+	ss.BMCQuirks = slices.Sorted(slices.Values(s.BMC.Quirks))
+	ss.BMCSecurity = s.BMC.Security
 	if s.Allocation != nil {
 		ss.Profile, ss.Allocation = s.Allocation.Profile, s.Allocation.Reason
 	}

@@ -138,6 +138,11 @@ type BMC struct {
 	// self-signed certificate) are trusted for this BMC's TLS; "" uses the
 	// system roots. Never the PEM itself.
 	CABundle string `json:"caBundle,omitempty"`
+	// MinCipherSuite is IPMI only: the weakest RMCP+ cipher suite this
+	// BMC's sessions may run with, 3 or 17, judged by the algorithms the
+	// BMC answers with; 0 uses the controller's --ipmi-min-cipher-suite
+	// (default 3). For a BMC that cannot do what the site asks.
+	MinCipherSuite uint8 `json:"minCipherSuite,omitempty"`
 }
 
 // IsZero reports whether b is the zero BMC: the server has no `bmc` block,

@@ -175,6 +175,25 @@ func TestHandlers(t *testing.T) {
 					t.Errorf("identity %+v", s)
 				}
 			}},
+		// Another BMC forgets what was learned from the old one.
+		{action: plan.ActUpdateIdentity, at: state.LifecycleReady, mod: func(s *state.Server) {
+			s.BMC.Address, s.BMC.Quirks, s.BMC.Security = "old-bmc:623", []string{"bootModeIgnored"}, "cipher suite 3 (x)"
+		}, step: plan.Step{Server: ws.Name},
+			check: func(t *testing.T, s state.Server, _ *state.Store) {
+				if s.BMC.Address != ws.BMC.Address || s.BMC.Quirks != nil || s.BMC.Security != "" {
+					t.Errorf("after a BMC change: %+v, want no quirks or security", s.BMC)
+				}
+			}},
+		// The same BMC keeps them.
+		{action: plan.ActUpdateIdentity, at: state.LifecycleReady, mod: func(s *state.Server) {
+			s.Zone, s.BMC.Quirks = "old", []string{"bootModeIgnored"}
+			s.BMC.Driver, s.BMC.Address, s.BMC.SystemID = string(ws.BMC.Driver), ws.BMC.Address, ws.BMC.SystemID
+		}, step: plan.Step{Server: ws.Name},
+			check: func(t *testing.T, s state.Server, _ *state.Store) {
+				if s.Zone != ws.Zone || len(s.BMC.Quirks) != 1 {
+					t.Errorf("same BMC: %+v, want its quirks kept", s.BMC)
+				}
+			}},
 		{action: plan.ActAllocate, at: state.LifecycleReady, step: plan.Step{Server: ws.Name, Profile: "hypervisor", AllocReason: plan.ReasonCount},
 			check: func(t *testing.T, s state.Server, _ *state.Store) {
 				if s.Lifecycle != state.LifecycleAllocated || s.Allocation == nil || s.Allocation.Image != inv.Profile("hypervisor").Image {

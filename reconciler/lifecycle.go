@@ -29,7 +29,8 @@ func (c *Controller) register(_ context.Context, x *stepCtx) error {
 
 // updateIdentity copies zone, site, rack, boot MAC and BMC settings from
 // servers.yaml onto the record, and lifts a stall (new BMC settings
-// deserve a new try).
+// deserve a new try). Another BMC (driver, address or system) forgets the
+// quirks and session security learned from the old one.
 func (c *Controller) updateIdentity(_ context.Context, x *stepCtx) error {
 	if x.ws == nil {
 		return nil
@@ -37,9 +38,13 @@ func (c *Controller) updateIdentity(_ context.Context, x *stepCtx) error {
 	o := plan.Record(x.ws)
 	_, err := c.cfg.Store.UpdateServer(x.step.Server, func(s *state.Server) error {
 		s.Zone, s.Site, s.Rack, s.BootMAC, s.BootMode = o.Zone, o.Site, o.Rack, o.BootMAC, o.BootMode
+		if s.BMC.Driver != o.BMC.Driver || s.BMC.Address != o.BMC.Address || s.BMC.SystemID != o.BMC.SystemID {
+			// Another BMC: what was learned from the old one is not its.
+			s.BMC.Quirks, s.BMC.Security = nil, ""
+		}
 		s.BMC.Driver, s.BMC.Address, s.BMC.Credentials = o.BMC.Driver, o.BMC.Address, o.BMC.Credentials
 		s.BMC.SystemID, s.BMC.InsecureTLS = o.BMC.SystemID, o.BMC.InsecureTLS
-		s.BMC.Auth, s.BMC.CABundle = o.BMC.Auth, o.BMC.CABundle
+		s.BMC.Auth, s.BMC.CABundle, s.BMC.MinCipherSuite = o.BMC.Auth, o.BMC.CABundle, o.BMC.MinCipherSuite
 		s.Stalled = ""
 		return nil
 	})

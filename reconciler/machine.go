@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/machina-metal/machina/bmc"
@@ -97,11 +99,13 @@ func (m *bmcMachine) Netboot(ctx context.Context) error {
 		}
 		log.Info("resumed netboot: BMC reads off although the power action was sent; netbooting again", "sent", f.PowerSent.Format(time.RFC3339))
 	}
-	err := m.netbootOverride(ctx, bmc.BootPXE)
+	dev := bmc.BootPXE
+	atPowerOn, err := m.netbootOverride(ctx, dev)
 	if iso := m.isoURL; errors.Is(err, bmc.ErrUnsupported) && iso != "" {
 		log.Info("no PXE boot override; booting the iPXE ISO from virtual media", "iso", iso)
 		if err = drv.InsertMedia(ctx, iso); err == nil {
-			err = m.netbootOverride(ctx, bmc.BootCD)
+			dev = bmc.BootCD
+			atPowerOn, err = m.netbootOverride(ctx, dev)
 		}
 	}
 	if err != nil {
@@ -114,6 +118,14 @@ func (m *bmcMachine) Netboot(ctx context.Context) error {
 	action := bmc.PowerActionOn
 	if ps == bmc.PowerOn {
 		action = bmc.PowerActionReset
+	}
+	if ps == bmc.PowerOn && atPowerOn {
+		// A reset would boot the device the machine runs with: off, read
+		// the new one back, then on.
+		if err := m.offAndReadBack(ctx, dev); err != nil {
+			return err
+		}
+		action = bmc.PowerActionOn
 	}
 	if err := m.markPowerSent(true, time.Time{}); err != nil {
 		return err
@@ -270,9 +282,16 @@ func ambiguous(err error) bool {
 	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) || (errors.As(err, &ne) && ne.Timeout())
 }
 
-// netbootOverride sets dev as the boot device for the next boot: once, or
-// persistently on a BMC learned not to honour Once.
-func (m *bmcMachine) netbootOverride(ctx context.Context, dev bmc.BootDevice) error {
+// netbootOverride sets dev as the boot device for the next boot: once,
+// or persistently on a BMC learned not to honour Once. A BMC that keeps
+// the override only in part (bmc.KeptError) has its quirks learned; the
+// override is good enough when the device read back is dev, or when the
+// device applies at the next power-on (atPowerOn: the caller powers off,
+// reads back and powers on instead of resetting). On a BMC that does not
+// keep the persistent flag (bmc.QuirkBootFlagsNotPersistent) a one-time
+// override is not verifiable (VirtualBMC keeps the device for every boot):
+// it is treated as persistent, and disk is set back after the boot.
+func (m *bmcMachine) netbootOverride(ctx context.Context, dev bmc.BootDevice) (atPowerOn bool, _ error) {
 	st, drv, obs, mode, log := m.st, m.drv, m.obs, m.mode, m.log
 	o := bmc.BootOverride{Device: dev, Mode: mode, Persistent: obs.BMC.OnceNotHonoured}
 	err := drv.SetBootOverride(ctx, o)
@@ -287,7 +306,7 @@ func (m *bmcMachine) netbootOverride(ctx context.Context, dev bmc.BootDevice) er
 		msg := fmt.Sprintf("%s; using a persistent %s override from now on for this BMC, set back to disk after each boot it is for", oe.Error(), dev)
 		log.Warn("one-time boot override not honoured", "outcome", string(oe.Outcome), "device", string(dev))
 		if _, uerr := st.UpdateServer(obs.Name, func(s *state.Server) error { s.BMC.OnceNotHonoured = true; return nil }); uerr != nil {
-			return uerr
+			return false, uerr
 		}
 		_, _ = st.AppendEvent(state.Event{Server: obs.Name, Kind: "boot.once_not_honoured", Actor: state.ActorController, Message: msg})
 		o.Persistent = true
@@ -296,16 +315,91 @@ func (m *bmcMachine) netbootOverride(ctx context.Context, dev bmc.BootDevice) er
 			err = drv.SetBootOverride(ctx, o)
 		}
 	}
+	var ke *bmc.KeptError
+	if errors.As(err, &ke) {
+		if lerr := m.learnQuirks(ke); lerr != nil {
+			return false, lerr
+		}
+		if ke.Got.Device == dev || ke.Has(bmc.QuirkBootDeviceAtPowerOn) {
+			atPowerOn, err = ke.Has(bmc.QuirkBootDeviceAtPowerOn), nil
+		}
+	}
+	if err != nil {
+		return false, err
+	}
+	unverifiable := !o.Persistent && m.hasQuirk(bmc.QuirkBootFlagsNotPersistent)
+	if o.Persistent || unverifiable {
+		// Before the machine boots: its report may come quickly.
+		if _, err := st.UpdateServer(obs.Name, func(s *state.Server) error { s.BMC.RestoreDisk = true; return nil }); err != nil {
+			return false, err
+		}
+		msg := fmt.Sprintf("persistent %s boot override set (this BMC does not honour one-time overrides); disk is set back after this boot", dev)
+		if unverifiable {
+			msg = fmt.Sprintf("one-time %s boot override set on a BMC that does not keep the persistent flag (%s): whether it lasts past this boot is unknown, so disk is set back after this boot", dev, bmc.QuirkBootFlagsNotPersistent)
+		}
+		_, _ = st.AppendEvent(state.Event{Server: obs.Name, Kind: "boot.persistent_override", Actor: state.ActorController, Message: msg})
+	}
+	return atPowerOn, nil
+}
+
+// hasQuirk reports whether q was learned from this server's BMC.
+func (m *bmcMachine) hasQuirk(q bmc.BootQuirk) bool {
+	for _, x := range m.obs.BMC.Quirks {
+		if x == string(q) {
+			return true
+		}
+	}
+	return false
+}
+
+// learnQuirks records ke's quirks on the server (BMCFacts.Quirks, status
+// bmcQuirks). A quirk new to the record is logged at Warn and recorded as
+// a bmc.quirk_learned event, once; one already known only at Debug.
+func (m *bmcMachine) learnQuirks(ke *bmc.KeptError) error {
+	var fresh []string
+	for _, q := range ke.Quirks {
+		if !m.hasQuirk(q) {
+			fresh = append(fresh, string(q))
+		}
+	}
+	if len(fresh) == 0 {
+		m.log.Debug("boot override kept in part, as learned", "quirks", ke.Quirks)
+		return nil
+	}
+	s, err := m.st.UpdateServer(m.obs.Name, func(s *state.Server) error {
+		for _, q := range fresh {
+			if !slices.Contains(s.BMC.Quirks, q) {
+				s.BMC.Quirks = append(s.BMC.Quirks, q)
+			}
+		}
+		slices.Sort(s.BMC.Quirks)
+		return nil
+	})
 	if err != nil {
 		return err
 	}
-	if o.Persistent {
-		// Before the machine boots: its report may come quickly.
-		if _, err := st.UpdateServer(obs.Name, func(s *state.Server) error { s.BMC.RestoreDisk = true; return nil }); err != nil {
-			return err
-		}
-		_, _ = st.AppendEvent(state.Event{Server: obs.Name, Kind: "boot.persistent_override", Actor: state.ActorController,
-			Message: fmt.Sprintf("persistent %s boot override set (this BMC does not honour one-time overrides); disk is set back after this boot", dev)})
+	m.obs.BMC.Quirks = s.BMC.Quirks
+	m.log.Warn("BMC quirk learned", "quirks", fresh, "detail", ke.Error())
+	_, _ = m.st.AppendEvent(state.Event{Server: m.obs.Name, Kind: "bmc.quirk_learned", Actor: state.ActorController,
+		Message: fmt.Sprintf("learned %s: %s", strings.Join(fresh, ", "), ke.Error())})
+	return nil
+}
+
+// offAndReadBack powers the machine off and reads the boot override back:
+// on a BMC that applies a new device at the next power-on
+// (bmc.QuirkBootDeviceAtPowerOn) it must read dev once off, else the error
+// wraps bmc.ErrMismatch.
+func (m *bmcMachine) offAndReadBack(ctx context.Context, dev bmc.BootDevice) error {
+	m.log.Info("boot device applies at the next power-on on this BMC: powering off first", "device", string(dev))
+	if err := m.Power(ctx, bmc.PowerActionOff); err != nil {
+		return fmt.Errorf("power off to apply the boot device: %w", err)
+	}
+	got, err := m.drv.BootOverride(ctx)
+	if err != nil {
+		return fmt.Errorf("read back boot override: %w", err)
+	}
+	if got.Device != dev {
+		return fmt.Errorf("boot override to %s: read back %q with the machine off: %w", dev, got.Device, bmc.ErrMismatch)
 	}
 	return nil
 }
@@ -313,6 +407,15 @@ func (m *bmcMachine) netbootOverride(ctx context.Context, dev bmc.BootDevice) er
 // BootDisk sets the boot device to disk persistently and reads it back.
 // Some BMCs offer only one-time overrides (Lenovo XCC lists Once and
 // Disabled): then disk once, and the firmware's boot order does the rest.
+// A BMC that keeps disk but not the persistent flag or the mode
+// (bmc.KeptError: pyghmi/VirtualBMC and some AMI firmware) is good
+// enough for a deployed server, whose iPXE script boots the local disk
+// should it network-boot again; its quirks are learned. A BMC that
+// applies the device at the next power-on (VirtualBMC over libvirt) gets
+// a power-off and a read-back when the machine runs (a reset would not
+// apply it), then a power-on when the server is deployed: it boots its
+// disk; any other server stays off, as its agent powers it off after a
+// commissioning report or a wipe.
 func (m *bmcMachine) BootDisk(ctx context.Context) error {
 	drv, mode, log := m.drv, m.mode, m.log
 	want := bmc.BootOverride{Device: bmc.BootDisk, Persistent: true, Mode: mode}
@@ -326,8 +429,33 @@ func (m *bmcMachine) BootDisk(ctx context.Context) error {
 			err = nil // disk every time is what we want anyway
 		}
 	}
+	var ke *bmc.KeptError
+	atPowerOn := false
+	if errors.As(err, &ke) {
+		if lerr := m.learnQuirks(ke); lerr != nil {
+			return lerr
+		}
+		if ke.Got.Device == bmc.BootDisk || ke.Has(bmc.QuirkBootDeviceAtPowerOn) {
+			atPowerOn, err = ke.Has(bmc.QuirkBootDeviceAtPowerOn), nil
+		}
+	}
 	if err != nil {
 		return fmt.Errorf("set boot override to disk: %w", err)
+	}
+	if atPowerOn {
+		ps, err := drv.PowerState(ctx)
+		if err != nil {
+			return fmt.Errorf("read power: %w", err)
+		}
+		if ps == bmc.PowerOn {
+			if err := m.offAndReadBack(ctx, bmc.BootDisk); err != nil {
+				return err
+			}
+			if m.obs.Lifecycle != state.LifecycleDeployed {
+				return nil // a commissioned or wiped machine stays off, as its agent left it
+			}
+			return m.Power(ctx, bmc.PowerActionOn)
+		}
 	}
 	got, err := drv.BootOverride(ctx)
 	if err != nil {

@@ -247,6 +247,7 @@ var defDetails = map[string]string{
 	"wwn":            "is not a World Wide Name (0x and 8 to 32 hex digits)",
 	"byPath":         "is not a /dev/disk/by-path name",
 	"systemID":       "is not a Redfish resource Id",
+	"ipmiOnly":       "applies to IPMI BMCs only (driver ipmi)",
 }
 
 var choiceDetails = map[string]string{

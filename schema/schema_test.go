@@ -30,6 +30,12 @@ func TestValidate(t *testing.T) {
 			}},
 		{"ipmi address must be host:port", Servers, `{"servers":[{"name":"a","zone":"z","bootMAC":"525400000101","bmc":{"driver":"ipmi","address":"https://x","credentials":"c"}}]}`,
 			[]Violation{{Pointer: "/servers/0/bmc/address", Keyword: "pattern", Def: "hostPort", Detail: "is not a host[:port] address"}}},
+		// bmc.minCipherSuite: IPMI only, 3 or 17.
+		{"ipmi minCipherSuite 17", Servers, `{"servers":[{"name":"a","zone":"z","bootMAC":"525400000101","bmc":{"driver":"ipmi","address":"h","credentials":"c","minCipherSuite":17}}]}`, nil},
+		{"ipmi minCipherSuite 2", Servers, `{"servers":[{"name":"a","zone":"z","bootMAC":"525400000101","bmc":{"driver":"ipmi","address":"h","credentials":"c","minCipherSuite":2}}]}`,
+			[]Violation{{Pointer: "/servers/0/bmc/minCipherSuite", Keyword: "enum", Def: "bmc", Detail: `value must be one of "3", "17"`}}},
+		{"redfish minCipherSuite", Servers, `{"servers":[{"name":"a","zone":"z","bootMAC":"525400000101","bmc":{"driver":"redfish","address":"https://h","credentials":"c","minCipherSuite":3}}]}`,
+			[]Violation{{Pointer: "/servers/0/bmc/minCipherSuite", Keyword: "not", Def: "ipmiOnly", Detail: "applies to IPMI BMCs only (driver ipmi)"}}},
 		// cpu.smbiosArch (issue 28): a GOARCH name from a fixed list, no other type or value.
 		{"report with smbiosArch", AgentReport, agentReportWithCPU(`"arch":"386","smbiosArch":"amd64"`), nil},
 		{"report smbiosArch not a string", AgentReport, agentReportWithCPU(`"smbiosArch":5`),

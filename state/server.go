@@ -108,6 +108,14 @@ type BMCFacts struct {
 	FirmwareVersion string `json:"firmwareVersion,omitempty"`
 	Auth            string `json:"auth,omitempty"`     // Redfish: "", auto, session or basic (inventory bmc.auth)
 	CABundle        string `json:"caBundle,omitempty"` // Redfish: secret name of the PEM CA bundle (inventory bmc.caBundle)
+	// MinCipherSuite is IPMI only: the weakest cipher suite this BMC's
+	// sessions may run with (inventory bmc.minCipherSuite, 3 or 17); 0
+	// uses the controller's.
+	MinCipherSuite uint8 `json:"minCipherSuite,omitempty"`
+	// Security is what the last BMC session negotiated, as the BMC
+	// answered (IPMI: "cipher suite 3 (RAKP-HMAC-SHA1, HMAC-SHA1-96,
+	// AES-CBC-128)", bmc.SecurityReporter); "" when not known.
+	Security string `json:"security,omitempty"`
 	// OnceNotHonoured is learned from the BMC: it did not honour a
 	// one-time boot override (coerced it to Continuous or ignored it), so
 	// netboots ask for Continuous at once and set disk back afterwards.
@@ -119,6 +127,11 @@ type BMCFacts struct {
 	// ResetUnverified is why the last reset or cycle the controller sent
 	// was not proven (the BMC offered no evidence), "" after a verified one.
 	ResetUnverified string `json:"resetUnverified,omitempty"`
+	// Quirks are the boot-override quirks learned from this BMC by reading
+	// overrides back (bmc.BootQuirk names: bootFlagsNotPersistent,
+	// bootModeIgnored, bootDeviceAtPowerOn), sorted, each once. Status
+	// shows them as bmcQuirks.
+	Quirks []string `json:"quirks,omitempty"`
 }
 
 // Enrolment records how an auto-enrolled server came in and where its

@@ -117,11 +117,24 @@ func (d *Driver) readBootFlags(ctx context.Context) ([5]byte, error) {
 // SetBootOverride writes boot-option parameter 5 with Set System Boot
 // Options (NetFn 00h, Cmd 08h; bytes from EncodeBootFlags) and reads it back.
 //
-// The device selector must read back as written, else the error wraps
-// bmc.ErrMismatch and names both. The persistent and EFI bits are compared
-// only when the BMC reports byte 1 with its valid bit set: ipmi_sim (and BMCs
-// that clear the flags once read) keep only the selector, and that is logged
-// at Warn. A BMC that rejects the parameter returns a *CompletionError
+// The result is what the BMC reads back:
+//   - the device selector as written, and (when byte 1's valid bit is
+//     set) the persistent and EFI bits as written: nil;
+//   - the selector as written but the persistent bit or the EFI bit
+//     cleared (pyghmi's Bmc class and so VirtualBMC answer 0x80 whatever
+//     was written): a *bmc.KeptError with bmc.QuirkBootFlagsNotPersistent
+//     and/or bmc.QuirkBootModeIgnored, Got what was read;
+//   - another selector while the chassis is on: a *bmc.KeptError with
+//     bmc.QuirkBootDeviceAtPowerOn (VirtualBMC over libvirt reads the
+//     running domain until the next power-on), which the caller confirms
+//     by reading back after a power-off; while off, bmc.ErrMismatch
+//     naming both selectors;
+//   - the persistent bit set when a one-time override was asked: a
+//     *bmc.OnceError (bmc.OnceCoerced), as the Redfish driver reports it.
+//
+// A BMC that reports byte 1 without its valid bit (ipmi_sim, BMCs that
+// clear the flags once read) is checked on the selector only, logged at
+// Debug. A BMC that rejects the parameter returns a *CompletionError
 // wrapping bmc.ErrUnsupported.
 func (d *Driver) SetBootOverride(ctx context.Context, o bmc.BootOverride) (err error) {
 	defer func() { err = bmc.WithBMC(d.cfg.Address, err) }()
@@ -150,15 +163,45 @@ func (d *Driver) SetBootOverride(ctx context.Context, o bmc.BootOverride) (err e
 	if err != nil {
 		return err
 	}
+	return d.keptOf(ctx, o, want, got)
+}
+
+// keptOf compares the flags written (want) with those read back (got) for
+// the override o; see SetBootOverride for the outcomes. Called with d.mu
+// held.
+func (d *Driver) keptOf(ctx context.Context, o bmc.BootOverride, want, got [5]byte) error {
+	gotO, valid := DecodeBootFlags(got)
+	if !valid {
+		gotO.Persistent, gotO.Mode = false, bmc.BootModeUnset
+	}
+	var quirks []bmc.BootQuirk
 	if got[1]&selectorMask != want[1] {
-		return fmt.Errorf("ipmi: set boot override: %w: wrote device selector 0x%02X, read 0x%02X", bmc.ErrMismatch, want[1], got[1]&selectorMask)
+		ps, err := d.powerState(ctx)
+		if err != nil {
+			return err
+		}
+		if ps != bmc.PowerOn {
+			return fmt.Errorf("ipmi: set boot override: %w: wrote device selector 0x%02X, read 0x%02X (chassis %s)", bmc.ErrMismatch, want[1], got[1]&selectorMask, ps)
+		}
+		quirks = append(quirks, bmc.QuirkBootDeviceAtPowerOn)
 	}
-	if got[0]&bootFlagValid == 0 {
-		d.log.Warn("ipmi BMC keeps only the boot device selector; persistent/EFI flags not verifiable", "wrote", fmt.Sprintf("0x%02X", want[0]), "read", fmt.Sprintf("0x%02X", got[0]))
-		return nil
+	if !valid {
+		d.log.Debug("ipmi BMC reports the boot flags not valid; persistent/EFI not verifiable", "wrote", fmt.Sprintf("0x%02X", want[0]), "read", fmt.Sprintf("0x%02X", got[0]))
+	} else {
+		if want[0]&bootFlagPersistent != 0 && got[0]&bootFlagPersistent == 0 {
+			quirks = append(quirks, bmc.QuirkBootFlagsNotPersistent)
+		}
+		if o.Mode != bmc.BootModeUnset && want[0]&bootFlagEFI != got[0]&bootFlagEFI {
+			quirks = append(quirks, bmc.QuirkBootModeIgnored)
+		}
+		if len(quirks) == 0 && want[0]&bootFlagPersistent == 0 && got[0]&bootFlagPersistent != 0 {
+			d.log.Warn("ipmi BMC stored a persistent override for a one-time one", "wrote", fmt.Sprintf("0x%02X", want[0]), "read", fmt.Sprintf("0x%02X", got[0]))
+			return &bmc.OnceError{Want: o, Got: gotO, Outcome: bmc.OnceCoerced}
+		}
 	}
-	if m := bootFlagPersistent | bootFlagEFI; got[0]&m != want[0]&m {
-		return fmt.Errorf("ipmi: set boot override: %w: wrote flags byte 0x%02X, read 0x%02X", bmc.ErrMismatch, want[0], got[0])
+	if len(quirks) > 0 {
+		d.log.Debug("ipmi BMC kept the boot override only in part", "quirks", quirks, "wrote", fmt.Sprintf("% X", want), "read", fmt.Sprintf("% X", got))
+		return &bmc.KeptError{Want: o, Got: gotO, Quirks: quirks}
 	}
 	return nil
 }

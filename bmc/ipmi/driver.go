@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -40,8 +41,17 @@ type Config struct {
 	// or passed on a command line.
 	Password string
 	// CipherSuites are tried in order when no suite is cached for this driver;
-	// nil means {17, 3}.
+	// nil means {17, 3}. Suites below MinCipherSuite are not tried.
 	CipherSuites []uint8
+	// MinCipherSuite is the weakest cipher suite a session may run with,
+	// judged by the algorithms the BMC's Open Session Response returned
+	// (Security), not by the suite asked for: 3 (RAKP-HMAC-SHA1,
+	// HMAC-SHA1-96, AES-CBC-128) or 17 (the SHA-256 variants, AES); zero
+	// means 3. Every other suite (no integrity or no encryption, MD5, RC4;
+	// 0-2 among them) is never accepted. A BMC that answers with less is
+	// refused with bmc.ErrUnsupported naming what it offered and the
+	// minimum.
+	MinCipherSuite uint8
 	// HandshakeTimeout bounds each UDP exchange while trying a cipher suite;
 	// zero means 1s. Kept short so a BMC silently ignoring suite 17 costs
 	// little before suite 3 is tried.
@@ -82,6 +92,8 @@ type Driver struct {
 	c *client.Client
 	// suite is the cipher suite that worked last, 0 before the first session.
 	suite uint8
+	// security is what the current (or last) session negotiated.
+	security Security
 	// sawOff is set when chassis status read off during the current
 	// reset or cycle; evidence is what proved the last one.
 	sawOff bool
@@ -106,7 +118,10 @@ type Driver struct {
 // 15 s for a call holding the driver's lock (Timeout x (Retries+1)) to end.
 var sessionMaxAge = 15 * time.Second // a var for the tests only
 
-var _ bmc.Driver = (*Driver)(nil)
+var (
+	_ bmc.Driver           = (*Driver)(nil)
+	_ bmc.SecurityReporter = (*Driver)(nil)
+)
 
 // New validates cfg and returns a driver. It does not contact the BMC: the
 // session is opened by the first call. Errors name the invalid field.
@@ -127,11 +142,25 @@ func New(cfg Config) (*Driver, error) {
 	if cfg.CipherSuites == nil {
 		cfg.CipherSuites = []uint8{CipherSuite17, CipherSuite3}
 	}
+	if cfg.MinCipherSuite == 0 {
+		cfg.MinCipherSuite = CipherSuite3
+	}
+	if cfg.MinCipherSuite != CipherSuite3 && cfg.MinCipherSuite != CipherSuite17 {
+		return nil, fmt.Errorf("ipmi: minimum cipher suite %d: want 3 or 17 (suites without integrity or encryption, with MD5 or RC4, are never accepted)", cfg.MinCipherSuite)
+	}
+	var suites []uint8
 	for _, s := range cfg.CipherSuites {
 		if _, _, _, ok := types.GetCipherSuiteAlgorithms(types.CipherSuiteID(s)); !ok {
 			return nil, fmt.Errorf("ipmi: unknown cipher suite %d", s)
 		}
+		if suiteRank(int(s)) >= suiteRank(int(cfg.MinCipherSuite)) {
+			suites = append(suites, s)
+		}
 	}
+	if len(suites) == 0 {
+		return nil, fmt.Errorf("ipmi: cipher suites %v: none at or above the minimum cipher suite %d", cfg.CipherSuites, cfg.MinCipherSuite)
+	}
+	cfg.CipherSuites = suites
 	if cfg.HandshakeTimeout <= 0 {
 		cfg.HandshakeTimeout = time.Second
 	}
@@ -198,12 +227,21 @@ func splitAddress(addr string) (string, int, error) {
 	return host, port, nil
 }
 
-// CipherSuite returns the cipher suite of the last successful session, or 0
-// before the first one.
+// CipherSuite returns the cipher suite requested by the last successful
+// session, or 0 before the first one; Security says what the BMC answered.
 func (d *Driver) CipherSuite() uint8 {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return d.suite
+}
+
+// Security returns what the last successful session negotiated, as the
+// BMC's Open Session Response stated it; the zero Security before the
+// first session.
+func (d *Driver) Security() Security {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.security
 }
 
 // session returns the open session, opening one if needed. Called with d.mu held.
@@ -221,33 +259,30 @@ func (d *Driver) session(ctx context.Context) (*client.Client, error) {
 		suites = append([]uint8{d.suite}, without(suites, d.suite)...)
 	}
 	var errs []error
+	var weak []string // sessions refused for answering below the minimum
 	for _, s := range suites {
 		c, err := client.NewClient(d.host, d.port, d.cfg.Username, d.cfg.Password)
 		if err != nil {
 			return nil, fmt.Errorf("ipmi: open session: %w", err)
 		}
+		sniff := &openSessionSniffer{timeout: d.cfg.HandshakeTimeout}
+		c.WithUDPProxy(sniff)
 		c.WithTimeout(d.cfg.HandshakeTimeout).WithRetry(min(d.cfg.Retries, 1)).WithCipherSuiteID(types.CipherSuiteID(s))
 		start := time.Now()
 		err = c.Connect(ctx)
 		if err == nil {
-			c.WithTimeout(d.cfg.Timeout).WithRetry(d.cfg.Retries)
-			if d.suite != s {
-				// Say which suite, once per change: operators want to know
-				// a BMC offers only SHA1 (suite 3) and not SHA256 (17).
-				refused := make([]string, 0, len(errs))
-				for _, e := range errs {
-					refused = append(refused, e.Error())
+			sec, ok := sniff.security(s)
+			if !ok || suiteRank(sec.Suite) < suiteRank(int(d.cfg.MinCipherSuite)) {
+				discard(ctx, c)
+				offered := sec.String()
+				if !ok {
+					offered = "algorithms not seen in its Open Session Response"
 				}
-				d.log.Info("ipmi session opened", "cipherSuite", s, "strongest", s == CipherSuite17, "refused", refused, "took", time.Since(start))
+				d.log.Debug("ipmi cipher suite below the minimum", "requested", s, "offered", offered, "minimum", d.cfg.MinCipherSuite)
+				weak = append(weak, fmt.Sprintf("asked cipher suite %d, the BMC answered with %s", s, offered))
+				continue
 			}
-			d.c, d.suite, d.opened = c, s, time.Now()
-			d.expire = time.AfterFunc(sessionMaxAge, func() {
-				d.mu.Lock()
-				defer d.mu.Unlock()
-				if d.c == c {
-					d.closeCurrent(context.Background())
-				}
-			})
+			d.adopt(c, s, sec, errs, time.Since(start))
 			return c, nil
 		}
 		if ctx.Err() != nil {
@@ -269,6 +304,10 @@ func (d *Driver) session(ctx context.Context) (*client.Client, error) {
 		d.log.Debug("ipmi cipher suite not accepted", "cipherSuite", s, "took", time.Since(start), "err", err)
 		errs = append(errs, fmt.Errorf("cipher suite %d: %w", s, err))
 	}
+	if len(weak) > 0 {
+		return nil, fmt.Errorf("ipmi: open session: %w: below the minimum cipher suite %d: %s%s", bmc.ErrUnsupported, d.cfg.MinCipherSuite,
+			strings.Join(weak, "; "), joinedSuffix(errs))
+	}
 	joined := errors.Join(errs...)
 	allTimeouts := true
 	for _, e := range errs {
@@ -280,6 +319,41 @@ func (d *Driver) session(ctx context.Context) (*client.Client, error) {
 		return nil, fmt.Errorf("ipmi: open session: %w: %v", bmc.ErrUnreachable, joined)
 	}
 	return nil, fmt.Errorf("ipmi: open session: %w: no cipher suite of %v accepted: %v", bmc.ErrUnsupported, suites, joined)
+}
+
+// adopt makes c, opened with cipher suite s and negotiated as sec, the
+// current session, logging what was negotiated once per change (errs are
+// the suites refused before it). Called with d.mu held.
+func (d *Driver) adopt(c *client.Client, s uint8, sec Security, errs []error, took time.Duration) {
+	c.WithTimeout(d.cfg.Timeout).WithRetry(d.cfg.Retries)
+	if d.suite != s || d.security != sec {
+		// Say what was negotiated, once per change: the BMC's
+		// answer, not the request (a BMC may answer a request
+		// for suite 17 with suite 3's algorithms).
+		refused := make([]string, 0, len(errs))
+		for _, e := range errs {
+			refused = append(refused, e.Error())
+		}
+		d.log.Info("ipmi session opened", "requestedCipherSuite", s, "cipherSuite", sec.Suite,
+			"authentication", sec.Authentication, "integrity", sec.Integrity, "confidentiality", sec.Confidentiality,
+			"refused", refused, "took", took)
+	}
+	d.c, d.suite, d.security, d.opened = c, s, sec, time.Now()
+	d.expire = time.AfterFunc(sessionMaxAge, func() {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		if d.c == c {
+			d.closeCurrent(context.Background())
+		}
+	})
+}
+
+// joinedSuffix is "; other suites: ..." naming errs, "" when none.
+func joinedSuffix(errs []error) string {
+	if len(errs) == 0 {
+		return ""
+	}
+	return "; other suites: " + errors.Join(errs...).Error()
 }
 
 func isChannelAuthStep(err error) bool {

@@ -551,6 +551,7 @@ func addServeReconcilerFlags(f *pflag.FlagSet, cc *controller.Config) {
 	f.IntVar(&cc.Reconciler.Plan.MaxRenetboots, "max-renetboots", 3, "network boots again per phase at most (then the deploy or commissioning deadline decides)")
 	f.DurationVar(&cc.StatusInterval, "status-interval", 30*time.Second, "least time between status commits")
 	f.DurationVar(&cc.BMCWatchInterval, "bmc-watch-interval", controller.DefaultBMCWatchInterval, "one sweep reading every BMC's power state and health spans this long (negative: off)")
+	f.Uint8Var(&cc.IPMIMinCipherSuite, "ipmi-min-cipher-suite", 3, "weakest RMCP+ cipher suite an IPMI BMC's session may run with, judged by the algorithms it answers with: 3 (HMAC-SHA1, AES) or 17 (HMAC-SHA256, AES); servers.yaml bmc.minCipherSuite overrides it per server")
 	f.DurationVar(&cc.Heartbeat, "heartbeat", 30*time.Second, "interval joined hosts heartbeat at")
 	f.DurationVar(&cc.HostLostWindow, "host-lost-window", 0, "silence after which a host is marked HostLost and its power read from the BMC (0: 3 heartbeat intervals)")
 	f.DurationVar(&cc.HostFenceWindow, "host-fence-window", 0, "further time a lost host of a profile with fence: auto stays lost before it is fenced, within the safety brake's share (0: the lost window again)")

@@ -215,6 +215,13 @@ func newBMCBootCmd(e *env, f *bmcFlags) *cobra.Command {
 				if errors.As(err, &oe) {
 					return onceNotHonoured(f, oe)
 				}
+				var ke *bmc.KeptError
+				if errors.As(err, &ke) {
+					// The BMC changed something: say what it kept, exit 0.
+					fmt.Fprintf(e.stdout, "boot override set: %s (asked %s)\n", describeBoot(ke.Got), describeBoot(o))
+					fmt.Fprintf(e.stderr, "warning: %s\n", keptWarning(ke))
+					return nil
+				}
 				if err != nil {
 					return err
 				}
@@ -238,6 +245,25 @@ func onceNotHonoured(f *bmcFlags, oe *bmc.OnceError) error {
 	undo += " boot disk --persistent"
 	return &exitError{code: 1, err: fmt.Errorf("bmc boot: one-time %s override not honoured (%s): the BMC is now set to %s; to undo: %s",
 		oe.Want.Device, oe.Outcome, describeBoot(oe.Got), undo)}
+}
+
+// keptWarning says, per quirk, what the BMC did not keep of ke.Want and
+// what follows for the operator.
+func keptWarning(ke *bmc.KeptError) string {
+	var parts []string
+	for _, q := range ke.Quirks {
+		switch q {
+		case bmc.QuirkBootFlagsNotPersistent:
+			parts = append(parts, "the BMC does not keep the persistent flag (it reads back once; whether the device lasts past the next boot is up to the BMC)")
+		case bmc.QuirkBootModeIgnored:
+			parts = append(parts, fmt.Sprintf("the BMC ignored the boot mode %s (the firmware boots in the mode it is configured for)", ke.Want.Mode))
+		case bmc.QuirkBootDeviceAtPowerOn:
+			parts = append(parts, fmt.Sprintf("the BMC still reads %s while the machine runs: the new device applies at the next power-on (power off, then on; a reset does not apply it)", describeBoot(bmc.BootOverride{Device: ke.Got.Device})))
+		default:
+			parts = append(parts, string(q))
+		}
+	}
+	return fmt.Sprintf("bmc boot: %s override kept only in part: %s", describeBoot(ke.Want), strings.Join(parts, "; "))
 }
 
 func describeBoot(o bmc.BootOverride) string {

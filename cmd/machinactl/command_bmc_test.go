@@ -4,13 +4,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"github.com/machina-metal/machina/bmc/ipmi/ipmisim/ipmisimtest"
 	"net/http/httptest"
 	"strings"
 	"testing"
 
 	"github.com/machina-metal/machina/bmc"
 	"github.com/machina-metal/machina/bmc/bmcsim"
+	"github.com/machina-metal/machina/bmc/ipmi/ipmisim/ipmisimtest"
+	"github.com/machina-metal/machina/internal/pyghmibmc"
 )
 
 func startSim(t *testing.T, tree string, on bool) (*bmcsim.Server, *bmcsim.MemoryPower, string) {
@@ -226,5 +227,26 @@ func TestBMCForcedSoftOffWarns(t *testing.T) {
 	}
 	if !strings.Contains(errs, "forcing off") || !strings.Contains(errs, "--insecure") {
 		t.Errorf("stderr %q: want the forced soft-off and the --insecure warning", errs)
+	}
+}
+
+// TestBMCBootKeptInPart: against pyghmi's Bmc class (VirtualBMC), which
+// keeps only the boot device, `bmc boot disk --persistent --mode uefi`
+// exits 0 after setting the device, prints what the BMC kept, and warns
+// on stderr naming what it did not keep.
+func TestBMCBootKeptInPart(t *testing.T) {
+	b := pyghmibmc.Start(t, pyghmibmc.Config{})
+	t.Setenv("MACHINA_BMC_PASSWORD", "password")
+	out, errOut, code := runCLI(t, "bmc", "--driver", "ipmi", "--address", b.Addr(), "--username", "admin", "boot", "disk", "--persistent", "--mode", "uefi")
+	if code != 0 {
+		t.Fatalf("exit %d, want 0\n%s%s", code, out, errOut)
+	}
+	if want := "boot override set: disk once bios (asked disk persistent uefi)"; !strings.Contains(out, want) {
+		t.Errorf("stdout %q, want %q", out, want)
+	}
+	for _, want := range []string{"warning:", "does not keep the persistent flag", "ignored the boot mode uefi"} {
+		if !strings.Contains(errOut, want) {
+			t.Errorf("stderr lacks %q:\n%s", want, errOut)
+		}
 	}
 }

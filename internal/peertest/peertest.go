@@ -87,6 +87,12 @@ var Packages = map[string]string{
 	"grub-mkimage":        "grub-common",
 }
 
+// FilePackages are Debian packages tests need a file of rather than a
+// command (File names them): firmware, boot loaders, Python modules such
+// as python3-pyghmi (internal/pyghmibmc's BMC class, under Debian's own
+// python3 interpreter).
+var FilePackages = []string{"ovmf", "ipxe", "python3", "python3-pyghmi"}
+
 // Quick reports whether the quick mode is on (SKIP_PEERS=1 or -short).
 func Quick() bool {
 	return os.Getenv(QuickEnv) == "1" || testing.Short()

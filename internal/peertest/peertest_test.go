@@ -21,7 +21,7 @@ func TestPackagesInDepsScript(t *testing.T) {
 	for _, p := range strings.Fields(string(out)) {
 		have[p] = true
 	}
-	for _, p := range append(DebianPackages(), "ovmf", "ipxe") {
+	for _, p := range append(DebianPackages(), FilePackages...) {
 		if !have[p] {
 			t.Errorf("package %s (named by peertest) is not in %s", p, DepsScript)
 		}

@@ -38,6 +38,10 @@ type StoreDrivers struct {
 	MaxDrivers int
 	// IdleTimeout closes drivers unused this long; zero means 5 minutes.
 	IdleTimeout time.Duration
+	// MinIPMICipherSuite is the site's weakest RMCP+ cipher suite for IPMI
+	// BMCs (ipmi.Config.MinCipherSuite: 3 or 17); zero means 3. A server's
+	// servers.yaml bmc.minCipherSuite overrides it.
+	MinIPMICipherSuite uint8
 
 	mu        sync.Mutex
 	drivers   map[string]cachedDriver
@@ -132,7 +136,11 @@ func (d *StoreDrivers) Driver(ctx context.Context, srv state.Server) (bmc.Driver
 		}
 	}
 	sum := sha256.Sum256([]byte(cred.Username + "\x00" + cred.Password + "\x00" + caPEM))
-	key := fmt.Sprintf("%s|%s|%s|%v|%s|%s|%s|%x", srv.BMC.Driver, srv.BMC.Address, srv.BMC.SystemID, srv.BMC.InsecureTLS, srv.BMC.Auth, srv.BMC.CABundle, srv.BMC.Credentials, sum[:8])
+	minSuite := d.MinIPMICipherSuite
+	if srv.BMC.MinCipherSuite != 0 {
+		minSuite = srv.BMC.MinCipherSuite
+	}
+	key := fmt.Sprintf("%s|%s|%s|%v|%s|%s|%s|%d|%x", srv.BMC.Driver, srv.BMC.Address, srv.BMC.SystemID, srv.BMC.InsecureTLS, srv.BMC.Auth, srv.BMC.CABundle, srv.BMC.Credentials, minSuite, sum[:8])
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.drivers == nil {
@@ -161,7 +169,7 @@ func (d *StoreDrivers) Driver(ctx context.Context, srv state.Server) (bmc.Driver
 			Auth: srv.BMC.Auth, RootCAs: pool,
 			Username: cred.Username, Password: cred.Password, Logger: log})
 	case "ipmi":
-		drv, err = ipmi.New(ipmi.Config{Address: srv.BMC.Address, Username: cred.Username, Password: cred.Password, Logger: log})
+		drv, err = ipmi.New(ipmi.Config{Address: srv.BMC.Address, Username: cred.Username, Password: cred.Password, MinCipherSuite: minSuite, Logger: log})
 	default:
 		return nil, fmt.Errorf("unknown BMC driver %q: %w", srv.BMC.Driver, bmc.ErrUnsupported)
 	}

@@ -226,6 +226,15 @@ func (w *Sweep) read(ctx context.Context, name string) (ok, changed bool) {
 		log.Warn("bmc sweep: record", "err", err)
 		return true, false
 	}
+	if sr, ok := drv.(bmc.SecurityReporter); ok {
+		if sec := sr.SessionSecurity(); sec != "" && sec != srv.BMC.Security {
+			if _, err := w.st.UpdateServer(name, func(s *state.Server) error { s.BMC.Security = sec; return nil }); err != nil {
+				log.Warn("bmc sweep: record", "err", err)
+			} else {
+				changed = true
+			}
+		}
+	}
 	if changed {
 		log.Info("bmc observed", "power", string(p), "health", h)
 	}

@@ -948,7 +948,8 @@ func dropServers(steps []Step, names map[string]Condition) []Step {
 func Record(ws *inventory.Server) state.Server {
 	return state.Server{Name: ws.Name, Zone: ws.Zone, Site: ws.Site, Rack: ws.Rack, BootMAC: ws.BootMAC, BootMode: string(ws.BootMode),
 		BMC: state.BMCFacts{Driver: string(ws.BMC.Driver), Address: ws.BMC.Address, Credentials: ws.BMC.Credentials,
-			SystemID: ws.BMC.SystemID, InsecureTLS: ws.BMC.InsecureTLS, Auth: ws.BMC.Auth, CABundle: ws.BMC.CABundle}}
+			SystemID: ws.BMC.SystemID, InsecureTLS: ws.BMC.InsecureTLS, Auth: ws.BMC.Auth, CABundle: ws.BMC.CABundle,
+			MinCipherSuite: ws.BMC.MinCipherSuite}}
 }
 
 // identityChanged reports whether servers.yaml gives ws another identity
@@ -957,7 +958,7 @@ func identityChanged(ws *inventory.Server, obs state.Server) bool {
 	return ws.Zone != obs.Zone || ws.Site != obs.Site || ws.Rack != obs.Rack || ws.BootMAC != obs.BootMAC || string(ws.BootMode) != obs.BootMode ||
 		string(ws.BMC.Driver) != obs.BMC.Driver || ws.BMC.Address != obs.BMC.Address || ws.BMC.Credentials != obs.BMC.Credentials ||
 		ws.BMC.SystemID != obs.BMC.SystemID || ws.BMC.InsecureTLS != obs.BMC.InsecureTLS ||
-		ws.BMC.Auth != obs.BMC.Auth || ws.BMC.CABundle != obs.BMC.CABundle
+		ws.BMC.Auth != obs.BMC.Auth || ws.BMC.CABundle != obs.BMC.CABundle || ws.BMC.MinCipherSuite != obs.BMC.MinCipherSuite
 }
 
 func hasAction(steps []Step, a Action) bool {
