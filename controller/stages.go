@@ -531,7 +531,7 @@ func (w *wiring) join() (func(), error) {
 		func() float64 { st := joinLim.Stats(); return float64(st.RefusedPerIP + st.RefusedBudget) })); err != nil {
 		return stop, fmt.Errorf("controller: %w", err)
 	}
-	if err := registerJoinMetrics(w.reg, js); err != nil {
+	if err := registerJoinMetrics(w.reg, w.joinSrv); err != nil {
 		return stop, fmt.Errorf("controller: %w", err)
 	}
 	jc := joinCommander{srv: w.joinSrv, desired: w.ctrl.Desired, ttl: w.cfg.JoinTokenTTL}
