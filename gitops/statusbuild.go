@@ -138,6 +138,9 @@ func (b *StatusBuilder) serverStatus(s state.Server, planConds []plan.Condition,
 	if hw := s.Hardware; hw != nil {
 		ss.Hardware = statusHardware(hw)
 	}
+	if p := s.CurrentProgress(); p != nil && p.BytesTotal > 0 {
+		ss.Progress = fmt.Sprintf("%s %d%% of %.1f GiB", p.Step, p.BytesDone*10/p.BytesTotal*10, float64(p.BytesTotal)/(1<<30))
+	}
 	ss.ObservedActions = inventory.Actions{Commission: s.Actions["commission"], PowerCycle: s.Actions["powerCycle"], PowerOn: s.Actions["powerOn"], PowerOff: s.Actions["powerOff"]}
 	addAt := func(typ, status, reason, msg string, first time.Time) {
 		key := name + "/" + typ + "/" + status

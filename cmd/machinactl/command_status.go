@@ -5,6 +5,7 @@ import (
 	"io"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -82,6 +83,40 @@ func writeStatus(w io.Writer, apiURL string, counts map[string]int, sealing bool
 	writeSecretsLine(w, sealing, sealed, unsealed)
 	writePlanLines(w, res)
 	writeAttention(w, res, snap)
+	writeProgress(w, snap)
+}
+
+// writeProgress lists the deploys whose ramdisk reports progress: step,
+// bytes, rate, and when the bytes last moved.
+func writeProgress(w io.Writer, snap state.Snapshot) {
+	var lines []string
+	for _, name := range sortedNames(snap.Servers) {
+		p := snap.Servers[name].CurrentProgress()
+		if p == nil {
+			continue
+		}
+		pct := 0.0
+		if p.BytesTotal > 0 {
+			pct = float64(p.BytesDone) * 100 / float64(p.BytesTotal)
+		}
+		line := fmt.Sprintf("  %-16s %-15s %5.1f%% of %.1f GiB, %.1f MB/s, reported %s", termSafe(name), termSafe(p.Step), pct,
+			float64(p.BytesTotal)/(1<<30), float64(p.RateBytesPerSecond)/1e6, p.At.UTC().Format(time.RFC3339))
+		if p.AdvancedAt.Before(p.At) {
+			line += ", no bytes since " + p.AdvancedAt.UTC().Format(time.RFC3339)
+		}
+		lines = append(lines, line)
+	}
+	if len(lines) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "Progress:   %s\n", plural(len(lines), "deploy"))
+	for i, l := range lines {
+		if i == maxAttentionLines {
+			fmt.Fprintf(w, "  ... %d more: machinactl server get NAME\n", len(lines)-maxAttentionLines)
+			break
+		}
+		fmt.Fprintln(w, l)
+	}
 }
 
 // writeInventoryLine says which revision the controller acts on, and an
@@ -190,6 +225,7 @@ func writeAttention(w io.Writer, res plan.Result, snap state.Snapshot) {
 	// does not read), or a plan condition naming the server (a deploy
 	// waiting for its image, a server that cannot be commissioned, ...).
 	conds := map[string]plan.Condition{}
+	waits := map[string][]plan.Condition{}
 	names := sortedNames(snap.Servers)
 	for _, c := range res.Conditions {
 		name, ok := strings.CutPrefix(c.Subject, "server/")
@@ -198,7 +234,12 @@ func writeAttention(w io.Writer, res plan.Result, snap state.Snapshot) {
 		if !ok || c.Type == "WipePending" || c.Type == plan.CondImageChanged || c.Reason == "NeverCommissioned" {
 			continue
 		}
-		if _, dup := conds[name]; dup {
+		if c.Reason == plan.ReasonBehindAction {
+			// Said on its own line, under the server's first.
+			waits[name] = append(waits[name], c)
+		}
+		// A failing action comes first: it is why the rest waits.
+		if prev, dup := conds[name]; dup && (prev.Type == plan.CondFailing || c.Type != plan.CondFailing) {
 			continue
 		}
 		conds[name] = c
@@ -219,6 +260,8 @@ func writeAttention(w io.Writer, res plan.Result, snap state.Snapshot) {
 			what = "stalled (" + string(s.Lifecycle) + ")"
 		case known && s.BMCError != "" && s.Lifecycle != state.LifecycleRetired:
 			what = "BMC unreadable"
+		case hasCond && c.Type == plan.CondFailing:
+			what = "failing"
 		case hasCond:
 			what = c.Type
 		default:
@@ -228,13 +271,18 @@ func writeAttention(w io.Writer, res plan.Result, snap state.Snapshot) {
 		switch what {
 		case "BMC unreadable":
 			msg = s.BMCError
-		case c.Type:
+		case c.Type, "failing":
 			msg = c.Message
 		}
 		if msg == "" {
 			msg = "no error recorded"
 		}
 		attn = append(attn, fmt.Sprintf("  %-16s %-22s %s", termSafe(name), what, oneLine(msg, 100)))
+		for _, wc := range waits[name] {
+			if wc != c {
+				attn = append(attn, fmt.Sprintf("  %-16s %-22s %s", "", "waiting", oneLine(wc.Message, 100)))
+			}
+		}
 	}
 	if len(attn) == 0 {
 		fmt.Fprintln(w, "Attention:  no failed, stalled or waiting servers, no unreadable BMCs")
