@@ -249,6 +249,7 @@ func writeAttention(w io.Writer, res plan.Result, snap state.Snapshot) {
 	}
 	sort.Strings(names)
 	var attn []string
+	servers := 0
 	for _, name := range names {
 		s, known := snap.Servers[name]
 		c, hasCond := conds[name]
@@ -277,7 +278,12 @@ func writeAttention(w io.Writer, res plan.Result, snap state.Snapshot) {
 		if msg == "" {
 			msg = "no error recorded"
 		}
-		attn = append(attn, fmt.Sprintf("  %-16s %-22s %s", termSafe(name), what, oneLine(msg, 100)))
+		width := 100
+		if what == "failing" {
+			width = 160 // the action, the count, the next retry and the error
+		}
+		attn = append(attn, fmt.Sprintf("  %-16s %-22s %s", termSafe(name), what, oneLine(msg, width)))
+		servers++
 		for _, wc := range waits[name] {
 			if wc != c {
 				attn = append(attn, fmt.Sprintf("  %-16s %-22s %s", "", "waiting", oneLine(wc.Message, 100)))
@@ -288,7 +294,7 @@ func writeAttention(w io.Writer, res plan.Result, snap state.Snapshot) {
 		fmt.Fprintln(w, "Attention:  no failed, stalled or waiting servers, no unreadable BMCs")
 		return
 	}
-	fmt.Fprintf(w, "Attention:  %s\n", plural(len(attn), "server"))
+	fmt.Fprintf(w, "Attention:  %s\n", plural(servers, "server"))
 	for i, l := range attn {
 		if i == maxAttentionLines {
 			fmt.Fprintf(w, "  ... %d more: machinactl plan, status/README.md\n", len(attn)-maxAttentionLines)

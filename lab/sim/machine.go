@@ -72,6 +72,32 @@ type Machine struct {
 	// corruptImages flips a byte of every image download in transit
 	// (fault injection).
 	corruptImages bool
+	// imageRate bounds the image downloads' rate in bytes per second
+	// (0: not bounded); with imageStalls, every image download stops
+	// after imageStallAfter bytes until the request ends. Fault
+	// injection: a slow disk or link, and one that stops moving.
+	imageRate, imageStallAfter int64
+	imageStalls                bool
+}
+
+// ThrottleImages bounds the rate of the machine's image downloads to
+// bytesPerSecond (0 lifts the bound): a long image write, as a 20-50 GiB
+// image on a real disk or link is, in a lab whose images are 4 MiB.
+func (m *Machine) ThrottleImages(bytesPerSecond int64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.imageRate = bytesPerSecond
+}
+
+// StallImages makes every image download stop after the first after
+// bytes and deliver nothing more until the request is given up (the
+// machine reset, or its ramdisk's context ended): a write that stalls, as
+// a dying disk or a wedged link does, while the ramdisk's progress
+// reports go on. A negative after lifts it.
+func (m *Machine) StallImages(after int64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.imageStallAfter, m.imageStalls = after, after >= 0
 }
 
 // CorruptImages injects (or clears) a corrupting network path: every image
@@ -91,9 +117,12 @@ func (m *Machine) DiskPath(name string) string { return filepath.Join(m.devDir, 
 // or one that corrupts image downloads when CorruptImages is set.
 func (m *Machine) client() *http.Client {
 	m.mu.Lock()
-	corrupt := m.corruptImages
+	corrupt, rate, stall := m.corruptImages, m.imageRate, int64(-1)
+	if m.imageStalls {
+		stall = m.imageStallAfter
+	}
 	m.mu.Unlock()
-	if !corrupt {
+	if !corrupt && rate <= 0 && stall < 0 {
 		return m.agentHTTP
 	}
 	c := *m.agentHTTP
@@ -101,9 +130,61 @@ func (m *Machine) client() *http.Client {
 	if base == nil {
 		base = http.DefaultTransport
 	}
-	c.Transport = corruptTransport{base: base}
+	if rate > 0 || stall >= 0 {
+		base = shapedTransport{base: base, rate: rate, stallAfter: stall}
+	}
+	if corrupt {
+		base = corruptTransport{base: base}
+	}
+	c.Transport = base
 	return &c
 }
+
+// shapedTransport slows (rate bytes per second) or stalls (after
+// stallAfter bytes) every successful image download.
+type shapedTransport struct {
+	base             http.RoundTripper
+	rate, stallAfter int64
+}
+
+func (t shapedTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	resp, err := t.base.RoundTrip(r)
+	if err != nil || resp.StatusCode/100 != 2 || !strings.HasPrefix(r.URL.Path, "/images/") {
+		return resp, err
+	}
+	resp.Body = &shapedReader{rc: resp.Body, ctx: r.Context(), rate: t.rate, stallAfter: t.stallAfter}
+	return resp, nil
+}
+
+// shapedReader delivers at most rate bytes a second, in reads of a tenth
+// of that, and nothing after stallAfter bytes (>= 0) until ctx ends.
+type shapedReader struct {
+	rc               io.ReadCloser
+	ctx              context.Context
+	rate, stallAfter int64
+	off              int64
+}
+
+func (s *shapedReader) Read(p []byte) (int, error) {
+	if s.stallAfter >= 0 && s.off >= s.stallAfter {
+		<-s.ctx.Done()
+		return 0, s.ctx.Err()
+	}
+	if s.stallAfter >= 0 {
+		p = p[:min(int64(len(p)), s.stallAfter-s.off)]
+	}
+	if s.rate > 0 {
+		p = p[:min(int64(len(p)), max(s.rate/10, 1))]
+		if !sleep(s.ctx, time.Duration(int64(len(p))*int64(time.Second)/s.rate)) {
+			return 0, s.ctx.Err()
+		}
+	}
+	n, err := s.rc.Read(p)
+	s.off += int64(n)
+	return n, err
+}
+
+func (s *shapedReader) Close() error { return s.rc.Close() }
 
 // corruptTransport flips one byte of every successful image download.
 type corruptTransport struct{ base http.RoundTripper }

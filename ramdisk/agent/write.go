@@ -166,9 +166,8 @@ func verifyInMemory(ctx context.Context, cfg WriteConfig, chunk int, want string
 	}
 	buf := make([]byte, cfg.SizeBytes)
 	h := sha256.New()
-	err = pipeRead(ctx, rc, cfg.SizeBytes, chunk, buf, func(p piece) error {
+	err = pipeRead(ctx, cfg.downloadProgress(rc), cfg.SizeBytes, chunk, buf, func(p piece) error {
 		h.Write(p.b)
-		cfg.progress(v1.StepImageDownload, p.off+int64(len(p.b)), cfg.SizeBytes)
 		return nil
 	})
 	rc.Close()
@@ -191,10 +190,9 @@ func verifyTwoPass(ctx context.Context, cfg WriteConfig, chunk int, want string)
 	}
 	total := sha256.New()
 	var sums [][32]byte
-	err = pipeRead(ctx, rc, cfg.SizeBytes, chunk, nil, func(p piece) error {
+	err = pipeRead(ctx, cfg.downloadProgress(rc), cfg.SizeBytes, chunk, nil, func(p piece) error {
 		sums = append(sums, sha256.Sum256(p.b))
 		total.Write(p.b)
-		cfg.progress(v1.StepImageDownload, p.off+int64(len(p.b)), cfg.SizeBytes)
 		return nil
 	})
 	rc.Close()
@@ -273,6 +271,32 @@ func readBack(dev BlockDevice, size int64, want string, res *WriteResult, progre
 		return fmt.Errorf("write image: %w: got %s", ErrReadBack, got)
 	}
 	return nil
+}
+
+// downloadProgress returns r counting the bytes read from it as the
+// download step's progress (per read, not per chunk: a chunk is 4 MiB, and
+// a slow link takes a while to fill one).
+func (cfg *WriteConfig) downloadProgress(r io.Reader) io.Reader {
+	if cfg.Progress == nil {
+		return r
+	}
+	return &countReader{r: r, report: func(n int64) { cfg.Progress(v1.StepImageDownload, min(n, cfg.SizeBytes), cfg.SizeBytes) }}
+}
+
+// countReader counts the bytes read through it and reports the count.
+type countReader struct {
+	r      io.Reader
+	n      int64
+	report func(int64)
+}
+
+func (c *countReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	if n > 0 {
+		c.report(c.n)
+	}
+	return n, err
 }
 
 // countWriter counts the bytes written through it and reports the count.
