@@ -162,6 +162,12 @@ func TestFailingFinishDeployShownAndReleaseWaits(t *testing.T) {
 	r.waitStatus("status/servers/"+progressTarget+".yaml", "type: Failing", "reason: ActionFailing", "finish-deploy failed")
 
 	r.commit("release "+progressTarget, func(dir string) { r.setServer(dir, progressTarget, "want", "ready") })
+	// The release brings profile gpu to zero: the safety brake holds it
+	// until the operator approves the revision, as machinactl approve does.
+	rev := r.waitBrake()
+	if code, body := r.admin(http.MethodPost, "/api/v1/approve", v1.ApproveRequest{Revision: rev}); code != http.StatusOK {
+		t.Fatalf("approve %s: %d %s", rev, code, body)
+	}
 	waiting := r.waitCondition("Waiting", plan.ReasonBehindAction, "release waits for finish-deploy in flight, failing (", "next retry at ")
 	t.Logf("Waiting: %s", waiting)
 	r.waitStatus("status/servers/"+progressTarget+".yaml", "reason: BehindAction", "release waits for finish-deploy")
@@ -181,6 +187,23 @@ func TestFailingFinishDeployShownAndReleaseWaits(t *testing.T) {
 		}
 		return true
 	})
+}
+
+// waitBrake waits until the acting plan holds steps behind the safety
+// brake and returns the revision to approve (the brake's message names
+// it: "machinactl approve REV").
+func (r *rig) waitBrake() string {
+	r.t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		if _, after, ok := strings.Cut(r.run.Reconciler.LastPlan().Brake, "machinactl approve "); ok && len(after) >= 12 {
+			return after[:12]
+		}
+		if time.Now().After(deadline) {
+			r.t.Fatalf("no safety brake in the plan: %s", r.run.Reconciler.LastPlan().Text())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 // waitCondition waits until the admin API's plan (GET /api/v1/plan, what

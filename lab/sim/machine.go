@@ -3,6 +3,7 @@ package sim
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -113,23 +114,26 @@ func (m *Machine) CorruptImages(corrupt bool) {
 // "sdb", ...), to compare its bytes before and after a deploy.
 func (m *Machine) DiskPath(name string) string { return filepath.Join(m.devDir, name) }
 
-// client returns the HTTP client the machine's ramdisk uses: the lab's,
-// or one that corrupts image downloads when CorruptImages is set.
-func (m *Machine) client() *http.Client {
+// client returns the HTTP client the ramdisk of the boot boot uses: the
+// lab's, shaped or corrupting image downloads as set (ThrottleImages,
+// StallImages, CorruptImages). It sends nothing once boot has ended: a
+// machine that is reset or powered off takes its ramdisk with it, which
+// then cannot post the outcome of the write the reset cut short (the
+// agent posts its done without its context's cancellation, as it should
+// when only its own deadline ended).
+func (m *Machine) client(boot context.Context) *http.Client {
 	m.mu.Lock()
 	corrupt, rate, stall := m.corruptImages, m.imageRate, int64(-1)
 	if m.imageStalls {
 		stall = m.imageStallAfter
 	}
 	m.mu.Unlock()
-	if !corrupt && rate <= 0 && stall < 0 {
-		return m.agentHTTP
-	}
 	c := *m.agentHTTP
 	base := c.Transport
 	if base == nil {
 		base = http.DefaultTransport
 	}
+	base = poweredTransport{base: base, boot: boot}
 	if rate > 0 || stall >= 0 {
 		base = shapedTransport{base: base, rate: rate, stallAfter: stall}
 	}
@@ -138,6 +142,20 @@ func (m *Machine) client() *http.Client {
 	}
 	c.Transport = base
 	return &c
+}
+
+// poweredTransport fails every request once the boot it belongs to ended
+// (the machine was reset or powered off).
+type poweredTransport struct {
+	base http.RoundTripper
+	boot context.Context
+}
+
+func (t poweredTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	if t.boot.Err() != nil {
+		return nil, errors.New("sim: the machine was reset or powered off: its ramdisk is gone")
+	}
+	return t.base.RoundTrip(r)
 }
 
 // shapedTransport slows (rate bytes per second) or stalls (after
@@ -373,7 +391,7 @@ func (m *Machine) run(ctx context.Context, gen int) {
 			return
 		}
 		mode := args["machina.mode"]
-		client := &v1.AgentClient{BaseURL: args["machina.url"], HTTP: m.client()}
+		client := &v1.AgentClient{BaseURL: args["machina.url"], HTTP: m.client(ctx)}
 		r := &agent.Runner{Client: client, Token: args["machina.token"], BootMAC: m.MAC, Root: m.root, DevDir: m.devDir,
 			Tests:       agent.CommissionConfig{MemoryTestBytes: 1 << 20, DiskReadBytes: 64 << 10, NetworkTestBytes: 256 << 10},
 			MemoryLimit: 64 << 20, Version: "sim", Logger: m.log}
