@@ -217,16 +217,13 @@ func writePlanLines(w io.Writer, res plan.Result) {
 
 }
 
-// writeAttention lists the servers that need a human, or that are not
-// moving and why.
-func writeAttention(w io.Writer, res plan.Result, snap state.Snapshot) {
-	// Servers that need a human, or that are not moving and why: failed,
-	// stalled, an unreadable BMC (not for retired servers, which the sweep
-	// does not read), or a plan condition naming the server (a deploy
-	// waiting for its image, a server that cannot be commissioned, ...).
-	conds := map[string]plan.Condition{}
-	waits := map[string][]plan.Condition{}
-	names := sortedNames(snap.Servers)
+// attentionConds picks, per server, the plan condition status names it
+// with (a Failing one first: it is why the rest waits) and the Waiting
+// (BehindAction) conditions said on their own lines, and returns the
+// names of the known servers and of those only a condition names.
+func attentionConds(res plan.Result, snap state.Snapshot) (conds map[string]plan.Condition, waits map[string][]plan.Condition, names []string) {
+	conds, waits = map[string]plan.Condition{}, map[string][]plan.Condition{}
+	names = sortedNames(snap.Servers)
 	for _, c := range res.Conditions {
 		name, ok := strings.CutPrefix(c.Subject, "server/")
 		// Not listed: a wipe or a deploy with a changed image (moving), a
@@ -235,18 +232,29 @@ func writeAttention(w io.Writer, res plan.Result, snap state.Snapshot) {
 			continue
 		}
 		if c.Reason == plan.ReasonBehindAction {
-			// Said on its own line, under the server's first.
 			waits[name] = append(waits[name], c)
 		}
-		// A failing action comes first: it is why the rest waits.
-		if prev, dup := conds[name]; dup && (prev.Type == plan.CondFailing || c.Type != plan.CondFailing) {
+		prev, dup := conds[name]
+		if dup && (prev.Type == plan.CondFailing || c.Type != plan.CondFailing) {
 			continue
 		}
 		conds[name] = c
-		if _, known := snap.Servers[name]; !known {
+		if _, known := snap.Servers[name]; !known && !dup {
 			names = append(names, name)
 		}
 	}
+	sort.Strings(names)
+	return conds, waits, names
+}
+
+// writeAttention lists the servers that need a human, or that are not
+// moving and why.
+func writeAttention(w io.Writer, res plan.Result, snap state.Snapshot) {
+	// Servers that need a human, or that are not moving and why: failed,
+	// stalled, an unreadable BMC (not for retired servers, which the sweep
+	// does not read), or a plan condition naming the server (a deploy
+	// waiting for its image, a server that cannot be commissioned, ...).
+	conds, waits, names := attentionConds(res, snap)
 	sort.Strings(names)
 	var attn []string
 	servers := 0

@@ -121,10 +121,13 @@ func TestStalledImageWriteRenetbooted(t *testing.T) {
 	r := startProgressRig(t, func(m *sim.Machine) { m.StallImages(1 << 20) })
 	r.pinToGPU()
 	srv := r.waitServer(progressTarget, "re-netbooted", 2*time.Minute, func(s state.Server) bool { return s.Renetboots >= 1 })
+	// The renetboot's event follows the record's move.
 	var why string
-	for _, e := range r.events(progressTarget, 0) {
-		if e.Kind == "machine.renetboot" && why == "" {
-			why = e.Message
+	for deadline := time.Now().Add(time.Minute); why == "" && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		for _, e := range r.events(progressTarget, 0) {
+			if e.Kind == "machine.renetboot" && why == "" {
+				why = e.Message
+			}
 		}
 	}
 	t.Logf("re-netboot: %s", why)

@@ -109,7 +109,7 @@ type Condition struct {
 	// Subject is "server/NAME", "profile/NAME" or "inventory".
 	Subject string `json:"subject"`
 	// Type is CamelCase: Orphaned, InsufficientCapacity, Waiting, Held,
-	// NoBMC.
+	// NoBMC, Failing (CondFailing).
 	Type    string `json:"type"`
 	Reason  string `json:"reason"`
 	Message string `json:"message"`
