@@ -3,7 +3,6 @@ package sim
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -151,9 +150,18 @@ type poweredTransport struct {
 	boot context.Context
 }
 
+// RoundTrip answers 410 Gone without sending anything once the boot
+// ended: a final answer the agent does not retry (a transport error would
+// have it retry its done for a minute, logging to a test that is over),
+// where a real machine's ramdisk would simply be gone.
 func (t poweredTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	if t.boot.Err() != nil {
-		return nil, errors.New("sim: the machine was reset or powered off: its ramdisk is gone")
+		if r.Body != nil {
+			r.Body.Close()
+		}
+		return &http.Response{StatusCode: http.StatusGone, Status: "410 Gone", Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1, Request: r,
+			Header: http.Header{"Content-Type": {"application/json"}},
+			Body:   io.NopCloser(strings.NewReader(`{"message":"sim: the machine was reset or powered off: its ramdisk is gone","code":"gone"}`))}, nil
 	}
 	return t.base.RoundTrip(r)
 }
