@@ -8,6 +8,7 @@
 //	POST PathAgentReport   commissioning report (facts + test results)
 //	GET  PathAgentPlan     deploy plan (image URL, checksum, disk rule, seed)
 //	GET  Plan.ImageURL     the raw image (Range-capable)
+//	POST PathAgentProgress a long deploy step's progress (every Plan.ProgressEvery)
 //	POST PathAgentDone     deploy outcome
 //	GET  PathAgentPayload  bytes for the network throughput test
 //
@@ -17,7 +18,8 @@
 // authorises PathAgentPayload (without being consumed) and is consumed by the
 // single POST to PathAgentReport. In deploy it is consumed by the GET of
 // PathAgentPlan, whose Plan carries a short-lived ImageToken (reusable for a
-// second image pass) and a single-use DoneToken.
+// second image pass, and for the progress reports) and a single-use
+// DoneToken.
 package v1
 
 import "time"
