@@ -17,6 +17,14 @@ func toServer(s state.Server) v1.Server {
 			Manufacturer: s.BMC.Manufacturer, Model: s.BMC.Model, SerialNumber: s.BMC.SerialNumber, FirmwareVersion: s.BMC.FirmwareVersion},
 		Actions: s.Actions, LastError: s.LastError, Revision: s.Revision, CreatedAt: s.CreatedAt, UpdatedAt: s.UpdatedAt,
 		Health: s.Health, BMCError: s.BMCError, Stalled: s.Stalled, FinishDeploy: s.FinishDeploy, NeedsWipe: s.NeedsWipe,
+		Failures: s.Failures, RetryAt: s.RetryAt, LastHeard: s.LastHeard, LastHeardAt: s.LastHeardAt,
+	}
+	if s.InFlight != nil {
+		out.InFlight = s.InFlight.Action
+	}
+	if p := s.CurrentProgress(); p != nil {
+		out.Progress = &v1.ServerProgress{Progress: v1.Progress{Step: p.Step, BytesDone: p.BytesDone, BytesTotal: p.BytesTotal, RateBytesPerSecond: p.RateBytesPerSecond},
+			At: p.At, AdvancedAt: p.AdvancedAt}
 	}
 	if h := s.Hardware; h != nil {
 		hw := &v1.Hardware{Cores: h.Cores, MemoryBytes: h.MemoryBytes, Vendor: h.Vendor, Product: h.Product, Serial: h.Serial, ObservedAt: h.ObservedAt,

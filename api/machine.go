@@ -16,6 +16,7 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	v1 "github.com/machina-metal/machina/api/v1"
@@ -69,6 +70,13 @@ type MachineConfig struct {
 	// controller keeps the leases in the state file, so the check holds
 	// across a restart.
 	Leases LeaseLookup
+	// ProgressEvery is how often the ramdisk reports a long deploy step's
+	// progress (v1.Plan.ProgressEvery, PathAgentProgress); zero means 20
+	// seconds. Keep it well below the plan's SilentAfter: only a report
+	// whose bytes advanced counts as hearing from the machine. A server's
+	// reports closer together than half of it are answered 429 and
+	// dropped, so a machine cannot write its record faster than that.
+	ProgressEvery time.Duration
 	// Logger: nil discards.
 	Logger *slog.Logger
 }
@@ -122,6 +130,11 @@ type Machine struct {
 	lim *boot.Limiter
 	// tokLim is PerToken's limiter, keyed by perTokenKey.
 	tokLim *boot.Limiter
+	// progressMu guards progressAt: when each server's last progress
+	// report was taken (one entry per server that holds a valid image
+	// token, so bounded by the fleet).
+	progressMu sync.Mutex
+	progressAt map[string]time.Time
 }
 
 // NewMachine checks cfg and returns the endpoints; mount them with Mount.
@@ -141,19 +154,24 @@ func NewMachine(cfg MachineConfig) (*Machine, error) {
 	if cfg.PerToken.Burst == 0 {
 		cfg.PerToken = cfg.PerIP
 	}
-	return &Machine{cfg: cfg, log: cfg.Logger, lim: boot.NewLimiter(cfg.PerIP), tokLim: boot.NewLimiter(cfg.PerToken)}, nil
+	if cfg.ProgressEvery <= 0 {
+		cfg.ProgressEvery = 20 * time.Second
+	}
+	return &Machine{cfg: cfg, log: cfg.Logger, lim: boot.NewLimiter(cfg.PerIP), tokLim: boot.NewLimiter(cfg.PerToken),
+		progressAt: map[string]time.Time{}}, nil
 }
 
 // Mount registers the endpoints on srv as public routes (they check their
 // own tokens).
 func (m *Machine) Mount(srv *Server) error {
 	for pattern, h := range map[string]http.HandlerFunc{
-		"POST " + v1.PathAgentReport: m.report,
-		"GET " + v1.PathAgentPayload: m.payload,
-		"GET " + v1.PathAgentPlan:    m.plan,
-		"POST " + v1.PathAgentDone:   m.done,
-		"GET " + v1.PathAgentWipe:    m.wipePlan,
-		"POST " + v1.PathAgentWiped:  m.wiped,
+		"POST " + v1.PathAgentReport:   m.report,
+		"GET " + v1.PathAgentPayload:   m.payload,
+		"GET " + v1.PathAgentPlan:      m.plan,
+		"POST " + v1.PathAgentDone:     m.done,
+		"GET " + v1.PathAgentWipe:      m.wipePlan,
+		"POST " + v1.PathAgentWiped:    m.wiped,
+		"POST " + v1.PathAgentProgress: m.progress,
 	} {
 		if err := srv.HandlePublic(pattern, m.limited(h)); err != nil {
 			return err
@@ -647,6 +665,7 @@ func (m *Machine) plan(w http.ResponseWriter, r *http.Request) {
 	// The agent reads the written range back and sends its digest; done
 	// is checked against it.
 	p.ReadBack = true
+	p.ProgressEvery = m.cfg.ProgressEvery
 	m.use(w, r, tok, state.PurposePlan, nil, true, func(tx *state.Tx, t state.Token) (state.Answer, error) {
 		cur, err := tx.Server(t.Server)
 		if err != nil {

@@ -120,6 +120,11 @@ type Config struct {
 	// zero means the packages' defaults (a burst of 20-30, 10 a second). The
 	// simulated lab, where every machine is 127.0.0.1, raises it.
 	MachinePerIP boot.Limit
+	// MachineProgressEvery is how often a deploying ramdisk reports its
+	// progress (api.MachineConfig.ProgressEvery); zero means 20 seconds,
+	// and it is lowered to a third of Reconciler.Plan.SilentAfter, so
+	// that a machine whose bytes move is never taken for silent.
+	MachineProgressEvery time.Duration
 	// MaxConnsPerIP caps the open connections of one source address on
 	// the HTTP listener (admin API, UI, boot and machine endpoints); zero
 	// means api.DefaultMaxConnsPerIP (256). The simulated lab, whose

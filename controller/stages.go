@@ -537,11 +537,25 @@ func (w *wiring) join() (func(), error) {
 	jc := joinCommander{srv: w.joinSrv, desired: w.ctrl.Desired, ttl: w.cfg.JoinTokenTTL}
 	pl := &deployplan.Planner{Desired: w.ctrl.Desired, Images: w.imgStore, BaseURL: w.publicURL, Join: jc, Store: w.st, Logger: w.log.With("component", "planner")}
 	machine, err := api.NewMachine(api.MachineConfig{Store: w.st, Planner: pl, Wiper: pl, Installer: pl,
-		PerIP: w.cfg.MachinePerIP, Leases: machineLeases, Logger: w.log.With("component", "machine")})
+		PerIP: w.cfg.MachinePerIP, Leases: machineLeases, ProgressEvery: progressEvery(w.cfg.MachineProgressEvery, w.cfg.Reconciler.Plan.SilentAfter),
+		Logger: w.log.With("component", "machine")})
 	if err != nil {
 		return stop, fmt.Errorf("controller: %w", err)
 	}
 	return stop, machine.Mount(w.srv)
+}
+
+// progressEvery is the ramdisk's progress interval: every (zero: 20
+// seconds), at most a third of silentAfter (zero: the plan's 5 minutes),
+// so that two reports fall within any silent-after window.
+func progressEvery(every, silentAfter time.Duration) time.Duration {
+	if every <= 0 {
+		every = 20 * time.Second
+	}
+	if silentAfter <= 0 {
+		silentAfter = 5 * time.Minute
+	}
+	return min(every, silentAfter/3)
 }
 
 // leasedIP is the address the DHCP server leased to server's boot MAC.

@@ -86,6 +86,11 @@ type ServerStatus struct {
 	Profile string
 	// Allocation says why or how it is allocated ("auto", "pinned"), "".
 	Allocation string
+	// Progress is the running deploy's progress as the ramdisk last
+	// reported it, in whole tens of percent so that status commits do
+	// not follow every report ("image-write 40% of 20.0 GiB"); "" when
+	// none (rendered as progress).
+	Progress string
 	// Conditions in any order; rendered sorted by Type.
 	Conditions []Condition
 	// ObservedActions are the action counters last performed (recorded

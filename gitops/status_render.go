@@ -247,6 +247,7 @@ func renderServer(s ServerStatus, maxEvents int) []byte {
 	w.str(0, "allocation", s.Allocation)
 	w.list(0, "bmcQuirks", s.BMCQuirks)
 	w.str(0, "bmcSecurity", s.BMCSecurity)
+	w.str(0, "progress", s.Progress)
 	w.hardware(s.Hardware)
 	sortedList(&w, 0, "conditions", "type", s.Conditions, func(c Condition) string { return c.Type }, func(c Condition) {
 		w.text(1, "status", orUnknown(c.Status))

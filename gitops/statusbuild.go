@@ -140,6 +140,13 @@ func (b *StatusBuilder) serverStatus(s state.Server, planConds []plan.Condition,
 	if hw := s.Hardware; hw != nil {
 		ss.Hardware = statusHardware(hw)
 	}
+	if p := s.CurrentProgress(); p != nil && p.BytesTotal > 0 {
+		size := fmt.Sprintf("%.1f GiB", float64(p.BytesTotal)/(1<<30))
+		if p.BytesTotal < 1<<30 {
+			size = fmt.Sprintf("%d MiB", p.BytesTotal>>20)
+		}
+		ss.Progress = fmt.Sprintf("%s %d%% of %s", p.Step, p.BytesDone*10/p.BytesTotal*10, size)
+	}
 	ss.ObservedActions = inventory.Actions{Commission: s.Actions["commission"], PowerCycle: s.Actions["powerCycle"], PowerOn: s.Actions["powerOn"], PowerOff: s.Actions["powerOff"]}
 	addAt := func(typ, status, reason, msg string, first time.Time) {
 		key := name + "/" + typ + "/" + status

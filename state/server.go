@@ -87,6 +87,11 @@ type Server struct {
 	LastHeardAt time.Time `json:"lastHeardAt,omitzero"`
 	Renetboots  int       `json:"renetboots,omitempty"`
 	RenetbootAt time.Time `json:"renetbootAt,omitzero"`
+	// Progress is the ramdisk's latest progress report of a long step
+	// (the image's download, write or read-back); nil before one. It is
+	// kept after the step as the last one seen; Progress.At before
+	// LifecycleAt or RenetbootAt is from an earlier boot.
+	Progress *Progress `json:"progress,omitempty"`
 
 	// Revision increases by one on every committed change of this record.
 	Revision  uint64    `json:"revision"`
@@ -239,6 +244,36 @@ type DeployRecord struct {
 	// size and read-back digest; VerifiedAt is when.
 	Verified   bool      `json:"verified,omitempty"`
 	VerifiedAt time.Time `json:"verifiedAt,omitzero"`
+}
+
+// Progress is how far a machine's long step is, as its ramdisk last
+// reported it (api/v1.Progress).
+type Progress struct {
+	// Step names the step (api/v1.StepImageDownload, ...).
+	Step string `json:"step"`
+	// BytesDone of BytesTotal bytes are done; RateBytesPerSecond is the
+	// rate the machine measured over its last interval.
+	BytesDone          int64 `json:"bytesDone"`
+	BytesTotal         int64 `json:"bytesTotal"`
+	RateBytesPerSecond int64 `json:"rateBytesPerSecond"`
+	// At is when the controller took the report (UTC); AdvancedAt is when
+	// a report last moved the step or its bytes forward. A machine that
+	// keeps reporting the same bytes has an At that moves and an
+	// AdvancedAt that does not: it is stalled, and only an advance counts
+	// as hearing from it (LastHeardAt).
+	At         time.Time `json:"at"`
+	AdvancedAt time.Time `json:"advancedAt,omitzero"`
+}
+
+// CurrentProgress returns the server's progress report when it is of the
+// running deploy: the server is deploying and the report was taken since
+// the phase began and since the last re-netboot. Otherwise nil.
+func (s Server) CurrentProgress() *Progress {
+	p := s.Progress
+	if p == nil || s.Lifecycle != LifecycleDeploying || p.At.Before(s.LifecycleAt) || p.At.Before(s.RenetbootAt) {
+		return nil
+	}
+	return p
 }
 
 // InFlight is one started action of the reconciler's executor.

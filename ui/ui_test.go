@@ -363,6 +363,8 @@ func TestPagesShowTheFeed(t *testing.T) {
 		"/ui/servers/r3-n03": {"Not reported by this BMC: power, firmware, logs"},
 		"/ui/servers/r2-n01": {"bmc: unreachable"},
 		"/ui/servers/r2-n02": {"SMART status FAILED", "Stalled", "bump actions.commission"},
+		"/ui/servers/r3-n01": {"image-write: 1.5 GiB of 4.0 GiB at 120.0 MiB/s"},
+		"/ui/servers/r2-n03": {"2 failures in a row; next retry"},
 		"/ui/servers/r1-n03": {"hypervisor", "ubuntu-24.04", "hv-r1-n03", "br-mgmt: vlan 10", "deployed"},
 		"/ui/images":         {"ubuntu-24.04", `value="42"`, "checksum mismatch", "verified", "4.0 MiB", "2.0 GiB"},
 		"/ui/hosts":          {"hv-r1-n03", "online", "hv-r9-n01", "offline", "vmpool: lvm", "br-vm"},

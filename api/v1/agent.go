@@ -8,6 +8,7 @@
 //	POST PathAgentReport   commissioning report (facts + test results)
 //	GET  PathAgentPlan     deploy plan (image URL, checksum, disk rule, seed)
 //	GET  Plan.ImageURL     the raw image (Range-capable)
+//	POST PathAgentProgress a long deploy step's progress (every Plan.ProgressEvery)
 //	POST PathAgentDone     deploy outcome
 //	GET  PathAgentPayload  bytes for the network throughput test
 //
@@ -17,7 +18,8 @@
 // authorises PathAgentPayload (without being consumed) and is consumed by the
 // single POST to PathAgentReport. In deploy it is consumed by the GET of
 // PathAgentPlan, whose Plan carries a short-lived ImageToken (reusable for a
-// second image pass) and a single-use DoneToken.
+// second image pass, and for the progress reports) and a single-use
+// DoneToken.
 package v1
 
 import "time"
@@ -38,6 +40,12 @@ const (
 	PathAgentWipe = "/v1/agent/wipe"
 	// PathAgentWiped takes a WipeResult (POST, JSON) and answers 204.
 	PathAgentWiped = "/v1/agent/wiped"
+	// PathAgentProgress takes a Progress (POST, JSON) during a long step of
+	// a deploy and answers 204, with the plan's ImageToken (not consumed).
+	// The controller counts a report whose bytes advanced as hearing from
+	// the machine; it never moves the lifecycle. A report sooner than the
+	// controller's minimum interval is answered 429 and dropped.
+	PathAgentProgress = "/v1/agent/progress"
 )
 
 // Limits the controller enforces on machine-facing requests; the agent stays
@@ -49,7 +57,35 @@ const (
 	MaxDoneBytes = 64 << 10
 	// MaxPayloadBytes bounds one payload response (64 MiB).
 	MaxPayloadBytes = 64 << 20
+	// MaxProgressBytes bounds a Progress body (1 KiB).
+	MaxProgressBytes = 1 << 10
 )
+
+// Steps a Progress names: the long steps of an image deploy, in order.
+const (
+	// StepImageDownload is the image's download and hash (the one pass of
+	// an image that fits in memory, the hash pass of a two-pass write).
+	StepImageDownload = "image-download"
+	// StepImageWrite is the write to the disk (the second pass of a
+	// two-pass write, or the write from memory).
+	StepImageWrite = "image-write"
+	// StepImageReadBack is the read-back verification of the written range.
+	StepImageReadBack = "image-read-back"
+)
+
+// Progress is what the ramdisk posts to PathAgentProgress every
+// Plan.ProgressEvery during a long step: how far the step is.
+type Progress struct {
+	// Step is StepImageDownload, StepImageWrite or StepImageReadBack.
+	Step string `json:"step"`
+	// BytesDone of BytesTotal bytes of the step are done (0 <= BytesDone
+	// <= BytesTotal).
+	BytesDone  int64 `json:"bytesDone"`
+	BytesTotal int64 `json:"bytesTotal"`
+	// RateBytesPerSecond is the step's rate over the last interval (bytes
+	// per second, >= 0).
+	RateBytesPerSecond int64 `json:"rateBytesPerSecond"`
+}
 
 // AgentReport is the commissioning report the ramdisk posts to PathAgentReport.
 type AgentReport struct {
@@ -252,6 +288,11 @@ type Plan struct {
 	Seed Seed `json:"seed"`
 	// DoneToken authorises the single POST to PathAgentDone.
 	DoneToken string `json:"doneToken,omitempty"`
+	// ProgressEvery is how often the agent posts a Progress to
+	// PathAgentProgress (with ImageToken) during the image's download,
+	// write and read-back; zero means it posts none (a controller older
+	// than progress reports).
+	ProgressEvery time.Duration `json:"progressEveryNs,omitempty"`
 }
 
 // RootDeviceHint names the target disk, after metal3's rootDeviceHints. All

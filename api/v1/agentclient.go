@@ -118,6 +118,13 @@ func (c *AgentClient) Done(ctx context.Context, token string, r DeployResult) er
 	return c.do(ctx, "post done", http.MethodPost, c.URL(PathAgentDone), token, r, nil)
 }
 
+// Progress posts how far a long deploy step is, with the plan's
+// ImageToken. A 429 (reported sooner than the controller takes) is an
+// *AgentStatusError like any refusal.
+func (c *AgentClient) Progress(ctx context.Context, token string, p Progress) error {
+	return c.do(ctx, "post progress", http.MethodPost, c.URL(PathAgentProgress), token, p, nil)
+}
+
 // WipePlan fetches the release wipe plan with the single-use wipe token.
 func (c *AgentClient) WipePlan(ctx context.Context, token string) (WipePlan, error) {
 	var p WipePlan

@@ -45,12 +45,40 @@ type Server struct {
 	// the ramdisk) is still to run or to succeed; such a server is not
 	// allocated.
 	NeedsWipe bool `json:"needsWipe,omitempty"`
+	// Failures counts the controller's consecutive failed steps on the
+	// server (reset by the next that succeeds); RetryAt is when the
+	// failing step may run again (zero when none waits).
+	Failures int       `json:"failures,omitempty"`
+	RetryAt  time.Time `json:"retryAt,omitzero"`
+	// InFlight names the action the controller started and has not
+	// finished (its journal); "" when idle.
+	InFlight string `json:"inFlight,omitempty"`
+	// LastHeard is what the machine last did that the controller saw,
+	// LastHeardAt when (a progress report counts only when its bytes
+	// moved).
+	LastHeard   string    `json:"lastHeard,omitempty"`
+	LastHeardAt time.Time `json:"lastHeardAt,omitzero"`
+	// Progress is the running deploy's latest progress report from the
+	// ramdisk; nil when the server is not deploying or reported none
+	// since its deploy (or last re-netboot) began.
+	Progress *ServerProgress `json:"progress,omitempty"`
 	// Enrolled is set on a server that enrolled itself by PXE-booting
 	// with an unknown MAC (MACHINA_METAL_AUTO_ENROLL=1); nil otherwise.
 	Enrolled  *Enrolment `json:"enrolled,omitempty"`
 	Revision  uint64     `json:"revision"`
 	CreatedAt time.Time  `json:"createdAt"`
 	UpdatedAt time.Time  `json:"updatedAt"`
+}
+
+// ServerProgress is a deploy step's progress as the controller took it
+// from the ramdisk (Progress): At is when the last report came, AdvancedAt
+// when a report last moved the step or its bytes forward (equal to At
+// while the step moves; falling behind it while the machine reports the
+// same bytes).
+type ServerProgress struct {
+	Progress
+	At         time.Time `json:"at"`
+	AdvancedAt time.Time `json:"advancedAt,omitzero"`
 }
 
 // Enrolment says when an auto-enrolled server was first seen, by which

@@ -548,6 +548,7 @@ func addServeReconcilerFlags(f *pflag.FlagSet, cc *controller.Config) {
 	f.Float64Var(&cc.Reconciler.Plan.BrakeShare, "brake-share", 0.2, "safety brake: a revision that would release or retire more than this share of the fleet (servers not retired), above 0 and at most 1, is held until machinactl approve REV; one that brings a profile to zero is held at any share")
 	f.DurationVar(&cc.Reconciler.Plan.DeployTimeout, "deploy-timeout", time.Hour, "a deploy (image or installer) that has not reported after this long fails and its server is powered off")
 	f.DurationVar(&cc.Reconciler.Plan.SilentAfter, "machine-silent-after", 5*time.Minute, "a commissioning or image-deploying machine heard nothing from for this long is network-booted again with fresh tokens")
+	f.DurationVar(&cc.MachineProgressEvery, "machine-progress-every", 20*time.Second, "a deploying ramdisk reports the image's download, write and read-back progress this often (at most a third of --machine-silent-after); a report whose bytes moved counts as hearing from the machine")
 	f.IntVar(&cc.Reconciler.Plan.MaxRenetboots, "max-renetboots", 3, "network boots again per phase at most (then the deploy or commissioning deadline decides)")
 	f.DurationVar(&cc.StatusInterval, "status-interval", 30*time.Second, "least time between status commits")
 	f.DurationVar(&cc.BMCWatchInterval, "bmc-watch-interval", controller.DefaultBMCWatchInterval, "one sweep reading every BMC's power state and health spans this long (negative: off)")

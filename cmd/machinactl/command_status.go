@@ -84,6 +84,40 @@ func writeStatus(w io.Writer, apiURL string, counts map[string]int, sealing bool
 	writeSecretsLine(w, sealing, sealed, unsealed)
 	writePlanLines(w, res)
 	writeAttention(w, res, snap)
+	writeProgress(w, snap)
+}
+
+// writeProgress lists the deploys whose ramdisk reports progress: step,
+// bytes, rate, and when the bytes last moved.
+func writeProgress(w io.Writer, snap state.Snapshot) {
+	var lines []string
+	for _, name := range sortedNames(snap.Servers) {
+		p := snap.Servers[name].CurrentProgress()
+		if p == nil {
+			continue
+		}
+		pct := 0.0
+		if p.BytesTotal > 0 {
+			pct = float64(p.BytesDone) * 100 / float64(p.BytesTotal)
+		}
+		line := fmt.Sprintf("  %-16s %-15s %5.1f%% of %.1f GiB, %.1f MB/s, reported %s", termSafe(name), termSafe(p.Step), pct,
+			float64(p.BytesTotal)/(1<<30), float64(p.RateBytesPerSecond)/1e6, p.At.UTC().Format(time.RFC3339))
+		if p.AdvancedAt.Before(p.At) {
+			line += ", no bytes since " + p.AdvancedAt.UTC().Format(time.RFC3339)
+		}
+		lines = append(lines, line)
+	}
+	if len(lines) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "Progress:   %s\n", plural(len(lines), "deploy"))
+	for i, l := range lines {
+		if i == maxAttentionLines {
+			fmt.Fprintf(w, "  ... %d more: machinactl server get NAME\n", len(lines)-maxAttentionLines)
+			break
+		}
+		fmt.Fprintln(w, l)
+	}
 }
 
 // writeGitLines says how the Git side fares (GET /api/v1/status's git):
@@ -223,15 +257,13 @@ func writePlanLines(w io.Writer, res plan.Result) {
 
 }
 
-// writeAttention lists the servers that need a human, or that are not
-// moving and why.
-func writeAttention(w io.Writer, res plan.Result, snap state.Snapshot) {
-	// Servers that need a human, or that are not moving and why: failed,
-	// stalled, an unreadable BMC (not for retired servers, which the sweep
-	// does not read), or a plan condition naming the server (a deploy
-	// waiting for its image, a server that cannot be commissioned, ...).
-	conds := map[string]plan.Condition{}
-	names := sortedNames(snap.Servers)
+// attentionConds picks, per server, the plan condition status names it
+// with (a Failing one first: it is why the rest waits) and the Waiting
+// (BehindAction) conditions said on their own lines, and returns the
+// names of the known servers and of those only a condition names.
+func attentionConds(res plan.Result, snap state.Snapshot) (conds map[string]plan.Condition, waits map[string][]plan.Condition, names []string) {
+	conds, waits = map[string]plan.Condition{}, map[string][]plan.Condition{}
+	names = sortedNames(snap.Servers)
 	for _, c := range res.Conditions {
 		name, ok := strings.CutPrefix(c.Subject, "server/")
 		// Not listed: a wipe or a deploy with a changed image (moving), a
@@ -239,16 +271,33 @@ func writeAttention(w io.Writer, res plan.Result, snap state.Snapshot) {
 		if !ok || c.Type == "WipePending" || c.Type == plan.CondImageChanged || c.Reason == "NeverCommissioned" {
 			continue
 		}
-		if _, dup := conds[name]; dup {
+		if c.Reason == plan.ReasonBehindAction {
+			waits[name] = append(waits[name], c)
+		}
+		prev, dup := conds[name]
+		if dup && (prev.Type == plan.CondFailing || c.Type != plan.CondFailing) {
 			continue
 		}
 		conds[name] = c
-		if _, known := snap.Servers[name]; !known {
+		if _, known := snap.Servers[name]; !known && !dup {
 			names = append(names, name)
 		}
 	}
 	sort.Strings(names)
+	return conds, waits, names
+}
+
+// writeAttention lists the servers that need a human, or that are not
+// moving and why.
+func writeAttention(w io.Writer, res plan.Result, snap state.Snapshot) {
+	// Servers that need a human, or that are not moving and why: failed,
+	// stalled, an unreadable BMC (not for retired servers, which the sweep
+	// does not read), or a plan condition naming the server (a deploy
+	// waiting for its image, a server that cannot be commissioned, ...).
+	conds, waits, names := attentionConds(res, snap)
+	sort.Strings(names)
 	var attn []string
+	servers := 0
 	for _, name := range names {
 		s, known := snap.Servers[name]
 		c, hasCond := conds[name]
@@ -260,6 +309,8 @@ func writeAttention(w io.Writer, res plan.Result, snap state.Snapshot) {
 			what = "stalled (" + string(s.Lifecycle) + ")"
 		case known && s.BMCError != "" && s.Lifecycle != state.LifecycleRetired:
 			what = "BMC unreadable"
+		case hasCond && c.Type == plan.CondFailing:
+			what = "failing"
 		case hasCond:
 			what = c.Type
 		default:
@@ -269,19 +320,29 @@ func writeAttention(w io.Writer, res plan.Result, snap state.Snapshot) {
 		switch what {
 		case "BMC unreadable":
 			msg = s.BMCError
-		case c.Type:
+		case c.Type, "failing":
 			msg = c.Message
 		}
 		if msg == "" {
 			msg = "no error recorded"
 		}
-		attn = append(attn, fmt.Sprintf("  %-16s %-22s %s", termSafe(name), what, oneLine(msg, 100)))
+		width := 100
+		if what == "failing" {
+			width = 160 // the action, the count, the next retry and the error
+		}
+		attn = append(attn, fmt.Sprintf("  %-16s %-22s %s", termSafe(name), what, oneLine(msg, width)))
+		servers++
+		for _, wc := range waits[name] {
+			if wc != c {
+				attn = append(attn, fmt.Sprintf("  %-16s %-22s %s", "", "waiting", oneLine(wc.Message, 100)))
+			}
+		}
 	}
 	if len(attn) == 0 {
 		fmt.Fprintln(w, "Attention:  no failed, stalled or waiting servers, no unreadable BMCs")
 		return
 	}
-	fmt.Fprintf(w, "Attention:  %s\n", plural(len(attn), "server"))
+	fmt.Fprintf(w, "Attention:  %s\n", plural(servers, "server"))
 	for i, l := range attn {
 		if i == maxAttentionLines {
 			fmt.Fprintf(w, "  ... %d more: machinactl plan, status/README.md\n", len(attn)-maxAttentionLines)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"strings"
 	"testing"
+	"time"
 
 	v1 "github.com/machina-metal/machina/api/v1"
 	"github.com/machina-metal/machina/gitops"
@@ -149,6 +150,44 @@ func TestLabelsRoundTripThroughStatus(t *testing.T) {
 	for k, v := range want {
 		if got[k] != v {
 			t.Errorf("label %s = %q, want %q", k, got[k], v)
+		}
+	}
+}
+
+// TestWriteStatusFailingAndProgress: a server whose finish-deploy keeps
+// failing is listed as failing with the plan's Failing condition (action,
+// count, next retry, last error), the release that waits behind it on the
+// line below with what it waits for, and a deploy's progress has its own
+// line (step, share, rate, and since when its bytes have not moved). Before,
+// status said "no failed, stalled or waiting servers" for the failing
+// finish-deploy.
+func TestWriteStatusFailingAndProgress(t *testing.T) {
+	t0 := time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC)
+	snap := state.Snapshot{Servers: map[string]state.Server{
+		"r3-n01": {Name: "r3-n01", Lifecycle: state.LifecycleDeployed, FinishDeploy: true, Failures: 3, RetryAt: t0.Add(time.Minute),
+			LastError: "finish-deploy: redfish: 503", InFlight: &state.InFlight{Action: "finish-deploy"}},
+		"r1-n02": {Name: "r1-n02", Lifecycle: state.LifecycleDeploying, LifecycleAt: t0.Add(-time.Hour),
+			Progress: &state.Progress{Step: "image-write", BytesDone: 10 << 30, BytesTotal: 40 << 30, RateBytesPerSecond: 150e6, At: t0, AdvancedAt: t0.Add(-30 * time.Second)}},
+	}}
+	res := plan.Result{Conditions: []plan.Condition{
+		{Subject: "server/r3-n01", Type: plan.CondFailing, Reason: plan.ReasonActionFailing,
+			Message: "finish-deploy failed 3 times in a row; next retry at 2026-11-01T12:01:00Z; last error: finish-deploy: redfish: 503"},
+		{Subject: "server/r3-n01", Type: "Waiting", Reason: plan.ReasonBehindAction,
+			Message: "release waits for finish-deploy in flight, failing (3 in a row; next retry at 2026-11-01T12:01:00Z)"},
+	}}
+	plan.SortConditions(res.Conditions)
+	var b bytes.Buffer
+	writeStatus(&b, "http://c", map[string]int{"deployed": 1, "deploying": 1}, true, 1, 0, gitops.InventoryStatus{}, res, snap)
+	out := b.String()
+	for _, want := range []string{
+		"Attention:  1 server",
+		"r3-n01           failing                finish-deploy failed 3 times in a row; next retry at 2026-11-01T12:01:00Z; last error: finish-deploy: redfish: 503",
+		"                 waiting                release waits for finish-deploy in flight, failing (3 in a row; next retry at 2026-11-01T12:01:00Z)",
+		"Progress:   1 deploy",
+		"r1-n02           image-write      25.0% of 40.0 GiB, 150.0 MB/s, reported 2026-11-01T12:00:00Z, no bytes since 2026-11-01T11:59:30Z",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("status lacks %q:\n%s", want, out)
 		}
 	}
 }

@@ -64,6 +64,13 @@ func fromWire(s v1.Server) state.Server {
 			FirmwareVersion: s.BMC.FirmwareVersion},
 		Actions: s.Actions, LastError: s.LastError, Stalled: s.Stalled, FinishDeploy: s.FinishDeploy, Health: s.Health, BMCError: s.BMCError,
 		Revision: s.Revision, CreatedAt: s.CreatedAt, UpdatedAt: s.UpdatedAt,
+		Failures: s.Failures, RetryAt: s.RetryAt, LastHeard: s.LastHeard, LastHeardAt: s.LastHeardAt,
+	}
+	if s.InFlight != "" {
+		out.InFlight = &state.InFlight{Action: s.InFlight}
+	}
+	if p := s.Progress; p != nil {
+		out.Progress = &state.Progress{Step: p.Step, BytesDone: p.BytesDone, BytesTotal: p.BytesTotal, RateBytesPerSecond: p.RateBytesPerSecond, At: p.At, AdvancedAt: p.AdvancedAt}
 	}
 	if h := s.Hardware; h != nil {
 		hw := &state.Hardware{Cores: h.Cores, MemoryBytes: h.MemoryBytes, Vendor: h.Vendor, Product: h.Product, Serial: h.Serial, ObservedAt: h.ObservedAt,

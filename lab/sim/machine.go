@@ -72,6 +72,32 @@ type Machine struct {
 	// corruptImages flips a byte of every image download in transit
 	// (fault injection).
 	corruptImages bool
+	// imageRate bounds the image downloads' rate in bytes per second
+	// (0: not bounded); with imageStalls, every image download stops
+	// after imageStallAfter bytes until the request ends. Fault
+	// injection: a slow disk or link, and one that stops moving.
+	imageRate, imageStallAfter int64
+	imageStalls                bool
+}
+
+// ThrottleImages bounds the rate of the machine's image downloads to
+// bytesPerSecond (0 lifts the bound): a long image write, as a 20-50 GiB
+// image on a real disk or link is, in a lab whose images are 4 MiB.
+func (m *Machine) ThrottleImages(bytesPerSecond int64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.imageRate = bytesPerSecond
+}
+
+// StallImages makes every image download stop after the first after
+// bytes and deliver nothing more until the request is given up (the
+// machine reset, or its ramdisk's context ended): a write that stalls, as
+// a dying disk or a wedged link does, while the ramdisk's progress
+// reports go on. A negative after lifts it.
+func (m *Machine) StallImages(after int64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.imageStallAfter, m.imageStalls = after, after >= 0
 }
 
 // CorruptImages injects (or clears) a corrupting network path: every image
@@ -87,23 +113,104 @@ func (m *Machine) CorruptImages(corrupt bool) {
 // "sdb", ...), to compare its bytes before and after a deploy.
 func (m *Machine) DiskPath(name string) string { return filepath.Join(m.devDir, name) }
 
-// client returns the HTTP client the machine's ramdisk uses: the lab's,
-// or one that corrupts image downloads when CorruptImages is set.
-func (m *Machine) client() *http.Client {
+// client returns the HTTP client the ramdisk of the boot boot uses: the
+// lab's, shaped or corrupting image downloads as set (ThrottleImages,
+// StallImages, CorruptImages). It sends nothing once boot has ended: a
+// machine that is reset or powered off takes its ramdisk with it, which
+// then cannot post the outcome of the write the reset cut short (the
+// agent posts its done without its context's cancellation, as it should
+// when only its own deadline ended).
+func (m *Machine) client(boot context.Context) *http.Client {
 	m.mu.Lock()
-	corrupt := m.corruptImages
-	m.mu.Unlock()
-	if !corrupt {
-		return m.agentHTTP
+	corrupt, rate, stall := m.corruptImages, m.imageRate, int64(-1)
+	if m.imageStalls {
+		stall = m.imageStallAfter
 	}
+	m.mu.Unlock()
 	c := *m.agentHTTP
 	base := c.Transport
 	if base == nil {
 		base = http.DefaultTransport
 	}
-	c.Transport = corruptTransport{base: base}
+	base = poweredTransport{base: base, boot: boot}
+	if rate > 0 || stall >= 0 {
+		base = shapedTransport{base: base, rate: rate, stallAfter: stall}
+	}
+	if corrupt {
+		base = corruptTransport{base: base}
+	}
+	c.Transport = base
 	return &c
 }
+
+// poweredTransport fails every request once the boot it belongs to ended
+// (the machine was reset or powered off).
+type poweredTransport struct {
+	base http.RoundTripper
+	boot context.Context
+}
+
+// RoundTrip answers 410 Gone without sending anything once the boot
+// ended: a final answer the agent does not retry (a transport error would
+// have it retry its done for a minute, logging to a test that is over),
+// where a real machine's ramdisk would simply be gone.
+func (t poweredTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	if t.boot.Err() != nil {
+		if r.Body != nil {
+			r.Body.Close()
+		}
+		return &http.Response{StatusCode: http.StatusGone, Status: "410 Gone", Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1, Request: r,
+			Header: http.Header{"Content-Type": {"application/json"}},
+			Body:   io.NopCloser(strings.NewReader(`{"message":"sim: the machine was reset or powered off: its ramdisk is gone","code":"gone"}`))}, nil
+	}
+	return t.base.RoundTrip(r)
+}
+
+// shapedTransport slows (rate bytes per second) or stalls (after
+// stallAfter bytes) every successful image download.
+type shapedTransport struct {
+	base             http.RoundTripper
+	rate, stallAfter int64
+}
+
+func (t shapedTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	resp, err := t.base.RoundTrip(r)
+	if err != nil || resp.StatusCode/100 != 2 || !strings.HasPrefix(r.URL.Path, "/images/") {
+		return resp, err
+	}
+	resp.Body = &shapedReader{rc: resp.Body, ctx: r.Context(), rate: t.rate, stallAfter: t.stallAfter}
+	return resp, nil
+}
+
+// shapedReader delivers at most rate bytes a second, in reads of a tenth
+// of that, and nothing after stallAfter bytes (>= 0) until ctx ends.
+type shapedReader struct {
+	rc               io.ReadCloser
+	ctx              context.Context
+	rate, stallAfter int64
+	off              int64
+}
+
+func (s *shapedReader) Read(p []byte) (int, error) {
+	if s.stallAfter >= 0 && s.off >= s.stallAfter {
+		<-s.ctx.Done()
+		return 0, s.ctx.Err()
+	}
+	if s.stallAfter >= 0 {
+		p = p[:min(int64(len(p)), s.stallAfter-s.off)]
+	}
+	if s.rate > 0 {
+		p = p[:min(int64(len(p)), max(s.rate/10, 1))]
+		if !sleep(s.ctx, time.Duration(int64(len(p))*int64(time.Second)/s.rate)) {
+			return 0, s.ctx.Err()
+		}
+	}
+	n, err := s.rc.Read(p)
+	s.off += int64(n)
+	return n, err
+}
+
+func (s *shapedReader) Close() error { return s.rc.Close() }
 
 // corruptTransport flips one byte of every successful image download.
 type corruptTransport struct{ base http.RoundTripper }
@@ -292,7 +399,7 @@ func (m *Machine) run(ctx context.Context, gen int) {
 			return
 		}
 		mode := args["machina.mode"]
-		client := &v1.AgentClient{BaseURL: args["machina.url"], HTTP: m.client()}
+		client := &v1.AgentClient{BaseURL: args["machina.url"], HTTP: m.client(ctx)}
 		r := &agent.Runner{Client: client, Token: args["machina.token"], BootMAC: m.MAC, Root: m.root, DevDir: m.devDir,
 			Tests:       agent.CommissionConfig{MemoryTestBytes: 1 << 20, DiskReadBytes: 64 << 10, NetworkTestBytes: 256 << 10},
 			MemoryLimit: 64 << 20, Version: "sim", Logger: m.log}

@@ -251,6 +251,20 @@ func (r *Runner) deploy(ctx context.Context, plan v1.Plan) (v1.DeployResult, err
 	// it (restarted, connection reset, 502/503/504, stream cut short):
 	// the image token is reusable and nothing reaches the disk before the
 	// whole image is verified, so a new attempt starts clean.
+	var meter ProgressMeter
+	cfg.Write.Progress = meter.Set
+	rctx, stopReports := context.WithCancel(ctx)
+	reported := make(chan struct{})
+	go func() {
+		defer close(reported)
+		ReportProgress(rctx, plan.ProgressEvery, &meter, func(ctx context.Context, p v1.Progress) error {
+			return r.Client.Progress(ctx, plan.ImageToken, p)
+		}, r.log())
+	}()
+	defer func() {
+		stopReports()
+		<-reported
+	}()
 	var dr DeployResult
 	delay := retryBase
 	for attempt := 1; ; attempt++ {

@@ -13,6 +13,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	v1 "github.com/machina-metal/machina/api/v1"
 )
 
 // Errors from WriteImage. In every case but ErrSourceChanged and
@@ -50,7 +52,19 @@ type WriteConfig struct {
 	ChunkBytes int
 	// ReadBack re-reads the written range and compares its SHA-256.
 	ReadBack bool
+	// Progress, when set, is told how far each step is: the step
+	// (v1.StepImageDownload, v1.StepImageWrite, v1.StepImageReadBack) and
+	// its bytes done of total, after every chunk. It must be quick (it
+	// runs on the write's goroutine); ProgressMeter is one.
+	Progress func(step string, done, total int64)
 	Logger   *slog.Logger
+}
+
+// progress tells cfg.Progress, if set.
+func (cfg *WriteConfig) progress(step string, done, total int64) {
+	if cfg.Progress != nil {
+		cfg.Progress(step, done, total)
+	}
 }
 
 // WriteResult describes a finished write.
@@ -121,7 +135,7 @@ func WriteImage(ctx context.Context, dev BlockDevice, diskSize int64, cfg WriteC
 		return res, fmt.Errorf("write image: %w", err)
 	}
 	if buf != nil {
-		err = writeBuffered(ctx, dev, buf, chunk, &res)
+		err = writeBuffered(ctx, dev, buf, chunk, &res, cfg.progress)
 	} else {
 		err = writeVerified(ctx, dev, cfg, chunk, chunkSums, want, &res)
 	}
@@ -133,7 +147,7 @@ func WriteImage(ctx context.Context, dev BlockDevice, diskSize int64, cfg WriteC
 	}
 	res.Write = time.Since(t1)
 	if cfg.ReadBack {
-		if err := readBack(dev, cfg.SizeBytes, want, &res); err != nil {
+		if err := readBack(dev, cfg.SizeBytes, want, &res, cfg.progress); err != nil {
 			return res, err
 		}
 	}
@@ -152,7 +166,7 @@ func verifyInMemory(ctx context.Context, cfg WriteConfig, chunk int, want string
 	}
 	buf := make([]byte, cfg.SizeBytes)
 	h := sha256.New()
-	err = pipeRead(ctx, rc, cfg.SizeBytes, chunk, buf, func(p piece) error {
+	err = pipeRead(ctx, cfg.downloadProgress(rc), cfg.SizeBytes, chunk, buf, func(p piece) error {
 		h.Write(p.b)
 		return nil
 	})
@@ -176,7 +190,7 @@ func verifyTwoPass(ctx context.Context, cfg WriteConfig, chunk int, want string)
 	}
 	total := sha256.New()
 	var sums [][32]byte
-	err = pipeRead(ctx, rc, cfg.SizeBytes, chunk, nil, func(p piece) error {
+	err = pipeRead(ctx, cfg.downloadProgress(rc), cfg.SizeBytes, chunk, nil, func(p piece) error {
 		sums = append(sums, sha256.Sum256(p.b))
 		total.Write(p.b)
 		return nil
@@ -193,7 +207,7 @@ func verifyTwoPass(ctx context.Context, cfg WriteConfig, chunk int, want string)
 }
 
 // writeBuffered writes a verified in-memory image to dev, chunk by chunk.
-func writeBuffered(ctx context.Context, dev BlockDevice, buf []byte, chunk int, res *WriteResult) error {
+func writeBuffered(ctx context.Context, dev BlockDevice, buf []byte, chunk int, res *WriteResult, progress func(string, int64, int64)) error {
 	for off := int64(0); off < int64(len(buf)); off += int64(chunk) {
 		if err := ctx.Err(); err != nil {
 			return fmt.Errorf("write image: %w", err)
@@ -203,6 +217,7 @@ func writeBuffered(ctx context.Context, dev BlockDevice, buf []byte, chunk int, 
 			return fmt.Errorf("write image: write at %d: %w", off, err)
 		}
 		res.BytesWritten = end
+		progress(v1.StepImageWrite, end, int64(len(buf)))
 	}
 	return nil
 }
@@ -229,6 +244,7 @@ func writeVerified(ctx context.Context, dev BlockDevice, cfg WriteConfig, chunk 
 			return fmt.Errorf("write at %d: %w", p.off, err)
 		}
 		res.BytesWritten = p.off + int64(len(p.b))
+		cfg.progress(v1.StepImageWrite, res.BytesWritten, cfg.SizeBytes)
 		return nil
 	})
 	if err != nil {
@@ -242,10 +258,11 @@ func writeVerified(ctx context.Context, dev BlockDevice, cfg WriteConfig, chunk 
 
 // readBack drops the device's cache and checks that its first size bytes
 // hash to want (ErrReadBack otherwise).
-func readBack(dev BlockDevice, size int64, want string, res *WriteResult) error {
+func readBack(dev BlockDevice, size int64, want string, res *WriteResult, progress func(string, int64, int64)) error {
 	dropCache(dev)
 	h := sha256.New()
-	if _, err := io.Copy(h, io.NewSectionReader(dev, 0, size)); err != nil {
+	cw := &countWriter{w: h, report: func(n int64) { progress(v1.StepImageReadBack, n, size) }}
+	if _, err := io.Copy(cw, io.NewSectionReader(dev, 0, size)); err != nil {
 		return fmt.Errorf("write image: read back: %w", err)
 	}
 	got := hex.EncodeToString(h.Sum(nil))
@@ -254,6 +271,46 @@ func readBack(dev BlockDevice, size int64, want string, res *WriteResult) error 
 		return fmt.Errorf("write image: %w: got %s", ErrReadBack, got)
 	}
 	return nil
+}
+
+// downloadProgress returns r counting the bytes read from it as the
+// download step's progress (per read, not per chunk: a chunk is 4 MiB, and
+// a slow link takes a while to fill one).
+func (cfg *WriteConfig) downloadProgress(r io.Reader) io.Reader {
+	if cfg.Progress == nil {
+		return r
+	}
+	return &countReader{r: r, report: func(n int64) { cfg.Progress(v1.StepImageDownload, min(n, cfg.SizeBytes), cfg.SizeBytes) }}
+}
+
+// countReader counts the bytes read through it and reports the count.
+type countReader struct {
+	r      io.Reader
+	n      int64
+	report func(int64)
+}
+
+func (c *countReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	if n > 0 {
+		c.report(c.n)
+	}
+	return n, err
+}
+
+// countWriter counts the bytes written through it and reports the count.
+type countWriter struct {
+	w      io.Writer
+	n      int64
+	report func(int64)
+}
+
+func (c *countWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	c.report(c.n)
+	return n, err
 }
 
 // errStreamEnded marks an image stream that ended early: the controller

@@ -109,7 +109,7 @@ type Condition struct {
 	// Subject is "server/NAME", "profile/NAME" or "inventory".
 	Subject string `json:"subject"`
 	// Type is CamelCase: Orphaned, InsufficientCapacity, Waiting, Held,
-	// NoBMC.
+	// NoBMC, Failing (CondFailing).
 	Type    string `json:"type"`
 	Reason  string `json:"reason"`
 	Message string `json:"message"`
@@ -240,6 +240,7 @@ func Compute(want *inventory.Inventory, have state.Snapshot, opts Options) Resul
 	res.Conditions = append(res.Conditions, imageChanged(want, have)...)
 	res.Steps = dropLoneSteps(res.Steps, ActConfirmOff)
 	p.applyBrake()
+	res.Conditions = append(res.Conditions, failingConditions(have, res.Steps, opts)...)
 	sortSteps(res.Steps)
 	sortSteps(res.Held)
 	SortConditions(res.Conditions)
@@ -994,10 +995,18 @@ func silentSince(obs state.Server, opts Options) (time.Time, bool) {
 }
 
 func lastHeard(obs state.Server) string {
+	out := obs.LastHeard + " at " + obs.LastHeardAt.UTC().Format(time.RFC3339)
 	if obs.LastHeard == "" || obs.LastHeardAt.Before(obs.LifecycleAt) {
-		return "nothing since " + string(obs.Lifecycle) + " began at " + obs.LifecycleAt.UTC().Format(time.RFC3339)
+		out = "nothing since " + string(obs.Lifecycle) + " began at " + obs.LifecycleAt.UTC().Format(time.RFC3339)
 	}
-	return obs.LastHeard + " at " + obs.LastHeardAt.UTC().Format(time.RFC3339)
+	// A machine that keeps reporting progress without its bytes moving
+	// is as silent as one that reports nothing (its reports are not
+	// "heard"): say so, or the operator sees recent reports and no
+	// reason for the re-netboot.
+	if pr := obs.Progress; pr != nil && pr.At.After(obs.LastHeardAt) && !pr.At.Before(obs.LifecycleAt) && !pr.At.Before(obs.RenetbootAt) {
+		out += fmt.Sprintf("; progress still reported at %s but stalled at %s %d of %d bytes", pr.At.UTC().Format(time.RFC3339), pr.Step, pr.BytesDone, pr.BytesTotal)
+	}
+	return out
 }
 
 // silentCondition says, once a commissioning or deploying server has been

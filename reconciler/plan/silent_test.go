@@ -37,6 +37,14 @@ func TestPlanSilentMachine(t *testing.T) {
 		{name: "re-netboots used up", lc: state.LifecycleDeploying, mod: func(s *state.Server) {
 			s.Renetboots, s.RenetbootAt = 3, planT0.Add(-10*time.Minute)
 		}, wantMsg: "3 re-netboots done; waiting for the deadline"},
+		{name: "deploying, progress keeps coming with no byte advance", lc: state.LifecycleDeploying, mod: func(s *state.Server) {
+			s.LastHeard, s.LastHeardAt = "progress: image-write 1048576 of 4194304 bytes", planT0.Add(-6*time.Minute)
+			s.Progress = &state.Progress{Step: "image-write", BytesDone: 1 << 20, BytesTotal: 4 << 20, At: planT0.Add(-10 * time.Second), AdvancedAt: planT0.Add(-6 * time.Minute)}
+		}, wantStep: true, wantMsg: "progress still reported at 2026-11-01T11:59:50Z but stalled at image-write 1048576 of 4194304 bytes"},
+		{name: "deploying, progress advancing", lc: state.LifecycleDeploying, mod: func(s *state.Server) {
+			s.LastHeard, s.LastHeardAt = "progress: image-write 3145728 of 4194304 bytes", planT0.Add(-10*time.Second)
+			s.Progress = &state.Progress{Step: "image-write", BytesDone: 3 << 20, BytesTotal: 4 << 20, At: planT0.Add(-10 * time.Second), AdvancedAt: planT0.Add(-10 * time.Second)}
+		}},
 		{name: "just re-netbooted", lc: state.LifecycleDeploying, mod: func(s *state.Server) {
 			s.Renetboots, s.RenetbootAt = 1, planT0.Add(-time.Minute)
 		}},

@@ -88,6 +88,21 @@ func seed(st *state.Store) error {
 			return err
 		}
 	}
+	// r3-n01's deploy reports its write's progress; r2-n03's deploy
+	// keeps failing and is retried.
+	now := time.Now().UTC()
+	if _, err := st.UpdateServer("r3-n01", func(srv *state.Server) error {
+		srv.Progress = &state.Progress{Step: "image-write", BytesDone: 3 << 29, BytesTotal: 4 << 30, RateBytesPerSecond: 120 << 20, At: now, AdvancedAt: now}
+		return nil
+	}); err != nil {
+		return err
+	}
+	if _, err := st.UpdateServer("r2-n03", func(srv *state.Server) error {
+		srv.Failures, srv.RetryAt, srv.LastError = 2, now.Add(time.Minute), "deploy: set boot override: HTTP 503"
+		return nil
+	}); err != nil {
+		return err
+	}
 	if _, err := st.PutHost(state.Host{Name: "hv-r1-n03", Server: "r1-n03", Site: "lab1", Rack: "r1", Tags: []string{"kvm", "nvme"},
 		CertFingerprint: strings.Repeat("ab", 32), LastSeen: time.Now().UTC(), JoinStatus: "joined",
 		Networks: []string{"br-mgmt", "br-vm"}, StoragePools: []string{"vmpool"}}); err != nil {
