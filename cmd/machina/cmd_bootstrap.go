@@ -42,6 +42,7 @@ const MasterKeyBytes = 32
 // already under --root.
 type bootstrapConfig struct {
 	root, configDir, stateDir, systemdDir string
+	isoDir                                string
 	user, tokenName                       string
 	binary                                string
 	repo, branch                          string
@@ -80,6 +81,7 @@ func newBootstrapCmd(e *env) *cobra.Command {
   /etc/machina/master.key        the master key sealing secrets: 64 hex digits (32 random bytes), 0600
   /etc/machina/ca.pem            the controller CA's certificate (the CA key is sealed in the state file);
                                  machinactl pins it: export MACHINA_CA=/etc/machina/ca.pem
+  /var/lib/machina/iso           the iPXE ISOs for virtual-media boot (iso-dir; copy make ipxe-iso's output here)
   /etc/machina/machina.yaml      machina serve's configuration, from these flags and the detected interfaces
   /etc/systemd/system/machina.service  unless the Debian package already installed the unit
 and a first admin token, printed once on stdout (never stored in clear, never logged).
@@ -94,6 +96,7 @@ It refuses to touch a host where any of these files exist.`,
 	f.StringVar(&b.root, "root", "/", "prefix of every path bootstrap writes (tests, image builds)")
 	f.StringVar(&b.configDir, "config-dir", "", "configuration folder (default ROOT/etc/machina)")
 	f.StringVar(&b.stateDir, "state-dir", "", "state folder (default ROOT/var/lib/machina)")
+	f.StringVar(&b.isoDir, "iso-dir", "", "folder of the iPXE ISOs that virtual-media boot mounts (default STATE-DIR/iso)")
 	f.StringVar(&b.systemdDir, "systemd-dir", "", "where machina.service goes (default ROOT/etc/systemd/system, skipped when the package's unit exists)")
 	f.StringVar(&b.user, "user", "machina", "service user owning the state and key when bootstrap runs as root and the user exists")
 	f.StringVar(&b.tokenName, "admin-token-name", "admin", "name of the first admin token")
@@ -158,6 +161,9 @@ func runBootstrap(e *env, b *bootstrapConfig) (err error) {
 	if err := fm.mkdir(b.stateDir, 0o700); err != nil {
 		return err
 	}
+	if err := fm.mkdir(b.isoDir, 0o750); err != nil {
+		return err
+	}
 	ca, token, err := b.createState(fm)
 	if err != nil {
 		return err
@@ -192,6 +198,9 @@ func (b *bootstrapConfig) setDefaults() {
 	}
 	if b.stateDir == "" {
 		b.stateDir = filepath.Join(b.root, "/var/lib/machina")
+	}
+	if b.isoDir == "" {
+		b.isoDir = filepath.Join(b.stateDir, "iso")
 	}
 }
 
@@ -273,6 +282,7 @@ func (b *bootstrapConfig) printSummary(w io.Writer, ca *join.CA, writeUnit bool,
 	fmt.Fprintf(w, "  master key:   %s (0600, 64 hex digits; back it up apart from the state file: without it sealed secrets are lost)\n", b.keyFile())
 	fmt.Fprintf(w, "  CA:           %s (fingerprint %s)\n", b.caFile(), ca.Fingerprint())
 	fmt.Fprintf(w, "  config:       %s\n", b.configFile())
+	fmt.Fprintf(w, "  ISO folder:   %s (virtual-media boot: put machina-ipxe-bios.iso and machina-ipxe-uefi.iso from make ipxe-iso here)\n", b.isoDir)
 	if writeUnit {
 		fmt.Fprintf(w, "  systemd unit: %s\n", b.unitFile())
 	}
@@ -347,11 +357,11 @@ func (b *bootstrapConfig) chownToServiceUser() string {
 	}
 	uid, _ := strconv.Atoi(u.Uid)
 	gid, _ := strconv.Atoi(u.Gid)
-	for _, p := range []string{b.stateDir, b.stateFile(), b.keyFile()} {
+	for _, p := range []string{b.stateDir, b.isoDir, b.stateFile(), b.keyFile()} {
 		_ = os.Chown(p, uid, gid)
 	}
 	_ = os.Chown(b.configFile(), 0, gid)
-	return b.user + " (state folder, state file, master key; machina.yaml group-readable)"
+	return b.user + " (state folder, ISO folder, state file, master key; machina.yaml group-readable)"
 }
 
 // adminURL is the https URL machinactl uses, as far as bootstrap knows it.
@@ -478,6 +488,9 @@ func (b *bootstrapConfig) renderConfig() (string, error) {
 	if joinURL != "" {
 		fmt.Fprintf(&sb, "join-url: %s\n", q(joinURL))
 	}
+	fmt.Fprintf(&sb, "# Virtual-media boot mounts the iPXE ISOs from here (/boot/iso/): machina-ipxe-bios.iso and\n")
+	fmt.Fprintf(&sb, "# machina-ipxe-uefi.iso, built by make ipxe-iso.\n")
+	fmt.Fprintf(&sb, "iso-dir: %s\n", q(b.isoDir))
 	fmt.Fprintf(&sb, "ramdisk-dir: %s\n", q(b.ramdiskDir))
 	fmt.Fprintf(&sb, "node-binary: %s\n", q(b.nodeBinary))
 	fmt.Fprintf(&sb, "log-format: json\nlog-level: info\n")

@@ -62,7 +62,8 @@ func TestBootstrapCreatesSite(t *testing.T) {
 		filepath.Join(etc, "ca.pem"):                              0o644,
 		filepath.Join(etc, "machina.yaml"):                        0o640,
 		filepath.Join(root, "etc/systemd/system/machina.service"): 0o644,
-		lib: 0o700,
+		lib:                       0o700,
+		filepath.Join(lib, "iso"): 0o750,
 	} {
 		if got := mode(t, path); got != want {
 			t.Errorf("%s: mode %04o, want %04o", path, got, want)
@@ -110,7 +111,9 @@ func TestBootstrapCreatesSite(t *testing.T) {
 		t.Fatalf("serve rejects bootstrap's machina.yaml: %v", err)
 	}
 	for flag, want := range map[string]string{"state": filepath.Join(lib, "state.db"), "master-key-file": filepath.Join(etc, "master.key"),
-		"repo": "https://git.example/site/inventory.git", "admin-listen": "127.0.0.1:0", "work-dir": lib} {
+		"repo": "https://git.example/site/inventory.git", "admin-listen": "127.0.0.1:0", "work-dir": lib,
+		// Virtual-media boot needs the ISO folder (it was left out).
+		"iso-dir": filepath.Join(lib, "iso")} {
 		if got := cmd.Flags().Lookup(flag).Value.String(); got != want {
 			t.Errorf("machina.yaml %s = %q, want %q", flag, got, want)
 		}
