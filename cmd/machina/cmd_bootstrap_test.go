@@ -120,7 +120,8 @@ func TestBootstrapCreatesSite(t *testing.T) {
 	}
 	unit, _ := os.ReadFile(filepath.Join(root, "etc/systemd/system/machina.service"))
 	for _, line := range []string{"NoNewPrivileges=yes", "ProtectSystem=strict", "StateDirectory=machina",
-		"CapabilityBoundingSet=CAP_NET_BIND_SERVICE CAP_NET_RAW", "AmbientCapabilities=CAP_NET_BIND_SERVICE CAP_NET_RAW",
+		// No DHCP, TFTP, VIP or low port configured: no capability.
+		"CapabilityBoundingSet=", "AmbientCapabilities=", "RestrictAddressFamilies=AF_INET AF_INET6 AF_UNIX AF_NETLINK",
 		"ExecStart=/usr/bin/machina serve --config " + filepath.Join(etc, "machina.yaml"), "User=machina"} {
 		if !strings.Contains(string(unit), line+"\n") {
 			t.Errorf("unit lacks %q", line)
@@ -186,7 +187,7 @@ func TestBootstrapRefusesExistingSite(t *testing.T) {
 // TestUnitMatchesPackage: the Debian package's machina.service is
 // bootstrap's unit rendered with the package's paths.
 func TestUnitMatchesPackage(t *testing.T) {
-	want, err := renderUnit("/usr/bin/machina", "/etc/machina/machina.yaml", "machina")
+	want, err := renderUnit("/usr/bin/machina", "/etc/machina/machina.yaml", "machina", allFeatures)
 	if err != nil {
 		t.Fatal(err)
 	}
