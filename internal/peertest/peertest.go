@@ -82,6 +82,7 @@ var Packages = map[string]string{
 	"grep":                "grep",
 	"dpkg-query":          "dpkg",
 	"setpriv":             "util-linux",
+	"systemd-analyze":     "systemd",
 	"qemu-system-aarch64": "qemu-system-arm",
 	"grub-mkimage":        "grub-common",
 }
