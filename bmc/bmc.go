@@ -247,10 +247,10 @@ func (e *OnceError) Unwrap() error { return ErrOnceNotHonoured }
 // whether it restarted is unknown. Unwraps to ErrUnverified.
 type ResetError struct {
 	Action PowerAction
-	// Why lists what was looked at and for how long, e.g. "a reset keeps
-	// the machine on by design, and in 30s of watching there was no
-	// power-off dip and no task; ...". A reset is not verified by the
-	// power state it ends in (on before and after), unlike on and off.
+	// Why lists what was looked at, e.g. "a reset keeps the machine on by
+	// design, so its power state cannot show it; ... no power-off was
+	// seen". A reset is not verified by the power state it ends in (on
+	// before and after), unlike on and off.
 	Why string
 }
 

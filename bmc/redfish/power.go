@@ -216,11 +216,11 @@ func (d *Driver) LastResetEvidence() string {
 // either way, unlike on and off, which are verified by the PowerState they
 // reach. The proof is a power-off seen while waiting for On or while
 // watching here (the host then waits for On again), a completed task, or a
-// changed LastResetTime or BootProgress. It watches for
+// changed LastResetTime or BootProgress, watched for
 // Config.ResetEvidenceTimeout (BMCs stamp the marks a few seconds after the
-// reset; a BMC without the marks can still show a power-off dip). Without
-// any proof it is a *bmc.ResetError saying what was watched and for how
-// long, never success.
+// reset). A BMC that reports neither mark has nothing to watch: the answer
+// is at once. Without proof it is a *bmc.ResetError saying what was looked
+// at, never success.
 func (d *Driver) verifyReset(ctx context.Context, a bmc.PowerAction, before marks) error {
 	d.mu.Lock()
 	off, ev := d.sawOff, d.evidence
@@ -231,6 +231,8 @@ func (d *Driver) verifyReset(ctx context.Context, a bmc.PowerAction, before mark
 	case off:
 		d.setEvidence("power-off observed", false)
 		return nil
+	case !before.has:
+		return &bmc.ResetError{Action: a, Why: "a reset keeps the machine on by design, so its power state cannot show it; this BMC answered with no task and reports neither LastResetTime nor BootProgress, which would, and no power-off was seen while waiting for On"}
 	}
 	wctx, cancel := context.WithTimeout(ctx, d.cfg.ResetEvidenceTimeout)
 	defer cancel()
@@ -239,10 +241,10 @@ func (d *Driver) verifyReset(ctx context.Context, a bmc.PowerAction, before mark
 		if err == nil {
 			now := resetMarks(sys)
 			switch {
-			case before.has && now.lastReset != before.lastReset && now.lastReset != "":
+			case now.lastReset != before.lastReset && now.lastReset != "":
 				d.setEvidence("LastResetTime changed", false)
 				return nil
-			case before.has && ((now.bootTime != before.bootTime && now.bootTime != "") || (now.bootState != before.bootState && now.bootState != "")):
+			case (now.bootTime != before.bootTime && now.bootTime != "") || (now.bootState != before.bootState && now.bootState != ""):
 				d.setEvidence("BootProgress moved", false)
 				return nil
 			case powerOf(sys) == bmc.PowerOff:
@@ -260,9 +262,6 @@ func (d *Driver) verifyReset(ctx context.Context, a bmc.PowerAction, before mark
 			t.Stop()
 			if ctx.Err() != nil {
 				return fmt.Errorf("redfish: power %s: verify: %w", a, ctx.Err())
-			}
-			if !before.has {
-				return &bmc.ResetError{Action: a, Why: fmt.Sprintf("a reset keeps the machine on by design, and in %s of watching there was no power-off dip and no task; this BMC reports neither LastResetTime nor BootProgress, which would show the restart", d.cfg.ResetEvidenceTimeout)}
 			}
 			return &bmc.ResetError{Action: a, Why: fmt.Sprintf("a reset keeps the machine on by design, and in %s of watching there was no power-off dip, no task, and LastResetTime and BootProgress did not change", d.cfg.ResetEvidenceTimeout)}
 		case <-t.C:

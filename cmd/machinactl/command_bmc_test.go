@@ -201,7 +201,7 @@ func TestBMCRealBMCModes(t *testing.T) {
 	}
 
 	_, _, url = startSimQuirks(t, "dell-poweredge-r750-idrac9", true, &bmcsim.Quirks{NoLastResetTime: true})
-	code, out, errs = runCtl(t, "", "bmc", "--address", url, "--username", "ops", "--wait", "2s", "power", "reset")
+	code, out, errs = runCtl(t, "", "bmc", "--address", url, "--username", "ops", "power", "reset")
 	if code != 0 || !strings.Contains(out, "NOT verified") || strings.Contains(out, "done") {
 		t.Errorf("reset without evidence: exit %d, stdout %q, stderr %q; want 'NOT verified'", code, out, errs)
 	}
