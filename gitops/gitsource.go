@@ -255,6 +255,7 @@ func dropTornRefs(dir string) error {
 // bounded object cache, creating it if needed, with remote origin set to
 // r's URL.
 func openBare(dir string, r Remote) (*git.Repository, error) {
+	registerOpDialer()
 	_, u, err := r.parse()
 	if err != nil {
 		return nil, err
@@ -424,6 +425,7 @@ func (s *Source) poll(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("git source: %w", err)
 	}
+	o = o.withLogger(s.log)
 	tip, err := remoteTip(ctx, s.repo, o, s.cfg.Remote.branch())
 	if err != nil {
 		return fmt.Errorf("git source: %w", err)
@@ -466,8 +468,9 @@ func remoteTip(ctx context.Context, repo *git.Repository, o transportOptions, br
 	if err != nil {
 		return plumbing.ZeroHash, fmt.Errorf("list remote: %w", err)
 	}
-	refs, err := rem.ListContext(ctx, &git.ListOptions{Auth: o.auth, CABundle: o.caBundle})
-	if err != nil {
+	op, o := startOp(ctx, o, "ls-remote")
+	refs, err := rem.ListContext(op.ctx, &git.ListOptions{Auth: o.auth, CABundle: o.caBundle, ProxyOptions: o.proxy})
+	if err = op.done(err); err != nil {
 		return plumbing.ZeroHash, fmt.Errorf("list remote %s: %w", redact.String(o.url), err)
 	}
 	want := plumbing.NewBranchReferenceName(branch)
@@ -489,15 +492,20 @@ func fetchBranch(ctx context.Context, repo *git.Repository, o transportOptions, 
 		return plumbing.ZeroHash, fmt.Errorf("fetch: %w", err)
 	}
 	local := plumbing.NewRemoteReferenceName(remoteName, branch)
-	err = rem.FetchContext(ctx, &git.FetchOptions{
-		RefSpecs: []gitconfig.RefSpec{gitconfig.RefSpec("+refs/heads/" + branch + ":" + string(local))},
-		Auth:     o.auth,
-		CABundle: o.caBundle,
-		Tags:     git.NoTags,
-		Force:    true,
-		Depth:    depth,
+	op, o := startOp(ctx, o, "fetch")
+	err = rem.FetchContext(op.ctx, &git.FetchOptions{
+		RefSpecs:     []gitconfig.RefSpec{gitconfig.RefSpec("+refs/heads/" + branch + ":" + string(local))},
+		Auth:         o.auth,
+		CABundle:     o.caBundle,
+		ProxyOptions: o.proxy,
+		Tags:         git.NoTags,
+		Force:        true,
+		Depth:        depth,
 	})
-	if err != nil && !errors.Is(err, git.NoErrAlreadyUpToDate) {
+	if errors.Is(err, git.NoErrAlreadyUpToDate) {
+		err = nil
+	}
+	if err = op.done(err); err != nil {
 		return plumbing.ZeroHash, fmt.Errorf("fetch %s from %s: %w", branch, redact.String(o.url), err)
 	}
 	ref, err := repo.Reference(local, true)

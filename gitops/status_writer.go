@@ -404,6 +404,7 @@ func (w *StatusWriter) write(ctx context.Context, s Snapshot) (WriteResult, erro
 		if err != nil {
 			return res, fmt.Errorf("status write: %w", err)
 		}
+		o = o.withLogger(w.log)
 		base, exists, err := w.base(ctx, o, branch)
 		if err != nil {
 			lastErr = err
@@ -484,7 +485,7 @@ func (w *StatusWriter) base(ctx context.Context, o transportOptions, branch stri
 func (w *StatusWriter) failed(ctx context.Context, branch string, attempts int, lastBase plumbing.Hash, lastErr error) error {
 	if lastErr != nil {
 		if o, err := w.cfg.Remote.options(); err == nil {
-			if tip, err := remoteTip(ctx, w.repo, o, branch); err == nil && attempts > 0 && tip != lastBase {
+			if tip, err := remoteTip(ctx, w.repo, o.withLogger(w.log), branch); err == nil && attempts > 0 && tip != lastBase {
 				return fmt.Errorf("status write: %d attempts, tip now %s: %w (last: %w)", attempts, short(tip), ErrNonFastForward, lastErr)
 			}
 		}
@@ -1000,11 +1001,17 @@ func (w *StatusWriter) push(ctx context.Context, o transportOptions, branch stri
 // not exist yet) to commit in one receive-pack request, never forcing.
 // A branch not at old fails with an error wrapping errRemoteMoved.
 func pushPack(ctx context.Context, o transportOptions, branch string, old, commit plumbing.Hash, pack []byte) error {
+	op, o := startOp(ctx, o, "push")
+	return op.done(sendPack(op.ctx, o, branch, old, commit, pack))
+}
+
+func sendPack(ctx context.Context, o transportOptions, branch string, old, commit plumbing.Hash, pack []byte) error {
 	ep, err := transport.NewEndpoint(o.url)
 	if err != nil {
 		return fmt.Errorf("push: parse url: %w", err)
 	}
 	ep.CaBundle = o.caBundle
+	ep.Proxy = o.proxy
 	cl, err := client.NewClient(ep)
 	if err != nil {
 		return fmt.Errorf("push: %w", err)

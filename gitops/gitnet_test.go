@@ -1,0 +1,343 @@
+package gitops
+
+import (
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"golang.org/x/crypto/ssh/knownhosts"
+)
+
+// Fault modes of faultProxy, fixed per connection at accept.
+const (
+	modePass      int32 = iota // forward both ways
+	modeBlackhole              // accept, read, never answer (never dial the server)
+	modeStall                  // forward the server's first threshold bytes, then nothing
+	modeTrickle                // forward the server's first threshold bytes, then 8 bytes per 50 ms (160 B/s)
+)
+
+// faultProxy is a TCP proxy on loopback in front of a Git server, with the
+// failures seen from real servers and middleboxes: a host that accepts and
+// never answers (an overloaded sshd, a half-dead load balancer), one that
+// answers then stalls mid-pack, and one that trickles. It records how many
+// bytes each connection carried from the server.
+type faultProxy struct {
+	ln        net.Listener
+	target    string
+	mode      atomic.Int32
+	threshold atomic.Int64
+	done      chan struct{}
+	wg        sync.WaitGroup
+
+	mu    sync.Mutex
+	conns []net.Conn
+	sizes []*atomic.Int64
+}
+
+func startFaultProxy(t *testing.T, target string) *faultProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &faultProxy{ln: ln, target: target, done: make(chan struct{})}
+	t.Cleanup(func() {
+		ln.Close()
+		close(p.done)
+		p.mu.Lock()
+		for _, c := range p.conns {
+			c.Close()
+		}
+		p.mu.Unlock()
+		p.wg.Wait()
+	})
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			n := new(atomic.Int64)
+			p.mu.Lock()
+			p.conns = append(p.conns, c)
+			p.sizes = append(p.sizes, n)
+			p.mu.Unlock()
+			p.wg.Add(1)
+			go func() {
+				defer p.wg.Done()
+				p.serve(c, p.mode.Load(), p.threshold.Load(), n)
+			}()
+		}
+	}()
+	return p
+}
+
+func (p *faultProxy) addr() string { return p.ln.Addr().String() }
+
+// serverBytes returns the bytes forwarded from the server on each
+// connection accepted since the last call, and forgets them.
+func (p *faultProxy) serverBytes() []int64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make([]int64, len(p.sizes))
+	for i, n := range p.sizes {
+		out[i] = n.Load()
+	}
+	p.sizes = nil
+	return out
+}
+
+func (p *faultProxy) serve(c net.Conn, mode int32, threshold int64, n *atomic.Int64) {
+	defer c.Close()
+	if mode == modeBlackhole {
+		io.Copy(io.Discard, c)
+		return
+	}
+	s, err := net.Dial("tcp", p.target)
+	if err != nil {
+		return
+	}
+	defer s.Close()
+	closed := make(chan struct{})
+	go func() {
+		io.Copy(s, c)
+		close(closed)
+		s.Close()
+	}()
+	buf := make([]byte, 32<<10)
+	for {
+		k, err := s.Read(buf)
+		chunk := buf[:k]
+		for len(chunk) > 0 {
+			sent := n.Load()
+			if mode == modePass || sent < threshold {
+				m := len(chunk)
+				if mode != modePass {
+					m = int(min(int64(m), threshold-sent))
+				}
+				if _, err := c.Write(chunk[:m]); err != nil {
+					return
+				}
+				n.Add(int64(m))
+				chunk = chunk[m:]
+				continue
+			}
+			if mode == modeStall {
+				select {
+				case <-closed:
+				case <-p.done:
+				}
+				return
+			}
+			tick := time.NewTimer(50 * time.Millisecond)
+			select {
+			case <-closed:
+				tick.Stop()
+				return
+			case <-p.done:
+				tick.Stop()
+				return
+			case <-tick.C:
+			}
+			m := min(8, len(chunk))
+			if _, err := c.Write(chunk[:m]); err != nil {
+				return
+			}
+			n.Add(int64(m))
+			chunk = chunk[m:]
+		}
+		if err != nil {
+			c.(*net.TCPConn).CloseWrite()
+			<-closed
+			return
+		}
+	}
+}
+
+// faultEnv is a real Git server (sshd-like SSH server running
+// git-upload-pack/git-receive-pack, or git-http-backend behind TLS and
+// basic auth) reached through a faultProxy.
+type faultEnv struct {
+	repo   *testRepo
+	proxy  *faultProxy
+	remote Remote
+}
+
+func newFaultEnv(t *testing.T, transport string) *faultEnv {
+	t.Helper()
+	r := newTestRepo(t)
+	// A pack big enough that a stall can land in its middle:
+	// incompressible bytes outside the inventory files.
+	big := make([]byte, 256<<10)
+	rand.Read(big)
+	r.commit("add a large file", map[string]string{"firmware.bin": string(big)})
+	r.push(false)
+	e := &faultEnv{repo: r}
+	switch transport {
+	case "ssh":
+		host := newSigner(t, "ed25519")
+		keyFile, khFile, client := sshFixture(t, "")
+		srv := startSSHGitServer(t, r.bare, client.PublicKey(), host)
+		e.proxy = startFaultProxy(t, srv.addr)
+		line := knownhosts.Line([]string{knownhosts.Normalize(e.proxy.addr())}, host.PublicKey())
+		if err := os.WriteFile(khFile, []byte(line+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		e.remote = Remote{URL: "ssh://git@" + e.proxy.addr() + r.bare, SSHKeyFile: keyFile, KnownHostsFile: khFile}
+	case "https":
+		const token = "tok-fault-proxy"
+		base, caFile := startHTTPSGit(t, filepath.Dir(r.bare), token)
+		u, err := url.Parse(base)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.proxy = startFaultProxy(t, u.Host)
+		tokFile := filepath.Join(t.TempDir(), "token")
+		if err := os.WriteFile(tokFile, []byte(token), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		e.remote = Remote{URL: "https://" + e.proxy.addr() + "/" + filepath.Base(r.bare), TokenFile: tokFile, CAFile: caFile}
+	}
+	return e
+}
+
+// within runs f and fails the test if it has not returned after limit.
+func within(t *testing.T, limit time.Duration, what string, f func() error) (error, time.Duration) {
+	t.Helper()
+	start := time.Now()
+	ch := make(chan error, 1)
+	go func() { ch <- f() }()
+	timer := time.NewTimer(limit)
+	defer timer.Stop()
+	select {
+	case err := <-ch:
+		return err, time.Since(start)
+	case <-timer.C:
+		t.Fatalf("%s still blocked after %s", what, limit)
+		return nil, 0
+	}
+}
+
+// TestGitDeadlinesCloseHungConnections puts each failure between the
+// controller and a real Git server (SSH and HTTPS): every poll (ls-remote
+// and fetch) and status push returns ErrGitTimeout within its deadline
+// plus a margin, logs the operation, the remote and the elapsed time, and
+// the next attempt succeeds once the server answers again.
+func TestGitDeadlinesCloseHungConnections(t *testing.T) {
+	const timeout = 2 * time.Second
+	const margin = 15 * time.Second // generous for a loaded machine; without the fix it never returns
+	for _, transport := range []string{"ssh", "https"} {
+		t.Run(transport, func(t *testing.T) {
+			e := newFaultEnv(t, transport)
+			// Calibrate: a first poll's connections, the list's and the
+			// fetch's (the one carrying the pack is the largest).
+			cal, err := NewSource(SourceConfig{Remote: e.remote, StateDir: t.TempDir(), Timeout: time.Minute})
+			if err != nil {
+				t.Fatal(err)
+			}
+			e.proxy.serverBytes()
+			if err := cal.Poll(t.Context()); err != nil {
+				t.Fatalf("calibration Poll = %v", err)
+			}
+			sizes := e.proxy.serverBytes()
+			list, pack := sizes[0], int64(0)
+			for _, n := range sizes {
+				pack = max(pack, n)
+			}
+			if pack < list+128<<10 {
+				t.Fatalf("connections carried %v bytes: no pack connection to stall in", sizes)
+			}
+			e.proxy.threshold.Store(list + (pack-list)/2)
+			t.Logf("server bytes per connection %v; stalling after %d", sizes, list+(pack-list)/2)
+
+			for _, tc := range []struct {
+				name string
+				mode int32
+				op   string // the operation that times out
+			}{
+				{"accepts and never answers", modeBlackhole, "ls-remote"},
+				{"stalls mid-pack", modeStall, "fetch"},
+				{"trickles", modeTrickle, "fetch"},
+			} {
+				t.Run("poll "+tc.name, func(t *testing.T) {
+					var logs syncBuffer
+					s, err := NewSource(SourceConfig{Remote: e.remote, StateDir: t.TempDir(), Timeout: timeout,
+						Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+					if err != nil {
+						t.Fatal(err)
+					}
+					e.proxy.mode.Store(tc.mode)
+					err, took := within(t, timeout+margin, "Poll", func() error { return s.Poll(t.Context()) })
+					if !errors.Is(err, ErrGitTimeout) {
+						t.Fatalf("Poll = %v, want ErrGitTimeout", err)
+					}
+					t.Logf("Poll returned after %s: %v", took, err)
+					if l := logs.String(); !strings.Contains(l, "git operation timed out") || !strings.Contains(l, "op="+tc.op) ||
+						!strings.Contains(l, "remote=") || !strings.Contains(l, "elapsed=") || strings.Contains(l, "tok-fault-proxy") {
+						t.Errorf("logs = %s, want the %s timeout with remote and elapsed, no token", l, tc.op)
+					}
+					e.proxy.mode.Store(modePass)
+					if err, _ := within(t, time.Minute, "Poll after recovery", func() error { return s.Poll(t.Context()) }); err != nil {
+						t.Fatalf("Poll after the server recovered = %v", err)
+					}
+					if good, _ := s.Latest(); good.Inventory == nil {
+						t.Error("no revision after recovery")
+					}
+				})
+			}
+			for i, tc := range []struct {
+				name string
+				mode int32
+			}{
+				{"accepts and never answers", modeBlackhole},
+				{"trickles", modeTrickle},
+			} {
+				t.Run("push "+tc.name, func(t *testing.T) {
+					var logs syncBuffer
+					snap := sampleSnapshot()
+					snap.Inventory.Good.Commit = strings.Repeat(fmt.Sprint(i+1), 40) // a change for each case
+					w, err := NewStatusWriter(StatusConfig{Remote: e.remote, StateDir: t.TempDir(), Timeout: timeout, Attempts: 1,
+						Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+					if err != nil {
+						t.Fatal(err)
+					}
+					old := e.proxy.threshold.Load()
+					e.proxy.threshold.Store(0) // trickle from the first byte
+					defer e.proxy.threshold.Store(old)
+					e.proxy.mode.Store(tc.mode)
+					err, took := within(t, timeout+margin, "Write", func() error { _, err := w.Write(t.Context(), snap); return err })
+					if !errors.Is(err, ErrGitTimeout) {
+						t.Fatalf("Write = %v, want ErrGitTimeout", err)
+					}
+					t.Logf("Write returned after %s: %v", took, err)
+					if !strings.Contains(logs.String(), "git operation timed out") {
+						t.Errorf("logs = %s, want the timeout", logs.String())
+					}
+					e.proxy.mode.Store(modePass)
+					var res WriteResult
+					err, _ = within(t, time.Minute, "Write after recovery", func() error {
+						var err error
+						res, err = w.Write(t.Context(), snap)
+						return err
+					})
+					if err != nil || res.Commit == "" {
+						t.Fatalf("Write after the server recovered = %+v, %v", res, err)
+					}
+				})
+			}
+		})
+	}
+}
