@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/url"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -22,6 +23,95 @@ import (
 // not finish within its deadline; its connections were closed. Compare
 // with errors.Is; the error also wraps context.DeadlineExceeded.
 var ErrGitTimeout = errors.New("git operation timed out")
+
+// Errors a Git server answers that retrying cannot fix: they need a
+// person (a new token or key, a granted permission). A write stops at
+// the first one instead of retrying; the source keeps polling at its
+// capped backoff, so a fixed credential is picked up. Compare with
+// errors.Is. The server's response body (often a whole HTML page) is
+// never part of the error.
+var (
+	// ErrGitAuth: the server refused the credentials (HTTP 401, or the
+	// SSH server accepted none of the keys offered).
+	ErrGitAuth = errors.New("git remote refused the credentials")
+	// ErrGitPermission: the server knows the user but denies the
+	// operation (HTTP 403, e.g. a read-only token pushing).
+	ErrGitPermission = errors.New("git remote denied permission")
+)
+
+// needsPerson reports whether err is an answer retrying cannot change
+// (ErrGitAuth, ErrGitPermission, ErrRemoteConfig).
+func needsPerson(err error) bool {
+	return errors.Is(err, ErrGitAuth) || errors.Is(err, ErrGitPermission) || errors.Is(err, ErrRemoteConfig)
+}
+
+// classify turns go-git's authentication and permission errors into
+// ErrGitAuth and ErrGitPermission, dropping the response body go-git
+// appends to them (the 401 page of nginx or a forge), and strips the body
+// from "repository not found" too.
+func classify(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, transport.ErrAuthenticationRequired):
+		return fmt.Errorf("%w: %w", ErrGitAuth, transport.ErrAuthenticationRequired)
+	case errors.Is(err, transport.ErrAuthorizationFailed):
+		return fmt.Errorf("%w: %w", ErrGitPermission, transport.ErrAuthorizationFailed)
+	case errors.Is(err, transport.ErrRepositoryNotFound):
+		return transport.ErrRepositoryNotFound
+	case strings.Contains(err.Error(), "ssh: unable to authenticate"):
+		// x/crypto/ssh: the server accepted none of the methods offered.
+		return fmt.Errorf("%w: %w", ErrGitAuth, err)
+	}
+	return err
+}
+
+// sidebandLines keeps the last lines a server sent on the sideband's
+// progress channel during a push (git prints them as "remote: ..."):
+// where a pre-receive hook or a forge's branch protection says why it
+// refused. At most maxSidebandLines lines of at most 200 bytes each, in
+// order, redacted. Safe for one writer.
+type sidebandLines struct {
+	partial []byte
+	lines   []string
+}
+
+const maxSidebandLines = 8
+
+func (s *sidebandLines) Write(p []byte) (int, error) {
+	for _, b := range p {
+		if b == '\n' || b == '\r' {
+			s.flush()
+			continue
+		}
+		if len(s.partial) < 200 {
+			s.partial = append(s.partial, b)
+		}
+	}
+	return len(p), nil
+}
+
+func (s *sidebandLines) flush() {
+	l := strings.TrimSpace(string(s.partial))
+	s.partial = s.partial[:0]
+	if l == "" {
+		return
+	}
+	if len(s.lines) == maxSidebandLines {
+		s.lines = s.lines[1:]
+	}
+	s.lines = append(s.lines, redact.String(l))
+}
+
+// String is the lines as git shows them: "remote: LINE" joined by "; ".
+func (s *sidebandLines) String() string {
+	s.flush()
+	out := make([]string, len(s.lines))
+	for i, l := range s.lines {
+		out[i] = "remote: " + l
+	}
+	return strings.Join(out, "; ")
+}
 
 // A Git network operation must end at its deadline, but go-git does not
 // always honour the context: over SSH it dials with no deadline of ours,
@@ -127,8 +217,11 @@ func (op *gitOp) done(err error) error {
 	if op.id != "" {
 		opCtxs.Delete(op.id)
 	}
-	if err == nil || !deadline {
-		return err
+	if err == nil {
+		return nil
+	}
+	if !deadline {
+		return classify(err)
 	}
 	elapsed := time.Since(op.start).Round(time.Millisecond)
 	op.log.Warn("git operation timed out, connection closed", "op", op.name, "remote", op.url,

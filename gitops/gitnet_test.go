@@ -2,13 +2,19 @@ package gitops
 
 import (
 	"crypto/rand"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
+	"log"
 	"log/slog"
 	"net"
+	"net/http"
+	"net/http/cgi"
+	"net/http/httptest"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -339,5 +345,165 @@ func TestGitDeadlinesCloseHungConnections(t *testing.T) {
 				})
 			}
 		})
+	}
+}
+
+// startHTTPSGitForge serves root's bare repos with git-http-backend behind
+// TLS and basic auth like nginx or a forge in front of it: a wrong token
+// gets 401 with an HTML page, the read-only token 403 with one on a push.
+// It counts the requests.
+func startHTTPSGitForge(t *testing.T, root, token, readOnly string) (base, caFile string, requests *atomic.Int32) {
+	t.Helper()
+	backend, err := exec.LookPath("git-http-backend")
+	if err != nil {
+		out, err2 := exec.Command("git", "--exec-path").Output()
+		if err2 != nil {
+			t.Fatalf("git --exec-path: %v", err2)
+		}
+		backend = filepath.Join(strings.TrimSpace(string(out)), "git-http-backend")
+	}
+	h := &cgi.Handler{Path: backend, Env: []string{"GIT_PROJECT_ROOT=" + root, "GIT_HTTP_EXPORT_ALL=1", "REMOTE_USER=machina"}}
+	requests = new(atomic.Int32)
+	page := func(w http.ResponseWriter, code int) {
+		w.Header().Set("Content-Type", "text/html")
+		if code == http.StatusUnauthorized {
+			w.Header().Set("WWW-Authenticate", `Basic realm="git"`)
+		}
+		w.WriteHeader(code)
+		fmt.Fprintf(w, "<html>\r\n<head><title>%d %s</title></head>\r\n<body>\r\n<center><h1>%d %s</h1></center>\r\n<hr><center>nginx</center>\r\n</body>\r\n</html>\r\n",
+			code, http.StatusText(code), code, http.StatusText(code))
+	}
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		requests.Add(1)
+		_, pass, ok := r.BasicAuth()
+		switch {
+		case ok && pass == token:
+		case ok && pass == readOnly:
+			if strings.Contains(r.URL.String(), "receive-pack") {
+				page(w, http.StatusForbidden)
+				return
+			}
+		default:
+			page(w, http.StatusUnauthorized)
+			return
+		}
+		h.ServeHTTP(w, r)
+	}))
+	srv.Config.ErrorLog = log.New(io.Discard, "", 0)
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	caFile = filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(caFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return srv.URL, caFile, requests
+}
+
+// TestGitAuthErrorsClassified: a 401 or 403 from the server is ErrGitAuth
+// or ErrGitPermission, logged without the server's HTML page, and a
+// status write does not retry it; a pre-receive hook's refusal shows the
+// server's "remote:" lines and is not retried either.
+func TestGitAuthErrorsClassified(t *testing.T) {
+	r := newTestRepo(t)
+	const token, readOnly = "tok-good-1234567890", "tok-readonly-0987654321"
+	base, caFile, requests := startHTTPSGitForge(t, filepath.Dir(r.bare), token, readOnly)
+	url := base + "/" + filepath.Base(r.bare)
+	dir := t.TempDir()
+	tokenFile := func(v string) string {
+		p := filepath.Join(dir, v)
+		if err := os.WriteFile(p, []byte(v), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	var logs syncBuffer
+	logger := slog.New(slog.NewTextHandler(&logs, nil))
+	noPage := func(what string, err error) {
+		t.Helper()
+		for _, s := range []string{err.Error(), logs.String()} {
+			if strings.Contains(s, "<html") || strings.Contains(s, "nginx") || strings.Contains(s, "tok-") {
+				t.Errorf("%s: the server's page or a token leaks: %s", what, s)
+			}
+		}
+	}
+
+	s, err := NewSource(SourceConfig{Remote: Remote{URL: url, TokenFile: tokenFile("tok-wrong"), CAFile: caFile}, StateDir: t.TempDir(), Logger: logger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = s.Poll(t.Context())
+	if !errors.Is(err, ErrGitAuth) {
+		t.Fatalf("Poll with a wrong token = %v, want ErrGitAuth", err)
+	}
+	noPage("poll", err)
+	if l := logs.String(); !strings.Contains(l, "refuses the controller") || strings.Contains(l, "unreachable") {
+		t.Errorf("logs = %s, want the refusal named as such", l)
+	}
+
+	w, err := NewStatusWriter(StatusConfig{Remote: Remote{URL: url, TokenFile: tokenFile("tok-wrong"), CAFile: caFile}, StateDir: t.TempDir(),
+		Attempts: 5, RetryDelay: time.Millisecond, Logger: logger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	requests.Store(0)
+	_, err = w.Write(t.Context(), sampleSnapshot())
+	if !errors.Is(err, ErrGitAuth) {
+		t.Fatalf("Write with a wrong token = %v, want ErrGitAuth", err)
+	}
+	noPage("write", err)
+	if n := requests.Load(); n > 2 {
+		t.Errorf("a write with a refused token made %d requests, want one attempt", n)
+	}
+
+	w, err = NewStatusWriter(StatusConfig{Remote: Remote{URL: url, TokenFile: tokenFile(readOnly), CAFile: caFile}, StateDir: t.TempDir(),
+		Attempts: 5, RetryDelay: time.Millisecond, Logger: logger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	requests.Store(0)
+	_, err = w.Write(t.Context(), sampleSnapshot())
+	if !errors.Is(err, ErrGitPermission) {
+		t.Fatalf("Write with a read-only token = %v, want ErrGitPermission", err)
+	}
+	noPage("read-only write", err)
+	if n := requests.Load(); n > 4 {
+		t.Errorf("a write refused for permission made %d requests, want one attempt", n)
+	}
+
+	// A pre-receive hook refuses: its output reaches the error.
+	hook := filepath.Join(r.bare, "hooks", "pre-receive")
+	if err := os.MkdirAll(filepath.Dir(hook), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(hook, []byte("#!/bin/sh\necho 'policy: pushes to main need a review' >&2\nexit 1\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	w, err = NewStatusWriter(StatusConfig{Remote: Remote{URL: url, TokenFile: tokenFile(token), CAFile: caFile}, StateDir: t.TempDir(),
+		Attempts: 5, RetryDelay: time.Millisecond, Logger: logger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := w.Write(t.Context(), sampleSnapshot())
+	if !errors.Is(err, ErrGitPermission) || !strings.Contains(err.Error(), "remote: policy: pushes to main need a review") {
+		t.Fatalf("Write refused by a hook = %v, want ErrGitPermission with the remote: line", err)
+	}
+	if res.Attempts != 1 {
+		t.Errorf("Write refused by a hook made %d attempts, want 1", res.Attempts)
+	}
+	t.Logf("hook refusal: %v", err)
+}
+
+// TestSourceBackoffCap: after an outage the source polls again within
+// about a minute, not ten.
+func TestSourceBackoffCap(t *testing.T) {
+	s, err := NewSource(SourceConfig{Remote: Remote{URL: "/nonexistent/repo.git"}, StateDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.cfg.MaxBackoff != time.Minute {
+		t.Errorf("default MaxBackoff = %s, want 1m", s.cfg.MaxBackoff)
+	}
+	if d := backoffDelay(s.cfg.Interval, s.cfg.MaxBackoff, 20, 0.999); d > 66*time.Second {
+		t.Errorf("wait after 20 failed polls = %s, want at most 66s (1m + 10%% jitter)", d)
 	}
 }

@@ -132,8 +132,11 @@ type SourceConfig struct {
 	// Interval is the time between two polls of the branch tip; zero
 	// means 30s. Each wait is jittered by ±10%.
 	Interval time.Duration
-	// MaxBackoff caps the wait after repeated failures; zero means 10m.
-	// The wait doubles from Interval on each consecutive failure.
+	// MaxBackoff caps the wait after repeated failures; zero means 1m.
+	// The wait doubles from Interval on each consecutive failure. Each
+	// poll during an outage begins with ls-remote (one small request), so
+	// the cap stays short: a recovered remote, or a fixed credential, is
+	// picked up within about a minute. Trigger (a webhook) polls at once.
 	MaxBackoff time.Duration
 	// Timeout bounds one poll (list, fetch and validation); zero means 2m.
 	Timeout time.Duration
@@ -170,6 +173,9 @@ type Source struct {
 	lastErr error
 }
 
+// DefaultMaxBackoff is SourceConfig.MaxBackoff's default.
+const DefaultMaxBackoff = time.Minute
+
 const (
 	remoteName   = "origin"
 	lastGoodFile = "last-good"
@@ -199,7 +205,7 @@ func NewSource(cfg SourceConfig) (*Source, error) {
 		cfg.Interval = 30 * time.Second
 	}
 	if cfg.MaxBackoff <= 0 {
-		cfg.MaxBackoff = 10 * time.Minute
+		cfg.MaxBackoff = DefaultMaxBackoff
 	}
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = 2 * time.Minute
@@ -407,7 +413,11 @@ func (s *Source) Poll(ctx context.Context) error {
 		s.failures++
 		if s.failures == 1 {
 			msg := redact.String(err.Error())
-			s.log.Warn("inventory remote unreachable, keeping last good revision", "err", msg)
+			if needsPerson(err) {
+				s.log.Error("inventory remote refuses the controller (credentials or permission), keeping last good revision", "err", msg)
+			} else {
+				s.log.Warn("inventory remote unreachable, keeping last good revision", "err", msg)
+			}
 			s.emit(SourceEvent{Kind: SourceRemoteUnreachable, Message: msg})
 		}
 		return err

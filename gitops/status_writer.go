@@ -30,6 +30,7 @@ import (
 	"github.com/go-git/go-git/v5/plumbing/format/idxfile"
 	"github.com/go-git/go-git/v5/plumbing/object"
 	"github.com/go-git/go-git/v5/plumbing/protocol/packp"
+	"github.com/go-git/go-git/v5/plumbing/protocol/packp/capability"
 	"github.com/go-git/go-git/v5/plumbing/storer"
 	"github.com/go-git/go-git/v5/plumbing/transport"
 	"github.com/go-git/go-git/v5/plumbing/transport/client"
@@ -406,6 +407,9 @@ func (w *StatusWriter) write(ctx context.Context, s Snapshot) (WriteResult, erro
 		}
 		o = o.withLogger(w.log)
 		base, exists, err := w.base(ctx, o, branch)
+		if needsPerson(err) {
+			return res, fmt.Errorf("status write: %w", err)
+		}
 		if err != nil {
 			lastErr = err
 			continue
@@ -424,6 +428,9 @@ func (w *StatusWriter) write(ctx context.Context, s Snapshot) (WriteResult, erro
 			w.beforePush(attempt)
 		}
 		if err := w.push(ctx, o, branch, base, exists, bc); err != nil {
+			if needsPerson(err) {
+				return res, fmt.Errorf("status write: %w", err)
+			}
 			lastErr = err
 			w.log.Debug("status push rejected or failed, retrying over the new tip", "attempt", attempt, "err", redact.String(err.Error()))
 			continue
@@ -1040,14 +1047,29 @@ func sendPack(ctx context.Context, o transportOptions, branch string, old, commi
 	req := packp.NewReferenceUpdateRequestFromCapabilities(ar.Capabilities)
 	req.Commands = []*packp.Command{{Name: dst, Old: old, New: commit}}
 	req.Packfile = io.NopCloser(bytes.NewReader(pack))
-	rs, err := sess.ReceivePack(ctx, req)
-	if err != nil {
-		return fmt.Errorf("push %s to %s: %w", short(commit), redact.String(o.url), err)
+	remote := &sidebandLines{}
+	if ar.Capabilities.Supports(capability.Sideband64k) {
+		_ = req.Capabilities.Set(capability.Sideband64k)
+		req.Progress = remote
 	}
-	if rs != nil {
-		if err := rs.Error(); err != nil {
+	rs, err := sess.ReceivePack(ctx, req)
+	if rs != nil && err == nil {
+		err = rs.Error()
+	}
+	if err != nil {
+		err = classify(err)
+		if msg := remote.String(); msg != "" {
+			err = fmt.Errorf("%w (%s)", err, msg)
+		}
+		if rs != nil && rs.Error() != nil && strings.Contains(rs.Error().Error(), "hook declined") {
+			// A pre-receive hook or a forge's branch protection: a
+			// policy, not a race.
+			return fmt.Errorf("push %s to %s: refused: %w: %w", short(commit), redact.String(o.url), ErrGitPermission, err)
+		}
+		if rs != nil && rs.Error() != nil {
 			return fmt.Errorf("push %s to %s: refused: %w (%w)", short(commit), redact.String(o.url), err, errRemoteMoved)
 		}
+		return fmt.Errorf("push %s to %s: %w", short(commit), redact.String(o.url), err)
 	}
 	return nil
 }
