@@ -474,6 +474,8 @@ func addServeGitFlags(f *pflag.FlagSet, cc *controller.Config) {
 	f.StringVar(&cc.Repo.Branch, "branch", envOrDefault("MACHINA_BRANCH", "main"), "inventory branch (env MACHINA_BRANCH)")
 	f.StringVar(&cc.Repo.TokenFile, "repo-token-file", os.Getenv("MACHINA_REPO_TOKEN_FILE"), "file holding the HTTPS Git token")
 	f.StringVar(&cc.Repo.TokenEnv, "repo-token-env", "", "environment variable holding the HTTPS Git token")
+	f.StringVar(&cc.Repo.Username, "repo-username", "", "HTTPS Git user sent with the token (basic auth); empty: x-access-token (GitHub's convention; Gitea, Forgejo and GitLab accept any user with a token)")
+	f.StringVar(&cc.Repo.CAFile, "repo-ca-file", "", "PEM bundle of CAs trusted for the HTTPS Git server, in addition to the system roots, for this remote only (BMCs and mirrors keep their own trust)")
 	f.StringVar(&cc.Repo.SSHKeyFile, "ssh-key", os.Getenv("MACHINA_SSH_KEY"), "SSH private key file for ssh:// repositories")
 	f.StringVar(&cc.Repo.KnownHostsFile, "known-hosts", os.Getenv("MACHINA_KNOWN_HOSTS"), "known_hosts file (required for ssh://)")
 	f.StringVar(&cc.StatusBranch, "status-branch", os.Getenv("MACHINA_STATUS_BRANCH"), "write status commits to this branch instead of the inventory branch")
