@@ -43,6 +43,9 @@ type faultProxy struct {
 	target    string
 	mode      atomic.Int32
 	threshold atomic.Int64
+	// upRate, when > 0, limits what the client sends past its first 8 KiB
+	// on a connection to upRate bytes per second (a slow uplink).
+	upRate atomic.Int64
 	done      chan struct{}
 	wg        sync.WaitGroup
 
@@ -119,9 +122,27 @@ func (p *faultProxy) serve(c net.Conn, mode int32, threshold int64, n *atomic.In
 	defer s.Close()
 	closed := make(chan struct{})
 	go func() {
-		io.Copy(s, c)
-		close(closed)
-		s.Close()
+		defer s.Close()
+		defer close(closed)
+		rate := p.upRate.Load()
+		if rate <= 0 {
+			io.Copy(s, c)
+			return
+		}
+		io.CopyN(s, c, 8<<10)
+		step := max(rate/20, 1)
+		for {
+			if _, err := io.CopyN(s, c, step); err != nil {
+				return
+			}
+			tick := time.NewTimer(50 * time.Millisecond)
+			select {
+			case <-p.done:
+				tick.Stop()
+				return
+			case <-tick.C:
+			}
+		}
 	}()
 	buf := make([]byte, 32<<10)
 	for {
@@ -506,4 +527,44 @@ func TestSourceBackoffCap(t *testing.T) {
 	if d := backoffDelay(s.cfg.Interval, s.cfg.MaxBackoff, 20, 0.999); d > 66*time.Second {
 		t.Errorf("wait after 20 failed polls = %s, want at most 66s (1m + 10%% jitter)", d)
 	}
+}
+
+// TestStatusPushDeadlineFollowsPackSize: a push over a slow uplink gets
+// Timeout plus its pack's size at MinPushRate, so a status commit larger
+// than Timeout's worth of upload still lands (with a fixed Timeout it
+// could never complete).
+func TestStatusPushDeadlineFollowsPackSize(t *testing.T) {
+	e := newFaultEnv(t, "https")
+	snap := sampleSnapshot()
+	for i := range 400 {
+		serial := make([]byte, 16)
+		rand.Read(serial)
+		snap.Servers = append(snap.Servers, ServerStatus{Name: fmt.Sprintf("r%d-n%02d", i/40, i%40), Lifecycle: "ready",
+			Hardware: Hardware{Serial: fmt.Sprintf("%x", serial)}})
+	}
+	var logs syncBuffer
+	w, err := NewStatusWriter(StatusConfig{Remote: e.remote, StateDir: t.TempDir(), Attempts: 1,
+		Timeout: time.Second, MinPushRate: 4 << 10, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.proxy.upRate.Store(16 << 10)
+	res, err := w.Write(t.Context(), snap)
+	if err != nil {
+		t.Fatalf("Write of a large status over a 16 KiB/s uplink = %v", err)
+	}
+	l := logs.String()
+	i := strings.Index(l, "packBytes=")
+	if i < 0 {
+		t.Fatalf("no packBytes in %s", l)
+	}
+	var n int
+	fmt.Sscanf(l[i+len("packBytes="):], "%d", &n)
+	if n < 48<<10 {
+		t.Fatalf("pack is %d bytes: too small to outlast Timeout at 16 KiB/s", n)
+	}
+	if got := e.repo.remoteHead("main").String(); got != res.Commit {
+		t.Errorf("remote main = %s, want %s", got, res.Commit)
+	}
+	t.Logf("pushed %d bytes at 16 KiB/s with Timeout 1s: deadline %s", n, w.pushTimeout(n))
 }

@@ -92,8 +92,15 @@ type StatusConfig struct {
 	// FailingAfter is how many consecutive failed writes make
 	// Health().Failing true ("status write-back failing"); zero means 3.
 	FailingAfter int
-	// Timeout bounds one write including its retries; zero means 5m.
+	// Timeout bounds one write including its retries, except that a push
+	// gets Timeout plus its pack's size at MinPushRate from its start, so a
+	// large status (a big fleet's first commit) can finish on a slow link;
+	// zero means 5m.
 	Timeout time.Duration
+	// MinPushRate is the slowest upload, in bytes per second, a push is
+	// given time for; zero means 64 KiB/s (a 512 kbit/s WAN link). A 4 MiB
+	// pack then gets Timeout + 64s.
+	MinPushRate int64
 	// Group, if set, is the controller group (machina serve --group,
 	// docs/ha.md "Sharding") whose status this writer owns: it writes
 	// status/GROUP/ (README.md, servers/, images/, hosts/, inventory.yaml)
@@ -192,6 +199,9 @@ func NewStatusWriter(cfg StatusConfig) (*StatusWriter, error) {
 	}
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = 5 * time.Minute
+	}
+	if cfg.MinPushRate <= 0 {
+		cfg.MinPushRate = 64 << 10
 	}
 	log := cfg.Logger
 	if log == nil {
@@ -351,9 +361,7 @@ func (w *StatusWriter) Run(ctx context.Context) error {
 // ErrNonFastForward when every attempt lost a race, ErrOutsideStatus,
 // or a wrapped transport error. Health is updated either way.
 func (w *StatusWriter) Write(ctx context.Context, s Snapshot) (WriteResult, error) {
-	wctx, cancel := context.WithTimeout(ctx, w.cfg.Timeout)
-	defer cancel()
-	res, err := w.write(wctx, s)
+	res, err := w.write(ctx, s)
 	if err != nil && ctx.Err() != nil {
 		return res, err // shutting down: not a write-back failure
 	}
@@ -379,7 +387,11 @@ func (w *StatusWriter) Write(ctx context.Context, s Snapshot) (WriteResult, erro
 	return res, nil
 }
 
-func (w *StatusWriter) write(ctx context.Context, s Snapshot) (WriteResult, error) {
+// write is Write's body; parent is the caller's context, which bounds the
+// push (see pushTimeout), ctx the write's (Timeout).
+func (w *StatusWriter) write(parent context.Context, s Snapshot) (WriteResult, error) {
+	ctx, cancel := context.WithTimeout(parent, w.cfg.Timeout)
+	defer cancel()
 	if err := w.compact(); err != nil {
 		return WriteResult{}, fmt.Errorf("status write: %w", err)
 	}
@@ -427,7 +439,10 @@ func (w *StatusWriter) write(ctx context.Context, s Snapshot) (WriteResult, erro
 		if w.beforePush != nil {
 			w.beforePush(attempt)
 		}
-		if err := w.push(ctx, o, branch, base, exists, bc); err != nil {
+		pctx, pcancel := context.WithTimeout(parent, w.pushTimeout(len(bc.pack.data)))
+		err = w.push(pctx, o, branch, base, exists, bc)
+		pcancel()
+		if err != nil {
 			if needsPerson(err) {
 				return res, fmt.Errorf("status write: %w", err)
 			}
@@ -445,6 +460,12 @@ func (w *StatusWriter) write(ctx context.Context, s Snapshot) (WriteResult, erro
 		return res, nil
 	}
 	return res, w.failed(ctx, branch, res.Attempts, lastBase, lastErr)
+}
+
+// pushTimeout is a push's deadline for a pack of n bytes: Timeout plus n
+// at MinPushRate.
+func (w *StatusWriter) pushTimeout(n int) time.Duration {
+	return w.cfg.Timeout + time.Duration(int64(n)*int64(time.Second)/w.cfg.MinPushRate)
 }
 
 // render renders s into status/'s blobs, and the servers' lifecycles (for
