@@ -46,8 +46,8 @@ type faultProxy struct {
 	// upRate, when > 0, limits what the client sends past its first 8 KiB
 	// on a connection to upRate bytes per second (a slow uplink).
 	upRate atomic.Int64
-	done      chan struct{}
-	wg        sync.WaitGroup
+	done   chan struct{}
+	wg     sync.WaitGroup
 
 	mu    sync.Mutex
 	conns []net.Conn
