@@ -456,16 +456,18 @@ func (s *Source) poll(ctx context.Context) error {
 		return fmt.Errorf("git source: read commit %s: %w", tip, err)
 	}
 	prev := s.tip
+	rewritten := false
 	if !prev.IsZero() {
 		if old, err := s.repo.CommitObject(prev); err == nil {
 			if ok, err := old.IsAncestor(commit); err == nil && !ok {
 				msg := fmt.Sprintf("branch %s moved from %s to %s, which does not descend from it", s.cfg.Remote.branch(), short(prev), short(tip))
+				rewritten = true
 				s.log.Warn("inventory history rewritten", "from", prev.String(), "to", tip.String())
 				s.emit(SourceEvent{Kind: SourceHistoryRewritten, Commit: tip.String(), Previous: prev.String(), Message: msg})
 			}
 		}
 	}
-	if err := s.evaluate(commit, false); err != nil {
+	if err := s.evaluate(commit, false, rewritten); err != nil {
 		return err
 	}
 	s.tip = tip
@@ -535,18 +537,62 @@ const maxIntroWalk = 64
 // ids, key's form) are the same, and returns the oldest such commit: the
 // one that brought this inventory content. It stops at a merge's first
 // parent chain end, a parent it cannot read, or after maxIntroWalk steps.
+//
+// Status commits (the controller's own, told by their
+// TrailerRevision trailer) change only status/, so they are stepped over
+// without reading their trees and do not count towards maxIntroWalk (up
+// to maxStatusWalk of them): a controller writing status every few
+// seconds puts hundreds of them above the operator's commit, and the
+// revision must still name the operator's commit, not a bot's.
 func (s *Source) introducedBy(commit *object.Commit, key string) *object.Commit {
-	for range maxIntroWalk {
+	human, bots := 0, 0
+	for human < maxIntroWalk && bots < maxStatusWalk {
 		if commit.NumParents() == 0 {
 			return commit
 		}
 		parent, err := commit.Parent(0)
-		if err != nil || s.inventoryKey(parent) != key {
+		if err != nil {
 			return commit
 		}
+		if isStatusCommit(parent) {
+			bots++
+			commit = parent
+			continue
+		}
+		if s.inventoryKey(parent) != key {
+			return s.humanCommit(commit)
+		}
+		human++
 		commit = parent
 	}
-	return commit
+	return s.humanCommit(commit)
+}
+
+// maxStatusWalk bounds the status commits introducedBy steps over.
+const maxStatusWalk = 1 << 16
+
+// humanCommit returns c, or when c is a status commit the first
+// non-status commit below it along first parents (c itself if none
+// within maxStatusWalk).
+func (s *Source) humanCommit(c *object.Commit) *object.Commit {
+	cur := c
+	for range maxStatusWalk {
+		if !isStatusCommit(cur) {
+			return cur
+		}
+		p, err := cur.Parent(0)
+		if err != nil {
+			return c
+		}
+		cur = p
+	}
+	return c
+}
+
+// isStatusCommit reports whether c is a status commit of a Machina status
+// writer: its message carries the TrailerRevision trailer.
+func isStatusCommit(c *object.Commit) bool {
+	return strings.Contains(c.Message, "\n"+TrailerRevision+": ")
 }
 
 // inventoryKey is inventoryEntries' key of commit's tree; "" when the
@@ -581,8 +627,11 @@ func (s *Source) inventoryEntries(tree *object.Tree) ([]*object.TreeEntry, strin
 }
 
 // evaluate validates commit's inventory and updates good/invalid.
-// restoring is true when re-reading the recorded last good commit at start.
-func (s *Source) evaluate(commit *object.Commit, restoring bool) error {
+// restoring is true when re-reading the recorded last good commit at start;
+// rewritten when the branch no longer descends from the last tip: the
+// revision is then named afresh even if its inventory is the same, since
+// the commit it was named after may no longer be on the branch.
+func (s *Source) evaluate(commit *object.Commit, restoring, rewritten bool) error {
 	tree, err := commit.Tree()
 	if err != nil {
 		return fmt.Errorf("git source: read tree of %s: %w", commit.Hash, err)
@@ -590,7 +639,7 @@ func (s *Source) evaluate(commit *object.Commit, restoring bool) error {
 	// The key is the blob ids of the inventory files: a commit that
 	// leaves them alone (README, status/) is a no-op without parsing.
 	entries, key := s.inventoryEntries(tree)
-	if !restoring && key == s.treeKey {
+	if !restoring && !rewritten && key == s.treeKey {
 		s.log.Debug("commit leaves the inventory unchanged", "commit", commit.Hash.String())
 		return nil
 	}
@@ -634,10 +683,18 @@ func (s *Source) evaluate(commit *object.Commit, restoring bool) error {
 	prev := s.good
 	s.invalid = nil
 	isNew := digest != prev.Digest
-	if isNew {
+	renamed := !isNew && rewritten && prev.Commit != id
+	if isNew || renamed {
 		s.good = Revision{Commit: id, Digest: digest, Inventory: res.Inventory, Warnings: res.Warnings}
 	}
 	s.mu.Unlock()
+	if renamed {
+		if err := os.WriteFile(filepath.Join(s.cfg.StateDir, lastGoodFile), []byte(id+"\n"), 0o600); err != nil {
+			s.log.Warn("cannot record last good commit", "err", err)
+		}
+		s.log.Info("inventory revision re-resolved after a history rewrite", "from", prev.Commit, "commit", id, "digest", digest)
+		s.notify()
+	}
 	if isNew {
 		if !restoring {
 			if err := os.WriteFile(filepath.Join(s.cfg.StateDir, lastGoodFile), []byte(id+"\n"), 0o600); err != nil {
@@ -717,7 +774,7 @@ func (s *Source) restoreLastGood() {
 		s.log.Warn("recorded last good commit is gone", "commit", h.String())
 		return
 	}
-	if err := s.evaluate(c, true); err != nil {
+	if err := s.evaluate(c, true, false); err != nil {
 		s.log.Warn("recorded last good commit no longer validates", "commit", h.String(), "err", redact.String(err.Error()))
 		s.mu.Lock()
 		s.good = Revision{}
