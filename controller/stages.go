@@ -577,6 +577,9 @@ func (w *wiring) snapshot(res plan.Result) func() (gitops.Snapshot, error) {
 	}
 }
 
+// WebhookPattern is the push webhook's route (Config.WebhookSecretFile).
+const WebhookPattern = "POST /api/v1/git/webhook"
+
 // routes mounts the admin, host, image, console and UI routes and makes
 // the Running handed to OnReady.
 func (w *wiring) routes() (func(), error) {
@@ -590,6 +593,16 @@ func (w *wiring) routes() (func(), error) {
 	}
 	if err := mountImages(srv, ctrl, w.imgStore, w.imgStatus, w.importFails); err != nil {
 		return nil, err
+	}
+	if cfg.WebhookSecretFile != "" {
+		wh, err := gitops.NewWebhook(gitops.WebhookConfig{SecretFile: cfg.WebhookSecretFile, Branch: cfg.Repo.Branch,
+			Trigger: w.src.Trigger, Logger: w.log})
+		if err != nil {
+			return nil, fmt.Errorf("controller: %w", err)
+		}
+		if err := srv.HandleOperator(WebhookPattern, wh); err != nil {
+			return nil, err
+		}
 	}
 	uiRoutes, err := mountConsoleAndUI(srv, st, w.drivers, w.src, ctrl, w.imgStatus, w.gitDir, w.log)
 	if err != nil {

@@ -485,6 +485,7 @@ func addServeGitFlags(f *pflag.FlagSet, cc *controller.Config) {
 	f.StringVar(&cc.ISODir, "iso-dir", os.Getenv("MACHINA_ISO_DIR"), "folder with the iPXE ISOs (make ipxe-iso), served at /boot/iso/")
 	f.StringVar(&cc.Mirrors.Base, "mirror", os.Getenv("MACHINA_MIRROR"), "base URL of a local mirror for catalog images")
 	f.DurationVar(&cc.PollInterval, "poll-interval", 30*time.Second, "how often the inventory branch tip is polled")
+	f.StringVar(&cc.WebhookSecretFile, "webhook-secret-file", "", "file holding the secret of the Git host's push webhook; set, POST /api/v1/git/webhook (operator listener, no admin token) takes GitHub, Gitea/Forgejo and GitLab push deliveries signed with it and polls at once")
 	f.StringVar(&cc.JoinListen, "join-listen", envOrDefault("MACHINA_JOIN_LISTEN", "127.0.0.1:8443"), "TLS join listener address")
 	f.StringVar(&cc.JoinURL, "join-url", os.Getenv("MACHINA_JOIN_URL"), "the join listener's URL as hosts reach it")
 	nodeBinaryFlags(f, cc)
