@@ -557,6 +557,12 @@ func (w *wiring) gitSide() (func(), error) {
 	}
 	var urg statusUrgency
 	w.feed.build = func(res plan.Result) {
+		// The reconciler's first pass runs before the source's first
+		// poll ends; a status commit then would name no revision. The
+		// poll's new revision triggers a pass (SetDesired) that writes.
+		if inv := w.src.InventoryStatus(); !w.src.Polled() && inv.Good.Commit == "" && inv.Invalid == nil {
+			return
+		}
 		// The snapshot is built by the writer when it writes (see
 		// UpdateFrom): a 10,000-server snapshot is tens of MB, and a build
 		// per pass would mostly be garbage.

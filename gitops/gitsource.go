@@ -160,6 +160,7 @@ type Source struct {
 	trigger chan struct{}
 	changed chan struct{}
 	running atomic.Bool
+	polled  atomic.Bool
 
 	// owned by Run's goroutine
 	tip      plumbing.Hash
@@ -329,6 +330,11 @@ func (s *Source) InventoryStatus() InventoryStatus {
 	return InventoryStatus{Good: RevisionRef{Commit: good.Commit, Digest: good.Digest}, Invalid: invalid}
 }
 
+// Polled reports whether a poll has finished (succeeded or failed) since
+// NewSource. Until then a new controller knows no revision, and what it
+// would write to status would name none. Safe for concurrent use.
+func (s *Source) Polled() bool { return s.polled.Load() }
+
 // Err returns the error of the last poll, nil if it succeeded. Safe for
 // concurrent use.
 func (s *Source) Err() error {
@@ -409,6 +415,7 @@ func (s *Source) Poll(ctx context.Context) error {
 	s.mu.Lock()
 	s.lastErr = err
 	s.mu.Unlock()
+	s.polled.Store(true)
 	if err != nil {
 		s.failures++
 		if s.failures == 1 {
@@ -548,21 +555,22 @@ func (s *Source) introducedBy(commit *object.Commit, key string) *object.Commit 
 	human, bots := 0, 0
 	for human < maxIntroWalk && bots < maxStatusWalk {
 		if commit.NumParents() == 0 {
-			return commit
+			return s.humanCommit(commit)
 		}
 		parent, err := commit.Parent(0)
 		if err != nil {
-			return commit
+			return s.humanCommit(commit)
+		}
+		// A status commit has its parent's inventory, so only a step
+		// down from another commit can change the key.
+		if !isStatusCommit(commit) && s.inventoryKey(parent) != key {
+			return s.humanCommit(commit)
 		}
 		if isStatusCommit(parent) {
 			bots++
-			commit = parent
-			continue
+		} else {
+			human++
 		}
-		if s.inventoryKey(parent) != key {
-			return s.humanCommit(commit)
-		}
-		human++
 		commit = parent
 	}
 	return s.humanCommit(commit)

@@ -12,13 +12,19 @@ import (
 // status commit.
 func TestRevisionNamesHumanCommitUnderStatusCommits(t *testing.T) {
 	r := newTestRepo(t)
-	human := r.edit("servers.yaml", "name: r1-n03", "name: r1-n03 # racked", "servers: note r1-n03")
-	r.push(false)
 	// Status commits as the writer makes them: status/ only, the
-	// revision trailers (a real writer's are in TestStatusWriter*).
-	for i := range maxIntroWalk + 6 {
-		r.commit(fmt.Sprintf("status: update 1 entry\n\n%s: %s\n%s: none\n", TrailerRevision, human, TrailerDigest),
+	// revision trailers (a real writer's are in TestStatusWriter*);
+	// some below the operator's commit, more above it.
+	statusCommit := func(i int) {
+		r.commit(fmt.Sprintf("status: update 1 entry\n\n%s: %s\n%s: none\n", TrailerRevision, r.remoteHead("main"), TrailerDigest),
 			map[string]string{"status/README.md": fmt.Sprintf("write %d\n", i)})
+	}
+	for i := range 3 {
+		statusCommit(-i)
+	}
+	human := r.edit("servers.yaml", "tags: [kvm]", "tags: [kvm, racked]", "servers: tag a server")
+	for i := range maxIntroWalk + 6 {
+		statusCommit(i)
 	}
 	r.push(false)
 	tip := r.remoteHead("main")
