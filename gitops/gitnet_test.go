@@ -242,7 +242,7 @@ func newFaultEnv(t *testing.T, transport string) *faultEnv {
 }
 
 // within runs f and fails the test if it has not returned after limit.
-func within(t *testing.T, limit time.Duration, what string, f func() error) (error, time.Duration) {
+func within(t *testing.T, limit time.Duration, what string, f func() error) (time.Duration, error) {
 	t.Helper()
 	start := time.Now()
 	ch := make(chan error, 1)
@@ -251,10 +251,10 @@ func within(t *testing.T, limit time.Duration, what string, f func() error) (err
 	defer timer.Stop()
 	select {
 	case err := <-ch:
-		return err, time.Since(start)
+		return time.Since(start), err
 	case <-timer.C:
 		t.Fatalf("%s still blocked after %s", what, limit)
-		return nil, 0
+		return 0, nil
 	}
 }
 
@@ -307,7 +307,7 @@ func TestGitDeadlinesCloseHungConnections(t *testing.T) {
 						t.Fatal(err)
 					}
 					e.proxy.mode.Store(tc.mode)
-					err, took := within(t, timeout+margin, "Poll", func() error { return s.Poll(t.Context()) })
+					took, err := within(t, timeout+margin, "Poll", func() error { return s.Poll(t.Context()) })
 					if !errors.Is(err, ErrGitTimeout) {
 						t.Fatalf("Poll = %v, want ErrGitTimeout", err)
 					}
@@ -317,7 +317,7 @@ func TestGitDeadlinesCloseHungConnections(t *testing.T) {
 						t.Errorf("logs = %s, want the %s timeout with remote and elapsed, no token", l, tc.op)
 					}
 					e.proxy.mode.Store(modePass)
-					if err, _ := within(t, time.Minute, "Poll after recovery", func() error { return s.Poll(t.Context()) }); err != nil {
+					if _, err := within(t, time.Minute, "Poll after recovery", func() error { return s.Poll(t.Context()) }); err != nil {
 						t.Fatalf("Poll after the server recovered = %v", err)
 					}
 					if good, _ := s.Latest(); good.Inventory == nil {
@@ -345,7 +345,7 @@ func TestGitDeadlinesCloseHungConnections(t *testing.T) {
 					e.proxy.threshold.Store(0) // trickle from the first byte
 					defer e.proxy.threshold.Store(old)
 					e.proxy.mode.Store(tc.mode)
-					err, took := within(t, timeout+margin, "Write", func() error { _, err := w.Write(t.Context(), snap); return err })
+					took, err := within(t, timeout+margin, "Write", func() error { _, err := w.Write(t.Context(), snap); return err })
 					if !errors.Is(err, ErrGitTimeout) {
 						t.Fatalf("Write = %v, want ErrGitTimeout", err)
 					}
@@ -355,7 +355,7 @@ func TestGitDeadlinesCloseHungConnections(t *testing.T) {
 					}
 					e.proxy.mode.Store(modePass)
 					var res WriteResult
-					err, _ = within(t, time.Minute, "Write after recovery", func() error {
+					_, err = within(t, time.Minute, "Write after recovery", func() error {
 						var err error
 						res, err = w.Write(t.Context(), snap)
 						return err

@@ -697,11 +697,7 @@ func (s *Source) evaluate(commit *object.Commit, restoring, rewritten bool) erro
 	}
 	s.mu.Unlock()
 	if renamed {
-		if err := os.WriteFile(filepath.Join(s.cfg.StateDir, lastGoodFile), []byte(id+"\n"), 0o600); err != nil {
-			s.log.Warn("cannot record last good commit", "err", err)
-		}
-		s.log.Info("inventory revision re-resolved after a history rewrite", "from", prev.Commit, "commit", id, "digest", digest)
-		s.notify()
+		s.renamed(prev.Commit, id, digest)
 	}
 	if isNew {
 		if !restoring {
@@ -720,6 +716,16 @@ func (s *Source) evaluate(commit *object.Commit, restoring, rewritten bool) erro
 		s.notify()
 	}
 	return nil
+}
+
+// renamed records that the revision with digest is now named after
+// commit id, not from (gone from the branch by a history rewrite).
+func (s *Source) renamed(from, id, digest string) {
+	if err := os.WriteFile(filepath.Join(s.cfg.StateDir, lastGoodFile), []byte(id+"\n"), 0o600); err != nil {
+		s.log.Warn("cannot record last good commit", "err", err)
+	}
+	s.log.Info("inventory revision re-resolved after a history rewrite", "from", from, "commit", id, "digest", digest)
+	s.notify()
 }
 
 // readFiles copies the inventory blobs into an in-memory FS, refusing any
