@@ -86,6 +86,11 @@ type Config struct {
 	StatusBranch string
 	// PollInterval is the Git poll interval; zero means 30 s.
 	PollInterval time.Duration
+	// WebhookSecretFile, if set, enables the push webhook at
+	// WebhookPattern on the operator's listener (gitops.Webhook: GitHub,
+	// Gitea/Forgejo and GitLab deliveries signed with this file's secret
+	// trigger a poll); "" mounts none.
+	WebhookSecretFile string
 	// StatusInterval is the least time between status commits; zero means 30 s.
 	StatusInterval time.Duration
 	// Reconciler tunes the executor (workers, limits, backoff, deadlines);

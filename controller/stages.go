@@ -590,6 +590,12 @@ func (w *wiring) gitSide() (func(), error) {
 	}
 	var urg statusUrgency
 	w.feed.build = func(res plan.Result) {
+		// The reconciler's first pass runs before the source's first
+		// poll ends; a status commit then would name no revision. The
+		// poll's new revision triggers a pass (SetDesired) that writes.
+		if inv := w.src.InventoryStatus(); !w.src.Polled() && inv.Good.Commit == "" && inv.Invalid == nil {
+			return
+		}
 		// The snapshot is built by the writer when it writes (see
 		// UpdateFrom): a 10,000-server snapshot is tens of MB, and a build
 		// per pass would mostly be garbage.
@@ -610,6 +616,9 @@ func (w *wiring) snapshot(res plan.Result) func() (gitops.Snapshot, error) {
 	}
 }
 
+// WebhookPattern is the push webhook's route (Config.WebhookSecretFile).
+const WebhookPattern = "POST /api/v1/git/webhook"
+
 // routes mounts the admin, host, image, console and UI routes and makes
 // the Running handed to OnReady.
 func (w *wiring) routes() (func(), error) {
@@ -623,6 +632,16 @@ func (w *wiring) routes() (func(), error) {
 	}
 	if err := mountImages(srv, ctrl, w.imgStore, w.imgStatus, w.importFails); err != nil {
 		return nil, err
+	}
+	if cfg.WebhookSecretFile != "" {
+		wh, err := gitops.NewWebhook(gitops.WebhookConfig{SecretFile: cfg.WebhookSecretFile, Branch: cfg.Repo.Branch,
+			Trigger: w.src.Trigger, Logger: w.log})
+		if err != nil {
+			return nil, fmt.Errorf("controller: %w", err)
+		}
+		if err := srv.HandleOperator(WebhookPattern, wh); err != nil {
+			return nil, err
+		}
 	}
 	uiRoutes, err := mountConsoleAndUI(srv, st, w.drivers, w.src, ctrl, w.imgStatus, w.gitDir, w.gitHealth, w.log)
 	if err != nil {

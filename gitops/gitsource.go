@@ -132,8 +132,11 @@ type SourceConfig struct {
 	// Interval is the time between two polls of the branch tip; zero
 	// means 30s. Each wait is jittered by ±10%.
 	Interval time.Duration
-	// MaxBackoff caps the wait after repeated failures; zero means 10m.
-	// The wait doubles from Interval on each consecutive failure.
+	// MaxBackoff caps the wait after repeated failures; zero means 1m.
+	// The wait doubles from Interval on each consecutive failure. Each
+	// poll during an outage begins with ls-remote (one small request), so
+	// the cap stays short: a recovered remote, or a fixed credential, is
+	// picked up within about a minute. Trigger (a webhook) polls at once.
 	MaxBackoff time.Duration
 	// Timeout bounds one poll (list, fetch and validation); zero means 2m.
 	Timeout time.Duration
@@ -157,6 +160,7 @@ type Source struct {
 	trigger chan struct{}
 	changed chan struct{}
 	running atomic.Bool
+	polled  atomic.Bool
 
 	// owned by Run's goroutine
 	tip      plumbing.Hash
@@ -175,6 +179,9 @@ type Source struct {
 	pacer     failurePacer
 	now       func() time.Time
 }
+
+// DefaultMaxBackoff is SourceConfig.MaxBackoff's default.
+const DefaultMaxBackoff = time.Minute
 
 const (
 	remoteName   = "origin"
@@ -205,7 +212,7 @@ func NewSource(cfg SourceConfig) (*Source, error) {
 		cfg.Interval = 30 * time.Second
 	}
 	if cfg.MaxBackoff <= 0 {
-		cfg.MaxBackoff = 10 * time.Minute
+		cfg.MaxBackoff = DefaultMaxBackoff
 	}
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = 2 * time.Minute
@@ -262,6 +269,7 @@ func dropTornRefs(dir string) error {
 // bounded object cache, creating it if needed, with remote origin set to
 // r's URL.
 func openBare(dir string, r Remote) (*git.Repository, error) {
+	registerOpDialer()
 	_, u, err := r.parse()
 	if err != nil {
 		return nil, err
@@ -328,6 +336,11 @@ func (s *Source) InventoryStatus() InventoryStatus {
 	good, invalid := s.Latest()
 	return InventoryStatus{Good: RevisionRef{Commit: good.Commit, Digest: good.Digest}, Invalid: invalid}
 }
+
+// Polled reports whether a poll has finished (succeeded or failed) since
+// NewSource. Until then a new controller knows no revision, and what it
+// would write to status would name none. Safe for concurrent use.
+func (s *Source) Polled() bool { return s.polled.Load() }
 
 // Err returns the error of the last poll, nil if it succeeded. Safe for
 // concurrent use.
@@ -409,12 +422,17 @@ func (s *Source) Poll(ctx context.Context) error {
 	s.mu.Lock()
 	s.lastErr = err
 	s.mu.Unlock()
+	s.polled.Store(true)
 	if err != nil {
 		s.failures++
 		s.notePoll(err, s.failures)
 		if s.failures == 1 {
 			msg := redact.String(err.Error())
-			s.log.Warn("inventory remote unreachable, keeping last good revision", "err", msg)
+			if needsPerson(err) {
+				s.log.Error("inventory remote refuses the controller (credentials or permission), keeping last good revision", "err", msg)
+			} else {
+				s.log.Warn("inventory remote unreachable, keeping last good revision", "err", msg)
+			}
 			s.emit(SourceEvent{Kind: SourceRemoteUnreachable, Message: msg})
 		}
 		return err
@@ -433,6 +451,7 @@ func (s *Source) poll(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("git source: %w", err)
 	}
+	o = o.withLogger(s.log)
 	tip, err := remoteTip(ctx, s.repo, o, s.cfg.Remote.branch())
 	if err != nil {
 		return fmt.Errorf("git source: %w", err)
@@ -458,16 +477,18 @@ func (s *Source) poll(ctx context.Context) error {
 		return fmt.Errorf("git source: read commit %s: %w", tip, err)
 	}
 	prev := s.tip
+	rewritten := false
 	if !prev.IsZero() {
 		if old, err := s.repo.CommitObject(prev); err == nil {
 			if ok, err := old.IsAncestor(commit); err == nil && !ok {
 				msg := fmt.Sprintf("branch %s moved from %s to %s, which does not descend from it", s.cfg.Remote.branch(), short(prev), short(tip))
+				rewritten = true
 				s.log.Warn("inventory history rewritten", "from", prev.String(), "to", tip.String())
 				s.emit(SourceEvent{Kind: SourceHistoryRewritten, Commit: tip.String(), Previous: prev.String(), Message: msg})
 			}
 		}
 	}
-	if err := s.evaluate(commit, false); err != nil {
+	if err := s.evaluate(commit, false, rewritten); err != nil {
 		return err
 	}
 	s.tip = tip
@@ -481,8 +502,9 @@ func remoteTip(ctx context.Context, repo *git.Repository, o transportOptions, br
 	if err != nil {
 		return plumbing.ZeroHash, fmt.Errorf("list remote: %w", err)
 	}
-	refs, err := rem.ListContext(ctx, &git.ListOptions{Auth: o.auth, CABundle: o.caBundle})
-	if err != nil {
+	op, o := startOp(ctx, o, "ls-remote")
+	refs, err := rem.ListContext(op.ctx, &git.ListOptions{Auth: o.auth, CABundle: o.caBundle, ProxyOptions: o.proxy})
+	if err = op.done(err); err != nil {
 		return plumbing.ZeroHash, fmt.Errorf("list remote %s: %w", redact.String(o.url), err)
 	}
 	want := plumbing.NewBranchReferenceName(branch)
@@ -504,15 +526,20 @@ func fetchBranch(ctx context.Context, repo *git.Repository, o transportOptions, 
 		return plumbing.ZeroHash, fmt.Errorf("fetch: %w", err)
 	}
 	local := plumbing.NewRemoteReferenceName(remoteName, branch)
-	err = rem.FetchContext(ctx, &git.FetchOptions{
-		RefSpecs: []gitconfig.RefSpec{gitconfig.RefSpec("+refs/heads/" + branch + ":" + string(local))},
-		Auth:     o.auth,
-		CABundle: o.caBundle,
-		Tags:     git.NoTags,
-		Force:    true,
-		Depth:    depth,
+	op, o := startOp(ctx, o, "fetch")
+	err = rem.FetchContext(op.ctx, &git.FetchOptions{
+		RefSpecs:     []gitconfig.RefSpec{gitconfig.RefSpec("+refs/heads/" + branch + ":" + string(local))},
+		Auth:         o.auth,
+		CABundle:     o.caBundle,
+		ProxyOptions: o.proxy,
+		Tags:         git.NoTags,
+		Force:        true,
+		Depth:        depth,
 	})
-	if err != nil && !errors.Is(err, git.NoErrAlreadyUpToDate) {
+	if errors.Is(err, git.NoErrAlreadyUpToDate) {
+		err = nil
+	}
+	if err = op.done(err); err != nil {
 		return plumbing.ZeroHash, fmt.Errorf("fetch %s from %s: %w", branch, redact.String(o.url), err)
 	}
 	ref, err := repo.Reference(local, true)
@@ -532,18 +559,63 @@ const maxIntroWalk = 64
 // ids, key's form) are the same, and returns the oldest such commit: the
 // one that brought this inventory content. It stops at a merge's first
 // parent chain end, a parent it cannot read, or after maxIntroWalk steps.
+//
+// Status commits (the controller's own, told by their
+// TrailerRevision trailer) change only status/, so they are stepped over
+// without reading their trees and do not count towards maxIntroWalk (up
+// to maxStatusWalk of them): a controller writing status every few
+// seconds puts hundreds of them above the operator's commit, and the
+// revision must still name the operator's commit, not a bot's.
 func (s *Source) introducedBy(commit *object.Commit, key string) *object.Commit {
-	for range maxIntroWalk {
+	human, bots := 0, 0
+	for human < maxIntroWalk && bots < maxStatusWalk {
 		if commit.NumParents() == 0 {
-			return commit
+			return s.humanCommit(commit)
 		}
 		parent, err := commit.Parent(0)
-		if err != nil || s.inventoryKey(parent) != key {
-			return commit
+		if err != nil {
+			return s.humanCommit(commit)
+		}
+		// A status commit has its parent's inventory, so only a step
+		// down from another commit can change the key.
+		if !isStatusCommit(commit) && s.inventoryKey(parent) != key {
+			return s.humanCommit(commit)
+		}
+		if isStatusCommit(parent) {
+			bots++
+		} else {
+			human++
 		}
 		commit = parent
 	}
-	return commit
+	return s.humanCommit(commit)
+}
+
+// maxStatusWalk bounds the status commits introducedBy steps over.
+const maxStatusWalk = 1 << 16
+
+// humanCommit returns c, or when c is a status commit the first
+// non-status commit below it along first parents (c itself if none
+// within maxStatusWalk).
+func (s *Source) humanCommit(c *object.Commit) *object.Commit {
+	cur := c
+	for range maxStatusWalk {
+		if !isStatusCommit(cur) {
+			return cur
+		}
+		p, err := cur.Parent(0)
+		if err != nil {
+			return c
+		}
+		cur = p
+	}
+	return c
+}
+
+// isStatusCommit reports whether c is a status commit of a Machina status
+// writer: its message carries the TrailerRevision trailer.
+func isStatusCommit(c *object.Commit) bool {
+	return strings.Contains(c.Message, "\n"+TrailerRevision+": ")
 }
 
 // inventoryKey is inventoryEntries' key of commit's tree; "" when the
@@ -578,8 +650,11 @@ func (s *Source) inventoryEntries(tree *object.Tree) ([]*object.TreeEntry, strin
 }
 
 // evaluate validates commit's inventory and updates good/invalid.
-// restoring is true when re-reading the recorded last good commit at start.
-func (s *Source) evaluate(commit *object.Commit, restoring bool) error {
+// restoring is true when re-reading the recorded last good commit at start;
+// rewritten when the branch no longer descends from the last tip: the
+// revision is then named afresh even if its inventory is the same, since
+// the commit it was named after may no longer be on the branch.
+func (s *Source) evaluate(commit *object.Commit, restoring, rewritten bool) error {
 	tree, err := commit.Tree()
 	if err != nil {
 		return fmt.Errorf("git source: read tree of %s: %w", commit.Hash, err)
@@ -587,7 +662,7 @@ func (s *Source) evaluate(commit *object.Commit, restoring bool) error {
 	// The key is the blob ids of the inventory files: a commit that
 	// leaves them alone (README, status/) is a no-op without parsing.
 	entries, key := s.inventoryEntries(tree)
-	if !restoring && key == s.treeKey {
+	if !restoring && !rewritten && key == s.treeKey {
 		s.log.Debug("commit leaves the inventory unchanged", "commit", commit.Hash.String())
 		return nil
 	}
@@ -631,10 +706,14 @@ func (s *Source) evaluate(commit *object.Commit, restoring bool) error {
 	prev := s.good
 	s.invalid = nil
 	isNew := digest != prev.Digest
-	if isNew {
+	renamed := !isNew && rewritten && prev.Commit != id
+	if isNew || renamed {
 		s.good = Revision{Commit: id, Digest: digest, Inventory: res.Inventory, Warnings: res.Warnings}
 	}
 	s.mu.Unlock()
+	if renamed {
+		s.renamed(prev.Commit, id, digest)
+	}
 	if isNew {
 		if !restoring {
 			if err := os.WriteFile(filepath.Join(s.cfg.StateDir, lastGoodFile), []byte(id+"\n"), 0o600); err != nil {
@@ -652,6 +731,16 @@ func (s *Source) evaluate(commit *object.Commit, restoring bool) error {
 		s.notify()
 	}
 	return nil
+}
+
+// renamed records that the revision with digest is now named after
+// commit id, not from (gone from the branch by a history rewrite).
+func (s *Source) renamed(from, id, digest string) {
+	if err := os.WriteFile(filepath.Join(s.cfg.StateDir, lastGoodFile), []byte(id+"\n"), 0o600); err != nil {
+		s.log.Warn("cannot record last good commit", "err", err)
+	}
+	s.log.Info("inventory revision re-resolved after a history rewrite", "from", from, "commit", id, "digest", digest)
+	s.notify()
 }
 
 // readFiles copies the inventory blobs into an in-memory FS, refusing any
@@ -714,7 +803,7 @@ func (s *Source) restoreLastGood() {
 		s.log.Warn("recorded last good commit is gone", "commit", h.String())
 		return
 	}
-	if err := s.evaluate(c, true); err != nil {
+	if err := s.evaluate(c, true, false); err != nil {
 		s.log.Warn("recorded last good commit no longer validates", "commit", h.String(), "err", redact.String(err.Error()))
 		s.mu.Lock()
 		s.good = Revision{}

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/url"
 	"os"
@@ -137,6 +138,25 @@ type transportOptions struct {
 	url      string
 	auth     transport.AuthMethod
 	caBundle []byte
+	// ssh is true for ssh remotes, whose connections startOp's dialer
+	// makes; proxy names that dialer (set by startOp).
+	ssh   bool
+	proxy transport.ProxyOptions
+	// log receives the operations' timeouts; nil discards.
+	log *slog.Logger
+}
+
+// withLogger returns o logging to l.
+func (o transportOptions) withLogger(l *slog.Logger) transportOptions {
+	o.log = l
+	return o
+}
+
+func (o transportOptions) logger() *slog.Logger {
+	if o.log == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return o.log
 }
 
 // options builds the auth method for one connection, reading the token or
@@ -173,6 +193,7 @@ func (r Remote) options() (transportOptions, error) {
 			return o, err
 		}
 		o.auth = a
+		o.ssh = true
 	}
 	return o, nil
 }

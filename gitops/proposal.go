@@ -105,6 +105,7 @@ func (p *Proposer) Propose(ctx context.Context, message string, edit func(server
 	if err != nil {
 		return Proposal{}, fmt.Errorf("propose: %w", err)
 	}
+	o = o.withLogger(p.log)
 	for attempt := 1; ; attempt++ {
 		prop, err := p.once(ctx, o, message, edit)
 		if err == nil || !errors.Is(err, errRemoteMoved) || attempt == 5 {
@@ -199,8 +200,9 @@ func (p *Proposer) freeBranch(ctx context.Context, repo *git.Repository, o trans
 	if err != nil {
 		return "", err
 	}
-	refs, err := rem.ListContext(ctx, &git.ListOptions{Auth: o.auth, CABundle: o.caBundle})
-	if err != nil {
+	op, o := startOp(ctx, o, "ls-remote")
+	refs, err := rem.ListContext(op.ctx, &git.ListOptions{Auth: o.auth, CABundle: o.caBundle, ProxyOptions: o.proxy})
+	if err = op.done(err); err != nil {
 		return "", fmt.Errorf("list remote %s: %w", redact.String(o.url), err)
 	}
 	taken := map[string]bool{}

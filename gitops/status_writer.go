@@ -30,6 +30,7 @@ import (
 	"github.com/go-git/go-git/v5/plumbing/format/idxfile"
 	"github.com/go-git/go-git/v5/plumbing/object"
 	"github.com/go-git/go-git/v5/plumbing/protocol/packp"
+	"github.com/go-git/go-git/v5/plumbing/protocol/packp/capability"
 	"github.com/go-git/go-git/v5/plumbing/storer"
 	"github.com/go-git/go-git/v5/plumbing/transport"
 	"github.com/go-git/go-git/v5/plumbing/transport/client"
@@ -91,8 +92,15 @@ type StatusConfig struct {
 	// FailingAfter is how many consecutive failed writes make
 	// Health().Failing true ("status write-back failing"); zero means 3.
 	FailingAfter int
-	// Timeout bounds one write including its retries; zero means 5m.
+	// Timeout bounds one write including its retries, except that a push
+	// gets Timeout plus its pack's size at MinPushRate from its start, so a
+	// large status (a big fleet's first commit) can finish on a slow link;
+	// zero means 5m.
 	Timeout time.Duration
+	// MinPushRate is the slowest upload, in bytes per second, a push is
+	// given time for; zero means 64 KiB/s (a 512 kbit/s WAN link). A 4 MiB
+	// pack then gets Timeout + 64s.
+	MinPushRate int64
 	// Group, if set, is the controller group (machina serve --group,
 	// docs/ha.md "Sharding") whose status this writer owns: it writes
 	// status/GROUP/ (README.md, servers/, images/, hosts/, inventory.yaml)
@@ -201,6 +209,9 @@ func NewStatusWriter(cfg StatusConfig) (*StatusWriter, error) {
 	}
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = 5 * time.Minute
+	}
+	if cfg.MinPushRate <= 0 {
+		cfg.MinPushRate = 64 << 10
 	}
 	log := cfg.Logger
 	if log == nil {
@@ -368,9 +379,7 @@ func (w *StatusWriter) Run(ctx context.Context) error {
 // ErrNonFastForward when every attempt lost a race, ErrOutsideStatus,
 // or a wrapped transport error. Health is updated either way.
 func (w *StatusWriter) Write(ctx context.Context, s Snapshot) (WriteResult, error) {
-	wctx, cancel := context.WithTimeout(ctx, w.cfg.Timeout)
-	defer cancel()
-	res, err := w.write(wctx, s)
+	res, err := w.write(ctx, s)
 	if err != nil && ctx.Err() != nil {
 		return res, err // shutting down: not a write-back failure
 	}
@@ -406,7 +415,11 @@ func (w *StatusWriter) Write(ctx context.Context, s Snapshot) (WriteResult, erro
 	return res, nil
 }
 
-func (w *StatusWriter) write(ctx context.Context, s Snapshot) (WriteResult, error) {
+// write is Write's body; parent is the caller's context, which bounds the
+// push (see pushTimeout), ctx the write's (Timeout).
+func (w *StatusWriter) write(parent context.Context, s Snapshot) (WriteResult, error) {
+	ctx, cancel := context.WithTimeout(parent, w.cfg.Timeout)
+	defer cancel()
 	if err := w.compact(); err != nil {
 		return WriteResult{}, fmt.Errorf("status write: %w", err)
 	}
@@ -432,7 +445,11 @@ func (w *StatusWriter) write(ctx context.Context, s Snapshot) (WriteResult, erro
 		if err != nil {
 			return res, fmt.Errorf("status write: %w", err)
 		}
+		o = o.withLogger(w.log)
 		base, exists, err := w.base(ctx, o, branch)
+		if needsPerson(err) {
+			return res, fmt.Errorf("status write: %w", err)
+		}
 		if err != nil {
 			lastErr = err
 			continue
@@ -450,7 +467,13 @@ func (w *StatusWriter) write(ctx context.Context, s Snapshot) (WriteResult, erro
 		if w.beforePush != nil {
 			w.beforePush(attempt)
 		}
-		if err := w.push(ctx, o, branch, base, exists, bc); err != nil {
+		pctx, pcancel := context.WithTimeout(parent, w.pushTimeout(len(bc.pack.data)))
+		err = w.push(pctx, o, branch, base, exists, bc)
+		pcancel()
+		if err != nil {
+			if needsPerson(err) {
+				return res, fmt.Errorf("status write: %w", err)
+			}
 			lastErr = err
 			w.log.Debug("status push rejected or failed, retrying over the new tip", "attempt", attempt, "err", redact.String(err.Error()))
 			continue
@@ -465,6 +488,12 @@ func (w *StatusWriter) write(ctx context.Context, s Snapshot) (WriteResult, erro
 		return res, nil
 	}
 	return res, w.failed(ctx, branch, res.Attempts, lastBase, lastErr)
+}
+
+// pushTimeout is a push's deadline for a pack of n bytes: Timeout plus n
+// at MinPushRate.
+func (w *StatusWriter) pushTimeout(n int) time.Duration {
+	return w.cfg.Timeout + time.Duration(int64(n)*int64(time.Second)/w.cfg.MinPushRate)
 }
 
 // render renders s into status/'s blobs, and the servers' lifecycles (for
@@ -512,7 +541,7 @@ func (w *StatusWriter) base(ctx context.Context, o transportOptions, branch stri
 func (w *StatusWriter) failed(ctx context.Context, branch string, attempts int, lastBase plumbing.Hash, lastErr error) error {
 	if lastErr != nil {
 		if o, err := w.cfg.Remote.options(); err == nil {
-			if tip, err := remoteTip(ctx, w.repo, o, branch); err == nil && attempts > 0 && tip != lastBase {
+			if tip, err := remoteTip(ctx, w.repo, o.withLogger(w.log), branch); err == nil && attempts > 0 && tip != lastBase {
 				return fmt.Errorf("status write: %d attempts, tip now %s: %w (last: %w)", attempts, short(tip), ErrNonFastForward, lastErr)
 			}
 		}
@@ -1061,11 +1090,17 @@ func (w *StatusWriter) push(ctx context.Context, o transportOptions, branch stri
 // not exist yet) to commit in one receive-pack request, never forcing.
 // A branch not at old fails with an error wrapping errRemoteMoved.
 func pushPack(ctx context.Context, o transportOptions, branch string, old, commit plumbing.Hash, pack []byte) error {
+	op, o := startOp(ctx, o, "push")
+	return op.done(sendPack(op.ctx, o, branch, old, commit, pack))
+}
+
+func sendPack(ctx context.Context, o transportOptions, branch string, old, commit plumbing.Hash, pack []byte) error {
 	ep, err := transport.NewEndpoint(o.url)
 	if err != nil {
 		return fmt.Errorf("push: parse url: %w", err)
 	}
 	ep.CaBundle = o.caBundle
+	ep.Proxy = o.proxy
 	cl, err := client.NewClient(ep)
 	if err != nil {
 		return fmt.Errorf("push: %w", err)
@@ -1094,14 +1129,29 @@ func pushPack(ctx context.Context, o transportOptions, branch string, old, commi
 	req := packp.NewReferenceUpdateRequestFromCapabilities(ar.Capabilities)
 	req.Commands = []*packp.Command{{Name: dst, Old: old, New: commit}}
 	req.Packfile = io.NopCloser(bytes.NewReader(pack))
-	rs, err := sess.ReceivePack(ctx, req)
-	if err != nil {
-		return fmt.Errorf("push %s to %s: %w", short(commit), redact.String(o.url), err)
+	remote := &sidebandLines{}
+	if ar.Capabilities.Supports(capability.Sideband64k) {
+		_ = req.Capabilities.Set(capability.Sideband64k)
+		req.Progress = remote
 	}
-	if rs != nil {
-		if err := rs.Error(); err != nil {
+	rs, err := sess.ReceivePack(ctx, req)
+	if rs != nil && err == nil {
+		err = rs.Error()
+	}
+	if err != nil {
+		err = classify(err)
+		if msg := remote.String(); msg != "" {
+			err = fmt.Errorf("%w (%s)", err, msg)
+		}
+		if rs != nil && rs.Error() != nil && strings.Contains(rs.Error().Error(), "hook declined") {
+			// A pre-receive hook or a forge's branch protection: a
+			// policy, not a race.
+			return fmt.Errorf("push %s to %s: refused: %w: %w", short(commit), redact.String(o.url), ErrGitPermission, err)
+		}
+		if rs != nil && rs.Error() != nil {
 			return fmt.Errorf("push %s to %s: refused: %w (%w)", short(commit), redact.String(o.url), err, errRemoteMoved)
 		}
+		return fmt.Errorf("push %s to %s: %w", short(commit), redact.String(o.url), err)
 	}
 	return nil
 }
