@@ -59,8 +59,8 @@ import (
 //     request is dropped, sessions are gone, and the following ones answer
 //     503 for a while. No tree shows the update itself (mockups hold no
 //     202s); the emulator takes the new version from the image's file name
-//     ("BIOS_1.9.0.bin" updates the component whose Id contains "BIOS" to
-//     1.9.0) and fails the task when no component matches, as a BMC
+//     ("BIOS_1.9.0.bin" updates the first updateable component whose Id or
+//     Name contains "BIOS" to 1.9.0) and fails the task when no component matches, as a BMC
 //     refuses a package not meant for it.
 //   - Volumes: POST to a Storage Volumes collection checks RAIDType against
 //     the controller's SupportedRAIDTypes and the drives against Drives
@@ -522,6 +522,20 @@ func (s *Server) applyBiosLocked(bp string) {
 			a[k] = v
 		}
 	})
+	// The settings object, where the tree has one with attributes (iLO's
+	// bios/settings and XCC's Bios/Pending copy every attribute), reads
+	// the applied values afterwards, as on the BMCs.
+	bn := s.nodeLocked(bp)
+	st, _ := bn.body["@Redfish.Settings"].(map[string]any)
+	if so := odataID(st["SettingsObject"]); so != "" && s.nodeLocked(so) != nil {
+		s.mutateLocked(so, func(b map[string]any) {
+			if a, ok := b["Attributes"].(map[string]any); ok {
+				for k, v := range pend {
+					a[k] = v
+				}
+			}
+		})
+	}
 	delete(f.pending, bp)
 }
 
@@ -634,7 +648,7 @@ func (s *Server) startUpdateLocked(w http.ResponseWriter, image string, targets 
 					continue
 				}
 				cn := s.nodeLocked(c)
-				if cn != nil && strings.Contains(strings.ToLower(stringOf(cn.body["Id"])), strings.ToLower(m[1])) && cn.body["Updateable"] != false {
+				if cn != nil && (strings.Contains(strings.ToLower(stringOf(cn.body["Id"])), strings.ToLower(m[1])) || strings.Contains(strings.ToLower(stringOf(cn.body["Name"])), strings.ToLower(m[1]))) && cn.body["Updateable"] != false {
 					u.component = c
 					break
 				}

@@ -674,6 +674,11 @@ func (d *Driver) storage(ctx context.Context, op string) ([]bmc.StorageControlle
 		return nil, nil, fmt.Errorf("redfish: %s: the system has no Storage: %w", op, bmc.ErrUnsupported)
 	}
 	coll, err := d.get(ctx, op, sp)
+	if isNotFound(err) {
+		// Linked but not served: iLO 5 without a Redfish storage
+		// controller links Storage and answers 404.
+		return nil, nil, fmt.Errorf("redfish: %s: %w: %w", op, err, bmc.ErrUnsupported)
+	}
 	if err != nil {
 		return nil, nil, err
 	}
