@@ -139,7 +139,7 @@ func (s *Server) restartingLocked() int {
 	return http.StatusServiceUnavailable
 }
 
-// biosFor returns the Bios resource path whose settings object is p, or
+// biosForSettingsLocked returns the Bios resource path whose settings object is p, or
 // "" when p is not one.
 func (s *Server) biosForSettingsLocked(p string) string {
 	for _, sys := range memberIDs(s.nodeLocked("/redfish/v1/Systems").body) {
@@ -274,7 +274,7 @@ func registryBody(id string, reg map[string]*regAttr) map[string]any {
 	}
 }
 
-// registryLocationLocked maps the URI a registry file's Location names to
+// registryAtLocked maps the URI a registry file's Location names to
 // the Bios it describes and the registry Id, when p is one.
 func (s *Server) registryAtLocked(p string) (bios, id string) {
 	for _, sys := range memberIDs(s.nodeLocked("/redfish/v1/Systems").body) {
@@ -325,14 +325,17 @@ func sameRegistry(id, registry, name string) bool {
 	return b != "" && (base(id) == b || base(registry) == b)
 }
 
-// serveFirmwareGetLocked answers GETs of what the emulator makes up: the
+// serveFirmwareGet answers GETs of what the emulator makes up: the
 // registry body, settings objects with their pending values, Dell jobs,
 // update tasks. ok is false for other paths.
 func (s *Server) serveFirmwareGet(w http.ResponseWriter, p string) (int, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if bp, id := s.registryAtLocked(p); bp != "" {
-		return writeJSON(w, http.StatusOK, registryBody(id, s.biosRegistryLocked(bp))), true
+	if s.nodeLocked(p) == nil {
+		// Registry bodies are not in any tree: only a missing path can be one.
+		if bp, id := s.registryAtLocked(p); bp != "" {
+			return writeJSON(w, http.StatusOK, registryBody(id, s.biosRegistryLocked(bp))), true
+		}
 	}
 	if bp := s.biosForSettingsLocked(p); bp != "" {
 		var body map[string]any

@@ -371,7 +371,11 @@ func (s *Server) mutateLocked(p string, f func(body map[string]any)) {
 
 // ServeHTTP implements http.Handler.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	body, _ := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+	limit := int64(1 << 20)
+	if strings.HasPrefix(r.Header.Get("Content-Type"), "multipart/") {
+		limit = 64 << 20 // a pushed firmware image
+	}
+	body, _ := io.ReadAll(io.LimitReader(r.Body, limit))
 	s.mu.Lock()
 	restart := s.restartingLocked()
 	s.mu.Unlock()
