@@ -810,28 +810,9 @@ func (s *Server) createVolumeLocked(w http.ResponseWriter, p string, body map[st
 	if !slices.Contains(supported, rt) {
 		return writeError(w, http.StatusBadRequest, "Base.1.8.PropertyValueNotInList", "The value "+rt+" for the property RAIDType is not in the list of acceptable values.", rt, "RAIDType")
 	}
-	var known []string
-	for _, d := range anySlice(st.body["Drives"]) {
-		known = append(known, normPath(odataID(d)))
-	}
-	used := map[string]bool{}
-	for _, v := range memberIDs(coll.body) {
-		if vn := s.nodeLocked(v); vn != nil {
-			for _, d := range anySlice(obj(vn.body, "Links")["Drives"]) {
-				used[normPath(odataID(d))] = true
-			}
-		}
-	}
-	var drives []any
-	for _, d := range anySlice(obj(body, "Links")["Drives"]) {
-		id := odataID(d)
-		if !slices.Contains(known, normPath(id)) {
-			return writeError(w, http.StatusBadRequest, "Base.1.8.PropertyValueNotInList", "The value "+id+" for the property Links/Drives is not in the list of acceptable values.", id, "Links/Drives")
-		}
-		if used[normPath(id)] {
-			return writeError(w, http.StatusBadRequest, "Base.1.8.ResourceInUse", "The change to the requested resource failed because the resource is in use or in transition.", id)
-		}
-		drives = append(drives, map[string]any{"@odata.id": id})
+	drives, code := s.volumeDrivesLocked(w, st, coll, body)
+	if code != 0 {
+		return code
 	}
 	if n := raidMin[rt]; len(drives) < n || ((rt == "RAID1" || rt == "RAID10") && len(drives)%2 != 0) {
 		return writeError(w, http.StatusBadRequest, "Base.1.8.PropertyValueIncorrect", fmt.Sprintf("%s needs at least %d drives (even for mirrors); %d given.", rt, n, len(drives)), "Links/Drives")
@@ -869,6 +850,35 @@ func (s *Server) createVolumeLocked(w http.ResponseWriter, p string, body map[st
 	create()
 	w.Header().Set("Location", vpath)
 	return writeJSON(w, http.StatusCreated, vb)
+}
+
+// volumeDrivesLocked checks the drives a volume request names: on the
+// Storage, and in no volume yet. It answers the refusal (code != 0).
+func (s *Server) volumeDrivesLocked(w http.ResponseWriter, st, coll *node, body map[string]any) ([]any, int) {
+	var known []string
+	for _, d := range anySlice(st.body["Drives"]) {
+		known = append(known, normPath(odataID(d)))
+	}
+	used := map[string]bool{}
+	for _, v := range memberIDs(coll.body) {
+		if vn := s.nodeLocked(v); vn != nil {
+			for _, d := range anySlice(obj(vn.body, "Links")["Drives"]) {
+				used[normPath(odataID(d))] = true
+			}
+		}
+	}
+	var drives []any
+	for _, d := range anySlice(obj(body, "Links")["Drives"]) {
+		id := odataID(d)
+		if !slices.Contains(known, normPath(id)) {
+			return nil, writeError(w, http.StatusBadRequest, "Base.1.8.PropertyValueNotInList", "The value "+id+" for the property Links/Drives is not in the list of acceptable values.", id, "Links/Drives")
+		}
+		if used[normPath(id)] {
+			return nil, writeError(w, http.StatusBadRequest, "Base.1.8.ResourceInUse", "The change to the requested resource failed because the resource is in use or in transition.", id)
+		}
+		drives = append(drives, map[string]any{"@odata.id": id})
+	}
+	return drives, 0
 }
 
 // deleteVolumeLocked handles DELETE of a Volume.
