@@ -339,8 +339,14 @@ func (s *Server) serveFirmwareGet(w http.ResponseWriter, p string) (int, bool) {
 	}
 	if bp := s.biosForSettingsLocked(p); bp != "" {
 		var body map[string]any
-		if n := s.nodeLocked(p); n != nil {
+		n := s.nodeLocked(p)
+		pend := s.fw().pending[bp]
+		if n != nil {
+			if len(pend) == 0 {
+				return 0, false // as the tree has it
+			}
 			body = deepCopy(n.body).(map[string]any)
+			w.Header().Set("ETag", s.etagHeader(n.etag))
 		} else {
 			body = map[string]any{"@odata.id": p, "@odata.type": "#Bios.v1_2_0.Bios", "Id": "Settings", "Name": "BIOS Configuration Pending Settings"}
 		}
@@ -348,7 +354,7 @@ func (s *Server) serveFirmwareGet(w http.ResponseWriter, p string) (int, bool) {
 		if attrs == nil {
 			attrs = map[string]any{}
 		}
-		for k, v := range s.fw().pending[bp] {
+		for k, v := range pend {
 			attrs[k] = v
 		}
 		body["Attributes"] = attrs
