@@ -49,9 +49,9 @@ func (s *Server) startTransition(before, rt string) {
 }
 
 // powerState is the ComputerSystem PowerState the BMC reports: the
-// backend's, or during a power change (Config.PowerTransition)
-// "PoweringOn"/"PoweringOff", or the state before it with
-// Config.PowerTransitionKeepsState.
+// backend's, or during a power change (Config.PowerTransition) while the
+// backend reads the change's target, "PoweringOn"/"PoweringOff", or the
+// state before it with Config.PowerTransitionKeepsState.
 func (s *Server) powerState(ctx context.Context) (string, error) {
 	ps, err := s.power.PowerState(ctx)
 	if err != nil || s.cfg.PowerTransition <= 0 {
@@ -60,7 +60,9 @@ func (s *Server) powerState(ctx context.Context) (string, error) {
 	s.transMu.Lock()
 	t := s.trans
 	s.transMu.Unlock()
-	if t.to == "" || !s.now().Before(t.until) {
+	if t.to == "" || !s.now().Before(t.until) || ps != t.to {
+		// Done, or the host changed power on its own since (a ramdisk
+		// that powered itself off): the BMC reports what it reads.
 		return ps, nil
 	}
 	switch {

@@ -12,7 +12,10 @@
 //   - vm-uefi-media: OVMF, bmcsim Redfish (the same no-Pxe Dell tree), so
 //     the controller boots it from the UEFI iPXE ISO through virtual media;
 //   - vm-ipmi: SeaBIOS, OpenIPMI ipmi_sim driving the VM through
-//     cmd/lab-chassis-control, PXE.
+//     cmd/lab-chassis-control, PXE; network first: its boot order keeps the
+//     NIC first whatever boot device is set (vmpower Config.NetworkFirst),
+//     so after its deploy it reaches its disk only through the deployed
+//     machine's iPXE script, which the lab checks on its serial console.
 //
 // It commits the inventory to a bare Git repository the controller polls,
 // and asserts each step from the admin API and the controller's status
