@@ -1302,12 +1302,13 @@ func (l *lab) hostLostAndBack(ctx context.Context, server string) error {
 
 var errNotYet = errors.New("not yet")
 
-// networkFirstBooted checks, for each deployed network-first machine
-// (machine.networkFirst), that it reached its disk through the deployed
-// machine's iPXE script: its serial console shows the deployed script,
-// then the chain wrapper leaving iPXE, and never the wrapper's retry
-// ("boot script not available"), which would mean it looped. It returns a
-// note for the step name.
+// networkFirstBooted checks, for each network-first machine
+// (machine.networkFirst, which must be among the deployed), that it reached
+// its disk through the deployed machine's iPXE script: its serial console
+// shows the deployed script, then iPXE booting drive 0x80 (sanboot) or the
+// chain wrapper leaving iPXE, and never the wrapper's retry ("boot script
+// not available"), which would mean it looped; the join (checked before)
+// proves the disk booted. It returns a note for the step name.
 func (l *lab) networkFirstBooted(deployed []string) (string, error) {
 	var note string
 	for _, m := range l.ms {
@@ -1326,12 +1327,16 @@ func (l *lab) networkFirstBooted(deployed []string) (string, error) {
 		switch {
 		case i < 0:
 			return "", fmt.Errorf("vm lab: %s (network first) joined without running the deployed iPXE script: its boot order did not stay network-first", m.name)
-		case !strings.Contains(con[i:], "Machina: leaving iPXE"):
-			return "", fmt.Errorf("vm lab: %s (network first): the deployed script ran but iPXE never left for the next boot device", m.name)
+		case !strings.Contains(con[i:], "Booting from SAN device 0x80") && !strings.Contains(con[i:], "Machina: leaving iPXE"):
+			return "", fmt.Errorf("vm lab: %s (network first): the deployed script ran but iPXE neither booted drive 0x80 nor left for the next boot device", m.name)
 		case strings.Contains(con[i:], "boot script not available"):
 			return "", fmt.Errorf("vm lab: %s (network first): the chain wrapper retried after the boot-from-disk answer", m.name)
 		}
-		note += fmt.Sprintf("; %s booted network first (BMC override ignored), got the deployed script %d times, left iPXE and booted its disk", m.name, strings.Count(con[i:], "lifecycle=deployed"))
+		how := "iPXE booted drive 0x80 (sanboot)"
+		if !strings.Contains(con[i:], "Booting from SAN device 0x80") {
+			how = "iPXE left for the firmware's next boot device"
+		}
+		note += fmt.Sprintf("; %s booted network first (boot override ignored), got the deployed script %d times, %s", m.name, strings.Count(con[i:], "lifecycle=deployed"), how)
 	}
 	return note, nil
 }
