@@ -372,7 +372,8 @@ func (s *Server) mediaHookLocked(ctx context.Context, w http.ResponseWriter, ima
 // noteReset updates ComputerSystem.LastResetTime and BootProgress
 // (LastState, LastStateTime) after a reset that starts the host, where the
 // tree has them, as bmcweb and iDRAC 9 do; with Quirks.NoLastResetTime the
-// properties stay hidden and frozen.
+// properties stay hidden and frozen. With Quirks.ContinuousReverts it also
+// consumes a Continuous boot override.
 func (s *Server) noteReset(ctx context.Context, sys, rt string) {
 	switch rt {
 	case "On", "ForceOn", "ForceRestart", "GracefulRestart", "PowerCycle", "PushPowerButton":
