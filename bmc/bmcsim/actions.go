@@ -84,10 +84,15 @@ func (s *Server) reset(w http.ResponseWriter, r *http.Request, p string, body ma
 	if !slices.Contains(allowed, rt) || slices.Contains(s.quirks.RefuseResetTypes, rt) || (s.quirks.NoPowerCycle && rt == "PowerCycle") {
 		return writeError(w, http.StatusBadRequest, "Base.1.8.ActionParameterValueNotInList", "The value '"+rt+"' for the parameter ResetType is not in the list of acceptable values.", rt, "ResetType", "ComputerSystem.Reset")
 	}
+	var before string
+	if s.cfg.PowerTransition > 0 {
+		before, _ = s.powerState(r.Context())
+	}
 	if err := s.power.Reset(r.Context(), rt); err != nil {
 		return writeError(w, http.StatusInternalServerError, "Base.1.8.InternalError", "The request failed due to an internal service error: "+err.Error())
 	}
-	s.noteReset(sys, rt)
+	s.startTransition(before, rt)
+	s.noteReset(r.Context(), sys, rt)
 	switch rt {
 	case "On", "ForceOn", "ForceRestart", "GracefulRestart", "PowerCycle", "PushPowerButton":
 		s.mu.Lock()
@@ -130,6 +135,9 @@ func (s *Server) insertMedia(ctx context.Context, w http.ResponseWriter, p strin
 	}
 	if n.body["Inserted"] == true {
 		return writeError(w, http.StatusBadRequest, "Base.1.8.ResourceInUse", "The change to the requested resource failed because the resource is in use or in transition.")
+	}
+	if code := s.fetchMedia(ctx, w, img); code != 0 {
+		return code
 	}
 	if code := s.mediaHookLocked(ctx, w, img); code != 0 {
 		return code
@@ -306,7 +314,12 @@ func (s *Server) patchBootLocked(ctx context.Context, w http.ResponseWriter, sys
 	}
 	if bb, ok := s.power.(BootBackend); ok {
 		b, _ := s.nodeLocked(sysPath).body["Boot"].(map[string]any)
-		if err := bb.SetBootOverride(ctx, stringOf(b["BootSourceOverrideTarget"]), stringOf(b["BootSourceOverrideEnabled"])); err != nil {
+		target, enabled := stringOf(b["BootSourceOverrideTarget"]), stringOf(b["BootSourceOverrideEnabled"])
+		if s.quirks.NetworkFirst {
+			// Stored and read back, but the host's own boot order wins.
+			target, enabled = "Pxe", "Continuous"
+		}
+		if err := bb.SetBootOverride(ctx, target, enabled); err != nil {
 			return writeError(w, http.StatusInternalServerError, "Base.1.8.InternalError", "The request failed due to an internal service error: "+err.Error())
 		}
 	}
@@ -337,6 +350,9 @@ func (s *Server) patchMediaLocked(ctx context.Context, w http.ResponseWriter, sl
 	si, ok := img.(string)
 	if !ok {
 		return writeError(w, http.StatusBadRequest, "Base.1.8.PropertyValueTypeError", "The value for the property Image is of a different type than the property can accept.", "", "Image")
+	}
+	if code := s.fetchMedia(ctx, w, si); code != 0 {
+		return code
 	}
 	if code := s.mediaHookLocked(ctx, w, si); code != 0 {
 		return code
@@ -374,18 +390,22 @@ func (s *Server) mediaHookLocked(ctx context.Context, w http.ResponseWriter, ima
 // noteReset updates ComputerSystem.LastResetTime and BootProgress
 // (LastState, LastStateTime) after a reset that starts the host, where the
 // tree has them, as bmcweb and iDRAC 9 do; with Quirks.NoLastResetTime the
-// properties stay hidden and frozen.
-func (s *Server) noteReset(sys, rt string) {
+// properties stay hidden and frozen. With Quirks.ContinuousReverts it also
+// consumes a Continuous boot override.
+func (s *Server) noteReset(ctx context.Context, sys, rt string) {
 	switch rt {
 	case "On", "ForceOn", "ForceRestart", "GracefulRestart", "PowerCycle", "PushPowerButton":
 	default:
 		return
 	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.quirks.ContinuousReverts {
+		s.revertContinuousLocked(ctx, sys)
+	}
 	if s.quirks.NoLastResetTime {
 		return
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	s.resets++
 	// One millisecond more per reset: two resets within one clock tick
 	// still read as different times, as a BMC's own stamps do.
@@ -399,4 +419,27 @@ func (s *Server) noteReset(sys, rt string) {
 			bp["LastStateTime"] = now
 		}
 	})
+}
+
+// revertContinuousLocked consumes a Continuous boot override at a host
+// start (Quirks.ContinuousReverts): it reads Disabled/None afterwards and
+// the backend boots by its default order from the next start on.
+func (s *Server) revertContinuousLocked(ctx context.Context, sys string) {
+	n := s.nodeLocked(sys)
+	if n == nil {
+		return
+	}
+	b, _ := n.body["Boot"].(map[string]any)
+	if b["BootSourceOverrideEnabled"] != "Continuous" {
+		return
+	}
+	s.mutateLocked(sys, func(b map[string]any) {
+		bb, _ := b["Boot"].(map[string]any)
+		bb["BootSourceOverrideEnabled"], bb["BootSourceOverrideTarget"] = "Disabled", "None"
+	})
+	if bb, ok := s.power.(BootBackend); ok && !s.quirks.NetworkFirst {
+		if err := bb.SetBootOverride(ctx, "None", "Disabled"); err != nil {
+			s.log.Warn("bmcsim: revert continuous boot override", "err", err)
+		}
+	}
 }

@@ -15,8 +15,12 @@
 // applied at the next reset ([Firmware] names the BMC each models and what
 // no tree shows). Vendor behaviours are [Quirks], and the real-BMC
 // behaviours no fixture tree shows are named [Modes] (Basic only, no
-// authentication, Once coerced to Continuous or ignored, no PowerCycle, no
-// LastResetTime); [WriteSharedChassisTree] builds two systems in one
+// authentication, Once coerced to Continuous or ignored, Continuous
+// honoured once, the boot override ignored with the network first in the
+// boot order, no PowerCycle, no LastResetTime); power changes that take
+// time (Config.PowerTransition) and virtual-media images read at insert
+// (Config.FetchMedia) are Config fields whose zero value keeps the instant,
+// unchecked behaviour; [WriteSharedChassisTree] builds two systems in one
 // chassis;
 // failures are injected with [Server.Inject]; every request is recorded for
 // tests ([Server.Requests]); power is delegated to a [PowerBackend].

@@ -94,6 +94,25 @@ type Quirks struct {
 	// (inline and in the ActionInfo) and refuses it, as HPE iLO 5 and
 	// Lenovo XCC do (their fixture trees list no PowerCycle).
 	NoPowerCycle bool
+	// ContinuousReverts accepts BootSourceOverrideEnabled=Continuous (it
+	// reads back, 204) but honours it for one boot only: the next Reset
+	// that starts the host consumes it and the override reads Disabled
+	// with target None afterwards, the backend being told so. BMCs whose
+	// Redfish boot override is a layer over IPMI boot flags behave so
+	// when they drop the "persistent" bit (IPMI 2.0 §28.12 boot flags are
+	// cleared after the next boot unless persistent), and so do the
+	// firmwares that implement only a one-time override.
+	ContinuousReverts bool
+	// NetworkFirst accepts and stores every boot override (it reads back)
+	// but the host keeps booting by its own boot order, which puts the
+	// network first: the backend is always told Pxe, Continuous. Servers
+	// whose BIOS/UEFI boot order lists PXE first and whose BMC drops the
+	// override (some Supermicro and Gigabyte firmware after a BIOS
+	// update resets the order) behave so, and so do libvirt-backed BMCs
+	// (sushy-tools' libvirt driver, VirtualBMC) on a domain whose <boot
+	// order> puts the NIC first: after a deploy the machine network-boots
+	// every time, and only the boot script can send it to its disk.
+	NetworkFirst bool
 }
 
 // vendorQuirks is the emulator's behaviour per manufacturer prefix
@@ -158,6 +177,28 @@ type Config struct {
 	// Firmware tunes the BIOS, update, volume and Secure Boot models; the
 	// zero value is the default (see [Firmware]).
 	Firmware Firmware
+	// PowerTransition is how long a power change takes after an accepted
+	// ComputerSystem.Reset: meanwhile PowerState reads "PoweringOn" or
+	// "PoweringOff" (iDRAC 9, iLO 5 and bmcweb report these while the host
+	// powers up or down), or keeps the old state with
+	// PowerTransitionKeepsState. Zero: power changes show at once.
+	PowerTransition time.Duration
+	// PowerTransitionKeepsState makes PowerState keep reading the state
+	// before the Reset during PowerTransition instead of PoweringOn or
+	// PoweringOff, as BMCs that poll the host's power every few seconds
+	// do (Supermicro X11, IPMI-derived Redfish implementations).
+	PowerTransitionKeepsState bool
+	// FetchMedia makes VirtualMedia.InsertMedia (and a PATCH setting
+	// Image) fetch the start of the image URL before accepting it, as
+	// real BMCs do (iDRAC, iLO and XCC download or stream the image from
+	// the URL and refuse an insert they cannot read): an unreachable URL
+	// or an HTTP error fails the insert with 400 and a DMTF Base message,
+	// ResourceAtUriUnauthorized for 401/403 and CouldNotEstablishConnection
+	// otherwise, and the slot stays empty. Zero: the URL is not read.
+	FetchMedia bool
+	// MediaClient is the HTTP client FetchMedia uses; nil means one with a
+	// 30-second timeout.
+	MediaClient *http.Client
 }
 
 // Request is one request the emulator received, as recorded for tests.
@@ -206,6 +247,11 @@ type Server struct {
 	seq      int
 	resets   int // accepted resets that start the host (LastResetTime stamps)
 	fwst     *fwState
+
+	// transMu guards trans, the power change in progress
+	// (Config.PowerTransition).
+	transMu sync.Mutex
+	trans   powerTransition
 
 	// recMu guards reqs only, so handlers holding mu can still record.
 	recMu sync.Mutex
@@ -312,7 +358,7 @@ func (s *Server) Get(path string) map[string]any {
 	}
 	b := deepCopy(n.body).(map[string]any)
 	if _, ok := b["PowerState"]; ok && isSystem(b) {
-		if ps, err := s.power.PowerState(context.Background()); err == nil {
+		if ps, err := s.powerState(context.Background()); err == nil {
 			b["PowerState"] = ps
 		}
 	}
@@ -665,7 +711,7 @@ func (s *Server) get(w http.ResponseWriter, r *http.Request, p string) int {
 	}
 	raw := n.raw
 	if isSystem(n.body) {
-		if ps, err := s.power.PowerState(r.Context()); err == nil {
+		if ps, err := s.powerState(r.Context()); err == nil {
 			raw = n.rawWithPower(ps)
 		}
 		if s.quirks.NoLastResetTime || s.quirks.NoPowerCycle {
@@ -828,6 +874,8 @@ var Modes = map[string]func(*Quirks){
 	"no-auth":            func(q *Quirks) { q.NoAuth = true },
 	"once-to-continuous": func(q *Quirks) { q.StoreContinuousForOnce = true },
 	"once-ignored":       func(q *Quirks) { q.IgnoreOnce = true },
+	"continuous-reverts": func(q *Quirks) { q.ContinuousReverts = true },
+	"network-first":      func(q *Quirks) { q.NetworkFirst = true },
 	"no-powercycle":      func(q *Quirks) { q.NoPowerCycle = true },
 	"no-lastresettime":   func(q *Quirks) { q.NoLastResetTime = true },
 }

@@ -652,8 +652,12 @@ func TestCycleWithoutRestartTypes(t *testing.T) {
 // under -race on a loaded machine (with 30 ms the read was cut short and the
 // error said "still unknown").
 func TestPowerTimeout(t *testing.T) {
-	l := newLab(t, treeDell, labOpts{on: false, tune: func(c *redfish.Config) { c.PowerTimeout = 500 * time.Millisecond }})
-	l.power.Lag = 1 << 30 // the BMC never reports the new state
+	// The BMC never reports the new state, nor a host start
+	// (LastResetTime/BootProgress would count as one: waitPower).
+	q := bmcsim.DefaultQuirks("Dell")
+	q.NoLastResetTime = true
+	l := newLab(t, treeDell, labOpts{on: false, quirks: &q, tune: func(c *redfish.Config) { c.PowerTimeout = 500 * time.Millisecond }})
+	l.power.Lag = 1 << 30
 	err := l.drv.Power(context.Background(), bmc.PowerActionOn)
 	if !errors.Is(err, bmc.ErrTimeout) || !strings.Contains(err.Error(), "want on, still off") {
 		t.Fatalf("err = %v, want ErrTimeout naming both states", err)

@@ -103,29 +103,29 @@ func (d *Driver) Power(ctx context.Context, a bmc.PowerAction) (err error) {
 			log.Debug("redfish power: already on")
 			return nil
 		}
-		return d.resetTo(ctx, ra, rtOn, bmc.PowerOn, d.cfg.PowerTimeout)
+		return d.resetTo(ctx, ra, rtOn, bmc.PowerOn, d.cfg.PowerTimeout, resetMarks(sys))
 	case bmc.PowerActionOff:
 		if cur == bmc.PowerOff {
 			log.Debug("redfish power: already off")
 			return nil
 		}
-		return d.resetTo(ctx, ra, rtOff, bmc.PowerOff, d.cfg.PowerTimeout)
+		return d.resetTo(ctx, ra, rtOff, bmc.PowerOff, d.cfg.PowerTimeout, marks{})
 	case bmc.PowerActionSoftOff:
 		if cur == bmc.PowerOff {
 			return nil
 		}
 		if len(ra.choose(rtSoftOff)) > 0 {
-			err := d.resetTo(ctx, ra, rtSoftOff, bmc.PowerOff, d.cfg.SoftOffTimeout)
+			err := d.resetTo(ctx, ra, rtSoftOff, bmc.PowerOff, d.cfg.SoftOffTimeout, marks{})
 			if err == nil || !errors.Is(err, bmc.ErrTimeout) && !errors.Is(err, bmc.ErrUnsupported) {
 				return err
 			}
 			log.Warn("redfish power: graceful shutdown did not finish, forcing off", "waited", d.cfg.SoftOffTimeout)
 		}
-		return d.resetTo(ctx, ra, rtOff, bmc.PowerOff, d.cfg.PowerTimeout)
+		return d.resetTo(ctx, ra, rtOff, bmc.PowerOff, d.cfg.PowerTimeout, marks{})
 	case bmc.PowerActionReset, bmc.PowerActionCycle:
 		if cur == bmc.PowerOff {
 			log.Debug("redfish power: machine is off, powering on instead")
-			return d.resetTo(ctx, ra, rtOn, bmc.PowerOn, d.cfg.PowerTimeout)
+			return d.resetTo(ctx, ra, rtOn, bmc.PowerOn, d.cfg.PowerTimeout, resetMarks(sys))
 		}
 		cands := rtRestart
 		if a == bmc.PowerActionCycle {
@@ -134,7 +134,7 @@ func (d *Driver) Power(ctx context.Context, a bmc.PowerAction) (err error) {
 		before := resetMarks(sys)
 		d.setEvidence("", false)
 		if len(ra.choose(cands)) > 0 {
-			err := d.resetTo(ctx, ra, cands, bmc.PowerOn, d.cfg.PowerTimeout)
+			err := d.resetTo(ctx, ra, cands, bmc.PowerOn, d.cfg.PowerTimeout, marks{})
 			if err == nil {
 				return d.verifyReset(ctx, a, before)
 			}
@@ -143,10 +143,10 @@ func (d *Driver) Power(ctx context.Context, a bmc.PowerAction) (err error) {
 			}
 		}
 		// No restart type: ForceOff, wait for Off, then On. Off was seen.
-		if err := d.resetTo(ctx, ra, rtOff, bmc.PowerOff, d.cfg.PowerTimeout); err != nil {
+		if err := d.resetTo(ctx, ra, rtOff, bmc.PowerOff, d.cfg.PowerTimeout, marks{}); err != nil {
 			return err
 		}
-		if err := d.resetTo(ctx, ra, rtOn, bmc.PowerOn, d.cfg.PowerTimeout); err != nil {
+		if err := d.resetTo(ctx, ra, rtOn, bmc.PowerOn, d.cfg.PowerTimeout, marks{}); err != nil {
 			return err
 		}
 		d.setEvidence("power-off observed (ForceOff, then On)", false)
@@ -249,7 +249,7 @@ func (d *Driver) verifyReset(ctx context.Context, a bmc.PowerAction, before mark
 				return nil
 			case powerOf(sys) == bmc.PowerOff:
 				// The restart is under way: proof, once the host is back on.
-				if err := d.waitPower(ctx, bmc.PowerOn, d.cfg.PowerTimeout); err != nil {
+				if err := d.waitPower(ctx, bmc.PowerOn, d.cfg.PowerTimeout, marks{}); err != nil {
 					return err
 				}
 				d.setEvidence("power-off observed", false)
@@ -273,7 +273,7 @@ func (d *Driver) verifyReset(ctx context.Context, a bmc.PowerAction, before mark
 // A value the BMC rejects as not supported moves on to the next candidate.
 // A lost answer (connection dropped, timeout) re-reads PowerState before
 // anything is sent again.
-func (d *Driver) resetTo(ctx context.Context, ra resetAction, cands []schemas.ResetType, want bmc.PowerState, wait time.Duration) error {
+func (d *Driver) resetTo(ctx context.Context, ra resetAction, cands []schemas.ResetType, want bmc.PowerState, wait time.Duration, since marks) error {
 	choices := ra.choose(cands)
 	if len(choices) == 0 {
 		return fmt.Errorf("redfish: power: none of %v allowed (BMC allows %v): %w", cands, ra.allowed, bmc.ErrUnsupported)
@@ -287,7 +287,7 @@ func (d *Driver) resetTo(ctx context.Context, ra resetAction, cands []schemas.Re
 				if err := d.followTask(ctx, "reset "+rt, r); err != nil {
 					return err
 				}
-				return d.waitPower(ctx, want, wait)
+				return d.waitPower(ctx, want, wait, since)
 			}
 			lastErr = err
 			if notSupported(err) && !ra.known {
@@ -327,8 +327,18 @@ func notSupported(err error) bool {
 	return false
 }
 
-// waitPower polls PowerState until want, or returns bmc.ErrTimeout after wait.
-func (d *Driver) waitPower(ctx context.Context, want bmc.PowerState, wait time.Duration) error {
+// waitPower polls PowerState until want, or returns bmc.ErrTimeout after
+// wait. Power changes take time on real BMCs (iDRAC 9, iLO 5 and bmcweb
+// read PoweringOn/PoweringOff meanwhile; some keep the old state until
+// they poll the host again), so for want On it also accepts the BMC's word
+// that the host is starting: PowerState "PoweringOn" (DSP2046: "a temporary
+// state between off and on"), or LastResetTime or BootProgress moved past
+// since (the System read before the reset; zero since skips that check).
+// Without this, a host whose first boot is shorter than the BMC's
+// transition (a ramdisk that reports and powers itself off while the BMC
+// still reads PoweringOn or Off) was never seen On and the power-on timed
+// out although it had happened.
+func (d *Driver) waitPower(ctx context.Context, want bmc.PowerState, wait time.Duration, since marks) error {
 	// Report the limit that fires: the caller's deadline when it comes
 	// before Config.PowerTimeout (a CLI --timeout 40s), else the latter.
 	limit := fmt.Sprintf("%s (power timeout)", wait)
@@ -342,16 +352,28 @@ func (d *Driver) waitPower(ctx context.Context, want bmc.PowerState, wait time.D
 	var lastOK time.Time // when the BMC last answered a read
 	var lastErr error    // the newest read's error; nil when it answered
 	for {
-		ps, err := d.powerState(ctx)
+		_, sys, err := d.system(ctx, "power state")
 		if err == nil || ctx.Err() == nil {
 			// A read cut short by the wait's own limit says nothing
 			// about the BMC: keep the previous read's outcome.
 			lastErr = err
 		}
 		if err == nil {
+			ps := powerOf(sys)
 			last, lastOK = ps, time.Now()
 			if ps == want {
 				return nil
+			}
+			if want == bmc.PowerOn {
+				if raw := strv(sys, "PowerState"); raw == "PoweringOn" {
+					d.cfg.Logger.Debug("redfish power: the BMC reads PoweringOn: the power-on took")
+					return nil
+				}
+				if now := resetMarks(sys); since.has && ((now.lastReset != since.lastReset && now.lastReset != "") ||
+					(now.bootTime != since.bootTime && now.bootTime != "")) {
+					d.cfg.Logger.Debug("redfish power: LastResetTime or BootProgress moved: the host started", "power", string(ps))
+					return nil
+				}
 			}
 			if ps == bmc.PowerOff {
 				d.setEvidence("", true)

@@ -149,7 +149,7 @@ func TestInventoryModeUsedWithoutPlatform(t *testing.T) {
 	_ = look.Set(boot.Assignment{MAC: mustMAC(t, "52:54:00:00:01:01"), Lifecycle: boot.LifecycleReady, Mode: boot.ModeUEFI})
 	_, srv := newTestHandler(t, Config{Lookup: &look, Tokens: &seqTokens{}})
 	_, body := get(t, srv.URL+"/boot/ipxe?mac=52:54:00:00:01:01")
-	if !strings.HasSuffix(body, "\nexit\n") {
+	if !strings.HasSuffix(body, "\nexit 0\n") {
 		t.Fatalf("uefi inventory mode script = %q, want exit", body)
 	}
 }

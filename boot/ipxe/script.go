@@ -25,7 +25,8 @@ type Platform string
 // Platforms. Only these two decide script shape: the UEFI kernel line needs
 // `initrd=NAME` (the EFI stub loads the initrd by name, else the kernel panics
 // with "VFS: Unable to mount root fs", LAB-NOTES §2.3) and local boot differs
-// (BIOS: INT 13h drive 0x80 via sanboot; UEFI: exit back to the boot manager).
+// (BIOS: INT 13h drive 0x80 via sanboot, else exit; UEFI: exit back to the
+// boot manager; see [boot.ChainScript] for how iPXE then ends).
 const (
 	PlatformBIOS Platform = "pcbios"
 	PlatformEFI  Platform = "efi"
@@ -213,9 +214,20 @@ func render(p ScriptParams, configChecked bool) ([]byte, error) {
 		b = append(append(b, " machina.token="...), p.Token...)
 		b = append(append(append(b, "\ninitrd "...), p.InitrdURL...), "\nboot\n"...)
 	case efi:
-		b = append(b, "\necho Machina: booting from local disk (exit to firmware)\nexit\n"...)
+		// `exit` ends this script with success; the chain wrapper
+		// (boot.ChainScript) then ends iPXE with an error status, so the
+		// UEFI boot manager tries its next Boot#### entry.
+		b = append(b, "\necho Machina: booting from local disk (exit to the firmware's next boot device)\nexit 0\n"...)
 	default:
-		b = append(b, "\necho Machina: booting from local disk\nsanboot --drive 0x80\n"...)
+		// BIOS: boot the first hard disk's MBR through INT 13h. Without
+		// --no-describe iPXE first tries to describe drive 0x80 as a SAN
+		// disk (iBFT/aBFT) and fails for a local disk ("Could not
+		// describe SAN devices"), which made this script fail and the
+		// chain wrapper retry for ever. Where sanboot still fails (no
+		// INT 13h drive 0x80, or a BIOS that refuses it), `exit 0` ends
+		// the script and the chain wrapper ends iPXE: the BIOS boots its
+		// next boot device (INT 18h).
+		b = append(b, "\necho Machina: booting from local disk (drive 0x80, else the firmware's next boot device)\nsanboot --no-describe --drive 0x80 || exit 0\n"...)
 	}
 	return b, nil
 }

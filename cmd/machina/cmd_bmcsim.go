@@ -28,6 +28,8 @@ func newBmcsimCmd(e *env) *cobra.Command {
 	var modes []string
 	var plainHTTP bool
 	var lockout int
+	var transition time.Duration
+	var fetchMedia bool
 	cmd := &cobra.Command{
 		Use:   "bmcsim --tree NAME [--listen 127.0.0.1:8443]",
 		Short: "Serve a vendor Redfish tree from the fixtures as a stateful BMC emulator",
@@ -38,7 +40,10 @@ MACHINA_BMCSIM_PASSWORD (default "password"). HTTPS uses a fresh self-signed
 certificate whose SHA-256 fingerprint is printed; pass --insecure to clients,
 or serve --tls-cert/--tls-key issued by your CA and give clients --ca-file.
 --mode adds a real-BMC behaviour (repeatable): basic-only, no-sessions,
-no-auth, once-to-continuous, once-ignored, no-powercycle, no-lastresettime.`,
+no-auth, once-to-continuous, once-ignored, no-powercycle, no-lastresettime,
+continuous-reverts, network-first. --power-transition makes power changes
+take time (PowerState reads PoweringOn/PoweringOff meanwhile); --fetch-media
+makes InsertMedia read the image URL first and refuse one it cannot read.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			dir, err := bmcsim.TreeDir(fixtures, tree)
@@ -56,7 +61,8 @@ no-auth, once-to-continuous, once-ignored, no-powercycle, no-lastresettime.`,
 					return err
 				}
 			}
-			sim, err := bmcsim.New(bmcsim.Config{Tree: tr, Username: user, Password: os.Getenv("MACHINA_BMCSIM_PASSWORD"), LockoutThreshold: lockout, Logger: log, Quirks: &q})
+			sim, err := bmcsim.New(bmcsim.Config{Tree: tr, Username: user, Password: os.Getenv("MACHINA_BMCSIM_PASSWORD"), LockoutThreshold: lockout, Logger: log, Quirks: &q,
+				PowerTransition: transition, FetchMedia: fetchMedia})
 			if err != nil {
 				return err
 			}
@@ -94,7 +100,9 @@ no-auth, once-to-continuous, once-ignored, no-powercycle, no-lastresettime.`,
 	cmd.Flags().StringVar(&user, "username", "admin", "account user name")
 	cmd.Flags().IntVar(&lockout, "lockout", 0, "lock the account after this many failed logins (0: never)")
 	cmd.Flags().BoolVar(&plainHTTP, "plain-http", false, "serve plain HTTP instead of HTTPS")
-	cmd.Flags().StringSliceVar(&modes, "mode", nil, "real-BMC behaviour to add (repeatable): basic-only, no-sessions, no-auth, once-to-continuous, once-ignored, no-powercycle, no-lastresettime")
+	cmd.Flags().StringSliceVar(&modes, "mode", nil, "real-BMC behaviour to add (repeatable): basic-only, no-sessions, no-auth, once-to-continuous, once-ignored, no-powercycle, no-lastresettime, continuous-reverts, network-first")
+	cmd.Flags().DurationVar(&transition, "power-transition", 0, "how long a power change takes (PowerState reads PoweringOn/PoweringOff meanwhile); 0: at once")
+	cmd.Flags().BoolVar(&fetchMedia, "fetch-media", false, "InsertMedia reads the start of the image URL first and fails the insert when it cannot, as real BMCs do")
 	cmd.Flags().StringVar(&certFile, "tls-cert", "", "PEM certificate to serve (e.g. issued by your CA) instead of a fresh self-signed one; with --tls-key")
 	cmd.Flags().StringVar(&keyFile, "tls-key", "", "PEM private key of --tls-cert")
 	_ = cmd.MarkFlagRequired("tree")

@@ -85,6 +85,13 @@ type Config struct {
 	// Redfish server's bmc.caBundle (the secret holding that CA).
 	BMCTLS   *tls.Config
 	CABundle string
+	// PowerTransition is every bmcsim BMC's bmcsim.Config.PowerTransition:
+	// after a reset PowerState reads PoweringOn or PoweringOff for this
+	// long (as iDRAC, iLO and bmcweb do while the host powers up or
+	// down), or the old state with PowerTransitionKeepsState. Zero: power
+	// changes show at once.
+	PowerTransition           time.Duration
+	PowerTransitionKeepsState bool
 	// Logger: nil discards.
 	Logger *slog.Logger
 }
@@ -236,7 +243,8 @@ func (l *Lab) start() error {
 			addrs[s.Name] = addr
 			continue
 		}
-		bcfg := bmcsim.Config{Username: l.cfg.Username, Password: l.cfg.Password, Power: m, SessionTimeout: -1}
+		bcfg := bmcsim.Config{Username: l.cfg.Username, Password: l.cfg.Password, Power: m, SessionTimeout: -1,
+			PowerTransition: l.cfg.PowerTransition, PowerTransitionKeepsState: l.cfg.PowerTransitionKeepsState}
 		if l.cfg.BMCQuirks != nil {
 			tr, err := trees.Load(dir)
 			if err != nil {
@@ -464,7 +472,8 @@ func (l *Lab) AddStray(name, mac string) (*Machine, string, error) {
 		return nil, "", err
 	}
 	var trees bmcsim.Trees
-	srv, err := trees.New(dir, bmcsim.Config{Username: l.cfg.Username, Password: l.cfg.Password, Power: m, SessionTimeout: -1})
+	srv, err := trees.New(dir, bmcsim.Config{Username: l.cfg.Username, Password: l.cfg.Password, Power: m, SessionTimeout: -1,
+		PowerTransition: l.cfg.PowerTransition, PowerTransitionKeepsState: l.cfg.PowerTransitionKeepsState})
 	if err != nil {
 		return nil, "", fmt.Errorf("sim: %s BMC: %w", name, err)
 	}

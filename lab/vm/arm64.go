@@ -82,9 +82,22 @@ func (l *lab) machines() []*machine {
 	return []*machine{
 		{name: "vm-bios", zone: "lab", mac: "52:54:00:14:00:01", fw: vmpower.BIOS, driver: "redfish", tree: "dell-poweredge-r750-idrac9", vmedia: true},
 		{name: "vm-uefi", zone: "lab", mac: "52:54:00:14:00:02", fw: vmpower.UEFI, driver: "redfish", tree: "dmtf-public-rackmount1"},
-		{name: "vm-ipmi", zone: "lab", mac: "52:54:00:14:00:03", fw: vmpower.BIOS, driver: "ipmi"},
+		// Network first: its boot order keeps the NIC first whatever the
+		// BMC is told (machine.networkFirst). It has the least memory
+		// (memoryMiB), so the profile's allocation (smallest first) always
+		// deploys it.
+		{name: "vm-ipmi", zone: "lab", mac: "52:54:00:14:00:03", fw: vmpower.BIOS, driver: "ipmi", networkFirst: true},
 		{name: "vm-uefi-media", zone: "lab", mac: "52:54:00:14:00:04", fw: vmpower.UEFI, driver: "redfish", tree: "dell-poweredge-r750-idrac9", vmedia: true},
 	}
+}
+
+// memoryMiB is m's guest memory: 1536 MiB, 1280 for the network-first
+// machine, so that plan.Candidates (smallest memory first) deploys it.
+func (m *machine) memoryMiB() int {
+	if m.networkFirst {
+		return 1280
+	}
+	return 1536
 }
 
 // cpus is m's vCPU count: one for the amd64 VMs (four share two host

@@ -12,7 +12,10 @@
 //   - vm-uefi-media: OVMF, bmcsim Redfish (the same no-Pxe Dell tree), so
 //     the controller boots it from the UEFI iPXE ISO through virtual media;
 //   - vm-ipmi: SeaBIOS, OpenIPMI ipmi_sim driving the VM through
-//     cmd/lab-chassis-control, PXE.
+//     cmd/lab-chassis-control, PXE; network first: its boot order keeps the
+//     NIC first whatever boot device is set (vmpower Config.NetworkFirst),
+//     so after its deploy it reaches its disk only through the deployed
+//     machine's iPXE script, which the lab checks on its serial console.
 //
 // It commits the inventory to a bare Git repository the controller polls,
 // and asserts each step from the admin API and the controller's status
@@ -147,9 +150,18 @@ type machine struct {
 	// boots the iPXE ISO of the server's boot mode (isoName) from virtual
 	// media instead.
 	vmedia bool
-	bmc    *bmcsim.Server
-	vm     *vmpower.VM
-	addr   string // BMC address as the controller reaches it
+	// networkFirst: the machine's boot order puts its NIC first and its
+	// BMC never changes it (vmpower Config.NetworkFirst; a Redfish BMC also
+	// gets bmcsim Quirks.NetworkFirst: overrides are stored but ignored),
+	// as libvirt-backed BMCs and servers with PXE first in their boot order
+	// behave. After its deploy it network-boots every time and reaches its
+	// disk only through the deployed machine's iPXE script
+	// (boot.ChainScript: sanboot of drive 0x80, or iPXE ends and the
+	// firmware boots its next device).
+	networkFirst bool
+	bmc          *bmcsim.Server
+	vm           *vmpower.VM
+	addr         string // BMC address as the controller reaches it
 }
 
 type lab struct {
@@ -371,7 +383,11 @@ func (l *lab) run(ctx context.Context) error {
 		}
 		l.log.Info("join token check", "vm", c.name, "result", c.result)
 	}
-	l.step("first boot: cloud-init seed applied, hosts joined over pinned TLS with bridge network; join token never in argv, cloud-init logs or journal, token file removed", t0)
+	nf, err := l.networkFirstBooted(deployed)
+	if err != nil {
+		return err
+	}
+	l.step("first boot: cloud-init seed applied, hosts joined over pinned TLS with bridge network; join token never in argv, cloud-init logs or journal, token file removed"+nf, t0)
 
 	t0 = time.Now()
 	if err := l.hostLostAndBack(ctx, deployed[0]); err != nil {
@@ -512,7 +528,7 @@ func (l *lab) setup(ctx context.Context, img, sum string) error {
 		if err := os.Truncate(disk, 4<<30); err != nil {
 			return err
 		}
-		m.vm, err = vmpower.New(vmpower.Config{Name: m.name, Dir: dir, Firmware: m.fw, MemoryMiB: 1536, CPUs: m.cpus(),
+		m.vm, err = vmpower.New(vmpower.Config{Name: m.name, Dir: dir, Firmware: m.fw, MemoryMiB: m.memoryMiB(), CPUs: m.cpus(), NetworkFirst: m.networkFirst,
 			UUID: fmt.Sprintf("6a1f0e3c-1414-4222-8333-%012d", i+1), Disk: disk, Netns: l.ns.Name,
 			NICs: []vmpower.NIC{{Tap: l.ns.Taps[i], MAC: m.mac}}, Logger: l.log.With("vm", m.name)})
 		if err != nil {
@@ -539,7 +555,13 @@ func (l *lab) setup(ctx context.Context, img, sum string) error {
 					return fmt.Errorf("vm lab: %s: %w", m.name, err)
 				}
 			}
-			srv, err := trees.New(td, bmcsim.Config{Username: "admin", Password: l.bmcPass, Power: m.vm, SessionTimeout: -1})
+			tr, err := trees.Load(td)
+			if err != nil {
+				return fmt.Errorf("vm lab: %s bmc: %w", m.name, err)
+			}
+			q := bmcsim.DefaultQuirks(tr.Manufacturer)
+			q.NetworkFirst = m.networkFirst
+			srv, err := bmcsim.New(bmcsim.Config{Tree: tr, Quirks: &q, Username: "admin", Password: l.bmcPass, Power: m.vm, SessionTimeout: -1})
 			if err != nil {
 				return fmt.Errorf("vm lab: %s bmc: %w", m.name, err)
 			}
@@ -1129,7 +1151,7 @@ func (l *lab) followResets(ctx context.Context, m *machine, c *qmp.Client, log *
 			}
 			_ = json.Unmarshal(ev.Data, &data)
 			started, _ := os.ReadFile(filepath.Join(m.vm.Config().Dir, vmpower.StartedBootFile))
-			dev, _ := m.vm.BootDevice()
+			dev := m.vm.EffectiveBootDevice()
 			if !data.Guest || vmpower.BootDevice(strings.TrimSpace(string(started))) == dev {
 				continue
 			}
@@ -1280,3 +1302,42 @@ func (l *lab) hostLostAndBack(ctx context.Context, server string) error {
 }
 
 var errNotYet = errors.New("not yet")
+
+// networkFirstBooted checks, for each network-first machine
+// (machine.networkFirst, which must be among the deployed), that it reached
+// its disk through the deployed machine's iPXE script: its serial console
+// shows the deployed script, then iPXE booting drive 0x80 (sanboot) or the
+// chain wrapper leaving iPXE, and never the wrapper's retry ("boot script
+// not available"), which would mean it looped; the join (checked before)
+// proves the disk booted. It returns a note for the step name.
+func (l *lab) networkFirstBooted(deployed []string) (string, error) {
+	var note string
+	for _, m := range l.ms {
+		if !m.networkFirst {
+			continue
+		}
+		if !slices.Contains(deployed, m.name) {
+			return "", fmt.Errorf("vm lab: network-first machine %s was not among the deployed (%s): the boot-from-disk path was not exercised", m.name, strings.Join(deployed, ", "))
+		}
+		b, err := os.ReadFile(filepath.Join(l.dir, "vms", m.name, vmpower.SerialLog))
+		if err != nil {
+			return "", fmt.Errorf("vm lab: %s serial log: %w", m.name, err)
+		}
+		con := string(b)
+		i := strings.Index(con, "lifecycle=deployed")
+		switch {
+		case i < 0:
+			return "", fmt.Errorf("vm lab: %s (network first) joined without running the deployed iPXE script: its boot order did not stay network-first", m.name)
+		case !strings.Contains(con[i:], "Booting from SAN device 0x80") && !strings.Contains(con[i:], "Machina: leaving iPXE"):
+			return "", fmt.Errorf("vm lab: %s (network first): the deployed script ran but iPXE neither booted drive 0x80 nor left for the next boot device", m.name)
+		case strings.Contains(con[i:], "boot script not available"):
+			return "", fmt.Errorf("vm lab: %s (network first): the chain wrapper retried after the boot-from-disk answer", m.name)
+		}
+		how := "iPXE booted drive 0x80 (sanboot)"
+		if !strings.Contains(con[i:], "Booting from SAN device 0x80") {
+			how = "iPXE left for the firmware's next boot device"
+		}
+		note += fmt.Sprintf("; %s booted network first (boot override ignored), got the deployed script %d times, %s", m.name, strings.Count(con[i:], "lifecycle=deployed"), how)
+	}
+	return note, nil
+}

@@ -127,6 +127,14 @@ type Config struct {
 	// BootDevice is the boot device before any SetBootDevice; zero means
 	// BootDisk.
 	BootDevice BootDevice `json:"bootDevice,omitempty"`
+	// NetworkFirst keeps the NIC first in the boot order whatever boot
+	// device is set: SetBootDevice is stored and reads back (BootDevice),
+	// but every start boots the network first, then the disk. Servers whose
+	// BIOS/UEFI boot order lists PXE first and whose BMC drops or never
+	// applies the boot override behave so, as do libvirt domains whose
+	// <boot order> puts the NIC first behind VirtualBMC or sushy-tools: a
+	// deployed machine then reaches its disk only through its boot script.
+	NetworkFirst bool `json:"networkFirst,omitempty"`
 	// ExtraArgs are appended to the qemu command line (trusted input).
 	ExtraArgs []string `json:"extraArgs,omitempty"`
 	// Paused starts qemu with -S (vCPUs stopped until Cont); for tests.
@@ -385,6 +393,16 @@ func (v *VM) BootDevice() (BootDevice, bool) {
 	return BootDevice(f[0]), len(f) < 2 || f[1] != "once"
 }
 
+// EffectiveBootDevice is the device the next start boots first: BootPXE
+// with Config.NetworkFirst, the stored BootDevice otherwise.
+func (v *VM) EffectiveBootDevice() BootDevice {
+	if v.cfg.NetworkFirst {
+		return BootPXE
+	}
+	dev, _ := v.BootDevice()
+	return dev
+}
+
 // SetBootDevice stores the boot device for the next power on, power cycle
 // or ForceRestart (Redfish Boot.BootSourceOverrideTarget Pxe/Hdd/Cd with
 // BootSourceOverrideEnabled Continuous (persistent) or Once; IPMI chassis
@@ -547,7 +565,7 @@ func (v *VM) Reset(ctx context.Context, resetType string) error {
 			err = ErrPoweredOff
 			break
 		}
-		if dev, _ := v.BootDevice(); dev == v.startedBoot() {
+		if v.EffectiveBootDevice() == v.startedBoot() {
 			err = v.withQMP(ctx, func(c *qmp.Client) error { return c.SystemReset(ctx) })
 			break
 		}
@@ -606,7 +624,7 @@ func (v *VM) gracefulRestart(ctx context.Context) error {
 // uses, given the stored boot device and media. Exposed for logs and tests.
 func (v *VM) Args() []string {
 	c := v.cfg
-	dev, _ := v.BootDevice()
+	dev := v.EffectiveBootDevice()
 	args := []string{
 		"-accel", c.Accel, "-m", strconv.Itoa(c.MemoryMiB), "-smp", strconv.Itoa(c.CPUs),
 		"-nodefaults", "-no-user-config", "-display", "none", "-name", c.Name,
@@ -716,7 +734,8 @@ func (v *VM) start(ctx context.Context) error {
 	_ = os.Remove(v.path(PIDFile))
 	_ = os.Remove(v.path(QMPSocket))
 	_ = os.Remove(v.path(MonitorSocket))
-	dev, persistent := v.BootDevice()
+	_, persistent := v.BootDevice()
+	dev := v.EffectiveBootDevice()
 	name, args := v.cfg.QEMU, v.Args()
 	if v.cfg.Netns != "" {
 		name, args = "ip", append([]string{"netns", "exec", v.cfg.Netns, v.cfg.QEMU}, args...)

@@ -419,3 +419,38 @@ func TestARM64Start(t *testing.T) {
 	waitSerial(t, v, "BdsDxe", 180*time.Second)
 	t.Logf("arm64 VM reached AAVMF's boot manager in %v", time.Since(start).Round(10*time.Millisecond))
 }
+
+// TestNetworkFirst: with Config.NetworkFirst a boot device set through the
+// BMC is stored and reads back, but the qemu boot order keeps the NIC first
+// (the server whose BMC ignores the override), and the effective device is
+// PXE; the Config survives Open (the chassis_control program's view).
+func TestNetworkFirst(t *testing.T) {
+	dir := t.TempDir()
+	v, err := New(Config{Name: "nf", Dir: dir, Disk: "/images/os.qcow2", NetworkFirst: true,
+		NICs: []NIC{{Tap: "tap0", MAC: "52:54:00:00:00:01"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := v.SetBootOverride(context.Background(), "Hdd", "Continuous"); err != nil {
+		t.Fatal(err)
+	}
+	if dev, p := v.BootDevice(); dev != BootDisk || !p {
+		t.Errorf("BootDevice = %s,%v; want the stored disk,true", dev, p)
+	}
+	if d := v.EffectiveBootDevice(); d != BootPXE {
+		t.Errorf("EffectiveBootDevice = %s, want pxe", d)
+	}
+	args := strings.Join(v.Args(), " ")
+	for _, want := range []string{"mac=52:54:00:00:00:01,bootindex=1", "id=vdisk0,bootindex=2"} {
+		if !strings.Contains(args, want) {
+			t.Errorf("Args() lacks %q:\n%s", want, args)
+		}
+	}
+	o, err := Open(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := o.EffectiveBootDevice(); d != BootPXE {
+		t.Errorf("opened VM: EffectiveBootDevice = %s, want pxe", d)
+	}
+}
