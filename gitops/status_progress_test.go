@@ -55,10 +55,10 @@ func TestStatusShowsProgressAndFailing(t *testing.T) {
 	for _, f := range files {
 		got[f.path] = string(f.data)
 	}
-	if s := got["status/servers/r1-n01.yaml"]; !strings.Contains(s, `progress: "image-write 40% of 40.0 GiB"`) {
+	if s := got[ServerStatusPath("r1-n01")]; !strings.Contains(s, `progress: "image-write 40% of 40.0 GiB"`) {
 		t.Errorf("r1-n01's status has no progress line:\n%s", s)
 	}
-	if s := got["status/servers/r1-n02.yaml"]; strings.Contains(s, "progress:") || !strings.Contains(s, "type: Failing") || !strings.Contains(s, "finish-deploy failed 3 times") {
+	if s := got[ServerStatusPath("r1-n02")]; strings.Contains(s, "progress:") || !strings.Contains(s, "type: Failing") || !strings.Contains(s, "finish-deploy failed 3 times") {
 		t.Errorf("r1-n02's status shows an earlier deploy's progress, or no Failing condition:\n%s", s)
 	}
 	if s := got["status/README.md"]; !strings.Contains(s, "Failing=True (ActionFailing)") {
