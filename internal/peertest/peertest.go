@@ -85,6 +85,7 @@ var Packages = map[string]string{
 	"prlimit":             "util-linux",
 	"qemu-system-aarch64": "qemu-system-arm",
 	"grub-mkimage":        "grub-common",
+	"promtool":            "prometheus",
 }
 
 // FilePackages are Debian packages tests need a file of rather than a
