@@ -35,6 +35,11 @@ func newRefusalSummary(st *state.Store, reg prometheus.Registerer) (*refusalSumm
 	r := &refusalSummary{st: st, counts: map[ipxe.EventKind]int64{},
 		counter: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "machina_boot_refusals_total",
 			Help: "Boot endpoint requests refused, by kind (rate-limited, token-rejected)."}, []string{"kind"})}
+	// Both refusal kinds are exported from the start (at 0), so a
+	// dashboard or alert on them has a series before the first refusal.
+	for _, k := range []ipxe.EventKind{ipxe.EventTokenRejected, ipxe.EventRateLimited} {
+		r.counter.WithLabelValues(string(k))
+	}
 	if reg != nil {
 		if err := reg.Register(r.counter); err != nil {
 			return nil, err

@@ -502,6 +502,15 @@ func (w *wiring) join() (func(), error) {
 		w.srv.SetAdminURL(w.adminURL)
 		w.conns.Add("admin", w.adminLn)
 	}
+	certs := certExpiry{"join_ca": ca.Cert}
+	if w.adminLn != nil && w.cfg.AdminTLS.CertFile != "" {
+		if certs["admin_tls"], err = firstCertificate(w.cfg.AdminTLS.CertFile); err != nil {
+			return stop, fmt.Errorf("controller: admin TLS: %w", err)
+		}
+	}
+	if err := w.reg.Register(certs); err != nil {
+		return stop, fmt.Errorf("controller: %w", err)
+	}
 	if w.joinLn, err = net.Listen("tcp", w.cfg.JoinListen); err != nil {
 		return stop, fmt.Errorf("controller: join listen %s: %w", w.cfg.JoinListen, err)
 	}

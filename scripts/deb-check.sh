@@ -77,7 +77,8 @@ dpkg-deb --field "$DEB" Package Version Architecture Depends
 dpkg-deb --field "$DEB" Depends | grep -qw ipxe || fail "Depends lacks ipxe"
 dpkg-deb --contents "$DEB" > "$WORK/contents"
 for f in ./usr/bin/machina ./usr/bin/machinactl ./usr/bin/machina-node ./lib/systemd/system/machina.service \
-	./usr/share/machina/machina.yaml.default ./usr/share/doc/machina/operations.md; do
+	./usr/share/machina/machina.yaml.default ./usr/share/doc/machina/operations.md \
+	./usr/share/machina/monitoring/machina.rules.yml ./usr/share/machina/monitoring/machina-dashboard.json; do
 	grep -q " $f\$" "$WORK/contents" || fail "package lacks $f"
 done
 if grep -q ' ./usr/lib/machina/ramdisk/vmlinuz$' "$WORK/contents"; then say "package holds the ramdisk"; else say "package holds no ramdisk (out/ramdisk not built)"; fi

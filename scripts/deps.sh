@@ -19,6 +19,8 @@ set -eu
 cd "$(dirname "$0")/.."
 mode=${1:-test}
 
+# prometheus ships promtool, which checks and unit-tests the alerting rules
+# of the monitoring kit (packaging/monitoring).
 # The simulated lab's IPMI servers run OpenIPMI's ipmi_sim; ipmitool is the
 # second client the tests cross-check with.
 DEMO_PKGS="openipmi ipmitool"
@@ -33,7 +35,8 @@ TEST_PKGS="$DEMO_PKGS
   curl openssl openssh-client
   debootstrap syslinux
   tshark nginx-light etcd-server etcd-client systemd
-  python3 python3-pyghmi"
+  python3 python3-pyghmi
+  prometheus"
 
 case $mode in
 test) PKGS=$TEST_PKGS ;;

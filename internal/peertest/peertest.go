@@ -86,6 +86,7 @@ var Packages = map[string]string{
 	"systemd-analyze":     "systemd",
 	"qemu-system-aarch64": "qemu-system-arm",
 	"grub-mkimage":        "grub-common",
+	"promtool":            "prometheus",
 }
 
 // FilePackages are Debian packages tests need a file of rather than a
