@@ -41,6 +41,11 @@ func mountConsoleAndUI(srv *api.Server, st *state.Store, drivers reconciler.Driv
 		if err != nil {
 			return "", err
 		}
+		// The console needs the role api.RouteRoles gives its pattern
+		// (operator): a viewer's token is refused like a bad one.
+		if need, _ := api.RouteRole(console.Pattern); !at.Role.Allows(need) {
+			return "", fmt.Errorf("admin token %s has role %s; the serial console needs role %s: %w", at.Name, at.Role, need, state.ErrTokenUnknown)
+		}
 		return at.Name, nil
 	}
 	lookup := func(ctx context.Context, name string) (bmc.Driver, error) {
