@@ -71,8 +71,9 @@ func mountConsoleAndUI(srv *api.Server, st *state.Store, drivers reconciler.Driv
 		return nil, err
 	}
 	h, err := ui.New(ui.Config{Store: st, API: srv.Handler(), Console: con, ConsoleSupport: consoleSupport(lookup),
-		BMC:    bmcInfo{st: st, drivers: drivers},
-		Images: uiImages{imgs}, Inventory: uiInventory{src: src, ctrl: ctrl, repoDir: filepath.Join(gitDir, "inventory.git"), git: gitHealth},
+		RouteRole: func(p string) state.Role { r, _ := api.RouteRole(p); return r },
+		BMC:       bmcInfo{st: st, drivers: drivers},
+		Images:    uiImages{imgs}, Inventory: uiInventory{src: src, ctrl: ctrl, repoDir: filepath.Join(gitDir, "inventory.git"), git: gitHealth},
 		Logger: log.With("component", "ui")})
 	if err != nil {
 		return nil, err
