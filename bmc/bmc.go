@@ -342,8 +342,10 @@ func (e *KeptError) Has(q BootQuirk) bool {
 // whether it restarted is unknown. Unwraps to ErrUnverified.
 type ResetError struct {
 	Action PowerAction
-	// Why lists what was looked at, e.g. "no LastResetTime, no BootProgress,
-	// power stayed on".
+	// Why lists what was looked at, e.g. "a reset keeps the machine on by
+	// design, so its power state cannot show it; ... no power-off was
+	// seen". A reset is not verified by the power state it ends in (on
+	// before and after), unlike on and off.
 	Why string
 }
 

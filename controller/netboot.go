@@ -36,7 +36,11 @@ type NetbootConfig struct {
 	// TFTPRoot holds undionly.kpxe and snponly.efi (Debian's ipxe package:
 	// /usr/lib/ipxe); empty disables TFTP.
 	TFTPRoot string
-	// TFTPAddr is the TFTP listen address; zero means ":69".
+	// TFTPAddr is the TFTP listen address. Zero: port 69 on the
+	// provisioning address, the one the DHCP server answers as (ServerIP,
+	// else the first IPv4 address of Interfaces[0]), so TFTP is not served
+	// on the management or any other network; ":69" (every interface, with
+	// a warning) only when neither is configured.
 	TFTPAddr string
 	// GRUBARM64 is the arm64 GRUB network image (scripts/build-grub-arm64.sh:
 	// out/boot/grubnetaa64.efi), read at start and served by TFTP as
@@ -60,6 +64,7 @@ func startNetboot(cfg NetbootConfig, lookup boot.Lookup, publicURL string, autoE
 		leases = stored
 	}
 	script := publicURL + ipxe.ScriptPath
+	provisioning := cfg.ServerIP // the address the DHCP server answers as
 	if len(cfg.Interfaces) > 0 {
 		d, err := dhcp.New(dhcp.Config{Mode: cfg.Mode, Interfaces: cfg.Interfaces, ServerIP: cfg.ServerIP, Subnet: cfg.Subnet,
 			PoolStart: cfg.PoolStart, PoolEnd: cfg.PoolEnd, Router: cfg.Router, DNS: cfg.DNS,
@@ -71,6 +76,7 @@ func startNetboot(cfg NetbootConfig, lookup boot.Lookup, publicURL string, autoE
 			return nil, fmt.Errorf("dhcp: %w", err)
 		}
 		runs = append(runs, d.Serve)
+		provisioning = d.ServerIP()
 		if cfg.RouterAdvert {
 			ra, err := dhcp.NewAdvertiser(dhcp.RAConfig{Interfaces: cfg.Interfaces, Logger: log.With("component", "ra")})
 			if err != nil {
@@ -83,7 +89,7 @@ func startNetboot(cfg NetbootConfig, lookup boot.Lookup, publicURL string, autoE
 		}
 	}
 	if cfg.TFTPRoot != "" {
-		tc := tftp.Config{Root: cfg.TFTPRoot, Addr: cfg.TFTPAddr, ScriptURL: script, Logger: log.With("component", "tftp")}
+		tc := tftp.Config{Root: cfg.TFTPRoot, Addr: tftpAddr(cfg.TFTPAddr, provisioning, log), ScriptURL: script, Logger: log.With("component", "tftp")}
 		if strings.HasPrefix(publicURL, "http://") {
 			tc.GRUBScriptURL = publicURL + boot.GRUBScriptPath
 		} else {
@@ -106,4 +112,18 @@ func startNetboot(cfg NetbootConfig, lookup boot.Lookup, publicURL string, autoE
 		runs = append(runs, t.Serve)
 	}
 	return runs, nil
+}
+
+// tftpAddr is the TFTP listen address: addr when set, else port 69 on the
+// provisioning address, else every interface (logged at Warn: TFTP then
+// answers on the management network too).
+func tftpAddr(addr string, provisioning netip.Addr, log *slog.Logger) string {
+	switch {
+	case addr != "":
+		return addr
+	case provisioning.IsValid():
+		return netip.AddrPortFrom(provisioning, 69).String()
+	}
+	log.Warn("tftp: no provisioning interface or server address configured (--dhcp-interface): listening on every interface")
+	return ":69"
 }

@@ -116,7 +116,7 @@ func (v *VIP) Acquire(ctx context.Context) error {
 	defer v.mu.Unlock()
 	h, err := netlink.NewHandle(unix.NETLINK_ROUTE)
 	if err != nil {
-		return fmt.Errorf("ha: vip: netlink: %w", err)
+		return fmt.Errorf("ha: vip: netlink: %w", privilegeHint(err, "CAP_NET_ADMIN", "AF_NETLINK"))
 	}
 	defer h.Close()
 	link, err := h.LinkByName(v.cfg.Interface)
@@ -130,7 +130,7 @@ func (v *VIP) Acquire(ctx context.Context) error {
 	added := false
 	if err := h.AddrAdd(link, v.addr()); err != nil {
 		if !errors.Is(err, syscall.EEXIST) {
-			return fmt.Errorf("ha: vip: add %s to %s: %w", v.cfg.Prefix, v.cfg.Interface, err)
+			return fmt.Errorf("ha: vip: add %s to %s: %w", v.cfg.Prefix, v.cfg.Interface, privilegeHint(err, "CAP_NET_ADMIN", "AF_NETLINK"))
 		}
 	} else {
 		added = true
@@ -146,7 +146,7 @@ func (v *VIP) Acquire(ctx context.Context) error {
 		if added {
 			_ = h.AddrDel(link, v.addr())
 		}
-		return fmt.Errorf("ha: vip: announce %s on %s: %w", v.cfg.Prefix.Addr(), v.cfg.Interface, err)
+		return fmt.Errorf("ha: vip: announce %s on %s: %w", v.cfg.Prefix.Addr(), v.cfg.Interface, privilegeHint(err, "CAP_NET_RAW", "AF_PACKET"))
 	}
 	if !v.held {
 		v.log.Info("virtual IP added", "mac", mac.String())
@@ -219,6 +219,22 @@ func (v *VIP) Held() bool {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	return v.held
+}
+
+// privilegeHint adds to a permission error what the process lacks, for the
+// operator reading a unit's journal: EPERM or EACCES means the capability
+// capName is missing (adding an address needs CAP_NET_ADMIN, a packet
+// socket CAP_NET_RAW), EAFNOSUPPORT that the service's
+// RestrictAddressFamilies= does not list family. Other errors pass
+// unchanged; errors.Is still finds the errno.
+func privilegeHint(err error, capName, family string) error {
+	switch {
+	case errors.Is(err, syscall.EPERM), errors.Is(err, syscall.EACCES):
+		return fmt.Errorf("%w: the virtual IP needs %s (machina.service: AmbientCapabilities= and CapabilityBoundingSet=, docs/ha.md)", err, capName)
+	case errors.Is(err, syscall.EAFNOSUPPORT):
+		return fmt.Errorf("%w: the virtual IP needs address family %s (machina.service: RestrictAddressFamilies=, docs/ha.md)", err, family)
+	}
+	return err
 }
 
 // arpConn is a raw AF_PACKET socket bound to one interface for ARP frames.

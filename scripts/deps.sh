@@ -32,7 +32,7 @@ TEST_PKGS="$DEMO_PKGS
   chromium chromium-driver
   curl openssl openssh-client
   debootstrap syslinux
-  tshark nginx-light etcd-server etcd-client
+  tshark nginx-light etcd-server etcd-client systemd
   python3 python3-pyghmi"
 
 case $mode in

@@ -10,7 +10,8 @@ import (
 	"github.com/machina-metal/machina/state"
 )
 
-// TestRefusalPacing: 1,000 refusals of a used token write one event at
+// TestRefusalPacing (a 3 s interval, long enough that the 1,000 calls fit in
+// one window under -race on a loaded machine): 1,000 refusals of a used token write one event at
 // once and, when the interval ends (the store's own timer), one summary
 // counting the other 999; the refused requests themselves commit nothing
 // (no page write: before, each was a commit with an fsync and a planner
@@ -18,7 +19,7 @@ import (
 // at once again; Close writes what is pending.
 func TestRefusalPacing(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "state.db")
-	s, err := state.Open(path, state.Options{RefusalSummaryEvery: 200 * time.Millisecond})
+	s, err := state.Open(path, state.Options{RefusalSummaryEvery: 3 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,7 +73,7 @@ func TestRefusalPacing(t *testing.T) {
 		t.Errorf("999 refused requests made %d page writes, want 0", n)
 	}
 	got := wait(2)
-	if len(got) != 2 || !strings.Contains(got[1].Message, "999 more requests refused within 200ms: token_used 999") {
+	if len(got) != 2 || !strings.Contains(got[1].Message, "999 more requests refused within 3s: token_used 999") {
 		last := ""
 		if len(got) > 0 {
 			last = got[len(got)-1].Message
@@ -84,7 +85,7 @@ func TestRefusalPacing(t *testing.T) {
 	}
 
 	// Quiet for an interval: the next refusal is written at once again.
-	time.Sleep(500 * time.Millisecond)
+	time.Sleep(3500 * time.Millisecond)
 	if got := refusals(); len(got) != 2 {
 		t.Fatalf("a quiet interval wrote %d events, want none", len(got)-2)
 	}

@@ -315,6 +315,9 @@ func (d *Driver) session(ctx context.Context) (*client.Client, error) {
 			allTimeouts = false
 		}
 	}
+	if rakp1Silent(errs) {
+		return nil, unknownUserError(d.cfg.Username, suites)
+	}
 	if allTimeouts {
 		return nil, fmt.Errorf("ipmi: open session: %w: %v", bmc.ErrUnreachable, joined)
 	}

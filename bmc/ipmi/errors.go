@@ -144,6 +144,36 @@ func isAuthError(err error) bool {
 	return false
 }
 
+// rakp1Silent reports that at least one cipher suite got as far as RAKP
+// Message 1 (the BMC answered Get Channel Authentication Capabilities and
+// accepted the RMCP+ Open Session Request) and then no answer came, and
+// that no suite met silence at an earlier step (the others were refused
+// outright). RAKP Message 1 is the first message that carries the user
+// name (IPMI v2.0 section 13.20); a BMC that knows the name answers RAKP
+// Message 2, and one that does not should answer it with status 0Dh
+// (unauthorized name), but some stay silent instead (pyghmi's BMC, so
+// virtualbmc, drops RAKP 1 for a user it does not know). A BMC that
+// answers up to that step is not unreachable.
+func rakp1Silent(errs []error) bool {
+	silent := false
+	for _, e := range errs {
+		switch {
+		case isTimeout(e) && strings.Contains(e.Error(), "rakp1 failed"):
+			silent = true
+		case isTimeout(e):
+			return false
+		}
+	}
+	return silent
+}
+
+// unknownUserError is the bmc.ErrAuth error for a BMC that went silent at
+// RAKP Message 1 under every cipher suite: it names the user, never the
+// password.
+func unknownUserError(user string, suites []uint8) error {
+	return fmt.Errorf("ipmi: open session as user %q: %w: the BMC accepted the session (cipher suites tried: %v) and then went silent at RAKP Message 1, which is how some BMCs refuse a user name they do not know; check the user name", user, bmc.ErrAuth, suites)
+}
+
 // isTimeout reports that no answer arrived: a UDP read deadline, or
 // go-ipmi's "no datagram matched" after all retransmissions.
 func isTimeout(err error) bool {

@@ -57,22 +57,30 @@ func (d *Driver) Info(ctx context.Context) (_ *bmc.Info, err error) {
 
 // infoFirmware reads the firmware: the BMC's firmware revision (Get Device ID).
 func (d *Driver) infoFirmware(ctx context.Context, info *bmc.Info, miss func(string, error)) {
-	var dev *struct{ major, minor uint8 }
-	err := d.call(ctx, "get device id", func(c *client.Client) error {
-		r, err := c.GetDeviceID(ctx)
-		if err != nil {
-			return err
-		}
-		dev = &struct{ major, minor uint8 }{r.MajorFirmwareRevision, r.MinorFirmwareRevision}
-		return nil
-	})
+	data, err := d.raw(ctx, "get device id", types.NetFnAppRequest, 0x01, nil)
+	if err == nil {
+		info.BMCFirmware, err = deviceIDFirmware(data)
+	}
 	if err != nil {
 		miss("firmware", err)
-	} else {
-		// Minor revision is BCD (IPMI v2.0 table 20-2).
-		info.BMCFirmware = fmt.Sprintf("%d.%02x", dev.major, dev.minor)
-		info.Firmware = []bmc.FirmwareEntry{{Name: "BMC", Version: info.BMCFirmware}}
+		return
 	}
+	info.Firmware = []bmc.FirmwareEntry{{Name: "BMC", Version: info.BMCFirmware}}
+}
+
+// deviceIDFirmware decodes the firmware revision from a Get Device ID
+// response's data (App 01h, IPMI v2.0 section 20.1 table 20-2, after the
+// completion code): byte 3 is the major revision (bits 6:0, binary), byte 4
+// the minor revision (BCD), printed "major.minor" with the minor as its two
+// BCD digits, as ipmitool's "mc info" prints it. Bytes 1-11 are mandatory;
+// the Auxiliary Firmware Revision (bytes 12-15) is optional and ignored,
+// so a BMC answering 11 to 14 data bytes keeps its revision (go-ipmi's
+// decoder rejects 12-14). Fewer than 11 bytes is an error.
+func deviceIDFirmware(data []byte) (string, error) {
+	if len(data) < 11 {
+		return "", fmt.Errorf("ipmi: get device id: answer has %d data bytes, want at least 11", len(data))
+	}
+	return fmt.Sprintf("%d.%02x", data[2]&0x7f, data[3]), nil
 }
 
 // infoIdentity reads the identity: manufacturer, model and serial from FRU 0's product area, else its board area.

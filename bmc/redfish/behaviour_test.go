@@ -647,8 +647,12 @@ func TestCycleWithoutRestartTypes(t *testing.T) {
 	}
 }
 
+// TestPowerTimeout: a BMC that never reports the new state times out naming
+// both states. The 500 ms limit leaves room for the first PowerState read
+// under -race on a loaded machine (with 30 ms the read was cut short and the
+// error said "still unknown").
 func TestPowerTimeout(t *testing.T) {
-	l := newLab(t, treeDell, labOpts{on: false, tune: func(c *redfish.Config) { c.PowerTimeout = 30 * time.Millisecond }})
+	l := newLab(t, treeDell, labOpts{on: false, tune: func(c *redfish.Config) { c.PowerTimeout = 500 * time.Millisecond }})
 	l.power.Lag = 1 << 30 // the BMC never reports the new state
 	err := l.drv.Power(context.Background(), bmc.PowerActionOn)
 	if !errors.Is(err, bmc.ErrTimeout) || !strings.Contains(err.Error(), "want on, still off") {

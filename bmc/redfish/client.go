@@ -170,6 +170,11 @@ func (c *conn) rawJSON(ctx context.Context, method, p string, body any) (*respon
 	if err != nil {
 		return nil, err
 	}
+	if resp.StatusCode == http.StatusBadRequest {
+		if err := schemeMismatch(c.cfg.Endpoint, nil, string(raw)); err != nil {
+			return nil, err
+		}
+	}
 	out := &response{status: resp.StatusCode, header: resp.Header}
 	var m map[string]any
 	if json.Unmarshal(raw, &m) == nil {
@@ -247,6 +252,12 @@ func (c *conn) sessionLogin(ctx context.Context, gc gofish.ClientConfig) (api *g
 		c.cfg.Logger.Info("redfish: service root has no session service, using HTTP Basic auth")
 		return nil, true, nil
 	}
+	if !has {
+		// Forced session auth: no login is attempted (a refused one would
+		// count towards the account's lockout) and the credentials are
+		// not blamed.
+		return nil, false, fmt.Errorf("redfish %s: login: GET /redfish/v1: %w (the service root names neither Links.Sessions nor SessionService); use HTTP Basic auth (or auto)", c.cfg.Endpoint, ErrNoSessionService)
+	}
 	r, err := c.rawJSON(ctx, http.MethodPost, sp, map[string]any{"UserName": c.cfg.Username, "Password": c.cfg.Password})
 	if err != nil {
 		return nil, false, classify(c.cfg.Endpoint, "login", "POST "+sp, err, nil)
@@ -276,6 +287,8 @@ func (c *conn) sessionLogin(ctx context.Context, gc gofish.ClientConfig) (api *g
 	case auto && (r.status == http.StatusNotFound || r.status == http.StatusMethodNotAllowed || r.status == http.StatusNotImplemented):
 		c.cfg.Logger.Info("redfish: no session service, using HTTP Basic auth", "request", "POST "+sp, "status", r.status)
 		return nil, true, nil
+	case !auto && (r.status == http.StatusNotFound || r.status == http.StatusMethodNotAllowed || r.status == http.StatusNotImplemented):
+		return nil, false, fmt.Errorf("redfish %s: login: POST %s answered HTTP %d: %w; use HTTP Basic auth (or auto)", c.cfg.Endpoint, sp, r.status, ErrNoSessionService)
 	case r.status == http.StatusUnauthorized || r.status == http.StatusForbidden:
 		err := c.statusOf("login", "POST "+sp, r)
 		c.authErr = fmt.Errorf("redfish: credentials refused by the BMC (Redfish session login): %w", err)
@@ -489,7 +502,18 @@ const maxBody = 8 << 20
 // classify turns a gofish or transport error into a *bmc.BMCError or a
 // wrapped sentinel. hdr holds the answer's headers when there was one.
 func classify(bmcName, op, request string, err error, hdr http.Header) error {
+	if errors.Is(err, ErrSchemeMismatch) {
+		return err
+	}
 	var se *schemas.Error
+	if errors.As(err, &se) && se.HTTPReturnedStatusCode == http.StatusBadRequest {
+		if e := schemeMismatch(bmcName, nil, se.Message); e != nil {
+			return e
+		}
+	}
+	if e := schemeMismatch(bmcName, err, ""); e != nil {
+		return e
+	}
 	if errors.As(err, &se) && se.HTTPReturnedStatusCode != 0 {
 		be := &bmc.BMCError{BMC: bmcName, Op: op, Request: request, Status: se.HTTPReturnedStatusCode, Code: se.Code, Message: se.Message}
 		if len(se.ExtendedInfos) > 0 {
@@ -540,6 +564,51 @@ func classify(bmcName, op, request string, err error, hdr http.Header) error {
 		return fmt.Errorf("redfish %s: %w: %s", where, bmc.ErrUnreachable, sanitize(err.Error()))
 	}
 	return fmt.Errorf("redfish %s: %s", where, sanitize(err.Error()))
+}
+
+// schemeMismatch returns an ErrSchemeMismatch error naming the scheme to
+// use when err (a transport error) or body (a 400 answer's text) shows the
+// BMC speaks the other scheme on endpoint's port; nil otherwise:
+//
+//   - https:// to a plain-HTTP port: the TLS ClientHello is answered with
+//     "HTTP/..." (net/http: "server gave HTTP response to HTTPS client",
+//     or a tls.RecordHeaderError whose header starts "HTTP/");
+//   - http:// to a TLS port: the answer is a TLS alert or handshake record
+//     (net/http: malformed HTTP response "\x15\x03..."), or a 400 whose
+//     text says so (Go's "Client sent an HTTP request to an HTTPS server",
+//     nginx's "The plain HTTP request was sent to HTTPS port", Apache's
+//     "speaking plain HTTP to an SSL-enabled server port").
+//
+// Retrying cannot help, so it is detected on the first answer.
+func schemeMismatch(endpoint string, err error, body string) error {
+	want := ""
+	if err != nil {
+		var rh tls.RecordHeaderError
+		msg := err.Error()
+		switch {
+		case strings.Contains(msg, "server gave HTTP response to HTTPS client"),
+			errors.As(err, &rh) && strings.HasPrefix(string(rh.RecordHeader[:]), "HTTP/"):
+			want = "http"
+		case strings.Contains(msg, `malformed HTTP response "\x15\x03`), strings.Contains(msg, `malformed HTTP response "\x16\x03`):
+			want = "https"
+		}
+	} else {
+		b := strings.ToLower(body)
+		if strings.Contains(b, "http request to an https server") || strings.Contains(b, "plain http request was sent to https port") ||
+			strings.Contains(b, "speaking plain http to an ssl-enabled server port") {
+			want = "https"
+		}
+	}
+	if want == "" {
+		return nil
+	}
+	u, perr := url.Parse(endpoint)
+	if perr != nil || u.Host == "" {
+		return fmt.Errorf("%w: the BMC speaks %s on this port: use an %s:// address", ErrSchemeMismatch, want, want)
+	}
+	have := u.Scheme
+	u.Scheme = want
+	return fmt.Errorf("%w: %s://%s speaks %s, not %s: use %s", ErrSchemeMismatch, have, u.Host, strings.ToUpper(want), strings.ToUpper(have), u.String())
 }
 
 // statusError is a *bmc.BMCError with what the driver needs from the

@@ -38,9 +38,10 @@ const (
 // model first: the chassis' Sensors (ReadingType Temperature, with
 // health), then ThermalSubsystem/ThermalMetrics, then the deprecated
 // Thermal; power from EnvironmentMetrics.PowerWatts, then the deprecated
-// Power.PowerControl. A reading whose RelatedItem names only another
-// System (a chassis shared by several) is left out and named in
-// Info.Untied. A section the BMC does not report is named in Missing;
+// Power.PowerControl. In a chassis shared by several Systems, a reading
+// whose RelatedItem names only another System is left out and named in
+// Info.Untied; in a chassis serving one System every reading is kept,
+// even where RelatedItem names a System path that does not exist. A section the BMC does not report is named in Missing;
 // only failing to read the System itself is an error. A health other than
 // OK is logged at Warn; recording it is the caller's job (the controller's
 // BMC sweep stores it with Store.ObserveBMC, which writes an EventHealth
@@ -81,8 +82,12 @@ func (d *Driver) Info(ctx context.Context) (_ *bmc.Info, err error) {
 		miss(SectionNICs)
 	}
 	chassis := d.linked(ctx, sys, "Chassis", link(root, "Chassis"))
+	var nSystems int // members of the Systems collection, read once if a chassis names none
 	for _, ch := range chassis {
-		ts, untied := d.temperatures(ctx, ch, sp)
+		if len(anySliceOf(obj(ch, "Links")["ComputerSystems"])) == 0 && nSystems == 0 {
+			nSystems = len(members(d.tryGet(ctx, link(root, "Systems"))))
+		}
+		ts, untied := d.temperatures(ctx, ch, sp, servesOne(ch, nSystems))
 		in.Temperatures = append(in.Temperatures, ts...)
 		in.Untied = append(in.Untied, untied...)
 	}
@@ -129,6 +134,19 @@ func (d *Driver) linked(ctx context.Context, sys map[string]any, key, coll strin
 		}
 	}
 	return out
+}
+
+// servesOne reports whether chassis serves exactly one System: its
+// Links.ComputerSystems names one, or it names none and the BMC's Systems
+// collection has nSystems == 1 member. Every reading of such a chassis is
+// that System's, whatever its RelatedItem says: BMCs that fill RelatedItem
+// with a wrong or stale System path (a renamed Id, a missing
+// /redfish/v1 prefix, the collection itself) must not lose every reading.
+func servesOne(chassis map[string]any, nSystems int) bool {
+	if cs := anySliceOf(obj(chassis, "Links")["ComputerSystems"]); len(cs) > 0 {
+		return len(cs) == 1
+	}
+	return nSystems == 1
 }
 
 // tiedTo reports whether a reading with RelatedItem items belongs to the
@@ -191,11 +209,13 @@ func (d *Driver) nics(ctx context.Context, sys map[string]any) []string {
 const maxSensors = 128
 
 // temperatures reads one chassis' temperatures, current model first, and
-// names the readings left out as another System's.
-func (d *Driver) temperatures(ctx context.Context, chassis map[string]any, sysPath string) (out []bmc.Temperature, untied []string) {
+// names the readings left out as another System's. one says the chassis
+// serves only this System (see servesOne): then RelatedItem is not
+// consulted and no reading is left out.
+func (d *Driver) temperatures(ctx context.Context, chassis map[string]any, sysPath string, one bool) (out []bmc.Temperature, untied []string) {
 	cid := strv(chassis, "@odata.id")
 	keep := func(t bmc.Temperature, related []any, src string) {
-		if tiedTo(related, sysPath) {
+		if one || tiedTo(related, sysPath) {
 			out = append(out, t)
 		} else {
 			untied = append(untied, fmt.Sprintf("temperature %q (%s): tied to another system", t.Name, src))

@@ -211,11 +211,16 @@ func (d *Driver) LastResetEvidence() string {
 	return d.evidence
 }
 
-// verifyReset looks for proof that a reset of a running machine happened:
-// a power-off seen while waiting for On, a completed task, or a changed
-// LastResetTime or BootProgress (polled for Config.ResetEvidenceTimeout,
-// as BMCs stamp them a few seconds after the reset). Without any it is a
-// *bmc.ResetError, never success.
+// verifyReset looks for proof that a reset of a running machine happened.
+// A reset keeps the machine on by design, so "on" after it proves nothing
+// either way, unlike on and off, which are verified by the PowerState they
+// reach. The proof is a power-off seen while waiting for On or while
+// watching here (the host then waits for On again), a completed task, or a
+// changed LastResetTime or BootProgress, watched for
+// Config.ResetEvidenceTimeout (BMCs stamp the marks a few seconds after the
+// reset). A BMC that reports neither mark has nothing to watch: the answer
+// is at once. Without proof it is a *bmc.ResetError saying what was looked
+// at, never success.
 func (d *Driver) verifyReset(ctx context.Context, a bmc.PowerAction, before marks) error {
 	d.mu.Lock()
 	off, ev := d.sawOff, d.evidence
@@ -227,12 +232,12 @@ func (d *Driver) verifyReset(ctx context.Context, a bmc.PowerAction, before mark
 		d.setEvidence("power-off observed", false)
 		return nil
 	case !before.has:
-		return &bmc.ResetError{Action: a, Why: "power stayed on, no task, and the BMC reports neither LastResetTime nor BootProgress"}
+		return &bmc.ResetError{Action: a, Why: "a reset keeps the machine on by design, so its power state cannot show it; this BMC answered with no task and reports neither LastResetTime nor BootProgress, which would, and no power-off was seen while waiting for On"}
 	}
-	ctx, cancel := context.WithTimeout(ctx, d.cfg.ResetEvidenceTimeout)
+	wctx, cancel := context.WithTimeout(ctx, d.cfg.ResetEvidenceTimeout)
 	defer cancel()
 	for {
-		_, sys, err := d.system(ctx, "power "+string(a)+": verify")
+		_, sys, err := d.system(wctx, "power "+string(a)+": verify")
 		if err == nil {
 			now := resetMarks(sys)
 			switch {
@@ -243,14 +248,22 @@ func (d *Driver) verifyReset(ctx context.Context, a bmc.PowerAction, before mark
 				d.setEvidence("BootProgress moved", false)
 				return nil
 			case powerOf(sys) == bmc.PowerOff:
-				d.setEvidence("", true)
+				// The restart is under way: proof, once the host is back on.
+				if err := d.waitPower(ctx, bmc.PowerOn, d.cfg.PowerTimeout); err != nil {
+					return err
+				}
+				d.setEvidence("power-off observed", false)
+				return nil
 			}
 		}
 		t := time.NewTimer(d.cfg.PollInterval)
 		select {
-		case <-ctx.Done():
+		case <-wctx.Done():
 			t.Stop()
-			return &bmc.ResetError{Action: a, Why: fmt.Sprintf("power stayed on, no task, LastResetTime and BootProgress unchanged after %s", d.cfg.ResetEvidenceTimeout)}
+			if ctx.Err() != nil {
+				return fmt.Errorf("redfish: power %s: verify: %w", a, ctx.Err())
+			}
+			return &bmc.ResetError{Action: a, Why: fmt.Sprintf("a reset keeps the machine on by design, and in %s of watching there was no power-off dip, no task, and LastResetTime and BootProgress did not change", d.cfg.ResetEvidenceTimeout)}
 		case <-t.C:
 		}
 	}
@@ -322,13 +335,21 @@ func (d *Driver) waitPower(ctx context.Context, want bmc.PowerState, wait time.D
 	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < wait {
 		limit = fmt.Sprintf("%s (the caller's deadline)", time.Until(dl).Round(100*time.Millisecond))
 	}
+	start := time.Now()
 	ctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	last := bmc.PowerUnknown
+	var lastOK time.Time // when the BMC last answered a read
+	var lastErr error    // the newest read's error; nil when it answered
 	for {
 		ps, err := d.powerState(ctx)
+		if err == nil || ctx.Err() == nil {
+			// A read cut short by the wait's own limit says nothing
+			// about the BMC: keep the previous read's outcome.
+			lastErr = err
+		}
 		if err == nil {
-			last = ps
+			last, lastOK = ps, time.Now()
 			if ps == want {
 				return nil
 			}
@@ -340,10 +361,27 @@ func (d *Driver) waitPower(ctx context.Context, want bmc.PowerState, wait time.D
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return fmt.Errorf("redfish %s: power: want %s, still %s after %s: %w", d.cfg.Endpoint, want, last, limit, bmc.ErrTimeout)
+			return waitPowerError(d.cfg.Endpoint, want, last, limit, start, lastOK, lastErr)
 		case <-t.C:
 		}
 	}
+}
+
+// waitPowerError is waitPower's error at its limit. When the newest read
+// failed (the BMC stopped answering, as BMCs do while they reboot
+// themselves or when the network drops) it says so, with when the BMC
+// last answered and what it said, instead of "still <state>": the state
+// is then unknown. It wraps bmc.ErrTimeout, and bmc.ErrUnreachable when
+// the BMC stopped answering.
+func waitPowerError(endpoint string, want, last bmc.PowerState, limit string, start, lastOK time.Time, lastErr error) error {
+	if lastErr == nil {
+		return fmt.Errorf("redfish %s: power: want %s, still %s after %s: %w", endpoint, want, last, limit, bmc.ErrTimeout)
+	}
+	said := "it never answered a power state read"
+	if !lastOK.IsZero() {
+		said = fmt.Sprintf("it last answered %s in, saying %s", lastOK.Sub(start).Round(100*time.Millisecond), last)
+	}
+	return fmt.Errorf("redfish %s: power: want %s: the BMC stopped answering (%s; waited %s; last error: %v): %w", endpoint, want, said, limit, lastErr, errors.Join(bmc.ErrTimeout, bmc.ErrUnreachable))
 }
 
 // followTask follows a 202 Accepted task monitor (DSP0266 §12.2: GET the

@@ -37,6 +37,18 @@ var (
 	// ErrTLS: the BMC's certificate did not verify against the system pool
 	// or Config.RootCAs. Not transient: a human pins the CA or opts out.
 	ErrTLS = errors.New("redfish: TLS certificate not trusted")
+	// ErrNoSessionService: Config.Auth is AuthSession and the BMC offers no
+	// Redfish sessions (its service root names neither Links.Sessions nor
+	// SessionService, or POST to the Sessions collection answers 404, 405
+	// or 501). Not a credentials problem: use AuthBasic or AuthAuto. It
+	// wraps bmc.ErrUnsupported.
+	ErrNoSessionService = fmt.Errorf("redfish: the BMC has no Redfish session service: %w", bmc.ErrUnsupported)
+	// ErrSchemeMismatch: the endpoint's scheme does not match what the BMC
+	// speaks on that port (an https:// URL to a plain-HTTP port, seen as a
+	// TLS record header answered with "HTTP/"; or an http:// URL to a TLS
+	// port, seen as a TLS alert record or a 400 "HTTP request to an HTTPS
+	// server" answer). Not transient: the message names the scheme to use.
+	ErrSchemeMismatch = errors.New("redfish: http/https mismatch")
 )
 
 // Config configures one BMC. Only Endpoint is required.

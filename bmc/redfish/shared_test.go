@@ -82,3 +82,65 @@ func TestInfoCurrentModelFirst(t *testing.T) {
 		t.Errorf("NICMACs %v include the BMC's host-interface NIC", in.NICMACs)
 	}
 }
+
+// TestSingleSystemChassisKeepsMalformedRelatedItem: a chassis serving one
+// System whose readings carry RelatedItem links to a System path that does
+// not exist (seen on BMCs that keep a stale or renamed System Id in their
+// sensor tables, or drop the /redfish/v1 prefix). Both readings are the
+// System's: none is dropped or listed as untied, from Sensors and from the
+// deprecated Thermal alike, whether the chassis names its one System in
+// Links.ComputerSystems or names none on a BMC with one System.
+func TestSingleSystemChassisKeepsMalformedRelatedItem(t *testing.T) {
+	bad := []any{map[string]any{"@odata.id": "/redfish/v1/Systems/System.Embedded.1"}}
+	for _, tc := range []struct {
+		name      string
+		computers []any // chassis Links.ComputerSystems; nil: none
+		sensors   bool
+	}{
+		{"thermal-linked", []any{map[string]any{"@odata.id": "/redfish/v1/Systems/s0"}}, false},
+		{"thermal-unlinked", nil, false},
+		{"sensors-linked", []any{map[string]any{"@odata.id": "/redfish/v1/Systems/s0"}}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			files := multiSystemTree(1, false)
+			files["redfish/v1/Systems/s0"].(map[string]any)["Links"] = map[string]any{"Chassis": []any{map[string]any{"@odata.id": "/redfish/v1/Chassis/c"}}}
+			ch := map[string]any{"@odata.id": "/redfish/v1/Chassis/c"}
+			if tc.computers != nil {
+				ch["Links"] = map[string]any{"ComputerSystems": tc.computers}
+			}
+			if tc.sensors {
+				ch["Sensors"] = map[string]any{"@odata.id": "/redfish/v1/Chassis/c/Sensors"}
+				files["redfish/v1/Chassis/c/Sensors"] = map[string]any{"Members": []any{
+					map[string]any{"@odata.id": "/redfish/v1/Chassis/c/Sensors/cpu"}, map[string]any{"@odata.id": "/redfish/v1/Chassis/c/Sensors/inlet"}}}
+				files["redfish/v1/Chassis/c/Sensors/cpu"] = map[string]any{"Name": "CPU Temp", "ReadingType": "Temperature", "Reading": 51.0, "RelatedItem": bad}
+				files["redfish/v1/Chassis/c/Sensors/inlet"] = map[string]any{"Name": "Inlet Temp", "ReadingType": "Temperature", "Reading": 22.0, "RelatedItem": bad}
+			} else {
+				ch["Thermal"] = map[string]any{"@odata.id": "/redfish/v1/Chassis/c/Thermal"}
+				files["redfish/v1/Chassis/c/Thermal"] = map[string]any{"Temperatures": []any{
+					map[string]any{"Name": "CPU Temp", "ReadingCelsius": 51.0, "RelatedItem": bad},
+					map[string]any{"Name": "Inlet Temp", "ReadingCelsius": 22.0, "RelatedItem": bad},
+				}}
+			}
+			files["redfish/v1/Chassis/c"] = ch
+			writeTree(t, dir, files)
+			tr, err := bmcsim.LoadTree(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			l := newLab(t, "", labOpts{on: true, tree: tr})
+			in, err := l.drv.Info(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, n := range []string{"CPU Temp", "Inlet Temp"} {
+				if _, ok := tempNamed(in.Temperatures, n); !ok {
+					t.Errorf("%q missing: Temperatures = %+v, Untied = %v", n, in.Temperatures, in.Untied)
+				}
+			}
+			if len(in.Untied) != 0 || slices.Contains(in.Missing, redfish.SectionTemperatures) {
+				t.Errorf("Untied = %v, Missing = %v; want none and temperatures present", in.Untied, in.Missing)
+			}
+		})
+	}
+}

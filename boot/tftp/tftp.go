@@ -86,7 +86,12 @@ type Config struct {
 	// Root is the directory served read-only, e.g. Debian's /usr/lib/ipxe
 	// (package ipxe: undionly.kpxe, ipxe.efi, snponly.efi). Required.
 	Root string
-	// Addr is the UDP listen address. Zero: ":69". Tests use "127.0.0.1:0".
+	// Addr is the UDP listen address. Zero: ":69", every interface; the
+	// controller passes the provisioning address (the DHCP server's
+	// ServerIP) so TFTP answers only there. A specific address is bound
+	// with IP_FREEBIND: it need not be on the host yet (the HA virtual IP
+	// is added only while this controller leads; until then nothing
+	// arrives). Tests use "127.0.0.1:0".
 	Addr string
 	// ScriptURL is where the generated autoexec.ipxe chains to (the iPXE
 	// handler's /boot/ipxe URL). Required.
@@ -312,10 +317,23 @@ func (s *Server) Listen() error {
 	if err != nil {
 		return fmt.Errorf("tftp: listen %s: %w", s.cfg.Addr, err)
 	}
-	c, err := net.ListenUDP("udp4", a)
+	lc := net.ListenConfig{}
+	if a.IP != nil && !a.IP.IsUnspecified() {
+		lc.Control = func(_, _ string, rc syscall.RawConn) error {
+			var serr error
+			if err := rc.Control(func(fd uintptr) {
+				serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_IP, unix.IP_FREEBIND, 1)
+			}); err != nil {
+				return err
+			}
+			return serr
+		}
+	}
+	pc, err := lc.ListenPacket(context.Background(), "udp4", a.String())
 	if err != nil {
 		return fmt.Errorf("tftp: listen %s: %w", s.cfg.Addr, err)
 	}
+	c := pc.(*net.UDPConn)
 	growReadBuffer(c, 4<<20) // a boot storm's read requests arrive at once
 	s.mu.Lock()
 	s.conn = c

@@ -42,6 +42,7 @@ const MasterKeyBytes = 32
 // already under --root.
 type bootstrapConfig struct {
 	root, configDir, stateDir, systemdDir string
+	isoDir                                string
 	user, tokenName                       string
 	binary                                string
 	repo, branch                          string
@@ -58,15 +59,90 @@ func (b *bootstrapConfig) caFile() string     { return filepath.Join(b.configDir
 func (b *bootstrapConfig) stateFile() string  { return filepath.Join(b.stateDir, "state.db") }
 func (b *bootstrapConfig) unitFile() string   { return filepath.Join(b.systemdDir, "machina.service") }
 
-// renderUnit renders machina.service for the binary, config and user.
-func renderUnit(binary, config, user string) (string, error) {
+// unitFeatures are the features of machina serve that need privileges
+// beyond an ordinary user's. The unit grants what the enabled ones need and
+// nothing more (capabilities(7), systemd.exec(5) RestrictAddressFamilies).
+type unitFeatures struct {
+	// LowPorts: a listener below 1024 (DHCP 67, TFTP 69, HTTP 80):
+	// CAP_NET_BIND_SERVICE.
+	LowPorts bool
+	// Netboot: DHCP (ports 67 and 4011, its socket bound to the
+	// provisioning interface with SO_BINDTODEVICE) and the IPv6 router
+	// advertisement (a raw ICMPv6 socket): CAP_NET_RAW, and LowPorts.
+	Netboot bool
+	// VIP: the HA provisioning virtual IP: adding the address over
+	// rtnetlink needs CAP_NET_ADMIN, the gratuitous ARP on an AF_PACKET
+	// socket CAP_NET_RAW and the AF_PACKET family.
+	VIP bool
+}
+
+// allFeatures is what the Debian package's unit grants: the package
+// cannot know which features a site turns on.
+var allFeatures = unitFeatures{LowPorts: true, Netboot: true, VIP: true}
+
+// caps returns the capabilities f needs, and why, one comment line each.
+func (f unitFeatures) caps() (caps, why []string) {
+	if f.LowPorts || f.Netboot {
+		caps = append(caps, "CAP_NET_BIND_SERVICE")
+		why = append(why, "CAP_NET_BIND_SERVICE: DHCP (67), TFTP (69) and any listener below 1024 (HTTP 80).")
+	}
+	if f.Netboot || f.VIP {
+		caps = append(caps, "CAP_NET_RAW")
+		why = append(why, "CAP_NET_RAW: DHCP's socket bound to the provisioning interface (SO_BINDTODEVICE),",
+			"  the IPv6 router advertisement (raw ICMPv6), the VIP's gratuitous ARP (AF_PACKET).")
+	}
+	if f.VIP {
+		caps = append(caps, "CAP_NET_ADMIN")
+		why = append(why, "CAP_NET_ADMIN: the HA leader adds the provisioning virtual IP (--vip) over rtnetlink.")
+	}
+	if len(caps) == 0 {
+		why = append(why, "No DHCP, TFTP, VIP or port below 1024 configured: no capability.")
+	}
+	return caps, why
+}
+
+// families returns the socket address families f needs: IPv4 and IPv6,
+// netlink (the Go runtime reads interfaces and addresses over rtnetlink),
+// Unix sockets (an SSH agent for Git over SSH), and AF_PACKET for the
+// VIP's gratuitous ARP.
+func (f unitFeatures) families() []string {
+	fam := []string{"AF_INET", "AF_INET6", "AF_UNIX", "AF_NETLINK"}
+	if f.VIP {
+		fam = append(fam, "AF_PACKET")
+	}
+	return fam
+}
+
+// renderUnit renders machina.service for the binary, config and user,
+// granting what features needs.
+func renderUnit(binary, config, user string, features unitFeatures) (string, error) {
 	t, err := template.New("unit").Parse(unitTemplate)
 	if err != nil {
 		return "", err
 	}
+	caps, why := features.caps()
 	var buf bytes.Buffer
-	err = t.Execute(&buf, struct{ Binary, Config, User string }{binary, config, user})
+	err = t.Execute(&buf, struct {
+		Binary, Config, User, Caps, Families string
+		Why                                  []string
+	}{binary, config, user, strings.Join(caps, " "), strings.Join(features.families(), " "), why})
 	return buf.String(), err
+}
+
+// unitFeatures is what the configuration bootstrap writes turns on: DHCP
+// and TFTP with --provisioning-interface, low ports from the listeners. HA
+// (--vip) is set up later by hand (docs/ha.md): its unit then needs the
+// package's grants, or bootstrap --print-unit's.
+func (b *bootstrapConfig) unitFeatures() unitFeatures {
+	f := unitFeatures{Netboot: b.provIface != ""}
+	for _, l := range []string{b.listen, b.adminListen, b.joinListen} {
+		if _, p, err := net.SplitHostPort(l); err == nil {
+			if n, err := strconv.Atoi(p); err == nil && n > 0 && n < 1024 {
+				f.LowPorts = true
+			}
+		}
+	}
+	return f
 }
 
 // newBootstrapCmd is `machina bootstrap`.
@@ -80,6 +156,7 @@ func newBootstrapCmd(e *env) *cobra.Command {
   /etc/machina/master.key        the master key sealing secrets: 64 hex digits (32 random bytes), 0600
   /etc/machina/ca.pem            the controller CA's certificate (the CA key is sealed in the state file);
                                  machinactl pins it: export MACHINA_CA=/etc/machina/ca.pem
+  /var/lib/machina/iso           the iPXE ISOs for virtual-media boot (iso-dir; copy make ipxe-iso's output here)
   /etc/machina/machina.yaml      machina serve's configuration, from these flags and the detected interfaces
   /etc/systemd/system/machina.service  unless the Debian package already installed the unit
 and a first admin token, printed once on stdout (never stored in clear, never logged).
@@ -94,6 +171,7 @@ It refuses to touch a host where any of these files exist.`,
 	f.StringVar(&b.root, "root", "/", "prefix of every path bootstrap writes (tests, image builds)")
 	f.StringVar(&b.configDir, "config-dir", "", "configuration folder (default ROOT/etc/machina)")
 	f.StringVar(&b.stateDir, "state-dir", "", "state folder (default ROOT/var/lib/machina)")
+	f.StringVar(&b.isoDir, "iso-dir", "", "folder of the iPXE ISOs that virtual-media boot mounts (default STATE-DIR/iso)")
 	f.StringVar(&b.systemdDir, "systemd-dir", "", "where machina.service goes (default ROOT/etc/systemd/system, skipped when the package's unit exists)")
 	f.StringVar(&b.user, "user", "machina", "service user owning the state and key when bootstrap runs as root and the user exists")
 	f.StringVar(&b.tokenName, "admin-token-name", "admin", "name of the first admin token")
@@ -110,7 +188,7 @@ It refuses to touch a host where any of these files exist.`,
 	f.StringVar(&b.ramdiskDir, "ramdisk-dir", "/usr/lib/machina/ramdisk", "folder with vmlinuz and initrd.cpio.gz")
 	f.StringVar(&b.nodeBinary, "node-binary", "/usr/bin/machina-node", "machina-node executable served to installing hosts")
 	f.StringSliceVar(&b.adminNames, "admin-name", nil, "extra DNS name or IP in the admin TLS certificate (repeatable)")
-	f.BoolVar(&b.printUnit, "print-unit", false, "print machina.service for these paths and exit, writing nothing (packaging/deb/machina.service is this with the defaults)")
+	f.BoolVar(&b.printUnit, "print-unit", false, "print machina.service for these paths and exit, writing nothing: the unit granting every feature (DHCP, TFTP, HA virtual IP) what it needs; packaging/deb/machina.service is this with the defaults")
 	return cmd
 }
 
@@ -122,7 +200,7 @@ func (b *bootstrapConfig) siteFiles() []string {
 func runBootstrap(e *env, b *bootstrapConfig) (err error) {
 	b.setDefaults()
 	if b.printUnit {
-		unit, err := renderUnit(b.binary, b.configFile(), b.user)
+		unit, err := renderUnit(b.binary, b.configFile(), b.user, allFeatures)
 		if err != nil {
 			return err
 		}
@@ -140,7 +218,7 @@ func runBootstrap(e *env, b *bootstrapConfig) (err error) {
 	if err != nil {
 		return usageError{fmt.Errorf("bootstrap: %w", err)}
 	}
-	unit, err := renderUnit(b.binary, b.configFile(), b.user)
+	unit, err := renderUnit(b.binary, b.configFile(), b.user, b.unitFeatures())
 	if err != nil {
 		return fmt.Errorf("bootstrap: unit: %w", err)
 	}
@@ -156,6 +234,9 @@ func runBootstrap(e *env, b *bootstrapConfig) (err error) {
 		return err
 	}
 	if err := fm.mkdir(b.stateDir, 0o700); err != nil {
+		return err
+	}
+	if err := fm.mkdir(b.isoDir, 0o750); err != nil {
 		return err
 	}
 	ca, token, err := b.createState(fm)
@@ -192,6 +273,9 @@ func (b *bootstrapConfig) setDefaults() {
 	}
 	if b.stateDir == "" {
 		b.stateDir = filepath.Join(b.root, "/var/lib/machina")
+	}
+	if b.isoDir == "" {
+		b.isoDir = filepath.Join(b.stateDir, "iso")
 	}
 }
 
@@ -273,6 +357,7 @@ func (b *bootstrapConfig) printSummary(w io.Writer, ca *join.CA, writeUnit bool,
 	fmt.Fprintf(w, "  master key:   %s (0600, 64 hex digits; back it up apart from the state file: without it sealed secrets are lost)\n", b.keyFile())
 	fmt.Fprintf(w, "  CA:           %s (fingerprint %s)\n", b.caFile(), ca.Fingerprint())
 	fmt.Fprintf(w, "  config:       %s\n", b.configFile())
+	fmt.Fprintf(w, "  ISO folder:   %s (virtual-media boot: put machina-ipxe-bios.iso and machina-ipxe-uefi.iso from make ipxe-iso here)\n", b.isoDir)
 	if writeUnit {
 		fmt.Fprintf(w, "  systemd unit: %s\n", b.unitFile())
 	}
@@ -347,11 +432,11 @@ func (b *bootstrapConfig) chownToServiceUser() string {
 	}
 	uid, _ := strconv.Atoi(u.Uid)
 	gid, _ := strconv.Atoi(u.Gid)
-	for _, p := range []string{b.stateDir, b.stateFile(), b.keyFile()} {
+	for _, p := range []string{b.stateDir, b.isoDir, b.stateFile(), b.keyFile()} {
 		_ = os.Chown(p, uid, gid)
 	}
 	_ = os.Chown(b.configFile(), 0, gid)
-	return b.user + " (state folder, state file, master key; machina.yaml group-readable)"
+	return b.user + " (state folder, ISO folder, state file, master key; machina.yaml group-readable)"
 }
 
 // adminURL is the https URL machinactl uses, as far as bootstrap knows it.
@@ -478,6 +563,9 @@ func (b *bootstrapConfig) renderConfig() (string, error) {
 	if joinURL != "" {
 		fmt.Fprintf(&sb, "join-url: %s\n", q(joinURL))
 	}
+	fmt.Fprintf(&sb, "# Virtual-media boot mounts the iPXE ISOs from here (/boot/iso/): machina-ipxe-bios.iso and\n")
+	fmt.Fprintf(&sb, "# machina-ipxe-uefi.iso, built by make ipxe-iso.\n")
+	fmt.Fprintf(&sb, "iso-dir: %s\n", q(b.isoDir))
 	fmt.Fprintf(&sb, "ramdisk-dir: %s\n", q(b.ramdiskDir))
 	fmt.Fprintf(&sb, "node-binary: %s\n", q(b.nodeBinary))
 	fmt.Fprintf(&sb, "log-format: json\nlog-level: info\n")

@@ -62,7 +62,8 @@ func TestBootstrapCreatesSite(t *testing.T) {
 		filepath.Join(etc, "ca.pem"):                              0o644,
 		filepath.Join(etc, "machina.yaml"):                        0o640,
 		filepath.Join(root, "etc/systemd/system/machina.service"): 0o644,
-		lib: 0o700,
+		lib:                       0o700,
+		filepath.Join(lib, "iso"): 0o750,
 	} {
 		if got := mode(t, path); got != want {
 			t.Errorf("%s: mode %04o, want %04o", path, got, want)
@@ -110,14 +111,17 @@ func TestBootstrapCreatesSite(t *testing.T) {
 		t.Fatalf("serve rejects bootstrap's machina.yaml: %v", err)
 	}
 	for flag, want := range map[string]string{"state": filepath.Join(lib, "state.db"), "master-key-file": filepath.Join(etc, "master.key"),
-		"repo": "https://git.example/site/inventory.git", "admin-listen": "127.0.0.1:0", "work-dir": lib} {
+		"repo": "https://git.example/site/inventory.git", "admin-listen": "127.0.0.1:0", "work-dir": lib,
+		// Virtual-media boot needs the ISO folder (it was left out).
+		"iso-dir": filepath.Join(lib, "iso")} {
 		if got := cmd.Flags().Lookup(flag).Value.String(); got != want {
 			t.Errorf("machina.yaml %s = %q, want %q", flag, got, want)
 		}
 	}
 	unit, _ := os.ReadFile(filepath.Join(root, "etc/systemd/system/machina.service"))
 	for _, line := range []string{"NoNewPrivileges=yes", "ProtectSystem=strict", "StateDirectory=machina",
-		"CapabilityBoundingSet=CAP_NET_BIND_SERVICE CAP_NET_RAW", "AmbientCapabilities=CAP_NET_BIND_SERVICE CAP_NET_RAW",
+		// No DHCP, TFTP, VIP or low port configured: no capability.
+		"CapabilityBoundingSet=", "AmbientCapabilities=", "RestrictAddressFamilies=AF_INET AF_INET6 AF_UNIX AF_NETLINK",
 		"ExecStart=/usr/bin/machina serve --config " + filepath.Join(etc, "machina.yaml"), "User=machina"} {
 		if !strings.Contains(string(unit), line+"\n") {
 			t.Errorf("unit lacks %q", line)
@@ -183,7 +187,7 @@ func TestBootstrapRefusesExistingSite(t *testing.T) {
 // TestUnitMatchesPackage: the Debian package's machina.service is
 // bootstrap's unit rendered with the package's paths.
 func TestUnitMatchesPackage(t *testing.T) {
-	want, err := renderUnit("/usr/bin/machina", "/etc/machina/machina.yaml", "machina")
+	want, err := renderUnit("/usr/bin/machina", "/etc/machina/machina.yaml", "machina", allFeatures)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -42,7 +42,8 @@ func newDriver(driver, address, user, pass string, insecure bool, o driverOpts) 
 			}
 		}
 		return redfish.New(redfish.Config{Endpoint: endpoint, SystemID: system, Username: user, Password: pass, Insecure: insecure,
-			Auth: o.auth, RootCAs: pool, Logger: o.logger, PowerTimeout: o.powerTimeout, SoftOffTimeout: o.softOffTimeout})
+			Auth: o.auth, RootCAs: pool, Logger: o.logger, PowerTimeout: o.powerTimeout, SoftOffTimeout: o.softOffTimeout,
+			ResetEvidenceTimeout: o.resetEvidenceTimeout})
 	case "ipmi":
 		if strings.Contains(address, "://") || strings.Contains(address, "@") {
 			return nil, fmt.Errorf("--address: ipmi wants host[:port] (default port 623), without scheme or credentials")
@@ -59,6 +60,9 @@ type driverOpts struct {
 	logger         *slog.Logger  // the driver's warnings, to stderr
 	powerTimeout   time.Duration // bounds waiting for a power state; zero is the driver's default
 	softOffTimeout time.Duration // bounds a graceful shutdown before forcing off; zero is the driver's default
+	// resetEvidenceTimeout bounds watching for proof that a reset
+	// restarted the machine (redfish); zero is the driver's default.
+	resetEvidenceTimeout time.Duration
 }
 
 // splitRedfishAddress returns the base URL and the system ID named by a

@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/machina-metal/machina/bmc"
+	"github.com/machina-metal/machina/bmc/redfish"
 )
 
 // bmcFlags are the connection flags shared by every `machinactl bmc` verb.
@@ -22,6 +23,7 @@ type bmcFlags struct {
 	driver, address, username string
 	passwordStdin, insecure   bool
 	timeout, softOffTimeout   time.Duration
+	wait                      time.Duration
 	auth, caFile              string
 	verbose                   bool
 }
@@ -55,10 +57,20 @@ that had to be forced, an authentication fallback) are printed on stderr.`,
 	pf.StringVar(&f.auth, "auth", "auto", "redfish authentication: auto (session, else HTTP Basic), session or basic")
 	pf.BoolVar(&f.verbose, "verbose", false, "also print the driver's hardware actions (Info) on stderr")
 	pf.DurationVar(&f.timeout, "timeout", 10*time.Minute, "bound for the whole command")
+	pf.DurationVar(&f.wait, "wait", defaultPowerWait, "power: how long to wait for the BMC to report the new power state (for reset and cycle, also for proof of the restart, at most 30s of it) before giving up")
 	pf.DurationVar(&f.softOffTimeout, "soft-off-timeout", 2*time.Minute, "soft-off: how long to wait for the OS to shut down before forcing off")
 	cmd.AddCommand(newBMCPowerCmd(e, f), newBMCBootCmd(e, f), newBMCMediaCmd(e, f), newBMCInfoCmd(e, f))
 	return cmd
 }
+
+// defaultPowerWait bounds how long a power verb waits for the BMC to report
+// the state it asked for. Chassis power follows a request within seconds on
+// most BMCs; slow ones (a BMC queueing the request behind its own work, a
+// host's power sequencing) take up to about a minute. Three minutes leaves
+// room for those without holding a script for the whole --timeout (10m),
+// which is what a power verb waited before. A graceful soft-off waits
+// --soft-off-timeout first, then at most this for the forced off.
+const defaultPowerWait = 3 * time.Minute
 
 func envOr(k, def string) string {
 	if v := os.Getenv(k); v != "" {
@@ -98,15 +110,21 @@ func withDriver(ctx context.Context, e *env, f *bmcFlags, fn func(context.Contex
 	if f.insecure {
 		log.Warn("TLS certificate verification is off for this BMC (--insecure); pin its CA or certificate with --ca-file instead")
 	}
-	d, err := newDriver(f.driver, f.address, f.username, pass, f.insecure, driverOpts{auth: f.auth, caFile: f.caFile, logger: log, powerTimeout: f.timeout, softOffTimeout: f.softOffTimeout})
+	d, err := newDriver(f.driver, f.address, f.username, pass, f.insecure, driverOpts{auth: f.auth, caFile: f.caFile, logger: log, powerTimeout: f.wait, softOffTimeout: f.softOffTimeout,
+		resetEvidenceTimeout: min(f.wait, 30*time.Second)})
 	if err != nil {
 		return &exitError{code: 2, err: fmt.Errorf("bmc: %w", err)}
 	}
 	ctx, cancel := context.WithTimeout(ctx, f.timeout)
 	defer cancel()
 	err = fn(ctx, d)
-	if err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+	switch {
+	case err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded):
 		err = fmt.Errorf("bmc: --timeout %s reached: %w", f.timeout, err)
+	case errors.Is(err, bmc.ErrTimeout):
+		err = fmt.Errorf("%w (waited --wait %s; a slow BMC may need more)", err, f.wait)
+	case errors.Is(err, redfish.ErrNoSessionService):
+		err = fmt.Errorf("%w (machinactl: --auth basic)", err)
 	}
 	cctx, ccancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer ccancel()
@@ -238,11 +256,17 @@ func newBMCBootCmd(e *env, f *bmcFlags) *cobra.Command {
 // onceNotHonoured is the exit-1 error for a one-time override the BMC did
 // not honour: what the BMC is set to now, and the command that undoes it.
 func onceNotHonoured(f *bmcFlags, oe *bmc.OnceError) error {
-	undo := fmt.Sprintf("machinactl bmc --driver %s --address %s", f.driver, f.address)
-	if f.username != "" {
-		undo += " --username " + f.username
+	mode := oe.Got.Mode
+	if mode == bmc.BootModeUnset {
+		mode = oe.Want.Mode
 	}
-	undo += " boot disk --persistent"
+	undo := undoCommand(f, "boot", "disk", "--persistent")
+	switch mode {
+	case bmc.BootModeUEFI:
+		undo += " --mode uefi"
+	case bmc.BootModeLegacy:
+		undo += " --mode bios"
+	}
 	return &exitError{code: 1, err: fmt.Errorf("bmc boot: one-time %s override not honoured (%s): the BMC is now set to %s; to undo: %s",
 		oe.Want.Device, oe.Outcome, describeBoot(oe.Got), undo)}
 }
@@ -264,6 +288,43 @@ func keptWarning(ke *bmc.KeptError) string {
 		}
 	}
 	return fmt.Sprintf("bmc boot: %s override kept only in part: %s", describeBoot(ke.Want), strings.Join(parts, "; "))
+}
+
+// undoCommand is the machinactl command line that reaches the same BMC the
+// same way as this one and runs verb: every connection flag that was set
+// (driver, address, user, --password-stdin, --insecure, --ca-file, --auth),
+// shell-quoted. The password itself is never in it: it comes
+// from stdin or MACHINA_BMC_PASSWORD as it did here.
+func undoCommand(f *bmcFlags, verb ...string) string {
+	args := []string{"machinactl", "bmc", "--driver", f.driver, "--address", f.address}
+	if f.username != "" {
+		args = append(args, "--username", f.username)
+	}
+	if f.passwordStdin {
+		args = append(args, "--password-stdin")
+	}
+	if f.insecure {
+		args = append(args, "--insecure")
+	}
+	if f.caFile != "" {
+		args = append(args, "--ca-file", f.caFile)
+	}
+	if f.auth != "" && f.auth != "auto" {
+		args = append(args, "--auth", f.auth)
+	}
+	args = append(args, verb...)
+	for i, a := range args {
+		args[i] = shellQuote(a)
+	}
+	return strings.Join(args, " ")
+}
+
+// shellQuote returns s as one POSIX shell word.
+func shellQuote(s string) string {
+	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_./:=@,+%[]") == "" {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
 func describeBoot(o bmc.BootOverride) string {

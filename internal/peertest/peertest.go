@@ -83,6 +83,7 @@ var Packages = map[string]string{
 	"dpkg-query":          "dpkg",
 	"setpriv":             "util-linux",
 	"prlimit":             "util-linux",
+	"systemd-analyze":     "systemd",
 	"qemu-system-aarch64": "qemu-system-arm",
 	"grub-mkimage":        "grub-common",
 }
