@@ -50,7 +50,7 @@ func toServer(s state.Server) v1.Server {
 }
 
 func toEvent(e state.Event) v1.Event {
-	return v1.Event{Seq: e.Seq, At: e.At, Server: e.Server, Kind: string(e.Kind), Actor: e.Actor,
+	return v1.Event{Seq: e.Seq, At: e.At, Server: e.Server, Kind: string(e.Kind), Actor: e.Actor, Role: string(e.Role),
 		From: string(e.From), To: string(e.To), Power: string(e.Power), Message: e.Message}
 }
 

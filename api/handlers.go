@@ -398,12 +398,13 @@ func (s *Server) handleListAdminTokens(w http.ResponseWriter, r *http.Request) {
 	}
 	out := v1.AdminTokenList{Tokens: []v1.AdminToken{}}
 	for _, t := range toks {
-		out.Tokens = append(out.Tokens, v1.AdminToken{Name: t.Name, ID: t.ID, CreatedAt: t.CreatedAt, CreatedBy: t.CreatedBy})
+		out.Tokens = append(out.Tokens, v1.AdminToken{Name: t.Name, ID: t.ID, CreatedAt: t.CreatedAt, CreatedBy: t.CreatedBy, Role: string(t.Role)})
 	}
 	writeJSON(w, http.StatusOK, out)
 }
 
-// handleCreateAdminToken answers POST /api/v1/admin-tokens {"name"}: 201
+// handleCreateAdminToken answers POST /api/v1/admin-tokens {"name",
+// "role"} (role viewer, operator or admin; empty means admin): 201
 // with the new token's value, shown this once (the store keeps only its
 // hash); 409 when the name is taken, 400 when it is not an RFC 1123
 // label. The caller's token name is recorded as the creator (an
@@ -418,7 +419,15 @@ func (s *Server) handleCreateAdminToken(w http.ResponseWriter, r *http.Request) 
 		badRequest(w, "name: an admin token's name is an RFC 1123 label (lower-case letters, digits and '-', 1 to 63 characters)")
 		return
 	}
-	value, tok, err := s.store.CreateAdminToken(req.Name, actor(r))
+	role := state.RoleAdmin
+	if req.Role != "" {
+		var err error
+		if role, err = state.ParseRole(req.Role); err != nil {
+			badRequest(w, "role: want viewer, operator or admin")
+			return
+		}
+	}
+	value, tok, err := s.store.CreateAdminTokenRole(req.Name, role, actor(r))
 	if errors.Is(err, state.ErrExists) {
 		writeError(w, http.StatusConflict, v1.Error{Message: "an admin token named " + req.Name + " exists; revoke it first or pick another name", Code: v1.CodeConflict})
 		return
@@ -427,8 +436,8 @@ func (s *Server) handleCreateAdminToken(w http.ResponseWriter, r *http.Request) 
 		s.storeError(w, r, err)
 		return
 	}
-	s.log.Info("admin token created", "token", tok.Name, "id", tok.ID, "actor", actor(r))
-	writeJSON(w, http.StatusCreated, v1.AdminTokenCreated{AdminToken: v1.AdminToken{Name: tok.Name, ID: tok.ID, CreatedAt: tok.CreatedAt, CreatedBy: tok.CreatedBy}, Token: value})
+	s.log.Info("admin token created", "token", tok.Name, "id", tok.ID, "role", tok.Role, "actor", actor(r))
+	writeJSON(w, http.StatusCreated, v1.AdminTokenCreated{AdminToken: v1.AdminToken{Name: tok.Name, ID: tok.ID, CreatedAt: tok.CreatedAt, CreatedBy: tok.CreatedBy, Role: string(tok.Role)}, Token: value})
 }
 
 // handleRevokeAdminToken answers DELETE /api/v1/admin-tokens/{name}: 204;

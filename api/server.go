@@ -62,7 +62,9 @@ type Server struct {
 	// mounted lists the patterns mounted after New (Routes).
 	mountedMu sync.Mutex
 	mounted   []string
-	handler   http.Handler
+	// adminMounted lists the patterns mounted with HandleAdmin.
+	adminMounted []string
+	handler      http.Handler
 	// pub holds the routes that need no admin token and are not operator
 	// pages: what a machine-facing (plain HTTP, off-loopback) listener
 	// serves. See MachineHandler.
@@ -106,7 +108,8 @@ func New(cfg Config) (*Server, error) {
 	for _, r := range s.routes() {
 		h := r.h
 		if r.auth {
-			h = s.authenticate(h)
+			role, _ := RouteRole(r.pattern)
+			h = s.authenticate(h, role)
 		}
 		ih := s.instrument(r.pattern, h, r.auth)
 		s.mux.Handle(r.pattern, ih)
@@ -299,11 +302,31 @@ func withBodyDeadline(h http.Handler, d time.Duration) http.Handler {
 
 // HandleAdmin mounts h at pattern (a Go 1.22 ServeMux pattern such as
 // "POST /api/v1/reconcile") behind admin-token authentication, with the
-// same metrics, logging and JSON 401s as the built-in routes; Actor(r)
+// same metrics, logging and JSON 401s as the built-in routes, and the
+// role check of RouteRole(pattern) (403 naming the role needed); Actor(r)
 // gives h the token's name for audit events. Call before serving. Errors:
 // a pattern that conflicts with a registered one.
 func (s *Server) HandleAdmin(pattern string, h http.Handler) error {
-	return s.mountOn(pattern, s.authenticate(h.ServeHTTP), false, true)
+	role, _ := RouteRole(pattern)
+	s.mountedMu.Lock()
+	s.adminMounted = append(s.adminMounted, pattern)
+	s.mountedMu.Unlock()
+	return s.mountOn(pattern, s.authenticate(h.ServeHTTP, role), false, true)
+}
+
+// AdminRoutes returns the patterns that need an admin token: the built-in
+// ones, then those mounted with HandleAdmin in mount order.
+func (s *Server) AdminRoutes() []string {
+	var out []string
+	for _, r := range s.routes() {
+		if r.auth {
+			out = append(out, r.pattern)
+		}
+	}
+	s.mountedMu.Lock()
+	out = append(out, s.adminMounted...)
+	s.mountedMu.Unlock()
+	return out
 }
 
 // HandlePublic mounts h at pattern without authentication, for
@@ -367,8 +390,12 @@ func actor(r *http.Request) string {
 }
 
 // authenticate requires "Authorization: Bearer <admin token>" (RFC 6750
-// section 2.1) and puts the token's name in the request context.
-func (s *Server) authenticate(next http.HandlerFunc) http.HandlerFunc {
+// section 2.1) of a token whose role allows need, and puts the token's
+// name and role in the request context. A valid token whose role falls
+// short is answered 403 (code "forbidden", Role naming need: RFC 6750
+// section 3.1's insufficient_scope) and the refusal is logged with the
+// token's name.
+func (s *Server) authenticate(next http.HandlerFunc, need state.Role) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		h := r.Header.Get("Authorization")
 		scheme, tok, ok := strings.Cut(h, " ")
@@ -391,7 +418,15 @@ func (s *Server) authenticate(next http.HandlerFunc) http.HandlerFunc {
 		if p, ok := r.Context().Value(ctxKey{}).(*string); ok {
 			*p = at.Name
 		}
-		next(w, r.WithContext(context.WithValue(r.Context(), tokenKey{}, strings.TrimSpace(tok))))
+		if !at.Role.Allows(need) {
+			s.log.Info("admin request refused: role", "token", at.Name, "role", at.Role, "need", need, "method", r.Method, "path", r.URL.Path)
+			w.Header().Set("WWW-Authenticate", `Bearer realm="machina", error="insufficient_scope"`)
+			writeError(w, http.StatusForbidden, v1.Error{Message: fmt.Sprintf("this request needs an admin token with role %s; token %s has role %s", need, at.Name, at.Role),
+				Code: v1.CodeForbidden, Role: string(need)})
+			return
+		}
+		ctx := context.WithValue(r.Context(), tokenKey{}, strings.TrimSpace(tok))
+		next(w, r.WithContext(context.WithValue(ctx, roleKey{}, at.Role)))
 	}
 }
 

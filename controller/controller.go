@@ -202,6 +202,9 @@ type Running struct {
 	// admin, machine-facing, boot, images, console and every UI route),
 	// JoinRoutes those of the join listener (TLS), for tests and docs.
 	Routes, JoinRoutes []string
+	// AdminRoutes are the routes of Routes that need an admin token
+	// (api.Server.AdminRoutes), each checked against api.RouteRoles.
+	AdminRoutes []string
 	// AdminURL is the admin API's TLS base URL, "" when it has no TLS
 	// listener (loopback: the admin API is on Addr).
 	AdminURL string

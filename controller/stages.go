@@ -665,7 +665,8 @@ func (w *wiring) routes() (func(), error) {
 		routes = append(routes, p)
 	}
 	w.run = &Running{Addr: w.ln.Addr(), URL: w.publicURL, Store: st, Reconciler: ctrl, Source: w.src, Status: w.writer, Images: w.imgStore,
-		JoinURL: w.joinURL, AdminURL: w.adminURL, Routes: routes, JoinRoutes: w.joinSrv.Routes(), flush: w.flushStatus}
+		JoinURL: w.joinURL, AdminURL: w.adminURL, Routes: routes, JoinRoutes: w.joinSrv.Routes(),
+		AdminRoutes: srv.AdminRoutes(), flush: w.flushStatus}
 	return nil, nil
 }
 

@@ -41,6 +41,11 @@ func mountConsoleAndUI(srv *api.Server, st *state.Store, drivers reconciler.Driv
 		if err != nil {
 			return "", err
 		}
+		// The console needs the role api.RouteRoles gives its pattern
+		// (operator): a viewer's token is refused like a bad one.
+		if need, _ := api.RouteRole(console.Pattern); !at.Role.Allows(need) {
+			return "", fmt.Errorf("admin token %s has role %s; the serial console needs role %s: %w", at.Name, at.Role, need, state.ErrTokenUnknown)
+		}
 		return at.Name, nil
 	}
 	lookup := func(ctx context.Context, name string) (bmc.Driver, error) {
@@ -66,8 +71,9 @@ func mountConsoleAndUI(srv *api.Server, st *state.Store, drivers reconciler.Driv
 		return nil, err
 	}
 	h, err := ui.New(ui.Config{Store: st, API: srv.Handler(), Console: con, ConsoleSupport: consoleSupport(lookup),
-		BMC:    bmcInfo{st: st, drivers: drivers},
-		Images: uiImages{imgs}, Inventory: uiInventory{src: src, ctrl: ctrl, repoDir: filepath.Join(gitDir, "inventory.git"), git: gitHealth},
+		RouteRole: func(p string) state.Role { r, _ := api.RouteRole(p); return r },
+		BMC:       bmcInfo{st: st, drivers: drivers},
+		Images:    uiImages{imgs}, Inventory: uiInventory{src: src, ctrl: ctrl, repoDir: filepath.Join(gitDir, "inventory.git"), git: gitHealth},
 		Logger: log.With("component", "ui")})
 	if err != nil {
 		return nil, err

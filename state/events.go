@@ -41,11 +41,15 @@ const (
 // each under its own retention; Events merges both by Seq (the order of
 // their appends, so by time).
 type Event struct {
-	Seq     uint64    `json:"seq"`
-	At      time.Time `json:"at"`
-	Server  string    `json:"server,omitempty"`
-	Kind    EventKind `json:"kind"`
-	Actor   string    `json:"actor,omitempty"` // admin token name, ActorController or ActorLocal
+	Seq    uint64    `json:"seq"`
+	At     time.Time `json:"at"`
+	Server string    `json:"server,omitempty"`
+	Kind   EventKind `json:"kind"`
+	Actor  string    `json:"actor,omitempty"` // admin token name, ActorController or ActorLocal
+	// Role is the actor's role when the actor is an admin token: the
+	// store fills it in from the token's record as the event is
+	// appended (an audit event names who did it and with what right).
+	Role    Role      `json:"role,omitempty"`
 	From    Lifecycle `json:"from,omitempty"`
 	To      Lifecycle `json:"to,omitempty"`
 	Power   Power     `json:"power,omitempty"`
@@ -207,6 +211,9 @@ func (s *Store) appendEvent(tx kvTx, e *Event) error {
 	}
 	e.Seq = seq
 	e.At = s.nowUTC()
+	if e.Role == "" && e.IsAudit() && e.Actor != ActorLocal {
+		e.Role = adminRoleTx(tx, e.Actor)
+	}
 	data, err := json.Marshal(e)
 	if err != nil {
 		return err

@@ -367,7 +367,7 @@ func (u *UI) handleServer(w http.ResponseWriter, r *http.Request) {
 		u.storeFail(w, r, err)
 		return
 	}
-	v := serverView{Server: srv, HasConsole: u.consoleSupported(r.Context(), name)}
+	v := serverView{Server: srv, HasConsole: u.allows(r, patternConsole) && u.consoleSupported(r.Context(), name)}
 	for _, l := range state.NextLifecycles(srv.Lifecycle) {
 		v.Next = append(v.Next, string(l))
 	}
@@ -556,6 +556,9 @@ type inventoryView struct {
 	Err      string
 	Approved bool
 	Done     string // flash after an approval
+	// CanApprove: the session's token has the role POST
+	// /api/v1/approve needs (else the approve button is not shown).
+	CanApprove bool
 }
 
 func (inventoryView) title() (string, string, string) { return "Inventory", "inventory", "" }
@@ -573,7 +576,7 @@ func (u *UI) inventoryStatus(ctx context.Context) (InventoryStatus, string) {
 
 func (u *UI) handleInventory(w http.ResponseWriter, r *http.Request) {
 	st, msg := u.inventoryStatus(r.Context())
-	v := inventoryView{Status: st, Err: msg}
+	v := inventoryView{Status: st, Err: msg, CanApprove: u.allows(r, patternApprove)}
 	if st.Acting.Digest != "" {
 		ok, err := u.store.Approved(st.Acting.Digest)
 		if err != nil {
@@ -596,6 +599,8 @@ type approveView struct {
 	Held     []PlanStep
 	Brake    string
 	CSRF     string
+	// CanApprove: the session's token may approve (else no form).
+	CanApprove bool
 }
 
 func (approveView) title() (string, string, string) { return "Approve held plan", "inventory", "" }
@@ -617,7 +622,8 @@ func (u *UI) handleApproveConfirm(w http.ResponseWriter, r *http.Request) {
 		u.fail(w, r, http.StatusConflict, "the acting revision has no held plan")
 		return
 	}
-	u.render(w, r, "approve", http.StatusOK, approveView{Revision: st.Acting, Prefix: rev, Held: st.Held, Brake: st.Brake, CSRF: sessionOf(r).csrf})
+	u.render(w, r, "approve", http.StatusOK, approveView{Revision: st.Acting, Prefix: rev, Held: st.Held, Brake: st.Brake, CSRF: sessionOf(r).csrf,
+		CanApprove: u.allows(r, patternApprove)})
 }
 
 // handleApprove records the approval (state.Store.Approve, which writes an
@@ -626,6 +632,10 @@ func (u *UI) handleApproveConfirm(w http.ResponseWriter, r *http.Request) {
 // redirects to the inventory page.
 func (u *UI) handleApprove(w http.ResponseWriter, r *http.Request) {
 	s := sessionOf(r)
+	if !u.allows(r, patternApprove) {
+		u.fail(w, r, http.StatusForbidden, "approving a held plan needs an admin token with role "+string(u.need(patternApprove))+"; nothing was approved")
+		return
+	}
 	rev := r.PostFormValue("rev")
 	if r.PostFormValue("confirm") != "yes" {
 		u.fail(w, r, http.StatusBadRequest, "approval not confirmed")
@@ -709,6 +719,10 @@ const (
 func (u *UI) handleConsoleWS(w http.ResponseWriter, r *http.Request) {
 	if u.cfg.Console == nil {
 		http.Error(w, "ui: console not available", http.StatusNotImplemented)
+		return
+	}
+	if !u.allows(r, patternConsole) {
+		http.Error(w, "ui: the serial console needs an admin token with role "+string(u.need(patternConsole)), http.StatusForbidden)
 		return
 	}
 	s := sessionOf(r)
@@ -807,4 +821,32 @@ func writeJSON(w http.ResponseWriter, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
 	_ = json.NewEncoder(w).Encode(v) // the client went away; nothing to do
+}
+
+// Admin API patterns whose needed role (Config.RouteRole) gates the UI's
+// own actions: the console WebSocket is forwarded to the console handler,
+// and an approval records what POST /api/v1/approve records.
+const (
+	patternConsole = "GET /api/v1/servers/{name}/console"
+	patternApprove = "POST /api/v1/approve"
+)
+
+// need returns the role the admin API route pattern needs
+// (Config.RouteRole; admin without one).
+func (u *UI) need(pattern string) state.Role {
+	if u.cfg.RouteRole == nil {
+		return state.RoleAdmin
+	}
+	return u.cfg.RouteRole(pattern)
+}
+
+// allows reports whether the token of r's session has the role pattern
+// needs; false without a session or when the token is gone.
+func (u *UI) allows(r *http.Request, pattern string) bool {
+	s := sessionOf(r)
+	if s == nil {
+		return false
+	}
+	at, err := u.store.AuthenticateAdmin(s.token)
+	return err == nil && at.Role.Allows(u.need(pattern))
 }

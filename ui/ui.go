@@ -189,6 +189,12 @@ type Config struct {
 	// Its Config.Authenticate must accept UI sessions: wrap the bearer check
 	// with ConsoleAuthenticate. nil: the console page says unavailable.
 	Console http.Handler
+	// RouteRole gives the admin token role an admin API route pattern
+	// needs (pass a wrapper of api.RouteRole, the one table): the UI hides
+	// what the session's token may not do (the console button, the
+	// approval form) and refuses it if asked anyway. nil: every action
+	// needs state.RoleAdmin.
+	RouteRole func(pattern string) state.Role
 	// ConsoleSupport tells the console page whether the server's BMC has a
 	// serial console; nil: the page always opens the WebSocket.
 	ConsoleSupport ConsoleSource

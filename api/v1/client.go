@@ -262,6 +262,13 @@ func (c *Client) CreateAdminToken(ctx context.Context, name string) (AdminTokenC
 	return out, c.do(ctx, http.MethodPost, "/api/v1/admin-tokens", nil, AdminTokenRequest{Name: name}, &out)
 }
 
+// CreateAdminTokenRole is CreateAdminToken with the token's role
+// (viewer, operator or admin; "" means admin).
+func (c *Client) CreateAdminTokenRole(ctx context.Context, name, role string) (AdminTokenCreated, error) {
+	var out AdminTokenCreated
+	return out, c.do(ctx, http.MethodPost, "/api/v1/admin-tokens", nil, AdminTokenRequest{Name: name, Role: role}, &out)
+}
+
 // RevokeAdminToken calls DELETE /api/v1/admin-tokens/NAME.
 func (c *Client) RevokeAdminToken(ctx context.Context, name string) error {
 	return c.do(ctx, http.MethodDelete, "/api/v1/admin-tokens/"+url.PathEscape(name), nil, nil, nil)

@@ -173,6 +173,7 @@ type Event struct {
 	Server  string    `json:"server,omitempty"`
 	Kind    string    `json:"kind"`
 	Actor   string    `json:"actor,omitempty"` // an admin token's name, "controller" or "local"
+	Role    string    `json:"role,omitempty"`  // the actor's role when the actor is an admin token
 	From    string    `json:"from,omitempty"`
 	To      string    `json:"to,omitempty"`
 	Power   string    `json:"power,omitempty"`
@@ -331,6 +332,7 @@ const (
 	CodeBadRequest       = "bad_request"        // 400
 	CodeUnauthorized     = "unauthorized"       // 401
 	CodeTLSRequired      = "tls_required"       // 403: an admin route asked over plain HTTP off loopback
+	CodeForbidden        = "forbidden"          // 403: the admin token's role does not allow the request (Error.Role names the role needed)
 	CodeNotFound         = "not_found"          // 404
 	CodeMethodNotAllowed = "method_not_allowed" // 405
 	CodeConflict         = "conflict"           // 409: illegal or stale lifecycle move
@@ -345,6 +347,9 @@ type Error struct {
 	Message   string `json:"error"`
 	Code      string `json:"code"`
 	Lifecycle string `json:"lifecycle,omitempty"`
+	// Role, on a 403 with code "forbidden", is the role the request
+	// needs (viewer, operator or admin).
+	Role string `json:"role,omitempty"`
 }
 
 // AdminToken describes an admin API token (GET /api/v1/admin-tokens); its
@@ -354,6 +359,9 @@ type AdminToken struct {
 	ID        string    `json:"id"`
 	CreatedAt time.Time `json:"createdAt"`
 	CreatedBy string    `json:"createdBy,omitempty"`
+	// Role is viewer, operator or admin (tokens created before roles
+	// are admin).
+	Role string `json:"role"`
 }
 
 // AdminTokenList is GET /api/v1/admin-tokens.
@@ -366,6 +374,9 @@ type AdminTokenList struct {
 // every change made with it.
 type AdminTokenRequest struct {
 	Name string `json:"name"`
+	// Role is the new token's role: viewer, operator or admin; empty
+	// means admin.
+	Role string `json:"role,omitempty"`
 }
 
 // AdminTokenCreated is POST /api/v1/admin-tokens' answer: the record and

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"net/http"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -80,3 +81,41 @@ func TestAdminTokenThroughAPI(t *testing.T) {
 		t.Errorf("audit %q, want %q", strings.Join(kinds, "|"), want)
 	}
 }
+
+// TestAdminTokenCreateRole: `admin-token create NAME --role viewer` makes
+// a viewer token (the list shows each role; no --role means admin); an
+// unknown role exits 2; with the viewer's token, creating one is refused
+// (exit 2 naming the role needed: admin).
+func TestAdminTokenCreateRole(t *testing.T) {
+	st, hs, tok := newAPIFixture(t)
+	t.Setenv(envToken, tok)
+	ctl := func(args ...string) (int, string, string) {
+		var out, errb bytes.Buffer
+		code := run(context.Background(), append(args, "--api", hs.URL), strings.NewReader(""), &out, &errb)
+		return code, out.String(), errb.String()
+	}
+	code, out, errOut := ctl("admin-token", "create", "watcher", "--role", "viewer")
+	viewer := strings.TrimSpace(out)
+	if code != 0 || !strings.Contains(errOut, "role viewer") {
+		t.Fatalf("create --role viewer: exit %d %q %q", code, out, errOut)
+	}
+	if got, err := st.AuthenticateAdmin(viewer); err != nil || got.Role != state.RoleViewer {
+		t.Errorf("the new token = %+v (%v), want role viewer", got, err)
+	}
+	if code, _, errOut := ctl("admin-token", "create", "full"); code != 0 || !strings.Contains(errOut, "role admin") {
+		t.Errorf("create without --role: exit %d %q", code, errOut)
+	}
+	if code, _, errOut := ctl("admin-token", "create", "x", "--role", "root"); code != 2 || !strings.Contains(errOut, "role") {
+		t.Errorf("create --role root: exit %d %q", code, errOut)
+	}
+	code, out, _ = ctl("admin-token", "list")
+	if code != 0 || !strings.Contains(out, "ROLE") || !regexpMatch(`watcher\s+\S+\s+viewer`, out) || !regexpMatch(`full\s+\S+\s+admin`, out) {
+		t.Errorf("list: exit %d\n%s", code, out)
+	}
+	t.Setenv(envToken, viewer)
+	if code, _, errOut := ctl("admin-token", "create", "sneaky", "--role", "admin"); code != 2 || !strings.Contains(errOut, "403") || !strings.Contains(errOut, "role admin") {
+		t.Errorf("a viewer creating a token: exit %d %q, want a 403 naming role admin", code, errOut)
+	}
+}
+
+func regexpMatch(re, s string) bool { return regexp.MustCompile(re).MatchString(s) }

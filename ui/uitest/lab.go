@@ -123,7 +123,8 @@ func New(dir string, opts Options) (*Lab, error) {
 	}
 	h, err := ui.New(ui.Config{
 		Store: st, API: l.API.Handler(), Console: l.Console,
-		BMC: fakeBMC{}, Images: &fakeImages{}, Inventory: &fakeInventory{store: st},
+		RouteRole: func(p string) state.Role { r, _ := api.RouteRole(p); return r },
+		BMC:       fakeBMC{}, Images: &fakeImages{}, Inventory: &fakeInventory{store: st},
 		Logger: log, SessionTTL: opts.SessionTTL, Now: opts.Now,
 	})
 	if err != nil {
