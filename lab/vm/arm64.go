@@ -83,10 +83,11 @@ func (l *lab) machines() []*machine {
 		{name: "vm-uefi", zone: "lab", mac: "52:54:00:14:00:02", fw: vmpower.UEFI, driver: "redfish", tree: "dmtf-public-rackmount1"},
 		{name: "vm-ipmi", zone: "lab", mac: "52:54:00:14:00:03", fw: vmpower.BIOS, driver: "ipmi"},
 		{name: "vm-uefi-media", zone: "lab", mac: "52:54:00:14:00:04", fw: vmpower.UEFI, driver: "redfish", tree: "dell-poweredge-r750-idrac9", vmedia: true},
+		{name: PyghmiMachine, zone: "lab", mac: "52:54:00:14:00:05", fw: vmpower.BIOS, driver: "ipmi", pyghmi: true},
 	}
 }
 
-// cpus is m's vCPU count: one for the amd64 VMs (four share two host
+// cpus is m's vCPU count: one for the amd64 VMs (five share two host
 // cores), two for the arm64 lab's only VM, whose TCG is multi-threaded.
 func (m *machine) cpus() int {
 	if m.fw == vmpower.UEFIARM64 {
