@@ -69,7 +69,7 @@ func (l *lab) armProfileYAML() string {
 `
 }
 
-// machines returns the lab's VMs for l.cfg: the four amd64 VMs, or the
+// machines returns the lab's VMs for l.cfg: the five amd64 VMs, or the
 // arm64 lab's one.
 func (l *lab) machines() []*machine {
 	if l.cfg.ARM64 {

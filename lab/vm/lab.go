@@ -1,6 +1,6 @@
 // Package vm is the VM lab: the whole Machina flow on qemu virtual machines
 // that really boot. Run creates a network namespace with a bridge
-// (10.99.0.1/24, fd99::1/64) and four taps, runs the real controller
+// (10.99.0.1/24, fd99::1/64) and five taps, runs the real controller
 // (`machina serve`, with DHCP, TFTP, the IPv6 RA, HTTP boot, the iPXE ISOs,
 // the image store and the join listener) inside it, and starts five qemu
 // VMs (TCG only, side by side) with empty disks, each with a BMC:
@@ -102,9 +102,10 @@ type Stage int
 
 // Stages, in order; each includes the ones before it.
 const (
-	// StageCommission: inventory committed, all four VMs commission to ready.
+	// StageCommission: inventory committed, all five VMs commission to ready.
 	StageCommission Stage = iota + 1
-	// StageDeploy: profile count 2, two VMs deploy, boot their disk and join.
+	// StageDeploy: profile count 2 and vm-pyghmi pinned: three VMs deploy,
+	// boot their disk and join; vm-pyghmi's BMC quirks are in its status.
 	StageDeploy
 	// StageRelease: one deployed VM released (want: ready), the other retired.
 	StageRelease
@@ -134,7 +135,7 @@ type Config struct {
 	// TimeScale multiplies every step's deadline, for a machine shared
 	// with other work (TCG slows down with the load); zero means 1.
 	TimeScale float64
-	// ARM64 runs the arm64 lab (issue 28, RunARM64) instead of the four
+	// ARM64 runs the arm64 lab (issue 28, RunARM64) instead of the five
 	// amd64 VMs: one arm64 UEFI VM (qemu-system-aarch64 virt, TCG, AAVMF)
 	// behind a bmcsim Redfish BMC, network-booted through GRUB's arm64
 	// image from the controller's DHCP and TFTP. Stage is ignored.
@@ -996,7 +997,7 @@ func replaceFile(path, old, new string) error {
 }
 
 // writeRepo creates the bare inventory repository and the operator's clone
-// with the four servers, the lab profile (count 0) and the lab-os image.
+// with the five servers, the lab profile (count 0) and the lab-os image.
 func (l *lab) writeRepo(mirror string) error {
 	l.bare, l.clone = filepath.Join(l.dir, "repo.git"), filepath.Join(l.dir, "inventory")
 	if _, err := git.PlainInitWithOptions(l.bare, &git.PlainInitOptions{Bare: true, InitOptions: git.InitOptions{DefaultBranch: "refs/heads/main"}}); err != nil {
