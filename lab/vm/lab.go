@@ -672,6 +672,10 @@ func (l *lab) setup(ctx context.Context, img, sum string) error {
 		"--listen", fmt.Sprintf("%s:%d", BridgeAddr, APIPort), "--public-url", base,
 		"--join-listen", fmt.Sprintf("%s:%d", BridgeAddr, JoinPort), "--join-url", fmt.Sprintf("https://%s:%d", BridgeAddr, JoinPort),
 		"--node-binary", l.bin("machina-node"), "--heartbeat", "5s",
+		// The silence watchdog is a deadline too: under TimeScale (a loaded
+		// machine) a deploy's 1 GiB write and two-pass check outlast the
+		// default 5 minutes, and a re-netboot would restart it.
+		"--machine-silent-after", l.scale(5*time.Minute).String(),
 		"--dhcp-interface", l.ns.Bridge, "--dhcp-subnet", Subnet, "--dhcp-pool", Pool, "--tftp-root", tftp,
 		"--ramdisk-dir", filepath.Join(l.cfg.Root, "out", "ramdisk"))
 	return l.startServe(ctx, append(args, adminArgs...), "controller.log")
