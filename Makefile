@@ -109,10 +109,10 @@ ipxe-iso:
 .PHONY: os-image
 os-image:
 	scripts/lab/build-os-image.sh
-# lab: the VM lab (lab/vm): controller in a network namespace, four qemu VMs
+# lab: the VM lab (lab/vm): controller in a network namespace, five qemu VMs side by side
 # (TCG; BIOS+Redfish virtual media, UEFI+Redfish PXE, BIOS+ipmi_sim PXE with the NIC first in its boot order
-# whatever the BMC sets, UEFI+Redfish virtual media)
-# from commissioning to deploy, first-boot join, release and retire. Root, 6-10 minutes on an idle
+# whatever the BMC sets, UEFI+Redfish virtual media, BIOS+pyghmi PXE: a BMC that keeps only the boot device
+# and applies it at power-on) from commissioning to deploy, first-boot join, release and retire. Root, 6-10 minutes on an idle
 # machine (budget 15; -time-scale for a loaded one). Not part of `make test`. LAB_FLAGS e.g. -stage commission -keep.
 .PHONY: lab
 lab: build ramdisk

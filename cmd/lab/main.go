@@ -1,5 +1,5 @@
 // Command lab runs the VM lab (lab/vm): a network namespace with the real
-// controller, four qemu VMs (TCG) behind bmcsim Redfish and ipmi_sim BMCs,
+// controller, five qemu VMs (TCG) behind bmcsim Redfish, ipmi_sim and pyghmi BMCs,
 // and the whole flow asserted step by step, printing each step's time.
 // Needs root, qemu, ipmi_sim and `make build ramdisk` first (make lab does
 // both). Usage: lab [-stage commission|deploy|release] [-arm64] [-dir DIR] [-keep] [-time-scale F].

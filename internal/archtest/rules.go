@@ -30,7 +30,7 @@ var protocolForbidden = []string{"state", "reconciler", "controller", "api"}
 var harness = []string{"lab", "bench", "scripts", "cmd/lab", "cmd/lab-chassis-control", "cmd/lab-os-image"}
 
 // testHelperExtra: test helpers whose name does not end in "test".
-var testHelperExtra = []string{"bmc/ipmi/ipmisim", "internal/pyghmibmc"}
+var testHelperExtra = []string{"bmc/ipmi/ipmisim", "internal/pyghmibmc", "internal/pyghmibmc/bmcproc"}
 
 // exceptions: product edges into the harness or a test helper that are
 // allowed, with the reason.

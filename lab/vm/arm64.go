@@ -70,7 +70,7 @@ func (l *lab) armProfileYAML() string {
 `
 }
 
-// machines returns the lab's VMs for l.cfg: the four amd64 VMs, or the
+// machines returns the lab's VMs for l.cfg: the five amd64 VMs, or the
 // arm64 lab's one.
 func (l *lab) machines() []*machine {
 	if l.cfg.ARM64 {
@@ -88,6 +88,7 @@ func (l *lab) machines() []*machine {
 		// deploys it.
 		{name: "vm-ipmi", zone: "lab", mac: "52:54:00:14:00:03", fw: vmpower.BIOS, driver: "ipmi", networkFirst: true},
 		{name: "vm-uefi-media", zone: "lab", mac: "52:54:00:14:00:04", fw: vmpower.UEFI, driver: "redfish", tree: "dell-poweredge-r750-idrac9", vmedia: true},
+		{name: PyghmiMachine, zone: "lab", mac: "52:54:00:14:00:05", fw: vmpower.BIOS, driver: "ipmi", pyghmi: true},
 	}
 }
 
@@ -100,7 +101,7 @@ func (m *machine) memoryMiB() int {
 	return 1536
 }
 
-// cpus is m's vCPU count: one for the amd64 VMs (four share two host
+// cpus is m's vCPU count: one for the amd64 VMs (five share two host
 // cores), two for the arm64 lab's only VM, whose TCG is multi-threaded.
 func (m *machine) cpus() int {
 	if m.fw == vmpower.UEFIARM64 {

@@ -1,9 +1,9 @@
 // Package vm is the VM lab: the whole Machina flow on qemu virtual machines
 // that really boot. Run creates a network namespace with a bridge
-// (10.99.0.1/24, fd99::1/64) and four taps, runs the real controller
+// (10.99.0.1/24, fd99::1/64) and five taps, runs the real controller
 // (`machina serve`, with DHCP, TFTP, the IPv6 RA, HTTP boot, the iPXE ISOs,
-// the image store and the join listener) inside it, and starts four qemu
-// VMs (TCG only) with empty disks, each with a BMC:
+// the image store and the join listener) inside it, and starts five qemu
+// VMs (TCG only, side by side) with empty disks, each with a BMC:
 //
 //   - vm-bios: SeaBIOS, bmcsim Redfish (Dell tree with Pxe removed from the
 //     boot override targets) over lab/vm/vmpower, so the controller boots it
@@ -16,11 +16,18 @@
 //     NIC first whatever boot device is set (vmpower Config.NetworkFirst),
 //     so after its deploy it reaches its disk only through the deployed
 //     machine's iPXE script, which the lab checks on its serial console.
+//   - vm-pyghmi: SeaBIOS, a pyghmi BMC (internal/pyghmibmc: the
+//     pyghmi.ipmi.bmc.Bmc class VirtualBMC builds on) driving the VM
+//     through the same cmd/lab-chassis-control, PXE. It keeps only the
+//     boot device (persistent and EFI flags read back cleared) and, as
+//     VirtualBMC over libvirt, applies a new one at the next power-on
+//     only: the controller learns both quirks (status bmcQuirks) and
+//     reaches the deployed disk by powering off and on.
 //
 // It commits the inventory to a bare Git repository the controller polls,
 // and asserts each step from the admin API and the controller's status
-// commits, timing it: commission → deploy (profile count 2) → first boot
-// and join → release and retire.
+// commits, timing it: commission → deploy (profile count 2, and vm-pyghmi
+// pinned to the profile) → first boot and join → release and retire.
 //
 // With Config.ARM64 the lab runs one arm64 UEFI VM instead (arm64.go,
 // issue 28): GRUB network boot from the controller's DHCP and TFTP,
@@ -63,6 +70,7 @@ import (
 	v1 "github.com/machina-metal/machina/api/v1"
 	"github.com/machina-metal/machina/bmc/bmcsim"
 	"github.com/machina-metal/machina/gitops"
+	"github.com/machina-metal/machina/internal/pyghmibmc/bmcproc"
 	"github.com/machina-metal/machina/lab/vm/ipmichassis"
 	"github.com/machina-metal/machina/lab/vm/netns"
 	"github.com/machina-metal/machina/lab/vm/osimage"
@@ -73,15 +81,20 @@ import (
 // Lab network facts: the bridge inside the namespace and the controller's
 // fixed ports on it (the namespace is private, so fixed ports cannot clash).
 const (
-	BridgeAddr  = "10.99.0.1"
-	Subnet      = "10.99.0.0/24"
-	Pool        = "10.99.0.100-10.99.0.199"
-	APIPort     = 8080
-	JoinPort    = 8443
-	AdminPort   = 8444 // the admin API and UI over TLS (controller.DefaultAdminTLSPort)
-	IPMIPort    = 623
-	ProfileName = "lab"
-	ImageName   = "lab-os"
+	BridgeAddr = "10.99.0.1"
+	Subnet     = "10.99.0.0/24"
+	Pool       = "10.99.0.100-10.99.0.199"
+	APIPort    = 8080
+	JoinPort   = 8443
+	AdminPort  = 8444 // the admin API and UI over TLS (controller.DefaultAdminTLSPort)
+	IPMIPort   = 623
+	// PyghmiPort is the pyghmi BMC's UDP port on the bridge (IPMIPort is
+	// ipmi_sim's).
+	PyghmiPort = 624
+	// PyghmiMachine is the VM behind the pyghmi BMC.
+	PyghmiMachine = "vm-pyghmi"
+	ProfileName   = "lab"
+	ImageName     = "lab-os"
 )
 
 // Budget is the time a whole run (StageRelease) must stay under on a
@@ -93,9 +106,10 @@ type Stage int
 
 // Stages, in order; each includes the ones before it.
 const (
-	// StageCommission: inventory committed, all four VMs commission to ready.
+	// StageCommission: inventory committed, all five VMs commission to ready.
 	StageCommission Stage = iota + 1
-	// StageDeploy: profile count 2, two VMs deploy, boot their disk and join.
+	// StageDeploy: profile count 2 and vm-pyghmi pinned: three VMs deploy,
+	// boot their disk and join; vm-pyghmi's BMC quirks are in its status.
 	StageDeploy
 	// StageRelease: one deployed VM released (want: ready), the other retired.
 	StageRelease
@@ -125,7 +139,7 @@ type Config struct {
 	// TimeScale multiplies every step's deadline, for a machine shared
 	// with other work (TCG slows down with the load); zero means 1.
 	TimeScale float64
-	// ARM64 runs the arm64 lab (issue 28, RunARM64) instead of the four
+	// ARM64 runs the arm64 lab (issue 28, RunARM64) instead of the five
 	// amd64 VMs: one arm64 UEFI VM (qemu-system-aarch64 virt, TCG, AAVMF)
 	// behind a bmcsim Redfish BMC, network-booted through GRUB's arm64
 	// image from the controller's DHCP and TFTP. Stage is ignored.
@@ -159,9 +173,13 @@ type machine struct {
 	// (boot.ChainScript: sanboot of drive 0x80, or iPXE ends and the
 	// firmware boots its next device).
 	networkFirst bool
-	bmc          *bmcsim.Server
-	vm           *vmpower.VM
-	addr         string // BMC address as the controller reaches it
+	// pyghmi: driver "ipmi" served by a pyghmi BMC (internal/pyghmibmc)
+	// that applies the boot device at power-on, not by ipmi_sim.
+	pyghmi bool
+	bmc    *bmcsim.Server
+	pyBMC  *bmcproc.BMC
+	vm     *vmpower.VM
+	addr   string // BMC address as the controller reaches it
 }
 
 type lab struct {
@@ -254,8 +272,8 @@ func (l *lab) prereqs() error {
 	cmds := []string{"qemu-system-x86_64", "ipmi_sim", "ip", "ssh", "ssh-keygen"}
 	files := []string{l.bin("machina"), l.bin("machinactl"), l.bin("machina-node"), l.bin("lab-chassis-control"),
 		filepath.Join(l.cfg.Root, "out", "ramdisk", "vmlinuz"), filepath.Join(l.cfg.Root, "out", "ramdisk", "initrd.cpio.gz"),
-		"/usr/lib/ipxe/undionly.kpxe", "/usr/lib/ipxe/snponly.efi"}
-	hint := "run make build ramdisk; apt-get install ipxe ovmf"
+		"/usr/lib/ipxe/undionly.kpxe", "/usr/lib/ipxe/snponly.efi", bmcproc.Python, bmcproc.Module}
+	hint := "run make build ramdisk; apt-get install ipxe ovmf python3-pyghmi"
 	if l.cfg.ARM64 {
 		cmds = []string{"qemu-system-aarch64", "ip"}
 		files = []string{l.bin("machina"), l.bin("machinactl"), l.bin("machina-node"),
@@ -325,36 +343,43 @@ func (l *lab) run(ctx context.Context) error {
 			}
 		}
 	}
-	l.step(fmt.Sprintf("commission: %d servers ready (BIOS and UEFI Redfish via virtual media with their ISOs, UEFI Redfish PXE, BIOS ipmi_sim PXE), status commits written", len(l.ms)), t0)
+	l.step(fmt.Sprintf("commission: %d servers ready (BIOS and UEFI Redfish via virtual media with their ISOs, UEFI Redfish PXE, BIOS ipmi_sim PXE, BIOS pyghmi PXE), status commits written", len(l.ms)), t0)
 	if l.cfg.Stage < StageDeploy {
 		return nil
 	}
 
 	t0 = time.Now()
-	if err := l.push(ctx, "profile lab: count 2", func() error {
-		return replaceFile(filepath.Join(l.clone, "profiles.yaml"), "count: 0", "count: 2")
+	if err := l.push(ctx, "profile lab: count 2; "+PyghmiMachine+" pinned to it", func() error {
+		if err := replaceFile(filepath.Join(l.clone, "profiles.yaml"), "count: 0", "count: 2"); err != nil {
+			return err
+		}
+		return replaceFile(filepath.Join(l.clone, "servers.yaml"), "  - name: "+PyghmiMachine+"\n", "  - name: "+PyghmiMachine+"\n    want: deployed\n    profile: "+ProfileName+"\n")
 	}); err != nil {
 		return err
 	}
+	// deployed: the two the count allocated; vm-pyghmi deploys by its pin.
 	var deployed []string
-	if err := l.waitServers(ctx, "two deployed", l.scale(10*time.Minute), func(ss []v1.Server) error {
+	if err := l.waitServers(ctx, "two deployed by count, "+PyghmiMachine+" by its pin", l.scale(10*time.Minute), func(ss []v1.Server) error {
 		deployed = deployed[:0]
+		py := "not listed"
 		for _, s := range ss {
-			if s.Lifecycle == "deployed" {
+			if s.Name == PyghmiMachine {
+				py = s.Lifecycle
+			} else if s.Lifecycle == "deployed" {
 				deployed = append(deployed, s.Name)
 			}
 			if s.Lifecycle == "failed" {
 				return fmt.Errorf("%s failed: %s", s.Name, s.LastError)
 			}
 		}
-		if len(deployed) != 2 {
-			return fmt.Errorf("%d deployed", len(deployed))
+		if len(deployed) != 2 || py != "deployed" {
+			return fmt.Errorf("%d deployed by count, %s %s", len(deployed), PyghmiMachine, py)
 		}
 		return nil
 	}); err != nil {
 		return err
 	}
-	l.step("deploy: 2 servers deployed ("+strings.Join(deployed, ", ")+")", t0)
+	l.step("deploy: 2 servers deployed by count ("+strings.Join(deployed, ", ")+") and "+PyghmiMachine+" by its pin", t0)
 
 	t0 = time.Now()
 	// The join-token check runs while the hosts boot and join: it logs in
@@ -373,7 +398,7 @@ func (l *lab) run(ctx context.Context) error {
 			checks <- checked{m.name, r, err}
 		}()
 	}
-	if err := l.waitHosts(ctx, deployed, l.scale(8*time.Minute)); err != nil {
+	if err := l.waitHosts(ctx, append(slices.Clone(deployed), PyghmiMachine), l.scale(8*time.Minute)); err != nil {
 		return err
 	}
 	for range deployed {
@@ -388,6 +413,12 @@ func (l *lab) run(ctx context.Context) error {
 		return err
 	}
 	l.step("first boot: cloud-init seed applied, hosts joined over pinned TLS with bridge network; join token never in argv, cloud-init logs or journal, token file removed"+nf, t0)
+
+	t0 = time.Now()
+	if err := l.pyghmiQuirks(ctx); err != nil {
+		return err
+	}
+	l.step(PyghmiMachine+": its pyghmi BMC's quirks learned (status bmcQuirks "+bmcQuirkBootFlags+", "+bmcQuirkAtPowerOn+"); the disk reached by a power-off and power-on, not a reset", t0)
 
 	t0 = time.Now()
 	if err := l.hostLostAndBack(ctx, deployed[0]); err != nil {
@@ -411,7 +442,7 @@ func (l *lab) run(ctx context.Context) error {
 	}); err != nil {
 		return err
 	}
-	// Two of four servers is more than the 20% a revision may release or
+	// Two of five servers is more than the 20% a revision may release or
 	// retire: the brake holds the plan until an operator approves it.
 	if err := l.approveHeld(ctx); err != nil {
 		return err
@@ -570,7 +601,11 @@ func (l *lab) setup(ctx context.Context, img, sum string) error {
 				return err
 			}
 		case "ipmi":
-			if err := l.startIPMISim(m); err != nil {
+			start := l.startIPMISim
+			if m.pyghmi {
+				start = l.startPyghmi
+			}
+			if err := start(m); err != nil {
 				return err
 			}
 		}
@@ -660,6 +695,10 @@ func (l *lab) setup(ctx context.Context, img, sum string) error {
 		"--listen", fmt.Sprintf("%s:%d", BridgeAddr, APIPort), "--public-url", base,
 		"--join-listen", fmt.Sprintf("%s:%d", BridgeAddr, JoinPort), "--join-url", fmt.Sprintf("https://%s:%d", BridgeAddr, JoinPort),
 		"--node-binary", l.bin("machina-node"), "--heartbeat", "5s",
+		// The silence watchdog is a deadline too: under TimeScale (a loaded
+		// machine) a deploy's 1 GiB write and two-pass check outlast the
+		// default 5 minutes, and a re-netboot would restart it.
+		"--machine-silent-after", l.scale(5*time.Minute).String(),
 		"--dhcp-interface", l.ns.Bridge, "--dhcp-subnet", Subnet, "--dhcp-pool", Pool, "--tftp-root", tftp,
 		"--ramdisk-dir", filepath.Join(l.cfg.Root, "out", "ramdisk"))
 	return l.startServe(ctx, append(args, adminArgs...), "controller.log")
@@ -706,6 +745,65 @@ func (l *lab) startIPMISim(m *machine) error {
 		return fmt.Errorf("vm lab: ipmi_sim: %w", err)
 	}
 	m.addr = addr.String()
+	return nil
+}
+
+// startPyghmi starts m's pyghmi BMC inside the namespace on
+// BridgeAddr:PyghmiPort (internal/pyghmibmc), with the VM lab's own
+// lab-chassis-control over m's vmpower directory as its power backend (the
+// program ipmi_sim runs for vm-ipmi: one QMP client and one boot-order
+// implementation for both BMCs) and the boot device applied at the next
+// power-on, as VirtualBMC over libvirt.
+func (l *lab) startPyghmi(m *machine) error {
+	dir := filepath.Join(l.dir, "pyghmi", m.name)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	b, err := bmcproc.Launch(bmcproc.Config{Dir: dir, Address: BridgeAddr, Port: PyghmiPort, Netns: l.ns.Name,
+		User: "admin", Password: l.ipmPass, ApplyAtPowerOn: true,
+		Power: "chassis:" + l.bin("lab-chassis-control") + " " + m.vm.Config().Dir})
+	if err != nil {
+		return fmt.Errorf("vm lab: %s pyghmi bmc: %w", m.name, err)
+	}
+	m.pyBMC, m.addr = b, b.Addr()
+	return nil
+}
+
+// Quirks the controller must learn from vm-pyghmi's BMC (bmc.BootQuirk
+// values, rendered in status bmcQuirks).
+const (
+	bmcQuirkBootFlags = "bootFlagsNotPersistent"
+	bmcQuirkAtPowerOn = "bootDeviceAtPowerOn"
+)
+
+// pyghmiQuirks checks that the controller learned vm-pyghmi's BMC quirks
+// (status commit bmcQuirks) and that the BMC booted the machine with the
+// disk at a power-on after its network boots: the reconciler powered it
+// off and on, as a reset would have kept the network device.
+func (l *lab) pyghmiQuirks(ctx context.Context) error {
+	for _, q := range []string{bmcQuirkBootFlags, bmcQuirkAtPowerOn} {
+		if err := l.waitStatus(ctx, gitops.ServerStatusPath(PyghmiMachine), q); err != nil {
+			return err
+		}
+	}
+	var m *machine
+	for _, x := range l.ms {
+		if x.name == PyghmiMachine {
+			m = x
+		}
+	}
+	if m == nil || m.pyBMC == nil {
+		return fmt.Errorf("vm lab: no pyghmi BMC for %s", PyghmiMachine)
+	}
+	boots, err := m.pyBMC.Boots()
+	if err != nil {
+		return fmt.Errorf("vm lab: %s boot log: %w", PyghmiMachine, err)
+	}
+	net := slices.Index(boots, "power-on network")
+	if net < 0 || !slices.Contains(boots[net:], "power-on hd") {
+		return fmt.Errorf("vm lab: %s: boots %q: want a power-on with hd after one with network", PyghmiMachine, boots)
+	}
+	l.log.Info("pyghmi bmc boots", "vm", PyghmiMachine, "boots", boots)
 	return nil
 }
 
@@ -771,6 +869,9 @@ func (l *lab) close() {
 		l.stopWatch()
 	}
 	for _, m := range l.ms {
+		if m.pyBMC != nil {
+			m.pyBMC.Stop()
+		}
 		if m.vm != nil {
 			_ = m.vm.Reset(context.Background(), "ForceOff")
 		}
@@ -923,7 +1024,7 @@ func replaceFile(path, old, new string) error {
 }
 
 // writeRepo creates the bare inventory repository and the operator's clone
-// with the four servers, the lab profile (count 0) and the lab-os image.
+// with the five servers, the lab profile (count 0) and the lab-os image.
 func (l *lab) writeRepo(mirror string) error {
 	l.bare, l.clone = filepath.Join(l.dir, "repo.git"), filepath.Join(l.dir, "inventory")
 	if _, err := git.PlainInitWithOptions(l.bare, &git.PlainInitOptions{Bare: true, InitOptions: git.InitOptions{DefaultBranch: "refs/heads/main"}}); err != nil {
@@ -1214,7 +1315,7 @@ func (l *lab) approveHeld(ctx context.Context) error {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return errors.New("vm lab: release and retire: the plan was never held by the brake (expected for 2 of 4 servers)")
+			return errors.New("vm lab: release and retire: the plan was never held by the brake (expected for 2 of 5 servers)")
 		}
 		select {
 		case <-ctx.Done():

@@ -14,10 +14,12 @@ read back (Get System Boot Options) as the device of the running machine
 until the machine is powered on from off; a reset does not apply it.
 
 Power is kept by a pluggable backend:
-  file:PATH   PATH holds "on" or "off" (the tests' backend);
-  qmp:SOCKET  a qemu QMP unix socket; qemu runs with -S -no-shutdown, a
-              paused machine is off: on is "cont", off "stop" and
-              "system_reset", reset "system_reset", status "query-status".
+  file:PATH        PATH holds "on" or "off" (the tests' backend);
+  chassis:COMMAND  an ipmi_sim chassis_control program (COMMAND split into
+                   words as a shell would, e.g. the VM lab's
+                   "lab-chassis-control VMDIR"), which also takes the boot
+                   device: handed over on every change, or with
+                   --apply-at-power-on just before each power-on from off.
 Every power-on and reset appends "power-on DEVICE" or "reset DEVICE" to
 --boots, the device in effect for that boot.
 
@@ -26,8 +28,8 @@ The bound port is printed as "listening PORT" once the socket is bound.
 """
 
 import argparse
-import json
-import socket
+import shlex
+import subprocess
 import sys
 
 import pyghmi.ipmi.bmc as bmc
@@ -48,58 +50,68 @@ class FileBackend(object):
         with open(self.path, 'w') as f:
             f.write('on\n' if on else 'off\n')
 
+    def shutdown(self):
+        self.set(False)
+
     def reset(self):
         pass
 
+    def boot(self, device):
+        pass
 
-class QMPBackend(object):
-    def __init__(self, path):
-        self.path = path
 
-    def _cmd(self, *cmds):
-        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        s.settimeout(5)
-        s.connect(self.path)
-        f = s.makefile('rw')
-        try:
-            json.loads(f.readline())  # greeting
-            out = None
-            for c in ('qmp_capabilities',) + cmds:
-                f.write(json.dumps({'execute': c}) + '\n')
-                f.flush()
-                while True:
-                    msg = json.loads(f.readline())
-                    if 'return' in msg or 'error' in msg:
-                        break
-                if 'error' in msg:
-                    raise RuntimeError('qmp %s: %s' % (c, msg['error']))
-                out = msg['return']
-            return out
-        finally:
-            f.close()
-            s.close()
+class ChassisBackend(object):
+    """Power and boot device through an ipmi_sim chassis_control program.
+
+    The VM lab's lab-chassis-control (lab/vm/ipmichassis over
+    lab/vm/vmpower) is the program ipmi_sim runs for its VM: the same Go
+    code, QMP client and qemu boot order serve both BMCs, and this script
+    needs no QMP client of its own. Protocol (ipmi_sim's extcmd.c):
+    `CMD get power` prints "power:0|1"; `CMD set power 1|0`,
+    `CMD set reset 1`, `CMD set shutdown 1`, `CMD set boot
+    pxe|default|cdrom`. vmpower fixes the boot order at qemu's start, so
+    a device set here applies at the next power-on.
+    """
+
+    # pyghmi device names -> chassis_control boot values
+    BOOT = {'network': 'pxe', 'optical': 'cdrom', 'hd': 'default', 'default': 'default'}
+
+    def __init__(self, cmd):
+        self.cmd = shlex.split(cmd)
+
+    def _run(self, *args):
+        r = subprocess.run(self.cmd + list(args), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           stdin=subprocess.DEVNULL, timeout=60, universal_newlines=True)
+        if r.returncode != 0:
+            raise RuntimeError('chassis_control %s: %s' % (' '.join(args), r.stderr.strip()))
+        return r.stdout
 
     def state(self):
-        st = self._cmd('query-status')
-        return 'on' if st.get('running') else 'off'
+        for line in self._run('get', 'power').splitlines():
+            if line.strip() == 'power:1':
+                return 'on'
+        return 'off'
 
     def set(self, on):
-        if on:
-            self._cmd('cont')
-        else:
-            self._cmd('stop', 'system_reset')
+        self._run('set', 'power', '1' if on else '0')
+
+    def shutdown(self):
+        self._run('set', 'shutdown', '1')
 
     def reset(self):
-        self._cmd('system_reset')
+        self._run('set', 'reset', '1')
+
+    def boot(self, device):
+        self._run('set', 'boot', self.BOOT.get(device, 'default'))
 
 
 def backend(spec):
     kind, _, arg = spec.partition(':')
     if kind == 'file':
         return FileBackend(arg)
-    if kind == 'qmp':
-        return QMPBackend(arg)
-    raise SystemExit('unknown power backend %r (want file:PATH or qmp:SOCKET)' % spec)
+    if kind == 'chassis':
+        return ChassisBackend(arg)
+    raise SystemExit('unknown power backend %r (want file:PATH or chassis:COMMAND)' % spec)
 
 
 class TestBMC(bmc.Bmc):
@@ -124,6 +136,8 @@ class TestBMC(bmc.Bmc):
     def set_boot_device(self, bootdevice):
         # VirtualBMC keeps the device only: no persistent, no EFI bit.
         self.defined = bootdevice
+        if not self.at_power_on:
+            self.power.boot(bootdevice)
 
     def get_power_state(self):
         return self.power.state()
@@ -131,6 +145,8 @@ class TestBMC(bmc.Bmc):
     def power_on(self):
         if self.power.state() == 'off':
             self.running = self.defined
+            if self.at_power_on:
+                self.power.boot(self.defined)  # libvirt starts the domain as defined
             self.power.set(True)
             self._boot('power-on')
 
@@ -138,7 +154,7 @@ class TestBMC(bmc.Bmc):
         self.power.set(False)
 
     def power_shutdown(self):
-        self.power.set(False)
+        self.power.shutdown()
 
     def power_cycle(self):
         self.power_off()
@@ -156,7 +172,7 @@ def main():
     p.add_argument('--address', default='127.0.0.1')
     p.add_argument('--port', type=int, default=0)
     p.add_argument('--user', default='admin')
-    p.add_argument('--power', required=True, help='file:PATH or qmp:SOCKET')
+    p.add_argument('--power', required=True, help='file:PATH or chassis:COMMAND')
     p.add_argument('--boots', default='')
     p.add_argument('--apply-at-power-on', action='store_true')
     a = p.parse_args()
