@@ -72,21 +72,10 @@ makes InsertMedia read the image URL first and refuse one it cannot read.`,
 			}
 			scheme := "http"
 			if !plainHTTP {
-				cert, fp, err := selfSigned()
-				if certFile != "" || keyFile != "" {
-					cert, err = tls.LoadX509KeyPair(certFile, keyFile)
-					if err == nil {
-						sum := sha256.Sum256(cert.Certificate[0])
-						fp = fmt.Sprintf("%x", sum)
-					} else {
-						err = fmt.Errorf("bmcsim: --tls-cert/--tls-key: %w", err)
-					}
-				}
-				if err != nil {
-					ln.Close()
+				var fp string
+				if ln, fp, err = bmcsimTLS(ln, certFile, keyFile); err != nil {
 					return err
 				}
-				ln = tls.NewListener(ln, &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12})
 				scheme = "https"
 				fmt.Fprintf(e.stdout, "certificate sha256 %s\n", fp)
 			}
@@ -107,6 +96,27 @@ makes InsertMedia read the image URL first and refuse one it cannot read.`,
 	cmd.Flags().StringVar(&keyFile, "tls-key", "", "PEM private key of --tls-cert")
 	_ = cmd.MarkFlagRequired("tree")
 	return cmd
+}
+
+// bmcsimTLS wraps ln in TLS with the certificate of certFile and keyFile,
+// or a fresh self-signed one when both are empty, and returns the
+// certificate's SHA-256 fingerprint (hex). On error it closes ln.
+func bmcsimTLS(ln net.Listener, certFile, keyFile string) (net.Listener, string, error) {
+	cert, fp, err := selfSigned()
+	if certFile != "" || keyFile != "" {
+		cert, err = tls.LoadX509KeyPair(certFile, keyFile)
+		if err == nil {
+			sum := sha256.Sum256(cert.Certificate[0])
+			fp = fmt.Sprintf("%x", sum)
+		} else {
+			err = fmt.Errorf("bmcsim: --tls-cert/--tls-key: %w", err)
+		}
+	}
+	if err != nil {
+		ln.Close()
+		return nil, "", err
+	}
+	return tls.NewListener(ln, &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}), fp, nil
 }
 
 // selfSigned makes an in-memory ECDSA P-256 certificate for 127.0.0.1 and
