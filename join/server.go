@@ -696,7 +696,7 @@ func (s *Server) handleHeartbeat(w http.ResponseWriter, r *http.Request, h state
 // not hold at Error (once per fence), a return, a reboot or an agent
 // restart at Info (a paced, summarised one not at all).
 func (s *Server) logHeartbeat(h state.Host, hb v1.Heartbeat, res state.HeartbeatResult) {
-	if res.FenceNotHeld {
+	if res.FencedBeat {
 		s.fencedBeats.Add(1)
 		if res.FenceNotHeldFirst {
 			if cur, err := s.cfg.Store.Host(h.Name); err == nil {

@@ -78,6 +78,10 @@ type HeartbeatResult struct {
 	// fence, the one that wrote the EventHostFenceFailed.
 	FenceNotHeld      bool
 	FenceNotHeldFirst bool
+	// FencedBeat: the heartbeat came from a fenced host (whether or not it
+	// proved the fence did not hold: the first one since the fence may
+	// have been in flight, see Host.FencedBeat).
+	FencedBeat bool
 	// Summarised: the reboot or agent restart was counted into the host's
 	// paced summary (another was written in this interval), not written
 	// as its own event: the caller logs nothing for it either.
@@ -95,11 +99,14 @@ const bootSlack = 15 * time.Second
 // when the boot time moved, or EventHostAgentRestarted when only the
 // agent's start (or its version) did; all in one transaction.
 //
-// A heartbeat from a fenced host is not a return: the fence did not hold.
-// It sets the host's FenceNotHeld condition (the first one writes an
-// EventHostFenceFailed; the condition counts the rest) and LastSeen, keeps
-// the fence and any loss as they were, and records nothing else of the
-// heartbeat (res.FenceNotHeld).
+// A heartbeat from a fenced host is not a return. The first one since
+// the fence is only noted (Host.FencedBeat): it may have left the host
+// before its power went off. From the second one on the fence did not
+// hold: it sets the host's FenceNotHeld condition (counting the first;
+// the second writes an EventHostFenceFailed, the condition counts the
+// rest). Either way it sets LastSeen, keeps the fence and any loss as
+// they were, and records nothing else of the heartbeat (res.FencedBeat,
+// res.FenceNotHeld).
 //
 // Reboots and agent restarts are machine-reported anomalies, paced per
 // host and kind (anomalies.go): only the first of an interval is written
@@ -151,16 +158,22 @@ func (s *Store) RecordHeartbeat(host string, now time.Time, hb Heartbeat) (Heart
 }
 
 // fenceNotHeld records a heartbeat of the fenced host h (named host) at
-// now on its FenceNotHeld condition, and returns the EventHostFenceFailed
-// of the first one since the fence. Nothing else of the heartbeat is
-// recorded: the fence and any loss stay.
+// now: the first since the fence in Host.FencedBeat only (it may have been
+// in flight), the later ones on its FenceNotHeld condition; it returns the
+// EventHostFenceFailed of the second one since the fence. Nothing else of
+// the heartbeat is recorded: the fence and any loss stay.
 func fenceNotHeld(h *Host, host string, now time.Time, res *HeartbeatResult) []Event {
 	f := h.Fenced
+	res.FencedBeat = true
+	if h.FenceNotHeld == nil && h.FencedBeat.IsZero() {
+		h.FencedBeat = now // perhaps in flight at the fence: wait for the next
+		return nil
+	}
 	res.FenceNotHeld = true
 	var evs []Event
 	if h.FenceNotHeld == nil {
 		res.FenceNotHeldFirst = true
-		h.FenceNotHeld = &FenceNotHeld{Since: now}
+		h.FenceNotHeld = &FenceNotHeld{Since: h.FencedBeat, Heartbeats: 1}
 		evs = append(evs, Event{Server: h.Server, Kind: EventHostFenceFailed, Actor: ActorController,
 			Message: fmt.Sprintf("host %s heartbeats while fenced (fenced %s by %s through %s, power read back off): the fence did not hold; "+
 				"the host runs, check its power and the fencing device before unfencing", host, f.At.Format(time.RFC3339), f.Actor, f.Device)})
@@ -408,7 +421,7 @@ func (s *Store) setHostsFenced(tx kvTx, server string, f *Fencing) error {
 			return err
 		}
 		h.Fenced = f
-		h.FenceNotHeld = nil // a new fence is read back again; an unfence ends the question
+		h.FenceNotHeld, h.FencedBeat = nil, time.Time{} // a new fence is read back again; an unfence ends the question
 		if err := putJSON(b, n, &h); err != nil {
 			return err
 		}

@@ -50,6 +50,14 @@ type Host struct {
 	// power-off that did not reach the host). Cleared by a new fence or an
 	// unfence; nil otherwise.
 	FenceNotHeld *FenceNotHeld `json:"fenceNotHeld,omitempty"`
+	// FencedBeat is when the first heartbeat since the fence arrived
+	// (UTC), zero when none did. That one heartbeat may have left the host
+	// before its power went off and reached the controller after the fence
+	// was read back (a request in flight, or queued behind a busy
+	// controller), so alone it proves nothing; the node agent sends its
+	// next heartbeat only after that one was answered, so a second one was
+	// sent after the fence and sets FenceNotHeld. Cleared with it.
+	FencedBeat time.Time `json:"fencedBeat,omitzero"`
 }
 
 // FenceNotHeld records heartbeats from a fenced host (condition

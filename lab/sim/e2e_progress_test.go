@@ -2,6 +2,7 @@ package sim_test
 
 import (
 	"encoding/json"
+	"github.com/machina-metal/machina/gitops"
 	"net/http"
 	"strings"
 	"testing"
@@ -79,7 +80,7 @@ func TestLongImageWriteNotRenetbooted(t *testing.T) {
 	if seen.Step != v1.StepImageDownload || seen.BytesDone == 0 || seen.BytesTotal != 4<<20 || seen.BytesDone > seen.BytesTotal {
 		t.Errorf("API progress while deploying %+v, want image-download of 4 MiB under way", seen)
 	} else {
-		r.waitStatus("status/servers/"+progressTarget+".yaml", `progress: "image-download `, `% of 4 MiB"`)
+		r.waitStatus(gitops.ServerStatusPath(progressTarget), `progress: "image-download `, `% of 4 MiB"`)
 	}
 
 	srv := r.waitServer(progressTarget, "deployed", 2*time.Minute, func(s state.Server) bool {
@@ -167,7 +168,7 @@ func TestFailingFinishDeployShownAndReleaseWaits(t *testing.T) {
 	})
 	failing := r.waitCondition(plan.CondFailing, plan.ReasonActionFailing, "finish-deploy failed ", " times in a row; next retry at ", "last error: finish-deploy: ")
 	t.Logf("Failing: %s", failing)
-	r.waitStatus("status/servers/"+progressTarget+".yaml", "type: Failing", "reason: ActionFailing", "finish-deploy failed")
+	r.waitStatus(gitops.ServerStatusPath(progressTarget), "type: Failing", "reason: ActionFailing", "finish-deploy failed")
 
 	r.commit("release "+progressTarget, func(dir string) { r.setServer(dir, progressTarget, "want", "ready") })
 	// The release brings profile gpu to zero: the safety brake holds it
@@ -178,7 +179,7 @@ func TestFailingFinishDeployShownAndReleaseWaits(t *testing.T) {
 	}
 	waiting := r.waitCondition("Waiting", plan.ReasonBehindAction, "release waits for finish-deploy in flight, failing (", "next retry at ")
 	t.Logf("Waiting: %s", waiting)
-	r.waitStatus("status/servers/"+progressTarget+".yaml", "reason: BehindAction", "release waits for finish-deploy")
+	r.waitStatus(gitops.ServerStatusPath(progressTarget), "reason: BehindAction", "release waits for finish-deploy")
 	if s, _ := r.run.Store.Server(progressTarget); s.Lifecycle != state.LifecycleDeployed {
 		t.Errorf("%s is %s while its finish-deploy fails, want deployed", progressTarget, s.Lifecycle)
 	}
