@@ -72,6 +72,10 @@ type Webhook struct {
 
 	mu      sync.Mutex
 	sources map[string]*webhookBucket // by source key (webhookSource)
+	// refusedAt is when a refusal was last logged; refusedQuiet counts
+	// the refusals not logged since (refusedLog).
+	refusedAt    time.Time
+	refusedQuiet int
 }
 
 // webhookBucket is one source's token bucket.
@@ -165,6 +169,24 @@ func (h *Webhook) prune(now time.Time) {
 	}
 }
 
+// refusedLog logs a refused delivery at Warn, at most one line a second
+// (with the rate counted per source, many sources could otherwise write
+// a line per delivery each); the line counts the refusals left unlogged
+// before it.
+func (h *Webhook) refusedLog(msg string, args ...any) {
+	h.mu.Lock()
+	now := h.cfg.now()
+	if !h.refusedAt.IsZero() && now.Sub(h.refusedAt) < time.Second {
+		h.refusedQuiet++
+		h.mu.Unlock()
+		return
+	}
+	quiet := h.refusedQuiet
+	h.refusedAt, h.refusedQuiet = now, 0
+	h.mu.Unlock()
+	h.log.Warn(msg, append(args, "unlogged_before", quiet)...)
+}
+
 // webhookSource is the rate limiter's key for a request from remoteAddr
 // (HOST:PORT): the IPv4 address, or the IPv6 address's /64 (one host
 // holds a whole /64 and can send from any address in it).
@@ -203,7 +225,7 @@ func (h *Webhook) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			h.log.Warn("webhook delivery refused: body too large", "limit", h.cfg.MaxBodyBytes, "from", r.RemoteAddr)
+			h.refusedLog("webhook delivery refused: body too large", "limit", h.cfg.MaxBodyBytes, "from", r.RemoteAddr)
 			http.Error(w, "body too large", http.StatusRequestEntityTooLarge)
 			return
 		}
@@ -218,7 +240,7 @@ func (h *Webhook) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	host, event, err := verify(r.Header, body, secret)
 	if err != nil {
-		h.log.Warn("webhook delivery refused", "err", err.Error(), "from", r.RemoteAddr)
+		h.refusedLog("webhook delivery refused", "err", err.Error(), "from", r.RemoteAddr)
 		http.Error(w, "unauthorised", http.StatusUnauthorized)
 		return
 	}

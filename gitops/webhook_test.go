@@ -172,7 +172,9 @@ func TestWebhookFloodFromOneSourceLeavesOthers(t *testing.T) {
 		t.Fatal(err)
 	}
 	var triggers atomic.Int32
-	wh, err := NewWebhook(WebhookConfig{SecretFile: secretFile, Trigger: func() { triggers.Add(1) }, Rate: 1, Burst: 3})
+	var logs syncBuffer
+	wh, err := NewWebhook(WebhookConfig{SecretFile: secretFile, Trigger: func() { triggers.Add(1) }, Rate: 1, Burst: 3,
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -208,5 +210,14 @@ func TestWebhookFloodFromOneSourceLeavesOthers(t *testing.T) {
 	}
 	if n := triggers.Load(); n != 2 {
 		t.Errorf("%d polls triggered, want 2 (the signed pushes only)", n)
+	}
+	// The 6 refusals within one second: one Warn line, not one each.
+	if n := strings.Count(logs.String(), "webhook delivery refused"); n != 1 {
+		t.Errorf("%d refusal lines logged, want 1 a second:\n%s", n, logs.String())
+	}
+	now = now.Add(time.Second)
+	deliver("203.0.113.9:1", false)
+	if !strings.Contains(logs.String(), "unlogged_before=5") {
+		t.Errorf("the next second's refusal line does not count the 5 unlogged:\n%s", logs.String())
 	}
 }
