@@ -10,7 +10,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"strings"
 	"sync"
@@ -32,9 +34,12 @@ type WebhookConfig struct {
 	// MaxBodyBytes bounds a delivery's body; a larger one gets 413. Zero
 	// means 1 MiB (push payloads are a few KiB; GitHub's cap is 25 MB).
 	MaxBodyBytes int64
-	// Rate is how many deliveries a second are verified, with Burst at
-	// once; more get 429 before their body is read. Zeros mean 2 a second
-	// and a burst of 10.
+	// Rate is how many deliveries a second are verified from one source
+	// address (an IPv6 source counted per /64), with Burst at once; more
+	// get 429 before their body is read. Counted per source, a client
+	// flooding unsigned deliveries exhausts only its own share, not the
+	// Git host's (behind a reverse proxy every delivery shares the
+	// proxy's address). Zeros mean 2 a second and a burst of 10.
 	Rate  float64
 	Burst int
 	// Logger gets Info for accepted pushes, Warn for refused deliveries;
@@ -65,10 +70,24 @@ type Webhook struct {
 	cfg WebhookConfig
 	log *slog.Logger
 
-	mu     sync.Mutex
+	mu      sync.Mutex
+	sources map[string]*webhookBucket // by source key (webhookSource)
+	// refusedAt is when a refusal was last logged; refusedQuiet counts
+	// the refusals not logged since (refusedLog).
+	refusedAt    time.Time
+	refusedQuiet int
+}
+
+// webhookBucket is one source's token bucket.
+type webhookBucket struct {
 	tokens float64
 	last   time.Time
 }
+
+// maxWebhookSources bounds the buckets kept. Past it, buckets back at
+// their burst are dropped first, then arbitrary ones: a dropped bucket
+// starts again full, so dropping never refuses anyone.
+const maxWebhookSources = 4096
 
 // NewWebhook checks cfg and returns the handler; errors wrap
 // ErrRemoteConfig.
@@ -95,7 +114,7 @@ func NewWebhook(cfg WebhookConfig) (*Webhook, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Webhook{cfg: cfg, log: log.With("component", "webhook"), tokens: float64(cfg.Burst)}, nil
+	return &Webhook{cfg: cfg, log: log.With("component", "webhook"), sources: map[string]*webhookBucket{}}, nil
 }
 
 func readSecret(path string) ([]byte, error) {
@@ -110,20 +129,82 @@ func readSecret(path string) ([]byte, error) {
 	return s, nil
 }
 
-// allow takes one token of the rate limiter.
-func (h *Webhook) allow() bool {
+// allow takes one token of source's bucket.
+func (h *Webhook) allow(source string) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	now := h.cfg.now()
-	if !h.last.IsZero() {
-		h.tokens = min(float64(h.cfg.Burst), h.tokens+now.Sub(h.last).Seconds()*h.cfg.Rate)
+	burst := float64(h.cfg.Burst)
+	b, ok := h.sources[source]
+	if !ok {
+		if len(h.sources) >= maxWebhookSources {
+			h.prune(now)
+		}
+		b = &webhookBucket{tokens: burst, last: now}
+		h.sources[source] = b
 	}
-	h.last = now
-	if h.tokens < 1 {
+	b.tokens = min(burst, b.tokens+now.Sub(b.last).Seconds()*h.cfg.Rate)
+	b.last = now
+	if b.tokens < 1 {
 		return false
 	}
-	h.tokens--
+	b.tokens--
 	return true
+}
+
+// prune drops the buckets refilled to their burst by now, and if that
+// leaves the map full, arbitrary ones until it has room. h.mu is held.
+func (h *Webhook) prune(now time.Time) {
+	full := time.Duration(float64(h.cfg.Burst) / h.cfg.Rate * float64(time.Second))
+	for k, b := range h.sources {
+		if now.Sub(b.last) >= full {
+			delete(h.sources, k)
+		}
+	}
+	for k := range h.sources {
+		if len(h.sources) < maxWebhookSources {
+			break
+		}
+		delete(h.sources, k)
+	}
+}
+
+// refusedLog logs a refused delivery at Warn, at most one line a second
+// (with the rate counted per source, many sources could otherwise write
+// a line per delivery each); the line counts the refusals left unlogged
+// before it.
+func (h *Webhook) refusedLog(msg string, args ...any) {
+	h.mu.Lock()
+	now := h.cfg.now()
+	if !h.refusedAt.IsZero() && now.Sub(h.refusedAt) < time.Second {
+		h.refusedQuiet++
+		h.mu.Unlock()
+		return
+	}
+	quiet := h.refusedQuiet
+	h.refusedAt, h.refusedQuiet = now, 0
+	h.mu.Unlock()
+	h.log.Warn(msg, append(args, "unlogged_before", quiet)...)
+}
+
+// webhookSource is the rate limiter's key for a request from remoteAddr
+// (HOST:PORT): the IPv4 address, or the IPv6 address's /64 (one host
+// holds a whole /64 and can send from any address in it).
+func webhookSource(remoteAddr string) string {
+	host, _, err := net.SplitHostPort(remoteAddr)
+	if err != nil {
+		host = remoteAddr
+	}
+	a, err := netip.ParseAddr(host)
+	if err != nil {
+		return host
+	}
+	a = a.Unmap()
+	if a.Is6() {
+		p, _ := a.Prefix(64)
+		return p.String()
+	}
+	return a.String()
 }
 
 var errBadSignature = errors.New("missing or wrong signature")
@@ -135,7 +216,7 @@ func (h *Webhook) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "POST only", http.StatusMethodNotAllowed)
 		return
 	}
-	if !h.allow() {
+	if !h.allow(webhookSource(r.RemoteAddr)) {
 		w.Header().Set("Retry-After", "1")
 		http.Error(w, "too many deliveries", http.StatusTooManyRequests)
 		return
@@ -144,7 +225,7 @@ func (h *Webhook) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			h.log.Warn("webhook delivery refused: body too large", "limit", h.cfg.MaxBodyBytes, "from", r.RemoteAddr)
+			h.refusedLog("webhook delivery refused: body too large", "limit", h.cfg.MaxBodyBytes, "from", r.RemoteAddr)
 			http.Error(w, "body too large", http.StatusRequestEntityTooLarge)
 			return
 		}
@@ -159,7 +240,7 @@ func (h *Webhook) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	host, event, err := verify(r.Header, body, secret)
 	if err != nil {
-		h.log.Warn("webhook delivery refused", "err", err.Error(), "from", r.RemoteAddr)
+		h.refusedLog("webhook delivery refused", "err", err.Error(), "from", r.RemoteAddr)
 		http.Error(w, "unauthorised", http.StatusUnauthorized)
 		return
 	}

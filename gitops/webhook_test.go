@@ -5,6 +5,7 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -157,5 +158,66 @@ func TestWebhookTriggersPoll(t *testing.T) {
 	flood.ServeHTTP(rec, req)
 	if rec.Code != http.StatusAccepted {
 		t.Errorf("a delivery a second later = %d, want 202", rec.Code)
+	}
+}
+
+// TestWebhookFloodFromOneSourceLeavesOthers: the delivery rate is counted
+// per source address (an IPv6 source per /64), so a client on the
+// operator network flooding unsigned deliveries gets 429 itself but does
+// not starve the Git host's signed push from another address.
+func TestWebhookFloodFromOneSourceLeavesOthers(t *testing.T) {
+	const secret = "whsec-0a1b2c3d"
+	secretFile := filepath.Join(t.TempDir(), "webhook.secret")
+	if err := os.WriteFile(secretFile, []byte(secret), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var triggers atomic.Int32
+	var logs syncBuffer
+	wh, err := NewWebhook(WebhookConfig{SecretFile: secretFile, Trigger: func() { triggers.Add(1) }, Rate: 1, Burst: 3,
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Unix(1e9, 0)
+	wh.cfg.now = func() time.Time { return now }
+	const push = `{"ref":"refs/heads/main"}`
+	deliver := func(from string, signed bool) int {
+		rec := httptest.NewRecorder()
+		req := httptest.NewRequest(http.MethodPost, "/", strings.NewReader(push))
+		req.RemoteAddr = from
+		req.Header.Set("X-GitHub-Event", "push")
+		sig := strings.Repeat("0", 64)
+		if signed {
+			sig = sign(secret, push)
+		}
+		req.Header.Set("X-Hub-Signature-256", "sha256="+sig)
+		wh.ServeHTTP(rec, req)
+		return rec.Code
+	}
+	var flood []int
+	for i := range 20 {
+		// One IPv4 attacker, and one IPv6 attacker cycling through
+		// addresses of its /64.
+		flood = append(flood, deliver("198.51.100.7:4000", false), deliver(fmt.Sprintf("[2001:db8:1:2::%x]:4000", i+1), false))
+	}
+	if n := len(slices.DeleteFunc(slices.Clone(flood), func(c int) bool { return c != http.StatusTooManyRequests })); n != 34 {
+		t.Errorf("flood answers %v: %d of 40 got 429, want 34 (a burst of 3 per source)", flood, n)
+	}
+	for _, from := range []string{"192.0.2.10:443", "[2001:db8:9::1]:443"} {
+		if code := deliver(from, true); code != http.StatusAccepted {
+			t.Errorf("signed push from %s during the flood = %d, want 202", from, code)
+		}
+	}
+	if n := triggers.Load(); n != 2 {
+		t.Errorf("%d polls triggered, want 2 (the signed pushes only)", n)
+	}
+	// The 6 refusals within one second: one Warn line, not one each.
+	if n := strings.Count(logs.String(), "webhook delivery refused"); n != 1 {
+		t.Errorf("%d refusal lines logged, want 1 a second:\n%s", n, logs.String())
+	}
+	now = now.Add(time.Second)
+	deliver("203.0.113.9:1", false)
+	if !strings.Contains(logs.String(), "unlogged_before=5") {
+		t.Errorf("the next second's refusal line does not count the 5 unlogged:\n%s", logs.String())
 	}
 }

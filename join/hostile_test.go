@@ -240,3 +240,45 @@ func TestFencedHostHeartbeatIsFenceFailure(t *testing.T) {
 		t.Errorf("after unfence a heartbeat returns the host: lost %+v notHeld %+v", h.Lost, h.FenceNotHeld)
 	}
 }
+
+// TestHeartbeatUnderAnotherHostsName: a joined host's valid certificate
+// does not speak for another host: its heartbeats, steps and done under
+// the other's name are answered 403 and the other host's liveness and
+// join status are untouched, however many it sends (a compromised
+// hypervisor cannot keep a lost neighbour "heard" or mark it joined).
+func TestHeartbeatUnderAnotherHostsName(t *testing.T) {
+	f := startListener(t, "")
+	dir1 := joinHost(t, f, "hv1", "r1-n01")
+	joinHost(t, f, "hv2", "r1-n02")
+	hc := nodeHTTP(t, dir1)
+	was, err := f.store.Host("hv2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.clock.Add(time.Hour)
+	for _, tc := range []struct{ path, body string }{
+		{"/hosts/hv2/heartbeat", `{"uptimeSeconds":5}`},
+		{"/hosts/hv2/steps", `{"step":"x","ok":true}`},
+		{"/hosts/hv2/done", `{"ok":false,"reason":"forged"}`},
+	} {
+		for range 20 {
+			resp, err := hc.Post(f.url+tc.path, "application/json", strings.NewReader(tc.body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusForbidden {
+				t.Fatalf("POST %s with hv1's certificate = %d, want 403", tc.path, resp.StatusCode)
+			}
+		}
+	}
+	now, err := f.store.Host("hv2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !now.LastSeen.Equal(was.LastSeen) || now.JoinStatus != was.JoinStatus || now.Uptime != was.Uptime {
+		t.Errorf("hv2 after hv1's forged posts: LastSeen %s status %q uptime %s, want %s %q %s unchanged",
+			now.LastSeen, now.JoinStatus, now.Uptime, was.LastSeen, was.JoinStatus, was.Uptime)
+	}
+}
