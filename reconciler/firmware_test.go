@@ -44,7 +44,9 @@ func (d *fwDriver) FirmwareInventory(context.Context) ([]bmc.FirmwareComponent, 
 func (d *fwDriver) UpdateFirmware(context.Context, bmc.FirmwareUpdate) (*bmc.Task, error) {
 	return nil, errors.New("not used")
 }
-func (d *fwDriver) Task(context.Context, string) (*bmc.Task, error) { return nil, errors.New("not used") }
+func (d *fwDriver) Task(context.Context, string) (*bmc.Task, error) {
+	return nil, errors.New("not used")
+}
 func (d *fwDriver) SecureBoot(context.Context) (*bmc.SecureBoot, error) { return d.sb, nil }
 func (d *fwDriver) SetSecureBoot(context.Context, bool) (*bmc.ApplyResult, error) {
 	return nil, errors.New("not used")
