@@ -88,6 +88,12 @@ func (s *Server) reset(w http.ResponseWriter, r *http.Request, p string, body ma
 		return writeError(w, http.StatusInternalServerError, "Base.1.8.InternalError", "The request failed due to an internal service error: "+err.Error())
 	}
 	s.noteReset(sys, rt)
+	switch rt {
+	case "On", "ForceOn", "ForceRestart", "GracefulRestart", "PowerCycle", "PushPowerButton":
+		s.mu.Lock()
+		s.onHostResetLocked()
+		s.mu.Unlock()
+	}
 	w.WriteHeader(http.StatusNoContent)
 	return http.StatusNoContent
 }
@@ -176,8 +182,20 @@ func (s *Server) patch(w http.ResponseWriter, r *http.Request, p string, body ma
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	n := s.nodeLocked(p)
+	if bp := s.biosForSettingsLocked(p); bp != "" && (n == nil || !isSystem(n.body)) {
+		if n != nil && s.quirks.RequireIfMatch && r.Header.Get("If-Match") == "" && stringOf(n.body["@odata.etag"]) != "" {
+			return writeError(w, http.StatusPreconditionRequired, "Base.1.8.PreconditionRequired", "A precondition header or annotation is required to change the resource.")
+		}
+		return s.patchBiosSettingsLocked(w, bp, p, body)
+	}
 	if n == nil {
 		return writeError(w, http.StatusNotFound, "Base.1.8.ResourceMissingAtURI", "The resource at the URI "+r.URL.Path+" was not found.")
+	}
+	if strings.Contains(stringOf(n.body["@odata.type"]), "#SecureBoot.") {
+		if s.quirks.RequireIfMatch && r.Header.Get("If-Match") == "" && stringOf(n.body["@odata.etag"]) != "" {
+			return writeError(w, http.StatusPreconditionRequired, "Base.1.8.PreconditionRequired", "A precondition header or annotation is required to change the resource.")
+		}
+		return s.patchSecureBootLocked(w, p, body)
 	}
 	if tag, has := n.body["@odata.etag"].(string); has && tag != "" {
 		im := r.Header.Get("If-Match")

@@ -1,6 +1,7 @@
 package bmcsim
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/subtle"
@@ -154,6 +155,9 @@ type Config struct {
 	RecordLimit int
 	// Logger receives one Debug line per request; nil discards.
 	Logger *slog.Logger
+	// Firmware tunes the BIOS, update, volume and Secure Boot models; the
+	// zero value is the default (see [Firmware]).
+	Firmware Firmware
 }
 
 // Request is one request the emulator received, as recorded for tests.
@@ -201,6 +205,7 @@ type Server struct {
 	tasks    map[string]*task
 	seq      int
 	resets   int // accepted resets that start the host (LastResetTime stamps)
+	fwst     *fwState
 
 	// recMu guards reqs only, so handlers holding mu can still record.
 	recMu sync.Mutex
@@ -367,7 +372,29 @@ func (s *Server) mutateLocked(p string, f func(body map[string]any)) {
 // ServeHTTP implements http.Handler.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	body, _ := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+	s.mu.Lock()
+	restart := s.restartingLocked()
+	s.mu.Unlock()
+	switch restart {
+	case -1: // the BMC restarts after a firmware update: the connection drops
+		s.record(r, nil, "", 0)
+		if hj, ok := w.(http.Hijacker); ok {
+			if c, _, err := hj.Hijack(); err == nil {
+				c.Close()
+				return
+			}
+		}
+		panic(http.ErrAbortHandler)
+	case http.StatusServiceUnavailable:
+		writeError(s.recorder(w, r, nil), http.StatusServiceUnavailable, "Base.1.8.ServiceTemporarilyUnavailable", "The service is temporarily unavailable.")
+		return
+	}
 	var decoded map[string]any
+	if strings.HasPrefix(r.Header.Get("Content-Type"), "multipart/") {
+		// A multipart push update: the handler parses the raw body.
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		body = nil
+	}
 	if len(body) > 0 {
 		if err := json.Unmarshal(body, &decoded); err != nil {
 			writeError(s.recorder(w, r, nil), http.StatusBadRequest, "Base.1.8.MalformedJSON", "The request body submitted was malformed JSON.")
@@ -573,6 +600,19 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request, p string, body ma
 			return s.insertMedia(r.Context(), w, p, body)
 		case strings.HasSuffix(p, "/actions/virtualmedia.ejectmedia"):
 			return s.ejectMedia(r.Context(), w, p)
+		case strings.HasSuffix(p, "/actions/updateservice.simpleupdate"):
+			return s.simpleUpdate(w, body)
+		case s.isMultipartPush(p):
+			raw, _ := io.ReadAll(r.Body)
+			return s.multipartUpdate(w, r, raw)
+		case strings.HasSuffix(p, "/volumes"):
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			return s.createVolumeLocked(w, p, body)
+		case p == "/redfish/v1/managers/idrac.embedded.1/jobs" && s.isDell():
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			return s.postJobLocked(w, body)
 		}
 		return writeError(w, http.StatusMethodNotAllowed, "Base.1.8.OperationNotAllowed", "The HTTP method is not allowed for this resource.")
 	case http.MethodPatch:
@@ -581,6 +621,11 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request, p string, body ma
 		if strings.HasPrefix(p, "/redfish/v1/sessionservice/sessions/") {
 			return s.logout(w, r, p)
 		}
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if n := s.nodeLocked(p); n != nil && isVolume(n.body) {
+			return s.deleteVolumeLocked(w, p)
+		}
 		return writeError(w, http.StatusMethodNotAllowed, "Base.1.8.OperationNotAllowed", "The HTTP method is not allowed for this resource.")
 	}
 	return writeError(w, http.StatusMethodNotAllowed, "Base.1.8.OperationNotAllowed", "The HTTP method is not allowed for this resource.")
@@ -588,6 +633,9 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request, p string, body ma
 
 func (s *Server) get(w http.ResponseWriter, r *http.Request, p string) int {
 	if st, ok := s.serveTask(w, p); ok {
+		return st
+	}
+	if st, ok := s.serveFirmwareGet(w, p); ok {
 		return st
 	}
 	s.mu.Lock()

@@ -184,11 +184,25 @@ func readBackMismatch(boot map[string]any, target, enabled, wantMode string) []s
 // vendor quirk says so; on 428/412 re-read, normalise the ETag (quotes,
 // W/, -gzip) and retry once; never when Config.DisableETag.
 func (d *Driver) patch(ctx context.Context, op, p string, body map[string]any) error {
+	r, err := d.patchResp(ctx, op, p, body)
+	if err != nil {
+		return err
+	}
+	if err := d.followTask(ctx, op, r); err != nil {
+		return err
+	}
+	return extendedError(d.cfg.Endpoint, op, r)
+}
+
+// patchResp sends a PATCH with the ETag policy of patch and returns the
+// answer without following a task: a settings write that answers 202 with
+// a Dell configuration job runs only at the next reset.
+func (d *Driver) patchResp(ctx context.Context, op, p string, body map[string]any) (*response, error) {
 	etag := ""
 	if d.q().SendIfMatch && !d.cfg.DisableETag {
 		e, err := d.etag(ctx, op, p, false)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		etag = e
 	}
@@ -197,18 +211,12 @@ func (d *Driver) patch(ctx context.Context, op, p string, body map[string]any) e
 	if err != nil && !d.cfg.DisableETag && errors.As(err, &se) && (se.Status == http.StatusPreconditionRequired || se.Status == http.StatusPreconditionFailed) {
 		e, gerr := d.etag(ctx, op, p, true)
 		if gerr != nil {
-			return errors.Join(err, gerr)
+			return nil, errors.Join(err, gerr)
 		}
 		d.cfg.Logger.Debug("redfish patch: retrying with If-Match", "status", se.Status)
 		r, err = d.conn.do(ctx, op, http.MethodPatch, p, body, reqOpts{ifMatch: e})
 	}
-	if err != nil {
-		return err
-	}
-	if err := d.followTask(ctx, op, r); err != nil {
-		return err
-	}
-	return extendedError(d.cfg.Endpoint, op, r)
+	return r, err
 }
 
 // etag reads p and returns its ETag header, or its @odata.etag; normalised

@@ -462,6 +462,9 @@ func (c *conn) once(ctx context.Context, api *gofish.APIClient, op, method, path
 		resp, err = cl.PatchWithHeaders(path, body, h)
 	case http.MethodDelete:
 		resp, err = cl.DeleteWithHeaders(path, h)
+	case methodMultipart:
+		parts, _ := body.(map[string]io.Reader)
+		resp, err = cl.PostMultipartWithHeaders(path, parts, h)
 	default:
 		return nil, fmt.Errorf("redfish: %s: method %s not supported", op, method)
 	}
@@ -482,6 +485,10 @@ func (c *conn) once(ctx context.Context, api *gofish.APIClient, op, method, path
 	}
 	return out, nil
 }
+
+// methodMultipart makes once POST body (a map[string]io.Reader) as
+// multipart/form-data; a *os.File part is sent as a file.
+const methodMultipart = "POST-MULTIPART"
 
 // maxBody caps a response body; the largest fixture is far below it.
 const maxBody = 8 << 20
@@ -511,6 +518,7 @@ func classify(bmcName, op, request string, err error, hdr http.Header) error {
 			be.Kind = bmc.ErrUnsupported
 		}
 		se2 := &statusError{BMCError: be, after: retryAfter(hdr), header: hdr}
+		se2.infos = se.ExtendedInfos
 		for _, ei := range se.ExtendedInfos {
 			se2.args = append(se2.args, ei.MessageArgs...)
 			se2.ids = append(se2.ids, ei.MessageID)
@@ -551,6 +559,9 @@ type statusError struct {
 	header http.Header
 	ids    []string
 	args   []string
+	// infos are the @Message.ExtendedInfo entries as sent (per-attribute
+	// refusals name the attribute in RelatedProperties or MessageArgs).
+	infos []schemas.ErrExtendedInfo
 }
 
 func (e *statusError) Unwrap() error { return e.BMCError }

@@ -24,6 +24,17 @@ type Quirk struct {
 	// SendIfMatch sends If-Match on the first PATCH instead of waiting for
 	// a 428: the BMC requires it on every PATCH.
 	SendIfMatch bool
+	// BIOSConfigJobs is the Jobs collection a BIOS settings write must be
+	// committed to with a POST of {"TargetSettingsURI": settings object}
+	// when the Bios lists no SupportedApplyTimes: Dell iDRAC applies
+	// pending BIOS settings only through a configuration job (JID_...),
+	// never at a plain reset. iDRAC9 4.x and later list
+	// SupportedApplyTimes and make the job from @Redfish.SettingsApplyTime
+	// (answering 202 with the job's Location), so the POST is not needed.
+	// HPE iLO 5, Lenovo XCC and Supermicro keep pending settings in the
+	// settings object (bios/settings, Bios/Pending, Bios/SD) and apply
+	// them at the next reset with no job.
+	BIOSConfigJobs string
 	// Evidence names the fixture tree and the test that show the quirk.
 	Evidence string
 }
@@ -36,7 +47,7 @@ var quirkTable = []Quirk{
 		Evidence: "supermicro-sys821ge-tnhr-x13; TestVendorMatrix/supermicro*/boot-*, TestBootModeRevertCaught"},
 	{Vendor: "lenovo", SendIfMatch: true,
 		Evidence: "lenovo-thinksystem-sr670v2-xcc (strong @odata.etag on every resource); TestVendorMatrix/lenovo*/boot-*"},
-	{Vendor: "dell",
+	{Vendor: "dell", BIOSConfigJobs: "/redfish/v1/Managers/iDRAC.Embedded.1/Jobs",
 		Evidence: "dell-poweredge-r750-idrac9 (ETag header only; VirtualMedia under the System); TestVendorMatrix/dell*"},
 }
 

@@ -152,8 +152,9 @@ type Driver struct {
 	root     map[string]any
 	quirk    Quirk
 	resolved bool
-	evidence string // what proved the last reset, "" when nothing did
-	sawOff   bool   // a power-off was seen during the current reset
+	evidence string                       // what proved the last reset, "" when nothing did
+	sawOff   bool                         // a power-off was seen during the current reset
+	regs     map[string]*bmc.BIOSRegistry // attribute registries by name (nil: unreadable)
 }
 
 var (
