@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/machina-metal/machina/bmc"
+	"github.com/machina-metal/machina/inventory"
+	"github.com/machina-metal/machina/reconciler/plan"
 	"github.com/machina-metal/machina/state"
 )
 
@@ -120,4 +122,217 @@ func storageState(cs []bmc.StorageController) []state.StorageController {
 		out = append(out, sc)
 	}
 	return out
+}
+
+// ErrFirmwareRefused: the profile's firmware block is refused on the
+// server by the read the step itself made (the plan saw an older read),
+// or the BMC lacks a capability the change needs. Nothing was sent.
+var ErrFirmwareRefused = errors.New("firmware block refused")
+
+// ErrFirmwareMismatch: after the changes, their reset and the BMC's
+// tasks, the read-back differs from the profile; the error names the
+// value read and the value wanted.
+var ErrFirmwareMismatch = errors.New("firmware read back differs")
+
+// applyFirmware is ActFirmware: the profile's firmware block onto an
+// allocated server before its image is written (Ironic's clean steps
+// apply_configuration, create_configuration and update; Metal3's
+// HostFirmwareSettings, RAID and HostFirmwareComponents in preparing).
+// Act, then verify: it reads the firmware (and stores it), checks the
+// block against that read (a refusal sends nothing), writes the BIOS
+// settings with the apply time the BMC chooses (OnReset when it lists
+// it), creates the volumes (recorded as Machina's, deleted on release),
+// starts each update with SimpleUpdate and follows its task to the end,
+// sets Secure Boot, resets the machine once when any change needs it
+// (at most once per journal entry, Machine.Restart), follows the tasks
+// the BMC made for the reset (Dell configuration jobs), then reads back:
+// anything still different fails the step with both values. The action
+// is disruptive: a failure stalls the server with its reason until the
+// profile changes, never retried in a loop. Idempotent: a resumed step
+// reads first and sends only what still differs.
+func (c *Controller) applyFirmware(ctx context.Context, x *stepCtx) error {
+	if x.desired == nil || x.ws == nil {
+		return fmt.Errorf("firmware: %s is not in the desired inventory", x.step.Server)
+	}
+	prof := x.desired.Profile(x.step.Profile)
+	if prof == nil || prof.Firmware == nil {
+		return fmt.Errorf("firmware: profile %q has no firmware block", x.step.Profile)
+	}
+	drv := x.drv
+	chk, err := c.readCheck(ctx, x, prof)
+	if err != nil {
+		return err
+	}
+	if len(chk.Refusals) > 0 {
+		return fmt.Errorf("firmware: %s (%s): %w", chk.Refusals[0].Message, chk.Refusals[0].Reason, ErrFirmwareRefused)
+	}
+	var (
+		reset   bool
+		tasks   []*bmc.Task
+		created []string
+	)
+	note := func(r *bmc.ApplyResult) {
+		if r == nil {
+			return
+		}
+		reset = reset || r.ResetRequired
+		if r.Task != nil && !r.Task.State.Done() {
+			tasks = append(tasks, r.Task)
+		}
+	}
+	settings := bmc.BIOSSettings{}
+	for _, ch := range chk.Changes {
+		switch ch.Kind {
+		case plan.FirmwareBIOSSet:
+			settings[ch.Item] = prof.Firmware.Settings[ch.Item]
+		case plan.FirmwareRAIDCreate:
+			rc, ok := drv.(bmc.RAIDConfigurer)
+			if !ok {
+				return fmt.Errorf("firmware: create volume %s: the driver has no RAID interface: %w", ch.Item, ErrFirmwareRefused)
+			}
+			r, err := rc.CreateVolume(ctx, bmc.VolumeRequest{Controller: ch.Controller, Name: ch.Item, RAIDType: ch.Level, Drives: ch.Drives, CapacityBytes: ch.SizeBytes})
+			if err != nil {
+				return fmt.Errorf("firmware: create volume %s on %s: %w", ch.Item, ch.Controller, err)
+			}
+			created = append(created, ch.Controller+"/"+ch.Item)
+			note(r)
+		case plan.FirmwareUpdate:
+			if err := c.updateFirmware(ctx, x, drv, ch); err != nil {
+				return err
+			}
+		case plan.FirmwareSecureBootSet:
+			sc, ok := drv.(bmc.SecureBootConfigurer)
+			if !ok {
+				return fmt.Errorf("firmware: set Secure Boot: the driver has no Secure Boot interface: %w", ErrFirmwareRefused)
+			}
+			r, err := sc.SetSecureBoot(ctx, *prof.Firmware.SecureBoot)
+			if err != nil {
+				return fmt.Errorf("firmware: set Secure Boot %v: %w", *prof.Firmware.SecureBoot, err)
+			}
+			note(r)
+		}
+	}
+	if len(created) > 0 {
+		if err := c.recordVolumes(x.step.Server, created); err != nil {
+			return err
+		}
+	}
+	if len(settings) > 0 {
+		bc, ok := drv.(bmc.BIOSConfigurer)
+		if !ok {
+			return fmt.Errorf("firmware: set BIOS: the driver has no BIOS interface: %w", ErrFirmwareRefused)
+		}
+		r, err := bc.SetBIOS(ctx, settings, bmc.ApplyUnset)
+		if err != nil {
+			return fmt.Errorf("firmware: set BIOS %s: %w", strings.Join(sortedNames(settings), ", "), err)
+		}
+		x.log.Info("firmware: BIOS settings written", "settings", len(settings), "applyTime", string(r.ApplyTime), "reset", r.ResetRequired)
+		note(r)
+	}
+	if reset {
+		if err := x.m.Restart(ctx, bmc.PowerActionReset); err != nil {
+			return fmt.Errorf("firmware: reset to apply: %w", err)
+		}
+	}
+	if tf, ok := drv.(bmc.TaskFollower); ok {
+		for _, t := range tasks {
+			if _, err := bmc.WaitTask(ctx, tf, t.URI, c.cfg.FirmwareTaskPoll, nil); err != nil {
+				return fmt.Errorf("firmware: %w", err)
+			}
+		}
+	}
+	after, err := c.readCheck(ctx, x, prof)
+	if err != nil {
+		return err
+	}
+	if len(after.Refusals) > 0 || len(after.Changes) > 0 {
+		var diffs []string
+		for _, ch := range after.Changes {
+			diffs = append(diffs, fmt.Sprintf("%s %s read back %s, wanted %s", ch.Kind, ch.Item, orUnset(ch.From), ch.To))
+		}
+		for _, r := range after.Refusals {
+			diffs = append(diffs, r.Message)
+		}
+		return fmt.Errorf("firmware: %s: %w", strings.Join(diffs, "; "), ErrFirmwareMismatch)
+	}
+	x.log.Info("firmware: applied and read back", "changes", len(chk.Changes), "reset", reset)
+	return nil
+}
+
+// updateFirmware starts one SimpleUpdate with the image's URL as
+// ImageURI and follows the task to its end (the BMC restarting in
+// between is waited through, bmc.WaitTask).
+func (c *Controller) updateFirmware(ctx context.Context, x *stepCtx, drv bmc.Driver, ch plan.FirmwareChange) error {
+	fu, ok := drv.(bmc.FirmwareUpdater)
+	if !ok {
+		return fmt.Errorf("firmware: update %s: the driver has no update interface: %w", ch.Item, ErrFirmwareRefused)
+	}
+	if ch.Image == "" {
+		return fmt.Errorf("firmware: update %s: no image URL: %w", ch.Item, ErrFirmwareRefused)
+	}
+	t, err := fu.UpdateFirmware(ctx, bmc.FirmwareUpdate{ImageURI: ch.Image})
+	if err != nil {
+		return fmt.Errorf("firmware: update %s to %s: %w", ch.Item, ch.To, err)
+	}
+	x.log.Info("firmware: update started", "component", ch.Item, "version", ch.To, "task", t.URI)
+	if _, err := bmc.WaitTask(ctx, fu, t.URI, c.cfg.FirmwareTaskPoll, nil); err != nil {
+		return fmt.Errorf("firmware: update %s to %s: %w", ch.Item, ch.To, err)
+	}
+	return nil
+}
+
+// readCheck reads the server's firmware, stores it (keeping the volumes
+// Machina created) and checks the profile's block against it.
+func (c *Controller) readCheck(ctx context.Context, x *stepCtx, prof *inventory.Profile) (plan.FirmwareCheck, error) {
+	fw, err := ReadFirmware(ctx, x.drv, c.cfg.Now())
+	if err != nil {
+		return plan.FirmwareCheck{}, fmt.Errorf("firmware: %w", err)
+	}
+	s, err := c.cfg.Store.UpdateServer(x.step.Server, func(s *state.Server) error {
+		if s.Firmware != nil {
+			fw.CreatedVolumes = s.Firmware.CreatedVolumes
+		}
+		s.Firmware = fw
+		return nil
+	})
+	if err != nil {
+		return plan.FirmwareCheck{}, fmt.Errorf("firmware: record read: %w", err)
+	}
+	return plan.CheckFirmware(x.desired, prof.Firmware, x.ws, &s), nil
+}
+
+// recordVolumes adds "controller/name" entries to the volumes Machina
+// created on the server (deleted on release, never others).
+func (c *Controller) recordVolumes(server string, vols []string) error {
+	_, err := c.cfg.Store.UpdateServer(server, func(s *state.Server) error {
+		if s.Firmware == nil {
+			s.Firmware = &state.Firmware{}
+		}
+		for _, v := range vols {
+			if !slices.Contains(s.Firmware.CreatedVolumes, v) {
+				s.Firmware.CreatedVolumes = append(s.Firmware.CreatedVolumes, v)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("firmware: record created volumes: %w", err)
+	}
+	return nil
+}
+
+func sortedNames(m bmc.BIOSSettings) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
+
+func orUnset(s string) string {
+	if s == "" {
+		return "(none)"
+	}
+	return s
 }

@@ -63,6 +63,14 @@ type FirmwareChange struct {
 	// the value wanted (for a volume: level, drives and controller).
 	From string `json:"from"`
 	To   string `json:"to"`
+	// Controller, Drives, Level and SizeBytes are a raid-create's
+	// placement (SizeBytes 0: all of the drives); Image is a
+	// firmware-update's image URL.
+	Controller string   `json:"controller,omitempty"`
+	Drives     []string `json:"drives,omitempty"`
+	Level      string   `json:"level,omitempty"`
+	SizeBytes  int64    `json:"sizeBytes,omitempty"`
+	Image      string   `json:"image,omitempty"`
 	// Held: the server is deployed, so the change waits for `machinactl
 	// approve` like other held steps; false: it applies before the image
 	// is written.
@@ -106,7 +114,10 @@ type FirmwareCheck struct {
 // attribute, wrong type, Enumeration value not listed, Integer or String
 // length out of bounds, read-only); RAID volumes against the controllers'
 // levels and free drives; versions against the firmware inventory.
-func CheckFirmware(fw *inventory.Firmware, ws *inventory.Server, obs *state.Server) FirmwareCheck {
+//
+// want is the inventory the profile is from (it resolves a version's
+// images.yaml name to its URL); nil leaves Image empty.
+func CheckFirmware(want *inventory.Inventory, fw *inventory.Firmware, ws *inventory.Server, obs *state.Server) FirmwareCheck {
 	var out FirmwareCheck
 	if fw == nil {
 		return out
@@ -160,7 +171,10 @@ func CheckFirmware(fw *inventory.Firmware, ws *inventory.Server, obs *state.Serv
 			add(FirmwareBIOSSet, name, from, showValue(want))
 		}
 	}
-	raidChanges(fw.RAID, read.Storage, refuse, add)
+	raidChanges(fw.RAID, read.Storage, refuse, func(c FirmwareChange) {
+		c.Server = ws.Name
+		out.Changes = append(out.Changes, c)
+	})
 	for _, v := range fw.Versions {
 		c := findComponent(read.Components, v.Component)
 		switch {
@@ -170,7 +184,8 @@ func CheckFirmware(fw *inventory.Firmware, ws *inventory.Server, obs *state.Serv
 		case !c.Updateable:
 			refuse(CondFirmwareVersionInvalid, "NotUpdateable", fmt.Sprintf("component %s runs %s and the BMC says it is not updateable (profile wants %s)", v.Component, c.Version, v.Version))
 		default:
-			add(FirmwareUpdate, v.Component, c.Version, v.Version)
+			out.Changes = append(out.Changes, FirmwareChange{Server: ws.Name, Kind: FirmwareUpdate, Item: v.Component, From: c.Version, To: v.Version,
+				Image: imageURL(want, v)})
 		}
 	}
 	if fw.SecureBoot != nil && read.SecureBoot != nil && read.SecureBoot.Enable != *fw.SecureBoot {
@@ -180,6 +195,18 @@ func CheckFirmware(fw *inventory.Firmware, ws *inventory.Server, obs *state.Serv
 		out.Changes = nil // nothing of a refused block is planned
 	}
 	return out
+}
+
+// imageURL is where the BMC fetches v's update file from: its url, or
+// the URL of the images.yaml entry it names.
+func imageURL(want *inventory.Inventory, v inventory.FirmwareVersion) string {
+	if v.URL != "" || want == nil {
+		return v.URL
+	}
+	if im := want.Image(v.Image); im != nil {
+		return im.URL
+	}
+	return ""
 }
 
 // firmwareAreas lists the areas (state.FirmwareArea*) fw names.
@@ -350,7 +377,7 @@ func raidUsableDrives(level string, n int) int {
 // volumes of its level with enough free drives (in no volume, not taken
 // by an earlier volume of the profile) of its media type and size. Drives
 // are taken smallest first, then by ID.
-func raidChanges(want []inventory.RAIDVolume, ctrls []state.StorageController, refuse func(typ, reason, msg string), add func(kind, item, from, to string)) {
+func raidChanges(want []inventory.RAIDVolume, ctrls []state.StorageController, refuse func(typ, reason, msg string), add func(FirmwareChange)) {
 	if len(want) == 0 {
 		return
 	}
@@ -406,7 +433,8 @@ func raidChanges(want []inventory.RAIDVolume, ctrls []state.StorageController, r
 				ids[i] = d.ID
 				taken[c.ID+"/"+d.ID] = true
 			}
-			add(FirmwareRAIDCreate, v.Name, "", fmt.Sprintf("%s %s on %s (%s)", v.Level, v.Size, c.ID, strings.Join(ids, ", ")))
+			add(FirmwareChange{Kind: FirmwareRAIDCreate, Item: v.Name, To: fmt.Sprintf("%s %s on %s (%s)", v.Level, v.Size, c.ID, strings.Join(ids, ", ")),
+				Controller: c.ID, Drives: ids, Level: v.Level, SizeBytes: v.SizeBytes()})
 			placed = true
 			break
 		}
@@ -457,9 +485,13 @@ func firmwareProfile(ws *inventory.Server, obs *state.Server) string {
 }
 
 // firmware checks every server a profile with a firmware block applies
-// to: refusals become conditions and drop the server's deploy (nothing
-// is sent to its BMC), changes go to Result.Firmware (held on deployed
-// servers), and a server never read gets CondFirmwareNotRead.
+// to (allocated or deployed with it, pinned to it, or allocated to it in
+// this plan). A refusal becomes a condition and drops the server's
+// deploy: nothing is sent to its BMC. On a server not deployed yet, a
+// difference (or a firmware never read) replaces this pass's deploy: an
+// allocated server gets ActFirmware, which applies the block and reads it
+// back, and the deploy follows once the read-back matches. On a deployed
+// server the differences are listed as held in Result.Firmware.
 func (p *planning) firmware() {
 	blocked := map[string]Condition{}
 	for i := range p.want.Servers {
@@ -471,15 +503,22 @@ func (p *planning) firmware() {
 		if !ok || obs.Lifecycle == state.LifecycleRetired {
 			continue
 		}
-		prof := p.want.Profile(firmwareProfile(ws, &obs))
+		name := firmwareProfile(ws, &obs)
+		if planned, ok := p.allocated[ws.Name]; ok {
+			name = planned
+		}
+		prof := p.want.Profile(name)
 		if prof == nil || prof.Firmware == nil {
 			continue
 		}
-		chk := CheckFirmware(prof.Firmware, ws, &obs)
+		chk := CheckFirmware(p.want, prof.Firmware, ws, &obs)
 		for _, c := range chk.Refusals {
 			c.Message = "profile " + prof.Name + ": " + c.Message
 			p.cond(c)
 			blocked[ws.Name] = c
+		}
+		if len(chk.Refusals) > 0 {
+			continue
 		}
 		if chk.NotRead {
 			p.cond(Condition{Subject: "server/" + ws.Name, Type: CondFirmwareNotRead, Reason: "Waiting",
@@ -490,6 +529,20 @@ func (p *planning) firmware() {
 			c.Held = held
 			p.res.Firmware = append(p.res.Firmware, c)
 		}
+		if held || (len(chk.Changes) == 0 && !chk.NotRead) {
+			continue
+		}
+		switch obs.Lifecycle {
+		case state.LifecycleReady, state.LifecycleAllocated:
+			blocked[ws.Name] = Condition{}
+		}
+		if obs.Lifecycle == state.LifecycleAllocated && !hasServerStep(p.res.Steps, ws.Name, ActRelease) {
+			why := fmt.Sprintf("profile %s firmware: %d changes before the image is written", prof.Name, len(chk.Changes))
+			if chk.NotRead {
+				why = fmt.Sprintf("profile %s firmware: read and apply before the image is written", prof.Name)
+			}
+			p.res.Steps = append(p.res.Steps, Step{Server: ws.Name, Action: ActFirmware, Profile: prof.Name, Why: why})
+		}
 	}
 	sort.SliceStable(p.res.Firmware, func(i, j int) bool { return p.res.Firmware[i].Server < p.res.Firmware[j].Server })
 	if len(blocked) > 0 {
@@ -498,10 +551,19 @@ func (p *planning) firmware() {
 	}
 }
 
+func hasServerStep(steps []Step, server string, a Action) bool {
+	for _, s := range steps {
+		if s.Server == server && s.Action == a {
+			return true
+		}
+	}
+	return false
+}
+
 // firmwareRefused reports whether profile pr's firmware block is refused
 // on server ws (Candidates skips such servers).
-func firmwareRefused(pr *inventory.Profile, ws *inventory.Server, obs *state.Server) bool {
-	return pr.Firmware != nil && len(CheckFirmware(pr.Firmware, ws, obs).Refusals) > 0
+func firmwareRefused(want *inventory.Inventory, pr *inventory.Profile, ws *inventory.Server, obs *state.Server) bool {
+	return pr.Firmware != nil && len(CheckFirmware(want, pr.Firmware, ws, obs).Refusals) > 0
 }
 
 // dropDeploys removes the ActDeploy steps of the named servers.

@@ -145,7 +145,7 @@ func TestCheckFirmwareRefusals(t *testing.T) {
 			if tt.server != nil {
 				ws = tt.server
 			}
-			got := CheckFirmware(fw, ws, &state.Server{Name: ws.Name, Firmware: read})
+			got := CheckFirmware(nil, fw, ws, &state.Server{Name: ws.Name, Firmware: read})
 			if len(got.Refusals) != 1 {
 				t.Fatalf("refusals = %+v; want one %s", got.Refusals, tt.typ)
 			}
@@ -170,7 +170,7 @@ func TestCheckFirmwareChanges(t *testing.T) {
 	read.BIOS.Pending = map[string]any{"SriovGlobalEnable": "Enabled"}
 	fw := goodFirmware()
 	fw.Settings["SriovGlobalEnable"] = "Enabled"
-	got := CheckFirmware(fw, ws, &state.Server{Firmware: read})
+	got := CheckFirmware(nil, fw, ws, &state.Server{Firmware: read})
 	var lines []string
 	for _, c := range got.Changes {
 		lines = append(lines, c.String())
@@ -190,13 +190,13 @@ func TestCheckFirmwareChanges(t *testing.T) {
 	read.Storage[1].Volumes = []state.Volume{{ID: "Disk.Virtual.0:RAID.Integrated.1-1", Name: "os", RAIDType: "RAID1"}}
 	read.Components[0].Version = "1.13.2"
 	read.SecureBoot.Enable = true
-	if got := CheckFirmware(fw, ws, &state.Server{Firmware: read}); len(got.Changes) != 0 || len(got.Refusals) != 0 {
+	if got := CheckFirmware(nil, fw, ws, &state.Server{Firmware: read}); len(got.Changes) != 0 || len(got.Refusals) != 0 {
 		t.Errorf("after the read-back matched: changes %v, refusals %v; want none", got.Changes, got.Refusals)
 	}
-	if got := CheckFirmware(fw, ws, &state.Server{}); !got.NotRead || len(got.Changes) != 0 {
+	if got := CheckFirmware(nil, fw, ws, &state.Server{}); !got.NotRead || len(got.Changes) != 0 {
 		t.Errorf("never read: %+v; want NotRead and no change", got)
 	}
-	if got := CheckFirmware(nil, ws, &state.Server{Firmware: read}); len(got.Changes)+len(got.Refusals) != 0 || got.NotRead {
+	if got := CheckFirmware(nil, nil, ws, &state.Server{Firmware: read}); len(got.Changes)+len(got.Refusals) != 0 || got.NotRead {
 		t.Errorf("no firmware block: %+v; want nothing", got)
 	}
 }
@@ -256,5 +256,52 @@ func TestPlanFirmwareGolden(t *testing.T) {
 	}
 	if got != string(b) {
 		t.Errorf("Compute =\n%s\nwant\n%s", got, b)
+	}
+}
+
+// TestPlanFirmwareStep: an allocated server whose profile's firmware
+// block differs from its read (or was never read) gets ActFirmware and no
+// deploy; once the read-back matches, the deploy; a ready server being
+// allocated in this plan is allocated but not deployed in the same pass.
+func TestPlanFirmwareStep(t *testing.T) {
+	inv := cloneInv(exampleInventory(t))
+	inv.Profile("hypervisor").Firmware = goodFirmware()
+	inv.Server("r1-n03").Want, inv.Server("r1-n03").Profile = inventory.WantDeployed, "hypervisor"
+	matching := idracRead()
+	matching.BIOS.Attributes["ProcVirtualization"] = "Enabled"
+	matching.Storage[1].Volumes = []state.Volume{{ID: "Disk.Virtual.0:RAID.Integrated.1-1", Name: "os", RAIDType: "RAID1"}}
+	matching.Components[0].Version = "1.13.2"
+	matching.SecureBoot.Enable = true
+	steps := func(lc state.Lifecycle, fw *state.Firmware) []string {
+		snap := steadyFleet(inv)
+		s := snap.Servers["r1-n03"]
+		s.Firmware = fw
+		snap.Servers["r1-n03"] = s
+		if lc == state.LifecycleAllocated {
+			setLC(snap, "r1-n03", lc, &state.Allocation{Profile: "hypervisor", Reason: ReasonPinned, At: planT0})
+		}
+		var out []string
+		for _, st := range Compute(inv, snap, Options{Now: planT0.Add(time.Minute)}).Steps {
+			if st.Server == "r1-n03" {
+				out = append(out, string(st.Action))
+			}
+		}
+		return out
+	}
+	for _, tt := range []struct {
+		name string
+		lc   state.Lifecycle
+		fw   *state.Firmware
+		want []string
+	}{
+		{"allocated, differs", state.LifecycleAllocated, idracRead(), []string{"firmware"}},
+		{"allocated, never read", state.LifecycleAllocated, nil, []string{"firmware"}},
+		{"allocated, matches", state.LifecycleAllocated, matching, []string{"deploy"}},
+		{"ready, differs", state.LifecycleReady, idracRead(), []string{"allocate"}},
+		{"ready, matches", state.LifecycleReady, matching, []string{"allocate", "deploy"}},
+	} {
+		if got := steps(tt.lc, tt.fw); !cmp.Equal(got, tt.want) {
+			t.Errorf("%s: steps %v, want %v", tt.name, got, tt.want)
+		}
 	}
 }

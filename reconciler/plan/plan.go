@@ -792,7 +792,7 @@ func Candidates(p inventory.Profile, want *inventory.Inventory, have state.Snaps
 		if obs.Fenced != nil {
 			continue // fenced: never powered on until unfenced
 		}
-		if firmwareRefused(&p, &ws, &obs) {
+		if firmwareRefused(want, &p, &ws, &obs) {
 			continue // the profile's firmware block is refused on it (IPMI, registry, drives)
 		}
 		out = append(out, obs)
