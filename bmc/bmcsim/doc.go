@@ -9,7 +9,11 @@
 // VirtualMedia InsertMedia/EjectMedia and PATCH-style media; sessions
 // (X-Auth-Token) and Basic auth with account lockout; ETag checks (If-Match,
 // 412/428) where the tree has @odata.etag; LastResetTime and BootProgress
-// stamped on resets. Vendor behaviours are [Quirks], and the real-BMC
+// stamped on resets; BIOS settings pending in the Bios settings object until
+// a reset, with registry refusals and Dell configuration jobs, firmware
+// updates as tasks followed by a BMC restart, RAID volumes and Secure Boot
+// applied at the next reset ([Firmware] names the BMC each models and what
+// no tree shows). Vendor behaviours are [Quirks], and the real-BMC
 // behaviours no fixture tree shows are named [Modes] (Basic only, no
 // authentication, Once coerced to Continuous or ignored, no PowerCycle, no
 // LastResetTime); [WriteSharedChassisTree] builds two systems in one

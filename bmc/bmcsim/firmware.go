@@ -175,11 +175,11 @@ type regAttr struct {
 // do not list (no registry body survives in them) but the vendors'
 // published registries do.
 var vendorEnums = map[string][]string{
-	"BootMode":        {"Bios", "Uefi"},                                                  // Dell iDRAC, DMTF mockup
-	"hpe:BootMode":    {"Uefi", "LegacyBios"},                                            // HPE iLO 5
+	"BootMode":        {"Bios", "Uefi"},                                                                                                                                                                                                                                                                                                                  // Dell iDRAC, DMTF mockup
+	"hpe:BootMode":    {"Uefi", "LegacyBios"},                                                                                                                                                                                                                                                                                                            // HPE iLO 5
 	"WorkloadProfile": {"GeneralPowerEfficientCompute", "GeneralPeakFrequencyCompute", "GeneralThroughputCompute", "Virtualization-PowerEfficient", "Virtualization-MaxPerformance", "LowLatency", "MissionCritical", "TransactionalApplicationProcessing", "HighPerformanceCompute", "DecisionSupport", "GraphicProcessing", "I/OThroughput", "Custom"}, // HPE iLO 5
-	"SysProfile":      {"PerfPerWattOptimizedOs", "PerfPerWattOptimizedDapc", "PerfOptimized", "Custom", "PerfWorkStationOptimized"},                                                                                                                                  // Dell
-	"PowerProfile":    {"MaxPerf", "PowerSaving", "Balanced"},                                                                                                                                                                                                        // DMTF mockup
+	"SysProfile":      {"PerfPerWattOptimizedOs", "PerfPerWattOptimizedDapc", "PerfOptimized", "Custom", "PerfWorkStationOptimized"},                                                                                                                                                                                                                     // Dell
+	"PowerProfile":    {"MaxPerf", "PowerSaving", "Balanced"},                                                                                                                                                                                                                                                                                            // DMTF mockup
 }
 
 // biosRegistry derives the attribute registry of the Bios at bp from its

@@ -33,7 +33,7 @@ func newBMCCmd(e *env) *cobra.Command {
 	f := &bmcFlags{}
 	cmd := &cobra.Command{
 		Use:   "bmc",
-		Short: "Act on one BMC directly: power, boot override, virtual media, info",
+		Short: "Act on one BMC directly: power, boot override, virtual media, info, BIOS, RAID, firmware, Secure Boot",
 		Long: `Act on one BMC directly, without any inventory.
 
 The password is read from the first line of stdin with --password-stdin, or
@@ -56,7 +56,8 @@ that had to be forced, an authentication fallback) are printed on stderr.`,
 	pf.BoolVar(&f.verbose, "verbose", false, "also print the driver's hardware actions (Info) on stderr")
 	pf.DurationVar(&f.timeout, "timeout", 10*time.Minute, "bound for the whole command")
 	pf.DurationVar(&f.softOffTimeout, "soft-off-timeout", 2*time.Minute, "soft-off: how long to wait for the OS to shut down before forcing off")
-	cmd.AddCommand(newBMCPowerCmd(e, f), newBMCBootCmd(e, f), newBMCMediaCmd(e, f), newBMCInfoCmd(e, f))
+	cmd.AddCommand(newBMCPowerCmd(e, f), newBMCBootCmd(e, f), newBMCMediaCmd(e, f), newBMCInfoCmd(e, f),
+		newBMCBIOSCmd(e, f), newBMCRAIDCmd(e, f), newBMCFirmwareCmd(e, f), newBMCSecureBootCmd(e, f))
 	return cmd
 }
 
