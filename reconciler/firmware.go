@@ -180,6 +180,16 @@ func (c *Controller) applyFirmware(ctx context.Context, x *stepCtx) error {
 			tasks = append(tasks, r.Task)
 		}
 	}
+	// Updates first, as Ironic orders its clean steps: a BIOS update may
+	// reset the settings, and the BMC restarts after many updates (so
+	// it is waited for before anything else is sent).
+	for _, ch := range chk.Changes {
+		if ch.Kind == plan.FirmwareUpdate {
+			if err := c.updateFirmware(ctx, x, drv, ch); err != nil {
+				return err
+			}
+		}
+	}
 	settings := bmc.BIOSSettings{}
 	for _, ch := range chk.Changes {
 		switch ch.Kind {
@@ -196,10 +206,6 @@ func (c *Controller) applyFirmware(ctx context.Context, x *stepCtx) error {
 			}
 			created = append(created, ch.Controller+"/"+ch.Item)
 			note(r)
-		case plan.FirmwareUpdate:
-			if err := c.updateFirmware(ctx, x, drv, ch); err != nil {
-				return err
-			}
 		case plan.FirmwareSecureBootSet:
 			sc, ok := drv.(bmc.SecureBootConfigurer)
 			if !ok {
@@ -278,15 +284,53 @@ func (c *Controller) updateFirmware(ctx context.Context, x *stepCtx, drv bmc.Dri
 	if _, err := bmc.WaitTask(ctx, fu, t.URI, c.cfg.FirmwareTaskPoll, nil); err != nil {
 		return fmt.Errorf("firmware: update %s to %s: %w", ch.Item, ch.To, err)
 	}
-	return nil
+	// The BMC restarts after many updates (iDRAC, iLO and XCC after
+	// their own, bmcweb after any activation): wait until it answers.
+	for {
+		_, err := fu.FirmwareInventory(ctx)
+		if err == nil {
+			return nil
+		}
+		if !bmc.IsTransient(err) || ctx.Err() != nil {
+			return fmt.Errorf("firmware: after update %s: %w", ch.Item, err)
+		}
+		if err := sleepCtx(ctx, c.cfg.FirmwareTaskPoll); err != nil {
+			return fmt.Errorf("firmware: after update %s: wait for the BMC: %w", ch.Item, err)
+		}
+	}
+}
+
+// sleepCtx waits d or until ctx ends (its error then).
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
 }
 
 // readCheck reads the server's firmware, stores it (keeping the volumes
 // Machina created) and checks the profile's block against it.
+//
+// A transient error (the BMC restarting after a reset or an update) is
+// read again every FirmwareTaskPoll until ctx ends.
 func (c *Controller) readCheck(ctx context.Context, x *stepCtx, prof *inventory.Profile) (plan.FirmwareCheck, error) {
-	fw, err := ReadFirmware(ctx, x.drv, c.cfg.Now())
-	if err != nil {
-		return plan.FirmwareCheck{}, fmt.Errorf("firmware: %w", err)
+	var fw *state.Firmware
+	for {
+		var err error
+		fw, err = ReadFirmware(ctx, x.drv, c.cfg.Now())
+		if err == nil {
+			break
+		}
+		if !bmc.IsTransient(err) || ctx.Err() != nil {
+			return plan.FirmwareCheck{}, fmt.Errorf("firmware: %w", err)
+		}
+		if err := sleepCtx(ctx, c.cfg.FirmwareTaskPoll); err != nil {
+			return plan.FirmwareCheck{}, fmt.Errorf("firmware: read: %w", err)
+		}
 	}
 	s, err := c.cfg.Store.UpdateServer(x.step.Server, func(s *state.Server) error {
 		if s.Firmware != nil {
