@@ -380,3 +380,55 @@ func orUnset(s string) string {
 	}
 	return s
 }
+
+// deleteCreatedVolumes deletes, on release, the RAID volumes Machina
+// created on the server (Firmware.CreatedVolumes, "controller/name") and
+// only those: it reads the controllers, DELETEs each such volume still
+// listed, reads them again and stores that read with the list emptied. A
+// server without created volumes, or whose driver has no RAID interface,
+// is left alone. Dell iDRAC deletes by a configuration job at the next
+// reset (the release wipe's boot).
+func (c *Controller) deleteCreatedVolumes(ctx context.Context, x *stepCtx) error {
+	if x.obs.Firmware == nil || len(x.obs.Firmware.CreatedVolumes) == 0 {
+		return nil
+	}
+	rc, ok := x.drv.(bmc.RAIDConfigurer)
+	if !ok {
+		return nil
+	}
+	ctrls, err := rc.Storage(ctx)
+	if err != nil {
+		return fmt.Errorf("release: read storage: %w", err)
+	}
+	for _, cv := range x.obs.Firmware.CreatedVolumes {
+		ctrl, name, _ := strings.Cut(cv, "/")
+		for _, sc := range ctrls {
+			if sc.ID != ctrl {
+				continue
+			}
+			for _, v := range sc.Volumes {
+				if v.Name != name {
+					continue
+				}
+				if _, err := rc.DeleteVolume(ctx, ctrl, v.ID); err != nil {
+					return fmt.Errorf("release: delete volume %s (%s) on %s: %w", name, v.ID, ctrl, err)
+				}
+				x.log.Info("release: deleted the volume Machina created", "controller", ctrl, "volume", name)
+			}
+		}
+	}
+	ctrls, err = rc.Storage(ctx)
+	if err != nil {
+		return fmt.Errorf("release: read storage: %w", err)
+	}
+	_, err = c.cfg.Store.UpdateServer(x.step.Server, func(s *state.Server) error {
+		if s.Firmware != nil {
+			s.Firmware.Storage, s.Firmware.CreatedVolumes = storageState(ctrls), nil
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("release: record storage: %w", err)
+	}
+	return nil
+}

@@ -26,7 +26,8 @@ import (
 // no firmware change left for it. Then a setting the Dell registry
 // refuses is committed onto a fresh pinned server (r2-n02): FirmwareSettingInvalid
 // names the allowed values and the server is never deployed nor sent a
-// BIOS write (its BIOS reads back unchanged, nothing pending).
+// BIOS write (its BIOS reads back unchanged, nothing pending). Released,
+// the Lenovo server loses the volume Machina created.
 func TestFirmwareBeforeDeploy(t *testing.T) {
 	site := os.DirFS("testdata/firmware-site")
 	r := startRig(t, rigOptions{lab: sim.Config{Inventory: site}, config: func(c *controller.Config) {
@@ -88,6 +89,20 @@ func TestFirmwareBeforeDeploy(t *testing.T) {
 	}
 	if !vol {
 		t.Errorf("r1-n03: no RAID1 volume os on M.2 read back: %+v", lenovo.Storage)
+	}
+
+	// Release r1-n03: the volume Machina created is deleted (XCC deletes
+	// at once), the others' are never touched.
+	r.commit("r1-n03 no longer deployed", func(dir string) { r.setServer(dir, "r1-n03", "want", "ready") })
+	rel := r.waitServer("r1-n03", "released with its volume deleted", 2*time.Minute, func(s state.Server) bool {
+		return s.Lifecycle == state.LifecycleReady && s.Firmware != nil && len(s.Firmware.CreatedVolumes) == 0
+	})
+	for _, c := range rel.Firmware.Storage {
+		for _, v := range c.Volumes {
+			if v.Name == "os" {
+				t.Errorf("r1-n03 after release still has volume os on %s", c.ID)
+			}
+		}
 	}
 
 	// A refused setting: r2-n02 (the Dell tree again) pinned to a
