@@ -47,7 +47,7 @@ func ReadFirmware(ctx context.Context, drv bmc.Driver, at time.Time) (*state.Fir
 		if err := missing(state.FirmwareAreaBIOS, err); err != nil {
 			return nil, err
 		}
-	} else {
+	} else if b != nil {
 		fw.BIOS = biosState(b)
 	}
 	if rc, ok := drv.(bmc.RAIDConfigurer); !ok {
@@ -76,7 +76,7 @@ func ReadFirmware(ctx context.Context, drv bmc.Driver, at time.Time) (*state.Fir
 		if err := missing(state.FirmwareAreaSecureBoot, err); err != nil {
 			return nil, err
 		}
-	} else {
+	} else if sb != nil {
 		fw.SecureBoot = &state.SecureBootState{Enable: sb.Enable, CurrentBoot: sb.CurrentBoot}
 	}
 	return fw, nil

@@ -4,12 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/machina-metal/machina/bmc"
+	"github.com/machina-metal/machina/inventory"
+	"github.com/machina-metal/machina/reconciler/plan"
 	"github.com/machina-metal/machina/state"
 )
 
@@ -23,11 +27,16 @@ type fwDriver struct {
 	sb         *bmc.SecureBoot
 	biosErr    error
 	storageErr error
+	// setBIOS counts SetBIOS calls; each is accepted (OnReset, reset
+	// required) and changes nothing, as a BIOS that reverts a setting at
+	// boot.
+	setBIOS int
 }
 
 func (d *fwDriver) BIOS(context.Context) (*bmc.BIOS, error) { return d.bios, d.biosErr }
 func (d *fwDriver) SetBIOS(context.Context, bmc.BIOSSettings, bmc.ApplyTime) (*bmc.ApplyResult, error) {
-	return nil, errors.New("not used")
+	d.setBIOS++
+	return &bmc.ApplyResult{ApplyTime: bmc.ApplyOnReset, ResetRequired: true}, nil
 }
 func (d *fwDriver) Storage(context.Context) ([]bmc.StorageController, error) {
 	return d.storage, d.storageErr
@@ -114,5 +123,71 @@ func TestReadFirmware(t *testing.T) {
 	got, err = ReadFirmware(t.Context(), plainDriver{}, at)
 	if err != nil || len(got.Unsupported) != 4 || got.BIOS != nil {
 		t.Errorf("driver without firmware capabilities: %+v, %v; want all four areas unsupported", got, err)
+	}
+}
+
+// TestFirmwareStepMismatchStalls: the firmware step writes the setting,
+// resets, reads back; a BIOS that still reports the old value fails the
+// step naming both values, and the server stalls: the next passes plan
+// the step but never send the setting again.
+func TestFirmwareStepMismatchStalls(t *testing.T) {
+	st, err := state.Open(filepath.Join(t.TempDir(), "state.db"), state.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	inv := &inventory.Inventory{
+		Servers: []inventory.Server{{Name: "s1", Zone: "z", BootMAC: "52:54:00:00:00:01", BootMode: inventory.BootUEFI, Want: inventory.WantDeployed, Profile: "p",
+			BMC: inventory.BMC{Driver: inventory.DriverRedfish, Address: "https://bmc.invalid", Credentials: "c"}}},
+		Profiles: []inventory.Profile{{Name: "p", Image: "img", Deploy: inventory.DeployImage,
+			Firmware: &inventory.Firmware{Settings: map[string]any{"ProcVirtualization": "Enabled"}}}},
+		Images: []inventory.Image{{Name: "img", URL: "http://x/img.raw", Checksum: "sha256:" + strings.Repeat("0", 64)}},
+		Digest: "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+	}
+	ws := inv.Servers[0]
+	if _, err := st.CreateServer(plan.Record(&ws)); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range [][2]state.Lifecycle{{state.LifecycleNew, state.LifecycleCommissioning}, {state.LifecycleCommissioning, state.LifecycleReady}, {state.LifecycleReady, state.LifecycleAllocated}} {
+		if _, err := st.Transition("s1", m[0], m[1], "test"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := st.UpdateServer("s1", func(s *state.Server) error {
+		s.Allocation = &state.Allocation{Profile: "p", Reason: plan.ReasonPinned, At: time.Now()}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	fw := &fwDriver{bios: &bmc.BIOS{Attributes: bmc.BIOSSettings{"ProcVirtualization": "Disabled"},
+		Registry: &bmc.BIOSRegistry{Attributes: []bmc.BIOSAttribute{{Name: "ProcVirtualization", Type: bmc.AttrEnumeration, AllowedValues: []string{"Enabled", "Disabled"}}}}}}
+	drv := struct {
+		*recordingDriver
+		*fwDriver
+	}{&recordingDriver{on: true}, fw}
+	c, err := New(Config{Store: st, Drivers: oneDriver{drv}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.SetDesired(inv)
+	for i := 0; i < 3; i++ {
+		res := c.Pass(context.Background())
+		c.wg.Wait()
+		if i == 0 && (len(res.Steps) != 1 || res.Steps[0].Action != plan.ActFirmware) {
+			t.Fatalf("plan %v, want the firmware step", res.Steps)
+		}
+	}
+	srv, err := st.Server("s1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "bios-set ProcVirtualization read back Disabled, wanted Enabled"; !strings.Contains(srv.LastError, want) || srv.Stalled == "" {
+		t.Errorf("LastError %q stalled %q; want the mismatch (%s) and a stall", srv.LastError, srv.Stalled, want)
+	}
+	if fw.setBIOS != 1 {
+		t.Errorf("SetBIOS called %d times over three passes; want once (stalled, not retried)", fw.setBIOS)
+	}
+	if srv.Lifecycle != state.LifecycleAllocated {
+		t.Errorf("lifecycle %s; want allocated (never deployed)", srv.Lifecycle)
 	}
 }
