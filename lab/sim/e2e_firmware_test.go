@@ -1,11 +1,13 @@
 package sim_test
 
 import (
+	"net/http"
 	"os"
 	"strings"
 	"testing"
 	"time"
 
+	v1 "github.com/machina-metal/machina/api/v1"
 	"github.com/machina-metal/machina/controller"
 	"github.com/machina-metal/machina/inventory"
 	"github.com/machina-metal/machina/lab/sim"
@@ -94,6 +96,17 @@ func TestFirmwareBeforeDeploy(t *testing.T) {
 	// Release r1-n03: the volume Machina created is deleted (XCC deletes
 	// at once), the others' are never touched.
 	r.commit("r1-n03 no longer deployed", func(dir string) { r.setServer(dir, "r1-n03", "want", "ready") })
+	// It is fw-lenovo's last deployed server: the safety brake holds the
+	// release until it is approved.
+	var rev string
+	r.waitFor("the release held by the brake", time.Minute, func(state.Snapshot) bool {
+		_, after, ok := strings.Cut(r.run.Reconciler.LastPlan().Brake, "machinactl approve ")
+		rev, _, _ = strings.Cut(after, ")")
+		return ok && rev != ""
+	})
+	if code, body := r.admin(http.MethodPost, "/api/v1/approve", v1.ApproveRequest{Revision: rev}); code != http.StatusOK {
+		t.Fatalf("approve %s: %d %s", rev, code, body)
+	}
 	rel := r.waitServer("r1-n03", "released with its volume deleted", 2*time.Minute, func(s state.Server) bool {
 		return s.Lifecycle == state.LifecycleReady && s.Firmware != nil && len(s.Firmware.CreatedVolumes) == 0
 	})
