@@ -139,7 +139,7 @@ func (s *Server) restartingLocked() int {
 	return http.StatusServiceUnavailable
 }
 
-// biosFor returns the Bios resource path whose settings object is p, or
+// biosForSettingsLocked returns the Bios resource path whose settings object is p, or
 // "" when p is not one.
 func (s *Server) biosForSettingsLocked(p string) string {
 	for _, sys := range memberIDs(s.nodeLocked("/redfish/v1/Systems").body) {
@@ -274,7 +274,7 @@ func registryBody(id string, reg map[string]*regAttr) map[string]any {
 	}
 }
 
-// registryLocationLocked maps the URI a registry file's Location names to
+// registryAtLocked maps the URI a registry file's Location names to
 // the Bios it describes and the registry Id, when p is one.
 func (s *Server) registryAtLocked(p string) (bios, id string) {
 	for _, sys := range memberIDs(s.nodeLocked("/redfish/v1/Systems").body) {
@@ -325,19 +325,28 @@ func sameRegistry(id, registry, name string) bool {
 	return b != "" && (base(id) == b || base(registry) == b)
 }
 
-// serveFirmwareGetLocked answers GETs of what the emulator makes up: the
+// serveFirmwareGet answers GETs of what the emulator makes up: the
 // registry body, settings objects with their pending values, Dell jobs,
 // update tasks. ok is false for other paths.
 func (s *Server) serveFirmwareGet(w http.ResponseWriter, p string) (int, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if bp, id := s.registryAtLocked(p); bp != "" {
-		return writeJSON(w, http.StatusOK, registryBody(id, s.biosRegistryLocked(bp))), true
+	if s.nodeLocked(p) == nil {
+		// Registry bodies are not in any tree: only a missing path can be one.
+		if bp, id := s.registryAtLocked(p); bp != "" {
+			return writeJSON(w, http.StatusOK, registryBody(id, s.biosRegistryLocked(bp))), true
+		}
 	}
 	if bp := s.biosForSettingsLocked(p); bp != "" {
 		var body map[string]any
-		if n := s.nodeLocked(p); n != nil {
+		n := s.nodeLocked(p)
+		pend := s.fw().pending[bp]
+		if n != nil {
+			if len(pend) == 0 {
+				return 0, false // as the tree has it
+			}
 			body = deepCopy(n.body).(map[string]any)
+			w.Header().Set("ETag", s.etagHeader(n.etag))
 		} else {
 			body = map[string]any{"@odata.id": p, "@odata.type": "#Bios.v1_2_0.Bios", "Id": "Settings", "Name": "BIOS Configuration Pending Settings"}
 		}
@@ -345,7 +354,7 @@ func (s *Server) serveFirmwareGet(w http.ResponseWriter, p string) (int, bool) {
 		if attrs == nil {
 			attrs = map[string]any{}
 		}
-		for k, v := range s.fw().pending[bp] {
+		for k, v := range pend {
 			attrs[k] = v
 		}
 		body["Attributes"] = attrs
@@ -807,28 +816,9 @@ func (s *Server) createVolumeLocked(w http.ResponseWriter, p string, body map[st
 	if !slices.Contains(supported, rt) {
 		return writeError(w, http.StatusBadRequest, "Base.1.8.PropertyValueNotInList", "The value "+rt+" for the property RAIDType is not in the list of acceptable values.", rt, "RAIDType")
 	}
-	var known []string
-	for _, d := range anySlice(st.body["Drives"]) {
-		known = append(known, normPath(odataID(d)))
-	}
-	used := map[string]bool{}
-	for _, v := range memberIDs(coll.body) {
-		if vn := s.nodeLocked(v); vn != nil {
-			for _, d := range anySlice(obj(vn.body, "Links")["Drives"]) {
-				used[normPath(odataID(d))] = true
-			}
-		}
-	}
-	var drives []any
-	for _, d := range anySlice(obj(body, "Links")["Drives"]) {
-		id := odataID(d)
-		if !slices.Contains(known, normPath(id)) {
-			return writeError(w, http.StatusBadRequest, "Base.1.8.PropertyValueNotInList", "The value "+id+" for the property Links/Drives is not in the list of acceptable values.", id, "Links/Drives")
-		}
-		if used[normPath(id)] {
-			return writeError(w, http.StatusBadRequest, "Base.1.8.ResourceInUse", "The change to the requested resource failed because the resource is in use or in transition.", id)
-		}
-		drives = append(drives, map[string]any{"@odata.id": id})
+	drives, code := s.volumeDrivesLocked(w, st, coll, body)
+	if code != 0 {
+		return code
 	}
 	if n := raidMin[rt]; len(drives) < n || ((rt == "RAID1" || rt == "RAID10") && len(drives)%2 != 0) {
 		return writeError(w, http.StatusBadRequest, "Base.1.8.PropertyValueIncorrect", fmt.Sprintf("%s needs at least %d drives (even for mirrors); %d given.", rt, n, len(drives)), "Links/Drives")
@@ -866,6 +856,35 @@ func (s *Server) createVolumeLocked(w http.ResponseWriter, p string, body map[st
 	create()
 	w.Header().Set("Location", vpath)
 	return writeJSON(w, http.StatusCreated, vb)
+}
+
+// volumeDrivesLocked checks the drives a volume request names: on the
+// Storage, and in no volume yet. It answers the refusal (code != 0).
+func (s *Server) volumeDrivesLocked(w http.ResponseWriter, st, coll *node, body map[string]any) ([]any, int) {
+	var known []string
+	for _, d := range anySlice(st.body["Drives"]) {
+		known = append(known, normPath(odataID(d)))
+	}
+	used := map[string]bool{}
+	for _, v := range memberIDs(coll.body) {
+		if vn := s.nodeLocked(v); vn != nil {
+			for _, d := range anySlice(obj(vn.body, "Links")["Drives"]) {
+				used[normPath(odataID(d))] = true
+			}
+		}
+	}
+	var drives []any
+	for _, d := range anySlice(obj(body, "Links")["Drives"]) {
+		id := odataID(d)
+		if !slices.Contains(known, normPath(id)) {
+			return nil, writeError(w, http.StatusBadRequest, "Base.1.8.PropertyValueNotInList", "The value "+id+" for the property Links/Drives is not in the list of acceptable values.", id, "Links/Drives")
+		}
+		if used[normPath(id)] {
+			return nil, writeError(w, http.StatusBadRequest, "Base.1.8.ResourceInUse", "The change to the requested resource failed because the resource is in use or in transition.", id)
+		}
+		drives = append(drives, map[string]any{"@odata.id": id})
+	}
+	return drives, 0
 }
 
 // deleteVolumeLocked handles DELETE of a Volume.

@@ -371,22 +371,12 @@ func (s *Server) mutateLocked(p string, f func(body map[string]any)) {
 
 // ServeHTTP implements http.Handler.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	body, _ := io.ReadAll(io.LimitReader(r.Body, 1<<20))
-	s.mu.Lock()
-	restart := s.restartingLocked()
-	s.mu.Unlock()
-	switch restart {
-	case -1: // the BMC restarts after a firmware update: the connection drops
-		s.record(r, nil, "", 0)
-		if hj, ok := w.(http.Hijacker); ok {
-			if c, _, err := hj.Hijack(); err == nil {
-				c.Close()
-				return
-			}
-		}
-		panic(http.ErrAbortHandler)
-	case http.StatusServiceUnavailable:
-		writeError(s.recorder(w, r, nil), http.StatusServiceUnavailable, "Base.1.8.ServiceTemporarilyUnavailable", "The service is temporarily unavailable.")
+	limit := int64(1 << 20)
+	if strings.HasPrefix(r.Header.Get("Content-Type"), "multipart/") {
+		limit = 64 << 20 // a pushed firmware image
+	}
+	body, _ := io.ReadAll(io.LimitReader(r.Body, limit))
+	if s.restartGate(w, r) {
 		return
 	}
 	var decoded map[string]any
@@ -450,6 +440,29 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	s.serve(s.recorder(w, r, decoded), r, decoded)
+}
+
+// restartGate answers r as a BMC restarting after a firmware update does
+// (a dropped connection, then 503) and reports whether it did.
+func (s *Server) restartGate(w http.ResponseWriter, r *http.Request) bool {
+	s.mu.Lock()
+	restart := s.restartingLocked()
+	s.mu.Unlock()
+	switch restart {
+	case -1:
+		s.record(r, nil, "", 0)
+		if hj, ok := w.(http.Hijacker); ok {
+			if c, _, err := hj.Hijack(); err == nil {
+				c.Close()
+				return true
+			}
+		}
+		panic(http.ErrAbortHandler)
+	case http.StatusServiceUnavailable:
+		writeError(s.recorder(w, r, nil), http.StatusServiceUnavailable, "Base.1.8.ServiceTemporarilyUnavailable", "The service is temporarily unavailable.")
+		return true
+	}
+	return false
 }
 
 // recWriter records its request when the status is written, before any

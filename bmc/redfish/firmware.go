@@ -286,11 +286,18 @@ func (d *Driver) SetBIOS(ctx context.Context, settings bmc.BIOSSettings, when bm
 		}
 		res.Quirks = append(res.Quirks, "idracConfigJob")
 	}
-	// Read back: the settings object (or, for Immediate, the Bios) holds
-	// every value sent.
+	if err := d.biosReadBack(ctx, op, send); err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// biosReadBack checks that the settings object (or, for Immediate, the
+// Bios) holds every value sent.
+func (d *Driver) biosReadBack(ctx context.Context, op string, send map[string]any) error {
 	back, _, err := d.bios(ctx, op+": read back")
 	if err != nil {
-		return nil, err
+		return err
 	}
 	var mism []string
 	for _, k := range sortedKeys(send) {
@@ -303,9 +310,9 @@ func (d *Driver) SetBIOS(ctx context.Context, settings bmc.BIOSSettings, when bm
 		}
 	}
 	if len(mism) > 0 {
-		return nil, fmt.Errorf("redfish: %s: %s: %w", op, strings.Join(mism, "; "), bmc.ErrMismatch)
+		return fmt.Errorf("redfish: %s: %s: %w", op, strings.Join(mism, "; "), bmc.ErrMismatch)
 	}
-	return res, nil
+	return nil
 }
 
 func sortedKeys(m map[string]any) []string {
@@ -685,72 +692,82 @@ func (d *Driver) storage(ctx context.Context, op string) ([]bmc.StorageControlle
 	paths := map[string]volPaths{}
 	var out []bmc.StorageController
 	for _, m := range members(coll) {
-		st, err := d.get(ctx, op, m)
+		c, vp, err := d.storageOne(ctx, op, m)
 		if err != nil {
 			return nil, nil, err
-		}
-		c := bmc.StorageController{ID: strv(st, "Id"), Name: strv(st, "Name")}
-		listed := false
-		ctrls := anyList(st["StorageControllers"])
-		if len(ctrls) == 0 {
-			if cp := link(st, "Controllers"); cp != "" {
-				if cc, err := d.get(ctx, op, cp); err == nil {
-					for _, cm := range members(cc) {
-						if cb, err := d.get(ctx, op, cm); err == nil {
-							ctrls = append(ctrls, cb)
-						}
-					}
-				}
-			}
-		}
-		for _, sc := range ctrls {
-			scm, _ := sc.(map[string]any)
-			if c.Model == "" {
-				c.Model = strv(scm, "Model")
-			}
-			if v, has := scm["SupportedRAIDTypes"]; has && v != nil {
-				listed = true
-				rt, _ := strList(scm, "SupportedRAIDTypes")
-				c.RAIDTypes = append(c.RAIDTypes, rt...)
-			}
-		}
-		for _, dl := range anyList(st["Drives"]) {
-			dp := strv(dl.(map[string]any), "@odata.id")
-			db, err := d.get(ctx, op, dp)
-			if err != nil {
-				return nil, nil, err
-			}
-			cb, _ := num(db, "CapacityBytes")
-			c.Drives = append(c.Drives, bmc.Drive{ID: strv(db, "Id"), Name: strv(db, "Name"), Model: strv(db, "Model"), Serial: strv(db, "SerialNumber"),
-				CapacityBytes: int64(cb), MediaType: strv(db, "MediaType"), Protocol: strv(db, "Protocol"), Health: strv(obj(db, "Status"), "Health")})
-		}
-		vp := volPaths{vols: map[string]string{}}
-		if vc := link(st, "Volumes"); vc != "" {
-			vp.coll = vc
-			c.CanCreateVolumes = !listed || len(c.RAIDTypes) > 0
-			vcb, err := d.get(ctx, op, vc)
-			if err != nil {
-				return nil, nil, err
-			}
-			for _, v := range members(vcb) {
-				vb, err := d.get(ctx, op, v)
-				if err != nil {
-					return nil, nil, err
-				}
-				vol := bmc.Volume{ID: strv(vb, "Id"), Name: strv(vb, "Name"), RAIDType: raidTypeOf(vb), Health: strv(obj(vb, "Status"), "Health")}
-				capb, _ := num(vb, "CapacityBytes")
-				vol.CapacityBytes = int64(capb)
-				for _, dl := range anyList(obj(vb, "Links")["Drives"]) {
-					vol.Drives = append(vol.Drives, path.Base(strv(dl.(map[string]any), "@odata.id")))
-				}
-				vp.vols[vol.ID] = v
-				c.Volumes = append(c.Volumes, vol)
-			}
 		}
 		paths[c.ID] = vp
 		out = append(out, c)
 	}
 	return out, paths, nil
+}
+
+// storageOne reads one Storage resource at m with its controllers,
+// drives and volumes.
+func (d *Driver) storageOne(ctx context.Context, op, m string) (bmc.StorageController, volPaths, error) {
+	st, err := d.get(ctx, op, m)
+	if err != nil {
+		return bmc.StorageController{}, volPaths{}, err
+	}
+	c := bmc.StorageController{ID: strv(st, "Id"), Name: strv(st, "Name")}
+	listed := false
+	ctrls := anyList(st["StorageControllers"])
+	if len(ctrls) == 0 {
+		if cp := link(st, "Controllers"); cp != "" {
+			if cc, err := d.get(ctx, op, cp); err == nil {
+				for _, cm := range members(cc) {
+					if cb, err := d.get(ctx, op, cm); err == nil {
+						ctrls = append(ctrls, cb)
+					}
+				}
+			}
+		}
+	}
+	for _, sc := range ctrls {
+		scm, _ := sc.(map[string]any)
+		if c.Model == "" {
+			c.Model = strv(scm, "Model")
+		}
+		if v, has := scm["SupportedRAIDTypes"]; has && v != nil {
+			listed = true
+			rt, _ := strList(scm, "SupportedRAIDTypes")
+			c.RAIDTypes = append(c.RAIDTypes, rt...)
+		}
+	}
+	for _, dl := range anyList(st["Drives"]) {
+		dp := strv(dl.(map[string]any), "@odata.id")
+		db, err := d.get(ctx, op, dp)
+		if err != nil {
+			return bmc.StorageController{}, volPaths{}, err
+		}
+		cb, _ := num(db, "CapacityBytes")
+		c.Drives = append(c.Drives, bmc.Drive{ID: strv(db, "Id"), Name: strv(db, "Name"), Model: strv(db, "Model"), Serial: strv(db, "SerialNumber"),
+			CapacityBytes: int64(cb), MediaType: strv(db, "MediaType"), Protocol: strv(db, "Protocol"), Health: strv(obj(db, "Status"), "Health")})
+	}
+	vp := volPaths{vols: map[string]string{}}
+	if vc := link(st, "Volumes"); vc != "" {
+		vp.coll = vc
+		c.CanCreateVolumes = !listed || len(c.RAIDTypes) > 0
+		vcb, err := d.get(ctx, op, vc)
+		if err != nil {
+			return bmc.StorageController{}, volPaths{}, err
+		}
+		for _, v := range members(vcb) {
+			vb, err := d.get(ctx, op, v)
+			if err != nil {
+				return bmc.StorageController{}, volPaths{}, err
+			}
+			vol := bmc.Volume{ID: strv(vb, "Id"), Name: strv(vb, "Name"), RAIDType: raidTypeOf(vb), Health: strv(obj(vb, "Status"), "Health")}
+			capb, _ := num(vb, "CapacityBytes")
+			vol.CapacityBytes = int64(capb)
+			for _, dl := range anyList(obj(vb, "Links")["Drives"]) {
+				vol.Drives = append(vol.Drives, path.Base(strv(dl.(map[string]any), "@odata.id")))
+			}
+			vp.vols[vol.ID] = v
+			c.Volumes = append(c.Volumes, vol)
+		}
+	}
+	return c, vp, nil
 }
 
 type volPaths struct {

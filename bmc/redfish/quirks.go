@@ -48,7 +48,7 @@ var quirkTable = []Quirk{
 	{Vendor: "lenovo", SendIfMatch: true,
 		Evidence: "lenovo-thinksystem-sr670v2-xcc (strong @odata.etag on every resource); TestVendorMatrix/lenovo*/boot-*"},
 	{Vendor: "dell", BIOSConfigJobs: "/redfish/v1/Managers/iDRAC.Embedded.1/Jobs",
-		Evidence: "dell-poweredge-r750-idrac9 (ETag header only; VirtualMedia under the System); TestVendorMatrix/dell*"},
+		Evidence: "dell-poweredge-r750-idrac9 (ETag header only; VirtualMedia under the System); TestVendorMatrix/dell*; BIOS jobs: TestDellOlderFirmwarePostsJob, TestBIOSSettingsPendingUntilReset/dell*"},
 }
 
 // quirkFor returns the table entry for manufacturer, or the zero Quirk.

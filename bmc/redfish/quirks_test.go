@@ -16,7 +16,7 @@ func TestQuirkTable(t *testing.T) {
 		{"HPE", Quirk{BootModeReadOnly: true}},
 		{"Supermicro", Quirk{SendBootModeAlways: true}},
 		{"Lenovo", Quirk{SendIfMatch: true}},
-		{"Dell Inc.", Quirk{}},
+		{"Dell Inc.", Quirk{BIOSConfigJobs: "/redfish/v1/Managers/iDRAC.Embedded.1/Jobs"}},
 		{"Contoso", Quirk{}},
 		{"", Quirk{}},
 	} {

@@ -52,6 +52,12 @@ func describeApply(what string, r *bmc.ApplyResult) string {
 // newBMCBIOSCmd is `machinactl bmc bios get|set`.
 func newBMCBIOSCmd(e *env, f *bmcFlags) *cobra.Command {
 	cmd := &cobra.Command{Use: "bios", Short: "Read or write BIOS attributes (Redfish Bios, its settings object and AttributeRegistry)"}
+	cmd.AddCommand(newBMCBIOSGetCmd(e, f), newBMCBIOSSetCmd(e, f))
+	return cmd
+}
+
+// newBMCBIOSGetCmd is `machinactl bmc bios get`.
+func newBMCBIOSGetCmd(e *env, f *bmcFlags) *cobra.Command {
 	var asJSON bool
 	get := &cobra.Command{
 		Use:   "get [NAME...]",
@@ -97,6 +103,11 @@ func newBMCBIOSCmd(e *env, f *bmcFlags) *cobra.Command {
 		},
 	}
 	get.Flags().BoolVar(&asJSON, "json", false, "print JSON (attributes, pending, registry, supported apply times)")
+	return get
+}
+
+// newBMCBIOSSetCmd is `machinactl bmc bios set`.
+func newBMCBIOSSetCmd(e *env, f *bmcFlags) *cobra.Command {
 	var applyTime string
 	set := &cobra.Command{
 		Use:   "set NAME=VALUE...",
@@ -130,8 +141,7 @@ func newBMCBIOSCmd(e *env, f *bmcFlags) *cobra.Command {
 		},
 	}
 	set.Flags().StringVar(&applyTime, "apply-time", "", "@Redfish.SettingsApplyTime: Immediate, OnReset, AtMaintenanceWindowStart, InMaintenanceWindowOnReset (default: OnReset)")
-	cmd.AddCommand(get, set)
-	return cmd
+	return set
 }
 
 func showAttr(v any) any {
@@ -171,6 +181,12 @@ func parseAttr(reg *bmc.BIOSRegistry, cur bmc.BIOSSettings, k, v string) any {
 // newBMCRAIDCmd is `machinactl bmc raid list|create|delete`.
 func newBMCRAIDCmd(e *env, f *bmcFlags) *cobra.Command {
 	cmd := &cobra.Command{Use: "raid", Short: "List storage controllers, drives and volumes; create and delete volumes"}
+	cmd.AddCommand(newBMCRAIDListCmd(e, f), newBMCRAIDCreateCmd(e, f), newBMCRAIDDeleteCmd(e, f))
+	return cmd
+}
+
+// newBMCRAIDListCmd is `machinactl bmc raid list`.
+func newBMCRAIDListCmd(e *env, f *bmcFlags) *cobra.Command {
 	var asJSON bool
 	list := &cobra.Command{
 		Use:   "list",
@@ -208,6 +224,11 @@ func newBMCRAIDCmd(e *env, f *bmcFlags) *cobra.Command {
 		},
 	}
 	list.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return list
+}
+
+// newBMCRAIDCreateCmd is `machinactl bmc raid create`.
+func newBMCRAIDCreateCmd(e *env, f *bmcFlags) *cobra.Command {
 	var req bmc.VolumeRequest
 	var applyTime string
 	create := &cobra.Command{
@@ -239,7 +260,12 @@ func newBMCRAIDCmd(e *env, f *bmcFlags) *cobra.Command {
 	cf.StringVar(&applyTime, "apply-time", "", "@Redfish.OperationApplyTime (default: the BMC's)")
 	_ = create.MarkFlagRequired("controller")
 	_ = create.MarkFlagRequired("raid")
-	del := &cobra.Command{
+	return create
+}
+
+// newBMCRAIDDeleteCmd is `machinactl bmc raid delete`.
+func newBMCRAIDDeleteCmd(e *env, f *bmcFlags) *cobra.Command {
+	return &cobra.Command{
 		Use:   "delete CONTROLLER VOLUME",
 		Short: "Delete a volume",
 		Args:  cobra.ExactArgs(2),
@@ -258,13 +284,17 @@ func newBMCRAIDCmd(e *env, f *bmcFlags) *cobra.Command {
 			})
 		},
 	}
-	cmd.AddCommand(list, create, del)
-	return cmd
 }
 
 // newBMCFirmwareCmd is `machinactl bmc firmware list|update`.
 func newBMCFirmwareCmd(e *env, f *bmcFlags) *cobra.Command {
 	cmd := &cobra.Command{Use: "firmware", Short: "List the firmware inventory; update a component (SimpleUpdate or multipart push)"}
+	cmd.AddCommand(newBMCFirmwareListCmd(e, f), newBMCFirmwareUpdateCmd(e, f))
+	return cmd
+}
+
+// newBMCFirmwareListCmd is `machinactl bmc firmware list`.
+func newBMCFirmwareListCmd(e *env, f *bmcFlags) *cobra.Command {
 	var asJSON bool
 	list := &cobra.Command{
 		Use:   "list",
@@ -293,6 +323,11 @@ func newBMCFirmwareCmd(e *env, f *bmcFlags) *cobra.Command {
 		},
 	}
 	list.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return list
+}
+
+// newBMCFirmwareUpdateCmd is `machinactl bmc firmware update`.
+func newBMCFirmwareUpdateCmd(e *env, f *bmcFlags) *cobra.Command {
 	var file, protocol string
 	var targets []string
 	var noWait bool
@@ -350,8 +385,7 @@ func newBMCFirmwareCmd(e *env, f *bmcFlags) *cobra.Command {
 	uf.StringSliceVar(&targets, "target", nil, "FirmwareInventory URI to update (repeat; default: the BMC chooses)")
 	uf.BoolVar(&noWait, "no-wait", false, "print the task and return without following it")
 	uf.DurationVar(&poll, "poll", 2*time.Second, "task poll interval")
-	cmd.AddCommand(list, update)
-	return cmd
+	return update
 }
 
 // newBMCSecureBootCmd is `machinactl bmc secureboot [on|off]`.
