@@ -158,7 +158,6 @@ func (c *Controller) applyFirmware(ctx context.Context, x *stepCtx) error {
 	if prof == nil || prof.Firmware == nil {
 		return fmt.Errorf("firmware: profile %q has no firmware block", x.step.Profile)
 	}
-	drv := x.drv
 	chk, err := c.readCheck(ctx, x, prof)
 	if err != nil {
 		return err
@@ -166,37 +165,68 @@ func (c *Controller) applyFirmware(ctx context.Context, x *stepCtx) error {
 	if len(chk.Refusals) > 0 {
 		return fmt.Errorf("firmware: %s (%s): %w", chk.Refusals[0].Message, chk.Refusals[0].Reason, ErrFirmwareRefused)
 	}
-	var (
-		reset   bool
-		tasks   []*bmc.Task
-		created []string
-	)
-	note := func(r *bmc.ApplyResult) {
-		if r == nil {
-			return
-		}
-		reset = reset || r.ResetRequired
-		if r.Task != nil && !r.Task.State.Done() {
-			tasks = append(tasks, r.Task)
-		}
-	}
 	// Updates first, as Ironic orders its clean steps: a BIOS update may
 	// reset the settings, and the BMC restarts after many updates (so
 	// it is waited for before anything else is sent).
 	for _, ch := range chk.Changes {
 		if ch.Kind == plan.FirmwareUpdate {
-			if err := c.updateFirmware(ctx, x, drv, ch); err != nil {
+			if err := c.updateFirmware(ctx, x, x.drv, ch); err != nil {
 				return err
 			}
 		}
 	}
+	var pend pendingApply
+	if err := c.sendChanges(ctx, x, prof, chk.Changes, &pend); err != nil {
+		return err
+	}
+	if pend.reset {
+		if err := x.m.Restart(ctx, bmc.PowerActionReset); err != nil {
+			return fmt.Errorf("firmware: reset to apply: %w", err)
+		}
+	}
+	if tf, ok := x.drv.(bmc.TaskFollower); ok {
+		for _, t := range pend.tasks {
+			if _, err := bmc.WaitTask(ctx, tf, t.URI, c.cfg.FirmwareTaskPoll, nil); err != nil {
+				return fmt.Errorf("firmware: %w", err)
+			}
+		}
+	}
+	if err := c.verifyFirmware(ctx, x, prof); err != nil {
+		return err
+	}
+	x.log.Info("firmware: applied and read back", "changes", len(chk.Changes), "reset", pend.reset)
+	return nil
+}
+
+// pendingApply collects what the writes left to do: a reset, and the
+// tasks (Dell configuration jobs) to follow after it.
+type pendingApply struct {
+	reset bool
+	tasks []*bmc.Task
+}
+
+func (p *pendingApply) note(r *bmc.ApplyResult) {
+	if r == nil {
+		return
+	}
+	p.reset = p.reset || r.ResetRequired
+	if r.Task != nil && !r.Task.State.Done() {
+		p.tasks = append(p.tasks, r.Task)
+	}
+}
+
+// sendChanges creates the volumes (recorded as Machina's), sets Secure
+// Boot and writes the BIOS settings, in one PATCH, with the apply time
+// the BMC chooses.
+func (c *Controller) sendChanges(ctx context.Context, x *stepCtx, prof *inventory.Profile, changes []plan.FirmwareChange, pend *pendingApply) error {
 	settings := bmc.BIOSSettings{}
-	for _, ch := range chk.Changes {
+	var created []string
+	for _, ch := range changes {
 		switch ch.Kind {
 		case plan.FirmwareBIOSSet:
 			settings[ch.Item] = prof.Firmware.Settings[ch.Item]
 		case plan.FirmwareRAIDCreate:
-			rc, ok := drv.(bmc.RAIDConfigurer)
+			rc, ok := x.drv.(bmc.RAIDConfigurer)
 			if !ok {
 				return fmt.Errorf("firmware: create volume %s: the driver has no RAID interface: %w", ch.Item, ErrFirmwareRefused)
 			}
@@ -205,9 +235,9 @@ func (c *Controller) applyFirmware(ctx context.Context, x *stepCtx) error {
 				return fmt.Errorf("firmware: create volume %s on %s: %w", ch.Item, ch.Controller, err)
 			}
 			created = append(created, ch.Controller+"/"+ch.Item)
-			note(r)
+			pend.note(r)
 		case plan.FirmwareSecureBootSet:
-			sc, ok := drv.(bmc.SecureBootConfigurer)
+			sc, ok := x.drv.(bmc.SecureBootConfigurer)
 			if !ok {
 				return fmt.Errorf("firmware: set Secure Boot: the driver has no Secure Boot interface: %w", ErrFirmwareRefused)
 			}
@@ -215,7 +245,7 @@ func (c *Controller) applyFirmware(ctx context.Context, x *stepCtx) error {
 			if err != nil {
 				return fmt.Errorf("firmware: set Secure Boot %v: %w", *prof.Firmware.SecureBoot, err)
 			}
-			note(r)
+			pend.note(r)
 		}
 	}
 	if len(created) > 0 {
@@ -223,46 +253,40 @@ func (c *Controller) applyFirmware(ctx context.Context, x *stepCtx) error {
 			return err
 		}
 	}
-	if len(settings) > 0 {
-		bc, ok := drv.(bmc.BIOSConfigurer)
-		if !ok {
-			return fmt.Errorf("firmware: set BIOS: the driver has no BIOS interface: %w", ErrFirmwareRefused)
-		}
-		r, err := bc.SetBIOS(ctx, settings, bmc.ApplyUnset)
-		if err != nil {
-			return fmt.Errorf("firmware: set BIOS %s: %w", strings.Join(sortedNames(settings), ", "), err)
-		}
-		x.log.Info("firmware: BIOS settings written", "settings", len(settings), "applyTime", string(r.ApplyTime), "reset", r.ResetRequired)
-		note(r)
+	if len(settings) == 0 {
+		return nil
 	}
-	if reset {
-		if err := x.m.Restart(ctx, bmc.PowerActionReset); err != nil {
-			return fmt.Errorf("firmware: reset to apply: %w", err)
-		}
+	bc, ok := x.drv.(bmc.BIOSConfigurer)
+	if !ok {
+		return fmt.Errorf("firmware: set BIOS: the driver has no BIOS interface: %w", ErrFirmwareRefused)
 	}
-	if tf, ok := drv.(bmc.TaskFollower); ok {
-		for _, t := range tasks {
-			if _, err := bmc.WaitTask(ctx, tf, t.URI, c.cfg.FirmwareTaskPoll, nil); err != nil {
-				return fmt.Errorf("firmware: %w", err)
-			}
-		}
+	r, err := bc.SetBIOS(ctx, settings, bmc.ApplyUnset)
+	if err != nil {
+		return fmt.Errorf("firmware: set BIOS %s: %w", strings.Join(sortedNames(settings), ", "), err)
 	}
+	x.log.Info("firmware: BIOS settings written", "settings", len(settings), "applyTime", string(r.ApplyTime), "reset", r.ResetRequired)
+	pend.note(r)
+	return nil
+}
+
+// verifyFirmware reads back and fails with ErrFirmwareMismatch naming
+// each value read and wanted when anything still differs.
+func (c *Controller) verifyFirmware(ctx context.Context, x *stepCtx, prof *inventory.Profile) error {
 	after, err := c.readCheck(ctx, x, prof)
 	if err != nil {
 		return err
 	}
-	if len(after.Refusals) > 0 || len(after.Changes) > 0 {
-		var diffs []string
-		for _, ch := range after.Changes {
-			diffs = append(diffs, fmt.Sprintf("%s %s read back %s, wanted %s", ch.Kind, ch.Item, orUnset(ch.From), ch.To))
-		}
-		for _, r := range after.Refusals {
-			diffs = append(diffs, r.Message)
-		}
-		return fmt.Errorf("firmware: %s: %w", strings.Join(diffs, "; "), ErrFirmwareMismatch)
+	if len(after.Refusals) == 0 && len(after.Changes) == 0 {
+		return nil
 	}
-	x.log.Info("firmware: applied and read back", "changes", len(chk.Changes), "reset", reset)
-	return nil
+	var diffs []string
+	for _, ch := range after.Changes {
+		diffs = append(diffs, fmt.Sprintf("%s %s read back %s, wanted %s", ch.Kind, ch.Item, orUnset(ch.From), ch.To))
+	}
+	for _, r := range after.Refusals {
+		diffs = append(diffs, r.Message)
+	}
+	return fmt.Errorf("firmware: %s: %w", strings.Join(diffs, "; "), ErrFirmwareMismatch)
 }
 
 // updateFirmware starts one SimpleUpdate with the image's URL as
