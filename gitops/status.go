@@ -82,6 +82,9 @@ type ServerStatus struct {
 	// not rendered.
 	BMCSecurity string
 	Hardware    Hardware
+	// Firmware summarises the last firmware read of the server's BMC
+	// (state.Firmware); nil when never read, then not rendered.
+	Firmware *FirmwareStatus
 	// Profile is the profile the server is allocated to ("" if none).
 	Profile string
 	// Allocation says why or how it is allocated ("auto", "pinned"), "".
@@ -101,6 +104,27 @@ type ServerStatus struct {
 	// Events are the most recent events, rendered newest first, at most
 	// MaxEvents of StatusConfig.
 	Events []StatusEvent
+}
+
+// FirmwareStatus is the small firmware block of a server's status file:
+// what the BMC reported, not the whole registry or inventory.
+type FirmwareStatus struct {
+	ReadAt time.Time
+	// Registry is the BIOS AttributeRegistry's Id; Attributes how many
+	// attributes the BIOS has; Pending how many settings wait for a reset.
+	Registry   string
+	Attributes int
+	Pending    int
+	// SecureBoot is "enabled", "disabled" or "" (not read).
+	SecureBoot string
+	// Volumes are "controller/name level", sorted; Created marks those
+	// Machina created ("controller/name").
+	Volumes []string
+	Created []string
+	// Components is the number of firmware inventory members.
+	Components int
+	// Unsupported are the areas the BMC has no resource for, sorted.
+	Unsupported []string
 }
 
 // Hardware is the commissioning report's summary.

@@ -249,6 +249,7 @@ func renderServer(s ServerStatus, maxEvents int) []byte {
 	w.str(0, "bmcSecurity", s.BMCSecurity)
 	w.str(0, "progress", s.Progress)
 	w.hardware(s.Hardware)
+	w.firmware(s.Firmware)
 	sortedList(&w, 0, "conditions", "type", s.Conditions, func(c Condition) string { return c.Type }, func(c Condition) {
 		w.text(1, "status", orUnknown(c.Status))
 		w.text(1, "reason", c.Reason)
@@ -266,6 +267,23 @@ func renderServer(s ServerStatus, maxEvents int) []byte {
 	// Exact size: a fleet's server files are all held until the commit
 	// is pushed, and the buffer's spare capacity would be a third more.
 	return bytes.Clone(w.b.Bytes())
+}
+
+// firmware writes a server's firmware block; nothing when never read.
+func (w *yamlWriter) firmware(f *FirmwareStatus) {
+	if f == nil {
+		return
+	}
+	w.key(0, "firmware")
+	w.time(1, "readAt", f.ReadAt)
+	w.text(1, "biosRegistry", f.Registry)
+	w.int(1, "biosAttributes", int64(f.Attributes), false)
+	w.int(1, "biosPending", int64(f.Pending), false)
+	w.str(1, "secureBoot", f.SecureBoot)
+	w.list(1, "volumes", f.Volumes)
+	w.list(1, "createdVolumes", f.Created)
+	w.int(1, "components", int64(f.Components), false)
+	w.list(1, "unsupported", f.Unsupported)
 }
 
 // hardware writes a server's hardware: key, scalars, disks and NICs by

@@ -147,6 +147,7 @@ func (b *StatusBuilder) serverStatus(s state.Server, planConds []plan.Condition,
 		}
 		ss.Progress = fmt.Sprintf("%s %d%% of %s", p.Step, p.BytesDone*10/p.BytesTotal*10, size)
 	}
+	ss.Firmware = statusFirmware(s.Firmware)
 	ss.ObservedActions = inventory.Actions{Commission: s.Actions["commission"], PowerCycle: s.Actions["powerCycle"], PowerOn: s.Actions["powerOn"], PowerOff: s.Actions["powerOff"]}
 	addAt := func(typ, status, reason, msg string, first time.Time) {
 		key := name + "/" + typ + "/" + status
@@ -288,4 +289,31 @@ func camel(s string) string {
 		}
 	}
 	return b.String()
+}
+
+// statusFirmware summarises a firmware read for status; nil for none.
+func statusFirmware(f *state.Firmware) *FirmwareStatus {
+	if f == nil {
+		return nil
+	}
+	fs := &FirmwareStatus{ReadAt: f.ReadAt, Components: len(f.Components), Created: slices.Sorted(slices.Values(f.CreatedVolumes)),
+		Unsupported: slices.Sorted(maps.Keys(f.Unsupported))}
+	if b := f.BIOS; b != nil {
+		fs.Registry, fs.Attributes, fs.Pending = b.RegistryID, len(b.Attributes), len(b.Pending)
+	}
+	if sb := f.SecureBoot; sb != nil {
+		fs.SecureBoot = "disabled"
+		if sb.Enable {
+			fs.SecureBoot = "enabled"
+		}
+	}
+	for _, c := range f.Storage {
+		for _, v := range c.Volumes {
+			if v.RAIDType != "" {
+				fs.Volumes = append(fs.Volumes, c.ID+"/"+v.Name+" "+v.RAIDType)
+			}
+		}
+	}
+	slices.Sort(fs.Volumes)
+	return fs
 }

@@ -274,6 +274,63 @@ func (c *crossChecker) profile(i int, p Profile) {
 		c.errAt(pd, base, SeverityWarning, "no sshKeys: deployed hosts will accept no login")
 	}
 	c.profileJoin(base, p)
+	c.profileFirmware(base, p)
+}
+
+// profileFirmware checks a profile's firmware block: RAID volume names
+// unique and drive counts the level can take, components named once, an
+// update image that exists in images.yaml with a sha256 checksum (the
+// controller serves it to the BMC and checks it first), and a warning for
+// each server pinned to the profile whose BMC is IPMI (IPMI has no BIOS
+// attribute, RAID, update or Secure Boot model: the server gets
+// FirmwareUnsupported and is not deployed).
+func (c *crossChecker) profileFirmware(base string, p Profile) {
+	fw := p.Firmware
+	if fw == nil {
+		return
+	}
+	pd, base := c.pd, base+"/firmware"
+	vols := map[string]int{}
+	for k, v := range fw.RAID {
+		ptr := base + "/raid/" + strconv.Itoa(k)
+		if j, dup := vols[v.Name]; dup {
+			c.errAt(pd, ptr+"/name", SeverityError, fmt.Sprintf("volume %q is named twice (first at %s)", v.Name, c.where(pd, base+"/raid/"+strconv.Itoa(j)+"/name")))
+		} else {
+			vols[v.Name] = k
+		}
+		if min, ok := RAIDMinDrives[v.Level]; ok && v.Drives.Count < min {
+			c.errAt(pd, ptr+"/drives/count", SeverityError, fmt.Sprintf("%s takes at least %d drives, not %d", v.Level, min, v.Drives.Count))
+		} else if v.Level == RAID10 && v.Drives.Count%2 != 0 {
+			c.errAt(pd, ptr+"/drives/count", SeverityError, fmt.Sprintf("RAID10 takes an even number of drives, not %d", v.Drives.Count))
+		}
+	}
+	comps := map[string]int{}
+	for k, fv := range fw.Versions {
+		ptr := base + "/versions/" + strconv.Itoa(k)
+		if j, dup := comps[fv.Component]; dup {
+			c.errAt(pd, ptr+"/component", SeverityError, fmt.Sprintf("component %q is named twice (first at %s)", fv.Component, c.where(pd, base+"/versions/"+strconv.Itoa(j)+"/component")))
+		} else {
+			comps[fv.Component] = k
+		}
+		if fv.Image == "" || !c.haveImages {
+			continue
+		}
+		j, ok := c.images[fv.Image]
+		switch {
+		case !ok:
+			c.errAt(pd, ptr+"/image", SeverityError, fmt.Sprintf("image %q is not defined in %s", fv.Image, ImagesFile))
+		case !strings.HasPrefix(c.inv.Images[j].Checksum, "sha256:"):
+			c.errAt(pd, ptr+"/image", SeverityError, fmt.Sprintf("image %q has no sha256 checksum in %s: a firmware image needs one (checksum: sha256:...)", fv.Image, ImagesFile))
+		}
+	}
+	if !c.haveServers {
+		return
+	}
+	for i, s := range c.inv.Servers {
+		if s.Profile == p.Name && s.BMC.Driver == DriverIPMI {
+			c.errAt(c.sd, "/servers/"+strconv.Itoa(i)+"/profile", SeverityWarning, fmt.Sprintf("profile %q sets firmware state and this server's BMC is IPMI, which has no BIOS settings, RAID, update or Secure Boot interface: it will not be deployed (FirmwareUnsupported)", p.Name))
+		}
+	}
 }
 
 // profileCount warns when a profile's count is more than the servers that

@@ -8,6 +8,11 @@
 // half-applied. inventory imports only package schema.
 package inventory
 
+import (
+	"strconv"
+	"strings"
+)
+
 // File names of the inventory inside a repository (at its root).
 const (
 	ServersFile  = "servers.yaml"
@@ -194,6 +199,105 @@ type Profile struct {
 	// Fence is the fencing policy of the profile's hosts: FenceOff (the
 	// default, "" in a file) or FenceAuto.
 	Fence FencePolicy `json:"fence,omitempty"`
+	// Firmware is the firmware state the profile's servers must have
+	// before their image is written (BIOS settings, RAID volumes,
+	// component versions, Secure Boot); nil asks for nothing. See
+	// docs/firmware.md "Firmware in profiles".
+	Firmware *Firmware `json:"firmware,omitempty"`
+}
+
+// Firmware is a profile's desired firmware state, in Redfish terms (the
+// shape of Metal3's HostFirmwareSettings, HostFirmwareComponents and RAID
+// spec): each part is optional, and only what it names is changed.
+type Firmware struct {
+	// Settings are BIOS attributes by their vendor name (the System's
+	// Bios resource Attributes, DSP0268 Bios 1.x) and the value wanted:
+	// a string, a number (float64 after decoding) or a bool. The plan
+	// checks each against the machine's AttributeRegistry before any is
+	// sent.
+	Settings map[string]any `json:"settings,omitempty"`
+	// RAID lists the volumes to create on the hardware RAID controller
+	// (Redfish Storage Volumes); Machina deletes only the volumes it
+	// created, on release.
+	RAID []RAIDVolume `json:"raid,omitempty"`
+	// Versions lists firmware components (FirmwareInventory members) and
+	// the version each must run, with the image that carries it.
+	Versions []FirmwareVersion `json:"versions,omitempty"`
+	// SecureBoot is the wanted SecureBootEnable of the System's
+	// SecureBoot resource; nil leaves it as it is.
+	SecureBoot *bool `json:"secureBoot,omitempty"`
+}
+
+// RAID levels a profile may ask for (Redfish Volume RAIDType values).
+const (
+	RAID0  = "RAID0"
+	RAID1  = "RAID1"
+	RAID5  = "RAID5"
+	RAID6  = "RAID6"
+	RAID10 = "RAID10"
+)
+
+// RAIDMinDrives is the fewest member drives each RAID level takes (SNIA
+// DDF 2.0 §4.2: mirror 2, single parity 3, dual parity 4, striped mirror
+// 4); RAID10 also needs an even count.
+var RAIDMinDrives = map[string]int{RAID0: 1, RAID1: 2, RAID5: 3, RAID6: 4, RAID10: 4}
+
+// SizeAll is RAIDVolume.Size for a volume over the whole capacity of its
+// drives.
+const SizeAll = "all"
+
+// RAIDVolume is one logical drive on the RAID controller.
+type RAIDVolume struct {
+	// Name is the volume's Name on the controller (and how Machina
+	// recognises the volumes it created).
+	Name  string `json:"name"`
+	Level string `json:"level"`
+	// Drives chooses the member drives by what the controller reports of
+	// them (Redfish Drive MediaType and CapacityBytes).
+	Drives DriveSelector `json:"drives"`
+	// Size is SizeAll, or a size in GiB or TiB ("500GiB", "2TiB").
+	Size string `json:"size"`
+}
+
+// SizeBytes returns the volume size in bytes; 0 for SizeAll.
+func (v RAIDVolume) SizeBytes() int64 {
+	n, unit := v.Size, int64(0)
+	switch {
+	case strings.HasSuffix(n, "GiB"):
+		n, unit = strings.TrimSuffix(n, "GiB"), 1<<30
+	case strings.HasSuffix(n, "TiB"):
+		n, unit = strings.TrimSuffix(n, "TiB"), 1<<40
+	default:
+		return 0
+	}
+	v64, err := strconv.ParseInt(n, 10, 64)
+	if err != nil {
+		return 0
+	}
+	return v64 * unit
+}
+
+// DriveSelector picks Count drives of MediaType ("HDD" or "SSD"; "" for
+// either) with at least MinSizeGiB GiB each (0: any size).
+type DriveSelector struct {
+	Count      int    `json:"count"`
+	MediaType  string `json:"mediaType,omitempty"`
+	MinSizeGiB int64  `json:"minSizeGiB,omitempty"`
+}
+
+// FirmwareVersion is one component's wanted version and the update image
+// that carries it: Image names an images.yaml entry with a sha256
+// checksum, or URL and Checksum ("sha256:" and 64 hex digits) name a file
+// of a firmware catalog. The controller serves it to the BMC over HTTP
+// (Redfish UpdateService.SimpleUpdate ImageURI).
+type FirmwareVersion struct {
+	// Component is the FirmwareInventory member's Id or Name ("BIOS",
+	// "BMC", a NIC's firmware).
+	Component string `json:"component"`
+	Version   string `json:"version"`
+	Image     string `json:"image,omitempty"`
+	URL       string `json:"url,omitempty"`
+	Checksum  string `json:"checksum,omitempty"`
 }
 
 // FencePolicy says whether a lost host is fenced without an operator.

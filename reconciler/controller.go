@@ -67,6 +67,10 @@ type Config struct {
 	// it, a deploy started before its image is verified boots a ramdisk
 	// that gets no plan and the server sits in deploying until the deadline.
 	DeployReady func(p inventory.Profile) error
+	// FirmwareTaskPoll is how often the firmware step reads a BMC task
+	// it follows (an update, a Dell configuration job); zero means 5
+	// seconds.
+	FirmwareTaskPoll time.Duration
 	// ISOURL is the BIOS iPXE ISO's URL (machina-ipxe-bios.iso) for BMCs
 	// without a PXE boot override (virtual media path), used for servers
 	// whose bootMode is bios (or unset); "" disables that fallback for them.
@@ -142,6 +146,9 @@ func New(cfg Config) (*Controller, error) {
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
+	}
+	if cfg.FirmwareTaskPoll <= 0 {
+		cfg.FirmwareTaskPoll = 5 * time.Second
 	}
 	if cfg.Workers <= 0 {
 		cfg.Workers = 8

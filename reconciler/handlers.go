@@ -28,7 +28,10 @@ type stepCtx struct {
 	ws      *inventory.Server // nil when the server is not in desired
 	obs     state.Server      // zero for store-only steps
 	m       Machine
-	log     *slog.Logger
+	// drv is the server's BMC driver under m, for the optional
+	// capabilities (firmware); nil when m is.
+	drv bmc.Driver
+	log *slog.Logger
 }
 
 // handler carries out one action kind. It is idempotent: a step resumed
@@ -45,6 +48,7 @@ var handlers = map[plan.Action]handler{
 	plan.ActAdopt:          (*Controller).adopt,
 	plan.ActCommission:     (*Controller).commission,
 	plan.ActDeploy:         (*Controller).deploy,
+	plan.ActFirmware:       (*Controller).applyFirmware,
 	plan.ActRenetboot:      (*Controller).renetboot,
 	plan.ActFinishDeploy:   (*Controller).finishDeploy,
 	plan.ActRestoreDisk:    (*Controller).restoreDisk,
@@ -107,6 +111,7 @@ func (c *Controller) openMachine(ctx context.Context, info plan.ActionInfo, x *s
 	if err != nil {
 		return nil, fmt.Errorf("open BMC: %w", err)
 	}
+	x.drv = drv
 	mode := bmc.BootModeUEFI
 	if x.ws != nil && x.ws.BootMode == inventory.BootBIOS {
 		mode = bmc.BootModeLegacy

@@ -92,7 +92,8 @@ func (c *Controller) adopt(_ context.Context, x *stepCtx) error {
 	return err
 }
 
-// release powers a deployed server off, moves it to ready marked for the
+// release powers a deployed server off, deletes the RAID volumes Machina
+// created on it (deleteCreatedVolumes), moves it to ready marked for the
 // ramdisk's release wipe, and forgets its joined host.
 func (c *Controller) release(ctx context.Context, x *stepCtx) error {
 	st, step := c.cfg.Store, x.step
@@ -100,6 +101,9 @@ func (c *Controller) release(ctx context.Context, x *stepCtx) error {
 		return err
 	}
 	_, _ = st.SetPower(step.Server, state.PowerOff, state.PowerSourceCommand)
+	if err := c.deleteCreatedVolumes(ctx, x); err != nil {
+		return err
+	}
 	if x.obs.Lifecycle == state.LifecycleDeployed {
 		_, err := st.Apply(state.Move{Server: step.Server, From: state.LifecycleDeployed, To: state.LifecycleReady, Reason: step.Why,
 			Update:      func(s *state.Server) error { s.Allocation, s.NeedsWipe = nil, true; return nil },

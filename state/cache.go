@@ -108,6 +108,7 @@ func (s Server) clone() Server {
 		a := *s.Allocation
 		s.Allocation = &a
 	}
+	s.Firmware = s.Firmware.Clone()
 	if s.Enrolled != nil {
 		e := *s.Enrolled
 		s.Enrolled = &e

@@ -25,8 +25,11 @@ type Server struct {
 	LifecycleAt time.Time   `json:"lifecycleAt"` // time of the last lifecycle move (UTC)
 	Power       PowerStatus `json:"power"`
 
-	BMC        BMCFacts         `json:"bmc"`
-	Hardware   *Hardware        `json:"hardware,omitempty"`   // nil until commissioned
+	BMC      BMCFacts  `json:"bmc"`
+	Hardware *Hardware `json:"hardware,omitempty"` // nil until commissioned
+	// Firmware is the BMC's firmware read (BIOS and registry, storage,
+	// firmware inventory, Secure Boot); nil until read.
+	Firmware   *Firmware        `json:"firmware,omitempty"`
 	Allocation *Allocation      `json:"allocation,omitempty"` // nil unless allocated or deployed
 	Actions    map[string]int64 `json:"actions,omitempty"`    // observed action counters (commission, powerCycle, ...)
 	LastError  string           `json:"lastError,omitempty"`  // sanitised; never a secret

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"encoding/json"
 	"fmt"
 	"sort"
 	"strings"
@@ -123,6 +124,13 @@ func renderProfiles(inv *inventory.Inventory) string {
 		fmt.Fprintf(&b, "    min: {cores: %d, memoryGiB: %d, diskGiB: %d}\n    count: %d\n", max(p.Min.Cores, 1), max(p.Min.MemoryGiB, 1), max(p.Min.DiskGiB, 1), p.Count)
 		if p.Fence != "" {
 			fmt.Fprintf(&b, "    fence: %s\n", p.Fence)
+		}
+		if p.Firmware != nil {
+			// JSON is YAML's flow syntax; the field names are the schema's.
+			js, err := json.Marshal(p.Firmware)
+			if err == nil {
+				fmt.Fprintf(&b, "    firmware: %s\n", js)
+			}
 		}
 		if sel := p.Selector; sel != nil {
 			b.WriteString("    selector:\n")

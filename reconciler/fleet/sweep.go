@@ -238,7 +238,58 @@ func (w *Sweep) read(ctx context.Context, name string) (ok, changed bool) {
 	if changed {
 		log.Info("bmc observed", "power", string(p), "health", h)
 	}
+	if needsFirmwareRead(srv) {
+		if w.readFirmware(ctx, name, drv, log) {
+			changed = true
+		}
+	}
 	return true, changed
+}
+
+// FirmwareReadTimeout bounds one firmware read of a BMC: the BIOS
+// attribute registry alone is a document of about a megabyte on Dell
+// iDRAC 9 and HPE iLO 5, which they serve slowly.
+const FirmwareReadTimeout = 2 * time.Minute
+
+// needsFirmwareRead: the server's firmware was never read, or it is ready
+// and was read before its last lifecycle move (a commissioning or a
+// release since: what the plan checks a profile against must be what the
+// machine has now). Deployed servers are not re-read on every sweep: the
+// registry is large and changes only with a BIOS update, which Machina
+// reads back itself.
+func needsFirmwareRead(srv state.Server) bool {
+	if srv.Lifecycle == state.LifecycleRetired {
+		return false
+	}
+	if srv.Firmware == nil {
+		return true
+	}
+	return srv.Lifecycle == state.LifecycleReady && srv.Firmware.ReadAt.Before(srv.LifecycleAt)
+}
+
+// readFirmware reads the server's firmware (reconciler.ReadFirmware) and
+// stores it, keeping the volumes Machina created; it reports whether it
+// stored a read. A failed read is logged and tried again next sweep.
+func (w *Sweep) readFirmware(ctx context.Context, name string, drv bmc.Driver, log *slog.Logger) bool {
+	fctx, cancel := context.WithTimeout(ctx, FirmwareReadTimeout)
+	defer cancel()
+	fw, err := reconciler.ReadFirmware(fctx, drv, time.Now())
+	if err != nil {
+		log.Warn("bmc sweep: read firmware", "err", redact.String(err.Error()))
+		return false
+	}
+	if _, err := w.st.UpdateServer(name, func(s *state.Server) error {
+		if s.Firmware != nil {
+			fw.CreatedVolumes = s.Firmware.CreatedVolumes
+		}
+		s.Firmware = fw
+		return nil
+	}); err != nil {
+		log.Warn("bmc sweep: record firmware", "err", err)
+		return false
+	}
+	log.Info("bmc firmware read", "unsupported", len(fw.Unsupported), "components", len(fw.Components))
+	return true
 }
 
 // failed records a read that failed (unless the sweep is stopping): the

@@ -18,6 +18,7 @@ const (
 	ActWipe           Action = "wipe"            // ready and NeedsWipe: PXE boot override, power on/reset into the ramdisk's wipe mode
 	ActAllocate       Action = "allocate"        // ready → allocated to a profile
 	ActDeploy         Action = "deploy"          // allocated → deploying: PXE boot override, power on/reset
+	ActFirmware       Action = "firmware"        // allocated, profile's firmware block differs: BIOS settings, RAID volumes, updates, Secure Boot; reset; read back
 	ActFinishDeploy   Action = "finish-deploy"   // deployed by the ramdisk: boot override to disk, read back
 	ActRestoreDisk    Action = "restore-disk"    // a persistent netboot override was used: disk again after the boot it was for, read back
 	ActPowerOn        Action = "power-on"        // actions.powerOn counter
@@ -80,6 +81,7 @@ var actionInfo = map[Action]ActionInfo{
 	ActRelease:        {Order: 6, BMC: BMCRequired, Disruptive: true},
 	ActWipe:           {Order: 7, BMC: BMCRequired, PowersOn: true},
 	ActAllocate:       {Order: 8, BMC: BMCNone, PowersOn: true},
+	ActFirmware:       {Order: 8, BMC: BMCRequired, Disruptive: true, PowersOn: true},
 	ActDeploy:         {Order: 9, BMC: BMCRequired, Disruptive: true, PowersOn: true},
 	ActFinishDeploy:   {Order: 10, BMC: BMCRequired},
 	ActRestoreDisk:    {Order: 10, BMC: BMCRequired},

@@ -197,6 +197,11 @@ type Result struct {
 	// Selections say, per profile with a selector, which servers it
 	// matches and why the others do not (issue 21).
 	Selections []Selection `json:"selections,omitempty"`
+	// Firmware lists what each server's firmware step would change to
+	// meet its profile's firmware block (CheckFirmware), by server, then
+	// in the order of the firmware step (settings, volumes, updates,
+	// Secure Boot).
+	Firmware []FirmwareChange `json:"firmware,omitempty"`
 }
 
 // Compute works out what must change for the observed state have to match the
@@ -232,6 +237,7 @@ func Compute(want *inventory.Inventory, have state.Snapshot, opts Options) Resul
 		p.server(&want.Servers[i])
 	}
 	p.profiles()
+	p.firmware()
 	res := &p.res
 	if len(p.conflicted) > 0 {
 		res.Steps = dropServers(res.Steps, p.conflicted)
@@ -786,6 +792,9 @@ func Candidates(p inventory.Profile, want *inventory.Inventory, have state.Snaps
 		}
 		if obs.Fenced != nil {
 			continue // fenced: never powered on until unfenced
+		}
+		if firmwareRefused(want, &p, &ws, &obs) {
+			continue // the profile's firmware block is refused on it (IPMI, registry, drives)
 		}
 		out = append(out, obs)
 	}

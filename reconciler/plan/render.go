@@ -9,7 +9,7 @@ import (
 // then held steps and conditions. Deterministic.
 func (r Result) Text() string {
 	var b strings.Builder
-	if len(r.Steps) == 0 && len(r.Held) == 0 {
+	if len(r.Steps) == 0 && len(r.Held) == 0 && len(r.Firmware) == 0 {
 		b.WriteString("no changes\n")
 	}
 	for _, s := range r.Steps {
@@ -20,6 +20,9 @@ func (r Result) Text() string {
 		for _, s := range r.Held {
 			fmt.Fprintf(&b, "  %-14s %-16s %s\n", s.Action, s.Server, stepDetail(s))
 		}
+	}
+	for _, f := range r.Firmware {
+		fmt.Fprintf(&b, "  %s\n", f)
 	}
 	for _, c := range r.Conditions {
 		fmt.Fprintf(&b, "! %s %s (%s): %s\n", c.Subject, c.Type, c.Reason, c.Message)
@@ -62,7 +65,7 @@ func (r Result) Markdown(maxBytes int) []string {
 		}
 		cur.WriteString(line)
 	}
-	if len(r.Steps) == 0 && len(r.Held) == 0 {
+	if len(r.Steps) == 0 && len(r.Held) == 0 && len(r.Firmware) == 0 {
 		write("| - | - | no changes |\n")
 	}
 	for _, s := range r.Steps {
@@ -70,6 +73,13 @@ func (r Result) Markdown(maxBytes int) []string {
 	}
 	for _, s := range r.Held {
 		write(fmt.Sprintf("| **held** %s | `%s` | %s |\n", s.Action, s.Server, mdEscape(stepDetail(s))))
+	}
+	for _, f := range r.Firmware {
+		held := ""
+		if f.Held {
+			held = "**held** "
+		}
+		write(fmt.Sprintf("| %s%s | `%s` | %s |\n", held, f.Kind, f.Server, mdEscape(strings.TrimPrefix(f.String(), f.Kind+" "+f.Server+" "))))
 	}
 	for _, c := range r.Conditions {
 		write(fmt.Sprintf("| %s | %s | %s: %s |\n", c.Type, c.Subject, c.Reason, mdEscape(c.Message)))

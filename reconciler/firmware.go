@@ -1,0 +1,458 @@
+package reconciler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/machina-metal/machina/bmc"
+	"github.com/machina-metal/machina/inventory"
+	"github.com/machina-metal/machina/reconciler/plan"
+	"github.com/machina-metal/machina/state"
+)
+
+// ReadFirmware reads what the plan checks a profile's firmware block
+// against, through the optional capabilities of drv (bmc.BIOSConfigurer,
+// bmc.RAIDConfigurer, bmc.FirmwareUpdater, bmc.SecureBootConfigurer): the
+// BIOS attributes, pending settings and AttributeRegistry; the storage
+// controllers with their drives and volumes; the firmware inventory; and
+// Secure Boot. An area the driver lacks, or the BMC answers with
+// bmc.ErrUnsupported (no Bios, Storage, UpdateService or SecureBoot
+// resource), is recorded in Unsupported with the reason; an IPMI BMC has
+// all four there. Any other error ends the read (wrapped, naming the
+// area): a half read is never stored, so a passing check never rests on
+// a missing area. at is the read's time (UTC).
+func ReadFirmware(ctx context.Context, drv bmc.Driver, at time.Time) (*state.Firmware, error) {
+	fw := &state.Firmware{ReadAt: at.UTC()}
+	missing := func(area string, err error) error {
+		if err == nil || errors.Is(err, bmc.ErrUnsupported) {
+			why := "the BMC's protocol has no such interface"
+			if err != nil {
+				why = err.Error()
+			}
+			if fw.Unsupported == nil {
+				fw.Unsupported = map[string]string{}
+			}
+			fw.Unsupported[area] = why
+			return nil
+		}
+		return fmt.Errorf("read firmware %s: %w", area, err)
+	}
+	if bc, ok := drv.(bmc.BIOSConfigurer); !ok {
+		_ = missing(state.FirmwareAreaBIOS, nil)
+	} else if b, err := bc.BIOS(ctx); err != nil {
+		if err := missing(state.FirmwareAreaBIOS, err); err != nil {
+			return nil, err
+		}
+	} else if b != nil {
+		fw.BIOS = biosState(b)
+	}
+	if rc, ok := drv.(bmc.RAIDConfigurer); !ok {
+		_ = missing(state.FirmwareAreaRAID, nil)
+	} else if cs, err := rc.Storage(ctx); err != nil {
+		if err := missing(state.FirmwareAreaRAID, err); err != nil {
+			return nil, err
+		}
+	} else {
+		fw.Storage = storageState(cs)
+	}
+	if fu, ok := drv.(bmc.FirmwareUpdater); !ok {
+		_ = missing(state.FirmwareAreaVersions, nil)
+	} else if comps, err := fu.FirmwareInventory(ctx); err != nil {
+		if err := missing(state.FirmwareAreaVersions, err); err != nil {
+			return nil, err
+		}
+	} else {
+		for _, c := range comps {
+			fw.Components = append(fw.Components, state.FirmwareComponent{ID: c.ID, Name: c.Name, Version: c.Version, Updateable: c.Updateable})
+		}
+	}
+	if sc, ok := drv.(bmc.SecureBootConfigurer); !ok {
+		_ = missing(state.FirmwareAreaSecureBoot, nil)
+	} else if sb, err := sc.SecureBoot(ctx); err != nil {
+		if err := missing(state.FirmwareAreaSecureBoot, err); err != nil {
+			return nil, err
+		}
+	} else if sb != nil {
+		fw.SecureBoot = &state.SecureBootState{Enable: sb.Enable, CurrentBoot: sb.CurrentBoot}
+	}
+	return fw, nil
+}
+
+// biosState is the store's compact copy of a BIOS read: the registry
+// keeps only what a check needs.
+func biosState(b *bmc.BIOS) *state.FirmwareBIOS {
+	out := &state.FirmwareBIOS{Attributes: map[string]any(b.Attributes), Pending: map[string]any(b.Pending)}
+	for _, t := range b.SupportedApplyTimes {
+		out.ApplyTimes = append(out.ApplyTimes, string(t))
+	}
+	if b.Registry == nil {
+		return out
+	}
+	out.RegistryID = b.Registry.ID
+	out.Registry = make([]state.BIOSAttribute, 0, len(b.Registry.Attributes))
+	for _, a := range b.Registry.Attributes {
+		sa := state.BIOSAttribute{Name: a.Name, Type: string(a.Type), Values: a.AllowedValues, ReadOnly: a.ReadOnly, ResetRequired: a.ResetRequired}
+		switch a.Type {
+		case bmc.AttrInteger:
+			sa.Min, sa.Max = a.LowerBound, a.UpperBound
+		case bmc.AttrString, bmc.AttrPassword:
+			sa.Min, sa.Max = a.MinLength, a.MaxLength
+		}
+		out.Registry = append(out.Registry, sa)
+	}
+	// The plan looks attributes up by binary search.
+	slices.SortFunc(out.Registry, func(a, b state.BIOSAttribute) int { return strings.Compare(a.Name, b.Name) })
+	return out
+}
+
+func storageState(cs []bmc.StorageController) []state.StorageController {
+	out := make([]state.StorageController, 0, len(cs))
+	for _, c := range cs {
+		sc := state.StorageController{ID: c.ID, RAIDTypes: c.RAIDTypes, CanCreateVolumes: c.CanCreateVolumes}
+		for _, d := range c.Drives {
+			sc.Drives = append(sc.Drives, state.StorageDrive{ID: d.ID, CapacityBytes: d.CapacityBytes, MediaType: d.MediaType})
+		}
+		for _, v := range c.Volumes {
+			sc.Volumes = append(sc.Volumes, state.Volume{ID: v.ID, Name: v.Name, RAIDType: v.RAIDType, CapacityBytes: v.CapacityBytes, Drives: v.Drives})
+		}
+		out = append(out, sc)
+	}
+	return out
+}
+
+// ErrFirmwareRefused: the profile's firmware block is refused on the
+// server by the read the step itself made (the plan saw an older read),
+// or the BMC lacks a capability the change needs. Nothing was sent.
+var ErrFirmwareRefused = errors.New("firmware block refused")
+
+// ErrFirmwareMismatch: after the changes, their reset and the BMC's
+// tasks, the read-back differs from the profile; the error names the
+// value read and the value wanted.
+var ErrFirmwareMismatch = errors.New("firmware read back differs")
+
+// applyFirmware is ActFirmware: the profile's firmware block onto an
+// allocated server before its image is written (Ironic's clean steps
+// apply_configuration, create_configuration and update; Metal3's
+// HostFirmwareSettings, RAID and HostFirmwareComponents in preparing).
+// Act, then verify: it reads the firmware (and stores it), checks the
+// block against that read (a refusal sends nothing), writes the BIOS
+// settings with the apply time the BMC chooses (OnReset when it lists
+// it), creates the volumes (recorded as Machina's, deleted on release),
+// starts each update with SimpleUpdate and follows its task to the end,
+// sets Secure Boot, resets the machine once when any change needs it
+// (at most once per journal entry, Machine.Restart), follows the tasks
+// the BMC made for the reset (Dell configuration jobs), then reads back:
+// anything still different fails the step with both values. The action
+// is disruptive: a failure stalls the server with its reason until the
+// profile changes, never retried in a loop. Idempotent: a resumed step
+// reads first and sends only what still differs.
+func (c *Controller) applyFirmware(ctx context.Context, x *stepCtx) error {
+	if x.desired == nil || x.ws == nil {
+		return fmt.Errorf("firmware: %s is not in the desired inventory", x.step.Server)
+	}
+	prof := x.desired.Profile(x.step.Profile)
+	if prof == nil || prof.Firmware == nil {
+		return fmt.Errorf("firmware: profile %q has no firmware block", x.step.Profile)
+	}
+	chk, err := c.readCheck(ctx, x, prof)
+	if err != nil {
+		return err
+	}
+	if len(chk.Refusals) > 0 {
+		return fmt.Errorf("firmware: %s (%s): %w", chk.Refusals[0].Message, chk.Refusals[0].Reason, ErrFirmwareRefused)
+	}
+	// Updates first, as Ironic orders its clean steps: a BIOS update may
+	// reset the settings, and the BMC restarts after many updates (so
+	// it is waited for before anything else is sent).
+	for _, ch := range chk.Changes {
+		if ch.Kind == plan.FirmwareUpdate {
+			if err := c.updateFirmware(ctx, x, x.drv, ch); err != nil {
+				return err
+			}
+		}
+	}
+	var pend pendingApply
+	if err := c.sendChanges(ctx, x, prof, chk.Changes, &pend); err != nil {
+		return err
+	}
+	if pend.reset {
+		if err := x.m.Restart(ctx, bmc.PowerActionReset); err != nil {
+			return fmt.Errorf("firmware: reset to apply: %w", err)
+		}
+	}
+	if tf, ok := x.drv.(bmc.TaskFollower); ok {
+		for _, t := range pend.tasks {
+			if _, err := bmc.WaitTask(ctx, tf, t.URI, c.cfg.FirmwareTaskPoll, nil); err != nil {
+				return fmt.Errorf("firmware: %w", err)
+			}
+		}
+	}
+	if err := c.verifyFirmware(ctx, x, prof); err != nil {
+		return err
+	}
+	x.log.Info("firmware: applied and read back", "changes", len(chk.Changes), "reset", pend.reset)
+	return nil
+}
+
+// pendingApply collects what the writes left to do: a reset, and the
+// tasks (Dell configuration jobs) to follow after it.
+type pendingApply struct {
+	reset bool
+	tasks []*bmc.Task
+}
+
+func (p *pendingApply) note(r *bmc.ApplyResult) {
+	if r == nil {
+		return
+	}
+	p.reset = p.reset || r.ResetRequired
+	if r.Task != nil && !r.Task.State.Done() {
+		p.tasks = append(p.tasks, r.Task)
+	}
+}
+
+// sendChanges creates the volumes (recorded as Machina's), sets Secure
+// Boot and writes the BIOS settings, in one PATCH, with the apply time
+// the BMC chooses.
+func (c *Controller) sendChanges(ctx context.Context, x *stepCtx, prof *inventory.Profile, changes []plan.FirmwareChange, pend *pendingApply) error {
+	settings := bmc.BIOSSettings{}
+	var created []string
+	for _, ch := range changes {
+		switch ch.Kind {
+		case plan.FirmwareBIOSSet:
+			settings[ch.Item] = prof.Firmware.Settings[ch.Item]
+		case plan.FirmwareRAIDCreate:
+			rc, ok := x.drv.(bmc.RAIDConfigurer)
+			if !ok {
+				return fmt.Errorf("firmware: create volume %s: the driver has no RAID interface: %w", ch.Item, ErrFirmwareRefused)
+			}
+			r, err := rc.CreateVolume(ctx, bmc.VolumeRequest{Controller: ch.Controller, Name: ch.Item, RAIDType: ch.Level, Drives: ch.Drives, CapacityBytes: ch.SizeBytes})
+			if err != nil {
+				return fmt.Errorf("firmware: create volume %s on %s: %w", ch.Item, ch.Controller, err)
+			}
+			created = append(created, ch.Controller+"/"+ch.Item)
+			pend.note(r)
+		case plan.FirmwareSecureBootSet:
+			sc, ok := x.drv.(bmc.SecureBootConfigurer)
+			if !ok {
+				return fmt.Errorf("firmware: set Secure Boot: the driver has no Secure Boot interface: %w", ErrFirmwareRefused)
+			}
+			r, err := sc.SetSecureBoot(ctx, *prof.Firmware.SecureBoot)
+			if err != nil {
+				return fmt.Errorf("firmware: set Secure Boot %v: %w", *prof.Firmware.SecureBoot, err)
+			}
+			pend.note(r)
+		}
+	}
+	if len(created) > 0 {
+		if err := c.recordVolumes(x.step.Server, created); err != nil {
+			return err
+		}
+	}
+	if len(settings) == 0 {
+		return nil
+	}
+	bc, ok := x.drv.(bmc.BIOSConfigurer)
+	if !ok {
+		return fmt.Errorf("firmware: set BIOS: the driver has no BIOS interface: %w", ErrFirmwareRefused)
+	}
+	r, err := bc.SetBIOS(ctx, settings, bmc.ApplyUnset)
+	if err != nil {
+		return fmt.Errorf("firmware: set BIOS %s: %w", strings.Join(sortedNames(settings), ", "), err)
+	}
+	x.log.Info("firmware: BIOS settings written", "settings", len(settings), "applyTime", string(r.ApplyTime), "reset", r.ResetRequired)
+	pend.note(r)
+	return nil
+}
+
+// verifyFirmware reads back and fails with ErrFirmwareMismatch naming
+// each value read and wanted when anything still differs.
+func (c *Controller) verifyFirmware(ctx context.Context, x *stepCtx, prof *inventory.Profile) error {
+	after, err := c.readCheck(ctx, x, prof)
+	if err != nil {
+		return err
+	}
+	if len(after.Refusals) == 0 && len(after.Changes) == 0 {
+		return nil
+	}
+	var diffs []string
+	for _, ch := range after.Changes {
+		diffs = append(diffs, fmt.Sprintf("%s %s read back %s, wanted %s", ch.Kind, ch.Item, orUnset(ch.From), ch.To))
+	}
+	for _, r := range after.Refusals {
+		diffs = append(diffs, r.Message)
+	}
+	return fmt.Errorf("firmware: %s: %w", strings.Join(diffs, "; "), ErrFirmwareMismatch)
+}
+
+// updateFirmware starts one SimpleUpdate with the image's URL as
+// ImageURI and follows the task to its end (the BMC restarting in
+// between is waited through, bmc.WaitTask).
+func (c *Controller) updateFirmware(ctx context.Context, x *stepCtx, drv bmc.Driver, ch plan.FirmwareChange) error {
+	fu, ok := drv.(bmc.FirmwareUpdater)
+	if !ok {
+		return fmt.Errorf("firmware: update %s: the driver has no update interface: %w", ch.Item, ErrFirmwareRefused)
+	}
+	if ch.Image == "" {
+		return fmt.Errorf("firmware: update %s: no image URL: %w", ch.Item, ErrFirmwareRefused)
+	}
+	t, err := fu.UpdateFirmware(ctx, bmc.FirmwareUpdate{ImageURI: ch.Image})
+	if err != nil {
+		return fmt.Errorf("firmware: update %s to %s: %w", ch.Item, ch.To, err)
+	}
+	x.log.Info("firmware: update started", "component", ch.Item, "version", ch.To, "task", t.URI)
+	if _, err := bmc.WaitTask(ctx, fu, t.URI, c.cfg.FirmwareTaskPoll, nil); err != nil {
+		return fmt.Errorf("firmware: update %s to %s: %w", ch.Item, ch.To, err)
+	}
+	// The BMC restarts after many updates (iDRAC, iLO and XCC after
+	// their own, bmcweb after any activation): wait until it answers.
+	for {
+		_, err := fu.FirmwareInventory(ctx)
+		if err == nil {
+			return nil
+		}
+		if !bmc.IsTransient(err) || ctx.Err() != nil {
+			return fmt.Errorf("firmware: after update %s: %w", ch.Item, err)
+		}
+		if err := sleepCtx(ctx, c.cfg.FirmwareTaskPoll); err != nil {
+			return fmt.Errorf("firmware: after update %s: wait for the BMC: %w", ch.Item, err)
+		}
+	}
+}
+
+// sleepCtx waits d or until ctx ends (its error then).
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// readCheck reads the server's firmware, stores it (keeping the volumes
+// Machina created) and checks the profile's block against it.
+//
+// A transient error (the BMC restarting after a reset or an update) is
+// read again every FirmwareTaskPoll until ctx ends.
+func (c *Controller) readCheck(ctx context.Context, x *stepCtx, prof *inventory.Profile) (plan.FirmwareCheck, error) {
+	var fw *state.Firmware
+	for {
+		var err error
+		fw, err = ReadFirmware(ctx, x.drv, c.cfg.Now())
+		if err == nil {
+			break
+		}
+		if !bmc.IsTransient(err) || ctx.Err() != nil {
+			return plan.FirmwareCheck{}, fmt.Errorf("firmware: %w", err)
+		}
+		if err := sleepCtx(ctx, c.cfg.FirmwareTaskPoll); err != nil {
+			return plan.FirmwareCheck{}, fmt.Errorf("firmware: read: %w", err)
+		}
+	}
+	s, err := c.cfg.Store.UpdateServer(x.step.Server, func(s *state.Server) error {
+		if s.Firmware != nil {
+			fw.CreatedVolumes = s.Firmware.CreatedVolumes
+		}
+		s.Firmware = fw
+		return nil
+	})
+	if err != nil {
+		return plan.FirmwareCheck{}, fmt.Errorf("firmware: record read: %w", err)
+	}
+	return plan.CheckFirmware(x.desired, prof.Firmware, x.ws, &s), nil
+}
+
+// recordVolumes adds "controller/name" entries to the volumes Machina
+// created on the server (deleted on release, never others).
+func (c *Controller) recordVolumes(server string, vols []string) error {
+	_, err := c.cfg.Store.UpdateServer(server, func(s *state.Server) error {
+		if s.Firmware == nil {
+			s.Firmware = &state.Firmware{}
+		}
+		for _, v := range vols {
+			if !slices.Contains(s.Firmware.CreatedVolumes, v) {
+				s.Firmware.CreatedVolumes = append(s.Firmware.CreatedVolumes, v)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("firmware: record created volumes: %w", err)
+	}
+	return nil
+}
+
+func sortedNames(m bmc.BIOSSettings) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
+
+func orUnset(s string) string {
+	if s == "" {
+		return "(none)"
+	}
+	return s
+}
+
+// deleteCreatedVolumes deletes, on release, the RAID volumes Machina
+// created on the server (Firmware.CreatedVolumes, "controller/name") and
+// only those: it reads the controllers, DELETEs each such volume still
+// listed, reads them again and stores that read with the list emptied. A
+// server without created volumes, or whose driver has no RAID interface,
+// is left alone. Dell iDRAC deletes by a configuration job at the next
+// reset (the release wipe's boot).
+func (c *Controller) deleteCreatedVolumes(ctx context.Context, x *stepCtx) error {
+	if x.obs.Firmware == nil || len(x.obs.Firmware.CreatedVolumes) == 0 {
+		return nil
+	}
+	rc, ok := x.drv.(bmc.RAIDConfigurer)
+	if !ok {
+		return nil
+	}
+	ctrls, err := rc.Storage(ctx)
+	if err != nil {
+		return fmt.Errorf("release: read storage: %w", err)
+	}
+	for _, cv := range x.obs.Firmware.CreatedVolumes {
+		ctrl, name, _ := strings.Cut(cv, "/")
+		for _, sc := range ctrls {
+			if sc.ID != ctrl {
+				continue
+			}
+			for _, v := range sc.Volumes {
+				if v.Name != name {
+					continue
+				}
+				if _, err := rc.DeleteVolume(ctx, ctrl, v.ID); err != nil {
+					return fmt.Errorf("release: delete volume %s (%s) on %s: %w", name, v.ID, ctrl, err)
+				}
+				x.log.Info("release: deleted the volume Machina created", "controller", ctrl, "volume", name)
+			}
+		}
+	}
+	ctrls, err = rc.Storage(ctx)
+	if err != nil {
+		return fmt.Errorf("release: read storage: %w", err)
+	}
+	_, err = c.cfg.Store.UpdateServer(x.step.Server, func(s *state.Server) error {
+		if s.Firmware != nil {
+			s.Firmware.Storage, s.Firmware.CreatedVolumes = storageState(ctrls), nil
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("release: record storage: %w", err)
+	}
+	return nil
+}
