@@ -65,7 +65,9 @@ func (d *Driver) chassisControl(ctx context.Context, ctl uint8) error {
 //
 // It returns nil once the chassis reports the wanted state, an error
 // wrapping bmc.ErrTimeout (naming wanted and read state) after
-// PowerTimeout, or the classified BMC error.
+// PowerTimeout (also wrapping bmc.ErrUnreachable, and saying the BMC
+// stopped answering, when its newest reads failed), or the classified BMC
+// error.
 func (d *Driver) Power(ctx context.Context, a bmc.PowerAction) (err error) {
 	defer func() { err = bmc.WithBMC(d.cfg.Address, err) }()
 	if _, err := bmc.ParsePowerAction(string(a)); err != nil {
@@ -255,7 +257,10 @@ func (d *Driver) waitPower(ctx context.Context, op string, want bmc.PowerState, 
 	deadline := time.Now().Add(timeout)
 	t := time.NewTimer(0)
 	defer t.Stop()
+	start := time.Now()
 	var last bmc.PowerState = bmc.PowerUnknown
+	var lastOK time.Time // when the BMC last answered a read
+	var lastErr error    // the newest read's (transient) error; nil when it answered
 	for {
 		select {
 		case <-ctx.Done():
@@ -266,8 +271,9 @@ func (d *Driver) waitPower(ctx context.Context, op string, want bmc.PowerState, 
 		if err != nil && !bmc.IsTransient(err) {
 			return err
 		}
+		lastErr = err
 		if err == nil {
-			last = got
+			last, lastOK = got, time.Now()
 			if got == bmc.PowerOff {
 				d.sawOff = true
 			}
@@ -276,6 +282,16 @@ func (d *Driver) waitPower(ctx context.Context, op string, want bmc.PowerState, 
 			}
 		}
 		if time.Now().After(deadline) {
+			if lastErr != nil {
+				// The BMC stopped answering (it reboots itself, or the
+				// network dropped): "read off" would be a stale reading.
+				said := "it never answered a power state read"
+				if !lastOK.IsZero() {
+					said = fmt.Sprintf("it last answered %s in, reading %s", lastOK.Sub(start).Round(100*time.Millisecond), last)
+				}
+				return fmt.Errorf("ipmi: %s: wanted power %s: the BMC stopped answering (%s; waited %s; last error: %v): %w",
+					op, want, said, timeout, lastErr, errors.Join(bmc.ErrTimeout, bmc.ErrUnreachable))
+			}
 			return fmt.Errorf("ipmi: %s: %w: wanted power %s, read %s after %s", op, bmc.ErrTimeout, want, last, timeout)
 		}
 		t.Reset(d.cfg.PollInterval)
