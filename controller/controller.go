@@ -91,6 +91,10 @@ type Config struct {
 	// Gitea/Forgejo and GitLab deliveries signed with this file's secret
 	// trigger a poll); "" mounts none.
 	WebhookSecretFile string
+	// EventsOut are the outgoing webhooks that receive the event log as
+	// signed CloudEvents (package eventsout); the zero value sends none.
+	// Under HA only the leader sends, from the cursors in the shared state.
+	EventsOut EventsOutConfig
 	// StatusInterval is the least time between status commits; zero means 30 s.
 	StatusInterval time.Duration
 	// Reconciler tunes the executor (workers, limits, backoff, deadlines);

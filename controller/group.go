@@ -45,6 +45,7 @@ func (w *wiring) componentList() []component {
 	}
 	hw := newHostWatch(st, w.drivers, w.fencer, w.ctrl.Desired, hostWatchConfig{heartbeat: cfg.Heartbeat, lost: cfg.HostLostWindow,
 		fenceAfter: cfg.HostFenceWindow, share: cfg.Reconciler.Plan.BrakeShare}, log.With("component", "host-watch")).scopedTo(w.hostInScope())
+	cs = append(cs, w.eventsOutComponent()...)
 	return append(cs,
 		component{"host watch", func(ctx context.Context) error { hw.run(ctx); return nil }},
 		component{"prune", func(ctx context.Context) error { prune(ctx, st, 10*time.Minute, log); return nil }},

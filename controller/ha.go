@@ -59,6 +59,7 @@ var ErrDeposed = errors.New("controller: leadership lost")
 var leaderOnly = map[string]bool{
 	"machine endpoints": true, "join": true, "status writer": true, "reconciler": true,
 	"auto-enrol proposals": true, "bmc sweep": true, "host watch": true, "prune": true, "refusal summary": true,
+	"events out": true, // one sender per site: standbys share the stored cursors
 }
 
 func isLeaderOnly(name string) bool {

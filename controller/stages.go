@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/machina-metal/machina/eventsout"
 	"log/slog"
 	"net"
 	"net/netip"
@@ -48,6 +49,7 @@ type wiring struct {
 	log *slog.Logger
 
 	st        *state.Store
+	evOut     *eventsout.Sender // nil without Config.EventsOut.URLs
 	ln        net.Listener
 	publicURL string
 	reg       *prometheus.Registry
@@ -206,6 +208,7 @@ func (w *wiring) stages() []stage {
 	return []stage{
 		{"state", w.openState},
 		{"listen", w.listen},
+		{"events out", w.eventsOut},
 		{"images", w.images},
 		{"bmc drivers", w.bmcDrivers},
 		{"executor", w.executor},

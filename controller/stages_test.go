@@ -27,7 +27,7 @@ func TestStagesNamed(t *testing.T) {
 		}
 		names = append(names, s.name)
 	}
-	want := []string{"state", "listen", "images", "bmc drivers", "executor", "boot", "join", "git", "routes", "ha"}
+	want := []string{"state", "listen", "events out", "images", "bmc drivers", "executor", "boot", "join", "git", "routes", "ha"}
 	if !slices.Equal(names, want) {
 		t.Errorf("stages %v, want %v", names, want)
 	}

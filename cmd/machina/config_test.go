@@ -93,3 +93,27 @@ func TestPrintConfigRoundTrip(t *testing.T) {
 		t.Error("--print-config output read back gives another configuration")
 	}
 }
+
+// TestServeWebhookOutFromConfig: the outgoing webhooks come from the
+// --config file as a list (or repeated --webhook-out flags), the kinds
+// filter as a list; the secret is only a file name.
+func TestServeWebhookOutFromConfig(t *testing.T) {
+	path := writeConfig(t, "webhook-out: [\"https://hooks.example.com/a\", \"http://127.0.0.1:9000/b\"]\nwebhook-out-secret-file: /etc/machina/webhook-out.secret\nwebhook-out-kinds: [lifecycle, server.]\n")
+	cmd := newServeCmd(&env{})
+	fs := cmd.Flags()
+	if err := fs.Parse(nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := applySources(fs, path, func(string) string { return "" }, "config"); err != nil {
+		t.Fatal(err)
+	}
+	for flag, want := range map[string]string{
+		"webhook-out":             "[https://hooks.example.com/a,http://127.0.0.1:9000/b]",
+		"webhook-out-secret-file": "/etc/machina/webhook-out.secret",
+		"webhook-out-kinds":       "[lifecycle,server.]",
+	} {
+		if got := fs.Lookup(flag).Value.String(); got != want {
+			t.Errorf("%s = %q, want %q", flag, got, want)
+		}
+	}
+}

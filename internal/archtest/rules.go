@@ -77,6 +77,7 @@ var mayImport = map[string][]string{
 	"gitops":                {"boot", "discover", "inventory", "reconciler/plan", "redact", "state"},
 	"redact":                {},
 	"reconciler/fleet":      {"bmc", "bmc/ipmi", "bmc/redfish", "reconciler", "redact", "state"},
+	"eventsout":             {"state"},
 	"reconciler/deployplan": {"api", "deploy", "images", "inventory", "state"},
 	"api":                   {"boot", "boot/dhcp", "boot/ipxe", "internal/connlimit", "schema", "state"},
 	"ramdisk/agent":         {"api/v1"},
