@@ -133,10 +133,10 @@ var (
 	descConnsBudget = prometheus.NewDesc("machina_listener_conns_budget",
 		"The listener's connection budget (its share of RLIMIT_NOFILE).", []string{"listener"}, nil)
 	descConnsRefused = prometheus.NewDesc("machina_listener_conns_refused_total",
-		"Connections closed at accept: their address had its per-address cap open (per_ip), or the listener was at its budget and their address was not under its share (budget).",
+		"Connections closed at accept: their address had its per-address cap open (per_ip), or the listener was at its budget with no connection to close for them (budget).",
 		[]string{"listener", "reason"}, nil)
 	descConnsEvicted = prometheus.NewDesc("machina_listener_conns_evicted_total",
-		"Open connections closed at the budget to admit one from an address holding fewer.", []string{"listener"}, nil)
+		"Open connections closed at the budget to admit a new one: the oldest of an address holding two more, or the oldest the server had not written to for the stall time (connlimit.Config.StallAfter).", []string{"listener"}, nil)
 	descAcceptErrors = prometheus.NewDesc("machina_listener_accept_errors_total",
 		"accept(2) failures backed off from (EMFILE, ENFILE, ENOBUFS, ENOMEM).", []string{"listener"}, nil)
 	descFDLimit = prometheus.NewDesc("machina_fd_limit",

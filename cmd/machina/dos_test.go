@@ -73,6 +73,11 @@ const (
 	// dosMaxDials bounds the attack's connections in all (load bounded
 	// in count as well as time).
 	dosMaxDials = 100000
+	// dosSilentAddrs addresses each hold one connection to the admin TLS
+	// listener that never sends its ClientHello, dialled again at once
+	// when the server closes it: more addresses than the admin budget
+	// (96 at dosNoFile), so no address ever holds two more than another.
+	dosSilentAddrs = 100
 )
 
 // TestDescriptorExhaustion runs machina serve (this test binary
@@ -89,6 +94,13 @@ const (
 // a loaded 2-core host: the point is that it completes, not how fast).
 // The listener metrics must then show the machine listener at or under
 // its budget, having refused or evicted connections.
+// Meanwhile 100 more addresses (more than the admin budget of 96) each
+// hold one connection to the admin TLS listener that never sends its
+// ClientHello, dialled again a second after the server closes it: the
+// admin request is made once they are older than the 2 s after which the
+// listener may close a connection it has not written to. Before that
+// stall eviction (checked), no address held two more than the operator's,
+// and the operator's connection was closed at accept (EOF).
 //
 // Before the fix (checked), the attack took every descriptor of the
 // controller: its accept loops got EMFILE, so the machine's, /healthz's
@@ -124,6 +136,11 @@ func TestDescriptorExhaustion(t *testing.T) {
 	for i := range attackers {
 		attackers[i] = netip.AddrFrom4([4]byte{10, 231, 1 + byte(i/200), 1 + byte(i%200)})
 		fmt.Fprintf(&batch, "addr add %s/16 dev vc0\n", attackers[i])
+	}
+	silent := make([]netip.Addr, dosSilentAddrs)
+	for i := range silent {
+		silent[i] = netip.AddrFrom4([4]byte{10, 231, 3 + byte(i/200), 1 + byte(i%200)})
+		fmt.Fprintf(&batch, "addr add %s/16 dev vc0\n", silent[i])
 	}
 	machineIP, operatorIP := netip.MustParseAddr("10.231.9.1"), netip.MustParseAddr("10.231.9.2")
 	fmt.Fprintf(&batch, "addr add %s/16 dev vc0\naddr add %s/16 dev vc0\nlink set vc0 up\n", machineIP, operatorIP)
@@ -229,6 +246,14 @@ func TestDescriptorExhaustion(t *testing.T) {
 			}()
 		}
 	}
+	var silentReady atomic.Int64
+	for _, src := range silent {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			silentClient(attackCtx, d.from(src), adminPort, &dials, &silentReady)
+		}()
+	}
 	defer func() { stopAttack(); wg.Wait() }()
 	// The attack is under way: more attacker connections established and
 	// sending (held by the controller, waiting in its accept queue, or
@@ -246,6 +271,15 @@ func TestDescriptorExhaustion(t *testing.T) {
 			t.Fatalf("controller exited under the attack: %v", proc.Err())
 		}
 	}
+	for deadline := time.Now().Add(time.Minute); silentReady.Load() < dosSilentAddrs; {
+		if time.Now().After(deadline) {
+			t.Fatalf("only %d of %d silent attackers connected to the admin listener within a minute", silentReady.Load(), dosSilentAddrs)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	// The attack lasts: the silent connections outlive the 2 s within
+	// which a connection at the budget must see the server write.
+	time.Sleep(3 * time.Second)
 	t.Logf("attack: %d connections held by the attackers, %d dialled", open.Load(), dials.Load())
 
 	// A machine PXE-boots (auto-enrol): script with a token, then its
@@ -389,6 +423,36 @@ func slowClient(ctx context.Context, dial func(context.Context, string, string) 
 		c.Close()
 		<-closed
 		open.Add(-1)
+		if !sleepCtx(ctx, time.Second) {
+			return
+		}
+	}
+}
+
+// silentClient holds one connection to addr at a time that sends nothing
+// (a TLS ClientHello never sent, the slow-loris of a TLS listener) until
+// ctx is done, dialling again a second after the server closes it. ready is
+// incremented once, at its first connection.
+func silentClient(ctx context.Context, dial func(context.Context, string, string) (net.Conn, error), addr string, dials, ready *atomic.Int64) {
+	first := true
+	for ctx.Err() == nil && dials.Add(1) <= dosMaxDials {
+		dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		c, err := dial(dctx, "tcp", addr)
+		cancel()
+		if err == nil {
+			if first {
+				first = false
+				ready.Add(1)
+			}
+			closed := make(chan struct{})
+			go func() { _, _ = io.Copy(io.Discard, c); close(closed) }()
+			select {
+			case <-ctx.Done():
+			case <-closed:
+			}
+			c.Close()
+			<-closed
+		}
 		if !sleepCtx(ctx, time.Second) {
 			return
 		}

@@ -3,7 +3,10 @@
 // source address (slow request bodies from one address once held 20,000 of
 // 20,000), a total per listener derived from RLIMIT_NOFILE (Budget: slow
 // GETs from 80 addresses, each under the per-address cap, held 19,999 of
-// 20,000 and stopped every other listener and all outbound work), and an
+// 20,000 and stopped every other listener and all outbound work) within
+// which the heaviest address, then a connection the server has made no
+// progress on (a slow-loris with one connection from each of as many
+// addresses as the total), makes room for a new one, and an
 // accept loop that backs off instead of spinning when the process is out
 // of descriptors (EMFILE, ENFILE). The machine-facing and admin listeners
 // (api), the join listener (join) and the controller's wiring use it.
@@ -37,9 +40,24 @@ type Config struct {
 	// that holds at least two fewer than the address holding the most is
 	// admitted by closing that address's oldest connection (Stats.Evicted:
 	// under a flood from many addresses a machine with one connection is
-	// still served); any other is closed at accept (Stats.RefusedBudget).
-	// Zero: no total cap.
+	// still served). Failing that, the oldest connection the server has
+	// made no progress on for StallAfter is closed to admit it
+	// (Stats.EvictedStalled: a slow-loris from as many addresses as the
+	// budget, one connection each, would otherwise lock every client
+	// out); any other is closed at accept (Stats.RefusedBudget). Zero: no
+	// total cap.
 	MaxTotal int
+	// StallAfter is how long a connection may go without server progress
+	// (a Write or ReadFrom that sent bytes, e.g. a TLS ServerHello or a
+	// response) before, at MaxTotal, it may be closed to admit a new one.
+	// A connection inside a Write or ReadFrom (a long sendfile(2) of an
+	// image to a slow reader) is never closed for this. A real client
+	// sends its request headers or its TLS ClientHello within
+	// milliseconds, so a connection silent for the server this long is a
+	// slow request, an idle keep-alive, or an attack: under overload each
+	// may be closed (nginx likewise closes keep-alive connections at its
+	// worker_connections limit). Zero: 2 s; negative: never.
+	StallAfter time.Duration
 	// Refused, if not nil, is also incremented for every connection closed
 	// at accept (either cap), for counters kept by the caller.
 	Refused *atomic.Int64
@@ -60,11 +78,17 @@ type Stats struct {
 	// address had MaxPerIP open.
 	RefusedPerIP int64
 	// RefusedBudget counts connections closed at accept because the
-	// listener had MaxTotal open and their address was not under its share.
+	// listener had MaxTotal open, their address was not under its share
+	// and no connection had stalled (see Config.MaxTotal).
 	RefusedBudget int64
-	// Evicted counts open connections closed to admit one from an address
-	// holding fewer (see Config.MaxTotal).
+	// Evicted counts open connections closed to admit a new one at
+	// MaxTotal, for either reason (see Config.MaxTotal): EvictedStalled of
+	// them for making no server progress, the rest for their address
+	// holding more.
 	Evicted int64
+	// EvictedStalled counts the connections of Evicted closed because the
+	// server had made no progress on them for Config.StallAfter.
+	EvictedStalled int64
 	// AcceptErrors counts accept(2) failures Accept backed off from
 	// (EMFILE, ENFILE, ENOBUFS, ENOMEM).
 	AcceptErrors int64
@@ -92,8 +116,14 @@ type Listener struct {
 	// the address holding the most is found without a scan of every peer.
 	byCount []map[peer]struct{}
 	maxN    int
+	// oldest and newest end the list of every open connection in
+	// admission order (countedConn.allPrev, allNext).
+	oldest, newest *countedConn
+	// now returns the time in unix nanoseconds (time.Now; tests set a
+	// clock of their own before the first Accept).
+	now func() int64
 
-	refusedPerIP, refusedBudget, evicted, acceptErrors atomic.Int64
+	refusedPerIP, refusedBudget, evicted, evictedStalled, acceptErrors atomic.Int64
 	// lastFullLog and lastErrLog pace the Warn lines (unix nanoseconds).
 	lastFullLog, lastErrLog atomic.Int64
 }
@@ -113,9 +143,21 @@ func New(ln net.Listener, cfg Config) *Listener {
 	if name == "" {
 		name = ln.Addr().String()
 	}
+	if cfg.StallAfter == 0 {
+		cfg.StallAfter = DefaultStallAfter
+	}
 	return &Listener{Listener: ln, cfg: cfg, log: cfg.Logger.With("listener", name), done: make(chan struct{}),
-		peers: map[peer]*peerConns{}, byCount: []map[peer]struct{}{nil}}
+		peers: map[peer]*peerConns{}, byCount: []map[peer]struct{}{nil}, now: unixNano}
 }
+
+// DefaultStallAfter is Config.StallAfter when zero.
+const DefaultStallAfter = 2 * time.Second
+
+// maxStallScan bounds the connections admit looks at, oldest first, for
+// one stalled: admission stays cheap under a flood of busy connections.
+const maxStallScan = 256
+
+func unixNano() int64 { return time.Now().UnixNano() }
 
 // PerIP wraps ln with a cap of max open connections per source address
 // and no total (New with Config.MaxPerIP); refused (nil: not counted) is
@@ -135,7 +177,7 @@ func (l *Listener) Stats() Stats {
 	open := l.total
 	l.mu.Unlock()
 	return Stats{Open: open, MaxTotal: l.cfg.MaxTotal, RefusedPerIP: l.refusedPerIP.Load(), RefusedBudget: l.refusedBudget.Load(),
-		Evicted: l.evicted.Load(), AcceptErrors: l.acceptErrors.Load()}
+		Evicted: l.evicted.Load(), EvictedStalled: l.evictedStalled.Load(), AcceptErrors: l.acceptErrors.Load()}
 }
 
 // Close closes the underlying listener and ends a back-off wait in Accept.
@@ -243,6 +285,7 @@ func (l *Listener) admit(c net.Conn) *countedConn {
 		have = pc.n
 	}
 	var victim *countedConn
+	stalled := false
 	switch {
 	case l.cfg.MaxPerIP > 0 && have >= l.cfg.MaxPerIP:
 		l.mu.Unlock()
@@ -250,7 +293,16 @@ func (l *Listener) admit(c net.Conn) *countedConn {
 		l.refuse(c)
 		return nil
 	case l.cfg.MaxTotal > 0 && l.total >= l.cfg.MaxTotal:
-		if l.maxN < have+2 {
+		if l.maxN >= have+2 {
+			// The heaviest address holds two or more than c's: its
+			// oldest connection makes room.
+			for q := range l.byCount[l.maxN] {
+				victim = l.peers[q].head
+				break
+			}
+		} else if victim = l.stalled(); victim != nil {
+			stalled = true
+		} else {
 			l.mu.Unlock()
 			n := l.refusedBudget.Add(1)
 			if pace(&l.lastFullLog) {
@@ -259,22 +311,38 @@ func (l *Listener) admit(c net.Conn) *countedConn {
 			l.refuse(c)
 			return nil
 		}
-		// The heaviest address holds two or more than c's: its oldest
-		// connection makes room.
-		for q := range l.byCount[l.maxN] {
-			victim = l.peers[q].head
-			break
-		}
 		l.remove(victim)
 	}
 	cc := &countedConn{Conn: c, l: l, p: p}
+	cc.progress.Store(l.now())
 	l.add(cc)
 	l.mu.Unlock()
 	if victim != nil {
 		l.evicted.Add(1)
+		if stalled {
+			l.evictedStalled.Add(1)
+		}
 		_ = victim.Conn.Close()
 	}
 	return cc
+}
+
+// stalled returns the oldest admitted connection, among the first
+// maxStallScan, that is not inside a Write or ReadFrom and has had no
+// server progress for Config.StallAfter; nil if none (or StallAfter < 0).
+// l.mu held.
+func (l *Listener) stalled() *countedConn {
+	if l.cfg.StallAfter < 0 {
+		return nil
+	}
+	before := l.now() - int64(l.cfg.StallAfter)
+	n := 0
+	for c := l.oldest; c != nil && n < maxStallScan; c, n = c.allNext, n+1 {
+		if c.busy.Load() == 0 && c.progress.Load() <= before {
+			return c
+		}
+	}
+	return nil
 }
 
 // refuse closes a connection refused at accept.
@@ -321,6 +389,13 @@ func (l *Listener) add(c *countedConn) {
 		pc.head = c
 	}
 	pc.tail = c
+	c.allPrev, c.allNext = l.newest, nil
+	if l.newest != nil {
+		l.newest.allNext = c
+	} else {
+		l.oldest = c
+	}
+	l.newest = c
 	pc.n++
 	l.total++
 	l.setCount(c.p, pc.n-1, pc.n)
@@ -344,6 +419,17 @@ func (l *Listener) remove(c *countedConn) bool {
 		pc.tail = c.prev
 	}
 	c.prev, c.next = nil, nil
+	if c.allPrev != nil {
+		c.allPrev.allNext = c.allNext
+	} else {
+		l.oldest = c.allNext
+	}
+	if c.allNext != nil {
+		c.allNext.allPrev = c.allPrev
+	} else {
+		l.newest = c.allPrev
+	}
+	c.allPrev, c.allNext = nil, nil
 	pc.n--
 	l.total--
 	l.setCount(c.p, pc.n+1, pc.n)
@@ -354,12 +440,40 @@ func (l *Listener) remove(c *countedConn) bool {
 }
 
 // countedConn is an accepted connection holding a slot of its listener.
+// Its Write and ReadFrom record the server's progress on it (see
+// Config.StallAfter); under a TLS listener (TLS) the handshake's writes
+// (ServerHello, certificate) go through Write and count too, a
+// ClientHello that never completes does not.
 type countedConn struct {
 	net.Conn
-	l          *Listener
-	p          peer
-	prev, next *countedConn // the peer's connections, oldest first; l.mu
-	released   bool         // l.mu
+	l                *Listener
+	p                peer
+	prev, next       *countedConn // the peer's connections, oldest first; l.mu
+	allPrev, allNext *countedConn // every connection, oldest first; l.mu
+	released         bool         // l.mu
+	// progress is when a Write or ReadFrom last sent bytes, or the
+	// connection was admitted (unix nanoseconds, Listener.now); busy
+	// counts the Writes and ReadFroms in progress.
+	progress atomic.Int64
+	busy     atomic.Int32
+}
+
+// Write is the underlying connection's, recording the server's progress:
+// while it runs the connection is busy (never closed as stalled), and
+// once it has sent bytes its progress time is now.
+func (c *countedConn) Write(b []byte) (int, error) {
+	c.busy.Add(1)
+	n, err := c.Conn.Write(b)
+	c.done(n > 0)
+	return n, err
+}
+
+// done ends a Write or ReadFrom, recording progress if it sent bytes.
+func (c *countedConn) done(sent bool) {
+	if sent {
+		c.progress.Store(c.l.now())
+	}
+	c.busy.Add(-1)
 }
 
 func (c *countedConn) Close() error {
@@ -373,7 +487,13 @@ func (c *countedConn) Close() error {
 // *os.File goes out with sendfile(2): without it net/http copies every
 // file through a 32 KiB user-space buffer (a boot storm's ramdisk step
 // spent 80 % of the server's CPU in that read and write).
-func (c *countedConn) ReadFrom(r io.Reader) (int64, error) {
+//
+// Like Write it records progress, and the connection is busy while it
+// runs (a ramdisk's sendfile to a slow machine is never closed as
+// stalled).
+func (c *countedConn) ReadFrom(r io.Reader) (n int64, err error) {
+	c.busy.Add(1)
+	defer func() { c.done(n > 0) }()
 	if rf, ok := c.Conn.(io.ReaderFrom); ok {
 		return rf.ReadFrom(r)
 	}
