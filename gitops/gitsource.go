@@ -470,6 +470,9 @@ func (s *Source) poll(ctx context.Context) error {
 		if tip, err = s.ensureFetched(ctx, o, tip); err != nil {
 			return fmt.Errorf("git source: %w", err)
 		}
+		if tip, err = s.deepenPastStatus(ctx, o, tip); err != nil {
+			return fmt.Errorf("git source: %w", err)
+		}
 		s.noteRemoteTip(tip) // the branch may have moved since the list
 	}
 	commit, err := s.repo.CommitObject(tip)

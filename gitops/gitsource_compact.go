@@ -256,3 +256,47 @@ func dropLoose(st storer.EncodedObjectStorer) error {
 	}
 	return nil
 }
+
+// deepenPastStatus fetches the branch again, each time four times deeper
+// (up to maxStatusWalk commits), while the clone's history below tip holds
+// only status commits down to its shallow boundary. A new controller's
+// shallow first fetch (firstFetchDepth) of a branch with more status
+// commits on top of the operator's commit than that would otherwise name
+// the revision after a status commit (introducedBy and humanCommit stop
+// at a parent they cannot read). It returns the tip the last fetch
+// brought; nothing is fetched when a non-status commit is within reach.
+func (s *Source) deepenPastStatus(ctx context.Context, o transportOptions, tip plumbing.Hash) (plumbing.Hash, error) {
+	for depth := firstFetchDepth * 4; depth <= maxStatusWalk && s.statusToBoundary(tip); depth *= 4 {
+		local := plumbing.NewRemoteReferenceName(remoteName, s.cfg.Remote.branch())
+		if err := s.repo.Storer.RemoveReference(local); err != nil {
+			return tip, fmt.Errorf("deepen %s: %w", short(tip), err)
+		}
+		s.log.Debug("only status commits down to the shallow boundary, fetching deeper", "commit", tip.String(), "depth", depth)
+		var err error
+		if tip, err = fetchBranch(ctx, s.repo, o, s.cfg.Remote.branch(), depth); err != nil {
+			return tip, err
+		}
+	}
+	return tip, nil
+}
+
+// statusToBoundary reports whether every commit from tip down its first
+// parents is a status commit until one whose parent the clone does not
+// hold (the shallow boundary).
+func (s *Source) statusToBoundary(tip plumbing.Hash) bool {
+	c, err := s.repo.CommitObject(tip)
+	if err != nil {
+		return false
+	}
+	for range maxStatusWalk {
+		if !isStatusCommit(c) || c.NumParents() == 0 {
+			return false
+		}
+		p, err := c.Parent(0)
+		if err != nil {
+			return true
+		}
+		c = p
+	}
+	return false
+}
