@@ -75,7 +75,11 @@ func TestBMCPowerWait(t *testing.T) {
 	if got := newBMCCmd(&env{}).PersistentFlags().Lookup("wait"); got == nil || got.DefValue != "3m0s" {
 		t.Fatalf("--wait flag = %+v, want default 3m0s", got)
 	}
-	url, _ := simServer(t, "dell-poweredge-r750-idrac9", nil, offPower{}, false)
+	// The BMC never reports the host on, nor a host start: the Redfish
+	// driver counts a moved LastResetTime as the power-on having taken.
+	q := bmcsim.DefaultQuirks("Dell")
+	q.NoLastResetTime = true
+	url, _ := simServer(t, "dell-poweredge-r750-idrac9", &q, offPower{}, false)
 	t.Setenv("MACHINA_BMC_PASSWORD", "pa ss:word")
 	code, out, errs := runCtl(t, "", "bmc", "--address", url, "--username", "ops", "--wait", "300ms", "power", "on")
 	if code == 0 || !strings.Contains(errs, "--wait 300ms") || !strings.Contains(errs, "still off") {
