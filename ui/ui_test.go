@@ -723,8 +723,12 @@ func TestHostsPageShowsLostAndFenced(t *testing.T) {
 	if !strings.Contains(body, `data-condition="Fenced"`) {
 		t.Fatalf("hosts page does not show the fenced host:\n%s", body)
 	}
-	if _, err := l.Store.RecordHeartbeat("hv-r1-n03", time.Now(), state.Heartbeat{}); err != nil {
-		t.Fatal(err)
+	// Two heartbeats: the first after a fence may have been in flight
+	// (state.Host.FencedBeat); the second proves the fence did not hold.
+	for i := range 2 {
+		if _, err := l.Store.RecordHeartbeat("hv-r1-n03", time.Now().Add(time.Duration(i)*time.Second), state.Heartbeat{}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	_, body = get(t, c, l.URL()+"/ui/hosts")
 	if !strings.Contains(body, `data-condition="FenceFailed"`) || !strings.Contains(body, "fence did not hold") {
