@@ -139,7 +139,7 @@ type Config struct {
 	// TimeScale multiplies every step's deadline, for a machine shared
 	// with other work (TCG slows down with the load); zero means 1.
 	TimeScale float64
-	// ARM64 runs the arm64 lab (issue 28, RunARM64) instead of the five
+	// ARM64 runs the arm64 lab (RunARM64) instead of the five
 	// amd64 VMs: one arm64 UEFI VM (qemu-system-aarch64 virt, TCG, AAVMF)
 	// behind a bmcsim Redfish BMC, network-booted through GRUB's arm64
 	// image from the controller's DHCP and TFTP. Stage is ignored.
