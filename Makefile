@@ -117,7 +117,7 @@ os-image:
 .PHONY: lab
 lab: build ramdisk
 	$(BIN)/lab -root . $(LAB_FLAGS)
-# lab-arm64: the arm64 VM lab (issue 28, lab/vm TestVMLabARM64): one arm64 UEFI VM (qemu-system-aarch64,
+# lab-arm64: the arm64 VM lab (lab/vm TestVMLabARM64): one arm64 UEFI VM (qemu-system-aarch64,
 # TCG, AAVMF) network-boots through GRUB's arm64 image from machina serve's DHCP and TFTP, commissions
 # (arch arm64 in the API and the status commit), a pin of the amd64 lab profile onto it is refused
 # (ArchMismatch), and a pin of the arm64 profile deploys the minimal arm64 OS image, which boots from

@@ -196,7 +196,7 @@ func TestTransitionEndpoint(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A move the reconciler would not carry out (nothing would boot the
-	// server) is refused with what does it (issue 23: before, new or
+	// server) is refused with what does it (before, new or
 	// ready → commissioning was applied and failed the server 30 minutes
 	// later).
 	var ae *v1.APIError
@@ -259,7 +259,7 @@ func TestTransitionEndpoint(t *testing.T) {
 }
 
 // TestTransitionReleaseWipes: deployed → ready through the API is a
-// release like the reconciler's (issue 10): the allocation is dropped, the
+// release like the reconciler's: the allocation is dropped, the
 // server is marked for the release wipe (so it is not allocated before the
 // ramdisk wipes it), its host is marked released with its certificate
 // forgotten; hosts of other servers and other moves are untouched.

@@ -80,7 +80,7 @@ func (b *BootIndex) rebuild() error {
 
 // bootFacts are the fields of a server the boot servers need, copied out
 // of the store's decode cache (state.Store.ServerFunc) rather than a deep
-// copy of the whole 736-byte Server per script request (issue 24).
+// copy of the whole 736-byte Server per script request.
 type bootFacts struct {
 	Name, BootMAC, BootMode string
 	Lifecycle               state.Lifecycle
@@ -113,7 +113,7 @@ func (b *BootIndex) server(mac net.HardwareAddr, cached bool) (bootFacts, bool, 
 // its own function, kept out of line, because its state.Server copy needs
 // a 2.4 KB stack frame, which server (on every script request's path, the
 // index answering) no longer reserves: 0x160 bytes instead of 0xa58
-// (go build -gcflags=-S). Issue 24: a deeper request goroutine's stack is
+// (go build -gcflags=-S). In a boot storm a deeper request goroutine's stack is
 // grown by copying.
 //
 //go:noinline
@@ -231,7 +231,7 @@ func (b *BootIndex) Issue(_ context.Context, mac net.HardwareAddr, purpose strin
 	// The handler calls Issue right after a Lookup of the same MAC in
 	// the same request, which read the server and checked the index entry
 	// against its boot MAC: the entry names the server without a second
-	// store read (issue 24: a read per script GET of a boot storm). A
+	// store read (a read per script GET of a boot storm). A
 	// server whose boot MAC moved in between gets a token bound to the
 	// old MAC, which no request of the server's new machine can use (the
 	// token's MAC and the lease address are checked at use).

@@ -19,8 +19,8 @@ import (
 // and mints a report token into a state file on disk, with an fsync per
 // commit as in production (sync) or without (nosync), from 64 concurrent
 // callers so that mints share group commits. The CPU profile of this
-// benchmark is the handler's side of bench/bootstorm.sh's script step
-// (issue 24), without the network.
+// benchmark is the handler's side of bench/bootstorm.sh's script step,
+// without the network.
 func BenchmarkBootScriptStore(b *testing.B) {
 	for _, mode := range []string{"sync", "nosync"} {
 		b.Run(mode, func(b *testing.B) {

@@ -121,7 +121,7 @@ func TestServeConnCapAndBodyTimeout(t *testing.T) {
 // connection a handler's response goes out on still has the TCP
 // connection's ReadFrom, which net/http's response.ReadFrom needs to send
 // a file (http.ServeContent, the ramdisk route) with sendfile(2). Fails
-// without connlimit's ReadFrom: the ramdisk step of issue 24's boot storm
+// without connlimit's ReadFrom: the ramdisk step of the boot storm
 // copied every byte through user space.
 func TestServeConnKeepsReadFrom(t *testing.T) {
 	st, err := state.Open(filepath.Join(t.TempDir(), "state.db"), state.Options{NoSync: true})

@@ -171,7 +171,7 @@ func (s *Server) listEvents(w http.ResponseWriter, r *http.Request, server strin
 // with the server after the move; 409 with the current lifecycle when the
 // move is illegal or stale; 400 for unknown lifecycles; 404.
 //
-// deployed → ready is a release, as the reconciler's (issue 10): the
+// deployed → ready is a release, as the reconciler's: the
 // allocation is dropped, the server is marked for the release wipe
 // (NeedsWipe: the controller PXE-boots it into the ramdisk's wipe mode,
 // which wipes its disks' partition tables and signatures and powers off;

@@ -307,7 +307,7 @@ func TestUnknownTokenFloodWritesNothing(t *testing.T) {
 	}
 }
 
-// TestPerTokenLimit (issue 23 item 5): one bearer token sent from many
+// TestPerTokenLimit: one bearer token sent from many
 // source addresses is limited per token, after the per-address limit; a
 // request with another token from those addresses still gets through.
 func TestPerTokenLimit(t *testing.T) {

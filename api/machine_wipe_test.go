@@ -75,7 +75,7 @@ func TestWipeEndpoints(t *testing.T) {
 		t.Errorf("wipe plan = %+v", plan)
 	}
 	// A retry of the same request (its answer lost) gets the plan again
-	// (issue 23: at-least-once requests), with a fresh wiped token that
+	// (at-least-once requests), with a fresh wiped token that
 	// revokes the first one.
 	code, _, body = f.do(t, http.MethodGet, v1.PathAgentWipe, wipeTok, "")
 	var again v1.WipePlan

@@ -20,7 +20,7 @@ var scriptToken = regexp.MustCompile(`machina\.token=([A-Za-z0-9_-]+)`)
 // token Prepare minted (the executor's netboot) with no commit on the
 // script request; the token works once; the next script request of the
 // same machine mints (a commit) and revokes it, as every script request
-// did before; a machine nobody prepared for mints inline (issue 24).
+// did before; a machine nobody prepared for mints inline.
 func TestPreparedScriptToken(t *testing.T) {
 	st, err := state.Open(filepath.Join(t.TempDir(), "state.db"), state.Options{})
 	if err != nil {

@@ -455,7 +455,7 @@ func (w *statusWriter) Write(b []byte) (int, error) {
 // sends an *os.File with sendfile(2) on a TCP connection (http.ServeContent
 // of the ramdisk, boot files and images). Without it every byte went
 // through a 32 KiB user-space copy: 62% of the server's CPU in the boot
-// storm's ramdisk step (bench/bootstorm.sh, issue 24).
+// storm's ramdisk step (bench/bootstorm.sh).
 func (w *statusWriter) ReadFrom(r io.Reader) (int64, error) {
 	if w.code == 0 {
 		w.code = http.StatusOK
@@ -480,7 +480,7 @@ func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 // hash and a map lookup for both, and a string for the code); the actor
 // slot the log line reads is put in the request context only for routes
 // that authenticate (withActor), since a new context is a copy of the
-// request (issue 24: the api server's cost per script GET).
+// request (the api server's cost per script GET).
 func (s *Server) instrument(pattern string, next http.Handler, withActor bool) http.Handler {
 	ok := s.metrics.requests.WithLabelValues(pattern, "200")
 	dur := s.metrics.duration.WithLabelValues(pattern)

@@ -34,7 +34,7 @@
 # BOOTSTORM_RAMDISK=DIR serves DIR instead of out/ramdisk.
 # Machina's servers are commissioning, and each one's script token is prepared before the storm (and
 # again, for a new fleet, between the two storms of a file: SIGUSR1), as the executor's netboot
-# prepares it (issue 24); BOOTSTORM_SERVE_FLAGS=-no-prepare makes every script request mint inline.
+# prepares it; BOOTSTORM_SERVE_FLAGS=-no-prepare makes every script request mint inline.
 # BOOTSTORM_SERVE_FLAGS adds flags to Machina's `bootstorm serve`, e.g. -direct (the iPXE handler and
 # the ramdisk route on a bare http.Server, without the api server's middleware).
 # BOOTSTORM_BEFORE=BIN also runs BIN's `serve` (a bootstorm binary built from another revision of
@@ -42,7 +42,7 @@
 # in each file's round (with the ramdisk step in the first file's): a before/after comparison in
 # the same run. BOOTSTORM_BEFORE=self runs this revision's build there; BOOTSTORM_BEFORE_FLAGS adds
 # flags to that set's `serve` only, e.g. BOOTSTORM_BEFORE=self BOOTSTORM_BEFORE_FLAGS=-mem-tokens
-# (servers and tokens in memory, as sessions 1-4 measured: what the state store costs).
+# (servers and tokens in memory, the storm's first shape: what the state store costs).
 # BOOTSTORM_STRACE=FILE counts the system calls of Machina's server (strace -f -c attached for the
 # two runs of each file, sendfile, read, write, pwrite64, fdatasync; FILE.<tftp file>): to check
 # that the ramdisk goes out with sendfile. strace slows the server: take no figures from such a run.
@@ -90,7 +90,7 @@ ip -n "$S" link set vs0 up; ip -n "$C" link set vc0 up
 # Every address of the DHCP pool (10.66.1.0-10.66.7.250, Machina's and dnsmasq's) on the client
 # side, so that each simulated client sends its TFTP, script and ramdisk requests from the address
 # its DHCP exchange leased, as the machines of a real storm do: with all of them on 10.66.0.2 the
-# api server's per-address connection cap (issue 23) closed most of them (bootstorm.md). On the
+# api server's per-address connection cap closed most of them (bootstorm.md). On the
 # server side the pool's neighbour entries are static: the kernel's ARP table limits are global
 # (gc_thresh3, 1,024 entries over every namespace of the host), and ARP was never part of what the
 # storm measures.
@@ -197,7 +197,7 @@ for F in $FILES; do
 		storm "$1" "$F" "$3" -stepwise=false > "$W/$1-$F.json"
 		# A new netboot of every server between the two storms (serve
 		# revokes the tokens the first storm took and prepares new ones,
-		# as the executor's netboot does: issue 24), unless this build
+		# as the executor's netboot does), unless this build
 		# cannot (a BOOTSTORM_BEFORE build from before prepared tokens) or
 		# runs without them.
 		if "$2" serve -h 2>&1 | grep -q -- -no-prepare && ! echo " ${BOOTSTORM_SERVE_FLAGS:-} $xf " | grep -q -- ' -no-prepare \| -mem-tokens '; then

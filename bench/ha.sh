@@ -1,5 +1,5 @@
 #!/bin/sh
-# bench/ha.sh [SIZES]: issue 20's figures. The simulated lab at each size
+# bench/ha.sh [SIZES]: the HA figures of docs/ha.md. The simulated lab at each size
 # (default 1000,10000) from the inventory commit to every server ready and
 # to the counts deployed, with the controller's state on bbolt and then on a
 # 3-member etcd cluster (Debian's etcd-server) on loopback, in the same run;

@@ -1,5 +1,5 @@
 #!/bin/sh
-# Benchmark for issue 7: import of a 2 GiB local file (verify-and-store)
+# Benchmark: import of a 2 GiB local file (verify-and-store)
 # against `sha256sum` of the same file in the same run, and peak memory.
 #
 #   bench/images-import.sh [SIZE_MIB] [ROUNDS]     (defaults 2048, 3)

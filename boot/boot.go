@@ -129,7 +129,7 @@ type Tokens interface {
 // PreparedTokens is implemented by [Tokens] that can mint a boot script's
 // token ahead of the script request (when the controller netboots the
 // machine) and hand it out later without a write: a boot storm's script
-// requests then only read (issue 24). The state store's adapter
+// requests then only read. The state store's adapter
 // (api.BootIndex) implements it.
 type PreparedTokens interface {
 	// Prepare mints a token for mac's server and purpose, valid for ttl,

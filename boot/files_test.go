@@ -150,7 +150,7 @@ func TestFiles(t *testing.T) {
 
 // TestFilesOldServerFollowsSymlinksOut documents why the ramdisk folder moved
 // off http.FileServer(http.Dir): on the same tree it serves the file a
-// symlink points to outside the folder (issue 23 item 7).
+// symlink points to outside the folder.
 func TestFilesOldServerFollowsSymlinksOut(t *testing.T) {
 	dir := filesTree(t)
 	w := get(t, http.StripPrefix("/boot/ramdisk/", http.FileServer(http.Dir(dir))), "/boot/ramdisk/out-file")

@@ -34,7 +34,7 @@ const maxBuckets = 65536
 // initialBuckets sizes a new Limiter's map for a rack-sized burst of new
 // keys (a boot storm's first requests after the controller started): the
 // map does not grow, rehashing and faulting in new tables, under the
-// burst (issue 24); about 40 KB.
+// burst; about 40 KB.
 const initialBuckets = 1024
 
 // NewLimiter returns a Limiter applying l to each key.

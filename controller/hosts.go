@@ -27,7 +27,7 @@ import (
 	"github.com/machina-metal/machina/state"
 )
 
-// Host liveness and fencing (issue 21).
+// Host liveness and fencing.
 //
 // A host whose last heartbeat is older than the lost window (default 3
 // heartbeat intervals) is marked lost (state.MarkHostLost, condition

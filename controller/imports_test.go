@@ -15,7 +15,7 @@ import (
 // TestImportRetriesWithBackoff: a failed image import is retried with
 // doubling waits (30s, 60s, ...) until it succeeds; meanwhile the failure
 // and its attempt count are what the deploy gate reports; success clears
-// it. Before issue 22 an import was tried once per revision, so an image
+// it. Before this fix an import was tried once per revision, so an image
 // whose checksum entry appeared later never imported and its servers sat
 // in allocated.
 func TestImportRetriesWithBackoff(t *testing.T) {

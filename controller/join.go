@@ -13,7 +13,7 @@ import (
 
 // joinCommander issues a single-use enrolment token for each deploy and
 // renders the first-boot join command that pins the join listener's CA and
-// install script (issue 11), for the NoCloud seed.
+// install script, for the NoCloud seed.
 type joinCommander struct {
 	srv     *join.Server
 	desired func() *inventory.Inventory
@@ -22,7 +22,7 @@ type joinCommander struct {
 
 // JoinCommand implements JoinCommander: the token-file variant
 // (join.FirstBootCommandFromFile reading v1.JoinTokenPath), so the token
-// is never in the host's argv or cloud-init's logs (issue 22).
+// is never in the host's argv or cloud-init's logs.
 func (j joinCommander) JoinCommand(_ context.Context, srv state.Server, p inventory.Profile) (cmd, token string, err error) {
 	inv := j.desired()
 	if inv == nil {

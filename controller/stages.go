@@ -361,7 +361,7 @@ func (w *wiring) executor() (func(), error) {
 }
 
 // prepareBootToken mints the boot script's token of a server the executor
-// is about to netboot (ipxe.Handler.Prepare, issue 24), so its script
+// is about to netboot (ipxe.Handler.Prepare), so its script
 // request reads instead of writing; the boot stage builds the handler
 // before the executor runs. A failure is logged: the script request then
 // mints the token itself.

@@ -2,7 +2,7 @@
 // server's BMC (a bmc.Driver) or through a separate fencing device (a PDU
 // or chassis manager speaking IPMI or Redfish), and it succeeds only when
 // the power reads back off. It is what `machinactl host fence` and the
-// auto-fence policy run (issue 21).
+// auto-fence policy run.
 //
 // The IPMI fencing device is driven by ipmitool, as the cluster fence agent
 // fence_ipmilan does: a second, independent IPMI implementation next to the

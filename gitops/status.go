@@ -33,11 +33,11 @@ type InventoryStatus struct {
 	// valid. While it is set no new disk-writing operation starts.
 	Invalid *InvalidRevision `json:"invalid"`
 	// Held is what the safety brake holds back in the acting revision
-	// until an operator approves it (issue 10), nil when nothing is held.
+	// until an operator approves it, nil when nothing is held.
 	Held *HeldPlan `json:"held"`
 	// Conditions are the acting plan's conditions about profiles rather
 	// than one server, e.g. "profile/hypervisor" InsufficientCapacity when
-	// too few ready servers fit a profile's count (issue 10); rendered under
+	// too few ready servers fit a profile's count; rendered under
 	// conditions: in status/inventory.yaml and listed on status/README.md.
 	// Server conditions go to the server files and the brake's hold to
 	// Held, not here.

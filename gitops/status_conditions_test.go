@@ -12,7 +12,7 @@ import (
 	"github.com/machina-metal/machina/state"
 )
 
-// TestStatusShowsProfileConditions (issue 10, "not enough servers: a clear
+// TestStatusShowsProfileConditions ("not enough servers: a clear
 // status condition"): a profile whose count too few ready servers fit is
 // said in the committed status tree, not only in the API's plan: the
 // plan's InsufficientCapacity condition reaches status/inventory.yaml
@@ -133,7 +133,7 @@ func TestStatusServerRowShowsPlanConditions(t *testing.T) {
 	}
 }
 
-// TestStatusBMCTruthConditions (issue 26): insecureTLS is a warning
+// TestStatusBMCTruthConditions: insecureTLS is a warning
 // condition; a persistent netboot override in place, a BMC learned not to
 // honour Once, and an unverified reset each show as a condition.
 func TestStatusBMCTruthConditions(t *testing.T) {

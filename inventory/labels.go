@@ -11,7 +11,7 @@ import (
 	"github.com/machina-metal/machina/namerule"
 )
 
-// Labels (issue 21) are key/value pairs that profiles select servers by,
+// Labels are key/value pairs that profiles select servers by,
 // with the syntax and limits of Kubernetes labels (Kubernetes "Labels and
 // Selectors": an optional DNS-subdomain prefix of at most 253 characters
 // and "/", a name of at most 63 characters of letters, digits, '-', '_'

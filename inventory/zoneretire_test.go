@@ -9,7 +9,7 @@ import (
 )
 
 // TestRetiringAZone: every server of zone-c retired and the zone's
-// profile at count 0 is a valid inventory (issue 22: it was refused with
+// profile at count 0 is a valid inventory (it was refused with
 // `zone "zone-c" has no servers in servers.yaml` while its servers were
 // listed); at count 1 it is refused with a message saying they are
 // retired; a zone with no servers at all keeps the old message.

@@ -12,7 +12,7 @@ import (
 )
 
 // TestJoinListenerConnCapPerSource: the join listener holds at most 64
-// connections per source address (issue 23 item 5: slow clients on an
+// connections per source address (slow clients on an
 // unauthenticated route held every descriptor). 64 idle connections from
 // 127.0.0.2 get the 65th closed at accept, while a join from 127.0.0.3
 // succeeds; once they close, 127.0.0.2 is served again.

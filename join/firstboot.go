@@ -91,7 +91,7 @@ var tokenFileRE = regexp.MustCompile(`^/[A-Za-z0-9._/-]+$`)
 // read while the join runs. The command removes tokenFile when it exits,
 // whether the join succeeded or not (the token is single-use either way).
 // This is the variant the controller's NoCloud seed and installer
-// documents use (issue 22). Errors wrap ErrFirstBoot.
+// documents use. Errors wrap ErrFirstBoot.
 func FirstBootCommandFromFile(joinURL, caFingerprint, scriptSHA256, tokenFile string) (string, error) {
 	u, err := CheckJoinURL(joinURL)
 	if err != nil {

@@ -168,7 +168,7 @@ func TestFirstBootJoinsEndToEnd(t *testing.T) {
 	if out, err := cmd.CombinedOutput(); err != nil || !strings.Contains(string(out), "joined as e2e-file") {
 		t.Fatalf("first boot from token file: %v\n%s", err, out)
 	}
-	// The token file is removed after use (issue 22).
+	// The token file is removed after use.
 	if _, err := os.Stat(tokFile); !os.IsNotExist(err) {
 		t.Fatalf("token file after the join: %v, want removed", err)
 	}

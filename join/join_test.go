@@ -205,7 +205,7 @@ func TestJoinHeartbeatRejoin(t *testing.T) {
 		t.Fatalf("Beat: %v", err)
 	}
 	// The heartbeat carries this host's /proc/uptime and the agent's
-	// version and start (issue 21).
+	// version and start.
 	if hb, _ := f.store.Host("hv1"); hb.AgentVersion != "v-test" || hb.BootedAt.IsZero() || hb.Uptime <= 0 || hb.AgentProcessStart.IsZero() {
 		t.Fatalf("after a heartbeat host = %+v, want agent version, boot time, uptime and agent start", hb)
 	}

@@ -13,7 +13,7 @@ import (
 	"github.com/machina-metal/machina/join"
 )
 
-// TestNodeBinaryPerArch (issue 28): /join/machina-node serves the amd64
+// TestNodeBinaryPerArch: /join/machina-node serves the amd64
 // build without ?arch (install scripts from before the parameter) and
 // with arch=amd64, the arm64 build with arch=arm64, refuses another arch,
 // and names the flag when no arm64 build is configured. install.sh asks

@@ -60,8 +60,8 @@ type Config struct {
 	// 404 there (bundle installs only).
 	NodeBinary string
 	// NodeBinaryARM64 is the arm64 build of machina-node, served at
-	// /join/machina-node?arch=arm64 (install.sh asks with its `uname -m`,
-	// issue 28); "" answers 404 for arm64 hosts, naming the flag.
+	// /join/machina-node?arch=arm64 (install.sh asks with its `uname -m`);
+	// "" answers 404 for arm64 hosts, naming the flag.
 	NodeBinaryARM64 string
 	// NodeCertTTL is the node certificate lifetime; zero means 1 year.
 	NodeCertTTL time.Duration

@@ -134,7 +134,7 @@ const images = "images:\n  - {name: ubuntu-24.04, catalog: ubuntu-24.04}\n"
 // the inventory, which names the key's file and line and still runs its
 // cross-file checks). A name the
 // schema accepted and the join path refused made every deploy of that
-// profile fail at plan time (issue 23: "-eth0" and ".eth0"; before this
+// profile fail at plan time ("-eth0" and ".eth0"; before this
 // test also the LVM pool "snapshot1", and the host tag and dir pool name
 // "Tag_1" refused by the schema but taken by the join path).
 func TestRulesAgree(t *testing.T) {

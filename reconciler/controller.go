@@ -86,7 +86,7 @@ type Config struct {
 	// lifecycle is recorded: the controller mints the boot script's token
 	// then (ipxe.Handler.Prepare), seconds before the machine's firmware
 	// asks for the script, so that a boot storm's script requests only
-	// read (issue 24). It must not block for long; the executor ignores
+	// read. It must not block for long; the executor ignores
 	// what it does (the script request mints a token itself when none was
 	// prepared).
 	BeforeNetboot func(ctx context.Context, server, bootMAC string)
@@ -315,7 +315,7 @@ func (c *Controller) observe() (state.Snapshot, error) {
 // cannot start yet (DeployReady: their image is not verified, still
 // importing or failed): the step says why and its server gets an
 // ImageNotReady condition, so status names it instead of it sitting in
-// allocated silently (issue 22). waits holds those reasons by server.
+// allocated silently. waits holds those reasons by server.
 func (c *Controller) plan(desired *inventory.Inventory, snap state.Snapshot) (res plan.Result, waits map[string]error) {
 	opts := c.cfg.Plan
 	opts.Now = c.cfg.Now()
@@ -498,7 +498,7 @@ func (c *Controller) execute(ctx context.Context, step plan.Step, desired *inven
 	obs, _ := c.cfg.Store.Server(step.Server)
 	if obs.Fenced != nil && step.Action.PowersOn() {
 		// Fenced after this pass planned: the plan drops such steps, and
-		// the record read now is the last word (issue 21).
+		// the record read now is the last word.
 		c.log.Info("step skipped: the server is fenced", "machine", step.Server, "action", string(step.Action))
 		return
 	}

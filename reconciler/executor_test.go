@@ -283,7 +283,7 @@ func TestDeployWaitsForImage(t *testing.T) {
 		t.Fatalf("plan %v, want a deploy", res.Steps)
 	}
 	// The plan says why the deploy waits, and the server carries an
-	// ImageNotReady condition with the reason (issue 22: it sat in
+	// ImageNotReady condition with the reason (it sat in
 	// allocated with nothing in status or Attention).
 	if res.Steps[0].Waits != ready.Error() {
 		t.Errorf("deploy step waits %q, want %q", res.Steps[0].Waits, ready)

@@ -23,7 +23,7 @@ func (*refusingDriver) Power(context.Context, bmc.PowerAction) error {
 
 // TestBackoffSurvivesRestart: a failing step's error, event and retry time
 // are on the server's record, so a controller restarted on the same state
-// does not retry it at once (before issue 25 the backoff lived in the old
+// does not retry it at once (before the executor's restructuring the backoff lived in the old
 // controller's memory and the new one resumed the journalled step on its
 // first pass); once the backoff has passed it is retried, and the
 // failure count grows the next delay.

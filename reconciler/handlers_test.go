@@ -89,7 +89,7 @@ func (c *countingDrivers) Driver(context.Context, state.Server) (bmc.Driver, err
 // TestUnknownActionRefusedFirst: a step whose action this build does not
 // know (a journal from another version) is refused with ErrUnknownAction
 // before it is journalled or its BMC opened, and it stalls the server
-// instead of resuming on every pass. Before issue 25 it was journalled
+// instead of resuming on every pass. Before the executor's restructuring it was journalled
 // and its driver opened, then refused by the switch's default.
 func TestUnknownActionRefusedFirst(t *testing.T) {
 	st := openEnrolStore(t)
@@ -251,7 +251,7 @@ func TestHandlers(t *testing.T) {
 		t.Run(string(tt.action), func(t *testing.T) {
 			st := openEnrolStore(t)
 			m := &fakeMachine{}
-			// BeforeNetboot (issue 24: the boot script's token is minted
+			// BeforeNetboot (the boot script's token is minted
 			// then) runs before every netboot, once the new lifecycle is
 			// recorded: it is recorded as prepare:<lifecycle then>.
 			before := func(_ context.Context, server, mac string) {

@@ -35,7 +35,7 @@ func (d *noPXEDriver) InsertMedia(_ context.Context, url string) error {
 
 // TestNetbootISOByBootMode: a server without a PXE boot override boots the
 // iPXE ISO of its boot mode from virtual media: the UEFI ISO for a uefi
-// server, the BIOS ISO for a bios one. Before issue 22 every server got the
+// server, the BIOS ISO for a bios one. Before this check every server got the
 // BIOS ISO, which UEFI-only firmware cannot boot.
 func TestNetbootISOByBootMode(t *testing.T) {
 	st, err := state.Open(filepath.Join(t.TempDir(), "state.db"), state.Options{})

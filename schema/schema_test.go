@@ -36,7 +36,7 @@ func TestValidate(t *testing.T) {
 			[]Violation{{Pointer: "/servers/0/bmc/minCipherSuite", Keyword: "enum", Def: "bmc", Detail: `value must be one of "3", "17"`}}},
 		{"redfish minCipherSuite", Servers, `{"servers":[{"name":"a","zone":"z","bootMAC":"525400000101","bmc":{"driver":"redfish","address":"https://h","credentials":"c","minCipherSuite":3}}]}`,
 			[]Violation{{Pointer: "/servers/0/bmc/minCipherSuite", Keyword: "not", Def: "ipmiOnly", Detail: "applies to IPMI BMCs only (driver ipmi)"}}},
-		// cpu.smbiosArch (issue 28): a GOARCH name from a fixed list, no other type or value.
+		// cpu.smbiosArch: a GOARCH name from a fixed list, no other type or value.
 		{"report with smbiosArch", AgentReport, agentReportWithCPU(`"arch":"386","smbiosArch":"amd64"`), nil},
 		{"report smbiosArch not a string", AgentReport, agentReportWithCPU(`"smbiosArch":5`),
 			[]Violation{{Pointer: "/facts/cpu/smbiosArch", Keyword: "type", Def: "facts", Detail: "expected string, but got number"}}},

@@ -5,7 +5,7 @@ import (
 	"fmt"
 )
 
-// Meta keys of the controller CA (issue 11). The key record is a
+// Meta keys of the controller CA. The key record is a
 // secretRecord: AES-256-GCM sealed under the store's master key with AAD
 // caKeyAAD when the store has one, like every other secret.
 var (

@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// bucketEnrolment holds enrolment tokens for the join listener (issue 11):
+// bucketEnrolment holds enrolment tokens for the join listener:
 // sha256(token) → EnrolmentToken JSON. Created on first use, so files
 // written before it existed need no migration.
 var bucketEnrolment = []byte("enrolment_tokens")

@@ -13,7 +13,7 @@ import (
 // commits each write as soon as it is asked, and under load a commit takes
 // everything that queued during the previous one.
 //
-// Issue 24: a boot storm's 1,000 script GETs each mint a token
+// A boot storm's 1,000 script GETs each mint a token
 // (IssueToken); one commit and its fsync each, they queued behind one
 // another and the last machine waited for all the others' fsyncs. Used
 // on bbolt only (Open): an etcd transaction is bounded in operations

@@ -12,7 +12,7 @@ import (
 )
 
 // TestIssueTokenGroupCommit: concurrent token mints share commits (one
-// fsync for many: issue 24's boot storm minted 1,000 tokens with one
+// fsync for many: a boot storm (bench/bootstorm.sh) mints 1,000 tokens with one
 // commit each), and every minted token is valid exactly once. Fails with
 // IssueToken on a plain update: one commit per token.
 func TestIssueTokenGroupCommit(t *testing.T) {

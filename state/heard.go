@@ -29,7 +29,7 @@ type heardNote struct {
 // heardQueue holds the LastHeard notes not yet written. A boot storm's
 // script fetches each used to rewrite their server's record inside the
 // token's own transaction: about two thirds of a 1,000-mint burst's commit
-// time on this project's lab disk (issue 24, bench/bootstorm.md). Written
+// time on this project's lab disk (bench/bootstorm.md). Written
 // behind, a burst of notes costs one record write per server per
 // HeardDelay, in a few shared transactions, and the token's transaction
 // is the token alone.
@@ -65,7 +65,7 @@ func (s *Store) NoteHeard(server, what string) {
 	}
 	if q.pending == nil {
 		// Sized as the last flush's notes: a boot storm's burst of
-		// script requests fills it without growing it (issue 24).
+		// script requests fills it without growing it.
 		q.pending = make(map[string]heardNote, q.lastFlush)
 	}
 	q.pending[server] = heardNote{what: what, at: now}

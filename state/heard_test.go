@@ -11,7 +11,7 @@ import (
 )
 
 // TestNoteHeardWrittenBehind: LastHeard notes are written behind the
-// requests that make them (issue 24): a burst of 200 notes over 100
+// requests that make them: a burst of 200 notes over 100
 // servers is no record write at first, then within HeardDelay the last
 // note per server is written, in a few shared transactions; a note for
 // an unknown server is dropped.

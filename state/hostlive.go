@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// Host liveness and fencing events (issue 21). Server is the host's
+// Host liveness and fencing events. Server is the host's
 // server when known; Message names the host.
 const (
 	EventHostLost           EventKind = "host.lost"            // MarkHostLost: no heartbeat for the lost window

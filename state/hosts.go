@@ -17,7 +17,7 @@ type Host struct {
 	JoinedAt        time.Time `json:"joinedAt"`
 	LastSeen        time.Time `json:"lastSeen,omitzero"`
 	// JoinStatus is the outcome of the last join: "joining" while the node
-	// applies networks and pools, then "joined" or "failed" (issue 11).
+	// applies networks and pools, then "joined" or "failed".
 	JoinStatus string `json:"joinStatus,omitempty"`
 	// JoinReason says why the last join failed (empty otherwise).
 	JoinReason string `json:"joinReason,omitempty"`
@@ -27,7 +27,7 @@ type Host struct {
 	StoragePools []string `json:"storagePools,omitempty"`
 	// BootedAt is when the host last booted (heartbeat time minus its
 	// uptime), AgentStartedAt when its node agent started, AgentVersion
-	// the agent's version: zero from agents that do not say (issue 21).
+	// the agent's version: zero from agents that do not say.
 	BootedAt       time.Time `json:"bootedAt,omitzero"`
 	AgentStartedAt time.Time `json:"agentStartedAt,omitzero"`
 	AgentVersion   string    `json:"agentVersion,omitempty"`

@@ -6,7 +6,7 @@ import (
 	"strings"
 )
 
-// Derived label keys (issue 21), the same as inventory.DerivedLabelKeys
+// Derived label keys, the same as inventory.DerivedLabelKeys
 // (state imports no inventory; a reconciler test checks they agree).
 const (
 	LabelCPUVendor     = "cpu.vendor"

@@ -10,7 +10,7 @@ import (
 	"time"
 )
 
-// Prepared boot tokens (issue 24): a boot storm's script requests each
+// Prepared boot tokens: a boot storm's script requests each
 // minted a token, a write and a share of an fsync on the request path
 // (about two thirds of the script handler's CPU in BenchmarkBootScriptStore).
 // The executor knows a machine will ask for one before the machine does:

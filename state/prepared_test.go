@@ -10,7 +10,7 @@ import (
 
 // TestPrepareTakeToken: a prepared token is handed out once, works like an
 // issued one, and is handed out only while it is still the server's live
-// token; preparing never revokes a live token (issue 24).
+// token; preparing never revokes a live token.
 func TestPrepareTakeToken(t *testing.T) {
 	eachEngine(t, func(t *testing.T) {
 		s := openTest(t, state.Options{})

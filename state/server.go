@@ -399,7 +399,7 @@ func (s *Store) Server(name string) (Server, error) {
 // copying it (the decode cache's entry when the record's bytes match): fn
 // must neither modify nor retain it, nor call the store. For hot paths
 // that read a few fields (the boot index behind every script request of a
-// boot storm, issue 24), where Server's deep copy and the 736-byte value
+// boot storm), where Server's deep copy and the 736-byte value
 // passed down the request's stack are avoidable work. Errors:
 // ErrNotFound, decoding and the store's read errors.
 func (s *Store) ServerFunc(name string, fn func(*Server)) error {
@@ -424,7 +424,7 @@ func (s *Store) ServerFunc(name string, fn func(*Server)) error {
 // reading a server, and unchanged when read again later, it proves that no
 // server record changed in between: every write transaction that opens
 // the servers bucket moves it before it commits and again before the
-// store's write call returns. The boot index caches on it (issue 24: a
+// store's write call returns. The boot index caches on it (a
 // read transaction per script request was its largest cost after the
 // token mint).
 func (s *Store) ServersGen() (gen uint64, ok bool) {

@@ -8,7 +8,7 @@ import (
 )
 
 // TestServersGen: every write of a server record moves the generation the
-// boot index caches on (issue 24); reads and writes of other records do
+// boot index caches on; reads and writes of other records do
 // not; etcd gives none.
 func TestServersGen(t *testing.T) {
 	st, err := state.Open(filepath.Join(t.TempDir(), "state.db"), state.Options{NoSync: true})

@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// Join wire types (issue 11): enrolment tokens on the admin API, and the
+// Join wire types: enrolment tokens on the admin API, and the
 // join listener's machine-facing endpoints (POST /hosts/join, heartbeats
 // and join-log steps over mutual TLS).
 

@@ -109,9 +109,9 @@ func serve(ctx context.Context, args []string) error {
 	prof := fs.String("cpuprofile", "", "write a CPU profile of the server to this file")
 	uefi := fs.String("uefi-file", "ipxe.efi", "TFTP file offered to EFI x64 clients (option 93 = 7)")
 	ramdisk := fs.String("ramdisk", "", "folder served at /boot/ramdisk/ (make ramdisk writes out/ramdisk)")
-	memTokens := fs.Bool("mem-tokens", false, "look servers up and mint tokens in memory (boot.MemLookup, boot.MemTokens: the shape of sessions 1-4), not in the state store: the store's cost in the same run")
-	noPrepare := fs.Bool("no-prepare", false, "do not prepare the script tokens before the storm (as after a controller restart: every script request mints its token, a write); by default each server's token is prepared as the executor's netboot prepares it (ipxe.Handler.Prepare, issue 24)")
-	direct := fs.Bool("direct", false, "serve the iPXE handler on a bare http.Server (the storm's shape before issue 24), not through the api server")
+	memTokens := fs.Bool("mem-tokens", false, "look servers up and mint tokens in memory (boot.MemLookup, boot.MemTokens: the storm's first shape), not in the state store: the store's cost in the same run")
+	noPrepare := fs.Bool("no-prepare", false, "do not prepare the script tokens before the storm (as after a controller restart: every script request mints its token, a write); by default each server's token is prepared as the executor's netboot prepares it (ipxe.Handler.Prepare)")
+	direct := fs.Bool("direct", false, "serve the iPXE handler on a bare http.Server (the storm's first shape), not through the api server")
 	staticScript := fs.Bool("static-script", false, "a diagnostic: answer the script route with the static server's fixed chain script (bootstorm static) instead of the iPXE handler, in this process and behind the same HTTP side, so that a run tells the handler's cost from the process's (its DHCP, TFTP and store beside it) and the HTTP side's")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -131,7 +131,7 @@ func serve(ctx context.Context, args []string) error {
 	// the boot servers' Lookup and Tokens (a token is a bbolt write with
 	// its fsync, as in production), the ramdisk folder served by the iPXE
 	// handler (boot.Files over an os.Root), and every limit at its
-	// production default: since issue 24 each simulated client uses its
+	// production default: each simulated client uses its
 	// own leased address, as machines in a real storm do (bootstorm.md).
 	base := "http://" + *httpAddr
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
@@ -335,12 +335,12 @@ func (s *stormSide) close() {
 
 // leaseCheck passes requests to next and counts, for script requests
 // (?mac=), whether they come from the address the DHCP server leased to
-// that MAC: the binding api.Machine (issue 23) applies to the requests
+// that MAC: the binding api.Machine applies to the requests
 // that follow the script (report, plan), which the storm does not make.
 // A request only records its MAC and source address (an atomic slot in
 // seen); count compares them with the leases when the server stops, so the
 // check costs the measured script path no lease lookup, mutex or parse
-// (issue 24: the lookup inline was about 1.5 us of each script request in
+// (the lookup inline was about 1.5 us of each script request in
 // the storm's profile). Beyond len(seen) requests it checks inline.
 type leaseCheck struct {
 	next                atomic.Pointer[stormSide]
@@ -388,7 +388,7 @@ func (c *leaseCheck) count() {
 
 // queryMAC is the first mac= parameter of the raw query q, unescaped only
 // as far as the storm's MACs need (none): the counter above costs the
-// measured server a scan, not url.ParseQuery's map (issue 24).
+// measured server a scan, not url.ParseQuery's map.
 func queryMAC(q string) string {
 	for q != "" {
 		var kv string
@@ -618,7 +618,7 @@ func (r *result) note(step int, err error) {
 // the next step finds them in the page cache. The machines this bench runs
 // on page out page cache unused for about a minute (DAMON's paddr pageout
 // scheme, /sys/kernel/mm/damon/admin: unmapped file pages 12 aggregation
-// intervals of 5 s old), and in session 11 the first server of a round to
+// intervals of 5 s old), and in one measured run the first server of a round to
 // serve the ramdisk, Machina, then read it from disk (5.1 s of idle CPU
 // in its ramdisk step, 0.40x nginx's throughput): a step of the storm
 // measures serving from memory, for both sides alike.
@@ -936,7 +936,7 @@ func client(ctx context.Context, r *relay, hc *http.Client, mac net.HardwareAddr
 // none (stepwise runs every step for every client): the pool's i-th, which
 // bootstorm.sh has put on the client namespace's interface with the rest
 // of the pool. It may be another client's lease; two clients then share an
-// address, as they did not before issue 24, when all 1,000 shared one.
+// address, as real machines do (a single shared address would hit the per-address connection limit).
 func clientAddr(pool netip.Addr, i int) netip.Addr {
 	b := pool.As4()
 	v := uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
@@ -1093,7 +1093,7 @@ const rdBufSize = 256 << 10
 // written, made before the step's clock starts: 1,000 clients' buffers are
 // 256 MB, and faulting them in during the step cost the load generator
 // 0.3-0.5 s of CPU (clear_page in the kernel's read into a fresh page),
-// more for a server whose reads fill more of each buffer (session 11:
+// more for a server whose reads fill more of each buffer (measured:
 // Machina's reads averaged 235 KB, nginx's 207-211 KB, and the load
 // generator spent 8-21 % more CPU on Machina's step), CPU taken from the
 // server on this 2-CPU machine. Real machines each have their own memory.
@@ -1280,7 +1280,7 @@ func short(f float64) string {
 // rounds prints, per pair of comma-separated lists of stepwise result
 // files (round i of Machina's list was run next to round i of the peer's,
 // bootstorm.sh -n), every round's Machina/peer ratios of the judged
-// figures (issue 24: TFTP p50 and p99, script p50 and p99, the ramdisk
+// figures (TFTP p50 and p99, script p50 and p99, the ramdisk
 // step's aggregate MB/s) and their median over the rounds. A round's ratio
 // pairs figures measured minutes apart on the same machine, so the median
 // of the rounds' ratios is the comparison's estimate and the rounds' spread

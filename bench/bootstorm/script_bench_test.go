@@ -33,7 +33,7 @@ import (
 // with the tokens prepared before each round (the executor's netboot) or,
 // for api-inline, minted by each request (after a controller restart).
 // The client side is the same code for every case, so the difference of
-// ns/op between cases is the server's cost per script request (issue 24);
+// ns/op between cases is the server's cost per script request;
 // the CPU profile of one case (-cpuprofile) shows where it goes.
 func BenchmarkScriptTCP(b *testing.B) {
 	const n = 1000
@@ -167,7 +167,7 @@ func scriptGET(addr string, i int) error {
 //
 // One request per commissioning server of a 1,000-server fleet, in turn.
 // The difference of ns/op is what Machina's script endpoint adds per
-// request to a boot storm's CPU (issue 24), the part of it that net/http
+// request to a boot storm's CPU, the part of it that net/http
 // and TCP do not decide; -cpuprofile shows where. The LastHeard notes the
 // requests leave are written behind (state.HeardDelay) and count where
 // they land.

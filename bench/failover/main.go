@@ -1,4 +1,4 @@
-// Command failover measures issue 20's failover gap: `go run
+// Command failover measures the HA failover gap: `go run
 // ./bench/failover -etcd 127.0.0.1:2379,... -servers 50 -kills 5`. It runs
 // two `machina serve` processes (bin/machina, `make build`) of one group
 // on the given etcd cluster against the simulated lab, SIGKILLs the leader

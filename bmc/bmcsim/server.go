@@ -64,7 +64,7 @@ type Quirks struct {
 	BootPatchAnswers400 bool
 	// StoreContinuousForOnce stores BootSourceOverrideEnabled=Continuous
 	// when Once is requested, answering 204: the third-party Redfish
-	// emulator of issue 26 and KubeVirt's virtbmc do so (public report
+	// Redfish emulators in third-party labs and KubeVirt's virtbmc do so (public report
 	// kubevirtbmc/kubevirtbmc#165: "Once is silently coerced to
 	// Continuous"); BMCs that only implement a persistent override map
 	// Once onto it the same way.
@@ -78,7 +78,7 @@ type Quirks struct {
 	// has no Links.Sessions and no SessionService, POST to the Sessions
 	// path answers 401 with `WWW-Authenticate: Basic realm=...`, and every
 	// unauthenticated request is challenged the same way. The third-party
-	// emulator of issue 26 behaves so; sushy's bare_minimum_root.json
+	// third-party labs' Redfish emulators behave so; sushy's bare_minimum_root.json
 	// fixture (openstack-sushy-json-samples) is a service root with no
 	// session service at all.
 	BasicOnly bool

@@ -113,7 +113,7 @@ type Driver struct {
 // cancelled; an exchange it had queued when the session was closed ran
 // after Close had released the socket and dereferenced the nil connection
 // (udpclient.go ExchangeUntilMatch): a panic that ended the controller in
-// the VM lab of 3 Dec 2026 (CI of 39cf417). Its interval is a constant, so
+// the VM lab under CI load. Its interval is a constant, so
 // the driver never lets a session reach its first keep-alive: 15 s leaves
 // 15 s for a call holding the driver's lock (Timeout x (Retries+1)) to end.
 var sessionMaxAge = 15 * time.Second // a var for the tests only

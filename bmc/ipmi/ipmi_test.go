@@ -169,8 +169,8 @@ func TestCycleAnswerLost(t *testing.T) {
 	// ipmi_sim keeps a cycled chassis off for its own 1 s timer (LAB-NOTES
 	// §3): the driver waits Timeout for the lost answer before it reads
 	// chassis status, so with the default 1 s it raced that timer and read
-	// on throughout whenever the timer won (every run on 3 Dec 2026 from
-	// 17:44). 400 ms leaves it 600 ms of the off window.
+	// on throughout whenever the timer won (on a loaded 2-core machine,
+	// every run). 400 ms leaves it 600 ms of the off window.
 	d := newDriver(t, "127.0.0.1:"+itoa(p.port()), "admin", "password", func(c *Config) { c.Timeout = 400 * time.Millisecond })
 	if st, err := d.PowerState(ctx); err != nil || st != bmc.PowerOn {
 		t.Fatalf("PowerState = %v, %v; want on", st, err)

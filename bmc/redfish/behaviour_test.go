@@ -675,7 +675,7 @@ func TestBootPatch400ButApplied(t *testing.T) {
 
 // A 503 on session login is a busy BMC, not a missing session service:
 // it is retried and a session is still used (it fell back to Basic before
-// issue 26, which hid a flapping session service behind Basic auth).
+// the Redfish emulator a third-party lab ran, which hid a flapping session service behind Basic auth).
 func TestSessionLoginBusyIsRetriedNotBasic(t *testing.T) {
 	l := newLab(t, treeDMTF, labOpts{on: true})
 	l.sim.Inject(bmcsim.Fault{Method: "POST", PathSuffix: "/SessionService/Sessions", Kind: bmcsim.FaultUnavailable, Times: 1})

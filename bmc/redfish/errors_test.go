@@ -33,7 +33,7 @@ func TestErrorNamesBMCRequestStatus(t *testing.T) {
 
 // The timeout text names the limit that fired: the caller's deadline when
 // it is shorter than Config.PowerTimeout (it said "after 5m0s" for a 40 s
-// --timeout before issue 26).
+// --timeout before the BMC session rework).
 func TestTimeoutNamesTheLimitThatFired(t *testing.T) {
 	stuck := &bmcsim.MemoryPower{Lag: 1 << 30} // never settles
 	stuck.Set(true)

@@ -22,7 +22,7 @@ func TestInfoPerTree(t *testing.T) {
 	}
 	cases := map[string]want{
 		// Values below are read off the fixture files named in the key.
-		// Current model first (issue 26): EnvironmentMetrics says 374 W
+		// Current model first: EnvironmentMetrics says 374 W
 		// where the deprecated Power says 344; the host-interface NIC
 		// (ToManager) is not a system NIC.
 		treeDMTF:       {manufacturer: "Contoso", serial: "437XR1138R2", bmcFW: "1.45.455b66-rev4", health: "Warning", minNICs: 2, minTemps: 2, minFW: 2, logs: 2, watts: 374},

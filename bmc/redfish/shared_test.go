@@ -19,7 +19,7 @@ func tempNamed(ts []bmc.Temperature, name string) (bmc.Temperature, bool) {
 	return ts[i], true
 }
 
-// TestSharedChassisReadingsPerSystem (issue 26): two systems in one chassis
+// TestSharedChassisReadingsPerSystem: two systems in one chassis
 // (bmcsim.WriteSharedChassisTree over the DMTF tree). Each system's Info
 // shows the chassis-level readings and its own sensors, never the other
 // system's "CPU Temp"; those are listed in Untied.

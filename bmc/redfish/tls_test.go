@@ -36,7 +36,7 @@ func serveTLS(t *testing.T, addr string, h http.Handler, cert tls.Certificate) (
 	return ln.Addr().String(), stop
 }
 
-// TestCAPinningSurvivesRenewal (issue 26): the driver trusts the BMC
+// TestCAPinningSurvivesRenewal: the driver trusts the BMC
 // through its CA (bmc.caBundle, --ca-file); the BMC restarts with a renewed
 // leaf (new key, same CA) and the same driver goes on; a different CA is
 // refused with ErrTLS, and nothing was sent to it.

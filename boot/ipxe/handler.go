@@ -70,7 +70,7 @@ type Config struct {
 	// RamdiskDir, when set, is served read-only at /boot/ramdisk/PATH: the
 	// ramdisk's vmlinuz and initrd.cpio.gz (make ramdisk), which the
 	// scripts' default KernelURL and InitrdURL name. Symlinks leading out of
-	// the folder are refused (issue 23), and so are listings. Like ISODir
+	// the folder are refused, and so are listings. Like ISODir
 	// and BinDir, a folder that cannot be opened is an error of New.
 	RamdiskDir string
 	// OnEvent receives security-relevant events (token rejected, rate
@@ -203,7 +203,7 @@ func New(cfg Config) (*Handler, error) {
 // mux's second match (the api server's mux has matched it already): the
 // route is "GET /boot/ipxe", without host or wildcard, which a clean path
 // equal to it matches and nothing else registered here does, so the answer
-// is the mux's (issue 24: the script endpoint's cost per request).
+// is the mux's (the script endpoint's cost per request).
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.URL.Path == ScriptPath && (r.Method == http.MethodGet || r.Method == http.MethodHead) {
 		h.serveScript(w, r, DialectIPXE)
@@ -422,7 +422,7 @@ type scriptParamsQuery struct{ mac, platform, arch string }
 // url.ParseQuery followed by Get would (the first value of each; a pair
 // with a semicolon or a bad escape is skipped), without building the map
 // of every parameter: a script request of a boot storm allocated six
-// times for it (BenchmarkScript, issue 24). TestScriptQueryMatchesURL
+// times for it (BenchmarkScript). TestScriptQueryMatchesURL
 // holds it to url.ParseQuery.
 func scriptQuery(raw string) scriptParamsQuery {
 	var q scriptParamsQuery
@@ -468,7 +468,7 @@ func scriptQuery(raw string) scriptParamsQuery {
 func writeScript(w http.ResponseWriter, b []byte) {
 	// The header map is filled directly with shared, canonical values
 	// (net/http only reads them): Header().Set allocates a slice per call,
-	// three per script of a boot storm (BenchmarkScript, issue 24).
+	// three per script of a boot storm (BenchmarkScript).
 	h := w.Header()
 	h["Content-Type"] = scriptContentType
 	h["Cache-Control"] = noStore

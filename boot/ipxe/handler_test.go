@@ -218,7 +218,7 @@ func TestBadInput(t *testing.T) {
 }
 
 // TestSafeArch: the arch parameter's rule, ^[a-z0-9_]{0,16}$ (the regexp
-// it replaced, issue 24), on its edges.
+// it replaced), on its edges.
 func TestSafeArch(t *testing.T) {
 	for arch, want := range map[string]bool{
 		"": true, "i386": true, "x86_64": true, "arm64": true, "arm32": true, strings.Repeat("a", 16): true,
@@ -230,7 +230,7 @@ func TestSafeArch(t *testing.T) {
 	}
 }
 
-// TestScriptHead: the script route's fast path (ServeHTTP, issue 24)
+// TestScriptHead: the script route's fast path (ServeHTTP)
 // answers HEAD as the mux's GET route does, and leaves other paths and
 // methods to the mux.
 func TestScriptHead(t *testing.T) {
@@ -411,7 +411,7 @@ func TestServeISO(t *testing.T) {
 }
 
 // TestServeRamdisk: /boot/ramdisk/ serves the ramdisk folder with Range,
-// and refuses symlinks out of it (issue 23 item 7: it followed them when it
+// and refuses symlinks out of it (it followed them when it
 // was http.FileServer(http.Dir)).
 func TestServeRamdisk(t *testing.T) {
 	dir, outside := t.TempDir(), t.TempDir()

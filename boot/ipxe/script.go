@@ -117,7 +117,7 @@ func modeFor(l boot.Lifecycle, wipe bool, installer string) string {
 // checkedURLs holds URLs [boot.CheckURL] accepted (at most
 // checkedURLsMax): Render checks the same configured controller, kernel and
 // initrd URLs for every script of a boot storm, and a url.Parse each was
-// 7% of the script handler's CPU (BenchmarkBootScriptStore, issue 24).
+// 7% of the script handler's CPU (BenchmarkBootScriptStore).
 var (
 	checkedURLs  sync.Map // string -> struct{}
 	checkedCount atomic.Int32
@@ -150,7 +150,7 @@ func Render(p ScriptParams) ([]byte, error) { return render(p, false) }
 // is the same for every script the handler serves: Controller, KernelURL,
 // InitrdURL and KernelArgs (the handler's configuration), and MAC (the
 // handler's own formatting of an address it parsed); the per-request
-// fields (Name, Arch, Platform, Token) are checked always (issue 24: a
+// fields (Name, Arch, Platform, Token) are checked always (a
 // script of a boot storm checked the same four configured strings again).
 func render(p ScriptParams, configChecked bool) ([]byte, error) {
 	if !configChecked {
@@ -188,7 +188,7 @@ func render(p ScriptParams, configChecked bool) ([]byte, error) {
 	// buffer sized up front (one allocation): a boot storm renders a script
 	// per machine, the template's reflection was most of the handler's
 	// cost, and the string concatenations after it about a third of
-	// Render's (BenchmarkScript, issue 24). Every field was validated
+	// Render's (BenchmarkScript). Every field was validated
 	// above; the goldens in testdata/ pin the bytes.
 	b := make([]byte, 0, 320+len(p.MAC)+len(p.Name)+len(p.KernelArgs)+len(p.Controller)+2*len(p.KernelURL)+2*len(p.InitrdURL)+len(p.Token))
 	b = append(b, "#!ipxe\necho Machina: "...)

@@ -11,7 +11,7 @@
 // # Why not github.com/pin/tftp/v3
 //
 // The project's rule is that a well-kept library beats our own code unless
-// a measured reason says otherwise. Until issue 24 this package used
+// a measured reason says otherwise. Until the boot-storm work this package used
 // pin/tftp/v3 (v3.2.0), which has two such reasons:
 //
 //   - It cannot do RFC 7440. Its sender drops every option but blksize and
@@ -25,7 +25,7 @@
 //     address (25 %), a SetReadDeadline per block (5 %); its transfers took
 //     1.1× dnsmasq's time per transfer at p50 in the same run (2,708 ms
 //     against 2,449 ms stepwise), 1.8× on the idle machine (732 against
-//     438 ms, bench/bootstorm.md session 3).
+//     438 ms, bench/bootstorm.sh on a 2-core machine).
 //
 // This package's sender is dnsmasq's design in Go: each transfer still
 // gets its own socket (the new TID RFC 1350 §4 asks for), connected to the

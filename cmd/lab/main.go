@@ -3,7 +3,7 @@
 // and the whole flow asserted step by step, printing each step's time.
 // Needs root, qemu, ipmi_sim and `make build ramdisk` first (make lab does
 // both). Usage: lab [-stage commission|deploy|release] [-arm64] [-dir DIR] [-keep] [-time-scale F].
-// -arm64 runs the arm64 lab instead (issue 28: one arm64 VM network-booted through GRUB).
+// -arm64 runs the arm64 lab instead (one arm64 VM network-booted through GRUB).
 // Run it from the repository root (or pass -root).
 package main
 

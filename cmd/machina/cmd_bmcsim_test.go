@@ -69,7 +69,7 @@ func TestBmcsimRejectsBadTree(t *testing.T) {
 	}
 }
 
-// TestBmcsimModeAndCACert (issue 26): `machina bmcsim --mode basic-only
+// TestBmcsimModeAndCACert: `machina bmcsim --mode basic-only
 // --tls-cert/--tls-key` serves a Basic-only BMC with a CA-issued
 // certificate; a driver pinning the CA and falling back to Basic works.
 func TestBmcsimModeAndCACert(t *testing.T) {

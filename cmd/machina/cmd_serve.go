@@ -384,7 +384,7 @@ func envOrDefault(key, def string) string {
 
 // nodeBinaryFlags registers the machina-node executables the join
 // listener serves: --node-binary (amd64) and --node-binary-arm64 (arm64
-// hosts, /join/machina-node?arch=arm64, issue 28).
+// hosts, /join/machina-node?arch=arm64).
 func nodeBinaryFlags(f *pflag.FlagSet, cc *controller.Config) {
 	f.StringVar(&cc.NodeBinary, "node-binary", os.Getenv("MACHINA_NODE_BINARY"), "machina-node executable served to installing hosts")
 	f.StringVar(&cc.NodeBinaryARM64, "node-binary-arm64", os.Getenv("MACHINA_NODE_BINARY_ARM64"), "arm64 machina-node executable served to installing arm64 hosts (GOARCH=arm64 go build ./cmd/machina-node)")

@@ -150,7 +150,7 @@ func TestServeKeyChecks(t *testing.T) {
 }
 
 // TestServeBrakeShareAndDeployTimeoutFlags: the safety brake's share and
-// the deploy deadline are operator settings (issue 10: "a configured share
+// the deploy deadline are operator settings ("a configured share
 // of the fleet (default 20%)"); values that would disable the brake or the
 // deadline are refused before anything starts, naming the flag.
 func TestServeBrakeShareAndDeployTimeoutFlags(t *testing.T) {

@@ -158,7 +158,7 @@ func TestBMCIPMIAgainstIpmiSim(t *testing.T) {
 	}
 }
 
-// TestBMCRealBMCModes (issue 26): a Basic-only BMC works with the right
+// TestBMCRealBMCModes: a Basic-only BMC works with the right
 // password and refuses the wrong one in one attempt, saying so and which
 // scheme; a one-time boot the BMC turns persistent exits 1 naming what it
 // is set to and the undo command; an unverified reset says so; the

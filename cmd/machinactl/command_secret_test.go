@@ -93,7 +93,7 @@ func TestSecretSetThroughAPI(t *testing.T) {
 	}
 }
 
-// TestSecretSetPEMFile (issue 26): a CA bundle for bmc.caBundle is stored
+// TestSecretSetPEMFile: a CA bundle for bmc.caBundle is stored
 // from a PEM file, as the secret's value.
 func TestSecretSetPEMFile(t *testing.T) {
 	st, hs, tok := newAPIFixture(t)

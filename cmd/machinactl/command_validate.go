@@ -58,7 +58,7 @@ Exit status: 0 valid, 1 invalid (or warnings with --strict), 2 usage or I/O erro
 			}
 			if base != "" {
 				// status/ belongs to the controller: a change that edits it
-				// by hand is refused (issue 9).
+				// by hand is refused.
 				var sed *gitops.StatusEditError
 				switch err := gitops.CheckStatusUntouched(dir, base, "HEAD"); {
 				case errors.As(err, &sed):

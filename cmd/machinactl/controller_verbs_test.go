@@ -306,7 +306,7 @@ func TestVerbsAgainstController(t *testing.T) {
 		}
 	}
 
-	// images list asks the controller (issue 22: it read a local store
+	// images list asks the controller (it read a local store
 	// directory and showed nothing of the controller's images).
 	code, out, errOut = h.ctl("images", "list")
 	if code != 0 || !strings.Contains(out, "Images of the controller at "+h.run.URL) ||
@@ -373,7 +373,7 @@ func TestVerbsAgainstController(t *testing.T) {
 	}
 	editFile(t, profiles, "count: 3", "count: 2")
 
-	// provision (issue 10: `machinactl provision hypervisor 2`): two more
+	// provision (`machinactl provision hypervisor 2`): two more
 	// hypervisors, both named in the answer and both deployed.
 	code, out, errOut = h.ctl("provision", "hypervisor", "2")
 	if code != 0 {
@@ -441,7 +441,7 @@ func TestVerbsAgainstController(t *testing.T) {
 	if code, _, errOut := h.ctl("approve", good.Commit[:12]); code != 2 || !strings.Contains(errOut, "is a commit id, not an inventory digest") || !strings.Contains(errOut, rev[1]) {
 		t.Errorf("approve of a commit id: exit %d, %q", code, errOut)
 	}
-	// A digest that matches no held plan (issue 22: a typo was recorded
+	// A digest that matches no held plan (a typo was recorded
 	// and exited 0): exit 1, naming the held revision, nothing recorded.
 	code, out, errOut = h.ctl("approve", "0123456789ab")
 	if code != 1 || !strings.Contains(errOut, "matches no held plan") || !strings.Contains(errOut, "held: inventory revision "+rev[1]) {

@@ -9,7 +9,7 @@ import (
 var longFuncAllowed = map[string]string{}
 
 // longFuncPending are the product functions still over MaxFuncLines that
-// are not data tables: issue 25 has not split them yet. Each may not grow
+// are not data tables and have not been split yet. Each may not grow
 // past the length recorded here, and no function may join the list; split
 // one and delete its row.
 var longFuncPending = map[string]int{}

@@ -74,7 +74,7 @@ func TestPerIP(t *testing.T) {
 // TestPerIPKeepsReadFrom: an accepted connection offers the TCP
 // connection's ReadFrom (net/http sends file bodies with sendfile(2) only
 // through it) and CloseWrite, and both work. Fails without them: the
-// wrapper hid them (issue 24: every ramdisk byte was copied through user
+// wrapper hid them (every ramdisk byte was copied through user
 // space).
 func TestPerIPKeepsReadFrom(t *testing.T) {
 	raw, err := net.Listen("tcp", "127.0.0.1:0")

@@ -14,7 +14,7 @@ import (
 // networks pass through (network name, bridge and NIC interface names)
 // and checks that what the schema accepts the join path accepts too, and
 // the other way round: a name valid in profiles.yaml that the join path
-// refuses made every deploy of that profile fail at plan time (issue 23:
+// refuses made every deploy of that profile fail at plan time (a past bug:
 // "-eth0" passed the schema's ^[A-Za-z0-9_.-]{1,15}$).
 func TestSchemaAgreesWithJoinRules(t *testing.T) {
 	v, err := schema.Default()

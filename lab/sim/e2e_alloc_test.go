@@ -35,7 +35,7 @@ func holding(s state.Snapshot, profile, reason string) []string {
 	return out
 }
 
-// TestProfileCountUpAndDown (issue 10): raising hypervisor's count from 2
+// TestProfileCountUpAndDown: raising hypervisor's count from 2
 // to 4 deploys two more zone-a servers through the real agent; lowering it
 // to 2 releases the two newest (deployed → ready, powered off), within the
 // safety brake's 20% of 12 servers; the controller then PXE-boots each into
@@ -156,7 +156,7 @@ func TestProfileCountUpAndDown(t *testing.T) {
 	}
 }
 
-// TestRetireAndUnretire (issue 10): want: retired on a deployed server
+// TestRetireAndUnretire: want: retired on a deployed server
 // powers it off through its BMC and retires it; the profile's count is
 // topped up by another server; want: ready again brings it back through
 // new → commissioning → ready.
@@ -199,7 +199,7 @@ func TestRetireAndUnretire(t *testing.T) {
 	}
 }
 
-// TestDeletedServerOrphaned (issue 10): a server deleted from servers.yaml
+// TestDeletedServerOrphaned: a server deleted from servers.yaml
 // is left as it is: same lifecycle, no BMC write, flagged Orphaned in
 // status/servers/XX/NAME.yaml (gitops.ServerStatusPath).
 func TestDeletedServerOrphaned(t *testing.T) {
@@ -228,7 +228,7 @@ func TestDeletedServerOrphaned(t *testing.T) {
 	}
 }
 
-// TestSafetyBrakeHoldsMassRetire (issue 10): a revision retiring 6 of the
+// TestSafetyBrakeHoldsMassRetire: a revision retiring 6 of the
 // 12 servers is held: nothing retired, no BMC write, the hold visible in
 // the plan (admin API) and in status/inventory.yaml; after POST
 // /api/v1/approve of the revision, all six are powered off and retired.
@@ -299,7 +299,7 @@ func TestSafetyBrakeHoldsMassRetire(t *testing.T) {
 	}
 }
 
-// TestProvisionAPI (issue 10): POST /api/v1/provision {"profile":
+// TestProvisionAPI: POST /api/v1/provision {"profile":
 // "hypervisor","count":2} answers two server names that both reach
 // deployed; asking for more than fit answers 409 and allocates nothing.
 func TestProvisionAPI(t *testing.T) {
@@ -406,7 +406,7 @@ func probeSignature(t *testing.T, path string, off int64) string {
 	return ""
 }
 
-// TestReleaseWipeFailureRetried (issue 10): a release wipe that fails (the
+// TestReleaseWipeFailureRetried: a release wipe that fails (the
 // released machine's disk cannot be opened) is never silent: the wipe.failed
 // event and LastError carry the agent's reason, status shows WipeFailed,
 // the server is not allocated meanwhile, and the wipe is retried after the

@@ -10,7 +10,7 @@ import (
 	"github.com/machina-metal/machina/state"
 )
 
-// TestArchGuardInTheLab (issue 28): two zone-a machines are arm64
+// TestArchGuardInTheLab: two zone-a machines are arm64
 // hardware that servers.yaml does not call arm64. Commissioning (the real
 // agent through /boot/grub, as the arm64 GRUB image fetches it) reports
 // arch arm64 for them and amd64 for the others; the amd64 hypervisor

@@ -17,7 +17,7 @@ import (
 	"github.com/machina-metal/machina/state"
 )
 
-// bmcModes are the real-BMC behaviours of issue 26, as bmcsim modes (see
+// bmcModes are the real-BMC behaviours (Basic-only auth, session-less BMCs, self-signed TLS, shared chassis), as bmcsim modes (see
 // the comments on each bmcsim.Quirks field for which BMCs behave so).
 var bmcModes = []struct {
 	name string
@@ -148,7 +148,7 @@ func TestBMCModesEndToEnd(t *testing.T) {
 	}
 }
 
-// TestBMCTopologyAndTLSEndToEnd (issue 26): every Redfish BMC serves two
+// TestBMCTopologyAndTLSEndToEnd: every Redfish BMC serves two
 // systems in one chassis (servers.yaml names the first by bmc.systemID)
 // over HTTPS with a certificate from the test's CA, trusted through
 // bmc.caBundle; the example site commissions, deploys and joins, and every

@@ -51,7 +51,7 @@ func (r *rig) settled(server, text string) plan.Result {
 	}
 }
 
-// TestPowerCycleCounterRunsOnce (issue 9): bumping actions.powerCycle on
+// TestPowerCycleCounterRunsOnce: bumping actions.powerCycle on
 // one server resets it through its BMC exactly once, the counter is then
 // observed in status, and later passes plan nothing more for it.
 func TestPowerCycleCounterRunsOnce(t *testing.T) {
@@ -89,7 +89,7 @@ func TestPowerCycleCounterRunsOnce(t *testing.T) {
 	}
 }
 
-// TestCommissionCounterRunsOnce (issue 9): bumping actions.commission on a
+// TestCommissionCounterRunsOnce: bumping actions.commission on a
 // ready server recommissions it exactly once (one boot, one
 // ready→commissioning move) and status shows the observed counter.
 func TestCommissionCounterRunsOnce(t *testing.T) {
@@ -127,7 +127,7 @@ func TestCommissionCounterRunsOnce(t *testing.T) {
 	}
 }
 
-// TestInvalidCommitKeepsLastGood (issue 9): a commit with a malformed MAC
+// TestInvalidCommitKeepsLastGood: a commit with a malformed MAC
 // (which also bumps a power counter and raises a profile count) is not
 // applied at all: no power action, no new deploy, the controller keeps
 // acting on the last good digest, and status/inventory.yaml names the file
@@ -193,7 +193,7 @@ func TestInvalidCommitKeepsLastGood(t *testing.T) {
 	r.waitFor("3 hypervisors deployed", time.Minute, func(s state.Snapshot) bool { return deployedBy(s, "hypervisor") == 3 })
 }
 
-// TestReadmeOnlyCommitIsNoop (issue 9): a commit that changes only
+// TestReadmeOnlyCommitIsNoop: a commit that changes only
 // README.md is fetched but is no new revision: no NewRevision event, the
 // same desired inventory, nothing planned, no BMC call that writes.
 func TestReadmeOnlyCommitIsNoop(t *testing.T) {
@@ -243,7 +243,7 @@ func TestReadmeOnlyCommitIsNoop(t *testing.T) {
 	}
 }
 
-// TestRestartMidCommissioning (issue 9): the controller is stopped while a
+// TestRestartMidCommissioning: the controller is stopped while a
 // machine runs its commissioning in the ramdisk and started again on the
 // same state file, work folder and address. Every server ends ready or
 // failed with its reason (a test that could not reach the stopped

@@ -12,7 +12,7 @@ import (
 	"github.com/machina-metal/machina/state"
 )
 
-// TestMemoryFailureThenRecommission (issue 12): a machine whose memory test
+// TestMemoryFailureThenRecommission: a machine whose memory test
 // finds a stuck bit lands in failed with the reason in status; once the
 // DIMM is "replaced" (fault cleared), bumping actions.commission brings it
 // back to ready, with the counter observed.
@@ -56,7 +56,7 @@ func TestMemoryFailureThenRecommission(t *testing.T) {
 	r.steady()
 }
 
-// TestChecksumMismatchLeavesDiskUntouched (issue 12): every image the
+// TestChecksumMismatchLeavesDiskUntouched: every image the
 // zone-b machines download arrives with a flipped byte. The storage deploy
 // fails with a checksum error reported by the agent, the target's disks are
 // byte-for-byte as before (the agent verifies before it writes), the
@@ -141,7 +141,7 @@ func TestChecksumMismatchLeavesDiskUntouched(t *testing.T) {
 	}
 }
 
-// TestRestartMidDeploy (issue 12): the controller stops while a machine
+// TestRestartMidDeploy: the controller stops while a machine
 // writes its image and starts again on the same state, work folder and
 // address. The deploy finishes (deployed, booted from disk) or fails
 // cleanly by the deploy deadline (failed with the reason, powered off,

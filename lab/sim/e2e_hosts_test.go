@@ -98,7 +98,7 @@ func (r *rig) eventsOf(kind state.EventKind) []state.Event {
 	return out
 }
 
-// TestHostLivenessFencingAndSelection walks issue 21 through the
+// TestHostLivenessFencingAndSelection walks host liveness and fencing through the
 // simulated lab: a profile selecting by a derived label deploys only the
 // GPU servers; a host whose node agent stops is HostLost within the window
 // with its power read ("lost, powered on"), and a restarted agent clears it

@@ -50,7 +50,7 @@ func buildInstallerISO(t *testing.T, mirrorDir, name string, files map[string]st
 
 const installerKey = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIO4VqFGm2ahY3KSc9k9lrQMD0j2/tR46oEgCPUxiE9s7 ops@lab1"
 
-// TestInstallerDeploys (issue 10): a server pinned to a `deploy:
+// TestInstallerDeploys: a server pinned to a `deploy:
 // autoinstall` profile and one pinned to a `deploy: kickstart` profile go
 // through the installer path. Their images are tiny ISOs built here with
 // xorriso (fake casper/vmlinuz and casper/initrd; fake
@@ -133,7 +133,7 @@ func appendFile(t *testing.T, path, s string) {
 	}
 }
 
-// TestInstallerDeadline (issue 10): an installer that never calls back (its
+// TestInstallerDeadline: an installer that never calls back (its
 // ISO has no stage2 image, so the simulated anaconda stops) is failed by
 // the deploy deadline like an image deploy: failed with the reason,
 // allocation dropped, powered off through the BMC.

@@ -25,7 +25,7 @@ import (
 // secret itself as the bearer token and in the body (error paths). The
 // secrets: the simulated BMCs' password (stored as bmc-redfish) and a
 // known extra one. api.TestSecretNeverInResponses covers the api
-// package's own routes in depth; before issue 22 nothing covered the
+// package's own routes in depth; before this test nothing covered the
 // routes mounted by the controller, the UI or the join listener.
 func TestSecretNeverInAnyRoute(t *testing.T) {
 	r := startRig(t, rigOptions{})

@@ -18,7 +18,7 @@ import (
 )
 
 // ARM64Budget is the time the arm64 lab (Config.ARM64) must stay under on
-// a 2-core machine under TCG, the cached OS image excepted (issue 28).
+// a 2-core machine under TCG, the cached OS image excepted.
 const ARM64Budget = 12 * time.Minute
 
 // ARM64Machine is the arm64 lab's one server: its servers.yaml entry
@@ -116,7 +116,7 @@ func (l *lab) grubImage() string {
 	return filepath.Join(l.cfg.Root, "out", "boot", "grubnetaa64.efi")
 }
 
-// runARM64 is the arm64 lab (issue 28): the arm64 VM network-boots
+// runARM64 is the arm64 lab: the arm64 VM network-boots
 // through AAVMF → DHCP arch 11 → TFTP grubnetaa64.efi → machina-grub.cfg
 // → /boot/grub → the arm64 ramdisk, commissions and reports arch arm64
 // (API and status commit); then a pin of the amd64 profile onto it is

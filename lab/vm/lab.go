@@ -29,8 +29,8 @@
 // commits, timing it: commission → deploy (profile count 2, and vm-pyghmi
 // pinned to the profile) → first boot and join → release and retire.
 //
-// With Config.ARM64 the lab runs one arm64 UEFI VM instead (arm64.go,
-// issue 28): GRUB network boot from the controller's DHCP and TFTP,
+// With Config.ARM64 the lab runs one arm64 UEFI VM instead (arm64.go):
+// GRUB network boot from the controller's DHCP and TFTP,
 // commissioning, an amd64 image refused, an arm64 image deployed and
 // booted to the join.
 //
@@ -98,7 +98,7 @@ const (
 )
 
 // Budget is the time a whole run (StageRelease) must stay under on a
-// 2-core machine under TCG (issue 14).
+// 2-core machine under TCG.
 const Budget = 15 * time.Minute
 
 // Stage selects how far Run goes.
@@ -1329,7 +1329,7 @@ func (l *lab) approveHeld(ctx context.Context) error {
 // node agent stop; the BMC still reads the VM running), waits for the
 // controller to mark its host HostLost with the power read "lost, powered
 // on" (heartbeat 5s: lost window 15s), resumes it with QMP cont and waits
-// for the heartbeats to clear the condition (issue 21).
+// for the heartbeats to clear the condition.
 func (l *lab) hostLostAndBack(ctx context.Context, server string) error {
 	var m *machine
 	for _, x := range l.ms {

@@ -109,7 +109,7 @@ func TestNoPXETree(t *testing.T) {
 	}
 }
 
-// TestVMLabARM64 runs the arm64 lab (issue 28, Config.ARM64): one arm64
+// TestVMLabARM64 runs the arm64 lab (Config.ARM64): one arm64
 // UEFI VM (qemu-system-aarch64, TCG, AAVMF) network-boots through GRUB's
 // arm64 image from the controller's DHCP and TFTP, commissions and
 // reports arch arm64, and a pin of the amd64 profile onto it is refused

@@ -12,7 +12,7 @@ import (
 	"time"
 )
 
-// The join-token check (issue 22): the deployed host's enrolment token
+// The join-token check: the deployed host's enrolment token
 // must never be on a command line (/proc/PID/cmdline, what `ps` shows to
 // every local user) or in cloud-init's logs. The lab logs in to each
 // deployed VM over SSH (the lab's own key is in the profile's sshKeys; the

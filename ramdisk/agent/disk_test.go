@@ -552,7 +552,7 @@ func TestRenderSeedRejects(t *testing.T) {
 
 // TestRenderSeedJoinTokenFile: a seed with a join token writes it with
 // write_files to v1.JoinTokenPath (0600, root) and keeps it out of runcmd,
-// whose [sh, -c, CMD] argv every local user can read (issue 22; before,
+// whose [sh, -c, CMD] argv every local user can read (before,
 // the token rode inline in CMD).
 func TestRenderSeedJoinTokenFile(t *testing.T) {
 	const tok = "mj_0123456789abcdefXYZ_-"

@@ -20,7 +20,7 @@ import (
 // its plan) deploys the new image, and the image token the API mints for
 // that plan is accepted for it; once the plan was served the image is
 // fixed for this deploy (a later change waits for a redeploy), and a
-// refused image request says why. Before issue 22 the plan named the new
+// refused image request says why. Before this fix the plan named the new
 // image while the token stayed bound to the allocation's old one: the
 // deploy failed with "get image: HTTP 403".
 func TestImageChangeBeforeWrite(t *testing.T) {

@@ -80,7 +80,7 @@ func TestInstallerDocumentGolden(t *testing.T) {
 }
 
 // TestDeployPlanDiskRule: an image deploy's plan carries the disk rule
-// (issue 10: "the ramdisk's deploy plan with the image, disk rule and seed
+// ("the ramdisk's deploy plan with the image, disk rule and seed
 // from the profile"): without a rootDevice on the server, the smallest disk
 // of at least the profile's min.diskGiB (the disk allocation counted when
 // it found the server big enough), as the installer documents already
@@ -126,7 +126,7 @@ func TestDeployPlanDiskRule(t *testing.T) {
 		t.Errorf("plan disk rule with the server's rootDevice %+v, want %+v", plan.RootDevice, want)
 	}
 
-	// The last-step arch guard (issue 28): an amd64 image is not planned
+	// The last-step arch guard: an amd64 image is not planned
 	// onto a server whose commissioning reported arm64; amd64 and arch-less
 	// (older) reports still get their plan.
 	for arch, wantErr := range map[string]bool{"arm64": true, "amd64": false, "": false} {

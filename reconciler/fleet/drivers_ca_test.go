@@ -14,7 +14,7 @@ import (
 	"github.com/machina-metal/machina/state"
 )
 
-// TestStoreDriversCABundle (issue 26): servers.yaml bmc.caBundle names a
+// TestStoreDriversCABundle: servers.yaml bmc.caBundle names a
 // secret holding the CA PEM; the driver trusts the BMC's certificate
 // through it, fails with ErrTLS without it, and a missing secret is an
 // error naming it. bmc.auth reaches the driver (basic: no session).

@@ -19,7 +19,7 @@ import (
 // sweep, an hour away here, nor after the refused-credential skip), which
 // clears it. A retired server never carries it. Real path: StoreDrivers
 // builds Redfish drivers from the store's secret, bmcsim answers 401 to a
-// wrong password. Before issue 22 the error stayed until the next sweep
+// wrong password. Before this fix the error stayed until the next sweep
 // after the skip (about 70 s in the demo), retired servers included.
 func TestBMCUnreadableClearedOnSecretChange(t *testing.T) {
 	fixtures, err := bmcsim.FixturesDir()
@@ -101,7 +101,7 @@ func TestBMCUnreadableClearedOnSecretChange(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	// The production path for a health other than OK (issue 22: the
+	// The production path for a health other than OK (the
 	// Redfish driver's OnEvent hook was set nowhere and is gone): the
 	// sweep's read stores the BMC's rollup (the DMTF tree says Warning)
 	// and Store.ObserveBMC writes an EventHealth event for the change.

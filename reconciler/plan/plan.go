@@ -195,7 +195,7 @@ type Result struct {
 	// Brake explains why Held is not empty; "" otherwise.
 	Brake string `json:"brake,omitempty"`
 	// Selections say, per profile with a selector, which servers it
-	// matches and why the others do not (issue 21).
+	// matches and why the others do not.
 	Selections []Selection `json:"selections,omitempty"`
 	// Firmware lists what each server's firmware step would change to
 	// meet its profile's firmware block (CheckFirmware), by server, then
@@ -840,7 +840,7 @@ func smallestFittingDisk(hw *state.Hardware, minGiB int64) int64 {
 }
 
 // brake returns why the disruptive steps must wait for approval, or "".
-// Source: issue 10's safety brake (default share 20%; a profile brought to
+// Source: the safety brake of docs/operations.md (default share 20%; a profile brought to
 // zero always holds).
 func brake(disruptive, all []Step, want *inventory.Inventory, have state.Snapshot, opts Options) string {
 	if len(disruptive) == 0 {

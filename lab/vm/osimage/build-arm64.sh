@@ -1,5 +1,5 @@
 #!/bin/sh
-# build-arm64.sh [OUTDIR] : builds the VM lab's minimal arm64 OS image (issue 28) into
+# build-arm64.sh [OUTDIR] : builds the VM lab's minimal arm64 OS image into
 # OUTDIR/os.img and OUTDIR/SHA256SUMS (default OUTDIR out/os-image-arm64). No root.
 #
 # Debian 12 arm64 packages, fetched with scripts/apt-foreign.sh (a private apt state, no

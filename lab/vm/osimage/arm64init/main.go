@@ -1,7 +1,7 @@
 //go:build linux
 
 // Command arm64init is /init of the VM lab's minimal arm64 OS image
-// (lab/vm/osimage/build-arm64.sh, issue 28): the first boot of a deployed
+// (lab/vm/osimage/build-arm64.sh): the first boot of a deployed
 // arm64 lab VM, in place of systemd and cloud-init, which a debootstrapped
 // arm64 Debian would need qemu-user binfmt on the build machine to install.
 //
