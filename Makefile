@@ -12,7 +12,7 @@ TESTFLAGS ?= -race -count=1 -timeout 20m
 TESTSKIP  := -skip '^TestVMLab(ARM64)?$$'
 SUMMARY   := $(GO) run ./scripts/testsummary
 
-.PHONY: all build deps prep test unit unit-quick fuzz vet lint demo clean
+.PHONY: all build deps prep test unit unit-quick fuzz vet lint demo clean docs
 
 all: build
 
@@ -91,6 +91,12 @@ demo: build
 
 clean:
 	rm -rf $(BIN)
+
+# docs: regenerate the reference pages under docs/reference/ from their
+# sources of truth (the JSON Schemas, the cobra command trees); `make test`
+# fails when a committed page is stale.
+docs:
+	MACHINA_UPDATE_DOCS=1 $(GO) test -count=1 -run 'TestReferenceCurrent|TestCLIReference' ./schema ./cmd/machina ./cmd/machinactl
 
 # ramdisk: kernel from Debian's linux-image-$(ARCH) + initrd with the static
 # agent and its modules; writes out/ramdisk/{vmlinuz,initrd.cpio.gz,manifest.txt}

@@ -16,18 +16,17 @@ type env struct {
 	stdout, stderr io.Writer
 }
 
-func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	e := &env{stdin: stdin, stdout: stdout, stderr: stderr}
-	_ = e // used by subcommand constructors
+// newRootCmd builds the machina command tree on e's streams.
+func newRootCmd(e *env) *cobra.Command {
 	root := &cobra.Command{
 		Use:           "machina",
 		Short:         "Machina bare-metal provisioning controller",
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.SetIn(stdin)
-	root.SetOut(stdout)
-	root.SetErr(stderr)
+	root.SetIn(e.stdin)
+	root.SetOut(e.stdout)
+	root.SetErr(e.stderr)
 	root.AddCommand(
 		// one line per subcommand; each constructor lives in cmd_<name>.go and takes e
 		newServeCmd(e),
@@ -37,6 +36,11 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		newBootstrapCmd(e),
 		newStateCmd(e),
 	)
+	return root
+}
+
+func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	root := newRootCmd(&env{stdin: stdin, stdout: stdout, stderr: stderr})
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	markUsageErrors(root)
 	root.SetArgs(args)
