@@ -278,41 +278,87 @@ func (s *Store) ageSweepDue() bool {
 	return o == 0 || time.Unix(0, o).Before(s.nowUTC().Add(-s.retention.MaxAge))
 }
 
-// pruneOld deletes up to max (≤0: unbounded) events older than MaxAge.
+// eventLog describes one of the store's two event logs: the machine log
+// (events of machines and of the controller, bounded by count, per-server
+// count and age) and the audit log (what admin tokens and local commands
+// did, bounded by its own count and age). Both keep a per-server index of
+// their keys; the machine log also counts each server's events.
+type eventLog struct {
+	what      string // "event" or "audit event", in errors
+	bucket    []byte // seq → event JSON
+	countKey  []byte // meta key: the log's length
+	index     []byte // server name → nested bucket of the server's seqs
+	perServer []byte // server name → its count; nil: no count (the index's emptiness decides)
+	maxAge    func(Retention) time.Duration
+}
+
+var (
+	machineLog = eventLog{what: "event", bucket: bucketEvents, countKey: keyEventsN, index: bucketServerEvents,
+		perServer: bucketEventCounts, maxAge: func(r Retention) time.Duration { return r.MaxAge }}
+	auditLog = eventLog{what: "audit event", bucket: bucketAuditEvents, countKey: keyAuditN, index: bucketServerAudit,
+		maxAge: func(r Retention) time.Duration { return r.MaxAuditAge }}
+)
+
+// pruneOld deletes up to max (≤0: unbounded) events older than MaxAge, and
+// remembers the oldest event kept when it deleted none (ageSweepDue).
 func (s *Store) pruneOld(tx kvTx, max int) (int, error) {
-	cutoff := s.nowUTC().Add(-s.retention.MaxAge)
-	c := tx.Bucket(bucketEvents).Cursor()
+	n, kept, err := s.pruneLog(tx, &machineLog, max)
+	if err == nil && n == 0 && !kept.IsZero() {
+		s.oldestEvent.Store(kept.UnixNano())
+	}
+	return n, err
+}
+
+// pruneOldAudit deletes up to max (≤0: unbounded) audit events older than
+// MaxAuditAge.
+func (s *Store) pruneOldAudit(tx kvTx, max int) (int, error) {
+	n, _, err := s.pruneLog(tx, &auditLog, max)
+	return n, err
+}
+
+// pruneLog deletes up to max (≤0: unbounded) of l's events older than its
+// maximum age, oldest first, and returns how many it deleted and the time
+// of the oldest event it kept (zero when it kept none or stopped at max).
+func (s *Store) pruneLog(tx kvTx, l *eventLog, max int) (int, time.Time, error) {
+	b := tx.Bucket(l.bucket)
+	if b == nil {
+		return 0, time.Time{}, nil
+	}
+	cutoff := s.nowUTC().Add(-l.maxAge(s.retention))
+	c := b.Cursor()
 	n := 0
 	for k, v := c.First(); k != nil && (max <= 0 || n < max); k, v = c.First() {
 		var e struct {
 			At time.Time `json:"at"`
 		}
 		if err := json.Unmarshal(v, &e); err != nil {
-			return n, fmt.Errorf("decode event %d: %w", btoi(k), err)
+			return n, time.Time{}, fmt.Errorf("decode %s %d: %w", l.what, btoi(k), err)
 		}
 		if !e.At.Before(cutoff) {
-			if n == 0 {
-				s.oldestEvent.Store(e.At.UnixNano())
-			}
-			break
+			return n, e.At, nil
 		}
-		if err := s.deleteEvent(tx, k); err != nil {
-			return n, err
+		if err := s.deleteFrom(tx, l, k); err != nil {
+			return n, time.Time{}, err
 		}
 		n++
 	}
-	return n, nil
+	return n, time.Time{}, nil
 }
 
-// deleteEvent removes the event with key k from the log, its server index
-// and both counters.
-func (s *Store) deleteEvent(tx kvTx, k []byte) error {
+// deleteEvent removes the machine log's event with key k (see deleteFrom).
+func (s *Store) deleteEvent(tx kvTx, k []byte) error { return s.deleteFrom(tx, &machineLog, k) }
+
+// deleteFrom removes l's event with key k, one from the log's length, its
+// server index entry and, for the machine log, one from the server's count;
+// a server's index (and count) go when its last event does. A missing key
+// is not an error.
+func (s *Store) deleteFrom(tx kvTx, l *eventLog, k []byte) error {
 	if k == nil {
 		return nil
 	}
 	k = append([]byte(nil), k...) // cursor keys are invalid after Delete
-	events := tx.Bucket(bucketEvents)
-	v := events.Get(k)
+	b := tx.Bucket(l.bucket)
+	v := b.Get(k)
 	if v == nil {
 		return nil
 	}
@@ -320,38 +366,51 @@ func (s *Store) deleteEvent(tx kvTx, k []byte) error {
 		Server string `json:"server"`
 	}
 	if err := json.Unmarshal(v, &e); err != nil {
-		return fmt.Errorf("decode event %d: %w", btoi(k), err)
+		return fmt.Errorf("decode %s %d: %w", l.what, btoi(k), err)
 	}
-	if err := events.Delete(k); err != nil {
+	if err := b.Delete(k); err != nil {
 		return err
 	}
 	meta := tx.Bucket(bucketMeta)
-	if n := btoi(meta.Get(keyEventsN)); n > 0 {
-		if err := meta.Put(keyEventsN, u64(n-1)); err != nil {
+	if n := btoi(meta.Get(l.countKey)); n > 0 {
+		if err := meta.Put(l.countKey, u64(n-1)); err != nil {
 			return err
 		}
 	}
 	if e.Server == "" {
 		return nil
 	}
-	if sb := tx.Bucket(bucketServerEvents).Bucket([]byte(e.Server)); sb != nil {
+	idx := tx.Bucket(l.index)
+	if idx == nil {
+		return nil
+	}
+	name := []byte(e.Server)
+	sb := idx.Bucket(name)
+	if sb != nil {
 		if err := sb.Delete(k); err != nil {
 			return err
 		}
 	}
-	counts := tx.Bucket(bucketEventCounts)
-	switch n := btoi(counts.Get([]byte(e.Server))); {
-	case n > 1:
-		return counts.Put([]byte(e.Server), u64(n-1))
-	default: // the server's last event: drop its empty index and counter
-		if err := counts.Delete([]byte(e.Server)); err != nil {
-			return err
-		}
-		if tx.Bucket(bucketServerEvents).Bucket([]byte(e.Server)) != nil {
-			return tx.Bucket(bucketServerEvents).DeleteBucket([]byte(e.Server))
+	if l.perServer == nil {
+		if sb != nil {
+			if first, _ := sb.Cursor().First(); first == nil {
+				return idx.DeleteBucket(name)
+			}
 		}
 		return nil
 	}
+	counts := tx.Bucket(l.perServer)
+	if n := btoi(counts.Get(name)); n > 1 {
+		return counts.Put(name, u64(n-1))
+	}
+	// the server's last event: drop its empty index and counter
+	if err := counts.Delete(name); err != nil {
+		return err
+	}
+	if sb != nil {
+		return idx.DeleteBucket(name)
+	}
+	return nil
 }
 
 // PruneResult counts what Prune removed.
@@ -477,87 +536,12 @@ func (s *Store) appendAudit(tx kvTx, e *Event, key, data []byte) error {
 	}
 	for ; total > uint64(s.retention.MaxAuditEvents); total-- {
 		k, _ := audit.Cursor().First()
-		if err := s.deleteAudit(tx, k); err != nil {
+		if err := s.deleteFrom(tx, &auditLog, k); err != nil {
 			return err
 		}
 	}
 	_, err := s.pruneOldAudit(tx, s.sweep)
 	return err
-}
-
-// pruneOldAudit deletes up to max (≤0: unbounded) audit events older than
-// MaxAuditAge.
-func (s *Store) pruneOldAudit(tx kvTx, max int) (int, error) {
-	audit := tx.Bucket(bucketAuditEvents)
-	if audit == nil {
-		return 0, nil
-	}
-	cutoff := s.nowUTC().Add(-s.retention.MaxAuditAge)
-	c := audit.Cursor()
-	n := 0
-	for k, v := c.First(); k != nil && (max <= 0 || n < max); k, v = c.First() {
-		var e struct {
-			At time.Time `json:"at"`
-		}
-		if err := json.Unmarshal(v, &e); err != nil {
-			return n, fmt.Errorf("decode audit event %d: %w", btoi(k), err)
-		}
-		if !e.At.Before(cutoff) {
-			break
-		}
-		if err := s.deleteAudit(tx, k); err != nil {
-			return n, err
-		}
-		n++
-	}
-	return n, nil
-}
-
-// deleteAudit removes the audit event with key k, its server index entry
-// (and the index when it empties) and one from the audit count.
-func (s *Store) deleteAudit(tx kvTx, k []byte) error {
-	if k == nil {
-		return nil
-	}
-	k = append([]byte(nil), k...) // cursor keys are invalid after Delete
-	audit := tx.Bucket(bucketAuditEvents)
-	v := audit.Get(k)
-	if v == nil {
-		return nil
-	}
-	var e struct {
-		Server string `json:"server"`
-	}
-	if err := json.Unmarshal(v, &e); err != nil {
-		return fmt.Errorf("decode audit event %d: %w", btoi(k), err)
-	}
-	if err := audit.Delete(k); err != nil {
-		return err
-	}
-	meta := tx.Bucket(bucketMeta)
-	if n := btoi(meta.Get(keyAuditN)); n > 0 {
-		if err := meta.Put(keyAuditN, u64(n-1)); err != nil {
-			return err
-		}
-	}
-	if e.Server == "" {
-		return nil
-	}
-	idx := tx.Bucket(bucketServerAudit)
-	if idx == nil {
-		return nil
-	}
-	sb := idx.Bucket([]byte(e.Server))
-	if sb == nil {
-		return nil
-	}
-	if err := sb.Delete(k); err != nil {
-		return err
-	}
-	if first, _ := sb.Cursor().First(); first == nil {
-		return idx.DeleteBucket([]byte(e.Server))
-	}
-	return nil
 }
 
 // auditSplitBatch bounds the events one transaction of splitAuditLog

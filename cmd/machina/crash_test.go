@@ -9,7 +9,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -45,16 +44,7 @@ func TestCrashConvergence(t *testing.T) {
 	peertest.Slow(t, "the crash test builds machina and runs 100 simulated servers")
 	t0 := time.Now()
 	dir := t.TempDir()
-	bin := filepath.Join(dir, "machina")
-	goBin, err := exec.LookPath("go")
-	if err != nil {
-		t.Fatalf("the crash test builds machina: go is not on PATH: %v", err)
-	}
-	build := exec.Command(goBin, "build", "-tags", "machinafault", "-o", bin, ".")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build -tags machinafault: %v\n%s", err, out)
-	}
+	bin := buildMachina(t, dir, "machinafault")
 	t.Logf("built machina with the fault hook in %s", time.Since(t0).Round(time.Second))
 
 	ctx, cancel := context.WithCancel(context.Background())
@@ -71,16 +61,7 @@ func TestCrashConvergence(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	user, pass := lab.Credentials()
-	for _, name := range []string{"bmc-redfish", "bmc-ipmi"} {
-		if _, err := st.PutSecret(name, state.Credential{Username: user, Password: pass}, state.ActorLocal); err != nil {
-			t.Fatal(err)
-		}
-	}
-	adminTok, _, err := st.CreateAdminToken("crash-test", state.ActorLocal)
-	if err != nil {
-		t.Fatal(err)
-	}
+	adminTok := seedSimSite(t, st, lab, "crash-test")
 	st.Close()
 
 	port, joinPort := freePort(t), freePort(t)
@@ -90,48 +71,25 @@ func TestCrashConvergence(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	args := []string{"serve", "--state", statePath, "--work-dir", filepath.Join(dir, "work"), "--repo", lab.RepoURL,
-		"--listen", fmt.Sprintf("127.0.0.1:%d", port), "--join-listen", fmt.Sprintf("127.0.0.1:%d", joinPort), "--public-url", base,
-		"--poll-interval", "1s", "--reconcile-interval", "1s", "--status-interval", "5s", "--bmc-watch-interval", "-1s",
-		"--machine-burst", "100000", "--machine-refill", "1ms", "--max-conns-per-ip", "100000", "--workers", "16", "--per-rack", "16",
-		"--machine-silent-after", "30s", "--max-renetboots", "5", "--log-format", "text"}
+	args := append([]string{"serve", "--state", statePath, "--work-dir", filepath.Join(dir, "work"), "--repo", lab.RepoURL,
+		"--listen", fmt.Sprintf("127.0.0.1:%d", port), "--join-listen", fmt.Sprintf("127.0.0.1:%d", joinPort), "--public-url", base},
+		fastServeFlags...)
 
 	run := 0 // the controller run, numbering its log
-	start := func(fault string) (*exec.Cmd, chan struct{}) {
+	var cur *serveProc
+	start := func(fault string) {
 		run++
-		logf, err := os.Create(filepath.Join(dir, fmt.Sprintf("run-%02d.log", run)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		cmd := exec.Command(bin, args...)
-		cmd.Stdout, cmd.Stderr = logf, logf
-		// Killed with the test process too (a test that times out never
-		// runs its cleanups).
-		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-		cmd.Env = os.Environ()
+		var env []string
 		if fault != "" {
-			cmd.Env = append(cmd.Env, "MACHINA_FAULT_KILL="+fault)
+			env = append(env, "MACHINA_FAULT_KILL="+fault)
 		}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		exited := make(chan struct{})
-		go func() { _ = cmd.Wait(); logf.Close(); close(exited) }()
-		return cmd, exited
+		cur = startServe(t, bin, args, env, filepath.Join(dir, fmt.Sprintf("run-%02d.log", run)))
 	}
-	var cur *exec.Cmd
-	var curExited chan struct{}
 	t.Cleanup(func() {
 		// Keep what a flake needs in the test output: the temporary
 		// folder with the logs is gone once the test ends.
 		if t.Failed() && run > 0 {
-			logTail(t, filepath.Join(dir, fmt.Sprintf("run-%02d.log", run)), 200)
-		}
-	})
-	t.Cleanup(func() {
-		if cur != nil && cur.ProcessState == nil {
-			_ = cur.Process.Signal(syscall.SIGKILL) // our own child, by PID
-			<-curExited
+			logTail(t, cur.log, 200)
 		}
 	})
 	waitUp := func() {
@@ -144,17 +102,14 @@ func TestCrashConvergence(t *testing.T) {
 				return
 			}
 			select {
-			case <-curExited:
-				t.Fatalf("machina serve (run %d) exited before it answered; see %s", run, filepath.Join(dir, fmt.Sprintf("run-%02d.log", run)))
+			case <-cur.exited:
+				t.Fatalf("machina serve (run %d) exited before it answered; see %s", run, cur.log)
 			case <-time.After(100 * time.Millisecond):
 			}
 		}
 		t.Fatalf("machina serve (run %d) did not answer within a minute", run)
 	}
-	kill := func() {
-		_ = cur.Process.Signal(syscall.SIGKILL)
-		<-curExited
-	}
+	kill := func() { cur.kill() }
 
 	gitBin, err := exec.LookPath("git")
 	if err != nil {
@@ -186,12 +141,12 @@ func TestCrashConvergence(t *testing.T) {
 	kills, busyKills := 0, 0
 	for i := 1; i <= randomKills+len(deliberate) || busyKills < 20 && i <= 2*randomKills; i++ {
 		if point, ok := deliberate[i]; ok {
-			cur, curExited = start(fmt.Sprintf("%s:%d", point, 1+rng.IntN(3)))
+			start(fmt.Sprintf("%s:%d", point, 1+rng.IntN(3)))
 			// A settled fleet reaches no fault point: give it a wave.
 		up:
 			for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); {
 				select {
-				case <-curExited:
+				case <-cur.exited:
 					break up
 				case <-time.After(200 * time.Millisecond):
 				}
@@ -206,8 +161,8 @@ func TestCrashConvergence(t *testing.T) {
 				}
 			}
 			select {
-			case <-curExited:
-				if ws, ok := cur.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL {
+			case <-cur.exited:
+				if cur.killedBySIGKILL() {
 					fired[point]++
 				}
 			case <-time.After(90 * time.Second):
@@ -217,7 +172,7 @@ func TestCrashConvergence(t *testing.T) {
 			t.Logf("%s: kill %d (run %d, deliberate %s): fired %v", time.Since(t0).Round(time.Second), kills, run, point, fired[point] > 0)
 			continue
 		}
-		cur, curExited = start("")
+		start("")
 		waitUp()
 		if !inMotion(ctx, client) {
 			// Settled: push a wave and let this run start it, so the kill
@@ -236,7 +191,7 @@ func TestCrashConvergence(t *testing.T) {
 		kills++
 		t.Logf("%s: kill %d (run %d, random): servers in motion %v", time.Since(t0).Round(time.Second), kills, run, moving)
 		if i%4 == 0 {
-			cur, curExited = start("")
+			start("")
 			waitUp()
 			t.Logf("%s: %d kills; %s", time.Since(t0).Round(time.Second), kills, fleetSummary(ctx, client))
 			kill()
@@ -255,64 +210,13 @@ func TestCrashConvergence(t *testing.T) {
 		}
 	}
 
-	cur, curExited = start("")
+	start("")
 	waitUp()
-	var last string
-	for {
-		servers := listAll(t, ctx, client)
-		counts := map[string]int{}
-		deployed := map[string]int{}
-		var failed []string
-		for _, s := range servers {
-			counts[s.Lifecycle]++
-			if s.Lifecycle == "failed" {
-				failed = append(failed, s.Name+": "+s.LastError)
-			}
-			if s.Lifecycle == "deployed" && !s.FinishDeploy && s.Allocation != nil {
-				deployed[s.Allocation.Profile]++
-			}
-		}
-		if len(failed) > 0 {
-			t.Fatalf("failed servers after the kills: %s", strings.Join(failed, "; "))
-		}
-		last = fmt.Sprintf("%v, deployed per profile %v", counts, deployed)
-		if len(servers) == crashServers && counts["ready"]+counts["deployed"] == crashServers &&
-			deployed["hypervisor"] == 3 && deployed["storage"] == 3 && deployed["gpu"] == 3 {
-			break
-		}
-		if time.Since(lastKill) > crashConverge {
-			t.Fatalf("not converged within %s of the last kill: %s", crashConverge, last)
-		}
-		time.Sleep(time.Second)
-	}
+	last := waitConverged(t, ctx, client, crashServers, map[string]int{"hypervisor": 3, "storage": 3, "gpu": 3}, crashConverge)
 	t.Logf("converged %s after the last kill (%s in all): %s", time.Since(lastKill).Round(time.Second), time.Since(t0).Round(time.Second), last)
 
 	// No server deployed twice: one deploying→deployed move each.
-	moves := map[string]int{}
-	var after uint64
-	for {
-		page, err := client.Events(ctx, after, 1000)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, ev := range page.Events {
-			if ev.Kind == string(state.EventTransition) && ev.To == "deployed" {
-				moves[ev.Server]++
-			}
-		}
-		if page.Next == 0 {
-			break
-		}
-		after = page.Next
-	}
-	for name, n := range moves {
-		if n > 1 {
-			t.Errorf("%s deployed %d times", name, n)
-		}
-	}
-	if len(moves) != 9 {
-		t.Errorf("%d servers deployed, want 9", len(moves))
-	}
+	deployedOnce(t, ctx, client, 9)
 }
 
 // inMotion reports whether some server is on its way (new, commissioning,
@@ -363,7 +267,7 @@ func fleetSummary(ctx context.Context, c *v1.Client) string {
 	return fmt.Sprint(counts)
 }
 
-func listAll(t *testing.T, ctx context.Context, c *v1.Client) []v1.Server {
+func listAll(t testing.TB, ctx context.Context, c *v1.Client) []v1.Server {
 	t.Helper()
 	var out []v1.Server
 	after := ""

@@ -9,12 +9,10 @@ import (
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -111,16 +109,7 @@ func TestHAFailoverKills(t *testing.T) {
 	peertest.Slow(t, "the HA failover test builds machina and runs two controllers over a simulated fleet")
 	t0 := time.Now()
 	dir := t.TempDir()
-	bin := filepath.Join(dir, "machina")
-	goBin, err := exec.LookPath("go")
-	if err != nil {
-		t.Fatalf("go is not on PATH: %v", err)
-	}
-	build := exec.Command(goBin, "build", "-o", bin, ".")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := buildMachina(t, dir)
 
 	cl := etcdtest.Start(t, etcdtest.Options{Members: 3})
 	ctx, cancel := context.WithCancel(context.Background())
@@ -136,16 +125,7 @@ func TestHAFailoverKills(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	user, pass := lab.Credentials()
-	for _, name := range []string{"bmc-redfish", "bmc-ipmi"} {
-		if _, err := ops.PutSecret(name, state.Credential{Username: user, Password: pass}, state.ActorLocal); err != nil {
-			t.Fatal(err)
-		}
-	}
-	adminTok, _, err := ops.CreateAdminToken("ha-test", state.ActorLocal)
-	if err != nil {
-		t.Fatal(err)
-	}
+	adminTok := seedSimSite(t, ops, lab, "ha-test")
 	_ = ops.Close()
 
 	vip := &leaderVIP{cli: ecli, prefix: "/site/leader/"}
@@ -163,42 +143,21 @@ func TestHAFailoverKills(t *testing.T) {
 	target += "/site"
 
 	type proc struct {
-		id     string
-		port   int
-		cmd    *exec.Cmd
-		exited chan struct{}
-		runs   int
+		id   string
+		port int
+		*serveProc
+		runs int
 	}
 	procs := map[string]*proc{"a": {id: "a", port: freePort(t)}, "b": {id: "b", port: freePort(t)}}
 	start := func(p *proc) {
 		p.runs++
-		logf, err := os.Create(filepath.Join(dir, fmt.Sprintf("%s-%02d.log", p.id, p.runs)))
-		if err != nil {
-			t.Fatal(err)
-		}
 		self := fmt.Sprintf("http://127.0.0.1:%d", p.port)
-		cmd := exec.Command(bin, "serve", "--state", target, "--ha-id", p.id, "--ha-ttl", "2s", "--ha-admin-url", self,
+		args := append([]string{"serve", "--state", target, "--ha-id", p.id, "--ha-ttl", "2s", "--ha-admin-url", self,
 			"--work-dir", filepath.Join(dir, "work-"+p.id), "--repo", lab.RepoURL,
-			"--listen", fmt.Sprintf("127.0.0.1:%d", p.port), "--join-listen", fmt.Sprintf("127.0.0.1:%d", freePort(t)), "--public-url", vsrv.URL,
-			"--poll-interval", "1s", "--reconcile-interval", "1s", "--status-interval", "5s", "--bmc-watch-interval", "-1s",
-			"--machine-burst", "100000", "--machine-refill", "1ms", "--max-conns-per-ip", "100000", "--workers", "16", "--per-rack", "16",
-			"--machine-silent-after", "30s", "--max-renetboots", "5", "--log-format", "text")
-		cmd.Stdout, cmd.Stderr = logf, logf
-		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		p.cmd, p.exited = cmd, make(chan struct{})
-		go func(ex chan struct{}) { _ = cmd.Wait(); logf.Close(); close(ex) }(p.exited)
+			"--listen", fmt.Sprintf("127.0.0.1:%d", p.port), "--join-listen", fmt.Sprintf("127.0.0.1:%d", freePort(t)), "--public-url", vsrv.URL},
+			fastServeFlags...)
+		p.serveProc = startServe(t, bin, args, nil, filepath.Join(dir, fmt.Sprintf("%s-%02d.log", p.id, p.runs)))
 	}
-	t.Cleanup(func() {
-		for _, p := range procs {
-			if p.cmd != nil && p.cmd.ProcessState == nil {
-				_ = p.cmd.Process.Signal(syscall.SIGKILL) // our own child, by PID
-				<-p.exited
-			}
-		}
-	})
 	start(procs["a"])
 	start(procs["b"])
 	waitLeader := func(not string, within time.Duration) (string, time.Duration) {
@@ -226,75 +185,34 @@ func TestHAFailoverKills(t *testing.T) {
 		}
 		time.Sleep(time.Duration(300+rng.IntN(1700)) * time.Millisecond)
 		p := procs[leader]
-		_ = p.cmd.Process.Signal(syscall.SIGKILL)
-		<-p.exited
-		killed := time.Now()
+		p.kill()
 		next, gap := waitLeader(leader, 30*time.Second)
 		t.Logf("kill %d: SIGKILLed leader %s; %s elected %s later; %s", k, leader, next, gap.Round(10*time.Millisecond), fleetSummary(ctx, client))
 		// TTL 2 s, lessor granularity 0.5 s, campaign and scheduling on a busy machine.
 		if gap > 2*time.Second+3*time.Second {
 			t.Errorf("kill %d: takeover took %s, want within TTL + 3 s", k, gap)
 		}
-		_ = killed
 		start(p) // back as a standby
 		leader = next
 	}
 	lastKill := time.Now()
 
-	var last string
-	for {
-		servers := listAll(t, ctx, client)
-		counts := map[string]int{}
-		deployed := map[string]int{}
-		var failed []string
-		for _, s := range servers {
-			counts[s.Lifecycle]++
-			if s.Lifecycle == "failed" {
-				failed = append(failed, s.Name+": "+s.LastError)
-			}
-			if s.Lifecycle == "deployed" && !s.FinishDeploy && s.Allocation != nil {
-				deployed[s.Allocation.Profile]++
-			}
-		}
-		if len(failed) > 0 {
-			t.Fatalf("failed servers after the kills: %s", strings.Join(failed, "; "))
-		}
-		last = fmt.Sprintf("%v, deployed per profile %v", counts, deployed)
-		if len(servers) == haServers && counts["ready"]+counts["deployed"] == haServers &&
-			deployed["hypervisor"] == haPerProfile && deployed["storage"] == haPerProfile && deployed["gpu"] == haPerProfile {
-			break
-		}
-		if time.Since(lastKill) > 4*time.Minute {
-			t.Fatalf("not converged within 4 min of the last kill: %s", last)
-		}
-		time.Sleep(time.Second)
-	}
+	last := waitConverged(t, ctx, client, haServers, map[string]int{"hypervisor": haPerProfile, "storage": haPerProfile, "gpu": haPerProfile}, 4*time.Minute)
 	t.Logf("converged %s after the last kill (%s in all): %s", time.Since(lastKill).Round(time.Second), time.Since(t0).Round(time.Second), last)
 
 	// Deployed once each; resets within the journal's netboots.
 	toDeployed, netboots := map[string]int{}, map[string]int{}
-	var after uint64
-	for {
-		page, err := client.Events(ctx, after, 1000)
-		if err != nil {
-			t.Fatal(err)
+	walkEvents(t, ctx, client, func(ev v1.Event) {
+		switch {
+		case ev.Kind == string(state.EventTransition) && ev.To == "deployed":
+			toDeployed[ev.Server]++
+			netboots[ev.Server]++ // the reboot into the installed OS
+		case ev.Kind == string(state.EventTransition) && (ev.To == "commissioning" || ev.To == "deploying"):
+			netboots[ev.Server]++
+		case ev.Kind == "machine.renetboot":
+			netboots[ev.Server]++
 		}
-		for _, ev := range page.Events {
-			switch {
-			case ev.Kind == string(state.EventTransition) && ev.To == "deployed":
-				toDeployed[ev.Server]++
-				netboots[ev.Server]++ // the reboot into the installed OS
-			case ev.Kind == string(state.EventTransition) && (ev.To == "commissioning" || ev.To == "deploying"):
-				netboots[ev.Server]++
-			case ev.Kind == "machine.renetboot":
-				netboots[ev.Server]++
-			}
-		}
-		if page.Next == 0 {
-			break
-		}
-		after = page.Next
-	}
+	})
 	for name, n := range toDeployed {
 		if n > 1 {
 			t.Errorf("%s deployed %d times", name, n)

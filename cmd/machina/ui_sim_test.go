@@ -53,7 +53,7 @@ func TestBrowserAgainstMachinaSim(t *testing.T) {
 	if err != nil {
 		t.Fatalf("git is needed to change the fleet as an operator: %v", err)
 	}
-	bin := buildMachina(t)
+	bin := buildMachina(t, t.TempDir())
 	dir := t.TempDir()
 	sim := startSim(t, bin, dir)
 	t.Cleanup(func() {
@@ -275,25 +275,6 @@ func TestBrowserAgainstMachinaSim(t *testing.T) {
 	if out := sim.output(); !strings.Contains(out, "Stopped.") {
 		t.Errorf("machina sim did not say it stopped:\n%s", out)
 	}
-}
-
-// buildMachina builds this package's binary into a test folder with the go
-// command that runs the test.
-func buildMachina(t *testing.T) string {
-	t.Helper()
-	goBin, err := exec.LookPath("go")
-	if err != nil && os.Getenv("GOROOT") != "" {
-		goBin, err = filepath.Join(os.Getenv("GOROOT"), "bin", "go"), nil
-	}
-	if err != nil {
-		t.Fatalf("no go command on PATH to build machina: %v", err)
-	}
-	bin := filepath.Join(t.TempDir(), "machina")
-	cmd := exec.Command(goBin, "build", "-o", bin, ".")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	return bin
 }
 
 // simProcess is a running `machina sim` and the lines it has printed.

@@ -227,12 +227,7 @@ func TestUnitCapabilitiesRunHA(t *testing.T) {
 	if err := os.Chmod(base, 0o755); err != nil { // the service user reads the repo and TFTP root
 		t.Fatal(err)
 	}
-	bin := filepath.Join(base, "machina")
-	build := exec.Command("go", "build", "-o", bin, ".")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := buildMachina(t, base)
 
 	// Namespaces: the controller's ("s", provisioning interface p0) and a
 	// machine's ("c", interface c0 with the inventory's boot MAC).

@@ -17,13 +17,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/machina-metal/machina/boot"
 	"github.com/machina-metal/machina/controller"
-	"github.com/machina-metal/machina/gitops"
 	"github.com/machina-metal/machina/ha"
 	"github.com/machina-metal/machina/internal/etcdtest"
 	"github.com/machina-metal/machina/lab/sim"
-	"github.com/machina-metal/machina/reconciler"
+	"github.com/machina-metal/machina/lab/sim/simtest"
 	"github.com/machina-metal/machina/state"
 )
 
@@ -154,43 +152,28 @@ func (v *vipProxy) move(t *testing.T, rawURL string) {
 
 // haNode is one controller of the group under test.
 type haNode struct {
-	id     string
-	run    *controller.Running
-	cancel context.CancelFunc
-	done   chan error
+	id  string
+	run *controller.Running
+	ctl *simtest.Controller
 }
 
 // startHANode starts controller id of a group; mods change its
 // configuration (a sharded site's Group and Zones).
 func startHANode(t *testing.T, lab *sim.Lab, dir, id, publicURL string, endpoints []string, log *slog.Logger, mods ...func(*controller.Config)) *haNode {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	n := &haNode{id: id, cancel: cancel, done: make(chan error, 1)}
-	ready := make(chan *controller.Running, 1)
-	cfg := controller.Config{
-		HA: &controller.HAConfig{Etcd: state.EtcdConfig{Endpoints: endpoints, Prefix: "/site/", RequestTimeout: 3 * time.Second},
-			ID: id, TTL: 2 * time.Second},
-		WorkDir: filepath.Join(dir, id), Listen: "127.0.0.1:0", JoinListen: "127.0.0.1:0", PublicURL: publicURL,
-		Repo: gitops.Remote{URL: lab.RepoURL}, PollInterval: 200 * time.Millisecond, StatusInterval: 300 * time.Millisecond,
-		MachinePerIP:     boot.Limit{Burst: 1000, Every: time.Millisecond},
-		MaxConnsPerIP:    1 << 20,
-		Reconciler:       reconciler.Config{Interval: 200 * time.Millisecond, BackoffBase: 200 * time.Millisecond, BackoffCap: 2 * time.Second},
-		BMCWatchInterval: -1,
-		Logger:           log.With("controller", id),
-		OnReady:          func(r *controller.Running) { ready <- r },
-	}
+	cfg := simtest.Config(dir, lab, log.With("controller", id))
+	cfg.StatePath, cfg.WorkDir = "", filepath.Join(dir, id)
+	cfg.HA = &controller.HAConfig{Etcd: state.EtcdConfig{Endpoints: endpoints, Prefix: "/site/", RequestTimeout: 3 * time.Second},
+		ID: id, TTL: 2 * time.Second}
+	cfg.JoinListen, cfg.PublicURL, cfg.BMCWatchInterval = "127.0.0.1:0", publicURL, -1
 	for _, m := range mods {
 		m(&cfg)
 	}
-	go func() {
-		n.done <- controller.Run(ctx, cfg)
-	}()
-	select {
-	case n.run = <-ready:
-	case err := <-n.done:
-		cancel()
-		t.Fatalf("controller %s did not start: %v", id, err)
+	c, err := simtest.Start(cfg)
+	if err != nil {
+		t.Fatalf("controller %s: %v", id, err)
 	}
+	n := &haNode{id: id, run: c.Run, ctl: c}
 	t.Cleanup(n.stop)
 	return n
 }
@@ -198,13 +181,8 @@ func startHANode(t *testing.T, lab *sim.Lab, dir, id, publicURL string, endpoint
 // addr is the node's own HTTP URL (Running.URL is the shared VIP's).
 func (n *haNode) addr() string { return "http://" + n.run.Addr.String() }
 
-func (n *haNode) stop() {
-	if n.cancel != nil {
-		n.cancel()
-		<-n.done
-		n.cancel = nil
-	}
-}
+// stop ends the node's Run (if it still runs) and what it left running.
+func (n *haNode) stop() { _ = n.ctl.Stop() }
 
 // untilCleanup is t.Output() until the test's cleanups have run, then a
 // sink: a deposed controller's components may outlive its Run (it leaves
@@ -359,12 +337,11 @@ func TestHATwoControllersFailover(t *testing.T) {
 	elected := time.Since(cut)
 	vip.move(t, b.addr())
 	select {
-	case err := <-a.done:
+	case <-a.ctl.Done():
 		// Run has returned; what it left running (the controller leaves
 		// components still stopping one TTL after the term) sees its
 		// context end now.
-		a.cancel()
-		a.cancel = nil
+		err := a.ctl.Stop()
 		// Which side notices first (its own renewal deadline, or the
 		// client's keepalive ending the session) is a race: both say the
 		// lease is gone.

@@ -20,12 +20,10 @@ import (
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/object"
 
-	"github.com/machina-metal/machina/boot"
 	"github.com/machina-metal/machina/controller"
-	"github.com/machina-metal/machina/gitops"
 	"github.com/machina-metal/machina/inventory"
 	"github.com/machina-metal/machina/lab/sim"
-	"github.com/machina-metal/machina/reconciler"
+	"github.com/machina-metal/machina/lab/sim/simtest"
 	"github.com/machina-metal/machina/reconciler/plan"
 	"github.com/machina-metal/machina/state"
 )
@@ -41,8 +39,7 @@ type rig struct {
 	plan   plan.Options
 	config func(*controller.Config)
 
-	cancel context.CancelFunc // the running controller's
-	done   chan error
+	ctl *simtest.Controller // the running controller, nil while stopped
 	// secrets are stored besides the lab's BMC credentials on start.
 	secrets map[string]state.Credential
 }
@@ -84,7 +81,7 @@ func startRig(t *testing.T, o rigOptions) *rig {
 	requireIPMIPeers(t, lab, labCancel)
 	r := &rig{harness: &harness{t: t, lab: lab}, dir: dir, listen: "127.0.0.1:0", log: log, plan: o.plan, config: o.config, secrets: o.secrets}
 	t.Cleanup(func() {
-		if r.cancel != nil {
+		if r.ctl != nil {
 			r.stopController()
 		}
 		labCancel()
@@ -102,60 +99,41 @@ func startRig(t *testing.T, o rigOptions) *rig {
 // restarted controller does (the machines' ramdisks hold its URL).
 func (r *rig) startController() {
 	r.t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	ready := make(chan *controller.Running, 1)
-	done := make(chan error, 1)
 	lab := r.lab
-	go func() {
-		cfg := controller.Config{
-			StatePath: filepath.Join(r.dir, "state.db"), WorkDir: filepath.Join(r.dir, "work"), Listen: r.listen,
-			Repo: gitops.Remote{URL: lab.RepoURL}, PollInterval: 200 * time.Millisecond, StatusInterval: 300 * time.Millisecond,
-			MachinePerIP:  boot.Limit{Burst: 1000, Every: time.Millisecond},
-			MaxConnsPerIP: 1 << 20, // every simulated machine is 127.0.0.1
-			Reconciler: reconciler.Config{Interval: 200 * time.Millisecond, BackoffBase: 200 * time.Millisecond, BackoffCap: 2 * time.Second,
-				Plan: r.plan},
-			// The BMC sweep's reads would show in the BMC request logs
-			// these tests check; TestBMCSweep turns it on.
-			BMCWatchInterval: -1,
-			Logger:           r.log.With("lab", "controller"),
-			OnReady: func(run *controller.Running) {
-				user, pass := lab.Credentials()
-				for _, name := range []string{"bmc-redfish", "bmc-ipmi"} {
-					if _, err := run.Store.PutSecret(name, state.Credential{Username: user, Password: pass}, "test"); err != nil {
-						r.t.Errorf("put secret: %v", err)
-					}
-				}
-				for name, c := range r.secrets {
-					if _, err := run.Store.PutSecret(name, c, "test"); err != nil {
-						r.t.Errorf("put secret: %v", err)
-					}
-				}
-				lab.SetController(run.URL)
-				ready <- run
-			},
+	cfg := simtest.Config(r.dir, lab, r.log.With("lab", "controller"))
+	cfg.Listen = r.listen
+	cfg.Reconciler.Plan = r.plan
+	// The BMC sweep's reads would show in the BMC request logs these tests
+	// check; TestBMCSweep turns it on.
+	cfg.BMCWatchInterval = -1
+	cfg.OnReady = func(run *controller.Running) {
+		if err := simtest.PutLabSecrets(run.Store, lab); err != nil {
+			r.t.Error(err)
 		}
-		if r.config != nil {
-			r.config(&cfg)
+		for name, c := range r.secrets {
+			if _, err := run.Store.PutSecret(name, c, "test"); err != nil {
+				r.t.Errorf("put secret: %v", err)
+			}
 		}
-		done <- controller.Run(ctx, cfg)
-	}()
-	select {
-	case r.run = <-ready:
-	case err := <-done:
-		cancel()
-		r.t.Fatalf("controller did not start: %v", err)
+		lab.SetController(run.URL)
 	}
-	r.cancel, r.done, r.listen = cancel, done, r.run.Addr.String()
+	if r.config != nil {
+		r.config(&cfg)
+	}
+	c, err := simtest.Start(cfg)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	r.ctl, r.run, r.listen = c, c.Run, c.Run.Addr.String()
 }
 
 // stopController ends controller.Run through its ctx and waits for it.
 func (r *rig) stopController() {
 	r.t.Helper()
-	r.cancel()
-	if err := <-r.done; err != nil {
+	if err := r.ctl.Stop(); err != nil {
 		r.t.Errorf("controller: %v", err)
 	}
-	r.cancel = nil
+	r.ctl = nil
 }
 
 // steady waits for the example site to settle: 11 servers commissioned (one

@@ -12,12 +12,11 @@ import (
 
 	"github.com/go-git/go-git/v5"
 
-	"github.com/machina-metal/machina/boot"
 	"github.com/machina-metal/machina/controller"
 	"github.com/machina-metal/machina/gitops"
 	"github.com/machina-metal/machina/internal/peertest"
 	"github.com/machina-metal/machina/lab/sim"
-	"github.com/machina-metal/machina/reconciler"
+	"github.com/machina-metal/machina/lab/sim/simtest"
 	"github.com/machina-metal/machina/state"
 )
 
@@ -42,40 +41,26 @@ func startHarness(t *testing.T, cfg sim.Config) *harness {
 	}
 	requireIPMIPeers(t, lab, cancel)
 	h := &harness{t: t, lab: lab}
-	ready := make(chan *controller.Running, 1)
-	done := make(chan error, 1)
-	go func() {
-		done <- controller.Run(ctx, controller.Config{
-			StatePath: filepath.Join(dir, "state.db"), WorkDir: filepath.Join(dir, "work"), Listen: "127.0.0.1:0", JoinListen: "127.0.0.1:0",
-			Repo: gitops.Remote{URL: lab.RepoURL}, PollInterval: 200 * time.Millisecond, StatusInterval: 300 * time.Millisecond,
-			MachinePerIP:  boot.Limit{Burst: 1000, Every: time.Millisecond},
-			MaxConnsPerIP: 1 << 20, // every simulated machine is 127.0.0.1
-			Reconciler:    reconciler.Config{Interval: 200 * time.Millisecond, BackoffBase: 200 * time.Millisecond, BackoffCap: 2 * time.Second},
-			Logger:        log.With("lab", "controller"),
-			OnReady: func(r *controller.Running) {
-				user, pass := lab.Credentials()
-				for _, name := range []string{"bmc-redfish", "bmc-ipmi"} {
-					if _, err := r.Store.PutSecret(name, state.Credential{Username: user, Password: pass}, "test"); err != nil {
-						t.Errorf("put secret: %v", err)
-					}
-				}
-				lab.SetController(r.URL)
-				ready <- r
-			},
-		})
-	}()
-	select {
-	case h.run = <-ready:
-	case err := <-done:
+	ccfg := simtest.Config(dir, lab, log.With("lab", "controller"))
+	ccfg.JoinListen = "127.0.0.1:0"
+	ccfg.OnReady = func(r *controller.Running) {
+		if err := simtest.PutLabSecrets(r.Store, lab); err != nil {
+			t.Error(err)
+		}
+		lab.SetController(r.URL)
+	}
+	c, err := simtest.Start(ccfg)
+	if err != nil {
 		cancel()
 		lab.Close()
-		t.Fatalf("controller did not start: %v", err)
+		t.Fatal(err)
 	}
+	h.run = c.Run
 	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
+		if err := c.Stop(); err != nil {
 			t.Errorf("controller: %v", err)
 		}
+		cancel()
 		lab.Close()
 	})
 	return h
