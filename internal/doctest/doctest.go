@@ -79,3 +79,23 @@ func CheckPage(t testing.TB, path string, got []byte) {
 		t.Errorf("%s is stale: the commands changed; run `make docs` and commit the page", path)
 	}
 }
+
+// CheckCLI renders root's tree (CLIPage) as docs/reference/NAME.md, where
+// NAME is root's name, relative to the calling test's package two folders
+// below the module root (cmd/NAME), fails when the page lacks a heading
+// for each command path of want ("machinactl validate"), and compares it
+// with the committed page (CheckPage).
+func CheckCLI(t testing.TB, root *cobra.Command, intro string, want ...string) {
+	t.Helper()
+	page, err := CLIPage(root, root.Name()+" reference",
+		"Generated from the command tree (`make docs`); `go test ./cmd/"+root.Name()+"` fails when this page is stale.\n"+intro)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range want {
+		if h := "## " + strings.ReplaceAll(w, " ", "-") + "\n"; !bytes.Contains(page, []byte(h)) {
+			t.Fatalf("page lacks the section %q:\n%.2000s", h, page)
+		}
+	}
+	CheckPage(t, filepath.Join("..", "..", "docs", "reference", root.Name()+".md"), page)
+}
