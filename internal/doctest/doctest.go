@@ -62,7 +62,12 @@ func CLIPage(root *cobra.Command, title, intro string) ([]byte, error) {
 // differ; with MACHINA_UPDATE_DOCS=1 it writes got to path.
 func CheckPage(t testing.TB, path string, got []byte) {
 	t.Helper()
-	if os.Getenv("MACHINA_UPDATE_DOCS") == "1" {
+	checkPage(t, path, got, os.Getenv("MACHINA_UPDATE_DOCS") == "1")
+}
+
+func checkPage(t testing.TB, path string, got []byte, update bool) {
+	t.Helper()
+	if update {
 		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 			t.Fatal(err)
 		}
@@ -80,13 +85,25 @@ func CheckPage(t testing.TB, path string, got []byte) {
 	}
 }
 
-// CheckCLI renders root's tree (CLIPage) as docs/reference/NAME.md, where
-// NAME is root's name, relative to the calling test's package two folders
-// below the module root (cmd/NAME), fails when the page lacks a heading
-// for each command path of want ("machinactl validate"), and compares it
-// with the committed page (CheckPage).
-func CheckCLI(t testing.TB, root *cobra.Command, intro string, want ...string) {
+// CheckCLI builds the command tree with newRoot in a neutral environment
+// (no MACHINA_* variable set, HOME "~", so that defaults read from the
+// environment render the same everywhere), renders it (CLIPage) as
+// docs/reference/NAME.md, where NAME is the root's name, relative to the
+// calling test's package two folders below the module root (cmd/NAME),
+// fails when the page lacks a heading for each command path of want
+// ("machinactl validate"), and compares it with the committed page
+// (CheckPage). It sets the environment with t.Setenv: not for parallel tests.
+func CheckCLI(t *testing.T, newRoot func() *cobra.Command, intro string, want ...string) {
 	t.Helper()
+	update := os.Getenv("MACHINA_UPDATE_DOCS") == "1"
+	for _, kv := range os.Environ() {
+		if k, _, _ := strings.Cut(kv, "="); strings.HasPrefix(k, "MACHINA_") {
+			t.Setenv(k, "")
+			os.Unsetenv(k)
+		}
+	}
+	t.Setenv("HOME", "~")
+	root := newRoot()
 	page, err := CLIPage(root, root.Name()+" reference",
 		"Generated from the command tree (`make docs`); `go test ./cmd/"+root.Name()+"` fails when this page is stale.\n"+intro)
 	if err != nil {
@@ -97,5 +114,5 @@ func CheckCLI(t testing.TB, root *cobra.Command, intro string, want ...string) {
 			t.Fatalf("page lacks the section %q:\n%.2000s", h, page)
 		}
 	}
-	CheckPage(t, filepath.Join("..", "..", "docs", "reference", root.Name()+".md"), page)
+	checkPage(t, filepath.Join("..", "..", "docs", "reference", root.Name()+".md"), page, update)
 }
