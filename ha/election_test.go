@@ -229,7 +229,7 @@ func TestElectionOneLeader(t *testing.T) {
 // campaigns again and queues as a standby.
 func TestPartitionedLeaderStepsDown(t *testing.T) {
 	cl := etcdtest.Start(t, etcdtest.Options{Members: 3})
-	px := newProxy(t, cl.Member(0).ClientURL)
+	px := etcdtest.NewProxy(t, cl.Member(0).ClientURL)
 	cfg := cl.Config()
 	cfg.Endpoints = []string{px.URL()}
 	ca, err := clientv3.New(cfg)

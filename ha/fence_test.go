@@ -54,7 +54,7 @@ func (f *fencedCand) write(msg string) error {
 // write (fenced with no term) fails the same way.
 func TestDeposedLeaderWriteFails(t *testing.T) {
 	cl := etcdtest.Start(t, etcdtest.Options{Members: 3})
-	px := newProxy(t, cl.Member(0).ClientURL)
+	px := etcdtest.NewProxy(t, cl.Member(0).ClientURL)
 	cfg := cl.Config()
 	cfg.Endpoints = []string{px.URL()}
 	ca, err := clientv3.New(cfg)

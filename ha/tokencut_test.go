@@ -19,7 +19,7 @@ import (
 // found by lab/sim's TestHATwoControllersFailover.
 func TestTokenCheckCutOffEtcd(t *testing.T) {
 	cl := etcdtest.Start(t, etcdtest.Options{Members: 1})
-	px := newProxy(t, cl.Member(0).ClientURL)
+	px := etcdtest.NewProxy(t, cl.Member(0).ClientURL)
 	cfg := cl.Config()
 	cfg.Endpoints = []string{px.URL()}
 	c, err := clientv3.New(cfg)

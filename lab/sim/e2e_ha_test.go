@@ -7,7 +7,6 @@ import (
 	"errors"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -24,89 +23,6 @@ import (
 	"github.com/machina-metal/machina/lab/sim/simtest"
 	"github.com/machina-metal/machina/state"
 )
-
-// cutProxy is a TCP proxy on loopback in front of one etcd member: Cut
-// closes every connection and black-holes new ones (a partition as TCP
-// sees it), Heal forwards again.
-type cutProxy struct {
-	ln     net.Listener
-	target string
-	mu     sync.Mutex
-	cut    bool
-	conns  map[net.Conn]bool
-}
-
-func newCutProxy(t *testing.T, clientURL string) *cutProxy {
-	t.Helper()
-	u, err := url.Parse(clientURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &cutProxy{ln: ln, target: u.Host, conns: map[net.Conn]bool{}}
-	t.Cleanup(func() { _ = ln.Close(); p.closeAll() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			if !p.track(c) {
-				continue
-			}
-			go func() {
-				up, err := net.Dial("tcp", p.target)
-				if err != nil || !p.track(up) {
-					if up != nil {
-						p.drop(up)
-					}
-					p.drop(c)
-					return
-				}
-				go func() { _, _ = io.Copy(up, c); p.drop(up); p.drop(c) }()
-				_, _ = io.Copy(c, up)
-				p.drop(up)
-				p.drop(c)
-			}()
-		}
-	}()
-	return p
-}
-
-func (p *cutProxy) URL() string { return "http://" + p.ln.Addr().String() }
-
-func (p *cutProxy) track(c net.Conn) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.conns[c] = true
-	return !p.cut
-}
-
-func (p *cutProxy) drop(c net.Conn) {
-	p.mu.Lock()
-	delete(p.conns, c)
-	p.mu.Unlock()
-	_ = c.Close()
-}
-
-func (p *cutProxy) closeAll() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for c := range p.conns {
-		_ = c.Close()
-		delete(p.conns, c)
-	}
-}
-
-func (p *cutProxy) set(cut bool) {
-	p.mu.Lock()
-	p.cut = cut
-	p.mu.Unlock()
-	p.closeAll()
-}
 
 // vipProxy stands in for the provisioning VIP in-process: one address the
 // machines use, forwarded to whichever controller holds it.
@@ -284,7 +200,7 @@ func TestHATwoControllersFailover(t *testing.T) {
 	}
 	_ = ops.Close()
 
-	px := newCutProxy(t, cl.Member(0).ClientURL)
+	px := etcdtest.NewProxy(t, cl.Member(0).ClientURL)
 	vip := newVIPProxy(t)
 	a := startHANode(t, lab, dir, "a", vip.srv.URL, []string{px.URL()}, log)
 	waitUntil(t, "a elected", 10*time.Second, a.run.Elector.IsLeader)
@@ -330,7 +246,7 @@ func TestHATwoControllersFailover(t *testing.T) {
 
 	// Cut a off etcd while the site is commissioning.
 	cut := time.Now()
-	px.set(true)
+	px.Partition()
 	waitUntil(t, "a stepping down", 2*time.Second, func() bool { return !a.run.Elector.IsLeader() })
 	deposed := time.Since(cut)
 	waitUntil(t, "b elected", 10*time.Second, b.run.Elector.IsLeader)

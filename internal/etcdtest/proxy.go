@@ -1,4 +1,4 @@
-package ha
+package etcdtest
 
 import (
 	"io"
@@ -8,11 +8,11 @@ import (
 	"testing"
 )
 
-// proxy is a TCP proxy on loopback in front of one etcd member, to cut a
-// client off etcd: Partition closes every open connection and leaves new
+// Proxy is a TCP proxy on loopback in front of one etcd member, to cut a
+// client off etcd (a partition) in election, fencing and failover tests: Partition closes every open connection and leaves new
 // ones accepted but silent (a black hole, as a partition looks to TCP),
 // Heal forwards again.
-type proxy struct {
+type Proxy struct {
 	ln     net.Listener
 	target string
 
@@ -21,7 +21,9 @@ type proxy struct {
 	conns map[net.Conn]bool
 }
 
-func newProxy(t *testing.T, clientURL string) *proxy {
+// NewProxy starts a proxy to the member at clientURL (http://host:port),
+// closed with the test.
+func NewProxy(t testing.TB, clientURL string) *Proxy {
 	t.Helper()
 	u, err := url.Parse(clientURL)
 	if err != nil {
@@ -31,30 +33,30 @@ func newProxy(t *testing.T, clientURL string) *proxy {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &proxy{ln: ln, target: u.Host, conns: map[net.Conn]bool{}}
+	p := &Proxy{ln: ln, target: u.Host, conns: map[net.Conn]bool{}}
 	t.Cleanup(func() { _ = ln.Close(); p.closeAll() })
 	go p.serve()
 	return p
 }
 
 // URL is the proxy's client URL.
-func (p *proxy) URL() string { return "http://" + p.ln.Addr().String() }
+func (p *Proxy) URL() string { return "http://" + p.ln.Addr().String() }
 
-func (p *proxy) track(c net.Conn) bool {
+func (p *Proxy) track(c net.Conn) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.conns[c] = true
 	return !p.cut
 }
 
-func (p *proxy) forget(c net.Conn) {
+func (p *Proxy) forget(c net.Conn) {
 	p.mu.Lock()
 	delete(p.conns, c)
 	p.mu.Unlock()
 	_ = c.Close()
 }
 
-func (p *proxy) serve() {
+func (p *Proxy) serve() {
 	for {
 		c, err := p.ln.Accept()
 		if err != nil {
@@ -82,7 +84,7 @@ func (p *proxy) serve() {
 	}
 }
 
-func (p *proxy) closeAll() {
+func (p *Proxy) closeAll() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for c := range p.conns {
@@ -92,7 +94,7 @@ func (p *proxy) closeAll() {
 }
 
 // Partition cuts every connection and black-holes new ones.
-func (p *proxy) Partition() {
+func (p *Proxy) Partition() {
 	p.mu.Lock()
 	p.cut = true
 	p.mu.Unlock()
@@ -100,7 +102,7 @@ func (p *proxy) Partition() {
 }
 
 // Heal closes the black-holed connections and forwards new ones again.
-func (p *proxy) Heal() {
+func (p *Proxy) Heal() {
 	p.mu.Lock()
 	p.cut = false
 	p.mu.Unlock()
