@@ -252,20 +252,7 @@ func TestReadmeOnlyCommitIsNoop(t *testing.T) {
 // commissioning or with an action in flight.
 func TestRestartMidCommissioning(t *testing.T) {
 	r := startRig(t, rigOptions{plan: plan.Options{CommissionTimeout: 8 * time.Second}})
-	var caught string
-	deadline := time.Now().Add(time.Minute)
-	for caught == "" {
-		for _, m := range r.lab.Machines() {
-			if m.Phase() == sim.PhaseCommissioning {
-				caught = m.Name
-				break
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("no machine seen commissioning")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	caught := r.firstInPhase(sim.PhaseCommissioning, "commissioning")
 	r.stopController()
 	snap, err := r.run.Store.Snapshot()
 	if err == nil {

@@ -149,20 +149,7 @@ func TestChecksumMismatchLeavesDiskUntouched(t *testing.T) {
 // and the profiles' counts are met.
 func TestRestartMidDeploy(t *testing.T) {
 	r := startRig(t, rigOptions{plan: plan.Options{DeployTimeout: 8 * time.Second}})
-	var caught string
-	deadline := time.Now().Add(time.Minute)
-	for caught == "" {
-		for _, m := range r.lab.Machines() {
-			if m.Phase() == sim.PhaseDeploying {
-				caught = m.Name
-				break
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("no machine seen deploying")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	caught := r.firstInPhase(sim.PhaseDeploying, "deploying")
 	r.stopController()
 	r.startController()
 	snap, err := r.run.Store.Snapshot()

@@ -127,6 +127,21 @@ func (r *rig) startController() {
 	r.ctl, r.run, r.listen = c, c.Run, c.Run.Addr.String()
 }
 
+// firstInPhase waits up to a minute for a machine of the lab to be in
+// phase p (what names it in the failure) and returns its name.
+func (r *rig) firstInPhase(p sim.Phase, what string) string {
+	r.t.Helper()
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		for _, m := range r.lab.Machines() {
+			if m.Phase() == p {
+				return m.Name
+			}
+		}
+	}
+	r.t.Fatalf("no machine seen %s", what)
+	return ""
+}
+
 // stopController ends controller.Run through its ctx and waits for it.
 func (r *rig) stopController() {
 	r.t.Helper()
