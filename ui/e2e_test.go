@@ -41,17 +41,7 @@ func runE2E(t *testing.T, ctx context.Context, target uitest.Target, lab *uitest
 	base := target.URL()
 
 	// Log in: the fleet page redirects to the login form and back.
-	uitest.Do(t, ctx, "login",
-		chromedp.Navigate(base+"/ui/"),
-		chromedp.WaitVisible(chromedp.CSS("#token")),
-		chromedp.SendKeys(chromedp.CSS("#token"), target.Token()),
-		chromedp.Click(chromedp.CSS("#login")),
-		chromedp.WaitVisible(chromedp.CSS(`#live[data-state="live"]`)),
-		uitest.Poll(`document.querySelectorAll("#chart path").length > 0`),
-	)
-	if got := uitest.Eval[string](t, ctx, `document.cookie`); got != "" {
-		t.Errorf("document.cookie = %q: the session cookie must be HttpOnly", got)
-	}
+	uitest.Login(t, ctx, base, target.Token(), `document.querySelectorAll("#chart path").length > 0`)
 
 	// Live update without a reload: the marker survives only if the page does.
 	uitest.Eval[bool](t, ctx, `window.__marker = "same page"; true`)

@@ -79,17 +79,7 @@ func TestBrowserAgainstMachinaSim(t *testing.T) {
 	rec := &uitest.Recorder{}
 	rec.Listen(t, ctx)
 	shots := uitest.ScreenshotDir(t)
-	uitest.Do(t, ctx, "login",
-		chromedp.Navigate(base+"/ui/"),
-		chromedp.WaitVisible(chromedp.CSS("#token")),
-		chromedp.SendKeys(chromedp.CSS("#token"), tok),
-		chromedp.Click(chromedp.CSS("#login")),
-		chromedp.WaitVisible(chromedp.CSS(`#live[data-state="live"]`)),
-		uitest.Poll(`document.querySelectorAll("tr[data-name]").length === 12`),
-	)
-	if got := uitest.Eval[string](t, ctx, `document.cookie`); got != "" {
-		t.Errorf("document.cookie = %q: the session cookie must be HttpOnly", got)
-	}
+	uitest.Login(t, ctx, base, tok, `document.querySelectorAll("tr[data-name]").length === 12`)
 	sim.waitLine(t, regexp.MustCompile(`^Every profile's count is deployed`), 3*time.Minute)
 
 	const name = "r3-n02"

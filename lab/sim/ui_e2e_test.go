@@ -53,17 +53,7 @@ func TestBrowserAgainstController(t *testing.T) {
 	base := r.run.URL
 
 	// Log in through the real login form; the fleet page goes live.
-	uitest.Do(t, ctx, "login",
-		chromedp.Navigate(base+"/ui/"),
-		chromedp.WaitVisible(chromedp.CSS("#token")),
-		chromedp.SendKeys(chromedp.CSS("#token"), tok),
-		chromedp.Click(chromedp.CSS("#login")),
-		chromedp.WaitVisible(chromedp.CSS(`#live[data-state="live"]`)),
-		uitest.Poll(`document.querySelectorAll("tr[data-name]").length === 12`),
-	)
-	if got := uitest.Eval[string](t, ctx, `document.cookie`); got != "" {
-		t.Errorf("document.cookie = %q: the session cookie must be HttpOnly", got)
-	}
+	uitest.Login(t, ctx, base, tok, `document.querySelectorAll("tr[data-name]").length === 12`)
 
 	// Recommission a ready server and watch its row change without a reload.
 	const name = "r3-n02"

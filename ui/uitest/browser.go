@@ -233,3 +233,22 @@ func TypeOnConsole(t testing.TB, ctx context.Context, base, server string) strin
 	)
 	return typed
 }
+
+// Login signs in through the web console's real login form at base with
+// token, waits for the live event stream and for ready (a JavaScript
+// condition, e.g. the fleet table's rows), and fails t when the session
+// cookie is readable from JavaScript (it must be HttpOnly).
+func Login(t testing.TB, ctx context.Context, base, token, ready string) {
+	t.Helper()
+	Do(t, ctx, "login",
+		chromedp.Navigate(base+"/ui/"),
+		chromedp.WaitVisible(chromedp.CSS("#token")),
+		chromedp.SendKeys(chromedp.CSS("#token"), token),
+		chromedp.Click(chromedp.CSS("#login")),
+		chromedp.WaitVisible(chromedp.CSS(`#live[data-state="live"]`)),
+		Poll(ready),
+	)
+	if got := Eval[string](t, ctx, `document.cookie`); got != "" {
+		t.Errorf("document.cookie = %q: the session cookie must be HttpOnly", got)
+	}
+}
