@@ -4,7 +4,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -381,4 +384,97 @@ func TestATASecurityErase(t *testing.T) {
 	if last := dev.cdbs[len(dev.cdbs)-1]; last[14] != 0xF6 || !bytes.Equal(dev.data[len(dev.data)-1][2:34], dev.data[1][2:34]) {
 		t.Error("after a failed ERASE UNIT the agent's password was not disabled")
 	}
+}
+
+// wipeController answers a wipe plan and records the progress reports and
+// the outcome the agent posts.
+type wipeController struct {
+	plan     v1.WipePlan
+	mu       sync.Mutex
+	progress []v1.Progress
+	result   *v1.WipeResult
+}
+
+func (c *wipeController) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	auth := r.Header.Get("Authorization")
+	switch r.URL.Path {
+	case v1.PathAgentWipe:
+		json.NewEncoder(w).Encode(c.plan)
+		return
+	case v1.PathAgentProgress:
+		var p v1.Progress
+		if auth != "Bearer "+c.plan.ProgressToken || json.NewDecoder(r.Body).Decode(&p) != nil {
+			w.WriteHeader(http.StatusForbidden)
+			return
+		}
+		c.progress = append(c.progress, p)
+	case v1.PathAgentWiped:
+		var res v1.WipeResult
+		if auth != "Bearer "+c.plan.DoneToken || json.NewDecoder(r.Body).Decode(&res) != nil {
+			w.WriteHeader(http.StatusForbidden)
+			return
+		}
+		c.result = &res
+	default:
+		w.WriteHeader(http.StatusNotFound)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// TestRunnerWipeErase runs the release wipe's Runner against a controller
+// stub on the qemu machine's tree (one virtio disk, vda): erase zero
+// overwrites the disk and posts its outcome (method, bytes, duration,
+// samples); erase secure is refused for the virtio disk, posted as
+// Unsupported naming vda and why, with the disk untouched.
+func TestRunnerWipeErase(t *testing.T) {
+	root, dev := qemuMachine(t)
+	vda := filepath.Join(dev, "vda")
+	run := func(t *testing.T, erase string) *v1.WipeResult {
+		if err := os.WriteFile(vda, bytes.Repeat(erasePattern, (8<<20)/len(erasePattern)+1)[:8<<20], 0o644); err != nil {
+			t.Fatal(err)
+		}
+		ctl := &wipeController{plan: v1.WipePlan{DoneToken: "tok-done", Erase: erase, ProgressToken: "tok-progress", ProgressEvery: time.Millisecond}}
+		srv := httptest.NewServer(ctl)
+		defer srv.Close()
+		r := &Runner{Client: &v1.AgentClient{BaseURL: srv.URL}, Token: "tok-wipe", BootMAC: "52:54:00:12:34:56", Root: root, DevDir: dev, Logger: testLogger(t)}
+		_, err := r.Wipe(context.Background())
+		ctl.mu.Lock()
+		defer ctl.mu.Unlock()
+		if ctl.result == nil {
+			t.Fatalf("no outcome posted (Wipe: %v)", err)
+		}
+		for _, p := range ctl.progress {
+			if p.Step != v1.StepErase || p.BytesTotal != 8<<20 {
+				t.Errorf("progress %+v, want erase of 8 MiB", p)
+			}
+		}
+		return ctl.result
+	}
+	t.Run("zero", func(t *testing.T) {
+		res := run(t, v1.EraseZero)
+		if !res.OK || len(res.Erased) != 1 {
+			t.Fatalf("outcome %+v", res)
+		}
+		e := res.Erased[0]
+		if e.Name != "vda" || e.Disk == "" || e.Method != "zero" || e.Bytes != 8<<20 || e.VerifiedSamples != 1024 || e.Duration <= 0 {
+			t.Errorf("erased %+v", e)
+		}
+		b, _ := os.ReadFile(vda)
+		if len(b) != 8<<20 || len(bytes.Trim(b, "\x00")) != 0 {
+			t.Error("vda still holds data after erase zero")
+		}
+	})
+	t.Run("secure refused", func(t *testing.T) {
+		res := run(t, v1.EraseSecure)
+		if res.OK || !res.Unsupported || len(res.Erased) != 0 || !strings.Contains(res.Reason, "erase secure unsupported on vda: not an NVMe namespace or an ATA drive (transport virtio)") {
+			t.Errorf("outcome %+v", res)
+		}
+		b, _ := os.ReadFile(vda)
+		if !bytes.HasPrefix(b, erasePattern) {
+			t.Error("a refused erase wrote to vda")
+		}
+	})
 }
