@@ -92,24 +92,17 @@ func EraseDisk(ctx context.Context, f *os.File, size int64, cfg EraseConfig) (ou
 		out.Method = v1.EraseMetadata
 		return out, WipeDisk(f, size)
 	}
-	if cfg.SysBlock == "" {
-		cfg.SysBlock = filepath.Join("/sys/block", cfg.Disk.Name)
-	}
 	// Refuse before anything is read or written.
-	var sec secureEraser
-	switch cfg.Method {
-	case v1.EraseDiscard:
-		if n, _ := strconv.ParseInt(readTrim(filepath.Join(cfg.SysBlock, "queue/discard_max_bytes")), 10, 64); n <= 0 {
-			return out, &EraseUnsupportedError{Method: cfg.Method, Disk: cfg.Disk.Name, Why: "queue/discard_max_bytes is 0 (the device takes no discard)"}
-		}
-	case v1.EraseZero:
-	case v1.EraseSecure:
-		var err error
-		if sec, err = newSecureEraser(f, cfg); err != nil {
-			return out, err
-		}
-	default:
-		return out, fmt.Errorf("erase %s: unknown method %q", cfg.Disk.Name, cfg.Method)
+	sec, err := prepareErase(f, cfg)
+	if err != nil {
+		return out, err
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if sec != nil {
+		log.Info("secure erase", "disk", cfg.Disk.Name, "command", sec.describe())
 	}
 	samples := sampleOffsets(size, cfg.Samples)
 	before, err := readSamples(f.Name(), samples)
@@ -140,6 +133,36 @@ func EraseDisk(ctx context.Context, f *os.File, size int64, cfg EraseConfig) (ou
 		return out, fmt.Errorf("erase %s %s: verify: %w", cfg.Method, cfg.Disk.Name, err)
 	}
 	return out, nil
+}
+
+// CheckErase says whether the disk open as f can do cfg.Method, sending
+// it nothing but identify commands: nil, an *EraseUnsupportedError, or the
+// error of the identify. The release wipe checks every disk before it
+// erases any, so a disk that cannot do the method fails the wipe before
+// hours are spent on the others.
+func CheckErase(f *os.File, cfg EraseConfig) error {
+	_, err := prepareErase(f, cfg)
+	return err
+}
+
+// prepareErase runs the checks of cfg.Method and returns the secure
+// eraser for EraseSecure (nil for the others).
+func prepareErase(f *os.File, cfg EraseConfig) (secureEraser, error) {
+	if cfg.SysBlock == "" {
+		cfg.SysBlock = filepath.Join("/sys/block", cfg.Disk.Name)
+	}
+	switch cfg.Method {
+	case "", v1.EraseMetadata, v1.EraseZero:
+		return nil, nil
+	case v1.EraseDiscard:
+		if n, _ := strconv.ParseInt(readTrim(filepath.Join(cfg.SysBlock, "queue/discard_max_bytes")), 10, 64); n <= 0 {
+			return nil, &EraseUnsupportedError{Method: cfg.Method, Disk: cfg.Disk.Name, Why: "queue/discard_max_bytes is 0 (the device takes no discard)"}
+		}
+		return nil, nil
+	case v1.EraseSecure:
+		return newSecureEraser(f, cfg)
+	}
+	return nil, fmt.Errorf("erase %s: unknown method %q", cfg.Disk.Name, cfg.Method)
 }
 
 func (c EraseConfig) chunk() int64 {

@@ -21,6 +21,8 @@ import (
 // returns the v1.DiskErase method that ran.
 type secureEraser interface {
 	erase(ctx context.Context) (string, error)
+	// describe says what will run and what the drive reported (for the log).
+	describe() string
 }
 
 // nvmeNamespace matches an NVMe namespace's block device (nvme0n1; not a
@@ -182,6 +184,10 @@ func prepareNVMe(dev nvmeAdmin, name string, nsid uint32, timeout time.Duration)
 		cmd.NSID = nvmeAllNS
 	}
 	return &nvmeFormat{dev: dev, name: name, cmd: cmd, sanicap: sanicap}, nil
+}
+
+func (n *nvmeFormat) describe() string {
+	return fmt.Sprintf("NVMe Format NVM nsid %#x cdw10 %#x (SANICAP %#x)", n.cmd.NSID, n.cmd.CDW10, n.sanicap)
 }
 
 func (n *nvmeFormat) erase(context.Context) (string, error) {
@@ -407,6 +413,10 @@ func securityBlock(enhanced bool, pw []byte) []byte {
 	}
 	copy(b[2:34], pw)
 	return b
+}
+
+func (e *ataErase) describe() string {
+	return fmt.Sprintf("ATA SECURITY ERASE UNIT (enhanced %v, timeout %s)", e.enhanced, e.timeout)
 }
 
 func (e *ataErase) erase(context.Context) (string, error) {

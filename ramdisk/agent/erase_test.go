@@ -478,3 +478,40 @@ func TestRunnerWipeErase(t *testing.T) {
 		}
 	})
 }
+
+// TestRunnerWipeChecksEveryDiskFirst: on a machine with two NVMe SSDs that
+// take discard and a SATA HDD that does not, erase: discard fails the wipe
+// as Unsupported naming sda before any disk is touched (the SSDs keep
+// their data), rather than after erasing the others.
+func TestRunnerWipeChecksEveryDiskFirst(t *testing.T) {
+	root := machineRoot(t, "supermicro-nvme-sata")
+	dev := t.TempDir()
+	disks := []string{"nvme0n1", "nvme1n1", "sda"}
+	for _, d := range disks {
+		if err := os.WriteFile(filepath.Join(dev, d), bytes.Repeat(erasePattern, (1<<20)/len(erasePattern)+1)[:1<<20], 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, d := range disks[:2] {
+		if err := os.WriteFile(filepath.Join(root, "sys/block", d, "queue/discard_max_bytes"), []byte("2199023255040\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctl := &wipeController{plan: v1.WipePlan{DoneToken: "tok-done", Erase: v1.EraseDiscard}}
+	srv := httptest.NewServer(ctl)
+	defer srv.Close()
+	r := &Runner{Client: &v1.AgentClient{BaseURL: srv.URL}, Token: "tok-wipe", Root: root, DevDir: dev, Logger: testLogger(t)}
+	if _, err := r.Wipe(context.Background()); !errors.Is(err, ErrEraseUnsupported) {
+		t.Fatalf("Wipe = %v, want ErrEraseUnsupported", err)
+	}
+	res := ctl.result
+	if res == nil || res.OK || !res.Unsupported || len(res.Erased) != 0 || !strings.Contains(res.Reason, "sda (pci-0000:00:17.0-ata-1): erase discard unsupported on sda: queue/discard_max_bytes is 0") {
+		t.Fatalf("outcome %+v", res)
+	}
+	for _, d := range disks {
+		b, _ := os.ReadFile(filepath.Join(dev, d))
+		if !bytes.HasPrefix(b, erasePattern) {
+			t.Errorf("%s was written to before every disk was checked", d)
+		}
+	}
+}

@@ -124,6 +124,22 @@ func (r *Runner) wipe(ctx context.Context, plan v1.WipePlan, progress func(strin
 	if err != nil {
 		return nil, err
 	}
+	cfgOf := func(d v1.Disk) EraseConfig {
+		return EraseConfig{Method: plan.Erase, Disk: d, SysBlock: filepath.Join(r.root(), "sys/block", d.Name), Progress: progress, Logger: r.log()}
+	}
+	// Every disk is checked before any is erased.
+	for _, d := range targets {
+		id := firstNonEmpty(d.ByPath, d.WWN, d.Serial, d.Name)
+		dev, _, err := openTarget(filepath.Join(r.devDir(), d.Name))
+		if err != nil {
+			return nil, fmt.Errorf("%s (%s): %w", d.Name, id, err)
+		}
+		err = CheckErase(dev, cfgOf(d))
+		dev.Close()
+		if err != nil {
+			return nil, fmt.Errorf("%s (%s): %w", d.Name, id, err)
+		}
+	}
 	var done []v1.DiskErase
 	for _, d := range targets {
 		id := firstNonEmpty(d.ByPath, d.WWN, d.Serial, d.Name)
@@ -131,8 +147,7 @@ func (r *Runner) wipe(ctx context.Context, plan v1.WipePlan, progress func(strin
 		if err != nil {
 			return done, fmt.Errorf("%s (%s): %w", d.Name, id, err)
 		}
-		e, err := EraseDisk(ctx, dev, size, EraseConfig{Method: plan.Erase, Disk: d,
-			SysBlock: filepath.Join(r.root(), "sys/block", d.Name), Progress: progress, Logger: r.log()})
+		e, err := EraseDisk(ctx, dev, size, cfgOf(d))
 		dev.Close()
 		if err != nil {
 			return done, fmt.Errorf("%s (%s): %w", d.Name, id, err)
