@@ -118,6 +118,7 @@ func TestRamdiskSecureEraseNVMeInQemu(t *testing.T) {
 	if !res.OK || len(res.Erased) != 1 {
 		t.Fatalf("outcome %+v; serial:\n%s", res, serial)
 	}
+	t.Logf("agent: %s", lineWith(serial, "secure erase"))
 	e := res.Erased[0]
 	t.Logf("erased %s (%s): %s, %d bytes in %s, %d samples verified", e.Disk, e.Name, e.Method, e.Bytes, e.Duration, e.VerifiedSamples)
 	if e.Name != "nvme0n1" || e.Method != "nvme-format-user-data-erase" || e.Bytes != size || e.VerifiedSamples != 1024 {
