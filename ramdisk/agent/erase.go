@@ -116,10 +116,7 @@ func EraseDisk(ctx context.Context, f *os.File, size int64, cfg EraseConfig) (ou
 	case v1.EraseZero:
 		out.Method, err = zeroAll(ctx, f, size, cfg.chunk(), progress)
 	case v1.EraseSecure:
-		out.Method, err = sec.erase(ctx)
-		if err == nil {
-			progress(size)
-		}
+		out.Method, err = secureWithProgress(ctx, sec, size, progress)
 	}
 	if err != nil {
 		return out, fmt.Errorf("erase %s %s: %w", cfg.Method, cfg.Disk.Name, err)
@@ -133,6 +130,44 @@ func EraseDisk(ctx context.Context, f *os.File, size int64, cfg EraseConfig) (ou
 		return out, fmt.Errorf("erase %s %s: verify: %w", cfg.Method, cfg.Disk.Name, err)
 	}
 	return out, nil
+}
+
+// secureTick is how often secureWithProgress updates its estimate.
+var secureTick = time.Second
+
+// secureWithProgress runs the drive's own erase, one command that reports
+// nothing until it ends, and meanwhile moves the progress by the time
+// elapsed over the erase's expected duration (sec.expect: the ATA drive's
+// IDENTIFY estimate, else the command timeout), held below the size until
+// the command returns. The bytes are an estimate, not the drive's count:
+// they tell the controller the agent is still waiting on the drive, so a
+// long erase is not taken for a silent one (the wipe deadline counts from
+// the last advance).
+func secureWithProgress(ctx context.Context, sec secureEraser, size int64, progress func(int64)) (string, error) {
+	stop := make(chan struct{})
+	ticked := make(chan struct{})
+	go func() {
+		defer close(ticked)
+		t0, expect := time.Now(), sec.expect()
+		tk := time.NewTicker(secureTick)
+		defer tk.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tk.C:
+			}
+			frac := float64(time.Since(t0)) / float64(max(expect, time.Second))
+			progress(min(size-1, int64(frac*float64(size))))
+		}
+	}()
+	method, err := sec.erase(ctx)
+	close(stop)
+	<-ticked
+	if err == nil {
+		progress(size)
+	}
+	return method, err
 }
 
 // CheckErase says whether the disk open as f can do cfg.Method, sending

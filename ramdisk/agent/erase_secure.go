@@ -23,6 +23,9 @@ type secureEraser interface {
 	erase(ctx context.Context) (string, error)
 	// describe says what will run and what the drive reported (for the log).
 	describe() string
+	// expect is how long the erase is expected to take (for the progress
+	// estimate).
+	expect() time.Duration
 }
 
 // nvmeNamespace matches an NVMe namespace's block device (nvme0n1; not a
@@ -186,6 +189,9 @@ func prepareNVMe(dev nvmeAdmin, name string, nsid uint32, timeout time.Duration)
 	return &nvmeFormat{dev: dev, name: name, cmd: cmd, sanicap: sanicap}, nil
 }
 
+// expect is the command timeout: Format NVM reports no estimate.
+func (n *nvmeFormat) expect() time.Duration { return time.Duration(n.cmd.TimeoutMS) * time.Millisecond }
+
 func (n *nvmeFormat) describe() string {
 	return fmt.Sprintf("NVMe Format NVM nsid %#x cdw10 %#x (SANICAP %#x)", n.cmd.NSID, n.cmd.CDW10, n.sanicap)
 }
@@ -345,6 +351,15 @@ type ataErase struct {
 	name     string
 	enhanced bool
 	timeout  time.Duration
+	estimate time.Duration // the drive's own (IDENTIFY word 89 or 90); 0 unknown
+}
+
+// expect is the drive's estimate, else the command timeout.
+func (e *ataErase) expect() time.Duration {
+	if e.estimate > 0 {
+		return e.estimate
+	}
+	return e.timeout
 }
 
 // prepareATA reads IDENTIFY DEVICE and refuses a drive without the
@@ -384,8 +399,9 @@ func prepareATA(dev ataDev, name string, timeout time.Duration) (*ataErase, erro
 	if e.enhanced {
 		est = w(90)
 	}
-	if d := ataEraseTime(est); 2*d > e.timeout {
-		e.timeout = 2 * d
+	e.estimate = ataEraseTime(est)
+	if 2*e.estimate > e.timeout {
+		e.timeout = 2 * e.estimate
 	}
 	return e, nil
 }

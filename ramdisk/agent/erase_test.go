@@ -515,3 +515,69 @@ func TestRunnerWipeChecksEveryDiskFirst(t *testing.T) {
 		}
 	}
 }
+
+// blockingATA is fakeATA whose ERASE UNIT returns only once release is
+// closed (or a minute has passed, failing the test).
+type blockingATA struct {
+	fakeATA
+	release chan struct{}
+}
+
+func (b *blockingATA) pass(cdb [16]byte, dir int32, data []byte, timeout time.Duration) error {
+	if cdb[14] == ataSecEraseUnit {
+		select {
+		case <-b.release:
+		case <-time.After(time.Minute):
+			return errors.New("test: erase unit never released")
+		}
+	}
+	return b.fakeATA.pass(cdb, dir, data, timeout)
+}
+
+// TestSecureEraseReportsProgress: while a drive's own erase runs (one
+// command that reports nothing), the progress moves forward by the time
+// elapsed over the drive's estimate, stays below the size until the
+// command returns, and reaches it after; without it the controller would
+// take a long ATA erase for a silent machine and time the wipe out.
+func TestSecureEraseReportsProgress(t *testing.T) {
+	old := secureTick
+	secureTick = time.Millisecond
+	t.Cleanup(func() { secureTick = old })
+	const size = 1 << 40
+	dev := &blockingATA{release: make(chan struct{})}
+	e := &ataErase{dev: dev, name: "sda", timeout: time.Hour, estimate: 2 * time.Minute}
+	var mu sync.Mutex
+	var seen []int64
+	released := false
+	progress := func(done int64) {
+		mu.Lock()
+		defer mu.Unlock()
+		seen = append(seen, done)
+		if done > 0 && done < size && !released {
+			released = true
+			close(dev.release)
+		}
+	}
+	method, err := secureWithProgress(context.Background(), e, size, progress)
+	if err != nil || method != "ata-security-erase" {
+		t.Fatalf("erase: %s %v", method, err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !released {
+		t.Fatal("no progress between 0 and the size while the erase ran")
+	}
+	for i := 1; i < len(seen); i++ {
+		if seen[i] < seen[i-1] {
+			t.Fatalf("progress went back: %v", seen)
+		}
+	}
+	if seen[len(seen)-1] != size {
+		t.Fatalf("last progress %d, want %d", seen[len(seen)-1], int64(size))
+	}
+	for _, d := range seen[:len(seen)-1] {
+		if d >= size {
+			t.Fatalf("progress reached the size before the erase returned: %v", seen)
+		}
+	}
+}
