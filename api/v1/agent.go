@@ -41,7 +41,8 @@ const (
 	// PathAgentWiped takes a WipeResult (POST, JSON) and answers 204.
 	PathAgentWiped = "/v1/agent/wiped"
 	// PathAgentProgress takes a Progress (POST, JSON) during a long step of
-	// a deploy and answers 204, with the plan's ImageToken (not consumed).
+	// a deploy and answers 204, with the plan's ImageToken (not consumed);
+	// a release wipe's StepErase reports carry WipePlan.ProgressToken.
 	// The controller counts a report whose bytes advanced as hearing from
 	// the machine; it never moves the lifecycle. A report sooner than the
 	// controller's minimum interval is answered 429 and dropped.
