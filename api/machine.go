@@ -785,6 +785,42 @@ func deployOutcomeTx(tx *state.Tx, server string, ok bool, reason string, image 
 	return conflictFrom(err, "server is not deploying")
 }
 
+// wipeReason is the event message and, on failure, LastError of a wipe
+// outcome: each erased disk's method, bytes, duration and verified
+// samples; on failure the agent's reason (the step and the disk), marked
+// EraseUnsupported when a disk cannot do the method.
+func wipeReason(res v1.WipeResult) string {
+	var per []string
+	for _, e := range res.Erased {
+		per = append(per, fmt.Sprintf("%s: %s, %d bytes in %s, %d samples verified", e.Disk, e.Method, e.Bytes, e.Duration.Round(time.Millisecond), e.VerifiedSamples))
+	}
+	done := strings.Join(per, "; ")
+	switch {
+	case res.OK && len(res.Erased) == 0:
+		return fmt.Sprintf("release wipe done: partition tables and signatures cleared on %s", strings.Join(res.Disks, ", "))
+	case res.OK:
+		return "release wipe done: erased " + done
+	}
+	why := "release wipe failed: "
+	if res.Unsupported {
+		why = "release wipe failed: EraseUnsupported: "
+	}
+	why += res.Reason
+	if done != "" {
+		why += " (erased before it: " + done + ")"
+	}
+	return why
+}
+
+// erasedRecords copies the wire outcomes into the server's record.
+func erasedRecords(es []v1.DiskErase) []state.DiskErase {
+	var out []state.DiskErase
+	for _, e := range es {
+		out = append(out, state.DiskErase{Disk: e.Disk, Method: e.Method, Bytes: e.Bytes, Duration: e.Duration, VerifiedSamples: e.VerifiedSamples})
+	}
+	return out
+}
+
 // errNotWiping refuses a wipe request for a server that is not a released
 // server waiting for its wipe.
 var errNotWiping = errors.New("server is not waiting for a release wipe")
@@ -832,7 +868,16 @@ func (m *Machine) wipePlan(w http.ResponseWriter, r *http.Request) {
 		if out.DoneToken, _, err = tx.IssueToken(state.TokenSpec{Purpose: state.PurposeWiped, Server: cur.Name, MAC: cur.BootMAC, TTL: m.cfg.ImageTokenTTL}); err != nil {
 			return state.Answer{}, err
 		}
-		m.log.Info("wipe plan served", "machine", cur.Name)
+		// The erase method of the released allocation; an erase that
+		// runs long reports its progress with a reusable token.
+		out.Erase = cmp.Or(cur.WipeErase, v1.EraseMetadata)
+		if out.Erase != v1.EraseMetadata {
+			if out.ProgressToken, _, err = tx.IssueToken(state.TokenSpec{Purpose: state.PurposeEraseProgress, Server: cur.Name, MAC: cur.BootMAC, TTL: m.cfg.ImageTokenTTL, Reusable: true}); err != nil {
+				return state.Answer{}, err
+			}
+			out.ProgressEvery = m.cfg.ProgressEvery
+		}
+		m.log.Info("wipe plan served", "machine", cur.Name, "erase", out.Erase)
 		return jsonAnswer(http.StatusOK, out)
 	})
 }
@@ -857,10 +902,7 @@ func (m *Machine) wiped(w http.ResponseWriter, r *http.Request) {
 		m.bad(w, r, t.Server, code, "wiped: "+err.Error())
 		return
 	}
-	reason := fmt.Sprintf("release wipe done: partition tables and signatures cleared on %s", strings.Join(res.Disks, ", "))
-	if !res.OK {
-		reason = "release wipe failed: " + res.Reason
-	}
+	reason := wipeReason(res)
 	m.use(w, r, tok, state.PurposeWiped, body, false, func(tx *state.Tx, t state.Token) (state.Answer, error) {
 		now := time.Now().UTC()
 		_, err := tx.UpdateServer(t.Server, func(s *state.Server) error {
@@ -868,6 +910,7 @@ func (m *Machine) wiped(w http.ResponseWriter, r *http.Request) {
 				return &answerError{status: http.StatusConflict, body: v1.Error{Message: errNotWiping.Error(), Code: "conflict"}}
 			}
 			s.WipeStartedAt = time.Time{}
+			s.LastErase, s.WipeUnsupported = erasedRecords(res.Erased), !res.OK && res.Unsupported
 			if res.OK {
 				s.NeedsWipe, s.WipeFailures, s.WipeFailedAt, s.LastError = false, 0, time.Time{}, ""
 			} else {

@@ -16,8 +16,8 @@ import (
 const maxProgressBytes = maxReportDisk
 
 // errNotProgressing refuses a progress report for a server that is not
-// running an image deploy.
-var errNotProgressing = errors.New("server is not deploying")
+// running an image deploy (or, for an erase step, a release wipe).
+var errNotProgressing = errors.New("server is not deploying or wiping")
 
 // progress takes a ramdisk's progress report of a long deploy step
 // (v1.PathAgentProgress) with the deploy's reusable image token, which it
@@ -32,16 +32,23 @@ var errNotProgressing = errors.New("server is not deploying")
 // the plan's re-netboot (plan.Options.SilentAfter) as one that reports
 // nothing. A server that is not deploying answers 409.
 func (m *Machine) progress(w http.ResponseWriter, r *http.Request) {
-	t, err := m.cfg.Store.CheckToken(bearer(r), state.TokenClaim{Purpose: state.PurposeImage})
-	if err != nil {
-		m.refuse(w, r, err)
+	// The body (at most 1 KiB) is read first: its step says which token
+	// it needs (a release wipe's erase reports with the wipe plan's
+	// progress token).
+	var p v1.Progress
+	_, code, err := readStrict(r, v1.MaxProgressBytes, &p)
+	purpose := state.PurposeImage
+	if err == nil && p.Step == v1.StepErase {
+		purpose = state.PurposeEraseProgress
+	}
+	t, terr := m.cfg.Store.CheckToken(bearer(r), state.TokenClaim{Purpose: purpose})
+	if terr != nil {
+		m.refuse(w, r, terr)
 		return
 	}
 	if m.wrongAddress(w, r, t.Server) {
 		return
 	}
-	var p v1.Progress
-	_, code, err := readStrict(r, v1.MaxProgressBytes, &p)
 	if err == nil {
 		code = http.StatusBadRequest
 		err = checkProgress(p)
@@ -56,7 +63,7 @@ func (m *Machine) progress(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	_, err = m.cfg.Store.UpdateServer(t.Server, func(s *state.Server) error {
-		if s.Lifecycle != state.LifecycleDeploying {
+		if (purpose == state.PurposeImage && s.Lifecycle != state.LifecycleDeploying) || (purpose == state.PurposeEraseProgress && !s.Wiping()) {
 			return &answerError{status: http.StatusConflict, body: v1.Error{Message: errNotProgressing.Error(), Code: "conflict", Lifecycle: string(s.Lifecycle)}}
 		}
 		noteProgress(s, p, time.Now().UTC())
@@ -83,7 +90,7 @@ func (m *Machine) progress(w http.ResponseWriter, r *http.Request) {
 // were.
 func noteProgress(s *state.Server, p v1.Progress, now time.Time) {
 	prev := s.Progress
-	if prev != nil && (prev.At.Before(s.LifecycleAt) || prev.At.Before(s.RenetbootAt)) {
+	if prev != nil && (prev.At.Before(s.LifecycleAt) || prev.At.Before(s.RenetbootAt) || (s.Wiping() && prev.At.Before(s.WipeStartedAt))) {
 		prev = nil // from an earlier boot
 	}
 	advanced := prev == nil || p.Step != prev.Step || p.BytesDone > prev.BytesDone
@@ -101,9 +108,9 @@ func noteProgress(s *state.Server, p v1.Progress, now time.Time) {
 // checkProgress refuses a report that is not well formed.
 func checkProgress(p v1.Progress) error {
 	switch p.Step {
-	case v1.StepImageDownload, v1.StepImageWrite, v1.StepImageReadBack:
+	case v1.StepImageDownload, v1.StepImageWrite, v1.StepImageReadBack, v1.StepErase:
 	default:
-		return fmt.Errorf("step %q: want %s, %s or %s", p.Step, v1.StepImageDownload, v1.StepImageWrite, v1.StepImageReadBack)
+		return fmt.Errorf("step %q: want %s, %s, %s or %s", p.Step, v1.StepImageDownload, v1.StepImageWrite, v1.StepImageReadBack, v1.StepErase)
 	}
 	if p.BytesTotal < 0 || p.BytesTotal > maxProgressBytes {
 		return fmt.Errorf("bytesTotal %d: must be 0 to %d", p.BytesTotal, int64(maxProgressBytes))

@@ -204,7 +204,30 @@ type Profile struct {
 	// component versions, Secure Boot); nil asks for nothing. See
 	// docs/firmware.md "Firmware in profiles".
 	Firmware *Firmware `json:"firmware,omitempty"`
+	// Erase is how the ramdisk erases the disks of a server released from
+	// this profile: EraseMetadata (the default, "" in a file), EraseDiscard,
+	// EraseZero or EraseSecure. See docs/storage.md "Erase on release".
+	Erase EraseMethod `json:"erase,omitempty"`
 }
+
+// EraseMethod is how a released server's disks are erased (api/v1
+// WipePlan.Erase carries it to the ramdisk).
+type EraseMethod string
+
+// Erase methods, weakest first. A method a disk cannot do fails the erase
+// (the server stays held); the agent never falls back to a weaker one.
+const (
+	// EraseMetadata clears partition tables and signatures only.
+	EraseMetadata EraseMethod = "metadata"
+	// EraseDiscard discards every block (BLKSECDISCARD where the device
+	// supports it, else BLKDISCARD).
+	EraseDiscard EraseMethod = "discard"
+	// EraseZero writes zeros over the whole device and reads samples back.
+	EraseZero EraseMethod = "zero"
+	// EraseSecure runs the drive's own erase: NVMe Format with Secure
+	// Erase Settings 1 (user data erase), or ATA SECURITY ERASE UNIT.
+	EraseSecure EraseMethod = "secure"
+)
 
 // Firmware is a profile's desired firmware state, in Redfish terms (the
 // shape of Metal3's HostFirmwareSettings, HostFirmwareComponents and RAID

@@ -587,7 +587,7 @@ func (c *Controller) Provision(profile string, n int, actor string) ([]string, e
 		_, err := c.cfg.Store.Apply(state.Move{Server: s.Name, From: state.LifecycleReady, To: state.LifecycleAllocated, Actor: actor,
 			Reason: fmt.Sprintf("provision %s (%d requested)", profile, n),
 			Update: func(srv *state.Server) error {
-				srv.Allocation = &state.Allocation{Profile: profile, Image: p.Image, At: now, Reason: plan.ReasonProvision, Deploy: string(p.Deploy)}
+				srv.Allocation = &state.Allocation{Profile: profile, Image: p.Image, At: now, Reason: plan.ReasonProvision, Deploy: string(p.Deploy), Erase: string(p.Erase)}
 				return nil
 			}})
 		if err != nil {

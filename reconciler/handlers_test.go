@@ -155,6 +155,7 @@ func serverAt(t *testing.T, st *state.Store, name string, lc state.Lifecycle, mo
 func TestHandlers(t *testing.T) {
 	inv := exampleInventory(t)
 	ws := inv.Servers[0]
+	inv.Profile("hypervisor").Erase = inventory.EraseZero
 	tests := []struct {
 		action plan.Action
 		at     state.Lifecycle // "" creates no record
@@ -196,7 +197,7 @@ func TestHandlers(t *testing.T) {
 			}},
 		{action: plan.ActAllocate, at: state.LifecycleReady, step: plan.Step{Server: ws.Name, Profile: "hypervisor", AllocReason: plan.ReasonCount},
 			check: func(t *testing.T, s state.Server, _ *state.Store) {
-				if s.Lifecycle != state.LifecycleAllocated || s.Allocation == nil || s.Allocation.Image != inv.Profile("hypervisor").Image {
+				if s.Lifecycle != state.LifecycleAllocated || s.Allocation == nil || s.Allocation.Image != inv.Profile("hypervisor").Image || s.Allocation.Erase != "zero" {
 					t.Errorf("allocated %+v", s.Allocation)
 				}
 			}},
@@ -222,10 +223,11 @@ func TestHandlers(t *testing.T) {
 					t.Errorf("restore %v events %+v", s.BMC.RestoreDisk, evs)
 				}
 			}},
-		{action: plan.ActRelease, at: state.LifecycleDeployed, step: plan.Step{Server: ws.Name}, calls: []string{"power-off"},
+		{action: plan.ActRelease, at: state.LifecycleDeployed, mod: func(s *state.Server) { s.Allocation = &state.Allocation{Profile: "hypervisor", Erase: "secure"} },
+			step: plan.Step{Server: ws.Name}, calls: []string{"power-off"},
 			check: func(t *testing.T, s state.Server, _ *state.Store) {
-				if s.Lifecycle != state.LifecycleReady || !s.NeedsWipe || s.Power.State != state.PowerOff {
-					t.Errorf("released %s wipe %v power %s", s.Lifecycle, s.NeedsWipe, s.Power.State)
+				if s.Lifecycle != state.LifecycleReady || !s.NeedsWipe || s.Power.State != state.PowerOff || s.WipeErase != "secure" || s.Allocation != nil {
+					t.Errorf("released %s wipe %v (erase %q) power %s", s.Lifecycle, s.NeedsWipe, s.WipeErase, s.Power.State)
 				}
 			}},
 		{action: plan.ActWipe, at: state.LifecycleReady, mod: func(s *state.Server) { s.NeedsWipe = true }, step: plan.Step{Server: ws.Name}, calls: []string{"prepare:ready", "netboot"},

@@ -55,9 +55,9 @@ func (c *Controller) updateIdentity(_ context.Context, x *stepCtx) error {
 // recording its image and deploy method.
 func (c *Controller) allocate(_ context.Context, x *stepCtx) error {
 	step := x.step
-	image, deploy := "", ""
+	image, deploy, erase := "", "", ""
 	if p := x.desired.Profile(step.Profile); p != nil {
-		image, deploy = p.Image, string(p.Deploy)
+		image, deploy, erase = p.Image, string(p.Deploy), string(p.Erase)
 		if c.cfg.ImageOf != nil {
 			image = c.cfg.ImageOf(step.Profile)
 		}
@@ -65,7 +65,7 @@ func (c *Controller) allocate(_ context.Context, x *stepCtx) error {
 	now := c.cfg.Now().UTC()
 	_, err := c.cfg.Store.Apply(state.Move{Server: step.Server, From: state.LifecycleReady, To: state.LifecycleAllocated, Reason: step.Why,
 		Update: func(s *state.Server) error {
-			s.Allocation = &state.Allocation{Profile: step.Profile, Image: image, At: now, Reason: step.AllocReason, Deploy: deploy}
+			s.Allocation = &state.Allocation{Profile: step.Profile, Image: image, At: now, Reason: step.AllocReason, Deploy: deploy, Erase: erase}
 			return nil
 		}})
 	if err == nil {
@@ -106,7 +106,10 @@ func (c *Controller) release(ctx context.Context, x *stepCtx) error {
 	}
 	if x.obs.Lifecycle == state.LifecycleDeployed {
 		_, err := st.Apply(state.Move{Server: step.Server, From: state.LifecycleDeployed, To: state.LifecycleReady, Reason: step.Why,
-			Update:      func(s *state.Server) error { s.Allocation, s.NeedsWipe = nil, true; return nil },
+			Update: func(s *state.Server) error {
+				s.WipeErase, s.Allocation, s.NeedsWipe = s.Allocation.EraseMethod(), nil, true
+				return nil
+			},
 			ForgetHosts: state.HostReleased, ForgetReason: "server " + step.Server + " released: " + step.Why})
 		if err != nil {
 			return err

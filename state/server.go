@@ -59,6 +59,13 @@ type Server struct {
 	// last failure. The plan retries after a doubling delay.
 	WipeFailures int       `json:"wipeFailures,omitempty"`
 	WipeFailedAt time.Time `json:"wipeFailedAt,omitzero"`
+	// WipeErase is the erase method of the release wipe (the released
+	// allocation's Erase; "" means metadata). WipeUnsupported says the last
+	// failure was a disk that cannot do it (LastError names the disk and
+	// why). LastErase is each disk's outcome of the last erase reported.
+	WipeErase       string      `json:"wipeErase,omitempty"`
+	WipeUnsupported bool        `json:"wipeUnsupported,omitempty"`
+	LastErase       []DiskErase `json:"lastErase,omitempty"`
 	// FinishDeploy is set when the ramdisk reported a good deploy: the
 	// executor still has to set the boot override to disk (read back).
 	FinishDeploy bool `json:"finishDeploy,omitempty"`
@@ -223,6 +230,10 @@ type Allocation struct {
 	// (the ramdisk writes Image), "autoinstall" or "kickstart" (the
 	// distribution installer booted from Image, an installer ISO).
 	Deploy string `json:"deploy,omitempty"`
+	// Erase is the profile's erase method at allocation (api/v1
+	// EraseMetadata, ...; "" means metadata); a release copies it to
+	// Server.WipeErase.
+	Erase string `json:"erase,omitempty"`
 	// PlanServedAt is when the ramdisk was served its deploy plan, i.e.
 	// when the image write starts; zero until then. Before it, a change of
 	// the profile's image re-plans the deploy with the new image (Image is
@@ -230,6 +241,14 @@ type Allocation struct {
 	// this deploy and a changed profile image applies on the next
 	// redeploy.
 	PlanServedAt time.Time `json:"planServedAt,omitzero"`
+}
+
+// EraseMethod returns the allocation's Erase; "" for a nil allocation.
+func (a *Allocation) EraseMethod() string {
+	if a == nil {
+		return ""
+	}
+	return a.Erase
 }
 
 // DeployRecord is one image deploy as planned and as verified.
@@ -247,6 +266,16 @@ type DeployRecord struct {
 	// size and read-back digest; VerifiedAt is when.
 	Verified   bool      `json:"verified,omitempty"`
 	VerifiedAt time.Time `json:"verifiedAt,omitzero"`
+}
+
+// DiskErase is one disk's erase outcome (api/v1.DiskErase): the method
+// that ran, the bytes erased, the wall time and the samples verified.
+type DiskErase struct {
+	Disk            string        `json:"disk"`
+	Method          string        `json:"method"`
+	Bytes           int64         `json:"bytes"`
+	Duration        time.Duration `json:"durationNs"`
+	VerifiedSamples int           `json:"verifiedSamples,omitempty"`
 }
 
 // Progress is how far a machine's long step is, as its ramdisk last
@@ -268,11 +297,21 @@ type Progress struct {
 	AdvancedAt time.Time `json:"advancedAt,omitzero"`
 }
 
+// Wiping reports whether the server's release wipe is running (ready,
+// NeedsWipe, WipeStartedAt set).
+func (s Server) Wiping() bool {
+	return s.Lifecycle == LifecycleReady && s.NeedsWipe && !s.WipeStartedAt.IsZero()
+}
+
 // CurrentProgress returns the server's progress report when it is of the
-// running deploy: the server is deploying and the report was taken since
-// the phase began and since the last re-netboot. Otherwise nil.
+// running deploy (the server is deploying and the report was taken since
+// the phase began and since the last re-netboot) or of the running release
+// wipe's erase (taken since the wipe started). Otherwise nil.
 func (s Server) CurrentProgress() *Progress {
 	p := s.Progress
+	if p != nil && s.Wiping() && !p.At.Before(s.WipeStartedAt) {
+		return p
+	}
 	if p == nil || s.Lifecycle != LifecycleDeploying || p.At.Before(s.LifecycleAt) || p.At.Before(s.RenetbootAt) {
 		return nil
 	}

@@ -27,6 +27,9 @@ const (
 	PurposeWipe Purpose = "wipe"
 	// PurposeWiped: POST of a release wipe outcome by the ramdisk.
 	PurposeWiped Purpose = "wiped"
+	// PurposeEraseProgress: a release wipe's erase progress reports
+	// (reusable, for the length of the wipe).
+	PurposeEraseProgress Purpose = "erase-progress"
 	// PurposeInstall: GETs of an installer's documents (autoinstall
 	// user-data and meta-data, kickstart); usually Reusable, since the
 	// installer fetches several documents and may retry.
@@ -38,7 +41,7 @@ const (
 // Valid reports whether p is one of the purposes above.
 func (p Purpose) Valid() bool {
 	switch p {
-	case PurposeBoot, PurposeReport, PurposePlan, PurposeImage, PurposeJoin, PurposeDone, PurposeWipe, PurposeWiped, PurposeInstall, PurposeInstalled:
+	case PurposeBoot, PurposeReport, PurposePlan, PurposeImage, PurposeJoin, PurposeDone, PurposeWipe, PurposeWiped, PurposeEraseProgress, PurposeInstall, PurposeInstalled:
 		return true
 	}
 	return false

@@ -41,7 +41,8 @@ const (
 	// PathAgentWiped takes a WipeResult (POST, JSON) and answers 204.
 	PathAgentWiped = "/v1/agent/wiped"
 	// PathAgentProgress takes a Progress (POST, JSON) during a long step of
-	// a deploy and answers 204, with the plan's ImageToken (not consumed).
+	// a deploy and answers 204, with the plan's ImageToken (not consumed);
+	// a release wipe's StepErase reports carry WipePlan.ProgressToken.
 	// The controller counts a report whose bytes advanced as hearing from
 	// the machine; it never moves the lifecycle. A report sooner than the
 	// controller's minimum interval is answered 429 and dropped.
@@ -71,6 +72,9 @@ const (
 	StepImageWrite = "image-write"
 	// StepImageReadBack is the read-back verification of the written range.
 	StepImageReadBack = "image-read-back"
+	// StepErase is a release wipe's erase of one disk (WipePlan.Erase other
+	// than EraseMetadata), reported with the WipePlan's ProgressToken.
+	StepErase = "erase"
 )
 
 // Progress is what the ramdisk posts to PathAgentProgress every
@@ -354,6 +358,40 @@ type WipePlan struct {
 	RootDevice RootDeviceHint `json:"rootDevice"`
 	// DoneToken authorises the single POST to PathAgentWiped.
 	DoneToken string `json:"doneToken"`
+	// Erase is the released profile's erase method: EraseMetadata ("" means
+	// it), EraseDiscard, EraseZero or EraseSecure.
+	Erase string `json:"erase,omitempty"`
+	// ProgressToken (reusable, not consumed) authorises the StepErase
+	// reports to PathAgentProgress every ProgressEvery; zero ProgressEvery
+	// means none.
+	ProgressToken string        `json:"progressToken,omitempty"`
+	ProgressEvery time.Duration `json:"progressEveryNs,omitempty"`
+}
+
+// Erase methods of WipePlan.Erase (profiles.yaml erase), weakest first.
+const (
+	EraseMetadata = "metadata" // partition tables and signatures only
+	EraseDiscard  = "discard"  // BLKSECDISCARD, else BLKDISCARD, of every block
+	EraseZero     = "zero"     // zeros over the whole device, samples read back
+	EraseSecure   = "secure"   // NVMe Format (user data erase) or ATA SECURITY ERASE UNIT
+)
+
+// DiskErase is one disk's erase outcome in a WipeResult.
+type DiskErase struct {
+	// Disk is the stable identity (as WipeResult.Disks); Name the kernel name.
+	Disk string `json:"disk"`
+	Name string `json:"name,omitempty"`
+	// Method is what ran: "metadata", "discard", "secure-discard", "zero",
+	// "nvme-format-user-data-erase" or "ata-security-erase"
+	// ("ata-enhanced-security-erase").
+	Method string `json:"method"`
+	// Bytes is the device size erased; Duration the erase's wall time.
+	Bytes    int64         `json:"bytes"`
+	Duration time.Duration `json:"durationNs"`
+	// VerifiedSamples is how many sample blocks spread over the device were
+	// read back and found erased (zero for "zero"; no longer their old
+	// content for the others); 0 for "metadata".
+	VerifiedSamples int `json:"verifiedSamples,omitempty"`
 }
 
 // WipeResult is posted to PathAgentWiped after a wipe attempt.
@@ -366,6 +404,11 @@ type WipeResult struct {
 	// kernel name, the first one known).
 	Disks    []string      `json:"disks,omitempty"`
 	Duration time.Duration `json:"durationNs"`
+	// Erased holds each erased disk's outcome, in order.
+	Erased []DiskErase `json:"erased,omitempty"`
+	// Unsupported says the failure is a disk that cannot do the plan's
+	// erase method (Reason names it and why): no weaker method was run.
+	Unsupported bool `json:"unsupported,omitempty"`
 }
 
 // DeployResult is posted to PathAgentDone after a deploy attempt.

@@ -62,6 +62,10 @@ type Server struct {
 	// ramdisk; nil when the server is not deploying or reported none
 	// since its deploy (or last re-netboot) began.
 	Progress *ServerProgress `json:"progress,omitempty"`
+	// LastErase is each disk's outcome of the last release wipe's erase
+	// (method, bytes, duration, verified samples); empty for a metadata
+	// wipe.
+	LastErase []DiskErase `json:"lastErase,omitempty"`
 	// Enrolled is set on a server that enrolled itself by PXE-booting
 	// with an unknown MAC (MACHINA_METAL_AUTO_ENROLL=1); nil otherwise.
 	Enrolled  *Enrolment `json:"enrolled,omitempty"`

@@ -22,6 +22,11 @@ import (
 //	                                   poweroff after commission and wipe, reboot after deploy)
 //	machina.entropy_wait=10s           bound on waiting for the kernel CRNG
 //	machina.timeout=2h                 bound on the whole session after DHCP
+//	                                   (default 2h; 24h in wipe mode, where a
+//	                                   zero or drive erase of a large disk
+//	                                   takes hours and the controller's wipe
+//	                                   deadline, counted from the erase's
+//	                                   last progress, bounds it)
 type bootConfig struct {
 	URL         string
 	Token       string
@@ -41,6 +46,7 @@ var tokenRe = regexp.MustCompile(`^[A-Za-z0-9._~-]{8,256}$`)
 // (the kernel's own parameters share the line); known ones are validated.
 func parseCmdline(s string) (bootConfig, error) {
 	c := bootConfig{Mode: "commission", EntropyWait: 10 * time.Second, Timeout: 2 * time.Hour}
+	timeoutSet := false
 	if len(s) > 4096 {
 		return c, fmt.Errorf("%w: longer than 4096 bytes", errCmdline)
 	}
@@ -79,7 +85,7 @@ func parseCmdline(s string) (bootConfig, error) {
 			if err != nil || d < time.Minute || d > 24*time.Hour {
 				return c, fmt.Errorf("%w: machina.timeout %q (1m..24h)", errCmdline, v)
 			}
-			c.Timeout = d
+			c.Timeout, timeoutSet = d, true
 		case "machina.mac", "BOOTIF":
 			m := v
 			if k == "BOOTIF" {
@@ -102,6 +108,9 @@ func parseCmdline(s string) (bootConfig, error) {
 	}
 	if c.Final == "" {
 		c.Final = map[string]string{"commission": "poweroff", "deploy": "reboot", "wipe": "poweroff"}[c.Mode]
+	}
+	if c.Mode == "wipe" && !timeoutSet {
+		c.Timeout = 24 * time.Hour
 	}
 	return c, nil
 }

@@ -18,6 +18,17 @@ func TestParseCmdline(t *testing.T) {
 	if err != nil || c.Mode != "commission" || c.Final != "poweroff" || c.MAC.String() != "52:54:00:aa:bb:cc" {
 		t.Errorf("parseCmdline = %+v, %v", c, err)
 	}
+	// A release wipe may zero or erase a large disk for hours: its session
+	// bound is 24 h unless the line sets one.
+	if c, err := parseCmdline("machina.url=http://x machina.token=abcdefgh machina.mode=wipe"); err != nil || c.Timeout != 24*time.Hour || c.Final != "poweroff" {
+		t.Errorf("wipe: timeout %s final %s, %v; want 24h, poweroff", c.Timeout, c.Final, err)
+	}
+	if c, err := parseCmdline("machina.url=http://x machina.token=abcdefgh machina.mode=wipe machina.timeout=3h"); err != nil || c.Timeout != 3*time.Hour {
+		t.Errorf("wipe with machina.timeout=3h: %s, %v", c.Timeout, err)
+	}
+	if c.Timeout != 2*time.Hour {
+		t.Errorf("commission timeout %s, want 2h", c.Timeout)
+	}
 	for _, bad := range []string{
 		"",
 		"machina.url=http://x",

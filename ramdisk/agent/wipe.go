@@ -61,10 +61,13 @@ func WipeTargets(disks []v1.Disk, hint v1.RootDeviceHint, exclude map[string]boo
 }
 
 // Wipe runs the release wipe (machina.mode=wipe): it fetches the wipe plan
-// with the single-use wipe token, wipes the planned disks (WipeTargets,
-// WipeDisk) and posts the outcome, good or bad, with the plan's token. The
-// returned error is the wipe failure, if any, joined with a failure to post
-// it.
+// with the single-use wipe token, erases the planned disks (WipeTargets,
+// EraseDisk with the plan's Erase method, reporting StepErase progress
+// with the plan's ProgressToken) and posts the outcome, good or bad, with
+// the plan's DoneToken: each erased disk's method, bytes, duration and
+// verified samples, and on failure the step and disk, with Unsupported
+// set when a disk cannot do the method. The returned error is the wipe
+// failure, if any, joined with a failure to post it.
 func (r *Runner) Wipe(ctx context.Context) (v1.WipeResult, error) {
 	t0 := time.Now()
 	var plan v1.WipePlan
@@ -76,12 +79,32 @@ func (r *Runner) Wipe(ctx context.Context) (v1.WipeResult, error) {
 		return v1.WipeResult{}, fmt.Errorf("wipe: %w", err)
 	}
 	res := v1.WipeResult{BootMAC: r.BootMAC}
-	disks, werr := r.wipe(plan)
-	res.Disks = disks
+	var meter ProgressMeter
+	rctx, stopReports := context.WithCancel(ctx)
+	reported := make(chan struct{})
+	go func() {
+		defer close(reported)
+		if plan.ProgressToken == "" {
+			return
+		}
+		ReportProgress(rctx, plan.ProgressEvery, &meter, func(ctx context.Context, p v1.Progress) error {
+			return r.Client.Progress(ctx, plan.ProgressToken, p)
+		}, r.log())
+	}()
+	erased, werr := r.wipe(ctx, plan, meter.Set)
+	stopReports()
+	<-reported
+	for _, e := range erased {
+		res.Disks = append(res.Disks, e.Disk)
+	}
+	if plan.Erase != "" && plan.Erase != v1.EraseMetadata {
+		res.Erased = erased
+	}
 	res.Duration = time.Since(t0)
 	res.OK = werr == nil
 	if werr != nil {
 		res.Reason = werr.Error()
+		res.Unsupported = errors.Is(werr, ErrEraseUnsupported)
 		r.log().Error("wipe failed", "err", werr)
 	}
 	if err := call(context.WithoutCancel(ctx), r.log(), "wiped", func(ctx context.Context) error {
@@ -92,7 +115,7 @@ func (r *Runner) Wipe(ctx context.Context) (v1.WipeResult, error) {
 	return res, werr
 }
 
-func (r *Runner) wipe(plan v1.WipePlan) ([]string, error) {
+func (r *Runner) wipe(ctx context.Context, plan v1.WipePlan, progress func(string, int64, int64)) ([]v1.DiskErase, error) {
 	facts, err := CollectFacts(r.root())
 	if err != nil {
 		return nil, err
@@ -101,20 +124,38 @@ func (r *Runner) wipe(plan v1.WipePlan) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	var done []string
+	cfgOf := func(d v1.Disk) EraseConfig {
+		return EraseConfig{Method: plan.Erase, Disk: d, SysBlock: filepath.Join(r.root(), "sys/block", d.Name), Progress: progress, Logger: r.log()}
+	}
+	// Every disk is checked before any is erased.
 	for _, d := range targets {
-		dev, size, err := openTarget(filepath.Join(r.devDir(), d.Name))
+		id := firstNonEmpty(d.ByPath, d.WWN, d.Serial, d.Name)
+		dev, _, err := openTarget(filepath.Join(r.devDir(), d.Name))
 		if err != nil {
-			return done, err
+			return nil, fmt.Errorf("%s (%s): %w", d.Name, id, err)
 		}
-		err = WipeDisk(dev, size)
+		err = CheckErase(dev, cfgOf(d))
 		dev.Close()
 		if err != nil {
-			return done, fmt.Errorf("%s: %w", d.Name, err)
+			return nil, fmt.Errorf("%s (%s): %w", d.Name, id, err)
 		}
+	}
+	var done []v1.DiskErase
+	for _, d := range targets {
 		id := firstNonEmpty(d.ByPath, d.WWN, d.Serial, d.Name)
-		r.log().Info("disk wiped", "disk", d.Name, "id", id, "sizeBytes", size)
-		done = append(done, id)
+		dev, size, err := openTarget(filepath.Join(r.devDir(), d.Name))
+		if err != nil {
+			return done, fmt.Errorf("%s (%s): %w", d.Name, id, err)
+		}
+		e, err := EraseDisk(ctx, dev, size, cfgOf(d))
+		dev.Close()
+		if err != nil {
+			return done, fmt.Errorf("%s (%s): %w", d.Name, id, err)
+		}
+		e.Disk = id
+		r.log().Info("disk erased", "disk", d.Name, "id", id, "method", e.Method, "sizeBytes", size,
+			"seconds", e.Duration.Seconds(), "verifiedSamples", e.VerifiedSamples)
+		done = append(done, e)
 	}
 	return done, nil
 }

@@ -568,8 +568,17 @@ func wipeStep(obs state.Server, opts Options) (Step, bool) {
 	if obs.Lifecycle != state.LifecycleReady || !obs.NeedsWipe {
 		return Step{}, false
 	}
+	// An erase that keeps reporting progress (bytes moving forward) is
+	// alive: the deadline counts from its last advance.
+	since := obs.WipeStartedAt
+	if p := obs.CurrentProgress(); p != nil && p.AdvancedAt.After(since) {
+		since = p.AdvancedAt
+	}
 	switch {
-	case !obs.WipeStartedAt.IsZero() && opts.Now.Sub(obs.WipeStartedAt) > opts.WipeTimeout:
+	case !obs.WipeStartedAt.IsZero() && opts.Now.Sub(since) > opts.WipeTimeout:
+		if since != obs.WipeStartedAt {
+			return Step{Action: ActTimeout, Why: fmt.Sprintf("release wipe's erase made no progress for %s", opts.WipeTimeout)}, true
+		}
 		return Step{Action: ActTimeout, Why: fmt.Sprintf("release wipe did not report within %s", opts.WipeTimeout)}, true
 	case !obs.WipeStartedAt.IsZero():
 		return Step{}, false // running: wait for the ramdisk's report
@@ -1098,6 +1107,11 @@ func wipeRetryAt(obs state.Server, opts Options) time.Time {
 func wipeCondition(name string, obs state.Server, opts Options) (Condition, bool) {
 	if obs.Lifecycle != state.LifecycleReady || !obs.NeedsWipe {
 		return Condition{}, false
+	}
+	if obs.WipeFailures > 0 && obs.WipeUnsupported && obs.WipeStartedAt.IsZero() {
+		return Condition{Subject: "server/" + name, Type: "EraseUnsupported", Reason: "EraseUnsupported",
+			Message: fmt.Sprintf("%s; no weaker erase is run; next try after %s; not allocatable until erased",
+				strings.TrimPrefix(obs.LastError, "release wipe failed: EraseUnsupported: "), wipeRetryAt(obs, opts).UTC().Format(time.RFC3339))}, true
 	}
 	if obs.WipeFailures > 0 {
 		// A retry that is running has cleared LastError (the netboot

@@ -40,6 +40,18 @@ func TestPlanReleaseWipe(t *testing.T) {
 			// The retry's netboot step succeeded and cleared LastError.
 			s.WipeFailures, s.WipeFailedAt, s.WipeStartedAt = 2, planT0.Add(-10*time.Minute), planT0.Add(-time.Minute)
 		}, wantCond: "WipeFailed", wantMsg: "failed 2 times; retry running since 2026-11-01T11:59:00Z"},
+		{name: "erase making progress is not timed out", mod: func(s *state.Server) {
+			s.WipeStartedAt = planT0.Add(-3 * time.Hour)
+			s.Progress = &state.Progress{Step: "erase", BytesDone: 5 << 40, BytesTotal: 8 << 40, At: planT0.Add(-time.Minute), AdvancedAt: planT0.Add(-time.Minute)}
+		}, wantCond: "WipePending", wantMsg: "running since"},
+		{name: "erase stuck is timed out", mod: func(s *state.Server) {
+			s.WipeStartedAt = planT0.Add(-3 * time.Hour)
+			s.Progress = &state.Progress{Step: "erase", BytesDone: 5 << 40, BytesTotal: 8 << 40, At: planT0.Add(-time.Minute), AdvancedAt: planT0.Add(-31 * time.Minute)}
+		}, wantStep: ActTimeout, wantCond: "WipePending"},
+		{name: "erase unsupported", mod: func(s *state.Server) {
+			s.WipeFailures, s.WipeFailedAt, s.WipeUnsupported = 1, planT0.Add(-30*time.Second), true
+			s.LastError = "release wipe failed: EraseUnsupported: sda (pci-0000:00:1f.2-ata-1): erase secure unsupported on sda: ATA security is frozen"
+		}, wantCond: "EraseUnsupported", wantMsg: "sda (pci-0000:00:1f.2-ata-1): erase secure unsupported on sda: ATA security is frozen; no weaker erase is run; next try after"},
 		{name: "backoff capped", mod: func(s *state.Server) {
 			s.WipeFailures, s.WipeFailedAt = 30, planT0.Add(-61*time.Minute)
 		}, wantStep: ActWipe, wantCond: "WipeFailed"},
