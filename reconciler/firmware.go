@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"strings"
 	"time"
@@ -168,14 +169,16 @@ func (c *Controller) applyFirmware(ctx context.Context, x *stepCtx) error {
 	// Updates first, as Ironic orders its clean steps: a BIOS update may
 	// reset the settings, and the BMC restarts after many updates (so
 	// it is waited for before anything else is sent).
+	var pend pendingApply
 	for _, ch := range chk.Changes {
 		if ch.Kind == plan.FirmwareUpdate {
-			if err := c.updateFirmware(ctx, x, x.drv, ch); err != nil {
+			reset, err := c.updateFirmware(ctx, x, x.drv, ch)
+			if err != nil {
 				return err
 			}
+			pend.reset = pend.reset || reset
 		}
 	}
-	var pend pendingApply
 	if err := c.sendChanges(ctx, x, prof, chk.Changes, &pend); err != nil {
 		return err
 	}
@@ -289,37 +292,93 @@ func (c *Controller) verifyFirmware(ctx context.Context, x *stepCtx, prof *inven
 	return fmt.Errorf("firmware: %s: %w", strings.Join(diffs, "; "), ErrFirmwareMismatch)
 }
 
-// updateFirmware starts one SimpleUpdate with the image's URL as
-// ImageURI and follows the task to its end (the BMC restarting in
-// between is waited through, bmc.WaitTask).
-func (c *Controller) updateFirmware(ctx context.Context, x *stepCtx, drv bmc.Driver, ch plan.FirmwareChange) error {
+// FirmwareImages offers the files of the firmware catalog (images.yaml
+// firmware) to BMCs; the controller implements it over its image store
+// and its /firmware/ handler. Implementations MUST be safe for concurrent
+// use.
+type FirmwareImages interface {
+	// Offer checks the stored file of catalog entry name against
+	// checksum ("sha256:HEX", "" checks it against the store's record
+	// only) by hashing it again, and returns a URL from which a BMC can
+	// GET it (UpdateService.SimpleUpdate ImageURI) until release is
+	// called or the offer's lifetime ends. An error means nothing was
+	// offered.
+	Offer(ctx context.Context, name, checksum string) (uri string, release func(), err error)
+	// Open checks the file as Offer does and opens it for a multipart
+	// push (UpdateService.MultipartHttpPushUri), with the file name
+	// the catalog's URL gives it. The caller closes it.
+	Open(ctx context.Context, name, checksum string) (f io.ReadCloser, fileName string, err error)
+}
+
+// updateFirmware applies one firmware-update change: the catalog file is
+// verified and offered (FirmwareImages), the BMC is told to fetch it with
+// SimpleUpdate (or, when it lists no SimpleUpdate or not the URL's
+// TransferProtocol, the file is pushed to its MultipartHttpPushUri), the
+// task is followed to its end (the BMC restarting in between is waited
+// through, bmc.WaitTask), the BMC is waited for until it answers again,
+// and its FirmwareInventory read back. A version still differing asks
+// for the step's host reset (a staged host firmware update installs
+// then); the step's read-back after it fails with both versions
+// (ErrFirmwareMismatch). The offer ends with the update.
+func (c *Controller) updateFirmware(ctx context.Context, x *stepCtx, drv bmc.Driver, ch plan.FirmwareChange) (resetNeeded bool, err error) {
 	fu, ok := drv.(bmc.FirmwareUpdater)
 	if !ok {
-		return fmt.Errorf("firmware: update %s: the driver has no update interface: %w", ch.Item, ErrFirmwareRefused)
+		return false, fmt.Errorf("firmware: update %s: the driver has no update interface: %w", ch.Item, ErrFirmwareRefused)
 	}
-	if ch.Image == "" {
-		return fmt.Errorf("firmware: update %s: no image URL: %w", ch.Item, ErrFirmwareRefused)
+	if ch.Image == "" || c.cfg.FirmwareImages == nil {
+		return false, fmt.Errorf("firmware: update %s: no firmware catalog image to offer the BMC: %w", ch.Item, ErrFirmwareRefused)
 	}
-	t, err := fu.UpdateFirmware(ctx, bmc.FirmwareUpdate{ImageURI: ch.Image})
+	uri, release, err := c.cfg.FirmwareImages.Offer(ctx, ch.Image, ch.Checksum)
 	if err != nil {
-		return fmt.Errorf("firmware: update %s to %s: %w", ch.Item, ch.To, err)
+		return false, fmt.Errorf("firmware: update %s: offer image %s: %w", ch.Item, ch.Image, err)
 	}
-	x.log.Info("firmware: update started", "component", ch.Item, "version", ch.To, "task", t.URI)
+	defer release()
+	t, err := fu.UpdateFirmware(ctx, bmc.FirmwareUpdate{ImageURI: uri})
+	if errors.Is(err, bmc.ErrUnsupported) {
+		// Nothing was sent (the driver checks the BMC's SimpleUpdate
+		// action and its TransferProtocol first): stock bmcweb lists
+		// only the multipart push.
+		f, name, oerr := c.cfg.FirmwareImages.Open(ctx, ch.Image, ch.Checksum)
+		if oerr != nil {
+			return false, fmt.Errorf("firmware: update %s: open image %s: %w", ch.Item, ch.Image, oerr)
+		}
+		t, err = fu.UpdateFirmware(ctx, bmc.FirmwareUpdate{Image: f, ImageName: name})
+		f.Close()
+	}
+	if err != nil {
+		return false, fmt.Errorf("firmware: update %s to %s: %w", ch.Item, ch.To, err)
+	}
+	x.log.Info("firmware: update started", "component", ch.Item, "version", ch.To, "image", ch.Image, "task", t.URI)
 	if _, err := bmc.WaitTask(ctx, fu, t.URI, c.cfg.FirmwareTaskPoll, nil); err != nil {
-		return fmt.Errorf("firmware: update %s to %s: %w", ch.Item, ch.To, err)
+		return false, fmt.Errorf("firmware: update %s to %s: %w", ch.Item, ch.To, err)
 	}
 	// The BMC restarts after many updates (iDRAC, iLO and XCC after
 	// their own, bmcweb after any activation): wait until it answers.
 	for {
-		_, err := fu.FirmwareInventory(ctx)
+		comps, err := fu.FirmwareInventory(ctx)
 		if err == nil {
-			return nil
+			got := "(not listed)"
+			for _, fc := range comps {
+				if fc.ID == ch.Item || strings.EqualFold(fc.Name, ch.Item) {
+					got = fc.Version
+					break
+				}
+			}
+			if got != ch.To {
+				// A host firmware update (BIOS, NIC option ROMs) is
+				// staged by many BMCs and installed at the next host
+				// reset (iDRAC runs it as a job then): the read-back
+				// after the reset decides.
+				x.log.Info("firmware: update staged, the inventory still reads the old version", "component", ch.Item, "reads", got, "wanted", ch.To)
+				return true, nil
+			}
+			return false, nil
 		}
 		if !bmc.IsTransient(err) || ctx.Err() != nil {
-			return fmt.Errorf("firmware: after update %s: %w", ch.Item, err)
+			return false, fmt.Errorf("firmware: after update %s: %w", ch.Item, err)
 		}
 		if err := sleepCtx(ctx, c.cfg.FirmwareTaskPoll); err != nil {
-			return fmt.Errorf("firmware: after update %s: wait for the BMC: %w", ch.Item, err)
+			return false, fmt.Errorf("firmware: after update %s: wait for the BMC: %w", ch.Item, err)
 		}
 	}
 }

@@ -65,12 +65,15 @@ type FirmwareChange struct {
 	To   string `json:"to"`
 	// Controller, Drives, Level and SizeBytes are a raid-create's
 	// placement (SizeBytes 0: all of the drives); Image is a
-	// firmware-update's image URL.
+	// firmware-update's entry of the firmware catalog (images.yaml
+	// firmware) and Checksum its "sha256:" digest there, which the
+	// served file is checked against before the BMC is offered it.
 	Controller string   `json:"controller,omitempty"`
 	Drives     []string `json:"drives,omitempty"`
 	Level      string   `json:"level,omitempty"`
 	SizeBytes  int64    `json:"sizeBytes,omitempty"`
 	Image      string   `json:"image,omitempty"`
+	Checksum   string   `json:"checksum,omitempty"`
 	// Held: the server is deployed, so the change waits for `machinactl
 	// approve` like other held steps; false: it applies before the image
 	// is written.
@@ -116,7 +119,7 @@ type FirmwareCheck struct {
 // levels and free drives; versions against the firmware inventory.
 //
 // want is the inventory the profile is from (it resolves a version's
-// images.yaml name to its URL); nil leaves Image empty.
+// firmware catalog entry to its checksum); nil leaves Checksum empty.
 func CheckFirmware(want *inventory.Inventory, fw *inventory.Firmware, ws *inventory.Server, obs *state.Server) FirmwareCheck {
 	var out FirmwareCheck
 	if fw == nil {
@@ -184,8 +187,9 @@ func CheckFirmware(want *inventory.Inventory, fw *inventory.Firmware, ws *invent
 		case !c.Updateable:
 			refuse(CondFirmwareVersionInvalid, "NotUpdateable", fmt.Sprintf("component %s runs %s and the BMC says it is not updateable (profile wants %s)", v.Component, c.Version, v.Version))
 		default:
+			img, sum := firmwareImage(want, v)
 			out.Changes = append(out.Changes, FirmwareChange{Server: ws.Name, Kind: FirmwareUpdate, Item: v.Component, From: c.Version, To: v.Version,
-				Image: imageURL(want, v)})
+				Image: img, Checksum: sum})
 		}
 	}
 	if fw.SecureBoot != nil && read.SecureBoot != nil && read.SecureBoot.Enable != *fw.SecureBoot {
@@ -197,16 +201,17 @@ func CheckFirmware(want *inventory.Inventory, fw *inventory.Firmware, ws *invent
 	return out
 }
 
-// imageURL is where the BMC fetches v's update file from: its url, or
-// the URL of the images.yaml entry it names.
-func imageURL(want *inventory.Inventory, v inventory.FirmwareVersion) string {
-	if v.URL != "" || want == nil {
-		return v.URL
+// firmwareImage is v's entry of the firmware catalog (images.yaml's
+// firmware list): its name and checksum, "" when want is nil or lacks it
+// (validate refuses a version naming no entry).
+func firmwareImage(want *inventory.Inventory, v inventory.FirmwareVersion) (name, checksum string) {
+	if want == nil {
+		return v.Image, ""
 	}
-	if im := want.Image(v.Image); im != nil {
-		return im.URL
+	if fi := want.FirmwareImage(v.Image); fi != nil {
+		return fi.Name, fi.Checksum
 	}
-	return ""
+	return v.Image, ""
 }
 
 // firmwareAreas lists the areas (state.FirmwareArea*) fw names.
