@@ -17,7 +17,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/machina-metal/machina/api"
 	"github.com/machina-metal/machina/images"
+	"github.com/machina-metal/machina/state"
 )
 
 // FirmwarePath is where the controller serves offered firmware files:
@@ -214,4 +216,26 @@ func (o *firmwareOffers) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set(images.ChecksumHeader, rec.Raw.String())
 	w.Header().Set("Cache-Control", "no-store")
 	http.ServeContent(w, r, "", st.ModTime(), f)
+}
+
+// MountFirmwareRead adds GET /api/v1/servers/{name}/firmware (admin
+// token, viewer): the server's last firmware read (state.Firmware: BIOS
+// attributes and registry, storage, firmware inventory, Secure Boot, the
+// volumes Machina created), what `machinactl plan` checks a profile's
+// firmware block against. 404 when the server is unknown or its
+// firmware was never read.
+func MountFirmwareRead(srv *api.Server, st *state.Store) error {
+	return srv.HandleAdmin("GET /api/v1/servers/{name}/firmware", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s, err := st.Server(r.PathValue("name"))
+		switch {
+		case errors.Is(err, state.ErrNotFound):
+			writeErr(w, http.StatusNotFound, "not_found", "no server "+r.PathValue("name"))
+		case err != nil:
+			writeErr(w, http.StatusInternalServerError, "internal", "read the server: "+err.Error())
+		case s.Firmware == nil:
+			writeErr(w, http.StatusNotFound, "not_read", "the firmware of "+s.Name+" has not been read from its BMC")
+		default:
+			writeJSON(w, http.StatusOK, s.Firmware)
+		}
+	}))
 }

@@ -657,6 +657,9 @@ func (w *wiring) routes() (func(), error) {
 	if err := mountImages(srv, ctrl, w.imgStore, w.imgStatus, w.importFails); err != nil {
 		return nil, err
 	}
+	if err := MountFirmwareRead(srv, st); err != nil {
+		return nil, err
+	}
 	if cfg.WebhookSecretFile != "" {
 		wh, err := gitops.NewWebhook(gitops.WebhookConfig{SecretFile: cfg.WebhookSecretFile, Branch: cfg.Repo.Branch,
 			Trigger: w.src.Trigger, Logger: w.log})

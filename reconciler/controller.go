@@ -503,6 +503,11 @@ func stepKey(s plan.Step, desired *inventory.Inventory) string {
 		if ws := desired.Server(s.Server); ws != nil {
 			key += fmt.Sprintf("/%s/%s/%s", ws.Want, ws.Profile, ws.BMC.Credentials)
 		}
+		if s.Action == plan.ActFirmware {
+			// A failed firmware step is retried once the profile's
+			// firmware block (or a catalog file it names) changes.
+			key += "/" + firmwareDigest(desired, s.Profile)
+		}
 	}
 	return key
 }

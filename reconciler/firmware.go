@@ -2,6 +2,9 @@ package reconciler
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -153,18 +156,18 @@ var ErrFirmwareMismatch = errors.New("firmware read back differs")
 // reads first and sends only what still differs.
 func (c *Controller) applyFirmware(ctx context.Context, x *stepCtx) error {
 	if x.desired == nil || x.ws == nil {
-		return fmt.Errorf("firmware: %s is not in the desired inventory", x.step.Server)
+		return fmt.Errorf("%s is not in the desired inventory", x.step.Server)
 	}
 	prof := x.desired.Profile(x.step.Profile)
 	if prof == nil || prof.Firmware == nil {
-		return fmt.Errorf("firmware: profile %q has no firmware block", x.step.Profile)
+		return fmt.Errorf("profile %q has no firmware block", x.step.Profile)
 	}
 	chk, err := c.readCheck(ctx, x, prof)
 	if err != nil {
 		return err
 	}
 	if len(chk.Refusals) > 0 {
-		return fmt.Errorf("firmware: %s (%s): %w", chk.Refusals[0].Message, chk.Refusals[0].Reason, ErrFirmwareRefused)
+		return fmt.Errorf("%s (%s): %w", chk.Refusals[0].Message, chk.Refusals[0].Reason, ErrFirmwareRefused)
 	}
 	// Updates first, as Ironic orders its clean steps: a BIOS update may
 	// reset the settings, and the BMC restarts after many updates (so
@@ -184,13 +187,13 @@ func (c *Controller) applyFirmware(ctx context.Context, x *stepCtx) error {
 	}
 	if pend.reset {
 		if err := x.m.Restart(ctx, bmc.PowerActionReset); err != nil {
-			return fmt.Errorf("firmware: reset to apply: %w", err)
+			return fmt.Errorf("reset to apply: %w", err)
 		}
 	}
 	if tf, ok := x.drv.(bmc.TaskFollower); ok {
 		for _, t := range pend.tasks {
 			if _, err := bmc.WaitTask(ctx, tf, t.URI, c.cfg.FirmwareTaskPoll, nil); err != nil {
-				return fmt.Errorf("firmware: %w", err)
+				return fmt.Errorf("follow %s after the reset: %w", t.URI, err)
 			}
 		}
 	}
@@ -231,22 +234,22 @@ func (c *Controller) sendChanges(ctx context.Context, x *stepCtx, prof *inventor
 		case plan.FirmwareRAIDCreate:
 			rc, ok := x.drv.(bmc.RAIDConfigurer)
 			if !ok {
-				return fmt.Errorf("firmware: create volume %s: the driver has no RAID interface: %w", ch.Item, ErrFirmwareRefused)
+				return fmt.Errorf("create volume %s: the driver has no RAID interface: %w", ch.Item, ErrFirmwareRefused)
 			}
 			r, err := rc.CreateVolume(ctx, bmc.VolumeRequest{Controller: ch.Controller, Name: ch.Item, RAIDType: ch.Level, Drives: ch.Drives, CapacityBytes: ch.SizeBytes})
 			if err != nil {
-				return fmt.Errorf("firmware: create volume %s on %s: %w", ch.Item, ch.Controller, err)
+				return fmt.Errorf("create volume %s on %s: %w", ch.Item, ch.Controller, err)
 			}
 			created = append(created, ch.Controller+"/"+ch.Item)
 			pend.note(r)
 		case plan.FirmwareSecureBootSet:
 			sc, ok := x.drv.(bmc.SecureBootConfigurer)
 			if !ok {
-				return fmt.Errorf("firmware: set Secure Boot: the driver has no Secure Boot interface: %w", ErrFirmwareRefused)
+				return fmt.Errorf("set Secure Boot: the driver has no Secure Boot interface: %w", ErrFirmwareRefused)
 			}
 			r, err := sc.SetSecureBoot(ctx, *prof.Firmware.SecureBoot)
 			if err != nil {
-				return fmt.Errorf("firmware: set Secure Boot %v: %w", *prof.Firmware.SecureBoot, err)
+				return fmt.Errorf("set Secure Boot %v: %w", *prof.Firmware.SecureBoot, err)
 			}
 			pend.note(r)
 		}
@@ -261,11 +264,11 @@ func (c *Controller) sendChanges(ctx context.Context, x *stepCtx, prof *inventor
 	}
 	bc, ok := x.drv.(bmc.BIOSConfigurer)
 	if !ok {
-		return fmt.Errorf("firmware: set BIOS: the driver has no BIOS interface: %w", ErrFirmwareRefused)
+		return fmt.Errorf("set BIOS: the driver has no BIOS interface: %w", ErrFirmwareRefused)
 	}
 	r, err := bc.SetBIOS(ctx, settings, bmc.ApplyUnset)
 	if err != nil {
-		return fmt.Errorf("firmware: set BIOS %s: %w", strings.Join(sortedNames(settings), ", "), err)
+		return fmt.Errorf("set BIOS %s: %w", strings.Join(sortedNames(settings), ", "), err)
 	}
 	x.log.Info("firmware: BIOS settings written", "settings", len(settings), "applyTime", string(r.ApplyTime), "reset", r.ResetRequired)
 	pend.note(r)
@@ -289,7 +292,7 @@ func (c *Controller) verifyFirmware(ctx context.Context, x *stepCtx, prof *inven
 	for _, r := range after.Refusals {
 		diffs = append(diffs, r.Message)
 	}
-	return fmt.Errorf("firmware: %s: %w", strings.Join(diffs, "; "), ErrFirmwareMismatch)
+	return fmt.Errorf("%s: %w", strings.Join(diffs, "; "), ErrFirmwareMismatch)
 }
 
 // FirmwareImages offers the files of the firmware catalog (images.yaml
@@ -323,14 +326,14 @@ type FirmwareImages interface {
 func (c *Controller) updateFirmware(ctx context.Context, x *stepCtx, drv bmc.Driver, ch plan.FirmwareChange) (resetNeeded bool, err error) {
 	fu, ok := drv.(bmc.FirmwareUpdater)
 	if !ok {
-		return false, fmt.Errorf("firmware: update %s: the driver has no update interface: %w", ch.Item, ErrFirmwareRefused)
+		return false, fmt.Errorf("update %s: the driver has no update interface: %w", ch.Item, ErrFirmwareRefused)
 	}
 	if ch.Image == "" || c.cfg.FirmwareImages == nil {
-		return false, fmt.Errorf("firmware: update %s: no firmware catalog image to offer the BMC: %w", ch.Item, ErrFirmwareRefused)
+		return false, fmt.Errorf("update %s: no firmware catalog image to offer the BMC: %w", ch.Item, ErrFirmwareRefused)
 	}
 	uri, release, err := c.cfg.FirmwareImages.Offer(ctx, ch.Image, ch.Checksum)
 	if err != nil {
-		return false, fmt.Errorf("firmware: update %s: offer image %s: %w", ch.Item, ch.Image, err)
+		return false, fmt.Errorf("update %s: offer image %s: %w", ch.Item, ch.Image, err)
 	}
 	defer release()
 	t, err := fu.UpdateFirmware(ctx, bmc.FirmwareUpdate{ImageURI: uri})
@@ -340,17 +343,17 @@ func (c *Controller) updateFirmware(ctx context.Context, x *stepCtx, drv bmc.Dri
 		// only the multipart push.
 		f, name, oerr := c.cfg.FirmwareImages.Open(ctx, ch.Image, ch.Checksum)
 		if oerr != nil {
-			return false, fmt.Errorf("firmware: update %s: open image %s: %w", ch.Item, ch.Image, oerr)
+			return false, fmt.Errorf("update %s: open image %s: %w", ch.Item, ch.Image, oerr)
 		}
 		t, err = fu.UpdateFirmware(ctx, bmc.FirmwareUpdate{Image: f, ImageName: name})
 		f.Close()
 	}
 	if err != nil {
-		return false, fmt.Errorf("firmware: update %s to %s: %w", ch.Item, ch.To, err)
+		return false, fmt.Errorf("update %s to %s: %w", ch.Item, ch.To, err)
 	}
 	x.log.Info("firmware: update started", "component", ch.Item, "version", ch.To, "image", ch.Image, "task", t.URI)
 	if _, err := bmc.WaitTask(ctx, fu, t.URI, c.cfg.FirmwareTaskPoll, nil); err != nil {
-		return false, fmt.Errorf("firmware: update %s to %s: %w", ch.Item, ch.To, err)
+		return false, fmt.Errorf("update %s to %s: %w", ch.Item, ch.To, err)
 	}
 	// The BMC restarts after many updates (iDRAC, iLO and XCC after
 	// their own, bmcweb after any activation): wait until it answers.
@@ -375,12 +378,32 @@ func (c *Controller) updateFirmware(ctx context.Context, x *stepCtx, drv bmc.Dri
 			return false, nil
 		}
 		if !bmc.IsTransient(err) || ctx.Err() != nil {
-			return false, fmt.Errorf("firmware: after update %s: %w", ch.Item, err)
+			return false, fmt.Errorf("after update %s: %w", ch.Item, err)
 		}
 		if err := sleepCtx(ctx, c.cfg.FirmwareTaskPoll); err != nil {
-			return false, fmt.Errorf("firmware: after update %s: wait for the BMC: %w", ch.Item, err)
+			return false, fmt.Errorf("after update %s: wait for the BMC: %w", ch.Item, err)
 		}
 	}
+}
+
+// firmwareDigest is a short digest of profile's firmware block and the
+// catalog entries its versions name: what a stalled firmware step's key
+// holds, so that a change to either retries it.
+func firmwareDigest(desired *inventory.Inventory, profile string) string {
+	p := desired.Profile(profile)
+	if p == nil || p.Firmware == nil {
+		return "none"
+	}
+	var imgs []*inventory.FirmwareImage
+	for _, v := range p.Firmware.Versions {
+		imgs = append(imgs, desired.FirmwareImage(v.Image))
+	}
+	b, _ := json.Marshal(struct {
+		F *inventory.Firmware
+		I []*inventory.FirmwareImage
+	}{p.Firmware, imgs}) // plain data: cannot fail
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:6])
 }
 
 // sleepCtx waits d or until ctx ends (its error then).
@@ -409,10 +432,10 @@ func (c *Controller) readCheck(ctx context.Context, x *stepCtx, prof *inventory.
 			break
 		}
 		if !bmc.IsTransient(err) || ctx.Err() != nil {
-			return plan.FirmwareCheck{}, fmt.Errorf("firmware: %w", err)
+			return plan.FirmwareCheck{}, err // ReadFirmware names the area
 		}
 		if err := sleepCtx(ctx, c.cfg.FirmwareTaskPoll); err != nil {
-			return plan.FirmwareCheck{}, fmt.Errorf("firmware: read: %w", err)
+			return plan.FirmwareCheck{}, fmt.Errorf("read: %w", err)
 		}
 	}
 	s, err := c.cfg.Store.UpdateServer(x.step.Server, func(s *state.Server) error {
@@ -423,7 +446,7 @@ func (c *Controller) readCheck(ctx context.Context, x *stepCtx, prof *inventory.
 		return nil
 	})
 	if err != nil {
-		return plan.FirmwareCheck{}, fmt.Errorf("firmware: record read: %w", err)
+		return plan.FirmwareCheck{}, fmt.Errorf("record read: %w", err)
 	}
 	return plan.CheckFirmware(x.desired, prof.Firmware, x.ws, &s), nil
 }
@@ -443,7 +466,7 @@ func (c *Controller) recordVolumes(server string, vols []string) error {
 		return nil
 	})
 	if err != nil {
-		return fmt.Errorf("firmware: record created volumes: %w", err)
+		return fmt.Errorf("record created volumes: %w", err)
 	}
 	return nil
 }

@@ -80,25 +80,32 @@ func (fi *testFirmwareImages) Open(_ context.Context, name, _ string) (io.ReadCl
 }
 
 // TestFirmwareUpdateThroughBMC runs the firmware step of an allocated
-// server whose profile wants BIOS 1.9.0 against bmcsim's Dell iDRAC 9
-// tree over the real Redfish driver, the BMC fetching the offered file
+// server whose profile wants a component version against bmcsim's
+// Dell iDRAC 9 and stock OpenBMC trees over the real Redfish driver, the BMC fetching the offered file
 // itself (bmcsim FetchImages) and restarting after the update (the next
 // request dropped, then 503s):
 //   - ok: one SimpleUpdate, one fetch of the offered file with its
 //     bytes, the task followed through the restart, FirmwareInventory
 //     read back at 1.9.0, the offer released, no error;
+//   - bmcweb push: stock OpenBMC lists no SimpleUpdate, so the verified
+//     file is pushed to its MultipartHttpPushUri; read back at 2.16.0;
 //   - transfer fails (the file answers 404): the task ends in Exception
 //     with Update.1.0.TransferFailed, the step fails and stalls the
 //     server with that reason, and five more passes send nothing more:
 //     one SimpleUpdate, one fetch in all; never deployed.
 func TestFirmwareUpdateThroughBMC(t *testing.T) {
 	for _, c := range []struct {
-		name    string
-		missing bool
-	}{{"ok", false}, {"transfer fails", true}} {
+		name, tree, comp, ver, file string
+		missing, push               bool
+	}{
+		{name: "ok", tree: "dell-poweredge-r750-idrac9", comp: "BIOS", ver: "1.9.0", file: "BIOS_1.9.0.bin"},
+		{name: "transfer fails", tree: "dell-poweredge-r750-idrac9", comp: "BIOS", ver: "1.9.0", file: "BIOS_1.9.0.bin", missing: true},
+		// Stock bmcweb lists no SimpleUpdate, only MultipartHttpPushUri.
+		{name: "bmcweb push", tree: "openbmc-bmcweb-stock", comp: "5d0869c4", ver: "2.16.0", file: "Software_2.16.0.tar", push: true},
+	} {
 		t.Run(c.name, func(t *testing.T) {
 			log := slog.New(slog.NewTextHandler(t.Output(), nil))
-			dir, err := bmcsim.TreeDir("", "dell-poweredge-r750-idrac9")
+			dir, err := bmcsim.TreeDir("", c.tree)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -116,7 +123,7 @@ func TestFirmwareUpdateThroughBMC(t *testing.T) {
 			imgs := newTestFirmwareImages(t)
 			imgs.missing = c.missing
 			body := []byte("a BIOS package for the test\n")
-			sum := imgs.add("dell-bios", "BIOS_1.9.0.bin", body)
+			sum := imgs.add("fw", c.file, body)
 
 			st, err := state.Open(filepath.Join(t.TempDir(), "state.db"), state.Options{})
 			if err != nil {
@@ -127,9 +134,9 @@ func TestFirmwareUpdateThroughBMC(t *testing.T) {
 				Servers: []inventory.Server{{Name: "s1", Zone: "z", BootMAC: "52:54:00:00:00:01", BootMode: inventory.BootUEFI, Want: inventory.WantDeployed, Profile: "p",
 					BMC: inventory.BMC{Driver: inventory.DriverRedfish, Address: ts.URL, Credentials: "c"}}},
 				Profiles: []inventory.Profile{{Name: "p", Image: "img", Deploy: inventory.DeployImage,
-					Firmware: &inventory.Firmware{Versions: []inventory.FirmwareVersion{{Component: "BIOS", Version: "1.9.0", Image: "dell-bios"}}}}},
+					Firmware: &inventory.Firmware{Versions: []inventory.FirmwareVersion{{Component: c.comp, Version: c.ver, Image: "fw"}}}}},
 				Images:         []inventory.Image{{Name: "img", URL: "http://x/img.raw", Checksum: "sha256:" + strings.Repeat("0", 64)}},
-				FirmwareImages: []inventory.FirmwareImage{{Name: "dell-bios", URL: "http://mirror/BIOS_1.9.0.bin", Checksum: sum, SizeBytes: int64(len(body))}},
+				FirmwareImages: []inventory.FirmwareImage{{Name: "fw", URL: "http://mirror/" + c.file, Checksum: sum, SizeBytes: int64(len(body))}},
 				Digest:         "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
 			}
 			ws := inv.Servers[0]
@@ -167,13 +174,25 @@ func TestFirmwareUpdateThroughBMC(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			updates := 0
+			updates, pushes := 0, 0
 			for _, q := range sim.Requests() {
 				if q.Method == http.MethodPost && strings.HasSuffix(q.Path, "UpdateService.SimpleUpdate") {
 					updates++
 				}
+				if q.Method == http.MethodPost && q.Path == "/redfish/v1/UpdateService/update" {
+					pushes++
+				}
 			}
 			fetches := sim.ImageFetches()
+			if c.push {
+				if updates != 0 || pushes != 1 || len(fetches) != 0 {
+					t.Errorf("%d SimpleUpdate, %d pushes, %d fetches; want the one multipart push", updates, pushes, len(fetches))
+				}
+				if srv.LastError != "" || srv.Stalled != "" || !hasVersion(srv.Firmware, c.comp, c.ver) {
+					t.Errorf("LastError %q stalled %q components %+v; want %s at %s", srv.LastError, srv.Stalled, srv.Firmware.Components, c.comp, c.ver)
+				}
+				return
+			}
 			if updates != 1 || len(fetches) != 1 {
 				t.Fatalf("%d SimpleUpdate requests and %d fetches over %d passes (%+v); want one each", updates, len(fetches), passes, fetches)
 			}
@@ -190,14 +209,8 @@ func TestFirmwareUpdateThroughBMC(t *testing.T) {
 				if srv.LastError != "" || srv.Stalled != "" {
 					t.Errorf("LastError %q stalled %q; want none", srv.LastError, srv.Stalled)
 				}
-				got := ""
-				for _, fc := range srv.Firmware.Components {
-					if got == "" && strings.EqualFold(fc.Name, "BIOS") {
-						got = fc.Version // the first listed, as the plan reads it (iDRAC lists Current-, Installed- and Previous- entries)
-					}
-				}
-				if got != "1.9.0" {
-					t.Errorf("BIOS read back %q, want 1.9.0 (%+v)", got, srv.Firmware.Components)
+				if !hasVersion(srv.Firmware, c.comp, c.ver) {
+					t.Errorf("%s not read back at %s (%+v)", c.comp, c.ver, srv.Firmware.Components)
 				}
 				return
 			}
@@ -209,6 +222,21 @@ func TestFirmwareUpdateThroughBMC(t *testing.T) {
 			}
 		})
 	}
+}
+
+// hasVersion reports whether the first component listed by Id or Name
+// comp (as the plan reads it: iDRAC lists Current-, Installed- and
+// Previous- entries named BIOS) runs ver.
+func hasVersion(fw *state.Firmware, comp, ver string) bool {
+	if fw == nil {
+		return false
+	}
+	for _, fc := range fw.Components {
+		if fc.ID == comp || strings.EqualFold(fc.Name, comp) {
+			return fc.Version == ver
+		}
+	}
+	return false
 }
 
 func hasStep(steps []plan.Step, a plan.Action) bool {
@@ -245,5 +273,117 @@ func TestFirmwareOneStepPerBMC(t *testing.T) {
 	c.unreserve(fw("s1"), obs("s1"))
 	if !c.tryStart(fw("s2"), obs("s2"), now) {
 		t.Error("the second firmware step did not start after the first ended")
+	}
+}
+
+// TestFirmwareOnDeployedAfterApproval: a deployed server (bmcsim's HPE
+// iLO 5 tree over the real Redfish driver) whose profile's firmware
+// block changed after its deploy. Unapproved, three passes send the BMC
+// no BIOS write and no reset (applying would reset the running host);
+// once the revision is approved (state.Approve, what `machinactl
+// approve` records), one pass writes the setting to bios/settings,
+// resets the host once, reads the setting back applied, and the server
+// stays deployed.
+func TestFirmwareOnDeployedAfterApproval(t *testing.T) {
+	log := slog.New(slog.NewTextHandler(t.Output(), nil))
+	dir, err := bmcsim.TreeDir("", "hpe-proliant-dl385gen10plusv2-ilo5")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, err := bmcsim.LoadTree(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sim, err := bmcsim.New(bmcsim.Config{Tree: tr, Username: "admin", Password: "pw", Power: bmcsim.NewMemoryPower(true)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer(sim)
+	defer ts.Close()
+	st, err := state.Open(filepath.Join(t.TempDir(), "state.db"), state.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	inv := &inventory.Inventory{
+		Servers: []inventory.Server{{Name: "s1", Zone: "z", BootMAC: "52:54:00:00:00:01", BootMode: inventory.BootUEFI, Want: inventory.WantDeployed, Profile: "p",
+			BMC: inventory.BMC{Driver: inventory.DriverRedfish, Address: ts.URL, Credentials: "c"}}},
+		Profiles: []inventory.Profile{{Name: "p", Image: "img", Deploy: inventory.DeployImage,
+			Firmware: &inventory.Firmware{Settings: map[string]any{"AMDPerformanceWorkloadProfile": "Enabled"}}}},
+		Images: []inventory.Image{{Name: "img", URL: "http://x/img.raw", Checksum: "sha256:" + strings.Repeat("0", 64)}},
+		Digest: "sha256:4a1f0c2e9b7d6a5f4e3d2c1b0a9f8e7d6c5b4a3f2e1d0c9b8a7f6e5d4c3b2a1f",
+	}
+	ws := inv.Servers[0]
+	if _, err := st.CreateServer(plan.Record(&ws)); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range [][2]state.Lifecycle{{state.LifecycleNew, state.LifecycleCommissioning}, {state.LifecycleCommissioning, state.LifecycleReady},
+		{state.LifecycleReady, state.LifecycleAllocated}, {state.LifecycleAllocated, state.LifecycleDeploying}, {state.LifecycleDeploying, state.LifecycleDeployed}} {
+		if _, err := st.Transition("s1", m[0], m[1], "test"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	drivers := simDrivers{url: ts.URL, log: log}
+	drv, err := drivers.Driver(context.Background(), state.Server{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fw, err := ReadFirmware(context.Background(), drv, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := fw.BIOS.Attributes["AMDPerformanceWorkloadProfile"]; got == "Enabled" {
+		t.Fatalf("fixture: AMDPerformanceWorkloadProfile already %v", got)
+	}
+	if _, err := st.UpdateServer("s1", func(s *state.Server) error {
+		s.Allocation = &state.Allocation{Profile: "p", Reason: plan.ReasonPinned, At: time.Now()}
+		s.Firmware = fw
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	ctl, err := New(Config{Store: st, Drivers: drivers, Logger: log, FirmwareTaskPoll: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctl.SetDesired(inv)
+	writes := func() (patches, resets int) {
+		for _, q := range sim.Requests() {
+			if q.Method == http.MethodPatch && strings.Contains(strings.ToLower(q.Path), "bios") {
+				patches++
+			}
+			if q.Method == http.MethodPost && strings.HasSuffix(q.Path, "ComputerSystem.Reset") {
+				resets++
+			}
+		}
+		return patches, resets
+	}
+	for i := 0; i < 3; i++ {
+		res := ctl.Pass(context.Background())
+		ctl.wg.Wait()
+		if i == 0 && (hasStep(res.Steps, plan.ActFirmware) || !hasStep(res.Held, plan.ActFirmware)) {
+			t.Fatalf("unapproved: steps %v held %v; want the firmware step held", res.Steps, res.Held)
+		}
+	}
+	if p, r := writes(); p != 0 || r != 0 {
+		t.Fatalf("unapproved: %d BIOS writes and %d resets; want none", p, r)
+	}
+	if err := st.Approve(plan.DigestPrefix(inv.Digest), "test"); err != nil {
+		t.Fatal(err)
+	}
+	res := ctl.Pass(context.Background())
+	ctl.wg.Wait()
+	if !hasStep(res.Steps, plan.ActFirmware) {
+		t.Fatalf("approved: steps %v; want the firmware step", res.Steps)
+	}
+	srv, err := st.Server("s1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p, r := writes(); p != 1 || r != 1 {
+		t.Errorf("approved: %d BIOS writes and %d resets; want one of each", p, r)
+	}
+	if srv.LastError != "" || srv.Lifecycle != state.LifecycleDeployed || srv.Firmware.BIOS.Attributes["AMDPerformanceWorkloadProfile"] != "Enabled" {
+		t.Errorf("after the step: lifecycle %s LastError %q setting %v; want deployed, no error, Enabled", srv.Lifecycle, srv.LastError, srv.Firmware.BIOS.Attributes["AMDPerformanceWorkloadProfile"])
 	}
 }

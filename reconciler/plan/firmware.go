@@ -496,7 +496,10 @@ func firmwareProfile(ws *inventory.Server, obs *state.Server) string {
 // difference (or a firmware never read) replaces this pass's deploy: an
 // allocated server gets ActFirmware, which applies the block and reads it
 // back, and the deploy follows once the read-back matches. On a deployed
-// server the differences are listed as held in Result.Firmware.
+// server a difference (a profile changed after its deploy) needs a reset
+// of the running host: its ActFirmware is held (p.fwHeld, applyBrake)
+// and its changes listed as held, until the operator approves the
+// revision; then the step runs.
 func (p *planning) firmware() {
 	blocked := map[string]Condition{}
 	for i := range p.want.Servers {
@@ -529,12 +532,28 @@ func (p *planning) firmware() {
 			p.cond(Condition{Subject: "server/" + ws.Name, Type: CondFirmwareNotRead, Reason: "Waiting",
 				Message: "profile " + prof.Name + " sets firmware state; the server's firmware has not been read from its BMC yet"})
 		}
-		held := obs.Lifecycle == state.LifecycleDeployed
+		deployed := obs.Lifecycle == state.LifecycleDeployed
+		held := deployed && !p.opts.Approved
 		for _, c := range chk.Changes {
 			c.Held = held
 			p.res.Firmware = append(p.res.Firmware, c)
 		}
-		if held || (len(chk.Changes) == 0 && !chk.NotRead) {
+		if deployed {
+			// Applying resets a running host: only once the operator
+			// approves this revision (machinactl approve), as the safety
+			// brake's holds. Never-read firmware is read by the sweep.
+			if len(chk.Changes) > 0 && !hasServerStep(p.res.Steps, ws.Name, ActRelease) && !hasServerStep(p.res.Steps, ws.Name, ActRetire) {
+				st := Step{Server: ws.Name, Action: ActFirmware, Profile: prof.Name,
+					Why: fmt.Sprintf("profile %s firmware: %d changes on a deployed server (resets its host)", prof.Name, len(chk.Changes))}
+				if held {
+					p.fwHeld = append(p.fwHeld, st)
+				} else {
+					p.res.Steps = append(p.res.Steps, st)
+				}
+			}
+			continue
+		}
+		if len(chk.Changes) == 0 && !chk.NotRead {
 			continue
 		}
 		switch obs.Lifecycle {
