@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/machina-metal/machina/bmc"
 	"github.com/machina-metal/machina/bmc/bmcsim"
 	"github.com/machina-metal/machina/inventory"
 	"github.com/machina-metal/machina/reconciler/plan"
@@ -385,5 +386,175 @@ func TestFirmwareOnDeployedAfterApproval(t *testing.T) {
 	}
 	if srv.LastError != "" || srv.Lifecycle != state.LifecycleDeployed || srv.Firmware.BIOS.Attributes["AMDPerformanceWorkloadProfile"] != "Enabled" {
 		t.Errorf("after the step: lifecycle %s LastError %q setting %v; want deployed, no error, Enabled", srv.Lifecycle, srv.LastError, srv.Firmware.BIOS.Attributes["AMDPerformanceWorkloadProfile"])
+	}
+}
+
+// TestFirmwareIPMIUnsupportedNoLoop: an allocated server on an IPMI BMC
+// whose profile sets firmware state gets FirmwareUnsupported (reason
+// IPMI) on every pass and no step: over five passes no BMC connection is
+// opened, nothing is recorded as a failure, and the server stays
+// allocated (neither firmware nor deploy is attempted).
+func TestFirmwareIPMIUnsupportedNoLoop(t *testing.T) {
+	st, err := state.Open(filepath.Join(t.TempDir(), "state.db"), state.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	sb := true
+	inv := &inventory.Inventory{
+		Servers: []inventory.Server{{Name: "s1", Zone: "z", BootMAC: "52:54:00:00:00:01", BootMode: inventory.BootUEFI, Want: inventory.WantDeployed, Profile: "p",
+			BMC: inventory.BMC{Driver: inventory.DriverIPMI, Address: "10.0.0.9:623", Credentials: "c"}}},
+		Profiles: []inventory.Profile{{Name: "p", Image: "img", Deploy: inventory.DeployImage, Firmware: &inventory.Firmware{SecureBoot: &sb}}},
+		Images:   []inventory.Image{{Name: "img", URL: "http://x/img.raw", Checksum: "sha256:" + strings.Repeat("0", 64)}},
+		Digest:   "sha256:5a1f0c2e9b7d6a5f4e3d2c1b0a9f8e7d6c5b4a3f2e1d0c9b8a7f6e5d4c3b2a1f",
+	}
+	ws := inv.Servers[0]
+	if _, err := st.CreateServer(plan.Record(&ws)); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range [][2]state.Lifecycle{{state.LifecycleNew, state.LifecycleCommissioning}, {state.LifecycleCommissioning, state.LifecycleReady}, {state.LifecycleReady, state.LifecycleAllocated}} {
+		if _, err := st.Transition("s1", m[0], m[1], "test"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := st.UpdateServer("s1", func(s *state.Server) error {
+		s.Allocation = &state.Allocation{Profile: "p", Reason: plan.ReasonPinned, At: time.Now()}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	drivers := &countingDrivers{d: &recordingDriver{on: true}}
+	ctl, err := New(Config{Store: st, Drivers: drivers})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctl.SetDesired(inv)
+	for i := 0; i < 5; i++ {
+		res := ctl.Pass(context.Background())
+		ctl.wg.Wait()
+		var cond *plan.Condition
+		for j, c := range res.Conditions {
+			if c.Subject == "server/s1" && c.Type == plan.CondFirmwareUnsupported {
+				cond = &res.Conditions[j]
+			}
+		}
+		if cond == nil || cond.Reason != "IPMI" {
+			t.Fatalf("pass %d: conditions %+v; want FirmwareUnsupported (IPMI) on s1", i, res.Conditions)
+		}
+		for _, s := range res.Steps {
+			if s.Server == "s1" {
+				t.Errorf("pass %d: step %s planned on s1", i, s)
+			}
+		}
+	}
+	srv, err := st.Server("s1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if drivers.opened != 0 || srv.LastError != "" || srv.Failures != 0 || srv.Lifecycle != state.LifecycleAllocated {
+		t.Errorf("after five passes: %d BMC connections, LastError %q, failures %d, lifecycle %s; want none, none, 0, allocated", drivers.opened, srv.LastError, srv.Failures, srv.Lifecycle)
+	}
+}
+// TestReleaseDeletesOnlyCreatedVolumes: release deletes the RAID volumes
+// Machina recorded as created, and only those (bmcsim's Lenovo XCC tree
+// over the real Redfish driver; XCC creates and deletes at once, and its
+// M.2 controller holds one RAID1 volume over its two drives):
+//   - a volume "data" made by someone else, while Machina's record names
+//     "M.2/os": no DELETE, "data" still listed, the record emptied;
+//   - "os" made and recorded by Machina: one DELETE, gone from the
+//     stored read, the record emptied.
+func TestReleaseDeletesOnlyCreatedVolumes(t *testing.T) {
+	log := slog.New(slog.NewTextHandler(t.Output(), nil))
+	dir, err := bmcsim.TreeDir("", "lenovo-thinksystem-sr670v2-xcc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, err := bmcsim.LoadTree(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sim, err := bmcsim.New(bmcsim.Config{Tree: tr, Username: "admin", Password: "pw", Power: bmcsim.NewMemoryPower(false)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer(sim)
+	defer ts.Close()
+	ctx := context.Background()
+	drv, err := simDrivers{url: ts.URL, log: log}.Driver(ctx, state.Server{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc := drv.(bmc.RAIDConfigurer)
+	ctrls, err := rc.Storage(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var drives []string
+	for _, c := range ctrls {
+		if c.ID == "M.2" {
+			for _, d := range c.Drives {
+				drives = append(drives, d.ID)
+			}
+		}
+	}
+	st, err := state.Open(filepath.Join(t.TempDir(), "state.db"), state.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	ws := inventory.Server{Name: "s1", Zone: "z", BootMAC: "52:54:00:00:00:01", BMC: inventory.BMC{Driver: inventory.DriverRedfish, Address: ts.URL, Credentials: "c"}}
+	if _, err := st.CreateServer(plan.Record(&ws)); err != nil {
+		t.Fatal(err)
+	}
+	ctl, err := New(Config{Store: st, Drivers: simDrivers{url: ts.URL, log: log}, Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		volume     string // made on M.2 before the release
+		wantDelete int
+		wantKept   bool
+	}{{"data", 0, true}, {"os", 1, false}} {
+		if _, err := rc.CreateVolume(ctx, bmc.VolumeRequest{Controller: "M.2", Name: c.volume, RAIDType: "RAID1", Drives: drives}); err != nil {
+			t.Fatalf("create %s: %v", c.volume, err)
+		}
+		obs, err := st.UpdateServer("s1", func(s *state.Server) error {
+			s.Firmware = &state.Firmware{CreatedVolumes: []string{"M.2/os"}}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sim.ClearRequests()
+		x := &stepCtx{step: plan.Step{Server: "s1", Action: plan.ActRelease}, obs: obs, drv: drv, log: log}
+		if err := ctl.deleteCreatedVolumes(ctx, x); err != nil {
+			t.Fatal(err)
+		}
+		deletes := 0
+		for _, q := range sim.Requests() {
+			if q.Method == http.MethodDelete {
+				deletes++
+			}
+		}
+		srv, err := st.Server("s1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var vid string
+		for _, sc := range srv.Firmware.Storage {
+			for _, v := range sc.Volumes {
+				if sc.ID == "M.2" && v.Name == c.volume {
+					vid = v.ID
+				}
+			}
+		}
+		if deletes != c.wantDelete || (vid != "") != c.wantKept || len(srv.Firmware.CreatedVolumes) != 0 {
+			t.Errorf("%s: %d DELETEs, still listed %v, created %v; want %d DELETEs, listed %v, none recorded", c.volume, deletes, vid != "", srv.Firmware.CreatedVolumes, c.wantDelete, c.wantKept)
+		}
+		if vid != "" {
+			if _, err := rc.DeleteVolume(ctx, "M.2", vid); err != nil { // the operator's own clean-up
+				t.Fatal(err)
+			}
+		}
 	}
 }
