@@ -455,6 +455,7 @@ func TestFirmwareIPMIUnsupportedNoLoop(t *testing.T) {
 		t.Errorf("after five passes: %d BMC connections, LastError %q, failures %d, lifecycle %s; want none, none, 0, allocated", drivers.opened, srv.LastError, srv.Failures, srv.Lifecycle)
 	}
 }
+
 // TestReleaseDeletesOnlyCreatedVolumes: release deletes the RAID volumes
 // Machina recorded as created, and only those (bmcsim's Lenovo XCC tree
 // over the real Redfish driver; XCC creates and deletes at once, and its
