@@ -173,13 +173,12 @@ func (c *Controller) applyFirmware(ctx context.Context, x *stepCtx) error {
 	// reset the settings, and the BMC restarts after many updates (so
 	// it is waited for before anything else is sent).
 	var pend pendingApply
+	defer pend.release()
 	for _, ch := range chk.Changes {
 		if ch.Kind == plan.FirmwareUpdate {
-			reset, err := c.updateFirmware(ctx, x, x.drv, ch)
-			if err != nil {
+			if err := c.updateFirmware(ctx, x, x.drv, ch, &pend); err != nil {
 				return err
 			}
-			pend.reset = pend.reset || reset
 		}
 	}
 	if err := c.sendChanges(ctx, x, prof, chk.Changes, &pend); err != nil {
@@ -191,9 +190,9 @@ func (c *Controller) applyFirmware(ctx context.Context, x *stepCtx) error {
 		}
 	}
 	if tf, ok := x.drv.(bmc.TaskFollower); ok {
-		for _, t := range pend.tasks {
-			if _, err := bmc.WaitTask(ctx, tf, t.URI, c.cfg.FirmwareTaskPoll, nil); err != nil {
-				return fmt.Errorf("follow %s after the reset: %w", t.URI, err)
+		for _, pt := range pend.tasks {
+			if _, err := bmc.WaitTask(ctx, tf, pt.t.URI, c.cfg.FirmwareTaskPoll, nil); err != nil {
+				return fmt.Errorf("%s, after the reset: %w", pt.what, err)
 			}
 		}
 	}
@@ -204,11 +203,20 @@ func (c *Controller) applyFirmware(ctx context.Context, x *stepCtx) error {
 	return nil
 }
 
-// pendingApply collects what the writes left to do: a reset, and the
-// tasks (Dell configuration jobs) to follow after it.
+// pendingApply collects what the writes left to do: a reset, the tasks
+// to follow after it (Dell configuration jobs, updates scheduled
+// OnReset), and the firmware offers to end with the step.
 type pendingApply struct {
-	reset bool
-	tasks []*bmc.Task
+	reset    bool
+	tasks    []pendingTask
+	releases []func()
+}
+
+// pendingTask is a task to follow after the reset and what it does, as
+// its failure names it.
+type pendingTask struct {
+	what string
+	t    *bmc.Task
 }
 
 func (p *pendingApply) note(r *bmc.ApplyResult) {
@@ -217,7 +225,14 @@ func (p *pendingApply) note(r *bmc.ApplyResult) {
 	}
 	p.reset = p.reset || r.ResetRequired
 	if r.Task != nil && !r.Task.State.Done() {
-		p.tasks = append(p.tasks, r.Task)
+		p.tasks = append(p.tasks, pendingTask{what: "configuration job " + r.Task.URI, t: r.Task})
+	}
+}
+
+// release ends the step's firmware offers.
+func (p *pendingApply) release() {
+	for _, r := range p.releases {
+		r()
 	}
 }
 
@@ -313,47 +328,64 @@ type FirmwareImages interface {
 	Open(ctx context.Context, name, checksum string) (f io.ReadCloser, fileName string, err error)
 }
 
-// updateFirmware applies one firmware-update change: the catalog file is
-// verified and offered (FirmwareImages), the BMC is told to fetch it with
-// SimpleUpdate (or, when it lists no SimpleUpdate or not the URL's
-// TransferProtocol, the file is pushed to its MultipartHttpPushUri), the
-// task is followed to its end (the BMC restarting in between is waited
-// through, bmc.WaitTask), the BMC is waited for until it answers again,
-// and its FirmwareInventory read back. A version still differing asks
-// for the step's host reset (a staged host firmware update installs
-// then); the step's read-back after it fails with both versions
-// (ErrFirmwareMismatch). The offer ends with the update.
-func (c *Controller) updateFirmware(ctx context.Context, x *stepCtx, drv bmc.Driver, ch plan.FirmwareChange) (resetNeeded bool, err error) {
+// updateFirmware applies one firmware-update change. The catalog file is
+// verified and offered (FirmwareImages; the offer ends with the step).
+// Where SimpleUpdate lists OperationApplyTime OnReset the update is
+// scheduled for the step's reset and its task followed after it (in
+// pend). Otherwise the BMC is told to fetch it with SimpleUpdate (or,
+// when it lists no SimpleUpdate or not the URL's TransferProtocol, the
+// file is pushed to its MultipartHttpPushUri), the task is followed to
+// its end (the BMC restarting in between is waited through,
+// bmc.WaitTask), the BMC is waited for until it answers again, and its
+// FirmwareInventory read back: a version still differing asks for the
+// step's reset. Either way the step's read-back after the reset fails
+// with both versions if the component still differs
+// (ErrFirmwareMismatch).
+func (c *Controller) updateFirmware(ctx context.Context, x *stepCtx, drv bmc.Driver, ch plan.FirmwareChange, pend *pendingApply) error {
 	fu, ok := drv.(bmc.FirmwareUpdater)
 	if !ok {
-		return false, fmt.Errorf("update %s: the driver has no update interface: %w", ch.Item, ErrFirmwareRefused)
+		return fmt.Errorf("update %s: the driver has no update interface: %w", ch.Item, ErrFirmwareRefused)
 	}
 	if ch.Image == "" || c.cfg.FirmwareImages == nil {
-		return false, fmt.Errorf("update %s: no firmware catalog image to offer the BMC: %w", ch.Item, ErrFirmwareRefused)
+		return fmt.Errorf("update %s: no firmware catalog image to offer the BMC: %w", ch.Item, ErrFirmwareRefused)
 	}
+	what := fmt.Sprintf("update %s to %s", ch.Item, ch.To)
 	uri, release, err := c.cfg.FirmwareImages.Offer(ctx, ch.Image, ch.Checksum)
 	if err != nil {
-		return false, fmt.Errorf("update %s: offer image %s: %w", ch.Item, ch.Image, err)
+		return fmt.Errorf("update %s: offer image %s: %w", ch.Item, ch.Image, err)
 	}
-	defer release()
-	t, err := fu.UpdateFirmware(ctx, bmc.FirmwareUpdate{ImageURI: uri})
+	pend.releases = append(pend.releases, release)
+	// OnReset where SimpleUpdate lists it (iDRAC 9): the BMC fetches the
+	// file now and installs it at the step's one reset, so a host
+	// firmware package never waits for a reboot nobody sends, and never
+	// reboots the host on its own. Each ErrUnsupported below was
+	// refused before anything was sent.
+	t, err := fu.UpdateFirmware(ctx, bmc.FirmwareUpdate{ImageURI: uri, ApplyTime: bmc.ApplyOnReset})
+	if err == nil {
+		x.log.Info("firmware: update scheduled for the reset", "component", ch.Item, "version", ch.To, "image", ch.Image, "task", t.URI)
+		pend.reset = true
+		pend.tasks = append(pend.tasks, pendingTask{what: what, t: t})
+		return nil
+	}
 	if errors.Is(err, bmc.ErrUnsupported) {
-		// Nothing was sent (the driver checks the BMC's SimpleUpdate
-		// action and its TransferProtocol first): stock bmcweb lists
-		// only the multipart push.
+		t, err = fu.UpdateFirmware(ctx, bmc.FirmwareUpdate{ImageURI: uri})
+	}
+	if errors.Is(err, bmc.ErrUnsupported) {
+		// No SimpleUpdate, or not the URL's TransferProtocol: stock
+		// bmcweb lists only the multipart push.
 		f, name, oerr := c.cfg.FirmwareImages.Open(ctx, ch.Image, ch.Checksum)
 		if oerr != nil {
-			return false, fmt.Errorf("update %s: open image %s: %w", ch.Item, ch.Image, oerr)
+			return fmt.Errorf("update %s: open image %s: %w", ch.Item, ch.Image, oerr)
 		}
 		t, err = fu.UpdateFirmware(ctx, bmc.FirmwareUpdate{Image: f, ImageName: name})
 		f.Close()
 	}
 	if err != nil {
-		return false, fmt.Errorf("update %s to %s: %w", ch.Item, ch.To, err)
+		return fmt.Errorf("%s: %w", what, err)
 	}
 	x.log.Info("firmware: update started", "component", ch.Item, "version", ch.To, "image", ch.Image, "task", t.URI)
 	if _, err := bmc.WaitTask(ctx, fu, t.URI, c.cfg.FirmwareTaskPoll, nil); err != nil {
-		return false, fmt.Errorf("update %s to %s: %w", ch.Item, ch.To, err)
+		return fmt.Errorf("%s: %w", what, err)
 	}
 	// The BMC restarts after many updates (iDRAC, iLO and XCC after
 	// their own, bmcweb after any activation): wait until it answers.
@@ -368,20 +400,20 @@ func (c *Controller) updateFirmware(ctx context.Context, x *stepCtx, drv bmc.Dri
 				}
 			}
 			if got != ch.To {
-				// A host firmware update (BIOS, NIC option ROMs) is
-				// staged by many BMCs and installed at the next host
-				// reset (iDRAC runs it as a job then): the read-back
-				// after the reset decides.
-				x.log.Info("firmware: update staged, the inventory still reads the old version", "component", ch.Item, "reads", got, "wanted", ch.To)
-				return true, nil
+				// A host firmware package (BIOS, a NIC's) is installed
+				// or activated at the next host reset by many BMCs
+				// (iDRAC: "Job completed, server reboot pending"): the
+				// read-back after the step's reset decides.
+				x.log.Info("firmware: update needs the reset, the inventory still reads the old version", "component", ch.Item, "reads", got, "wanted", ch.To)
+				pend.reset = true
 			}
-			return false, nil
+			return nil
 		}
 		if !bmc.IsTransient(err) || ctx.Err() != nil {
-			return false, fmt.Errorf("after update %s: %w", ch.Item, err)
+			return fmt.Errorf("after update %s: %w", ch.Item, err)
 		}
 		if err := sleepCtx(ctx, c.cfg.FirmwareTaskPoll); err != nil {
-			return false, fmt.Errorf("after update %s: wait for the BMC: %w", ch.Item, err)
+			return fmt.Errorf("after update %s: wait for the BMC: %w", ch.Item, err)
 		}
 	}
 }

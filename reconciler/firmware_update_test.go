@@ -85,13 +85,16 @@ func (fi *testFirmwareImages) Open(_ context.Context, name, _ string) (io.ReadCl
 // Dell iDRAC 9 and stock OpenBMC trees over the real Redfish driver, the BMC fetching the offered file
 // itself (bmcsim FetchImages) and restarting after the update (the next
 // request dropped, then 503s):
-//   - ok: one SimpleUpdate, one fetch of the offered file with its
-//     bytes, the task followed through the restart, FirmwareInventory
-//     read back at 1.9.0, the offer released, no error;
+//   - ok: one SimpleUpdate with OperationApplyTime OnReset (iDRAC
+//     lists it), one fetch of the offered file with its bytes, the task
+//     Pending until the step's one reset, then followed through the
+//     BMC's restart, FirmwareInventory read back at 1.9.0, the offer
+//     released, no error;
 //   - bmcweb push: stock OpenBMC lists no SimpleUpdate, so the verified
 //     file is pushed to its MultipartHttpPushUri; read back at 2.16.0;
-//   - transfer fails (the file answers 404): the task ends in Exception
-//     with Update.1.0.TransferFailed, the step fails and stalls the
+//   - transfer fails (the file answers 404): the task ends failed
+//     (iDRAC: Completed, TaskStatus Critical) with
+//     Update.1.0.TransferFailed, the step fails and stalls the
 //     server with that reason, and five more passes send nothing more:
 //     one SimpleUpdate, one fetch in all; never deployed.
 func TestFirmwareUpdateThroughBMC(t *testing.T) {
@@ -175,10 +178,16 @@ func TestFirmwareUpdateThroughBMC(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			updates, pushes := 0, 0
+			updates, pushes, onReset, resets := 0, 0, 0, 0
 			for _, q := range sim.Requests() {
 				if q.Method == http.MethodPost && strings.HasSuffix(q.Path, "UpdateService.SimpleUpdate") {
 					updates++
+					if q.Body["@Redfish.OperationApplyTime"] == "OnReset" {
+						onReset++
+					}
+				}
+				if q.Method == http.MethodPost && strings.HasSuffix(q.Path, "ComputerSystem.Reset") && q.Status >= 200 && q.Status < 300 {
+					resets++
 				}
 				if q.Method == http.MethodPost && q.Path == "/redfish/v1/UpdateService/update" {
 					pushes++
@@ -196,6 +205,11 @@ func TestFirmwareUpdateThroughBMC(t *testing.T) {
 			}
 			if updates != 1 || len(fetches) != 1 {
 				t.Fatalf("%d SimpleUpdate requests and %d fetches over %d passes (%+v); want one each", updates, len(fetches), passes, fetches)
+			}
+			// iDRAC lists OperationApplyTime OnReset for SimpleUpdate: the
+			// update is scheduled and runs at the step's one reset.
+			if onReset != 1 || resets != 1 {
+				t.Errorf("%d SimpleUpdates with OperationApplyTime OnReset, %d resets; want one each", onReset, resets)
 			}
 			if imgs.offers != 1 || imgs.released != 1 {
 				t.Errorf("offers %d released %d; want one offer, released when the update ended", imgs.offers, imgs.released)

@@ -66,6 +66,22 @@ import (
 //     ("BIOS_1.9.0.bin" updates the first updateable component whose Id or
 //     Name contains "BIOS" to 1.9.0) and fails the task when no component matches, as a BMC
 //     refuses a package not meant for it.
+//   - SimpleUpdate with @Redfish.OperationApplyTime OnReset, on a tree
+//     whose SimpleUpdate lists it in OperationApplyTimeSupport (iDRAC 9:
+//     Immediate, OnReset, OnStartUpdateRequest), downloads at once and
+//     keeps its task Pending until a reset that starts the host, then
+//     runs it (iDRAC 4.22 and later hold a host firmware package as a
+//     scheduled job until the server reboots); an apply time not listed
+//     is refused (ActionParameterNotSupported). The emulator takes
+//     OnStartUpdateRequest as not modelled and refuses it too.
+//   - A failed update: the task ends in Exception with the Update
+//     registry's message (ApplyFailed, or TransferFailed when the image
+//     could not be fetched); on the Dell tree it ends Completed with
+//     TaskStatus Critical, as iDRAC reports a failed job's task.
+//   - A Bios that lists no SupportedApplyTimes refuses a PATCH carrying
+//     @Redfish.SettingsApplyTime with PropertyUnknown, as Supermicro's
+//     BMC does; one that lists them refuses an apply time not listed
+//     with PropertyValueNotInList.
 //   - Volumes: POST to a Storage Volumes collection checks RAIDType against
 //     the controller's SupportedRAIDTypes and the drives against Drives
 //     (XCC's M.2 controller lists RAID1; iDRAC's CPU.1 lists none and
@@ -171,6 +187,7 @@ type fwUpdate struct {
 	image      string
 	done, fail bool
 	transfer   string // why the image's download failed; "" when it did not
+	scheduled  bool   // OperationApplyTime OnReset: waits for a host reset
 }
 
 func (s *Server) fw() *fwState {
@@ -531,6 +548,11 @@ func (s *Server) patchBiosSettingsLocked(w http.ResponseWriter, bp, p string, bo
 	supported := strs(anySlice(st["SupportedApplyTimes"]))
 	applyTime := ""
 	if at, has := body["@Redfish.SettingsApplyTime"]; has {
+		if len(supported) == 0 {
+			// A Bios that lists no SupportedApplyTimes refuses the
+			// property itself (Supermicro answers PropertyUnknown).
+			return writeError(w, http.StatusBadRequest, "Base.1.8.PropertyUnknown", "The property @Redfish.SettingsApplyTime is not in the list of valid properties for the resource.", "@Redfish.SettingsApplyTime")
+		}
 		m, _ := at.(map[string]any)
 		applyTime, _ = m["ApplyTime"].(string)
 		if !slices.Contains(supported, applyTime) {
@@ -639,6 +661,9 @@ func (s *Server) onHostResetLocked() {
 		return
 	}
 	f := s.fwst
+	for _, u := range f.updates {
+		u.scheduled = false // an update scheduled OnReset runs now
+	}
 	ids := make([]string, 0, len(f.jobs))
 	for id := range f.jobs {
 		ids = append(ids, id)
@@ -751,6 +776,11 @@ func (s *Server) updateBody(u *fwUpdate, state string, pc int) map[string]any {
 	default:
 		msgs = []any{map[string]any{"MessageId": "TaskEvent.1.0.TaskProgressChanged", "Message": "The task " + u.id + " has changed to progress " + strconv.Itoa(pc) + " percent complete.", "Severity": "OK"}}
 	}
+	if state == "Exception" && s.isDell() {
+		// iDRAC ends a failed update job's task Completed with
+		// TaskStatus Critical, not Exception.
+		state = "Completed"
+	}
 	return map[string]any{
 		"@odata.id": "/redfish/v1/TaskService/Tasks/" + u.id, "@odata.type": "#Task.v1_4_3.Task",
 		"Id": u.id, "Name": "Firmware update " + u.id, "TaskState": state, "TaskStatus": status,
@@ -766,6 +796,9 @@ func (s *Server) pollUpdateLocked(u *fwUpdate) map[string]any {
 			return s.updateBody(u, "Exception", 100)
 		}
 		return s.updateBody(u, "Completed", 100)
+	}
+	if u.scheduled {
+		return s.updateBody(u, "Pending", 0)
 	}
 	u.got++
 	if u.got <= u.polls {
@@ -812,7 +845,11 @@ func (s *Server) simpleUpdate(ctx context.Context, w http.ResponseWriter, body m
 	if got != nil {
 		transfer = got.Err
 	}
-	return s.startUpdateLocked(w, img, strs(anySlice(body["Targets"])), transfer)
+	code := s.startUpdateLocked(w, img, strs(anySlice(body["Targets"])), transfer)
+	if at, _ := body["@Redfish.OperationApplyTime"].(string); at == "OnReset" {
+		s.fw().updates[fmt.Sprintf("fw%d", s.seq)].scheduled = true
+	}
+	return code
 }
 
 // checkSimpleUpdateLocked refuses a SimpleUpdate the UpdateService does
@@ -831,6 +868,13 @@ func (s *Server) checkSimpleUpdateLocked(w http.ResponseWriter, body map[string]
 	if tp, has := body["TransferProtocol"].(string); has {
 		if allowed := strs(anySlice(act["TransferProtocol@Redfish.AllowableValues"])); allowed != nil && !slices.Contains(allowed, tp) {
 			return writeError(w, http.StatusBadRequest, "Base.1.8.ActionParameterValueNotInList", "The value '"+tp+"' for the parameter TransferProtocol is not in the list of acceptable values.", tp, "TransferProtocol", "UpdateService.SimpleUpdate")
+		}
+	}
+	if at, has := body["@Redfish.OperationApplyTime"]; has {
+		sup, _ := act["@Redfish.OperationApplyTimeSupport"].(map[string]any)
+		v, _ := at.(string)
+		if allowed := strs(anySlice(sup["SupportedValues"])); !slices.Contains(allowed, v) || (v != "OnReset" && v != "Immediate") {
+			return writeError(w, http.StatusBadRequest, "Base.1.8.ActionParameterNotSupported", "The parameter @Redfish.OperationApplyTime for the action UpdateService.SimpleUpdate is not supported on the target resource.", "@Redfish.OperationApplyTime", "UpdateService.SimpleUpdate")
 		}
 	}
 	return 0
