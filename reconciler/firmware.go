@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"path"
 	"slices"
 	"strings"
 	"time"
@@ -192,7 +193,7 @@ func (c *Controller) applyFirmware(ctx context.Context, x *stepCtx) error {
 	if tf, ok := x.drv.(bmc.TaskFollower); ok {
 		for _, pt := range pend.tasks {
 			if _, err := bmc.WaitTask(ctx, tf, pt.t.URI, c.cfg.FirmwareTaskPoll, nil); err != nil {
-				return fmt.Errorf("%s, after the reset: %w", pt.what, err)
+				return fmt.Errorf("%s, after the reset: %w", pt.what, redactOffer(err, pt.uri))
 			}
 		}
 	}
@@ -217,6 +218,7 @@ type pendingApply struct {
 type pendingTask struct {
 	what string
 	t    *bmc.Task
+	uri  string // an offer URI its messages may echo, redacted from errors
 }
 
 func (p *pendingApply) note(r *bmc.ApplyResult) {
@@ -364,7 +366,7 @@ func (c *Controller) updateFirmware(ctx context.Context, x *stepCtx, drv bmc.Dri
 	if err == nil {
 		x.log.Info("firmware: update scheduled for the reset", "component", ch.Item, "version", ch.To, "image", ch.Image, "task", t.URI)
 		pend.reset = true
-		pend.tasks = append(pend.tasks, pendingTask{what: what, t: t})
+		pend.tasks = append(pend.tasks, pendingTask{what: what, t: t, uri: uri})
 		return nil
 	}
 	if errors.Is(err, bmc.ErrUnsupported) {
@@ -381,11 +383,11 @@ func (c *Controller) updateFirmware(ctx context.Context, x *stepCtx, drv bmc.Dri
 		f.Close()
 	}
 	if err != nil {
-		return fmt.Errorf("%s: %w", what, err)
+		return fmt.Errorf("%s: %w", what, redactOffer(err, uri))
 	}
 	x.log.Info("firmware: update started", "component", ch.Item, "version", ch.To, "image", ch.Image, "task", t.URI)
 	if _, err := bmc.WaitTask(ctx, fu, t.URI, c.cfg.FirmwareTaskPoll, nil); err != nil {
-		return fmt.Errorf("%s: %w", what, err)
+		return fmt.Errorf("%s: %w", what, redactOffer(err, uri))
 	}
 	// The BMC restarts after many updates (iDRAC, iLO and XCC after
 	// their own, bmcweb after any activation): wait until it answers.
@@ -417,6 +419,28 @@ func (c *Controller) updateFirmware(ctx context.Context, x *stepCtx, drv bmc.Dri
 		}
 	}
 }
+
+// redactOffer hides an offer URI that a BMC's task message echoes (DMTF
+// Update.1.0.TransferFailed names the image; iDRAC's job messages do
+// too): the error goes to status and Git, and the URI is a capability.
+// errors.Is and errors.As still see err.
+func redactOffer(err error, uri string) error {
+	if err == nil || uri == "" || !strings.Contains(err.Error(), uri) {
+		return err
+	}
+	return &redactedError{err: err, uri: uri}
+}
+
+type redactedError struct {
+	err error
+	uri string
+}
+
+func (e *redactedError) Error() string {
+	return strings.ReplaceAll(e.err.Error(), e.uri, "<offered file "+path.Base(e.uri)+">")
+}
+
+func (e *redactedError) Unwrap() error { return e.err }
 
 // firmwareDigest is a short digest of profile's firmware block and the
 // catalog entries its versions name: what a stalled firmware step's key

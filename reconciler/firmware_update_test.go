@@ -235,6 +235,10 @@ func TestFirmwareUpdateThroughBMC(t *testing.T) {
 			if !strings.Contains(srv.LastError, "update BIOS to 1.9.0") || !strings.Contains(srv.LastError, "TransferFailed") || srv.Stalled == "" {
 				t.Errorf("LastError %q stalled %q; want the failed update's task message and a stall", srv.LastError, srv.Stalled)
 			}
+			// The BMC's message echoes the ImageURI; status keeps no offer URI.
+			if strings.Contains(srv.LastError, imgs.srv.URL) || !strings.Contains(srv.LastError, "<offered file BIOS_1.9.0.bin>") {
+				t.Errorf("LastError %q; want the offer URI redacted", srv.LastError)
+			}
 		})
 	}
 }
