@@ -22,6 +22,7 @@ var routeRoles = map[string]state.Role{
 	"GET /api/v1/servers":                     state.RoleViewer,
 	"GET /api/v1/servers/{name}":              state.RoleViewer,
 	"GET /api/v1/servers/{name}/events":       state.RoleViewer,
+	"GET /api/v1/servers/{name}/firmware":     state.RoleViewer,
 	"POST /api/v1/servers/{name}/transitions": state.RoleOperator,
 	"GET /api/v1/servers/{name}/console":      state.RoleOperator,
 	"GET /api/v1/events":                      state.RoleViewer,

@@ -578,8 +578,12 @@ type FirmwareUpdate struct {
 	// Targets are FirmwareComponent URIs to update; empty lets the BMC
 	// choose from the image.
 	Targets []string `json:"targets,omitempty"`
-	// ApplyTime is the multipart UpdateParameters' @Redfish.OperationApplyTime;
-	// ApplyUnset sends none (the BMC's default, usually Immediate).
+	// ApplyTime is @Redfish.OperationApplyTime: in SimpleUpdate's body
+	// (only when the action's OperationApplyTimeSupport lists it, else
+	// ErrUnsupported before anything is sent) or in the multipart
+	// UpdateParameters. ApplyUnset sends none (the BMC's default,
+	// usually Immediate). With ApplyOnReset the task waits for the next
+	// host reset (Pending) and runs then.
 	ApplyTime ApplyTime `json:"applyTime,omitempty"`
 }
 

@@ -64,6 +64,11 @@ type Config struct {
 	// PublicURL is the controller's base URL as machines reach it (iPXE
 	// scripts, deploy plans); "" means http://<Listen's bound address>.
 	PublicURL string
+	// FirmwareURL is the controller's base URL as BMCs reach it, for the
+	// firmware files it offers them (SimpleUpdate ImageURI, under
+	// /firmware/); "" means PublicURL. Set it when the BMCs' management
+	// network reaches the controller at another address.
+	FirmwareURL string
 	// WorkDir holds the Git clones (WorkDir/git) and, unless ImagesDir is
 	// set, the image store (WorkDir/images). Required.
 	WorkDir string

@@ -42,7 +42,8 @@ func follow(ctx context.Context, src *gitops.Source, ctrl *reconciler.Controller
 	})
 }
 
-// imageRequests turns images.yaml entries into import requests.
+// imageRequests turns images.yaml entries (OS images and the firmware
+// catalog) into import requests.
 func imageRequests(inv *inventory.Inventory, mirrors images.Mirrors) []images.Request {
 	var out []images.Request
 	installer := map[string]bool{}
@@ -58,6 +59,11 @@ func imageRequests(inv *inventory.Inventory, mirrors images.Mirrors) []images.Re
 			r.Mirrors.Base = im.Mirror
 		}
 		out = append(out, r)
+	}
+	// The firmware catalog: stored as downloaded, size and sha256
+	// checked (served to BMCs, see firmwareOffers).
+	for _, fi := range inv.FirmwareImages {
+		out = append(out, images.Request{Name: fi.Name, URL: fi.URL, Checksum: fi.Checksum, SizeBytes: fi.SizeBytes, Firmware: true})
 	}
 	return out
 }

@@ -40,6 +40,9 @@ func TestRouteRolesMatchMountedRoutes(t *testing.T) {
 	if err := mountImages(srv, nil, nil, nil, nil); err != nil {
 		t.Fatal(err)
 	}
+	if err := MountFirmwareRead(srv, st); err != nil {
+		t.Fatal(err)
+	}
 	if err := join.RegisterAdmin(srv, nil, api.Actor); err != nil {
 		t.Fatal(err)
 	}

@@ -59,6 +59,7 @@ type wiring struct {
 	imgStatus   *imageStatus
 	importFails *importFailures
 	importer    *images.Importer
+	fwOffers    *firmwareOffers
 
 	drivers, sweepDrivers reconciler.Drivers
 	feed                  *statusFeed
@@ -294,7 +295,15 @@ func (w *wiring) images() (func(), error) {
 	if err != nil {
 		return nil, fmt.Errorf("controller: %w", err)
 	}
-	return nil, w.srv.HandlePublic("/images/", h)
+	if err := w.srv.HandlePublic("/images/", h); err != nil {
+		return nil, err
+	}
+	base := w.cfg.FirmwareURL
+	if base == "" {
+		base = w.publicURL
+	}
+	w.fwOffers = newFirmwareOffers(w.imgStore, base, w.log.With("component", "firmware"))
+	return nil, w.srv.HandlePublic(FirmwarePath, w.fwOffers)
 }
 
 // bmcDrivers picks the BMC drivers: cfg.Drivers, or two caches over the
@@ -349,6 +358,9 @@ func (w *wiring) executor() (func(), error) {
 	rcfg.OnPass = w.feed.onPass
 	if rcfg.BeforeNetboot == nil {
 		rcfg.BeforeNetboot = w.prepareBootToken
+	}
+	if rcfg.FirmwareImages == nil && w.fwOffers != nil {
+		rcfg.FirmwareImages = w.fwOffers
 	}
 	if rcfg.DeployReady == nil {
 		rcfg.DeployReady = deployReady(w.imgStore, w.importFails)
@@ -643,6 +655,9 @@ func (w *wiring) routes() (func(), error) {
 		return nil, err
 	}
 	if err := mountImages(srv, ctrl, w.imgStore, w.imgStatus, w.importFails); err != nil {
+		return nil, err
+	}
+	if err := MountFirmwareRead(srv, st); err != nil {
 		return nil, err
 	}
 	if cfg.WebhookSecretFile != "" {

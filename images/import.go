@@ -187,6 +187,16 @@ type Request struct {
 	// initrd extracted ([Store.InstallerTree]). Without it an ISO is
 	// refused like any other non-disk format.
 	Installer bool
+	// Firmware marks a BMC update image (a firmware catalog entry of
+	// images.yaml): stored as the bytes downloaded, with no format
+	// detection or conversion (vendors ship .exe, .bin, .fwpkg, zip and
+	// tar packages); Checksum must be "sha256:HEX" (the digest the file
+	// is served and checked under). URL imports only.
+	Firmware bool
+	// SizeBytes, when above zero, is the file size the download must
+	// have; another size fails the import before the checksum is
+	// compared. Firmware imports only.
+	SizeBytes int64
 	// Progress receives progress reports; nil means none.
 	Progress func(Progress)
 }
@@ -246,6 +256,8 @@ func (im *Importer) resolve(req Request) (Record, source, error) {
 	switch {
 	case req.Catalog != "" && req.URL != "":
 		return rec, src, errors.New("both catalog name and URL given")
+	case req.Catalog != "" && req.Firmware:
+		return rec, src, errors.New("a firmware image is a URL import, not a catalog entry")
 	case req.Catalog != "":
 		s, err := im.catalog.Resolve(req.Catalog, req.Arch, req.Mirrors)
 		if err != nil {
@@ -262,6 +274,9 @@ func (im *Importer) resolve(req Request) (Record, source, error) {
 		}
 		if req.Checksum == "" && req.ChecksumURL == "" {
 			return rec, src, fmt.Errorf("%w: a URL import needs a checksum or checksum URL", ErrBadChecksum)
+		}
+		if req.Firmware && !strings.HasPrefix(req.Checksum, "sha256:") {
+			return rec, src, fmt.Errorf("%w: a firmware image needs a sha256 checksum", ErrBadChecksum)
 		}
 		if req.ChecksumURL != "" {
 			if _, err := checkURL(req.ChecksumURL); err != nil {
@@ -321,6 +336,10 @@ func (im *Importer) run(ctx context.Context, rec Record, src source, req Request
 	if err := im.download(ctx, j, log); err != nil {
 		return rec, err
 	}
+	if req.Firmware && req.SizeBytes > 0 && j.off != req.SizeBytes {
+		j.discard()
+		return rec, fmt.Errorf("downloaded %d bytes, want sizeBytes %d: discarded", j.off, req.SizeBytes)
+	}
 	// Verify. A mismatch never stays on disk.
 	got := Digest{Algo: want.Algo, Hex: digestHex(j.hashes[0])}
 	if got != want {
@@ -336,6 +355,11 @@ func (im *Importer) run(ctx context.Context, rec Record, src source, req Request
 		return rec, err
 	}
 	log.Info("image download verified", "bytes", j.off)
+	if req.Firmware {
+		// The sha256 checked above is the served file's digest: stored
+		// as downloaded.
+		return im.storeImage(ctx, j, rec, j.partPath, want, j.off, log)
+	}
 	format, err := DetectFormat(j.part, j.off)
 	if err != nil {
 		return rec, err

@@ -1,6 +1,7 @@
 package images
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
@@ -187,6 +188,32 @@ func (s *Store) OpenImage(name string) (*os.File, Record, error) {
 		return nil, Record{}, fmt.Errorf("open image %s: blob size differs from record: %w", name, ErrNotFound)
 	}
 	return f, r, nil
+}
+
+// VerifyImage hashes the stored blob of the verified image name again and
+// returns its record when the SHA-256 equals the record's and want (when
+// want is not zero: the digest the inventory names). It is how a file is
+// checked right before it is offered to a machine or a BMC, so a blob
+// corrupted at rest is never served. A mismatch wraps
+// [ErrChecksumMismatch]; an image not verified wraps [ErrNotFound].
+func (s *Store) VerifyImage(ctx context.Context, name string, want Digest) (Record, error) {
+	f, r, err := s.OpenImage(name)
+	if err != nil {
+		return Record{}, err
+	}
+	defer f.Close()
+	h := SHA256.New()
+	if _, err := hashReader(ctx, f, newProgressMeter(name, PhaseHash, nil, nil, time.Hour), h); err != nil {
+		return Record{}, fmt.Errorf("verify image %s: %w", name, err)
+	}
+	got := Digest{Algo: SHA256, Hex: digestHex(h)}
+	if r.Raw.Algo != SHA256 || got != r.Raw || (want != (Digest{}) && got != want) {
+		if want == (Digest{}) {
+			want = r.Raw
+		}
+		return Record{}, fmt.Errorf("verify image %s: %w", name, &MismatchError{Want: want, Got: got})
+	}
+	return r, nil
 }
 
 // verified returns name's record if it is verified and its blob is present

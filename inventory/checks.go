@@ -92,6 +92,7 @@ func crossCheck(inv *Inventory, docs map[string]*doc, valid map[string]bool) []F
 	for i, im := range inv.Images {
 		c.unique(c.id, c.images, "image", "/images/", i, im.Name)
 	}
+	c.firmwareCatalog()
 	for i, s := range inv.Servers {
 		c.server(i, s)
 	}
@@ -109,6 +110,7 @@ type crossChecker struct {
 	haveServers, haveProfiles, haveImages bool
 	sd, pd, id                            *doc
 	profiles, images                      map[string]int // name → index
+	fwImages                              map[string]int // firmware catalog name → index
 	names, macs, bmcs                     map[string]int // server name, boot MAC, BMC address → index
 	zones                                 map[string]int // servers per zone, not retired
 	retiredZones                          map[string]int // retired servers per zone
@@ -312,15 +314,15 @@ func (c *crossChecker) profileFirmware(base string, p Profile) {
 		} else {
 			comps[fv.Component] = k
 		}
-		if fv.Image == "" || !c.haveImages {
+		if !c.haveImages {
 			continue
 		}
-		j, ok := c.images[fv.Image]
-		switch {
-		case !ok:
-			c.errAt(pd, ptr+"/image", SeverityError, fmt.Sprintf("image %q is not defined in %s", fv.Image, ImagesFile))
-		case !strings.HasPrefix(c.inv.Images[j].Checksum, "sha256:"):
-			c.errAt(pd, ptr+"/image", SeverityError, fmt.Sprintf("image %q has no sha256 checksum in %s: a firmware image needs one (checksum: sha256:...)", fv.Image, ImagesFile))
+		if _, ok := c.fwImages[fv.Image]; !ok {
+			msg := fmt.Sprintf("firmware image %q is not in the firmware catalog of %s (firmware: [{name, url, checksum: sha256:..., sizeBytes}])", fv.Image, ImagesFile)
+			if _, os := c.images[fv.Image]; os {
+				msg = fmt.Sprintf("%q is an OS image of %s; a firmware version names an entry of its firmware catalog", fv.Image, ImagesFile)
+			}
+			c.errAt(pd, ptr+"/image", SeverityError, msg)
 		}
 	}
 	if !c.haveServers {
@@ -329,6 +331,19 @@ func (c *crossChecker) profileFirmware(base string, p Profile) {
 	for i, s := range c.inv.Servers {
 		if s.Profile == p.Name && s.BMC.Driver == DriverIPMI {
 			c.errAt(c.sd, "/servers/"+strconv.Itoa(i)+"/profile", SeverityWarning, fmt.Sprintf("profile %q sets firmware state and this server's BMC is IPMI, which has no BIOS settings, RAID, update or Secure Boot interface: it will not be deployed (FirmwareUnsupported)", p.Name))
+		}
+	}
+}
+
+// firmwareCatalog checks images.yaml's firmware catalog: names unique,
+// and none also an OS image's name (both are kept in the controller's
+// image store by name).
+func (c *crossChecker) firmwareCatalog() {
+	c.fwImages = map[string]int{}
+	for i, fi := range c.inv.FirmwareImages {
+		c.unique(c.id, c.fwImages, "firmware image", "/firmware/", i, fi.Name)
+		if j, ok := c.images[fi.Name]; ok {
+			c.errAt(c.id, "/firmware/"+strconv.Itoa(i)+"/name", SeverityError, fmt.Sprintf("firmware image %q has the name of the OS image at %s (the image store keeps both by name)", fi.Name, c.where(c.id, "/images/"+strconv.Itoa(j)+"/name")))
 		}
 	}
 }

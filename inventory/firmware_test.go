@@ -1,6 +1,7 @@
 package inventory
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -8,7 +9,7 @@ import (
 
 // TestLoadFirmware: a profile's firmware block loads into the types the
 // plan reads: settings keep their YAML type (string, number, bool), RAID
-// sizes convert to bytes, versions keep image or URL and checksum, and
+// sizes convert to bytes, versions name a firmware catalog entry of images.yaml (URL, sha256 checksum, size), and
 // secureBoot is a set pointer.
 func TestLoadFirmware(t *testing.T) {
 	res, err := loadDir(t, "testdata/valid/firmware")
@@ -29,8 +30,12 @@ func TestLoadFirmware(t *testing.T) {
 	if fw.RAID[0].Drives != (DriveSelector{Count: 2, MediaType: "SSD", MinSizeGiB: 200}) {
 		t.Errorf("raid[0].drives = %+v", fw.RAID[0].Drives)
 	}
-	if len(fw.Versions) != 2 || fw.Versions[0].Image != "bios-2-19" || fw.Versions[1].Checksum == "" || fw.Versions[1].URL == "" {
+	if len(fw.Versions) != 2 || fw.Versions[0].Image != "bios-2-19" || fw.Versions[1].Image != "idrac-7-10" {
 		t.Errorf("versions = %+v", fw.Versions)
+	}
+	fi := res.Inventory.FirmwareImage("idrac-7-10")
+	if fi == nil || fi.SizeBytes != 201326592 || fi.Checksum != "sha256:"+strings.Repeat("2", 64) || !strings.HasSuffix(fi.URL, "_A00.EXE") {
+		t.Errorf("firmware catalog entry idrac-7-10 = %+v", fi)
 	}
 	if fw.SecureBoot == nil || !*fw.SecureBoot {
 		t.Errorf("secureBoot = %v; want true", fw.SecureBoot)

@@ -204,10 +204,11 @@ func loadFile(v *schema.Validator, spec fileSpec, data []byte, lim Limits, inv *
 		inv.Profiles = f.Profiles
 	case schema.Images:
 		var f struct {
-			Images []Image `json:"images"`
+			Images   []Image         `json:"images"`
+			Firmware []FirmwareImage `json:"firmware"`
 		}
 		err = dec.Decode(&f)
-		inv.Images = f.Images
+		inv.Images, inv.FirmwareImages = f.Images, f.Firmware
 	}
 	if err != nil {
 		// The schema and the Go types disagree: a defect, but reported, not panicked.

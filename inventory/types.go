@@ -25,6 +25,9 @@ type Inventory struct {
 	Servers  []Server  `json:"servers"`
 	Profiles []Profile `json:"profiles"`
 	Images   []Image   `json:"images"`
+	// FirmwareImages is images.yaml's firmware catalog: the BMC update
+	// files profiles' firmware versions name (FirmwareImage).
+	FirmwareImages []FirmwareImage `json:"firmware,omitempty"`
 	// Digest is "sha256:" and the hex SHA-256 of the canonical JSON of the
 	// three lists. Two revisions with the same desired state share a digest,
 	// whatever their commits, comments or formatting.
@@ -309,18 +312,40 @@ type DriveSelector struct {
 }
 
 // FirmwareVersion is one component's wanted version and the update image
-// that carries it: Image names an images.yaml entry with a sha256
-// checksum, or URL and Checksum ("sha256:" and 64 hex digits) name a file
-// of a firmware catalog. The controller serves it to the BMC over HTTP
-// (Redfish UpdateService.SimpleUpdate ImageURI).
+// that carries it: Image names an entry of images.yaml's firmware catalog
+// (FirmwareImage), which the controller imports, verifies and serves to
+// the BMC over HTTP as UpdateService.SimpleUpdate's ImageURI (or pushes to
+// its MultipartHttpPushUri).
 type FirmwareVersion struct {
 	// Component is the FirmwareInventory member's Id or Name ("BIOS",
 	// "BMC", a NIC's firmware).
 	Component string `json:"component"`
 	Version   string `json:"version"`
-	Image     string `json:"image,omitempty"`
-	URL       string `json:"url,omitempty"`
-	Checksum  string `json:"checksum,omitempty"`
+	Image     string `json:"image"`
+}
+
+// FirmwareImage is one entry of images.yaml's firmware catalog: a
+// vendor's update file, imported as it is (no conversion) and checked
+// against Checksum ("sha256:" and 64 hex digits) and SizeBytes before it
+// is stored, and its checksum again before each offer to a BMC.
+type FirmwareImage struct {
+	Name string `json:"name"`
+	// URL is where the controller downloads the file; the last path
+	// segment is the file name the BMC is offered (vendors' BMCs check
+	// it: iDRAC's .exe/.d9, iLO's .fwpkg, XCC's .uxz).
+	URL       string `json:"url"`
+	Checksum  string `json:"checksum"`
+	SizeBytes int64  `json:"sizeBytes"`
+}
+
+// FirmwareImage returns the firmware catalog entry named name, or nil.
+func (inv *Inventory) FirmwareImage(name string) *FirmwareImage {
+	for i := range inv.FirmwareImages {
+		if inv.FirmwareImages[i].Name == name {
+			return &inv.FirmwareImages[i]
+		}
+	}
+	return nil
 }
 
 // FencePolicy says whether a lost host is fenced without an operator.

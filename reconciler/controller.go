@@ -71,6 +71,10 @@ type Config struct {
 	// it follows (an update, a Dell configuration job); zero means 5
 	// seconds.
 	FirmwareTaskPoll time.Duration
+	// FirmwareImages offers the firmware catalog's files to BMCs (the
+	// controller's /firmware/ handler); nil refuses every firmware
+	// update (ErrFirmwareRefused), the other firmware changes still run.
+	FirmwareImages FirmwareImages
 	// ISOURL is the BIOS iPXE ISO's URL (machina-ipxe-bios.iso) for BMCs
 	// without a PXE boot override (virtual media path), used for servers
 	// whose bootMode is bios (or unset); "" disables that fallback for them.
@@ -121,6 +125,7 @@ type Controller struct {
 	busy     map[string]bool      // server → an action is running
 	inflight map[string]plan.Step // server → the step running (for the plan's view of in-flight allocations)
 	bmcUse   map[string]int       // BMC address → running actions
+	fwUse    map[string]bool      // BMC address → a firmware step runs against it
 	rackUse  map[string]int       // rack → running actions
 	running  int
 	last     plan.Result
@@ -174,7 +179,7 @@ func New(cfg Config) (*Controller, error) {
 	return &Controller{
 		cfg: cfg, log: cfg.Logger, trigger: make(chan struct{}, 1),
 		busy: map[string]bool{}, inflight: map[string]plan.Step{},
-		bmcUse: map[string]int{}, rackUse: map[string]int{},
+		bmcUse: map[string]int{}, rackUse: map[string]int{}, fwUse: map[string]bool{},
 	}, nil
 }
 
@@ -444,6 +449,12 @@ func (c *Controller) tryStart(step plan.Step, obs state.Server, now time.Time) b
 		if addr != "" && c.bmcUse[addr] >= c.cfg.PerBMC {
 			return false
 		}
+		// One firmware step per BMC whatever PerBMC allows: a BMC runs
+		// one update at a time and restarts after it (servers sharing a
+		// chassis BMC share its UpdateService).
+		if step.Action == plan.ActFirmware && addr != "" && c.fwUse[addr] {
+			return false
+		}
 		if rack != "" && c.rackUse[rack] >= c.cfg.PerRack {
 			return false
 		}
@@ -453,6 +464,9 @@ func (c *Controller) tryStart(step plan.Step, obs state.Server, now time.Time) b
 	c.running++
 	if !info(step.Action).Unlimited {
 		c.bmcUse[addr]++
+		if step.Action == plan.ActFirmware && addr != "" {
+			c.fwUse[addr] = true
+		}
 		c.rackUse[rack]++
 	}
 	return true
@@ -467,6 +481,9 @@ func (c *Controller) unreserve(step plan.Step, obs state.Server) {
 	c.running--
 	if !info(step.Action).Unlimited {
 		c.bmcUse[obs.BMC.Address]--
+		if step.Action == plan.ActFirmware {
+			delete(c.fwUse, obs.BMC.Address)
+		}
 		c.rackUse[obs.Rack]--
 	}
 }
@@ -485,6 +502,11 @@ func stepKey(s plan.Step, desired *inventory.Inventory) string {
 	if desired != nil {
 		if ws := desired.Server(s.Server); ws != nil {
 			key += fmt.Sprintf("/%s/%s/%s", ws.Want, ws.Profile, ws.BMC.Credentials)
+		}
+		if s.Action == plan.ActFirmware {
+			// A failed firmware step is retried once the profile's
+			// firmware block (or a catalog file it names) changes.
+			key += "/" + firmwareDigest(desired, s.Profile)
 		}
 	}
 	return key

@@ -2,8 +2,13 @@ package reconciler
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"path"
 	"slices"
 	"strings"
 	"time"
@@ -152,42 +157,43 @@ var ErrFirmwareMismatch = errors.New("firmware read back differs")
 // reads first and sends only what still differs.
 func (c *Controller) applyFirmware(ctx context.Context, x *stepCtx) error {
 	if x.desired == nil || x.ws == nil {
-		return fmt.Errorf("firmware: %s is not in the desired inventory", x.step.Server)
+		return fmt.Errorf("%s is not in the desired inventory", x.step.Server)
 	}
 	prof := x.desired.Profile(x.step.Profile)
 	if prof == nil || prof.Firmware == nil {
-		return fmt.Errorf("firmware: profile %q has no firmware block", x.step.Profile)
+		return fmt.Errorf("profile %q has no firmware block", x.step.Profile)
 	}
 	chk, err := c.readCheck(ctx, x, prof)
 	if err != nil {
 		return err
 	}
 	if len(chk.Refusals) > 0 {
-		return fmt.Errorf("firmware: %s (%s): %w", chk.Refusals[0].Message, chk.Refusals[0].Reason, ErrFirmwareRefused)
+		return fmt.Errorf("%s (%s): %w", chk.Refusals[0].Message, chk.Refusals[0].Reason, ErrFirmwareRefused)
 	}
 	// Updates first, as Ironic orders its clean steps: a BIOS update may
 	// reset the settings, and the BMC restarts after many updates (so
 	// it is waited for before anything else is sent).
+	var pend pendingApply
+	defer pend.release()
 	for _, ch := range chk.Changes {
 		if ch.Kind == plan.FirmwareUpdate {
-			if err := c.updateFirmware(ctx, x, x.drv, ch); err != nil {
+			if err := c.updateFirmware(ctx, x, x.drv, ch, &pend); err != nil {
 				return err
 			}
 		}
 	}
-	var pend pendingApply
 	if err := c.sendChanges(ctx, x, prof, chk.Changes, &pend); err != nil {
 		return err
 	}
 	if pend.reset {
 		if err := x.m.Restart(ctx, bmc.PowerActionReset); err != nil {
-			return fmt.Errorf("firmware: reset to apply: %w", err)
+			return fmt.Errorf("reset to apply: %w", err)
 		}
 	}
 	if tf, ok := x.drv.(bmc.TaskFollower); ok {
-		for _, t := range pend.tasks {
-			if _, err := bmc.WaitTask(ctx, tf, t.URI, c.cfg.FirmwareTaskPoll, nil); err != nil {
-				return fmt.Errorf("firmware: %w", err)
+		for _, pt := range pend.tasks {
+			if _, err := bmc.WaitTask(ctx, tf, pt.t.URI, c.cfg.FirmwareTaskPoll, nil); err != nil {
+				return fmt.Errorf("%s, after the reset: %w", pt.what, redactOffer(err, pt.uri))
 			}
 		}
 	}
@@ -198,11 +204,21 @@ func (c *Controller) applyFirmware(ctx context.Context, x *stepCtx) error {
 	return nil
 }
 
-// pendingApply collects what the writes left to do: a reset, and the
-// tasks (Dell configuration jobs) to follow after it.
+// pendingApply collects what the writes left to do: a reset, the tasks
+// to follow after it (Dell configuration jobs, updates scheduled
+// OnReset), and the firmware offers to end with the step.
 type pendingApply struct {
-	reset bool
-	tasks []*bmc.Task
+	reset    bool
+	tasks    []pendingTask
+	releases []func()
+}
+
+// pendingTask is a task to follow after the reset and what it does, as
+// its failure names it.
+type pendingTask struct {
+	what string
+	t    *bmc.Task
+	uri  string // an offer URI its messages may echo, redacted from errors
 }
 
 func (p *pendingApply) note(r *bmc.ApplyResult) {
@@ -211,7 +227,14 @@ func (p *pendingApply) note(r *bmc.ApplyResult) {
 	}
 	p.reset = p.reset || r.ResetRequired
 	if r.Task != nil && !r.Task.State.Done() {
-		p.tasks = append(p.tasks, r.Task)
+		p.tasks = append(p.tasks, pendingTask{what: "configuration job " + r.Task.URI, t: r.Task})
+	}
+}
+
+// release ends the step's firmware offers.
+func (p *pendingApply) release() {
+	for _, r := range p.releases {
+		r()
 	}
 }
 
@@ -228,22 +251,22 @@ func (c *Controller) sendChanges(ctx context.Context, x *stepCtx, prof *inventor
 		case plan.FirmwareRAIDCreate:
 			rc, ok := x.drv.(bmc.RAIDConfigurer)
 			if !ok {
-				return fmt.Errorf("firmware: create volume %s: the driver has no RAID interface: %w", ch.Item, ErrFirmwareRefused)
+				return fmt.Errorf("create volume %s: the driver has no RAID interface: %w", ch.Item, ErrFirmwareRefused)
 			}
 			r, err := rc.CreateVolume(ctx, bmc.VolumeRequest{Controller: ch.Controller, Name: ch.Item, RAIDType: ch.Level, Drives: ch.Drives, CapacityBytes: ch.SizeBytes})
 			if err != nil {
-				return fmt.Errorf("firmware: create volume %s on %s: %w", ch.Item, ch.Controller, err)
+				return fmt.Errorf("create volume %s on %s: %w", ch.Item, ch.Controller, err)
 			}
 			created = append(created, ch.Controller+"/"+ch.Item)
 			pend.note(r)
 		case plan.FirmwareSecureBootSet:
 			sc, ok := x.drv.(bmc.SecureBootConfigurer)
 			if !ok {
-				return fmt.Errorf("firmware: set Secure Boot: the driver has no Secure Boot interface: %w", ErrFirmwareRefused)
+				return fmt.Errorf("set Secure Boot: the driver has no Secure Boot interface: %w", ErrFirmwareRefused)
 			}
 			r, err := sc.SetSecureBoot(ctx, *prof.Firmware.SecureBoot)
 			if err != nil {
-				return fmt.Errorf("firmware: set Secure Boot %v: %w", *prof.Firmware.SecureBoot, err)
+				return fmt.Errorf("set Secure Boot %v: %w", *prof.Firmware.SecureBoot, err)
 			}
 			pend.note(r)
 		}
@@ -258,11 +281,11 @@ func (c *Controller) sendChanges(ctx context.Context, x *stepCtx, prof *inventor
 	}
 	bc, ok := x.drv.(bmc.BIOSConfigurer)
 	if !ok {
-		return fmt.Errorf("firmware: set BIOS: the driver has no BIOS interface: %w", ErrFirmwareRefused)
+		return fmt.Errorf("set BIOS: the driver has no BIOS interface: %w", ErrFirmwareRefused)
 	}
 	r, err := bc.SetBIOS(ctx, settings, bmc.ApplyUnset)
 	if err != nil {
-		return fmt.Errorf("firmware: set BIOS %s: %w", strings.Join(sortedNames(settings), ", "), err)
+		return fmt.Errorf("set BIOS %s: %w", strings.Join(sortedNames(settings), ", "), err)
 	}
 	x.log.Info("firmware: BIOS settings written", "settings", len(settings), "applyTime", string(r.ApplyTime), "reset", r.ResetRequired)
 	pend.note(r)
@@ -286,42 +309,157 @@ func (c *Controller) verifyFirmware(ctx context.Context, x *stepCtx, prof *inven
 	for _, r := range after.Refusals {
 		diffs = append(diffs, r.Message)
 	}
-	return fmt.Errorf("firmware: %s: %w", strings.Join(diffs, "; "), ErrFirmwareMismatch)
+	return fmt.Errorf("%s: %w", strings.Join(diffs, "; "), ErrFirmwareMismatch)
 }
 
-// updateFirmware starts one SimpleUpdate with the image's URL as
-// ImageURI and follows the task to its end (the BMC restarting in
-// between is waited through, bmc.WaitTask).
-func (c *Controller) updateFirmware(ctx context.Context, x *stepCtx, drv bmc.Driver, ch plan.FirmwareChange) error {
+// FirmwareImages offers the files of the firmware catalog (images.yaml
+// firmware) to BMCs; the controller implements it over its image store
+// and its /firmware/ handler. Implementations MUST be safe for concurrent
+// use.
+type FirmwareImages interface {
+	// Offer checks the stored file of catalog entry name against
+	// checksum ("sha256:HEX", "" checks it against the store's record
+	// only) by hashing it again, and returns a URL from which a BMC can
+	// GET it (UpdateService.SimpleUpdate ImageURI) until release is
+	// called or the offer's lifetime ends. An error means nothing was
+	// offered.
+	Offer(ctx context.Context, name, checksum string) (uri string, release func(), err error)
+	// Open checks the file as Offer does and opens it for a multipart
+	// push (UpdateService.MultipartHttpPushUri), with the file name
+	// the catalog's URL gives it. The caller closes it.
+	Open(ctx context.Context, name, checksum string) (f io.ReadCloser, fileName string, err error)
+}
+
+// updateFirmware applies one firmware-update change. The catalog file is
+// verified and offered (FirmwareImages; the offer ends with the step).
+// Where SimpleUpdate lists OperationApplyTime OnReset the update is
+// scheduled for the step's reset and its task followed after it (in
+// pend). Otherwise the BMC is told to fetch it with SimpleUpdate (or,
+// when it lists no SimpleUpdate or not the URL's TransferProtocol, the
+// file is pushed to its MultipartHttpPushUri), the task is followed to
+// its end (the BMC restarting in between is waited through,
+// bmc.WaitTask), the BMC is waited for until it answers again, and its
+// FirmwareInventory read back: a version still differing asks for the
+// step's reset. Either way the step's read-back after the reset fails
+// with both versions if the component still differs
+// (ErrFirmwareMismatch).
+func (c *Controller) updateFirmware(ctx context.Context, x *stepCtx, drv bmc.Driver, ch plan.FirmwareChange, pend *pendingApply) error {
 	fu, ok := drv.(bmc.FirmwareUpdater)
 	if !ok {
-		return fmt.Errorf("firmware: update %s: the driver has no update interface: %w", ch.Item, ErrFirmwareRefused)
+		return fmt.Errorf("update %s: the driver has no update interface: %w", ch.Item, ErrFirmwareRefused)
 	}
-	if ch.Image == "" {
-		return fmt.Errorf("firmware: update %s: no image URL: %w", ch.Item, ErrFirmwareRefused)
+	if ch.Image == "" || c.cfg.FirmwareImages == nil {
+		return fmt.Errorf("update %s: no firmware catalog image to offer the BMC: %w", ch.Item, ErrFirmwareRefused)
 	}
-	t, err := fu.UpdateFirmware(ctx, bmc.FirmwareUpdate{ImageURI: ch.Image})
+	what := fmt.Sprintf("update %s to %s", ch.Item, ch.To)
+	uri, release, err := c.cfg.FirmwareImages.Offer(ctx, ch.Image, ch.Checksum)
 	if err != nil {
-		return fmt.Errorf("firmware: update %s to %s: %w", ch.Item, ch.To, err)
+		return fmt.Errorf("update %s: offer image %s: %w", ch.Item, ch.Image, err)
 	}
-	x.log.Info("firmware: update started", "component", ch.Item, "version", ch.To, "task", t.URI)
+	pend.releases = append(pend.releases, release)
+	// OnReset where SimpleUpdate lists it (iDRAC 9): the BMC fetches the
+	// file now and installs it at the step's one reset, so a host
+	// firmware package never waits for a reboot nobody sends, and never
+	// reboots the host on its own. Each ErrUnsupported below was
+	// refused before anything was sent.
+	t, err := fu.UpdateFirmware(ctx, bmc.FirmwareUpdate{ImageURI: uri, ApplyTime: bmc.ApplyOnReset})
+	if err == nil {
+		x.log.Info("firmware: update scheduled for the reset", "component", ch.Item, "version", ch.To, "image", ch.Image, "task", t.URI)
+		pend.reset = true
+		pend.tasks = append(pend.tasks, pendingTask{what: what, t: t, uri: uri})
+		return nil
+	}
+	if errors.Is(err, bmc.ErrUnsupported) {
+		t, err = fu.UpdateFirmware(ctx, bmc.FirmwareUpdate{ImageURI: uri})
+	}
+	if errors.Is(err, bmc.ErrUnsupported) {
+		// No SimpleUpdate, or not the URL's TransferProtocol: stock
+		// bmcweb lists only the multipart push.
+		f, name, oerr := c.cfg.FirmwareImages.Open(ctx, ch.Image, ch.Checksum)
+		if oerr != nil {
+			return fmt.Errorf("update %s: open image %s: %w", ch.Item, ch.Image, oerr)
+		}
+		t, err = fu.UpdateFirmware(ctx, bmc.FirmwareUpdate{Image: f, ImageName: name})
+		f.Close()
+	}
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, redactOffer(err, uri))
+	}
+	x.log.Info("firmware: update started", "component", ch.Item, "version", ch.To, "image", ch.Image, "task", t.URI)
 	if _, err := bmc.WaitTask(ctx, fu, t.URI, c.cfg.FirmwareTaskPoll, nil); err != nil {
-		return fmt.Errorf("firmware: update %s to %s: %w", ch.Item, ch.To, err)
+		return fmt.Errorf("%s: %w", what, redactOffer(err, uri))
 	}
 	// The BMC restarts after many updates (iDRAC, iLO and XCC after
 	// their own, bmcweb after any activation): wait until it answers.
 	for {
-		_, err := fu.FirmwareInventory(ctx)
+		comps, err := fu.FirmwareInventory(ctx)
 		if err == nil {
+			got := "(not listed)"
+			for _, fc := range comps {
+				if fc.ID == ch.Item || strings.EqualFold(fc.Name, ch.Item) {
+					got = fc.Version
+					break
+				}
+			}
+			if got != ch.To {
+				// A host firmware package (BIOS, a NIC's) is installed
+				// or activated at the next host reset by many BMCs
+				// (iDRAC: "Job completed, server reboot pending"): the
+				// read-back after the step's reset decides.
+				x.log.Info("firmware: update needs the reset, the inventory still reads the old version", "component", ch.Item, "reads", got, "wanted", ch.To)
+				pend.reset = true
+			}
 			return nil
 		}
 		if !bmc.IsTransient(err) || ctx.Err() != nil {
-			return fmt.Errorf("firmware: after update %s: %w", ch.Item, err)
+			return fmt.Errorf("after update %s: %w", ch.Item, err)
 		}
 		if err := sleepCtx(ctx, c.cfg.FirmwareTaskPoll); err != nil {
-			return fmt.Errorf("firmware: after update %s: wait for the BMC: %w", ch.Item, err)
+			return fmt.Errorf("after update %s: wait for the BMC: %w", ch.Item, err)
 		}
 	}
+}
+
+// redactOffer hides an offer URI that a BMC's task message echoes (DMTF
+// Update.1.0.TransferFailed names the image; iDRAC's job messages do
+// too): the error goes to status and Git, and the URI is a capability.
+// errors.Is and errors.As still see err.
+func redactOffer(err error, uri string) error {
+	if err == nil || uri == "" || !strings.Contains(err.Error(), uri) {
+		return err
+	}
+	return &redactedError{err: err, uri: uri}
+}
+
+type redactedError struct {
+	err error
+	uri string
+}
+
+func (e *redactedError) Error() string {
+	return strings.ReplaceAll(e.err.Error(), e.uri, "<offered file "+path.Base(e.uri)+">")
+}
+
+func (e *redactedError) Unwrap() error { return e.err }
+
+// firmwareDigest is a short digest of profile's firmware block and the
+// catalog entries its versions name: what a stalled firmware step's key
+// holds, so that a change to either retries it.
+func firmwareDigest(desired *inventory.Inventory, profile string) string {
+	p := desired.Profile(profile)
+	if p == nil || p.Firmware == nil {
+		return "none"
+	}
+	var imgs []*inventory.FirmwareImage
+	for _, v := range p.Firmware.Versions {
+		imgs = append(imgs, desired.FirmwareImage(v.Image))
+	}
+	b, _ := json.Marshal(struct {
+		F *inventory.Firmware
+		I []*inventory.FirmwareImage
+	}{p.Firmware, imgs}) // plain data: cannot fail
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:6])
 }
 
 // sleepCtx waits d or until ctx ends (its error then).
@@ -350,10 +488,10 @@ func (c *Controller) readCheck(ctx context.Context, x *stepCtx, prof *inventory.
 			break
 		}
 		if !bmc.IsTransient(err) || ctx.Err() != nil {
-			return plan.FirmwareCheck{}, fmt.Errorf("firmware: %w", err)
+			return plan.FirmwareCheck{}, err // ReadFirmware names the area
 		}
 		if err := sleepCtx(ctx, c.cfg.FirmwareTaskPoll); err != nil {
-			return plan.FirmwareCheck{}, fmt.Errorf("firmware: read: %w", err)
+			return plan.FirmwareCheck{}, fmt.Errorf("read: %w", err)
 		}
 	}
 	s, err := c.cfg.Store.UpdateServer(x.step.Server, func(s *state.Server) error {
@@ -364,7 +502,7 @@ func (c *Controller) readCheck(ctx context.Context, x *stepCtx, prof *inventory.
 		return nil
 	})
 	if err != nil {
-		return plan.FirmwareCheck{}, fmt.Errorf("firmware: record read: %w", err)
+		return plan.FirmwareCheck{}, fmt.Errorf("record read: %w", err)
 	}
 	return plan.CheckFirmware(x.desired, prof.Firmware, x.ws, &s), nil
 }
@@ -384,7 +522,7 @@ func (c *Controller) recordVolumes(server string, vols []string) error {
 		return nil
 	})
 	if err != nil {
-		return fmt.Errorf("firmware: record created volumes: %w", err)
+		return fmt.Errorf("record created volumes: %w", err)
 	}
 	return nil
 }

@@ -159,13 +159,14 @@ func TestFirmwareStepMismatchStalls(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	fw := &fwDriver{bios: &bmc.BIOS{Attributes: bmc.BIOSSettings{"ProcVirtualization": "Disabled"},
-		Registry: &bmc.BIOSRegistry{Attributes: []bmc.BIOSAttribute{{Name: "ProcVirtualization", Type: bmc.AttrEnumeration, AllowedValues: []string{"Enabled", "Disabled"}}}}}}
+	fw := &fwDriver{bios: &bmc.BIOS{Attributes: bmc.BIOSSettings{"ProcVirtualization": "Disabled", "SriovGlobalEnable": "Disabled"},
+		Registry: &bmc.BIOSRegistry{Attributes: []bmc.BIOSAttribute{{Name: "ProcVirtualization", Type: bmc.AttrEnumeration, AllowedValues: []string{"Enabled", "Disabled"}},
+			{Name: "SriovGlobalEnable", Type: bmc.AttrEnumeration, AllowedValues: []string{"Enabled", "Disabled"}}}}}}
 	drv := struct {
 		*recordingDriver
 		*fwDriver
 	}{&recordingDriver{on: true}, fw}
-	c, err := New(Config{Store: st, Drivers: oneDriver{drv}})
+	c, err := New(Config{Store: st, Drivers: oneDriver{drv}, BackoffBase: time.Nanosecond}) // the stall, not the backoff, holds the retry
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -189,5 +190,24 @@ func TestFirmwareStepMismatchStalls(t *testing.T) {
 	}
 	if srv.Lifecycle != state.LifecycleAllocated {
 		t.Errorf("lifecycle %s; want allocated (never deployed)", srv.Lifecycle)
+	}
+
+	// The profile changes (a new revision): the server is not deployed,
+	// so the step runs again at once, no approval needed, and stalls
+	// again on its own read-back.
+	inv2 := *inv
+	inv2.Profiles = []inventory.Profile{inv.Profiles[0]}
+	inv2.Profiles[0].Firmware = &inventory.Firmware{Settings: map[string]any{"ProcVirtualization": "Enabled", "SriovGlobalEnable": "Enabled"}}
+	inv2.Digest = "sha256:1123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+	c.SetDesired(&inv2)
+	for i := 0; i < 3; i++ {
+		c.Pass(context.Background())
+		c.wg.Wait()
+	}
+	if fw.setBIOS != 2 {
+		t.Errorf("SetBIOS called %d times in all; want twice (once more after the profile changed, then stalled again)", fw.setBIOS)
+	}
+	if srv, err = st.Server("s1"); err != nil || !strings.Contains(srv.LastError, "SriovGlobalEnable read back Disabled, wanted Enabled") || srv.Stalled == "" {
+		t.Errorf("after the profile change: LastError %q stalled %q (%v); want the new mismatch and a stall", srv.LastError, srv.Stalled, err)
 	}
 }

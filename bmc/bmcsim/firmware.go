@@ -2,6 +2,9 @@ package bmcsim
 
 import (
 	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -14,6 +17,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Firmware configures how the emulator models BIOS settings, firmware
@@ -62,6 +66,22 @@ import (
 //     ("BIOS_1.9.0.bin" updates the first updateable component whose Id or
 //     Name contains "BIOS" to 1.9.0) and fails the task when no component matches, as a BMC
 //     refuses a package not meant for it.
+//   - SimpleUpdate with @Redfish.OperationApplyTime OnReset, on a tree
+//     whose SimpleUpdate lists it in OperationApplyTimeSupport (iDRAC 9:
+//     Immediate, OnReset, OnStartUpdateRequest), downloads at once and
+//     keeps its task Pending until a reset that starts the host, then
+//     runs it (iDRAC 4.22 and later hold a host firmware package as a
+//     scheduled job until the server reboots); an apply time not listed
+//     is refused (ActionParameterNotSupported). The emulator takes
+//     OnStartUpdateRequest as not modelled and refuses it too.
+//   - A failed update: the task ends in Exception with the Update
+//     registry's message (ApplyFailed, or TransferFailed when the image
+//     could not be fetched); on the Dell tree it ends Completed with
+//     TaskStatus Critical, as iDRAC reports a failed job's task.
+//   - A Bios that lists no SupportedApplyTimes refuses a PATCH carrying
+//     @Redfish.SettingsApplyTime with PropertyUnknown, as Supermicro's
+//     BMC does; one that lists them refuses an apply time not listed
+//     with PropertyValueNotInList.
 //   - Volumes: POST to a Storage Volumes collection checks RAIDType against
 //     the controller's SupportedRAIDTypes and the drives against Drives
 //     (XCC's M.2 controller lists RAID1; iDRAC's CPU.1 lists none and
@@ -80,6 +100,64 @@ type Firmware struct {
 	// requests: the first is dropped, the others answer 503; zero means 3,
 	// negative means no restart.
 	RestartRequests int
+	// FetchImages makes SimpleUpdate download its http or https
+	// ImageURI while the task runs, as the BMCs whose trees list
+	// SimpleUpdate do (iDRAC, iLO, XCC and Supermicro fetch the package
+	// from the URI themselves; the DMTF Update registry's TransferFailed
+	// names a failed fetch): an answer other than 200 or 206, or a failed
+	// connection, ends the task in Exception with Update.1.0.TransferFailed
+	// and changes no component. Each fetch is recorded (ImageFetches).
+	// False (the default) reads only the file name, for tests whose
+	// ImageURI serves nothing.
+	FetchImages bool
+}
+
+// ImageFetch is one download of an update image the emulator made
+// (Firmware.FetchImages): the URI, the HTTP status (0 when the
+// connection failed), the bytes read and their SHA-256 in hex, and the
+// error.
+type ImageFetch struct {
+	URI    string
+	Status int
+	Bytes  int64
+	SHA256 string
+	Err    string
+}
+
+// ImageFetches returns the downloads SimpleUpdate made, oldest first.
+func (s *Server) ImageFetches() []ImageFetch {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.fw().fetches)
+}
+
+// fetchImage downloads uri as a BMC does for SimpleUpdate: bounded in
+// time and size, hashed as it streams.
+func fetchImage(ctx context.Context, uri string) ImageFetch {
+	f := ImageFetch{URI: uri}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, uri, nil)
+	if err != nil {
+		f.Err = err.Error()
+		return f
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		f.Err = err.Error()
+		return f
+	}
+	defer resp.Body.Close()
+	f.Status = resp.StatusCode
+	h := sha256.New()
+	f.Bytes, err = io.Copy(h, io.LimitReader(resp.Body, 8<<30))
+	f.SHA256 = hex.EncodeToString(h.Sum(nil))
+	if err != nil {
+		f.Err = err.Error()
+	} else if resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusPartialContent {
+		f.Err = resp.Status
+	}
+	return f
 }
 
 // fwState is one Server's firmware state. Guarded by Server.mu.
@@ -89,6 +167,7 @@ type fwState struct {
 	updates    map[string]*fwUpdate      // by task Id
 	restart    int                       // requests left in the BMC restart
 	restarting bool                      // the restart has dropped its first request
+	fetches    []ImageFetch              // SimpleUpdate downloads (Firmware.FetchImages)
 	jobSeq     int
 }
 
@@ -107,6 +186,8 @@ type fwUpdate struct {
 	version    string
 	image      string
 	done, fail bool
+	transfer   string // why the image's download failed; "" when it did not
+	scheduled  bool   // OperationApplyTime OnReset: waits for a host reset
 }
 
 func (s *Server) fw() *fwState {
@@ -467,6 +548,11 @@ func (s *Server) patchBiosSettingsLocked(w http.ResponseWriter, bp, p string, bo
 	supported := strs(anySlice(st["SupportedApplyTimes"]))
 	applyTime := ""
 	if at, has := body["@Redfish.SettingsApplyTime"]; has {
+		if len(supported) == 0 {
+			// A Bios that lists no SupportedApplyTimes refuses the
+			// property itself (Supermicro answers PropertyUnknown).
+			return writeError(w, http.StatusBadRequest, "Base.1.8.PropertyUnknown", "The property @Redfish.SettingsApplyTime is not in the list of valid properties for the resource.", "@Redfish.SettingsApplyTime")
+		}
 		m, _ := at.(map[string]any)
 		applyTime, _ = m["ApplyTime"].(string)
 		if !slices.Contains(supported, applyTime) {
@@ -575,6 +661,9 @@ func (s *Server) onHostResetLocked() {
 		return
 	}
 	f := s.fwst
+	for _, u := range f.updates {
+		u.scheduled = false // an update scheduled OnReset runs now
+	}
 	ids := make([]string, 0, len(f.jobs))
 	for id := range f.jobs {
 		ids = append(ids, id)
@@ -640,11 +729,13 @@ func (s *Server) patchSecureBootLocked(w http.ResponseWriter, p string, body map
 // imageVersion takes "BIOS_1.9.0.bin" apart into "BIOS" and "1.9.0".
 var imageVersion = regexp.MustCompile(`^([A-Za-z][A-Za-z0-9]*)[-_]v?(\d[0-9A-Za-z.\-]*?)(\.(bin|exe|hpb|fwpkg|uxz|zip|signed|img|tar|d9|pldm))?$`)
 
-// startUpdateLocked makes an update task for the image and answers 202.
-func (s *Server) startUpdateLocked(w http.ResponseWriter, image string, targets []string) int {
+// startUpdateLocked makes an update task for the image and answers 202;
+// transfer is why the image's download failed ("" when it did not), and
+// such a task ends in Exception.
+func (s *Server) startUpdateLocked(w http.ResponseWriter, image string, targets []string, transfer string) int {
 	f := s.fw()
 	s.seq++
-	u := &fwUpdate{id: fmt.Sprintf("fw%d", s.seq), polls: s.cfg.Firmware.UpdatePolls, image: image}
+	u := &fwUpdate{id: fmt.Sprintf("fw%d", s.seq), polls: s.cfg.Firmware.UpdatePolls, image: image, transfer: transfer}
 	if u.polls <= 0 {
 		u.polls = 3
 	}
@@ -679,8 +770,16 @@ func (s *Server) updateBody(u *fwUpdate, state string, pc int) map[string]any {
 	case "Exception":
 		status = "Critical"
 		msgs = []any{map[string]any{"MessageId": "Update.1.0.ApplyFailed", "Message": "The installation of image " + u.image + " failed: no component matches the package.", "Severity": "Critical"}}
+		if u.transfer != "" {
+			msgs = []any{map[string]any{"MessageId": "Update.1.0.TransferFailed", "Message": "Transfer of image '" + u.image + "' to '" + u.id + "' failed: " + u.transfer + ".", "Severity": "Critical"}}
+		}
 	default:
 		msgs = []any{map[string]any{"MessageId": "TaskEvent.1.0.TaskProgressChanged", "Message": "The task " + u.id + " has changed to progress " + strconv.Itoa(pc) + " percent complete.", "Severity": "OK"}}
+	}
+	if state == "Exception" && s.isDell() {
+		// iDRAC ends a failed update job's task Completed with
+		// TaskStatus Critical, not Exception.
+		state = "Completed"
 	}
 	return map[string]any{
 		"@odata.id": "/redfish/v1/TaskService/Tasks/" + u.id, "@odata.type": "#Task.v1_4_3.Task",
@@ -698,12 +797,15 @@ func (s *Server) pollUpdateLocked(u *fwUpdate) map[string]any {
 		}
 		return s.updateBody(u, "Completed", 100)
 	}
+	if u.scheduled {
+		return s.updateBody(u, "Pending", 0)
+	}
 	u.got++
 	if u.got <= u.polls {
 		return s.updateBody(u, "Running", u.got*100/(u.polls+1))
 	}
 	u.done = true
-	if u.component == "" {
+	if u.component == "" || u.transfer != "" {
 		u.fail = true
 		return s.updateBody(u, "Exception", 100)
 	}
@@ -717,10 +819,43 @@ func (s *Server) pollUpdateLocked(u *fwUpdate) map[string]any {
 	return s.updateBody(u, "Completed", 100)
 }
 
-// simpleUpdate handles UpdateService.SimpleUpdate.
-func (s *Server) simpleUpdate(w http.ResponseWriter, body map[string]any) int {
+// simpleUpdate handles UpdateService.SimpleUpdate. With
+// Firmware.FetchImages the image is downloaded after the request is
+// checked and before the task is made (outside the lock).
+func (s *Server) simpleUpdate(ctx context.Context, w http.ResponseWriter, body map[string]any) int {
+	s.mu.Lock()
+	if code := s.checkSimpleUpdateLocked(w, body); code != 0 {
+		s.mu.Unlock()
+		return code
+	}
+	fetch := s.cfg.Firmware.FetchImages
+	s.mu.Unlock()
+	img, _ := body["ImageURI"].(string)
+	var got *ImageFetch
+	if fetch && (strings.HasPrefix(img, "http://") || strings.HasPrefix(img, "https://")) {
+		f := fetchImage(ctx, img)
+		got = &f
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if got != nil {
+		s.fw().fetches = append(s.fw().fetches, *got)
+	}
+	transfer := ""
+	if got != nil {
+		transfer = got.Err
+	}
+	code := s.startUpdateLocked(w, img, strs(anySlice(body["Targets"])), transfer)
+	if at, _ := body["@Redfish.OperationApplyTime"].(string); at == "OnReset" {
+		s.fw().updates[fmt.Sprintf("fw%d", s.seq)].scheduled = true
+	}
+	return code
+}
+
+// checkSimpleUpdateLocked refuses a SimpleUpdate the UpdateService does
+// not take (no action, no ImageURI, a TransferProtocol not listed) and
+// returns the status written, or 0.
+func (s *Server) checkSimpleUpdateLocked(w http.ResponseWriter, body map[string]any) int {
 	us := s.nodeLocked("/redfish/v1/UpdateService")
 	act, _ := obj(us.body, "Actions")["#UpdateService.SimpleUpdate"].(map[string]any)
 	if act == nil {
@@ -735,7 +870,14 @@ func (s *Server) simpleUpdate(w http.ResponseWriter, body map[string]any) int {
 			return writeError(w, http.StatusBadRequest, "Base.1.8.ActionParameterValueNotInList", "The value '"+tp+"' for the parameter TransferProtocol is not in the list of acceptable values.", tp, "TransferProtocol", "UpdateService.SimpleUpdate")
 		}
 	}
-	return s.startUpdateLocked(w, img, strs(anySlice(body["Targets"])))
+	if at, has := body["@Redfish.OperationApplyTime"]; has {
+		sup, _ := act["@Redfish.OperationApplyTimeSupport"].(map[string]any)
+		v, _ := at.(string)
+		if allowed := strs(anySlice(sup["SupportedValues"])); !slices.Contains(allowed, v) || (v != "OnReset" && v != "Immediate") {
+			return writeError(w, http.StatusBadRequest, "Base.1.8.ActionParameterNotSupported", "The parameter @Redfish.OperationApplyTime for the action UpdateService.SimpleUpdate is not supported on the target resource.", "@Redfish.OperationApplyTime", "UpdateService.SimpleUpdate")
+		}
+	}
+	return 0
 }
 
 // multipartUpdate handles a POST to UpdateService.MultipartHttpPushUri
@@ -773,7 +915,7 @@ func (s *Server) multipartUpdate(w http.ResponseWriter, r *http.Request, raw []b
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.startUpdateLocked(w, file, targets)
+	return s.startUpdateLocked(w, file, targets, "")
 }
 
 // isMultipartPush reports whether p is the tree's MultipartHttpPushUri.

@@ -1,7 +1,11 @@
 package bmcsim_test
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 
@@ -127,5 +131,66 @@ func TestFirmwareDefaultsUnchanged(t *testing.T) {
 	cl.login("admin", "pw")
 	if st, _, _ := cl.do("PATCH", "/redfish/v1/Systems/system/Bios", map[string]any{"Attributes": map[string]any{"x": 1}}); st != 405 {
 		t.Fatalf("bios patch on bmcweb: %d", st)
+	}
+}
+
+// TestFirmwareVendorDeviations: behaviours real BMCs show that the
+// emulator models:
+//   - Supermicro's Bios lists no SupportedApplyTimes and refuses a PATCH
+//     carrying @Redfish.SettingsApplyTime (Base PropertyUnknown), where
+//     a BMC that lists them takes one;
+//   - iDRAC ends a failed update's task Completed with TaskStatus
+//     Critical, where iLO ends it in Exception;
+//   - with FetchImages, SimpleUpdate downloads its ImageURI: a 200 is
+//     recorded with its bytes' SHA-256, a 404 ends the task failed with
+//     Update.1.0.TransferFailed.
+func TestFirmwareVendorDeviations(t *testing.T) {
+	_, smc := start(t, bmcsim.Config{Tree: tree(t, "supermicro-sys821ge-tnhr-x13")})
+	smc.login("admin", "pw")
+	at := map[string]any{"@Redfish.SettingsApplyTime": map[string]any{"ApplyTime": "OnReset"}, "Attributes": map[string]any{"AES_NI_3C75": "Disable"}}
+	if st, _, m := smc.do("PATCH", "/redfish/v1/Systems/1/Bios/SD", at); st != 400 || !strings.Contains(fmt.Sprint(m), "PropertyUnknown") {
+		t.Errorf("Supermicro PATCH with SettingsApplyTime: %d %v; want 400 PropertyUnknown", st, m)
+	}
+	_, dell := start(t, bmcsim.Config{Tree: tree(t, "dell-poweredge-r750-idrac9")})
+	dell.login("admin", "pw")
+	if st, _, m := dell.do("PATCH", "/redfish/v1/Systems/System.Embedded.1/Bios/Settings", map[string]any{"@Redfish.SettingsApplyTime": map[string]any{"ApplyTime": "OnReset"}, "Attributes": map[string]any{"ProcVirtualization": "Disabled"}}); st != 202 {
+		t.Errorf("iDRAC PATCH with SettingsApplyTime OnReset: %d %v; want 202 (a job)", st, m)
+	}
+
+	files := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/fw/BIOS_1.9.0.bin" {
+			http.NotFound(w, r)
+			return
+		}
+		w.Write([]byte("bios"))
+	}))
+	defer files.Close()
+	for _, c := range []struct {
+		tree, image, state, status, msg string
+	}{
+		{"dell-poweredge-r750-idrac9", "/fw/Zzz_1.0.bin", "Completed", "Critical", "TransferFailed"},
+		{"hpe-proliant-dl385gen10plusv2-ilo5", "/fw/Zzz_1.0.bin", "Exception", "Critical", "TransferFailed"},
+		{"dell-poweredge-r750-idrac9", "/fw/BIOS_1.9.0.bin", "Completed", "OK", "UpdateSuccessful"},
+	} {
+		sim, cl := start(t, bmcsim.Config{Tree: tree(t, c.tree), Firmware: bmcsim.Firmware{UpdatePolls: 1, RestartRequests: -1, FetchImages: true}})
+		cl.login("admin", "pw")
+		st, h, m := cl.do("POST", "/redfish/v1/UpdateService/Actions/UpdateService.SimpleUpdate", map[string]any{"ImageURI": files.URL + c.image})
+		if st != 202 {
+			t.Fatalf("%s %s: update %d %v", c.tree, c.image, st, m)
+		}
+		for i := 0; i < 3; i++ {
+			_, _, m = cl.do("GET", h.Get("Location"), nil)
+		}
+		if m["TaskState"] != c.state || m["TaskStatus"] != c.status || !strings.Contains(fmt.Sprint(m["Messages"]), c.msg) {
+			t.Errorf("%s %s: task %v; want %s, %s, %s", c.tree, c.image, m, c.state, c.status, c.msg)
+		}
+		f := sim.ImageFetches()
+		sum := sha256.Sum256([]byte("bios"))
+		if c.msg == "UpdateSuccessful" && (len(f) != 1 || f[0].Status != 200 || f[0].SHA256 != hex.EncodeToString(sum[:])) {
+			t.Errorf("%s: fetches %+v; want one 200 of the file", c.image, f)
+		}
+		if c.msg == "TransferFailed" && (len(f) != 1 || f[0].Status != 404 || f[0].Err == "") {
+			t.Errorf("%s: fetches %+v; want one 404", c.image, f)
+		}
 	}
 }

@@ -660,7 +660,7 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request, p string, body ma
 		case strings.HasSuffix(p, "/actions/virtualmedia.ejectmedia"):
 			return s.ejectMedia(r.Context(), w, p)
 		case strings.HasSuffix(p, "/actions/updateservice.simpleupdate"):
-			return s.simpleUpdate(w, body)
+			return s.simpleUpdate(r.Context(), w, body)
 		case s.isMultipartPush(p):
 			raw, _ := io.ReadAll(r.Body)
 			return s.multipartUpdate(w, r, raw)

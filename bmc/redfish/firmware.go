@@ -540,6 +540,17 @@ func (d *Driver) UpdateFirmware(ctx context.Context, u bmc.FirmwareUpdate) (_ *b
 		if len(u.Targets) > 0 {
 			body["Targets"] = u.Targets
 		}
+		if u.ApplyTime != bmc.ApplyUnset {
+			// Sent only where the action declares it (DSP0266
+			// "Operation apply time"): iDRAC 9 lists Immediate, OnReset
+			// and OnStartUpdateRequest; a BMC that lists none may refuse
+			// or ignore the property.
+			sup, _ := strList(obj(act, "@Redfish.OperationApplyTimeSupport"), "SupportedValues")
+			if !slices.Contains(sup, string(u.ApplyTime)) {
+				return nil, fmt.Errorf("redfish: %s: SimpleUpdate OperationApplyTime %s not among %v: %w", op, u.ApplyTime, sup, bmc.ErrUnsupported)
+			}
+			body["@Redfish.OperationApplyTime"] = string(u.ApplyTime)
+		}
 		r, err = d.conn.do(ctx, op, http.MethodPost, target, body, reqOpts{once: true})
 		if err != nil {
 			return nil, err

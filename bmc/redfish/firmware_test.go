@@ -564,3 +564,45 @@ func TestRAIDVolumes(t *testing.T) {
 
 var _ = fmt.Sprint
 var _ = redfish.New
+
+// TestSimpleUpdateOperationApplyTime: OperationApplyTime goes into
+// SimpleUpdate's body only where the action lists it in
+// @Redfish.OperationApplyTimeSupport (iDRAC 9 lists Immediate, OnReset
+// and OnStartUpdateRequest); on iLO 5, which lists none, OnReset is
+// ErrUnsupported and nothing is sent. On iDRAC the task stays Pending
+// until a host reset, then completes.
+func TestSimpleUpdateOperationApplyTime(t *testing.T) {
+	ctx := ctxT(t)
+	h := newLab(t, treeHPE, labOpts{on: true})
+	if _, err := h.drv.UpdateFirmware(ctx, bmc.FirmwareUpdate{ImageURI: "http://10.0.0.1/BIOS_1.9.0.bin", ApplyTime: bmc.ApplyOnReset}); !errors.Is(err, bmc.ErrUnsupported) {
+		t.Fatalf("iLO OnReset: %v; want ErrUnsupported", err)
+	}
+	if w := h.writes(); len(w) != 0 {
+		t.Fatalf("iLO: sent %v", w)
+	}
+	d := newLab(t, treeDell, labOpts{on: true})
+	task, err := d.drv.UpdateFirmware(ctx, bmc.FirmwareUpdate{ImageURI: "http://10.0.0.1/BIOS_1.9.0.bin", ApplyTime: bmc.ApplyOnReset})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sent map[string]any
+	for _, q := range d.sim.Requests() {
+		if strings.HasSuffix(q.Path, "UpdateService.SimpleUpdate") {
+			sent = q.Body
+		}
+	}
+	if sent["@Redfish.OperationApplyTime"] != "OnReset" {
+		t.Errorf("iDRAC SimpleUpdate body %v; want OperationApplyTime OnReset", sent)
+	}
+	for i := 0; i < 5; i++ {
+		if got, err := d.drv.Task(ctx, task.URI); err != nil || got.State != bmc.TaskPending {
+			t.Fatalf("before the reset, poll %d: %+v %v; want Pending", i, got, err)
+		}
+	}
+	if err := d.drv.Power(ctx, bmc.PowerActionReset); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bmc.WaitTask(ctx, d.drv, task.URI, time.Millisecond, nil); err != nil {
+		t.Fatalf("after the reset: %v", err)
+	}
+}

@@ -504,6 +504,7 @@ func addServeGitFlags(f *pflag.FlagSet, cc *controller.Config) {
 	f.StringVar(&cc.StatusBranch, "status-branch", os.Getenv("MACHINA_STATUS_BRANCH"), "write status commits to this branch instead of the inventory branch")
 	f.StringVar(&cc.WorkDir, "work-dir", envOrDefault("MACHINA_WORK_DIR", "/var/lib/machina"), "folder for Git clones and the image store")
 	f.StringVar(&cc.PublicURL, "public-url", os.Getenv("MACHINA_PUBLIC_URL"), "the controller's URL as machines reach it (iPXE scripts, deploy plans)")
+	f.StringVar(&cc.FirmwareURL, "firmware-url", os.Getenv("MACHINA_FIRMWARE_URL"), "the controller's URL as BMCs reach it, for the firmware update files it offers them (default: --public-url)")
 	f.StringVar(&cc.RamdiskDir, "ramdisk-dir", os.Getenv("MACHINA_RAMDISK_DIR"), "folder with vmlinuz and initrd.cpio.gz (make ramdisk), served at /boot/ramdisk/")
 	f.StringVar(&cc.ISODir, "iso-dir", os.Getenv("MACHINA_ISO_DIR"), "folder with the iPXE ISOs (make ipxe-iso), served at /boot/iso/")
 	f.StringVar(&cc.Mirrors.Base, "mirror", os.Getenv("MACHINA_MIRROR"), "base URL of a local mirror for catalog images")

@@ -145,6 +145,9 @@ func observedState(ctx context.Context, e *env, observed string, src *planSource
 		if have, err = snapshotFromAPI(ctx, c); err != nil {
 			return have, from, approved, &exitError{code: 2, err: fmt.Errorf("plan: observed state from the API: %w", err)}
 		}
+		if err := firmwareFromAPI(ctx, c, src.want, have); err != nil {
+			return have, from, approved, &exitError{code: 2, err: fmt.Errorf("plan: firmware reads from the API: %w", err)}
+		}
 		aps, err := c.Approvals(ctx)
 		if err != nil {
 			return have, from, approved, &exitError{code: 2, err: fmt.Errorf("plan: approvals from the API: %w", err)}

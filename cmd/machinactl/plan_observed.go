@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"net/http"
+	"net/url"
 	"path"
 	"sort"
 	"strconv"
@@ -49,6 +51,40 @@ func snapshotFromAPI(ctx context.Context, c *v1.Client) (state.Snapshot, error) 
 		after = page.Next
 	}
 	return state.Snapshot{}, fmt.Errorf("list servers: more than %d pages", maxListPages)
+}
+
+// firmwareFromAPI adds, to each server of have that a profile with a
+// firmware block applies to (allocated or deployed with it, or pinned to
+// it in want), the controller's last firmware read (GET
+// /api/v1/servers/{name}/firmware), so the plan lists what that block
+// would change on it. A server whose firmware was never read keeps none
+// (the plan then says FirmwareNotRead).
+func firmwareFromAPI(ctx context.Context, c *v1.Client, want *inventory.Inventory, have state.Snapshot) error {
+	for _, ws := range want.Servers {
+		obs, ok := have.Servers[ws.Name]
+		if !ok {
+			continue
+		}
+		prof := ws.Profile
+		if obs.Allocation != nil && obs.Allocation.Profile != "" {
+			prof = obs.Allocation.Profile
+		}
+		if p := want.Profile(prof); p == nil || p.Firmware == nil {
+			continue
+		}
+		var fw state.Firmware
+		err := c.GetJSON(ctx, "/api/v1/servers/"+url.PathEscape(ws.Name)+"/firmware", &fw)
+		var ae *v1.APIError
+		if errors.As(err, &ae) && ae.StatusCode == http.StatusNotFound {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("server %s: %w", ws.Name, err)
+		}
+		obs.Firmware = &fw
+		have.Servers[ws.Name] = obs
+	}
+	return nil
 }
 
 // fromWire maps the API's server to the observed record plan.Compute reads: identity,

@@ -3,6 +3,7 @@ package sim_test
 import (
 	"net/http"
 	"os"
+	"path"
 	"strings"
 	"testing"
 	"time"
@@ -76,6 +77,33 @@ func TestFirmwareBeforeDeploy(t *testing.T) {
 			}
 			if !found {
 				t.Errorf("%s: component %s not at %s after the update: %+v", name, v.Component, v.Version, fw.Components)
+			}
+		}
+	}
+	// Each update's file came from the controller's /firmware/ handler
+	// (an offer's unguessable path), with the catalog's bytes: the BMC
+	// fetched it itself (bmcsim FetchImages), once per update. The offer
+	// is gone once the step is: the same URL now answers 404.
+	for name, p := range pins {
+		want := inv.Inventory.Profile(p).Firmware.Versions
+		fetches := r.lab.BMC(name).ImageFetches()
+		if len(fetches) != len(want) {
+			t.Errorf("%s: the BMC fetched %d update images (%+v), want %d", name, len(fetches), fetches, len(want))
+			continue
+		}
+		for i, v := range want {
+			fi, f := inv.Inventory.FirmwareImage(v.Image), fetches[i]
+			sum := "sha256:" + f.SHA256
+			if f.Err != "" || f.Status != http.StatusOK || !strings.HasPrefix(f.URI, r.run.URL+"/firmware/") || !strings.HasSuffix(f.URI, "/"+path.Base(fi.URL)) {
+				t.Errorf("%s: fetch %+v; want 200 from %s/firmware/<token>/%s", name, f, r.run.URL, path.Base(fi.URL))
+			}
+			if rec, err := r.run.Images.Lookup(v.Image); err != nil || rec.Raw.String() != sum || rec.SizeBytes != f.Bytes {
+				t.Errorf("%s: the BMC got %d bytes %s; the store holds %+v (%v)", name, f.Bytes, sum, rec, err)
+			}
+			if resp, err := http.Get(f.URI); err != nil || resp.StatusCode != http.StatusNotFound {
+				t.Errorf("%s: GET %s after the step: %v %v, want 404 (offer released)", name, f.URI, resp, err)
+			} else {
+				resp.Body.Close()
 			}
 		}
 	}

@@ -199,6 +199,12 @@ func renderImages(inv *inventory.Inventory, mirror string) string {
 			fmt.Fprintf(&b, "    arch: %s\n", im.Arch)
 		}
 	}
+	if len(inv.FirmwareImages) > 0 {
+		b.WriteString("# BMC update files from the lab's mirror; the controller serves them to the BMCs.\nfirmware:\n")
+		for _, fi := range inv.FirmwareImages {
+			fmt.Fprintf(&b, "  - name: %s\n    url: %s\n    checksum: %s\n    sizeBytes: %d\n", fi.Name, strings.ReplaceAll(fi.URL, "{{mirror}}", mirror), fi.Checksum, fi.SizeBytes)
+		}
+	}
 	return b.String()
 }
 

@@ -26,6 +26,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -244,7 +245,8 @@ func (l *Lab) start() error {
 			continue
 		}
 		bcfg := bmcsim.Config{Username: l.cfg.Username, Password: l.cfg.Password, Power: m, SessionTimeout: -1,
-			PowerTransition: l.cfg.PowerTransition, PowerTransitionKeepsState: l.cfg.PowerTransitionKeepsState}
+			PowerTransition: l.cfg.PowerTransition, PowerTransitionKeepsState: l.cfg.PowerTransitionKeepsState,
+			Firmware: bmcsim.Firmware{FetchImages: true}}
 		if l.cfg.BMCQuirks != nil {
 			tr, err := trees.Load(dir)
 			if err != nil {
@@ -342,6 +344,9 @@ func (l *Lab) startMirror(site *inventory.Inventory) (string, error) {
 	if err := os.WriteFile(filepath.Join(dir, "SHA256SUMS"), []byte(sums.String()), 0o644); err != nil {
 		return "", err
 	}
+	if err := l.mirrorFirmware(dir, site); err != nil {
+		return "", err
+	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return "", err
@@ -351,6 +356,33 @@ func (l *Lab) startMirror(site *inventory.Inventory) (string, error) {
 	l.wg.Add(1)
 	go func() { defer l.wg.Done(); _ = hs.Serve(ln) }()
 	return "http://" + ln.Addr().String(), nil
+}
+
+// mirrorFirmware writes one file per entry of the site's firmware catalog
+// under dir/firmware, named as the entry's URL names it (the BMC
+// emulator reads the component and version from that name, as vendors
+// name their packages), and sets the entry's URL, checksum and size to
+// what the mirror serves; renderImages writes them.
+func (l *Lab) mirrorFirmware(dir string, site *inventory.Inventory) error {
+	if len(site.FirmwareImages) == 0 {
+		return nil
+	}
+	if err := os.MkdirAll(filepath.Join(dir, "firmware"), 0o755); err != nil {
+		return err
+	}
+	for i := range site.FirmwareImages {
+		fi := &site.FirmwareImages[i]
+		base := path.Base(fi.URL)
+		body := simImage(64 << 10)
+		copy(body, "machina simulated firmware "+fi.Name+"\n")
+		if err := os.WriteFile(filepath.Join(dir, "firmware", base), body, 0o644); err != nil {
+			return err
+		}
+		sum := sha256.Sum256(body)
+		fi.Checksum, fi.SizeBytes = "sha256:"+hex.EncodeToString(sum[:]), int64(len(body))
+		fi.URL = "{{mirror}}/firmware/" + base
+	}
+	return nil
 }
 
 // simImage is a deterministic raw disk image that starts with osMarker.
@@ -473,7 +505,8 @@ func (l *Lab) AddStray(name, mac string) (*Machine, string, error) {
 	}
 	var trees bmcsim.Trees
 	srv, err := trees.New(dir, bmcsim.Config{Username: l.cfg.Username, Password: l.cfg.Password, Power: m, SessionTimeout: -1,
-		PowerTransition: l.cfg.PowerTransition, PowerTransitionKeepsState: l.cfg.PowerTransitionKeepsState})
+		PowerTransition: l.cfg.PowerTransition, PowerTransitionKeepsState: l.cfg.PowerTransitionKeepsState,
+		Firmware: bmcsim.Firmware{FetchImages: true}})
 	if err != nil {
 		return nil, "", fmt.Errorf("sim: %s BMC: %w", name, err)
 	}

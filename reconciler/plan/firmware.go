@@ -65,12 +65,15 @@ type FirmwareChange struct {
 	To   string `json:"to"`
 	// Controller, Drives, Level and SizeBytes are a raid-create's
 	// placement (SizeBytes 0: all of the drives); Image is a
-	// firmware-update's image URL.
+	// firmware-update's entry of the firmware catalog (images.yaml
+	// firmware) and Checksum its "sha256:" digest there, which the
+	// served file is checked against before the BMC is offered it.
 	Controller string   `json:"controller,omitempty"`
 	Drives     []string `json:"drives,omitempty"`
 	Level      string   `json:"level,omitempty"`
 	SizeBytes  int64    `json:"sizeBytes,omitempty"`
 	Image      string   `json:"image,omitempty"`
+	Checksum   string   `json:"checksum,omitempty"`
 	// Held: the server is deployed, so the change waits for `machinactl
 	// approve` like other held steps; false: it applies before the image
 	// is written.
@@ -116,7 +119,7 @@ type FirmwareCheck struct {
 // levels and free drives; versions against the firmware inventory.
 //
 // want is the inventory the profile is from (it resolves a version's
-// images.yaml name to its URL); nil leaves Image empty.
+// firmware catalog entry to its checksum); nil leaves Checksum empty.
 func CheckFirmware(want *inventory.Inventory, fw *inventory.Firmware, ws *inventory.Server, obs *state.Server) FirmwareCheck {
 	var out FirmwareCheck
 	if fw == nil {
@@ -184,8 +187,9 @@ func CheckFirmware(want *inventory.Inventory, fw *inventory.Firmware, ws *invent
 		case !c.Updateable:
 			refuse(CondFirmwareVersionInvalid, "NotUpdateable", fmt.Sprintf("component %s runs %s and the BMC says it is not updateable (profile wants %s)", v.Component, c.Version, v.Version))
 		default:
+			img, sum := firmwareImage(want, v)
 			out.Changes = append(out.Changes, FirmwareChange{Server: ws.Name, Kind: FirmwareUpdate, Item: v.Component, From: c.Version, To: v.Version,
-				Image: imageURL(want, v)})
+				Image: img, Checksum: sum})
 		}
 	}
 	if fw.SecureBoot != nil && read.SecureBoot != nil && read.SecureBoot.Enable != *fw.SecureBoot {
@@ -197,16 +201,17 @@ func CheckFirmware(want *inventory.Inventory, fw *inventory.Firmware, ws *invent
 	return out
 }
 
-// imageURL is where the BMC fetches v's update file from: its url, or
-// the URL of the images.yaml entry it names.
-func imageURL(want *inventory.Inventory, v inventory.FirmwareVersion) string {
-	if v.URL != "" || want == nil {
-		return v.URL
+// firmwareImage is v's entry of the firmware catalog (images.yaml's
+// firmware list): its name and checksum, "" when want is nil or lacks it
+// (validate refuses a version naming no entry).
+func firmwareImage(want *inventory.Inventory, v inventory.FirmwareVersion) (name, checksum string) {
+	if want == nil {
+		return v.Image, ""
 	}
-	if im := want.Image(v.Image); im != nil {
-		return im.URL
+	if fi := want.FirmwareImage(v.Image); fi != nil {
+		return fi.Name, fi.Checksum
 	}
-	return ""
+	return v.Image, ""
 }
 
 // firmwareAreas lists the areas (state.FirmwareArea*) fw names.
@@ -491,7 +496,10 @@ func firmwareProfile(ws *inventory.Server, obs *state.Server) string {
 // difference (or a firmware never read) replaces this pass's deploy: an
 // allocated server gets ActFirmware, which applies the block and reads it
 // back, and the deploy follows once the read-back matches. On a deployed
-// server the differences are listed as held in Result.Firmware.
+// server a difference (a profile changed after its deploy) needs a reset
+// of the running host: its ActFirmware is held (p.fwHeld, applyBrake)
+// and its changes listed as held, until the operator approves the
+// revision; then the step runs.
 func (p *planning) firmware() {
 	blocked := map[string]Condition{}
 	for i := range p.want.Servers {
@@ -524,12 +532,28 @@ func (p *planning) firmware() {
 			p.cond(Condition{Subject: "server/" + ws.Name, Type: CondFirmwareNotRead, Reason: "Waiting",
 				Message: "profile " + prof.Name + " sets firmware state; the server's firmware has not been read from its BMC yet"})
 		}
-		held := obs.Lifecycle == state.LifecycleDeployed
+		deployed := obs.Lifecycle == state.LifecycleDeployed
+		held := deployed && !p.opts.Approved
 		for _, c := range chk.Changes {
 			c.Held = held
 			p.res.Firmware = append(p.res.Firmware, c)
 		}
-		if held || (len(chk.Changes) == 0 && !chk.NotRead) {
+		if deployed {
+			// Applying resets a running host: only once the operator
+			// approves this revision (machinactl approve), as the safety
+			// brake's holds. Never-read firmware is read by the sweep.
+			if len(chk.Changes) > 0 && !hasServerStep(p.res.Steps, ws.Name, ActRelease) && !hasServerStep(p.res.Steps, ws.Name, ActRetire) {
+				st := Step{Server: ws.Name, Action: ActFirmware, Profile: prof.Name,
+					Why: fmt.Sprintf("profile %s firmware: %d changes on a deployed server (resets its host)", prof.Name, len(chk.Changes))}
+				if held {
+					p.fwHeld = append(p.fwHeld, st)
+				} else {
+					p.res.Steps = append(p.res.Steps, st)
+				}
+			}
+			continue
+		}
+		if len(chk.Changes) == 0 && !chk.NotRead {
 			continue
 		}
 		switch obs.Lifecycle {

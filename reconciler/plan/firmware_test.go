@@ -305,3 +305,65 @@ func TestPlanFirmwareStep(t *testing.T) {
 		}
 	}
 }
+
+// TestPlanFirmwareDeployedNeedsApproval: a profile's firmware block
+// changed after r1-n01 was deployed with it. Applying needs a reset of
+// the running host, so the firmware step is held behind `machinactl
+// approve` (Held, Brake naming the revision, its changes marked held);
+// once the revision is approved the step is planned and its changes are
+// no longer held. A deployed server whose read matches gets no step
+// either way.
+func TestPlanFirmwareDeployedNeedsApproval(t *testing.T) {
+	inv := cloneInv(exampleInventory(t))
+	inv.Profile("hypervisor").Firmware = goodFirmware()
+	matching := idracRead()
+	matching.BIOS.Attributes["ProcVirtualization"] = "Enabled"
+	matching.Storage[1].Volumes = []state.Volume{{ID: "Disk.Virtual.0:RAID.Integrated.1-1", Name: "os", RAIDType: "RAID1"}}
+	matching.Components[0].Version = "1.13.2"
+	matching.SecureBoot.Enable = true
+	snap := steadyFleet(inv)
+	if s := snap.Servers["r1-n01"]; s.Lifecycle != state.LifecycleDeployed || s.Allocation == nil || s.Allocation.Profile != "hypervisor" {
+		t.Fatalf("fixture: r1-n01 is %s with %+v; want deployed with hypervisor", s.Lifecycle, s.Allocation)
+	}
+	for name, fw := range map[string]*state.Firmware{"r1-n01": idracRead(), "r1-n02": matching} {
+		s := snap.Servers[name]
+		s.Firmware = fw
+		snap.Servers[name] = s
+	}
+	fwSteps := func(steps []Step) []string {
+		var out []string
+		for _, s := range steps {
+			if s.Action == ActFirmware {
+				out = append(out, s.Server)
+			}
+		}
+		return out
+	}
+	held := Compute(inv, snap, Options{Now: planT0.Add(time.Minute)})
+	if got := fwSteps(held.Steps); len(got) != 0 {
+		t.Errorf("not approved: firmware steps %v planned on deployed servers", got)
+	}
+	if got := fwSteps(held.Held); !cmp.Equal(got, []string{"r1-n01"}) {
+		t.Errorf("not approved: held firmware steps %v, want [r1-n01]", got)
+	}
+	if want := "machinactl approve " + DigestPrefix(inv.Digest); !strings.Contains(held.Brake, want) || !strings.Contains(held.Brake, "reset 1 deployed server") {
+		t.Errorf("Brake %q; want it to name %q and the reset", held.Brake, want)
+	}
+	for _, c := range held.Firmware {
+		if c.Server != "r1-n01" || !c.Held {
+			t.Errorf("change %s; want only r1-n01's, held", c)
+		}
+	}
+	ok := Compute(inv, snap, Options{Now: planT0.Add(time.Minute), Approved: true})
+	if got := fwSteps(ok.Steps); !cmp.Equal(got, []string{"r1-n01"}) {
+		t.Errorf("approved: firmware steps %v, want [r1-n01]", got)
+	}
+	if len(ok.Held) != 0 || ok.Brake != "" {
+		t.Errorf("approved: held %v brake %q; want none", ok.Held, ok.Brake)
+	}
+	for _, c := range ok.Firmware {
+		if c.Held {
+			t.Errorf("approved: change %s still held", c)
+		}
+	}
+}

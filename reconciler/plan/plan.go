@@ -270,6 +270,7 @@ type planning struct {
 	conflicted map[string]Condition
 	allocated  map[string]string // server → profile, planned this pass
 	disruptive []Step
+	fwHeld     []Step // firmware steps of deployed servers, until approved
 	res        Result
 }
 
@@ -403,6 +404,20 @@ func (p *planning) profiles() {
 func (p *planning) applyBrake() {
 	res := &p.res
 	why := brake(p.disruptive, res.Steps, p.want, p.have, p.opts)
+	if len(p.fwHeld) > 0 {
+		// Not approved (firmware puts them in Steps when it is).
+		names := make([]string, len(p.fwHeld))
+		for i, s := range p.fwHeld {
+			names[i] = s.Server
+		}
+		fw := fmt.Sprintf("the firmware step would reset %d deployed %s to apply a changed profile's firmware (%s)", len(names), map[bool]string{true: "server", false: "servers"}[len(names) == 1], strings.Join(names, ", "))
+		if why == "" {
+			why = "held until approved (machinactl approve " + DigestPrefix(p.want.Digest) + "): " + fw
+		} else {
+			why += "; " + fw
+		}
+		res.Held = append(res.Held, p.fwHeld...)
+	}
 	if why == "" || p.opts.Approved {
 		return
 	}
