@@ -38,6 +38,10 @@ type Runner struct {
 	Tests CommissionConfig
 	// MemoryLimit is WriteConfig.MemoryLimit; zero means a quarter of MemTotal.
 	MemoryLimit int64
+	// TPM, when set, attests before each request that releases a secret
+	// or moves the server (report, plan, done, wipe plan); nil on a
+	// machine without a TPM 2.0.
+	TPM *TPM
 	// Version is reported as AgentVersion.
 	Version string
 	Logger  *slog.Logger
@@ -102,7 +106,9 @@ func (r *Runner) Commission(ctx context.Context) (v1.ReportAck, error) {
 	rep := v1.AgentReport{BootMAC: r.BootMAC, AgentVersion: r.Version, Facts: facts, Tests: tests, StartedToReport: uptime(r.root())}
 	var ack v1.ReportAck
 	err = call(ctx, r.log(), "report", func(ctx context.Context) (err error) {
-		ack, err = r.Client.Report(ctx, r.Token, rep)
+		if err = r.attest(ctx, r.Token); err == nil {
+			ack, err = r.Client.Report(ctx, r.Token, rep)
+		}
 		return err
 	})
 	if err != nil {
@@ -188,7 +194,9 @@ func (r *Runner) Deploy(ctx context.Context) (v1.DeployResult, error) {
 	t0 := time.Now()
 	var plan v1.Plan
 	err := call(ctx, r.log(), "plan", func(ctx context.Context) (err error) {
-		plan, err = r.Client.Plan(ctx, r.Token)
+		if err = r.attest(ctx, r.Token); err == nil {
+			plan, err = r.Client.Plan(ctx, r.Token)
+		}
 		return err
 	})
 	if err != nil {
@@ -203,6 +211,9 @@ func (r *Runner) Deploy(ctx context.Context) (v1.DeployResult, error) {
 		r.log().Error("deploy failed", "err", derr)
 	}
 	if err := call(context.WithoutCancel(ctx), r.log(), "done", func(ctx context.Context) error {
+		if err := r.attest(ctx, plan.DoneToken); err != nil {
+			return err
+		}
 		return r.Client.Done(ctx, plan.DoneToken, res)
 	}); err != nil {
 		return res, errors.Join(derr, fmt.Errorf("deploy: %w", err))

@@ -143,3 +143,12 @@ func fingerprint(der []byte) string {
 	h := sha256.Sum256(der)
 	return "sha256:" + hex.EncodeToString(h[:])
 }
+
+// attest runs r.TPM's attestation for the request token gates; nothing
+// without a TPM.
+func (r *Runner) attest(ctx context.Context, token string) error {
+	if r.TPM == nil {
+		return nil
+	}
+	return r.TPM.Attest(ctx, r.Client, token, r.BootMAC)
+}

@@ -69,7 +69,9 @@ func (r *Runner) Wipe(ctx context.Context) (v1.WipeResult, error) {
 	t0 := time.Now()
 	var plan v1.WipePlan
 	err := call(ctx, r.log(), "wipe plan", func(ctx context.Context) (err error) {
-		plan, err = r.Client.WipePlan(ctx, r.Token)
+		if err = r.attest(ctx, r.Token); err == nil {
+			plan, err = r.Client.WipePlan(ctx, r.Token)
+		}
 		return err
 	})
 	if err != nil {
