@@ -548,10 +548,18 @@ func (w *wiring) join() (func(), error) {
 	}
 	jc := joinCommander{srv: w.joinSrv, desired: w.ctrl.Desired, ttl: w.cfg.JoinTokenTTL}
 	pl := &deployplan.Planner{Desired: w.ctrl.Desired, Images: w.imgStore, BaseURL: w.publicURL, Join: jc, Store: w.st, Logger: w.log.With("component", "planner")}
+	verifier, chain, err := newVerifier(w.cfg)
+	if err != nil {
+		return stop, fmt.Errorf("controller: %w", err)
+	}
 	machine, err := api.NewMachine(api.MachineConfig{Store: w.st, Planner: pl, Wiper: pl, Installer: pl,
 		PerIP: w.cfg.MachinePerIP, Leases: machineLeases, ProgressEvery: progressEvery(w.cfg.MachineProgressEvery, w.cfg.Reconciler.Plan.SilentAfter),
+		Attest: verifier, AttestPolicy: attestPolicy{desired: w.ctrl.Desired, st: w.st, chain: chain},
 		Logger: w.log.With("component", "machine")})
 	if err != nil {
+		return stop, fmt.Errorf("controller: %w", err)
+	}
+	if err := w.reg.Register(machine.AttestCollector()); err != nil {
 		return stop, fmt.Errorf("controller: %w", err)
 	}
 	return stop, machine.Mount(w.srv)
