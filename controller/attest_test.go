@@ -30,7 +30,7 @@ func TestAttestPolicyFromInventory(t *testing.T) {
 	defer st.Close()
 	ek := "sha256:" + strings.Repeat("ab", 32)
 	inv := &inventory.Inventory{
-		Servers: []inventory.Server{{Name: "a", Profile: "secure", TPM: &inventory.TPM{EK: ek}}, {Name: "b"}, {Name: "c"}},
+		Servers:  []inventory.Server{{Name: "a", Profile: "secure", TPM: &inventory.TPM{EK: ek}}, {Name: "b"}, {Name: "c"}},
 		Profiles: []inventory.Profile{{Name: "secure", Attestation: api.AttestRequired}, {Name: "lab", Attestation: api.AttestOff}},
 	}
 	if _, err := st.CreateServer(state.Server{Name: "b", Allocation: &state.Allocation{Profile: "lab"}}); err != nil {

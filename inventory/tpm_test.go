@@ -13,7 +13,7 @@ func TestTPMPinAndAttestationPolicy(t *testing.T) {
 	ek := "sha256:" + strings.Repeat("0a", 32)
 	load := func(tpm, attestation string) error {
 		_, err := Load(fstest.MapFS{
-			ServersFile: {Data: []byte("servers:\n  - name: n01\n    zone: z\n    bootMAC: \"52:54:00:00:00:01\"\n" + tpm)},
+			ServersFile:  {Data: []byte("servers:\n  - name: n01\n    zone: z\n    bootMAC: \"52:54:00:00:00:01\"\n" + tpm)},
 			ProfilesFile: {Data: []byte("profiles:\n  - name: p\n    zone: z\n    image: i\n    deploy: autoinstall\n" + attestation)},
 			ImagesFile:   {Data: []byte("images:\n  - name: i\n    url: http://mirror.lan/i.raw\n    checksum: sha256:" + strings.Repeat("a", 64) + "\n")},
 		}, Limits{})
