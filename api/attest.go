@@ -156,10 +156,14 @@ func (m *Machine) attestQuote(w http.ResponseWriter, r *http.Request) {
 	now := time.Now().UTC()
 	var prev string
 	if _, err := m.cfg.Store.UpdateServer(t.Server, func(s *state.Server) error {
+		next := &state.TPM{EK: res.EK, EKIssuer: res.EKIssuer, AttestedAt: now, BootApplications: res.Applications}
 		if s.TPM != nil {
 			prev = s.TPM.EK
+			if s.TPM.Proposed == res.EK {
+				next.Proposed, next.ProposalBranch = s.TPM.Proposed, s.TPM.ProposalBranch
+			}
 		}
-		s.TPM = &state.TPM{EK: res.EK, EKIssuer: res.EKIssuer, AttestedAt: now, BootApplications: res.Applications}
+		s.TPM = next
 		return nil
 	}); err != nil {
 		if storeUnavailable(err) {

@@ -23,4 +23,8 @@ type TPM struct {
 	Refused   string    `json:"refused,omitempty"`
 	RefusedEK string    `json:"refusedEK,omitempty"`
 	RefusedAt time.Time `json:"refusedAt,omitzero"`
+	// Proposed is the EK whose servers.yaml pin was proposed for review,
+	// on ProposalBranch; "" before a proposal.
+	Proposed       string `json:"proposed,omitempty"`
+	ProposalBranch string `json:"proposalBranch,omitempty"`
 }
