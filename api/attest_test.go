@@ -1,8 +1,10 @@
 package api_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"io"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -200,5 +202,134 @@ func TestAttestationOptionalAndOff(t *testing.T) {
 				t.Fatalf("plan without a TPM under %q: %v", mode, err)
 			}
 		})
+	}
+}
+
+// recorder keeps the bodies of the attestation evidence the agent posts.
+type recorder struct {
+	evidence [][]byte
+}
+
+func (rec *recorder) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.URL.Path == v1.PathAgentAttestQuote && r.Body != nil {
+		b, _ := io.ReadAll(r.Body)
+		rec.evidence = append(rec.evidence, b)
+		r.Body = io.NopCloser(bytes.NewReader(b))
+	}
+	return http.DefaultTransport.RoundTrip(r)
+}
+
+// TestCommissioningEnrolsTPMSWTPM: at commissioning under required the
+// report is refused until the TPM attested; the attested EK is recorded on
+// the server (enrolment, event tpm.enrolled). Replayed evidence, and an
+// event log that does not replay, are refused and release nothing: the
+// report and wipe plan stay refused, the lifecycle does not move.
+func TestCommissioningEnrolsTPMSWTPM(t *testing.T) {
+	f := newFixture(t, state.Options{})
+	sw := attestationtest.Start(t, false)
+	sw.Measure(t, attestationtest.Boot("ipxe.efi", "vmlinuz", "initrd")...)
+	tpm, err := agent.OpenTPM(sw.Channel(t))
+	if err != nil || tpm == nil {
+		t.Fatalf("OpenTPM: %v", err)
+	}
+	defer tpm.Close()
+	m, err := api.NewMachine(api.MachineConfig{Store: f.store, Wiper: fixedWiper{}, AttestPolicy: rules{"r1-n07": {Mode: api.AttestRequired}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Mount(f.api); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.store.CreateServer(state.Server{Name: "r1-n07", BootMAC: onceMAC}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.store.Transition("r1-n07", state.LifecycleNew, state.LifecycleCommissioning, "test"); err != nil {
+		t.Fatal(err)
+	}
+	rec := &recorder{}
+	c := &v1.AgentClient{BaseURL: f.srv.URL, HTTP: &http.Client{Transport: rec}}
+	ctx := context.Background()
+	tok := issueFor(t, f, state.PurposeReport)
+	stillCommissioning := func(why string) {
+		t.Helper()
+		s, _ := f.store.Server("r1-n07")
+		if s.Lifecycle != state.LifecycleCommissioning || s.Hardware != nil {
+			t.Fatalf("%s: server %s, hardware %v: changed", why, s.Lifecycle, s.Hardware)
+		}
+	}
+	if _, err := c.Report(ctx, tok, goodReport()); !errors.Is(err, v1.ErrAgentTokenRefused) {
+		t.Fatalf("report without attestation = %v, want 403", err)
+	}
+	stillCommissioning("no attestation")
+
+	// An event log that does not replay (the log the TPM has is swapped
+	// for one naming another kernel).
+	good := sw.EventLog
+	var l attestationtest.Log
+	forged := l.Header()
+	for _, e := range attestationtest.Boot("ipxe.efi", "other-kernel", "initrd") {
+		forged = append(forged, l.Event(e)...)
+	}
+	sw.EventLog = forged
+	if err := tpm.Attest(ctx, c, tok, onceMAC); !errors.Is(err, v1.ErrAgentTokenRefused) {
+		t.Fatalf("attest with a forged log = %v, want refused", err)
+	}
+	sw.EventLog = good
+	if _, err := c.Report(ctx, tok, goodReport()); !errors.Is(err, v1.ErrAgentTokenRefused) {
+		t.Fatalf("report after a refused log = %v, want 403", err)
+	}
+	stillCommissioning("log does not replay")
+	if got := m.AttestRefusals()["event_log"]; got != 1 {
+		t.Errorf("event_log refusals = %d, want 1", got)
+	}
+
+	// The good attestation, then the report: ready, EK enrolled.
+	if err := tpm.Attest(ctx, c, tok, onceMAC); err != nil {
+		t.Fatalf("attest: %v", err)
+	}
+	ack, err := c.Report(ctx, tok, goodReport())
+	if err != nil || ack.Lifecycle != string(state.LifecycleReady) {
+		t.Fatalf("report after attestation = %+v, %v", ack, err)
+	}
+	ek, _ := tpm.EKFingerprint()
+	s, _ := f.store.Server("r1-n07")
+	if s.TPM == nil || s.TPM.EK != ek {
+		t.Fatalf("EK not enrolled: %+v", s.TPM)
+	}
+	evs, _ := f.store.Events(state.EventQuery{Server: "r1-n07"})
+	enrolled := 0
+	for _, e := range evs {
+		if e.Kind == "tpm.enrolled" && strings.Contains(e.Message, ek) {
+			enrolled++
+		}
+	}
+	if enrolled != 1 {
+		t.Errorf("tpm.enrolled events = %d, want 1", enrolled)
+	}
+
+	// Replayed evidence: the last quote posted again, for the same token
+	// and for a fresh wipe token, is refused; the wipe plan stays refused.
+	if _, err := f.store.UpdateServer("r1-n07", func(s *state.Server) error { s.NeedsWipe = true; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	wipeTok := issueFor(t, f, state.PurposeWipe)
+	last := rec.evidence[len(rec.evidence)-1]
+	for _, tk := range []string{tok, wipeTok} {
+		code, _, body := f.do(t, http.MethodPost, v1.PathAgentAttestQuote, tk, string(last))
+		if code != http.StatusForbidden {
+			t.Errorf("replayed evidence: %d %s, want 403", code, body)
+		}
+	}
+	if _, err := c.WipePlan(ctx, wipeTok); !errors.Is(err, v1.ErrAgentTokenRefused) {
+		t.Fatalf("wipe plan after replayed evidence = %v, want 403", err)
+	}
+	if got := m.AttestRefusals()["challenge"]; got != 1 {
+		t.Errorf("challenge refusals = %d, want 1 (the used token is refused before)", got)
+	}
+	if err := tpm.Attest(ctx, c, wipeTok, onceMAC); err != nil {
+		t.Fatalf("attest for the wipe: %v", err)
+	}
+	if p, err := c.WipePlan(ctx, wipeTok); err != nil || p.DoneToken == "" {
+		t.Fatalf("wipe plan after attestation = %+v, %v", p, err)
 	}
 }

@@ -144,11 +144,24 @@ func fingerprint(der []byte) string {
 	return "sha256:" + hex.EncodeToString(h[:])
 }
 
-// attest runs r.TPM's attestation for the request token gates; nothing
-// without a TPM.
-func (r *Runner) attest(ctx context.Context, token string) error {
+// attested runs r.TPM's attestation for the request token gates, then
+// the request (f); nothing but f without a TPM. A request answered 403
+// attestation_required (the attestation expired, or a controller that took
+// over under HA does not know it) attests once more and is sent again.
+func (r *Runner) attested(ctx context.Context, token string, f func() error) error {
 	if r.TPM == nil {
-		return nil
+		return f()
 	}
-	return r.TPM.Attest(ctx, r.Client, token, r.BootMAC)
+	for attempt := 0; ; attempt++ {
+		if err := r.TPM.Attest(ctx, r.Client, token, r.BootMAC); err != nil {
+			return err
+		}
+		err := f()
+		var se *v1.AgentStatusError
+		if attempt == 0 && errors.As(err, &se) && se.Code == http.StatusForbidden && strings.Contains(se.Body, v1.CodeAttestationRequired) {
+			r.log().Warn("controller asks for a new attestation; attesting again", "err", err)
+			continue
+		}
+		return err
+	}
 }
