@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/machina-metal/machina/api"
 	v1 "github.com/machina-metal/machina/api/v1"
@@ -140,9 +141,11 @@ func TestPlanNeedsAttestationSWTPM(t *testing.T) {
 	}
 
 	// The right TPM: attested, then the plan is released once.
+	t0 := time.Now()
 	if err := tpm.Attest(ctx, c, tok, mac); err != nil {
 		t.Fatalf("attest: %v", err)
 	}
+	t.Logf("one attestation (challenge, activation, quote, verification) against swtpm: %s", time.Since(t0).Round(time.Millisecond))
 	p, err := c.Plan(ctx, tok)
 	if err != nil || p.Seed.JoinToken == "" || p.DoneToken == "" {
 		t.Fatalf("plan after attestation = %+v, %v", p, err)
