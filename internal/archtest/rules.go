@@ -47,7 +47,7 @@ const anyProduct = "*"
 // packages themselves and in the ramdisk agent (whose rows say api/v1).
 var mayImport = map[string][]string{
 	"api/v1":                {},
-	"attestation":                {},
+	"attestation":           {},
 	"macaddr":               {},
 	"namerule":              {},
 	"internal/connlimit":    {},
