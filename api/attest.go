@@ -194,7 +194,9 @@ func (m *Machine) attestRefused(w http.ResponseWriter, server, seenEK string, er
 	m.att.mu.Unlock()
 	msg := "attestation refused: " + err.Error()
 	m.cfg.Store.RecordRefusal(server, eventAttestRefused, state.RefusalBadRequest, msg)
-	if errors.Is(err, attestation.ErrEKMismatch) {
+	// The condition's record is written once per refused EK, not per
+	// request: a flood of refusals writes nothing more.
+	if errors.Is(err, attestation.ErrEKMismatch) && m.newRefusedEK(server, seenEK) {
 		_, _ = m.cfg.Store.UpdateServer(server, func(s *state.Server) error {
 			if s.TPM == nil {
 				s.TPM = &state.TPM{}
@@ -204,6 +206,13 @@ func (m *Machine) attestRefused(w http.ResponseWriter, server, seenEK string, er
 		})
 	}
 	writeError(w, http.StatusForbidden, v1.Error{Message: msg, Code: v1.CodeAttestationRefused})
+}
+
+// newRefusedEK reports whether ek is not the refused EK already recorded
+// on server.
+func (m *Machine) newRefusedEK(server, ek string) bool {
+	cur, err := m.cfg.Store.Server(server)
+	return err == nil && (cur.TPM == nil || cur.TPM.RefusedEK != ek)
 }
 
 // attestGate answers 403 (and reports true) when the request with token t

@@ -139,6 +139,13 @@ func TestPlanNeedsAttestationSWTPM(t *testing.T) {
 	if s.TPM == nil || s.TPM.RefusedEK != otherEK || !strings.Contains(s.TPM.Refused, "pinned") {
 		t.Errorf("server TPM after a mismatched EK = %+v", s.TPM)
 	}
+	// Again: refused, counted, and the record is not written again.
+	if err := otherTPM.Attest(ctx, c, tok, mac); !errors.Is(err, v1.ErrAgentTokenRefused) {
+		t.Fatalf("attest with another TPM again = %v, want refused", err)
+	}
+	if s2, _ := f.store.Server("r1-n01"); !s2.UpdatedAt.Equal(s.UpdatedAt) || m.AttestRefusals()["ek_mismatch"] != 2 {
+		t.Errorf("second mismatch: record updated %s -> %s, ek_mismatch %d", s.UpdatedAt, s2.UpdatedAt, m.AttestRefusals()["ek_mismatch"])
+	}
 
 	// The right TPM: attested, then the plan is released once.
 	t0 := time.Now()
