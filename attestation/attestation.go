@@ -306,17 +306,20 @@ const bootPCRs = 10
 
 // Verify checks ev against the challenge it answers, which must have been
 // issued for server and binding; the challenge is used up whatever the
-// outcome. On success the result is also kept for binding until the
+// outcome (an answer naming another server or binding does not use it). On success the result is also kept for binding until the
 // challenge's TTL (see [Verifier.Attested]).
 func (v *Verifier) Verify(server, binding string, ev v1.AttestEvidence, chain BootChain) (Result, error) {
 	v.mu.Lock()
 	c, ok := v.pending[ev.ID]
+	// Only an answer with the challenge's own server and token uses it
+	// up: another token cannot spend a machine's challenge.
+	ok = ok && c.server == server && c.binding == binding
 	if ok {
 		delete(v.pending, ev.ID)
 		v.order = slices.DeleteFunc(v.order, func(k string) bool { return k == ev.ID })
 	}
 	v.mu.Unlock()
-	if !ok || c.server != server || c.binding != binding || v.cfg.Now().After(c.expires) {
+	if !ok || v.cfg.Now().After(c.expires) {
 		return Result{}, fmt.Errorf("attestation: %w", ErrChallenge)
 	}
 	if subtle.ConstantTimeCompare(c.secret, ev.Secret) != 1 {

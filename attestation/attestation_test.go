@@ -146,8 +146,16 @@ func TestEnrolAndQuoteSWTPM(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := v.Verify("r1-n01", "tok5", m.answer(ch, m.ak), served()); !errors.Is(err, attestation.ErrChallenge) {
+		ev := m.answer(ch, m.ak)
+		if _, err := v.Verify("r1-n01", "tok5", ev, served()); !errors.Is(err, attestation.ErrChallenge) {
 			t.Fatalf("Verify with another token = %v, want ErrChallenge", err)
+		}
+		if _, err := v.Verify("r1-n02", "tok4", ev, served()); !errors.Is(err, attestation.ErrChallenge) {
+			t.Fatalf("Verify for another server = %v, want ErrChallenge", err)
+		}
+		// Neither spent the machine's challenge.
+		if _, err := v.Verify("r1-n01", "tok4", ev, served()); err != nil {
+			t.Fatalf("Verify by its own token after another's try: %v", err)
 		}
 	})
 	t.Run("wrong AK", func(t *testing.T) {
