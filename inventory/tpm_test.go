@@ -19,8 +19,20 @@ func TestTPMPinAndAttestationPolicy(t *testing.T) {
 		}, Limits{})
 		return err
 	}
-	if err := load("    tpm: {ek: \""+ek+"\"}\n", "    attestation: required\n"); err != nil {
+	if err := load("    tpm: {ek: \""+ek+"\"}\n", "    attestation: optional\n"); err != nil {
 		t.Fatalf("valid pin and policy: %v", err)
+	}
+	if _, err := Load(fstest.MapFS{
+		ServersFile:  {Data: []byte("servers:\n  - name: n01\n    zone: z\n    bootMAC: \"52:54:00:00:00:01\"\n")},
+		ProfilesFile: {Data: []byte("profiles:\n  - name: p\n    zone: z\n    image: i\n    attestation: required\n    sshKeys: [\"ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIO4VqFGm2ahY3KSc9k9lrQMD0j2/tR46oEgCPUxiE9s7 ops@lab1\"]\n")},
+		ImagesFile:   {Data: []byte("images:\n  - name: i\n    url: http://mirror.lan/i.raw\n    checksum: sha256:" + strings.Repeat("a", 64) + "\n")},
+	}, Limits{}); err != nil {
+		t.Errorf("attestation: required with an image deploy: %v", err)
+	}
+	// required needs an image deploy: an installer fetches its documents
+	// (SSH keys, join token) with no attestation.
+	if err := load("", "    attestation: required\n"); err == nil || !strings.Contains(err.Error(), "deploy") {
+		t.Errorf("attestation: required with deploy: autoinstall = %v, want refused naming deploy", err)
 	}
 	res, err := Load(fstest.MapFS{ServersFile: {Data: []byte("servers:\n  - name: n01\n    zone: z\n    bootMAC: \"52:54:00:00:00:01\"\n    tpm: {ek: \"" + ek + "\"}\n")}}, Limits{})
 	if err != nil || res.Inventory.Server("n01").TPM == nil || res.Inventory.Server("n01").TPM.EK != ek {
