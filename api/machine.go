@@ -20,6 +20,7 @@ import (
 	"time"
 
 	v1 "github.com/machina-metal/machina/api/v1"
+	"github.com/machina-metal/machina/attestation"
 	"github.com/machina-metal/machina/boot"
 	"github.com/machina-metal/machina/macaddr"
 	"github.com/machina-metal/machina/schema"
@@ -77,6 +78,12 @@ type MachineConfig struct {
 	// reports closer together than half of it are answered 429 and
 	// dropped, so a machine cannot write its record faster than that.
 	ProgressEvery time.Duration
+	// Attest verifies TPM attestations (api/attest.go); nil means one with
+	// attestation.Config's defaults (no vendor CAs).
+	Attest *attestation.Verifier
+	// AttestPolicy gives each server's attestation rule; nil means
+	// optional for every server, with no EK pinned.
+	AttestPolicy AttestPolicy
 	// Logger: nil discards.
 	Logger *slog.Logger
 }
@@ -135,6 +142,7 @@ type Machine struct {
 	// token, so bounded by the fleet).
 	progressMu sync.Mutex
 	progressAt map[string]time.Time
+	att        attestState
 }
 
 // NewMachine checks cfg and returns the endpoints; mount them with Mount.
@@ -157,21 +165,26 @@ func NewMachine(cfg MachineConfig) (*Machine, error) {
 	if cfg.ProgressEvery <= 0 {
 		cfg.ProgressEvery = 20 * time.Second
 	}
+	if cfg.Attest == nil {
+		cfg.Attest = attestation.New(attestation.Config{})
+	}
 	return &Machine{cfg: cfg, log: cfg.Logger, lim: boot.NewLimiter(cfg.PerIP), tokLim: boot.NewLimiter(cfg.PerToken),
-		progressAt: map[string]time.Time{}}, nil
+		progressAt: map[string]time.Time{}, att: attestState{v: cfg.Attest, ref: map[string]int64{}}}, nil
 }
 
 // Mount registers the endpoints on srv as public routes (they check their
 // own tokens).
 func (m *Machine) Mount(srv *Server) error {
 	for pattern, h := range map[string]http.HandlerFunc{
-		"POST " + v1.PathAgentReport:   m.report,
-		"GET " + v1.PathAgentPayload:   m.payload,
-		"GET " + v1.PathAgentPlan:      m.plan,
-		"POST " + v1.PathAgentDone:     m.done,
-		"GET " + v1.PathAgentWipe:      m.wipePlan,
-		"POST " + v1.PathAgentWiped:    m.wiped,
-		"POST " + v1.PathAgentProgress: m.progress,
+		"POST " + v1.PathAgentReport:      m.report,
+		"GET " + v1.PathAgentPayload:      m.payload,
+		"GET " + v1.PathAgentPlan:         m.plan,
+		"POST " + v1.PathAgentDone:        m.done,
+		"GET " + v1.PathAgentWipe:         m.wipePlan,
+		"POST " + v1.PathAgentWiped:       m.wiped,
+		"POST " + v1.PathAgentProgress:    m.progress,
+		"POST " + v1.PathAgentAttest:      m.attestBegin,
+		"POST " + v1.PathAgentAttestQuote: m.attestQuote,
 	} {
 		if err := srv.HandlePublic(pattern, m.limited(h)); err != nil {
 			return err
@@ -429,7 +442,7 @@ func (m *Machine) report(w http.ResponseWriter, r *http.Request) {
 		m.use(w, r, bearer(r), state.PurposeReport, nil, false, nil) // refused and counted (paced event)
 		return
 	}
-	if m.wrongAddress(w, r, t.Server) {
+	if m.wrongAddress(w, r, t.Server) || m.attestGate(w, t) {
 		return
 	}
 	var rep v1.AgentReport
@@ -637,7 +650,7 @@ func (m *Machine) plan(w http.ResponseWriter, r *http.Request) {
 		m.use(w, r, tok, state.PurposePlan, nil, true, nil) // refused, with its event
 		return
 	}
-	if m.wrongAddress(w, r, t.Server) {
+	if m.wrongAddress(w, r, t.Server) || m.attestGate(w, t) {
 		return
 	}
 	srv, err := m.cfg.Store.Server(t.Server)
@@ -726,7 +739,7 @@ func (m *Machine) done(w http.ResponseWriter, r *http.Request) {
 		m.use(w, r, tok, state.PurposeDone, nil, false, nil)
 		return
 	}
-	if m.wrongAddress(w, r, t.Server) {
+	if m.wrongAddress(w, r, t.Server) || m.attestGate(w, t) {
 		return
 	}
 	var res v1.DeployResult
@@ -837,7 +850,7 @@ func (m *Machine) wipePlan(w http.ResponseWriter, r *http.Request) {
 		m.use(w, r, tok, state.PurposeWipe, nil, true, nil) // refused, with its event
 		return
 	}
-	if m.wrongAddress(w, r, t.Server) {
+	if m.wrongAddress(w, r, t.Server) || m.attestGate(w, t) {
 		return
 	}
 	srv, err := m.cfg.Store.Server(t.Server)

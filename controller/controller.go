@@ -83,6 +83,21 @@ type Config struct {
 	// /boot/ramdisk/ by boot/ipxe (through an os.Root: symlinks out of it are
 	// refused); "" serves nothing there.
 	RamdiskDir string
+	// AttestEKCAFile is a PEM file of the TPM vendors' EK CA certificates
+	// the operator trusts (self-signed ones are roots, the others
+	// intermediates); set, a TPM must present an EK certificate that
+	// chains to one. "" checks no EK certificate: the EK is identified by
+	// its fingerprint (servers.yaml tpm.ek) alone.
+	AttestEKCAFile string
+	// AttestBootApplications are the hex SHA-256 Authenticode digests of
+	// the EFI applications the controller serves (iPXE, the ramdisk
+	// kernel), as UEFI measures them into PCR 4; set, an attesting machine
+	// whose event log names another boot application is refused. Empty
+	// checks none (attestation.BootChain).
+	AttestBootApplications []string
+	// AttestInitrds are the hex SHA-256 digests of the initrds served, as
+	// Linux's EFI stub measures the initrd into PCR 9; empty checks none.
+	AttestInitrds []string
 	// ISODir holds the iPXE ISOs (make ipxe-iso), served at /boot/iso/.
 	ISODir string
 	// Repo is the inventory repository.

@@ -39,6 +39,9 @@ func (w *wiring) componentList() []component {
 	if w.enr != nil {
 		cs = append(cs, component{"auto-enrol proposals", w.enr.Run})
 	}
+	if w.tpmPins != nil {
+		cs = append(cs, component{"tpm pin proposals", w.tpmPins.Run})
+	}
 	if cfg.BMCWatchInterval >= 0 {
 		sw := fleet.NewSweep(st, w.sweepDrivers, cfg.BMCWatchInterval, log.With("component", "bmc-sweep"))
 		cs = append(cs, component{"bmc sweep", func(ctx context.Context) error { sw.Run(ctx); return nil }})

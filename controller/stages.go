@@ -68,6 +68,7 @@ type wiring struct {
 	idx         *api.BootIndex
 	refusals    *refusalSummary
 	enr         *gitops.Enroller
+	tpmPins     *gitops.TPMPinner
 	leases      *api.StateLeases // full DHCP mode: kept in the state file (api/leases.go)
 	netRuns     []func(context.Context) error
 	bootHandler *ipxe.Handler
@@ -430,6 +431,9 @@ func (w *wiring) boot() (func(), error) {
 	}
 	ipxeCfg := ipxe.Config{Lookup: w.idx, Tokens: w.idx, ControllerURL: w.publicURL, ISODir: w.cfg.ISODir, RamdiskDir: w.cfg.RamdiskDir,
 		Logger: w.log.With("component", "ipxe"), PerIP: w.cfg.MachinePerIP, OnEvent: w.refusals.event}
+	if err := w.tpmPinner(); err != nil {
+		return nil, err
+	}
 	var enrHook boot.Enroller
 	if w.cfg.AutoEnroll {
 		if err := w.autoEnrol(); err != nil {
@@ -465,6 +469,21 @@ func (w *wiring) boot() (func(), error) {
 		}
 	}
 	return stop, nil
+}
+
+// tpmPinner builds the proposer of servers.yaml tpm.ek pins for servers
+// whose TPM attested (review branches tpm/DATE).
+func (w *wiring) tpmPinner() error {
+	prop, err := gitops.NewProposer(gitops.ProposerConfig{Remote: w.cfg.Repo, StateDir: filepath.Join(w.gitDir, "tpm"), BranchPrefix: "tpm",
+		Logger: w.log.With("component", "tpm-pins")})
+	if err != nil {
+		return fmt.Errorf("controller: %w", err)
+	}
+	w.tpmPins, err = gitops.NewTPMPinner(gitops.TPMPinConfig{Store: w.st, Desired: w.ctrl.Desired, Proposer: prop, Logger: w.log.With("component", "tpm-pins")})
+	if err != nil {
+		return fmt.Errorf("controller: %w", err)
+	}
+	return nil
 }
 
 // autoEnrol builds the enroller of unknown PXE-booting machines and its
@@ -560,10 +579,18 @@ func (w *wiring) join() (func(), error) {
 	}
 	jc := joinCommander{srv: w.joinSrv, desired: w.ctrl.Desired, ttl: w.cfg.JoinTokenTTL}
 	pl := &deployplan.Planner{Desired: w.ctrl.Desired, Images: w.imgStore, BaseURL: w.publicURL, Join: jc, Store: w.st, Logger: w.log.With("component", "planner")}
+	verifier, chain, err := newVerifier(w.cfg)
+	if err != nil {
+		return stop, fmt.Errorf("controller: %w", err)
+	}
 	machine, err := api.NewMachine(api.MachineConfig{Store: w.st, Planner: pl, Wiper: pl, Installer: pl,
 		PerIP: w.cfg.MachinePerIP, Leases: machineLeases, ProgressEvery: progressEvery(w.cfg.MachineProgressEvery, w.cfg.Reconciler.Plan.SilentAfter),
+		Attest: verifier, AttestPolicy: attestPolicy{desired: w.ctrl.Desired, st: w.st, chain: chain},
 		Logger: w.log.With("component", "machine")})
 	if err != nil {
+		return stop, fmt.Errorf("controller: %w", err)
+	}
+	if err := w.reg.Register(machine.AttestCollector()); err != nil {
 		return stop, fmt.Errorf("controller: %w", err)
 	}
 	return stop, machine.Mount(w.srv)

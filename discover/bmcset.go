@@ -18,6 +18,21 @@ var ErrNoServer = errors.New("discover: no such server")
 // b (inserted when the server has none), every other line kept byte for
 // byte. The caller validates the result ([Commit] does).
 func SetBMC(servers []byte, name string, b inventory.BMC) ([]byte, error) {
+	return setBlock(servers, name, "bmc", func(blk *bytes.Buffer, indent string) { Entry{BMC: b}.renderBMC(blk, indent) })
+}
+
+// SetTPM returns servers.yaml with the tpm block of server name set to
+// pin the EK fingerprint ek (inserted when the server has none), every
+// other line kept byte for byte. The caller validates the result.
+func SetTPM(servers []byte, name, ek string) ([]byte, error) {
+	return setBlock(servers, name, "tpm", func(blk *bytes.Buffer, indent string) {
+		fmt.Fprintf(blk, "%stpm:\n%s  ek: %s\n", indent, indent, yq(ek))
+	})
+}
+
+// setBlock replaces the block under key of server name with what render
+// writes at the key's indent, or inserts it after the server's last line.
+func setBlock(servers []byte, name, blockKey string, render func(b *bytes.Buffer, indent string)) ([]byte, error) {
 	var doc yamlv3.Node
 	if err := yamlv3.Unmarshal(servers, &doc); err != nil {
 		return nil, fmt.Errorf("discover: parse servers.yaml: %w", err)
@@ -40,13 +55,13 @@ func SetBMC(servers []byte, name string, b inventory.BMC) ([]byte, error) {
 		nameKey := key(item, "name")
 		indent := strings.Repeat(" ", nameKey.Column-1)
 		var blk bytes.Buffer
-		Entry{BMC: b}.renderBMC(&blk, indent)
+		render(&blk, indent)
 		start, end := lastLine(item)+1, lastLine(item) // insert after the item
-		if k := key(item, "bmc"); k != nil {
-			start, end = k.Line, lastLine(value(item, "bmc"))
+		if k := key(item, blockKey); k != nil {
+			start, end = k.Line, lastLine(value(item, blockKey))
 			indent = strings.Repeat(" ", k.Column-1)
 			blk.Reset()
-			Entry{BMC: b}.renderBMC(&blk, indent)
+			render(&blk, indent)
 		}
 		var out bytes.Buffer
 		for i := 1; i < start && i <= len(lines); i++ {

@@ -35,6 +35,9 @@ type ProposerConfig struct {
 	// main`); "" pushes each proposal to a new review branch
 	// "discovered/YYYY-MM-DD" ("-2", "-3"... when taken).
 	CommitTo string
+	// BranchPrefix names the review branches, PREFIX/YYYY-MM-DD[-N]; ""
+	// means "discovered" (auto-enrol's).
+	BranchPrefix string
 	// Timeout bounds one proposal (fetch, commit, push, retries); zero
 	// means 2 minutes.
 	Timeout time.Duration
@@ -192,7 +195,8 @@ func (p *Proposer) once(ctx context.Context, o transportOptions, message string,
 	return Proposal{Branch: target, Commit: h.String()}, nil
 }
 
-// freeBranch returns the first "discovered/YYYY-MM-DD[-N]" the remote
+// freeBranch returns the first "discovered/YYYY-MM-DD[-N]" (or
+// BranchPrefix's) the remote
 // does not have. A name taken between this check and the push fails the
 // push (its old value is zero) and the proposal is redone.
 func (p *Proposer) freeBranch(ctx context.Context, repo *git.Repository, o transportOptions) (string, error) {
@@ -211,7 +215,11 @@ func (p *Proposer) freeBranch(ctx context.Context, repo *git.Repository, o trans
 			taken[r.Name().Short()] = true
 		}
 	}
-	day := "discovered/" + p.cfg.Now().UTC().Format("2006-01-02")
+	prefix := p.cfg.BranchPrefix
+	if prefix == "" {
+		prefix = "discovered"
+	}
+	day := prefix + "/" + p.cfg.Now().UTC().Format("2006-01-02")
 	for i := 1; i <= 1000; i++ {
 		name := day
 		if i > 1 {

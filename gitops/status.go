@@ -85,6 +85,11 @@ type ServerStatus struct {
 	// Firmware summarises the last firmware read of the server's BMC
 	// (state.Firmware); nil when never read, then not rendered.
 	Firmware *FirmwareStatus
+	// TPM is the server's attested TPM 2.0 (state.TPM): the EK
+	// fingerprint to pin as servers.yaml tpm.ek; nil before a verified
+	// attestation, then not rendered. The attestation time is left out:
+	// it changes on every boot, status only when the EK does.
+	TPM *TPMStatus
 	// Profile is the profile the server is allocated to ("" if none).
 	Profile string
 	// Allocation says why or how it is allocated ("auto", "pinned"), "".
@@ -125,6 +130,14 @@ type FirmwareStatus struct {
 	Components int
 	// Unsupported are the areas the BMC has no resource for, sorted.
 	Unsupported []string
+}
+
+// TPMStatus is a server's tpm block in status.
+type TPMStatus struct {
+	// EK is the fingerprint, "sha256:" and hex (attestation.Fingerprint).
+	EK string
+	// EKIssuer is the EK certificate's issuer, "" without one.
+	EKIssuer string
 }
 
 // Hardware is the commissioning report's summary.

@@ -250,6 +250,11 @@ func renderServer(s ServerStatus, maxEvents int) []byte {
 	w.str(0, "progress", s.Progress)
 	w.hardware(s.Hardware)
 	w.firmware(s.Firmware)
+	if s.TPM != nil {
+		w.key(0, "tpm")
+		w.text(1, "ek", s.TPM.EK)
+		w.text(1, "ekIssuer", s.TPM.EKIssuer)
+	}
 	sortedList(&w, 0, "conditions", "type", s.Conditions, func(c Condition) string { return c.Type }, func(c Condition) {
 		w.text(1, "status", orUnknown(c.Status))
 		w.text(1, "reason", c.Reason)

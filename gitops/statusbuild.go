@@ -148,6 +148,9 @@ func (b *StatusBuilder) serverStatus(s state.Server, planConds []plan.Condition,
 		ss.Progress = fmt.Sprintf("%s %d%% of %s", p.Step, p.BytesDone*10/p.BytesTotal*10, size)
 	}
 	ss.Firmware = statusFirmware(s.Firmware)
+	if s.TPM != nil && s.TPM.EK != "" {
+		ss.TPM = &TPMStatus{EK: s.TPM.EK, EKIssuer: s.TPM.EKIssuer}
+	}
 	ss.ObservedActions = inventory.Actions{Commission: s.Actions["commission"], PowerCycle: s.Actions["powerCycle"], PowerOn: s.Actions["powerOn"], PowerOff: s.Actions["powerOff"]}
 	addAt := func(typ, status, reason, msg string, first time.Time) {
 		key := name + "/" + typ + "/" + status
@@ -206,6 +209,9 @@ func recordConditions(s state.Server, add func(typ, status, reason, msg string))
 	}
 	if s.BMC.ResetUnverified != "" {
 		add("ResetVerified", "False", "NoEvidence", s.BMC.ResetUnverified)
+	}
+	if s.TPM != nil && s.TPM.Refused != "" {
+		add("TPMAttested", "False", "EKMismatch", fmt.Sprintf("%s (at %s): nothing is released to this machine; if the TPM was replaced, pin the new EK in servers.yaml tpm.ek", s.TPM.Refused, s.TPM.RefusedAt.UTC().Format(time.RFC3339)))
 	}
 	if s.Stalled != "" {
 		msg := "not retried until the desired state or counter changes, its BMC settings change, or its credential is set again: " + s.LastError

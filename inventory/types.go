@@ -112,6 +112,8 @@ type Server struct {
 	Labels   map[string]string `json:"labels,omitempty"`
 	BootMAC  string            `json:"bootMAC"`
 	BootMode BootMode          `json:"bootMode,omitempty"`
+	// TPM pins the server's TPM 2.0 endorsement key; nil pins none.
+	TPM *TPM `json:"tpm,omitempty"`
 	// Arch is the machine's stated architecture, amd64 or arm64 (GOARCH
 	// names); "" leaves it to commissioning. Allocation uses the reported
 	// architecture once there is one and shows a condition where the two
@@ -192,10 +194,13 @@ type Profile struct {
 	Deploy  DeployMethod `json:"deploy,omitempty"`
 	SSHKeys []string     `json:"sshKeys,omitempty"`
 	// Zone restricts allocation to servers of this zone; "" means any.
-	Zone  string `json:"zone,omitempty"`
-	Min   Min    `json:"min,omitempty"`
-	Count int    `json:"count,omitempty"`
-	Join  Join   `json:"join,omitempty"`
+	// Attestation is the TPM attestation policy of the profile's servers:
+	// "required", "optional" or "off"; "" means optional.
+	Attestation string `json:"attestation,omitempty"`
+	Zone        string `json:"zone,omitempty"`
+	Min         Min    `json:"min,omitempty"`
+	Count       int    `json:"count,omitempty"`
+	Join        Join   `json:"join,omitempty"`
 	// Selector narrows allocation to servers whose labels (stated, tags
 	// and derived) match; nil means any server.
 	Selector *Selector `json:"selector,omitempty"`

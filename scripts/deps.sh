@@ -36,7 +36,8 @@ TEST_PKGS="$DEMO_PKGS
   debootstrap syslinux
   tshark nginx-light etcd-server etcd-client systemd
   python3 python3-pyghmi
-  prometheus"
+  prometheus
+  swtpm swtpm-tools"
 
 case $mode in
 test) PKGS=$TEST_PKGS ;;

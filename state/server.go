@@ -80,6 +80,9 @@ type Server struct {
 	// servers registered from servers.yaml. It stays set once the server is
 	// in servers.yaml, as its history.
 	Enrolled *Enrolment `json:"enrolled,omitempty"`
+	// TPM is the server's attested TPM 2.0 (EK fingerprint), nil before
+	// a verified attestation or a refused one.
+	TPM *TPM `json:"tpm,omitempty"`
 	// Fenced is set when the server was fenced (FenceServer): the
 	// reconciler never powers it on until an operator clears it
 	// (UnfenceServer). Nil when not fenced.

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/insomniacslk/dhcp/dhcpv4/nclient4"
@@ -67,17 +68,15 @@ func run(ctx context.Context, out io.Writer) error {
 	// machine forever; each request is bounded again inside the Runner.
 	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
 	defer cancel()
-	tr := &http.Transport{
-		DialContext:           (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
-		ResponseHeaderTimeout: 60 * time.Second,
-		IdleConnTimeout:       90 * time.Second,
-	}
 	r := &agent.Runner{
-		Client:  &v1.AgentClient{BaseURL: cfg.URL, HTTP: &http.Client{Transport: tr}},
+		Client:  &v1.AgentClient{BaseURL: cfg.URL, HTTP: agentHTTP()},
 		Token:   cfg.Token,
 		BootMAC: mac,
 		Version: version,
 		Logger:  log,
+	}
+	if r.TPM = openTPM(log); r.TPM != nil {
+		defer r.TPM.Close()
 	}
 	switch cfg.Mode {
 	case "deploy":
@@ -301,4 +300,32 @@ func finish(err error) {
 	for {
 		time.Sleep(time.Hour)
 	}
+}
+
+// openTPM mounts securityfs (the firmware's event log) and opens the TPM
+// 2.0 at /dev/tpmrm0 for attestation; nil when the machine has none or it
+// is not usable: the agent goes on without, which the controller accepts
+// where the server's policy allows it.
+func openTPM(log *slog.Logger) *agent.TPM {
+	_ = syscall.Mount("securityfs", "/sys/kernel/security", "securityfs", 0, "")
+	tpm, err := agent.OpenTPM(nil)
+	if err != nil {
+		log.Warn("TPM not usable; going on without attestation", "err", err)
+		return nil
+	}
+	if tpm != nil {
+		fp, _ := tpm.EKFingerprint()
+		log.Info("TPM 2.0 found", "ek", fp)
+	}
+	return tpm
+}
+
+// agentHTTP is the controller client's HTTP client: bounded dials and
+// response headers.
+func agentHTTP() *http.Client {
+	return &http.Client{Transport: &http.Transport{
+		DialContext:           (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		ResponseHeaderTimeout: 60 * time.Second,
+		IdleConnTimeout:       90 * time.Second,
+	}}
 }

@@ -15,7 +15,7 @@ import (
 var base = []string{"api/v1", "macaddr", "namerule"}
 
 // leaves import no project package except the base ones.
-var leaves = []string{"schema", "bmc", "boot", "state", "images", "deploy", "redact"}
+var leaves = []string{"schema", "bmc", "boot", "state", "images", "deploy", "redact", "attestation"}
 
 // protocolServers take a boot.Lookup and never see the store or the
 // reconciler (smee's handlers take a BackendReader the same way).
@@ -47,6 +47,7 @@ const anyProduct = "*"
 // packages themselves and in the ramdisk agent (whose rows say api/v1).
 var mayImport = map[string][]string{
 	"api/v1":                {},
+	"attestation":           {},
 	"macaddr":               {},
 	"namerule":              {},
 	"internal/connlimit":    {},
@@ -79,7 +80,7 @@ var mayImport = map[string][]string{
 	"reconciler/fleet":      {"bmc", "bmc/ipmi", "bmc/redfish", "reconciler", "redact", "state"},
 	"eventsout":             {"state"},
 	"reconciler/deployplan": {"api", "deploy", "images", "inventory", "state"},
-	"api":                   {"boot", "boot/dhcp", "boot/ipxe", "internal/connlimit", "schema", "state"},
+	"api":                   {"attestation", "boot", "boot/dhcp", "boot/ipxe", "internal/connlimit", "schema", "state"},
 	"ramdisk/agent":         {"api/v1"},
 	"controller":            {anyProduct},
 	"cmd/machina":           {anyProduct},

@@ -87,6 +87,9 @@ var Packages = map[string]string{
 	"qemu-system-aarch64": "qemu-system-arm",
 	"grub-mkimage":        "grub-common",
 	"promtool":            "prometheus",
+	"swtpm":               "swtpm",
+	"swtpm_setup":         "swtpm-tools",
+	"swtpm_localca":       "swtpm-tools",
 }
 
 // FilePackages are Debian packages tests need a file of rather than a

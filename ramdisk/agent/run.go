@@ -38,6 +38,10 @@ type Runner struct {
 	Tests CommissionConfig
 	// MemoryLimit is WriteConfig.MemoryLimit; zero means a quarter of MemTotal.
 	MemoryLimit int64
+	// TPM, when set, attests before each request that releases a secret
+	// or moves the server (report, plan, done, wipe plan); nil on a
+	// machine without a TPM 2.0.
+	TPM *TPM
 	// Version is reported as AgentVersion.
 	Version string
 	Logger  *slog.Logger
@@ -101,9 +105,11 @@ func (r *Runner) Commission(ctx context.Context) (v1.ReportAck, error) {
 	tests := RunCommissioning(ctx, facts, cc)
 	rep := v1.AgentReport{BootMAC: r.BootMAC, AgentVersion: r.Version, Facts: facts, Tests: tests, StartedToReport: uptime(r.root())}
 	var ack v1.ReportAck
-	err = call(ctx, r.log(), "report", func(ctx context.Context) (err error) {
-		ack, err = r.Client.Report(ctx, r.Token, rep)
-		return err
+	err = call(ctx, r.log(), "report", func(ctx context.Context) error {
+		return r.attested(ctx, r.Token, func() (err error) {
+			ack, err = r.Client.Report(ctx, r.Token, rep)
+			return err
+		})
 	})
 	if err != nil {
 		return ack, fmt.Errorf("commission: %w", err)
@@ -187,9 +193,11 @@ func uptime(root string) time.Duration {
 func (r *Runner) Deploy(ctx context.Context) (v1.DeployResult, error) {
 	t0 := time.Now()
 	var plan v1.Plan
-	err := call(ctx, r.log(), "plan", func(ctx context.Context) (err error) {
-		plan, err = r.Client.Plan(ctx, r.Token)
-		return err
+	err := call(ctx, r.log(), "plan", func(ctx context.Context) error {
+		return r.attested(ctx, r.Token, func() (err error) {
+			plan, err = r.Client.Plan(ctx, r.Token)
+			return err
+		})
 	})
 	if err != nil {
 		return v1.DeployResult{}, fmt.Errorf("deploy: %w", err)
@@ -203,7 +211,7 @@ func (r *Runner) Deploy(ctx context.Context) (v1.DeployResult, error) {
 		r.log().Error("deploy failed", "err", derr)
 	}
 	if err := call(context.WithoutCancel(ctx), r.log(), "done", func(ctx context.Context) error {
-		return r.Client.Done(ctx, plan.DoneToken, res)
+		return r.attested(ctx, plan.DoneToken, func() error { return r.Client.Done(ctx, plan.DoneToken, res) })
 	}); err != nil {
 		return res, errors.Join(derr, fmt.Errorf("deploy: %w", err))
 	}

@@ -71,9 +71,11 @@ func WipeTargets(disks []v1.Disk, hint v1.RootDeviceHint, exclude map[string]boo
 func (r *Runner) Wipe(ctx context.Context) (v1.WipeResult, error) {
 	t0 := time.Now()
 	var plan v1.WipePlan
-	err := call(ctx, r.log(), "wipe plan", func(ctx context.Context) (err error) {
-		plan, err = r.Client.WipePlan(ctx, r.Token)
-		return err
+	err := call(ctx, r.log(), "wipe plan", func(ctx context.Context) error {
+		return r.attested(ctx, r.Token, func() (err error) {
+			plan, err = r.Client.WipePlan(ctx, r.Token)
+			return err
+		})
 	})
 	if err != nil {
 		return v1.WipeResult{}, fmt.Errorf("wipe: %w", err)
