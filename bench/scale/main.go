@@ -44,6 +44,9 @@ func main() {
 	flag.StringVar(&memLimit, "memlimit", "", "run the controller with GOMEMLIMIT set to this (Go's soft memory limit, e.g. 256MiB); empty leaves it unset")
 	flag.StringVar(&cpuProfileDir, "cpuprofile", "", "write the controller's CPU and heap profiles for each size to DIR/controller-N.pprof and .heap, and the lab's CPU profile to DIR/lab-N.pprof")
 	flag.StringVar(&etcdState, "etcd", os.Getenv("MACHINA_SCALE_ETCD"), "run the controller on etcd instead of a bbolt file: an etcd site URL etcd://HOST:PORT[,HOST:PORT]/PREFIX[?ca=FILE&cert=FILE&key=FILE] (env MACHINA_SCALE_ETCD); each size uses a fresh prefix PREFIX/scale-N-UNIXNANO under it; empty: bbolt")
+	flag.StringVar(&outDir, "out", "", "keep each size's controller and lab logs in DIR/N/ (default: a temporary folder, removed)")
+	flag.DurationVar(&hold, "hold", 0, "after the counts are deployed, keep the lab and the controller running this long (joined hosts heartbeat meanwhile) before the warnings are counted")
+	flag.DurationVar(&heartbeat, "heartbeat", 0, "the controller's --heartbeat (0: its default, 30s)")
 	flag.Parse()
 	raiseFileLimit()
 	if etcdState != "" {
@@ -68,6 +71,12 @@ func main() {
 
 // cpuProfileDir is the -cpuprofile flag: empty means no profile.
 var cpuProfileDir string
+
+// outDir is the -out flag; heartbeat the -heartbeat flag.
+var (
+	outDir          string
+	heartbeat, hold time.Duration
+)
 
 // memLimit is the -memlimit flag: the controller's GOMEMLIMIT, or "".
 var memLimit string
@@ -107,7 +116,19 @@ func measure(n int, bin string, workers int, timeout time.Duration) (string, err
 		}
 		defer func() { pprof.StopCPUProfile(); f.Close() }()
 	}
-	lab, err := sim.Start(ctx, sim.Config{Dir: filepath.Join(dir, "lab"), Servers: n, Logger: slog.New(slog.DiscardHandler)})
+	logDir := dir
+	if outDir != "" {
+		logDir = filepath.Join(outDir, strconv.Itoa(n))
+		if err := os.MkdirAll(logDir, 0o755); err != nil {
+			return "", err
+		}
+	}
+	labLog, err := os.Create(filepath.Join(logDir, "lab.log"))
+	if err != nil {
+		return "", err
+	}
+	defer labLog.Close()
+	lab, err := sim.Start(ctx, sim.Config{Dir: filepath.Join(dir, "lab"), Servers: n, Logger: slog.New(slog.NewTextHandler(labLog, &slog.HandlerOptions{Level: slog.LevelWarn}))})
 	if err != nil {
 		return "", err
 	}
@@ -128,7 +149,7 @@ func measure(n int, bin string, workers int, timeout time.Duration) (string, err
 		return "", err
 	}
 	api := "http://127.0.0.1:" + strconv.Itoa(port)
-	logf, _ := os.Create(filepath.Join(dir, "controller.log"))
+	logf, _ := os.Create(filepath.Join(logDir, "controller.log"))
 	defer logf.Close()
 	// The BMC secrets go into the state file first, through a controller
 	// started without --repo (state store and admin API only), as an
@@ -159,6 +180,9 @@ func measure(n int, bin string, workers int, timeout time.Duration) (string, err
 		"--join-listen", "127.0.0.1:0", "--work-dir", filepath.Join(dir, "work"), "--poll-interval", "500ms", "--status-interval", "5s",
 		"--workers", strconv.Itoa(workers), "--per-rack", "40", "--reconcile-interval", "500ms", "--machine-burst", "100000", "--machine-refill", "1ms",
 		"--log-format", "text")
+	if heartbeat > 0 {
+		cmd.Args = append(cmd.Args, "--heartbeat", heartbeat.String())
+	}
 	if cpuProfileDir != "" {
 		cmd.Args = append(cmd.Args, "--cpu-profile", filepath.Join(cpuProfileDir, fmt.Sprintf("controller-%d.pprof", n)),
 			"--mem-profile", filepath.Join(cpuProfileDir, fmt.Sprintf("controller-%d.heap", n)))
@@ -223,12 +247,24 @@ func measure(n int, bin string, workers int, timeout time.Duration) (string, err
 		after = page.Next
 	}
 	time.Sleep(6 * time.Second) // let the status writer commit what it saw
+	if hold > 0 {
+		select {
+		case <-ctx.Done():
+		case <-time.After(hold):
+		}
+	}
+	if resp, err := http.Get(api + "/metrics"); err == nil {
+		if b, err := io.ReadAll(resp.Body); err == nil {
+			_ = os.WriteFile(filepath.Join(logDir, "metrics.txt"), b, 0o644)
+		}
+		resp.Body.Close()
+	}
 	commits, size := repoStats(strings.TrimPrefix(lab.RepoURL, "file://"))
 	growth := "n/a"
 	if transitions > 0 {
 		growth = fmt.Sprintf("%.0f KiB", float64(size)/1024/float64(transitions)*1000)
 	}
-	warns, errs := logLevels(filepath.Join(dir, "controller.log"))
+	warns, errs := logLevels(filepath.Join(logDir, "controller.log"))
 	row := fmt.Sprintf("| %d | %.1f s | %.1f s | %.1f | %.0f (%.0f) | %.1f | %d | %d | %s | %d, %d |", n, readyAt.Seconds(), deployedAt.Seconds(), cpu, rss, peakAnon, selfCPU()-labCPU0, transitions, commits, growth, warns, errs)
 	fmt.Println(row) // before the deferred clean-up, which takes minutes at 10,000 servers
 	return row, nil
