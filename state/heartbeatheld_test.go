@@ -253,3 +253,38 @@ func TestSteadyHeartbeatWakesNoPlanner(t *testing.T) {
 		t.Fatal("a host's return woke no Notify listener")
 	}
 }
+
+// TestHeardNotesWakeNoPlanner: the LastHeard notes' flush wakes no Notify
+// listener (a note only pushes a machine's silence later, so the
+// reconciler has nothing new to plan from it); a server update does.
+func TestHeardNotesWakeNoPlanner(t *testing.T) {
+	clk := newClock()
+	s := openTest(t, state.Options{Now: clk.Now, NoSync: true})
+	mustCreate(t, s, state.Server{Name: "s1", BootMAC: "52:54:00:00:00:01"})
+	wake, stop := s.Notify()
+	defer stop()
+	select {
+	case <-wake:
+	default:
+	}
+	s.NoteHeard("s1", "script fetch")
+	if err := s.FlushHeard(); err != nil {
+		t.Fatal(err)
+	}
+	if srv, err := s.Server("s1"); err != nil || srv.LastHeard != "script fetch" {
+		t.Fatalf("server = %+v, %v; want the note written", srv, err)
+	}
+	select {
+	case <-wake:
+		t.Fatal("a LastHeard flush woke a Notify listener")
+	default:
+	}
+	if _, err := s.UpdateServer("s1", func(srv *state.Server) error { srv.Stalled = "test"; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-wake:
+	default:
+		t.Fatal("a server update woke no Notify listener")
+	}
+}
