@@ -14,6 +14,14 @@
 # first answer to a machine, and their min, median and max. --ha-ttl is
 # MACHINA_HA_TTL (default 5s); the gap is about one TTL plus one pass.
 #
+# The controllers' and the lab's logs of each run are kept under
+# MACHINA_BENCH_OUT (default a new /tmp/machina-bench-ha-logs.* folder,
+# named at the start), in bbolt-N/ and etcd-N/; a warning or error that
+# bench/scale does not expect (its allow-list, each entry with its reason)
+# fails that run, and the script exits 1 after running every size. With
+# MACHINA_BENCH_CPUPROFILE=1 each run also writes the controller's CPU and
+# heap profiles and the lab's CPU profile there (bench/scale -cpuprofile).
+#
 # Uses bench/scale (go run ./bench/scale, which runs `bin/machina serve`
 # as its own process: `make build` first). Starts its etcd members with
 # data under a temporary folder on ports 23790-23795 of 127.0.0.1 and stops
@@ -29,6 +37,10 @@ for b in etcd etcdctl; do
 done
 [ -x bin/machina ] || { echo "bench/ha.sh: bin/machina missing: run make build" >&2; exit 2; }
 work=$(mktemp -d /tmp/machina-bench-ha.XXXXXX)
+out=${MACHINA_BENCH_OUT:-$(mktemp -d /tmp/machina-bench-ha-logs.XXXXXX)}
+mkdir -p "$out"
+echo "logs: $out"
+status=0
 pids=""
 cleanup() {
 	for p in $pids; do kill "$p" 2>/dev/null || true; done
@@ -71,9 +83,9 @@ echo "etcd: 3 members on loopback ($eps), empty database $empty bytes after comp
 for n in $(echo "$sizes" | tr ',' ' '); do
 	echo
 	echo "== $n servers, bbolt"
-	go run ./bench/scale -servers "$n"
+	go run ./bench/scale -servers "$n" -out "$out/bbolt-$n" ${MACHINA_BENCH_CPUPROFILE:+-cpuprofile "$out/bbolt-$n"} || status=1
 	echo "== $n servers, etcd"
-	go run ./bench/scale -servers "$n" -etcd "etcd://$eps/machina"
+	go run ./bench/scale -servers "$n" -out "$out/etcd-$n" ${MACHINA_BENCH_CPUPROFILE:+-cpuprofile "$out/etcd-$n"} -etcd "etcd://$eps/machina" || status=1
 	k=$(keys)
 	b=$(dbsize)
 	echo "etcd after $n servers (compacted, defragmented): $b bytes, $k keys under /machina (default quota 2147483648 bytes)"
@@ -84,4 +96,5 @@ small=$(echo "$sizes" | tr ',' '\n' | sort -n | head -1)
 [ "$small" -le 1000 ] || small=1000
 echo
 echo "== failover gap, $small servers, $kills kills, --ha-ttl $ttl"
-go run ./bench/failover -etcd "$eps" -servers "$small" -kills "$kills" -ttl "$ttl"
+go run ./bench/failover -etcd "$eps" -servers "$small" -kills "$kills" -ttl "$ttl" || status=1
+exit $status

@@ -551,6 +551,7 @@ func (s *Server) joinLog(host, level, step, msg string) {
 // retires the old certificate).
 func (s *Server) node(h func(http.ResponseWriter, *http.Request, state.Host)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
+		r = r.WithContext(context.WithValue(r.Context(), receivedKey{}, s.cfg.Now().UTC()))
 		name := r.PathValue("name")
 		if r.TLS == nil || len(r.TLS.VerifiedChains) == 0 {
 			fail(w, http.StatusForbidden, CodeForbidden, "a node certificate is required")
@@ -636,6 +637,19 @@ func (s *Server) handleDone(w http.ResponseWriter, r *http.Request, h state.Host
 	w.WriteHeader(http.StatusNoContent)
 }
 
+// receivedKey is the request context key of when a node request was
+// received (node stamps it before reading the host's record): a
+// heartbeat's time is its arrival, whatever the wait for its write.
+type receivedKey struct{}
+
+// received returns when r was received (node's stamp), or now.
+func (s *Server) received(r *http.Request) time.Time {
+	if at, ok := r.Context().Value(receivedKey{}).(time.Time); ok {
+		return at
+	}
+	return s.cfg.Now().UTC()
+}
+
 func (s *Server) handleHeartbeat(w http.ResponseWriter, r *http.Request, h state.Host) {
 	body, err := io.ReadAll(io.LimitReader(r.Body, 4096))
 	if err != nil {
@@ -655,7 +669,7 @@ func (s *Server) handleHeartbeat(w http.ResponseWriter, r *http.Request, h state
 		fail(w, http.StatusBadRequest, v1.CodeBadRequest, "heartbeat: negative uptime, or agent version not up to 100 printable characters")
 		return
 	}
-	now := s.cfg.Now().UTC()
+	now := s.received(r)
 	beat := state.Heartbeat{
 		Uptime:       time.Duration(hb.UptimeSeconds * float64(time.Second)),
 		AgentUptime:  time.Duration(hb.AgentUptimeSeconds * float64(time.Second)),

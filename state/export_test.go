@@ -2,6 +2,7 @@ package state
 
 import (
 	"encoding/json"
+	"sync"
 
 	bolt "go.etcd.io/bbolt"
 )
@@ -62,4 +63,61 @@ func PutLegacyEvent(s *Store, e Event) (Event, error) {
 		return meta.Delete(keyAuditSplit)
 	})
 	return e, err
+}
+
+// WriteGate holds each write transaction of a store at its start until
+// the test lets it run: the store's write path busy behind other work (a
+// long group commit of machine transitions, say), with the order in which
+// the waiting writes run chosen by the test.
+type WriteGate struct {
+	// Entered receives, for each write that reaches the engine, the
+	// channel to close to let it run.
+	Entered chan chan struct{}
+	open    chan struct{}
+	once    sync.Once
+}
+
+// Open lets every write, held or to come, run.
+func (g *WriteGate) Open() { g.once.Do(func() { close(g.open) }) }
+
+type gatedEngine struct {
+	engine
+	g *WriteGate
+}
+
+func (e gatedEngine) update(fn func(tx kvTx) error) error {
+	select {
+	case <-e.g.open:
+		return e.engine.update(fn)
+	default:
+	}
+	run := make(chan struct{})
+	select {
+	case e.g.Entered <- run:
+		select {
+		case <-run:
+		case <-e.g.open:
+		}
+	case <-e.g.open:
+	}
+	return e.engine.update(fn)
+}
+
+func (e gatedEngine) batch(fn func(tx kvTx) error) error { return e.update(fn) }
+
+// HoldWrites puts a WriteGate in front of s's engine (call it before any
+// concurrent use of s); every write waits at the gate until the test lets
+// it run or opens the gate.
+func HoldWrites(s *Store) *WriteGate {
+	g := &WriteGate{Entered: make(chan chan struct{}), open: make(chan struct{})}
+	s.eng = gatedEngine{engine: s.eng, g: g}
+	return g
+}
+
+// QueuedHeartbeats is the number of heartbeat writes waiting for the
+// heartbeats' group committer (bbolt stores).
+func QueuedHeartbeats(s *Store) int {
+	s.beats.mu.Lock()
+	defer s.beats.mu.Unlock()
+	return len(s.beats.queue)
 }

@@ -20,9 +20,12 @@ import (
 // (--max-txn-ops), and a group of a thousand mints would exceed it.
 type committer struct {
 	update func(fn func(tx kvTx) error) error // the engine's
-	mu     sync.Mutex
-	queue  []*groupCall
-	busy   bool // a caller is committing; the queue waits for it
+	// max bounds the calls one commit takes (0: all that queued); the
+	// rest wait for the next.
+	max   int
+	mu    sync.Mutex
+	queue []*groupCall
+	busy  bool // a caller is committing; the queue waits for it
 }
 
 type groupCall struct {
@@ -72,6 +75,12 @@ func (c *committer) run(fn func(kvTx) error) error {
 	}
 	calls := c.queue
 	c.queue = nil
+	if c.max > 0 && len(calls) > c.max {
+		// The caller leading is calls[0]: it queued first, or found
+		// the committer idle and the queue empty.
+		c.queue = append(c.queue, calls[c.max:]...)
+		calls = calls[:c.max:c.max]
+	}
 	c.mu.Unlock()
 
 	c.commit(calls, call)

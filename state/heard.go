@@ -79,7 +79,7 @@ func (s *Store) NoteHeard(server, what string) {
 }
 
 // FlushHeard writes the pending LastHeard notes now (NoteHeard), in
-// transactions of at most 48 servers. Errors: the engine's, after which
+// transactions of at most 48 servers, waking no Notify listener. Errors: the engine's, after which
 // the notes of the failed transaction are dropped.
 func (s *Store) FlushHeard() error {
 	q := &s.heard
@@ -102,7 +102,11 @@ func (s *Store) FlushHeard() error {
 	names := slices.Sorted(maps.Keys(pending))
 	var first error
 	for chunk := range slices.Chunk(names, heardChunk) {
-		err := s.update(func(tx kvTx) error {
+		// Not s.update: a LastHeard note wakes no Notify listener. The
+		// reconciler plans from it only a machine's silence, which a
+		// note can only push later; a pass per flush (every HeardDelay
+		// while machines talk) planned nothing new.
+		err := s.eng.update(func(tx kvTx) error {
 			wrote := false
 			for _, name := range chunk {
 				n := pending[name]

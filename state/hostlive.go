@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 )
 
@@ -93,11 +94,25 @@ type HeartbeatResult struct {
 // /proc/uptime's rounding stay far below it.
 const bootSlack = 15 * time.Second
 
-// RecordHeartbeat records a heartbeat of host at now: LastSeen, the boot
-// and agent start times (now minus the uptimes) and the agent version. It
-// clears the host's loss (EventHostReturned) and writes EventHostRebooted
-// when the boot time moved, or EventHostAgentRestarted when only the
-// agent's start (or its version) did; all in one transaction.
+// RecordHeartbeat records a heartbeat of host that arrived at now:
+// LastSeen, the boot and agent start times (now minus the uptimes) and the
+// agent version. It clears the host's loss (EventHostReturned) and writes
+// EventHostRebooted when the boot time moved, or EventHostAgentRestarted
+// when only the agent's start (or its version) did; all in one
+// transaction, which it returns after.
+//
+// now is when the heartbeat arrived (the join listener stamps it at
+// receipt), and liveness is decided from it, not from when the write
+// commits: from the call until its write commits or fails, MarkHostLost
+// counts the host as heard at now (a heartbeat waiting behind other
+// writes is not a silence). Heartbeats have their own write path: on bbolt
+// concurrent heartbeats share commits (group commit, at most
+// heartbeatGroup per commit, never with other writes); on etcd, whose
+// engine serialises the process's writes in bounded shared transactions,
+// they queue with the others. A heartbeat that changes only the
+// host's liveness and uptimes wakes no Notify listener (the reconciler
+// plans nothing from it); a return, a reboot, an agent restart or a
+// fenced host's heartbeat does.
 //
 // A heartbeat from a fenced host is not a return. The first one since
 // the fence is only noted (Host.FencedBeat): it may have left the host
@@ -116,8 +131,10 @@ func (s *Store) RecordHeartbeat(host string, now time.Time, hb Heartbeat) (Heart
 	var res HeartbeatResult
 	var paced []pacedAnomaly
 	now = now.UTC()
-	err := s.update(func(tx kvTx) error {
-		res = HeartbeatResult{} // fn may run again (etcd retries a conflicting transaction)
+	s.arrivals.note(host, now)
+	defer s.arrivals.written(host, now)
+	err := s.writeHeartbeat(func(tx kvTx) error {
+		res = HeartbeatResult{} // fn may run again (etcd retries a conflicting transaction, a group commit reruns)
 		paced = paced[:0]
 		b := tx.Bucket(bucketHosts)
 		var h Host
@@ -150,11 +167,67 @@ func (s *Store) RecordHeartbeat(host string, now time.Time, hb Heartbeat) (Heart
 	if err != nil {
 		return HeartbeatResult{}, fmt.Errorf("state: heartbeat %s: %w", host, err)
 	}
+	if res.Returned || res.Rebooted || res.AgentRestarted || res.FencedBeat {
+		s.wake()
+	}
 	s.settleAnomalies(paced)
 	if res.FenceNotHeld {
 		s.countAnomaly(EventHostFenceFailed)
 	}
 	return res, nil
+}
+
+// heartbeatGroup bounds the heartbeats one bbolt commit takes (a fleet of
+// 10,000 hosts at a 30 s interval sends about 333 a second).
+const heartbeatGroup = 256
+
+// writeHeartbeat commits fn on the heartbeats' own path: their group
+// committer on bbolt, the engine's update on etcd. It wakes no
+// Notify listener (RecordHeartbeat does when the heartbeat changed more
+// than liveness). fn may run more than once.
+func (s *Store) writeHeartbeat(fn func(tx kvTx) error) error {
+	if s.beats != nil {
+		return s.beats.run(fn)
+	}
+	return s.eng.update(fn)
+}
+
+// beatArrivals holds, per host, when its latest heartbeat arrived, from
+// RecordHeartbeat's call until that heartbeat's write committed or failed:
+// what MarkHostLost counts on top of the stored LastSeen.
+type beatArrivals struct {
+	mu sync.Mutex
+	m  map[string]time.Time
+}
+
+// note records that a heartbeat of host arrived at at (the latest wins).
+func (a *beatArrivals) note(host string, at time.Time) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.m == nil {
+		a.m = map[string]time.Time{}
+	}
+	if cur, ok := a.m[host]; !ok || at.After(cur) {
+		a.m[host] = at
+	}
+}
+
+// written forgets the arrival at at of host once its write is done,
+// unless a later heartbeat arrived meanwhile.
+func (a *beatArrivals) written(host string, at time.Time) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if cur, ok := a.m[host]; ok && !cur.After(at) {
+		delete(a.m, host)
+	}
+}
+
+// pending returns when host's latest heartbeat not yet written arrived.
+func (a *beatArrivals) pending(host string) (time.Time, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	at, ok := a.m[host]
+	return at, ok
 }
 
 // fenceNotHeld records a heartbeat of the fenced host h (named host) at
@@ -237,10 +310,13 @@ func observeHeartbeat(h *Host, host string, now time.Time, hb Heartbeat, res *He
 // the cutoff (it is not lost), and by RecordLostPower when it is not lost.
 var ErrNotLost = errors.New("host is not lost")
 
-// MarkHostLost marks host lost at now if its last heartbeat is before
+// MarkHostLost marks host lost at now if its last heartbeat arrived before
 // cutoff (compare-and-set: a heartbeat that lands first wins, ErrNotLost),
-// writing EventHostLost. A host already lost is left alone (nil, changed
-// false). Errors: ErrNotFound, ErrNotLost.
+// writing EventHostLost. The last heartbeat is the later of the stored
+// LastSeen and a heartbeat that arrived and is still being written
+// (RecordHeartbeat): a host whose heartbeat waits behind other writes is
+// not lost. A host already lost is left alone (nil, changed false).
+// Errors: ErrNotFound, ErrNotLost.
 func (s *Store) MarkHostLost(host string, cutoff, now time.Time) (changed bool, err error) {
 	err = s.update(func(tx kvTx) error {
 		changed = false // fn may run again (etcd retries a conflicting transaction)
@@ -254,6 +330,9 @@ func (s *Store) MarkHostLost(host string, cutoff, now time.Time) (changed bool, 
 		}
 		if !h.LastSeen.Before(cutoff) {
 			return ErrNotLost
+		}
+		if at, ok := s.arrivals.pending(host); ok && !at.Before(cutoff) {
+			return ErrNotLost // arrived in time, its write queued behind others
 		}
 		since := h.LastSeen
 		if since.IsZero() {

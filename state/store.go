@@ -159,6 +159,11 @@ type Store struct {
 	// commits shares commits between concurrent token mints (grouped);
 	// nil on etcd, whose transactions are bounded in operations.
 	commits *committer
+	// beats commits heartbeats, apart from every other write (bbolt; nil
+	// on etcd, where they use the engine's bounded batch); arrivals holds
+	// the heartbeats not yet written (RecordHeartbeat, MarkHostLost).
+	beats    *committer
+	arrivals beatArrivals
 
 	// refusals paces the events of refused machine requests (refusals.go).
 	refusals refusalPacer
@@ -225,6 +230,7 @@ func Open(path string, opts Options) (*Store, error) {
 	s := newStore(&boltEngine{db: db}, path, opts)
 	s.bdb = db
 	s.commits = &committer{update: s.eng.update}
+	s.beats = &committer{update: func(fn func(kvTx) error) error { return s.eng.update(fn) }, max: heartbeatGroup}
 	if err := s.init(opts.MasterKey); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("state: open %s: %w", path, err)

@@ -11,12 +11,21 @@
 // of a bbolt file (a fresh prefix per size), to set both engines side by
 // side; the etcd cluster is the operator's (e.g. internal/etcdtest's
 // layout, or three members of Debian's etcd-server).
+//
+// Each size's controller log, the lab's log (warnings: a heartbeat of a
+// simulated host that failed) and the controller's /metrics at the end
+// are kept in -out DIR/N/ (default a new machina-scale-logs-* folder under
+// $TMPDIR, named on stdout). A WARN or ERROR line in either log that
+// controllerAllowed does not list (each entry with its reason) fails the
+// run (exit status 1, after every size ran), naming the first lines; the
+// table's "controller warnings, errors" column counts those.
 package main
 
 import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -44,8 +53,26 @@ func main() {
 	flag.StringVar(&memLimit, "memlimit", "", "run the controller with GOMEMLIMIT set to this (Go's soft memory limit, e.g. 256MiB); empty leaves it unset")
 	flag.StringVar(&cpuProfileDir, "cpuprofile", "", "write the controller's CPU and heap profiles for each size to DIR/controller-N.pprof and .heap, and the lab's CPU profile to DIR/lab-N.pprof")
 	flag.StringVar(&etcdState, "etcd", os.Getenv("MACHINA_SCALE_ETCD"), "run the controller on etcd instead of a bbolt file: an etcd site URL etcd://HOST:PORT[,HOST:PORT]/PREFIX[?ca=FILE&cert=FILE&key=FILE] (env MACHINA_SCALE_ETCD); each size uses a fresh prefix PREFIX/scale-N-UNIXNANO under it; empty: bbolt")
+	flag.StringVar(&outDir, "out", "", "keep each size's controller log, lab log and final /metrics in DIR/N/ (default: a new folder machina-scale-logs-* under $TMPDIR, kept and named on stdout)")
+	flag.DurationVar(&hold, "hold", 0, "after the counts are deployed, keep the lab and the controller running this long (joined hosts heartbeat meanwhile) before the warnings are counted")
+	flag.DurationVar(&heartbeat, "heartbeat", 0, "the controller's --heartbeat (0: its default, 30s)")
 	flag.Parse()
 	raiseFileLimit()
+	if outDir == "" {
+		d, err := os.MkdirTemp("", "machina-scale-logs-")
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "scale:", err)
+			os.Exit(1)
+		}
+		outDir = d
+	}
+	fmt.Printf("logs: %s\n", outDir)
+	if cpuProfileDir != "" {
+		if err := os.MkdirAll(cpuProfileDir, 0o755); err != nil {
+			fmt.Fprintln(os.Stderr, "scale:", err)
+			os.Exit(1)
+		}
+	}
 	if etcdState != "" {
 		fmt.Printf("state engine: etcd (%s)\n\n", strings.SplitN(etcdState, "?", 2)[0])
 	} else {
@@ -61,13 +88,25 @@ func main() {
 		_, err = measure(n, *bin, *workers, *timeout)
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "scale: %d servers: %v\n", n, err)
-			os.Exit(1)
+			failed = true
 		}
+	}
+	if failed {
+		os.Exit(1)
 	}
 }
 
+// failed is set by a size that failed; the others still run.
+var failed bool
+
 // cpuProfileDir is the -cpuprofile flag: empty means no profile.
 var cpuProfileDir string
+
+// outDir is the -out flag; heartbeat the -heartbeat flag.
+var (
+	outDir          string
+	heartbeat, hold time.Duration
+)
 
 // memLimit is the -memlimit flag: the controller's GOMEMLIMIT, or "".
 var memLimit string
@@ -107,7 +146,16 @@ func measure(n int, bin string, workers int, timeout time.Duration) (string, err
 		}
 		defer func() { pprof.StopCPUProfile(); f.Close() }()
 	}
-	lab, err := sim.Start(ctx, sim.Config{Dir: filepath.Join(dir, "lab"), Servers: n, Logger: slog.New(slog.DiscardHandler)})
+	logDir := filepath.Join(outDir, strconv.Itoa(n))
+	if err := os.MkdirAll(logDir, 0o755); err != nil {
+		return "", err
+	}
+	labLog, err := os.Create(filepath.Join(logDir, "lab.log"))
+	if err != nil {
+		return "", err
+	}
+	defer labLog.Close()
+	lab, err := sim.Start(ctx, sim.Config{Dir: filepath.Join(dir, "lab"), Servers: n, Logger: slog.New(slog.NewTextHandler(labLog, &slog.HandlerOptions{Level: slog.LevelWarn}))})
 	if err != nil {
 		return "", err
 	}
@@ -128,7 +176,7 @@ func measure(n int, bin string, workers int, timeout time.Duration) (string, err
 		return "", err
 	}
 	api := "http://127.0.0.1:" + strconv.Itoa(port)
-	logf, _ := os.Create(filepath.Join(dir, "controller.log"))
+	logf, _ := os.Create(filepath.Join(logDir, "controller.log"))
 	defer logf.Close()
 	// The BMC secrets go into the state file first, through a controller
 	// started without --repo (state store and admin API only), as an
@@ -159,6 +207,9 @@ func measure(n int, bin string, workers int, timeout time.Duration) (string, err
 		"--join-listen", "127.0.0.1:0", "--work-dir", filepath.Join(dir, "work"), "--poll-interval", "500ms", "--status-interval", "5s",
 		"--workers", strconv.Itoa(workers), "--per-rack", "40", "--reconcile-interval", "500ms", "--machine-burst", "100000", "--machine-refill", "1ms",
 		"--log-format", "text")
+	if heartbeat > 0 {
+		cmd.Args = append(cmd.Args, "--heartbeat", heartbeat.String())
+	}
 	if cpuProfileDir != "" {
 		cmd.Args = append(cmd.Args, "--cpu-profile", filepath.Join(cpuProfileDir, fmt.Sprintf("controller-%d.pprof", n)),
 			"--mem-profile", filepath.Join(cpuProfileDir, fmt.Sprintf("controller-%d.heap", n)))
@@ -223,14 +274,55 @@ func measure(n int, bin string, workers int, timeout time.Duration) (string, err
 		after = page.Next
 	}
 	time.Sleep(6 * time.Second) // let the status writer commit what it saw
+	if hold > 0 {
+		select {
+		case <-ctx.Done():
+		case <-time.After(hold):
+		}
+	}
+	var metrics []byte
+	if resp, err := http.Get(api + "/metrics"); err == nil {
+		if b, err := io.ReadAll(resp.Body); err == nil {
+			metrics = b
+			_ = os.WriteFile(filepath.Join(logDir, "metrics.txt"), b, 0o644)
+		}
+		resp.Body.Close()
+	}
+	passes, planSec := metricValue(metrics, "machina_reconcile_duration_seconds_count"), metricValue(metrics, "machina_reconcile_duration_seconds_sum")
+	detail := fmt.Sprintf("  %d servers: %.0f planning passes (%.1f s), %.2f passes per transition", n, passes, planSec, passes/float64(max(transitions, 1)))
+	if etcdState == "" {
+		if tx := boltTxID(state); tx > 0 {
+			detail += fmt.Sprintf("; %d bbolt commits (2 fdatasync each), %.2f per transition", tx, float64(tx)/float64(max(transitions, 1)))
+		}
+	}
+	if cpu > 0 && transitions > 0 {
+		detail += fmt.Sprintf("; %.1f ms controller CPU per transition", 1000*cpu/float64(transitions))
+	}
 	commits, size := repoStats(strings.TrimPrefix(lab.RepoURL, "file://"))
 	growth := "n/a"
 	if transitions > 0 {
 		growth = fmt.Sprintf("%.0f KiB", float64(size)/1024/float64(transitions)*1000)
 	}
-	warns, errs := logLevels(filepath.Join(dir, "controller.log"))
-	row := fmt.Sprintf("| %d | %.1f s | %.1f s | %.1f | %.0f (%.0f) | %.1f | %d | %d | %s | %d, %d |", n, readyAt.Seconds(), deployedAt.Seconds(), cpu, rss, peakAnon, selfCPU()-labCPU0, transitions, commits, growth, warns, errs)
+	ctl, err := scanLog(filepath.Join(logDir, "controller.log"), controllerAllowed)
+	if err != nil {
+		return "", err
+	}
+	lb, err := scanLog(filepath.Join(logDir, "lab.log"), nil)
+	if err != nil {
+		return "", err
+	}
+	row := fmt.Sprintf("| %d | %.1f s | %.1f s | %.1f | %.0f (%.0f) | %.1f | %d | %d | %s | %d, %d |", n, readyAt.Seconds(), deployedAt.Seconds(), cpu, rss, peakAnon, selfCPU()-labCPU0, transitions, commits, growth, ctl.warns, ctl.errs)
 	fmt.Println(row) // before the deferred clean-up, which takes minutes at 10,000 servers
+	fmt.Println(detail)
+	for _, a := range controllerAllowed {
+		if c := ctl.allowed[a.match]; c > 0 {
+			fmt.Printf("  %d servers: %d allowed controller warning(s) %q: %s\n", n, c, a.match, a.reason)
+		}
+	}
+	if bad := append(ctl.unexpected, lb.unexpected...); len(bad) > 0 {
+		return row, fmt.Errorf("%d unexpected controller warnings and errors, %d lab warnings (logs in %s); the first:\n%s",
+			ctl.warns+ctl.errs, lb.warns+lb.errs, logDir, strings.Join(bad[:min(len(bad), 10)], "\n"))
+	}
 	return row, nil
 }
 
@@ -357,25 +449,95 @@ func raiseFileLimit() {
 	}
 }
 
-// logLevels counts the controller's WARN and ERROR lines up to now (before
-// it is stopped), leaving out the expected warning that the bench's secrets
-// are unsealed (it sets no master key).
-func logLevels(path string) (warns, errs int) {
+// metricValue is the value of the first sample of name (with or without
+// labels) in a Prometheus text exposition, 0 if absent.
+func metricValue(exposition []byte, name string) float64 {
+	for _, l := range strings.Split(string(exposition), "\n") {
+		if !strings.HasPrefix(l, name+" ") && !strings.HasPrefix(l, name+"{") {
+			continue
+		}
+		f := strings.Fields(l)
+		v, _ := strconv.ParseFloat(f[len(f)-1], 64)
+		return v
+	}
+	return 0
+}
+
+// boltTxID reads the ID of the last committed write transaction of the
+// bbolt file at path from its two meta pages (the larger txid; bbolt
+// writes the meta of each commit to page txid%2), without opening it
+// (the controller holds its lock). bbolt's meta layout: a 16-byte page
+// header, then magic, version, pageSize, flags (uint32 each), the root
+// bucket (16 bytes), freelist and high-water page IDs, txid (uint64s,
+// little-endian on amd64 and arm64). 0 when unreadable.
+func boltTxID(path string) int64 {
 	f, err := os.Open(path)
 	if err != nil {
-		return -1, -1
+		return 0
+	}
+	defer f.Close()
+	hdr := make([]byte, 72)
+	if _, err := f.ReadAt(hdr, 0); err != nil {
+		return 0
+	}
+	pageSize := int64(binary.LittleEndian.Uint32(hdr[24:]))
+	best := int64(binary.LittleEndian.Uint64(hdr[64:]))
+	if _, err := f.ReadAt(hdr, pageSize); err == nil {
+		best = max(best, int64(binary.LittleEndian.Uint64(hdr[64:])))
+	}
+	return best
+}
+
+// allowed is a log warning the bench expects, with the reason.
+type allowed struct {
+	match  string // a substring of the line
+	reason string
+}
+
+// controllerAllowed are the controller warnings a bench run may log; any
+// other WARN or ERROR line fails the run.
+var controllerAllowed = []allowed{
+	{"secrets are stored unsealed", "the bench sets no master key (MACHINA_API_KEY_MASTER_KEY): its throwaway state holds only the lab's BMC credentials"},
+}
+
+// logScan is what scanLog found in a log.
+type logScan struct {
+	warns, errs int            // WARN and ERROR lines not allowed
+	allowed     map[string]int // allowed[match]: lines it allowed
+	unexpected  []string       // the lines not allowed
+}
+
+// scanLog reads a text-handler slog log (up to now: the controller is
+// still running) and sorts its WARN and ERROR lines into allowed (by allow)
+// and unexpected. A missing log is an error.
+func scanLog(path string, allow []allowed) (logScan, error) {
+	out := logScan{allowed: map[string]int{}}
+	f, err := os.Open(path)
+	if err != nil {
+		return out, err
 	}
 	defer f.Close()
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
+lines:
 	for sc.Scan() {
 		l := sc.Text()
-		switch {
-		case strings.Contains(l, "level=ERROR"):
-			errs++
-		case strings.Contains(l, "level=WARN") && !strings.Contains(l, "unsealed"):
-			warns++
+		warn, isErr := strings.Contains(l, "level=WARN"), strings.Contains(l, "level=ERROR")
+		if !warn && !isErr {
+			continue
 		}
+		for _, a := range allow {
+			if warn && strings.Contains(l, a.match) {
+				out.allowed[a.match]++
+				continue lines
+			}
+		}
+		if isErr {
+			out.errs++
+		} else {
+			out.warns++
+		}
+		out.unexpected = append(out.unexpected, filepath.Base(path)+": "+l)
 	}
-	return warns, errs
+	return out, sc.Err()
 }

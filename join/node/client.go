@@ -25,6 +25,7 @@ import (
 	mrand "math/rand/v2"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -156,6 +157,25 @@ type JoinConfig struct {
 	// MaxWait bounds the retries of a rate-limited (429), unavailable (503)
 	// or unreachable listener; zero means 10 minutes.
 	MaxWait time.Duration
+	// LocalAddr is the source address of the join's connections (a host
+	// with several addresses joins from its management one); the zero
+	// value leaves it to the routing table.
+	LocalAddr netip.Addr
+}
+
+// transport is the HTTP transport of the join and node clients: TLS tc,
+// connections from local (zero: the routing table's choice). The join
+// listener caps the connections one source address holds open
+// (join.MaxConnsPerIP), so the clients close their idle connections when
+// done (Join on return, Client.Run when it stops) rather than leaving them
+// to the listener's idle timeout.
+func transport(tc *tls.Config, local netip.Addr) *http.Transport {
+	d := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}
+	if local.IsValid() {
+		d.LocalAddr = &net.TCPAddr{IP: local.AsSlice()}
+	}
+	return &http.Transport{TLSClientConfig: tc, DialContext: d.DialContext, TLSHandshakeTimeout: 10 * time.Second,
+		IdleConnTimeout: 90 * time.Second, MaxIdleConnsPerHost: 2}
 }
 
 // Join generates an ECDSA P-256 key (kept in Dir), posts a CSR with the
@@ -185,7 +205,8 @@ func Join(ctx context.Context, cfg JoinConfig) (v1.JoinResponse, error) {
 	}
 	req := v1.JoinRequest{Token: cfg.Token, Facts: cfg.Facts,
 		CSR: string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: csrDER}))}
-	hc := &http.Client{Timeout: cfg.HTTPTimeout, Transport: &http.Transport{TLSClientConfig: PinnedTLS(cfg.Fingerprint, u.Hostname())}}
+	hc := &http.Client{Timeout: cfg.HTTPTimeout, Transport: transport(PinnedTLS(cfg.Fingerprint, u.Hostname()), cfg.LocalAddr)}
+	defer hc.CloseIdleConnections() // the node client that follows opens its own
 	var resp v1.JoinResponse
 	if cfg.MaxWait <= 0 {
 		cfg.MaxWait = 10 * time.Minute
@@ -289,6 +310,7 @@ func post(ctx context.Context, hc *http.Client, u string, in, out any) error {
 // certificate stored by Join. Safe for concurrent use.
 type Client struct {
 	cfg nodeConfig
+	tc  *tls.Config
 	hc  *http.Client
 
 	// Version is the node agent's build, sent with every heartbeat; ""
@@ -325,8 +347,24 @@ func Load(dir string) (*Client, error) {
 		return nil, fmt.Errorf("node: load: %s holds no certificate", CAFile)
 	}
 	tc := &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: pool, Certificates: []tls.Certificate{pair}}
-	return &Client{cfg: nc, hc: &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: tc}}, started: time.Now()}, nil
+	return &Client{cfg: nc, tc: tc, hc: &http.Client{Timeout: 30 * time.Second, Transport: transport(tc, netip.Addr{})}, started: time.Now()}, nil
 }
+
+// SetLocalAddr makes the client's connections come from local (a host
+// with several addresses heartbeats from its management one; the
+// simulated lab gives each machine its own loopback address, as each real
+// host has its own). Call it before the first request; the zero value
+// leaves the source to the routing table.
+func (c *Client) SetLocalAddr(local netip.Addr) {
+	c.hc.CloseIdleConnections()
+	c.hc = &http.Client{Timeout: c.hc.Timeout, Transport: transport(c.tc, local)}
+}
+
+// CloseIdleConnections closes the client's idle keep-alive connections
+// (a finished join's steps, or an agent that stops), so that they do not
+// hold one of the connections the join listener allows the host's
+// address until its idle timeout.
+func (c *Client) CloseIdleConnections() { c.hc.CloseIdleConnections() }
 
 // Host returns the host name the controller recorded.
 func (c *Client) Host() string { return c.cfg.Host }
@@ -383,9 +421,11 @@ func (c *Client) Beat(ctx context.Context) error {
 
 // Run heartbeats every Heartbeat() until ctx is done, then returns nil.
 // Failures are passed to onErr (nil ignores them) and retried next tick.
+// It closes the client's idle connections when it returns.
 func (c *Client) Run(ctx context.Context, onErr func(error)) error {
 	t := time.NewTicker(c.Heartbeat())
 	defer t.Stop()
+	defer c.hc.CloseIdleConnections()
 	for {
 		if err := c.Beat(ctx); err != nil && ctx.Err() == nil && onErr != nil {
 			onErr(err)

@@ -85,7 +85,7 @@ func (m *Machine) firstBoot(ctx context.Context) error {
 		facts.CPUFlags = []string{m.HW.Virt}
 	}
 	dir := m.nodeDir()
-	resp, err := node.Join(ctx, node.JoinConfig{URL: url, Fingerprint: fp, Token: tok, Dir: dir, Facts: facts})
+	resp, err := node.Join(ctx, node.JoinConfig{URL: url, Fingerprint: fp, Token: tok, Dir: dir, Facts: facts, LocalAddr: m.src})
 	if err != nil {
 		return fmt.Errorf("join: %w", err)
 	}
@@ -93,6 +93,10 @@ func (m *Machine) firstBoot(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// The join command's process ends here on a real host, closing its
+	// connections; the agent started below opens its own.
+	c.SetLocalAddr(m.src)
+	defer c.CloseIdleConnections()
 	for _, n := range resp.Networks {
 		msg := fmt.Sprintf("simulated: bridge %s over %s", n.Bridge, n.NIC)
 		if n.VLAN > 0 {
@@ -142,12 +146,16 @@ func (m *Machine) StartNodeAgent() error {
 		return err
 	}
 	c.Version = "sim"
+	c.SetLocalAddr(m.src)
 	c.Uptime = func() (time.Duration, error) { return time.Since(booted), nil }
 	nctx, cancel := context.WithCancel(ctx)
 	m.mu.Lock()
 	m.nodeCancel = cancel
 	m.mu.Unlock()
-	go func() { _ = c.Run(nctx, func(error) {}) }()
+	log := m.log
+	go func() {
+		_ = c.Run(nctx, func(err error) { log.Warn("node agent: heartbeat failed", "err", err) })
+	}()
 	return nil
 }
 

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -47,8 +48,11 @@ type Machine struct {
 	HW   Hardware
 
 	root, devDir string
-	lab          *Lab
-	log          *slog.Logger
+	// src is the machine's own loopback address, the source of its
+	// joined OS's join and heartbeat connections (srcAddr).
+	src netip.Addr
+	lab *Lab
+	log *slog.Logger
 
 	mu            sync.Mutex
 	on            bool

@@ -25,6 +25,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"path"
 	"path/filepath"
@@ -220,7 +221,7 @@ func (l *Lab) start() error {
 		if hw.Arch = s.Arch; l.cfg.MachineArch[s.Name] != "" {
 			hw.Arch = l.cfg.MachineArch[s.Name]
 		}
-		m := &Machine{Name: s.Name, MAC: s.BootMAC, HW: hw, lab: l, phase: PhaseOff,
+		m := &Machine{Name: s.Name, MAC: s.BootMAC, HW: hw, lab: l, phase: PhaseOff, src: srcAddr(i),
 			root: filepath.Join(l.cfg.Dir, "machines", s.Name, "root"), devDir: filepath.Join(l.cfg.Dir, "machines", s.Name, "dev"),
 			log: l.log.With("sim", s.Name)}
 		m.agentHTTP = &http.Client{Timeout: 5 * time.Minute, Transport: planCapture{base: l.http.Transport, m: m}}
@@ -488,7 +489,7 @@ func (l *Lab) AddStray(name, mac string) (*Machine, string, error) {
 	if _, ok := l.machines[name]; ok {
 		return nil, "", fmt.Errorf("sim: machine %s exists", name)
 	}
-	m := &Machine{Name: name, MAC: hw.String(), HW: hardwareFor("zone-a", len(l.machines)), lab: l, phase: PhaseOff,
+	m := &Machine{Name: name, MAC: hw.String(), HW: hardwareFor("zone-a", len(l.machines)), lab: l, phase: PhaseOff, src: srcAddr(len(l.machines)),
 		root: filepath.Join(l.cfg.Dir, "machines", name, "root"), devDir: filepath.Join(l.cfg.Dir, "machines", name, "dev"),
 		log: l.log.With("sim", name)}
 	m.agentHTTP = &http.Client{Timeout: 5 * time.Minute, Transport: planCapture{base: l.http.Transport, m: m}}
@@ -597,4 +598,15 @@ func (l *Lab) goRun(f func()) {
 		defer l.runs.Done()
 		f()
 	}()
+}
+
+// srcAddr is the i-th machine's own loopback address (127.1.0.1,
+// 127.1.0.2, ... 127.1.1.1, ...; Linux routes all of 127.0.0.0/8 to lo),
+// the source of its joined OS's connections to the join listener. Real
+// hosts each have their own address, and the listener caps the
+// connections of one address (join.MaxConnsPerIP, 64): a lab whose hosts
+// all came from 127.0.0.1 had their heartbeats refused at accept beyond
+// 64 connections, and the controller marked them lost.
+func srcAddr(i int) netip.Addr {
+	return netip.AddrFrom4([4]byte{127, byte(1 + i/62500), byte(1 + i/250%250), byte(1 + i%250)})
 }
