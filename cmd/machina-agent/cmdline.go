@@ -22,6 +22,7 @@ import (
 //	                                   poweroff after commission and wipe, reboot after deploy)
 //	machina.entropy_wait=10s           bound on waiting for the kernel CRNG
 //	machina.timeout=2h                 bound on the whole session after DHCP
+//	machina.lldp_wait=32s              bound on the LLDP listen of commissioning (0 turns it off)
 type bootConfig struct {
 	URL         string
 	Token       string
@@ -30,6 +31,8 @@ type bootConfig struct {
 	Final       string
 	EntropyWait time.Duration
 	Timeout     time.Duration
+	// LLDPWait is agent.Runner.LLDPWait: zero the default, negative off.
+	LLDPWait time.Duration
 }
 
 // errCmdline is wrapped by every parseCmdline error.
@@ -80,6 +83,15 @@ func parseCmdline(s string) (bootConfig, error) {
 				return c, fmt.Errorf("%w: machina.timeout %q (1m..24h)", errCmdline, v)
 			}
 			c.Timeout = d
+		case "machina.lldp_wait":
+			d, err := time.ParseDuration(v)
+			if err != nil || d < 0 || d > 10*time.Minute {
+				return c, fmt.Errorf("%w: machina.lldp_wait %q (0..10m)", errCmdline, v)
+			}
+			c.LLDPWait = d
+			if d == 0 {
+				c.LLDPWait = -1 // asked off
+			}
 		case "machina.mac", "BOOTIF":
 			m := v
 			if k == "BOOTIF" {

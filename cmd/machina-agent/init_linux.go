@@ -73,11 +73,12 @@ func run(ctx context.Context, out io.Writer) error {
 		IdleConnTimeout:       90 * time.Second,
 	}
 	r := &agent.Runner{
-		Client:  &v1.AgentClient{BaseURL: cfg.URL, HTTP: &http.Client{Transport: tr}},
-		Token:   cfg.Token,
-		BootMAC: mac,
-		Version: version,
-		Logger:  log,
+		Client:   &v1.AgentClient{BaseURL: cfg.URL, HTTP: &http.Client{Transport: tr}},
+		Token:    cfg.Token,
+		BootMAC:  mac,
+		LLDPWait: cfg.LLDPWait,
+		Version:  version,
+		Logger:   log,
 	}
 	switch cfg.Mode {
 	case "deploy":

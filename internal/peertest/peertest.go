@@ -87,6 +87,8 @@ var Packages = map[string]string{
 	"qemu-system-aarch64": "qemu-system-arm",
 	"grub-mkimage":        "grub-common",
 	"promtool":            "prometheus",
+	"lldpd":               "lldpd",
+	"lldpcli":             "lldpd",
 }
 
 // FilePackages are Debian packages tests need a file of rather than a
