@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -38,5 +39,46 @@ func TestStatusShowsCabling(t *testing.T) {
 	}
 	if strings.ContainsAny(out, "\x1b\x07") {
 		t.Errorf("status carries raw escape bytes from an LLDP system name:\n%q", out)
+	}
+}
+
+// TestStatusFileCarriesLLDP: the lldp block gitops writes under a status
+// file's NIC is read back strictly into state.NIC.LLDP, so an offline plan
+// (machinactl plan over status/) sees the cabling the controller saw.
+func TestStatusFileCarriesLLDP(t *testing.T) {
+	data := []byte(`name: r1-n01
+lifecycle: ready
+power: powered_off
+hardware:
+  cores: 64
+  memoryGiB: 512
+  nics:
+  - name: eno1
+    mac: "52:54:00:01:00:01"
+    speedMbps: 25000
+    switch: leaf-r1-a
+    port: Ethernet1/7
+    lldp:
+      chassisID: "0c:29:ef:00:00:01"
+      systemName: leaf-r1-a
+      portID: "0c:29:ef:00:00:07"
+      portIDSubtype: mac
+      portDescription: Ethernet1/7
+      portVLAN: 100
+      vlans:
+      - 100
+      - 200
+      maxFrameSize: 9216
+  - name: eno2
+    mac: "52:54:00:01:00:11"
+`)
+	s, err := parseStatusServer(data, fixedNow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := &state.LLDP{ChassisID: "0c:29:ef:00:00:01", SystemName: "leaf-r1-a", PortID: "0c:29:ef:00:00:07", PortIDSubtype: "mac",
+		PortDescription: "Ethernet1/7", PortVLAN: 100, VLANs: []int{100, 200}, MaxFrameSize: 9216}
+	if s.Hardware == nil || len(s.Hardware.NICs) != 2 || !reflect.DeepEqual(s.Hardware.NICs[0].LLDP, want) || s.Hardware.NICs[1].LLDP != nil {
+		t.Fatalf("parsed NICs = %+v", s.Hardware)
 	}
 }
