@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"time"
 
 	v1 "github.com/machina-metal/machina/api/v1"
 	"github.com/machina-metal/machina/join/node"
@@ -127,7 +128,14 @@ func cmdJoin(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return err
 	}
 	var reportErr error
-	done := node.Apply(ctx, resp, nil, nil, func(s v1.JoinStep) {
+	// A network change that cuts the host off its controller is rolled
+	// back by itself: a heartbeat over mutual TLS is the management path.
+	reach := func(ctx context.Context) error {
+		ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		return c.Beat(ctx)
+	}
+	done := node.Apply(ctx, resp, nil, nil, node.Guard{Reach: reach}, func(s v1.JoinStep) {
 		mark := "ok"
 		if !s.OK {
 			mark = "FAILED"
