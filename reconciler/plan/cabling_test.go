@@ -93,6 +93,9 @@ func TestPlanCablingGuard(t *testing.T) {
 	if len(conds) != 1 || !strings.Contains(conds[0].Message, "NIC 52:54:00:ee:00:09: expected switch LEAF-R1-A port ethernet1/7, but the commissioning report has no such NIC") {
 		t.Fatalf("unknown NIC: conditions %+v", conds)
 	}
+	if _, ok := allocations(r)[first]; ok {
+		t.Errorf("unknown NIC: %s allocated", first)
+	}
 
 	r, conds = run(expect, b, a, true) // pinned: want deployed
 	if len(conds) != 1 {
