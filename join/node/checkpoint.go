@@ -88,48 +88,64 @@ func (cp *Checkpoint) Rollback(h *netlink.Handle) error {
 		}
 	}
 	for idx, want := range cp.links {
-		l, err := h.LinkByIndex(idx)
-		if err != nil {
-			continue // gone since: nothing to give back to
-		}
-		a := l.Attrs()
-		if a.MasterIndex != want.master {
-			if want.master == 0 {
-				note("release "+a.Name, h.LinkSetNoMaster(l))
-			} else {
-				note("re-enslave "+a.Name, h.LinkSetMasterByIndex(l, want.master))
-			}
-		}
-		if a.MTU != want.mtu && want.mtu > 0 {
-			note("mtu "+a.Name, h.LinkSetMTU(l, want.mtu))
-		}
-		if up := a.Flags&net.FlagUp != 0; up != want.up {
-			if want.up {
-				note("up "+a.Name, h.LinkSetUp(l))
-			} else {
-				note("down "+a.Name, h.LinkSetDown(l))
-			}
-		}
-		now, err := addrsOf(h, l)
-		if err != nil {
-			note("addresses of "+a.Name, err)
-			continue
-		}
-		for _, x := range now {
-			if !slices.ContainsFunc(cp.addrs[idx], func(y netlink.Addr) bool { return sameAddr(x, y) }) {
-				note("remove "+x.IPNet.String()+" from "+a.Name, h.AddrDel(l, &x))
-			}
-		}
-		for _, y := range cp.addrs[idx] {
-			if !slices.ContainsFunc(now, func(x netlink.Addr) bool { return sameAddr(x, y) }) {
-				y.LinkIndex = idx
-				note("restore "+y.IPNet.String()+" on "+a.Name, h.AddrReplace(l, &y))
-			}
+		if l, err := h.LinkByIndex(idx); err == nil { // gone since: nothing to give back to
+			cp.restoreLink(h, l, want, note)
 		}
 	}
+	cp.restoreRoutes(h, note)
+	if len(errs) > 0 {
+		return fmt.Errorf("node: rollback: %w", errors.Join(errs...))
+	}
+	return nil
+}
+
+// restoreLink gives l its checkpointed master, MTU, up flag and addresses
+// back, passing each failure to note.
+func (cp *Checkpoint) restoreLink(h *netlink.Handle, l netlink.Link, want linkState, note func(string, error)) {
+	a := l.Attrs()
+	if a.MasterIndex != want.master {
+		if want.master == 0 {
+			note("release "+a.Name, h.LinkSetNoMaster(l))
+		} else {
+			note("re-enslave "+a.Name, h.LinkSetMasterByIndex(l, want.master))
+		}
+	}
+	if a.MTU != want.mtu && want.mtu > 0 {
+		note("mtu "+a.Name, h.LinkSetMTU(l, want.mtu))
+	}
+	if up := a.Flags&net.FlagUp != 0; up != want.up {
+		if want.up {
+			note("up "+a.Name, h.LinkSetUp(l))
+		} else {
+			note("down "+a.Name, h.LinkSetDown(l))
+		}
+	}
+	now, err := addrsOf(h, l)
+	if err != nil {
+		note("addresses of "+a.Name, err)
+		return
+	}
+	had := cp.addrs[a.Index]
+	for _, x := range now {
+		if !slices.ContainsFunc(had, func(y netlink.Addr) bool { return sameAddr(x, y) }) {
+			note("remove "+x.IPNet.String()+" from "+a.Name, h.AddrDel(l, &x))
+		}
+	}
+	for _, y := range had {
+		if !slices.ContainsFunc(now, func(x netlink.Addr) bool { return sameAddr(x, y) }) {
+			y.LinkIndex = a.Index
+			note("restore "+y.IPNet.String()+" on "+a.Name, h.AddrReplace(l, &y))
+		}
+	}
+}
+
+// restoreRoutes removes the main table's routes added since cp and
+// re-adds those removed (after the addresses: gateways are reachable).
+func (cp *Checkpoint) restoreRoutes(h *netlink.Handle, note func(string, error)) {
 	now, err := mainRoutes(h)
 	if err != nil {
-		return errors.Join(append(errs, fmt.Errorf("node: rollback: %w", err))...)
+		note("routes", err)
+		return
 	}
 	for _, r := range now {
 		if !slices.ContainsFunc(cp.routes, func(y netlink.Route) bool { return sameRoute(r, y) }) {
@@ -141,10 +157,6 @@ func (cp *Checkpoint) Rollback(h *netlink.Handle) error {
 			note("restore route "+r.String(), h.RouteReplace(&r))
 		}
 	}
-	if len(errs) > 0 {
-		return fmt.Errorf("node: rollback: %w", errors.Join(errs...))
-	}
-	return nil
 }
 
 // routeHandle returns h, or a new NETLINK_ROUTE handle in the current
