@@ -8,7 +8,9 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/gopacket"
 	"github.com/google/gopacket/layers"
@@ -210,7 +212,9 @@ func DecodeLLDP(frame []byte) (l *v1.LLDP, err error) {
 	l.ChassisID = idText(d.ChassisID.ID, l.ChassisIDSubtype)
 	l.PortID = idText(d.PortID.ID, l.PortIDSubtype)
 	if d1, err := info.Decode8021(); err == nil {
-		l.PortVLAN = int(d1.PVID)
+		if d1.PVID <= 4094 {
+			l.PortVLAN = int(d1.PVID) // 4095 and up are reserved (802.1Q Table 9-2)
+		}
 		for _, v := range d1.VLANNames {
 			if v.ID >= 1 && v.ID <= 4094 {
 				l.VLANs = append(l.VLANs, v1.LLDPVLAN{ID: int(v.ID), Name: clipN(v.Name, 32)})
@@ -256,9 +260,17 @@ func idText(id []byte, subtype string) string {
 
 func clip(s string) string { return clipN(s, 255) }
 
+// clipN makes s valid UTF-8 (each invalid byte becomes '?': the JSON
+// report would otherwise carry U+FFFD, three bytes each) and cuts it to at
+// most n bytes on a rune boundary, the bounds v1.LLDP.Validate holds.
 func clipN(s string, n int) string {
-	if len(s) > n {
-		return s[:n]
+	s = strings.ToValidUTF8(s, "?")
+	if len(s) <= n {
+		return s
+	}
+	s = s[:n]
+	for !utf8.ValidString(s) { // a rune cut in two at the end: at most 3 bytes go
+		s = s[:len(s)-1]
 	}
 	return s
 }

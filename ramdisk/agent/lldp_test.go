@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"net"
 	"os"
 	"os/exec"
@@ -194,4 +195,43 @@ func TestDecodeLLDPRefuses(t *testing.T) {
 	if err != nil || l.ChassisID != "02:00:00:00:00:01" || l.PortID != "a1" || l.PortIDSubtype != "local" {
 		t.Errorf("DecodeLLDP(minimal) = %+v, %v", l, err)
 	}
+}
+
+// FuzzDecodeLLDP: no frame panics the decoder, and whatever it returns is
+// within v1.LLDP.Validate's bounds and survives the report's JSON as is
+// (valid UTF-8), so a hostile or broken switch cannot get a commissioning
+// report refused.
+func FuzzDecodeLLDP(f *testing.F) {
+	hdr := "0180c200000e02000000000188cc"
+	for _, h := range []string{
+		hdr + "0207040200000000010403076131" + "06020078" + "0000",
+		hdr + "0207040200000000010403076131" + "06020078" + "fe06" + "0080c201ffff" + "fe0a0080c2030064" + "04ff707276" + "fe060012" + "0f0405ee" + "0000",
+		hdr + "0207040200000000010403076131" + "06020078" + "0a04ffc3a8ff" + "fe0600" + "80c2030064" + "0000",
+	} {
+		b, err := hex.DecodeString(h)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
+	f.Fuzz(func(t *testing.T, frame []byte) {
+		if len(frame) > 9216 {
+			return
+		}
+		l, err := DecodeLLDP(frame)
+		if err != nil {
+			return
+		}
+		if err := l.Validate(); err != nil {
+			t.Fatalf("DecodeLLDP = %+v: %v", l, err)
+		}
+		b, err := json.Marshal(l)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var back v1.LLDP
+		if err := json.Unmarshal(b, &back); err != nil || !cmp.Equal(*l, back) {
+			t.Fatalf("JSON round trip of %+v = %+v, %v", *l, back, err)
+		}
+	})
 }
