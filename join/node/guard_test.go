@@ -232,7 +232,7 @@ func TestGuardRollsBackCutOff(t *testing.T) {
 		return errors.Join(l.h.LinkSetMaster(eth0, br), l.h.LinkSetUp(br), l.h.AddrReplace(br, a))
 	}
 	t0 := time.Now()
-	err := node.ApplyGuarded(t.Context(), l.h, node.Guard{Reach: l.reach, Within: 3 * time.Second, Every: 100 * time.Millisecond}, cut)
+	err := node.ApplyGuarded(t.Context(), l.h, node.Guard{Reach: l.reach, Within: 5 * time.Second, Every: 100 * time.Millisecond}, cut)
 	if !errors.Is(err, node.ErrCutOff) || !strings.Contains(err.Error(), "rolled back to the checkpoint; the controller answers again") {
 		t.Fatalf("ApplyGuarded = %v, want ErrCutOff and a rollback after which the controller answers; host %s", err, l.state(t))
 	}
@@ -268,7 +268,7 @@ func TestApplyReportsRollback(t *testing.T) {
 	}
 	resp := v1.JoinResponse{Networks: []v1.JoinNetwork{{Name: "mgmt", Bridge: "br0", NIC: "eth0"}, {Name: "vms", Bridge: "br1", NIC: "eth1"}}}
 	var steps []v1.JoinStep
-	done := node.Apply(t.Context(), resp, l.h, nil, node.Guard{Reach: reach, Within: time.Second, Every: 100 * time.Millisecond},
+	done := node.Apply(t.Context(), resp, l.h, nil, node.Guard{Reach: reach, Within: 5 * time.Second, Every: 100 * time.Millisecond},
 		func(s v1.JoinStep) { steps = append(steps, s) })
 	if done.OK || !strings.Contains(done.Reason, "network mgmt: "+node.ErrCutOff.Error()) {
 		t.Fatalf("Apply = %+v, want failed with the cut-off", done)
