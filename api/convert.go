@@ -39,7 +39,7 @@ func toServer(s state.Server) v1.Server {
 			hw.Disks = append(hw.Disks, v1.Disk{Name: d.Name, SizeBytes: d.SizeBytes, Model: d.Model, Serial: d.Serial, Rotational: d.Rotational, Transport: d.Transport})
 		}
 		for _, n := range h.NICs {
-			hw.NICs = append(hw.NICs, v1.NIC{Name: n.Name, MAC: n.MAC, SpeedMbps: n.SpeedMbps, Link: n.Link})
+			hw.NICs = append(hw.NICs, v1.NIC{Name: n.Name, MAC: n.MAC, SpeedMbps: n.SpeedMbps, Link: n.Link, LLDP: lldpToV1(n.LLDP)})
 		}
 		out.Hardware = hw
 	}

@@ -570,6 +570,11 @@ func checkReport(rep v1.AgentReport) error {
 	if len(f.Disks) > maxReportDisks || len(f.NICs) > maxReportNICs {
 		return fmt.Errorf("facts: %d disks and %d NICs: at most %d of each", len(f.Disks), len(f.NICs), maxReportDisks)
 	}
+	for i, n := range f.NICs {
+		if err := n.LLDP.Validate(); err != nil {
+			return fmt.Errorf("facts.nics[%d].lldp: %w", i, err)
+		}
+	}
 	real := 0
 	for i, d := range f.Disks {
 		if d.SizeBytes < 0 || d.SizeBytes > maxReportDisk {
@@ -606,7 +611,7 @@ func hardwareFrom(f v1.Facts) *state.Hardware {
 		hw.Disks = append(hw.Disks, state.Disk{Name: d.Name, SizeBytes: d.SizeBytes, Model: d.Model, Serial: d.Serial, Rotational: d.Rotational, Transport: d.Transport})
 	}
 	for _, n := range f.NICs {
-		hw.NICs = append(hw.NICs, state.NIC{Name: n.Name, MAC: n.MAC, SpeedMbps: n.SpeedMbps, Link: n.Link})
+		hw.NICs = append(hw.NICs, state.NIC{Name: n.Name, MAC: n.MAC, SpeedMbps: n.SpeedMbps, Link: n.Link, LLDP: lldpToState(n.LLDP)})
 	}
 	return hw
 }

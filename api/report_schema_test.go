@@ -3,11 +3,13 @@ package api
 import (
 	"encoding/json"
 	"os"
+	"reflect"
 	"strings"
 	"testing"
 
 	v1 "github.com/machina-metal/machina/api/v1"
 	"github.com/machina-metal/machina/schema"
+	"github.com/machina-metal/machina/state"
 )
 
 func schemaTestReport() v1.AgentReport {
@@ -19,6 +21,11 @@ func schemaTestReport() v1.AgentReport {
 			DMI:    v1.DMI{SystemVendor: "Dell Inc.", SystemProduct: "PowerEdge R650"}},
 		Tests: []v1.TestResult{{Name: v1.TestCPU, Passed: true, Duration: 1e9, Metrics: map[string]float64{"mips": 1000}}, {Name: v1.TestMemory, Passed: true},
 			{Name: v1.TestDisk, Passed: true}, {Name: v1.TestNetwork, Passed: true}}}
+}
+
+func schemaTestLLDP() *v1.LLDP {
+	return &v1.LLDP{ChassisID: "0c:29:ef:00:00:01", ChassisIDSubtype: "mac", SystemName: "leaf-r1-a", PortID: "Ethernet1/7", PortIDSubtype: "local",
+		PortDescription: "r1-n07 eth0", PortVLAN: 100, VLANs: []v1.LLDPVLAN{{ID: 100, Name: "prov"}, {ID: 200}}, MaxFrameSize: 9216}
 }
 
 // TestReportSchemaAndChecksAgree: the commissioning report schema
@@ -64,6 +71,15 @@ func TestReportSchemaAndChecksAgree(t *testing.T) {
 		{"10,000-character reason", mod(func(r *v1.AgentReport) {
 			r.Tests[2] = v1.TestResult{Name: v1.TestDisk, Passed: false, Reason: strings.Repeat("x", 10000)}
 		}), false, false},
+		{"nic with LLDP", mod(func(r *v1.AgentReport) { r.Facts.NICs[0].LLDP = schemaTestLLDP() }), true, true},
+		{"LLDP VLAN 5000", mod(func(r *v1.AgentReport) { l := schemaTestLLDP(); l.VLANs[0].ID = 5000; r.Facts.NICs[0].LLDP = l }), false, true},
+		{"LLDP port VLAN -1", mod(func(r *v1.AgentReport) { l := schemaTestLLDP(); l.PortVLAN = -1; r.Facts.NICs[0].LLDP = l }), false, true},
+		{"LLDP 300-byte system name", mod(func(r *v1.AgentReport) {
+			l := schemaTestLLDP()
+			l.SystemName = strings.Repeat("s", 300)
+			r.Facts.NICs[0].LLDP = l
+		}), false, true},
+		{"LLDP unknown port ID subtype", mod(func(r *v1.AgentReport) { l := schemaTestLLDP(); l.PortIDSubtype = "shell"; r.Facts.NICs[0].LLDP = l }), false, false},
 		{"1,000-character system vendor", mod(func(r *v1.AgentReport) { r.Facts.DMI.SystemVendor = strings.Repeat("v", 1000) }), false, false},
 	}
 	for _, c := range cases {
@@ -82,5 +98,17 @@ func TestReportSchemaAndChecksAgree(t *testing.T) {
 		if serr != nil && !strings.Contains(serr.Error(), "agent-report.schema.json") {
 			t.Errorf("%s: %v does not name the schema", c.name, serr)
 		}
+	}
+}
+
+// TestServerAPIShowsLLDP: the admin API's server (toServer) carries each
+// NIC's stored LLDP finding, VLANs by ID.
+func TestServerAPIShowsLLDP(t *testing.T) {
+	l := schemaTestLLDP()
+	s := toServer(state.Server{Name: "r1-n07", Hardware: &state.Hardware{NICs: []state.NIC{{Name: "eth0", LLDP: lldpToState(l)}, {Name: "eth1"}}}})
+	got := s.Hardware.NICs[0].LLDP
+	l.ChassisIDSubtype, l.VLANs = "", []v1.LLDPVLAN{{ID: 100}, {ID: 200}}
+	if got == nil || !reflect.DeepEqual(*got, *l) || s.Hardware.NICs[1].LLDP != nil {
+		t.Errorf("toServer NICs = %+v, %+v; want eth0 %+v", got, s.Hardware.NICs[1].LLDP, l)
 	}
 }

@@ -100,6 +100,9 @@ type Config struct {
 	AttestInitrds []string
 	// ISODir holds the iPXE ISOs (make ipxe-iso), served at /boot/iso/.
 	ISODir string
+	// LLDPWait bounds the commissioning ramdisk's LLDP listen on every NIC
+	// (ipxe.Config.LLDPWait); zero: the agent's 32 s, negative: off.
+	LLDPWait time.Duration
 	// Repo is the inventory repository.
 	Repo gitops.Remote
 	// StatusBranch sends status commits to a separate branch.

@@ -430,7 +430,7 @@ func (w *wiring) boot() (func(), error) {
 		return nil, fmt.Errorf("controller: %w", err)
 	}
 	ipxeCfg := ipxe.Config{Lookup: w.idx, Tokens: w.idx, ControllerURL: w.publicURL, ISODir: w.cfg.ISODir, RamdiskDir: w.cfg.RamdiskDir,
-		Logger: w.log.With("component", "ipxe"), PerIP: w.cfg.MachinePerIP, OnEvent: w.refusals.event}
+		LLDPWait: w.cfg.LLDPWait, Logger: w.log.With("component", "ipxe"), PerIP: w.cfg.MachinePerIP, OnEvent: w.refusals.event}
 	if err := w.tpmPinner(); err != nil {
 		return nil, err
 	}

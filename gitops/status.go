@@ -6,6 +6,7 @@ import (
 
 	"github.com/machina-metal/machina/inventory"
 	"github.com/machina-metal/machina/reconciler/plan"
+	"github.com/machina-metal/machina/state"
 )
 
 // Snapshot is what the controller observed about the whole fleet, the input
@@ -180,6 +181,9 @@ type NIC struct {
 	MAC  string // lower-case colon form
 	// SpeedMbps is the link speed, 0 if unknown or down.
 	SpeedMbps int
+	// LLDP is what the NIC heard from its switch port at commissioning,
+	// rendered as switch, port and an lldp block; nil when nothing.
+	LLDP *state.LLDP
 }
 
 // Condition follows the Kubernetes convention: Type (CamelCase, e.g.

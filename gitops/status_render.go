@@ -314,6 +314,7 @@ func (w *yamlWriter) hardware(hw Hardware) {
 	sortedList(w, 1, "nics", "name", hw.NICs, func(n NIC) string { return n.Name }, func(n NIC) {
 		w.text(2, "mac", n.MAC)
 		w.int(2, "speedMbps", int64(n.SpeedMbps), false)
+		w.lldp(n.LLDP)
 	})
 	if len(hw.Labels) > 0 {
 		w.key(1, "labels")

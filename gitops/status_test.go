@@ -21,6 +21,7 @@ import (
 
 	"github.com/machina-metal/machina/inventory"
 	"github.com/machina-metal/machina/redact"
+	"github.com/machina-metal/machina/state"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files")
@@ -53,7 +54,8 @@ func sampleSnapshot() Snapshot {
 				Name: "r1-n01", Lifecycle: "ready", Power: "powered_off", Health: "OK", Profile: "hypervisor", Allocation: "auto",
 				Hardware: Hardware{Vendor: "Dell Inc.", Model: "PowerEdge R650", Serial: "ABC1234", CPUModel: "Intel(R) Xeon(R) Gold 6338", Arch: "amd64", SMBIOSArch: "amd64", Cores: 64, MemoryGiB: 512,
 					Disks: []Disk{{Name: "nvme1n1", Model: "Samsung PM9A3", SizeGiB: 1788}, {Name: "nvme0n1", Model: "Samsung PM9A3", Serial: "S64F", SizeGiB: 1788}},
-					NICs:  []NIC{{Name: "eno2", MAC: "52:54:00:01:00:11"}, {Name: "eno1", MAC: "52:54:00:01:00:01", SpeedMbps: 25000}}},
+					NICs: []NIC{{Name: "eno2", MAC: "52:54:00:01:00:11"}, {Name: "eno1", MAC: "52:54:00:01:00:01", SpeedMbps: 25000,
+						LLDP: &state.LLDP{ChassisID: "0c:29:ef:00:00:01", SystemName: "leaf-r1-a", PortID: "0c:29:ef:00:00:07", PortIDSubtype: "mac", PortDescription: "Ethernet1/7", PortVLAN: 100, VLANs: []int{100, 200}, MaxFrameSize: 9216}}}},
 				Conditions:      []Condition{{Type: "Ready", Status: "True", Reason: "Commissioned", LastTransitionTime: t0}},
 				ObservedActions: inventory.Actions{Commission: 2, PowerCycle: 1},
 			},

@@ -181,7 +181,7 @@ func statusHardware(hw *state.Hardware) Hardware {
 		out.Disks = append(out.Disks, Disk{Name: d.Name, Model: d.Model, Serial: d.Serial, SizeGiB: d.SizeBytes >> 30})
 	}
 	for _, n := range hw.NICs {
-		out.NICs = append(out.NICs, NIC{Name: n.Name, MAC: n.MAC, SpeedMbps: n.SpeedMbps})
+		out.NICs = append(out.NICs, NIC{Name: n.Name, MAC: n.MAC, SpeedMbps: n.SpeedMbps, LLDP: n.LLDP})
 	}
 	return out
 }

@@ -56,6 +56,7 @@ func normalise(inv *Inventory) {
 		if s.BootMode == "" {
 			s.BootMode = BootUEFI
 		}
+		normaliseNICs(s)
 		if s.Want == "" {
 			s.Want = WantReady
 		}
@@ -170,6 +171,7 @@ func (c *crossChecker) server(i int, s Server) {
 		c.errAt(sd, base+"/bootMode", SeverityError, "an arm64 server boots UEFI only; bootMode bios is for x86 servers")
 	}
 	c.serverLabels(base, s)
+	c.serverNICs(base, s)
 	if f := s.Fence; f != nil {
 		if len(f.SystemID) > 0 && f.Driver == DriverIPMI {
 			c.errAt(sd, base+"/fence/systemID", SeverityError, "systemID applies to redfish fencing devices only")

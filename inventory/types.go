@@ -128,6 +128,8 @@ type Server struct {
 	// chassis manager's IPMI or Redfish endpoint) that powers this server
 	// off when its host is fenced; nil fences through BMC.
 	Fence *BMC `json:"fence,omitempty"`
+	// NICs are the NICs whose cabling commissioning checks (cabling.go).
+	NICs []ServerNIC `json:"nics,omitempty"`
 }
 
 // BMC says how to reach a server's baseboard management controller. Address

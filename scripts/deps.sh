@@ -19,6 +19,7 @@ set -eu
 cd "$(dirname "$0")/.."
 mode=${1:-test}
 
+# lldpd is the switch side of the ramdisk's LLDP tests (ramdisk/agent).
 # prometheus ships promtool, which checks and unit-tests the alerting rules
 # of the monitoring kit (packaging/monitoring).
 # The simulated lab's IPMI servers run OpenIPMI's ipmi_sim; ipmitool is the
@@ -37,7 +38,7 @@ TEST_PKGS="$DEMO_PKGS
   tshark nginx-light etcd-server etcd-client systemd
   python3 python3-pyghmi
   prometheus
-  swtpm swtpm-tools"
+  swtpm swtpm-tools lldpd"
 
 case $mode in
 test) PKGS=$TEST_PKGS ;;

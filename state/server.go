@@ -219,6 +219,9 @@ type NIC struct {
 	MAC       string `json:"mac"` // lower-case colon form
 	SpeedMbps int    `json:"speedMbps,omitempty"`
 	Link      bool   `json:"link,omitempty"`
+	// LLDP is what the NIC heard from its switch port at commissioning;
+	// nil when it heard nothing.
+	LLDP *LLDP `json:"lldp,omitempty"`
 }
 
 // Allocation records the profile a server was allocated to.

@@ -358,8 +358,9 @@ func TestPagesShowTheFeed(t *testing.T) {
 	c := client(t)
 	login(t, l, c)
 	checks := map[string][]string{
-		"/ui/":               {"zone-a", "zone-b", "zone-c", "r1-n02", "commissioning", "powered_on", "Critical"},
-		"/ui/servers/r1-n01": {"PowerEdge R650", "CPU1 Temp", "312 W", "iDRAC", "Fan 3 RPM", "128.0 GiB", "nvme0n1", "1.7 TiB", "447.1 GiB"},
+		"/ui/": {"zone-a", "zone-b", "zone-c", "r1-n02", "commissioning", "powered_on", "Critical"},
+		"/ui/servers/r1-n01": {"PowerEdge R650", "CPU1 Temp", "312 W", "iDRAC", "Fan 3 RPM", "128.0 GiB", "nvme0n1", "1.7 TiB", "447.1 GiB",
+			"<td>leaf-r1-a</td><td>Ethernet1/1</td><td>100</td>", "no LLDP heard"},
 		"/ui/servers/r3-n03": {"Not reported by this BMC: power, firmware, logs"},
 		"/ui/servers/r2-n01": {"bmc: unreachable"},
 		"/ui/servers/r2-n02": {"SMART status FAILED", "Stalled", "bump actions.commission"},

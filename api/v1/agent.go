@@ -236,6 +236,9 @@ type NIC struct {
 	Link bool `json:"link"`
 	// SpeedMbps is /sys/class/net/<if>/speed; 0 when unknown or link down.
 	SpeedMbps int `json:"speedMbps,omitempty"`
+	// LLDP is what the NIC heard from its switch port during
+	// commissioning; nil when no LLDP frame came within the listen time.
+	LLDP *LLDP `json:"lldp,omitempty"`
 }
 
 // DMI is the SMBIOS identity from /sys/class/dmi/id; empty when the machine has no DMI.

@@ -12,8 +12,10 @@ import (
 // and join-log steps over mutual TLS).
 
 // JoinNetwork is a Linux bridge over a NIC, optionally on an 802.1Q VLAN
-// (VLAN 1-4094; 0 means untagged). CIDR, when set, is assigned to the
-// bridge (e.g. "10.20.0.5/24").
+// (VLAN 1-4094; 0 means untagged). CIDR, when set, is the network's prefix
+// (e.g. "10.20.0.0/24"), for validation and reporting only: the node agent
+// never configures it as an address (the NIC's own addresses move to the
+// bridge).
 type JoinNetwork struct {
 	Name   string `json:"name"`
 	Bridge string `json:"bridge"`

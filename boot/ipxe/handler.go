@@ -48,6 +48,12 @@ type Config struct {
 	// "console=tty0 console=ttyAMA0" (the SBSA/PL011 UART of qemu's virt
 	// board and of most arm64 servers).
 	ARM64KernelArgs string
+	// LLDPWait, when not zero, bounds the commissioning ramdisk's LLDP
+	// listen: machina.lldp_wait= follows the kernel arguments of a
+	// commissioning script (negative turns the listen off:
+	// machina.lldp_wait=0s). Zero leaves the agent's default (32 s); whole
+	// seconds, at most 10 minutes.
+	LLDPWait time.Duration
 	// TokenTTL bounds a ramdisk token's life. Zero: 30 minutes (a TCG boot
 	// reaches the agent in well under a minute; real servers POST for minutes).
 	TokenTTL time.Duration
@@ -157,6 +163,10 @@ func New(cfg Config) (*Handler, error) {
 	if !safeArg(cfg.KernelArgs) {
 		return nil, errors.New("ipxe: new handler: KernelArgs has characters outside A-Za-z0-9 ._,:=/@+-")
 	}
+	if cfg.LLDPWait > 10*time.Minute || (cfg.LLDPWait > 0 && cfg.LLDPWait%time.Second != 0) {
+		return nil, fmt.Errorf("ipxe: new handler: LLDPWait %v: whole seconds up to 10m", cfg.LLDPWait)
+	}
+
 	if cfg.TokenTTL <= 0 {
 		cfg.TokenTTL = 30 * time.Minute
 	}
@@ -397,6 +407,9 @@ func (h *Handler) scriptParams(mac net.HardwareAddr, a boot.Assignment, reported
 	if arch == "arm64" || d == DialectGRUB {
 		p.Arch, p.Platform = "arm64", PlatformEFI
 		p.KernelURL, p.InitrdURL, p.KernelArgs = h.cfg.ARM64KernelURL, h.cfg.ARM64InitrdURL, h.cfg.ARM64KernelArgs
+	}
+	if h.cfg.LLDPWait != 0 && modeFor(p.Lifecycle, p.Wipe, p.Installer) == PurposeCommission {
+		p.KernelArgs += " machina.lldp_wait=" + max(h.cfg.LLDPWait, 0).String() // "0s" turns it off
 	}
 	return p
 }

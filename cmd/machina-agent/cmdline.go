@@ -27,6 +27,7 @@ import (
 //	                                   takes hours and the controller's wipe
 //	                                   deadline, counted from the erase's
 //	                                   last progress, bounds it)
+//	machina.lldp_wait=32s              bound on the LLDP listen of commissioning (0 turns it off)
 type bootConfig struct {
 	URL         string
 	Token       string
@@ -35,6 +36,8 @@ type bootConfig struct {
 	Final       string
 	EntropyWait time.Duration
 	Timeout     time.Duration
+	// LLDPWait is agent.Runner.LLDPWait: zero the default, negative off.
+	LLDPWait time.Duration
 }
 
 // errCmdline is wrapped by every parseCmdline error.
@@ -86,6 +89,15 @@ func parseCmdline(s string) (bootConfig, error) {
 				return c, fmt.Errorf("%w: machina.timeout %q (1m..24h)", errCmdline, v)
 			}
 			c.Timeout, timeoutSet = d, true
+		case "machina.lldp_wait":
+			d, err := time.ParseDuration(v)
+			if err != nil || d < 0 || d > 10*time.Minute {
+				return c, fmt.Errorf("%w: machina.lldp_wait %q (0..10m)", errCmdline, v)
+			}
+			c.LLDPWait = d
+			if d == 0 {
+				c.LLDPWait = -1 // asked off
+			}
 		case "machina.mac", "BOOTIF":
 			m := v
 			if k == "BOOTIF" {

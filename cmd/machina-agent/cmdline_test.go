@@ -15,7 +15,7 @@ func TestParseCmdline(t *testing.T) {
 		t.Errorf("parseCmdline = %+v", c)
 	}
 	c, err = parseCmdline("machina.url=https://ctl machina.token=abcdefgh machina.mac=52:54:00:AA:bb:cc")
-	if err != nil || c.Mode != "commission" || c.Final != "poweroff" || c.MAC.String() != "52:54:00:aa:bb:cc" {
+	if err != nil || c.Mode != "commission" || c.Final != "poweroff" || c.MAC.String() != "52:54:00:aa:bb:cc" || c.LLDPWait != 0 {
 		t.Errorf("parseCmdline = %+v, %v", c, err)
 	}
 	// A release wipe may zero or erase a large disk for hours: its session
@@ -29,6 +29,11 @@ func TestParseCmdline(t *testing.T) {
 	if c.Timeout != 2*time.Hour {
 		t.Errorf("commission timeout %s, want 2h", c.Timeout)
 	}
+	for v, want := range map[string]time.Duration{"45s": 45 * time.Second, "0": -1} {
+		if c, err := parseCmdline("machina.url=https://ctl machina.token=abcdefgh machina.lldp_wait=" + v); err != nil || c.LLDPWait != want {
+			t.Errorf("machina.lldp_wait=%s: LLDPWait = %v, %v; want %v", v, c.LLDPWait, err, want)
+		}
+	}
 	for _, bad := range []string{
 		"",
 		"machina.url=http://x",
@@ -39,6 +44,8 @@ func TestParseCmdline(t *testing.T) {
 		"machina.url=http://x machina.token=abcdefgh BOOTIF=52-54-00-12-34-56",
 		"machina.url=http://x machina.token=abcdefgh machina.mac=zz",
 		"machina.url=http://x machina.token=abcdefgh machina.entropy_wait=1h",
+		"machina.url=http://x machina.token=abcdefgh machina.lldp_wait=1h",
+		"machina.url=http://x machina.token=abcdefgh machina.lldp_wait=-1s",
 	} {
 		if _, err := parseCmdline(bad); !errors.Is(err, errCmdline) {
 			t.Errorf("parseCmdline(%q) err = %v, want errCmdline", bad, err)

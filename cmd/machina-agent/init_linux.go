@@ -69,11 +69,12 @@ func run(ctx context.Context, out io.Writer) error {
 	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
 	defer cancel()
 	r := &agent.Runner{
-		Client:  &v1.AgentClient{BaseURL: cfg.URL, HTTP: agentHTTP()},
-		Token:   cfg.Token,
-		BootMAC: mac,
-		Version: version,
-		Logger:  log,
+		Client:   &v1.AgentClient{BaseURL: cfg.URL, HTTP: agentHTTP()},
+		Token:    cfg.Token,
+		BootMAC:  mac,
+		LLDPWait: cfg.LLDPWait,
+		Version:  version,
+		Logger:   log,
 	}
 	if r.TPM = openTPM(log); r.TPM != nil {
 		defer r.TPM.Close()

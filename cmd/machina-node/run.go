@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"time"
 
 	v1 "github.com/machina-metal/machina/api/v1"
 	"github.com/machina-metal/machina/join/node"
@@ -127,7 +128,9 @@ func cmdJoin(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return err
 	}
 	var reportErr error
-	done := node.Apply(ctx, resp, nil, nil, func(s v1.JoinStep) {
+	// A network change that cuts the host off its controller is rolled
+	// back by itself: a heartbeat over mutual TLS is the management path.
+	done := node.Apply(ctx, resp, nil, nil, node.Guard{Reach: reachBy(c.Beat), Every: time.Second}, func(s v1.JoinStep) {
 		mark := "ok"
 		if !s.OK {
 			mark = "FAILED"
@@ -143,6 +146,21 @@ func cmdJoin(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	fmt.Fprintf(stdout, "joined as %s\n", resp.Host)
 	return reportErr
+}
+
+// reachBy is the join's management-path check (node.Guard.Reach): one
+// heartbeat, bounded by 5 s. Any answer of the controller proves the path,
+// a refusal too (429 when heartbeats come faster than its rate).
+func reachBy(beat func(context.Context) error) func(context.Context) error {
+	return func(ctx context.Context) error {
+		ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		err := beat(ctx)
+		if errors.Is(err, node.ErrRefused) {
+			return nil
+		}
+		return err
+	}
 }
 
 func cmdRun(ctx context.Context, args []string, stderr io.Writer, log *slog.Logger) error {

@@ -85,6 +85,7 @@ func writeStatus(w io.Writer, apiURL string, counts map[string]int, sealing bool
 	writePlanLines(w, res)
 	writeAttention(w, res, snap)
 	writeProgress(w, snap)
+	writeCabling(w, snap)
 }
 
 // writeProgress lists the deploys whose ramdisk reports progress: step,

@@ -118,7 +118,7 @@ func fromWire(s v1.Server) state.Server {
 			hw.Disks = append(hw.Disks, state.Disk{Name: d.Name, SizeBytes: d.SizeBytes, Model: d.Model, Serial: d.Serial, Rotational: d.Rotational, Transport: d.Transport})
 		}
 		for _, n := range h.NICs {
-			hw.NICs = append(hw.NICs, state.NIC{Name: n.Name, MAC: n.MAC, SpeedMbps: n.SpeedMbps, Link: n.Link})
+			hw.NICs = append(hw.NICs, state.NIC{Name: n.Name, MAC: n.MAC, SpeedMbps: n.SpeedMbps, Link: n.Link, LLDP: lldpFromAPI(n.LLDP)})
 		}
 		out.Hardware = hw
 	}
@@ -187,6 +187,11 @@ type statusHardware struct {
 		Name      string `json:"name"`
 		MAC       string `json:"mac"`
 		SpeedMbps int    `json:"speedMbps"`
+		// Switch and Port are what people read; LLDP holds the fields
+		// the cabling check compares (gitops status_lldp.go).
+		Switch string      `json:"switch"`
+		Port   string      `json:"port"`
+		LLDP   *state.LLDP `json:"lldp"`
 	} `json:"nics"`
 }
 
@@ -237,7 +242,7 @@ func parseStatusServer(data []byte, now time.Time) (state.Server, error) {
 			hw.Disks = append(hw.Disks, state.Disk{Name: d.Name, SizeBytes: d.SizeGiB << 30, Model: d.Model, Serial: d.Serial})
 		}
 		for _, n := range h.NICs {
-			hw.NICs = append(hw.NICs, state.NIC{Name: n.Name, MAC: n.MAC, SpeedMbps: n.SpeedMbps})
+			hw.NICs = append(hw.NICs, state.NIC{Name: n.Name, MAC: n.MAC, SpeedMbps: n.SpeedMbps, LLDP: n.LLDP})
 		}
 		labelsToHardware(hw, h.Labels)
 		out.Hardware = hw

@@ -90,6 +90,8 @@ var Packages = map[string]string{
 	"swtpm":               "swtpm",
 	"swtpm_setup":         "swtpm-tools",
 	"swtpm_localca":       "swtpm-tools",
+	"lldpd":               "lldpd",
+	"lldpcli":             "lldpd",
 }
 
 // FilePackages are Debian packages tests need a file of rather than a

@@ -13,7 +13,10 @@ import (
 // returns the join's outcome: OK, or the first failure's reason. Later
 // steps still run after a failure so the join log shows all of them. nl
 // nil means the current network namespace; r nil means ExecRunner{}.
-func Apply(ctx context.Context, resp v1.JoinResponse, nl *netlink.Handle, r Runner, report func(v1.JoinStep)) v1.JoinDone {
+// The networks are applied as one ApplyGuarded change checked by g: when
+// the controller stops answering they are all rolled back and reported
+// failed with why (see applyNetworks); g's zero value checks nothing.
+func Apply(ctx context.Context, resp v1.JoinResponse, nl *netlink.Handle, r Runner, g Guard, report func(v1.JoinStep)) v1.JoinDone {
 	if r == nil {
 		r = ExecRunner{}
 	}
@@ -21,23 +24,23 @@ func Apply(ctx context.Context, resp v1.JoinResponse, nl *netlink.Handle, r Runn
 		report = func(v1.JoinStep) {}
 	}
 	done := v1.JoinDone{OK: true}
-	step := func(name, msg string, err error) {
-		if err != nil {
-			report(v1.JoinStep{Step: name, OK: false, Message: err.Error()})
-			if done.OK {
-				done = v1.JoinDone{OK: false, Reason: fmt.Sprintf("%s: %v", name, err)}
-			}
-			return
+	fail := func(err error) {
+		if done.OK {
+			done = v1.JoinDone{OK: false, Reason: err.Error()}
 		}
-		report(v1.JoinStep{Step: name, OK: true, Message: msg})
 	}
-	for _, n := range resp.Networks {
-		msg, err := ApplyNetwork(nl, n)
-		step("network "+n.Name, msg, err)
+	if err := applyNetworks(ctx, resp.Networks, nl, g, report); err != nil {
+		fail(err)
 	}
 	for _, p := range resp.Pools {
+		name := "pool " + p.Name
 		msg, err := ApplyPool(ctx, r, p)
-		step("pool "+p.Name, msg, err)
+		if err != nil {
+			report(v1.JoinStep{Step: name, OK: false, Message: err.Error()})
+			fail(fmt.Errorf("%s: %v", name, err))
+			continue
+		}
+		report(v1.JoinStep{Step: name, OK: true, Message: msg})
 	}
 	return done
 }

@@ -42,6 +42,11 @@ type Runner struct {
 	// or moves the server (report, plan, done, wipe plan); nil on a
 	// machine without a TPM 2.0.
 	TPM *TPM
+	// LLDPWait bounds the LLDP listen on every NIC during commissioning
+	// (ListenLLDP), which runs alongside the tests; zero means
+	// DefaultLLDPWait, negative turns it off. Only on the machine itself
+	// (Root "" or "/"): a recorded tree's NICs are not this machine's.
+	LLDPWait time.Duration
 	// Version is reported as AgentVersion.
 	Version string
 	Logger  *slog.Logger
@@ -102,7 +107,12 @@ func (r *Runner) Commission(ctx context.Context) (v1.ReportAck, error) {
 			}
 		}
 	}
+	lldp := r.startLLDP(ctx, facts.NICs)
 	tests := RunCommissioning(ctx, facts, cc)
+	heard := <-lldp
+	for i, n := range facts.NICs {
+		facts.NICs[i].LLDP = heard[n.Name]
+	}
 	rep := v1.AgentReport{BootMAC: r.BootMAC, AgentVersion: r.Version, Facts: facts, Tests: tests, StartedToReport: uptime(r.root())}
 	var ack v1.ReportAck
 	err = call(ctx, r.log(), "report", func(ctx context.Context) error {

@@ -132,7 +132,7 @@ func TestRamdiskCommissionAndDeployInQemu(t *testing.T) {
 	// 1. commissioning, on a VM without an RNG device or RDRAND: the agent
 	// must not block on entropy (bounded wait, then a console message).
 	ctl, port := controller(t, agenttest.ControllerConfig{CommissionToken: "commission-tok-1"})
-	serial := bootVM(t, kernel, initrd, disk, port, "machina.mode=commission machina.token=commission-tok-1 random.trust_cpu=off machina.entropy_wait=3s", vmOpts{NoRNG: true})
+	serial := bootVM(t, kernel, initrd, disk, port, "machina.mode=commission machina.token=commission-tok-1 random.trust_cpu=off machina.entropy_wait=3s machina.lldp_wait=5s", vmOpts{NoRNG: true})
 	switch {
 	case strings.Contains(serial, "kernel CRNG still not initialised"):
 		t.Log("CRNG was not ready after the bounded wait; the agent continued")

@@ -331,6 +331,8 @@ func (p *planning) server(ws *inventory.Server) {
 	steps, disr := serverSteps(ws, obs, p.opts)
 	archConds, steps := archConditions(p.want, ws, &obs, steps)
 	res.Conditions = append(res.Conditions, archConds...)
+	cabConds, steps := cablingConditions(ws, &obs, steps)
+	res.Conditions = append(res.Conditions, cabConds...)
 	if ws.BMC.IsZero() {
 		steps, disr = withoutBMC(steps), withoutBMC(disr)
 		p.cond(noBMCCondition(ws, obs))
@@ -807,6 +809,9 @@ func Candidates(p inventory.Profile, want *inventory.Inventory, have state.Snaps
 		}
 		if !archFits(want, p.Name, &ws, &obs) || archBlocked(&ws, &obs) {
 			continue // another architecture than the image's, or the arch is in doubt (stated, kernel, SMBIOS)
+		}
+		if cablingBlocked(&ws, &obs) {
+			continue // its NICs did not hear their expected switch ports (CablingMismatch)
 		}
 		if ws.Actions.Commission > obs.Actions["commission"] {
 			continue // about to be recommissioned

@@ -149,8 +149,9 @@ func reasonFor(to state.Lifecycle) string {
 
 func hardware(name string) *state.Hardware {
 	return &state.Hardware{Cores: 32, MemoryBytes: 128 << 30, Vendor: "Dell Inc.", Product: "PowerEdge R650", Serial: "SN-" + name,
-		Disks:      []state.Disk{{Name: "nvme0n1", SizeBytes: 1920383410176, Model: "Dell Ent NVMe P5600 MU"}, {Name: "sda", SizeBytes: 480103981056, Model: "MZ7KH480HAHQ", Rotational: false}},
-		NICs:       []state.NIC{{Name: "eno1", MAC: "52:54:00:aa:00:01", SpeedMbps: 25000, Link: true}, {Name: "eno2", MAC: "52:54:00:aa:00:02", SpeedMbps: 25000}},
+		Disks: []state.Disk{{Name: "nvme0n1", SizeBytes: 1920383410176, Model: "Dell Ent NVMe P5600 MU"}, {Name: "sda", SizeBytes: 480103981056, Model: "MZ7KH480HAHQ", Rotational: false}},
+		NICs: []state.NIC{{Name: "eno1", MAC: "52:54:00:aa:00:01", SpeedMbps: 25000, Link: true,
+			LLDP: &state.LLDP{ChassisID: "0c:29:ef:00:00:01", SystemName: "leaf-" + name[:2] + "-a", PortID: "Ethernet1/" + name[len(name)-1:], PortIDSubtype: "ifname", PortVLAN: 100}}, {Name: "eno2", MAC: "52:54:00:aa:00:02", SpeedMbps: 25000}},
 		ObservedAt: time.Now().UTC()}
 }
 
