@@ -695,6 +695,9 @@ func (l *lab) setup(ctx context.Context, img, sum string) error {
 		"--listen", fmt.Sprintf("%s:%d", BridgeAddr, APIPort), "--public-url", base,
 		"--join-listen", fmt.Sprintf("%s:%d", BridgeAddr, JoinPort), "--join-url", fmt.Sprintf("https://%s:%d", BridgeAddr, JoinPort),
 		"--node-binary", l.bin("machina-node"), "--heartbeat", "5s",
+		// No switch on the lab's bridge sends LLDP: a short listen keeps
+		// commissioning from waiting out the 32 s default for nothing.
+		"--lldp-wait", "3s",
 		// The silence watchdog is a deadline too: under TimeScale (a loaded
 		// machine) a deploy's 1 GiB write and two-pass check outlast the
 		// default 5 minutes, and a re-netboot would restart it.
