@@ -36,6 +36,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		newSimCmd(e),
 		newBootstrapCmd(e),
 		newStateCmd(e),
+		newOpenAPICmd(e),
 	)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	markUsageErrors(root)
