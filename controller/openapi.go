@@ -226,8 +226,8 @@ func (s *schemaSet) fields(t reflect.Type, props map[string]any, required *[]str
 	}
 }
 
-// errorSchema is v1.Error's component; forbidden narrows it for a 403 of
-// a route that needs role.
+// forbidden is the 403 body of a route that needs role: v1.Error with
+// code "forbidden" and role naming it.
 func forbidden(role state.Role) map[string]any {
 	return map[string]any{"allOf": []any{
 		map[string]any{"$ref": "#/components/schemas/Error"},
@@ -265,69 +265,10 @@ func OpenAPIDocument() (doc []byte, err error) {
 			return nil, fmt.Errorf("controller: openapi document: operation %q: bad pattern or repeated id %q", op.Pattern, op.ID)
 		}
 		ids[op.ID] = true
-		o := map[string]any{
-			"operationId": op.ID, "summary": op.Summary, "tags": []string{op.Tag},
-			"x-machina-role": string(op.Role),
-			"security":       []any{map[string]any{"bearer": []string{}}},
+		o, err := s.operation(op, path, errRef)
+		if err != nil {
+			return nil, fmt.Errorf("controller: openapi document: %s: %w", op.Pattern, err)
 		}
-		if op.Description != "" {
-			o["description"] = op.Description
-		}
-		var params []any
-		for _, w := range wildcards(path) {
-			d, ok := op.Path[w]
-			if !ok {
-				return nil, fmt.Errorf("controller: openapi document: %s: path parameter %s has no description", op.Pattern, w)
-			}
-			params = append(params, map[string]any{"name": w, "in": "path", "required": true, "description": d, "schema": map[string]any{"type": "string"}})
-		}
-		for _, q := range op.Query {
-			params = append(params, map[string]any{"name": q.Name, "in": "query", "description": q.Description, "schema": map[string]any{"type": q.Type}})
-		}
-		if len(params) > 0 {
-			o["parameters"] = params
-		}
-		if op.Request != nil {
-			rb := map[string]any{"required": true, "content": map[string]any{"application/json": map[string]any{"schema": s.schema(reflect.TypeOf(op.Request))}}}
-			if op.Example != "" {
-				var ex any
-				if err := json.Unmarshal([]byte(op.Example), &ex); err != nil {
-					return nil, fmt.Errorf("controller: openapi document: %s: example: %w", op.Pattern, err)
-				}
-				rb["content"].(map[string]any)["application/json"].(map[string]any)["example"] = ex
-			}
-			o["requestBody"] = rb
-		}
-		resps := map[string]any{}
-		for _, r := range op.Responses {
-			ro := map[string]any{"description": r.Description}
-			switch {
-			case r.Body != nil:
-				ro["content"] = map[string]any{"application/json": map[string]any{"schema": s.schema(reflect.TypeOf(r.Body))}}
-			case r.Media == "application/json": // a JSON document of its own (the OpenAPI document)
-				ro["content"] = map[string]any{r.Media: map[string]any{"schema": map[string]any{"type": "object", "required": []string{"openapi", "info", "paths"}}}}
-			case r.Media != "":
-				ro["content"] = map[string]any{r.Media: map[string]any{"schema": map[string]any{"type": "string"}}}
-			}
-			resps[strconv.Itoa(r.Status)] = ro
-		}
-		errs := map[int]string{http.StatusUnauthorized: "", http.StatusInternalServerError: ""}
-		for c, d := range op.Errors {
-			errs[c] = d
-		}
-		for c, d := range errs {
-			if d == "" {
-				d = errorDescriptions[c]
-			}
-			resps[strconv.Itoa(c)] = map[string]any{"description": d, "content": map[string]any{"application/json": map[string]any{"schema": errRef}}}
-		}
-		if op.Role != state.RoleViewer {
-			resps["403"] = map[string]any{
-				"description": fmt.Sprintf("The token's role is below %s (code forbidden, role %q; WWW-Authenticate: Bearer error=\"insufficient_scope\").", op.Role, op.Role),
-				"content":     map[string]any{"application/json": map[string]any{"schema": forbidden(op.Role)}},
-			}
-		}
-		o["responses"] = resps
 		if paths[path] == nil {
 			paths[path] = map[string]any{}
 		}
@@ -359,6 +300,75 @@ func OpenAPIDocument() (doc []byte, err error) {
 		return nil, fmt.Errorf("controller: openapi document: %w", err)
 	}
 	return buf.Bytes(), nil
+}
+
+// operation is op's Operation Object (path is its path without the
+// method); errRef is the error body's schema.
+func (s *schemaSet) operation(op apiOp, path string, errRef map[string]any) (map[string]any, error) {
+	o := map[string]any{
+		"operationId": op.ID, "summary": op.Summary, "tags": []string{op.Tag},
+		"x-machina-role": string(op.Role),
+		"security":       []any{map[string]any{"bearer": []string{}}},
+	}
+	if op.Description != "" {
+		o["description"] = op.Description
+	}
+	var params []any
+	for _, w := range wildcards(path) {
+		d, ok := op.Path[w]
+		if !ok {
+			return nil, fmt.Errorf("path parameter %s has no description", w)
+		}
+		params = append(params, map[string]any{"name": w, "in": "path", "required": true, "description": d, "schema": map[string]any{"type": "string"}})
+	}
+	for _, q := range op.Query {
+		params = append(params, map[string]any{"name": q.Name, "in": "query", "description": q.Description, "schema": map[string]any{"type": q.Type}})
+	}
+	if len(params) > 0 {
+		o["parameters"] = params
+	}
+	if op.Request != nil {
+		rb := map[string]any{"required": true, "content": map[string]any{"application/json": map[string]any{"schema": s.schema(reflect.TypeOf(op.Request))}}}
+		if op.Example != "" {
+			var ex any
+			if err := json.Unmarshal([]byte(op.Example), &ex); err != nil {
+				return nil, fmt.Errorf("example: %w", err)
+			}
+			rb["content"].(map[string]any)["application/json"].(map[string]any)["example"] = ex
+		}
+		o["requestBody"] = rb
+	}
+	resps := map[string]any{}
+	for _, r := range op.Responses {
+		ro := map[string]any{"description": r.Description}
+		switch {
+		case r.Body != nil:
+			ro["content"] = map[string]any{"application/json": map[string]any{"schema": s.schema(reflect.TypeOf(r.Body))}}
+		case r.Media == "application/json": // a JSON document of its own (the OpenAPI document)
+			ro["content"] = map[string]any{r.Media: map[string]any{"schema": map[string]any{"type": "object", "required": []string{"openapi", "info", "paths"}}}}
+		case r.Media != "":
+			ro["content"] = map[string]any{r.Media: map[string]any{"schema": map[string]any{"type": "string"}}}
+		}
+		resps[strconv.Itoa(r.Status)] = ro
+	}
+	errs := map[int]string{http.StatusUnauthorized: "", http.StatusInternalServerError: ""}
+	for c, d := range op.Errors {
+		errs[c] = d
+	}
+	for c, d := range errs {
+		if d == "" {
+			d = errorDescriptions[c]
+		}
+		resps[strconv.Itoa(c)] = map[string]any{"description": d, "content": map[string]any{"application/json": map[string]any{"schema": errRef}}}
+	}
+	if op.Role != state.RoleViewer {
+		resps["403"] = map[string]any{
+			"description": fmt.Sprintf("The token's role is below %s (code forbidden, role %q; WWW-Authenticate: Bearer error=\"insufficient_scope\").", op.Role, op.Role),
+			"content":     map[string]any{"application/json": map[string]any{"schema": forbidden(op.Role)}},
+		}
+	}
+	o["responses"] = resps
+	return o, nil
 }
 
 // wildcards returns the {names} of a ServeMux path, in order.

@@ -72,18 +72,26 @@ curl -sS -H "Authorization: Bearer $TOKEN" https://controller:8444/api/v1/openap
    parameters, the Go types of its request and answers, its error statuses.
 3. Run ` + "`go test ./controller -run TestOpenAPIDocumentFresh -update`" + `: it rewrites api/openapi.json
    and this page.
-4. Drive it in TestOpenAPIRoundTrip (controller/openapi_roundtrip_test.go), which validates the
-   real requests and answers against the document.
+4. Drive it in TestOpenAPIRoundTrip (lab/sim/e2e_openapi_test.go) to a success: the test runs the
+   whole controller in-process against the simulated lab and validates every real request and
+   answer against the document.
 
 TestOpenAPIRoutesMatchServer fails while a mounted admin route is missing from the document (or
 the document has one the server lacks), TestOpenAPIRolesMatchTable while a role differs from
-api/roles.go, TestOpenAPIRoundTrip while a route is not driven or an answer does not match.
+api/roles.go, TestOpenAPIDocumentFresh while api/openapi.json or this page is stale, and
+TestOpenAPIRoundTrip while a route was not driven to a success or a request or answer does not
+match the document.
 
-The round trip validates with github.com/pb33f/libopenapi-validator: it is written for OpenAPI
-3.1 (JSON Schema 2020-12, type arrays with "null", const) and validates both a request and its
-answer (parameters, bodies, security) against the document. kin-openapi's 3.1 support is newer and
-partial (its model is OpenAPI 3.0's, with 3.1 keywords added), so a 3.1 document would be checked
-by 3.0 rules in places.
+## Validator
+
+The round trip validates with github.com/pb33f/libopenapi-validator. It was written for OpenAPI
+3.1 (3.0 and 3.2 too): its schemas are JSON Schema 2020-12, checked by a fork of
+santhosh-tekuri/jsonschema (the validator Machina already uses for the inventory), so type arrays
+with "null", const and additionalProperties mean what the document says; it validates a request
+(path, query, security, body) and its answer (status declared, media type, body) in one call,
+and rejects an undeclared status. kin-openapi's 3.1 support is recent (added in 2026) and built
+on its OpenAPI 3.0 model; for a document that is 3.1 from the start the validator made for 3.1
+was the safer choice.
 `
 
 // OpenAPIMarkdown renders docs/api.md from the OpenAPI document doc (as
