@@ -35,6 +35,7 @@ var routeRoles = map[string]state.Role{
 	"POST /api/v1/admin-tokens":               state.RoleAdmin,
 	"DELETE /api/v1/admin-tokens/{name}":      state.RoleAdmin,
 	"GET /api/v1/state/snapshot":              state.RoleAdmin,
+	"GET /api/v1/openapi.json":                state.RoleViewer,
 	// controller (mountAdmin, mountDiscovery, mountImages, mountHosts)
 	"POST /api/v1/reconcile":            state.RoleOperator,
 	"GET /api/v1/plan":                  state.RoleViewer,

@@ -148,6 +148,7 @@ func (s *Server) routes() []route {
 		{"POST /api/v1/admin-tokens", true, s.handleCreateAdminToken},
 		{"DELETE /api/v1/admin-tokens/{name}", true, s.handleRevokeAdminToken},
 		{"GET /api/v1/state/snapshot", true, s.handleSnapshot},
+		{"GET /api/v1/openapi.json", true, handleOpenAPI},
 	}
 }
 

@@ -27,13 +27,13 @@ import (
 //	GET  /api/v1/inventory   the acting and the newest invalid revision
 //	POST /api/v1/approve     approve the held plan of a revision
 //	POST /api/v1/provision   allocate and deploy N servers of a profile
-//	POST /api/v1/scan        scan a BMC subnet (mountDiscovery)
-func mountAdmin(srv *api.Server, st *state.Store, ctrl *reconciler.Controller, src *gitops.Source, propose proposeFunc, branch string) error {
+//	POST /api/v1/scan        scan a BMC subnet (mountDiscovery; scan nil means discover.Scan)
+func mountAdmin(srv *api.Server, st *state.Store, ctrl *reconciler.Controller, src *gitops.Source, scan scanFunc, propose proposeFunc, branch string) error {
 	routes := map[string]http.HandlerFunc{
 		"POST /api/v1/reconcile": func(w http.ResponseWriter, r *http.Request) {
 			src.Trigger()
 			ctrl.Trigger()
-			writeJSON(w, http.StatusAccepted, map[string]string{"status": "reconcile requested"})
+			writeJSON(w, http.StatusAccepted, reconcileAccepted{Status: "reconcile requested"})
 		},
 		"GET /api/v1/plan": func(w http.ResponseWriter, r *http.Request) {
 			writeJSON(w, http.StatusOK, ctrl.LastPlan())
@@ -49,7 +49,10 @@ func mountAdmin(srv *api.Server, st *state.Store, ctrl *reconciler.Controller, s
 			return err
 		}
 	}
-	return mountDiscovery(srv, st, discover.Scan, propose, branch)
+	if scan == nil {
+		scan = discover.Scan
+	}
+	return mountDiscovery(srv, st, scan, propose, branch)
 }
 
 // approveHandler answers POST /api/v1/approve: it records the approval of

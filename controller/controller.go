@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/machina-metal/machina/boot"
+	"github.com/machina-metal/machina/discover"
 	"github.com/machina-metal/machina/gitops"
 	"github.com/machina-metal/machina/ha"
 	"github.com/machina-metal/machina/images"
@@ -182,6 +183,10 @@ type Config struct {
 	// a tenth of it after start, at most a minute); zero means
 	// DefaultBMCWatchInterval (10 min), negative turns the sweep off.
 	BMCWatchInterval time.Duration
+	// Scan runs POST /api/v1/scan's sweeps; nil means discover.Scan. A
+	// test sets it to send a scan of a private range to BMC emulators on
+	// loopback (discover.Config.Targets and AllowLoopback).
+	Scan func(ctx context.Context, cfg discover.Config) (*discover.Report, error)
 	// IPMIMinCipherSuite is the weakest RMCP+ cipher suite an IPMI BMC's
 	// session may run with, judged by the algorithms the BMC answers with:
 	// 3 or 17; zero means 3. servers.yaml bmc.minCipherSuite overrides it

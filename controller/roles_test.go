@@ -31,7 +31,7 @@ func TestRouteRolesMatchMountedRoutes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := mountAdmin(srv, st, nil, nil, nil, "main"); err != nil {
+	if err := mountAdmin(srv, st, nil, nil, nil, nil, "main"); err != nil {
 		t.Fatal(err)
 	}
 	if err := mountHosts(srv, st, nil, func() {}, time.Minute); err != nil {

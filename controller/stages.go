@@ -674,7 +674,7 @@ const WebhookPattern = "POST /api/v1/git/webhook"
 // the Running handed to OnReady.
 func (w *wiring) routes() (func(), error) {
 	cfg, st, srv, ctrl := w.cfg, w.st, w.srv, w.ctrl
-	if err := mountAdmin(srv, st, ctrl, w.src, scanProposers(cfg.Repo, w.gitDir, w.log.With("component", "scan")), cfg.Repo.Branch); err != nil {
+	if err := mountAdmin(srv, st, ctrl, w.src, cfg.Scan, scanProposers(cfg.Repo, w.gitDir, w.log.With("component", "scan")), cfg.Repo.Branch); err != nil {
 		return nil, err
 	}
 	w.fencer = &fencer{st: st, drivers: w.drivers, desired: ctrl.Desired, opts: fence.Options{Timeout: cfg.FenceTimeout}, log: w.log.With("component", "fence")}

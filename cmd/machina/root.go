@@ -35,6 +35,7 @@ func newRootCmd(e *env) *cobra.Command {
 		newSimCmd(e),
 		newBootstrapCmd(e),
 		newStateCmd(e),
+		newOpenAPICmd(e),
 	)
 	return root
 }
