@@ -99,6 +99,9 @@ func mountAllAdmin(t *testing.T) *api.Server {
 	if err := mountHosts(srv, st, nil, func() {}, time.Minute); err != nil {
 		t.Fatal(err)
 	}
+	if err := MountFirmwareRead(srv, st); err != nil {
+		t.Fatal(err)
+	}
 	if err := mountImages(srv, nil, nil, nil, nil); err != nil {
 		t.Fatal(err)
 	}

@@ -267,6 +267,21 @@ func TestOpenAPIRoundTrip(t *testing.T) {
 	c.want(200, viewer, "GET /api/v1/servers/{name}", "", nil, deployed)
 	c.want(404, viewer, "GET /api/v1/servers/{name}", "", nil, "no-such-server")
 	c.want(200, viewer, "GET /api/v1/servers/{name}/events", "after=0&limit=20", nil, deployed)
+	// The example site's profiles carry no firmware block, so nothing read
+	// its BMC's firmware; record a read (its shape is what the BMC sweep
+	// and the firmware step write: reconciler.ReadFirmware, tested against
+	// the vendor trees there) to check the route's answer on the wire.
+	if _, err := r.run.Store.UpdateServer(deployed, func(s *state.Server) error {
+		s.Firmware = &state.Firmware{ReadAt: time.Now().UTC(),
+			Components:  []state.FirmwareComponent{{ID: "BIOS", Name: "BIOS", Version: "2.19.1", Updateable: true}},
+			SecureBoot:  &state.SecureBootState{Enable: true, CurrentBoot: "Enabled"},
+			Unsupported: map[string]string{state.FirmwareAreaRAID: "no Storage controllers"}}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	c.want(200, viewer, "GET /api/v1/servers/{name}/firmware", "", nil, deployed)
+	c.want(404, viewer, "GET /api/v1/servers/{name}/firmware", "", nil, "no-such-server")
 	c.want(200, viewer, "GET /api/v1/events", "limit=50", nil)
 	c.want(400, viewer, "GET /api/v1/events", "limit=0", nil)
 	c.want(200, viewer, "GET /api/v1/events/stream", "after=0", nil)
