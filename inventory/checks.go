@@ -72,6 +72,7 @@ func normalise(inv *Inventory) {
 		}
 		im.Checksum = strings.ToLower(im.Checksum)
 	}
+	normaliseNetworks(inv)
 }
 
 // crossCheck runs the checks a schema cannot express: uniqueness after
@@ -98,6 +99,7 @@ func crossCheck(inv *Inventory, docs map[string]*doc, valid map[string]bool) []F
 	for i, p := range inv.Profiles {
 		c.profile(i, p)
 	}
+	c.networks(docs[NetworksFile], valid[NetworksFile])
 	return c.out
 }
 

@@ -25,6 +25,8 @@ type Inventory struct {
 	Servers  []Server  `json:"servers"`
 	Profiles []Profile `json:"profiles"`
 	Images   []Image   `json:"images"`
+	// Subnets are networks.yaml's (see networks.go); nil without the file.
+	Subnets []Subnet `json:"subnets,omitempty"`
 	// Digest is "sha256:" and the hex SHA-256 of the canonical JSON of the
 	// three lists. Two revisions with the same desired state share a digest,
 	// whatever their commits, comments or formatting.
@@ -123,6 +125,9 @@ type Server struct {
 	// chassis manager's IPMI or Redfish endpoint) that powers this server
 	// off when its host is fenced; nil fences through BMC.
 	Fence *BMC `json:"fence,omitempty"`
+	// Network is this server's part of its profile's network layout
+	// (fixed addresses, NIC matches); nil for none. See networks.go.
+	Network *ServerNetwork `json:"network,omitempty"`
 }
 
 // BMC says how to reach a server's baseboard management controller. Address
@@ -204,6 +209,12 @@ type Profile struct {
 	// component versions, Secure Boot); nil asks for nothing. See
 	// docs/firmware.md "Firmware in profiles".
 	Firmware *Firmware `json:"firmware,omitempty"`
+	// Network is the interface layout the profile's hosts come up with
+	// (rendered as cloud-init network-config v2); nil keeps DHCP on the
+	// boot NIC. CloudInit is the operator's own user-data and
+	// vendor-data. See networks.go and docs/networks.md.
+	Network   *NetworkLayout `json:"network,omitempty"`
+	CloudInit *CloudInit     `json:"cloudInit,omitempty"`
 }
 
 // Firmware is a profile's desired firmware state, in Redfish terms (the
