@@ -197,15 +197,15 @@ func (n *netChecker) layout(base string, p *Profile) {
 		byName[li.Name] = li
 	}
 	memberOf := map[string]string{}
-	defaultRoute := ""
+	defaultRoute, defaultRouteAt := "", ""
 	for _, li := range ifaces {
 		at := ptr(li)
 		n.attachment(at, li)
 		if li.DefaultRoute {
 			if defaultRoute != "" {
-				n.errAt(pd, at+"/defaultRoute", SeverityError, fmt.Sprintf("interface %s also holds the default route; a layout has one (first: %s)", defaultRoute, n.where(pd, defaultRoute)))
+				n.errAt(pd, at+"/defaultRoute", SeverityError, fmt.Sprintf("interface %s holds the default route already (%s); a layout has one", defaultRoute, n.where(pd, defaultRouteAt)))
 			} else {
-				defaultRoute = at + "/defaultRoute"
+				defaultRoute, defaultRouteAt = li.Name, at+"/defaultRoute"
 			}
 		}
 		field := map[string]string{"bonds": "members", "vlans": "link", "bridges": "interfaces"}[li.Kind]
@@ -353,7 +353,7 @@ func (n *netChecker) poolDemand() {
 		}
 		seen := map[string]bool{}
 		for _, li := range p.Network.Interfaces() {
-			if li.Address != AddressPool || seen[li.Subnet] || n.sub(li.Subnet) == nil {
+			if sn := n.sub(li.Subnet); li.Address != AddressPool || seen[li.Subnet] || sn == nil || len(sn.Pools) == 0 {
 				continue
 			}
 			seen[li.Subnet] = true

@@ -501,3 +501,8 @@ func normMAC(s *string) {
 		*s = m
 	}
 }
+
+// Files lists every file [Load] reads at the repository root, in its
+// order: the list the Git source, the enrolment proposer and machinactl
+// plan read from a commit, so an inventory file is never left behind.
+var Files = []string{ServersFile, ProfilesFile, ImagesFile, NetworksFile}

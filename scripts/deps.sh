@@ -19,6 +19,8 @@ set -eu
 cd "$(dirname "$0")/.."
 mode=${1:-test}
 
+# cloud-init is the second opinion on the network-config v2 documents and
+# the merged cloud-config user-data Machina writes into NoCloud seeds.
 # prometheus ships promtool, which checks and unit-tests the alerting rules
 # of the monitoring kit (packaging/monitoring).
 # The simulated lab's IPMI servers run OpenIPMI's ipmi_sim; ipmitool is the
@@ -36,7 +38,7 @@ TEST_PKGS="$DEMO_PKGS
   debootstrap syslinux
   tshark nginx-light etcd-server etcd-client systemd
   python3 python3-pyghmi
-  prometheus"
+  prometheus cloud-init"
 
 case $mode in
 test) PKGS=$TEST_PKGS ;;

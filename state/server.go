@@ -209,6 +209,10 @@ type NIC struct {
 	MAC       string `json:"mac"` // lower-case colon form
 	SpeedMbps int    `json:"speedMbps,omitempty"`
 	Link      bool   `json:"link,omitempty"`
+	// Driver is the kernel driver and PCIAddress the PCI function
+	// ("0000:3b:00.0"); both "" from reports that predate them.
+	Driver     string `json:"driver,omitempty"`
+	PCIAddress string `json:"pciAddress,omitempty"`
 }
 
 // Allocation records the profile a server was allocated to.

@@ -232,6 +232,10 @@ type NIC struct {
 	Link bool `json:"link"`
 	// SpeedMbps is /sys/class/net/<if>/speed; 0 when unknown or link down.
 	SpeedMbps int `json:"speedMbps,omitempty"`
+	// PCIAddress is the PCI function the NIC sits on ("0000:3b:00.0",
+	// the nearest PCI device above /sys/class/net/<if>/device); "" for
+	// a NIC not on PCI. Network layouts order NICs by it.
+	PCIAddress string `json:"pciAddress,omitempty"`
 }
 
 // DMI is the SMBIOS identity from /sys/class/dmi/id; empty when the machine has no DMI.

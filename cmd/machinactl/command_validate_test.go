@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/machina-metal/machina/internal/peertest"
+	"github.com/machina-metal/machina/inventory"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files")
@@ -181,7 +182,7 @@ func TestValidateBaseRefusesStatusEdits(t *testing.T) {
 			t.Fatalf("git %v: %v\n%s", args, err, out)
 		}
 	}
-	for _, f := range []string{"servers.yaml", "profiles.yaml", "images.yaml"} {
+	for _, f := range inventory.Files {
 		b, err := os.ReadFile(filepath.Join("../../inventory-example", f))
 		if err != nil {
 			t.Fatal(err)

@@ -87,6 +87,7 @@ var Packages = map[string]string{
 	"qemu-system-aarch64": "qemu-system-arm",
 	"grub-mkimage":        "grub-common",
 	"promtool":            "prometheus",
+	"cloud-init":          "cloud-init",
 }
 
 // FilePackages are Debian packages tests need a file of rather than a
