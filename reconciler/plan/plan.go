@@ -729,7 +729,7 @@ func profileSteps(p inventory.Profile, want *inventory.Inventory, have state.Sna
 		if short > 0 {
 			conds = append(conds, Condition{Subject: "profile/" + p.Name, Type: "InsufficientCapacity", Reason: "NotEnoughReadyServers",
 				Message: fmt.Sprintf("count %d wants %d more servers; %d ready servers fit (zone %s%s, min %d cores, %d GiB memory, %d GiB disk)",
-					p.Count, p.Count-n, p.Count-n-short, zoneOrAny(p.Zone), archNote(want, p.Name), p.Min.Cores, p.Min.MemoryGiB, p.Min.DiskGiB)+networkNote(p, want, have)})
+					p.Count, p.Count-n, p.Count-n-short, zoneOrAny(p.Zone), archNote(want, p.Name), p.Min.Cores, p.Min.MemoryGiB, p.Min.DiskGiB) + networkNote(p, want, have)})
 		}
 	case n > p.Count:
 		// Release the newest count allocations first; only deployed ones
