@@ -96,7 +96,7 @@ func hugeCase(t *testing.T, src string) string {
 }
 
 func TestValidateValidCorpus(t *testing.T) {
-	for _, dir := range []string{"../../inventory-example", filepath.Join(corpus, "valid", "crlf"), filepath.Join(corpus, "valid", "mac-forms")} {
+	for _, dir := range []string{"../../inventory-example", filepath.Join(corpus, "valid", "crlf"), filepath.Join(corpus, "valid", "mac-forms"), filepath.Join(corpus, "valid", "networks")} {
 		t.Run(filepath.Base(dir), func(t *testing.T) {
 			stdout, stderr, code := runCLI(t, "validate", "--strict", dir)
 			if code != 0 {
