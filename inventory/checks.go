@@ -100,6 +100,9 @@ func crossCheck(inv *Inventory, docs map[string]*doc, valid map[string]bool) []F
 		c.profile(i, p)
 	}
 	c.networks(docs[NetworksFile], valid[NetworksFile])
+	for i := range inv.Profiles {
+		c.cloudInit(i)
+	}
 	return c.out
 }
 

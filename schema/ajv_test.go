@@ -45,7 +45,7 @@ func TestSecondOpinionAjv(t *testing.T) {
 		inv + "vlan-out-of-range", inv + "lvm-pool-without-disks", inv + "missing-required",
 		inv + "inline-password", inv + "bmc-url-with-password", inv + "private-ssh-key",
 		inv + "password-field", inv + "root-device-kernel-name", inv + "firmware-schema", inv + "firmware-cross-file",
-		inv + "networks-schema", inv + "networks-cross-file",
+		inv + "networks-schema", inv + "networks-cross-file", inv + "cloudinit",
 	}
 	schemaDir := t.TempDir()
 	for _, k := range Kinds {

@@ -9,6 +9,7 @@ package deployplan
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -120,6 +121,21 @@ func (p *Planner) DeployPlan(ctx context.Context, srv state.Server) (v1.Plan, er
 	}
 	if plan.Seed.NetworkConfig, err = p.networkConfig(ctx, inv, prof, srv); err != nil {
 		return v1.Plan{}, err
+	}
+	if ci := prof.CloudInit; ci != nil {
+		// The inventory checked both against cloud-init's schema and
+		// Machina's reserved parts; the agent merges user-data after
+		// Machina's own and refuses them again.
+		if ci.UserData != nil {
+			if plan.Seed.UserData, err = json.Marshal(ci.UserData); err != nil {
+				return v1.Plan{}, fmt.Errorf("profile %s cloudInit.userData: %w", prof.Name, err)
+			}
+		}
+		if ci.VendorData != nil {
+			if plan.Seed.VendorData, err = json.Marshal(ci.VendorData); err != nil {
+				return v1.Plan{}, fmt.Errorf("profile %s cloudInit.vendorData: %w", prof.Name, err)
+			}
+		}
 	}
 	if ws := inv.Server(srv.Name); ws != nil && ws.RootDevice != nil {
 		plan.RootDevice = v1.RootDeviceHint{Serial: ws.RootDevice.Serial, WWN: ws.RootDevice.WWN, ByPath: ws.RootDevice.ByPath, MinSizeBytes: ws.RootDevice.MinSizeGiB << 30}
