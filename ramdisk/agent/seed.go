@@ -39,13 +39,16 @@ type SeedFile struct {
 	Data []byte
 }
 
-// RenderSeed validates s and renders the NoCloud files user-data, meta-data
-// and network-config. user-data creates user "machina" with passwordless
+// RenderSeed validates s and renders the NoCloud files user-data, meta-data,
+// network-config and, when s has some, vendor-data. user-data creates user "machina" with passwordless
 // sudo and only s.SSHKeys for login, sets ssh_pwauth false and disable_root
 // true, and runs the join command (or v1.JoinPlaceholder) once via runcmd.
 // s.JoinToken, when set, is written by write_files to v1.JoinTokenPath
 // (0600, root:root) for the join command to read, instead of riding in
-// the command line.
+// the command line. s.UserData, the profile's own cloud-config, is merged
+// after these parts (renderUserData) and s.VendorData becomes the
+// vendor-data file; either one that would drop or override Machina's
+// parts is refused with ErrSeedInvalid.
 // Strings are emitted as JSON strings, which YAML 1.2 reads verbatim.
 func RenderSeed(s v1.Seed) ([]SeedFile, error) {
 	if !hostnameRe.MatchString(s.Hostname) {
@@ -77,23 +80,7 @@ func RenderSeed(s v1.Seed) ([]SeedFile, error) {
 	if len(s.NetworkConfig) > 64<<10 || strings.ContainsRune(s.NetworkConfig, 0) || !utf8.ValidString(s.NetworkConfig) {
 		return nil, fmt.Errorf("render seed: %w: network-config too large or binary", ErrSeedInvalid)
 	}
-	q := func(v string) string {
-		var b strings.Builder
-		enc := json.NewEncoder(&b)
-		enc.SetEscapeHTML(false)
-		_ = enc.Encode(v) // a string always encodes
-		// JSON leaves DEL and the C1 controls as they are, but YAML's
-		// printable set excludes them (YAML 1.2 §5.1): escape them too.
-		var out strings.Builder
-		for _, r := range strings.TrimSuffix(b.String(), "\n") {
-			if r == 0x7f || (r >= 0x80 && r <= 0x9f) {
-				fmt.Fprintf(&out, "\\u%04x", r)
-				continue
-			}
-			out.WriteRune(r)
-		}
-		return out.String()
-	}
+	q := yamlQuote
 	user, err := operatorConfig("user-data", s.UserData)
 	if err != nil {
 		return nil, err
@@ -102,6 +89,58 @@ func RenderSeed(s v1.Seed) ([]SeedFile, error) {
 	if err != nil {
 		return nil, err
 	}
+	ud := renderUserData(s, join, user)
+	md := "instance-id: " + q(s.InstanceID) + "\nlocal-hostname: " + q(s.Hostname) + "\n"
+	nc := s.NetworkConfig
+	if nc == "" {
+		nc = "version: 2\nethernets:\n  all:\n    match:\n      name: \"e*\"\n    dhcp4: true\n"
+	}
+	files := []SeedFile{
+		{Name: "meta-data", Data: []byte(md)},
+		{Name: "network-config", Data: []byte(nc)},
+		{Name: "user-data", Data: []byte(ud)},
+	}
+	if vendor != nil {
+		var vd strings.Builder
+		vd.WriteString("#cloud-config\n# The profile's vendor-data (Machina's NoCloud seed); user-data overrides it.\n")
+		for _, k := range mergedLists {
+			if len(vendor.lists[k]) > 0 {
+				vd.WriteString(k + ":\n")
+				vendor.items(&vd, k)
+			}
+		}
+		vendor.rest(&vd)
+		files = append(files, SeedFile{Name: "vendor-data", Data: []byte(vd.String())})
+	}
+	return files, nil
+}
+
+// yamlQuote renders v as a JSON string, which YAML 1.2 (and cloud-init's
+// PyYAML) reads verbatim.
+func yamlQuote(v string) string {
+	var b strings.Builder
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(v) // a string always encodes
+	// JSON leaves DEL and the C1 controls as they are, but YAML's
+	// printable set excludes them (YAML 1.2 §5.1): escape them too.
+	var out strings.Builder
+	for _, r := range strings.TrimSuffix(b.String(), "\n") {
+		if r == 0x7f || (r >= 0x80 && r <= 0x9f) {
+			fmt.Fprintf(&out, "\\u%04x", r)
+			continue
+		}
+		out.WriteRune(r)
+	}
+	return out.String()
+}
+
+// renderUserData writes the seed's user-data: Machina's parts (user
+// machina with s.SSHKeys, password and root login off, the join token
+// file, the join command first in runcmd) with the operator's user
+// entries merged after them and its other keys added.
+func renderUserData(s v1.Seed, join string, user *cloudConfig) string {
+	q := yamlQuote
 	var ud strings.Builder
 	ud.WriteString("#cloud-config\n")
 	ud.WriteString("# Written by the Machina ramdisk (NoCloud seed).\n")
@@ -112,7 +151,7 @@ func RenderSeed(s v1.Seed) ([]SeedFile, error) {
 	}
 	user.items(&ud, "users")
 	ud.WriteString("ssh_pwauth: false\ndisable_root: true\n")
-	if s.JoinToken != "" || len(user.lists["write_files"]) > 0 {
+	if s.JoinToken != "" || (user != nil && len(user.lists["write_files"]) > 0) {
 		ud.WriteString("write_files:\n")
 	}
 	if s.JoinToken != "" {
@@ -123,29 +162,7 @@ func RenderSeed(s v1.Seed) ([]SeedFile, error) {
 	ud.WriteString("runcmd:\n  - [sh, -c, " + q(join) + "]\n")
 	user.items(&ud, "runcmd")
 	user.rest(&ud)
-	md := "instance-id: " + q(s.InstanceID) + "\nlocal-hostname: " + q(s.Hostname) + "\n"
-	nc := s.NetworkConfig
-	if nc == "" {
-		nc = "version: 2\nethernets:\n  all:\n    match:\n      name: \"e*\"\n    dhcp4: true\n"
-	}
-	files := []SeedFile{
-		{Name: "meta-data", Data: []byte(md)},
-		{Name: "network-config", Data: []byte(nc)},
-		{Name: "user-data", Data: []byte(ud.String())},
-	}
-	if vendor != nil {
-		var vd strings.Builder
-		vd.WriteString("#cloud-config\n# The profile's vendor-data (Machina's NoCloud seed); user-data overrides it.\n")
-		for _, k := range []string{"users", "write_files", "runcmd"} {
-			if len(vendor.lists[k]) > 0 {
-				vd.WriteString(k + ":\n")
-				vendor.items(&vd, k)
-			}
-		}
-		vendor.rest(&vd)
-		files = append(files, SeedFile{Name: "vendor-data", Data: []byte(vd.String())})
-	}
-	return files, nil
+	return ud.String()
 }
 
 // mergedLists are the cloud-config keys whose operator entries are added

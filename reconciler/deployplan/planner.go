@@ -122,20 +122,8 @@ func (p *Planner) DeployPlan(ctx context.Context, srv state.Server) (v1.Plan, er
 	if plan.Seed.NetworkConfig, err = p.networkConfig(ctx, inv, prof, srv); err != nil {
 		return v1.Plan{}, err
 	}
-	if ci := prof.CloudInit; ci != nil {
-		// The inventory checked both against cloud-init's schema and
-		// Machina's reserved parts; the agent merges user-data after
-		// Machina's own and refuses them again.
-		if ci.UserData != nil {
-			if plan.Seed.UserData, err = json.Marshal(ci.UserData); err != nil {
-				return v1.Plan{}, fmt.Errorf("profile %s cloudInit.userData: %w", prof.Name, err)
-			}
-		}
-		if ci.VendorData != nil {
-			if plan.Seed.VendorData, err = json.Marshal(ci.VendorData); err != nil {
-				return v1.Plan{}, fmt.Errorf("profile %s cloudInit.vendorData: %w", prof.Name, err)
-			}
-		}
+	if err := cloudInitSeed(prof, &plan.Seed); err != nil {
+		return v1.Plan{}, err
 	}
 	if ws := inv.Server(srv.Name); ws != nil && ws.RootDevice != nil {
 		plan.RootDevice = v1.RootDeviceHint{Serial: ws.RootDevice.Serial, WWN: ws.RootDevice.WWN, ByPath: ws.RootDevice.ByPath, MinSizeBytes: ws.RootDevice.MinSizeGiB << 30}
@@ -154,6 +142,29 @@ func (p *Planner) DeployPlan(ctx context.Context, srv state.Server) (v1.Plan, er
 		plan.Seed.JoinCommand, plan.Seed.JoinToken = cmd, tok
 	}
 	return plan, nil
+}
+
+// cloudInitSeed puts profile prof's own cloud-config into seed. The
+// inventory checked both parts against cloud-init's schema and Machina's
+// reserved parts; the agent merges user-data after Machina's own and
+// refuses those parts again.
+func cloudInitSeed(prof *inventory.Profile, seed *v1.Seed) error {
+	ci := prof.CloudInit
+	if ci == nil {
+		return nil
+	}
+	var err error
+	if ci.UserData != nil {
+		if seed.UserData, err = json.Marshal(ci.UserData); err != nil {
+			return fmt.Errorf("profile %s cloudInit.userData: %w", prof.Name, err)
+		}
+	}
+	if ci.VendorData != nil {
+		if seed.VendorData, err = json.Marshal(ci.VendorData); err != nil {
+			return fmt.Errorf("profile %s cloudInit.vendorData: %w", prof.Name, err)
+		}
+	}
+	return nil
 }
 
 // AddressSource hands out the addresses of a server's pool-mode
