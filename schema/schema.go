@@ -259,7 +259,7 @@ var defDetails = map[string]string{
 }
 
 var choiceDetails = map[string]string{
-	"image": "an image needs either catalog (and no url, checksum or checksumURL), or url with exactly one of checksum and checksumURL",
+	"image":  "an image needs either catalog (and no url, checksum or checksumURL), or url with exactly one of checksum and checksumURL",
 	"subnet": "a subnet needs an IPv4 prefix (cidr), an IPv6 prefix (cidr6) or both",
 }
 
