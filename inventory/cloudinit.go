@@ -29,7 +29,7 @@ func (c *crossChecker) cloudInit(i int) {
 	}
 	base := "/profiles/" + strconv.Itoa(i) + "/cloudInit"
 	if p.Deploy != DeployImage {
-		c.errAt(c.pd, base, SeverityError, fmt.Sprintf("cloudInit applies to deploy: image (a NoCloud seed); a %s install takes its own configuration", p.Deploy))
+		c.errAt(c.pd, base, SeverityError, fmt.Sprintf("cloudInit applies to deploy: image (a NoCloud seed); the %s installer takes its own configuration", p.Deploy))
 	}
 	v, err := schema.Default()
 	if err != nil {

@@ -186,6 +186,9 @@ func (n *netChecker) overlaps() {
 // bond parameters that fit the mode.
 func (n *netChecker) layout(base string, p *Profile) {
 	l, pd := p.Network, n.pd
+	if p.Deploy != DeployImage {
+		n.errAt(pd, base, SeverityError, fmt.Sprintf("a network layout applies to deploy: image (rendered into the NoCloud seed); the %s installer configures its own network", p.Deploy))
+	}
 	ifaces := l.Interfaces()
 	byName := map[string]LayoutInterface{}
 	ptr := func(li LayoutInterface) string { return base + "/" + li.Kind + "/" + strconv.Itoa(li.Index) }

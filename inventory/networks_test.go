@@ -177,6 +177,8 @@ func TestNetworkRules(t *testing.T) {
 			"profiles.yaml:8:39: profiles[0].join.networks[0].bridge: bridge br0 is also an interface of this profile's network layout; declare it once, in network.bridges (its subnet and address from networks.yaml), and drop this join.networks entry", false},
 		{"join.networks bridge over a bond member", ProfilesFile, "    network:\n", "    join:\n      networks: [{name: mgmt, bridge: br-x, nic: fast0}]\n    network:\n",
 			"profiles.yaml:8:50: profiles[0].join.networks[0].nic: fast0 is a bond member or bridge port in this profile's network layout; a join.networks bridge cannot also take it: declare the bridge in network.bridges", false},
+		{"layout on an installer profile", ProfilesFile, "    count: 2\n", "    count: 2\n    deploy: autoinstall\n",
+			"profiles.yaml:9:7: profiles[0].network: a network layout applies to deploy: image (rendered into the NoCloud seed); the autoinstall installer configures its own network", false},
 		{"join.networks cidr that is a subnet", ProfilesFile, "    network:\n", "    join:\n      networks: [{name: mgmt, bridge: br-x, nic: eno1, cidr: 10.0.0.0/24}]\n    network:\n",
 			"profiles.yaml:8:62: warning: profiles[0].join.networks[0].cidr: cidr 10.0.0.0/24 is subnet mgmt of networks.yaml (networks.yaml:2:11); join.networks cidr is for reporting only and gives the host no address: attach the subnet in network (address: fixed, pool or dhcp)", true},
 	}
