@@ -242,6 +242,13 @@ func (n *netChecker) layout(base string, p *Profile) {
 			}
 		}
 	}
+	n.layoutParams(base, l)
+}
+
+// layoutParams checks what each bond's mode takes and each VLAN's ID
+// against its subnet's.
+func (n *netChecker) layoutParams(base string, l *NetworkLayout) {
+	pd := n.pd
 	for k, b := range l.Bonds {
 		at := base + "/bonds/" + strconv.Itoa(k)
 		if len(b.Members) == 1 {
