@@ -518,16 +518,22 @@ func (n *netChecker) server(i int) {
 	if s.Network == nil {
 		return
 	}
+	if len(layouts) == 0 {
+		// Kept for a profile with a layout, as when a server is pinned
+		// to another profile for a while: ignored, not wrong.
+		n.errAt(sd, base, SeverityWarning, fmt.Sprintf("network is ignored: %s", noLayoutWhy(s)))
+		return
+	}
 	for _, name := range sortedStringKeys(s.Network.NICs) {
 		if !hasEthernet(layouts, name) {
-			n.errAt(sd, base+"/nics/"+escapePointer(name), SeverityError, fmt.Sprintf("%q is not an ethernet of the network layout of %s", name, profileNames(s, layouts)))
+			n.errAt(sd, base+"/nics/"+escapePointer(name), SeverityError, fmt.Sprintf("%q is not an ethernet of the network layout of %s", name, layoutNames(layouts)))
 		}
 	}
 	for _, name := range sortedStringKeys(s.Network.Addresses) {
 		at := base + "/addresses/" + escapePointer(name)
 		subnets := fixedSubnets(layouts, name)
 		if len(subnets) == 0 {
-			n.errAt(sd, at, SeverityError, fmt.Sprintf("%q is not an interface with address: fixed in the network layout of %s", name, profileNames(s, layouts)))
+			n.errAt(sd, at, SeverityError, fmt.Sprintf("%q is not an interface with address: fixed in the network layout of %s", name, layoutNames(layouts)))
 			continue
 		}
 		fams := map[bool]bool{}
@@ -628,18 +634,22 @@ func containsString(l []string, s string) bool {
 	return false
 }
 
-func profileNames(s *Server, layouts []*Profile) string {
-	if len(layouts) == 0 {
-		if s.Profile != "" {
-			return "profile " + s.Profile + " (it has none)"
-		}
-		return "any profile of zone " + s.Zone + " (none has one)"
-	}
+// layoutNames names the profiles of layouts: "profile p" or "profile p, q".
+func layoutNames(layouts []*Profile) string {
 	var names []string
 	for _, p := range layouts {
 		names = append(names, p.Name)
 	}
 	return "profile " + strings.Join(names, ", ")
+}
+
+// noLayoutWhy says why a server's network part has no layout to apply
+// to (layouts is empty).
+func noLayoutWhy(s *Server) string {
+	if s.Profile != "" {
+		return "profile " + s.Profile + " has no network layout"
+	}
+	return "no profile this server may take (zone " + s.Zone + ") has a network layout"
 }
 
 func sortedStringKeys[V any](m map[string]V) []string {

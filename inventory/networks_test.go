@@ -217,3 +217,29 @@ func TestNetworkRules(t *testing.T) {
 		})
 	}
 }
+
+// TestNetworkIgnoredWithoutLayout: a server's network part while it is
+// pinned to a profile without a layout (kept for its next profile) is a
+// warning that it is ignored, not an error.
+func TestNetworkIgnoredWithoutLayout(t *testing.T) {
+	files := map[string]string{}
+	for k, v := range netBase {
+		files[k] = v
+	}
+	files[ProfilesFile] += `  - name: q
+    image: img
+    sshKeys: ["ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIO4VqFGm2ahY3KSc9k9lrQMD0j2/tR46oEgCPUxiE9s7 ops@lab1"]
+`
+	files[ServersFile] = strings.Replace(files[ServersFile], "    profile: p\n    network:\n      addresses: {br0: [10.0.0.11]}", "    profile: q\n    network:\n      addresses: {br0: [10.0.0.11]}", 1)
+	res, err := loadNet(t, files)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "servers.yaml:8:7: warning: servers[0].network: network is ignored: profile q has no network layout"
+	for _, w := range res.Warnings {
+		if w.Error() == want {
+			return
+		}
+	}
+	t.Errorf("warnings %v, want %s", res.Warnings, want)
+}
