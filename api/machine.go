@@ -611,7 +611,7 @@ func hardwareFrom(f v1.Facts) *state.Hardware {
 		hw.Disks = append(hw.Disks, state.Disk{Name: d.Name, SizeBytes: d.SizeBytes, Model: d.Model, Serial: d.Serial, Rotational: d.Rotational, Transport: d.Transport})
 	}
 	for _, n := range f.NICs {
-		hw.NICs = append(hw.NICs, state.NIC{Name: n.Name, MAC: n.MAC, SpeedMbps: n.SpeedMbps, Link: n.Link, LLDP: lldpToState(n.LLDP)})
+		hw.NICs = append(hw.NICs, state.NIC{Name: n.Name, MAC: n.MAC, SpeedMbps: n.SpeedMbps, Link: n.Link, Driver: n.Driver, PCIAddress: n.PCIAddress, LLDP: lldpToState(n.LLDP)})
 	}
 	return hw
 }

@@ -17,8 +17,19 @@ import (
 // of 10,000 servers, 200 profiles and 50 images (target: under 1 s and under
 // 200 MB peak on a 2-core machine). Reports the process's peak RSS too.
 func BenchmarkValidate10k(b *testing.B) {
+	benchValidate(b, inventorygen.Size{Servers: 10000, Profiles: 200, Images: 50})
+}
+
+// BenchmarkValidate10kNetworks is BenchmarkValidate10k with networks.yaml
+// (201 subnets), a bonded layout on every profile and a fixed address on
+// every server: the network checks' cost at the same size (same targets).
+func BenchmarkValidate10kNetworks(b *testing.B) {
+	benchValidate(b, inventorygen.Size{Servers: 10000, Profiles: 200, Images: 50, Networks: true})
+}
+
+func benchValidate(b *testing.B, sz inventorygen.Size) {
 	dir := b.TempDir()
-	if err := inventorygen.Write(dir, inventorygen.Size{Servers: 10000, Profiles: 200, Images: 50}); err != nil {
+	if err := inventorygen.Write(dir, sz); err != nil {
 		b.Fatal(err)
 	}
 	fsys := os.DirFS(dir)

@@ -180,7 +180,7 @@ func inventoryRemote(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range []string{inventory.ServersFile, inventory.ProfilesFile, inventory.ImagesFile} {
+	for _, name := range inventory.Files {
 		b, err := os.ReadFile(filepath.Join("..", "inventory-example", name))
 		if err != nil {
 			t.Fatal(err)

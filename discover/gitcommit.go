@@ -79,7 +79,7 @@ func baseFiles(repo *git.Repository, base string) (*object.Commit, map[string][]
 		return nil, nil, fmt.Errorf("discover: commit of %s: %w", base, err)
 	}
 	files := map[string][]byte{}
-	for _, name := range []string{inventory.ServersFile, inventory.ProfilesFile, inventory.ImagesFile} {
+	for _, name := range inventory.Files {
 		f, err := c.File(name)
 		if errors.Is(err, object.ErrFileNotFound) {
 			continue

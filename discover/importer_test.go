@@ -20,7 +20,7 @@ var update = flag.Bool("update", false, "rewrite the import golden files")
 func exampleFiles(t *testing.T) map[string][]byte {
 	t.Helper()
 	m := map[string][]byte{}
-	for _, n := range []string{inventory.ServersFile, inventory.ProfilesFile, inventory.ImagesFile} {
+	for _, n := range inventory.Files {
 		b, err := fs.ReadFile(inventoryexample.FS, n)
 		if err != nil {
 			t.Fatal(err)

@@ -28,7 +28,7 @@ func newRepo(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, n := range []string{inventory.ServersFile, inventory.ProfilesFile, inventory.ImagesFile} {
+	for _, n := range inventory.Files {
 		b, err := fs.ReadFile(inventoryexample.FS, n)
 		if err != nil {
 			t.Fatal(err)

@@ -252,7 +252,7 @@ func TestEnrollerProposes(t *testing.T) {
 	}
 	servers := readRemoteServers(t, repo, branch)
 	files := map[string][]byte{inventory.ServersFile: servers}
-	for _, f := range []string{inventory.ProfilesFile, inventory.ImagesFile} {
+	for _, f := range inventory.Files[1:] {
 		files[f] = []byte(repo.read(f))
 	}
 	res, err := inventory.Load(mapFSOf(files), inventory.Limits{})

@@ -552,13 +552,13 @@ func fetchBranch(ctx context.Context, repo *git.Repository, o transportOptions, 
 	return ref.Hash(), nil
 }
 
-var inventoryFiles = []string{inventory.ServersFile, inventory.ProfilesFile, inventory.ImagesFile}
+var inventoryFiles = inventory.Files
 
 // maxIntroWalk bounds introducedBy's walk along first parents.
 const maxIntroWalk = 64
 
 // introducedBy walks from commit along first parents while the parent's
-// inventory files (Dir's servers.yaml, profiles.yaml, images.yaml blob
+// inventory files (Dir's servers.yaml, profiles.yaml, images.yaml, networks.yaml blob
 // ids, key's form) are the same, and returns the oldest such commit: the
 // one that brought this inventory content. It stops at a merge's first
 // parent chain end, a parent it cannot read, or after maxIntroWalk steps.

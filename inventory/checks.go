@@ -73,6 +73,7 @@ func normalise(inv *Inventory) {
 		}
 		im.Checksum = strings.ToLower(im.Checksum)
 	}
+	normaliseNetworks(inv)
 }
 
 // crossCheck runs the checks a schema cannot express: uniqueness after
@@ -99,6 +100,10 @@ func crossCheck(inv *Inventory, docs map[string]*doc, valid map[string]bool) []F
 	}
 	for i, p := range inv.Profiles {
 		c.profile(i, p)
+	}
+	c.networks(docs[NetworksFile], valid[NetworksFile])
+	for i := range inv.Profiles {
+		c.cloudInit(i)
 	}
 	return c.out
 }

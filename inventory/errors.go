@@ -106,7 +106,7 @@ func sortProblems(p []FieldError) []FieldError {
 	return out
 }
 
-// fileRank keeps servers, profiles and images in that order, then others by name.
+// fileRank keeps servers, profiles, images and networks in that order, then others by name.
 func fileRank(f string) string {
 	switch f {
 	case ServersFile:
@@ -115,6 +115,8 @@ func fileRank(f string) string {
 		return "1"
 	case ImagesFile:
 		return "2"
+	case NetworksFile:
+		return "3"
 	}
-	return "3" + f
+	return "4" + f
 }

@@ -56,10 +56,11 @@ var fileSpecs = []fileSpec{
 	{ServersFile, schema.Servers, true},
 	{ProfilesFile, schema.Profiles, false},
 	{ImagesFile, schema.Images, false},
+	{NetworksFile, schema.Networks, false},
 }
 
-// Load reads servers.yaml (required), profiles.yaml and images.yaml (each
-// optional: a missing file means an empty list) at the root of fsys, parses
+// Load reads servers.yaml (required), profiles.yaml, images.yaml and
+// networks.yaml (each optional: a missing file means an empty list) at the root of fsys, parses
 // them strictly, validates them against the embedded schemas and checks them
 // against each other.
 //
@@ -209,6 +210,12 @@ func loadFile(v *schema.Validator, spec fileSpec, data []byte, lim Limits, inv *
 		}
 		err = dec.Decode(&f)
 		inv.Images, inv.FirmwareImages = f.Images, f.Firmware
+	case schema.Networks:
+		var f struct {
+			Subnets []Subnet `json:"subnets"`
+		}
+		err = dec.Decode(&f)
+		inv.Subnets = f.Subnets
 	}
 	if err != nil {
 		// The schema and the Go types disagree: a defect, but reported, not panicked.

@@ -28,6 +28,8 @@ type Inventory struct {
 	// FirmwareImages is images.yaml's firmware catalog: the BMC update
 	// files profiles' firmware versions name (FirmwareImage).
 	FirmwareImages []FirmwareImage `json:"firmware,omitempty"`
+	// Subnets are networks.yaml's (see networks.go); nil without the file.
+	Subnets []Subnet `json:"subnets,omitempty"`
 	// Digest is "sha256:" and the hex SHA-256 of the canonical JSON of the
 	// three lists. Two revisions with the same desired state share a digest,
 	// whatever their commits, comments or formatting.
@@ -130,6 +132,9 @@ type Server struct {
 	Fence *BMC `json:"fence,omitempty"`
 	// NICs are the NICs whose cabling commissioning checks (cabling.go).
 	NICs []ServerNIC `json:"nics,omitempty"`
+	// Network is this server's part of its profile's network layout
+	// (fixed addresses, NIC matches); nil for none. See networks.go.
+	Network *ServerNetwork `json:"network,omitempty"`
 }
 
 // BMC says how to reach a server's baseboard management controller. Address
@@ -218,6 +223,12 @@ type Profile struct {
 	// this profile: EraseMetadata (the default, "" in a file), EraseDiscard,
 	// EraseZero or EraseSecure. See docs/storage.md "Erase on release".
 	Erase EraseMethod `json:"erase,omitempty"`
+	// Network is the interface layout the profile's hosts come up with
+	// (rendered as cloud-init network-config v2); nil keeps DHCP on the
+	// boot NIC. CloudInit is the operator's own user-data and
+	// vendor-data. See networks.go and docs/networks.md.
+	Network   *NetworkLayout `json:"network,omitempty"`
+	CloudInit *CloudInit     `json:"cloudInit,omitempty"`
 }
 
 // EraseMethod is how a released server's disks are erased (api/v1

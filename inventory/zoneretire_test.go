@@ -15,7 +15,7 @@ import (
 // retired; a zone with no servers at all keeps the old message.
 func TestRetiringAZone(t *testing.T) {
 	fsys := fstest.MapFS{}
-	for _, f := range []string{ServersFile, ProfilesFile, ImagesFile} {
+	for _, f := range Files {
 		b, err := os.ReadFile("../inventory-example/" + f)
 		if err != nil {
 			t.Fatal(err)

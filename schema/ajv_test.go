@@ -39,11 +39,13 @@ func TestSecondOpinionAjv(t *testing.T) {
 		"../inventory/testdata/valid/mac-forms",
 		"../inventory/testdata/valid/labels",
 		"../inventory/testdata/valid/firmware",
+		"../inventory/testdata/valid/networks",
 		inv + "bad-mac", inv + "bad-labels", inv + "bad-names", inv + "unknown-field", inv + "wrong-types",
 		inv + "image-catalog-and-url", inv + "image-md5-checksum", inv + "ipmi-address-is-url",
 		inv + "vlan-out-of-range", inv + "lvm-pool-without-disks", inv + "missing-required",
 		inv + "inline-password", inv + "bmc-url-with-password", inv + "private-ssh-key",
 		inv + "password-field", inv + "root-device-kernel-name", inv + "firmware-schema", inv + "firmware-cross-file",
+		inv + "networks-schema", inv + "networks-cross-file", inv + "cloudinit",
 	}
 	schemaDir := t.TempDir()
 	for _, k := range Kinds {

@@ -1,5 +1,5 @@
 // Package schema owns the JSON Schema files (draft 2020-12) of the inventory
-// files servers.yaml, profiles.yaml and images.yaml and of the commissioning
+// files servers.yaml, profiles.yaml, images.yaml and networks.yaml and of the commissioning
 // report machines send, and validates decoded documents against them.
 //
 // The files are embedded with go:embed and exported unchanged by
@@ -41,10 +41,12 @@ const (
 	Servers  Kind = "servers"
 	Profiles Kind = "profiles"
 	Images   Kind = "images"
+	// Networks is networks.yaml, the site's subnets (optional).
+	Networks Kind = "networks"
 )
 
 // Kinds lists every Kind in a stable order.
-var Kinds = []Kind{Servers, Profiles, Images}
+var Kinds = []Kind{Servers, Profiles, Images, Networks}
 
 // AgentReport is the schema of the commissioning report the ramdisk agent
 // posts (api/v1.AgentReport, agent-report.schema.json): the machine
@@ -240,6 +242,12 @@ var defDetails = map[string]string{
 	"tag":            "is not a tag (1 to 63 letters, digits, '_', '.', '-', starting with a letter or digit)",
 	"volumeGroup":    "is not an LVM volume group name (a tag not starting with snapshot or pvmove)",
 	"cidr":           "is not a CIDR prefix such as 10.20.0.0/24",
+	"ipv4CIDR":       "is not an IPv4 CIDR prefix such as 10.20.0.0/24",
+	"ipv6CIDR":       "is not an IPv6 CIDR prefix such as fd00:20::/64",
+	"ipv4":           "is not an IPv4 address",
+	"ipv6":           "is not an IPv6 address",
+	"ipAddr":         "is not an IPv4 or IPv6 address",
+	"dnsName":        "is not a DNS domain name",
 	"checksum":       "is not a checksum (sha256: and 64 hex digits, or sha512: and 128 hex digits; MD5 and SHA-1 are refused)",
 	"absPath":        "is not an absolute path of plain segments",
 	"diskPath":       "is not a stable disk name (/dev/disk/by-id/... or /dev/disk/by-path/...)",
@@ -251,7 +259,8 @@ var defDetails = map[string]string{
 }
 
 var choiceDetails = map[string]string{
-	"image": "an image needs either catalog (and no url, checksum or checksumURL), or url with exactly one of checksum and checksumURL",
+	"image":  "an image needs either catalog (and no url, checksum or checksumURL), or url with exactly one of checksum and checksumURL",
+	"subnet": "a subnet needs an IPv4 prefix (cidr), an IPv6 prefix (cidr6) or both",
 }
 
 // defName returns the $defs entry named in an absolute keyword location such

@@ -20,6 +20,8 @@ cd "$(dirname "$0")/.."
 mode=${1:-test}
 
 # lldpd is the switch side of the ramdisk's LLDP tests (ramdisk/agent).
+# cloud-init is the second opinion on the network-config v2 documents and
+# the merged cloud-config user-data Machina writes into NoCloud seeds.
 # prometheus ships promtool, which checks and unit-tests the alerting rules
 # of the monitoring kit (packaging/monitoring).
 # The simulated lab's IPMI servers run OpenIPMI's ipmi_sim; ipmitool is the
@@ -38,7 +40,7 @@ TEST_PKGS="$DEMO_PKGS
   tshark nginx-light etcd-server etcd-client systemd
   python3 python3-pyghmi
   prometheus
-  swtpm swtpm-tools lldpd"
+  swtpm swtpm-tools lldpd cloud-init"
 
 case $mode in
 test) PKGS=$TEST_PKGS ;;

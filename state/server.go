@@ -222,6 +222,10 @@ type NIC struct {
 	// LLDP is what the NIC heard from its switch port at commissioning;
 	// nil when it heard nothing.
 	LLDP *LLDP `json:"lldp,omitempty"`
+	// Driver is the kernel driver and PCIAddress the PCI function
+	// ("0000:3b:00.0"); both "" from reports that predate them.
+	Driver     string `json:"driver,omitempty"`
+	PCIAddress string `json:"pciAddress,omitempty"`
 }
 
 // Allocation records the profile a server was allocated to.

@@ -22,7 +22,10 @@
 // DoneToken.
 package v1
 
-import "time"
+import (
+	"encoding/json"
+	"time"
+)
 
 // Machine-facing endpoint paths, relative to the controller base URL.
 const (
@@ -239,6 +242,10 @@ type NIC struct {
 	// LLDP is what the NIC heard from its switch port during
 	// commissioning; nil when no LLDP frame came within the listen time.
 	LLDP *LLDP `json:"lldp,omitempty"`
+	// PCIAddress is the PCI function the NIC sits on ("0000:3b:00.0",
+	// the nearest PCI device above /sys/class/net/<if>/device); "" for
+	// a NIC not on PCI. Network layouts order NICs by it.
+	PCIAddress string `json:"pciAddress,omitempty"`
 }
 
 // DMI is the SMBIOS identity from /sys/class/dmi/id; empty when the machine has no DMI.
@@ -335,6 +342,17 @@ type Seed struct {
 	// the token is never on a command line (/proc/PID/cmdline) or in
 	// cloud-init's logs. URL-safe base64, 16-128 characters.
 	JoinToken string `json:"joinToken,omitempty"`
+	// UserData is the profile's own cloud-config (a JSON object), merged
+	// into the seed's user-data after Machina's parts: its users,
+	// write_files and runcmd entries come after Machina's (the join
+	// command runs first), its other keys are added; ssh_pwauth,
+	// disable_root, a user named machina and a write_files entry at
+	// JoinTokenPath are refused. Empty: none. At most 64 KiB.
+	UserData json.RawMessage `json:"userData,omitempty"`
+	// VendorData is the profile's vendor-data (a cloud-config JSON
+	// object), written as the seed's vendor-data file under the same
+	// refusals; cloud-init lets user-data override it. Empty: none.
+	VendorData json.RawMessage `json:"vendorData,omitempty"`
 }
 
 // JoinPlaceholder is the first-boot command written into a NoCloud seed

@@ -246,7 +246,7 @@ type planSource struct {
 }
 
 // inventoryFiles are the files inventory.Load reads at the repository root.
-var inventoryFiles = []string{inventory.ServersFile, inventory.ProfilesFile, inventory.ImagesFile}
+var inventoryFiles = inventory.Files
 
 // loadPlanSource loads the inventory to plan from dir's working tree, or,
 // with base, from HEAD's commit after checking that it contains base.

@@ -46,7 +46,7 @@ func newPlanRepo(t *testing.T) *planRepo {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range []string{"servers.yaml", "profiles.yaml", "images.yaml"} {
+	for _, name := range inventoryFiles {
 		data, err := fs.ReadFile(inventoryexample.FS, name)
 		if err != nil {
 			t.Fatal(err)
@@ -243,7 +243,7 @@ func TestPlanModes(t *testing.T) {
 	})
 	t.Run("no observed state: exit 2", func(t *testing.T) {
 		dir := t.TempDir()
-		for _, name := range []string{"servers.yaml", "profiles.yaml", "images.yaml"} {
+		for _, name := range inventoryFiles {
 			data, _ := os.ReadFile(filepath.Join(r.dir, name))
 			if err := os.WriteFile(filepath.Join(dir, name), data, 0o644); err != nil {
 				t.Fatal(err)

@@ -36,7 +36,7 @@ func exampleClone(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, n := range []string{inventory.ServersFile, inventory.ProfilesFile, inventory.ImagesFile} {
+	for _, n := range inventory.Files {
 		b, _ := fs.ReadFile(inventoryexample.FS, n)
 		if err := os.WriteFile(filepath.Join(dir, n), b, 0o644); err != nil {
 			t.Fatal(err)

@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/machina-metal/machina/internal/peertest"
+	"github.com/machina-metal/machina/inventory"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files")
@@ -95,7 +96,7 @@ func hugeCase(t *testing.T, src string) string {
 }
 
 func TestValidateValidCorpus(t *testing.T) {
-	for _, dir := range []string{"../../inventory-example", filepath.Join(corpus, "valid", "crlf"), filepath.Join(corpus, "valid", "mac-forms")} {
+	for _, dir := range []string{"../../inventory-example", filepath.Join(corpus, "valid", "crlf"), filepath.Join(corpus, "valid", "mac-forms"), filepath.Join(corpus, "valid", "networks")} {
 		t.Run(filepath.Base(dir), func(t *testing.T) {
 			stdout, stderr, code := runCLI(t, "validate", "--strict", dir)
 			if code != 0 {
@@ -181,7 +182,7 @@ func TestValidateBaseRefusesStatusEdits(t *testing.T) {
 			t.Fatalf("git %v: %v\n%s", args, err, out)
 		}
 	}
-	for _, f := range []string{"servers.yaml", "profiles.yaml", "images.yaml"} {
+	for _, f := range inventory.Files {
 		b, err := os.ReadFile(filepath.Join("../../inventory-example", f))
 		if err != nil {
 			t.Fatal(err)

@@ -92,6 +92,7 @@ var Packages = map[string]string{
 	"swtpm_localca":       "swtpm-tools",
 	"lldpd":               "lldpd",
 	"lldpcli":             "lldpd",
+	"cloud-init":          "cloud-init",
 }
 
 // FilePackages are Debian packages tests need a file of rather than a

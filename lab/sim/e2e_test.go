@@ -168,6 +168,33 @@ func TestExampleSiteEndToEnd(t *testing.T) {
 	if byProfile["hypervisor"] != 2 || byProfile["storage"] != 1 {
 		t.Errorf("deployed by profile = %v, want hypervisor 2, storage 1", byProfile)
 	}
+	// The storage host's seed carries its profile's network layout
+	// (networks.yaml, servers.yaml's fixed addresses) rendered for the NIC
+	// its commissioning found; a hypervisor keeps DHCP on its boot NIC.
+	for _, s := range snap.Servers {
+		if s.Lifecycle != state.LifecycleDeployed {
+			continue
+		}
+		seed := h.lab.Machine(s.Name).Seed()
+		if seed == nil {
+			t.Errorf("%s: no seed recorded", s.Name)
+			continue
+		}
+		var want []string
+		switch s.Allocation.Profile {
+		case "storage":
+			ws := h.run.Reconciler.Desired().Server(s.Name)
+			want = []string{`set-name: "uplink0"`, `macaddress: "` + s.BootMAC + `"`, `"` + ws.Network.Addresses["uplink0"][0] + `/24"`,
+				`storage0:`, `id: 130`, `"` + ws.Network.Addresses["storage0"][1] + `/64"`, `via: "10.20.0.1"`}
+		case "hypervisor":
+			want = []string{`macaddress: "` + s.BootMAC + `"`, "dhcp4: true"}
+		}
+		for _, w := range want {
+			if !strings.Contains(seed.NetworkConfig, w) {
+				t.Errorf("%s (%s): network-config lacks %s:\n%s", s.Name, s.Allocation.Profile, w, seed.NetworkConfig)
+			}
+		}
+	}
 	// Each deployed machine booted its OS, which joined over pinned TLS.
 	deadline := time.Now().Add(time.Minute)
 	for {

@@ -322,6 +322,18 @@ func (m *Machine) power(on, restart bool) {
 func (m *Machine) PowerOn() { m.power(true, false) }
 
 // Phase returns what the machine is doing now.
+// Seed returns a copy of the NoCloud seed of the machine's last deploy
+// plan (or installer document), nil before one.
+func (m *Machine) Seed() *v1.Seed {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.lastSeed == nil {
+		return nil
+	}
+	s := *m.lastSeed
+	return &s
+}
+
 func (m *Machine) Phase() Phase {
 	m.mu.Lock()
 	defer m.mu.Unlock()

@@ -86,6 +86,12 @@ func renderServers(inv *inventory.Inventory, addrs map[string]string, fallbacks 
 		if f := s.Fence; f != nil {
 			fmt.Fprintf(&b, "    fence: {driver: %s, address: %s, credentials: %s}\n", f.Driver, q(f.Address), f.Credentials)
 		}
+		if s.Network != nil {
+			// JSON is YAML's flow syntax; the field names are the schema's.
+			if js, err := json.Marshal(s.Network); err == nil {
+				fmt.Fprintf(&b, "    network: %s\n", js)
+			}
+		}
 	}
 	return b.String()
 }
@@ -130,6 +136,16 @@ func renderProfiles(inv *inventory.Inventory) string {
 			js, err := json.Marshal(p.Firmware)
 			if err == nil {
 				fmt.Fprintf(&b, "    firmware: %s\n", js)
+			}
+		}
+		if p.Network != nil {
+			if js, err := json.Marshal(p.Network); err == nil {
+				fmt.Fprintf(&b, "    network: %s\n", js)
+			}
+		}
+		if p.CloudInit != nil {
+			if js, err := json.Marshal(p.CloudInit); err == nil {
+				fmt.Fprintf(&b, "    cloudInit: %s\n", js)
 			}
 		}
 		if sel := p.Selector; sel != nil {
@@ -185,6 +201,19 @@ func renderProfiles(inv *inventory.Inventory) string {
 		}
 	}
 	return b.String()
+}
+
+// renderNetworks writes networks.yaml unchanged in meaning ("" for a site
+// without subnets: the file is then left out).
+func renderNetworks(inv *inventory.Inventory) string {
+	if len(inv.Subnets) == 0 {
+		return ""
+	}
+	js, err := json.Marshal(inv.Subnets)
+	if err != nil {
+		return ""
+	}
+	return "# yaml-language-server: $schema=https://machina-metal.github.io/schema/v1/networks.schema.json\nsubnets: " + string(js) + "\n"
 }
 
 // renderImages points every image at the lab's mirror, verified through

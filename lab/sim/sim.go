@@ -435,9 +435,13 @@ func (l *Lab) writeRepo(site *inventory.Inventory, addrs map[string]string, bmcE
 		inventory.ServersFile:  renderServers(site, addrs, l.fallbacks, bmcExtra),
 		inventory.ProfilesFile: renderProfiles(site),
 		inventory.ImagesFile:   renderImages(site, l.MirrorURL),
+		inventory.NetworksFile: renderNetworks(site),
 		"README.md":            "# Simulated site\n\nThe inventory of the simulated lab. Edit, commit and push; the controller\nreconciles and writes what it observed under status/.\n",
 	}
 	for name, body := range files {
+		if body == "" {
+			continue // an optional file the site has none of
+		}
 		if err := os.WriteFile(filepath.Join(clone, name), []byte(body), 0o644); err != nil {
 			return err
 		}

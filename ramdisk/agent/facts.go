@@ -566,6 +566,23 @@ func isDigits(s string) bool {
 	return true
 }
 
+// pciBDF is a PCI function's sysfs name: domain:bus:device.function.
+var pciBDF = regexp.MustCompile(`^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$`)
+
+// pciAddress returns the PCI function nearest the device in a
+// /sys/class/net/<if>/device link target: the link itself for a PCI NIC
+// (../../../0000:3b:00.0), its parent for a virtio NIC
+// (.../0000:00:03.0/virtio0); "" when no path element is one.
+func pciAddress(link string) string {
+	parts := strings.Split(filepath.ToSlash(link), "/")
+	for i := len(parts) - 1; i >= 0; i-- {
+		if pciBDF.MatchString(parts[i]) {
+			return parts[i]
+		}
+	}
+	return ""
+}
+
 func readNICs(root string) ([]v1.NIC, error) {
 	base := filepath.Join(root, "sys/class/net")
 	ents, err := os.ReadDir(base)
@@ -584,6 +601,9 @@ func readNICs(root string) ([]v1.NIC, error) {
 		n := v1.NIC{Name: e.Name(), MAC: strings.ToLower(readTrim(filepath.Join(dir, "address")))}
 		if drv, err := os.Readlink(filepath.Join(dir, "device/driver")); err == nil {
 			n.Driver = filepath.Base(drv)
+		}
+		if dev, err := os.Readlink(filepath.Join(dir, "device")); err == nil {
+			n.PCIAddress = pciAddress(dev)
 		}
 		n.Link = readTrim(filepath.Join(dir, "operstate")) == "up" || readTrim(filepath.Join(dir, "carrier")) == "1"
 		if sp, ok := readInt(filepath.Join(dir, "speed")); ok && sp > 0 && n.Link {

@@ -222,3 +222,20 @@ func TestReadGPUs(t *testing.T) {
 		t.Errorf("readCPU vendor, arch = %q, %q; want AuthenticAMD, arm64", c.Vendor, c.Arch)
 	}
 }
+
+// TestPCIAddress: the PCI function a NIC's device link names, for a PCI
+// NIC (the link's own last element) and a virtio NIC (its parent); none
+// for a NIC off PCI.
+func TestPCIAddress(t *testing.T) {
+	for link, want := range map[string]string{
+		"../../../0000:3b:00.1":                                                  "0000:3b:00.1",
+		"../../../devices/pci0000:00/0000:00:03.0/virtio0":                       "0000:00:03.0",
+		"../../../devices/pci0000:00/0000:00:1c.0/0000:02:00.0":                  "0000:02:00.0",
+		"../../../devices/platform/soc/fe300000.ethernet":                        "",
+		"../../../devices/pci0000:00/0000:00:01.0/0000:01:00.0/usb2/2-1/2-1:1.0": "0000:01:00.0",
+	} {
+		if got := pciAddress(link); got != want {
+			t.Errorf("pciAddress(%q) = %q, want %q", link, got, want)
+		}
+	}
+}

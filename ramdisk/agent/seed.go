@@ -1,11 +1,13 @@
 package agent
 
 import (
+	"bytes"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"regexp"
+	"sort"
 	"strings"
 	"unicode/utf16"
 	"unicode/utf8"
@@ -37,13 +39,16 @@ type SeedFile struct {
 	Data []byte
 }
 
-// RenderSeed validates s and renders the NoCloud files user-data, meta-data
-// and network-config. user-data creates user "machina" with passwordless
+// RenderSeed validates s and renders the NoCloud files user-data, meta-data,
+// network-config and, when s has some, vendor-data. user-data creates user "machina" with passwordless
 // sudo and only s.SSHKeys for login, sets ssh_pwauth false and disable_root
 // true, and runs the join command (or v1.JoinPlaceholder) once via runcmd.
 // s.JoinToken, when set, is written by write_files to v1.JoinTokenPath
 // (0600, root:root) for the join command to read, instead of riding in
-// the command line.
+// the command line. s.UserData, the profile's own cloud-config, is merged
+// after these parts (renderUserData) and s.VendorData becomes the
+// vendor-data file; either one that would drop or override Machina's
+// parts is refused with ErrSeedInvalid.
 // Strings are emitted as JSON strings, which YAML 1.2 reads verbatim.
 func RenderSeed(s v1.Seed) ([]SeedFile, error) {
 	if !hostnameRe.MatchString(s.Hostname) {
@@ -75,23 +80,67 @@ func RenderSeed(s v1.Seed) ([]SeedFile, error) {
 	if len(s.NetworkConfig) > 64<<10 || strings.ContainsRune(s.NetworkConfig, 0) || !utf8.ValidString(s.NetworkConfig) {
 		return nil, fmt.Errorf("render seed: %w: network-config too large or binary", ErrSeedInvalid)
 	}
-	q := func(v string) string {
-		var b strings.Builder
-		enc := json.NewEncoder(&b)
-		enc.SetEscapeHTML(false)
-		_ = enc.Encode(v) // a string always encodes
-		// JSON leaves DEL and the C1 controls as they are, but YAML's
-		// printable set excludes them (YAML 1.2 §5.1): escape them too.
-		var out strings.Builder
-		for _, r := range strings.TrimSuffix(b.String(), "\n") {
-			if r == 0x7f || (r >= 0x80 && r <= 0x9f) {
-				fmt.Fprintf(&out, "\\u%04x", r)
-				continue
-			}
-			out.WriteRune(r)
-		}
-		return out.String()
+	q := yamlQuote
+	user, err := operatorConfig("user-data", s.UserData)
+	if err != nil {
+		return nil, err
 	}
+	vendor, err := operatorConfig("vendor-data", s.VendorData)
+	if err != nil {
+		return nil, err
+	}
+	ud := renderUserData(s, join, user)
+	md := "instance-id: " + q(s.InstanceID) + "\nlocal-hostname: " + q(s.Hostname) + "\n"
+	nc := s.NetworkConfig
+	if nc == "" {
+		nc = "version: 2\nethernets:\n  all:\n    match:\n      name: \"e*\"\n    dhcp4: true\n"
+	}
+	files := []SeedFile{
+		{Name: "meta-data", Data: []byte(md)},
+		{Name: "network-config", Data: []byte(nc)},
+		{Name: "user-data", Data: []byte(ud)},
+	}
+	if vendor != nil {
+		var vd strings.Builder
+		vd.WriteString("#cloud-config\n# The profile's vendor-data (Machina's NoCloud seed); user-data overrides it.\n")
+		for _, k := range mergedLists {
+			if len(vendor.lists[k]) > 0 {
+				vd.WriteString(k + ":\n")
+				vendor.items(&vd, k)
+			}
+		}
+		vendor.rest(&vd)
+		files = append(files, SeedFile{Name: "vendor-data", Data: []byte(vd.String())})
+	}
+	return files, nil
+}
+
+// yamlQuote renders v as a JSON string, which YAML 1.2 (and cloud-init's
+// PyYAML) reads verbatim.
+func yamlQuote(v string) string {
+	var b strings.Builder
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(v) // a string always encodes
+	// JSON leaves DEL and the C1 controls as they are, but YAML's
+	// printable set excludes them (YAML 1.2 §5.1): escape them too.
+	var out strings.Builder
+	for _, r := range strings.TrimSuffix(b.String(), "\n") {
+		if r == 0x7f || (r >= 0x80 && r <= 0x9f) {
+			fmt.Fprintf(&out, "\\u%04x", r)
+			continue
+		}
+		out.WriteRune(r)
+	}
+	return out.String()
+}
+
+// renderUserData writes the seed's user-data: Machina's parts (user
+// machina with s.SSHKeys, password and root login off, the join token
+// file, the join command first in runcmd) with the operator's user
+// entries merged after them and its other keys added.
+func renderUserData(s v1.Seed, join string, user *cloudConfig) string {
+	q := yamlQuote
 	var ud strings.Builder
 	ud.WriteString("#cloud-config\n")
 	ud.WriteString("# Written by the Machina ramdisk (NoCloud seed).\n")
@@ -100,22 +149,122 @@ func RenderSeed(s v1.Seed) ([]SeedFile, error) {
 	for _, k := range s.SSHKeys {
 		ud.WriteString("      - " + q(k) + "\n")
 	}
+	user.items(&ud, "users")
 	ud.WriteString("ssh_pwauth: false\ndisable_root: true\n")
+	if s.JoinToken != "" || (user != nil && len(user.lists["write_files"]) > 0) {
+		ud.WriteString("write_files:\n")
+	}
 	if s.JoinToken != "" {
 		// write_files logs the path and size, never the content.
-		ud.WriteString("write_files:\n  - path: " + q(v1.JoinTokenPath) + "\n    owner: \"root:root\"\n    permissions: \"0600\"\n    content: " + q(s.JoinToken) + "\n")
+		ud.WriteString("  - path: " + q(v1.JoinTokenPath) + "\n    owner: \"root:root\"\n    permissions: \"0600\"\n    content: " + q(s.JoinToken) + "\n")
 	}
+	user.items(&ud, "write_files")
 	ud.WriteString("runcmd:\n  - [sh, -c, " + q(join) + "]\n")
-	md := "instance-id: " + q(s.InstanceID) + "\nlocal-hostname: " + q(s.Hostname) + "\n"
-	nc := s.NetworkConfig
-	if nc == "" {
-		nc = "version: 2\nethernets:\n  all:\n    match:\n      name: \"e*\"\n    dhcp4: true\n"
+	user.items(&ud, "runcmd")
+	user.rest(&ud)
+	return ud.String()
+}
+
+// mergedLists are the cloud-config keys whose operator entries are added
+// after Machina's own in user-data, rather than replacing them.
+var mergedLists = []string{"users", "write_files", "runcmd"}
+
+// cloudConfig is an operator's cloud-config mapping, split into the
+// entries of the merged lists and the other keys; values are kept as
+// JSON, which is YAML (1.2, and 1.1 as cloud-init's PyYAML reads it, the
+// flow style spaced out) with the exact value Machina validated.
+type cloudConfig struct {
+	lists map[string][]json.RawMessage
+	other map[string]json.RawMessage
+}
+
+// operatorConfig parses raw (a JSON object, or empty) and refuses what
+// would drop or override Machina's parts: ssh_pwauth, disable_root, a
+// user named machina, a write_files entry at v1.JoinTokenPath, a merged
+// list that is not a list. nil for empty raw.
+func operatorConfig(what string, raw json.RawMessage) (*cloudConfig, error) {
+	if len(raw) == 0 {
+		return nil, nil
 	}
-	return []SeedFile{
-		{Name: "meta-data", Data: []byte(md)},
-		{Name: "network-config", Data: []byte(nc)},
-		{Name: "user-data", Data: []byte(ud.String())},
-	}, nil
+	if len(raw) > 64<<10 || !utf8.Valid(raw) {
+		return nil, fmt.Errorf("render seed: %w: %s too large or not UTF-8", ErrSeedInvalid, what)
+	}
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return nil, fmt.Errorf("render seed: %w: %s is not a cloud-config mapping: %v", ErrSeedInvalid, what, err)
+	}
+	c := &cloudConfig{lists: map[string][]json.RawMessage{}, other: map[string]json.RawMessage{}}
+	for k, v := range m {
+		switch k {
+		case "ssh_pwauth", "disable_root":
+			return nil, fmt.Errorf("render seed: %w: %s sets %s, which is Machina's", ErrSeedInvalid, what, k)
+		case "users", "write_files", "runcmd":
+			var items []json.RawMessage
+			if err := json.Unmarshal(v, &items); err != nil {
+				return nil, fmt.Errorf("render seed: %w: %s %s is not a list", ErrSeedInvalid, what, k)
+			}
+			for _, it := range items {
+				var e struct {
+					Name string `json:"name"`
+					Path string `json:"path"`
+				}
+				_ = json.Unmarshal(it, &e) // a string or a list has neither
+				var name string
+				if json.Unmarshal(it, &name) == nil && k == "users" {
+					e.Name = name
+				}
+				if k == "users" && e.Name == "machina" {
+					return nil, fmt.Errorf("render seed: %w: %s redefines user machina", ErrSeedInvalid, what)
+				}
+				if k == "write_files" && e.Path == v1.JoinTokenPath {
+					return nil, fmt.Errorf("render seed: %w: %s writes %s", ErrSeedInvalid, what, v1.JoinTokenPath)
+				}
+			}
+			c.lists[k] = items
+		default:
+			c.other[k] = v
+		}
+	}
+	return c, nil
+}
+
+// items writes c's entries of list k as block sequence items; nothing for
+// a nil c.
+func (c *cloudConfig) items(b *strings.Builder, k string) {
+	if c == nil {
+		return
+	}
+	for _, it := range c.lists[k] {
+		b.WriteString("  - " + yamlJSON(it, "    ") + "\n")
+	}
+}
+
+// rest writes c's other keys, sorted; nothing for a nil c.
+func (c *cloudConfig) rest(b *strings.Builder) {
+	if c == nil {
+		return
+	}
+	keys := make([]string, 0, len(c.other))
+	for k := range c.other {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		kq, _ := json.Marshal(k)
+		b.WriteString(string(kq) + ": " + yamlJSON(c.other[k], "  ") + "\n")
+	}
+}
+
+// yamlJSON re-encodes v as indented JSON whose continuation lines start
+// with indent: a YAML flow node both YAML 1.1 and 1.2 read as the same
+// value (JSON's ":" and "," followed by a space or a line break, as
+// PyYAML's flow-context rules want).
+func yamlJSON(v json.RawMessage, indent string) string {
+	var out bytes.Buffer
+	if err := json.Indent(&out, v, indent, "  "); err != nil {
+		return "null" // cannot happen: v came from json.Unmarshal
+	}
+	return out.String()
 }
 
 // FAT16 layout constants for MakeFAT16.

@@ -9,9 +9,11 @@ package deployplan
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"strings"
 	"sync"
 	"time"
@@ -19,6 +21,7 @@ import (
 	"github.com/machina-metal/machina/api"
 	v1 "github.com/machina-metal/machina/api/v1"
 	"github.com/machina-metal/machina/deploy"
+	"github.com/machina-metal/machina/deploy/netplan"
 	"github.com/machina-metal/machina/images"
 	"github.com/machina-metal/machina/inventory"
 	"github.com/machina-metal/machina/state"
@@ -53,6 +56,10 @@ type Planner struct {
 	Store *state.Store
 	// Logger receives re-plan notices; nil discards.
 	Logger *slog.Logger
+	// Addresses assigns the addresses of pool-mode interfaces (IPAM);
+	// nil: none are assigned, so a profile with a pool-mode interface
+	// gets no deploy plan.
+	Addresses AddressSource
 }
 
 // DeployPlan implements api.DeployPlanner.
@@ -106,13 +113,17 @@ func (p *Planner) DeployPlan(ctx context.Context, srv state.Server) (v1.Plan, er
 		ImageSHA256:    rec.Raw.Hex,
 		ImageSizeBytes: rec.SizeBytes,
 		Seed: v1.Seed{
-			InstanceID: fmt.Sprintf("%s-%d", srv.Name, srv.Allocation.At.Unix()),
-			Hostname:   srv.Name,
-			SSHKeys:    prof.SSHKeys,
-			NetworkConfig: fmt.Sprintf("version: 2\nethernets:\n  boot:\n    match:\n      macaddress: \"%s\"\n    dhcp4: true\n",
-				srv.BootMAC),
+			InstanceID:  fmt.Sprintf("%s-%d", srv.Name, srv.Allocation.At.Unix()),
+			Hostname:    srv.Name,
+			SSHKeys:     prof.SSHKeys,
 			JoinCommand: v1.JoinPlaceholder,
 		},
+	}
+	if plan.Seed.NetworkConfig, err = p.networkConfig(ctx, inv, prof, srv); err != nil {
+		return v1.Plan{}, err
+	}
+	if err := cloudInitSeed(prof, &plan.Seed); err != nil {
+		return v1.Plan{}, err
 	}
 	if ws := inv.Server(srv.Name); ws != nil && ws.RootDevice != nil {
 		plan.RootDevice = v1.RootDeviceHint{Serial: ws.RootDevice.Serial, WWN: ws.RootDevice.WWN, ByPath: ws.RootDevice.ByPath, MinSizeBytes: ws.RootDevice.MinSizeGiB << 30}
@@ -131,6 +142,66 @@ func (p *Planner) DeployPlan(ctx context.Context, srv state.Server) (v1.Plan, er
 		plan.Seed.JoinCommand, plan.Seed.JoinToken = cmd, tok
 	}
 	return plan, nil
+}
+
+// cloudInitSeed puts profile prof's own cloud-config into seed. The
+// inventory checked both parts against cloud-init's schema and Machina's
+// reserved parts; the agent merges user-data after Machina's own and
+// refuses those parts again.
+func cloudInitSeed(prof *inventory.Profile, seed *v1.Seed) error {
+	ci := prof.CloudInit
+	if ci == nil {
+		return nil
+	}
+	var err error
+	if ci.UserData != nil {
+		if seed.UserData, err = json.Marshal(ci.UserData); err != nil {
+			return fmt.Errorf("profile %s cloudInit.userData: %w", prof.Name, err)
+		}
+	}
+	if ci.VendorData != nil {
+		if seed.VendorData, err = json.Marshal(ci.VendorData); err != nil {
+			return fmt.Errorf("profile %s cloudInit.vendorData: %w", prof.Name, err)
+		}
+	}
+	return nil
+}
+
+// AddressSource hands out the addresses of a server's pool-mode
+// interfaces (the controller's IPAM): by interface name of the profile's
+// layout, at most one per family, from the subnet's pools. An interface it
+// returns none for makes the deploy plan fail (never a DHCP fallback).
+type AddressSource interface {
+	PoolAddresses(ctx context.Context, srv state.Server, p inventory.Profile) (map[string][]netip.Addr, error)
+}
+
+// networkConfig is the seed's network-config: DHCP on the boot NIC for a
+// profile without a network layout, else the layout rendered for srv's
+// commissioned NICs and its fixed and pool addresses (deploy/netplan).
+// A layout the server cannot carry (NICs missing, an address missing) is
+// an error: no plan, rather than a half-configured host.
+func (p *Planner) networkConfig(ctx context.Context, inv *inventory.Inventory, prof *inventory.Profile, srv state.Server) (string, error) {
+	if prof.Network == nil {
+		return fmt.Sprintf("version: 2\nethernets:\n  boot:\n    match:\n      macaddress: \"%s\"\n    dhcp4: true\n", srv.BootMAC), nil
+	}
+	var nics []inventory.NIC
+	if srv.Hardware != nil {
+		for _, n := range srv.Hardware.NICs {
+			nics = append(nics, inventory.NIC{Name: n.Name, MAC: n.MAC, Driver: n.Driver, PCIAddress: n.PCIAddress, SpeedMbps: n.SpeedMbps})
+		}
+	}
+	var assigned map[string][]netip.Addr
+	if p.Addresses != nil {
+		var err error
+		if assigned, err = p.Addresses.PoolAddresses(ctx, srv, *prof); err != nil {
+			return "", fmt.Errorf("pool addresses of %s: %w", srv.Name, err)
+		}
+	}
+	b, err := netplan.ForServer(inv, prof, inv.Server(srv.Name), nics, assigned)
+	if err != nil {
+		return "", fmt.Errorf("network layout of profile %s on %s: %w", prof.Name, srv.Name, err)
+	}
+	return string(b), nil
 }
 
 // bindImage records on srv's allocation the image a served plan names

@@ -238,6 +238,7 @@ func Compute(want *inventory.Inventory, have state.Snapshot, opts Options) Resul
 	}
 	p.profiles()
 	p.firmware()
+	p.networks()
 	res := &p.res
 	if len(p.conflicted) > 0 {
 		res.Steps = dropServers(res.Steps, p.conflicted)
@@ -754,7 +755,7 @@ func profileSteps(p inventory.Profile, want *inventory.Inventory, have state.Sna
 		if short > 0 {
 			conds = append(conds, Condition{Subject: "profile/" + p.Name, Type: "InsufficientCapacity", Reason: "NotEnoughReadyServers",
 				Message: fmt.Sprintf("count %d wants %d more servers; %d ready servers fit (zone %s%s, min %d cores, %d GiB memory, %d GiB disk)",
-					p.Count, p.Count-n, p.Count-n-short, zoneOrAny(p.Zone), archNote(want, p.Name), p.Min.Cores, p.Min.MemoryGiB, p.Min.DiskGiB)})
+					p.Count, p.Count-n, p.Count-n-short, zoneOrAny(p.Zone), archNote(want, p.Name), p.Min.Cores, p.Min.MemoryGiB, p.Min.DiskGiB) + networkNote(p, want, have)})
 		}
 	case n > p.Count:
 		// Release the newest count allocations first; only deployed ones
@@ -824,6 +825,9 @@ func Candidates(p inventory.Profile, want *inventory.Inventory, have state.Snaps
 		}
 		if firmwareRefused(want, &p, &ws, &obs) {
 			continue // the profile's firmware block is refused on it (IPMI, registry, drives)
+		}
+		if networkRefused(&p, &ws, &obs) {
+			continue // it cannot carry the profile's network layout (NICs, fixed addresses)
 		}
 		out = append(out, obs)
 	}

@@ -61,10 +61,13 @@ func HW(cores int, memGiB int64, disksGiB ...int64) *state.Hardware {
 }
 
 // BigHW gives every server enough for every example profile, larger by
-// name so allocation order is visible.
+// name so allocation order is visible, and one onboard NIC (the example
+// storage profile's network layout takes the first NIC named e*).
 func BigHW(name string) *state.Hardware {
 	extra := int(name[len(name)-1] - '0')
-	return HW(16+extra, 256, 500)
+	h := HW(16+extra, 256, 500)
+	h.NICs = []state.NIC{{Name: "eno1", MAC: "3c:ec:ef:00:00:0" + name[len(name)-1:], Driver: "igb", PCIAddress: "0000:02:00.0", SpeedMbps: 1000, Link: true}}
+	return h
 }
 
 // CloneInv copies inv's server, profile and image lists, so a test can
