@@ -125,6 +125,46 @@ type Handler struct {
 // ScriptPath is the path the handler serves scripts on.
 const ScriptPath = "/boot/ipxe"
 
+// bootDefaults fills the boot URLs and kernel arguments a Config leaves
+// empty (the controller's /boot/ramdisk/ files, serial consoles) and
+// checks them, and the LLDP bound, before any script is rendered.
+func (c *Config) bootDefaults() error {
+	c.ControllerURL = strings.TrimSuffix(c.ControllerURL, "/")
+	if c.KernelURL == "" {
+		c.KernelURL = c.ControllerURL + "/boot/ramdisk/vmlinuz"
+	}
+	if c.InitrdURL == "" {
+		c.InitrdURL = c.ControllerURL + "/boot/ramdisk/initrd.cpio.gz"
+	}
+	if c.ARM64KernelURL == "" {
+		c.ARM64KernelURL = c.ControllerURL + "/boot/ramdisk/arm64/vmlinuz"
+	}
+	if c.ARM64InitrdURL == "" {
+		c.ARM64InitrdURL = c.ControllerURL + "/boot/ramdisk/arm64/initrd.cpio.gz"
+	}
+	if c.ARM64KernelArgs == "" {
+		c.ARM64KernelArgs = "console=tty0 console=ttyAMA0"
+	}
+	if !safeArg(c.ARM64KernelArgs) {
+		return errors.New("ipxe: new handler: ARM64KernelArgs has characters outside A-Za-z0-9 ._,:=/@+-")
+	}
+	for _, u := range []string{c.ControllerURL, c.KernelURL, c.InitrdURL, c.ARM64KernelURL, c.ARM64InitrdURL} {
+		if err := boot.CheckURL(u); err != nil {
+			return fmt.Errorf("ipxe: new handler: %w", err)
+		}
+	}
+	if c.KernelArgs == "" {
+		c.KernelArgs = "console=tty0 console=ttyS0"
+	}
+	if !safeArg(c.KernelArgs) {
+		return errors.New("ipxe: new handler: KernelArgs has characters outside A-Za-z0-9 ._,:=/@+-")
+	}
+	if c.LLDPWait > 10*time.Minute || (c.LLDPWait > 0 && c.LLDPWait%time.Second != 0) {
+		return fmt.Errorf("ipxe: new handler: LLDPWait %v: whole seconds up to 10m", c.LLDPWait)
+	}
+	return nil
+}
+
 // New validates cfg and returns a Handler.
 func New(cfg Config) (*Handler, error) {
 	if cfg.Lookup == nil || cfg.Tokens == nil {
@@ -133,40 +173,9 @@ func New(cfg Config) (*Handler, error) {
 	if cfg.AutoEnroll && cfg.Enroller == nil {
 		return nil, errors.New("ipxe: new handler: AutoEnroll needs an Enroller")
 	}
-	cfg.ControllerURL = strings.TrimSuffix(cfg.ControllerURL, "/")
-	if cfg.KernelURL == "" {
-		cfg.KernelURL = cfg.ControllerURL + "/boot/ramdisk/vmlinuz"
+	if err := cfg.bootDefaults(); err != nil {
+		return nil, err
 	}
-	if cfg.InitrdURL == "" {
-		cfg.InitrdURL = cfg.ControllerURL + "/boot/ramdisk/initrd.cpio.gz"
-	}
-	if cfg.ARM64KernelURL == "" {
-		cfg.ARM64KernelURL = cfg.ControllerURL + "/boot/ramdisk/arm64/vmlinuz"
-	}
-	if cfg.ARM64InitrdURL == "" {
-		cfg.ARM64InitrdURL = cfg.ControllerURL + "/boot/ramdisk/arm64/initrd.cpio.gz"
-	}
-	if cfg.ARM64KernelArgs == "" {
-		cfg.ARM64KernelArgs = "console=tty0 console=ttyAMA0"
-	}
-	if !safeArg(cfg.ARM64KernelArgs) {
-		return nil, errors.New("ipxe: new handler: ARM64KernelArgs has characters outside A-Za-z0-9 ._,:=/@+-")
-	}
-	for _, u := range []string{cfg.ControllerURL, cfg.KernelURL, cfg.InitrdURL, cfg.ARM64KernelURL, cfg.ARM64InitrdURL} {
-		if err := boot.CheckURL(u); err != nil {
-			return nil, fmt.Errorf("ipxe: new handler: %w", err)
-		}
-	}
-	if cfg.KernelArgs == "" {
-		cfg.KernelArgs = "console=tty0 console=ttyS0"
-	}
-	if !safeArg(cfg.KernelArgs) {
-		return nil, errors.New("ipxe: new handler: KernelArgs has characters outside A-Za-z0-9 ._,:=/@+-")
-	}
-	if cfg.LLDPWait > 10*time.Minute || (cfg.LLDPWait > 0 && cfg.LLDPWait%time.Second != 0) {
-		return nil, fmt.Errorf("ipxe: new handler: LLDPWait %v: whole seconds up to 10m", cfg.LLDPWait)
-	}
-
 	if cfg.TokenTTL <= 0 {
 		cfg.TokenTTL = 30 * time.Minute
 	}

@@ -48,7 +48,7 @@ func TestPlanFirmwareFromAPI(t *testing.T) {
 	t.Setenv(envToken, tok)
 
 	dir := t.TempDir()
-	for _, name := range []string{"servers.yaml", "profiles.yaml", "images.yaml"} {
+	for _, name := range inventory.Files {
 		data, err := fs.ReadFile(inventoryexample.FS, name)
 		if err != nil {
 			t.Fatal(err)
