@@ -92,11 +92,14 @@ demo: build
 clean:
 	rm -rf $(BIN)
 
-# docs: regenerate the reference pages under docs/reference/ from their
-# sources of truth (the JSON Schemas, the cobra command trees); `make test`
-# fails when a committed page is stale.
+# docs: regenerate the reference pages from their sources of truth: under
+# docs/reference/ from the JSON Schemas and the cobra command trees, and
+# api/openapi.json with docs/api.md from the admin routes' table
+# (controller/openapi_ops.go); `make test` fails when a committed page is
+# stale.
 docs:
 	MACHINA_UPDATE_DOCS=1 $(GO) test -count=1 -run 'TestReferenceCurrent|TestCLIReference' ./schema ./cmd/machina ./cmd/machinactl
+	$(GO) test -count=1 -run TestOpenAPIDocumentFresh ./controller -update
 
 # ramdisk: kernel from Debian's linux-image-$(ARCH) + initrd with the static
 # agent and its modules; writes out/ramdisk/{vmlinuz,initrd.cpio.gz,manifest.txt}
