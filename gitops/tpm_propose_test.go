@@ -50,7 +50,7 @@ func TestTPMPinnerProposes(t *testing.T) {
 	branch := repo.remoteHead("tpm/2026-12-06")
 	servers := readRemoteServers(t, repo, branch)
 	files := map[string][]byte{inventory.ServersFile: servers}
-	for _, f := range []string{inventory.ProfilesFile, inventory.ImagesFile} {
+	for _, f := range []string{inventory.ProfilesFile, inventory.ImagesFile, inventory.NetworksFile} {
 		files[f] = []byte(repo.read(f))
 	}
 	res, err := inventory.Load(mapFSOf(files), inventory.Limits{})
