@@ -204,6 +204,10 @@ type Profile struct {
 	// component versions, Secure Boot); nil asks for nothing. See
 	// docs/firmware.md "Firmware in profiles".
 	Firmware *Firmware `json:"firmware,omitempty"`
+	// Storage is the disk layout the ramdisk makes before the image is
+	// written (RAID1 root, volume groups); nil writes one disk as before.
+	// See docs/storage.md.
+	Storage *Storage `json:"storage,omitempty"`
 }
 
 // Firmware is a profile's desired firmware state, in Redfish terms (the

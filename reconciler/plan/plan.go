@@ -237,6 +237,7 @@ func Compute(want *inventory.Inventory, have state.Snapshot, opts Options) Resul
 		p.server(&want.Servers[i])
 	}
 	p.profiles()
+	p.storage()
 	p.firmware()
 	res := &p.res
 	if len(p.conflicted) > 0 {
@@ -795,6 +796,9 @@ func Candidates(p inventory.Profile, want *inventory.Inventory, have state.Snaps
 		}
 		if firmwareRefused(want, &p, &ws, &obs) {
 			continue // the profile's firmware block is refused on it (IPMI, registry, drives)
+		}
+		if storageRefused(&p, &obs) {
+			continue // too few matching disks for the profile's storage layout
 		}
 		out = append(out, obs)
 	}
