@@ -342,6 +342,8 @@ func take(sorted []StorageDisk, used map[int]bool, m DiskMatch, minBytes int64, 
 			why = "taken by an earlier part"
 		case n > 0 && len(got) == n:
 			continue
+		case d.ByPath == "" && d.WWN == "" && d.Serial == "":
+			why = "no stable identity (by-path, WWN or serial) to find it by at deploy"
 		case d.SizeBytes < minBytes:
 			why = fmt.Sprintf("%s < %s", gib(d.SizeBytes), gib(minBytes))
 		default:
