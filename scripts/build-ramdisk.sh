@@ -13,7 +13,16 @@
 # /boot/ramdisk/ and an arm64 machine's script names arm64/), CACHE (default
 # out/ramdisk/cache, shared by both architectures), KERNEL_PKG (default: what
 # linux-image-$ARCH depends on), SOURCE_DATE_EPOCH, EXTRA_MODULES
-# (space-separated module names to add).
+# (space-separated module names to add), STORAGE_TOOLS (0 leaves out the
+# storage layout's tools below; default 1 for amd64).
+#
+# Storage layout tools (docs/storage.md): mdadm, lvm, mke2fs (as mkfs.ext4),
+# resize2fs, mkfs.xfs, xfs_growfs and mkswap are copied from this machine's
+# Debian packages (mdadm, lvm2, e2fsprogs, xfsprogs, util-linux) with every
+# shared library ldd names and the ELF interpreter, the way initramfs-tools'
+# copy_exec does, plus a udev-free /etc/lvm/lvm.conf and /etc/mke2fs.conf.
+# The agent runs them by absolute path. They are host binaries, so an arm64
+# ramdisk built on amd64 has none (its layout step fails, naming the tool).
 set -eu
 cd "$(dirname "$0")/.."
 REPO=$(pwd)
@@ -30,6 +39,10 @@ mkdir -p "$CACHE"
 CACHE=$(cd "$CACHE" && pwd)
 GO=${GO:-go}
 
+# md RAID1 (md_mod, raid1), device-mapper for LVM (dm_mod), and the
+# filesystems the layout grows and writes the deployed OS's files on.
+STORAGE_MODULES="md_mod raid1 dm_mod ext4 xfs"
+
 # Drivers for the machines Machina provisions (virtual lab + common server
 # hardware). arm64 adds virtio_mmio (qemu's virt board also has MMIO
 # transports) and drops ata_piix (an Intel PIIX/ICH south bridge driver).
@@ -41,7 +54,7 @@ arm64) MODULES="virtio_pci virtio_mmio virtio_net virtio_blk virtio_scsi virtio_
   e1000e igb ixgbe i40e ice bnxt_en mlx5_core tg3
   nvme ahci sd_mod megaraid_sas mpt3sas" ;;
 esac
-MODULES="$MODULES ${EXTRA_MODULES:-}"
+MODULES="$MODULES $STORAGE_MODULES ${EXTRA_MODULES:-}"
 
 # modprobe (kmod) lives in /sbin, which a non-root user's PATH on Debian
 # does not hold; it only reads the extracted modules here.
@@ -65,6 +78,31 @@ rm -rf "$STAGE"
 mkdir -p "$STAGE/modules" "$STAGE/proc" "$STAGE/sys" "$STAGE/dev" "$STAGE/tmp"
 CGO_ENABLED=0 GOOS=linux GOARCH=$ARCH "$GO" build -trimpath -buildvcs=false \
 	-ldflags "-s -w -X main.version=$VERSION" -o "$STAGE/init" ./cmd/machina-agent
+
+# copy_exec BIN: BIN and every library ldd resolves, at their own paths.
+copy_exec() {
+	src=$(command -v "$1") || { echo "build-ramdisk: $1 not found (install its Debian package: scripts/deps.sh)" >&2; exit 1; }
+	mkdir -p "$STAGE/usr/sbin"
+	cp -L "$src" "$STAGE/usr/sbin/${2:-$(basename "$src")}"
+	ldd "$src" | awk '$2=="=>"&&$3~/^\//{print $3} $1~/^\//{print $1}' | while read -r lib; do
+		[ -e "$STAGE$lib" ] && continue
+		mkdir -p "$STAGE$(dirname "$lib")"
+		cp -L "$lib" "$STAGE$lib"
+	done
+}
+if [ "${STORAGE_TOOLS:-$([ "$ARCH" = amd64 ] && echo 1 || echo 0)}" = 1 ]; then
+	PATH=$PATH:/usr/sbin:/sbin
+	copy_exec mdadm
+	copy_exec lvm
+	copy_exec mke2fs mkfs.ext4
+	copy_exec resize2fs
+	copy_exec mkfs.xfs
+	copy_exec xfs_growfs
+	copy_exec mkswap
+	mkdir -p "$STAGE/etc/lvm" "$STAGE/run"
+	cp /etc/mke2fs.conf "$STAGE/etc/mke2fs.conf"
+	cp "$REPO/ramdisk/lvm.conf" "$STAGE/etc/lvm/lvm.conf"
+fi
 
 # Dependency order from modprobe; first appearance wins, so dependencies come first.
 : > "$STAGE/modules/order.txt"

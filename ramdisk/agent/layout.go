@@ -68,15 +68,29 @@ type Commander func(ctx context.Context, name string, args ...string) ([]byte, e
 // ToolTimeout bounds each tool the layout runs.
 const ToolTimeout = 10 * time.Minute
 
-// ExecCommander runs tools with exec under ToolTimeout, with env added to
-// the agent's environment (LVM_SYSTEM_DIR names the ramdisk's udev-free
-// lvm.conf).
+// ToolPath is where the ramdisk's tools are looked up: the kernel starts
+// /init with no PATH, and a tool is never taken from anywhere else.
+const ToolPath = "/usr/sbin:/usr/bin:/sbin:/bin"
+
+// ExecCommander runs tools found on ToolPath with exec under ToolTimeout,
+// with PATH=ToolPath and env added to the agent's environment
+// (LVM_SYSTEM_DIR names the ramdisk's udev-free lvm.conf).
 func ExecCommander(env []string) Commander {
 	return func(ctx context.Context, name string, args ...string) ([]byte, error) {
 		ctx, cancel := context.WithTimeout(ctx, ToolTimeout)
 		defer cancel()
-		cmd := exec.CommandContext(ctx, name, args...)
-		cmd.Env = append(os.Environ(), env...)
+		bin := ""
+		for _, d := range strings.Split(ToolPath, ":") {
+			if st, err := os.Stat(d + "/" + name); err == nil && st.Mode().IsRegular() {
+				bin = d + "/" + name
+				break
+			}
+		}
+		if bin == "" || strings.Contains(name, "/") {
+			return nil, fmt.Errorf("%s: not in the ramdisk (%s)", name, ToolPath)
+		}
+		cmd := exec.CommandContext(ctx, bin, args...)
+		cmd.Env = append(append(os.Environ(), "PATH="+ToolPath), env...)
 		out, err := cmd.CombinedOutput()
 		if err != nil {
 			return out, fmt.Errorf("%s %s: %w: %s", name, strings.Join(args, " "), err, lastLines(out, 4))
