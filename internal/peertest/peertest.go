@@ -87,6 +87,15 @@ var Packages = map[string]string{
 	"qemu-system-aarch64": "qemu-system-arm",
 	"grub-mkimage":        "grub-common",
 	"promtool":            "prometheus",
+	"mdadm":               "mdadm",
+	"lvm":                 "lvm2",
+	"mkfs.ext4":           "e2fsprogs",
+	"resize2fs":           "e2fsprogs",
+	"debugfs":             "e2fsprogs",
+	"dumpe2fs":            "e2fsprogs",
+	"mkfs.xfs":            "xfsprogs",
+	"xfs_growfs":          "xfsprogs",
+	"mkswap":              "util-linux",
 }
 
 // FilePackages are Debian packages tests need a file of rather than a

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -84,7 +85,7 @@ func (r *Runner) prepareLayout(ctx context.Context, p v1.StoragePlan, disks []v1
 		all = append(all, g...)
 	}
 	for _, d := range all {
-		if err := clearEnds(filepath.Join(l.devDir, d.Name)); err != nil {
+		if err := clearEnds(filepath.Join(l.devDir, d.Name), false); err != nil {
 			return l, stepErr(StepClear, diskID(d), err)
 		}
 	}
@@ -112,9 +113,16 @@ func (r *Runner) prepareLayout(ctx context.Context, p v1.StoragePlan, disks []v1
 
 func diskID(d v1.Disk) string { return firstNonEmpty(d.ByPath, d.WWN, d.Serial, d.Name) }
 
-// clearEnds zeroes the first and last MiB of a disk.
-func clearEnds(p string) error {
-	f, size, err := openTarget(p)
+// clearEnds zeroes the first and last MiB of a disk, opened exclusively
+// (openTarget) or, for spoil, shared: after a failed step the root's
+// partitions may still be held (an active volume group on the rest), and
+// an exclusive open would fail with EBUSY (seen in the VM test).
+func clearEnds(p string, shared bool) error {
+	open := openTarget
+	if shared {
+		open = openShared
+	}
+	f, size, err := open(p)
 	if err != nil {
 		return err
 	}
@@ -353,7 +361,7 @@ func (l *layoutRun) spoil() error {
 	if !l.written {
 		return nil
 	}
-	if err := clearEnds(filepath.Join(l.devDir, l.root)); err != nil {
+	if err := clearEnds(filepath.Join(l.devDir, l.root), true); err != nil {
 		return stepErr(StepSpoil, l.rootID, err)
 	}
 	return nil
@@ -467,6 +475,21 @@ func (r *Runner) target(ctx context.Context, plan v1.Plan, facts v1.Facts) (*lay
 		d = v1.Disk{Name: l.root, ByPath: l.rootID}
 	}
 	return l, d, nil
+}
+
+// openShared opens a device read-write without O_EXCL and returns its
+// size.
+func openShared(p string) (*os.File, int64, error) {
+	f, err := os.OpenFile(p, os.O_RDWR, 0)
+	if err != nil {
+		return nil, 0, err
+	}
+	size, err := f.Seek(0, io.SeekEnd)
+	if err != nil {
+		f.Close()
+		return nil, 0, err
+	}
+	return f, size, nil
 }
 
 // markWritten records that the image write begins: from here on a
