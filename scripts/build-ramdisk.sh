@@ -14,7 +14,7 @@
 # out/ramdisk/cache, shared by both architectures), KERNEL_PKG (default: what
 # linux-image-$ARCH depends on), SOURCE_DATE_EPOCH, EXTRA_MODULES
 # (space-separated module names to add), STORAGE_TOOLS (0 leaves out the
-# storage layout's tools below; default 1 for amd64).
+# storage layout's tools and modules below; default 1 for amd64).
 #
 # Storage layout tools (docs/storage.md): mdadm, lvm, mke2fs (as mkfs.ext4),
 # resize2fs, mkfs.xfs, xfs_growfs and mkswap are copied from this machine's
@@ -54,6 +54,8 @@ arm64) MODULES="virtio_pci virtio_mmio virtio_net virtio_blk virtio_scsi virtio_
   e1000e igb ixgbe i40e ice bnxt_en mlx5_core tg3
   nvme ahci sd_mod megaraid_sas mpt3sas" ;;
 esac
+STORAGE_TOOLS=${STORAGE_TOOLS:-$([ "$ARCH" = amd64 ] && echo 1 || echo 0)}
+[ "$STORAGE_TOOLS" = 1 ] || STORAGE_MODULES=""
 MODULES="$MODULES $STORAGE_MODULES ${EXTRA_MODULES:-}"
 
 # modprobe (kmod) lives in /sbin, which a non-root user's PATH on Debian
@@ -90,7 +92,7 @@ copy_exec() {
 		cp -L "$lib" "$STAGE$lib"
 	done
 }
-if [ "${STORAGE_TOOLS:-$([ "$ARCH" = amd64 ] && echo 1 || echo 0)}" = 1 ]; then
+if [ "$STORAGE_TOOLS" = 1 ]; then
 	PATH=$PATH:/usr/sbin:/sbin
 	copy_exec mdadm
 	copy_exec lvm
