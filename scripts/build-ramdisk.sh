@@ -56,7 +56,7 @@ arm64) MODULES="virtio_pci virtio_mmio virtio_net virtio_blk virtio_scsi virtio_
 esac
 STORAGE_TOOLS=${STORAGE_TOOLS:-$([ "$ARCH" = amd64 ] && echo 1 || echo 0)}
 [ "$STORAGE_TOOLS" = 1 ] || STORAGE_MODULES=""
-MODULES="$MODULES $STORAGE_MODULES ${EXTRA_MODULES:-}"
+MODULES="$MODULES ${EXTRA_MODULES:-}"
 
 # modprobe (kmod) lives in /sbin, which a non-root user's PATH on Debian
 # does not hold; it only reads the extracted modules here.
@@ -107,15 +107,26 @@ if [ "$STORAGE_TOOLS" = 1 ]; then
 fi
 
 # Dependency order from modprobe; first appearance wins, so dependencies come first.
-: > "$STAGE/modules/order.txt"
-for m in $MODULES; do
-	modprobe -d "$ROOT" -S "$KVER" --show-depends "$m" 2>/dev/null || { echo "build-ramdisk: module $m not in $PKG" >&2; exit 1; }
-done | awk '$1=="insmod"{print $2}' | awk '!seen[$0]++' | while read -r ko; do
-	case $ko in *.ko) ;; *) echo "build-ramdisk: compressed module $ko not supported (kernel lacks MODULE_DECOMPRESS)" >&2; exit 1 ;; esac
-	name=$(basename "$ko")
-	cp "$ko" "$STAGE/modules/$name"
-	echo "$name" >> "$STAGE/modules/order.txt"
-done
+# copy_modules DIR MODULE...: DIR/order.txt, skipping what /modules already has.
+copy_modules() {
+	dir=$1
+	shift
+	mkdir -p "$dir"
+	: > "$dir/order.txt"
+	for m in "$@"; do
+		modprobe -d "$ROOT" -S "$KVER" --show-depends "$m" 2>/dev/null || { echo "build-ramdisk: module $m not in $PKG" >&2; exit 1; }
+	done | awk '$1=="insmod"{print $2}' | awk '!seen[$0]++' | while read -r ko; do
+		case $ko in *.ko) ;; *) echo "build-ramdisk: compressed module $ko not supported (kernel lacks MODULE_DECOMPRESS)" >&2; exit 1 ;; esac
+		name=$(basename "$ko")
+		[ "$dir" != "$STAGE/modules" ] && grep -qx "$name" "$STAGE/modules/order.txt" && continue
+		cp "$ko" "$dir/$name"
+		echo "$name" >> "$dir/order.txt"
+	done
+}
+copy_modules "$STAGE/modules" $MODULES
+# The storage layout's modules are loaded by the agent only when a deploy
+# plan has a layout, so commissioning does not pay for them at boot.
+[ -z "$STORAGE_MODULES" ] || copy_modules "$STAGE/modules/storage" $STORAGE_MODULES
 
 find "$STAGE" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} +
 (cd "$STAGE" && find . -mindepth 1 | LC_ALL=C sort | cpio -o -H newc --reproducible --owner=0:0 --quiet) | gzip -9n > "$OUT/initrd.cpio.gz.tmp"
@@ -131,6 +142,7 @@ cp "$ROOT/boot/vmlinuz-$KVER" "$OUT/vmlinuz"
 	echo "go: $("$GO" env GOVERSION)"
 	echo "source-date-epoch: $SOURCE_DATE_EPOCH"
 	echo "modules: $(wc -l < "$STAGE/modules/order.txt")"
+	[ -z "$STORAGE_MODULES" ] || echo "storage-modules: $(wc -l < "$STAGE/modules/storage/order.txt")"
 	echo "sha256:"
 	(cd "$OUT" && sha256sum vmlinuz initrd.cpio.gz)
 } > "$OUT/manifest.txt"

@@ -78,6 +78,11 @@ func run(ctx context.Context, out io.Writer) error {
 		BootMAC: mac,
 		Version: version,
 		Logger:  log,
+		// md, dm, ext4 and xfs load only for a deploy with a layout.
+		Storage: agent.StorageTools{Prepare: func() {
+			n, err := loadModules("/modules/storage", log)
+			log.Info("storage modules loaded", "count", n, "err", err)
+		}},
 	}
 	switch cfg.Mode {
 	case "deploy":

@@ -34,6 +34,10 @@ type StorageTools struct {
 	// MountDir is the parent of the deployed root's temporary mount point;
 	// "" is os.TempDir().
 	MountDir string
+	// Prepare loads what the layout needs before its first tool runs (the
+	// ramdisk's md, dm, ext4 and xfs modules); nil does nothing. A module
+	// that did not load shows as the failure of the tool that needs it.
+	Prepare func()
 }
 
 func (t StorageTools) withDefaults() StorageTools {
@@ -80,6 +84,9 @@ func (r *Runner) prepareLayout(ctx context.Context, p v1.StoragePlan, disks []v1
 		return nil, err
 	}
 	l := &layoutRun{lay: lay, tools: r.Storage.withDefaults(), devDir: r.devDir(), log: r.log()}
+	if l.tools.Prepare != nil {
+		l.tools.Prepare()
+	}
 	all := append([]v1.Disk(nil), lay.Root...)
 	for _, g := range lay.Groups {
 		all = append(all, g...)
