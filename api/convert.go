@@ -36,7 +36,7 @@ func toServer(s state.Server) v1.Server {
 			hw.GPUs = append(hw.GPUs, v1.GPU{PCIAddress: g.PCIAddress, Vendor: g.Vendor, DeviceID: g.DeviceID})
 		}
 		for _, d := range h.Disks {
-			hw.Disks = append(hw.Disks, v1.Disk{Name: d.Name, SizeBytes: d.SizeBytes, Model: d.Model, Serial: d.Serial, Rotational: d.Rotational, Transport: d.Transport})
+			hw.Disks = append(hw.Disks, v1.Disk{Name: d.Name, SizeBytes: d.SizeBytes, Model: d.Model, Serial: d.Serial, Rotational: d.Rotational, Transport: d.Transport, WWN: d.WWN, ByPath: d.ByPath})
 		}
 		for _, n := range h.NICs {
 			hw.NICs = append(hw.NICs, v1.NIC{Name: n.Name, MAC: n.MAC, SpeedMbps: n.SpeedMbps, Link: n.Link, LLDP: lldpToV1(n.LLDP)})

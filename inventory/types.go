@@ -229,6 +229,10 @@ type Profile struct {
 	// vendor-data. See networks.go and docs/networks.md.
 	Network   *NetworkLayout `json:"network,omitempty"`
 	CloudInit *CloudInit     `json:"cloudInit,omitempty"`
+	// Storage is the disk layout the ramdisk makes before the image is
+	// written (RAID1 root, volume groups); nil writes one disk as before.
+	// See docs/storage.md.
+	Storage *Storage `json:"storage,omitempty"`
 }
 
 // EraseMethod is how a released server's disks are erased (api/v1

@@ -22,6 +22,9 @@ mode=${1:-test}
 # lldpd is the switch side of the ramdisk's LLDP tests (ramdisk/agent).
 # cloud-init is the second opinion on the network-config v2 documents and
 # the merged cloud-config user-data Machina writes into NoCloud seeds.
+# The ramdisk build copies mdadm, lvm (lvm2), mke2fs and resize2fs
+# (e2fsprogs), mkfs.xfs and xfs_growfs (xfsprogs) and mkswap (util-linux)
+# with their shared libraries from this machine (scripts/build-ramdisk.sh).
 # prometheus ships promtool, which checks and unit-tests the alerting rules
 # of the monitoring kit (packaging/monitoring).
 # The simulated lab's IPMI servers run OpenIPMI's ipmi_sim; ipmitool is the
@@ -33,7 +36,7 @@ TEST_PKGS="$DEMO_PKGS
   qemu-system-arm qemu-efi-aarch64 grub-common
   busybox-static udhcpc isc-dhcp-client tftp-hpa dnsmasq-base
   xorriso mtools syslinux-common isolinux syslinux-efi grub-efi-amd64-bin grub-pc-bin
-  e2fsprogs dosfstools cpio kmod socat gdisk fdisk lvm2
+  e2fsprogs dosfstools cpio kmod socat gdisk fdisk lvm2 mdadm xfsprogs
   chromium chromium-driver
   curl openssl openssh-client
   debootstrap syslinux

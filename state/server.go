@@ -211,6 +211,10 @@ type Disk struct {
 	Rotational bool   `json:"rotational,omitempty"`
 	// Transport is "nvme", "sata", "sas", "usb", "virtio", "scsi" or "".
 	Transport string `json:"transport,omitempty"`
+	// WWN and ByPath are the disk's stable identities from the report
+	// (api/v1 Disk): a profile's storage layout chooses disks by them.
+	WWN    string `json:"wwn,omitempty"`
+	ByPath string `json:"byPath,omitempty"`
 }
 
 // NIC is one network interface from the commissioning report.

@@ -296,6 +296,9 @@ type Plan struct {
 	ImageSizeBytes int64 `json:"imageSizeBytes"`
 	// RootDevice picks the target disk; the zero value means "smallest disk that fits".
 	RootDevice RootDeviceHint `json:"rootDevice"`
+	// Storage, when set, is the layout made before the write (the image
+	// goes to its root device; RootDevice is then unused).
+	Storage *StoragePlan `json:"storage,omitempty"`
 	// ReadBack asks for a read-back verification after the write.
 	ReadBack bool `json:"readBack,omitempty"`
 	// Seed is the cloud-init NoCloud seed written after the image.
@@ -453,4 +456,8 @@ type DeployResult struct {
 	Duration       time.Duration `json:"durationNs"`
 	// Mode is "memory" (image buffered then written) or "two-pass".
 	Mode string `json:"mode,omitempty"`
+	// FailedStep and FailedDevice name the storage layout step that failed
+	// ("mdadm-create", "lvcreate", ...) and its device; empty otherwise.
+	FailedStep   string `json:"failedStep,omitempty"`
+	FailedDevice string `json:"failedDevice,omitempty"`
 }

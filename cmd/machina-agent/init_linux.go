@@ -75,6 +75,11 @@ func run(ctx context.Context, out io.Writer) error {
 		LLDPWait: cfg.LLDPWait,
 		Version:  version,
 		Logger:   log,
+		// md, dm, ext4 and xfs load only for a deploy with a layout.
+		Storage: agent.StorageTools{Prepare: func() {
+			n, err := loadModules("/modules/storage", log)
+			log.Info("storage modules loaded", "count", n, "err", err)
+		}},
 	}
 	if r.TPM = openTPM(log); r.TPM != nil {
 		defer r.TPM.Close()

@@ -93,6 +93,15 @@ var Packages = map[string]string{
 	"lldpd":               "lldpd",
 	"lldpcli":             "lldpd",
 	"cloud-init":          "cloud-init",
+	"mdadm":               "mdadm",
+	"lvm":                 "lvm2",
+	"mkfs.ext4":           "e2fsprogs",
+	"resize2fs":           "e2fsprogs",
+	"debugfs":             "e2fsprogs",
+	"dumpe2fs":            "e2fsprogs",
+	"mkfs.xfs":            "xfsprogs",
+	"xfs_growfs":          "xfsprogs",
+	"mkswap":              "util-linux",
 }
 
 // FilePackages are Debian packages tests need a file of rather than a

@@ -36,6 +36,9 @@ type Runner struct {
 	DevDir string
 	// Tests configures the commissioning tests; its Payload is filled from Client.
 	Tests CommissionConfig
+	// Storage runs a plan's storage layout (layout_run.go); zero uses the
+	// ramdisk's tools.
+	Storage StorageTools
 	// MemoryLimit is WriteConfig.MemoryLimit; zero means a quarter of MemTotal.
 	MemoryLimit int64
 	// TPM, when set, attests before each request that releases a secret
@@ -218,6 +221,9 @@ func (r *Runner) Deploy(ctx context.Context) (v1.DeployResult, error) {
 	res.OK = derr == nil
 	if derr != nil {
 		res.Reason = derr.Error()
+		if le := (*LayoutError)(nil); errors.As(derr, &le) {
+			res.FailedStep, res.FailedDevice = le.Step, le.Device
+		}
 		r.log().Error("deploy failed", "err", derr)
 	}
 	if err := call(context.WithoutCancel(ctx), r.log(), "done", func(ctx context.Context) error {
@@ -234,19 +240,18 @@ func (r *Runner) deploy(ctx context.Context, plan v1.Plan) (v1.DeployResult, err
 	if err != nil {
 		return res, err
 	}
-	need := plan.ImageSizeBytes + SeedSizeBytes + 2<<20
-	disk, err := ChooseDisk(facts.Disks, plan.RootDevice, need, MountedDisks(r.root()))
+	lay, disk, err := r.target(ctx, plan, facts)
 	if err != nil {
 		return res, err
 	}
-	res.DiskName = disk.Name
-	res.Disk = firstNonEmpty(disk.ByPath, disk.WWN, disk.Serial, disk.Name)
+	res.DiskName, res.Disk = disk.Name, diskID(disk)
 	r.log().Info("target disk", "disk", disk.Name, "byPath", disk.ByPath, "serial", disk.Serial, "sizeBytes", disk.SizeBytes)
 	dev, size, err := openTarget(filepath.Join(r.devDir(), disk.Name))
 	if err != nil {
 		return res, err
 	}
 	defer dev.Close()
+	lay.markWritten()
 	memLimit := r.MemoryLimit
 	if memLimit == 0 {
 		memLimit = facts.Memory.TotalBytes / 4
@@ -300,7 +305,7 @@ func (r *Runner) deploy(ctx context.Context, plan v1.Plan) (v1.DeployResult, err
 		delay = min(delay*2, retryMax)
 	}
 	res.BytesWritten, res.SHA256, res.ReadBackSHA256, res.Mode = dr.BytesWritten, dr.SHA256, dr.ReadBackSHA256, dr.Mode
-	if err != nil {
+	if err = lay.complete(ctx, dev, size, dr.SeedOffset, err); err != nil {
 		return res, err
 	}
 	r.log().Info("deploy written", "disk", disk.Name, "bytes", dr.BytesWritten, "verifySeconds", dr.Verify.Seconds(), "writeSeconds", dr.Write.Seconds(),

@@ -81,6 +81,8 @@ type vmOpts struct {
 	// NoRNG leaves out virtio-rng and uses a CPU model without RDRAND, so
 	// the kernel CRNG may not be ready when the agent starts.
 	NoRNG bool
+	// Args are more qemu arguments (extra disks).
+	Args []string
 }
 
 func bootVM(t testing.TB, kernel, initrd, disk string, port int, args string, opt vmOpts) string {
@@ -103,6 +105,7 @@ func bootVM(t testing.TB, kernel, initrd, disk string, port int, args string, op
 		"-drive", "file=" + disk + ",format=raw,if=none,id=d0,cache=unsafe",
 		"-device", "virtio-blk-pci,drive=d0,serial=machina-vm0",
 	}
+	qargs = append(qargs, opt.Args...)
 	cmd := exec.CommandContext(ctx, "qemu-system-x86_64", append(qargs, rng...)...)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out

@@ -134,6 +134,9 @@ func (p *Planner) DeployPlan(ctx context.Context, srv state.Server) (v1.Plan, er
 		// that merely holds the image is not it).
 		plan.RootDevice.MinSizeBytes = prof.Min.DiskGiB << 30
 	}
+	if plan.Storage, err = storagePlan(prof, srv.Hardware); err != nil {
+		return v1.Plan{}, err
+	}
 	if p.Join != nil {
 		cmd, tok, err := p.Join.JoinCommand(ctx, srv, *prof)
 		if err != nil {

@@ -118,6 +118,29 @@ func TestDeployPlanDiskRule(t *testing.T) {
 	if plan.ImageSHA256 != rec.Raw.Hex || plan.Seed.Hostname != "r1-n01" || plan.Seed.JoinToken != "enrol-r1-n01-hypervisor-token" || !strings.Contains(plan.Seed.JoinCommand, "/var/lib/machina/join-token") {
 		t.Errorf("plan %+v", plan)
 	}
+	// A storage layout is laid onto the commissioned disks and handed to
+	// the agent by stable identity and size; one that no longer fits
+	// refuses the plan.
+	ssd := false
+	inv.Profile("hypervisor").Storage = &inventory.Storage{Root: inventory.RootLayout{RAID: inventory.StorageRAID1, Disks: inventory.DiskMatch{Rotational: &ssd}, Size: "100GiB"},
+		VolumeGroups: []inventory.VolumeGroup{{Name: "vg0", From: inventory.VGOnRest, Volumes: []inventory.LogicalVolume{{Name: "logs", Size: "20GiB", Filesystem: "ext4", MountPoint: "/var/log"}}}}}
+	srv.Hardware = &state.Hardware{Disks: []state.Disk{{Name: "sdb", SizeBytes: 480 << 30, ByPath: "pci-0000:00:1f.2-ata-2"}, {Name: "sda", SizeBytes: 480 << 30, WWN: "naa.5002538e40a1b2c1"},
+		{Name: "sdc", SizeBytes: 4000 << 30, Rotational: true, ByPath: "pci-0000:00:1f.2-ata-3"}}}
+	if plan, err = p.DeployPlan(context.Background(), srv); err != nil {
+		t.Fatal(err)
+	}
+	wantStorage := &v1.StoragePlan{Root: v1.StorageRoot{RAID: "raid1", SizeBytes: 100 << 30, Disks: []v1.StorageDiskRef{
+		{Name: "sda", WWN: "naa.5002538e40a1b2c1", SizeBytes: 480 << 30}, {Name: "sdb", ByPath: "pci-0000:00:1f.2-ata-2", SizeBytes: 480 << 30}}},
+		VolumeGroups: []v1.StorageVolumeGroup{{Name: "vg0", Rest: true, Volumes: []v1.StorageVolume{{Name: "logs", SizeBytes: 20 << 30, Filesystem: "ext4", MountPoint: "/var/log"}}}}}
+	if d := cmp.Diff(wantStorage, plan.Storage); d != "" {
+		t.Errorf("storage plan (-want +got):\n%s", d)
+	}
+	srv.Hardware.Disks = srv.Hardware.Disks[1:]
+	if _, err := p.DeployPlan(context.Background(), srv); err == nil || !strings.Contains(err.Error(), "root needs 2 disks") {
+		t.Errorf("DeployPlan with one SSD left = %v, want the layout refused", err)
+	}
+	inv.Profile("hypervisor").Storage, srv.Hardware = nil, nil
+
 	inv.Server("r1-n01").RootDevice = &inventory.RootDevice{Serial: "S1", MinSizeGiB: 200}
 	if plan, err = p.DeployPlan(context.Background(), srv); err != nil {
 		t.Fatal(err)

@@ -237,6 +237,7 @@ func Compute(want *inventory.Inventory, have state.Snapshot, opts Options) Resul
 		p.server(&want.Servers[i])
 	}
 	p.profiles()
+	p.storage()
 	p.firmware()
 	p.networks()
 	res := &p.res
@@ -828,6 +829,9 @@ func Candidates(p inventory.Profile, want *inventory.Inventory, have state.Snaps
 		}
 		if networkRefused(&p, &ws, &obs) {
 			continue // it cannot carry the profile's network layout (NICs, fixed addresses)
+		}
+		if storageRefused(&p, &obs) {
+			continue // too few matching disks for the profile's storage layout
 		}
 		out = append(out, obs)
 	}
