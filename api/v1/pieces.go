@@ -1,5 +1,11 @@
 package v1
 
+import (
+	"context"
+	"net/http"
+	"strconv"
+)
+
 // PieceBytes is the piece size of an image's piece manifest: 4 MiB. It
 // matches the agent's write chunk (WriteConfig.ChunkBytes' default), keeps
 // the manifest of a 2 GiB image at 512 hashes (about 33 KiB of hex, small
@@ -65,4 +71,16 @@ type PieceStats struct {
 	// BadPeers are the peers that served a piece whose SHA-256 differed
 	// from the manifest; each was dropped for the rest of the deploy.
 	BadPeers []string `json:"badPeers,omitempty"`
+}
+
+// PlanWithPeer fetches the deploy plan like Plan, announcing that this
+// agent serves pieces on TCP port peerPort of the address it calls from
+// (PeerPortQuery); peerPort 0 is Plan.
+func (c *AgentClient) PlanWithPeer(ctx context.Context, token string, peerPort int) (Plan, error) {
+	if peerPort <= 0 {
+		return c.Plan(ctx, token)
+	}
+	var p Plan
+	err := c.do(ctx, "get plan", http.MethodGet, c.URL(PathAgentPlan)+"?"+PeerPortQuery+"="+strconv.Itoa(peerPort), token, nil, &p)
+	return p, err
 }
