@@ -45,7 +45,7 @@ type Runner struct {
 	// fetches the whole image from the controller (pieces.go).
 	Pieces    *PeerServer
 	PiecePort int
-	Logger  *slog.Logger
+	Logger    *slog.Logger
 }
 
 func (r *Runner) log() *slog.Logger {
