@@ -77,6 +77,10 @@ type MachineConfig struct {
 	// reports closer together than half of it are answered 429 and
 	// dropped, so a machine cannot write its record faster than that.
 	ProgressEvery time.Duration
+	// Pieces counts the image bytes agents report fetching from the
+	// controller and from wave peers, and bad pieces (pieces.go); nil
+	// counts nothing (bad-piece events are written either way).
+	Pieces *PieceMetrics
 	// Logger: nil discards.
 	Logger *slog.Logger
 }
@@ -655,7 +659,7 @@ func (m *Machine) plan(w http.ResponseWriter, r *http.Request) {
 	// The deploy is named by its plan token: the host's enrolment token
 	// (in the seed) is bound to it.
 	srv.Deploy = &state.DeployRecord{ID: t.ID}
-	p, err := m.cfg.Planner.DeployPlan(r.Context(), srv)
+	p, err := m.cfg.Planner.DeployPlan(withPeerAddr(r), srv)
 	if err != nil {
 		m.log.Error("deploy plan", "machine", srv.Name, "err", err)
 		_, _ = m.cfg.Store.AppendEvent(state.Event{Server: srv.Name, Kind: "deploy.plan_failed", Message: err.Error()})
@@ -752,6 +756,9 @@ func (m *Machine) done(w http.ResponseWriter, r *http.Request) {
 			ok, reason = false, "deploy not verified: "+err.Error()
 		}
 		fault(faultDoneBeforeCommit)
+		if err := m.cfg.Pieces.recordPieces(tx, t.Server, res.Pieces); err != nil {
+			return state.Answer{}, err
+		}
 		if err := deployOutcomeTx(tx, t.Server, ok, reason, true); err != nil {
 			return state.Answer{}, err
 		}
