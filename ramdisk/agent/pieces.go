@@ -367,21 +367,24 @@ func (f *PieceFetcher) get(ctx context.Context, u, token, rng string, n int64, s
 	return b, nil
 }
 
-// pieceOpener returns the opener of a plan with a piece manifest and a
-// wave (and the source of its stats), or nil when the deploy fetches the
-// whole image from the controller: no manifest or wave in the plan, no
-// PeerServer, or an image larger than memLimit (the pieces are held in
-// memory to be served, beside the write's own buffer).
-func (r *Runner) pieceOpener(plan v1.Plan, memLimit int64) (ImageOpener, func() *v1.PieceStats, error) {
+// usePieces sets w.Open to fetch the image piece by piece from the wave
+// when the plan has a piece manifest and a wave, the agent a PeerServer and
+// the image fits in memLimit (the pieces are held in memory to be served,
+// beside the write's own buffer); otherwise w keeps its whole-image opener.
+// The returned func, run when the deploy ends, puts where the bytes came
+// from into res. A manifest that contradicts the plan fails the deploy
+// (through w.Open) before anything is fetched.
+func (r *Runner) usePieces(plan v1.Plan, memLimit int64, w *WriteConfig, res *v1.DeployResult) func() {
 	if plan.Pieces == nil || plan.Wave == nil || r.Pieces == nil || plan.ImageSizeBytes > memLimit {
-		return nil, nil, nil
-	}
-	if plan.Pieces.SizeBytes != plan.ImageSizeBytes || !strings.EqualFold(plan.Pieces.SHA256, plan.ImageSHA256) {
-		return nil, nil, fmt.Errorf("piece manifest names %d bytes sha256 %s, the plan %d bytes %s", plan.Pieces.SizeBytes, plan.Pieces.SHA256, plan.ImageSizeBytes, plan.ImageSHA256)
+		return func() {}
 	}
 	set, err := NewPieceSet(*plan.Pieces)
+	if err == nil && (plan.Pieces.SizeBytes != plan.ImageSizeBytes || !strings.EqualFold(plan.Pieces.SHA256, plan.ImageSHA256)) {
+		err = fmt.Errorf("piece manifest names %d bytes sha256 %s, the plan %d bytes %s", plan.Pieces.SizeBytes, plan.Pieces.SHA256, plan.ImageSizeBytes, plan.ImageSHA256)
+	}
 	if err != nil {
-		return nil, nil, err
+		w.Open = func(context.Context) (io.ReadCloser, error) { return nil, err }
+		return func() {}
 	}
 	r.Pieces.Offer(set, plan.Wave.Token)
 	peers := plan.Wave.Peers
@@ -390,5 +393,6 @@ func (r *Runner) pieceOpener(plan v1.Plan, memLimit int64) (ImageOpener, func() 
 	}
 	f := &PieceFetcher{Set: set, ImageURL: plan.ImageURL, ImageToken: plan.ImageToken, WaveToken: plan.Wave.Token, Peers: peers, HTTP: r.Client.HTTP, Logger: r.log()}
 	r.log().Info("sharing image pieces with the wave", "wave", plan.Wave.ID, "peers", len(peers), "pieces", len(plan.Pieces.Pieces))
-	return f.Open, func() *v1.PieceStats { s := f.Stats(); return &s }, nil
+	w.Open = f.Open
+	return func() { s := f.Stats(); res.Pieces = &s }
 }

@@ -251,14 +251,7 @@ func (r *Runner) deploy(ctx context.Context, plan v1.Plan) (res v1.DeployResult,
 		Seed:   plan.Seed,
 		Logger: r.log(),
 	}
-	open, pieceStats, err := r.pieceOpener(plan, memLimit)
-	if err != nil {
-		return res, err
-	}
-	if open != nil {
-		cfg.Write.Open = open
-		defer func() { res.Pieces = pieceStats() }()
-	}
+	defer r.usePieces(plan, memLimit, &cfg.Write, &res)() // fetch from the wave (pieces.go)
 	// The image download is retried when the controller went away under
 	// it (restarted, connection reset, 502/503/504, stream cut short):
 	// the image token is reusable and nothing reaches the disk before the

@@ -96,12 +96,15 @@ func (w *Waves) join(zone, sha string, server, url string, alive func(string) bo
 	return out
 }
 
-// addPieces puts the image's piece manifest and, when the agent announced
-// a piece listener (api.PeerAddr), its wave into plan. A manifest that
+// addPieces puts the image's piece manifest and the machine's wave into
+// plan when the agent announced a piece listener (api.PeerAddr). A manifest that
 // cannot be made leaves the plan as it was (the agent fetches the whole
 // image), with a warning.
 func (p *Planner) addPieces(ctx context.Context, srv state.Server, image string, plan *v1.Plan) {
-	if p.Waves == nil {
+	// Only an agent that announced a piece listener knows the plan's
+	// Pieces and Wave fields (an older ramdisk decodes plans strictly).
+	addr := api.PeerAddr(ctx)
+	if p.Waves == nil || addr == "" {
 		return
 	}
 	m, err := p.Images.Manifest(image)
@@ -112,10 +115,6 @@ func (p *Planner) addPieces(ctx context.Context, srv state.Server, image string,
 		return
 	}
 	plan.Pieces = &v1.PieceManifest{PieceBytes: m.PieceBytes, SizeBytes: m.SizeBytes, SHA256: m.Raw.Hex, Pieces: m.Pieces}
-	addr := api.PeerAddr(ctx)
-	if addr == "" {
-		return
-	}
 	alive := func(name string) bool {
 		if p.Store == nil {
 			return true
