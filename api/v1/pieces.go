@@ -84,3 +84,8 @@ func (c *AgentClient) PlanWithPeer(ctx context.Context, token string, peerPort i
 	err := c.do(ctx, "get plan", http.MethodGet, c.URL(PathAgentPlan)+"?"+PeerPortQuery+"="+strconv.Itoa(peerPort), token, nil, &p)
 	return p, err
 }
+
+// DefaultPeerPort is the TCP port the ramdisk agent serves pieces on
+// (cmd/machina-agent): machines of one zone must reach each other on it
+// over the provisioning network.
+const DefaultPeerPort = 7480
