@@ -27,6 +27,13 @@ func PeerAddr(ctx context.Context) string {
 	return s
 }
 
+// WithPeerAddr returns ctx carrying addr ("host:port") as the plan
+// request's piece listener (PeerAddr); the API sets it, tests of planners
+// use it.
+func WithPeerAddr(ctx context.Context, addr string) context.Context {
+	return context.WithValue(ctx, peerAddrKey{}, addr)
+}
+
 // withPeerAddr returns r's context carrying the agent's announced piece
 // listener, when the port is a valid TCP port.
 func withPeerAddr(r *http.Request) context.Context {
@@ -34,7 +41,7 @@ func withPeerAddr(r *http.Request) context.Context {
 	if err != nil || p <= 0 || p > 65535 {
 		return r.Context()
 	}
-	return context.WithValue(r.Context(), peerAddrKey{}, net.JoinHostPort(remoteIP(r), strconv.Itoa(p)))
+	return WithPeerAddr(r.Context(), net.JoinHostPort(remoteIP(r), strconv.Itoa(p)))
 }
 
 // PieceMetrics counts where deployed image bytes came from, as the agents

@@ -27,14 +27,18 @@ type Manifest struct {
 	Pieces     []string `json:"pieces"` // lower-case hex SHA-256 of piece i
 }
 
+// manifestSuffix names a blob's cached manifest: blobs/sha256/<hex> plus it.
+const manifestSuffix = ".pieces.json"
+
 // manifestMu serialises the first computation of a manifest in this
 // process (concurrent plans of one wave would otherwise hash it in
 // parallel); the file's atomic rename keeps other processes safe.
 var manifestMu sync.Mutex
 
 // Manifest returns the piece manifest of verified image name. It is
-// computed from the blob once (one sequential read) and cached next to it
-// as blobs/sha256/<hex>.pieces.json; a cached manifest whose digest or
+// computed from the blob once (one sequential read: the import does it
+// when it stores the image) and cached next to it as
+// blobs/sha256/<hex>.pieces.json; a cached manifest whose digest or
 // size differ from the record is recomputed. Errors wrap [ErrNotFound] for
 // an unknown or unverified image.
 func (s *Store) Manifest(name string) (Manifest, error) {
@@ -47,7 +51,7 @@ func (s *Store) Manifest(name string) (Manifest, error) {
 	if err != nil {
 		return Manifest{}, fmt.Errorf("piece manifest %s: %w", name, err)
 	}
-	cache := blob + ".pieces.json"
+	cache := blob + manifestSuffix
 	manifestMu.Lock()
 	defer manifestMu.Unlock()
 	// A missing, torn or stale cache file is rebuilt below.
@@ -103,4 +107,23 @@ func HashPieces(r io.Reader, size int64) (Manifest, error) {
 	}
 	m.Raw = Digest{Algo: SHA256, Hex: hex.EncodeToString(whole.Sum(nil))}
 	return m, nil
+}
+
+// CachedManifest returns name's manifest only if it is already cached
+// (no hashing), and false otherwise: a deploy plan must not wait for a
+// large image to be hashed.
+func (s *Store) CachedManifest(name string) (Manifest, bool) {
+	rec, ok := s.verified(name)
+	if !ok {
+		return Manifest{}, false
+	}
+	blob, err := s.BlobPath(rec.Raw)
+	if err != nil {
+		return Manifest{}, false
+	}
+	m, err := readManifest(blob + manifestSuffix)
+	if err != nil || m.Raw != rec.Raw || m.SizeBytes != rec.SizeBytes || m.PieceBytes != PieceBytes {
+		return Manifest{}, false
+	}
+	return m, true
 }

@@ -8,9 +8,9 @@ import (
 )
 
 // TestManifestOfImportedImage imports a real image (10.5 MiB: two full
-// pieces and a short one) and checks its piece manifest against pieces
-// hashed independently from the served bytes, then that the manifest is
-// cached next to the blob and a corrupted cache is rebuilt.
+// pieces and a short one) and checks the piece manifest the import made
+// against pieces hashed independently from the served bytes, then that it
+// is cached next to the blob and a corrupted cache is rebuilt.
 func TestManifestOfImportedImage(t *testing.T) {
 	srv := newFaultServer(t)
 	raw := randomRaw(t, 10*mib+mib/2)
@@ -20,9 +20,9 @@ func TestManifestOfImportedImage(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Import() = %v", err)
 	}
-	m, err := e.store.Manifest("x")
-	if err != nil {
-		t.Fatalf("Manifest() = %v", err)
+	m, ok := e.store.CachedManifest("x")
+	if !ok {
+		t.Fatal("CachedManifest() after the import = false, want the manifest the import made")
 	}
 	var want []string
 	for off := 0; off < len(raw); off += 4 << 20 {
@@ -47,6 +47,9 @@ func TestManifestOfImportedImage(t *testing.T) {
 	os.Chmod(blob+".pieces.json", 0o644)
 	if err := os.WriteFile(blob+".pieces.json", []byte(`{"pieceBytes":4194304,"sizeBytes":1,"pieces":[]}`), 0o644); err != nil {
 		t.Fatal(err)
+	}
+	if _, ok := e.store.CachedManifest("x"); ok {
+		t.Error("CachedManifest() with a corrupt cache = true")
 	}
 	m2, err := e.store.Manifest("x")
 	if err != nil || len(m2.Pieces) != 3 || m2.Pieces[2] != want[2] {

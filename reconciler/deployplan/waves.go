@@ -7,10 +7,12 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"log/slog"
 	"sync"
 
 	"github.com/machina-metal/machina/api"
 	v1 "github.com/machina-metal/machina/api/v1"
+	"github.com/machina-metal/machina/images"
 	"github.com/machina-metal/machina/state"
 )
 
@@ -32,9 +34,10 @@ import (
 // failover forgets the waves; later plans start new ones. Safe for
 // concurrent use.
 type Waves struct {
-	key   []byte
-	mu    sync.Mutex
-	waves map[string]*wave
+	key      []byte
+	mu       sync.Mutex
+	waves    map[string]*wave
+	building map[string]bool // images whose manifest is being made
 }
 
 type wave struct {
@@ -50,7 +53,27 @@ type waveMember struct {
 func NewWaves() *Waves {
 	k := make([]byte, 32)
 	rand.Read(k)
-	return &Waves{key: k, waves: map[string]*wave{}}
+	return &Waves{key: k, waves: map[string]*wave{}, building: map[string]bool{}}
+}
+
+// build makes image's manifest in the background with hash, unless a
+// build of it is already running.
+func (w *Waves) build(image string, hash func(string) (images.Manifest, error), log *slog.Logger) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.building[image] {
+		return
+	}
+	w.building[image] = true
+	go func() {
+		_, err := hash(image)
+		if err != nil && log != nil {
+			log.Warn("piece manifest not made; plans fall back to whole-image fetches", "image", image, "err", err)
+		}
+		w.mu.Lock()
+		delete(w.building, image)
+		w.mu.Unlock()
+	}()
 }
 
 // join adds server (serving pieces at url) to the wave of zone and image
@@ -107,11 +130,11 @@ func (p *Planner) addPieces(ctx context.Context, srv state.Server, image string,
 	if p.Waves == nil || addr == "" {
 		return
 	}
-	m, err := p.Images.Manifest(image)
-	if err != nil {
-		if p.Logger != nil {
-			p.Logger.Warn("no piece manifest: the machine fetches the whole image", "machine", srv.Name, "image", image, "err", err)
-		}
+	m, ok := p.Images.CachedManifest(image)
+	if !ok {
+		// An image imported before manifests existed: hash it in the
+		// background (once at a time) and plan this machine without.
+		p.Waves.build(image, p.Images.Manifest, p.Logger)
 		return
 	}
 	plan.Pieces = &v1.PieceManifest{PieceBytes: m.PieceBytes, SizeBytes: m.SizeBytes, SHA256: m.Raw.Hex, Pieces: m.Pieces}

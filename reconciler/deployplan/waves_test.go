@@ -1,8 +1,21 @@
 package deployplan
 
 import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/machina-metal/machina/api"
+	"github.com/machina-metal/machina/images"
+	"github.com/machina-metal/machina/inventory"
+	"github.com/machina-metal/machina/state"
 )
 
 // TestWavesPeersTokensAndZones: members of one zone and image get the same
@@ -51,5 +64,70 @@ func TestWavesPeersTokensAndZones(t *testing.T) {
 	}
 	if NewWaves().join("zone-a", img, "n1", "n1:7480", alive).Token == first {
 		t.Error("another controller's key made the same token")
+	}
+}
+
+// TestDeployPlanPiecesAndWave: a plan carries no pieces or wave for an
+// agent that announced no piece listener; for one that did, an image whose
+// manifest is not made yet is planned whole while the manifest is made in
+// the background; once it is, plans carry the manifest (matching the blob)
+// and the wave, the second machine naming the first as its peer.
+func TestDeployPlanPiecesAndWave(t *testing.T) {
+	res, err := inventory.Load(os.DirFS("../../inventory-example"), inventory.Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inv := res.Inventory
+	dir := t.TempDir()
+	store, err := images.OpenStore(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	blob := make([]byte, images.PieceBytes+100)
+	rand.Read(blob)
+	sum := sha256.Sum256(blob)
+	raw := images.Digest{Algo: "sha256", Hex: hex.EncodeToString(sum[:])}
+	bp, _ := store.BlobPath(raw)
+	if err := os.WriteFile(bp, blob, 0o444); err != nil {
+		t.Fatal(err)
+	}
+	rec := images.Record{Name: "ubuntu-24.04", Source: "http://mirror.invalid/u.img", State: images.StateVerified, SizeBytes: int64(len(blob)), Raw: raw}
+	b, _ := json.Marshal(rec)
+	if err := os.WriteFile(filepath.Join(dir, "images", "ubuntu-24.04.json"), b, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	p := &Planner{Desired: func() *inventory.Inventory { return inv }, Images: store, BaseURL: "http://10.99.0.1:8080", Join: fixedJoin{}, Waves: NewWaves()}
+	srv := func(name string) state.Server {
+		return state.Server{Name: name, Zone: "zone-a", Lifecycle: state.LifecycleDeploying,
+			Allocation: &state.Allocation{Profile: "hypervisor", Image: "ubuntu-24.04", At: time.Unix(1700000000, 0)}}
+	}
+	plan, err := p.DeployPlan(context.Background(), srv("r1-n01"))
+	if err != nil || plan.Pieces != nil || plan.Wave != nil {
+		t.Fatalf("plan without a piece listener: pieces %v wave %v err %v; want neither", plan.Pieces != nil, plan.Wave, err)
+	}
+	ctx1 := api.WithPeerAddr(context.Background(), "10.0.0.1:7480")
+	if plan, err = p.DeployPlan(ctx1, srv("r1-n01")); err != nil || plan.Pieces != nil {
+		t.Fatalf("plan before the manifest is made: pieces %v err %v; want none", plan.Pieces != nil, err)
+	}
+	deadline := time.Now().Add(time.Minute)
+	for {
+		if _, ok := store.CachedManifest("ubuntu-24.04"); ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the background manifest was not made within a minute")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if plan, err = p.DeployPlan(ctx1, srv("r1-n01")); err != nil || plan.Pieces == nil || plan.Wave == nil {
+		t.Fatalf("plan with the manifest: %+v, %v", plan, err)
+	}
+	first := sha256.Sum256(blob[:images.PieceBytes])
+	if plan.Pieces.SHA256 != raw.Hex || len(plan.Pieces.Pieces) != 2 || plan.Pieces.Pieces[0] != hex.EncodeToString(first[:]) || len(plan.Wave.Peers) != 0 {
+		t.Errorf("first member's plan: pieces %+v, wave %+v", plan.Pieces, plan.Wave)
+	}
+	plan2, err := p.DeployPlan(api.WithPeerAddr(context.Background(), "10.0.0.2:7480"), srv("r1-n02"))
+	if err != nil || plan2.Wave == nil || plan2.Wave.Token != plan.Wave.Token || len(plan2.Wave.Peers) != 1 || plan2.Wave.Peers[0] != "http://10.0.0.1:7480" {
+		t.Errorf("second member's wave = %+v, %v; want the first's token and it as peer", plan2.Wave, err)
 	}
 }
