@@ -2,8 +2,10 @@ package agent
 
 import (
 	"bytes"
+	"context"
 	"crypto/rand"
 	"errors"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -265,4 +267,57 @@ func TestNewPieceSetRefusesBadManifest(t *testing.T) {
 			t.Errorf("%s: NewPieceSet() = nil error", name)
 		}
 	}
+}
+
+// TestUsePiecesChoosesTheFetch: a plan with a manifest and a wave fetches
+// by pieces (and reports where they came from); an image larger than the
+// memory limit, or a plan without a wave, keeps the whole-image opener; a
+// manifest that contradicts the plan's digest fails the fetch before any
+// request.
+func TestUsePiecesChoosesTheFetch(t *testing.T) {
+	img, m := pieceImage(t, v1.PieceBytes+1)
+	r := &Runner{Client: &v1.AgentClient{BaseURL: "http://127.0.0.1:1"}, Pieces: &PeerServer{}}
+	plan := v1.Plan{ImageURL: "http://127.0.0.1:1/images/a", ImageSHA256: m.SHA256, ImageSizeBytes: int64(len(img)), Pieces: &m, Wave: &v1.Wave{ID: "w", Token: "t"}}
+	whole := func(context.Context) (io.ReadCloser, error) { return nil, errors.New("whole image") }
+
+	w, res := WriteConfig{Open: whole}, v1.DeployResult{}
+	done := r.usePieces(plan, 1<<30, &w, &res)
+	if _, ok := mustOpen(t, w).(*pieceReader); !ok {
+		t.Error("plan with pieces and wave: not fetched by pieces")
+	}
+	done()
+	if res.Pieces == nil {
+		t.Error("piece stats not reported")
+	}
+	for _, tc := range []struct {
+		name     string
+		plan     v1.Plan
+		memLimit int64
+	}{
+		{"no wave", v1.Plan{ImageSizeBytes: plan.ImageSizeBytes, Pieces: &m}, 1 << 30},
+		{"larger than memory", plan, int64(len(img)) - 1},
+	} {
+		w := WriteConfig{Open: whole}
+		r.usePieces(tc.plan, tc.memLimit, &w, &res)()
+		if _, err := w.Open(t.Context()); err == nil || err.Error() != "whole image" {
+			t.Errorf("%s: opener replaced (%v)", tc.name, err)
+		}
+	}
+	bad := m
+	bad.SHA256 = strings.Repeat("0", 64)
+	plan.Pieces = &bad
+	w = WriteConfig{Open: whole}
+	r.usePieces(plan, 1<<30, &w, &res)()
+	if _, err := w.Open(t.Context()); err == nil || !strings.Contains(err.Error(), "piece manifest names") {
+		t.Errorf("contradicting manifest: Open() = %v, want the refusal", err)
+	}
+}
+
+func mustOpen(t *testing.T, w WriteConfig) io.ReadCloser {
+	t.Helper()
+	rc, err := w.Open(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rc
 }
