@@ -739,7 +739,10 @@ func (m *Machine) done(w http.ResponseWriter, r *http.Request) {
 		m.bad(w, r, t.Server, code, "done: "+err.Error())
 		return
 	}
-	m.use(w, r, tok, state.PurposeDone, body, false, func(tx *state.Tx, t state.Token) (state.Answer, error) {
+	var counted *v1.PieceStats // set by the effect; counted once it committed
+	sw := &statusWriter{ResponseWriter: w}
+	defer func() { m.cfg.Pieces.count(sw.code, counted) }()
+	m.use(sw, r, tok, state.PurposeDone, body, false, func(tx *state.Tx, t state.Token) (state.Answer, error) {
 		srv, err := tx.Server(t.Server)
 		if err != nil {
 			return state.Answer{}, err
@@ -756,9 +759,10 @@ func (m *Machine) done(w http.ResponseWriter, r *http.Request) {
 			ok, reason = false, "deploy not verified: "+err.Error()
 		}
 		fault(faultDoneBeforeCommit)
-		if err := m.cfg.Pieces.recordPieces(tx, t.Server, res.Pieces); err != nil {
+		if err := piecesTx(tx, t.Server, res.Pieces); err != nil {
 			return state.Answer{}, err
 		}
+		counted = res.Pieces
 		if err := deployOutcomeTx(tx, t.Server, ok, reason, true); err != nil {
 			return state.Answer{}, err
 		}

@@ -79,29 +79,39 @@ func NewPieceMetrics(reg prometheus.Registerer) (*PieceMetrics, error) {
 	return m, nil
 }
 
-// recordPieces counts a done's piece stats and writes one event per bad
-// peer it reports, in the done's transaction.
-func (m *PieceMetrics) recordPieces(tx *state.Tx, server string, ps *v1.PieceStats) error {
+// piecesTx writes one deploy.bad_piece event per bad peer a done reports
+// (at most v1.MaxWavePeers: an agent asks no more), in the done's
+// transaction.
+func piecesTx(tx *state.Tx, server string, ps *v1.PieceStats) error {
 	if ps == nil {
 		return nil
 	}
-	bad := ps.BadPeers
-	if len(bad) > v1.MaxWavePeers { // an agent asks at most that many peers
-		bad = bad[:v1.MaxWavePeers]
-	}
-	for _, peer := range bad {
+	for _, peer := range badPeers(ps) {
 		if err := tx.AppendEvent(state.Event{Server: server, Kind: "deploy.bad_piece",
 			Message: fmt.Sprintf("wave peer %s served an image piece that did not match the manifest; the agent dropped it and used nothing it sent", truncatePeer(peer))}); err != nil {
 			return err
 		}
 	}
-	if m == nil {
-		return nil
+	return nil
+}
+
+func badPeers(ps *v1.PieceStats) []string {
+	if len(ps.BadPeers) > v1.MaxWavePeers {
+		return ps.BadPeers[:v1.MaxWavePeers]
+	}
+	return ps.BadPeers
+}
+
+// count adds a done's piece stats to the counters once the done was
+// answered 204 (its transaction committed; a replayed answer runs no
+// effect, so ps is nil then). Nil m counts nothing.
+func (m *PieceMetrics) count(code int, ps *v1.PieceStats) {
+	if m == nil || ps == nil || code != http.StatusNoContent {
+		return
 	}
 	m.bytes.WithLabelValues("controller").Add(float64(max(ps.ControllerBytes, 0)))
 	m.bytes.WithLabelValues("peer").Add(float64(max(ps.PeerBytes, 0)))
-	m.bad.Add(float64(len(bad)))
-	return nil
+	m.bad.Add(float64(len(badPeers(ps))))
 }
 
 // truncatePeer keeps an agent-supplied peer URL printable and short.
