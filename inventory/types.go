@@ -204,6 +204,11 @@ type Profile struct {
 	// component versions, Secure Boot); nil asks for nothing. See
 	// docs/firmware.md "Firmware in profiles".
 	Firmware *Firmware `json:"firmware,omitempty"`
+
+	// ShareAcrossZones lets the profile's deploying machines share image
+	// pieces across zones (docs/ramdisk.md "Deploy waves"); false keeps
+	// every deploy wave inside one zone.
+	ShareAcrossZones bool `json:"shareAcrossZones,omitempty"`
 }
 
 // Firmware is a profile's desired firmware state, in Redfish terms (the

@@ -117,7 +117,7 @@ func (p *Planner) DeployPlan(ctx context.Context, srv state.Server) (v1.Plan, er
 			JoinCommand: v1.JoinPlaceholder,
 		},
 	}
-	p.addPieces(ctx, srv, image, &plan)
+	p.addPieces(ctx, srv, *prof, image, &plan)
 	if ws := inv.Server(srv.Name); ws != nil && ws.RootDevice != nil {
 		plan.RootDevice = v1.RootDeviceHint{Serial: ws.RootDevice.Serial, WWN: ws.RootDevice.WWN, ByPath: ws.RootDevice.ByPath, MinSizeBytes: ws.RootDevice.MinSizeGiB << 30}
 	} else {

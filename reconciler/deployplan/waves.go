@@ -13,6 +13,7 @@ import (
 	"github.com/machina-metal/machina/api"
 	v1 "github.com/machina-metal/machina/api/v1"
 	"github.com/machina-metal/machina/images"
+	"github.com/machina-metal/machina/inventory"
 	"github.com/machina-metal/machina/state"
 )
 
@@ -25,7 +26,9 @@ import (
 // Each member is told the (at most v1.MaxWavePeers) most recent members
 // that joined before it: they hold or are fetching the image, and because
 // a member only ever waits on earlier members the waits form no cycle.
-// Peers never cross zones: the zone is part of the wave's identity.
+// Peers never cross zones (the zone is part of the wave's identity)
+// unless the profile says shareAcrossZones: its machines then form one
+// wave per image whatever their zones.
 //
 // The wave token is an HMAC-SHA256, under a key drawn at NewWaves and held
 // only in memory, of the zone, image digest and wave generation: a machine
@@ -123,7 +126,7 @@ func (w *Waves) join(zone, sha string, server, url string, alive func(string) bo
 // plan when the agent announced a piece listener (api.PeerAddr). A manifest that
 // cannot be made leaves the plan as it was (the agent fetches the whole
 // image), with a warning.
-func (p *Planner) addPieces(ctx context.Context, srv state.Server, image string, plan *v1.Plan) {
+func (p *Planner) addPieces(ctx context.Context, srv state.Server, prof inventory.Profile, image string, plan *v1.Plan) {
 	// Only an agent that announced a piece listener knows the plan's
 	// Pieces and Wave fields (an older ramdisk decodes plans strictly).
 	addr := api.PeerAddr(ctx)
@@ -145,7 +148,11 @@ func (p *Planner) addPieces(ctx context.Context, srv state.Server, image string,
 		s, err := p.Store.Server(name)
 		return err == nil && s.Lifecycle == state.LifecycleDeploying
 	}
-	wv := p.Waves.join(srv.Zone, m.Raw.Hex, srv.Name, addr, alive)
+	zone := srv.Zone
+	if prof.ShareAcrossZones {
+		zone = "profile:" + prof.Name // one wave per image for the profile, over its zones
+	}
+	wv := p.Waves.join(zone, m.Raw.Hex, srv.Name, addr, alive)
 	plan.Wave = &wv
 	if p.Logger != nil {
 		p.Logger.Info("deploy wave joined", "machine", srv.Name, "wave", wv.ID, "peers", len(wv.Peers))

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/machina-metal/machina/api"
+	v1 "github.com/machina-metal/machina/api/v1"
 	"github.com/machina-metal/machina/images"
 	"github.com/machina-metal/machina/inventory"
 	"github.com/machina-metal/machina/state"
@@ -130,4 +131,61 @@ func TestDeployPlanPiecesAndWave(t *testing.T) {
 	if err != nil || plan2.Wave == nil || plan2.Wave.Token != plan.Wave.Token || len(plan2.Wave.Peers) != 1 || plan2.Wave.Peers[0] != "http://10.0.0.1:7480" {
 		t.Errorf("second member's wave = %+v, %v; want the first's token and it as peer", plan2.Wave, err)
 	}
+}
+
+// TestWaveCrossesZonesOnlyWhenTheProfileSays: two machines of one profile
+// in different zones get no peer across by default; with the profile's
+// shareAcrossZones they are one wave, the second naming the first.
+func TestWaveCrossesZonesOnlyWhenTheProfileSays(t *testing.T) {
+	for _, share := range []bool{false, true} {
+		p, inv := pieceFixture(t)
+		inv.Profile("hypervisor").ShareAcrossZones = share
+		plan := func(name, zone, addr string) v1.Plan {
+			srv := state.Server{Name: name, Zone: zone, Lifecycle: state.LifecycleDeploying,
+				Allocation: &state.Allocation{Profile: "hypervisor", Image: "ubuntu-24.04", At: time.Unix(1700000000, 0)}}
+			pl, err := p.DeployPlan(api.WithPeerAddr(context.Background(), addr), srv)
+			if err != nil || pl.Wave == nil {
+				t.Fatalf("plan of %s: wave %v, %v", name, pl.Wave, err)
+			}
+			return pl
+		}
+		a := plan("r1-n01", "zone-a", "10.0.1.1:7480")
+		b := plan("r2-n01", "zone-b", "10.0.2.1:7480")
+		crossed := len(b.Wave.Peers) == 1 && b.Wave.Peers[0] == "http://10.0.1.1:7480" && a.Wave.Token == b.Wave.Token
+		if crossed != share {
+			t.Errorf("shareAcrossZones %v: zone-b machine's wave %+v (zone-a's token equal: %v), want crossing %v", share, b.Wave, a.Wave.Token == b.Wave.Token, share)
+		}
+	}
+}
+
+// pieceFixture is a planner over the example inventory with a verified
+// 4 MiB+100 B ubuntu-24.04 image whose manifest is cached.
+func pieceFixture(t *testing.T) (*Planner, *inventory.Inventory) {
+	t.Helper()
+	res, err := inventory.Load(os.DirFS("../../inventory-example"), inventory.Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	store, err := images.OpenStore(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	blob := make([]byte, images.PieceBytes+100)
+	rand.Read(blob)
+	sum := sha256.Sum256(blob)
+	raw := images.Digest{Algo: "sha256", Hex: hex.EncodeToString(sum[:])}
+	bp, _ := store.BlobPath(raw)
+	if err := os.WriteFile(bp, blob, 0o444); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := json.Marshal(images.Record{Name: "ubuntu-24.04", Source: "http://mirror.invalid/u.img", State: images.StateVerified, SizeBytes: int64(len(blob)), Raw: raw})
+	if err := os.WriteFile(filepath.Join(dir, "images", "ubuntu-24.04.json"), b, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.Manifest("ubuntu-24.04"); err != nil {
+		t.Fatal(err)
+	}
+	inv := res.Inventory
+	return &Planner{Desired: func() *inventory.Inventory { return inv }, Images: store, BaseURL: "http://10.99.0.1:8080", Join: fixedJoin{}, Waves: NewWaves()}, inv
 }
