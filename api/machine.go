@@ -84,6 +84,10 @@ type MachineConfig struct {
 	// AttestPolicy gives each server's attestation rule; nil means
 	// optional for every server, with no EK pinned.
 	AttestPolicy AttestPolicy
+	// Pieces counts the image bytes agents report fetching from the
+	// controller and from wave peers, and bad pieces (pieces.go); nil
+	// counts nothing (bad-piece events are written either way).
+	Pieces *PieceMetrics
 	// Logger: nil discards.
 	Logger *slog.Logger
 }
@@ -673,7 +677,7 @@ func (m *Machine) plan(w http.ResponseWriter, r *http.Request) {
 	// The deploy is named by its plan token: the host's enrolment token
 	// (in the seed) is bound to it.
 	srv.Deploy = &state.DeployRecord{ID: t.ID}
-	p, err := m.cfg.Planner.DeployPlan(r.Context(), srv)
+	p, err := m.cfg.Planner.DeployPlan(withPeerAddr(r), srv)
 	if err != nil {
 		m.log.Error("deploy plan", "machine", srv.Name, "err", err)
 		_, _ = m.cfg.Store.AppendEvent(state.Event{Server: srv.Name, Kind: "deploy.plan_failed", Message: err.Error()})
@@ -753,7 +757,10 @@ func (m *Machine) done(w http.ResponseWriter, r *http.Request) {
 		m.bad(w, r, t.Server, code, "done: "+err.Error())
 		return
 	}
-	m.use(w, r, tok, state.PurposeDone, body, false, func(tx *state.Tx, t state.Token) (state.Answer, error) {
+	var counted *v1.PieceStats // set by the effect; counted once it committed
+	sw := &statusWriter{ResponseWriter: w}
+	defer func() { m.cfg.Pieces.count(sw.code, counted) }()
+	m.use(sw, r, tok, state.PurposeDone, body, false, func(tx *state.Tx, t state.Token) (state.Answer, error) {
 		srv, err := tx.Server(t.Server)
 		if err != nil {
 			return state.Answer{}, err
@@ -770,6 +777,10 @@ func (m *Machine) done(w http.ResponseWriter, r *http.Request) {
 			ok, reason = false, "deploy not verified: "+err.Error()
 		}
 		fault(faultDoneBeforeCommit)
+		if err := piecesTx(tx, t.Server, res.Pieces); err != nil {
+			return state.Answer{}, err
+		}
+		counted = res.Pieces
 		if err := deployOutcomeTx(tx, t.Server, ok, reason, true); err != nil {
 			return state.Answer{}, err
 		}

@@ -75,6 +75,10 @@ type Config struct {
 	WorkDir string
 	// ImagesDir overrides the image store's folder.
 	ImagesDir string
+	// ImageEgressBytesPerSecond caps the controller's image responses
+	// together (images.HandlerConfig.EgressBytesPerSecond); zero is
+	// unlimited.
+	ImageEgressBytesPerSecond int64
 	// Mirrors re-roots catalog images at local mirrors.
 	Mirrors images.Mirrors
 	// AllowFileURLs lets images.yaml name file:// URLs (tests, the

@@ -292,7 +292,7 @@ func (w *wiring) images() (func(), error) {
 	if err != nil {
 		return nil, fmt.Errorf("controller: %w", err)
 	}
-	h, err := images.NewHandler(images.HandlerConfig{Store: w.imgStore, Tokens: deployplan.NewImageTokens(w.st), Logger: w.log.With("component", "images")})
+	h, err := images.NewHandler(images.HandlerConfig{Store: w.imgStore, Tokens: deployplan.NewImageTokens(w.st), EgressBytesPerSecond: w.cfg.ImageEgressBytesPerSecond, Logger: w.log.With("component", "images")})
 	if err != nil {
 		return nil, fmt.Errorf("controller: %w", err)
 	}
@@ -578,12 +578,16 @@ func (w *wiring) join() (func(), error) {
 		return stop, fmt.Errorf("controller: %w", err)
 	}
 	jc := joinCommander{srv: w.joinSrv, desired: w.ctrl.Desired, ttl: w.cfg.JoinTokenTTL}
-	pl := &deployplan.Planner{Desired: w.ctrl.Desired, Images: w.imgStore, BaseURL: w.publicURL, Join: jc, Store: w.st, Logger: w.log.With("component", "planner")}
+	pl := &deployplan.Planner{Desired: w.ctrl.Desired, Images: w.imgStore, BaseURL: w.publicURL, Join: jc, Store: w.st, Waves: deployplan.NewWaves(), Logger: w.log.With("component", "planner")}
+	pieces, err := api.NewPieceMetrics(w.reg)
+	if err != nil {
+		return stop, fmt.Errorf("controller: %w", err)
+	}
 	verifier, chain, err := newVerifier(w.cfg)
 	if err != nil {
 		return stop, fmt.Errorf("controller: %w", err)
 	}
-	machine, err := api.NewMachine(api.MachineConfig{Store: w.st, Planner: pl, Wiper: pl, Installer: pl,
+	machine, err := api.NewMachine(api.MachineConfig{Store: w.st, Planner: pl, Wiper: pl, Installer: pl, Pieces: pieces,
 		PerIP: w.cfg.MachinePerIP, Leases: machineLeases, ProgressEvery: progressEvery(w.cfg.MachineProgressEvery, w.cfg.Reconciler.Plan.SilentAfter),
 		Attest: verifier, AttestPolicy: attestPolicy{desired: w.ctrl.Desired, st: w.st, chain: chain},
 		Logger: w.log.With("component", "machine")})

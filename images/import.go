@@ -581,6 +581,9 @@ func (im *Importer) storeImage(ctx context.Context, j *importJob, rec Record, ra
 		}
 	}
 	j.discard()
+	if _, err := im.store.Manifest(rec.Name); err != nil { // deploy waves' piece hashes (pieces.go)
+		log.Warn("piece manifest not made; plans fall back to whole-image fetches until it is", "err", err)
+	}
 	log.Info("image stored", "raw", raw.String(), "format", rec.SourceFormat, "bytes", size)
 	im.setStatus(ctx, rec.Name, Status{State: StateVerified, Percent: 100, Raw: raw, SizeBytes: size})
 	return im.store.Lookup(rec.Name)
@@ -679,5 +682,6 @@ func (s *Store) dropBlobIfUnused(d Digest) error {
 	if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return err
 	}
+	_ = os.Remove(p + manifestSuffix) // its piece manifest (pieces.go), if made
 	return nil
 }

@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+
+	"golang.org/x/time/rate"
 )
 
 // ErrTokenRejected is what a [TokenChecker] returns (wrapped) for a missing,
@@ -34,6 +36,11 @@ type HandlerConfig struct {
 	Prefix string
 	// Logger logs refused requests; nil discards.
 	Logger *slog.Logger
+	// EgressBytesPerSecond caps the bytes per second of all image
+	// responses together (one token bucket, egress.go), so deploys leave
+	// the controller's uplink room for everything else; zero or less is
+	// unlimited.
+	EgressBytesPerSecond int64
 }
 
 // Handler serves raw images at GET/HEAD {Prefix}{name} with
@@ -48,6 +55,7 @@ type Handler struct {
 	tokens TokenChecker
 	prefix string
 	log    *slog.Logger
+	egress *rate.Limiter
 }
 
 // NewHandler returns a Handler for cfg.
@@ -55,7 +63,7 @@ func NewHandler(cfg HandlerConfig) (*Handler, error) {
 	if cfg.Store == nil || cfg.Tokens == nil {
 		return nil, errors.New("images: new handler: Store and Tokens are required")
 	}
-	h := &Handler{store: cfg.Store, tokens: cfg.Tokens, prefix: cfg.Prefix, log: cfg.Logger}
+	h := &Handler{store: cfg.Store, tokens: cfg.Tokens, prefix: cfg.Prefix, log: cfg.Logger, egress: newEgress(cfg.EgressBytesPerSecond)}
 	if h.prefix == "" {
 		h.prefix = "/images/"
 	}
@@ -114,5 +122,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("ETag", `"`+rec.Raw.String()+`"`)
 	w.Header().Set(ChecksumHeader, rec.Raw.String())
 	w.Header().Set("Cache-Control", "no-store")
+	if h.egress != nil {
+		w = &pacedWriter{ResponseWriter: w, ctx: r.Context(), lim: h.egress}
+	}
 	http.ServeContent(w, r, "", st.ModTime(), f)
 }

@@ -233,6 +233,11 @@ type Profile struct {
 	// written (RAID1 root, volume groups); nil writes one disk as before.
 	// See docs/storage.md.
 	Storage *Storage `json:"storage,omitempty"`
+
+	// ShareAcrossZones lets the profile's deploying machines share image
+	// pieces across zones (docs/ramdisk.md "Deploy waves"); false keeps
+	// every deploy wave inside one zone.
+	ShareAcrossZones bool `json:"shareAcrossZones,omitempty"`
 }
 
 // EraseMethod is how a released server's disks are erased (api/v1

@@ -310,6 +310,10 @@ type Plan struct {
 	// write and read-back; zero means it posts none (a controller older
 	// than progress reports).
 	ProgressEvery time.Duration `json:"progressEveryNs,omitempty"`
+	// Pieces is the image's piece manifest and Wave the peers sharing it
+	// (api/v1/pieces.go); nil from a controller without piece sharing.
+	Pieces *PieceManifest `json:"pieces,omitempty"`
+	Wave   *Wave          `json:"wave,omitempty"`
 }
 
 // RootDeviceHint names the target disk, after metal3's rootDeviceHints. All
@@ -460,4 +464,7 @@ type DeployResult struct {
 	// ("mdadm-create", "lvcreate", ...) and its device; empty otherwise.
 	FailedStep   string `json:"failedStep,omitempty"`
 	FailedDevice string `json:"failedDevice,omitempty"`
+	// Pieces says where the image's bytes came from, when the plan had a
+	// piece manifest.
+	Pieces *PieceStats `json:"pieces,omitempty"`
 }

@@ -86,7 +86,9 @@ func run(ctx context.Context, out io.Writer) error {
 	}
 	switch cfg.Mode {
 	case "deploy":
+		stopPieces := servePieces(r, log)
 		res, err := r.Deploy(ctx)
+		stopPieces()
 		if err != nil {
 			return err
 		}

@@ -508,6 +508,7 @@ func addServeGitFlags(f *pflag.FlagSet, cc *controller.Config) {
 	f.StringVar(&cc.RamdiskDir, "ramdisk-dir", os.Getenv("MACHINA_RAMDISK_DIR"), "folder with vmlinuz and initrd.cpio.gz (make ramdisk), served at /boot/ramdisk/")
 	f.StringVar(&cc.ISODir, "iso-dir", os.Getenv("MACHINA_ISO_DIR"), "folder with the iPXE ISOs (make ipxe-iso), served at /boot/iso/")
 	f.DurationVar(&cc.LLDPWait, "lldp-wait", 0, "bound on the commissioning ramdisk's LLDP listen on every NIC (machina.lldp_wait=; 0: the agent's 32 s, negative: off, at most 10m)")
+	f.Int64Var(&cc.ImageEgressBytesPerSecond, "image-egress-rate", 0, "cap on the bytes per second of all image downloads from the controller together (a token bucket; deploy waves fetch the rest from each other); 0 is unlimited")
 	f.StringVar(&cc.Mirrors.Base, "mirror", os.Getenv("MACHINA_MIRROR"), "base URL of a local mirror for catalog images")
 	f.DurationVar(&cc.PollInterval, "poll-interval", 30*time.Second, "how often the inventory branch tip is polled")
 	f.StringVar(&cc.WebhookSecretFile, "webhook-secret-file", "", "file holding the secret of the Git host's push webhook; set, POST /api/v1/git/webhook (operator listener, no admin token) takes GitHub, Gitea/Forgejo and GitLab push deliveries signed with it and polls at once")

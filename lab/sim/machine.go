@@ -82,6 +82,8 @@ type Machine struct {
 	// injection: a slow disk or link, and one that stops moving.
 	imageRate, imageStallAfter int64
 	imageStalls                bool
+	// sharePieces and badPieces: SharePieces, ServeBadPieces (pieces.go).
+	sharePieces, badPieces bool
 }
 
 // ThrottleImages bounds the rate of the machine's image downloads to
@@ -436,7 +438,9 @@ func (m *Machine) run(ctx context.Context, gen int) {
 			return
 		case "deploy":
 			m.setPhase(gen, PhaseDeploying)
+			stopPieces := m.withPieces(r)
 			res, err := r.Deploy(ctx)
+			stopPieces()
 			if err != nil {
 				m.log.Warn("deploy failed", "err", err)
 				if !sleep(ctx, 100*time.Millisecond) {

@@ -32,6 +32,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-git/go-git/v5"
@@ -117,6 +118,9 @@ type Lab struct {
 	runMu   sync.Mutex
 	closing bool
 	runs    sync.WaitGroup
+	// imageBytes counts the controller's image bytes the ramdisks read
+	// (ImageBytesFromController).
+	imageBytes atomic.Int64
 
 	// RepoURL is the bare inventory repository (file URL) the controller polls.
 	RepoURL string

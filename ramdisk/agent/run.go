@@ -52,7 +52,12 @@ type Runner struct {
 	LLDPWait time.Duration
 	// Version is reported as AgentVersion.
 	Version string
-	Logger  *slog.Logger
+	// Pieces, when set, serves this agent's image pieces to its deploy
+	// wave on TCP port PiecePort (announced with the plan request); nil
+	// fetches the whole image from the controller (pieces.go).
+	Pieces    *PeerServer
+	PiecePort int
+	Logger    *slog.Logger
 }
 
 func (r *Runner) log() *slog.Logger {
@@ -177,7 +182,7 @@ func transientFetch(err error) bool {
 		return se.Code == http.StatusBadGateway || se.Code == http.StatusServiceUnavailable || se.Code == http.StatusGatewayTimeout
 	}
 	var ne net.Error
-	return errors.Is(err, errStreamEnded) || errors.As(err, &ne) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.ECONNREFUSED)
+	return errors.Is(err, errStreamEnded) || errors.Is(err, errBadPeer) || errors.As(err, &ne) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.ECONNREFUSED)
 }
 
 // retryable reports whether a controller call's error is worth repeating.
@@ -208,7 +213,7 @@ func (r *Runner) Deploy(ctx context.Context) (v1.DeployResult, error) {
 	var plan v1.Plan
 	err := call(ctx, r.log(), "plan", func(ctx context.Context) error {
 		return r.attested(ctx, r.Token, func() (err error) {
-			plan, err = r.Client.Plan(ctx, r.Token)
+			plan, err = r.Client.PlanWithPeer(ctx, r.Token, r.PiecePort)
 			return err
 		})
 	})
@@ -234,8 +239,7 @@ func (r *Runner) Deploy(ctx context.Context) (v1.DeployResult, error) {
 	return res, derr
 }
 
-func (r *Runner) deploy(ctx context.Context, plan v1.Plan) (v1.DeployResult, error) {
-	var res v1.DeployResult
+func (r *Runner) deploy(ctx context.Context, plan v1.Plan) (res v1.DeployResult, err error) {
 	facts, err := CollectFacts(r.root())
 	if err != nil {
 		return res, err
@@ -270,6 +274,7 @@ func (r *Runner) deploy(ctx context.Context, plan v1.Plan) (v1.DeployResult, err
 		Seed:   plan.Seed,
 		Logger: r.log(),
 	}
+	defer r.usePieces(plan, memLimit, &cfg.Write, &res)() // fetch from the wave (pieces.go)
 	// The image download is retried when the controller went away under
 	// it (restarted, connection reset, 502/503/504, stream cut short):
 	// the image token is reusable and nothing reaches the disk before the

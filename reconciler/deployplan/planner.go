@@ -54,6 +54,9 @@ type Planner struct {
 	// (Allocation.Image, Allocation.PlanServedAt); nil in tests that only
 	// render plans.
 	Store *state.Store
+	// Waves, when set, adds the image's piece manifest and the machine's
+	// deploy wave to each plan (waves.go); nil plans whole-image fetches.
+	Waves *Waves
 	// Logger receives re-plan notices; nil discards.
 	Logger *slog.Logger
 	// Addresses assigns the addresses of pool-mode interfaces (IPAM);
@@ -125,6 +128,7 @@ func (p *Planner) DeployPlan(ctx context.Context, srv state.Server) (v1.Plan, er
 	if err := cloudInitSeed(prof, &plan.Seed); err != nil {
 		return v1.Plan{}, err
 	}
+	p.addPieces(ctx, srv, *prof, image, &plan)
 	if ws := inv.Server(srv.Name); ws != nil && ws.RootDevice != nil {
 		plan.RootDevice = v1.RootDeviceHint{Serial: ws.RootDevice.Serial, WWN: ws.RootDevice.WWN, ByPath: ws.RootDevice.ByPath, MinSizeBytes: ws.RootDevice.MinSizeGiB << 30}
 	} else {
