@@ -577,27 +577,36 @@ func (w *wiring) join() (func(), error) {
 	if err := registerJoinMetrics(w.reg, w.joinSrv); err != nil {
 		return stop, fmt.Errorf("controller: %w", err)
 	}
+	return stop, w.mountMachine(machineLeases)
+}
+
+// mountMachine mounts the machine-facing endpoints (report, plan, done,
+// wipe, progress, attestation) with the deploy planner behind them, the
+// piece counters of deploy waves and the TPM attestation verifier; leases
+// binds machine requests to their DHCP address (nil without Machina's
+// DHCP).
+func (w *wiring) mountMachine(machineLeases api.LeaseLookup) error {
 	jc := joinCommander{srv: w.joinSrv, desired: w.ctrl.Desired, ttl: w.cfg.JoinTokenTTL}
 	pl := &deployplan.Planner{Desired: w.ctrl.Desired, Images: w.imgStore, BaseURL: w.publicURL, Join: jc, Store: w.st, Waves: deployplan.NewWaves(), Logger: w.log.With("component", "planner")}
 	pieces, err := api.NewPieceMetrics(w.reg)
 	if err != nil {
-		return stop, fmt.Errorf("controller: %w", err)
+		return fmt.Errorf("controller: %w", err)
 	}
 	verifier, chain, err := newVerifier(w.cfg)
 	if err != nil {
-		return stop, fmt.Errorf("controller: %w", err)
+		return fmt.Errorf("controller: %w", err)
 	}
 	machine, err := api.NewMachine(api.MachineConfig{Store: w.st, Planner: pl, Wiper: pl, Installer: pl, Pieces: pieces,
 		PerIP: w.cfg.MachinePerIP, Leases: machineLeases, ProgressEvery: progressEvery(w.cfg.MachineProgressEvery, w.cfg.Reconciler.Plan.SilentAfter),
 		Attest: verifier, AttestPolicy: attestPolicy{desired: w.ctrl.Desired, st: w.st, chain: chain},
 		Logger: w.log.With("component", "machine")})
 	if err != nil {
-		return stop, fmt.Errorf("controller: %w", err)
+		return fmt.Errorf("controller: %w", err)
 	}
 	if err := w.reg.Register(machine.AttestCollector()); err != nil {
-		return stop, fmt.Errorf("controller: %w", err)
+		return fmt.Errorf("controller: %w", err)
 	}
-	return stop, machine.Mount(w.srv)
+	return machine.Mount(w.srv)
 }
 
 // progressEvery is the ramdisk's progress interval: every (zero: 20

@@ -49,20 +49,9 @@ func run(ctx context.Context, out io.Writer) error {
 		log.Info("modules loaded", "count", n, "seconds", time.Since(t0).Seconds())
 	}
 	waitEntropy(cfg.EntropyWait, log)
-	ifname, err := waitLink(ctx, cfg.MAC, 30*time.Second)
+	mac, err := networkUp(ctx, cfg, log)
 	if err != nil {
 		return err
-	}
-	ip, err := dhcp(ctx, ifname, log)
-	if err != nil {
-		return err
-	}
-	log.Info("network up", "iface", ifname, "ip", ip, "uptime", uptimeString())
-	mac := cfg.MAC.String()
-	if mac == "" {
-		if l, err := net.InterfaceByName(ifname); err == nil {
-			mac = l.HardwareAddr.String()
-		}
 	}
 	// Bound the whole session so a stalled controller cannot hold the
 	// machine forever; each request is bounded again inside the Runner.
@@ -84,7 +73,35 @@ func run(ctx context.Context, out io.Writer) error {
 	if r.TPM = openTPM(log); r.TPM != nil {
 		defer r.TPM.Close()
 	}
-	switch cfg.Mode {
+	return runMode(ctx, r, cfg.Mode, log)
+}
+
+// networkUp waits for the boot NIC's link, leases an address by DHCP and
+// returns the boot MAC the agent reports (the command line's, else the
+// NIC's own).
+func networkUp(ctx context.Context, cfg bootConfig, log *slog.Logger) (string, error) {
+	ifname, err := waitLink(ctx, cfg.MAC, 30*time.Second)
+	if err != nil {
+		return "", err
+	}
+	ip, err := dhcp(ctx, ifname, log)
+	if err != nil {
+		return "", err
+	}
+	log.Info("network up", "iface", ifname, "ip", ip, "uptime", uptimeString())
+	mac := cfg.MAC.String()
+	if mac == "" {
+		if l, err := net.InterfaceByName(ifname); err == nil {
+			mac = l.HardwareAddr.String()
+		}
+	}
+	return mac, nil
+}
+
+// runMode runs the session the command line asked for: deploy (serving
+// image pieces to the wave's peers meanwhile), wipe, or commission.
+func runMode(ctx context.Context, r *agent.Runner, mode string, log *slog.Logger) error {
+	switch mode {
 	case "deploy":
 		stopPieces := servePieces(r, log)
 		res, err := r.Deploy(ctx)

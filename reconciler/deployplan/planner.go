@@ -89,17 +89,8 @@ func (p *Planner) DeployPlan(ctx context.Context, srv state.Server) (v1.Plan, er
 	if !srv.Allocation.PlanServedAt.IsZero() && srv.Allocation.Image != "" {
 		image = srv.Allocation.Image
 	}
-	// The plan's arch guard keeps such a deploy from being planned; this
-	// refuses it at the last step too (an image changed under a deploying
-	// server): a foreign-architecture image would write and then not boot.
-	// The server's arch is the report's machine arch (the SMBIOS one under
-	// a 32-bit kernel of its family); a kernel and firmware that conflict
-	// refuse any image.
-	if srv.Hardware.ArchConflict() {
-		return v1.Plan{}, fmt.Errorf("server %s: kernel reported arch %s, SMBIOS firmware states %s: refusing to write an image", srv.Name, srv.Hardware.Arch, srv.Hardware.SMBIOSArch)
-	}
-	if im := inv.Image(image); im != nil && srv.Hardware.MachineArch() != "" && im.Arch != srv.Hardware.MachineArch() {
-		return v1.Plan{}, fmt.Errorf("image %s is %s; server %s reported %s: refusing to write it", image, im.Arch, srv.Name, srv.Hardware.MachineArch())
+	if err := archRefusal(inv, image, srv); err != nil {
+		return v1.Plan{}, err
 	}
 	rec, err := p.Images.Lookup(image)
 	if err != nil {
@@ -129,15 +120,7 @@ func (p *Planner) DeployPlan(ctx context.Context, srv state.Server) (v1.Plan, er
 		return v1.Plan{}, err
 	}
 	p.addPieces(ctx, srv, *prof, image, &plan)
-	if ws := inv.Server(srv.Name); ws != nil && ws.RootDevice != nil {
-		plan.RootDevice = v1.RootDeviceHint{Serial: ws.RootDevice.Serial, WWN: ws.RootDevice.WWN, ByPath: ws.RootDevice.ByPath, MinSizeBytes: ws.RootDevice.MinSizeGiB << 30}
-	} else {
-		// The profile's disk rule, as for the installer documents: the
-		// smallest disk of at least min.diskGiB, the disk allocation
-		// counted when it found the server big enough (a smaller disk
-		// that merely holds the image is not it).
-		plan.RootDevice.MinSizeBytes = prof.Min.DiskGiB << 30
-	}
+	plan.RootDevice = rootDeviceHint(inv, prof, srv.Name)
 	if plan.Storage, err = storagePlan(prof, srv.Hardware); err != nil {
 		return v1.Plan{}, err
 	}
@@ -149,6 +132,34 @@ func (p *Planner) DeployPlan(ctx context.Context, srv state.Server) (v1.Plan, er
 		plan.Seed.JoinCommand, plan.Seed.JoinToken = cmd, tok
 	}
 	return plan, nil
+}
+
+// archRefusal refuses image on srv when their architectures differ. The
+// plan's arch guard keeps such a deploy from being planned; this refuses
+// it at the last step too (an image changed under a deploying server): a
+// foreign-architecture image would write and then not boot. The server's
+// arch is the report's machine arch (the SMBIOS one under a 32-bit kernel
+// of its family); a kernel and firmware that conflict refuse any image.
+func archRefusal(inv *inventory.Inventory, image string, srv state.Server) error {
+	if srv.Hardware.ArchConflict() {
+		return fmt.Errorf("server %s: kernel reported arch %s, SMBIOS firmware states %s: refusing to write an image", srv.Name, srv.Hardware.Arch, srv.Hardware.SMBIOSArch)
+	}
+	if im := inv.Image(image); im != nil && srv.Hardware.MachineArch() != "" && im.Arch != srv.Hardware.MachineArch() {
+		return fmt.Errorf("image %s is %s; server %s reported %s: refusing to write it", image, im.Arch, srv.Name, srv.Hardware.MachineArch())
+	}
+	return nil
+}
+
+// rootDeviceHint is the disk the image goes to: the server's rootDevice
+// in servers.yaml, else the profile's disk rule, as for the installer
+// documents: the smallest disk of at least min.diskGiB, the disk
+// allocation counted when it found the server big enough (a smaller disk
+// that merely holds the image is not it).
+func rootDeviceHint(inv *inventory.Inventory, prof *inventory.Profile, name string) v1.RootDeviceHint {
+	if ws := inv.Server(name); ws != nil && ws.RootDevice != nil {
+		return v1.RootDeviceHint{Serial: ws.RootDevice.Serial, WWN: ws.RootDevice.WWN, ByPath: ws.RootDevice.ByPath, MinSizeBytes: ws.RootDevice.MinSizeGiB << 30}
+	}
+	return v1.RootDeviceHint{MinSizeBytes: prof.Min.DiskGiB << 30}
 }
 
 // cloudInitSeed puts profile prof's own cloud-config into seed. The
