@@ -60,8 +60,28 @@ type firmwareOffers struct {
 	ttl   time.Duration
 	slots chan struct{} // transfers running
 
+	fails *importFailures // the import's last failure per name; nil: none kept
+
 	mu     sync.Mutex
 	offers map[string]firmwareOffer // by hex SHA-256 of the token
+}
+
+// Ready implements reconciler.FirmwareImages: nil once the file is
+// imported and verified, else the import's failure or its state.
+func (o *firmwareOffers) Ready(name string) error {
+	rec, err := o.store.Lookup(name)
+	if err == nil && rec.State == images.StateVerified {
+		return nil
+	}
+	if o.fails != nil {
+		if ferr := o.fails.reason(name); ferr != nil {
+			return fmt.Errorf("firmware image %s: %w", name, ferr)
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("firmware image %s: %w", name, err)
+	}
+	return fmt.Errorf("firmware image %s is %s, not verified yet", name, rec.State)
 }
 
 type firmwareOffer struct {

@@ -304,6 +304,7 @@ func (w *wiring) images() (func(), error) {
 		base = w.publicURL
 	}
 	w.fwOffers = newFirmwareOffers(w.imgStore, base, w.log.With("component", "firmware"))
+	w.fwOffers.fails = w.importFails
 	return nil, w.srv.HandlePublic(FirmwarePath, w.fwOffers)
 }
 

@@ -414,11 +414,24 @@ func (c *Controller) dispatch(ctx context.Context, res plan.Result, snap state.S
 // held reports whether step must not start in this pass: a new deploy or
 // allocation while the newest revision is invalid (no new disk write
 // starts), a deploy whose image is not ready (wait, the reason planned in
-// this pass, if any), or a step for the desired state the server is
-// stalled on.
+// this pass, if any), a firmware step whose catalog files are not
+// imported yet, or a step for the desired state the server is stalled
+// on.
 func (c *Controller) held(step plan.Step, obs state.Server, desired *inventory.Inventory, hold bool, wait error) bool {
 	if hold && (step.Action == plan.ActDeploy || step.Action == plan.ActAllocate) && !strings.HasPrefix(step.Why, "resume") {
 		return true
+	}
+	if step.Action == plan.ActFirmware && c.cfg.FirmwareImages != nil && desired != nil {
+		// The catalog files it may offer must be imported first: a
+		// failed firmware step stalls the server.
+		if p := desired.Profile(step.Profile); p != nil && p.Firmware != nil {
+			for _, v := range p.Firmware.Versions {
+				if err := c.cfg.FirmwareImages.Ready(v.Image); err != nil {
+					c.log.Debug("firmware waits", "machine", step.Server, "image", v.Image, "reason", err)
+					return true
+				}
+			}
+		}
 	}
 	if step.Action == plan.ActDeploy && c.cfg.DeployReady != nil && desired != nil {
 		if p := desired.Profile(step.Profile); p != nil {

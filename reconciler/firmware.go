@@ -328,6 +328,10 @@ type FirmwareImages interface {
 	// push (UpdateService.MultipartHttpPushUri), with the file name
 	// the catalog's URL gives it. The caller closes it.
 	Open(ctx context.Context, name, checksum string) (f io.ReadCloser, fileName string, err error)
+	// Ready is nil when the file of catalog entry name is imported and
+	// verified, else why not (still downloading, the import's failure):
+	// a firmware step naming it waits, as a deploy waits for its image.
+	Ready(name string) error
 }
 
 // updateFirmware applies one firmware-update change. The catalog file is

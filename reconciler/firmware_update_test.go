@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -32,11 +33,12 @@ type testFirmwareImages struct {
 	names   map[string]string // catalog name → file name
 	missing bool
 
-	mu       sync.Mutex
-	live     map[string]string // offer path → catalog name
-	seq      int
-	offers   int
-	released int
+	mu        sync.Mutex
+	importing bool              // Ready answers an error: the import has not finished
+	live      map[string]string // offer path → catalog name
+	seq       int
+	offers    int
+	released  int
 }
 
 func newTestFirmwareImages(t *testing.T) *testFirmwareImages {
@@ -74,6 +76,15 @@ func (fi *testFirmwareImages) Offer(_ context.Context, name, _ string) (string, 
 		delete(fi.live, p)
 		fi.released++
 	}, nil
+}
+
+func (fi *testFirmwareImages) Ready(name string) error {
+	fi.mu.Lock()
+	defer fi.mu.Unlock()
+	if fi.importing {
+		return fmt.Errorf("firmware image %s is downloading", name)
+	}
+	return nil
 }
 
 func (fi *testFirmwareImages) Open(_ context.Context, name, _ string) (io.ReadCloser, string, error) {
@@ -163,6 +174,19 @@ func TestFirmwareUpdateThroughBMC(t *testing.T) {
 				t.Fatal(err)
 			}
 			ctl.SetDesired(inv)
+			// While the catalog file is still importing the step waits:
+			// three passes send nothing and record no failure.
+			imgs.importing = true
+			for i := 0; i < 3; i++ {
+				ctl.Pass(context.Background())
+				ctl.wg.Wait()
+			}
+			if srv, _ := st.Server("s1"); len(sim.Requests()) != 0 || srv.LastError != "" || srv.Stalled != "" {
+				t.Fatalf("while importing: %d BMC requests, LastError %q, stalled %q; want none", len(sim.Requests()), srv.LastError, srv.Stalled)
+			}
+			imgs.mu.Lock()
+			imgs.importing = false
+			imgs.mu.Unlock()
 			passes := 1
 			if c.missing {
 				passes = 6
