@@ -34,6 +34,12 @@ type Server struct {
 	Actions    map[string]int64 `json:"actions,omitempty"`    // observed action counters (commission, powerCycle, ...)
 	LastError  string           `json:"lastError,omitempty"`  // sanitised; never a secret
 
+	// Addresses are the pool addresses IPAM holds for this server
+	// (ipam.go): taken with its allocation, kept through a release on a
+	// subnet whose release policy is keep. Sorted by subnet, interface,
+	// address.
+	Addresses []AddressLease `json:"addresses,omitempty"`
+
 	// InFlight is the action the controller started and has not finished
 	// (the action journal): a controller that stops mid-action finds it on
 	// start and resumes or fails it cleanly. Nil when idle.
