@@ -41,6 +41,10 @@ type Step struct {
 	// says why; the step is planned again every pass. "" for a step that
 	// can run.
 	Waits string `json:"waits,omitempty"`
+	// Addresses are the pool addresses an ActAllocate step takes, as the
+	// plan simulated the controller's IPAM (ipam.go); the controller
+	// prefers them when they are still free.
+	Addresses []StepAddress `json:"addresses,omitempty"`
 }
 
 func (s Step) String() string {
@@ -240,6 +244,7 @@ func Compute(want *inventory.Inventory, have state.Snapshot, opts Options) Resul
 	p.storage()
 	p.firmware()
 	p.networks()
+	p.ipam()
 	res := &p.res
 	if len(p.conflicted) > 0 {
 		res.Steps = dropServers(res.Steps, p.conflicted)

@@ -117,6 +117,27 @@ func TestPlanGolden(t *testing.T) {
 			setLC(snap, "r2-n02", state.LifecycleCommissioning, nil)
 			return snap
 		}, opts: Options{Now: planT0.Add(31 * time.Minute)}},
+		{name: "ipam-pool-addresses", want: func() *inventory.Inventory { return poolLayout(inv, "") },
+			have: func(inv *inventory.Inventory) state.Snapshot {
+				snap := observe(inv, state.LifecycleReady, bigHW)
+				// r1-n02 kept its tenant address through a release (tenant's
+				// release policy is keep); r3-n01 holds the first mgmt one.
+				s := snap.Servers["r1-n02"]
+				s.Addresses = []state.AddressLease{{Subnet: "tenant", Interface: "tenant0", Address: "10.120.0.10", Profile: "hypervisor", At: planT0}}
+				snap.Servers["r1-n02"] = s
+				s = snap.Servers["r3-n01"]
+				s.Addresses = []state.AddressLease{{Subnet: "mgmt", Interface: "eno1", Address: "10.20.0.100", Profile: "gpu", At: planT0}}
+				snap.Servers["r3-n01"] = s
+				return snap
+			}},
+		{name: "ipam-pool-exhausted", want: func() *inventory.Inventory { return poolLayout(inv, "10.20.0.101") },
+			have: func(inv *inventory.Inventory) state.Snapshot {
+				snap := observe(inv, state.LifecycleReady, bigHW)
+				s := snap.Servers["r3-n01"]
+				s.Addresses = []state.AddressLease{{Subnet: "mgmt", Interface: "eno1", Address: "10.20.0.100", Profile: "gpu", At: planT0}}
+				snap.Servers["r3-n01"] = s
+				return snap
+			}},
 		{name: "pinned-deploy-and-release", want: func() *inventory.Inventory {
 			c := cloneInv(inv)
 			c.Server("r3-n01").Want, c.Server("r3-n01").Profile = inventory.WantDeployed, "gpu"
@@ -222,4 +243,22 @@ func TestMarkdownSplits(t *testing.T) {
 			t.Errorf("part %d is %d bytes, over 4000", i, len(p))
 		}
 	}
+}
+
+// poolLayout gives the example's hypervisor profile a layout with two
+// pool-mode interfaces: eno1 on mgmt, a tagged VLAN on tenant. poolEnd,
+// when set, shrinks mgmt's pool to 10.20.0.100-poolEnd.
+func poolLayout(inv *inventory.Inventory, poolEnd string) *inventory.Inventory {
+	c := cloneInv(inv)
+	c.Profile("hypervisor").Network = &inventory.NetworkLayout{
+		Ethernets: []inventory.Ethernet{{Name: "eno1", Match: inventory.NICMatch{Name: "eno*"},
+			Attachment: inventory.Attachment{Subnet: "mgmt", Address: inventory.AddressPool, DefaultRoute: true}}},
+		VLANs: []inventory.VLANInterface{{Name: "tenant0", Link: "eno1", Attachment: inventory.Attachment{Subnet: "tenant", Address: inventory.AddressPool}}},
+	}
+	c.Subnets = append([]inventory.Subnet(nil), inv.Subnets...)
+	if poolEnd != "" {
+		sn := c.Subnet("mgmt")
+		sn.Pools = []inventory.AddressRange{{Start: "10.20.0.100", End: poolEnd}}
+	}
+	return c
 }

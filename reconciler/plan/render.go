@@ -98,10 +98,18 @@ func (r Result) Markdown(maxBytes int) []string {
 }
 
 func stepDetail(s Step) string {
+	d := s.Why
 	if s.Profile != "" && !strings.Contains(s.Why, s.Profile) {
-		return s.Profile + ": " + s.Why
+		d = s.Profile + ": " + s.Why
 	}
-	return s.Why
+	if len(s.Addresses) > 0 {
+		as := make([]string, len(s.Addresses))
+		for i, a := range s.Addresses {
+			as[i] = a.String()
+		}
+		d += "; addresses " + strings.Join(as, ", ")
+	}
+	return d
 }
 
 // mdEscape is MarkdownText: a plan comment quotes machine text too (a
