@@ -46,6 +46,9 @@ func toServer(s state.Server) v1.Server {
 	if a := s.Allocation; a != nil {
 		out.Allocation = &v1.Allocation{Profile: a.Profile, Image: a.Image, At: a.At, Reason: a.Reason}
 	}
+	for _, l := range s.Addresses {
+		out.Addresses = append(out.Addresses, v1.AddressLease{Subnet: l.Subnet, Interface: l.Interface, Address: l.Address, Profile: l.Profile, At: l.At})
+	}
 	if e := s.Enrolled; e != nil {
 		out.Enrolled = &v1.Enrolment{At: e.At, Source: e.Source, Branch: e.Branch, Commit: e.Commit, ProposedAt: e.ProposedAt, ProposalError: e.ProposalError}
 	}

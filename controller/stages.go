@@ -588,7 +588,8 @@ func (w *wiring) join() (func(), error) {
 // DHCP).
 func (w *wiring) mountMachine(machineLeases api.LeaseLookup) error {
 	jc := joinCommander{srv: w.joinSrv, desired: w.ctrl.Desired, ttl: w.cfg.JoinTokenTTL}
-	pl := &deployplan.Planner{Desired: w.ctrl.Desired, Images: w.imgStore, BaseURL: w.publicURL, Join: jc, Store: w.st, Waves: deployplan.NewWaves(), Logger: w.log.With("component", "planner")}
+	pl := &deployplan.Planner{Desired: w.ctrl.Desired, Images: w.imgStore, BaseURL: w.publicURL, Join: jc, Store: w.st, Waves: deployplan.NewWaves(), Logger: w.log.With("component", "planner"),
+		Addresses: deployplan.Leases{}}
 	pieces, err := api.NewPieceMetrics(w.reg)
 	if err != nil {
 		return fmt.Errorf("controller: %w", err)

@@ -95,6 +95,10 @@ type ServerStatus struct {
 	Profile string
 	// Allocation says why or how it is allocated ("auto", "pinned"), "".
 	Allocation string
+	// Addresses are the pool addresses IPAM holds for the server
+	// (state.Server.Addresses), kept ones included; rendered as addresses,
+	// sorted by address.
+	Addresses []AddressStatus
 	// Progress is the running deploy's progress as the ramdisk last
 	// reported it, in whole tens of percent so that status commits do
 	// not follow every report ("image-write 40% of 20.0 GiB"); "" when
@@ -110,6 +114,15 @@ type ServerStatus struct {
 	// Events are the most recent events, rendered newest first, at most
 	// MaxEvents of StatusConfig.
 	Events []StatusEvent
+}
+
+// AddressStatus is one pool address of a server: the address, the layout
+// interface and subnet it is for, and the profile it was taken for.
+type AddressStatus struct {
+	Address   string
+	Interface string
+	Subnet    string
+	Profile   string
 }
 
 // FirmwareStatus is the small firmware block of a server's status file:

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"maps"
+	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
@@ -245,6 +246,7 @@ func renderServer(s ServerStatus, maxEvents int) []byte {
 	w.str(0, "health", s.Health)
 	w.str(0, "profile", s.Profile)
 	w.str(0, "allocation", s.Allocation)
+	w.addresses(s.Addresses)
 	w.list(0, "bmcQuirks", s.BMCQuirks)
 	w.str(0, "bmcSecurity", s.BMCSecurity)
 	w.str(0, "progress", s.Progress)
@@ -272,6 +274,34 @@ func renderServer(s ServerStatus, maxEvents int) []byte {
 	// Exact size: a fleet's server files are all held until the commit
 	// is pushed, and the buffer's spare capacity would be a third more.
 	return bytes.Clone(w.b.Bytes())
+}
+
+// addresses writes a server's pool addresses by subnet, interface, then
+// address in numeric order; nothing when it holds none.
+func (w *yamlWriter) addresses(as []AddressStatus) {
+	if len(as) == 0 {
+		return
+	}
+	sorted := slices.Clone(as)
+	slices.SortFunc(sorted, func(a, b AddressStatus) int {
+		if c := cmp.Compare(a.Subnet, b.Subnet); c != 0 {
+			return c
+		}
+		if c := cmp.Compare(a.Interface, b.Interface); c != 0 {
+			return c
+		}
+		x, _ := netip.ParseAddr(a.Address)
+		y, _ := netip.ParseAddr(b.Address)
+		return x.Compare(y)
+	})
+	w.key(0, "addresses")
+	for _, a := range sorted {
+		w.item(0)
+		w.text(0, "address", a.Address)
+		w.text(1, "interface", a.Interface)
+		w.text(1, "subnet", a.Subnet)
+		w.text(1, "profile", a.Profile)
+	}
 }
 
 // firmware writes a server's firmware block; nothing when never read.

@@ -52,6 +52,8 @@ func sampleSnapshot() Snapshot {
 			},
 			{
 				Name: "r1-n01", Lifecycle: "ready", Power: "powered_off", Health: "OK", Profile: "hypervisor", Allocation: "auto",
+				Addresses: []AddressStatus{{Address: "10.120.0.11", Interface: "tenant0", Subnet: "tenant", Profile: "hypervisor"},
+					{Address: "10.20.0.101", Interface: "eno1", Subnet: "mgmt", Profile: "hypervisor"}},
 				Hardware: Hardware{Vendor: "Dell Inc.", Model: "PowerEdge R650", Serial: "ABC1234", CPUModel: "Intel(R) Xeon(R) Gold 6338", Arch: "amd64", SMBIOSArch: "amd64", Cores: 64, MemoryGiB: 512,
 					Disks: []Disk{{Name: "nvme1n1", Model: "Samsung PM9A3", SizeGiB: 1788}, {Name: "nvme0n1", Model: "Samsung PM9A3", Serial: "S64F", SizeGiB: 1788}},
 					NICs: []NIC{{Name: "eno2", MAC: "52:54:00:01:00:11"}, {Name: "eno1", MAC: "52:54:00:01:00:01", SpeedMbps: 25000,

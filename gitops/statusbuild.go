@@ -137,6 +137,9 @@ func (b *StatusBuilder) serverStatus(s state.Server, planConds []plan.Condition,
 	if s.Allocation != nil {
 		ss.Profile, ss.Allocation = s.Allocation.Profile, s.Allocation.Reason
 	}
+	for _, l := range s.Addresses {
+		ss.Addresses = append(ss.Addresses, AddressStatus{Address: l.Address, Interface: l.Interface, Subnet: l.Subnet, Profile: l.Profile})
+	}
 	if hw := s.Hardware; hw != nil {
 		ss.Hardware = statusHardware(hw)
 	}

@@ -619,17 +619,18 @@ func (c *Controller) Provision(profile string, n int, actor string) ([]string, e
 	now := c.cfg.Now().UTC()
 	var names []string
 	for _, s := range cands[:n] {
-		_, err := c.cfg.Store.Apply(state.Move{Server: s.Name, From: state.LifecycleReady, To: state.LifecycleAllocated, Actor: actor,
+		_, err := c.cfg.Store.ApplyClaiming(state.Move{Server: s.Name, From: state.LifecycleReady, To: state.LifecycleAllocated, Actor: actor,
 			Reason: fmt.Sprintf("provision %s (%d requested)", profile, n),
 			Update: func(srv *state.Server) error {
 				srv.Allocation = &state.Allocation{Profile: profile, Image: p.Image, At: now, Reason: plan.ReasonProvision, Deploy: string(p.Deploy), Erase: string(p.Erase)}
 				return nil
-			}})
+			}}, profile, plan.Claims(desired, p, plan.Step{}))
 		if err != nil {
-			// Undo what this call allocated, so the request does not half-succeed.
+			// Undo what this call allocated, so the request does not
+			// half-succeed (its pool addresses go back too).
 			for _, done := range names {
-				_, _ = c.cfg.Store.Apply(state.Move{Server: done, From: state.LifecycleAllocated, To: state.LifecycleReady, Actor: actor,
-					Reason: "provision rolled back", Update: func(srv *state.Server) error { srv.Allocation = nil; return nil }})
+				_, _ = c.cfg.Store.ApplyReleasing(state.Move{Server: done, From: state.LifecycleAllocated, To: state.LifecycleReady, Actor: actor,
+					Reason: "provision rolled back", Update: func(srv *state.Server) error { srv.Allocation = nil; return nil }}, nil)
 			}
 			return nil, fmt.Errorf("reconciler: provision %s: allocate %s: %w", profile, s.Name, err)
 		}

@@ -3,6 +3,7 @@ package reconciler
 import (
 	"context"
 	"errors"
+	"strings"
 	"time"
 
 	"github.com/machina-metal/machina/bmc"
@@ -63,13 +64,16 @@ func (c *Controller) allocate(_ context.Context, x *stepCtx) error {
 		}
 	}
 	now := c.cfg.Now().UTC()
-	_, err := c.cfg.Store.Apply(state.Move{Server: step.Server, From: state.LifecycleReady, To: state.LifecycleAllocated, Reason: step.Why,
+	// The pool addresses of the profile's layout are taken in the move's
+	// transaction (state.Store.ApplyClaiming): an exhausted pool leaves
+	// the server ready, never allocated without its addresses.
+	srv, err := c.cfg.Store.ApplyClaiming(state.Move{Server: step.Server, From: state.LifecycleReady, To: state.LifecycleAllocated, Reason: step.Why,
 		Update: func(s *state.Server) error {
 			s.Allocation = &state.Allocation{Profile: step.Profile, Image: image, At: now, Reason: step.AllocReason, Deploy: deploy, Erase: erase}
 			return nil
-		}})
+		}}, step.Profile, plan.Claims(x.desired, x.desired.Profile(step.Profile), step))
 	if err == nil {
-		x.log.Info("allocated", "profile", step.Profile, "reason", step.AllocReason)
+		x.log.Info("allocated", "profile", step.Profile, "reason", step.AllocReason, "addresses", leaseList(srv.Addresses))
 	}
 	return staleOK(err)
 }
@@ -105,12 +109,14 @@ func (c *Controller) release(ctx context.Context, x *stepCtx) error {
 		return err
 	}
 	if x.obs.Lifecycle == state.LifecycleDeployed {
-		_, err := st.Apply(state.Move{Server: step.Server, From: state.LifecycleDeployed, To: state.LifecycleReady, Reason: step.Why,
+		// Pool addresses go back to their pools, except on subnets whose
+		// release policy is keep (state.Store.ApplyReleasing).
+		_, err := st.ApplyReleasing(state.Move{Server: step.Server, From: state.LifecycleDeployed, To: state.LifecycleReady, Reason: step.Why,
 			Update: func(s *state.Server) error {
 				s.WipeErase, s.Allocation, s.NeedsWipe = s.Allocation.EraseMethod(), nil, true
 				return nil
 			},
-			ForgetHosts: state.HostReleased, ForgetReason: "server " + step.Server + " released: " + step.Why})
+			ForgetHosts: state.HostReleased, ForgetReason: "server " + step.Server + " released: " + step.Why}, plan.KeepAddresses(x.desired))
 		if err != nil {
 			return err
 		}
@@ -133,9 +139,10 @@ func (c *Controller) retire(ctx context.Context, x *stepCtx) error {
 		_, _ = st.SetPower(step.Server, state.PowerOff, state.PowerSourceCommand)
 	}
 	if x.obs.Lifecycle != state.LifecycleRetired {
-		_, err := st.Apply(state.Move{Server: step.Server, From: x.obs.Lifecycle, To: state.LifecycleRetired, Reason: step.Why,
+		// A retired server keeps no pool address, whatever the policy.
+		_, err := st.ApplyReleasing(state.Move{Server: step.Server, From: x.obs.Lifecycle, To: state.LifecycleRetired, Reason: step.Why,
 			Update:      func(s *state.Server) error { s.Allocation, s.WipeStartedAt = nil, time.Time{}; return nil },
-			ForgetHosts: state.HostRetired, ForgetReason: "server " + step.Server + " retired: " + step.Why})
+			ForgetHosts: state.HostRetired, ForgetReason: "server " + step.Server + " retired: " + step.Why}, nil)
 		if err != nil {
 			return err
 		}
@@ -193,4 +200,14 @@ func (c *Controller) wipeTimedOut(x *stepCtx) error {
 	_, _ = st.AppendEvent(state.Event{Server: x.step.Server, Kind: "wipe.failed", Message: why})
 	x.log.Warn("release wipe failed", "reason", why)
 	return nil
+}
+
+// leaseList renders a server's pool addresses for a log line, e.g.
+// "eno1=10.20.0.101 (mgmt)".
+func leaseList(ls []state.AddressLease) string {
+	out := make([]string, len(ls))
+	for i, l := range ls {
+		out[i] = l.Interface + "=" + l.Address + " (" + l.Subnet + ")"
+	}
+	return strings.Join(out, ", ")
 }

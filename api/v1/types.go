@@ -38,6 +38,10 @@ type Server struct {
 	// Stalled is the key of a disruptive action that failed and is not
 	// retried until the desired state or counter changes; "" when not stalled.
 	Stalled string `json:"stalled,omitempty"`
+	// Addresses are the pool addresses the controller's IPAM holds for
+	// the server (taken with its allocation; kept through a release on a
+	// subnet whose release policy is keep).
+	Addresses []AddressLease `json:"addresses,omitempty"`
 	// FinishDeploy says the ramdisk reported a good deploy and the boot
 	// override to disk is still to be set and read back.
 	FinishDeploy bool `json:"finishDeploy,omitempty"`
@@ -151,6 +155,17 @@ type Hardware struct {
 
 // Disk and NIC (agent.go) describe the hardware in both the agent report
 // and the admin API.
+
+// AddressLease is one pool address of a server: the networks.yaml subnet
+// and the profile layout's interface it is for, the address (canonical
+// text form), the profile it was taken for and when.
+type AddressLease struct {
+	Subnet    string    `json:"subnet"`
+	Interface string    `json:"interface"`
+	Address   string    `json:"address"`
+	Profile   string    `json:"profile,omitempty"`
+	At        time.Time `json:"at"`
+}
 
 // Allocation is the profile a server is allocated to.
 type Allocation struct {

@@ -36,15 +36,23 @@ var lifecycleOrder = []string{"new", "commissioning", "ready", "allocated", "dep
 func newStatusCmd(e *env) *cobra.Command {
 	var apiURL string
 	cmd := &cobra.Command{
-		Use:   "status",
-		Short: "One-screen overview of the fleet and the controller",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
+		Use:   "status [SERVER]",
+		Short: "One-screen overview of the fleet and the controller, or one server's detail",
+		Args:  cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := e.apiClient(apiURL)
 			if err != nil {
 				return &exitError{code: 2, err: fmt.Errorf("status: %w", err)}
 			}
 			ctx := cmd.Context()
+			if len(args) == 1 {
+				srv, err := c.Server(ctx, args[0])
+				if err != nil {
+					return &exitError{code: 2, err: fmt.Errorf("status %s: %w", args[0], err)}
+				}
+				writeServerDetail(e.stdout, srv)
+				return nil
+			}
 			st, err := c.Status(ctx)
 			if err != nil {
 				return &exitError{code: 2, err: fmt.Errorf("status: %w", err)}
@@ -73,6 +81,33 @@ func newStatusCmd(e *env) *cobra.Command {
 	}
 	cmd.Flags().StringVar(&apiURL, "api", envOr(envAPI, defaultAPI), "admin API base URL (env "+envAPI+"); the token comes from "+envToken)
 	return cmd
+}
+
+// writeServerDetail renders one server (machinactl status SERVER): its
+// lifecycle, power, allocation, the pool addresses IPAM holds for it and
+// its last error.
+func writeServerDetail(w io.Writer, s v1.Server) {
+	fmt.Fprintf(w, "Server %s\n", termSafe(s.Name))
+	fmt.Fprintf(w, "  lifecycle:  %s since %s\n", termSafe(s.Lifecycle), s.LifecycleAt.UTC().Format(time.RFC3339))
+	fmt.Fprintf(w, "  power:      %s\n", termSafe(string(s.Power.State)))
+	if a := s.Allocation; a != nil {
+		fmt.Fprintf(w, "  profile:    %s (%s), image %s\n", termSafe(a.Profile), termSafe(a.Reason), termSafe(a.Image))
+	} else {
+		fmt.Fprintln(w, "  profile:    none")
+	}
+	if len(s.Addresses) == 0 {
+		fmt.Fprintln(w, "  addresses:  none from IPAM")
+	}
+	for i, l := range s.Addresses {
+		head := "  addresses: "
+		if i > 0 {
+			head = "             "
+		}
+		fmt.Fprintf(w, "%s %-15s %s on %s (taken for %s)\n", head, termSafe(l.Address), termSafe(l.Interface), termSafe(l.Subnet), termSafe(l.Profile))
+	}
+	if s.LastError != "" {
+		fmt.Fprintf(w, "  last error: %s\n", termSafe(oneLine(s.LastError, 200)))
+	}
 }
 
 // writeStatus renders the overview.

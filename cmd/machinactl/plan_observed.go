@@ -125,6 +125,9 @@ func fromWire(s v1.Server) state.Server {
 	if a := s.Allocation; a != nil {
 		out.Allocation = &state.Allocation{Profile: a.Profile, Image: a.Image, At: a.At, Reason: a.Reason}
 	}
+	for _, l := range s.Addresses {
+		out.Addresses = append(out.Addresses, state.AddressLease{Subnet: l.Subnet, Interface: l.Interface, Address: l.Address, Profile: l.Profile, At: l.At})
+	}
 	if e := s.Enrolled; e != nil {
 		out.Enrolled = &state.Enrolment{At: e.At, Source: e.Source, Branch: e.Branch, Commit: e.Commit, ProposedAt: e.ProposedAt, ProposalError: e.ProposalError}
 	}
@@ -136,12 +139,20 @@ func fromWire(s v1.Server) state.Server {
 // does not need (events, NIC details) are still listed so the file
 // decodes strictly and a format change is noticed.
 type statusServer struct {
-	Name       string          `json:"name"`
-	Lifecycle  string          `json:"lifecycle"`
-	Power      string          `json:"power"`
-	Health     string          `json:"health"`
-	Profile    string          `json:"profile"`
-	Allocation string          `json:"allocation"`
+	Name       string `json:"name"`
+	Lifecycle  string `json:"lifecycle"`
+	Power      string `json:"power"`
+	Health     string `json:"health"`
+	Profile    string `json:"profile"`
+	Allocation string `json:"allocation"`
+	// Addresses are the pool addresses IPAM holds for the server: the
+	// plan's simulation of IPAM counts them as held.
+	Addresses []struct {
+		Address   string `json:"address"`
+		Interface string `json:"interface"`
+		Subnet    string `json:"subnet"`
+		Profile   string `json:"profile"`
+	} `json:"addresses"`
 	Hardware   *statusHardware `json:"hardware"`
 	Conditions []struct {
 		Type               string `json:"type"`
@@ -249,6 +260,9 @@ func parseStatusServer(data []byte, now time.Time) (state.Server, error) {
 	}
 	if ss.Profile != "" {
 		out.Allocation = &state.Allocation{Profile: ss.Profile, Reason: ss.Allocation}
+	}
+	for _, a := range ss.Addresses {
+		out.Addresses = append(out.Addresses, state.AddressLease{Subnet: a.Subnet, Interface: a.Interface, Address: a.Address, Profile: a.Profile})
 	}
 	for _, c := range ss.Conditions {
 		if c.Type == "Stalled" && c.Status == "True" {

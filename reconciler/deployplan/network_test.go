@@ -83,6 +83,20 @@ func TestDeployPlanNetworkLayout(t *testing.T) {
 		t.Errorf("DeployPlan with IPAM = %v; network-config:\n%s", err, plan.Seed.NetworkConfig)
 	}
 
+	// The controller's IPAM: the leases the allocation took for this
+	// profile; one taken for another profile is not this deploy's.
+	p.Addresses = Leases{}
+	leased := srv
+	leased.Addresses = []state.AddressLease{{Subnet: "tenant", Interface: "storage0", Address: "10.120.0.10", Profile: "storage"},
+		{Subnet: "tenant", Interface: "storage0", Address: "10.120.0.99", Profile: "hypervisor"}}
+	if plan, err = p.DeployPlan(context.Background(), leased); err != nil || !strings.Contains(plan.Seed.NetworkConfig, `- "10.120.0.10/22"`) || strings.Contains(plan.Seed.NetworkConfig, "10.120.0.99") {
+		t.Errorf("DeployPlan with leases = %v; network-config:\n%s", err, plan.Seed.NetworkConfig)
+	}
+	if _, err = p.DeployPlan(context.Background(), srv); !errors.Is(err, netplan.ErrNoAddress) {
+		t.Errorf("DeployPlan without a lease = %v, want ErrNoAddress", err)
+	}
+	p.Addresses = poolIPAM{"storage0": {netip.MustParseAddr("10.120.0.77")}}
+
 	st.CloudInit = &inventory.CloudInit{UserData: map[string]any{"packages": []any{"chrony"}}, VendorData: map[string]any{"timezone": "UTC"}}
 	if plan, err = p.DeployPlan(context.Background(), srv); err != nil || string(plan.Seed.UserData) != `{"packages":["chrony"]}` || string(plan.Seed.VendorData) != `{"timezone":"UTC"}` {
 		t.Errorf("DeployPlan with cloudInit = %v; user-data %s vendor-data %s", err, plan.Seed.UserData, plan.Seed.VendorData)

@@ -193,6 +193,28 @@ type AddressSource interface {
 	PoolAddresses(ctx context.Context, srv state.Server, p inventory.Profile) (map[string][]netip.Addr, error)
 }
 
+// Leases is the AddressSource of the controller's IPAM: the addresses
+// the server's allocation took (state.Server.Addresses, written in the
+// allocation move's transaction) for the profile's pool-mode interfaces.
+// A lease taken for another profile does not count.
+type Leases struct{}
+
+// PoolAddresses implements AddressSource.
+func (Leases) PoolAddresses(_ context.Context, srv state.Server, p inventory.Profile) (map[string][]netip.Addr, error) {
+	out := map[string][]netip.Addr{}
+	for _, l := range srv.Addresses {
+		if l.Profile != p.Name {
+			continue
+		}
+		a, err := netip.ParseAddr(l.Address)
+		if err != nil {
+			return nil, fmt.Errorf("lease of %s on %s: %w", l.Interface, l.Subnet, err)
+		}
+		out[l.Interface] = append(out[l.Interface], a)
+	}
+	return out, nil
+}
+
 // networkConfig is the seed's network-config: DHCP on the boot NIC for a
 // profile without a network layout, else the layout rendered for srv's
 // commissioned NICs and its fixed and pool addresses (deploy/netplan).
