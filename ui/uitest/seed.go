@@ -3,6 +3,7 @@ package uitest
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"strings"
 	"sync"
 	"time"
@@ -69,7 +70,16 @@ func seed(st *state.Store) error {
 					return nil
 				}
 			}
-			if _, err := st.Apply(m); err != nil {
+			var err error
+			if to == state.LifecycleAllocated && s.name == "r1-n03" {
+				// r1-n03's profile layout has a pool interface: IPAM takes
+				// its address with the allocation.
+				pool := state.NewAddressPool("mgmt", []state.AddressRange{{Start: netip.MustParseAddr("10.20.0.100"), End: netip.MustParseAddr("10.20.0.199")}}, nil)
+				_, err = st.ApplyClaiming(m, "hypervisor", []state.AddressClaim{{Interface: "eno1", Pool: pool}})
+			} else {
+				_, err = st.Apply(m)
+			}
+			if err != nil {
 				return err
 			}
 			from[s.name] = to
