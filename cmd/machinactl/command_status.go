@@ -31,7 +31,9 @@ var lifecycleOrder = []string{"new", "commissioning", "ready", "allocated", "dep
 // and /api/v1/plan: inventory validity, counts by lifecycle, whether
 // secrets are sealed at rest (it says so when they are not), the pending
 // and held plan, and failed or stalled servers with their last error and
-// servers whose BMC the controller's sweep cannot read.
+// servers whose BMC the controller's sweep cannot read. `machinactl status
+// SERVER` shows one server (GET /api/v1/servers/{name}) with the pool
+// addresses IPAM holds for it (writeServerDetail).
 // Exit 0, or 2 when the API cannot be read.
 func newStatusCmd(e *env) *cobra.Command {
 	var apiURL string
