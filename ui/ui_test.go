@@ -368,8 +368,8 @@ func TestPagesShowTheFeed(t *testing.T) {
 		"/ui/servers/r2-n03": {"2 failures in a row; next retry"},
 		"/ui/servers/r1-n03": {"hypervisor", "ubuntu-24.04", "hv-r1-n03", "br-mgmt: vlan 10", "deployed",
 			`<tr><td><code>10.20.0.100</code></td><td>eno1</td><td>mgmt</td><td>hypervisor</td></tr>`},
-		"/ui/images":         {"ubuntu-24.04", `value="42"`, "checksum mismatch", "verified", "4.0 MiB", "2.0 GiB"},
-		"/ui/hosts":          {"hv-r1-n03", "online", "hv-r9-n01", "offline", "vmpool: lvm", "br-vm"},
+		"/ui/images": {"ubuntu-24.04", `value="42"`, "checksum mismatch", "verified", "4.0 MiB", "2.0 GiB"},
+		"/ui/hosts":  {"hv-r1-n03", "online", "hv-r9-n01", "offline", "vmpool: lvm", "br-vm"},
 		"/ui/inventory": {"9e1f2a3b4c5d", "servers.yaml:88:14: servers[12].bootMAC", "servers.yaml:95:11", "Approve held plan", "r3-n01", "more than the 20% brake",
 			// The Git side: a write-back refused four times in a row.
 			`<tr id="git-push"><td>Status write-back</td><td><span class="error">failing</span></td><td>2026-11-29 09:40:00Z</td><td>4</td><td>status write: push to the inventory remote: pre-receive hook declined</td></tr>`,

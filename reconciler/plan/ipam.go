@@ -215,14 +215,14 @@ func (sim *ipamSim) pickersOf(subnet string) []*simPicker {
 // allocation and deploy of a server a pool cannot serve, with a
 // CondAddressPoolExhausted condition naming the subnet and pool size.
 func (p *planning) ipam() {
-	any := false
+	pooled := false
 	for i := range p.want.Profiles {
 		if len(PoolInterfaces(&p.want.Profiles[i])) > 0 {
-			any = true
+			pooled = true
 			break
 		}
 	}
-	if !any {
+	if !pooled {
 		return
 	}
 	sim := &ipamSim{want: p.want, fixed: FixedAddrs(p.want), held: map[string]state.SortedAddrs{}, pickers: map[string][]*simPicker{}}
