@@ -48,6 +48,14 @@ type NetbootConfig struct {
 	// machina-grub.cfg that chains to /boot/grub; empty: arm64 machines
 	// get what the TFTP root holds under that name, if anything.
 	GRUBARM64 string
+	// ShimX64 and GRUBX64 are the signed shim and GRUB network image of
+	// the Secure Boot chain (boot/secureboot.go; Debian's shim-signed and
+	// grub-efi-amd64-signed: boot.DefaultShimPath and
+	// boot.DefaultGRUBX64Path), read at start, checked to be signed x86-64
+	// images, and served by TFTP as shimx64.efi and grubx64.efi; the DHCP
+	// server answers a Secure Boot server's x64 UEFI PXE client with
+	// shimx64.efi. Empty: Secure Boot servers get no boot file.
+	ShimX64, GRUBX64 string
 	// RouterAdvert sends the IPv6 RA with router lifetime 0 on Interfaces.
 	RouterAdvert bool
 }
@@ -95,12 +103,20 @@ func startNetboot(cfg NetbootConfig, lookup boot.Lookup, publicURL string, autoE
 		} else {
 			log.Warn("arm64 GRUB network boot needs an http public URL (GRUB has no TLS); machina-grub.cfg not served", "url", publicURL)
 		}
+		tc.Files = map[string][]byte{}
 		if cfg.GRUBARM64 != "" {
 			img, err := os.ReadFile(cfg.GRUBARM64)
 			if err != nil {
 				return nil, fmt.Errorf("tftp: arm64 GRUB image: %w", err)
 			}
-			tc.Files = map[string][]byte{boot.GRUBImageARM64: img}
+			tc.Files[boot.GRUBImageARM64] = img
+		}
+		if cfg.ShimX64 != "" || cfg.GRUBX64 != "" {
+			sb, err := boot.LoadSecureBootImages(cfg.ShimX64, cfg.GRUBX64)
+			if err != nil {
+				return nil, fmt.Errorf("tftp: %w", err)
+			}
+			tc.Files[boot.ShimImageX64], tc.Files[boot.GRUBImageX64] = sb.Shim, sb.GRUB
 		}
 		t, err := tftp.New(tc)
 		if err != nil {

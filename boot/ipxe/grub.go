@@ -8,6 +8,30 @@ import (
 	"github.com/machina-metal/machina/macaddr"
 )
 
+// localBootX64 is the local boot of an x86-64 UEFI server that came up
+// through the Secure Boot chain (shim, GRUB): it never goes back to iPXE.
+// GRUB finds the EFI system partition that holds the removable-media boot
+// path \EFI\BOOT\BOOTX64.EFI (UEFI 2.x §3.5.1.1; the deployed image's
+// shim, which its installer puts there) and chainloads it: under Secure
+// Boot GRUB's chainloader has shim verify it (Microsoft-signed shim is in
+// db), and that shim boots the disk's GRUB and kernel. A disk without one
+// (nothing deployed, a foreign layout) falls back to `exit`: GRUB returns
+// to shim and shim to the firmware's boot manager, which tries the next
+// boot option (EDK2-derived firmware opens its menu when the option
+// returned success, which GRUB 2.06's exit does).
+const localBootX64 = `echo "Machina: booting from local disk (EFI system partition, \EFI\BOOT\BOOTX64.EFI)"
+insmod part_gpt
+insmod part_msdos
+insmod fat
+insmod chain
+if search --no-floppy --file --set=machina_esp /EFI/BOOT/BOOTX64.EFI; then
+	chainloader ($machina_esp)/EFI/BOOT/BOOTX64.EFI
+	boot
+fi
+echo "Machina: no disk with \EFI\BOOT\BOOTX64.EFI found; exit to firmware"
+exit
+`
+
 // Dialect is the boot loader a per-machine script is written for.
 type Dialect int
 
@@ -46,6 +70,10 @@ func RenderGRUB(p ScriptParams) ([]byte, error) {
 	}
 	b.WriteString(" lifecycle=" + string(p.Lifecycle) + " platform=efi arch=" + p.Arch + "\"\n")
 	if mode == "" {
+		if p.Arch == "x86_64" {
+			b.WriteString(localBootX64)
+			return []byte(b.String()), nil
+		}
 		b.WriteString("echo \"Machina: booting from local disk (exit to firmware)\"\nexit\n")
 		return []byte(b.String()), nil
 	}

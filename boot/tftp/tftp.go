@@ -97,7 +97,9 @@ type Config struct {
 	// handler's /boot/ipxe URL). Required.
 	ScriptURL string
 	// GRUBScriptURL, when set, is where the generated machina-grub.cfg
-	// ([boot.GRUBConfigName], fetched by the arm64 GRUB image) sources the
+	// ([boot.GRUBConfigName], fetched by the arm64 GRUB image) and
+	// grub/grub.cfg ([boot.GRUBPrefixConfig], fetched by Debian's signed
+	// x64 GRUB network image in the Secure Boot chain) source the
 	// machine's script from (the controller's [boot.GRUBScriptPath] URL;
 	// http only). Zero: no machina-grub.cfg.
 	GRUBScriptURL string
@@ -290,9 +292,12 @@ func New(cfg Config) (*Server, error) {
 			return nil, fmt.Errorf("tftp: new server: %w", err)
 		}
 		gen[boot.GRUBConfigName] = g
+		// Debian's signed grubnetx64 (the Secure Boot chain) reads
+		// $prefix/grub.cfg with prefix (tftp,SERVER)/grub: the same chain.
+		gen[boot.GRUBPrefixConfig] = g
 	}
 	for name, b := range cfg.Files {
-		if _, err := CleanPath(name); err != nil || name == AutoexecName || name == boot.GRUBConfigName {
+		if _, err := CleanPath(name); err != nil || name == AutoexecName || name == boot.GRUBConfigName || name == boot.GRUBPrefixConfig {
 			root.Close()
 			return nil, fmt.Errorf("tftp: new server: file name %q: refused (a plain relative name, not a generated one)", name)
 		}
