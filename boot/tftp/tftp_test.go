@@ -347,3 +347,27 @@ func TestGeneratedGRUBConfigAndFiles(t *testing.T) {
 		t.Error("New accepted an https GRUBScriptURL (GRUB has no TLS)")
 	}
 }
+
+// TestSecureBootGRUBConfig: Debian's signed grubnetx64 (prefix /grub)
+// asks for "/grub/x86_64-efi/grub.cfg" (not served: it then falls back)
+// and "/grub/grub.cfg", which is the generated chain to /boot/grub; a
+// file in Files may not shadow it.
+func TestSecureBootGRUBConfig(t *testing.T) {
+	f := newFixture(t, Config{GRUBScriptURL: "http://10.99.0.1:8080/boot/grub", Files: map[string][]byte{boot.ShimImageX64: []byte("shim"), boot.GRUBImageX64: []byte("grub")}})
+	got, _, err := fetch(t, client(t, f.addr, 1428, true), "/"+boot.GRUBPrefixConfig)
+	must(t, err)
+	if !strings.Contains(string(got), `source "(http,10.99.0.1:8080)/boot/grub?mac=${net_default_mac}&platform=${grub_platform}&arch=${grub_cpu}"`) {
+		t.Fatalf("/%s = %q", boot.GRUBPrefixConfig, got)
+	}
+	if _, _, err := fetch(t, client(t, f.addr, 0, false), "/grub/x86_64-efi/grub.cfg"); err == nil {
+		t.Fatal("/grub/x86_64-efi/grub.cfg was served")
+	}
+	for _, name := range []string{boot.ShimImageX64, boot.GRUBImageX64} {
+		if got, _, err := fetch(t, client(t, f.addr, 0, false), name); err != nil || len(got) != 4 {
+			t.Fatalf("%s = %q, %v", name, got, err)
+		}
+	}
+	if _, err := New(Config{Root: t.TempDir(), ScriptURL: scriptURL, Files: map[string][]byte{boot.GRUBPrefixConfig: nil}}); err == nil {
+		t.Error("New accepted Files[grub/grub.cfg]")
+	}
+}
