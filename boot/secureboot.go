@@ -27,10 +27,14 @@ import (
 //     $prefix/x86_64-efi/grub.cfg if it exists, else $prefix/grub.cfg (both
 //     read from the strings of grubnetx64.efi.signed 2.06-13+deb12u2: the
 //     config module is "normal (memdisk)/grub.cfg", the prefix module
-//     "/grub"). TFTP serves [GRUBPrefixConfig], which sources the
-//     controller's per-machine GRUB script ([GRUBScriptPath]) with the boot
-//     NIC's MAC, as [GRUBChainConfig] writes it;
-//  4. the script's `linux` and `initrd` fetch the ramdisk over http; GRUB
+//     "/grub"). TFTP serves [GRUBPrefixConfig] ([SecureBootGRUBConfig]),
+//     which sources the per-machine GRUB script from the same TFTP server
+//     as [GRUBTFTPScriptDir]+MAC: this GRUB has no http module (it asks
+//     the TFTP server for x86_64-efi/http.mod, and a locked-down GRUB
+//     loads no module from outside its signed image anyway);
+//  4. the script's `linux` and `initrd` fetch the ramdisk by TFTP
+//     ([TFTPRamdiskKernel], [TFTPRamdiskInitrd]: the files the controller
+//     read, and hashed for attestation, at start); GRUB
 //     asks shim (shim_lock protocol) to verify the kernel, which must be
 //     signed by a key shim trusts: Debian's linux-image-*-amd64 kernels
 //     are (the ramdisk's vmlinuz; `sbverify --list` names "Debian Secure
@@ -57,6 +61,14 @@ const (
 	// DefaultShimPath and DefaultGRUBX64Path are where Debian 12 installs
 	// the signed shim (shim-signed) and GRUB network image
 	// (grub-efi-amd64-signed).
+	// GRUBTFTPScriptDir prefixes the TFTP name of a machine's GRUB script
+	// in the Secure Boot chain: GRUBTFTPScriptDir + the boot NIC's MAC in
+	// GRUB's ${net_default_mac} form (lower-case colon form).
+	GRUBTFTPScriptDir = "machina/grub/"
+	// TFTPRamdiskKernel and TFTPRamdiskInitrd are the TFTP names of the
+	// ramdisk's kernel and initrd for the Secure Boot chain's GRUB.
+	TFTPRamdiskKernel  = "machina/ramdisk/vmlinuz"
+	TFTPRamdiskInitrd  = "machina/ramdisk/initrd.cpio.gz"
 	DefaultShimPath    = "/usr/lib/shim/shimx64.efi.signed"
 	DefaultGRUBX64Path = "/usr/lib/grub/x86_64-efi-signed/grubnetx64.efi.signed"
 )
@@ -111,4 +123,14 @@ func CheckSignedX64(img []byte) error {
 		return fmt.Errorf("no Authenticode signature (empty certificate table)")
 	}
 	return nil
+}
+
+// SecureBootGRUBConfig returns [GRUBPrefixConfig]: it sources the
+// machine's script from the TFTP server GRUB was loaded from ($root is
+// "tftp,SERVER" there), named by the boot NIC's MAC.
+func SecureBootGRUBConfig() []byte {
+	return []byte(`# Machina (Secure Boot chain): this machine's script, by TFTP.
+echo "Machina: fetching ($root)/` + GRUBTFTPScriptDir + `${net_default_mac}"
+source "($root)/` + GRUBTFTPScriptDir + `${net_default_mac}"
+`)
 }

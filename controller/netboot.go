@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/machina-metal/machina/api"
@@ -65,7 +66,11 @@ type NetbootConfig struct {
 // stored, when non-nil, keeps the leases the DHCP server hands out (full
 // mode) in the state file: the machine endpoints and the join listener
 // check requests against them, across restarts.
-func startNetboot(cfg NetbootConfig, lookup boot.Lookup, publicURL string, autoEnroll bool, enr boot.Enroller, stored *api.StateLeases, log *slog.Logger) ([]func(context.Context) error, error) {
+//
+// sb is the TFTP side of the Secure Boot chain: the per-machine GRUB
+// scripts and the ramdisk folder whose vmlinuz and initrd.cpio.gz TFTP
+// serves to the signed GRUB (used when cfg.ShimX64 is set).
+func startNetboot(cfg NetbootConfig, lookup boot.Lookup, publicURL string, autoEnroll bool, enr boot.Enroller, stored *api.StateLeases, sb secureBootTFTP, log *slog.Logger) ([]func(context.Context) error, error) {
 	var runs []func(context.Context) error
 	var leases dhcp.LeaseStore // nil (in memory) in proxy mode, where no address is leased
 	if stored != nil {
@@ -112,11 +117,22 @@ func startNetboot(cfg NetbootConfig, lookup boot.Lookup, publicURL string, autoE
 			tc.Files[boot.GRUBImageARM64] = img
 		}
 		if cfg.ShimX64 != "" || cfg.GRUBX64 != "" {
-			sb, err := boot.LoadSecureBootImages(cfg.ShimX64, cfg.GRUBX64)
+			imgs, err := boot.LoadSecureBootImages(cfg.ShimX64, cfg.GRUBX64)
 			if err != nil {
 				return nil, fmt.Errorf("tftp: %w", err)
 			}
-			tc.Files[boot.ShimImageX64], tc.Files[boot.GRUBImageX64] = sb.Shim, sb.GRUB
+			tc.Files[boot.ShimImageX64], tc.Files[boot.GRUBImageX64] = imgs.Shim, imgs.GRUB
+			if sb.script == nil || sb.ramdiskDir == "" {
+				return nil, fmt.Errorf("tftp: the Secure Boot chain needs the ramdisk folder (--ramdisk-dir)")
+			}
+			tc.Script = sb.script
+			for name, file := range map[string]string{boot.TFTPRamdiskKernel: "vmlinuz", boot.TFTPRamdiskInitrd: "initrd.cpio.gz"} {
+				b, err := os.ReadFile(filepath.Join(sb.ramdiskDir, file))
+				if err != nil {
+					return nil, fmt.Errorf("tftp: secure boot ramdisk: %w", err)
+				}
+				tc.Files[name] = b
+			}
 		}
 		t, err := tftp.New(tc)
 		if err != nil {
@@ -128,6 +144,14 @@ func startNetboot(cfg NetbootConfig, lookup boot.Lookup, publicURL string, autoE
 		runs = append(runs, t.Serve)
 	}
 	return runs, nil
+}
+
+// secureBootTFTP is what TFTP serves the Secure Boot chain's GRUB besides
+// the images: its per-machine scripts (ipxe.Handler.TFTPScript) and the
+// ramdisk folder.
+type secureBootTFTP struct {
+	script     func(ctx context.Context, mac string, peer netip.Addr) ([]byte, error)
+	ramdiskDir string
 }
 
 // tftpAddr is the TFTP listen address: addr when set, else port 69 on the

@@ -454,14 +454,16 @@ func (w *wiring) boot() (func(), error) {
 	if len(w.cfg.Netboot.Interfaces) > 0 && w.cfg.Netboot.Mode != dhcp.ModeProxy {
 		w.leases = &api.StateLeases{Store: w.st}
 	}
-	if w.netRuns, err = startNetboot(w.cfg.Netboot, lookup, w.publicURL, w.cfg.AutoEnroll, enrHook, w.leases, w.log); err != nil {
-		return nil, fmt.Errorf("controller: %w", err)
-	}
 	if w.bootHandler, err = ipxe.New(ipxeCfg); err != nil {
 		return nil, fmt.Errorf("controller: %w", err)
 	}
 	h := w.bootHandler
 	stop := func() { _ = h.Close() }
+	sb := secureBootTFTP{script: h.TFTPScript, ramdiskDir: w.cfg.RamdiskDir}
+	if w.netRuns, err = startNetboot(w.cfg.Netboot, lookup, w.publicURL, w.cfg.AutoEnroll, enrHook, w.leases, sb, w.log); err != nil {
+		stop()
+		return nil, fmt.Errorf("controller: %w", err)
+	}
 	paths := []string{ipxe.ScriptPath, boot.GRUBScriptPath} // GRUB: arm64 machines (docs/arm64.md)
 	if w.cfg.ISODir != "" {
 		paths = append(paths, "/boot/iso/")

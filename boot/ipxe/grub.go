@@ -80,13 +80,17 @@ func RenderGRUB(p ScriptParams) ([]byte, error) {
 	if err := boot.CheckURL(p.Controller); err != nil {
 		return nil, fmt.Errorf("render grub script: %w", err)
 	}
-	kernel, err := boot.GRUBPath(p.KernelURL)
-	if err != nil {
-		return nil, fmt.Errorf("render grub script: kernel: %w", err)
-	}
-	initrd, err := boot.GRUBPath(p.InitrdURL)
-	if err != nil {
-		return nil, fmt.Errorf("render grub script: initrd: %w", err)
+	kernel, initrd := p.KernelPath, p.InitrdPath
+	if kernel == "" || initrd == "" {
+		var err error
+		if kernel, err = boot.GRUBPath(p.KernelURL); err != nil {
+			return nil, fmt.Errorf("render grub script: kernel: %w", err)
+		}
+		if initrd, err = boot.GRUBPath(p.InitrdURL); err != nil {
+			return nil, fmt.Errorf("render grub script: initrd: %w", err)
+		}
+	} else if !devicePath(kernel) || !devicePath(initrd) {
+		return nil, fmt.Errorf("render grub script: kernel or initrd path: characters outside A-Za-z0-9/._-")
 	}
 	if !safeArg(p.Token) || p.Token == "" || strings.Contains(p.Token, " ") {
 		return nil, fmt.Errorf("render grub script: token missing or unsafe")
@@ -99,4 +103,19 @@ func RenderGRUB(p ScriptParams) ([]byte, error) {
 	b.WriteString("linux " + kernel + " " + strings.Join(args, " ") + "\n")
 	b.WriteString("initrd " + initrd + "\nboot\n")
 	return []byte(b.String()), nil
+}
+
+// devicePath reports whether s is a non-empty absolute path of
+// A-Z a-z 0-9 and "/._-": nothing GRUB's parser would expand or split.
+func devicePath(s string) bool {
+	if len(s) < 2 || s[0] != '/' {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if (c < 'a' || c > 'z') && (c < 'A' || c > 'Z') && (c < '0' || c > '9') && c != '/' && c != '.' && c != '_' && c != '-' {
+			return false
+		}
+	}
+	return true
 }

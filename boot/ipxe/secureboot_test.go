@@ -1,7 +1,9 @@
 package ipxe
 
 import (
+	"context"
 	"net"
+	"net/netip"
 	"strings"
 	"testing"
 
@@ -79,4 +81,44 @@ func argsOf(line string) string {
 		return ""
 	}
 	return f[2]
+}
+
+// TestTFTPScript: the Secure Boot chain's GRUB gets its script by TFTP:
+// the commissioning ramdisk from the TFTP server's own paths (no http in
+// that GRUB) with a token and the iPXE path's arguments; a deployed server
+// the disk chainload; an unknown MAC `exit`; a bad MAC an error.
+func TestTFTPScript(t *testing.T) {
+	var look boot.MemLookup
+	_ = look.Set(boot.Assignment{MAC: net.HardwareAddr{0x52, 0x54, 0, 0, 0x5b, 1}, Name: "sb1", Lifecycle: boot.LifecycleCommissioning, SecureBoot: true})
+	_ = look.Set(boot.Assignment{MAC: net.HardwareAddr{0x52, 0x54, 0, 0, 0x5b, 2}, Name: "sb2", Lifecycle: boot.LifecycleDeployed, SecureBoot: true})
+	toks := &seqTokens{}
+	h, _ := newTestHandler(t, Config{Lookup: &look, Tokens: toks})
+	ctx, peer := context.Background(), netip.MustParseAddr("10.99.0.100")
+	b, err := h.TFTPScript(ctx, "52:54:00:00:5b:01", peer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(b)
+	for _, want := range []string{"arch=x86_64", "linux /machina/ramdisk/vmlinuz console=tty0 console=ttyS0 machina.url=http://10.99.0.1:8080 machina.mac=52:54:00:00:5b:01 machina.mode=commission machina.token=",
+		"\ninitrd /machina/ramdisk/initrd.cpio.gz\nboot\n"} {
+		if !strings.Contains(s, want) {
+			t.Errorf("script lacks %q:\n%s", want, s)
+		}
+	}
+	if len(toks.issued) != 1 {
+		t.Errorf("tokens issued: %v", toks.issued)
+	}
+	if b, err = h.TFTPScript(ctx, "52:54:00:00:5b:02", peer); err != nil || !strings.Contains(string(b), "chainloader ($machina_esp)/EFI/BOOT/BOOTX64.EFI") {
+		t.Errorf("deployed: %q, %v", b, err)
+	}
+	if b, err = h.TFTPScript(ctx, "52:54:00:00:5b:09", peer); err != nil || !strings.Contains(string(b), "exit") || strings.Contains(string(b), "linux") {
+		t.Errorf("unknown: %q, %v", b, err)
+	}
+	if _, err = h.TFTPScript(ctx, "52:54:00:00:5b:01/../x", peer); err == nil {
+		t.Error("a bad MAC was taken")
+	}
+	if _, err := RenderGRUB(ScriptParams{MAC: "52:54:00:00:5b:01", Lifecycle: boot.LifecycleCommissioning, Arch: "x86_64", Controller: "http://10.0.0.1:8080",
+		KernelPath: "/k$x", InitrdPath: "/i", Token: "tok12345"}); err == nil {
+		t.Error("RenderGRUB took a kernel path with '$'")
+	}
 }

@@ -103,6 +103,16 @@ type Config struct {
 	// machine's script from (the controller's [boot.GRUBScriptPath] URL;
 	// http only). Zero: no machina-grub.cfg.
 	GRUBScriptURL string
+	// Script, when set, answers the per-machine GRUB scripts of the Secure
+	// Boot chain: a read of [boot.GRUBTFTPScriptDir]+MAC (with or without
+	// a leading "/") returns Script(ctx, MAC, client address). Debian's
+	// signed x64 GRUB has no http module and, locked down, loads none, so
+	// it fetches its script by TFTP; the generated [boot.GRUBPrefixConfig]
+	// then sources it ([boot.SecureBootGRUBConfig]). An error is answered
+	// "file not found". Script runs on the server's event loop, bounded by
+	// 5 seconds: it must be quick (a lookup and a token). Zero: no
+	// per-machine scripts and no grub/grub.cfg.
+	Script func(ctx context.Context, mac string, peer netip.Addr) ([]byte, error)
 	// Files are served by name from memory besides Root, e.g. the arm64
 	// GRUB image ([boot.GRUBImageARM64]) kept outside Debian's
 	// /usr/lib/ipxe. Names pass [CleanPath]; a name in Root too is served
@@ -292,12 +302,14 @@ func New(cfg Config) (*Server, error) {
 			return nil, fmt.Errorf("tftp: new server: %w", err)
 		}
 		gen[boot.GRUBConfigName] = g
+	}
+	if cfg.Script != nil {
 		// Debian's signed grubnetx64 (the Secure Boot chain) reads
-		// $prefix/grub.cfg with prefix (tftp,SERVER)/grub: the same chain.
-		gen[boot.GRUBPrefixConfig] = g
+		// $prefix/grub.cfg with prefix (tftp,SERVER)/grub.
+		gen[boot.GRUBPrefixConfig] = boot.SecureBootGRUBConfig()
 	}
 	for name, b := range cfg.Files {
-		if _, err := CleanPath(name); err != nil || name == AutoexecName || name == boot.GRUBConfigName || name == boot.GRUBPrefixConfig {
+		if _, err := CleanPath(name); err != nil || name == AutoexecName || name == boot.GRUBConfigName || name == boot.GRUBPrefixConfig || strings.HasPrefix(name, boot.GRUBTFTPScriptDir) {
 			root.Close()
 			return nil, fmt.Errorf("tftp: new server: file name %q: refused (a plain relative name, not a generated one)", name)
 		}
@@ -437,7 +449,7 @@ func (s *Server) handle(p []byte, from netip.AddrPort) *transfer {
 		log.Warn("tftp refused: transfer limit")
 		return refuse(codeUndefined, ErrBusy)
 	}
-	t, code, err := s.open(req, log)
+	t, code, err := s.open(req, ip, log)
 	if err != nil {
 		s.release(ip)
 		return refuse(code, err)
@@ -513,12 +525,24 @@ func (s *Server) dial(to netip.AddrPort) (int, error) {
 // root, or a generated file: autoexec.ipxe, machina-grub.cfg, Config.Files), its size and the negotiated
 // options; t.close releases the file. On error it returns the TFTP error
 // code and a message without host detail, and counts the refusal.
-func (s *Server) open(req request, log *slog.Logger) (t *transfer, code uint16, err error) {
+func (s *Server) open(req request, ip string, log *slog.Logger) (t *transfer, code uint16, err error) {
 	closeSrc := func() {}
 	var data []byte
 	var src io.ReaderAt
 	var size int64
 	name := req.filename
+	if mac, ok := strings.CutPrefix(strings.TrimPrefix(name, "/"), boot.GRUBTFTPScriptDir); ok && s.cfg.Script != nil {
+		peer, _ := netip.ParseAddr(ip)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		b, err := s.cfg.Script(ctx, mac, peer)
+		cancel()
+		if err != nil {
+			s.refused.Add(1)
+			log.Warn("tftp script refused", "err", err)
+			return nil, codeNotFound, ErrNotFound
+		}
+		return s.newTransfer(req, bytes.NewReader(b), int64(len(b)), closeSrc), 0, nil
+	}
 	// GRUB names every file from the root of its device, with a leading
 	// "/" ((tftp)/machina-grub.cfg is requested as "/machina-grub.cfg",
 	// seen with Debian's grubnetaa64 2.06): a generated file is found with
