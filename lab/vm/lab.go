@@ -188,8 +188,8 @@ type machine struct {
 	// (Config.Trust); swtpm is its process.
 	trust bool
 	swtpm *exec.Cmd
-	vm     *vmpower.VM
-	addr   string // BMC address as the controller reaches it
+	vm    *vmpower.VM
+	addr  string // BMC address as the controller reaches it
 }
 
 type lab struct {
