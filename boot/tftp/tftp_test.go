@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -355,8 +356,11 @@ func TestGeneratedGRUBConfigAndFiles(t *testing.T) {
 // server by MAC; the script comes from Config.Script with the MAC and the
 // client's address (an error is "not found"); Files may not shadow either.
 func TestSecureBootGRUBConfig(t *testing.T) {
+	var mu sync.Mutex
 	var asked []string
 	script := func(_ context.Context, mac string, peer netip.Addr) ([]byte, error) {
+		mu.Lock()
+		defer mu.Unlock()
 		asked = append(asked, mac+" "+peer.String())
 		if mac != "52:54:00:15:00:01" {
 			return nil, errors.New("unknown")
@@ -379,9 +383,11 @@ func TestSecureBootGRUBConfig(t *testing.T) {
 	if _, _, err := fetch(t, client(t, f.addr, 0, false), "machina/grub/52:54:00:15:00:02"); err == nil {
 		t.Fatal("a refused script was served")
 	}
+	mu.Lock()
 	if len(asked) != 2 || asked[0] != "52:54:00:15:00:01 127.0.0.1" {
-		t.Fatalf("Script called with %q", asked)
+		t.Errorf("Script called with %q", asked)
 	}
+	mu.Unlock()
 	for _, name := range []string{boot.ShimImageX64, boot.GRUBImageX64} {
 		if got, _, err := fetch(t, client(t, f.addr, 0, false), name); err != nil || len(got) != 4 {
 			t.Fatalf("%s = %q, %v", name, got, err)
