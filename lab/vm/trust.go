@@ -178,7 +178,10 @@ func (l *lab) secureBooted(m *machine) error {
 	for _, want := range []string{
 		"NBP filename is " + boot.ShimImageX64,
 		"Fetching Netboot Image " + boot.GRUBImageX64,
-		"Machina: " + m.mac + " (" + m.name + ") lifecycle=commissioning platform=efi arch=x86_64",
+		// GRUB's echo of the per-machine script, which GRUB wraps at 80
+		// columns (the start only).
+		"Machina: fetching (tftp," + BridgeAddr + ")/" + boot.GRUBTFTPScriptDir + m.mac,
+		"Machina: " + m.mac + " (" + m.name + ") lifecycle=commissioning platform=efi",
 		"EFI stub: UEFI Secure Boot is enabled.",
 		"Kernel is locked down from EFI Secure Boot",
 		"secureboot: Secure boot enabled",
