@@ -291,6 +291,9 @@ func (h *Handler) serveScript(w http.ResponseWriter, r *http.Request, d Dialect)
 			return
 		}
 		h.event(Event{Kind: EventDiscovered, MAC: mac.String(), IP: ip, Reason: "ipxe"})
+	case err == nil && a.SecureBoot && d == DialectIPXE:
+		h.refuseSecureBootIPXE(w, log(), mac)
+		return
 	case errors.Is(err, boot.ErrNotFound):
 		if h.log.Enabled(ctx, slog.LevelDebug) {
 			log().Debug("unknown mac: exit")
@@ -300,15 +303,6 @@ func (h *Handler) serveScript(w http.ResponseWriter, r *http.Request, d Dialect)
 	case err != nil:
 		log().Error("lookup", "err", err)
 		http.Error(w, "lookup failed", http.StatusServiceUnavailable)
-		return
-	}
-	if a.SecureBoot && d == DialectIPXE {
-		// The DHCP server never offers iPXE to a Secure Boot server; an
-		// iPXE asking anyway runs where Secure Boot is off (the BMC did
-		// not apply the profile, or another DHCP server answered): no
-		// ramdisk token for an unverified chain.
-		log().Warn("secure boot server asked for an iPXE script: refused")
-		writeScript(w, fmt.Appendf(nil, "#!ipxe\necho Machina: %s boots with Secure Boot (shim and GRUB), not iPXE\nexit\n", mac))
 		return
 	}
 	p := h.scriptParams(mac, a, q.platform, arch, d)
@@ -412,6 +406,16 @@ func unknownScript(d Dialect, mac net.HardwareAddr) []byte {
 		return fmt.Appendf(nil, "echo \"Machina: unknown machine %s, not enrolled\"\nexit\n", mac)
 	}
 	return fmt.Appendf(nil, "#!ipxe\necho Machina: unknown machine %s, not enrolled\nexit\n", mac)
+}
+
+// refuseSecureBootIPXE answers a Secure Boot server's iPXE request: `exit`, no
+// token. The DHCP server never offers iPXE to such a server; an iPXE
+// asking anyway runs where Secure Boot is off (the BMC did not apply the
+// profile, or another DHCP server answered), and gets no ramdisk token
+// for an unverified chain.
+func (h *Handler) refuseSecureBootIPXE(w http.ResponseWriter, log *slog.Logger, mac net.HardwareAddr) {
+	log.Warn("secure boot server asked for an iPXE script: refused")
+	writeScript(w, fmt.Appendf(nil, "#!ipxe\necho Machina: %s boots with Secure Boot (shim and GRUB), not iPXE\nexit\n", mac))
 }
 
 // scriptParams are the boot script's parameters for mac's assignment a;

@@ -449,7 +449,7 @@ func (s *Server) handle(p []byte, from netip.AddrPort) *transfer {
 		log.Warn("tftp refused: transfer limit")
 		return refuse(codeUndefined, ErrBusy)
 	}
-	t, code, err := s.open(req, ip, log)
+	t, code, err := s.openAny(req, ip, log)
 	if err != nil {
 		s.release(ip)
 		return refuse(code, err)
@@ -525,24 +525,12 @@ func (s *Server) dial(to netip.AddrPort) (int, error) {
 // root, or a generated file: autoexec.ipxe, machina-grub.cfg, Config.Files), its size and the negotiated
 // options; t.close releases the file. On error it returns the TFTP error
 // code and a message without host detail, and counts the refusal.
-func (s *Server) open(req request, ip string, log *slog.Logger) (t *transfer, code uint16, err error) {
+func (s *Server) open(req request, log *slog.Logger) (t *transfer, code uint16, err error) {
 	closeSrc := func() {}
 	var data []byte
 	var src io.ReaderAt
 	var size int64
 	name := req.filename
-	if mac, ok := strings.CutPrefix(strings.TrimPrefix(name, "/"), boot.GRUBTFTPScriptDir); ok && s.cfg.Script != nil {
-		peer, _ := netip.ParseAddr(ip)
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		b, err := s.cfg.Script(ctx, mac, peer)
-		cancel()
-		if err != nil {
-			s.refused.Add(1)
-			log.Warn("tftp script refused", "err", err)
-			return nil, codeNotFound, ErrNotFound
-		}
-		return s.newTransfer(req, bytes.NewReader(b), int64(len(b)), closeSrc), 0, nil
-	}
 	// GRUB names every file from the root of its device, with a leading
 	// "/" ((tftp)/machina-grub.cfg is requested as "/machina-grub.cfg",
 	// seen with Debian's grubnetaa64 2.06): a generated file is found with
@@ -616,6 +604,30 @@ func (s *Server) open(req request, ip string, log *slog.Logger) (t *transfer, co
 		src, size = bytes.NewReader(data), int64(len(data))
 	}
 	return s.newTransfer(req, src, size, closeSrc), 0, nil
+}
+
+// openAny resolves req: a machine's GRUB script (Config.Script) or a file
+// (open).
+func (s *Server) openAny(req request, ip string, log *slog.Logger) (*transfer, uint16, error) {
+	if mac, ok := strings.CutPrefix(strings.TrimPrefix(req.filename, "/"), boot.GRUBTFTPScriptDir); ok && s.cfg.Script != nil {
+		return s.openScript(req, mac, ip, log)
+	}
+	return s.open(req, log)
+}
+
+// openScript is the transfer of mac's GRUB script (Config.Script),
+// bounded by 5 seconds; a refusal is "file not found".
+func (s *Server) openScript(req request, mac, ip string, log *slog.Logger) (*transfer, uint16, error) {
+	peer, _ := netip.ParseAddr(ip)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	b, err := s.cfg.Script(ctx, mac, peer)
+	cancel()
+	if err != nil {
+		s.refused.Add(1)
+		log.Warn("tftp script refused", "err", err)
+		return nil, codeNotFound, ErrNotFound
+	}
+	return s.newTransfer(req, bytes.NewReader(b), int64(len(b)), func() {}), 0, nil
 }
 
 // newTransfer is the transfer of src (size bytes) with the options the
