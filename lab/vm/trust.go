@@ -22,7 +22,7 @@ import (
 
 // TrustBudget is the time the Secure Boot lab (Config.Trust) must stay
 // under on a 2-core machine under TCG, the cached OS image excepted.
-const TrustBudget = 8 * time.Minute
+const TrustBudget = 12 * time.Minute
 
 // The Secure Boot lab's server and profile: vm-trust boots OVMF with
 // Secure Boot on and Microsoft's keys enrolled (Debian's
@@ -145,7 +145,7 @@ func (l *lab) runTrust(ctx context.Context) error {
 	m := l.ms[0]
 
 	t0 = time.Now()
-	if err := l.waitServers(ctx, TrustMachine+" commissions to ready", l.scale(8*time.Minute), func(ss []v1.Server) error {
+	if err := l.waitServers(ctx, TrustMachine+" commissions to ready", l.scale(11*time.Minute), func(ss []v1.Server) error {
 		return l.lifecycles(ss, map[string]string{TrustMachine: "ready"}, true)
 	}); err != nil {
 		return err
