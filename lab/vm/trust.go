@@ -124,8 +124,8 @@ func (m *machine) stopSWTPM() {
 
 // runTrust is the Secure Boot lab: vm-trust network-boots with Secure
 // Boot on through the signed chain the controller serves (OVMF PXE →
-// DHCP → shimx64.efi → grubx64.efi → grub/grub.cfg → /boot/grub → the
-// signed kernel and the ramdisk over http), runs locked down, attests
+// DHCP → shimx64.efi → grubx64.efi → grub/grub.cfg → machina/grub/MAC →
+// the signed kernel and the ramdisk, all by TFTP), runs locked down, attests
 // with its swtpm against the boot chain the controller computed from the
 // served files (required by the profile), and commissions to ready; its
 // EK is enrolled (state and status commit).
@@ -153,10 +153,10 @@ func (l *lab) runTrust(ctx context.Context) error {
 	if err := l.secureBooted(m); err != nil {
 		return err
 	}
-	l.step("commission: "+TrustMachine+" (OVMF Secure Boot PXE → shimx64.efi → grubx64.efi → grub/grub.cfg → /boot/grub → signed kernel, locked down) ready", t0)
+	l.step("commission: "+TrustMachine+" (OVMF Secure Boot PXE → shimx64.efi → grubx64.efi → grub/grub.cfg → TFTP machina/grub/MAC → signed kernel, locked down) ready", t0)
 
 	t0 = time.Now()
-	if err := l.waitStatus(ctx, gitops.ServerStatusPath(TrustMachine), "ek: sha256:"); err != nil {
+	if err := l.waitStatus(ctx, gitops.ServerStatusPath(TrustMachine), `ek: "sha256:`); err != nil {
 		return err
 	}
 	if err := l.attestedChain(); err != nil {
