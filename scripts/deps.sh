@@ -44,7 +44,7 @@ TEST_PKGS="$DEMO_PKGS
   python3 python3-pyghmi
   prometheus
   swtpm swtpm-tools lldpd cloud-init
-  shim-signed grub-efi-amd64-signed sbsigntool"
+  shim-signed grub-efi-amd64-signed"
 
 case $mode in
 test) PKGS=$TEST_PKGS ;;
