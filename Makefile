@@ -6,10 +6,10 @@ PKGS      := ./...
 # FUZZTIME bounds each fuzz target in `make test` (CI runs a short fuzz).
 FUZZTIME  ?= 10s
 # TESTFLAGS are go test's flags for the full suite. The VM labs (TestVMLab,
-# TestVMLabARM64) are their own targets, `make lab` and `make lab-arm64`,
-# and are not part of `make test`.
+# TestVMLabARM64, TestVMLabTrust) are their own targets, `make lab`,
+# `make lab-arm64` and `make lab-trust`, and are not part of `make test`.
 TESTFLAGS ?= -race -count=1 -timeout 20m
-TESTSKIP  := -skip '^TestVMLab(ARM64)?$$'
+TESTSKIP  := -skip '^TestVMLab(ARM64|Trust)?$$'
 SUMMARY   := $(GO) run ./scripts/testsummary
 
 .PHONY: all build deps prep test unit unit-quick fuzz vet lint demo clean docs
@@ -138,6 +138,15 @@ lab-arm64: build node-arm64
 	sh scripts/build-grub-arm64.sh
 	@$(MAKE) --no-print-directory os-image os-image-arm64
 	$(BIN)/lab -root . -arm64 $(LAB_FLAGS)
+# lab-trust: the Secure Boot VM lab (lab/vm TestVMLabTrust): one x86-64 VM with OVMF Secure Boot,
+# Microsoft's keys and a swtpm TPM 2.0 network-boots Debian's signed shim and GRUB from machina
+# serve, then the signed kernel and the ramdisk, locked down; attests against the boot chain the
+# controller computes from the files it serves (profile attestation: required) and commissions.
+# Root, a few minutes under TCG.
+.PHONY: lab-trust
+lab-trust: build ramdisk
+	@$(MAKE) --no-print-directory os-image
+	MACHINA_VM_LAB_TRUST=1 $(GO) test -count=1 -timeout 15m -v -run '^TestVMLabTrust$$' ./lab/vm/
 # node-arm64: bin/arm64/machina-node, the node agent arm64 hosts download (machina serve --node-binary-arm64).
 .PHONY: node-arm64
 node-arm64:

@@ -180,7 +180,7 @@ func (m *Machine) attestQuote(w http.ResponseWriter, r *http.Request) {
 	case prev != res.EK:
 		_, _ = m.cfg.Store.AppendEvent(state.Event{Server: t.Server, Kind: "tpm.ek_changed", Message: fmt.Sprintf("TPM EK changed from %s to %s (no EK is pinned in servers.yaml)", prev, res.EK)})
 	}
-	m.log.Info("attestation verified", "machine", t.Server, "ek", res.EK, "events", res.Events)
+	m.log.Info("attestation verified", "machine", t.Server, "ek", res.EK, "events", res.Events, "applications", res.Applications, "kernels", res.Kernels)
 	w.WriteHeader(http.StatusNoContent)
 }
 

@@ -133,8 +133,22 @@ type BootChain struct {
 	// Initrds are the SHA-256 digests of the initrds the controller
 	// served, as Linux's EFI stub (5.17 and later) measures the initrd it
 	// loads through LoadFile2 into PCR 9 (EV_EVENT_TAG, "Linux initrd").
-	// When set, every such event must be in this set.
+	// When set, every such event must be in this set. GRUB's initrds (the
+	// Secure Boot chain) are matched here too: see Kernels.
 	Initrds [][]byte
+	// Kernels are the SHA-256 digests of the kernel files the controller
+	// served, as GRUB 2.06's tpm module measures every file it reads into
+	// PCR 9 (EV_IPL, the event data the path as the command named it)
+	// after logging the command itself into PCR 8 (EV_IPL,
+	// "grub_cmd: linux PATH ARGS"; recorded from Debian 12's signed
+	// grubnetx64 2.06-13+deb12u2 under OVMF and swtpm). The PCR 9 event
+	// whose path a `linux` command named is the kernel, checked against
+	// this set when it is set; one an `initrd` command named is an initrd,
+	// checked against Initrds. Other files GRUB reads (its configuration
+	// and the per-machine script, which holds a single-use token) are
+	// measured but not matched: under Secure Boot they can only start
+	// what shim verifies.
+	Kernels [][]byte
 }
 
 // Result is a verified attestation.
@@ -146,6 +160,9 @@ type Result struct {
 	// Applications are the hex SHA-256 digests of the replayed
 	// EV_EFI_BOOT_SERVICES_APPLICATION events, in log order.
 	Applications []string
+	// Kernels are the hex SHA-256 digests of the kernels GRUB loaded
+	// (BootChain.Kernels), in log order; empty when no GRUB booted.
+	Kernels []string
 	// Events is the number of replayed events.
 	Events int
 }
@@ -423,6 +440,8 @@ func verifyPlatform(akPublic, nonce []byte, ev v1.AttestEvidence, chain BootChai
 
 // TCG PC Client PFP event types (§10.4.1, Table 9) that matchChain reads.
 const (
+	evIPL                        gattest.EventType = 0x0000000d
+	pcrGRUBCommands                                = 8
 	evEventTag                   gattest.EventType = 0x00000006
 	evEFIBootServicesApplication gattest.EventType = 0x80000003
 	pcrBootApplications                            = 4
@@ -436,8 +455,23 @@ func matchChain(events []gattest.Event, chain BootChain, res *Result) error {
 	known := func(set [][]byte, d []byte) bool {
 		return slices.ContainsFunc(set, func(k []byte) bool { return bytes.Equal(k, d) })
 	}
+	var grub grubFiles
 	for _, e := range events {
 		switch {
+		case e.Index == pcrGRUBCommands && e.Type == evIPL:
+			grub.command(e.Data)
+		case e.Index == pcrKernelData && e.Type == evIPL:
+			switch grub.kind(e.Data) {
+			case "kernel":
+				res.Kernels = append(res.Kernels, hex.EncodeToString(e.Digest))
+				if len(chain.Kernels) > 0 && !known(chain.Kernels, e.Digest) {
+					return fmt.Errorf("attestation: %w: kernel %x (GRUB, %s) was not served", ErrBootChain, e.Digest, eventPath(e.Data))
+				}
+			case "initrd":
+				if len(chain.Initrds) > 0 && !known(chain.Initrds, e.Digest) {
+					return fmt.Errorf("attestation: %w: initrd %x (GRUB, %s) was not served", ErrBootChain, e.Digest, eventPath(e.Data))
+				}
+			}
 		case e.Index == pcrBootApplications && e.Type == evEFIBootServicesApplication:
 			res.Applications = append(res.Applications, hex.EncodeToString(e.Digest))
 			if len(chain.Applications) > 0 && !known(chain.Applications, e.Digest) {
@@ -454,3 +488,48 @@ func matchChain(events []gattest.Event, chain BootChain, res *Result) error {
 	}
 	return nil
 }
+
+// grubFiles remembers the paths GRUB's `linux` and `initrd` commands named
+// (PCR 8 "grub_cmd: ..." events), to tell the kernel and initrd among the
+// files GRUB measures into PCR 9. Debian's GRUB also knows the commands as
+// linuxefi and initrdefi.
+type grubFiles struct {
+	kernels, initrds []string
+}
+
+func (g *grubFiles) command(data []byte) {
+	cmd, ok := bytes.CutPrefix(bytes.TrimRight(data, "\x00"), []byte("grub_cmd: "))
+	if !ok {
+		return
+	}
+	f := strings.Fields(string(cmd))
+	if len(f) < 2 {
+		return
+	}
+	switch f[0] {
+	case "linux", "linuxefi":
+		g.kernels = append(g.kernels, f[1])
+	case "initrd", "initrdefi":
+		for _, p := range f[1:] {
+			if !strings.HasPrefix(p, "-") { // GRUB 2.06 initrd options: --newc:NAME
+				g.initrds = append(g.initrds, p)
+			}
+		}
+	}
+}
+
+// kind returns "kernel" or "initrd" when a PCR 9 file event's path is one
+// a command named, "" otherwise.
+func (g *grubFiles) kind(data []byte) string {
+	p := eventPath(data)
+	switch {
+	case slices.Contains(g.kernels, p):
+		return "kernel"
+	case slices.Contains(g.initrds, p):
+		return "initrd"
+	}
+	return ""
+}
+
+// eventPath is a GRUB file event's path: the event data without its NUL.
+func eventPath(data []byte) string { return string(bytes.TrimRight(data, "\x00")) }

@@ -77,6 +77,12 @@ type Assignment struct {
 	// Hostname is sent as DHCP option 12; empty means Name (none when both
 	// are empty).
 	Hostname string
+	// SecureBoot is set for a server whose profile turns UEFI Secure Boot
+	// on (inventory firmware.secureBoot: true). The boot servers then offer
+	// it only the signed chain (shim, GRUB, the signed kernel; see
+	// boot/secureboot.go), never iPXE: the DHCP server answers its x64 UEFI
+	// PXE client with [ShimImageX64] and anything else with no boot file.
+	SecureBoot bool
 }
 
 // Lookup maps a boot MAC to its assignment.

@@ -22,6 +22,10 @@ type attestPolicy struct {
 	desired func() *inventory.Inventory
 	st      *state.Store
 	chain   attestation.BootChain
+	// secureBoot, when set, is the chain of Secure Boot servers (profile
+	// firmware.secureBoot), computed from the served files
+	// (secureBootChain); it replaces chain for them.
+	secureBoot *attestation.BootChain
 }
 
 // AttestRule implements api.AttestPolicy.
@@ -38,14 +42,11 @@ func (p attestPolicy) AttestRule(server string) api.AttestRule {
 	if s.TPM != nil {
 		r.PinnedEK = strings.ToLower(s.TPM.EK)
 	}
-	profile := s.Profile
-	if profile == "" {
-		if srv, err := p.st.Server(server); err == nil && srv.Allocation != nil {
-			profile = srv.Allocation.Profile
-		}
-	}
-	if pr := inv.Profile(profile); pr != nil {
+	if pr := serverProfile(inv, p.st, server); pr != nil {
 		r.Mode = pr.Attestation
+		if p.secureBoot != nil && pr.Firmware != nil && pr.Firmware.SecureBoot != nil && *pr.Firmware.SecureBoot {
+			r.Chain = *p.secureBoot
+		}
 	}
 	return r
 }

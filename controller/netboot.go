@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/machina-metal/machina/api"
@@ -48,6 +49,14 @@ type NetbootConfig struct {
 	// machina-grub.cfg that chains to /boot/grub; empty: arm64 machines
 	// get what the TFTP root holds under that name, if anything.
 	GRUBARM64 string
+	// ShimX64 and GRUBX64 are the signed shim and GRUB network image of
+	// the Secure Boot chain (boot/secureboot.go; Debian's shim-signed and
+	// grub-efi-amd64-signed: boot.DefaultShimPath and
+	// boot.DefaultGRUBX64Path), read at start, checked to be signed x86-64
+	// images, and served by TFTP as shimx64.efi and grubx64.efi; the DHCP
+	// server answers a Secure Boot server's x64 UEFI PXE client with
+	// shimx64.efi. Empty: Secure Boot servers get no boot file.
+	ShimX64, GRUBX64 string
 	// RouterAdvert sends the IPv6 RA with router lifetime 0 on Interfaces.
 	RouterAdvert bool
 }
@@ -57,7 +66,11 @@ type NetbootConfig struct {
 // stored, when non-nil, keeps the leases the DHCP server hands out (full
 // mode) in the state file: the machine endpoints and the join listener
 // check requests against them, across restarts.
-func startNetboot(cfg NetbootConfig, lookup boot.Lookup, publicURL string, autoEnroll bool, enr boot.Enroller, stored *api.StateLeases, log *slog.Logger) ([]func(context.Context) error, error) {
+//
+// sb is the TFTP side of the Secure Boot chain: the per-machine GRUB
+// scripts and the ramdisk folder whose vmlinuz and initrd.cpio.gz TFTP
+// serves to the signed GRUB (used when cfg.ShimX64 is set).
+func startNetboot(cfg NetbootConfig, lookup boot.Lookup, publicURL string, autoEnroll bool, enr boot.Enroller, stored *api.StateLeases, sb secureBootTFTP, log *slog.Logger) ([]func(context.Context) error, error) {
 	var runs []func(context.Context) error
 	var leases dhcp.LeaseStore // nil (in memory) in proxy mode, where no address is leased
 	if stored != nil {
@@ -95,12 +108,31 @@ func startNetboot(cfg NetbootConfig, lookup boot.Lookup, publicURL string, autoE
 		} else {
 			log.Warn("arm64 GRUB network boot needs an http public URL (GRUB has no TLS); machina-grub.cfg not served", "url", publicURL)
 		}
+		tc.Files = map[string][]byte{}
 		if cfg.GRUBARM64 != "" {
 			img, err := os.ReadFile(cfg.GRUBARM64)
 			if err != nil {
 				return nil, fmt.Errorf("tftp: arm64 GRUB image: %w", err)
 			}
-			tc.Files = map[string][]byte{boot.GRUBImageARM64: img}
+			tc.Files[boot.GRUBImageARM64] = img
+		}
+		if cfg.ShimX64 != "" || cfg.GRUBX64 != "" {
+			imgs, err := boot.LoadSecureBootImages(cfg.ShimX64, cfg.GRUBX64)
+			if err != nil {
+				return nil, fmt.Errorf("tftp: %w", err)
+			}
+			tc.Files[boot.ShimImageX64], tc.Files[boot.GRUBImageX64] = imgs.Shim, imgs.GRUB
+			if sb.script == nil || sb.ramdiskDir == "" {
+				return nil, fmt.Errorf("tftp: the Secure Boot chain needs the ramdisk folder (--ramdisk-dir)")
+			}
+			tc.Script = sb.script
+			for name, file := range map[string]string{boot.TFTPRamdiskKernel: "vmlinuz", boot.TFTPRamdiskInitrd: "initrd.cpio.gz"} {
+				b, err := os.ReadFile(filepath.Join(sb.ramdiskDir, file))
+				if err != nil {
+					return nil, fmt.Errorf("tftp: secure boot ramdisk: %w", err)
+				}
+				tc.Files[name] = b
+			}
 		}
 		t, err := tftp.New(tc)
 		if err != nil {
@@ -112,6 +144,14 @@ func startNetboot(cfg NetbootConfig, lookup boot.Lookup, publicURL string, autoE
 		runs = append(runs, t.Serve)
 	}
 	return runs, nil
+}
+
+// secureBootTFTP is what TFTP serves the Secure Boot chain's GRUB besides
+// the images: its per-machine scripts (ipxe.Handler.TFTPScript) and the
+// ramdisk folder.
+type secureBootTFTP struct {
+	script     func(ctx context.Context, mac string, peer netip.Addr) ([]byte, error)
+	ramdiskDir string
 }
 
 // tftpAddr is the TFTP listen address: addr when set, else port 69 on the

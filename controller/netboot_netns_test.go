@@ -101,7 +101,7 @@ func TestTFTPListensOnProvisioningInterfaceOnly(t *testing.T) {
 	done := make(chan struct{})
 	inNetns(t, srv, func() {
 		defer close(done)
-		runs, err := startNetboot(NetbootConfig{Interfaces: []string{"p0"}, Mode: dhcp.ModeProxy, TFTPRoot: root}, noLookup{}, "http://10.81.0.1:8080", false, nil, nil, log)
+		runs, err := startNetboot(NetbootConfig{Interfaces: []string{"p0"}, Mode: dhcp.ModeProxy, TFTPRoot: root}, noLookup{}, "http://10.81.0.1:8080", false, nil, nil, secureBootTFTP{}, log)
 		started <- err
 		if err != nil {
 			return

@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/machina-metal/machina/api"
+	"github.com/machina-metal/machina/attestation"
 	"github.com/machina-metal/machina/boot"
 	"github.com/machina-metal/machina/boot/dhcp"
 	"github.com/machina-metal/machina/boot/ipxe"
@@ -430,7 +431,11 @@ func (w *wiring) boot() (func(), error) {
 	if w.refusals, err = newRefusalSummary(w.st, w.reg); err != nil {
 		return nil, fmt.Errorf("controller: %w", err)
 	}
-	ipxeCfg := ipxe.Config{Lookup: w.idx, Tokens: w.idx, ControllerURL: w.publicURL, ISODir: w.cfg.ISODir, RamdiskDir: w.cfg.RamdiskDir,
+	// Secure Boot servers (profile firmware.secureBoot) are marked on
+	// the index's answers: DHCP offers them only shim, the script handler
+	// no iPXE script.
+	lookup := secureBootLookup{inner: w.idx, desired: w.ctrl.Desired, st: w.st}
+	ipxeCfg := ipxe.Config{Lookup: lookup, Tokens: w.idx, ControllerURL: w.publicURL, ISODir: w.cfg.ISODir, RamdiskDir: w.cfg.RamdiskDir,
 		LLDPWait: w.cfg.LLDPWait, Logger: w.log.With("component", "ipxe"), PerIP: w.cfg.MachinePerIP, OnEvent: w.refusals.event}
 	if err := w.tpmPinner(); err != nil {
 		return nil, err
@@ -449,14 +454,16 @@ func (w *wiring) boot() (func(), error) {
 	if len(w.cfg.Netboot.Interfaces) > 0 && w.cfg.Netboot.Mode != dhcp.ModeProxy {
 		w.leases = &api.StateLeases{Store: w.st}
 	}
-	if w.netRuns, err = startNetboot(w.cfg.Netboot, w.idx, w.publicURL, w.cfg.AutoEnroll, enrHook, w.leases, w.log); err != nil {
-		return nil, fmt.Errorf("controller: %w", err)
-	}
 	if w.bootHandler, err = ipxe.New(ipxeCfg); err != nil {
 		return nil, fmt.Errorf("controller: %w", err)
 	}
 	h := w.bootHandler
 	stop := func() { _ = h.Close() }
+	sb := secureBootTFTP{script: h.TFTPScript, ramdiskDir: w.cfg.RamdiskDir}
+	if w.netRuns, err = startNetboot(w.cfg.Netboot, lookup, w.publicURL, w.cfg.AutoEnroll, enrHook, w.leases, sb, w.log); err != nil {
+		stop()
+		return nil, fmt.Errorf("controller: %w", err)
+	}
 	paths := []string{ipxe.ScriptPath, boot.GRUBScriptPath} // GRUB: arm64 machines (docs/arm64.md)
 	if w.cfg.ISODir != "" {
 		paths = append(paths, "/boot/iso/")
@@ -598,9 +605,20 @@ func (w *wiring) mountMachine(machineLeases api.LeaseLookup) error {
 	if err != nil {
 		return fmt.Errorf("controller: %w", err)
 	}
+	// The Secure Boot servers' chain, computed from the served files;
+	// without the ramdisk folder the controller does not know what it
+	// serves, and those servers get the operator's chain like the others.
+	var sbChain *attestation.BootChain
+	if nb := w.cfg.Netboot; nb.ShimX64 != "" && nb.GRUBX64 != "" && w.cfg.RamdiskDir != "" {
+		c, err := secureBootChain(nb.ShimX64, nb.GRUBX64, w.cfg.RamdiskDir, chain)
+		if err != nil {
+			return fmt.Errorf("controller: %w", err)
+		}
+		sbChain = &c
+	}
 	machine, err := api.NewMachine(api.MachineConfig{Store: w.st, Planner: pl, Wiper: pl, Installer: pl, Pieces: pieces,
 		PerIP: w.cfg.MachinePerIP, Leases: machineLeases, ProgressEvery: progressEvery(w.cfg.MachineProgressEvery, w.cfg.Reconciler.Plan.SilentAfter),
-		Attest: verifier, AttestPolicy: attestPolicy{desired: w.ctrl.Desired, st: w.st, chain: chain},
+		Attest: verifier, AttestPolicy: attestPolicy{desired: w.ctrl.Desired, st: w.st, chain: chain, secureBoot: sbChain},
 		Logger: w.log.With("component", "machine")})
 	if err != nil {
 		return fmt.Errorf("controller: %w", err)

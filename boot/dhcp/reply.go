@@ -41,6 +41,10 @@ type BootFiles struct {
 	// (arch 16 and 19), together with option 60 "HTTPClient" (UEFI 2.5+
 	// §24.7). Zero: no answer to HTTP boot clients.
 	HTTPx64, HTTPARM64 string
+	// Shim is the TFTP file for a Secure Boot server's x64 UEFI PXE client
+	// (arch 7 and 9; [boot.Assignment.SecureBoot]). Zero: "shimx64.efi"
+	// ([boot.ShimImageX64]).
+	Shim string
 	// ScriptURL is the HTTP URL of the iPXE script, given to clients whose
 	// user class (option 77) is "iPXE", which breaks the chainload loop.
 	// Required.
@@ -56,6 +60,9 @@ func (b *BootFiles) setDefaults() {
 	}
 	if b.ARM64 == "" {
 		b.ARM64 = boot.GRUBImageARM64
+	}
+	if b.Shim == "" {
+		b.Shim = boot.ShimImageX64
 	}
 }
 
@@ -163,6 +170,32 @@ func SelectBoot(req *dhcpv4.DHCPv4, f BootFiles) (Boot, error) {
 	default:
 		return Boot{}, fmt.Errorf("%w: arch %d", ErrNoBoot, arch)
 	}
+}
+
+// ErrSecureBoot: a Secure Boot server asked for something other than the
+// signed shim (iPXE, BIOS PXE, UEFI HTTP boot, another architecture); it
+// gets an address and no boot file. It wraps [ErrNoBoot].
+var ErrSecureBoot = fmt.Errorf("%w: secure boot server gets only the signed shim over x64 UEFI PXE", ErrNoBoot)
+
+// SelectSecureBoot picks the boot answer for a Secure Boot server
+// ([boot.Assignment.SecureBoot]): its x64 UEFI PXE client (option 60
+// PXEClient, option 93 arch 7 or 9) gets f.Shim; every other client,
+// iPXE included, gets an error wrapping [ErrSecureBoot], so that no
+// unsigned binary or iPXE script is ever offered to it. Firmware with
+// Secure Boot on would refuse an unsigned iPXE, and a server whose
+// firmware does run one (Secure Boot off although its profile asks for
+// it) must not boot the ramdisk as if the chain were verified. A plain
+// DHCP client (the ramdisk's agent) gets the zero Boot and nil.
+func SelectSecureBoot(req *dhcpv4.DHCPv4, f BootFiles) (Boot, error) {
+	switch Classify(req) {
+	case ClientPlain:
+		return Boot{}, nil
+	case ClientPXE:
+		if a := Arch(req); a == ArchEFIBC || a == ArchEFIx64 {
+			return Boot{File: f.Shim}, nil
+		}
+	}
+	return Boot{}, fmt.Errorf("%w (client kind %d, arch %d)", ErrSecureBoot, Classify(req), Arch(req))
 }
 
 // Network is the segment-wide answer data.

@@ -412,8 +412,13 @@ func (s *Server) assignment(ctx context.Context, log *slog.Logger, req *dhcpv4.D
 }
 
 // bootFor returns the boot answer for req, logging unsupported archs.
-func (s *Server) bootFor(log *slog.Logger, req *dhcpv4.DHCPv4) (Boot, bool) {
-	b, err := SelectBoot(req, s.cfg.Boot)
+// A Secure Boot server gets only the signed shim ([SelectSecureBoot]).
+func (s *Server) bootFor(log *slog.Logger, req *dhcpv4.DHCPv4, a boot.Assignment) (Boot, bool) {
+	sel := SelectBoot
+	if a.SecureBoot {
+		sel = SelectSecureBoot
+	}
+	b, err := sel(req, s.cfg.Boot)
 	if err != nil {
 		log.Debug("dhcp no boot answer", "err", err)
 		return Boot{}, false
@@ -445,10 +450,11 @@ func (s *Server) proxy(ctx context.Context, log *slog.Logger, req *dhcpv4.DHCPv4
 		s.ignored.Add(1)
 		return nil
 	}
-	if _, ok := s.assignment(ctx, log, req); !ok {
+	a, ok := s.assignment(ctx, log, req)
+	if !ok {
 		return nil
 	}
-	b, ok := s.bootFor(log, req)
+	b, ok := s.bootFor(log, req, a)
 	if !ok || b.File == "" {
 		s.ignored.Add(1)
 		return nil
@@ -488,7 +494,7 @@ func (s *Server) full(ctx context.Context, log *slog.Logger, req *dhcpv4.DHCPv4)
 	if !ok {
 		return nil
 	}
-	b, bootOK := s.bootFor(log, req)
+	b, bootOK := s.bootFor(log, req, a)
 	if !bootOK {
 		b = Boot{}
 	}

@@ -291,6 +291,9 @@ func (h *Handler) serveScript(w http.ResponseWriter, r *http.Request, d Dialect)
 			return
 		}
 		h.event(Event{Kind: EventDiscovered, MAC: mac.String(), IP: ip, Reason: "ipxe"})
+	case err == nil && a.SecureBoot && d == DialectIPXE:
+		h.refuseSecureBootIPXE(w, log(), mac)
+		return
 	case errors.Is(err, boot.ErrNotFound):
 		if h.log.Enabled(ctx, slog.LevelDebug) {
 			log().Debug("unknown mac: exit")
@@ -405,15 +408,29 @@ func unknownScript(d Dialect, mac net.HardwareAddr) []byte {
 	return fmt.Appendf(nil, "#!ipxe\necho Machina: unknown machine %s, not enrolled\nexit\n", mac)
 }
 
+// refuseSecureBootIPXE answers a Secure Boot server's iPXE request: `exit`, no
+// token. The DHCP server never offers iPXE to such a server; an iPXE
+// asking anyway runs where Secure Boot is off (the BMC did not apply the
+// profile, or another DHCP server answered), and gets no ramdisk token
+// for an unverified chain.
+func (h *Handler) refuseSecureBootIPXE(w http.ResponseWriter, log *slog.Logger, mac net.HardwareAddr) {
+	log.Warn("secure boot server asked for an iPXE script: refused")
+	writeScript(w, fmt.Appendf(nil, "#!ipxe\necho Machina: %s boots with Secure Boot (shim and GRUB), not iPXE\nexit\n", mac))
+}
+
 // scriptParams are the boot script's parameters for mac's assignment a;
-// arm64 (or GRUB, which only arm64 machines load) has no BIOS: UEFI
-// always, with its own ramdisk and console.
+// arm64 has no BIOS: UEFI always, with its own ramdisk and console. GRUB
+// runs on arm64 machines and, in the Secure Boot chain, on x86-64 UEFI
+// ones (${grub_cpu} "x86_64"): those get the amd64 ramdisk and the same
+// kernel arguments as iPXE's.
 func (h *Handler) scriptParams(mac net.HardwareAddr, a boot.Assignment, reported, arch string, d Dialect) ScriptParams {
 	p := ScriptParams{
 		MAC: mac.String(), Name: a.Name, Lifecycle: a.Lifecycle, Wipe: a.Wipe, Installer: a.Installer, InstallerImage: a.InstallerImage, Platform: platform(reported, a.Mode),
 		Controller: h.cfg.ControllerURL, KernelURL: h.cfg.KernelURL, InitrdURL: h.cfg.InitrdURL, KernelArgs: h.cfg.KernelArgs, Arch: arch,
 	}
-	if arch == "arm64" || d == DialectGRUB {
+	if d == DialectGRUB && arch == "x86_64" {
+		p.Platform = PlatformEFI
+	} else if arch == "arm64" || d == DialectGRUB {
 		p.Arch, p.Platform = "arm64", PlatformEFI
 		p.KernelURL, p.InitrdURL, p.KernelArgs = h.cfg.ARM64KernelURL, h.cfg.ARM64InitrdURL, h.cfg.ARM64KernelArgs
 	}

@@ -60,6 +60,11 @@ type ScriptParams struct {
 	Controller string
 	// KernelURL and InitrdURL locate the ramdisk (checked with boot.CheckURL).
 	KernelURL, InitrdURL string
+	// KernelPath and InitrdPath, when set, replace KernelURL and InitrdURL
+	// in a GRUB script: paths on GRUB's root device (the TFTP server it
+	// came from), for the Secure Boot chain's GRUB, which has no http.
+	// Characters: A-Z a-z 0-9 and "/._-".
+	KernelPath, InitrdPath string
 	// KernelArgs are extra kernel arguments (see [Config.KernelArgs]).
 	KernelArgs string
 	// Token is the single-use token for ramdisk lifecycles (the reusable

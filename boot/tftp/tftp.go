@@ -97,10 +97,22 @@ type Config struct {
 	// handler's /boot/ipxe URL). Required.
 	ScriptURL string
 	// GRUBScriptURL, when set, is where the generated machina-grub.cfg
-	// ([boot.GRUBConfigName], fetched by the arm64 GRUB image) sources the
+	// ([boot.GRUBConfigName], fetched by the arm64 GRUB image) and
+	// grub/grub.cfg ([boot.GRUBPrefixConfig], fetched by Debian's signed
+	// x64 GRUB network image in the Secure Boot chain) source the
 	// machine's script from (the controller's [boot.GRUBScriptPath] URL;
 	// http only). Zero: no machina-grub.cfg.
 	GRUBScriptURL string
+	// Script, when set, answers the per-machine GRUB scripts of the Secure
+	// Boot chain: a read of [boot.GRUBTFTPScriptDir]+MAC (with or without
+	// a leading "/") returns Script(ctx, MAC, client address). Debian's
+	// signed x64 GRUB has no http module and, locked down, loads none, so
+	// it fetches its script by TFTP; the generated [boot.GRUBPrefixConfig]
+	// then sources it ([boot.SecureBootGRUBConfig]). An error is answered
+	// "file not found". Script runs on the server's event loop, bounded by
+	// 5 seconds: it must be quick (a lookup and a token). Zero: no
+	// per-machine scripts and no grub/grub.cfg.
+	Script func(ctx context.Context, mac string, peer netip.Addr) ([]byte, error)
 	// Files are served by name from memory besides Root, e.g. the arm64
 	// GRUB image ([boot.GRUBImageARM64]) kept outside Debian's
 	// /usr/lib/ipxe. Names pass [CleanPath]; a name in Root too is served
@@ -291,8 +303,13 @@ func New(cfg Config) (*Server, error) {
 		}
 		gen[boot.GRUBConfigName] = g
 	}
+	if cfg.Script != nil {
+		// Debian's signed grubnetx64 (the Secure Boot chain) reads
+		// $prefix/grub.cfg with prefix (tftp,SERVER)/grub.
+		gen[boot.GRUBPrefixConfig] = boot.SecureBootGRUBConfig()
+	}
 	for name, b := range cfg.Files {
-		if _, err := CleanPath(name); err != nil || name == AutoexecName || name == boot.GRUBConfigName {
+		if _, err := CleanPath(name); err != nil || name == AutoexecName || name == boot.GRUBConfigName || name == boot.GRUBPrefixConfig || strings.HasPrefix(name, boot.GRUBTFTPScriptDir) {
 			root.Close()
 			return nil, fmt.Errorf("tftp: new server: file name %q: refused (a plain relative name, not a generated one)", name)
 		}
@@ -432,7 +449,7 @@ func (s *Server) handle(p []byte, from netip.AddrPort) *transfer {
 		log.Warn("tftp refused: transfer limit")
 		return refuse(codeUndefined, ErrBusy)
 	}
-	t, code, err := s.open(req, log)
+	t, code, err := s.openAny(req, ip, log)
 	if err != nil {
 		s.release(ip)
 		return refuse(code, err)
@@ -587,6 +604,30 @@ func (s *Server) open(req request, log *slog.Logger) (t *transfer, code uint16, 
 		src, size = bytes.NewReader(data), int64(len(data))
 	}
 	return s.newTransfer(req, src, size, closeSrc), 0, nil
+}
+
+// openAny resolves req: a machine's GRUB script (Config.Script) or a file
+// (open).
+func (s *Server) openAny(req request, ip string, log *slog.Logger) (*transfer, uint16, error) {
+	if mac, ok := strings.CutPrefix(strings.TrimPrefix(req.filename, "/"), boot.GRUBTFTPScriptDir); ok && s.cfg.Script != nil {
+		return s.openScript(req, mac, ip, log)
+	}
+	return s.open(req, log)
+}
+
+// openScript is the transfer of mac's GRUB script (Config.Script),
+// bounded by 5 seconds; a refusal is "file not found".
+func (s *Server) openScript(req request, mac, ip string, log *slog.Logger) (*transfer, uint16, error) {
+	peer, _ := netip.ParseAddr(ip)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	b, err := s.cfg.Script(ctx, mac, peer)
+	cancel()
+	if err != nil {
+		s.refused.Add(1)
+		log.Warn("tftp script refused", "err", err)
+		return nil, codeNotFound, ErrNotFound
+	}
+	return s.newTransfer(req, bytes.NewReader(b), int64(len(b)), func() {}), 0, nil
 }
 
 // newTransfer is the transfer of src (size bytes) with the options the

@@ -8,10 +8,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -345,5 +347,60 @@ func TestGeneratedGRUBConfigAndFiles(t *testing.T) {
 	}
 	if _, err := New(Config{Root: t.TempDir(), ScriptURL: scriptURL, GRUBScriptURL: "https://10.0.0.1/boot/grub"}); err == nil {
 		t.Error("New accepted an https GRUBScriptURL (GRUB has no TLS)")
+	}
+}
+
+// TestSecureBootGRUBConfig: Debian's signed grubnetx64 (prefix /grub)
+// asks for "/grub/x86_64-efi/grub.cfg" (not served: it then falls back)
+// and "/grub/grub.cfg", which sources the machine's script from this
+// server by MAC; the script comes from Config.Script with the MAC and the
+// client's address (an error is "not found"); Files may not shadow either.
+func TestSecureBootGRUBConfig(t *testing.T) {
+	var mu sync.Mutex
+	var asked []string
+	script := func(_ context.Context, mac string, peer netip.Addr) ([]byte, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		asked = append(asked, mac+" "+peer.String())
+		if mac != "52:54:00:15:00:01" {
+			return nil, errors.New("unknown")
+		}
+		return []byte("linux /machina/ramdisk/vmlinuz\n"), nil
+	}
+	f := newFixture(t, Config{Script: script, Files: map[string][]byte{boot.ShimImageX64: []byte("shim"), boot.GRUBImageX64: []byte("grub")}})
+	got, _, err := fetch(t, client(t, f.addr, 1428, true), "/"+boot.GRUBPrefixConfig)
+	must(t, err)
+	if !bytes.Equal(got, boot.SecureBootGRUBConfig()) || !strings.Contains(string(got), `source "($root)/machina/grub/${net_default_mac}"`) {
+		t.Fatalf("/%s = %q", boot.GRUBPrefixConfig, got)
+	}
+	if _, _, err := fetch(t, client(t, f.addr, 0, false), "/grub/x86_64-efi/grub.cfg"); err == nil {
+		t.Fatal("/grub/x86_64-efi/grub.cfg was served")
+	}
+	got, _, err = fetch(t, client(t, f.addr, 0, false), "/machina/grub/52:54:00:15:00:01")
+	if err != nil || string(got) != "linux /machina/ramdisk/vmlinuz\n" {
+		t.Fatalf("script = %q, %v", got, err)
+	}
+	if _, _, err := fetch(t, client(t, f.addr, 0, false), "machina/grub/52:54:00:15:00:02"); err == nil {
+		t.Fatal("a refused script was served")
+	}
+	mu.Lock()
+	if len(asked) != 2 || asked[0] != "52:54:00:15:00:01 127.0.0.1" {
+		t.Errorf("Script called with %q", asked)
+	}
+	mu.Unlock()
+	for _, name := range []string{boot.ShimImageX64, boot.GRUBImageX64} {
+		if got, _, err := fetch(t, client(t, f.addr, 0, false), name); err != nil || len(got) != 4 {
+			t.Fatalf("%s = %q, %v", name, got, err)
+		}
+	}
+	for _, name := range []string{boot.GRUBPrefixConfig, boot.GRUBTFTPScriptDir + "x"} {
+		if _, err := New(Config{Root: t.TempDir(), ScriptURL: scriptURL, Files: map[string][]byte{name: nil}}); err == nil {
+			t.Errorf("New accepted Files[%q]", name)
+		}
+	}
+	// Without Script there is no grub/grub.cfg.
+	g := newFixture(t, Config{GRUBScriptURL: "http://10.99.0.1:8080/boot/grub"})
+	if _, _, err := fetch(t, client(t, g.addr, 0, false), "/"+boot.GRUBPrefixConfig); err == nil {
+		t.Fatal("grub/grub.cfg served without Script")
 	}
 }

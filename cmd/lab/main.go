@@ -3,7 +3,8 @@
 // and the whole flow asserted step by step, printing each step's time.
 // Needs root, qemu, ipmi_sim and `make build ramdisk` first (make lab does
 // both). Usage: lab [-stage commission|deploy|release] [-arm64] [-dir DIR] [-keep] [-time-scale F].
-// -arm64 runs the arm64 lab instead (one arm64 VM network-booted through GRUB).
+// -arm64 runs the arm64 lab instead (one arm64 VM network-booted through GRUB);
+// -trust the Secure Boot lab (one x86-64 VM through the signed shim and GRUB).
 // Run it from the repository root (or pass -root).
 package main
 
@@ -41,6 +42,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	timeout := fs.Duration("timeout", 15*time.Minute, "give up after this long")
 	timeScale := fs.Float64("time-scale", 1, "multiply every step's deadline (a machine loaded by other work runs TCG slower)")
 	arm64 := fs.Bool("arm64", false, "run the arm64 lab (one arm64 UEFI VM through GRUB; -stage is ignored; needs make lab-arm64's builds)")
+	trust := fs.Bool("trust", false, "run the Secure Boot lab (one x86-64 VM with OVMF Secure Boot and swtpm through the signed shim and GRUB; -stage is ignored)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -51,7 +53,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
 	start := time.Now()
-	steps, err := vm.Run(ctx, vm.Config{Root: *root, Dir: *dir, Keep: *keep, Stage: st, TimeScale: *timeScale, ARM64: *arm64,
+	steps, err := vm.Run(ctx, vm.Config{Root: *root, Dir: *dir, Keep: *keep, Stage: st, TimeScale: *timeScale, ARM64: *arm64, Trust: *trust,
 		Logger: slog.New(slog.NewTextHandler(stderr, nil))})
 	fmt.Fprintln(stdout, "VM lab steps:")
 	for _, s := range steps {

@@ -545,6 +545,8 @@ func addServeNetFlags(f *pflag.FlagSet, cc *controller.Config) {
 	})
 	f.StringVar(&cc.Netboot.TFTPRoot, "tftp-root", os.Getenv("MACHINA_TFTP_ROOT"), "serve TFTP from this folder (iPXE binaries, e.g. /usr/lib/ipxe)")
 	f.StringVar(&cc.Netboot.GRUBARM64, "grub-arm64", os.Getenv("MACHINA_GRUB_ARM64"), "arm64 GRUB network image (scripts/build-grub-arm64.sh: out/boot/grubnetaa64.efi), served by TFTP to DHCP arch 11 clients")
+	f.StringVar(&cc.Netboot.ShimX64, "secureboot-shim", os.Getenv("MACHINA_SECUREBOOT_SHIM"), "signed shim for Secure Boot servers (profile firmware.secureBoot; Debian shim-signed: "+boot.DefaultShimPath+"), served by TFTP as shimx64.efi; needs --secureboot-grub")
+	f.StringVar(&cc.Netboot.GRUBX64, "secureboot-grub", os.Getenv("MACHINA_SECUREBOOT_GRUB"), "signed GRUB network image shim loads (Debian grub-efi-amd64-signed: "+boot.DefaultGRUBX64Path+"), served by TFTP as grubx64.efi")
 	f.IntVar(&cc.MachinePerIP.Burst, "machine-burst", 0, "boot and machine-facing requests per client IP at once (0: 20)")
 	f.IntVar(&cc.MaxConnsPerIP, "max-conns-per-ip", 0, "open HTTP connections per client IP at most; further ones are closed at accept (0: 256)")
 	f.DurationVar(&cc.MachinePerIP.Every, "machine-refill", 0, "one more request per client IP after this long (0: 100ms)")

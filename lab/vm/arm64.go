@@ -73,6 +73,12 @@ func (l *lab) armProfileYAML() string {
 // machines returns the lab's VMs for l.cfg: the five amd64 VMs, or the
 // arm64 lab's one.
 func (l *lab) machines() []*machine {
+	if l.cfg.Trust {
+		// Redfish over vmpower with the DMTF tree (it has a SecureBoot
+		// resource, which the firmware step sets; the VM's Secure Boot
+		// itself comes from its OVMF variables).
+		return []*machine{{name: TrustMachine, zone: "lab", mac: "52:54:00:15:00:01", fw: vmpower.UEFI, driver: "redfish", tree: "dmtf-public-rackmount1", trust: true}}
+	}
 	if l.cfg.ARM64 {
 		// Redfish over vmpower with the DMTF tree, PXE (its override
 		// targets list Pxe): AAVMF's network boot asks DHCP with client
@@ -104,7 +110,7 @@ func (m *machine) memoryMiB() int {
 // cpus is m's vCPU count: one for the amd64 VMs (five share two host
 // cores), two for the arm64 lab's only VM, whose TCG is multi-threaded.
 func (m *machine) cpus() int {
-	if m.fw == vmpower.UEFIARM64 {
+	if m.fw == vmpower.UEFIARM64 || m.trust {
 		return 2
 	}
 	return 1

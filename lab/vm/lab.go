@@ -69,6 +69,7 @@ import (
 
 	v1 "github.com/machina-metal/machina/api/v1"
 	"github.com/machina-metal/machina/bmc/bmcsim"
+	"github.com/machina-metal/machina/boot"
 	"github.com/machina-metal/machina/gitops"
 	"github.com/machina-metal/machina/internal/pyghmibmc/bmcproc"
 	"github.com/machina-metal/machina/lab/vm/ipmichassis"
@@ -144,6 +145,11 @@ type Config struct {
 	// behind a bmcsim Redfish BMC, network-booted through GRUB's arm64
 	// image from the controller's DHCP and TFTP. Stage is ignored.
 	ARM64 bool
+	// Trust runs the Secure Boot lab (runTrust, lab/vm/trust.go) instead:
+	// one x86-64 VM with OVMF Secure Boot, Microsoft's keys and a swtpm
+	// TPM 2.0, booted through Debian's signed shim and GRUB, attested
+	// against the chain the controller computes. Stage is ignored.
+	Trust bool
 }
 
 // Step is one asserted step of a run and how long it took.
@@ -178,8 +184,12 @@ type machine struct {
 	pyghmi bool
 	bmc    *bmcsim.Server
 	pyBMC  *bmcproc.BMC
-	vm     *vmpower.VM
-	addr   string // BMC address as the controller reaches it
+	// trust: Secure Boot OVMF with Microsoft's keys and a swtpm TPM
+	// (Config.Trust); swtpm is its process.
+	trust bool
+	swtpm *exec.Cmd
+	vm    *vmpower.VM
+	addr  string // BMC address as the controller reaches it
 }
 
 type lab struct {
@@ -250,9 +260,12 @@ func Run(ctx context.Context, cfg Config) (steps []Step, err error) {
 			_ = os.RemoveAll(l.dir)
 		}
 	}()
-	if cfg.ARM64 {
+	switch {
+	case cfg.ARM64:
 		err = l.runARM64(ctx)
-	} else {
+	case cfg.Trust:
+		err = l.runTrust(ctx)
+	default:
 		err = l.run(ctx)
 	}
 	return l.steps, err
@@ -274,8 +287,12 @@ func (l *lab) prereqs() error {
 		filepath.Join(l.cfg.Root, "out", "ramdisk", "vmlinuz"), filepath.Join(l.cfg.Root, "out", "ramdisk", "initrd.cpio.gz"),
 		"/usr/lib/ipxe/undionly.kpxe", "/usr/lib/ipxe/snponly.efi", bmcproc.Python, bmcproc.Module}
 	hint := "run make build ramdisk; apt-get install ipxe ovmf python3-pyghmi"
+	if l.cfg.Trust {
+		cmds = append(cmds, "swtpm", "swtpm_setup")
+		files = append(files, ovmfSecureCode, ovmfSecureVars, boot.DefaultShimPath, boot.DefaultGRUBX64Path)
+		hint += " swtpm swtpm-tools shim-signed grub-efi-amd64-signed"
+	}
 	if l.cfg.ARM64 {
-		cmds = []string{"qemu-system-aarch64", "ip"}
 		files = []string{l.bin("machina"), l.bin("machinactl"), l.bin("machina-node"),
 			filepath.Join(l.cfg.Root, "out", "ramdisk", "arm64", "vmlinuz"), filepath.Join(l.cfg.Root, "out", "ramdisk", "arm64", "initrd.cpio.gz"),
 			l.grubImage(), l.bin("arm64/machina-node"), filepath.Join(l.armImageDir(), osimage.SumsFile), "/usr/share/AAVMF/AAVMF_CODE.fd", "/usr/share/AAVMF/AAVMF_VARS.fd", "/usr/lib/ipxe/undionly.kpxe", "/usr/lib/ipxe/snponly.efi"}
@@ -559,9 +576,16 @@ func (l *lab) setup(ctx context.Context, img, sum string) error {
 		if err := os.Truncate(disk, 4<<30); err != nil {
 			return err
 		}
-		m.vm, err = vmpower.New(vmpower.Config{Name: m.name, Dir: dir, Firmware: m.fw, MemoryMiB: m.memoryMiB(), CPUs: m.cpus(), NetworkFirst: m.networkFirst,
+		vc := vmpower.Config{Name: m.name, Dir: dir, Firmware: m.fw, MemoryMiB: m.memoryMiB(), CPUs: m.cpus(), NetworkFirst: m.networkFirst,
 			UUID: fmt.Sprintf("6a1f0e3c-1414-4222-8333-%012d", i+1), Disk: disk, Netns: l.ns.Name,
-			NICs: []vmpower.NIC{{Tap: l.ns.Taps[i], MAC: m.mac}}, Logger: l.log.With("vm", m.name)})
+			NICs: []vmpower.NIC{{Tap: l.ns.Taps[i], MAC: m.mac}}, Logger: l.log.With("vm", m.name)}
+		if m.trust {
+			vc.OVMFCode, vc.OVMFVars = ovmfSecureCode, ovmfSecureVars
+			if vc.ExtraArgs, err = l.startSWTPM(m, dir); err != nil {
+				return err
+			}
+		}
+		m.vm, err = vmpower.New(vc)
 		if err != nil {
 			return fmt.Errorf("vm lab: %s: %w", m.name, err)
 		}
@@ -685,6 +709,11 @@ func (l *lab) setup(ctx context.Context, img, sum string) error {
 		return fmt.Errorf("vm lab: build iPXE ISOs: %w: %s", err, out)
 	}
 	var extra []string
+	if l.cfg.Trust {
+		// Secure Boot servers get Debian's signed shim and GRUB
+		// (boot/secureboot.go).
+		extra = append(extra, "--secureboot-shim", boot.DefaultShimPath, "--secureboot-grub", boot.DefaultGRUBX64Path)
+	}
 	if l.cfg.ARM64 {
 		// DHCP arch 11 gets grubnetaa64.efi by TFTP, which sources the
 		// generated machina-grub.cfg (docs/arm64.md).
@@ -878,6 +907,7 @@ func (l *lab) close() {
 		if m.vm != nil {
 			_ = m.vm.Reset(context.Background(), "ForceOff")
 		}
+		m.stopSWTPM()
 	}
 	for _, hs := range l.servers {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -1055,6 +1085,9 @@ func (l *lab) writeRepo(mirror string) error {
 		}
 		fmt.Fprintf(&sb, "  - name: %s\n    zone: %s\n    bootMAC: %q\n    bootMode: %s\n    bmc:\n      driver: %s\n      address: %q\n      credentials: %s\n",
 			m.name, m.zone, m.mac, mode, m.driver, m.addr, cred)
+		if m.trust {
+			sb.WriteString("    profile: " + TrustProfile + "\n")
+		}
 	}
 	files := map[string]string{
 		"servers.yaml": sb.String(),
@@ -1077,7 +1110,7 @@ func (l *lab) writeRepo(mirror string) error {
 		"images.yaml": fmt.Sprintf("images:\n  - name: %s\n    url: %s/%s\n    checksumURL: %s/%s\n", ImageName, mirror, osimage.ImageFile, mirror, osimage.SumsFile) + l.armImageYAML(),
 		"README.md":   "# VM lab inventory\n",
 	}
-	files["profiles.yaml"] += l.armProfileYAML()
+	files["profiles.yaml"] += l.armProfileYAML() + l.trustProfileYAML()
 	for name, body := range files {
 		if err := os.WriteFile(filepath.Join(l.clone, name), []byte(body), 0o644); err != nil {
 			return err
