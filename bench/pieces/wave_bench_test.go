@@ -362,6 +362,7 @@ func BenchmarkWave(b *testing.B) {
 	// whole stream, the read-back), so a wave of N machines on this host
 	// needs at least 3·N·image / (cores · rate) of hashing alone.
 	hashRate := shaRate()
+	b.Logf("SHA-256 on one core now: %.0f MB/s", hashRate/1e6)
 	l := newLab(b, sizes[len(sizes)-1])
 	imageBytes := float64(l.man.SizeBytes)
 	results := map[string]result{}
