@@ -73,8 +73,18 @@ func (s *PieceSet) get(i int) []byte {
 	return s.data[i]
 }
 
-// put keeps verified piece i, got from from.
+// zeroPiece backs every all-zero piece a PieceSet holds (put); nothing
+// writes to a held piece.
+var zeroPiece = make([]byte, v1.PieceBytes)
+
+// put keeps verified piece i, got from from. An all-zero piece (the free
+// space of a raw OS image, often a third of it or more) is kept as a
+// slice of one shared zero buffer, so the set's memory is that of the
+// image's data; it was still fetched and checked like any other piece.
 func (s *PieceSet) put(i int, b []byte, from string) {
+	if len(b) <= len(zeroPiece) && bytes.Equal(b, zeroPiece[:len(b)]) {
+		b = zeroPiece[:len(b):len(b)]
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.data[i] == nil {

@@ -321,3 +321,40 @@ func mustOpen(t *testing.T, w WriteConfig) io.ReadCloser {
 	}
 	return rc
 }
+
+// TestZeroPiecesShareOneBuffer: a sparse image (a data piece between two
+// all-zero pieces) fetched from the controller and served on to a peer.
+// Both zero pieces are held as the one shared zero buffer, the data piece
+// as fetched, and the peer and the write still get the exact image.
+func TestZeroPiecesShareOneBuffer(t *testing.T) {
+	img := make([]byte, 3*v1.PieceBytes)
+	rand.Read(img[v1.PieceBytes : 2*v1.PieceBytes])
+	m := v1.PieceManifest{PieceBytes: v1.PieceBytes, SizeBytes: int64(len(img)), SHA256: sum(img)}
+	for off := 0; off < len(img); off += v1.PieceBytes {
+		m.Pieces = append(m.Pieces, sum(img[off:off+v1.PieceBytes]))
+	}
+	origin := newImageOrigin(t, img, "img")
+	a := newMember(t, m, origin.URL, "img", "wave")
+	b := newMember(t, m, origin.URL, "img", "wave", a)
+	for _, mb := range []*member{a, b} {
+		_, got, err := mb.writeTo(t, m, 64<<20)
+		if err != nil || !bytes.Equal(got, img) {
+			t.Fatalf("write: %v (image equal: %v)", err, bytes.Equal(got, img))
+		}
+	}
+	if s := b.f.Stats(); s.PeerBytes != int64(len(img)) {
+		t.Errorf("second member: %+v, want the whole image from its peer", s)
+	}
+	for _, mb := range []*member{a, b} {
+		z0, d, z2 := mb.set.get(0), mb.set.get(1), mb.set.get(2)
+		if &z0[0] != &zeroPiece[0] || &z2[0] != &zeroPiece[0] {
+			t.Error("an all-zero piece is held in its own buffer, not the shared zero buffer")
+		}
+		if &d[0] == &zeroPiece[0] || !bytes.Equal(d, img[v1.PieceBytes:2*v1.PieceBytes]) {
+			t.Error("the data piece is not held as fetched")
+		}
+	}
+	if !bytes.Equal(zeroPiece, make([]byte, v1.PieceBytes)) {
+		t.Error("the shared zero buffer was written to")
+	}
+}
