@@ -54,6 +54,12 @@ type Config struct {
 	// Interval is how often the controller plans without a trigger; zero
 	// means 5 s.
 	Interval time.Duration
+	// MinRest is the least time from the end of one planning pass to the
+	// start of the next (a pass that took d rests max(2d, MinRest), capped
+	// at Interval), so that the store changes of many machines' reports
+	// and finished actions arriving meanwhile are planned in one pass, not
+	// one pass each; zero means 100 ms, negative means none.
+	MinRest time.Duration
 	// Plan holds the plan options (deadlines, brake share); Now and
 	// Approved are filled by the controller.
 	Plan plan.Options
@@ -176,6 +182,9 @@ func New(cfg Config) (*Controller, error) {
 	if cfg.Interval <= 0 {
 		cfg.Interval = 5 * time.Second
 	}
+	if cfg.MinRest == 0 {
+		cfg.MinRest = defaultMinRest
+	}
 	return &Controller{
 		cfg: cfg, log: cfg.Logger, trigger: make(chan struct{}, 1),
 		busy: map[string]bool{}, inflight: map[string]plan.Step{},
@@ -214,13 +223,20 @@ func (c *Controller) LastPlan() plan.Result {
 	return c.last
 }
 
+// defaultMinRest is Config.MinRest's default: at 1,000 servers a pass
+// takes a few milliseconds, so without a floor a busy fleet planned about
+// once per lifecycle transition; 100 ms adds at most that to a step's
+// start and plans the changes of everything that reported meanwhile
+// together.
+const defaultMinRest = 100 * time.Millisecond
+
 // Run plans and executes until ctx is done, then waits for running actions
 // to finish (each bounded by ActionTimeout) and returns nil. Store changes
 // (a report moving a server to ready, say) trigger a pass. Planning takes
-// at most a third of one CPU: a pass that took d is followed by at least 2d
-// (capped at Interval) before the next, so on a large, busy fleet (plan.Compute of
-// 10,000 servers: BenchmarkPlan10k) the changes of many reports are
-// planned in one pass instead of one pass each.
+// at most a third of one CPU: a pass that took d is followed by at least
+// max(2d, MinRest) (capped at Interval) before the next, so on a busy
+// fleet (plan.Compute of 10,000 servers: BenchmarkPlan10k) the changes of
+// many reports are planned in one pass instead of one pass each.
 func (c *Controller) Run(ctx context.Context) error {
 	notify, stop := c.cfg.Store.Notify()
 	defer stop()
@@ -230,7 +246,7 @@ func (c *Controller) Run(ctx context.Context) error {
 		t0 := time.Now()
 		c.Pass(ctx)
 		end := time.Now()
-		rest := min(2*end.Sub(t0), c.cfg.Interval)
+		rest := c.restAfter(end.Sub(t0))
 		select {
 		case <-ctx.Done():
 			c.wg.Wait()
@@ -248,6 +264,12 @@ func (c *Controller) Run(ctx context.Context) error {
 			}
 		}
 	}
+}
+
+// restAfter is the rest after a planning pass that took d: twice d, at
+// least MinRest, at most Interval.
+func (c *Controller) restAfter(d time.Duration) time.Duration {
+	return min(max(2*d, c.cfg.MinRest), c.cfg.Interval)
 }
 
 // Pass runs one planning pass: snapshot, plan, dispatch what can start now.

@@ -15,9 +15,12 @@ import (
 //
 // A boot storm's 1,000 script GETs each mint a token
 // (IssueToken); one commit and its fsync each, they queued behind one
-// another and the last machine waited for all the others' fsyncs. Used
-// on bbolt only (Open): an etcd transaction is bounded in operations
-// (--max-txn-ops), and a group of a thousand mints would exceed it.
+// another and the last machine waited for all the others' fsyncs. The
+// reconciler's workers likewise each journal an action before and after
+// its effect, record power and move lifecycles: every Store.update on
+// bbolt goes through it. Used on bbolt only (Open): an etcd transaction is
+// bounded in operations (--max-txn-ops), and the etcd engine shares its
+// transactions itself within that bound.
 type committer struct {
 	update func(fn func(tx kvTx) error) error // the engine's
 	// max bounds the calls one commit takes (0: all that queued); the
@@ -101,8 +104,9 @@ func (c *committer) run(fn func(kvTx) error) error {
 // commit runs calls in one transaction and gives each its result; self's
 // is set but not signalled (its caller is running commit). When one
 // function fails the transaction is rolled back; the failing one runs
-// alone, for its own error (one that panicked does not run again), and
-// the others run again in a new one, as bolt.DB.Batch does.
+// alone, for its own error (one that panicked does not run again, nor
+// one that ran first in the transaction: it saw what it would see alone),
+// and the others run again in a new one, as bolt.DB.Batch does.
 func (c *committer) commit(calls []*groupCall, self *groupCall) {
 	for len(calls) > 0 {
 		failed := -1
@@ -126,7 +130,14 @@ func (c *committer) commit(calls []*groupCall, self *groupCall) {
 			return
 		}
 		bad := calls[failed]
-		if bad.panicked == nil {
+		switch {
+		case bad.panicked != nil:
+		case failed == 0:
+			// It ran first, on the committed state with nothing of the
+			// others before it: as it would have alone, so the error is
+			// its own (a lone caller's failure costs one run, not two).
+			bad.err = err
+		default:
 			bad.err = c.update(bad.call)
 		}
 		if bad != self {
@@ -136,17 +147,8 @@ func (c *committer) commit(calls []*groupCall, self *groupCall) {
 	}
 }
 
-// grouped is update through the store's committer: concurrent callers
-// share one commit and one fsync, and a lone caller commits at once; on
-// an engine without one (etcd) it is update. fn may run more than once
-// (see committer.run).
-func (s *Store) grouped(fn func(tx kvTx) error) error {
-	if s.commits == nil {
-		return s.update(fn)
-	}
-	err := s.commits.run(fn)
-	if err == nil {
-		s.wake()
-	}
-	return err
-}
+// grouped is update: on bbolt every write goes through the store's
+// committer (concurrent callers share one commit and one fsync, a lone
+// caller commits at once); on etcd the engine shares transactions. fn
+// may run more than once (see committer.run).
+func (s *Store) grouped(fn func(tx kvTx) error) error { return s.update(fn) }

@@ -156,8 +156,8 @@ type Store struct {
 
 	servers serverCache
 	hosts   hostCache
-	// commits shares commits between concurrent token mints (grouped);
-	// nil on etcd, whose transactions are bounded in operations.
+	// commits shares commits between concurrent writers (update); nil
+	// on etcd, whose engine shares its bounded transactions itself.
 	commits *committer
 	// beats commits heartbeats, apart from every other write (bbolt; nil
 	// on etcd, where they use the engine's bounded batch); arrivals holds
@@ -229,7 +229,7 @@ func Open(path string, opts Options) (*Store, error) {
 	}
 	s := newStore(&boltEngine{db: db}, path, opts)
 	s.bdb = db
-	s.commits = &committer{update: s.eng.update}
+	s.commits = &committer{update: func(fn func(kvTx) error) error { return s.eng.update(fn) }}
 	s.beats = &committer{update: func(fn func(kvTx) error) error { return s.eng.update(fn) }, max: heartbeatGroup}
 	if err := s.init(opts.MasterKey); err != nil {
 		db.Close()
@@ -407,9 +407,21 @@ func (s *Store) wake() {
 }
 
 // update runs fn in a read-write transaction and wakes Notify listeners
-// after a successful commit.
+// after a successful commit. On bbolt it goes through the store's group
+// committer (groupcommit.go): concurrent writers (the reconciler's
+// workers journalling actions and recording power, machines' reports and
+// token uses) share one commit and one fsync, each fn whole in one
+// transaction, and each caller returns after the commit that holds its
+// writes. On etcd the engine shares transactions itself. Either way fn
+// may run more than once (see engine) and must be idempotent given the
+// same starting state.
 func (s *Store) update(fn func(tx kvTx) error) error {
-	err := s.eng.update(fn)
+	var err error
+	if s.commits != nil {
+		err = s.commits.run(fn)
+	} else {
+		err = s.eng.update(fn)
+	}
 	if err == nil {
 		s.wake()
 	}
