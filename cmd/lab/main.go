@@ -2,8 +2,9 @@
 // controller, five qemu VMs (TCG) behind bmcsim Redfish, ipmi_sim and pyghmi BMCs,
 // and the whole flow asserted step by step, printing each step's time.
 // Needs root, qemu, ipmi_sim and `make build ramdisk` first (make lab does
-// both). Usage: lab [-stage commission|deploy|release] [-arm64] [-dir DIR] [-keep] [-time-scale F].
-// -arm64 runs the arm64 lab instead (one arm64 VM network-booted through GRUB).
+// both). Usage: lab [-stage commission|deploy|release] [-arm64] [-host] [-dir DIR] [-keep] [-time-scale F].
+// -arm64 runs the arm64 lab instead (one arm64 VM network-booted through GRUB);
+// -host the host lab (one production-grade UEFI VM: TPM, bond, VLAN, bridge, RAID1, NVMe).
 // Run it from the repository root (or pass -root).
 package main
 
@@ -41,6 +42,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	timeout := fs.Duration("timeout", 15*time.Minute, "give up after this long")
 	timeScale := fs.Float64("time-scale", 1, "multiply every step's deadline (a machine loaded by other work runs TCG slower)")
 	arm64 := fs.Bool("arm64", false, "run the arm64 lab (one arm64 UEFI VM through GRUB; -stage is ignored; needs make lab-arm64's builds)")
+	host := fs.Bool("host", false, "run the host lab (one UEFI VM with a TPM, bonded NICs under a VLAN and a bridge, RAID1 root, NVMe volume group; -stage is ignored)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -51,7 +53,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
 	start := time.Now()
-	steps, err := vm.Run(ctx, vm.Config{Root: *root, Dir: *dir, Keep: *keep, Stage: st, TimeScale: *timeScale, ARM64: *arm64,
+	steps, err := vm.Run(ctx, vm.Config{Root: *root, Dir: *dir, Keep: *keep, Stage: st, TimeScale: *timeScale, ARM64: *arm64, Host: *host,
 		Logger: slog.New(slog.NewTextHandler(stderr, nil))})
 	fmt.Fprintln(stdout, "VM lab steps:")
 	for _, s := range steps {

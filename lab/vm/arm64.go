@@ -70,9 +70,12 @@ func (l *lab) armProfileYAML() string {
 `
 }
 
-// machines returns the lab's VMs for l.cfg: the five amd64 VMs, or the
-// arm64 lab's one.
+// machines returns the lab's VMs for l.cfg: the five amd64 VMs, the
+// arm64 lab's one, or the host lab's one (host.go).
 func (l *lab) machines() []*machine {
+	if l.cfg.Host {
+		return l.hostMachines()
+	}
 	if l.cfg.ARM64 {
 		// Redfish over vmpower with the DMTF tree, PXE (its override
 		// targets list Pxe): AAVMF's network boot asks DHCP with client

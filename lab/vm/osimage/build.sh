@@ -21,7 +21,7 @@ ROOT_START=$((ESP_START + ESP_SECTORS))
 ROOT_UUID=6d616368-696e-4120-8f73-696d61676521 # fixed, so fstab and the kernel command line agree
 # Installed with apt inside the chroot (debootstrap's own resolver does not follow virtual packages).
 PACKAGES="linux-image-amd64 initramfs-tools systemd-sysv udev dbus cloud-init cloud-guest-utils openssh-server
-  sudo curl ca-certificates ifupdown isc-dhcp-client iproute2 netbase procps less"
+  sudo curl ca-certificates ifupdown isc-dhcp-client iproute2 netbase procps less mdadm lvm2 ifenslave vlan bridge-utils"
 
 [ "$(id -u)" = 0 ] || { echo "build.sh: must run as root (debootstrap, chroot)" >&2; exit 1; }
 for t in debootstrap sfdisk mkfs.vfat mkfs.ext4 syslinux mcopy mmd; do
@@ -71,7 +71,7 @@ chmod 755 "$R/usr/sbin/policy-rc.d"
 # the kernel is installed so its postinst builds the initrd once.
 mkdir -p "$R/etc/initramfs-tools/conf.d"
 echo MODULES=list >"$R/etc/initramfs-tools/conf.d/machina.conf"
-printf '%s\n' virtio_pci virtio_blk virtio_scsi sd_mod sr_mod ata_piix ahci nvme ext4 >>"$R/etc/initramfs-tools/modules"
+printf '%s\n' virtio_pci virtio_blk virtio_scsi sd_mod sr_mod ata_piix ahci nvme ext4 md_mod raid1 >>"$R/etc/initramfs-tools/modules"
 echo "build.sh: apt-get install" $PACKAGES
 # shellcheck disable=SC2086
 if ! chroot "$R" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $PACKAGES >"$WORK/apt.log" 2>&1; then

@@ -39,6 +39,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -855,4 +856,24 @@ func writeFileAtomic(path string, b []byte) error {
 		return err
 	}
 	return os.Rename(tmp.Name(), path)
+}
+
+// SetExtraArgs replaces Config.ExtraArgs (devices after the built-in ones:
+// more disks, a TPM) and rewrites Dir/vm.json. A running qemu keeps its
+// devices; the next start uses the new list, as a server whose drive was
+// pulled while it was off. It is serialised with Reset.
+func (v *VM) SetExtraArgs(args []string) error {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	cfg := v.cfg
+	cfg.ExtraArgs = slices.Clone(args)
+	b, err := json.MarshalIndent(cfg, "", "  ")
+	if err != nil {
+		return fmt.Errorf("vmpower: set extra args of %s: %w", cfg.Name, err)
+	}
+	if err := writeFileAtomic(v.path(ConfigFile), append(b, '\n')); err != nil {
+		return fmt.Errorf("vmpower: set extra args of %s: %w", cfg.Name, err)
+	}
+	v.cfg = cfg
+	return nil
 }
