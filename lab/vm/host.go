@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -31,9 +32,10 @@ import (
 //     starts, state in the lab folder), two virtio NICs on two taps, two
 //     virtio disks and one NVMe disk, behind a bmcsim Redfish BMC (DMTF
 //     tree, PXE).
-//   - The switch: the namespace's bridge with VLAN filtering (untagged VLAN
-//     1 for provisioning, VLAN hostVLAN tagged on both VM ports, MTU 9000),
-//     the gateway hostGateway on a VLAN interface of the bridge, and Debian's
+//   - The switch: the namespace's bridge for untagged provisioning
+//     traffic, VLAN hostVLAN tagged on both VM ports and terminated with the
+//     gateway hostGateway (vlanGateway: user space, as the lab host's kernel
+//     may lack 802.1Q and bridge VLAN filtering), MTU 9000, and Debian's
 //     lldpd sending LLDP on each VM port as switch hostSwitch, ports
 //     hostPort0 and hostPort1.
 //   - Its profile: attestation required; an active-backup bond of the two
@@ -86,12 +88,15 @@ const hostAddressMode = "fixed"
 
 // hostLab is the host lab's own state: the swtpm and the disk files.
 type hostLab struct {
+	tpmMu     sync.Mutex
 	swtpm     *exec.Cmd
 	swtpmDone chan struct{}
 	tpmSock   string
 	vmDir     string
 	// addr is the host's address on hostSubnet once known.
 	addr string
+	// gw terminates VLAN hostVLAN of the VM's ports (vlanport.go).
+	gw *vlanGateway
 	// marker is written into the root and the data volume at first boot
 	// and must be gone from every disk image after the erase.
 	marker string
@@ -110,6 +115,7 @@ func (l *lab) hostMachines() []*machine {
 	m := &machine{name: HostMachine, zone: "lab", mac: hostMAC0, fw: vmpower.UEFI, driver: "redfish", tree: "dmtf-public-rackmount1",
 		extraMACs: []string{hostMAC1}, diskBytes: hostRootDiskBytes}
 	m.tune = func(cfg *vmpower.Config) error { return l.hostTune(cfg) }
+	m.preStart = func(context.Context) error { return l.host.ensureSWTPM() }
 	return []*machine{m}
 }
 
@@ -157,9 +163,7 @@ func (l *lab) hostTune(cfg *vmpower.Config) error {
 }
 
 // startSWTPM manufactures a TPM 2.0 with an EK (swtpm_setup) in the lab
-// folder and serves it on a control socket for qemu's tpm emulator
-// backend. swtpm outlives qemu restarts (no --terminate) and is ended by
-// its PID (hostClose).
+// folder; ensureSWTPM serves it before each qemu start.
 func (l *lab) startSWTPM() error {
 	h := l.host
 	dir := filepath.Join(h.vmDir, "tpm")
@@ -175,26 +179,47 @@ func (l *lab) startSWTPM() error {
 		return fmt.Errorf("host lab: swtpm_setup: %w: %s", err, out)
 	}
 	h.tpmSock = filepath.Join(dir, "swtpm.sock")
-	logf, err := os.Create(filepath.Join(dir, "swtpm.log"))
+	return nil
+}
+
+// ensureSWTPM starts swtpm on the TPM's state with a control socket for
+// qemu's tpm emulator backend, unless the last one still runs. qemu sends
+// swtpm CMD_SHUTDOWN when it exits, and swtpm ends, so the VM's pre-start
+// hook (vmpower SetPreStart) calls this before every qemu start, as
+// libvirt does. The process is ended by its PID (hostClose).
+func (h *hostLab) ensureSWTPM() error {
+	h.tpmMu.Lock()
+	defer h.tpmMu.Unlock()
+	if h.swtpm != nil {
+		select {
+		case <-h.swtpmDone:
+		default:
+			return nil
+		}
+	}
+	dir := filepath.Dir(h.tpmSock)
+	_ = os.Remove(h.tpmSock)
+	logf, err := os.OpenFile(filepath.Join(dir, "swtpm.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return err
 	}
-	cmd := exec.Command("swtpm", "socket", "--tpm2", "--tpmstate", "dir="+state, "--ctrl", "type=unixio,path="+h.tpmSock,
+	cmd := exec.Command("swtpm", "socket", "--tpm2", "--tpmstate", "dir="+filepath.Join(dir, "state"), "--ctrl", "type=unixio,path="+h.tpmSock,
 		"--log", "level=1")
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		logf.Close()
 		return fmt.Errorf("host lab: start swtpm: %w", err)
 	}
-	h.swtpm, h.swtpmDone = cmd, make(chan struct{})
-	go func() { _ = cmd.Wait(); logf.Close(); close(h.swtpmDone) }()
+	done := make(chan struct{})
+	h.swtpm, h.swtpmDone = cmd, done
+	go func() { _ = cmd.Wait(); logf.Close(); close(done) }()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		if _, err := os.Stat(h.tpmSock); err == nil {
 			return nil
 		}
 		select {
-		case <-h.swtpmDone:
+		case <-done:
 			return fmt.Errorf("host lab: swtpm exited (see %s)", filepath.Join(dir, "swtpm.log"))
 		case <-time.After(20 * time.Millisecond):
 		}
@@ -205,30 +230,31 @@ func (l *lab) startSWTPM() error {
 }
 
 // hostSwitchUp configures the namespace as the top-of-rack switch of
-// vm-host's two ports: VLAN filtering on the bridge, VLAN hostVLAN tagged on
-// both ports and on the bridge itself, MTU 9000, the gateway on a VLAN
-// interface of the bridge, and lldpd sending LLDP on each port.
+// vm-host's two ports: untagged (provisioning) through the bridge as
+// before, VLAN hostVLAN tagged on both ports and terminated by a
+// vlanGateway on the veth pair gw100p/gw100 with the gateway address, MTU
+// 9000 on the ports and the gateway; and lldpd sending LLDP on each port.
 func (l *lab) hostSwitchUp(tap0, tap1 string) error {
-	ns, br := l.ns.Name, l.ns.Bridge
-	vlanIf := fmt.Sprintf("%s.%d", br, hostVLAN)
+	ns := l.ns.Name
 	gw := netip.MustParsePrefix(hostCIDR)
 	cmds := [][]string{
-		{"ip", "-n", ns, "link", "set", br, "type", "bridge", "vlan_filtering", "1"},
 		{"ip", "-n", ns, "link", "set", tap0, "mtu", "9000"},
 		{"ip", "-n", ns, "link", "set", tap1, "mtu", "9000"},
-		{"ip", "-n", ns, "link", "set", br, "mtu", "9000"},
-		{"bridge", "-n", ns, "vlan", "add", "dev", tap0, "vid", fmt.Sprint(hostVLAN)},
-		{"bridge", "-n", ns, "vlan", "add", "dev", tap1, "vid", fmt.Sprint(hostVLAN)},
-		{"bridge", "-n", ns, "vlan", "add", "dev", br, "vid", fmt.Sprint(hostVLAN), "self"},
-		{"ip", "-n", ns, "link", "add", "link", br, "name", vlanIf, "type", "vlan", "id", fmt.Sprint(hostVLAN)},
-		{"ip", "-n", ns, "link", "set", vlanIf, "mtu", "9000", "up"},
-		{"ip", "-n", ns, "addr", "add", hostGateway + "/" + fmt.Sprint(gw.Bits()), "dev", vlanIf},
+		{"ip", "-n", ns, "link", "add", "gw100", "mtu", "9000", "type", "veth", "peer", "name", "gw100p", "mtu", "9000"},
+		{"ip", "-n", ns, "link", "set", "gw100p", "up"},
+		{"ip", "-n", ns, "link", "set", "gw100", "up"},
+		{"ip", "-n", ns, "addr", "add", hostGateway + "/" + fmt.Sprint(gw.Bits()), "dev", "gw100"},
 	}
 	for _, c := range cmds {
 		if out, err := exec.Command(c[0], c[1:]...).CombinedOutput(); err != nil {
 			return fmt.Errorf("host lab: switch: %s: %w: %s", strings.Join(c, " "), err, out)
 		}
 	}
+	g, err := startVLANGateway(ns, hostVLAN, []string{tap0, tap1}, "gw100p")
+	if err != nil {
+		return fmt.Errorf("host lab: VLAN %d gateway: %w", hostVLAN, err)
+	}
+	l.host.gw = g
 	// lldpd drops privileges to _lldpd, which must reach its control
 	// socket in the lab folder.
 	dir := filepath.Join(l.dir, "lldpd")
@@ -272,9 +298,14 @@ func (l *lab) hostClose() {
 			_ = m.vm.Reset(context.Background(), "ForceOff")
 		}
 	}
+	h.tpmMu.Lock()
 	if h.swtpm != nil {
 		_ = h.swtpm.Process.Kill()
 		<-h.swtpmDone
+	}
+	h.tpmMu.Unlock()
+	if h.gw != nil {
+		h.gw.close()
 	}
 }
 
@@ -381,7 +412,7 @@ func (l *lab) runHost(ctx context.Context) error {
 	if err := l.setup(ctx, img, sum); err != nil {
 		return err
 	}
-	l.step("setup: netns with a VLAN-filtering bridge (VLAN 100 tagged, MTU 9000, gateway), lldpd on both ports, swtpm, BMC, repository, controller", t0)
+	l.step("setup: netns, VLAN 100 tagged on both ports with its gateway (MTU 9000), lldpd on both ports, swtpm, BMC, repository, controller", t0)
 	m := l.ms[0]
 
 	t0 = time.Now()

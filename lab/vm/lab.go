@@ -193,6 +193,9 @@ type machine struct {
 	// tune, when set, adjusts the VM's configuration before it is
 	// created (more disks, a TPM) and may start what the VM needs.
 	tune func(cfg *vmpower.Config) error
+	// preStart, when set, runs before every qemu start of the VM
+	// (vmpower SetPreStart).
+	preStart func(ctx context.Context) error
 }
 
 type lab struct {
@@ -603,6 +606,9 @@ func (l *lab) setup(ctx context.Context, img, sum string) error {
 		m.vm, err = vmpower.New(vcfg)
 		if err != nil {
 			return fmt.Errorf("vm lab: %s: %w", m.name, err)
+		}
+		if m.preStart != nil {
+			m.vm.SetPreStart(m.preStart)
 		}
 		wctx, cancel := context.WithCancel(context.Background())
 		prev := l.stopWatch

@@ -293,6 +293,19 @@ type VM struct {
 	cfg Config
 	log *slog.Logger
 	mu  sync.Mutex
+	// preStart runs before each qemu start (SetPreStart).
+	preStart func(ctx context.Context) error
+}
+
+// SetPreStart makes f run before every qemu start of this VM, in this
+// process; an error fails the start. It starts what the VM's devices
+// connect to and that does not outlive a qemu process, as libvirt starts
+// a VM's swtpm before each qemu start (qemu sends CMD_SHUTDOWN to swtpm
+// when it exits, and swtpm ends).
+func (v *VM) SetPreStart(f func(ctx context.Context) error) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.preStart = f
 }
 
 // New validates cfg, creates cfg.Dir and writes cfg to Dir/vm.json (so
@@ -730,6 +743,11 @@ func (v *VM) start(ctx context.Context) error {
 			if err := os.WriteFile(v.path(VarsFile), b, 0o640); err != nil {
 				return fmt.Errorf("start: ovmf vars: %w", err)
 			}
+		}
+	}
+	if v.preStart != nil {
+		if err := v.preStart(ctx); err != nil {
+			return fmt.Errorf("start: %w", err)
 		}
 	}
 	_ = os.Remove(v.path(PIDFile))

@@ -454,3 +454,28 @@ func TestNetworkFirst(t *testing.T) {
 		t.Errorf("opened VM: EffectiveBootDevice = %s, want pxe", d)
 	}
 }
+
+// TestSetExtraArgs: a changed device list is in the next start's command
+// line and in vm.json (what Open in another process reads), as a drive
+// pulled from a powered-off server.
+func TestSetExtraArgs(t *testing.T) {
+	dir := t.TempDir()
+	v, err := New(Config{Name: "extra", Dir: dir, ExtraArgs: []string{"-device", "nvme,drive=a", "-device", "virtio-blk-pci,drive=b"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := v.SetExtraArgs([]string{"-device", "nvme,drive=a"}); err != nil {
+		t.Fatal(err)
+	}
+	args := strings.Join(v.Args(), " ")
+	if !strings.HasSuffix(args, "-device nvme,drive=a") || strings.Contains(args, "drive=b") {
+		t.Errorf("Args() after SetExtraArgs: %s", args)
+	}
+	w, err := Open(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(w.Config().ExtraArgs, " "); got != "-device nvme,drive=a" {
+		t.Errorf("vm.json extra args %q", got)
+	}
+}
