@@ -143,6 +143,9 @@ func (l *lab) hostTune(cfg *vmpower.Config) error {
 	h := l.host
 	h.vmDir = cfg.Dir
 	cfg.CPUs = 2
+	// Enough memory that the ramdisk verifies the 1 GiB image in memory
+	// (its limit is a quarter of RAM) and downloads it once, not twice.
+	cfg.MemoryMiB = 4608
 	for name, size := range map[string]int64{"disk1.raw": hostRootDiskBytes, "nvme.raw": hostNVMeBytes} {
 		p := filepath.Join(cfg.Dir, name)
 		if err := os.WriteFile(p, nil, 0o644); err != nil {
