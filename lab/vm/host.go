@@ -78,6 +78,9 @@ const (
 	hostRootSerial, hostNVMeSer = "MLAB-ROOT-B", "MLABNVME0001"
 )
 
+// gatewayReply is the size of the gateway endpoint's answer.
+const gatewayReply = 4 << 20
+
 // hostAddressMode is the address mode of the bridge on hostSubnet:
 // "fixed" (hostAddr, from servers.yaml) or "pool" (the controller's IPAM
 // hands one out of hostPoolStart..hostPoolEnd). It is the only line to
@@ -95,8 +98,10 @@ type hostLab struct {
 	vmDir     string
 	// addr is the host's address on hostSubnet once known.
 	addr string
-	// gw terminates VLAN hostVLAN of the VM's ports (vlanport.go).
-	gw *vlanGateway
+	// gw terminates VLAN hostVLAN of the VM's ports (vlanport.go);
+	// gwURL is an HTTP endpoint on the gateway's address.
+	gw    *vlanGateway
+	gwURL string
 	// marker is written into the root and the data volume at first boot
 	// and must be gone from every disk image after the erase.
 	marker string
@@ -161,6 +166,11 @@ func (l *lab) hostTune(cfg *vmpower.Config) error {
 	cfg.ExtraArgs = h.hostDevices(true)
 	if len(cfg.NICs) != 2 {
 		return fmt.Errorf("host lab: want 2 NICs, have %d", len(cfg.NICs))
+	}
+	// The guest computes its own checksums and sends no TSO frames: the
+	// VLAN gateway forwards frames as AF_PACKET sees them on the taps.
+	for i := range cfg.NICs {
+		cfg.NICs[i].Options = "csum=off"
 	}
 	return l.hostSwitchUp(cfg.NICs[0].Tap, cfg.NICs[1].Tap)
 }
@@ -235,29 +245,47 @@ func (h *hostLab) ensureSWTPM() error {
 // hostSwitchUp configures the namespace as the top-of-rack switch of
 // vm-host's two ports: untagged (provisioning) through the bridge as
 // before, VLAN hostVLAN tagged on both ports and terminated by a
-// vlanGateway on the veth pair gw100p/gw100 with the gateway address, MTU
-// 9000 on the ports and the gateway; and lldpd sending LLDP on each port.
+// vlanGateway on its tap gw100 with the gateway address, MTU 9000 on the
+// ports and the gateway; and lldpd sending LLDP on each port.
 func (l *lab) hostSwitchUp(tap0, tap1 string) error {
 	ns := l.ns.Name
 	gw := netip.MustParsePrefix(hostCIDR)
 	cmds := [][]string{
 		{"ip", "-n", ns, "link", "set", tap0, "mtu", "9000"},
 		{"ip", "-n", ns, "link", "set", tap1, "mtu", "9000"},
-		{"ip", "-n", ns, "link", "add", "gw100", "mtu", "9000", "type", "veth", "peer", "name", "gw100p", "mtu", "9000"},
-		{"ip", "-n", ns, "link", "set", "gw100p", "up"},
-		{"ip", "-n", ns, "link", "set", "gw100", "up"},
-		{"ip", "-n", ns, "addr", "add", hostGateway + "/" + fmt.Sprint(gw.Bits()), "dev", "gw100"},
 	}
 	for _, c := range cmds {
 		if out, err := exec.Command(c[0], c[1:]...).CombinedOutput(); err != nil {
 			return fmt.Errorf("host lab: switch: %s: %w: %s", strings.Join(c, " "), err, out)
 		}
 	}
-	g, err := startVLANGateway(ns, hostVLAN, []string{tap0, tap1}, "gw100p")
+	g, err := startVLANGateway(ns, hostVLAN, []string{tap0, tap1}, "gw100")
 	if err != nil {
 		return fmt.Errorf("host lab: VLAN %d gateway: %w", hostVLAN, err)
 	}
 	l.host.gw = g
+	for _, c := range [][]string{
+		{"ip", "-n", ns, "link", "set", "gw100", "mtu", "9000", "up"},
+		{"ip", "-n", ns, "addr", "add", hostGateway + "/" + fmt.Sprint(gw.Bits()), "dev", "gw100"},
+	} {
+		if out, err := exec.Command(c[0], c[1:]...).CombinedOutput(); err != nil {
+			return fmt.Errorf("host lab: switch: %s: %w: %s", strings.Join(c, " "), err, out)
+		}
+	}
+	// An HTTP endpoint on the gateway's own address (the switch's SVI):
+	// the host posts to it and reads gatewayReply bytes back.
+	ln, err := listenIn(ns, hostGateway+":0")
+	if err != nil {
+		return fmt.Errorf("host lab: listen on the gateway: %w", err)
+	}
+	hs := &http.Server{ReadHeaderTimeout: 10 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		_, _ = w.Write(make([]byte, gatewayReply))
+	})}
+	l.servers = append(l.servers, hs)
+	l.wg.Add(1)
+	go func() { defer l.wg.Done(); _ = hs.Serve(ln) }()
+	l.host.gwURL = "http://" + ln.Addr().String() + "/"
 	// lldpd drops privileges to _lldpd, which must reach its control
 	// socket in the lab folder.
 	dir := filepath.Join(l.dir, "lldpd")
@@ -582,7 +610,7 @@ echo "== root"; findmnt -n -o SOURCE /
 echo "== data"; findmnt -n -o SOURCE,FSTYPE /srv/data
 echo "== pvs"; pvs --noheadings -o pv_name,vg_name 2>&1
 echo "== lsblk"; lsblk -n -o NAME,TYPE,SIZE,FSTYPE,MOUNTPOINT
-echo "== ping"; ping -c 3 -W 2 -M do -s 8972 GATEWAY >/dev/null 2>&1 && echo jumbo-ok
+echo "== gateway"; head -c 1048576 /dev/zero | curl -s -m 60 -o /dev/null -w '%{http_code} %{size_download}\n' --data-binary @- GATEWAY
 echo "== end"
 `
 
@@ -632,7 +660,7 @@ func (l *lab) hostFirstBoot(ctx context.Context, m *machine) (string, error) {
 	if err := l.poll(ctx, "SSH to "+addr, l.scale(3*time.Minute), func() error {
 		c, cancel := context.WithTimeout(ctx, time.Minute)
 		defer cancel()
-		out, err = l.ssh(c, addr, strings.ReplaceAll(hostScript, "GATEWAY", hostGateway), "sudo", "sh", "-s")
+		out, err = l.ssh(c, addr, strings.ReplaceAll(hostScript, "GATEWAY", l.host.gwURL), "sudo", "sh", "-s")
 		if err != nil {
 			return fmt.Errorf("%w: %s", err, out)
 		}
@@ -649,7 +677,7 @@ func (l *lab) hostFirstBoot(ctx context.Context, m *machine) (string, error) {
 		}
 	}
 	checks := []struct{ ifname, want string }{
-		{"nic0", "master bond0"}, {"nic1", "master bond0"}, {"nic0", "link/ether " + hostMAC0}, {"nic1", "link/ether " + hostMAC1},
+		{"nic0", "master bond0"}, {"nic1", "master bond0"}, {"nic0", hostMAC0}, {"nic1", hostMAC1},
 		{"bond0", "bond mode active-backup"}, {"bond0", "mtu 9000"},
 		{hostVLANIf, fmt.Sprintf("vlan protocol 802.1Q id %d", hostVLAN)}, {hostVLANIf, "master " + hostBridge}, {hostVLANIf, "mtu 9000"},
 		{hostBridge, "bridge "}, {hostBridge, "mtu 9000"},
@@ -662,8 +690,15 @@ func (l *lab) hostFirstBoot(ctx context.Context, m *machine) (string, error) {
 	if !strings.Contains(sec["addr"], hostBridge+"    inet "+addr+"/24") && !regexp.MustCompile(regexp.QuoteMeta(hostBridge)+`\s+inet `+regexp.QuoteMeta(addr)+`/24`).MatchString(sec["addr"]) {
 		return "", fmt.Errorf("vm lab: %s: %s has not %s/24: %s", HostMachine, hostBridge, addr, sec["addr"])
 	}
-	if !strings.Contains(sec["ping"], "jumbo-ok") {
-		return "", fmt.Errorf("vm lab: %s: no 9000-byte ping (DF set) to the gateway %s over VLAN %d", HostMachine, hostGateway, hostVLAN)
+	// The gateway over the VLAN: 1 MiB up, 4 MiB down over HTTP to the
+	// gateway's own address; with MTU 9000 end to end the TCP segments
+	// fill 9000-byte packets in both directions, which the gateway saw.
+	if strings.TrimSpace(sec["gateway"]) != fmt.Sprintf("200 %d", gatewayReply) {
+		return "", fmt.Errorf("vm lab: %s: HTTP to the gateway %s over VLAN %d: %q", HostMachine, l.host.gwURL, hostVLAN, sec["gateway"])
+	}
+	up, down := l.host.gw.maxFrames()
+	if up < 9014 || down < 9014 {
+		return "", fmt.Errorf("vm lab: %s: largest frames on VLAN %d: %d bytes from the host, %d to it; want 9014 (MTU 9000) both ways", HostMachine, hostVLAN, up, down)
 	}
 	md := sec["mdstat"]
 	if !regexp.MustCompile(`active raid1 vd[a-z]\[\d\] vd[a-z]\[\d\]`).MatchString(md) || !strings.Contains(md, "[2/2] [UU]") {
@@ -700,7 +735,7 @@ func (l *lab) hostFirstBoot(ctx context.Context, m *machine) (string, error) {
 	if enrolled == "" {
 		return "", fmt.Errorf("vm lab: %s: no tpm.enrolled event", HostMachine)
 	}
-	if err := l.waitStatus(ctx, gitops.ServerStatusPath(HostMachine), "ek: sha256:"); err != nil {
+	if err := l.waitStatus(ctx, gitops.ServerStatusPath(HostMachine), `ek: "sha256:`); err != nil {
 		return "", err
 	}
 	// The marker, padded to whole blocks, on the root array and on the
@@ -714,7 +749,7 @@ sync`, l.host.marker)
 	if o, err := l.ssh(ctx, addr, write, "sudo", "sh", "-s"); err != nil {
 		return "", fmt.Errorf("vm lab: %s: write marker: %w: %s", HostMachine, err, o)
 	}
-	if err := l.poll(ctx, "marker on every disk image", time.Minute, func() error {
+	if err := l.poll(ctx, "marker on every disk image", l.scale(time.Minute), func() error {
 		for _, d := range l.host.hostDisks() {
 			st, err := scanDisk(d, []byte(l.host.marker))
 			if err != nil {
@@ -728,8 +763,8 @@ sync`, l.host.marker)
 	}); err != nil {
 		return "", err
 	}
-	return fmt.Sprintf("joined from %s (%s) over VLAN %d; bond0 active-backup of nic0+nic1, %s on bond0, bridge %s, MTU 9000 (9000-byte ping to %s with DF), RAID1 [UU] root on the array, vg-data on NVMe; %d verified attestations, %s; marker on all three disk images",
-		addr, hostAddressMode, hostVLAN, hostVLANIf, hostBridge, hostGateway, verified, enrolled), nil
+	return fmt.Sprintf("joined from %s (%s) over VLAN %d; bond0 active-backup of nic0+nic1, %s on bond0, bridge %s, MTU 9000 (HTTP to the gateway %s: %d-byte frames both ways), RAID1 [UU] root on the array, vg-data on NVMe; %d verified attestations, %s; marker on all three disk images",
+		addr, hostAddressMode, hostVLAN, hostVLANIf, hostBridge, hostGateway, up, verified, enrolled), nil
 }
 
 // hostJoinAddr is the address vm-host's join came from (the controller
@@ -743,7 +778,7 @@ func (l *lab) hostJoinAddr() (string, error) {
 	re := regexp.MustCompile(`remote=([0-9.]+):\d+`)
 	var seen []string
 	for _, line := range strings.Split(string(b), "\n") {
-		if !strings.Contains(line, `msg="host joined"`) || !strings.Contains(line, "host="+HostMachine) {
+		if !strings.Contains(line, `msg="host joined"`) {
 			continue
 		}
 		mm := re.FindStringSubmatch(line)

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strconv"
 	"testing"
 	"time"
 
@@ -32,10 +33,22 @@ func TestVMLabHost(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 19*time.Minute) // .ci/run: -timeout 20m
+	// MACHINA_VM_LAB_TIME_SCALE (e.g. 3) stretches every step's deadline
+	// and the budget on a machine loaded by other work: TCG's sha256 of
+	// the 1 GiB image, most of the deploy, slows with the load.
+	scale := 1.0
+	if v, err := strconv.ParseFloat(os.Getenv("MACHINA_VM_LAB_TIME_SCALE"), 64); err == nil && v > 1 {
+		scale = v
+	}
+	budget := time.Duration(float64(HostBudget) * scale)
+	deadline, ok := t.Deadline()
+	if !ok {
+		deadline = time.Now().Add(budget + 5*time.Minute)
+	}
+	ctx, cancel := context.WithDeadline(context.Background(), deadline.Add(-30*time.Second)) // .ci/run: -timeout 20m
 	defer cancel()
 	start := time.Now()
-	steps, err := Run(ctx, Config{Root: root, Host: true, Keep: os.Getenv("MACHINA_VM_LAB_KEEP") == "1", Logger: slog.New(slog.NewTextHandler(t.Output(), nil)),
+	steps, err := Run(ctx, Config{Root: root, Host: true, TimeScale: scale, Keep: os.Getenv("MACHINA_VM_LAB_KEEP") == "1", Logger: slog.New(slog.NewTextHandler(t.Output(), nil)),
 		OnStep: func(name string, d time.Duration) { t.Logf("STEP %-90s %6.1fs", name, d.Seconds()) }})
 	if errors.Is(err, ErrPrereq) {
 		peertest.Missing(t, "host VM lab prerequisite: "+err.Error(), "what it names (`make lab-host` builds the binaries and the ramdisk; scripts/deps.sh installs the packages)")
@@ -48,8 +61,8 @@ func TestVMLabHost(t *testing.T) {
 	if len(steps) > 0 {
 		total -= steps[0].Duration
 	}
-	if total > HostBudget {
-		t.Errorf("host VM lab took %s, over the %s budget", total.Round(time.Second), HostBudget)
+	if total > budget {
+		t.Errorf("host VM lab took %s, over the %s budget (time scale %.1f)", total.Round(time.Second), budget, scale)
 	}
 }
 

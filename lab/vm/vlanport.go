@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"sync"
 	"sync/atomic"
 	"unsafe"
@@ -15,8 +16,8 @@ import (
 // vlanGateway terminates one 802.1Q VLAN of trunk ports in user space, as
 // a switch's routed VLAN interface (SVI) does: frames tagged with vid that
 // arrive on a trunk (a VM's tap, seen through an AF_PACKET socket) lose
-// their tag and go to access, the peer of a veth pair whose other end
-// carries the gateway address; frames from access get the tag and go to
+// their tag and go to access, a tap device of the namespace the gateway
+// owns, which carries the gateway address; frames from access get the tag and go to
 // the trunk where their destination MAC was last seen (every trunk for
 // broadcast, multicast and unknown destinations). Untagged frames and
 // other VLANs are left to the namespace's bridge.
@@ -29,12 +30,31 @@ type vlanGateway struct {
 	vid    uint16
 	trunks []int // AF_PACKET sockets
 	tIdx   []int // their ifindexes
-	access int
-	aIdx   int
+	// access is the tap's file: one frame per read or write, without
+	// packet information or a vnet header, so the kernel hands over whole
+	// frames with their checksums done (a tap has no offloads by default).
+	access *os.File
 	mu     sync.Mutex
 	fdb    map[[6]byte]int // MAC → trunk position
 	stop   atomic.Bool
 	wg     sync.WaitGroup
+	// maxUp and maxDown are the largest untagged frames (bytes, Ethernet
+	// header included) forwarded from the trunks and to them.
+	maxUp, maxDown atomic.Int64
+}
+
+// maxFrames returns the largest frames forwarded from the trunks (up) and
+// to them (down), untagged, Ethernet header included: 9014 for a full
+// 9000-byte MTU.
+func (g *vlanGateway) maxFrames() (up, down int64) { return g.maxUp.Load(), g.maxDown.Load() }
+
+func storeMax(a *atomic.Int64, n int64) {
+	for {
+		old := a.Load()
+		if n <= old || a.CompareAndSwap(old, n) {
+			return
+		}
+	}
 }
 
 // packetSocket opens an AF_PACKET socket bound to ifname inside namespace
@@ -86,12 +106,12 @@ func startVLANGateway(ns string, vid uint16, trunks []string, access string) (*v
 		}
 		g.trunks, g.tIdx = append(g.trunks, fd), append(g.tIdx, idx)
 	}
-	fd, idx, err := packetSocket(ns, access)
+	f, err := openTap(ns, access)
 	if err != nil {
 		g.close()
 		return nil, err
 	}
-	g.access, g.aIdx = fd, idx
+	g.access = f
 	for i := range g.trunks {
 		g.wg.Add(1)
 		go func() { defer g.wg.Done(); g.fromTrunk(i) }()
@@ -155,21 +175,24 @@ func (g *vlanGateway) fromTrunk(i int) {
 		g.mu.Lock()
 		g.fdb[src] = i
 		g.mu.Unlock()
-		_ = unix.Sendto(g.access, frame, 0, &unix.SockaddrLinklayer{Ifindex: g.aIdx})
+		storeMax(&g.maxUp, int64(len(frame)))
+		_, _ = g.access.Write(frame)
 	}
 }
 
 func (g *vlanGateway) fromAccess() {
-	buf, oob := make([]byte, 65536), make([]byte, 256)
+	buf := make([]byte, 65536)
 	out := make([]byte, 65536+4)
 	for {
-		frame, vid, err := g.recv(g.access, buf, oob)
+		n, err := g.access.Read(buf)
 		if err != nil {
 			return
 		}
-		if vid != 0 {
+		if n < 14 {
 			continue
 		}
+		frame := buf[:n]
+		storeMax(&g.maxDown, int64(len(frame)))
 		copy(out, frame[:12])
 		binary.BigEndian.PutUint16(out[12:], 0x8100)
 		binary.BigEndian.PutUint16(out[14:], g.vid)
@@ -193,11 +216,40 @@ func (g *vlanGateway) fromAccess() {
 // close stops the gateway and closes its sockets.
 func (g *vlanGateway) close() {
 	g.stop.Store(true)
+	if g.access != nil {
+		_ = g.access.Close()
+	}
 	g.wg.Wait()
 	for _, fd := range g.trunks {
 		unix.Close(fd)
 	}
-	if g.access != 0 {
-		unix.Close(g.access)
+}
+
+// openTap creates the tap device name inside namespace ns (IFF_TAP,
+// IFF_NO_PI) and returns its file, non-blocking so that Close ends a
+// pending Read. The device goes away when the file is closed.
+func openTap(ns, name string) (*os.File, error) {
+	var f *os.File
+	err := inNetns(ns, func() error {
+		fd, err := unix.Open("/dev/net/tun", unix.O_RDWR|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+		if err != nil {
+			return err
+		}
+		ifr, err := unix.NewIfreq(name)
+		if err != nil {
+			unix.Close(fd)
+			return err
+		}
+		ifr.SetUint16(unix.IFF_TAP | unix.IFF_NO_PI)
+		if err := unix.IoctlIfreq(fd, unix.TUNSETIFF, ifr); err != nil {
+			unix.Close(fd)
+			return err
+		}
+		f = os.NewFile(uintptr(fd), "/dev/net/tun")
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("tap %s: %w", name, err)
 	}
+	return f, nil
 }

@@ -89,7 +89,14 @@ type NIC struct {
 	Tap string `json:"tap"`
 	// MAC is the NIC's address, e.g. "52:54:00:12:34:56".
 	MAC string `json:"mac"`
+	// Options are more virtio-net-pci properties, comma-separated, e.g.
+	// "csum=off" (the guest computes its checksums and sends no TSO
+	// frames: what a user-space forwarder on the tap needs). Letters,
+	// digits, "_", "=", "," and "-" only.
+	Options string `json:"options,omitempty"`
 }
+
+var nicOptsRE = regexp.MustCompile(`^[A-Za-z0-9_=,-]*$`)
 
 // Config describes one VM. It is stored as Dir/vm.json by New.
 type Config struct {
@@ -264,6 +271,9 @@ func (c *Config) validate() error {
 		}
 		if hw, err := net.ParseMAC(n.MAC); err != nil || len(hw) != 6 {
 			bad("nic mac %q", n.MAC)
+		}
+		if !nicOptsRE.MatchString(n.Options) {
+			bad("nic options %q", n.Options)
 		}
 	}
 	if c.Netns != "" && !nameRE.MatchString(c.Netns) {
@@ -692,6 +702,9 @@ func (v *VM) Args() []string {
 	for i, n := range c.NICs {
 		id := "n" + strconv.Itoa(i)
 		dev := "virtio-net-pci,netdev=" + id + ",mac=" + n.MAC
+		if n.Options != "" {
+			dev += "," + strings.Trim(n.Options, ",")
+		}
 		if i == 0 {
 			dev += ",bootindex=" + strconv.Itoa(idx[BootPXE])
 		}
