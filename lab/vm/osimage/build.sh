@@ -11,7 +11,8 @@
 #   p2  sectors 198656..end-34         Linux filesystem  ext4 "machina-root", filled with mkfs.ext4 -d.
 # mdadm and lvm2 put RAID1 and LVM in the initramfs (storage layouts: a RAID1 root boots with a member
 # missing); ifenslave, vlan and bridge-utils let ifupdown bring up the bonds, VLANs and bridges cloud-init
-# renders from a network layout.
+# renders from a network layout, and net-tools its routes (cloud-init's ENI renderer writes
+# "post-up route add default gw ...").
 # The host's /boot and bootloader are never touched: nothing runs grub-install or update-grub.
 # Needs root (debootstrap, chroot). Writes only below OUTDIR and a scratch folder it removes.
 set -eu
@@ -25,7 +26,7 @@ ROOT_START=$((ESP_START + ESP_SECTORS))
 ROOT_UUID=6d616368-696e-4120-8f73-696d61676521 # fixed, so fstab and the kernel command line agree
 # Installed with apt inside the chroot (debootstrap's own resolver does not follow virtual packages).
 PACKAGES="linux-image-amd64 initramfs-tools systemd-sysv udev dbus cloud-init cloud-guest-utils openssh-server
-  sudo curl ca-certificates ifupdown isc-dhcp-client iproute2 netbase procps less mdadm lvm2 ifenslave vlan bridge-utils"
+  sudo curl ca-certificates ifupdown isc-dhcp-client iproute2 netbase procps less mdadm lvm2 ifenslave vlan bridge-utils net-tools"
 
 [ "$(id -u)" = 0 ] || { echo "build.sh: must run as root (debootstrap, chroot)" >&2; exit 1; }
 for t in debootstrap sfdisk mkfs.vfat mkfs.ext4 syslinux mcopy mmd; do
