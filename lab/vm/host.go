@@ -649,6 +649,14 @@ func (l *lab) hostFirstBoot(ctx context.Context, m *machine) (string, error) {
 		}
 		return fmt.Errorf("%+v", hs.Items)
 	}); err != nil {
+		// The host may be up on its VLAN without reaching the controller
+		// (a missing route): say what it has.
+		if hostAddressMode == "fixed" {
+			c, cancel := context.WithTimeout(ctx, time.Minute)
+			out, serr := l.ssh(c, hostAddr, "", "ip -4 route; ip -o -4 addr")
+			cancel()
+			err = fmt.Errorf("%w; the host over SSH at %s: %v %s", err, hostAddr, serr, out)
+		}
 		return "", err
 	}
 	addr, err := l.hostJoinAddr()
