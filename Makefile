@@ -10,6 +10,11 @@ FUZZTIME  ?= 10s
 # `make lab-arm64` and `make lab-trust`, and are not part of `make test`.
 TESTFLAGS ?= -race -count=1 -timeout 20m
 TESTSKIP  := -skip '^TestVMLab(ARM64|Trust)?$$'
+# TestVMLabARM64, TestVMLabHost) are their own targets, `make lab`,
+# `make lab-arm64` and `make lab-host`,
+# and are not part of `make test`.
+TESTFLAGS ?= -race -count=1 -timeout 20m
+TESTSKIP  := -skip '^TestVMLab(ARM64|Host)?$$'
 SUMMARY   := $(GO) run ./scripts/testsummary
 
 .PHONY: all build deps prep test unit unit-quick fuzz vet lint demo clean docs
@@ -147,6 +152,14 @@ lab-arm64: build node-arm64
 lab-trust: build ramdisk
 	@$(MAKE) --no-print-directory os-image
 	MACHINA_VM_LAB_TRUST=1 $(GO) test -count=1 -timeout 15m -v -run '^TestVMLabTrust$$' ./lab/vm/
+# lab-host: the host VM lab (lab/vm TestVMLabHost): one UEFI VM with a swtpm TPM 2.0, two NICs bonded
+# (active-backup) under a tagged VLAN and a bridge with the server's address and MTU 9000, a RAID1 root
+# over two virtio disks and a volume group on an NVMe disk, against a VLAN-filtering bridge with lldpd:
+# LLDP and the cabling guard at commissioning, deploy and first boot checked over SSH, attestation, a
+# degraded boot with one root disk pulled, release with erase zero and the disk images read back.
+.PHONY: lab-host
+lab-host: build ramdisk os-image
+	$(BIN)/lab -root . -host $(LAB_FLAGS)
 # node-arm64: bin/arm64/machina-node, the node agent arm64 hosts download (machina serve --node-binary-arm64).
 .PHONY: node-arm64
 node-arm64:

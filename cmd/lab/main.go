@@ -5,6 +5,9 @@
 // both). Usage: lab [-stage commission|deploy|release] [-arm64] [-dir DIR] [-keep] [-time-scale F].
 // -arm64 runs the arm64 lab instead (one arm64 VM network-booted through GRUB);
 // -trust the Secure Boot lab (one x86-64 VM through the signed shim and GRUB).
+// both). Usage: lab [-stage commission|deploy|release] [-arm64] [-host] [-dir DIR] [-keep] [-time-scale F].
+// -arm64 runs the arm64 lab instead (one arm64 VM network-booted through GRUB);
+// -host the host lab (one production-grade UEFI VM: TPM, bond, VLAN, bridge, RAID1, NVMe).
 // Run it from the repository root (or pass -root).
 package main
 
@@ -43,6 +46,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	timeScale := fs.Float64("time-scale", 1, "multiply every step's deadline (a machine loaded by other work runs TCG slower)")
 	arm64 := fs.Bool("arm64", false, "run the arm64 lab (one arm64 UEFI VM through GRUB; -stage is ignored; needs make lab-arm64's builds)")
 	trust := fs.Bool("trust", false, "run the Secure Boot lab (one x86-64 VM with OVMF Secure Boot and swtpm through the signed shim and GRUB; -stage is ignored)")
+	host := fs.Bool("host", false, "run the host lab (one UEFI VM with a TPM, bonded NICs under a VLAN and a bridge, RAID1 root, NVMe volume group; -stage is ignored)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -53,7 +57,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
 	start := time.Now()
-	steps, err := vm.Run(ctx, vm.Config{Root: *root, Dir: *dir, Keep: *keep, Stage: st, TimeScale: *timeScale, ARM64: *arm64, Trust: *trust,
+	steps, err := vm.Run(ctx, vm.Config{Root: *root, Dir: *dir, Keep: *keep, Stage: st, TimeScale: *timeScale, ARM64: *arm64, Trust: *trust, Host: *host,
 		Logger: slog.New(slog.NewTextHandler(stderr, nil))})
 	fmt.Fprintln(stdout, "VM lab steps:")
 	for _, s := range steps {

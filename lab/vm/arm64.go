@@ -70,14 +70,17 @@ func (l *lab) armProfileYAML() string {
 `
 }
 
-// machines returns the lab's VMs for l.cfg: the five amd64 VMs, or the
-// arm64 lab's one.
+// machines returns the lab's VMs for l.cfg: the five amd64 VMs, the
+// arm64 lab's one, or the host lab's one (host.go).
 func (l *lab) machines() []*machine {
 	if l.cfg.Trust {
 		// Redfish over vmpower with the DMTF tree (it has a SecureBoot
 		// resource, which the firmware step sets; the VM's Secure Boot
 		// itself comes from its OVMF variables).
 		return []*machine{{name: TrustMachine, zone: "lab", mac: "52:54:00:15:00:01", fw: vmpower.UEFI, driver: "redfish", tree: "dmtf-public-rackmount1", trust: true}}
+	}
+	if l.cfg.Host {
+		return l.hostMachines()
 	}
 	if l.cfg.ARM64 {
 		// Redfish over vmpower with the DMTF tree, PXE (its override

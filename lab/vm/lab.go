@@ -150,6 +150,11 @@ type Config struct {
 	// TPM 2.0, booted through Debian's signed shim and GRUB, attested
 	// against the chain the controller computes. Stage is ignored.
 	Trust bool
+	// Host runs the production-grade host lab (runHost, host.go)
+	// instead of the five amd64 VMs: one UEFI VM with a swtpm TPM, two
+	// NICs bonded under a VLAN and a bridge, two virtio disks in a RAID1
+	// root and an NVMe volume group. Stage is ignored.
+	Host bool
 }
 
 // Step is one asserted step of a run and how long it took.
@@ -190,6 +195,17 @@ type machine struct {
 	swtpm *exec.Cmd
 	vm    *vmpower.VM
 	addr  string // BMC address as the controller reaches it
+	// extraMACs are NICs after the boot NIC, each on a tap of its own
+	// (after every machine's first tap).
+	extraMACs []string
+	// diskBytes is the size of the first disk (disk.raw); zero means 4 GiB.
+	diskBytes int64
+	// tune, when set, adjusts the VM's configuration before it is
+	// created (more disks, a TPM) and may start what the VM needs.
+	tune func(cfg *vmpower.Config) error
+	// preStart, when set, runs before every qemu start of the VM
+	// (vmpower SetPreStart).
+	preStart func(ctx context.Context) error
 }
 
 type lab struct {
@@ -219,6 +235,9 @@ type lab struct {
 	sshKeyPath, sshPub string
 	// armMirror serves the arm64 OS image (Config.ARM64; "" otherwise).
 	armMirror string
+	// host holds the host lab's own processes and files (Config.Host;
+	// nil otherwise).
+	host *hostLab
 }
 
 // Run runs the VM lab up to cfg.Stage (or the arm64 lab, cfg.ARM64) and
@@ -265,6 +284,8 @@ func Run(ctx context.Context, cfg Config) (steps []Step, err error) {
 		err = l.runARM64(ctx)
 	case cfg.Trust:
 		err = l.runTrust(ctx)
+	case cfg.Host:
+		err = l.runHost(ctx)
 	default:
 		err = l.run(ctx)
 	}
@@ -537,7 +558,11 @@ func randHex(n int) string {
 
 func (l *lab) setup(ctx context.Context, img, sum string) error {
 	var err error
-	l.ns, err = netns.Create(ctx, netns.Config{Prefix: "m14", Bridge: "br0", Taps: len(l.ms), Logger: l.log,
+	taps := len(l.ms)
+	for _, m := range l.ms {
+		taps += len(m.extraMACs)
+	}
+	l.ns, err = netns.Create(ctx, netns.Config{Prefix: "m14", Bridge: "br0", Taps: taps, Logger: l.log,
 		BridgeAddrs: []netip.Prefix{netip.MustParsePrefix(BridgeAddr + "/24"), netip.MustParsePrefix("fd99::1/64")}})
 	if err != nil {
 		return fmt.Errorf("vm lab: %w", err)
@@ -564,6 +589,7 @@ func (l *lab) setup(ctx context.Context, img, sum string) error {
 		fixtures = filepath.Join(l.cfg.Root, "testdata", "fixtures")
 	}
 	var trees bmcsim.Trees
+	nextTap := len(l.ms)
 	for i, m := range l.ms {
 		dir := filepath.Join(l.dir, "vms", m.name)
 		if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -573,21 +599,38 @@ func (l *lab) setup(ctx context.Context, img, sum string) error {
 		if err := os.WriteFile(disk, nil, 0o644); err != nil {
 			return err
 		}
-		if err := os.Truncate(disk, 4<<30); err != nil {
+		size := m.diskBytes
+		if size == 0 {
+			size = 4 << 30
+		}
+		if err := os.Truncate(disk, size); err != nil {
 			return err
 		}
-		vc := vmpower.Config{Name: m.name, Dir: dir, Firmware: m.fw, MemoryMiB: m.memoryMiB(), CPUs: m.cpus(), NetworkFirst: m.networkFirst,
+		nics := []vmpower.NIC{{Tap: l.ns.Taps[i], MAC: m.mac}}
+		for _, mac := range m.extraMACs {
+			nics = append(nics, vmpower.NIC{Tap: l.ns.Taps[nextTap], MAC: mac})
+			nextTap++
+		}
+		vcfg := vmpower.Config{Name: m.name, Dir: dir, Firmware: m.fw, MemoryMiB: m.memoryMiB(), CPUs: m.cpus(), NetworkFirst: m.networkFirst,
 			UUID: fmt.Sprintf("6a1f0e3c-1414-4222-8333-%012d", i+1), Disk: disk, Netns: l.ns.Name,
-			NICs: []vmpower.NIC{{Tap: l.ns.Taps[i], MAC: m.mac}}, Logger: l.log.With("vm", m.name)}
+			NICs: nics, Logger: l.log.With("vm", m.name)}
 		if m.trust {
-			vc.OVMFCode, vc.OVMFVars = ovmfSecureCode, ovmfSecureVars
-			if vc.ExtraArgs, err = l.startSWTPM(m, dir); err != nil {
+			vcfg.OVMFCode, vcfg.OVMFVars = ovmfSecureCode, ovmfSecureVars
+			if vcfg.ExtraArgs, err = l.startSWTPM(m, dir); err != nil {
 				return err
 			}
 		}
-		m.vm, err = vmpower.New(vc)
+		if m.tune != nil {
+			if err := m.tune(&vcfg); err != nil {
+				return fmt.Errorf("vm lab: %s: %w", m.name, err)
+			}
+		}
+		m.vm, err = vmpower.New(vcfg)
 		if err != nil {
 			return fmt.Errorf("vm lab: %s: %w", m.name, err)
+		}
+		if m.preStart != nil {
+			m.vm.SetPreStart(m.preStart)
 		}
 		wctx, cancel := context.WithCancel(context.Background())
 		prev := l.stopWatch
@@ -724,9 +767,10 @@ func (l *lab) setup(ctx context.Context, img, sum string) error {
 		"--listen", fmt.Sprintf("%s:%d", BridgeAddr, APIPort), "--public-url", base,
 		"--join-listen", fmt.Sprintf("%s:%d", BridgeAddr, JoinPort), "--join-url", fmt.Sprintf("https://%s:%d", BridgeAddr, JoinPort),
 		"--node-binary", l.bin("machina-node"), "--heartbeat", "5s",
-		// No switch on the lab's bridge sends LLDP: a short listen keeps
-		// commissioning from waiting out the 32 s default for nothing.
-		"--lldp-wait", "3s",
+		// No switch on the five-VM lab's bridge sends LLDP: a short listen
+		// keeps commissioning from waiting out the 32 s default for
+		// nothing; the host lab's lldpd sends every second (lldpWait).
+		"--lldp-wait", l.lldpWait(),
 		// The silence watchdog is a deadline too: under TimeScale (a loaded
 		// machine) a deploy's 1 GiB write and two-pass check outlast the
 		// default 5 minutes, and a re-netboot would restart it.
@@ -1111,6 +1155,9 @@ func (l *lab) writeRepo(mirror string) error {
 		"README.md":   "# VM lab inventory\n",
 	}
 	files["profiles.yaml"] += l.armProfileYAML() + l.trustProfileYAML()
+	if l.cfg.Host {
+		files = l.hostRepoFiles(mirror)
+	}
 	for name, body := range files {
 		if err := os.WriteFile(filepath.Join(l.clone, name), []byte(body), 0o644); err != nil {
 			return err

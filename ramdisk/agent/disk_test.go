@@ -789,3 +789,53 @@ func TestWipeSignatures(t *testing.T) {
 		t.Error("probe does not see the old seed before the wipe; the test proves nothing")
 	}
 }
+
+// TestWriteImageLayoutRefusesNonGPTBeforeWrite: with a storage layout, an
+// image whose partition table is not GPT is refused in the verification
+// pass, from its first chunk, with nothing written (before, the refusal
+// came from the partition step after the whole image was written); a GPT
+// image passes the same check.
+func TestWriteImageLayoutRefusesNonGPTBeforeWrite(t *testing.T) {
+	need(t, "sgdisk")
+	gptImg := makeGPTImage(t, 8<<20)
+	mbrImg := make([]byte, 8<<20)
+	mbrImg[510], mbrImg[511] = 0x55, 0xAA
+	mbrImg[3<<20] = 1
+	lay := &layoutRun{rootID: "md/machina-root"}
+	for _, mode := range []struct {
+		name  string
+		limit int64
+	}{{"memory", 0}, {"two-pass", -1}} {
+		for _, c := range []struct {
+			name, kind string
+			img        []byte
+		}{{"mbr", "mbr", mbrImg}, {"none", "", make([]byte, 8<<20)}, {"gpt", "gpt", gptImg}} {
+			t.Run(mode.name+"/"+c.name, func(t *testing.T) {
+				if kind, err := imageHeadTable(c.img[:1<<20], int64(len(c.img))); err != nil || kind != c.kind {
+					t.Fatalf("imageHeadTable = %q, %v; want %q", kind, err, c.kind)
+				}
+				f, before := newTarget(t, 64<<20)
+				_, err := WriteImage(context.Background(), f, 64<<20, WriteConfig{
+					Open: FileOpener(c.img), SizeBytes: int64(len(c.img)), SHA256: sum(c.img), MemoryLimit: mode.limit, ChunkBytes: 1 << 20,
+					CheckHead: lay.checkImageHead(int64(len(c.img))),
+				})
+				after, _ := os.ReadFile(f.Name())
+				if c.kind == "gpt" {
+					if err != nil {
+						t.Fatalf("GPT image refused: %v", err)
+					}
+					return
+				}
+				if !errors.Is(err, ErrBadPartitionTable) || !strings.Contains(err.Error(), "needs a GPT image") {
+					t.Fatalf("WriteImage err = %v, want ErrBadPartitionTable (needs a GPT image)", err)
+				}
+				if !bytes.Equal(before, after) {
+					t.Fatal("target changed although the image was refused before the write")
+				}
+			})
+		}
+	}
+	if (*layoutRun)(nil).checkImageHead(1) != nil {
+		t.Fatal("no layout: CheckHead set")
+	}
+}

@@ -499,6 +499,23 @@ func openShared(p string) (*os.File, int64, error) {
 	return f, size, nil
 }
 
+// checkImageHead is the layout's WriteConfig.CheckHead: the partition
+// step edits the image's GPT, so an image with another table (or none) is
+// refused from its first chunk, before the write (complete reports it as
+// the LayoutError of StepWrite on the root device). Nil without a layout.
+func (l *layoutRun) checkImageHead(imageSize int64) func(head []byte) error {
+	if l == nil {
+		return nil
+	}
+	return func(head []byte) error {
+		kind, err := imageHeadTable(head, imageSize)
+		if err == nil && kind != "gpt" {
+			err = fmt.Errorf("%w: a storage layout needs a GPT image (found %q)", ErrBadPartitionTable, kind)
+		}
+		return err // complete makes it the LayoutError of StepWrite
+	}
+}
+
 // markWritten records that the image write begins: from here on a
 // failure spoils the root device. Nil-safe (no layout).
 func (l *layoutRun) markWritten() {

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/binary"
 	"errors"
@@ -278,4 +279,25 @@ func gptAltLBA(dev io.ReaderAt, ss int64) (int64, error) {
 		return 0, err
 	}
 	return int64(binary.LittleEndian.Uint64(b)), nil
+}
+
+// imageHeadTable says which partition table an image's first bytes hold:
+// "gpt" (a primary GPT header at LBA 1 for 512- or 4096-byte sectors),
+// "mbr" (the 0x55AA boot signature without a GPT) or "" (neither).
+// imageSize is the whole image's size, which bounds the GPT's entries.
+func imageHeadTable(head []byte, imageSize int64) (string, error) {
+	r := bytes.NewReader(head)
+	for _, ss := range []int64{512, 4096} {
+		ok, _, _, err := gptHeader(r, ss, imageSize)
+		if err != nil {
+			return "", err
+		}
+		if ok {
+			return "gpt", nil
+		}
+	}
+	if len(head) >= 512 && head[510] == 0x55 && head[511] == 0xAA {
+		return "mbr", nil
+	}
+	return "", nil
 }

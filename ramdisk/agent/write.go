@@ -57,7 +57,24 @@ type WriteConfig struct {
 	// its bytes done of total, after every chunk. It must be quick (it
 	// runs on the write's goroutine); ProgressMeter is one.
 	Progress func(step string, done, total int64)
-	Logger   *slog.Logger
+	// CheckHead, when set, is called in the verification pass with the
+	// image's first chunk (ChunkBytes, or the whole image if smaller),
+	// before any byte is written; an error ends the write with nothing
+	// written. A storage layout checks the image's partition table here
+	// rather than after the write.
+	CheckHead func(head []byte) error
+	Logger    *slog.Logger
+}
+
+// checkHead runs cfg.CheckHead on the first piece of the stream.
+func (cfg *WriteConfig) checkHead(p piece) error {
+	if cfg.CheckHead == nil || p.off != 0 {
+		return nil
+	}
+	if err := cfg.CheckHead(p.b); err != nil {
+		return fmt.Errorf("write image: image check before the write: %w", err)
+	}
+	return nil
 }
 
 // progress tells cfg.Progress, if set.
@@ -167,6 +184,9 @@ func verifyInMemory(ctx context.Context, cfg WriteConfig, chunk int, want string
 	buf := make([]byte, cfg.SizeBytes)
 	h := sha256.New()
 	err = pipeRead(ctx, cfg.downloadProgress(rc), cfg.SizeBytes, chunk, buf, func(p piece) error {
+		if err := cfg.checkHead(p); err != nil {
+			return err
+		}
 		h.Write(p.b)
 		return nil
 	})
@@ -191,6 +211,9 @@ func verifyTwoPass(ctx context.Context, cfg WriteConfig, chunk int, want string)
 	total := sha256.New()
 	var sums [][32]byte
 	err = pipeRead(ctx, cfg.downloadProgress(rc), cfg.SizeBytes, chunk, nil, func(p piece) error {
+		if err := cfg.checkHead(p); err != nil {
+			return err
+		}
 		sums = append(sums, sha256.Sum256(p.b))
 		total.Write(p.b)
 		return nil

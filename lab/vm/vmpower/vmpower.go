@@ -39,6 +39,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -88,7 +89,14 @@ type NIC struct {
 	Tap string `json:"tap"`
 	// MAC is the NIC's address, e.g. "52:54:00:12:34:56".
 	MAC string `json:"mac"`
+	// Options are more virtio-net-pci properties, comma-separated, e.g.
+	// "csum=off" (the guest computes its checksums and sends no TSO
+	// frames: what a user-space forwarder on the tap needs). Letters,
+	// digits, "_", "=", "," and "-" only.
+	Options string `json:"options,omitempty"`
 }
+
+var nicOptsRE = regexp.MustCompile(`^[A-Za-z0-9_=,-]*$`)
 
 // Config describes one VM. It is stored as Dir/vm.json by New.
 type Config struct {
@@ -264,6 +272,9 @@ func (c *Config) validate() error {
 		if hw, err := net.ParseMAC(n.MAC); err != nil || len(hw) != 6 {
 			bad("nic mac %q", n.MAC)
 		}
+		if !nicOptsRE.MatchString(n.Options) {
+			bad("nic options %q", n.Options)
+		}
 	}
 	if c.Netns != "" && !nameRE.MatchString(c.Netns) {
 		bad("netns %q", c.Netns)
@@ -292,6 +303,19 @@ type VM struct {
 	cfg Config
 	log *slog.Logger
 	mu  sync.Mutex
+	// preStart runs before each qemu start (SetPreStart).
+	preStart func(ctx context.Context) error
+}
+
+// SetPreStart makes f run before every qemu start of this VM, in this
+// process; an error fails the start. It starts what the VM's devices
+// connect to and that does not outlive a qemu process, as libvirt starts
+// a VM's swtpm before each qemu start (qemu sends CMD_SHUTDOWN to swtpm
+// when it exits, and swtpm ends).
+func (v *VM) SetPreStart(f func(ctx context.Context) error) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.preStart = f
 }
 
 // New validates cfg, creates cfg.Dir and writes cfg to Dir/vm.json (so
@@ -678,6 +702,9 @@ func (v *VM) Args() []string {
 	for i, n := range c.NICs {
 		id := "n" + strconv.Itoa(i)
 		dev := "virtio-net-pci,netdev=" + id + ",mac=" + n.MAC
+		if n.Options != "" {
+			dev += "," + strings.Trim(n.Options, ",")
+		}
 		if i == 0 {
 			dev += ",bootindex=" + strconv.Itoa(idx[BootPXE])
 		}
@@ -729,6 +756,11 @@ func (v *VM) start(ctx context.Context) error {
 			if err := os.WriteFile(v.path(VarsFile), b, 0o640); err != nil {
 				return fmt.Errorf("start: ovmf vars: %w", err)
 			}
+		}
+	}
+	if v.preStart != nil {
+		if err := v.preStart(ctx); err != nil {
+			return fmt.Errorf("start: %w", err)
 		}
 	}
 	_ = os.Remove(v.path(PIDFile))
@@ -855,4 +887,24 @@ func writeFileAtomic(path string, b []byte) error {
 		return err
 	}
 	return os.Rename(tmp.Name(), path)
+}
+
+// SetExtraArgs replaces Config.ExtraArgs (devices after the built-in ones:
+// more disks, a TPM) and rewrites Dir/vm.json. A running qemu keeps its
+// devices; the next start uses the new list, as a server whose drive was
+// pulled while it was off. It is serialised with Reset.
+func (v *VM) SetExtraArgs(args []string) error {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	cfg := v.cfg
+	cfg.ExtraArgs = slices.Clone(args)
+	b, err := json.MarshalIndent(cfg, "", "  ")
+	if err != nil {
+		return fmt.Errorf("vmpower: set extra args of %s: %w", cfg.Name, err)
+	}
+	if err := writeFileAtomic(v.path(ConfigFile), append(b, '\n')); err != nil {
+		return fmt.Errorf("vmpower: set extra args of %s: %w", cfg.Name, err)
+	}
+	v.cfg = cfg
+	return nil
 }

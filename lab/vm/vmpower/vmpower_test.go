@@ -347,19 +347,20 @@ func TestConfigValidation(t *testing.T) {
 		"boot":       {Name: "a", Dir: dir, BootDevice: "floppy"},
 		"firmware":   {Name: "a", Dir: dir, Firmware: "coreboot"},
 		"uuid":       {Name: "a", Dir: dir, UUID: "nope"},
+		"nic opts":   {Name: "a", Dir: dir, NICs: []NIC{{Tap: "tap0", MAC: "52:54:00:00:00:01", Options: "csum=off -device x"}}},
 	} {
 		if _, err := New(c); !errors.Is(err, ErrInvalidConfig) {
 			t.Errorf("%s: New = %v, want ErrInvalidConfig", name, err)
 		}
 	}
 	v, err := New(Config{Name: "args", Dir: dir, Disk: "/images/os.qcow2", BootDevice: BootPXE,
-		NICs: []NIC{{Tap: "tap0", MAC: "52:54:00:00:00:01"}}})
+		NICs: []NIC{{Tap: "tap0", MAC: "52:54:00:00:00:01"}, {Tap: "tap1", MAC: "52:54:00:00:00:02", Options: "csum=off"}}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	args := strings.Join(v.Args(), " ")
 	for _, want := range []string{"-accel tcg", "format=qcow2", "virtio-net-pci,netdev=n0,mac=52:54:00:00:00:01,bootindex=1",
-		"id=vdisk0,bootindex=2", "id=cdrom0,bus=ide.1,bootindex=3", "-machine pc,graphics=off", "-daemonize"} {
+		"id=vdisk0,bootindex=2", "virtio-net-pci,netdev=n1,mac=52:54:00:00:00:02,csum=off", "id=cdrom0,bus=ide.1,bootindex=3", "-machine pc,graphics=off", "-daemonize"} {
 		if !strings.Contains(args, want) {
 			t.Errorf("Args() lacks %q:\n%s", want, args)
 		}
@@ -452,5 +453,30 @@ func TestNetworkFirst(t *testing.T) {
 	}
 	if d := o.EffectiveBootDevice(); d != BootPXE {
 		t.Errorf("opened VM: EffectiveBootDevice = %s, want pxe", d)
+	}
+}
+
+// TestSetExtraArgs: a changed device list is in the next start's command
+// line and in vm.json (what Open in another process reads), as a drive
+// pulled from a powered-off server.
+func TestSetExtraArgs(t *testing.T) {
+	dir := t.TempDir()
+	v, err := New(Config{Name: "extra", Dir: dir, ExtraArgs: []string{"-device", "nvme,drive=a", "-device", "virtio-blk-pci,drive=b"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := v.SetExtraArgs([]string{"-device", "nvme,drive=a"}); err != nil {
+		t.Fatal(err)
+	}
+	args := strings.Join(v.Args(), " ")
+	if !strings.HasSuffix(args, "-device nvme,drive=a") || strings.Contains(args, "drive=b") {
+		t.Errorf("Args() after SetExtraArgs: %s", args)
+	}
+	w, err := Open(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(w.Config().ExtraArgs, " "); got != "-device nvme,drive=a" {
+		t.Errorf("vm.json extra args %q", got)
 	}
 }
