@@ -192,8 +192,9 @@ func clearEnds(p string, shared bool) error {
 // grown to the layout's size and a PV partition after it for the group on
 // the rest (partition), the volume groups, logical volumes and their
 // filesystems, the root filesystem grown, mdadm.conf and fstab written
-// into the deployed OS, and the groups and array settled. dev is closed
-// here, before the tools open the partitions.
+// into the deployed OS, the result logged (report), and the groups and
+// arrays settled. dev is closed here, before the tools open the
+// partitions.
 func (l *layoutRun) finish(ctx context.Context, dev *os.File, size, seedStart int64) error {
 	rest := false
 	for _, g := range l.lay.Plan.VolumeGroups {
