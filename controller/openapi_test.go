@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"flag"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -80,9 +79,10 @@ func openAPIOps(t *testing.T, doc []byte) map[string]map[string]any {
 	return out
 }
 
-// mountAllAdmin mounts every admin route as controller.Run does (as
-// TestRouteRolesMatchMountedRoutes does) on a fresh api.Server.
-func mountAllAdmin(t *testing.T) *api.Server {
+// mountAllAdmin mounts every admin route as controller.Run does (the one
+// list, adminRoutes, with nil dependencies, and the join stage's
+// join.RegisterAdmin) on a fresh api.Server over a fresh state store.
+func mountAllAdmin(t *testing.T) (*api.Server, *state.Store) {
 	t.Helper()
 	st, err := state.Open(filepath.Join(t.TempDir(), "state.db"), state.Options{})
 	if err != nil {
@@ -93,31 +93,19 @@ func mountAllAdmin(t *testing.T) *api.Server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := mountAdmin(srv, st, nil, nil, nil, nil, "main"); err != nil {
-		t.Fatal(err)
-	}
-	if err := mountHosts(srv, st, nil, func() {}, time.Minute); err != nil {
-		t.Fatal(err)
-	}
-	if err := MountFirmwareRead(srv, st); err != nil {
-		t.Fatal(err)
-	}
-	if err := mountImages(srv, nil, nil, nil, nil); err != nil {
+	if _, err := (adminRoutes{branch: "main", trigger: func() {}, heartbeat: time.Minute, gitDir: t.TempDir()}).mount(srv, st); err != nil {
 		t.Fatal(err)
 	}
 	if err := join.RegisterAdmin(srv, nil, api.Actor); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := mountConsoleAndUI(srv, st, nil, nil, nil, nil, t.TempDir(), nil, slog.New(slog.DiscardHandler)); err != nil {
-		t.Fatal(err)
-	}
-	return srv
+	return srv, st
 }
 
 // TestOpenAPIRoutesMatchServer: the embedded document has an operation
 // for every admin route the controller mounts, and none the server lacks.
 func TestOpenAPIRoutesMatchServer(t *testing.T) {
-	srv := mountAllAdmin(t)
+	srv, _ := mountAllAdmin(t)
 	ops := openAPIOps(t, api.OpenAPI())
 	admin := srv.AdminRoutes()
 	if len(admin) < 28 {

@@ -1,54 +1,24 @@
 package controller
 
 import (
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"testing"
-	"time"
 
 	"github.com/machina-metal/machina/api"
-	"github.com/machina-metal/machina/join"
 	"github.com/machina-metal/machina/state"
 )
 
 // TestRouteRolesMatchMountedRoutes mounts every admin route the
-// controller mounts (mountAdmin with the scan route, mountHosts,
-// mountImages, join.RegisterAdmin, the console and the UI) as Run does
+// controller mounts (mountAllAdmin: the adminRoutes list and
+// join.RegisterAdmin) as Run does
 // and checks them against the one role table, api.RouteRoles, both ways:
 // each admin route has its role there, and each entry is a route served.
 // The serial console, which authenticates itself, refuses a viewer's
 // token (401, as a bad token) and lets an operator's through (404: no
 // such server).
 func TestRouteRolesMatchMountedRoutes(t *testing.T) {
-	st, err := state.Open(filepath.Join(t.TempDir(), "state.db"), state.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	srv, err := api.New(api.Config{Store: st, Heartbeat: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := mountAdmin(srv, st, nil, nil, nil, nil, "main"); err != nil {
-		t.Fatal(err)
-	}
-	if err := mountHosts(srv, st, nil, func() {}, time.Minute); err != nil {
-		t.Fatal(err)
-	}
-	if err := mountImages(srv, nil, nil, nil, nil); err != nil {
-		t.Fatal(err)
-	}
-	if err := MountFirmwareRead(srv, st); err != nil {
-		t.Fatal(err)
-	}
-	if err := join.RegisterAdmin(srv, nil, api.Actor); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := mountConsoleAndUI(srv, st, nil, nil, nil, nil, t.TempDir(), nil, slog.New(slog.DiscardHandler)); err != nil {
-		t.Fatal(err)
-	}
+	srv, st := mountAllAdmin(t)
 	table := api.RouteRoles()
 	served := map[string]bool{}
 	for _, p := range srv.Routes() {

@@ -707,32 +707,21 @@ const WebhookPattern = "POST /api/v1/git/webhook"
 // the Running handed to OnReady.
 func (w *wiring) routes() (func(), error) {
 	cfg, st, srv, ctrl := w.cfg, w.st, w.srv, w.ctrl
-	if err := mountAdmin(srv, st, ctrl, w.src, cfg.Scan, scanProposers(cfg.Repo, w.gitDir, w.log.With("component", "scan")), cfg.Repo.Branch); err != nil {
-		return nil, err
-	}
 	w.fencer = &fencer{st: st, drivers: w.drivers, desired: ctrl.Desired, opts: fence.Options{Timeout: cfg.FenceTimeout}, log: w.log.With("component", "fence")}
-	if err := mountHosts(srv, st, w.fencer, ctrl.Trigger, cfg.Heartbeat); err != nil {
-		return nil, err
-	}
-	if err := mountImages(srv, ctrl, w.imgStore, w.imgStatus, w.importFails); err != nil {
-		return nil, err
-	}
-	if err := MountFirmwareRead(srv, st); err != nil {
-		return nil, err
-	}
+	a := adminRoutes{ctrl: ctrl, src: w.src, scan: cfg.Scan, propose: scanProposers(cfg.Repo, w.gitDir, w.log.With("component", "scan")), branch: cfg.Repo.Branch,
+		fencer: w.fencer, trigger: ctrl.Trigger, heartbeat: cfg.Heartbeat, imgStore: w.imgStore, imgStatus: w.imgStatus, importFails: w.importFails,
+		drivers: w.drivers, gitDir: w.gitDir, gitHealth: w.gitHealth, log: w.log}
 	if cfg.WebhookSecretFile != "" {
 		wh, err := gitops.NewWebhook(gitops.WebhookConfig{SecretFile: cfg.WebhookSecretFile, Branch: cfg.Repo.Branch,
 			Trigger: w.src.Trigger, Logger: w.log})
 		if err != nil {
 			return nil, fmt.Errorf("controller: %w", err)
 		}
-		if err := srv.HandleOperator(WebhookPattern, wh); err != nil {
-			return nil, err
-		}
+		a.webhook = wh
 	}
-	uiRoutes, err := mountConsoleAndUI(srv, st, w.drivers, w.src, ctrl, w.imgStatus, w.gitDir, w.gitHealth, w.log)
+	uiRoutes, err := a.mount(srv, st)
 	if err != nil {
-		return nil, fmt.Errorf("controller: console and UI: %w", err)
+		return nil, fmt.Errorf("controller: admin routes: %w", err)
 	}
 	var routes []string
 	for _, p := range srv.Routes() {

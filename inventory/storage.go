@@ -32,7 +32,8 @@ const SizeRest = "rest"
 
 // Volume group placements: VGOnRest uses the rest of the root device
 // (after the root's size: the rest of the disk, or of the RAID1), VGOnDisks
-// whole disks chosen by a DiskMatch.
+// whole disks chosen by a DiskMatch (with RAID StorageRAID1 in a group:
+// an md RAID1 of two such disks, the group's one physical volume).
 const (
 	VGOnRest  = "rest"
 	VGOnDisks = "disks"
@@ -85,8 +86,14 @@ type VolumeGroup struct {
 	// the root and earlier volume groups did not take.
 	Disks DiskMatch `json:"disks,omitzero"`
 	// Count is how many matching disks VGOnDisks takes (smallest first);
-	// 0 takes every matching disk, at least one.
+	// 0 takes every matching disk, at least one. With RAID StorageRAID1
+	// it is 0 or 2: the mirror's two members.
 	Count int `json:"count,omitempty"`
+	// RAID is StorageRAIDNone (each disk its own physical volume) or, for
+	// VGOnDisks, StorageRAID1: the two disks become an md RAID1 (metadata
+	// 1.2) named RAIDArrayName(Name), and the array the group's physical
+	// volume.
+	RAID string `json:"raid,omitempty"`
 	// Volumes are its logical volumes, made in order.
 	Volumes []LogicalVolume `json:"volumes,omitempty"`
 }
@@ -167,10 +174,12 @@ type RootPlan struct {
 }
 
 // VolumeGroupPlan is one volume group on the rest of the root device
-// (Rest) or on whole disks.
+// (Rest) or on whole disks; with RAID StorageRAID1 on an md RAID1 of its
+// two disks.
 type VolumeGroupPlan struct {
 	Name    string              `json:"name"`
 	Rest    bool                `json:"rest,omitempty"`
+	RAID    string              `json:"raid,omitempty"`
 	Disks   []StorageDisk       `json:"disks,omitempty"`
 	Volumes []LogicalVolumePlan `json:"volumes,omitempty"`
 }
@@ -189,6 +198,22 @@ type LogicalVolumePlan struct {
 // headers and alignment, and md's metadata 1.0 superblock and bitmap at
 // the end of each member. Validation and selection count it once.
 const StorageOverheadBytes = 64 << 20
+
+// RAIDDataOverheadBytes is what an md RAID1 with metadata 1.2 (a volume
+// group's mirror) keeps of each member before its data: the superblock
+// at 4 KiB, the internal write-intent bitmap and bad-block log, and the
+// data offset mdadm leaves as reshape headroom (128 MiB on members of 128
+// GiB or more, less on smaller ones; mdadm(8) --data-offset).
+const RAIDDataOverheadBytes = 136 << 20
+
+// RAIDArrayMaxName is the longest volume group name whose mirror's md
+// name, RAIDArrayName(name) with mdadm's "any:" homehost prefix, fits
+// the 32-byte name field of md's version-1 superblock.
+const RAIDArrayMaxName = 19
+
+// RAIDArrayName is the md array name (mdadm --name, and its /dev/md/
+// link) of a volume group's mirror.
+func RAIDArrayName(vg string) string { return "machina-" + vg }
 
 // lvmOverheadBytes is kept per physical volume for LVM's metadata area
 // (1 MiB by default) and extent rounding (4 MiB extents).
@@ -226,7 +251,8 @@ func (e *StorageUnfitError) Unwrap() error { return ErrStorageUnfit }
 // is pure and deterministic: the root takes the smallest matching disks of
 // at least minRootBytes and of the layout's needs (size ties broken by
 // by-path, WWN, serial, name), one or two by RAID; then each volume group
-// on disks takes the smallest matching disks left. Fixed logical volume
+// on disks takes the smallest matching disks left (two for a group on a
+// RAID1, whose capacity is its smaller member's). Fixed logical volume
 // sizes must fit their group. A part that finds too few disks, or too
 // little room, is a *StorageUnfitError naming what is missing.
 func PlanStorage(layout Storage, disks []StorageDisk, minRootBytes int64) (StoragePlan, error) {
@@ -260,14 +286,21 @@ func PlanStorage(layout Storage, disks []StorageDisk, minRootBytes int64) (Stora
 		if vp.Rest {
 			capacity = root[0].SizeBytes - rootSize - StorageOverheadBytes - lvmOverheadBytes
 		} else {
-			count := vg.Count
-			got, err := take(sorted, used, vg.Disks, vg.Disks.MinSizeGiB<<30, count, "volumeGroup "+vg.Name)
+			count, part := vg.Count, "volumeGroup "+vg.Name
+			if vg.RAID == StorageRAID1 {
+				count, part = 2, "volumeGroup "+vg.Name+" (raid1)"
+			}
+			got, err := take(sorted, used, vg.Disks, vg.Disks.MinSizeGiB<<30, count, part)
 			if err != nil {
 				return plan, err
 			}
-			vp.Disks = got
+			vp.Disks, vp.RAID = got, vg.RAID
 			for _, d := range got {
 				capacity += d.SizeBytes - lvmOverheadBytes
+			}
+			if vg.RAID == StorageRAID1 {
+				// the mirror holds what its smaller member holds
+				capacity = min(got[0].SizeBytes, got[1].SizeBytes) - RAIDDataOverheadBytes - lvmOverheadBytes
 			}
 		}
 		var fixed int64

@@ -15,7 +15,9 @@ import (
 // mount points unique, absolute, clean and not "/"; a mount point only on
 // ext4 or xfs; at most one group on the rest of the root device, and only
 // when the root has a fixed size; "rest" only as a group's last volume;
-// fixed volumes that fit the group's stated disk sizes; and a layout whose
+// fixed volumes that fit the group's stated disk sizes; a group on a RAID1
+// only on disks, with count 2 or none, and a name short enough for its md
+// array's name; and a layout whose
 // fixed sizes need a bigger root disk than the profile's min.diskGiB is
 // refused (a server that passes min would be allocated and not fit).
 func (c *crossChecker) profileStorage(base string, p Profile) {
@@ -55,7 +57,11 @@ func (c *crossChecker) profileStorage(base string, p Profile) {
 			if !vg.Disks.IsZero() || vg.Count != 0 {
 				c.errAt(pd, ptr+"/disks", SeverityError, "a group on the rest of the root device takes no disks or count")
 			}
+			if vg.RAID != StorageRAIDNone {
+				c.errAt(pd, ptr+"/raid", SeverityError, "a group on the rest of the root device lies on the root's device (mirrored when root.raid is raid1): raid is for a group from: disks")
+			}
 		case VGOnDisks:
+			c.raidGroup(pd, ptr, vg)
 			c.volumesFitDisks(pd, ptr, vg)
 		}
 		c.volumes(pd, ptr, vg, mounts)
@@ -98,6 +104,20 @@ func (c *crossChecker) volumes(pd *doc, ptr string, vg VolumeGroup, mounts map[s
 	}
 }
 
+// raidGroup checks a group on an md RAID1 of two disks: count, when set,
+// is 2, and the group's name fits md's array name (RAIDArrayName).
+func (c *crossChecker) raidGroup(pd *doc, ptr string, vg VolumeGroup) {
+	if vg.RAID != StorageRAID1 {
+		return
+	}
+	if vg.Count != 0 && vg.Count != 2 {
+		c.errAt(pd, ptr+"/count", SeverityError, fmt.Sprintf("a group on a raid1 takes its mirror's 2 disks, not %d: omit count or make it 2", vg.Count))
+	}
+	if len(vg.Name) > RAIDArrayMaxName {
+		c.errAt(pd, ptr+"/name", SeverityError, fmt.Sprintf("a group on a raid1 names its md array %s, which md's 32-byte superblock name holds only for group names of up to %d characters (this one has %d)", RAIDArrayName(vg.Name), RAIDArrayMaxName, len(vg.Name)))
+	}
+}
+
 // volumesFitDisks checks a group on disks whose selector states a size:
 // its fixed volumes must fit count (at least one) such disks.
 func (c *crossChecker) volumesFitDisks(pd *doc, ptr string, vg VolumeGroup) {
@@ -106,6 +126,13 @@ func (c *crossChecker) volumesFitDisks(pd *doc, ptr string, vg VolumeGroup) {
 	}
 	fixed := fixedVolumes(vg)
 	have := int64(max(vg.Count, 1)) * (vg.Disks.MinSizeGiB<<30 - lvmOverheadBytes)
+	if vg.RAID == StorageRAID1 {
+		have = vg.Disks.MinSizeGiB<<30 - RAIDDataOverheadBytes - lvmOverheadBytes
+		if fixed > have {
+			c.errAt(pd, ptr+"/volumes", SeverityError, fmt.Sprintf("fixed volumes need %s; a raid1 of disks.minSizeGiB %d holds %s", gib(fixed), vg.Disks.MinSizeGiB, gib(have)))
+		}
+		return
+	}
 	if fixed > have {
 		c.errAt(pd, ptr+"/volumes", SeverityError, fmt.Sprintf("fixed volumes need %s; %d disk(s) of disks.minSizeGiB %d hold %s", gib(fixed), max(vg.Count, 1), vg.Disks.MinSizeGiB, gib(have)))
 	}

@@ -88,6 +88,20 @@ func TestPlanStorageGolden(t *testing.T) {
 			Root:         RootLayout{Size: "100GiB"},
 			VolumeGroups: []VolumeGroup{{Name: "vg0", From: VGOnRest, Volumes: []LogicalVolume{{Name: "big", Size: "400GiB"}}}},
 		}, oneSSDTwoHDD[:1], 0},
+		// Root mirrored on the two SSDs, a group on a RAID1 of the two HDDs
+		// (its capacity the smaller member's, less md's and LVM's
+		// metadata): four disks, two arrays.
+		{"vg-on-raid1", Storage{
+			Root: RootLayout{RAID: StorageRAID1, Disks: DiskMatch{Rotational: &ssd}},
+			VolumeGroups: []VolumeGroup{{Name: "vg-data", From: VGOnDisks, RAID: StorageRAID1, Disks: DiskMatch{Rotational: &hdd},
+				Volumes: []LogicalVolume{{Name: "backups", Size: "3TiB", Filesystem: "xfs", MountPoint: "/srv/backups"}, {Name: "scratch", Size: SizeRest}}}},
+		}, mixedRotational, 100},
+		// The group's RAID1 finds one HDD where it needs two: refused,
+		// naming the group's mirror and what it found.
+		{"vg-raid1-one-disk", Storage{
+			Root:         RootLayout{Disks: DiskMatch{Rotational: &ssd}},
+			VolumeGroups: []VolumeGroup{{Name: "vg-data", From: VGOnDisks, RAID: StorageRAID1, Disks: DiskMatch{Rotational: &hdd}}},
+		}, oneSSDTwoHDD[:2], 100},
 		// A model pattern that matches no disk.
 		{"model-unmatched", Storage{Root: RootLayout{Disks: DiskMatch{Model: "SAMSUNG*"}}}, oneSSDTwoHDD, 0},
 	}

@@ -131,11 +131,6 @@ func TestReadFirmware(t *testing.T) {
 // step naming both values, and the server stalls: the next passes plan
 // the step but never send the setting again.
 func TestFirmwareStepMismatchStalls(t *testing.T) {
-	st, err := state.Open(filepath.Join(t.TempDir(), "state.db"), state.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
 	inv := &inventory.Inventory{
 		Servers: []inventory.Server{{Name: "s1", Zone: "z", BootMAC: "52:54:00:00:00:01", BootMode: inventory.BootUEFI, Want: inventory.WantDeployed, Profile: "p",
 			BMC: inventory.BMC{Driver: inventory.DriverRedfish, Address: "https://bmc.invalid", Credentials: "c"}}},
@@ -144,21 +139,7 @@ func TestFirmwareStepMismatchStalls(t *testing.T) {
 		Images: []inventory.Image{{Name: "img", URL: "http://x/img.raw", Checksum: "sha256:" + strings.Repeat("0", 64)}},
 		Digest: "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
 	}
-	ws := inv.Servers[0]
-	if _, err := st.CreateServer(plan.Record(&ws)); err != nil {
-		t.Fatal(err)
-	}
-	for _, m := range [][2]state.Lifecycle{{state.LifecycleNew, state.LifecycleCommissioning}, {state.LifecycleCommissioning, state.LifecycleReady}, {state.LifecycleReady, state.LifecycleAllocated}} {
-		if _, err := st.Transition("s1", m[0], m[1], "test"); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if _, err := st.UpdateServer("s1", func(s *state.Server) error {
-		s.Allocation = &state.Allocation{Profile: "p", Reason: plan.ReasonPinned, At: time.Now()}
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
+	st := pinnedAllocated(t, inv)
 	fw := &fwDriver{bios: &bmc.BIOS{Attributes: bmc.BIOSSettings{"ProcVirtualization": "Disabled", "SriovGlobalEnable": "Disabled"},
 		Registry: &bmc.BIOSRegistry{Attributes: []bmc.BIOSAttribute{{Name: "ProcVirtualization", Type: bmc.AttrEnumeration, AllowedValues: []string{"Enabled", "Disabled"}},
 			{Name: "SriovGlobalEnable", Type: bmc.AttrEnumeration, AllowedValues: []string{"Enabled", "Disabled"}}}}}}
@@ -210,4 +191,33 @@ func TestFirmwareStepMismatchStalls(t *testing.T) {
 	if srv, err = st.Server("s1"); err != nil || !strings.Contains(srv.LastError, "SriovGlobalEnable read back Disabled, wanted Enabled") || srv.Stalled == "" {
 		t.Errorf("after the profile change: LastError %q stalled %q (%v); want the new mismatch and a stall", srv.LastError, srv.Stalled, err)
 	}
+}
+
+// pinnedAllocated opens a state store in the test's folder (closed at the
+// test's end) holding inv.Servers[0] walked new → commissioning → ready →
+// allocated, with its allocation to its own profile pinned: the server a
+// firmware step starts from.
+func pinnedAllocated(t *testing.T, inv *inventory.Inventory) *state.Store {
+	t.Helper()
+	st, err := state.Open(filepath.Join(t.TempDir(), "state.db"), state.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	ws := inv.Servers[0]
+	if _, err := st.CreateServer(plan.Record(&ws)); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range [][2]state.Lifecycle{{state.LifecycleNew, state.LifecycleCommissioning}, {state.LifecycleCommissioning, state.LifecycleReady}, {state.LifecycleReady, state.LifecycleAllocated}} {
+		if _, err := st.Transition(ws.Name, m[0], m[1], "test"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := st.UpdateServer(ws.Name, func(s *state.Server) error {
+		s.Allocation = &state.Allocation{Profile: ws.Profile, Reason: plan.ReasonPinned, At: time.Now()}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return st
 }

@@ -140,11 +140,6 @@ func TestFirmwareUpdateThroughBMC(t *testing.T) {
 			body := []byte("a BIOS package for the test\n")
 			sum := imgs.add("fw", c.file, body)
 
-			st, err := state.Open(filepath.Join(t.TempDir(), "state.db"), state.Options{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer st.Close()
 			inv := &inventory.Inventory{
 				Servers: []inventory.Server{{Name: "s1", Zone: "z", BootMAC: "52:54:00:00:00:01", BootMode: inventory.BootUEFI, Want: inventory.WantDeployed, Profile: "p",
 					BMC: inventory.BMC{Driver: inventory.DriverRedfish, Address: ts.URL, Credentials: "c"}}},
@@ -154,21 +149,7 @@ func TestFirmwareUpdateThroughBMC(t *testing.T) {
 				FirmwareImages: []inventory.FirmwareImage{{Name: "fw", URL: "http://mirror/" + c.file, Checksum: sum, SizeBytes: int64(len(body))}},
 				Digest:         "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
 			}
-			ws := inv.Servers[0]
-			if _, err := st.CreateServer(plan.Record(&ws)); err != nil {
-				t.Fatal(err)
-			}
-			for _, m := range [][2]state.Lifecycle{{state.LifecycleNew, state.LifecycleCommissioning}, {state.LifecycleCommissioning, state.LifecycleReady}, {state.LifecycleReady, state.LifecycleAllocated}} {
-				if _, err := st.Transition("s1", m[0], m[1], "test"); err != nil {
-					t.Fatal(err)
-				}
-			}
-			if _, err := st.UpdateServer("s1", func(s *state.Server) error {
-				s.Allocation = &state.Allocation{Profile: "p", Reason: plan.ReasonPinned, At: time.Now()}
-				return nil
-			}); err != nil {
-				t.Fatal(err)
-			}
+			st := pinnedAllocated(t, inv)
 			ctl, err := New(Config{Store: st, Drivers: simDrivers{url: ts.URL, log: log}, Logger: log, FirmwareImages: imgs, FirmwareTaskPoll: 10 * time.Millisecond})
 			if err != nil {
 				t.Fatal(err)
@@ -437,11 +418,6 @@ func TestFirmwareOnDeployedAfterApproval(t *testing.T) {
 // opened, nothing is recorded as a failure, and the server stays
 // allocated (neither firmware nor deploy is attempted).
 func TestFirmwareIPMIUnsupportedNoLoop(t *testing.T) {
-	st, err := state.Open(filepath.Join(t.TempDir(), "state.db"), state.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
 	sb := true
 	inv := &inventory.Inventory{
 		Servers: []inventory.Server{{Name: "s1", Zone: "z", BootMAC: "52:54:00:00:00:01", BootMode: inventory.BootUEFI, Want: inventory.WantDeployed, Profile: "p",
@@ -450,21 +426,7 @@ func TestFirmwareIPMIUnsupportedNoLoop(t *testing.T) {
 		Images:   []inventory.Image{{Name: "img", URL: "http://x/img.raw", Checksum: "sha256:" + strings.Repeat("0", 64)}},
 		Digest:   "sha256:5a1f0c2e9b7d6a5f4e3d2c1b0a9f8e7d6c5b4a3f2e1d0c9b8a7f6e5d4c3b2a1f",
 	}
-	ws := inv.Servers[0]
-	if _, err := st.CreateServer(plan.Record(&ws)); err != nil {
-		t.Fatal(err)
-	}
-	for _, m := range [][2]state.Lifecycle{{state.LifecycleNew, state.LifecycleCommissioning}, {state.LifecycleCommissioning, state.LifecycleReady}, {state.LifecycleReady, state.LifecycleAllocated}} {
-		if _, err := st.Transition("s1", m[0], m[1], "test"); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if _, err := st.UpdateServer("s1", func(s *state.Server) error {
-		s.Allocation = &state.Allocation{Profile: "p", Reason: plan.ReasonPinned, At: time.Now()}
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
+	st := pinnedAllocated(t, inv)
 	drivers := &countingDrivers{d: &recordingDriver{on: true}}
 	ctl, err := New(Config{Store: st, Drivers: drivers})
 	if err != nil {

@@ -36,10 +36,14 @@ type StorageDiskRef struct {
 }
 
 // StorageVolumeGroup is an LVM volume group on the rest of the root
-// device (Rest: a partition after the root's SizeBytes) or on whole Disks.
+// device (Rest: a partition after the root's SizeBytes) or on whole Disks:
+// each disk a physical volume, or with RAID StorageRAID1 the two Disks
+// mirrored by md (metadata 1.2, array name "machina-" + Name) and the
+// array the one physical volume.
 type StorageVolumeGroup struct {
 	Name    string           `json:"name"`
 	Rest    bool             `json:"rest,omitempty"`
+	RAID    string           `json:"raid,omitempty"`
 	Disks   []StorageDiskRef `json:"disks,omitempty"`
 	Volumes []StorageVolume  `json:"volumes,omitempty"`
 }

@@ -866,7 +866,8 @@ func withoutPowerCycle(v []any) []any {
 	return out
 }
 
-// Modes are the issue-26 BMC behaviours by name, for `machina bmcsim
+// Modes are the simulated BMC quirks (service, session, auth, boot override
+// and reset behaviours of real BMCs) by name, for `machina bmcsim
 // --mode` and tests; see each Quirks field for the BMCs that behave so.
 var Modes = map[string]func(*Quirks){
 	"basic-only":         func(q *Quirks) { q.BasicOnly = true },

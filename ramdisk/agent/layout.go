@@ -21,7 +21,7 @@ import (
 const (
 	StepResolve   = "resolve"          // match the plan's disks to the disks found
 	StepClear     = "clear-signatures" // zero the head and tail of every disk the layout takes
-	StepMDCreate  = "mdadm-create"     // the RAID1 of the root
+	StepMDCreate  = "mdadm-create"     // the RAID1 of the root, and of each volume group on one
 	StepWrite     = "write-image"      // the verified image write and seed
 	StepPartition = "partition"        // the root partition grown, the rest made a PV partition
 	StepPVCreate  = "pvcreate"
@@ -37,6 +37,14 @@ const (
 // RootArrayName is the md array's name (mdadm --name) and its
 // /dev/md/ link: the deployed OS's mdadm.conf names it.
 const RootArrayName = "machina-root"
+
+// GroupArrayName is the md array name (and /dev/md/ link) of the RAID1 a
+// volume group lies on: "machina-" and the group's name, at most
+// groupArrayMaxName characters so that "any:" and it fit the 32-byte
+// name of md's version-1 superblock.
+func GroupArrayName(vg string) string { return "machina-" + vg }
+
+const groupArrayMaxName = 19
 
 // LayoutError is a failed storage layout step: which step, on which device
 // (a stable identity, an md array or a volume group), and why.
@@ -124,7 +132,9 @@ var (
 // CheckStoragePlan validates every value of p that reaches a command line
 // or a file of the deployed OS: RAID "" or raid1 with one or two disks,
 // each disk named by a stable identity, LVM names (lvm(8) VALID NAMES,
-// without the reserved prefixes), sizes, filesystems, mount points.
+// without the reserved prefixes), a group on a RAID1 on exactly two disks
+// (not on the rest) with a name its array name can hold, sizes,
+// filesystems, mount points.
 func CheckStoragePlan(p v1.StoragePlan) error {
 	want := 1
 	if p.Root.RAID == v1.StorageRAID1 {
@@ -145,6 +155,15 @@ func CheckStoragePlan(p v1.StoragePlan) error {
 		}
 		if g.Rest == (len(g.Disks) > 0) || (g.Rest && p.Root.SizeBytes == 0) {
 			return fmt.Errorf("storage plan: volume group %s: on the rest of a root with a size, or on disks", g.Name)
+		}
+		switch g.RAID {
+		case "":
+		case v1.StorageRAID1:
+			if len(g.Disks) != 2 || len(g.Name) > groupArrayMaxName {
+				return fmt.Errorf("storage plan: volume group %s on raid1: %d disks (want 2), name of %d characters (at most %d)", g.Name, len(g.Disks), len(g.Name), groupArrayMaxName)
+			}
+		default:
+			return fmt.Errorf("storage plan: volume group %s: raid %q: want raid1 or none", g.Name, g.RAID)
 		}
 		for i, v := range g.Volumes {
 			if err := lvmName(v.Name); err != nil {

@@ -34,6 +34,9 @@ type StorageTools struct {
 	// MountDir is the parent of the deployed root's temporary mount point;
 	// "" is os.TempDir().
 	MountDir string
+	// ProcDir is where the kernel's /proc is read (mdstat, for the log of
+	// what the layout made); "" is /proc.
+	ProcDir string
 	// Prepare loads what the layout needs before its first tool runs (the
 	// ramdisk's md, dm, ext4 and xfs modules); nil does nothing. A module
 	// that did not load shows as the failure of the tool that needs it.
@@ -52,6 +55,9 @@ func (t StorageTools) withDefaults() StorageTools {
 	if t.Unmount == nil {
 		t.Unmount = func(dst string) error { return unix.Unmount(dst, 0) }
 	}
+	if t.ProcDir == "" {
+		t.ProcDir = "/proc"
+	}
 	if t.Rescan == nil {
 		t.Rescan = func(f *os.File) error { return unix.IoctlSetInt(int(f.Fd()), unix.BLKRRPART, 0) }
 	}
@@ -69,7 +75,15 @@ type layoutRun struct {
 	root    string // kernel name of the root device: a disk, or the md array
 	rootID  string // how reports name it
 	written bool   // the image write began: a failure must spoil the root
+	// arrays are the md arrays made, the root's first; groupArray maps a
+	// volume group's index to the kernel name of the RAID1 it lies on.
+	arrays     []mdArray
+	groupArray map[int]string
 }
+
+// mdArray is one md array the layout made: its name (mdadm --name), its
+// kernel name (md127) and its superblock version.
+type mdArray struct{ name, dev, metadata string }
 
 // prepareLayout resolves the plan's disks, clears the signatures at the
 // head and tail of every disk the layout takes (old GPTs, md superblocks
@@ -78,6 +92,11 @@ type layoutRun struct {
 // starts with the image, a plain disk to BIOS and UEFI firmware; a
 // write-intent bitmap so a member that comes back resyncs only what
 // changed; homehost "any" so the deployed OS assembles it under its name.
+// Then the RAID1 of each volume group on one, with metadata 1.2 (the
+// superblock at the start of each member, so neither member alone shows
+// the group's LVM label: LVM never sees a duplicate physical volume), the
+// same bitmap and homehost. Every array exists before the first image
+// byte is written.
 func (r *Runner) prepareLayout(ctx context.Context, p v1.StoragePlan, disks []v1.Disk) (*layoutRun, error) {
 	lay, err := ResolveLayout(p, disks, MountedDisks(r.root()))
 	if err != nil {
@@ -97,25 +116,50 @@ func (r *Runner) prepareLayout(ctx context.Context, p v1.StoragePlan, disks []v1
 		}
 	}
 	l.root, l.rootID = lay.Root[0].Name, diskID(lay.Root[0])
-	if p.Root.RAID != v1.StorageRAID1 {
-		return l, nil
+	if p.Root.RAID == v1.StorageRAID1 {
+		md, err := l.createArray(ctx, RootArrayName, "1.0", lay.Root)
+		if err != nil {
+			return l, err
+		}
+		l.root, l.rootID = md, "md/"+RootArrayName+" ("+diskID(lay.Root[0])+", "+diskID(lay.Root[1])+")"
+		l.log.Info("root array created", "array", l.root, "members", lay.Root[0].Name+","+lay.Root[1].Name)
 	}
-	link := filepath.Join(l.devDir, "md", RootArrayName)
-	args := []string{"--create", link, "--run", "--level=1", "--raid-devices=2", "--metadata=1.0", "--bitmap=internal",
-		"--homehost=any", "--name=" + RootArrayName}
-	for _, d := range lay.Root {
+	for i, g := range p.VolumeGroups {
+		if g.RAID != v1.StorageRAID1 {
+			continue
+		}
+		name := GroupArrayName(g.Name)
+		md, err := l.createArray(ctx, name, "1.2", lay.Groups[i])
+		if err != nil {
+			return l, err
+		}
+		if l.groupArray == nil {
+			l.groupArray = map[int]string{}
+		}
+		l.groupArray[i] = md
+		l.log.Info("volume group array created", "group", g.Name, "array", md, "members", lay.Groups[i][0].Name+","+lay.Groups[i][1].Name)
+	}
+	return l, nil
+}
+
+// createArray makes the md RAID1 name of members (metadata 1.0 or 1.2,
+// internal bitmap, homehost any) and returns its kernel name.
+func (l *layoutRun) createArray(ctx context.Context, name, metadata string, members []v1.Disk) (string, error) {
+	link := filepath.Join(l.devDir, "md", name)
+	args := []string{"--create", link, "--run", "--level=1", "--raid-devices=2", "--metadata=" + metadata, "--bitmap=internal",
+		"--homehost=any", "--name=" + name}
+	for _, d := range members {
 		args = append(args, filepath.Join(l.devDir, d.Name))
 	}
 	if _, err := l.tools.Run(ctx, "mdadm", args...); err != nil {
-		return l, stepErr(StepMDCreate, RootArrayName, err)
+		return "", stepErr(StepMDCreate, name, err)
 	}
 	real, err := filepath.EvalSymlinks(link)
 	if err != nil || !kernelNameRe.MatchString(filepath.Base(real)) {
-		return l, stepErr(StepMDCreate, RootArrayName, fmt.Errorf("array device: %v", err))
+		return "", stepErr(StepMDCreate, name, fmt.Errorf("array device: %v", err))
 	}
-	l.root, l.rootID = filepath.Base(real), "md/"+RootArrayName+" ("+diskID(lay.Root[0])+", "+diskID(lay.Root[1])+")"
-	l.log.Info("root array created", "array", l.root, "members", lay.Root[0].Name+","+lay.Root[1].Name)
-	return l, nil
+	l.arrays = append(l.arrays, mdArray{name: name, dev: filepath.Base(real), metadata: metadata})
+	return filepath.Base(real), nil
 }
 
 func diskID(d v1.Disk) string { return firstNonEmpty(d.ByPath, d.WWN, d.Serial, d.Name) }
@@ -148,8 +192,9 @@ func clearEnds(p string, shared bool) error {
 // grown to the layout's size and a PV partition after it for the group on
 // the rest (partition), the volume groups, logical volumes and their
 // filesystems, the root filesystem grown, mdadm.conf and fstab written
-// into the deployed OS, and the groups and array settled. dev is closed
-// here, before the tools open the partitions.
+// into the deployed OS, the result logged (report), and the groups and
+// arrays settled. dev is closed here, before the tools open the
+// partitions.
 func (l *layoutRun) finish(ctx context.Context, dev *os.File, size, seedStart int64) error {
 	rest := false
 	for _, g := range l.lay.Plan.VolumeGroups {
@@ -177,8 +222,12 @@ func (l *layoutRun) finish(ctx context.Context, dev *os.File, size, seedStart in
 		if g.Rest {
 			pvs = []string{filepath.Join(l.devDir, partName(l.root, pvPart))}
 		}
-		for _, d := range l.lay.Groups[i] {
-			pvs = append(pvs, filepath.Join(l.devDir, d.Name))
+		if md, ok := l.groupArray[i]; ok {
+			pvs = append(pvs, filepath.Join(l.devDir, md))
+		} else {
+			for _, d := range l.lay.Groups[i] {
+				pvs = append(pvs, filepath.Join(l.devDir, d.Name))
+			}
 		}
 		m, err := l.volumeGroup(ctx, g, pvs)
 		if err != nil {
@@ -189,7 +238,31 @@ func (l *layoutRun) finish(ctx context.Context, dev *os.File, size, seedStart in
 	if err := l.configureOS(ctx, rootDev, mounts); err != nil {
 		return err
 	}
+	l.report(ctx)
 	return l.settle(ctx)
+}
+
+// report logs what the layout made, as the kernel and LVM see it: the
+// arrays of /proc/mdstat and `lvm vgs` (name, physical volumes, logical
+// volumes, size), so the console shows the result. It changes nothing; a
+// tool that fails is logged with its error.
+func (l *layoutRun) report(ctx context.Context) {
+	if len(l.arrays) > 0 {
+		b, err := os.ReadFile(filepath.Join(l.tools.ProcDir, "mdstat"))
+		if err != nil {
+			l.log.Warn("layout made: /proc/mdstat unreadable", "err", err)
+		} else {
+			l.log.Info("layout made: mdstat", "mdstat", readOut(b))
+		}
+	}
+	if len(l.lay.Plan.VolumeGroups) > 0 {
+		out, err := l.tools.Run(ctx, "lvm", "vgs", "--noheadings", "--units", "b", "-o", "vg_name,pv_count,lv_count,vg_size,pv_name")
+		if err != nil {
+			l.log.Warn("layout made: lvm vgs failed", "err", err)
+		} else {
+			l.log.Info("layout made: vgs", "vgs", readOut(out))
+		}
+	}
 }
 
 // fstabEntry is one line the layout adds to the deployed OS's fstab.
@@ -274,7 +347,7 @@ func (l *layoutRun) configureOS(ctx context.Context, rootDev string, mounts []fs
 	if err != nil {
 		return stepErr(StepGrowRoot, rootDev, err)
 	}
-	if l.lay.Plan.Root.RAID == v1.StorageRAID1 {
+	if len(l.arrays) > 0 {
 		if err := l.writeMdadmConf(ctx, mnt); err != nil {
 			return stepErr(StepOSConfig, rootDev, err)
 		}
@@ -287,27 +360,29 @@ func (l *layoutRun) configureOS(ctx context.Context, rootDev string, mounts []fs
 
 var mdUUIDRe = regexp.MustCompile(`^[0-9a-f]{8}(:[0-9a-f]{8}){3}$`)
 
-// writeMdadmConf writes the array's ARRAY line, by UUID, into the
+// writeMdadmConf writes each array's ARRAY line, by UUID, into the
 // deployed OS: /etc/mdadm/mdadm.conf where /etc/mdadm exists (Debian,
 // Ubuntu), else /etc/mdadm.conf (RHEL family). The OS's initramfs must
 // carry mdadm (see docs/storage.md).
 func (l *layoutRun) writeMdadmConf(ctx context.Context, mnt string) error {
-	out, err := l.tools.Run(ctx, "mdadm", "--detail", "--export", filepath.Join(l.devDir, l.root))
-	if err != nil {
-		return err
-	}
-	var id string
-	for _, line := range strings.Split(readOut(out), "\n") {
-		if v, ok := strings.CutPrefix(line, "MD_UUID="); ok {
-			id = v
+	conf := "# written by the Machina ramdisk (docs/storage.md): the layout's RAID1 arrays\n" +
+		"HOMEHOST <ignore>\n"
+	for _, a := range l.arrays {
+		out, err := l.tools.Run(ctx, "mdadm", "--detail", "--export", filepath.Join(l.devDir, a.dev))
+		if err != nil {
+			return err
 		}
+		var id string
+		for _, line := range strings.Split(readOut(out), "\n") {
+			if v, ok := strings.CutPrefix(line, "MD_UUID="); ok {
+				id = v
+			}
+		}
+		if !mdUUIDRe.MatchString(id) {
+			return fmt.Errorf("mdadm --detail %s: no array UUID (%q)", a.name, id)
+		}
+		conf += "ARRAY /dev/md/" + a.name + " metadata=" + a.metadata + " UUID=" + id + " name=any:" + a.name + "\n"
 	}
-	if !mdUUIDRe.MatchString(id) {
-		return fmt.Errorf("mdadm --detail: no array UUID (%q)", id)
-	}
-	conf := "# written by the Machina ramdisk (docs/storage.md): the root's RAID1\n" +
-		"HOMEHOST <ignore>\n" +
-		"ARRAY /dev/md/" + RootArrayName + " metadata=1.0 UUID=" + id + " name=any:" + RootArrayName + "\n"
 	p := filepath.Join(mnt, "etc", "mdadm.conf")
 	if st, err := os.Stat(filepath.Join(mnt, "etc", "mdadm")); err == nil && st.IsDir() {
 		p = filepath.Join(mnt, "etc", "mdadm", "mdadm.conf")
@@ -344,7 +419,8 @@ func writeFstab(mnt string, mounts []fstabEntry) error {
 	return f.Close()
 }
 
-// settle deactivates the volume groups and stops the array, so every
+// settle deactivates the volume groups and stops the arrays (the groups'
+// first, the root's last), so every
 // write has reached the disks and the next boot assembles them afresh.
 func (l *layoutRun) settle(ctx context.Context) error {
 	for _, g := range l.lay.Plan.VolumeGroups {
@@ -352,9 +428,10 @@ func (l *layoutRun) settle(ctx context.Context) error {
 			return stepErr(StepSettle, g.Name, err)
 		}
 	}
-	if l.lay.Plan.Root.RAID == v1.StorageRAID1 {
-		if _, err := l.tools.Run(ctx, "mdadm", "--stop", filepath.Join(l.devDir, l.root)); err != nil {
-			return stepErr(StepSettle, RootArrayName, err)
+	for i := len(l.arrays) - 1; i >= 0; i-- {
+		a := l.arrays[i]
+		if _, err := l.tools.Run(ctx, "mdadm", "--stop", filepath.Join(l.devDir, a.dev)); err != nil {
+			return stepErr(StepSettle, a.name, err)
 		}
 	}
 	return nil

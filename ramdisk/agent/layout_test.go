@@ -22,23 +22,36 @@ import (
 // three as sparse files filled with a marker at both ends.
 func threeDiskMachine(t *testing.T) (root, dev string) {
 	t.Helper()
+	return diskMachine(t, "vdb", "vdc")
+}
+
+// diskMachine is the qemu-q35 tree with more 256 MiB virtio disks named
+// extra (the i-th: serial machina-vm<i+1>, by-path pci-0000:00:0<5+i>.0),
+// and a dev folder holding vda and them as sparse files filled with a
+// marker at both ends.
+func diskMachine(t *testing.T, extra ...string) (root, dev string) {
+	t.Helper()
 	b, err := os.ReadFile("testdata/machines/qemu-q35.tree")
 	if err != nil {
 		t.Fatal(err)
 	}
-	var extra strings.Builder
-	for i, name := range []string{"vdb", "vdc"} {
+	var tree strings.Builder
+	for i, name := range extra {
 		d := fmt.Sprintf("sys/devices/pci0000:00/0000:00:0%d.0/virtio%d/block/%s", 5+i, 2+i, name)
-		fmt.Fprintf(&extra, "-- sys/block/%s -> ../%s --\n", name, strings.TrimPrefix(d, "sys/"))
-		fmt.Fprintf(&extra, "-- %s/size --\n524288\n-- %s/ro --\n0\n-- %s/removable --\n0\n-- %s/queue/rotational --\n0\n", d, d, d, d)
-		fmt.Fprintf(&extra, "-- %s/serial --\nmachina-vm%d\n-- %s/device -> ../.. --\n", d, i+1, d)
+		fmt.Fprintf(&tree, "-- sys/block/%s -> ../%s --\n", name, strings.TrimPrefix(d, "sys/"))
+		fmt.Fprintf(&tree, "-- %s/size --\n524288\n-- %s/ro --\n0\n-- %s/removable --\n0\n-- %s/queue/rotational --\n0\n", d, d, d, d)
+		fmt.Fprintf(&tree, "-- %s/serial --\nmachina-vm%d\n-- %s/device -> ../.. --\n", d, i+1, d)
 	}
 	root = t.TempDir()
-	if err := agenttest.WriteTree(root, append(b, extra.String()...)); err != nil {
+	if err := agenttest.WriteTree(root, append(b, tree.String()...)); err != nil {
 		t.Fatal(err)
 	}
 	dev = t.TempDir()
-	for name, size := range map[string]int64{"vda": 1 << 30, "vdb": 256 << 20, "vdc": 256 << 20} {
+	sizes := map[string]int64{"vda": 1 << 30}
+	for _, name := range extra {
+		sizes[name] = 256 << 20
+	}
+	for name, size := range sizes {
 		f, err := os.Create(filepath.Join(dev, name))
 		if err != nil {
 			t.Fatal(err)
@@ -57,7 +70,8 @@ var marker = bytes.Repeat([]byte("old-tenant "), 100)
 // host's kernel has neither md nor device-mapper): it records every argv,
 // makes the array a file of the members' size less its superblock, each
 // partition a file holding the partition's first 64 KiB, each logical
-// volume a file, and a mount a folder shaped like the image's root. fail
+// volume a file, and a mount a folder shaped like the image's root (md
+// numbers arrays from md127 down, as mdadm does without a name). fail
 // makes the tool call whose argv contains it fail.
 type fakeStorage struct {
 	t        *testing.T
@@ -73,7 +87,9 @@ func (f *fakeStorage) tools() StorageTools {
 	if f.mountDir == "" {
 		f.mountDir = f.t.TempDir()
 	}
-	return StorageTools{Run: f.run, Mount: f.mount, Unmount: f.unmount, Rescan: f.rescan, MountDir: f.mountDir}
+	proc := f.t.TempDir()
+	os.WriteFile(filepath.Join(proc, "mdstat"), []byte("Personalities : [raid1]\nunused devices: <none>\n"), 0o644)
+	return StorageTools{Run: f.run, Mount: f.mount, Unmount: f.unmount, Rescan: f.rescan, MountDir: f.mountDir, ProcDir: proc}
 }
 
 func (f *fakeStorage) run(_ context.Context, name string, args ...string) ([]byte, error) {
@@ -91,15 +107,19 @@ func (f *fakeStorage) run(_ context.Context, name string, args ...string) ([]byt
 		if err != nil {
 			return nil, err
 		}
-		md := filepath.Join(f.dev, "md127")
+		made, _ := filepath.Glob(filepath.Join(f.dev, "md1[0-9][0-9]"))
+		name := fmt.Sprintf("md%d", 127-len(made))
+		md := filepath.Join(f.dev, name)
 		if err := os.WriteFile(md, nil, 0o600); err != nil {
 			return nil, err
 		}
 		os.Truncate(md, st.Size()-128<<10)
 		os.MkdirAll(filepath.Join(f.dev, "md"), 0o755)
-		return nil, os.Symlink("../md127", args[1])
-	case name == "mdadm" && args[0] == "--detail":
+		return nil, os.Symlink("../"+name, args[1])
+	case name == "mdadm" && args[0] == "--detail" && strings.HasSuffix(args[2], "md127"):
 		return []byte("MD_LEVEL=raid1\nMD_DEVICES=2\nMD_METADATA=1.0\nMD_UUID=0a1b2c3d:4e5f6071:8293a4b5:c6d7e8f9\nMD_NAME=any:machina-root\n"), nil
+	case name == "mdadm" && args[0] == "--detail":
+		return []byte("MD_LEVEL=raid1\nMD_DEVICES=2\nMD_METADATA=1.2\nMD_UUID=11223344:55667788:99aabbcc:ddeeff00\n"), nil
 	case name == "lvm" && args[0] == "lvcreate":
 		vg, lv := args[len(args)-1], args[3]
 		os.MkdirAll(filepath.Join(f.dev, vg), 0o755)
@@ -199,6 +219,7 @@ func TestLayoutRAID1DeploysOntoArray(t *testing.T) {
 		"mount $DEV/md127p2 ext4",
 		"resize2fs $DEV/md127p2",
 		"mdadm --detail --export $DEV/md127",
+		"lvm vgs --noheadings --units b -o vg_name,pv_count,lv_count,vg_size,pv_name",
 		"lvm vgchange -an vg-system",
 		"mdadm --stop $DEV/md127",
 	}
@@ -218,6 +239,71 @@ func TestLayoutRAID1DeploysOntoArray(t *testing.T) {
 		}
 	}
 	checkOSFiles(t, fake)
+}
+
+// TestLayoutVolumeGroupOnRAID1: a plan with the root mirrored over vdb and
+// vdc and a volume group on a RAID1 of vdd and vde makes both arrays
+// before the image is written (the group's with metadata 1.2, named
+// machina-GROUP), puts the group's one physical volume on its array (not
+// on the members), writes both arrays' ARRAY lines into mdadm.conf, and
+// stops the group's array before the root's.
+func TestLayoutVolumeGroupOnRAID1(t *testing.T) {
+	need(t, "sgdisk")
+	root, dev := diskMachine(t, "vdb", "vdc", "vdd", "vde")
+	fake := &fakeStorage{t: t, dev: dev}
+	plan := raidPlan()
+	plan.VolumeGroups = append(plan.VolumeGroups, v1.StorageVolumeGroup{Name: "vg-data", RAID: v1.StorageRAID1,
+		Disks:   []v1.StorageDiskRef{{Name: "vdd", Serial: "machina-vm3", SizeBytes: 256 << 20}, {Name: "vde", ByPath: "pci-0000:00:08.0", SizeBytes: 256 << 20}},
+		Volumes: []v1.StorageVolume{{Name: "srv", Filesystem: "xfs", MountPoint: "/srv"}}})
+	img := layoutImage(t)
+	res, done, err := deployLayout(t, plan, fake, root, dev, img)
+	if err != nil {
+		t.Fatalf("Deploy: %v\nargv:\n%s", err, strings.Join(fake.argv, "\n"))
+	}
+	if !res.OK || res.DiskName != "md127" || res.ReadBackSHA256 != sum(img) || len(done) != 1 || !done[0].OK {
+		t.Errorf("result %+v, done %+v", res, done)
+	}
+	want := []string{
+		"mdadm --create $DEV/md/machina-root --run --level=1 --raid-devices=2 --metadata=1.0 --bitmap=internal --homehost=any --name=machina-root $DEV/vdb $DEV/vdc",
+		"mdadm --create $DEV/md/machina-vg-data --run --level=1 --raid-devices=2 --metadata=1.2 --bitmap=internal --homehost=any --name=machina-vg-data $DEV/vdd $DEV/vde",
+		"lvm pvcreate -ff -y $DEV/md127p4",
+		"lvm vgcreate vg-system $DEV/md127p4",
+		"lvm lvcreate -y -n logs -L 16777216b vg-system",
+		"mkfs.ext4 -q -F $DEV/vg-system/logs",
+		"lvm lvcreate -y -n guests -l 100%FREE vg-system",
+		"lvm pvcreate -ff -y $DEV/md126",
+		"lvm vgcreate vg-data $DEV/md126",
+		"lvm lvcreate -y -n srv -l 100%FREE vg-data",
+		"mkfs.xfs -q -f $DEV/vg-data/srv",
+		"mount $DEV/md127p2 ext4",
+		"resize2fs $DEV/md127p2",
+		"mdadm --detail --export $DEV/md127",
+		"mdadm --detail --export $DEV/md126",
+		"lvm vgs --noheadings --units b -o vg_name,pv_count,lv_count,vg_size,pv_name",
+		"lvm vgchange -an vg-system",
+		"lvm vgchange -an vg-data",
+		"mdadm --stop $DEV/md126",
+		"mdadm --stop $DEV/md127",
+	}
+	if got := strings.Join(fake.argv, "\n"); got != strings.Join(want, "\n") {
+		t.Errorf("tools ran:\n%s\nwant:\n%s", got, strings.Join(want, "\n"))
+	}
+	for _, m := range []string{"vdd", "vde"} {
+		b, _ := os.ReadFile(filepath.Join(dev, m))
+		if bytes.Contains(b, marker) {
+			t.Errorf("%s still holds the old tenant's signature at an end", m)
+		}
+	}
+	checkOSFiles(t, fake)
+	dirs, _ := filepath.Glob(filepath.Join(fake.mountDir, "machina-root-*.unmounted"))
+	conf, _ := os.ReadFile(filepath.Join(dirs[0], "etc", "mdadm", "mdadm.conf"))
+	fstab, _ := os.ReadFile(filepath.Join(dirs[0], "etc", "fstab"))
+	if !strings.Contains(string(conf), "ARRAY /dev/md/machina-vg-data metadata=1.2 UUID=11223344:55667788:99aabbcc:ddeeff00 name=any:machina-vg-data\n") {
+		t.Errorf("mdadm.conf lacks the group's array:\n%s", conf)
+	}
+	if !strings.Contains(string(fstab), "/dev/vg-data/srv /srv xfs defaults,nofail 0 2\n") {
+		t.Errorf("fstab lacks the group's volume:\n%s", fstab)
+	}
 }
 
 // checkOSFiles finds the unmounted root the fake kept and checks the
@@ -329,6 +415,12 @@ func TestResolveLayoutRefuses(t *testing.T) {
 		{"size changed", root(v1.StorageDiskRef{WWN: "0x5000C500A1B2C3D4", SizeBytes: 200}), "disk sda is 100 bytes, commissioning reported 200"},
 		{"named twice", root(v1.StorageDiskRef{ByPath: "pci-1", SizeBytes: 100}, v1.StorageDiskRef{WWN: "naa.5000c500a1b2c3d4", SizeBytes: 100}), "named twice"},
 		{"raid with one disk", v1.StoragePlan{Root: v1.StorageRoot{RAID: "raid1", Disks: []v1.StorageDiskRef{{ByPath: "pci-1", SizeBytes: 100}}}}, "root has 1 disks (want 2)"},
+		{"group raid with one disk", v1.StoragePlan{Root: v1.StorageRoot{Disks: []v1.StorageDiskRef{{ByPath: "pci-1", SizeBytes: 100}}},
+			VolumeGroups: []v1.StorageVolumeGroup{{Name: "vg0", RAID: "raid1", Disks: []v1.StorageDiskRef{{ByPath: "pci-2", SizeBytes: 100}}}}}, "vg0 on raid1: 1 disks (want 2)"},
+		{"group raid name too long", v1.StoragePlan{Root: v1.StorageRoot{Disks: []v1.StorageDiskRef{{ByPath: "pci-1", SizeBytes: 100}}},
+			VolumeGroups: []v1.StorageVolumeGroup{{Name: "vg-twenty-characters", RAID: "raid1", Disks: []v1.StorageDiskRef{{ByPath: "pci-2", SizeBytes: 100}, {ByPath: "pci-3", SizeBytes: 100}}}}}, "name of 20 characters (at most 19)"},
+		{"group raid5", v1.StoragePlan{Root: v1.StorageRoot{Disks: []v1.StorageDiskRef{{ByPath: "pci-1", SizeBytes: 100}}},
+			VolumeGroups: []v1.StorageVolumeGroup{{Name: "vg0", RAID: "raid5", Disks: []v1.StorageDiskRef{{ByPath: "pci-2", SizeBytes: 100}}}}}, `raid "raid5"`},
 		{"bad vg name", v1.StoragePlan{Root: v1.StorageRoot{SizeBytes: 10, Disks: []v1.StorageDiskRef{{ByPath: "pci-1", SizeBytes: 100}}},
 			VolumeGroups: []v1.StorageVolumeGroup{{Name: "-ff", Rest: true}}}, `name "-ff" is not a valid LVM name`},
 		{"bad mount point", v1.StoragePlan{Root: v1.StorageRoot{SizeBytes: 10, Disks: []v1.StorageDiskRef{{ByPath: "pci-1", SizeBytes: 100}}},

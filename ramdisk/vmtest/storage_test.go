@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -193,5 +194,101 @@ func TestRamdiskStorageLayoutInQemu(t *testing.T) {
 		if !bytes.Equal(b[:1<<20], make([]byte, 1<<20)) {
 			t.Errorf("%s still starts with a partition table after the failed layout", m)
 		}
+	}
+}
+
+// TestRamdiskVolumeGroupOnRAID1InQemu boots the real ramdisk in deploy
+// mode on a VM with four more virtio disks (512 MiB each, serials
+// machina-vm1..4): the root mirrored over the first two, and volume group
+// vg-data on a RAID1 of the other two. In the guest, the agent's log of
+// what it made shows /proc/mdstat with both arrays active over their two
+// members and `lvm vgs` with vg-data on the group's array; from the host,
+// the group's members carry md metadata 1.2 named any:machina-vg-data
+// with the LVM label after the data offset (so neither member alone shows
+// a physical volume), and the deployed mdadm.conf names both arrays.
+func TestRamdiskVolumeGroupOnRAID1InQemu(t *testing.T) {
+	needTools(t, "qemu-system-x86_64", "socat", "sgdisk", "mkfs.ext4", "debugfs", "mdadm", "apt-get", "dpkg-deb", "cpio", "depmod",
+		"lvm", "resize2fs", "mkfs.xfs", "xfs_growfs", "mkswap") // the last five go into the ramdisk
+	kernel, initrd := buildRamdisk(t)
+	dir := t.TempDir()
+	img := rootfsImage(t, dir)
+	sum := sha256.Sum256(img)
+	os.WriteFile(filepath.Join(dir, "vda.raw"), nil, 0o644)
+	os.Truncate(filepath.Join(dir, "vda.raw"), 64<<20)
+	var args []string
+	disks := map[string]string{}
+	refs := map[string]v1.StorageDiskRef{}
+	for i, name := range []string{"vdb", "vdc", "vdd", "vde"} {
+		p := filepath.Join(dir, name+".raw")
+		os.WriteFile(p, nil, 0o644)
+		if err := os.Truncate(p, 512<<20); err != nil {
+			t.Fatal(err)
+		}
+		disks[name] = p
+		serial := fmt.Sprintf("machina-vm%d", i+1)
+		refs[name] = v1.StorageDiskRef{Name: name, Serial: serial, SizeBytes: 512 << 20}
+		args = append(args, "-drive", fmt.Sprintf("file=%s,format=raw,if=none,id=s%d,cache=unsafe", p, i),
+			"-device", fmt.Sprintf("virtio-blk-pci,drive=s%d,serial=%s", i, serial))
+	}
+	plan := &v1.StoragePlan{
+		Root: v1.StorageRoot{RAID: v1.StorageRAID1, Disks: []v1.StorageDiskRef{refs["vdb"], refs["vdc"]}},
+		VolumeGroups: []v1.StorageVolumeGroup{{Name: "vg-data", RAID: v1.StorageRAID1, Disks: []v1.StorageDiskRef{refs["vdd"], refs["vde"]},
+			Volumes: []v1.StorageVolume{{Name: "srv", SizeBytes: 64 << 20, Filesystem: "ext4", MountPoint: "/srv"}, {Name: "guests"}}}},
+	}
+	ctl, port := controller(t, agenttest.ControllerConfig{DeployToken: "deploy-tok-3", Image: img,
+		Plan: v1.Plan{ReadBack: true, Storage: plan, Seed: v1.Seed{InstanceID: "i-vm0-3", Hostname: "vm0",
+			SSHKeys: []string{"ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGkUjIg1YmN3qkI3QVh2dGZ1bHd0cWZ6eHJ0a2Z4 ops@lab"}}}})
+	ctl.SetBaseURL("http://10.0.2.100:8080")
+	serial := bootVM(t, kernel, initrd, filepath.Join(dir, "vda.raw"), port, "machina.mode=deploy machina.token=deploy-tok-3 machina.final=poweroff", vmOpts{Args: args})
+	done := ctl.Done()
+	if len(done) != 1 || !done[0].OK || done[0].DiskName != "md127" || done[0].ReadBackSHA256 != hex.EncodeToString(sum[:]) {
+		t.Fatalf("done = %+v\nserial:\n%s", done, serial)
+	}
+
+	// In the guest: the agent's log of /proc/mdstat and vgs before it
+	// settled the layout.
+	mdstat, vgs := lineWith(serial, "layout made: mdstat"), lineWith(serial, "layout made: vgs")
+	t.Logf("guest: %s", lineWith(serial, "volume group array created"))
+	t.Logf("guest: %s", mdstat)
+	t.Logf("guest: %s", vgs)
+	for _, re := range []string{`md127 : active raid1 vd[bc]\[[01]\] vd[bc]\[[01]\]`, `md126 : active raid1 vd[de]\[[01]\] vd[de]\[[01]\]`} {
+		if !regexp.MustCompile(re).MatchString(mdstat) {
+			t.Errorf("guest /proc/mdstat does not match %q:\n%s", re, mdstat)
+		}
+	}
+	if !regexp.MustCompile(`vg-data\s+1\s+2\s+\d+B\s+/dev/md(126|/machina-vg-data)`).MatchString(vgs) {
+		t.Errorf("guest vgs does not show vg-data with 1 PV (/dev/md126) and 2 LVs:\n%s", vgs)
+	}
+
+	// From the host: the group's members are md 1.2 members of
+	// machina-vg-data, the PV label inside the array's data area.
+	var uuid string
+	for _, m := range []string{"vdd", "vde"} {
+		ex, err := exec.Command("mdadm", "--examine", disks[m]).CombinedOutput()
+		if err != nil || !strings.Contains(string(ex), "Version : 1.2") || !strings.Contains(string(ex), "Raid Level : raid1") || !strings.Contains(string(ex), "Name : any:machina-vg-data") {
+			t.Fatalf("mdadm --examine %s: %v\n%s", m, err, ex)
+		}
+		uuid = regexp.MustCompile(`Array UUID : (\S+)`).FindStringSubmatch(string(ex))[1]
+		off := regexp.MustCompile(`Data Offset : (\d+) sectors`).FindStringSubmatch(string(ex))
+		if off == nil {
+			t.Fatalf("mdadm --examine %s: no data offset\n%s", m, ex)
+		}
+		n, _ := strconv.ParseInt(off[1], 10, 64)
+		b, _ := os.ReadFile(disks[m])
+		if bytes.Equal(b[512:520], []byte("LABELONE")) || !bytes.Equal(b[n*512+512:n*512+520], []byte("LABELONE")) {
+			t.Errorf("%s: want the LVM label after md's data offset (%d sectors), not at the member's start", m, n)
+		}
+	}
+	vdb, _ := os.ReadFile(disks["vdb"])
+	root := filepath.Join(dir, "root-part")
+	os.WriteFile(root, vdb[2<<20:], 0o644)
+	conf, _ := exec.Command("debugfs", "-R", "cat /etc/mdadm/mdadm.conf", root).Output()
+	fstab, _ := exec.Command("debugfs", "-R", "cat /etc/fstab", root).Output()
+	t.Logf("deployed mdadm.conf:\n%s", conf)
+	if !strings.Contains(string(conf), "ARRAY /dev/md/machina-root metadata=1.0") || !strings.Contains(string(conf), "ARRAY /dev/md/machina-vg-data metadata=1.2 UUID="+uuid) {
+		t.Errorf("mdadm.conf does not name both arrays (vg-data %s)", uuid)
+	}
+	if !strings.Contains(string(fstab), "/dev/vg-data/srv /srv ext4 defaults,nofail 0 2") {
+		t.Errorf("fstab lacks vg-data/srv:\n%s", fstab)
 	}
 }

@@ -119,19 +119,21 @@ func TestDeployPlanDiskRule(t *testing.T) {
 		t.Errorf("plan %+v", plan)
 	}
 	// A storage layout is laid onto the commissioned disks and handed to
-	// the agent by stable identity and size; one that no longer fits
-	// refuses the plan.
-	ssd := false
+	// the agent by stable identity and size (a group on a RAID1 with its
+	// raid and both members); one that no longer fits refuses the plan.
+	ssd, hdd := false, true
 	inv.Profile("hypervisor").Storage = &inventory.Storage{Root: inventory.RootLayout{RAID: inventory.StorageRAID1, Disks: inventory.DiskMatch{Rotational: &ssd}, Size: "100GiB"},
-		VolumeGroups: []inventory.VolumeGroup{{Name: "vg0", From: inventory.VGOnRest, Volumes: []inventory.LogicalVolume{{Name: "logs", Size: "20GiB", Filesystem: "ext4", MountPoint: "/var/log"}}}}}
+		VolumeGroups: []inventory.VolumeGroup{{Name: "vg0", From: inventory.VGOnRest, Volumes: []inventory.LogicalVolume{{Name: "logs", Size: "20GiB", Filesystem: "ext4", MountPoint: "/var/log"}}},
+			{Name: "vg-data", From: inventory.VGOnDisks, RAID: inventory.StorageRAID1, Disks: inventory.DiskMatch{Rotational: &hdd}}}}
 	srv.Hardware = &state.Hardware{Disks: []state.Disk{{Name: "sdb", SizeBytes: 480 << 30, ByPath: "pci-0000:00:1f.2-ata-2"}, {Name: "sda", SizeBytes: 480 << 30, WWN: "naa.5002538e40a1b2c1"},
-		{Name: "sdc", SizeBytes: 4000 << 30, Rotational: true, ByPath: "pci-0000:00:1f.2-ata-3"}}}
+		{Name: "sdc", SizeBytes: 4000 << 30, Rotational: true, ByPath: "pci-0000:00:1f.2-ata-3"}, {Name: "sdd", SizeBytes: 4000 << 30, Rotational: true, ByPath: "pci-0000:00:1f.2-ata-4"}}}
 	if plan, err = p.DeployPlan(context.Background(), srv); err != nil {
 		t.Fatal(err)
 	}
 	wantStorage := &v1.StoragePlan{Root: v1.StorageRoot{RAID: "raid1", SizeBytes: 100 << 30, Disks: []v1.StorageDiskRef{
 		{Name: "sda", WWN: "naa.5002538e40a1b2c1", SizeBytes: 480 << 30}, {Name: "sdb", ByPath: "pci-0000:00:1f.2-ata-2", SizeBytes: 480 << 30}}},
-		VolumeGroups: []v1.StorageVolumeGroup{{Name: "vg0", Rest: true, Volumes: []v1.StorageVolume{{Name: "logs", SizeBytes: 20 << 30, Filesystem: "ext4", MountPoint: "/var/log"}}}}}
+		VolumeGroups: []v1.StorageVolumeGroup{{Name: "vg0", Rest: true, Volumes: []v1.StorageVolume{{Name: "logs", SizeBytes: 20 << 30, Filesystem: "ext4", MountPoint: "/var/log"}}},
+			{Name: "vg-data", RAID: "raid1", Disks: []v1.StorageDiskRef{{Name: "sdc", ByPath: "pci-0000:00:1f.2-ata-3", SizeBytes: 4000 << 30}, {Name: "sdd", ByPath: "pci-0000:00:1f.2-ata-4", SizeBytes: 4000 << 30}}}}}
 	if d := cmp.Diff(wantStorage, plan.Storage); d != "" {
 		t.Errorf("storage plan (-want +got):\n%s", d)
 	}

@@ -40,7 +40,7 @@ func storagePlan(pr *inventory.Profile, hw *state.Hardware) (*v1.StoragePlan, er
 	}
 	out := &v1.StoragePlan{Root: v1.StorageRoot{RAID: sp.Root.RAID, Disks: refs(sp.Root.Disks), SizeBytes: sp.Root.SizeBytes}}
 	for _, g := range sp.VolumeGroups {
-		vg := v1.StorageVolumeGroup{Name: g.Name, Rest: g.Rest, Disks: refs(g.Disks)}
+		vg := v1.StorageVolumeGroup{Name: g.Name, Rest: g.Rest, RAID: g.RAID, Disks: refs(g.Disks)}
 		for _, v := range g.Volumes {
 			vg.Volumes = append(vg.Volumes, v1.StorageVolume{Name: v.Name, SizeBytes: v.SizeBytes, Filesystem: v.Filesystem, MountPoint: v.MountPoint})
 		}
