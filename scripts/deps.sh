@@ -43,7 +43,8 @@ TEST_PKGS="$DEMO_PKGS
   tshark nginx-light etcd-server etcd-client systemd
   python3 python3-pyghmi
   prometheus
-  swtpm swtpm-tools lldpd cloud-init"
+  swtpm swtpm-tools lldpd cloud-init
+  shim-signed grub-efi-amd64-signed sbsigntool"
 
 case $mode in
 test) PKGS=$TEST_PKGS ;;

@@ -108,7 +108,7 @@ var Packages = map[string]string{
 // command (File names them): firmware, boot loaders, Python modules such
 // as python3-pyghmi (internal/pyghmibmc's BMC class, under Debian's own
 // python3 interpreter).
-var FilePackages = []string{"ovmf", "ipxe", "python3", "python3-pyghmi"}
+var FilePackages = []string{"ovmf", "ipxe", "python3", "python3-pyghmi", "shim-signed", "grub-efi-amd64-signed"}
 
 // Quick reports whether the quick mode is on (SKIP_PEERS=1 or -short).
 func Quick() bool {
