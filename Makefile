@@ -119,6 +119,11 @@ MACHINA_CONTROLLER_URL ?= http://10.99.0.1:8080
 .PHONY: ipxe-iso
 ipxe-iso:
 	sh scripts/metal/build-ipxe-iso.sh "$(MACHINA_CONTROLLER_URL)" $(BIN)/iso
+# sb-iso: the virtual-media boot ISO of Secure Boot servers (shim + Debian's signed GRUB, which
+# fetches its configuration by TFTP from MACHINA_CONTROLLER_URL's host), written to bin/iso/.
+.PHONY: sb-iso
+sb-iso:
+	sh scripts/metal/build-sb-iso.sh "$(MACHINA_CONTROLLER_URL)" $(BIN)/iso
 # os-image: the VM lab's Debian 12 disk image (debootstrap; root), built once and cached outside the repo.
 .PHONY: os-image
 os-image:

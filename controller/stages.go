@@ -350,12 +350,16 @@ func (w *wiring) executor() (func(), error) {
 	}
 	if w.cfg.ISODir != "" {
 		// The names scripts/metal/build-ipxe-iso.sh writes; the reconciler
-		// picks one by the server's bootMode.
+		// picks one by the server's bootMode (and Secure Boot).
 		if rcfg.ISOURL == "" {
 			rcfg.ISOURL = w.publicURL + "/boot/iso/machina-ipxe-bios.iso"
 		}
 		if rcfg.UEFIISOURL == "" {
 			rcfg.UEFIISOURL = w.publicURL + "/boot/iso/machina-ipxe-uefi.iso"
+		}
+		if rcfg.SBISOURL == "" {
+			// scripts/metal/build-sb-iso.sh: Secure Boot servers.
+			rcfg.SBISOURL = w.publicURL + "/boot/iso/machina-sb-uefi.iso"
 		}
 	}
 	rcfg.OnPass = w.feed.onPass

@@ -90,6 +90,12 @@ type Config struct {
 	// is uefi; "" disables the virtual-media fallback for them (a BIOS ISO
 	// does not boot on UEFI-only firmware).
 	UEFIISOURL string
+	// SBISOURL is the Secure Boot ISO's URL (machina-sb-uefi.iso from
+	// scripts/metal/build-sb-iso.sh: shim, Debian's signed GRUB), used
+	// instead of ISOURL and UEFIISOURL for servers whose profile sets
+	// firmware.secureBoot: true; "" disables the virtual-media fallback
+	// for them (the iPXE ISOs do not boot with Secure Boot on).
+	SBISOURL string
 	// BeforeNetboot, when set, is called with the server's name and boot
 	// MAC right before the executor netboots it into the ramdisk
 	// (commission, deploy, re-netboot, release wipe), after the new

@@ -119,5 +119,5 @@ func (c *Controller) openMachine(ctx context.Context, info plan.ActionInfo, x *s
 	if c.machines != nil {
 		return c.machines(drv, x.obs, mode, x.log), nil
 	}
-	return c.machine(drv, x.obs, mode, x.log), nil
+	return c.machine(drv, x.obs, mode, x.secureBoot(), x.log), nil
 }

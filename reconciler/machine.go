@@ -48,24 +48,41 @@ type bmcMachine struct {
 	drv    bmc.Driver
 	obs    state.Server
 	mode   bmc.BootMode
-	isoURL string // the virtual-media iPXE ISO for mode; "" disables the fallback
+	isoURL string // the virtual-media boot ISO for mode (and Secure Boot); "" disables the fallback
 	log    *slog.Logger
 	now    func() time.Time
 }
 
-// machine returns the Machine of obs over drv, booting in mode.
-func (c *Controller) machine(drv bmc.Driver, obs state.Server, mode bmc.BootMode, log *slog.Logger) Machine {
-	return &bmcMachine{st: c.cfg.Store, drv: drv, obs: obs, mode: mode, isoURL: c.isoURL(mode), log: log, now: c.cfg.Now}
+// machine returns the Machine of obs over drv, booting in mode; sb says
+// the server's profile turns UEFI Secure Boot on (firmware.secureBoot).
+func (c *Controller) machine(drv bmc.Driver, obs state.Server, mode bmc.BootMode, sb bool, log *slog.Logger) Machine {
+	return &bmcMachine{st: c.cfg.Store, drv: drv, obs: obs, mode: mode, isoURL: c.isoURL(mode, sb), log: log, now: c.cfg.Now}
 }
 
-// isoURL is the virtual-media iPXE ISO for a server booting in mode:
-// UEFIISOURL for UEFI, ISOURL for BIOS and for an unset mode (the BMC's
-// current mode, legacy on the BMCs that leave it unset).
-func (c *Controller) isoURL(mode bmc.BootMode) string {
-	if mode == bmc.BootModeUEFI {
+// isoURL is the virtual-media boot ISO for a server booting in mode:
+// SBISOURL for a Secure Boot server (sb; firmware with Secure Boot on
+// refuses Debian's unsigned iPXE, so such a server never gets an iPXE ISO,
+// and gets none at all when SBISOURL is unset), UEFIISOURL for UEFI,
+// ISOURL for BIOS and for an unset mode (the BMC's current mode, legacy
+// on the BMCs that leave it unset).
+func (c *Controller) isoURL(mode bmc.BootMode, sb bool) string {
+	switch {
+	case sb:
+		return c.cfg.SBISOURL
+	case mode == bmc.BootModeUEFI:
 		return c.cfg.UEFIISOURL
 	}
 	return c.cfg.ISOURL
+}
+
+// secureBoot reports whether the profile of x's server turns UEFI Secure
+// Boot on (firmware.secureBoot: true).
+func (x *stepCtx) secureBoot() bool {
+	if x.ws == nil || x.desired == nil {
+		return false
+	}
+	p := x.desired.Profile(x.ws.Profile)
+	return p != nil && p.Firmware != nil && p.Firmware.SecureBoot != nil && *p.Firmware.SecureBoot
 }
 
 // Netboot sets a one-time PXE boot override and starts the machine: power

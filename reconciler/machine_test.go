@@ -44,7 +44,7 @@ func TestMachineFallbackRules(t *testing.T) {
 		t.Fatal(err)
 	}
 	d := &onceOnlyDriver{}
-	m := c.machine(d, obs, bmc.BootModeUEFI, testLogger(t))
+	m := c.machine(d, obs, bmc.BootModeUEFI, false, testLogger(t))
 	if err := m.BootDisk(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -63,7 +63,7 @@ func TestMachineFallbackRules(t *testing.T) {
 	// A read back that is not disk is a mismatch, not success.
 	d.set = nil
 	bad := &mismatchDriver{}
-	if err := c.machine(bad, obs, bmc.BootModeUEFI, testLogger(t)).BootDisk(context.Background()); !errors.Is(err, bmc.ErrMismatch) {
+	if err := c.machine(bad, obs, bmc.BootModeUEFI, false, testLogger(t)).BootDisk(context.Background()); !errors.Is(err, bmc.ErrMismatch) {
 		t.Errorf("BootDisk with a PXE read back = %v, want ErrMismatch", err)
 	}
 }

@@ -51,7 +51,7 @@ func TestQuirksLearnedAgainstPyghmi(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return c.machine(drv, obs, bmc.BootModeUEFI, testLogger(t))
+		return c.machine(drv, obs, bmc.BootModeUEFI, false, testLogger(t))
 	}
 	for range 2 { // the second pass learns nothing new
 		if err := machine().BootDisk(ctx); err != nil {
@@ -84,7 +84,7 @@ func TestQuirksLearnedAgainstPyghmi(t *testing.T) {
 	// off after a commissioning report): off and read back, not on again.
 	serverAt(t, st, "s2", state.LifecycleReady, nil)
 	obs, _ := st.Server("s2")
-	if err := c.machine(drv, obs, bmc.BootModeUEFI, testLogger(t)).BootDisk(ctx); err != nil {
+	if err := c.machine(drv, obs, bmc.BootModeUEFI, false, testLogger(t)).BootDisk(ctx); err != nil {
 		t.Fatalf("BootDisk of a ready server: %v", err)
 	}
 	if ps, err := drv.PowerState(ctx); err != nil || ps != bmc.PowerOff {

@@ -44,7 +44,7 @@ TEST_PKGS="$DEMO_PKGS
   python3 python3-pyghmi
   prometheus
   swtpm swtpm-tools lldpd cloud-init
-  shim-signed grub-efi-amd64-signed"
+  shim-signed grub-efi-amd64-signed sbsigntool"
 
 case $mode in
 test) PKGS=$TEST_PKGS ;;

@@ -58,6 +58,7 @@ var Packages = map[string]string{
 	"qemu-img":            "qemu-utils",
 	"qemu-system-x86_64":  "qemu-system-x86",
 	"sfdisk":              "fdisk",
+	"sbverify":            "sbsigntool",
 	"sgdisk":              "gdisk",
 	"sh":                  "dash",
 	"sha256sum":           "coreutils",
