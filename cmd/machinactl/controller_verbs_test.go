@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -344,6 +345,13 @@ func TestVerbsAgainstController(t *testing.T) {
 	var fromStatus planReport
 	if err := json.Unmarshal([]byte(statusJSON), &fromStatus); err != nil {
 		t.Fatal(err)
+	}
+	// Actions in flight are the controller's memory, not its status tree:
+	// a server whose BMC call is being retried (a slow ipmi_sim under
+	// load) has a BehindAction condition in the API's plan only.
+	fromAPI.Result.Conditions = slices.DeleteFunc(fromAPI.Result.Conditions, func(c plan.Condition) bool { return c.Reason == plan.ReasonBehindAction })
+	if len(fromAPI.Result.Conditions) == 0 {
+		fromAPI.Result.Conditions = nil
 	}
 	if diff := cmp.Diff(fromAPI.Result, fromStatus.Result); diff != "" || fromStatus.Observed != "status" || fromStatus.Servers != 12 {
 		t.Errorf("plan from status tree differs from plan from API (-api +status):\n%s", diff)
