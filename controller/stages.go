@@ -574,7 +574,7 @@ func (w *wiring) join() (func(), error) {
 		joinLeases = w.leasedIP
 	}
 	w.joinSrv, err = join.New(join.Config{Store: w.st, CA: ca, URL: w.joinURL, NodeBinary: w.cfg.NodeBinary, NodeBinaryARM64: w.cfg.NodeBinaryARM64, Heartbeat: w.cfg.Heartbeat,
-		LeasedIP: joinLeases, Logger: w.log.With("component", "join")})
+		LeasedIP: joinLeases, DeclaredIPs: w.declaredIPs, Logger: w.log.With("component", "join")})
 	if err != nil {
 		return stop, fmt.Errorf("controller: %w", err)
 	}
@@ -644,6 +644,36 @@ func progressEvery(every, silentAfter time.Duration) time.Duration {
 		silentAfter = 5 * time.Minute
 	}
 	return min(every, silentAfter/3)
+}
+
+// declaredIPs are server's static addresses: the fixed addresses of its
+// servers.yaml network and the IPAM pool addresses the store holds for it.
+func (w *wiring) declaredIPs(server string) []netip.Addr {
+	var out []netip.Addr
+	if s, err := w.st.Server(server); err == nil {
+		for _, l := range s.Addresses {
+			if a := l.Addr(); a.IsValid() {
+				out = append(out, a)
+			}
+		}
+	}
+	if w.ctrl == nil {
+		return out
+	}
+	if inv := w.ctrl.Desired(); inv != nil {
+		if s := inv.Server(server); s != nil && s.Network != nil {
+			for _, as := range s.Network.Addresses {
+				for _, txt := range as {
+					if p, err := netip.ParsePrefix(txt); err == nil {
+						out = append(out, p.Addr())
+					} else if a, err := netip.ParseAddr(txt); err == nil {
+						out = append(out, a)
+					}
+				}
+			}
+		}
+	}
+	return out
 }
 
 // leasedIP is the address the DHCP server leased to server's boot MAC.

@@ -7,6 +7,7 @@ import (
 	"crypto/rand"
 	"encoding/json"
 	"net/http"
+	"net/netip"
 	"testing"
 
 	v1 "github.com/machina-metal/machina/api/v1"
@@ -143,5 +144,58 @@ func TestJoinRefusalsPaced(t *testing.T) {
 	}
 	if c := f.store.RefusalCounts(); c[state.RefusalTokenMismatch] != 200 || c[state.RefusalTokenUsed] != 200 {
 		t.Errorf("RefusalCounts = %v, want 200 mismatch (not deployed), 200 used", c)
+	}
+}
+
+// TestJoinFromDeclaredAddress: a deployed server whose OS came up on its
+// declared network (a static address from networks.yaml) joins from that
+// address, not from its DHCP lease; a join from an address that is
+// neither the lease nor declared is refused (409, token not used). The
+// request comes from 127.0.0.1; the lease is 10.99.0.100.
+func TestJoinFromDeclaredAddress(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		declared []netip.Addr
+		want     int
+	}{
+		{"undeclared", []netip.Addr{netip.MustParseAddr("10.98.100.21")}, 409},
+		{"declared", []netip.Addr{netip.MustParseAddr("10.98.100.21"), netip.MustParseAddr("127.0.0.1")}, 200},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := startListenerWith(t, func(c *join.Config) {
+				c.LeasedIP = func(string) (netip.Addr, bool) { return netip.MustParseAddr("10.99.0.100"), true }
+				c.DeclaredIPs = func(server string) []netip.Addr {
+					if server != "r1-n05" {
+						return nil
+					}
+					return tc.declared
+				}
+			})
+			if _, err := f.store.CreateServer(state.Server{Name: "r1-n05"}); err != nil {
+				t.Fatal(err)
+			}
+			for _, to := range []state.Lifecycle{state.LifecycleCommissioning, state.LifecycleReady, state.LifecycleAllocated, state.LifecycleDeploying, state.LifecycleDeployed} {
+				s, _ := f.store.Server("r1-n05")
+				if _, err := f.store.Transition("r1-n05", s.Lifecycle, to, "test"); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if _, err := f.store.UpdateServer("r1-n05", func(s *state.Server) error {
+				s.Deploy = &state.DeployRecord{ID: "aaaaaaaaaaaa", Verified: true}
+				return nil
+			}); err != nil {
+				t.Fatal(err)
+			}
+			key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+			tok := f.token(t, v1.EnrolmentRequest{Host: "r1-n05", Server: "r1-n05", Deploy: "aaaaaaaaaaaa"})
+			code, e := postJoin(t, f, v1.JoinRequest{Token: tok.Token, CSR: csrPEM(t, key), Facts: facts("r1-n05")})
+			if code != tc.want {
+				t.Fatalf("join from 127.0.0.1 = %d %+v, want %d", code, e, tc.want)
+			}
+			_, err := f.store.Host("r1-n05")
+			if joined := err == nil; joined != (tc.want == 200) {
+				t.Fatalf("host record after the join: %v, want joined %v", err, tc.want == 200)
+			}
+		})
 	}
 }

@@ -88,6 +88,13 @@ type Config struct {
 	// another address is refused (before the token is used). nil, or no
 	// live lease, checks nothing.
 	LeasedIP func(server string) (netip.Addr, bool)
+	// DeclaredIPs, when set, returns the static addresses the inventory
+	// gives a server's deployed OS (networks.yaml layouts: servers.yaml
+	// fixed addresses and the IPAM pool addresses it holds). The deployed
+	// OS comes up on its declared network (cloud-init network-config v2)
+	// before it joins, so its join may come from one of them instead of
+	// the DHCP lease; any other address is refused as LeasedIP says.
+	DeclaredIPs func(server string) []netip.Addr
 	// Logger receives one Info line per join and Warn lines for refusals;
 	// nil discards.
 	Logger *slog.Logger
@@ -765,7 +772,7 @@ func (s *Server) deployNotVerified(value string, r *http.Request) (why, server s
 	}
 	if s.cfg.LeasedIP != nil {
 		if leased, ok := s.cfg.LeasedIP(p.Server); ok {
-			if from, err := netip.ParseAddr(sourceIP(r)); err != nil || from.Unmap() != leased.Unmap() {
+			if from, err := netip.ParseAddr(sourceIP(r)); err != nil || (from.Unmap() != leased.Unmap() && !s.declared(p.Server, from)) {
 				return fmt.Sprintf("request from %s, but %s is leased to server %s", sourceIP(r), leased, p.Server), p.Server, state.RefusalWrongAddress
 			}
 		}
@@ -787,6 +794,20 @@ func (s *Server) deployNotVerified(value string, r *http.Request) (why, server s
 		return "", "", ""
 	}
 	return why, p.Server, state.RefusalTokenMismatch
+}
+
+// declared reports whether from is one of server's static addresses
+// (Config.DeclaredIPs).
+func (s *Server) declared(server string, from netip.Addr) bool {
+	if s.cfg.DeclaredIPs == nil {
+		return false
+	}
+	for _, a := range s.cfg.DeclaredIPs(server) {
+		if a.Unmap() == from.Unmap() {
+			return true
+		}
+	}
+	return false
 }
 
 // sourceIP is the request's source address without its port.
