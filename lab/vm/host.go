@@ -87,7 +87,7 @@ const gatewayReply = 4 << 20
 // change between the two: servers.yaml then carries no address, and the
 // lab finds the host's address in the controller's join log and checks
 // that it lies in the pool.
-const hostAddressMode = "fixed"
+const hostAddressMode = "pool"
 
 // hostLab is the host lab's own state: the swtpm and the disk files.
 type hostLab struct {
