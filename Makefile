@@ -6,15 +6,10 @@ PKGS      := ./...
 # FUZZTIME bounds each fuzz target in `make test` (CI runs a short fuzz).
 FUZZTIME  ?= 10s
 # TESTFLAGS are go test's flags for the full suite. The VM labs (TestVMLab,
-# TestVMLabARM64, TestVMLabTrust) are their own targets, `make lab`,
-# `make lab-arm64` and `make lab-trust`, and are not part of `make test`.
+# TestVMLabARM64, TestVMLabTrust, TestVMLabHost) are their own targets, `make lab`,
+# `make lab-arm64`, `make lab-trust` and `make lab-host`, and are not part of `make test`.
 TESTFLAGS ?= -race -count=1 -timeout 20m
-TESTSKIP  := -skip '^TestVMLab(ARM64|Trust)?$$'
-# TestVMLabARM64, TestVMLabHost) are their own targets, `make lab`,
-# `make lab-arm64` and `make lab-host`,
-# and are not part of `make test`.
-TESTFLAGS ?= -race -count=1 -timeout 20m
-TESTSKIP  := -skip '^TestVMLab(ARM64|Host)?$$'
+TESTSKIP  := -skip '^TestVMLab(ARM64|Trust|Host)?$$'
 SUMMARY   := $(GO) run ./scripts/testsummary
 
 .PHONY: all build deps prep test unit unit-quick fuzz vet lint demo clean docs

@@ -2,11 +2,9 @@
 // controller, five qemu VMs (TCG) behind bmcsim Redfish, ipmi_sim and pyghmi BMCs,
 // and the whole flow asserted step by step, printing each step's time.
 // Needs root, qemu, ipmi_sim and `make build ramdisk` first (make lab does
-// both). Usage: lab [-stage commission|deploy|release] [-arm64] [-dir DIR] [-keep] [-time-scale F].
+// both). Usage: lab [-stage commission|deploy|release] [-arm64] [-trust] [-host] [-dir DIR] [-keep] [-time-scale F].
 // -arm64 runs the arm64 lab instead (one arm64 VM network-booted through GRUB);
-// -trust the Secure Boot lab (one x86-64 VM through the signed shim and GRUB).
-// both). Usage: lab [-stage commission|deploy|release] [-arm64] [-host] [-dir DIR] [-keep] [-time-scale F].
-// -arm64 runs the arm64 lab instead (one arm64 VM network-booted through GRUB);
+// -trust the Secure Boot lab (one x86-64 VM through the signed shim and GRUB);
 // -host the host lab (one production-grade UEFI VM: TPM, bond, VLAN, bridge, RAID1, NVMe).
 // Run it from the repository root (or pass -root).
 package main
