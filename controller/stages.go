@@ -435,10 +435,17 @@ func (w *wiring) boot() (func(), error) {
 	if w.refusals, err = newRefusalSummary(w.st, w.reg); err != nil {
 		return nil, fmt.Errorf("controller: %w", err)
 	}
-	// Secure Boot servers (profile firmware.secureBoot) are marked on
-	// the index's answers: DHCP offers them only shim, the script handler
-	// no iPXE script.
-	lookup := secureBootLookup{inner: w.idx, desired: w.ctrl.Desired, st: w.st}
+	// When the controller serves the signed chain (--secureboot-shim and
+	// --secureboot-grub), Secure Boot servers (profile
+	// firmware.secureBoot) are marked on the index's answers: DHCP offers
+	// them only shim, the script handler no iPXE script. Without the chain
+	// it has nothing signed to offer, and they are booted as any other
+	// server (firmware with Secure Boot on refuses the unsigned iPXE, and
+	// the server shows MachineSilent).
+	var lookup boot.Lookup = w.idx
+	if nb := w.cfg.Netboot; nb.ShimX64 != "" && nb.GRUBX64 != "" {
+		lookup = secureBootLookup{inner: w.idx, desired: w.ctrl.Desired, st: w.st}
+	}
 	ipxeCfg := ipxe.Config{Lookup: lookup, Tokens: w.idx, ControllerURL: w.publicURL, ISODir: w.cfg.ISODir, RamdiskDir: w.cfg.RamdiskDir,
 		LLDPWait: w.cfg.LLDPWait, Logger: w.log.With("component", "ipxe"), PerIP: w.cfg.MachinePerIP, OnEvent: w.refusals.event}
 	if err := w.tpmPinner(); err != nil {
