@@ -363,14 +363,18 @@ func (c *crossChecker) profileCount(base string, p Profile) {
 		return
 	}
 	candidates := 0
-	for _, s := range c.inv.Servers {
+	for i := range c.inv.Servers {
+		s := &c.inv.Servers[i]
 		if s.Want == WantRetired || (p.Zone != "" && s.Zone != p.Zone) || (s.Profile != "" && s.Profile != p.Name) {
 			continue
 		}
-		if ok, _ := p.Selector.CouldMatch(StatedLabels(&s)); !ok {
+		if ok, _ := p.Selector.CouldMatch(StatedLabels(s)); !ok {
 			continue
 		}
 		candidates++
+		if candidates >= p.Count {
+			return // enough: the count is met, and the number is only shown when it is not
+		}
 	}
 	if p.Count > candidates {
 		sel := ""

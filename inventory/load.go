@@ -124,6 +124,27 @@ func Load(fsys fs.FS, lim Limits) (*Result, error) {
 	return &Result{Inventory: inv, Warnings: warns}, nil
 }
 
+// hasBareTag reports whether data may hold YAML's non-specific tag "!"
+// alone, which the node tree does not record (yaml.v3 resolves the scalar as
+// if untagged, YAML 1.1 parsers read it as a string), so the file takes the
+// general conversion. A "!" that only looks like one (in a quoted string)
+// costs that file the slower conversion, nothing else.
+func hasBareTag(data []byte) bool {
+	for i := bytes.IndexByte(data, '!'); i >= 0; {
+		before := i == 0 || strings.IndexByte(" \t\n[{,:-?", data[i-1]) >= 0
+		after := i+1 == len(data) || strings.IndexByte(" \t\r\n,]}", data[i+1]) >= 0
+		if before && after {
+			return true
+		}
+		j := bytes.IndexByte(data[i+1:], '!')
+		if j < 0 {
+			break
+		}
+		i += 1 + j
+	}
+	return false
+}
+
 // readLimited reads name, refusing to read more than limit+1 bytes so a
 // huge file is measured without being loaded.
 func readLimited(fsys fs.FS, name string, limit int64) ([]byte, error) {
@@ -157,27 +178,34 @@ func loadFile(v *schema.Validator, spec fileSpec, data []byte, lim Limits, inv *
 	if d == nil {
 		return d, errs
 	}
-	// A document parsed; its only errors so far are duplicate keys (walk's).
-	// The other checks still run, on a conversion that keeps the last of
-	// each duplicate, so one duplicate does not hide the file's other
-	// problems; the file is not decoded into inv either way.
-	toJSON := yaml.YAMLToJSONStrict
-	if len(errs) > 0 {
-		toJSON = yaml.YAMLToJSON
-	}
+	// A document parsed; its only errors so far are duplicate keys (the
+	// indexer's). The other checks still run, on a conversion that keeps
+	// the last of each duplicate, so one duplicate does not hide the file's
+	// other problems; the file is not decoded into inv either way.
 	yerrs, flagged := d.checkYAML11(spec.kind)
 	errs = append(errs, yerrs...)
-	data, d.root, d.data = d.data, nil, nil // the node tree is no longer needed: let it go before the next parse
-
-	js, err := toJSON(data)
-	if err != nil {
-		return d, append(errs, syntaxError(spec.name, err)...)
+	generic, js, ok := any(nil), []byte(nil), false
+	if !hasBareTag(d.data) {
+		generic, js, ok = convert(d.root)
 	}
-	var generic any
-	dec := json.NewDecoder(bytes.NewReader(js))
-	dec.UseNumber()
-	if err := dec.Decode(&generic); err != nil {
-		return d, append(errs, FieldError{File: spec.name, Msg: "decode: " + err.Error(), Severity: SeverityError})
+	data, d.root, d.data = d.data, nil, nil // the node tree is no longer needed: let it go
+	if !ok {
+		// Tags, anchors, merge keys and keys YAML 1.1 reads as another
+		// type keep sigs.k8s.io/yaml's meaning: convert the text again.
+		toJSON := yaml.YAMLToJSONStrict
+		if len(errs) > 0 {
+			toJSON = yaml.YAMLToJSON
+		}
+		var err error
+		js, err = toJSON(data)
+		if err != nil {
+			return d, append(errs, syntaxError(spec.name, err)...)
+		}
+		dec := json.NewDecoder(bytes.NewReader(js))
+		dec.UseNumber()
+		if err := dec.Decode(&generic); err != nil {
+			return d, append(errs, FieldError{File: spec.name, Msg: "decode: " + err.Error(), Severity: SeverityError})
+		}
 	}
 	for _, viol := range v.Validate(spec.kind, generic) {
 		if flagged[viol.Pointer] {
@@ -188,7 +216,8 @@ func loadFile(v *schema.Validator, spec fileSpec, data []byte, lim Limits, inv *
 	if len(errs) > 0 {
 		return d, errs
 	}
-	dec = json.NewDecoder(bytes.NewReader(js))
+	var err error
+	dec := json.NewDecoder(bytes.NewReader(js))
 	dec.DisallowUnknownFields()
 	switch spec.kind {
 	case schema.Servers:

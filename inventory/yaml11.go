@@ -31,6 +31,14 @@ var (
 
 // yaml11Type names the type YAML 1.1 gives an unquoted scalar, or "" for string.
 func yaml11Type(v string) string {
+	if v == "" {
+		return ""
+	}
+	// Every pattern below starts with one of these bytes: most strings
+	// (names, addresses) are answered without running a regexp.
+	if strings.IndexByte("yYnNtTfFoO~+-.0123456789", v[0]) < 0 {
+		return ""
+	}
 	switch {
 	case yaml11Bool.MatchString(v):
 		return "a boolean"

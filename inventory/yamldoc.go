@@ -16,37 +16,93 @@ import (
 // position is a 1-based line and column.
 type position struct{ line, col int }
 
-// doc is one parsed inventory file with the position of every value (by RFC
-// 6901 JSON pointer) and of every mapping key (by the pointer of its value).
+// doc is one parsed inventory file with the position of every value and
+// of every mapping key, looked up by RFC 6901 JSON pointer.
 type doc struct {
-	file   string
-	data   []byte
-	root   *yamlv3.Node
-	pos    map[string]position
-	keyPos map[string]position
+	file string
+	data []byte
+	root *yamlv3.Node
+	// tree mirrors the node tree's mappings and lists with positions only,
+	// so it outlives the node tree (which is dropped after conversion) at a
+	// fraction of its size, and a lookup walks the pointer's segments
+	// instead of hashing a string per value of the file.
+	tree pnode
+}
+
+// pnode is one value of a parsed file: where it is, where the key naming it
+// is (zero for a list item or the root), and its children: a mapping's in
+// document order with their keys (the first of duplicate keys only; merge
+// keys and non-scalar keys are left out), a list's by index. An alias has
+// no children: its target is indexed where the anchor is.
+type pnode struct {
+	pos, key position32
+	name     string // the key naming this value in its mapping
+	mapping  bool
+	kids     []pnode
+}
+
+// position32 is a position stored in half the space.
+type position32 struct{ line, col int32 }
+
+func pos32(line, col int) position32 { return position32{int32(line), int32(col)} }
+
+func (p position32) pos() position { return position{int(p.line), int(p.col)} }
+
+// find returns the deepest indexed value along pointer and whether it is
+// the value at pointer itself.
+func (d *doc) find(pointer string) (*pnode, bool) {
+	n := &d.tree
+	for pointer != "" {
+		pointer = pointer[1:]
+		seg := pointer
+		if i := strings.IndexByte(pointer, '/'); i >= 0 {
+			seg, pointer = pointer[:i], pointer[i:]
+		} else {
+			pointer = ""
+		}
+		next := n.child(seg)
+		if next == nil {
+			return n, false
+		}
+		n = next
+	}
+	return n, true
+}
+
+// child returns the child named by the escaped pointer segment seg, or nil.
+func (n *pnode) child(seg string) *pnode {
+	if n.mapping {
+		if strings.IndexByte(seg, '~') >= 0 {
+			seg = strings.ReplaceAll(strings.ReplaceAll(seg, "~1", "/"), "~0", "~")
+		}
+		for i := range n.kids {
+			if n.kids[i].name == seg {
+				return &n.kids[i]
+			}
+		}
+		return nil
+	}
+	i, err := strconv.Atoi(seg)
+	if err != nil || i < 0 || i >= len(n.kids) || strconv.Itoa(i) != seg {
+		return nil
+	}
+	return &n.kids[i]
 }
 
 // at returns the position of pointer, or of its nearest ancestor that has one.
 func (d *doc) at(pointer string) position {
-	for {
-		if p, ok := d.pos[pointer]; ok {
-			return p
-		}
-		i := strings.LastIndexByte(pointer, '/')
-		if i < 0 {
-			return position{1, 1}
-		}
-		pointer = pointer[:i]
-	}
+	n, _ := d.find(pointer)
+	return n.pos.pos()
 }
 
 // keyAt returns the position of the key whose value is at pointer, falling
 // back to the value's position.
 func (d *doc) keyAt(pointer string) position {
-	if p, ok := d.keyPos[pointer]; ok {
-		return p
+	n, exact := d.find(pointer)
+	if exact && n.key.line != 0 {
+		return n.key.pos()
 	}
-	return d.at(pointer)
+	return n.pos.pos()
 }
 
 func (d *doc) errAt(p position, pointer, msg string) FieldError {
@@ -105,41 +161,95 @@ func parseYAML(file string, data []byte, lim Limits) (*doc, []FieldError) {
 	if budget := max(lim.MinAliasBudget, nodes); expanded-nodes > budget {
 		return nil, fail(root.Line, root.Column, fmt.Sprintf("YAML aliases expand the document to over %d nodes (from %d written); refusing a possible alias bomb", nodes+budget, nodes))
 	}
-	d := &doc{file: file, data: data, root: root, pos: map[string]position{}, keyPos: map[string]position{}}
-	var errs []FieldError
-	d.walk(root, "", &errs)
-	return d, errs
+	d := &doc{file: file, data: data, root: root}
+	x := &indexer{d: d}
+	x.index(root, &d.tree)
+	return d, x.errs
 }
 
-// walk records positions and reports duplicate keys. Aliases are not
-// followed: their targets were walked where the anchor is.
-func (d *doc) walk(n *yamlv3.Node, pointer string, errs *[]FieldError) {
-	d.pos[pointer] = position{n.Line, n.Column}
+// indexer builds a doc's position tree and reports duplicate keys.
+type indexer struct {
+	d    *doc
+	errs []FieldError
+	// path holds the segments down to the value being indexed (a key, or
+	// an index when key is unset), so a pointer is built only for an error.
+	path []segment
+}
+
+type segment struct {
+	key   string
+	index int
+	isKey bool
+}
+
+func (x *indexer) pointer() string {
+	var b strings.Builder
+	for _, s := range x.path {
+		b.WriteByte('/')
+		if s.isKey {
+			b.WriteString(escapePointer(s.key))
+		} else {
+			b.WriteString(strconv.Itoa(s.index))
+		}
+	}
+	return b.String()
+}
+
+// index records the positions of n and its children into pn. Aliases are
+// not followed: their targets were indexed where the anchor is.
+func (x *indexer) index(n *yamlv3.Node, pn *pnode) {
+	pn.pos = pos32(n.Line, n.Column)
 	switch n.Kind {
 	case yamlv3.MappingNode:
-		seen := map[string]*yamlv3.Node{}
+		pn.mapping = true
+		pn.kids = make([]pnode, 0, len(n.Content)/2)
+		// A mapping of the inventory has a few dozen keys at most: a
+		// linear search of the keys so far beats a map until it grows.
+		var seen map[string]int
+		if len(n.Content) > 64 {
+			seen = make(map[string]int, len(n.Content)/2)
+		}
 		for i := 0; i+1 < len(n.Content); i += 2 {
 			k, v := n.Content[i], n.Content[i+1]
 			if k.Kind != yamlv3.ScalarNode {
-				*errs = append(*errs, d.errAt(position{k.Line, k.Column}, pointer, "mapping keys must be plain strings"))
+				x.errs = append(x.errs, x.d.errAt(position{k.Line, k.Column}, x.pointer(), "mapping keys must be plain strings"))
 				continue
 			}
 			if k.Value == "<<" && k.Tag == "!!merge" {
 				continue
 			}
-			if first, dup := seen[k.Value]; dup {
-				*errs = append(*errs, d.errAt(position{k.Line, k.Column}, pointer+"/"+escapePointer(k.Value),
-					fmt.Sprintf("duplicate key %q (first at line %d); YAML parsers keep only one of them", k.Value, first.Line)))
+			first := -1
+			if seen != nil {
+				if j, ok := seen[k.Value]; ok {
+					first = j
+				}
+			} else {
+				for j := range pn.kids {
+					if pn.kids[j].name == k.Value {
+						first = j
+						break
+					}
+				}
+			}
+			if first >= 0 {
+				x.errs = append(x.errs, x.d.errAt(position{k.Line, k.Column}, x.pointer()+"/"+escapePointer(k.Value),
+					fmt.Sprintf("duplicate key %q (first at line %d); YAML parsers keep only one of them", k.Value, pn.kids[first].key.line)))
 				continue
 			}
-			seen[k.Value] = k
-			child := pointer + "/" + escapePointer(k.Value)
-			d.keyPos[child] = position{k.Line, k.Column}
-			d.walk(v, child, errs)
+			if seen != nil {
+				seen[k.Value] = len(pn.kids)
+			}
+			pn.kids = append(pn.kids, pnode{name: k.Value, key: pos32(k.Line, k.Column)})
+			x.path = append(x.path, segment{key: k.Value, isKey: true})
+			x.index(v, &pn.kids[len(pn.kids)-1])
+			x.path = x.path[:len(x.path)-1]
 		}
 	case yamlv3.SequenceNode:
+		pn.kids = make([]pnode, len(n.Content))
 		for i, c := range n.Content {
-			d.walk(c, pointer+"/"+strconv.Itoa(i), errs)
+			x.path = append(x.path, segment{index: i})
+			x.index(c, &pn.kids[i])
+			x.path = x.path[:len(x.path)-1]
 		}
 	}
 }
