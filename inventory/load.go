@@ -182,12 +182,21 @@ func loadFile(v *schema.Validator, spec fileSpec, data []byte, lim Limits, inv *
 	// indexer's). The other checks still run, on a conversion that keeps
 	// the last of each duplicate, so one duplicate does not hide the file's
 	// other problems; the file is not decoded into inv either way.
-	yerrs, flagged := d.checkYAML11(spec.kind)
-	errs = append(errs, yerrs...)
+	// The YAML 1.1 check and the conversion both only read the node tree:
+	// on a machine with a spare core they run side by side.
+	var yerrs []FieldError
+	var flagged map[string]bool
+	checked := make(chan struct{})
+	go func() {
+		defer close(checked)
+		yerrs, flagged = d.checkYAML11(spec.kind)
+	}()
 	generic, js, ok := any(nil), []byte(nil), false
 	if !hasBareTag(d.data) {
 		generic, js, ok = convert(d.root)
 	}
+	<-checked
+	errs = append(errs, yerrs...)
 	data, d.root, d.data = d.data, nil, nil // the node tree is no longer needed: let it go
 	if !ok {
 		// Tags, anchors, merge keys and keys YAML 1.1 reads as another
@@ -207,7 +216,22 @@ func loadFile(v *schema.Validator, spec fileSpec, data []byte, lim Limits, inv *
 			return d, append(errs, FieldError{File: spec.name, Msg: "decode: " + err.Error(), Severity: SeverityError})
 		}
 	}
-	for _, viol := range v.Validate(spec.kind, generic) {
+	// The schema check runs beside the decode into the Go types, which is
+	// kept only if the file has no errors (a file with errors so far is
+	// not decoded at all).
+	var viols []schema.Violation
+	validated := make(chan struct{})
+	go func() {
+		defer close(validated)
+		viols = v.Validate(spec.kind, generic)
+	}()
+	var apply func(*Inventory)
+	var err error
+	if len(errs) == 0 {
+		apply, err = decodeTyped(spec.kind, js)
+	}
+	<-validated
+	for _, viol := range viols {
 		if flagged[viol.Pointer] {
 			continue
 		}
@@ -216,41 +240,47 @@ func loadFile(v *schema.Validator, spec fileSpec, data []byte, lim Limits, inv *
 	if len(errs) > 0 {
 		return d, errs
 	}
-	var err error
+	if err != nil {
+		// The schema and the Go types disagree: a defect, but reported, not panicked.
+		return d, append(errs, FieldError{File: spec.name, Msg: "decode: " + err.Error(), Severity: SeverityError})
+	}
+	apply(inv)
+	return d, errs
+}
+
+// decodeTyped decodes a file's JSON text strictly into its Go types and
+// returns the function that stores them into an Inventory.
+func decodeTyped(kind schema.Kind, js []byte) (func(*Inventory), error) {
 	dec := json.NewDecoder(bytes.NewReader(js))
 	dec.DisallowUnknownFields()
-	switch spec.kind {
+	switch kind {
 	case schema.Servers:
 		var f struct {
 			Servers []Server `json:"servers"`
 		}
-		err = dec.Decode(&f)
-		inv.Servers = f.Servers
+		err := dec.Decode(&f)
+		return func(inv *Inventory) { inv.Servers = f.Servers }, err
 	case schema.Profiles:
 		var f struct {
 			Profiles []Profile `json:"profiles"`
 		}
-		err = dec.Decode(&f)
-		inv.Profiles = f.Profiles
+		err := dec.Decode(&f)
+		return func(inv *Inventory) { inv.Profiles = f.Profiles }, err
 	case schema.Images:
 		var f struct {
 			Images   []Image         `json:"images"`
 			Firmware []FirmwareImage `json:"firmware"`
 		}
-		err = dec.Decode(&f)
-		inv.Images, inv.FirmwareImages = f.Images, f.Firmware
+		err := dec.Decode(&f)
+		return func(inv *Inventory) { inv.Images, inv.FirmwareImages = f.Images, f.Firmware }, err
 	case schema.Networks:
 		var f struct {
 			Subnets []Subnet `json:"subnets"`
 		}
-		err = dec.Decode(&f)
-		inv.Subnets = f.Subnets
+		err := dec.Decode(&f)
+		return func(inv *Inventory) { inv.Subnets = f.Subnets }, err
 	}
-	if err != nil {
-		// The schema and the Go types disagree: a defect, but reported, not panicked.
-		errs = append(errs, FieldError{File: spec.name, Msg: "decode: " + err.Error(), Severity: SeverityError})
-	}
-	return d, errs
+	return func(*Inventory) {}, nil
 }
 
 // violationError turns a schema violation into located messages. Values are

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -46,6 +47,9 @@ Exit status: 0 valid, 1 invalid (or warnings with --strict), 2 usage or I/O erro
 					err = errors.New("not a directory")
 				}
 				return &exitError{code: 2, err: fmt.Errorf("validate %s: %w", dir, err)}
+			}
+			if e.tuneGC != nil {
+				e.tuneGC(inventoryBytes(dir))
 			}
 			res, err := inventory.Load(os.DirFS(dir), inventory.Limits{MaxFileBytes: maxFile})
 			var verr *inventory.ValidationError
@@ -89,6 +93,42 @@ Exit status: 0 valid, 1 invalid (or warnings with --strict), 2 usage or I/O erro
 	cmd.Flags().StringVar(&base, "base", "", "also refuse hand edits of status/ between this revision (e.g. origin/main) and HEAD")
 	cmd.Flags().Int64Var(&maxFile, "max-file-size", 16<<20, "refuse inventory files larger than this many bytes")
 	return cmd
+}
+
+// inventoryBytes is the size of the inventory files at the root of dir,
+// those that exist.
+func inventoryBytes(dir string) int64 {
+	var n int64
+	for _, f := range []string{inventory.ServersFile, inventory.ProfilesFile, inventory.ImagesFile, inventory.NetworksFile} {
+		if st, err := os.Stat(filepath.Join(dir, f)); err == nil && st.Mode().IsRegular() {
+			n += st.Size()
+		}
+	}
+	return n
+}
+
+// gcSettings is the garbage collector's setting for validating yamlBytes
+// of inventory in a process that exits right after: GOGC 400, so the heap
+// may grow to five times what is live between collections instead of
+// twice, capped by a soft memory limit of 48 bytes per byte of YAML and at
+// least 160 MiB. Loading keeps about 50 bytes live per byte of YAML at its
+// peak (a 3 MB inventory of 10,000 servers peaks near 150 MiB), so the
+// limit, not GOGC, sets when the collector runs on a large inventory: it
+// collects less often than GOGC 100 would, and never thrashes below a
+// live heap the inventory needs anyway.
+func gcSettings(yamlBytes int64) (percent int, limit int64) {
+	return 400, max(160<<20, 48*yamlBytes)
+}
+
+// tuneGC applies gcSettings unless GOGC or GOMEMLIMIT is set in the
+// environment: an operator's own setting wins.
+func tuneGC(yamlBytes int64) {
+	if os.Getenv("GOGC") != "" || os.Getenv("GOMEMLIMIT") != "" {
+		return
+	}
+	percent, limit := gcSettings(yamlBytes)
+	debug.SetGCPercent(percent)
+	debug.SetMemoryLimit(limit)
 }
 
 // report is the outcome of one validation, in every output format.

@@ -27,6 +27,10 @@ type env struct {
 	stdin          io.Reader
 	stdout, stderr io.Writer
 	conn           connFlags // --ca-file, --insecure (root persistent flags)
+	// tuneGC, when set, is called by validate with the inventory's size in
+	// bytes before it loads it; main sets it to tuneGC, tests leave it nil
+	// so the GC settings of the test process stay as they are.
+	tuneGC func(yamlBytes int64)
 }
 
 // newRoot builds the command tree. Each verb lives in its own command_<verb>.go.
@@ -70,7 +74,11 @@ func newRoot(e *env) *cobra.Command {
 // 0 success, 1 a negative result (invalid inventory, plan has changes),
 // 2 usage or I/O error.
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	e := &env{stdin: stdin, stdout: stdout, stderr: stderr}
+	return runEnv(ctx, &env{stdin: stdin, stdout: stdout, stderr: stderr}, args)
+}
+
+// runEnv is run with the env given.
+func runEnv(ctx context.Context, e *env, args []string) int {
 	root := newRoot(e)
 	root.SetArgs(args)
 	err := root.ExecuteContext(ctx)
@@ -80,10 +88,10 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	var ee *exitError
 	if errors.As(err, &ee) {
 		if ee.err != nil {
-			fmt.Fprintln(stderr, "machinactl:", ee.err)
+			fmt.Fprintln(e.stderr, "machinactl:", ee.err)
 		}
 		return ee.code
 	}
-	fmt.Fprintln(stderr, "machinactl:", err)
+	fmt.Fprintln(e.stderr, "machinactl:", err)
 	return 2
 }
