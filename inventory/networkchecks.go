@@ -20,7 +20,7 @@ type netChecker struct {
 	nd          *doc
 	haveSubnets bool
 	subnets     map[string]int    // name → index
-	fixed       map[string]string // address → "servers[i].network.addresses.X (file:line)"
+	fixed       map[netip.Addr]fixedUse // each fixed address's first use
 }
 
 // networks runs the checks of networks.yaml, of the profiles' network
@@ -28,7 +28,7 @@ type netChecker struct {
 // document (nil without the file); haveSubnets reports whether it is
 // valid on its own (a missing file is: no subnets).
 func (c *crossChecker) networks(nd *doc, haveSubnets bool) {
-	n := &netChecker{crossChecker: c, nd: nd, haveSubnets: haveSubnets, subnets: map[string]int{}, fixed: map[string]string{}}
+	n := &netChecker{crossChecker: c, nd: nd, haveSubnets: haveSubnets, subnets: map[string]int{}, fixed: map[netip.Addr]fixedUse{}}
 	for i := range c.inv.Subnets {
 		n.unique(nd, n.subnets, "subnet", "/subnets/", i, c.inv.Subnets[i].Name)
 		n.subnet(i)
@@ -551,14 +551,23 @@ func (n *netChecker) server(i int) {
 			for _, sname := range subnets {
 				n.fixedAddress(ap, a, sname)
 			}
-			where := fmt.Sprintf("servers[%d].network.addresses.%s (%s)", i, name, n.where(sd, ap))
-			if first, dup := n.fixed[a.String()]; dup {
-				n.errAt(sd, ap, SeverityError, fmt.Sprintf("address %s is also %s", a, first))
+			if first, dup := n.fixed[a]; dup {
+				where := fmt.Sprintf("servers[%d].network.addresses.%s (%s)", first.server, first.name, n.where(sd, first.pointer))
+				n.errAt(sd, ap, SeverityError, fmt.Sprintf("address %s is also %s", a, where))
 			} else {
-				n.fixed[a.String()] = where
+				n.fixed[a] = fixedUse{server: i, name: name, pointer: ap}
 			}
 		}
 	}
+}
+
+// fixedUse is where a fixed address is first given: the server's index,
+// the interface name and the value's JSON pointer in servers.yaml, so the
+// message naming it is built only for a duplicate.
+type fixedUse struct {
+	server  int
+	name    string
+	pointer string
 }
 
 // fixedAddress checks one fixed address against the subnet its
