@@ -19,7 +19,7 @@ type netChecker struct {
 	*crossChecker
 	nd          *doc
 	haveSubnets bool
-	subnets     map[string]int    // name → index
+	subnets     map[string]int          // name → index
 	fixed       map[netip.Addr]fixedUse // each fixed address's first use
 }
 
