@@ -42,16 +42,28 @@ const (
 	DialectGRUB
 )
 
-// RenderGRUB returns p's script in GRUB's syntax: the same choice as
-// [Render] (ramdisk with Machina's kernel arguments for commissioning,
-// deploying and the release wipe; local disk otherwise), with GRUB's
-// `linux`/`initrd` over http (GRUB 2.06 has no TLS: the kernel and initrd
-// URLs must be http) and `exit` back to the firmware's boot manager for a
-// local boot (GRUB only runs on UEFI here). Installer boots are refused:
-// they are iPXE only. Every argument passes the same checks as Render's;
-// the kernel line is not quoted, so no argument may hold a GRUB
-// metacharacter, which safeArg already excludes ('$', quotes, ';', '|',
-// '&', '<', '>', braces, '*', '?', '[', '#' and '\\' are all outside it).
+// RenderGRUB returns p's per-machine script in GRUB's syntax, for the two
+// GRUBs Machina boots: arm64 UEFI's grubnetaa64.efi, which fetches it over
+// http from GET /boot/grub, and the x86-64 Secure Boot chain's signed GRUB
+// (shim, then Debian's signed grubnetx64 as grubx64.efi), which fetches it by TFTP ([Handler.TFTPScript]).
+// The choice is [Render]'s: the ramdisk with Machina's kernel arguments
+// (machina.url, .mac, .mode, .token) for commissioning, deploying and the
+// release wipe; the local disk otherwise. The ramdisk is loaded with
+// `linux`/`initrd` from p.KernelPath and p.InitrdPath when both are set
+// (paths on the TFTP server GRUB came from: the Secure Boot GRUB has no
+// http), else from p.KernelURL and p.InitrdURL rewritten as (http,host)
+// paths by [boot.GRUBPath] (GRUB 2.06 has no TLS, so those must be http).
+// A local boot on x86_64 chainloads the disk's \EFI\BOOT\BOOTX64.EFI
+// through shim (localBootX64), so a Secure Boot server stays in the
+// signed chain; on other architectures it is `exit` back to the firmware's
+// boot manager. Installer boots are refused: they are iPXE only.
+//
+// Errors: a MAC that is not unicast, a name, arch or kernel argument
+// outside safeArg (the kernel line is not quoted, and safeArg excludes
+// every GRUB metacharacter: '$', quotes, ';', '|', '&', '<', '>', braces,
+// '*', '?', '[', '#' and '\\'), an installer boot, and for a ramdisk boot
+// a controller URL [boot.CheckURL] refuses, kernel and initrd locations
+// that are neither valid paths nor http URLs, and a missing or unsafe token.
 func RenderGRUB(p ScriptParams) ([]byte, error) {
 	if _, err := macaddr.ParseUnicast(p.MAC); err != nil {
 		return nil, fmt.Errorf("render grub script: %w", err)
