@@ -36,7 +36,8 @@ exit
 type Dialect int
 
 // Dialects: iPXE (`GET /boot/ipxe`, x86 BIOS and UEFI) and GRUB
-// (`GET /boot/grub`, arm64 UEFI, see [boot.GRUBScriptPath] for why).
+// (`GET /boot/grub` for arm64 UEFI, see [boot.GRUBScriptPath] for why, and
+// the x86-64 Secure Boot chain's TFTP script, see [Handler.TFTPScript]).
 const (
 	DialectIPXE Dialect = iota
 	DialectGRUB
@@ -45,7 +46,8 @@ const (
 // RenderGRUB returns p's per-machine script in GRUB's syntax, for the two
 // GRUBs Machina boots: arm64 UEFI's grubnetaa64.efi, which fetches it over
 // http from GET /boot/grub, and the x86-64 Secure Boot chain's signed GRUB
-// (shim, then Debian's signed grubnetx64 as grubx64.efi), which fetches it by TFTP ([Handler.TFTPScript]).
+// (shim, then Debian's signed grubnetx64 as grubx64.efi), which fetches it
+// by TFTP ([Handler.TFTPScript]).
 // The choice is [Render]'s: the ramdisk with Machina's kernel arguments
 // (machina.url, .mac, .mode, .token) for commissioning, deploying and the
 // release wipe; the local disk otherwise. The ramdisk is loaded with
