@@ -1,7 +1,6 @@
 package main
 
 import (
-	"os"
 	"strings"
 	"testing"
 	"testing/fstest"
@@ -15,10 +14,7 @@ import (
 // (status/servers/NAME.yaml), to the same servers; a server with a file
 // in both is refused rather than read twice.
 func TestSnapshotFromStatusLayouts(t *testing.T) {
-	golden, err := os.ReadFile("../../gitops/testdata/status/servers/r1-n01.yaml.golden")
-	if err != nil {
-		t.Fatal(err)
-	}
+	golden := statusGolden(t)
 	other := []byte("name: r2-n01\nlifecycle: failed\n")
 	fanned := fstest.MapFS{
 		gitops.ServerStatusPath("r1-n01"): {Data: golden},

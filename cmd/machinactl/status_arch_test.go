@@ -1,9 +1,6 @@
 package main
 
-import (
-	"os"
-	"testing"
-)
+import "testing"
 
 // TestParseStatusServerSMBIOSArch: the strict status decoder reads
 // hardware.smbiosArch from the status file the controller's writer renders
@@ -12,19 +9,12 @@ import (
 // observed record then has the machine arch the plan uses (amd64, no
 // conflict). A non-string smbiosArch is refused.
 func TestParseStatusServerSMBIOSArch(t *testing.T) {
-	golden, err := os.ReadFile("../../gitops/testdata/status/servers/r1-n01.yaml.golden")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := parseStatusServer(golden, fixedNow)
-	if err != nil {
-		t.Fatalf("parseStatusServer(gitops golden r1-n01) = %v", err)
-	}
+	s := parseStatusGolden(t)
 	if s.Hardware == nil || s.Hardware.Arch != "amd64" || s.Hardware.SMBIOSArch != "amd64" {
 		t.Errorf("golden r1-n01 hardware = %+v, want arch and smbiosArch amd64", s.Hardware)
 	}
 
-	s, err = parseStatusServer([]byte("name: a\nlifecycle: ready\nhardware:\n  arch: \"386\"\n  smbiosArch: amd64\n  cores: 4\n"), fixedNow)
+	s, err := parseStatusServer([]byte("name: a\nlifecycle: ready\nhardware:\n  arch: \"386\"\n  smbiosArch: amd64\n  cores: 4\n"), fixedNow)
 	if err != nil {
 		t.Fatal(err)
 	}

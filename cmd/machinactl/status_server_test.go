@@ -11,6 +11,7 @@ import (
 	"time"
 
 	v1 "github.com/machina-metal/machina/api/v1"
+	"github.com/machina-metal/machina/state"
 )
 
 // TestStatusServerDetailAddresses: machinactl status SERVER reads the
@@ -49,15 +50,34 @@ func TestStatusServerDetailAddresses(t *testing.T) {
 // status writer's own golden) come back as held leases, so machinactl
 // plan's IPAM simulation skips them.
 func TestParseStatusServerAddresses(t *testing.T) {
-	golden, err := os.ReadFile("../../gitops/testdata/status/servers/r1-n01.yaml.golden")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := parseStatusServer(golden, time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := parseStatusGolden(t)
 	if len(s.Addresses) != 2 || s.Addresses[0].Address != "10.20.0.101" || s.Addresses[0].Subnet != "mgmt" || s.Addresses[1].Interface != "tenant0" {
 		t.Fatalf("parseStatusServer addresses = %+v, want mgmt 10.20.0.101 and tenant0's", s.Addresses)
 	}
+}
+
+// statusGoldenPath is the status file gitops' writer renders for server
+// r1-n01 (its golden): machinactl's status readers are tested on what the
+// controller writes, not on a copy that could drift from it.
+const statusGoldenPath = "../../gitops/testdata/status/servers/r1-n01.yaml.golden"
+
+// statusGolden returns the bytes of the file at statusGoldenPath.
+func statusGolden(t *testing.T) []byte {
+	t.Helper()
+	b, err := os.ReadFile(statusGoldenPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// parseStatusGolden returns the file at statusGoldenPath read by
+// parseStatusServer at fixedNow.
+func parseStatusGolden(t *testing.T) state.Server {
+	t.Helper()
+	s, err := parseStatusServer(statusGolden(t), fixedNow)
+	if err != nil {
+		t.Fatalf("parseStatusServer(%s) = %v", statusGoldenPath, err)
+	}
+	return s
 }
