@@ -28,8 +28,9 @@ type converter struct {
 	js []byte
 }
 
-// errNotPlain is the converter giving up on a document.
-type errNotPlain struct{}
+// giveUp is the panic value with which the converter gives up on a
+// document, recovered by convert.
+type giveUp struct{}
 
 // convert returns the JSON value and text of the document rooted at root,
 // or ok false when the document needs the general conversion.
@@ -37,7 +38,7 @@ func convert(root *yamlv3.Node) (v any, js []byte, ok bool) {
 	c := converter{js: make([]byte, 0, 1<<16)}
 	defer func() {
 		if r := recover(); r != nil {
-			if _, give := r.(errNotPlain); !give {
+			if _, give := r.(giveUp); !give {
 				panic(r)
 			}
 			v, js, ok = nil, nil, false
@@ -49,7 +50,7 @@ func convert(root *yamlv3.Node) (v any, js []byte, ok bool) {
 
 func (c *converter) value(n *yamlv3.Node) any {
 	if n.Anchor != "" || n.Style&yamlv3.TaggedStyle != 0 {
-		panic(errNotPlain{})
+		panic(giveUp{})
 	}
 	switch n.Kind {
 	case yamlv3.MappingNode:
@@ -58,12 +59,12 @@ func (c *converter) value(n *yamlv3.Node) any {
 		for i := 0; i+1 < len(n.Content); i += 2 {
 			k := n.Content[i]
 			if k.Kind != yamlv3.ScalarNode || k.Anchor != "" || k.Style&yamlv3.TaggedStyle != 0 {
-				panic(errNotPlain{})
+				panic(giveUp{})
 			}
 			if k.Style&(yamlv3.DoubleQuotedStyle|yamlv3.SingleQuotedStyle) == 0 && (k.Tag != "!!str" || yaml11Bools[k.Value]) {
 				// A plain key YAML reads as a number, boolean, null or merge
 				// key: sigs.k8s.io/yaml turns it into a string its own way.
-				panic(errNotPlain{})
+				panic(giveUp{})
 			}
 			if i > 0 {
 				c.js = append(c.js, ',')
@@ -88,7 +89,7 @@ func (c *converter) value(n *yamlv3.Node) any {
 	case yamlv3.ScalarNode:
 		return c.scalar(n)
 	}
-	panic(errNotPlain{}) // an alias, or a document node where a value belongs
+	panic(giveUp{}) // an alias, or a document node where a value belongs
 }
 
 // yaml11Bools are the booleans of YAML 1.1 (yaml.org/type/bool.html) that
@@ -103,7 +104,7 @@ var yaml11True = map[string]bool{"y": true, "Y": true, "yes": true, "Yes": true,
 func (c *converter) scalar(n *yamlv3.Node) any {
 	if n.Style&(yamlv3.DoubleQuotedStyle|yamlv3.SingleQuotedStyle|yamlv3.LiteralStyle|yamlv3.FoldedStyle) != 0 {
 		if n.Style&yamlv3.DoubleQuotedStyle != 0 && !utf8.ValidString(n.Value) {
-			panic(errNotPlain{}) // a \x escape: let encoding/json decide what it becomes
+			panic(giveUp{}) // a \x escape: let encoding/json decide what it becomes
 		}
 		c.str(n.Value)
 		return n.Value
@@ -132,22 +133,22 @@ func (c *converter) scalar(n *yamlv3.Node) any {
 		} else if u, err := strconv.ParseUint(plain, 0, 64); err == nil {
 			c.js = strconv.AppendUint(c.js, u, 10)
 		} else {
-			panic(errNotPlain{})
+			panic(giveUp{})
 		}
 		return json.Number(c.js[start:])
 	case "!!float":
 		f, err := strconv.ParseFloat(strings.ReplaceAll(n.Value, "_", ""), 64)
 		if err != nil || math.IsInf(f, 0) || math.IsNaN(f) {
-			panic(errNotPlain{})
+			panic(giveUp{})
 		}
 		b, err := json.Marshal(f)
 		if err != nil {
-			panic(errNotPlain{})
+			panic(giveUp{})
 		}
 		c.js = append(c.js, b...)
 		return json.Number(b)
 	}
-	panic(errNotPlain{}) // a timestamp, or a tag this converter does not know
+	panic(giveUp{}) // a timestamp, or a tag this converter does not know
 }
 
 // str appends s as a JSON string.
