@@ -182,6 +182,7 @@ func loadFile(v *schema.Validator, spec fileSpec, data []byte, lim Limits, inv *
 	// indexer's). The other checks still run, on a conversion that keeps
 	// the last of each duplicate, so one duplicate does not hide the file's
 	// other problems; the file is not decoded into inv either way.
+	//
 	// The YAML 1.1 check and the conversion both only read the node tree:
 	// on a machine with a spare core they run side by side.
 	var yerrs []FieldError
