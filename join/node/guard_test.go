@@ -74,10 +74,50 @@ func newMgmtLab(t *testing.T) *mgmtLab {
 		t.Fatal(err)
 	}
 	t.Cleanup(l.h.Close)
+	ctlNS, err := netns.GetFromName(ctl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ctlNS.Close() })
+	hc, err := netlink.NewHandleAt(ctlNS, unix.NETLINK_ROUTE)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(hc.Close)
+	waitOperUp(t, hc, "vc0")
+	waitOperUp(t, l.h, "eth0")
 	if err := l.reach(t.Context()); err != nil {
 		t.Fatalf("controller not reachable from the host before any change: %v", err)
 	}
 	return l
+}
+
+// waitOperUp waits, up to 10 s, until link name (in h's namespace) is
+// operationally up. `ip link set up` returns before a veth end carries
+// traffic: the kernel's linkwatch brings the carrier up and swaps the noop
+// qdisc (which drops every packet) for the real one later, up to a second
+// later when link events are rate-limited, as on a loaded machine. A dial
+// before then loses its ARP request or SYN, and its retransmission comes a
+// second later: after reach's 1 s bound.
+func waitOperUp(t *testing.T, h *netlink.Handle, name string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		lk, err := h.LinkByName(name)
+		if err == nil && lk.Attrs().OperState == netlink.OperUp {
+			return
+		}
+		if time.Now().After(deadline) {
+			state := "absent"
+			if err == nil {
+				state = lk.Attrs().OperState.String()
+			}
+			t.Fatalf("link %s not operationally up after 10 s: %s", name, state)
+		}
+		<-tick.C
+	}
 }
 
 // inNS runs fn on a thread in namespace ns; sockets fn opens stay there.
