@@ -248,7 +248,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		TLSConfig:         tc,
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       30 * time.Second,
-		IdleTimeout:       30 * time.Second, // a joined host does not come back within it; each idle TLS connection holds buffers and cipher state
+		IdleTimeout:       30 * time.Second, // each idle TLS connection holds buffers and cipher state; node agents close theirs first (20 s) and resend a heartbeat whose kept connection was closed
 		BaseContext:       func(net.Listener) context.Context { return ctx },
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
 	}

@@ -175,8 +175,17 @@ func transport(tc *tls.Config, local netip.Addr) *http.Transport {
 		d.LocalAddr = &net.TCPAddr{IP: local.AsSlice()}
 	}
 	return &http.Transport{TLSClientConfig: tc, DialContext: d.DialContext, TLSHandshakeTimeout: 10 * time.Second,
-		IdleConnTimeout: 90 * time.Second, MaxIdleConnsPerHost: 2}
+		IdleConnTimeout: clientIdleTimeout, MaxIdleConnsPerHost: 2}
 }
+
+// clientIdleTimeout is how long the node agent keeps an idle connection
+// to the join listener: below the listener's own idle timeout (30 s,
+// join.Server), so the agent closes a connection before the controller
+// does and never sends a heartbeat on one the controller is closing at
+// that moment (with both at 30 s and a 30 s heartbeat interval, the
+// request and the server's close crossed and the heartbeat failed with
+// EOF). Heartbeats faster than this reuse their connection.
+const clientIdleTimeout = 20 * time.Second
 
 // Join generates an ECDSA P-256 key (kept in Dir), posts a CSR with the
 // facts and token to URL/hosts/join over TLS pinned to Fingerprint, and
@@ -275,6 +284,18 @@ func writeFileAtomic(path string, data []byte) error {
 }
 
 func post(ctx context.Context, hc *http.Client, u string, in, out any) error {
+	return postReq(ctx, hc, u, in, out, false)
+}
+
+// postReq is post; idempotent marks the request safe to send twice, so
+// that net/http's Transport sends it again on a new connection when the
+// kept-alive one it chose was closed by the server before any response
+// (the Transport retries only requests it knows to be idempotent; an
+// empty Idempotency-Key header tells it so and is not sent on the wire,
+// net/http's Transport documentation). A server can close an idle
+// connection at any moment (its idle timeout, a restart, an HA
+// failover), so without it a heartbeat fails now and then with EOF.
+func postReq(ctx context.Context, hc *http.Client, u string, in, out any, idempotent bool) error {
 	data, err := json.Marshal(in)
 	if err != nil {
 		return err
@@ -284,6 +305,9 @@ func post(ctx context.Context, hc *http.Client, u string, in, out any) error {
 		return err
 	}
 	req.Header.Set("Content-Type", "application/json")
+	if idempotent {
+		req.Header["Idempotency-Key"] = nil
+	}
 	resp, err := hc.Do(req)
 	if err != nil {
 		return err
@@ -413,7 +437,9 @@ func (c *Client) Beat(ctx context.Context) error {
 	if d, err := up(); err == nil {
 		hb.UptimeSeconds = d.Seconds()
 	}
-	if err := post(ctx, c.hc, c.path("heartbeat"), hb, nil); err != nil {
+	// A heartbeat only records that the host is alive: sending it twice
+	// is harmless, so it is retried on a connection the server closed.
+	if err := postReq(ctx, c.hc, c.path("heartbeat"), hb, nil, true); err != nil {
 		return fmt.Errorf("node: heartbeat: %w", err)
 	}
 	return nil
