@@ -554,9 +554,10 @@ var running = &children{pids: map[int]bool{}, dirs: map[string]bool{}}
 
 // children is a set of started child processes (by PID) and folders.
 type children struct {
-	mu   sync.Mutex
-	pids map[int]bool
-	dirs map[string]bool
+	mu       sync.Mutex
+	pids     map[int]bool
+	dirs     map[string]bool
+	stopping bool // stop began: the process exits when it ends
 }
 
 // start starts cmd and records its PID until wait.
@@ -570,12 +571,19 @@ func (c *children) start(cmd *exec.Cmd) error {
 	return nil
 }
 
-// wait waits for cmd (started by start) and forgets its PID.
+// wait waits for cmd (started by start) and forgets its PID. A child
+// that stop ended does not return here: the signal handler exits the
+// process when stop is done, and the measurement must not go on (nor
+// exit first with its own status) meanwhile.
 func (c *children) wait(cmd *exec.Cmd) error {
 	err := cmd.Wait()
 	c.mu.Lock()
 	delete(c.pids, cmd.Process.Pid)
+	stopping := c.stopping
 	c.mu.Unlock()
+	if stopping {
+		select {}
+	}
 	return err
 }
 
@@ -600,6 +608,7 @@ func (c *children) removed(dir string) {
 func (c *children) stop(grace time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.stopping = true
 	for pid := range c.pids {
 		_ = syscall.Kill(pid, syscall.SIGTERM)
 	}
