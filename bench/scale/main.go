@@ -19,6 +19,11 @@
 // controllerAllowed does not list (each entry with its reason) fails the
 // run (exit status 1, after every size ran), naming the first lines; the
 // table's "controller warnings, errors" column counts those.
+//
+// SIGINT or SIGTERM stops the run: the controller gets SIGTERM by its PID
+// (SIGKILL 10 s later if still running), the size's temporary folder (state
+// file, simulated machines' files: gigabytes at thousands of servers) is
+// removed, and the bench exits 128+signal.
 package main
 
 import (
