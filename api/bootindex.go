@@ -22,9 +22,10 @@ import (
 // recorded gets the deployed server's script, not the deploy ramdisk
 // again), while a lookup costs one store read, not a scan of the fleet. A
 // MAC the index does not hold, or that now names another server, is looked
-// up with [state.Store.ServerByBootMAC] (a byte scan of the records, no
-// decoding) and the index updated. Safe for
-// concurrent use.
+// up with [state.Store.ServerByBootMAC] (the one record the store's decode
+// cache notes for that MAC, else a byte scan of the records) and the index
+// updated: every server registered after the index was built takes that
+// path at its first netboot. Safe for concurrent use.
 type BootIndex struct {
 	st *state.Store
 

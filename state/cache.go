@@ -17,6 +17,13 @@ import (
 type serverCache struct {
 	mu sync.RWMutex
 	m  map[string]cachedServer
+	// macs hints which server holds a boot MAC: each record decoded or
+	// written here notes its BootMAC → name. A hint is only a place to
+	// look first (ServerByBootMAC reads that record and checks its MAC),
+	// never an answer by itself: it may be stale (the MAC changed, the
+	// write rolled back, the record was deleted). A MAC noted for two
+	// names maps to "" (ambiguous), which sends lookups to the scan.
+	macs map[string]string
 }
 
 type cachedServer struct {
@@ -57,8 +64,32 @@ func (c *serverCache) decode(k, v []byte) (Server, error) {
 		c.m = map[string]cachedServer{}
 	}
 	c.m[string(k)] = cachedServer{sum: sum, srv: srv.clone()}
+	c.noteMACLocked(srv.BootMAC, string(k))
 	c.mu.Unlock()
 	return srv, nil
+}
+
+// noteMACLocked records the hint mac → name (c.mu held for writing).
+func (c *serverCache) noteMACLocked(mac, name string) {
+	if mac == "" {
+		return
+	}
+	if c.macs == nil || len(c.macs) >= maxCachedServers {
+		c.macs = map[string]string{}
+	}
+	if prev, ok := c.macs[mac]; ok && prev != name {
+		name = "" // two servers were seen with this MAC: ambiguous
+	}
+	c.macs[mac] = name
+}
+
+// hintMAC returns the server name last noted for mac; ok is false when
+// none was, or when two names were (ambiguous).
+func (c *serverCache) hintMAC(mac string) (name string, ok bool) {
+	c.mu.RLock()
+	name = c.macs[mac]
+	c.mu.RUnlock()
+	return name, name != ""
 }
 
 // remember records srv as the decoding of v under k, as a writer stores
@@ -73,6 +104,7 @@ func (c *serverCache) remember(k string, v []byte, srv *Server) {
 		c.m = map[string]cachedServer{}
 	}
 	c.m[k] = e
+	c.noteMACLocked(srv.BootMAC, k)
 	c.mu.Unlock()
 }
 

@@ -48,8 +48,10 @@ func (s *Store) IssueEnrolmentToken(ttl time.Duration, payload json.RawMessage, 
 		if err != nil {
 			return err
 		}
-		if err := pruneEnrolment(b, now); err != nil {
-			return err
+		if s.enrolPruneDue(now) {
+			if err := pruneEnrolment(b, now); err != nil {
+				return err
+			}
 		}
 		data, err := json.Marshal(&t)
 		if err != nil {
@@ -119,6 +121,27 @@ func (s *Store) ConsumeEnrolmentToken(value, host string) (EnrolmentToken, error
 		return EnrolmentToken{}, fmt.Errorf("state: consume enrolment token: %w", refused)
 	}
 	return out, nil
+}
+
+// enrolmentPruneEvery is how often (store clock) an issue prunes expired
+// enrolment tokens: pruning decodes every stored token, and a fleet's
+// deploys issue one token each, so pruning at every issue made a wave of
+// n deploys decode about n²/2 tokens. A token is then deleted between 24
+// and 25 hours after it expired.
+const enrolmentPruneEvery = time.Hour
+
+// enrolPruneDue reports whether an issue at now prunes (the first issue of
+// the process, or enrolmentPruneEvery after the last that did, or the
+// clock went back), and if so marks now as the last. The mark is kept
+// when the issue's transaction then fails: pruning is housekeeping, and
+// the next due issue does it.
+func (s *Store) enrolPruneDue(now time.Time) bool {
+	last := s.enrolPrunedAt.Load()
+	n := now.UnixNano()
+	if last != 0 && n >= last && n-last < int64(enrolmentPruneEvery) {
+		return false
+	}
+	return s.enrolPrunedAt.CompareAndSwap(last, n)
 }
 
 // pruneEnrolment deletes tokens that expired more than a day ago (kept that

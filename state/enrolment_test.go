@@ -145,3 +145,40 @@ func TestCARecordSealedAndResealed(t *testing.T) {
 		}
 	})
 }
+
+// TestEnrolmentPruneHourly: an issue prunes tokens expired more than a day
+// ago at most once an hour (store clock): a token that became prunable
+// within the hour after a prune is kept (reported expired, not unknown)
+// until the first issue an hour after that prune. Before, every issue
+// decoded every stored token, about n²/2 decodes for a wave of n deploys.
+func TestEnrolmentPruneHourly(t *testing.T) {
+	eachEngine(t, func(t *testing.T) {
+		clk := newClock()
+		s := openTest(t, state.Options{Now: clk.Now})
+		issue := func(ttl time.Duration) string {
+			t.Helper()
+			v, _, err := s.IssueEnrolmentToken(ttl, nil, "ops")
+			if err != nil {
+				t.Fatal(err)
+			}
+			return v
+		}
+		early := issue(time.Minute) // first issue: prunes (nothing yet)
+		later := issue(time.Hour)
+		clk.Advance(24*time.Hour + 2*time.Minute)
+		issue(time.Minute) // over an hour since the last prune: prunes early
+		if _, err := s.ConsumeEnrolmentToken(early, "h1"); !errors.Is(err, state.ErrTokenUnknown) {
+			t.Fatalf("token expired 24 h 1 min ago, after a due prune: %v, want unknown", err)
+		}
+		clk.Advance(59 * time.Minute) // later expired 24 h 1 min ago now
+		issue(time.Minute)            // 59 min after the last prune: none
+		if _, err := s.ConsumeEnrolmentToken(later, "h2"); !errors.Is(err, state.ErrTokenExpired) {
+			t.Fatalf("token prunable since 1 min, 59 min after a prune: %v, want expired (kept)", err)
+		}
+		clk.Advance(2 * time.Minute)
+		issue(time.Minute) // 61 min after the last prune: prunes later
+		if _, err := s.ConsumeEnrolmentToken(later, "h2"); !errors.Is(err, state.ErrTokenUnknown) {
+			t.Fatalf("after the next due prune: %v, want unknown", err)
+		}
+	})
+}

@@ -121,3 +121,15 @@ func QueuedHeartbeats(s *Store) int {
 	defer s.beats.mu.Unlock()
 	return len(s.beats.queue)
 }
+
+// PutRawServer stores data as the servers bucket's record name, bypassing
+// encoding and the decode cache: for tests of what reads do with a record
+// they cannot decode.
+func PutRawServer(s *Store, name string, data []byte) error {
+	return s.update(func(tx kvTx) error { return tx.Bucket(bucketServers).Put([]byte(name), data) })
+}
+
+// DeleteRawServer deletes the servers bucket's record name.
+func DeleteRawServer(s *Store, name string) error {
+	return s.update(func(tx kvTx) error { return tx.Bucket(bucketServers).Delete([]byte(name)) })
+}

@@ -618,10 +618,37 @@ func (s *Store) serverNames(match func(*Server) bool) ([]string, error) {
 }
 
 // ServerByBootMAC returns the server whose boot MAC is mac (lower-case colon
-// form, as stored), or ErrNotFound. It scans the stored records' bytes for
-// the MAC before decoding any (one pass over the bytes, no JSON decoding of
-// non-matching records); boot servers use it for MACs their index does not hold yet.
+// form, as stored), or ErrNotFound. It first reads the one record the
+// decode cache's hint names (the server last written or decoded with that
+// MAC) and returns it if it still holds the MAC; otherwise it scans the
+// stored records' bytes for the MAC before decoding any (one pass over the
+// bytes, no JSON decoding of non-matching records). Boot servers use it
+// for MACs their index does not hold yet: every newly registered server's
+// first netboot, which with the scan alone made commissioning a fleet
+// quadratic in its size.
 func (s *Store) ServerByBootMAC(mac string) (Server, error) {
+	if name, ok := s.servers.hintMAC(mac); ok && mac != "" {
+		var out Server
+		found := false
+		err := s.view(func(tx kvTx) error {
+			v := tx.Bucket(bucketServers).Get([]byte(name))
+			if v == nil {
+				return nil
+			}
+			srv, err := s.servers.decode([]byte(name), v)
+			if err != nil {
+				return fmt.Errorf("decode server %s: %w", name, err)
+			}
+			out, found = srv, srv.BootMAC == mac
+			return nil
+		})
+		if err != nil {
+			return Server{}, fmt.Errorf("state: server by boot mac %s: %w", mac, err)
+		}
+		if found {
+			return out, nil
+		}
+	}
 	needle := []byte(`"bootMAC":"` + mac + `"`)
 	var out Server
 	found := false

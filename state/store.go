@@ -154,6 +154,10 @@ type Store struct {
 	// never an event or a write (UnknownTokenRefusals).
 	unknownTokens atomic.Int64
 
+	// enrolPrunedAt is when (store clock, Unix ns) an enrolment token
+	// issue last pruned expired tokens; 0 before the first.
+	enrolPrunedAt atomic.Int64
+
 	servers serverCache
 	hosts   hostCache
 	// commits shares commits between concurrent writers (update); nil

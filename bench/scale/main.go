@@ -19,6 +19,11 @@
 // controllerAllowed does not list (each entry with its reason) fails the
 // run (exit status 1, after every size ran), naming the first lines; the
 // table's "controller warnings, errors" column counts those.
+//
+// SIGINT or SIGTERM stops the run: the controller gets SIGTERM by its PID
+// (SIGKILL 10 s later if still running), the size's temporary folder (state
+// file, simulated machines' files: gigabytes at thousands of servers) is
+// removed, and the bench exits 128+signal.
 package main
 
 import (
@@ -35,10 +40,13 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"runtime/pprof"
 	"strconv"
 	"strings"
+	"sync"
+	"syscall"
 	"time"
 
 	"github.com/machina-metal/machina/lab/sim"
@@ -58,6 +66,7 @@ func main() {
 	flag.DurationVar(&heartbeat, "heartbeat", 0, "the controller's --heartbeat (0: its default, 30s)")
 	flag.Parse()
 	raiseFileLimit()
+	stopOnSignal(running, 10*time.Second, syscall.SIGINT, syscall.SIGTERM)
 	if outDir == "" {
 		d, err := os.MkdirTemp("", "machina-scale-logs-")
 		if err != nil {
@@ -135,7 +144,8 @@ func measure(n int, bin string, workers int, timeout time.Duration) (string, err
 	if err != nil {
 		return "", err
 	}
-	defer os.RemoveAll(dir)
+	running.removeAtExit(dir)
+	defer func() { running.removed(dir); os.RemoveAll(dir) }()
 	if cpuProfileDir != "" {
 		f, err := os.Create(filepath.Join(cpuProfileDir, fmt.Sprintf("lab-%d.pprof", n)))
 		if err != nil {
@@ -184,7 +194,7 @@ func measure(n int, bin string, workers int, timeout time.Duration) (string, err
 	// reconciling first stalls every server on the missing credential.
 	pre := exec.CommandContext(ctx, bin, "serve", "--state", state, "--listen", "127.0.0.1:"+strconv.Itoa(port), "--log-format", "text")
 	pre.Stderr, pre.Stdout = logf, logf
-	if err := pre.Start(); err != nil {
+	if err := running.start(pre); err != nil {
 		return "", err
 	}
 	err = waitHTTP(ctx, api+"/healthz")
@@ -199,7 +209,7 @@ func measure(n int, bin string, workers int, timeout time.Duration) (string, err
 		}
 	}
 	_ = pre.Process.Signal(os.Interrupt)
-	_ = pre.Wait()
+	_ = running.wait(pre)
 	if err != nil {
 		return "", err
 	}
@@ -218,10 +228,10 @@ func measure(n int, bin string, workers int, timeout time.Duration) (string, err
 	if memLimit != "" {
 		cmd.Env = append(os.Environ(), "GOMEMLIMIT="+memLimit)
 	}
-	if err := cmd.Start(); err != nil {
+	if err := running.start(cmd); err != nil {
 		return "", err
 	}
-	defer func() { _ = cmd.Process.Signal(os.Interrupt); _ = cmd.Wait() }()
+	defer func() { _ = cmd.Process.Signal(os.Interrupt); _ = running.wait(cmd) }()
 	if err := waitHTTP(ctx, api+"/healthz"); err != nil {
 		return "", err
 	}
@@ -540,4 +550,114 @@ lines:
 		out.unexpected = append(out.unexpected, filepath.Base(path)+": "+l)
 	}
 	return out, sc.Err()
+}
+
+// running holds the `machina serve` children this bench started and has
+// not yet waited for, and the temporary folders to remove if it is
+// stopped by a signal.
+var running = &children{pids: map[int]bool{}, dirs: map[string]bool{}}
+
+// children is a set of started child processes (by PID) and folders.
+type children struct {
+	mu       sync.Mutex
+	pids     map[int]bool
+	dirs     map[string]bool
+	stopping bool // stop began: the process exits when it ends
+}
+
+// start starts cmd and records its PID until wait.
+func (c *children) start(cmd *exec.Cmd) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	c.pids[cmd.Process.Pid] = true
+	return nil
+}
+
+// wait waits for cmd (started by start) and forgets its PID. A child
+// that stop ended does not return here: the signal handler exits the
+// process when stop is done, and the measurement must not go on (nor
+// exit first with its own status) meanwhile.
+func (c *children) wait(cmd *exec.Cmd) error {
+	err := cmd.Wait()
+	c.mu.Lock()
+	delete(c.pids, cmd.Process.Pid)
+	stopping := c.stopping
+	c.mu.Unlock()
+	if stopping {
+		select {}
+	}
+	return err
+}
+
+// removeAtExit records dir for stop to remove; removed forgets it.
+func (c *children) removeAtExit(dir string) {
+	c.mu.Lock()
+	c.dirs[dir] = true
+	c.mu.Unlock()
+}
+
+func (c *children) removed(dir string) {
+	c.mu.Lock()
+	delete(c.dirs, dir)
+	c.mu.Unlock()
+}
+
+// stop sends SIGTERM to every recorded child by its PID (machina serve
+// stops on it as on SIGINT: writing its profiles, closing its state
+// store), waits up to grace for each to exit, SIGKILLs those still
+// running, and then removes the recorded folders (the state file and the
+// simulated lab's trees, which the children may have been writing).
+func (c *children) stop(grace time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.stopping = true
+	for pid := range c.pids {
+		_ = syscall.Kill(pid, syscall.SIGTERM)
+	}
+	deadline := time.Now().Add(grace)
+	for pid := range c.pids {
+		for alive(pid) && time.Now().Before(deadline) {
+			time.Sleep(50 * time.Millisecond)
+		}
+		if alive(pid) {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+	for dir := range c.dirs {
+		_ = os.RemoveAll(dir)
+	}
+}
+
+// alive reports whether process pid exists and has not exited: a child
+// that exited but that nobody has waited for yet is a zombie (state Z in
+// /proc/PID/stat), which kill(pid, 0) still finds.
+func alive(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	i := bytes.LastIndexByte(b, ')')
+	return i < 0 || i+2 >= len(b) || (b[i+2] != 'Z' && b[i+2] != 'X')
+}
+
+// stopOnSignal stops c's children (c.stop(grace)) and exits with status
+// 128+signal when this process gets one of sigs: without it an
+// interrupted bench left its controller running, holding the state file
+// and its ports.
+func stopOnSignal(c *children, grace time.Duration, sigs ...os.Signal) {
+	ch := make(chan os.Signal, 1)
+	signal.Notify(ch, sigs...)
+	go func() {
+		s := <-ch
+		fmt.Fprintf(os.Stderr, "scale: %v: stopping the controller\n", s)
+		c.stop(grace)
+		code := 1
+		if n, ok := s.(syscall.Signal); ok {
+			code = 128 + int(n)
+		}
+		os.Exit(code)
+	}()
 }

@@ -1,10 +1,16 @@
 package main
 
 import (
+	"errors"
+	"fmt"
+	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	bolt "go.etcd.io/bbolt"
 )
@@ -55,4 +61,73 @@ func TestBoltTxID(t *testing.T) {
 		t.Errorf("boltTxID = %d, want %d (at least 5)", got, want)
 	}
 	db.Close()
+}
+
+// TestSignalStopsChildren: a bench stopped by SIGTERM stops the child it
+// started (here a `sleep` standing in for `machina serve`, one that
+// ignores SIGTERM so the grace ends in SIGKILL) by its PID, removes its
+// recorded folder and exits 128+15. Before, the child kept running.
+func TestSignalStopsChildren(t *testing.T) {
+	if os.Getenv("SCALE_SIGNAL_CHILD") != "" {
+		dir := os.Getenv("SCALE_SIGNAL_DIR")
+		stopOnSignal(running, 200*time.Millisecond, syscall.SIGTERM)
+		running.removeAtExit(dir)
+		cmd := exec.Command("sh", "-c", `trap "" TERM; exec sleep 300`)
+		if err := running.start(cmd); err != nil {
+			t.Fatal(err)
+		}
+		fmt.Println(cmd.Process.Pid)
+		_ = running.wait(cmd)
+		t.Fatal("the child exited by itself")
+	}
+	dir := filepath.Join(t.TempDir(), "state")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	bench := exec.Command(os.Args[0], "-test.run", "^TestSignalStopsChildren$")
+	bench.Env = append(os.Environ(), "SCALE_SIGNAL_CHILD=1", "SCALE_SIGNAL_DIR="+dir)
+	out, err := bench.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := bench.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var pid int
+	if _, err := fmt.Fscan(out, &pid); err != nil || pid <= 0 {
+		_ = bench.Process.Kill()
+		_ = bench.Wait()
+		t.Fatalf("reading the child's PID: %v", err)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGKILL) })
+	// The shell has exec'd sleep once its comm says so; the trap is set
+	// before, so a SIGTERM sent now is ignored by the child.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+		if strings.TrimSpace(string(b)) == "sleep" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("child %d never ran sleep (comm %q)", pid, b)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := bench.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, out)
+	err = bench.Wait()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 128+int(syscall.SIGTERM) {
+		t.Errorf("bench exit = %v, want status %d", err, 128+int(syscall.SIGTERM))
+	}
+	// The bench exited: its child, if killed, was reparented and reaped,
+	// or is a zombie for the moment; either way it runs no more.
+	if alive(pid) {
+		t.Errorf("child %d still running after the bench was stopped by SIGTERM", pid)
+	}
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Errorf("recorded folder %s not removed: stat err %v", dir, err)
+	}
 }

@@ -419,7 +419,7 @@ func (m *Machine) run(ctx context.Context, gen int) {
 		mode := args["machina.mode"]
 		client := &v1.AgentClient{BaseURL: args["machina.url"], HTTP: m.client(ctx)}
 		r := &agent.Runner{Client: client, Token: args["machina.token"], BootMAC: m.MAC, Root: m.root, DevDir: m.devDir,
-			Tests:       agent.CommissionConfig{MemoryTestBytes: 1 << 20, DiskReadBytes: 64 << 10, NetworkTestBytes: 256 << 10},
+			Tests:       agent.CommissionConfig{MemoryTestBytes: 64 << 10, DiskReadBytes: 64 << 10, NetworkTestBytes: 256 << 10},
 			MemoryLimit: 64 << 20, Version: "sim", Logger: m.log}
 		switch mode {
 		case "commission":
