@@ -3,11 +3,16 @@
 #
 # A minimal Debian 12 (bookworm) made with debootstrap from Debian's packages: linux-image-amd64,
 # systemd, cloud-init (NoCloud datasource first), openssh-server, sudo, curl. Layout of the 1 GiB
-# sparse raw image (MBR, no loop devices, no host mounts of the image):
-#   p1  sectors 2048..198655 (96 MiB)  type ef, active  FAT16 "MACHINA-ESP": syslinux (BIOS, via the
-#       syslinux MBR code) and EFI/BOOT/BOOTX64.EFI = syslinux.efi (UEFI removable-media path), each
-#       with a syslinux.cfg, plus the kernel and the initrd.
-#   p2  sectors 198656..end            type 83         ext4 "machina-root", filled with mkfs.ext4 -d.
+# sparse raw image (GPT, as cloud images are, so storage layouts can grow its root partition; no loop
+# devices, no host mounts of the image):
+#   p1  sectors 2048..198655 (96 MiB)  EFI System, LegacyBIOSBootable  FAT16 "MACHINA-ESP": syslinux (BIOS,
+#       via syslinux's GPT MBR code) and EFI/BOOT/BOOTX64.EFI = syslinux.efi (UEFI removable-media path),
+#       each with a syslinux.cfg, plus the kernel and the initrd.
+#   p2  sectors 198656..(1 MiB-aligned end before the backup GPT) Linux filesystem  ext4 "machina-root", filled with mkfs.ext4 -d.
+# mdadm and lvm2 put RAID1 and LVM in the initramfs (storage layouts: a RAID1 root boots with a member
+# missing); ifenslave, vlan and bridge-utils let ifupdown bring up the bonds, VLANs and bridges cloud-init
+# renders from a network layout, and net-tools its routes (cloud-init's ENI renderer writes
+# "post-up route add default gw ...").
 # The host's /boot and bootloader are never touched: nothing runs grub-install or update-grub.
 # Needs root (debootstrap, chroot). Writes only below OUTDIR and a scratch folder it removes.
 set -eu
@@ -21,14 +26,14 @@ ROOT_START=$((ESP_START + ESP_SECTORS))
 ROOT_UUID=6d616368-696e-4120-8f73-696d61676521 # fixed, so fstab and the kernel command line agree
 # Installed with apt inside the chroot (debootstrap's own resolver does not follow virtual packages).
 PACKAGES="linux-image-amd64 initramfs-tools systemd-sysv udev dbus cloud-init cloud-guest-utils openssh-server
-  sudo curl ca-certificates ifupdown isc-dhcp-client iproute2 netbase procps less"
+  sudo curl ca-certificates ifupdown isc-dhcp-client iproute2 netbase procps less mdadm lvm2 ifenslave vlan bridge-utils net-tools"
 
 [ "$(id -u)" = 0 ] || { echo "build.sh: must run as root (debootstrap, chroot)" >&2; exit 1; }
 for t in debootstrap sfdisk mkfs.vfat mkfs.ext4 syslinux mcopy mmd; do
 	command -v "$t" >/dev/null 2>&1 || { echo "build.sh: $t not found" >&2; exit 1; }
 done
 pkgfile() { dpkg -L "$1" | grep "$2\$" | head -n1; }
-MBR=$(pkgfile syslinux-common /mbr/mbr.bin)
+MBR=$(pkgfile syslinux-common /mbr/gptmbr.bin)
 LDLINUX_E64=$(pkgfile syslinux-common /efi64/ldlinux.e64)
 SYSLINUX_EFI=$(pkgfile syslinux-efi /efi64/syslinux.efi)
 
@@ -71,7 +76,7 @@ chmod 755 "$R/usr/sbin/policy-rc.d"
 # the kernel is installed so its postinst builds the initrd once.
 mkdir -p "$R/etc/initramfs-tools/conf.d"
 echo MODULES=list >"$R/etc/initramfs-tools/conf.d/machina.conf"
-printf '%s\n' virtio_pci virtio_blk virtio_scsi sd_mod sr_mod ata_piix ahci nvme ext4 >>"$R/etc/initramfs-tools/modules"
+printf '%s\n' virtio_pci virtio_blk virtio_scsi sd_mod sr_mod ata_piix ahci nvme ext4 md_mod raid1 >>"$R/etc/initramfs-tools/modules"
 echo "build.sh: apt-get install" $PACKAGES
 # shellcheck disable=SC2086
 if ! chroot "$R" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $PACKAGES >"$WORK/apt.log" 2>&1; then
@@ -116,10 +121,10 @@ EOF
 IMG="$WORK/os.img"
 truncate -s "${IMG_MIB}M" "$IMG"
 sfdisk --quiet "$IMG" <<EOF
-label: dos
-label-id: 0x4d414348
-start=$ESP_START, size=$ESP_SECTORS, type=ef, bootable
-start=$ROOT_START, type=83
+label: gpt
+label-id: 4d414348-696e-4120-8f73-696d61676500
+start=$ESP_START, size=$ESP_SECTORS, type=C12A7328-F81F-11D2-BA4B-00A0C93EC93B, attrs="LegacyBIOSBootable", name=MACHINA-ESP
+start=$ROOT_START, type=0FC63DAF-8483-4772-8E79-3D69D8477DE4, name=machina-root
 EOF
 mkfs.vfat -F 16 -n MACHINA-ESP -i 4d414348 --offset=$ESP_START "$IMG" $((ESP_SECTORS / 2)) >"$WORK/mkfs.log" 2>&1
 syslinux --install --offset $((ESP_START * 512)) "$IMG"
@@ -132,7 +137,12 @@ mcopy -i "$E" "$WORK/syslinux.cfg" ::syslinux.cfg
 mcopy -i "$E" "$WORK/syslinux.cfg" ::EFI/BOOT/syslinux.cfg
 mcopy -i "$E" "$SYSLINUX_EFI" ::EFI/BOOT/BOOTX64.EFI
 mcopy -i "$E" "$LDLINUX_E64" ::EFI/BOOT/ldlinux.e64
-ROOT_KIB=$(((IMG_MIB * 2048 - ROOT_START) / 2))
+# The root filesystem fills its partition exactly: sfdisk aligns the last
+# partition's end down to 1 MiB below the backup GPT, so its size is read
+# back from the table rather than computed.
+ROOT_SECTORS=$(sfdisk --dump "$IMG" | awk -F'size=' '/name="?machina-root/ {split($2, a, ","); gsub(/ /, "", a[1]); print a[1]}')
+[ -n "$ROOT_SECTORS" ] || { echo "build.sh: no machina-root partition in the table" >&2; exit 1; }
+ROOT_KIB=$((ROOT_SECTORS / 2))
 mkfs.ext4 -q -F -L machina-root -U "$ROOT_UUID" -E offset=$((ROOT_START * 512)) -d "$R" "$IMG" "${ROOT_KIB}k"
 
 SUM=$(sha256sum "$IMG" | cut -d' ' -f1)
