@@ -5,9 +5,15 @@
 # systemd, cloud-init (NoCloud datasource first), openssh-server, sudo, curl. Layout of the 1 GiB
 # sparse raw image (GPT, as cloud images are, so storage layouts can grow its root partition; no loop
 # devices, no host mounts of the image):
-#   p1  sectors 2048..198655 (96 MiB)  EFI System, LegacyBIOSBootable  FAT16 "MACHINA-ESP": syslinux (BIOS,
-#       via syslinux's GPT MBR code) and EFI/BOOT/BOOTX64.EFI = syslinux.efi (UEFI removable-media path),
-#       each with a syslinux.cfg, plus the kernel and the initrd.
+#   p1  sectors 2048..198655 (96 MiB)  EFI System, LegacyBIOSBootable  FAT16 "MACHINA-ESP" (volume id
+#       4D41-4348): syslinux (BIOS, via syslinux's GPT MBR code, which boots the partition marked
+#       LegacyBIOSBootable) with syslinux.cfg; for UEFI, with Secure Boot on or off, Debian's signed chain
+#       at the removable-media path, so no NVRAM boot entry is needed: EFI/BOOT/BOOTX64.EFI = shim
+#       (shim-signed, signed by Microsoft's UEFI CA), EFI/BOOT/grubx64.efi = GRUB (grub-efi-amd64-signed,
+#       signed by Debian's Secure Boot CA; shim loads that name from its own directory) reading
+#       EFI/debian/grub.cfg (its built-in prefix); plus the kernel (Debian's signed linux-image, which
+#       GRUB has shim verify) and the initrd. shim and GRUB are copied from this host's packages, as
+#       syslinux is.
 #   p2  sectors 198656..(1 MiB-aligned end before the backup GPT) Linux filesystem  ext4 "machina-root", filled with mkfs.ext4 -d.
 # mdadm and lvm2 put RAID1 and LVM in the initramfs (storage layouts: a RAID1 root boots with a member
 # missing); ifenslave, vlan and bridge-utils let ifupdown bring up the bonds, VLANs and bridges cloud-init
@@ -29,13 +35,16 @@ PACKAGES="linux-image-amd64 initramfs-tools systemd-sysv udev dbus cloud-init cl
   sudo curl ca-certificates ifupdown isc-dhcp-client iproute2 netbase procps less mdadm lvm2 ifenslave vlan bridge-utils net-tools"
 
 [ "$(id -u)" = 0 ] || { echo "build.sh: must run as root (debootstrap, chroot)" >&2; exit 1; }
-for t in debootstrap sfdisk mkfs.vfat mkfs.ext4 syslinux mcopy mmd; do
+for t in debootstrap sfdisk mkfs.vfat mkfs.ext4 syslinux mcopy mmd sbverify; do
 	command -v "$t" >/dev/null 2>&1 || { echo "build.sh: $t not found" >&2; exit 1; }
 done
 pkgfile() { dpkg -L "$1" | grep "$2\$" | head -n1; }
 MBR=$(pkgfile syslinux-common /mbr/gptmbr.bin)
-LDLINUX_E64=$(pkgfile syslinux-common /efi64/ldlinux.e64)
-SYSLINUX_EFI=$(pkgfile syslinux-efi /efi64/syslinux.efi)
+SHIM=$(pkgfile shim-signed /shimx64.efi.signed)
+GRUB_EFI=$(pkgfile grub-efi-amd64-signed /grubx64.efi.signed)
+[ -n "$MBR" ] || { echo "build.sh: gptmbr.bin not found (Debian package syslinux-common)" >&2; exit 1; }
+[ -n "$SHIM" ] || { echo "build.sh: shimx64.efi.signed not found (Debian package shim-signed)" >&2; exit 1; }
+[ -n "$GRUB_EFI" ] || { echo "build.sh: grubx64.efi.signed not found (Debian package grub-efi-amd64-signed)" >&2; exit 1; }
 
 # The Debian mirror this host's apt already uses (deb822 or one-line sources).
 MIRROR=${MACHINA_DEBIAN_MIRROR:-}
@@ -99,6 +108,9 @@ datasource_list: [ NoCloud, None ]
 EOF
 KVER=$(basename "$(ls -d "$R"/lib/modules/* | head -n1)")
 [ -f "$R/boot/initrd.img-$KVER" ] || { echo "build.sh: no initrd for $KVER" >&2; exit 1; }
+# Under Secure Boot, GRUB boots only a kernel shim trusts: Debian's linux-image-*-amd64 is signed.
+sbverify --list "$R/boot/vmlinuz-$KVER" 2>/dev/null | grep -q 'Debian Secure Boot' ||
+	{ echo "build.sh: $R/boot/vmlinuz-$KVER is not signed by Debian's Secure Boot CA" >&2; exit 1; }
 # Trim what a lab OS never reads.
 chroot "$R" apt-get clean
 umount "$R/sys" "$R/proc"
@@ -116,6 +128,15 @@ LABEL debian
   INITRD /initrd.img
   APPEND $CMDLINE
 EOF
+# GRUB's root is the ESP, found by its volume id (a second disk, such as a NoCloud seed, does not
+# confuse it); the root filesystem is found by UUID on the kernel command line.
+cat >"$WORK/grub.cfg" <<EOF
+set timeout=0
+search --no-floppy --fs-uuid --set=root 4D41-4348
+linux /vmlinuz $CMDLINE
+initrd /initrd.img
+boot
+EOF
 
 # --- disk image ---
 IMG="$WORK/os.img"
@@ -130,13 +151,13 @@ mkfs.vfat -F 16 -n MACHINA-ESP -i 4d414348 --offset=$ESP_START "$IMG" $((ESP_SEC
 syslinux --install --offset $((ESP_START * 512)) "$IMG"
 dd if="$MBR" of="$IMG" bs=440 count=1 conv=notrunc status=none
 E="$IMG@@$((ESP_START * 512))"
-mmd -i "$E" ::EFI ::EFI/BOOT
+mmd -i "$E" ::EFI ::EFI/BOOT ::EFI/debian
 mcopy -i "$E" "$R/boot/vmlinuz-$KVER" ::vmlinuz
 mcopy -i "$E" "$R/boot/initrd.img-$KVER" ::initrd.img
 mcopy -i "$E" "$WORK/syslinux.cfg" ::syslinux.cfg
-mcopy -i "$E" "$WORK/syslinux.cfg" ::EFI/BOOT/syslinux.cfg
-mcopy -i "$E" "$SYSLINUX_EFI" ::EFI/BOOT/BOOTX64.EFI
-mcopy -i "$E" "$LDLINUX_E64" ::EFI/BOOT/ldlinux.e64
+mcopy -i "$E" "$SHIM" ::EFI/BOOT/BOOTX64.EFI
+mcopy -i "$E" "$GRUB_EFI" ::EFI/BOOT/grubx64.efi
+mcopy -i "$E" "$WORK/grub.cfg" ::EFI/debian/grub.cfg
 # The root filesystem fills its partition exactly: sfdisk aligns the last
 # partition's end down to 1 MiB below the backup GPT, so its size is read
 # back from the table rather than computed.
