@@ -151,7 +151,7 @@ lab-arm64: build node-arm64
 .PHONY: lab-trust
 lab-trust: build ramdisk
 	@$(MAKE) --no-print-directory os-image
-	MACHINA_VM_LAB_TRUST=1 $(GO) test -count=1 -timeout 15m -v -run '^TestVMLabTrust$$' ./lab/vm/
+	MACHINA_VM_LAB_TRUST=1 $(GO) test -count=1 -timeout 40m -v -run '^TestVMLabTrust$$' ./lab/vm/
 # lab-host: the host VM lab (lab/vm TestVMLabHost): one UEFI VM with a swtpm TPM 2.0, two NICs bonded
 # (active-backup) under a tagged VLAN and a bridge with the server's address and MTU 9000, a RAID1 root
 # over two virtio disks and a volume group on an NVMe disk, against a VLAN-filtering bridge with lldpd:
