@@ -129,8 +129,15 @@ func (s *sniffer) add(k flowKey, seq uint32, payload []byte) {
 		return
 	}
 	if k.udp {
-		seq = f.next
-		f.next++
+		// TFTP DATA (RFC 1350 §5: opcode 3, block number): keyed by its
+		// block, without the header, so a retransmitted block counts once
+		// and a value across two blocks reads whole.
+		if len(payload) >= 4 && payload[0] == 0 && payload[1] == 3 {
+			seq, payload = uint32(payload[2])<<8|uint32(payload[3]), payload[4:]
+		} else {
+			seq = 1<<20 + f.next
+			f.next++
+		}
 	}
 	if _, dup := f.segs[seq]; dup {
 		return

@@ -713,9 +713,10 @@ func (l *lab) trustHostChecks(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("vm lab: ssh %s (%s): %w: %s", TrustMachine, ip, err, out)
 	}
-	lines := strings.Split(strings.TrimSpace(out), "\n")
-	if f := strings.Fields(lines[0]); len(f) != 5 || f[4] != "1" {
-		return "", fmt.Errorf("vm lab: %s's SecureBoot variable is %q, want its value 1", TrustMachine, lines[0])
+	// od's line is the variable's attributes (4 bytes) and its value.
+	sbVar := regexp.MustCompile(`(?m)^\s*\d+\s+\d+\s+\d+\s+\d+\s+(\d+)\s*$`).FindStringSubmatch(out)
+	if sbVar == nil || sbVar[1] != "1" {
+		return "", fmt.Errorf("vm lab: %s's SecureBoot variable is not 1: %s", TrustMachine, out)
 	}
 	if !strings.Contains(out, "Secure boot enabled") {
 		return "", fmt.Errorf("vm lab: %s's kernel log does not say Secure boot enabled: %s", TrustMachine, out)
