@@ -146,12 +146,14 @@ lab-arm64: build node-arm64
 # lab-trust: the Secure Boot VM lab (lab/vm TestVMLabTrust): one x86-64 VM with OVMF Secure Boot,
 # Microsoft's keys and a swtpm TPM 2.0 network-boots Debian's signed shim and GRUB from machina
 # serve, then the signed kernel and the ramdisk, locked down; attests against the boot chain the
-# controller computes from the files it serves (profile attestation: required) and commissions.
-# Root, a few minutes under TCG.
+# controller computes from the files it serves (profile attestation: required) and commissions;
+# then its EK is pinned in Git, a spoofing VM with its own swtpm and the same MAC is refused the
+# plan, it deploys with quotes, boots its OS with Secure Boot on and joins, and the spoofer's
+# replays at plan, done and join are refused. Root, about 20 minutes under TCG.
 .PHONY: lab-trust
 lab-trust: build ramdisk
 	@$(MAKE) --no-print-directory os-image
-	MACHINA_VM_LAB_TRUST=1 $(GO) test -count=1 -timeout 15m -v -run '^TestVMLabTrust$$' ./lab/vm/
+	MACHINA_VM_LAB_TRUST=1 $(GO) test -count=1 -timeout 40m -v -run '^TestVMLabTrust$$' ./lab/vm/
 # lab-host: the host VM lab (lab/vm TestVMLabHost): one UEFI VM with a swtpm TPM 2.0, two NICs bonded
 # (active-backup) under a tagged VLAN and a bridge with the server's address and MTU 9000, a RAID1 root
 # over two virtio disks and a volume group on an NVMe disk, against a VLAN-filtering bridge with lldpd:

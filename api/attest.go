@@ -217,17 +217,18 @@ func (m *Machine) newRefusedEK(server, ek string) bool {
 
 // attestGate answers 403 (and reports true) when the request with token t
 // needs a verified attestation it does not have: policy required, or an EK
-// pinned, unless the policy is off. A token already used passes: the use
-// either replays the answer it was given (released then) or refuses.
+// pinned, unless the policy is off. Each attestation lets one request
+// through (attestation.Verifier.Take), also for a token already used: the
+// plan route answers a repeated request with fresh tokens and the seed's
+// secrets, so a request replayed from the server's address with a
+// captured plan token must not pass on the real machine's attestation.
+// The agent attests before every try of a gated request.
 func (m *Machine) attestGate(w http.ResponseWriter, t state.Token) bool {
-	if !t.Reusable && t.Uses > 0 {
-		return false
-	}
 	rule := m.attestRule(t.Server)
 	if rule.Mode == AttestOff {
 		return false
 	}
-	if _, ok := m.att.v.Attested(t.Server, t.ID); ok {
+	if _, ok := m.att.v.Take(t.Server, t.ID); ok {
 		return false
 	}
 	if rule.Mode != AttestRequired && rule.PinnedEK == "" {

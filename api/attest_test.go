@@ -161,6 +161,15 @@ func TestPlanNeedsAttestationSWTPM(t *testing.T) {
 	if s.TPM == nil || s.TPM.EK != ek || s.TPM.Refused != "" || len(s.TPM.BootApplications) != 2 {
 		t.Errorf("server TPM = %+v, want EK %s recorded", s.TPM, ek)
 	}
+	// The same plan request again (a spoofer at the server's address
+	// replaying the plan token it read off the network, while the server
+	// deploys): the attestation released one answer, so this one is
+	// refused and carries no secret.
+	if p2, err := c.Plan(ctx, tok); !errors.As(err, new(*v1.AgentStatusError)) || p2.Seed.JoinToken != "" {
+		t.Fatalf("replayed plan after the attested one = %+v, %v; want refused", p2, err)
+	} else if se := (*v1.AgentStatusError)(nil); errors.As(err, &se) && (se.Code != http.StatusForbidden || !strings.Contains(se.Body, v1.CodeAttestationRequired)) {
+		t.Fatalf("replayed plan = %v, want 403 %s", err, v1.CodeAttestationRequired)
+	}
 
 	// done needs its own attestation with the done token.
 	res := v1.DeployResult{BootMAC: mac, OK: true, BytesWritten: 1, SHA256: strings.Repeat("a", 64), ReadBackSHA256: strings.Repeat("a", 64)}

@@ -356,6 +356,22 @@ func (v *Verifier) Verify(server, binding string, ev v1.AttestEvidence, chain Bo
 	return res, nil
 }
 
+// Take returns the result of a verified attestation for server and
+// binding that has not expired, and forgets it: one attestation releases
+// one answer. A request sent again with the same binding (a retry, or a
+// replay captured off the network) needs a new attestation over a new
+// nonce, which only the TPM holding the enrolled AK can give.
+func (v *Verifier) Take(server, binding string) (Result, bool) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	a, ok := v.verified[binding]
+	if !ok || a.server != server || v.cfg.Now().After(a.expires) {
+		return Result{}, false
+	}
+	delete(v.verified, binding)
+	return a.res, true
+}
+
 // Attested returns the result of a verified attestation for server and
 // binding that has not expired.
 func (v *Verifier) Attested(server, binding string) (Result, bool) {

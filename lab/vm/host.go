@@ -14,7 +14,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -91,11 +90,8 @@ const hostAddressMode = "pool"
 
 // hostLab is the host lab's own state: the swtpm and the disk files.
 type hostLab struct {
-	tpmMu     sync.Mutex
-	swtpm     *exec.Cmd
-	swtpmDone chan struct{}
-	tpmSock   string
-	vmDir     string
+	tpm   *swtpm
+	vmDir string
 	// addr is the host's address on hostSubnet once known.
 	addr string
 	// gw terminates VLAN hostVLAN of the VM's ports (vlanport.go);
@@ -120,7 +116,7 @@ func (l *lab) hostMachines() []*machine {
 	m := &machine{name: HostMachine, zone: "lab", mac: hostMAC0, fw: vmpower.UEFI, driver: "redfish", tree: "dmtf-public-rackmount1",
 		extraMACs: []string{hostMAC1}, diskBytes: hostRootDiskBytes}
 	m.tune = func(cfg *vmpower.Config) error { return l.hostTune(cfg) }
-	m.preStart = func(context.Context) error { return l.host.ensureSWTPM() }
+	m.preStart = func(context.Context) error { return l.host.tpm.ensure() }
 	return []*machine{m}
 }
 
@@ -132,9 +128,9 @@ func (h *hostLab) hostDevices(secondRoot bool) []string {
 		a = append(a, "-drive", "file="+filepath.Join(h.vmDir, "disk1.raw")+",format=raw,if=none,id=disk1,cache=unsafe",
 			"-device", "virtio-blk-pci,drive=disk1,serial="+hostRootSerial)
 	}
-	return append(a, "-drive", "file="+filepath.Join(h.vmDir, "nvme.raw")+",format=raw,if=none,id=nvm0,cache=unsafe",
-		"-device", "nvme,drive=nvm0,serial="+hostNVMeSer,
-		"-chardev", "socket,id=chrtpm,path="+h.tpmSock, "-tpmdev", "emulator,id=tpm0,chardev=chrtpm", "-device", "tpm-crb,tpmdev=tpm0")
+	a = append(a, "-drive", "file="+filepath.Join(h.vmDir, "nvme.raw")+",format=raw,if=none,id=nvm0,cache=unsafe",
+		"-device", "nvme,drive=nvm0,serial="+hostNVMeSer)
+	return append(a, h.tpm.qemuArgs("tpm-crb")...)
 }
 
 // hostDisks are vm-host's disk image files: the two root disks and the NVMe.
@@ -175,71 +171,25 @@ func (l *lab) hostTune(cfg *vmpower.Config) error {
 	return l.hostSwitchUp(cfg.NICs[0].Tap, cfg.NICs[1].Tap)
 }
 
-// setupHostSWTPM manufactures a TPM 2.0 with an EK (swtpm_setup) in the lab
-// folder; ensureSWTPM serves it before each qemu start.
+// setupHostSWTPM manufactures vm-host's TPM 2.0 with an EK and the
+// SHA-256 PCR bank in the lab folder; its swtpm starts before each qemu
+// start (swtpm.ensure).
 func (l *lab) setupHostSWTPM() error {
 	h := l.host
 	dir := filepath.Join(h.vmDir, "tpm")
-	state := filepath.Join(dir, "state")
-	if err := os.MkdirAll(state, 0o700); err != nil {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
 	}
 	conf := filepath.Join(dir, "swtpm_setup.conf")
 	if err := os.WriteFile(conf, []byte("active_pcr_banks = sha256\n"), 0o600); err != nil {
 		return err
 	}
-	if out, err := exec.Command("swtpm_setup", "--tpm2", "--tpmstate", state, "--config", conf, "--createek").CombinedOutput(); err != nil {
-		return fmt.Errorf("host lab: swtpm_setup: %w: %s", err, out)
-	}
-	h.tpmSock = filepath.Join(dir, "swtpm.sock")
-	return nil
-}
-
-// ensureSWTPM starts swtpm on the TPM's state with a control socket for
-// qemu's tpm emulator backend, unless the last one still runs. qemu sends
-// swtpm CMD_SHUTDOWN when it exits, and swtpm ends, so the VM's pre-start
-// hook (vmpower SetPreStart) calls this before every qemu start, as
-// libvirt does. The process is ended by its PID (hostClose).
-func (h *hostLab) ensureSWTPM() error {
-	h.tpmMu.Lock()
-	defer h.tpmMu.Unlock()
-	if h.swtpm != nil {
-		select {
-		case <-h.swtpmDone:
-		default:
-			return nil
-		}
-	}
-	dir := filepath.Dir(h.tpmSock)
-	_ = os.Remove(h.tpmSock)
-	logf, err := os.OpenFile(filepath.Join(dir, "swtpm.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	t, err := newSWTPM(dir, "--config", conf, "--createek")
 	if err != nil {
-		return err
+		return fmt.Errorf("host lab: %w", err)
 	}
-	cmd := exec.Command("swtpm", "socket", "--tpm2", "--tpmstate", "dir="+filepath.Join(dir, "state"), "--ctrl", "type=unixio,path="+h.tpmSock,
-		"--log", "level=1")
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		logf.Close()
-		return fmt.Errorf("host lab: start swtpm: %w", err)
-	}
-	done := make(chan struct{})
-	h.swtpm, h.swtpmDone = cmd, done
-	go func() { _ = cmd.Wait(); logf.Close(); close(done) }()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		if _, err := os.Stat(h.tpmSock); err == nil {
-			return nil
-		}
-		select {
-		case <-done:
-			return fmt.Errorf("host lab: swtpm exited (see %s)", filepath.Join(dir, "swtpm.log"))
-		case <-time.After(20 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			return errors.New("host lab: swtpm: no control socket after 30s")
-		}
-	}
+	h.tpm = t
+	return nil
 }
 
 // hostSwitchUp configures the namespace as the top-of-rack switch of
@@ -329,12 +279,7 @@ func (l *lab) hostClose() {
 			_ = m.vm.Reset(context.Background(), "ForceOff")
 		}
 	}
-	h.tpmMu.Lock()
-	if h.swtpm != nil {
-		_ = h.swtpm.Process.Kill()
-		<-h.swtpmDone
-	}
-	h.tpmMu.Unlock()
+	h.tpm.stop()
 	if h.gw != nil {
 		h.gw.close()
 	}

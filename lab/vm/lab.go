@@ -190,9 +190,9 @@ type machine struct {
 	bmc    *bmcsim.Server
 	pyBMC  *bmcproc.BMC
 	// trust: Secure Boot OVMF with Microsoft's keys and a swtpm TPM
-	// (Config.Trust); swtpm is its process.
+	// (Config.Trust); tpm is its TPM.
 	trust bool
-	swtpm *exec.Cmd
+	tpm   *swtpm
 	vm    *vmpower.VM
 	addr  string // BMC address as the controller reaches it
 	// extraMACs are NICs after the boot NIC, each on a tap of its own
@@ -238,6 +238,9 @@ type lab struct {
 	// host holds the host lab's own processes and files (Config.Host;
 	// nil otherwise).
 	host *hostLab
+	// spoof is the Secure Boot lab's spoofing VM (trust.go; nil until it
+	// starts).
+	spoof *spoofer
 }
 
 // Run runs the VM lab up to cfg.Stage (or the arm64 lab, cfg.ARM64) and
@@ -615,8 +618,7 @@ func (l *lab) setup(ctx context.Context, img, sum string) error {
 			UUID: fmt.Sprintf("6a1f0e3c-1414-4222-8333-%012d", i+1), Disk: disk, Netns: l.ns.Name,
 			NICs: nics, Logger: l.log.With("vm", m.name)}
 		if m.trust {
-			vcfg.OVMFCode, vcfg.OVMFVars = ovmfSecureCode, ovmfSecureVars
-			if vcfg.ExtraArgs, err = l.startSWTPM(m, dir); err != nil {
+			if err := l.trustTune(m, &vcfg); err != nil {
 				return err
 			}
 		}
@@ -951,8 +953,9 @@ func (l *lab) close() {
 		if m.vm != nil {
 			_ = m.vm.Reset(context.Background(), "ForceOff")
 		}
-		m.stopSWTPM()
+		m.tpm.stop()
 	}
+	l.closeSpoofer()
 	for _, hs := range l.servers {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		_ = hs.Shutdown(ctx)

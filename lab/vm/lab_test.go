@@ -154,7 +154,11 @@ func TestVMLabARM64(t *testing.T) {
 // TestVMLabTrust is the Secure Boot lab (Config.Trust, lab/vm/trust.go):
 // vm-trust boots OVMF with Secure Boot and Microsoft's keys through the
 // signed shim, GRUB and kernel the controller serves, attests with its
-// swtpm against the computed chain, and commissions.
+// swtpm against the computed chain, and commissions; its EK is pinned in
+// Git; a spoofing VM with its own swtpm and vm-trust's MAC and address is
+// refused the plan; vm-trust deploys with quotes, boots its OS with Secure
+// Boot on and joins; the spoofer's replays at plan, done and join are
+// refused.
 func TestVMLabTrust(t *testing.T) {
 	if os.Getenv("MACHINA_VM_LAB_TRUST") != "1" {
 		if os.Getenv("CI") == "true" {
@@ -166,7 +170,7 @@ func TestVMLabTrust(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 14*time.Minute) // .ci/run: -timeout 15m
+	ctx, cancel := context.WithTimeout(context.Background(), 38*time.Minute) // .ci/run: -timeout 40m
 	defer cancel()
 	start := time.Now()
 	steps, err := Run(ctx, Config{Root: root, Trust: true, Logger: slog.New(slog.NewTextHandler(t.Output(), nil)),

@@ -839,3 +839,41 @@ func TestWriteImageLayoutRefusesNonGPTBeforeWrite(t *testing.T) {
 		t.Fatal("no layout: CheckHead set")
 	}
 }
+
+// TestMakeFAT16VolumeSerial: each seed's filesystem has its own volume
+// serial (blkid's UUID), derived from its files, so it is reproducible but
+// never the fixed 4D41-4348 an image's ESP may also carry (the VM lab
+// image's ESP does: GRUB's search --fs-uuid found the seed instead).
+func TestMakeFAT16VolumeSerial(t *testing.T) {
+	need(t, "blkid")
+	uuid := func(instance string) string {
+		img, err := MakeFAT16(SeedSizeBytes, "cidata", 0, []SeedFile{{Name: "meta-data", Data: []byte("instance-id: " + instance + "\n")}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := filepath.Join(t.TempDir(), "fat")
+		if err := os.WriteFile(p, img, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		out := run(t, "blkid", "-p", "-o", "export", p)
+		for _, ln := range strings.Split(out, "\n") {
+			if v, ok := strings.CutPrefix(ln, "UUID="); ok {
+				return v
+			}
+		}
+		t.Fatalf("blkid shows no UUID: %s", out)
+		return ""
+	}
+	a, b := uuid("vm-trust-1"), uuid("vm-trust-2")
+	if a == b {
+		t.Errorf("two seeds share the volume serial %s", a)
+	}
+	for _, u := range []string{a, b} {
+		if u == "4D41-4348" {
+			t.Errorf("seed volume serial is the fixed %s", u)
+		}
+	}
+	if again := uuid("vm-trust-1"); again != a {
+		t.Errorf("volume serial %s, then %s for the same seed", a, again)
+	}
+}

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -300,7 +301,7 @@ func MakeFAT16(size int64, label string, hiddenSectors uint32, files []SeedFile)
 	}
 	img := make([]byte, size)
 	lbl := padName(strings.ToUpper(label), 11)
-	writeBootSector(img[:fatSector], total, fatSecs, hiddenSectors, lbl)
+	writeBootSector(img[:fatSector], total, fatSecs, hiddenSectors, lbl, volumeSerial(lbl, files))
 
 	le := binary.LittleEndian
 	fat := make([]uint16, clusters+2)
@@ -382,8 +383,8 @@ func fatLayout(total, rootSecs int) (fatSecs, clusters int) {
 // writeBootSector fills bs, the FAT16 boot sector with its BIOS parameter
 // block (Microsoft FAT specification 1.03 §3.1–3.3): one sector per cluster,
 // total sectors total, FAT size fatSecs, the partition's start LBA as hidden
-// sectors, volume label lbl (11 bytes) and a fixed serial.
-func writeBootSector(bs []byte, total, fatSecs int, hiddenSectors uint32, lbl []byte) {
+// sectors, volume label lbl (11 bytes) and volume serial serial.
+func writeBootSector(bs []byte, total, fatSecs int, hiddenSectors uint32, lbl []byte, serial uint32) {
 	le := binary.LittleEndian
 	copy(bs[0:], []byte{0xEB, 0x3C, 0x90})
 	copy(bs[3:11], "MACHINA ")
@@ -404,10 +405,28 @@ func writeBootSector(bs []byte, total, fatSecs int, hiddenSectors uint32, lbl []
 	le.PutUint32(bs[28:], hiddenSectors)
 	bs[36] = 0x80
 	bs[38] = 0x29
-	le.PutUint32(bs[39:], 0x4d414348) // volume serial "MACH"
+	le.PutUint32(bs[39:], serial)
 	copy(bs[43:54], lbl)
 	copy(bs[54:62], "FAT16   ")
 	bs[510], bs[511] = 0x55, 0xAA
+}
+
+// volumeSerial is the seed filesystem's volume serial (BS_VolID, FAT
+// specification §3.3): the first four bytes of the SHA-256 of the label and
+// the files' names and contents, so the seed stays byte-for-byte
+// reproducible while each deploy's seed (its own instance-id) gets its own.
+// Firmware and boot loaders find filesystems by it (GRUB's search
+// --fs-uuid, Linux's /dev/disk/by-uuid): a fixed serial collided with the
+// same fixed serial of an image's ESP (the VM lab's image, 4D41-4348), and
+// GRUB, searching the ESP by it, found the seed and no kernel.
+func volumeSerial(lbl []byte, files []SeedFile) uint32 {
+	h := sha256.New()
+	h.Write(lbl)
+	for _, f := range files {
+		fmt.Fprintf(h, "%d:%s%d:", len(f.Name), f.Name, len(f.Data))
+		h.Write(f.Data)
+	}
+	return binary.LittleEndian.Uint32(h.Sum(nil))
 }
 
 func padName(s string, n int) []byte {
