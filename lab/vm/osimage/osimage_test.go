@@ -1,10 +1,13 @@
 package osimage
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -256,4 +259,155 @@ func TestEnsureWaitsForLock(t *testing.T) {
 	if err != nil || got != sum || path != filepath.Join(dir, ImageFile) {
 		t.Fatalf("Ensure on a cached entry = %s %s %v; want %s", path, got, err, sum)
 	}
+}
+
+// TestImageLayout reads the built image without booting it: the protective
+// MBR carries syslinux's GPT boot code, partition 1 is the EFI System
+// Partition marked LegacyBIOSBootable (the partition gptmbr.bin boots) with
+// the FAT volume id GRUB's search names, partition 2 holds the ext4 root
+// whose block count fits inside the partition (sfdisk aligns the last
+// partition's end down to 1 MiB; a file system sized from the disk instead
+// of the table ran past its partition and the kernel refused to mount it:
+// "bad geometry: block count ... exceeds size of device"), the ESP holds
+// the host's shim and signed GRUB at the removable-media path, and the root
+// holds the storage and network tools deploys rely on.
+func TestImageLayout(t *testing.T) {
+	peertest.Commands(t, "mcopy", "mtype", "debugfs")
+	peertest.File(t, "/usr/lib/syslinux/mbr/gptmbr.bin", "syslinux-common")
+	peertest.File(t, "/usr/lib/shim/shimx64.efi.signed", "shim-signed")
+	peertest.File(t, "/usr/lib/grub/x86_64-efi-signed/grubx64.efi.signed", "grub-efi-amd64-signed")
+	path := filepath.Join(cacheDir(), Key(), ImageFile)
+	if _, err := os.Stat(path); err != nil {
+		peertest.Missing(t, "the VM lab's OS image is not built ("+path+")", "it with `make os-image` (root, Debian mirror)")
+	}
+	checkLayout(t, path)
+}
+
+// checkLayout checks the image at path as TestImageLayout describes.
+func checkLayout(t *testing.T, path string) {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	read := func(off int64, n int) []byte {
+		b := make([]byte, n)
+		if _, err := f.ReadAt(b, off); err != nil {
+			t.Fatalf("read %d bytes at %d: %v", n, off, err)
+		}
+		return b
+	}
+
+	mbr := read(0, 512)
+	gptmbr, err := os.ReadFile("/usr/lib/syslinux/mbr/gptmbr.bin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(gptmbr) > 440 {
+		gptmbr = gptmbr[:440]
+	}
+	if !bytes.Equal(mbr[:len(gptmbr)], gptmbr) {
+		t.Errorf("MBR boot code is not syslinux's gptmbr.bin")
+	}
+	if mbr[450] != 0xee || mbr[510] != 0x55 || mbr[511] != 0xaa {
+		t.Errorf("no protective MBR: partition type %#x, signature %#x %#x", mbr[450], mbr[510], mbr[511])
+	}
+
+	// GPT header (UEFI 2.10 section 5.3.2) and its entries (5.3.3).
+	hdr := read(512, 92)
+	if string(hdr[:8]) != "EFI PART" {
+		t.Fatalf("no GPT header at LBA 1: %q", hdr[:8])
+	}
+	entriesLBA := int64(binary.LittleEndian.Uint64(hdr[72:]))
+	entrySize := int(binary.LittleEndian.Uint32(hdr[84:]))
+	type part struct {
+		typ         string
+		first, last int64
+		attrs       uint64
+	}
+	var parts []part
+	for i := 0; i < 2; i++ {
+		e := read(entriesLBA*512+int64(i*entrySize), entrySize)
+		parts = append(parts, part{guidString(e[:16]), int64(binary.LittleEndian.Uint64(e[32:])),
+			int64(binary.LittleEndian.Uint64(e[40:])), binary.LittleEndian.Uint64(e[48:])})
+	}
+	esp, root := parts[0], parts[1]
+	if esp.typ != "C12A7328-F81F-11D2-BA4B-00A0C93EC93B" || esp.attrs&(1<<2) == 0 {
+		t.Errorf("partition 1: type %s attributes %#x; want the EFI System Partition, LegacyBIOSBootable (bit 2)", esp.typ, esp.attrs)
+	}
+	if root.typ != "0FC63DAF-8483-4772-8E79-3D69D8477DE4" {
+		t.Errorf("partition 2: type %s; want Linux filesystem data", root.typ)
+	}
+
+	// FAT boot sector: BS_VolID at 39, BS_VolLab at 43 (FAT12/16 layout).
+	bs := read(esp.first*512, 64)
+	if id := binary.LittleEndian.Uint32(bs[39:]); id != 0x4d414348 {
+		t.Errorf("ESP volume id %08X, want 4D414348 (grub.cfg searches 4D41-4348)", id)
+	}
+	if lab := strings.TrimSpace(string(bs[43:54])); lab != "MACHINA-ESP" {
+		t.Errorf("ESP label %q, want MACHINA-ESP", lab)
+	}
+
+	// ext4 superblock at 1024 bytes into the partition.
+	sb := read(root.first*512+1024, 1024)
+	if binary.LittleEndian.Uint16(sb[0x38:]) != 0xef53 {
+		t.Fatalf("partition 2 holds no ext4 file system")
+	}
+	blocks := uint64(binary.LittleEndian.Uint32(sb[0x4:]))
+	if binary.LittleEndian.Uint32(sb[0x60:])&0x80 != 0 { // INCOMPAT_64BIT
+		blocks |= uint64(binary.LittleEndian.Uint32(sb[0x150:])) << 32
+	}
+	fsBytes := blocks * (1024 << binary.LittleEndian.Uint32(sb[0x18:]))
+	partBytes := uint64(root.last-root.first+1) * 512
+	if fsBytes > partBytes {
+		t.Errorf("root file system %d bytes exceeds its partition's %d bytes", fsBytes, partBytes)
+	} else if partBytes-fsBytes >= 1<<20 {
+		t.Errorf("root file system %d bytes leaves %d bytes of its partition unused", fsBytes, partBytes-fsBytes)
+	}
+	if u := guidBytesString(sb[0x68:0x78]); !strings.EqualFold(u, RootUUID) {
+		t.Errorf("root UUID %s, want %s", u, RootUUID)
+	}
+	t.Logf("root: %d blocks, %d of %d partition bytes", blocks, fsBytes, partBytes)
+
+	dir := t.TempDir()
+	espImg := fmt.Sprintf("%s@@%d", path, esp.first*512)
+	for src, want := range map[string]string{
+		"::EFI/BOOT/BOOTX64.EFI": "/usr/lib/shim/shimx64.efi.signed",
+		"::EFI/BOOT/grubx64.efi": "/usr/lib/grub/x86_64-efi-signed/grubx64.efi.signed",
+	} {
+		dst := filepath.Join(dir, filepath.Base(want))
+		run(t, "mcopy", "-n", "-i", espImg, src, dst)
+		got, err1 := os.ReadFile(dst)
+		exp, err2 := os.ReadFile(want)
+		if err1 != nil || err2 != nil || !bytes.Equal(got, exp) {
+			t.Errorf("ESP %s is not %s (%v, %v)", src, want, err1, err2)
+		}
+	}
+	out, err := exec.Command("mtype", "-i", espImg, "::EFI/debian/grub.cfg").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "--fs-uuid --set=root 4D41-4348") || !strings.Contains(string(out), "root=UUID="+RootUUID) {
+		t.Errorf("ESP EFI/debian/grub.cfg: %v\n%s", err, out)
+	}
+
+	rootImg := fmt.Sprintf("%s?offset=%d", path, root.first*512)
+	for _, p := range []string{
+		"/usr/sbin/mdadm", "/usr/sbin/lvm", "/usr/sbin/vconfig", "/usr/sbin/brctl", "/usr/sbin/route",
+		"/etc/network/if-pre-up.d/ifenslave", "/etc/network/if-pre-up.d/vlan",
+	} {
+		out, err := exec.Command("debugfs", "-R", "stat "+p, rootImg).CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "Type: regular") {
+			t.Errorf("root file system has no %s: %v\n%s", p, err, out)
+		}
+	}
+}
+
+// guidString formats a GPT GUID (first three fields little-endian).
+func guidString(b []byte) string {
+	return strings.ToUpper(fmt.Sprintf("%08x-%04x-%04x-%x-%x", binary.LittleEndian.Uint32(b[0:]),
+		binary.LittleEndian.Uint16(b[4:]), binary.LittleEndian.Uint16(b[6:]), b[8:10], b[10:16]))
+}
+
+// guidBytesString formats a UUID stored big-endian, as ext4's s_uuid is.
+func guidBytesString(b []byte) string {
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
 }
