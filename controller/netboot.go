@@ -126,6 +126,9 @@ func startNetboot(cfg NetbootConfig, lookup boot.Lookup, publicURL string, autoE
 				return nil, fmt.Errorf("tftp: the Secure Boot chain needs the ramdisk folder (--ramdisk-dir)")
 			}
 			tc.Script = sb.script
+			if sb.fetches != nil {
+				tc.OnServed = sb.fetches.tftpServed
+			}
 			for name, file := range map[string]string{boot.TFTPRamdiskKernel: "vmlinuz", boot.TFTPRamdiskInitrd: "initrd.cpio.gz"} {
 				b, err := os.ReadFile(filepath.Join(sb.ramdiskDir, file))
 				if err != nil {
@@ -152,6 +155,9 @@ func startNetboot(cfg NetbootConfig, lookup boot.Lookup, publicURL string, autoE
 type secureBootTFTP struct {
 	script     func(ctx context.Context, mac string, peer netip.Addr) ([]byte, error)
 	ramdiskDir string
+	// fetches, when set, notes the kernel and initrd each machine fetched
+	// (BootStalled); nil notes nothing.
+	fetches *bootFetches
 }
 
 // tftpAddr is the TFTP listen address: addr when set, else port 69 on the
