@@ -134,6 +134,9 @@ func startNetboot(cfg NetbootConfig, lookup boot.Lookup, publicURL string, autoE
 				if err != nil {
 					return nil, fmt.Errorf("tftp: secure boot ramdisk: %w", err)
 				}
+				if name == boot.TFTPRamdiskKernel {
+					warnUnsignedKernel(b, filepath.Join(sb.ramdiskDir, file), log)
+				}
 				tc.Files[name] = b
 			}
 		}
@@ -172,4 +175,17 @@ func tftpAddr(addr string, provisioning netip.Addr, log *slog.Logger) string {
 	}
 	log.Warn("tftp: no provisioning interface or server address configured (--dhcp-interface): listening on every interface")
 	return ":69"
+}
+
+// warnUnsignedKernel logs, at Warn, a Secure Boot chain kernel that
+// carries no Authenticode signature: shim refuses it (GRUB: "bad shim
+// signature"), and every Secure Boot server then stops in GRUB and shows
+// BootStalled. It is not refused at start as an unsigned shim or GRUB is:
+// the same ramdisk folder boots the servers without Secure Boot over iPXE,
+// which an unsigned kernel serves well. A signed kernel may still be
+// refused, when shim does not trust its signer; only the machine can tell.
+func warnUnsignedKernel(img []byte, path string, log *slog.Logger) {
+	if err := boot.CheckSignedX64(img); err != nil {
+		log.Warn("tftp: the Secure Boot chain's kernel is not signed: Secure Boot servers will refuse it and show BootStalled", "kernel", path, "err", err)
+	}
 }

@@ -110,9 +110,9 @@ type Server struct {
 	// LastHeardAt nothing was heard from the machine since, and the plan
 	// reports a silent machine as BootStalled (its boot chain got the
 	// kernel, the ramdisk never called).
-	BootFetch *BootFetch `json:"bootFetch,omitempty"`
-	Renetboots  int       `json:"renetboots,omitempty"`
-	RenetbootAt time.Time `json:"renetbootAt,omitzero"`
+	BootFetch   *BootFetch `json:"bootFetch,omitempty"`
+	Renetboots  int        `json:"renetboots,omitempty"`
+	RenetbootAt time.Time  `json:"renetbootAt,omitzero"`
 	// Progress is the ramdisk's latest progress report of a long step
 	// (the image's download, write or read-back); nil before one. It is
 	// kept after the step as the last one seen; Progress.At before
