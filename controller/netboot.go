@@ -117,27 +117,8 @@ func startNetboot(cfg NetbootConfig, lookup boot.Lookup, publicURL string, autoE
 			tc.Files[boot.GRUBImageARM64] = img
 		}
 		if cfg.ShimX64 != "" || cfg.GRUBX64 != "" {
-			imgs, err := boot.LoadSecureBootImages(cfg.ShimX64, cfg.GRUBX64)
-			if err != nil {
-				return nil, fmt.Errorf("tftp: %w", err)
-			}
-			tc.Files[boot.ShimImageX64], tc.Files[boot.GRUBImageX64] = imgs.Shim, imgs.GRUB
-			if sb.script == nil || sb.ramdiskDir == "" {
-				return nil, fmt.Errorf("tftp: the Secure Boot chain needs the ramdisk folder (--ramdisk-dir)")
-			}
-			tc.Script = sb.script
-			if sb.fetches != nil {
-				tc.OnServed = sb.fetches.tftpServed
-			}
-			for name, file := range map[string]string{boot.TFTPRamdiskKernel: "vmlinuz", boot.TFTPRamdiskInitrd: "initrd.cpio.gz"} {
-				b, err := os.ReadFile(filepath.Join(sb.ramdiskDir, file))
-				if err != nil {
-					return nil, fmt.Errorf("tftp: secure boot ramdisk: %w", err)
-				}
-				if name == boot.TFTPRamdiskKernel {
-					warnUnsignedKernel(b, filepath.Join(sb.ramdiskDir, file), log)
-				}
-				tc.Files[name] = b
+			if err := secureBootFiles(cfg, sb, &tc, log); err != nil {
+				return nil, err
 			}
 		}
 		t, err := tftp.New(tc)
@@ -188,4 +169,33 @@ func warnUnsignedKernel(img []byte, path string, log *slog.Logger) {
 	if err := boot.CheckSignedX64(img); err != nil {
 		log.Warn("tftp: the Secure Boot chain's kernel is not signed: Secure Boot servers will refuse it and show BootStalled", "kernel", path, "err", err)
 	}
+}
+
+// secureBootFiles adds the Secure Boot chain to tc: the signed shim and
+// GRUB (checked), the per-machine GRUB scripts, the ramdisk's kernel and
+// initrd by their TFTP names, and the fetch notes (sb.fetches).
+func secureBootFiles(cfg NetbootConfig, sb secureBootTFTP, tc *tftp.Config, log *slog.Logger) error {
+	imgs, err := boot.LoadSecureBootImages(cfg.ShimX64, cfg.GRUBX64)
+	if err != nil {
+		return fmt.Errorf("tftp: %w", err)
+	}
+	tc.Files[boot.ShimImageX64], tc.Files[boot.GRUBImageX64] = imgs.Shim, imgs.GRUB
+	if sb.script == nil || sb.ramdiskDir == "" {
+		return fmt.Errorf("tftp: the Secure Boot chain needs the ramdisk folder (--ramdisk-dir)")
+	}
+	tc.Script = sb.script
+	if sb.fetches != nil {
+		tc.OnServed = sb.fetches.tftpServed
+	}
+	for name, file := range map[string]string{boot.TFTPRamdiskKernel: "vmlinuz", boot.TFTPRamdiskInitrd: "initrd.cpio.gz"} {
+		b, err := os.ReadFile(filepath.Join(sb.ramdiskDir, file))
+		if err != nil {
+			return fmt.Errorf("tftp: secure boot ramdisk: %w", err)
+		}
+		if name == boot.TFTPRamdiskKernel {
+			warnUnsignedKernel(b, filepath.Join(sb.ramdiskDir, file), log)
+		}
+		tc.Files[name] = b
+	}
+	return nil
 }
