@@ -223,9 +223,6 @@ type lab struct {
 	ms        []*machine
 	servers   []*http.Server
 	serve     *netns.Process
-	// serveArgs are the arguments the running controller was started
-	// with (startServe), for a restart with some of them changed.
-	serveArgs []string
 	steps     []Step
 	start     time.Time
 	bmcPass   string
@@ -312,9 +309,9 @@ func (l *lab) prereqs() error {
 		"/usr/lib/ipxe/undionly.kpxe", "/usr/lib/ipxe/snponly.efi", bmcproc.Python, bmcproc.Module}
 	hint := "run make build ramdisk; apt-get install ipxe ovmf python3-pyghmi"
 	if l.cfg.Trust {
-		cmds = append(cmds, "swtpm", "swtpm_setup", "sbattach", "sbverify")
+		cmds = append(cmds, "swtpm", "swtpm_setup")
 		files = append(files, ovmfSecureCode, ovmfSecureVars, boot.DefaultShimPath, boot.DefaultGRUBX64Path)
-		hint += " swtpm swtpm-tools shim-signed grub-efi-amd64-signed sbsigntool"
+		hint += " swtpm swtpm-tools shim-signed grub-efi-amd64-signed"
 	}
 	if l.cfg.ARM64 {
 		files = []string{l.bin("machina"), l.bin("machinactl"), l.bin("machina-node"),
@@ -899,7 +896,7 @@ func (l *lab) startServe(ctx context.Context, args []string, logName string) err
 	if err != nil {
 		return fmt.Errorf("vm lab: machina serve: %w", err)
 	}
-	l.serve, l.serveArgs = p, args
+	l.serve = p
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		resp, err := l.hc.Get(fmt.Sprintf("http://%s:%d/healthz", BridgeAddr, APIPort))

@@ -163,7 +163,7 @@ func (l *lab) runTrust(ctx context.Context) error {
 		return err
 	}
 	l.step("attestation: "+TrustMachine+"'s EK enrolled (status commit); its quote and event log verified against the chain computed from the served shim, GRUB, kernel and initrd", t0)
-	return l.runUnsignedKernel(ctx, m) // trust_unsigned.go
+	return nil
 }
 
 // secureBooted checks m's serial console: the firmware's PXE got shim,
