@@ -22,6 +22,9 @@ func toServer(s state.Server) v1.Server {
 	if s.InFlight != nil {
 		out.InFlight = s.InFlight.Action
 	}
+	if f := s.BootFetch; f != nil {
+		out.BootFetch = &v1.BootFetch{File: f.File, Via: f.Via, SecureBoot: f.SecureBoot, At: f.At}
+	}
 	for _, e := range s.LastErase {
 		out.LastErase = append(out.LastErase, v1.DiskErase{Disk: e.Disk, Method: e.Method, Bytes: e.Bytes, Duration: e.Duration, VerifiedSamples: e.VerifiedSamples})
 	}

@@ -117,21 +117,8 @@ func startNetboot(cfg NetbootConfig, lookup boot.Lookup, publicURL string, autoE
 			tc.Files[boot.GRUBImageARM64] = img
 		}
 		if cfg.ShimX64 != "" || cfg.GRUBX64 != "" {
-			imgs, err := boot.LoadSecureBootImages(cfg.ShimX64, cfg.GRUBX64)
-			if err != nil {
-				return nil, fmt.Errorf("tftp: %w", err)
-			}
-			tc.Files[boot.ShimImageX64], tc.Files[boot.GRUBImageX64] = imgs.Shim, imgs.GRUB
-			if sb.script == nil || sb.ramdiskDir == "" {
-				return nil, fmt.Errorf("tftp: the Secure Boot chain needs the ramdisk folder (--ramdisk-dir)")
-			}
-			tc.Script = sb.script
-			for name, file := range map[string]string{boot.TFTPRamdiskKernel: "vmlinuz", boot.TFTPRamdiskInitrd: "initrd.cpio.gz"} {
-				b, err := os.ReadFile(filepath.Join(sb.ramdiskDir, file))
-				if err != nil {
-					return nil, fmt.Errorf("tftp: secure boot ramdisk: %w", err)
-				}
-				tc.Files[name] = b
+			if err := secureBootFiles(cfg, sb, &tc, log); err != nil {
+				return nil, err
 			}
 		}
 		t, err := tftp.New(tc)
@@ -152,6 +139,9 @@ func startNetboot(cfg NetbootConfig, lookup boot.Lookup, publicURL string, autoE
 type secureBootTFTP struct {
 	script     func(ctx context.Context, mac string, peer netip.Addr) ([]byte, error)
 	ramdiskDir string
+	// fetches, when set, notes the kernel and initrd each machine fetched
+	// (BootStalled); nil notes nothing.
+	fetches *bootFetches
 }
 
 // tftpAddr is the TFTP listen address: addr when set, else port 69 on the
@@ -166,4 +156,46 @@ func tftpAddr(addr string, provisioning netip.Addr, log *slog.Logger) string {
 	}
 	log.Warn("tftp: no provisioning interface or server address configured (--dhcp-interface): listening on every interface")
 	return ":69"
+}
+
+// warnUnsignedKernel logs, at Warn, a Secure Boot chain kernel that
+// carries no Authenticode signature: shim refuses it (GRUB: "bad shim
+// signature"), and every Secure Boot server then stops in GRUB and shows
+// BootStalled. It is not refused at start as an unsigned shim or GRUB is:
+// the same ramdisk folder boots the servers without Secure Boot over iPXE,
+// which an unsigned kernel serves well. A signed kernel may still be
+// refused, when shim does not trust its signer; only the machine can tell.
+func warnUnsignedKernel(img []byte, path string, log *slog.Logger) {
+	if err := boot.CheckSignedX64(img); err != nil {
+		log.Warn("tftp: the Secure Boot chain's kernel is not signed: Secure Boot servers will refuse it and show BootStalled", "kernel", path, "err", err)
+	}
+}
+
+// secureBootFiles adds the Secure Boot chain to tc: the signed shim and
+// GRUB (checked), the per-machine GRUB scripts, the ramdisk's kernel and
+// initrd by their TFTP names, and the fetch notes (sb.fetches).
+func secureBootFiles(cfg NetbootConfig, sb secureBootTFTP, tc *tftp.Config, log *slog.Logger) error {
+	imgs, err := boot.LoadSecureBootImages(cfg.ShimX64, cfg.GRUBX64)
+	if err != nil {
+		return fmt.Errorf("tftp: %w", err)
+	}
+	tc.Files[boot.ShimImageX64], tc.Files[boot.GRUBImageX64] = imgs.Shim, imgs.GRUB
+	if sb.script == nil || sb.ramdiskDir == "" {
+		return fmt.Errorf("tftp: the Secure Boot chain needs the ramdisk folder (--ramdisk-dir)")
+	}
+	tc.Script = sb.script
+	if sb.fetches != nil {
+		tc.OnServed = sb.fetches.tftpServed
+	}
+	for name, file := range map[string]string{boot.TFTPRamdiskKernel: "vmlinuz", boot.TFTPRamdiskInitrd: "initrd.cpio.gz"} {
+		b, err := os.ReadFile(filepath.Join(sb.ramdiskDir, file))
+		if err != nil {
+			return fmt.Errorf("tftp: secure boot ramdisk: %w", err)
+		}
+		if name == boot.TFTPRamdiskKernel {
+			warnUnsignedKernel(b, filepath.Join(sb.ramdiskDir, file), log)
+		}
+		tc.Files[name] = b
+	}
+	return nil
 }

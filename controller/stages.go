@@ -465,12 +465,15 @@ func (w *wiring) boot() (func(), error) {
 	if len(w.cfg.Netboot.Interfaces) > 0 && w.cfg.Netboot.Mode != dhcp.ModeProxy {
 		w.leases = &api.StateLeases{Store: w.st}
 	}
+	// The kernel and initrd each machine fetched (BootStalled).
+	fetches := newBootFetches(w.st)
+	ipxeCfg.OnScript, ipxeCfg.OnServed = fetches.script, fetches.httpServed
 	if w.bootHandler, err = ipxe.New(ipxeCfg); err != nil {
 		return nil, fmt.Errorf("controller: %w", err)
 	}
 	h := w.bootHandler
 	stop := func() { _ = h.Close() }
-	sb := secureBootTFTP{script: h.TFTPScript, ramdiskDir: w.cfg.RamdiskDir}
+	sb := secureBootTFTP{script: h.TFTPScript, ramdiskDir: w.cfg.RamdiskDir, fetches: fetches}
 	if w.netRuns, err = startNetboot(w.cfg.Netboot, lookup, w.publicURL, w.cfg.AutoEnroll, enrHook, w.leases, sb, w.log); err != nil {
 		stop()
 		return nil, fmt.Errorf("controller: %w", err)

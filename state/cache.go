@@ -153,6 +153,10 @@ func (s Server) clone() Server {
 		f := *s.InFlight
 		s.InFlight = &f
 	}
+	if s.BootFetch != nil {
+		f := *s.BootFetch
+		s.BootFetch = &f
+	}
 	if s.Actions != nil {
 		s.Actions = maps.Clone(s.Actions)
 	}

@@ -24,6 +24,7 @@ const heardChunk = 48
 type heardNote struct {
 	what string
 	at   time.Time
+	boot *BootFetch // NoteBootFetch's, nil for other notes
 }
 
 // heardQueue holds the LastHeard notes not yet written. A boot storm's
@@ -69,6 +70,34 @@ func (s *Store) NoteHeard(server, what string) {
 		q.pending = make(map[string]heardNote, q.lastFlush)
 	}
 	q.pending[server] = heardNote{what: what, at: now}
+	q.armLocked(s)
+}
+
+// NoteBootFetch records that server's machine was sent the boot file f
+// (f.At is set to the store's now): as LastHeard ("boot file fetched:
+// FILE by VIA") and as BootFetch, written behind as NoteHeard writes.
+func (s *Store) NoteBootFetch(server string, f BootFetch) {
+	q := &s.heard
+	f.At = s.nowUTC()
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.closed {
+		return
+	}
+	if q.pending == nil {
+		q.pending = make(map[string]heardNote, q.lastFlush)
+	}
+	q.pending[server] = heardNote{what: HeardBootFile(f.File, f.Via), at: f.At, boot: &f}
+	q.armLocked(s)
+}
+
+// HeardBootFile is the LastHeard of a boot file fetch.
+func HeardBootFile(file, via string) string {
+	return "boot file fetched: " + file + " by " + via
+}
+
+// armLocked starts the flush timer if none runs; q.mu is held.
+func (q *heardQueue) armLocked(s *Store) {
 	if q.timer == nil {
 		q.timer = time.AfterFunc(HeardDelay, func() {
 			if err := s.FlushHeard(); err != nil {
@@ -115,6 +144,9 @@ func (s *Store) FlushHeard() error {
 						return errHeardStale
 					}
 					srv.LastHeard, srv.LastHeardAt = n.what, n.at
+					if n.boot != nil {
+						srv.BootFetch = n.boot
+					}
 					return nil
 				})
 				switch {

@@ -114,3 +114,37 @@ func TestCloseWithEtcdGoneIsPrompt(t *testing.T) {
 		t.Fatalf("Close took %s with etcd down, want about 1 s", d)
 	}
 }
+
+// TestNoteBootFetch: a boot file fetch is written behind as LastHeard
+// ("boot file fetched: FILE by VIA") and as BootFetch, both at the same
+// time; a later note (the ramdisk's request) moves LastHeard on and
+// leaves BootFetch as the history of the last fetch.
+func TestNoteBootFetch(t *testing.T) {
+	eachEngine(t, func(t *testing.T) {
+		clk := newClock()
+		s, err := openEngine(t, filepath.Join(t.TempDir(), "state.db"), state.Options{NoSync: true, Now: clk.Now})
+		if err != nil {
+			t.Fatal(err)
+		}
+		mustCreate(t, s, state.Server{Name: "r1-n01"})
+		s.NoteBootFetch("r1-n01", state.BootFetch{File: "machina/ramdisk/vmlinuz", Via: "tftp", SecureBoot: true})
+		if err := s.FlushHeard(); err != nil {
+			t.Fatal(err)
+		}
+		got, _ := s.Server("r1-n01")
+		if got.LastHeard != "boot file fetched: machina/ramdisk/vmlinuz by tftp" || got.BootFetch == nil ||
+			got.BootFetch.File != "machina/ramdisk/vmlinuz" || got.BootFetch.Via != "tftp" || !got.BootFetch.SecureBoot ||
+			!got.BootFetch.At.Equal(got.LastHeardAt) || !got.LastHeardAt.Equal(clk.Now()) {
+			t.Fatalf("after the fetch: last heard %q at %v, boot fetch %+v", got.LastHeard, got.LastHeardAt, got.BootFetch)
+		}
+		clk.Advance(time.Second)
+		s.NoteHeard("r1-n01", "commissioning report")
+		if err := s.FlushHeard(); err != nil {
+			t.Fatal(err)
+		}
+		got, _ = s.Server("r1-n01")
+		if got.LastHeard != "commissioning report" || got.BootFetch == nil || got.BootFetch.At.Equal(got.LastHeardAt) {
+			t.Fatalf("after the report: last heard %q at %v, boot fetch %+v", got.LastHeard, got.LastHeardAt, got.BootFetch)
+		}
+	})
+}

@@ -104,8 +104,15 @@ type Server struct {
 	// long (Renetboots counts those since the phase began).
 	LastHeard   string    `json:"lastHeard,omitempty"`
 	LastHeardAt time.Time `json:"lastHeardAt,omitzero"`
-	Renetboots  int       `json:"renetboots,omitempty"`
-	RenetbootAt time.Time `json:"renetbootAt,omitzero"`
+	// BootFetch is the last boot file (kernel or initrd) the network boot
+	// servers sent this server's machine, nil before one (NoteBootFetch).
+	// A fetch is also noted as LastHeard; while BootFetch.At equals
+	// LastHeardAt nothing was heard from the machine since, and the plan
+	// reports a silent machine as BootStalled (its boot chain got the
+	// kernel, the ramdisk never called).
+	BootFetch   *BootFetch `json:"bootFetch,omitempty"`
+	Renetboots  int        `json:"renetboots,omitempty"`
+	RenetbootAt time.Time  `json:"renetbootAt,omitzero"`
 	// Progress is the ramdisk's latest progress report of a long step
 	// (the image's download, write or read-back); nil before one. It is
 	// kept after the step as the last one seen; Progress.At before
@@ -116,6 +123,20 @@ type Server struct {
 	Revision  uint64    `json:"revision"`
 	CreatedAt time.Time `json:"createdAt"`
 	UpdatedAt time.Time `json:"updatedAt"`
+}
+
+// BootFetch is a boot file the network boot servers sent a machine.
+type BootFetch struct {
+	// File is the name the machine asked for, e.g.
+	// "machina/ramdisk/vmlinuz".
+	File string `json:"file"`
+	// Via is the protocol: "tftp" or "http".
+	Via string `json:"via"`
+	// SecureBoot is set when the machine was booting the Secure Boot
+	// chain (shim, GRUB, a kernel shim must verify).
+	SecureBoot bool `json:"secureBoot,omitempty"`
+	// At is when the transfer ended (UTC).
+	At time.Time `json:"at"`
 }
 
 // BMCFacts is what Machina knows about a server's BMC. Credentials is the

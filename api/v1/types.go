@@ -62,6 +62,11 @@ type Server struct {
 	// moved).
 	LastHeard   string    `json:"lastHeard,omitempty"`
 	LastHeardAt time.Time `json:"lastHeardAt,omitzero"`
+	// BootFetch is the last ramdisk kernel or initrd the controller's
+	// boot servers sent the machine; nil before one. While BootFetch.At
+	// equals LastHeardAt nothing was heard from the machine since (a
+	// silent machine then shows the BootStalled condition).
+	BootFetch *BootFetch `json:"bootFetch,omitempty"`
 	// Progress is the running deploy's latest progress report from the
 	// ramdisk; nil when the server is not deploying or reported none
 	// since its deploy (or last re-netboot) began.
@@ -457,4 +462,18 @@ type Image struct {
 // ImageList is GET /api/v1/images, sorted by name.
 type ImageList struct {
 	Items []Image `json:"items"`
+}
+
+// BootFetch is a boot file the controller's network boot servers sent a
+// machine.
+type BootFetch struct {
+	// File is the name the machine asked for: "machina/ramdisk/vmlinuz"
+	// by TFTP (the Secure Boot chain), "/boot/ramdisk/vmlinuz" by HTTP.
+	File string `json:"file"`
+	// Via is "tftp" or "http".
+	Via string `json:"via"`
+	// SecureBoot is set when the machine booted the Secure Boot chain.
+	SecureBoot bool `json:"secureBoot,omitempty"`
+	// At is when the transfer ended (UTC).
+	At time.Time `json:"at"`
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -79,6 +80,18 @@ type Config struct {
 	// the folder are refused, and so are listings. Like ISODir
 	// and BinDir, a folder that cannot be opened is an error of New.
 	RamdiskDir string
+	// OnScript, when set, is told of each script that boots the ramdisk
+	// (commission, deploy, wipe) served to a known server, by HTTP (iPXE,
+	// GRUB) or by TFTP ([Handler.TFTPScript]), with the client's address:
+	// the boot loader fetches the kernel and initrd from that address next.
+	// Called synchronously: it must not block. Nil: nothing is told.
+	OnScript func(a boot.Assignment, peer netip.Addr)
+	// OnServed, when set, is told of each GET of /boot/ramdisk/PATH
+	// answered in full (HTTP 200: the whole file written), with PATH
+	// (e.g. "vmlinuz") and the client's address; ranges, HEAD and
+	// refusals are not told. Called synchronously: it must not block.
+	// Nil: nothing is told.
+	OnServed func(path string, peer netip.Addr)
 	// OnEvent receives security-relevant events (token rejected, rate
 	// limited, MAC discovered). Called synchronously: it must not block.
 	// Nil: events are only logged.
@@ -212,7 +225,11 @@ func New(cfg Config) (*Handler, error) {
 			return nil, fmt.Errorf("ipxe: new handler: %s: %w", d.prefix, err)
 		}
 		*d.files = f
-		h.mux.Handle("GET "+d.prefix, http.StripPrefix(d.prefix, f))
+		var fh http.Handler = f
+		if d.prefix == "/boot/ramdisk/" && cfg.OnServed != nil {
+			fh = servedHandler{next: f, on: cfg.OnServed}
+		}
+		h.mux.Handle("GET "+d.prefix, http.StripPrefix(d.prefix, fh))
 	}
 	return h, nil
 }
@@ -314,12 +331,7 @@ func (h *Handler) serveScript(w http.ResponseWriter, r *http.Request, d Dialect)
 			return
 		}
 	}
-	var b []byte
-	if d == DialectGRUB {
-		b, err = RenderGRUB(p)
-	} else {
-		b, err = render(p, true) // New checked the configured URLs and arguments
-	}
+	b, err := renderDialect(d, p)
 	if err != nil {
 		log().Error("render", "err", err)
 		http.Error(w, "script unavailable", http.StatusInternalServerError)
@@ -329,7 +341,74 @@ func (h *Handler) serveScript(w http.ResponseWriter, r *http.Request, d Dialect)
 		log().Debug("script served", "lifecycle", a.Lifecycle, "platform", p.Platform)
 	}
 	writeScript(w, b)
+	h.scriptServed(a, ip)
 }
+
+// renderDialect renders p for the boot loader of dialect d.
+func renderDialect(d Dialect, p ScriptParams) ([]byte, error) {
+	if d == DialectGRUB {
+		return RenderGRUB(p)
+	}
+	return render(p, true) // New checked the configured URLs and arguments
+}
+
+// scriptServed tells Config.OnScript of a ramdisk script served to a
+// known server.
+func (h *Handler) scriptServed(a boot.Assignment, peer netip.Addr) {
+	if h.cfg.OnScript == nil || a.Name == "" || a.Installer != "" || modeFor(a.Lifecycle, a.Wipe, a.Installer) == "" {
+		return
+	}
+	h.cfg.OnScript(a, peer)
+}
+
+// servedHandler tells on of each GET its next answered 200.
+type servedHandler struct {
+	next http.Handler
+	on   func(path string, peer netip.Addr)
+}
+
+func (s servedHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	sw := &statusWriter{ResponseWriter: w}
+	s.next.ServeHTTP(sw, r)
+	if r.Method == http.MethodGet && sw.status == http.StatusOK {
+		s.on(r.URL.Path, peerIP(r))
+	}
+}
+
+// statusWriter records the status an http.ResponseWriter was given
+// (200 when Write came first).
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.status == 0 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+// ReadFrom keeps the connection's sendfile path for http.ServeContent's copy.
+func (w *statusWriter) ReadFrom(r io.Reader) (int64, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	if rf, ok := w.ResponseWriter.(io.ReaderFrom); ok {
+		return rf.ReadFrom(r)
+	}
+	return io.Copy(struct{ io.Writer }{w.ResponseWriter}, r)
+}
+
+// Unwrap lets http.ResponseController reach the connection's writer.
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // token returns the script's token for mac and mode: the one Prepare
 // minted when the controller netbooted the machine, if it is still live

@@ -53,5 +53,6 @@ func (h *Handler) TFTPScript(ctx context.Context, mac string, peer netip.Addr) (
 		return nil, fmt.Errorf("tftp script: %w", err)
 	}
 	h.log.Debug("tftp grub script served", "mac", hw.String(), "ip", peer.String(), "lifecycle", a.Lifecycle)
+	h.scriptServed(a, peer)
 	return b, nil
 }

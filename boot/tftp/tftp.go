@@ -146,6 +146,15 @@ type Config struct {
 	// MaxWindowSize caps the negotiated windowsize (RFC 7440), in blocks.
 	// Zero: 64 (RFC 7440 §6 measured 16 to 64 as the useful range on a LAN).
 	MaxWindowSize int
+	// OnServed, when set, is called with the requested file name (without
+	// a leading "/") and the client's address each time a transfer ends
+	// with its last block acknowledged: the client has the whole file.
+	// Size probes (EDK2 reads tsize, then aborts) and failed transfers are
+	// not reported. The controller notes a machine's kernel and initrd
+	// fetches with it (boot files have no MAC; it knows the address from
+	// the machine's script request). It runs on the server's event loop:
+	// it must not block. Nil: nothing is reported.
+	OnServed func(name string, peer netip.Addr)
 	// Logger: Debug per transfer, Warn per refused request. Nil: discard.
 	Logger *slog.Logger
 }
@@ -455,6 +464,7 @@ func (s *Server) handle(p []byte, from netip.AddrPort) *transfer {
 		return refuse(code, err)
 	}
 	t.fd, t.peer, t.ip, t.log = fd, from, ip, log
+	t.name = strings.TrimPrefix(req.filename, "/")
 	s.peers[from] = struct{}{}
 	return t
 }
@@ -492,6 +502,9 @@ func (s *Server) end(t *transfer, err error) {
 		s.windowed.Add(1)
 	}
 	t.log.Debug("tftp sent", "bytes", t.size, "blksize", t.blksize, "windowsize", t.window, "packets", t.sent)
+	if s.cfg.OnServed != nil {
+		s.cfg.OnServed(t.name, t.peer.Addr())
+	}
 }
 
 // dial opens the transfer's socket (non-blocking), connected to the

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -402,5 +403,44 @@ func TestSecureBootGRUBConfig(t *testing.T) {
 	g := newFixture(t, Config{GRUBScriptURL: "http://10.99.0.1:8080/boot/grub"})
 	if _, _, err := fetch(t, client(t, g.addr, 0, false), "/"+boot.GRUBPrefixConfig); err == nil {
 		t.Fatal("grub/grub.cfg served without Script")
+	}
+}
+
+// TestOnServedReportsCompleteTransfers: OnServed gets the name (without
+// its leading "/") and the client's address of each transfer whose last
+// block was acknowledged, a file of Files and one of Root alike; a
+// refused request and a size probe aborted by the client are not reported.
+func TestOnServedReportsCompleteTransfers(t *testing.T) {
+	var mu sync.Mutex
+	var served []string
+	onServed := func(name string, peer netip.Addr) {
+		mu.Lock()
+		defer mu.Unlock()
+		served = append(served, name+" "+peer.String())
+	}
+	f := newFixture(t, Config{OnServed: onServed, Files: map[string][]byte{boot.TFTPRamdiskKernel: []byte("kernel bytes")}})
+	if _, _, err := fetch(t, client(t, f.addr, 0, false), "/nothing-here"); err == nil {
+		t.Fatal("a missing file was served")
+	}
+	if got, _, err := fetch(t, client(t, f.addr, 1428, true), "/"+boot.TFTPRamdiskKernel); err != nil || string(got) != "kernel bytes" {
+		t.Fatalf("kernel = %q, %v", got, err)
+	}
+	if _, _, err := fetch(t, client(t, f.addr, 1428, true), "undionly.kpxe"); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{boot.TFTPRamdiskKernel + " 127.0.0.1", "undionly.kpxe 127.0.0.1"}
+	// The server sees the last ACK after the client has the file: poll.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		mu.Lock()
+		got := slices.Clone(served)
+		mu.Unlock()
+		if slices.Equal(got, want) {
+			break
+		}
+		if len(got) > len(want) || time.Now().After(deadline) {
+			t.Fatalf("OnServed got %q, want %q", got, want)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

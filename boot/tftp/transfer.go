@@ -31,6 +31,7 @@ type transfer struct {
 	peer    netip.AddrPort
 	ip      string // the per-client limit's key
 	log     *slog.Logger
+	name    string      // the requested file name, without a leading "/" (Config.OnServed)
 	src     io.ReaderAt // the file contents (cache or open file)
 	close   func()      // releases src
 	size    int64

@@ -105,6 +105,9 @@ func fromWire(s v1.Server) state.Server {
 	if s.InFlight != "" {
 		out.InFlight = &state.InFlight{Action: s.InFlight}
 	}
+	if f := s.BootFetch; f != nil {
+		out.BootFetch = &state.BootFetch{File: f.File, Via: f.Via, SecureBoot: f.SecureBoot, At: f.At}
+	}
 	if p := s.Progress; p != nil {
 		out.Progress = &state.Progress{Step: p.Step, BytesDone: p.BytesDone, BytesTotal: p.BytesTotal, RateBytesPerSecond: p.RateBytesPerSecond, At: p.At, AdvancedAt: p.AdvancedAt}
 	}

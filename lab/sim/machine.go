@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/netip"
 	"net/url"
@@ -84,6 +85,89 @@ type Machine struct {
 	imageStalls                bool
 	// sharePieces and badPieces: SharePieces, ServeBadPieces (pieces.go).
 	sharePieces, badPieces bool
+	// refuseKernel: RefuseKernel.
+	refuseKernel bool
+	// firmwareHTTP is the firmware's own HTTP client (script and kernel
+	// requests), from the machine's address src, as each real machine's
+	// firmware asks from its own address; built on first use.
+	firmwareHTTP *http.Client
+}
+
+// RefuseKernel injects (or clears) a firmware that refuses the ramdisk's
+// kernel after fetching it: UEFI Secure Boot with a kernel that is not
+// signed by a key shim trusts. Debian 12's signed GRUB (grubnetx64 with
+// shim 15.8, under OVMF with Secure Boot on) reads the whole kernel, asks
+// shim to verify it, prints "error: bad shim signature." and, at the
+// initrd line, "error: you need to load the kernel first.", and stops at
+// its prompt with the machine on; real servers' firmware does the same
+// with any image its db does not trust. The machine fetches the kernel
+// the script names from the controller, writes GRUB's errors to its
+// console, and waits there until it is reset or powered off; the ramdisk
+// never runs. Cleared, its next boot runs the ramdisk as usual.
+func (m *Machine) RefuseKernel(refuse bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.refuseKernel = refuse
+}
+
+// firmware returns the firmware's HTTP client, from the machine's address.
+func (m *Machine) firmware() *http.Client {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.firmwareHTTP == nil {
+		d := &net.Dialer{Timeout: 10 * time.Second, LocalAddr: &net.TCPAddr{IP: m.src.AsSlice()}}
+		m.firmwareHTTP = &http.Client{Timeout: 5 * time.Minute, Transport: &http.Transport{DialContext: d.DialContext, DisableKeepAlives: true}}
+	}
+	return m.firmwareHTTP
+}
+
+// refusedKernel fetches the kernel the ramdisk script names, as a boot
+// loader does before it verifies it, writes the Secure Boot refusal to
+// the console, and waits with the machine on until the boot ends
+// (RefuseKernel). It reports false when the machine boots normally.
+func (m *Machine) refusedKernel(ctx context.Context, gen int, script string) bool {
+	m.mu.Lock()
+	refuse := m.refuseKernel
+	m.mu.Unlock()
+	if !refuse {
+		return false
+	}
+	for _, line := range strings.Split(script, "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && (f[0] == "kernel" || f[0] == "linux") {
+			if err := m.get(ctx, f[1]); err != nil {
+				m.log.Warn("firmware: kernel fetch", "err", err)
+			}
+			break
+		}
+	}
+	m.mu.Lock()
+	if gen == m.gen {
+		m.consoleOut("error: bad shim signature.\r\nerror: you need to load the kernel first.\r\n\r\nPress any key to continue...\r\n")
+	}
+	m.mu.Unlock()
+	m.log.Info("firmware refused the kernel (Secure Boot): waiting at the boot loader")
+	<-ctx.Done()
+	return true
+}
+
+// get GETs u with the firmware's client and reads the whole answer.
+func (m *Machine) get(ctx context.Context, u string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := m.firmware().Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if _, err := io.Copy(io.Discard, resp.Body); err != nil {
+		return err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: HTTP %d", req.URL.Path, resp.StatusCode)
+	}
+	return nil
 }
 
 // ThrottleImages bounds the rate of the machine's image downloads to
@@ -416,6 +500,9 @@ func (m *Machine) run(ctx context.Context, gen int) {
 			m.bootDisk(ctx, gen)
 			return
 		}
+		if m.refusedKernel(ctx, gen, script) {
+			return
+		}
 		mode := args["machina.mode"]
 		client := &v1.AgentClient{BaseURL: args["machina.url"], HTTP: m.client(ctx)}
 		r := &agent.Runner{Client: client, Token: args["machina.token"], BootMAC: m.MAC, Root: m.root, DevDir: m.devDir,
@@ -493,7 +580,7 @@ func (m *Machine) fetchScript(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	resp, err := m.lab.http.Do(req)
+	resp, err := m.firmware().Do(req)
 	if err != nil {
 		return "", err
 	}

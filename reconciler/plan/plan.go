@@ -573,15 +573,24 @@ func phaseStep(obs state.Server, opts Options) (Step, bool) {
 	lc := obs.Lifecycle
 	switch {
 	case lc == state.LifecycleCommissioning && opts.Now.Sub(obs.LifecycleAt) > opts.CommissionTimeout:
-		return Step{Action: ActTimeout, Why: fmt.Sprintf("no commissioning report within %s", opts.CommissionTimeout)}, true
+		return Step{Action: ActTimeout, Why: fmt.Sprintf("no commissioning report within %s", opts.CommissionTimeout) + stallNote(obs, opts)}, true
 	case lc == state.LifecycleDeploying && opts.Now.Sub(obs.LifecycleAt) > opts.DeployTimeout:
-		return Step{Action: ActTimeout, Why: fmt.Sprintf("deploy did not report within %s", opts.DeployTimeout)}, true
+		return Step{Action: ActTimeout, Why: fmt.Sprintf("deploy did not report within %s", opts.DeployTimeout) + stallNote(obs, opts)}, true
 	}
 	if since, ok := silentSince(obs, opts); ok && opts.Now.Sub(since) > opts.SilentAfter && obs.Renetboots < opts.MaxRenetboots {
 		return Step{Action: ActRenetboot, Counter: int64(obs.Renetboots + 1),
 			Why: fmt.Sprintf("nothing heard for %s (last: %s): re-netboot %d of %d", opts.Now.Sub(since).Round(time.Second), lastHeard(obs), obs.Renetboots+1, opts.MaxRenetboots)}, true
 	}
 	return Step{}, false
+}
+
+// stallNote is "; " and the boot stall of a timed-out server whose boot
+// stalled (the failure it records says why the report never came), else "".
+func stallNote(obs state.Server, opts Options) string {
+	if f, ok := bootStalled(obs); ok {
+		return "; " + bootStallText(f, opts.Now)
+	}
+	return ""
 }
 
 // wipeStep is the release wipe's step: a released server's disks are
@@ -1046,6 +1055,14 @@ func silentSince(obs state.Server, opts Options) (time.Time, bool) {
 }
 
 func lastHeard(obs state.Server) string {
+	if f, ok := bootStalled(obs); ok {
+		// Said in full: the re-netboot's and the timeout's events carry it.
+		out := fmt.Sprintf("%s at %s, nothing from the ramdisk since", obs.LastHeard, f.At.UTC().Format(time.RFC3339))
+		if f.SecureBoot {
+			out += " (Secure Boot: the firmware, shim or GRUB may have refused an unsigned or untrusted image)"
+		}
+		return out
+	}
 	out := obs.LastHeard + " at " + obs.LastHeardAt.UTC().Format(time.RFC3339)
 	if obs.LastHeard == "" || obs.LastHeardAt.Before(obs.LifecycleAt) {
 		out = "nothing since " + string(obs.Lifecycle) + " began at " + obs.LifecycleAt.UTC().Format(time.RFC3339)
@@ -1079,8 +1096,45 @@ func silentCondition(name string, obs state.Server, opts Options) (Condition, bo
 	if obs.Renetboots >= opts.MaxRenetboots {
 		next = fmt.Sprintf("%d re-netboots done; waiting for the deadline", obs.Renetboots)
 	}
+	if f, ok := bootStalled(obs); ok {
+		return Condition{Subject: "server/" + name, Type: "Waiting", Reason: CondBootStalled,
+			Message: fmt.Sprintf("%s: %s; %s", obs.Lifecycle, bootStallText(f, opts.Now), next)}, true
+	}
 	return Condition{Subject: "server/" + name, Type: "Waiting", Reason: "MachineSilent",
 		Message: fmt.Sprintf("%s: no request from the machine for %s; last heard: %s; %s", obs.Lifecycle, opts.Now.Sub(since).Round(time.Second), lastHeard(obs), next)}, true
+}
+
+// CondBootStalled is the reason of a silent commissioning or deploying
+// server whose last network boot fetch was a boot file (the kernel or the
+// initrd) and which was not heard from since: its boot loader got the
+// file and the ramdisk never called the controller. Under Secure Boot the
+// usual cause is an image the firmware, shim or GRUB refused (an
+// unsigned kernel, or one signed by a key shim does not trust: GRUB says
+// "bad shim signature", then "you need to load the kernel first"). It
+// replaces MachineSilent for such a server, at the same time (half of
+// Options.SilentAfter), and clears as soon as the machine is heard again.
+const CondBootStalled = "BootStalled"
+
+// bootStalled returns the server's last boot file fetch when nothing was
+// heard from its machine after it (LastHeard is that fetch) and it
+// happened in the current phase and after the last re-netboot.
+func bootStalled(obs state.Server) (*state.BootFetch, bool) {
+	f := obs.BootFetch
+	if f == nil || !f.At.Equal(obs.LastHeardAt) || f.At.Before(obs.LifecycleAt) || f.At.Before(obs.RenetbootAt) {
+		return nil, false
+	}
+	return f, true
+}
+
+// bootStallText says what the machine fetched, when, and what likely
+// stopped it.
+func bootStallText(f *state.BootFetch, now time.Time) string {
+	out := fmt.Sprintf("boot stalled: the machine fetched %s by %s at %s and the ramdisk has not called the controller in the %s since",
+		f.File, f.Via, f.At.UTC().Format(time.RFC3339), now.Sub(f.At).Round(time.Second))
+	if f.SecureBoot {
+		out += "; Secure Boot: the firmware, shim or GRUB may have refused an unsigned or untrusted image (the console shows GRUB's \"bad shim signature\")"
+	}
+	return out
 }
 
 func sortSteps(s []Step) {
