@@ -69,10 +69,10 @@ type Server struct {
 	// allocation's Erase; "" means metadata). WipeUnsupported says the last
 	// failure was a disk that cannot do it (LastError names the disk and
 	// why). LastErase is each disk's outcome of the last erase reported.
-	WipeErase       string      `json:"wipeErase,omitempty"`
+	WipeErase string `json:"wipeErase,omitempty"`
 	// WipeEraseDisks is the release wipe's method per disk (the released
 	// allocation's EraseDisks); empty when every disk takes WipeErase.
-	WipeEraseDisks []EraseDisk `json:"wipeEraseDisks,omitempty"`
+	WipeEraseDisks  []EraseDisk `json:"wipeEraseDisks,omitempty"`
 	WipeUnsupported bool        `json:"wipeUnsupported,omitempty"`
 	LastErase       []DiskErase `json:"lastErase,omitempty"`
 	// FinishDeploy is set when the ramdisk reported a good deploy: the
