@@ -3,11 +3,22 @@
 #
 # A minimal Debian 12 (bookworm) made with debootstrap from Debian's packages: linux-image-amd64,
 # systemd, cloud-init (NoCloud datasource first), openssh-server, sudo, curl. Layout of the 1 GiB
-# sparse raw image (MBR, no loop devices, no host mounts of the image):
-#   p1  sectors 2048..198655 (96 MiB)  type ef, active  FAT16 "MACHINA-ESP": syslinux (BIOS, via the
-#       syslinux MBR code) and EFI/BOOT/BOOTX64.EFI = syslinux.efi (UEFI removable-media path), each
-#       with a syslinux.cfg, plus the kernel and the initrd.
-#   p2  sectors 198656..end            type 83         ext4 "machina-root", filled with mkfs.ext4 -d.
+# sparse raw image (GPT, as cloud images are, so storage layouts can grow its root partition; no loop
+# devices, no host mounts of the image):
+#   p1  sectors 2048..198655 (96 MiB)  EFI System, LegacyBIOSBootable  FAT16 "MACHINA-ESP" (volume id
+#       4D41-4348): syslinux (BIOS, via syslinux's GPT MBR code, which boots the partition marked
+#       LegacyBIOSBootable) with syslinux.cfg; for UEFI, with Secure Boot on or off, Debian's signed chain
+#       at the removable-media path, so no NVRAM boot entry is needed: EFI/BOOT/BOOTX64.EFI = shim
+#       (shim-signed, signed by Microsoft's UEFI CA), EFI/BOOT/grubx64.efi = GRUB (grub-efi-amd64-signed,
+#       signed by Debian's Secure Boot CA; shim loads that name from its own directory) reading
+#       EFI/debian/grub.cfg (its built-in prefix); plus the kernel (Debian's signed linux-image, which
+#       GRUB has shim verify) and the initrd. shim and GRUB are copied from this host's packages, as
+#       syslinux is.
+#   p2  sectors 198656..(1 MiB-aligned end before the backup GPT) Linux filesystem  ext4 "machina-root", filled with mkfs.ext4 -d.
+# mdadm and lvm2 put RAID1 and LVM in the initramfs (storage layouts: a RAID1 root boots with a member
+# missing); ifenslave, vlan and bridge-utils let ifupdown bring up the bonds, VLANs and bridges cloud-init
+# renders from a network layout, and net-tools its routes (cloud-init's ENI renderer writes
+# "post-up route add default gw ...").
 # The host's /boot and bootloader are never touched: nothing runs grub-install or update-grub.
 # Needs root (debootstrap, chroot). Writes only below OUTDIR and a scratch folder it removes.
 set -eu
@@ -21,16 +32,19 @@ ROOT_START=$((ESP_START + ESP_SECTORS))
 ROOT_UUID=6d616368-696e-4120-8f73-696d61676521 # fixed, so fstab and the kernel command line agree
 # Installed with apt inside the chroot (debootstrap's own resolver does not follow virtual packages).
 PACKAGES="linux-image-amd64 initramfs-tools systemd-sysv udev dbus cloud-init cloud-guest-utils openssh-server
-  sudo curl ca-certificates ifupdown isc-dhcp-client iproute2 netbase procps less"
+  sudo curl ca-certificates ifupdown isc-dhcp-client iproute2 netbase procps less mdadm lvm2 ifenslave vlan bridge-utils net-tools"
 
 [ "$(id -u)" = 0 ] || { echo "build.sh: must run as root (debootstrap, chroot)" >&2; exit 1; }
-for t in debootstrap sfdisk mkfs.vfat mkfs.ext4 syslinux mcopy mmd; do
+for t in debootstrap sfdisk mkfs.vfat mkfs.ext4 syslinux mcopy mmd sbverify; do
 	command -v "$t" >/dev/null 2>&1 || { echo "build.sh: $t not found" >&2; exit 1; }
 done
 pkgfile() { dpkg -L "$1" | grep "$2\$" | head -n1; }
-MBR=$(pkgfile syslinux-common /mbr/mbr.bin)
-LDLINUX_E64=$(pkgfile syslinux-common /efi64/ldlinux.e64)
-SYSLINUX_EFI=$(pkgfile syslinux-efi /efi64/syslinux.efi)
+MBR=$(pkgfile syslinux-common /mbr/gptmbr.bin)
+SHIM=$(pkgfile shim-signed /shimx64.efi.signed)
+GRUB_EFI=$(pkgfile grub-efi-amd64-signed /grubx64.efi.signed)
+[ -n "$MBR" ] || { echo "build.sh: gptmbr.bin not found (Debian package syslinux-common)" >&2; exit 1; }
+[ -n "$SHIM" ] || { echo "build.sh: shimx64.efi.signed not found (Debian package shim-signed)" >&2; exit 1; }
+[ -n "$GRUB_EFI" ] || { echo "build.sh: grubx64.efi.signed not found (Debian package grub-efi-amd64-signed)" >&2; exit 1; }
 
 # The Debian mirror this host's apt already uses (deb822 or one-line sources).
 MIRROR=${MACHINA_DEBIAN_MIRROR:-}
@@ -71,7 +85,7 @@ chmod 755 "$R/usr/sbin/policy-rc.d"
 # the kernel is installed so its postinst builds the initrd once.
 mkdir -p "$R/etc/initramfs-tools/conf.d"
 echo MODULES=list >"$R/etc/initramfs-tools/conf.d/machina.conf"
-printf '%s\n' virtio_pci virtio_blk virtio_scsi sd_mod sr_mod ata_piix ahci nvme ext4 >>"$R/etc/initramfs-tools/modules"
+printf '%s\n' virtio_pci virtio_blk virtio_scsi sd_mod sr_mod ata_piix ahci nvme ext4 md_mod raid1 >>"$R/etc/initramfs-tools/modules"
 echo "build.sh: apt-get install" $PACKAGES
 # shellcheck disable=SC2086
 if ! chroot "$R" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $PACKAGES >"$WORK/apt.log" 2>&1; then
@@ -94,6 +108,9 @@ datasource_list: [ NoCloud, None ]
 EOF
 KVER=$(basename "$(ls -d "$R"/lib/modules/* | head -n1)")
 [ -f "$R/boot/initrd.img-$KVER" ] || { echo "build.sh: no initrd for $KVER" >&2; exit 1; }
+# Under Secure Boot, GRUB boots only a kernel shim trusts: Debian's linux-image-*-amd64 is signed.
+sbverify --list "$R/boot/vmlinuz-$KVER" 2>/dev/null | grep -q 'Debian Secure Boot' ||
+	{ echo "build.sh: $R/boot/vmlinuz-$KVER is not signed by Debian's Secure Boot CA" >&2; exit 1; }
 # Trim what a lab OS never reads.
 chroot "$R" apt-get clean
 umount "$R/sys" "$R/proc"
@@ -111,28 +128,42 @@ LABEL debian
   INITRD /initrd.img
   APPEND $CMDLINE
 EOF
+# GRUB's root is the ESP, found by its volume id (a second disk, such as a NoCloud seed, does not
+# confuse it); the root filesystem is found by UUID on the kernel command line.
+cat >"$WORK/grub.cfg" <<EOF
+set timeout=0
+search --no-floppy --fs-uuid --set=root 4D41-4348
+linux /vmlinuz $CMDLINE
+initrd /initrd.img
+boot
+EOF
 
 # --- disk image ---
 IMG="$WORK/os.img"
 truncate -s "${IMG_MIB}M" "$IMG"
 sfdisk --quiet "$IMG" <<EOF
-label: dos
-label-id: 0x4d414348
-start=$ESP_START, size=$ESP_SECTORS, type=ef, bootable
-start=$ROOT_START, type=83
+label: gpt
+label-id: 4d414348-696e-4120-8f73-696d61676500
+start=$ESP_START, size=$ESP_SECTORS, type=C12A7328-F81F-11D2-BA4B-00A0C93EC93B, attrs="LegacyBIOSBootable", name=MACHINA-ESP
+start=$ROOT_START, type=0FC63DAF-8483-4772-8E79-3D69D8477DE4, name=machina-root
 EOF
 mkfs.vfat -F 16 -n MACHINA-ESP -i 4d414348 --offset=$ESP_START "$IMG" $((ESP_SECTORS / 2)) >"$WORK/mkfs.log" 2>&1
 syslinux --install --offset $((ESP_START * 512)) "$IMG"
 dd if="$MBR" of="$IMG" bs=440 count=1 conv=notrunc status=none
 E="$IMG@@$((ESP_START * 512))"
-mmd -i "$E" ::EFI ::EFI/BOOT
+mmd -i "$E" ::EFI ::EFI/BOOT ::EFI/debian
 mcopy -i "$E" "$R/boot/vmlinuz-$KVER" ::vmlinuz
 mcopy -i "$E" "$R/boot/initrd.img-$KVER" ::initrd.img
 mcopy -i "$E" "$WORK/syslinux.cfg" ::syslinux.cfg
-mcopy -i "$E" "$WORK/syslinux.cfg" ::EFI/BOOT/syslinux.cfg
-mcopy -i "$E" "$SYSLINUX_EFI" ::EFI/BOOT/BOOTX64.EFI
-mcopy -i "$E" "$LDLINUX_E64" ::EFI/BOOT/ldlinux.e64
-ROOT_KIB=$(((IMG_MIB * 2048 - ROOT_START) / 2))
+mcopy -i "$E" "$SHIM" ::EFI/BOOT/BOOTX64.EFI
+mcopy -i "$E" "$GRUB_EFI" ::EFI/BOOT/grubx64.efi
+mcopy -i "$E" "$WORK/grub.cfg" ::EFI/debian/grub.cfg
+# The root filesystem fills its partition exactly: sfdisk aligns the last
+# partition's end down to 1 MiB below the backup GPT, so its size is read
+# back from the table rather than computed.
+ROOT_SECTORS=$(sfdisk --dump "$IMG" | awk -F'size=' '/name="?machina-root/ {split($2, a, ","); gsub(/ /, "", a[1]); print a[1]}')
+[ -n "$ROOT_SECTORS" ] || { echo "build.sh: no machina-root partition in the table" >&2; exit 1; }
+ROOT_KIB=$((ROOT_SECTORS / 2))
 mkfs.ext4 -q -F -L machina-root -U "$ROOT_UUID" -E offset=$((ROOT_START * 512)) -d "$R" "$IMG" "${ROOT_KIB}k"
 
 SUM=$(sha256sum "$IMG" | cut -d' ' -f1)

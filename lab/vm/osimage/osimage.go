@@ -1,7 +1,9 @@
 // Package osimage builds and caches the VM lab's OS image: a minimal
 // Debian 12 made with debootstrap from Debian's packages, with a kernel
-// (linux-image-amd64), syslinux for BIOS and UEFI, cloud-init (NoCloud
-// datasource first) and openssh-server, as a 1 GiB sparse raw disk image.
+// (linux-image-amd64, signed by Debian), syslinux for BIOS, Debian's
+// signed shim and GRUB at the UEFI removable-media path (it boots with
+// Secure Boot on or off), cloud-init (NoCloud datasource first) and
+// openssh-server, as a 1 GiB sparse raw disk image.
 // The layout and contents are documented in build.sh, which is embedded and
 // run as root.
 //

@@ -20,7 +20,7 @@ import (
 
 func requireLab(t *testing.T) {
 	t.Helper()
-	peertest.Commands(t, "debootstrap", "qemu-system-x86_64", "qemu-img", "mkfs.vfat", "mcopy", "syslinux", "sfdisk")
+	peertest.Commands(t, "debootstrap", "qemu-system-x86_64", "qemu-img", "mkfs.vfat", "mcopy", "syslinux", "sfdisk", "sbverify")
 	peertest.Root(t, "debootstrap, loop devices")
 }
 
@@ -67,7 +67,12 @@ func TestReadSums(t *testing.T) {
 // and checksum, then boots it under TCG with BIOS and with UEFI, each with
 // a NoCloud seed on a second drive, until the serial console shows the
 // seed's hostname at a login prompt and a marker written by the seed's
-// runcmd; then the ACPI power button must power the guest off.
+// runcmd; then the ACPI power button must power the guest off. The third
+// boot is UEFI with Secure Boot on and Microsoft's keys enrolled
+// (OVMF_CODE_4M.ms.fd, a copy of OVMF_VARS_4M.ms.fd, secure pflash): the
+// image's removable-media path holds shim, which loads Debian's signed
+// GRUB, which boots Debian's signed kernel; the kernel log must say Secure
+// Boot was on, on the console and read back by dmesg in the guest.
 func TestEnsureAndBoot(t *testing.T) {
 	requireLab(t)
 	// The image is built by `make os-image` (which `make test` runs first,
@@ -108,15 +113,18 @@ func TestEnsureAndBoot(t *testing.T) {
 	}
 
 	for _, fw := range []vmpower.Firmware{vmpower.BIOS, vmpower.UEFI} {
-		t.Run(string(fw), func(t *testing.T) { bootToMarker(t, path, fw) })
+		t.Run(string(fw), func(t *testing.T) { bootToMarker(t, path, fw, false) })
 	}
+	t.Run("uefi-secureboot", func(t *testing.T) { bootToMarker(t, path, vmpower.UEFI, true) })
 	// The cached image is untouched by the boots (they wrote to overlays).
 	if err := Verify(path, sum); err != nil {
 		t.Fatalf("cached image changed by the boots: %v", err)
 	}
 }
 
-func bootToMarker(t *testing.T, image string, fw vmpower.Firmware) {
+// bootToMarker boots image in fw until the seed's marker; with sb, under
+// OVMF with Secure Boot on, and the guest must report it on.
+func bootToMarker(t *testing.T, image string, fw vmpower.Firmware, sb bool) {
 	dir := t.TempDir()
 	var rnd [4]byte
 	_, _ = rand.Read(rnd[:])
@@ -125,6 +133,12 @@ func bootToMarker(t *testing.T, image string, fw vmpower.Firmware) {
 	marker := "MACHINA-SEED-OK-" + nonce
 	seed := filepath.Join(dir, "seed.img")
 	userData := "#cloud-config\nruncmd:\n  - [ sh, -c, 'echo " + marker + " > /dev/ttyS0' ]\n"
+	if sb {
+		// The guest's own view, from user space: the kernel log's
+		// "secureboot:" line (dmesg reads it whatever the console log
+		// level), counted so that a missing line prints SBLOG-0.
+		userData += "  - [ sh, -c, 'echo SBLOG-$(dmesg | grep -c \"secureboot: Secure boot enabled\") > /dev/ttyS0' ]\n"
+	}
 	metaData := "instance-id: i-" + nonce + "\nlocal-hostname: " + host + "\n"
 	for name, body := range map[string]string{"user-data": userData, "meta-data": metaData} {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
@@ -136,12 +150,24 @@ func bootToMarker(t *testing.T, image string, fw vmpower.Firmware) {
 	overlay := filepath.Join(dir, "disk.qcow2")
 	run(t, "qemu-img", "create", "-q", "-f", "qcow2", "-b", image, "-F", "raw", overlay)
 
-	v, err := vmpower.New(vmpower.Config{
+	cfg := vmpower.Config{
 		Name: "os14-" + string(fw), Dir: filepath.Join(dir, "vm"), Firmware: fw,
 		Disk: overlay, MemoryMiB: 1024, CPUs: 2, BootDevice: vmpower.BootDisk,
 		ExtraArgs: []string{"-drive", "file=" + seed + ",format=raw,if=virtio,readonly=on"},
 		Logger:    slog.New(slog.NewTextHandler(t.Output(), nil)),
-	})
+	}
+	wants := []string{host + " login:", marker}
+	if sb {
+		// The Secure Boot build of OVMF keeps its variables in SMM: the
+		// flash must be secure (q35's SMM is on under TCG).
+		cfg.Name += "-sb"
+		cfg.OVMFCode, cfg.OVMFVars = "/usr/share/OVMF/OVMF_CODE_4M.ms.fd", "/usr/share/OVMF/OVMF_VARS_4M.ms.fd"
+		peertest.File(t, cfg.OVMFCode, "ovmf")
+		peertest.File(t, cfg.OVMFVars, "ovmf")
+		cfg.ExtraArgs = append(cfg.ExtraArgs, "-global", "driver=cfi.pflash01,property=secure,value=on")
+		wants = append(wants, "secureboot: Secure boot enabled", "SBLOG-1")
+	}
+	v, err := vmpower.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -151,7 +177,7 @@ func bootToMarker(t *testing.T, image string, fw vmpower.Firmware) {
 		t.Fatal(err)
 	}
 	serial := filepath.Join(dir, "vm", vmpower.SerialLog)
-	for _, want := range []string{host + " login:", marker} {
+	for _, want := range wants {
 		waitFor(t, serial, want, 8*time.Minute)
 		t.Logf("%s: %q on the serial console after %v", fw, want, time.Since(start).Round(100*time.Millisecond))
 	}
