@@ -272,7 +272,8 @@ func TestTransitionReleaseWipes(t *testing.T) {
 		}
 		for _, m := range []state.Move{{From: state.LifecycleNew, To: state.LifecycleCommissioning}, {From: state.LifecycleCommissioning, To: state.LifecycleReady},
 			{From: state.LifecycleReady, To: state.LifecycleAllocated, Update: func(s *state.Server) error {
-				s.Allocation = &state.Allocation{Profile: "hypervisor", Reason: "provision", At: time.Now(), Erase: "zero"}
+				s.Allocation = &state.Allocation{Profile: "hypervisor", Reason: "provision", At: time.Now(), Erase: "zero",
+					EraseDisks: []state.EraseDisk{{Name: "nvme0n1", WWN: "eui.0025388b91234567", Method: "secure"}}}
 				return nil
 			}},
 			{From: state.LifecycleAllocated, To: state.LifecycleDeploying}, {From: state.LifecycleDeploying, To: state.LifecycleDeployed}} {
@@ -290,8 +291,8 @@ func TestTransitionReleaseWipes(t *testing.T) {
 		t.Fatalf("release = %+v, %v", got, err)
 	}
 	d1, _ := f.store.Server("d1")
-	if d1.Lifecycle != state.LifecycleReady || d1.Allocation != nil || !d1.NeedsWipe || d1.WipeErase != "zero" {
-		t.Errorf("d1 after release: lifecycle %s allocation %+v needsWipe %v erase %q; want ready, none, true, the allocation's zero", d1.Lifecycle, d1.Allocation, d1.NeedsWipe, d1.WipeErase)
+	if d1.Lifecycle != state.LifecycleReady || d1.Allocation != nil || !d1.NeedsWipe || d1.WipeErase != "zero" || len(d1.WipeEraseDisks) != 1 || d1.WipeEraseDisks[0].Method != "secure" {
+		t.Errorf("d1 after release: lifecycle %s allocation %+v needsWipe %v erase %q per disk %+v; want ready, none, true, the allocation's zero and nvme0n1 secure", d1.Lifecycle, d1.Allocation, d1.NeedsWipe, d1.WipeErase, d1.WipeEraseDisks)
 	}
 	if h, _ := f.store.Host("h-d1"); h.JoinStatus != state.HostReleased || h.CertFingerprint != "" {
 		t.Errorf("host of released d1 = %+v, want released without a fingerprint", h)

@@ -26,7 +26,7 @@ func toServer(s state.Server) v1.Server {
 		out.BootFetch = &v1.BootFetch{File: f.File, Via: f.Via, SecureBoot: f.SecureBoot, At: f.At}
 	}
 	for _, e := range s.LastErase {
-		out.LastErase = append(out.LastErase, v1.DiskErase{Disk: e.Disk, Method: e.Method, Bytes: e.Bytes, Duration: e.Duration, VerifiedSamples: e.VerifiedSamples})
+		out.LastErase = append(out.LastErase, v1.DiskErase{Disk: e.Disk, Name: e.Name, Method: e.Method, Bytes: e.Bytes, Duration: e.Duration, VerifiedSamples: e.VerifiedSamples})
 	}
 	if p := s.CurrentProgress(); p != nil {
 		out.Progress = &v1.ServerProgress{Progress: v1.Progress{Step: p.Step, BytesDone: p.BytesDone, BytesTotal: p.BytesTotal, RateBytesPerSecond: p.RateBytesPerSecond},

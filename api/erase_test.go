@@ -3,6 +3,7 @@ package api_test
 import (
 	"encoding/json"
 	"net/http"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -84,7 +85,7 @@ func TestEraseWipeEndpoints(t *testing.T) {
 		t.Fatalf("good outcome: %d %s", code, body)
 	}
 	s, _ = f.store.Server("r1-n01")
-	want := state.DiskErase{Disk: "pci-0000:00:1f.2-ata-1", Method: "zero", Bytes: 4 << 20, Duration: 1500 * time.Millisecond, VerifiedSamples: 1024}
+	want := state.DiskErase{Disk: "pci-0000:00:1f.2-ata-1", Name: "sda", Method: "zero", Bytes: 4 << 20, Duration: 1500 * time.Millisecond, VerifiedSamples: 1024}
 	if s.NeedsWipe || s.WipeUnsupported || len(s.LastErase) != 1 || s.LastErase[0] != want {
 		t.Errorf("after a good erase: needsWipe %v unsupported %v lastErase %+v", s.NeedsWipe, s.WipeUnsupported, s.LastErase)
 	}
@@ -108,5 +109,48 @@ func TestEraseWipeEndpoints(t *testing.T) {
 	// The wipe is over: the progress token is refused with 409.
 	if code, _, _ := f.do(t, http.MethodPost, v1.PathAgentProgress, plan.ProgressToken, prog); code != http.StatusConflict {
 		t.Errorf("erase progress after the wipe: %d, want 409", code)
+	}
+}
+
+// TestEraseWipePlanPerDisk: a server released with methods per disk (a
+// profile's eraseOverrides, chosen at allocation) gets a wipe plan that
+// lists each disk by its commissioning identity with its method, and a
+// progress token even when the default is the metadata wipe, since one
+// disk is erased in full.
+func TestEraseWipePlanPerDisk(t *testing.T) {
+	f := newFixture(t, state.Options{})
+	m, err := api.NewMachine(api.MachineConfig{Store: f.store, ProgressEvery: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Mount(f.api); err != nil {
+		t.Fatal(err)
+	}
+	releasedServer(t, f, "r1-n01", "52:54:00:00:00:01")
+	if _, err := f.store.UpdateServer("r1-n01", func(s *state.Server) error {
+		s.WipeErase = ""
+		s.WipeEraseDisks = []state.EraseDisk{
+			{Name: "nvme0n1", ByPath: "pci-0000:3b:00.0-nvme-1", WWN: "eui.0025388b91234567", SizeBytes: 960197124096, Method: "secure"},
+			{Name: "sda", Serial: "ZC1ABCDE", SizeBytes: 4000787030016, Method: ""},
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	tok, _, err := f.store.IssueToken(state.TokenSpec{Purpose: state.PurposeWipe, Server: "r1-n01", MAC: "52:54:00:00:00:01"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, _, body := f.do(t, http.MethodGet, v1.PathAgentWipe, tok, "")
+	var plan v1.WipePlan
+	if code != http.StatusOK || json.Unmarshal(body, &plan) != nil {
+		t.Fatalf("wipe plan: %d %s", code, body)
+	}
+	want := []v1.EraseDisk{
+		{Disk: v1.StorageDiskRef{Name: "nvme0n1", ByPath: "pci-0000:3b:00.0-nvme-1", WWN: "eui.0025388b91234567", SizeBytes: 960197124096}, Method: v1.EraseSecure},
+		{Disk: v1.StorageDiskRef{Name: "sda", Serial: "ZC1ABCDE", SizeBytes: 4000787030016}, Method: v1.EraseMetadata},
+	}
+	if plan.Erase != v1.EraseMetadata || plan.ProgressToken == "" || !reflect.DeepEqual(plan.EraseDisks, want) {
+		t.Fatalf("wipe plan = %+v, want metadata by default, a progress token and per disk %+v", plan, want)
 	}
 }

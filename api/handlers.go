@@ -202,7 +202,8 @@ func (s *Server) handleTransition(w http.ResponseWriter, r *http.Request) {
 	m := state.Move{Server: r.PathValue("name"), From: from, To: to, Reason: req.Reason, Actor: actor(r)}
 	if release {
 		m.Update = func(srv *state.Server) error {
-			srv.WipeErase, srv.Allocation, srv.NeedsWipe, srv.FinishDeploy = srv.Allocation.EraseMethod(), nil, true, false
+			srv.WipeErase, srv.WipeEraseDisks = srv.Allocation.EraseMethod(), srv.Allocation.EraseDiskMethods()
+			srv.Allocation, srv.NeedsWipe, srv.FinishDeploy = nil, true, false
 			return nil
 		}
 		// In the move's transaction: a failure leaves neither the move

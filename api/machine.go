@@ -842,10 +842,20 @@ func wipeReason(res v1.WipeResult) string {
 }
 
 // erasedRecords copies the wire outcomes into the server's record.
+// eraseDiskList names each disk of a wipe plan with its method, for the
+// log ("pci-0000:00:04.0-nvme-1 secure, ..."); "" when there are none.
+func eraseDiskList(ds []v1.EraseDisk) string {
+	parts := make([]string, 0, len(ds))
+	for _, d := range ds {
+		parts = append(parts, cmp.Or(d.Disk.ByPath, d.Disk.WWN, d.Disk.Serial, d.Disk.Name)+" "+d.Method)
+	}
+	return strings.Join(parts, ", ")
+}
+
 func erasedRecords(es []v1.DiskErase) []state.DiskErase {
 	var out []state.DiskErase
 	for _, e := range es {
-		out = append(out, state.DiskErase{Disk: e.Disk, Method: e.Method, Bytes: e.Bytes, Duration: e.Duration, VerifiedSamples: e.VerifiedSamples})
+		out = append(out, state.DiskErase{Disk: e.Disk, Name: e.Name, Method: e.Method, Bytes: e.Bytes, Duration: e.Duration, VerifiedSamples: e.VerifiedSamples})
 	}
 	return out
 }
@@ -900,13 +910,19 @@ func (m *Machine) wipePlan(w http.ResponseWriter, r *http.Request) {
 		// The erase method of the released allocation; an erase that
 		// runs long reports its progress with a reusable token.
 		out.Erase = cmp.Or(cur.WipeErase, v1.EraseMetadata)
-		if out.Erase != v1.EraseMetadata {
+		erases := out.Erase != v1.EraseMetadata
+		for _, d := range cur.WipeEraseDisks {
+			out.EraseDisks = append(out.EraseDisks, v1.EraseDisk{Method: cmp.Or(d.Method, v1.EraseMetadata),
+				Disk: v1.StorageDiskRef{Name: d.Name, ByPath: d.ByPath, WWN: d.WWN, Serial: d.Serial, SizeBytes: d.SizeBytes}})
+			erases = erases || cmp.Or(d.Method, v1.EraseMetadata) != v1.EraseMetadata
+		}
+		if erases {
 			if out.ProgressToken, _, err = tx.IssueToken(state.TokenSpec{Purpose: state.PurposeEraseProgress, Server: cur.Name, MAC: cur.BootMAC, TTL: m.cfg.ImageTokenTTL, Reusable: true}); err != nil {
 				return state.Answer{}, err
 			}
 			out.ProgressEvery = m.cfg.ProgressEvery
 		}
-		m.log.Info("wipe plan served", "machine", cur.Name, "erase", out.Erase)
+		m.log.Info("wipe plan served", "machine", cur.Name, "erase", out.Erase, "eraseDisks", eraseDiskList(out.EraseDisks))
 		return jsonAnswer(http.StatusOK, out)
 	})
 }

@@ -285,6 +285,7 @@ func (c *crossChecker) profile(i int, p Profile) {
 	c.profileJoin(base, p)
 	c.profileFirmware(base, p)
 	c.profileStorage(base, p)
+	c.profileErase(base, p)
 }
 
 // profileFirmware checks a profile's firmware block: RAID volume names

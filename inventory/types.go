@@ -223,6 +223,11 @@ type Profile struct {
 	// this profile: EraseMetadata (the default, "" in a file), EraseDiscard,
 	// EraseZero or EraseSecure. See docs/storage.md "Erase on release".
 	Erase EraseMethod `json:"erase,omitempty"`
+	// EraseOverrides give disks chosen by their commissioning facts
+	// another erase method than Erase (secure for NVMe, zero for the
+	// rest): a disk takes the first override that matches it (PlanErase).
+	// See docs/storage.md "Erase on release".
+	EraseOverrides []EraseOverride `json:"eraseOverrides,omitempty"`
 	// Network is the interface layout the profile's hosts come up with
 	// (rendered as cloud-init network-config v2); nil keeps DHCP on the
 	// boot NIC. CloudInit is the operator's own user-data and
@@ -258,6 +263,14 @@ const (
 	// Erase Settings 1 (user data erase), or ATA SECURITY ERASE UNIT.
 	EraseSecure EraseMethod = "secure"
 )
+
+// EraseOverride is one entry of Profile.EraseOverrides: the erase method
+// of the disks Disks matches (the storage layout's selector, DiskMatch,
+// with MinSizeGiB as a least size).
+type EraseOverride struct {
+	Disks  DiskMatch   `json:"disks"`
+	Method EraseMethod `json:"method"`
+}
 
 // Firmware is a profile's desired firmware state, in Redfish terms (the
 // shape of Metal3's HostFirmwareSettings, HostFirmwareComponents and RAID

@@ -650,7 +650,8 @@ func (c *Controller) Provision(profile string, n int, actor string) ([]string, e
 		_, err := c.cfg.Store.ApplyClaiming(state.Move{Server: s.Name, From: state.LifecycleReady, To: state.LifecycleAllocated, Actor: actor,
 			Reason: fmt.Sprintf("provision %s (%d requested)", profile, n),
 			Update: func(srv *state.Server) error {
-				srv.Allocation = &state.Allocation{Profile: profile, Image: p.Image, At: now, Reason: plan.ReasonProvision, Deploy: string(p.Deploy), Erase: string(p.Erase)}
+				srv.Allocation = &state.Allocation{Profile: profile, Image: p.Image, At: now, Reason: plan.ReasonProvision, Deploy: string(p.Deploy), Erase: string(p.Erase),
+					EraseDisks: plan.EraseDisks(p, srv.Hardware)}
 				return nil
 			}}, profile, plan.Claims(desired, p, plan.Step{}))
 		if err != nil {

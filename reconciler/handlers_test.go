@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -156,6 +157,7 @@ func TestHandlers(t *testing.T) {
 	inv := exampleInventory(t)
 	ws := inv.Servers[0]
 	inv.Profile("hypervisor").Erase = inventory.EraseZero
+	inv.Profile("hypervisor").EraseOverrides = []inventory.EraseOverride{{Disks: inventory.DiskMatch{Transport: "nvme"}, Method: inventory.EraseSecure}}
 	tests := []struct {
 		action plan.Action
 		at     state.Lifecycle // "" creates no record
@@ -195,10 +197,21 @@ func TestHandlers(t *testing.T) {
 					t.Errorf("same BMC: %+v, want its quirks kept", s.BMC)
 				}
 			}},
-		{action: plan.ActAllocate, at: state.LifecycleReady, step: plan.Step{Server: ws.Name, Profile: "hypervisor", AllocReason: plan.ReasonCount},
+		// The allocation fixes each commissioned disk's erase method:
+		// the profile's NVMe override (secure), else its erase (zero).
+		{action: plan.ActAllocate, at: state.LifecycleReady, mod: func(s *state.Server) {
+			s.Hardware = &state.Hardware{Disks: []state.Disk{
+				{Name: "nvme0n1", SizeBytes: 960 << 30, ByPath: "pci-0000:3b:00.0-nvme-1", Transport: "nvme"},
+				{Name: "sda", SizeBytes: 480 << 30, Serial: "ZC1ABCDE", Transport: "sata"},
+			}}
+		}, step: plan.Step{Server: ws.Name, Profile: "hypervisor", AllocReason: plan.ReasonCount},
 			check: func(t *testing.T, s state.Server, _ *state.Store) {
 				if s.Lifecycle != state.LifecycleAllocated || s.Allocation == nil || s.Allocation.Image != inv.Profile("hypervisor").Image || s.Allocation.Erase != "zero" {
 					t.Errorf("allocated %+v", s.Allocation)
+				}
+				want := []state.EraseDisk{{Name: "nvme0n1", ByPath: "pci-0000:3b:00.0-nvme-1", SizeBytes: 960 << 30, Method: "secure"}, {Name: "sda", Serial: "ZC1ABCDE", SizeBytes: 480 << 30, Method: "zero"}}
+				if s.Allocation != nil && !reflect.DeepEqual(s.Allocation.EraseDisks, want) {
+					t.Errorf("allocation's erase per disk %+v, want %+v", s.Allocation.EraseDisks, want)
 				}
 			}},
 		{action: plan.ActUnretire, at: state.LifecycleRetired, step: plan.Step{Server: ws.Name}, check: lifecycleIs(state.LifecycleNew)},
@@ -223,11 +236,14 @@ func TestHandlers(t *testing.T) {
 					t.Errorf("restore %v events %+v", s.BMC.RestoreDisk, evs)
 				}
 			}},
-		{action: plan.ActRelease, at: state.LifecycleDeployed, mod: func(s *state.Server) { s.Allocation = &state.Allocation{Profile: "hypervisor", Erase: "secure"} },
+		{action: plan.ActRelease, at: state.LifecycleDeployed, mod: func(s *state.Server) {
+			s.Allocation = &state.Allocation{Profile: "hypervisor", Erase: "zero", EraseDisks: []state.EraseDisk{{Name: "nvme0n1", ByPath: "pci-0000:3b:00.0-nvme-1", Method: "secure"}}}
+		},
 			step: plan.Step{Server: ws.Name}, calls: []string{"power-off"},
 			check: func(t *testing.T, s state.Server, _ *state.Store) {
-				if s.Lifecycle != state.LifecycleReady || !s.NeedsWipe || s.Power.State != state.PowerOff || s.WipeErase != "secure" || s.Allocation != nil {
-					t.Errorf("released %s wipe %v (erase %q) power %s", s.Lifecycle, s.NeedsWipe, s.WipeErase, s.Power.State)
+				if s.Lifecycle != state.LifecycleReady || !s.NeedsWipe || s.Power.State != state.PowerOff || s.WipeErase != "zero" || s.Allocation != nil ||
+					len(s.WipeEraseDisks) != 1 || s.WipeEraseDisks[0].Method != "secure" || s.WipeEraseDisks[0].ByPath != "pci-0000:3b:00.0-nvme-1" {
+					t.Errorf("released %s wipe %v (erase %q, per disk %+v) power %s", s.Lifecycle, s.NeedsWipe, s.WipeErase, s.WipeEraseDisks, s.Power.State)
 				}
 			}},
 		{action: plan.ActWipe, at: state.LifecycleReady, mod: func(s *state.Server) { s.NeedsWipe = true }, step: plan.Step{Server: ws.Name}, calls: []string{"prepare:ready", "netboot"},

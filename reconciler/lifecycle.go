@@ -53,12 +53,14 @@ func (c *Controller) updateIdentity(_ context.Context, x *stepCtx) error {
 }
 
 // allocate moves a ready server to allocated for the step's profile,
-// recording its image and deploy method.
+// recording its image, deploy method and release erase methods (per disk
+// from the server's commissioning report, plan.EraseDisks).
 func (c *Controller) allocate(_ context.Context, x *stepCtx) error {
 	step := x.step
 	image, deploy, erase := "", "", ""
-	if p := x.desired.Profile(step.Profile); p != nil {
-		image, deploy, erase = p.Image, string(p.Deploy), string(p.Erase)
+	prof := x.desired.Profile(step.Profile)
+	if prof != nil {
+		image, deploy, erase = prof.Image, string(prof.Deploy), string(prof.Erase)
 		if c.cfg.ImageOf != nil {
 			image = c.cfg.ImageOf(step.Profile)
 		}
@@ -69,7 +71,8 @@ func (c *Controller) allocate(_ context.Context, x *stepCtx) error {
 	// the server ready, never allocated without its addresses.
 	srv, err := c.cfg.Store.ApplyClaiming(state.Move{Server: step.Server, From: state.LifecycleReady, To: state.LifecycleAllocated, Reason: step.Why,
 		Update: func(s *state.Server) error {
-			s.Allocation = &state.Allocation{Profile: step.Profile, Image: image, At: now, Reason: step.AllocReason, Deploy: deploy, Erase: erase}
+			s.Allocation = &state.Allocation{Profile: step.Profile, Image: image, At: now, Reason: step.AllocReason, Deploy: deploy, Erase: erase,
+				EraseDisks: plan.EraseDisks(prof, s.Hardware)}
 			return nil
 		}}, step.Profile, plan.Claims(x.desired, x.desired.Profile(step.Profile), step))
 	if err == nil {
@@ -113,7 +116,8 @@ func (c *Controller) release(ctx context.Context, x *stepCtx) error {
 		// release policy is keep (state.Store.ApplyReleasing).
 		_, err := st.ApplyReleasing(state.Move{Server: step.Server, From: state.LifecycleDeployed, To: state.LifecycleReady, Reason: step.Why,
 			Update: func(s *state.Server) error {
-				s.WipeErase, s.Allocation, s.NeedsWipe = s.Allocation.EraseMethod(), nil, true
+				s.WipeErase, s.WipeEraseDisks = s.Allocation.EraseMethod(), s.Allocation.EraseDiskMethods()
+				s.Allocation, s.NeedsWipe = nil, true
 				return nil
 			},
 			ForgetHosts: state.HostReleased, ForgetReason: "server " + step.Server + " released: " + step.Why}, plan.KeepAddresses(x.desired))

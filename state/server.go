@@ -69,7 +69,10 @@ type Server struct {
 	// allocation's Erase; "" means metadata). WipeUnsupported says the last
 	// failure was a disk that cannot do it (LastError names the disk and
 	// why). LastErase is each disk's outcome of the last erase reported.
-	WipeErase       string      `json:"wipeErase,omitempty"`
+	WipeErase string `json:"wipeErase,omitempty"`
+	// WipeEraseDisks is the release wipe's method per disk (the released
+	// allocation's EraseDisks); empty when every disk takes WipeErase.
+	WipeEraseDisks  []EraseDisk `json:"wipeEraseDisks,omitempty"`
 	WipeUnsupported bool        `json:"wipeUnsupported,omitempty"`
 	LastErase       []DiskErase `json:"lastErase,omitempty"`
 	// FinishDeploy is set when the ramdisk reported a good deploy: the
@@ -275,6 +278,12 @@ type Allocation struct {
 	// EraseMetadata, ...; "" means metadata); a release copies it to
 	// Server.WipeErase.
 	Erase string `json:"erase,omitempty"`
+	// EraseDisks is the release erase method of each commissioned disk,
+	// chosen at allocation from the profile's erase and eraseOverrides
+	// (inventory.PlanErase); empty when the profile has no overrides and
+	// every disk takes Erase. A release copies it to
+	// Server.WipeEraseDisks.
+	EraseDisks []EraseDisk `json:"eraseDisks,omitempty"`
 	// PlanServedAt is when the ramdisk was served its deploy plan, i.e.
 	// when the image write starts; zero until then. Before it, a change of
 	// the profile's image re-plans the deploy with the new image (Image is
@@ -290,6 +299,29 @@ func (a *Allocation) EraseMethod() string {
 		return ""
 	}
 	return a.Erase
+}
+
+// EraseDiskMethods returns the allocation's EraseDisks; nil for a nil
+// allocation.
+func (a *Allocation) EraseDiskMethods() []EraseDisk {
+	if a == nil {
+		return nil
+	}
+	return a.EraseDisks
+}
+
+// EraseDisk is one disk's planned release erase method: the disk as
+// commissioning reported it (its by-path, WWN or serial find it in the
+// ramdisk; Name and SizeBytes are for messages and the size check) and
+// the method (api/v1 EraseMetadata, EraseDiscard, EraseZero or
+// EraseSecure).
+type EraseDisk struct {
+	Name      string `json:"name,omitempty"`
+	ByPath    string `json:"byPath,omitempty"`
+	WWN       string `json:"wwn,omitempty"`
+	Serial    string `json:"serial,omitempty"`
+	SizeBytes int64  `json:"sizeBytes,omitempty"`
+	Method    string `json:"method"`
 }
 
 // DeployRecord is one image deploy as planned and as verified.
@@ -309,10 +341,11 @@ type DeployRecord struct {
 	VerifiedAt time.Time `json:"verifiedAt,omitzero"`
 }
 
-// DiskErase is one disk's erase outcome (api/v1.DiskErase): the method
-// that ran, the bytes erased, the wall time and the samples verified.
+// DiskErase is one disk's erase outcome (api/v1.DiskErase): the disk's
+// stable identity and kernel name, the method that ran, the bytes erased, the wall time and the samples verified.
 type DiskErase struct {
 	Disk            string        `json:"disk"`
+	Name            string        `json:"name,omitempty"`
 	Method          string        `json:"method"`
 	Bytes           int64         `json:"bytes"`
 	Duration        time.Duration `json:"durationNs"`

@@ -389,6 +389,13 @@ type WipePlan struct {
 	// Erase is the released profile's erase method: EraseMetadata ("" means
 	// it), EraseDiscard, EraseZero or EraseSecure.
 	Erase string `json:"erase,omitempty"`
+	// EraseDisks, when set, is each commissioned disk's own method (the
+	// profile's eraseOverrides, chosen at allocation); Erase is then only
+	// the default they were chosen from. The agent finds each disk it
+	// wipes here by the entry's by-path, WWN or serial (the first set) and
+	// refuses the wipe when a disk is not listed, since its method was
+	// never chosen; empty means Erase for every disk.
+	EraseDisks []EraseDisk `json:"eraseDisks,omitempty"`
 	// ProgressToken (reusable, not consumed) authorises the StepErase
 	// reports to PathAgentProgress every ProgressEvery; zero ProgressEvery
 	// means none.
@@ -403,6 +410,14 @@ const (
 	EraseZero     = "zero"     // zeros over the whole device, samples read back
 	EraseSecure   = "secure"   // NVMe Format (user data erase) or ATA SECURITY ERASE UNIT
 )
+
+// EraseDisk is one disk's erase method in a WipePlan: the disk as
+// commissioning reported it (StorageDiskRef: found by its by-path, WWN or
+// serial) and EraseMetadata, EraseDiscard, EraseZero or EraseSecure.
+type EraseDisk struct {
+	Disk   StorageDiskRef `json:"disk"`
+	Method string         `json:"method"`
+}
 
 // DiskErase is one disk's erase outcome in a WipeResult.
 type DiskErase struct {

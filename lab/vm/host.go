@@ -334,6 +334,9 @@ func (l *lab) hostRepoFiles(mirror string) map[string]string {
     deploy: image
     attestation: required
     erase: zero
+    eraseOverrides:
+      - disks: {transport: nvme}
+        method: secure
     sshKeys:
       - "` + l.sshPub + `"
     zone: lab
@@ -875,8 +878,10 @@ func (l *lab) hostDegraded(ctx context.Context, m *machine) error {
 	return m.vm.SetExtraArgs(l.host.hostDevices(true))
 }
 
-// hostRelease releases vm-host (want ready) and checks the zero erase:
-// the wipe's outcome names all three disks erased with zero and verified,
+// hostRelease releases vm-host (want ready) and checks the erase the
+// profile chose per disk (erase: zero, secure for the NVMe disk): the
+// wipe's outcome names the two virtio disks erased with zero and the NVMe
+// disk with NVMe Format (user data erase), each with verified samples,
 // the VM is off, and every disk image file reads back as zeros only, so
 // neither the image nor the marker is left.
 func (l *lab) hostRelease(ctx context.Context, m *machine) (string, error) {
@@ -932,11 +937,24 @@ func (l *lab) hostRelease(ctx context.Context, m *machine) (string, error) {
 		return "", fmt.Errorf("vm lab: %s: erase outcome for %d disks, want 3: %+v", HostMachine, len(erased), erased)
 	}
 	var parts []string
+	zeroed, secured := 0, 0
 	for _, e := range erased {
-		if e.Method != "zero" || e.VerifiedSamples == 0 {
-			return "", fmt.Errorf("vm lab: %s: disk %s erased with %q, %d samples verified; want zero, verified", HostMachine, e.Disk, e.Method, e.VerifiedSamples)
+		want := "zero"
+		if strings.HasPrefix(e.Name, "nvme") {
+			want = "nvme-format-user-data-erase"
 		}
-		parts = append(parts, fmt.Sprintf("%s %d MiB in %s (%d samples)", e.Name, e.Bytes>>20, e.Duration.Round(100*time.Millisecond), e.VerifiedSamples))
+		if e.Method != want || e.VerifiedSamples == 0 {
+			return "", fmt.Errorf("vm lab: %s: disk %s (%s) erased with %q, %d samples verified; want %s, verified", HostMachine, e.Name, e.Disk, e.Method, e.VerifiedSamples, want)
+		}
+		if want == "zero" {
+			zeroed++
+		} else {
+			secured++
+		}
+		parts = append(parts, fmt.Sprintf("%s %s %d MiB in %s (%d samples)", e.Name, e.Method, e.Bytes>>20, e.Duration.Round(100*time.Millisecond), e.VerifiedSamples))
+	}
+	if zeroed != 2 || secured != 1 {
+		return "", fmt.Errorf("vm lab: %s: %d disks zeroed and %d NVMe formatted, want 2 and 1: %+v", HostMachine, zeroed, secured, erased)
 	}
 	wctx, cancel := context.WithTimeout(ctx, l.scale(2*time.Minute))
 	err := m.vm.WaitOff(wctx)
@@ -955,7 +973,7 @@ func (l *lab) hostRelease(ctx context.Context, m *machine) (string, error) {
 		}
 		scanned = append(scanned, fmt.Sprintf("%s %d MiB allocated, all zero", filepath.Base(d), st.data>>20))
 	}
-	return "erased " + strings.Join(parts, ", ") + "; VM off; images read back: " + strings.Join(scanned, ", "), nil
+	return "per disk (zero, secure on NVMe) erased " + strings.Join(parts, ", ") + "; VM off; images read back: " + strings.Join(scanned, ", "), nil
 }
 
 // diskScan is what scanDisk found in a disk image file.

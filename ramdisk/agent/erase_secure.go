@@ -147,6 +147,7 @@ type nvmeFormat struct {
 	name    string
 	cmd     nvmeAdminCmd
 	sanicap uint32
+	fna     byte
 }
 
 // prepareNVMe reads Identify Controller (OACS bit 1: Format NVM supported;
@@ -186,14 +187,14 @@ func prepareNVMe(dev nvmeAdmin, name string, nsid uint32, timeout time.Duration)
 	if fna&0x3 != 0 {
 		cmd.NSID = nvmeAllNS
 	}
-	return &nvmeFormat{dev: dev, name: name, cmd: cmd, sanicap: sanicap}, nil
+	return &nvmeFormat{dev: dev, name: name, cmd: cmd, sanicap: sanicap, fna: fna}, nil
 }
 
 // expect is the command timeout: Format NVM reports no estimate.
 func (n *nvmeFormat) expect() time.Duration { return time.Duration(n.cmd.TimeoutMS) * time.Millisecond }
 
 func (n *nvmeFormat) describe() string {
-	return fmt.Sprintf("NVMe Format NVM nsid %#x cdw10 %#x (SANICAP %#x)", n.cmd.NSID, n.cmd.CDW10, n.sanicap)
+	return fmt.Sprintf("NVMe Format NVM nsid %#x cdw10 %#x (FNA %#02x, SANICAP %#x)", n.cmd.NSID, n.cmd.CDW10, n.fna, n.sanicap)
 }
 
 func (n *nvmeFormat) erase(context.Context) (string, error) {

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -580,4 +581,92 @@ func TestSecureEraseReportsProgress(t *testing.T) {
 			t.Fatalf("progress reached the size before the erase returned: %v", seen)
 		}
 	}
+}
+
+// TestRunnerWipeErasePerDisk: a wipe plan with methods per disk
+// (WipePlan.EraseDisks, a profile's eraseOverrides) erases each disk with
+// its own method, found by by-path, WWN or serial, and posts each disk's
+// outcome; a disk that cannot do its method fails the wipe as Unsupported
+// naming that disk before any disk is written (no fallback to the
+// default); a disk the plan does not list fails it as unplanned, also
+// before any write.
+func TestRunnerWipeErasePerDisk(t *testing.T) {
+	root := machineRoot(t, "supermicro-nvme-sata")
+	dev := t.TempDir()
+	disks := []string{"nvme0n1", "nvme1n1", "sda"}
+	fill := func(t *testing.T) {
+		for _, d := range disks {
+			if err := os.WriteFile(filepath.Join(dev, d), bytes.Repeat(erasePattern, (4<<20)/len(erasePattern)+1)[:4<<20], 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	nvme0 := v1.StorageDiskRef{Name: "nvme0n1", ByPath: "pci-0000:3b:00.0-nvme-1"}
+	nvme1 := v1.StorageDiskRef{Name: "nvme1n1", WWN: "0025388B91ABCDEF"}
+	sda := v1.StorageDiskRef{Name: "sda", Serial: "zc1abcde"}
+	run := func(t *testing.T, plan v1.WipePlan) (*v1.WipeResult, error) {
+		fill(t)
+		plan.DoneToken = "tok-done"
+		ctl := &wipeController{plan: plan}
+		srv := httptest.NewServer(ctl)
+		defer srv.Close()
+		r := &Runner{Client: &v1.AgentClient{BaseURL: srv.URL}, Token: "tok-wipe", Root: root, DevDir: dev, Logger: testLogger(t)}
+		_, err := r.Wipe(context.Background())
+		ctl.mu.Lock()
+		defer ctl.mu.Unlock()
+		if ctl.result == nil {
+			t.Fatalf("no outcome posted (Wipe: %v)", err)
+		}
+		return ctl.result, err
+	}
+	untouched := func(t *testing.T) {
+		for _, d := range disks {
+			b, _ := os.ReadFile(filepath.Join(dev, d))
+			if !bytes.HasPrefix(b, erasePattern) {
+				t.Errorf("%s was written to", d)
+			}
+		}
+	}
+	t.Run("each disk its method", func(t *testing.T) {
+		res, err := run(t, v1.WipePlan{Erase: v1.EraseMetadata, EraseDisks: []v1.EraseDisk{
+			{Disk: sda, Method: v1.EraseZero}, {Disk: nvme1, Method: v1.EraseMetadata}, {Disk: nvme0, Method: v1.EraseZero}}})
+		if err != nil || !res.OK || len(res.Erased) != 3 {
+			t.Fatalf("Wipe = %v, outcome %+v", err, res)
+		}
+		var got []string
+		for _, e := range res.Erased {
+			got = append(got, fmt.Sprintf("%s %s %s %d", e.Name, e.Disk, e.Method, e.VerifiedSamples))
+		}
+		want := "nvme0n1 pci-0000:3b:00.0-nvme-1 zero 1024, nvme1n1 pci-0000:3c:00.0-nvme-1 metadata 0, sda pci-0000:00:17.0-ata-1 zero 1024"
+		if g := strings.Join(got, ", "); g != want {
+			t.Errorf("erased %q, want %q", g, want)
+		}
+		for d, zero := range map[string]bool{"nvme0n1": true, "nvme1n1": false, "sda": true} {
+			b, _ := os.ReadFile(filepath.Join(dev, d))
+			if allZero := len(bytes.Trim(b, "\x00")) == 0; allZero != zero {
+				t.Errorf("%s all zeros = %v, want %v", d, allZero, zero)
+			}
+		}
+		// metadata clears the first MiB only: the rest keeps its data.
+		if b, _ := os.ReadFile(filepath.Join(dev, "nvme1n1")); !bytes.Contains(b[1<<20:], erasePattern) {
+			t.Error("the metadata wipe of nvme1n1 erased more than its metadata")
+		}
+	})
+	t.Run("unsupported names the disk", func(t *testing.T) {
+		res, err := run(t, v1.WipePlan{Erase: v1.EraseZero, EraseDisks: []v1.EraseDisk{
+			{Disk: nvme0, Method: v1.EraseZero}, {Disk: nvme1, Method: v1.EraseZero}, {Disk: sda, Method: v1.EraseDiscard}}})
+		if !errors.Is(err, ErrEraseUnsupported) || res.OK || !res.Unsupported || len(res.Erased) != 0 ||
+			!strings.Contains(res.Reason, "sda (pci-0000:00:17.0-ata-1): erase discard unsupported on sda") {
+			t.Fatalf("Wipe = %v, outcome %+v", err, res)
+		}
+		untouched(t)
+	})
+	t.Run("unlisted disk", func(t *testing.T) {
+		res, err := run(t, v1.WipePlan{Erase: v1.EraseZero, EraseDisks: []v1.EraseDisk{
+			{Disk: nvme0, Method: v1.EraseZero}, {Disk: sda, Method: v1.EraseZero}}})
+		if !errors.Is(err, ErrEraseUnplanned) || res.OK || res.Unsupported || !strings.Contains(res.Reason, "nvme1n1 (pci-0000:3c:00.0-nvme-1): disk not in the wipe plan's per-disk erase methods") {
+			t.Fatalf("Wipe = %v, outcome %+v", err, res)
+		}
+		untouched(t)
+	})
 }

@@ -198,6 +198,21 @@ func lvmName(s string) error {
 // refID is how a failure names a planned disk.
 func refID(r v1.StorageDiskRef) string { return firstNonEmpty(r.ByPath, r.WWN, r.Serial, r.Name) }
 
+// refMatches reports whether disk d is the disk r names: by r's by-path,
+// else its WWN (wwnEqual), else its serial (case-insensitive), the first r
+// sets; a reference with none of them matches no disk.
+func refMatches(r v1.StorageDiskRef, d v1.Disk) bool {
+	switch {
+	case r.ByPath != "":
+		return d.ByPath == r.ByPath
+	case r.WWN != "":
+		return wwnEqual(d.WWN, r.WWN)
+	case r.Serial != "":
+		return strings.EqualFold(d.Serial, r.Serial)
+	}
+	return false
+}
+
 // ResolveLayout matches each planned disk to exactly one disk found, by
 // its by-path, WWN or serial (the first the plan sets), and requires the
 // size commissioning reported: a disk that changed (swapped, smaller)
@@ -213,19 +228,8 @@ func ResolveLayout(p v1.StoragePlan, disks []v1.Disk, exclude map[string]bool) (
 	find := func(r v1.StorageDiskRef) (v1.Disk, error) {
 		var got []v1.Disk
 		for _, d := range disks {
-			switch {
-			case r.ByPath != "":
-				if d.ByPath == r.ByPath {
-					got = append(got, d)
-				}
-			case r.WWN != "":
-				if wwnEqual(d.WWN, r.WWN) {
-					got = append(got, d)
-				}
-			case r.Serial != "":
-				if strings.EqualFold(d.Serial, r.Serial) {
-					got = append(got, d)
-				}
+			if refMatches(r, d) {
+				got = append(got, d)
 			}
 		}
 		switch {

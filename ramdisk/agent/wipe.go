@@ -62,8 +62,9 @@ func WipeTargets(disks []v1.Disk, hint v1.RootDeviceHint, exclude map[string]boo
 
 // Wipe runs the release wipe (machina.mode=wipe): it fetches the wipe plan
 // with the single-use wipe token, erases the planned disks (WipeTargets,
-// EraseDisk with the plan's Erase method, reporting StepErase progress
-// with the plan's ProgressToken) and posts the outcome, good or bad, with
+// EraseDisk with each disk's method, EraseMethodFor: the plan's per-disk
+// EraseDisks entry, else its Erase; reporting StepErase progress with the
+// plan's ProgressToken) and posts the outcome, good or bad, with
 // the plan's DoneToken: each erased disk's method, bytes, duration and
 // verified samples, and on failure the step and disk, with Unsupported
 // set when a disk cannot do the method. The returned error is the wipe
@@ -99,7 +100,7 @@ func (r *Runner) Wipe(ctx context.Context) (v1.WipeResult, error) {
 	for _, e := range erased {
 		res.Disks = append(res.Disks, e.Disk)
 	}
-	if plan.Erase != "" && plan.Erase != v1.EraseMetadata {
+	if planErases(plan) {
 		res.Erased = erased
 	}
 	res.Duration = time.Since(t0)
@@ -117,6 +118,43 @@ func (r *Runner) Wipe(ctx context.Context) (v1.WipeResult, error) {
 	return res, werr
 }
 
+// ErrEraseUnplanned is matched (errors.Is) by the error of a release wipe
+// whose plan chose methods per disk (WipePlan.EraseDisks) and does not
+// list a disk the ramdisk found: the disk's method was never chosen (it
+// was not in the commissioning report the allocation chose from), and
+// the profile's default may be weaker than an override meant for it.
+var ErrEraseUnplanned = errors.New("disk not in the wipe plan's per-disk erase methods")
+
+// EraseMethodFor returns the erase method of disk d in plan: with
+// plan.EraseDisks, the method of the one entry that names d (refMatches:
+// by-path, WWN or serial), else an error wrapping ErrEraseUnplanned
+// naming the disk (no default is taken); without them, plan.Erase.
+func EraseMethodFor(plan v1.WipePlan, d v1.Disk) (string, error) {
+	if len(plan.EraseDisks) == 0 {
+		return plan.Erase, nil
+	}
+	for _, e := range plan.EraseDisks {
+		if refMatches(e.Disk, d) {
+			return e.Method, nil
+		}
+	}
+	return "", fmt.Errorf("%s (%s): %w: it was not in the commissioning report the erase methods were chosen from; commission the server again", d.Name, firstNonEmpty(d.ByPath, d.WWN, d.Serial, d.Name), ErrEraseUnplanned)
+}
+
+// planErases reports whether the plan erases any disk beyond its
+// metadata (then the outcome lists every disk's erase).
+func planErases(plan v1.WipePlan) bool {
+	if plan.Erase != "" && plan.Erase != v1.EraseMetadata {
+		return true
+	}
+	for _, e := range plan.EraseDisks {
+		if e.Method != "" && e.Method != v1.EraseMetadata {
+			return true
+		}
+	}
+	return false
+}
+
 func (r *Runner) wipe(ctx context.Context, plan v1.WipePlan, progress func(string, int64, int64)) ([]v1.DiskErase, error) {
 	facts, err := CollectFacts(r.root())
 	if err != nil {
@@ -126,30 +164,37 @@ func (r *Runner) wipe(ctx context.Context, plan v1.WipePlan, progress func(strin
 	if err != nil {
 		return nil, err
 	}
-	cfgOf := func(d v1.Disk) EraseConfig {
-		return EraseConfig{Method: plan.Erase, Disk: d, SysBlock: filepath.Join(r.root(), "sys/block", d.Name), Progress: progress, Logger: r.log()}
+	methods := make([]string, len(targets))
+	for i, d := range targets {
+		if methods[i], err = EraseMethodFor(plan, d); err != nil {
+			return nil, err
+		}
+	}
+	cfgOf := func(i int) EraseConfig {
+		d := targets[i]
+		return EraseConfig{Method: methods[i], Disk: d, SysBlock: filepath.Join(r.root(), "sys/block", d.Name), Progress: progress, Logger: r.log()}
 	}
 	// Every disk is checked before any is erased.
-	for _, d := range targets {
+	for i, d := range targets {
 		id := firstNonEmpty(d.ByPath, d.WWN, d.Serial, d.Name)
 		dev, _, err := openTarget(filepath.Join(r.devDir(), d.Name))
 		if err != nil {
 			return nil, fmt.Errorf("%s (%s): %w", d.Name, id, err)
 		}
-		err = CheckErase(dev, cfgOf(d))
+		err = CheckErase(dev, cfgOf(i))
 		dev.Close()
 		if err != nil {
 			return nil, fmt.Errorf("%s (%s): %w", d.Name, id, err)
 		}
 	}
 	var done []v1.DiskErase
-	for _, d := range targets {
+	for i, d := range targets {
 		id := firstNonEmpty(d.ByPath, d.WWN, d.Serial, d.Name)
 		dev, size, err := openTarget(filepath.Join(r.devDir(), d.Name))
 		if err != nil {
 			return done, fmt.Errorf("%s (%s): %w", d.Name, id, err)
 		}
-		e, err := EraseDisk(ctx, dev, size, cfgOf(d))
+		e, err := EraseDisk(ctx, dev, size, cfgOf(i))
 		dev.Close()
 		if err != nil {
 			return done, fmt.Errorf("%s (%s): %w", d.Name, id, err)

@@ -1,6 +1,7 @@
 package plan
 
 import (
+	"cmp"
 	"fmt"
 	"sort"
 	"strings"
@@ -619,10 +620,35 @@ func wipeStep(obs state.Server, opts Options) (Step, bool) {
 		return Step{}, false // failed: wait for the retry time (wipeCondition shows it)
 	}
 	why := "released: wipe partition tables and signatures before reuse"
+	if e := eraseSummary(obs); e != "" {
+		why = "released: erase " + e + " before reuse"
+	}
 	if obs.WipeFailures > 0 {
 		why = fmt.Sprintf("retry release wipe (%d failed)", obs.WipeFailures)
+		if e := eraseSummary(obs); e != "" {
+			why += ": erase " + e
+		}
 	}
 	return Step{Action: ActWipe, Why: why}, true
+}
+
+// eraseSummary says how a released server's disks are erased, by method
+// ("disks with zero", or per disk "nvme0n1 secure, sda zero, sdb zero"
+// when the allocation chose methods per disk); "" for the metadata wipe
+// of every disk.
+func eraseSummary(obs state.Server) string {
+	def := cmp.Or(obs.WipeErase, "metadata")
+	if len(obs.WipeEraseDisks) == 0 {
+		if def == "metadata" {
+			return ""
+		}
+		return "disks with " + def
+	}
+	parts := make([]string, 0, len(obs.WipeEraseDisks))
+	for _, d := range obs.WipeEraseDisks {
+		parts = append(parts, cmp.Or(d.Name, d.ByPath, d.WWN, d.Serial)+" "+cmp.Or(d.Method, "metadata"))
+	}
+	return strings.Join(parts, ", ")
 }
 
 // commissionStep commissions a server the first time, or again when

@@ -148,6 +148,28 @@ func TestPlanGolden(t *testing.T) {
 			setLC(snap, "r3-n02", state.LifecycleDeployed, &state.Allocation{Profile: "gpu", Reason: ReasonPinned, At: planT0})
 			return snap
 		}},
+		// Two released servers wait for their release wipe: r3-n01 from
+		// a profile with erase zero and an NVMe override (secure), its
+		// methods chosen per disk at allocation; r3-n02 from one with
+		// erase zero only; r2-n03 (metadata) after a failed try.
+		{name: "release-wipe-erase-per-disk", have: func(inv *inventory.Inventory) state.Snapshot {
+			snap := steadyFleet(inv)
+			released := func(name, erase string, disks []state.EraseDisk, failures int) {
+				s := snap.Servers[name]
+				s.NeedsWipe, s.WipeErase, s.WipeEraseDisks, s.WipeFailures = true, erase, disks, failures
+				if failures > 0 {
+					s.WipeFailedAt = planT0.Add(-time.Hour)
+				}
+				snap.Servers[name] = s
+			}
+			released("r3-n01", "zero", []state.EraseDisk{
+				{Name: "nvme0n1", ByPath: "pci-0000:41:00.0-nvme-1", SizeBytes: 960 << 30, Method: "secure"},
+				{Name: "sda", ByPath: "pci-0000:00:17.0-ata-1", SizeBytes: 480 << 30, Method: "zero"},
+			}, 0)
+			released("r3-n02", "zero", nil, 0)
+			released("r2-n03", "", nil, 1)
+			return snap
+		}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

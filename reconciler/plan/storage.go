@@ -101,3 +101,21 @@ func dropAllocDeploy(steps []Step, names map[string]Condition) []Step {
 	}
 	return out
 }
+
+// EraseDisks chooses the release erase method of each of a server's
+// commissioned disks for profile pr (inventory.PlanErase over
+// StorageDisks: the first of pr.EraseOverrides that matches a disk, else
+// pr.Erase), as the allocation records them; nil when pr has no
+// overrides, so every disk takes pr.Erase, or the server has no
+// commissioning report.
+func EraseDisks(pr *inventory.Profile, hw *state.Hardware) []state.EraseDisk {
+	if pr == nil || len(pr.EraseOverrides) == 0 {
+		return nil
+	}
+	var out []state.EraseDisk
+	for _, e := range inventory.PlanErase(pr.Erase, pr.EraseOverrides, StorageDisks(hw)) {
+		d := e.Disk
+		out = append(out, state.EraseDisk{Name: d.Name, ByPath: d.ByPath, WWN: d.WWN, Serial: d.Serial, SizeBytes: d.SizeBytes, Method: string(e.Method)})
+	}
+	return out
+}
