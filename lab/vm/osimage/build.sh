@@ -128,11 +128,13 @@ LABEL debian
   INITRD /initrd.img
   APPEND $CMDLINE
 EOF
-# GRUB's root is the ESP, found by its volume id (a second disk, such as a NoCloud seed, does not
-# confuse it); the root filesystem is found by UUID on the kernel command line.
+# GRUB's root is the partition it was loaded from (it sets root and prefix from its own device
+# path), so the kernel comes from the ESP that booted, whatever other disk or partition is there.
+# No search by volume id: the ramdisk's NoCloud seed partition is a FAT with the same fixed serial
+# (4D41-4348), and a search found it first on a deployed RAID1 root ("file /vmlinuz not found").
+# The root filesystem is found by UUID on the kernel command line.
 cat >"$WORK/grub.cfg" <<EOF
 set timeout=0
-search --no-floppy --fs-uuid --set=root 4D41-4348
 linux /vmlinuz $CMDLINE
 initrd /initrd.img
 boot
