@@ -27,7 +27,7 @@ func TestVMLabHost(t *testing.T) {
 		if os.Getenv("CI") == "true" {
 			t.Fatal("TestVMLabHost reached under CI=true without MACHINA_VM_LAB_HOST=1: run it with make lab-host, or filter it out as make test does")
 		}
-		t.Skip("the host VM lab runs with MACHINA_VM_LAB_HOST=1 (make lab-host; not a CI step until the lab OS image is GPT): minutes, root, qemu, swtpm, lldpd")
+		t.Skip("the host VM lab runs with MACHINA_VM_LAB_HOST=1 (make lab-host, .ci/run step lab_host): minutes, root, qemu, swtpm, lldpd")
 	}
 	root, err := filepath.Abs("../..")
 	if err != nil {
