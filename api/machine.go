@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/machina-metal/machina/internal/httpstatus"
 	"io"
 	"log/slog"
 	"net"
@@ -758,8 +759,8 @@ func (m *Machine) done(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var counted *v1.PieceStats // set by the effect; counted once it committed
-	sw := &statusWriter{ResponseWriter: w}
-	defer func() { m.cfg.Pieces.count(sw.code, counted) }()
+	sw := &httpstatus.Recorder{ResponseWriter: w}
+	defer func() { m.cfg.Pieces.count(sw.Code, counted) }()
 	m.use(sw, r, tok, state.PurposeDone, body, false, func(tx *state.Tx, t state.Token) (state.Answer, error) {
 		srv, err := tx.Server(t.Server)
 		if err != nil {

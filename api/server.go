@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/machina-metal/machina/internal/httpstatus"
 	"io"
 	"log/slog"
 	"net"
@@ -431,50 +432,6 @@ func (s *Server) authenticate(next http.HandlerFunc, need state.Role) http.Handl
 	}
 }
 
-// statusWriter records the status code for metrics; it forwards Flush so
-// SSE works through it.
-type statusWriter struct {
-	http.ResponseWriter
-	code int
-}
-
-func (w *statusWriter) WriteHeader(code int) {
-	if w.code == 0 {
-		w.code = code
-	}
-	w.ResponseWriter.WriteHeader(code)
-}
-
-func (w *statusWriter) Write(b []byte) (int, error) {
-	if w.code == 0 {
-		w.code = http.StatusOK
-	}
-	return w.ResponseWriter.Write(b)
-}
-
-// ReadFrom passes io.Copy through to the server's own writer, which
-// sends an *os.File with sendfile(2) on a TCP connection (http.ServeContent
-// of the ramdisk, boot files and images). Without it every byte went
-// through a 32 KiB user-space copy: 62% of the server's CPU in the boot
-// storm's ramdisk step (bench/bootstorm.sh).
-func (w *statusWriter) ReadFrom(r io.Reader) (int64, error) {
-	if w.code == 0 {
-		w.code = http.StatusOK
-	}
-	if rf, ok := w.ResponseWriter.(io.ReaderFrom); ok {
-		return rf.ReadFrom(r)
-	}
-	return io.Copy(struct{ io.Writer }{w.ResponseWriter}, r)
-}
-
-func (w *statusWriter) Flush() {
-	if f, ok := w.ResponseWriter.(http.Flusher); ok {
-		f.Flush()
-	}
-}
-
-func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
-
 // instrument counts and times every request of pattern and logs it at
 // Debug. The route's histogram and its 200 counter are looked up once,
 // at mount, not per request (a boot storm's script GETs each paid a label
@@ -487,24 +444,24 @@ func (s *Server) instrument(pattern string, next http.Handler, withActor bool) h
 	dur := s.metrics.duration.WithLabelValues(pattern)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
-		sw := &statusWriter{ResponseWriter: w}
+		sw := &httpstatus.Recorder{ResponseWriter: w}
 		if withActor {
 			name := new(string) // filled by authenticate
 			r = r.WithContext(context.WithValue(r.Context(), ctxKey{}, name))
 		}
 		next.ServeHTTP(sw, r)
-		if sw.code == 0 {
-			sw.code = http.StatusOK
+		if sw.Code == 0 {
+			sw.Code = http.StatusOK
 		}
 		d := time.Since(start)
-		if sw.code == http.StatusOK {
+		if sw.Code == http.StatusOK {
 			ok.Inc()
 		} else {
-			s.metrics.requests.WithLabelValues(pattern, strconv.Itoa(sw.code)).Inc()
+			s.metrics.requests.WithLabelValues(pattern, strconv.Itoa(sw.Code)).Inc()
 		}
 		dur.Observe(d.Seconds())
 		if s.log.Enabled(r.Context(), slog.LevelDebug) {
-			s.log.Debug("http request", "route", pattern, "status", sw.code, "duration", d, "actor", actor(r))
+			s.log.Debug("http request", "route", pattern, "status", sw.Code, "duration", d, "actor", actor(r))
 		}
 	})
 }

@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
+	"github.com/machina-metal/machina/internal/httpstatus"
 	"log/slog"
 	"net"
 	"net/http"
@@ -368,47 +368,12 @@ type servedHandler struct {
 }
 
 func (s servedHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	sw := &statusWriter{ResponseWriter: w}
+	sw := &httpstatus.Recorder{ResponseWriter: w}
 	s.next.ServeHTTP(sw, r)
-	if r.Method == http.MethodGet && sw.status == http.StatusOK {
+	if r.Method == http.MethodGet && sw.Code == http.StatusOK {
 		s.on(r.URL.Path, peerIP(r))
 	}
 }
-
-// statusWriter records the status an http.ResponseWriter was given
-// (200 when Write came first).
-type statusWriter struct {
-	http.ResponseWriter
-	status int
-}
-
-func (w *statusWriter) WriteHeader(code int) {
-	if w.status == 0 {
-		w.status = code
-	}
-	w.ResponseWriter.WriteHeader(code)
-}
-
-func (w *statusWriter) Write(b []byte) (int, error) {
-	if w.status == 0 {
-		w.status = http.StatusOK
-	}
-	return w.ResponseWriter.Write(b)
-}
-
-// ReadFrom keeps the connection's sendfile path for http.ServeContent's copy.
-func (w *statusWriter) ReadFrom(r io.Reader) (int64, error) {
-	if w.status == 0 {
-		w.status = http.StatusOK
-	}
-	if rf, ok := w.ResponseWriter.(io.ReaderFrom); ok {
-		return rf.ReadFrom(r)
-	}
-	return io.Copy(struct{ io.Writer }{w.ResponseWriter}, r)
-}
-
-// Unwrap lets http.ResponseController reach the connection's writer.
-func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // token returns the script's token for mac and mode: the one Prepare
 // minted when the controller netbooted the machine, if it is still live

@@ -1,4 +1,4 @@
-package api
+package httpstatus
 
 import (
 	"io"
@@ -18,21 +18,21 @@ func (r *readerFromRecorder) ReadFrom(src io.Reader) (int64, error) {
 	return io.Copy(r.ResponseRecorder, src)
 }
 
-// TestStatusWriterPassesReadFrom: io.Copy through the middleware's writer
+// TestRecorderPassesReadFrom: io.Copy through the middleware's writer
 // reaches the server's ReadFrom (net/http's sendfile path) and records
 // 200; a writer without ReadFrom still gets the bytes.
-func TestStatusWriterPassesReadFrom(t *testing.T) {
+func TestRecorderPassesReadFrom(t *testing.T) {
 	rec := &readerFromRecorder{ResponseRecorder: httptest.NewRecorder()}
-	w := &statusWriter{ResponseWriter: rec}
+	w := &Recorder{ResponseWriter: rec}
 	// Wrapped so it has no WriteTo (io.Copy would prefer it), as os.File.WriteTo does for a writer that is not a network connection.
 	if _, err := io.Copy(w, struct{ io.Reader }{strings.NewReader("ramdisk bytes")}); err != nil {
 		t.Fatal(err)
 	}
-	if !rec.used || w.code != http.StatusOK || rec.Body.String() != "ramdisk bytes" {
-		t.Fatalf("ReadFrom used %v, code %d, body %q", rec.used, w.code, rec.Body.String())
+	if !rec.used || w.Code != http.StatusOK || rec.Body.String() != "ramdisk bytes" {
+		t.Fatalf("ReadFrom used %v, code %d, body %q", rec.used, w.Code, rec.Body.String())
 	}
 	plain := httptest.NewRecorder()
-	w = &statusWriter{ResponseWriter: plain}
+	w = &Recorder{ResponseWriter: plain}
 	if _, err := io.Copy(w, strings.NewReader("x")); err != nil || plain.Body.String() != "x" {
 		t.Fatalf("plain writer: %v %q", err, plain.Body.String())
 	}
