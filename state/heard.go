@@ -57,8 +57,21 @@ type heardQueue struct {
 // flush that cannot be written is logged and dropped, as the next
 // request from the machine notes it again.
 func (s *Store) NoteHeard(server, what string) {
+	s.noteHeard(server, heardNote{what: what, at: s.nowUTC()})
+}
+
+// NoteBootFetch records that server's machine was sent the boot file f
+// (f.At is set to the store's now): as LastHeard ("boot file fetched:
+// FILE by VIA") and as BootFetch, written behind as NoteHeard writes.
+func (s *Store) NoteBootFetch(server string, f BootFetch) {
+	f.At = s.nowUTC()
+	s.noteHeard(server, heardNote{what: HeardBootFile(f.File, f.Via), at: f.At, boot: &f})
+}
+
+// noteHeard queues n as server's pending note (the latest wins) and arms
+// the flush; a closed queue drops it.
+func (s *Store) noteHeard(server string, n heardNote) {
 	q := &s.heard
-	now := s.nowUTC()
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.closed {
@@ -69,25 +82,7 @@ func (s *Store) NoteHeard(server, what string) {
 		// script requests fills it without growing it.
 		q.pending = make(map[string]heardNote, q.lastFlush)
 	}
-	q.pending[server] = heardNote{what: what, at: now}
-	q.armLocked(s)
-}
-
-// NoteBootFetch records that server's machine was sent the boot file f
-// (f.At is set to the store's now): as LastHeard ("boot file fetched:
-// FILE by VIA") and as BootFetch, written behind as NoteHeard writes.
-func (s *Store) NoteBootFetch(server string, f BootFetch) {
-	q := &s.heard
-	f.At = s.nowUTC()
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if q.closed {
-		return
-	}
-	if q.pending == nil {
-		q.pending = make(map[string]heardNote, q.lastFlush)
-	}
-	q.pending[server] = heardNote{what: HeardBootFile(f.File, f.Via), at: f.At, boot: &f}
+	q.pending[server] = n
 	q.armLocked(s)
 }
 
