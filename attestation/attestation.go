@@ -364,12 +364,11 @@ func (v *Verifier) Verify(server, binding string, ev v1.AttestEvidence, chain Bo
 func (v *Verifier) Take(server, binding string) (Result, bool) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	a, ok := v.verified[binding]
-	if !ok || a.server != server || v.cfg.Now().After(a.expires) {
-		return Result{}, false
+	res, ok := v.attestedLocked(server, binding)
+	if ok {
+		delete(v.verified, binding)
 	}
-	delete(v.verified, binding)
-	return a.res, true
+	return res, ok
 }
 
 // Attested returns the result of a verified attestation for server and
@@ -377,6 +376,11 @@ func (v *Verifier) Take(server, binding string) (Result, bool) {
 func (v *Verifier) Attested(server, binding string) (Result, bool) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
+	return v.attestedLocked(server, binding)
+}
+
+// attestedLocked is Attested with v.mu held.
+func (v *Verifier) attestedLocked(server, binding string) (Result, bool) {
 	a, ok := v.verified[binding]
 	if !ok || a.server != server || v.cfg.Now().After(a.expires) {
 		return Result{}, false
