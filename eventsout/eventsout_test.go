@@ -19,6 +19,7 @@ import (
 	"github.com/machina-metal/machina/eventsout"
 	"github.com/machina-metal/machina/internal/etcdtest"
 	"github.com/machina-metal/machina/state"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
@@ -190,6 +191,18 @@ func appendEvents(t *testing.T, st *state.Store, n int) []uint64 {
 	return seqs
 }
 
+// waitCounter polls c until it reads want, or fails after a minute.
+func waitCounter(t *testing.T, c prometheus.Collector, want float64) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for testutil.ToFloat64(c) != want {
+		if time.Now().After(deadline) {
+			t.Fatalf("counter = %v, want %v", testutil.ToFloat64(c), want)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 // TestDeliversThroughFailuresAndRestart: a receiver that answers 500,
 // then hangs beyond the timeout, then recovers gets every event (machine
 // and audit logs) once accepted, in Seq order, each signature verified;
@@ -214,6 +227,12 @@ func TestDeliversThroughFailuresAndRestart(t *testing.T) {
 		want := appendEvents(t, st, 12)
 		s, stop := start(t, st, r)
 		r.waitFor(want)
+		// The receiver records an event before its answer reaches the
+		// sender; stopping in between leaves that event undelivered (it is
+		// sent again after the restart: at least once). Stop only once the
+		// sender counted the last answer, which it does before moving the
+		// cursor past it.
+		waitCounter(t, s.Collectors()[0], float64(len(want)))
 		stop()
 		if f := testutil.ToFloat64(s.Collectors()[1]); f < 3 {
 			t.Errorf("machina_webhook_failed_total = %v, want at least 3 (one 500, two timeouts)", f)
