@@ -149,7 +149,9 @@ lab-arm64: build node-arm64
 # controller computes from the files it serves (profile attestation: required) and commissions;
 # then its EK is pinned in Git, a spoofing VM with its own swtpm and the same MAC is refused the
 # plan, it deploys with quotes, boots its OS with Secure Boot on and joins, and the spoofer's
-# replays at plan, done and join are refused. Root, about 20 minutes under TCG.
+# replays at plan, done and join are refused; last, the controller is restarted on a kernel whose
+# signature was removed and the VM's release wipe shows BootStalled (GRUB refused the kernel).
+# Root, about 10-20 minutes under TCG.
 .PHONY: lab-trust
 lab-trust: build ramdisk
 	@$(MAKE) --no-print-directory os-image

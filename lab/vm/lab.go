@@ -223,6 +223,9 @@ type lab struct {
 	ms        []*machine
 	servers   []*http.Server
 	serve     *netns.Process
+	// serveArgs are the controller's arguments at setup (without
+	// "serve" and the log format), for a restart with some changed.
+	serveArgs []string
 	steps     []Step
 	start     time.Time
 	bmcPass   string
@@ -779,7 +782,8 @@ func (l *lab) setup(ctx context.Context, img, sum string) error {
 		"--machine-silent-after", l.scale(5*time.Minute).String(),
 		"--dhcp-interface", l.ns.Bridge, "--dhcp-subnet", Subnet, "--dhcp-pool", Pool, "--tftp-root", tftp,
 		"--ramdisk-dir", filepath.Join(l.cfg.Root, "out", "ramdisk"))
-	return l.startServe(ctx, append(args, adminArgs...), "controller.log")
+	l.serveArgs = append(args, adminArgs...)
+	return l.startServe(ctx, l.serveArgs, "controller.log")
 }
 
 // serveHTTP serves h on an ephemeral port of the bridge address inside the
@@ -1401,7 +1405,7 @@ func (l *lab) approveHeld(ctx context.Context) error {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return errors.New("vm lab: release and retire: the plan was never held by the brake (expected for 2 of 5 servers)")
+			return errors.New("vm lab: the release was never held by the brake (it releases more than the 20% of servers a revision may)")
 		}
 		select {
 		case <-ctx.Done():

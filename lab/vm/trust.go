@@ -155,7 +155,8 @@ func (l *lab) runTrust(ctx context.Context) error {
 // pinned in Git, the spoofer refused its plan (spoofPlan), vm-trust's own
 // deploy with quotes and its first boot under Secure Boot to the join
 // (deployTrust, trustHostChecks), then the spoofer's replays at plan, done
-// and join refused (spoofReplay).
+// and join refused (spoofReplay); last, vm-trust's release under a
+// controller serving an unsigned kernel (runUnsignedKernel).
 func (l *lab) runTrustSpoof(ctx context.Context) error {
 	t0 := time.Now()
 	ek, err := l.pinEK(ctx)
@@ -197,7 +198,7 @@ func (l *lab) runTrustSpoof(ctx context.Context) error {
 		ans = append(ans, fmt.Sprintf("%s → %d", a.what, a.status))
 	}
 	l.step("spoofer replays from "+TrustMachine+"'s address ("+TrustMachine+" off), all refused, its records unchanged: "+strings.Join(ans, "; "), t0)
-	return nil
+	return l.runUnsignedKernel(ctx)
 }
 
 // secureBooted checks m's serial console: the firmware's PXE got shim,

@@ -104,3 +104,79 @@ func TestPlanBootStalled(t *testing.T) {
 		})
 	}
 }
+
+// TestPlanWipeBootStalled: a release wipe whose machine fetched the
+// ramdisk's kernel and never called (a Secure Boot machine refusing an
+// unsigned kernel) shows Waiting/BootStalled instead of WipePending from
+// half of SilentAfter after the fetch, naming the file, the Secure Boot
+// hint and the wipe's deadline; a retry shows it too; a fetch from before
+// the wipe started, or a machine heard after it, is not a stall; the
+// wipe's timeout says why the report never came.
+func TestPlanWipeBootStalled(t *testing.T) {
+	inv := exampleInventory(t)
+	const name = "r1-n01"
+	fetched := func(ago time.Duration) func(*state.Server) {
+		return func(s *state.Server) {
+			at := planT0.Add(-ago)
+			s.LastHeard, s.LastHeardAt = state.HeardBootFile("machina/ramdisk/vmlinuz", "tftp"), at
+			s.BootFetch = &state.BootFetch{File: "machina/ramdisk/vmlinuz", Via: "tftp", SecureBoot: true, At: at}
+		}
+	}
+	for _, tc := range []struct {
+		name       string
+		started    time.Duration // wipe started this long ago
+		mod        func(*state.Server)
+		wantReason string
+		wantMsg    []string
+		wantStep   Action
+		wantWhy    string
+	}{
+		{name: "kernel fetched 3m ago", started: 4 * time.Minute, mod: fetched(3 * time.Minute), wantReason: CondBootStalled,
+			wantMsg: []string{"release wipe running since 2026-11-01T11:56:00Z: boot stalled: the machine fetched machina/ramdisk/vmlinuz by tftp at 2026-11-01T11:57:00Z",
+				"Secure Boot: the firmware, shim or GRUB may have refused", "the wipe times out at 2026-11-01T12:26:00Z", "not allocatable until wiped"}},
+		{name: "retry after a failure", started: 4 * time.Minute, mod: func(s *state.Server) {
+			fetched(3 * time.Minute)(s)
+			s.WipeFailures, s.WipeFailedAt = 1, planT0.Add(-10*time.Minute)
+		}, wantReason: CondBootStalled, wantMsg: []string{"boot stalled"}},
+		{name: "fetched 1m ago: not yet", started: 2 * time.Minute, mod: fetched(time.Minute), wantReason: "WipePending"},
+		{name: "fetch before the wipe", started: 4 * time.Minute, mod: fetched(5 * time.Minute), wantReason: "WipePending"},
+		{name: "ramdisk heard after the fetch", started: 4 * time.Minute, mod: func(s *state.Server) {
+			fetched(3 * time.Minute)(s)
+			s.LastHeard, s.LastHeardAt = "wipe plan", planT0.Add(-2*time.Minute)
+		}, wantReason: "WipePending"},
+		{name: "deadline passed: the timeout says why", started: 31 * time.Minute, mod: fetched(30 * time.Minute), wantReason: CondBootStalled,
+			wantStep: ActTimeout, wantWhy: "release wipe did not report within 30m0s; boot stalled: the machine fetched machina/ramdisk/vmlinuz by tftp"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			snap := observe(inv, state.LifecycleReady, bigHW)
+			s := snap.Servers[name]
+			s.NeedsWipe, s.WipeStartedAt = true, planT0.Add(-tc.started)
+			tc.mod(&s)
+			snap.Servers[name] = s
+			res := Compute(inv, snap, Options{Now: planT0})
+			var step Step
+			for _, st := range res.Steps {
+				if st.Server == name {
+					step = st
+				}
+			}
+			if step.Action != tc.wantStep || !strings.Contains(step.Why, tc.wantWhy) {
+				t.Errorf("step %q (%q), want %q containing %q", step.Action, step.Why, tc.wantStep, tc.wantWhy)
+			}
+			var got *Condition
+			for i, c := range res.Conditions {
+				if c.Subject == "server/"+name && (c.Reason == CondBootStalled || c.Type == "WipePending" || c.Type == "WipeFailed") {
+					got = &res.Conditions[i]
+				}
+			}
+			if got == nil || (got.Reason != tc.wantReason && got.Type != tc.wantReason) {
+				t.Fatalf("condition %+v, want %s", got, tc.wantReason)
+			}
+			for _, w := range tc.wantMsg {
+				if !strings.Contains(got.Message, w) {
+					t.Errorf("message %q lacks %q", got.Message, w)
+				}
+			}
+		})
+	}
+}

@@ -613,7 +613,11 @@ func wipeStep(obs state.Server, opts Options) (Step, bool) {
 		if since != obs.WipeStartedAt {
 			return Step{Action: ActTimeout, Why: fmt.Sprintf("release wipe's erase made no progress for %s", opts.WipeTimeout)}, true
 		}
-		return Step{Action: ActTimeout, Why: fmt.Sprintf("release wipe did not report within %s", opts.WipeTimeout)}, true
+		why := fmt.Sprintf("release wipe did not report within %s", opts.WipeTimeout)
+		if f, ok := wipeBootStalled(obs); ok {
+			why += "; " + bootStallText(f, opts.Now)
+		}
+		return Step{Action: ActTimeout, Why: why}, true
 	case !obs.WipeStartedAt.IsZero():
 		return Step{}, false // running: wait for the ramdisk's report
 	case obs.WipeFailures > 0 && opts.Now.Before(wipeRetryAt(obs, opts)):
@@ -1130,15 +1134,16 @@ func silentCondition(name string, obs state.Server, opts Options) (Condition, bo
 		Message: fmt.Sprintf("%s: no request from the machine for %s; last heard: %s; %s", obs.Lifecycle, opts.Now.Sub(since).Round(time.Second), lastHeard(obs), next)}, true
 }
 
-// CondBootStalled is the reason of a silent commissioning or deploying
-// server whose last network boot fetch was a boot file (the kernel or the
-// initrd) and which was not heard from since: its boot loader got the
-// file and the ramdisk never called the controller. Under Secure Boot the
-// usual cause is an image the firmware, shim or GRUB refused (an
-// unsigned kernel, or one signed by a key shim does not trust: GRUB says
-// "bad shim signature", then "you need to load the kernel first"). It
-// replaces MachineSilent for such a server, at the same time (half of
-// Options.SilentAfter), and clears as soon as the machine is heard again.
+// CondBootStalled is the reason of a silent commissioning, deploying or
+// release-wiping server whose last network boot fetch was a boot file (the
+// kernel or the initrd) and which was not heard from since: its boot
+// loader got the file and the ramdisk never called the controller. Under
+// Secure Boot the usual cause is an image the firmware, shim or GRUB
+// refused (an unsigned kernel, or one signed by a key shim does not trust:
+// GRUB says "bad shim signature", then "you need to load the kernel
+// first"). It replaces MachineSilent (or a release wipe's WipePending) for
+// such a server, at half of Options.SilentAfter after the fetch, and
+// clears as soon as the machine is heard again.
 const CondBootStalled = "BootStalled"
 
 // bootStalled returns the server's last boot file fetch when nothing was
@@ -1161,6 +1166,18 @@ func bootStallText(f *state.BootFetch, now time.Time) string {
 		out += "; Secure Boot: the firmware, shim or GRUB may have refused an unsigned or untrusted image (the console shows GRUB's \"bad shim signature\")"
 	}
 	return out
+}
+
+// wipeBootStalled returns a running release wipe's last boot file fetch
+// when nothing was heard from its machine after it: the ramdisk that
+// erases the disks was fetched and never called (under Secure Boot, a
+// refused kernel), as bootStalled for commissioning and deploys.
+func wipeBootStalled(obs state.Server) (*state.BootFetch, bool) {
+	f := obs.BootFetch
+	if obs.WipeStartedAt.IsZero() || f == nil || !f.At.Equal(obs.LastHeardAt) || f.At.Before(obs.WipeStartedAt) {
+		return nil, false
+	}
+	return f, true
 }
 
 func sortSteps(s []Step) {
@@ -1225,6 +1242,11 @@ func wipeCondition(name string, obs state.Server, opts Options) (Condition, bool
 		return Condition{Subject: "server/" + name, Type: "EraseUnsupported", Reason: "EraseUnsupported",
 			Message: fmt.Sprintf("%s; no weaker erase is run; next try after %s; not allocatable until erased",
 				strings.TrimPrefix(obs.LastError, "release wipe failed: EraseUnsupported: "), wipeRetryAt(obs, opts).UTC().Format(time.RFC3339))}, true
+	}
+	if f, ok := wipeBootStalled(obs); ok && opts.Now.Sub(f.At) > opts.SilentAfter/2 {
+		return Condition{Subject: "server/" + name, Type: "Waiting", Reason: CondBootStalled,
+			Message: fmt.Sprintf("release wipe running since %s: %s; the wipe times out at %s; not allocatable until wiped",
+				obs.WipeStartedAt.UTC().Format(time.RFC3339), bootStallText(f, opts.Now), obs.WipeStartedAt.Add(opts.WipeTimeout).UTC().Format(time.RFC3339))}, true
 	}
 	if obs.WipeFailures > 0 {
 		// A retry that is running has cleared LastError (the netboot
