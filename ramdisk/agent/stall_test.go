@@ -275,3 +275,30 @@ func TestStallReaderCountsOnlyReads(t *testing.T) {
 		t.Errorf("Read with no bytes coming = %v, want errStalled", err)
 	}
 }
+
+// TestPieceControllerRefusalIsFinal: a controller that refuses the image
+// token (403) is asked once: the fetch fails at once naming the piece and
+// one attempt, and is final for the deploy.
+func TestPieceControllerRefusalIsFinal(t *testing.T) {
+	img, m := pieceImage(t, v1.PieceBytes)
+	origin := newImageOrigin(t, img, "other-token")
+	var asked atomic.Int64
+	mb := newMember(t, m, origin.URL, "img-tok", "wave-tok")
+	mb.f.HTTP = &http.Client{Transport: countTransport{&asked}}
+	_, _, err := writeWithin(t, mb, m)
+	var pf *pieceFailure
+	if !errors.As(err, &pf) || !errors.Is(err, v1.ErrAgentTokenRefused) || !strings.Contains(err.Error(), "get piece 0 from "+origin.URL+": gave up after 1 attempt:") {
+		t.Fatalf("WriteImage() = %v, want the refusal after one attempt", err)
+	}
+	if transientFetch(err) || asked.Load() != 1 {
+		t.Errorf("transient %v, asked %d times; want final after 1", transientFetch(err), asked.Load())
+	}
+}
+
+// countTransport counts the requests it passes to http.DefaultTransport.
+type countTransport struct{ n *atomic.Int64 }
+
+func (c countTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	c.n.Add(1)
+	return http.DefaultTransport.RoundTrip(r)
+}
