@@ -505,7 +505,7 @@ func (r *Runner) usePieces(plan v1.Plan, memLimit int64, w *WriteConfig, res *v1
 		peers = peers[:v1.MaxWavePeers]
 	}
 	f := &PieceFetcher{Set: set, ImageURL: plan.ImageURL, ImageToken: plan.ImageToken, WaveToken: plan.Wave.Token, Peers: peers, HTTP: r.Client.HTTP,
-		StallTimeout: r.StallTimeout, Logger: r.log()}
+		StallTimeout: r.StallTimeout, Attempts: r.ImageAttempts, Logger: r.log()}
 	r.log().Info("sharing image pieces with the wave", "wave", plan.Wave.ID, "peers", len(peers), "pieces", len(plan.Pieces.Pieces))
 	w.Open = f.Open
 	return func() { s := f.Stats(); res.Pieces = &s }

@@ -61,7 +61,18 @@ type Runner struct {
 	// response delivers no bytes for this long, which is then asked again
 	// (bounded, with doubling delays); zero means DefaultStallTimeout.
 	StallTimeout time.Duration
-	Logger       *slog.Logger
+	// ImageAttempts bounds the whole-image downloads of one deploy and,
+	// when it shares pieces with a wave, the controller requests for one
+	// piece; zero means 20.
+	ImageAttempts int
+	Logger        *slog.Logger
+}
+
+func (r *Runner) imageAttempts() int {
+	if r.ImageAttempts > 0 {
+		return r.ImageAttempts
+	}
+	return imageAttempts
 }
 
 func (r *Runner) log() *slog.Logger {
@@ -175,7 +186,8 @@ func call(ctx context.Context, log *slog.Logger, op string, f func(context.Conte
 	}
 }
 
-// imageAttempts bounds the image downloads of one deploy.
+// imageAttempts is the default bound on the image downloads of one
+// deploy (Runner.ImageAttempts).
 const imageAttempts = 20
 
 // transientFetch reports whether a deploy failed because the image
@@ -304,7 +316,7 @@ func (r *Runner) deploy(ctx context.Context, plan v1.Plan) (res v1.DeployResult,
 	delay := retryBase
 	for attempt := 1; ; attempt++ {
 		dr, err = Deploy(ctx, dev, size, cfg)
-		if err == nil || !transientFetch(err) || attempt == imageAttempts || ctx.Err() != nil {
+		if err == nil || !transientFetch(err) || attempt >= r.imageAttempts() || ctx.Err() != nil {
 			break
 		}
 		r.log().Warn("image download interrupted; fetching it again", "attempt", attempt, "err", err, "delay", delay.String())

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	v1 "github.com/machina-metal/machina/api/v1"
+	"github.com/machina-metal/machina/ramdisk/agent/agenttest"
 )
 
 // testStall is the stall timeout of these tests: short, but long enough
@@ -249,7 +251,9 @@ func TestImageStreamStallRetried(t *testing.T) {
 func TestStallReaderCountsOnlyReads(t *testing.T) {
 	pr, pw := io.Pipe()
 	// The pipe ends with its context, as an HTTP response body does.
-	rc, err := openStalling(t.Context(), testStall, func(ctx context.Context) (io.ReadCloser, error) {
+	ctx, cancel := context.WithTimeout(t.Context(), testBound)
+	defer cancel()
+	rc, err := openStalling(ctx, testStall, func(ctx context.Context) (io.ReadCloser, error) {
 		context.AfterFunc(ctx, func() { pw.CloseWithError(context.Cause(ctx)) })
 		return pr, nil
 	})
@@ -301,4 +305,56 @@ type countTransport struct{ n *atomic.Int64 }
 func (c countTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	c.n.Add(1)
 	return http.DefaultTransport.RoundTrip(r)
+}
+
+// TestRunnerDeployReportsStalledPiece: a deploy sharing pieces with its
+// wave, whose controller stalls every Range request of the image, ends
+// (within ImageAttempts requests, each cut after StallTimeout) with a
+// failed done report whose reason names the piece, the image URL, the
+// attempts and the stall, and no token; the disk is untouched. Without
+// the stall timeout the deploy hangs (until testBound here).
+func TestRunnerDeployReportsStalledPiece(t *testing.T) {
+	root, dev := qemuMachine(t)
+	img, m := pieceImage(t, v1.PieceBytes+4096)
+	ctl := agenttest.NewController(agenttest.ControllerConfig{DeployToken: "tok-deploy", Image: img,
+		Plan: v1.Plan{Seed: testSeed, RootDevice: v1.RootDeviceHint{Serial: "machina-vm0"}, Pieces: &m,
+			Wave: &v1.Wave{ID: "w1", Token: "wave-secret"}}})
+	var ranges atomic.Int64
+	srv := stallingServer(t, func(w http.ResponseWriter, r *http.Request, release <-chan struct{}) {
+		if r.Header.Get("Range") != "" {
+			ranges.Add(1)
+			stallMidBody(w, r, http.StatusPartialContent, img[:v1.PieceBytes], release)
+			return
+		}
+		ctl.ServeHTTP(w, r)
+	})
+	ctl.SetBaseURL(srv.URL)
+	before := fileSum(t, filepath.Join(dev, "vda"))
+	logs, logger := newLogBuffer(t)
+	r := &Runner{Client: &v1.AgentClient{BaseURL: srv.URL}, Token: "tok-deploy", Root: root, DevDir: dev,
+		MemoryLimit: 64 << 20, Pieces: &PeerServer{}, StallTimeout: testStall, ImageAttempts: 2, Logger: logger}
+	ctx, cancel := context.WithTimeout(t.Context(), testBound)
+	defer cancel()
+	res, err := r.Deploy(ctx)
+	var pf *pieceFailure
+	if !errors.As(err, &pf) || res.OK {
+		t.Fatalf("Deploy() = %+v, %v; want the piece given up", res, err)
+	}
+	done := ctl.Done()
+	if len(done) != 1 || done[0].OK {
+		t.Fatalf("done = %+v, want one failure", done)
+	}
+	want := "get piece 0 from " + srv.URL + "/images/os.img: gave up after 2 attempts: get piece: " + errStalled.Error()
+	if !strings.Contains(done[0].Reason, want) {
+		t.Errorf("done reason %q, want it to name %q", done[0].Reason, want)
+	}
+	if ranges.Load() != 2 {
+		t.Errorf("%d piece requests, want 2 (ImageAttempts; not fetched again as a whole)", ranges.Load())
+	}
+	if strings.Contains(done[0].Reason+logs.String(), "wave-secret") || strings.Contains(done[0].Reason+logs.String(), "tok-deploy") {
+		t.Error("a token reached the done reason or the log")
+	}
+	if after := fileSum(t, filepath.Join(dev, "vda")); before != after {
+		t.Error("disk changed")
+	}
 }
