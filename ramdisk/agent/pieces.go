@@ -11,6 +11,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -207,14 +208,27 @@ type PieceFetcher struct {
 	WaveToken string
 	Peers     []string
 	// HTTP is the client for peers and controller; nil means
-	// http.DefaultClient. PeerTimeout bounds one peer request (zero: 30s).
+	// http.DefaultClient. PeerTimeout bounds one peer request, body
+	// included (zero: 30s).
 	HTTP        *http.Client
 	PeerTimeout time.Duration
-	Logger      *slog.Logger
+	// StallTimeout aborts a peer or controller request whose response
+	// delivers no bytes for this long (zero: DefaultStallTimeout). A peer
+	// that stalls or times out is skipped for the rest of the deploy; a
+	// controller request is asked again.
+	StallTimeout time.Duration
+	// Attempts bounds the controller requests for one piece (zero: the
+	// whole-image download's bound, 20). A failed or stalled request that
+	// transientFetch calls transient is asked again after a doubling
+	// delay (250 ms to 5 s, as the whole-image download); the last
+	// failure fails the fetch, naming the piece, the URL and the
+	// attempts, and the deploy with it.
+	Attempts int
+	Logger   *slog.Logger
 
-	mu    sync.Mutex
-	bad   map[string]bool
-	stats v1.PieceStats
+	mu      sync.Mutex
+	dropped map[string]bool // peers not asked again this deploy
+	stats   v1.PieceStats
 }
 
 // Stats returns where the fetched bytes came from so far.
@@ -231,6 +245,13 @@ func (f *PieceFetcher) client() *http.Client {
 		return f.HTTP
 	}
 	return http.DefaultClient
+}
+
+func (f *PieceFetcher) stallTimeout() time.Duration {
+	if f.StallTimeout > 0 {
+		return f.StallTimeout
+	}
+	return DefaultStallTimeout
 }
 
 func (f *PieceFetcher) log() *slog.Logger {
@@ -280,13 +301,23 @@ func (f *PieceFetcher) piece(ctx context.Context, i int) ([]byte, error) {
 	for k := range f.Peers {
 		peer := f.Peers[(i+k)%len(f.Peers)] // spread the pieces over the peers
 		f.mu.Lock()
-		dropped := f.bad[peer]
+		dropped := f.dropped[peer]
 		f.mu.Unlock()
 		if dropped {
 			continue
 		}
 		b, err := f.fromPeer(ctx, peer, i)
 		if err != nil {
+			if ctx.Err() != nil {
+				return nil, fmt.Errorf("piece %d: %w", i, ctx.Err())
+			}
+			if errors.Is(err, errStalled) || errors.Is(err, context.DeadlineExceeded) {
+				// A peer that stopped sending holds every piece asked of
+				// it for the timeout: ask the others and the controller.
+				f.skipPeer(peer)
+				f.log().Warn("wave peer stalled; not asked again this deploy", "peer", peer, "piece", i, "err", err)
+				continue
+			}
 			f.log().Debug("piece not from peer", "peer", peer, "piece", i, "err", err)
 			continue
 		}
@@ -319,16 +350,23 @@ func (f *PieceFetcher) piece(ctx context.Context, i int) ([]byte, error) {
 // dropPeer records peer as bad for the rest of the deploy and drops the
 // pieces it sent; it reports whether any of them had been used.
 func (f *PieceFetcher) dropPeer(peer string, i int) bool {
+	f.skipPeer(peer)
 	f.mu.Lock()
-	if f.bad == nil {
-		f.bad = map[string]bool{}
-	}
-	f.bad[peer] = true
 	f.stats.BadPeers = append(f.stats.BadPeers, peer)
 	f.mu.Unlock()
 	n := f.Set.evict(peer)
 	f.log().Warn("wave peer served a bad piece; dropped for this deploy", "peer", peer, "piece", i, "piecesDropped", n)
 	return n > 0
+}
+
+// skipPeer stops asking peer for the rest of the deploy.
+func (f *PieceFetcher) skipPeer(peer string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.dropped == nil {
+		f.dropped = map[string]bool{}
+	}
+	f.dropped[peer] = true
 }
 
 // fromPeer GETs piece i from peer with the wave token.
@@ -344,33 +382,98 @@ func (f *PieceFetcher) fromPeer(ctx context.Context, peer string, i int) ([]byte
 	return f.get(ctx, u, f.WaveToken, "", n, http.StatusOK)
 }
 
-// fromController GETs piece i's byte range of the image URL.
+// pieceFailure is the controller fallback giving up on a piece: the last
+// error and how many requests were made. It is final for the deploy
+// (transientFetch): the requests were already retried.
+type pieceFailure struct {
+	piece    int
+	url      string // redacted
+	attempts int
+	err      error
+}
+
+func (e *pieceFailure) Error() string {
+	times := "attempts"
+	if e.attempts == 1 {
+		times = "attempt"
+	}
+	return fmt.Sprintf("get piece %d from %s: gave up after %d %s: %v", e.piece, e.url, e.attempts, times, e.err)
+}
+
+func (e *pieceFailure) Unwrap() error { return e.err }
+
+// fromController GETs piece i's byte range of the image URL, asking again
+// after a transient failure (transientFetch: unreachable, reset, 502/503/
+// 504, cut short, stalled for StallTimeout) with doubling delays, at most
+// Attempts times; a refusal (403, 404, 416) is final at once.
 func (f *PieceFetcher) fromController(ctx context.Context, i int) ([]byte, error) {
 	off, n := f.Set.span(i)
-	return f.get(ctx, f.ImageURL, f.ImageToken, fmt.Sprintf("bytes=%d-%d", off, off+n-1), n, http.StatusPartialContent)
+	rng := fmt.Sprintf("bytes=%d-%d", off, off+n-1)
+	attempts := f.Attempts
+	if attempts <= 0 {
+		attempts = imageAttempts
+	}
+	delay := retryBase
+	for attempt := 1; ; attempt++ {
+		b, err := f.get(ctx, f.ImageURL, f.ImageToken, rng, n, http.StatusPartialContent)
+		if err == nil && int64(len(b)) < n {
+			err = fmt.Errorf("get piece: %w: %d of %d bytes", errStreamEnded, len(b), n)
+		}
+		if err == nil {
+			return b, nil
+		}
+		if !transientFetch(err) || attempt >= attempts || ctx.Err() != nil {
+			return nil, &pieceFailure{piece: i, url: redactURL(f.ImageURL), attempts: attempt, err: err}
+		}
+		f.log().Warn("image piece request failed; asking again", "piece", i, "url", redactURL(f.ImageURL),
+			"attempt", attempt, "attempts", attempts, "err", err, "delay", delay.String())
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, &pieceFailure{piece: i, url: redactURL(f.ImageURL), attempts: attempt, err: err}
+		case <-t.C:
+		}
+		delay = min(delay*2, retryMax)
+	}
 }
 
 // get reads at most n+1 bytes of u's body and fails unless it answered
-// status; the length is checked with the hash by the caller.
+// status; the length is checked with the hash by the caller. A response
+// that delivers no bytes for StallTimeout is errStalled; a body cut short
+// is errStreamEnded. Errors name u without its query (redactURL).
 func (f *PieceFetcher) get(ctx context.Context, u, token, rng string, n int64, status int) ([]byte, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	body, err := openStalling(ctx, f.stallTimeout(), func(ctx context.Context) (io.ReadCloser, error) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+		if err != nil {
+			return nil, err
+		}
+		req.Header.Set("Authorization", "Bearer "+token)
+		if rng != "" {
+			req.Header.Set("Range", rng)
+		}
+		resp, err := f.client().Do(req)
+		if err != nil {
+			if ue := (*url.Error)(nil); errors.As(err, &ue) {
+				ue.URL = redactURL(ue.URL)
+			}
+			return nil, err
+		}
+		if resp.StatusCode != status {
+			b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+			resp.Body.Close()
+			return nil, &v1.AgentStatusError{Op: "get piece", Code: resp.StatusCode, Body: string(bytes.TrimSpace(b))}
+		}
+		return resp.Body, nil
+	})
 	if err != nil {
 		return nil, fmt.Errorf("get piece: %w", err)
 	}
-	req.Header.Set("Authorization", "Bearer "+token)
-	if rng != "" {
-		req.Header.Set("Range", rng)
+	defer body.Close()
+	b, err := io.ReadAll(io.LimitReader(body, n+1))
+	if errors.Is(err, io.ErrUnexpectedEOF) {
+		err = fmt.Errorf("%w: %w", errStreamEnded, err)
 	}
-	resp, err := f.client().Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("get piece: %w", err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != status {
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-		return nil, &v1.AgentStatusError{Op: "get piece", Code: resp.StatusCode, Body: string(bytes.TrimSpace(b))}
-	}
-	b, err := io.ReadAll(io.LimitReader(resp.Body, n+1))
 	if err != nil {
 		return nil, fmt.Errorf("get piece: %w", err)
 	}
@@ -401,7 +504,8 @@ func (r *Runner) usePieces(plan v1.Plan, memLimit int64, w *WriteConfig, res *v1
 	if len(peers) > v1.MaxWavePeers {
 		peers = peers[:v1.MaxWavePeers]
 	}
-	f := &PieceFetcher{Set: set, ImageURL: plan.ImageURL, ImageToken: plan.ImageToken, WaveToken: plan.Wave.Token, Peers: peers, HTTP: r.Client.HTTP, Logger: r.log()}
+	f := &PieceFetcher{Set: set, ImageURL: plan.ImageURL, ImageToken: plan.ImageToken, WaveToken: plan.Wave.Token, Peers: peers, HTTP: r.Client.HTTP,
+		StallTimeout: r.StallTimeout, Attempts: r.ImageAttempts, Logger: r.log()}
 	r.log().Info("sharing image pieces with the wave", "wave", plan.Wave.ID, "peers", len(peers), "pieces", len(plan.Pieces.Pieces))
 	w.Open = f.Open
 	return func() { s := f.Stats(); res.Pieces = &s }

@@ -93,6 +93,13 @@ func newMember(t *testing.T, m v1.PieceManifest, origin, imageToken, waveToken s
 // writeTo runs the verified write of the member's image to a sparse file
 // and returns the file's first len bytes.
 func (mb *member) writeTo(t *testing.T, m v1.PieceManifest, memLimit int64) (WriteResult, []byte, error) {
+	return writeImageFile(t.Context(), t, m, mb.f.Open, memLimit)
+}
+
+// writeImageFile runs the verified write (with read-back) of the image m
+// describes, opened by open, to a sparse file and returns the file's first
+// len bytes.
+func writeImageFile(ctx context.Context, t *testing.T, m v1.PieceManifest, open ImageOpener, memLimit int64) (WriteResult, []byte, error) {
 	p := filepath.Join(t.TempDir(), "disk")
 	if err := os.WriteFile(p, nil, 0o644); err != nil {
 		t.Fatal(err)
@@ -105,7 +112,7 @@ func (mb *member) writeTo(t *testing.T, m v1.PieceManifest, memLimit int64) (Wri
 		t.Fatal(err)
 	}
 	defer dev.Close()
-	res, err := WriteImage(t.Context(), dev, m.SizeBytes+64<<20, WriteConfig{Open: mb.f.Open, SizeBytes: m.SizeBytes, SHA256: m.SHA256, MemoryLimit: memLimit, ReadBack: true})
+	res, err := WriteImage(ctx, dev, m.SizeBytes+64<<20, WriteConfig{Open: open, SizeBytes: m.SizeBytes, SHA256: m.SHA256, MemoryLimit: memLimit, ReadBack: true})
 	got := make([]byte, m.SizeBytes)
 	_, _ = dev.ReadAt(got, 0)
 	return res, got, err

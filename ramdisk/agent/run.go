@@ -57,7 +57,22 @@ type Runner struct {
 	// fetches the whole image from the controller (pieces.go).
 	Pieces    *PeerServer
 	PiecePort int
-	Logger    *slog.Logger
+	// StallTimeout aborts an image download or piece request whose
+	// response delivers no bytes for this long, which is then asked again
+	// (bounded, with doubling delays); zero means DefaultStallTimeout.
+	StallTimeout time.Duration
+	// ImageAttempts bounds the whole-image downloads of one deploy and,
+	// when it shares pieces with a wave, the controller requests for one
+	// piece; zero means 20.
+	ImageAttempts int
+	Logger        *slog.Logger
+}
+
+func (r *Runner) imageAttempts() int {
+	if r.ImageAttempts > 0 {
+		return r.ImageAttempts
+	}
+	return imageAttempts
 }
 
 func (r *Runner) log() *slog.Logger {
@@ -171,18 +186,22 @@ func call(ctx context.Context, log *slog.Logger, op string, f func(context.Conte
 	}
 }
 
-// imageAttempts bounds the image downloads of one deploy.
+// imageAttempts is the default bound on the image downloads of one
+// deploy (Runner.ImageAttempts).
 const imageAttempts = 20
 
 // transientFetch reports whether a deploy failed because the image
 // download was interrupted (not because of what it received).
 func transientFetch(err error) bool {
+	if pf := (*pieceFailure)(nil); errors.As(err, &pf) {
+		return false // its requests were retried already
+	}
 	var se *v1.AgentStatusError
 	if errors.As(err, &se) {
 		return se.Code == http.StatusBadGateway || se.Code == http.StatusServiceUnavailable || se.Code == http.StatusGatewayTimeout
 	}
 	var ne net.Error
-	return errors.Is(err, errStreamEnded) || errors.Is(err, errBadPeer) || errors.As(err, &ne) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.ECONNREFUSED)
+	return errors.Is(err, errStreamEnded) || errors.Is(err, errStalled) || errors.Is(err, errBadPeer) || errors.As(err, &ne) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.ECONNREFUSED)
 }
 
 // retryable reports whether a controller call's error is worth repeating.
@@ -262,9 +281,7 @@ func (r *Runner) deploy(ctx context.Context, plan v1.Plan) (res v1.DeployResult,
 	}
 	cfg := DeployConfig{
 		Write: WriteConfig{
-			Open: func(ctx context.Context) (io.ReadCloser, error) {
-				return r.Client.Open(ctx, "get image", plan.ImageURL, plan.ImageToken)
-			},
+			Open:        r.openImage(plan),
 			SizeBytes:   plan.ImageSizeBytes,
 			SHA256:      plan.ImageSHA256,
 			MemoryLimit: memLimit,
@@ -277,7 +294,8 @@ func (r *Runner) deploy(ctx context.Context, plan v1.Plan) (res v1.DeployResult,
 	}
 	defer r.usePieces(plan, memLimit, &cfg.Write, &res)() // fetch from the wave (pieces.go)
 	// The image download is retried when the controller went away under
-	// it (restarted, connection reset, 502/503/504, stream cut short):
+	// it (restarted, connection reset, 502/503/504, stream cut short, no
+	// bytes for StallTimeout):
 	// the image token is reusable and nothing reaches the disk before the
 	// whole image is verified, so a new attempt starts clean.
 	var meter ProgressMeter
@@ -298,7 +316,7 @@ func (r *Runner) deploy(ctx context.Context, plan v1.Plan) (res v1.DeployResult,
 	delay := retryBase
 	for attempt := 1; ; attempt++ {
 		dr, err = Deploy(ctx, dev, size, cfg)
-		if err == nil || !transientFetch(err) || attempt == imageAttempts || ctx.Err() != nil {
+		if err == nil || !transientFetch(err) || attempt >= r.imageAttempts() || ctx.Err() != nil {
 			break
 		}
 		r.log().Warn("image download interrupted; fetching it again", "attempt", attempt, "err", err, "delay", delay.String())
@@ -317,6 +335,21 @@ func (r *Runner) deploy(ctx context.Context, plan v1.Plan) (res v1.DeployResult,
 	r.log().Info("deploy written", "disk", disk.Name, "bytes", dr.BytesWritten, "verifySeconds", dr.Verify.Seconds(), "writeSeconds", dr.Write.Seconds(),
 		"writeMBps", float64(dr.BytesWritten)/max(dr.Write.Seconds(), 1e-9)/1e6, "seedOffset", dr.SeedOffset)
 	return res, nil
+}
+
+// openImage opens the plan's whole image from the controller; a response
+// that delivers no bytes for StallTimeout fails the attempt (errStalled,
+// retried by deploy like a cut stream).
+func (r *Runner) openImage(plan v1.Plan) ImageOpener {
+	d := r.StallTimeout
+	if d <= 0 {
+		d = DefaultStallTimeout
+	}
+	return func(ctx context.Context) (io.ReadCloser, error) {
+		return openStalling(ctx, d, func(ctx context.Context) (io.ReadCloser, error) {
+			return r.Client.Open(ctx, "get image", plan.ImageURL, plan.ImageToken)
+		})
+	}
 }
 
 // openTarget opens a disk read-write and exclusively (O_EXCL on a block
