@@ -287,6 +287,48 @@ type planCondition struct {
 	Subject, Type, Reason, Message string
 }
 
+// waitPlanCondition polls the admin API's plan every second until it has
+// a condition of server with type typ and reason whose message contains
+// every one of texts, and returns it; it fails after d naming the
+// conditions it last saw.
+func (l *lab) waitPlanCondition(ctx context.Context, server, typ, reason string, texts []string, d time.Duration) (planCondition, error) {
+	deadline := time.Now().Add(d)
+	var last string
+	for {
+		var plan struct {
+			Conditions []planCondition `json:"conditions"`
+		}
+		if err := l.api.GetJSON(ctx, "/api/v1/plan", &plan); err != nil {
+			last = err.Error()
+		} else {
+			last = fmt.Sprintf("%+v", plan.Conditions)
+			for _, c := range plan.Conditions {
+				if c.Subject == "server/"+server && c.Type == typ && c.Reason == reason && containsAll(c.Message, texts) {
+					return c, nil
+				}
+			}
+		}
+		if time.Now().After(deadline) {
+			return planCondition{}, fmt.Errorf("vm lab: no %s/%s plan condition for %s within %s: %s", typ, reason, server, d, last)
+		}
+		select {
+		case <-ctx.Done():
+			return planCondition{}, ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// containsAll reports whether s contains every one of subs.
+func containsAll(s string, subs []string) bool {
+	for _, sub := range subs {
+		if !strings.Contains(s, sub) {
+			return false
+		}
+	}
+	return true
+}
+
 // refusedAMD64 pins the amd64 profile onto the arm64 machine and checks
 // the refusal: the plan's ArchMismatch/ImageArchitecture condition, the
 // same in the server's status commit, and, over a window of several
@@ -313,36 +355,11 @@ func (l *lab) refusedAMD64(ctx context.Context, m *machine) error {
 		return err
 	}
 	want := "profile " + ProfileName + "'s image " + ImageName + " is amd64; this server is arm64 (reported by commissioning)"
-	deadline := time.Now().Add(l.scale(2 * time.Minute))
-	var last string
-	for {
-		var plan struct {
-			Conditions []planCondition `json:"conditions"`
-		}
-		if err := l.api.GetJSON(ctx, "/api/v1/plan", &plan); err != nil {
-			last = err.Error()
-		} else {
-			last = fmt.Sprintf("%+v", plan.Conditions)
-			found := false
-			for _, c := range plan.Conditions {
-				if c.Subject == "server/"+ARM64Machine && c.Type == "ArchMismatch" && c.Reason == "ImageArchitecture" && strings.Contains(c.Message, want) {
-					found = true
-					l.log.Info("plan refuses the amd64 image", "condition", c.Type+"/"+c.Reason, "message", c.Message)
-				}
-			}
-			if found {
-				break
-			}
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("vm lab: no ArchMismatch/ImageArchitecture plan condition for %s within %s: %s", ARM64Machine, l.scale(2*time.Minute), last)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(time.Second):
-		}
+	c, err := l.waitPlanCondition(ctx, ARM64Machine, "ArchMismatch", "ImageArchitecture", []string{want}, l.scale(2*time.Minute))
+	if err != nil {
+		return err
 	}
+	l.log.Info("plan refuses the amd64 image", "condition", c.Type+"/"+c.Reason, "message", c.Message)
 	for _, text := range []string{"type: ArchMismatch", "reason: ImageArchitecture", "is amd64; this server is arm64"} {
 		if err := l.waitStatus(ctx, gitops.ServerStatusPath(ARM64Machine), text); err != nil {
 			return err

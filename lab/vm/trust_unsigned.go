@@ -2,7 +2,6 @@ package vm
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -130,14 +129,16 @@ func (l *lab) runUnsignedKernel(ctx context.Context) error {
 	l.step("unsigned kernel: sbattach --remove, the controller restarted on it (warned at start), "+TrustMachine+" released", t0)
 
 	t0 = time.Now()
-	msg, err := l.waitBootStalled(ctx, TrustMachine, l.scale(6*time.Minute))
+	c, err := l.waitPlanCondition(ctx, TrustMachine, "Waiting", "BootStalled", []string{
+		"release wipe running since ", "boot stalled: the machine fetched " + boot.TFTPRamdiskKernel + " by tftp at ",
+		"Secure Boot: the firmware, shim or GRUB may have refused"}, l.scale(6*time.Minute))
 	if err != nil {
 		return err
 	}
 	if err := refusedOnConsole(serial, st.Size()); err != nil {
 		return err
 	}
-	l.log.Info("unsigned kernel refused and reported", "vm", TrustMachine, "condition", msg)
+	l.log.Info("unsigned kernel refused and reported", "vm", TrustMachine, "condition", c.Message)
 	l.step("unsigned kernel: "+TrustMachine+"'s release wipe fetched it by TFTP, GRUB refused it (bad shim signature), the plan shows BootStalled with the Secure Boot hint", t0)
 	return nil
 }
@@ -174,45 +175,4 @@ func refusedOnConsole(serial string, offset int64) error {
 		return fmt.Errorf("vm lab: the unsigned kernel ran (see %s)", serial)
 	}
 	return nil
-}
-
-// waitBootStalled waits for the plan's Waiting/BootStalled condition of
-// name naming the TFTP kernel and the Secure Boot hint, and returns its
-// message.
-func (l *lab) waitBootStalled(ctx context.Context, name string, d time.Duration) (string, error) {
-	want := []string{"boot stalled: the machine fetched " + boot.TFTPRamdiskKernel + " by tftp at ", "Secure Boot: the firmware, shim or GRUB may have refused"}
-	deadline := time.Now().Add(d)
-	last := ""
-	for {
-		var plan struct {
-			Conditions []planCondition `json:"conditions"`
-		}
-		if err := l.api.GetJSON(ctx, "/api/v1/plan", &plan); err != nil {
-			last = err.Error()
-		} else {
-			last = fmt.Sprintf("%+v", plan.Conditions)
-			for _, c := range plan.Conditions {
-				if c.Subject == "server/"+name && c.Type == "Waiting" && c.Reason == "BootStalled" && containsAll(c.Message, want) {
-					return c.Message, nil
-				}
-			}
-		}
-		if time.Now().After(deadline) {
-			return "", errors.New("vm lab: no Waiting/BootStalled condition for " + name + " within " + d.String() + ": " + last)
-		}
-		select {
-		case <-ctx.Done():
-			return "", ctx.Err()
-		case <-time.After(2 * time.Second):
-		}
-	}
-}
-
-func containsAll(s string, subs []string) bool {
-	for _, sub := range subs {
-		if !strings.Contains(s, sub) {
-			return false
-		}
-	}
-	return true
 }

@@ -69,21 +69,11 @@ func TestPlanBootStalled(t *testing.T) {
 			s.Lifecycle, s.LifecycleAt = state.LifecycleCommissioning, planT0.Add(-began)
 			tc.mod(&s)
 			snap.Servers[name] = s
-			res := Compute(inv, snap, Options{Now: planT0})
-			var step Step
-			for _, st := range res.Steps {
-				if st.Server == name {
-					step = st
-				}
-			}
+			step, got := stepAndCondition(Compute(inv, snap, Options{Now: planT0}), name, func(c Condition) bool {
+				return c.Reason == CondBootStalled || c.Reason == "MachineSilent"
+			})
 			if step.Action != tc.wantStep || !strings.Contains(step.Why, tc.wantWhy) {
 				t.Errorf("step %q (%q), want %q containing %q", step.Action, step.Why, tc.wantStep, tc.wantWhy)
-			}
-			var got *Condition
-			for i, c := range res.Conditions {
-				if c.Subject == "server/"+name && (c.Reason == CondBootStalled || c.Reason == "MachineSilent") {
-					got = &res.Conditions[i]
-				}
 			}
 			switch {
 			case tc.wantReason == "" && got != nil:
@@ -153,21 +143,11 @@ func TestPlanWipeBootStalled(t *testing.T) {
 			s.NeedsWipe, s.WipeStartedAt = true, planT0.Add(-tc.started)
 			tc.mod(&s)
 			snap.Servers[name] = s
-			res := Compute(inv, snap, Options{Now: planT0})
-			var step Step
-			for _, st := range res.Steps {
-				if st.Server == name {
-					step = st
-				}
-			}
+			step, got := stepAndCondition(Compute(inv, snap, Options{Now: planT0}), name, func(c Condition) bool {
+				return c.Reason == CondBootStalled || c.Type == "WipePending" || c.Type == "WipeFailed"
+			})
 			if step.Action != tc.wantStep || !strings.Contains(step.Why, tc.wantWhy) {
 				t.Errorf("step %q (%q), want %q containing %q", step.Action, step.Why, tc.wantStep, tc.wantWhy)
-			}
-			var got *Condition
-			for i, c := range res.Conditions {
-				if c.Subject == "server/"+name && (c.Reason == CondBootStalled || c.Type == "WipePending" || c.Type == "WipeFailed") {
-					got = &res.Conditions[i]
-				}
 			}
 			if got == nil || (got.Reason != tc.wantReason && got.Type != tc.wantReason) {
 				t.Fatalf("condition %+v, want %s", got, tc.wantReason)
@@ -179,4 +159,22 @@ func TestPlanWipeBootStalled(t *testing.T) {
 			}
 		})
 	}
+}
+
+// stepAndCondition returns res's step for server name (zero if none) and
+// its last condition that match accepts (nil if none).
+func stepAndCondition(res Result, name string, match func(Condition) bool) (Step, *Condition) {
+	var step Step
+	for _, st := range res.Steps {
+		if st.Server == name {
+			step = st
+		}
+	}
+	var got *Condition
+	for i, c := range res.Conditions {
+		if c.Subject == "server/"+name && match(c) {
+			got = &res.Conditions[i]
+		}
+	}
+	return step, got
 }
