@@ -17,6 +17,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"weak"
 
 	"github.com/stmcginnis/gofish"
 	"github.com/stmcginnis/gofish/schemas"
@@ -399,8 +400,18 @@ type reqOpts struct {
 // driver's largest CPU cost; equal bytes decode to an equal map, so it is
 // handed out again. The kept map is shared: callers only read decoded
 // bodies (no accessor in decode.go writes).
+//
+// The answer is kept through a weak pointer: it lasts until the next
+// garbage collection, so reads milliseconds apart (one boot override and
+// power action) share a decode, and a fleet of idle cached drivers holds
+// no decoded Systems (about 80 KB each for iDRAC 9).
 type bodyCache struct {
 	mu   sync.Mutex
+	last weak.Pointer[keptBody]
+}
+
+// keptBody is one answer's bytes and their decode.
+type keptBody struct {
 	raw  []byte
 	body map[string]any
 }
@@ -409,16 +420,15 @@ type bodyCache struct {
 // the kept decode when raw equals the kept bytes.
 func (c *bodyCache) decode(raw []byte) map[string]any {
 	c.mu.Lock()
-	if c.body != nil && bytes.Equal(c.raw, raw) {
-		m := c.body
-		c.mu.Unlock()
-		return m
-	}
+	k := c.last.Value()
 	c.mu.Unlock()
+	if k != nil && bytes.Equal(k.raw, raw) {
+		return k.body
+	}
 	m := decodeObject(raw)
 	if m != nil {
 		c.mu.Lock()
-		c.raw, c.body = raw, m
+		c.last = weak.Make(&keptBody{raw: raw, body: m})
 		c.mu.Unlock()
 	}
 	return m

@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"reflect"
+	"runtime"
+	"runtime/debug"
 	"sync"
 	"testing"
 	"time"
@@ -51,8 +53,10 @@ func (t *lastBodies) get(p string) []byte {
 // time; an answer that changed (a boot override PATCHed, a power action)
 // is decoded afresh; after every driver operation the kept decode still
 // equals a fresh decode of the kept bytes, so no caller modified the
-// shared map. Over every vendor tree.
+// shared map. Over every vendor tree. The collector is off meanwhile: the
+// kept answer lasts until the next collection (TestSystemDecodeReleasedByGC).
 func TestSystemDecodeReusedOnlyForEqualBytes(t *testing.T) {
+	defer debug.SetGCPercent(debug.SetGCPercent(-1))
 	for _, name := range []string{"dmtf-public-rackmount1", "dell-poweredge-r750-idrac9", "hpe-proliant-dl385gen10plusv2-ilo5",
 		"lenovo-thinksystem-sr670v2-xcc", "supermicro-sys821ge-tnhr-x13", "openbmc-bmcweb-stock"} {
 		t.Run(name, func(t *testing.T) {
@@ -97,12 +101,12 @@ func TestSystemDecodeReusedOnlyForEqualBytes(t *testing.T) {
 			unmodified := func(step string) {
 				t.Helper()
 				d.sysBody.mu.Lock()
-				raw, body := d.sysBody.raw, d.sysBody.body
+				k := d.sysBody.last.Value()
 				d.sysBody.mu.Unlock()
-				if body == nil {
+				if k == nil {
 					t.Fatalf("%s: no System decode kept", step)
 				}
-				if !reflect.DeepEqual(body, decodeObject(raw)) {
+				if !reflect.DeepEqual(k.body, decodeObject(k.raw)) {
 					t.Fatalf("%s: the kept System decode was modified by a caller", step)
 				}
 			}
@@ -161,5 +165,54 @@ func TestSystemDecodeReusedOnlyForEqualBytes(t *testing.T) {
 				t.Fatalf("System PowerState after off = %s", ps)
 			}
 		})
+	}
+}
+
+// TestSystemDecodeReleasedByGC: the kept System answer does not outlive a
+// garbage collection, so idle drivers hold no decoded Systems; the next
+// read decodes afresh and is kept again. The collector runs only when
+// the test asks.
+func TestSystemDecodeReleasedByGC(t *testing.T) {
+	defer debug.SetGCPercent(debug.SetGCPercent(-1))
+	dir, err := bmcsim.TreeDir("", "dell-poweredge-r750-idrac9")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var trees bmcsim.Trees
+	tr, err := trees.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sim, err := bmcsim.New(bmcsim.Config{Tree: tr, Username: "admin", Password: "s3cret", Power: bmcsim.NewMemoryPower(false)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer(sim)
+	t.Cleanup(ts.Close)
+	d, err := New(Config{Endpoint: ts.URL, Username: "admin", Password: "s3cret", Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = d.Close(context.Background()) })
+	kept := func() *keptBody {
+		d.sysBody.mu.Lock()
+		defer d.sysBody.mu.Unlock()
+		return d.sysBody.last.Value()
+	}
+	if ps, err := d.PowerState(context.Background()); err != nil || ps != bmc.PowerOff {
+		t.Fatalf("PowerState = %s, %v", ps, err)
+	}
+	if kept() == nil {
+		t.Fatal("no System answer kept after a read")
+	}
+	runtime.GC()
+	if kept() != nil {
+		t.Fatal("the kept System answer outlived a garbage collection")
+	}
+	if ps, err := d.PowerState(context.Background()); err != nil || ps != bmc.PowerOff {
+		t.Fatalf("PowerState after the collection = %s, %v", ps, err)
+	}
+	if kept() == nil {
+		t.Fatal("no System answer kept after the read following the collection")
 	}
 }
