@@ -18,7 +18,9 @@ type Snapshot struct {
 
 // Snapshot returns a consistent view of all servers and hosts.
 func (s *Store) Snapshot() (Snapshot, error) {
-	snap := Snapshot{Servers: map[string]Server{}, Hosts: map[string]Host{}}
+	// Sized as the last snapshot, so a pass's snapshot of a large fleet
+	// does not grow its map step by step.
+	snap := Snapshot{Servers: make(map[string]Server, s.snapServers.Load()), Hosts: map[string]Host{}}
 	err := s.view(func(tx kvTx) error {
 		err := tx.Bucket(bucketServers).ForEach(func(k, v []byte) error {
 			srv, err := s.servers.decode(k, v)
@@ -45,6 +47,7 @@ func (s *Store) Snapshot() (Snapshot, error) {
 	if err != nil {
 		return Snapshot{}, fmt.Errorf("state: snapshot: %w", err)
 	}
+	s.snapServers.Store(int64(len(snap.Servers)))
 	return snap, nil
 }
 

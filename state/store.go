@@ -160,6 +160,9 @@ type Store struct {
 
 	servers serverCache
 	hosts   hostCache
+	// snapServers is how many servers the last Snapshot held: the size
+	// the next one's map is made with.
+	snapServers atomic.Int64
 	// commits shares commits between concurrent writers (update); nil
 	// on etcd, whose engine shares its bounded transactions itself.
 	commits *committer

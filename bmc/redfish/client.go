@@ -17,6 +17,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"weak"
 
 	"github.com/stmcginnis/gofish"
 	"github.com/stmcginnis/gofish/schemas"
@@ -385,6 +386,61 @@ type reqOpts struct {
 	// once disables retries on connection errors: the request may have
 	// been applied (a reset), so the caller re-reads state instead.
 	once bool
+	// reuse, when set, keeps the last answer's body and its decode: an
+	// answer byte for byte equal to the kept one is not decoded again.
+	reuse *bodyCache
+}
+
+// bodyCache keeps the raw bytes and the decoded object of the last answer
+// to one GET (the selected ComputerSystem, read several times per boot
+// override and power action: before the PATCH, after it, before the
+// reset and while polling PowerState). A BMC answers the same bytes while
+// nothing on the System changed, and decoding a vendor's System (Dell's
+// iDRAC 9 about 15 KB, with its Oem sections) into a generic map is the
+// driver's largest CPU cost; equal bytes decode to an equal map, so it is
+// handed out again. The kept map is shared: callers only read decoded
+// bodies (no accessor in decode.go writes).
+//
+// The answer is kept through a weak pointer: it lasts until the next
+// garbage collection, so reads milliseconds apart (one boot override and
+// power action) share a decode, and a fleet of idle cached drivers holds
+// no decoded Systems (about 80 KB each for iDRAC 9).
+type bodyCache struct {
+	mu   sync.Mutex
+	last weak.Pointer[keptBody]
+}
+
+// keptBody is one answer's bytes and their decode.
+type keptBody struct {
+	raw  []byte
+	body map[string]any
+}
+
+// decode returns raw decoded as a JSON object (nil when it is not one),
+// the kept decode when raw equals the kept bytes.
+func (c *bodyCache) decode(raw []byte) map[string]any {
+	c.mu.Lock()
+	k := c.last.Value()
+	c.mu.Unlock()
+	if k != nil && bytes.Equal(k.raw, raw) {
+		return k.body
+	}
+	m := decodeObject(raw)
+	if m != nil {
+		c.mu.Lock()
+		c.last = weak.Make(&keptBody{raw: raw, body: m})
+		c.mu.Unlock()
+	}
+	return m
+}
+
+// decodeObject decodes raw as a JSON object; nil when it is not one.
+func decodeObject(raw []byte) map[string]any {
+	var m map[string]any
+	if json.Unmarshal(raw, &m) != nil {
+		return nil
+	}
+	return m
 }
 
 // do sends one request with retries: 503/502/504 answers (honouring
@@ -491,9 +547,10 @@ func (c *conn) once(ctx context.Context, api *gofish.APIClient, op, method, path
 	}
 	out := &response{status: resp.StatusCode, request: method + " " + path, header: resp.Header}
 	if len(raw) > 0 {
-		var m map[string]any
-		if json.Unmarshal(raw, &m) == nil {
-			out.body = m
+		if o.reuse != nil && method == http.MethodGet && resp.StatusCode == http.StatusOK {
+			out.body = o.reuse.decode(raw)
+		} else {
+			out.body = decodeObject(raw)
 		}
 	}
 	return out, nil

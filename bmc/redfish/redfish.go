@@ -167,6 +167,8 @@ type Driver struct {
 	evidence string                       // what proved the last reset, "" when nothing did
 	sawOff   bool                         // a power-off was seen during the current reset
 	regs     map[string]*bmc.BIOSRegistry // attribute registries by name (nil: unreadable)
+
+	sysBody bodyCache // the selected System's last answer and its decode
 }
 
 var (
@@ -198,7 +200,11 @@ func (d *Driver) Close(ctx context.Context) error {
 }
 
 func (d *Driver) get(ctx context.Context, op, p string) (map[string]any, error) {
-	r, err := d.conn.do(ctx, op, http.MethodGet, p, nil, reqOpts{})
+	return d.getWith(ctx, op, p, reqOpts{})
+}
+
+func (d *Driver) getWith(ctx context.Context, op, p string, o reqOpts) (map[string]any, error) {
+	r, err := d.conn.do(ctx, op, http.MethodGet, p, nil, o)
 	if err != nil {
 		return nil, err
 	}
@@ -210,13 +216,15 @@ func (d *Driver) get(ctx context.Context, op, p string) (map[string]any, error) 
 
 // system resolves (once) and reads the selected ComputerSystem. Selection
 // fails closed: several systems need Config.SystemID, and an ID matching
-// nothing is ErrNoSuchSystem.
+// nothing is ErrNoSuchSystem. The System is read from the BMC every time;
+// an answer equal byte for byte to the last one is not decoded again
+// (bodyCache), so the returned map must not be modified.
 func (d *Driver) system(ctx context.Context, op string) (string, map[string]any, error) {
 	d.mu.Lock()
 	resolved, sp := d.resolved, d.sysPath
 	d.mu.Unlock()
 	if resolved {
-		sys, err := d.get(ctx, op, sp)
+		sys, err := d.getWith(ctx, op, sp, reqOpts{reuse: &d.sysBody})
 		return sp, sys, err
 	}
 	root, err := d.get(ctx, op, "/redfish/v1")
@@ -251,7 +259,7 @@ func (d *Driver) system(ctx context.Context, op string) (string, map[string]any,
 	default:
 		return "", nil, fmt.Errorf("redfish: %s: %d systems: %w", op, len(ms), ErrAmbiguousSystem)
 	}
-	sys, err := d.get(ctx, op, sp)
+	sys, err := d.getWith(ctx, op, sp, reqOpts{reuse: &d.sysBody})
 	if err != nil {
 		return "", nil, err
 	}

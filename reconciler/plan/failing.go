@@ -51,18 +51,21 @@ func failingAction(obs state.Server) string {
 // retried), and a Waiting condition (ReasonBehindAction) for each planned
 // step that waits behind an action in flight or in backoff: the executor
 // runs one step per server, the journalled action first (see the
-// executor's firstSteps), and none before the retry time.
-func failingConditions(have state.Snapshot, steps []Step, opts Options) []Condition {
+// executor's firstSteps), and none before the retry time. names are
+// have's server names, sorted.
+func failingConditions(have state.Snapshot, names []string, steps []Step, opts Options) []Condition {
 	var out []Condition
 	byServer := map[string][]Step{}
 	for _, s := range steps {
 		byServer[s.Server] = append(byServer[s.Server], s)
 	}
-	for _, name := range sortedKeys(have.Servers) {
-		obs := have.Servers[name]
-		if obs.Stalled != "" {
+	for _, name := range names {
+		// Most records are neither failing nor busy: these fields are
+		// read through the map, and only the others are copied.
+		if have.Servers[name].Stalled != "" || (have.Servers[name].Failures == 0 && have.Servers[name].InFlight == nil) {
 			continue
 		}
+		obs := have.Servers[name]
 		action := failingAction(obs)
 		retry := ""
 		if opts.Now.Before(obs.RetryAt) {

@@ -29,7 +29,7 @@ func TestPlanSaysWhichImageChangeApplies(t *testing.T) {
 		"e": {Name: "e", Lifecycle: state.LifecycleDeployed, Allocation: &state.Allocation{Profile: "p", Image: "new", Deploy: "image"}},
 	}}
 	got := map[string]Condition{}
-	for _, c := range imageChanged(inv, have) {
+	for _, c := range imageChanged(inv, have, sortedKeys(have.Servers)) {
 		got[strings.TrimPrefix(c.Subject, "server/")] = c
 	}
 	want := map[string]string{"a": ReasonReplanBeforeWrite, "b": ReasonReplanBeforeWrite, "c": ReasonAppliesOnRedeploy, "d": ReasonAppliesOnRedeploy}

@@ -3,6 +3,7 @@ package plan
 import (
 	"cmp"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -79,15 +80,16 @@ const (
 // imageChanged returns a CondImageChanged condition for each allocated,
 // deploying or deployed server whose profile's image differs from the one
 // recorded on its allocation (image deploys only; an installer deploy
-// boots the ISO named at allocation).
-func imageChanged(want *inventory.Inventory, have state.Snapshot) []Condition {
+// boots the ISO named at allocation). names are have's server names,
+// sorted.
+func imageChanged(want *inventory.Inventory, have state.Snapshot, names []string) []Condition {
 	var out []Condition
-	for _, name := range sortedKeys(have.Servers) {
-		s := have.Servers[name]
-		a := s.Allocation
+	for _, name := range names {
+		a := have.Servers[name].Allocation
 		if a == nil || a.Image == "" || (a.Deploy != "" && a.Deploy != string(inventory.DeployImage)) {
 			continue
 		}
+		s := have.Servers[name]
 		p := want.Profile(a.Profile)
 		if p == nil || p.Image == a.Image || p.Deploy != inventory.DeployImage {
 			continue
@@ -223,8 +225,9 @@ func Compute(want *inventory.Inventory, have state.Snapshot, opts Options) Resul
 	if want == nil {
 		return Result{}
 	}
-	p := &planning{want: want, have: have, opts: opts, desired: map[string]*inventory.Server{}, desiredMAC: map[string]*inventory.Server{},
-		pendingMAC: map[string]state.Server{}, allocated: map[string]string{}}
+	p := &planning{want: want, have: have, opts: opts, desired: make(map[string]*inventory.Server, len(want.Servers)),
+		desiredMAC: make(map[string]*inventory.Server, len(want.Servers)), pendingMAC: map[string]state.Server{}, allocated: map[string]string{},
+		names: sortedKeys(have.Servers)}
 	for i := range want.Servers {
 		p.desired[want.Servers[i].Name] = &want.Servers[i]
 		p.desiredMAC[want.Servers[i].BootMAC] = &want.Servers[i]
@@ -251,10 +254,10 @@ func Compute(want *inventory.Inventory, have state.Snapshot, opts Options) Resul
 		res.Steps = dropServers(res.Steps, p.conflicted)
 		p.disruptive = dropServers(p.disruptive, p.conflicted)
 	}
-	res.Conditions = append(res.Conditions, imageChanged(want, have)...)
+	res.Conditions = append(res.Conditions, imageChanged(want, have, p.names)...)
 	res.Steps = dropLoneSteps(res.Steps, ActConfirmOff)
 	p.applyBrake()
-	res.Conditions = append(res.Conditions, failingConditions(have, res.Steps, opts)...)
+	res.Conditions = append(res.Conditions, failingConditions(have, p.names, res.Steps, opts)...)
 	sortSteps(res.Steps)
 	sortSteps(res.Held)
 	SortConditions(res.Conditions)
@@ -277,6 +280,9 @@ type planning struct {
 	pendingMAC map[string]state.Server
 	conflicted map[string]Condition
 	allocated  map[string]string // server → profile, planned this pass
+	// names are have's server names, sorted: the order of every
+	// fleet-wide loop, sorted once per plan.
+	names      []string
 	disruptive []Step
 	fwHeld     []Step // firmware steps of deployed servers, until approved
 	res        Result
@@ -289,11 +295,11 @@ func (p *planning) cond(c Condition) { p.res.Conditions = append(p.res.Condition
 // steps, the rest are never touched (an Orphaned condition).
 func (p *planning) orphans() {
 	have := p.have
-	for _, name := range sortedKeys(have.Servers) {
-		obs := have.Servers[name]
+	for _, name := range p.names {
 		if _, ok := p.desired[name]; ok {
 			continue
 		}
+		obs := have.Servers[name]
 		if ws, renamed := p.desiredMAC[obs.BootMAC]; renamed && obs.BootMAC != "" && obs.Enrolled == nil {
 			if _, taken := have.Servers[ws.Name]; !taken {
 				p.pendingMAC[obs.BootMAC] = obs
@@ -402,7 +408,7 @@ func (p *planning) profiles() {
 				p.cond(c)
 			}
 		}
-		steps, disr, conds := profileSteps(prof, p.want, p.have, p.allocated)
+		steps, disr, conds := profileSteps(prof, p.want, p.have, p.names, p.allocated)
 		p.res.Steps = append(p.res.Steps, steps...)
 		p.disruptive = append(p.disruptive, disr...)
 		p.res.Conditions = append(p.res.Conditions, conds...)
@@ -770,14 +776,17 @@ func noBMCCondition(ws *inventory.Server, obs state.Server) Condition {
 
 // profileSteps keeps a profile's count of count-allocated servers: it
 // allocates the smallest fitting ready servers when short and releases the
-// newest count allocations when over.
-func profileSteps(p inventory.Profile, want *inventory.Inventory, have state.Snapshot, planned map[string]string) (steps, disruptive []Step, conds []Condition) {
+// newest count allocations when over. names are have's server names,
+// sorted.
+func profileSteps(p inventory.Profile, want *inventory.Inventory, have state.Snapshot, names []string, planned map[string]string) (steps, disruptive []Step, conds []Condition) {
 	var holding []state.Server // count allocations of p, any active lifecycle
-	for _, name := range sortedKeys(have.Servers) {
-		s := have.Servers[name]
-		if s.Allocation == nil || s.Allocation.Profile != p.Name || s.Allocation.Reason != ReasonCount {
+	for _, name := range names {
+		// The allocation is read through the map, so the other records
+		// are not copied.
+		if a := have.Servers[name].Allocation; a == nil || a.Profile != p.Name || a.Reason != ReasonCount {
 			continue
 		}
+		s := have.Servers[name]
 		switch s.Lifecycle {
 		case state.LifecycleAllocated, state.LifecycleDeploying, state.LifecycleDeployed:
 			holding = append(holding, s)
@@ -829,7 +838,7 @@ func profileSteps(p inventory.Profile, want *inventory.Inventory, have state.Sna
 // servers already taken in this pass. A released server whose release wipe
 // has not finished (NeedsWipe) is never a candidate.
 func Candidates(p inventory.Profile, want *inventory.Inventory, have state.Snapshot, planned map[string]string) []state.Server {
-	var out []state.Server
+	var keys []candidateKey
 	for _, ws := range want.Servers {
 		if ws.Want == inventory.WantRetired || ws.Want == inventory.WantDeployed {
 			continue // retired, or deployed through its own pin
@@ -846,8 +855,13 @@ func Candidates(p inventory.Profile, want *inventory.Inventory, have state.Snaps
 		if _, taken := planned[ws.Name]; taken {
 			continue
 		}
-		obs, ok := have.Servers[ws.Name]
-		if !ok || obs.Lifecycle != state.LifecycleReady || !Fits(p.Min, obs.Hardware) {
+		// Read through the map (an absent record reads as no lifecycle):
+		// only ready records are copied.
+		if have.Servers[ws.Name].Lifecycle != state.LifecycleReady {
+			continue
+		}
+		obs := have.Servers[ws.Name]
+		if !Fits(p.Min, obs.Hardware) {
 			continue
 		}
 		if p.Selector != nil && !p.Selector.Matches(ServerLabels(&ws, &obs)) {
@@ -877,23 +891,31 @@ func Candidates(p inventory.Profile, want *inventory.Inventory, have state.Snaps
 		if storageRefused(&p, &obs) {
 			continue // too few matching disks for the profile's storage layout
 		}
-		out = append(out, obs)
+		hw := obs.Hardware
+		keys = append(keys, candidateKey{cores: hw.Cores, mem: hw.MemoryBytes, disk: smallestFittingDisk(hw, p.Min.DiskGiB), name: obs.Name, key: ws.Name})
 	}
-	sort.SliceStable(out, func(i, j int) bool {
-		a, b := out[i].Hardware, out[j].Hardware
-		if a.Cores != b.Cores {
-			return a.Cores < b.Cores
-		}
-		if a.MemoryBytes != b.MemoryBytes {
-			return a.MemoryBytes < b.MemoryBytes
-		}
-		da, db := smallestFittingDisk(a, p.Min.DiskGiB), smallestFittingDisk(b, p.Min.DiskGiB)
-		if da != db {
-			return da < db
-		}
-		return out[i].Name < out[j].Name
+	// Sort small keys, each computed once, rather than the records
+	// themselves (each move of a record copied it whole).
+	slices.SortStableFunc(keys, func(a, b candidateKey) int {
+		return cmp.Or(cmp.Compare(a.cores, b.cores), cmp.Compare(a.mem, b.mem), cmp.Compare(a.disk, b.disk), strings.Compare(a.name, b.name))
 	})
+	var out []state.Server
+	if len(keys) > 0 {
+		out = make([]state.Server, len(keys))
+		for i, k := range keys {
+			out[i] = have.Servers[k.key]
+		}
+	}
 	return out
+}
+
+// candidateKey is what Candidates orders a candidate by: cores, memory,
+// smallest fitting disk, then name; key is its record's key in the
+// snapshot.
+type candidateKey struct {
+	cores     int
+	mem, disk int64
+	name, key string
 }
 
 // Fits reports whether commissioned hardware meets min. Unknown hardware
@@ -984,7 +1006,11 @@ func macConflicts(want *inventory.Inventory, have state.Snapshot) map[string]Con
 	// fleet-wide MAC index built.
 	changed := false
 	for i := range want.Servers {
-		if obs, ok := have.Servers[want.Servers[i].Name]; ok && obs.BootMAC != want.Servers[i].BootMAC {
+		name := want.Servers[i].Name
+		if have.Servers[name].BootMAC == want.Servers[i].BootMAC {
+			continue // read through the map: the record is not copied
+		}
+		if _, ok := have.Servers[name]; ok {
 			changed = true
 			break
 		}
