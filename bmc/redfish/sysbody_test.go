@@ -60,21 +60,7 @@ func TestSystemDecodeReusedOnlyForEqualBytes(t *testing.T) {
 	for _, name := range []string{"dmtf-public-rackmount1", "dell-poweredge-r750-idrac9", "hpe-proliant-dl385gen10plusv2-ilo5",
 		"lenovo-thinksystem-sr670v2-xcc", "supermicro-sys821ge-tnhr-x13", "openbmc-bmcweb-stock"} {
 		t.Run(name, func(t *testing.T) {
-			dir, err := bmcsim.TreeDir("", name)
-			if err != nil {
-				t.Fatalf("TreeDir(%q): %v", name, err)
-			}
-			var trees bmcsim.Trees
-			tr, err := trees.Load(dir)
-			if err != nil {
-				t.Fatal(err)
-			}
-			sim, err := bmcsim.New(bmcsim.Config{Tree: tr, Username: "admin", Password: "s3cret", Power: bmcsim.NewMemoryPower(false)})
-			if err != nil {
-				t.Fatal(err)
-			}
-			ts := httptest.NewServer(sim)
-			t.Cleanup(ts.Close)
+			ts := offSim(t, name)
 			rec := &lastBodies{next: http.DefaultTransport, last: map[string][]byte{}}
 			d, err := New(Config{Endpoint: ts.URL, Username: "admin", Password: "s3cret", Transport: rec,
 				PollInterval: time.Millisecond, RetryBase: time.Millisecond, PowerTimeout: 5 * time.Second,
@@ -174,21 +160,7 @@ func TestSystemDecodeReusedOnlyForEqualBytes(t *testing.T) {
 // the test asks.
 func TestSystemDecodeReleasedByGC(t *testing.T) {
 	defer debug.SetGCPercent(debug.SetGCPercent(-1))
-	dir, err := bmcsim.TreeDir("", "dell-poweredge-r750-idrac9")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var trees bmcsim.Trees
-	tr, err := trees.Load(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sim, err := bmcsim.New(bmcsim.Config{Tree: tr, Username: "admin", Password: "s3cret", Power: bmcsim.NewMemoryPower(false)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ts := httptest.NewServer(sim)
-	t.Cleanup(ts.Close)
+	ts := offSim(t, "dell-poweredge-r750-idrac9")
 	d, err := New(Config{Endpoint: ts.URL, Username: "admin", Password: "s3cret", Timeout: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
@@ -215,4 +187,26 @@ func TestSystemDecodeReleasedByGC(t *testing.T) {
 	if kept() == nil {
 		t.Fatal("no System answer kept after the read following the collection")
 	}
+}
+
+// offSim serves the fixture tree name from bmcsim (user admin, password
+// s3cret, the machine off) on loopback until the test ends.
+func offSim(t *testing.T, name string) *httptest.Server {
+	t.Helper()
+	dir, err := bmcsim.TreeDir("", name)
+	if err != nil {
+		t.Fatalf("TreeDir(%q): %v", name, err)
+	}
+	var trees bmcsim.Trees
+	tr, err := trees.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sim, err := bmcsim.New(bmcsim.Config{Tree: tr, Username: "admin", Password: "s3cret", Power: bmcsim.NewMemoryPower(false)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer(sim)
+	t.Cleanup(ts.Close)
+	return ts
 }

@@ -247,13 +247,6 @@ func (f *PieceFetcher) client() *http.Client {
 	return http.DefaultClient
 }
 
-func (f *PieceFetcher) stallTimeout() time.Duration {
-	if f.StallTimeout > 0 {
-		return f.StallTimeout
-	}
-	return DefaultStallTimeout
-}
-
 func (f *PieceFetcher) log() *slog.Logger {
 	if f.Logger == nil {
 		return slog.New(slog.DiscardHandler)
@@ -427,14 +420,9 @@ func (f *PieceFetcher) fromController(ctx context.Context, i int) ([]byte, error
 		}
 		f.log().Warn("image piece request failed; asking again", "piece", i, "url", redactURL(f.ImageURL),
 			"attempt", attempt, "attempts", attempts, "err", err, "delay", delay.String())
-		t := time.NewTimer(delay)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !backoff(ctx, &delay) {
 			return nil, &pieceFailure{piece: i, url: redactURL(f.ImageURL), attempts: attempt, err: err}
-		case <-t.C:
 		}
-		delay = min(delay*2, retryMax)
 	}
 }
 
@@ -443,7 +431,7 @@ func (f *PieceFetcher) fromController(ctx context.Context, i int) ([]byte, error
 // that delivers no bytes for StallTimeout is errStalled; a body cut short
 // is errStreamEnded. Errors name u without its query (redactURL).
 func (f *PieceFetcher) get(ctx context.Context, u, token, rng string, n int64, status int) ([]byte, error) {
-	body, err := openStalling(ctx, f.stallTimeout(), func(ctx context.Context) (io.ReadCloser, error) {
+	body, err := openStalling(ctx, stallTimeoutOr(f.StallTimeout), func(ctx context.Context) (io.ReadCloser, error) {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 		if err != nil {
 			return nil, err

@@ -175,15 +175,24 @@ func call(ctx context.Context, log *slog.Logger, op string, f func(context.Conte
 			return err
 		}
 		log.Warn("controller call failed; retrying", "op", op, "err", err, "delay", delay.String())
-		t := time.NewTimer(delay)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !backoff(ctx, &delay) {
 			return err
-		case <-t.C:
 		}
-		delay = min(delay*2, retryMax)
 	}
+}
+
+// backoff waits *delay, then doubles it up to retryMax; false means ctx
+// ended first.
+func backoff(ctx context.Context, delay *time.Duration) bool {
+	t := time.NewTimer(*delay)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+	}
+	*delay = min(*delay*2, retryMax)
+	return true
 }
 
 // imageAttempts is the default bound on the image downloads of one
@@ -320,13 +329,7 @@ func (r *Runner) deploy(ctx context.Context, plan v1.Plan) (res v1.DeployResult,
 			break
 		}
 		r.log().Warn("image download interrupted; fetching it again", "attempt", attempt, "err", err, "delay", delay.String())
-		t := time.NewTimer(delay)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-		case <-t.C:
-		}
-		delay = min(delay*2, retryMax)
+		backoff(ctx, &delay) // a cancelled ctx ends the next attempt at once
 	}
 	res.BytesWritten, res.SHA256, res.ReadBackSHA256, res.Mode = dr.BytesWritten, dr.SHA256, dr.ReadBackSHA256, dr.Mode
 	if err = lay.complete(ctx, dev, size, dr.SeedOffset, err); err != nil {
@@ -341,10 +344,7 @@ func (r *Runner) deploy(ctx context.Context, plan v1.Plan) (res v1.DeployResult,
 // that delivers no bytes for StallTimeout fails the attempt (errStalled,
 // retried by deploy like a cut stream).
 func (r *Runner) openImage(plan v1.Plan) ImageOpener {
-	d := r.StallTimeout
-	if d <= 0 {
-		d = DefaultStallTimeout
-	}
+	d := stallTimeoutOr(r.StallTimeout)
 	return func(ctx context.Context) (io.ReadCloser, error) {
 		return openStalling(ctx, d, func(ctx context.Context) (io.ReadCloser, error) {
 			return r.Client.Open(ctx, "get image", plan.ImageURL, plan.ImageToken)

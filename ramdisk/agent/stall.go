@@ -18,6 +18,14 @@ import (
 // cut. It matches the agent HTTP client's ResponseHeaderTimeout.
 const DefaultStallTimeout = time.Minute
 
+// stallTimeoutOr is d, or DefaultStallTimeout when d is not positive.
+func stallTimeoutOr(d time.Duration) time.Duration {
+	if d > 0 {
+		return d
+	}
+	return DefaultStallTimeout
+}
+
 // errStalled marks a request aborted because its response delivered no
 // bytes for the stall timeout; the image stream or piece is asked for
 // again (transientFetch).
