@@ -65,6 +65,7 @@ import (
 
 	"github.com/go-git/go-git/v5"
 	gitconfig "github.com/go-git/go-git/v5/config"
+	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/object"
 
 	v1 "github.com/machina-metal/machina/api/v1"
@@ -1190,7 +1191,12 @@ func (l *lab) writeRepo(mirror string) error {
 const GuestNIC = "eth0"
 
 // push pulls the controller's status commits into the clone, applies edit,
-// commits and pushes, then asks the controller to reconcile now.
+// commits and pushes, then asks the controller to reconcile now. The
+// controller pushes status commits on its own schedule (a restarted one
+// commits right after start), so a push can race one and be refused as a
+// non-fast-forward update: push then resets the clone to the remote's main
+// and applies edit again, up to pushAttempts times. edit must therefore
+// work on a fresh checkout each time (replaceFile does).
 func (l *lab) push(ctx context.Context, msg string, edit func() error) error {
 	repo, err := git.PlainOpen(l.clone)
 	if err != nil {
@@ -1200,6 +1206,39 @@ func (l *lab) push(ctx context.Context, msg string, edit func() error) error {
 	if err != nil {
 		return err
 	}
+	for attempt := 1; ; attempt++ {
+		err := l.pushOnce(repo, wt, msg, edit)
+		if err == nil {
+			break
+		}
+		if attempt == pushAttempts || !strings.Contains(err.Error(), "non-fast-forward") {
+			return err
+		}
+		l.log.Info("push raced a status commit; again on the remote's main", "attempt", attempt, "err", err)
+		if err := repo.FetchContext(ctx, &git.FetchOptions{RemoteName: "origin"}); err != nil && !errors.Is(err, git.NoErrAlreadyUpToDate) {
+			return fmt.Errorf("vm lab: fetch: %w", err)
+		}
+		remote, err := repo.Reference(plumbing.NewRemoteReferenceName("origin", "main"), true)
+		if err != nil {
+			return fmt.Errorf("vm lab: %w", err)
+		}
+		if err := wt.Reset(&git.ResetOptions{Commit: remote.Hash(), Mode: git.HardReset}); err != nil {
+			return fmt.Errorf("vm lab: reset to origin/main: %w", err)
+		}
+	}
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, l.adminBase+"/api/v1/reconcile", nil)
+	req.Header.Set("Authorization", "Bearer "+l.token)
+	if resp, err := l.hc.Do(req); err == nil {
+		resp.Body.Close()
+	}
+	return nil
+}
+
+// pushAttempts bounds push's retries after a non-fast-forward refusal.
+const pushAttempts = 5
+
+// pushOnce pulls, applies edit, commits and pushes once.
+func (l *lab) pushOnce(repo *git.Repository, wt *git.Worktree, msg string, edit func() error) error {
 	if err := wt.Pull(&git.PullOptions{RemoteName: "origin"}); err != nil && !errors.Is(err, git.NoErrAlreadyUpToDate) {
 		return fmt.Errorf("vm lab: pull: %w", err)
 	}
@@ -1215,11 +1254,6 @@ func (l *lab) push(ctx context.Context, msg string, edit func() error) error {
 	}
 	if err := repo.Push(&git.PushOptions{RemoteName: "origin"}); err != nil {
 		return fmt.Errorf("vm lab: push: %w", err)
-	}
-	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, l.adminBase+"/api/v1/reconcile", nil)
-	req.Header.Set("Authorization", "Bearer "+l.token)
-	if resp, err := l.hc.Do(req); err == nil {
-		resp.Body.Close()
 	}
 	return nil
 }
