@@ -892,7 +892,7 @@ func Candidates(p inventory.Profile, want *inventory.Inventory, have state.Snaps
 			continue // too few matching disks for the profile's storage layout
 		}
 		hw := obs.Hardware
-		keys = append(keys, candidateKey{cores: hw.Cores, mem: hw.MemoryBytes, disk: smallestFittingDisk(hw, p.Min.DiskGiB), name: obs.Name, key: ws.Name})
+		keys = append(keys, candidateKey{cores: hw.Cores, mem: hw.MemoryBytes, disk: smallestFittingDisk(hw, p.Min.DiskGiB), name: ws.Name})
 	}
 	// Sort small keys, each computed once, rather than the records
 	// themselves (each move of a record copied it whole).
@@ -903,19 +903,19 @@ func Candidates(p inventory.Profile, want *inventory.Inventory, have state.Snaps
 	if len(keys) > 0 {
 		out = make([]state.Server, len(keys))
 		for i, k := range keys {
-			out[i] = have.Servers[k.key]
+			out[i] = have.Servers[k.name]
 		}
 	}
 	return out
 }
 
 // candidateKey is what Candidates orders a candidate by: cores, memory,
-// smallest fitting disk, then name; key is its record's key in the
-// snapshot.
+// smallest fitting disk, then name, which is also its record's key in the
+// snapshot (the store keys servers by name).
 type candidateKey struct {
 	cores     int
 	mem, disk int64
-	name, key string
+	name      string
 }
 
 // Fits reports whether commissioned hardware meets min. Unknown hardware
