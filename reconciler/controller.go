@@ -15,6 +15,7 @@ import (
 	"github.com/machina-metal/machina/bmc"
 	"github.com/machina-metal/machina/inventory"
 	"github.com/machina-metal/machina/reconciler/plan"
+	"github.com/machina-metal/machina/redact"
 	"github.com/machina-metal/machina/state"
 )
 
@@ -51,6 +52,14 @@ type Config struct {
 	BackoffCap time.Duration
 	// ActionTimeout bounds one action (all its BMC calls); zero means 5 minutes.
 	ActionTimeout time.Duration
+	// ShutdownGrace is how long the actions still running when Run's
+	// context ends may go on to finish; then their contexts are cancelled
+	// (cause ErrShutdown) and Run returns once they have, or
+	// shutdownDrain later at most. An action cut off so is not a failure
+	// of its server: nothing is recorded, its journal entry stays, and it
+	// is resumed on the next start, as after a SIGKILL. Zero means 30 s;
+	// negative cancels them at once.
+	ShutdownGrace time.Duration
 	// Interval is how often the controller plans without a trigger; zero
 	// means 5 s.
 	Interval time.Duration
@@ -145,6 +154,10 @@ type Controller struct {
 	holdDeploys bool
 	provisionMu sync.Mutex
 	wg          sync.WaitGroup
+	// stopping ends (cause ErrShutdown) when the shutdown grace has
+	// passed: every running action's context is cancelled with it.
+	stopping    context.Context
+	stopActions context.CancelCauseFunc
 	// machines, when set (tests), makes each step's Machine instead of
 	// bmcMachine.
 	machines func(drv bmc.Driver, obs state.Server, mode bmc.BootMode, log *slog.Logger) Machine
@@ -185,16 +198,21 @@ func New(cfg Config) (*Controller, error) {
 	if cfg.ActionTimeout <= 0 {
 		cfg.ActionTimeout = 5 * time.Minute
 	}
+	if cfg.ShutdownGrace == 0 {
+		cfg.ShutdownGrace = DefaultShutdownGrace
+	}
 	if cfg.Interval <= 0 {
 		cfg.Interval = 5 * time.Second
 	}
 	if cfg.MinRest == 0 {
 		cfg.MinRest = defaultMinRest
 	}
+	stopping, stopActions := context.WithCancelCause(context.Background())
 	return &Controller{
 		cfg: cfg, log: cfg.Logger, trigger: make(chan struct{}, 1),
 		busy: map[string]bool{}, inflight: map[string]plan.Step{},
 		bmcUse: map[string]int{}, rackUse: map[string]int{}, fwUse: map[string]bool{},
+		stopping: stopping, stopActions: stopActions,
 	}, nil
 }
 
@@ -236,13 +254,15 @@ func (c *Controller) LastPlan() plan.Result {
 // together.
 const defaultMinRest = 100 * time.Millisecond
 
-// Run plans and executes until ctx is done, then waits for running actions
-// to finish (each bounded by ActionTimeout) and returns nil. Store changes
-// (a report moving a server to ready, say) trigger a pass. Planning takes
-// at most a third of one CPU: a pass that took d is followed by at least
-// max(2d, MinRest) (capped at Interval) before the next, so on a busy
-// fleet (plan.Compute of 10,000 servers: BenchmarkPlan10k) the changes of
-// many reports are planned in one pass instead of one pass each.
+// Run plans and executes until ctx is done, then stops (drain): the
+// actions still running get Config.ShutdownGrace to finish, after which
+// their contexts are cancelled and Run returns once they have returned
+// (shutdownDrain at most); it returns nil. Store changes (a report moving
+// a server to ready, say) trigger a pass. Planning takes at most a third
+// of one CPU: a pass that took d is followed by at least max(2d, MinRest)
+// (capped at Interval) before the next, so on a busy fleet (plan.Compute
+// of 10,000 servers: BenchmarkPlan10k) the changes of many reports are
+// planned in one pass instead of one pass each.
 func (c *Controller) Run(ctx context.Context) error {
 	notify, stop := c.cfg.Store.Notify()
 	defer stop()
@@ -255,7 +275,7 @@ func (c *Controller) Run(ctx context.Context) error {
 		rest := c.restAfter(end.Sub(t0))
 		select {
 		case <-ctx.Done():
-			c.wg.Wait()
+			c.drain()
 			return nil
 		case <-tick.C:
 		case <-c.trigger:
@@ -264,11 +284,67 @@ func (c *Controller) Run(ctx context.Context) error {
 		if wait := time.Until(end.Add(rest)); wait > 0 {
 			select {
 			case <-ctx.Done():
-				c.wg.Wait()
+				c.drain()
 				return nil
 			case <-time.After(wait):
 			}
 		}
+	}
+}
+
+// DefaultShutdownGrace is Config.ShutdownGrace's default: long enough for
+// a BMC call in flight and the short waits after it (a boot override read
+// back, a power state seen), well inside systemd's 90 s stop timeout; a
+// power wait of a machine that never reads on (5 minutes at most) is not
+// waited for.
+const DefaultShutdownGrace = 30 * time.Second
+
+// shutdownDrain bounds how long Run waits, after cancelling the running
+// actions, for them to return: a BMC call that ignores its context must
+// not hold the process. What it still does then reaches a store that is
+// being closed.
+const shutdownDrain = 10 * time.Second
+
+// ErrShutdown is the cause of a running action's context cancelled
+// because the controller stopped (Config.ShutdownGrace passed).
+var ErrShutdown = errors.New("controller shutting down")
+
+// drain waits for the running actions: ShutdownGrace, then cancels their
+// contexts (ErrShutdown) and waits shutdownDrain more at most.
+func (c *Controller) drain() {
+	done := make(chan struct{})
+	go func() {
+		c.wg.Wait()
+		close(done)
+	}()
+	running := func() []string {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return slices.Sorted(maps.Keys(c.inflight))
+	}
+	if grace := c.cfg.ShutdownGrace; grace > 0 {
+		if names := running(); len(names) > 0 {
+			c.log.Info("stopping: waiting for running actions", "grace", grace, "machines", names)
+		}
+		t := time.NewTimer(grace)
+		defer t.Stop()
+		select {
+		case <-done:
+			c.stopActions(ErrShutdown)
+			return
+		case <-t.C:
+		}
+	}
+	if names := running(); len(names) > 0 {
+		c.log.Info("stopping: shutdown grace passed, interrupting running actions", "grace", c.cfg.ShutdownGrace, "machines", names)
+	}
+	c.stopActions(ErrShutdown)
+	t := time.NewTimer(shutdownDrain)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+		c.log.Warn("stopping: actions did not return after their contexts were cancelled; not waiting for them", "waited", shutdownDrain, "machines", running())
 	}
 }
 
@@ -414,6 +490,9 @@ func (c *Controller) dispatch(ctx context.Context, res plan.Result, snap state.S
 	now := c.cfg.Now()
 	hold := c.deploysHeld()
 	for _, name := range order {
+		if ctx.Err() != nil || c.stopping.Err() != nil {
+			return // stopping: nothing new starts
+		}
 		step := first[name]
 		obs, known := snap.Servers[name]
 		if c.held(step, obs, desired, hold, waits[name]) || !c.tryStart(step, obs, now) {
@@ -556,7 +635,10 @@ func stepKey(s plan.Step, desired *inventory.Inventory) string {
 // execute runs one step with its timeout and records the outcome on the
 // server's record before it gives the limits back: a failure's error,
 // event and backoff in one transaction (recordFailure), a success by
-// clearing the backoff; the metric is counted after that write.
+// clearing the backoff; the metric is counted after that write. The
+// step's context outlives the pass's (a stopping controller lets it
+// finish) until the shutdown grace passes (stopping); a step cut off
+// there records nothing (interrupted).
 func (c *Controller) execute(ctx context.Context, step plan.Step, desired *inventory.Inventory) {
 	obs, _ := c.cfg.Store.Server(step.Server)
 	if obs.Fenced != nil && step.Action.PowersOn() {
@@ -565,19 +647,36 @@ func (c *Controller) execute(ctx context.Context, step plan.Step, desired *inven
 		c.log.Info("step skipped: the server is fenced", "machine", step.Server, "action", string(step.Action))
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.ActionTimeout)
+	base, cancelBase := context.WithCancelCause(context.WithoutCancel(ctx))
+	defer cancelBase(nil)
+	unhook := context.AfterFunc(c.stopping, func() { cancelBase(context.Cause(c.stopping)) })
+	defer unhook()
+	ctx, cancel := context.WithTimeout(base, c.cfg.ActionTimeout)
 	defer cancel()
 	log := c.log.With("machine", step.Server, "action", string(step.Action))
 	err := c.run(ctx, step, desired, log)
-	if err == nil {
+	switch {
+	case err == nil:
 		c.clearBackoff(step, obs, log)
-	} else {
+	case interrupted(ctx):
+		// The controller stopped, the server did not fail: nothing is
+		// written. The journal entry (InFlight, with PowerSent once its
+		// power action went out) stays as a SIGKILL would leave it, and
+		// the next start resumes it, reading the BMC back first.
+		log.Info("action interrupted by shutdown; resumed on the next start", "grace", c.cfg.ShutdownGrace, "err", redact.String(err.Error()))
+	default:
 		c.recordFailure(step, desired, err, log)
 	}
 	c.finish(step, obs)
 	if c.cfg.Metrics != nil {
-		c.cfg.Metrics.observeAction(step.Action, err)
+		c.cfg.Metrics.observeAction(step.Action, err, interrupted(ctx))
 	}
+}
+
+// interrupted reports whether a step's context was cancelled by the
+// controller's shutdown (ErrShutdown), not by the step's own timeout.
+func interrupted(ctx context.Context) bool {
+	return errors.Is(context.Cause(ctx), ErrShutdown)
 }
 
 // SetHoldDeploys stops (true) or allows (false) new disk-writing operations:

@@ -23,7 +23,7 @@ type Metrics struct {
 // machina_actions_total{action,result} and machina_reconcile_duration_seconds.
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
-		actions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "machina_actions_total", Help: "Executor actions by action and result (ok, transient, failed)."}, []string{"action", "result"}),
+		actions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "machina_actions_total", Help: "Executor actions by action and result (ok, transient, failed, interrupted: cut off by the controller stopping)."}, []string{"action", "result"}),
 		duration: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "machina_reconcile_duration_seconds", Help: "Time to snapshot and plan one pass.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 14)}),
 	}
@@ -37,10 +37,12 @@ func (m *Metrics) observePass(_ state.Snapshot, d time.Duration) {
 	m.duration.Observe(d.Seconds())
 }
 
-func (m *Metrics) observeAction(a plan.Action, err error) {
+func (m *Metrics) observeAction(a plan.Action, err error, interrupted bool) {
 	result := "ok"
 	switch {
 	case err == nil:
+	case interrupted:
+		result = "interrupted"
 	case bmc.IsTransient(err) || errors.Is(err, bmc.ErrUnreachable):
 		result = "transient"
 	default:

@@ -19,9 +19,10 @@ import (
 )
 
 // simDrivers opens a real Redfish driver on one bmcsim for every server.
-// TaskTimeout is short: the executor runs a BMC action to its end even
-// when the controller stops (its context is not the pass's), so the first
-// controller's held task or request must give up for the test to go on.
+// TaskTimeout is short: the executor lets a BMC action run on for
+// Config.ShutdownGrace when the controller stops (its context is not the
+// pass's), so the first controller's held task or request must give up
+// for the test to go on.
 type simDrivers struct {
 	url string
 	log *slog.Logger

@@ -22,6 +22,7 @@ import (
 	"github.com/machina-metal/machina/controller"
 	"github.com/machina-metal/machina/internal/connlimit"
 	"github.com/machina-metal/machina/join"
+	"github.com/machina-metal/machina/reconciler"
 	"github.com/machina-metal/machina/state"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -558,6 +559,7 @@ func addServeNetFlags(f *pflag.FlagSet, cc *controller.Config) {
 func addServeReconcilerFlags(f *pflag.FlagSet, cc *controller.Config) {
 	f.IntVar(&cc.Reconciler.Workers, "workers", 8, "actions running at once")
 	f.IntVar(&cc.Reconciler.PerRack, "per-rack", 4, "actions at once in one rack")
+	f.DurationVar(&cc.Reconciler.ShutdownGrace, "shutdown-grace", reconciler.DefaultShutdownGrace, "on SIGTERM, actions still running (a BMC call, a power wait) get this long to finish; then they are interrupted, recorded as nothing but an INFO line, and resumed on the next start (negative: at once)")
 	f.DurationVar(&cc.Reconciler.Interval, "reconcile-interval", 5*time.Second, "planning pass interval without a trigger")
 	f.Float64Var(&cc.Reconciler.Plan.BrakeShare, "brake-share", 0.2, "safety brake: a revision that would release or retire more than this share of the fleet (servers not retired), above 0 and at most 1, is held until machinactl approve REV; one that brings a profile to zero is held at any share")
 	f.DurationVar(&cc.Reconciler.Plan.DeployTimeout, "deploy-timeout", time.Hour, "a deploy (image or installer) that has not reported after this long fails and its server is powered off")

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -89,16 +90,22 @@ func (m *Machine) followChassis(ctx context.Context, calls string) {
 			line := sc.Text()
 			off += int64(len(line)) + 1
 			f := strings.Fields(line)
+			if len(f) >= 2 && f[0] == "get" && slices.Contains(f[1:], "power") {
+				// ipmi_sim answered a Get Chassis Status (the line is
+				// logged once the state is read): the BMC saw the power.
+				m.bmcReadOn()
+				continue
+			}
 			if len(f) < 3 || f[0] != "set" {
 				continue
 			}
 			switch {
 			case f[1] == "power" && f[2] == "1":
-				m.power(true, false)
+				m.power(true, false, true)
 			case f[1] == "power" && f[2] == "0", f[1] == "shutdown":
-				m.power(false, false)
+				m.power(false, false, true)
 			case f[1] == "reset":
-				m.power(true, true)
+				m.power(true, true, true)
 			}
 		}
 		f.Close()

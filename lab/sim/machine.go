@@ -42,7 +42,9 @@ const (
 // kernel line (with a real single-use token) runs the real agent code
 // (ramdisk/agent.Runner) against a generated sysfs tree and sparse disk
 // files; "exit"/"sanboot" boots the local disk, which counts as an OS when
-// the deployed image is on it.
+// the deployed image is on it. A power-off the machine makes itself after
+// a power-on through its BMC waits until the BMC has read it on, as the
+// BMC of a real machine, on for minutes, always does (powerOffFrom).
 type Machine struct {
 	Name string
 	MAC  string
@@ -91,6 +93,14 @@ type Machine struct {
 	// requests), from the machine's address src, as each real machine's
 	// firmware asks from its own address; built on first use.
 	firmwareHTTP *http.Client
+	// onAt is when the machine last powered on (or restarted) through its
+	// BMC; unread is open from then until the BMC reads it on (closed by
+	// bmcReadOn), nil when no such read is awaited. A power-off the
+	// machine makes itself waits for it (powerOffFrom).
+	onAt   time.Time
+	unread chan struct{}
+	// offHeld is set while such a power-off waits.
+	offHeld bool
 }
 
 // RefuseKernel injects (or clears) a firmware that refuses the ramdisk's
@@ -346,14 +356,36 @@ func (m *Machine) failing() bool {
 	return m.failMemory
 }
 
-// PowerState implements bmcsim.PowerBackend.
+// PowerState implements bmcsim.PowerBackend. A read that finds the
+// machine on ends the wait of a power-off it makes itself
+// (powerOffFrom).
 func (m *Machine) PowerState(context.Context) (string, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.on {
+		m.bmcReadOnLocked()
 		return "On", nil
 	}
 	return "Off", nil
+}
+
+// bmcReadOn records that the BMC read the machine's power, which it found
+// on when the machine is on: a power-off the machine makes itself may
+// then take effect. IPMI machines call it for each Get Chassis Status
+// ipmi_sim answered (followChassis).
+func (m *Machine) bmcReadOn() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.on {
+		m.bmcReadOnLocked()
+	}
+}
+
+func (m *Machine) bmcReadOnLocked() {
+	if m.unread != nil {
+		close(m.unread)
+		m.unread = nil
+	}
 }
 
 // Reset implements bmcsim.PowerBackend with the ResetTypes bmcsim already
@@ -361,16 +393,16 @@ func (m *Machine) PowerState(context.Context) (string, error) {
 func (m *Machine) Reset(_ context.Context, resetType string) error {
 	switch resetType {
 	case "On", "ForceOn":
-		m.power(true, false)
+		m.power(true, false, true)
 	case "ForceOff", "GracefulShutdown":
-		m.power(false, false)
+		m.power(false, false, true)
 	case "ForceRestart", "GracefulRestart", "PowerCycle":
-		m.power(true, true)
+		m.power(true, true, true)
 	case "PushPowerButton":
 		m.mu.Lock()
 		on := m.on
 		m.mu.Unlock()
-		m.power(!on, false)
+		m.power(!on, false, true)
 	case "Nmi":
 	default:
 		return fmt.Errorf("sim: unknown ResetType %q", resetType)
@@ -379,7 +411,9 @@ func (m *Machine) Reset(_ context.Context, resetType string) error {
 }
 
 // power switches the machine; restart forces a new boot even when on.
-func (m *Machine) power(on, restart bool) {
+// viaBMC says the BMC did it (a Reset, a Chassis Control): then the BMC's
+// power wait is to read it on before the machine may power itself off.
+func (m *Machine) power(on, restart, viaBMC bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.on == on && !restart {
@@ -391,9 +425,13 @@ func (m *Machine) power(on, restart bool) {
 	}
 	m.gen++
 	m.on = on
+	m.bmcReadOnLocked() // no earlier power-on waits any more
 	if !on {
 		m.phase = PhaseOff
 		return
+	}
+	if viaBMC {
+		m.onAt, m.unread = time.Now(), make(chan struct{})
 	}
 	ctx, cancel := context.WithCancel(m.lab.ctx)
 	m.cancel = cancel
@@ -405,7 +443,7 @@ func (m *Machine) power(on, restart bool) {
 // PowerOn presses the power button of a machine that is off, as a person
 // in the data centre does: the firmware network-boots at once. It does
 // nothing to a machine that is on.
-func (m *Machine) PowerOn() { m.power(true, false) }
+func (m *Machine) PowerOn() { m.power(true, false, false) }
 
 // Phase returns what the machine is doing now.
 // Seed returns a copy of the NoCloud seed of the machine's last deploy
@@ -521,7 +559,7 @@ func (m *Machine) run(ctx context.Context, gen int) {
 				m.log.Info("commissioned", "lifecycle", ack.Lifecycle, "reason", ack.Reason)
 			}
 			// The agent powers off after commissioning.
-			m.powerOffFrom(gen)
+			m.powerOffFrom(ctx, gen)
 			return
 		case "deploy":
 			m.setPhase(gen, PhaseDeploying)
@@ -533,7 +571,7 @@ func (m *Machine) run(ctx context.Context, gen int) {
 				if !sleep(ctx, 100*time.Millisecond) {
 					return
 				}
-				m.powerOffFrom(gen) // the ramdisk halts; the controller decides
+				m.powerOffFrom(ctx, gen) // the ramdisk halts; the controller decides
 				return
 			}
 			m.log.Info("deployed", "disk", res.DiskName, "bytes", res.BytesWritten)
@@ -548,7 +586,7 @@ func (m *Machine) run(ctx context.Context, gen int) {
 				m.log.Info("release wipe done", "disks", res.Disks)
 			}
 			// The agent powers off after the wipe, good or bad.
-			m.powerOffFrom(gen)
+			m.powerOffFrom(ctx, gen)
 			return
 		default:
 			m.log.Warn("unknown ramdisk mode", "mode", mode)
@@ -557,9 +595,50 @@ func (m *Machine) run(ctx context.Context, gen int) {
 	}
 }
 
-func (m *Machine) powerOffFrom(gen int) {
+// DefaultPowerOffHold is Config.PowerOffHold's default: several Redfish
+// poll intervals (2 s in bmc/redfish, 500 ms in bmc/ipmi).
+const DefaultPowerOffHold = 10 * time.Second
+
+// powerOffFrom powers the machine off, as its agent does after
+// commissioning, a wipe or a failed deploy, unless the power changed
+// since boot gen began.
+//
+// A real machine is on for minutes after a power-on: its firmware's POST
+// alone takes tens of seconds (more with many DIMMs or option ROMs) before
+// it network-boots, so the BMC's power wait after an On always reads it
+// on. The simulated machine boots in no time (zero BootDelay in the tests
+// and bench/scale) and its agent can report and power it off within
+// milliseconds of the On, before the BMC's first read: the wait then read
+// off until its power timeout (5 minutes for Redfish on BMCs without
+// LastResetTime or BootProgress, as HPE iLO 5 and Lenovo XCC; 60 s for
+// IPMI, which has neither) although the power-on had happened. So after a
+// power-on through the BMC, the machine's own power-off waits until the
+// BMC has read it on once (PowerState, or a Get Chassis Status ipmi_sim
+// answered), at most Config.PowerOffHold after the power-on. Reports and
+// reboots are not delayed: when the BMC read it on at once, as it does
+// but under load, the power-off is as quick as before.
+func (m *Machine) powerOffFrom(ctx context.Context, gen int) {
+	m.mu.Lock()
+	unread := m.unread
+	var hold time.Duration
+	if unread != nil && gen == m.gen {
+		hold = time.Until(m.onAt.Add(m.lab.powerOffHold()))
+	}
+	m.offHeld = hold > 0
+	m.mu.Unlock()
+	if hold > 0 {
+		t := time.NewTimer(hold)
+		select {
+		case <-unread:
+		case <-t.C:
+			m.log.Info("powering off although the BMC has not read the machine on since its power-on", "held", m.lab.powerOffHold())
+		case <-ctx.Done():
+		}
+		t.Stop()
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.offHeld = false
 	if gen == m.gen {
 		m.consoleOut("reboot: Power down\r\n")
 		m.on, m.phase = false, PhaseOff

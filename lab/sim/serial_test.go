@@ -80,7 +80,7 @@ func TestSerialPortIsATerminal(t *testing.T) {
 	}
 
 	// The OS powers off: Linux's last line.
-	m.powerOffFrom(1)
+	m.powerOffFrom(ctx, 1)
 	expect(t, rd2, "reboot: Power down\r\n")
 }
 

@@ -60,6 +60,14 @@ type Config struct {
 	// BootDelay is the simulated firmware time before each network boot;
 	// zero boots at once (tests, scale runs).
 	BootDelay time.Duration
+	// PowerOffHold bounds how long a machine powered on (or reset)
+	// through its BMC keeps a power-off it makes itself (its agent's,
+	// after commissioning or a wipe) waiting for the BMC to read it on,
+	// as the BMC always does on a real machine, which is on for minutes
+	// (Machine.powerOffFrom); zero means DefaultPowerOffHold (10 s),
+	// negative turns the wait off (the machine powers off at once, even
+	// before the BMC's power wait has read it on).
+	PowerOffHold time.Duration
 	// ImageBytes is the size of the simulated OS image; zero means 4 MiB.
 	ImageBytes int
 	// Credentials is the BMC account every simulated BMC accepts; zero
@@ -592,6 +600,19 @@ func (l *Lab) Close() {
 	}
 	l.wg.Wait()
 	l.runs.Wait()
+}
+
+// powerOffHold is Config.PowerOffHold with its default; zero or less
+// means no hold.
+func (l *Lab) powerOffHold() time.Duration {
+	switch d := l.cfg.PowerOffHold; {
+	case d == 0:
+		return DefaultPowerOffHold
+	case d < 0:
+		return 0
+	default:
+		return d
+	}
 }
 
 // goRun starts f as a machine's boot goroutine unless the lab is closing.

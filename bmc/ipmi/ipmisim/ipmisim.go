@@ -24,22 +24,29 @@ import (
 // chassisScript is the chassis_control program ipmi_sim runs (LAB-NOTES §3.1):
 // "<prog> get power|boot" and "<prog> set power 1|0 / reset 1 / boot X /
 // shutdown 1". State lives in files next to it; every call is logged to
-// calls.log. A file "stuck" makes "set power" a no-op that still succeeds,
+// calls.log, a set before it changes the state and a get once it has read
+// it (so a logged "get power" saw the power the set lines before it left,
+// and a follower of the log can tell the BMC has answered with it). A
+// file "stuck" makes "set power" a no-op that still succeeds,
 // like a BMC that acknowledges and does nothing; "ignore-shutdown" makes the
 // soft shutdown a no-op, like an OS ignoring the ACPI power button.
 const chassisScript = `#!/bin/sh
 D=$(dirname "$0")
-echo "$*" >> "$D/calls.log"
+call="$*"
 op=$1; shift
+[ "$op" = get ] || echo "$call" >> "$D/calls.log"
 case $op in
 get)
+  out=
   for p in "$@"; do
     case $p in
-      power) echo "power:$(cat "$D/power" 2>/dev/null || echo 0)" ;;
-      boot) echo "boot:$(cat "$D/boot" 2>/dev/null || echo default)" ;;
-      *) echo "Invalid parameter: $p"; exit 1 ;;
+      power) out="$out power:$(cat "$D/power" 2>/dev/null || echo 0)" ;;
+      boot) out="$out boot:$(cat "$D/boot" 2>/dev/null || echo default)" ;;
+      *) echo "$call" >> "$D/calls.log"; echo "Invalid parameter: $p"; exit 1 ;;
     esac
-  done ;;
+  done
+  echo "$call" >> "$D/calls.log"
+  for o in $out; do echo "$o"; done ;;
 set)
   while [ $# -gt 0 ]; do
     p=$1; v=$2; shift 2
