@@ -10,11 +10,13 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	v1 "github.com/machina-metal/machina/api/v1"
@@ -214,8 +216,9 @@ type PieceFetcher struct {
 	PeerTimeout time.Duration
 	// StallTimeout aborts a peer or controller request whose response
 	// delivers no bytes for this long (zero: DefaultStallTimeout). A peer
-	// that stalls or times out is skipped for the rest of the deploy; a
-	// controller request is asked again.
+	// that stalls or times out, or cannot be connected to (refused, no
+	// route, connect timeout), is skipped for the rest of the deploy and
+	// named in Stats().DroppedPeers; a controller request is asked again.
 	StallTimeout time.Duration
 	// Attempts bounds the controller requests for one piece (zero: the
 	// whole-image download's bound, 20). A failed or stalled request that
@@ -247,6 +250,7 @@ func (f *PieceFetcher) Stats() v1.PieceStats {
 	defer f.mu.Unlock()
 	s := f.stats
 	s.BadPeers = append([]string(nil), s.BadPeers...)
+	s.DroppedPeers = append([]v1.DroppedPeer(nil), s.DroppedPeers...)
 	return s
 }
 
@@ -314,10 +318,18 @@ func (f *PieceFetcher) piece(ctx context.Context, i int) ([]byte, error) {
 			if ctx.Err() != nil {
 				return nil, fmt.Errorf("piece %d: %w", i, ctx.Err())
 			}
+			if connectFailed(err) {
+				// Nothing listens there (the machine left the wave or
+				// rebooted) or it cannot be reached: every later piece
+				// would fail the same way, each costing a connect.
+				f.losePeer(peer, v1.PeerUnreachable)
+				f.log().Warn("wave peer unreachable; not asked again this deploy", "peer", peer, "piece", i, "err", err)
+				continue
+			}
 			if errors.Is(err, errStalled) || errors.Is(err, context.DeadlineExceeded) {
 				// A peer that stopped sending holds every piece asked of
 				// it for the timeout: ask the others and the controller.
-				f.skipPeer(peer)
+				f.losePeer(peer, v1.PeerStalled)
 				f.log().Warn("wave peer stalled; not asked again this deploy", "peer", peer, "piece", i, "err", err)
 				continue
 			}
@@ -360,6 +372,24 @@ func (f *PieceFetcher) dropPeer(peer string, i int) bool {
 	n := f.Set.evict(peer)
 	f.log().Warn("wave peer served a bad piece; dropped for this deploy", "peer", peer, "piece", i, "piecesDropped", n)
 	return n > 0
+}
+
+// losePeer stops asking peer for the rest of the deploy and records why
+// (Stats().DroppedPeers).
+func (f *PieceFetcher) losePeer(peer, reason string) {
+	f.skipPeer(peer)
+	f.mu.Lock()
+	f.stats.DroppedPeers = append(f.stats.DroppedPeers, v1.DroppedPeer{Peer: peer, Reason: reason})
+	f.mu.Unlock()
+}
+
+// connectFailed reports whether err is a failure to connect (refused, no
+// route to the host or network, the dialer's connect timeout), not one of
+// a connection that was made.
+func connectFailed(err error) bool {
+	var oe *net.OpError
+	return errors.As(err, &oe) && oe.Op == "dial" ||
+		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.EHOSTUNREACH) || errors.Is(err, syscall.ENETUNREACH)
 }
 
 // skipPeer stops asking peer for the rest of the deploy.
@@ -518,5 +548,11 @@ func (r *Runner) usePieces(plan v1.Plan, memLimit int64, w *WriteConfig, res *v1
 		OnRetry: func(msg string) { meter.Retrying(msg, plan.ImageSizeBytes) }}
 	r.log().Info("sharing image pieces with the wave", "wave", plan.Wave.ID, "peers", len(peers), "pieces", len(plan.Pieces.Pieces))
 	w.Open = f.Open
-	return func() { s := f.Stats(); res.Pieces = &s }
+	return func() {
+		s := f.Stats()
+		if plan.SilentAfter <= 0 {
+			s.DroppedPeers = nil // an older controller refuses the field
+		}
+		res.Pieces = &s
+	}
 }
