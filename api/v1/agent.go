@@ -324,15 +324,16 @@ type Plan struct {
 	ProgressEvery time.Duration `json:"progressEveryNs,omitempty"`
 	// SilentAfter is the controller's patience with this deploy: a
 	// machine not heard from for this long is network-booted again
-	// (machina serve --machine-silent-after). The agent gives up on an
-	// image or piece request that keeps failing (stalled, refused,
-	// reset) once another attempt could not end within SilentAfter less
-	// ProgressEvery of its first attempt, and reports the failure to
-	// done, so the controller learns the cause instead of taking the
-	// machine for silent. Each retry is reported in Progress.Retry. Zero
-	// (a controller older than this field): the requests are bounded by
-	// their attempt count only, and Progress.Retry and
-	// PieceStats.DroppedPeers are not sent.
+	// (machina serve --machine-silent-after). The agent reports each
+	// retry of an image or piece request that keeps failing (stalled,
+	// refused, reset) in Progress.Retry, which the controller hears, and
+	// starts no retry later than SilentAfter less ProgressEvery after the
+	// request's first attempt (of the last byte received, for the whole
+	// image): it then reports the failure to done, naming the request,
+	// the cause and the attempts, so the controller learns the cause
+	// rather than taking the machine for silent. Zero (a controller older
+	// than this field): the requests are bounded by their attempt count
+	// only, and Progress.Retry and PieceStats.DroppedPeers are not sent.
 	SilentAfter time.Duration `json:"silentAfterNs,omitempty"`
 	// Pieces is the image's piece manifest and Wave the peers sharing it
 	// (api/v1/pieces.go); nil from a controller without piece sharing.

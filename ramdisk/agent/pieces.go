@@ -227,10 +227,10 @@ type PieceFetcher struct {
 	// failure fails the fetch, naming the piece, the URL and the
 	// attempts, and the deploy with it.
 	Attempts int
-	// RetryWithin bounds those requests in time too: another is not
-	// made unless it could end (its delay plus StallTimeout) within
-	// RetryWithin of the piece's first request (retryWithin of the
-	// plan); zero: no time bound.
+	// RetryWithin bounds those requests in time too: none starts later
+	// than RetryWithin after the piece's first request (retryWithin of
+	// the plan), so the piece fails at most RetryWithin plus a stall
+	// after it; zero: no time bound.
 	RetryWithin time.Duration
 	// OnRetry, when set, is told each retry of a controller request,
 	// naming the piece, the cause and the retry ("piece 12 of 64:

@@ -13,22 +13,22 @@ import (
 
 // retryPolicy bounds and reports the retries of one failing image or piece
 // request to the controller: at most attempts requests, and, when within
-// is set, no attempt that could not end (its delay plus a whole stall)
-// within within of the first. Each retry is told to note
-// (ProgressMeter.Retrying), so the controller hears why the bytes stopped.
+// is set, none started later than within after the first (so the last
+// failure comes at most within plus one stall after it). Each retry is
+// told to note (ProgressMeter.Retrying), so the controller hears why the
+// bytes stopped, at most a stall and a delay apart.
 type retryPolicy struct {
 	attempts int           // requests at most; <= 0 means imageAttempts
-	within   time.Duration // time bound from the first attempt; 0: none
+	within   time.Duration // no attempt starts later than this after the first; 0: no bound
 	stall    time.Duration // an attempt's longest wait for a byte (StallTimeout)
 	note     func(string)  // told each retry; nil: nobody
 }
 
 // retryWithin is the time bound of a plan's retries: SilentAfter less
-// ProgressEvery, since the controller last heard of moving bytes up to a
-// progress interval before the first failure, and the failure report
-// must reach it before SilentAfter has passed. Zero (no time bound) for a
-// controller that sends no SilentAfter, or a window too small to leave
-// room for one retry.
+// ProgressEvery (the controller last heard of moving bytes up to a
+// progress interval before the first failure). Zero (no time bound) for
+// a controller that sends no SilentAfter, or a SilentAfter not above
+// ProgressEvery.
 func retryWithin(plan v1.Plan) time.Duration {
 	if plan.SilentAfter <= 0 || plan.SilentAfter <= plan.ProgressEvery {
 		return 0
@@ -50,8 +50,8 @@ func (p retryPolicy) giveUp(attempt int, first time.Time, delay time.Duration) (
 	if attempt >= p.limit() {
 		return "", true
 	}
-	if p.within > 0 && time.Since(first)+delay+p.stall > p.within {
-		return fmt.Sprintf("another attempt could not end within %v of the first (the controller's silent-after less a progress interval)", p.within), true
+	if p.within > 0 && time.Since(first)+delay > p.within {
+		return fmt.Sprintf("no attempt starts later than %v after the first: the controller's silent-after less a progress interval", p.within), true
 	}
 	return "", false
 }

@@ -99,11 +99,11 @@ func TestRunnerDeployReportsPieceRetries(t *testing.T) {
 }
 
 // TestRunnerDeployPieceRetriesEndWithinSilentAfter: with the plan's
-// SilentAfter short, the piece's retries end once another attempt (its
-// delay and a whole stall) could not end within SilentAfter less
-// ProgressEvery of the first, long before ImageAttempts, and done says
-// so. Without the bound the agent makes all 20 requests (and, at the
-// default one-minute stall, outlasts the controller's patience).
+// SilentAfter short, the piece's retries end once another attempt would
+// start later than SilentAfter less ProgressEvery after the first, long
+// before ImageAttempts, and done says so. Without the bound the agent
+// makes all 20 requests (and, at the default one-minute stall, outlasts
+// the controller's patience).
 func TestRunnerDeployPieceRetriesEndWithinSilentAfter(t *testing.T) {
 	plan := v1.Plan{ProgressEvery: 100 * time.Millisecond, SilentAfter: 2 * time.Second, Wave: &v1.Wave{ID: "w1", Token: "wave-secret"}}
 	ctl, res, err, stalled := stallingDeploy(t, plan, true, 20)
@@ -111,7 +111,8 @@ func TestRunnerDeployPieceRetriesEndWithinSilentAfter(t *testing.T) {
 	if !errors.As(err, &pf) || res.OK {
 		t.Fatalf("Deploy() = %+v, %v; want the piece given up", res, err)
 	}
-	// 1.9s lets at most 3 stalls of 500ms with their delays.
+	// Attempts start at 0, 0.75s and 1.75s at the earliest (500ms stalls,
+	// 250ms and 500ms delays); the next would start at 3.25s.
 	if stalled < 1 || stalled > 3 {
 		t.Errorf("%d piece requests, want 1 to 3 (bounded by 1.9s, not by 20 attempts)", stalled)
 	}
@@ -119,7 +120,7 @@ func TestRunnerDeployPieceRetriesEndWithinSilentAfter(t *testing.T) {
 	if len(done) != 1 || done[0].OK {
 		t.Fatalf("done = %+v, want one failure", done)
 	}
-	for _, w := range []string{"get piece 0 from ", fmt.Sprintf("gave up after %d attempt", stalled), "within 1.9s of the first", errStalled.Error()} {
+	for _, w := range []string{"get piece 0 from ", fmt.Sprintf("gave up after %d attempt", stalled), "no attempt starts later than 1.9s after the first", errStalled.Error()} {
 		if !strings.Contains(done[0].Reason, w) {
 			t.Errorf("done reason %q does not name %q", done[0].Reason, w)
 		}

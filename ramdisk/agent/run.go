@@ -308,8 +308,9 @@ func (r *Runner) deploy(ctx context.Context, plan v1.Plan) (res v1.DeployResult,
 	// bytes for StallTimeout):
 	// the image token is reusable and nothing reaches the disk before the
 	// whole image is verified, so a new attempt starts clean. Each retry
-	// is reported (Progress.Retry), and the retries end within the plan's
-	// SilentAfter of the last byte received (retryWithin), so the
+	// is reported (Progress.Retry), and none starts later than the plan's
+	// SilentAfter (less a progress interval: retryWithin) after the first
+	// attempt, or the last byte of the attempt that got furthest, so the
 	// controller hears the cause in done rather than a silent machine.
 	cfg.Write.Progress = meter.Set
 	rctx, stopReports := context.WithCancel(ctx)
@@ -331,13 +332,17 @@ func (r *Runner) deploy(ctx context.Context, plan v1.Plan) (res v1.DeployResult,
 	pol := retryPolicy{attempts: r.imageAttempts(), within: retryWithin(plan), stall: stallTimeoutOr(r.StallTimeout),
 		note: func(msg string) { meter.Retrying(msg, plan.ImageSizeBytes) }}
 	delay, first := retryBase, time.Now()
+	var furthest int64 // the most bytes an attempt got
 	for attempt := 1; ; attempt++ {
 		dr, err = Deploy(ctx, dev, size, cfg)
 		if err == nil || !transientFetch(err) || ctx.Err() != nil {
 			break
 		}
-		if at := meter.movedAt(); at.After(first) {
-			first = at // bytes moved: the time bound counts from the last
+		// An attempt that got further than any before made progress: the
+		// time bound counts from its last byte. One that fetched the
+		// same bytes again did not.
+		if step, done, _ := meter.Read(); step == v1.StepImageDownload && done > furthest {
+			furthest, first = done, meter.movedAt()
 		}
 		if why, stop := pol.giveUp(attempt, first, delay); stop {
 			err = imageFailure(attempt, time.Since(first), why, err)
