@@ -16,9 +16,9 @@ import (
 
 // stallingDeploy runs a Runner's Deploy against an agenttest controller
 // with plan whose image requests (Range requests when ranged, else every
-// image GET) all stall after half a piece; it returns the controller and
-// how many stalled requests were made.
-func stallingDeploy(t *testing.T, plan v1.Plan, ranged bool, attempts int) (*agenttest.Controller, v1.DeployResult, error, int64) {
+// image GET) all stall after half a piece; it returns the controller, the
+// deploy's result, how many stalled requests were made and its error.
+func stallingDeploy(t *testing.T, plan v1.Plan, ranged bool, attempts int) (*agenttest.Controller, v1.DeployResult, int64, error) {
 	t.Helper()
 	root, dev := qemuMachine(t)
 	img, m := pieceImage(t, v1.PieceBytes+4096)
@@ -47,7 +47,7 @@ func stallingDeploy(t *testing.T, plan v1.Plan, ranged bool, attempts int) (*age
 	ctx, cancel := context.WithTimeout(t.Context(), testBound)
 	defer cancel()
 	res, err := r.Deploy(ctx)
-	return ctl, res, err, stalled.Load()
+	return ctl, res, stalled.Load(), err
 }
 
 // retryNotes are the distinct Retry notes of the progress reports, in
@@ -71,7 +71,7 @@ func retryNotes(ps []v1.Progress) []string {
 // arrived).
 func TestRunnerDeployReportsPieceRetries(t *testing.T) {
 	plan := v1.Plan{ProgressEvery: 100 * time.Millisecond, SilentAfter: time.Hour, Wave: &v1.Wave{ID: "w1", Token: "wave-secret"}}
-	ctl, res, err, stalled := stallingDeploy(t, plan, true, 3)
+	ctl, res, stalled, err := stallingDeploy(t, plan, true, 3)
 	var pf *pieceFailure
 	if !errors.As(err, &pf) || res.OK {
 		t.Fatalf("Deploy() = %+v, %v; want the piece given up", res, err)
@@ -106,7 +106,7 @@ func TestRunnerDeployReportsPieceRetries(t *testing.T) {
 // the controller's patience).
 func TestRunnerDeployPieceRetriesEndWithinSilentAfter(t *testing.T) {
 	plan := v1.Plan{ProgressEvery: 100 * time.Millisecond, SilentAfter: 2 * time.Second, Wave: &v1.Wave{ID: "w1", Token: "wave-secret"}}
-	ctl, res, err, stalled := stallingDeploy(t, plan, true, 20)
+	ctl, res, stalled, err := stallingDeploy(t, plan, true, 20)
 	var pf *pieceFailure
 	if !errors.As(err, &pf) || res.OK {
 		t.Fatalf("Deploy() = %+v, %v; want the piece given up", res, err)
@@ -137,7 +137,7 @@ func TestRunnerDeployPieceRetriesEndWithinSilentAfter(t *testing.T) {
 // controller, which refuses unknown fields) gets no Retry field.
 func TestRunnerDeployReportsImageRetries(t *testing.T) {
 	plan := v1.Plan{ProgressEvery: 100 * time.Millisecond, SilentAfter: time.Hour}
-	ctl, res, err, stalled := stallingDeploy(t, plan, false, 2)
+	ctl, res, stalled, err := stallingDeploy(t, plan, false, 2)
 	if err == nil || res.OK || stalled != 2 {
 		t.Fatalf("Deploy() = %+v, %v after %d requests; want failure after 2", res, err, stalled)
 	}
