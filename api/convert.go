@@ -29,7 +29,7 @@ func toServer(s state.Server) v1.Server {
 		out.LastErase = append(out.LastErase, v1.DiskErase{Disk: e.Disk, Name: e.Name, Method: e.Method, Bytes: e.Bytes, Duration: e.Duration, VerifiedSamples: e.VerifiedSamples})
 	}
 	if p := s.CurrentProgress(); p != nil {
-		out.Progress = &v1.ServerProgress{Progress: v1.Progress{Step: p.Step, BytesDone: p.BytesDone, BytesTotal: p.BytesTotal, RateBytesPerSecond: p.RateBytesPerSecond},
+		out.Progress = &v1.ServerProgress{Progress: v1.Progress{Step: p.Step, BytesDone: p.BytesDone, BytesTotal: p.BytesTotal, RateBytesPerSecond: p.RateBytesPerSecond, Retry: p.Retry},
 			At: p.At, AdvancedAt: p.AdvancedAt}
 	}
 	if h := s.Hardware; h != nil {

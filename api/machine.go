@@ -79,6 +79,11 @@ type MachineConfig struct {
 	// reports closer together than half of it are answered 429 and
 	// dropped, so a machine cannot write its record faster than that.
 	ProgressEvery time.Duration
+	// SilentAfter is the plan's silent-machine window (the reconciler's
+	// plan.Options.SilentAfter), told to the agent in v1.Plan.SilentAfter
+	// so it ends its image and piece retries within it and reports why;
+	// zero means 5 minutes, the plan's default.
+	SilentAfter time.Duration
 	// Attest verifies TPM attestations (api/attest.go); nil means one with
 	// attestation.Config's defaults (no vendor CAs).
 	Attest *attestation.Verifier
@@ -169,6 +174,9 @@ func NewMachine(cfg MachineConfig) (*Machine, error) {
 	}
 	if cfg.ProgressEvery <= 0 {
 		cfg.ProgressEvery = 20 * time.Second
+	}
+	if cfg.SilentAfter <= 0 {
+		cfg.SilentAfter = 5 * time.Minute
 	}
 	if cfg.Attest == nil {
 		cfg.Attest = attestation.New(attestation.Config{})
@@ -689,6 +697,7 @@ func (m *Machine) plan(w http.ResponseWriter, r *http.Request) {
 	// is checked against it.
 	p.ReadBack = true
 	p.ProgressEvery = m.cfg.ProgressEvery
+	p.SilentAfter = m.cfg.SilentAfter
 	m.use(w, r, tok, state.PurposePlan, nil, true, func(tx *state.Tx, t state.Token) (state.Answer, error) {
 		cur, err := tx.Server(t.Server)
 		if err != nil {

@@ -51,12 +51,16 @@ func withPeerAddr(r *http.Request) context.Context {
 //     piece bytes an agent fetched from the controller's image URL or from
 //     its wave's peers;
 //   - machina_image_bad_pieces_total: pieces a peer served that did not
-//     match the manifest (one per dropped peer, as reported).
+//     match the manifest (one per dropped peer, as reported);
+//   - machina_image_peers_dropped_total{reason="stalled"|"unreachable"}:
+//     wave peers an agent stopped asking after one failed request
+//     (v1.PieceStats.DroppedPeers).
 //
 // Safe for concurrent use; nil counts nothing.
 type PieceMetrics struct {
-	bytes *prometheus.CounterVec
-	bad   prometheus.Counter
+	bytes   *prometheus.CounterVec
+	bad     prometheus.Counter
+	dropped *prometheus.CounterVec
 }
 
 // NewPieceMetrics registers the piece counters on reg.
@@ -68,19 +72,25 @@ func NewPieceMetrics(reg prometheus.Registerer) (*PieceMetrics, error) {
 		bad: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "machina_image_bad_pieces_total", Help: "Image pieces a wave peer served that did not match the piece manifest (the peer was dropped).",
 		}),
+		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "machina_image_peers_dropped_total", Help: "Wave peers a deploying machine stopped asking for pieces after one failed request, by reason (stalled or unreachable), as reported in done.",
+		}, []string{"reason"}),
 	}
-	for _, c := range []prometheus.Collector{m.bytes, m.bad} {
+	for _, c := range []prometheus.Collector{m.bytes, m.bad, m.dropped} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register piece metrics: %w", err)
 		}
 	}
 	m.bytes.WithLabelValues("controller")
 	m.bytes.WithLabelValues("peer")
+	m.dropped.WithLabelValues(v1.PeerStalled)
+	m.dropped.WithLabelValues(v1.PeerUnreachable)
 	return m, nil
 }
 
-// piecesTx writes one deploy.bad_piece event per bad peer a done reports
-// (at most v1.MaxWavePeers: an agent asks no more), in the done's
+// piecesTx writes one deploy.bad_piece event per bad peer and one
+// deploy.peer_dropped event per stalled or unreachable peer a done reports
+// (at most v1.MaxWavePeers of each: an agent asks no more), in the done's
 // transaction.
 func piecesTx(tx *state.Tx, server string, ps *v1.PieceStats) error {
 	if ps == nil {
@@ -89,6 +99,18 @@ func piecesTx(tx *state.Tx, server string, ps *v1.PieceStats) error {
 	for _, peer := range badPeers(ps) {
 		if err := tx.AppendEvent(state.Event{Server: server, Kind: "deploy.bad_piece",
 			Message: fmt.Sprintf("wave peer %s served an image piece that did not match the manifest; the agent dropped it and used nothing it sent", truncatePeer(peer))}); err != nil {
+			return err
+		}
+	}
+	for _, d := range droppedPeers(ps) {
+		why := "did not answer in time (stalled)"
+		if dropReason(d.Reason) == v1.PeerUnreachable {
+			why = "could not be connected to (unreachable: refused, no route or connect timeout)"
+		} else if dropReason(d.Reason) != v1.PeerStalled {
+			why = "failed (reason " + truncatePeer(d.Reason) + ")"
+		}
+		if err := tx.AppendEvent(state.Event{Server: server, Kind: "deploy.peer_dropped",
+			Message: fmt.Sprintf("wave peer %s %s; the agent asked it once and took its pieces from other peers or the controller", truncatePeer(d.Peer), why)}); err != nil {
 			return err
 		}
 	}
@@ -102,6 +124,22 @@ func badPeers(ps *v1.PieceStats) []string {
 	return ps.BadPeers
 }
 
+func droppedPeers(ps *v1.PieceStats) []v1.DroppedPeer {
+	if len(ps.DroppedPeers) > v1.MaxWavePeers {
+		return ps.DroppedPeers[:v1.MaxWavePeers]
+	}
+	return ps.DroppedPeers
+}
+
+// dropReason is r when it is a known v1.DroppedPeer reason, else "other"
+// (an agent's string never becomes a metric label of its own).
+func dropReason(r string) string {
+	if r == v1.PeerStalled || r == v1.PeerUnreachable {
+		return r
+	}
+	return "other"
+}
+
 // count adds a done's piece stats to the counters once the done was
 // answered 204 (its transaction committed; a replayed answer runs no
 // effect, so ps is nil then). Nil m counts nothing.
@@ -112,6 +150,9 @@ func (m *PieceMetrics) count(code int, ps *v1.PieceStats) {
 	m.bytes.WithLabelValues("controller").Add(float64(max(ps.ControllerBytes, 0)))
 	m.bytes.WithLabelValues("peer").Add(float64(max(ps.PeerBytes, 0)))
 	m.bad.Add(float64(len(badPeers(ps))))
+	for _, d := range droppedPeers(ps) {
+		m.dropped.WithLabelValues(dropReason(d.Reason)).Inc()
+	}
 }
 
 // truncatePeer keeps an agent-supplied peer URL printable and short.

@@ -14,9 +14,11 @@ import (
 )
 
 // TestDonePieceStats: a done's piece stats are counted once
-// (machina_image_bytes_served_total{source}, machina_image_bad_pieces_total),
-// even when the agent's retry of the same done is answered again, and each
-// bad peer it names is written as a deploy.bad_piece event.
+// (machina_image_bytes_served_total{source}, machina_image_bad_pieces_total,
+// machina_image_peers_dropped_total{reason}), even when the agent's retry
+// of the same done is answered again; each bad peer it names is written as
+// a deploy.bad_piece event, and each stalled or unreachable peer as a
+// deploy.peer_dropped event saying why.
 func TestDonePieceStats(t *testing.T) {
 	f := newFixture(t, state.Options{})
 	reg := prometheus.NewRegistry()
@@ -42,7 +44,8 @@ func TestDonePieceStats(t *testing.T) {
 	}
 	want := strings.Repeat("ab", 32)
 	res := v1.DeployResult{BootMAC: onceMAC, OK: true, BytesWritten: 4 << 20, SHA256: want, ReadBackSHA256: want,
-		Pieces: &v1.PieceStats{ControllerBytes: 1 << 20, PeerBytes: 3 << 20, BadPeers: []string{"http://10.0.0.9:7480"}}}
+		Pieces: &v1.PieceStats{ControllerBytes: 1 << 20, PeerBytes: 3 << 20, BadPeers: []string{"http://10.0.0.9:7480"},
+			DroppedPeers: []v1.DroppedPeer{{Peer: "http://10.0.0.10:7480", Reason: v1.PeerUnreachable}, {Peer: "http://10.0.0.11:7480", Reason: v1.PeerStalled}}}}
 	for range 2 { // the second is the agent's retry: the same answer, no second count
 		if code, _, b := f.do(t, http.MethodPost, v1.PathAgentDone, p.DoneToken, mustJSON(t, res)); code != http.StatusNoContent {
 			t.Fatalf("done: %d %s", code, b)
@@ -56,6 +59,10 @@ machina_image_bad_pieces_total 1
 # TYPE machina_image_bytes_served_total counter
 machina_image_bytes_served_total{source="controller"} 1.048576e+06
 machina_image_bytes_served_total{source="peer"} 3.145728e+06
+# HELP machina_image_peers_dropped_total Wave peers a deploying machine stopped asking for pieces after one failed request, by reason (stalled or unreachable), as reported in done.
+# TYPE machina_image_peers_dropped_total counter
+machina_image_peers_dropped_total{reason="stalled"} 1
+machina_image_peers_dropped_total{reason="unreachable"} 1
 `
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(exp)); err != nil {
 		t.Error(err)
@@ -65,7 +72,15 @@ machina_image_bytes_served_total{source="peer"} 3.145728e+06
 		t.Fatal(err)
 	}
 	n := 0
+	dropped := map[string]string{}
 	for _, ev := range evs {
+		if ev.Kind == "deploy.peer_dropped" {
+			for _, peer := range []string{"http://10.0.0.10:7480", "http://10.0.0.11:7480"} {
+				if strings.Contains(ev.Message, peer) {
+					dropped[peer] = ev.Message
+				}
+			}
+		}
 		if ev.Kind == "deploy.bad_piece" {
 			n++
 			if !strings.Contains(ev.Message, "http://10.0.0.9:7480") {
@@ -75,5 +90,8 @@ machina_image_bytes_served_total{source="peer"} 3.145728e+06
 	}
 	if n != 1 {
 		t.Errorf("%d deploy.bad_piece events, want 1", n)
+	}
+	if !strings.Contains(dropped["http://10.0.0.10:7480"], "unreachable") || !strings.Contains(dropped["http://10.0.0.11:7480"], "stalled") {
+		t.Errorf("deploy.peer_dropped events by peer: %q, want the unreachable and the stalled peer with their reasons", dropped)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strconv"
 	"time"
+	"unicode/utf8"
 
 	v1 "github.com/machina-metal/machina/api/v1"
 	"github.com/machina-metal/machina/state"
@@ -85,22 +86,32 @@ func (m *Machine) progress(w http.ResponseWriter, r *http.Request) {
 
 // noteProgress stores p on s at now. A report that moved forward (another
 // step, or more bytes of the same step, than the report stored since the
-// phase began or the last re-netboot) also notes the machine as heard;
-// one that did not leaves LastHeardAt, and Progress.AdvancedAt, as they
-// were.
+// phase began or the last re-netboot) also notes the machine as heard, and
+// so does one naming a new retry (v1.Progress.Retry, bounded by the
+// agent within v1.Plan.SilentAfter); one that did neither leaves
+// LastHeardAt, and Progress.AdvancedAt, as they were.
 func noteProgress(s *state.Server, p v1.Progress, now time.Time) {
 	prev := s.Progress
 	if prev != nil && (prev.At.Before(s.LifecycleAt) || prev.At.Before(s.RenetbootAt) || (s.Wiping() && prev.At.Before(s.WipeStartedAt))) {
 		prev = nil // from an earlier boot
 	}
 	advanced := prev == nil || p.Step != prev.Step || p.BytesDone > prev.BytesDone
-	next := &state.Progress{Step: p.Step, BytesDone: p.BytesDone, BytesTotal: p.BytesTotal, RateBytesPerSecond: p.RateBytesPerSecond, At: now}
+	// A new retry (the agent names each one, with its number) is the
+	// agent working through its bounded retries: heard, though no byte
+	// moved. The same retry reported again is not.
+	retried := p.Retry != "" && (prev == nil || p.Retry != prev.Retry)
+	next := &state.Progress{Step: p.Step, BytesDone: p.BytesDone, BytesTotal: p.BytesTotal, RateBytesPerSecond: p.RateBytesPerSecond, Retry: p.Retry, At: now}
 	if prev != nil {
 		next.AdvancedAt = prev.AdvancedAt
 	}
 	if advanced {
 		next.AdvancedAt = now
+	}
+	if advanced || retried {
 		s.LastHeard, s.LastHeardAt = fmt.Sprintf("progress: %s %d of %d bytes", p.Step, p.BytesDone, p.BytesTotal), now
+		if p.Retry != "" {
+			s.LastHeard += "; retrying: " + p.Retry
+		}
 	}
 	s.Progress = next
 }
@@ -120,6 +131,14 @@ func checkProgress(p v1.Progress) error {
 	}
 	if p.RateBytesPerSecond < 0 || p.RateBytesPerSecond > maxProgressBytes {
 		return fmt.Errorf("rateBytesPerSecond %d: must be 0 to %d", p.RateBytesPerSecond, int64(maxProgressBytes))
+	}
+	if len(p.Retry) > v1.MaxProgressRetryBytes {
+		return fmt.Errorf("retry: %d bytes, at most %d", len(p.Retry), v1.MaxProgressRetryBytes)
+	}
+	for _, r := range p.Retry {
+		if r < 0x20 || r == 0x7f || r == utf8.RuneError {
+			return fmt.Errorf("retry: %q is not printable text", r)
+		}
 	}
 	return nil
 }

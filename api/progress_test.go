@@ -145,6 +145,8 @@ func TestProgressRefused(t *testing.T) {
 		{"over 1 PiB", tok, `{"step":"image-write","bytesDone":1,"bytesTotal":2251799813685248,"rateBytesPerSecond":0}`, http.StatusBadRequest},
 		{"unknown field", tok, `{"step":"image-write","bytesDone":1,"bytesTotal":2,"rateBytesPerSecond":0,"lifecycle":"deployed"}`, http.StatusBadRequest},
 		{"null", tok, `null`, http.StatusBadRequest},
+		{"retry too long", tok, `{"step":"image-download","bytesDone":1,"bytesTotal":2,"rateBytesPerSecond":0,"retry":"` + strings.Repeat("x", v1.MaxProgressRetryBytes+1) + `"}`, http.StatusBadRequest},
+		{"retry with a control character", tok, `{"step":"image-download","bytesDone":1,"bytesTotal":2,"rateBytesPerSecond":0,"retry":"piece 1\u001b[2J"}`, http.StatusBadRequest},
 		{"oversize", tok, `{"step":"image-write","bytesDone":1,"bytesTotal":2,"rateBytesPerSecond":0` + strings.Repeat(" ", 2048) + `}`, http.StatusRequestEntityTooLarge},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -195,5 +197,64 @@ func TestPlanCarriesProgressEvery(t *testing.T) {
 	}
 	if !strings.Contains(string(body), `"progressEveryNs":7000000000`) {
 		t.Errorf("plan %s has no progressEveryNs of 7s", body)
+	}
+}
+
+// TestProgressRetryHeard: a report naming a new retry of the agent's
+// failing image or piece request (v1.Progress.Retry) counts as hearing
+// from the machine though its bytes did not move, and LastHeard and the
+// stored progress say why; the same retry reported again is not heard (a
+// wedged agent still goes silent), and a report whose bytes moved clears
+// it. Without it a machine working through its bounded retries was taken
+// for silent and booted again, and the operator saw "silent" rather than
+// the stalled controller request.
+func TestProgressRetryHeard(t *testing.T) {
+	f, tok := progressFixture(t, 2*time.Millisecond)
+	const total = 64 << 22
+	post := func(p v1.Progress) state.Server {
+		t.Helper()
+		if code := postProgress(t, f, tok, p); code != http.StatusNoContent {
+			t.Fatalf("report %+v: %d, want 204", p, code)
+		}
+		s, _ := f.store.Server("r1-n07")
+		return s
+	}
+	s0 := post(v1.Progress{Step: v1.StepImageDownload, BytesDone: 12 << 22, BytesTotal: total})
+	retry := "piece 12 of 64: controller request stalled for 1m0s, retry 1 of 19 in 250ms"
+	s1 := post(v1.Progress{Step: v1.StepImageDownload, BytesDone: 12 << 22, BytesTotal: total, Retry: retry})
+	if !s1.LastHeardAt.After(s0.LastHeardAt) || !strings.Contains(s1.LastHeard, "retrying: "+retry) {
+		t.Errorf("new retry not heard: %q at %s (before %s)", s1.LastHeard, s1.LastHeardAt, s0.LastHeardAt)
+	}
+	if s1.Progress.Retry != retry || !s1.Progress.AdvancedAt.Equal(s0.Progress.AdvancedAt) {
+		t.Errorf("progress %+v: want the retry stored and AdvancedAt unchanged (no byte moved)", s1.Progress)
+	}
+	if p := s1.CurrentProgress(); p == nil || p.Retry != retry {
+		t.Errorf("CurrentProgress() = %+v, want the retry", p)
+	}
+	s2 := post(v1.Progress{Step: v1.StepImageDownload, BytesDone: 12 << 22, BytesTotal: total, Retry: retry})
+	if !s2.LastHeardAt.Equal(s1.LastHeardAt) {
+		t.Errorf("the same retry again was heard: LastHeardAt %s -> %s", s1.LastHeardAt, s2.LastHeardAt)
+	}
+	retry2 := "piece 12 of 64: controller request stalled for 1m0s, retry 2 of 19 in 500ms"
+	if s3 := post(v1.Progress{Step: v1.StepImageDownload, BytesDone: 12 << 22, BytesTotal: total, Retry: retry2}); !s3.LastHeardAt.After(s2.LastHeardAt) {
+		t.Errorf("the next retry was not heard: LastHeardAt %s -> %s", s2.LastHeardAt, s3.LastHeardAt)
+	}
+	if s4 := post(v1.Progress{Step: v1.StepImageDownload, BytesDone: 13 << 22, BytesTotal: total}); s4.Progress.Retry != "" || strings.Contains(s4.LastHeard, "retrying") {
+		t.Errorf("bytes moved: progress %+v, last heard %q; want the retry cleared", s4.Progress, s4.LastHeard)
+	}
+}
+
+// TestPlanCarriesSilentAfter: the deploy plan tells the ramdisk the
+// controller's silent-after window (MachineConfig.SilentAfter, default 5
+// minutes), which bounds its image and piece retries.
+func TestPlanCarriesSilentAfter(t *testing.T) {
+	f, _ := progressFixture(t, 7*time.Second)
+	plan := issueFor(t, f, state.PurposePlan)
+	code, _, body := f.do(t, http.MethodGet, v1.PathAgentPlan, plan, "")
+	if code != http.StatusOK {
+		t.Fatalf("plan: %d %s", code, body)
+	}
+	if !strings.Contains(string(body), `"silentAfterNs":300000000000`) {
+		t.Errorf("plan %s has no silentAfterNs of 5m", body)
 	}
 }

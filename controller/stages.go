@@ -632,7 +632,7 @@ func (w *wiring) mountMachine(machineLeases api.LeaseLookup) error {
 	}
 	machine, err := api.NewMachine(api.MachineConfig{Store: w.st, Planner: pl, Wiper: pl, Installer: pl, Pieces: pieces,
 		PerIP: w.cfg.MachinePerIP, Leases: machineLeases, ProgressEvery: progressEvery(w.cfg.MachineProgressEvery, w.cfg.Reconciler.Plan.SilentAfter),
-		Attest: verifier, AttestPolicy: attestPolicy{desired: w.ctrl.Desired, st: w.st, chain: chain, secureBoot: sbChain},
+		SilentAfter: w.cfg.Reconciler.Plan.SilentAfter, Attest: verifier, AttestPolicy: attestPolicy{desired: w.ctrl.Desired, st: w.st, chain: chain, secureBoot: sbChain},
 		Logger: w.log.With("component", "machine")})
 	if err != nil {
 		return fmt.Errorf("controller: %w", err)

@@ -101,8 +101,9 @@ type ServerStatus struct {
 	Addresses []AddressStatus
 	// Progress is the running deploy's progress as the ramdisk last
 	// reported it, in whole tens of percent so that status commits do
-	// not follow every report ("image-write 40% of 20.0 GiB"); "" when
-	// none (rendered as progress).
+	// not follow every report ("image-write 40% of 20.0 GiB"), followed
+	// by "; retrying: " and the agent's failing request while it asks it
+	// again (state.Progress.Retry); "" when none (rendered as progress).
 	Progress string
 	// Conditions in any order; rendered sorted by Type.
 	Conditions []Condition

@@ -149,6 +149,9 @@ func (b *StatusBuilder) serverStatus(s state.Server, planConds []plan.Condition,
 			size = fmt.Sprintf("%d MiB", p.BytesTotal>>20)
 		}
 		ss.Progress = fmt.Sprintf("%s %d%% of %s", p.Step, p.BytesDone*10/p.BytesTotal*10, size)
+		if p.Retry != "" {
+			ss.Progress += "; retrying: " + p.Retry
+		}
 	}
 	ss.Firmware = statusFirmware(s.Firmware)
 	if s.TPM != nil && s.TPM.EK != "" {

@@ -362,6 +362,9 @@ type Progress struct {
 	BytesDone          int64 `json:"bytesDone"`
 	BytesTotal         int64 `json:"bytesTotal"`
 	RateBytesPerSecond int64 `json:"rateBytesPerSecond"`
+	// Retry is the agent's failing request it is asking again, and why
+	// (api/v1.Progress.Retry); "" while the bytes move.
+	Retry string `json:"retry,omitempty"`
 	// At is when the controller took the report (UTC); AdvancedAt is when
 	// a report last moved the step or its bytes forward. A machine that
 	// keeps reporting the same bytes has an At that moves and an

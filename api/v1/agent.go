@@ -92,7 +92,19 @@ type Progress struct {
 	// RateBytesPerSecond is the step's rate over the last interval (bytes
 	// per second, >= 0).
 	RateBytesPerSecond int64 `json:"rateBytesPerSecond"`
+	// Retry, while the step's image or piece request to the controller is
+	// failing and being asked again, says which and why ("piece 12 of 64:
+	// controller request stalled for 1m0s, retry 3 of 20 in 8s"); "" when
+	// the bytes move. At most MaxProgressRetryBytes of printable text. A
+	// report whose Retry differs from the last one counts as hearing from
+	// the machine (the agent is working through a bounded retry, not
+	// stuck). The agent sends it only to a controller whose Plan carries
+	// SilentAfter: an older one refuses unknown fields.
+	Retry string `json:"retry,omitempty"`
 }
+
+// MaxProgressRetryBytes bounds Progress.Retry.
+const MaxProgressRetryBytes = 300
 
 // AgentReport is the commissioning report the ramdisk posts to PathAgentReport.
 type AgentReport struct {
@@ -310,6 +322,19 @@ type Plan struct {
 	// write and read-back; zero means it posts none (a controller older
 	// than progress reports).
 	ProgressEvery time.Duration `json:"progressEveryNs,omitempty"`
+	// SilentAfter is the controller's patience with this deploy: a
+	// machine not heard from for this long is network-booted again
+	// (machina serve --machine-silent-after). The agent reports each
+	// retry of an image or piece request that keeps failing (stalled,
+	// refused, reset) in Progress.Retry, which the controller hears, and
+	// starts no retry later than SilentAfter less ProgressEvery after the
+	// request's first attempt (of the last byte received, for the whole
+	// image): it then reports the failure to done, naming the request,
+	// the cause and the attempts, so the controller learns the cause
+	// rather than taking the machine for silent. Zero (a controller older
+	// than this field): the requests are bounded by their attempt count
+	// only, and Progress.Retry and PieceStats.DroppedPeers are not sent.
+	SilentAfter time.Duration `json:"silentAfterNs,omitempty"`
 	// Pieces is the image's piece manifest and Wave the peers sharing it
 	// (api/v1/pieces.go); nil from a controller without piece sharing.
 	Pieces *PieceManifest `json:"pieces,omitempty"`

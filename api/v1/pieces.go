@@ -71,7 +71,31 @@ type PieceStats struct {
 	// BadPeers are the peers that served a piece whose SHA-256 differed
 	// from the manifest; each was dropped for the rest of the deploy.
 	BadPeers []string `json:"badPeers,omitempty"`
+	// DroppedPeers are the other peers the agent stopped asking during
+	// the deploy, each asked no more after its first failure, and why.
+	// Sent only to a controller whose Plan carries SilentAfter (an older
+	// one refuses unknown fields in done).
+	DroppedPeers []DroppedPeer `json:"droppedPeers,omitempty"`
 }
+
+// DroppedPeer is a wave peer the agent stopped asking, and why.
+type DroppedPeer struct {
+	// Peer is the peer's base URL as the Wave named it.
+	Peer string `json:"peer"`
+	// Reason is PeerStalled or PeerUnreachable.
+	Reason string `json:"reason"`
+}
+
+// Reasons of DroppedPeer.
+const (
+	// PeerStalled: the peer's response delivered no bytes for the stall
+	// timeout, or did not end within the peer timeout.
+	PeerStalled = "stalled"
+	// PeerUnreachable: the connection to the peer failed (refused, no
+	// route to the host or network, connect timeout): a machine that
+	// left the wave, rebooted, or whose piece port is filtered.
+	PeerUnreachable = "unreachable"
+)
 
 // PlanWithPeer fetches the deploy plan like Plan, announcing that this
 // agent serves pieces on TCP port peerPort of the address it calls from

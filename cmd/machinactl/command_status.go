@@ -143,6 +143,9 @@ func writeProgress(w io.Writer, snap state.Snapshot) {
 		if p.AdvancedAt.Before(p.At) {
 			line += ", no bytes since " + p.AdvancedAt.UTC().Format(time.RFC3339)
 		}
+		if p.Retry != "" {
+			line += ", retrying: " + termSafe(p.Retry)
+		}
 		lines = append(lines, line)
 	}
 	if len(lines) == 0 {

@@ -158,7 +158,8 @@ func TestLabelsRoundTripThroughStatus(t *testing.T) {
 // failing is listed as failing with the plan's Failing condition (action,
 // count, next retry, last error), the release that waits behind it on the
 // line below with what it waits for, and a deploy's progress has its own
-// line (step, share, rate, and since when its bytes have not moved). Before,
+// line (step, share, rate, since when its bytes have not moved, and the
+// request the agent is retrying and why). Before,
 // status said "no failed, stalled or waiting servers" for the failing
 // finish-deploy.
 func TestWriteStatusFailingAndProgress(t *testing.T) {
@@ -168,6 +169,9 @@ func TestWriteStatusFailingAndProgress(t *testing.T) {
 			LastError: "finish-deploy: redfish: 503", InFlight: &state.InFlight{Action: "finish-deploy"}},
 		"r1-n02": {Name: "r1-n02", Lifecycle: state.LifecycleDeploying, LifecycleAt: t0.Add(-time.Hour),
 			Progress: &state.Progress{Step: "image-write", BytesDone: 10 << 30, BytesTotal: 40 << 30, RateBytesPerSecond: 150e6, At: t0, AdvancedAt: t0.Add(-30 * time.Second)}},
+		"r1-n03": {Name: "r1-n03", Lifecycle: state.LifecycleDeploying, LifecycleAt: t0.Add(-time.Hour),
+			Progress: &state.Progress{Step: "image-download", BytesDone: 0, BytesTotal: 40 << 30, At: t0, AdvancedAt: t0.Add(-2 * time.Minute),
+				Retry: "piece 0 of 10240: controller request stalled for 1m0s, retry 2 of 19 in 500ms"}},
 	}}
 	res := plan.Result{Conditions: []plan.Condition{
 		{Subject: "server/r3-n01", Type: plan.CondFailing, Reason: plan.ReasonActionFailing,
@@ -177,14 +181,16 @@ func TestWriteStatusFailingAndProgress(t *testing.T) {
 	}}
 	plan.SortConditions(res.Conditions)
 	var b bytes.Buffer
-	writeStatus(&b, "http://c", map[string]int{"deployed": 1, "deploying": 1}, true, 1, 0, gitops.InventoryStatus{}, res, snap)
+	writeStatus(&b, "http://c", map[string]int{"deployed": 1, "deploying": 2}, true, 1, 0, gitops.InventoryStatus{}, res, snap)
 	out := b.String()
 	for _, want := range []string{
 		"Attention:  1 server",
 		"r3-n01           failing                finish-deploy failed 3 times in a row; next retry at 2026-11-01T12:01:00Z; last error: finish-deploy: redfish: 503",
 		"                 waiting                release waits for finish-deploy in flight, failing (3 in a row; next retry at 2026-11-01T12:01:00Z)",
-		"Progress:   1 deploy",
-		"r1-n02           image-write      25.0% of 40.0 GiB, 150.0 MB/s, reported 2026-11-01T12:00:00Z, no bytes since 2026-11-01T11:59:30Z",
+		"Progress:   2 deploys",
+		"r1-n02           image-write      25.0% of 40.0 GiB, 150.0 MB/s, reported 2026-11-01T12:00:00Z, no bytes since 2026-11-01T11:59:30Z\n",
+		// A deploy whose agent retries a failing request says which and why.
+		"r1-n03           image-download    0.0% of 40.0 GiB, 0.0 MB/s, reported 2026-11-01T12:00:00Z, no bytes since 2026-11-01T11:58:00Z, retrying: piece 0 of 10240: controller request stalled for 1m0s, retry 2 of 19 in 500ms",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("status lacks %q:\n%s", want, out)

@@ -238,3 +238,46 @@ func (r *rig) waitCondition(typ, reason string, texts ...string) string {
 		time.Sleep(100 * time.Millisecond)
 	}
 }
+
+// TestStalledImageRetriesReportedNotSilent: a deploy whose image download
+// stops after 1 MiB on every attempt, with the agent's stall timeout
+// (300 ms) well inside --machine-silent-after (3 s), is never taken for
+// silent: each retry reaches the controller as progress naming the
+// download, the stall and the retry (stored on the server, shown by the
+// API), and once no retry may start within the silent-after less a
+// progress interval (2 s) the agent reports the failure, which the server
+// records (failed, LastError naming the download, the stall and the
+// attempts) with no re-netboot. Before, the agent retried 20 times
+// unheard (the same bytes every attempt) and the controller re-netbooted
+// it as silent, never learning why.
+func TestStalledImageRetriesReportedNotSilent(t *testing.T) {
+	r := startProgressRig(t, func(m *sim.Machine) {
+		m.StallImages(1 << 20)
+		m.SetStallTimeout(300 * time.Millisecond)
+	})
+	r.pinToGPU()
+	var retry string
+	srv := r.waitServer(progressTarget, "deploy failed", 2*time.Minute, func(s state.Server) bool {
+		if p := s.Progress; p != nil && p.Retry != "" && retry == "" {
+			retry = p.Retry // the first retry the controller stored that this poll saw
+		}
+		return s.Lifecycle == state.LifecycleFailed || s.Renetboots > 0
+	})
+	t.Logf("retry seen: %q; last error: %s", retry, srv.LastError)
+	if srv.Renetboots != 0 || srv.Lifecycle != state.LifecycleFailed {
+		t.Fatalf("%s: %s after %d re-netboots, want failed by the agent's report and none", progressTarget, srv.Lifecycle, srv.Renetboots)
+	}
+	if !strings.HasPrefix(retry, "image download: controller request stalled for 300ms, retry ") || !strings.Contains(retry, " of 19 in ") {
+		t.Errorf("retry seen on the server %q, want a retry of the stalled download", retry)
+	}
+	for _, want := range []string{"image download: gave up after", "no attempt starts later than 2s after the first", "stalled: no bytes received for 300ms"} {
+		if !strings.Contains(srv.LastError, want) {
+			t.Errorf("LastError %q does not name %q", srv.LastError, want)
+		}
+	}
+	for _, e := range r.events(progressTarget, 0) {
+		if e.Kind == "machine.renetboot" {
+			t.Errorf("re-netboot event: %s", e.Message)
+		}
+	}
+}

@@ -85,6 +85,9 @@ type Machine struct {
 	// injection: a slow disk or link, and one that stops moving.
 	imageRate, imageStallAfter int64
 	imageStalls                bool
+	// stallTimeout is the ramdisk agent's Runner.StallTimeout (0: the
+	// agent's default).
+	stallTimeout time.Duration
 	// sharePieces and badPieces: SharePieces, ServeBadPieces (pieces.go).
 	sharePieces, badPieces bool
 	// refuseKernel: RefuseKernel.
@@ -198,6 +201,22 @@ func (m *Machine) StallImages(after int64) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.imageStallAfter, m.imageStalls = after, after >= 0
+}
+
+func (m *Machine) agentStallTimeout() time.Duration {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.stallTimeout
+}
+
+// SetStallTimeout sets the stall timeout of the machine's ramdisk agent
+// (agent.Runner.StallTimeout: an image or piece response that delivers no
+// bytes for this long is given up and asked again) for its next boots;
+// zero is the agent's default, a minute.
+func (m *Machine) SetStallTimeout(d time.Duration) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.stallTimeout = d
 }
 
 // CorruptImages injects (or clears) a corrupting network path: every image
@@ -545,7 +564,7 @@ func (m *Machine) run(ctx context.Context, gen int) {
 		client := &v1.AgentClient{BaseURL: args["machina.url"], HTTP: m.client(ctx)}
 		r := &agent.Runner{Client: client, Token: args["machina.token"], BootMAC: m.MAC, Root: m.root, DevDir: m.devDir,
 			Tests:       agent.CommissionConfig{MemoryTestBytes: 64 << 10, DiskReadBytes: 64 << 10, NetworkTestBytes: 256 << 10},
-			MemoryLimit: 64 << 20, Version: "sim", Logger: m.log}
+			MemoryLimit: 64 << 20, Version: "sim", Logger: m.log, StallTimeout: m.agentStallTimeout()}
 		switch mode {
 		case "commission":
 			m.setPhase(gen, PhaseCommissioning)

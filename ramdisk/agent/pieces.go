@@ -10,11 +10,13 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	v1 "github.com/machina-metal/machina/api/v1"
@@ -214,8 +216,9 @@ type PieceFetcher struct {
 	PeerTimeout time.Duration
 	// StallTimeout aborts a peer or controller request whose response
 	// delivers no bytes for this long (zero: DefaultStallTimeout). A peer
-	// that stalls or times out is skipped for the rest of the deploy; a
-	// controller request is asked again.
+	// that stalls or times out, or cannot be connected to (refused, no
+	// route, connect timeout), is skipped for the rest of the deploy and
+	// named in Stats().DroppedPeers; a controller request is asked again.
 	StallTimeout time.Duration
 	// Attempts bounds the controller requests for one piece (zero: the
 	// whole-image download's bound, 20). A failed or stalled request that
@@ -224,7 +227,17 @@ type PieceFetcher struct {
 	// failure fails the fetch, naming the piece, the URL and the
 	// attempts, and the deploy with it.
 	Attempts int
-	Logger   *slog.Logger
+	// RetryWithin bounds those requests in time too: none starts later
+	// than RetryWithin after the piece's first request (retryWithin of
+	// the plan), so the piece fails at most RetryWithin plus a stall
+	// after it; zero: no time bound.
+	RetryWithin time.Duration
+	// OnRetry, when set, is told each retry of a controller request,
+	// naming the piece, the cause and the retry ("piece 12 of 64:
+	// controller request stalled for 1m0s, retry 3 of 19 in 2s");
+	// ProgressMeter.Retrying reports it to the controller.
+	OnRetry func(msg string)
+	Logger  *slog.Logger
 
 	mu      sync.Mutex
 	dropped map[string]bool // peers not asked again this deploy
@@ -237,6 +250,7 @@ func (f *PieceFetcher) Stats() v1.PieceStats {
 	defer f.mu.Unlock()
 	s := f.stats
 	s.BadPeers = append([]string(nil), s.BadPeers...)
+	s.DroppedPeers = append([]v1.DroppedPeer(nil), s.DroppedPeers...)
 	return s
 }
 
@@ -304,10 +318,18 @@ func (f *PieceFetcher) piece(ctx context.Context, i int) ([]byte, error) {
 			if ctx.Err() != nil {
 				return nil, fmt.Errorf("piece %d: %w", i, ctx.Err())
 			}
+			if connectFailed(err) {
+				// Nothing listens there (the machine left the wave or
+				// rebooted) or it cannot be reached: every later piece
+				// would fail the same way, each costing a connect.
+				f.losePeer(peer, v1.PeerUnreachable)
+				f.log().Warn("wave peer unreachable; not asked again this deploy", "peer", peer, "piece", i, "err", err)
+				continue
+			}
 			if errors.Is(err, errStalled) || errors.Is(err, context.DeadlineExceeded) {
 				// A peer that stopped sending holds every piece asked of
 				// it for the timeout: ask the others and the controller.
-				f.skipPeer(peer)
+				f.losePeer(peer, v1.PeerStalled)
 				f.log().Warn("wave peer stalled; not asked again this deploy", "peer", peer, "piece", i, "err", err)
 				continue
 			}
@@ -352,6 +374,24 @@ func (f *PieceFetcher) dropPeer(peer string, i int) bool {
 	return n > 0
 }
 
+// losePeer stops asking peer for the rest of the deploy and records why
+// (Stats().DroppedPeers).
+func (f *PieceFetcher) losePeer(peer, reason string) {
+	f.skipPeer(peer)
+	f.mu.Lock()
+	f.stats.DroppedPeers = append(f.stats.DroppedPeers, v1.DroppedPeer{Peer: peer, Reason: reason})
+	f.mu.Unlock()
+}
+
+// connectFailed reports whether err is a failure to connect (refused, no
+// route to the host or network, the dialer's connect timeout), not one of
+// a connection that was made.
+func connectFailed(err error) bool {
+	var oe *net.OpError
+	return errors.As(err, &oe) && oe.Op == "dial" ||
+		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.EHOSTUNREACH) || errors.Is(err, syscall.ENETUNREACH)
+}
+
 // skipPeer stops asking peer for the rest of the deploy.
 func (f *PieceFetcher) skipPeer(peer string) {
 	f.mu.Lock()
@@ -383,12 +423,19 @@ type pieceFailure struct {
 	url      string // redacted
 	attempts int
 	err      error
+	// elapsed and bound, when bound is set, say that the time bound
+	// (RetryWithin) ended the retries, and after how long.
+	elapsed time.Duration
+	bound   string
 }
 
 func (e *pieceFailure) Error() string {
 	times := "attempts"
 	if e.attempts == 1 {
 		times = "attempt"
+	}
+	if e.bound != "" {
+		return fmt.Sprintf("get piece %d from %s: gave up after %d %s in %v (%s): %v", e.piece, e.url, e.attempts, times, e.elapsed.Round(time.Millisecond), e.bound, e.err)
 	}
 	return fmt.Sprintf("get piece %d from %s: gave up after %d %s: %v", e.piece, e.url, e.attempts, times, e.err)
 }
@@ -398,15 +445,13 @@ func (e *pieceFailure) Unwrap() error { return e.err }
 // fromController GETs piece i's byte range of the image URL, asking again
 // after a transient failure (transientFetch: unreachable, reset, 502/503/
 // 504, cut short, stalled for StallTimeout) with doubling delays, at most
-// Attempts times; a refusal (403, 404, 416) is final at once.
+// Attempts times and within RetryWithin, telling OnRetry of each retry; a
+// refusal (403, 404, 416) is final at once.
 func (f *PieceFetcher) fromController(ctx context.Context, i int) ([]byte, error) {
 	off, n := f.Set.span(i)
 	rng := fmt.Sprintf("bytes=%d-%d", off, off+n-1)
-	attempts := f.Attempts
-	if attempts <= 0 {
-		attempts = imageAttempts
-	}
-	delay := retryBase
+	pol := retryPolicy{attempts: f.Attempts, within: f.RetryWithin, stall: stallTimeoutOr(f.StallTimeout), note: f.OnRetry}
+	delay, first := retryBase, time.Now()
 	for attempt := 1; ; attempt++ {
 		b, err := f.get(ctx, f.ImageURL, f.ImageToken, rng, n, http.StatusPartialContent)
 		if err == nil && int64(len(b)) < n {
@@ -415,11 +460,15 @@ func (f *PieceFetcher) fromController(ctx context.Context, i int) ([]byte, error
 		if err == nil {
 			return b, nil
 		}
-		if !transientFetch(err) || attempt >= attempts || ctx.Err() != nil {
+		if !transientFetch(err) || ctx.Err() != nil {
 			return nil, &pieceFailure{piece: i, url: redactURL(f.ImageURL), attempts: attempt, err: err}
 		}
+		if why, stop := pol.giveUp(attempt, first, delay); stop {
+			return nil, &pieceFailure{piece: i, url: redactURL(f.ImageURL), attempts: attempt, err: err, elapsed: time.Since(first), bound: why}
+		}
 		f.log().Warn("image piece request failed; asking again", "piece", i, "url", redactURL(f.ImageURL),
-			"attempt", attempt, "attempts", attempts, "err", err, "delay", delay.String())
+			"attempt", attempt, "attempts", pol.limit(), "err", err, "delay", delay.String())
+		pol.retrying(fmt.Sprintf("piece %d of %d", i, len(f.Set.data)), attempt, delay, err)
 		if !backoff(ctx, &delay) {
 			return nil, &pieceFailure{piece: i, url: redactURL(f.ImageURL), attempts: attempt, err: err}
 		}
@@ -469,13 +518,15 @@ func (f *PieceFetcher) get(ctx context.Context, u, token, rng string, n int64, s
 }
 
 // usePieces sets w.Open to fetch the image piece by piece from the wave
+// (its controller retries bounded by the plan's SilentAfter and noted on
+// meter)
 // when the plan has a piece manifest and a wave, the agent a PeerServer and
 // the image fits in memLimit (the pieces are held in memory to be served,
 // beside the write's own buffer); otherwise w keeps its whole-image opener.
 // The returned func, run when the deploy ends, puts where the bytes came
 // from into res. A manifest that contradicts the plan fails the deploy
 // (through w.Open) before anything is fetched.
-func (r *Runner) usePieces(plan v1.Plan, memLimit int64, w *WriteConfig, res *v1.DeployResult) func() {
+func (r *Runner) usePieces(plan v1.Plan, memLimit int64, w *WriteConfig, res *v1.DeployResult, meter *ProgressMeter) func() {
 	if plan.Pieces == nil || plan.Wave == nil || r.Pieces == nil || plan.ImageSizeBytes > memLimit {
 		return func() {}
 	}
@@ -493,8 +544,15 @@ func (r *Runner) usePieces(plan v1.Plan, memLimit int64, w *WriteConfig, res *v1
 		peers = peers[:v1.MaxWavePeers]
 	}
 	f := &PieceFetcher{Set: set, ImageURL: plan.ImageURL, ImageToken: plan.ImageToken, WaveToken: plan.Wave.Token, Peers: peers, HTTP: r.Client.HTTP,
-		StallTimeout: r.StallTimeout, Attempts: r.ImageAttempts, Logger: r.log()}
+		StallTimeout: r.StallTimeout, Attempts: r.ImageAttempts, RetryWithin: retryWithin(plan), Logger: r.log(),
+		OnRetry: func(msg string) { meter.Retrying(msg, plan.ImageSizeBytes) }}
 	r.log().Info("sharing image pieces with the wave", "wave", plan.Wave.ID, "peers", len(peers), "pieces", len(plan.Pieces.Pieces))
 	w.Open = f.Open
-	return func() { s := f.Stats(); res.Pieces = &s }
+	return func() {
+		s := f.Stats()
+		if plan.SilentAfter <= 0 {
+			s.DroppedPeers = nil // an older controller refuses the field
+		}
+		res.Pieces = &s
+	}
 }

@@ -288,7 +288,7 @@ func TestUsePiecesChoosesTheFetch(t *testing.T) {
 	whole := func(context.Context) (io.ReadCloser, error) { return nil, errors.New("whole image") }
 
 	w, res := WriteConfig{Open: whole}, v1.DeployResult{}
-	done := r.usePieces(plan, 1<<30, &w, &res)
+	done := r.usePieces(plan, 1<<30, &w, &res, &ProgressMeter{})
 	if _, ok := mustOpen(t, w).(*pieceReader); !ok {
 		t.Error("plan with pieces and wave: not fetched by pieces")
 	}
@@ -305,7 +305,7 @@ func TestUsePiecesChoosesTheFetch(t *testing.T) {
 		{"larger than memory", plan, int64(len(img)) - 1},
 	} {
 		w := WriteConfig{Open: whole}
-		r.usePieces(tc.plan, tc.memLimit, &w, &res)()
+		r.usePieces(tc.plan, tc.memLimit, &w, &res, &ProgressMeter{})()
 		if _, err := w.Open(t.Context()); err == nil || err.Error() != "whole image" {
 			t.Errorf("%s: opener replaced (%v)", tc.name, err)
 		}
@@ -314,7 +314,7 @@ func TestUsePiecesChoosesTheFetch(t *testing.T) {
 	bad.SHA256 = strings.Repeat("0", 64)
 	plan.Pieces = &bad
 	w = WriteConfig{Open: whole}
-	r.usePieces(plan, 1<<30, &w, &res)()
+	r.usePieces(plan, 1<<30, &w, &res, &ProgressMeter{})()
 	if _, err := w.Open(t.Context()); err == nil || !strings.Contains(err.Error(), "piece manifest names") {
 		t.Errorf("contradicting manifest: Open() = %v, want the refusal", err)
 	}

@@ -301,19 +301,26 @@ func (r *Runner) deploy(ctx context.Context, plan v1.Plan) (res v1.DeployResult,
 		Seed:   plan.Seed,
 		Logger: r.log(),
 	}
-	defer r.usePieces(plan, memLimit, &cfg.Write, &res)() // fetch from the wave (pieces.go)
+	var meter ProgressMeter
+	defer r.usePieces(plan, memLimit, &cfg.Write, &res, &meter)() // fetch from the wave (pieces.go)
 	// The image download is retried when the controller went away under
 	// it (restarted, connection reset, 502/503/504, stream cut short, no
 	// bytes for StallTimeout):
 	// the image token is reusable and nothing reaches the disk before the
-	// whole image is verified, so a new attempt starts clean.
-	var meter ProgressMeter
+	// whole image is verified, so a new attempt starts clean. Each retry
+	// is reported (Progress.Retry), and none starts later than the plan's
+	// SilentAfter (less a progress interval: retryWithin) after the first
+	// attempt, or the last byte of the attempt that got furthest, so the
+	// controller hears the cause in done rather than a silent machine.
 	cfg.Write.Progress = meter.Set
 	rctx, stopReports := context.WithCancel(ctx)
 	reported := make(chan struct{})
 	go func() {
 		defer close(reported)
 		ReportProgress(rctx, plan.ProgressEvery, &meter, func(ctx context.Context, p v1.Progress) error {
+			if plan.SilentAfter <= 0 {
+				p.Retry = "" // an older controller refuses the field
+			}
 			return r.Client.Progress(ctx, plan.ImageToken, p)
 		}, r.log())
 	}()
@@ -322,13 +329,27 @@ func (r *Runner) deploy(ctx context.Context, plan v1.Plan) (res v1.DeployResult,
 		<-reported
 	}()
 	var dr DeployResult
-	delay := retryBase
+	pol := retryPolicy{attempts: r.imageAttempts(), within: retryWithin(plan), stall: stallTimeoutOr(r.StallTimeout),
+		note: func(msg string) { meter.Retrying(msg, plan.ImageSizeBytes) }}
+	delay, first := retryBase, time.Now()
+	var furthest int64 // the most bytes an attempt got
 	for attempt := 1; ; attempt++ {
 		dr, err = Deploy(ctx, dev, size, cfg)
-		if err == nil || !transientFetch(err) || attempt >= r.imageAttempts() || ctx.Err() != nil {
+		if err == nil || !transientFetch(err) || ctx.Err() != nil {
+			break
+		}
+		// An attempt that got further than any before made progress: the
+		// time bound counts from its last byte. One that fetched the
+		// same bytes again did not.
+		if step, done, _ := meter.Read(); step == v1.StepImageDownload && done > furthest {
+			furthest, first = done, meter.movedAt()
+		}
+		if why, stop := pol.giveUp(attempt, first, delay); stop {
+			err = imageFailure(attempt, time.Since(first), why, err)
 			break
 		}
 		r.log().Warn("image download interrupted; fetching it again", "attempt", attempt, "err", err, "delay", delay.String())
+		pol.retrying("image download", attempt, delay, err)
 		backoff(ctx, &delay) // a cancelled ctx ends the next attempt at once
 	}
 	res.BytesWritten, res.SHA256, res.ReadBackSHA256, res.Mode = dr.BytesWritten, dr.SHA256, dr.ReadBackSHA256, dr.Mode
@@ -338,6 +359,19 @@ func (r *Runner) deploy(ctx context.Context, plan v1.Plan) (res v1.DeployResult,
 	r.log().Info("deploy written", "disk", disk.Name, "bytes", dr.BytesWritten, "verifySeconds", dr.Verify.Seconds(), "writeSeconds", dr.Write.Seconds(),
 		"writeMBps", float64(dr.BytesWritten)/max(dr.Write.Seconds(), 1e-9)/1e6, "seedOffset", dr.SeedOffset)
 	return res, nil
+}
+
+// imageFailure is the deploy's image download given up after attempts;
+// why, when set, is the time bound that ended it after elapsed.
+func imageFailure(attempts int, elapsed time.Duration, why string, err error) error {
+	times := "attempts"
+	if attempts == 1 {
+		times = "attempt"
+	}
+	if why != "" {
+		return fmt.Errorf("image download: gave up after %d %s in %v (%s): %w", attempts, times, elapsed.Round(time.Millisecond), why, err)
+	}
+	return fmt.Errorf("image download: gave up after %d %s: %w", attempts, times, err)
 }
 
 // openImage opens the plan's whole image from the controller; a response

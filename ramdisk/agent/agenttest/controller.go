@@ -31,6 +31,7 @@ type Controller struct {
 	image   []byte
 	reports []v1.AgentReport
 	done    []v1.DeployResult
+	prog    []v1.Progress
 	events  []string
 	// ImagePath is where the image is served; "/images/os.img" by default.
 	imagePath string
@@ -95,6 +96,13 @@ func (c *Controller) Done() []v1.DeployResult {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return append([]v1.DeployResult(nil), c.done...)
+}
+
+// Progress returns the stored progress reports, oldest first.
+func (c *Controller) Progress() []v1.Progress {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]v1.Progress(nil), c.prog...)
 }
 
 // Events returns the event log (one line per accepted or refused request).
@@ -231,6 +239,20 @@ func (c *Controller) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		c.mu.Unlock()
 		http.ServeContent(w, r, "os.img", timeZero, bytes.NewReader(img))
 		c.mu.Lock()
+	case r.Method == http.MethodPost && r.URL.Path == v1.PathAgentProgress:
+		// Taken with the reusable image token and stored, every one: the
+		// controller's rate limit (api.Machine) is not modelled.
+		if !c.auth(r, "image", false) {
+			c.refuse(w, http.StatusUnauthorized, "progress: bad token")
+			return
+		}
+		var p v1.Progress
+		if code, err := decodeStrict(r, v1.MaxProgressBytes, &p); err != nil {
+			c.refuse(w, code, "progress: "+err.Error())
+			return
+		}
+		c.prog = append(c.prog, p)
+		w.WriteHeader(http.StatusNoContent)
 	case r.Method == http.MethodPost && r.URL.Path == v1.PathAgentDone:
 		if !c.auth(r, "done", false) {
 			c.refuse(w, http.StatusUnauthorized, "done: bad token")
