@@ -303,32 +303,50 @@ func (r *Runner) deploy(ctx context.Context, plan v1.Plan) (res v1.DeployResult,
 	}
 	var meter ProgressMeter
 	defer r.usePieces(plan, memLimit, &cfg.Write, &res, &meter)() // fetch from the wave (pieces.go)
-	// The image download is retried when the controller went away under
-	// it (restarted, connection reset, 502/503/504, stream cut short, no
-	// bytes for StallTimeout):
-	// the image token is reusable and nothing reaches the disk before the
-	// whole image is verified, so a new attempt starts clean. Each retry
-	// is reported (Progress.Retry), and none starts later than the plan's
-	// SilentAfter (less a progress interval: retryWithin) after the first
-	// attempt, or the last byte of the attempt that got furthest, so the
-	// controller hears the cause in done rather than a silent machine.
 	cfg.Write.Progress = meter.Set
-	rctx, stopReports := context.WithCancel(ctx)
+	defer r.reportProgress(ctx, plan, &meter)()
+	dr, err := r.writeImage(ctx, dev, size, cfg, plan, &meter)
+	res.BytesWritten, res.SHA256, res.ReadBackSHA256, res.Mode = dr.BytesWritten, dr.SHA256, dr.ReadBackSHA256, dr.Mode
+	if err = lay.complete(ctx, dev, size, dr.SeedOffset, err); err != nil {
+		return res, err
+	}
+	r.log().Info("deploy written", "disk", disk.Name, "bytes", dr.BytesWritten, "verifySeconds", dr.Verify.Seconds(), "writeSeconds", dr.Write.Seconds(),
+		"writeMBps", float64(dr.BytesWritten)/max(dr.Write.Seconds(), 1e-9)/1e6, "seedOffset", dr.SeedOffset)
+	return res, nil
+}
+
+// reportProgress posts meter's progress under the plan's image token
+// every plan.ProgressEvery until the returned stop is called (stop waits
+// for the last post to end).
+func (r *Runner) reportProgress(ctx context.Context, plan v1.Plan, meter *ProgressMeter) (stop func()) {
+	rctx, cancel := context.WithCancel(ctx)
 	reported := make(chan struct{})
 	go func() {
 		defer close(reported)
-		ReportProgress(rctx, plan.ProgressEvery, &meter, func(ctx context.Context, p v1.Progress) error {
+		ReportProgress(rctx, plan.ProgressEvery, meter, func(ctx context.Context, p v1.Progress) error {
 			if plan.SilentAfter <= 0 {
 				p.Retry = "" // an older controller refuses the field
 			}
 			return r.Client.Progress(ctx, plan.ImageToken, p)
 		}, r.log())
 	}()
-	defer func() {
-		stopReports()
+	return func() {
+		cancel()
 		<-reported
-	}()
-	var dr DeployResult
+	}
+}
+
+// writeImage runs Deploy onto dev, fetching the image again when the
+// controller went away under it (restarted, connection reset,
+// 502/503/504, stream cut short, no bytes for StallTimeout): the image
+// token is reusable and nothing reaches the disk before the whole image is
+// verified, so a new attempt starts clean. Each retry is reported
+// (Progress.Retry through meter), and none starts later than the plan's
+// SilentAfter (less a progress interval: retryWithin) after the first
+// attempt, or the last byte of the attempt that got furthest, so the
+// controller hears the cause in done rather than a silent machine. Errors:
+// Deploy's, or imageFailure's when the attempts or the time bound ran out.
+func (r *Runner) writeImage(ctx context.Context, dev *os.File, size int64, cfg DeployConfig, plan v1.Plan, meter *ProgressMeter) (dr DeployResult, err error) {
 	pol := retryPolicy{attempts: r.imageAttempts(), within: retryWithin(plan), stall: stallTimeoutOr(r.StallTimeout),
 		note: func(msg string) { meter.Retrying(msg, plan.ImageSizeBytes) }}
 	delay, first := retryBase, time.Now()
@@ -336,7 +354,7 @@ func (r *Runner) deploy(ctx context.Context, plan v1.Plan) (res v1.DeployResult,
 	for attempt := 1; ; attempt++ {
 		dr, err = Deploy(ctx, dev, size, cfg)
 		if err == nil || !transientFetch(err) || ctx.Err() != nil {
-			break
+			return dr, err
 		}
 		// An attempt that got further than any before made progress: the
 		// time bound counts from its last byte. One that fetched the
@@ -345,20 +363,12 @@ func (r *Runner) deploy(ctx context.Context, plan v1.Plan) (res v1.DeployResult,
 			furthest, first = done, meter.movedAt()
 		}
 		if why, stop := pol.giveUp(attempt, first, delay); stop {
-			err = imageFailure(attempt, time.Since(first), why, err)
-			break
+			return dr, imageFailure(attempt, time.Since(first), why, err)
 		}
 		r.log().Warn("image download interrupted; fetching it again", "attempt", attempt, "err", err, "delay", delay.String())
 		pol.retrying("image download", attempt, delay, err)
 		backoff(ctx, &delay) // a cancelled ctx ends the next attempt at once
 	}
-	res.BytesWritten, res.SHA256, res.ReadBackSHA256, res.Mode = dr.BytesWritten, dr.SHA256, dr.ReadBackSHA256, dr.Mode
-	if err = lay.complete(ctx, dev, size, dr.SeedOffset, err); err != nil {
-		return res, err
-	}
-	r.log().Info("deploy written", "disk", disk.Name, "bytes", dr.BytesWritten, "verifySeconds", dr.Verify.Seconds(), "writeSeconds", dr.Write.Seconds(),
-		"writeMBps", float64(dr.BytesWritten)/max(dr.Write.Seconds(), 1e-9)/1e6, "seedOffset", dr.SeedOffset)
-	return res, nil
 }
 
 // imageFailure is the deploy's image download given up after attempts;
