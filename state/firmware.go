@@ -44,7 +44,9 @@ const (
 )
 
 // FirmwareBIOS is the BIOS as read: the values in effect, those pending
-// for the next reset, and the registry they are checked against.
+// for the next reset, and the registry they are checked against. A stored
+// reading is read-only: its maps and registry are shared between copies
+// of the record (Firmware.Clone); a new reading replaces it whole.
 type FirmwareBIOS struct {
 	// Attributes are the values in effect: string, int64 (float64 once
 	// decoded from the store's JSON), bool, or nil for a Password.
@@ -115,10 +117,14 @@ type SecureBootState struct {
 	CurrentBoot string `json:"currentBoot,omitempty"`
 }
 
-// Clone returns a copy of f that shares nothing a caller may modify:
-// maps and slices are copied. The registry attributes' Values, Min and
-// Max are shared (registries are large and replaced whole, never edited
-// in place).
+// Clone returns a copy of f whose slices and maps are copied, except the
+// BIOS reading's Attributes, Pending and Registry, which are shared: they
+// are the largest part of a server's record (an iDRAC 9 or iLO 5 registry
+// has hundreds of attributes) and a BIOS reading is replaced whole when
+// the BMC is read again (reconciler's firmware read builds new ones),
+// never edited in place, so every holder of a copy must treat them as
+// read-only. Copying them made each planning pass's snapshot of a 10,000-
+// server fleet allocate about 60 MB (BenchmarkSnapshotFirmware).
 func (f *Firmware) Clone() *Firmware {
 	if f == nil {
 		return nil
@@ -126,9 +132,6 @@ func (f *Firmware) Clone() *Firmware {
 	c := *f
 	if f.BIOS != nil {
 		b := *f.BIOS
-		b.Attributes = maps.Clone(b.Attributes)
-		b.Pending = maps.Clone(b.Pending)
-		b.Registry = slices.Clone(b.Registry)
 		b.ApplyTimes = slices.Clone(b.ApplyTimes)
 		c.BIOS = &b
 	}
