@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"hash/maphash"
 	"maps"
+	"slices"
 	"sync"
 )
 
@@ -24,6 +25,11 @@ type serverCache struct {
 	// write rolled back, the record was deleted). A MAC noted for two
 	// names maps to "" (ambiguous), which sends lookups to the scan.
 	macs map[string]string
+	// registries keeps one copy of each distinct BIOS attribute
+	// registry among the cached records: a fleet's servers of one model
+	// and BIOS version publish the same registry (hundreds of
+	// attributes), and each record decoded its own.
+	registries registryInterner
 }
 
 type cachedServer struct {
@@ -45,8 +51,9 @@ func sumOf(v []byte) recordSum { return recordSum{n: len(v), h: maphash.Bytes(ca
 // maxCachedServers bounds the cache; past it the cache is reset.
 const maxCachedServers = 200_000
 
-// decode returns the Server stored as v under key k. The result is a deep
-// copy: callers may modify it freely.
+// decode returns the Server stored as v under key k. The result is a copy
+// (Server.clone): callers may modify it, except its BIOS reading, which is
+// shared and read-only (Firmware.Clone).
 func (c *serverCache) decode(k, v []byte) (Server, error) {
 	sum := sumOf(v)
 	c.mu.RLock()
@@ -59,6 +66,7 @@ func (c *serverCache) decode(k, v []byte) (Server, error) {
 	if err := json.Unmarshal(v, &srv); err != nil {
 		return Server{}, err
 	}
+	c.registries.internIn(&srv)
 	c.mu.Lock()
 	if c.m == nil || len(c.m) >= maxCachedServers {
 		c.m = map[string]cachedServer{}
@@ -99,6 +107,7 @@ func (c *serverCache) hintMAC(mac string) (name string, ok bool) {
 // digest, and the record then holds other bytes.
 func (c *serverCache) remember(k string, v []byte, srv *Server) {
 	e := cachedServer{sum: sumOf(v), srv: srv.clone()}
+	c.registries.internIn(&e.srv)
 	c.mu.Lock()
 	if c.m == nil || len(c.m) >= maxCachedServers {
 		c.m = map[string]cachedServer{}
@@ -127,7 +136,89 @@ func (c *serverCache) view(k, v []byte, fn func(*Server)) error {
 	return nil
 }
 
-// clone returns a deep copy of s.
+// registryInterner keeps one copy of each distinct BIOS attribute
+// registry (FirmwareBIOS.Registry), found by a seeded hash of its contents
+// and checked equal before it is shared. Registries are read-only once
+// stored, so records may share one. At most maxInternedRegistries are
+// kept; past it the table starts again (records keep what they share).
+type registryInterner struct {
+	mu sync.Mutex
+	m  map[uint64][]BIOSAttribute
+}
+
+// maxInternedRegistries bounds the interner: a site has a few registries
+// per server model and BIOS version.
+const maxInternedRegistries = 256
+
+// internIn replaces srv's BIOS registry by the kept copy of an equal one,
+// or keeps srv's as the copy; the BIOS reading is copied first so that no
+// other holder of srv's reading sees the change.
+func (r *registryInterner) internIn(srv *Server) {
+	if srv.Firmware == nil || srv.Firmware.BIOS == nil || len(srv.Firmware.BIOS.Registry) == 0 {
+		return
+	}
+	reg := srv.Firmware.BIOS.Registry
+	h := registryHash(reg)
+	r.mu.Lock()
+	kept, ok := r.m[h]
+	if !ok || !registriesEqual(kept, reg) {
+		if r.m == nil || len(r.m) >= maxInternedRegistries {
+			r.m = map[uint64][]BIOSAttribute{}
+		}
+		r.m[h] = reg
+		r.mu.Unlock()
+		return
+	}
+	r.mu.Unlock()
+	if &kept[0] == &reg[0] {
+		return
+	}
+	fw := *srv.Firmware
+	bios := *fw.BIOS
+	bios.Registry = kept
+	fw.BIOS = &bios
+	srv.Firmware = &fw
+}
+
+// registryHash is a seeded hash of every field of reg's attributes.
+func registryHash(reg []BIOSAttribute) uint64 {
+	var h maphash.Hash
+	h.SetSeed(cacheSeed)
+	for _, a := range reg {
+		h.WriteString(a.Name)
+		h.WriteByte(0)
+		h.WriteString(a.Type)
+		h.WriteByte(0)
+		for _, v := range a.Values {
+			h.WriteString(v)
+			h.WriteByte(1)
+		}
+		for _, p := range []*int64{a.Min, a.Max} {
+			if p == nil {
+				h.WriteByte(2)
+			} else {
+				maphash.WriteComparable(&h, *p)
+			}
+		}
+		maphash.WriteComparable(&h, [2]bool{a.ReadOnly, a.ResetRequired})
+	}
+	return h.Sum64()
+}
+
+// registriesEqual reports whether a and b hold equal attributes.
+func registriesEqual(a, b []BIOSAttribute) bool {
+	return slices.EqualFunc(a, b, func(x, y BIOSAttribute) bool {
+		return x.Name == y.Name && x.Type == y.Type && x.ReadOnly == y.ReadOnly && x.ResetRequired == y.ResetRequired &&
+			slices.Equal(x.Values, y.Values) && intPtrEqual(x.Min, y.Min) && intPtrEqual(x.Max, y.Max)
+	})
+}
+
+func intPtrEqual(a, b *int64) bool {
+	return a == b || (a != nil && b != nil && *a == *b)
+}
+
+// clone returns a deep copy of s, except its BIOS reading, which is
+// shared (Firmware.Clone).
 func (s Server) clone() Server {
 	if s.Hardware != nil {
 		h := *s.Hardware

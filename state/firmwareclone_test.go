@@ -2,6 +2,7 @@ package state_test
 
 import (
 	"fmt"
+	"path/filepath"
 	"reflect"
 	"testing"
 
@@ -98,4 +99,51 @@ func BenchmarkSnapshotFirmware(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// TestDecodeCacheSharesEqualRegistries checks that servers whose BIOS
+// readings carry equal attribute registries (one server model) hold one
+// copy of it once decoded, through the writer's path and through a cold
+// decode (a store opened again), and that a server with another registry
+// keeps its own.
+func TestDecodeCacheSharesEqualRegistries(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "state.db")
+	s, err := state.Open(path, state.Options{NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, attrs := range []int{50, 50, 49} {
+		name := fmt.Sprintf("m%d", i)
+		mustCreate(t, s, state.Server{Name: name, Lifecycle: state.LifecycleReady})
+		if _, err := s.UpdateServer(name, func(srv *state.Server) error { srv.Firmware = firmwareReading(attrs); return nil }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	check := func(when string, s *state.Store) {
+		t.Helper()
+		snap, err := s.Snapshot()
+		if err != nil {
+			t.Fatal(err)
+		}
+		reg := func(name string) []state.BIOSAttribute { return snap.Servers[name].Firmware.BIOS.Registry }
+		if &reg("m0")[0] != &reg("m1")[0] {
+			t.Errorf("%s: m0 and m1 have equal registries but hold two copies", when)
+		}
+		if len(reg("m2")) != 49 || &reg("m2")[0] == &reg("m0")[0] {
+			t.Errorf("%s: m2's registry (49 attributes) shared with m0's (50)", when)
+		}
+		if got := reg("m1")[49].Name; got != "Attribute0049" {
+			t.Errorf("%s: m1's last attribute %q", when, got)
+		}
+	}
+	check("after the writes", s)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s, err = state.Open(path, state.Options{NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	check("decoded after reopening", s)
 }
