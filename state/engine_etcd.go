@@ -293,6 +293,7 @@ type etcdEngine struct {
 	closed    atomic.Bool
 	reads     atomic.Int64       // etcd reads made by transactions (tests count round trips)
 	txns      atomic.Int64       // commits sent (tests count shared transactions)
+	stats     etcdCounters       // EtcdStats
 	stopWatch context.CancelFunc // ends watchOthers
 	stopRep   context.CancelFunc // ends the replica's feed
 	rep       *replica           // views' read replica; nil: views read etcd
@@ -388,11 +389,13 @@ func (e *etcdEngine) view(fn func(tx kvTx) error) error {
 	if e.closed.Load() {
 		return ErrClosed
 	}
+	e.stats.views.Add(1)
 	if e.rep != nil {
 		if ok, err := e.rep.view(fn); ok {
 			return err
 		}
 	}
+	e.stats.viewsDirect.Add(1)
 	for attempt := 0; ; attempt++ {
 		tx := e.newTx(false)
 		err := fn(tx)
@@ -422,7 +425,9 @@ func (e *etcdEngine) batch(fn func(tx kvTx) error) error {
 	// Every queued call's caller takes one turn at the lock and runs up to
 	// maxBatch calls from the head, so the calls still queued never
 	// outnumber the callers yet to take their turn: every call runs.
+	t0 := time.Now()
 	e.mu.Lock()
+	e.stats.lockWaitNanos.Add(int64(time.Since(t0)))
 	e.qmu.Lock()
 	n := min(len(e.queue), maxBatch)
 	calls := append([]*batchCall(nil), e.queue[:n]...)
@@ -465,7 +470,12 @@ func (e *etcdEngine) solo(fn func(tx kvTx) error) error {
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return e.updateLocked(fn, false)
+	err := e.updateLocked(fn, false)
+	if err == nil {
+		e.stats.updates.Add(1)
+		e.stats.calls.Add(1)
+	}
+	return err
 }
 
 type batchCall struct {
@@ -511,6 +521,10 @@ func (e *etcdEngine) runBatch(calls []*batchCall) {
 			calls = append(calls[:failed:failed], calls[failed+1:]...)
 			continue
 		}
+		if err == nil {
+			e.stats.updates.Add(1)
+			e.stats.calls.Add(int64(len(calls)))
+		}
 		for _, c := range calls {
 			c.done <- err
 		}
@@ -546,6 +560,7 @@ func (e *etcdEngine) updateLocked(fn func(tx kvTx) error, shared bool) error {
 			if tx.usedCache {
 				// fn decided on cached records, which only the commit's
 				// compares would have checked: decide again on a snapshot.
+				e.stats.cacheReruns.Add(1)
 				noCache = true
 				continue
 			}
@@ -613,8 +628,12 @@ func (tx *etcdTx) point(key string) (cachedKV, bool) {
 	if tx.useCache {
 		if c, ok := tx.e.cache[key]; ok {
 			tx.usedCache = true
+			tx.e.stats.cacheHits.Add(1)
 			return c, true
 		}
+	}
+	if tx.writable {
+		tx.e.stats.cacheMisses.Add(1)
 	}
 	resp := tx.get(key)
 	if resp == nil {
@@ -682,7 +701,15 @@ func (tx *etcdTx) get(key string, opts ...clientv3.OpOption) *clientv3.GetRespon
 	ctx, cancel := context.WithTimeout(context.Background(), tx.e.timeout)
 	defer cancel()
 	tx.e.reads.Add(1)
+	t0 := time.Now()
 	resp, err := tx.e.cli.Get(ctx, key, opts...)
+	if tx.writable {
+		tx.e.stats.updateReads.Add(1)
+		tx.e.stats.updateReadNanos.Add(int64(time.Since(t0)))
+	} else {
+		tx.e.stats.viewReads.Add(1)
+		tx.e.stats.viewReadNanos.Add(int64(time.Since(t0)))
+	}
 	if err != nil {
 		tx.fail(err)
 		return nil
@@ -899,12 +926,19 @@ func (tx *etcdTx) commit() (bool, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), tx.e.timeout)
 	defer cancel()
 	tx.e.txns.Add(1)
+	t0 := time.Now()
 	resp, err := tx.e.cli.Txn(ctx).If(cmps...).Then(ops...).Else(orElse...).Commit()
+	tx.e.stats.txnNanos.Add(int64(time.Since(t0)))
+	tx.e.stats.txnOps.Add(int64(len(ops)))
+	tx.e.stats.txnCmps.Add(int64(len(cmps)))
 	if err != nil {
 		if refused(err) {
 			return false, fmt.Errorf("etcd commit (%d operations, %d compares): %w", len(ops), len(cmps), refusedError{err})
 		}
 		return false, fmt.Errorf("etcd commit (%d operations, %d compares): %w: %w", len(ops), len(cmps), ErrCommitUncertain, err)
+	}
+	if !resp.Succeeded {
+		tx.e.stats.conflicts.Add(1)
 	}
 	if resp.Succeeded {
 		tx.learn(resp.Header.Revision, o.puts, o.dels)
@@ -1302,4 +1336,74 @@ func escapeBucket(name []byte) string {
 		}
 	}
 	return sb.String()
+}
+
+// etcdCounters are the engine's request counters (EtcdStats).
+type etcdCounters struct {
+	updateReads, viewReads, revReads     atomic.Int64
+	updateReadNanos, viewReadNanos       atomic.Int64
+	revReadNanos                         atomic.Int64
+	txnNanos, txnOps, txnCmps, conflicts atomic.Int64
+	updates, calls                       atomic.Int64
+	cacheHits, cacheMisses, cacheReruns  atomic.Int64
+	views, viewsDirect                   atomic.Int64
+	lockWaitNanos, viewWaitNanos         atomic.Int64
+}
+
+// EtcdStats counts the etcd engine's requests and where its callers wait,
+// since Open (all counters only grow). Durations are summed over
+// concurrent callers, so they can exceed the wall time.
+type EtcdStats struct {
+	// Commits is the Txn requests sent (one round trip each);
+	// Conflicts the ones whose compares failed (the transaction reran
+	// from a new snapshot, or the fence refused it). CommitTime is their
+	// summed round-trip time; Ops and Compares their summed operations
+	// and compares.
+	Commits, Conflicts, Ops, Compares int64
+	CommitTime                        time.Duration
+	// Updates is the write transactions committed, Calls the update and
+	// batch calls they carried (Calls/Updates: calls per shared
+	// transaction).
+	Updates, Calls int64
+	// UpdateReads is the range reads (point, range, count) made by write
+	// transactions, one round trip each; UpdateReadTime their summed time.
+	UpdateReads    int64
+	UpdateReadTime time.Duration
+	// CacheHits and CacheMisses split the write transactions' point
+	// reads between the write cache and etcd; CacheReruns counts
+	// transaction functions that failed after reading the cache and were
+	// rerun from a snapshot.
+	CacheHits, CacheMisses, CacheReruns int64
+	// Views is the read transactions, ViewsDirect the ones that read
+	// etcd (the replica was loading, broken or lagging) and ViewReads
+	// their range reads; RevisionReads the replica's reads of etcd's
+	// current revision (each shared by the views that arrived while the
+	// previous one was in flight).
+	Views, ViewsDirect, ViewReads, RevisionReads int64
+	ViewReadTime, RevisionReadTime               time.Duration
+	// WriterWait is the summed time write calls waited for the
+	// process's writer lock (writers are serialised, each commit one
+	// round trip); ViewWait the summed time views waited for the
+	// current revision and the replica to reach it.
+	WriterWait, ViewWait time.Duration
+}
+
+// EtcdStats returns the etcd engine's counters; false on a bbolt store.
+func (s *Store) EtcdStats() (EtcdStats, bool) {
+	e, ok := s.eng.(*etcdEngine)
+	if !ok {
+		return EtcdStats{}, false
+	}
+	c := &e.stats
+	return EtcdStats{
+		Commits: e.txns.Load(), Conflicts: c.conflicts.Load(), Ops: c.txnOps.Load(), Compares: c.txnCmps.Load(),
+		CommitTime: time.Duration(c.txnNanos.Load()),
+		Updates:    c.updates.Load(), Calls: c.calls.Load(),
+		UpdateReads: c.updateReads.Load(), UpdateReadTime: time.Duration(c.updateReadNanos.Load()),
+		CacheHits: c.cacheHits.Load(), CacheMisses: c.cacheMisses.Load(), CacheReruns: c.cacheReruns.Load(),
+		Views: c.views.Load(), ViewsDirect: c.viewsDirect.Load(), ViewReads: c.viewReads.Load(),
+		RevisionReads: c.revReads.Load(), ViewReadTime: time.Duration(c.viewReadNanos.Load()),
+		RevisionReadTime: time.Duration(c.revReadNanos.Load()),
+		WriterWait:       time.Duration(c.lockWaitNanos.Load()), ViewWait: time.Duration(c.viewWaitNanos.Load()),
+	}, true
 }

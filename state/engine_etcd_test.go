@@ -307,6 +307,7 @@ func TestEtcdTransitionRoundTrips(t *testing.T) {
 	cur, next := LifecycleReady, LifecycleAllocated
 	for i := range 5 {
 		before := e.reads.Load()
+		st0, _ := s.EtcdStats()
 		if _, err := s.Transition("n1", cur, next, "count"); err != nil {
 			t.Fatal(err)
 		}
@@ -315,7 +316,33 @@ func TestEtcdTransitionRoundTrips(t *testing.T) {
 		if n > 0 {
 			t.Errorf("move %d took %d etcd reads, want 0 (the write cache)", i, n)
 		}
+		// The engine's counters (the /metrics machina_state_etcd_*) see
+		// the same: one commit carrying one call, reads from the cache.
+		st, ok := s.EtcdStats()
+		if !ok {
+			t.Fatal("EtcdStats on an etcd store: not ok")
+		}
+		if d := st.Commits - st0.Commits; d != 1 {
+			t.Errorf("move %d: %d commits counted, want 1", i, d)
+		}
+		if du, dc := st.Updates-st0.Updates, st.Calls-st0.Calls; du != 1 || dc != 1 {
+			t.Errorf("move %d: %d updates carrying %d calls counted, want 1 and 1", i, du, dc)
+		}
+		if d := st.UpdateReads - st0.UpdateReads; d != 0 {
+			t.Errorf("move %d: %d update reads counted, want 0", i, d)
+		}
+		if st.CacheHits == st0.CacheHits || st.CacheMisses != st0.CacheMisses {
+			t.Errorf("move %d: cache hits %d→%d, misses %d→%d, want hits only", i, st0.CacheHits, st.CacheHits, st0.CacheMisses, st.CacheMisses)
+		}
 		cur, next = next, cur
+	}
+	bs, err := Open(filepath.Join(t.TempDir(), "state.db"), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bs.Close()
+	if _, ok := bs.EtcdStats(); ok {
+		t.Error("EtcdStats on a bbolt store: ok, want false")
 	}
 }
 
