@@ -22,6 +22,11 @@
 # MACHINA_BENCH_CPUPROFILE=1 each run also writes the controller's CPU and
 # heap profiles and the lab's CPU profile there (bench/scale -cpuprofile).
 #
+# With MACHINA_BENCH_BEFORE=BINARY (e.g. bin/machina-before, built from
+# the commit before a change) each size runs that binary first on both
+# engines, in bbolt-before-N/ and etcd-before-N/, then bin/machina: a
+# before/after pair from one sitting on one etcd cluster.
+#
 # Uses bench/scale (go run ./bench/scale, which runs `bin/machina serve`
 # as its own process: `make build` first). Starts its etcd members with
 # data under a temporary folder on ports 23790-23795 of 127.0.0.1 and stops
@@ -81,6 +86,14 @@ keys() { etcdctl --endpoints "$eps" get --prefix /machina --keys-only | grep -c 
 empty=$(dbsize)
 echo "etcd: 3 members on loopback ($eps), empty database $empty bytes after compaction and defrag"
 for n in $(echo "$sizes" | tr ',' ' '); do
+	if [ -n "${MACHINA_BENCH_BEFORE:-}" ]; then
+		echo
+		echo "== $n servers, bbolt, $MACHINA_BENCH_BEFORE"
+		go run ./bench/scale -servers "$n" -machina "$MACHINA_BENCH_BEFORE" -out "$out/bbolt-before-$n" ${MACHINA_BENCH_CPUPROFILE:+-cpuprofile "$out/bbolt-before-$n"} || status=1
+		echo "== $n servers, etcd, $MACHINA_BENCH_BEFORE"
+		go run ./bench/scale -servers "$n" -machina "$MACHINA_BENCH_BEFORE" -out "$out/etcd-before-$n" ${MACHINA_BENCH_CPUPROFILE:+-cpuprofile "$out/etcd-before-$n"} -etcd "etcd://$eps/machina" || status=1
+		etcdctl --endpoints "$eps" del --prefix /machina >/dev/null
+	fi
 	echo
 	echo "== $n servers, bbolt"
 	go run ./bench/scale -servers "$n" -out "$out/bbolt-$n" ${MACHINA_BENCH_CPUPROFILE:+-cpuprofile "$out/bbolt-$n"} || status=1

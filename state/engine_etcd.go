@@ -60,8 +60,13 @@ import (
 // that is the only writer of its site (the fenced leader) moves a server
 // with one round trip, the Txn. A record another process changed fails its
 // compare: the cache is dropped and the transaction rerun from etcd. A
-// transaction function that fails after reading from the cache is rerun
-// from a snapshot before its error is believed. Views never use the cache.
+// transaction function that fails (or rolls back: errRollback, nothing to
+// write) after reading from the cache has its error believed only once a
+// write-free etcd transaction of the same compares (validate) shows every
+// record it read current; otherwise it is rerun from a snapshot. A
+// rollback that shares a transaction with other calls (runBatch) needs no
+// transaction of its own: the shared commit's compares hold its reads.
+// Views never use the cache.
 //
 // A failed compare reruns the transaction function from a new snapshot (up
 // to maxAttempts times, then ErrConflict), unless the fence compare failed:
@@ -494,14 +499,26 @@ type refusedError struct{ error }
 func (r refusedError) Unwrap() error { return r.error }
 
 // runBatch runs calls in one transaction; e.mu is held.
+//
+// A call that ends with errRollback having written nothing (a token check,
+// a refusal, a replayed answer) stays in the shared transaction: it
+// decided on what it read, and those reads are in the commit's compares
+// like everyone's, so the commit that lands the others' writes also
+// proves its answer current. It then costs no turn of its own at the
+// writer lock and no rerun of the others.
 func (e *etcdEngine) runBatch(calls []*batchCall) {
 	for len(calls) > 0 {
 		failed := -1
 		shared := len(calls) > 1
-		err := e.updateLocked(func(tx kvTx) error {
+		rolled := make([]bool, len(calls))
+		err := e.updateLocked(func(t kvTx) error {
 			failed = -1
+			tx := t.(*etcdTx)
 			for i, c := range calls {
-				if err := safeCall(c.fn, tx); err != nil {
+				before := tx.wrote
+				err := safeCall(c.fn, tx)
+				rolled[i] = shared && err == errRollback && tx.wrote == before
+				if err != nil && !rolled[i] {
 					failed = i
 					return err
 				}
@@ -525,8 +542,17 @@ func (e *etcdEngine) runBatch(calls []*batchCall) {
 			e.stats.updates.Add(1)
 			e.stats.calls.Add(int64(len(calls)))
 		}
-		for _, c := range calls {
-			c.done <- err
+		for i, c := range calls {
+			switch {
+			case rolled[i] && err == nil:
+				c.done <- errRollback
+			case rolled[i] && errors.Is(err, ErrNotLeader):
+				// Its answer wrote nothing: give it as it would have
+				// been given alone, not the others' refusal.
+				c.done <- errTrySolo
+			default:
+				c.done <- err
+			}
 		}
 		return
 	}
@@ -559,7 +585,14 @@ func (e *etcdEngine) updateLocked(fn func(tx kvTx) error, shared bool) error {
 		if err != nil {
 			if tx.usedCache {
 				// fn decided on cached records, which only the commit's
-				// compares would have checked: decide again on a snapshot.
+				// compares would have checked: check them alone (one
+				// compare-only etcd transaction, a linearizable read
+				// without a raft write); when one changed, decide again
+				// on a snapshot.
+				if ok, verr := tx.validate(); ok && verr == nil {
+					return err
+				}
+				e.cache = nil
 				e.stats.cacheReruns.Add(1)
 				noCache = true
 				continue
@@ -605,6 +638,7 @@ type etcdTx struct {
 	createReads map[string]int64 // existence key → CreateRevision seen
 
 	rep       *replica            // a view on the read replica (its read lock held)
+	wrote     int                 // writes buffered so far (puts, deletes, buckets, sequences)
 	shared    bool                // carries several batch calls: bounded by maxBatchOps
 	useCache  bool                // point reads may come from e.cache
 	usedCache bool                // some did
@@ -657,10 +691,12 @@ func (tx *etcdTx) point(key string) (cachedKV, bool) {
 }
 
 // learn updates the write cache after a commit at revision rev: what the
-// transaction read from etcd is current, what it wrote is as written
-// (a key put without being known first is dropped: its create revision is
-// unknown).
-func (tx *etcdTx) learn(rev int64, puts map[string][]byte, dels map[string]bool) {
+// transaction read from etcd is current, what it wrote is as written. A
+// record put without being known first (a token minted, an event
+// appended) is kept with its mod revision, all its compares use; a
+// bucket's existence key put so is dropped: its create revision, which
+// the existence compare uses, is unknown.
+func (tx *etcdTx) learn(rev int64, o *txOps) {
 	e := tx.e
 	if e.cache == nil || len(e.cache) > maxCached {
 		e.cache = map[string]cachedKV{}
@@ -668,12 +704,15 @@ func (tx *etcdTx) learn(rev int64, puts map[string][]byte, dels map[string]bool)
 	for k, c := range tx.fetched {
 		e.cache[k] = c
 	}
-	for k := range dels {
+	for k := range o.dels {
 		e.cache[k] = cachedKV{}
 	}
-	for k, v := range puts {
+	records := e.prefix + "k/"
+	for k, v := range o.puts {
 		old, known := e.cache[k]
 		switch {
+		case !known && strings.HasPrefix(k, records) && !o.appends[k]:
+			e.cache[k] = cachedKV{v: v, present: true, mod: rev}
 		case !known:
 			delete(e.cache, k)
 		case old.present:
@@ -789,6 +828,7 @@ func (tx *etcdTx) createBucket(parent *etcdBucket, name []byte) (kvBucket, error
 	if !b.exists {
 		b.exists, b.created, b.seq, b.seqLoaded = true, true, 0, true
 		b.dirty = true
+		tx.wrote++
 	}
 	return b, nil
 }
@@ -811,6 +851,9 @@ type txOps struct {
 	ops  []clientv3.Op
 	puts map[string][]byte
 	dels map[string]bool
+	// appends: records put in append-only buckets (SetFillPercent: the
+	// event logs), not kept in the write cache unless already there
+	appends map[string]bool
 }
 
 func (o *txOps) put(k string, v []byte) {
@@ -826,7 +869,7 @@ func (o *txOps) del(k string) {
 // buildOps turns the buffered writes of every bucket, in bucket order,
 // into etcd operations.
 func (tx *etcdTx) buildOps() (*txOps, error) {
-	o := &txOps{puts: map[string][]byte{}, dels: map[string]bool{}}
+	o := &txOps{puts: map[string][]byte{}, dels: map[string]bool{}, appends: map[string]bool{}}
 	ids := make([]string, 0, len(tx.buckets))
 	for id := range tx.buckets {
 		ids = append(ids, id)
@@ -873,6 +916,9 @@ func (tx *etcdTx) bucketOps(o *txOps, b *etcdBucket) error {
 			o.del(b.dataPfx + k)
 		} else {
 			o.put(b.dataPfx+k, w.v)
+			if b.appendOnly {
+				o.appends[b.dataPfx+k] = true
+			}
 		}
 	}
 	if b.created || b.seqDirty {
@@ -923,11 +969,17 @@ func (tx *etcdTx) commit() (bool, error) {
 	if tx.shared && (len(ops) > maxBatchOps || len(cmps) > maxBatchOps) {
 		return false, errBatchTooBig
 	}
+	then := ops
+	if len(ops) == 0 {
+		// Only reads to confirm (fn read the write cache and wrote
+		// nothing): make etcd answer them linearizably.
+		then = []clientv3.Op{tx.e.linearizer()}
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), tx.e.timeout)
 	defer cancel()
 	tx.e.txns.Add(1)
 	t0 := time.Now()
-	resp, err := tx.e.cli.Txn(ctx).If(cmps...).Then(ops...).Else(orElse...).Commit()
+	resp, err := tx.e.cli.Txn(ctx).If(cmps...).Then(then...).Else(orElse...).Commit()
 	tx.e.stats.txnNanos.Add(int64(time.Since(t0)))
 	tx.e.stats.txnOps.Add(int64(len(ops)))
 	tx.e.stats.txnCmps.Add(int64(len(cmps)))
@@ -941,7 +993,7 @@ func (tx *etcdTx) commit() (bool, error) {
 		tx.e.stats.conflicts.Add(1)
 	}
 	if resp.Succeeded {
-		tx.learn(resp.Header.Revision, o.puts, o.dels)
+		tx.learn(resp.Header.Revision, o)
 		tx.e.noteCommit(resp.Header.Revision, ops)
 		return true, nil
 	}
@@ -953,6 +1005,44 @@ func (tx *etcdTx) commit() (bool, error) {
 		}
 	}
 	return false, nil
+}
+
+// validate reports whether every record the transaction read is still as
+// it read it, by an etcd transaction of its compares and no write (etcd
+// answers it as a read, without a raft entry; the linearizer op makes it
+// a linearizable one). The fence is not compared: the caller writes
+// nothing on the answer.
+func (tx *etcdTx) validate() (bool, error) {
+	cmps, _ := tx.compares(nil)
+	if len(cmps) > maxBatchOps {
+		return false, nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), tx.e.timeout)
+	defer cancel()
+	tx.e.txns.Add(1)
+	t0 := time.Now()
+	resp, err := tx.e.cli.Txn(ctx).If(cmps...).Then(tx.e.linearizer()).Commit()
+	tx.e.stats.txnNanos.Add(int64(time.Since(t0)))
+	tx.e.stats.txnCmps.Add(int64(len(cmps)))
+	tx.e.stats.validations.Add(1)
+	if err != nil {
+		return false, err
+	}
+	if !resp.Succeeded {
+		tx.e.stats.conflicts.Add(1)
+	}
+	return resp.Succeeded, nil
+}
+
+// linearizer is a count-only linearizable range read of one key, for a
+// transaction without writes: etcd serves a read-only transaction whose
+// every operation is a serializable range (none at all included) from
+// the member's local state, which may lag the cluster, so compares alone
+// could pass on records another process has changed since; one
+// linearizable range makes the member confirm it is current first (etcd
+// server's isTxnSerializable, linearizableReadNotify).
+func (e *etcdEngine) linearizer() clientv3.Op {
+	return clientv3.OpGet(e.prefix+"m/"+escapeBucket(bucketMeta), clientv3.WithCountOnly())
 }
 
 // refused reports whether etcd refused a request outright (bad request,
@@ -990,15 +1080,16 @@ type etcdBucket struct {
 	metaKey string
 	genKey  string
 
-	exists    bool
-	created   bool // made in this transaction
-	deleted   bool // deleted in this transaction: stored records are hidden
-	seq       uint64
-	seqLoaded bool
-	seqRead   bool // the sequence was read: guard it
-	seqDirty  bool
-	metaRev   int64
-	dirty     bool // written in this transaction: bump the generation
+	exists     bool
+	created    bool // made in this transaction
+	deleted    bool // deleted in this transaction: stored records are hidden
+	seq        uint64
+	seqLoaded  bool
+	seqRead    bool // the sequence was read: guard it
+	seqDirty   bool
+	metaRev    int64
+	dirty      bool // written in this transaction: bump the generation
+	appendOnly bool // SetFillPercent was called: an append-only log
 
 	writes map[string]etcdWrite
 	wkeys  []string // sorted keys of writes
@@ -1091,6 +1182,7 @@ func (b *etcdBucket) write(key []byte, w etcdWrite) error {
 	}
 	b.writes[k] = w
 	b.dirty = true
+	b.tx.wrote++
 	return nil
 }
 
@@ -1140,6 +1232,7 @@ func (b *etcdBucket) NextSequence() (uint64, error) {
 	}
 	b.seq = seq + 1
 	b.seqDirty, b.dirty = true, true
+	b.tx.wrote++
 	return b.seq, nil
 }
 
@@ -1166,6 +1259,7 @@ func (b *etcdBucket) DeleteBucket(name []byte) error {
 	if nb == nil {
 		return fmt.Errorf("delete bucket %s: %w", name, ErrNotFound)
 	}
+	b.tx.wrote++
 	if nb.created && !nb.deleted {
 		// Made in this transaction only: forget it.
 		delete(b.tx.buckets, nb.id)
@@ -1179,7 +1273,9 @@ func (b *etcdBucket) DeleteBucket(name []byte) error {
 	return nil
 }
 
-func (b *etcdBucket) SetFillPercent(float64) {}
+// SetFillPercent marks the bucket append-only (the store calls it on its
+// event logs): its new records are not kept in the write cache.
+func (b *etcdBucket) SetFillPercent(float64) { b.appendOnly = true }
 
 func (b *etcdBucket) KeyN() int {
 	if b.deleted || b.created {
@@ -1346,6 +1442,7 @@ type etcdCounters struct {
 	txnNanos, txnOps, txnCmps, conflicts atomic.Int64
 	updates, calls                       atomic.Int64
 	cacheHits, cacheMisses, cacheReruns  atomic.Int64
+	validations                          atomic.Int64
 	views, viewsDirect                   atomic.Int64
 	lockWaitNanos, viewWaitNanos         atomic.Int64
 }

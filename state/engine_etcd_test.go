@@ -11,6 +11,7 @@ import (
 	mrand "math/rand/v2"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -644,5 +645,89 @@ func TestEtcdSharedCallPanicsInItsCaller(t *testing.T) {
 	}
 	if strings.Join(got, ",") != "after,ok" {
 		t.Fatalf("records %v, want after,ok", got)
+	}
+}
+
+// TestEtcdChecksShareTransactions: token checks (update transactions that
+// end with errRollback, writing nothing) running alongside lifecycle moves
+// share the moves' etcd transactions and answer from the write cache, the
+// commit's compares proving the cached token current: no etcd read under
+// the writer lock, no rerun from a snapshot, and each check answers as
+// alone (a used token refused, an unused one accepted).
+func TestEtcdChecksShareTransactions(t *testing.T) {
+	e := testEtcdEngine(t)
+	s := newStore(e, e.describe(), Options{Logger: slog.New(slog.DiscardHandler), Now: time.Now})
+	s.sweep, s.pruneBatch = etcdSweep, etcdSweep
+	if err := s.init(nil); err != nil {
+		t.Fatal(err)
+	}
+	const n = 32
+	values := make([]string, n)
+	for i := range n {
+		name := fmt.Sprintf("n%02d", i)
+		if _, err := s.CreateServer(Server{Name: name, Lifecycle: LifecycleReady}); err != nil {
+			t.Fatal(err)
+		}
+		v, _, err := s.IssueToken(TokenSpec{Purpose: PurposeReport, Server: name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		values[i] = v
+	}
+	// Every fourth token used: its checks must refuse it.
+	for i := 0; i < n; i += 4 {
+		if _, err := s.ConsumeToken(values[i], TokenClaim{Purpose: PurposeReport, Server: fmt.Sprintf("n%02d", i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitReplica(t, e)
+	st0, _ := s.EtcdStats()
+	checks := make([]error, n)
+	moves := make([]error, n)
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range n {
+		name := fmt.Sprintf("n%02d", i)
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			<-start
+			_, checks[i] = s.CheckToken(values[i], TokenClaim{Purpose: PurposeReport, Server: name})
+		}()
+		go func() {
+			defer wg.Done()
+			<-start
+			_, moves[i] = s.Transition(name, LifecycleReady, LifecycleAllocated, "with checks")
+		}()
+	}
+	close(start)
+	wg.Wait()
+	for i := range n {
+		if moves[i] != nil {
+			t.Errorf("move %d: %v", i, moves[i])
+		}
+		switch {
+		case i%4 == 0 && !errors.Is(checks[i], ErrTokenUsed):
+			t.Errorf("check of used token %d = %v, want ErrTokenUsed", i, checks[i])
+		case i%4 != 0 && checks[i] != nil:
+			t.Errorf("check of unused token %d = %v, want nil", i, checks[i])
+		}
+	}
+	st, _ := s.EtcdStats()
+	t.Logf("%d checks and %d moves: %d commits, %d update reads, %d cache reruns, %d updates carrying %d calls",
+		n, n, st.Commits-st0.Commits, st.UpdateReads-st0.UpdateReads, st.CacheReruns-st0.CacheReruns,
+		st.Updates-st0.Updates, st.Calls-st0.Calls)
+	if d := st.UpdateReads - st0.UpdateReads; d != 0 {
+		t.Errorf("%d etcd reads in write transactions, want 0 (the write cache, proven by the compares)", d)
+	}
+	if d := st.CacheReruns - st0.CacheReruns; d != 0 {
+		t.Errorf("%d reruns from a snapshot, want 0", d)
+	}
+	counts, err := s.CountServers()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if counts[LifecycleAllocated] != n {
+		t.Fatalf("allocated = %d, want %d", counts[LifecycleAllocated], n)
 	}
 }
