@@ -29,7 +29,8 @@
 #
 # Uses bench/scale (go run ./bench/scale, which runs `bin/machina serve`
 # as its own process: `make build` first). Starts its etcd members with
-# data under a temporary folder on ports 23790-23795 of 127.0.0.1 and stops
+# data under a temporary folder on ports 23790-23795 of 127.0.0.1 (from
+# MACHINA_HA_PORT on, when set, for a run beside another one) and stops
 # them by PID at the end. Needs etcd and etcdctl (etcd-server,
 # etcd-client).
 set -eu
@@ -37,6 +38,7 @@ cd "$(dirname "$0")/.."
 sizes=${1:-1000,10000}
 kills=${MACHINA_HA_KILLS:-5}
 ttl=${MACHINA_HA_TTL:-5s}
+port=${MACHINA_HA_PORT:-23790}
 for b in etcd etcdctl; do
 	command -v $b >/dev/null || { echo "bench/ha.sh: $b not found: apt-get install etcd-server etcd-client" >&2; exit 2; }
 done
@@ -56,11 +58,11 @@ trap cleanup EXIT INT TERM
 
 cluster=""
 for i in 0 1 2; do
-	cluster="${cluster:+$cluster,}m$i=http://127.0.0.1:$((23791 + 2 * i))"
+	cluster="${cluster:+$cluster,}m$i=http://127.0.0.1:$((port + 1 + 2 * i))"
 done
 eps=""
 for i in 0 1 2; do
-	c=$((23790 + 2 * i)); p=$((23791 + 2 * i))
+	c=$((port + 2 * i)); p=$((port + 1 + 2 * i))
 	eps="${eps:+$eps,}127.0.0.1:$c"
 	etcd --name m$i --data-dir "$work/m$i" \
 		--listen-client-urls http://127.0.0.1:$c --advertise-client-urls http://127.0.0.1:$c \
