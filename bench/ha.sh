@@ -25,7 +25,9 @@
 # With MACHINA_BENCH_BEFORE=BINARY (e.g. bin/machina-before, built from
 # the commit before a change) each size runs that binary first on both
 # engines, in bbolt-before-N/ and etcd-before-N/, then bin/machina: a
-# before/after pair from one sitting on one etcd cluster.
+# before/after pair from one sitting on one etcd cluster (its history
+# compacted and defragmented between the two, so the second run does not
+# start on the first one's revisions).
 #
 # Uses bench/scale (go run ./bench/scale, which runs `bin/machina serve`
 # as its own process: `make build` first). Starts its etcd members with
@@ -95,6 +97,7 @@ for n in $(echo "$sizes" | tr ',' ' '); do
 		echo "== $n servers, etcd, $MACHINA_BENCH_BEFORE"
 		go run ./bench/scale -servers "$n" -machina "$MACHINA_BENCH_BEFORE" -out "$out/etcd-before-$n" ${MACHINA_BENCH_CPUPROFILE:+-cpuprofile "$out/etcd-before-$n"} -etcd "etcd://$eps/machina" || status=1
 		etcdctl --endpoints "$eps" del --prefix /machina >/dev/null
+		echo "etcd after the $MACHINA_BENCH_BEFORE run, its keys deleted (compacted, defragmented): $(dbsize) bytes"
 	fi
 	echo
 	echo "== $n servers, bbolt"

@@ -266,15 +266,6 @@ func (c *Cluster) layout(n, attempt int) error {
 	return nil
 }
 
-// freePort returns a loopback TCP port that was free a moment ago.
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
 
 func (c *Cluster) initialCluster() string {
 	var parts []string
