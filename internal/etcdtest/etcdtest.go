@@ -266,7 +266,6 @@ func (c *Cluster) layout(n, attempt int) error {
 	return nil
 }
 
-
 func (c *Cluster) initialCluster() string {
 	var parts []string
 	for _, m := range c.members {
