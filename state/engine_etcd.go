@@ -41,8 +41,10 @@ import (
 //
 //   - a record read by key: ModRevision(record) = the one seen;
 //   - a bucket read by range (cursor, ForEach), or more than
-//     maxPointReads records of one bucket read by key: ModRevision(the
-//     bucket's generation key) = the one seen. Every writing transaction
+//     maxPointReads records of one bucket read by key from etcd:
+//     ModRevision(the bucket's generation key) = the one seen. (A record
+//     read from the write cache is always compared by its own key: it may
+//     be older than the snapshot the generation was read at.) Every writing transaction
 //     re-puts the generation key of each bucket it writes, so any write to
 //     the bucket since the snapshot, insert and delete included (phantoms),
 //     fails the compare. This is why concurrency.STM was not used: STM has
@@ -98,6 +100,9 @@ const (
 	// transaction guards the bucket's generation instead of each record
 	// (keeps the compares under etcd's --max-txn-ops).
 	maxPointReads = 8
+	// maxCachedReads bounds the point reads one transaction takes from
+	// the write cache (each is compared by key).
+	maxCachedReads = 64
 	// maxAttempts bounds the reruns of a conflicting transaction.
 	maxAttempts = 32
 	// etcdPage is the most records one cursor read fetches; the first read
@@ -637,12 +642,17 @@ type etcdTx struct {
 	genReads    map[string]int64 // generation key → ModRevision seen
 	createReads map[string]int64 // existence key → CreateRevision seen
 
-	rep       *replica            // a view on the read replica (its read lock held)
-	wrote     int                 // writes buffered so far (puts, deletes, buckets, sequences)
-	shared    bool                // carries several batch calls: bounded by maxBatchOps
-	useCache  bool                // point reads may come from e.cache
-	usedCache bool                // some did
-	fetched   map[string]cachedKV // point reads made from etcd
+	rep   *replica // a view on the read replica (its read lock held)
+	wrote int      // writes buffered so far (puts, deletes, buckets, sequences)
+	// cachedReads: point reads served by the write cache, each its own
+	// compare; past maxCachedReads the rest read etcd at the snapshot
+	// (guarded by bucket past maxPointReads), keeping the compares under
+	// etcd's --max-txn-ops.
+	cachedReads int
+	shared      bool                // carries several batch calls: bounded by maxBatchOps
+	useCache    bool                // point reads may come from e.cache
+	usedCache   bool                // some did
+	fetched     map[string]cachedKV // point reads made from etcd
 }
 
 // cachedKV is a record as this process last read or wrote it.
@@ -656,14 +666,23 @@ type cachedKV struct {
 // point reads one key: from the write cache in an update (the compares of
 // the commit check it is still current) or from etcd at the snapshot.
 func (tx *etcdTx) point(key string) (cachedKV, bool) {
+	c, ok, _ := tx.pointFrom(key)
+	return c, ok
+}
+
+// pointFrom is point; cached: the record came from the write cache (so
+// from some earlier revision than the snapshot's, and only a compare on
+// this very key can show it current).
+func (tx *etcdTx) pointFrom(key string) (c cachedKV, ok, cached bool) {
 	if tx.rep != nil {
-		return tx.rep.get(key), true
+		return tx.rep.get(key), true, false
 	}
-	if tx.useCache {
+	if tx.useCache && tx.cachedReads < maxCachedReads {
 		if c, ok := tx.e.cache[key]; ok {
 			tx.usedCache = true
+			tx.cachedReads++
 			tx.e.stats.cacheHits.Add(1)
-			return c, true
+			return c, true, true
 		}
 	}
 	if tx.writable {
@@ -671,9 +690,8 @@ func (tx *etcdTx) point(key string) (cachedKV, bool) {
 	}
 	resp := tx.get(key)
 	if resp == nil {
-		return cachedKV{}, false
+		return cachedKV{}, false, false
 	}
-	var c cachedKV
 	if len(resp.Kvs) > 0 {
 		kv := resp.Kvs[0]
 		c = cachedKV{v: kv.Value, present: true, mod: kv.ModRevision, create: kv.CreateRevision}
@@ -687,7 +705,7 @@ func (tx *etcdTx) point(key string) (cachedKV, bool) {
 		}
 		tx.fetched[key] = c
 	}
-	return c, true
+	return c, true, false
 }
 
 // learn updates the write cache after a commit at revision rev: what the
@@ -1145,7 +1163,7 @@ func (b *etcdBucket) Get(key []byte) []byte {
 	if v, ok := b.points[k]; ok {
 		return v
 	}
-	c, ok := b.tx.point(b.dataPfx + k)
+	c, ok, cached := b.tx.pointFrom(b.dataPfx + k)
 	if !ok {
 		return nil
 	}
@@ -1155,6 +1173,14 @@ func (b *etcdBucket) Get(key []byte) []byte {
 	}
 	r := c.mod
 	b.points[k] = v
+	if cached {
+		// Only this key's compare shows a cached record current: the
+		// bucket's generation (the guard) is read at the snapshot, and
+		// a write another process made between the record's caching
+		// and the snapshot leaves it unchanged since.
+		b.tx.keyReads[b.dataPfx+k] = r
+		return v
+	}
 	b.pointReads++
 	switch {
 	case b.guarded:

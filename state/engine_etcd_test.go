@@ -731,3 +731,66 @@ func TestEtcdChecksShareTransactions(t *testing.T) {
 		t.Fatalf("allocated = %d, want %d", counts[LifecycleAllocated], n)
 	}
 }
+
+// TestEtcdCachedReadsComparedPastTheGuard: a transaction reading more than
+// maxPointReads records of one bucket guards the bucket by its generation
+// key, read at the snapshot; a record served by the write cache is older
+// than that snapshot, so it is compared by its own key all the same. Here
+// another process (engine b) changed the last of 16 records a holds in its
+// cache; a's sum of all 16 must see the change (its commit's compare on
+// that record fails and it reruns from etcd), not commit a sum of stale
+// records.
+func TestEtcdCachedReadsComparedPastTheGuard(t *testing.T) {
+	a := testEtcdEngine(t)
+	b, err := newEtcdEngine(EtcdConfig{Client: a.cli, Prefix: a.prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.close() })
+	const n = 2 * maxPointReads
+	key := func(i int) []byte { return []byte(fmt.Sprintf("r%02d", i)) }
+	bucket := []byte("sums")
+	if err := a.update(func(tx kvTx) error {
+		bk, err := tx.CreateBucketIfNotExists(bucket)
+		if err != nil {
+			return err
+		}
+		for i := range n {
+			if err := bk.Put(key(i), []byte("0")); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.update(func(tx kvTx) error { return tx.Bucket(bucket).Put(key(n-1), []byte("1")) }); err != nil {
+		t.Fatal(err)
+	}
+	hits := a.stats.cacheHits.Load()
+	if err := a.update(func(tx kvTx) error {
+		bk := tx.Bucket(bucket)
+		sum := 0
+		for i := range n {
+			if string(bk.Get(key(i))) == "1" {
+				sum++
+			}
+		}
+		return bk.Put([]byte("sum"), []byte(fmt.Sprint(sum)))
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if a.stats.cacheHits.Load() == hits {
+		t.Fatal("a read no record from its write cache: the test shows nothing")
+	}
+	var got []byte
+	if err := b.view(func(tx kvTx) error {
+		got = append([]byte{}, tx.Bucket(bucket).Get([]byte("sum"))...)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if string(got) != "1" {
+		t.Fatalf("sum = %q, want 1 (a decided on a stale cached record)", got)
+	}
+}
