@@ -113,10 +113,11 @@ const (
 	etcdFirstPage = 8
 	// maxCached bounds the write cache (records); past it it starts over.
 	maxCached = 200_000
-	// maxBatch is the most update or batch calls one etcd transaction
-	// carries (a lifecycle move adds about 6 operations: under
-	// --max-txn-ops 128).
-	maxBatch = 8
+	// maxBatch is the most update or batch calls one writer's turn takes
+	// from the queue; a transaction stops taking them once its
+	// operations or compares pass half of maxBatchOps (tx.full: a
+	// lifecycle move adds about 6 operations), the rest run in the next.
+	maxBatch = 32
 	// maxBatchOps: a shared transaction with more operations or compares
 	// than this (etcd's default --max-txn-ops) is not sent; its calls run
 	// one by one instead.
@@ -511,15 +512,22 @@ func (r refusedError) Unwrap() error { return r.error }
 // like everyone's, so the commit that lands the others' writes also
 // proves its answer current. It then costs no turn of its own at the
 // writer lock and no rerun of the others.
+//
+// A transaction takes calls while its operations and compares stay under
+// half of maxBatchOps; the calls it leaves run in the next one.
 func (e *etcdEngine) runBatch(calls []*batchCall) {
 	for len(calls) > 0 {
-		failed := -1
+		failed, taken := -1, len(calls)
 		shared := len(calls) > 1
 		rolled := make([]bool, len(calls))
 		err := e.updateLocked(func(t kvTx) error {
-			failed = -1
+			failed, taken = -1, len(calls)
 			tx := t.(*etcdTx)
 			for i, c := range calls {
+				if i > 0 && tx.full() {
+					taken = i
+					break
+				}
 				before := tx.wrote
 				err := safeCall(c.fn, tx)
 				rolled[i] = shared && err == errRollback && tx.wrote == before
@@ -533,10 +541,11 @@ func (e *etcdEngine) runBatch(calls []*batchCall) {
 		var refusal refusedError
 		if shared && failed < 0 && (errors.Is(err, errBatchTooBig) || errors.As(err, &refusal)) {
 			// Too large together (or refused together): each alone.
-			for _, c := range calls {
+			for _, c := range calls[:taken] {
 				c.done <- errTrySolo
 			}
-			return
+			calls = calls[taken:]
+			continue
 		}
 		if failed >= 0 && len(calls) > 1 {
 			calls[failed].done <- errTrySolo
@@ -545,9 +554,9 @@ func (e *etcdEngine) runBatch(calls []*batchCall) {
 		}
 		if err == nil {
 			e.stats.updates.Add(1)
-			e.stats.calls.Add(int64(len(calls)))
+			e.stats.calls.Add(int64(taken))
 		}
-		for i, c := range calls {
+		for i, c := range calls[:taken] {
 			switch {
 			case rolled[i] && err == nil:
 				c.done <- errRollback
@@ -559,8 +568,18 @@ func (e *etcdEngine) runBatch(calls []*batchCall) {
 				c.done <- err
 			}
 		}
-		return
+		calls = calls[taken:]
 	}
+}
+
+// full reports whether a shared transaction should take no more calls:
+// its writes (plus a generation and a sequence key per bucket) or its
+// compares are past half of maxBatchOps, so one more call (a lifecycle
+// move is about 6 operations) is unlikely to push it past etcd's
+// --max-txn-ops.
+func (tx *etcdTx) full() bool {
+	cmps := len(tx.keyReads) + len(tx.genReads) + len(tx.createReads)
+	return tx.wrote+2*len(tx.buckets) > maxBatchOps/2 || cmps > maxBatchOps/2
 }
 
 // update shares transactions as batch does: writers of one process are

@@ -566,17 +566,20 @@ func TestEtcdUpdatesShareTransactions(t *testing.T) {
 }
 
 // TestEtcdSharedTransactionTooBig: calls that together pass etcd's
-// --max-txn-ops are not sent together but each alone, and all commit.
+// --max-txn-ops are not sent together but each alone, and all commit
+// (60 and 70 puts: the first leaves the transaction under half the limit,
+// so it takes the second too, and the two are past it).
 func TestEtcdSharedTransactionTooBig(t *testing.T) {
 	e := testEtcdEngine(t)
 	if err := e.update(func(tx kvTx) error { _, err := tx.CreateBucketIfNotExists([]byte("b")); return err }); err != nil {
 		t.Fatal(err)
 	}
 	var calls []*batchCall
+	sizes := []int{60, 70, 60, 70}
 	for i := range 4 {
 		calls = append(calls, &batchCall{done: make(chan error, 1), fn: func(tx kvTx) error {
 			b := tx.Bucket([]byte("b"))
-			for j := range 50 {
+			for j := range sizes[i] {
 				if err := b.Put([]byte(fmt.Sprintf("c%d-%02d", i, j)), []byte("v")); err != nil {
 					return err
 				}
@@ -599,8 +602,50 @@ func TestEtcdSharedTransactionTooBig(t *testing.T) {
 	if err := e.view(func(tx kvTx) error { n = tx.Bucket([]byte("b")).KeyN(); return nil }); err != nil {
 		t.Fatal(err)
 	}
-	if n != 200 {
-		t.Fatalf("%d records after the calls ran alone, want 200", n)
+	if n != 260 {
+		t.Fatalf("%d records after the calls ran alone, want 260", n)
+	}
+}
+
+// TestEtcdSharedTransactionStopsTakingCalls: a shared transaction takes
+// calls until its operations pass half of etcd's --max-txn-ops and leaves
+// the rest to the next one (in the same turn at the writer lock): four
+// calls of 40 puts commit in two transactions of two, none alone.
+func TestEtcdSharedTransactionStopsTakingCalls(t *testing.T) {
+	e := testEtcdEngine(t)
+	if err := e.update(func(tx kvTx) error { _, err := tx.CreateBucketIfNotExists([]byte("b")); return err }); err != nil {
+		t.Fatal(err)
+	}
+	var calls []*batchCall
+	for i := range 4 {
+		calls = append(calls, &batchCall{done: make(chan error, 1), fn: func(tx kvTx) error {
+			b := tx.Bucket([]byte("b"))
+			for j := range 40 {
+				if err := b.Put([]byte(fmt.Sprintf("c%d-%02d", i, j)), []byte("v")); err != nil {
+					return err
+				}
+			}
+			return nil
+		}})
+	}
+	before := e.txns.Load()
+	e.mu.Lock()
+	e.runBatch(calls)
+	e.mu.Unlock()
+	for i, c := range calls {
+		if err := <-c.done; err != nil {
+			t.Fatalf("call %d = %v, want nil (committed shared)", i, err)
+		}
+	}
+	if d := e.txns.Load() - before; d != 2 {
+		t.Errorf("%d etcd transactions for 4 calls of 40 puts, want 2", d)
+	}
+	n := 0
+	if err := e.view(func(tx kvTx) error { n = tx.Bucket([]byte("b")).KeyN(); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if n != 160 {
+		t.Fatalf("%d records, want 160", n)
 	}
 }
 
