@@ -23,6 +23,13 @@ type metrics struct {
 //     listener was at its descriptor budget; machina_listener_conns_refused_total{listener,reason} splits them)
 //   - machina_machine_unknown_tokens_total (machine requests with a token value naming no token)
 //   - machina_machine_refusals_total{reason} (machine requests with a known token refused; state.RefusalReason)
+//   - on the etcd engine, its requests and waits (etcdCollector, state.EtcdStats):
+//     machina_state_etcd_requests_total{kind="txn"|"update_range"|"view_range"|"revision"},
+//     machina_state_etcd_request_seconds_total{kind}, machina_state_etcd_conflicts_total,
+//     machina_state_etcd_txn_{ops,compares}_total, machina_state_etcd_updates_total,
+//     machina_state_etcd_update_calls_total, machina_state_etcd_cache_reads_total{result="hit"|"miss"},
+//     machina_state_etcd_cache_reruns_total, machina_state_etcd_views_total{source="replica"|"etcd"} and
+//     machina_state_etcd_wait_seconds_total{what="writer_lock"|"view"}
 //   - with git set, the Git side's health (gitCollector): machina_git_{poll,push}_last_success_timestamp_seconds,
 //     machina_git_{poll,push}_consecutive_failures, machina_git_behind_commits and machina_git_revision_info{commit,digest}
 func newMetrics(reg prometheus.Registerer, st *state.Store, refused func() float64, git func() v1.GitHealth) (*metrics, error) {
@@ -47,6 +54,9 @@ func newMetrics(reg prometheus.Registerer, st *state.Store, refused func() float
 	cs := []prometheus.Collector{m.requests, m.duration, m.authFailures, connsRefused, unknownTokens, refusalCollector{st: st}, &storeCollector{st: st}}
 	if git != nil {
 		cs = append(cs, gitCollector{git: git})
+	}
+	if _, ok := st.EtcdStats(); ok {
+		cs = append(cs, etcdCollector{st: st})
 	}
 	for _, c := range cs {
 		if err := reg.Register(c); err != nil {
@@ -95,6 +105,60 @@ func (c *storeCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(descSealing, prometheus.GaugeValue, sealing)
 	ch <- prometheus.MustNewConstMetric(descLastSeq, prometheus.CounterValue, float64(seq))
+}
+
+// etcdCollector reads the etcd engine's counters at scrape time.
+type etcdCollector struct{ st *state.Store }
+
+var (
+	descEtcdRequests  = prometheus.NewDesc("machina_state_etcd_requests_total", "etcd requests of the state store by kind: txn (commits), update_range and view_range (range reads of write and read transactions), revision (the read replica's current-revision reads).", []string{"kind"}, nil)
+	descEtcdReqSecs   = prometheus.NewDesc("machina_state_etcd_request_seconds_total", "Summed round-trip time of the state store's etcd requests by kind.", []string{"kind"}, nil)
+	descEtcdConflicts = prometheus.NewDesc("machina_state_etcd_conflicts_total", "etcd commits whose compares failed (rerun from a new snapshot, or refused by the fence).", nil, nil)
+	descEtcdOps       = prometheus.NewDesc("machina_state_etcd_txn_ops_total", "Operations carried by the etcd commits.", nil, nil)
+	descEtcdCmps      = prometheus.NewDesc("machina_state_etcd_txn_compares_total", "Compares carried by the etcd commits.", nil, nil)
+	descEtcdUpdates   = prometheus.NewDesc("machina_state_etcd_updates_total", "Write transactions committed on etcd.", nil, nil)
+	descEtcdCalls     = prometheus.NewDesc("machina_state_etcd_update_calls_total", "Store write calls carried by the committed etcd transactions (several share one).", nil, nil)
+	descEtcdCache     = prometheus.NewDesc("machina_state_etcd_cache_reads_total", "Point reads of write transactions, from the write cache (hit) or etcd (miss).", []string{"result"}, nil)
+	descEtcdReruns    = prometheus.NewDesc("machina_state_etcd_cache_reruns_total", "Write transactions that failed after reading the write cache and were rerun from a snapshot.", nil, nil)
+	descEtcdViews     = prometheus.NewDesc("machina_state_etcd_views_total", "Read transactions by source: the watch-fed replica, or etcd directly.", []string{"source"}, nil)
+	descEtcdWait      = prometheus.NewDesc("machina_state_etcd_wait_seconds_total", "Summed time callers waited: writer_lock (write calls for the process's writer lock), view (views for the replica to reach etcd's current revision).", []string{"what"}, nil)
+)
+
+func (c etcdCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descEtcdRequests, descEtcdReqSecs, descEtcdConflicts, descEtcdOps, descEtcdCmps,
+		descEtcdUpdates, descEtcdCalls, descEtcdCache, descEtcdReruns, descEtcdViews, descEtcdWait} {
+		ch <- d
+	}
+}
+
+func (c etcdCollector) Collect(ch chan<- prometheus.Metric) {
+	s, ok := c.st.EtcdStats()
+	if !ok {
+		return
+	}
+	counter := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, labels...)
+	}
+	counter(descEtcdRequests, float64(s.Commits), "txn")
+	counter(descEtcdRequests, float64(s.UpdateReads), "update_range")
+	counter(descEtcdRequests, float64(s.ViewReads), "view_range")
+	counter(descEtcdRequests, float64(s.RevisionReads), "revision")
+	counter(descEtcdReqSecs, s.CommitTime.Seconds(), "txn")
+	counter(descEtcdReqSecs, s.UpdateReadTime.Seconds(), "update_range")
+	counter(descEtcdReqSecs, s.ViewReadTime.Seconds(), "view_range")
+	counter(descEtcdReqSecs, s.RevisionReadTime.Seconds(), "revision")
+	counter(descEtcdConflicts, float64(s.Conflicts))
+	counter(descEtcdOps, float64(s.Ops))
+	counter(descEtcdCmps, float64(s.Compares))
+	counter(descEtcdUpdates, float64(s.Updates))
+	counter(descEtcdCalls, float64(s.Calls))
+	counter(descEtcdCache, float64(s.CacheHits), "hit")
+	counter(descEtcdCache, float64(s.CacheMisses), "miss")
+	counter(descEtcdReruns, float64(s.CacheReruns))
+	counter(descEtcdViews, float64(s.Views-s.ViewsDirect), "replica")
+	counter(descEtcdViews, float64(s.ViewsDirect), "etcd")
+	counter(descEtcdWait, s.WriterWait.Seconds(), "writer_lock")
+	counter(descEtcdWait, s.ViewWait.Seconds(), "view")
 }
 
 // gitCollector reads the Git side's health at scrape time.

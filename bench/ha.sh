@@ -22,9 +22,17 @@
 # MACHINA_BENCH_CPUPROFILE=1 each run also writes the controller's CPU and
 # heap profiles and the lab's CPU profile there (bench/scale -cpuprofile).
 #
+# With MACHINA_BENCH_BEFORE=BINARY (e.g. bin/machina-before, built from
+# the commit before a change) each size runs that binary first on both
+# engines, in bbolt-before-N/ and etcd-before-N/, then bin/machina: a
+# before/after pair from one sitting on one etcd cluster (its history
+# compacted and defragmented between the two, so the second run does not
+# start on the first one's revisions).
+#
 # Uses bench/scale (go run ./bench/scale, which runs `bin/machina serve`
 # as its own process: `make build` first). Starts its etcd members with
-# data under a temporary folder on ports 23790-23795 of 127.0.0.1 and stops
+# data under a temporary folder on ports 23790-23795 of 127.0.0.1 (from
+# MACHINA_HA_PORT on, when set, for a run beside another one) and stops
 # them by PID at the end. Needs etcd and etcdctl (etcd-server,
 # etcd-client).
 set -eu
@@ -32,6 +40,7 @@ cd "$(dirname "$0")/.."
 sizes=${1:-1000,10000}
 kills=${MACHINA_HA_KILLS:-5}
 ttl=${MACHINA_HA_TTL:-5s}
+port=${MACHINA_HA_PORT:-23790}
 for b in etcd etcdctl; do
 	command -v $b >/dev/null || { echo "bench/ha.sh: $b not found: apt-get install etcd-server etcd-client" >&2; exit 2; }
 done
@@ -51,11 +60,11 @@ trap cleanup EXIT INT TERM
 
 cluster=""
 for i in 0 1 2; do
-	cluster="${cluster:+$cluster,}m$i=http://127.0.0.1:$((23791 + 2 * i))"
+	cluster="${cluster:+$cluster,}m$i=http://127.0.0.1:$((port + 1 + 2 * i))"
 done
 eps=""
 for i in 0 1 2; do
-	c=$((23790 + 2 * i)); p=$((23791 + 2 * i))
+	c=$((port + 2 * i)); p=$((port + 1 + 2 * i))
 	eps="${eps:+$eps,}127.0.0.1:$c"
 	etcd --name m$i --data-dir "$work/m$i" \
 		--listen-client-urls http://127.0.0.1:$c --advertise-client-urls http://127.0.0.1:$c \
@@ -81,6 +90,15 @@ keys() { etcdctl --endpoints "$eps" get --prefix /machina --keys-only | grep -c 
 empty=$(dbsize)
 echo "etcd: 3 members on loopback ($eps), empty database $empty bytes after compaction and defrag"
 for n in $(echo "$sizes" | tr ',' ' '); do
+	if [ -n "${MACHINA_BENCH_BEFORE:-}" ]; then
+		echo
+		echo "== $n servers, bbolt, $MACHINA_BENCH_BEFORE"
+		go run ./bench/scale -servers "$n" -machina "$MACHINA_BENCH_BEFORE" -out "$out/bbolt-before-$n" ${MACHINA_BENCH_CPUPROFILE:+-cpuprofile "$out/bbolt-before-$n"} || status=1
+		echo "== $n servers, etcd, $MACHINA_BENCH_BEFORE"
+		go run ./bench/scale -servers "$n" -machina "$MACHINA_BENCH_BEFORE" -out "$out/etcd-before-$n" ${MACHINA_BENCH_CPUPROFILE:+-cpuprofile "$out/etcd-before-$n"} -etcd "etcd://$eps/machina" || status=1
+		etcdctl --endpoints "$eps" del --prefix /machina >/dev/null
+		echo "etcd after the $MACHINA_BENCH_BEFORE run, its keys deleted (compacted, defragmented): $(dbsize) bytes"
+	fi
 	echo
 	echo "== $n servers, bbolt"
 	go run ./bench/scale -servers "$n" -out "$out/bbolt-$n" ${MACHINA_BENCH_CPUPROFILE:+-cpuprofile "$out/bbolt-$n"} || status=1

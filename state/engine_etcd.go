@@ -41,8 +41,10 @@ import (
 //
 //   - a record read by key: ModRevision(record) = the one seen;
 //   - a bucket read by range (cursor, ForEach), or more than
-//     maxPointReads records of one bucket read by key: ModRevision(the
-//     bucket's generation key) = the one seen. Every writing transaction
+//     maxPointReads records of one bucket read by key from etcd:
+//     ModRevision(the bucket's generation key) = the one seen. (A record
+//     read from the write cache is always compared by its own key: it may
+//     be older than the snapshot the generation was read at.) Every writing transaction
 //     re-puts the generation key of each bucket it writes, so any write to
 //     the bucket since the snapshot, insert and delete included (phantoms),
 //     fails the compare. This is why concurrency.STM was not used: STM has
@@ -60,8 +62,13 @@ import (
 // that is the only writer of its site (the fenced leader) moves a server
 // with one round trip, the Txn. A record another process changed fails its
 // compare: the cache is dropped and the transaction rerun from etcd. A
-// transaction function that fails after reading from the cache is rerun
-// from a snapshot before its error is believed. Views never use the cache.
+// transaction function that fails (or rolls back: errRollback, nothing to
+// write) after reading from the cache has its error believed only once a
+// write-free etcd transaction of the same compares (validate) shows every
+// record it read current; otherwise it is rerun from a snapshot. A
+// rollback that shares a transaction with other calls (runBatch) needs no
+// transaction of its own: the shared commit's compares hold its reads.
+// Views never use the cache.
 //
 // A failed compare reruns the transaction function from a new snapshot (up
 // to maxAttempts times, then ErrConflict), unless the fence compare failed:
@@ -93,6 +100,9 @@ const (
 	// transaction guards the bucket's generation instead of each record
 	// (keeps the compares under etcd's --max-txn-ops).
 	maxPointReads = 8
+	// maxCachedReads bounds the point reads one transaction takes from
+	// the write cache (each is compared by key).
+	maxCachedReads = 64
 	// maxAttempts bounds the reruns of a conflicting transaction.
 	maxAttempts = 32
 	// etcdPage is the most records one cursor read fetches; the first read
@@ -103,9 +113,12 @@ const (
 	etcdFirstPage = 8
 	// maxCached bounds the write cache (records); past it it starts over.
 	maxCached = 200_000
-	// maxBatch is the most update or batch calls one etcd transaction
-	// carries (a lifecycle move adds about 6 operations: under
-	// --max-txn-ops 128).
+	// maxBatch is the most update or batch calls one writer's turn takes
+	// from the queue (32 measured no different at 1,000 servers: about
+	// 4.3 calls queue during one commit); a transaction stops taking
+	// them once its operations or compares pass half of maxBatchOps
+	// (tx.full: a lifecycle move adds about 6 operations), and the rest
+	// run in the next.
 	maxBatch = 8
 	// maxBatchOps: a shared transaction with more operations or compares
 	// than this (etcd's default --max-txn-ops) is not sent; its calls run
@@ -293,6 +306,7 @@ type etcdEngine struct {
 	closed    atomic.Bool
 	reads     atomic.Int64       // etcd reads made by transactions (tests count round trips)
 	txns      atomic.Int64       // commits sent (tests count shared transactions)
+	stats     etcdCounters       // EtcdStats
 	stopWatch context.CancelFunc // ends watchOthers
 	stopRep   context.CancelFunc // ends the replica's feed
 	rep       *replica           // views' read replica; nil: views read etcd
@@ -388,11 +402,13 @@ func (e *etcdEngine) view(fn func(tx kvTx) error) error {
 	if e.closed.Load() {
 		return ErrClosed
 	}
+	e.stats.views.Add(1)
 	if e.rep != nil {
 		if ok, err := e.rep.view(fn); ok {
 			return err
 		}
 	}
+	e.stats.viewsDirect.Add(1)
 	for attempt := 0; ; attempt++ {
 		tx := e.newTx(false)
 		err := fn(tx)
@@ -422,7 +438,9 @@ func (e *etcdEngine) batch(fn func(tx kvTx) error) error {
 	// Every queued call's caller takes one turn at the lock and runs up to
 	// maxBatch calls from the head, so the calls still queued never
 	// outnumber the callers yet to take their turn: every call runs.
+	t0 := time.Now()
 	e.mu.Lock()
+	e.stats.lockWaitNanos.Add(int64(time.Since(t0)))
 	e.qmu.Lock()
 	n := min(len(e.queue), maxBatch)
 	calls := append([]*batchCall(nil), e.queue[:n]...)
@@ -465,7 +483,12 @@ func (e *etcdEngine) solo(fn func(tx kvTx) error) error {
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return e.updateLocked(fn, false)
+	err := e.updateLocked(fn, false)
+	if err == nil {
+		e.stats.updates.Add(1)
+		e.stats.calls.Add(1)
+	}
+	return err
 }
 
 type batchCall struct {
@@ -484,14 +507,33 @@ type refusedError struct{ error }
 func (r refusedError) Unwrap() error { return r.error }
 
 // runBatch runs calls in one transaction; e.mu is held.
+//
+// A call that ends with errRollback having written nothing (a token check,
+// a refusal, a replayed answer) stays in the shared transaction: it
+// decided on what it read, and those reads are in the commit's compares
+// like everyone's, so the commit that lands the others' writes also
+// proves its answer current. It then costs no turn of its own at the
+// writer lock and no rerun of the others.
+//
+// A transaction takes calls while its operations and compares stay under
+// half of maxBatchOps; the calls it leaves run in the next one.
 func (e *etcdEngine) runBatch(calls []*batchCall) {
 	for len(calls) > 0 {
-		failed := -1
+		failed, taken := -1, len(calls)
 		shared := len(calls) > 1
-		err := e.updateLocked(func(tx kvTx) error {
-			failed = -1
+		rolled := make([]bool, len(calls))
+		err := e.updateLocked(func(t kvTx) error {
+			failed, taken = -1, len(calls)
+			tx := t.(*etcdTx)
 			for i, c := range calls {
-				if err := safeCall(c.fn, tx); err != nil {
+				if i > 0 && tx.full() {
+					taken = i
+					break
+				}
+				before := tx.wrote
+				err := safeCall(c.fn, tx)
+				rolled[i] = shared && err == errRollback && tx.wrote == before
+				if err != nil && !rolled[i] {
 					failed = i
 					return err
 				}
@@ -501,21 +543,45 @@ func (e *etcdEngine) runBatch(calls []*batchCall) {
 		var refusal refusedError
 		if shared && failed < 0 && (errors.Is(err, errBatchTooBig) || errors.As(err, &refusal)) {
 			// Too large together (or refused together): each alone.
-			for _, c := range calls {
+			for _, c := range calls[:taken] {
 				c.done <- errTrySolo
 			}
-			return
+			calls = calls[taken:]
+			continue
 		}
 		if failed >= 0 && len(calls) > 1 {
 			calls[failed].done <- errTrySolo
 			calls = append(calls[:failed:failed], calls[failed+1:]...)
 			continue
 		}
-		for _, c := range calls {
-			c.done <- err
+		if err == nil {
+			e.stats.updates.Add(1)
+			e.stats.calls.Add(int64(taken))
 		}
-		return
+		for i, c := range calls[:taken] {
+			switch {
+			case rolled[i] && err == nil:
+				c.done <- errRollback
+			case rolled[i] && errors.Is(err, ErrNotLeader):
+				// Its answer wrote nothing: give it as it would have
+				// been given alone, not the others' refusal.
+				c.done <- errTrySolo
+			default:
+				c.done <- err
+			}
+		}
+		calls = calls[taken:]
 	}
+}
+
+// full reports whether a shared transaction should take no more calls:
+// its writes (plus a generation and a sequence key per bucket) or its
+// compares are past half of maxBatchOps, so one more call (a lifecycle
+// move is about 6 operations) is unlikely to push it past etcd's
+// --max-txn-ops.
+func (tx *etcdTx) full() bool {
+	cmps := len(tx.keyReads) + len(tx.genReads) + len(tx.createReads)
+	return tx.wrote+2*len(tx.buckets) > maxBatchOps/2 || cmps > maxBatchOps/2
 }
 
 // update shares transactions as batch does: writers of one process are
@@ -545,7 +611,15 @@ func (e *etcdEngine) updateLocked(fn func(tx kvTx) error, shared bool) error {
 		if err != nil {
 			if tx.usedCache {
 				// fn decided on cached records, which only the commit's
-				// compares would have checked: decide again on a snapshot.
+				// compares would have checked: check them alone (one
+				// compare-only etcd transaction, a linearizable read
+				// without a raft write); when one changed, decide again
+				// on a snapshot.
+				if ok, verr := tx.validate(); ok && verr == nil {
+					return err
+				}
+				e.cache = nil
+				e.stats.cacheReruns.Add(1)
 				noCache = true
 				continue
 			}
@@ -589,11 +663,17 @@ type etcdTx struct {
 	genReads    map[string]int64 // generation key → ModRevision seen
 	createReads map[string]int64 // existence key → CreateRevision seen
 
-	rep       *replica            // a view on the read replica (its read lock held)
-	shared    bool                // carries several batch calls: bounded by maxBatchOps
-	useCache  bool                // point reads may come from e.cache
-	usedCache bool                // some did
-	fetched   map[string]cachedKV // point reads made from etcd
+	rep   *replica // a view on the read replica (its read lock held)
+	wrote int      // writes buffered so far (puts, deletes, buckets, sequences)
+	// cachedReads: point reads served by the write cache, each its own
+	// compare; past maxCachedReads the rest read etcd at the snapshot
+	// (guarded by bucket past maxPointReads), keeping the compares under
+	// etcd's --max-txn-ops.
+	cachedReads int
+	shared      bool                // carries several batch calls: bounded by maxBatchOps
+	useCache    bool                // point reads may come from e.cache
+	usedCache   bool                // some did
+	fetched     map[string]cachedKV // point reads made from etcd
 }
 
 // cachedKV is a record as this process last read or wrote it.
@@ -607,20 +687,32 @@ type cachedKV struct {
 // point reads one key: from the write cache in an update (the compares of
 // the commit check it is still current) or from etcd at the snapshot.
 func (tx *etcdTx) point(key string) (cachedKV, bool) {
+	c, ok, _ := tx.pointFrom(key)
+	return c, ok
+}
+
+// pointFrom is point; cached: the record came from the write cache (so
+// from some earlier revision than the snapshot's, and only a compare on
+// this very key can show it current).
+func (tx *etcdTx) pointFrom(key string) (c cachedKV, ok, cached bool) {
 	if tx.rep != nil {
-		return tx.rep.get(key), true
+		return tx.rep.get(key), true, false
 	}
-	if tx.useCache {
+	if tx.useCache && tx.cachedReads < maxCachedReads {
 		if c, ok := tx.e.cache[key]; ok {
 			tx.usedCache = true
-			return c, true
+			tx.cachedReads++
+			tx.e.stats.cacheHits.Add(1)
+			return c, true, true
 		}
+	}
+	if tx.writable {
+		tx.e.stats.cacheMisses.Add(1)
 	}
 	resp := tx.get(key)
 	if resp == nil {
-		return cachedKV{}, false
+		return cachedKV{}, false, false
 	}
-	var c cachedKV
 	if len(resp.Kvs) > 0 {
 		kv := resp.Kvs[0]
 		c = cachedKV{v: kv.Value, present: true, mod: kv.ModRevision, create: kv.CreateRevision}
@@ -634,14 +726,16 @@ func (tx *etcdTx) point(key string) (cachedKV, bool) {
 		}
 		tx.fetched[key] = c
 	}
-	return c, true
+	return c, true, false
 }
 
 // learn updates the write cache after a commit at revision rev: what the
-// transaction read from etcd is current, what it wrote is as written
-// (a key put without being known first is dropped: its create revision is
-// unknown).
-func (tx *etcdTx) learn(rev int64, puts map[string][]byte, dels map[string]bool) {
+// transaction read from etcd is current, what it wrote is as written. A
+// record put without being known first (a token minted, an event
+// appended) is kept with its mod revision, all its compares use; a
+// bucket's existence key put so is dropped: its create revision, which
+// the existence compare uses, is unknown.
+func (tx *etcdTx) learn(rev int64, o *txOps) {
 	e := tx.e
 	if e.cache == nil || len(e.cache) > maxCached {
 		e.cache = map[string]cachedKV{}
@@ -649,12 +743,15 @@ func (tx *etcdTx) learn(rev int64, puts map[string][]byte, dels map[string]bool)
 	for k, c := range tx.fetched {
 		e.cache[k] = c
 	}
-	for k := range dels {
+	for k := range o.dels {
 		e.cache[k] = cachedKV{}
 	}
-	for k, v := range puts {
+	records := e.prefix + "k/"
+	for k, v := range o.puts {
 		old, known := e.cache[k]
 		switch {
+		case !known && strings.HasPrefix(k, records) && !o.appends[k]:
+			e.cache[k] = cachedKV{v: v, present: true, mod: rev}
 		case !known:
 			delete(e.cache, k)
 		case old.present:
@@ -682,7 +779,15 @@ func (tx *etcdTx) get(key string, opts ...clientv3.OpOption) *clientv3.GetRespon
 	ctx, cancel := context.WithTimeout(context.Background(), tx.e.timeout)
 	defer cancel()
 	tx.e.reads.Add(1)
+	t0 := time.Now()
 	resp, err := tx.e.cli.Get(ctx, key, opts...)
+	if tx.writable {
+		tx.e.stats.updateReads.Add(1)
+		tx.e.stats.updateReadNanos.Add(int64(time.Since(t0)))
+	} else {
+		tx.e.stats.viewReads.Add(1)
+		tx.e.stats.viewReadNanos.Add(int64(time.Since(t0)))
+	}
 	if err != nil {
 		tx.fail(err)
 		return nil
@@ -762,6 +867,7 @@ func (tx *etcdTx) createBucket(parent *etcdBucket, name []byte) (kvBucket, error
 	if !b.exists {
 		b.exists, b.created, b.seq, b.seqLoaded = true, true, 0, true
 		b.dirty = true
+		tx.wrote++
 	}
 	return b, nil
 }
@@ -784,6 +890,9 @@ type txOps struct {
 	ops  []clientv3.Op
 	puts map[string][]byte
 	dels map[string]bool
+	// appends: records put in append-only buckets (SetFillPercent: the
+	// event logs), not kept in the write cache unless already there
+	appends map[string]bool
 }
 
 func (o *txOps) put(k string, v []byte) {
@@ -799,7 +908,7 @@ func (o *txOps) del(k string) {
 // buildOps turns the buffered writes of every bucket, in bucket order,
 // into etcd operations.
 func (tx *etcdTx) buildOps() (*txOps, error) {
-	o := &txOps{puts: map[string][]byte{}, dels: map[string]bool{}}
+	o := &txOps{puts: map[string][]byte{}, dels: map[string]bool{}, appends: map[string]bool{}}
 	ids := make([]string, 0, len(tx.buckets))
 	for id := range tx.buckets {
 		ids = append(ids, id)
@@ -846,6 +955,9 @@ func (tx *etcdTx) bucketOps(o *txOps, b *etcdBucket) error {
 			o.del(b.dataPfx + k)
 		} else {
 			o.put(b.dataPfx+k, w.v)
+			if b.appendOnly {
+				o.appends[b.dataPfx+k] = true
+			}
 		}
 	}
 	if b.created || b.seqDirty {
@@ -896,18 +1008,31 @@ func (tx *etcdTx) commit() (bool, error) {
 	if tx.shared && (len(ops) > maxBatchOps || len(cmps) > maxBatchOps) {
 		return false, errBatchTooBig
 	}
+	then := ops
+	if len(ops) == 0 {
+		// Only reads to confirm (fn read the write cache and wrote
+		// nothing): make etcd answer them linearizably.
+		then = []clientv3.Op{tx.e.linearizer()}
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), tx.e.timeout)
 	defer cancel()
 	tx.e.txns.Add(1)
-	resp, err := tx.e.cli.Txn(ctx).If(cmps...).Then(ops...).Else(orElse...).Commit()
+	t0 := time.Now()
+	resp, err := tx.e.cli.Txn(ctx).If(cmps...).Then(then...).Else(orElse...).Commit()
+	tx.e.stats.txnNanos.Add(int64(time.Since(t0)))
+	tx.e.stats.txnOps.Add(int64(len(ops)))
+	tx.e.stats.txnCmps.Add(int64(len(cmps)))
 	if err != nil {
 		if refused(err) {
 			return false, fmt.Errorf("etcd commit (%d operations, %d compares): %w", len(ops), len(cmps), refusedError{err})
 		}
 		return false, fmt.Errorf("etcd commit (%d operations, %d compares): %w: %w", len(ops), len(cmps), ErrCommitUncertain, err)
 	}
+	if !resp.Succeeded {
+		tx.e.stats.conflicts.Add(1)
+	}
 	if resp.Succeeded {
-		tx.learn(resp.Header.Revision, o.puts, o.dels)
+		tx.learn(resp.Header.Revision, o)
 		tx.e.noteCommit(resp.Header.Revision, ops)
 		return true, nil
 	}
@@ -919,6 +1044,44 @@ func (tx *etcdTx) commit() (bool, error) {
 		}
 	}
 	return false, nil
+}
+
+// validate reports whether every record the transaction read is still as
+// it read it, by an etcd transaction of its compares and no write (etcd
+// answers it as a read, without a raft entry; the linearizer op makes it
+// a linearizable one). The fence is not compared: the caller writes
+// nothing on the answer.
+func (tx *etcdTx) validate() (bool, error) {
+	cmps, _ := tx.compares(nil)
+	if len(cmps) > maxBatchOps {
+		return false, nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), tx.e.timeout)
+	defer cancel()
+	tx.e.txns.Add(1)
+	t0 := time.Now()
+	resp, err := tx.e.cli.Txn(ctx).If(cmps...).Then(tx.e.linearizer()).Commit()
+	tx.e.stats.txnNanos.Add(int64(time.Since(t0)))
+	tx.e.stats.txnCmps.Add(int64(len(cmps)))
+	tx.e.stats.validations.Add(1)
+	if err != nil {
+		return false, err
+	}
+	if !resp.Succeeded {
+		tx.e.stats.conflicts.Add(1)
+	}
+	return resp.Succeeded, nil
+}
+
+// linearizer is a count-only linearizable range read of one key, for a
+// transaction without writes: etcd serves a read-only transaction whose
+// every operation is a serializable range (none at all included) from
+// the member's local state, which may lag the cluster, so compares alone
+// could pass on records another process has changed since; one
+// linearizable range makes the member confirm it is current first (etcd
+// server's isTxnSerializable, linearizableReadNotify).
+func (e *etcdEngine) linearizer() clientv3.Op {
+	return clientv3.OpGet(e.prefix+"m/"+escapeBucket(bucketMeta), clientv3.WithCountOnly())
 }
 
 // refused reports whether etcd refused a request outright (bad request,
@@ -956,15 +1119,16 @@ type etcdBucket struct {
 	metaKey string
 	genKey  string
 
-	exists    bool
-	created   bool // made in this transaction
-	deleted   bool // deleted in this transaction: stored records are hidden
-	seq       uint64
-	seqLoaded bool
-	seqRead   bool // the sequence was read: guard it
-	seqDirty  bool
-	metaRev   int64
-	dirty     bool // written in this transaction: bump the generation
+	exists     bool
+	created    bool // made in this transaction
+	deleted    bool // deleted in this transaction: stored records are hidden
+	seq        uint64
+	seqLoaded  bool
+	seqRead    bool // the sequence was read: guard it
+	seqDirty   bool
+	metaRev    int64
+	dirty      bool // written in this transaction: bump the generation
+	appendOnly bool // SetFillPercent was called: an append-only log
 
 	writes map[string]etcdWrite
 	wkeys  []string // sorted keys of writes
@@ -1020,7 +1184,7 @@ func (b *etcdBucket) Get(key []byte) []byte {
 	if v, ok := b.points[k]; ok {
 		return v
 	}
-	c, ok := b.tx.point(b.dataPfx + k)
+	c, ok, cached := b.tx.pointFrom(b.dataPfx + k)
 	if !ok {
 		return nil
 	}
@@ -1030,6 +1194,14 @@ func (b *etcdBucket) Get(key []byte) []byte {
 	}
 	r := c.mod
 	b.points[k] = v
+	if cached {
+		// Only this key's compare shows a cached record current: the
+		// bucket's generation (the guard) is read at the snapshot, and
+		// a write another process made between the record's caching
+		// and the snapshot leaves it unchanged since.
+		b.tx.keyReads[b.dataPfx+k] = r
+		return v
+	}
 	b.pointReads++
 	switch {
 	case b.guarded:
@@ -1057,6 +1229,7 @@ func (b *etcdBucket) write(key []byte, w etcdWrite) error {
 	}
 	b.writes[k] = w
 	b.dirty = true
+	b.tx.wrote++
 	return nil
 }
 
@@ -1106,6 +1279,7 @@ func (b *etcdBucket) NextSequence() (uint64, error) {
 	}
 	b.seq = seq + 1
 	b.seqDirty, b.dirty = true, true
+	b.tx.wrote++
 	return b.seq, nil
 }
 
@@ -1132,6 +1306,7 @@ func (b *etcdBucket) DeleteBucket(name []byte) error {
 	if nb == nil {
 		return fmt.Errorf("delete bucket %s: %w", name, ErrNotFound)
 	}
+	b.tx.wrote++
 	if nb.created && !nb.deleted {
 		// Made in this transaction only: forget it.
 		delete(b.tx.buckets, nb.id)
@@ -1145,7 +1320,9 @@ func (b *etcdBucket) DeleteBucket(name []byte) error {
 	return nil
 }
 
-func (b *etcdBucket) SetFillPercent(float64) {}
+// SetFillPercent marks the bucket append-only (the store calls it on its
+// event logs): its new records are not kept in the write cache.
+func (b *etcdBucket) SetFillPercent(float64) { b.appendOnly = true }
 
 func (b *etcdBucket) KeyN() int {
 	if b.deleted || b.created {
@@ -1302,4 +1479,75 @@ func escapeBucket(name []byte) string {
 		}
 	}
 	return sb.String()
+}
+
+// etcdCounters are the engine's request counters (EtcdStats).
+type etcdCounters struct {
+	updateReads, viewReads, revReads     atomic.Int64
+	updateReadNanos, viewReadNanos       atomic.Int64
+	revReadNanos                         atomic.Int64
+	txnNanos, txnOps, txnCmps, conflicts atomic.Int64
+	updates, calls                       atomic.Int64
+	cacheHits, cacheMisses, cacheReruns  atomic.Int64
+	validations                          atomic.Int64
+	views, viewsDirect                   atomic.Int64
+	lockWaitNanos, viewWaitNanos         atomic.Int64
+}
+
+// EtcdStats counts the etcd engine's requests and where its callers wait,
+// since Open (all counters only grow). Durations are summed over
+// concurrent callers, so they can exceed the wall time.
+type EtcdStats struct {
+	// Commits is the Txn requests sent (one round trip each);
+	// Conflicts the ones whose compares failed (the transaction reran
+	// from a new snapshot, or the fence refused it). CommitTime is their
+	// summed round-trip time; Ops and Compares their summed operations
+	// and compares.
+	Commits, Conflicts, Ops, Compares int64
+	CommitTime                        time.Duration
+	// Updates is the write transactions committed, Calls the update and
+	// batch calls they carried (Calls/Updates: calls per shared
+	// transaction).
+	Updates, Calls int64
+	// UpdateReads is the range reads (point, range, count) made by write
+	// transactions, one round trip each; UpdateReadTime their summed time.
+	UpdateReads    int64
+	UpdateReadTime time.Duration
+	// CacheHits and CacheMisses split the write transactions' point
+	// reads between the write cache and etcd; CacheReruns counts
+	// transaction functions that failed after reading the cache and were
+	// rerun from a snapshot.
+	CacheHits, CacheMisses, CacheReruns int64
+	// Views is the read transactions, ViewsDirect the ones that read
+	// etcd (the replica was loading, broken or lagging) and ViewReads
+	// their range reads; RevisionReads the replica's reads of etcd's
+	// current revision (each shared by the views that arrived while the
+	// previous one was in flight).
+	Views, ViewsDirect, ViewReads, RevisionReads int64
+	ViewReadTime, RevisionReadTime               time.Duration
+	// WriterWait is the summed time write calls waited for the
+	// process's writer lock (writers are serialised, each commit one
+	// round trip); ViewWait the summed time views waited for the
+	// current revision and the replica to reach it.
+	WriterWait, ViewWait time.Duration
+}
+
+// EtcdStats returns the etcd engine's counters; false on a bbolt store.
+func (s *Store) EtcdStats() (EtcdStats, bool) {
+	e, ok := s.eng.(*etcdEngine)
+	if !ok {
+		return EtcdStats{}, false
+	}
+	c := &e.stats
+	return EtcdStats{
+		Commits: e.txns.Load(), Conflicts: c.conflicts.Load(), Ops: c.txnOps.Load(), Compares: c.txnCmps.Load(),
+		CommitTime: time.Duration(c.txnNanos.Load()),
+		Updates:    c.updates.Load(), Calls: c.calls.Load(),
+		UpdateReads: c.updateReads.Load(), UpdateReadTime: time.Duration(c.updateReadNanos.Load()),
+		CacheHits: c.cacheHits.Load(), CacheMisses: c.cacheMisses.Load(), CacheReruns: c.cacheReruns.Load(),
+		Views: c.views.Load(), ViewsDirect: c.viewsDirect.Load(), ViewReads: c.viewReads.Load(),
+		RevisionReads: c.revReads.Load(), ViewReadTime: time.Duration(c.viewReadNanos.Load()),
+		RevisionReadTime: time.Duration(c.revReadNanos.Load()),
+		WriterWait:       time.Duration(c.lockWaitNanos.Load()), ViewWait: time.Duration(c.viewWaitNanos.Load()),
+	}, true
 }

@@ -108,7 +108,10 @@ func (r *replica) sendReads() {
 		}
 		r.fmu.Unlock()
 		ctx, cancel := context.WithTimeout(context.Background(), r.e.timeout)
+		t0 := time.Now()
 		resp, err := r.e.cli.Get(ctx, r.e.prefix+"m/"+escapeBucket(bucketMeta), clientv3.WithCountOnly())
+		r.e.stats.revReads.Add(1)
+		r.e.stats.revReadNanos.Add(int64(time.Since(t0)))
 		cancel()
 		if err != nil {
 			f.err = err
@@ -316,15 +319,22 @@ func (r *replica) committed(rev int64, ops []clientv3.Op) {
 // view runs fn on the replica once it holds etcd's current revision;
 // false when it cannot (not synced, lagging past repMaxLag, or the
 // revision read failed): read etcd.
-func (r *replica) view(fn func(tx kvTx) error) (bool, error) {
+func (r *replica) view(fn func(tx kvTx) error) (ok bool, err error) {
+	stamped := false // the wait was counted (fn's own time is not)
 	r.mu.RLock()
 	synced := r.synced
 	r.mu.RUnlock()
 	if !synced {
 		return false, nil
 	}
-	want, err := r.current()
-	if err != nil {
+	t0 := time.Now()
+	defer func() {
+		if !stamped {
+			r.e.stats.viewWaitNanos.Add(int64(time.Since(t0)))
+		}
+	}()
+	want, rerr := r.current()
+	if rerr != nil {
 		return false, nil
 	}
 	want = max(want, r.e.lastRev.Load())
@@ -350,6 +360,8 @@ func (r *replica) view(fn func(tx kvTx) error) (bool, error) {
 		}
 	}
 	defer r.mu.RUnlock()
+	r.e.stats.viewWaitNanos.Add(int64(time.Since(t0)))
+	stamped = true
 	tx := r.e.newTx(false)
 	tx.rep = r
 	return true, fn(tx)

@@ -11,6 +11,7 @@ import (
 	mrand "math/rand/v2"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -307,6 +308,7 @@ func TestEtcdTransitionRoundTrips(t *testing.T) {
 	cur, next := LifecycleReady, LifecycleAllocated
 	for i := range 5 {
 		before := e.reads.Load()
+		st0, _ := s.EtcdStats()
 		if _, err := s.Transition("n1", cur, next, "count"); err != nil {
 			t.Fatal(err)
 		}
@@ -315,7 +317,33 @@ func TestEtcdTransitionRoundTrips(t *testing.T) {
 		if n > 0 {
 			t.Errorf("move %d took %d etcd reads, want 0 (the write cache)", i, n)
 		}
+		// The engine's counters (the /metrics machina_state_etcd_*) see
+		// the same: one commit carrying one call, reads from the cache.
+		st, ok := s.EtcdStats()
+		if !ok {
+			t.Fatal("EtcdStats on an etcd store: not ok")
+		}
+		if d := st.Commits - st0.Commits; d != 1 {
+			t.Errorf("move %d: %d commits counted, want 1", i, d)
+		}
+		if du, dc := st.Updates-st0.Updates, st.Calls-st0.Calls; du != 1 || dc != 1 {
+			t.Errorf("move %d: %d updates carrying %d calls counted, want 1 and 1", i, du, dc)
+		}
+		if d := st.UpdateReads - st0.UpdateReads; d != 0 {
+			t.Errorf("move %d: %d update reads counted, want 0", i, d)
+		}
+		if st.CacheHits == st0.CacheHits || st.CacheMisses != st0.CacheMisses {
+			t.Errorf("move %d: cache hits %d→%d, misses %d→%d, want hits only", i, st0.CacheHits, st.CacheHits, st0.CacheMisses, st.CacheMisses)
+		}
 		cur, next = next, cur
+	}
+	bs, err := Open(filepath.Join(t.TempDir(), "state.db"), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bs.Close()
+	if _, ok := bs.EtcdStats(); ok {
+		t.Error("EtcdStats on a bbolt store: ok, want false")
 	}
 }
 
@@ -538,17 +566,20 @@ func TestEtcdUpdatesShareTransactions(t *testing.T) {
 }
 
 // TestEtcdSharedTransactionTooBig: calls that together pass etcd's
-// --max-txn-ops are not sent together but each alone, and all commit.
+// --max-txn-ops are not sent together but each alone, and all commit
+// (60 and 70 puts: the first leaves the transaction under half the limit,
+// so it takes the second too, and the two are past it).
 func TestEtcdSharedTransactionTooBig(t *testing.T) {
 	e := testEtcdEngine(t)
 	if err := e.update(func(tx kvTx) error { _, err := tx.CreateBucketIfNotExists([]byte("b")); return err }); err != nil {
 		t.Fatal(err)
 	}
 	var calls []*batchCall
+	sizes := []int{60, 70, 60, 70}
 	for i := range 4 {
 		calls = append(calls, &batchCall{done: make(chan error, 1), fn: func(tx kvTx) error {
 			b := tx.Bucket([]byte("b"))
-			for j := range 50 {
+			for j := range sizes[i] {
 				if err := b.Put([]byte(fmt.Sprintf("c%d-%02d", i, j)), []byte("v")); err != nil {
 					return err
 				}
@@ -571,8 +602,50 @@ func TestEtcdSharedTransactionTooBig(t *testing.T) {
 	if err := e.view(func(tx kvTx) error { n = tx.Bucket([]byte("b")).KeyN(); return nil }); err != nil {
 		t.Fatal(err)
 	}
-	if n != 200 {
-		t.Fatalf("%d records after the calls ran alone, want 200", n)
+	if n != 260 {
+		t.Fatalf("%d records after the calls ran alone, want 260", n)
+	}
+}
+
+// TestEtcdSharedTransactionStopsTakingCalls: a shared transaction takes
+// calls until its operations pass half of etcd's --max-txn-ops and leaves
+// the rest to the next one (in the same turn at the writer lock): four
+// calls of 40 puts commit in two transactions of two, none alone.
+func TestEtcdSharedTransactionStopsTakingCalls(t *testing.T) {
+	e := testEtcdEngine(t)
+	if err := e.update(func(tx kvTx) error { _, err := tx.CreateBucketIfNotExists([]byte("b")); return err }); err != nil {
+		t.Fatal(err)
+	}
+	var calls []*batchCall
+	for i := range 4 {
+		calls = append(calls, &batchCall{done: make(chan error, 1), fn: func(tx kvTx) error {
+			b := tx.Bucket([]byte("b"))
+			for j := range 40 {
+				if err := b.Put([]byte(fmt.Sprintf("c%d-%02d", i, j)), []byte("v")); err != nil {
+					return err
+				}
+			}
+			return nil
+		}})
+	}
+	before := e.txns.Load()
+	e.mu.Lock()
+	e.runBatch(calls)
+	e.mu.Unlock()
+	for i, c := range calls {
+		if err := <-c.done; err != nil {
+			t.Fatalf("call %d = %v, want nil (committed shared)", i, err)
+		}
+	}
+	if d := e.txns.Load() - before; d != 2 {
+		t.Errorf("%d etcd transactions for 4 calls of 40 puts, want 2", d)
+	}
+	n := 0
+	if err := e.view(func(tx kvTx) error { n = tx.Bucket([]byte("b")).KeyN(); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if n != 160 {
+		t.Fatalf("%d records, want 160", n)
 	}
 }
 
@@ -617,5 +690,152 @@ func TestEtcdSharedCallPanicsInItsCaller(t *testing.T) {
 	}
 	if strings.Join(got, ",") != "after,ok" {
 		t.Fatalf("records %v, want after,ok", got)
+	}
+}
+
+// TestEtcdChecksShareTransactions: token checks (update transactions that
+// end with errRollback, writing nothing) running alongside lifecycle moves
+// share the moves' etcd transactions and answer from the write cache, the
+// commit's compares proving the cached token current: no etcd read under
+// the writer lock, no rerun from a snapshot, and each check answers as
+// alone (a used token refused, an unused one accepted).
+func TestEtcdChecksShareTransactions(t *testing.T) {
+	e := testEtcdEngine(t)
+	s := newStore(e, e.describe(), Options{Logger: slog.New(slog.DiscardHandler), Now: time.Now})
+	s.sweep, s.pruneBatch = etcdSweep, etcdSweep
+	if err := s.init(nil); err != nil {
+		t.Fatal(err)
+	}
+	const n = 32
+	values := make([]string, n)
+	for i := range n {
+		name := fmt.Sprintf("n%02d", i)
+		if _, err := s.CreateServer(Server{Name: name, Lifecycle: LifecycleReady}); err != nil {
+			t.Fatal(err)
+		}
+		v, _, err := s.IssueToken(TokenSpec{Purpose: PurposeReport, Server: name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		values[i] = v
+	}
+	// Every fourth token used: its checks must refuse it.
+	for i := 0; i < n; i += 4 {
+		if _, err := s.ConsumeToken(values[i], TokenClaim{Purpose: PurposeReport, Server: fmt.Sprintf("n%02d", i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitReplica(t, e)
+	st0, _ := s.EtcdStats()
+	checks := make([]error, n)
+	moves := make([]error, n)
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range n {
+		name := fmt.Sprintf("n%02d", i)
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			<-start
+			_, checks[i] = s.CheckToken(values[i], TokenClaim{Purpose: PurposeReport, Server: name})
+		}()
+		go func() {
+			defer wg.Done()
+			<-start
+			_, moves[i] = s.Transition(name, LifecycleReady, LifecycleAllocated, "with checks")
+		}()
+	}
+	close(start)
+	wg.Wait()
+	for i := range n {
+		if moves[i] != nil {
+			t.Errorf("move %d: %v", i, moves[i])
+		}
+		switch {
+		case i%4 == 0 && !errors.Is(checks[i], ErrTokenUsed):
+			t.Errorf("check of used token %d = %v, want ErrTokenUsed", i, checks[i])
+		case i%4 != 0 && checks[i] != nil:
+			t.Errorf("check of unused token %d = %v, want nil", i, checks[i])
+		}
+	}
+	st, _ := s.EtcdStats()
+	t.Logf("%d checks and %d moves: %d commits, %d update reads, %d cache reruns, %d updates carrying %d calls",
+		n, n, st.Commits-st0.Commits, st.UpdateReads-st0.UpdateReads, st.CacheReruns-st0.CacheReruns,
+		st.Updates-st0.Updates, st.Calls-st0.Calls)
+	if d := st.UpdateReads - st0.UpdateReads; d != 0 {
+		t.Errorf("%d etcd reads in write transactions, want 0 (the write cache, proven by the compares)", d)
+	}
+	if d := st.CacheReruns - st0.CacheReruns; d != 0 {
+		t.Errorf("%d reruns from a snapshot, want 0", d)
+	}
+	counts, err := s.CountServers()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if counts[LifecycleAllocated] != n {
+		t.Fatalf("allocated = %d, want %d", counts[LifecycleAllocated], n)
+	}
+}
+
+// TestEtcdCachedReadsComparedPastTheGuard: a transaction reading more than
+// maxPointReads records of one bucket guards the bucket by its generation
+// key, read at the snapshot; a record served by the write cache is older
+// than that snapshot, so it is compared by its own key all the same. Here
+// another process (engine b) changed the last of 16 records a holds in its
+// cache; a's sum of all 16 must see the change (its commit's compare on
+// that record fails and it reruns from etcd), not commit a sum of stale
+// records.
+func TestEtcdCachedReadsComparedPastTheGuard(t *testing.T) {
+	a := testEtcdEngine(t)
+	b, err := newEtcdEngine(EtcdConfig{Client: a.cli, Prefix: a.prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.close() })
+	const n = 2 * maxPointReads
+	key := func(i int) []byte { return []byte(fmt.Sprintf("r%02d", i)) }
+	bucket := []byte("sums")
+	if err := a.update(func(tx kvTx) error {
+		bk, err := tx.CreateBucketIfNotExists(bucket)
+		if err != nil {
+			return err
+		}
+		for i := range n {
+			if err := bk.Put(key(i), []byte("0")); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.update(func(tx kvTx) error { return tx.Bucket(bucket).Put(key(n-1), []byte("1")) }); err != nil {
+		t.Fatal(err)
+	}
+	hits := a.stats.cacheHits.Load()
+	if err := a.update(func(tx kvTx) error {
+		bk := tx.Bucket(bucket)
+		sum := 0
+		for i := range n {
+			if string(bk.Get(key(i))) == "1" {
+				sum++
+			}
+		}
+		return bk.Put([]byte("sum"), []byte(fmt.Sprint(sum)))
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if a.stats.cacheHits.Load() == hits {
+		t.Fatal("a read no record from its write cache: the test shows nothing")
+	}
+	var got []byte
+	if err := b.view(func(tx kvTx) error {
+		got = append([]byte{}, tx.Bucket(bucket).Get([]byte("sum"))...)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if string(got) != "1" {
+		t.Fatalf("sum = %q, want 1 (a decided on a stale cached record)", got)
 	}
 }

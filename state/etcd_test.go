@@ -491,7 +491,8 @@ func TestEtcdOpenExistingWritesNothing(t *testing.T) {
 // wrote, served without a round trip) never decides on a stale record:
 // after another controller moved the server, a move from the old
 // lifecycle is refused as stale and one from the new lifecycle commits;
-// the same for a token the other controller consumed.
+// the same for a token the other controller consumed (checked, which
+// writes nothing, and consumed).
 func TestEtcdWriteCacheStale(t *testing.T) {
 	a, b := openEtcdPair(t)
 	mustCreate(t, a, state.Server{Name: "n1", Lifecycle: state.LifecycleReady})
@@ -513,6 +514,11 @@ func TestEtcdWriteCacheStale(t *testing.T) {
 	}
 	if _, err := b.ConsumeToken(value, state.TokenClaim{Purpose: state.PurposeReport, Server: "n1"}); err != nil {
 		t.Fatal(err)
+	}
+	// a's cache holds the token as a minted it (unused): a check, which
+	// writes nothing, must not answer from it either.
+	if _, err := a.CheckToken(value, state.TokenClaim{Purpose: state.PurposeReport, Server: "n1"}); !errors.Is(err, state.ErrTokenUsed) {
+		t.Fatalf("a's check of a token b consumed = %v, want ErrTokenUsed", err)
 	}
 	if _, err := a.ConsumeToken(value, state.TokenClaim{Purpose: state.PurposeReport, Server: "n1"}); !errors.Is(err, state.ErrTokenUsed) {
 		t.Fatalf("a's consume of a token b consumed = %v, want ErrTokenUsed", err)

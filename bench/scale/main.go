@@ -308,6 +308,9 @@ func measure(n int, bin string, workers int, timeout time.Duration) (string, err
 	if cpu > 0 && transitions > 0 {
 		detail += fmt.Sprintf("; %.1f ms controller CPU per transition", 1000*cpu/float64(transitions))
 	}
+	if etcdState != "" {
+		detail += "\n" + etcdDetail(n, metrics, transitions)
+	}
 	commits, size := repoStats(strings.TrimPrefix(lab.RepoURL, "file://"))
 	growth := "n/a"
 	if transitions > 0 {
@@ -468,6 +471,51 @@ func metricValue(exposition []byte, name string) float64 {
 		}
 		f := strings.Fields(l)
 		v, _ := strconv.ParseFloat(f[len(f)-1], 64)
+		return v
+	}
+	return 0
+}
+
+// etcdDetail summarises the controller's etcd requests (api's
+// machina_state_etcd_* metrics, state.EtcdStats): round trips by kind and
+// per transition, calls per shared transaction, conflicts, the write
+// cache's hits, and the summed waits (over concurrent callers, so they
+// can exceed the wall time).
+func etcdDetail(n int, m []byte, transitions int) string {
+	lv := func(name, label string) float64 { return metricLabelled(m, name, label) }
+	per := func(v float64) float64 { return v / float64(max(transitions, 1)) }
+	txn, ur, vr, rr := lv("machina_state_etcd_requests_total", "txn"), lv("machina_state_etcd_requests_total", "update_range"),
+		lv("machina_state_etcd_requests_total", "view_range"), lv("machina_state_etcd_requests_total", "revision")
+	ms := func(kind string, c float64) float64 {
+		return 1000 * lv("machina_state_etcd_request_seconds_total", kind) / max(c, 1)
+	}
+	updates, calls := metricValue(m, "machina_state_etcd_updates_total"), metricValue(m, "machina_state_etcd_update_calls_total")
+	return fmt.Sprintf("  %d servers, etcd requests: %.0f commits (%.2f per transition, %.2f calls each, %.1f ms each, %.0f conflicts), "+
+		"%.0f update reads (%.2f per transition, %.1f ms each; write cache %.0f hits, %.0f misses, %.0f reruns), "+
+		"%.0f revision reads (%.1f ms each) for %.0f views (%.0f read etcd directly, %.0f range reads); "+
+		"summed waits: writer lock %.1f s, views %.1f s, commits %.1f s",
+		n, txn, per(txn), calls/max(updates, 1), ms("txn", txn), metricValue(m, "machina_state_etcd_conflicts_total"),
+		ur, per(ur), ms("update_range", ur), lv("machina_state_etcd_cache_reads_total", "hit"), lv("machina_state_etcd_cache_reads_total", "miss"),
+		metricValue(m, "machina_state_etcd_cache_reruns_total"),
+		rr, ms("revision", rr), lv("machina_state_etcd_views_total", "replica")+lv("machina_state_etcd_views_total", "etcd"),
+		lv("machina_state_etcd_views_total", "etcd"), vr,
+		lv("machina_state_etcd_wait_seconds_total", "writer_lock"), lv("machina_state_etcd_wait_seconds_total", "view"),
+		lv("machina_state_etcd_request_seconds_total", "txn"))
+}
+
+// metricLabelled is the value of the sample of name whose one label has
+// the value label (name{kind="txn"}), 0 if absent.
+func metricLabelled(exposition []byte, name, label string) float64 {
+	for _, l := range strings.Split(string(exposition), "\n") {
+		rest, ok := strings.CutPrefix(l, name+"{")
+		if !ok {
+			continue
+		}
+		labels, val, ok := strings.Cut(rest, "} ")
+		if !ok || !strings.HasSuffix(labels, "=\""+label+"\"") {
+			continue
+		}
+		v, _ := strconv.ParseFloat(strings.TrimSpace(val), 64)
 		return v
 	}
 	return 0

@@ -131,3 +131,26 @@ func TestSignalStopsChildren(t *testing.T) {
 		t.Errorf("recorded folder %s not removed: stat err %v", dir, err)
 	}
 }
+
+// TestMetricLabelled reads one labelled sample of a Prometheus text
+// exposition (the etcd request counters etcdDetail prints).
+func TestMetricLabelled(t *testing.T) {
+	m := []byte("# HELP machina_state_etcd_requests_total x\n" +
+		"machina_state_etcd_requests_total{kind=\"txn\"} 1234\n" +
+		"machina_state_etcd_requests_total{kind=\"update_range\"} 5\n" +
+		"machina_state_etcd_request_seconds_total{kind=\"txn\"} 2.5\n")
+	for _, c := range []struct {
+		name, label string
+		want        float64
+	}{
+		{"machina_state_etcd_requests_total", "txn", 1234},
+		{"machina_state_etcd_requests_total", "update_range", 5},
+		{"machina_state_etcd_request_seconds_total", "txn", 2.5},
+		{"machina_state_etcd_requests_total", "revision", 0},
+		{"machina_state_etcd_request", "txn", 0},
+	} {
+		if got := metricLabelled(m, c.name, c.label); got != c.want {
+			t.Errorf("metricLabelled(%s, %s) = %v, want %v", c.name, c.label, got, c.want)
+		}
+	}
+}

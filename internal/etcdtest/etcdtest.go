@@ -223,12 +223,29 @@ func (c *Cluster) layout(n, attempt int) error {
 		scheme = "https"
 	}
 	c.members = nil
+	// Every port is held open until all are picked: a port closed at
+	// once can be handed out again by the next pick (the kernel reuses a
+	// just-freed ephemeral port), and two members on one port never start.
+	var held []net.Listener
+	defer func() {
+		for _, l := range held {
+			l.Close()
+		}
+	}()
+	pick := func() (int, error) {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return 0, err
+		}
+		held = append(held, l)
+		return l.Addr().(*net.TCPAddr).Port, nil
+	}
 	for i := 0; i < n; i++ {
-		cp, err := freePort()
+		cp, err := pick()
 		if err != nil {
 			return err
 		}
-		pp, err := freePort()
+		pp, err := pick()
 		if err != nil {
 			return err
 		}
@@ -247,16 +264,6 @@ func (c *Cluster) layout(n, attempt int) error {
 		})
 	}
 	return nil
-}
-
-// freePort returns a loopback TCP port that was free a moment ago.
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 func (c *Cluster) initialCluster() string {
