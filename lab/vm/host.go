@@ -864,9 +864,20 @@ func (l *lab) hostDegraded(ctx context.Context, m *machine) error {
 	}); err != nil {
 		return err
 	}
-	out, err := l.ssh(ctx, l.host.addr, "cat /proc/mdstat; echo '== root'; findmnt -n -o SOURCE /\n", "sudo", "sh", "-s")
-	if err != nil {
-		return fmt.Errorf("vm lab: %s degraded: ssh: %w: %s", HostMachine, err, out)
+	// The node agent heartbeats as soon as its unit starts, which can be
+	// before sshd listens (both start after network-online): ask until
+	// sshd answers.
+	var out string
+	if err := l.poll(ctx, HostMachine+" answering ssh after the degraded boot", l.scale(2*time.Minute), func() error {
+		c, cancel := context.WithTimeout(ctx, 40*time.Second)
+		defer cancel()
+		var err error
+		if out, err = l.ssh(c, l.host.addr, "cat /proc/mdstat; echo '== root'; findmnt -n -o SOURCE /\n", "sudo", "sh", "-s"); err != nil {
+			return fmt.Errorf("ssh: %w: %s", err, out)
+		}
+		return nil
+	}); err != nil {
+		return fmt.Errorf("vm lab: %s degraded: %w", HostMachine, err)
 	}
 	l.log.Info("degraded host", "out", out)
 	if !strings.Contains(out, "[2/1]") || !(strings.Contains(out, "[U_]") || strings.Contains(out, "[_U]")) {
