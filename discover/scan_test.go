@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/machina-metal/machina/bmc/bmcsim"
+	"github.com/machina-metal/machina/internal/peertest"
 )
 
 var creds = []Credential{
@@ -41,49 +42,6 @@ func startSim(t *testing.T, tree string, c Credential, threshold int) (*bmcsim.S
 	ts := httptest.NewTLSServer(sim)
 	t.Cleanup(ts.Close)
 	return sim, ts.Listener.Addr().String()
-}
-
-// hangListener accepts connections and never answers.
-func hangListener(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var mu sync.Mutex
-	var conns []net.Conn
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-		}
-	}()
-	t.Cleanup(func() {
-		ln.Close()
-		mu.Lock()
-		for _, c := range conns {
-			c.Close()
-		}
-		mu.Unlock()
-	})
-	return ln.Addr().String()
-}
-
-// closedPort returns a loopback port nothing listens on.
-func closedPort(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	a := ln.Addr().String()
-	ln.Close()
-	return a
 }
 
 func byAddr(rep *Report) map[string]Result {
@@ -119,10 +77,10 @@ func TestScanLoopbackRange(t *testing.T) {
 	oldTLS.TLS = &tls.Config{MaxVersion: tls.VersionTLS11}
 	oldTLS.StartTLS()
 	t.Cleanup(oldTLS.Close)
-	hang := hangListener(t)
+	hang, _ := peertest.SilentListener(t)
 	slow, aSlow := startSim(t, "openbmc-bmcweb-stock", creds[0], 3)
 	slow.Inject(bmcsim.Fault{Method: "GET", PathSuffix: "/redfish/v1/", Kind: bmcsim.FaultSlow, Delay: time.Minute})
-	closed := closedPort(t)
+	closed := peertest.ClosedPort(t)
 
 	targets := []string{aDell, aHPE, aSMC, aLenovo, notFound.Listener.Addr().String(), oldTLS.Listener.Addr().String(), hang, aSlow, closed}
 	rep, err := Scan(context.Background(), Config{
@@ -412,7 +370,7 @@ func TestScanConfigRefusals(t *testing.T) {
 }
 
 func TestScanCancelled(t *testing.T) {
-	hang := hangListener(t)
+	hang, _ := peertest.SilentListener(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	var rep *Report

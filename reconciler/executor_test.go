@@ -73,28 +73,38 @@ func (d *recordingDriver) EjectMedia(context.Context) error          { return ni
 func (d *recordingDriver) Info(context.Context) (*bmc.Info, error)   { return &bmc.Info{}, nil }
 func (d *recordingDriver) Close(context.Context) error               { return nil }
 
-// TestStaleStepNotRunAgain: a pass whose snapshot was taken while a deploy
-// action was still running, and which reaches dispatch after that action
-// finished, must not run the deploy again (a second netboot would reset a
-// machine that is already writing its image). Found by the simulated
-// lab's end-to-end tests, where it failed deploys with "context canceled".
-func TestStaleStepNotRunAgain(t *testing.T) {
+// oneServerSite opens a state file in t's temporary folder holding the
+// record of server s1 (Redfish BMC, zone z, UEFI, want ready) and returns
+// it with the inventory naming s1 and profiles; the store is closed when
+// the test ends.
+func oneServerSite(t *testing.T, profiles ...inventory.Profile) (*state.Store, *inventory.Inventory) {
+	t.Helper()
 	st, err := state.Open(filepath.Join(t.TempDir(), "state.db"), state.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer st.Close()
-	const name = "s1"
+	t.Cleanup(func() { st.Close() })
 	inv := &inventory.Inventory{
-		Servers: []inventory.Server{{Name: name, Zone: "z", BootMAC: "52:54:00:00:00:01", BootMode: inventory.BootUEFI, Want: inventory.WantReady,
+		Servers: []inventory.Server{{Name: "s1", Zone: "z", BootMAC: "52:54:00:00:00:01", BootMode: inventory.BootUEFI, Want: inventory.WantReady,
 			BMC: inventory.BMC{Driver: inventory.DriverRedfish, Address: "https://bmc.invalid", Credentials: "c"}}},
-		Profiles: []inventory.Profile{{Name: "p", Image: "img", Zone: "z", Count: 1}},
+		Profiles: profiles,
 		Digest:   "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
 	}
 	ws := inv.Servers[0]
 	if _, err := st.CreateServer(plan.Record(&ws)); err != nil {
 		t.Fatal(err)
 	}
+	return st, inv
+}
+
+// TestStaleStepNotRunAgain: a pass whose snapshot was taken while a deploy
+// action was still running, and which reaches dispatch after that action
+// finished, must not run the deploy again (a second netboot would reset a
+// machine that is already writing its image). Found by the simulated
+// lab's end-to-end tests, where it failed deploys with "context canceled".
+func TestStaleStepNotRunAgain(t *testing.T) {
+	const name = "s1"
+	st, inv := oneServerSite(t, inventory.Profile{Name: "p", Image: "img", Zone: "z", Count: 1})
 	for _, m := range []state.Move{{Server: name, From: state.LifecycleNew, To: state.LifecycleCommissioning},
 		{Server: name, From: state.LifecycleCommissioning, To: state.LifecycleReady},
 		{Server: name, From: state.LifecycleReady, To: state.LifecycleAllocated, Update: func(s *state.Server) error {
@@ -126,7 +136,7 @@ func TestStaleStepNotRunAgain(t *testing.T) {
 		}
 		return time.Now()
 	}
-	c, err = New(Config{Store: st, Drivers: drivers, Now: now})
+	c, err := New(Config{Store: st, Drivers: drivers, Now: now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -186,20 +196,7 @@ func TestStaleStepNotRunAgain(t *testing.T) {
 // keeps the deadline as its LastError (the action's completion must not
 // clear the failure it records); found by the simulated lab's restart test.
 func TestTimeoutKeepsReason(t *testing.T) {
-	st, err := state.Open(filepath.Join(t.TempDir(), "state.db"), state.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	inv := &inventory.Inventory{
-		Servers: []inventory.Server{{Name: "s1", Zone: "z", BootMAC: "52:54:00:00:00:01", BootMode: inventory.BootUEFI, Want: inventory.WantReady,
-			BMC: inventory.BMC{Driver: inventory.DriverRedfish, Address: "https://bmc.invalid", Credentials: "c"}}},
-		Digest: "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
-	}
-	ws := inv.Servers[0]
-	if _, err := st.CreateServer(plan.Record(&ws)); err != nil {
-		t.Fatal(err)
-	}
+	st, inv := oneServerSite(t)
 	if _, err := st.Transition("s1", state.LifecycleNew, state.LifecycleCommissioning, "test"); err != nil {
 		t.Fatal(err)
 	}
@@ -238,21 +235,7 @@ func (o oneDriver) Driver(context.Context, state.Server) (bmc.Driver, error) { r
 // (DeployReady answers an error) is not started, not failed and not
 // backed off; it starts on the first pass after the image is ready.
 func TestDeployWaitsForImage(t *testing.T) {
-	st, err := state.Open(filepath.Join(t.TempDir(), "state.db"), state.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	inv := &inventory.Inventory{
-		Servers: []inventory.Server{{Name: "s1", Zone: "z", BootMAC: "52:54:00:00:00:01", BootMode: inventory.BootUEFI, Want: inventory.WantReady,
-			BMC: inventory.BMC{Driver: inventory.DriverRedfish, Address: "https://bmc.invalid", Credentials: "c"}}},
-		Profiles: []inventory.Profile{{Name: "p", Image: "img", Zone: "z", Count: 1, Deploy: inventory.DeployImage}},
-		Digest:   "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
-	}
-	ws := inv.Servers[0]
-	if _, err := st.CreateServer(plan.Record(&ws)); err != nil {
-		t.Fatal(err)
-	}
+	st, inv := oneServerSite(t, inventory.Profile{Name: "p", Image: "img", Zone: "z", Count: 1, Deploy: inventory.DeployImage})
 	for _, m := range []state.Move{{Server: "s1", From: state.LifecycleNew, To: state.LifecycleCommissioning},
 		{Server: "s1", From: state.LifecycleCommissioning, To: state.LifecycleReady},
 		{Server: "s1", From: state.LifecycleReady, To: state.LifecycleAllocated, Update: func(s *state.Server) error {

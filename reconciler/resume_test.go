@@ -2,12 +2,10 @@ package reconciler
 
 import (
 	"context"
-	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/machina-metal/machina/bmc"
-	"github.com/machina-metal/machina/inventory"
 	"github.com/machina-metal/machina/reconciler/plan"
 	"github.com/machina-metal/machina/state"
 )
@@ -32,21 +30,8 @@ func TestResumedNetbootReadsBackFirst(t *testing.T) {
 		{"bmc reads off", false, []bmc.PowerAction{bmc.PowerActionOn}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			st, err := state.Open(filepath.Join(t.TempDir(), "state.db"), state.Options{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer st.Close()
 			const name = "s1"
-			inv := &inventory.Inventory{
-				Servers: []inventory.Server{{Name: name, Zone: "z", BootMAC: "52:54:00:00:00:01", BootMode: inventory.BootUEFI, Want: inventory.WantReady,
-					BMC: inventory.BMC{Driver: inventory.DriverRedfish, Address: "https://bmc.invalid", Credentials: "c"}}},
-				Digest: "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
-			}
-			ws := inv.Servers[0]
-			if _, err := st.CreateServer(plan.Record(&ws)); err != nil {
-				t.Fatal(err)
-			}
+			st, inv := oneServerSite(t)
 			sent := time.Now().Add(-20 * time.Second).UTC()
 			// What the previous controller left: commissioning, the entry
 			// journalled and its power on sent, no done.

@@ -4,12 +4,10 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/machina-metal/machina/bmc"
-	"github.com/machina-metal/machina/inventory"
 	"github.com/machina-metal/machina/reconciler/plan"
 	"github.com/machina-metal/machina/state"
 )
@@ -47,21 +45,8 @@ func (d *hangingDriver) Power(ctx context.Context, a bmc.PowerAction) error {
 // then recorded "context deadline exceeded" as the commission's failure,
 // stalling the server (checked: this test failed at its 30 s deadline).
 func TestShutdownInterruptsRunningAction(t *testing.T) {
-	st, err := state.Open(filepath.Join(t.TempDir(), "state.db"), state.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
 	const name = "s1"
-	inv := &inventory.Inventory{
-		Servers: []inventory.Server{{Name: name, Zone: "z", BootMAC: "52:54:00:00:00:01", BootMode: inventory.BootUEFI, Want: inventory.WantReady,
-			BMC: inventory.BMC{Driver: inventory.DriverRedfish, Address: "https://bmc.invalid", Credentials: "c"}}},
-		Digest: "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
-	}
-	ws := inv.Servers[0]
-	if _, err := st.CreateServer(plan.Record(&ws)); err != nil {
-		t.Fatal(err)
-	}
+	st, inv := oneServerSite(t)
 	drv := &hangingDriver{waiting: make(chan struct{})}
 	ctl, err := New(Config{Store: st, Drivers: oneDriver{drv}, ShutdownGrace: 200 * time.Millisecond,
 		Logger: slog.New(slog.NewTextHandler(t.Output(), nil))})

@@ -10,57 +10,8 @@ import (
 	"testing"
 
 	v1 "github.com/machina-metal/machina/api/v1"
+	"github.com/machina-metal/machina/internal/peertest"
 )
-
-// closedPort returns a loopback address nothing listens on: a port the
-// kernel gave a listener that was then closed, so a connect is refused.
-func closedPort(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return addr
-}
-
-// silentPeer returns a loopback address that accepts connections and
-// never answers (a machine whose piece listener hangs), and a func
-// returning how many connections it accepted.
-func silentPeer(t *testing.T) (string, func() int) {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var mu sync.Mutex
-	var conns []net.Conn
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-		}
-	}()
-	t.Cleanup(func() {
-		ln.Close()
-		mu.Lock()
-		defer mu.Unlock()
-		for _, c := range conns {
-			c.Close()
-		}
-	})
-	return ln.Addr().String(), func() int {
-		mu.Lock()
-		defer mu.Unlock()
-		return len(conns)
-	}
-}
 
 // dialCounter is an HTTP client that counts its connection attempts by
 // address.
@@ -97,8 +48,8 @@ func (d *dialCounter) count(addr string) int {
 func TestUnreachablePeersAskedOnce(t *testing.T) {
 	img, m := pieceImage(t, 4*v1.PieceBytes)
 	origin := newImageOrigin(t, img, "img-tok")
-	refused := closedPort(t)
-	silent, accepted := silentPeer(t)
+	refused := peertest.ClosedPort(t)
+	silent, accepted := peertest.SilentListener(t)
 	var dials dialCounter
 	mb := newMember(t, m, origin.URL, "img-tok", "wave-tok")
 	mb.f.Peers = []string{"http://" + refused, "http://" + silent}
@@ -133,7 +84,7 @@ func TestUnreachablePeersAskedOnce(t *testing.T) {
 // reset of a made connection or an HTTP refusal is not.
 func TestConnectFailed(t *testing.T) {
 	c := &http.Client{}
-	_, err := c.Get("http://" + closedPort(t) + "/")
+	_, err := c.Get("http://" + peertest.ClosedPort(t) + "/")
 	if !connectFailed(err) {
 		t.Errorf("connectFailed(%v) = false, want true", err)
 	}
