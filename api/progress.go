@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"strconv"
 	"time"
-	"unicode/utf8"
 
 	v1 "github.com/machina-metal/machina/api/v1"
 	"github.com/machina-metal/machina/state"
@@ -67,7 +66,7 @@ func (m *Machine) progress(w http.ResponseWriter, r *http.Request) {
 		if (purpose == state.PurposeImage && s.Lifecycle != state.LifecycleDeploying) || (purpose == state.PurposeEraseProgress && !s.Wiping()) {
 			return &answerError{status: http.StatusConflict, body: v1.Error{Message: errNotProgressing.Error(), Code: "conflict", Lifecycle: string(s.Lifecycle)}}
 		}
-		noteProgress(s, p, time.Now().UTC())
+		noteProgress(s, p, time.Now().UTC(), m.cfg.SilentAfter)
 		return nil
 	})
 	var ae *answerError
@@ -87,10 +86,15 @@ func (m *Machine) progress(w http.ResponseWriter, r *http.Request) {
 // noteProgress stores p on s at now. A report that moved forward (another
 // step, or more bytes of the same step, than the report stored since the
 // phase began or the last re-netboot) also notes the machine as heard, and
-// so does one naming a new retry (v1.Progress.Retry, bounded by the
-// agent within v1.Plan.SilentAfter); one that did neither leaves
-// LastHeardAt, and Progress.AdvancedAt, as they were.
-func noteProgress(s *state.Server, p v1.Progress, now time.Time) {
+// so does one naming a new retry (v1.Progress.Retry) while less than
+// silentAfter (the plan's v1.Plan.SilentAfter; <= 0: no bound) has passed
+// since the last report that moved forward; one that did neither leaves
+// LastHeardAt, and Progress.AdvancedAt, as they were. The agent bounds its
+// retries within silentAfter; the bound here holds for an agent that does
+// not (a wedged or hostile one naming a new retry forever): its retries
+// stop counting, so it goes silent at most twice silentAfter after its
+// bytes last moved, and is booted again.
+func noteProgress(s *state.Server, p v1.Progress, now time.Time, silentAfter time.Duration) {
 	prev := s.Progress
 	if prev != nil && (prev.At.Before(s.LifecycleAt) || prev.At.Before(s.RenetbootAt) || (s.Wiping() && prev.At.Before(s.WipeStartedAt))) {
 		prev = nil // from an earlier boot
@@ -106,6 +110,13 @@ func noteProgress(s *state.Server, p v1.Progress, now time.Time) {
 	}
 	if advanced {
 		next.AdvancedAt = now
+	}
+	if retried && !advanced && silentAfter > 0 {
+		since := next.AdvancedAt
+		if since.IsZero() {
+			since = s.LifecycleAt
+		}
+		retried = now.Sub(since) < silentAfter
 	}
 	if advanced || retried {
 		s.LastHeard, s.LastHeardAt = fmt.Sprintf("progress: %s %d of %d bytes", p.Step, p.BytesDone, p.BytesTotal), now
@@ -132,15 +143,7 @@ func checkProgress(p v1.Progress) error {
 	if p.RateBytesPerSecond < 0 || p.RateBytesPerSecond > maxProgressBytes {
 		return fmt.Errorf("rateBytesPerSecond %d: must be 0 to %d", p.RateBytesPerSecond, int64(maxProgressBytes))
 	}
-	if len(p.Retry) > v1.MaxProgressRetryBytes {
-		return fmt.Errorf("retry: %d bytes, at most %d", len(p.Retry), v1.MaxProgressRetryBytes)
-	}
-	for _, r := range p.Retry {
-		if r < 0x20 || r == 0x7f || r == utf8.RuneError {
-			return fmt.Errorf("retry: %q is not printable text", r)
-		}
-	}
-	return nil
+	return v1.CheckRetry(p.Retry)
 }
 
 // progressAllowed reports whether server's progress report may be taken

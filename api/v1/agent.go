@@ -24,7 +24,10 @@ package v1
 
 import (
 	"encoding/json"
+	"fmt"
+	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // Machine-facing endpoint paths, relative to the controller base URL.
@@ -98,13 +101,60 @@ type Progress struct {
 	// the bytes move. At most MaxProgressRetryBytes of printable text. A
 	// report whose Retry differs from the last one counts as hearing from
 	// the machine (the agent is working through a bounded retry, not
-	// stuck). The agent sends it only to a controller whose Plan carries
+	// stuck) while less than Plan.SilentAfter has passed since its bytes
+	// last moved; after that only moving bytes do. The agent sends it only to a controller whose Plan carries
 	// SilentAfter: an older one refuses unknown fields.
 	Retry string `json:"retry,omitempty"`
 }
 
 // MaxProgressRetryBytes bounds Progress.Retry.
 const MaxProgressRetryBytes = 300
+
+// retryRuneAllowed reports whether r may appear in Progress.Retry: any
+// rune but a C0 control (below U+0020), DEL (U+007F) and U+FFFD (what
+// an invalid UTF-8 byte decodes to), so the text is safe to put in a
+// log line, a status file or a terminal as it is.
+func retryRuneAllowed(r rune) bool {
+	return r >= 0x20 && r != 0x7f && r != utf8.RuneError
+}
+
+// RetryText is s made fit for Progress.Retry: the runes it may not carry
+// (C0 controls, DEL, invalid UTF-8) dropped, then cut to at most n bytes
+// (n <= 0 or above MaxProgressRetryBytes: MaxProgressRetryBytes) on a
+// rune boundary. CheckRetry accepts every result.
+func RetryText(s string, n int) string {
+	if n <= 0 || n > MaxProgressRetryBytes {
+		n = MaxProgressRetryBytes
+	}
+	s = strings.Map(func(r rune) rune {
+		if !retryRuneAllowed(r) {
+			return -1
+		}
+		return r
+	}, s)
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
+}
+
+// CheckRetry reports whether s may be a Progress.Retry: at most
+// MaxProgressRetryBytes bytes, none of the runes RetryText drops. The
+// error names the length or the first rune refused.
+func CheckRetry(s string) error {
+	if len(s) > MaxProgressRetryBytes {
+		return fmt.Errorf("retry: %d bytes, at most %d", len(s), MaxProgressRetryBytes)
+	}
+	for _, r := range s {
+		if !retryRuneAllowed(r) {
+			return fmt.Errorf("retry: %q is not printable text", r)
+		}
+	}
+	return nil
+}
 
 // AgentReport is the commissioning report the ramdisk posts to PathAgentReport.
 type AgentReport struct {

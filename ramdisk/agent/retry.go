@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"strings"
 	"syscall"
 	"time"
 
@@ -62,7 +61,7 @@ func (p retryPolicy) retrying(what string, attempt int, delay time.Duration, err
 	if p.note == nil {
 		return
 	}
-	p.note(printable(fmt.Sprintf("%s: %s, retry %d of %d in %v", what, retryCause(err, p.stall), attempt, p.limit()-1, delay), v1.MaxProgressRetryBytes))
+	p.note(v1.RetryText(fmt.Sprintf("%s: %s, retry %d of %d in %v", what, retryCause(err, p.stall), attempt, p.limit()-1, delay), v1.MaxProgressRetryBytes))
 }
 
 // retryCause says in a few words why a controller request failed.
@@ -85,25 +84,5 @@ func retryCause(err error, stall time.Duration) string {
 	case errors.As(err, &ne) && ne.Timeout():
 		return "controller request timed out"
 	}
-	return printable(err.Error(), 160)
+	return v1.RetryText(err.Error(), 160)
 }
-
-// printable is s with control characters dropped, cut to at most n bytes
-// on a rune boundary.
-func printable(s string, n int) string {
-	s = strings.Map(func(r rune) rune {
-		if r < 0x20 || r == 0x7f || r == '\uFFFD' {
-			return -1
-		}
-		return r
-	}, s)
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !isRuneStart(s[n]) {
-		n--
-	}
-	return s[:n]
-}
-
-func isRuneStart(b byte) bool { return b&0xC0 != 0x80 }
