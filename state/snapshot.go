@@ -9,7 +9,12 @@ import (
 
 // Snapshot is every server and host as of one read transaction, for the
 // reconciler's plan (observed state against desired state). Maps are keyed
-// by name; values are copies the caller may modify.
+// by name. Each value is a copy of its struct, whose fields the caller may
+// set (replace a pointer, a slice or a map as a whole), but what a value's
+// pointers, slices and maps reach (Server.Hardware, Allocation, Actions,
+// InFlight, Firmware, Addresses; Host.Tags, Lost, ...) is shared with the
+// store's decode cache and other snapshots and is read-only: to change
+// one, copy it first.
 type Snapshot struct {
 	Servers      map[string]Server
 	Hosts        map[string]Host
@@ -23,7 +28,7 @@ func (s *Store) Snapshot() (Snapshot, error) {
 	snap := Snapshot{Servers: make(map[string]Server, s.snapServers.Load()), Hosts: map[string]Host{}}
 	err := s.view(func(tx kvTx) error {
 		err := tx.Bucket(bucketServers).ForEach(func(k, v []byte) error {
-			srv, err := s.servers.decode(k, v)
+			srv, err := s.servers.share(k, v)
 			if err != nil {
 				return fmt.Errorf("decode server %s: %w", k, err)
 			}
@@ -34,7 +39,7 @@ func (s *Store) Snapshot() (Snapshot, error) {
 			return err
 		}
 		err = tx.Bucket(bucketHosts).ForEach(func(k, v []byte) error {
-			h, err := s.hosts.decode(k, v)
+			h, err := s.hosts.share(k, v)
 			if err != nil {
 				return fmt.Errorf("decode host %s: %w", k, err)
 			}

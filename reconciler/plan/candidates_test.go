@@ -77,3 +77,34 @@ func names(ss []state.Server) []string {
 	}
 	return out
 }
+
+// TestSmallestKeysIsSortedPrefix: for random key sets full of ties in
+// cores, memory and disk, and every n from 0 past the set's size,
+// smallestKeys returns exactly the first n keys of the fully sorted set,
+// so a profile's top-up picks the same servers in the same order as
+// when every candidate was sorted.
+func TestSmallestKeysIsSortedPrefix(t *testing.T) {
+	for seed := uint64(1); seed <= 30; seed++ {
+		rng := rand.New(rand.NewPCG(seed, 11))
+		var keys []candidateKey
+		for i := range rng.IntN(200) {
+			keys = append(keys, candidateKey{cores: 4 * rng.IntN(3), mem: int64(rng.IntN(3)), disk: int64(rng.IntN(2)), name: fmt.Sprintf("s%03d", i)})
+		}
+		rng.Shuffle(len(keys), func(i, j int) { keys[i], keys[j] = keys[j], keys[i] })
+		want := append([]candidateKey(nil), keys...)
+		sort.Slice(want, func(i, j int) bool { return compareCandidates(want[i], want[j]) < 0 })
+		for n := 0; n <= len(keys)+2; n++ {
+			got := smallestKeys(append([]candidateKey(nil), keys...), n)
+			w := want[:min(n, len(want))]
+			if len(w) == 0 {
+				w = nil
+			}
+			if len(got) == 0 {
+				got = nil
+			}
+			if !reflect.DeepEqual(got, w) {
+				t.Fatalf("seed %d: smallestKeys(%d keys, %d) = %v, want %v", seed, len(keys), n, got, w)
+			}
+		}
+	}
+}

@@ -794,16 +794,17 @@ func profileSteps(p inventory.Profile, want *inventory.Inventory, have state.Sna
 	}
 	switch n := len(holding); {
 	case n < p.Count:
-		cands := Candidates(p, want, have, planned)
+		// Only the names are needed: the records are not copied out.
 		short := p.Count - n
+		cands := smallestKeys(candidateKeys(&p, want, have, planned, false), short)
 		for _, c := range cands {
 			if short == 0 {
 				break
 			}
-			planned[c.Name] = p.Name
+			planned[c.name] = p.Name
 			steps = append(steps,
-				Step{Server: c.Name, Action: ActAllocate, Profile: p.Name, AllocReason: ReasonCount, Why: fmt.Sprintf("profile %s count %d, %d held", p.Name, p.Count, n)},
-				Step{Server: c.Name, Action: ActDeploy, Profile: p.Name, Why: "allocated to " + p.Name})
+				Step{Server: c.name, Action: ActAllocate, Profile: p.Name, AllocReason: ReasonCount, Why: fmt.Sprintf("profile %s count %d, %d held", p.Name, p.Count, n)},
+				Step{Server: c.name, Action: ActDeploy, Profile: p.Name, Why: "allocated to " + p.Name})
 			short--
 		}
 		if short > 0 {
@@ -838,8 +839,25 @@ func profileSteps(p inventory.Profile, want *inventory.Inventory, have state.Sna
 // servers already taken in this pass. A released server whose release wipe
 // has not finished (NeedsWipe) is never a candidate.
 func Candidates(p inventory.Profile, want *inventory.Inventory, have state.Snapshot, planned map[string]string) []state.Server {
+	keys := candidateKeys(&p, want, have, planned, true)
+	var out []state.Server
+	if len(keys) > 0 {
+		out = make([]state.Server, len(keys))
+		for i, k := range keys {
+			out[i] = have.Servers[k.name]
+		}
+	}
+	return out
+}
+
+// candidateKeys lists Candidates' servers as keys (the name and what it
+// sorts by), without copying the records, in Candidates' order when sorted
+// is true and in no order otherwise (smallestKeys orders the few needed).
+func candidateKeys(pp *inventory.Profile, want *inventory.Inventory, have state.Snapshot, planned map[string]string, sorted bool) []candidateKey {
+	p := *pp
 	var keys []candidateKey
-	for _, ws := range want.Servers {
+	for i := range want.Servers {
+		ws := &want.Servers[i] // not copied: most are skipped
 		if ws.Want == inventory.WantRetired || ws.Want == inventory.WantDeployed {
 			continue // retired, or deployed through its own pin
 		}
@@ -856,21 +874,18 @@ func Candidates(p inventory.Profile, want *inventory.Inventory, have state.Snaps
 			continue
 		}
 		// Read through the map (an absent record reads as no lifecycle):
-		// only ready records are copied.
-		if have.Servers[ws.Name].Lifecycle != state.LifecycleReady {
+		// only ready records that fit are copied.
+		if have.Servers[ws.Name].Lifecycle != state.LifecycleReady || !Fits(p.Min, have.Servers[ws.Name].Hardware) {
 			continue
 		}
 		obs := have.Servers[ws.Name]
-		if !Fits(p.Min, obs.Hardware) {
-			continue
-		}
-		if p.Selector != nil && !p.Selector.Matches(ServerLabels(&ws, &obs)) {
+		if p.Selector != nil && !p.Selector.Matches(ServerLabels(ws, &obs)) {
 			continue // the profile's selector does not match its labels
 		}
-		if !archFits(want, p.Name, &ws, &obs) || archBlocked(&ws, &obs) {
+		if !archFits(want, p.Name, ws, &obs) || archBlocked(ws, &obs) {
 			continue // another architecture than the image's, or the arch is in doubt (stated, kernel, SMBIOS)
 		}
-		if cablingBlocked(&ws, &obs) {
+		if cablingBlocked(ws, &obs) {
 			continue // its NICs did not hear their expected switch ports (CablingMismatch)
 		}
 		if ws.Actions.Commission > obs.Actions["commission"] {
@@ -882,10 +897,10 @@ func Candidates(p inventory.Profile, want *inventory.Inventory, have state.Snaps
 		if obs.Fenced != nil {
 			continue // fenced: never powered on until unfenced
 		}
-		if firmwareRefused(want, &p, &ws, &obs) {
+		if firmwareRefused(want, &p, ws, &obs) {
 			continue // the profile's firmware block is refused on it (IPMI, registry, drives)
 		}
-		if networkRefused(&p, &ws, &obs) {
+		if networkRefused(&p, ws, &obs) {
 			continue // it cannot carry the profile's network layout (NICs, fixed addresses)
 		}
 		if storageRefused(&p, &obs) {
@@ -898,17 +913,74 @@ func Candidates(p inventory.Profile, want *inventory.Inventory, have state.Snaps
 	// themselves (each move of a record copied it whole). Names are
 	// unique, so the order is total and an unstable sort gives the same
 	// result as a stable one, with fewer moves.
-	slices.SortFunc(keys, func(a, b candidateKey) int {
-		return cmp.Or(cmp.Compare(a.cores, b.cores), cmp.Compare(a.mem, b.mem), cmp.Compare(a.disk, b.disk), strings.Compare(a.name, b.name))
-	})
-	var out []state.Server
-	if len(keys) > 0 {
-		out = make([]state.Server, len(keys))
-		for i, k := range keys {
-			out[i] = have.Servers[k.name]
+	if sorted {
+		slices.SortFunc(keys, compareCandidates)
+	}
+	return keys
+}
+
+// compareCandidates is Candidates' order: cores, memory, smallest fitting
+// disk, name. Names are unique, so it is total.
+func compareCandidates(a, b candidateKey) int {
+	return cmp.Or(cmp.Compare(a.cores, b.cores), cmp.Compare(a.mem, b.mem), cmp.Compare(a.disk, b.disk), strings.Compare(a.name, b.name))
+}
+
+// smallestKeys returns the first n of keys in Candidates' order (all of
+// them when there are fewer), reordering keys. The order is total, so the
+// result is the sorted slice's first n whichever way they are found: a
+// bounded max-heap of n keys, O(len(keys) log n), rather than a sort of
+// every candidate when a profile needs a few of thousands.
+func smallestKeys(keys []candidateKey, n int) []candidateKey {
+	if n <= 0 {
+		return nil
+	}
+	if n >= len(keys)/2 {
+		slices.SortFunc(keys, compareCandidates)
+		return keys[:min(n, len(keys))]
+	}
+	h := keys[:0:n] // a max-heap of the n smallest so far, in keys' own storage
+	for _, k := range keys {
+		switch {
+		case len(h) < n:
+			h = append(h, k)
+			siftUp(h, len(h)-1)
+		case compareCandidates(k, h[0]) < 0:
+			h[0] = k
+			siftDown(h, 0)
 		}
 	}
-	return out
+	slices.SortFunc(h, compareCandidates)
+	return h
+}
+
+// siftUp restores the max-heap h (largest first) after h[i] was set.
+func siftUp(h []candidateKey, i int) {
+	for i > 0 {
+		parent := (i - 1) / 2
+		if compareCandidates(h[i], h[parent]) <= 0 {
+			return
+		}
+		h[i], h[parent] = h[parent], h[i]
+		i = parent
+	}
+}
+
+// siftDown restores the max-heap h (largest first) after h[i] was set.
+func siftDown(h []candidateKey, i int) {
+	for {
+		largest, l, r := i, 2*i+1, 2*i+2
+		if l < len(h) && compareCandidates(h[l], h[largest]) > 0 {
+			largest = l
+		}
+		if r < len(h) && compareCandidates(h[r], h[largest]) > 0 {
+			largest = r
+		}
+		if largest == i {
+			return
+		}
+		h[i], h[largest] = h[largest], h[i]
+		i = largest
+	}
 }
 
 // candidateKey is what Candidates orders a candidate by: cores, memory,
