@@ -19,13 +19,20 @@ type Snapshot struct {
 	Servers      map[string]Server
 	Hosts        map[string]Host
 	LastEventSeq uint64 // the newest event included in this view
+	// Names are Servers' keys in byte order, as the store read them, so
+	// a planner need not sort them again; read-only. A caller that adds
+	// or removes servers leaves it stale: users check it against Servers
+	// (length, order, membership) and sort the keys themselves otherwise.
+	// Nil in a Snapshot built by hand.
+	Names []string
 }
 
 // Snapshot returns a consistent view of all servers and hosts.
 func (s *Store) Snapshot() (Snapshot, error) {
 	// Sized as the last snapshot, so a pass's snapshot of a large fleet
 	// does not grow its map step by step.
-	snap := Snapshot{Servers: make(map[string]Server, s.snapServers.Load()), Hosts: map[string]Host{}}
+	n := s.snapServers.Load()
+	snap := Snapshot{Servers: make(map[string]Server, n), Hosts: map[string]Host{}, Names: make([]string, 0, n)}
 	err := s.view(func(tx kvTx) error {
 		err := tx.Bucket(bucketServers).ForEach(func(k, v []byte) error {
 			srv, err := s.servers.share(k, v)
@@ -33,6 +40,7 @@ func (s *Store) Snapshot() (Snapshot, error) {
 				return fmt.Errorf("decode server %s: %w", k, err)
 			}
 			snap.Servers[srv.Name] = srv
+			snap.Names = append(snap.Names, srv.Name)
 			return nil
 		})
 		if err != nil {

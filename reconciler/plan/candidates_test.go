@@ -108,3 +108,18 @@ func TestSmallestKeysIsSortedPrefix(t *testing.T) {
 		}
 	}
 }
+
+// TestSortedNamesTrustsOnlyExactNames: a snapshot's Names are used only
+// when they are exactly the sorted key set; stale ones (a server added,
+// one removed, one replaced, out of order, duplicated) give the keys
+// sorted afresh.
+func TestSortedNamesTrustsOnlyExactNames(t *testing.T) {
+	servers := map[string]state.Server{"a": {}, "b": {}, "c": {}}
+	want := []string{"a", "b", "c"}
+	for _, names := range [][]string{nil, {"a", "b", "c"}, {"a", "b"}, {"a", "b", "c", "d"}, {"a", "b", "d"}, {"b", "a", "c"}, {"a", "a", "c"}} {
+		got := sortedNames(state.Snapshot{Servers: servers, Names: names})
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("sortedNames(Names %q) = %q, want %q", names, got, want)
+		}
+	}
+}

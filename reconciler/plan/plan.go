@@ -227,7 +227,7 @@ func Compute(want *inventory.Inventory, have state.Snapshot, opts Options) Resul
 	}
 	p := &planning{want: want, have: have, opts: opts, desired: make(map[string]*inventory.Server, len(want.Servers)),
 		desiredMAC: make(map[string]*inventory.Server, len(want.Servers)), pendingMAC: map[string]state.Server{}, allocated: map[string]string{},
-		names: sortedKeys(have.Servers)}
+		names: sortedNames(have)}
 	for i := range want.Servers {
 		p.desired[want.Servers[i].Name] = &want.Servers[i]
 		p.desiredMAC[want.Servers[i].BootMAC] = &want.Servers[i]
@@ -1287,6 +1287,26 @@ func sortSteps(s []Step) {
 		}
 		return actionInfo[s[i].Action].Order < actionInfo[s[j].Action].Order
 	})
+}
+
+// sortedNames returns have's server names sorted: have.Names when it is
+// exactly that (as long as Servers, strictly increasing, each a key of
+// Servers: then it is the sorted key set), else the keys sorted here.
+// The result is read-only.
+func sortedNames(have state.Snapshot) []string {
+	n := have.Names
+	if len(n) != len(have.Servers) {
+		return sortedKeys(have.Servers)
+	}
+	for i, name := range n {
+		if i > 0 && n[i-1] >= name {
+			return sortedKeys(have.Servers)
+		}
+		if _, ok := have.Servers[name]; !ok {
+			return sortedKeys(have.Servers)
+		}
+	}
+	return n
 }
 
 func sortedKeys[V any](m map[string]V) []string {
