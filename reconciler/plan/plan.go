@@ -400,6 +400,10 @@ func (p *planning) adoptOrRegister(ws *inventory.Server) {
 // profiles tops up each profile's count or releases the surplus of count
 // allocations, and reports selector-based selections.
 func (p *planning) profiles() {
+	if len(p.want.Profiles) == 0 {
+		return
+	}
+	fi := p.fleetIndex()
 	for _, prof := range p.want.Profiles {
 		if prof.Selector != nil {
 			sel := Select(prof, p.want, p.have)
@@ -408,11 +412,37 @@ func (p *planning) profiles() {
 				p.cond(c)
 			}
 		}
-		steps, disr, conds := profileSteps(prof, p.want, p.have, p.names, p.allocated)
+		steps, disr, conds := profileSteps(prof, p.want, p.have, fi, p.allocated)
 		p.res.Steps = append(p.res.Steps, steps...)
 		p.disruptive = append(p.disruptive, disr...)
 		p.res.Conditions = append(p.res.Conditions, conds...)
 	}
+}
+
+// fleetIndex is what every profile's count reads of the fleet, found in
+// one walk of it rather than one walk per profile: the servers holding a
+// count allocation by profile (in name order), and which of servers.yaml's
+// entries have a ready record (by index, in servers.yaml order). Compute
+// never changes the snapshot, so each profile sees what its own walk would.
+type fleetIndex struct {
+	counted map[string][]string
+	ready   []int
+}
+
+func (p *planning) fleetIndex() fleetIndex {
+	fi := fleetIndex{counted: map[string][]string{}, ready: []int{}}
+	for _, name := range p.names {
+		// Read through the map, so the records are not copied.
+		if a := p.have.Servers[name].Allocation; a != nil && a.Reason == ReasonCount {
+			fi.counted[a.Profile] = append(fi.counted[a.Profile], name)
+		}
+	}
+	for i := range p.want.Servers {
+		if p.have.Servers[p.want.Servers[i].Name].Lifecycle == state.LifecycleReady {
+			fi.ready = append(fi.ready, i)
+		}
+	}
+	return fi
 }
 
 // applyBrake holds this revision's disruptive steps behind the safety
@@ -778,14 +808,9 @@ func noBMCCondition(ws *inventory.Server, obs state.Server) Condition {
 // allocates the smallest fitting ready servers when short and releases the
 // newest count allocations when over. names are have's server names,
 // sorted.
-func profileSteps(p inventory.Profile, want *inventory.Inventory, have state.Snapshot, names []string, planned map[string]string) (steps, disruptive []Step, conds []Condition) {
+func profileSteps(p inventory.Profile, want *inventory.Inventory, have state.Snapshot, fi fleetIndex, planned map[string]string) (steps, disruptive []Step, conds []Condition) {
 	var holding []state.Server // count allocations of p, any active lifecycle
-	for _, name := range names {
-		// The allocation is read through the map, so the other records
-		// are not copied.
-		if a := have.Servers[name].Allocation; a == nil || a.Profile != p.Name || a.Reason != ReasonCount {
-			continue
-		}
+	for _, name := range fi.counted[p.Name] {
 		s := have.Servers[name]
 		switch s.Lifecycle {
 		case state.LifecycleAllocated, state.LifecycleDeploying, state.LifecycleDeployed:
@@ -796,7 +821,7 @@ func profileSteps(p inventory.Profile, want *inventory.Inventory, have state.Sna
 	case n < p.Count:
 		// Only the names are needed: the records are not copied out.
 		short := p.Count - n
-		cands := smallestKeys(candidateKeys(&p, want, have, planned, false), short)
+		cands := smallestKeys(candidateKeys(&p, want, have, fi.ready, planned, false), short)
 		for _, c := range cands {
 			if short == 0 {
 				break
@@ -839,7 +864,7 @@ func profileSteps(p inventory.Profile, want *inventory.Inventory, have state.Sna
 // servers already taken in this pass. A released server whose release wipe
 // has not finished (NeedsWipe) is never a candidate.
 func Candidates(p inventory.Profile, want *inventory.Inventory, have state.Snapshot, planned map[string]string) []state.Server {
-	keys := candidateKeys(&p, want, have, planned, true)
+	keys := candidateKeys(&p, want, have, nil, planned, true)
 	var out []state.Server
 	if len(keys) > 0 {
 		out = make([]state.Server, len(keys))
@@ -853,10 +878,20 @@ func Candidates(p inventory.Profile, want *inventory.Inventory, have state.Snaps
 // candidateKeys lists Candidates' servers as keys (the name and what it
 // sorts by), without copying the records, in Candidates' order when sorted
 // is true and in no order otherwise (smallestKeys orders the few needed).
-func candidateKeys(pp *inventory.Profile, want *inventory.Inventory, have state.Snapshot, planned map[string]string, sorted bool) []candidateKey {
+// ready, when not nil, lists the entries of want.Servers with a ready
+// record (fleetIndex): only those are looked at.
+func candidateKeys(pp *inventory.Profile, want *inventory.Inventory, have state.Snapshot, ready []int, planned map[string]string, sorted bool) []candidateKey {
 	p := *pp
 	var keys []candidateKey
-	for i := range want.Servers {
+	n := len(want.Servers)
+	if ready != nil {
+		n = len(ready)
+	}
+	for j := range n {
+		i := j
+		if ready != nil {
+			i = ready[j]
+		}
 		ws := &want.Servers[i] // not copied: most are skipped
 		if ws.Want == inventory.WantRetired || ws.Want == inventory.WantDeployed {
 			continue // retired, or deployed through its own pin
