@@ -311,9 +311,9 @@ func (p *planning) orphans() {
 				p.pendingMAC[obs.BootMAC] = obs
 				continue
 			}
-			p.res.Steps = append(p.res.Steps, pendingSteps(obs, p.opts)...)
+			p.res.Steps = append(p.res.Steps, pendingSteps(&obs, p.opts)...)
 			if obs.Lifecycle != state.LifecycleRetired {
-				p.cond(pendingCondition(obs))
+				p.cond(pendingCondition(&obs))
 			}
 			continue
 		}
@@ -339,17 +339,17 @@ func (p *planning) server(ws *inventory.Server) {
 		return
 	}
 	res := &p.res
-	if identityChanged(ws, obs) {
+	if identityChanged(ws, &obs) {
 		res.Steps = append(res.Steps, Step{Server: ws.Name, Action: ActUpdateIdentity, Why: "zone, rack, boot MAC or BMC changed in servers.yaml"})
 	}
-	steps, disr := serverSteps(ws, obs, p.opts)
+	steps, disr := serverSteps(ws, &obs, p.opts)
 	archConds, steps := archConditions(p.want, ws, &obs, steps)
 	res.Conditions = append(res.Conditions, archConds...)
 	cabConds, steps := cablingConditions(ws, &obs, steps)
 	res.Conditions = append(res.Conditions, cabConds...)
 	if ws.BMC.IsZero() {
 		steps, disr = withoutBMC(steps), withoutBMC(disr)
-		p.cond(noBMCCondition(ws, obs))
+		p.cond(noBMCCondition(ws, &obs))
 	}
 	if obs.Fenced != nil {
 		steps, disr = withoutPowerOn(steps), withoutPowerOn(disr)
@@ -362,10 +362,10 @@ func (p *planning) server(ws *inventory.Server) {
 			p.allocated[s.Server] = s.Profile
 		}
 	}
-	if c, ok := wipeCondition(ws.Name, obs, p.opts); ok {
+	if c, ok := wipeCondition(ws.Name, &obs, p.opts); ok {
 		p.cond(c)
 	}
-	if c, ok := silentCondition(ws.Name, obs, p.opts); ok {
+	if c, ok := silentCondition(ws.Name, &obs, p.opts); ok {
 		p.cond(c)
 	}
 	if ws.Want == inventory.WantRetired && obs.Lifecycle == state.LifecycleNew {
@@ -496,7 +496,7 @@ func SortConditions(cs []Condition) {
 
 // serverSteps plans one desired server against its observed record. It
 // returns the steps and, separately, those the safety brake counts.
-func serverSteps(ws *inventory.Server, obs state.Server, opts Options) (steps, disruptive []Step) {
+func serverSteps(ws *inventory.Server, obs *state.Server, opts Options) (steps, disruptive []Step) {
 	add := func(s Step, disr bool) {
 		s.Server = ws.Name
 		steps = append(steps, s)
@@ -572,7 +572,7 @@ func dropLoneSteps(steps []Step, a Action) []Step {
 // off, once ConfirmOffAfter has passed since it said so. What the BMC
 // sweep read in between does not matter: a machine the sweep saw still on
 // is the one that most needs the confirm.
-func confirmOffStep(obs state.Server, opts Options) (Step, bool) {
+func confirmOffStep(obs *state.Server, opts Options) (Step, bool) {
 	claim, pending := obs.Power.OffClaimPending()
 	if !pending || (obs.Lifecycle != state.LifecycleReady && obs.Lifecycle != state.LifecycleFailed) {
 		return Step{}, false
@@ -586,7 +586,7 @@ func confirmOffStep(obs state.Server, opts Options) (Step, bool) {
 
 // retireSteps plans a server whose want is retired, or that is retired
 // and wanted again, and reports whether that is all it gets.
-func retireSteps(ws *inventory.Server, obs state.Server, add func(Step, bool)) bool {
+func retireSteps(ws *inventory.Server, obs *state.Server, add func(Step, bool)) bool {
 	lc := obs.Lifecycle
 	switch {
 	case ws.Want != inventory.WantRetired && lc == state.LifecycleRetired:
@@ -606,7 +606,7 @@ func retireSteps(ws *inventory.Server, obs state.Server, add func(Step, bool)) b
 // long: its deadline passed (timeout), or the machine went silent mid-phase
 // (its controller restarted under it, its answer lost, its ramdisk stuck)
 // and is booted again long before the deadline, a bounded number of times.
-func phaseStep(obs state.Server, opts Options) (Step, bool) {
+func phaseStep(obs *state.Server, opts Options) (Step, bool) {
 	lc := obs.Lifecycle
 	switch {
 	case lc == state.LifecycleCommissioning && opts.Now.Sub(obs.LifecycleAt) > opts.CommissionTimeout:
@@ -623,7 +623,7 @@ func phaseStep(obs state.Server, opts Options) (Step, bool) {
 
 // stallNote is "; " and the boot stall of a timed-out server whose boot
 // stalled (the failure it records says why the report never came), else "".
-func stallNote(obs state.Server, opts Options) string {
+func stallNote(obs *state.Server, opts Options) string {
 	if f, ok := bootStalled(obs); ok {
 		return "; " + bootStallText(f, opts.Now)
 	}
@@ -634,7 +634,7 @@ func stallNote(obs state.Server, opts Options) string {
 // wiped by the ramdisk before anything else happens to it (it is not
 // allocated meanwhile). A wipe past its deadline times out; a running
 // one, or a failed one before its retry time, gets no step.
-func wipeStep(obs state.Server, opts Options) (Step, bool) {
+func wipeStep(obs *state.Server, opts Options) (Step, bool) {
 	if obs.Lifecycle != state.LifecycleReady || !obs.NeedsWipe {
 		return Step{}, false
 	}
@@ -676,7 +676,7 @@ func wipeStep(obs state.Server, opts Options) (Step, bool) {
 // ("disks with zero", or per disk "nvme0n1 secure, sda zero, sdb zero"
 // when the allocation chose methods per disk); "" for the metadata wipe
 // of every disk.
-func eraseSummary(obs state.Server) string {
+func eraseSummary(obs *state.Server) string {
 	def := cmp.Or(obs.WipeErase, "metadata")
 	if len(obs.WipeEraseDisks) == 0 {
 		if def == "metadata" {
@@ -693,7 +693,7 @@ func eraseSummary(obs state.Server) string {
 
 // commissionStep commissions a server the first time, or again when
 // servers.yaml's actions.commission counter asks for it.
-func commissionStep(ws *inventory.Server, obs state.Server) (Step, bool) {
+func commissionStep(ws *inventory.Server, obs *state.Server) (Step, bool) {
 	lc, want, seen := obs.Lifecycle, ws.Actions.Commission, obs.Actions["commission"]
 	switch {
 	case lc == state.LifecycleNew:
@@ -706,7 +706,7 @@ func commissionStep(ws *inventory.Server, obs state.Server) (Step, bool) {
 
 // pinnedSteps plans pinned deploys (want: deployed with a profile) and
 // their release, and the deploy of an allocated server.
-func pinnedSteps(ws *inventory.Server, obs state.Server, commissioning bool, add func(Step, bool)) {
+func pinnedSteps(ws *inventory.Server, obs *state.Server, commissioning bool, add func(Step, bool)) {
 	lc := obs.Lifecycle
 	pinnedHere := obs.Allocation != nil && obs.Allocation.Reason == ReasonPinned
 	switch {
@@ -724,7 +724,7 @@ func pinnedSteps(ws *inventory.Server, obs state.Server, commissioning bool, add
 
 // powerCounterSteps are the power actions servers.yaml's counters ask for
 // (a counter above the one observed).
-func powerCounterSteps(ws *inventory.Server, obs state.Server) []Step {
+func powerCounterSteps(ws *inventory.Server, obs *state.Server) []Step {
 	var out []Step
 	for _, pc := range []struct {
 		name string
@@ -741,7 +741,7 @@ func powerCounterSteps(ws *inventory.Server, obs state.Server) []Step {
 // pendingSteps plans for an auto-enrolled server that is not in
 // servers.yaml yet: only its commissioning deadline (it has no BMC, so the
 // timeout just marks it failed).
-func pendingSteps(obs state.Server, opts Options) []Step {
+func pendingSteps(obs *state.Server, opts Options) []Step {
 	if obs.Lifecycle == state.LifecycleCommissioning && opts.Now.Sub(obs.LifecycleAt) > opts.CommissionTimeout {
 		return []Step{{Server: obs.Name, Action: ActTimeout, Why: fmt.Sprintf("no commissioning report within %s", opts.CommissionTimeout)}}
 	}
@@ -749,7 +749,7 @@ func pendingSteps(obs state.Server, opts Options) []Step {
 }
 
 // pendingCondition says where an auto-enrolled server's proposal is.
-func pendingCondition(obs state.Server) Condition {
+func pendingCondition(obs *state.Server) Condition {
 	c := Condition{Subject: "server/" + obs.Name, Type: "Waiting", Reason: "AwaitingReview"}
 	e := obs.Enrolled
 	switch {
@@ -799,7 +799,7 @@ func orName(host, server string) string {
 	return "HOST"
 }
 
-func noBMCCondition(ws *inventory.Server, obs state.Server) Condition {
+func noBMCCondition(ws *inventory.Server, obs *state.Server) Condition {
 	return Condition{Subject: "server/" + ws.Name, Type: "NoBMC", Reason: "NoBMC",
 		Message: fmt.Sprintf("no BMC: Machina cannot power or boot-override this server (%s); attach one with machinactl server bmc-set %s --driver ... --address ... --credentials ...", obs.Lifecycle, ws.Name)}
 }
@@ -1180,7 +1180,7 @@ func Record(ws *inventory.Server) state.Server {
 
 // identityChanged reports whether servers.yaml gives ws another identity
 // than its record has (the fields Record copies).
-func identityChanged(ws *inventory.Server, obs state.Server) bool {
+func identityChanged(ws *inventory.Server, obs *state.Server) bool {
 	return ws.Zone != obs.Zone || ws.Site != obs.Site || ws.Rack != obs.Rack || ws.BootMAC != obs.BootMAC || string(ws.BootMode) != obs.BootMode ||
 		string(ws.BMC.Driver) != obs.BMC.Driver || ws.BMC.Address != obs.BMC.Address || ws.BMC.Credentials != obs.BMC.Credentials ||
 		ws.BMC.SystemID != obs.BMC.SystemID || ws.BMC.InsecureTLS != obs.BMC.InsecureTLS ||
@@ -1200,7 +1200,7 @@ func hasAction(steps []Step, a Action) bool {
 // image-deploying server's machine (or last booted it); ok is false in
 // any other phase, and for installer deploys (the installer reports only
 // at its end).
-func silentSince(obs state.Server, opts Options) (time.Time, bool) {
+func silentSince(obs *state.Server, opts Options) (time.Time, bool) {
 	switch obs.Lifecycle {
 	case state.LifecycleCommissioning:
 	case state.LifecycleDeploying:
@@ -1219,7 +1219,7 @@ func silentSince(obs state.Server, opts Options) (time.Time, bool) {
 	return since, true
 }
 
-func lastHeard(obs state.Server) string {
+func lastHeard(obs *state.Server) string {
 	if f, ok := bootStalled(obs); ok {
 		// Said in full: the re-netboot's and the timeout's events carry it.
 		out := fmt.Sprintf("%s at %s, nothing from the ramdisk since", obs.LastHeard, f.At.UTC().Format(time.RFC3339))
@@ -1245,7 +1245,7 @@ func lastHeard(obs state.Server) string {
 // silentCondition says, once a commissioning or deploying server has been
 // silent for half of SilentAfter, what was last heard from it and what the
 // controller does about it.
-func silentCondition(name string, obs state.Server, opts Options) (Condition, bool) {
+func silentCondition(name string, obs *state.Server, opts Options) (Condition, bool) {
 	since, ok := silentSince(obs, opts)
 	if !ok || opts.Now.Sub(since) <= opts.SilentAfter/2 {
 		return Condition{}, false
@@ -1284,7 +1284,7 @@ const CondBootStalled = "BootStalled"
 // bootStalled returns the server's last boot file fetch when nothing was
 // heard from its machine after it (LastHeard is that fetch) and it
 // happened in the current phase and after the last re-netboot.
-func bootStalled(obs state.Server) (*state.BootFetch, bool) {
+func bootStalled(obs *state.Server) (*state.BootFetch, bool) {
 	f := obs.BootFetch
 	if f == nil || !f.At.Equal(obs.LastHeardAt) || f.At.Before(obs.LifecycleAt) || f.At.Before(obs.RenetbootAt) {
 		return nil, false
@@ -1307,7 +1307,7 @@ func bootStallText(f *state.BootFetch, now time.Time) string {
 // when nothing was heard from its machine after it: the ramdisk that
 // erases the disks was fetched and never called (under Secure Boot, a
 // refused kernel), as bootStalled for commissioning and deploys.
-func wipeBootStalled(obs state.Server) (*state.BootFetch, bool) {
+func wipeBootStalled(obs *state.Server) (*state.BootFetch, bool) {
 	f := obs.BootFetch
 	if obs.WipeStartedAt.IsZero() || f == nil || !f.At.Equal(obs.LastHeardAt) || f.At.Before(obs.WipeStartedAt) {
 		return nil, false
@@ -1382,14 +1382,14 @@ func DigestPrefix(d string) string {
 // wipeRetryAt is when a failed release wipe is tried again: WipeFailedAt
 // plus WipeRetryBase doubled per further failure, capped at WipeRetryCap
 // (no jitter: Compute is pure).
-func wipeRetryAt(obs state.Server, opts Options) time.Time {
+func wipeRetryAt(obs *state.Server, opts Options) time.Time {
 	return obs.WipeFailedAt.Add(RetryDelay(opts.WipeRetryBase, opts.WipeRetryCap, obs.WipeFailures))
 }
 
 // wipeCondition reports a released server's wipe in status: WipePending
 // while it waits or runs, WipeFailed (with the last reason and the retry
 // time) after a failure.
-func wipeCondition(name string, obs state.Server, opts Options) (Condition, bool) {
+func wipeCondition(name string, obs *state.Server, opts Options) (Condition, bool) {
 	if obs.Lifecycle != state.LifecycleReady || !obs.NeedsWipe {
 		return Condition{}, false
 	}
