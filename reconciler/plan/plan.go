@@ -1344,6 +1344,19 @@ func sortedNames(have state.Snapshot) []string {
 	return n
 }
 
+// anyProfile reports whether some profile of want satisfies f. The
+// fleet-wide walks that act only for servers of a profile with a given
+// block (firmware, storage, network) are skipped when none has it: each
+// of their iterations would find no such profile and do nothing.
+func anyProfile(want *inventory.Inventory, f func(*inventory.Profile) bool) bool {
+	for i := range want.Profiles {
+		if f(&want.Profiles[i]) {
+			return true
+		}
+	}
+	return false
+}
+
 func sortedKeys[V any](m map[string]V) []string {
 	keys := make([]string, 0, len(m))
 	for k := range m {
