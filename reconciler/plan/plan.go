@@ -422,27 +422,38 @@ func (p *planning) profiles() {
 // fleetIndex is what every profile's count reads of the fleet, found in
 // one walk of it rather than one walk per profile: the servers holding a
 // count allocation by profile (in name order), and which of servers.yaml's
-// entries have a ready record (by index, in servers.yaml order). Compute
+// entries have a ready record (by index, in servers.yaml order; walked
+// only when a profile is short of its count, see readyEntries). Compute
 // never changes the snapshot, so each profile sees what its own walk would.
 type fleetIndex struct {
 	counted map[string][]string
-	ready   []int
+	ready   []int // nil until readyEntries
+	p       *planning
 }
 
-func (p *planning) fleetIndex() fleetIndex {
-	fi := fleetIndex{counted: map[string][]string{}, ready: []int{}}
+func (p *planning) fleetIndex() *fleetIndex {
+	fi := &fleetIndex{counted: map[string][]string{}, p: p}
 	for _, name := range p.names {
 		// Read through the map, so the records are not copied.
 		if a := p.have.Servers[name].Allocation; a != nil && a.Reason == ReasonCount {
 			fi.counted[a.Profile] = append(fi.counted[a.Profile], name)
 		}
 	}
-	for i := range p.want.Servers {
-		if p.have.Servers[p.want.Servers[i].Name].Lifecycle == state.LifecycleReady {
-			fi.ready = append(fi.ready, i)
+	return fi
+}
+
+// readyEntries returns the indices of servers.yaml's entries whose record
+// is ready, walking the fleet on the first call only. Never nil.
+func (fi *fleetIndex) readyEntries() []int {
+	if fi.ready == nil {
+		fi.ready = []int{}
+		for i := range fi.p.want.Servers {
+			if fi.p.have.Servers[fi.p.want.Servers[i].Name].Lifecycle == state.LifecycleReady {
+				fi.ready = append(fi.ready, i)
+			}
 		}
 	}
-	return fi
+	return fi.ready
 }
 
 // applyBrake holds this revision's disruptive steps behind the safety
@@ -808,7 +819,7 @@ func noBMCCondition(ws *inventory.Server, obs *state.Server) Condition {
 // allocates the smallest fitting ready servers when short and releases the
 // newest count allocations when over. names are have's server names,
 // sorted.
-func profileSteps(p inventory.Profile, want *inventory.Inventory, have state.Snapshot, fi fleetIndex, planned map[string]string) (steps, disruptive []Step, conds []Condition) {
+func profileSteps(p inventory.Profile, want *inventory.Inventory, have state.Snapshot, fi *fleetIndex, planned map[string]string) (steps, disruptive []Step, conds []Condition) {
 	var holding []state.Server // count allocations of p, any active lifecycle
 	for _, name := range fi.counted[p.Name] {
 		s := have.Servers[name]
@@ -821,7 +832,7 @@ func profileSteps(p inventory.Profile, want *inventory.Inventory, have state.Sna
 	case n < p.Count:
 		// Only the names are needed: the records are not copied out.
 		short := p.Count - n
-		cands := smallestKeys(candidateKeys(&p, want, have, fi.ready, planned, false), short)
+		cands := smallestKeys(candidateKeys(&p, want, have, fi.readyEntries(), planned, false), short)
 		for _, c := range cands {
 			if short == 0 {
 				break
