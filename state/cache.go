@@ -296,28 +296,6 @@ type cachedHost struct {
 	host Host
 }
 
-// decode returns the Host stored as v under key k, a deep copy.
-func (c *hostCache) decode(k, v []byte) (Host, error) {
-	sum := sumOf(v)
-	c.mu.RLock()
-	e, ok := c.m[string(k)]
-	c.mu.RUnlock()
-	if ok && e.sum == sum {
-		return e.host.clone(), nil
-	}
-	var h Host
-	if err := json.Unmarshal(v, &h); err != nil {
-		return Host{}, err
-	}
-	c.mu.Lock()
-	if c.m == nil || len(c.m) >= maxCachedServers {
-		c.m = map[string]cachedHost{}
-	}
-	c.m[string(k)] = cachedHost{sum: sum, host: h.clone()}
-	c.mu.Unlock()
-	return h, nil
-}
-
 // share returns the Host stored as v under key k for a snapshot: a copy
 // of the struct whose slices and pointers are shared with the cache and
 // every other snapshot, so they are read-only (serverCache.share).
@@ -340,24 +318,4 @@ func (c *hostCache) share(k, v []byte) (Host, error) {
 	c.m[string(k)] = cachedHost{sum: sum, host: h}
 	c.mu.Unlock()
 	return h, nil
-}
-
-// clone returns a deep copy of h.
-func (h Host) clone() Host {
-	h.Tags = append([]string(nil), h.Tags...)
-	h.Networks = append([]string(nil), h.Networks...)
-	h.StoragePools = append([]string(nil), h.StoragePools...)
-	if h.Lost != nil {
-		l := *h.Lost
-		h.Lost = &l
-	}
-	if h.Fenced != nil {
-		f := *h.Fenced
-		h.Fenced = &f
-	}
-	if h.FenceNotHeld != nil {
-		n := *h.FenceNotHeld
-		h.FenceNotHeld = &n
-	}
-	return h
 }
