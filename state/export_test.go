@@ -133,3 +133,35 @@ func PutRawServer(s *Store, name string, data []byte) error {
 func DeleteRawServer(s *Store, name string) error {
 	return s.update(func(tx kvTx) error { return tx.Bucket(bucketServers).Delete([]byte(name)) })
 }
+
+// FreshSnapshot is Snapshot read without the decode cache: every record
+// decoded from its stored bytes, as a store that has never read it
+// would. For tests comparing the cached snapshot with a from-scratch one.
+func FreshSnapshot(s *Store) (Snapshot, error) {
+	snap := Snapshot{Servers: map[string]Server{}, Hosts: map[string]Host{}}
+	err := s.view(func(tx kvTx) error {
+		err := tx.Bucket(bucketServers).ForEach(func(k, v []byte) error {
+			var srv Server
+			if err := json.Unmarshal(v, &srv); err != nil {
+				return err
+			}
+			snap.Servers[srv.Name] = srv
+			snap.Names = append(snap.Names, srv.Name)
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		err = tx.Bucket(bucketHosts).ForEach(func(k, v []byte) error {
+			var h Host
+			if err := json.Unmarshal(v, &h); err != nil {
+				return err
+			}
+			snap.Hosts[h.Name] = h
+			return nil
+		})
+		snap.LastEventSeq = tx.Bucket(bucketEvents).Sequence()
+		return err
+	})
+	return snap, err
+}

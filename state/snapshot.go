@@ -9,32 +9,45 @@ import (
 
 // Snapshot is every server and host as of one read transaction, for the
 // reconciler's plan (observed state against desired state). Maps are keyed
-// by name; values are copies the caller may modify.
+// by name. Each value is a copy of its struct, whose fields the caller may
+// set (replace a pointer, a slice or a map as a whole), but what a value's
+// pointers, slices and maps reach (Server.Hardware, Allocation, Actions,
+// InFlight, Firmware, Addresses; Host.Tags, Lost, ...) is shared with the
+// store's decode cache and other snapshots and is read-only: to change
+// one, copy it first.
 type Snapshot struct {
 	Servers      map[string]Server
 	Hosts        map[string]Host
 	LastEventSeq uint64 // the newest event included in this view
+	// Names are Servers' keys in byte order, as the store read them, so
+	// a planner need not sort them again; read-only. A caller that adds
+	// or removes servers leaves it stale: users check it against Servers
+	// (length, order, membership) and sort the keys themselves otherwise.
+	// Nil in a Snapshot built by hand.
+	Names []string
 }
 
 // Snapshot returns a consistent view of all servers and hosts.
 func (s *Store) Snapshot() (Snapshot, error) {
 	// Sized as the last snapshot, so a pass's snapshot of a large fleet
 	// does not grow its map step by step.
-	snap := Snapshot{Servers: make(map[string]Server, s.snapServers.Load()), Hosts: map[string]Host{}}
+	n := s.snapServers.Load()
+	snap := Snapshot{Servers: make(map[string]Server, n), Hosts: map[string]Host{}, Names: make([]string, 0, n)}
 	err := s.view(func(tx kvTx) error {
 		err := tx.Bucket(bucketServers).ForEach(func(k, v []byte) error {
-			srv, err := s.servers.decode(k, v)
+			srv, err := s.servers.share(k, v)
 			if err != nil {
 				return fmt.Errorf("decode server %s: %w", k, err)
 			}
 			snap.Servers[srv.Name] = srv
+			snap.Names = append(snap.Names, srv.Name)
 			return nil
 		})
 		if err != nil {
 			return err
 		}
 		err = tx.Bucket(bucketHosts).ForEach(func(k, v []byte) error {
-			h, err := s.hosts.decode(k, v)
+			h, err := s.hosts.share(k, v)
 			if err != nil {
 				return fmt.Errorf("decode host %s: %w", k, err)
 			}

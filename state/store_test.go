@@ -348,11 +348,17 @@ func TestSnapshot(t *testing.T) {
 		if len(snap.Servers) != 2 || len(snap.Hosts) != 1 || snap.LastEventSeq != last || snap.Servers["s1"].Hardware.Cores != 8 {
 			t.Fatalf("Snapshot = %+v", snap)
 		}
-		// Values are copies: changing one does not change the store or a later snapshot.
-		snap.Servers["s1"].Hardware.Disks[0].Name = "changed"
+		// Values are copies of the struct: setting a field of one (a
+		// pointer replaced, not written through: what it reaches is
+		// shared and read-only) changes neither the store nor a later
+		// snapshot.
+		v := snap.Servers["s1"]
+		v.Hardware = &state.Hardware{Cores: 1}
+		v.Zone = "changed"
+		snap.Servers["s1"] = v
 		again, _ := s.Snapshot()
-		if again.Servers["s1"].Hardware.Disks[0].Name != "sda" {
-			t.Errorf("snapshot shares memory with the store's cache")
+		if got := again.Servers["s1"]; got.Hardware.Cores != 8 || got.Hardware.Disks[0].Name != "sda" || got.Zone != "z" {
+			t.Errorf("a later snapshot sees an earlier one's change: %+v", got)
 		}
 	})
 }

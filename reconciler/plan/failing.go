@@ -33,7 +33,7 @@ const (
 // failingAction names the action a server's failures are about: the
 // journalled one, else the action LastError starts with (the executor
 // writes "ACTION: error"), else "".
-func failingAction(obs state.Server) string {
+func failingAction(obs *state.Server) string {
 	if obs.InFlight != nil {
 		return obs.InFlight.Action
 	}
@@ -66,7 +66,7 @@ func failingConditions(have state.Snapshot, names []string, steps []Step, opts O
 			continue
 		}
 		obs := have.Servers[name]
-		action := failingAction(obs)
+		action := failingAction(&obs)
 		retry := ""
 		if opts.Now.Before(obs.RetryAt) {
 			retry = "next retry at " + obs.RetryAt.UTC().Format(time.RFC3339)

@@ -501,6 +501,9 @@ func firmwareProfile(ws *inventory.Server, obs *state.Server) string {
 // and its changes listed as held, until the operator approves the
 // revision; then the step runs.
 func (p *planning) firmware() {
+	if !anyProfile(p.want, func(pr *inventory.Profile) bool { return pr.Firmware != nil }) {
+		return // every server below would be skipped: no profile sets firmware
+	}
 	blocked := map[string]Condition{}
 	for i := range p.want.Servers {
 		ws := &p.want.Servers[i]

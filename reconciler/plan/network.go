@@ -96,6 +96,9 @@ func networkNote(p inventory.Profile, want *inventory.Inventory, have state.Snap
 // the layout, and drops its deploy step: the server stays allocated,
 // never half-configured, until the inventory or its hardware changes.
 func (p *planning) networks() {
+	if !anyProfile(p.want, func(pr *inventory.Profile) bool { return pr.Network != nil }) {
+		return // every server below would be skipped: no profile has a network layout
+	}
 	blocked := map[string]Condition{}
 	for i := range p.want.Servers {
 		ws := &p.want.Servers[i]

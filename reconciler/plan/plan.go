@@ -227,7 +227,7 @@ func Compute(want *inventory.Inventory, have state.Snapshot, opts Options) Resul
 	}
 	p := &planning{want: want, have: have, opts: opts, desired: make(map[string]*inventory.Server, len(want.Servers)),
 		desiredMAC: make(map[string]*inventory.Server, len(want.Servers)), pendingMAC: map[string]state.Server{}, allocated: map[string]string{},
-		names: sortedKeys(have.Servers)}
+		names: sortedNames(have)}
 	for i := range want.Servers {
 		p.desired[want.Servers[i].Name] = &want.Servers[i]
 		p.desiredMAC[want.Servers[i].BootMAC] = &want.Servers[i]
@@ -311,9 +311,9 @@ func (p *planning) orphans() {
 				p.pendingMAC[obs.BootMAC] = obs
 				continue
 			}
-			p.res.Steps = append(p.res.Steps, pendingSteps(obs, p.opts)...)
+			p.res.Steps = append(p.res.Steps, pendingSteps(&obs, p.opts)...)
 			if obs.Lifecycle != state.LifecycleRetired {
-				p.cond(pendingCondition(obs))
+				p.cond(pendingCondition(&obs))
 			}
 			continue
 		}
@@ -339,17 +339,17 @@ func (p *planning) server(ws *inventory.Server) {
 		return
 	}
 	res := &p.res
-	if identityChanged(ws, obs) {
+	if identityChanged(ws, &obs) {
 		res.Steps = append(res.Steps, Step{Server: ws.Name, Action: ActUpdateIdentity, Why: "zone, rack, boot MAC or BMC changed in servers.yaml"})
 	}
-	steps, disr := serverSteps(ws, obs, p.opts)
+	steps, disr := serverSteps(ws, &obs, p.opts)
 	archConds, steps := archConditions(p.want, ws, &obs, steps)
 	res.Conditions = append(res.Conditions, archConds...)
 	cabConds, steps := cablingConditions(ws, &obs, steps)
 	res.Conditions = append(res.Conditions, cabConds...)
 	if ws.BMC.IsZero() {
 		steps, disr = withoutBMC(steps), withoutBMC(disr)
-		p.cond(noBMCCondition(ws, obs))
+		p.cond(noBMCCondition(ws, &obs))
 	}
 	if obs.Fenced != nil {
 		steps, disr = withoutPowerOn(steps), withoutPowerOn(disr)
@@ -362,10 +362,10 @@ func (p *planning) server(ws *inventory.Server) {
 			p.allocated[s.Server] = s.Profile
 		}
 	}
-	if c, ok := wipeCondition(ws.Name, obs, p.opts); ok {
+	if c, ok := wipeCondition(ws.Name, &obs, p.opts); ok {
 		p.cond(c)
 	}
-	if c, ok := silentCondition(ws.Name, obs, p.opts); ok {
+	if c, ok := silentCondition(ws.Name, &obs, p.opts); ok {
 		p.cond(c)
 	}
 	if ws.Want == inventory.WantRetired && obs.Lifecycle == state.LifecycleNew {
@@ -400,6 +400,10 @@ func (p *planning) adoptOrRegister(ws *inventory.Server) {
 // profiles tops up each profile's count or releases the surplus of count
 // allocations, and reports selector-based selections.
 func (p *planning) profiles() {
+	if len(p.want.Profiles) == 0 {
+		return
+	}
+	fi := p.fleetIndex()
 	for _, prof := range p.want.Profiles {
 		if prof.Selector != nil {
 			sel := Select(prof, p.want, p.have)
@@ -408,11 +412,48 @@ func (p *planning) profiles() {
 				p.cond(c)
 			}
 		}
-		steps, disr, conds := profileSteps(prof, p.want, p.have, p.names, p.allocated)
+		steps, disr, conds := profileSteps(prof, p.want, p.have, fi, p.allocated)
 		p.res.Steps = append(p.res.Steps, steps...)
 		p.disruptive = append(p.disruptive, disr...)
 		p.res.Conditions = append(p.res.Conditions, conds...)
 	}
+}
+
+// fleetIndex is what every profile's count reads of the fleet, found in
+// one walk of it rather than one walk per profile: the servers holding a
+// count allocation by profile (in name order), and which of servers.yaml's
+// entries have a ready record (by index, in servers.yaml order; walked
+// only when a profile is short of its count, see readyEntries). Compute
+// never changes the snapshot, so each profile sees what its own walk would.
+type fleetIndex struct {
+	counted map[string][]string
+	ready   []int // nil until readyEntries
+	p       *planning
+}
+
+func (p *planning) fleetIndex() *fleetIndex {
+	fi := &fleetIndex{counted: map[string][]string{}, p: p}
+	for _, name := range p.names {
+		// Read through the map, so the records are not copied.
+		if a := p.have.Servers[name].Allocation; a != nil && a.Reason == ReasonCount {
+			fi.counted[a.Profile] = append(fi.counted[a.Profile], name)
+		}
+	}
+	return fi
+}
+
+// readyEntries returns the indices of servers.yaml's entries whose record
+// is ready, walking the fleet on the first call only. Never nil.
+func (fi *fleetIndex) readyEntries() []int {
+	if fi.ready == nil {
+		fi.ready = []int{}
+		for i := range fi.p.want.Servers {
+			if fi.p.have.Servers[fi.p.want.Servers[i].Name].Lifecycle == state.LifecycleReady {
+				fi.ready = append(fi.ready, i)
+			}
+		}
+	}
+	return fi.ready
 }
 
 // applyBrake holds this revision's disruptive steps behind the safety
@@ -466,7 +507,7 @@ func SortConditions(cs []Condition) {
 
 // serverSteps plans one desired server against its observed record. It
 // returns the steps and, separately, those the safety brake counts.
-func serverSteps(ws *inventory.Server, obs state.Server, opts Options) (steps, disruptive []Step) {
+func serverSteps(ws *inventory.Server, obs *state.Server, opts Options) (steps, disruptive []Step) {
 	add := func(s Step, disr bool) {
 		s.Server = ws.Name
 		steps = append(steps, s)
@@ -542,7 +583,7 @@ func dropLoneSteps(steps []Step, a Action) []Step {
 // off, once ConfirmOffAfter has passed since it said so. What the BMC
 // sweep read in between does not matter: a machine the sweep saw still on
 // is the one that most needs the confirm.
-func confirmOffStep(obs state.Server, opts Options) (Step, bool) {
+func confirmOffStep(obs *state.Server, opts Options) (Step, bool) {
 	claim, pending := obs.Power.OffClaimPending()
 	if !pending || (obs.Lifecycle != state.LifecycleReady && obs.Lifecycle != state.LifecycleFailed) {
 		return Step{}, false
@@ -556,7 +597,7 @@ func confirmOffStep(obs state.Server, opts Options) (Step, bool) {
 
 // retireSteps plans a server whose want is retired, or that is retired
 // and wanted again, and reports whether that is all it gets.
-func retireSteps(ws *inventory.Server, obs state.Server, add func(Step, bool)) bool {
+func retireSteps(ws *inventory.Server, obs *state.Server, add func(Step, bool)) bool {
 	lc := obs.Lifecycle
 	switch {
 	case ws.Want != inventory.WantRetired && lc == state.LifecycleRetired:
@@ -576,7 +617,7 @@ func retireSteps(ws *inventory.Server, obs state.Server, add func(Step, bool)) b
 // long: its deadline passed (timeout), or the machine went silent mid-phase
 // (its controller restarted under it, its answer lost, its ramdisk stuck)
 // and is booted again long before the deadline, a bounded number of times.
-func phaseStep(obs state.Server, opts Options) (Step, bool) {
+func phaseStep(obs *state.Server, opts Options) (Step, bool) {
 	lc := obs.Lifecycle
 	switch {
 	case lc == state.LifecycleCommissioning && opts.Now.Sub(obs.LifecycleAt) > opts.CommissionTimeout:
@@ -593,7 +634,7 @@ func phaseStep(obs state.Server, opts Options) (Step, bool) {
 
 // stallNote is "; " and the boot stall of a timed-out server whose boot
 // stalled (the failure it records says why the report never came), else "".
-func stallNote(obs state.Server, opts Options) string {
+func stallNote(obs *state.Server, opts Options) string {
 	if f, ok := bootStalled(obs); ok {
 		return "; " + bootStallText(f, opts.Now)
 	}
@@ -604,7 +645,7 @@ func stallNote(obs state.Server, opts Options) string {
 // wiped by the ramdisk before anything else happens to it (it is not
 // allocated meanwhile). A wipe past its deadline times out; a running
 // one, or a failed one before its retry time, gets no step.
-func wipeStep(obs state.Server, opts Options) (Step, bool) {
+func wipeStep(obs *state.Server, opts Options) (Step, bool) {
 	if obs.Lifecycle != state.LifecycleReady || !obs.NeedsWipe {
 		return Step{}, false
 	}
@@ -646,7 +687,7 @@ func wipeStep(obs state.Server, opts Options) (Step, bool) {
 // ("disks with zero", or per disk "nvme0n1 secure, sda zero, sdb zero"
 // when the allocation chose methods per disk); "" for the metadata wipe
 // of every disk.
-func eraseSummary(obs state.Server) string {
+func eraseSummary(obs *state.Server) string {
 	def := cmp.Or(obs.WipeErase, "metadata")
 	if len(obs.WipeEraseDisks) == 0 {
 		if def == "metadata" {
@@ -663,7 +704,7 @@ func eraseSummary(obs state.Server) string {
 
 // commissionStep commissions a server the first time, or again when
 // servers.yaml's actions.commission counter asks for it.
-func commissionStep(ws *inventory.Server, obs state.Server) (Step, bool) {
+func commissionStep(ws *inventory.Server, obs *state.Server) (Step, bool) {
 	lc, want, seen := obs.Lifecycle, ws.Actions.Commission, obs.Actions["commission"]
 	switch {
 	case lc == state.LifecycleNew:
@@ -676,7 +717,7 @@ func commissionStep(ws *inventory.Server, obs state.Server) (Step, bool) {
 
 // pinnedSteps plans pinned deploys (want: deployed with a profile) and
 // their release, and the deploy of an allocated server.
-func pinnedSteps(ws *inventory.Server, obs state.Server, commissioning bool, add func(Step, bool)) {
+func pinnedSteps(ws *inventory.Server, obs *state.Server, commissioning bool, add func(Step, bool)) {
 	lc := obs.Lifecycle
 	pinnedHere := obs.Allocation != nil && obs.Allocation.Reason == ReasonPinned
 	switch {
@@ -694,7 +735,7 @@ func pinnedSteps(ws *inventory.Server, obs state.Server, commissioning bool, add
 
 // powerCounterSteps are the power actions servers.yaml's counters ask for
 // (a counter above the one observed).
-func powerCounterSteps(ws *inventory.Server, obs state.Server) []Step {
+func powerCounterSteps(ws *inventory.Server, obs *state.Server) []Step {
 	var out []Step
 	for _, pc := range []struct {
 		name string
@@ -711,7 +752,7 @@ func powerCounterSteps(ws *inventory.Server, obs state.Server) []Step {
 // pendingSteps plans for an auto-enrolled server that is not in
 // servers.yaml yet: only its commissioning deadline (it has no BMC, so the
 // timeout just marks it failed).
-func pendingSteps(obs state.Server, opts Options) []Step {
+func pendingSteps(obs *state.Server, opts Options) []Step {
 	if obs.Lifecycle == state.LifecycleCommissioning && opts.Now.Sub(obs.LifecycleAt) > opts.CommissionTimeout {
 		return []Step{{Server: obs.Name, Action: ActTimeout, Why: fmt.Sprintf("no commissioning report within %s", opts.CommissionTimeout)}}
 	}
@@ -719,7 +760,7 @@ func pendingSteps(obs state.Server, opts Options) []Step {
 }
 
 // pendingCondition says where an auto-enrolled server's proposal is.
-func pendingCondition(obs state.Server) Condition {
+func pendingCondition(obs *state.Server) Condition {
 	c := Condition{Subject: "server/" + obs.Name, Type: "Waiting", Reason: "AwaitingReview"}
 	e := obs.Enrolled
 	switch {
@@ -769,7 +810,7 @@ func orName(host, server string) string {
 	return "HOST"
 }
 
-func noBMCCondition(ws *inventory.Server, obs state.Server) Condition {
+func noBMCCondition(ws *inventory.Server, obs *state.Server) Condition {
 	return Condition{Subject: "server/" + ws.Name, Type: "NoBMC", Reason: "NoBMC",
 		Message: fmt.Sprintf("no BMC: Machina cannot power or boot-override this server (%s); attach one with machinactl server bmc-set %s --driver ... --address ... --credentials ...", obs.Lifecycle, ws.Name)}
 }
@@ -778,14 +819,9 @@ func noBMCCondition(ws *inventory.Server, obs state.Server) Condition {
 // allocates the smallest fitting ready servers when short and releases the
 // newest count allocations when over. names are have's server names,
 // sorted.
-func profileSteps(p inventory.Profile, want *inventory.Inventory, have state.Snapshot, names []string, planned map[string]string) (steps, disruptive []Step, conds []Condition) {
+func profileSteps(p inventory.Profile, want *inventory.Inventory, have state.Snapshot, fi *fleetIndex, planned map[string]string) (steps, disruptive []Step, conds []Condition) {
 	var holding []state.Server // count allocations of p, any active lifecycle
-	for _, name := range names {
-		// The allocation is read through the map, so the other records
-		// are not copied.
-		if a := have.Servers[name].Allocation; a == nil || a.Profile != p.Name || a.Reason != ReasonCount {
-			continue
-		}
+	for _, name := range fi.counted[p.Name] {
 		s := have.Servers[name]
 		switch s.Lifecycle {
 		case state.LifecycleAllocated, state.LifecycleDeploying, state.LifecycleDeployed:
@@ -794,16 +830,17 @@ func profileSteps(p inventory.Profile, want *inventory.Inventory, have state.Sna
 	}
 	switch n := len(holding); {
 	case n < p.Count:
-		cands := Candidates(p, want, have, planned)
+		// Only the names are needed: the records are not copied out.
 		short := p.Count - n
+		cands := smallestKeys(candidateKeys(&p, want, have, fi.readyEntries(), planned, false), short)
 		for _, c := range cands {
 			if short == 0 {
 				break
 			}
-			planned[c.Name] = p.Name
+			planned[c.name] = p.Name
 			steps = append(steps,
-				Step{Server: c.Name, Action: ActAllocate, Profile: p.Name, AllocReason: ReasonCount, Why: fmt.Sprintf("profile %s count %d, %d held", p.Name, p.Count, n)},
-				Step{Server: c.Name, Action: ActDeploy, Profile: p.Name, Why: "allocated to " + p.Name})
+				Step{Server: c.name, Action: ActAllocate, Profile: p.Name, AllocReason: ReasonCount, Why: fmt.Sprintf("profile %s count %d, %d held", p.Name, p.Count, n)},
+				Step{Server: c.name, Action: ActDeploy, Profile: p.Name, Why: "allocated to " + p.Name})
 			short--
 		}
 		if short > 0 {
@@ -838,8 +875,35 @@ func profileSteps(p inventory.Profile, want *inventory.Inventory, have state.Sna
 // servers already taken in this pass. A released server whose release wipe
 // has not finished (NeedsWipe) is never a candidate.
 func Candidates(p inventory.Profile, want *inventory.Inventory, have state.Snapshot, planned map[string]string) []state.Server {
+	keys := candidateKeys(&p, want, have, nil, planned, true)
+	var out []state.Server
+	if len(keys) > 0 {
+		out = make([]state.Server, len(keys))
+		for i, k := range keys {
+			out[i] = have.Servers[k.name]
+		}
+	}
+	return out
+}
+
+// candidateKeys lists Candidates' servers as keys (the name and what it
+// sorts by), without copying the records, in Candidates' order when sorted
+// is true and in no order otherwise (smallestKeys orders the few needed).
+// ready, when not nil, lists the entries of want.Servers with a ready
+// record (fleetIndex): only those are looked at.
+func candidateKeys(pp *inventory.Profile, want *inventory.Inventory, have state.Snapshot, ready []int, planned map[string]string, sorted bool) []candidateKey {
+	p := *pp
 	var keys []candidateKey
-	for _, ws := range want.Servers {
+	n := len(want.Servers)
+	if ready != nil {
+		n = len(ready)
+	}
+	for j := range n {
+		i := j
+		if ready != nil {
+			i = ready[j]
+		}
+		ws := &want.Servers[i] // not copied: most are skipped
 		if ws.Want == inventory.WantRetired || ws.Want == inventory.WantDeployed {
 			continue // retired, or deployed through its own pin
 		}
@@ -856,21 +920,18 @@ func Candidates(p inventory.Profile, want *inventory.Inventory, have state.Snaps
 			continue
 		}
 		// Read through the map (an absent record reads as no lifecycle):
-		// only ready records are copied.
-		if have.Servers[ws.Name].Lifecycle != state.LifecycleReady {
+		// only ready records that fit are copied.
+		if have.Servers[ws.Name].Lifecycle != state.LifecycleReady || !Fits(p.Min, have.Servers[ws.Name].Hardware) {
 			continue
 		}
 		obs := have.Servers[ws.Name]
-		if !Fits(p.Min, obs.Hardware) {
-			continue
-		}
-		if p.Selector != nil && !p.Selector.Matches(ServerLabels(&ws, &obs)) {
+		if p.Selector != nil && !p.Selector.Matches(ServerLabels(ws, &obs)) {
 			continue // the profile's selector does not match its labels
 		}
-		if !archFits(want, p.Name, &ws, &obs) || archBlocked(&ws, &obs) {
+		if !archFits(want, p.Name, ws, &obs) || archBlocked(ws, &obs) {
 			continue // another architecture than the image's, or the arch is in doubt (stated, kernel, SMBIOS)
 		}
-		if cablingBlocked(&ws, &obs) {
+		if cablingBlocked(ws, &obs) {
 			continue // its NICs did not hear their expected switch ports (CablingMismatch)
 		}
 		if ws.Actions.Commission > obs.Actions["commission"] {
@@ -882,10 +943,10 @@ func Candidates(p inventory.Profile, want *inventory.Inventory, have state.Snaps
 		if obs.Fenced != nil {
 			continue // fenced: never powered on until unfenced
 		}
-		if firmwareRefused(want, &p, &ws, &obs) {
+		if firmwareRefused(want, &p, ws, &obs) {
 			continue // the profile's firmware block is refused on it (IPMI, registry, drives)
 		}
-		if networkRefused(&p, &ws, &obs) {
+		if networkRefused(&p, ws, &obs) {
 			continue // it cannot carry the profile's network layout (NICs, fixed addresses)
 		}
 		if storageRefused(&p, &obs) {
@@ -898,17 +959,74 @@ func Candidates(p inventory.Profile, want *inventory.Inventory, have state.Snaps
 	// themselves (each move of a record copied it whole). Names are
 	// unique, so the order is total and an unstable sort gives the same
 	// result as a stable one, with fewer moves.
-	slices.SortFunc(keys, func(a, b candidateKey) int {
-		return cmp.Or(cmp.Compare(a.cores, b.cores), cmp.Compare(a.mem, b.mem), cmp.Compare(a.disk, b.disk), strings.Compare(a.name, b.name))
-	})
-	var out []state.Server
-	if len(keys) > 0 {
-		out = make([]state.Server, len(keys))
-		for i, k := range keys {
-			out[i] = have.Servers[k.name]
+	if sorted {
+		slices.SortFunc(keys, compareCandidates)
+	}
+	return keys
+}
+
+// compareCandidates is Candidates' order: cores, memory, smallest fitting
+// disk, name. Names are unique, so it is total.
+func compareCandidates(a, b candidateKey) int {
+	return cmp.Or(cmp.Compare(a.cores, b.cores), cmp.Compare(a.mem, b.mem), cmp.Compare(a.disk, b.disk), strings.Compare(a.name, b.name))
+}
+
+// smallestKeys returns the first n of keys in Candidates' order (all of
+// them when there are fewer), reordering keys. The order is total, so the
+// result is the sorted slice's first n whichever way they are found: a
+// bounded max-heap of n keys, O(len(keys) log n), rather than a sort of
+// every candidate when a profile needs a few of thousands.
+func smallestKeys(keys []candidateKey, n int) []candidateKey {
+	if n <= 0 {
+		return nil
+	}
+	if n >= len(keys)/2 {
+		slices.SortFunc(keys, compareCandidates)
+		return keys[:min(n, len(keys))]
+	}
+	h := keys[:0:n] // a max-heap of the n smallest so far, in keys' own storage
+	for _, k := range keys {
+		switch {
+		case len(h) < n:
+			h = append(h, k)
+			siftUp(h, len(h)-1)
+		case compareCandidates(k, h[0]) < 0:
+			h[0] = k
+			siftDown(h, 0)
 		}
 	}
-	return out
+	slices.SortFunc(h, compareCandidates)
+	return h
+}
+
+// siftUp restores the max-heap h (largest first) after h[i] was set.
+func siftUp(h []candidateKey, i int) {
+	for i > 0 {
+		parent := (i - 1) / 2
+		if compareCandidates(h[i], h[parent]) <= 0 {
+			return
+		}
+		h[i], h[parent] = h[parent], h[i]
+		i = parent
+	}
+}
+
+// siftDown restores the max-heap h (largest first) after h[i] was set.
+func siftDown(h []candidateKey, i int) {
+	for {
+		largest, l, r := i, 2*i+1, 2*i+2
+		if l < len(h) && compareCandidates(h[l], h[largest]) > 0 {
+			largest = l
+		}
+		if r < len(h) && compareCandidates(h[r], h[largest]) > 0 {
+			largest = r
+		}
+		if largest == i {
+			return
+		}
+		h[i], h[largest] = h[largest], h[i]
+		i = largest
+	}
 }
 
 // candidateKey is what Candidates orders a candidate by: cores, memory,
@@ -1073,7 +1191,7 @@ func Record(ws *inventory.Server) state.Server {
 
 // identityChanged reports whether servers.yaml gives ws another identity
 // than its record has (the fields Record copies).
-func identityChanged(ws *inventory.Server, obs state.Server) bool {
+func identityChanged(ws *inventory.Server, obs *state.Server) bool {
 	return ws.Zone != obs.Zone || ws.Site != obs.Site || ws.Rack != obs.Rack || ws.BootMAC != obs.BootMAC || string(ws.BootMode) != obs.BootMode ||
 		string(ws.BMC.Driver) != obs.BMC.Driver || ws.BMC.Address != obs.BMC.Address || ws.BMC.Credentials != obs.BMC.Credentials ||
 		ws.BMC.SystemID != obs.BMC.SystemID || ws.BMC.InsecureTLS != obs.BMC.InsecureTLS ||
@@ -1093,7 +1211,7 @@ func hasAction(steps []Step, a Action) bool {
 // image-deploying server's machine (or last booted it); ok is false in
 // any other phase, and for installer deploys (the installer reports only
 // at its end).
-func silentSince(obs state.Server, opts Options) (time.Time, bool) {
+func silentSince(obs *state.Server, opts Options) (time.Time, bool) {
 	switch obs.Lifecycle {
 	case state.LifecycleCommissioning:
 	case state.LifecycleDeploying:
@@ -1112,7 +1230,7 @@ func silentSince(obs state.Server, opts Options) (time.Time, bool) {
 	return since, true
 }
 
-func lastHeard(obs state.Server) string {
+func lastHeard(obs *state.Server) string {
 	if f, ok := bootStalled(obs); ok {
 		// Said in full: the re-netboot's and the timeout's events carry it.
 		out := fmt.Sprintf("%s at %s, nothing from the ramdisk since", obs.LastHeard, f.At.UTC().Format(time.RFC3339))
@@ -1138,7 +1256,7 @@ func lastHeard(obs state.Server) string {
 // silentCondition says, once a commissioning or deploying server has been
 // silent for half of SilentAfter, what was last heard from it and what the
 // controller does about it.
-func silentCondition(name string, obs state.Server, opts Options) (Condition, bool) {
+func silentCondition(name string, obs *state.Server, opts Options) (Condition, bool) {
 	since, ok := silentSince(obs, opts)
 	if !ok || opts.Now.Sub(since) <= opts.SilentAfter/2 {
 		return Condition{}, false
@@ -1177,7 +1295,7 @@ const CondBootStalled = "BootStalled"
 // bootStalled returns the server's last boot file fetch when nothing was
 // heard from its machine after it (LastHeard is that fetch) and it
 // happened in the current phase and after the last re-netboot.
-func bootStalled(obs state.Server) (*state.BootFetch, bool) {
+func bootStalled(obs *state.Server) (*state.BootFetch, bool) {
 	f := obs.BootFetch
 	if f == nil || !f.At.Equal(obs.LastHeardAt) || f.At.Before(obs.LifecycleAt) || f.At.Before(obs.RenetbootAt) {
 		return nil, false
@@ -1200,7 +1318,7 @@ func bootStallText(f *state.BootFetch, now time.Time) string {
 // when nothing was heard from its machine after it: the ramdisk that
 // erases the disks was fetched and never called (under Secure Boot, a
 // refused kernel), as bootStalled for commissioning and deploys.
-func wipeBootStalled(obs state.Server) (*state.BootFetch, bool) {
+func wipeBootStalled(obs *state.Server) (*state.BootFetch, bool) {
 	f := obs.BootFetch
 	if obs.WipeStartedAt.IsZero() || f == nil || !f.At.Equal(obs.LastHeardAt) || f.At.Before(obs.WipeStartedAt) {
 		return nil, false
@@ -1215,6 +1333,39 @@ func sortSteps(s []Step) {
 		}
 		return actionInfo[s[i].Action].Order < actionInfo[s[j].Action].Order
 	})
+}
+
+// sortedNames returns have's server names sorted: have.Names when it is
+// exactly that (as long as Servers, strictly increasing, each a key of
+// Servers: then it is the sorted key set), else the keys sorted here.
+// The result is read-only.
+func sortedNames(have state.Snapshot) []string {
+	n := have.Names
+	if len(n) != len(have.Servers) {
+		return sortedKeys(have.Servers)
+	}
+	for i, name := range n {
+		if i > 0 && n[i-1] >= name {
+			return sortedKeys(have.Servers)
+		}
+		if _, ok := have.Servers[name]; !ok {
+			return sortedKeys(have.Servers)
+		}
+	}
+	return n
+}
+
+// anyProfile reports whether some profile of want satisfies f. The
+// fleet-wide walks that act only for servers of a profile with a given
+// block (firmware, storage, network) are skipped when none has it: each
+// of their iterations would find no such profile and do nothing.
+func anyProfile(want *inventory.Inventory, f func(*inventory.Profile) bool) bool {
+	for i := range want.Profiles {
+		if f(&want.Profiles[i]) {
+			return true
+		}
+	}
+	return false
 }
 
 func sortedKeys[V any](m map[string]V) []string {
@@ -1255,14 +1406,14 @@ func DigestPrefix(d string) string {
 // wipeRetryAt is when a failed release wipe is tried again: WipeFailedAt
 // plus WipeRetryBase doubled per further failure, capped at WipeRetryCap
 // (no jitter: Compute is pure).
-func wipeRetryAt(obs state.Server, opts Options) time.Time {
+func wipeRetryAt(obs *state.Server, opts Options) time.Time {
 	return obs.WipeFailedAt.Add(RetryDelay(opts.WipeRetryBase, opts.WipeRetryCap, obs.WipeFailures))
 }
 
 // wipeCondition reports a released server's wipe in status: WipePending
 // while it waits or runs, WipeFailed (with the last reason and the retry
 // time) after a failure.
-func wipeCondition(name string, obs state.Server, opts Options) (Condition, bool) {
+func wipeCondition(name string, obs *state.Server, opts Options) (Condition, bool) {
 	if obs.Lifecycle != state.LifecycleReady || !obs.NeedsWipe {
 		return Condition{}, false
 	}

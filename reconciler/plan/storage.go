@@ -60,6 +60,9 @@ func storageRefused(pr *inventory.Profile, obs *state.Server) bool {
 // gets CondStorageLayoutUnfit, and its allocate and deploy steps are
 // dropped, so it is neither allocated nor written.
 func (p *planning) storage() {
+	if !anyProfile(p.want, func(pr *inventory.Profile) bool { return pr.Storage != nil }) {
+		return // every server below would be skipped: no profile has a storage layout
+	}
 	blocked := map[string]Condition{}
 	for i := range p.want.Servers {
 		ws := &p.want.Servers[i]
