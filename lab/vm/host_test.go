@@ -50,6 +50,7 @@ func TestVMLabHost(t *testing.T) {
 	start := time.Now()
 	steps, err := Run(ctx, Config{Root: root, Host: true, TimeScale: scale, Keep: os.Getenv("MACHINA_VM_LAB_KEEP") == "1", Logger: slog.New(slog.NewTextHandler(t.Output(), nil)),
 		OnStep: func(name string, d time.Duration) { t.Logf("STEP %-90s %6.1fs", name, d.Seconds()) }})
+	logSteps(t, "host VM lab", steps, time.Since(start))
 	if errors.Is(err, ErrPrereq) {
 		peertest.Missing(t, "host VM lab prerequisite: "+err.Error(), "what it names (`make lab-host` builds the binaries and the ramdisk; scripts/deps.sh installs the packages)")
 	}
@@ -57,7 +58,6 @@ func TestVMLabHost(t *testing.T) {
 		t.Fatal(err)
 	}
 	total := time.Since(start)
-	t.Logf("host VM lab: %d steps in %s", len(steps), total.Round(time.Second))
 	if len(steps) > 0 {
 		total -= steps[0].Duration
 	}

@@ -563,13 +563,31 @@ func randHex(n int) string {
 	return hex.EncodeToString(b)
 }
 
+// nsPrefix starts the lab's network namespace name (netns.Create adds a
+// random suffix): one per kind of lab, so that labs running side by side
+// (.ci/run's lab_host_arm64) are told apart in `ip netns` and in their
+// logs. Nothing else the labs make is shared: each has its own namespace
+// (bridge, taps, addresses and ports inside it), temporary folder and
+// processes.
+func (l *lab) nsPrefix() string {
+	switch {
+	case l.cfg.ARM64:
+		return "m14-arm64"
+	case l.cfg.Trust:
+		return "m14-trust"
+	case l.cfg.Host:
+		return "m14-host"
+	}
+	return "m14"
+}
+
 func (l *lab) setup(ctx context.Context, img, sum string) error {
 	var err error
 	taps := len(l.ms)
 	for _, m := range l.ms {
 		taps += len(m.extraMACs)
 	}
-	l.ns, err = netns.Create(ctx, netns.Config{Prefix: "m14", Bridge: "br0", Taps: taps, Logger: l.log,
+	l.ns, err = netns.Create(ctx, netns.Config{Prefix: l.nsPrefix(), Bridge: "br0", Taps: taps, Logger: l.log,
 		BridgeAddrs: []netip.Prefix{netip.MustParsePrefix(BridgeAddr + "/24"), netip.MustParsePrefix("fd99::1/64")}})
 	if err != nil {
 		return fmt.Errorf("vm lab: %w", err)

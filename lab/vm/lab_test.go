@@ -3,10 +3,12 @@ package vm
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -50,6 +52,7 @@ func TestVMLab(t *testing.T) {
 	start := time.Now()
 	steps, err := Run(ctx, Config{Root: root, Stage: stage, Logger: slog.New(slog.NewTextHandler(t.Output(), nil)),
 		OnStep: func(name string, d time.Duration) { t.Logf("STEP %-90s %6.1fs", name, d.Seconds()) }})
+	logSteps(t, "VM lab", steps, time.Since(start))
 	if errors.Is(err, ErrPrereq) {
 		peertest.Missing(t, "VM lab prerequisite: "+err.Error(), "what it names (`make lab` builds the binaries and the ramdisk; scripts/deps.sh installs the packages)")
 	}
@@ -57,7 +60,6 @@ func TestVMLab(t *testing.T) {
 		t.Fatal(err)
 	}
 	total := time.Since(start)
-	t.Logf("VM lab: %d steps in %s", len(steps), total.Round(time.Second))
 	// The OS image build (first step) is cached between runs and not part
 	// of the budget; .ci/run builds it before the tests.
 	if len(steps) > 0 {
@@ -135,6 +137,7 @@ func TestVMLabARM64(t *testing.T) {
 	start := time.Now()
 	steps, err := Run(ctx, Config{Root: root, ARM64: true, Logger: slog.New(slog.NewTextHandler(t.Output(), nil)),
 		OnStep: func(name string, d time.Duration) { t.Logf("STEP %-90s %6.1fs", name, d.Seconds()) }})
+	logSteps(t, "arm64 VM lab", steps, time.Since(start))
 	if errors.Is(err, ErrPrereq) {
 		peertest.Missing(t, "arm64 VM lab prerequisite: "+err.Error(), "what it names (`make lab-arm64` builds the binaries, the arm64 ramdisk and the GRUB image; scripts/deps.sh installs the packages)")
 	}
@@ -142,7 +145,6 @@ func TestVMLabARM64(t *testing.T) {
 		t.Fatal(err)
 	}
 	total := time.Since(start)
-	t.Logf("arm64 VM lab: %d steps in %s", len(steps), total.Round(time.Second))
 	if len(steps) > 0 {
 		total -= steps[0].Duration
 	}
@@ -175,6 +177,7 @@ func TestVMLabTrust(t *testing.T) {
 	start := time.Now()
 	steps, err := Run(ctx, Config{Root: root, Trust: true, Logger: slog.New(slog.NewTextHandler(t.Output(), nil)),
 		OnStep: func(name string, d time.Duration) { t.Logf("STEP %-90s %6.1fs", name, d.Seconds()) }})
+	logSteps(t, "Secure Boot VM lab", steps, time.Since(start))
 	if errors.Is(err, ErrPrereq) {
 		peertest.Missing(t, "Secure Boot VM lab prerequisite: "+err.Error(), "what it names (`make lab-trust` builds the binaries and the ramdisk; scripts/deps.sh installs the packages)")
 	}
@@ -182,11 +185,42 @@ func TestVMLabTrust(t *testing.T) {
 		t.Fatal(err)
 	}
 	total := time.Since(start)
-	t.Logf("Secure Boot VM lab: %d steps in %s", len(steps), total.Round(time.Second))
 	if len(steps) > 0 {
 		total -= steps[0].Duration
 	}
 	if total > TrustBudget {
 		t.Errorf("Secure Boot VM lab took %s, over the %s budget", total.Round(time.Second), TrustBudget)
+	}
+}
+
+// logSteps logs a lab's step timing table (one row per step: seconds and
+// name, then the total) with t.Log, whether the lab passed or failed:
+// under go test -v, as .ci/run and make lab-trust run the labs, a passing
+// run's log shows where its time went too, not only a failing one's.
+func logSteps(t *testing.T, title string, steps []Step, total time.Duration) {
+	t.Helper()
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s step times (%d steps):\n", title, len(steps))
+	for _, s := range steps {
+		fmt.Fprintf(&b, "  %7.1fs  %s\n", s.Duration.Seconds(), s.Name)
+	}
+	fmt.Fprintf(&b, "  %7.1fs  total", total.Seconds())
+	t.Log(b.String())
+}
+
+// TestNSPrefix: each kind of lab starts its network namespace's name
+// differently (labs run side by side in .ci/run's lab_host_arm64), and
+// every prefix is one netns.Create accepts (1-16 of [a-z0-9-]).
+func TestNSPrefix(t *testing.T) {
+	seen := map[string]string{}
+	for kind, cfg := range map[string]Config{"five-VM": {}, "host": {Host: true}, "trust": {Trust: true}, "arm64": {ARM64: true}} {
+		p := (&lab{cfg: cfg}).nsPrefix()
+		if !regexp.MustCompile(`^[a-z0-9-]{1,16}$`).MatchString(p) {
+			t.Errorf("%s lab: prefix %q is not a valid netns prefix", kind, p)
+		}
+		if other, ok := seen[p]; ok {
+			t.Errorf("%s and %s labs share the prefix %q", kind, other, p)
+		}
+		seen[p] = kind
 	}
 }
