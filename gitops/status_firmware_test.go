@@ -16,7 +16,7 @@ import (
 func TestRenderFirmwareBlock(t *testing.T) {
 	at := time.Date(2026, 12, 6, 3, 0, 0, 0, time.UTC)
 	fw := statusFirmware(&state.Firmware{ReadAt: at,
-		BIOS:        &state.FirmwareBIOS{RegistryID: "BiosAttributeRegistry.v1_0_3", Attributes: map[string]any{"A": "x", "B": "y"}, Pending: map[string]any{"A": "z"}},
+		BIOS:        &state.FirmwareBIOS{RegistryID: "BiosAttributeRegistry.v1_0_3", Attributes: state.NewBIOSValues(map[string]any{"A": "x", "B": "y"}), Pending: map[string]any{"A": "z"}},
 		Storage:     []state.StorageController{{ID: "M.2", Volumes: []state.Volume{{ID: "v0", Name: "os", RAIDType: "RAID1"}}}},
 		Components:  []state.FirmwareComponent{{ID: "UEFI"}, {ID: "BMC"}},
 		SecureBoot:  &state.SecureBootState{Enable: true},

@@ -30,6 +30,12 @@ type serverCache struct {
 	// and BIOS version publish the same registry (hundreds of
 	// attributes), and each record decoded its own.
 	registries registryInterner
+	// values keeps one copy of each distinct chunk of BIOS attribute
+	// values (BIOSValues): servers of one model read mostly equal
+	// values, hundreds per server.
+	values chunkInterner
+	// components keeps one copy of each distinct firmware inventory.
+	components componentInterner
 }
 
 type cachedServer struct {
@@ -67,6 +73,8 @@ func (c *serverCache) decode(k, v []byte) (Server, error) {
 		return Server{}, err
 	}
 	c.registries.internIn(&srv)
+	c.values.internIn(&srv)
+	c.components.internIn(&srv)
 	c.mu.Lock()
 	if c.m == nil || len(c.m) >= maxCachedServers {
 		c.m = map[string]cachedServer{}
@@ -108,6 +116,8 @@ func (c *serverCache) hintMAC(mac string) (name string, ok bool) {
 func (c *serverCache) remember(k string, v []byte, srv *Server) {
 	e := cachedServer{sum: sumOf(v), srv: srv.clone()}
 	c.registries.internIn(&e.srv)
+	c.values.internIn(&e.srv)
+	c.components.internIn(&e.srv)
 	c.mu.Lock()
 	if c.m == nil || len(c.m) >= maxCachedServers {
 		c.m = map[string]cachedServer{}

@@ -133,3 +133,17 @@ func PutRawServer(s *Store, name string, data []byte) error {
 func DeleteRawServer(s *Store, name string) error {
 	return s.update(func(tx kvTx) error { return tx.Bucket(bucketServers).Delete([]byte(name)) })
 }
+
+// SharedChunks counts the chunks of b that are the very chunks of a
+// (held once in memory), and b's chunks.
+func SharedChunks(a, b BIOSValues) (shared, chunks int) {
+	for _, c := range b.chunks {
+		for _, d := range a.chunks {
+			if c == d {
+				shared++
+				break
+			}
+		}
+	}
+	return shared, len(b.chunks)
+}
