@@ -5,10 +5,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http/httptest"
-	"os"
 	"path/filepath"
 	"runtime"
-	"runtime/pprof"
 	"testing"
 	"time"
 
@@ -108,11 +106,6 @@ func BenchmarkFirmwareHeldPerServer(b *testing.B) {
 			b.Fatal(err)
 		}
 		written := heapInUse()
-		if f := os.Getenv("FWMEM_PROFILE"); f != "" {
-			pf, _ := os.Create(f)
-			_ = pprof.WriteHeapProfile(pf)
-			pf.Close()
-		}
 		if err := st.Close(); err != nil {
 			b.Fatal(err)
 		}
@@ -125,11 +118,6 @@ func BenchmarkFirmwareHeldPerServer(b *testing.B) {
 			b.Fatal(err)
 		}
 		decoded := heapInUse()
-		if f := os.Getenv("FWMEM_PROFILE"); f != "" {
-			pf, _ := os.Create(f + ".decoded")
-			_ = pprof.WriteHeapProfile(pf)
-			pf.Close()
-		}
 		b.ReportMetric(float64(int64(written)-int64(before))/float64(n), "B/server-written")
 		b.ReportMetric(float64(int64(decoded)-int64(before2))/float64(n), "B/server-decoded")
 		runtime.KeepAlive(st)
