@@ -311,7 +311,7 @@ func statusFirmware(f *state.Firmware) *FirmwareStatus {
 	fs := &FirmwareStatus{ReadAt: f.ReadAt, Components: len(f.Components), Created: slices.Sorted(slices.Values(f.CreatedVolumes)),
 		Unsupported: slices.Sorted(maps.Keys(f.Unsupported))}
 	if b := f.BIOS; b != nil {
-		fs.Registry, fs.Attributes, fs.Pending = b.RegistryID, len(b.Attributes), len(b.Pending)
+		fs.Registry, fs.Attributes, fs.Pending = b.RegistryID, b.Attributes.Len(), len(b.Pending)
 	}
 	if sb := f.SecureBoot; sb != nil {
 		fs.SecureBoot = "disabled"

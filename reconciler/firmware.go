@@ -90,7 +90,7 @@ func ReadFirmware(ctx context.Context, drv bmc.Driver, at time.Time) (*state.Fir
 // biosState is the store's compact copy of a BIOS read: the registry
 // keeps only what a check needs.
 func biosState(b *bmc.BIOS) *state.FirmwareBIOS {
-	out := &state.FirmwareBIOS{Attributes: map[string]any(b.Attributes), Pending: map[string]any(b.Pending)}
+	out := &state.FirmwareBIOS{Attributes: state.NewBIOSValues(b.Attributes), Pending: map[string]any(b.Pending)}
 	for _, t := range b.SupportedApplyTimes {
 		out.ApplyTimes = append(out.ApplyTimes, string(t))
 	}

@@ -93,7 +93,7 @@ func TestReadFirmware(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := &state.Firmware{ReadAt: at,
-		BIOS: &state.FirmwareBIOS{Attributes: map[string]any{"ProcVirtualization": "Disabled", "AcPwrRcvryUserDelay": int64(120)},
+		BIOS: &state.FirmwareBIOS{Attributes: state.NewBIOSValues(map[string]any{"ProcVirtualization": "Disabled", "AcPwrRcvryUserDelay": int64(120)}),
 			Pending: map[string]any{"ProcVirtualization": "Enabled"}, RegistryID: "BiosAttributeRegistry.v1_0_3",
 			Registry: []state.BIOSAttribute{
 				{Name: "AcPwrRcvryUserDelay", Type: "Integer", Min: p64(60), Max: p64(240)},

@@ -356,7 +356,7 @@ func TestFirmwareOnDeployedAfterApproval(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := fw.BIOS.Attributes["AMDPerformanceWorkloadProfile"]; got == "Enabled" {
+	if got := fw.BIOS.Attributes.Value("AMDPerformanceWorkloadProfile"); got == "Enabled" {
 		t.Fatalf("fixture: AMDPerformanceWorkloadProfile already %v", got)
 	}
 	if _, err := st.UpdateServer("s1", func(s *state.Server) error {
@@ -407,8 +407,8 @@ func TestFirmwareOnDeployedAfterApproval(t *testing.T) {
 	if p, r := writes(); p != 1 || r != 1 {
 		t.Errorf("approved: %d BIOS writes and %d resets; want one of each", p, r)
 	}
-	if srv.LastError != "" || srv.Lifecycle != state.LifecycleDeployed || srv.Firmware.BIOS.Attributes["AMDPerformanceWorkloadProfile"] != "Enabled" {
-		t.Errorf("after the step: lifecycle %s LastError %q setting %v; want deployed, no error, Enabled", srv.Lifecycle, srv.LastError, srv.Firmware.BIOS.Attributes["AMDPerformanceWorkloadProfile"])
+	if srv.LastError != "" || srv.Lifecycle != state.LifecycleDeployed || srv.Firmware.BIOS.Attributes.Value("AMDPerformanceWorkloadProfile") != "Enabled" {
+		t.Errorf("after the step: lifecycle %s LastError %q setting %v; want deployed, no error, Enabled", srv.Lifecycle, srv.LastError, srv.Firmware.BIOS.Attributes.Value("AMDPerformanceWorkloadProfile"))
 	}
 }
 

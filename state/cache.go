@@ -30,6 +30,12 @@ type serverCache struct {
 	// and BIOS version publish the same registry (hundreds of
 	// attributes), and each record decoded its own.
 	registries registryInterner
+	// values keeps one copy of each distinct chunk of BIOS attribute
+	// values (BIOSValues): servers of one model read mostly equal
+	// values, hundreds per server.
+	values chunkInterner
+	// components keeps one copy of each distinct firmware inventory.
+	components componentInterner
 }
 
 type cachedServer struct {
@@ -66,7 +72,7 @@ func (c *serverCache) decode(k, v []byte) (Server, error) {
 	if err := json.Unmarshal(v, &srv); err != nil {
 		return Server{}, err
 	}
-	c.registries.internIn(&srv)
+	c.intern(&srv)
 	c.mu.Lock()
 	if c.m == nil || len(c.m) >= maxCachedServers {
 		c.m = map[string]cachedServer{}
@@ -96,7 +102,7 @@ func (c *serverCache) share(k, v []byte) (Server, error) {
 	if err := json.Unmarshal(v, &srv); err != nil {
 		return Server{}, err
 	}
-	c.registries.internIn(&srv)
+	c.intern(&srv)
 	c.mu.Lock()
 	if c.m == nil || len(c.m) >= maxCachedServers {
 		c.m = map[string]cachedServer{}
@@ -105,6 +111,15 @@ func (c *serverCache) share(k, v []byte) (Server, error) {
 	c.noteMACLocked(srv.BootMAC, string(k))
 	c.mu.Unlock()
 	return srv, nil
+}
+
+// intern replaces srv's BIOS registry, BIOS value chunks and firmware
+// inventory by the kept copies of equal ones (each read-only once
+// stored), so servers of one model hold them once.
+func (c *serverCache) intern(srv *Server) {
+	c.registries.internIn(srv)
+	c.values.internIn(srv)
+	c.components.internIn(srv)
 }
 
 // noteMACLocked records the hint mac → name (c.mu held for writing).
@@ -137,7 +152,7 @@ func (c *serverCache) hintMAC(mac string) (name string, ok bool) {
 // digest, and the record then holds other bytes.
 func (c *serverCache) remember(k string, v []byte, srv *Server) {
 	e := cachedServer{sum: sumOf(v), srv: srv.clone()}
-	c.registries.internIn(&e.srv)
+	c.intern(&e.srv)
 	c.mu.Lock()
 	if c.m == nil || len(c.m) >= maxCachedServers {
 		c.m = map[string]cachedServer{}

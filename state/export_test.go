@@ -165,3 +165,17 @@ func FreshSnapshot(s *Store) (Snapshot, error) {
 	})
 	return snap, err
 }
+
+// SharedChunks counts the chunks of b that are the very chunks of a
+// (held once in memory), and b's chunks.
+func SharedChunks(a, b BIOSValues) (shared, chunks int) {
+	for _, c := range b.chunks {
+		for _, d := range a.chunks {
+			if c == d {
+				shared++
+				break
+			}
+		}
+	}
+	return shared, len(b.chunks)
+}

@@ -45,12 +45,13 @@ const (
 
 // FirmwareBIOS is the BIOS as read: the values in effect, those pending
 // for the next reset, and the registry they are checked against. A stored
-// reading is read-only: its maps and registry are shared between copies
-// of the record (Firmware.Clone); a new reading replaces it whole.
+// reading is read-only: its values, Pending map and registry are shared
+// between copies of the record (Firmware.Clone), and between records
+// wherever equal (serverCache); a new reading replaces it whole.
 type FirmwareBIOS struct {
-	// Attributes are the values in effect: string, int64 (float64 once
-	// decoded from the store's JSON), bool, or nil for a Password.
-	Attributes map[string]any `json:"attributes,omitempty"`
+	// Attributes are the values in effect (BIOSValues: string, int64,
+	// float64, bool, or nil for a Password); JSON as an object.
+	Attributes BIOSValues `json:"attributes,omitzero"`
 	// Pending are the settings written but not applied yet.
 	Pending map[string]any `json:"pending,omitempty"`
 	// RegistryID is the AttributeRegistry's Id; "" with no registry.
@@ -118,12 +119,13 @@ type SecureBootState struct {
 }
 
 // Clone returns a copy of f whose slices and maps are copied, except the
-// BIOS reading's Attributes, Pending and Registry, which are shared: they
-// are the largest part of a server's record (an iDRAC 9 or iLO 5 registry
-// has hundreds of attributes) and a BIOS reading is replaced whole when
-// the BMC is read again (reconciler's firmware read builds new ones),
-// never edited in place, so every holder of a copy must treat them as
-// read-only. Copying them made each planning pass's snapshot of a 10,000-
+// BIOS reading's Attributes (immutable), Pending and Registry, and the
+// firmware inventory (Components), which are shared: they are the
+// largest part of a server's record (an iDRAC 9 or iLO 5 registry has
+// hundreds of attributes, its inventory about 30 components) and a
+// reading is replaced whole when the BMC is read again (reconciler's
+// firmware read builds new ones), never edited in place, so every holder
+// of a copy must treat Pending, Registry and Components as read-only. Copying them made each planning pass's snapshot of a 10,000-
 // server fleet allocate about 60 MB (BenchmarkSnapshotFirmware).
 func (f *Firmware) Clone() *Firmware {
 	if f == nil {
@@ -144,7 +146,6 @@ func (f *Firmware) Clone() *Firmware {
 			c.Storage[i].Volumes[j].Drives = slices.Clone(c.Storage[i].Volumes[j].Drives)
 		}
 	}
-	c.Components = slices.Clone(f.Components)
 	if f.SecureBoot != nil {
 		sb := *f.SecureBoot
 		c.SecureBoot = &sb

@@ -13,12 +13,14 @@ import (
 // registry attributes (an iDRAC 9's registry has about 600), each with its
 // value in effect, and two storage controllers.
 func firmwareReading(attrs int) *state.Firmware {
-	b := &state.FirmwareBIOS{Attributes: map[string]any{}, Pending: map[string]any{"BootMode": "Uefi"}, RegistryID: "BiosAttributeRegistry.v1_0_0", ApplyTimes: []string{"OnReset"}}
+	b := &state.FirmwareBIOS{Pending: map[string]any{"BootMode": "Uefi"}, RegistryID: "BiosAttributeRegistry.v1_0_0", ApplyTimes: []string{"OnReset"}}
+	vals := map[string]any{}
 	for i := range attrs {
 		name := fmt.Sprintf("Attribute%04d", i)
 		b.Registry = append(b.Registry, state.BIOSAttribute{Name: name, Type: "Enumeration", Values: []string{"Enabled", "Disabled"}, ResetRequired: true})
-		b.Attributes[name] = "Enabled"
+		vals[name] = "Enabled"
 	}
+	b.Attributes = state.NewBIOSValues(vals)
 	return &state.Firmware{BIOS: b, Storage: []state.StorageController{{ID: "RAID.Integrated.1-1", Drives: []state.StorageDrive{{ID: "Disk.Bay.0", CapacityBytes: 960 << 30}}}}}
 }
 
@@ -36,9 +38,9 @@ func TestFirmwareCloneSharesBIOSReading(t *testing.T) {
 	if &c.BIOS.Registry[0] != &f.BIOS.Registry[0] {
 		t.Error("registry copied; want it shared")
 	}
-	if reflect.ValueOf(c.BIOS.Attributes).UnsafePointer() != reflect.ValueOf(f.BIOS.Attributes).UnsafePointer() ||
+	if shared, n := state.SharedChunks(f.BIOS.Attributes, c.BIOS.Attributes); shared != n ||
 		reflect.ValueOf(c.BIOS.Pending).UnsafePointer() != reflect.ValueOf(f.BIOS.Pending).UnsafePointer() {
-		t.Error("attribute maps copied; want them shared")
+		t.Errorf("attribute values copied (%d of %d chunks shared); want them shared", shared, n)
 	}
 	c.BIOS.ApplyTimes[0] = "Immediate"
 	c.Storage[0].Drives[0].CapacityBytes = 1
@@ -70,7 +72,7 @@ func TestSnapshotKeepsFirmwareReading(t *testing.T) {
 	if got := len(before.Servers["fw1"].Firmware.BIOS.Registry); got != 40 {
 		t.Errorf("earlier snapshot's registry: %d attributes, want 40", got)
 	}
-	if got := len(before.Servers["fw1"].Firmware.BIOS.Attributes); got != 40 {
+	if got := before.Servers["fw1"].Firmware.BIOS.Attributes.Len(); got != 40 {
 		t.Errorf("earlier snapshot's attributes: %d, want 40", got)
 	}
 	if got := len(after.Servers["fw1"].Firmware.BIOS.Registry); got != 2 {

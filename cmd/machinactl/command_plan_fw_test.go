@@ -79,7 +79,7 @@ func TestPlanFirmwareFromAPI(t *testing.T) {
 			s.Allocation = &state.Allocation{Profile: "hypervisor", Reason: plan.ReasonCount, At: time.Now()}
 			if name == "r1-n01" {
 				s.Firmware = &state.Firmware{ReadAt: time.Now().UTC(),
-					BIOS: &state.FirmwareBIOS{Attributes: map[string]any{"ProcVirtualization": "Disabled"},
+					BIOS: &state.FirmwareBIOS{Attributes: state.NewBIOSValues(map[string]any{"ProcVirtualization": "Disabled"}),
 						Registry: []state.BIOSAttribute{{Name: "ProcVirtualization", Type: "Enumeration", Values: []string{"Enabled", "Disabled"}}}},
 					SecureBoot: &state.SecureBootState{Enable: false}}
 			}

@@ -59,7 +59,7 @@ func TestFirmwareBeforeDeploy(t *testing.T) {
 		}
 		want := inv.Inventory.Profile(p).Firmware
 		for attr, v := range want.Settings {
-			if got := fw.BIOS.Attributes[attr]; got != v {
+			if got := fw.BIOS.Attributes.Value(attr); got != v {
 				t.Errorf("%s: BIOS %s read back %v, want %v", name, attr, got, v)
 			}
 		}
@@ -174,7 +174,7 @@ func TestFirmwareBeforeDeploy(t *testing.T) {
 	}
 	// Nothing was written: the step refused from its own read, so the
 	// BIOS still has the tree's value and nothing is pending.
-	if b := srv.Firmware.BIOS; b == nil || b.Attributes["AesNi"] != "Enabled" || len(b.Pending) != 0 {
+	if b := srv.Firmware.BIOS; b == nil || b.Attributes.Value("AesNi") != "Enabled" || len(b.Pending) != 0 {
 		t.Errorf("r2-n02 BIOS after the refusal: %+v; want AesNi Enabled and nothing pending", b)
 	}
 }

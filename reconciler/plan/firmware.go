@@ -160,7 +160,7 @@ func CheckFirmware(want *inventory.Inventory, fw *inventory.Firmware, ws *invent
 				refuse(CondFirmwareSettingInvalid, reason, msg)
 				continue
 			}
-			cur, known := read.BIOS.Attributes[name]
+			cur, known := read.BIOS.Attributes.Get(name)
 			if pend, ok := read.BIOS.Pending[name]; ok {
 				cur, known = pend, true
 			}

@@ -24,8 +24,8 @@ func idracRead() *state.Firmware {
 	return &state.Firmware{
 		ReadAt: planT0,
 		BIOS: &state.FirmwareBIOS{
-			Attributes: map[string]any{"ProcVirtualization": "Disabled", "BootMode": "Uefi", "AcPwrRcvryUserDelay": float64(120),
-				"SystemServiceTag": "F54P1G3", "AssetTag": "", "SriovGlobalEnable": "Disabled"},
+			Attributes: state.NewBIOSValues(map[string]any{"ProcVirtualization": "Disabled", "BootMode": "Uefi", "AcPwrRcvryUserDelay": float64(120),
+				"SystemServiceTag": "F54P1G3", "AssetTag": "", "SriovGlobalEnable": "Disabled"}),
 			RegistryID: "BiosAttributeRegistry.v1_0_3",
 			Registry: []state.BIOSAttribute{ // sorted by Name
 				{Name: "AcPwrRcvryUserDelay", Type: "Integer", Min: i64(60), Max: i64(240), ResetRequired: true},
@@ -186,7 +186,7 @@ func TestCheckFirmwareChanges(t *testing.T) {
 	}
 
 	// The machine after the step: everything read back as asked.
-	read.BIOS.Attributes["ProcVirtualization"] = "Enabled"
+	read.BIOS.Attributes = read.BIOS.Attributes.With("ProcVirtualization", "Enabled")
 	read.Storage[1].Volumes = []state.Volume{{ID: "Disk.Virtual.0:RAID.Integrated.1-1", Name: "os", RAIDType: "RAID1"}}
 	read.Components[0].Version = "1.13.2"
 	read.SecureBoot.Enable = true
@@ -219,7 +219,7 @@ func TestPlanFirmwareGolden(t *testing.T) {
 	}
 	snap := steadyFleet(inv)
 	matching := idracRead()
-	matching.BIOS.Attributes["ProcVirtualization"] = "Enabled"
+	matching.BIOS.Attributes = matching.BIOS.Attributes.With("ProcVirtualization", "Enabled")
 	matching.Storage[1].Volumes = []state.Volume{{ID: "Disk.Virtual.0:RAID.Integrated.1-1", Name: "os", RAIDType: "RAID1"}}
 	matching.Components[0].Version = "1.13.2"
 	matching.SecureBoot.Enable = true
@@ -268,7 +268,7 @@ func TestPlanFirmwareStep(t *testing.T) {
 	inv.Profile("hypervisor").Firmware = goodFirmware()
 	inv.Server("r1-n03").Want, inv.Server("r1-n03").Profile = inventory.WantDeployed, "hypervisor"
 	matching := idracRead()
-	matching.BIOS.Attributes["ProcVirtualization"] = "Enabled"
+	matching.BIOS.Attributes = matching.BIOS.Attributes.With("ProcVirtualization", "Enabled")
 	matching.Storage[1].Volumes = []state.Volume{{ID: "Disk.Virtual.0:RAID.Integrated.1-1", Name: "os", RAIDType: "RAID1"}}
 	matching.Components[0].Version = "1.13.2"
 	matching.SecureBoot.Enable = true
@@ -317,7 +317,7 @@ func TestPlanFirmwareDeployedNeedsApproval(t *testing.T) {
 	inv := cloneInv(exampleInventory(t))
 	inv.Profile("hypervisor").Firmware = goodFirmware()
 	matching := idracRead()
-	matching.BIOS.Attributes["ProcVirtualization"] = "Enabled"
+	matching.BIOS.Attributes = matching.BIOS.Attributes.With("ProcVirtualization", "Enabled")
 	matching.Storage[1].Volumes = []state.Volume{{ID: "Disk.Virtual.0:RAID.Integrated.1-1", Name: "os", RAIDType: "RAID1"}}
 	matching.Components[0].Version = "1.13.2"
 	matching.SecureBoot.Enable = true
