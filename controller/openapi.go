@@ -85,6 +85,10 @@ var (
 	rawType       = reflect.TypeFor[json.RawMessage]()
 	textMarshaler = reflect.TypeFor[encoding.TextMarshaler]()
 	jsonMarshaler = reflect.TypeFor[json.Marshaler]()
+	// biosValuesType encodes as the JSON object of a BIOS's attribute
+	// names and values (its MarshalJSON writes what a map[string]any
+	// would: string, number, boolean or null values).
+	biosValuesType = reflect.TypeFor[state.BIOSValues]()
 )
 
 // schema returns the schema of t: a $ref for a named struct, inline
@@ -114,6 +118,8 @@ func (s *schemaSet) base(t reflect.Type, nullable *bool) map[string]any {
 		return map[string]any{}
 	case t == durationType:
 		return map[string]any{"type": "integer", "description": "nanoseconds"}
+	case t == biosValuesType:
+		return map[string]any{"type": "object", "additionalProperties": map[string]any{}, "description": "BIOS attribute name to value (string, number, boolean, or null for a password attribute), as the BMC's Bios resource reports them"}
 	case reflect.PointerTo(t).Implements(jsonMarshaler) || t.Implements(jsonMarshaler):
 		panic(fmt.Sprintf("openapi: %s has its own MarshalJSON: describe it by hand", t))
 	case reflect.PointerTo(t).Implements(textMarshaler) || t.Implements(textMarshaler):
