@@ -1090,8 +1090,28 @@ func (w *StatusWriter) push(ctx context.Context, o transportOptions, branch stri
 // not exist yet) to commit in one receive-pack request, never forcing.
 // A branch not at old fails with an error wrapping errRemoteMoved.
 func pushPack(ctx context.Context, o transportOptions, branch string, old, commit plumbing.Hash, pack []byte) error {
+	ctx, cancel := localPushContext(ctx, o.url)
+	defer cancel()
 	op, o := startOp(ctx, o, "push")
 	return op.done(sendPack(op.ctx, o, branch, old, commit, pack))
+}
+
+// localPushContext is the context a push to url runs under: ctx, but for
+// a local (file://) remote ctx without its cancellation and with its
+// deadline (ctx without a deadline stays as it is), so the push ends only
+// by finishing or by timing out. go-git runs a local push as our own
+// git-receive-pack child and SIGKILLs it when the context ends; killed
+// while updating the branch, git leaves the ref's lock file
+// (refs/heads/BRANCH.lock) behind, and every later push to the repository
+// fails with "failed to update ref" until it is removed by hand. A
+// network remote's receive-pack runs on the server, which cleans up after
+// a dropped connection, so its push keeps ctx's cancellation.
+func localPushContext(ctx context.Context, url string) (context.Context, context.CancelFunc) {
+	dl, ok := ctx.Deadline()
+	if !ok || !strings.HasPrefix(url, "file:") {
+		return ctx, func() {}
+	}
+	return context.WithDeadline(context.WithoutCancel(ctx), dl)
 }
 
 func sendPack(ctx context.Context, o transportOptions, branch string, old, commit plumbing.Hash, pack []byte) error {
