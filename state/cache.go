@@ -61,26 +61,11 @@ const maxCachedServers = 200_000
 // (Server.clone): callers may modify it, except its BIOS reading, which is
 // shared and read-only (Firmware.Clone).
 func (c *serverCache) decode(k, v []byte) (Server, error) {
-	sum := sumOf(v)
-	c.mu.RLock()
-	e, ok := c.m[string(k)]
-	c.mu.RUnlock()
-	if ok && e.sum == sum {
-		return e.srv.clone(), nil
-	}
-	var srv Server
-	if err := json.Unmarshal(v, &srv); err != nil {
+	srv, err := c.share(k, v)
+	if err != nil {
 		return Server{}, err
 	}
-	c.intern(&srv)
-	c.mu.Lock()
-	if c.m == nil || len(c.m) >= maxCachedServers {
-		c.m = map[string]cachedServer{}
-	}
-	c.m[string(k)] = cachedServer{sum: sum, srv: srv.clone()}
-	c.noteMACLocked(srv.BootMAC, string(k))
-	c.mu.Unlock()
-	return srv, nil
+	return srv.clone(), nil
 }
 
 // share returns the Server stored as v under key k for a snapshot: a copy

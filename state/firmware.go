@@ -125,8 +125,9 @@ type SecureBootState struct {
 // hundreds of attributes, its inventory about 30 components) and a
 // reading is replaced whole when the BMC is read again (reconciler's
 // firmware read builds new ones), never edited in place, so every holder
-// of a copy must treat Pending, Registry and Components as read-only. Copying them made each planning pass's snapshot of a 10,000-
-// server fleet allocate about 60 MB (BenchmarkSnapshotFirmware).
+// of a copy must treat Pending, Registry and Components as read-only.
+// Copying them made each planning pass's snapshot of a 10,000-server
+// fleet allocate about 60 MB (BenchmarkSnapshotFirmware).
 func (f *Firmware) Clone() *Firmware {
 	if f == nil {
 		return nil
