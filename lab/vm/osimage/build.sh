@@ -2,7 +2,7 @@
 # build.sh OUTDIR : builds the Machina lab OS image into OUTDIR/os.img and OUTDIR/SHA256SUMS.
 #
 # A minimal Debian 12 (bookworm) made with debootstrap from Debian's packages: linux-image-amd64,
-# systemd, cloud-init (NoCloud datasource first), openssh-server, sudo, curl. Layout of the 1 GiB
+# systemd, cloud-init (NoCloud datasource first), openssh-server, sudo, curl. Layout of the 512 MiB
 # sparse raw image (GPT, as cloud images are, so storage layouts can grow its root partition; no loop
 # devices, no host mounts of the image):
 #   p1  sectors 2048..198655 (96 MiB)  EFI System, LegacyBIOSBootable  FAT16 "MACHINA-ESP" (volume id
@@ -19,13 +19,17 @@
 # missing); ifenslave, vlan and bridge-utils let ifupdown bring up the bonds, VLANs and bridges cloud-init
 # renders from a network layout, and net-tools its routes (cloud-init's ENI renderer writes
 # "post-up route add default gw ...").
+# Kernel modules for hardware no lab VM has (sound, GPUs, wireless, USB, most Ethernet, SAN adapters, ...)
+# are removed (see "kernel modules" below), so the root fits in 512 MiB with about 45 MiB free: every
+# deploy hashes the whole image at least twice under TCG, zeros included, so its size is deploy time.
+# A deploy grows the root partition to its disk (cloud-init growpart, or the storage layout).
 # The host's /boot and bootloader are never touched: nothing runs grub-install or update-grub.
 # Needs root (debootstrap, chroot). Writes only below OUTDIR and a scratch folder it removes.
 set -eu
 
 OUT=${1:?usage: build.sh OUTDIR}
 SUITE=bookworm
-IMG_MIB=1024
+IMG_MIB=512
 ESP_START=2048
 ESP_SECTORS=196608 # 96 MiB
 ROOT_START=$((ESP_START + ESP_SECTORS))
@@ -94,6 +98,60 @@ if ! chroot "$R" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-i
 fi
 rm -f "$R/usr/sbin/policy-rc.d"
 
+# --- kernel modules a lab guest never loads ---
+# The lab's VMs are qemu pc (BIOS) and q35 (UEFI) machines with virtio disks, virtio-net NICs, an
+# IDE/AHCI CD-ROM, NVMe, a TPM (tis or crb) and no display, sound, USB, wireless, camera, InfiniBand
+# or SAN adapter: Debian's kernel ships drivers for all of those (its modules are 390 of the root's
+# 651 MB). The trees below go, then any module left that needs one that went (modules.dep of the
+# full tree says which), then depmod and the initramfs run again over what is left. The kernel itself
+# is Debian's signed one, untouched (Secure Boot). KEEP_MODULES must still resolve, or the build fails:
+# virtio (pci, blk, net, scsi, rng), ata_piix/ahci and sr_mod for the CD-ROM, NVMe, md RAID1 and
+# device-mapper (mdadm, lvm2 in storage layouts), bonding, 8021q and bridge (network layouts and the
+# node agent's bridge), the TPM drivers (attestation), efivarfs, ext4/xfs (the storage layouts'
+# filesystems), vfat/nls and iso9660 (the NoCloud seed and config drives), e1000/e1000e (qemu's
+# default NIC models, kept although the labs use virtio-net).
+PRUNE_TREES="
+	sound drivers/gpu drivers/media drivers/staging drivers/iio drivers/infiniband drivers/usb drivers/bluetooth
+	drivers/net/wireless drivers/net/usb drivers/net/wwan drivers/net/can drivers/net/ieee802154
+	drivers/net/hamradio drivers/comedi drivers/isdn drivers/mtd drivers/mmc drivers/memstick drivers/target
+	drivers/thunderbolt drivers/firewire drivers/nfc drivers/atm drivers/pcmcia drivers/parport
+	drivers/soundwire drivers/gnss
+	net/bluetooth net/mac80211 net/wireless net/mac802154 net/ieee802154 net/6lowpan net/nfc net/can net/atm
+	net/ax25 net/netrom net/rose net/rds net/tipc net/smc net/ceph net/sunrpc net/rxrpc net/9p
+	fs/ocfs2 fs/gfs2 fs/dlm fs/ceph fs/nfs fs/nfsd fs/nfs_common fs/lockd fs/smb fs/afs fs/coda fs/orangefs
+	fs/9p fs/f2fs fs/nilfs2 fs/jfs fs/reiserfs fs/ubifs fs/jffs2 fs/btrfs fs/hfs fs/hfsplus fs/affs fs/adfs
+	fs/befs fs/bfs fs/efs fs/hpfs fs/minix fs/omfs fs/qnx4 fs/qnx6 fs/sysv fs/ufs fs/freevxfs fs/vboxsf"
+KEEP_MODULES="virtio_pci virtio_blk virtio_net virtio_scsi virtio_rng virtio_console sd_mod sr_mod ata_piix
+  ahci nvme md_mod raid1 dm_mod dm_mirror dm_snapshot bonding 8021q bridge tpm_tis tpm_crb efivarfs ext4 xfs
+  vfat nls_cp437 nls_ascii nls_utf8 isofs e1000 e1000e"
+KVER=$(basename "$(ls -d "$R"/lib/modules/* | head -n1)")
+M="$R/usr/lib/modules/$KVER"
+K="$M/kernel"
+[ -d "$K/drivers" ] || { echo "build.sh: no module tree $K" >&2; exit 1; }
+cp "$M/modules.dep" "$WORK/modules.dep.full"
+for t in $PRUNE_TREES; do rm -rf "${K:?}/$t"; done
+# Ethernet: every vendor's drivers but e1000 and e1000e (no physical NIC in a lab VM).
+for f in "$K"/drivers/net/ethernet/* "$K"/drivers/net/ethernet/intel/*; do
+	case ${f#"$K"/drivers/net/ethernet/} in intel | intel/e1000 | intel/e1000e) ;; *) rm -rf "$f" ;; esac
+done
+# SCSI: the core, sd, sr, sg, virtio_scsi and the transports stay (top level); the folders are host
+# adapters (FC, SAS, iSCSI offload) no VM has.
+find "$K/drivers/scsi" -mindepth 1 -maxdepth 1 -type d -exec rm -rf {} +
+while :; do
+	(cd "$M" && find kernel -name '*.ko') >"$WORK/modules.left"
+	gone=$(awk 'NR == FNR { have[$1] = 1; next }
+		{ sub(/:$/, "", $1); if (!($1 in have)) next
+		  for (i = 2; i <= NF; i++) if (!($i in have)) { print $1; break } }' "$WORK/modules.left" "$WORK/modules.dep.full")
+	[ -n "$gone" ] || break
+	for f in $gone; do rm -f "${M:?}/$f"; done
+done
+find "$K" -depth -type d -empty -delete
+chroot "$R" depmod "$KVER"
+# shellcheck disable=SC2086
+chroot "$R" modprobe -a -S "$KVER" --show-depends $KEEP_MODULES >/dev/null ||
+	{ echo "build.sh: a module the labs need is gone from $K" >&2; exit 1; }
+chroot "$R" update-initramfs -u -k "$KVER" >"$WORK/initramfs.log" 2>&1 || { tail -n 40 "$WORK/initramfs.log" >&2; exit 1; }
+
 # --- configuration of the guest ---
 echo machina-os >"$R/etc/hostname"
 printf '127.0.0.1 localhost\n127.0.1.1 machina-os\n::1 localhost ip6-localhost ip6-loopback\n' >"$R/etc/hosts"
@@ -106,7 +164,6 @@ cat >"$R/etc/cloud/cloud.cfg.d/90-machina.cfg" <<'EOF'
 # Machina lab image: the NoCloud seed (a drive labelled CIDATA, or ds=nocloud on the command line) first.
 datasource_list: [ NoCloud, None ]
 EOF
-KVER=$(basename "$(ls -d "$R"/lib/modules/* | head -n1)")
 [ -f "$R/boot/initrd.img-$KVER" ] || { echo "build.sh: no initrd for $KVER" >&2; exit 1; }
 # Under Secure Boot, GRUB boots only a kernel shim trusts: Debian's linux-image-*-amd64 is signed.
 sbverify --list "$R/boot/vmlinuz-$KVER" 2>/dev/null | grep -q 'Debian Secure Boot' ||

@@ -3,7 +3,8 @@
 // (linux-image-amd64, signed by Debian), syslinux for BIOS, Debian's
 // signed shim and GRUB at the UEFI removable-media path (it boots with
 // Secure Boot on or off), cloud-init (NoCloud datasource first) and
-// openssh-server, as a 1 GiB sparse raw disk image.
+// openssh-server, as a 512 MiB sparse raw disk image (kernel modules for
+// hardware no lab VM has are removed, so the root fits).
 // The layout and contents are documented in build.sh, which is embedded and
 // run as root.
 //
@@ -54,8 +55,9 @@ const (
 	Hostname = "machina-os"
 	// RootUUID is the ext4 root file system UUID (fixed at build time).
 	RootUUID = "6d616368-696e-4120-8f73-696d61676521"
-	// SizeBytes is the apparent size of the raw image (1 GiB).
-	SizeBytes = 1 << 30
+	// SizeBytes is the apparent size of the raw image (512 MiB). A deploy
+	// grows the root partition to the target disk.
+	SizeBytes = 512 << 20
 )
 
 // Errors.
