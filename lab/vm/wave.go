@@ -11,16 +11,19 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/machina-metal/machina/lab/vm/osimage"
 )
 
 // WaveMemoryMiB is the guest memory of the amd64 lab VMs. The ramdisk
 // agent shares image pieces with its deploy wave only when the image fits
 // in a quarter of MemTotal (it holds every verified piece in memory to
 // serve it, beside the write's own buffer: ramdisk/agent usePieces), so
-// the lab's 1 GiB OS image needs a little more than 4 GiB of MemTotal.
-// qemu allocates guest memory as the guest touches it: a VM that only
-// commissions costs far less than this.
-const WaveMemoryMiB = 4608
+// the guest gets four times the lab OS image (osimage.SizeBytes) plus
+// 256 MiB for what MemTotal leaves out (the kernel's reserved memory) and
+// the ramdisk's own files. qemu allocates guest memory as the guest
+// touches it: a VM that only commissions costs far less than this.
+const WaveMemoryMiB = 4*(osimage.SizeBytes>>20) + 256
 
 var (
 	waveJoined  = regexp.MustCompile(`msg="deploy wave joined".*?\bmachine=(\S+) wave=(\S+)`)
