@@ -101,13 +101,18 @@ func (l *lab) machines() []*machine {
 	}
 }
 
-// memoryMiB is m's guest memory: 1536 MiB, 1280 for the network-first
-// machine, so that plan.Candidates (smallest memory first) deploys it.
+// memoryMiB is m's guest memory: the arm64 VM 1536 MiB; the amd64 VMs
+// WaveMemoryMiB (so their deploys share pieces, wave.go), 256 MiB more
+// but for the network-first machine, so that plan.Candidates (smallest
+// memory first) deploys it.
 func (m *machine) memoryMiB() int {
-	if m.networkFirst {
-		return 1280
+	switch {
+	case m.fw == vmpower.UEFIARM64:
+		return 1536
+	case m.networkFirst:
+		return WaveMemoryMiB
 	}
-	return 1536
+	return WaveMemoryMiB + 256
 }
 
 // cpus is m's vCPU count: one for the amd64 VMs (five share two host

@@ -424,7 +424,11 @@ func (l *lab) run(ctx context.Context) error {
 	}); err != nil {
 		return err
 	}
-	l.step("deploy: 2 servers deployed by count ("+strings.Join(deployed, ", ")+") and "+PyghmiMachine+" by its pin", t0)
+	wave, err := l.waveShared(ctx, append(slices.Clone(deployed), PyghmiMachine), img, sum)
+	if err != nil {
+		return err
+	}
+	l.step("deploy: 2 servers deployed by count ("+strings.Join(deployed, ", ")+") and "+PyghmiMachine+" by its pin"+wave, t0)
 
 	t0 = time.Now()
 	// The join-token check runs while the hosts boot and join: it logs in
