@@ -144,7 +144,7 @@ func (l *lab) hostTune(cfg *vmpower.Config) error {
 	h := l.host
 	h.vmDir = cfg.Dir
 	cfg.CPUs = 2
-	// Enough memory that the ramdisk verifies the 1 GiB image in memory
+	// Enough memory that the ramdisk verifies the image (512 MiB) in memory
 	// (its limit is a quarter of RAM) and downloads it once, not twice.
 	cfg.MemoryMiB = 4608
 	for name, size := range map[string]int64{"disk1.raw": hostRootDiskBytes, "nvme.raw": hostNVMeBytes} {

@@ -35,7 +35,7 @@ func TestVMLabHost(t *testing.T) {
 	}
 	// MACHINA_VM_LAB_TIME_SCALE (e.g. 3) stretches every step's deadline
 	// and the budget on a machine loaded by other work: TCG's sha256 of
-	// the 1 GiB image, most of the deploy, slows with the load.
+	// the whole image, most of the deploy, slows with the load.
 	scale := 1.0
 	if v, err := strconv.ParseFloat(os.Getenv("MACHINA_VM_LAB_TIME_SCALE"), 64); err == nil && v > 1 {
 		scale = v

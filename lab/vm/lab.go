@@ -800,7 +800,7 @@ func (l *lab) setup(ctx context.Context, img, sum string) error {
 		// nothing; the host lab's lldpd sends every second (lldpWait).
 		"--lldp-wait", l.lldpWait(),
 		// The silence watchdog is a deadline too: under TimeScale (a loaded
-		// machine) a deploy's 1 GiB write and two-pass check outlast the
+		// machine) a deploy's image write and two-pass check outlast the
 		// default 5 minutes, and a re-netboot would restart it.
 		"--machine-silent-after", l.scale(5*time.Minute).String(),
 		"--dhcp-interface", l.ns.Bridge, "--dhcp-subnet", Subnet, "--dhcp-pool", Pool, "--tftp-root", tftp,

@@ -38,7 +38,7 @@ import (
 // under on a 2-core machine under TCG, the cached OS image excepted.
 // Measured with a load average of 10-17: 13.4 minutes from setup to
 // vm-trust deployed (commission 127 s, the spoofer 169 s, the deploy with
-// its 1 GiB two-pass write 482 s); the first boot and join add about four.
+// the 1 GiB image's two-pass write 482 s; the image is 512 MiB since); the first boot and join add about four.
 const TrustBudget = 25 * time.Minute
 
 // The Secure Boot lab's server and profile: vm-trust boots OVMF with
