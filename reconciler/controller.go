@@ -161,10 +161,6 @@ type Controller struct {
 	// storeRunning counts the store-only moves running (StoreWorkers).
 	storeRunning int
 	last         plan.Result
-	// spare is the last pass's snapshot, whose maps the next pass
-	// refills (state.Store.SnapshotInto) instead of allocating a map of
-	// the whole fleet each pass; nil while a pass holds it.
-	spare *state.Snapshot
 	// holdDeploys is set while the newest inventory revision is invalid.
 	holdDeploys bool
 	provisionMu sync.Mutex
@@ -376,9 +372,7 @@ func (c *Controller) restAfter(d time.Duration) time.Duration {
 // Exported for tests that step the controller by hand.
 func (c *Controller) Pass(ctx context.Context) plan.Result {
 	start := time.Now()
-	buf := c.takeSpare()
-	defer c.giveSpare(buf)
-	snap, err := c.observe(buf)
+	snap, err := c.observe()
 	if err != nil {
 		c.log.Error("snapshot", "err", err)
 		return plan.Result{}
@@ -417,7 +411,7 @@ func (c *Controller) Pass(ctx context.Context) plan.Result {
 // profile would end up over its count. The running steps are read before
 // the snapshot (no step starts between the two: passes run one at a
 // time), so a step that finished in between is in the snapshot.
-func (c *Controller) observe(buf *state.Snapshot) (state.Snapshot, error) {
+func (c *Controller) observe() (state.Snapshot, error) {
 	allocating := map[string]plan.Step{}
 	c.mu.Lock()
 	for name, st := range c.inflight {
@@ -426,10 +420,10 @@ func (c *Controller) observe(buf *state.Snapshot) (state.Snapshot, error) {
 		}
 	}
 	c.mu.Unlock()
-	if err := c.cfg.Store.SnapshotInto(buf); err != nil {
-		return state.Snapshot{}, err
+	snap, err := c.cfg.Store.Snapshot()
+	if err != nil {
+		return snap, err
 	}
-	snap := *buf
 	for name, st := range allocating {
 		if s, ok := snap.Servers[name]; ok && s.Lifecycle == state.LifecycleReady {
 			s.Lifecycle = state.LifecycleAllocated
@@ -438,29 +432,6 @@ func (c *Controller) observe(buf *state.Snapshot) (state.Snapshot, error) {
 		}
 	}
 	return snap, nil
-}
-
-// takeSpare returns the snapshot the last pass left for reuse, or a new
-// empty one. Nothing of a pass's snapshot outlives the pass (the plan, the
-// steps started and the metrics copy what they keep), so the next pass may
-// overwrite its maps; should two passes overlap (tests step the controller
-// by hand), the second gets a new one.
-func (c *Controller) takeSpare() *state.Snapshot {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	buf := c.spare
-	c.spare = nil
-	if buf == nil {
-		buf = &state.Snapshot{}
-	}
-	return buf
-}
-
-// giveSpare keeps buf for the next pass's snapshot.
-func (c *Controller) giveSpare(buf *state.Snapshot) {
-	c.mu.Lock()
-	c.spare = buf
-	c.mu.Unlock()
 }
 
 // plan runs plan.Compute with the controller's options and marks the deploys that

@@ -29,32 +29,10 @@ type Snapshot struct {
 
 // Snapshot returns a consistent view of all servers and hosts.
 func (s *Store) Snapshot() (Snapshot, error) {
-	var snap Snapshot
-	err := s.SnapshotInto(&snap)
-	return snap, err
-}
-
-// SnapshotInto fills snap with a consistent view of all servers and
-// hosts, as Snapshot returns, reusing snap's maps and Names (cleared
-// first) instead of allocating new ones: a caller that takes a snapshot
-// of a large fleet again and again (the reconciler, once per pass) then
-// refills one map, where each new map of 10,000 servers is about 11 MB
-// for the collector. The caller must hold no other reference to snap's
-// maps or Names, which are overwritten; nil maps are made. On error snap
-// is left empty.
-func (s *Store) SnapshotInto(snap *Snapshot) error {
-	if snap.Servers == nil {
-		// Sized as the last snapshot, so a pass's snapshot of a large
-		// fleet does not grow its map step by step.
-		n := s.snapServers.Load()
-		snap.Servers, snap.Names = make(map[string]Server, n), make([]string, 0, n)
-	}
-	if snap.Hosts == nil {
-		snap.Hosts = map[string]Host{}
-	}
-	clear(snap.Servers)
-	clear(snap.Hosts)
-	snap.Names, snap.LastEventSeq = snap.Names[:0], 0
+	// Sized as the last snapshot, so a pass's snapshot of a large fleet
+	// does not grow its map step by step.
+	n := s.snapServers.Load()
+	snap := Snapshot{Servers: make(map[string]Server, n), Hosts: map[string]Host{}, Names: make([]string, 0, n)}
 	err := s.view(func(tx kvTx) error {
 		err := tx.Bucket(bucketServers).ForEach(func(k, v []byte) error {
 			srv, err := s.servers.share(k, v)
@@ -80,11 +58,10 @@ func (s *Store) SnapshotInto(snap *Snapshot) error {
 		return err
 	})
 	if err != nil {
-		*snap = Snapshot{}
-		return fmt.Errorf("state: snapshot: %w", err)
+		return Snapshot{}, fmt.Errorf("state: snapshot: %w", err)
 	}
 	s.snapServers.Store(int64(len(snap.Servers)))
-	return nil
+	return snap, nil
 }
 
 // WriteBackup writes a consistent copy of the whole state file to w, as of

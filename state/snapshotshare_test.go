@@ -50,40 +50,6 @@ func TestSnapshotEqualsFreshDecode(t *testing.T) {
 	})
 }
 
-// TestSnapshotIntoReusedEqualsFresh: a snapshot refilled into the maps
-// of the previous one (SnapshotInto, as the reconciler does each pass)
-// equals a fresh decode after every one of 60 random writes (renames
-// delete records: none of them may stay), whatever the caller did to the
-// previous one's maps and Names meanwhile, on both engines.
-func TestSnapshotIntoReusedEqualsFresh(t *testing.T) {
-	eachEngine(t, func(t *testing.T) {
-		for seed := uint64(1); seed <= 3; seed++ {
-			s := openTest(t, state.Options{NoSync: true})
-			rng := rand.New(rand.NewPCG(seed, 5)) // the writes TestSnapshotEqualsFreshDecode makes
-			var buf state.Snapshot
-			for step := range 60 {
-				randomWrite(t, s, rng, step)
-				if buf.Servers != nil {
-					scribble(buf)
-					buf.Hosts["scribbled"] = state.Host{Name: "scribbled"}
-					buf.Names = append(buf.Names, "scribbled")
-					buf.LastEventSeq = 1 << 40
-				}
-				if err := s.SnapshotInto(&buf); err != nil {
-					t.Fatal(err)
-				}
-				want, err := state.FreshSnapshot(s)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if d := cmp.Diff(want, buf, cmpopts.EquateEmpty()); d != "" {
-					t.Fatalf("seed %d step %d: reused snapshot differs from a fresh decode (-fresh +reused):\n%s", seed, step, d)
-				}
-			}
-		}
-	})
-}
-
 // randomWrite makes one random write to s's fleet of at most 12 servers.
 func randomWrite(t *testing.T, s *state.Store, rng *rand.Rand, step int) {
 	t.Helper()
