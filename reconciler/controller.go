@@ -37,17 +37,8 @@ type Config struct {
 	Logger *slog.Logger
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
-	// Workers bounds actions running at once; zero means 8. Store-only
-	// record moves that no BMC or rack limit bounds (register, adopt:
-	// plan.ActionInfo Unlimited with BMC BMCNone) do not count against
-	// it: they run beside it, at most StoreWorkers at once.
+	// Workers bounds actions running at once; zero means 8.
 	Workers int
-	// StoreWorkers bounds the store-only record moves running at once
-	// (registering the servers new in servers.yaml); zero means 256.
-	// Concurrent ones share the store's commits, so registering a
-	// thousand new servers takes a few commits, not a thousand, and
-	// holds none of the Workers that BMC actions wait for.
-	StoreWorkers int
 	// PerBMC bounds actions at once against one BMC address (several
 	// servers may share a chassis BMC); zero means 1.
 	PerBMC int
@@ -157,10 +148,8 @@ type Controller struct {
 	bmcUse   map[string]int       // BMC address → running actions
 	fwUse    map[string]bool      // BMC address → a firmware step runs against it
 	rackUse  map[string]int       // rack → running actions
-	running  int                  // actions counted against Workers
-	// storeRunning counts the store-only moves running (StoreWorkers).
-	storeRunning int
-	last         plan.Result
+	running  int
+	last     plan.Result
 	// holdDeploys is set while the newest inventory revision is invalid.
 	holdDeploys bool
 	provisionMu sync.Mutex
@@ -193,9 +182,6 @@ func New(cfg Config) (*Controller, error) {
 	}
 	if cfg.Workers <= 0 {
 		cfg.Workers = 8
-	}
-	if cfg.StoreWorkers <= 0 {
-		cfg.StoreWorkers = defaultStoreWorkers
 	}
 	if cfg.PerBMC <= 0 {
 		cfg.PerBMC = 1
@@ -582,14 +568,7 @@ func (c *Controller) held(step plan.Step, obs state.Server, desired *inventory.I
 func (c *Controller) tryStart(step plan.Step, obs state.Server, now time.Time) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.busy[step.Server] || now.Before(obs.RetryAt) {
-		return false
-	}
-	if storeOnly(step.Action) {
-		if c.storeRunning >= c.cfg.StoreWorkers {
-			return false
-		}
-	} else if c.running >= c.cfg.Workers {
+	if c.busy[step.Server] || now.Before(obs.RetryAt) || c.running >= c.cfg.Workers {
 		return false
 	}
 	addr, rack := obs.BMC.Address, obs.Rack
@@ -609,11 +588,7 @@ func (c *Controller) tryStart(step plan.Step, obs state.Server, now time.Time) b
 	}
 	c.busy[step.Server] = true
 	c.inflight[step.Server] = step
-	if storeOnly(step.Action) {
-		c.storeRunning++
-	} else {
-		c.running++
-	}
+	c.running++
 	if !info(step.Action).Unlimited {
 		c.bmcUse[addr]++
 		if step.Action == plan.ActFirmware && addr != "" {
@@ -624,30 +599,13 @@ func (c *Controller) tryStart(step plan.Step, obs state.Server, now time.Time) b
 	return true
 }
 
-// defaultStoreWorkers is Config.StoreWorkers' default. At 10,000 new
-// servers, registrations counted against 64 Workers took half of the
-// slots of every pass for the whole run (about 40 a second), and the
-// commissions behind them waited.
-const defaultStoreWorkers = 256
-
-// storeOnly reports whether a runs outside Workers: a store-only record
-// move that no BMC or rack limit bounds.
-func storeOnly(a plan.Action) bool {
-	i := info(a)
-	return i.Unlimited && i.BMC == plan.BMCNone
-}
-
 // unreserve gives back what tryStart reserved for a step that did not run.
 func (c *Controller) unreserve(step plan.Step, obs state.Server) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	delete(c.busy, step.Server)
 	delete(c.inflight, step.Server) // or the next pass plans as if this step ran
-	if storeOnly(step.Action) {
-		c.storeRunning--
-	} else {
-		c.running--
-	}
+	c.running--
 	if !info(step.Action).Unlimited {
 		c.bmcUse[obs.BMC.Address]--
 		if step.Action == plan.ActFirmware {

@@ -57,44 +57,6 @@ func TestRestBetweenPasses(t *testing.T) {
 	}
 }
 
-// TestStoreOnlyStepsBesideWorkers: registrations (store-only record moves
-// no BMC or rack limit bounds) do not take the Workers that BMC actions
-// wait for; they run beside them, at most StoreWorkers at once, and give
-// their own slot back.
-func TestStoreOnlyStepsBesideWorkers(t *testing.T) {
-	c := &Controller{cfg: Config{Workers: 1, StoreWorkers: 2, PerBMC: 1, PerRack: 4}, busy: map[string]bool{}, inflight: map[string]plan.Step{},
-		bmcUse: map[string]int{}, rackUse: map[string]int{}}
-	now := time.Now()
-	commission := plan.Step{Server: "c1", Action: plan.ActCommission}
-	cobs := state.Server{Name: "c1", Rack: "r1", BMC: state.BMCFacts{Address: "https://b1"}}
-	if !c.tryStart(commission, cobs, now) {
-		t.Fatal("tryStart refused the first commission")
-	}
-	if c.tryStart(plan.Step{Server: "c2", Action: plan.ActCommission}, state.Server{Name: "c2", Rack: "r1", BMC: state.BMCFacts{Address: "https://b2"}}, now) {
-		t.Error("a second commission started with Workers 1 taken")
-	}
-	reg := func(name string) plan.Step { return plan.Step{Server: name, Action: plan.ActRegister} }
-	for _, name := range []string{"n1", "n2"} {
-		if !c.tryStart(reg(name), state.Server{}, now) {
-			t.Errorf("register %s refused with Workers taken and StoreWorkers free", name)
-		}
-	}
-	if c.tryStart(reg("n3"), state.Server{}, now) {
-		t.Error("a third register started with StoreWorkers 2 taken")
-	}
-	if c.running != 1 || c.storeRunning != 2 {
-		t.Errorf("running %d, storeRunning %d; want 1, 2", c.running, c.storeRunning)
-	}
-	c.unreserve(reg("n1"), state.Server{})
-	c.unreserve(commission, cobs)
-	if c.running != 0 || c.storeRunning != 1 {
-		t.Errorf("after unreserve: running %d, storeRunning %d; want 0, 1", c.running, c.storeRunning)
-	}
-	if !c.tryStart(reg("n3"), state.Server{}, now) {
-		t.Error("register n3 refused after a store slot was given back")
-	}
-}
-
 // TestFirstStepsResumesInNameOrder: journal entries to resume come first,
 // in name order, each server once (its planned step dropped); a stalled
 // server's entry is not resumed; then the plan's steps in the plan's
