@@ -467,11 +467,18 @@ func (c *Controller) plan(desired *inventory.Inventory, snap state.Snapshot) (re
 // stepKey) runs.
 func firstSteps(res plan.Result, snap state.Snapshot) (first map[string]plan.Step, order []string) {
 	first = make(map[string]plan.Step, len(res.Steps))
-	for _, name := range slices.Sorted(maps.Keys(snap.Servers)) {
-		if f := snap.Servers[name].InFlight; f != nil && snap.Servers[name].Stalled == "" {
-			first[name] = plan.Step{Server: name, Action: plan.Action(f.Action), Counter: f.Counter, Why: "resume " + f.Action}
+	// The servers with a journal entry to resume, in name order: found
+	// in one walk of the map and only they sorted (not the whole fleet's
+	// names each pass).
+	for name, srv := range snap.Servers {
+		if srv.InFlight != nil && srv.Stalled == "" {
 			order = append(order, name)
 		}
+	}
+	slices.Sort(order)
+	for _, name := range order {
+		f := snap.Servers[name].InFlight
+		first[name] = plan.Step{Server: name, Action: plan.Action(f.Action), Counter: f.Counter, Why: "resume " + f.Action}
 	}
 	for _, s := range res.Steps {
 		if _, ok := first[s.Server]; ok {

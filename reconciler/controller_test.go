@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/machina-metal/machina/bmc"
 
 	"github.com/machina-metal/machina/reconciler/plan"
@@ -53,5 +54,30 @@ func TestRestBetweenPasses(t *testing.T) {
 		if got := c.restAfter(tc.pass); got != tc.want {
 			t.Errorf("MinRest %v, Interval %v: rest after a %v pass = %v, want %v", tc.minRest, tc.interval, tc.pass, got, tc.want)
 		}
+	}
+}
+
+// TestFirstStepsResumesInNameOrder: journal entries to resume come first,
+// in name order, each server once (its planned step dropped); a stalled
+// server's entry is not resumed; then the plan's steps in the plan's
+// order.
+func TestFirstStepsResumesInNameOrder(t *testing.T) {
+	snap := state.Snapshot{Servers: map[string]state.Server{}}
+	for _, n := range []string{"s09", "s03", "s07", "s01", "s05"} {
+		snap.Servers[n] = state.Server{Name: n, InFlight: &state.InFlight{Action: string(plan.ActCommission), Counter: 2}}
+	}
+	snap.Servers["s02"] = state.Server{Name: "s02", InFlight: &state.InFlight{Action: string(plan.ActCommission)}, Stalled: "x"}
+	snap.Servers["s04"] = state.Server{Name: "s04"}
+	res := plan.Result{Steps: []plan.Step{{Server: "s02", Action: plan.ActRetire}, {Server: "s03", Action: plan.ActRetire}, {Server: "s04", Action: plan.ActCommission}}}
+	first, order := firstSteps(res, snap)
+	want := []string{"s01", "s03", "s05", "s07", "s09", "s02", "s04"}
+	if d := cmp.Diff(want, order); d != "" {
+		t.Errorf("order (-want +got):\n%s", d)
+	}
+	if got := first["s03"]; got.Action != plan.ActCommission || got.Counter != 2 || got.Why != "resume commission" {
+		t.Errorf("s03's first step = %+v, want the resumed commission", got)
+	}
+	if got := first["s02"]; got.Action != plan.ActRetire {
+		t.Errorf("stalled s02's first step = %+v, want the planned retire", got)
 	}
 }

@@ -17,7 +17,7 @@ import (
 // the cache at the size of the decoded records instead of twice it.
 type serverCache struct {
 	mu sync.RWMutex
-	m  map[string]cachedServer
+	m  map[string]*cachedServer
 	// macs hints which server holds a boot MAC: each record decoded or
 	// written here notes its BootMAC → name. A hint is only a place to
 	// look first (ServerByBootMAC reads that record and checks its MAC),
@@ -38,6 +38,10 @@ type serverCache struct {
 	components componentInterner
 }
 
+// cachedServer is one decoded record. An entry is never changed once in
+// the map (a new decoding replaces the pointer), so readers may use it
+// after dropping the lock; the map holds pointers so that a lookup copies
+// no record (view hands out the entry's own Server).
 type cachedServer struct {
 	sum recordSum
 	srv Server
@@ -90,9 +94,9 @@ func (c *serverCache) share(k, v []byte) (Server, error) {
 	c.intern(&srv)
 	c.mu.Lock()
 	if c.m == nil || len(c.m) >= maxCachedServers {
-		c.m = map[string]cachedServer{}
+		c.m = map[string]*cachedServer{}
 	}
-	c.m[string(k)] = cachedServer{sum: sum, srv: srv}
+	c.m[string(k)] = &cachedServer{sum: sum, srv: srv}
 	c.noteMACLocked(srv.BootMAC, string(k))
 	c.mu.Unlock()
 	return srv, nil
@@ -136,11 +140,11 @@ func (c *serverCache) hintMAC(mac string) (name string, ok bool) {
 // when the transaction later rolls back: the entry is keyed by v's
 // digest, and the record then holds other bytes.
 func (c *serverCache) remember(k string, v []byte, srv *Server) {
-	e := cachedServer{sum: sumOf(v), srv: srv.clone()}
+	e := &cachedServer{sum: sumOf(v), srv: srv.clone()}
 	c.intern(&e.srv)
 	c.mu.Lock()
 	if c.m == nil || len(c.m) >= maxCachedServers {
-		c.m = map[string]cachedServer{}
+		c.m = map[string]*cachedServer{}
 	}
 	c.m[k] = e
 	c.noteMACLocked(srv.BootMAC, k)

@@ -55,16 +55,30 @@ func failingAction(obs *state.Server) string {
 // have's server names, sorted.
 func failingConditions(have state.Snapshot, names []string, steps []Step, opts Options) []Condition {
 	var out []Condition
-	byServer := map[string][]Step{}
-	for _, s := range steps {
-		byServer[s.Server] = append(byServer[s.Server], s)
-	}
+	// Most records are neither failing nor busy: these fields are read
+	// through the map, and only the others are copied, and only their
+	// steps are grouped (a fleet of new servers plans thousands of steps
+	// a pass; tens of servers are busy).
+	var busy []string
 	for _, name := range names {
-		// Most records are neither failing nor busy: these fields are
-		// read through the map, and only the others are copied.
 		if have.Servers[name].Stalled != "" || (have.Servers[name].Failures == 0 && have.Servers[name].InFlight == nil) {
 			continue
 		}
+		busy = append(busy, name)
+	}
+	if len(busy) == 0 {
+		return nil
+	}
+	byServer := make(map[string][]Step, len(busy))
+	for _, name := range busy {
+		byServer[name] = nil
+	}
+	for _, s := range steps {
+		if st, ok := byServer[s.Server]; ok {
+			byServer[s.Server] = append(st, s)
+		}
+	}
+	for _, name := range busy {
 		obs := have.Servers[name]
 		action := failingAction(&obs)
 		retry := ""

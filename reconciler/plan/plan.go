@@ -820,12 +820,13 @@ func noBMCCondition(ws *inventory.Server, obs *state.Server) Condition {
 // newest count allocations when over. names are have's server names,
 // sorted.
 func profileSteps(p inventory.Profile, want *inventory.Inventory, have state.Snapshot, fi *fleetIndex, planned map[string]string) (steps, disruptive []Step, conds []Condition) {
-	var holding []state.Server // count allocations of p, any active lifecycle
+	// holding: the names of p's count allocations, any active lifecycle
+	// (names only: the records are read where needed, not copied).
+	var holding []string
 	for _, name := range fi.counted[p.Name] {
-		s := have.Servers[name]
-		switch s.Lifecycle {
+		switch have.Servers[name].Lifecycle {
 		case state.LifecycleAllocated, state.LifecycleDeploying, state.LifecycleDeployed:
-			holding = append(holding, s)
+			holding = append(holding, name)
 		}
 	}
 	switch n := len(holding); {
@@ -851,13 +852,15 @@ func profileSteps(p inventory.Profile, want *inventory.Inventory, have state.Sna
 	case n > p.Count:
 		// Release the newest count allocations first; only deployed ones
 		// are released here (allocated and deploying ones finish first).
+		at := func(name string) time.Time { return have.Servers[name].Allocation.At }
 		sort.SliceStable(holding, func(i, j int) bool {
-			if !holding[i].Allocation.At.Equal(holding[j].Allocation.At) {
-				return holding[i].Allocation.At.After(holding[j].Allocation.At)
+			if ai, aj := at(holding[i]), at(holding[j]); !ai.Equal(aj) {
+				return ai.After(aj)
 			}
-			return holding[i].Name > holding[j].Name
+			return holding[i] > holding[j]
 		})
-		for _, s := range holding[:n-p.Count] {
+		for _, name := range holding[:n-p.Count] {
+			s := have.Servers[name]
 			if s.Lifecycle != state.LifecycleDeployed {
 				continue
 			}
