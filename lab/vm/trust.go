@@ -36,9 +36,13 @@ import (
 
 // TrustBudget is the time the Secure Boot lab (Config.Trust) must stay
 // under on a 2-core machine under TCG, the cached OS image excepted.
-// Measured with a load average of 10-17: 13.4 minutes from setup to
-// vm-trust deployed (commission 127 s, the spoofer 169 s, the deploy with
-// the 1 GiB image's two-pass write 482 s; the image is 512 MiB since); the first boot and join add about four.
+// Measured with a load average of 10-17 when the lab OS image was 1 GiB
+// and vm-trust verified it in two passes: 13.4 minutes from setup to
+// vm-trust deployed (commission 127 s, the spoofer 169 s, the deploy
+// 482 s); the first boot and join add about four. With the 512 MiB image
+// and vm-trust's memory at WaveMemoryMiB plus 256 MiB (enough for the
+// agent's one-pass limit, a quarter of MemTotal) the whole lab took
+// 494.7 s in .ci/run on the same machine.
 const TrustBudget = 25 * time.Minute
 
 // The Secure Boot lab's server and profile: vm-trust boots OVMF with
