@@ -47,7 +47,7 @@ var (
 	waveSizes   = flag.String("wave.n", "1,10,100", "wave sizes (machines), comma-separated")
 	linkRate    = flag.String("wave.rate", "1gbit", "rate of every link, each direction (tc tbf rate)")
 	baselineMax = flag.Int("wave.baseline-max", 100, "largest wave also run without sharing (the controller sends every image)")
-	workDir     = flag.String("wave.dir", "", "folder for the agents' target files (default: a temporary folder)")
+	workDir     = flag.String("wave.dir", "", "folder for the agents' target files (created if missing; default: a temporary folder)")
 )
 
 // inNS runs f on a thread switched into network namespace name, so the
@@ -120,6 +120,8 @@ func newLab(b *testing.B, agents int) *lab {
 	l := &lab{dir: *workDir}
 	if l.dir == "" {
 		l.dir = b.TempDir()
+	} else if err := os.MkdirAll(l.dir, 0o700); err != nil {
+		b.Fatalf("-wave.dir: %v", err)
 	}
 	mk := func(prefix string) *netns.Namespace {
 		n, err := netns.Create(ctx, netns.Config{Prefix: prefix})
