@@ -67,7 +67,7 @@ func TestFirmwareBeforeDeploy(t *testing.T) {
 			t.Errorf("%s: Secure Boot read back %+v, want %v", name, fw.SecureBoot, *want.SecureBoot)
 		}
 		ws := inv.Inventory.Server(name)
-		if chk := plan.CheckFirmware(inv.Inventory, want, ws, &srv); len(chk.Changes) != 0 || len(chk.Refusals) != 0 || chk.NotRead {
+		if chk := plan.CheckFirmware(inv.Inventory, want, ws, srv); len(chk.Changes) != 0 || len(chk.Refusals) != 0 || chk.NotRead {
 			t.Errorf("%s: after deploy the read-back still differs: %+v", name, chk)
 		}
 		for _, v := range want.Versions {
