@@ -1,11 +1,11 @@
 package state
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"reflect"
 
 	bolt "go.etcd.io/bbolt"
 )
@@ -80,7 +80,7 @@ var ErrSharedRecordChanged = errors.New("state: a shared server record was chang
 
 // CheckSharedRecords is a debug check for tests: it decodes every stored
 // server record whose decoding the store holds (and shares with
-// snapshots) and compares the two, returning ErrSharedRecordChanged
+// snapshots) and compares the two encodings, returning ErrSharedRecordChanged
 // (wrapped, naming the servers) when one differs: some caller wrote
 // through a record it got from Snapshot, which would corrupt what every
 // later snapshot and lookup sees. It reads the whole fleet in one read
@@ -96,11 +96,19 @@ func (s *Store) CheckSharedRecords() error {
 			if !ok || e.sum != sumOf(v) {
 				return nil // not shared: the next read decodes it afresh
 			}
+			// Compared by their encodings: the cache's entry shares BIOS
+			// registries and value chunks (interned), a fresh decoding
+			// holds its own, laid out differently.
 			var fresh Server
 			if err := json.Unmarshal(v, &fresh); err != nil {
 				return fmt.Errorf("decode server %s: %w", k, err)
 			}
-			if !reflect.DeepEqual(&fresh, &e.srv) {
+			want, err := json.Marshal(&fresh)
+			if err != nil {
+				return fmt.Errorf("encode server %s: %w", k, err)
+			}
+			got, err := json.Marshal(&e.srv)
+			if err != nil || !bytes.Equal(got, want) {
 				bad = append(bad, string(k))
 			}
 			return nil

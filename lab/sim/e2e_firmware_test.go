@@ -39,7 +39,7 @@ func TestFirmwareBeforeDeploy(t *testing.T) {
 	pins := map[string]string{"r1-n01": "fw-dell", "r1-n02": "fw-hpe", "r1-n03": "fw-lenovo", "r1-n04": "fw-smc"}
 	snap := r.waitFor("the four pinned servers deployed", 4*time.Minute, func(s state.Snapshot) bool {
 		for name, p := range pins {
-			srv := s.Servers[name]
+			srv := record(s, name)
 			if srv.Lifecycle != state.LifecycleDeployed || srv.FinishDeploy || srv.Allocation == nil || srv.Allocation.Profile != p {
 				return false
 			}

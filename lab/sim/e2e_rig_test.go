@@ -477,3 +477,12 @@ func lineOf(t *testing.T, path, text string) int {
 	t.Fatalf("%s has no line with %q", path, text)
 	return 0
 }
+
+// record is name's record in s, or a zero record when s has none (as a
+// map of values read before snapshots shared their records); read-only.
+func record(s state.Snapshot, name string) *state.Server {
+	if srv, ok := s.Servers[name]; ok {
+		return srv
+	}
+	return &state.Server{Name: name}
+}
