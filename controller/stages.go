@@ -149,7 +149,7 @@ func checkGroup(cfg Config) error {
 
 // inScope reports whether server s is in the group's zones: its zone in
 // servers.yaml, else its recorded zone (true without a group).
-func (w *wiring) inScope(s state.Server) bool {
+func (w *wiring) inScope(s *state.Server) bool {
 	sc := w.scope()
 	if sc == nil {
 		return true
@@ -170,7 +170,7 @@ func (w *wiring) hostInScope() func(state.Host) bool {
 	}
 	return func(h state.Host) bool {
 		srv, err := w.st.Server(cmp.Or(h.Server, h.Name))
-		return err == nil && w.inScope(srv)
+		return err == nil && w.inScope(&srv)
 	}
 }
 

@@ -166,7 +166,7 @@ func (e *Enroller) Discovered(ctx context.Context, d boot.Discovery) (boot.Assig
 	name := EnrolledName(d.MAC)
 	for _, s := range snap.Servers {
 		if s.BootMAC == mac {
-			return e.resume(s, d)
+			return e.resume(*s, d) // a copy: resume may replace it
 		}
 	}
 	if s, ok := snap.Servers[name]; ok {

@@ -165,7 +165,7 @@ func (e *Enroller) proposable() ([]state.Server, error) {
 			continue
 		}
 		if s.Lifecycle == state.LifecycleReady || s.Lifecycle == state.LifecycleFailed {
-			cands = append(cands, s)
+			cands = append(cands, *s) // a copy of the shared record
 		}
 	}
 	return cands, nil

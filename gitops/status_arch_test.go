@@ -46,7 +46,7 @@ func TestStatusHardwareSMBIOSArch(t *testing.T) {
 // and what its session negotiated as bmcSecurity; none, no key.
 func TestStatusBMCQuirks(t *testing.T) {
 	b := StatusBuilder{since: map[string]time.Time{}}
-	ss := b.serverStatus(state.Server{Name: "r1-n01", Lifecycle: state.LifecycleDeployed,
+	ss := b.serverStatus(&state.Server{Name: "r1-n01", Lifecycle: state.LifecycleDeployed,
 		BMC: state.BMCFacts{Driver: "ipmi", Quirks: []string{"bootModeIgnored", "bootFlagsNotPersistent"},
 			Security: "cipher suite 3 (RAKP-HMAC-SHA1, HMAC-SHA1-96, AES-CBC-128)"}}, nil, time.Unix(0, 0), map[string]bool{})
 	got := string(renderServer(ss, 10))

@@ -54,7 +54,7 @@ func TestStatusShowsProfileConditions(t *testing.T) {
 		t.Fatalf("inventory conditions %+v, want only %+v", out.Inventory.Conditions, *capacity)
 	}
 
-	files, errs := renderStatus(out, 5)
+	files, errs := renderStatus(out, 5, nil)
 	if len(errs) != 0 {
 		t.Fatal(errs)
 	}
@@ -122,7 +122,7 @@ func TestStatusServerRowShowsPlanConditions(t *testing.T) {
 	if orphaned == nil || !orphaned.LastTransitionTime.Equal(seen.UTC()) {
 		t.Fatalf("Orphaned condition %+v, want lastTransitionTime %s (first seen), not the record's %s", orphaned, seen, rec.UpdatedAt)
 	}
-	files, errs := renderStatus(out, 5)
+	files, errs := renderStatus(out, 5, nil)
 	if len(errs) != 0 {
 		t.Fatal(errs)
 	}

@@ -47,7 +47,7 @@ func TestStatusShowsProgressAndFailing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	files, errs := renderStatus(out, 5)
+	files, errs := renderStatus(out, 5, nil)
 	if len(errs) != 0 {
 		t.Fatal(errs)
 	}

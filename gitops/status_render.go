@@ -8,21 +8,74 @@ import (
 	"fmt"
 	"maps"
 	"net/netip"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/go-git/go-git/v5/plumbing"
 
 	"github.com/machina-metal/machina/inventory"
 	"github.com/machina-metal/machina/reconciler/plan"
 	"github.com/machina-metal/machina/redact"
 )
 
-// statusFile is one rendered file, path relative to the repository root.
+// statusFile is one rendered file, path relative to the repository root;
+// hash is its Git blob id when known (zero: not computed yet).
 type statusFile struct {
 	path string
 	data []byte
+	hash plumbing.Hash
 }
+
+// renderCache keeps each server's last status file with the ServerStatus
+// and MaxEvents it was rendered from, so that a status write renders and
+// hashes only the servers whose status changed: renderServer depends on
+// nothing else, so a status equal to the last one (reflect.DeepEqual:
+// any difference, even one that would render the same, renders again)
+// gives the same bytes. Servers absent from a write are dropped. The
+// zero value is empty and ready; not safe for concurrent use.
+type renderCache struct {
+	maxEvents int
+	m         map[string]*renderedServer
+	next      map[string]*renderedServer // being filled by a render
+	// renders counts the server files rendered (not reused) by the last
+	// render; for tests.
+	renders int
+}
+
+// renderedServer is one server's status file and what it was rendered
+// from (kept as given: Write's callers do not change it in place).
+type renderedServer struct {
+	from ServerStatus
+	file statusFile
+}
+
+// begin starts a render of about n servers with maxEvents.
+func (c *renderCache) begin(n, maxEvents int) {
+	if maxEvents != c.maxEvents {
+		c.m = nil // another event limit renders every file differently
+	}
+	c.maxEvents, c.next, c.renders = maxEvents, make(map[string]*renderedServer, n), 0
+}
+
+// server returns sv's status file: the last one when sv equals the status
+// it was rendered from, else a new rendering.
+func (c *renderCache) server(sv ServerStatus) statusFile {
+	if e, ok := c.m[sv.Name]; ok && reflect.DeepEqual(&e.from, &sv) {
+		c.next[sv.Name] = e
+		return e.file
+	}
+	data := renderServer(sv, c.maxEvents)
+	e := &renderedServer{from: sv, file: statusFile{path: ServerStatusPath(sv.Name), data: data, hash: plumbing.ComputeHash(plumbing.BlobObject, data)}}
+	c.next[sv.Name] = e
+	c.renders++
+	return e.file
+}
+
+// end keeps this render's files for the next one.
+func (c *renderCache) end() { c.m, c.next = c.next, nil }
 
 const statusDir = "status"
 
@@ -30,7 +83,9 @@ const fileHeader = "# Written by the Machina controller from what it observed; d
 
 // renderStatus renders s to the files of status/, sorted by path. Entries
 // whose names cannot be file names are skipped and returned as errors.
-func renderStatus(s Snapshot, maxEvents int) ([]statusFile, []error) {
+// cache, when not nil, supplies the unchanged servers' files and keeps
+// this render's for the next.
+func renderStatus(s Snapshot, maxEvents int, cache *renderCache) ([]statusFile, []error) {
 	var errs []error
 	var files []statusFile
 	servers := slices.Clone(s.Servers)
@@ -54,10 +109,19 @@ func renderStatus(s Snapshot, maxEvents int) ([]statusFile, []error) {
 	}
 	var prev string
 	keptServers := servers[:0]
+	if cache != nil {
+		cache.begin(len(servers), maxEvents)
+		defer cache.end()
+	}
 	for _, sv := range servers {
-		if valid("server", sv.Name, &prev) {
-			keptServers = append(keptServers, sv)
-			files = append(files, statusFile{ServerStatusPath(sv.Name), renderServer(sv, maxEvents)})
+		if !valid("server", sv.Name, &prev) {
+			continue
+		}
+		keptServers = append(keptServers, sv)
+		if cache != nil {
+			files = append(files, cache.server(sv))
+		} else {
+			files = append(files, statusFile{path: ServerStatusPath(sv.Name), data: renderServer(sv, maxEvents)})
 		}
 	}
 	prev = ""
@@ -65,7 +129,7 @@ func renderStatus(s Snapshot, maxEvents int) ([]statusFile, []error) {
 	for _, im := range images {
 		if valid("image", im.Name, &prev) {
 			keptImages = append(keptImages, im)
-			files = append(files, statusFile{statusDir + "/images/" + im.Name + ".yaml", renderImage(im)})
+			files = append(files, statusFile{path: statusDir + "/images/" + im.Name + ".yaml", data: renderImage(im)})
 		}
 	}
 	prev = ""
@@ -73,12 +137,12 @@ func renderStatus(s Snapshot, maxEvents int) ([]statusFile, []error) {
 	for _, h := range hosts {
 		if valid("host", h.Name, &prev) {
 			keptHosts = append(keptHosts, h)
-			files = append(files, statusFile{statusDir + "/hosts/" + h.Name + ".yaml", renderHost(h)})
+			files = append(files, statusFile{path: statusDir + "/hosts/" + h.Name + ".yaml", data: renderHost(h)})
 		}
 	}
 	files = append(files,
-		statusFile{statusDir + "/inventory.yaml", renderInventory(s.Inventory)},
-		statusFile{statusDir + "/README.md", renderReadme(s.Inventory, keptServers, keptImages, keptHosts)},
+		statusFile{path: statusDir + "/inventory.yaml", data: renderInventory(s.Inventory)},
+		statusFile{path: statusDir + "/README.md", data: renderReadme(s.Inventory, keptServers, keptImages, keptHosts)},
 	)
 	slices.SortFunc(files, func(a, b statusFile) int { return cmp.Compare(a.path, b.path) })
 	return files, errs

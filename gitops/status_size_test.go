@@ -67,7 +67,7 @@ func TestStatusPushBytesBound(t *testing.T) {
 func TestStatusMigratesFlatLayout(t *testing.T) {
 	r := newTestRepo(t)
 	s := sampleSnapshot()
-	files, _ := renderStatus(s, 10)
+	files, _ := renderStatus(s, 10, nil)
 	flat := map[string]string{}
 	for _, f := range files {
 		if name, ok := serverNameOf(f.path); ok {
@@ -116,7 +116,7 @@ func TestReadmeBounded(t *testing.T) {
 			s.Servers[i].Lifecycle, s.Servers[i].LastError = "failed", "bmc unreachable"
 		}
 	}
-	files, _ := renderStatus(s, 10)
+	files, _ := renderStatus(s, 10, nil)
 	var readme string
 	for _, f := range files {
 		if f.path == "status/README.md" {

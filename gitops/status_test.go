@@ -77,7 +77,7 @@ func sampleSnapshot() Snapshot {
 }
 
 func TestRenderGolden(t *testing.T) {
-	files, errs := renderStatus(sampleSnapshot(), 10)
+	files, errs := renderStatus(sampleSnapshot(), 10, nil)
 	if len(errs) != 0 {
 		t.Fatalf("render errors: %v", errs)
 	}
@@ -119,7 +119,7 @@ func TestRenderGolden(t *testing.T) {
 // TestRenderParsesAsYAML checks every rendered YAML file parses back to the
 // values it was rendered from.
 func TestRenderParsesAsYAML(t *testing.T) {
-	files, _ := renderStatus(sampleSnapshot(), 10)
+	files, _ := renderStatus(sampleSnapshot(), 10, nil)
 	for _, f := range files {
 		if !strings.HasSuffix(f.path, ".yaml") {
 			continue
@@ -154,7 +154,7 @@ func TestYAMLScalar(t *testing.T) {
 }
 
 func TestRenderDeterministic(t *testing.T) {
-	a, _ := renderStatus(sampleSnapshot(), 10)
+	a, _ := renderStatus(sampleSnapshot(), 10, nil)
 	s := sampleSnapshot()
 	rng := rand.New(rand.NewPCG(1, 2))
 	rng.Shuffle(len(s.Servers), func(i, j int) { s.Servers[i], s.Servers[j] = s.Servers[j], s.Servers[i] })
@@ -165,7 +165,7 @@ func TestRenderDeterministic(t *testing.T) {
 		slices.Reverse(s.Servers[i].Hardware.Disks)
 	}
 	slices.Reverse(s.Inventory.Invalid.Errors)
-	b, _ := renderStatus(s, 10)
+	b, _ := renderStatus(s, 10, nil)
 	if diff := cmp.Diff(a, b, cmp.AllowUnexported(statusFile{})); diff != "" {
 		t.Errorf("render depends on input order (-first +second):\n%s", diff)
 	}
@@ -173,7 +173,7 @@ func TestRenderDeterministic(t *testing.T) {
 
 func TestRenderSkipsBadNames(t *testing.T) {
 	s := Snapshot{Servers: []ServerStatus{{Name: "../../etc/passwd"}, {Name: "ok"}, {Name: "ok"}, {Name: ""}}}
-	files, errs := renderStatus(s, 10)
+	files, errs := renderStatus(s, 10, nil)
 	if len(errs) != 3 {
 		t.Errorf("errors = %v, want 3 (bad name, duplicate, empty)", errs)
 	}
@@ -202,7 +202,7 @@ func secretSnapshot() Snapshot {
 }
 
 func TestRenderRedactsSecrets(t *testing.T) {
-	files, _ := renderStatus(secretSnapshot(), 10)
+	files, _ := renderStatus(secretSnapshot(), 10, nil)
 	for _, f := range files {
 		if strings.Contains(string(f.data), "hunter2") {
 			t.Errorf("%s leaks the secret:\n%s", f.path, f.data)
@@ -734,7 +734,7 @@ func TestReadmeShowsHeldPlan(t *testing.T) {
 	s := sampleSnapshot()
 	s.Inventory.Invalid = nil
 	s.Inventory.Held = &HeldPlan{Reason: "held until approved (machinactl approve c4c0915ede48): releases 2 of 3 | <b>", Steps: []string{"r1-n01 release: x", "r1-n02 release: y"}}
-	files, _ := renderStatus(s, 10)
+	files, _ := renderStatus(s, 10, nil)
 	for _, f := range files {
 		if f.path != "status/README.md" {
 			continue
@@ -745,7 +745,7 @@ func TestReadmeShowsHeldPlan(t *testing.T) {
 		}
 		// One held step: singular.
 		s.Inventory.Held.Steps = s.Inventory.Held.Steps[:1]
-		one, _ := renderStatus(s, 10)
+		one, _ := renderStatus(s, 10, nil)
 		for _, f := range one {
 			if f.path == "status/README.md" && !strings.Contains(string(f.data), ". 1 step waits for approval") {
 				t.Errorf("README.md with one held step:\n%s", f.data)

@@ -17,7 +17,7 @@ func TestStatusTPM(t *testing.T) {
 	ek := "sha256:" + strings.Repeat("ab", 32)
 	b := &StatusBuilder{since: map[string]time.Time{}}
 	s := state.Server{Name: "r1-n01", Lifecycle: state.LifecycleReady, TPM: &state.TPM{EK: ek, EKIssuer: "CN=vendor", AttestedAt: time.Now()}}
-	ss := b.serverStatus(s, nil, time.Now(), map[string]bool{})
+	ss := b.serverStatus(&s, nil, time.Now(), map[string]bool{})
 	out := renderServer(ss, 0)
 	var v map[string]any
 	if err := yamlUnmarshal(out, &v); err != nil {
@@ -32,7 +32,7 @@ func TestStatusTPM(t *testing.T) {
 		}
 	}
 	s.TPM.Refused, s.TPM.RefusedEK, s.TPM.RefusedAt = "attestation refused: EK is not the one pinned", "sha256:"+strings.Repeat("cd", 32), time.Now()
-	ss = b.serverStatus(s, nil, time.Now(), map[string]bool{})
+	ss = b.serverStatus(&s, nil, time.Now(), map[string]bool{})
 	found := false
 	for _, c := range ss.Conditions {
 		if c.Type == "TPMAttested" && c.Status == "False" && c.Reason == "EKMismatch" && strings.Contains(c.Message, "pinned") {

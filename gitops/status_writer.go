@@ -175,6 +175,10 @@ type StatusWriter struct {
 	// the transition summary when the base is our own last commit.
 	lastTree   plumbing.Hash
 	lifecycles map[string]string
+
+	// renderMu guards rendered, each server's last status file.
+	renderMu sync.Mutex
+	rendered renderCache
 }
 
 // NewStatusWriter opens or creates the writer's clone. It does no network
@@ -378,6 +382,12 @@ func (w *StatusWriter) Run(ctx context.Context) error {
 // is checked to change nothing outside status/ before each push. Errors:
 // ErrNonFastForward when every attempt lost a race, ErrOutsideStatus,
 // or a wrapped transport error. Health is updated either way.
+//
+// Write keeps s's server statuses (and what their slices, maps and
+// pointers reach) until the next Write, to render again only the servers
+// whose status changed: the caller MUST NOT change them in place after
+// the call (replacing a ServerStatus, or one of its fields, is fine), as
+// StatusBuilder.Build, which builds each one afresh, does not.
 func (w *StatusWriter) Write(ctx context.Context, s Snapshot) (WriteResult, error) {
 	res, err := w.write(ctx, s)
 	if err != nil && ctx.Err() != nil {
@@ -497,15 +507,22 @@ func (w *StatusWriter) pushTimeout(n int) time.Duration {
 }
 
 // render renders s into status/'s blobs, and the servers' lifecycles (for
-// the commit message).
+// the commit message). A server whose status equals the one of the last
+// render keeps its file (renderCache).
 func (w *StatusWriter) render(s Snapshot) ([]renderedBlob, map[string]string) {
-	files, rerrs := renderStatus(s, w.cfg.MaxEvents)
+	w.renderMu.Lock()
+	files, rerrs := renderStatus(s, w.cfg.MaxEvents, &w.rendered)
+	w.renderMu.Unlock()
 	for _, e := range rerrs {
 		w.log.Warn("status entry skipped", "err", e)
 	}
 	blobs := make([]renderedBlob, len(files))
 	for i, f := range files {
-		blobs[i] = renderedBlob{path: f.path, data: f.data, hash: plumbing.ComputeHash(plumbing.BlobObject, f.data)}
+		h := f.hash
+		if h.IsZero() {
+			h = plumbing.ComputeHash(plumbing.BlobObject, f.data)
+		}
+		blobs[i] = renderedBlob{path: f.path, data: f.data, hash: h}
 	}
 	lifecycles := make(map[string]string, len(s.Servers))
 	for _, sv := range s.Servers {

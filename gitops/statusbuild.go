@@ -33,8 +33,9 @@ type StatusBuilder struct {
 	Now func() time.Time
 	// Include, if set, says which servers the status shows (a controller
 	// group's: those of its zones, docs/ha.md "Sharding"); hosts are
-	// shown when their server is. nil: every server and host.
-	Include func(state.Server) bool
+	// shown when their server is. nil: every server and host. The record
+	// is the snapshot's, shared with the store's cache: read-only.
+	Include func(*state.Server) bool
 
 	mu      sync.Mutex
 	lastSeq uint64
@@ -129,7 +130,7 @@ func (b *StatusBuilder) readEvents() error {
 // serverStatus is one server's status: its record, its hardware, its
 // conditions (each with the time this builder first saw it, marked in
 // seen) and its recent events.
-func (b *StatusBuilder) serverStatus(s state.Server, planConds []plan.Condition, now time.Time, seen map[string]bool) ServerStatus {
+func (b *StatusBuilder) serverStatus(s *state.Server, planConds []plan.Condition, now time.Time, seen map[string]bool) ServerStatus {
 	name := s.Name
 	ss := ServerStatus{Name: name, Zone: s.Zone, Lifecycle: string(s.Lifecycle), Power: string(s.Power.State), Health: s.Health, LastError: s.LastError}
 	ss.BMCQuirks = slices.Sorted(slices.Values(s.BMC.Quirks))
@@ -195,7 +196,7 @@ func statusHardware(hw *state.Hardware) Hardware {
 // recordConditions adds the conditions read from the server's record:
 // Ready, the BMC's truth (reachable, certificate, boot-override and reset
 // behaviour) and Stalled or Progressing.
-func recordConditions(s state.Server, add func(typ, status, reason, msg string)) {
+func recordConditions(s *state.Server, add func(typ, status, reason, msg string)) {
 	ready := "False"
 	switch s.Lifecycle {
 	case state.LifecycleReady, state.LifecycleDeployed:

@@ -411,10 +411,11 @@ func (c *Controller) observe() (state.Snapshot, error) {
 		return snap, err
 	}
 	for name, st := range allocating {
-		if s, ok := snap.Servers[name]; ok && s.Lifecycle == state.LifecycleReady {
+		if shared, ok := snap.Servers[name]; ok && shared.Lifecycle == state.LifecycleReady {
+			s := *shared // the snapshot's record is the store's: change a copy
 			s.Lifecycle = state.LifecycleAllocated
 			s.Allocation = &state.Allocation{Profile: st.Profile, Reason: st.AllocReason, At: c.cfg.Now().UTC()}
-			snap.Servers[name] = s
+			snap.Servers[name] = &s
 		}
 	}
 	return snap, nil
@@ -496,12 +497,16 @@ func (c *Controller) dispatch(ctx context.Context, res plan.Result, snap state.S
 	first, order := firstSteps(res, snap)
 	now := c.cfg.Now()
 	hold := c.deploysHeld()
+	var none state.Server // what a step without a record sees: read-only
 	for _, name := range order {
 		if ctx.Err() != nil || c.stopping.Err() != nil {
 			return // stopping: nothing new starts
 		}
 		step := first[name]
-		obs, known := snap.Servers[name]
+		obs, known := snap.Servers[name] // shared with the store's cache: read-only
+		if !known {
+			obs = &none
+		}
 		if c.held(step, obs, desired, hold, waits[name]) || !c.tryStart(step, obs, now) {
 			continue
 		}
@@ -531,7 +536,7 @@ func (c *Controller) dispatch(ctx context.Context, res plan.Result, snap state.S
 // this pass, if any), a firmware step whose catalog files are not
 // imported yet, or a step for the desired state the server is stalled
 // on.
-func (c *Controller) held(step plan.Step, obs state.Server, desired *inventory.Inventory, hold bool, wait error) bool {
+func (c *Controller) held(step plan.Step, obs *state.Server, desired *inventory.Inventory, hold bool, wait error) bool {
 	if hold && (step.Action == plan.ActDeploy || step.Action == plan.ActAllocate) && !strings.HasPrefix(step.Why, "resume") {
 		return true
 	}
@@ -565,7 +570,7 @@ func (c *Controller) held(step plan.Step, obs state.Server, desired *inventory.I
 // tryStart reserves the limits for step, or reports false: the server is
 // busy, its backoff after a failure (obs.RetryAt, kept on the record) has
 // not passed, or a limit is reached.
-func (c *Controller) tryStart(step plan.Step, obs state.Server, now time.Time) bool {
+func (c *Controller) tryStart(step plan.Step, obs *state.Server, now time.Time) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.busy[step.Server] || now.Before(obs.RetryAt) || c.running >= c.cfg.Workers {
@@ -600,7 +605,7 @@ func (c *Controller) tryStart(step plan.Step, obs state.Server, now time.Time) b
 }
 
 // unreserve gives back what tryStart reserved for a step that did not run.
-func (c *Controller) unreserve(step plan.Step, obs state.Server) {
+func (c *Controller) unreserve(step plan.Step, obs *state.Server) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	delete(c.busy, step.Server)
@@ -619,7 +624,7 @@ func (c *Controller) unreserve(step plan.Step, obs state.Server) {
 // outcome is on the record already (recordFailure, or done and
 // clearBackoff), so a next pass that starts at once sees the backoff.
 func (c *Controller) finish(step plan.Step, obs state.Server) {
-	c.unreserve(step, obs)
+	c.unreserve(step, &obs)
 }
 
 // stepKey identifies the desired state a step serves; a stalled server is

@@ -21,10 +21,10 @@ func TestUnreserveForgetsInflight(t *testing.T) {
 		bmcUse: map[string]int{}, rackUse: map[string]int{}}
 	step := plan.Step{Server: "s1", Action: plan.ActAllocate, Profile: "p", AllocReason: plan.ReasonCount}
 	obs := state.Server{Name: "s1", Rack: "r1", BMC: state.BMCFacts{Address: "https://b1"}}
-	if !c.tryStart(step, obs, time.Now()) {
+	if !c.tryStart(step, &obs, time.Now()) {
 		t.Fatal("tryStart refused an idle server")
 	}
-	c.unreserve(step, obs)
+	c.unreserve(step, &obs)
 	if _, ok := c.inflight["s1"]; ok || c.busy["s1"] || c.running != 0 || c.bmcUse["https://b1"] != 0 {
 		t.Errorf("after unreserve: inflight %v busy %v running %d bmcUse %d", c.inflight, c.busy, c.running, c.bmcUse["https://b1"])
 	}
@@ -62,12 +62,12 @@ func TestRestBetweenPasses(t *testing.T) {
 // server's entry is not resumed; then the plan's steps in the plan's
 // order.
 func TestFirstStepsResumesInNameOrder(t *testing.T) {
-	snap := state.Snapshot{Servers: map[string]state.Server{}}
+	snap := state.Snapshot{Servers: map[string]*state.Server{}}
 	for _, n := range []string{"s09", "s03", "s07", "s01", "s05"} {
-		snap.Servers[n] = state.Server{Name: n, InFlight: &state.InFlight{Action: string(plan.ActCommission), Counter: 2}}
+		snap.Servers[n] = &state.Server{Name: n, InFlight: &state.InFlight{Action: string(plan.ActCommission), Counter: 2}}
 	}
-	snap.Servers["s02"] = state.Server{Name: "s02", InFlight: &state.InFlight{Action: string(plan.ActCommission)}, Stalled: "x"}
-	snap.Servers["s04"] = state.Server{Name: "s04"}
+	snap.Servers["s02"] = &state.Server{Name: "s02", InFlight: &state.InFlight{Action: string(plan.ActCommission)}, Stalled: "x"}
+	snap.Servers["s04"] = &state.Server{Name: "s04"}
 	res := plan.Result{Steps: []plan.Step{{Server: "s02", Action: plan.ActRetire}, {Server: "s03", Action: plan.ActRetire}, {Server: "s04", Action: plan.ActCommission}}}
 	first, order := firstSteps(res, snap)
 	want := []string{"s01", "s03", "s05", "s07", "s09", "s02", "s04"}

@@ -280,8 +280,8 @@ func hasStep(steps []plan.Step, a plan.Action) bool {
 func TestFirmwareOneStepPerBMC(t *testing.T) {
 	c := &Controller{cfg: Config{Workers: 8, PerBMC: 2, PerRack: 8}, busy: map[string]bool{}, inflight: map[string]plan.Step{},
 		bmcUse: map[string]int{}, rackUse: map[string]int{}, fwUse: map[string]bool{}}
-	obs := func(n string) state.Server {
-		return state.Server{Name: n, Rack: "r1", BMC: state.BMCFacts{Address: "https://chassis-1"}}
+	obs := func(n string) *state.Server {
+		return &state.Server{Name: n, Rack: "r1", BMC: state.BMCFacts{Address: "https://chassis-1"}}
 	}
 	fw := func(n string) plan.Step { return plan.Step{Server: n, Action: plan.ActFirmware, Profile: "p"} }
 	now := time.Now()

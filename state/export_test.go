@@ -138,14 +138,14 @@ func DeleteRawServer(s *Store, name string) error {
 // decoded from its stored bytes, as a store that has never read it
 // would. For tests comparing the cached snapshot with a from-scratch one.
 func FreshSnapshot(s *Store) (Snapshot, error) {
-	snap := Snapshot{Servers: map[string]Server{}, Hosts: map[string]Host{}}
+	snap := Snapshot{Servers: map[string]*Server{}, Hosts: map[string]Host{}}
 	err := s.view(func(tx kvTx) error {
 		err := tx.Bucket(bucketServers).ForEach(func(k, v []byte) error {
 			var srv Server
 			if err := json.Unmarshal(v, &srv); err != nil {
 				return err
 			}
-			snap.Servers[srv.Name] = srv
+			snap.Servers[srv.Name] = &srv
 			snap.Names = append(snap.Names, srv.Name)
 			return nil
 		})

@@ -1,6 +1,9 @@
 package state
 
 import (
+	"bytes"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 
@@ -9,14 +12,21 @@ import (
 
 // Snapshot is every server and host as of one read transaction, for the
 // reconciler's plan (observed state against desired state). Maps are keyed
-// by name. Each value is a copy of its struct, whose fields the caller may
-// set (replace a pointer, a slice or a map as a whole), but what a value's
-// pointers, slices and maps reach (Server.Hardware, Allocation, Actions,
-// InFlight, Firmware, Addresses; Host.Tags, Lost, ...) is shared with the
-// store's decode cache and other snapshots and is read-only: to change
-// one, copy it first.
+// by name.
+//
+// Servers' records are shared and read-only: each *Server points at the
+// store's decode cache entry, the same record every other snapshot (and
+// every lookup through the cache) of the same stored bytes sees, so a
+// snapshot copies no record. A caller MUST NOT write through one (set a
+// field, or change what its pointers, slices and maps reach); a caller
+// that needs a changed record copies it first (*srv, then replace the
+// fields it changes) and may then store the copy's pointer in the map
+// (the map itself is the caller's: adding, replacing and deleting keys is
+// fine). Hosts' values are copies of their structs, whose fields the
+// caller may set, but what a Host's slices and pointers reach (Tags,
+// Lost, ...) is shared and read-only in the same way.
 type Snapshot struct {
-	Servers      map[string]Server
+	Servers      map[string]*Server
 	Hosts        map[string]Host
 	LastEventSeq uint64 // the newest event included in this view
 	// Names are Servers' keys in byte order, as the store read them, so
@@ -32,7 +42,7 @@ func (s *Store) Snapshot() (Snapshot, error) {
 	// Sized as the last snapshot, so a pass's snapshot of a large fleet
 	// does not grow its map step by step.
 	n := s.snapServers.Load()
-	snap := Snapshot{Servers: make(map[string]Server, n), Hosts: map[string]Host{}, Names: make([]string, 0, n)}
+	snap := Snapshot{Servers: make(map[string]*Server, n), Hosts: map[string]Host{}, Names: make([]string, 0, n)}
 	err := s.view(func(tx kvTx) error {
 		err := tx.Bucket(bucketServers).ForEach(func(k, v []byte) error {
 			srv, err := s.servers.share(k, v)
@@ -62,6 +72,55 @@ func (s *Store) Snapshot() (Snapshot, error) {
 	}
 	s.snapServers.Store(int64(len(snap.Servers)))
 	return snap, nil
+}
+
+// ErrSharedRecordChanged is returned by CheckSharedRecords: a record the
+// store shares (through Snapshot) was written through.
+var ErrSharedRecordChanged = errors.New("state: a shared server record was changed in place")
+
+// CheckSharedRecords is a debug check for tests: it decodes every stored
+// server record whose decoding the store holds (and shares with
+// snapshots) and compares the two encodings, returning ErrSharedRecordChanged
+// (wrapped, naming the servers) when one differs: some caller wrote
+// through a record it got from Snapshot, which would corrupt what every
+// later snapshot and lookup sees. It reads the whole fleet in one read
+// transaction and decodes each cached record, so it is for tests, not for
+// a running controller. Safe for concurrent use.
+func (s *Store) CheckSharedRecords() error {
+	var bad []string
+	err := s.view(func(tx kvTx) error {
+		return tx.Bucket(bucketServers).ForEach(func(k, v []byte) error {
+			s.servers.mu.RLock()
+			e, ok := s.servers.m[string(k)]
+			s.servers.mu.RUnlock()
+			if !ok || e.sum != sumOf(v) {
+				return nil // not shared: the next read decodes it afresh
+			}
+			// Compared by their encodings: the cache's entry shares BIOS
+			// registries and value chunks (interned), a fresh decoding
+			// holds its own, laid out differently.
+			var fresh Server
+			if err := json.Unmarshal(v, &fresh); err != nil {
+				return fmt.Errorf("decode server %s: %w", k, err)
+			}
+			want, err := json.Marshal(&fresh)
+			if err != nil {
+				return fmt.Errorf("encode server %s: %w", k, err)
+			}
+			got, err := json.Marshal(&e.srv)
+			if err != nil || !bytes.Equal(got, want) {
+				bad = append(bad, string(k))
+			}
+			return nil
+		})
+	})
+	if err != nil {
+		return fmt.Errorf("state: check shared records: %w", err)
+	}
+	if len(bad) > 0 {
+		return fmt.Errorf("%w: %v", ErrSharedRecordChanged, bad)
+	}
+	return nil
 }
 
 // WriteBackup writes a consistent copy of the whole state file to w, as of

@@ -1,10 +1,14 @@
 package state_test
 
 import (
+	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"path/filepath"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -43,6 +47,9 @@ func TestSnapshotEqualsFreshDecode(t *testing.T) {
 				}
 				if d := cmp.Diff(want, got, cmpopts.EquateEmpty()); d != "" {
 					t.Fatalf("seed %d step %d: Snapshot differs from a fresh decode (-fresh +cached):\n%s", seed, step, d)
+				}
+				if err := s.CheckSharedRecords(); err != nil {
+					t.Fatalf("seed %d step %d: %v", seed, step, err)
 				}
 				prev = got
 			}
@@ -92,18 +99,20 @@ func randomWrite(t *testing.T, s *state.Store, rng *rand.Rand, step int) {
 	}
 }
 
-// scribble changes an earlier snapshot the ways its contract allows.
+// scribble changes an earlier snapshot the ways its contract allows: a
+// record is copied before it is changed, and the map is the caller's.
 func scribble(snap state.Snapshot) {
-	for name, srv := range snap.Servers {
+	for name, shared := range snap.Servers {
+		srv := *shared
 		srv.LastError = "scribbled"
 		srv.Hardware = &state.Hardware{Cores: -1}
 		srv.Actions = map[string]int64{"commission": -1}
 		srv.Allocation = nil
-		snap.Servers[name] = srv
+		snap.Servers[name] = &srv
 		delete(snap.Servers, name)
 		break
 	}
-	snap.Servers["scribbled"] = state.Server{Name: "scribbled"}
+	snap.Servers["scribbled"] = &state.Server{Name: "scribbled"}
 }
 
 // TestEtcdSnapshotSeesOtherWriters: on etcd, where another controller
@@ -137,6 +146,121 @@ func TestEtcdSnapshotSeesOtherWriters(t *testing.T) {
 			if d := cmp.Diff(want, got, cmpopts.EquateEmpty()); d != "" {
 				t.Fatalf("step %d: Snapshot differs from a fresh decode (-fresh +cached):\n%s", step, d)
 			}
+		}
+	})
+}
+
+// TestSnapshotSharesRecords: on each engine, two snapshots with no write
+// between them hand out the same record (the decode cache's entry, not a
+// copy); a write gives the next snapshot a new record and leaves the one
+// an earlier snapshot holds as it was (entries are never changed in
+// place).
+func TestSnapshotSharesRecords(t *testing.T) {
+	eachEngine(t, func(t *testing.T) {
+		s := openTest(t, state.Options{NoSync: true})
+		mustCreate(t, s, state.Server{Name: "a", Lifecycle: state.LifecycleReady, BootMAC: "52:54:02:00:01:01"})
+		mustCreate(t, s, state.Server{Name: "b", Lifecycle: state.LifecycleReady, BootMAC: "52:54:02:00:01:02"})
+		first, err := s.Snapshot()
+		if err != nil {
+			t.Fatal(err)
+		}
+		second, err := s.Snapshot()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range []string{"a", "b"} {
+			if first.Servers[n] == nil || first.Servers[n] != second.Servers[n] {
+				t.Errorf("server %s: snapshots hold %p and %p, want one shared record", n, first.Servers[n], second.Servers[n])
+			}
+		}
+		if _, err := s.UpdateServer("a", func(srv *state.Server) error { srv.LastError = "changed"; return nil }); err != nil {
+			t.Fatal(err)
+		}
+		third, err := s.Snapshot()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if third.Servers["a"] == first.Servers["a"] || third.Servers["a"].LastError != "changed" {
+			t.Errorf("after a write: snapshot's a = %p %q, want a new record with the change", third.Servers["a"], third.Servers["a"].LastError)
+		}
+		if first.Servers["a"].LastError != "" {
+			t.Errorf("an earlier snapshot's a changed to %q: cache entries must not change in place", first.Servers["a"].LastError)
+		}
+		if third.Servers["b"] != first.Servers["b"] {
+			t.Error("an unchanged server's record was not shared after another server's write")
+		}
+	})
+}
+
+// TestCheckSharedRecordsCatchesWriteThrough: the debug check finds a
+// write through a shared snapshot record (which the contract forbids and
+// this test makes on purpose), naming the server.
+func TestCheckSharedRecordsCatchesWriteThrough(t *testing.T) {
+	eachEngine(t, func(t *testing.T) {
+		s := openTest(t, state.Options{NoSync: true})
+		mustCreate(t, s, state.Server{Name: "a", Lifecycle: state.LifecycleReady, BootMAC: "52:54:02:00:02:01"})
+		snap, err := s.Snapshot()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.CheckSharedRecords(); err != nil {
+			t.Fatalf("CheckSharedRecords before any write-through = %v, want nil", err)
+		}
+		snap.Servers["a"].LastError = "written through"
+		err = s.CheckSharedRecords()
+		if !errors.Is(err, state.ErrSharedRecordChanged) || !strings.Contains(err.Error(), "[a]") {
+			t.Fatalf("CheckSharedRecords after a write-through = %v, want ErrSharedRecordChanged naming a", err)
+		}
+	})
+}
+
+// TestSnapshotRecordsConcurrentReaders: on each engine, readers that
+// read every field of every record of their snapshots (encoding them)
+// while writers change the fleet, which replaces the cache's entries. Run
+// with -race, it shows that the store never writes to a record it has
+// shared; every encoded record decodes under its own name and the cache
+// still equals the stored bytes afterwards.
+func TestSnapshotRecordsConcurrentReaders(t *testing.T) {
+	eachEngine(t, func(t *testing.T) {
+		s := openTest(t, state.Options{NoSync: true})
+		rng := rand.New(rand.NewPCG(1, 5)) // TestSnapshotEqualsFreshDecode's first sequence
+		for step := range 12 {
+			randomWrite(t, s, rng, step)
+		}
+		var wg sync.WaitGroup
+		errs := make(chan error, 4)
+		for range 3 {
+			wg.Go(func() {
+				for range 20 {
+					snap, err := s.Snapshot()
+					if err != nil {
+						errs <- err
+						return
+					}
+					for name, srv := range snap.Servers {
+						b, err := json.Marshal(srv)
+						var back state.Server
+						if err == nil {
+							err = json.Unmarshal(b, &back)
+						}
+						if err != nil || back.Name != name {
+							errs <- fmt.Errorf("record %s: %v, encoded name %q", name, err, back.Name)
+							return
+						}
+					}
+				}
+			})
+		}
+		for step := 12; step < 60; step++ {
+			randomWrite(t, s, rng, step)
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Error(err)
+		}
+		if err := s.CheckSharedRecords(); err != nil {
+			t.Error(err)
 		}
 	})
 }

@@ -348,14 +348,14 @@ func TestSnapshot(t *testing.T) {
 		if len(snap.Servers) != 2 || len(snap.Hosts) != 1 || snap.LastEventSeq != last || snap.Servers["s1"].Hardware.Cores != 8 {
 			t.Fatalf("Snapshot = %+v", snap)
 		}
-		// Values are copies of the struct: setting a field of one (a
-		// pointer replaced, not written through: what it reaches is
-		// shared and read-only) changes neither the store nor a later
-		// snapshot.
-		v := snap.Servers["s1"]
+		// Records are shared and read-only: a caller copies one before
+		// changing it (a pointer replaced, not written through) and may
+		// put the copy in its map; that changes neither the store nor a
+		// later snapshot.
+		v := *snap.Servers["s1"]
 		v.Hardware = &state.Hardware{Cores: 1}
 		v.Zone = "changed"
-		snap.Servers["s1"] = v
+		snap.Servers["s1"] = &v
 		again, _ := s.Snapshot()
 		if got := again.Servers["s1"]; got.Hardware.Cores != 8 || got.Hardware.Disks[0].Name != "sda" || got.Zone != "z" {
 			t.Errorf("a later snapshot sees an earlier one's change: %+v", got)

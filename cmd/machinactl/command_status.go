@@ -341,6 +341,9 @@ func writeAttention(w io.Writer, res plan.Result, snap state.Snapshot) {
 	servers := 0
 	for _, name := range names {
 		s, known := snap.Servers[name]
+		if !known {
+			s = &state.Server{Name: name} // a condition without a record
+		}
 		c, hasCond := conds[name]
 		what := ""
 		switch {
@@ -393,7 +396,7 @@ func writeAttention(w io.Writer, res plan.Result, snap state.Snapshot) {
 	}
 }
 
-func sortedNames(m map[string]state.Server) []string {
+func sortedNames(m map[string]*state.Server) []string {
 	out := make([]string, 0, len(m))
 	for k := range m {
 		out = append(out, k)

@@ -16,7 +16,7 @@ import (
 // TestWriteStatusCases covers what the simulated lab does not reach:
 // sealed secrets, an invalid newest revision, failed and stalled servers.
 func TestWriteStatusCases(t *testing.T) {
-	snap := state.Snapshot{Servers: map[string]state.Server{
+	snap := state.Snapshot{Servers: map[string]*state.Server{
 		"a": {Name: "a", Lifecycle: state.LifecycleFailed, LastError: "deploy: ramdisk reported\nno disk"},
 		"b": {Name: "b", Lifecycle: state.LifecycleDeployed, Stalled: "release:1", LastError: "bmc: 503"},
 		"c": {Name: "c", Lifecycle: state.LifecycleReady},
@@ -48,7 +48,7 @@ func TestWriteStatusCases(t *testing.T) {
 	b.Reset()
 	one := plan.Result{Steps: []plan.Step{{Server: "c", Action: "commission"}}, Held: []plan.Step{{Server: "b", Action: "release"}}, Brake: "releases 1 of 3"}
 	writeStatus(&b, "http://c", map[string]int{"failed": 1}, true, 3, 0, inv, one,
-		state.Snapshot{Servers: map[string]state.Server{"a": snap.Servers["a"]}})
+		state.Snapshot{Servers: map[string]*state.Server{"a": snap.Servers["a"]}})
 	for _, want := range []string{"Plan:       1 step pending\n", "HELD:       1 step: releases 1 of 3\n", "Attention:  1 server\n"} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("status lacks %q:\n%s", want, b.String())
@@ -69,7 +69,7 @@ func TestWriteStatusCases(t *testing.T) {
 // 22: status said "no failed or stalled servers" for a server stuck in
 // allocated, and showed retired servers as unreadable).
 func TestWriteStatusNotMoving(t *testing.T) {
-	snap := state.Snapshot{Servers: map[string]state.Server{
+	snap := state.Snapshot{Servers: map[string]*state.Server{
 		"alloc":   {Name: "alloc", Lifecycle: state.LifecycleAllocated},
 		"retired": {Name: "retired", Lifecycle: state.LifecycleRetired, BMCError: "bmc: login: HTTP 401"},
 		"moving":  {Name: "moving", Lifecycle: state.LifecycleReady},
@@ -164,7 +164,7 @@ func TestLabelsRoundTripThroughStatus(t *testing.T) {
 // finish-deploy.
 func TestWriteStatusFailingAndProgress(t *testing.T) {
 	t0 := time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC)
-	snap := state.Snapshot{Servers: map[string]state.Server{
+	snap := state.Snapshot{Servers: map[string]*state.Server{
 		"r3-n01": {Name: "r3-n01", Lifecycle: state.LifecycleDeployed, FinishDeploy: true, Failures: 3, RetryAt: t0.Add(time.Minute),
 			LastError: "finish-deploy: redfish: 503", InFlight: &state.InFlight{Action: "finish-deploy"}},
 		"r1-n02": {Name: "r1-n02", Lifecycle: state.LifecycleDeploying, LifecycleAt: t0.Add(-time.Hour),

@@ -376,7 +376,7 @@ func TestVerbsAgainstController(t *testing.T) {
 	names := lines[1:]
 	h.waitFor(strings.Join(names, " and ")+" deployed by provision", 3*time.Minute, func(s state.Snapshot) bool {
 		for _, name := range names {
-			srv := s.Servers[name]
+			srv := record(s, name)
 			if srv.Lifecycle != state.LifecycleDeployed || srv.FinishDeploy || srv.Allocation == nil ||
 				srv.Allocation.Reason != plan.ReasonProvision || srv.Allocation.Profile != "hypervisor" || srv.Zone != "zone-a" {
 				return false
@@ -470,4 +470,13 @@ func TestVerbsAgainstController(t *testing.T) {
 	if !audited {
 		t.Error("no approval event by ops")
 	}
+}
+
+// record is name's record in s, or a zero record when s has none yet;
+// read-only.
+func record(s state.Snapshot, name string) *state.Server {
+	if srv, ok := s.Servers[name]; ok {
+		return srv
+	}
+	return &state.Server{Name: name}
 }

@@ -32,7 +32,7 @@ const maxListPages = 1000
 // snapshotFromAPI reads every server from GET /api/v1/servers, page by page
 // (1,000 a page), into a state.Snapshot for plan.Compute.
 func snapshotFromAPI(ctx context.Context, c *v1.Client) (state.Snapshot, error) {
-	snap := state.Snapshot{Servers: map[string]state.Server{}, Hosts: map[string]state.Host{}}
+	snap := state.Snapshot{Servers: map[string]*state.Server{}, Hosts: map[string]state.Host{}}
 	after := ""
 	for range maxListPages {
 		page, err := c.ListServers(ctx, v1.ListServersOptions{After: after, Limit: state.MaxPageSize})
@@ -40,7 +40,8 @@ func snapshotFromAPI(ctx context.Context, c *v1.Client) (state.Snapshot, error) 
 			return state.Snapshot{}, fmt.Errorf("list servers: %w", err)
 		}
 		for _, s := range page.Servers {
-			snap.Servers[s.Name] = fromWire(s)
+			srv := fromWire(s)
+			snap.Servers[s.Name] = &srv
 		}
 		if page.Next == "" {
 			return snap, nil
@@ -81,8 +82,9 @@ func firmwareFromAPI(ctx context.Context, c *v1.Client, want *inventory.Inventor
 		if err != nil {
 			return fmt.Errorf("server %s: %w", ws.Name, err)
 		}
-		obs.Firmware = &fw
-		have.Servers[ws.Name] = obs
+		withFW := *obs // snapshot records are read-only: change a copy
+		withFW.Firmware = &fw
+		have.Servers[ws.Name] = &withFW
 	}
 	return nil
 }
@@ -282,7 +284,7 @@ func parseStatusServer(data []byte, now time.Time) (state.Server, error) {
 // inventory the controller acts on, so the plan shows identity changes of
 // the planned revision against it.
 func snapshotFromStatus(fsys fs.FS, dir string, identity *inventory.Inventory, now time.Time) (state.Snapshot, error) {
-	snap := state.Snapshot{Servers: map[string]state.Server{}, Hosts: map[string]state.Host{}}
+	snap := state.Snapshot{Servers: map[string]*state.Server{}, Hosts: map[string]state.Host{}}
 	sdir := path.Join(dir, "servers")
 	files, err := statusServerFiles(fsys, sdir)
 	if err != nil {
@@ -310,7 +312,7 @@ func snapshotFromStatus(fsys fs.FS, dir string, identity *inventory.Inventory, n
 					SystemID: ws.BMC.SystemID, InsecureTLS: ws.BMC.InsecureTLS}
 			}
 		}
-		snap.Servers[srv.Name] = srv
+		snap.Servers[srv.Name] = &srv
 	}
 	return snap, nil
 }

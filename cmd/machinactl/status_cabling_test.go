@@ -15,7 +15,7 @@ import (
 // port from commissioning's LLDP, counts the NICs that heard nothing, and
 // makes a hostile system name (escape sequences off the wire) safe.
 func TestStatusShowsCabling(t *testing.T) {
-	snap := state.Snapshot{Servers: map[string]state.Server{
+	snap := state.Snapshot{Servers: map[string]*state.Server{
 		"r1-n01": {Name: "r1-n01", Lifecycle: state.LifecycleReady, Hardware: &state.Hardware{NICs: []state.NIC{
 			{Name: "eno2", LLDP: &state.LLDP{ChassisID: "0c:29:ef:00:00:01", PortID: "0c:29:ef:00:00:08", PortIDSubtype: "mac", PortDescription: "Ethernet1/8"}},
 			{Name: "eno1", LLDP: &state.LLDP{ChassisID: "0c:29:ef:00:00:01", SystemName: "leaf-r1-a", PortID: "Ethernet1/7", PortIDSubtype: "ifname", PortVLAN: 100}},

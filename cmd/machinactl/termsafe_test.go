@@ -18,7 +18,7 @@ import (
 // character replaced. Before the fix the escapes reached the terminal raw.
 func TestStatusNeutralisesMachineText(t *testing.T) {
 	evil := "disk test failed: \x1b[2J\x1b]0;pwned\x07 \u009b31m \u202eevil\u202c ok"
-	snap := state.Snapshot{Servers: map[string]state.Server{
+	snap := state.Snapshot{Servers: map[string]*state.Server{
 		"a": {Name: "a", Lifecycle: state.LifecycleFailed, LastError: evil},
 	}}
 	var b bytes.Buffer
@@ -46,7 +46,7 @@ func TestStatusNeutralisesMachineText(t *testing.T) {
 // the condition subject and the brake were printed raw).
 func TestStatusNeutralisesEveryMachineField(t *testing.T) {
 	evil := "x\x1b[2J\x1b]0;pwned\x07\u009b31m\u202eevil\u202c\ny"
-	snap := state.Snapshot{Servers: map[string]state.Server{
+	snap := state.Snapshot{Servers: map[string]*state.Server{
 		"b": {Name: "b", Lifecycle: state.LifecycleReady, BMCError: "bmc: " + evil},
 	}}
 	inv := gitops.InventoryStatus{Invalid: &gitops.InvalidRevision{Commit: "0123456789abcdef",

@@ -97,7 +97,7 @@ func TestProfileCountUpAndDown(t *testing.T) {
 	r.commit("hypervisor count 2", func(dir string) { r.setCount(dir, "hypervisor", 2) })
 	snap = r.waitFor("2 hypervisors released and wiped", time.Minute, func(s state.Snapshot) bool {
 		for _, name := range added {
-			if srv := s.Servers[name]; srv.Lifecycle != state.LifecycleReady || srv.NeedsWipe || !srv.WipeStartedAt.IsZero() {
+			if srv := record(s, name); srv.Lifecycle != state.LifecycleReady || srv.NeedsWipe || !srv.WipeStartedAt.IsZero() {
 				return false
 			}
 		}
@@ -312,7 +312,7 @@ func TestProvisionAPI(t *testing.T) {
 	}
 	snap := r.waitFor("provisioned servers deployed", time.Minute, func(s state.Snapshot) bool {
 		for _, name := range resp.Servers {
-			if srv := s.Servers[name]; srv.Lifecycle != state.LifecycleDeployed || srv.FinishDeploy {
+			if srv := record(s, name); srv.Lifecycle != state.LifecycleDeployed || srv.FinishDeploy {
 				return false
 			}
 		}

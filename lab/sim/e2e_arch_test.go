@@ -23,7 +23,7 @@ func TestArchGuardInTheLab(t *testing.T) {
 	r := startRig(t, rigOptions{lab: sim.Config{MachineArch: arm}})
 	snap := r.waitFor("zone-a commissioned and 2 hypervisors deployed", 2*time.Minute, func(s state.Snapshot) bool {
 		for name := range arm {
-			if srv := s.Servers[name]; srv.Hardware == nil || srv.Lifecycle != state.LifecycleReady {
+			if srv := record(s, name); srv.Hardware == nil || srv.Lifecycle != state.LifecycleReady {
 				return false
 			}
 		}

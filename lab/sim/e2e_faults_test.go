@@ -115,7 +115,7 @@ func TestChecksumMismatchLeavesDiskUntouched(t *testing.T) {
 	// client finish failing) before recommissioning.
 	snap = r.waitFor("no zone-b deploy running", time.Minute, func(s state.Snapshot) bool {
 		for _, name := range zoneB {
-			if lc := s.Servers[name].Lifecycle; lc == state.LifecycleAllocated || lc == state.LifecycleDeploying {
+			if lc := record(s, name).Lifecycle; lc == state.LifecycleAllocated || lc == state.LifecycleDeploying {
 				return false
 			}
 		}

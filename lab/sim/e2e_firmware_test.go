@@ -39,7 +39,7 @@ func TestFirmwareBeforeDeploy(t *testing.T) {
 	pins := map[string]string{"r1-n01": "fw-dell", "r1-n02": "fw-hpe", "r1-n03": "fw-lenovo", "r1-n04": "fw-smc"}
 	snap := r.waitFor("the four pinned servers deployed", 4*time.Minute, func(s state.Snapshot) bool {
 		for name, p := range pins {
-			srv := s.Servers[name]
+			srv := record(s, name)
 			if srv.Lifecycle != state.LifecycleDeployed || srv.FinishDeploy || srv.Allocation == nil || srv.Allocation.Profile != p {
 				return false
 			}
@@ -67,7 +67,7 @@ func TestFirmwareBeforeDeploy(t *testing.T) {
 			t.Errorf("%s: Secure Boot read back %+v, want %v", name, fw.SecureBoot, *want.SecureBoot)
 		}
 		ws := inv.Inventory.Server(name)
-		if chk := plan.CheckFirmware(inv.Inventory, want, ws, &srv); len(chk.Changes) != 0 || len(chk.Refusals) != 0 || chk.NotRead {
+		if chk := plan.CheckFirmware(inv.Inventory, want, ws, srv); len(chk.Changes) != 0 || len(chk.Refusals) != 0 || chk.NotRead {
 			t.Errorf("%s: after deploy the read-back still differs: %+v", name, chk)
 		}
 		for _, v := range want.Versions {

@@ -119,7 +119,7 @@ func TestHostLivenessFencingAndSelection(t *testing.T) {
 	// the CPU-only ones stay ready (count 7 cannot be met: a condition).
 	r.waitFor("the GPU servers deployed and joined", 4*time.Minute, func(s state.Snapshot) bool {
 		for _, n := range gpus {
-			if srv := s.Servers[n]; srv.Lifecycle != state.LifecycleDeployed || srv.FinishDeploy || !r.lab.Machine(n).Joined() {
+			if srv := record(s, n); srv.Lifecycle != state.LifecycleDeployed || srv.FinishDeploy || !r.lab.Machine(n).Joined() {
 				return false
 			}
 		}

@@ -93,7 +93,7 @@ func TestIPAMPoolAddressesInTheLab(t *testing.T) {
 	r.commit("hypervisor count 2", func(dir string) { r.setCount(dir, "hypervisor", 2) })
 	r.waitFor("the two released", 2*time.Minute, func(s state.Snapshot) bool {
 		for _, name := range added {
-			if srv := s.Servers[name]; srv.Lifecycle != state.LifecycleReady || len(srv.Addresses) != 0 {
+			if srv := record(s, name); srv.Lifecycle != state.LifecycleReady || len(srv.Addresses) != 0 {
 				return false
 			}
 		}

@@ -142,9 +142,14 @@ func (r *rig) firstInPhase(p sim.Phase, what string) string {
 	return ""
 }
 
-// stopController ends controller.Run through its ctx and waits for it.
+// stopController ends controller.Run through its ctx and waits for it,
+// after checking that no part of the controller (plan, dispatch, status,
+// API) nor the test wrote through a server record a snapshot shared.
 func (r *rig) stopController() {
 	r.t.Helper()
+	if err := r.run.Store.CheckSharedRecords(); err != nil {
+		r.t.Error(err)
+	}
 	if err := r.ctl.Stop(); err != nil {
 		r.t.Errorf("controller: %v", err)
 	}
@@ -295,9 +300,9 @@ func (r *rig) waitServer(name, what string, d time.Duration, cond func(state.Ser
 	r.t.Helper()
 	snap := r.waitFor(name+" "+what, d, func(s state.Snapshot) bool {
 		srv, ok := s.Servers[name]
-		return ok && cond(srv)
+		return ok && cond(*srv)
 	})
-	return snap.Servers[name]
+	return *snap.Servers[name]
 }
 
 // bmcWrites returns the non-GET requests name's BMC answered (session
@@ -471,4 +476,13 @@ func lineOf(t *testing.T, path, text string) int {
 	}
 	t.Fatalf("%s has no line with %q", path, text)
 	return 0
+}
+
+// record is name's record in s, or a zero record when s has none (as a
+// map of values read before snapshots shared their records); read-only.
+func record(s state.Snapshot, name string) *state.Server {
+	if srv, ok := s.Servers[name]; ok {
+		return srv
+	}
+	return &state.Server{Name: name}
 }

@@ -186,7 +186,7 @@ func TestBrowserAgainstController(t *testing.T) {
 		})
 	}
 	r.waitFor(con+" deployed and booted", time.Minute, func(s state.Snapshot) bool {
-		srv := s.Servers[con]
+		srv := record(s, con)
 		return srv.Lifecycle == state.LifecycleDeployed && !srv.FinishDeploy && r.lab.Machine(con).Phase() == sim.PhaseOS
 	})
 	typed := uitest.TypeOnConsole(t, ctx, base, con)

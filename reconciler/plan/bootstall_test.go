@@ -67,7 +67,7 @@ func TestPlanBootStalled(t *testing.T) {
 				began = 20 * time.Minute
 			}
 			s.Lifecycle, s.LifecycleAt = state.LifecycleCommissioning, planT0.Add(-began)
-			tc.mod(&s)
+			tc.mod(s)
 			snap.Servers[name] = s
 			step, got := stepAndCondition(Compute(inv, snap, Options{Now: planT0}), name, func(c Condition) bool {
 				return c.Reason == CondBootStalled || c.Reason == "MachineSilent"
@@ -141,7 +141,7 @@ func TestPlanWipeBootStalled(t *testing.T) {
 			snap := observe(inv, state.LifecycleReady, bigHW)
 			s := snap.Servers[name]
 			s.NeedsWipe, s.WipeStartedAt = true, planT0.Add(-tc.started)
-			tc.mod(&s)
+			tc.mod(s)
 			snap.Servers[name] = s
 			step, got := stepAndCondition(Compute(inv, snap, Options{Now: planT0}), name, func(c Condition) bool {
 				return c.Reason == CondBootStalled || c.Type == "WipePending" || c.Type == "WipeFailed"

@@ -27,7 +27,7 @@ func TestCandidatesMatchRecordSort(t *testing.T) {
 	for seed := uint64(1); seed <= 20; seed++ {
 		rng := rand.New(rand.NewPCG(seed, 7))
 		inv := &inventory.Inventory{}
-		snap := state.Snapshot{Servers: map[string]state.Server{}}
+		snap := state.Snapshot{Servers: map[string]*state.Server{}}
 		p := inventory.Profile{Name: "p", Min: inventory.Min{Cores: 8, MemoryGiB: 32, DiskGiB: 100}}
 		for i := range 300 {
 			name := fmt.Sprintf("s%03d", rng.IntN(1000)) // out of order, with repeats
@@ -43,12 +43,12 @@ func TestCandidatesMatchRecordSort(t *testing.T) {
 			if rng.IntN(8) != 0 {
 				hw = hwOf(4+4*rng.IntN(3), int64(16<<rng.IntN(3)), int64(50+50*rng.IntN(4)), int64(100+100*rng.IntN(3)))
 			}
-			snap.Servers[name] = state.Server{Name: name, Lifecycle: lifecycles[rng.IntN(len(lifecycles))], Hardware: hw}
+			snap.Servers[name] = &state.Server{Name: name, Lifecycle: lifecycles[rng.IntN(len(lifecycles))], Hardware: hw}
 		}
 		var want []state.Server
 		for _, ws := range inv.Servers {
 			if obs, ok := snap.Servers[ws.Name]; ok && obs.Lifecycle == state.LifecycleReady && Fits(p.Min, obs.Hardware) {
-				want = append(want, obs)
+				want = append(want, *obs)
 			}
 		}
 		sort.SliceStable(want, func(i, j int) bool {
@@ -119,7 +119,7 @@ func TestSmallestKeysIsSortedPrefix(t *testing.T) {
 // one removed, one replaced, out of order, duplicated) give the keys
 // sorted afresh.
 func TestSortedNamesTrustsOnlyExactNames(t *testing.T) {
-	servers := map[string]state.Server{"a": {}, "b": {}, "c": {}}
+	servers := map[string]*state.Server{"a": {}, "b": {}, "c": {}}
 	want := []string{"a", "b", "c"}
 	for _, names := range [][]string{nil, {"a", "b", "c"}, {"a", "b"}, {"a", "b", "c", "d"}, {"a", "b", "d"}, {"b", "a", "c"}, {"a", "a", "c"}} {
 		got := sortedNames(state.Snapshot{Servers: servers, Names: names})
@@ -142,7 +142,7 @@ func TestCountTopUpsTakeCandidatesPrefix(t *testing.T) {
 	for seed := uint64(1); seed <= 20; seed++ {
 		rng := rand.New(rand.NewPCG(seed, 13))
 		inv := &inventory.Inventory{Digest: "sha256:0123456789abcdef"}
-		snap := state.Snapshot{Servers: map[string]state.Server{}}
+		snap := state.Snapshot{Servers: map[string]*state.Server{}}
 		for i := range 400 {
 			ws := inventory.Server{Name: fmt.Sprintf("s%03d", i), Zone: zones[rng.IntN(3)], Want: inventory.WantReady, BootMAC: fmt.Sprintf("52:54:00:00:%02x:%02x", i>>8, i&0xff),
 				BMC: inventory.BMC{Driver: inventory.DriverIPMI, Address: fmt.Sprintf("bmc-%d", i), Credentials: "c"}}
@@ -157,7 +157,7 @@ func TestCountTopUpsTakeCandidatesPrefix(t *testing.T) {
 			case state.LifecycleDeployed, state.LifecycleAllocated, state.LifecycleDeploying:
 				o.Allocation = &state.Allocation{Profile: "p-" + zones[rng.IntN(3)], Reason: ReasonCount, At: time.Unix(int64(i), 0)}
 			}
-			snap.Servers[ws.Name] = o
+			snap.Servers[ws.Name] = &o
 		}
 		heldBy := map[string]int{}
 		for _, s := range snap.Servers {

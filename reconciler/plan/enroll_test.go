@@ -41,7 +41,7 @@ func TestPlanAutoEnrolled(t *testing.T) {
 	auto := state.Server{Name: "auto-525400aa0001", Zone: "discovered", BootMAC: "52:54:00:aa:00:01", BootMode: "uefi",
 		Lifecycle: state.LifecycleCommissioning, LifecycleAt: planT0, Hardware: bigHW("x9"),
 		Enrolled: &state.Enrolment{At: planT0, Source: "ipxe"}}
-	snap.Servers[auto.Name] = auto
+	snap.Servers[auto.Name] = &auto
 	opts := Options{Now: planT0.Add(time.Minute)}
 
 	res := Compute(inv, snap, opts)
@@ -61,7 +61,7 @@ func TestPlanAutoEnrolled(t *testing.T) {
 	}
 	auto.Lifecycle = state.LifecycleReady
 	auto.Enrolled.Branch, auto.Enrolled.Commit = "discovered/2026-11-01", "0123456789abcdef"
-	snap.Servers[auto.Name] = auto
+	snap.Servers[auto.Name] = &auto
 	res = Compute(inv, snap, opts)
 	if c := condOf(res, auto.Name, "Waiting"); c == nil || !strings.Contains(c.Message, "discovered/2026-11-01") {
 		t.Errorf("waiting condition after proposal = %+v", c)
@@ -104,7 +104,7 @@ func TestPlanAutoEnrolled(t *testing.T) {
 		t.Errorf("renamed server still awaiting review: %+v", c)
 	}
 	auto.Lifecycle = state.LifecycleCommissioning
-	snap.Servers[auto.Name] = auto
+	snap.Servers[auto.Name] = &auto
 	res = Compute(renamed, snap, opts)
 	if got := stepsOf(res, "r9-n01"); got != nil {
 		t.Errorf("adoption while commissioning: %v", got)

@@ -80,7 +80,7 @@ func failingConditions(have state.Snapshot, names []string, steps []Step, opts O
 	}
 	for _, name := range busy {
 		obs := have.Servers[name]
-		action := failingAction(&obs)
+		action := failingAction(obs)
 		retry := ""
 		if opts.Now.Before(obs.RetryAt) {
 			retry = "next retry at " + obs.RetryAt.UTC().Format(time.RFC3339)

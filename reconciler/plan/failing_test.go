@@ -66,7 +66,7 @@ func TestPlanFailingAction(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			snap := steadyFleet(inv)
 			s := snap.Servers[released]
-			tc.mod(&s)
+			tc.mod(s)
 			snap.Servers[released] = s
 			res := Compute(inv, snap, Options{Now: planT0})
 			var failing, waiting string

@@ -514,7 +514,7 @@ func (p *planning) firmware() {
 		if !ok || obs.Lifecycle == state.LifecycleRetired {
 			continue
 		}
-		name := firmwareProfile(ws, &obs)
+		name := firmwareProfile(ws, obs)
 		if planned, ok := p.allocated[ws.Name]; ok {
 			name = planned
 		}
@@ -522,7 +522,7 @@ func (p *planning) firmware() {
 		if prof == nil || prof.Firmware == nil {
 			continue
 		}
-		chk := CheckFirmware(p.want, prof.Firmware, ws, &obs)
+		chk := CheckFirmware(p.want, prof.Firmware, ws, obs)
 		for _, c := range chk.Refusals {
 			c.Message = "profile " + prof.Name + ": " + c.Message
 			p.cond(c)

@@ -143,7 +143,7 @@ func TestPlanFirmwareArch(t *testing.T) {
 		}
 		snap := observe(inv, state.LifecycleReady, withHW(arches))
 		o := snap.Servers[fits]
-		if a, src := ServerArch(inv.Server(fits), &o); a != "amd64" || src != "stated by SMBIOS, under a 32-bit commissioning kernel" {
+		if a, src := ServerArch(inv.Server(fits), o); a != "amd64" || src != "stated by SMBIOS, under a 32-bit commissioning kernel" {
 			t.Errorf("ServerArch(%s) = %q, %q; want amd64 stated by SMBIOS", fits, a, src)
 		}
 	})

@@ -21,7 +21,7 @@ func TestPlanSaysWhichImageChangeApplies(t *testing.T) {
 		}
 		return a
 	}
-	have := state.Snapshot{Servers: map[string]state.Server{
+	have := state.Snapshot{Servers: map[string]*state.Server{
 		"a": {Name: "a", Lifecycle: state.LifecycleAllocated, Allocation: alloc(false)},
 		"b": {Name: "b", Lifecycle: state.LifecycleDeploying, Allocation: alloc(false)},
 		"c": {Name: "c", Lifecycle: state.LifecycleDeploying, Allocation: alloc(true)},

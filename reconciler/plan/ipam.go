@@ -279,7 +279,10 @@ func (p *planning) ipam() {
 
 // take picks srv's addresses for prof's pool interfaces; why says which
 // subnet ran out (and gives the picks back) when one did.
-func (sim *ipamSim) take(prof *inventory.Profile, srv state.Server) (got []StepAddress, why string) {
+func (sim *ipamSim) take(prof *inventory.Profile, srv *state.Server) (got []StepAddress, why string) {
+	if srv == nil {
+		srv = &state.Server{} // no record: no lease to keep
+	}
 	type pick struct {
 		sp *simPicker
 		a  netip.Addr
@@ -311,7 +314,7 @@ func (sim *ipamSim) take(prof *inventory.Profile, srv state.Server) (got []StepA
 // keptLease finds srv's lease the claim keeps (state.Store.ApplyClaiming's
 // rule): same subnet, interface and profile, of the pool's family and
 // still pickable.
-func keptLease(srv state.Server, profile, iface string, pool *state.AddressPool, used map[int]bool) (int, bool) {
+func keptLease(srv *state.Server, profile, iface string, pool *state.AddressPool, used map[int]bool) (int, bool) {
 	for i, l := range srv.Addresses {
 		if !used[i] && l.Subnet == pool.Subnet && l.Interface == iface && l.Profile == profile && pool.Pickable(l.Addr()) {
 			return i, true

@@ -77,7 +77,7 @@ func networkNote(p inventory.Profile, want *inventory.Inventory, have state.Snap
 		if !ok || obs.Lifecycle != state.LifecycleReady {
 			continue
 		}
-		if c := CheckNetwork(&p, ws, &obs); len(c) > 0 {
+		if c := CheckNetwork(&p, ws, obs); len(c) > 0 {
 			if n == 0 {
 				first = ws.Name + ": " + strings.TrimPrefix(c[0].Message, "profile "+p.Name+": ")
 			}
@@ -114,7 +114,7 @@ func (p *planning) networks() {
 		default:
 			continue // deploying or deployed: the layout was checked before the plan was served
 		}
-		name := firmwareProfile(ws, &obs)
+		name := firmwareProfile(ws, obs)
 		if planned, ok := p.allocated[ws.Name]; ok {
 			name = planned
 		}
@@ -122,7 +122,7 @@ func (p *planning) networks() {
 		if prof == nil || prof.Network == nil {
 			continue
 		}
-		for _, c := range CheckNetwork(prof, ws, &obs) {
+		for _, c := range CheckNetwork(prof, ws, obs) {
 			p.cond(c)
 			blocked[ws.Name] = c
 		}

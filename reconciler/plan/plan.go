@@ -226,7 +226,7 @@ func Compute(want *inventory.Inventory, have state.Snapshot, opts Options) Resul
 		return Result{}
 	}
 	p := &planning{want: want, have: have, opts: opts, desired: make(map[string]*inventory.Server, len(want.Servers)),
-		desiredMAC: make(map[string]*inventory.Server, len(want.Servers)), pendingMAC: map[string]state.Server{}, allocated: map[string]string{},
+		desiredMAC: make(map[string]*inventory.Server, len(want.Servers)), pendingMAC: map[string]*state.Server{}, allocated: map[string]string{},
 		names: sortedNames(have)}
 	for i := range want.Servers {
 		p.desired[want.Servers[i].Name] = &want.Servers[i]
@@ -277,7 +277,7 @@ type planning struct {
 	// renamed in servers.yaml). The new name adopts the record, rather
 	// than a second record with the same MAC (the boot endpoints would
 	// answer for the old one).
-	pendingMAC map[string]state.Server
+	pendingMAC map[string]*state.Server
 	conflicted map[string]Condition
 	allocated  map[string]string // server → profile, planned this pass
 	// names are have's server names, sorted: the order of every
@@ -311,9 +311,9 @@ func (p *planning) orphans() {
 				p.pendingMAC[obs.BootMAC] = obs
 				continue
 			}
-			p.res.Steps = append(p.res.Steps, pendingSteps(&obs, p.opts)...)
+			p.res.Steps = append(p.res.Steps, pendingSteps(obs, p.opts)...)
 			if obs.Lifecycle != state.LifecycleRetired {
-				p.cond(pendingCondition(&obs))
+				p.cond(pendingCondition(obs))
 			}
 			continue
 		}
@@ -339,17 +339,17 @@ func (p *planning) server(ws *inventory.Server) {
 		return
 	}
 	res := &p.res
-	if identityChanged(ws, &obs) {
+	if identityChanged(ws, obs) {
 		res.Steps = append(res.Steps, Step{Server: ws.Name, Action: ActUpdateIdentity, Why: "zone, rack, boot MAC or BMC changed in servers.yaml"})
 	}
-	steps, disr := serverSteps(ws, &obs, p.opts)
-	archConds, steps := archConditions(p.want, ws, &obs, steps)
+	steps, disr := serverSteps(ws, obs, p.opts)
+	archConds, steps := archConditions(p.want, ws, obs, steps)
 	res.Conditions = append(res.Conditions, archConds...)
-	cabConds, steps := cablingConditions(ws, &obs, steps)
+	cabConds, steps := cablingConditions(ws, obs, steps)
 	res.Conditions = append(res.Conditions, cabConds...)
 	if ws.BMC.IsZero() {
 		steps, disr = withoutBMC(steps), withoutBMC(disr)
-		p.cond(noBMCCondition(ws, &obs))
+		p.cond(noBMCCondition(ws, obs))
 	}
 	if obs.Fenced != nil {
 		steps, disr = withoutPowerOn(steps), withoutPowerOn(disr)
@@ -362,10 +362,10 @@ func (p *planning) server(ws *inventory.Server) {
 			p.allocated[s.Server] = s.Profile
 		}
 	}
-	if c, ok := wipeCondition(ws.Name, &obs, p.opts); ok {
+	if c, ok := wipeCondition(ws.Name, obs, p.opts); ok {
 		p.cond(c)
 	}
-	if c, ok := silentCondition(ws.Name, &obs, p.opts); ok {
+	if c, ok := silentCondition(ws.Name, obs, p.opts); ok {
 		p.cond(c)
 	}
 	if ws.Want == inventory.WantRetired && obs.Lifecycle == state.LifecycleNew {
@@ -448,7 +448,7 @@ func (fi *fleetIndex) readyEntries() []int {
 	if fi.ready == nil {
 		fi.ready = []int{}
 		for i := range fi.p.want.Servers {
-			if fi.p.have.Servers[fi.p.want.Servers[i].Name].Lifecycle == state.LifecycleReady {
+			if obs := fi.p.have.Servers[fi.p.want.Servers[i].Name]; obs != nil && obs.Lifecycle == state.LifecycleReady {
 				fi.ready = append(fi.ready, i)
 			}
 		}
@@ -883,7 +883,7 @@ func Candidates(p inventory.Profile, want *inventory.Inventory, have state.Snaps
 	if len(keys) > 0 {
 		out = make([]state.Server, len(keys))
 		for i, k := range keys {
-			out[i] = have.Servers[k.name]
+			out[i] = *have.Servers[k.name] // a copy: the caller may change it
 		}
 	}
 	return out
@@ -922,19 +922,17 @@ func candidateKeys(pp *inventory.Profile, want *inventory.Inventory, have state.
 		if _, taken := planned[ws.Name]; taken {
 			continue
 		}
-		// Read through the map (an absent record reads as no lifecycle):
-		// only ready records that fit are copied.
-		if have.Servers[ws.Name].Lifecycle != state.LifecycleReady || !Fits(p.Min, have.Servers[ws.Name].Hardware) {
+		obs := have.Servers[ws.Name] // shared and read-only
+		if obs == nil || obs.Lifecycle != state.LifecycleReady || !Fits(p.Min, obs.Hardware) {
 			continue
 		}
-		obs := have.Servers[ws.Name]
-		if p.Selector != nil && !p.Selector.Matches(ServerLabels(ws, &obs)) {
+		if p.Selector != nil && !p.Selector.Matches(ServerLabels(ws, obs)) {
 			continue // the profile's selector does not match its labels
 		}
-		if !archFits(want, p.Name, ws, &obs) || archBlocked(ws, &obs) {
+		if !archFits(want, p.Name, ws, obs) || archBlocked(ws, obs) {
 			continue // another architecture than the image's, or the arch is in doubt (stated, kernel, SMBIOS)
 		}
-		if cablingBlocked(ws, &obs) {
+		if cablingBlocked(ws, obs) {
 			continue // its NICs did not hear their expected switch ports (CablingMismatch)
 		}
 		if ws.Actions.Commission > obs.Actions["commission"] {
@@ -946,13 +944,13 @@ func candidateKeys(pp *inventory.Profile, want *inventory.Inventory, have state.
 		if obs.Fenced != nil {
 			continue // fenced: never powered on until unfenced
 		}
-		if firmwareRefused(want, &p, ws, &obs) {
+		if firmwareRefused(want, &p, ws, obs) {
 			continue // the profile's firmware block is refused on it (IPMI, registry, drives)
 		}
-		if networkRefused(&p, ws, &obs) {
+		if networkRefused(&p, ws, obs) {
 			continue // it cannot carry the profile's network layout (NICs, fixed addresses)
 		}
-		if storageRefused(&p, &obs) {
+		if storageRefused(&p, obs) {
 			continue // too few matching disks for the profile's storage layout
 		}
 		hw := obs.Hardware
@@ -1130,10 +1128,8 @@ func macConflicts(want *inventory.Inventory, have state.Snapshot) map[string]Con
 	changed := false
 	for i := range want.Servers {
 		name := want.Servers[i].Name
-		if have.Servers[name].BootMAC == want.Servers[i].BootMAC {
-			continue // read through the map: the record is not copied
-		}
-		if _, ok := have.Servers[name]; ok {
+		obs, ok := have.Servers[name]
+		if ok && obs.BootMAC != want.Servers[i].BootMAC {
 			changed = true
 			break
 		}

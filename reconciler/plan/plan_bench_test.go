@@ -13,7 +13,7 @@ import (
 // whose counts need top-ups (target: under 100 ms).
 func BenchmarkPlan10k(b *testing.B) {
 	inv := &inventory.Inventory{Digest: "sha256:0123456789abcdef"}
-	snap := state.Snapshot{Servers: map[string]state.Server{}}
+	snap := state.Snapshot{Servers: map[string]*state.Server{}}
 	zones := []string{"zone-a", "zone-b", "zone-c"}
 	for i := 0; i < 10000; i++ {
 		name := fmt.Sprintf("s%05d", i)
@@ -27,7 +27,7 @@ func BenchmarkPlan10k(b *testing.B) {
 			o.Lifecycle = state.LifecycleDeployed
 			o.Allocation = &state.Allocation{Profile: "p-" + zones[i%3], Reason: ReasonCount, At: time.Now()}
 		}
-		snap.Servers[name] = o
+		snap.Servers[name] = &o
 	}
 	for _, z := range zones {
 		inv.Profiles = append(inv.Profiles, inventory.Profile{Name: "p-" + z, Zone: z, Image: "img", Count: 400, Min: inventory.Min{Cores: 8, MemoryGiB: 32, DiskGiB: 100}})
@@ -48,7 +48,7 @@ func BenchmarkPlan10k(b *testing.B) {
 // a pool address each and the 1,200 top-up allocations are simulated.
 func benchLayoutFleet(mode inventory.AddressMode) (*inventory.Inventory, state.Snapshot) {
 	inv := &inventory.Inventory{Digest: "sha256:0123456789abcdef"}
-	snap := state.Snapshot{Servers: map[string]state.Server{}}
+	snap := state.Snapshot{Servers: map[string]*state.Server{}}
 	zones := []string{"zone-a", "zone-b", "zone-c"}
 	for zi, z := range zones {
 		inv.Subnets = append(inv.Subnets, inventory.Subnet{Name: "net-" + z, CIDR: fmt.Sprintf("10.%d.0.0/18", 64+zi), Gateway: fmt.Sprintf("10.%d.0.1", 64+zi),
@@ -78,7 +78,7 @@ func benchLayoutFleet(mode inventory.AddressMode) (*inventory.Inventory, state.S
 					Address: fmt.Sprintf("10.%d.%d.%d", 64+i%3, (20+n)/256, (20+n)%256)}}
 			}
 		}
-		snap.Servers[name] = o
+		snap.Servers[name] = &o
 	}
 	for _, z := range zones {
 		inv.Profiles = append(inv.Profiles, inventory.Profile{Name: "p-" + z, Zone: z, Image: "img", Count: 400, Min: inventory.Min{Cores: 8, MemoryGiB: 32, DiskGiB: 100},

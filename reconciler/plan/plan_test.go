@@ -110,7 +110,7 @@ func TestPlanGolden(t *testing.T) {
 			return c
 		}, have: func(inv *inventory.Inventory) state.Snapshot {
 			snap := observe(inv, state.LifecycleReady, bigHW)
-			snap.Servers["old-n09"] = state.Server{Name: "old-n09", Lifecycle: state.LifecycleDeployed, LifecycleAt: planT0}
+			snap.Servers["old-n09"] = &state.Server{Name: "old-n09", Lifecycle: state.LifecycleDeployed, LifecycleAt: planT0}
 			s := snap.Servers["r1-n01"]
 			s.Actions = map[string]int64{"powerCycle": 1}
 			snap.Servers["r1-n01"] = s
@@ -225,9 +225,9 @@ func TestCandidatesOrder(t *testing.T) {
 		"other-zone":       hwOf(8, 32, 100),
 		"pinned-elsewhere": hwOf(8, 32, 100),
 	}
-	snap := state.Snapshot{Servers: map[string]state.Server{}}
+	snap := state.Snapshot{Servers: map[string]*state.Server{}}
 	for name, h := range hw {
-		snap.Servers[name] = state.Server{Name: name, Lifecycle: state.LifecycleReady, Hardware: h}
+		snap.Servers[name] = &state.Server{Name: name, Lifecycle: state.LifecycleReady, Hardware: h}
 	}
 	var got []string
 	for _, s := range Candidates(p, inv, snap, map[string]string{}) {

@@ -99,7 +99,7 @@ func (s Scope) Apply(claims map[string][]string, want *inventory.Inventory, have
 			}
 		}
 	}
-	kept := state.Snapshot{Servers: make(map[string]state.Server, len(have.Servers)), Hosts: have.Hosts, LastEventSeq: have.LastEventSeq}
+	kept := state.Snapshot{Servers: make(map[string]*state.Server, len(have.Servers)), Hosts: have.Hosts, LastEventSeq: have.LastEventSeq}
 	for name, obs := range have.Servers {
 		z := zoneOf[name]
 		if !mine[z] {

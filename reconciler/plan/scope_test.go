@@ -40,8 +40,8 @@ func TestScopePlanFilter(t *testing.T) {
 	inv := cloneInv(exampleInventory(t))
 	inv.Profiles = append(inv.Profiles, inventory.Profile{Name: "anywhere", Image: inv.Profiles[0].Image, Count: 1})
 	have := observe(inv, state.LifecycleReady, bigHW)
-	have.Servers["gone-b"] = state.Server{Name: "gone-b", Zone: "zone-b", Lifecycle: state.LifecycleReady}
-	have.Servers["gone-a"] = state.Server{Name: "gone-a", Zone: "zone-a", Lifecycle: state.LifecycleReady}
+	have.Servers["gone-b"] = &state.Server{Name: "gone-b", Zone: "zone-b", Lifecycle: state.LifecycleReady}
+	have.Servers["gone-a"] = &state.Server{Name: "gone-a", Zone: "zone-a", Lifecycle: state.LifecycleReady}
 	sc := Scope{Group: "east", Zones: []string{"zone-a"}}
 	want, snap, conds := sc.Apply(map[string][]string{"east": {"zone-a"}, "west": {"zone-b", "zone-c"}}, inv, have)
 	for _, s := range want.Servers {

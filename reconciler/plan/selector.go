@@ -87,7 +87,7 @@ func Select(p inventory.Profile, want *inventory.Inventory, have state.Snapshot)
 		}
 		var obs *state.Server
 		if o, ok := have.Servers[ws.Name]; ok {
-			obs = &o
+			obs = o
 		}
 		if derived && (obs == nil || obs.Hardware == nil) {
 			if ok, why := p.Selector.CouldMatch(inventory.StatedLabels(ws)); !ok {

@@ -52,7 +52,7 @@ func TestPlanSelectsByDerivedLabel(t *testing.T) {
 	inv.Profiles = []inventory.Profile{{Name: "ml", Image: "img", Zone: "z1", Count: 1,
 		Selector: &inventory.Selector{MatchLabels: map[string]string{"gpu.vendor": "nvidia"}}}}
 	gpu := func(h *state.Hardware) *state.Hardware { h.GPUs = []state.GPU{{Vendor: "nvidia"}}; return h }
-	snap := state.Snapshot{Servers: map[string]state.Server{
+	snap := state.Snapshot{Servers: map[string]*state.Server{
 		"cpu-1":      {Name: "cpu-1", Lifecycle: state.LifecycleReady, Hardware: hwOf(8, 32, 100)},
 		"gpu-big":    {Name: "gpu-big", Lifecycle: state.LifecycleReady, Hardware: gpu(hwOf(32, 512, 1000))},
 		"gpu-small":  {Name: "gpu-small", Lifecycle: state.LifecycleReady, Hardware: gpu(hwOf(16, 256, 500))},
@@ -102,13 +102,13 @@ func TestPlanNeverPowersOnAFencedServer(t *testing.T) {
 		Profiles: []inventory.Profile{{Name: "p", Image: "img", Count: 1}}}
 	obs := state.Server{Name: "n1", Zone: "z", BootMode: "uefi", Lifecycle: state.LifecycleReady, Hardware: hwOf(8, 32, 100),
 		BMC: state.BMCFacts{Driver: "ipmi", Address: "bmc-n1", Credentials: "c"}}
-	snap := state.Snapshot{Servers: map[string]state.Server{"n1": obs}}
+	snap := state.Snapshot{Servers: map[string]*state.Server{"n1": &obs}}
 	res := Compute(inv, snap, Options{})
 	if !hasAction(res.Steps, ActPowerOn) || !hasAction(res.Steps, ActCommission) {
 		t.Fatalf("unfenced plan %v: want power-on and commission (the test's premise)", res.Steps)
 	}
 	obs.Fenced = &state.Fencing{Actor: "ops", Reason: "lost", Device: "bmc", Host: "n1"}
-	snap.Servers["n1"] = obs
+	snap.Servers["n1"] = &obs
 	res = Compute(inv, snap, Options{})
 	for _, s := range res.Steps {
 		if s.Action.PowersOn() {

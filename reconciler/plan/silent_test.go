@@ -56,7 +56,7 @@ func TestPlanSilentMachine(t *testing.T) {
 			if tc.lc == state.LifecycleDeploying {
 				s.Allocation = &state.Allocation{Profile: "hypervisor", Image: "ubuntu-24.04"}
 			}
-			tc.mod(&s)
+			tc.mod(s)
 			snap.Servers[name] = s
 			res := Compute(inv, snap, Options{Now: planT0})
 			got := false

@@ -70,7 +70,7 @@ func (p *planning) storage() {
 		if !ok || ws.Want == inventory.WantRetired || (obs.Lifecycle != state.LifecycleReady && obs.Lifecycle != state.LifecycleAllocated) {
 			continue
 		}
-		name := firmwareProfile(ws, &obs)
+		name := firmwareProfile(ws, obs)
 		if planned, ok := p.allocated[ws.Name]; ok {
 			name = planned
 		}

@@ -61,7 +61,7 @@ func TestPlanReleaseWipe(t *testing.T) {
 			snap := observe(inv, state.LifecycleReady, bigHW)
 			s := snap.Servers[name]
 			s.NeedsWipe = true
-			tc.mod(&s)
+			tc.mod(s)
 			snap.Servers[name] = s
 			res := Compute(inv, snap, Options{Now: planT0})
 			var got []Action

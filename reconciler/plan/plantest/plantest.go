@@ -36,7 +36,7 @@ func Example(t testing.TB) *inventory.Inventory {
 // (retired ones retired unless lc is new), with hw's hardware when hw is
 // not nil.
 func Observe(inv *inventory.Inventory, lc state.Lifecycle, hw func(name string) *state.Hardware) state.Snapshot {
-	snap := state.Snapshot{Servers: map[string]state.Server{}}
+	snap := state.Snapshot{Servers: map[string]*state.Server{}}
 	for _, s := range inv.Servers {
 		o := state.Server{Name: s.Name, Zone: s.Zone, Site: s.Site, Rack: s.Rack, BootMAC: s.BootMAC, BootMode: string(s.BootMode), Lifecycle: lc, LifecycleAt: T0,
 			BMC: state.BMCFacts{Driver: string(s.BMC.Driver), Address: s.BMC.Address, Credentials: s.BMC.Credentials}}
@@ -46,7 +46,7 @@ func Observe(inv *inventory.Inventory, lc state.Lifecycle, hw func(name string) 
 		if hw != nil {
 			o.Hardware = hw(s.Name)
 		}
-		snap.Servers[s.Name] = o
+		snap.Servers[s.Name] = &o
 	}
 	return snap
 }
