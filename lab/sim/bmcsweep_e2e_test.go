@@ -62,7 +62,7 @@ func TestBMCSweep(t *testing.T) {
 	// A power supply fails: the BMC's rollup turns Critical.
 	var victim string
 	for name, h := range want {
-		if h == "OK" && snap.Servers[name].Lifecycle == state.LifecycleReady {
+		if h == "OK" && record(snap, name).Lifecycle == state.LifecycleReady {
 			victim = name
 			break
 		}
@@ -82,7 +82,7 @@ func TestBMCSweep(t *testing.T) {
 		t.Fatalf("%s: no System at %s", victim, sys)
 	}
 	// Someone presses the power button of the same (ready, off) server.
-	if srv := snap.Servers[victim]; srv.Power.State != state.PowerOff {
+	if srv := record(snap, victim); srv.Power.State != state.PowerOff {
 		t.Fatalf("%s is %s, want a ready server that is off", victim, srv.Power.State)
 	}
 	r.lab.Machine(victim).PowerOn()

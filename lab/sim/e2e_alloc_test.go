@@ -57,7 +57,7 @@ func TestProfileCountUpAndDown(t *testing.T) {
 	}
 	var added []string
 	for _, name := range four {
-		srv := snap.Servers[name]
+		srv := record(snap, name)
 		if srv.Zone != "zone-a" || srv.Lifecycle != state.LifecycleDeployed {
 			t.Errorf("%s: zone %s lifecycle %s, want zone-a deployed", name, srv.Zone, srv.Lifecycle)
 		}
@@ -107,7 +107,7 @@ func TestProfileCountUpAndDown(t *testing.T) {
 		t.Errorf("after lowering, hypervisor holds %v, want the first two %v", got, orig)
 	}
 	for _, name := range added {
-		srv := snap.Servers[name]
+		srv := record(snap, name)
 		if srv.Allocation != nil || srv.NeedsWipe || srv.WipeFailures != 0 || srv.Power.State != state.PowerOff {
 			t.Errorf("%s released: allocation %v, needsWipe %v, wipe failures %d, power %s; want none, false, 0, off",
 				name, srv.Allocation, srv.NeedsWipe, srv.WipeFailures, srv.Power.State)
@@ -217,8 +217,8 @@ func TestDeletedServerOrphaned(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if srv.Lifecycle != before.Servers[name].Lifecycle || srv.Power.State != before.Servers[name].Power.State {
-		t.Errorf("%s changed: %s/%s → %s/%s", name, before.Servers[name].Lifecycle, before.Servers[name].Power.State, srv.Lifecycle, srv.Power.State)
+	if srv.Lifecycle != record(before, name).Lifecycle || srv.Power.State != record(before, name).Power.State {
+		t.Errorf("%s changed: %s/%s → %s/%s", name, record(before, name).Lifecycle, record(before, name).Power.State, srv.Lifecycle, srv.Power.State)
 	}
 	if w := r.bmcWrites(name); len(w) != 0 {
 		t.Errorf("orphan %s got BMC writes %v", name, w)
@@ -237,7 +237,7 @@ func TestSafetyBrakeHoldsMassRetire(t *testing.T) {
 	snap := r.steady()
 	var victims []string
 	for _, name := range []string{"r1-n01", "r1-n02", "r1-n03", "r1-n04", "r1-n05", "r2-n01", "r2-n02", "r2-n03", "r2-n04", "r3-n01", "r3-n02"} {
-		if snap.Servers[name].Lifecycle == state.LifecycleReady && len(victims) < 6 {
+		if record(snap, name).Lifecycle == state.LifecycleReady && len(victims) < 6 {
 			victims = append(victims, name)
 		}
 	}
@@ -276,8 +276,8 @@ func TestSafetyBrakeHoldsMassRetire(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, v := range victims {
-		if snap.Servers[v].Lifecycle != state.LifecycleReady {
-			t.Errorf("%s is %s while held", v, snap.Servers[v].Lifecycle)
+		if record(snap, v).Lifecycle != state.LifecycleReady {
+			t.Errorf("%s is %s while held", v, record(snap, v).Lifecycle)
 		}
 		if w := r.bmcWrites(v); len(w) != 0 {
 			t.Errorf("%s got BMC writes while held: %v", v, w)
@@ -319,7 +319,7 @@ func TestProvisionAPI(t *testing.T) {
 		return true
 	})
 	for _, name := range resp.Servers {
-		srv := snap.Servers[name]
+		srv := record(snap, name)
 		if srv.Allocation == nil || srv.Allocation.Profile != "hypervisor" || srv.Allocation.Reason != plan.ReasonProvision || srv.Zone != "zone-a" {
 			t.Errorf("%s: allocation %+v zone %s", name, srv.Allocation, srv.Zone)
 		}
@@ -344,7 +344,7 @@ func TestProvisionAPI(t *testing.T) {
 		t.Fatal(err)
 	}
 	for name, s := range after.Servers {
-		b := before.Servers[name]
+		b := record(before, name)
 		if s.Lifecycle != b.Lifecycle || (s.Allocation == nil) != (b.Allocation == nil) {
 			t.Errorf("%s changed by a refused provision: %s → %s", name, b.Lifecycle, s.Lifecycle)
 		}
@@ -416,7 +416,7 @@ func TestReleaseWipeFailureRetried(t *testing.T) {
 	snap := r.steady()
 	held := holding(snap, "hypervisor", plan.ReasonCount)
 	sort.Slice(held, func(i, j int) bool { // the plan's release order: newest first, then name descending
-		a, b := snap.Servers[held[i]].Allocation.At, snap.Servers[held[j]].Allocation.At
+		a, b := snap.Servers[held[i]].Allocation.At, record(snap, held[j]).Allocation.At
 		if !a.Equal(b) {
 			return a.After(b)
 		}

@@ -177,8 +177,8 @@ func TestInvalidCommitKeepsLastGood(t *testing.T) {
 	if n := count(snap, state.LifecycleAllocated) + count(snap, state.LifecycleDeploying); n != 0 {
 		t.Errorf("%d servers allocated or deploying after an invalid commit", n)
 	}
-	if snap.Servers[broken].BootMAC != "52:54:00:03:00:02" {
-		t.Errorf("%s boot MAC changed to %q", broken, snap.Servers[broken].BootMAC)
+	if record(snap, broken).BootMAC != "52:54:00:03:00:02" {
+		t.Errorf("%s boot MAC changed to %q", broken, record(snap, broken).BootMAC)
 	}
 
 	// Fixing the MAC makes the revision valid: the counter runs once and
@@ -269,7 +269,7 @@ func TestRestartMidCommissioning(t *testing.T) {
 			stoppedCommissioning[name] = true
 		}
 	}
-	switch lc := snap.Servers[caught].Lifecycle; lc {
+	switch lc := record(snap, caught).Lifecycle; lc {
 	case state.LifecycleCommissioning, state.LifecycleReady, state.LifecycleFailed:
 	default:
 		t.Errorf("%s was commissioning at the stop; after restart it is %s", caught, lc)
@@ -448,7 +448,7 @@ func TestRenameAdoptsRecord(t *testing.T) {
 	r := startRig(t, rigOptions{})
 	snap := r.steady()
 	const from, to = "r3-n01", "r3-n11" // zone-c: stays ready
-	before := snap.Servers[from]
+	before := record(snap, from)
 	if before.Lifecycle != state.LifecycleReady || before.Hardware == nil {
 		t.Fatalf("%s is %s (hardware %v), want ready and commissioned", from, before.Lifecycle, before.Hardware != nil)
 	}

@@ -76,7 +76,7 @@ func TestChecksumMismatchLeavesDiskUntouched(t *testing.T) {
 	}})
 	snap := r.waitFor("a storage deploy failed", time.Minute, func(s state.Snapshot) bool {
 		for _, name := range zoneB {
-			if s.Servers[name].Lifecycle == state.LifecycleFailed {
+			if record(s, name).Lifecycle == state.LifecycleFailed {
 				return true
 			}
 		}
@@ -84,7 +84,7 @@ func TestChecksumMismatchLeavesDiskUntouched(t *testing.T) {
 	})
 	var failed []string
 	for _, name := range zoneB {
-		srv := snap.Servers[name]
+		srv := record(snap, name)
 		if srv.Lifecycle != state.LifecycleFailed {
 			continue
 		}
@@ -124,7 +124,7 @@ func TestChecksumMismatchLeavesDiskUntouched(t *testing.T) {
 	if deployedBy(snap, "storage") == 0 {
 		r.commit("recommission failed storage servers", func(dir string) {
 			for _, name := range zoneB {
-				if snap.Servers[name].Lifecycle == state.LifecycleFailed {
+				if record(snap, name).Lifecycle == state.LifecycleFailed {
 					r.setActions(dir, name, inventory.Actions{Commission: 1})
 				}
 			}
@@ -132,7 +132,7 @@ func TestChecksumMismatchLeavesDiskUntouched(t *testing.T) {
 	}
 	snap = r.waitFor("storage deployed", time.Minute, func(s state.Snapshot) bool { return deployedBy(s, "storage") == 1 })
 	for _, name := range zoneB {
-		if srv := snap.Servers[name]; srv.Lifecycle == state.LifecycleDeployed {
+		if srv := record(snap, name); srv.Lifecycle == state.LifecycleDeployed {
 			r.waitMachine(r.lab.Machine(name), sim.PhaseOS)
 			if printDisk(t, r.lab.Machine(name).DiskPath("sda")) == before[name+"/sda"] {
 				t.Errorf("%s deployed but sda is unchanged", name)
@@ -156,7 +156,7 @@ func TestRestartMidDeploy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("caught %s deploying; at restart it is %s", caught, snap.Servers[caught].Lifecycle)
+	t.Logf("caught %s deploying; at restart it is %s", caught, record(snap, caught).Lifecycle)
 
 	snap = r.waitFor("counts met, nothing deploying or in flight", time.Minute, func(s state.Snapshot) bool {
 		for _, srv := range s.Servers {
@@ -167,7 +167,7 @@ func TestRestartMidDeploy(t *testing.T) {
 		}
 		return deployedBy(s, "hypervisor") == 2 && deployedBy(s, "storage") == 1
 	})
-	switch srv := snap.Servers[caught]; srv.Lifecycle {
+	switch srv := record(snap, caught); srv.Lifecycle {
 	case state.LifecycleDeployed:
 		r.waitMachine(r.lab.Machine(caught), sim.PhaseOS)
 	case state.LifecycleFailed:

@@ -51,7 +51,7 @@ func TestFirmwareBeforeDeploy(t *testing.T) {
 		t.Fatal(err)
 	}
 	for name, p := range pins {
-		srv := snap.Servers[name]
+		srv := record(snap, name)
 		fw := srv.Firmware
 		if fw == nil || fw.BIOS == nil {
 			t.Errorf("%s: no firmware read stored", name)
@@ -107,7 +107,7 @@ func TestFirmwareBeforeDeploy(t *testing.T) {
 			}
 		}
 	}
-	lenovo := snap.Servers["r1-n03"].Firmware
+	lenovo := record(snap, "r1-n03").Firmware
 	if len(lenovo.CreatedVolumes) != 1 || lenovo.CreatedVolumes[0] != "M.2/os" {
 		t.Errorf("r1-n03 created volumes %v, want M.2/os", lenovo.CreatedVolumes)
 	}

@@ -127,14 +127,14 @@ func TestHostLivenessFencingAndSelection(t *testing.T) {
 	})
 	snap, _ := r.run.Store.Snapshot()
 	for _, n := range []string{"c1", "c2"} {
-		if srv := snap.Servers[n]; srv.Lifecycle != state.LifecycleReady || srv.Allocation != nil {
+		if srv := record(snap, n); srv.Lifecycle != state.LifecycleReady || srv.Allocation != nil {
 			t.Errorf("%s (no GPU) is %s, allocation %+v; want ready and never allocated", n, srv.Lifecycle, srv.Allocation)
 		}
 	}
-	if l := snap.Servers["g1"].Hardware.Labels(); l["gpu.vendor"] != "nvidia" || l["cpu.vendor"] != "intel" || l["cpu.arch"] != "amd64" || l["memory.gib"] != "512" {
+	if l := record(snap, "g1").Hardware.Labels(); l["gpu.vendor"] != "nvidia" || l["cpu.vendor"] != "intel" || l["cpu.arch"] != "amd64" || l["memory.gib"] != "512" {
 		t.Errorf("g1 derived labels %v", l)
 	}
-	if l := snap.Servers["c1"].Hardware.Labels(); l["gpu.vendor"] != "" {
+	if l := record(snap, "c1").Hardware.Labels(); l["gpu.vendor"] != "" {
 		t.Errorf("c1 derived labels %v: the BMC's ASPEED VGA is not a GPU", l)
 	}
 	plan := r.run.Reconciler.LastPlan()

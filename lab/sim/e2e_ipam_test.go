@@ -50,7 +50,7 @@ func TestIPAMPoolAddressesInTheLab(t *testing.T) {
 			continue
 		}
 		added = append(added, name)
-		srv := snap.Servers[name]
+		srv := record(snap, name)
 		if len(srv.Addresses) != 1 || srv.Addresses[0].Subnet != "mgmt" || srv.Addresses[0].Interface != "uplink0" {
 			t.Fatalf("%s: addresses %+v, want one on mgmt for uplink0", name, srv.Addresses)
 		}

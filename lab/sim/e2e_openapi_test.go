@@ -254,7 +254,7 @@ func TestOpenAPIRoundTrip(t *testing.T) {
 	var deployed string
 	var ready []string
 	for _, n := range slices.Sorted(maps.Keys(snap.Servers)) {
-		switch s := snap.Servers[n]; {
+		switch s := record(snap, n); {
 		case s.Lifecycle == state.LifecycleDeployed:
 			deployed = n
 		case s.Lifecycle == state.LifecycleReady && s.Zone != "zone-a":

@@ -39,7 +39,7 @@ func pieceWave(t *testing.T, edit func(*sim.Machine)) (*rig, []string) {
 	r.commit("hypervisor count 6", func(dir string) { r.setCount(dir, "hypervisor", 6) })
 	snap := r.waitFor("six hypervisors deployed", 4*time.Minute, func(s state.Snapshot) bool { return deployedBy(s, "hypervisor") == 6 })
 	for _, name := range zoneA {
-		srv := snap.Servers[name]
+		srv := record(snap, name)
 		if srv.Lifecycle != state.LifecycleDeployed || srv.Deploy == nil || !srv.Deploy.Verified {
 			t.Errorf("%s: %s, deploy %+v; want deployed and verified", name, srv.Lifecycle, srv.Deploy)
 		}

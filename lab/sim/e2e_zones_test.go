@@ -196,8 +196,8 @@ func TestShardedGroups(t *testing.T) {
 		t.Fatal(err)
 	}
 	for name, s := range after.Servers {
-		if strings.HasPrefix(name, "r3-") && (s.Lifecycle != before.Servers[name].Lifecycle || s.InFlight != nil) {
-			t.Errorf("contested %s moved: %s → %s", name, before.Servers[name].Lifecycle, s.Lifecycle)
+		if strings.HasPrefix(name, "r3-") && (s.Lifecycle != record(before, name).Lifecycle || s.InFlight != nil) {
+			t.Errorf("contested %s moved: %s → %s", name, record(before, name).Lifecycle, s.Lifecycle)
 		}
 	}
 }

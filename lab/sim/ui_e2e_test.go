@@ -57,8 +57,8 @@ func TestBrowserAgainstController(t *testing.T) {
 
 	// Recommission a ready server and watch its row change without a reload.
 	const name = "r3-n02"
-	if snap.Servers[name].Lifecycle != state.LifecycleReady {
-		t.Fatalf("%s is %s, want ready", name, snap.Servers[name].Lifecycle)
+	if record(snap, name).Lifecycle != state.LifecycleReady {
+		t.Fatalf("%s is %s, want ready", name, record(snap, name).Lifecycle)
 	}
 	uitest.Eval[bool](t, ctx, `window.__marker = "same page"; window.__seen = [];
 	  { const cell = document.querySelector('#srv-`+name+` [data-field="lifecycle"]');
@@ -253,7 +253,7 @@ func TestBrowserAgainstController(t *testing.T) {
 	}
 	var victims []string
 	for _, n := range []string{"r1-n01", "r1-n02", "r1-n03", "r1-n04", "r1-n05", "r2-n01", "r2-n02", "r2-n03", "r2-n04", "r3-n01", "r3-n02"} {
-		if snap.Servers[n].Lifecycle == state.LifecycleReady && len(victims) < 6 {
+		if record(snap, n).Lifecycle == state.LifecycleReady && len(victims) < 6 {
 			victims = append(victims, n)
 		}
 	}
