@@ -42,6 +42,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"runtime/debug"
 	"runtime/pprof"
 	"strconv"
 	"strings"
@@ -64,7 +65,13 @@ func main() {
 	flag.StringVar(&outDir, "out", "", "keep each size's controller log, lab log and final /metrics in DIR/N/ (default: a new folder machina-scale-logs-* under $TMPDIR, kept and named on stdout)")
 	flag.DurationVar(&hold, "hold", 0, "after the counts are deployed, keep the lab and the controller running this long (joined hosts heartbeat meanwhile) before the warnings are counted")
 	flag.DurationVar(&heartbeat, "heartbeat", 0, "the controller's --heartbeat (0: its default, 30s)")
+	flag.StringVar(&labTmp, "labtmp", "/dev/shm", "put the simulated machines' folders (sysfs trees, disk files) in a new folder under DIR when DIR is a tmpfs with room for them, the rest of the lab and the controller's files staying on disk; empty (or no tmpfs there): beside the lab")
+	flag.IntVar(&labGOGC, "labgogc", 400, "this process's (the simulated lab's) GOGC, under a 4 GiB soft memory limit, unless the GOGC environment variable is set; 0 leaves Go's default (100)")
 	flag.Parse()
+	if labGOGC > 0 && os.Getenv("GOGC") == "" {
+		debug.SetGCPercent(labGOGC)
+		debug.SetMemoryLimit(4 << 30)
+	}
 	raiseFileLimit()
 	stopOnSignal(running, 10*time.Second, syscall.SIGINT, syscall.SIGTERM)
 	if outDir == "" {
@@ -117,6 +124,28 @@ var (
 	heartbeat, hold time.Duration
 )
 
+// labTmp is the -labtmp flag; labGOGC the -labgogc flag.
+var (
+	labTmp  string
+	labGOGC int
+)
+
+// labMachinesDir returns a new folder under -labtmp for n simulated
+// machines, or "" when -labtmp is empty, not a tmpfs, or has less room
+// than n machines' trees (about 200 KiB each) and the tenth of them
+// deployed (a 4 MiB image and its seed, 8 MiB counted) take there.
+func labMachinesDir(n int) (string, error) {
+	var st unix.Statfs_t
+	if labTmp == "" || unix.Statfs(labTmp, &st) != nil || st.Type != unix.TMPFS_MAGIC {
+		return "", nil
+	}
+	if need := uint64(n)*200<<10 + uint64(n/10+1)*8<<20; st.Bavail*uint64(st.Bsize) < need {
+		fmt.Fprintf(os.Stderr, "scale: lab machines on disk: %s has %d MiB free, %d servers need about %d\n", labTmp, st.Bavail*uint64(st.Bsize)>>20, n, need>>20)
+		return "", nil
+	}
+	return os.MkdirTemp(labTmp, "machina-scale-machines-")
+}
+
 // memLimit is the -memlimit flag: the controller's GOMEMLIMIT, or "".
 var memLimit string
 
@@ -146,6 +175,14 @@ func measure(n int, bin string, workers int, timeout time.Duration) (string, err
 	}
 	running.removeAtExit(dir)
 	defer func() { running.removed(dir); os.RemoveAll(dir) }()
+	machines, err := labMachinesDir(n)
+	if err != nil {
+		return "", err
+	}
+	if machines != "" {
+		running.removeAtExit(machines)
+		defer func() { running.removed(machines); os.RemoveAll(machines) }()
+	}
 	if cpuProfileDir != "" {
 		f, err := os.Create(filepath.Join(cpuProfileDir, fmt.Sprintf("lab-%d.pprof", n)))
 		if err != nil {
@@ -165,7 +202,7 @@ func measure(n int, bin string, workers int, timeout time.Duration) (string, err
 		return "", err
 	}
 	defer labLog.Close()
-	lab, err := sim.Start(ctx, sim.Config{Dir: filepath.Join(dir, "lab"), Servers: n, Logger: slog.New(slog.NewTextHandler(labLog, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+	lab, err := sim.Start(ctx, sim.Config{Dir: filepath.Join(dir, "lab"), MachinesDir: machines, Servers: n, Logger: slog.New(slog.NewTextHandler(labLog, &slog.HandlerOptions{Level: slog.LevelWarn}))})
 	if err != nil {
 		return "", err
 	}
