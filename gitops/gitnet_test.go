@@ -532,7 +532,9 @@ func TestSourceBackoffCap(t *testing.T) {
 // TestStatusPushDeadlineFollowsPackSize: a push over a slow uplink gets
 // Timeout plus its pack's size at MinPushRate, so a status commit larger
 // than Timeout's worth of upload still lands (with a fixed Timeout it
-// could never complete).
+// could never complete). Timeout also bounds the write's fetch of the
+// remote's tip (TLS and git-http-backend), so it is 4 s, not less: under
+// -race on a loaded 2-core host that fetch alone took more than 1 s.
 func TestStatusPushDeadlineFollowsPackSize(t *testing.T) {
 	e := newFaultEnv(t, "https")
 	snap := sampleSnapshot()
@@ -544,14 +546,17 @@ func TestStatusPushDeadlineFollowsPackSize(t *testing.T) {
 	}
 	var logs syncBuffer
 	w, err := NewStatusWriter(StatusConfig{Remote: e.remote, StateDir: t.TempDir(), Attempts: 1,
-		Timeout: time.Second, MinPushRate: 4 << 10, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+		Timeout: 4 * time.Second, MinPushRate: 2 << 10, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.proxy.upRate.Store(16 << 10)
+	// The pack takes about 11 s at upRate, well past Timeout; its deadline
+	// at MinPushRate (2 KiB/s) is about 48 s, four times the upload.
+	const upRate = 8 << 10 // bytes a second
+	e.proxy.upRate.Store(upRate)
 	res, err := w.Write(t.Context(), snap)
 	if err != nil {
-		t.Fatalf("Write of a large status over a 16 KiB/s uplink = %v", err)
+		t.Fatalf("Write of a large status over an 8 KiB/s uplink = %v", err)
 	}
 	l := logs.String()
 	i := strings.Index(l, "packBytes=")
@@ -560,11 +565,11 @@ func TestStatusPushDeadlineFollowsPackSize(t *testing.T) {
 	}
 	var n int
 	fmt.Sscanf(l[i+len("packBytes="):], "%d", &n)
-	if n < 48<<10 {
-		t.Fatalf("pack is %d bytes: too small to outlast Timeout at 16 KiB/s", n)
+	if n < 2*4*upRate {
+		t.Fatalf("pack is %d bytes: too small to outlast Timeout (4 s) twice over at 8 KiB/s", n)
 	}
 	if got := e.repo.remoteHead("main").String(); got != res.Commit {
 		t.Errorf("remote main = %s, want %s", got, res.Commit)
 	}
-	t.Logf("pushed %d bytes at 16 KiB/s with Timeout 1s: deadline %s", n, w.pushTimeout(n))
+	t.Logf("pushed %d bytes at 8 KiB/s with Timeout 4s: deadline %s", n, w.pushTimeout(n))
 }
