@@ -5,7 +5,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 
 	"github.com/machina-metal/machina/ramdisk/agent/agenttest"
 )
@@ -138,11 +137,4 @@ func macToInt(mac string) int64 {
 		}
 	}
 	return v
-}
-
-// isTmpfs reports whether dir is on a tmpfs (statfs(2)'s f_type
-// TMPFS_MAGIC, linux/magic.h).
-func isTmpfs(dir string) bool {
-	var st syscall.Statfs_t
-	return syscall.Statfs(dir, &st) == nil && st.Type == 0x01021994
 }

@@ -9,9 +9,10 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/machina-metal/machina/ramdisk/agent"
 )
@@ -55,8 +56,8 @@ func BenchmarkMachineDisk(b *testing.B) {
 
 // processCPU is the process's user and system CPU time so far.
 func processCPU() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+	var ru unix.Rusage
+	if err := unix.Getrusage(unix.RUSAGE_SELF, &ru); err != nil {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
@@ -106,4 +107,10 @@ func benchMachineStep(b *testing.B, step, dir string, i int, img []byte, sha str
 		}
 	}
 	return processCPU() - cpu0
+}
+
+// isTmpfs reports whether dir is on a tmpfs (statfs(2)'s f_type).
+func isTmpfs(dir string) bool {
+	var st unix.Statfs_t
+	return unix.Statfs(dir, &st) == nil && st.Type == unix.TMPFS_MAGIC
 }

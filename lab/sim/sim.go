@@ -182,10 +182,11 @@ func Start(ctx context.Context, cfg Config) (*Lab, error) {
 	return l, nil
 }
 
-// labSubdirs are the folders Start generates in Config.Dir; an earlier
+// labSubdirs are the folders Start generates in Config.Dir besides the
+// machines folder (Lab.machinesDir, which may be elsewhere); an earlier
 // lab's are removed first (their symlinked sysfs trees and disk files
 // cannot be written over).
-var labSubdirs = []string{"repo.git", "inventory", "mirror", "machines", "bmc-trees"}
+var labSubdirs = []string{"repo.git", "inventory", "mirror", "bmc-trees"}
 
 func (l *Lab) start() error {
 	if err := os.MkdirAll(l.cfg.Dir, 0o755); err != nil {
