@@ -55,15 +55,7 @@ func BenchmarkStatusCommit10k(b *testing.B) {
 // BenchmarkStatusSteady10k measures a write when nothing changed (render
 // and hash only, no commit): what a steady fleet costs each interval.
 func BenchmarkStatusSteady10k(b *testing.B) {
-	r := newTestRepo(b)
-	w, err := NewStatusWriter(StatusConfig{Remote: Remote{URL: r.url()}, StateDir: b.TempDir()})
-	if err != nil {
-		b.Fatal(err)
-	}
-	s := bigSnapshot(10000, "ready")
-	if _, err := w.Write(b.Context(), s); err != nil {
-		b.Fatal(err)
-	}
+	_, w, s := writtenStatus(b, 10000)
 	b.ReportAllocs()
 	for b.Loop() {
 		res, err := w.Write(b.Context(), s)
@@ -82,15 +74,7 @@ func BenchmarkStatusSteady10k(b *testing.B) {
 // commit every 30 s, the default Interval, all day) it is the history's
 // worst-case growth per day (docs/performance.md "Status history").
 func BenchmarkStatusGrowth10k(b *testing.B) {
-	r := newTestRepo(b)
-	w, err := NewStatusWriter(StatusConfig{Remote: Remote{URL: r.url()}, StateDir: b.TempDir()})
-	if err != nil {
-		b.Fatal(err)
-	}
-	s := bigSnapshot(10000, "ready")
-	if _, err := w.Write(b.Context(), s); err != nil {
-		b.Fatal(err)
-	}
+	r, w, s := writtenStatus(b, 10000)
 	gc := func() {
 		if out, err := exec.Command("git", "-C", r.bare, "repack", "-a", "-d", "-f", "-q").CombinedOutput(); err != nil {
 			b.Fatalf("git repack: %v\n%s", err, out)
@@ -148,15 +132,7 @@ func dirBytes(b *testing.B, dir string) int64 {
 // fleet in which 100 servers changed since the last write (a different
 // 100 each time, as during a rollout): render, build trees, push.
 func BenchmarkStatusFew10k(b *testing.B) {
-	r := newTestRepo(b)
-	w, err := NewStatusWriter(StatusConfig{Remote: Remote{URL: r.url()}, StateDir: b.TempDir()})
-	if err != nil {
-		b.Fatal(err)
-	}
-	s := bigSnapshot(10000, "ready")
-	if _, err := w.Write(b.Context(), s); err != nil {
-		b.Fatal(err)
-	}
+	_, w, s := writtenStatus(b, 10000)
 	b.ReportAllocs()
 	lifecycles := [2]string{"commissioning", "ready"}
 	i := 0
@@ -174,4 +150,19 @@ func BenchmarkStatusFew10k(b *testing.B) {
 		}
 		i++
 	}
+}
+
+// writtenStatus is a test remote, a status writer whose remote already
+// holds the status of n ready servers, and that snapshot.
+func writtenStatus(b *testing.B, n int) (*testRepo, *StatusWriter, Snapshot) {
+	r := newTestRepo(b)
+	w, err := NewStatusWriter(StatusConfig{Remote: Remote{URL: r.url()}, StateDir: b.TempDir()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	s := bigSnapshot(n, "ready")
+	if _, err := w.Write(b.Context(), s); err != nil {
+		b.Fatal(err)
+	}
+	return r, w, s
 }
