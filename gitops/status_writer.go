@@ -516,14 +516,12 @@ func (w *StatusWriter) render(s Snapshot) ([]renderedBlob, map[string]string) {
 	for _, e := range rerrs {
 		w.log.Warn("status entry skipped", "err", e)
 	}
-	blobs := make([]renderedBlob, len(files))
-	for i, f := range files {
-		h := f.hash
-		if h.IsZero() {
-			h = plumbing.ComputeHash(plumbing.BlobObject, f.data)
+	for i := range files {
+		if files[i].hash.IsZero() {
+			files[i].hash = plumbing.ComputeHash(plumbing.BlobObject, files[i].data)
 		}
-		blobs[i] = renderedBlob{path: f.path, data: f.data, hash: h}
 	}
+	blobs := files
 	lifecycles := make(map[string]string, len(s.Servers))
 	for _, sv := range s.Servers {
 		lifecycles[sv.Name] = orUnknown(sv.Lifecycle)
@@ -606,11 +604,8 @@ func (w *StatusWriter) noteSuccess(c plumbing.Hash, lifecycles map[string]string
 	}
 }
 
-type renderedBlob struct {
-	path string
-	data []byte
-	hash plumbing.Hash
-}
+// renderedBlob is a rendered status file with its blob id computed.
+type renderedBlob = statusFile
 
 // blobObject is a rendered file as a go-git blob without copying its
 // bytes (plumbing.MemoryObject would copy every file of the fleet once
@@ -673,7 +668,7 @@ func (w *StatusWriter) commit(base plumbing.Hash, exists bool, blobs []renderedB
 		if have[b.hash] {
 			continue
 		}
-		if _, err := pb.put(&blobObject{data: b.data, hash: b.hash}); err != nil {
+		if _, err := pb.put(&blobObject{data: b.bytes(), hash: b.hash}); err != nil {
 			return none, err
 		}
 	}
