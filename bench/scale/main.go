@@ -101,6 +101,11 @@ func main() {
 			fmt.Fprintln(os.Stderr, "scale: bad size", f)
 			os.Exit(2)
 		}
+		if err := checkFileLimit(n); err != nil {
+			fmt.Fprintf(os.Stderr, "scale: %d servers: %v\n", n, err)
+			failed = true
+			continue
+		}
 		_, err = measure(n, *bin, *workers, *timeout)
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "scale: %d servers: %v\n", n, err)
@@ -497,6 +502,35 @@ func raiseFileLimit() {
 		rl.Cur = rl.Max
 		_ = unix.Setrlimit(unix.RLIMIT_NOFILE, &rl)
 	}
+}
+
+// labFilesPerServer and labFilesSpare size checkFileLimit, a floor rather
+// than the peak: each simulated BMC holds one listening socket for the
+// whole run (lab/sim: one net.Listen per BMC, as each real BMC has its own
+// address); the spare covers the lab's other listeners and files and the
+// connections open at a time (the controller's --workers Redfish requests,
+// the machine agents' requests).
+const (
+	labFilesPerServer = 1
+	labFilesSpare     = 2000
+)
+
+// checkFileLimit fails before a run of n servers that this process's
+// RLIMIT_NOFILE (after raiseFileLimit) cannot hold: such a run used to
+// start, fill the lab's listeners until accept(2) failed with EMFILE ("too
+// many open files") and then time out. Raising the hard limit needs
+// CAP_SYS_RESOURCE (setrlimit(2)); a container without it keeps the
+// limit it was given.
+func checkFileLimit(n int) error {
+	var rl unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &rl); err != nil {
+		return fmt.Errorf("read RLIMIT_NOFILE: %w", err)
+	}
+	need := uint64(n)*labFilesPerServer + labFilesSpare
+	if rl.Cur < need {
+		return fmt.Errorf("the simulated lab needs about %d open files (%d a server and %d more) but RLIMIT_NOFILE is %d (hard %d) and could not be raised: run as root with CAP_SYS_RESOURCE, or raise the limit first (ulimit -Hn, systemd LimitNOFILE=, docker --ulimit nofile=)", need, labFilesPerServer, labFilesSpare, rl.Cur, rl.Max)
+	}
+	return nil
 }
 
 // metricValue is the value of the first sample of name (with or without

@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"golang.org/x/sys/unix"
 	"io"
 	"os"
 	"os/exec"
@@ -152,5 +153,28 @@ func TestMetricLabelled(t *testing.T) {
 		if got := metricLabelled(m, c.name, c.label); got != c.want {
 			t.Errorf("metricLabelled(%s, %s) = %v, want %v", c.name, c.label, got, c.want)
 		}
+	}
+}
+
+// TestCheckFileLimit: a size whose BMC listeners cannot fit this
+// process's RLIMIT_NOFILE is refused before it starts, naming the limit
+// and what is needed; one that fits is not.
+func TestCheckFileLimit(t *testing.T) {
+	var old unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &old); err != nil {
+		t.Fatal(err)
+	}
+	low := old
+	low.Cur = min(old.Cur, 4096)
+	if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &low); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = unix.Setrlimit(unix.RLIMIT_NOFILE, &old) })
+	if err := checkFileLimit(1000); err != nil {
+		t.Errorf("1,000 servers under %d open files: %v", low.Cur, err)
+	}
+	err := checkFileLimit(50000)
+	if err == nil || !strings.Contains(err.Error(), "needs about 52000 open files") || !strings.Contains(err.Error(), fmt.Sprintf("RLIMIT_NOFILE is %d", low.Cur)) {
+		t.Errorf("50,000 servers under %d open files: %v, want a refusal naming 52000 and the limit", low.Cur, err)
 	}
 }
