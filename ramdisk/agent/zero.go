@@ -34,7 +34,9 @@ type Zeroer interface {
 //     freed, reads return zeros and the size stays (man 2 fallocate; tmpfs,
 //     ext4, XFS and btrfs have it).
 //
-// A file system without hole punching (EOPNOTSUPP) or any other kind of
+// A file system without hole punching (EOPNOTSUPP), a device that refuses
+// the ioctl (EOPNOTSUPP, ENOTTY, EINVAL; EBUSY while another holder has it
+// exclusively and its cached pages cannot be dropped) or any other kind of
 // file is errors.ErrUnsupported, with nothing changed.
 type File struct{ *os.File }
 
@@ -88,7 +90,10 @@ func (f File) blkZeroOut(off, n int64) error {
 	lo, hi := (off+bs-1)/bs*bs, end/bs*bs
 	if hi > lo {
 		if err := rangeIoctl(f.File, unix.BLKZEROOUT, lo, hi-lo); err != nil {
-			if unsupported(err) {
+			// EBUSY: another holder has the device exclusively (an active
+			// volume group on a disk opened shared) and the kernel could
+			// not drop the range's cached pages; it zeroed nothing.
+			if unsupported(err) || errors.Is(err, unix.EBUSY) {
 				return fmt.Errorf("zero range: BLKZEROOUT: %w (%w)", errors.ErrUnsupported, err)
 			}
 			return fmt.Errorf("zero range: BLKZEROOUT at %d: %w", lo, err)
