@@ -31,8 +31,8 @@ type DeployResult struct {
 // placement) and fsyncs. The seed partition's range is zeroed through the
 // device's Zeroer where it has one (BLKZEROOUT on a block device, fallocate
 // punch-hole on a file; see [File]) and only the filesystem's non-zero
-// extents are written (FAT16.WriteTo), 3.5 KiB of its 8 MiB for a typical
-// seed; the disk then holds exactly MakeFAT16's bytes there.
+// extents are written (FAT16.WriteExtents), 3.5 KiB of its 8 MiB for a
+// typical seed; the disk then holds exactly MakeFAT16's bytes there.
 func Deploy(ctx context.Context, dev BlockDevice, diskSize int64, cfg DeployConfig) (DeployResult, error) {
 	var res DeployResult
 	log := cfg.Logger
@@ -63,7 +63,7 @@ func Deploy(ctx context.Context, dev BlockDevice, diskSize int64, cfg DeployConf
 	var written int64
 	off, err := addSeed(dev, diskSize, cfg.Write.SizeBytes, seed.SizeBytes, cfg.Seed.InstanceID, func(start int64) (err error) {
 		seed.SetHiddenSectors(uint32(start / 512))
-		zeroedBy, written, err = seed.WriteTo(dev, start)
+		zeroedBy, written, err = seed.WriteExtents(dev, start)
 		return err
 	})
 	if err != nil {

@@ -378,11 +378,11 @@ func (f *FAT16) Bytes() []byte {
 	return img
 }
 
-// WriteTo writes the filesystem at byte offset off of dev: it zeroes
+// WriteExtents writes the filesystem at byte offset off of dev: it zeroes
 // SizeBytes there (zeroOut: BLKZEROOUT or fallocate punch-hole where dev
 // has them, see [File]), then writes the extents. It returns how the range
 // was zeroed and the bytes of the extents written.
-func (f *FAT16) WriteTo(dev io.WriterAt, off int64) (zeroedBy string, written int64, err error) {
+func (f *FAT16) WriteExtents(dev io.WriterAt, off int64) (zeroedBy string, written int64, err error) {
 	if zeroedBy, err = zeroOut(dev, off, f.SizeBytes); err != nil {
 		return zeroedBy, 0, fmt.Errorf("write fat16: zero: %w", err)
 	}
