@@ -44,6 +44,18 @@
 // blkid (TestMakeFAT16ReadByMtools, which also builds it twice and compares
 // bytes) and by TestDeployReproducible (two deploys, identical disks).
 //
+// # Zeros the device makes
+//
+// Ranges that must read as zeros (old signatures, the seed partition's
+// free space) are not written with zeros where the target can zero them:
+// a block device takes the BLKZEROOUT ioctl (linux/fs.h; WRITE ZEROES on
+// the bus, or zero pages the kernel writes), a file takes fallocate(2)
+// FALLOC_FL_PUNCH_HOLE (see [File], [Zeroer]). Deploy writes the seed as
+// [NewFAT16]'s non-zero extents (about 4 KiB of its 8 MiB) over its
+// zeroed range; TestMakeFAT16Golden pins MakeFAT16's bytes to those of the
+// full-image builder before it, and TestDeploySeedEqualsFullImageWrite
+// compares whole disks against the full-image write.
+//
 // Static agent binary (CGO_ENABLED=0, -trimpath -ldflags "-s -w"), measured
 // when go-diskfs came in: 7,446,690 bytes before, 7,520,418 after (+72 KiB);
 // gzip -9: 3,074,667 → 3,103,637.

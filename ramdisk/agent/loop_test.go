@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -39,7 +40,7 @@ func TestDeployOnLoopDevice(t *testing.T) {
 	if size != 96<<20 {
 		t.Fatalf("loop size = %d", size)
 	}
-	_, err = Deploy(context.Background(), dev, size, DeployConfig{
+	res, err := Deploy(context.Background(), dev, size, DeployConfig{
 		Write:  WriteConfig{Open: FileOpener(img), SizeBytes: int64(len(img)), SHA256: sum(img), ReadBack: true},
 		Seed:   testSeed,
 		Logger: testLogger(t),
@@ -47,6 +48,13 @@ func TestDeployOnLoopDevice(t *testing.T) {
 	dev.Close()
 	if err != nil {
 		t.Fatalf("Deploy on %s: %v", loop, err)
+	}
+	// The seed's range (the old layout's bytes before) was zeroed with
+	// BLKZEROOUT and its extents written: it holds MakeFAT16's image.
+	seedFiles, _ := RenderSeed(testSeed)
+	full, _ := MakeFAT16(SeedSizeBytes, SeedLabel, uint32(res.SeedOffset/512), seedFiles)
+	if disk, _ := os.ReadFile(f.Name()); !bytes.Equal(disk[res.SeedOffset:res.SeedOffset+SeedSizeBytes], full) {
+		t.Errorf("seed region on %s differs from MakeFAT16's image", loop)
 	}
 	// Re-read the partition table the way the installed OS will see it.
 	run(t, "losetup", "-d", loop)

@@ -24,7 +24,8 @@ var (
 )
 
 // BlockDevice is what the disk code needs from a target: a file or a block
-// device opened read-write.
+// device opened read-write. It MAY also be a [Zeroer] (an *os.File is one,
+// as a [File]), which zeroes ranges without writing the zeros.
 type BlockDevice interface {
 	io.ReaderAt
 	io.WriterAt
@@ -109,7 +110,8 @@ func readPartTable(dev io.ReaderAt, diskSize int64) (partTable, error) {
 	return pt, nil
 }
 
-// zeroRange writes zeros over [off, off+n) clipped to [lo, hi).
+// zeroRange makes [off, off+n) clipped to [lo, hi) read as zeros
+// (zeroOut: the device's Zeroer, else written zeros).
 func zeroRange(dev io.WriterAt, off, n, lo, hi int64) error {
 	if off < lo {
 		n -= lo - off
@@ -118,19 +120,8 @@ func zeroRange(dev io.WriterAt, off, n, lo, hi int64) error {
 	if off+n > hi {
 		n = hi - off
 	}
-	if n <= 0 {
-		return nil
-	}
-	z := make([]byte, min(n, 1<<20))
-	for n > 0 {
-		c := min(n, int64(len(z)))
-		if _, err := dev.WriteAt(z[:c], off); err != nil {
-			return err
-		}
-		off += c
-		n -= c
-	}
-	return nil
+	_, err := zeroOut(dev, off, n)
+	return err
 }
 
 // WipeSignatures removes what could make a stale layout win over the new
@@ -168,6 +159,16 @@ func WipeSignatures(dev BlockDevice, diskSize, keepBelow int64) error {
 // deterministic (the ramdisk may not have entropy yet). Returns the
 // partition's byte offset.
 func AddSeedPartition(dev BlockDevice, diskSize, imageSize int64, fsImage []byte, guidSeed string) (int64, error) {
+	return addSeed(dev, diskSize, imageSize, int64(len(fsImage)), guidSeed, func(start int64) error {
+		_, err := dev.WriteAt(fsImage, start)
+		return err
+	})
+}
+
+// addSeed is AddSeedPartition for a filesystem of size bytes that
+// writeFS writes at start, once the start is known and before the table
+// describes it.
+func addSeed(dev BlockDevice, diskSize, imageSize, size int64, guidSeed string, writeFS func(start int64) error) (int64, error) {
 	const mib = 1 << 20
 	t, err := readPartTable(dev, diskSize)
 	if err != nil {
@@ -181,7 +182,7 @@ func AddSeedPartition(dev BlockDevice, diskSize, imageSize int64, fsImage []byte
 	if t.kind == "gpt" {
 		tail = ss + t.gptEntries
 	}
-	start := (diskSize - tail - int64(len(fsImage))) / mib * mib
+	start := (diskSize - tail - size) / mib * mib
 	used := imageSize
 	for _, p := range t.parts {
 		used = max(used, p[1])
@@ -190,15 +191,16 @@ func AddSeedPartition(dev BlockDevice, diskSize, imageSize int64, fsImage []byte
 		return 0, fmt.Errorf("add seed partition: %w: disk %d bytes, image uses %d", ErrNoRoomForSeed, diskSize, used)
 	}
 	if t.kind == "mbr" {
-		return start, addMBRSeed(dev, diskSize, t, start, fsImage)
+		return start, addMBRSeed(dev, diskSize, t, start, size, writeFS)
 	}
-	return start, addGPTSeed(dev, diskSize, t, start, used, fsImage, guidSeed)
+	return start, addGPTSeed(dev, diskSize, t, start, used, size, writeFS, guidSeed)
 }
 
-// addMBRSeed writes fsImage at start and describes it in the first free
-// primary slot (type 0x0E, FAT16 LBA; CHS fields "beyond 8 GiB").
-func addMBRSeed(dev BlockDevice, diskSize int64, t partTable, start int64, fsImage []byte) error {
-	startLBA, endLBA := start/512, (start+int64(len(fsImage)))/512-1
+// addMBRSeed writes the filesystem of size bytes at start (writeFS) and
+// describes it in the first free primary slot (type 0x0E, FAT16 LBA; CHS
+// fields "beyond 8 GiB").
+func addMBRSeed(dev BlockDevice, diskSize int64, t partTable, start, size int64, writeFS func(int64) error) error {
+	startLBA, endLBA := start/512, (start+size)/512-1
 	if endLBA >= 1<<32 {
 		return fmt.Errorf("add seed partition: %w: beyond 2 TiB on an MBR disk", ErrNoRoomForSeed)
 	}
@@ -206,7 +208,7 @@ func addMBRSeed(dev BlockDevice, diskSize int64, t partTable, start int64, fsIma
 	if slot < 0 {
 		return fmt.Errorf("add seed partition: %w: all four MBR slots used", ErrNoRoomForSeed)
 	}
-	if _, err := dev.WriteAt(fsImage, start); err != nil {
+	if err := writeFS(start); err != nil {
 		return fmt.Errorf("add seed partition: write filesystem: %w", err)
 	}
 	t.mbr.Partitions[slot] = &mbr.Partition{Index: slot + 1, Type: mbr.Fat16bLBA, Start: uint32(startLBA), Size: uint32(endLBA - startLBA + 1),
@@ -217,13 +219,13 @@ func addMBRSeed(dev BlockDevice, diskSize int64, t partTable, start int64, fsIma
 	return nil
 }
 
-// addGPTSeed writes fsImage at start, adds its "cidata" entry in the first
-// free slot, removes the image's stale backup header if it lies in the free
+// addGPTSeed writes the filesystem of size bytes at start (writeFS), adds
+// its "cidata" entry in the first free slot, removes the image's stale backup header if it lies in the free
 // gap (between used and start), and writes the table with its backup at the
 // disk's end.
-func addGPTSeed(dev BlockDevice, diskSize int64, t partTable, start, used int64, fsImage []byte, guidSeed string) error {
+func addGPTSeed(dev BlockDevice, diskSize int64, t partTable, start, used, size int64, writeFS func(int64) error, guidSeed string) error {
 	ss := t.sectorSize
-	startLBA, endLBA := start/ss, (start+int64(len(fsImage)))/ss-1
+	startLBA, endLBA := start/ss, (start+size)/ss-1
 	taken := map[int]bool{}
 	for _, p := range t.gpt.Partitions {
 		taken[p.Index] = true
@@ -238,7 +240,7 @@ func addGPTSeed(dev BlockDevice, diskSize int64, t partTable, start, used int64,
 	if index == 0 {
 		return fmt.Errorf("add seed partition: %w: gpt has no free entry", ErrNoRoomForSeed)
 	}
-	if _, err := dev.WriteAt(fsImage, start); err != nil {
+	if err := writeFS(start); err != nil {
 		return fmt.Errorf("add seed partition: write filesystem: %w", err)
 	}
 	g := sha256.Sum256([]byte("machina-seed:" + guidSeed))
@@ -246,7 +248,7 @@ func addGPTSeed(dev BlockDevice, diskSize int64, t partTable, start, used int64,
 	id[6] = id[6]&0x0F | 0x40 // RFC 9562 version 4 layout
 	id[8] = id[8]&0x3F | 0x80
 	t.gpt.Partitions = append(t.gpt.Partitions, &gpt.Partition{Index: index, Start: uint64(startLBA), End: uint64(endLBA),
-		Size: uint64(len(fsImage)), Type: gpt.MicrosoftBasicData, Name: "cidata", GUID: id.String()})
+		Size: uint64(size), Type: gpt.MicrosoftBasicData, Name: "cidata", GUID: id.String()})
 	oldAlt, err := gptAltLBA(dev, ss)
 	if err != nil {
 		return fmt.Errorf("add seed partition: %w", err)

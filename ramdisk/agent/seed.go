@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"regexp"
 	"sort"
 	"strings"
@@ -286,7 +287,45 @@ const fatDate = uint16((2026-1980)<<9 | 1<<5 | 1)
 // root directory under VFAT long names (Microsoft FAT specification 1.03:
 // BPB §3, FAT §4, directory entries §6, long names §7). hiddenSectors is the
 // partition's start LBA, recorded in the BPB. Cluster size is one sector.
+// It is [NewFAT16]'s extents laid over zeros.
 func MakeFAT16(size int64, label string, hiddenSectors uint32, files []SeedFile) ([]byte, error) {
+	fs, err := NewFAT16(size, label, hiddenSectors, files)
+	if err != nil {
+		return nil, err
+	}
+	return fs.Bytes(), nil
+}
+
+// Extent is a run of bytes at byte offset Off of an image or a device.
+type Extent struct {
+	Off  int64
+	Data []byte
+}
+
+// FAT16 is the filesystem MakeFAT16 builds, held as the extents that carry
+// its non-zero bytes: the boot sector with the BPB (FAT specification 1.03
+// §3), the used head of each of the two FATs (§4: the two reserved entries
+// and the files' cluster chains; the free entries after them are 0x0000),
+// the used head of the root directory (§6: the volume label, each file's
+// long-name and short entries; the free entries after them start with
+// 0x00, "free, and no allocated entry follows", §6.1) and the files'
+// clusters (§6.7: allocated from cluster 2 on, so one run). Everything
+// else is zero: the rest of the FATs and root directory, the files' last
+// cluster past their size, and the data area's free clusters, whose
+// content FAT never reads. The extents written over a zeroed range of
+// SizeBytes therefore equal MakeFAT16's image byte for byte, with a
+// fraction of its writes.
+type FAT16 struct {
+	// SizeBytes is the filesystem's size.
+	SizeBytes int64
+	// Extents are sector-aligned, disjoint and ascending; the first is
+	// the boot sector.
+	Extents []Extent
+}
+
+// NewFAT16 lays out the filesystem MakeFAT16(size, label, hiddenSectors,
+// files) builds, as its non-zero extents (see FAT16), with the same errors.
+func NewFAT16(size int64, label string, hiddenSectors uint32, files []SeedFile) (*FAT16, error) {
 	if size%fatSector != 0 || size < 4<<20 || size > 32<<20 {
 		return nil, fmt.Errorf("make fat16: size %d out of range", size)
 	}
@@ -299,45 +338,98 @@ func MakeFAT16(size int64, label string, hiddenSectors uint32, files []SeedFile)
 	if clusters < 4085 || clusters >= 65525 {
 		return nil, fmt.Errorf("make fat16: %d clusters not in FAT16 range", clusters)
 	}
-	img := make([]byte, size)
 	lbl := padName(strings.ToUpper(label), 11)
-	writeBootSector(img[:fatSector], total, fatSecs, hiddenSectors, lbl, volumeSerial(lbl, files))
+	bs := make([]byte, fatSector)
+	writeBootSector(bs, total, fatSecs, hiddenSectors, lbl, volumeSerial(lbl, files))
+	chains, root, data, err := fatFiles(lbl, files, clusters)
+	if err != nil {
+		return nil, fmt.Errorf("make fat16: %w", err)
+	}
+	fat := make([]byte, roundSector(2*len(chains)))
+	for i, v := range chains {
+		binary.LittleEndian.PutUint16(fat[2*i:], v)
+	}
+	fs := &FAT16{SizeBytes: size, Extents: []Extent{{Off: 0, Data: bs}}}
+	for k := 0; k < fatCount; k++ {
+		fs.Extents = append(fs.Extents, Extent{Off: int64(fatReserved+k*fatSecs) * fatSector, Data: fat})
+	}
+	rootOff := int64(fatReserved+fatCount*fatSecs) * fatSector
+	fs.Extents = append(fs.Extents, Extent{Off: rootOff, Data: root})
+	if len(data) > 0 {
+		fs.Extents = append(fs.Extents, Extent{Off: rootOff + int64(rootSecs)*fatSector, Data: data})
+	}
+	return fs, nil
+}
 
+// SetHiddenSectors records lba, the partition's start LBA, as the BPB's
+// hidden sectors (BPB_HiddSec, FAT specification 1.03 §3.1, bytes 28-31
+// of the boot sector), once the partition's place is known. The rest of
+// the filesystem does not depend on it.
+func (f *FAT16) SetHiddenSectors(lba uint32) {
+	binary.LittleEndian.PutUint32(f.Extents[0].Data[28:], lba)
+}
+
+// Bytes returns the whole image: the extents laid over SizeBytes of zeros.
+func (f *FAT16) Bytes() []byte {
+	img := make([]byte, f.SizeBytes)
+	for _, e := range f.Extents {
+		copy(img[e.Off:], e.Data)
+	}
+	return img
+}
+
+// WriteExtents writes the filesystem at byte offset off of dev: it zeroes
+// SizeBytes there (zeroOut: BLKZEROOUT or fallocate punch-hole where dev
+// has them, see [File]), then writes the extents. It returns how the range
+// was zeroed and the bytes of the extents written.
+func (f *FAT16) WriteExtents(dev io.WriterAt, off int64) (zeroedBy string, written int64, err error) {
+	if zeroedBy, err = zeroOut(dev, off, f.SizeBytes); err != nil {
+		return zeroedBy, 0, fmt.Errorf("write fat16: zero: %w", err)
+	}
+	for _, e := range f.Extents {
+		if _, err := dev.WriteAt(e.Data, off+e.Off); err != nil {
+			return zeroedBy, written, fmt.Errorf("write fat16: at %d: %w", off+e.Off, err)
+		}
+		written += int64(len(e.Data))
+	}
+	return zeroedBy, written, nil
+}
+
+// roundSector rounds n bytes up to whole sectors.
+func roundSector(n int) int { return (n + fatSector - 1) / fatSector * fatSector }
+
+// fatFiles allocates files (in order, from cluster 2) in a volume of
+// clusters clusters labelled lbl and returns the used head of the FAT
+// (entries 0 and 1, then every allocated cluster's entry), the used head
+// of the root directory (sector-rounded) and the files' clusters.
+// ErrSeedInvalid when they do not fit.
+func fatFiles(lbl []byte, files []SeedFile, clusters int) (chains []uint16, root, data []byte, err error) {
 	le := binary.LittleEndian
-	fat := make([]uint16, clusters+2)
-	fat[0], fat[1] = 0xFFF8, 0xFFFF
-	dataStart := (fatReserved + fatCount*fatSecs + rootSecs) * fatSector
-	root := img[(fatReserved+fatCount*fatSecs)*fatSector : dataStart]
-	var ents [][]byte
+	chains = []uint16{0xFFF8, 0xFFFF}
 	vol := make([]byte, 32)
 	copy(vol, lbl)
 	vol[11] = 0x08
 	le.PutUint16(vol[24:], fatDate)
-	ents = append(ents, vol)
-	next := 2
+	ents := [][]byte{vol}
 	used := map[string]bool{}
 	for _, f := range files {
 		if f.Name == "" || len(f.Name) > 64 || strings.ContainsAny(f.Name, "/\\:*?\"<>|") {
-			return nil, fmt.Errorf("make fat16: bad file name %q", f.Name)
+			return nil, nil, nil, fmt.Errorf("bad file name %q", f.Name)
 		}
 		short := shortName(f.Name, used)
 		n := (len(f.Data) + fatSector - 1) / fatSector
 		first := 0
 		if n > 0 {
-			if next+n > len(fat) {
-				return nil, fmt.Errorf("make fat16: %w: files do not fit in %d bytes", ErrSeedInvalid, size)
+			if len(chains)+n > clusters+2 {
+				return nil, nil, nil, fmt.Errorf("%w: files do not fit in %d clusters", ErrSeedInvalid, clusters)
 			}
-			first = next
-			for i := 0; i < n; i++ {
-				c := next + i
-				if i == n-1 {
-					fat[c] = 0xFFFF
-				} else {
-					fat[c] = uint16(c + 1)
-				}
+			first = len(chains)
+			for c := first + 1; c < first+n; c++ {
+				chains = append(chains, uint16(c))
 			}
-			copy(img[dataStart+(first-2)*fatSector:], f.Data)
-			next += n
+			chains = append(chains, 0xFFFF)
+			data = append(data, f.Data...)
+			data = append(data, make([]byte, n*fatSector-len(f.Data))...)
 		}
 		ents = append(ents, lfnEntries(f.Name, short)...)
 		e := make([]byte, 32)
@@ -351,18 +443,13 @@ func MakeFAT16(size int64, label string, hiddenSectors uint32, files []SeedFile)
 		ents = append(ents, e)
 	}
 	if len(ents) > fatRootEntries {
-		return nil, fmt.Errorf("make fat16: too many root entries")
+		return nil, nil, nil, fmt.Errorf("too many root entries")
 	}
+	root = make([]byte, roundSector(32*len(ents)))
 	for i, e := range ents {
 		copy(root[i*32:], e)
 	}
-	for k := 0; k < fatCount; k++ {
-		off := (fatReserved + k*fatSecs) * fatSector
-		for i, v := range fat {
-			le.PutUint16(img[off+2*i:], v)
-		}
-	}
-	return img, nil
+	return chains, root, data, nil
 }
 
 // fatLayout returns the sectors of one FAT and the cluster count for a

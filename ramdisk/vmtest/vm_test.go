@@ -20,6 +20,7 @@ import (
 
 	v1 "github.com/machina-metal/machina/api/v1"
 	"github.com/machina-metal/machina/internal/peertest"
+	"github.com/machina-metal/machina/ramdisk/agent"
 	"github.com/machina-metal/machina/ramdisk/agent/agenttest"
 )
 
@@ -176,15 +177,28 @@ func TestRamdiskCommissionAndDeployInQemu(t *testing.T) {
 		t.Logf("serial:\n%s", serial)
 	}
 
-	// 2. deploy: a 64 MiB GPT image (ESP + root), random root content
+	// 2. deploy: a 64 MiB GPT image (ESP + root), random root content, onto
+	// a disk whose last 16 MiB hold an old tenant's bytes (where the seed
+	// goes: the agent zeroes its range with BLKZEROOUT on the virtio disk
+	// and writes only the filesystem's non-zero extents).
+	df, err := os.OpenFile(disk, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	junk := bytes.Repeat([]byte{0xA5}, 16<<20)
+	if _, err := df.WriteAt(junk, diskSize-int64(len(junk))); err != nil {
+		t.Fatalf("write old bytes: %v", err)
+	}
+	df.Close()
 	img := gptImage(t, dir, 64<<20)
 	sum := sha256.Sum256(img)
+	seed := v1.Seed{
+		InstanceID: "i-vm0-1", Hostname: "vm0",
+		SSHKeys: []string{"ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGkUjIg1YmN3qkI3QVh2dGZ1bHd0cWZ6eHJ0a2Z4 ops@lab"},
+	}
 	ctl2, port2 := controller(t, agenttest.ControllerConfig{
 		DeployToken: "deploy-tok-1", Image: img,
-		Plan: v1.Plan{ReadBack: true, Seed: v1.Seed{
-			InstanceID: "i-vm0-1", Hostname: "vm0",
-			SSHKeys: []string{"ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGkUjIg1YmN3qkI3QVh2dGZ1bHd0cWZ6eHJ0a2Z4 ops@lab"},
-		}},
+		Plan: v1.Plan{ReadBack: true, Seed: seed},
 	})
 	ctl2.SetBaseURL("http://10.0.2.100:8080")
 	serial = bootVM(t, kernel, initrd, disk, port2, "machina.mode=deploy machina.token=deploy-tok-1", vmOpts{})
@@ -211,6 +225,23 @@ func TestRamdiskCommissionAndDeployInQemu(t *testing.T) {
 	ud, err := exec.Command("mtype", "-i", fmt.Sprintf("%s@@%d", disk, off), "::user-data").Output()
 	if err != nil || !strings.Contains(string(ud), "ssh_pwauth: false") || !strings.Contains(string(ud), "ops@lab") {
 		t.Errorf("user-data: %v\n%s", err, ud)
+	}
+	// The seed region is exactly the full FAT16 image MakeFAT16 builds.
+	seedFiles, err := agent.RenderSeed(seed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	full, err := agent.MakeFAT16(agent.SeedSizeBytes, agent.SeedLabel, uint32(off/512), seedFiles)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got[off:off+agent.SeedSizeBytes], full) {
+		t.Errorf("seed region at %d differs from MakeFAT16's image", off)
+	}
+	if l := lineWith(serial, "seed written"); !strings.Contains(l, "zeroedBy=BLKZEROOUT") {
+		t.Errorf("seed not zeroed with BLKZEROOUT on the virtio disk: %q", l)
+	} else {
+		t.Logf("seed: %s", l)
 	}
 	if m := regexp.MustCompile(`writeMBps=([0-9.]+)`).FindStringSubmatch(serial); m != nil {
 		t.Logf("deploy write throughput in VM: %s MB/s; agent log: %s", m[1], lineWith(serial, "deploy written"))
