@@ -45,7 +45,7 @@ func (d *Driver) SetBootOverride(ctx context.Context, o bmc.BootOverride) (err e
 	if !ok {
 		return fmt.Errorf("redfish: set boot override: unknown device %q", o.Device)
 	}
-	sp, sys, err := d.system(ctx, "set boot override")
+	sp, sys, err := d.sysState(ctx, "set boot override", readShared)
 	if err != nil {
 		return err
 	}
@@ -94,7 +94,7 @@ func (d *Driver) SetBootOverride(ctx context.Context, o bmc.BootOverride) (err e
 	d.cfg.Logger.Info("redfish set boot override", "target", target, "enabled", enabled, "mode", props["BootSourceOverrideMode"])
 	perr := d.patch(ctx, "set boot override", patchPath, map[string]any{"Boot": props})
 	// Read back: the System is the truth, whatever the PATCH answered.
-	_, sys, err = d.system(ctx, "set boot override: read back")
+	_, sys, err = d.sysState(ctx, "set boot override: read back", readFresh)
 	if err != nil {
 		return errors.Join(perr, err)
 	}
@@ -263,7 +263,7 @@ func extendedError(bmcName, op string, r *response) error {
 func (d *Driver) BootOverride(ctx context.Context) (_ bmc.BootOverride, err error) {
 	defer func() { err = bmc.WithBMC(d.cfg.Endpoint, err) }()
 	d.conn.beginOp()
-	_, sys, err := d.system(ctx, "read boot override")
+	_, sys, err := d.sysState(ctx, "read boot override", readFresh)
 	if err != nil {
 		return bmc.BootOverride{}, err
 	}

@@ -406,6 +406,11 @@ type reqOpts struct {
 // power action) share a decode, and a fleet of idle cached drivers holds
 // no decoded Systems (about 80 KB each for iDRAC 9).
 type bodyCache struct {
+	// project, when set, decodes an answer in place of decodeObject
+	// (projectSystem: only the properties the power and boot override
+	// paths read).
+	project func([]byte) map[string]any
+
 	mu   sync.Mutex
 	last weak.Pointer[keptBody]
 }
@@ -425,7 +430,11 @@ func (c *bodyCache) decode(raw []byte) map[string]any {
 	if k != nil && bytes.Equal(k.raw, raw) {
 		return k.body
 	}
-	m := decodeObject(raw)
+	dec := decodeObject
+	if c.project != nil {
+		dec = c.project
+	}
+	m := dec(raw)
 	if m != nil {
 		c.mu.Lock()
 		c.last = weak.Make(&keptBody{raw: raw, body: m})
@@ -443,11 +452,49 @@ func decodeObject(raw []byte) map[string]any {
 	return m
 }
 
+// stateProps are the ComputerSystem properties the boot override and
+// power paths read (Driver.sysState): Boot (the override, its
+// @Redfish.AllowableValues), @Redfish.Settings (a settings object to
+// PATCH), Actions (#ComputerSystem.Reset), PowerState, LastResetTime and
+// BootProgress (reset evidence) and Manufacturer (the quirk row).
+var stateProps = [...]string{"Boot", "@Redfish.Settings", "Actions", "PowerState", "LastResetTime", "BootProgress", "Manufacturer"}
+
+// projectSystem decodes raw as a JSON object keeping only stateProps,
+// each decoded as decodeObject would (so the tolerant accessors read
+// them alike, and a property of the wrong type still reads as unknown);
+// nil when raw is not a JSON object. The rest of the System (a vendor's
+// Oem sections: most of iDRAC 9's 15 KB) is scanned but not decoded
+// into maps, which is what made a generic decode the driver's largest
+// CPU cost. Keys match exactly, as in a map decode.
+func projectSystem(raw []byte) map[string]any {
+	var top map[string]json.RawMessage
+	if json.Unmarshal(raw, &top) != nil || top == nil {
+		return nil
+	}
+	out := make(map[string]any, len(stateProps))
+	for _, k := range stateProps {
+		r, ok := top[k]
+		if !ok {
+			continue
+		}
+		var v any
+		if json.Unmarshal(r, &v) == nil {
+			out[k] = v
+		}
+	}
+	return out
+}
+
 // do sends one request with retries: 503/502/504 answers (honouring
 // Retry-After) and, unless o.once, connection errors and timeouts are
 // retried with exponential backoff and jitter; a 401 re-creates the session
 // once. Non-2xx answers become *bmc.BMCError.
 func (c *conn) do(ctx context.Context, op, method, path string, body any, o reqOpts) (*response, error) {
+	if method != http.MethodGet {
+		// A write may change the System: no read from before it may
+		// choose a request after it (bmc.ShareReads).
+		bmc.SharedReads(ctx).Forget(c)
+	}
 	var lastErr error
 	relogged := false
 	for attempt := 0; attempt <= c.cfg.Retries; attempt++ {

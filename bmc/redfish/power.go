@@ -87,7 +87,7 @@ func (d *Driver) Power(ctx context.Context, a bmc.PowerAction) (err error) {
 	if _, err := bmc.ParsePowerAction(string(a)); err != nil {
 		return err
 	}
-	_, sys, err := d.system(ctx, "power "+string(a))
+	_, sys, err := d.sysState(ctx, "power "+string(a), readShared)
 	if err != nil {
 		return err
 	}
@@ -178,7 +178,7 @@ func resetMarks(sys map[string]any) marks {
 func (d *Driver) LastReset(ctx context.Context) (ps bmc.PowerState, last time.Time, ok bool, err error) {
 	defer func() { err = bmc.WithBMC(d.cfg.Endpoint, err) }()
 	d.conn.beginOp()
-	_, sys, err := d.system(ctx, "read last reset time")
+	_, sys, err := d.sysState(ctx, "read last reset time", readFresh)
 	if err != nil {
 		return bmc.PowerUnknown, time.Time{}, false, err
 	}
@@ -237,7 +237,7 @@ func (d *Driver) verifyReset(ctx context.Context, a bmc.PowerAction, before mark
 	wctx, cancel := context.WithTimeout(ctx, d.cfg.ResetEvidenceTimeout)
 	defer cancel()
 	for {
-		_, sys, err := d.system(wctx, "power "+string(a)+": verify")
+		_, sys, err := d.sysState(wctx, "power "+string(a)+": verify", readFresh)
 		if err == nil {
 			now := resetMarks(sys)
 			switch {
@@ -298,7 +298,7 @@ func (d *Driver) resetTo(ctx context.Context, ra resetAction, cands []schemas.Re
 				return err
 			}
 			// The answer was lost: the BMC may have acted. Re-read first.
-			ps, perr := d.powerState(ctx)
+			ps, perr := d.powerState(ctx, readFresh)
 			if perr == nil && ps == want {
 				return nil
 			}
@@ -352,7 +352,7 @@ func (d *Driver) waitPower(ctx context.Context, want bmc.PowerState, wait time.D
 	var lastOK time.Time // when the BMC last answered a read
 	var lastErr error    // the newest read's error; nil when it answered
 	for {
-		_, sys, err := d.system(ctx, "power state")
+		_, sys, err := d.sysState(ctx, "power state", readFresh)
 		if err == nil || ctx.Err() == nil {
 			// A read cut short by the wait's own limit says nothing
 			// about the BMC: keep the previous read's outcome.

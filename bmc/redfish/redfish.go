@@ -169,6 +169,7 @@ type Driver struct {
 	regs     map[string]*bmc.BIOSRegistry // attribute registries by name (nil: unreadable)
 
 	sysBody bodyCache // the selected System's last answer and its decode
+	sysProj bodyCache // the same for the projection sysState reads
 }
 
 var (
@@ -183,7 +184,7 @@ func New(cfg Config) (*Driver, error) {
 		return nil, err
 	}
 	cfg.Logger = cfg.Logger.With("bmc", cfg.Endpoint)
-	d := &Driver{cfg: cfg}
+	d := &Driver{cfg: cfg, sysProj: bodyCache{project: projectSystem}}
 	d.conn = newConn(&d.cfg)
 	return d, nil
 }
@@ -271,6 +272,59 @@ func (d *Driver) system(ctx context.Context, op string) (string, map[string]any,
 	return sp, sys, nil
 }
 
+// sysRead says whether a read of the System may be answered from the
+// operation's shared answer (bmc.ShareReads).
+type sysRead int
+
+const (
+	// readFresh asks the BMC: the read verifies (a read-back after a
+	// PATCH, a power poll after a reset, a caller's own read).
+	readFresh sysRead = iota
+	// readShared may take the newest System answer of the same
+	// bmc.ShareReads operation, when no write was sent since: the read
+	// only chooses the next request.
+	readShared
+)
+
+// sharedSys is a System answer kept in a bmc.ReadScope under the conn.
+type sharedSys struct {
+	path string
+	sys  map[string]any
+}
+
+// sysState reads the selected System for the boot override and power
+// paths: only the properties they use (projectSystem, stateProps), which
+// decodes several times faster than the whole System; the first read of
+// a driver resolves the System (system) and returns it whole. With
+// readShared and a bmc.ShareReads context it returns the operation's
+// newest answer instead when there is one (no request sent). Every answer
+// read is kept in the scope for the next readShared. The returned map
+// must not be modified.
+func (d *Driver) sysState(ctx context.Context, op string, how sysRead) (string, map[string]any, error) {
+	scope := bmc.SharedReads(ctx)
+	if how == readShared {
+		if v, ok := scope.Load(d.conn); ok {
+			s := v.(sharedSys)
+			return s.path, s.sys, nil
+		}
+	}
+	d.mu.Lock()
+	resolved, sp := d.resolved, d.sysPath
+	d.mu.Unlock()
+	var sys map[string]any
+	var err error
+	if resolved {
+		sys, err = d.getWith(ctx, op, sp, reqOpts{reuse: &d.sysProj})
+	} else {
+		sp, sys, err = d.system(ctx, op)
+	}
+	if err != nil {
+		return "", nil, err
+	}
+	scope.Store(d.conn, sharedSys{path: sp, sys: sys})
+	return sp, sys, nil
+}
+
 func (d *Driver) q() Quirk {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -278,15 +332,18 @@ func (d *Driver) q() Quirk {
 }
 
 // PowerState reads ComputerSystem.PowerState. "PoweringOn"/"PoweringOff"
-// and unknown values read as bmc.PowerUnknown.
+// and unknown values read as bmc.PowerUnknown. Under bmc.ShareReads it
+// is the operation's newest System answer when no write was sent since
+// (a netboot's boot override read-back already says whether to power on
+// or reset): no request is sent.
 func (d *Driver) PowerState(ctx context.Context) (_ bmc.PowerState, err error) {
 	defer func() { err = bmc.WithBMC(d.cfg.Endpoint, err) }()
 	d.conn.beginOp()
-	return d.powerState(ctx)
+	return d.powerState(ctx, readShared)
 }
 
-func (d *Driver) powerState(ctx context.Context) (bmc.PowerState, error) {
-	_, sys, err := d.system(ctx, "power state")
+func (d *Driver) powerState(ctx context.Context, how sysRead) (bmc.PowerState, error) {
+	_, sys, err := d.sysState(ctx, "power state", how)
 	if err != nil {
 		return bmc.PowerUnknown, err
 	}
