@@ -221,11 +221,17 @@ func (d *Driver) getWith(ctx context.Context, op, p string, o reqOpts) (map[stri
 // an answer equal byte for byte to the last one is not decoded again
 // (bodyCache), so the returned map must not be modified.
 func (d *Driver) system(ctx context.Context, op string) (string, map[string]any, error) {
+	return d.readSystem(ctx, op, &d.sysBody)
+}
+
+// readSystem is system decoding the System through cache (d.sysBody: the
+// whole System; d.sysProj: the projection sysState reads).
+func (d *Driver) readSystem(ctx context.Context, op string, cache *bodyCache) (string, map[string]any, error) {
 	d.mu.Lock()
 	resolved, sp := d.resolved, d.sysPath
 	d.mu.Unlock()
 	if resolved {
-		sys, err := d.getWith(ctx, op, sp, reqOpts{reuse: &d.sysBody})
+		sys, err := d.getWith(ctx, op, sp, reqOpts{reuse: cache})
 		return sp, sys, err
 	}
 	root, err := d.get(ctx, op, "/redfish/v1")
@@ -260,7 +266,7 @@ func (d *Driver) system(ctx context.Context, op string) (string, map[string]any,
 	default:
 		return "", nil, fmt.Errorf("redfish: %s: %d systems: %w", op, len(ms), ErrAmbiguousSystem)
 	}
-	sys, err := d.getWith(ctx, op, sp, reqOpts{reuse: &d.sysBody})
+	sys, err := d.getWith(ctx, op, sp, reqOpts{reuse: cache})
 	if err != nil {
 		return "", nil, err
 	}
@@ -294,8 +300,8 @@ type sharedSys struct {
 
 // sysState reads the selected System for the boot override and power
 // paths: only the properties they use (projectSystem, stateProps), which
-// decodes several times faster than the whole System; the first read of
-// a driver resolves the System (system) and returns it whole. With
+// decodes several times faster than the whole System (a driver's first
+// read also selects the System, as system does). With
 // readShared and a bmc.ShareReads context it returns the operation's
 // newest answer instead when there is one (no request sent). Every answer
 // read is kept in the scope for the next readShared. The returned map
@@ -308,16 +314,7 @@ func (d *Driver) sysState(ctx context.Context, op string, how sysRead) (string, 
 			return s.path, s.sys, nil
 		}
 	}
-	d.mu.Lock()
-	resolved, sp := d.resolved, d.sysPath
-	d.mu.Unlock()
-	var sys map[string]any
-	var err error
-	if resolved {
-		sys, err = d.getWith(ctx, op, sp, reqOpts{reuse: &d.sysProj})
-	} else {
-		sp, sys, err = d.system(ctx, op)
-	}
+	sp, sys, err := d.readSystem(ctx, op, &d.sysProj)
 	if err != nil {
 		return "", nil, err
 	}

@@ -174,8 +174,8 @@ func TestSystemDecodeReleasedByGC(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = d.Close(context.Background()) })
-	// PowerState reads the projection (sysProj); a driver's first read
-	// resolves the System and decodes it whole (sysBody).
+	// PowerState reads the projection (sysProj); the second read finds
+	// the first one's kept.
 	kept := func() *keptBody {
 		d.sysProj.mu.Lock()
 		defer d.sysProj.mu.Unlock()
