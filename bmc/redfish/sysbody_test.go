@@ -6,6 +6,8 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"reflect"
 	"runtime"
 	"runtime/debug"
@@ -221,4 +223,69 @@ func offSim(t *testing.T, name string) *httptest.Server {
 	ts := httptest.NewServer(sim)
 	t.Cleanup(ts.Close)
 	return ts
+}
+
+// BenchmarkSystemDecode decodes Dell iDRAC 9's ComputerSystem (15.6 KB,
+// as the fixture tree holds it) whole (decodeObject: what every System
+// read cost before the power and boot paths read the projection) and as
+// the projection they read (projectSystem).
+func BenchmarkSystemDecode(b *testing.B) {
+	dir, err := bmcsim.TreeDir("", "dell-poweredge-r750-idrac9")
+	if err != nil {
+		b.Fatal(err)
+	}
+	raw, err := os.ReadFile(filepath.Join(dir, "redfish", "v1", "Systems", "System.Embedded.1", "index.json"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, c := range []struct {
+		name string
+		dec  func([]byte) map[string]any
+	}{{"whole", decodeObject}, {"projection", projectSystem}} {
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			b.SetBytes(int64(len(raw)))
+			for b.Loop() {
+				if c.dec(raw) == nil {
+					b.Fatal("not an object")
+				}
+			}
+		})
+	}
+}
+
+// TestProjectionMatchesWholeDecode: over every vendor tree's System, the
+// projection holds exactly the stateProps the whole decode has, with
+// equal values.
+func TestProjectionMatchesWholeDecode(t *testing.T) {
+	for _, name := range []string{"dmtf-public-rackmount1", "dell-poweredge-r750-idrac9", "hpe-proliant-dl385gen10plusv2-ilo5",
+		"lenovo-thinksystem-sr670v2-xcc", "supermicro-sys821ge-tnhr-x13", "openbmc-bmcweb-stock"} {
+		dir, err := bmcsim.TreeDir("", name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		paths, _ := filepath.Glob(filepath.Join(dir, "redfish", "v1", "Systems", "*", "index.json"))
+		if len(paths) == 0 {
+			t.Fatalf("%s: no System", name)
+		}
+		for _, p := range paths {
+			raw, err := os.ReadFile(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			whole, proj := decodeObject(raw), projectSystem(raw)
+			want := map[string]any{}
+			for _, k := range stateProps {
+				if v, ok := whole[k]; ok {
+					want[k] = v
+				}
+			}
+			if !reflect.DeepEqual(proj, want) {
+				t.Errorf("%s: projection differs from the whole decode's %v", p, stateProps)
+			}
+			if _, ok := proj["Boot"]; !ok {
+				t.Errorf("%s: no Boot in the projection", p)
+			}
+		}
+	}
 }
