@@ -81,6 +81,21 @@ func (ra resetAction) choose(cands []schemas.ResetType) []string {
 // on. After a command it polls PowerState until it matches or
 // Config.PowerTimeout passes (bmc.ErrTimeout). A reset whose answer was lost
 // is never repeated without re-reading PowerState.
+//
+// Requests, and the BMC behaviour each is for:
+//   - GET System first: the power state (idempotency: nothing is sent to
+//     a machine already there), the Reset target and its allowed
+//     ResetTypes, and LastResetTime/BootProgress before the reset (reset
+//     evidence). Under bmc.ShareReads it may be the operation's newest
+//     System answer when nothing was written since (a netboot's override
+//     read-back), as it only chooses the reset.
+//   - GET @Redfish.ActionInfo when the allowed types are not inline
+//     (OpenBMC bmcweb, Supermicro X13).
+//   - POST ComputerSystem.Reset, once per type the BMC accepts.
+//   - GET System polls after it, always from the BMC: BMCs read
+//     PoweringOn/Off or the old state for seconds after accepting a
+//     reset (iDRAC 9, iLO 5, bmcweb), and a reset of a running machine
+//     is proved only by a dip to Off or moved reset marks.
 func (d *Driver) Power(ctx context.Context, a bmc.PowerAction) (err error) {
 	defer func() { err = bmc.WithBMC(d.cfg.Endpoint, err) }()
 	d.conn.beginOp()
