@@ -299,9 +299,9 @@ type sharedSys struct {
 }
 
 // sysState reads the selected System for the boot override and power
-// paths: only the properties they use (projectSystem, stateProps), which
-// decodes several times faster than the whole System (a driver's first
-// read also selects the System, as system does). With
+// paths: only the properties they use (projectSystem, stateProps: iDRAC
+// 9's System in 0.46x the time and 1/8 the bytes of a whole decode; a
+// driver's first read also selects the System, as system does). With
 // readShared and a bmc.ShareReads context it returns the operation's
 // newest answer instead when there is one (no request sent). Every answer
 // read is kept in the scope for the next readShared. The returned map
