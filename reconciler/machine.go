@@ -102,7 +102,14 @@ func (x *stepCtx) secureBoot() bool {
 // consumed. A machine that then never reports is network-booted again by
 // the plan's silent-machine rule, as a new journal entry. Off means the
 // earlier action did not take: the netboot runs as new.
+//
+// The steps run as one bmc.ShareReads operation: a driver that shares
+// reads (Redfish) answers the power read that picks on or reset, and the
+// power action's own first read, from the boot override's read-back
+// instead of asking the BMC twice more; every read that verifies still
+// asks it.
 func (m *bmcMachine) Netboot(ctx context.Context) error {
+	ctx = bmc.ShareReads(ctx)
 	drv, log := m.drv, m.log
 	if f := m.obs.InFlight; f != nil && !f.PowerSent.IsZero() {
 		ps, err := drv.PowerState(ctx)
@@ -433,7 +440,10 @@ func (m *bmcMachine) offAndReadBack(ctx context.Context, dev bmc.BootDevice) err
 // apply it), then a power-on when the server is deployed: it boots its
 // disk; any other server stays off, as its agent powers it off after a
 // commissioning report or a wipe.
+//
+// It runs as one bmc.ShareReads operation (see Netboot).
 func (m *bmcMachine) BootDisk(ctx context.Context) error {
+	ctx = bmc.ShareReads(ctx)
 	drv, mode, log := m.drv, m.mode, m.log
 	want := bmc.BootOverride{Device: bmc.BootDisk, Persistent: true, Mode: mode}
 	err := drv.SetBootOverride(ctx, want)

@@ -38,6 +38,23 @@ var bootModes = map[bmc.BootMode]string{
 // override the BMC did not honour (read back Continuous, or its old
 // override kept, or Once not offered at all) is a *bmc.OnceError saying
 // what the BMC is set to now.
+//
+// Requests, and the BMC behaviour each is for:
+//   - GET System before the PATCH: the current override (a Once the BMC
+//     then leaves unchanged is told from one it applied), its
+//     @Redfish.AllowableValues (XCC offers no Continuous, some BMCs no
+//     Legacy) and @Redfish.Settings (XCC takes the PATCH on
+//     Systems/1/Pending). Under bmc.ShareReads it may be the operation's
+//     newest System answer (a second override after a *bmc.OnceError
+//     starts from the first one's read-back), as it only chooses the
+//     PATCH.
+//   - GET of the PATCH target for its ETag, first, on BMCs whose quirk
+//     row says they require If-Match (Lenovo XCC), or after a 428/412.
+//   - PATCH.
+//   - GET System after the PATCH, always from the BMC: BMCs answer 2xx
+//     and store Continuous for Once, keep their old override, or revert
+//     BootSourceOverrideMode when it is left out (Supermicro); some
+//     answer 400 and apply it. The read-back is the only truth.
 func (d *Driver) SetBootOverride(ctx context.Context, o bmc.BootOverride) (err error) {
 	defer func() { err = bmc.WithBMC(d.cfg.Endpoint, err) }()
 	d.conn.beginOp()
@@ -45,7 +62,7 @@ func (d *Driver) SetBootOverride(ctx context.Context, o bmc.BootOverride) (err e
 	if !ok {
 		return fmt.Errorf("redfish: set boot override: unknown device %q", o.Device)
 	}
-	sp, sys, err := d.system(ctx, "set boot override")
+	sp, sys, err := d.sysState(ctx, "set boot override", readShared)
 	if err != nil {
 		return err
 	}
@@ -94,7 +111,7 @@ func (d *Driver) SetBootOverride(ctx context.Context, o bmc.BootOverride) (err e
 	d.cfg.Logger.Info("redfish set boot override", "target", target, "enabled", enabled, "mode", props["BootSourceOverrideMode"])
 	perr := d.patch(ctx, "set boot override", patchPath, map[string]any{"Boot": props})
 	// Read back: the System is the truth, whatever the PATCH answered.
-	_, sys, err = d.system(ctx, "set boot override: read back")
+	_, sys, err = d.sysState(ctx, "set boot override: read back", readFresh)
 	if err != nil {
 		return errors.Join(perr, err)
 	}
@@ -263,7 +280,7 @@ func extendedError(bmcName, op string, r *response) error {
 func (d *Driver) BootOverride(ctx context.Context) (_ bmc.BootOverride, err error) {
 	defer func() { err = bmc.WithBMC(d.cfg.Endpoint, err) }()
 	d.conn.beginOp()
-	_, sys, err := d.system(ctx, "read boot override")
+	_, sys, err := d.sysState(ctx, "read boot override", readFresh)
 	if err != nil {
 		return bmc.BootOverride{}, err
 	}

@@ -406,6 +406,11 @@ type reqOpts struct {
 // power action) share a decode, and a fleet of idle cached drivers holds
 // no decoded Systems (about 80 KB each for iDRAC 9).
 type bodyCache struct {
+	// project, when set, decodes an answer in place of decodeObject
+	// (projectSystem: only the properties the power and boot override
+	// paths read).
+	project func([]byte) map[string]any
+
 	mu   sync.Mutex
 	last weak.Pointer[keptBody]
 }
@@ -425,7 +430,11 @@ func (c *bodyCache) decode(raw []byte) map[string]any {
 	if k != nil && bytes.Equal(k.raw, raw) {
 		return k.body
 	}
-	m := decodeObject(raw)
+	dec := decodeObject
+	if c.project != nil {
+		dec = c.project
+	}
+	m := dec(raw)
 	if m != nil {
 		c.mu.Lock()
 		c.last = weak.Make(&keptBody{raw: raw, body: m})
@@ -443,11 +452,132 @@ func decodeObject(raw []byte) map[string]any {
 	return m
 }
 
+// stateProps are the ComputerSystem properties the boot override and
+// power paths read (Driver.sysState): Boot (the override, its
+// @Redfish.AllowableValues), @Redfish.Settings (a settings object to
+// PATCH), Actions (#ComputerSystem.Reset), PowerState, LastResetTime and
+// BootProgress (reset evidence) and Manufacturer (the quirk row).
+var stateProps = [...]string{"Boot", "@Redfish.Settings", "Actions", "PowerState", "LastResetTime", "BootProgress", "Manufacturer"}
+
+// projectSystem decodes raw as a JSON object keeping only stateProps,
+// each decoded as decodeObject would (so the tolerant accessors read
+// them alike, and a property of the wrong type still reads as unknown);
+// nil when raw is not a valid JSON object. raw is validated whole
+// (json.Valid), then its top-level members are walked by a byte skipper
+// and only stateProps are decoded: the rest of the System (iDRAC 9's
+// Links, Oem and PCIe lists, most of its 15 KB) is neither decoded into
+// maps nor scanned a second time, which is what made a generic decode
+// the driver's largest CPU cost. Keys match exactly, escapes unquoted,
+// and the last of duplicate keys wins, as in a map decode.
+func projectSystem(raw []byte) map[string]any {
+	if !json.Valid(raw) {
+		return nil
+	}
+	i := skipSpace(raw, 0)
+	if raw[i] != '{' {
+		return nil
+	}
+	out := make(map[string]any, len(stateProps))
+	for i = skipSpace(raw, i+1); raw[i] != '}'; {
+		ke := skipString(raw, i)
+		key := raw[i+1 : ke-1]
+		vs := skipSpace(raw, skipSpace(raw, ke)+1) // past the ':'
+		ve := skipValue(raw, vs)
+		if k := stateProp(key); k != "" {
+			var v any
+			if json.Unmarshal(raw[vs:ve], &v) == nil {
+				out[k] = v
+			}
+		}
+		i = skipSpace(raw, ve)
+		if raw[i] == ',' {
+			i = skipSpace(raw, i+1)
+		}
+	}
+	return out
+}
+
+// stateProp returns the member of stateProps the raw (quoted, maybe
+// escaped) key names, "" when none.
+func stateProp(key []byte) string {
+	k := string(key)
+	if strings.IndexByte(k, '\\') >= 0 {
+		if json.Unmarshal([]byte(`"`+k+`"`), &k) != nil {
+			return ""
+		}
+	}
+	for _, p := range stateProps {
+		if k == p {
+			return p
+		}
+	}
+	return ""
+}
+
+// skipSpace returns the index of the first byte at or after i that is
+// not JSON white space.
+func skipSpace(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// skipString returns the index just past the string starting at b[i]
+// (a '"'). b is valid JSON.
+func skipString(b []byte, i int) int {
+	for i++; i < len(b); i++ {
+		switch b[i] {
+		case '\\':
+			i++
+		case '"':
+			return i + 1
+		}
+	}
+	return i
+}
+
+// skipValue returns the index just past the value starting at b[i]. b is
+// valid JSON, so brackets balance outside strings.
+func skipValue(b []byte, i int) int {
+	switch b[i] {
+	case '"':
+		return skipString(b, i)
+	case '{', '[':
+		depth := 0
+		for i < len(b) {
+			switch b[i] {
+			case '"':
+				i = skipString(b, i)
+				continue
+			case '{', '[':
+				depth++
+			case '}', ']':
+				depth--
+				if depth == 0 {
+					return i + 1
+				}
+			}
+			i++
+		}
+		return i
+	}
+	for i < len(b) && b[i] != ',' && b[i] != '}' && b[i] != ']' && b[i] != ' ' && b[i] != '\t' && b[i] != '\n' && b[i] != '\r' {
+		i++
+	}
+	return i
+}
+
 // do sends one request with retries: 503/502/504 answers (honouring
 // Retry-After) and, unless o.once, connection errors and timeouts are
 // retried with exponential backoff and jitter; a 401 re-creates the session
 // once. Non-2xx answers become *bmc.BMCError.
 func (c *conn) do(ctx context.Context, op, method, path string, body any, o reqOpts) (*response, error) {
+	if method != http.MethodGet {
+		// A write may change the System: no read from before it may
+		// choose a request after it (bmc.ShareReads).
+		bmc.SharedReads(ctx).Forget(c)
+	}
 	var lastErr error
 	relogged := false
 	for attempt := 0; attempt <= c.cfg.Retries; attempt++ {

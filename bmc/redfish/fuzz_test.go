@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"reflect"
 	"testing"
 )
 
@@ -59,6 +60,45 @@ func FuzzTolerantDecode(f *testing.F) {
 		act := obj(obj(m, "Actions"), "#ComputerSystem.Reset")
 		if v, ok := strList(act, "ResetType@Redfish.AllowableValues"); ok {
 			_ = resetAction{allowed: v, known: true}.choose(rtCycle)
+		}
+	})
+}
+
+// FuzzProjectSystem: for any input, projectSystem is nil exactly when
+// decodeObject is, and otherwise holds exactly the stateProps of the
+// whole decode, with equal values (escaped keys, duplicates, nesting and
+// white space included).
+func FuzzProjectSystem(f *testing.F) {
+	for _, s := range []string{
+		`{"PowerState":"On","Boot":{"BootSourceOverrideTarget":"Pxe","BootSourceOverrideEnabled":"Once"}}`,
+		`{"Oem":{"x":[1,{"y":"}]\"{"}]},"\u0050owerState":"Off","PowerState":null,"Boot":[],"Actions":"x"}`,
+		` { "LastResetTime" : "2026-12-07T00:00:00Z" , "BootProgress" : { "LastState" : "OSRunning" } } `,
+		`null`, `[]`, `{}`, `{"Boot":1e3,"Manufacturer":true}`,
+	} {
+		f.Add([]byte(s))
+	}
+	if b, err := os.ReadFile(filepath.FromSlash("../../testdata/fixtures/redfish/dell-poweredge-r750-idrac9/redfish/v1/Systems/System.Embedded.1/index.json")); err == nil {
+		f.Add(b)
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		if len(data) > 1<<16 {
+			return
+		}
+		whole, proj := decodeObject(data), projectSystem(data)
+		if (whole == nil) != (proj == nil) {
+			t.Fatalf("decodeObject nil %v, projectSystem nil %v", whole == nil, proj == nil)
+		}
+		if whole == nil {
+			return
+		}
+		want := map[string]any{}
+		for _, k := range stateProps {
+			if v, ok := whole[k]; ok {
+				want[k] = v
+			}
+		}
+		if !reflect.DeepEqual(proj, want) {
+			t.Fatalf("projectSystem = %v, want %v", proj, want)
 		}
 	})
 }

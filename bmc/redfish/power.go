@@ -81,13 +81,28 @@ func (ra resetAction) choose(cands []schemas.ResetType) []string {
 // on. After a command it polls PowerState until it matches or
 // Config.PowerTimeout passes (bmc.ErrTimeout). A reset whose answer was lost
 // is never repeated without re-reading PowerState.
+//
+// Requests, and the BMC behaviour each is for:
+//   - GET System first: the power state (idempotency: nothing is sent to
+//     a machine already there), the Reset target and its allowed
+//     ResetTypes, and LastResetTime/BootProgress before the reset (reset
+//     evidence). Under bmc.ShareReads it may be the operation's newest
+//     System answer when nothing was written since (a netboot's override
+//     read-back), as it only chooses the reset.
+//   - GET @Redfish.ActionInfo when the allowed types are not inline
+//     (OpenBMC bmcweb, Supermicro X13).
+//   - POST ComputerSystem.Reset, once per type the BMC accepts.
+//   - GET System polls after it, always from the BMC: BMCs read
+//     PoweringOn/Off or the old state for seconds after accepting a
+//     reset (iDRAC 9, iLO 5, bmcweb), and a reset of a running machine
+//     is proved only by a dip to Off or moved reset marks.
 func (d *Driver) Power(ctx context.Context, a bmc.PowerAction) (err error) {
 	defer func() { err = bmc.WithBMC(d.cfg.Endpoint, err) }()
 	d.conn.beginOp()
 	if _, err := bmc.ParsePowerAction(string(a)); err != nil {
 		return err
 	}
-	_, sys, err := d.system(ctx, "power "+string(a))
+	_, sys, err := d.sysState(ctx, "power "+string(a), readShared)
 	if err != nil {
 		return err
 	}
@@ -178,7 +193,7 @@ func resetMarks(sys map[string]any) marks {
 func (d *Driver) LastReset(ctx context.Context) (ps bmc.PowerState, last time.Time, ok bool, err error) {
 	defer func() { err = bmc.WithBMC(d.cfg.Endpoint, err) }()
 	d.conn.beginOp()
-	_, sys, err := d.system(ctx, "read last reset time")
+	_, sys, err := d.sysState(ctx, "read last reset time", readFresh)
 	if err != nil {
 		return bmc.PowerUnknown, time.Time{}, false, err
 	}
@@ -237,7 +252,7 @@ func (d *Driver) verifyReset(ctx context.Context, a bmc.PowerAction, before mark
 	wctx, cancel := context.WithTimeout(ctx, d.cfg.ResetEvidenceTimeout)
 	defer cancel()
 	for {
-		_, sys, err := d.system(wctx, "power "+string(a)+": verify")
+		_, sys, err := d.sysState(wctx, "power "+string(a)+": verify", readFresh)
 		if err == nil {
 			now := resetMarks(sys)
 			switch {
@@ -298,7 +313,7 @@ func (d *Driver) resetTo(ctx context.Context, ra resetAction, cands []schemas.Re
 				return err
 			}
 			// The answer was lost: the BMC may have acted. Re-read first.
-			ps, perr := d.powerState(ctx)
+			ps, perr := d.powerState(ctx, readFresh)
 			if perr == nil && ps == want {
 				return nil
 			}
@@ -352,7 +367,7 @@ func (d *Driver) waitPower(ctx context.Context, want bmc.PowerState, wait time.D
 	var lastOK time.Time // when the BMC last answered a read
 	var lastErr error    // the newest read's error; nil when it answered
 	for {
-		_, sys, err := d.system(ctx, "power state")
+		_, sys, err := d.sysState(ctx, "power state", readFresh)
 		if err == nil || ctx.Err() == nil {
 			// A read cut short by the wait's own limit says nothing
 			// about the BMC: keep the previous read's outcome.

@@ -169,6 +169,7 @@ type Driver struct {
 	regs     map[string]*bmc.BIOSRegistry // attribute registries by name (nil: unreadable)
 
 	sysBody bodyCache // the selected System's last answer and its decode
+	sysProj bodyCache // the same for the projection sysState reads
 }
 
 var (
@@ -183,7 +184,7 @@ func New(cfg Config) (*Driver, error) {
 		return nil, err
 	}
 	cfg.Logger = cfg.Logger.With("bmc", cfg.Endpoint)
-	d := &Driver{cfg: cfg}
+	d := &Driver{cfg: cfg, sysProj: bodyCache{project: projectSystem}}
 	d.conn = newConn(&d.cfg)
 	return d, nil
 }
@@ -220,11 +221,17 @@ func (d *Driver) getWith(ctx context.Context, op, p string, o reqOpts) (map[stri
 // an answer equal byte for byte to the last one is not decoded again
 // (bodyCache), so the returned map must not be modified.
 func (d *Driver) system(ctx context.Context, op string) (string, map[string]any, error) {
+	return d.readSystem(ctx, op, &d.sysBody)
+}
+
+// readSystem is system decoding the System through cache (d.sysBody: the
+// whole System; d.sysProj: the projection sysState reads).
+func (d *Driver) readSystem(ctx context.Context, op string, cache *bodyCache) (string, map[string]any, error) {
 	d.mu.Lock()
 	resolved, sp := d.resolved, d.sysPath
 	d.mu.Unlock()
 	if resolved {
-		sys, err := d.getWith(ctx, op, sp, reqOpts{reuse: &d.sysBody})
+		sys, err := d.getWith(ctx, op, sp, reqOpts{reuse: cache})
 		return sp, sys, err
 	}
 	root, err := d.get(ctx, op, "/redfish/v1")
@@ -259,7 +266,7 @@ func (d *Driver) system(ctx context.Context, op string) (string, map[string]any,
 	default:
 		return "", nil, fmt.Errorf("redfish: %s: %d systems: %w", op, len(ms), ErrAmbiguousSystem)
 	}
-	sys, err := d.getWith(ctx, op, sp, reqOpts{reuse: &d.sysBody})
+	sys, err := d.getWith(ctx, op, sp, reqOpts{reuse: cache})
 	if err != nil {
 		return "", nil, err
 	}
@@ -271,6 +278,50 @@ func (d *Driver) system(ctx context.Context, op string) (string, map[string]any,
 	return sp, sys, nil
 }
 
+// sysRead says whether a read of the System may be answered from the
+// operation's shared answer (bmc.ShareReads).
+type sysRead int
+
+const (
+	// readFresh asks the BMC: the read verifies (a read-back after a
+	// PATCH, a power poll after a reset, a caller's own read).
+	readFresh sysRead = iota
+	// readShared may take the newest System answer of the same
+	// bmc.ShareReads operation, when no write was sent since: the read
+	// only chooses the next request.
+	readShared
+)
+
+// sharedSys is a System answer kept in a bmc.ReadScope under the conn.
+type sharedSys struct {
+	path string
+	sys  map[string]any
+}
+
+// sysState reads the selected System for the boot override and power
+// paths: only the properties they use (projectSystem, stateProps: iDRAC
+// 9's System in 0.46x the time and 1/8 the bytes of a whole decode; a
+// driver's first read also selects the System, as system does). With
+// readShared and a bmc.ShareReads context it returns the operation's
+// newest answer instead when there is one (no request sent). Every answer
+// read is kept in the scope for the next readShared. The returned map
+// must not be modified.
+func (d *Driver) sysState(ctx context.Context, op string, how sysRead) (string, map[string]any, error) {
+	scope := bmc.SharedReads(ctx)
+	if how == readShared {
+		if v, ok := scope.Load(d.conn); ok {
+			s := v.(sharedSys)
+			return s.path, s.sys, nil
+		}
+	}
+	sp, sys, err := d.readSystem(ctx, op, &d.sysProj)
+	if err != nil {
+		return "", nil, err
+	}
+	scope.Store(d.conn, sharedSys{path: sp, sys: sys})
+	return sp, sys, nil
+}
+
 func (d *Driver) q() Quirk {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -278,15 +329,18 @@ func (d *Driver) q() Quirk {
 }
 
 // PowerState reads ComputerSystem.PowerState. "PoweringOn"/"PoweringOff"
-// and unknown values read as bmc.PowerUnknown.
+// and unknown values read as bmc.PowerUnknown. Under bmc.ShareReads it
+// is the operation's newest System answer when no write was sent since
+// (a netboot's boot override read-back already says whether to power on
+// or reset): no request is sent.
 func (d *Driver) PowerState(ctx context.Context) (_ bmc.PowerState, err error) {
 	defer func() { err = bmc.WithBMC(d.cfg.Endpoint, err) }()
 	d.conn.beginOp()
-	return d.powerState(ctx)
+	return d.powerState(ctx, readShared)
 }
 
-func (d *Driver) powerState(ctx context.Context) (bmc.PowerState, error) {
-	_, sys, err := d.system(ctx, "power state")
+func (d *Driver) powerState(ctx context.Context, how sysRead) (bmc.PowerState, error) {
+	_, sys, err := d.sysState(ctx, "power state", how)
 	if err != nil {
 		return bmc.PowerUnknown, err
 	}

@@ -6,6 +6,8 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"reflect"
 	"runtime"
 	"runtime/debug"
@@ -84,16 +86,24 @@ func TestSystemDecodeReusedOnlyForEqualBytes(t *testing.T) {
 			}
 			// unmodified checks that the kept decode still equals a fresh
 			// decode of the kept bytes: no caller wrote into it.
+			// The projection the power and boot paths read (sysProj) is
+			// checked the same way once they have read one.
 			unmodified := func(step string) {
 				t.Helper()
-				d.sysBody.mu.Lock()
-				k := d.sysBody.last.Value()
-				d.sysBody.mu.Unlock()
-				if k == nil {
-					t.Fatalf("%s: no System decode kept", step)
-				}
-				if !reflect.DeepEqual(k.body, decodeObject(k.raw)) {
-					t.Fatalf("%s: the kept System decode was modified by a caller", step)
+				for _, c := range []struct {
+					name  string
+					cache *bodyCache
+					dec   func([]byte) map[string]any
+				}{{"System", &d.sysBody, decodeObject}, {"System projection", &d.sysProj, projectSystem}} {
+					c.cache.mu.Lock()
+					k := c.cache.last.Value()
+					c.cache.mu.Unlock()
+					if k == nil && (c.cache == &d.sysBody || step != "reads") {
+						t.Fatalf("%s: no %s decode kept", step, c.name)
+					}
+					if k != nil && !reflect.DeepEqual(k.body, c.dec(k.raw)) {
+						t.Fatalf("%s: the kept %s decode was modified by a caller", step, c.name)
+					}
 				}
 			}
 
@@ -166,13 +176,17 @@ func TestSystemDecodeReleasedByGC(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = d.Close(context.Background()) })
+	// PowerState reads the projection (sysProj); the second read finds
+	// the first one's kept.
 	kept := func() *keptBody {
-		d.sysBody.mu.Lock()
-		defer d.sysBody.mu.Unlock()
-		return d.sysBody.last.Value()
+		d.sysProj.mu.Lock()
+		defer d.sysProj.mu.Unlock()
+		return d.sysProj.last.Value()
 	}
-	if ps, err := d.PowerState(context.Background()); err != nil || ps != bmc.PowerOff {
-		t.Fatalf("PowerState = %s, %v", ps, err)
+	for range 2 {
+		if ps, err := d.PowerState(context.Background()); err != nil || ps != bmc.PowerOff {
+			t.Fatalf("PowerState = %s, %v", ps, err)
+		}
 	}
 	if kept() == nil {
 		t.Fatal("no System answer kept after a read")
@@ -209,4 +223,69 @@ func offSim(t *testing.T, name string) *httptest.Server {
 	ts := httptest.NewServer(sim)
 	t.Cleanup(ts.Close)
 	return ts
+}
+
+// BenchmarkSystemDecode decodes Dell iDRAC 9's ComputerSystem (15.6 KB,
+// as the fixture tree holds it) whole (decodeObject: what every System
+// read cost before the power and boot paths read the projection) and as
+// the projection they read (projectSystem).
+func BenchmarkSystemDecode(b *testing.B) {
+	dir, err := bmcsim.TreeDir("", "dell-poweredge-r750-idrac9")
+	if err != nil {
+		b.Fatal(err)
+	}
+	raw, err := os.ReadFile(filepath.Join(dir, "redfish", "v1", "Systems", "System.Embedded.1", "index.json"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, c := range []struct {
+		name string
+		dec  func([]byte) map[string]any
+	}{{"whole", decodeObject}, {"projection", projectSystem}} {
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			b.SetBytes(int64(len(raw)))
+			for b.Loop() {
+				if c.dec(raw) == nil {
+					b.Fatal("not an object")
+				}
+			}
+		})
+	}
+}
+
+// TestProjectionMatchesWholeDecode: over every vendor tree's System, the
+// projection holds exactly the stateProps the whole decode has, with
+// equal values.
+func TestProjectionMatchesWholeDecode(t *testing.T) {
+	for _, name := range []string{"dmtf-public-rackmount1", "dell-poweredge-r750-idrac9", "hpe-proliant-dl385gen10plusv2-ilo5",
+		"lenovo-thinksystem-sr670v2-xcc", "supermicro-sys821ge-tnhr-x13", "openbmc-bmcweb-stock"} {
+		dir, err := bmcsim.TreeDir("", name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		paths, _ := filepath.Glob(filepath.Join(dir, "redfish", "v1", "Systems", "*", "index.json"))
+		if len(paths) == 0 {
+			t.Fatalf("%s: no System", name)
+		}
+		for _, p := range paths {
+			raw, err := os.ReadFile(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			whole, proj := decodeObject(raw), projectSystem(raw)
+			want := map[string]any{}
+			for _, k := range stateProps {
+				if v, ok := whole[k]; ok {
+					want[k] = v
+				}
+			}
+			if !reflect.DeepEqual(proj, want) {
+				t.Errorf("%s: projection differs from the whole decode's %v", p, stateProps)
+			}
+			if _, ok := proj["Boot"]; !ok {
+				t.Errorf("%s: no Boot in the projection", p)
+			}
+		}
+	}
 }
