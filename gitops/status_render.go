@@ -67,6 +67,7 @@ type renderCache struct {
 // base lacks a reused blob (statusFile.bytes renders those again).
 type renderedServer struct {
 	from ServerStatus
+	path string
 	hash plumbing.Hash
 }
 
@@ -81,16 +82,15 @@ func (c *renderCache) begin(n, maxEvents int) {
 // server returns sv's status file: the last one when sv equals the status
 // it was rendered from, else a new rendering.
 func (c *renderCache) server(sv ServerStatus) statusFile {
-	path := ServerStatusPath(sv.Name)
 	if e, ok := c.m[sv.Name]; ok && reflect.DeepEqual(&e.from, &sv) {
 		c.next[sv.Name] = e
-		return statusFile{path: path, hash: e.hash, from: &e.from, maxEvents: c.maxEvents}
+		return statusFile{path: e.path, hash: e.hash, from: &e.from, maxEvents: c.maxEvents}
 	}
 	data := renderServer(sv, c.maxEvents)
-	e := &renderedServer{from: sv, hash: plumbing.ComputeHash(plumbing.BlobObject, data)}
+	e := &renderedServer{from: sv, path: ServerStatusPath(sv.Name), hash: plumbing.ComputeHash(plumbing.BlobObject, data)}
 	c.next[sv.Name] = e
 	c.renders++
-	return statusFile{path: path, data: data, hash: e.hash}
+	return statusFile{path: e.path, data: data, hash: e.hash}
 }
 
 // end keeps this render's files for the next one.
