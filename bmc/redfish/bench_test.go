@@ -12,10 +12,10 @@ import (
 	"github.com/machina-metal/machina/bmc/redfish"
 )
 
-// benchDriver is a driver against a bmcsim BMC serving Dell's iDRAC 9
-// tree (its System is the largest of the fixtures, about 15 KB), the
-// machine off.
-func benchDriver(b *testing.B) *redfish.Driver {
+// benchBMC is a bmcsim BMC serving Dell's iDRAC 9 tree (its System is
+// the largest of the fixtures, about 15 KB) over loopback HTTP, with
+// power pw; closed when b ends.
+func benchBMC(b *testing.B, pw bmcsim.PowerBackend) (*bmcsim.Server, *httptest.Server) {
 	b.Helper()
 	dir, err := bmcsim.TreeDir("", treeDell)
 	if err != nil {
@@ -25,18 +25,34 @@ func benchDriver(b *testing.B) *redfish.Driver {
 	if err != nil {
 		b.Fatal(err)
 	}
-	sim, err := bmcsim.New(bmcsim.Config{Tree: tr, Username: "admin", Password: "s3cret", Power: bmcsim.NewMemoryPower(false)})
+	sim, err := bmcsim.New(bmcsim.Config{Tree: tr, Username: "admin", Password: "s3cret", Power: pw})
 	if err != nil {
 		b.Fatal(err)
 	}
 	ts := httptest.NewServer(sim)
 	b.Cleanup(ts.Close)
-	drv, err := redfish.New(redfish.Config{Endpoint: ts.URL, Username: "admin", Password: "s3cret",
+	return sim, ts
+}
+
+// benchOpen is a driver of the benchmarks' BMC at url, polling every
+// millisecond; the caller closes it.
+func benchOpen(b *testing.B, url string) *redfish.Driver {
+	b.Helper()
+	drv, err := redfish.New(redfish.Config{Endpoint: url, Username: "admin", Password: "s3cret",
 		PollInterval: time.Millisecond, RetryBase: time.Millisecond, PowerTimeout: 5 * time.Second,
 		Timeout: 5 * time.Second, ResetEvidenceTimeout: time.Second})
 	if err != nil {
 		b.Fatal(err)
 	}
+	return drv
+}
+
+// benchDriver is a driver against benchBMC's BMC, the machine off, its
+// System already selected.
+func benchDriver(b *testing.B) *redfish.Driver {
+	b.Helper()
+	_, ts := benchBMC(b, bmcsim.NewMemoryPower(false))
+	drv := benchOpen(b, ts.URL)
 	b.Cleanup(func() { _ = drv.Close(context.Background()) })
 	if _, err := drv.PowerState(context.Background()); err != nil {
 		b.Fatal(err)
@@ -99,30 +115,9 @@ func BenchmarkNetboot(b *testing.B) {
 			name = "fresh"
 		}
 		b.Run(name, func(b *testing.B) {
-			dir, err := bmcsim.TreeDir("", treeDell)
-			if err != nil {
-				b.Fatal(err)
-			}
-			tr, err := trees.Load(dir)
-			if err != nil {
-				b.Fatal(err)
-			}
 			pw := bmcsim.NewMemoryPower(false)
-			sim, err := bmcsim.New(bmcsim.Config{Tree: tr, Username: "admin", Password: "s3cret", Power: pw})
-			if err != nil {
-				b.Fatal(err)
-			}
-			ts := httptest.NewServer(sim)
-			b.Cleanup(ts.Close)
-			open := func() *redfish.Driver {
-				drv, err := redfish.New(redfish.Config{Endpoint: ts.URL, Username: "admin", Password: "s3cret",
-					PollInterval: time.Millisecond, RetryBase: time.Millisecond, PowerTimeout: 5 * time.Second,
-					Timeout: 5 * time.Second, ResetEvidenceTimeout: time.Second})
-				if err != nil {
-					b.Fatal(err)
-				}
-				return drv
-			}
+			sim, ts := benchBMC(b, pw)
+			open := func() *redfish.Driver { return benchOpen(b, ts.URL) }
 			bg := context.Background()
 			drv := open()
 			if _, err := drv.PowerState(bg); err != nil {
