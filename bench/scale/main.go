@@ -207,7 +207,11 @@ func measure(n int, bin string, workers int, timeout time.Duration) (string, err
 		return "", err
 	}
 	defer labLog.Close()
-	lab, err := sim.Start(ctx, sim.Config{Dir: filepath.Join(dir, "lab"), MachinesDir: machines, Servers: n, Logger: slog.New(slog.NewTextHandler(labLog, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+	var lab *sim.Lab
+	err = running.inProcess(ctx, func(ctx context.Context) (err error) {
+		lab, err = sim.Start(ctx, sim.Config{Dir: filepath.Join(dir, "lab"), MachinesDir: machines, Servers: n, Logger: slog.New(slog.NewTextHandler(labLog, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+		return err
+	})
 	if err != nil {
 		return "", err
 	}
@@ -682,6 +686,31 @@ type children struct {
 	pids     map[int]bool
 	dirs     map[string]bool
 	stopping bool // stop began: the process exits when it ends
+	// work counts this process's own writers into the recorded folders
+	// (the simulated lab's set-up, writing each machine's tree), cancel
+	// their context: stop cancels them and waits for them before it
+	// removes the folders, which they would otherwise create again.
+	work   sync.WaitGroup
+	cancel []context.CancelFunc
+}
+
+// inProcess runs fn, a writer into the recorded folders in this process,
+// with a context that stop cancels (and that ends with ctx: what fn
+// starts under it, the simulated lab, lives on after fn returns); stop
+// waits (up to its grace) for fn to return before it removes the folders.
+func (c *children) inProcess(ctx context.Context, fn func(context.Context) error) error {
+	ctx, cancel := context.WithCancel(ctx)
+	c.mu.Lock()
+	if c.stopping {
+		c.mu.Unlock()
+		cancel()
+		return context.Canceled
+	}
+	c.cancel = append(c.cancel, cancel)
+	c.work.Add(1)
+	c.mu.Unlock()
+	defer c.work.Done()
+	return fn(ctx)
 }
 
 // start starts cmd and records its PID until wait.
@@ -731,8 +760,19 @@ func (c *children) removed(dir string) {
 // simulated lab's trees, which the children may have been writing).
 func (c *children) stop(grace time.Duration) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	c.stopping = true
+	for _, cancel := range c.cancel {
+		cancel()
+	}
+	c.mu.Unlock()
+	writers := make(chan struct{})
+	go func() { c.work.Wait(); close(writers) }()
+	select {
+	case <-writers:
+	case <-time.After(grace):
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	for pid := range c.pids {
 		_ = syscall.Kill(pid, syscall.SIGTERM)
 	}

@@ -218,6 +218,11 @@ func (l *Lab) start() error {
 	addrs := map[string]string{}
 	bmcExtra := map[string][]string{} // more lines of a server's bmc block
 	for i := range site.Servers {
+		if err := l.ctx.Err(); err != nil {
+			// Start's context ended while machines were being set up (a
+			// bench stopped by a signal): write no more of them.
+			return fmt.Errorf("sim: start: %w", err)
+		}
 		s := &site.Servers[i]
 		treeName := simTrees[i%len(simTrees)]
 		if s.BootMode == inventory.BootBIOS && treeName == "hpe-proliant-dl385gen10plusv2-ilo5" {
