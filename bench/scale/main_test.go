@@ -87,15 +87,7 @@ func TestSignalStopsChildren(t *testing.T) {
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	bench := exec.Command(os.Args[0], "-test.run", "^TestSignalStopsChildren$")
-	bench.Env = append(os.Environ(), "SCALE_SIGNAL_CHILD=1", "SCALE_SIGNAL_DIR="+dir)
-	out, err := bench.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := bench.Start(); err != nil {
-		t.Fatal(err)
-	}
+	bench, out := startSelf(t, "TestSignalStopsChildren", "SCALE_SIGNAL_CHILD=1", "SCALE_SIGNAL_DIR="+dir)
 	var pid int
 	if _, err := fmt.Fscan(out, &pid); err != nil || pid <= 0 {
 		_ = bench.Process.Kill()
@@ -116,15 +108,7 @@ func TestSignalStopsChildren(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	if err := bench.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	_, _ = io.Copy(io.Discard, out)
-	err = bench.Wait()
-	var ee *exec.ExitError
-	if !errors.As(err, &ee) || ee.ExitCode() != 128+int(syscall.SIGTERM) {
-		t.Errorf("bench exit = %v, want status %d", err, 128+int(syscall.SIGTERM))
-	}
+	termAndWait(t, bench, out)
 	// The bench exited: its child, if killed, was reparented and reaped,
 	// or is a zombie for the moment; either way it runs no more.
 	if alive(pid) {
@@ -209,31 +193,47 @@ func TestSignalStopsInProcessWriters(t *testing.T) {
 		select {}
 	}
 	dir := filepath.Join(t.TempDir(), "lab")
-	bench := exec.Command(os.Args[0], "-test.run", "^TestSignalStopsInProcessWriters$")
-	bench.Env = append(os.Environ(), "SCALE_WRITER_DIR="+dir)
-	out, err := bench.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := bench.Start(); err != nil {
-		t.Fatal(err)
-	}
+	bench, out := startSelf(t, "TestSignalStopsInProcessWriters", "SCALE_WRITER_DIR="+dir)
 	var word string
 	if _, err := fmt.Fscan(out, &word); err != nil || word != "writing" {
 		_ = bench.Process.Kill()
 		_ = bench.Wait()
 		t.Fatalf("the child never said it was writing: %q, %v", word, err)
 	}
+	termAndWait(t, bench, out)
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Errorf("folder %s written by an in-process writer is still there after the bench stopped: stat err %v", dir, err)
+	}
+}
+
+// startSelf re-executes this test binary running only test, with env
+// added, and returns it started with its standard output.
+func startSelf(t *testing.T, test string, env ...string) (*exec.Cmd, io.Reader) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run", "^"+test+"$")
+	cmd.Env = append(os.Environ(), env...)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	return cmd, out
+}
+
+// termAndWait sends the re-executed bench SIGTERM, reads its output to
+// the end and checks it exited with status 128+SIGTERM, as stopOnSignal
+// makes it.
+func termAndWait(t *testing.T, bench *exec.Cmd, out io.Reader) {
+	t.Helper()
 	if err := bench.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
 	_, _ = io.Copy(io.Discard, out)
-	err = bench.Wait()
+	err := bench.Wait()
 	var ee *exec.ExitError
 	if !errors.As(err, &ee) || ee.ExitCode() != 128+int(syscall.SIGTERM) {
 		t.Errorf("bench exit = %v, want status %d", err, 128+int(syscall.SIGTERM))
-	}
-	if _, err := os.Stat(dir); !os.IsNotExist(err) {
-		t.Errorf("folder %s written by an in-process writer is still there after the bench stopped: stat err %v", dir, err)
 	}
 }
