@@ -509,7 +509,7 @@ func (w *StatusWriter) pushTimeout(n int) time.Duration {
 // render renders s into status/'s blobs, and the servers' lifecycles (for
 // the commit message). A server whose status equals the one of the last
 // render keeps its file (renderCache).
-func (w *StatusWriter) render(s Snapshot) ([]renderedBlob, map[string]string) {
+func (w *StatusWriter) render(s Snapshot) ([]statusFile, map[string]string) {
 	w.renderMu.Lock()
 	files, rerrs := renderStatus(s, w.cfg.MaxEvents, &w.rendered)
 	w.renderMu.Unlock()
@@ -521,12 +521,11 @@ func (w *StatusWriter) render(s Snapshot) ([]renderedBlob, map[string]string) {
 			files[i].hash = plumbing.ComputeHash(plumbing.BlobObject, files[i].data)
 		}
 	}
-	blobs := files
 	lifecycles := make(map[string]string, len(s.Servers))
 	for _, sv := range s.Servers {
 		lifecycles[sv.Name] = orUnknown(sv.Lifecycle)
 	}
-	return blobs, lifecycles
+	return files, lifecycles
 }
 
 // base is the remote tip of branch the status commit goes on, fetched
@@ -604,9 +603,6 @@ func (w *StatusWriter) noteSuccess(c plumbing.Hash, lifecycles map[string]string
 	}
 }
 
-// renderedBlob is a rendered status file with its blob id computed.
-type renderedBlob = statusFile
-
 // blobObject is a rendered file as a go-git blob without copying its
 // bytes (plumbing.MemoryObject would copy every file of the fleet once
 // more while the commit is built). Read-only: Writer fails.
@@ -639,7 +635,7 @@ type builtCommit struct {
 // !exists) in memory and packs the new objects. It returns a zero hash
 // when status/ would not change. Nothing is stored locally until the push
 // succeeded (see storePack), so a lost race leaves no garbage.
-func (w *StatusWriter) commit(base plumbing.Hash, exists bool, blobs []renderedBlob, lifecycles map[string]string, inv InventoryStatus) (builtCommit, error) {
+func (w *StatusWriter) commit(base plumbing.Hash, exists bool, blobs []statusFile, lifecycles map[string]string, inv InventoryStatus) (builtCommit, error) {
 	var none builtCommit
 	baseTree, parents, err := w.baseTree(base, exists)
 	if err != nil {
@@ -782,7 +778,7 @@ type treeNode struct {
 // hosts/) into the pack and returns status/'s own tree object, encoded but
 // not put. A folder whose tree the remote already has (an unchanged
 // fan-out folder) is not sent again (packBuilder.put skips it).
-func (pb *packBuilder) statusTree(blobs []renderedBlob) (plumbing.EncodedObject, error) {
+func (pb *packBuilder) statusTree(blobs []statusFile) (plumbing.EncodedObject, error) {
 	root := &treeNode{}
 	for _, b := range blobs {
 		rel := strings.TrimPrefix(b.path, statusDir+"/")
@@ -1190,7 +1186,7 @@ func sendPack(ctx context.Context, o transportOptions, branch string, old, commi
 
 // message summarises the change: lifecycle transitions of changed
 // servers, then trailers.
-func (w *StatusWriter) message(oldBlobs map[string]plumbing.Hash, oldHash plumbing.Hash, blobs []renderedBlob, lifecycles map[string]string, inv InventoryStatus) string {
+func (w *StatusWriter) message(oldBlobs map[string]plumbing.Hash, oldHash plumbing.Hash, blobs []statusFile, lifecycles map[string]string, inv InventoryStatus) string {
 	ch := w.changes(oldBlobs, oldHash, blobs, lifecycles)
 	items := append(append(ch.transitions, ch.added...), ch.removed...)
 	var b strings.Builder
@@ -1239,7 +1235,7 @@ type statusChanges struct {
 // moved, not as a server removed and added. A server's lifecycle before
 // comes from the writer's cache when the base is the tree it last wrote,
 // else from the old file.
-func (w *StatusWriter) changes(oldBlobs map[string]plumbing.Hash, oldHash plumbing.Hash, blobs []renderedBlob, lifecycles map[string]string) statusChanges {
+func (w *StatusWriter) changes(oldBlobs map[string]plumbing.Hash, oldHash plumbing.Hash, blobs []statusFile, lifecycles map[string]string) statusChanges {
 	useCache := !oldHash.IsZero() && oldHash == w.lastTree && w.lifecycles != nil
 	var ch statusChanges
 	seen := map[string]bool{}
