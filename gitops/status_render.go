@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"maps"
 	"net/netip"
-	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -24,9 +23,9 @@ import (
 // statusFile is one rendered file, path relative to the repository root;
 // hash is its Git blob id when known (zero: not computed yet). A server's
 // file reused from the renderCache carries no bytes (data nil), only its
-// blob id and the status it was rendered from (from, maxEvents): a commit
-// needs the bytes only for a blob the remote's tree lacks, and bytes
-// renders them again then.
+// blob id and the status of this write (from, equal to the one the kept
+// file was rendered from, and maxEvents): a commit needs the bytes only
+// for a blob the remote's tree lacks, and bytes renders them again then.
 type statusFile struct {
 	path      string
 	data      []byte
@@ -44,29 +43,32 @@ func (f *statusFile) bytes() []byte {
 	return f.data
 }
 
-// renderCache keeps each server's last status file with the ServerStatus
-// and MaxEvents it was rendered from, so that a status write renders and
-// hashes only the servers whose status changed: renderServer depends on
-// nothing else, so a status equal to the last one (reflect.DeepEqual:
-// any difference, even one that would render the same, renders again)
-// gives the same bytes. Servers absent from a write are dropped. The
-// zero value is empty and ready; not safe for concurrent use.
+// renderCache keeps each server's last status file as its blob id and
+// the fingerprint of the ServerStatus it was rendered from (MaxEvents
+// too), so that a status write renders and hashes only the servers whose
+// status changed: renderServer depends on nothing else, so a status with
+// the same fingerprint (fingerprinter: equal encodings; any difference,
+// even one that would render the same, renders again) gives the same
+// bytes. Servers absent from a write are dropped. The zero value is empty
+// and ready; not safe for concurrent use.
 type renderCache struct {
 	maxEvents int
 	m         map[string]*renderedServer
 	next      map[string]*renderedServer // being filled by a render
+	fp        fingerprinter
 	// renders counts the server files rendered (not reused) by the last
 	// render; for tests.
 	renders int
 }
 
-// renderedServer is one server's status file's blob id and the status it
-// was rendered from (kept as given: Write's callers do not change it in
-// place). The bytes are not kept: at 10,000 servers they were about 10 MB
+// renderedServer is one server's status file's blob id and the
+// fingerprint of the status it was rendered from. Neither the bytes nor
+// the status are kept: at 10,000 servers they were about 10 MB and 25 MB
 // of live heap, which every collection scanned, for the few commits whose
-// base lacks a reused blob (statusFile.bytes renders those again).
+// base lacks a reused blob (statusFile.bytes renders those again from
+// the status being written, which has the same fingerprint).
 type renderedServer struct {
-	from ServerStatus
+	sum  [32]byte
 	path string
 	hash plumbing.Hash
 }
@@ -79,16 +81,23 @@ func (c *renderCache) begin(n, maxEvents int) {
 	c.maxEvents, c.next, c.renders = maxEvents, make(map[string]*renderedServer, n), 0
 }
 
-// server returns sv's status file: the last one when sv equals the status
-// it was rendered from, else a new rendering.
-func (c *renderCache) server(sv ServerStatus) statusFile {
-	if e, ok := c.m[sv.Name]; ok && reflect.DeepEqual(&e.from, &sv) {
+// server returns sv's status file: the last one when sv's fingerprint is
+// that of the status it was rendered from, else a new rendering. sv must
+// stay unchanged while the file is in use (bytes may render it).
+func (c *renderCache) server(sv *ServerStatus) statusFile {
+	sum, ok := c.fp.sum(sv)
+	if e, hit := c.m[sv.Name]; ok && hit && e.sum == sum {
 		c.next[sv.Name] = e
-		return statusFile{path: e.path, hash: e.hash, from: &e.from, maxEvents: c.maxEvents}
+		return statusFile{path: e.path, hash: e.hash, from: sv, maxEvents: c.maxEvents}
 	}
-	data := renderServer(sv, c.maxEvents)
-	e := &renderedServer{from: sv, path: ServerStatusPath(sv.Name), hash: plumbing.ComputeHash(plumbing.BlobObject, data)}
-	c.next[sv.Name] = e
+	data := renderServer(*sv, c.maxEvents)
+	e := &renderedServer{path: ServerStatusPath(sv.Name), hash: plumbing.ComputeHash(plumbing.BlobObject, data)}
+	if ok {
+		// Without a fingerprint the entry matches no later status
+		// (its sum is not one: ok was false), so it renders again.
+		e.sum = sum
+		c.next[sv.Name] = e
+	}
 	c.renders++
 	return statusFile{path: e.path, data: data, hash: e.hash}
 }
@@ -128,19 +137,21 @@ func renderStatus(s Snapshot, maxEvents int, cache *renderCache) ([]statusFile, 
 	}
 	var prev string
 	keptServers := servers[:0]
+	for _, sv := range servers {
+		if valid("server", sv.Name, &prev) {
+			keptServers = append(keptServers, sv)
+		}
+	}
 	if cache != nil {
-		cache.begin(len(servers), maxEvents)
+		cache.begin(len(keptServers), maxEvents)
 		defer cache.end()
 	}
-	for _, sv := range servers {
-		if !valid("server", sv.Name, &prev) {
-			continue
-		}
-		keptServers = append(keptServers, sv)
+	for i := range keptServers {
+		sv := &keptServers[i] // a reused file renders from it (statusFile.from)
 		if cache != nil {
 			files = append(files, cache.server(sv))
 		} else {
-			files = append(files, statusFile{path: ServerStatusPath(sv.Name), data: renderServer(sv, maxEvents)})
+			files = append(files, statusFile{path: ServerStatusPath(sv.Name), data: renderServer(*sv, maxEvents)})
 		}
 	}
 	prev = ""

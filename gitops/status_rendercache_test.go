@@ -150,3 +150,31 @@ func diffLines(a, b string) string {
 	}
 	return fmt.Sprintf("%d lines committed, %d rendered", len(al), len(bl))
 }
+
+// TestRenderCacheSkippedNames: with a server whose name cannot be a file
+// name and a duplicate among the others, a second cached render reuses
+// the others' files, and each reused file's bytes (rendered again from the
+// status it points to) are those of its own server, as a full render
+// gives them.
+func TestRenderCacheSkippedNames(t *testing.T) {
+	s := bigSnapshot(12, "ready")
+	s.Servers[4].Name = "../bad"
+	s.Servers[8].Name = s.Servers[7].Name
+	var c renderCache
+	if _, errs := renderStatus(s, 10, &c); len(errs) != 2 {
+		t.Fatalf("first render: errors %v, want the bad name and the duplicate", errs)
+	}
+	second, _ := renderStatus(s, 10, &c)
+	if c.renders != 0 {
+		t.Fatalf("second render rendered %d servers, want none", c.renders)
+	}
+	full, _ := renderStatus(s, 10, nil)
+	if len(second) != len(full) {
+		t.Fatalf("cached render has %d files, full render %d", len(second), len(full))
+	}
+	for i, f := range second {
+		if f.path != full[i].path || string(f.bytes()) != string(full[i].data) {
+			t.Fatalf("file %d (%s): the reused file's bytes differ from the full render's", i, f.path)
+		}
+	}
+}

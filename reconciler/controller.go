@@ -466,43 +466,52 @@ func (c *Controller) plan(desired *inventory.Inventory, snap state.Snapshot) (re
 // when the secret is fixed instead of waiting for the deploy deadline.
 // While stalled, only a plan step for another desired state (a different
 // stepKey) runs.
-func firstSteps(res plan.Result, snap state.Snapshot) (first map[string]plan.Step, order []string) {
-	first = make(map[string]plan.Step, len(res.Steps))
+//
+// The steps come back in dispatch order: the resumed ones by server
+// name, then the plan's in the plan's order. Only the servers already
+// taken are kept in a set (not a map of whole steps: a pass at 10,000
+// servers planned thousands of steps, and copying each into a map made
+// that pass's largest allocation).
+func firstSteps(res plan.Result, snap state.Snapshot) []plan.Step {
 	// The servers with a journal entry to resume, in name order: found
 	// in one walk of the map and only they sorted (not the whole fleet's
 	// names each pass).
+	var resumed []string
 	for name, srv := range snap.Servers {
 		if srv.InFlight != nil && srv.Stalled == "" {
-			order = append(order, name)
+			resumed = append(resumed, name)
 		}
 	}
-	slices.Sort(order)
-	for _, name := range order {
+	slices.Sort(resumed)
+	out := make([]plan.Step, 0, len(resumed)+len(res.Steps))
+	taken := make(map[string]struct{}, len(resumed)+len(res.Steps))
+	for _, name := range resumed {
 		f := snap.Servers[name].InFlight
-		first[name] = plan.Step{Server: name, Action: plan.Action(f.Action), Counter: f.Counter, Why: "resume " + f.Action}
+		out = append(out, plan.Step{Server: name, Action: plan.Action(f.Action), Counter: f.Counter, Why: "resume " + f.Action})
+		taken[name] = struct{}{}
 	}
 	for _, s := range res.Steps {
-		if _, ok := first[s.Server]; ok {
+		if _, ok := taken[s.Server]; ok {
 			continue
 		}
-		first[s.Server] = s
-		order = append(order, s.Server)
+		taken[s.Server] = struct{}{}
+		out = append(out, s)
 	}
-	return first, order
+	return out
 }
 
 // dispatch starts, in order, every server's first step that nothing holds
 // back (held) and that the limits admit.
 func (c *Controller) dispatch(ctx context.Context, res plan.Result, snap state.Snapshot, desired *inventory.Inventory, waits map[string]error) {
-	first, order := firstSteps(res, snap)
+	steps := firstSteps(res, snap)
 	now := c.cfg.Now()
 	hold := c.deploysHeld()
 	var none state.Server // what a step without a record sees: read-only
-	for _, name := range order {
+	for _, step := range steps {
+		name := step.Server
 		if ctx.Err() != nil || c.stopping.Err() != nil {
 			return // stopping: nothing new starts
 		}
-		step := first[name]
 		obs, known := snap.Servers[name] // shared with the store's cache: read-only
 		if !known {
 			obs = &none

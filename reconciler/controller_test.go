@@ -69,7 +69,16 @@ func TestFirstStepsResumesInNameOrder(t *testing.T) {
 	snap.Servers["s02"] = &state.Server{Name: "s02", InFlight: &state.InFlight{Action: string(plan.ActCommission)}, Stalled: "x"}
 	snap.Servers["s04"] = &state.Server{Name: "s04"}
 	res := plan.Result{Steps: []plan.Step{{Server: "s02", Action: plan.ActRetire}, {Server: "s03", Action: plan.ActRetire}, {Server: "s04", Action: plan.ActCommission}}}
-	first, order := firstSteps(res, snap)
+	steps := firstSteps(res, snap)
+	first := map[string]plan.Step{}
+	var order []string
+	for _, s := range steps {
+		if _, dup := first[s.Server]; dup {
+			t.Errorf("%s has two first steps", s.Server)
+		}
+		first[s.Server] = s
+		order = append(order, s.Server)
+	}
 	want := []string{"s01", "s03", "s05", "s07", "s09", "s02", "s04"}
 	if d := cmp.Diff(want, order); d != "" {
 		t.Errorf("order (-want +got):\n%s", d)

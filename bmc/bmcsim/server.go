@@ -828,9 +828,17 @@ func writeError(w http.ResponseWriter, code int, msgID, msg string, args ...stri
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) int {
+	b, err := json.Marshal(v)
+	if err != nil {
+		code, b = http.StatusInternalServerError, []byte(`{"error":{"code":"Base.1.0.InternalError","message":"cannot encode the answer"}}`)
+	}
+	b = append(b, '\n')
 	w.Header().Set("Content-Type", "application/json")
+	// Sent with its length, as OpenBMC's bmcweb, iDRAC and iLO send
+	// theirs, rather than chunked as Go would send a body over 2 KiB.
+	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
 	w.WriteHeader(code)
-	_ = json.NewEncoder(w).Encode(v)
+	_, _ = w.Write(b)
 	return code
 }
 

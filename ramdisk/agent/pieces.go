@@ -77,16 +77,18 @@ func (s *PieceSet) get(i int) []byte {
 }
 
 // zeroPiece backs every all-zero piece a PieceSet holds (put); nothing
-// writes to a held piece.
-var zeroPiece = make([]byte, v1.PieceBytes)
+// writes to a held piece. Made on first use: the package is also linked
+// into the controller (the simulated lab), whose heap should not carry
+// 4 MiB it never reads.
+var zeroPiece = sync.OnceValue(func() []byte { return make([]byte, v1.PieceBytes) })
 
 // put keeps verified piece i, got from from. An all-zero piece (the free
 // space of a raw OS image, often a third of it or more) is kept as a
 // slice of one shared zero buffer, so the set's memory is that of the
 // image's data; it was still fetched and checked like any other piece.
 func (s *PieceSet) put(i int, b []byte, from string) {
-	if len(b) <= len(zeroPiece) && bytes.Equal(b, zeroPiece[:len(b)]) {
-		b = zeroPiece[:len(b):len(b)]
+	if z := zeroPiece(); len(b) <= len(z) && bytes.Equal(b, z[:len(b)]) {
+		b = z[:len(b):len(b)]
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()

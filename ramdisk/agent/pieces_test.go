@@ -354,14 +354,14 @@ func TestZeroPiecesShareOneBuffer(t *testing.T) {
 	}
 	for _, mb := range []*member{a, b} {
 		z0, d, z2 := mb.set.get(0), mb.set.get(1), mb.set.get(2)
-		if &z0[0] != &zeroPiece[0] || &z2[0] != &zeroPiece[0] {
+		if &z0[0] != &zeroPiece()[0] || &z2[0] != &zeroPiece()[0] {
 			t.Error("an all-zero piece is held in its own buffer, not the shared zero buffer")
 		}
-		if &d[0] == &zeroPiece[0] || !bytes.Equal(d, img[v1.PieceBytes:2*v1.PieceBytes]) {
+		if &d[0] == &zeroPiece()[0] || !bytes.Equal(d, img[v1.PieceBytes:2*v1.PieceBytes]) {
 			t.Error("the data piece is not held as fetched")
 		}
 	}
-	if !bytes.Equal(zeroPiece, make([]byte, v1.PieceBytes)) {
+	if !bytes.Equal(zeroPiece(), make([]byte, v1.PieceBytes)) {
 		t.Error("the shared zero buffer was written to")
 	}
 }
