@@ -64,7 +64,7 @@ type Config struct {
 	// means 5 s.
 	Interval time.Duration
 	// MinRest is the least time from the end of one planning pass to the
-	// start of the next (a pass that took d rests max(4d, MinRest), capped
+	// start of the next (a pass that took d rests max(2d, MinRest), capped
 	// at Interval), so that the store changes of many machines' reports
 	// and finished actions arriving meanwhile are planned in one pass, not
 	// one pass each; zero means 100 ms, negative means none.
@@ -258,8 +258,8 @@ const defaultMinRest = 100 * time.Millisecond
 // actions still running get Config.ShutdownGrace to finish, after which
 // their contexts are cancelled and Run returns once they have returned
 // (shutdownDrain at most); it returns nil. Store changes (a report moving
-// a server to ready, say) trigger a pass. Planning takes at most a fifth
-// of one CPU: a pass that took d is followed by at least max(4d, MinRest)
+// a server to ready, say) trigger a pass. Planning takes at most a third
+// of one CPU: a pass that took d is followed by at least max(2d, MinRest)
 // (capped at Interval) before the next, so on a busy fleet (plan.Compute
 // of 10,000 servers: BenchmarkPlan10k) the changes of many reports are
 // planned in one pass instead of one pass each.
@@ -348,13 +348,10 @@ func (c *Controller) drain() {
 	}
 }
 
-// restAfter is the rest after a planning pass that took d: four times d,
-// at least MinRest, at most Interval. At 10,000 servers a pass takes
-// about 65 ms on two cores; resting twice that spent a third of a core
-// planning (616 passes in a 140 s run), four times a fifth, and a step
-// waits at most 260 ms more to start (docs/performance.md).
+// restAfter is the rest after a planning pass that took d: twice d, at
+// least MinRest, at most Interval.
 func (c *Controller) restAfter(d time.Duration) time.Duration {
-	return min(max(4*d, c.cfg.MinRest), c.cfg.Interval)
+	return min(max(2*d, c.cfg.MinRest), c.cfg.Interval)
 }
 
 // Pass runs one planning pass: snapshot, plan, dispatch what can start now.

@@ -30,7 +30,7 @@ func TestUnreserveForgetsInflight(t *testing.T) {
 	}
 }
 
-// TestRestBetweenPasses: the rest after a planning pass is four times the pass,
+// TestRestBetweenPasses: the rest after a planning pass is twice the pass,
 // at least MinRest (default 100 ms), at most Interval. Without the floor
 // a fast pass (a few milliseconds at 1,000 servers) rested a few
 // milliseconds, so a busy fleet planned about once per store change; the
@@ -42,9 +42,9 @@ func TestRestBetweenPasses(t *testing.T) {
 		minRest, interval, pass, want time.Duration
 	}{
 		{0, 0, 3 * time.Millisecond, 100 * time.Millisecond}, // the default floor
-		{0, 0, 80 * time.Millisecond, 320 * time.Millisecond},
+		{0, 0, 80 * time.Millisecond, 160 * time.Millisecond},
 		{0, 0, 4 * time.Second, 5 * time.Second}, // capped at the default Interval
-		{-1, 0, 3 * time.Millisecond, 12 * time.Millisecond},
+		{-1, 0, 3 * time.Millisecond, 6 * time.Millisecond},
 		{time.Second, 500 * time.Millisecond, time.Millisecond, 500 * time.Millisecond},
 	} {
 		c, err := New(Config{Store: st, Drivers: drivers, MinRest: tc.minRest, Interval: tc.interval})
