@@ -6,6 +6,7 @@ import (
 	"math"
 	"reflect"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -89,23 +90,7 @@ func (f *fingerprinter) value(v reflect.Value) bool {
 			}
 		}
 	case reflect.Slice, reflect.Array:
-		if v.Kind() == reflect.Slice && v.IsNil() {
-			// nil and empty render alike but are not DeepEqual: keep
-			// them apart so that equal fingerprints imply DeepEqual.
-			f.buf = append(f.buf, 0)
-			return true
-		}
-		f.buf = append(f.buf, 1)
-		f.uint(uint64(v.Len()))
-		if v.Type().Elem().Kind() == reflect.Uint8 {
-			f.buf = append(f.buf, v.Bytes()...)
-			return true
-		}
-		for i := range v.Len() {
-			if !f.value(v.Index(i)) {
-				return false
-			}
-		}
+		return f.list(v)
 	case reflect.Pointer:
 		if v.IsNil() {
 			f.buf = append(f.buf, 0)
@@ -114,38 +99,61 @@ func (f *fingerprinter) value(v reflect.Value) bool {
 		f.buf = append(f.buf, 1)
 		return f.value(v.Elem())
 	case reflect.Map:
-		if v.Type().Key().Kind() != reflect.String {
-			return false
-		}
-		if v.IsNil() {
-			f.buf = append(f.buf, 0)
-			return true
-		}
-		f.buf = append(f.buf, 1)
-		f.uint(uint64(v.Len()))
-		start := len(f.keys)
-		f.keys = append(f.keys, v.MapKeys()...)
-		keys := f.keys[start:]
-		slices.SortFunc(keys, func(a, b reflect.Value) int {
-			switch as, bs := a.String(), b.String(); {
-			case as < bs:
-				return -1
-			case as > bs:
-				return 1
-			}
-			return 0
-		})
-		for _, k := range keys {
-			f.str(k.String())
-			if !f.value(v.MapIndex(k)) {
-				f.keys = f.keys[:start]
-				return false
-			}
-		}
-		clear(keys)
-		f.keys = f.keys[:start]
+		return f.mapEntries(v)
 	default:
 		return false
+	}
+	return true
+}
+
+// list encodes a slice or an array: a nil mark for a nil slice, else
+// the length and each element.
+func (f *fingerprinter) list(v reflect.Value) bool {
+	if v.Kind() == reflect.Slice && v.IsNil() {
+		// nil and empty render alike but are not DeepEqual: keep
+		// them apart so that equal fingerprints imply DeepEqual.
+		f.buf = append(f.buf, 0)
+		return true
+	}
+	f.buf = append(f.buf, 1)
+	f.uint(uint64(v.Len()))
+	if v.Kind() == reflect.Slice && v.Type().Elem().Kind() == reflect.Uint8 {
+		f.buf = append(f.buf, v.Bytes()...)
+		return true
+	}
+	for i := range v.Len() {
+		if !f.value(v.Index(i)) {
+			return false
+		}
+	}
+	return true
+}
+
+// mapEntries encodes a map with string keys: a nil mark, else the
+// length and each key and value in key order.
+func (f *fingerprinter) mapEntries(v reflect.Value) bool {
+	if v.Type().Key().Kind() != reflect.String {
+		return false
+	}
+	if v.IsNil() {
+		f.buf = append(f.buf, 0)
+		return true
+	}
+	f.buf = append(f.buf, 1)
+	f.uint(uint64(v.Len()))
+	start := len(f.keys)
+	f.keys = append(f.keys, v.MapKeys()...)
+	keys := f.keys[start:]
+	defer func() {
+		clear(keys)
+		f.keys = f.keys[:start]
+	}()
+	slices.SortFunc(keys, func(a, b reflect.Value) int { return strings.Compare(a.String(), b.String()) })
+	for _, k := range keys {
+		f.str(k.String())
+		if !f.value(v.MapIndex(k)) {
+			return false
+		}
 	}
 	return true
 }
