@@ -22,7 +22,7 @@ import (
 // every struct in declaration order, strings and slices with their
 // length first, a presence byte before what a pointer points to, a map's
 // entries in key order (string keys only), and time.Time as its instant
-// in nanoseconds and its zone's name and offset (what rendering reads; a
+// (seconds and nanoseconds) and its zone's name and offset (what rendering reads; a
 // monotonic clock reading does not count). Two values with equal
 // encodings render the same file; reflect.DeepEqual-equal values have
 // equal encodings. A kind it does not encode (interface, func, chan,
@@ -63,7 +63,8 @@ func (f *fingerprinter) value(v reflect.Value) bool {
 		}
 		t := v.Interface().(time.Time)
 		name, off := t.Zone()
-		f.uint(uint64(t.UnixNano()))
+		f.uint(uint64(t.Unix())) // not UnixNano: it wraps outside 1678-2262
+		f.uint(uint64(t.Nanosecond()))
 		f.str(name)
 		f.uint(uint64(off))
 		return true

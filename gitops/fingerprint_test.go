@@ -1,6 +1,7 @@
 package gitops
 
 import (
+	"math"
 	"reflect"
 	"testing"
 	"time"
@@ -45,6 +46,14 @@ func TestFingerprintCoversServerStatus(t *testing.T) {
 	cp.Firmware.ReadAt = sv.Firmware.ReadAt.In(time.FixedZone("X", 3600))
 	if got, _ := fp.sum(&cp); got == base {
 		t.Fatal("the same instant in another zone (rendered differently) kept the fingerprint")
+	}
+	cp = deepCopy(sv)
+	cp.Firmware.ReadAt = time.Date(3000, 1, 1, 0, 0, 0, 0, time.UTC) // past UnixNano's range
+	far, _ := fp.sum(&cp)
+	// 2^64 ns later: the same UnixNano once it wraps, another instant.
+	cp.Firmware.ReadAt = cp.Firmware.ReadAt.Add(math.MaxInt64).Add(math.MaxInt64).Add(2)
+	if got, _ := fp.sum(&cp); got == far {
+		t.Fatal("two times 2^64 ns apart share a fingerprint")
 	}
 	cp = deepCopy(sv)
 	cp.Addresses = nil

@@ -93,8 +93,8 @@ func (c *renderCache) server(sv *ServerStatus) statusFile {
 	data := renderServer(*sv, c.maxEvents)
 	e := &renderedServer{path: ServerStatusPath(sv.Name), hash: plumbing.ComputeHash(plumbing.BlobObject, data)}
 	if ok {
-		// Without a fingerprint the entry matches no later status
-		// (its sum is not one: ok was false), so it renders again.
+		// Kept only with a fingerprint: a status that has none is
+		// rendered again by every write.
 		e.sum = sum
 		c.next[sv.Name] = e
 	}

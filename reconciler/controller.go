@@ -469,9 +469,9 @@ func (c *Controller) plan(desired *inventory.Inventory, snap state.Snapshot) (re
 //
 // The steps come back in dispatch order: the resumed ones by server
 // name, then the plan's in the plan's order. Only the servers already
-// taken are kept in a set (not a map of whole steps: a pass at 10,000
-// servers planned thousands of steps, and copying each into a map made
-// that pass's largest allocation).
+// taken are kept in a set, not a map of whole steps besides the ordered
+// list: a pass at 10,000 servers plans thousands of steps, and that map
+// was 0.8 of the 16.8 GB a 10,000-server bench/scale run allocated.
 func firstSteps(res plan.Result, snap state.Snapshot) []plan.Step {
 	// The servers with a journal entry to resume, in name order: found
 	// in one walk of the map and only they sorted (not the whole fleet's
