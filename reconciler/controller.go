@@ -152,6 +152,15 @@ type Controller struct {
 	last     plan.Result
 	// holdDeploys is set while the newest inventory revision is invalid.
 	holdDeploys bool
+	// passMu is held by a planning pass from its snapshot to the end of
+	// its dispatch, and by refill: steps start from one plan at a time,
+	// and never between a pass's read of the running steps and its
+	// dispatch (observe counts running allocations as done).
+	passMu sync.Mutex
+	// backlog (under passMu) is the last pass's steps not tried yet
+	// because every worker was busy; refill starts them as workers free
+	// up. nil when there are none, and dropped by the next pass.
+	backlog     *backlog
 	provisionMu sync.Mutex
 	wg          sync.WaitGroup
 	// stopping ends (cause ErrShutdown) when the shutdown grace has
@@ -357,6 +366,9 @@ func (c *Controller) restAfter(d time.Duration) time.Duration {
 // Pass runs one planning pass: snapshot, plan, dispatch what can start now.
 // Exported for tests that step the controller by hand.
 func (c *Controller) Pass(ctx context.Context) plan.Result {
+	c.passMu.Lock()
+	defer c.passMu.Unlock()
+	c.backlog = nil // this pass plans again what the last one left
 	start := time.Now()
 	snap, err := c.observe()
 	if err != nil {
@@ -396,7 +408,8 @@ func (c *Controller) Pass(ctx context.Context) plan.Result {
 // server that became ready meanwhile would be allocated too and the
 // profile would end up over its count. The running steps are read before
 // the snapshot (no step starts between the two: passes run one at a
-// time), so a step that finished in between is in the snapshot.
+// time and refill waits for the pass, passMu), so a step that finished
+// in between is in the snapshot.
 func (c *Controller) observe() (state.Snapshot, error) {
 	allocating := map[string]plan.Step{}
 	c.mu.Lock()
@@ -501,24 +514,60 @@ func firstSteps(res plan.Result, snap state.Snapshot) []plan.Step {
 }
 
 // dispatch starts, in order, every server's first step that nothing holds
-// back (held) and that the limits admit.
+// back (held) and that the limits admit. The steps left untried because
+// every worker was busy become the backlog refill works through (not for
+// a scoped controller: its zone claims are read once a pass, and a step
+// must not start after the pass that read them).
 func (c *Controller) dispatch(ctx context.Context, res plan.Result, snap state.Snapshot, desired *inventory.Inventory, waits map[string]error) {
-	steps := firstSteps(res, snap)
+	b := &backlog{ctx: ctx, steps: firstSteps(res, snap), snap: snap, desired: desired, waits: waits}
+	c.startSteps(b)
+	if len(b.steps) > 0 && c.cfg.Scope == nil {
+		c.backlog = b
+	}
+}
+
+// backlog is a pass's dispatch state: the steps not tried yet (in
+// dispatch order) with what the pass planned them from.
+type backlog struct {
+	ctx     context.Context
+	steps   []plan.Step
+	snap    state.Snapshot // read-only: shared with the store's cache
+	desired *inventory.Inventory
+	waits   map[string]error
+}
+
+// startSteps tries b's steps in order and removes each one tried: it
+// starts it, or drops it when held, refused by its server's limits
+// (busy, backoff, per-BMC, per-rack) or stale. It stops at the first
+// step that finds every worker busy (that step stays first) or when the
+// controller stops (nothing stays).
+func (c *Controller) startSteps(b *backlog) {
 	now := c.cfg.Now()
 	hold := c.deploysHeld()
 	var none state.Server // what a step without a record sees: read-only
-	for _, step := range steps {
+	for len(b.steps) > 0 {
+		step := b.steps[0]
 		name := step.Server
-		if ctx.Err() != nil || c.stopping.Err() != nil {
+		if b.ctx.Err() != nil || c.stopping.Err() != nil {
+			b.steps = nil
 			return // stopping: nothing new starts
 		}
-		obs, known := snap.Servers[name] // shared with the store's cache: read-only
+		obs, known := b.snap.Servers[name] // shared with the store's cache: read-only
 		if !known {
 			obs = &none
 		}
-		if c.held(step, obs, desired, hold, waits[name]) || !c.tryStart(step, obs, now) {
+		if c.held(step, obs, b.desired, hold, b.waits[name]) {
+			b.steps = b.steps[1:]
 			continue
 		}
+		switch c.tryStart(step, obs, now) {
+		case workersBusy:
+			return
+		case refused:
+			b.steps = b.steps[1:]
+			continue
+		}
+		b.steps = b.steps[1:]
 		if known {
 			// The plan is only as fresh as the snapshot: an action on this
 			// server that finished after the snapshot (its lifecycle moved,
@@ -534,8 +583,36 @@ func (c *Controller) dispatch(ctx context.Context, res plan.Result, snap state.S
 		c.wg.Add(1)
 		go func() {
 			defer c.wg.Done()
-			c.execute(ctx, step, desired)
+			c.execute(b.ctx, step, b.desired)
 		}()
+	}
+}
+
+// refill starts the last pass's backlog on the workers that are free,
+// called when a step finishes: at 10,000 servers a pass plans thousands
+// of steps and takes tens of milliseconds plus its rest, and an action
+// against a quick BMC takes less, so without it most workers sat idle
+// until the next pass. A step starts from its pass's plan only while
+// that plan's inventory revision is still the one acted on and its
+// server's record is unchanged since the pass's snapshot (startSteps'
+// revision check, as in the pass itself). A pass running now (passMu
+// taken) makes refill return at once: that pass dispatches.
+func (c *Controller) refill() {
+	if !c.passMu.TryLock() {
+		return
+	}
+	defer c.passMu.Unlock()
+	b := c.backlog
+	if b == nil {
+		return
+	}
+	if c.Desired() != b.desired {
+		c.backlog = nil // a new revision: the next pass plans it
+		return
+	}
+	c.startSteps(b)
+	if len(b.steps) == 0 {
+		c.backlog = nil
 	}
 }
 
@@ -576,28 +653,41 @@ func (c *Controller) held(step plan.Step, obs *state.Server, desired *inventory.
 	return obs.Stalled != "" && obs.Stalled == stepKey(step, desired)
 }
 
-// tryStart reserves the limits for step, or reports false: the server is
-// busy, its backoff after a failure (obs.RetryAt, kept on the record) has
-// not passed, or a limit is reached.
-func (c *Controller) tryStart(step plan.Step, obs *state.Server, now time.Time) bool {
+// startResult is tryStart's answer.
+type startResult int
+
+const (
+	started     startResult = iota // the limits are reserved: run the step
+	refused                        // not this server now: busy, backoff, per-BMC or per-rack limit
+	workersBusy                    // every worker is busy (Config.Workers)
+)
+
+// tryStart reserves the limits for step, or reports why not: the server
+// is busy, its backoff after a failure (obs.RetryAt, kept on the record)
+// has not passed, or a per-BMC or per-rack limit is reached (refused),
+// or every worker is busy (workersBusy).
+func (c *Controller) tryStart(step plan.Step, obs *state.Server, now time.Time) startResult {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.busy[step.Server] || now.Before(obs.RetryAt) || c.running >= c.cfg.Workers {
-		return false
+	if c.busy[step.Server] || now.Before(obs.RetryAt) {
+		return refused
+	}
+	if c.running >= c.cfg.Workers {
+		return workersBusy
 	}
 	addr, rack := obs.BMC.Address, obs.Rack
 	if !info(step.Action).Unlimited {
 		if addr != "" && c.bmcUse[addr] >= c.cfg.PerBMC {
-			return false
+			return refused
 		}
 		// One firmware step per BMC whatever PerBMC allows: a BMC runs
 		// one update at a time and restarts after it (servers sharing a
 		// chassis BMC share its UpdateService).
 		if step.Action == plan.ActFirmware && addr != "" && c.fwUse[addr] {
-			return false
+			return refused
 		}
 		if rack != "" && c.rackUse[rack] >= c.cfg.PerRack {
-			return false
+			return refused
 		}
 	}
 	c.busy[step.Server] = true
@@ -610,7 +700,7 @@ func (c *Controller) tryStart(step plan.Step, obs *state.Server, now time.Time) 
 		}
 		c.rackUse[rack]++
 	}
-	return true
+	return started
 }
 
 // unreserve gives back what tryStart reserved for a step that did not run.
@@ -666,6 +756,8 @@ func (c *Controller) execute(ctx context.Context, step plan.Step, desired *inven
 		// Fenced after this pass planned: the plan drops such steps, and
 		// the record read now is the last word.
 		c.log.Info("step skipped: the server is fenced", "machine", step.Server, "action", string(step.Action))
+		c.finish(step, obs) // give the worker and the server back
+		c.refill()
 		return
 	}
 	base, cancelBase := context.WithCancelCause(context.WithoutCancel(ctx))
@@ -692,6 +784,7 @@ func (c *Controller) execute(ctx context.Context, step plan.Step, desired *inven
 	if c.cfg.Metrics != nil {
 		c.cfg.Metrics.observeAction(step.Action, err, interrupted(ctx))
 	}
+	c.refill()
 }
 
 // interrupted reports whether a step's context was cancelled by the

@@ -21,7 +21,7 @@ func TestUnreserveForgetsInflight(t *testing.T) {
 		bmcUse: map[string]int{}, rackUse: map[string]int{}}
 	step := plan.Step{Server: "s1", Action: plan.ActAllocate, Profile: "p", AllocReason: plan.ReasonCount}
 	obs := state.Server{Name: "s1", Rack: "r1", BMC: state.BMCFacts{Address: "https://b1"}}
-	if !c.tryStart(step, &obs, time.Now()) {
+	if c.tryStart(step, &obs, time.Now()) != started {
 		t.Fatal("tryStart refused an idle server")
 	}
 	c.unreserve(step, &obs)

@@ -285,17 +285,17 @@ func TestFirmwareOneStepPerBMC(t *testing.T) {
 	}
 	fw := func(n string) plan.Step { return plan.Step{Server: n, Action: plan.ActFirmware, Profile: "p"} }
 	now := time.Now()
-	if !c.tryStart(fw("s1"), obs("s1"), now) {
+	if c.tryStart(fw("s1"), obs("s1"), now) != started {
 		t.Fatal("the first firmware step did not start")
 	}
-	if c.tryStart(fw("s2"), obs("s2"), now) {
+	if c.tryStart(fw("s2"), obs("s2"), now) == started {
 		t.Fatal("a second firmware step started against the same BMC")
 	}
-	if !c.tryStart(plan.Step{Server: "s3", Action: plan.ActPowerOn}, obs("s3"), now) {
+	if c.tryStart(plan.Step{Server: "s3", Action: plan.ActPowerOn}, obs("s3"), now) != started {
 		t.Error("a power step was held by the firmware step (PerBMC 2 allows it)")
 	}
 	c.unreserve(fw("s1"), obs("s1"))
-	if !c.tryStart(fw("s2"), obs("s2"), now) {
+	if c.tryStart(fw("s2"), obs("s2"), now) != started {
 		t.Error("the second firmware step did not start after the first ended")
 	}
 }

@@ -1,7 +1,10 @@
 // Command testsummary runs `go test -json ARGS...` and prints what a human
 // reads from plain `go test` (one ok/FAIL line per package, the full output
 // of every failed test, one line per skipped test with its reason) followed
-// by one summary line computed from the JSON events:
+// by, for each failed test, its own messages again (its t.Log, t.Error
+// and t.Fatal lines, not the logs of the code it ran: on a long failure
+// those are what the tail of a CI log shows), and one summary line
+// computed from the JSON events:
 //
 //	make test: 61 packages (0 failed), tests passed 1650, failed 0, skipped 0 (subtests included), 612s
 //
@@ -44,7 +47,14 @@ type counts struct {
 	packages, pkgFailed     int
 	passed, failed, skipped int
 	skips, fails            []string
+	// messages holds, by failed test (as in fails), the last
+	// maxMessages of its own messages (testMessages).
+	messages map[string][]string
 }
+
+// maxMessages bounds how many of a failed test's own message lines are
+// printed again at the end.
+const maxMessages = 40
 
 func main() {
 	allowSkip := flag.Bool("allow-skip", false, "do not fail on skipped tests (the quick mode)")
@@ -85,6 +95,9 @@ func main() {
 	}
 	for _, s := range c.fails {
 		fmt.Println("failed:", s)
+		for _, l := range c.messages[s] {
+			fmt.Print("  ", l)
+		}
 	}
 	fmt.Println(line)
 	if *summaryOut != "" {
@@ -109,7 +122,7 @@ func main() {
 // report reads events from r, writes the human-readable output to w and
 // returns the counts.
 func report(r io.Reader, w io.Writer) counts {
-	var c counts
+	c := counts{messages: map[string][]string{}}
 	out := map[string][]string{} // package + "\x00" + test → its output lines
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 1<<20), 16<<20)
@@ -147,6 +160,7 @@ func report(r io.Reader, w io.Writer) counts {
 			case "fail":
 				c.failed++
 				c.fails = append(c.fails, e.Package+" "+e.Test)
+				c.messages[e.Package+" "+e.Test] = testMessages(out[key], maxMessages)
 				for _, l := range out[key] {
 					fmt.Fprint(w, l)
 				}
@@ -159,6 +173,48 @@ func report(r io.Reader, w io.Writer) counts {
 	}
 	sort.Strings(c.skips)
 	return c
+}
+
+// testMessages returns the last max of a test's own message lines among
+// its output lines: those testing prints for t.Log, t.Error and t.Fatal
+// ("    file_test.go:12: text", indented by subtest depth) and the
+// continuation lines of a multi-line message (indented deeper). Lines the
+// code under test logged (slog's "time=... level=..." written to the
+// test's output, with or without a file prefix) are left out.
+func testMessages(lines []string, max int) []string {
+	var msgs []string
+	inMsg := false
+	for _, l := range lines {
+		trim := strings.TrimLeft(l, " ")
+		indent := len(l) - len(trim)
+		file, rest, found := strings.Cut(trim, ": ")
+		switch {
+		case indent >= 4 && found && isFileLine(file) && !strings.HasPrefix(rest, "time="):
+			msgs, inMsg = append(msgs, l), true
+		case inMsg && indent >= 8 && !strings.HasPrefix(trim, "time="):
+			msgs = append(msgs, l)
+		default:
+			inMsg = false
+		}
+	}
+	if len(msgs) > max {
+		msgs = msgs[len(msgs)-max:]
+	}
+	return msgs
+}
+
+// isFileLine reports whether s is testing's "name.go:LINE" prefix.
+func isFileLine(s string) bool {
+	name, line, ok := strings.Cut(s, ".go:")
+	if !ok || name == "" || line == "" || strings.ContainsAny(name, " =") {
+		return false
+	}
+	for _, r := range line {
+		if r < '0' || r > '9' {
+			return false
+		}
+	}
+	return true
 }
 
 // skipReason is the t.Skip message among a skipped test's output lines.

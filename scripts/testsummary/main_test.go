@@ -44,3 +44,40 @@ func TestReport(t *testing.T) {
 		t.Errorf("skips = %q", c.skips)
 	}
 }
+
+// TestFailedMessagesRepeated: a failed test's own messages (t.Error and
+// t.Log lines with their continuation lines) are kept for the end of the
+// report; the logs of the code it ran (slog lines) are not, and only the
+// last maxMessages are kept.
+func TestFailedMessagesRepeated(t *testing.T) {
+	lines := []string{
+		"=== RUN   TestX\n",
+		"    x_test.go:10: first message\n",
+		"    time=2026-12-07T19:31:39.973Z level=INFO msg=\"controller log\"\n",
+		"    x_test.go:20: wanted a, got:\n",
+		"        line one of the dump\n",
+		"    helper.go:7: time=2026 level=WARN msg=logged\n",
+		"        time=2026 level=INFO msg=\"indented log\"\n",
+		"    --- FAIL: TestX/sub (0.00s)\n",
+		"        x_test.go:30: subtest failure\n",
+		"--- FAIL: TestX (0.00s)\n",
+	}
+	got := testMessages(lines, 10)
+	want := []string{lines[1], lines[3], lines[4], lines[8]}
+	if strings.Join(got, "") != strings.Join(want, "") {
+		t.Errorf("testMessages =\n%s\nwant\n%s", strings.Join(got, ""), strings.Join(want, ""))
+	}
+	if got := testMessages(lines, 2); len(got) != 2 || got[1] != lines[8] {
+		t.Errorf("testMessages with max 2 = %q", got)
+	}
+	in := `{"Action":"run","Package":"p","Test":"TestB"}
+{"Action":"output","Package":"p","Test":"TestB","Output":"    b_test.go:9: boom\n"}
+{"Action":"output","Package":"p","Test":"TestB","Output":"    time=x level=INFO msg=noise\n"}
+{"Action":"output","Package":"p","Test":"TestB","Output":"--- FAIL: TestB (0.00s)\n"}
+{"Action":"fail","Package":"p","Test":"TestB"}
+`
+	c := report(strings.NewReader(in), &bytes.Buffer{})
+	if m := c.messages["p TestB"]; len(m) != 1 || m[0] != "    b_test.go:9: boom\n" {
+		t.Errorf("messages of the failed test = %q", m)
+	}
+}
