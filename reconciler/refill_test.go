@@ -91,12 +91,11 @@ func noneEntered(t *testing.T, g *gatePerServer, why string) {
 	}
 }
 
-// TestRefillStartsBacklogWhenWorkerFrees: with one worker, one pass
-// plans a step for each of three servers and starts the first; each
-// step that finishes starts the next from that pass's plan without
-// another pass (the controller runs no Run loop here, so only refill can
-// start them), in the plan's order.
-func TestRefillStartsBacklogWhenWorkerFrees(t *testing.T) {
+// oneWorkerPass runs one pass of a one-worker controller over
+// threeServerSite, its BMCs gated (gatePerServer), and checks that it
+// planned a step for each server.
+func oneWorkerPass(t *testing.T) (*Controller, *gatePerServer, plan.Result, *state.Store, *inventory.Inventory) {
+	t.Helper()
 	st, inv := threeServerSite(t)
 	g := &gatePerServer{entered: make(chan string, 3), gates: map[string]chan struct{}{}, drv: &recordingDriver{}}
 	c, err := New(Config{Store: st, Drivers: g, Workers: 1})
@@ -108,6 +107,16 @@ func TestRefillStartsBacklogWhenWorkerFrees(t *testing.T) {
 	if len(res.Steps) != 3 {
 		t.Fatalf("plan %v, want a step for each of 3 servers", res.Steps)
 	}
+	return c, g, res, st, inv
+}
+
+// TestRefillStartsBacklogWhenWorkerFrees: with one worker, one pass
+// plans a step for each of three servers and starts the first; each
+// step that finishes starts the next from that pass's plan without
+// another pass (the controller runs no Run loop here, so only refill can
+// start them), in the plan's order.
+func TestRefillStartsBacklogWhenWorkerFrees(t *testing.T) {
+	c, g, res, _, _ := oneWorkerPass(t)
 	var order []string
 	for i := range 3 {
 		n := waitEntered(t, g)
@@ -134,17 +143,7 @@ func TestRefillStartsBacklogWhenWorkerFrees(t *testing.T) {
 // record changed after the pass's snapshot does not start (the next
 // pass replans it), and a new inventory revision drops the backlog.
 func TestRefillDropsStaleAndOldRevision(t *testing.T) {
-	st, inv := threeServerSite(t)
-	g := &gatePerServer{entered: make(chan string, 3), gates: map[string]chan struct{}{}, drv: &recordingDriver{}}
-	c, err := New(Config{Store: st, Drivers: g, Workers: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.SetDesired(inv)
-	res := c.Pass(context.Background())
-	if len(res.Steps) != 3 {
-		t.Fatalf("plan %v, want a step for each of 3 servers", res.Steps)
-	}
+	c, g, res, st, inv := oneWorkerPass(t)
 	first := waitEntered(t, g)
 	second, third := res.Steps[1].Server, res.Steps[2].Server
 	// The second server's record changes after the snapshot.
