@@ -366,6 +366,23 @@ func (c *Controller) restAfter(d time.Duration) time.Duration {
 // Pass runs one planning pass: snapshot, plan, dispatch what can start now.
 // Exported for tests that step the controller by hand.
 func (c *Controller) Pass(ctx context.Context) plan.Result {
+	res, ok := c.planAndDispatch(ctx)
+	if !ok {
+		return res
+	}
+	// Steps that finished while the pass held passMu could not refill
+	// their workers (refill returned at once): do it for them now.
+	c.refill()
+	if c.cfg.OnPass != nil {
+		c.cfg.OnPass(res)
+	}
+	return res
+}
+
+// planAndDispatch is Pass under passMu: snapshot, plan, dispatch. It
+// reports false when the pass was skipped (the snapshot or the zone
+// claims could not be read: logged here).
+func (c *Controller) planAndDispatch(ctx context.Context) (plan.Result, bool) {
 	c.passMu.Lock()
 	defer c.passMu.Unlock()
 	c.backlog = nil // this pass plans again what the last one left
@@ -373,7 +390,7 @@ func (c *Controller) Pass(ctx context.Context) plan.Result {
 	snap, err := c.observe()
 	if err != nil {
 		c.log.Error("snapshot", "err", err)
-		return plan.Result{}
+		return plan.Result{}, false
 	}
 	desired := c.Desired()
 	var scoped []plan.Condition
@@ -381,7 +398,7 @@ func (c *Controller) Pass(ctx context.Context) plan.Result {
 		claims, err := c.cfg.Claims()
 		if err != nil {
 			c.log.Error("zone claims: pass skipped", "group", sc.Group, "err", err)
-			return plan.Result{}
+			return plan.Result{}, false
 		}
 		desired, snap, scoped = sc.Apply(claims, desired, snap)
 	}
@@ -397,10 +414,7 @@ func (c *Controller) Pass(ctx context.Context) plan.Result {
 		c.cfg.Metrics.observePass(snap, time.Since(start))
 	}
 	c.dispatch(ctx, res, snap, desired, waits)
-	if c.cfg.OnPass != nil {
-		c.cfg.OnPass(res)
-	}
-	return res
+	return res, true
 }
 
 // observe takes the store's snapshot with the allocations still being
@@ -596,7 +610,8 @@ func (c *Controller) startSteps(b *backlog) {
 // that plan's inventory revision is still the one acted on and its
 // server's record is unchanged since the pass's snapshot (startSteps'
 // revision check, as in the pass itself). A pass running now (passMu
-// taken) makes refill return at once: that pass dispatches.
+// taken) makes refill return at once: that pass dispatches, and refills
+// once more after it lets passMu go.
 func (c *Controller) refill() {
 	if !c.passMu.TryLock() {
 		return
